@@ -1,0 +1,259 @@
+"""Catalogs of GPUs, models, dtypes and serving engines, loaded from `data/*.yaml`.
+
+The catalogs are data, not code: every number carries a source in its YAML entry.
+They ship inside the wheel (as `planner/data`) and are found from a checkout too.
+A scenario or `--catalog FILE` can add entries or override fields of existing ones.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from planner.errors import InputError, did_you_mean
+from planner.yamlio import load_yaml, validate
+
+KvDtype = str
+WeightDtype = str
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Dtype(_Frozen):
+    """A number format for weights or KV cache (data/dtypes.yaml)."""
+
+    id: str
+    bits_per_element: float = Field(gt=0, description="storage bits per element, scale overhead included")
+    compute_dtype: str = Field(description="dtype whose tensor-core rate a matmul with these weights runs at")
+    weight: bool = True
+    kv: bool = False
+    needs_native: str | None = Field(None, description="GPU feature required (fp8, fp4) or None")
+    description: str = ""
+
+    @property
+    def bytes_per_element(self) -> float:
+        return self.bits_per_element / 8
+
+
+class Efficiency(_Frozen):
+    """Achievable fractions of datasheet peaks, calibrated on published measurements."""
+
+    bandwidth: float = Field(gt=0, le=1, description="achieved / datasheet HBM bandwidth on decode")
+    compute: float = Field(gt=0, le=1, description="achieved / datasheet dense FLOP/s on prefill GEMMs")
+    step_overhead_ms: float = Field(ge=0, description="fixed per decode step: launches, sampling, scheduler")
+    source: str
+
+
+class GPU(_Frozen):
+    """One accelerator type (data/gpus.yaml)."""
+
+    id: str
+    name: str
+    vendor: str
+    arch: str
+    memory_gib: float = Field(gt=0, description="capacity the runtime reports (nvidia-smi MiB / 1024)")
+    memory_source: str
+    hbm_bandwidth_gb_s: float = Field(gt=0, description="datasheet HBM bandwidth, GB/s (10^9)")
+    dense_tflops: dict[str, float] = Field(description="dense (no sparsity) tensor TFLOP/s per compute dtype")
+    weight_dtypes: list[str]
+    kv_dtypes: list[str]
+    gpus_per_node: int = Field(ge=1)
+    interconnect: str
+    interconnect_gb_s: float = Field(gt=0, description="per-GPU scale-up bandwidth, one direction, GB/s")
+    price_usd_per_hour: float = Field(gt=0, description="on-demand price per GPU-hour")
+    price_source: str
+    price_date: str
+    spec_source: str
+    efficiency: Efficiency
+    notes: str = ""
+
+    def tflops(self, compute_dtype: str) -> float:
+        try:
+            return self.dense_tflops[compute_dtype]
+        except KeyError:
+            raise InputError(
+                f"GPU '{self.id}' has no dense {compute_dtype} rate in the catalog "
+                f"(has: {', '.join(sorted(self.dense_tflops))})"
+            ) from None
+
+
+class Model(_Frozen):
+    """One model's architecture, as in its published config.json, plus parameter counts."""
+
+    id: str
+    hf_id: str
+    architecture: str
+    num_hidden_layers: int = Field(gt=0)
+    hidden_size: int = Field(gt=0)
+    num_attention_heads: int = Field(gt=0)
+    num_key_value_heads: int = Field(gt=0)
+    head_dim: int = Field(gt=0)
+    intermediate_size: int = Field(gt=0)
+    vocab_size: int = Field(gt=0)
+    max_position_embeddings: int = Field(gt=0)
+    sliding_window: int | None = Field(None, gt=0)
+    num_sliding_window_layers: int = Field(0, ge=0, description="layers whose cache is capped at sliding_window")
+    kv_lora_rank: int | None = Field(None, gt=0, description="latent attention (MLA) compressed KV width")
+    qk_rope_head_dim: int | None = Field(None, ge=0, description="MLA decoupled RoPE key width, cached too")
+    num_experts: int | None = Field(None, gt=0)
+    num_experts_per_tok: int | None = Field(None, gt=0)
+    moe_intermediate_size: int | None = Field(None, gt=0)
+    params_total: int = Field(gt=0, description="all parameters (memory)")
+    params_active: int = Field(gt=0, description="parameters used per token (compute; MoE < total)")
+    config_source: str
+    params_source: str = ""
+    notes: str = ""
+
+    @property
+    def attention(self) -> Literal["mla", "gqa"]:
+        return "mla" if self.kv_lora_rank else "gqa"
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Model:
+        if self.num_sliding_window_layers > self.num_hidden_layers:
+            raise ValueError("num_sliding_window_layers exceeds num_hidden_layers")
+        if self.num_sliding_window_layers and not self.sliding_window:
+            raise ValueError("num_sliding_window_layers given without sliding_window")
+        if self.params_active > self.params_total:
+            raise ValueError("params_active exceeds params_total")
+        if self.kv_lora_rank and self.qk_rope_head_dim is None:
+            raise ValueError("latent attention needs qk_rope_head_dim")
+        return self
+
+
+class Engine(_Frozen):
+    """How a serving engine sizes its KV cache (data/engines.yaml)."""
+
+    id: str
+    name: str
+    rule: Literal["fraction_of_total", "fraction_of_free_after_weights", "static_fraction_weights_and_kv"]
+    memory_fraction: float = Field(gt=0, le=1)
+    block_size: int = Field(gt=0)
+    max_num_batched_tokens: int = Field(gt=0, description="prefill chunk budget per step")
+    source: str
+
+
+_SECTIONS = {"gpus": GPU, "models": Model, "dtypes": Dtype, "engines": Engine}
+
+
+def data_dir() -> Path:
+    """Where the catalogs live: inside the installed package, else the checkout's data/."""
+    packaged = importlib.resources.files("planner") / "data"
+    if packaged.is_dir():
+        return Path(str(packaged))
+    return Path(__file__).resolve().parent.parent / "data"
+
+
+@dataclass(frozen=True)
+class Catalog:
+    gpus: Mapping[str, GPU]
+    models: Mapping[str, Model]
+    dtypes: Mapping[str, Dtype]
+    engines: Mapping[str, Engine]
+    sources: tuple[str, ...] = field(default_factory=tuple)
+
+    def gpu(self, name: str) -> GPU:
+        return _lookup(self.gpus, name, "GPU", "planner catalog gpus")
+
+    def model(self, name: str) -> Model:
+        return _lookup(self.models, name, "model", "planner catalog models")
+
+    def dtype(self, name: str) -> Dtype:
+        return _lookup(self.dtypes, name, "dtype", "planner catalog dtypes")
+
+    def engine(self, name: str) -> Engine:
+        return _lookup(self.engines, name, "engine", "planner catalog engines")
+
+    def with_overrides(self, overrides: Mapping[str, Any], *, where: str) -> Catalog:
+        """A catalog with entries added or fields replaced, e.g. a negotiated price.
+
+        `overrides` has the shape of the catalog files: {"gpus": {id: {field: value}}, ...}.
+        A known id merges field by field; an unknown id must be a complete entry.
+        """
+        if not isinstance(overrides, Mapping):
+            raise InputError("catalog overrides must be a mapping of gpus/models/dtypes/engines", where=where)
+        sections: dict[str, dict[str, Any]] = {
+            "gpus": dict(self.gpus),
+            "models": dict(self.models),
+            "dtypes": dict(self.dtypes),
+            "engines": dict(self.engines),
+        }
+        for section, entries in overrides.items():
+            if section not in _SECTIONS:
+                raise InputError(did_you_mean(str(section), _SECTIONS, what="catalog section"), where=where)
+            if not isinstance(entries, Mapping):
+                raise InputError(f"{section}: expected a mapping of id -> fields", where=where)
+            for entry_id, fields in entries.items():
+                if not isinstance(fields, Mapping):
+                    raise InputError(f"{section}.{entry_id}: expected a mapping of fields", where=where)
+                base = sections[section].get(entry_id)
+                merged = _merge(base.model_dump() if base else {}, dict(fields))
+                merged["id"] = entry_id
+                sections[section][entry_id] = validate(
+                    _SECTIONS[section], merged, where=where, prefix=f"{section}.{entry_id}"
+                )
+        return Catalog(**sections, sources=(*self.sources, where))
+
+    def check_references(self) -> None:
+        """Every dtype a GPU names must exist."""
+        for gpu in self.gpus.values():
+            for d in (*gpu.weight_dtypes, *gpu.kv_dtypes):
+                if d not in self.dtypes:
+                    raise InputError(f"gpus.{gpu.id}: unknown dtype '{d}'", where="catalog")
+
+
+def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in update.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _merge(dict(out[key]), dict(value))
+        else:
+            out[key] = value
+    return out
+
+
+def _lookup(table: Mapping[str, Any], name: str, what: str, hint_cmd: str) -> Any:
+    try:
+        return table[name]
+    except KeyError:
+        raise InputError(f"{did_you_mean(name, table, what=what)} (list them with `{hint_cmd}`)") from None
+
+
+def _load_section(path: Path, section: str) -> dict[str, Any]:
+    raw = load_yaml(path)
+    if not isinstance(raw, Mapping):
+        raise InputError("expected a mapping of id -> fields", where=str(path))
+    out = {}
+    for entry_id, fields in raw.items():
+        if not isinstance(fields, Mapping):
+            raise InputError(f"{entry_id}: expected a mapping of fields", where=str(path))
+        out[entry_id] = validate(_SECTIONS[section], {**fields, "id": entry_id}, where=str(path), prefix=str(entry_id))
+    return out
+
+
+@functools.cache
+def _builtin() -> Catalog:
+    root = data_dir()
+    catalog = Catalog(
+        **{section: _load_section(root / f"{section}.yaml", section) for section in _SECTIONS},
+        sources=("built-in catalog",),
+    )
+    catalog.check_references()
+    return catalog
+
+
+def load_catalog(*extra_files: str | Path) -> Catalog:
+    """The built-in catalog, with each extra YAML file's entries merged over it in order."""
+    catalog = _builtin()
+    for path in extra_files:
+        catalog = catalog.with_overrides(load_yaml(path) or {}, where=str(path))
+    catalog.check_references()
+    return catalog

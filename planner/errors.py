@@ -1,0 +1,41 @@
+"""Typed errors. The command line turns them into one-line messages and exit codes.
+
+Exit codes (design.md, "Command line"): 0 success, 2 bad input or usage,
+3 infeasible (no configuration can serve a traffic class).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+EXIT_BAD_INPUT = 2
+EXIT_INFEASIBLE = 3
+
+
+class PlannerError(Exception):
+    """Base class: a user-facing problem with a one-line message."""
+
+    exit_code = EXIT_BAD_INPUT
+
+    def __init__(self, message: str, *, where: str | None = None):
+        self.where = where
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class InputError(PlannerError):
+    """Bad input: a file, field or argument that is wrong. Exit 2."""
+
+
+class InfeasibleError(PlannerError):
+    """No configuration can serve a traffic class. Exit 3."""
+
+    exit_code = EXIT_INFEASIBLE
+
+
+def did_you_mean(name: str, known: Iterable[str], *, what: str) -> str:
+    """The message for an unknown name: the closest match if any, and the known names."""
+    known = sorted(known)
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    return f"unknown {what} '{name}'; {hint}known: {', '.join(known)}"
