@@ -49,6 +49,9 @@ class Efficiency(_Frozen):
     bandwidth: float = Field(gt=0, le=1, description="achieved / datasheet HBM bandwidth on decode")
     compute: float = Field(gt=0, le=1, description="achieved / datasheet dense FLOP/s on prefill GEMMs")
     step_overhead_ms: float = Field(ge=0, description="fixed per decode step: launches, sampling, scheduler")
+    allreduce_latency_us: float = Field(
+        10.0, ge=0, description="per all-reduce fixed latency (NCCL small-message latency on NVLink is ~5-15 us)"
+    )
     source: str
 
 
@@ -138,6 +141,7 @@ class Engine(_Frozen):
     memory_fraction: float = Field(gt=0, le=1)
     block_size: int = Field(gt=0)
     max_num_batched_tokens: int = Field(gt=0, description="prefill chunk budget per step")
+    max_num_seqs: int = Field(gt=0, description="most sequences the scheduler runs in one step")
     source: str
 
 

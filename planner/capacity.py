@@ -1,0 +1,283 @@
+"""Per-replica capacity of one deployment config for one traffic class, and which ceiling binds.
+
+Derivation (continuous batching with chunked prefill, one replica):
+- N sequences are resident on average; each decode step reads the weights once and
+  all N caches, and does the FLOPs of N tokens (planner.roofline): t_dec(N).
+- Prefill work is E[T_pf] seconds of GPU time per request; at arrival rate λ it
+  takes a share ρ = λ·E[T_pf] of every step, so a step lasts t = t_dec(N) / (1 - ρ)
+  (chunks ride in decode steps; overlap of their compute with the decode's memory
+  traffic is not credited, which is conservative).
+- A request is resident for s = E[steps per request] steps (prefill chunks plus
+  one per output token), so Little's law gives N = λ·s·t. Solving for λ:
+        λ(N) = N / (s·t_dec(N) + N·E[T_pf]),
+  increasing in N (t_dec(N)/N falls as the weight read is shared), saturating at
+  the roofline throughput. Every ceiling is therefore a bound on N:
+    memory   N ≤ N_mem (budget / footprint, in the sizing mode),
+    itl      t(N) ≤ ITL target (mean inter-token latency = step time),
+    ttft     W_q + T_pf(p_q) + (ceil(p_q / C) + 1)·t_dec(N) ≤ TTFT target, p_q the
+             class's prompt quantile (its chunks, one step each, plus one step of
+             waiting) and W_q the Pollaczek-Khinchine mean wait of an M/G/1 prefill
+             queue, ρ/(1-ρ)·E[T_pf]·(1 + cv²)/2, with cv² of prefill time taken as
+             that of prompt length (E[p²]/E[p]² - 1); it grows without bound as
+             prefill saturates the GPU, which is what stops a prefill-heavy class,
+    batch    N ≤ the engine's max_num_seqs; at that point the step is either
+             bandwidth- or compute-bound, and the ceiling is labelled as such.
+  Capacity is λ(min of the bounds). Each bound comes from a bracketed root
+  (scipy.optimize.brentq) of a monotone function, so nothing stops early silently.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.optimize import brentq
+
+from planner.deployment import Deployment
+from planner.memory import BudgetLadder, budget_ladder, kv_bytes_for_tokens
+from planner.paged import (
+    SIZING_MODES,
+    SizingMode,
+    TokenProfile,
+    max_mean_count_for_quantile,
+)
+from planner.roofline import StepModel
+
+CEILINGS = ("memory", "bandwidth", "compute", "itl", "ttft")
+PERCENTILE_GRID_UNITS = 4096  # byte-grid resolution of the compound-Poisson total
+
+
+@dataclass(frozen=True)
+class SLO:
+    """Latency targets of a traffic class; None means no target."""
+
+    itl_ms: float | None = None
+    ttft_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """Bytes a resident sequence of the class holds, per sizing mode."""
+
+    mean_bytes: float  # time-weighted mean (expected mode)
+    worst_case_bytes: float  # at the context limit
+    read_bytes: float  # bytes a decode step reads per sequence (shared prefix included)
+    shared_prefix_bytes: float  # held once per replica
+    budget_bytes: float  # KV budget left for sequences after the shared prefix
+
+
+@dataclass(frozen=True)
+class OperatingPoint:
+    """A replica at one mean resident count N."""
+
+    rate_rps: float
+    resident_batch: float
+    step_ms: float  # = mean inter-token latency
+    decode_ms: float  # step time before prefill chunks stretch it
+    ttft_ms: float
+    kv_utilisation: float
+    output_tokens_per_s: float
+    prefill_share: float  # fraction of GPU time spent in prefill
+    regime: str  # "bandwidth" or "compute" at this batch
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """The largest arrival rate one replica serves, and why it cannot serve more."""
+
+    max_rps: float
+    binding: str
+    sizing: str
+    point: OperatingPoint
+    ceilings_rps: dict[str, float]  # each bound on its own
+    concurrency: dict[str, int]  # max resident sequences by memory, in every sizing mode
+    ladder: BudgetLadder
+    footprint: Footprint
+    prefill_s_at_quantile: float
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def resident_batch(self) -> float:
+        return self.point.resident_batch
+
+
+def footprint(dep: Deployment, prof: TokenProfile, ladder: BudgetLadder) -> Footprint:
+    """Convert the class's token profile to bytes for this deployment's dtype, tp and window."""
+    per_token_full, per_token_window = _per_token_bytes(dep)
+    shared_tokens = prof.shared_prefix_blocks * prof.block_size
+    shared_bytes = float(kv_bytes_for_tokens(dep.model, shared_tokens, dep.kv_dtype, dep.tp)) if shared_tokens else 0.0
+    mean = prof.mean_paged_tokens * per_token_full + prof.mean_window_tokens * per_token_window
+    held_limit = -(-dep.max_model_len // prof.block_size) * prof.block_size
+    worst = float(kv_bytes_for_tokens(dep.model, held_limit, dep.kv_dtype, dep.tp)) - shared_bytes
+    return Footprint(
+        mean_bytes=mean,
+        worst_case_bytes=worst,
+        read_bytes=mean + shared_bytes,
+        shared_prefix_bytes=shared_bytes,
+        budget_bytes=ladder.kv_budget_bytes - shared_bytes,
+    )
+
+
+def _per_token_bytes(dep: Deployment) -> tuple[float, float]:
+    """Bytes per cached token in full-attention layers and in sliding-window layers."""
+    m = dep.model
+    per_layer = kv_bytes_for_tokens(m, 1, dep.kv_dtype, dep.tp) / m.num_hidden_layers if m.num_hidden_layers else 0.0
+    sliding = m.num_sliding_window_layers
+    return per_layer * (m.num_hidden_layers - sliding), per_layer * sliding
+
+
+def memory_concurrency(dep: Deployment, prof: TokenProfile, fp: Footprint, quantile: float) -> dict[str, float]:
+    """Most resident sequences the KV budget holds, in each sizing mode (continuous; floor for users)."""
+    if fp.budget_bytes <= 0:
+        return dict.fromkeys(SIZING_MODES, 0.0)
+    worst = math.floor(fp.budget_bytes / fp.worst_case_bytes) if fp.worst_case_bytes > 0 else math.inf
+    expected = fp.budget_bytes / fp.mean_bytes if fp.mean_bytes > 0 else math.inf
+    return {"worst_case": float(worst), "expected": expected, "percentile": _percentile_count(dep, prof, fp, quantile)}
+
+
+def _percentile_count(dep: Deployment, prof: TokenProfile, fp: Footprint, quantile: float) -> float:
+    per_token_full, per_token_window = _per_token_bytes(dep)
+    levels = np.arange(prof.level_weight.size)
+    tokens = levels * prof.block_size
+    window = dep.model.sliding_window or 0
+    level_bytes = tokens * per_token_full + np.minimum(tokens, window) * per_token_window
+    unit = max(fp.budget_bytes / PERCENTILE_GRID_UNITS, float(level_bytes[1]) if levels.size > 1 else 1.0)
+    units = np.ceil(level_bytes / unit - 1e-9).astype(np.int64)  # round footprints up: conservative
+    pmf = np.bincount(units, weights=prof.level_weight, minlength=int(units.max()) + 1)
+    pmf = pmf / pmf.sum()
+    return max_mean_count_for_quantile(pmf, quantile, math.floor(fp.budget_bytes / unit))
+
+
+class ReplicaModel:
+    """The step and memory models of one (deployment, class) pair, as functions of N."""
+
+    def __init__(self, dep: Deployment, prof: TokenProfile, slo: SLO, ladder: BudgetLadder | None = None):
+        if prof.max_total_tokens > dep.max_model_len:
+            raise ValueError(
+                f"class holds requests of {prof.max_total_tokens} tokens, above the context limit {dep.max_model_len}"
+            )
+        self.dep, self.prof, self.slo = dep, prof, slo
+        self.ladder = ladder or budget_ladder(dep)
+        self.fp = footprint(dep, prof, self.ladder)
+        self.step = StepModel.of(dep)
+        self.prefill_mean_s = float(
+            self.step.prefill_s(prof.mean_prompt, prof.mean_prompt_sq, prof.shared_prefix_tokens)
+        )
+        pq = prof.prompt_quantile_tokens
+        self.prefill_q_s = float(self.step.prefill_s(pq, pq * pq, prof.shared_prefix_tokens))
+        mean_p = max(prof.mean_prompt, 1.0)
+        self.prompt_cv2 = max(prof.mean_prompt_sq / (mean_p * mean_p) - 1.0, 0.0)
+        self.chunks_q = max(1, math.ceil(max(pq - prof.shared_prefix_tokens, 0) / dep.engine.max_num_batched_tokens))
+
+    def decode_s(self, n: float) -> float:
+        return float(
+            self.step.decode_step_s(n, n * self.fp.read_bytes, n * (self.prof.mean_context_tokens))
+        )
+
+    def rate(self, n: float) -> float:
+        """λ(N) = N / (s·t_dec(N) + N·E[T_pf])."""
+        if n <= 0:
+            return 0.0
+        return n / (self.prof.steps_per_request * self.decode_s(n) + n * self.prefill_mean_s)
+
+    def point(self, n: float) -> OperatingPoint:
+        lam = self.rate(n)
+        t_dec = self.decode_s(n)
+        rho = lam * self.prefill_mean_s
+        t_step = t_dec / (1.0 - rho) if rho < 1 else math.inf
+        t_mem, t_flop = self.step.decode_parts_s(n, n * self.fp.read_bytes, n * self.prof.mean_context_tokens)
+        held = n * self.fp.mean_bytes + self.fp.shared_prefix_bytes
+        return OperatingPoint(
+            rate_rps=lam,
+            resident_batch=n,
+            step_ms=t_step * 1e3,
+            decode_ms=t_dec * 1e3,
+            ttft_ms=self.ttft_s(n) * 1e3,
+            kv_utilisation=held / self.ladder.kv_budget_bytes,
+            output_tokens_per_s=lam * self.prof.mean_output,
+            prefill_share=rho,
+            regime="compute" if float(t_flop) > float(t_mem) else "bandwidth",
+        )
+
+    def step_s(self, n: float) -> float:
+        lam = self.rate(n)
+        rho = lam * self.prefill_mean_s
+        return self.decode_s(n) / (1.0 - rho) if rho < 1 else math.inf
+
+    def ttft_s(self, n: float) -> float:
+        rho = self.rate(n) * self.prefill_mean_s
+        if rho >= 1:
+            return math.inf
+        wait = rho / (1.0 - rho) * self.prefill_mean_s * (1.0 + self.prompt_cv2) / 2.0
+        return wait + self.prefill_q_s + (self.chunks_q + 1) * self.decode_s(n)
+
+    def resident_for_rate(self, rate_rps: float, n_max: float) -> float | None:
+        """N at which the replica runs at `rate_rps`, or None if even n_max cannot carry it."""
+        if rate_rps <= 0:
+            return 0.0
+        if self.rate(n_max) < rate_rps:
+            return None
+        return brentq(lambda n: self.rate(n) - rate_rps, 1e-9, n_max, xtol=1e-9, rtol=1e-12)
+
+
+def _largest_n(pred_excess, n_hi: float) -> float:
+    """Largest N in [0, n_hi] with pred_excess(N) <= 0, for pred_excess increasing in N."""
+    if pred_excess(n_hi) <= 0:
+        return n_hi
+    tiny = min(1e-6, n_hi)
+    if pred_excess(tiny) > 0:
+        return 0.0
+    return brentq(pred_excess, tiny, n_hi, xtol=1e-9, rtol=1e-12)
+
+
+def replica_capacity(
+    dep: Deployment,
+    prof: TokenProfile,
+    slo: SLO = SLO(),
+    *,
+    sizing: SizingMode = "expected",
+    quantile: float = 0.99,
+    ladder: BudgetLadder | None = None,
+) -> Capacity:
+    """The largest arrival rate (requests/s) one replica serves for this class, and the binding ceiling."""
+    if sizing not in SIZING_MODES:
+        raise ValueError(f"unknown sizing mode {sizing!r}; choose from {SIZING_MODES}")
+    rm = ReplicaModel(dep, prof, slo, ladder)
+    conc = memory_concurrency(dep, prof, rm.fp, quantile)
+    n_mem = conc[sizing]
+    n_batch = float(dep.engine.max_num_seqs)
+    n_cap = min(n_mem, n_batch)
+    bounds: dict[str, float] = {"memory": n_mem}
+    if slo.itl_ms is not None:
+        target = slo.itl_ms / 1e3
+        bounds["itl"] = _largest_n(lambda n: rm.step_s(n) - target, n_cap) if n_cap > 0 else 0.0
+    if slo.ttft_s is not None:
+        bounds["ttft"] = _largest_n(lambda n: rm.ttft_s(n) - slo.ttft_s, n_cap) if n_cap > 0 else 0.0
+    n_star = min([n_cap, *bounds.values()])
+    binding = min(bounds, key=lambda k: (bounds[k], CEILINGS.index(k)))
+    notes = []
+    if n_batch < bounds[binding] or (n_batch <= n_star and binding == "memory" and n_batch < n_mem):
+        binding = rm.point(n_batch).regime
+        notes.append(f"batch capped at the engine's max_num_seqs = {dep.engine.max_num_seqs}")
+    if slo.ttft_s is not None and rm.prefill_q_s > slo.ttft_s:
+        notes.append(
+            f"prefill of the class's p{round(100 * prof.prompt_quantile)} prompt "
+            f"({prof.prompt_quantile_tokens:,.0f} tokens) alone takes {rm.prefill_q_s:.2f} s > TTFT target {slo.ttft_s:g} s"
+        )
+    point = rm.point(n_star) if n_star > 0 else rm.point(0.0)
+    ceilings = {k: rm.rate(v) for k, v in bounds.items()}
+    ceilings["roofline"] = rm.rate(n_batch)
+    return Capacity(
+        max_rps=point.rate_rps if n_star > 0 else 0.0,
+        binding=binding,
+        sizing=sizing,
+        point=point,
+        ceilings_rps=ceilings,
+        concurrency={k: math.floor(v) if math.isfinite(v) else 10**9 for k, v in conc.items()},
+        ladder=rm.ladder,
+        footprint=rm.fp,
+        prefill_s_at_quantile=rm.prefill_q_s,
+        notes=tuple(notes),
+    )
+

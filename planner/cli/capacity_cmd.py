@@ -1,0 +1,268 @@
+"""`planner capacity`: the budget ladder of one card, and one replica's capacity for a traffic class."""
+
+from __future__ import annotations
+
+import math
+
+import click
+
+from planner.capacity import SLO, replica_capacity
+from planner.cli.options import catalog_option, echo_json, get_catalog, json_option
+from planner.deployment import DEFAULT_OVERHEAD_GIB, make_deployment
+from planner.histogram import Histogram
+from planner.memory import budget_ladder, memory_levers, paged_tokens, paged_users
+from planner.paged import SIZING_MODES, token_profile
+from planner.roofline import ridge_point
+from planner.units import GiB
+
+
+def _load_histogram(path: str) -> Histogram:
+    from planner.workload.histfile import read_histogram
+
+    return read_histogram(path)
+
+
+@click.command()
+@click.argument("model")
+@click.argument("gpu")
+@click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True, help="Tensor-parallel degree.")
+@click.option("--weight-dtype", default="bf16", show_default=True)
+@click.option("--kv-dtype", default="bf16", show_default=True)
+@click.option("--max-model-len", type=click.IntRange(min=1), default=None, help="Context limit [default: the model's].")
+@click.option("--engine", default="vllm", show_default=True, help="Engine profile (planner catalog engines).")
+@click.option("--gpu-memory-utilization", type=float, default=None, help="Fraction of memory the engine takes [default: the engine's].")
+@click.option("--overhead-gib", type=float, default=DEFAULT_OVERHEAD_GIB, show_default=True, help="Activations, CUDA graphs, logits, per GPU.")
+@click.option("--typical-tokens", type=click.IntRange(min=1), default=None, help="Typical conversation length for paged users.")
+@click.option("--histogram", "histogram_file", type=click.Path(dir_okay=False), default=None, help="Traffic class from a histogram file (planner histogram).")
+@click.option("--prompt-tokens", type=click.IntRange(min=0), default=None, help="Every request has this prompt length.")
+@click.option("--output-tokens", type=click.IntRange(min=1), default=None, help="Every request has this output length.")
+@click.option("--sizing", type=click.Choice(SIZING_MODES), default="expected", show_default=True)
+@click.option("--quantile", type=click.FloatRange(0.5, 0.99999), default=0.99, show_default=True, help="For --sizing percentile.")
+@click.option("--shared-prefix", type=click.IntRange(min=0), default=0, show_default=True, help="Tokens of a prefix every request shares (prefix caching).")
+@click.option("--itl-ms", type=click.FloatRange(min=0, min_open=True), default=None, help="Inter-token latency target.")
+@click.option("--ttft-s", type=click.FloatRange(min=0, min_open=True), default=None, help="Time-to-first-token target.")
+@click.option("--rate", type=click.FloatRange(min=0), default=None, help="Also evaluate the replica at this arrival rate (requests/s).")
+@catalog_option
+@json_option
+def capacity(
+    model, gpu, tp, weight_dtype, kv_dtype, max_model_len, engine, gpu_memory_utilization, overhead_gib,
+    typical_tokens, histogram_file, prompt_tokens, output_tokens, sizing, quantile, shared_prefix,
+    itl_ms, ttft_s, rate, catalog_files, as_json,
+) -> None:
+    """How many users fit on one replica of MODEL on GPU, and how many requests/s it serves.
+
+    Walks seed 000's budget ladder step by step and names the levers. With a traffic
+    class (--histogram, or --prompt-tokens/--output-tokens) it adds the replica's
+    capacity and the ceiling that binds.
+
+    \b
+    Examples:
+      planner capacity llama-3.1-8b h100-sxm --max-model-len 8192 --typical-tokens 2300
+      planner capacity llama-3.1-8b h100-sxm --prompt-tokens 1000 --output-tokens 200 --itl-ms 50 --json
+    """
+    catalog = get_catalog(catalog_files)
+    dep = make_deployment(
+        catalog, model=model, gpu=gpu, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+        max_model_len=max_model_len, engine=engine, memory_fraction=gpu_memory_utilization,
+        overhead_gib_per_gpu=overhead_gib,
+    )
+    ladder = budget_ladder(dep)
+    if (prompt_tokens is None) != (output_tokens is None):
+        raise click.UsageError("--prompt-tokens and --output-tokens go together")
+    if histogram_file and prompt_tokens is not None:
+        raise click.UsageError("give either --histogram or --prompt-tokens/--output-tokens, not both")
+    hist = None
+    if histogram_file:
+        hist = _load_histogram(histogram_file)
+        too_long = hist.requests - hist.select_total(at_most=_edge_at_most(dep.max_model_len)).requests
+        if too_long:
+            click.echo(f"note: {too_long:,} requests exceed the {dep.max_model_len:,}-token limit and are left out", err=True)
+            hist = hist.select_total(at_most=_edge_at_most(dep.max_model_len))
+    elif prompt_tokens is not None:
+        if prompt_tokens + output_tokens > dep.max_model_len:
+            raise click.UsageError(
+                f"--prompt-tokens + --output-tokens = {prompt_tokens + output_tokens} exceeds the context limit {dep.max_model_len}"
+            )
+        hist = Histogram.constant(prompt_tokens, output_tokens)
+    payload = {
+        "model": dep.model.id,
+        "gpu": dep.gpu.id,
+        "tp": dep.tp,
+        "weight_dtype": dep.weight_dtype.id,
+        "kv_dtype": dep.kv_dtype.id,
+        "engine": dep.engine.id,
+        "max_model_len": dep.max_model_len,
+        "gpu_memory_utilization": dep.memory_fraction,
+        "gpu_memory_gib": ladder.gpu_memory_gib,
+        "usable_gib": ladder.usable_gib,
+        "weights_gib": ladder.weights_gib,
+        "overhead_gib": ladder.overhead_gib,
+        "kv_budget_gib": ladder.kv_budget_gib,
+        "kv_bytes_per_token": ladder.kv_bytes_per_token,
+        "kv_gib_per_user": ladder.kv_gib_per_user,
+        "worst_case_users": ladder.worst_case_users,
+        "paged_users": paged_users(dep, ladder, typical_tokens) if typical_tokens else None,
+        "typical_tokens": typical_tokens,
+        "ridge_point": ridge_point(dep.gpu, dep.weight_dtype.compute_dtype),
+    }
+    cap = None
+    if hist is not None:
+        if hist.is_empty:
+            raise click.UsageError("the traffic class has no request within the context limit")
+        prof = token_profile(
+            hist, block_size=dep.block_size, chunk_tokens=dep.engine.max_num_batched_tokens,
+            sliding_window=dep.model.sliding_window, shared_prefix_tokens=shared_prefix, prompt_quantile=quantile,
+        )
+        slo = SLO(itl_ms=itl_ms, ttft_s=ttft_s)
+        cap = replica_capacity(dep, prof, slo, sizing=sizing, quantile=quantile, ladder=ladder)
+        if payload["paged_users"] is None:
+            payload["paged_users"] = cap.concurrency["expected"]
+        payload.update(
+            sizing=sizing,
+            concurrency=cap.concurrency,
+            max_rps_per_replica=cap.max_rps,
+            binding=cap.binding,
+            resident_batch=cap.point.resident_batch,
+            step_ms=cap.point.step_ms,
+            ttft_ms=cap.point.ttft_ms,
+            kv_utilisation=cap.point.kv_utilisation,
+            tokens_per_s=cap.point.output_tokens_per_s,
+            ceilings_rps=cap.ceilings_rps,
+            notes=list(cap.notes),
+        )
+        if rate is not None:
+            payload["at_rate"] = _at_rate(dep, prof, slo, cap, rate, ladder)
+    elif rate is not None:
+        raise click.UsageError("--rate needs a traffic class (--histogram or --prompt-tokens/--output-tokens)")
+    if as_json:
+        echo_json(_finite(payload))
+        return
+    click.echo(_ladder_text(catalog, dep, ladder, payload, typical_tokens))
+    if cap is not None:
+        click.echo(_capacity_text(payload, cap, quantile))
+
+
+def _edge_at_most(limit: int) -> int:
+    from planner.histogram import TOTAL_EDGES
+
+    edges = [int(e) for e in TOTAL_EDGES if e <= limit]
+    return edges[-1] if edges else int(TOTAL_EDGES[0])
+
+
+def _at_rate(dep, prof, slo, cap, rate, ladder) -> dict:
+    from planner.capacity import ReplicaModel
+
+    rm = ReplicaModel(dep, prof, slo, ladder)
+    n = rm.resident_for_rate(rate, float(dep.engine.max_num_seqs) * 4)
+    if n is None:
+        return {"rate_rps": rate, "beyond_capacity": True, "stable": False,
+                "why": "the roofline throughput ceiling is below this rate"}
+    pt = rm.point(n)
+    return {
+        "rate_rps": rate,
+        "resident_batch": pt.resident_batch,
+        "step_ms": pt.step_ms,
+        "ttft_ms": pt.ttft_ms,
+        "kv_utilisation": pt.kv_utilisation,
+        "output_tokens_per_s": pt.output_tokens_per_s,
+        "beyond_capacity": rate > cap.max_rps * (1 + 1e-9),
+        "stable": True,
+    }
+
+
+def _finite(obj):
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def _ladder_text(catalog, dep, ladder, payload, typical_tokens) -> str:
+    n = dep.tp
+    per = f" ({n} GPUs)" if n > 1 else ""
+    weights_src = f"{dep.model.params_total / 1e9:.2f} B params x {dep.weight_dtype.bytes_per_element:g} bytes ({dep.weight_dtype.id})"
+    rule = dep.engine.rule
+    lines = [
+        f"{dep.model.id} on {n} x {dep.gpu.id} — {dep.engine.name}, {dep.weight_dtype.id} weights, {dep.kv_dtype.id} cache, limit {dep.max_model_len:,} tokens",
+        "",
+        "Budget ladder (seed 000, eight steps):",
+        f"  1. reported memory{per}                  {ladder.gpu_memory_gib:8.2f} GiB",
+    ]
+    if rule == "fraction_of_total":
+        lines.append(f"  2. x gpu_memory_utilization {dep.memory_fraction:.2f}      {ladder.usable_gib:8.2f} GiB usable")
+        lines.append(f"  3. - weights: {weights_src:<24} {ladder.weights_gib:8.2f} GiB")
+        lines.append(f"  4. - overhead (activations, graphs, logits) {ladder.overhead_gib:5.2f} GiB")
+    elif rule == "fraction_of_free_after_weights":
+        lines.append(f"  2. - weights: {weights_src:<24} {ladder.weights_gib:8.2f} GiB")
+        lines.append(f"  3. - overhead (activations, graphs, logits) {ladder.overhead_gib:5.2f} GiB")
+        lines.append(f"  4. x free_gpu_memory_fraction {dep.memory_fraction:.2f} of what is left")
+    else:
+        lines.append(f"  2. x mem_fraction_static {dep.memory_fraction:.2f} (weights + KV)  {ladder.usable_gib:8.2f} GiB")
+        lines.append(f"  3. - weights: {weights_src:<24} {ladder.weights_gib:8.2f} GiB")
+        lines.append(f"  4. (activations and graphs live in the other {ladder.overhead_gib:.2f} GiB)")
+    lines += [
+        f"  5. = KV budget                          {ladder.kv_budget_gib:8.2f} GiB",
+        f"  6. cache per token                      {ladder.kv_bytes_per_token:8,} bytes ({ladder.kv_bytes_per_token / 1024:,.1f} KiB)",
+        f"  7. per user at the {dep.max_model_len:,}-token limit   {ladder.kv_gib_per_user:8.2f} GiB",
+        f"  8. worst case: floor({ladder.kv_budget_gib:.2f} / {ladder.kv_gib_per_user:.2f}) = {ladder.worst_case_users} users (the guarantee)",
+    ]
+    if typical_tokens:
+        held = paged_tokens(min(typical_tokens, dep.max_model_len), dep.block_size)
+        per_user = payload["paged_users"]
+        from planner.memory import kv_bytes_for_tokens
+
+        gib = kv_bytes_for_tokens(dep.model, held, dep.kv_dtype, dep.tp) / GiB
+        lines.append(
+            f"     paged: a {typical_tokens:,}-token conversation holds {held:,} tokens "
+            f"({held // dep.block_size} blocks of {dep.block_size}) = {gib:.2f} GiB -> {per_user} users (what we observe)"
+        )
+    lines.append(f"  ridge point ({dep.weight_dtype.compute_dtype}): {payload['ridge_point']:.0f} FLOP/byte")
+    lines += ["", "Levers (independent, so they multiply):"]
+    lower = max(dep.max_model_len // 2, dep.block_size)
+    for lever in memory_levers(dep, catalog.dtype("fp8"), lower):
+        if not lever.available:
+            lines.append(f"  {lever.lever:<44} not available: {lever.why_not}")
+            continue
+        delta = lever.kv_budget_gib - ladder.kv_budget_gib
+        extra = f", budget {delta:+.2f} GiB ({delta / ladder.kv_budget_gib:+.0%})" if abs(delta) > 1e-9 else ""
+        lines.append(
+            f"  {lever.lever:<44} {lever.kv_gib_per_user:6.2f} GiB/user -> {lever.worst_case_users} users worst case{extra}"
+        )
+    return "\n".join(lines)
+
+
+def _capacity_text(payload, cap, quantile) -> str:
+    pt = cap.point
+    c = cap.concurrency
+    lines = [
+        "",
+        f"Capacity of one replica ({cap.sizing} sizing):",
+        f"  concurrency by memory: worst_case {c['worst_case']}, expected {c['expected']}, "
+        + f"percentile {c['percentile']}  (quoting {cap.sizing})",
+        f"  max rate          {cap.max_rps:10.3f} requests/s   binding ceiling: {cap.binding}",
+        f"  resident batch    {pt.resident_batch:10.1f} sequences",
+        f"  step (ITL)        {pt.step_ms:10.2f} ms   ({pt.regime}-bound decode {pt.decode_ms:.2f} ms, prefill share {pt.prefill_share:.0%})",
+        f"  TTFT (at p{round(100 * quantile, 3):g} prompt) {pt.ttft_ms:8.1f} ms",
+        f"  KV utilisation    {pt.kv_utilisation:10.1%}",
+        f"  output tokens/s   {pt.output_tokens_per_s:10.1f}",
+        "  each ceiling alone (requests/s): "
+        + ", ".join(f"{k} {v:.3f}" for k, v in cap.ceilings_rps.items()),
+    ]
+    lines += [f"  note: {n}" for n in cap.notes]
+    if "at_rate" in payload:
+        a = payload["at_rate"]
+        if not a["stable"]:
+            lines.append(f"  at {a['rate_rps']:g} requests/s: unstable — {a['why']}")
+        else:
+            verdict = "BEYOND capacity" if a["beyond_capacity"] else "within capacity"
+            lines.append(
+                f"  at {a['rate_rps']:g} requests/s ({verdict}): batch {a['resident_batch']:.1f}, step {a['step_ms']:.2f} ms, "
+                f"TTFT {a['ttft_ms']:.0f} ms, KV {a['kv_utilisation']:.0%}, {a['output_tokens_per_s']:.0f} output tokens/s"
+            )
+    return "\n".join(lines)
+
+
+COMMANDS = [capacity]

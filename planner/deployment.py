@@ -1,0 +1,94 @@
+"""A deployment config: what one replica runs on, and the rules that make it valid."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.catalog import GPU, Catalog, Dtype, Engine, Model
+from planner.errors import InputError
+
+DEFAULT_OVERHEAD_GIB = 3.0  # seed 000: "about 3 GiB for activations, CUDA graphs and the logits buffer"
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One replica's configuration: model on `tp` GPUs of one type, with dtypes and a context limit."""
+
+    model: Model
+    gpu: GPU
+    tp: int
+    weight_dtype: Dtype
+    kv_dtype: Dtype
+    max_model_len: int
+    engine: Engine
+    memory_fraction: float
+    overhead_gib_per_gpu: float = DEFAULT_OVERHEAD_GIB
+
+    @property
+    def block_size(self) -> int:
+        return self.engine.block_size
+
+    @property
+    def label(self) -> str:
+        return (
+            f"{self.gpu.id} tp{self.tp} w:{self.weight_dtype.id} kv:{self.kv_dtype.id} "
+            f"ctx:{self.max_model_len}"
+        )
+
+
+def supported_problem(gpu: GPU, tp: int, weight_dtype: Dtype, kv_dtype: Dtype, model: Model) -> str | None:
+    """Why this combination cannot run, or None. Shared by the CLI (as an error) and the ILP (as a filter)."""
+    if weight_dtype.id not in gpu.weight_dtypes or not weight_dtype.weight:
+        native = f" (needs native {weight_dtype.needs_native}; {gpu.arch} has none)" if weight_dtype.needs_native else ""
+        return (
+            f"GPU '{gpu.id}' does not support {weight_dtype.id} weights{native}; "
+            f"supported weight dtypes: {', '.join(gpu.weight_dtypes)}"
+        )
+    if kv_dtype.id not in gpu.kv_dtypes or not kv_dtype.kv:
+        native = f" (needs native {kv_dtype.needs_native}; {gpu.arch} has none)" if kv_dtype.needs_native else ""
+        return (
+            f"GPU '{gpu.id}' does not support a {kv_dtype.id} KV cache{native}; "
+            f"supported KV dtypes: {', '.join(gpu.kv_dtypes)}"
+        )
+    if tp < 1 or tp & (tp - 1):
+        return f"tensor-parallel degree {tp} must be a power of two"
+    if tp > gpu.gpus_per_node:
+        return f"tensor-parallel degree {tp} exceeds the {gpu.gpus_per_node} GPUs of one '{gpu.id}' node"
+    if model.num_attention_heads % tp:
+        return f"tensor-parallel degree {tp} does not divide the {model.num_attention_heads} attention heads of '{model.id}'"
+    return None
+
+
+def make_deployment(
+    catalog: Catalog,
+    *,
+    model: str | Model,
+    gpu: str | GPU,
+    tp: int = 1,
+    weight_dtype: str = "bf16",
+    kv_dtype: str = "bf16",
+    max_model_len: int | None = None,
+    engine: str = "vllm",
+    memory_fraction: float | None = None,
+    overhead_gib_per_gpu: float = DEFAULT_OVERHEAD_GIB,
+) -> Deployment:
+    """Look names up in the catalog and validate the combination (InputError if it cannot run)."""
+    m = catalog.model(model) if isinstance(model, str) else model
+    g = catalog.gpu(gpu) if isinstance(gpu, str) else gpu
+    w, kv, eng = catalog.dtype(weight_dtype), catalog.dtype(kv_dtype), catalog.engine(engine)
+    problem = supported_problem(g, tp, w, kv, m)
+    if problem:
+        raise InputError(problem)
+    limit = m.max_position_embeddings if max_model_len is None else max_model_len
+    if limit <= 0:
+        raise InputError(f"max_model_len must be positive (got {limit})")
+    if limit > m.max_position_embeddings:
+        raise InputError(
+            f"max_model_len {limit} exceeds '{m.id}' max_position_embeddings {m.max_position_embeddings}"
+        )
+    fraction = eng.memory_fraction if memory_fraction is None else memory_fraction
+    if not 0 < fraction <= 1:
+        raise InputError(f"gpu_memory_utilization must be in (0, 1] (got {fraction})")
+    if overhead_gib_per_gpu < 0:
+        raise InputError(f"overhead_gib must be >= 0 (got {overhead_gib_per_gpu})")
+    return Deployment(m, g, tp, w, kv, limit, eng, fraction, overhead_gib_per_gpu)

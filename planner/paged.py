@@ -1,0 +1,248 @@
+"""Paged-memory expectation model: what a traffic class holds in cache, on average and in the tail.
+
+A sequence of n tokens holds ceil(n / B) x B tokens of cache (blocks of B = 16 in
+vLLM; seed 000 "with paging, a user who has sent 500 tokens holds about 32 blocks").
+A request is resident from admission to its last token: ceil(p / C) steps while its
+prompt is prefilled in chunks of C tokens (holding its prompt), then one decode
+step per output token k = 1..o (holding p + k tokens). By Little's law the mean
+resident cache of a replica is arrival rate x E[memory-time of one request], which
+needs the joint (prompt, output) distribution: E[o·p] and E[o²] as well as the means.
+The histogram's exact per-cell sums supply them.
+
+Exactness: the unpaged part of memory-time, sum over k of (p + k), is computed
+from the exact sums; the block rounding and the prefill chunk count are evaluated
+at each cell's mean lengths, so a histogram whose requests all have the same
+lengths is reproduced exactly.
+
+Sizing modes (design.md, "Paged expectation model"):
+- worst_case: every resident sequence charged the context limit (the guarantee).
+- expected: the time-weighted mean footprint (the seed's "about 191").
+- percentile: resident sequences are Poisson (M/G/inf), footprints drawn from the
+  time-weighted footprint distribution; the budget covers the chosen quantile of
+  the compound-Poisson total, computed exactly on a byte grid by FFT.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from planner.histogram import LENGTH_EDGES, Histogram
+
+SizingMode = Literal["worst_case", "expected", "percentile"]
+SIZING_MODES: tuple[str, ...] = ("worst_case", "expected", "percentile")
+
+
+def _ceil_sum(n: np.ndarray, block: int) -> np.ndarray:
+    """sum_{m=1..n} ceil(m / block), exactly: block·q(q+1)/2 + r(q+1) with n = q·block + r."""
+    n = np.asarray(n, dtype=np.int64)
+    q, r = np.divmod(n, block)
+    return block * q * (q + 1) // 2 + r * (q + 1)
+
+
+def paged_token_steps(p: np.ndarray, o: np.ndarray, block: int) -> np.ndarray:
+    """sum_{k=1..o} ceil((p+k)/block)·block: token-steps of cache a request holds while decoding."""
+    return block * (_ceil_sum(p + o, block) - _ceil_sum(p, block))
+
+
+def windowed_token_steps(p: np.ndarray, o: np.ndarray, block: int, window: int) -> np.ndarray:
+    """sum_{k=1..o} min(ceil((p+k)/block)·block, window) for a sliding-window layer
+    (window a multiple of block, as 4,096 is of 16): tokens past the window stop growing."""
+    capped = block * (_ceil_sum(np.minimum(p + o, window), block) - _ceil_sum(np.minimum(p, window), block))
+    return capped + window * np.maximum(0, p + o - np.maximum(p, window))
+
+
+@dataclass(frozen=True, eq=False)
+class TokenProfile:
+    """A traffic class as the memory and step models see it, in tokens (dtype-free).
+
+    Memory-time is in token-steps; dividing by steps_per_request gives the time-weighted
+    footprint of a resident sequence. `level_weight[j]` is the time-weighted share of
+    resident sequences holding j blocks (after the shared prefix), for percentile sizing.
+    """
+
+    requests: int
+    block_size: int
+    chunk_tokens: int
+    shared_prefix_tokens: int
+    shared_prefix_blocks: int
+    mean_prompt: float
+    mean_prompt_sq: float
+    mean_output: float
+    prompt_quantile: float
+    prompt_quantile_tokens: float
+    steps_per_request: float
+    mean_paged_tokens: float  # full-attention layers, per resident sequence, time-weighted
+    mean_window_tokens: float  # sliding-window layers, likewise (0 without a window)
+    mean_context_tokens: float  # unpaged tokens attended over, time-weighted
+    level_weight: np.ndarray  # pmf over blocks held, time-weighted
+    max_total_tokens: int
+
+
+def token_profile(
+    hist: Histogram,
+    *,
+    block_size: int = 16,
+    chunk_tokens: int = 8192,
+    sliding_window: int | None = None,
+    shared_prefix_tokens: int = 0,
+    prompt_quantile: float = 0.99,
+) -> TokenProfile:
+    """Summarise a histogram class for the paged-memory and step models (see module doc)."""
+    if hist.is_empty:
+        raise ValueError("empty traffic class")
+    c = hist.count.astype(np.float64)
+    n = float(c.sum())
+    p_mean = np.rint(hist.sum_prompt / hist.count).astype(np.int64)
+    o_mean = np.maximum(np.rint(hist.sum_output / hist.count).astype(np.int64), 1)
+    shared_blocks = shared_prefix_tokens // block_size
+    shared = shared_blocks * block_size
+    p_held = np.maximum(p_mean - shared, 0)  # prefix blocks are held once per replica, not per sequence
+
+    prefill_steps = np.maximum(1, -(-p_mean // chunk_tokens))
+    # Exact unpaged decode memory-time from the sums: sum_k (p+k) = o·p + o(o+1)/2 per request.
+    exact_linear = hist.sum_prompt_output + (hist.sum_output_sq + hist.sum_output) / 2.0
+    at_mean_linear = c * (o_mean * p_mean + o_mean * (o_mean + 1) / 2.0)
+    # The same for the prefill residency: sum of p, exact, against c·p̄ at the rounded mean.
+    variance_correction = exact_linear - at_mean_linear + prefill_steps * (hist.sum_prompt - c * p_mean)
+
+    decode_steps = hist.sum_output.astype(np.float64)
+    steps = float((c * prefill_steps).sum() + decode_steps.sum())
+
+    def paged(tokens: np.ndarray) -> np.ndarray:
+        return -(-tokens // block_size) * block_size
+
+    full_steps = c * (paged_token_steps(p_held, o_mean, block_size) + prefill_steps * paged(p_held))
+    full_steps = full_steps + variance_correction
+    if sliding_window:
+        window = paged(np.int64(sliding_window))
+        win_steps = c * (
+            windowed_token_steps(p_held, o_mean, block_size, int(window))
+            + prefill_steps * np.minimum(paged(p_held), window)
+        )
+        mean_window = float(win_steps.sum()) / steps
+    else:
+        mean_window = 0.0
+    context_steps = exact_linear + prefill_steps * hist.sum_prompt
+
+    level_weight = _level_weights(p_held, o_mean, c, prefill_steps, block_size) / steps
+    quantile = _prompt_quantile(hist, prompt_quantile)
+    return TokenProfile(
+        requests=int(n),
+        block_size=block_size,
+        chunk_tokens=chunk_tokens,
+        shared_prefix_tokens=shared_prefix_tokens,
+        shared_prefix_blocks=shared_blocks,
+        mean_prompt=float(hist.sum_prompt.sum()) / n,
+        mean_prompt_sq=float(hist.sum_prompt_sq.sum()) / n,
+        mean_output=float(hist.sum_output.sum()) / n,
+        prompt_quantile=prompt_quantile,
+        prompt_quantile_tokens=quantile,
+        steps_per_request=steps / n,
+        mean_paged_tokens=float(full_steps.sum()) / steps,
+        mean_window_tokens=mean_window,
+        mean_context_tokens=float(context_steps.sum()) / steps,
+        level_weight=level_weight,
+        max_total_tokens=int((p_mean + o_mean).max()),
+    )
+
+
+def _level_weights(p, o, c, prefill_steps, block) -> np.ndarray:
+    """Token-steps spent at each block count j: prefill at ceil(p/B), decode k=1..o at ceil((p+k)/B).
+
+    The decode steps at level j number G(j) - G(j-1) with G(j) = clip(j·B - p, 0, o):
+    B for interior blocks, partial at the two ends. Built with difference arrays.
+    """
+    lo = -(-(p + 1) // block)  # level after the first decode token
+    hi = -(-(p + o) // block)
+    top = int(hi.max()) + 2
+    weight = np.zeros(top + 1, np.float64)
+    first = np.minimum(lo * block - p, o)  # steps at level lo
+    last = np.where(hi > lo, p + o - (hi - 1) * block, 0)  # steps at level hi when distinct
+    np.add.at(weight, lo, c * first)
+    np.add.at(weight, hi, c * last)
+    interior = np.zeros(top + 2, np.float64)
+    has_interior = hi - lo >= 2
+    np.add.at(interior, lo[has_interior] + 1, c[has_interior] * block)
+    np.add.at(interior, hi[has_interior], -c[has_interior] * block)
+    weight += np.cumsum(interior)[: top + 1]
+    np.add.at(weight, -(-p // block), c * prefill_steps)
+    return weight
+
+
+def _prompt_quantile(hist: Histogram, q: float) -> float:
+    """Prompt length at quantile q, interpolated linearly inside its bin from exact counts."""
+    counts = np.bincount(hist.prompt_bin, weights=hist.count, minlength=len(LENGTH_EDGES))
+    cdf = np.cumsum(counts) / counts.sum()
+    i = int(np.searchsorted(cdf, q, side="left"))
+    i = min(i, len(LENGTH_EDGES) - 2)
+    lo, hi = LENGTH_EDGES[i], LENGTH_EDGES[i + 1]
+    below = cdf[i - 1] if i else 0.0
+    frac = (q - below) / (cdf[i] - below) if cdf[i] > below else 1.0
+    # Never beyond the largest prompt actually seen in that bin's cells.
+    in_bin = hist.prompt_bin == i
+    cap = float(np.max(hist.sum_prompt[in_bin] / hist.count[in_bin])) if in_bin.any() else hi
+    return float(min(lo + frac * (hi - lo), max(cap, lo)))
+
+
+# ---------------------------------------------------------------- compound Poisson
+
+
+def compound_poisson_quantile(mean_count: float, size_pmf: np.ndarray, q: float) -> int:
+    """Smallest s with P(S <= s) >= q, for S = X_1 + ... + X_M, M ~ Poisson(mean_count),
+    X_i iid with P(X = k) = size_pmf[k] (k in grid units).
+
+    The pmf of S comes from its generating function exp(mean_count·(phi(z) - 1))
+    evaluated by FFT (Panjer's recursion gives the same numbers in O(n²)). Aliasing
+    from the circular FFT is suppressed by exponential tilting: the pmf is multiplied
+    by theta^k before the transform and divided after (Grübel & Hermesmeier 1999).
+    """
+    if mean_count <= 0:
+        return 0
+    size_pmf = np.asarray(size_pmf, float)
+    mean_size = float(np.dot(np.arange(size_pmf.size), size_pmf))
+    # Grid long enough to hold the mean plus a generous tail.
+    span = mean_count * mean_size + 12.0 * math.sqrt(mean_count * float(np.dot(np.arange(size_pmf.size) ** 2, size_pmf))) + size_pmf.size
+    n = 1 << max(10, math.ceil(math.log2(span + 1)))
+    pmf = _compound_pmf(mean_count, size_pmf, n)
+    cdf = np.cumsum(pmf)
+    return int(min(np.searchsorted(cdf, q - 1e-12, side="left"), n - 1))
+
+
+def _compound_pmf(mean_count: float, size_pmf: np.ndarray, n: int) -> np.ndarray:
+    theta = math.exp(-20.0 / n)  # tail mass tilted down by e^-20 at the wrap point
+    k = np.arange(n)
+    tilt = theta**k
+    x = np.zeros(n)
+    m = min(size_pmf.size, n)
+    x[:m] = size_pmf[:m]
+    phi = np.fft.rfft(x * tilt)
+    total = np.fft.irfft(np.exp(mean_count * (phi - 1.0)), n) / tilt
+    return np.clip(total, 0.0, None)
+
+
+def max_mean_count_for_quantile(size_pmf: np.ndarray, q: float, limit_units: float) -> float:
+    """Largest Poisson mean N with the q-quantile of the compound total <= limit_units.
+
+    The quantile is non-decreasing in N, so bisection between a bracket from the
+    mean (N·E[X] <= limit) and zero finds it; 40 halvings leave a width below 1e-9 of N.
+    """
+    mean_size = float(np.dot(np.arange(size_pmf.size), size_pmf))
+    if mean_size <= 0 or limit_units <= 0:
+        return 0.0
+    hi = limit_units / mean_size  # at N·E[X] = limit, the median already reaches the limit
+    lo = 0.0
+    if compound_poisson_quantile(hi, size_pmf, q) <= limit_units:
+        return hi
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        if compound_poisson_quantile(mid, size_pmf, q) <= limit_units:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-6 * max(hi, 1.0):
+            break
+    return lo

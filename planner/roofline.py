@@ -1,0 +1,155 @@
+"""Roofline model of one replica: ridge point, decode step time, prefill time.
+
+A decode step reads the weights once plus every resident sequence's whole cache
+(seed 000: "the cache is not only stored, it is read — every active sequence's
+entire cache, on every decode step, alongside the weights") and does about
+2 x active params FLOPs per sequence plus attention over its context. Its time is
+the larger of bytes / effective bandwidth and FLOPs / effective FLOP/s (Williams,
+Waterman & Patterson, "Roofline", CACM 2009), plus a fixed per-step overhead and
+the tensor-parallel all-reduces. Prefill is compute-bound and quadratic in the
+prompt through attention. Effective rates are datasheet peaks times the GPU
+catalog's calibrated efficiency factors (bench/calibration.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.catalog import GPU, Model
+from planner.deployment import Deployment
+from planner.memory import weight_bytes
+
+ACTIVATION_BYTES = 2  # bf16 activations cross the all-reduce
+
+
+def ridge_point(gpu: GPU, compute_dtype: str) -> float:
+    """Peak FLOP/s / HBM bytes/s (FLOP per byte): below it a kernel is bandwidth-bound.
+    H100 SXM in bf16: 989e12 / 3.35e12 = 295 FLOP/byte (datasheet figures)."""
+    return gpu.tflops(compute_dtype) * 1e12 / (gpu.hbm_bandwidth_gb_s * 1e9)
+
+
+def attention_flops_per_context_token(model: Model) -> float:
+    """Decode attention FLOPs per (new token, cached token) pair, all layers.
+
+    GQA/MHA: q·K and p·V, each 2 x head_dim FLOPs per query head per cached token:
+    4 x heads x head_dim per layer. Latent attention with absorbed projections
+    (DeepSeek-V2 sec. 2.1.3): scores over the latent+rope width and output over the
+    latent: 2 x heads x (2 x kv_lora_rank + qk_rope_head_dim) per layer.
+    """
+    if model.kv_lora_rank:
+        per_layer = 2 * model.num_attention_heads * (2 * model.kv_lora_rank + (model.qk_rope_head_dim or 0))
+    else:
+        per_layer = 4 * model.num_attention_heads * model.head_dim
+    return float(per_layer * model.num_hidden_layers)
+
+
+def moe_weight_bytes_read(model: Model, weight_bytes_total: float, batch: np.ndarray) -> np.ndarray:
+    """Weight bytes one decode step reads for `batch` sequences.
+
+    Dense models read all weights. A mixture of experts reads the shared part plus
+    the experts its tokens route to; with k of E experts chosen per token, uniformly,
+    b tokens touch E x (1 - (1 - k/E)^b) distinct experts per layer in expectation.
+    Per-expert and shared parameter counts follow from the catalog's totals:
+    total = shared + E x e, active = shared + k x e.
+    """
+    batch = np.asarray(batch, dtype=float)
+    if not model.num_experts or not model.num_experts_per_tok or model.params_active >= model.params_total:
+        return np.full_like(batch, weight_bytes_total)
+    n_exp, k = model.num_experts, model.num_experts_per_tok
+    per_expert = (model.params_total - model.params_active) / (n_exp - k)
+    shared = model.params_total - n_exp * per_expert
+    touched = n_exp * (1.0 - (1.0 - k / n_exp) ** np.maximum(batch, 1.0))
+    bytes_per_param = weight_bytes_total / model.params_total
+    return (shared + touched * per_expert) * bytes_per_param
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """Effective rates of one replica (tp GPUs), in SI units: bytes/s, FLOP/s, seconds."""
+
+    bandwidth_bytes_s: float  # all tp GPUs, after efficiency
+    flops_s: float  # all tp GPUs, compute dtype of the weights, after efficiency
+    step_overhead_s: float
+    weight_bytes: float
+    params_active: float
+    attn_flops_per_ctx_token: float
+    tp: int
+    hidden_size: int
+    num_layers: int
+    interconnect_bytes_s: float  # per GPU, one direction
+    allreduce_latency_s: float
+    model: Model
+
+    @classmethod
+    def of(cls, dep: Deployment) -> StepModel:
+        gpu, eff = dep.gpu, dep.gpu.efficiency
+        return cls(
+            bandwidth_bytes_s=dep.tp * gpu.hbm_bandwidth_gb_s * 1e9 * eff.bandwidth,
+            flops_s=dep.tp * gpu.tflops(dep.weight_dtype.compute_dtype) * 1e12 * eff.compute,
+            step_overhead_s=eff.step_overhead_ms / 1e3,
+            weight_bytes=float(weight_bytes(dep.model, dep.weight_dtype)),
+            params_active=float(dep.model.params_active),
+            attn_flops_per_ctx_token=attention_flops_per_context_token(dep.model),
+            tp=dep.tp,
+            hidden_size=dep.model.hidden_size,
+            num_layers=dep.model.num_hidden_layers,
+            interconnect_bytes_s=gpu.interconnect_gb_s * 1e9,
+            allreduce_latency_s=eff.allreduce_latency_us / 1e6,
+            model=dep.model,
+        )
+
+    def allreduce_s(self, tokens: np.ndarray | float) -> np.ndarray | float:
+        """Two all-reduces per layer (after attention and after the MLP, Megatron-LM
+        tensor parallelism), ring algorithm: 2 (tp-1)/tp x message / link bandwidth
+        plus a fixed latency each. Zero at tp = 1."""
+        if self.tp == 1:
+            return np.zeros_like(np.asarray(tokens, dtype=float)) if np.ndim(tokens) else 0.0
+        message = np.asarray(tokens, dtype=float) * self.hidden_size * ACTIVATION_BYTES
+        ring = 2 * (self.tp - 1) / self.tp * message / self.interconnect_bytes_s
+        return 2 * self.num_layers * (self.allreduce_latency_s + ring)
+
+    def decode_parts_s(self, batch, cache_bytes, context_tokens) -> tuple[np.ndarray, np.ndarray]:
+        """(memory time, compute time) of one decode step, before overhead and all-reduce.
+
+        batch: sequences decoding; cache_bytes: their cache in total; context_tokens:
+        their cached tokens in total (for attention FLOPs)."""
+        batch = np.asarray(batch, dtype=float)
+        bytes_read = moe_weight_bytes_read(self.model, self.weight_bytes, batch) + np.asarray(cache_bytes, float)
+        flops = 2.0 * self.params_active * batch + self.attn_flops_per_ctx_token * np.asarray(context_tokens, float)
+        return bytes_read / self.bandwidth_bytes_s, flops / self.flops_s
+
+    def decode_step_s(self, batch, cache_bytes, context_tokens) -> np.ndarray:
+        """max(bytes / bandwidth, FLOPs / FLOP/s) + overhead + all-reduce time, seconds."""
+        t_mem, t_flop = self.decode_parts_s(batch, cache_bytes, context_tokens)
+        return np.maximum(t_mem, t_flop) + self.step_overhead_s + self.allreduce_s(batch)
+
+    def prefill_flops(self, prompt_tokens, prompt_tokens_sq, cached_prefix_tokens: int = 0):
+        """2 x active params per new token, plus causal attention: q·K and p·V over the
+        lower triangle, 2 x layers x heads x head_dim x (p² - S²) for a prompt of p
+        tokens whose first S come from the prefix cache. Takes E[p] and E[p²] (or one
+        prompt's p and p²) so class means are exact."""
+        s = float(cached_prefix_tokens)
+        new_tokens = np.maximum(np.asarray(prompt_tokens, float) - s, 0.0)
+        attn_pairs = np.maximum(np.asarray(prompt_tokens_sq, float) - s * s, 0.0)
+        # attn_flops_per_ctx_token counts 4·H·d per pair for decode; causal prefill visits p²/2 pairs.
+        return 2.0 * self.params_active * new_tokens + self.attn_flops_per_ctx_token * attn_pairs / 2.0
+
+    def prefill_s(self, prompt_tokens, prompt_tokens_sq=None, cached_prefix_tokens: int = 0):
+        """Prefill time: compute-bound FLOPs / effective FLOP/s plus the all-reduces of
+        its new tokens (not overlapped with compute: conservative). Weights are not re-read per prompt: with chunked prefill the chunk
+        rides in a decode step that reads them anyway."""
+        p = np.asarray(prompt_tokens, float)
+        p2 = p * p if prompt_tokens_sq is None else np.asarray(prompt_tokens_sq, float)
+        new_tokens = np.maximum(p - cached_prefix_tokens, 0.0)
+        return self.prefill_flops(p, p2, cached_prefix_tokens) / self.flops_s + self.allreduce_s(new_tokens)
+
+    def ridge_batch(self, context_tokens_per_seq: float, cache_bytes_per_seq: float) -> float:
+        """Sequences per step at which decode turns compute-bound: memory time = compute time."""
+        # weight_bytes/BW + b·c/BW = b·(2·active + a·ctx)/F  =>  b = (W/BW) / ((2A + a·ctx)/F - c/BW)
+        per_seq_compute = (2.0 * self.params_active + self.attn_flops_per_ctx_token * context_tokens_per_seq) / self.flops_s
+        per_seq_memory = cache_bytes_per_seq / self.bandwidth_bytes_s
+        if per_seq_compute <= per_seq_memory:
+            return float("inf")
+        return (self.weight_bytes / self.bandwidth_bytes_s) / (per_seq_compute - per_seq_memory)

@@ -1,0 +1,200 @@
+"""The paged expectation model, the compound-Poisson tail and per-replica capacity."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from planner.capacity import SLO, ReplicaModel, replica_capacity
+from planner.deployment import make_deployment
+from planner.histogram import Histogram
+from planner.memory import budget_ladder, kv_bytes_for_tokens
+from planner.paged import compound_poisson_quantile, token_profile
+from planner.roofline import StepModel, ridge_point
+
+
+def dep8b(catalog, **kw):
+    kw.setdefault("max_model_len", 8192)
+    return make_deployment(catalog, model="llama-3.1-8b", gpu="h100-sxm", **kw)
+
+
+def test_ridge_point_of_h100_bf16_from_catalog(catalog):
+    gpu = catalog.gpu("h100-sxm")
+    assert ridge_point(gpu, "bf16") == pytest.approx(989e12 / 3350e9)
+    assert round(ridge_point(gpu, "bf16")) == 295
+
+
+def test_constant_conversation_reproduces_53_and_191(catalog):
+    dep = dep8b(catalog)
+    prof = token_profile(Histogram.constant(2299, 1, requests=10))
+    cap = replica_capacity(dep, prof, sizing="expected")
+    assert cap.concurrency["worst_case"] == 53
+    assert cap.concurrency["expected"] == 191
+
+
+@pytest.mark.parametrize(("p", "o"), [(1000, 100), (37, 513), (4000, 4000), (16, 16)])
+def test_degenerate_class_matches_closed_form(catalog, p, o):
+    """All requests (p, o): resident ceil(p/C) prefill steps holding paged(p), then o decode
+    steps holding paged(p + k). The expected-mode footprint is their step-weighted mean."""
+    dep = dep8b(catalog)
+    prof = token_profile(Histogram.constant(p, o, requests=7), chunk_tokens=8192)
+
+    def paged(n):
+        return math.ceil(n / 16) * 16
+
+    prefill_steps = max(1, math.ceil(p / 8192))
+    token_steps = prefill_steps * paged(p) + sum(paged(p + k) for k in range(1, o + 1))
+    steps = prefill_steps + o
+    assert prof.steps_per_request == steps
+    assert prof.mean_paged_tokens == pytest.approx(token_steps / steps, rel=1e-12)
+    assert prof.mean_context_tokens == pytest.approx((prefill_steps * p + sum(p + k for k in range(1, o + 1))) / steps)
+    ladder = budget_ladder(dep)
+    cap = replica_capacity(dep, prof, sizing="expected")
+    per_seq = token_steps / steps * 131072
+    assert cap.concurrency["expected"] == math.floor(ladder.kv_budget_bytes / per_seq)
+    assert cap.concurrency["worst_case"] == ladder.kv_budget_bytes // (8192 * 131072)
+
+
+def test_exact_sums_make_mixed_cells_exact_without_paging():
+    """With block size 1 (no rounding) the time-weighted footprint is exact from the sums."""
+    rng = np.random.default_rng(3)
+    p = rng.integers(100, 140, 500)  # a handful of cells with spread inside each
+    o = rng.integers(50, 70, 500)
+    prof = token_profile(Histogram.from_arrays(p, o), block_size=1, chunk_tokens=10**6)
+    token_steps = sum(int(pi) + sum(range(int(pi) + 1, int(pi + oi) + 1)) for pi, oi in zip(p, o, strict=True))
+    steps = len(p) + int(o.sum())
+    assert prof.mean_paged_tokens == pytest.approx(token_steps / steps, rel=1e-12)
+
+
+def test_littles_law_holds_at_the_operating_point(catalog):
+    dep = dep8b(catalog)
+    rng = np.random.default_rng(0)
+    hist = Histogram.from_arrays(rng.integers(50, 4000, 2000), rng.integers(10, 1000, 2000))
+    prof = token_profile(hist)
+    for slo in (SLO(), SLO(itl_ms=30), SLO(ttft_s=0.5)):
+        cap = replica_capacity(dep, prof, slo)
+        pt = cap.point
+        # N = λ · (steps per request) · (step time)
+        assert pt.resident_batch == pytest.approx(cap.max_rps * prof.steps_per_request * pt.step_ms / 1e3, rel=1e-9)
+        if slo.itl_ms:
+            assert pt.step_ms <= slo.itl_ms * (1 + 1e-6)
+        if slo.ttft_s:
+            assert pt.ttft_ms <= slo.ttft_s * 1e3 * (1 + 1e-6)
+
+
+def test_compound_poisson_quantile_matches_monte_carlo():
+    rng = np.random.default_rng(42)
+    sizes = np.arange(60)
+    pmf = np.where(sizes >= 5, 1.0 / (sizes + 1) ** 1.5, 0.0)  # heavy-ish tail of footprints
+    pmf /= pmf.sum()
+    mean_count = 37.5
+    q = 0.99
+    exact = compound_poisson_quantile(mean_count, pmf, q)
+    draws = 200_000
+    counts = rng.poisson(mean_count, draws)
+    totals = np.zeros(draws)
+    for k in range(counts.max()):
+        alive = counts > k
+        totals[alive] += rng.choice(sizes, size=int(alive.sum()), p=pmf)
+    lo, hi = np.quantile(totals, [q - 0.0015, q + 0.0015])  # ±3 standard errors of a 99% quantile
+    assert lo - 1 <= exact <= hi + 1
+    # And the normal approximation would be visibly off on this tail (what the design rules out).
+    mean = mean_count * np.dot(sizes, pmf)
+    assert exact > mean
+
+
+def test_prompt_beyond_ttft_target_is_infeasible_with_a_reason(catalog):
+    dep = make_deployment(catalog, model="llama-3.1-8b", gpu="h100-sxm", max_model_len=131072)
+    prof = token_profile(Histogram.constant(77_000, 500))
+    cap = replica_capacity(dep, prof, SLO(ttft_s=2.0))
+    assert cap.max_rps == 0
+    assert cap.binding == "ttft"
+    assert any("alone takes" in n for n in cap.notes)
+    # 77k tokens need about 2.7-2.8 s even at peak FLOP/s (design.md).
+    step = StepModel.of(dep)
+    assert 2.6 < float(step.prefill_flops(77_000, 77_000**2)) / 989e12 < 2.9
+
+
+def test_class_longer_than_limit_is_refused(catalog):
+    with pytest.raises(ValueError, match="above the context limit"):
+        replica_capacity(dep8b(catalog), token_profile(Histogram.constant(8000, 500)))
+
+
+def test_shared_prefix_is_held_once(catalog):
+    dep = dep8b(catalog)
+    base = replica_capacity(dep, token_profile(Histogram.constant(2000, 200)))
+    shared = replica_capacity(dep, token_profile(Histogram.constant(2000, 200), shared_prefix_tokens=1800))
+    assert shared.footprint.shared_prefix_bytes == kv_bytes_for_tokens(dep.model, 1792, dep.kv_dtype)
+    assert shared.concurrency["expected"] > 3 * base.concurrency["expected"]
+    assert shared.max_rps > base.max_rps
+
+
+# ---- monotonicity (hypothesis) ----------------------------------------------------
+
+classes = st.tuples(
+    st.integers(16, 3000), st.integers(1, 1000), st.integers(1, 3000), st.integers(1, 1000), st.floats(0.05, 0.95)
+)
+
+
+def _hist(spec):
+    p1, o1, p2, o2, share = spec
+    n1 = max(1, round(1000 * share))
+    return Histogram.from_arrays(np.r_[np.full(n1, p1), np.full(1000 - n1, p2)], np.r_[np.full(n1, o1), np.full(1000 - n1, o2)])
+
+
+SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@SETTINGS
+@given(spec=classes, extra=st.floats(0.0, 0.09), itl=st.sampled_from([None, 25.0, 60.0]))
+def test_more_memory_never_lowers_capacity(catalog, spec, extra, itl):
+    prof = token_profile(_hist(spec))
+    low = replica_capacity(dep8b(catalog, memory_fraction=0.9), prof, SLO(itl_ms=itl))
+    high = replica_capacity(dep8b(catalog, memory_fraction=0.9 + extra), prof, SLO(itl_ms=itl))
+    assert high.max_rps >= low.max_rps * (1 - 1e-9)
+
+
+@SETTINGS
+@given(spec=classes, itl=st.sampled_from([None, 25.0, 60.0]), mode=st.sampled_from(["worst_case", "expected", "percentile"]))
+def test_fp8_cache_never_lowers_capacity(catalog, spec, itl, mode):
+    prof = token_profile(_hist(spec))
+    bf16 = replica_capacity(dep8b(catalog), prof, SLO(itl_ms=itl), sizing=mode)
+    fp8 = replica_capacity(dep8b(catalog, kv_dtype="fp8"), prof, SLO(itl_ms=itl), sizing=mode)
+    assert fp8.max_rps >= bf16.max_rps * (1 - 1e-9)
+
+
+@SETTINGS
+@given(spec=classes, more=st.integers(1, 2000), itl=st.sampled_from([None, 40.0]))
+def test_longer_outputs_never_raise_capacity(catalog, spec, more, itl):
+    p1, o1, p2, o2, share = spec
+    longer = (p1, min(o1 + more, 8192 - p1), p2, min(o2 + more, 8192 - p2), share)
+    short = replica_capacity(dep8b(catalog), token_profile(_hist(spec)), SLO(itl_ms=itl))
+    long = replica_capacity(dep8b(catalog), token_profile(_hist(longer)), SLO(itl_ms=itl))
+    assert long.max_rps <= short.max_rps * (1 + 1e-9)
+
+
+@SETTINGS
+@given(spec=classes, itl=st.sampled_from([None, 40.0]))
+def test_sizing_modes_are_ordered(catalog, spec, itl):
+    """worst_case <= percentile <= expected. The first inequality needs the worst case to hold
+    at least ~10 sequences: with fewer, the Poisson tail of the count alone exceeds the budget
+    more than 1% of the time, and the percentile mode is the stricter of the two."""
+    prof = token_profile(_hist(spec))
+    dep = dep8b(catalog, max_model_len=16384)
+    caps = {m: replica_capacity(dep, prof, SLO(itl_ms=itl), sizing=m) for m in ("worst_case", "expected", "percentile")}
+    assert caps["percentile"].max_rps <= caps["expected"].max_rps * (1 + 1e-9)
+    assert caps["worst_case"].max_rps <= caps["expected"].max_rps * (1 + 1e-9)
+    if caps["worst_case"].concurrency["worst_case"] >= 10:
+        assert caps["worst_case"].max_rps <= caps["percentile"].max_rps * (1 + 1e-9)
+
+
+def test_resident_for_rate_inverts_rate(catalog):
+    dep = dep8b(catalog)
+    rm = ReplicaModel(dep, token_profile(Histogram.constant(1000, 200)), SLO())
+    n = rm.resident_for_rate(3.0, 1024)
+    assert rm.rate(n) == pytest.approx(3.0, rel=1e-9)
+    assert rm.resident_for_rate(1e6, 1024) is None

@@ -1,0 +1,96 @@
+"""`planner kv` and `planner capacity` on the command line: JSON keys, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from planner.cli import main
+
+
+def run(*args):
+    return CliRunner().invoke(main, list(args))
+
+
+def test_capacity_json_reproduces_53_and_191():
+    r = run("capacity", "llama-3.1-8b", "h100-sxm", "--max-model-len", "8192", "--typical-tokens", "2300", "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["worst_case_users"] == 53
+    assert out["paged_users"] == 191
+    for key in ("gpu_memory_gib", "usable_gib", "weights_gib", "overhead_gib", "kv_budget_gib",
+                "kv_bytes_per_token", "kv_gib_per_user", "ridge_point"):
+        assert key in out
+    assert round(out["ridge_point"]) == 295
+
+
+def test_capacity_table_walks_the_ladder_and_names_levers():
+    r = run("capacity", "llama-3.1-8b", "h100-sxm", "--max-model-len", "8192", "--typical-tokens", "2300")
+    assert r.exit_code == 0, r.output
+    for text in ("71.69 GiB usable", "14.96 GiB", "53.73 GiB", "53 users", "191 users", "fp8 KV cache",
+                 "context limit 4,096", "fp8 weights", "+14%"):
+        assert text in r.output
+
+
+def test_kv_json():
+    r = run("kv", "llama-3.1-8b", "--tokens", "8192", "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["kv_bytes_per_token"] == 131072
+    assert out["kv_gib_per_request"] == 1.0
+
+
+def test_unknown_model_exits_2_with_closest_match():
+    r = run("capacity", "llama-3.1-8", "h100-sxm")
+    assert r.exit_code == 2
+    assert "did you mean 'llama-3.1-8b'" in r.output
+    assert "Traceback" not in r.output
+    assert len(r.output.strip().splitlines()) == 1
+
+
+def test_unknown_gpu_lists_known_names():
+    r = run("capacity", "llama-3.1-8b", "h1000")
+    assert r.exit_code == 2
+    assert "unknown GPU 'h1000'" in r.output and "h100-sxm" in r.output
+
+
+def test_dtype_the_gpu_lacks_exits_2_and_says_why():
+    r = run("capacity", "llama-3.1-8b", "a100-80gb", "--kv-dtype", "fp8")
+    assert r.exit_code == 2
+    assert "does not support a fp8 KV cache" in r.output and "Ampere" in r.output.replace("ampere", "Ampere")
+
+
+def test_weights_that_do_not_fit_exit_2_with_the_numbers():
+    r = run("capacity", "llama-3.1-70b", "h100-sxm")
+    assert r.exit_code == 2
+    assert "do not fit" in r.output and "GiB weights" in r.output and "KV budget" in r.output
+
+
+def test_capacity_with_a_class_adds_rate_and_binding():
+    r = run("capacity", "llama-3.1-8b", "h100-sxm", "--max-model-len", "8192", "--prompt-tokens", "1000",
+            "--output-tokens", "200", "--itl-ms", "40", "--rate", "5", "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["max_rps_per_replica"] > 0
+    assert out["binding"] in {"memory", "bandwidth", "compute", "itl", "ttft"}
+    assert {"resident_batch", "step_ms", "tokens_per_s"} <= set(out)
+    at = out["at_rate"]
+    assert at["rate_rps"] == 5 and at["beyond_capacity"] is False
+    assert {"resident_batch", "step_ms", "ttft_ms", "kv_utilisation", "output_tokens_per_s"} <= set(at)
+
+
+def test_rate_beyond_capacity_is_flagged():
+    r = run("capacity", "llama-3.1-8b", "h100-sxm", "--max-model-len", "8192", "--prompt-tokens", "1000",
+            "--output-tokens", "200", "--itl-ms", "40", "--rate", "1000", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["at_rate"]["beyond_capacity"] is True
+
+
+def test_every_command_has_help_with_an_example():
+    from planner.cli import main as group
+
+    for name, command in group.commands.items():
+        r = run(name, "--help")
+        assert r.exit_code == 0, name
+        assert "planner " in (command.help or ""), f"{name} help has no example"
