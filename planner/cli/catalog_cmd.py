@@ -1,0 +1,248 @@
+"""`planner catalog ...`: list the GPUs, models, dtypes and engines the planner knows,
+and import a model from a Hugging Face config.json."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import click
+
+from planner.catalog import Catalog
+from planner.cli.options import catalog_option, echo_json, get_catalog, json_option
+from planner.hf_import import catalog_yaml, model_from_hf_config, write_text_atomic
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def catalog() -> None:
+    """List the catalogs (GPUs, models, dtypes, engines) or import a model.
+
+    Every number in the catalogs carries its source; `--catalog FILE` merges a
+    YAML file of your own entries or overrides (e.g. a negotiated price) over the
+    built-in ones.
+
+    \b
+    Examples:
+      planner catalog gpus
+      planner catalog models --json
+      planner catalog import-hf config.json --name my-model --out my-model.yaml
+    """
+
+
+def _table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """Left-aligned text columns, two spaces apart, with a header rule."""
+    cells = [[str(h) for h in headers], *[[_cell(v) for v in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, list | tuple):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+def _select(table: Mapping[str, Any], names: Sequence[str], lookup: Callable[[str], Any]) -> list[Any]:
+    """The named entries (unknown names are an error with a 'did you mean'), else all."""
+    return [lookup(n) for n in names] if names else list(table.values())
+
+
+def _billions(n: int) -> str:
+    return f"{n / 1e9:.2f}"
+
+
+@catalog.command("gpus")
+@click.argument("names", nargs=-1)
+@json_option
+@catalog_option
+def gpus_cmd(names: tuple[str, ...], as_json: bool, catalog_files: tuple[str, ...]) -> None:
+    """GPU types: memory (GiB, as the runtime reports it), bandwidth, dense TFLOP/s,
+    supported dtypes and price. Give NAMES to show only those.
+
+    \b
+    Examples:
+      planner catalog gpus
+      planner catalog gpus h100-sxm h200 --json
+      planner catalog gpus --catalog negotiated_prices.yaml
+    """
+    cat: Catalog = get_catalog(catalog_files)
+    entries = _select(cat.gpus, names, cat.gpu)
+    if as_json:
+        echo_json([g.model_dump() for g in entries])
+        return
+    click.echo(
+        _table(
+            ["id", "memory_GiB", "HBM_GB/s", "bf16_TFLOPS", "fp8_TFLOPS", "weights", "kv", "link_GB/s", "USD/GPU-h"],
+            (
+                [
+                    g.id,
+                    f"{g.memory_gib:.2f}",
+                    g.hbm_bandwidth_gb_s,
+                    g.dense_tflops.get("bf16"),
+                    g.dense_tflops.get("fp8"),
+                    g.weight_dtypes,
+                    g.kv_dtypes,
+                    g.interconnect_gb_s,
+                    g.price_usd_per_hour,
+                ]
+                for g in entries
+            ),
+        )
+    )
+
+
+@catalog.command("models")
+@click.argument("names", nargs=-1)
+@json_option
+@catalog_option
+def models_cmd(names: tuple[str, ...], as_json: bool, catalog_files: tuple[str, ...]) -> None:
+    """Models: layers, attention shape (heads, KV heads, head_dim, latent or
+    sliding-window), experts and parameter counts. Give NAMES to show only those.
+
+    \b
+    Examples:
+      planner catalog models
+      planner catalog models llama-3.1-70b deepseek-v3 --json
+    """
+    cat = get_catalog(catalog_files)
+    entries = _select(cat.models, names, cat.model)
+    if as_json:
+        echo_json([m.model_dump() for m in entries])
+        return
+    click.echo(
+        _table(
+            ["id", "layers", "hidden", "heads", "kv_heads", "head_dim", "attention", "experts", "params_B", "active_B", "max_len"],
+            (
+                [
+                    m.id,
+                    m.num_hidden_layers,
+                    m.hidden_size,
+                    m.num_attention_heads,
+                    m.num_key_value_heads,
+                    m.head_dim,
+                    _attention(m),
+                    f"{m.num_experts_per_tok}/{m.num_experts}" if m.num_experts else None,
+                    _billions(m.params_total),
+                    _billions(m.params_active),
+                    m.max_position_embeddings,
+                ]
+                for m in entries
+            ),
+        )
+    )
+
+
+def _attention(m: Any) -> str:
+    if m.attention == "mla":
+        return f"mla({m.kv_lora_rank}+{m.qk_rope_head_dim})"
+    if m.sliding_window:
+        return f"gqa+swa({m.sliding_window}x{m.num_sliding_window_layers})"
+    return "gqa"
+
+
+@catalog.command("dtypes")
+@json_option
+@catalog_option
+def dtypes_cmd(as_json: bool, catalog_files: tuple[str, ...]) -> None:
+    """Number formats for weights and KV cache: bits per element (scales
+    included), the tensor-core rate they run at, and the GPU feature they need.
+
+    \b
+    Example:
+      planner catalog dtypes --json
+    """
+    cat = get_catalog(catalog_files)
+    if as_json:
+        echo_json([d.model_dump() for d in cat.dtypes.values()])
+        return
+    click.echo(
+        _table(
+            ["id", "bits", "compute", "weights", "kv", "needs"],
+            (
+                [d.id, d.bits_per_element, d.compute_dtype, "yes" if d.weight else "no", "yes" if d.kv else "no", d.needs_native]
+                for d in cat.dtypes.values()
+            ),
+        )
+    )
+
+
+@catalog.command("engines")
+@json_option
+@catalog_option
+def engines_cmd(as_json: bool, catalog_files: tuple[str, ...]) -> None:
+    """Serving-engine profiles: how each sizes the KV cache (rule and memory
+    fraction) and its block size.
+
+    \b
+    Example:
+      planner catalog engines
+    """
+    cat = get_catalog(catalog_files)
+    if as_json:
+        echo_json([e.model_dump() for e in cat.engines.values()])
+        return
+    click.echo(
+        _table(
+            ["id", "rule", "fraction", "block_size", "max_batched_tokens", "name"],
+            (
+                [e.id, e.rule, e.memory_fraction, e.block_size, e.max_num_batched_tokens, e.name]
+                for e in cat.engines.values()
+            ),
+        )
+    )
+
+
+@catalog.command("import-hf")
+@click.argument("config_json", metavar="CONFIG.json", type=click.Path(dir_okay=False))
+@click.option("--name", required=True, help="Catalog id for the model, e.g. qwen2.5-7b.")
+@click.option("--out", type=click.Path(dir_okay=False), help="Write the YAML here instead of printing it.")
+@click.option("--params-total", type=click.IntRange(min=1), help="Total parameter count (overrides the computed one).")
+@click.option("--params-active", type=click.IntRange(min=1), help="Active parameters per token (MoE; overrides).")
+@click.option("--hf-id", help="Hub id (default: the config's _name_or_path, else --name).")
+@click.option("--source", "config_source", help="Where the config came from, e.g. its Hub URL (recorded as config_source).")
+def import_hf_cmd(
+    config_json: str,
+    name: str,
+    out: str | None,
+    params_total: int | None,
+    params_active: int | None,
+    hf_id: str | None,
+    config_source: str | None,
+) -> None:
+    """Make a catalog model entry from a Hugging Face config.json on disk.
+
+    Reads the architecture fields (head_dim, KV heads, sliding windows, latent
+    attention, experts) and counts parameters with planner/params.py. The output
+    is a `--catalog` file (`models: {ID: ...}`); the entry under `models:` has the
+    shape of data/models.yaml.
+
+    \b
+    Example:
+      planner catalog import-hf Qwen2.5-7B-Instruct/config.json --name qwen2.5-7b \\
+          --source https://huggingface.co/Qwen/Qwen2.5-7B-Instruct/blob/main/config.json \\
+          --out qwen.yaml
+      planner capacity qwen2.5-7b h100-sxm --catalog qwen.yaml
+    """
+    model = model_from_hf_config(
+        config_json,
+        name=name,
+        params_total=params_total,
+        params_active=params_active,
+        hf_id=hf_id,
+        config_source=config_source,
+    )
+    text = catalog_yaml(model)
+    if out:
+        write_text_atomic(out, text)
+        click.echo(f"wrote {out}: model '{name}' ({_billions(model.params_total)}B parameters)")
+    else:
+        click.echo(text, nl=False)
+
+
+COMMANDS = [catalog]

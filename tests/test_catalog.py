@@ -1,0 +1,382 @@
+"""The catalogs, the parameter-count formulas, `planner catalog ...` and import-hf."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from planner import params
+from planner.catalog import load_catalog
+from planner.cli import main
+from planner.errors import InputError
+from planner.hf_import import model_from_hf_config
+
+FIXTURES = Path(__file__).parent / "fixtures" / "hf"
+
+GPU_IDS = ["h100-sxm", "h100-pcie", "h200", "b200", "a100-80gb", "a100-40gb", "l40s", "l4", "a10g", "mi300x"]
+AMPERE = ["a100-80gb", "a100-40gb", "a10g"]
+MODEL_IDS = [
+    "llama-3.1-8b",
+    "llama-3.1-70b",
+    "llama-3.1-405b",
+    "llama-3.2-3b",
+    "mistral-7b",
+    "mixtral-8x7b",
+    "qwen2.5-72b",
+    "qwen3-32b",
+    "gemma-2-27b",
+    "deepseek-v3",
+]
+
+
+@pytest.fixture(scope="module")
+def catalog():
+    return load_catalog()
+
+
+def run(*args: str):
+    return CliRunner().invoke(main, list(args))
+
+
+# --- catalog contents -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("gpu_id", GPU_IDS)
+def test_every_gpu_loads_with_a_sourced_price(catalog, gpu_id):
+    gpu = catalog.gpu(gpu_id)
+    assert gpu.price_usd_per_hour > 0
+    assert "third-party" in gpu.price_source
+    assert gpu.efficiency.source == "placeholder until calibration (bench/calibration.py)"
+    assert "/work" not in gpu.model_dump_json()
+
+
+@pytest.mark.parametrize("model_id", MODEL_IDS)
+def test_every_model_loads(catalog, model_id):
+    model = catalog.model(model_id)
+    assert model.config_source.startswith("https://")
+    assert model.params_source
+
+
+def test_h100_memory_is_what_nvidia_smi_reports(catalog):
+    assert catalog.gpu("h100-sxm").memory_gib == 79.65  # 81559 MiB / 1024
+
+
+@pytest.mark.parametrize(
+    ("gpu_id", "gib"),
+    [("h200", 140.40), ("b200", 179.06), ("a100-80gb", 80.00), ("l40s", 44.99), ("mi300x", 191.69)],
+)
+def test_memory_is_runtime_gib(catalog, gpu_id, gib):
+    assert catalog.gpu(gpu_id).memory_gib == gib
+
+
+@pytest.mark.parametrize("gpu_id", AMPERE)
+def test_ampere_rejects_fp8(catalog, gpu_id):
+    gpu = catalog.gpu(gpu_id)
+    assert "fp8" not in gpu.weight_dtypes
+    assert "fp8" not in gpu.kv_dtypes
+    with pytest.raises(InputError, match=f"GPU '{gpu_id}' has no dense fp8 rate"):
+        gpu.tflops("fp8")
+
+
+def test_dtype_support_is_consistent(catalog):
+    for gpu in catalog.gpus.values():
+        for d in gpu.weight_dtypes:
+            dtype = catalog.dtype(d)
+            assert dtype.weight
+            assert dtype.compute_dtype in gpu.dense_tflops, (gpu.id, d)
+        assert set(gpu.kv_dtypes) <= {"bf16", "fp16", "fp8"}
+        assert "int4" in gpu.weight_dtypes
+        assert ("fp8" in gpu.weight_dtypes) == (gpu.arch != "ampere") == ("fp8" in gpu.kv_dtypes)
+        assert ("fp4" in gpu.weight_dtypes) == (gpu.id == "b200") == ("fp4" in gpu.dense_tflops)
+
+
+def test_interconnect_is_one_direction(catalog):
+    assert catalog.gpu("h100-sxm").interconnect_gb_s == 450  # NVLink4 900 both ways
+    assert catalog.gpu("b200").interconnect_gb_s == 900  # NVLink5 1800
+    assert catalog.gpu("l40s").interconnect_gb_s == 32  # PCIe Gen4 x16
+
+
+def test_unknown_gpu_lists_the_closest_match(catalog):
+    with pytest.raises(InputError, match=r"unknown GPU 'h100-sxm5'; did you mean 'h100-sxm'\?"):
+        catalog.gpu("h100-sxm5")
+
+
+# --- parameter counts -------------------------------------------------------------------
+
+# Config fields (models.csv) per model, and models.csv params_total/active_computed_B.
+LLAMA = {"vocab_size": 128256}
+DENSE_CONFIGS = {
+    "llama-3.1-8b": ({**LLAMA, "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 14336}, 8.03),
+    "llama-3.1-70b": ({**LLAMA, "num_hidden_layers": 80, "hidden_size": 8192, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 28672}, 70.55),
+    "llama-3.1-405b": ({**LLAMA, "num_hidden_layers": 126, "hidden_size": 16384, "num_attention_heads": 128, "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 53248}, 405.85),
+    "llama-3.2-3b": ({**LLAMA, "num_hidden_layers": 28, "hidden_size": 3072, "num_attention_heads": 24, "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 8192, "tie_word_embeddings": True}, 3.21),
+    "llama-3.2-1b": ({**LLAMA, "num_hidden_layers": 16, "hidden_size": 2048, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64, "intermediate_size": 8192, "tie_word_embeddings": True}, 1.24),
+    "mistral-7b": ({"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 14336, "vocab_size": 32768}, 7.25),
+    "qwen2.5-7b": ({"num_hidden_layers": 28, "hidden_size": 3584, "num_attention_heads": 28, "num_key_value_heads": 4, "head_dim": 128, "intermediate_size": 18944, "vocab_size": 152064, "qkv_bias": True}, 7.62),
+    "qwen2.5-32b": ({"num_hidden_layers": 64, "hidden_size": 5120, "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 27648, "vocab_size": 152064, "qkv_bias": True}, 32.76),
+    "qwen2.5-72b": ({"num_hidden_layers": 80, "hidden_size": 8192, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 29568, "vocab_size": 152064, "qkv_bias": True}, 72.71),
+    "qwen3-8b": ({"num_hidden_layers": 36, "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 12288, "vocab_size": 151936, "qk_norm": True}, 8.19),
+    "qwen3-32b": ({"num_hidden_layers": 64, "hidden_size": 5120, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 25600, "vocab_size": 151936, "qk_norm": True}, 32.76),
+}
+GEMMA2_CONFIGS = {
+    "gemma-2-27b": ({"num_hidden_layers": 46, "hidden_size": 4608, "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 128, "intermediate_size": 36864, "vocab_size": 256000}, 27.23),
+    "gemma-2-9b": ({"num_hidden_layers": 42, "hidden_size": 3584, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256, "intermediate_size": 14336, "vocab_size": 256000}, 9.24),
+}
+MOE_CONFIGS = {
+    "mixtral-8x7b": ({"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "moe_intermediate_size": 14336, "num_experts": 8, "num_experts_per_tok": 2, "vocab_size": 32000}, 46.70, 12.88),
+    "mixtral-8x22b": ({"num_hidden_layers": 56, "hidden_size": 6144, "num_attention_heads": 48, "num_key_value_heads": 8, "head_dim": 128, "moe_intermediate_size": 16384, "num_experts": 8, "num_experts_per_tok": 2, "vocab_size": 32000}, 140.62, 39.15),
+    "qwen3-235b-a22b": ({"num_hidden_layers": 94, "hidden_size": 4096, "num_attention_heads": 64, "num_key_value_heads": 4, "head_dim": 128, "moe_intermediate_size": 1536, "num_experts": 128, "num_experts_per_tok": 8, "vocab_size": 151936, "qk_norm": True}, 235.09, 22.19),
+}
+MLA = {"num_attention_heads": 128, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128}
+MLA_CONFIGS = {
+    "deepseek-v3": ({**MLA, "num_hidden_layers": 61, "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048, "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 3, "vocab_size": 129280}, 671.03, 37.55),
+    "deepseek-v2": ({**MLA, "num_hidden_layers": 60, "hidden_size": 5120, "intermediate_size": 12288, "moe_intermediate_size": 1536, "n_routed_experts": 160, "n_shared_experts": 2, "num_experts_per_tok": 6, "first_k_dense_replace": 1, "vocab_size": 102400, "router_bias": False}, 235.74, 21.38),
+}
+
+
+def _computed() -> dict[str, tuple[params.ParamCount, float, float]]:
+    out = {}
+    for name, (cfg, b) in DENSE_CONFIGS.items():
+        out[name] = (params.dense_decoder_params(**cfg), b, b)
+    for name, (cfg, b) in GEMMA2_CONFIGS.items():
+        out[name] = (params.gemma2_params(**cfg), b, b)
+    for name, (cfg, b, a) in MOE_CONFIGS.items():
+        out[name] = (params.moe_decoder_params(**cfg), b, a)
+    for name, (cfg, b, a) in MLA_CONFIGS.items():
+        out[name] = (params.deepseek_mla_moe_params(**cfg), b, a)
+    return out
+
+
+COMPUTED = _computed()
+
+
+@pytest.mark.parametrize("name", sorted(COMPUTED))
+def test_param_counts_match_models_csv_to_two_decimals(name):
+    count, total_b, active_b = COMPUTED[name]
+    assert abs(count.total / 1e9 - total_b) <= 0.005
+    assert abs(count.active / 1e9 - active_b) <= 0.005
+
+
+def test_llama_counts_are_exact():
+    assert COMPUTED["llama-3.1-8b"][0] == (8030261248, 8030261248)
+    assert COMPUTED["llama-3.1-70b"][0] == (70553706496, 70553706496)
+
+
+@pytest.mark.parametrize("model_id", MODEL_IDS)
+def test_catalog_counts_are_the_computed_ones(catalog, model_id):
+    model = catalog.model(model_id)
+    assert (model.params_total, model.params_active) == COMPUTED[model_id][0]
+
+
+# --- import-hf ----------------------------------------------------------------------------
+
+
+def test_import_llama_with_head_dim():
+    m = model_from_hf_config(FIXTURES / "llama-3.1-8b.json", name="llama-import")
+    assert m.hf_id == "meta-llama/Llama-3.1-8B"  # from _name_or_path
+    assert (m.num_hidden_layers, m.num_key_value_heads, m.head_dim) == (32, 8, 128)
+    assert (m.params_total, m.params_active) == (8030261248, 8030261248)
+    assert m.sliding_window is None
+    assert m.attention == "gqa"
+    assert "/" not in m.config_source.split("(file ")[1]  # the file's base name, not its path
+
+
+def test_import_without_head_dim_moe():
+    m = model_from_hf_config(FIXTURES / "mixtral-8x7b.json", name="mixtral-import")
+    assert m.head_dim == 4096 // 32
+    assert m.hf_id == "mixtral-import"  # no _name_or_path in the file
+    assert (m.num_experts, m.num_experts_per_tok, m.moe_intermediate_size) == (8, 2, 14336)
+    assert (m.params_total, m.params_active) == (46702792704, 12879925248)
+    assert m.sliding_window is None  # "sliding_window": null
+
+
+def test_import_layer_types_sliding_window():
+    m = model_from_hf_config(FIXTURES / "gemma-2-27b.json", name="gemma-import")
+    assert (m.sliding_window, m.num_sliding_window_layers) == (4096, 23)
+    assert m.head_dim == 128
+    assert m.params_total == 27227128320
+
+
+def _variant(tmp_path: Path, fixture: str, **changes) -> Path:
+    cfg = json.loads((FIXTURES / fixture).read_text())
+    for key, value in changes.items():
+        if value is None:
+            cfg.pop(key, None)
+        else:
+            cfg[key] = value
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+def test_import_gemma2_implicit_alternation(tmp_path):
+    m = model_from_hf_config(_variant(tmp_path, "gemma-2-27b.json", layer_types=None), name="g")
+    assert (m.sliding_window, m.num_sliding_window_layers) == (4096, 23)
+
+
+def test_import_mistral_v01_window_on_every_layer_and_mha_default(tmp_path):
+    path = _variant(
+        tmp_path, "mixtral-8x7b.json", sliding_window=4096, num_key_value_heads=None,
+        num_local_experts=None, num_experts_per_tok=None, model_type="mistral",
+        architectures=["MistralForCausalLM"],
+    )
+    m = model_from_hf_config(path, name="m")
+    assert (m.sliding_window, m.num_sliding_window_layers) == (4096, 32)
+    assert m.num_key_value_heads == m.num_attention_heads == 32
+    assert m.num_experts is None
+
+
+def test_import_qwen_use_sliding_window_false(tmp_path):
+    path = _variant(
+        tmp_path, "llama-3.1-8b.json", model_type="qwen2", architectures=["Qwen2ForCausalLM"],
+        sliding_window=131072, use_sliding_window=False,
+    )
+    m = model_from_hf_config(path, name="q")
+    assert m.sliding_window is None
+    # Qwen2 biases q, k, v: heads*hd + 2*kv_heads*hd per layer more than Llama.
+    assert m.params_total == 8030261248 + 32 * (32 * 128 + 2 * 8 * 128)
+
+
+def test_import_mla():
+    m = model_from_hf_config(FIXTURES / "deepseek-v3.json", name="dsv3-import")
+    assert m.attention == "mla"
+    assert (m.kv_lora_rank, m.qk_rope_head_dim, m.head_dim) == (512, 64, 192)
+    assert (m.num_experts, m.num_experts_per_tok, m.moe_intermediate_size) == (256, 8, 2048)
+    assert (m.params_total, m.params_active) == (671026419200, 37552297472)
+
+
+def test_import_matches_the_catalog_entry(catalog):
+    imported = model_from_hf_config(FIXTURES / "deepseek-v3.json", name="deepseek-v3")
+    keep = {"id", "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
+            "head_dim", "intermediate_size", "vocab_size", "max_position_embeddings", "kv_lora_rank",
+            "qk_rope_head_dim", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
+            "params_total", "params_active", "architecture", "sliding_window"}
+    assert imported.model_dump(include=keep) == catalog.model("deepseek-v3").model_dump(include=keep)
+
+
+def test_import_unknown_family_needs_params(tmp_path):
+    path = _variant(tmp_path, "llama-3.1-8b.json", model_type="phi3", architectures=["Phi3ForCausalLM"])
+    with pytest.raises(InputError, match="no parameter-count formula for 'phi3'"):
+        model_from_hf_config(path, name="p")
+    m = model_from_hf_config(path, name="p", params_total=3_800_000_000)
+    assert m.params_total == m.params_active == 3_800_000_000
+    assert "--params-total" in m.params_source
+
+
+def test_cli_import_hf_round_trips_through_catalog(tmp_path):
+    out = tmp_path / "mixtral.yaml"
+    result = run("catalog", "import-hf", str(FIXTURES / "mixtral-8x7b.json"), "--name", "my-mixtral",
+                 "--out", str(out), "--params-active", "12900000000")
+    assert result.exit_code == 0, result.output
+    assert result.output == f"wrote {out}: model 'my-mixtral' (46.70B parameters)\n"
+    assert list(yaml.safe_load(out.read_text())["models"]) == ["my-mixtral"]
+    listed = run("catalog", "models", "my-mixtral", "--json", "--catalog", str(out))
+    assert listed.exit_code == 0, listed.output
+    [entry] = json.loads(listed.output)
+    assert (entry["params_total"], entry["params_active"]) == (46702792704, 12900000000)
+
+
+def test_cli_import_hf_prints_yaml():
+    result = run("catalog", "import-hf", str(FIXTURES / "gemma-2-27b.json"), "--name", "g27")
+    assert result.exit_code == 0, result.output
+    entry = yaml.safe_load(result.output)["models"]["g27"]
+    assert entry["num_sliding_window_layers"] == 23
+    assert "id" not in entry
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"hidden_size": 4096,', "line 1 column 22: invalid JSON: Expecting property name enclosed in double quotes"),
+        ("[1, 2]", "expected a JSON object of config fields (got list)"),
+        (None, "num_hidden_layers: required field is missing"),
+        ({"hidden_size": "4096"}, "hidden_size: expected an integer (got '4096')"),
+        ({"num_attention_heads": True}, "num_attention_heads: expected an integer (got True)"),
+        ({"vocab_size": 0}, "vocab_size: expected an integer >= 1 (got 0)"),
+        ({"tie_word_embeddings": "no"}, "tie_word_embeddings: expected true or false (got 'no')"),
+        ({"layer_types": ["full_attention"]}, "layer_types: has 1 entries for num_hidden_layers 32"),
+    ],
+)
+def test_cli_malformed_config_exits_2_naming_the_field(tmp_path, text, message):
+    path = tmp_path / "config.json"
+    if text is None:
+        cfg = json.loads((FIXTURES / "llama-3.1-8b.json").read_text())
+        del cfg["num_hidden_layers"]
+        path.write_text(json.dumps(cfg))
+    elif isinstance(text, dict):
+        cfg = json.loads((FIXTURES / "llama-3.1-8b.json").read_text())
+        path.write_text(json.dumps({**cfg, **text}))
+    else:
+        path.write_text(text)
+    result = run("catalog", "import-hf", str(path), "--name", "x")
+    assert result.exit_code == 2
+    assert result.stderr == f"error: {path}: {message}\n"
+    assert result.stdout == ""
+
+
+def test_cli_missing_config_file(tmp_path):
+    result = run("catalog", "import-hf", str(tmp_path / "nope.json"), "--name", "x")
+    assert result.exit_code == 2
+    assert result.stderr == f"error: {tmp_path / 'nope.json'}: file not found\n"
+
+
+# --- listing commands ---------------------------------------------------------------------
+
+
+def test_cli_unknown_gpu_lists_the_closest_match():
+    result = run("catalog", "gpus", "h100-sxm5")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: unknown GPU 'h100-sxm5'; did you mean 'h100-sxm'? known: a100-40gb,")
+    assert result.stderr.endswith("(list them with `planner catalog gpus`)\n")
+    assert len(result.stderr.splitlines()) == 1
+
+
+def test_cli_catalog_override_changes_a_price(tmp_path):
+    override = tmp_path / "prices.yaml"
+    override.write_text("gpus:\n  h100-sxm:\n    price_usd_per_hour: 1.85\n    price_source: negotiated\n")
+    result = run("catalog", "gpus", "h100-sxm", "--json", "--catalog", str(override))
+    assert result.exit_code == 0, result.output
+    [gpu] = json.loads(result.output)
+    assert (gpu["price_usd_per_hour"], gpu["price_source"]) == (1.85, "negotiated")
+    assert gpu["memory_gib"] == 79.65  # other fields kept
+    default = json.loads(run("catalog", "gpus", "h100-sxm", "--json").output)
+    assert default[0]["price_usd_per_hour"] == 2.99
+
+
+@pytest.mark.parametrize(("command", "ids"), [("gpus", GPU_IDS), ("models", MODEL_IDS)])
+def test_cli_tables_and_json_list_every_entry(command, ids):
+    table = run("catalog", command)
+    assert table.exit_code == 0
+    assert [line.split()[0] for line in table.output.splitlines()[2:]] == ids
+    as_json = json.loads(run("catalog", command, "--json").output)
+    assert [e["id"] for e in as_json] == ids
+
+
+def test_cli_dtypes_and_engines():
+    dtypes = json.loads(run("catalog", "dtypes", "--json").output)
+    assert {d["id"] for d in dtypes} == {"bf16", "fp16", "fp8", "int8", "int4", "fp4"}
+    engines = run("catalog", "engines")
+    assert engines.exit_code == 0
+    assert "fraction_of_free_after_weights" in engines.output
+
+
+@pytest.mark.parametrize("command", ["gpus", "models", "dtypes", "engines", "import-hf"])
+def test_every_command_has_help_with_an_example(command):
+    result = run("catalog", command, "--help")
+    assert result.exit_code == 0
+    assert "Example" in result.output
+    assert f"planner catalog {command}" in result.output
+
+
+def test_cli_import_hf_rejects_active_above_total():
+    path = FIXTURES / "llama-3.1-8b.json"
+    result = run("catalog", "import-hf", str(path), "--name", "x", "--params-active", "9000000000")
+    assert result.exit_code == 2
+    assert result.stderr == (
+        f"error: {path}: params_active 9000000000 exceeds params_total 8030261248 "
+        "(check --params-total/--params-active)\n"
+    )
