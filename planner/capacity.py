@@ -45,7 +45,7 @@ from planner.paged import (
 from planner.roofline import StepModel
 
 CEILINGS = ("memory", "bandwidth", "compute", "itl", "ttft")
-PERCENTILE_GRID_UNITS = 4096  # byte-grid resolution of the compound-Poisson total
+PERCENTILE_GRID_UNITS = 2048  # byte-grid resolution of the compound-Poisson total
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,14 @@ class SLO:
 
     itl_ms: float | None = None
     ttft_s: float | None = None
+    # (prompt tokens, TTFT target s) pairs checked instead of (the class's prompt quantile, ttft_s):
+    # a pool mixing short and long requests owes each band its own target.
+    ttft_checks: tuple[tuple[float, float], ...] = ()
+
+    def checks(self, prompt_quantile_tokens: float) -> tuple[tuple[float, float], ...]:
+        if self.ttft_checks:
+            return self.ttft_checks
+        return ((prompt_quantile_tokens, self.ttft_s),) if self.ttft_s is not None else ()
 
 
 @dataclass(frozen=True)
@@ -143,8 +151,14 @@ def _percentile_count(dep: Deployment, prof: TokenProfile, fp: Footprint, quanti
     window = dep.model.sliding_window or 0
     level_bytes = tokens * per_token_full + np.minimum(tokens, window) * per_token_window
     unit = max(fp.budget_bytes / PERCENTILE_GRID_UNITS, float(level_bytes[1]) if levels.size > 1 else 1.0)
-    units = np.ceil(level_bytes / unit - 1e-9).astype(np.int64)  # round footprints up: conservative
-    pmf = np.bincount(units, weights=prof.level_weight, minlength=int(units.max()) + 1)
+    # Mean-preserving discretisation: each footprint's mass is split between the two grid
+    # points around it in proportion to its distance, so E[X] is exact on the grid.
+    scaled = level_bytes / unit
+    lower = np.floor(scaled).astype(np.int64)
+    frac = scaled - lower
+    size = int(lower.max()) + 2
+    pmf = np.bincount(lower, weights=prof.level_weight * (1 - frac), minlength=size)
+    pmf += np.bincount(lower + 1, weights=prof.level_weight * frac, minlength=size)
     pmf = pmf / pmf.sum()
     return max_mean_count_for_quantile(pmf, quantile, math.floor(fp.budget_bytes / unit))
 
@@ -164,11 +178,17 @@ class ReplicaModel:
         self.prefill_mean_s = float(
             self.step.prefill_s(prof.mean_prompt, prof.mean_prompt_sq, prof.shared_prefix_tokens)
         )
-        pq = prof.prompt_quantile_tokens
-        self.prefill_q_s = float(self.step.prefill_s(pq, pq * pq, prof.shared_prefix_tokens))
         mean_p = max(prof.mean_prompt, 1.0)
         self.prompt_cv2 = max(prof.mean_prompt_sq / (mean_p * mean_p) - 1.0, 0.0)
-        self.chunks_q = max(1, math.ceil(max(pq - prof.shared_prefix_tokens, 0) / dep.engine.max_num_batched_tokens))
+        self.prefill_q_s, self.chunks_q = self._prompt_cost(prof.prompt_quantile_tokens)
+        # (prefill s, chunks, target s, prompt tokens) per TTFT check
+        self.ttft_targets = [(*self._prompt_cost(p), target, p) for p, target in slo.checks(prof.prompt_quantile_tokens)]
+
+    def _prompt_cost(self, prompt_tokens: float) -> tuple[float, int]:
+        s = self.prof.shared_prefix_tokens
+        prefill = float(self.step.prefill_s(prompt_tokens, prompt_tokens * prompt_tokens, s))
+        chunks = max(1, math.ceil(max(prompt_tokens - s, 0) / self.dep.engine.max_num_batched_tokens))
+        return prefill, chunks
 
     def decode_s(self, n: float) -> float:
         return float(
@@ -205,12 +225,19 @@ class ReplicaModel:
         rho = lam * self.prefill_mean_s
         return self.decode_s(n) / (1.0 - rho) if rho < 1 else math.inf
 
-    def ttft_s(self, n: float) -> float:
+    def ttft_s(self, n: float, prefill_s: float | None = None, chunks: int | None = None) -> float:
+        """TTFT of a prompt (default: the class's quantile prompt) at mean resident count n."""
         rho = self.rate(n) * self.prefill_mean_s
         if rho >= 1:
             return math.inf
         wait = rho / (1.0 - rho) * self.prefill_mean_s * (1.0 + self.prompt_cv2) / 2.0
-        return wait + self.prefill_q_s + (self.chunks_q + 1) * self.decode_s(n)
+        prefill = self.prefill_q_s if prefill_s is None else prefill_s
+        steps = (self.chunks_q if chunks is None else chunks) + 1
+        return wait + prefill + steps * self.decode_s(n)
+
+    def ttft_excess(self, n: float) -> float:
+        """max over TTFT checks of (TTFT - target), seconds; <= 0 when every check holds."""
+        return max(self.ttft_s(n, pf, ch) - target for pf, ch, target, _ in self.ttft_targets)
 
     def resident_for_rate(self, rate_rps: float, n_max: float) -> float | None:
         """N at which the replica runs at `rate_rps`, or None if even n_max cannot carry it."""
@@ -252,19 +279,20 @@ def replica_capacity(
     if slo.itl_ms is not None:
         target = slo.itl_ms / 1e3
         bounds["itl"] = _largest_n(lambda n: rm.step_s(n) - target, n_cap) if n_cap > 0 else 0.0
-    if slo.ttft_s is not None:
-        bounds["ttft"] = _largest_n(lambda n: rm.ttft_s(n) - slo.ttft_s, n_cap) if n_cap > 0 else 0.0
+    if rm.ttft_targets:
+        bounds["ttft"] = _largest_n(rm.ttft_excess, n_cap) if n_cap > 0 else 0.0
     n_star = min([n_cap, *bounds.values()])
     binding = min(bounds, key=lambda k: (bounds[k], CEILINGS.index(k)))
     notes = []
     if n_batch < bounds[binding] or (n_batch <= n_star and binding == "memory" and n_batch < n_mem):
         binding = rm.point(n_batch).regime
         notes.append(f"batch capped at the engine's max_num_seqs = {dep.engine.max_num_seqs}")
-    if slo.ttft_s is not None and rm.prefill_q_s > slo.ttft_s:
-        notes.append(
-            f"prefill of the class's p{round(100 * prof.prompt_quantile)} prompt "
-            f"({prof.prompt_quantile_tokens:,.0f} tokens) alone takes {rm.prefill_q_s:.2f} s > TTFT target {slo.ttft_s:g} s"
-        )
+    for prefill_s, _, target, prompt in rm.ttft_targets:
+        if prefill_s > target:
+            notes.append(
+                f"prefill of a {prompt:,.0f}-token prompt (the p{round(100 * prof.prompt_quantile, 3):g} of its band) "
+                f"alone takes {prefill_s:.2f} s > TTFT target {target:g} s"
+            )
     point = rm.point(n_star) if n_star > 0 else rm.point(0.0)
     ceilings = {k: rm.rate(v) for k, v in bounds.items()}
     ceilings["roofline"] = rm.rate(n_batch)

@@ -1,0 +1,65 @@
+"""`planner solve`: the main job — scenario in, cheapest fleet and its report out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from planner.cli.options import catalog_option, echo_json, json_option
+
+
+@click.command()
+@click.argument("scenarios", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--out-dir", type=click.Path(file_okay=False), default="reports", show_default=True,
+              help="Where reports (Markdown and PNG figures) are written.")
+@click.option("--no-report", is_flag=True, help="Solve and print only; write no files.")
+@click.option("--write-lp", type=click.Path(dir_okay=False), default=None,
+              help="Also write the ILP (the first scenario's) as an .lp file a person can read.")
+@click.option("--verify", is_flag=True, help="Replay traffic through the simulator and add predicted vs simulated to the report.")
+@catalog_option
+@json_option
+def solve(scenarios, out_dir, no_report, write_lp, verify, catalog_files, as_json) -> None:
+    """Solve SCENARIOS for the cheapest fleet and write one report each.
+
+    \b
+    Example:
+      planner solve scenarios/128k_rollout.yaml
+      planner solve scenarios/*.yaml --json
+    """
+    from planner.report import write_report
+    from planner.solve import plan_json, plan_scenario
+
+    results = []
+    for path in scenarios:
+        plan = plan_scenario(path, catalog_files=catalog_files)
+        verification = ""
+        if verify:
+            from planner.verify import verification_section
+
+            verification = verification_section(plan)
+        if write_lp and not results:
+            _write_lp(plan, Path(write_lp))
+        written = None if no_report else write_report(plan, Path(out_dir), verification=verification)
+        if as_json:
+            results.append(plan_json(plan))
+        else:
+            sol = plan.solution
+            pools = ", ".join(f"{p.traffic_class}: {p.replicas} x {p.config}" for p in sol.pools)
+            click.echo(
+                f"{plan.scenario.name}: ${plan.cost_per_hour:,.2f}/hour, {sol.gpus} GPUs, "
+                f"{'no split' if sol.threshold is None else f'split at {sol.threshold:,}'} — {pools}"
+                + (f" -> {written}" if written else "")
+            )
+    if as_json:
+        echo_json(results if len(results) > 1 else results[0])
+
+
+def _write_lp(plan, path: Path) -> None:
+    from planner.planning import _solve
+
+    sol = _solve(plan.scenario, plan.classes, plan.evaluations, keep_lp=True)
+    path.write_text(sol.lp_text, encoding="utf-8")
+
+
+COMMANDS = [solve]

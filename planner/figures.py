@@ -1,0 +1,97 @@
+"""Report figures (PNG, matplotlib's Agg backend), written byte-identically for identical inputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+from planner.histogram import LENGTH_EDGES, Histogram
+
+_SAVE = {"dpi": 100, "metadata": {"Software": None}}  # no version stamp: reports must not drift
+
+
+def _save(fig, path: Path) -> None:
+    tmp = path.with_suffix(".tmp.png")
+    fig.savefig(tmp, format="png", **_SAVE)
+    plt.close(fig)
+    tmp.replace(path)
+
+
+def traffic_figure(hist: Histogram, path: Path, *, limit: int, thresholds: list[int]) -> None:
+    """Joint prompt x output histogram (log bins, exact counts) and the total-length distribution."""
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    n_bins = len(LENGTH_EDGES) - 1
+    grid = np.zeros((n_bins, n_bins))
+    np.add.at(grid, (hist.output_bin, hist.prompt_bin), hist.count)
+    used_p = np.nonzero(grid.sum(axis=0))[0]
+    used_o = np.nonzero(grid.sum(axis=1))[0]
+    p_lo, p_hi = max(int(used_p.min()), 1), int(used_p.max()) + 1
+    o_lo, o_hi = max(int(used_o.min()), 1), int(used_o.max()) + 1
+    edges_p, edges_o = LENGTH_EDGES[p_lo : p_hi + 1], LENGTH_EDGES[o_lo : o_hi + 1]
+    masked = np.ma.masked_equal(grid[o_lo:o_hi, p_lo:p_hi], 0)
+    mesh = ax1.pcolormesh(edges_p, edges_o, masked, cmap="viridis", norm=matplotlib.colors.LogNorm())
+    ax1.set_xscale("log")
+    ax1.set_yscale("log")
+    ax1.set_xlabel("prompt tokens")
+    ax1.set_ylabel("output tokens")
+    ax1.set_title("requests per (prompt, output) bin")
+    fig.colorbar(mesh, ax=ax1, label="requests")
+    totals = (hist.sum_prompt + hist.sum_output) / hist.count
+    order = np.argsort(totals)
+    cdf = np.cumsum(hist.count[order]) / hist.requests
+    ax2.step(totals[order], cdf, where="post", color="tab:blue")
+    ax2.set_xscale("log")
+    ax2.set_xlabel("prompt + output tokens (cell means)")
+    ax2.set_ylabel("share of requests at or below")
+    ax2.set_title("total length")
+    for t in thresholds:
+        ax2.axvline(t, color="tab:orange", linestyle="--", linewidth=1)
+    ax2.axvline(limit, color="tab:red", linewidth=1)
+    ax2.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def cost_figure(rows: list[tuple[str, float]], path: Path, *, title: str) -> None:
+    """Horizontal bars of cost per hour for a set of named plans (infeasible ones omitted)."""
+    rows = [(name, cost) for name, cost in rows if np.isfinite(cost)]
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(rows) + 1.2))
+    names = [name for name, _ in rows]
+    ax.barh(range(len(rows)), [c for _, c in rows], color="tab:blue")
+    ax.set_yticks(range(len(rows)), names)
+    ax.invert_yaxis()
+    ax.set_xlabel("cost per hour (USD)")
+    ax.set_title(title)
+    for i, (_, c) in enumerate(rows):
+        ax.text(c, i, f" ${c:,.2f}", va="center")
+    ax.set_xlim(0, max((c for _, c in rows), default=1) * 1.25)
+    fig.tight_layout()
+    _save(fig, path)
+
+
+def forecast_figure(quarters: list[str], cpm_peak: list[float], cpm_mean: list[float | None], gpus: list[int],
+                    path: Path, *, title: str) -> None:
+    """Cost per million tokens (peak and mean) and GPU count by quarter."""
+    fig, ax1 = plt.subplots(figsize=(8, 4))
+    x = np.arange(len(quarters))
+    ax1.plot(x, cpm_peak, marker="o", color="tab:blue", label="$/M tokens at peak")
+    if all(v is not None for v in cpm_mean):
+        ax1.plot(x, cpm_mean, marker="s", color="tab:green", label="$/M tokens at mean")
+    ax1.set_ylabel("USD per million tokens")
+    ax1.set_xticks(x, quarters)
+    ax1.set_ylim(bottom=0)
+    ax2 = ax1.twinx()
+    ax2.bar(x, gpus, alpha=0.25, color="tab:gray", label="GPUs")
+    ax2.set_ylabel("GPUs")
+    ax2.set_ylim(0, max(gpus) * 1.3 if gpus else 1)
+    lines = ax1.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
+    labels = ax1.get_legend_handles_labels()[1] + ax2.get_legend_handles_labels()[1]
+    ax1.legend(lines, labels, loc="upper right")
+    ax1.set_title(title)
+    fig.tight_layout()
+    _save(fig, path)

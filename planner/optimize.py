@@ -1,0 +1,285 @@
+"""The fleet ILP: the cheapest set of replicas that covers every traffic class at peak.
+
+Only this module touches the solver library (PuLP). Its inputs are plain data —
+the capacity of every candidate config for every class — computed beforehand by
+planner.capacity; its output is data too (status, objective, runtime, the plan).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import pulp
+
+from planner.errors import InputError
+
+COST_TOLERANCE_USD = 1e-6  # plans within this of the optimum's cost per hour count as equal
+
+
+@dataclass(frozen=True)
+class SplitOption:
+    """One way to cut traffic: threshold None (one pool) or T (short: total <= T, long: > T)."""
+
+    key: str  # "none" or the threshold as text
+    threshold: int | None
+    class_rates_rps: Mapping[str, float]  # class name -> rate to cover (peak x growth x headroom x share)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One deployment config able to serve one class of one split option."""
+
+    option: str
+    traffic_class: str
+    config: str  # stable label: gpu, tp, dtypes, limit
+    gpu: str
+    gpus_per_replica: int
+    cost_per_replica_hour: float
+    capacity_rps: float
+
+
+@dataclass(frozen=True)
+class Pool:
+    traffic_class: str
+    config: str
+    gpu: str
+    replicas: int
+    gpus: int
+    capacity_rps: float  # per replica
+    rate_rps: float  # the class's rate to cover
+    cost_per_hour: float
+
+
+@dataclass(frozen=True)
+class FleetSolution:
+    status: str  # PuLP status text: Optimal, Infeasible, Not Solved, ...
+    option: str
+    threshold: int | None
+    pools: tuple[Pool, ...]
+    cost_per_hour: float
+    gpus: int
+    solve_s: float
+    build_s: float
+    solver: str
+    lp_text: str = field(default="", repr=False)
+    reserved_cost_per_hour: float = 0.0  # committed GPUs, paid whether used or not
+    on_demand_gpus: Mapping[str, int] = field(default_factory=dict)  # per GPU type, beyond the reserved ones
+
+
+def _name(*parts: object) -> str:
+    raw = "_".join(str(p) for p in parts)
+    return "".join(ch if ch.isalnum() else "_" for ch in raw)
+
+
+def solve_fleet(
+    options: Sequence[SplitOption],
+    candidates: Sequence[Candidate],
+    *,
+    inventory: Mapping[str, int] | None = None,
+    min_replicas: int = 1,
+    homogeneous: bool = True,
+    backend: str = "cbc",
+    time_limit_s: float = 60.0,
+    forbid: Sequence[frozenset[tuple[str, str, str]]] = (),
+    reserved: Mapping[str, tuple[int, float]] | None = None,
+    keep_lp: bool = False,
+) -> FleetSolution:
+    """Minimise the fleet's cost per hour.
+
+    Sets
+      O        split options (no split, and each threshold T)
+      K(o)     traffic classes of option o (one, or short and long)
+      C(o,k)   candidate configs with positive capacity for class k of option o
+      G        GPU types
+    Data
+      r[o,k]   rate to cover (requests/s); u[c] capacity per replica (requests/s)
+      p[c]     cost of one replica per hour (price x GPUs); g[c] GPUs per replica
+      I[g]     inventory cap on GPUs of type g (optional); m minimum replicas per pool
+    Variables
+      y[o]     binary: option o is chosen
+      z[c]     binary: config c forms a pool (of its class)
+      x[c]     integer >= 0: replicas of config c
+      R[g], q[g] reserved (committed) GPUs of type g and their price per GPU-hour (optional)
+      d[g]     on-demand price per GPU-hour of type g (= p[c] / g[c] for c on g)
+    Variables (with reservations)
+      od[g]    continuous >= 0: GPUs of type g used beyond the reserved ones
+    Objective (lexicographic, two solves)
+      1. cost:  min  sum_{c not on a reserved type} p[c] x[c]  +  sum_g (R[g] q[g] + d[g] od[g])
+         (reserved GPUs are paid whether used or not, so R[g] q[g] is a constant)
+      2. ties:  min  sum_c g[c] x[c]  +  sum_c z[c] / (|C| + 1)
+         subject to cost <= optimum + tolerance: fewer GPUs, then fewer pools. Exact,
+         unlike epsilon weights, which solver tolerances swallow.
+    Constraints
+      one_split:            sum_o y[o] = 1
+      cover_{o,k}:          sum_{c in C(o,k)} u[c] x[c] >= r[o,k] y[o]
+      pool_exists_{o,k}:    sum_{c in C(o,k)} z[c] >= y[o]          (a chosen option's classes get pools)
+      homogeneous_{o,k}:    sum_{c in C(o,k)} z[c] <= y[o]          (one config per pool; optional)
+      only_chosen_{c}:      z[c] <= y[o(c)]
+      replicas_if_pool_{c}: x[c] <= M[c] z[c],  M[c] = max(m, ceil(r/u[c]))  (no replicas without a pool)
+      min_replicas_{c}:     x[c] >= m z[c]                          (N+1 when m = 2)
+      inventory_{g}:        sum_{c on g} g[c] x[c] <= I[g]
+      exclude_{j}:          sum_{(o,k,c) in plan j} z[c] <= |plan j| - 1  (next-best distinct plans)
+      on_demand_{g}:        od[g] >= sum_{c on g} g[c] x[c] - R[g]
+    """
+    t0 = time.perf_counter()
+    inventory = dict(inventory or {})
+    prob = pulp.LpProblem("fleet", pulp.LpMinimize)
+    rates = {(o.key, k): r for o in options for k, r in o.class_rates_rps.items()}
+    by_class: dict[tuple[str, str], list[int]] = {key: [] for key in rates}
+    for i, c in enumerate(candidates):
+        if c.capacity_rps <= 0:
+            raise ValueError("candidates must have positive capacity")
+        if (c.option, c.traffic_class) not in by_class:
+            raise ValueError(f"candidate for unknown class {c.option}/{c.traffic_class}")
+        by_class[(c.option, c.traffic_class)].append(i)
+    servable = [o for o in options if all(by_class[(o.key, k)] for k in o.class_rates_rps)]
+    if not servable:  # some class of every option has no config at all: nothing to solve
+        return FleetSolution("Infeasible", "", None, (), math.inf, 0, 0.0, time.perf_counter() - t0, backend)
+
+    y = {o.key: prob.add_variable(_name("use_split", o.key), cat="Binary") for o in servable}
+    keep = [i for i, c in enumerate(candidates) if c.option in y]
+    label = {i: (candidates[i].option, candidates[i].traffic_class, candidates[i].config) for i in keep}
+    z = {i: prob.add_variable(_name("pool", *label[i]), cat="Binary") for i in keep}
+    x = {i: prob.add_variable(_name("replicas", *label[i]), lowBound=0, cat="Integer") for i in keep}
+
+    reserved = {g: r for g, r in (reserved or {}).items() if r[0] > 0}
+    od_price = _on_demand_prices(candidates, keep, reserved)
+    od = {g: prob.add_variable(_name("on_demand", g), lowBound=0) for g in sorted(od_price)}
+    reserved_cost = sum(n * price for n, price in reserved.values())
+    cost = (
+        pulp.lpSum(candidates[i].cost_per_replica_hour * x[i] for i in keep if candidates[i].gpu not in reserved)
+        + pulp.lpSum(od_price[g] * od[g] for g in od)
+        + reserved_cost
+    )
+    prob += cost, "cost_per_hour"
+    prob += pulp.lpSum(y.values()) == 1, "one_split"
+    for o in servable:
+        for k in o.class_rates_rps:
+            members = by_class[(o.key, k)]
+            rate = rates[(o.key, k)]
+            prob += (
+                pulp.lpSum(candidates[i].capacity_rps * x[i] for i in members) >= rate * y[o.key],
+                _name("cover", o.key, k),
+            )
+            prob += pulp.lpSum(z[i] for i in members) >= y[o.key], _name("pool_exists", o.key, k)
+            if homogeneous:
+                prob += pulp.lpSum(z[i] for i in members) <= y[o.key], _name("homogeneous", o.key, k)
+    for i in keep:
+        c = candidates[i]
+        big_m = max(min_replicas, math.ceil(rates[(c.option, c.traffic_class)] / c.capacity_rps - 1e-12))
+        prob += z[i] <= y[c.option], _name("only_chosen", *label[i])
+        prob += x[i] <= big_m * z[i], _name("replicas_if_pool", *label[i])
+        prob += x[i] >= min_replicas * z[i], _name("min_replicas", *label[i])
+    for gpu, cap in sorted(inventory.items()):
+        members = [i for i in keep if candidates[i].gpu == gpu]
+        if members:
+            prob += pulp.lpSum(candidates[i].gpus_per_replica * x[i] for i in members) <= cap, _name("inventory", gpu)
+    for g in od:
+        members = [i for i in keep if candidates[i].gpu == g]
+        prob += od[g] >= pulp.lpSum(candidates[i].gpus_per_replica * x[i] for i in members) - reserved[g][0], _name("on_demand", g)
+    index = {(c.option, c.traffic_class, c.config): i for i, c in enumerate(candidates)}
+    for j, plan in enumerate(forbid):
+        members = [index[key] for key in plan if key in index and index[key] in z]
+        if len(members) == len(plan):
+            prob += pulp.lpSum(z[i] for i in members) <= len(members) - 1, _name("exclude", j)
+
+    lp_text = _lp_text(prob) if keep_lp else ""
+    build_s = time.perf_counter() - t0
+    solver = _solver(backend, time_limit_s)
+    t1 = time.perf_counter()
+    prob.solve(solver)
+    status = pulp.LpStatus[prob.status]
+    if prob.status != pulp.LpStatusOptimal or prob.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
+        return FleetSolution(status, "", None, (), math.inf, 0, time.perf_counter() - t1, build_s, solver.name, lp_text)
+    optimum = pulp.value(cost)
+    prob += cost <= optimum + COST_TOLERANCE_USD, "cost_at_optimum"
+    prob.setObjective(
+        pulp.lpSum(candidates[i].gpus_per_replica * x[i] for i in keep) + pulp.lpSum(z.values()) / (len(keep) + 1)
+    )
+    prob.solve(solver)
+    solve_s = time.perf_counter() - t1
+    if prob.status != pulp.LpStatusOptimal:  # the first solution still stands; keep it consistent
+        raise RuntimeError(f"tie-break solve ended {pulp.LpStatus[prob.status]} after an optimal cost solve")
+    chosen = max(y, key=lambda k: y[k].value() or 0.0)
+    option = next(o for o in servable if o.key == chosen)
+    pools = []
+    for i in keep:
+        replicas = round(x[i].value() or 0.0)
+        if replicas <= 0:
+            continue
+        c = candidates[i]
+        pools.append(
+            Pool(
+                traffic_class=c.traffic_class,
+                config=c.config,
+                gpu=c.gpu,
+                replicas=replicas,
+                gpus=replicas * c.gpus_per_replica,
+                capacity_rps=c.capacity_rps,
+                rate_rps=rates[(c.option, c.traffic_class)],
+                cost_per_hour=replicas * c.cost_per_replica_hour,
+            )
+        )
+    pools.sort(key=lambda p: (list(option.class_rates_rps).index(p.traffic_class), p.config))
+    used = {g: sum(p.gpus for p in pools if p.gpu == g) for g in {p.gpu for p in pools} | set(reserved)}
+    on_demand = {g: max(0, used[g] - reserved.get(g, (0, 0.0))[0]) for g in sorted(used)}
+    on_demand_cost = sum(
+        p.cost_per_hour for p in pools if p.gpu not in reserved
+    ) + sum(od_price.get(g, 0.0) * on_demand[g] for g in reserved)
+    return FleetSolution(
+        status=status,
+        option=option.key,
+        threshold=option.threshold,
+        pools=tuple(pools),
+        cost_per_hour=reserved_cost + on_demand_cost,
+        gpus=sum(p.gpus for p in pools),
+        solve_s=solve_s,
+        build_s=build_s,
+        solver=solver.name,
+        lp_text=lp_text,
+        reserved_cost_per_hour=reserved_cost,
+        on_demand_gpus=on_demand,
+    )
+
+
+def _on_demand_prices(candidates, keep, reserved) -> dict[str, float]:
+    """On-demand price per GPU-hour of each reserved GPU type, from its candidates."""
+    prices: dict[str, float] = {}
+    for g in reserved:
+        seen = {round(candidates[i].cost_per_replica_hour / candidates[i].gpus_per_replica, 9) for i in keep if candidates[i].gpu == g}
+        if len(seen) > 1:
+            raise ValueError(f"GPU type {g} has several on-demand prices {sorted(seen)}; reservations need one")
+        prices[g] = seen.pop() if seen else 0.0
+    return prices
+
+
+def _solver(backend: str, time_limit_s: float):
+    if backend == "highs":
+        solver = pulp.HiGHS(msg=False, timeLimit=time_limit_s, gapRel=0.0)
+        if not solver.available():
+            raise InputError("solver.backend 'highs' needs the highspy package: pip install 'planner[highs]'")
+        return solver
+    if backend != "cbc":
+        raise InputError(f"unknown solver backend '{backend}' (cbc, highs)")
+    # PuLP 3.x warns that the bundled CBC goes away in 4.0; the project pins <4 precisely to keep it.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, gapRel=0.0, gapAbs=1e-9, threads=1)
+
+
+def _lp_text(prob: pulp.LpProblem) -> str:
+    import os
+    import tempfile
+
+    fd, path = tempfile.mkstemp(suffix=".lp")
+    os.close(fd)
+    try:
+        prob.writeLP(path)
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    finally:
+        os.unlink(path)

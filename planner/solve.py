@@ -1,0 +1,134 @@
+"""`planner solve` as a library call: scenario file → Plan → report (and JSON)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from planner.catalog import Catalog, Model, load_catalog
+from planner.errors import InputError
+from planner.planning import Plan, make_plan
+from planner.scenario import Scenario, load_scenario, resolve
+from planner.traffic import Traffic
+from planner.yamlio import validate
+
+
+def scenario_catalog(scn: Scenario, path: Path, extra_files: tuple[str, ...] = ()) -> Catalog:
+    catalog = load_catalog(*extra_files)
+    if scn.catalog:
+        catalog = catalog.with_overrides(scn.catalog, where=f"{path}: catalog")
+    for cand in scn.gpu_candidates:
+        catalog.gpu(cand.id)  # unknown GPU → InputError naming the closest match
+    for d in (*scn.weight_dtypes, *scn.kv_dtypes):
+        catalog.dtype(d)
+    catalog.engine(scn.engine)
+    return catalog
+
+
+def scenario_model(scn: Scenario, catalog: Catalog, base: Path, where: str) -> Model:
+    spec = scn.model
+    if isinstance(spec, str):
+        try:
+            return catalog.model(spec)
+        except InputError as exc:
+            raise InputError(f"model: {exc}", where=where) from None
+    if "config_json" in spec:
+        from planner.hf_import import model_from_hf_config
+
+        extra = {k: v for k, v in spec.items() if k != "config_json"}
+        unknown = set(extra) - {"name", "params_total", "params_active", "hf_id"}
+        if unknown:
+            raise InputError(f"model: unknown keys {sorted(unknown)} beside config_json", where=where)
+        return model_from_hf_config(
+            resolve(base, spec["config_json"]), name=str(extra.get("name", "custom-model")),
+            params_total=extra.get("params_total"), params_active=extra.get("params_active"), hf_id=extra.get("hf_id"),
+        )
+    return validate(Model, {"id": spec.get("id", "inline-model"), **spec}, where=where, prefix="model")
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """Everything a scenario file resolves to, before any solving."""
+
+    path: Path
+    scenario: Scenario
+    catalog: Catalog
+    model: Model
+    traffic: Traffic
+
+
+def load_inputs(path: str | Path, *, catalog_files: tuple[str, ...] = ()) -> Inputs:
+    from planner.traffic import load_traffic
+
+    path = Path(path)
+    scn, base = load_scenario(path)
+    catalog = scenario_catalog(scn, path, catalog_files)
+    model = scenario_model(scn, catalog, base, str(path))
+    return Inputs(path, scn, catalog, model, load_traffic(scn, base))
+
+
+def plan_inputs(inputs: Inputs, scn: Scenario | None = None, *, explore: bool = True, reserved=None) -> Plan:
+    t = inputs.traffic
+    return make_plan(
+        scn or inputs.scenario, inputs.catalog, inputs.model, t.hist, t.peak_rps, explore=explore,
+        traffic_notes=t.notes, measured_mean_rps=t.mean_rps, reserved=reserved,
+    )
+
+
+def plan_scenario(path: str | Path, *, catalog_files: tuple[str, ...] = (), explore: bool = True) -> Plan:
+    return plan_inputs(load_inputs(path, catalog_files=catalog_files), explore=explore)
+
+
+def plan_json(plan: Plan) -> dict[str, Any]:
+    """The plan as data: pools, totals, status, and every evaluated candidate (to check it independently)."""
+    sol = plan.solution
+    pools = [
+        {
+            "pool": pd.traffic_class.name,
+            "label": pd.traffic_class.label,
+            "gpu": pd.config.gpu.id,
+            "tp": pd.config.tp,
+            "weight_dtype": pd.config.weight_dtype,
+            "kv_dtype": pd.config.kv_dtype,
+            "max_model_len": pd.traffic_class.max_model_len,
+            "replicas": pd.replicas,
+            "gpus": pd.gpus,
+            "capacity_rps": pd.capacity.max_rps,
+            "rate_rps": pd.traffic_class.rate_rps,
+            "binding": pd.capacity.binding,
+            "cost_per_hour": pd.cost_per_hour,
+        }
+        for pd in plan.pools
+    ]
+    candidates = [
+        {
+            "split_threshold": None if ev.traffic_class.option == "none" else int(ev.traffic_class.option),
+            "class": ev.traffic_class.name,
+            "gpu": ev.config.gpu.id,
+            "tp": ev.config.tp,
+            "weight_dtype": ev.config.weight_dtype,
+            "kv_dtype": ev.config.kv_dtype,
+            "max_model_len": ev.traffic_class.max_model_len,
+            "price_per_gpu_hour": ev.config.price_usd_per_hour,
+            "capacity_rps": ev.capacity_rps,
+            "binding": ev.capacity.binding if ev.capacity else None,
+            "problem": ev.problem or None,
+            "class_rate_rps": ev.traffic_class.rate_rps,
+        }
+        for ev in plan.evaluations
+    ]
+    return {
+        "scenario": plan.scenario.name,
+        "plan": pools,
+        "cost_per_hour": plan.cost_per_hour,
+        "cost_per_month": plan.cost_per_month,
+        "cost_per_million_tokens": plan.cost_per_million,
+        "split_threshold": sol.threshold,
+        "gpus": sol.gpus,
+        "peak_rps": plan.peak_rps,
+        "headroom": plan.scenario.traffic.headroom,
+        "solver_status": sol.status,
+        "solver": sol.solver,
+        "candidates": candidates,
+    }

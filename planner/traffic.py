@@ -1,0 +1,70 @@
+"""A scenario's traffic section → the joint histogram and the measured peak rate."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from planner.histogram import Histogram
+from planner.scenario import Scenario, resolve
+
+
+@dataclass(frozen=True)
+class Traffic:
+    hist: Histogram
+    peak_rps: float  # measured (or explicit), before growth
+    mean_rps: float | None  # measured over the log's span, or the scenario's mean_rps; before growth
+    notes: tuple[str, ...]
+
+
+def load_traffic(scn: Scenario, base: Path) -> Traffic:
+    """The histogram of all requests, the measured peak and mean rates, and notes for the report."""
+    from planner.workload.columns import resolve_columns
+    from planner.workload.ingest import ingest
+    from planner.workload.peaks import mean_rate_rps, peak_rate_rps
+
+    src = scn.traffic.source
+    notes: list[str] = []
+    if src.constant is not None:
+        c = src.constant
+        hist = Histogram.constant(c.prompt_tokens, c.output_tokens)
+        notes.append(f"Source: constant lengths, {c.prompt_tokens:,} prompt + {c.output_tokens:,} output tokens per request.")
+    elif src.synthetic is not None:
+        from planner.workload.synth import synthetic_histogram
+
+        syn = src.synthetic
+        hist = synthetic_histogram(syn.name, syn.requests, seed=syn.seed, rate_rps=syn.rate_rps)
+        notes.append(f"Source: synthetic distribution '{syn.name}', {syn.requests:,} requests, seed {syn.seed}.")
+    else:
+        paths = [src.log] if isinstance(src.log, str) else list(src.log or [])
+        if src.histogram is not None:
+            paths = [src.histogram]
+        files = [resolve(base, p) for p in paths]
+        cols = src.columns
+        spec = resolve_columns(
+            src.preset, cols.prompt if cols else None, cols.output if cols else None,
+            cols.time if cols else None, src.time_unit,
+        )
+        result = ingest(files, spec)
+        hist = result.histogram
+        names = ", ".join(_display(p, base) for p in files)
+        kind = "histogram file" if src.histogram is not None else "log"
+        notes.append(f"Source: {kind} {names} ({spec.name} columns).")
+        excluded = {k: v for k, v in result.excluded_rows.items() if v}
+        if excluded:
+            notes.append("Excluded rows: " + ", ".join(f"{n:,} {k}" for k, n in excluded.items()) + ".")
+        if result.time_unit_assumed:
+            notes.append(f"Timestamps read as {result.time_unit_assumed}.")
+        notes += list(result.notes)
+    peak = scn.traffic.peak
+    measured = peak_rate_rps(hist, method=peak.method, quantile=peak.quantile, explicit_rps=peak.rps, growth=1.0)
+    mean = scn.traffic.mean_rps or mean_rate_rps(hist)
+    return Traffic(hist, measured, mean, tuple(notes))
+
+
+def _display(path: Path, base: Path) -> str:
+    """A path as the scenario wrote it (relative), never an absolute path of this machine."""
+    try:
+        return str(path.relative_to(base))
+    except ValueError:
+        return path.name

@@ -1,0 +1,117 @@
+"""Scenario schema errors (exit 2 naming the YAML path) and infeasibility (exit 3 with the reason)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from planner.cli import main
+
+BASE = """
+name: tiny
+model: llama-3.1-8b
+context_limit: 8192
+traffic:
+  source: {constant: {prompt_tokens: 1000, output_tokens: 200}}
+  peak: {method: explicit, rps: 4}
+gpus: [h100-sxm]
+tp: [1]
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+def solve(*args):
+    return CliRunner().invoke(main, ["solve", *map(str, args)])
+
+
+@pytest.mark.parametrize(
+    ("patch", "expected"),
+    [
+        ("gpuz: [h100-sxm]\n", "gpuz: unknown key; did you mean 'gpus'?"),
+        ("tp: [3]\n", "tp: Value error, tensor-parallel degree 3 must be a power of two"),
+        ("split_thresholds: [10000]\n", "split_thresholds: Value error, split threshold 10000 is not a histogram edge"),
+        ("sizing: {mode: p99}\n", "sizing.mode: Input should be 'worst_case', 'expected' or 'percentile'"),
+        ("slo: {itl_ms: -5}\n", "slo.itl_ms: Input should be greater than 0"),
+        ("traffic: {source: {constant: {prompt_tokens: 10, output_tokens: 5}}, peak: {method: explicit, rps: -1}}\n",
+         "traffic.peak.rps: Input should be greater than 0"),
+        ("traffic: {source: {}}\n", "traffic.source: Value error, give exactly one of log, histogram, synthetic, constant"),
+        ("traffic: {source: {constant: {prompt_tokens: 10, output_tokens: 5}}, headroom: 0.5}\n",
+         "traffic.headroom: Input should be greater than or equal to 1"),
+        ("min_replicas_per_pool: 0\n", "min_replicas_per_pool: Input should be greater than or equal to 1"),
+    ],
+)
+def test_schema_errors_exit_2_with_the_yaml_path(tmp_path, patch, expected):
+    lines = [ln for ln in BASE.strip().splitlines() if not ln.startswith(patch.split(":")[0] + ":")]
+    key = patch.split(":")[0]
+    if key == "traffic":  # replace the whole traffic block
+        lines = [ln for ln in lines if not ln.startswith("  ")]
+        lines = [ln for ln in lines if ln != "traffic:"]
+    path = write(tmp_path, "\n".join(lines) + "\n" + patch)
+    r = solve(path, "--out-dir", tmp_path / "out")
+    assert r.exit_code == 2, r.output
+    assert expected in r.output
+    assert str(path) in r.output
+    assert "Traceback" not in r.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_model_is_named(tmp_path):
+    path = write(tmp_path, BASE.replace("model: llama-3.1-8b\n", ""))
+    r = solve(path)
+    assert r.exit_code == 2
+    assert "model: required field is missing" in r.output
+
+
+def test_broken_yaml_names_the_line(tmp_path):
+    path = write(tmp_path, "name: x\nmodel: [unclosed\n")
+    r = solve(path)
+    assert r.exit_code == 2
+    assert "line" in r.output and "invalid YAML" in r.output
+
+
+def test_unknown_gpu_and_model_suggest_the_closest(tmp_path):
+    r = solve(write(tmp_path, BASE.replace("[h100-sxm]", "[h100-sxmm]")))
+    assert r.exit_code == 2 and "did you mean 'h100-sxm'" in r.output
+    r = solve(write(tmp_path, BASE.replace("llama-3.1-8b", "llama-3.1-8"), "m.yaml"))
+    assert r.exit_code == 2 and "did you mean 'llama-3.1-8b'" in r.output
+
+
+def test_missing_scenario_file(tmp_path):
+    r = solve(tmp_path / "nope.yaml")
+    assert r.exit_code == 2 and "file not found" in r.output
+
+
+def test_infeasible_scenario_exits_3_naming_class_and_ceiling(tmp_path):
+    text = BASE.replace("context_limit: 8192", "context_limit: 131072").replace(
+        "{constant: {prompt_tokens: 1000, output_tokens: 200}}", "{constant: {prompt_tokens: 120000, output_tokens: 200}}"
+    ) + "slo: {itl_ms: 50, ttft_s: 2}\nweight_dtypes: [bf16]\n"
+    out = tmp_path / "out"
+    r = solve(write(tmp_path, text), "--out-dir", out)
+    assert r.exit_code == 3, r.output
+    assert "cannot be served" in r.output and "ttft" in r.output and "120,000-token prompt" in r.output
+    assert not out.exists()
+
+
+def test_solve_json_has_the_contract_keys(tmp_path):
+    r = solve(write(tmp_path, BASE), "--json", "--no-report")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    for key in ("plan", "cost_per_hour", "cost_per_million_tokens", "split_threshold", "solver_status", "candidates"):
+        assert key in out
+    pool = out["plan"][0]
+    for key in ("gpu", "tp", "weight_dtype", "kv_dtype", "max_model_len", "replicas", "gpus", "capacity_rps",
+                "rate_rps", "cost_per_hour"):
+        assert key in pool
+    # The plan can be checked from the candidates alone: replicas cover the rate.
+    assert pool["replicas"] * pool["capacity_rps"] >= pool["rate_rps"]
+    assert out["split_threshold"] is None
+    assert out["solver_status"] == "Optimal"
