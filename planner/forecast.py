@@ -96,8 +96,11 @@ def _quarter_result(quarter, multiplier, plan: Plan, reserved, price, previous) 
     by_type: dict[str, int] = {}
     for pd in plan.pools:
         by_type[pd.config.gpu.id] = by_type.get(pd.config.gpu.id, 0) + pd.gpus
-    before = previous.gpus_by_type if previous else {}
-    change = {g: by_type.get(g, 0) - before.get(g, 0) for g in sorted(set(by_type) | set(before))}
+    if previous is None:  # the first quarter is the baseline: nothing to compare with
+        change = {}
+    else:
+        before = previous.gpus_by_type
+        change = {g: by_type.get(g, 0) - before.get(g, 0) for g in sorted(set(by_type) | set(before))}
     mean = plan.mean_rps
     capacity = plan.capacity_rps
     mean_tph = None

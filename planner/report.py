@@ -38,7 +38,8 @@ def _split_text(threshold: int | None) -> str:
     return "no split (one pool)" if threshold is None else f"split at {threshold:,} tokens"
 
 
-def render(plan: Plan, *, figures: dict[str, str] | None = None, verification: str = "") -> str:
+def render(plan: Plan, *, figures: dict[str, str] | None = None, sections: tuple[str, ...] = ()) -> str:
+    """The report's Markdown; `sections` (a forecast, a verification) go after the pools."""
     figures = figures or {}
     scn = plan.scenario
     out: list[str] = []
@@ -55,9 +56,6 @@ def render(plan: Plan, *, figures: dict[str, str] | None = None, verification: s
     w(_why(plan))
     w("")
     w(_finance(plan))
-    if scn.forecast:
-        w("")
-        w("Quarterly forecast: see `planner forecast` and the `_forecast.md` report beside this one.")
     w("")
     w("## Split analysis")
     w("")
@@ -84,9 +82,9 @@ def render(plan: Plan, *, figures: dict[str, str] | None = None, verification: s
     for pd in plan.pools:
         w("")
         w(_pool_detail(plan, pd))
-    if verification:
+    for section in sections:
         w("")
-        w(verification)
+        w(section.rstrip("\n"))
     w("")
     w(_traffic(plan, figures.get("traffic")))
     w("")
@@ -330,7 +328,7 @@ def _assumptions(plan: Plan) -> str:
     return "\n".join(lines)
 
 
-def write_report(plan: Plan, out_dir: Path, *, verification: str = "") -> Path:
+def write_report(plan: Plan, out_dir: Path, *, sections: tuple[str, ...] = ()) -> Path:
     """Write reports/<name>.md and its figures atomically; returns the Markdown path."""
     from planner.figures import cost_figure, traffic_figure
 
@@ -341,7 +339,7 @@ def write_report(plan: Plan, out_dir: Path, *, verification: str = "") -> Path:
                    thresholds=[t for t in plan.scenario.split_thresholds if t < plan.context_limit])
     cost_figure([(o.name, o.cost_per_hour) for o in plan.split_analysis + plan.levers], out_dir / figures["split"],
                 title=f"{name}: cost per hour by split option and lever")
-    text = render(plan, figures=figures, verification=verification)
+    text = render(plan, figures=figures, sections=sections)
     path = out_dir / f"{name}.md"
     tmp = path.with_suffix(".md.tmp")
     tmp.write_text(text, encoding="utf-8")

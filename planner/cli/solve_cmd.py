@@ -28,19 +28,27 @@ def solve(scenarios, out_dir, no_report, write_lp, verify, catalog_files, as_jso
       planner solve scenarios/*.yaml --json
     """
     from planner.report import write_report
-    from planner.solve import plan_json, plan_scenario
+    from planner.solve import load_inputs, plan_inputs, plan_json
 
     results = []
     for path in scenarios:
-        plan = plan_scenario(path, catalog_files=catalog_files)
-        verification = ""
+        inputs = load_inputs(path, catalog_files=catalog_files)
+        plan = plan_inputs(inputs)
+        sections = []
+        if inputs.scenario.forecast is not None:
+            from planner.forecast import forecast_markdown, run_forecast
+
+            sections.append(
+                forecast_markdown(inputs.scenario.name, run_forecast(inputs), heading=2)
+                + "\nThe quarter-by-quarter CSV and figure come from `planner forecast` on this scenario.\n"
+            )
         if verify:
             from planner.verify import verification_section
 
-            verification = verification_section(plan)
+            sections.append(verification_section(plan))
         if write_lp and not results:
             _write_lp(plan, Path(write_lp))
-        written = None if no_report else write_report(plan, Path(out_dir), verification=verification)
+        written = None if no_report else write_report(plan, Path(out_dir), sections=tuple(sections))
         if as_json:
             results.append(plan_json(plan))
         else:

@@ -1,0 +1,150 @@
+"""Quarterly forecasts: flat equals single solve, token accounting, commitments, bad input."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import textwrap
+
+import pytest
+from click.testing import CliRunner
+
+from planner.cli import main
+from planner.forecast import CSV_COLUMNS, forecast_csv, run_forecast
+from planner.solve import load_inputs, plan_inputs
+
+BASE = """
+name: fc
+model: llama-3.1-8b
+context_limit: 8192
+traffic:
+  source: {constant: {prompt_tokens: 1000, output_tokens: 200}}
+  peak: {method: explicit, rps: 60}
+  mean_rps: 30
+gpus: [h100-sxm, l40s]
+tp: [1]
+weight_dtypes: [bf16]
+kv_dtypes: [bf16]
+"""
+
+
+def scenario(tmp_path, forecast: str, base: str = BASE):
+    path = tmp_path / "fc.yaml"
+    path.write_text(textwrap.dedent(base) + textwrap.dedent(forecast), encoding="utf-8")
+    return path
+
+
+def test_flat_forecast_reproduces_the_single_solve_every_quarter(tmp_path):
+    path = scenario(tmp_path, """
+        forecast:
+          quarters: [{quarter: 2027Q1}, {quarter: 2027Q2}, {quarter: 2027Q3}, {quarter: 2027Q4}]
+    """)
+    inputs = load_inputs(path)
+    single = plan_inputs(inputs, explore=False)
+    results = run_forecast(inputs)
+    assert [r.quarter for r in results] == ["2027Q1", "2027Q2", "2027Q3", "2027Q4"]
+    for r in results:
+        assert r.cost_per_hour == single.cost_per_hour
+        assert [(p.config, p.replicas) for p in r.plan.solution.pools] == [(p.config, p.replicas) for p in single.solution.pools]
+        assert r.cost_per_million == single.cost_per_million
+
+
+def test_token_accounting_closes(tmp_path):
+    path = scenario(tmp_path, """
+        forecast:
+          quarters: [{quarter: 2027Q1}, {quarter: 2027Q2, growth: 0.5}]
+    """)
+    for r in run_forecast(load_inputs(path)):
+        assert r.cost_per_million["blended"] * r.tokens_per_hour / 1e6 == pytest.approx(r.cost_per_hour, rel=1e-12)
+        input_cost = r.cost_per_million["input"] * r.plan.input_tokens_per_hour / 1e6
+        output_cost = r.cost_per_million["output"] * r.plan.output_tokens_per_hour / 1e6
+        assert input_cost + output_cost == pytest.approx(r.cost_per_hour, rel=1e-12)
+        mean = r.cost_per_million_at_mean["blended"] * r.mean_tokens_per_hour / 1e6
+        assert mean == pytest.approx(r.cost_per_hour, rel=1e-12)
+
+
+def test_cost_per_token_falls_with_demand_at_fixed_prices_and_rises_with_price(tmp_path):
+    # Two replicas minimum (N+1) leave room: more demand fills them, so each token costs less.
+    base = BASE.replace("rps: 60", "rps: 2").replace("mean_rps: 30", "mean_rps: 1") + "min_replicas_per_pool: 2\n"
+    path = scenario(tmp_path, """
+        forecast:
+          quarters:
+            - {quarter: 2027Q1}
+            - {quarter: 2027Q2, growth: 1.0}
+            - {quarter: 2027Q3, prices: {h100-sxm: 4.50, l40s: 2.10}}
+    """, base)
+    q1, q2, q3 = run_forecast(load_inputs(path))
+    assert q2.cost_per_hour == q1.cost_per_hour
+    assert q2.cost_per_million["blended"] < q1.cost_per_million["blended"]
+    assert q2.utilisation["peak"] > q1.utilisation["peak"]
+    assert q3.cost_per_hour > q2.cost_per_hour
+    assert q3.cost_per_million["blended"] > q2.cost_per_million["blended"]
+
+
+def test_reserved_capacity_is_paid_whether_used_or_not(tmp_path):
+    path = scenario(tmp_path, """
+        forecast:
+          carry_forward: true
+          reserved_discount: 0.4
+          quarters:
+            - {quarter: 2027Q1}
+            - {quarter: 2027Q2, growth: -0.75}
+            - {quarter: 2027Q3, growth: 3.0}
+    """)
+    q1, q2, q3 = run_forecast(load_inputs(path))
+    assert q2.reserved_gpus == q1.gpus_by_type
+    floor = sum(n * q2.reserved_price[g] for g, n in q2.reserved_gpus.items())
+    assert q2.cost_per_hour >= floor - 1e-9  # never cheaper than the commitment
+    assert q2.cost_per_hour == pytest.approx(floor)  # demand fell: the reserved GPUs cover it, and are paid in full
+    # Growth beyond the commitment is paid on demand at the full price.
+    on_demand = sum(n for n in q3.plan.solution.on_demand_gpus.values())
+    assert on_demand > 0
+    assert q3.cost_per_hour > sum(n * q3.reserved_price[g] for g, n in q3.reserved_gpus.items())
+
+
+def test_forecast_cli_writes_markdown_csv_and_json(tmp_path):
+    path = scenario(tmp_path, """
+        forecast:
+          quarters: [{quarter: 2027Q1}, {quarter: 2027Q2, growth: 0.2}]
+    """)
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["forecast", str(path), "--out-dir", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    q = data["quarters"][0]
+    for key in ("quarter", "pools", "gpus", "cost_per_hour", "tokens_per_hour", "cost_per_million_tokens", "utilisation"):
+        assert key in q
+    assert set(q["cost_per_million_tokens"]) == {"blended", "input", "output"}
+    assert set(q["utilisation"]) == {"peak", "mean"}
+    rows = list(csv.DictReader(io.StringIO((out / "fc_forecast.csv").read_text())))
+    assert list(rows[0]) == [name for name, _ in CSV_COLUMNS]
+    assert {row["quarter"] for row in rows} == {"2027Q1", "2027Q2"}
+    assert (out / "fc_forecast.md").read_text().startswith("# Forecast: fc")
+    assert (out / "fc_forecast.png").stat().st_size > 0
+    # The CSV is what the library computes, not a re-formatting of the Markdown.
+    assert (out / "fc_forecast.csv").read_text() == forecast_csv(run_forecast(load_inputs(path)))
+
+
+@pytest.mark.parametrize(
+    ("forecast", "expected"),
+    [
+        ("forecast: {quarters: [{quarter: 2027Q2}, {quarter: 2027Q1}]}\n", "forecast.quarters: Value error, quarters out of order"),
+        ("forecast: {quarters: [{quarter: 2027Q1}, {quarter: 2027Q1}]}\n", "quarter 2027Q1 appears twice"),
+        ("forecast: {quarters: [{quarter: 2027Q1, growth: -1.5}]}\n", "forecast.quarters[0].growth: Input should be greater than -1"),
+        ("forecast: {quarters: [{quarter: 2027Q5}]}\n", "forecast.quarters[0].quarter: String should match pattern"),
+        ("forecast: {quarters: [{quarter: 2027Q1, prices: {h100-sxmm: 2.0}}]}\n",
+         "forecast.quarters[0].prices: unknown GPU 'h100-sxmm'; did you mean 'h100-sxm'?"),
+        ("forecast: {quarters: [{quarter: 2027Q1, prices: {h200: 2.0}}]}\n",
+         "forecast.quarters[0].prices: GPU 'h200' is not among the scenario's candidate gpus"),
+        ("forecast: {quarters: []}\n", "forecast.quarters: List should have at least 1 item"),
+    ],
+)
+def test_bad_forecast_input_exits_2_with_the_yaml_path(tmp_path, forecast, expected):
+    path = scenario(tmp_path, forecast)
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["forecast", str(path), "--out-dir", str(out)])
+    assert r.exit_code == 2, r.output
+    assert expected in r.output
+    assert str(path) in r.output
+    assert not out.exists()
