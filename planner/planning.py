@@ -12,8 +12,6 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from planner.capacity import SLO, Capacity, ReplicaModel, replica_capacity
 from planner.catalog import GPU, Catalog, Model
 from planner.deployment import Deployment, make_deployment, supported_problem
@@ -141,7 +139,8 @@ class Plan:
 # ------------------------------------------------------------------ traffic classes
 
 
-def _edge_at_most(limit: int) -> int:
+def edge_at_most(limit: int) -> int:
+    """The largest total-length bin edge at or below `limit`: the exact 'fits the limit' cut."""
     edges = [int(e) for e in TOTAL_EDGES if e <= limit]
     if not edges:
         raise InputError(f"context limit {limit} is below the smallest histogram edge {int(TOTAL_EDGES[0])}")
@@ -347,7 +346,7 @@ def make_plan(
     limit = scn.context_limit or model.max_position_embeddings
     if limit > model.max_position_embeddings:
         raise InputError(f"context_limit {limit} exceeds '{model.id}' max_position_embeddings {model.max_position_embeddings}")
-    served = hist.select_total(at_most=_edge_at_most(limit))
+    served = hist.select_total(at_most=edge_at_most(limit))
     if served.is_empty:
         raise InputError(f"no request fits the {limit:,}-token context limit")
     peak = measured_peak_rps * scn.traffic.growth
@@ -452,9 +451,9 @@ def _levers(scn, catalog, model, served, limit, peak, ev, configs, classes, eval
         evs = [ev.evaluate(c, tc) for tcs in classes.values() for tc in tcs for c in keep]
         res = _solve(scn, classes, evs) if keep else None
         out.append(_outcome(f"without {gpu_id}", res, "") if res else Outcome(f"without {gpu_id}", False, math.inf, 0, "", "no other GPU candidate"))
-    lower = scn.lower_context_limit or _edge_at_most(max(limit // 2, int(TOTAL_EDGES[0])))
+    lower = scn.lower_context_limit or edge_at_most(max(limit // 2, int(TOTAL_EDGES[0])))
     if lower < limit:
-        lowered = served.select_total(at_most=_edge_at_most(lower))
+        lowered = served.select_total(at_most=edge_at_most(lower))
         if not lowered.is_empty:
             lost = served.requests - lowered.requests
             lower_classes = traffic_classes(scn, lowered, lower, peak * lowered.requests / served.requests)
@@ -463,13 +462,3 @@ def _levers(scn, catalog, model, served, limit, peak, ev, configs, classes, eval
             name = f"context limit {lower:,} (rejects {lost / served.requests:.1%} of requests)"
             out.append(_outcome(name, res, "" if res.pools else _infeasible_message(lower_classes, evs, inventory)))
     return out
-
-
-def percentile_table(hist: Histogram) -> dict[str, float]:
-    """Means of the served traffic (exact) for the report's summary."""
-    return {
-        "mean_prompt": hist.mean("sum_prompt"),
-        "mean_output": hist.mean("sum_output"),
-        "requests": float(hist.requests),
-        "std_prompt": float(np.sqrt(max(hist.mean("sum_prompt_sq") - hist.mean("sum_prompt") ** 2, 0.0))),
-    }

@@ -3,11 +3,15 @@
 A decode step reads the weights once plus every resident sequence's whole cache
 (seed 000: "the cache is not only stored, it is read — every active sequence's
 entire cache, on every decode step, alongside the weights") and does about
-2 x active params FLOPs per sequence plus attention over its context. Its time is
-the larger of bytes / effective bandwidth and FLOPs / effective FLOP/s (Williams,
-Waterman & Patterson, "Roofline", CACM 2009), plus a fixed per-step overhead and
-the tensor-parallel all-reduces. Prefill is compute-bound and quadratic in the
-prompt through attention. Effective rates are datasheet peaks times the GPU
+2 x active params FLOPs per sequence plus attention over its context. The roofline
+(Williams, Waterman & Patterson, "Roofline", CACM 2009) is applied per phase: the
+GEMMs (weights read once, 2 x active params FLOPs per token) and the attention
+kernels (every resident cache read, attention FLOPs) run one after the other, so
+each phase takes the larger of its bytes / effective bandwidth and its FLOPs /
+effective FLOP/s and the phases add (the per-operator roofline of Yuan et al.,
+"LLM Inference Unveiled: Survey and Roofline Model Insights", 2024); then a fixed
+per-step overhead and the tensor-parallel all-reduces. Prefill is compute-bound and
+quadratic in the prompt through attention. Effective rates are datasheet peaks times the GPU
 catalog's calibrated efficiency factors (bench/calibration.py).
 """
 
@@ -100,18 +104,21 @@ class StepModel:
             model=dep.model,
         )
 
-    def allreduce_s(self, tokens: np.ndarray | float) -> np.ndarray | float:
+    def allreduce_s(self, tokens: np.ndarray | float, *, with_latency: bool = True) -> np.ndarray | float:
         """Two all-reduces per layer (after attention and after the MLP, Megatron-LM
         tensor parallelism), ring algorithm: 2 (tp-1)/tp x message / link bandwidth
-        plus a fixed latency each. Zero at tp = 1."""
+        plus a fixed latency each (once per forward pass; `with_latency=False` gives
+        only the bandwidth part, what extra tokens add to a pass). Zero at tp = 1."""
         if self.tp == 1:
             return np.zeros_like(np.asarray(tokens, dtype=float)) if np.ndim(tokens) else 0.0
         message = np.asarray(tokens, dtype=float) * self.hidden_size * ACTIVATION_BYTES
         ring = 2 * (self.tp - 1) / self.tp * message / self.interconnect_bytes_s
-        return 2 * self.num_layers * (self.allreduce_latency_s + ring)
+        return 2 * self.num_layers * ((self.allreduce_latency_s if with_latency else 0.0) + ring)
 
     def decode_parts_s(self, batch, cache_bytes, context_tokens) -> tuple[np.ndarray, np.ndarray]:
-        """(memory time, compute time) of one decode step, before overhead and all-reduce.
+        """(memory time, compute time) of one decode step in total, before overhead and
+        all-reduce: which resource dominates the step. decode_step_s applies the roofline
+        to each phase separately.
 
         batch: sequences decoding; cache_bytes: their cache in total; context_tokens:
         their cached tokens in total (for attention FLOPs)."""
@@ -121,9 +128,20 @@ class StepModel:
         return bytes_read / self.bandwidth_bytes_s, flops / self.flops_s
 
     def decode_step_s(self, batch, cache_bytes, context_tokens) -> np.ndarray:
-        """max(bytes / bandwidth, FLOPs / FLOP/s) + overhead + all-reduce time, seconds."""
-        t_mem, t_flop = self.decode_parts_s(batch, cache_bytes, context_tokens)
-        return np.maximum(t_mem, t_flop) + self.step_overhead_s + self.allreduce_s(batch)
+        """GEMM phase + attention phase + overhead + all-reduce time, seconds, where
+            GEMMs     = max(weight bytes read / bandwidth, 2 x active params x batch / FLOP/s)
+            attention = max(cache bytes / bandwidth, attention FLOPs / FLOP/s).
+        The phases are separate kernels that run in sequence, so the cache read cannot
+        hide under the GEMMs' FLOPs; one max over summed bytes and FLOPs would assume it
+        can, and overstates throughput once a large batch makes the GEMMs compute-bound."""
+        batch = np.asarray(batch, dtype=float)
+        weights = moe_weight_bytes_read(self.model, self.weight_bytes, batch)
+        gemm = np.maximum(weights / self.bandwidth_bytes_s, 2.0 * self.params_active * batch / self.flops_s)
+        attn = np.maximum(
+            np.asarray(cache_bytes, float) / self.bandwidth_bytes_s,
+            self.attn_flops_per_ctx_token * np.asarray(context_tokens, float) / self.flops_s,
+        )
+        return gemm + attn + self.step_overhead_s + self.allreduce_s(batch)
 
     def prefill_flops(self, prompt_tokens, prompt_tokens_sq, cached_prefix_tokens: int = 0):
         """2 x active params per new token, plus causal attention: q·K and p·V over the
@@ -137,13 +155,17 @@ class StepModel:
         return 2.0 * self.params_active * new_tokens + self.attn_flops_per_ctx_token * attn_pairs / 2.0
 
     def prefill_s(self, prompt_tokens, prompt_tokens_sq=None, cached_prefix_tokens: int = 0):
-        """Prefill time: compute-bound FLOPs / effective FLOP/s plus the all-reduces of
-        its new tokens (not overlapped with compute: conservative). Weights are not re-read per prompt: with chunked prefill the chunk
-        rides in a decode step that reads them anyway."""
+        """Prefill time: compute-bound FLOPs / effective FLOP/s plus the all-reduce bytes
+        of its new tokens (not overlapped with compute: conservative). Weights are not
+        re-read per prompt, nor is the all-reduces' fixed latency paid per prompt: with
+        chunked prefill the chunk rides in a decode step that reads the weights and pays
+        the per-pass latency anyway (decode_step_s)."""
         p = np.asarray(prompt_tokens, float)
         p2 = p * p if prompt_tokens_sq is None else np.asarray(prompt_tokens_sq, float)
         new_tokens = np.maximum(p - cached_prefix_tokens, 0.0)
-        return self.prefill_flops(p, p2, cached_prefix_tokens) / self.flops_s + self.allreduce_s(new_tokens)
+        return self.prefill_flops(p, p2, cached_prefix_tokens) / self.flops_s + self.allreduce_s(
+            new_tokens, with_latency=False
+        )
 
     def ridge_batch(self, context_tokens_per_seq: float, cache_bytes_per_seq: float) -> float:
         """Sequences per step at which decode turns compute-bound: memory time = compute time."""

@@ -12,6 +12,7 @@ from planner.deployment import DEFAULT_OVERHEAD_GIB, make_deployment
 from planner.histogram import Histogram
 from planner.memory import budget_ladder, memory_levers, paged_tokens, paged_users
 from planner.paged import SIZING_MODES, token_profile
+from planner.planning import edge_at_most
 from planner.roofline import ridge_point
 from planner.units import GiB
 
@@ -74,10 +75,10 @@ def capacity(
     hist = None
     if histogram_file:
         hist = _load_histogram(histogram_file)
-        too_long = hist.requests - hist.select_total(at_most=_edge_at_most(dep.max_model_len)).requests
+        too_long = hist.requests - hist.select_total(at_most=edge_at_most(dep.max_model_len)).requests
         if too_long:
             click.echo(f"note: {too_long:,} requests exceed the {dep.max_model_len:,}-token limit and are left out", err=True)
-            hist = hist.select_total(at_most=_edge_at_most(dep.max_model_len))
+            hist = hist.select_total(at_most=edge_at_most(dep.max_model_len))
     elif prompt_tokens is not None:
         if prompt_tokens + output_tokens > dep.max_model_len:
             raise click.UsageError(
@@ -140,13 +141,6 @@ def capacity(
     click.echo(_ladder_text(catalog, dep, ladder, payload, typical_tokens))
     if cap is not None:
         click.echo(_capacity_text(payload, cap, quantile))
-
-
-def _edge_at_most(limit: int) -> int:
-    from planner.histogram import TOTAL_EDGES
-
-    edges = [int(e) for e in TOTAL_EDGES if e <= limit]
-    return edges[-1] if edges else int(TOTAL_EDGES[0])
 
 
 def _at_rate(dep, prof, slo, cap, rate, ladder) -> dict:

@@ -1,0 +1,166 @@
+"""Calibration of the efficiency factors on the measurements in data/measured/."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import yaml
+
+from planner.calibration import (
+    BOUNDS,
+    FACTORS,
+    HELD_OUT_SCENARIOS,
+    TRTLLM_PRIORS,
+    TrtllmCase,
+    fit_efficiency,
+    load_splitwise_rows,
+    load_trtllm_rows,
+    predict_splitwise,
+    predict_trtllm,
+    rewrite_efficiency_blocks,
+    splitwise_step,
+    trtllm_cases,
+    trtllm_log_errors,
+)
+from planner.catalog import Efficiency
+from planner.units import GiB
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return load_trtllm_rows()
+
+
+@pytest.fixture(scope="module")
+def cases(catalog, rows):
+    return trtllm_cases(catalog, rows)
+
+
+def _row(rows, gpu, model, tp, isl, osl, source="trtllm_v0.17_perf_overview"):
+    (row,) = [
+        r
+        for r in rows
+        if (r.source, r.gpu, r.model, r.tp, r.input_len, r.output_len) == (source, gpu, model, tp, isl, osl)
+    ]
+    return row
+
+
+def test_prediction_reproduces_hand_computed_roofline(catalog, rows):
+    """Llama 3.1 8B fp16 on one A100 80GB, ISL 2048 / OSL 128, on the trtllm-offline profile
+    (0.95 of the memory free after weights and 3 GiB, blocks of 32), worst-case admission at
+    ISL + OSL, with bandwidth 0.8, compute 0.7 and 1 ms per step, derived here by hand."""
+    row = _row(rows, "A100-SXM4-80GB", "Llama-3.1-8B", 1, 2048, 128)
+    eff = Efficiency(bandwidth=0.8, compute=0.7, step_overhead_ms=1.0, source="test")
+    gpu, model = catalog.gpu("a100-80gb"), catalog.model("llama-3.1-8b")
+    weight_bytes = math.ceil(model.params_total * 16 / 8)
+    budget = math.floor(0.95 * (gpu.memory_gib - weight_bytes / GiB - 3.0) * GiB)
+    kv_per_token = 2 * 32 * 8 * 128 * 2  # K and V x layers x KV heads x head_dim x fp16 bytes
+    n = budget // (2176 * kv_per_token)  # every sequence reserves ISL + OSL = 68 blocks of 32
+    steps = 1 + 128  # one prefill step (2048 <= 8192-token chunks), then one per output token
+    # cache held, time-weighted: paged(2048) while prefilling, then 2048 + 32 x ceil(k/32)
+    held_tokens = (2048 + sum(2048 + 32 * math.ceil(k / 32) for k in range(1, 129))) / steps
+    context_tokens = (2048 + sum(2048 + k for k in range(1, 129))) / steps
+    bandwidth = gpu.hbm_bandwidth_gb_s * 1e9 * 0.8
+    flops = gpu.tflops("fp16") * 1e12 * 0.7
+    attn = 4 * 32 * 128 * 32  # q.K and p.V: 4 x heads x head_dim per layer, 32 layers
+    gemm_s = max(weight_bytes / bandwidth, 2 * model.params_active * n / flops)
+    attn_s = max(n * held_tokens * kv_per_token / bandwidth, attn * n * context_tokens / flops)
+    decode_s = gemm_s + attn_s + 1e-3
+    prefill_s = (2 * model.params_active * 2048 + attn * 2048**2 / 2) / flops
+    rate = n / (steps * decode_s + n * prefill_s)  # Little's law with prefill's share of the GPU
+    expected = rate * 128
+
+    assert predict_trtllm(catalog, row, eff) == pytest.approx(expected, rel=1e-9)
+    assert TrtllmCase.of(catalog, row).predict(eff) == pytest.approx(expected, rel=1e-9)
+
+
+def test_fast_path_matches_replica_capacity(catalog, rows, cases):
+    """TrtllmCase.predict (used by the fit) equals the full replica_capacity path, tp > 1 too."""
+    eff = Efficiency(bandwidth=0.7, compute=0.5, step_overhead_ms=3.0, allreduce_latency_us=40.0, source="test")
+    picked = [c for c in cases if c.row.line % 37 == 0 or (c.row.tp == 8 and c.row.line % 5 == 0)]
+    assert any(c.row.tp == 8 for c in picked)
+    for c in picked:
+        assert c.predict(eff) == pytest.approx(predict_trtllm(catalog, c.row, eff), rel=1e-9)
+
+
+def test_committed_factors_meet_the_target_on_decode_throughput(cases):
+    """Outcome test of the shipped catalog: data/gpus.yaml's factors give median absolute
+    error <= 15% on every committed TensorRT-LLM row the catalog can express."""
+    errors = [100 * abs(c.predict() / c.row.measured_tok_s_per_gpu - 1) for c in cases]
+    assert len(errors) == 274
+    assert np.median(errors) <= 15.0
+
+
+def test_committed_factors_name_their_rows_and_stay_in_bounds(catalog):
+    for gpu in catalog.gpus.values():
+        eff = gpu.efficiency
+        assert "bench/calibration.py" in eff.source and "trtllm_offline_throughput.csv" in eff.source, (
+            f"{gpu.id}: efficiency not calibrated; run python bench/calibration.py --write"
+        )
+        for f in FACTORS:
+            lo, hi = BOUNDS[f]
+            assert lo <= getattr(eff, f) <= hi, (gpu.id, f)
+
+
+def test_fitted_factors_stay_within_bounds(catalog, cases):
+    fit_rows = [c for c in cases if c.gpu_id == "b200" and not c.row.held_out]
+    result = fit_efficiency(trtllm_log_errors(fit_rows), catalog.gpu("b200").efficiency, priors=TRTLLM_PRIORS)
+    for f in FACTORS:
+        lo, hi = BOUNDS[f]
+        assert lo <= getattr(result.efficiency, f) <= hi
+    assert set(result.at_bounds) <= set(result.free)
+    errors = [abs(c.predict(result.efficiency) / c.row.measured_tok_s_per_gpu - 1) for c in fit_rows]
+    assert np.median(errors) < 0.15
+
+
+def test_held_out_rows_are_whole_scenarios(rows, cases):
+    held = {(r.input_len, r.output_len) for r in rows if r.held_out}
+    assert held == set(HELD_OUT_SCENARIOS)
+    for gpu in {c.gpu_id for c in cases}:
+        mine = [c for c in cases if c.gpu_id == gpu]
+        assert any(c.row.held_out for c in mine) and any(not c.row.held_out for c in mine)
+
+
+def test_splitwise_prefill_is_prefill_s_plus_what_a_standalone_pass_pays(catalog):
+    """A long prompt's pass is compute-bound: prefill_s plus the step overhead and the
+    all-reduces' fixed latency (2 per layer), which prefill_s leaves to the decode step."""
+    (row,) = [
+        r
+        for r in load_splitwise_rows()
+        if (r.model, r.gpu, r.tp, r.input_len, r.batch) == ("llama2-70b", "h100-80gb", 8, 8192, 1)
+    ]
+    step = splitwise_step(catalog, row)
+    prefill_ms, _ = predict_splitwise(catalog, row)
+    latency_s = 2 * step.num_layers * step.allreduce_latency_s
+    assert prefill_ms == pytest.approx((float(step.prefill_s(8192)) + step.step_overhead_s + latency_s) * 1e3, rel=1e-9)
+
+
+def test_rewrite_touches_only_efficiency_blocks():
+    text = (
+        "# header\n"
+        "a:\n"
+        "  name: A\n"
+        "  efficiency:\n"
+        "    bandwidth: 0.5\n"
+        "    compute: 0.5\n"
+        "    step_overhead_ms: 1.0\n"
+        "    source: >-\n"
+        "      old, folded\n"
+        "  notes: keep\n"
+        "\n"
+        "b:\n"
+        "  efficiency:\n"
+        "    bandwidth: 0.6\n"
+        "    compute: 0.6\n"
+        "    step_overhead_ms: 1.0\n"
+        "    source: untouched\n"
+    )
+    eff = Efficiency(bandwidth=0.9, compute=0.4, step_overhead_ms=2.0, allreduce_latency_us=50.0, source='new "quoted"')
+    out = rewrite_efficiency_blocks(text, {"a": eff})
+    assert yaml.safe_load(out)["a"] == {"name": "A", "efficiency": eff.model_dump(), "notes": "keep"}
+    assert out.startswith("# header\na:\n  name: A\n  efficiency:\n")
+    assert out.endswith(text[text.index("  notes: keep") :])
+    with pytest.raises(ValueError, match="c"):
+        rewrite_efficiency_blocks(text, {"c": eff})
