@@ -1,0 +1,69 @@
+"""make_plan on hand-built traffic: when a split is clearly right or wrong, and what a plan guarantees."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from planner.histogram import Histogram
+from planner.planning import make_plan
+from planner.scenario import Scenario
+
+
+def scenario(**kw) -> Scenario:
+    base = {
+        "name": "t",
+        "model": "llama-3.1-8b",
+        "traffic": {"source": {"constant": {"prompt_tokens": 1, "output_tokens": 1}}, "peak": {"method": "explicit", "rps": 1}},
+        "slo": {"itl_ms": 60, "ttft_s": 3.0, "long_context": {"above_tokens": 8192, "ttft_s": 30}},
+        "sizing": {"mode": "expected"},
+        "tp": [1],
+        "weight_dtypes": ["bf16"],
+        "kv_dtypes": ["bf16"],
+    }
+    base.update(kw)
+    return Scenario.model_validate(base)
+
+
+def traffic(n_short: int, short: tuple[int, int], n_long: int, long: tuple[int, int]) -> Histogram:
+    p = np.r_[np.full(n_short, short[0]), np.full(n_long, long[0])]
+    o = np.r_[np.full(n_short, short[1]), np.full(n_long, long[1])]
+    return Histogram.from_arrays(p, o)
+
+
+def test_split_is_chosen_when_short_requests_can_go_to_cheap_small_gpus(catalog):
+    """Long requests (100k tokens) need an H200's memory; 98% of traffic is short and fits an L40S,
+    which (at a negotiated $0.50/hour) serves short requests cheaper per request/s than an H200."""
+    scn = scenario(context_limit=131072, gpus=[{"id": "l40s", "price_usd_per_hour": 0.5}, "h200"], split_thresholds=[8192])
+    plan = make_plan(scn, catalog, catalog.model("llama-3.1-8b"), traffic(9800, (1500, 300), 200, (100_000, 300)), 20.0)
+    assert plan.solution.threshold == 8192
+    gpus = {pd.traffic_class.name: pd.config.gpu.id for pd in plan.pools}
+    assert gpus["short"] == "l40s"
+    none = next(o for o in plan.split_analysis if o.name == "no split")
+    assert not none.feasible or none.cost_per_hour > plan.cost_per_hour
+
+
+def test_no_split_when_splitting_only_adds_a_pool(catalog):
+    """A sliver of requests just over the threshold, same GPU either way: one pool is cheaper or equal."""
+    scn = scenario(context_limit=16384, gpus=["h100-sxm"], split_thresholds=[4096], min_replicas_per_pool=2)
+    plan = make_plan(scn, catalog, catalog.model("llama-3.1-8b"), traffic(9990, (1000, 200), 10, (4500, 200)), 10.0)
+    assert plan.solution.threshold is None
+    split = next(o for o in plan.split_analysis if o.name.startswith("split"))
+    assert split.cost_per_hour >= plan.cost_per_hour
+
+
+def test_plan_covers_every_class_and_quotes_consistent_costs(catalog):
+    scn = scenario(context_limit=131072, gpus=["l40s", "h200", "h100-sxm"], split_thresholds=[8192, 16384],
+                   tp=[1, 2], kv_dtypes=["bf16", "fp8"], sizing={"mode": "percentile"})
+    plan = make_plan(scn, catalog, catalog.model("llama-3.1-8b"), traffic(9700, (1200, 250), 300, (60_000, 400)), 15.0)
+    for tc in plan.classes[plan.solution.option]:
+        covered = sum(pd.replicas * pd.capacity.max_rps for pd in plan.pools if pd.traffic_class.name == tc.name)
+        assert covered >= tc.rate_rps - 1e-9
+    assert plan.cost_per_hour == pytest.approx(sum(pd.cost_per_hour for pd in plan.pools))
+    cpm = plan.cost_per_million
+    assert cpm["blended"] * plan.tokens_per_hour / 1e6 == pytest.approx(plan.cost_per_hour)
+    # Every lever, alternative and sensitivity row is a full re-solve: the planned cost is the sensitivity's x1 row.
+    same = next(o for o in plan.sensitivity if o.name == "peak x 1")
+    assert same.cost_per_hour == pytest.approx(plan.cost_per_hour)
+    assert [o.cost_per_hour for o in plan.sensitivity] == sorted(o.cost_per_hour for o in plan.sensitivity)
+    assert all(a.cost_per_hour >= plan.cost_per_hour - 1e-9 for a in plan.alternatives)
