@@ -1,0 +1,238 @@
+"""The replica simulator: hand-computed tiny cases, conservation, preemption, determinism."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from planner.capacity import SLO
+from planner.deployment import make_deployment
+from planner.histogram import Histogram
+from planner.memory import kv_bytes_for_tokens
+from planner.roofline import StepModel
+from planner.simulate import (
+    COMPARE_KEYS,
+    Criterion,
+    Requests,
+    max_sustainable_rate,
+    predicted_point,
+    profile_for,
+    sample_requests,
+    simulate_replica,
+)
+
+
+def tiny_dep(catalog, *, block_size=4, chunk=8, max_seqs=2):
+    """Llama 3.1 8B on an H100 with a toy engine: 4-token blocks, 8-token chunks, 2 sequences."""
+    dep = make_deployment(catalog, model="llama-3.1-8b", gpu="h100-sxm", max_model_len=8192)
+    engine = dep.engine.model_copy(
+        update={"block_size": block_size, "max_num_batched_tokens": chunk, "max_num_seqs": max_seqs}
+    )
+    return dataclasses.replace(dep, engine=engine)
+
+
+def fixed(arrivals, prompt, output):
+    n = len(arrivals)
+    return Requests(np.asarray(arrivals, float), np.full(n, prompt), np.full(n, output))
+
+
+def test_tiny_case_matches_hand_computation(catalog):
+    """Three requests at t = 0, prompt 6, output 3; blocks of 4, chunks of 8 tokens, 2 sequences.
+
+    step 0: admit r0 (2 blocks, 6-token chunk, done -> token 1), admit r1 (2 blocks, chunk
+            [0, 2)); budget spent. used 4.
+    step 1: r0 decodes (cache 6 -> 7, no new block); r1 chunk [2, 6) done -> token 1; r2 not
+            admitted (2 running = max_num_seqs). used 4.
+    step 2: r0 (cache 7) and r1 (cache 6) decode; r0 emits token 3 and finishes (frees 2).
+    step 3: r1 decodes (cache 7); r2 admitted (2 blocks), 6-token chunk done -> token 1;
+            r1 emits token 3 and finishes.
+    step 4: r2 decodes (cache 6). step 5: r2 decodes (cache 7), token 3, finishes.
+    Step times: StepModel.decode_step_s(decoders, their blocks x block bytes, attended tokens)
+    plus prefill_flops of each chunk [a, b) = prefill_flops(b, b², cached=a) / flops_s.
+    """
+    dep = tiny_dep(catalog)
+    sm = StepModel.of(dep)
+    blk = kv_bytes_for_tokens(dep.model, 4, dep.kv_dtype)
+
+    def dec(d, blocks, ctx):
+        return float(sm.decode_step_s(d, blocks * blk, ctx))
+
+    def pf(b, a=0):
+        return float(sm.prefill_flops(b, b * b, a)) / sm.flops_s
+
+    t = [
+        dec(0, 0, 0) + pf(6) + pf(2),
+        dec(1, 2, 7) + pf(6, 2),
+        dec(2, 4, 8 + 7),
+        dec(1, 2, 8) + pf(6),
+        dec(1, 2, 7),
+        dec(1, 2, 8),
+    ]
+    end = np.cumsum(t)
+    res, tr = simulate_replica(dep, fixed([0, 0, 0], 6, 3), kv_budget_bytes=100 * blk, watermark=0.0, trace=True)
+    assert res.steps == 6
+    assert tr.step_s == pytest.approx(t, rel=1e-12)
+    assert tr.step_used_blocks.tolist() == [4, 4, 4, 4, 2, 2]
+    assert tr.step_decoding.tolist() == [0, 1, 2, 1, 1, 1]
+    assert tr.step_running.tolist() == [2, 2, 2, 2, 1, 1]
+    assert tr.step_prefill_tokens.tolist() == [8, 4, 0, 6, 0, 0]
+    assert tr.first_token_s == pytest.approx([end[0], end[1], end[3]], rel=1e-12)
+    assert tr.finish_s == pytest.approx([end[2], end[3], end[5]], rel=1e-12)
+    assert tr.free_blocks_at_end == tr.total_blocks == 100
+    assert res.preemptions == 0
+
+
+def test_arrival_after_idle_starts_at_arrival(catalog):
+    """A lone request arriving at 5 s: prefill step then 2 decode steps, from t = 5."""
+    dep = tiny_dep(catalog)
+    sm = StepModel.of(dep)
+    blk = kv_bytes_for_tokens(dep.model, 4, dep.kv_dtype)
+    t = [float(sm.decode_step_s(0, 0, 0)) + float(sm.prefill_flops(5, 25)) / sm.flops_s]
+    t += [float(sm.decode_step_s(1, 2 * blk, 6)), float(sm.decode_step_s(1, 2 * blk, 7))]
+    _, tr = simulate_replica(dep, fixed([5.0], 5, 3), kv_budget_bytes=100 * blk, watermark=0.0, trace=True)
+    assert tr.step_start_s[0] == 5.0
+    assert tr.finish_s[0] == pytest.approx(5.0 + sum(t), rel=1e-12)
+    # cache 5 -> 6 needs no block; 6 -> 7 neither: blocks stay at ceil(5/4) = 2.
+    assert tr.step_used_blocks.tolist() == [2, 2, 2]
+
+
+@pytest.mark.parametrize(("blocks", "preempted_at"), [(6, None), (5, 5), (4, 5)])
+def test_preemption_exactly_when_free_blocks_run_out(catalog, blocks, preempted_at):
+    """Two requests at t = 0, prompt 4, output 6, blocks of 4 tokens.
+
+    step 0: both prefilled (1 block each, used 2), token 1 each.
+    step 1: caches 4 -> 5: each needs block 2 (used 4).
+    steps 2-4: caches 5..7, no new block.
+    step 5: caches 8 -> 9: each needs block 3, 2 more blocks. With 6 blocks both fit; with
+            5 or 4 only 1 or 0 are free, so the newest (r1) is preempted: its 2 blocks are
+            freed and it no longer needs one, r0 takes 1 (used 3). r0 emits token 6, finishes.
+    step 6: r1 readmitted with prompt 4 + 5 generated = 9 tokens (3 blocks), recomputed in
+            one chunk, emits token 6 and finishes.
+    """
+    dep = tiny_dep(catalog, chunk=16, max_seqs=8)
+    blk = kv_bytes_for_tokens(dep.model, 4, dep.kv_dtype)
+    res, tr = simulate_replica(dep, fixed([0, 0], 4, 6), kv_budget_bytes=blocks * blk, watermark=0.0, trace=True)
+    if preempted_at is None:
+        assert tr.preemption_steps.size == 0
+        assert tr.step_used_blocks.tolist() == [2, 4, 4, 4, 4, 6]
+        assert res.steps == 6
+    else:
+        assert tr.preemption_steps.tolist() == [preempted_at]
+        assert tr.preemptions.tolist() == [0, 1]
+        assert tr.admissions.tolist() == [1, 2]
+        assert tr.step_used_blocks.tolist() == [2, 4, 4, 4, 4, 3, 3]
+        assert tr.step_prefill_tokens.tolist() == [8, 0, 0, 0, 0, 0, 9]
+        assert res.steps == 7
+        # r1's last token before preemption came at the end of step 4; its next at the end of step 6.
+        assert tr.resume_gaps_s == pytest.approx([tr.step_s[5] + tr.step_s[6]])
+        assert tr.finish_s[1] == pytest.approx(tr.step_s.sum())
+    assert tr.free_blocks_at_end == tr.total_blocks
+
+
+def test_conservation_under_memory_pressure(catalog):
+    """Every request finishes exactly once, tokens add up, all blocks come back."""
+    dep = tiny_dep(catalog, block_size=16, chunk=512, max_seqs=64)
+    blk = kv_bytes_for_tokens(dep.model, 16, dep.kv_dtype)
+    rng = np.random.default_rng(7)
+    n = 400
+    req = Requests(np.sort(rng.uniform(0, 2.0, n)), rng.integers(1, 300, n), rng.integers(1, 200, n))
+    res, tr = simulate_replica(dep, req, kv_budget_bytes=120 * blk, trace=True)
+    assert tr.preemption_steps.size > 0  # the case does exercise preemption
+    assert np.isfinite(tr.finish_s).all() and np.isfinite(tr.first_token_s).all()
+    assert (tr.finish_s >= tr.first_token_s).all()
+    assert (tr.first_token_s > req.arrival_s).all()
+    assert (tr.admissions == 1 + tr.preemptions).all()
+    # Each completed prefill emits one token, each decode step one per decoder.
+    prefills_completed = n + tr.resume_gaps_s.size
+    assert tr.step_decoding.sum() + prefills_completed == req.output_tokens.sum()
+    assert tr.free_blocks_at_end == tr.total_blocks
+    assert (tr.step_used_blocks <= tr.total_blocks).all()
+    assert (tr.step_running <= 64).all()
+    assert res.preemptions_per_1000 > 0
+
+
+def test_shared_prefix_is_held_once_and_skipped(catalog):
+    dep = tiny_dep(catalog)
+    sm = StepModel.of(dep)
+    blk = kv_bytes_for_tokens(dep.model, 4, dep.kv_dtype)
+    # prefix of 9 tokens -> 2 full blocks (8 tokens) shared; prompt 10: 2 new tokens, 1 own block.
+    res, tr = simulate_replica(
+        dep, fixed([0.0], 10, 2), kv_budget_bytes=10 * blk, shared_prefix_tokens=9, watermark=0.0, trace=True
+    )
+    assert tr.total_blocks == 8
+    assert tr.step_used_blocks.tolist() == [1, 1]
+    t0 = float(sm.decode_step_s(0, 0, 0)) + float(sm.prefill_flops(10, 100, 8)) / sm.flops_s
+    t1 = float(sm.decode_step_s(1, 1 * blk + 2 * blk, 11))
+    assert tr.step_s == pytest.approx([t0, t1], rel=1e-12)
+    assert res.total_blocks == 8 and res.kv_budget_bytes == 10 * blk
+
+
+def test_same_seed_same_result_and_different_seed_different_arrivals(catalog):
+    dep = make_deployment(catalog, model="llama-3.1-8b", gpu="h100-sxm", max_model_len=8192)
+    rng = np.random.default_rng(1)
+    hist = Histogram.from_arrays(rng.integers(50, 2000, 500), rng.integers(10, 500, 500))
+    a = sample_requests(hist, 5.0, 300, seed=3)
+    b = sample_requests(hist, 5.0, 300, seed=3)
+    c = sample_requests(hist, 5.0, 300, seed=4)
+    assert np.array_equal(a.arrival_s, b.arrival_s) and np.array_equal(a.prompt_tokens, b.prompt_tokens)
+    assert not np.array_equal(a.arrival_s, c.arrival_s)
+    ra, rb = simulate_replica(dep, a), simulate_replica(dep, b)
+    va, vb = dataclasses.asdict(ra), dataclasses.asdict(rb)
+    va.pop("wall_s"), vb.pop("wall_s")
+    assert va == vb
+    assert simulate_replica(dep, c).ttft_ms_p99 != ra.ttft_ms_p99
+
+
+def test_sampling_keeps_the_histogram_moments():
+    rng = np.random.default_rng(0)
+    p = np.clip(rng.lognormal(6.5, 1.0, 20000), 1, 8000).astype(int)
+    o = np.clip(rng.lognormal(5.0, 0.8, 20000), 1, 2000).astype(int)
+    hist = Histogram.from_arrays(p, o)
+    req = sample_requests(hist, 1.0, 200_000, seed=1)
+    assert req.prompt_tokens.mean() == pytest.approx(p.mean(), rel=0.01)
+    assert (req.prompt_tokens.astype(float) ** 2).mean() == pytest.approx((p.astype(float) ** 2).mean(), rel=0.03)
+    assert req.output_tokens.mean() == pytest.approx(o.mean(), rel=0.01)
+    const = sample_requests(Histogram.constant(1000, 250), 1.0, 50, seed=2)
+    assert set(const.prompt_tokens.tolist()) == {1000} and set(const.output_tokens.tolist()) == {250}
+    assert np.mean(np.diff(req.arrival_s)) == pytest.approx(1.0, rel=0.01)
+
+
+def test_simulation_agrees_with_the_model_below_capacity(catalog):
+    """Well below every ceiling, Little's law holds in both: resident batch and mean ITL within 5%."""
+    dep = make_deployment(catalog, model="llama-3.1-8b", gpu="h100-sxm", max_model_len=8192)
+    hist = Histogram.constant(1000, 250)
+    req = sample_requests(hist, 15.0, 3000, seed=1)
+    sim = simulate_replica(dep, req)
+    pred = predicted_point(dep, profile_for(dep, hist), sim.rate_rps)
+    assert set(pred) == set(COMPARE_KEYS) == set(sim.compare_view())
+    assert sim.resident_batch == pytest.approx(pred["resident_batch"], rel=0.05)
+    assert sim.itl_ms_mean == pytest.approx(pred["itl_ms_mean"], rel=0.05)
+    assert sim.kv_utilisation == pytest.approx(pred["kv_utilisation"], rel=0.05)
+    assert sim.stable and sim.preemptions == 0
+
+
+def test_max_sustainable_rate_brackets_and_respects_the_criterion(catalog):
+    dep = make_deployment(catalog, model="llama-3.1-8b", gpu="h100-sxm", max_model_len=8192)
+    hist = Histogram.constant(1000, 250)
+    slo = SLO(itl_ms=30.0)  # binds well below saturation (about 17 rps of 24)
+    found = max_sustainable_rate(dep, hist, slo, n_requests=3000, rel_tol=0.05)
+    assert found.rate_rps > 0 and found.result is not None
+    assert Criterion(slo, 10.0).failures(found.result) == []
+    lo, hi = found.bracket
+    assert (hi - lo) <= 0.05 * hi
+    assert "itl" in found.binding
+
+
+@pytest.mark.parametrize(("model", "tp"), [("llama-3.1-8b", 1), ("llama-3.1-70b", 4), ("mixtral-8x7b", 2)])
+def test_tabulated_step_time_is_the_step_model(catalog, model, tp):
+    """The simulator's fast step-time form reproduces StepModel.decode_step_s exactly."""
+    from planner.simulate import _Costs
+
+    dep = make_deployment(catalog, model=model, gpu="h100-sxm", tp=tp, max_model_len=8192)
+    costs = _Costs.of(dep, dep.engine.max_num_seqs)
+    assert costs.exact
+    sm = StepModel.of(dep)
+    for d, cache, ctx in [(0, 0.0, 0.0), (1, 1e6, 10.0), (300, 3e11, 6e5), (1024, 8e10, 8e6)]:
+        assert costs.decode_s(d, cache, ctx) == pytest.approx(float(sm.decode_step_s(d, cache, ctx)), rel=1e-12)
