@@ -314,8 +314,11 @@ def predict_trtllm(catalog: Catalog, row: TrtllmRow, efficiency: Efficiency | No
     dep = trtllm_deployment(catalog, row)
     if efficiency is not None:
         dep = with_efficiency(dep, efficiency)
-    cap = replica_capacity(dep, trtllm_profile(dep, row), SLO(), sizing="worst_case")
-    return cap.point.output_tokens_per_s / dep.tp
+    prof = trtllm_profile(dep, row)
+    cap = replica_capacity(dep, prof, SLO(), sizing="worst_case")
+    # A max-throughput benchmark runs at the bound itself, not at the knee a plan keeps.
+    rm = ReplicaModel(dep, prof, SLO(), cap.ladder)
+    return rm.rate(cap.bound_batch) * prof.mean_output / dep.tp
 
 
 @dataclass(frozen=True, eq=False)
@@ -336,7 +339,7 @@ class TrtllmCase:
         dep = trtllm_deployment(catalog, row)
         prof = trtllm_profile(dep, row)
         cap = replica_capacity(dep, prof, SLO(), sizing="worst_case")
-        return cls(row, dep, prof, cap.ladder, cap.point.resident_batch, cap.binding)
+        return cls(row, dep, prof, cap.ladder, cap.bound_batch, cap.binding)
 
     @property
     def gpu_id(self) -> str:

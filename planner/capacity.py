@@ -14,16 +14,18 @@ Derivation (continuous batching with chunked prefill, one replica):
   the roofline throughput. Every ceiling is therefore a bound on N:
     memory   N ≤ N_mem (budget / footprint, in the sizing mode),
     itl      t(N) ≤ ITL target (mean inter-token latency = step time),
-    ttft     W_q + T_pf(p_q) + (ceil(p_q / C) + 1)·t_dec(N) ≤ TTFT target, p_q the
-             class's prompt quantile (its chunks, one step each, plus one step of
-             waiting) and W_q the Pollaczek-Khinchine mean wait of an M/G/1 prefill
+    ttft     W_q + T_pf(p_q) + ceil(p_q / C)·t_dec(N) + R(N) ≤ TTFT target, p_q the
+             class's prompt quantile (its chunks ride one step each), R the mean
+             residual of the step in flight at arrival (residual_step_s), and W_q
+             the Pollaczek-Khinchine mean wait of an M/G/1 prefill
              queue, ρ/(1-ρ)·E[T_pf]·(1 + cv²)/2, with cv² of prefill time taken as
              that of prompt length (E[p²]/E[p]² - 1); it grows without bound as
              prefill saturates the GPU, which is what stops a prefill-heavy class,
     batch    N ≤ the engine's max_num_seqs; at that point the step is either
              bandwidth- or compute-bound, and the ceiling is labelled as such.
-  Capacity is λ(min of the bounds). Each bound comes from a bracketed root
-  (scipy.optimize.brentq) of a monotone function, so nothing stops early silently.
+  Capacity is λ at the knee: the smallest N reaching 99% of λ(min of the bounds)
+  (see _knee). Each bound comes from a bracketed root (scipy.optimize.brentq) of a
+  monotone function, so nothing stops early silently.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ from planner.paged import (
 from planner.roofline import StepModel
 
 CEILINGS = ("memory", "bandwidth", "compute", "itl", "ttft")
+KNEE_SHARE = 0.99  # a replica is planned at 99% of the rate its binding bound allows
+KNEE_FLAT = 0.9  # if 99% of that rate needs under 90% of the bound's batch, throughput has saturated
 PERCENTILE_GRID_UNITS = 2048  # byte-grid resolution of the compound-Poisson total
 
 
@@ -103,6 +107,7 @@ class Capacity:
     ladder: BudgetLadder
     footprint: Footprint
     prefill_s_at_quantile: float
+    bound_batch: float = 0.0  # resident sequences at the binding bound, before planning at the knee
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -226,14 +231,33 @@ class ReplicaModel:
         return self.decode_s(n) / (1.0 - rho) if rho < 1 else math.inf
 
     def ttft_s(self, n: float, prefill_s: float | None = None, chunks: int | None = None) -> float:
-        """TTFT of a prompt (default: the class's quantile prompt) at mean resident count n."""
-        rho = self.rate(n) * self.prefill_mean_s
+        """TTFT of a prompt (default: the class's quantile prompt) at mean resident count n:
+        the prefill queue's wait, the prompt's own prefill and one decode step per chunk,
+        plus the residual of the step in flight when it arrives."""
+        lam = self.rate(n)
+        rho = lam * self.prefill_mean_s
         if rho >= 1:
             return math.inf
         wait = rho / (1.0 - rho) * self.prefill_mean_s * (1.0 + self.prompt_cv2) / 2.0
         prefill = self.prefill_q_s if prefill_s is None else prefill_s
-        steps = (self.chunks_q if chunks is None else chunks) + 1
-        return wait + prefill + steps * self.decode_s(n)
+        steps = self.chunks_q if chunks is None else chunks
+        return wait + prefill + steps * self.decode_s(n) + self.residual_step_s(n)
+
+    def residual_step_s(self, n: float) -> float:
+        """Mean remaining time of the step in flight at a random arrival: E[t²] / (2 E[t])
+        (the inspection paradox). Steps are decode-only (t_dec) or carry a prefill chunk
+        (t_dec + c); a share f = min(1, λ·E[chunks]·t) of steps carries one, and f·c = ρ·t
+        keeps the mean step t = t_dec / (1 - ρ)."""
+        t_dec = self.decode_s(n)
+        lam = self.rate(n)
+        rho = lam * self.prefill_mean_s
+        t = t_dec / (1.0 - rho)
+        f = min(1.0, lam * self.prof.prefill_steps_per_request * t)
+        if f <= 0:
+            return t_dec / 2.0
+        chunk = rho * t / f
+        second_moment = (1.0 - f) * t_dec**2 + f * (t_dec + chunk) ** 2
+        return second_moment / (2.0 * t)
 
     def ttft_excess(self, n: float) -> float:
         """max over TTFT checks of (TTFT - target), seconds; <= 0 when every check holds."""
@@ -246,6 +270,24 @@ class ReplicaModel:
         if self.rate(n_max) < rate_rps:
             return None
         return brentq(lambda n: self.rate(n) - rate_rps, 1e-9, n_max, xtol=1e-9, rtol=1e-12)
+
+
+def _knee(rm: ReplicaModel, n_bound: float) -> float:
+    """The smallest N reaching KNEE_SHARE of the rate at the bound.
+
+    Near a bound λ(N) is often nearly flat (prefill-heavy classes: halving N can cost
+    1% of throughput), so the last 1% of rate costs a disproportionate share of
+    latency and memory; and the simulator (bench/accuracy.py) finds the analytical
+    rate about 2% optimistic there. Planning at the knee is the roofline's "second
+    ceiling" (seed 000: past the ridge point more users raise latency, not throughput).
+    """
+    if n_bound <= 0:
+        return 0.0
+    target = KNEE_SHARE * rm.rate(n_bound)
+    tiny = min(1e-6, n_bound)
+    if rm.rate(tiny) >= target:
+        return tiny
+    return brentq(lambda n: rm.rate(n) - target, tiny, n_bound, xtol=1e-9, rtol=1e-12)
 
 
 def _largest_n(pred_excess, n_hi: float) -> float:
@@ -281,12 +323,22 @@ def replica_capacity(
         bounds["itl"] = _largest_n(lambda n: rm.step_s(n) - target, n_cap) if n_cap > 0 else 0.0
     if rm.ttft_targets:
         bounds["ttft"] = _largest_n(rm.ttft_excess, n_cap) if n_cap > 0 else 0.0
-    n_star = min([n_cap, *bounds.values()])
+    n_bound = min([n_cap, *bounds.values()])
     binding = min(bounds, key=lambda k: (bounds[k], CEILINGS.index(k)))
     notes = []
-    if n_batch < bounds[binding] or (n_batch <= n_star and binding == "memory" and n_batch < n_mem):
+    if n_batch < bounds[binding] or (n_batch <= n_bound and binding == "memory" and n_batch < n_mem):
         binding = rm.point(n_batch).regime
         notes.append(f"batch capped at the engine's max_num_seqs = {dep.engine.max_num_seqs}")
+    n_star = _knee(rm, n_bound)
+    if n_star < KNEE_FLAT * n_bound:
+        # Throughput had saturated well before the bound: say so rather than blame the bound.
+        pt = rm.point(n_star)
+        limit = binding
+        binding = "compute" if pt.prefill_share >= 0.5 or pt.regime == "compute" else "bandwidth"
+        notes.append(
+            f"throughput saturates at {n_star:,.0f} resident sequences: up to the {limit} limit of "
+            f"{n_bound:,.0f} more concurrency adds latency, not requests/s (<{1 - KNEE_SHARE:.0%} more)"
+        )
     for prefill_s, _, target, prompt in rm.ttft_targets:
         if prefill_s > target:
             notes.append(
@@ -306,6 +358,7 @@ def replica_capacity(
         ladder=rm.ladder,
         footprint=rm.fp,
         prefill_s_at_quantile=rm.prefill_q_s,
+        bound_batch=n_bound,
         notes=tuple(notes),
     )
 

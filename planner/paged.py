@@ -3,8 +3,10 @@
 A sequence of n tokens holds ceil(n / B) x B tokens of cache (blocks of B = 16 in
 vLLM; seed 000 "with paging, a user who has sent 500 tokens holds about 32 blocks").
 A request is resident from admission to its last token: ceil(p / C) steps while its
-prompt is prefilled in chunks of C tokens (holding its prompt), then one decode
-step per output token k = 1..o (holding p + k tokens). By Little's law the mean
+prompt is prefilled in chunks of C tokens (holding its prompt; the step that
+finishes the prefill emits the first output token, as in vLLM), then one decode
+step for each further output token k = 1..o-1, holding p + k tokens (the last
+token is returned, never cached). By Little's law the mean
 resident cache of a replica is arrival rate x E[memory-time of one request], which
 needs the joint (prompt, output) distribution: E[o·p] and E[o²] as well as the means.
 The histogram's exact per-cell sums supply them.
@@ -76,6 +78,7 @@ class TokenProfile:
     prompt_quantile: float
     prompt_quantile_tokens: float
     steps_per_request: float
+    prefill_steps_per_request: float
     mean_paged_tokens: float  # full-attention layers, per resident sequence, time-weighted
     mean_window_tokens: float  # sliding-window layers, likewise (0 without a window)
     mean_context_tokens: float  # unpaged tokens attended over, time-weighted
@@ -99,29 +102,30 @@ def token_profile(
     n = float(c.sum())
     p_mean = np.rint(hist.sum_prompt / hist.count).astype(np.int64)
     o_mean = np.maximum(np.rint(hist.sum_output / hist.count).astype(np.int64), 1)
+    o_dec = o_mean - 1  # decode steps after the prefill step that emits the first token
     shared_blocks = shared_prefix_tokens // block_size
     shared = shared_blocks * block_size
     p_held = np.maximum(p_mean - shared, 0)  # prefix blocks are held once per replica, not per sequence
 
     prefill_steps = np.maximum(1, -(-p_mean // chunk_tokens))
-    # Exact unpaged decode memory-time from the sums: sum_k (p+k) = o·p + o(o+1)/2 per request.
-    exact_linear = hist.sum_prompt_output + (hist.sum_output_sq + hist.sum_output) / 2.0
-    at_mean_linear = c * (o_mean * p_mean + o_mean * (o_mean + 1) / 2.0)
+    # Exact unpaged decode memory-time from the sums: sum_{k=1..o-1} (p+k) = (o-1)·p + (o-1)·o/2.
+    exact_linear = hist.sum_prompt_output - hist.sum_prompt + (hist.sum_output_sq - hist.sum_output) / 2.0
+    at_mean_linear = c * (o_dec * p_mean + o_dec * o_mean / 2.0)
     # The same for the prefill residency: sum of p, exact, against c·p̄ at the rounded mean.
     variance_correction = exact_linear - at_mean_linear + prefill_steps * (hist.sum_prompt - c * p_mean)
 
-    decode_steps = hist.sum_output.astype(np.float64)
+    decode_steps = (hist.sum_output - hist.count).astype(np.float64)
     steps = float((c * prefill_steps).sum() + decode_steps.sum())
 
     def paged(tokens: np.ndarray) -> np.ndarray:
         return -(-tokens // block_size) * block_size
 
-    full_steps = c * (paged_token_steps(p_held, o_mean, block_size) + prefill_steps * paged(p_held))
+    full_steps = c * (paged_token_steps(p_held, o_dec, block_size) + prefill_steps * paged(p_held))
     full_steps = full_steps + variance_correction
     if sliding_window:
         window = paged(np.int64(sliding_window))
         win_steps = c * (
-            windowed_token_steps(p_held, o_mean, block_size, int(window))
+            windowed_token_steps(p_held, o_dec, block_size, int(window))
             + prefill_steps * np.minimum(paged(p_held), window)
         )
         mean_window = float(win_steps.sum()) / steps
@@ -129,7 +133,7 @@ def token_profile(
         mean_window = 0.0
     context_steps = exact_linear + prefill_steps * hist.sum_prompt
 
-    level_weight = _level_weights(p_held, o_mean, c, prefill_steps, block_size) / steps
+    level_weight = _level_weights(p_held, o_dec, c, prefill_steps, block_size) / steps
     quantile = _prompt_quantile(hist, prompt_quantile)
     return TokenProfile(
         requests=int(n),
@@ -143,6 +147,7 @@ def token_profile(
         prompt_quantile=prompt_quantile,
         prompt_quantile_tokens=quantile,
         steps_per_request=steps / n,
+        prefill_steps_per_request=float((c * prefill_steps).sum()) / n,
         mean_paged_tokens=float(full_steps.sum()) / steps,
         mean_window_tokens=mean_window,
         mean_context_tokens=float(context_steps.sum()) / steps,
@@ -152,7 +157,8 @@ def token_profile(
 
 
 def _level_weights(p, o, c, prefill_steps, block) -> np.ndarray:
-    """Token-steps spent at each block count j: prefill at ceil(p/B), decode k=1..o at ceil((p+k)/B).
+    """Token-steps spent at each block count j: prefill at ceil(p/B), decode k=1..o at ceil((p+k)/B)
+    (o here is the number of decode steps, one less than the output tokens).
 
     The decode steps at level j number G(j) - G(j-1) with G(j) = clip(j·B - p, 0, o):
     B for interior blocks, partial at the two ends. Built with difference arrays.

@@ -58,10 +58,10 @@ def test_prediction_reproduces_hand_computed_roofline(catalog, rows):
     budget = math.floor(0.95 * (gpu.memory_gib - weight_bytes / GiB - 3.0) * GiB)
     kv_per_token = 2 * 32 * 8 * 128 * 2  # K and V x layers x KV heads x head_dim x fp16 bytes
     n = budget // (2176 * kv_per_token)  # every sequence reserves ISL + OSL = 68 blocks of 32
-    steps = 1 + 128  # one prefill step (2048 <= 8192-token chunks), then one per output token
+    steps = 1 + 127  # one prefill step (2048 <= 8192-token chunks) emits token 1, then one per further token
     # cache held, time-weighted: paged(2048) while prefilling, then 2048 + 32 x ceil(k/32)
-    held_tokens = (2048 + sum(2048 + 32 * math.ceil(k / 32) for k in range(1, 129))) / steps
-    context_tokens = (2048 + sum(2048 + k for k in range(1, 129))) / steps
+    held_tokens = (2048 + sum(2048 + 32 * math.ceil(k / 32) for k in range(1, 128))) / steps
+    context_tokens = (2048 + sum(2048 + k for k in range(1, 128))) / steps
     bandwidth = gpu.hbm_bandwidth_gb_s * 1e9 * 0.8
     flops = gpu.tflops("fp16") * 1e12 * 0.7
     attn = 4 * 32 * 128 * 32  # q.K and p.V: 4 x heads x head_dim per layer, 32 layers

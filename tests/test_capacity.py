@@ -38,8 +38,9 @@ def test_constant_conversation_reproduces_53_and_191(catalog):
 
 @pytest.mark.parametrize(("p", "o"), [(1000, 100), (37, 513), (4000, 4000), (16, 16)])
 def test_degenerate_class_matches_closed_form(catalog, p, o):
-    """All requests (p, o): resident ceil(p/C) prefill steps holding paged(p), then o decode
-    steps holding paged(p + k). The expected-mode footprint is their step-weighted mean."""
+    """All requests (p, o): resident ceil(p/C) prefill steps holding paged(p) (the last emits the
+    first token), then o - 1 decode steps holding paged(p + k). The expected-mode footprint is
+    their step-weighted mean."""
     dep = dep8b(catalog)
     prof = token_profile(Histogram.constant(p, o, requests=7), chunk_tokens=8192)
 
@@ -47,11 +48,11 @@ def test_degenerate_class_matches_closed_form(catalog, p, o):
         return math.ceil(n / 16) * 16
 
     prefill_steps = max(1, math.ceil(p / 8192))
-    token_steps = prefill_steps * paged(p) + sum(paged(p + k) for k in range(1, o + 1))
-    steps = prefill_steps + o
+    token_steps = prefill_steps * paged(p) + sum(paged(p + k) for k in range(1, o))
+    steps = prefill_steps + o - 1
     assert prof.steps_per_request == steps
     assert prof.mean_paged_tokens == pytest.approx(token_steps / steps, rel=1e-12)
-    assert prof.mean_context_tokens == pytest.approx((prefill_steps * p + sum(p + k for k in range(1, o + 1))) / steps)
+    assert prof.mean_context_tokens == pytest.approx((prefill_steps * p + sum(p + k for k in range(1, o))) / steps)
     ladder = budget_ladder(dep)
     cap = replica_capacity(dep, prof, sizing="expected")
     per_seq = token_steps / steps * 131072
@@ -65,8 +66,8 @@ def test_exact_sums_make_mixed_cells_exact_without_paging():
     p = rng.integers(100, 140, 500)  # a handful of cells with spread inside each
     o = rng.integers(50, 70, 500)
     prof = token_profile(Histogram.from_arrays(p, o), block_size=1, chunk_tokens=10**6)
-    token_steps = sum(int(pi) + sum(range(int(pi) + 1, int(pi + oi) + 1)) for pi, oi in zip(p, o, strict=True))
-    steps = len(p) + int(o.sum())
+    token_steps = sum(int(pi) + sum(range(int(pi) + 1, int(pi + oi))) for pi, oi in zip(p, o, strict=True))
+    steps = int(o.sum())  # one prefill step (which emits the first token) plus o - 1 decode steps
     assert prof.mean_paged_tokens == pytest.approx(token_steps / steps, rel=1e-12)
 
 
