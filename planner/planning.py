@@ -81,6 +81,7 @@ class PoolDetail:
     cost_per_hour: float
     capacity: Capacity
     at_peak: object  # OperatingPoint at the peak rate per replica
+    rate_per_replica_rps: float  # the peak (before headroom) each replica of the pool carries
 
 
 @dataclass(frozen=True)
@@ -416,7 +417,7 @@ def _pool_details(ev: Evaluator, classes, evals, sol: FleetSolution) -> list[Poo
         share = (p.replicas * p.capacity_rps) / sum(q.replicas * q.capacity_rps for q in sol.pools if q.traffic_class == p.traffic_class)
         per_replica = tc.peak_rps * share / p.replicas
         n = rm.resident_for_rate(per_replica, e.capacity.point.resident_batch + 1e-9) or 0.0
-        out.append(PoolDetail(tc, cfg, dep, p.replicas, p.gpus, p.cost_per_hour, e.capacity, rm.point(n)))
+        out.append(PoolDetail(tc, cfg, dep, p.replicas, p.gpus, p.cost_per_hour, e.capacity, rm.point(n), per_replica))
     return out
 
 

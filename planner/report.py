@@ -247,7 +247,7 @@ def _pool_detail(plan: Plan, pd: PoolDetail) -> str:
         "",
         f"At capacity: {cap.point.resident_batch:,.1f} resident sequences, step {cap.point.step_ms:,.2f} ms "
         f"({cap.point.regime}-bound decode {cap.point.decode_ms:,.2f} ms), KV utilisation {cap.point.kv_utilisation:.0%}.",
-        f"At the planned peak ({tc.peak_rps / pd.replicas:,.3f} req/s per replica, before headroom): "
+        f"At the planned peak ({pd.rate_per_replica_rps:,.3f} req/s per replica, before headroom): "
         f"{pt.resident_batch:,.1f} resident sequences, step (ITL) {pt.step_ms:,.2f} ms, KV utilisation "
         f"{pt.kv_utilisation:.0%}, prefill {pt.prefill_share:.0%} of GPU time, {pt.output_tokens_per_s:,.0f} output tokens/s, "
         f"{pt.regime}-bound.",
