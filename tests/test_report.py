@@ -1,0 +1,68 @@
+"""The report: a golden file for a tiny scenario, byte-identical regeneration, the shipped reports in step."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from planner.cli import main
+
+HERE = Path(__file__).parent
+ROOT = HERE.parent
+GOLDEN = HERE / "golden"
+
+
+def solve_into(out: Path, *scenarios: Path) -> None:
+    r = CliRunner().invoke(main, ["solve", *map(str, scenarios), "--out-dir", str(out)])
+    assert r.exit_code == 0, r.output
+
+
+def test_tiny_report_matches_the_golden_file(tmp_path):
+    """Set PLANNER_UPDATE_GOLDEN=1 to rewrite the golden file after an intended change (and review the diff)."""
+    solve_into(tmp_path, GOLDEN / "tiny.yaml")
+    text = (tmp_path / "tiny.md").read_text(encoding="utf-8")
+    golden = GOLDEN / "tiny.md"
+    if os.environ.get("PLANNER_UPDATE_GOLDEN"):
+        golden.write_text(text, encoding="utf-8")
+    assert text == golden.read_text(encoding="utf-8")
+
+
+def test_report_leads_with_the_decision_and_shows_the_arithmetic(tmp_path):
+    solve_into(tmp_path, GOLDEN / "tiny.yaml")
+    text = (tmp_path / "tiny.md").read_text(encoding="utf-8")
+    order = ["## Decision", "per hour", "per month", "per million tokens", "## Split analysis", "## Levers",
+             "## Next-best distinct plans", "## Sensitivity to the peak rate", "## Pools in detail", "= KV budget",
+             "## Traffic", "## Assumptions and sources"]
+    positions = [text.index(marker) for marker in order]
+    assert positions == sorted(positions)
+    assert "**expected**" in text  # the sizing mode quoted is marked
+    assert "scenario override" in text  # the negotiated L40S price is traced to the scenario
+    for png in ("tiny_traffic.png", "tiny_split.png"):
+        assert (tmp_path / png).read_bytes().startswith(b"\x89PNG")
+
+
+def test_regeneration_is_byte_identical(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    solve_into(a, GOLDEN / "tiny.yaml")
+    solve_into(b, GOLDEN / "tiny.yaml")
+    for f in sorted(a.iterdir()):
+        assert f.read_bytes() == (b / f.name).read_bytes(), f.name
+
+
+@pytest.mark.skipif(not (ROOT / "reports").is_dir(), reason="no shipped reports in this tree")
+def test_shipped_reports_are_in_step_with_the_code(tmp_path):
+    """`planner solve scenarios/*.yaml` regenerates every committed Markdown report with no diff."""
+    scenarios = sorted((ROOT / "scenarios").glob("*.yaml"))
+    work = tmp_path / "scenarios"
+    shutil.copytree(ROOT / "scenarios", work)
+    if (ROOT / "data").is_dir():
+        shutil.copytree(ROOT / "data", tmp_path / "data")
+    solve_into(tmp_path / "reports", *(work / s.name for s in scenarios))
+    for s in scenarios:
+        name = s.stem
+        fresh = (tmp_path / "reports" / f"{name}.md").read_text(encoding="utf-8")
+        assert fresh == (ROOT / "reports" / f"{name}.md").read_text(encoding="utf-8"), f"reports/{name}.md is stale"
