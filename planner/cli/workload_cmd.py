@@ -1,0 +1,194 @@
+"""`planner histogram` and `planner synth`: logs → histogram files; synthetic logs.
+
+Thin: each command parses, calls one library function (planner.workload), formats.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from planner.cli.options import echo_json, json_option
+from planner.workload.columns import PRESETS, TIME_UNITS, resolve_columns
+from planner.workload.ingest import ingest, write_histogram_file
+from planner.workload.readers import FORMATS
+from planner.workload.summary import format_summary, summarize
+from planner.workload.synth import DISTRIBUTIONS, distribution, generate, write_log
+
+
+@click.command("histogram")
+@click.argument("logs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Histogram file to write (Parquet; written only if every input reads).",
+)
+@click.option(
+    "--preset",
+    type=click.Choice(sorted(PRESETS)),
+    help="Column names of a public trace: azure (Azure 2023), mooncake, burstgpt; "
+    "default 'planner' (prompt_tokens, output_tokens, timestamp_ms).",
+)
+@click.option("--prompt-col", help="Column of prompt (input) token counts.")
+@click.option("--output-col", help="Column of output (generated) token counts.")
+@click.option(
+    "--time-col", help="Column of arrival times (datetime, or epoch/relative seconds or ms)."
+)
+@click.option("--no-time", is_flag=True, help="Ignore arrival times (no per-minute rates).")
+@click.option(
+    "--time-unit",
+    type=click.Choice(["auto", *TIME_UNITS]),
+    default="auto",
+    show_default=True,
+    help="Unit of numeric timestamps; auto: the preset's, else guessed from their magnitude.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["auto", *FORMATS]),
+    default="auto",
+    show_default=True,
+    help="Log format; auto: from the extension (.parquet, .csv, .jsonl).",
+)
+@json_option
+def histogram(
+    logs: tuple[Path, ...],
+    output: Path | None,
+    preset: str | None,
+    prompt_col: str | None,
+    output_col: str | None,
+    time_col: str | None,
+    no_time: bool,
+    time_unit: str,
+    fmt: str,
+    as_json: bool,
+) -> None:
+    """Histogram request logs (Parquet, CSV, JSON Lines) or histogram files into one file.
+
+    Prints the request count, excluded rows per reason, mean/p50/p90/p99/max of prompt,
+    output and total tokens, the share above 8k/32k/128k total tokens and the arrival
+    rate (mean, p99 minute, max minute). Inputs may be histogram files too: the result
+    equals one pass over all the logs behind them.
+
+    \b
+    Examples:
+      planner histogram data/samples/azure_conv_2023_sample.csv --preset azure -o conv.hist.parquet
+      planner histogram conv.hist.parquet code.csv --preset azure -o both.hist.parquet --json
+    """
+    columns = resolve_columns(preset, prompt_col, output_col, time_col, time_unit, no_time)
+    with _progress_bar() as progress:
+        result = ingest(logs, columns, fmt=fmt, progress=progress)
+    for report in result.files:
+        dropped = {r: n for r, n in report.excluded_rows.items() if n}
+        if dropped:
+            detail = ", ".join(f"{r} {n:,}" for r, n in dropped.items())
+            click.echo(
+                f"warning: {report.path}: excluded {sum(dropped.values()):,} rows ({detail})",
+                err=True,
+            )
+    for note in result.notes:
+        click.echo(f"note: {note}", err=True)
+    if output is not None:
+        write_histogram_file(result, output)
+    summary = summarize(result.histogram, result.excluded_rows, result.time_unit_assumed)
+    if as_json:
+        echo_json(summary.model_dump())
+    else:
+        click.echo(format_summary(summary))
+        if output is not None:
+            hist = result.histogram
+            click.echo(
+                f"wrote {output} ({hist.count.size:,} cells, {hist.minute.size:,} minutes with arrivals)"
+            )
+
+
+class _progress_bar:
+    """A tqdm bar of rows read, only when stderr is a terminal (never in pipes or tests)."""
+
+    def __enter__(self):
+        self._bar = None
+        if sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self._bar = tqdm(unit=" rows", unit_scale=True, file=sys.stderr, leave=False)
+            return self._bar.update
+        return None
+
+    def __exit__(self, *exc_info) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+@click.command("synth")
+@click.argument("name", type=click.Choice(sorted(DISTRIBUTIONS)))
+@click.option(
+    "-n", "--requests", type=click.IntRange(min=1), required=True, help="Number of requests."
+)
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="Random seed (same seed, same log)."
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="Log to write: .parquet, .csv or .jsonl (columns prompt_tokens, output_tokens, timestamp_ms).",
+)
+@click.option(
+    "--rate-rps",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Poisson arrival rate, requests/s.",
+)
+@click.option(
+    "--tail-share",
+    type=click.FloatRange(0, 1, max_open=True),
+    help="Share of requests in the long-context tail (totals above 32,768 tokens).",
+)
+@json_option
+def synth(
+    name: str,
+    requests: int,
+    seed: int,
+    output: Path,
+    rate_rps: float | None,
+    tail_share: float | None,
+    as_json: bool,
+) -> None:
+    """Write a seeded synthetic request log from a named length distribution.
+
+    Distributions: chat (fitted to Azure 2023 conversation), chat_long_tail (chat plus 2%
+    of requests with 32k-128k total tokens), rag (fitted to Mooncake conversation), code
+    (fitted to Azure 2023 code). Arrivals are Poisson.
+
+    \b
+    Examples:
+      planner synth chat_long_tail -n 100000 --seed 7 -o chat.parquet
+      planner histogram chat.parquet -o chat.hist.parquet
+    """
+    model = distribution(name)
+    if tail_share is not None:
+        from dataclasses import replace
+
+        model = replace(model, tail_share=tail_share)
+    log = generate(model, requests, seed, rate_rps=rate_rps)
+    write_log(log, output)
+    payload = {
+        "distribution": name,
+        "requests": requests,
+        "seed": seed,
+        "rate_rps": rate_rps if rate_rps is not None else model.rate_rps,
+        "tail_share": model.tail_share,
+        "output": str(output),
+    }
+    if as_json:
+        echo_json(payload)
+    else:
+        click.echo(
+            f"wrote {requests:,} '{name}' requests (seed {seed}, {payload['rate_rps']} req/s) to {output}"
+        )
+
+
+COMMANDS = [histogram, synth]

@@ -1,0 +1,102 @@
+"""Which columns of a log hold prompt tokens, output tokens and the arrival time.
+
+Public traces name them differently, so a log is read through a `ColumnSpec`: one of
+PRESETS or one built from `--prompt-col/--output-col/--time-col` (or a scenario's
+`traffic.columns`). Presets (sources in data/samples/README.md and the trace READMEs):
+- planner:  what `planner synth` writes — prompt_tokens, output_tokens, timestamp_ms.
+- azure:    Azure LLM inference trace 2023 (Splitwise, ISCA 2024) — TIMESTAMP
+            (a datetime), ContextTokens, GeneratedTokens.
+- mooncake: Mooncake traces (FAST 2025) — timestamp (milliseconds from the trace start),
+            input_length, output_length.
+- burstgpt: BurstGPT (Wang et al. 2024) — Timestamp (seconds from the trace start),
+            Request tokens, Response tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from planner.errors import InputError, did_you_mean
+
+TIME_UNITS = ("s", "ms", "us", "ns")  # units of numeric timestamps; datetimes carry their own
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    """Column names of one log format, and the unit of numeric timestamps if known.
+
+    `time` None: the log has no usable arrival times (no per-minute rates).
+    `time_required` False: use `time` only if the file has it (the default spec).
+    `time_unit` None: decide from the values' magnitude (planner.workload.timestamps).
+    """
+
+    prompt: str
+    output: str
+    time: str | None
+    time_unit: str | None = None
+    time_required: bool = True
+    name: str = "custom"
+
+    def __post_init__(self) -> None:
+        if self.time_unit is not None and self.time_unit not in TIME_UNITS:
+            raise InputError(
+                f"time unit '{self.time_unit}': expected one of {', '.join(TIME_UNITS)}"
+            )
+        if not self.prompt or not self.output:
+            raise InputError("prompt and output column names must not be empty")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (
+            (self.prompt, self.output)
+            if self.time is None
+            else (self.prompt, self.output, self.time)
+        )
+
+
+PRESETS: dict[str, ColumnSpec] = {
+    "planner": ColumnSpec("prompt_tokens", "output_tokens", "timestamp_ms", "ms", False, "planner"),
+    "azure": ColumnSpec("ContextTokens", "GeneratedTokens", "TIMESTAMP", None, True, "azure"),
+    "mooncake": ColumnSpec("input_length", "output_length", "timestamp", "ms", True, "mooncake"),
+    "burstgpt": ColumnSpec("Request tokens", "Response tokens", "Timestamp", "s", True, "burstgpt"),
+}
+DEFAULT_PRESET = "planner"
+
+
+def resolve_columns(
+    preset: str | None = None,
+    prompt_col: str | None = None,
+    output_col: str | None = None,
+    time_col: str | None = None,
+    time_unit: str | None = None,
+    no_time: bool = False,
+) -> ColumnSpec:
+    """The ColumnSpec for a preset (default: 'planner') with any column or unit overridden.
+
+    An explicitly named time column is required to exist; the default preset's is optional.
+    `time_unit` 'auto' or None keeps the preset's unit (or the magnitude heuristic).
+    """
+    name = preset or DEFAULT_PRESET
+    if name not in PRESETS:
+        raise InputError(did_you_mean(name, PRESETS, what="preset"))
+    spec = PRESETS[name]
+    changes: dict = {}
+    if prompt_col:
+        changes["prompt"] = prompt_col
+    if output_col:
+        changes["output"] = output_col
+    if time_col:
+        changes.update(time=time_col, time_required=True, time_unit=None)
+    if time_unit and time_unit != "auto":
+        changes["time_unit"] = time_unit
+    if no_time:
+        changes.update(time=None, time_unit=None)
+    if changes:
+        changes["name"] = f"{name} (overridden)" if preset else "custom"
+    return replace(spec, **changes)
+
+
+def matching_presets(columns: list[str]) -> list[str]:
+    """Presets whose prompt and output columns a file has (for 'did you mean --preset X')."""
+    have = set(columns)
+    return [n for n, s in PRESETS.items() if {s.prompt, s.output} <= have]

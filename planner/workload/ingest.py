@@ -1,0 +1,234 @@
+"""Logs (and histogram files) → one Histogram, streaming; the `planner histogram` pipeline.
+
+For each input: a histogram file (Parquet in planner.histogram's file schema) is read and
+added; a log is read batch by batch (readers.py), its token counts and times coerced
+(rows.py, timestamps.py), unusable rows counted per reason, and the rest added to the
+dense accumulators (accumulate.py). Because every step adds, the result equals the
+histogram of one pass over the union of all inputs, however they were split.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from planner.errors import InputError
+from planner.histogram import Histogram, is_histogram_file
+from planner.workload.accumulate import (
+    CellAccumulator,
+    MinuteCounter,
+    PreparedBatch,
+    Scratch,
+    prepare,
+    to_histogram,
+)
+from planner.workload.columns import ColumnSpec, matching_presets
+from planner.workload.histfile import read_histogram, read_metadata, write_histogram
+from planner.workload.readers import LogReader, detect_format
+from planner.workload.rows import EXCLUSION_REASONS, OK, combine_codes, count_reasons, token_counts
+from planner.workload.timestamps import MinuteConverter, TimeAssumption
+
+Progress = Callable[[int], None]  # called with the number of rows just read
+
+
+@dataclass(frozen=True)
+class FileReport:
+    """What one input contributed."""
+
+    path: str
+    kind: str  # 'log' or 'histogram'
+    format: str
+    rows_read: int
+    requests: int
+    excluded_rows: dict[str, int]
+    time_column: str | None
+    time: TimeAssumption | None
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    """The merged histogram of all inputs, and what each input contributed."""
+
+    histogram: Histogram
+    files: tuple[FileReport, ...]
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def excluded_rows(self) -> dict[str, int]:
+        return {r: sum(f.excluded_rows[r] for f in self.files) for r in EXCLUSION_REASONS}
+
+    @property
+    def time_unit_assumed(self) -> str | None:
+        """The unit timestamps were read in; 'mixed (...)' when the inputs differ."""
+        units = {f.path: f.time.unit for f in self.files if f.time is not None}
+        if len(set(units.values())) <= 1:
+            return next(iter(units.values()), None)
+        return "mixed (" + "; ".join(f"{Path(p).name}: {u}" for p, u in units.items()) + ")"
+
+
+def ingest(
+    paths: Sequence[str | os.PathLike],
+    columns: ColumnSpec,
+    *,
+    fmt: str = "auto",
+    progress: Progress | None = None,
+) -> IngestResult:
+    """Histogram every input into one; raises InputError when no usable row remains."""
+    if not paths:
+        raise InputError("no input logs given")
+    cells, minutes = CellAccumulator(), MinuteCounter()
+    reports = []
+    for path in paths:
+        path = Path(path)
+        if detect_format(path, fmt) == "parquet" and is_histogram_file(path):
+            reports.append(_add_histogram_file(path, cells, minutes))
+        else:
+            reports.append(_add_log(path, columns, fmt, cells, minutes, progress))
+    histogram = to_histogram(cells, minutes)
+    result = IngestResult(histogram, tuple(reports), _notes(reports))
+    if histogram.is_empty:
+        excluded = ", ".join(f"{r} {n}" for r, n in result.excluded_rows.items())
+        names = ", ".join(str(p) for p in paths)
+        raise InputError(f"no usable row (excluded rows: {excluded})", where=names)
+    return result
+
+
+def _add_log(
+    path: Path,
+    spec: ColumnSpec,
+    fmt: str,
+    cells: CellAccumulator,
+    minutes: MinuteCounter,
+    progress: Progress | None,
+) -> FileReport:
+    reader = LogReader(path, fmt)
+    time_col = _check_columns(reader, spec)
+    names = (spec.prompt, spec.output) + ((time_col,) if time_col else ())
+    converter = MinuteConverter(spec.time_unit) if time_col else None
+
+    def prepare_batch(batch: dict, scratch: Scratch) -> _Prepared:
+        prompt, output = token_counts(batch[spec.prompt]), token_counts(batch[spec.output])
+        when = converter.times(batch[time_col]) if converter else None
+        codes = combine_codes(prompt.codes, output.codes, when.codes if when else None)
+        keep = None if codes is None else codes == OK
+        p, o = (
+            (prompt.values, output.values)
+            if keep is None
+            else (prompt.values[keep], output.values[keep])
+        )
+        return _Prepared(
+            cells=prepare(p, o, scratch),
+            minute_counts=when.minute_counts(keep) if when else None,
+            excluded=count_reasons(codes),
+            rows=prompt.values.size,
+        )
+
+    excluded = dict.fromkeys(EXCLUSION_REASONS, 0)
+    rows = requests = 0
+    scratch = Scratch()
+    for prepared in (prepare_batch(batch, scratch) for batch in reader.batches(names)):
+        cells.add_prepared(prepared.cells)
+        if prepared.minute_counts is not None:
+            minutes.add_counts(*prepared.minute_counts)
+        for reason, count in prepared.excluded.items():
+            excluded[reason] += count
+        rows += prepared.rows
+        requests += prepared.cells.size
+        if progress:
+            progress(prepared.rows)
+    for reason, count in reader.skipped.items():
+        excluded[reason] += count
+        rows += count
+    return FileReport(
+        path=str(path),
+        kind="log",
+        format=reader.format,
+        rows_read=rows,
+        requests=requests,
+        excluded_rows=excluded,
+        time_column=time_col,
+        time=converter.assumption if converter else None,
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class _Prepared:
+    """One batch of a log, coerced and binned, ready to add."""
+
+    cells: PreparedBatch
+    minute_counts: tuple[np.ndarray, np.ndarray] | None
+    excluded: dict[str, int]
+    rows: int
+
+
+def _check_columns(reader: LogReader, spec: ColumnSpec) -> str | None:
+    """Raise InputError for a missing column (listing those that exist); the time column to use."""
+    have = reader.columns
+    for name, role in ((spec.prompt, "prompt tokens"), (spec.output, "output tokens")):
+        if name not in have:
+            raise InputError(_missing(name, role, have), where=reader.where)
+    if spec.time is None:
+        return None
+    if spec.time in have:
+        return spec.time
+    if spec.time_required:
+        raise InputError(_missing(spec.time, "arrival time", have), where=reader.where)
+    return None
+
+
+def _missing(name: str, role: str, have: list[str]) -> str:
+    message = f"no column '{name}' ({role}); the file has: {', '.join(have) or '(no columns)'}"
+    presets = matching_presets(have)
+    if presets:
+        message += f" — try --preset {presets[0]}"
+    else:
+        message += " — name the columns with --prompt-col/--output-col/--time-col"
+    return message
+
+
+def _add_histogram_file(path: Path, cells: CellAccumulator, minutes: MinuteCounter) -> FileReport:
+    hist = read_histogram(path)
+    cells.add_histogram(hist)
+    minutes.add_counts(hist.minute, hist.minute_count)
+    meta = read_metadata(path)
+    excluded = {r: int(meta.get("excluded_rows", {}).get(r, 0)) for r in EXCLUSION_REASONS}
+    unit = meta.get("time_unit_assumed")
+    return FileReport(
+        path=str(path),
+        kind="histogram",
+        format="parquet",
+        rows_read=hist.requests,
+        requests=hist.requests,
+        excluded_rows=excluded,
+        time_column=None,
+        time=TimeAssumption(unit, "histogram file") if unit and hist.minute.size else None,
+    )
+
+
+def _notes(reports: list[FileReport]) -> tuple[str, ...]:
+    notes = []
+    timed = [r for r in reports if r.time is not None]
+    if timed and len(timed) < len(reports):
+        untimed = ", ".join(r.path for r in reports if r.time is None)
+        notes.append(f"no arrival times in {untimed}: per-minute rates count only the other inputs")
+    for r in reports:
+        if r.time and r.time.reason.startswith("magnitude") and r.time.unit == "s":
+            notes.append(
+                f"{r.path}: timestamps read as seconds ({r.time.reason}); "
+                "if they are milliseconds, pass --time-unit ms"
+            )
+    return tuple(notes)
+
+
+def write_histogram_file(result: IngestResult, path: str | os.PathLike) -> None:
+    """Write the histogram file atomically, recording its sources and exclusions in its metadata."""
+    metadata = {
+        "sources": [Path(f.path).name for f in result.files],
+        "excluded_rows": result.excluded_rows,
+        "time_unit_assumed": result.time_unit_assumed,
+    }
+    write_histogram(result.histogram, path, metadata)

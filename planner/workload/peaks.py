@@ -1,0 +1,107 @@
+"""Arrival rates from per-minute counts, and the peak rate a plan is sized for.
+
+Per-minute counts come from a Histogram (its `minute`/`minute_count` arrays: minutes with
+arrivals) or are given directly. Minutes between the first and the last arrival that had
+none count as zero: a quiet minute is data, not a gap. A rate is count / 60 requests/s.
+
+design.md, "Workload": the planning peak is a chosen quantile of per-minute rates, their
+maximum, or an explicit value, times the scenario's growth factor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from planner.errors import InputError, did_you_mean
+from planner.histogram import Histogram
+
+SECONDS_PER_MINUTE = 60
+PEAK_METHODS = ("quantile", "max", "explicit")
+MAX_SPAN_MINUTES = 1 << 23  # ~16 years: beyond it, the logs mix clocks (relative and epoch times)
+
+
+def per_minute_counts(hist_or_minutes: Histogram | Sequence[int] | np.ndarray) -> np.ndarray:
+    """Arrivals in every minute from the first arrival's to the last's, zeros included.
+
+    A Histogram gives its sparse minutes; a sequence is taken as consecutive minutes' counts.
+    """
+    if not isinstance(hist_or_minutes, Histogram):
+        counts = np.asarray(hist_or_minutes, dtype=np.float64)
+        if counts.ndim != 1:
+            raise InputError("per-minute counts must be a flat sequence")
+        if (counts < 0).any() or not np.isfinite(counts).all():
+            raise InputError("per-minute counts must be finite and >= 0")
+        return counts
+    minute, count = hist_or_minutes.minute, hist_or_minutes.minute_count
+    if not minute.size:
+        return np.zeros(0)
+    span = int(minute[-1] - minute[0]) + 1
+    if span > MAX_SPAN_MINUTES:
+        raise InputError(
+            f"arrival times span {span / 525_960:.0f} years; do the logs mix relative and epoch "
+            "timestamps, or seconds and milliseconds? (see --time-unit)"
+        )
+    dense = np.zeros(span)
+    dense[minute - minute[0]] = count
+    return dense
+
+
+def mean_rate_rps(hist_or_minutes: Histogram | Sequence[int] | np.ndarray) -> float | None:
+    """Mean arrival rate over the minutes spanned (None without arrival times)."""
+    counts = per_minute_counts(hist_or_minutes)
+    return float(counts.mean()) / SECONDS_PER_MINUTE if counts.size else None
+
+
+def minute_rate_quantile_rps(
+    hist_or_minutes: Histogram | Sequence[int] | np.ndarray, q: float
+) -> float | None:
+    """A quantile (numpy 'linear') of per-minute rates (None without arrival times)."""
+    counts = per_minute_counts(hist_or_minutes)
+    return float(np.quantile(counts, q)) / SECONDS_PER_MINUTE if counts.size else None
+
+
+def peak_rate_rps(
+    hist_or_minutes: Histogram | Sequence[int] | np.ndarray | None,
+    method: str = "quantile",
+    quantile: float = 0.99,
+    explicit_rps: float | None = None,
+    growth: float = 1.0,
+) -> float:
+    """The arrival rate (requests/s) a plan must hold: the base rate × growth.
+
+    method 'quantile': the `quantile` of per-minute rates; 'max': the busiest minute's
+    rate; 'explicit': `explicit_rps` (hist_or_minutes may then be None). Raises InputError
+    for an unknown method, a quantile outside (0, 1], a growth or explicit rate <= 0,
+    no arrival times, or a resulting rate of zero (nothing to plan for).
+    """
+    if method not in PEAK_METHODS:
+        raise InputError(did_you_mean(method, PEAK_METHODS, what="peak-rate method"))
+    if not (np.isfinite(growth) and growth > 0):
+        raise InputError(f"growth factor {growth}: expected a number > 0")
+    if method == "explicit":
+        if explicit_rps is None:
+            raise InputError("peak-rate method 'explicit' needs a rate (explicit_rps)")
+        if not (np.isfinite(explicit_rps) and explicit_rps > 0):
+            raise InputError(f"explicit peak rate {explicit_rps} req/s: expected > 0")
+        return float(explicit_rps) * growth
+    if not 0 < quantile <= 1:
+        raise InputError(f"peak quantile {quantile}: expected 0 < q <= 1")
+    if hist_or_minutes is None:
+        raise InputError(
+            f"peak-rate method '{method}' needs arrival counts (a histogram with timestamps)"
+        )
+    counts = per_minute_counts(hist_or_minutes)
+    if not counts.size:
+        raise InputError(
+            f"peak-rate method '{method}' needs arrival times, and the workload has none; "
+            "give the log's time column, or use method 'explicit'"
+        )
+    base = counts.max() if method == "max" else np.quantile(counts, quantile)
+    rate = float(base) / SECONDS_PER_MINUTE * growth
+    if rate <= 0:
+        raise InputError(
+            f"peak rate is 0 req/s ({method}, quantile {quantile}): nothing to plan for"
+        )
+    return rate

@@ -1,0 +1,325 @@
+"""Reading request logs as a stream of Arrow record batches (memory flat in the log's size).
+
+Formats (chosen by extension, or `fmt`):
+- Parquet (.parquet, .pq): a file, or a folder of files (hive partitions allowed),
+  found with `pyarrow.dataset` and read one row group at a time, only the needed
+  columns, the next row group decoding while this one is histogrammed.
+- CSV (.csv): `pyarrow.dataset` with the needed columns read as text, so one bad value
+  deep in the file cannot abort the scan (rows.py and timestamps.py parse them); a row
+  with too few or too many fields is skipped by the parser and counted.
+- JSON Lines (.jsonl, .ndjson, .json): read in chunks of lines with `pyarrow.json`; a chunk
+  that pyarrow refuses (a type changing mid-chunk, a broken line) is re-read line by line
+  with the standard json module, so its good rows still count and its bad ones are counted.
+
+A file that is not what its extension says (a Parquet file named .csv, text named
+.parquet, a JSON array named .jsonl) is refused with InputError before any reading.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.dataset as ds
+import pyarrow.json as pajson
+
+from planner.errors import InputError
+
+FORMATS = ("parquet", "csv", "jsonl")
+EXTENSIONS = {
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".csv": "csv",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".json": "jsonl",
+}
+# Rows per record batch: small enough that a batch's dozen numpy temporaries stay in the
+# CPU cache (1 MiB per int64 column), large enough that per-batch Python overhead is small.
+BATCH_ROWS = 1 << 17
+_ROW_GROUPS_AHEAD = 1  # decoding while the caller works; more measured no faster (2 CPUs)
+_CSV_BLOCK_BYTES = 1 << 20  # with pyarrow's fixed read-ahead of blocks, this bounds memory (~50 MB)
+_JSONL_CHUNK_BYTES = 1 << 23
+_JSONL_BLOCK_BYTES = 1 << 20
+_SNIFF_BYTES = 4096
+# Marks a JSON line that is not an object; rows.py and timestamps.py read it as non_numeric.
+MALFORMED_LINE = "\x00not a JSON object"
+
+
+def detect_format(path: Path, fmt: str = "auto") -> str:
+    """The log format of `path`: `fmt` unless 'auto', else from the extension(s)."""
+    if fmt != "auto":
+        if fmt not in FORMATS:
+            raise InputError(
+                f"format '{fmt}': expected one of auto, {', '.join(FORMATS)}", where=str(path)
+            )
+        return fmt
+    if path.is_dir():
+        found = {EXTENSIONS.get(f.suffix.lower()) for f in _data_files(path)}
+        found.discard(None)
+        if len(found) != 1:
+            what = "no log files" if not found else f"mixed formats ({', '.join(sorted(found))})"
+            raise InputError(
+                f"folder holds {what}; expected files of one format ({', '.join(EXTENSIONS)})",
+                where=str(path),
+            )
+        return found.pop()
+    if not path.exists():
+        raise InputError("no such file", where=str(path))
+    fmt = EXTENSIONS.get(path.suffix.lower())
+    if fmt is None:
+        raise InputError(
+            f"unknown log extension '{path.suffix}'; expected one of {', '.join(EXTENSIONS)} (or pass --format)",
+            where=str(path),
+        )
+    return fmt
+
+
+def _data_files(folder: Path) -> list[Path]:
+    # pyarrow.dataset skips names starting with '.' or '_' (_SUCCESS, .crc): so do we.
+    return sorted(
+        f
+        for f in folder.rglob("*")
+        if f.is_file() and not any(part[0] in "._" for part in f.relative_to(folder).parts)
+    )
+
+
+def sniff(path: Path, fmt: str) -> None:
+    """Refuse a file whose first bytes contradict its format (InputError naming the file)."""
+    if path.is_dir():
+        return
+    with path.open("rb") as f:
+        head = f.read(_SNIFF_BYTES)
+        if fmt == "parquet":
+            f.seek(max(path.stat().st_size - 4, 0))
+            tail = f.read(4)
+    where = str(path)
+    if not head:
+        raise InputError("file is empty", where=where)
+    if head[:2] == b"\x1f\x8b":
+        raise InputError(f"file is gzip-compressed, not {fmt}; decompress it first", where=where)
+    if fmt == "parquet":
+        if head[:4] != b"PAR1" or tail != b"PAR1":
+            raise InputError(
+                f"not a Parquet file (no PAR1 magic bytes){_looks_like(head)}", where=where
+            )
+        return
+    if head[:4] == b"PAR1":
+        raise InputError(
+            f"is a Parquet file, not {fmt.upper()} text; name it .parquet", where=where
+        )
+    if b"\x00" in head:
+        raise InputError(f"is binary, not {fmt.upper()} text", where=where)
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(head) - 4:  # a multi-byte character cut by the sniff window is fine
+            raise InputError(
+                f"is not UTF-8 text (byte {exc.start}), so not {fmt.upper()}", where=where
+            ) from None
+    first = head.lstrip()[:1]
+    if fmt == "csv" and first in (b"{", b"["):
+        raise InputError("looks like JSON, not CSV; name it .jsonl", where=where)
+    if fmt == "jsonl" and first != b"{":
+        kind = "a JSON array" if first == b"[" else "text whose first line is not a JSON object"
+        raise InputError(f"is {kind}, not JSON Lines (one object per line)", where=where)
+
+
+def _looks_like(head: bytes) -> str:
+    text = head.lstrip()[:1]
+    if text == b"{":
+        return "; it looks like JSON Lines: name it .jsonl"
+    if head and b"\x00" not in head and b"," in head.split(b"\n", 1)[0]:
+        return "; it looks like CSV: name it .csv"
+    return ""
+
+
+class LogReader:
+    """One log (file or folder): its column names, then its rows in record batches.
+
+    `skipped` counts rows the parser itself dropped, per exclusion reason (CSV rows with
+    too few fields are 'null', with too many 'non_numeric').
+    """
+
+    def __init__(self, path: str | Path, fmt: str = "auto"):
+        self.path = Path(path)
+        self.where = str(path)
+        self.format = detect_format(self.path, fmt)
+        sniff(self.path, self.format)
+        self.skipped = {"null": 0, "non_numeric": 0}
+        self.columns = self._discover_columns()
+
+    # ---- columns ----------------------------------------------------------------
+    def _discover_columns(self) -> list[str]:
+        try:
+            if self.format == "parquet":
+                return list(self._parquet_dataset().schema.names)
+            if self.format == "csv":
+                quiet = pacsv.ParseOptions(invalid_row_handler=lambda row: "skip")
+                return list(
+                    ds.dataset(
+                        self.where, format=ds.CsvFileFormat(parse_options=quiet)
+                    ).schema.names
+                )
+            return self._jsonl_columns()
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OSError, UnicodeDecodeError) as exc:
+            raise InputError(
+                f"cannot read as {self.format}: {_first_line(exc)}", where=self.where
+            ) from None
+
+    def _parquet_dataset(self) -> ds.Dataset:
+        partitioning = "hive" if self.path.is_dir() else None
+        return ds.dataset(self.where, format="parquet", partitioning=partitioning)
+
+    def _jsonl_columns(self) -> list[str]:
+        """The keys of the first chunk of lines (of the first file, for a folder)."""
+        files = _data_files(self.path) if self.path.is_dir() else [self.path]
+        for chunk in _line_chunks(files[0], _JSONL_CHUNK_BYTES) if files else ():
+            try:
+                return list(_read_json_chunk(chunk).column_names)
+            except pa.ArrowInvalid:
+                keys: dict[str, None] = {}
+                for obj in _json_objects(chunk):
+                    if isinstance(obj, dict):
+                        keys.update(dict.fromkeys(obj))
+                return list(keys)
+        return []
+
+    # ---- rows -------------------------------------------------------------------
+    def batches(self, names: tuple[str, ...]) -> Iterator[dict[str, pa.Array | np.ndarray]]:
+        """Each batch as {column name: Arrow array, or object array on the JSON fallback}."""
+        try:
+            if self.format == "parquet":
+                yield from self._parquet_batches(names)
+            elif self.format == "csv":
+                yield from self._csv_batches(names)
+            else:
+                yield from self._jsonl_batches(names)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as exc:
+            raise InputError(
+                f"cannot read as {self.format}: {_first_line(exc)}", where=self.where
+            ) from None
+
+    def _parquet_batches(self, names: tuple[str, ...]) -> Iterator[dict[str, pa.Array]]:
+        """Row group by row group, the next one decoding (in pyarrow's threads) while the
+        caller works on this one: memory is two row groups, whatever the log's length.
+
+        (A dataset Scanner over the whole log reads ahead of a slow consumer without bound:
+        measured, its buffers grew with the log; a row group at a time does not.)
+        """
+        row_groups = (
+            row_group
+            for fragment in self._parquet_dataset().get_fragments()
+            for row_group in fragment.split_by_row_group()
+        )
+        with ThreadPoolExecutor(
+            max_workers=_ROW_GROUPS_AHEAD, thread_name_prefix="planner-read"
+        ) as pool:
+            ahead: deque[Future] = deque()
+            for row_group in row_groups:
+                ahead.append(
+                    pool.submit(row_group.to_table, columns=list(names), batch_size=BATCH_ROWS)
+                )
+                if len(ahead) > _ROW_GROUPS_AHEAD:
+                    yield from _table_batches(ahead.popleft().result(), names)
+            while ahead:
+                yield from _table_batches(ahead.popleft().result(), names)
+
+    def _csv_batches(self, names: tuple[str, ...]) -> Iterator[dict[str, pa.Array]]:
+        def count_bad_row(row) -> str:
+            self.skipped[
+                "null" if row.actual_columns < row.expected_columns else "non_numeric"
+            ] += 1
+            return "skip"
+
+        text = {name: pa.string() for name in names}
+        file_format = ds.CsvFileFormat(
+            parse_options=pacsv.ParseOptions(invalid_row_handler=count_bad_row),
+            # (no include_columns: the dataset projects the columns itself, and both at once
+            # make pyarrow see every column twice)
+            convert_options=pacsv.ConvertOptions(column_types=text, strings_can_be_null=True),
+            read_options=pacsv.ReadOptions(block_size=_CSV_BLOCK_BYTES),
+        )
+        # An explicit schema stops pyarrow inferring types (and re-parsing the first block).
+        dataset = ds.dataset(self.where, format=file_format, schema=pa.schema(text))
+        for batch in dataset.to_batches(
+            columns=list(names), batch_readahead=1, fragment_readahead=1
+        ):
+            if batch.num_rows:
+                yield {name: batch.column(name) for name in names}
+
+    def _jsonl_batches(self, names: tuple[str, ...]) -> Iterator[dict[str, pa.Array | np.ndarray]]:
+        files = _data_files(self.path) if self.path.is_dir() else [self.path]
+        for file in files:
+            for chunk in _line_chunks(file, _JSONL_CHUNK_BYTES):
+                try:
+                    table = _read_json_chunk(chunk)
+                except pa.ArrowInvalid:
+                    batch = _python_json_batch(chunk, names)
+                else:
+                    n = table.num_rows
+                    batch = {
+                        name: table.column(name) if name in table.column_names else pa.nulls(n)
+                        for name in names
+                    }
+                if len(next(iter(batch.values()))):
+                    yield batch
+
+
+def _table_batches(table: pa.Table, names: tuple[str, ...]) -> Iterator[dict[str, pa.Array]]:
+    for batch in table.to_batches(max_chunksize=BATCH_ROWS):
+        if batch.num_rows:
+            yield {name: batch.column(name) for name in names}
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def _line_chunks(path: Path, size: int) -> Iterator[bytes]:
+    """The file in pieces of about `size` bytes, each ending at a line break."""
+    carry = b""
+    with path.open("rb") as f:
+        while block := f.read(size):
+            block = carry + block
+            cut = block.rfind(b"\n") + 1
+            if cut == 0:
+                carry = block
+                continue
+            carry = block[cut:]
+            yield block[:cut]
+    if carry.strip():
+        yield carry + b"\n"
+
+
+def _read_json_chunk(chunk: bytes) -> pa.Table:
+    return pajson.read_json(
+        io.BytesIO(chunk), read_options=pajson.ReadOptions(block_size=_JSONL_BLOCK_BYTES)
+    )
+
+
+def _json_objects(chunk: bytes) -> Iterator[object]:
+    for line in chunk.splitlines():
+        if not line.strip():
+            continue  # pyarrow skips blank lines too, so both paths count the same rows
+        try:
+            yield json.loads(line)
+        except ValueError:
+            yield MALFORMED_LINE
+
+
+def _python_json_batch(chunk: bytes, names: tuple[str, ...]) -> dict[str, np.ndarray]:
+    rows = list(_json_objects(chunk))
+    out: dict[str, np.ndarray] = {}
+    for name in names:
+        column = np.empty(len(rows), dtype=object)
+        column[:] = [row.get(name) if isinstance(row, dict) else MALFORMED_LINE for row in rows]
+        out[name] = column
+    return out

@@ -1,0 +1,182 @@
+"""Which rows of a log are usable: token counts as exact non-negative integers.
+
+A row is excluded, and counted under one reason, when a column it needs is
+- 'null':        missing (null, NaN, an empty string, a field absent from the line);
+- 'non_numeric': not a whole number (text, 12.5, inf, true, a list, an unparsable
+                 timestamp, a line that is not a JSON object);
+- 'negative':    a token count below zero.
+A row with several problems counts once, under the first of null, non_numeric,
+negative (design.md, "Bad input": counted and reported, never silently dropped).
+
+Columns arrive as Arrow arrays of whatever type the reader produced. The fast path
+(integer columns, no nulls) is zero-copy; anything else is coerced value by value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+NULL, NON_NUMERIC, NEGATIVE = "null", "non_numeric", "negative"
+EXCLUSION_REASONS = (NULL, NEGATIVE, NON_NUMERIC)  # the order reports list them in
+
+# Per-row codes; the larger code wins when a row has several problems.
+OK, CODE_NEGATIVE, CODE_NON_NUMERIC, CODE_NULL = 0, 1, 2, 3
+CODE_REASON = {CODE_NEGATIVE: NEGATIVE, CODE_NON_NUMERIC: NON_NUMERIC, CODE_NULL: NULL}
+
+# Beyond 2**53 a float no longer holds every integer, so "whole number" cannot be checked.
+_LARGEST_EXACT_FLOAT_INT = float(2**53)
+
+
+@dataclass(frozen=True)
+class Coerced:
+    """One column as int64 values with a per-row problem code (None: every row is fine).
+
+    Values at rows with a problem are 0 and meaningless.
+    """
+
+    values: np.ndarray
+    codes: np.ndarray | None
+
+
+def combine_codes(*codes: np.ndarray | None) -> np.ndarray | None:
+    """The per-row code of a row needing all these columns (the larger code wins)."""
+    present = [c for c in codes if c is not None]
+    if not present:
+        return None
+    out = present[0]
+    for c in present[1:]:
+        out = np.maximum(out, c)
+    return out
+
+
+def count_reasons(codes: np.ndarray | None) -> dict[str, int]:
+    """Excluded rows per reason, every reason present (0 when none)."""
+    counts = dict.fromkeys(EXCLUSION_REASONS, 0)
+    if codes is not None:
+        tally = np.bincount(codes, minlength=CODE_NULL + 1)
+        for code, reason in CODE_REASON.items():
+            counts[reason] = int(tally[code])
+    return counts
+
+
+def token_counts(array: pa.Array | pa.ChunkedArray | np.ndarray) -> Coerced:
+    """Token counts as int64: whole numbers >= 0 are kept, everything else gets a code.
+
+    `array` is an Arrow array, or an object array from the JSON line-by-line fallback.
+    """
+    if isinstance(array, np.ndarray):
+        return from_objects(array)
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    kind = array.type
+    if pa.types.is_integer(kind):
+        return _from_integers(array)
+    if pa.types.is_floating(kind) or pa.types.is_decimal(kind):
+        return _from_floats(array.cast(pa.float64()))
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind):
+        try:
+            return _from_integers(pc.cast(array, pa.int64()), original_nulls=_blank_or_null(array))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return _from_mixed_text(array)
+    if pa.types.is_null(kind):
+        return Coerced(np.zeros(len(array), np.int64), np.full(len(array), CODE_NULL, np.uint8))
+    # Booleans, timestamps, lists, structs: present but not a token count.
+    codes = np.where(array.is_null().to_numpy(zero_copy_only=False), CODE_NULL, CODE_NON_NUMERIC)
+    return Coerced(np.zeros(len(array), np.int64), codes.astype(np.uint8))
+
+
+def _from_mixed_text(array: pa.Array) -> Coerced:
+    """Text with some bad values: plain integers stay vectorised, only the rest go one by one."""
+    plain = pc.fill_null(pc.match_substring_regex(array, r"^-?[0-9]{1,18}$"), False)
+    coerced = _from_integers(pc.cast(pc.if_else(plain, array, None), pa.int64()))
+    values = coerced.values.copy()
+    codes = np.zeros(values.size, np.uint8) if coerced.codes is None else coerced.codes.copy()
+    others = np.flatnonzero(~plain.to_numpy(zero_copy_only=False))
+    slow = from_objects(np.asarray(array.take(pa.array(others)).to_pylist(), dtype=object))
+    values[others] = slow.values
+    codes[others] = OK if slow.codes is None else slow.codes
+    return Coerced(values, codes if codes.any() else None)
+
+
+def _blank_or_null(array: pa.Array) -> np.ndarray | None:
+    if not array.null_count:
+        return None
+    return array.is_null().to_numpy(zero_copy_only=False)
+
+
+def _from_integers(array: pa.Array, original_nulls: np.ndarray | None = None) -> Coerced:
+    if array.null_count:
+        nulls = array.is_null().to_numpy(zero_copy_only=False)
+        values = array.fill_null(0).to_numpy()
+    else:
+        nulls, values = original_nulls, array.to_numpy()
+    if values.dtype == np.uint64 and values.size and values.max() > np.iinfo(np.int64).max:
+        big = values > np.iinfo(np.int64).max
+        values = np.where(big, 0, values).astype(np.int64)
+        codes = np.where(big, CODE_NON_NUMERIC, OK).astype(np.uint8)
+        return _merge(Coerced(values, codes), nulls)
+    values = values.astype(np.int64, copy=False)
+    codes = None
+    if values.size and values.min() < 0:
+        negative = values < 0
+        codes = negative.astype(np.uint8) * CODE_NEGATIVE
+        values = np.where(negative, 0, values)
+    return _merge(Coerced(values, codes), nulls)
+
+
+def _merge(coerced: Coerced, nulls: np.ndarray | None) -> Coerced:
+    if nulls is None or not nulls.any():
+        return coerced
+    codes = np.zeros(nulls.size, np.uint8) if coerced.codes is None else coerced.codes.copy()
+    codes[nulls] = CODE_NULL
+    return Coerced(np.where(nulls, 0, coerced.values), codes)
+
+
+def _from_floats(array: pa.Array) -> Coerced:
+    values = array.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)  # nulls -> NaN
+    return _classify_floats(values, np.isnan(values))
+
+
+def _classify_floats(
+    values: np.ndarray, nulls: np.ndarray, non_numeric: np.ndarray | None = None
+) -> Coerced:
+    with np.errstate(invalid="ignore"):
+        whole = (
+            np.isfinite(values)
+            & (np.floor(values) == values)
+            & (np.abs(values) < _LARGEST_EXACT_FLOAT_INT)
+        )
+        negative = whole & (values < 0)
+    codes = np.where(
+        nulls, CODE_NULL, np.where(~whole, CODE_NON_NUMERIC, np.where(negative, CODE_NEGATIVE, OK))
+    ).astype(np.uint8)
+    if non_numeric is not None:
+        codes[non_numeric & ~nulls] = CODE_NON_NUMERIC
+    ok = codes == OK
+    return Coerced(np.where(ok, values, 0).astype(np.int64), codes if not ok.all() else None)
+
+
+def from_objects(values: np.ndarray) -> Coerced:
+    """The slow path: Python objects (text, JSON values of mixed types) one by one.
+
+    Numbers and numeric text are accepted; None, NaN and blank text are null; booleans,
+    lists, dicts and other text are non_numeric.
+    """
+    series = pd.Series(values, dtype=object)
+    nulls = series.map(_is_blank).to_numpy(dtype=bool)
+    odd = series.map(lambda v: isinstance(v, bool | list | dict | tuple)).to_numpy(dtype=bool)
+    numbers = pd.to_numeric(series.where(~odd, None), errors="coerce").astype(np.float64).to_numpy()
+    return _classify_floats(numbers, nulls, non_numeric=odd | (np.isnan(numbers) & ~nulls))
+
+
+def _is_blank(value: object) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, float):
+        return value != value  # NaN
+    return isinstance(value, str) and not value.strip()

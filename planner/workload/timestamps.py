@@ -1,0 +1,273 @@
+"""Arrival times → arrivals per wall-clock minute (minute = floor(epoch seconds / 60)).
+
+Logs give times as datetimes (Azure 2023: "2023-11-16 18:15:46.6805900"), or as numbers
+in seconds or milliseconds, from the Unix epoch or from the trace's start (Mooncake:
+milliseconds from 0; BurstGPT: seconds from 0). Datetimes without a zone are read as UTC.
+
+Numbers need a unit. A ColumnSpec may name it (presets do; so does `--time-unit`);
+otherwise it is guessed from the largest magnitude in the first batch that has one,
+since epoch times today are ~1.7e9 s, ~1.7e12 ms, ~1.7e15 µs, ~1.7e18 ns:
+    < 1e11 → s,  < 1e14 → ms,  < 1e17 → us,  else ns.
+Relative times below 1e11 are therefore read as seconds: a trace in relative
+milliseconds needs `--time-unit ms` (or its preset). The summary says which was assumed
+and why.
+
+Minutes are exact floors (no float rounding at minute boundaries), and a sorted batch
+(logs usually are) is counted by binary search of the minute boundaries, without a
+per-row minute at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from planner.workload.rows import CODE_NON_NUMERIC, CODE_NULL, OK
+
+UNITS_PER_MINUTE = {"s": 60, "ms": 60_000, "us": 60_000_000, "ns": 60_000_000_000}
+DATETIME = "datetime"
+# (upper bound of the largest |value|, unit): the magnitude heuristic above
+_MAGNITUDE_UNITS = ((1e11, "s"), (1e14, "ms"), (1e17, "us"), (float("inf"), "ns"))
+_EXACT_IN_FLOAT = 2**53  # below it, floor(v / d) in float64 equals integer floor division
+_EMPTY = np.zeros(0, np.int64)
+
+
+def guess_unit(largest_abs: float) -> str:
+    """The epoch unit implied by the largest |timestamp| (see the module docstring)."""
+    return next(unit for bound, unit in _MAGNITUDE_UNITS if largest_abs < bound)
+
+
+@dataclass(frozen=True)
+class TimeAssumption:
+    """How one file's timestamps were read: unit ('datetime', 's', 'ms', 'us', 'ns') and why."""
+
+    unit: str
+    reason: str  # 'column type', 'preset/option', 'histogram file' or 'magnitude: ...'
+
+
+@dataclass(frozen=True, eq=False)
+class Times:
+    """One batch's arrival times: numbers in some unit, `per_minute` units to a minute.
+
+    `values` is int64 (exact) or float64 (fractional seconds); it is 0 where `codes`
+    (per-row problem codes, None if none) marks a row unusable.
+    """
+
+    values: np.ndarray
+    per_minute: int
+    codes: np.ndarray | None
+
+    def minute_counts(self, keep: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(minute, arrivals) over the rows in `keep` (all rows if None), minutes sorted."""
+        values = self.values if keep is None else self.values[keep]
+        if not values.size:
+            return _EMPTY, _EMPTY
+        first, last = (
+            _floor_minute(values[:1], self.per_minute)[0],
+            _floor_minute(values[-1:], self.per_minute)[0],
+        )
+        if first <= last and last - first < values.size and bool(np.all(values[1:] >= values[:-1])):
+            # Sorted: each minute's arrivals lie between two boundaries found by binary search.
+            boundaries = np.arange(first + 1, last + 1, dtype=np.int64) * self.per_minute
+            if values.dtype.kind == "f":
+                boundaries = boundaries.astype(np.float64)
+            edges = np.concatenate(
+                [[0], np.searchsorted(values, boundaries, side="left"), [values.size]]
+            )
+            counts = np.diff(edges)
+            minutes = np.arange(first, last + 1, dtype=np.int64)
+            present = counts > 0
+            return minutes[present], counts[present]
+        minutes = _floor_minute(values, self.per_minute)
+        low, high = int(minutes.min()), int(minutes.max())
+        if high - low < 4 * values.size:  # a dense count is cheaper than sorting
+            counts = np.bincount(minutes - low)
+            present = np.flatnonzero(counts)
+            return present + low, counts[present]
+        return np.unique(minutes, return_counts=True)
+
+
+def _floor_minute(values: np.ndarray, per_minute: int) -> np.ndarray:
+    """floor(values / per_minute) exactly, as int64."""
+    if values.dtype.kind == "f":
+        minutes = np.floor(values / per_minute)
+        # The rounded quotient may land on the far side of a boundary: step back or on.
+        minutes -= values < minutes * per_minute
+        minutes += values >= (minutes + 1) * per_minute
+        return minutes.astype(np.int64)
+    if max(-int(values.min()), int(values.max())) < _EXACT_IN_FLOAT:
+        # float64 holds these exactly and the correctly rounded quotient of two exact
+        # integers never crosses an integer, so this is floor division, ~4x faster
+        return np.floor(values / per_minute).astype(np.int64)
+    return np.floor_divide(values, per_minute)
+
+
+class MinuteConverter:
+    """Reads one file's time column batch by batch; the unit is fixed by the first batch."""
+
+    def __init__(self, unit: str | None = None):
+        self._unit = unit
+        self._text_kind: str | None = None  # 'numeric' or 'datetime' for text columns
+        self.assumption: TimeAssumption | None = (
+            TimeAssumption(unit, "preset/option") if unit else None
+        )
+
+    def times(self, array: pa.Array | pa.ChunkedArray | np.ndarray) -> Times:
+        """One batch's times; `array` may be an object array from the JSON fallback."""
+        if isinstance(array, np.ndarray):
+            # JSON values of mixed types: as text, numbers and datetimes parse as they would
+            # in a CSV; anything else (true, a list, a broken line) is non_numeric there.
+            array = pa.array([None if v is None else str(v) for v in array], pa.string())
+        if isinstance(array, pa.ChunkedArray):
+            array = array.combine_chunks()
+        kind = array.type
+        if pa.types.is_timestamp(kind) or pa.types.is_date(kind):
+            return self._from_datetimes(array)
+        if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_decimal(kind):
+            return self._from_numbers(array)
+        if (
+            pa.types.is_string(kind)
+            or pa.types.is_large_string(kind)
+            or pa.types.is_string_view(kind)
+        ):
+            return self._from_text(array)
+        nulls = array.is_null().to_numpy(zero_copy_only=False)
+        codes = np.where(nulls, CODE_NULL, CODE_NON_NUMERIC).astype(np.uint8)
+        return Times(np.zeros(len(array), np.int64), 60, codes)
+
+    # ---- by column type -------------------------------------------------------
+    def _from_datetimes(self, array: pa.Array) -> Times:
+        if self.assumption is None or self.assumption.unit != DATETIME:
+            self.assumption = TimeAssumption(DATETIME, "column type")
+        if pa.types.is_date(array.type):
+            array = array.cast(pa.timestamp("s"))
+        per_minute = UNITS_PER_MINUTE[array.type.unit]
+        array = array.cast(pa.int64())
+        if not array.null_count:
+            return Times(array.to_numpy(), per_minute, None)
+        nulls = array.is_null().to_numpy(zero_copy_only=False)
+        return Times(array.fill_null(0).to_numpy(), per_minute, _codes(nulls, None))
+
+    def _from_numbers(self, array: pa.Array) -> Times:
+        if pa.types.is_decimal(array.type):
+            array = array.cast(pa.float64())
+        nulls = array.is_null().to_numpy(zero_copy_only=False) if array.null_count else None
+        if pa.types.is_integer(array.type):
+            values = (
+                (array.fill_null(0) if nulls is not None else array)
+                .to_numpy()
+                .astype(np.int64, copy=False)
+            )
+            unit = self._numeric_unit(values, nulls)
+            return Times(values, UNITS_PER_MINUTE[unit], _codes(nulls, None))
+        values = array.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+        if (
+            nulls is None
+            and self._unit is not None
+            and values.size
+            and np.isfinite(values.min() + values.max())
+        ):
+            return Times(
+                values, UNITS_PER_MINUTE[self._unit], None
+            )  # min/max propagate NaN and inf
+        return self._from_floats(
+            values, np.isnan(values) if nulls is None else nulls | np.isnan(values)
+        )
+
+    def _from_floats(
+        self, values: np.ndarray, nulls: np.ndarray, unparsed: np.ndarray | None = None
+    ) -> Times:
+        """Times from floats; `unparsed` marks text that was not a number (NaN here)."""
+        bad = ~np.isfinite(values) & ~nulls
+        if unparsed is not None:
+            nulls = nulls & ~unparsed
+            bad = bad | unparsed
+        values = np.where(nulls | bad, 0.0, values)
+        unit = self._numeric_unit(values, nulls | bad)
+        return Times(
+            values,
+            UNITS_PER_MINUTE[unit],
+            _codes(nulls if nulls.any() else None, bad if bad.any() else None),
+        )
+
+    def _from_text(self, array: pa.Array) -> Times:
+        if self._text_kind is None and len(array) > array.null_count:
+            self._text_kind = _text_kind(array)
+        if self._text_kind == "numeric":
+            for target in (pa.int64(), pa.float64()):
+                try:
+                    return self._from_numbers(pc.cast(array, target))
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                    continue
+            series = pd.Series(array.to_pylist(), dtype=object)
+            blank = series.map(lambda v: v is None or not v.strip()).to_numpy(bool)
+            numbers = (
+                pd.to_numeric(series.where(~blank, None), errors="coerce")
+                .astype(np.float64)
+                .to_numpy()
+            )
+            return self._from_floats(numbers, blank, unparsed=np.isnan(numbers) & ~blank)
+        for target in (pa.timestamp("ns"), pa.timestamp("ns", tz="UTC")):
+            try:
+                return self._from_datetimes(pc.cast(array, target))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                continue
+        return self._from_mixed_datetimes(array)
+
+    def _from_mixed_datetimes(self, array: pa.Array) -> Times:
+        """Text datetimes of mixed forms (some zoned, some not, some broken), one by one."""
+        series = pd.Series(array.to_pylist(), dtype=object)
+        nulls = series.map(lambda v: v is None or (isinstance(v, str) and not v.strip())).to_numpy(
+            bool
+        )
+        parsed = pd.to_datetime(
+            series.where(~nulls, None), utc=True, errors="coerce", format="ISO8601"
+        )
+        bad = parsed.isna().to_numpy() & ~nulls
+        ns = parsed.dt.tz_convert(None).to_numpy(dtype="datetime64[ns]").astype(np.int64)
+        ns = np.where(nulls | bad, 0, ns)
+        self.assumption = TimeAssumption(DATETIME, "column type")
+        return Times(
+            ns,
+            UNITS_PER_MINUTE["ns"],
+            _codes(nulls if nulls.any() else None, bad if bad.any() else None),
+        )
+
+    def _numeric_unit(self, values: np.ndarray, unusable: np.ndarray | None) -> str:
+        if self._unit is None:
+            usable = values if unusable is None else values[~unusable]
+            if not usable.size:
+                return "s"  # nothing to convert in this batch; decide on the next one
+            largest = float(np.abs(usable).max())
+            self._unit = guess_unit(largest)
+            bound = next(b for b, u in _MAGNITUDE_UNITS if u == self._unit)
+            self.assumption = TimeAssumption(
+                self._unit, f"magnitude: largest value {largest:.3g} < {bound:.0e}"
+            )
+        return self._unit
+
+
+def _text_kind(array: pa.Array) -> str:
+    """'numeric' if the first non-null text value is a number, else 'datetime'."""
+    first = pc.drop_null(array)[0].as_py().strip()
+    try:
+        float(first)
+    except ValueError:
+        return DATETIME
+    return "numeric"
+
+
+def _codes(nulls: np.ndarray | None, bad: np.ndarray | None) -> np.ndarray | None:
+    if nulls is None and bad is None:
+        return None
+    size = (nulls if nulls is not None else bad).size
+    codes = np.full(size, OK, np.uint8)
+    if bad is not None:
+        codes[bad] = CODE_NON_NUMERIC
+    if nulls is not None:
+        codes[nulls] = CODE_NULL
+    return codes

@@ -1,0 +1,216 @@
+"""`planner histogram` and `planner synth` on the command line: JSON keys, summaries, and every
+bad-input path exiting 2 with one line and no output file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from planner.cli import main
+from planner.histogram import Histogram
+
+LOGS = Path(__file__).parent / "fixtures" / "logs"
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_histogram_json_has_exactly_the_contract_keys(tmp_path):
+    out = tmp_path / "h.parquet"
+    r = run("histogram", LOGS / "handmade.csv", "-o", out, "--json")
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.stdout)
+    assert list(summary) == [
+        "requests",
+        "excluded_rows",
+        "prompt_tokens",
+        "output_tokens",
+        "total_tokens",
+        "share_above",
+        "rate_rps",
+        "time_unit_assumed",
+    ]
+    assert summary["requests"] == 6
+    assert summary["excluded_rows"] == {"null": 0, "negative": 0, "non_numeric": 0}
+    for key in ("prompt_tokens", "output_tokens", "total_tokens"):
+        assert list(summary[key]) == ["mean", "p50", "p90", "p99", "max"]
+    assert summary["prompt_tokens"]["mean"] == pytest.approx(45_207 / 6, abs=1e-3)
+    assert summary["prompt_tokens"]["max"] == 40_000  # one request in the top bin: exact
+    assert summary["share_above"] == {
+        "8192": pytest.approx(1 / 6, abs=1e-6),
+        "32768": pytest.approx(1 / 6, abs=1e-6),
+        "131072": 0.0,
+    }
+    # 3, 1, 2 arrivals in three minutes
+    assert summary["rate_rps"] == {
+        "mean": pytest.approx(6 / 180, abs=1e-4),
+        "p99_minute": pytest.approx(2.98 / 60, abs=1e-4),
+        "max_minute": 0.05,
+    }
+    assert summary["time_unit_assumed"] == "ms"
+    assert Histogram.read_parquet(out).requests == 6
+
+
+def test_histogram_text_summary_and_merge_of_histogram_files(tmp_path):
+    a = tmp_path / "a.parquet"
+    assert run("histogram", LOGS / "handmade.csv", "-o", a).exit_code == 0
+    r = run(
+        "histogram",
+        a,
+        LOGS / "azure_head.csv",
+        "--preset",
+        "azure",
+        "--prompt-col",
+        "ContextTokens",
+    )
+    # the azure preset names the log's columns; the histogram file needs none
+    assert r.exit_code == 0, r.output
+    assert "requests: 10  (no rows excluded)" in r.stdout
+    assert "prompt " in r.stdout and "p99" in r.stdout
+    assert "arrival rate (req/s)" in r.stdout
+    assert "mixed" in r.stdout  # ms from the file, datetime from the log
+
+
+def test_garbage_rows_are_reported_on_stderr_and_in_json():
+    r = run("histogram", LOGS / "garbage.csv", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["excluded_rows"] == {"null": 3, "negative": 2, "non_numeric": 3}
+    assert (
+        "warning: " in r.stderr
+        and "excluded 8 rows (null 3, negative 2, non_numeric 3)" in r.stderr
+    )
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+def _parquet_bytes(tmp_path: Path) -> bytes:
+    pq.write_table(
+        pa.table({"prompt_tokens": [1], "output_tokens": [2]}), tmp_path / "real.parquet"
+    )
+    return (tmp_path / "real.parquet").read_bytes()
+
+
+BAD_INPUTS = {
+    "missing column": (
+        lambda d: LOGS / "azure_head.csv",
+        "no column 'prompt_tokens' (prompt tokens); the file has: TIMESTAMP, ContextTokens, GeneratedTokens",
+    ),
+    "text named .parquet": (
+        lambda d: _write(d / "log.parquet", b"prompt_tokens,output_tokens\n1,2\n"),
+        "not a Parquet file (no PAR1 magic bytes); it looks like CSV",
+    ),
+    "parquet named .csv": (
+        lambda d: _write(d / "log.csv", _parquet_bytes(d)),
+        "is a Parquet file, not CSV text",
+    ),
+    "JSON array named .jsonl": (
+        lambda d: _write(d / "log.jsonl", b'[{"prompt_tokens": 1}]\n'),
+        "is a JSON array, not JSON Lines",
+    ),
+    "JSON named .csv": (
+        lambda d: _write(d / "log.csv", b'{"prompt_tokens": 1}\n'),
+        "looks like JSON, not CSV",
+    ),
+    "empty file": (lambda d: _write(d / "log.csv", b""), "file is empty"),
+    "header only": (
+        lambda d: LOGS / "header_only.csv",
+        "no usable row (excluded rows: null 0, negative 0, non_numeric 0)",
+    ),
+    "only garbage rows": (
+        lambda d: _write(d / "log.csv", b"prompt_tokens,output_tokens\n-1,2\nx,3\n,4\n"),
+        "no usable row (excluded rows: null 1, negative 1, non_numeric 1)",
+    ),
+    "no such file": (lambda d: d / "missing.csv", "no such file"),
+    "unknown extension": (
+        lambda d: _write(d / "log.txt", b"a,b\n"),
+        "unknown log extension '.txt'",
+    ),
+    "gzip": (lambda d: _write(d / "log.csv", b"\x1f\x8b\x08\x00rest"), "gzip-compressed"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_input_exits_2_with_one_line_and_leaves_no_output(tmp_path, case):
+    make, expected = BAD_INPUTS[case]
+    folder = tmp_path / "in"
+    folder.mkdir()
+    log = make(folder)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    r = run("histogram", log, "-o", out_dir / "h.parquet")
+    assert r.exit_code == 2, r.output
+    assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1, r.stderr
+    assert expected in r.stderr
+    assert str(log.name) in r.stderr
+    assert list(out_dir.iterdir()) == []  # neither the file nor a temporary one
+
+
+def test_a_failing_second_input_leaves_an_existing_output_untouched(tmp_path):
+    out = tmp_path / "h.parquet"
+    out.write_bytes(b"previous")
+    r = run("histogram", LOGS / "handmade.csv", tmp_path / "missing.csv", "-o", out)
+    assert r.exit_code == 2
+    assert out.read_bytes() == b"previous"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["h.parquet"]
+
+
+def test_output_into_a_missing_folder_is_bad_input(tmp_path):
+    r = run("histogram", LOGS / "handmade.csv", "-o", tmp_path / "nope" / "h.parquet")
+    assert r.exit_code == 2
+    assert "output folder" in r.stderr
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".csv", ".jsonl"])
+def test_synth_is_deterministic_and_histograms_back(tmp_path, suffix):
+    a, b = tmp_path / f"a{suffix}", tmp_path / f"b{suffix}"
+    r = run("synth", "chat_long_tail", "-n", 2_000, "--seed", 3, "-o", a, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["tail_share"] == 0.02
+    assert run("synth", "chat_long_tail", "-n", 2_000, "--seed", 3, "-o", b).exit_code == 0
+    assert a.read_bytes() == b.read_bytes()
+    h = run("histogram", a, "--json")
+    assert h.exit_code == 0, h.output
+    assert json.loads(h.stdout)["requests"] == 2_000
+    assert json.loads(h.stdout)["time_unit_assumed"] == "ms"
+
+
+def test_synth_options_and_errors(tmp_path):
+    r = run(
+        "synth",
+        "chat",
+        "-n",
+        1_000,
+        "--seed",
+        1,
+        "--tail-share",
+        0.5,
+        "--rate-rps",
+        2,
+        "-o",
+        tmp_path / "l.parquet",
+    )
+    assert r.exit_code == 0, r.output
+    table = pq.read_table(tmp_path / "l.parquet")
+    total = np.asarray(table["prompt_tokens"]) + np.asarray(table["output_tokens"])
+    assert 0.4 < (total > 32_768).mean() < 0.6
+    assert run("synth", "chatty", "-n", 10, "-o", tmp_path / "x.csv").exit_code == 2
+    bad = run("synth", "chat", "-n", 10, "-o", tmp_path / "x.txt")
+    assert bad.exit_code == 2 and "unknown log extension" in bad.stderr
+    assert not (tmp_path / "x.txt").exists()
+
+
+def test_help_carries_real_examples():
+    for command in ("histogram", "synth"):
+        r = run(command, "--help")
+        assert r.exit_code == 0
+        assert f"planner {command} " in r.stdout

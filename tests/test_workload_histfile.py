@@ -1,0 +1,188 @@
+"""The histogram file: exact round trip, parts add, bad producers refused, the README's SQL, the
+shipped sample, and quantiles within one bin of numpy."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from planner.errors import InputError
+from planner.histogram import (
+    HISTOGRAM_FILE_COLUMNS,
+    HISTOGRAM_FILE_METADATA_KEY,
+    LENGTH_EDGES,
+    TOTAL_EDGES,
+    Histogram,
+    bin_tables,
+    histogram_file_schema,
+    length_bin,
+)
+from planner.workload.columns import resolve_columns
+from planner.workload.histfile import read_histogram, read_metadata, write_histogram
+from planner.workload.ingest import ingest
+from planner.workload.synth import generate
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "data" / "samples"
+
+
+@pytest.fixture(scope="module")
+def log():
+    return generate("chat_long_tail", 5_000, seed=11)
+
+
+def test_parquet_round_trip_is_exact(tmp_path, log):
+    hist = log.histogram()
+    write_histogram(hist, tmp_path / "h.parquet", {"sources": ["synthetic"]})
+    back = read_histogram(tmp_path / "h.parquet")
+    assert back == hist
+    assert back.prompt_bin.dtype == np.int32 and back.sum_prompt_sq.dtype == np.int64
+    assert read_metadata(tmp_path / "h.parquet")["sources"] == ["synthetic"]
+    table = pq.read_table(tmp_path / "h.parquet")
+    assert tuple(table.column_names) == HISTOGRAM_FILE_COLUMNS
+    assert table.schema.equals(histogram_file_schema())
+    no_times = Histogram.from_arrays(log.prompt_tokens, log.output_tokens)
+    write_histogram(no_times, tmp_path / "n.parquet")
+    assert read_histogram(tmp_path / "n.parquet") == no_times
+
+
+def test_repeated_rows_from_parts_are_added(tmp_path, log):
+    halves = [
+        Histogram.from_arrays(
+            log.prompt_tokens[s], log.output_tokens[s], log.timestamp_ms[s] / 1000
+        )
+        for s in (slice(0, 2_000), slice(2_000, None))
+    ]
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    for i, half in enumerate(halves):
+        pq.write_table(half.to_table(), folder / f"part-{i}.parquet")
+    (folder / "_SUCCESS").write_text("")  # what Spark leaves behind; ignored
+    assert read_histogram(folder) == log.histogram()
+    table = pa.concat_tables([h.to_table() for h in halves])
+    assert Histogram.from_table(table) == log.histogram()
+
+
+def _bad(table: pa.Table, column: str, values) -> pa.Table:
+    return table.set_column(
+        table.column_names.index(column), column, pa.array(values, table.schema.field(column).type)
+    )
+
+
+def test_tables_no_bin_rule_could_produce_are_refused(log):
+    table = log.histogram().to_table()
+    n = table.num_rows
+    with pytest.raises(InputError, match="no column"):
+        Histogram.from_table(table.drop_columns(["sum_output_sq"]))
+    with pytest.raises(InputError, match="column 'kind'"):
+        Histogram.from_table(_bad(table, "kind", ["cells"] * n))
+    with pytest.raises(InputError, match="outside 0"):
+        Histogram.from_table(
+            _bad(
+                table,
+                "prompt_bin",
+                [500 if v is not None else None for v in table["prompt_bin"].to_pylist()],
+            )
+        )
+    # bins shifted by one, as a producer with side='left' would compute them
+    shifted = [None if v is None else v + 1 for v in table["output_bin"].to_pylist()]
+    with pytest.raises(InputError, match="sums lie outside its bins"):
+        Histogram.from_table(_bad(table, "output_bin", shifted))
+
+
+def test_a_file_with_other_edges_is_refused(tmp_path, log):
+    table = log.histogram().to_table()
+    meta = json.loads(table.schema.metadata[HISTOGRAM_FILE_METADATA_KEY.encode()])
+    meta["length_edges"] = meta["length_edges"][:-1]
+    pq.write_table(
+        table.replace_schema_metadata({HISTOGRAM_FILE_METADATA_KEY: json.dumps(meta)}),
+        tmp_path / "h.parquet",
+    )
+    with pytest.raises(InputError, match="other bin edges"):
+        read_histogram(tmp_path / "h.parquet")
+
+
+def _readme_sql() -> str:
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Histograms at scale (Spark, Dask, SQL)", 1)[1].split("\n## ", 1)[0]
+    return re.search(r"```sql\n(.*?)```", section, re.S).group(1)
+
+
+def test_the_readme_sql_builds_the_same_histogram(log):
+    db = sqlite3.connect(":memory:")
+    db.execute(
+        "CREATE TABLE requests (prompt_tokens INTEGER, output_tokens INTEGER, timestamp_ms INTEGER)"
+    )
+    db.executemany(
+        "INSERT INTO requests VALUES (?, ?, ?)",
+        zip(
+            log.prompt_tokens.tolist(),
+            log.output_tokens.tolist(),
+            log.timestamp_ms.tolist(),
+            strict=True,
+        ),
+    )
+    for name, table in bin_tables().items():
+        db.execute(f"CREATE TABLE {name} (bin INTEGER, lo INTEGER, hi INTEGER)")
+        db.executemany(
+            f"INSERT INTO {name} VALUES (?, ?, ?)", zip(*table.to_pydict().values(), strict=True)
+        )
+    cursor = db.execute(_readme_sql())
+    names = [d[0] for d in cursor.description]
+    assert tuple(names) == HISTOGRAM_FILE_COLUMNS
+    rows = cursor.fetchall()
+    table = pa.table({n: [r[i] for r in rows] for i, n in enumerate(names)})
+    assert Histogram.from_table(table) == log.histogram()
+
+
+def test_shipped_sample_histogram_equals_a_fresh_build():
+    fresh = ingest([SAMPLES / "azure_conv_2023_sample.csv"], resolve_columns("azure")).histogram
+    assert fresh.requests == 19_366
+    assert read_histogram(SAMPLES / "azure_conv_2023_sample.hist.parquet") == fresh
+    assert (SAMPLES / "azure_conv_2023_sample.csv").stat().st_size <= 2 * 2**20
+
+
+def _bin_width_at(value: float) -> int:
+    b = int(length_bin(np.array([int(value)]))[0])
+    return int(LENGTH_EDGES[min(b + 1, len(LENGTH_EDGES) - 1)] - LENGTH_EDGES[b])
+
+
+@pytest.mark.parametrize(
+    ("name", "seed"), [("chat", 1), ("chat_long_tail", 2), ("rag", 3), ("code", 4)]
+)
+def test_quantiles_within_one_bin_of_numpy(name, seed):
+    log = generate(name, 4_000, seed=seed)
+    hist = log.histogram()
+    qs = [0.5, 0.9, 0.99]
+    for of, raw in (
+        ("prompt", log.prompt_tokens),
+        ("output", log.output_tokens),
+        ("total", log.prompt_tokens + log.output_tokens),
+    ):
+        for estimate, exact in zip(hist.quantiles(of, qs), np.quantile(raw, qs), strict=True):
+            assert abs(estimate - exact) <= _bin_width_at(exact), (of, estimate, exact)
+        assert raw.max() <= hist.max_tokens(of) <= raw.max() + _bin_width_at(raw.max())
+        assert hist.mean_tokens(of) == pytest.approx(raw.mean(), rel=1e-12)
+
+
+def test_groups_of_identical_lengths_give_exact_quantiles_and_max():
+    hist = Histogram.from_arrays(np.array([1000] * 50 + [9000] * 50), np.array([500] * 100))
+    assert hist.quantiles("output", [0.5, 0.99]).tolist() == [500.0, 500.0]
+    assert hist.max_tokens("prompt") == 9000
+    assert hist.max_tokens("total") == 9500
+    assert hist.quantiles("prompt", [0.0, 1.0]).tolist() == [1000.0, 9000.0]
+
+
+def test_share_above_is_exact_at_total_edges(log):
+    hist = log.histogram()
+    total = log.prompt_tokens + log.output_tokens
+    for threshold in (8_192, 32_768, 131_072):
+        assert threshold in TOTAL_EDGES
+        assert hist.share_above(threshold) == (total > threshold).mean()

@@ -1,0 +1,225 @@
+"""Logs → histograms: exact counts and sums, formats agree, garbage counted per reason, merges add."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import pytest
+
+from planner.errors import InputError
+from planner.histogram import LENGTH_EDGES, TOTAL_EDGES, Histogram, length_bin, total_bin
+from planner.workload.columns import PRESETS, resolve_columns
+from planner.workload.ingest import ingest, write_histogram_file
+from planner.workload.synth import generate
+
+LOGS = Path(__file__).parent / "fixtures" / "logs"
+PLANNER = PRESETS["planner"]
+
+
+def cells(hist: Histogram) -> dict[tuple[int, int], dict[str, int]]:
+    """{(prompt_bin, output_bin): sums} for the hand-made log (its totals have one bin each)."""
+    names = (
+        "count",
+        "sum_prompt",
+        "sum_output",
+        "sum_prompt_sq",
+        "sum_prompt_output",
+        "sum_output_sq",
+    )
+    return {
+        (int(p), int(o)): {n: int(getattr(hist, n)[i]) for n in names}
+        for i, (p, o) in enumerate(zip(hist.prompt_bin, hist.output_bin, strict=True))
+    }
+
+
+def test_handmade_log_exact_counts_sums_and_minutes():
+    result = ingest([LOGS / "handmade.csv"], PLANNER)
+    hist = result.histogram
+    assert hist.requests == 6
+    assert result.excluded_rows == {"null": 0, "negative": 0, "non_numeric": 0}
+    # the two (100, 20) requests share a cell; sums are exact, not bin centres
+    got = cells(hist)
+    assert got[int(length_bin(100)), int(length_bin(20))] == {
+        "count": 2,
+        "sum_prompt": 200,
+        "sum_output": 40,
+        "sum_prompt_sq": 20_000,
+        "sum_prompt_output": 4_000,
+        "sum_output_sq": 800,
+    }
+    assert got[int(length_bin(40_000)), int(length_bin(1_000))] == {
+        "count": 1,
+        "sum_prompt": 40_000,
+        "sum_output": 1_000,
+        "sum_prompt_sq": 1_600_000_000,
+        "sum_prompt_output": 40_000_000,
+        "sum_output_sq": 1_000_000,
+    }
+    assert int(hist.sum_prompt.sum()) == 100 + 100 + 5000 + 0 + 40_000 + 7
+    assert int(hist.sum_output.sum()) == 20 + 20 + 300 + 1 + 1000 + 7
+    # bins follow the documented rules
+    assert LENGTH_EDGES[length_bin(100)] <= 100 < LENGTH_EDGES[length_bin(100) + 1]
+    assert TOTAL_EDGES[total_bin(41_000) - 1] < 41_000 <= TOTAL_EDGES[total_bin(41_000)]
+    # minute = floor(epoch s / 60): 1699999980000 ms is exactly minute 28333333
+    assert hist.minute.tolist() == [28_333_333, 28_333_334, 28_333_335]
+    assert hist.minute_count.tolist() == [3, 1, 2]
+    assert result.time_unit_assumed == "ms"
+
+
+def _rows() -> dict[str, np.ndarray]:
+    log = generate("chat_long_tail", 3_000, seed=5)
+    return {
+        "timestamp_ms": log.timestamp_ms,
+        "prompt_tokens": log.prompt_tokens,
+        "output_tokens": log.output_tokens,
+    }
+
+
+def test_csv_parquet_jsonl_and_partitioned_folder_give_identical_histograms(tmp_path):
+    rows = _rows()
+    table = pa.table(rows)
+    pq.write_table(table, tmp_path / "log.parquet", row_group_size=1000)
+    pacsv.write_csv(table, tmp_path / "log.csv")
+    with (tmp_path / "log.jsonl").open("w") as f:
+        for t, p, o in zip(*rows.values(), strict=True):
+            f.write(
+                json.dumps(
+                    {"timestamp_ms": int(t), "prompt_tokens": int(p), "output_tokens": int(o)}
+                )
+                + "\n"
+            )
+    folder = tmp_path / "parts"
+    for part in range(3):  # hive-partitioned folder of Parquet files
+        (folder / f"part={part}").mkdir(parents=True)
+        pq.write_table(table.slice(part * 1000, 1000), folder / f"part={part}" / "data.parquet")
+    expected = Histogram.from_arrays(
+        rows["prompt_tokens"], rows["output_tokens"], rows["timestamp_ms"] / 1000
+    )
+    for name in ("log.parquet", "log.csv", "log.jsonl", "parts"):
+        assert ingest([tmp_path / name], PLANNER).histogram == expected, name
+
+
+def test_csv_garbage_rows_are_counted_per_reason():
+    result = ingest([LOGS / "garbage.csv"], PLANNER)
+    assert result.histogram.requests == 2
+    # null: an empty count, a row with too few fields, an empty timestamp;
+    # negative: -5 and -1; non_numeric: 'abc', 12.5, 'notatime'
+    assert result.excluded_rows == {"null": 3, "negative": 2, "non_numeric": 3}
+    assert result.files[0].rows_read == 10
+
+
+def test_jsonl_garbage_rows_are_counted_per_reason():
+    result = ingest([LOGS / "garbage.jsonl"], PLANNER)
+    # kept: the first row and {"prompt_tokens": "300", "output_tokens": 30.0} (whole numbers)
+    assert result.histogram.requests == 2
+    assert int(result.histogram.sum_prompt.sum()) == 400
+    # null: null, a missing key; negative: -5, -2;
+    # non_numeric: "abc", 12.5, true, a list, a broken line
+    assert result.excluded_rows == {"null": 2, "negative": 2, "non_numeric": 5}
+
+
+def test_log_split_in_parts_histogrammed_and_merged_equals_one_pass(tmp_path):
+    rows = _rows()
+    table = pa.table(rows)
+    whole = ingest_table(table, tmp_path / "whole.parquet")
+    bounds = [0, 700, 1900, 3000]
+    part_files = []
+    for i, (a, b) in enumerate(itertools.pairwise(bounds)):
+        log = tmp_path / f"part{i}.parquet"
+        pq.write_table(table.slice(a, b - a), log)
+        out = tmp_path / f"part{i}.hist.parquet"
+        write_histogram_file(ingest([log], PLANNER), out)
+        part_files.append(out)
+    merged = ingest(part_files, PLANNER).histogram
+    assert merged == whole
+    # Histogram.merge of the parts agrees too, and so does a mix of logs and histogram files
+    parts = [Histogram.read_parquet(f) for f in part_files]
+    assert parts[0].merge(parts[1]).merge(parts[2]) == whole
+    assert (
+        ingest([part_files[0], tmp_path / "part1.parquet", part_files[2]], PLANNER).histogram
+        == whole
+    )
+
+
+def ingest_table(table: pa.Table, path: Path) -> Histogram:
+    pq.write_table(table, path)
+    return ingest([path], PLANNER).histogram
+
+
+def test_presets_read_the_public_traces_columns_and_time_units():
+    azure = ingest([LOGS / "azure_head.csv"], resolve_columns("azure"))
+    assert azure.histogram.requests == 4
+    assert azure.time_unit_assumed == "datetime"
+    assert azure.histogram.minute_count.tolist() == [3, 1]  # 18:15 and 18:16
+    mooncake = ingest([LOGS / "mooncake_head.jsonl"], resolve_columns("mooncake"))
+    assert mooncake.time_unit_assumed == "ms"  # relative milliseconds, from the preset
+    assert mooncake.histogram.minute.tolist() == [0, 1]
+    assert mooncake.histogram.minute_count.tolist() == [2, 1]
+    burst = ingest([LOGS / "burstgpt_head.csv"], resolve_columns("burstgpt"))
+    assert burst.time_unit_assumed == "s"
+    assert burst.histogram.minute.tolist() == [0, 1]
+    assert int(burst.histogram.sum_prompt.sum()) == 472 + 1087 + 417
+
+
+def test_magnitude_heuristic_says_what_it_assumed_and_the_option_overrides_it():
+    spec = resolve_columns("mooncake", time_unit="auto")
+    guessed = ingest(
+        [LOGS / "mooncake_head.jsonl"],
+        resolve_columns(None, "input_length", "output_length", "timestamp"),
+    )
+    assert guessed.time_unit_assumed == "s"  # 60000 < 1e11: read as seconds, and said so
+    assert any("--time-unit ms" in note for note in guessed.notes)
+    assert spec.time_unit == "ms"
+    forced = ingest(
+        [LOGS / "mooncake_head.jsonl"],
+        resolve_columns(None, "input_length", "output_length", "timestamp", time_unit="ms"),
+    )
+    assert forced.histogram.minute.tolist() == [0, 1]
+
+
+def test_default_time_column_is_optional_and_no_time_drops_rates(tmp_path):
+    path = tmp_path / "no_time.csv"
+    path.write_text("prompt_tokens,output_tokens\n10,5\n20,6\n")
+    result = ingest([path], PLANNER)
+    assert result.histogram.requests == 2
+    assert result.histogram.minute.size == 0
+    assert result.time_unit_assumed is None
+    no_time = ingest([LOGS / "handmade.csv"], resolve_columns(no_time=True))
+    assert no_time.histogram.minute.size == 0
+
+
+def test_missing_column_error_lists_the_columns_and_suggests_a_preset():
+    with pytest.raises(InputError) as err:
+        ingest([LOGS / "azure_head.csv"], PLANNER)
+    message = str(err.value)
+    assert "azure_head.csv" in message
+    assert "no column 'prompt_tokens'" in message
+    assert "TIMESTAMP, ContextTokens, GeneratedTokens" in message
+    assert "--preset azure" in message
+
+
+def test_explicit_time_column_must_exist():
+    with pytest.raises(InputError, match="no column 'when'"):
+        ingest([LOGS / "handmade.csv"], resolve_columns(time_col="when"))
+
+
+def test_lengths_beyond_the_lookup_tables_bin_like_the_definition(tmp_path):
+    prompt = np.array([0, 1, 131_072, 131_073, 2**24, 2**24 + 5, 50_000_000])
+    output = np.array([1, 0, 131_072, 5, 2**20, 0, 3])
+    path = tmp_path / "long.parquet"
+    pq.write_table(pa.table({"prompt_tokens": prompt, "output_tokens": output}), path)
+    assert ingest([path], PLANNER).histogram == Histogram.from_arrays(prompt, output)
+
+
+def test_int64_overflow_is_refused_not_wrapped(tmp_path):
+    big = np.full(3, 2**31, np.int64)
+    path = tmp_path / "huge.parquet"
+    pq.write_table(pa.table({"prompt_tokens": big, "output_tokens": big}), path)
+    with pytest.raises(InputError, match="int64 range"):
+        ingest([path], PLANNER)

@@ -1,0 +1,63 @@
+"""The planning peak rate: quantile or max of per-minute rates, or explicit, times growth."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from planner.errors import InputError
+from planner.histogram import Histogram
+from planner.workload.peaks import mean_rate_rps, peak_rate_rps, per_minute_counts
+
+
+@pytest.fixture
+def hist():
+    # 120 arrivals in minute 0, none in minute 1, 60 in minute 2
+    seconds = np.concatenate([np.linspace(0, 59, 120), np.linspace(120, 179, 60)])
+    return Histogram.from_arrays(np.full(180, 100), np.full(180, 10), seconds)
+
+
+def test_quiet_minutes_count_as_zero(hist):
+    assert per_minute_counts(hist).tolist() == [120, 0, 60]
+    assert mean_rate_rps(hist) == pytest.approx(180 / 180)
+
+
+def test_methods_and_growth(hist):
+    assert peak_rate_rps(hist, "max") == 2.0
+    assert peak_rate_rps(hist, "max", growth=1.5) == 3.0
+    assert peak_rate_rps(hist, "quantile", quantile=0.5) == 1.0  # median of 2, 0, 1 req/s
+    assert peak_rate_rps(hist, "quantile", quantile=0.99) == pytest.approx(
+        np.quantile([120, 0, 60], 0.99) / 60
+    )
+    assert peak_rate_rps(None, "explicit", explicit_rps=40, growth=1.25) == 50.0
+    assert peak_rate_rps([60, 120, 30], "max") == 2.0  # plain per-minute counts
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ({"method": "peak"}, "unknown peak-rate method"),
+        ({"method": "quantile", "quantile": 0}, "peak quantile"),
+        ({"method": "quantile", "quantile": 1.5}, "peak quantile"),
+        ({"method": "max", "growth": 0}, "growth factor"),
+        ({"method": "max", "growth": -1}, "growth factor"),
+        ({"method": "explicit"}, "needs a rate"),
+        ({"method": "explicit", "explicit_rps": 0}, "explicit peak rate"),
+        ({"method": "explicit", "explicit_rps": -3}, "explicit peak rate"),
+    ],
+)
+def test_bad_parameters_are_input_errors(hist, args, message):
+    with pytest.raises(InputError, match=message):
+        peak_rate_rps(hist, **args)
+
+
+def test_no_times_negative_counts_and_zero_rates_are_refused():
+    untimed = Histogram.from_arrays(np.array([1]), np.array([1]))
+    with pytest.raises(InputError, match="needs arrival times"):
+        peak_rate_rps(untimed, "max")
+    with pytest.raises(InputError, match=">= 0"):
+        peak_rate_rps([5, -1], "max")
+    with pytest.raises(InputError, match="0 req/s"):
+        peak_rate_rps([0, 0, 0], "quantile", quantile=0.5)
+    with pytest.raises(InputError, match="0 req/s"):
+        peak_rate_rps([0, 0, 60], "quantile", quantile=0.5)
