@@ -49,7 +49,7 @@ from planner.roofline import StepModel
 CEILINGS = ("memory", "bandwidth", "compute", "itl", "ttft")
 KNEE_SHARE = 0.99  # a replica is planned at 99% of the rate its binding bound allows
 KNEE_FLAT = 0.9  # if 99% of that rate needs under 90% of the bound's batch, throughput has saturated
-PERCENTILE_GRID_UNITS = 2048  # byte-grid resolution of the compound-Poisson total
+PERCENTILE_GRID_UNITS = 1024  # byte-grid resolution of the compound-Poisson total
 
 
 @dataclass(frozen=True)

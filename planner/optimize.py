@@ -196,14 +196,15 @@ def solve_fleet(
     if prob.status != pulp.LpStatusOptimal or prob.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
         return FleetSolution(status, "", None, (), math.inf, 0, time.perf_counter() - t1, build_s, solver.name, lp_text)
     optimum = pulp.value(cost)
+    first = {v.name: v.varValue for v in prob.variables()}
     prob += cost <= optimum + COST_TOLERANCE_USD, "cost_at_optimum"
     prob.setObjective(
         pulp.lpSum(candidates[i].gpus_per_replica * x[i] for i in keep) + pulp.lpSum(z.values()) / (len(keep) + 1)
     )
     prob.solve(solver)
     solve_s = time.perf_counter() - t1
-    if prob.status != pulp.LpStatusOptimal:  # the first solution still stands; keep it consistent
-        raise RuntimeError(f"tie-break solve ended {pulp.LpStatus[prob.status]} after an optimal cost solve")
+    if prob.status != pulp.LpStatusOptimal:  # e.g. the time limit: the cost-optimal solution stands
+        prob.assignVarsVals(first)
     chosen = max(y, key=lambda k: y[k].value() or 0.0)
     option = next(o for o in servable if o.key == chosen)
     pools = []
@@ -266,9 +267,12 @@ def _solver(backend: str, time_limit_s: float):
     if backend != "cbc":
         raise InputError(f"unknown solver backend '{backend}' (cbc, highs)")
     # PuLP 3.x warns that the bundled CBC goes away in 4.0; the project pins <4 precisely to keep it.
+    # No `threads` option: with it the bundled CBC sometimes waits 10 s for a worker thread to
+    # start ("Thread 0 used 0 times, waiting to start 10.000155" in its log) on a model it
+    # solves in milliseconds.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        return pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, gapRel=0.0, gapAbs=1e-9, threads=1)
+        return pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, gapRel=0.0, gapAbs=1e-9)
 
 
 def _lp_text(prob: pulp.LpProblem) -> str:

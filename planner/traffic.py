@@ -19,8 +19,6 @@ class Traffic:
 
 def load_traffic(scn: Scenario, base: Path) -> Traffic:
     """The histogram of all requests, the measured peak and mean rates, and notes for the report."""
-    from planner.workload.columns import resolve_columns
-    from planner.workload.ingest import ingest
     from planner.workload.peaks import mean_rate_rps, peak_rate_rps
 
     src = scn.traffic.source
@@ -36,6 +34,10 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
         hist = synthetic_histogram(syn.name, syn.requests, seed=syn.seed, rate_rps=syn.rate_rps)
         notes.append(f"Source: synthetic distribution '{syn.name}', {syn.requests:,} requests, seed {syn.seed}.")
     else:
+        # pyarrow's readers load only for logs and histogram files, not for synthetic traffic.
+        from planner.workload.columns import resolve_columns
+        from planner.workload.ingest import ingest
+
         paths = [src.log] if isinstance(src.log, str) else list(src.log or [])
         if src.histogram is not None:
             paths = [src.histogram]

@@ -6,13 +6,11 @@ import math
 
 import click
 
-from planner.capacity import SLO, replica_capacity
 from planner.cli.options import catalog_option, echo_json, get_catalog, json_option
 from planner.deployment import DEFAULT_OVERHEAD_GIB, make_deployment
 from planner.histogram import Histogram
 from planner.memory import budget_ladder, memory_levers, paged_tokens, paged_users
 from planner.paged import SIZING_MODES, token_profile
-from planner.planning import edge_at_most
 from planner.roofline import ridge_point
 from planner.units import GiB
 
@@ -61,6 +59,10 @@ def capacity(
       planner capacity llama-3.1-8b h100-sxm --max-model-len 8192 --typical-tokens 2300
       planner capacity llama-3.1-8b h100-sxm --prompt-tokens 1000 --output-tokens 200 --itl-ms 50 --json
     """
+    # The capacity model (scipy's root finders) loads only when a command needs it.
+    from planner.capacity import SLO, replica_capacity
+    from planner.planning import edge_at_most
+
     catalog = get_catalog(catalog_files)
     dep = make_deployment(
         catalog, model=model, gpu=gpu, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,

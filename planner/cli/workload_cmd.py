@@ -11,10 +11,7 @@ from pathlib import Path
 import click
 
 from planner.cli.options import echo_json, json_option
-from planner.workload.columns import PRESETS, TIME_UNITS, resolve_columns
-from planner.workload.ingest import ingest, write_histogram_file
-from planner.workload.readers import FORMATS
-from planner.workload.summary import format_summary, summarize
+from planner.workload.columns import FORMATS, PRESETS, TIME_UNITS, resolve_columns
 from planner.workload.synth import DISTRIBUTIONS, distribution, generate, write_log
 
 
@@ -78,6 +75,10 @@ def histogram(
       planner histogram data/samples/azure_conv_2023_sample.csv --preset azure -o conv.hist.parquet
       planner histogram conv.hist.parquet code.csv --preset azure -o both.hist.parquet --json
     """
+    # Imported here, not at the top: pyarrow's dataset machinery costs every other command start-up time.
+    from planner.workload.ingest import ingest, write_histogram_file
+    from planner.workload.summary import format_summary, summarize
+
     columns = resolve_columns(preset, prompt_col, output_col, time_col, time_unit, no_time)
     with _progress_bar() as progress:
         result = ingest(logs, columns, fmt=fmt, progress=progress)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 
 from planner.errors import InputError, did_you_mean
 
+FORMATS = ("parquet", "csv", "jsonl")  # log formats the readers take
 TIME_UNITS = ("s", "ms", "us", "ns")  # units of numeric timestamps; datetimes carry their own
 
 

@@ -31,8 +31,8 @@ import pyarrow.dataset as ds
 import pyarrow.json as pajson
 
 from planner.errors import InputError
+from planner.workload.columns import FORMATS
 
-FORMATS = ("parquet", "csv", "jsonl")
 EXTENSIONS = {
     ".parquet": "parquet",
     ".pq": "parquet",

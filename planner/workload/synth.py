@@ -19,7 +19,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 
 from planner.errors import InputError, did_you_mean
 from planner.histogram import Histogram
@@ -108,8 +107,10 @@ class SyntheticLog:
     output_tokens: np.ndarray
     timestamp_ms: np.ndarray
 
-    def to_table(self) -> pa.Table:
+    def to_table(self):  # -> pyarrow.Table
         """As an Arrow table with the 'planner' preset's column names."""
+        import pyarrow as pa  # only for writing logs: a synthetic histogram needs no Arrow
+
         return pa.table(
             {
                 _COLUMNS.prompt: self.prompt_tokens,
