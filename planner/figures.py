@@ -10,16 +10,18 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from planner.files import atomic_output
 from planner.histogram import LENGTH_EDGES, Histogram
 
 _SAVE = {"dpi": 100, "metadata": {"Software": None}}  # no version stamp: reports must not drift
 
 
 def _save(fig, path: Path) -> None:
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, format="png", **_SAVE)
-    plt.close(fig)
-    tmp.replace(path)
+    try:
+        with atomic_output(path) as tmp:
+            fig.savefig(tmp, format="png", **_SAVE)
+    finally:
+        plt.close(fig)
 
 
 def traffic_figure(hist: Histogram, path: Path, *, limit: int, thresholds: list[int]) -> None:

@@ -20,8 +20,6 @@ A malformed file is an InputError naming the file and the field.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -31,6 +29,7 @@ import yaml
 from planner import params
 from planner.catalog import Model
 from planner.errors import InputError
+from planner.files import read_text
 from planner.yamlio import validate
 
 _MISSING = object()
@@ -123,12 +122,7 @@ class _Config:
 def read_hf_config(path: str | Path) -> dict[str, Any]:
     """The JSON object in `path`; unreadable or invalid JSON is an InputError naming the line."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("file not found", where=str(path)) from None
-    except (IsADirectoryError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read as JSON text ({exc.__class__.__name__})", where=str(path)) from None
+    text = read_text(path, "JSON")
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -248,23 +242,6 @@ def catalog_yaml(model: Model) -> str:
         "# Use with --catalog FILE; the block under `models:` can go into data/models.yaml.\n"
     )
     return header + yaml.safe_dump({"models": model_entry(model)}, sort_keys=False, width=1000)
-
-
-def write_text_atomic(path: str | Path, text: str) -> None:
-    """Write to a temporary file beside `path`, then rename: no half-written output."""
-    path = Path(path)
-    directory = path.parent if str(path.parent) else Path(".")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
-    except FileNotFoundError:
-        raise InputError("directory does not exist", where=str(path)) from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _hub_id(cfg: _Config) -> str | None:

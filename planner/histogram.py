@@ -243,7 +243,7 @@ class Histogram:
         """Write the histogram file to a path or a binary file object.
 
         Not atomic by itself: for a path someone will read, write through
-        `planner.workload.atomic.atomic_output` (temporary file in the same folder, renamed).
+        `planner.files.atomic_output` (temporary file in the same folder, renamed).
         """
         import pyarrow.parquet as pq
 

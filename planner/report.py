@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from planner.files import write_text_atomic
 from planner.paged import SIZING_MODES
 from planner.planning import Outcome, Plan, PoolDetail
 from planner.units import HOURS_PER_MONTH, GiB
@@ -341,7 +342,5 @@ def write_report(plan: Plan, out_dir: Path, *, sections: tuple[str, ...] = ()) -
                 title=f"{name}: cost per hour by split option and lever")
     text = render(plan, figures=figures, sections=sections)
     path = out_dir / f"{name}.md"
-    tmp = path.with_suffix(".md.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    write_text_atomic(path, text)
     return path

@@ -14,17 +14,13 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from planner.errors import InputError
+from planner.files import read_text
 
 
 def load_yaml(path: str | Path) -> Any:
     """Read a YAML file with `yaml.safe_load`; broken YAML is an InputError naming the line."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("file not found", where=str(path)) from None
-    except (IsADirectoryError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read as YAML text ({exc.__class__.__name__})", where=str(path)) from None
+    text = read_text(path, "YAML")
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -10,7 +10,8 @@ import click
 
 from planner.catalog import Catalog
 from planner.cli.options import catalog_option, echo_json, get_catalog, json_option
-from planner.hf_import import catalog_yaml, model_from_hf_config, write_text_atomic
+from planner.files import write_text_atomic
+from planner.hf_import import catalog_yaml, model_from_hf_config
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

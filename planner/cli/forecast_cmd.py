@@ -11,6 +11,7 @@ from planner.cli.options import catalog_option, echo_json, json_option
 
 def write_forecast(name: str, results, out_dir: Path) -> tuple[Path, Path]:
     from planner.figures import forecast_figure
+    from planner.files import write_text_atomic
     from planner.forecast import forecast_csv, forecast_markdown
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -22,9 +23,7 @@ def write_forecast(name: str, results, out_dir: Path) -> tuple[Path, Path]:
     )
     md, csv_path = out_dir / f"{name}_forecast.md", out_dir / f"{name}_forecast.csv"
     for path, text in ((md, forecast_markdown(name, results, figure=figure)), (csv_path, forecast_csv(results))):
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
+        write_text_atomic(path, text)
     return md, csv_path
 
 

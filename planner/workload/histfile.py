@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from planner.files import atomic_output
 from planner.histogram import Histogram, read_histogram_file_metadata
-from planner.workload.atomic import atomic_output
 
 
 def read_histogram(path: str | os.PathLike) -> Histogram:

@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from planner.errors import InputError, did_you_mean
+from planner.files import atomic_output
 from planner.histogram import Histogram
-from planner.workload.atomic import atomic_output
 from planner.workload.columns import PRESETS
 
 START_MS = 1_704_067_200_000  # 2024-01-01T00:00:00Z: synthetic logs start here

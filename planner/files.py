@@ -1,8 +1,10 @@
-"""Atomic output: a file appears complete or not at all (design.md, "Bad input").
+"""Reading input text and writing output files, with the errors and guarantees the design asks for.
 
-Writing goes to a temporary file in the destination's folder (so the final rename stays
-on one filesystem, where `os.replace` is atomic); on any error the temporary file is
-removed and the destination is untouched.
+Reads turn a missing or unreadable file into an InputError naming it. Writes are
+atomic: a file appears complete or not at all (design.md, "Bad input"). Writing goes to
+a temporary file in the destination's folder (so the final rename stays on one
+filesystem, where `os.replace` is atomic); on any error the temporary file is removed
+and the destination is untouched.
 """
 
 from __future__ import annotations
@@ -35,6 +37,23 @@ def atomic_output(path: str | os.PathLike) -> Iterator[Path]:
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write `text` (UTF-8) to `path` all-or-nothing."""
+    with atomic_output(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def read_text(path: str | os.PathLike, kind: str) -> str:
+    """The UTF-8 text of `path`; a missing, unreadable or binary file is an InputError naming it."""
+    path = Path(path)
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError("file not found", where=str(path)) from None
+    except (IsADirectoryError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read as {kind} text ({exc.__class__.__name__})", where=str(path)) from None
 
 
 def _umask() -> int:
