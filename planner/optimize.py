@@ -195,6 +195,9 @@ def solve_fleet(
     status = pulp.LpStatus[prob.status]
     if prob.status != pulp.LpStatusOptimal or prob.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
         return FleetSolution(status, "", None, (), math.inf, 0, time.perf_counter() - t1, build_s, solver.name, lp_text)
+    # CBC stopped by its time limit with a plan in hand reports "Optimal" with an
+    # integer-feasible solution: say that it is not proven optimal.
+    status = "Optimal" if prob.sol_status == pulp.LpSolutionOptimal else "Feasible (time limit, not proven optimal)"
     optimum = pulp.value(cost)
     first = {v.name: v.varValue for v in prob.variables()}
     prob += cost <= optimum + COST_TOLERANCE_USD, "cost_at_optimum"

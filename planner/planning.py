@@ -313,6 +313,16 @@ def _infeasible_message(classes, evals: Sequence[Evaluation], inventory: dict) -
     return f"the inventory caps ({caps}) leave no fleet that covers the peak"
 
 
+def _no_plan_message(sol: FleetSolution, scn: Scenario, classes, evals, inventory) -> str:
+    """Why the solver returned no plan, by its status (PuLP: Infeasible, Not Solved, Undefined, Unbounded)."""
+    if sol.status == "Infeasible":
+        return _infeasible_message(classes, evals, inventory)
+    if sol.status == "Not Solved":
+        return (f"no plan found within the solver's time limit of {scn.solver.time_limit_s:g} s; "
+                "raise solver.time_limit_s or offer fewer candidates")
+    return f"the solver ended with status '{sol.status}' and no plan"
+
+
 def _best_failed(evals: Sequence[Evaluation]) -> Evaluation | None:
     """The candidate closest to serving the class: weights fit, then the fastest prefill."""
     if not evals:
@@ -365,7 +375,7 @@ def make_plan(
     inventory = {g.id: g.max_gpus for g in scn.gpu_candidates if g.max_gpus is not None}
     sol = _solve(scn, classes, evals, reserved=reserved)
     if not sol.pools:
-        raise InfeasibleError(_infeasible_message(classes, evals, inventory))
+        raise InfeasibleError(_no_plan_message(sol, scn, classes, evals, inventory))
 
     pools = _pool_details(ev, classes, evals, sol)
     p_mean, o_mean = served.mean("sum_prompt"), served.mean("sum_output")

@@ -94,3 +94,27 @@ def test_every_command_has_help_with_an_example():
         r = run(name, "--help")
         assert r.exit_code == 0, name
         assert "planner " in (command.help or ""), f"{name} help has no example"
+
+
+def test_capacity_from_a_histogram_file_of_a_real_trace():
+    """The shipped Azure conversation trace's histogram file as the traffic class."""
+    from pathlib import Path
+
+    hist = Path(__file__).parent.parent / "data" / "samples" / "azure_conv_2023_sample.hist.parquet"
+    r = run("capacity", "llama-3.1-8b", "h100-sxm", "--max-model-len", "8192", "--histogram", str(hist),
+            "--sizing", "percentile", "--itl-ms", "50", "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)  # a note on stderr says how many requests exceed the limit
+    assert "1 request(s) exceed the 8,192-token limit" in r.stderr
+    assert out["sizing"] == "percentile"
+    assert out["concurrency"]["worst_case"] <= out["concurrency"]["percentile"] <= out["concurrency"]["expected"]
+    assert out["max_rps_per_replica"] > 0
+    assert out["step_ms"] <= 50 * (1 + 1e-6)
+
+
+def test_capacity_histogram_that_is_not_a_histogram_file_exits_2(tmp_path):
+    bad = tmp_path / "x.parquet"
+    bad.write_text("not parquet", encoding="utf-8")
+    r = run("capacity", "llama-3.1-8b", "h100-sxm", "--histogram", str(bad))
+    assert r.exit_code == 2
+    assert "Traceback" not in r.output

@@ -144,3 +144,15 @@ def test_exclusion_cuts_give_the_next_best_plan():
     assert first.pools[0].config == "best"
     assert second.pools[0].config == "second"
     assert second.cost_per_hour > first.cost_per_hour
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_highs_finds_the_same_optimum_when_installed(seed):
+    pytest.importorskip("highspy")
+    options, cands, _ = random_instance(seed)
+    cbc = solve_fleet(options, cands)
+    highs = solve_fleet(options, cands, backend="highs")
+    assert highs.status == cbc.status
+    if cbc.pools:
+        assert highs.cost_per_hour == pytest.approx(cbc.cost_per_hour, abs=1e-6)
+        assert highs.gpus == cbc.gpus

@@ -79,7 +79,7 @@ def capacity(
         hist = _load_histogram(histogram_file)
         too_long = hist.requests - hist.select_total(at_most=edge_at_most(dep.max_model_len)).requests
         if too_long:
-            click.echo(f"note: {too_long:,} requests exceed the {dep.max_model_len:,}-token limit and are left out", err=True)
+            click.echo(f"note: {too_long:,} request(s) exceed the {dep.max_model_len:,}-token limit and are left out", err=True)
             hist = hist.select_total(at_most=edge_at_most(dep.max_model_len))
     elif prompt_tokens is not None:
         if prompt_tokens + output_tokens > dep.max_model_len:
