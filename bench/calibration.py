@@ -87,19 +87,24 @@ def print_factors(cal: Calibration) -> None:
     print("== Fitted efficiency factors (TensorRT-LLM rows; these go to data/gpus.yaml)")
     print("   bounds: " + ", ".join(f"{k} {lo:g}-{hi:g}" for k, (lo, hi) in BOUNDS.items()))
     print("   prior: " + ", ".join(f"{k} ~ N({m:g}, {sd:g})" for k, (m, sd) in TRTLLM_PRIORS.items()))
-    print(f"{'gpu':<10} {'rows':<16} {'dtype':<5} {'bandwidth':>9} {'compute':>8} {'overhead_ms':>11} {'allreduce_us':>12}  n fit/held  ended on a bound")
+    print(
+        f"{'gpu':<10} {'rows':<16} {'dtype':<5} {'bandwidth':>9} {'compute':>8} {'overhead_ms':>11} {'allreduce_us':>12} "
+        f"{'interconnect':>12}  n fit/held  ended on a bound"
+    )
     for g, f in cal.fits.items():
         e = f.fit.efficiency
         print(
             f"{g:<10} {'/'.join(f.labels):<16} {'/'.join(f.dtypes):<5} {e.bandwidth:9.3f} {e.compute:8.3f} "
-            f"{e.step_overhead_ms:11.2f} {e.allreduce_latency_us:12.1f}  {f.n_fit:4d}/{f.n_held:<4d}  {', '.join(f.fit.at_bounds) or '-'}"
+            f"{e.step_overhead_ms:11.2f} {e.allreduce_latency_us:12.1f} {e.interconnect:12.3f}  {f.n_fit:4d}/{f.n_held:<4d}  "
+            f"{', '.join(f.fit.at_bounds) or '-'}"
         )
     print("   splitwise-only fits (diagnostic, not written):")
     for g, f in cal.splitwise_fits.items():
         e = f.efficiency
         print(
             f"{g:<10} {'splitwise':<16} {'fp16':<5} {e.bandwidth:9.3f} {e.compute:8.3f} "
-            f"{e.step_overhead_ms:11.2f} {e.allreduce_latency_us:12.1f}  {'':9}  {', '.join(f.at_bounds) or '-'}"
+            f"{e.step_overhead_ms:11.2f} {e.allreduce_latency_us:12.1f} {e.interconnect:12.3f}  {'':9}  "
+            f"{', '.join(f.at_bounds) or '-'}"
         )
     print()
 
@@ -188,6 +193,7 @@ def print_committed(cal: Calibration, catalog: Catalog) -> None:
             abs(catalog.gpu(g).efficiency.compute - f.fit.efficiency.compute),
             abs(catalog.gpu(g).efficiency.step_overhead_ms - f.fit.efficiency.step_overhead_ms) / 10,
             abs(catalog.gpu(g).efficiency.allreduce_latency_us - f.fit.efficiency.allreduce_latency_us) / 100,
+            abs(catalog.gpu(g).efficiency.interconnect - f.fit.efficiency.interconnect),
         )
         for g, f in cal.fits.items()
     )

@@ -1,10 +1,10 @@
 """Calibration of the roofline's efficiency factors against published measurements.
 
 The measurements are copied into `data/measured/` (its README.md gives sources and
-licences). Each row is predicted with the planner's own model, and per GPU the four
+licences). Each row is predicted with the planner's own model, and per GPU the five
 factors of `catalog.Efficiency` (bandwidth, compute, step_overhead_ms,
-allreduce_latency_us) are fitted to one source of rows; the rows not fitted on are
-reported separately, as the measurements' README asks.
+allreduce_latency_us, interconnect) are fitted to one source of rows; the rows not
+fitted on are reported separately, as the measurements' README asks.
 
 What is predicted, per source
 -----------------------------
@@ -37,12 +37,16 @@ Per GPU, scipy.optimize.least_squares minimises the squared log error
 log(predicted / measured) over the FIT rows, within BOUNDS, from a fixed set of
 starting points (deterministic). TensorRT-LLM rows are held out by whole
 (ISL, OSL) scenario, HELD_OUT_SCENARIOS, so the v0.17 and v1.0 measurements of one
-configuration never sit on both sides. The all-reduce latency is fitted only where
-the fit rows include tensor parallelism. The catalog takes the TensorRT-LLM fit (a
-production engine); splitwise rows are predicted with those factors as a
-cross-engine check, and fitted on their own (every third row held out) only to test
-the model's form. GPUs without measurements borrow a measured GPU's factors
-(BORROWED).
+configuration never sit on both sides. The two all-reduce factors, the latency and
+`interconnect` (achieved / datasheet link bandwidth in the all-reduces), are fitted
+only where the fit rows include tensor parallelism: at tp = 1 there is no all-reduce,
+so single-GPU rows say nothing about either, and a GPU whose fit rows all have tp = 1
+keeps both pinned at the values its catalog block already holds (interconnect
+defaults to 1.0, the datasheet link), as its efficiency source then says. The catalog
+takes the TensorRT-LLM fit (a production engine); splitwise rows are predicted with
+those factors as a cross-engine check, and fitted on their own (every third row held
+out) only to test the model's form. GPUs without measurements borrow a measured GPU's
+factors (BORROWED).
 """
 
 from __future__ import annotations
@@ -96,22 +100,25 @@ HELD_OUT_SCENARIOS = frozenset({(128, 2048), (1000, 1000), (2048, 2048)})
 
 SPLITWISE_GPUS = {"a100-80gb": "a100-80gb", "h100-80gb": "h100-sxm"}  # h100-80gb-pcap: power-capped, skipped
 
-FACTORS = ("bandwidth", "compute", "step_overhead_ms", "allreduce_latency_us")
+FACTORS = ("bandwidth", "compute", "step_overhead_ms", "allreduce_latency_us", "interconnect")
+# Identifiable only from tensor-parallel rows (StepModel.allreduce_s is zero at tp = 1).
+ALLREDUCE_FACTORS = ("allreduce_latency_us", "interconnect")
 BOUNDS = {
     "bandwidth": (0.3, 0.95),
     "compute": (0.2, 0.95),
     "step_overhead_ms": (0.0, 10.0),
     "allreduce_latency_us": (0.0, 100.0),
+    "interconnect": (0.2, 1.0),
 }
-STARTS = ((0.8, 0.6, 2.0, 10.0), (0.6, 0.4, 5.0, 50.0), (0.9, 0.8, 0.5, 2.0))
+STARTS = ((0.8, 0.6, 2.0, 10.0, 0.9), (0.6, 0.4, 5.0, 50.0, 0.5), (0.9, 0.8, 0.5, 2.0, 0.7))
 # Offline max-throughput rows run at large batches, where a fixed per-step cost and a
 # slightly lower bandwidth are interchangeable: their held-out error is flat in
 # step_overhead_ms from 0.5 to 10 ms (bench/calibration.py prints the profile). So
 # the TensorRT-LLM fit carries a Gaussian prior on it, (mean, sd) in ms, as one more
-# residual. At 2 ms the fitted bandwidth of A100 and H100 (0.78, 0.87) matches what
+# residual. At 2 ms the fitted bandwidth of A100 and H100 (0.77, 0.84) is close to what
 # vidur measured for GEMMs alone at one token (0.78, 0.86; data/measured/vidur_linear_subset.csv).
 TRTLLM_PRIORS = {"step_overhead_ms": (2.0, 1.0)}
-SCALES = (0.1, 0.1, 1.0, 10.0)
+SCALES = (0.1, 0.1, 1.0, 10.0, 0.1)  # per factor, in FACTORS order, as STARTS
 
 # GPUs without measurements -> (measured GPU, why that one).
 BORROWED = {
@@ -402,12 +409,12 @@ def fit_efficiency(
     priors: Mapping[str, tuple[float, float]] | None = None,
 ) -> FitResult:
     """Bounded least squares of `log_errors(efficiency)` over the factors in FACTORS (the
-    all-reduce latency only if `fit_allreduce`; otherwise it keeps `base`'s value), plus
+    ALLREDUCE_FACTORS only if `fit_allreduce`; otherwise they keep `base`'s values), plus
     (value - mean) / sd for each factor with a prior. Every start in STARTS is tried and
     the lowest cost kept, first on ties: deterministic."""
     priors = dict(priors or {})
-    free = FACTORS if fit_allreduce else FACTORS[:3]
-    k = len(free)
+    free = FACTORS if fit_allreduce else tuple(f for f in FACTORS if f not in ALLREDUCE_FACTORS)
+    index = [FACTORS.index(f) for f in free]
     lower = [BOUNDS[f][0] for f in free]
     upper = [BOUNDS[f][1] for f in free]
 
@@ -424,9 +431,9 @@ def fit_efficiency(
     for start in STARTS:
         res = least_squares(
             residuals,
-            np.asarray(start[:k], float),
+            np.asarray([start[i] for i in index], float),
             bounds=(lower, upper),
-            x_scale=np.asarray(SCALES[:k]),
+            x_scale=np.asarray([SCALES[i] for i in index]),
             xtol=1e-10,
             ftol=1e-10,
             gtol=1e-10,
@@ -583,7 +590,13 @@ HELD_OUT_TEXT = ", ".join(f"{i}/{o}" for i, o in sorted(HELD_OUT_SCENARIOS))
 
 def fitted_source(fit: GpuFit) -> str:
     at = f"; ended on a bound: {', '.join(fit.fit.at_bounds)}" if fit.fit.at_bounds else ""
-    fixed = "" if "allreduce_latency_us" in fit.fit.free else "; allreduce_latency_us not fitted (no tensor-parallel rows)"
+    eff = fit.fit.efficiency
+    fixed = (
+        ""
+        if "interconnect" in fit.fit.free
+        else f"; allreduce_latency_us ({eff.allreduce_latency_us:g}) and interconnect ({eff.interconnect:g}) not fitted "
+        "(no tensor-parallel rows: unidentifiable), kept at the catalog's values"
+    )
     return (
         f"fit by bench/calibration.py to data/measured/{TRTLLM_FILE} (TensorRT-LLM perf-overview v0.17/v1.0, "
         f"offline max throughput, {'/'.join(fit.dtypes)} weights) rows gpu={'/'.join(fit.labels)} "
@@ -601,6 +614,7 @@ def rounded(eff: Efficiency, source: str) -> Efficiency:
             "compute": round(eff.compute, 3),
             "step_overhead_ms": round(eff.step_overhead_ms, 2),
             "allreduce_latency_us": round(eff.allreduce_latency_us, 1),
+            "interconnect": round(eff.interconnect, 3),
             "source": source,
         }
     )
@@ -637,6 +651,7 @@ def efficiency_lines(eff: Efficiency, indent: str = "    ") -> list[str]:
         f"{indent}compute: {eff.compute:g}\n",
         f"{indent}step_overhead_ms: {eff.step_overhead_ms:g}\n",
         f"{indent}allreduce_latency_us: {eff.allreduce_latency_us:g}\n",
+        f"{indent}interconnect: {eff.interconnect:g}\n",
         f"{indent}source: {json.dumps(eff.source, ensure_ascii=True)}\n",
     ]
 

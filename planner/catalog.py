@@ -52,6 +52,9 @@ class Efficiency(_Frozen):
     allreduce_latency_us: float = Field(
         10.0, ge=0, description="per all-reduce fixed latency (NCCL small-message latency on NVLink is ~5-15 us)"
     )
+    interconnect: float = Field(
+        1.0, gt=0, le=1, description="achieved / datasheet per-GPU link bandwidth in tensor-parallel all-reduces"
+    )
     source: str
 
 

@@ -308,7 +308,7 @@ def _assumptions(plan: Plan) -> str:
         "Little's law for residency (planner/paged.py); step times from the roofline with calibrated efficiencies "
         "(planner/roofline.py, bench/calibration.py).",
         "",
-        "| GPU | Memory (GiB, as reported) | HBM GB/s | Dense TFLOP/s | $/GPU-hour | Price source | Efficiency (bandwidth, compute, step overhead) |",
+        "| GPU | Memory (GiB, as reported) | HBM GB/s | Dense TFLOP/s | $/GPU-hour | Price source | Efficiency (bandwidth, compute, step overhead, all-reduce latency, link) |",
         "|---|---:|---:|---|---:|---|---|",
     ]
     prices = {g.id: g.price_usd_per_hour for g in scn.gpu_candidates}
@@ -320,7 +320,8 @@ def _assumptions(plan: Plan) -> str:
         e = g.efficiency
         lines.append(
             f"| {g.id} | {g.memory_gib:.2f} | {g.hbm_bandwidth_gb_s:,.0f} | {tflops} | {_usd(price)} | {src} | "
-            f"{e.bandwidth:.2f}, {e.compute:.2f}, {e.step_overhead_ms:g} ms — {e.source} |"
+            f"{e.bandwidth:.2f}, {e.compute:.2f}, {e.step_overhead_ms:g} ms, {e.allreduce_latency_us:g} µs, "
+            f"{e.interconnect:.2f} — {e.source} |"
         )
     lines += ["", "GPU specification sources:", ""]
     for cand in scn.gpu_candidates:

@@ -82,7 +82,7 @@ class StepModel:
     tp: int
     hidden_size: int
     num_layers: int
-    interconnect_bytes_s: float  # per GPU, one direction
+    interconnect_bytes_s: float  # per GPU, one direction, after efficiency
     allreduce_latency_s: float
     model: Model
 
@@ -99,7 +99,7 @@ class StepModel:
             tp=dep.tp,
             hidden_size=dep.model.hidden_size,
             num_layers=dep.model.num_hidden_layers,
-            interconnect_bytes_s=gpu.interconnect_gb_s * 1e9,
+            interconnect_bytes_s=gpu.interconnect_gb_s * 1e9 * eff.interconnect,
             allreduce_latency_s=eff.allreduce_latency_us / 1e6,
             model=dep.model,
         )
@@ -108,7 +108,10 @@ class StepModel:
         """Two all-reduces per layer (after attention and after the MLP, Megatron-LM
         tensor parallelism), ring algorithm: 2 (tp-1)/tp x message / link bandwidth
         plus a fixed latency each (once per forward pass; `with_latency=False` gives
-        only the bandwidth part, what extra tokens add to a pass). Zero at tp = 1."""
+        only the bandwidth part, what extra tokens add to a pass). The link bandwidth is
+        the datasheet per-GPU figure (GPU.interconnect_gb_s) times the calibrated
+        `Efficiency.interconnect` factor, so the bandwidth part scales as 1 / interconnect.
+        Zero at tp = 1."""
         if self.tp == 1:
             return np.zeros_like(np.asarray(tokens, dtype=float)) if np.ndim(tokens) else 0.0
         message = np.asarray(tokens, dtype=float) * self.hidden_size * ACTIVATION_BYTES

@@ -23,8 +23,11 @@ from planner.calibration import (
     splitwise_step,
     trtllm_cases,
     trtllm_log_errors,
+    with_efficiency,
 )
 from planner.catalog import Efficiency
+from planner.deployment import make_deployment
+from planner.roofline import StepModel
 from planner.units import GiB
 
 
@@ -78,11 +81,42 @@ def test_prediction_reproduces_hand_computed_roofline(catalog, rows):
 
 def test_fast_path_matches_replica_capacity(catalog, rows, cases):
     """TrtllmCase.predict (used by the fit) equals the full replica_capacity path, tp > 1 too."""
-    eff = Efficiency(bandwidth=0.7, compute=0.5, step_overhead_ms=3.0, allreduce_latency_us=40.0, source="test")
+    eff = Efficiency(
+        bandwidth=0.7, compute=0.5, step_overhead_ms=3.0, allreduce_latency_us=40.0, interconnect=0.6, source="test"
+    )
     picked = [c for c in cases if c.row.line % 37 == 0 or (c.row.tp == 8 and c.row.line % 5 == 0)]
     assert any(c.row.tp == 8 for c in picked)
     for c in picked:
         assert c.predict(eff) == pytest.approx(predict_trtllm(catalog, c.row, eff), rel=1e-9)
+
+
+def test_allreduce_bandwidth_time_scales_inversely_with_interconnect_factor(catalog):
+    """At tp > 1 the ring part of the all-reduces is message / (datasheet link x interconnect):
+    halving the factor doubles it, the fixed latency is unchanged; at tp = 1 it is zero."""
+    base = Efficiency(bandwidth=0.8, compute=0.6, step_overhead_ms=2.0, allreduce_latency_us=50.0, source="test")
+    tokens = np.array([1.0, 64.0, 4096.0])
+    dep = make_deployment(catalog, model="llama-3.1-70b", gpu="h100-sxm", tp=4, max_model_len=8192)
+    gpu, model = dep.gpu, dep.model
+
+    def step(factor: float) -> StepModel:
+        return StepModel.of(with_efficiency(dep, base.model_copy(update={"interconnect": factor})))
+
+    # 2 all-reduces per layer, ring: 2 (tp-1)/tp x tokens x hidden x 2 bytes / (link x factor)
+    ring_at_1 = 2 * model.num_hidden_layers * 2 * 3 / 4 * tokens * model.hidden_size * 2 / (gpu.interconnect_gb_s * 1e9)
+    latency = 2 * model.num_hidden_layers * 50e-6
+    for factor in (1.0, 0.5, 0.25):
+        s = step(factor)
+        np.testing.assert_allclose(s.allreduce_s(tokens, with_latency=False), ring_at_1 / factor, rtol=1e-12)
+        np.testing.assert_allclose(s.allreduce_s(tokens), latency + ring_at_1 / factor, rtol=1e-12)
+    np.testing.assert_allclose(
+        step(0.5).allreduce_s(tokens, with_latency=False), 2 * step(1.0).allreduce_s(tokens, with_latency=False), rtol=1e-12
+    )
+
+    tp1 = make_deployment(catalog, model="llama-3.1-8b", gpu="h100-sxm", tp=1, max_model_len=8192)
+    for factor in (1.0, 0.3):
+        s = StepModel.of(with_efficiency(tp1, base.model_copy(update={"interconnect": factor})))
+        assert s.allreduce_s(64.0) == 0.0
+        np.testing.assert_array_equal(s.allreduce_s(tokens), np.zeros(3))
 
 
 def test_committed_factors_meet_the_target_on_decode_throughput(cases):

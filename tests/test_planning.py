@@ -32,13 +32,15 @@ def traffic(n_short: int, short: tuple[int, int], n_long: int, long: tuple[int, 
 
 
 def test_split_is_chosen_when_short_requests_can_go_to_cheap_small_gpus(catalog):
-    """Long requests (100k tokens) need an H200's memory; 98% of traffic is short and fits an L40S,
-    which (at a negotiated $0.50/hour) serves short requests cheaper per request/s than an H200."""
-    scn = scenario(context_limit=131072, gpus=[{"id": "l40s", "price_usd_per_hour": 0.5}, "h200"], split_thresholds=[8192])
-    plan = make_plan(scn, catalog, catalog.model("llama-3.1-8b"), traffic(9800, (1500, 300), 200, (100_000, 300)), 20.0)
+    """Long requests (120k-token prompts, a 15 s TTFT target) need an H200's compute: an L40S takes
+    about half a minute to prefill one. 98% of traffic is short and fits an L40S, which (at a
+    negotiated $0.50/hour) serves short requests cheaper per request/s than an H200."""
+    scn = scenario(context_limit=131072, gpus=[{"id": "l40s", "price_usd_per_hour": 0.5}, "h200"], split_thresholds=[8192],
+                   slo={"itl_ms": 60, "ttft_s": 3.0, "long_context": {"above_tokens": 8192, "ttft_s": 15}})
+    plan = make_plan(scn, catalog, catalog.model("llama-3.1-8b"), traffic(9800, (1500, 300), 200, (120_000, 300)), 20.0)
     assert plan.solution.threshold == 8192
     gpus = {pd.traffic_class.name: pd.config.gpu.id for pd in plan.pools}
-    assert gpus["short"] == "l40s"
+    assert gpus == {"short": "l40s", "long": "h200"}
     none = next(o for o in plan.split_analysis if o.name == "no split")
     assert not none.feasible or none.cost_per_hour > plan.cost_per_hour
 
