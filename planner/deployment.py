@@ -56,6 +56,11 @@ def supported_problem(gpu: GPU, tp: int, weight_dtype: Dtype, kv_dtype: Dtype, m
         return f"tensor-parallel degree {tp} exceeds the {gpu.gpus_per_node} GPUs of one '{gpu.id}' node"
     if model.num_attention_heads % tp:
         return f"tensor-parallel degree {tp} does not divide the {model.num_attention_heads} attention heads of '{model.id}'"
+    if not model.kv_lora_rank and tp < model.num_key_value_heads and model.num_key_value_heads % tp:
+        return (
+            f"tensor-parallel degree {tp} does not divide the {model.num_key_value_heads} KV heads of '{model.id}' "
+            "(engines shard KV heads evenly or replicate them when tp exceeds them)"
+        )
     return None
 
 

@@ -7,7 +7,7 @@ import io
 import math
 from dataclasses import dataclass
 
-from planner.errors import InputError
+from planner.errors import InfeasibleError, InputError
 from planner.planning import Plan
 from planner.scenario import GPUCandidate, QuarterSpec, Scenario
 from planner.solve import Inputs, plan_inputs
@@ -76,20 +76,51 @@ def run_forecast(inputs: Inputs) -> list[QuarterResult]:
         raise InputError("the scenario has no forecast section", where=str(inputs.path))
     results: list[QuarterResult] = []
     multiplier, previous = 1.0, None
+    # Commitments as lots of (GPUs, price per GPU-hour): a lot keeps the price it was
+    # committed at, whatever on-demand prices do later.
+    lots: dict[str, list[tuple[int, float]]] = {}
+    commit_price_before: dict[str, float] = {}
     for i, q in enumerate(fc.quarters):
         _check_gpus(scn, inputs, q, i)
         multiplier = multiplier * (1 + q.growth) if fc.growth_mode == "compound" else 1 + q.growth
         qscn = quarter_scenario(scn, q, multiplier)
         od_price = {g.id: g.price_usd_per_hour or inputs.catalog.gpu(g.id).price_usd_per_hour for g in qscn.gpu_candidates}
-        reserved = dict(q.reserved)
+        commit_price = {g: fc.reserved_prices.get(g, od_price[g] * (1 - fc.reserved_discount)) for g in od_price}
         if fc.carry_forward and previous is not None:
+            # Last quarter's fleet is committed: what ran on demand joins at last quarter's terms.
             for gpu, n in previous.gpus_by_type.items():
-                reserved[gpu] = max(reserved.get(gpu, 0), n)
-        price = {g: fc.reserved_prices.get(g, od_price[g] * (1 - fc.reserved_discount)) for g in reserved}
-        plan = plan_inputs(inputs, qscn, explore=False, reserved={g: (n, price[g]) for g, n in reserved.items()})
+                extra = n - sum(k for k, _ in lots.get(gpu, []))
+                if extra > 0:
+                    lots.setdefault(gpu, []).append((extra, commit_price_before[gpu]))
+        for gpu, n in q.reserved.items():
+            extra = n - sum(k for k, _ in lots.get(gpu, []))
+            if extra > 0:
+                lots.setdefault(gpu, []).append((extra, commit_price[gpu]))
+        reserved = {g: sum(k for k, _ in ls) for g, ls in sorted(lots.items())}
+        price = {g: sum(k * p for k, p in ls) / reserved[g] for g, ls in sorted(lots.items())}
+        plan = _quarter_plan(inputs, qscn, q, reserved, price)
         results.append(_quarter_result(q.quarter, multiplier, plan, reserved, price, previous))
         previous = results[-1]
+        commit_price_before = commit_price
+        if not fc.carry_forward:
+            lots = {}
     return results
+
+
+def _quarter_plan(inputs: Inputs, qscn: Scenario, q: QuarterSpec, reserved, price) -> Plan:
+    """The quarter's plan; an infeasible quarter says which quarter, and flags reservations
+    that the quarter's availability contradicts."""
+    for gpu, n in reserved.items():
+        cap = q.availability.get(gpu)
+        if cap is not None and n > cap:
+            raise InputError(
+                f"forecast quarter {q.quarter}: {n} {gpu} GPUs are committed but availability is {cap}",
+                where=str(inputs.path),
+            )
+    try:
+        return plan_inputs(inputs, qscn, explore=False, reserved={g: (n, price[g]) for g, n in reserved.items()})
+    except InfeasibleError as exc:
+        raise InfeasibleError(f"forecast quarter {q.quarter}: {exc}") from None
 
 
 def _quarter_result(quarter, multiplier, plan: Plan, reserved, price, previous) -> QuarterResult:

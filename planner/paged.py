@@ -108,13 +108,19 @@ def token_profile(
     p_held = np.maximum(p_mean - shared, 0)  # prefix blocks are held once per replica, not per sequence
 
     prefill_steps = np.maximum(1, -(-p_mean // chunk_tokens))
+    # A request with no output (o = 0, output bin 0) still occupies its prefill steps: for
+    # residence it counts as o = 1, the token the prefill step would emit, and decodes no step.
+    no_output = hist.output_bin == 0
+    sum_o = np.where(no_output, hist.count, hist.sum_output)
+    sum_o2 = np.where(no_output, hist.count, hist.sum_output_sq)
+    sum_po = np.where(no_output, hist.sum_prompt, hist.sum_prompt_output)
     # Exact unpaged decode memory-time from the sums: sum_{k=1..o-1} (p+k) = (o-1)·p + (o-1)·o/2.
-    exact_linear = hist.sum_prompt_output - hist.sum_prompt + (hist.sum_output_sq - hist.sum_output) / 2.0
+    exact_linear = sum_po - hist.sum_prompt + (sum_o2 - sum_o) / 2.0
     at_mean_linear = c * (o_dec * p_mean + o_dec * o_mean / 2.0)
     # The same for the prefill residency: sum of p, exact, against c·p̄ at the rounded mean.
     variance_correction = exact_linear - at_mean_linear + prefill_steps * (hist.sum_prompt - c * p_mean)
 
-    decode_steps = (hist.sum_output - hist.count).astype(np.float64)
+    decode_steps = (sum_o - hist.count).astype(np.float64)
     steps = float((c * prefill_steps).sum() + decode_steps.sum())
 
     def paged(tokens: np.ndarray) -> np.ndarray:

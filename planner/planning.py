@@ -94,6 +94,7 @@ class Outcome:
     gpus: int
     summary: str
     why_not: str = ""
+    solution: FleetSolution | None = None
 
 
 @dataclass(frozen=True)
@@ -342,7 +343,7 @@ def _summary(sol: FleetSolution) -> str:
 def _outcome(name: str, sol: FleetSolution, why: str = "") -> Outcome:
     if not sol.pools:
         return Outcome(name, False, math.inf, 0, "", why or f"infeasible ({sol.status})")
-    return Outcome(name, True, sol.cost_per_hour, sol.gpus, _summary(sol))
+    return Outcome(name, True, sol.cost_per_hour, sol.gpus, _summary(sol), solution=sol)
 
 
 # ------------------------------------------------------------------ the plan
@@ -360,7 +361,10 @@ def make_plan(
     served = hist.select_total(at_most=edge_at_most(limit))
     if served.is_empty:
         raise InputError(f"no request fits the {limit:,}-token context limit")
-    peak = measured_peak_rps * scn.traffic.growth
+    if scn.traffic.shared_prefix_tokens >= limit:
+        raise InputError(f"traffic.shared_prefix_tokens {scn.traffic.shared_prefix_tokens} must be below the context limit {limit}")
+    # Requests above the limit are rejected, so they are not load to plan for.
+    peak = measured_peak_rps * scn.traffic.growth * served.requests / hist.requests
     ev = Evaluator(scn, catalog, model)
 
     def evaluate_all(classes, configs) -> list[Evaluation]:

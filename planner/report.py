@@ -130,30 +130,54 @@ def _pools_table(plan: Plan) -> str:
 
 
 def _why(plan: Plan) -> str:
+    """Why the plan splits or not, from the numbers: each option's replicas before and after
+    rounding up, and what binds its pools."""
     sol = plan.solution
     feasible = [o for o in plan.split_analysis if o.feasible]
     if len(plan.split_analysis) <= 1:
-        return "Why: no split threshold was offered (or none leaves both pools non-empty), so the plan is one pool."
+        return "Why one pool: no split threshold was offered (or none leaves both pools non-empty)."
+    binding = {(e.traffic_class.option, e.traffic_class.name, e.config.label(e.traffic_class.max_model_len)):
+               e.capacity.binding for e in plan.evaluations if e.capacity is not None}
+
+    def describe(o: Outcome) -> tuple[str, float]:
+        s = o.solution
+        parts, fractional = [], 0.0
+        for p in s.pools:
+            need = p.rate_rps / p.capacity_rps
+            fractional += need * p.cost_per_hour / p.replicas
+            parts.append(f"{p.traffic_class}: {need:.2f} → {p.replicas} replicas of {p.config.split(' ctx')[0]} "
+                         f"({binding.get((s.option, p.traffic_class, p.config), '?')}-bound)")
+        return "; ".join(parts), fractional
+
     none = next((o for o in plan.split_analysis if o.name == "no split"), None)
-    best_split = min((o for o in feasible if o.name != "no split"), key=lambda o: o.cost_per_hour, default=None)
     if sol.threshold is None:
-        if best_split is None:
+        rival = min((o for o in feasible if o.name != "no split"), key=lambda o: o.cost_per_hour, default=None)
+        if rival is None:
             return "Why no split: no split option is feasible."
-        if math.isclose(best_split.cost_per_hour, plan.cost_per_hour, abs_tol=0.005):
-            return (f"Why no split: the best split ({best_split.name}) costs the same, {_usd(best_split.cost_per_hour)} per hour; "
-                    "with equal cost the planner keeps fewer GPUs, then fewer pools, and one pool is simpler to run.")
-        return (f"Why no split: the cheapest split ({best_split.name}) costs {_usd(best_split.cost_per_hour)} per hour, "
-                f"{_delta(best_split.cost_per_hour, plan.cost_per_hour)} against one pool. The long-context share is "
-                "small enough that a separate deployment's own replicas (rounded up, at least "
-                f"{plan.scenario.min_replicas_per_pool} each) cost more than sizing every replica for the full limit.")
-    long = next(p for p in plan.pools if p.traffic_class.name == "long")
-    text = (f"Why split: {long.traffic_class.share:.1%} of requests exceed {sol.threshold:,} tokens. "
-            f"Serving everything at the {plan.context_limit:,}-token limit ")
+        mine, mine_frac = describe(none)
+        theirs, theirs_frac = describe(rival)
+        if math.isclose(rival.cost_per_hour, plan.cost_per_hour, abs_tol=0.005):
+            verdict = "it costs the same, and with equal cost the planner keeps fewer GPUs, then fewer pools"
+        elif theirs_frac < mine_frac:
+            verdict = (f"splitting would need less capacity (${theirs_frac:,.2f} against ${mine_frac:,.2f} per hour of "
+                       f"fractional replicas), but rounding two pools up to whole replicas (at least "
+                       f"{plan.scenario.min_replicas_per_pool} each) costs more than it saves")
+        else:
+            verdict = (f"splitting does not make capacity cheaper here (${theirs_frac:,.2f} against ${mine_frac:,.2f} "
+                       "per hour of fractional replicas)")
+        return (f"Why no split: the cheapest split ({rival.name}) costs {_usd(rival.cost_per_hour)} per hour "
+                f"({_delta(rival.cost_per_hour, plan.cost_per_hour)}); {verdict}. One pool — {mine}. "
+                f"The {rival.name} — {theirs}.")
+    chosen = next(o for o in plan.split_analysis if o.solution is not None and o.solution.option == sol.option)
+    mine, _ = describe(chosen)
+    long_share = next(p.traffic_class.share for p in plan.pools if p.traffic_class.name == "long")
+    text = f"Why split: {long_share:.1%} of requests exceed {sol.threshold:,} tokens. "
     if none is None or not none.feasible:
         reason = none.why_not if none is not None else ""
-        return text + f"is infeasible{': ' + reason if reason else ''}; a separate long-context pool is the only way."
-    return text + (f"costs {_usd(none.cost_per_hour)} per hour ({_delta(none.cost_per_hour, plan.cost_per_hour)} against the split): "
-                   "every short request would be sized and scheduled against the long-context worst case.")
+        return text + f"One pool at the {plan.context_limit:,}-token limit is infeasible{': ' + reason if reason else ''}; the split — {mine}."
+    theirs, _ = describe(none)
+    return (text + f"One pool costs {_usd(none.cost_per_hour)} per hour ({_delta(none.cost_per_hour, plan.cost_per_hour)} "
+            f"against the split) — {theirs}. The split — {mine}.")
 
 
 def _finance(plan: Plan) -> str:
@@ -264,8 +288,9 @@ def _traffic(plan: Plan, figure: str | None) -> str:
     lines += [
         f"- Requests in the histogram: {plan.hist.requests:,}; served within the {plan.context_limit:,}-token limit: "
         f"{h.requests:,}; above the limit (rejected): {plan.rejected_requests:,}.",
-        f"- Peak: {plan.measured_peak_rps:,.3f} requests/s ({_peak_text(scn)}) × growth {scn.traffic.growth:g} = "
-        f"{plan.peak_rps:,.3f} requests/s; capacity is planned for × headroom {scn.traffic.headroom:g}.",
+        f"- Peak: {plan.measured_peak_rps:,.3f} requests/s ({_peak_text(scn)}) × growth {scn.traffic.growth:g}"
+        + (f" × {h.requests / plan.hist.requests:.2%} served" if plan.rejected_requests else "")
+        + f" = {plan.peak_rps:,.3f} requests/s; capacity is planned for × headroom {scn.traffic.headroom:g}.",
     ]
     if scn.traffic.shared_prefix_tokens:
         lines.append(f"- Shared prefix: {scn.traffic.shared_prefix_tokens:,} tokens per request (prefix caching).")

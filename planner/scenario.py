@@ -83,10 +83,26 @@ class Traffic(_Strict):
     )
 
 
+def _histogram_edge(value: int | None, what: str) -> int | None:
+    """Total-length cuts must be histogram edges, so that "prompt + output <= T" is exact."""
+    if value is None:
+        return value
+    allowed = {int(e) for e in TOTAL_EDGES}
+    if value not in allowed:
+        near = sorted(sorted(allowed, key=lambda e: abs(e - value))[:3])
+        raise ValueError(f"{what} {value} is not a histogram edge; nearest: {', '.join(map(str, near))}")
+    return value
+
+
 class LongContextSLO(_Strict):
     above_tokens: int = Field(8192, gt=0, description="requests with prompt+output above this get these targets")
     itl_ms: float | None = Field(None, gt=0)
     ttft_s: float | None = Field(None, gt=0)
+
+    @field_validator("above_tokens")
+    @classmethod
+    def _edge(cls, v: int) -> int:
+        return _histogram_edge(v, "above_tokens")
 
 
 class SLOSpec(_Strict):
@@ -118,6 +134,11 @@ class QuarterSpec(_Strict):
     quarter: str = Field(pattern=r"^[0-9]{4}Q[1-4]$", description="e.g. 2027Q1")
     growth: float = Field(0.0, gt=-1.0, description="demand change: 0.25 = +25% (see growth_mode)")
     context_limit: int | None = Field(None, gt=0)
+
+    @field_validator("context_limit")
+    @classmethod
+    def _limit_edge(cls, v: int | None) -> int | None:
+        return _histogram_edge(v, "context limit")
     prices: dict[str, float] = Field(default_factory=dict, description="on-demand $/GPU-hour per GPU type")
     availability: dict[str, int] = Field(default_factory=dict, description="most GPUs of a type that can be had")
     reserved: dict[str, int] = Field(default_factory=dict, description="GPUs committed this quarter, per type")
@@ -143,7 +164,11 @@ class Forecast(_Strict):
     growth_mode: Literal["compound", "relative"] = Field(
         "compound", description="compound: each quarter's growth applies to the previous quarter; relative: to the base"
     )
-    carry_forward: bool = Field(False, description="each quarter's fleet is committed (reserved) in the next")
+    carry_forward: bool = Field(
+        False,
+        description="each quarter's fleet is committed (reserved) from the next quarter on, at the terms of the "
+        "quarter it was committed in; commitments last to the end of the forecast",
+    )
     reserved_discount: float = Field(0.0, ge=0, lt=1, description="committed price = on-demand x (1 - discount)")
     reserved_prices: dict[str, float] = Field(default_factory=dict, description="committed $/GPU-hour per GPU type")
     quarters: list[QuarterSpec] = Field(min_length=1)
@@ -186,16 +211,25 @@ class Scenario(_Strict):
     @field_validator("split_thresholds")
     @classmethod
     def _edges(cls, v: list[int]) -> list[int]:
-        allowed = {int(e) for e in TOTAL_EDGES}
         for t in v:
-            if t not in allowed:
-                near = sorted(allowed, key=lambda e: abs(e - t))[:3]
-                raise ValueError(
-                    f"split threshold {t} is not a histogram edge; nearest: {', '.join(map(str, sorted(near)))}"
-                )
+            _histogram_edge(t, "split threshold")
         if len(set(v)) != len(v):
             raise ValueError("split thresholds repeat")
         return sorted(v)
+
+    @field_validator("context_limit", "lower_context_limit")
+    @classmethod
+    def _limit_edge(cls, v: int | None) -> int | None:
+        return _histogram_edge(v, "context limit")
+
+    @model_validator(mode="after")
+    def _prefix_below_limit(self) -> Scenario:
+        limit = self.context_limit
+        if limit is not None and self.traffic.shared_prefix_tokens >= limit:
+            raise ValueError(
+                f"traffic.shared_prefix_tokens {self.traffic.shared_prefix_tokens} must be below the context limit {limit}"
+            )
+        return self
 
     @field_validator("tp")
     @classmethod

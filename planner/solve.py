@@ -18,11 +18,15 @@ def scenario_catalog(scn: Scenario, path: Path, extra_files: tuple[str, ...] = (
     catalog = load_catalog(*extra_files)
     if scn.catalog:
         catalog = catalog.with_overrides(scn.catalog, where=f"{path}: catalog")
-    for cand in scn.gpu_candidates:
-        catalog.gpu(cand.id)  # unknown GPU → InputError naming the closest match
-    for d in (*scn.weight_dtypes, *scn.kv_dtypes):
-        catalog.dtype(d)
-    catalog.engine(scn.engine)
+    checks = [(f"gpus[{i}]", catalog.gpu, c.id) for i, c in enumerate(scn.gpu_candidates)]
+    checks += [(f"weight_dtypes[{i}]", catalog.dtype, d) for i, d in enumerate(scn.weight_dtypes)]
+    checks += [(f"kv_dtypes[{i}]", catalog.dtype, d) for i, d in enumerate(scn.kv_dtypes)]
+    checks.append(("engine", catalog.engine, scn.engine))
+    for field_path, lookup, name in checks:
+        try:
+            lookup(name)  # unknown name → InputError naming the closest match
+        except InputError as exc:
+            raise InputError(f"{field_path}: {exc}", where=str(path)) from None
     return catalog
 
 
@@ -65,7 +69,13 @@ def load_inputs(path: str | Path, *, catalog_files: tuple[str, ...] = ()) -> Inp
     scn, base = load_scenario(path)
     catalog = scenario_catalog(scn, path, catalog_files)
     model = scenario_model(scn, catalog, base, str(path))
-    return Inputs(path, scn, catalog, model, load_traffic(scn, base))
+    try:
+        traffic = load_traffic(scn, base)
+    except InputError as exc:
+        if exc.where is not None:  # already names its log file
+            raise
+        raise InputError(f"traffic: {exc}", where=str(path)) from None
+    return Inputs(path, scn, catalog, model, traffic)
 
 
 def plan_inputs(inputs: Inputs, scn: Scenario | None = None, *, explore: bool = True, reserved=None) -> Plan:

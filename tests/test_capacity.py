@@ -199,3 +199,10 @@ def test_resident_for_rate_inverts_rate(catalog):
     n = rm.resident_for_rate(3.0, 1024)
     assert rm.rate(n) == pytest.approx(3.0, rel=1e-9)
     assert rm.resident_for_rate(1e6, 1024) is None
+
+
+def test_requests_without_output_still_occupy_their_prefill_step():
+    prof = token_profile(Histogram.from_arrays(np.array([100, 100]), np.array([0, 200])))
+    # (1 prefill step) + (1 prefill step + 199 decode steps), per request
+    assert prof.steps_per_request == pytest.approx((1 + 200) / 2)
+    assert token_profile(Histogram.constant(100, 0)).steps_per_request == 1

@@ -90,17 +90,39 @@ def test_reserved_capacity_is_paid_whether_used_or_not(tmp_path):
           quarters:
             - {quarter: 2027Q1}
             - {quarter: 2027Q2, growth: -0.75}
-            - {quarter: 2027Q3, growth: 3.0}
+            - {quarter: 2027Q3, growth: 7.0}
     """)
     q1, q2, q3 = run_forecast(load_inputs(path))
     assert q2.reserved_gpus == q1.gpus_by_type
     floor = sum(n * q2.reserved_price[g] for g, n in q2.reserved_gpus.items())
     assert q2.cost_per_hour >= floor - 1e-9  # never cheaper than the commitment
     assert q2.cost_per_hour == pytest.approx(floor)  # demand fell: the reserved GPUs cover it, and are paid in full
-    # Growth beyond the commitment is paid on demand at the full price.
+    # Commitments do not lapse when demand falls: Q3 still holds Q1's lot, at Q1's price.
+    assert q3.reserved_gpus == q1.gpus_by_type
+    # Growth beyond the commitment (twice the base demand) is paid on demand at the full price.
     on_demand = sum(n for n in q3.plan.solution.on_demand_gpus.values())
     assert on_demand > 0
     assert q3.cost_per_hour > sum(n * q3.reserved_price[g] for g, n in q3.reserved_gpus.items())
+
+
+def test_committed_gpus_keep_the_price_they_were_committed_at(tmp_path):
+    base = BASE.replace("gpus: [h100-sxm, l40s]", "gpus: [h100-sxm]")
+    path = scenario(tmp_path, """
+        forecast:
+          carry_forward: true
+          reserved_discount: 0.5
+          quarters:
+            - {quarter: 2027Q1}
+            - {quarter: 2027Q2, prices: {h100-sxm: 1.00}}
+            - {quarter: 2027Q3, prices: {h100-sxm: 1.00}, growth: 1.0}
+    """, base)
+    q1, q2, q3 = run_forecast(load_inputs(path))
+    n1 = q1.gpus_by_type["h100-sxm"]
+    assert q2.reserved_price["h100-sxm"] == pytest.approx(2.99 * 0.5)  # committed at Q1's terms
+    # Q3 adds Q2's on-demand GPUs (none) and keeps Q1's lot at Q1's price; growth runs on demand at $1.00.
+    assert q3.reserved_price["h100-sxm"] == pytest.approx(2.99 * 0.5)
+    extra = q3.gpus_by_type["h100-sxm"] - n1
+    assert q3.cost_per_hour == pytest.approx(n1 * 2.99 * 0.5 + max(extra, 0) * 1.00)
 
 
 def test_forecast_cli_writes_markdown_csv_and_json(tmp_path):

@@ -184,3 +184,13 @@ def test_ampere_has_no_fp8(catalog):
     levers = memory_levers(dep, catalog.dtype("fp8"), 4096)
     assert not levers[0].available
     assert dataclasses.replace(dep).gpu.arch.lower().startswith("ampere")
+
+
+def test_tp_that_does_not_divide_the_kv_heads_is_refused(catalog):
+    from planner.deployment import supported_problem
+
+    base = catalog.model("llama-3.1-8b")
+    ten_heads = Model.model_validate({**base.model_dump(), "id": "toy", "num_attention_heads": 40, "num_key_value_heads": 10})
+    bf16 = catalog.dtype("bf16")
+    assert "does not divide the 10 KV heads" in supported_problem(catalog.gpu("h100-sxm"), 4, bf16, bf16, ten_heads)
+    assert supported_problem(catalog.gpu("h100-sxm"), 2, bf16, bf16, ten_heads) is None

@@ -115,3 +115,50 @@ def test_solve_json_has_the_contract_keys(tmp_path):
     assert pool["replicas"] * pool["capacity_rps"] >= pool["rate_rps"]
     assert out["split_threshold"] is None
     assert out["solver_status"] == "Optimal"
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ("slo: {long_context: {above_tokens: 10000}}\n", "slo.long_context.above_tokens: Value error, above_tokens 10000 is not a histogram edge"),
+        ("lower_context_limit: 5000\n", "lower_context_limit: Value error, context limit 5000 is not a histogram edge; nearest"),
+    ],
+)
+def test_total_length_cuts_must_be_histogram_edges(tmp_path, extra, expected):
+    r = solve(write(tmp_path, BASE + extra))
+    assert r.exit_code == 2, r.output
+    assert expected in r.output
+
+
+def test_context_limit_must_be_a_histogram_edge(tmp_path):
+    r = solve(write(tmp_path, BASE.replace("context_limit: 8192", "context_limit: 10000")))
+    assert r.exit_code == 2
+    assert "context_limit: Value error, context limit 10000 is not a histogram edge; nearest: 6144, 8192, 12288" in r.output
+
+
+def test_shared_prefix_must_be_below_the_limit(tmp_path):
+    text = BASE.replace("  peak: {method: explicit, rps: 4}", "  peak: {method: explicit, rps: 4}\n  shared_prefix_tokens: 9000")
+    r = solve(write(tmp_path, text))
+    assert r.exit_code == 2
+    assert "shared_prefix_tokens 9000 must be below the context limit 8192" in r.output
+
+
+def test_traffic_errors_name_the_scenario_and_the_section(tmp_path):
+    text = BASE.replace("{method: explicit, rps: 4}", "{method: quantile}")
+    path = write(tmp_path, text)
+    r = solve(path)
+    assert r.exit_code == 2
+    assert f"{path}: traffic: peak-rate method 'quantile' needs arrival times" in r.output
+
+
+def test_requests_above_the_limit_are_not_planned_for(tmp_path):
+    """Half the requests exceed the limit: the rate to cover is the served half's."""
+    log = tmp_path / "log.csv"
+    rows = ["prompt_tokens,output_tokens"] + ["1000,200"] * 50 + ["9000,200"] * 50
+    log.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    text = BASE.replace("{constant: {prompt_tokens: 1000, output_tokens: 200}}", "{log: log.csv}")
+    r = solve(write(tmp_path, text), "--json", "--no-report")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["peak_rps"] == pytest.approx(2.0)
+    assert out["plan"][0]["rate_rps"] == pytest.approx(2.0 * 1.2)

@@ -61,3 +61,12 @@ def test_no_times_negative_counts_and_zero_rates_are_refused():
         peak_rate_rps([0, 0, 0], "quantile", quantile=0.5)
     with pytest.raises(InputError, match="0 req/s"):
         peak_rate_rps([0, 0, 60], "quantile", quantile=0.5)
+
+
+def test_partial_first_and_last_minutes_are_left_out_of_rates():
+    """A log starts and ends within a minute: counting those as full minutes understates the rate."""
+    from planner.workload.peaks import mean_rate_rps, minute_rate_quantile_rps
+
+    counts = [10, 60, 60, 60, 5]  # 10 s of traffic in the first minute, 5 s in the last
+    assert mean_rate_rps(counts) == pytest.approx(1.0)
+    assert minute_rate_quantile_rps(counts, 0.5) == pytest.approx(1.0)
