@@ -12,6 +12,7 @@ from pathlib import Path
 from planner.files import write_text_atomic
 from planner.paged import SIZING_MODES
 from planner.planning import Outcome, Plan, PoolDetail
+from planner.roofline import StepModel
 from planner.units import HOURS_PER_MONTH, GiB
 
 
@@ -270,6 +271,7 @@ def _pool_detail(plan: Plan, pd: PoolDetail) -> str:
         "",
         f"Targets: {'; '.join(targets) if targets else 'none'}." + (f" Notes: {'; '.join(cap.notes)}." if cap.notes else ""),
         "",
+        f"Ridge-point batch: decode GEMMs turn compute-bound past {StepModel.of(dep).ridge_batch():,.0f} sequences per step.",
         f"At capacity: {cap.point.resident_batch:,.1f} resident sequences, step {cap.point.step_ms:,.2f} ms "
         f"({cap.point.regime}-bound decode {cap.point.decode_ms:,.2f} ms), KV utilisation {cap.point.kv_utilisation:.0%}.",
         f"At the planned peak ({pd.rate_per_replica_rps:,.3f} req/s per replica, before headroom): "

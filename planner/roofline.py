@@ -170,11 +170,13 @@ class StepModel:
             new_tokens, with_latency=False
         )
 
-    def ridge_batch(self, context_tokens_per_seq: float, cache_bytes_per_seq: float) -> float:
-        """Sequences per step at which decode turns compute-bound: memory time = compute time."""
-        # weight_bytes/BW + b·c/BW = b·(2·active + a·ctx)/F  =>  b = (W/BW) / ((2A + a·ctx)/F - c/BW)
-        per_seq_compute = (2.0 * self.params_active + self.attn_flops_per_ctx_token * context_tokens_per_seq) / self.flops_s
-        per_seq_memory = cache_bytes_per_seq / self.bandwidth_bytes_s
-        if per_seq_compute <= per_seq_memory:
-            return float("inf")
-        return (self.weight_bytes / self.bandwidth_bytes_s) / (per_seq_compute - per_seq_memory)
+    def ridge_batch(self) -> float:
+        """Sequences per decode step at which the weight GEMMs turn compute-bound: reading the
+        weights takes as long as 2 x active params FLOPs per sequence, b* = (W / BW) / (2A / F).
+
+        Below b* more sequences ride the same weight read almost free; past it each one adds
+        its own compute time, so per-token latency rises instead of throughput (seed 000's
+        "second ceiling"). For a dense bf16 model it is the ridge point x bytes per param / 2,
+        at effective rates. A mixture of experts reads only the experts its batch touches, so
+        its b* is larger; this uses the all-experts read, a lower bound."""
+        return (self.weight_bytes / self.bandwidth_bytes_s) / (2.0 * self.params_active / self.flops_s)

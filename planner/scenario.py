@@ -206,6 +206,7 @@ class Scenario(_Strict):
     homogeneous_pools: bool = Field(True, description="one config per pool")
     lower_context_limit: int | None = Field(None, gt=0, description="the 'lower limit' lever [default: half the limit]")
     solver: Solver = Solver()
+    verify: bool = Field(False, description="replay each pool through the simulator and add the check to the report")
     forecast: Forecast | None = Field(None, description="quarterly forecast section (planner forecast)")
 
     @field_validator("split_thresholds")

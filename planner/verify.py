@@ -17,6 +17,7 @@ VERIFY_KEYS = (
     "preemptions_per_1000",
 )
 PREEMPTION_BUDGET_PER_1000 = 10.0
+ITL_GAP = 1.15  # a simulated mean ITL this far above the model's earns a note in the report
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,11 @@ def verification_markdown(checks: list[PoolCheck], *, requests: int, seed: int) 
                   "| | Predicted | Simulated |", "|---|---:|---:|"]
         for k in VERIFY_KEYS:
             lines.append(f"| {k} | {_fmt(c.predicted.get(k), k)} | {_fmt(c.simulated.get(k), k)} |")
+        model_itl, sim_itl = c.predicted.get("itl_ms_mean"), c.simulated.get("itl_ms_mean")
+        if model_itl and sim_itl and sim_itl > ITL_GAP * model_itl:
+            lines += ["", f"The simulated mean ITL is {sim_itl / model_itl - 1:.0%} above the model's mean step: long "
+                      "prefills stretch steps while requests pile up, so the steps that emit the most tokens are the "
+                      "long ones (the model's mean is over steps, not tokens). Plan with headroom for it."]
     return "\n".join(lines) + "\n"
 
 

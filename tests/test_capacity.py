@@ -206,3 +206,16 @@ def test_requests_without_output_still_occupy_their_prefill_step():
     # (1 prefill step) + (1 prefill step + 199 decode steps), per request
     assert prof.steps_per_request == pytest.approx((1 + 200) / 2)
     assert token_profile(Histogram.constant(100, 0)).steps_per_request == 1
+
+
+def test_ridge_batch_is_where_the_weight_read_equals_the_gemm_compute(catalog):
+    dep = dep8b(catalog)
+    step = StepModel.of(dep)
+    b = step.ridge_batch()
+    eff = dep.gpu.efficiency
+    weights_s = dep.model.params_total * 2 / (3350e9 * eff.bandwidth)
+    flops_per_seq_s = 2 * dep.model.params_active / (989e12 * eff.compute)
+    assert b == pytest.approx(weights_s / flops_per_seq_s)
+    # At b* the GEMM phase's two roofline terms meet.
+    t_mem, t_flop = step.decode_parts_s(b, 0.0, 0.0)
+    assert float(t_mem) == pytest.approx(float(t_flop))

@@ -11,7 +11,7 @@ from planner.deployment import DEFAULT_OVERHEAD_GIB, make_deployment
 from planner.histogram import Histogram
 from planner.memory import budget_ladder, memory_levers, paged_tokens, paged_users
 from planner.paged import SIZING_MODES, token_profile
-from planner.roofline import ridge_point
+from planner.roofline import StepModel, ridge_point
 from planner.units import GiB
 
 
@@ -107,6 +107,7 @@ def capacity(
         "paged_users": paged_users(dep, ladder, typical_tokens) if typical_tokens else None,
         "typical_tokens": typical_tokens,
         "ridge_point": ridge_point(dep.gpu, dep.weight_dtype.compute_dtype),
+        "ridge_batch": StepModel.of(dep).ridge_batch(),
     }
     cap = None
     if hist is not None:
@@ -215,7 +216,10 @@ def _ladder_text(catalog, dep, ladder, payload, typical_tokens) -> str:
             f"     paged: a {typical_tokens:,}-token conversation holds {held:,} tokens "
             f"({held // dep.block_size} blocks of {dep.block_size}) = {gib:.2f} GiB -> {per_user} users (what we observe)"
         )
-    lines.append(f"  ridge point ({dep.weight_dtype.compute_dtype}): {payload['ridge_point']:.0f} FLOP/byte")
+    lines.append(
+        f"  ridge point ({dep.weight_dtype.compute_dtype}): {payload['ridge_point']:.0f} FLOP/byte; decode GEMMs turn "
+        f"compute-bound past {payload['ridge_batch']:.0f} sequences per step (at calibrated efficiencies)"
+    )
     lines += ["", "Levers (independent, so they multiply):"]
     lower = max(dep.max_model_len // 2, dep.block_size)
     for lever in memory_levers(dep, catalog.dtype("fp8"), lower):

@@ -42,7 +42,7 @@ def solve(scenarios, out_dir, no_report, write_lp, verify, catalog_files, as_jso
                 forecast_markdown(inputs.scenario.name, run_forecast(inputs), heading=2)
                 + "\nThe quarter-by-quarter CSV and figure come from `planner forecast` on this scenario.\n"
             )
-        if verify:
+        if verify or inputs.scenario.verify:
             from planner.verify import verification_section
 
             sections.append(verification_section(plan))
