@@ -53,6 +53,7 @@ from planner.simulate import (
     sample_requests,
     simulate_replica,
 )
+from planner.workload.synth import generate
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "data" / "samples"
@@ -69,7 +70,10 @@ CONFIGS = [
     ("llama-3.1-70b", "h100-sxm", 4, "fp8", 8192),
     ("llama-3.1-70b", "h100-sxm", 4, "bf16", 32768),
     ("llama-3.1-70b", "h100-sxm", 4, "fp8", 32768),
+    # The long-context case of the 128k rollout: 2% of requests past 32k tokens (the 'long-tail' histogram).
+    ("llama-3.1-8b", "h100-sxm", 2, "fp8", 131072),
 ]
+LONG_TAIL_MIN_CONTEXT = 65536  # the long-tail histogram is only meaningful where its tail fits
 SLOS = {"none": SLO(), "itl50": SLO(itl_ms=50.0)}
 
 AZURE_CONV_FIT = {"log_prompt": (6.633, 0.985), "log_output": (5.019, 0.859), "corr": 0.087, "output_max": 1000}
@@ -105,6 +109,8 @@ def trace_lengths(rng) -> tuple[np.ndarray, np.ndarray, str]:
 def histograms(ctx: int, raw: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, Histogram]:
     out = {"constant": Histogram.constant(1000, 250, requests=100)}
     for name, (p, o) in raw.items():
+        if name == "long-tail" and ctx < LONG_TAIL_MIN_CONTEXT:
+            continue
         keep = p + o <= ctx
         out[name] = Histogram.from_arrays(p[keep], o[keep])
     return out
@@ -196,7 +202,8 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(2024)
     synth = lognormal_lengths(rng, 50_000, (math.log(800), 1.3), (math.log(250), 0.8), 0.0, 4096)
     tp_, to_, trace_desc = trace_lengths(rng)
-    raw = {"lognormal-chat": synth, "trace": (tp_, to_)}
+    long_tail = generate("chat_long_tail", 50_000, 7)
+    raw = {"lognormal-chat": synth, "trace": (tp_, to_), "long-tail": (long_tail.prompt_tokens, long_tail.output_tokens)}
 
     print("Analytical capacity (planner.capacity, sizing 'expected') vs simulated maximum rate (planner.simulate)")
     print(f"requests per run {args.requests:,}; bisection to {args.rel_tol:.0%}; preemption budget "

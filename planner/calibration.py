@@ -52,6 +52,7 @@ factors (BORROWED).
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import math
 import re
@@ -69,6 +70,7 @@ from planner.histogram import Histogram
 from planner.memory import BudgetLadder, kv_bytes_per_token
 from planner.paged import TokenProfile, token_profile
 from planner.roofline import StepModel
+from planner.yamlio import load_yaml, validate
 
 TRTLLM_FILE = "trtllm_offline_throughput.csv"
 SPLITWISE_FILE = "splitwise_perf_model_summary.csv"
@@ -136,42 +138,14 @@ def measured_dir() -> Path:
 
 # ------------------------------------------------------------------ models the catalog lacks
 
-SPLITWISE_MODELS = {
-    "llama2-70b": Model(
-        id="llama-2-70b",
-        hf_id="meta-llama/Llama-2-70b-hf",
-        architecture="LlamaForCausalLM",
-        num_hidden_layers=80,
-        hidden_size=8192,
-        num_attention_heads=64,
-        num_key_value_heads=8,
-        head_dim=128,
-        intermediate_size=28672,
-        vocab_size=32000,
-        max_position_embeddings=4096,
-        params_total=68_976_648_192,
-        params_active=68_976_648_192,
-        config_source="huggingface.co/meta-llama/Llama-2-70b-hf config.json; parameters counted from it",
-        notes="calibration only (splitwise rows); not in the catalog",
-    ),
-    "bloom-176b": Model(
-        id="bloom-176b",
-        hf_id="bigscience/bloom",
-        architecture="BloomForCausalLM",
-        num_hidden_layers=70,
-        hidden_size=14336,
-        num_attention_heads=112,
-        num_key_value_heads=112,
-        head_dim=128,
-        intermediate_size=57344,
-        vocab_size=250880,
-        max_position_embeddings=2048,
-        params_total=176_247_271_424,
-        params_active=176_247_271_424,
-        config_source="huggingface.co/bigscience/bloom config.json (n_layer 70, hidden 14336, n_head 112, MHA, 4h MLP); 176,247,271,424 parameters",
-        notes="calibration only (splitwise rows); ALiBi, so no trained position limit matters here",
-    ),
-}
+@functools.cache
+def splitwise_models() -> dict[str, Model]:
+    """Models of the splitwise rows (data/measured/splitwise_models.yaml: calibration only, not in
+    the catalog), keyed by the CSV's model label."""
+    path = measured_dir() / "splitwise_models.yaml"
+    raw = load_yaml(path)
+    return {label: validate(Model, fields, where=str(path), prefix=label) for label, fields in raw.items()}
+
 
 
 # ------------------------------------------------------------------ rows
@@ -232,7 +206,7 @@ class SplitwiseRow:
     def skip_reason(self) -> str | None:
         if self.gpu not in SPLITWISE_GPUS:
             return f"GPU {self.gpu} is not a catalog configuration (power-capped)"
-        if self.model not in SPLITWISE_MODELS:
+        if self.model not in splitwise_models():
             return f"model {self.model} unknown"
         return None
 
@@ -369,7 +343,7 @@ def splitwise_step(catalog: Catalog, row: SplitwiseRow, efficiency: Efficiency |
     gpu = catalog.gpu(SPLITWISE_GPUS[row.gpu])
     if efficiency is not None:
         gpu = gpu.model_copy(update={"efficiency": efficiency})
-    model = SPLITWISE_MODELS[row.model]
+    model = splitwise_models()[row.model]
     fp16 = catalog.dtype("fp16")
     dep = Deployment(model, gpu, row.tp, fp16, fp16, model.max_position_embeddings, catalog.engine("vllm"), 0.9)
     return StepModel.of(dep)
