@@ -64,7 +64,7 @@ def main() -> None:
     t0 = time.perf_counter()
     inputs = load_inputs(rollout)
     load_s = time.perf_counter() - t0
-    print(f"loading the 128k rollout (scenario, catalog, 100k-request synthetic histogram): {load_s * 1e3:.0f} ms")
+    print(f"loading the 128k rollout (scenario, catalog, {inputs.traffic.hist.requests:,}-request synthetic histogram): {load_s * 1e3:.0f} ms")
     report("128k_rollout (shipped)", inputs)
 
     t0 = time.perf_counter()
