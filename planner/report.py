@@ -119,10 +119,15 @@ def _pools_table(plan: Plan) -> str:
         "| Pool | Requests | GPU | TP | Weights | KV cache | Context limit | Replicas | GPUs | Capacity / replica (req/s) | Rate to cover (req/s) | Binding ceiling | $/hour |",
         "|---|---:|---|---:|---|---|---:|---:|---:|---:|---:|---|---:|",
     ]
+    class_capacity: dict[str, float] = {}
+    for pd in plan.pools:
+        class_capacity[pd.traffic_class.name] = class_capacity.get(pd.traffic_class.name, 0.0) + pd.replicas * pd.capacity.max_rps
     for pd in plan.pools:
         tc, cfg = pd.traffic_class, pd.config
+        part = pd.replicas * pd.capacity.max_rps / class_capacity[tc.name]
+        requests = f"{tc.share:.1%}" if part > 0.9999 else f"{tc.share:.1%} ({part:.0%} of it here)"
         rows.append(
-            f"| {tc.label} | {tc.share:.1%} | {cfg.gpu.id} | {cfg.tp} | {cfg.weight_dtype} | {cfg.kv_dtype} | "
+            f"| {tc.label} | {requests} | {cfg.gpu.id} | {cfg.tp} | {cfg.weight_dtype} | {cfg.kv_dtype} | "
             f"{tc.max_model_len:,} | {pd.replicas} | {pd.gpus} | {pd.capacity.max_rps:,.3f} | {tc.rate_rps:,.3f} | "
             f"{pd.capacity.binding} | {_usd(pd.cost_per_hour)} |"
         )
