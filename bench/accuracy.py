@@ -237,7 +237,7 @@ def main(argv=None) -> int:
                 r, pt = found.result, cap.point
                 pairs = ("-", "-", "-")
                 if r is not None:
-                    pairs = (f"{pt.resident_batch:.0f}|{r.resident_batch:.0f}", f"{pt.step_ms:.1f}|{r.itl_ms_mean:.1f}",
+                    pairs = (f"{pt.resident_batch:.0f}|{r.resident_batch:.0f}", f"{pt.itl_ms:.1f}|{r.itl_ms_mean:.1f}",
                              f"{pt.kv_utilisation:.2f}|{r.kv_utilisation:.2f}")
                 print(f"{label:34s} {hname:14s} {sname:5s} {cap.max_rps:9.3f} {cap.binding:7s} {found.rate_rps:8.3f} "
                       f"{found.binding:22s} {err:+6.1f}%  {pairs[0]:>9s} {pairs[1]:>11s} {pairs[2]:>9s} "

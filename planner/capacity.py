@@ -13,7 +13,9 @@ Derivation (continuous batching with chunked prefill, one replica):
   increasing in N (t_dec(N)/N falls as the weight read is shared), saturating at
   the roofline throughput. Every ceiling is therefore a bound on N:
     memory   N ≤ N_mem (budget / footprint, in the sizing mode),
-    itl      t(N) ≤ ITL target (mean inter-token latency = step time),
+    itl      ITL(N) ≤ target, the mean inter-token latency a token sees (itl_s): the
+             mean step t(N) plus the prefill backlog a request meets as it starts to
+             decode, spread over its output tokens (see itl_s),
     ttft     W_q + T_pf(p_q) + ceil(p_q / C)·t_dec(N) + R(N) ≤ TTFT target, p_q the
              class's prompt quantile (its chunks ride one step each), R the mean
              residual of the step in flight at arrival (residual_step_s), and W_q
@@ -85,7 +87,8 @@ class OperatingPoint:
 
     rate_rps: float
     resident_batch: float
-    step_ms: float  # = mean inter-token latency
+    step_ms: float  # mean step time
+    itl_ms: float  # mean inter-token latency a token sees (>= the mean step; see ReplicaModel.itl_s)
     decode_ms: float  # step time before prefill chunks stretch it
     ttft_ms: float
     kv_utilisation: float
@@ -186,6 +189,8 @@ class ReplicaModel:
         mean_p = max(prof.mean_prompt, 1.0)
         self.prompt_cv2 = max(prof.mean_prompt_sq / (mean_p * mean_p) - 1.0, 0.0)
         self.prefill_q_s, self.chunks_q = self._prompt_cost(prof.prompt_quantile_tokens)
+        chunk = dep.engine.max_num_batched_tokens
+        self.chunk_s = float(self.step.prefill_s(chunk, chunk * chunk))  # one full chunk from a prompt's start
         # (prefill s, chunks, target s, prompt tokens) per TTFT check
         self.ttft_targets = [(*self._prompt_cost(p), target, p) for p, target in slo.checks(prof.prompt_quantile_tokens)]
 
@@ -217,6 +222,7 @@ class ReplicaModel:
             rate_rps=lam,
             resident_batch=n,
             step_ms=t_step * 1e3,
+            itl_ms=self.itl_s(n) * 1e3 if n > 0 else t_step * 1e3,
             decode_ms=t_dec * 1e3,
             ttft_ms=self.ttft_s(n) * 1e3,
             kv_utilisation=held / self.ladder.kv_budget_bytes,
@@ -230,6 +236,40 @@ class ReplicaModel:
         rho = lam * self.prefill_mean_s
         return self.decode_s(n) / (1.0 - rho) if rho < 1 else math.inf
 
+    def prefill_wait_s(self, n: float) -> float:
+        """Pollaczek-Khinchine mean wait of the FCFS prefill queue: ρ/(1-ρ)·E[T_pf]·(1+cv²)/2."""
+        rho = self.rate(n) * self.prefill_mean_s
+        if rho >= 1:
+            return math.inf
+        return rho / (1.0 - rho) * self.prefill_mean_s * (1.0 + self.prompt_cv2) / 2.0
+
+    def itl_s(self, n: float) -> float:
+        """Mean inter-token latency a token sees, which exceeds the mean step.
+
+        A request starts decoding when its prefill ends; the prompts that queued behind it
+        meanwhile (work B = ρ·(W_q + S), W_q the prefill queue's wait and S its own prefill
+        sojourn) are prefilled during its decode, on top of the share ρ of every step that
+        new arrivals take. Chunked prefill spends at most one chunk per step on it, so a
+        request of o - 1 decode steps meets at most (o - 1)·c of it, c = one full chunk's
+        prefill time. A request's decode time is then D = ((o-1)·t_dec + min(B, (o-1)·c)) /
+        (1 - ρ), and averaged over tokens the gap is the mean step t plus
+        E[min(B, (o-1)·c)] / ((1-ρ)·E[o-1]). The term matters when prefill times are
+        heavy-tailed (long prompts make W_q large): the simulator (bench/accuracy.py)
+        showed the mean step alone understating the per-token ITL by up to half there.
+        """
+        t = self.step_s(n)
+        prof = self.prof
+        steps = prof.cell_decode_steps
+        mean_steps = float(np.dot(prof.cell_requests, steps)) / float(prof.cell_requests.sum())
+        rho = self.rate(n) * self.prefill_mean_s
+        if not math.isfinite(t) or mean_steps <= 0:
+            return t
+        sojourn = self.prefill_mean_s + prof.prefill_steps_per_request * self.decode_s(n)
+        backlog = rho * (self.prefill_wait_s(n) + sojourn)
+        met = np.minimum(backlog, steps * self.chunk_s)
+        extra = float(np.dot(prof.cell_requests, met)) / float(prof.cell_requests.sum())
+        return t + extra / ((1.0 - rho) * mean_steps)
+
     def ttft_s(self, n: float, prefill_s: float | None = None, chunks: int | None = None) -> float:
         """TTFT of a prompt (default: the class's quantile prompt) at mean resident count n:
         the prefill queue's wait, the prompt's own prefill and one decode step per chunk,
@@ -238,7 +278,7 @@ class ReplicaModel:
         rho = lam * self.prefill_mean_s
         if rho >= 1:
             return math.inf
-        wait = rho / (1.0 - rho) * self.prefill_mean_s * (1.0 + self.prompt_cv2) / 2.0
+        wait = self.prefill_wait_s(n)
         prefill = self.prefill_q_s if prefill_s is None else prefill_s
         steps = self.chunks_q if chunks is None else chunks
         return wait + prefill + steps * self.decode_s(n) + self.residual_step_s(n)
@@ -320,7 +360,7 @@ def replica_capacity(
     bounds: dict[str, float] = {"memory": n_mem}
     if slo.itl_ms is not None:
         target = slo.itl_ms / 1e3
-        bounds["itl"] = _largest_n(lambda n: rm.step_s(n) - target, n_cap) if n_cap > 0 else 0.0
+        bounds["itl"] = _largest_n(lambda n: rm.itl_s(n) - target, n_cap) if n_cap > 0 else 0.0
     if rm.ttft_targets:
         bounds["ttft"] = _largest_n(rm.ttft_excess, n_cap) if n_cap > 0 else 0.0
     n_bound = min([n_cap, *bounds.values()])

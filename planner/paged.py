@@ -83,6 +83,8 @@ class TokenProfile:
     mean_window_tokens: float  # sliding-window layers, likewise (0 without a window)
     mean_context_tokens: float  # unpaged tokens attended over, time-weighted
     level_weight: np.ndarray  # pmf over blocks held, time-weighted
+    cell_requests: np.ndarray  # requests per histogram cell
+    cell_decode_steps: np.ndarray  # mean decode steps (output tokens - 1) of a request in each cell
     max_total_tokens: int
 
 
@@ -158,6 +160,8 @@ def token_profile(
         mean_window_tokens=mean_window,
         mean_context_tokens=float(context_steps.sum()) / steps,
         level_weight=level_weight,
+        cell_requests=c,
+        cell_decode_steps=decode_steps / c,
         max_total_tokens=int((p_mean + o_mean).max()),
     )
 

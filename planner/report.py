@@ -277,10 +277,11 @@ def _pool_detail(plan: Plan, pd: PoolDetail) -> str:
         f"Targets: {'; '.join(targets) if targets else 'none'}." + (f" Notes: {'; '.join(cap.notes)}." if cap.notes else ""),
         "",
         f"Ridge-point batch: decode GEMMs turn compute-bound past {StepModel.of(dep).ridge_batch():,.0f} sequences per step.",
-        f"At capacity: {cap.point.resident_batch:,.1f} resident sequences, step {cap.point.step_ms:,.2f} ms "
+        f"At capacity: {cap.point.resident_batch:,.1f} resident sequences, mean ITL {cap.point.itl_ms:,.2f} ms "
+        f"(mean step {cap.point.step_ms:,.2f} ms) "
         f"({cap.point.regime}-bound decode {cap.point.decode_ms:,.2f} ms), KV utilisation {cap.point.kv_utilisation:.0%}.",
         f"At the planned peak ({pd.rate_per_replica_rps:,.3f} req/s per replica, before headroom): "
-        f"{pt.resident_batch:,.1f} resident sequences, step (ITL) {pt.step_ms:,.2f} ms, KV utilisation "
+        f"{pt.resident_batch:,.1f} resident sequences, mean ITL {pt.itl_ms:,.2f} ms (mean step {pt.step_ms:,.2f} ms), KV utilisation "
         f"{pt.kv_utilisation:.0%}, prefill {pt.prefill_share:.0%} of GPU time, {pt.output_tokens_per_s:,.0f} output tokens/s, "
         f"{pt.regime}-bound.",
     ]

@@ -741,8 +741,8 @@ def predicted_point(
         "rate_rps": pt.rate_rps,
         "resident_batch": pt.resident_batch,
         "kv_utilisation": pt.kv_utilisation,
-        "itl_ms_mean": pt.step_ms,
-        "itl_ms_p50": pt.step_ms,
+        "itl_ms_mean": pt.itl_ms,
+        "itl_ms_p50": pt.step_ms,  # the model's typical gap is the mean step (most steps carry no long chunk)
         "itl_ms_p99": None,
         "ttft_ms_p99": pt.ttft_ms,
         "preemptions_per_1000": None,

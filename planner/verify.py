@@ -84,9 +84,9 @@ def verification_markdown(checks: list[PoolCheck], *, requests: int, seed: int) 
             lines.append(f"| {k} | {_fmt(c.predicted.get(k), k)} | {_fmt(c.simulated.get(k), k)} |")
         model_itl, sim_itl = c.predicted.get("itl_ms_mean"), c.simulated.get("itl_ms_mean")
         if model_itl and sim_itl and sim_itl > ITL_GAP * model_itl:
-            lines += ["", f"The simulated mean ITL is {sim_itl / model_itl - 1:.0%} above the model's mean step: long "
-                      "prefills stretch steps while requests pile up, so the steps that emit the most tokens are the "
-                      "long ones (the model's mean is over steps, not tokens). Plan with headroom for it."]
+            lines += ["", f"The simulated mean ITL is {sim_itl / model_itl - 1:.0%} above the model's: bursts of long "
+                      "prefills stretch steps while decoding requests pile up, more than the model's prefill-backlog "
+                      "term (capacity.ReplicaModel.itl_s) accounts for. Keep headroom for it."]
     return "\n".join(lines) + "\n"
 
 

@@ -82,7 +82,8 @@ def test_littles_law_holds_at_the_operating_point(catalog):
         # N = λ · (steps per request) · (step time)
         assert pt.resident_batch == pytest.approx(cap.max_rps * prof.steps_per_request * pt.step_ms / 1e3, rel=1e-9)
         if slo.itl_ms:
-            assert pt.step_ms <= slo.itl_ms * (1 + 1e-6)
+            assert pt.itl_ms <= slo.itl_ms * (1 + 1e-6)
+            assert pt.step_ms <= pt.itl_ms
         if slo.ttft_s:
             assert pt.ttft_ms <= slo.ttft_s * 1e3 * (1 + 1e-6)
 
@@ -168,9 +169,17 @@ def test_fp8_cache_never_lowers_capacity(catalog, spec, itl, mode):
     assert fp8.max_rps >= bf16.max_rps * (1 - 1e-9)
 
 
+chat_classes = st.tuples(
+    st.integers(16, 3000), st.integers(16, 1000), st.integers(1, 3000), st.integers(16, 1000), st.floats(0.05, 0.95)
+)
+
+
 @SETTINGS
-@given(spec=classes, more=st.integers(1, 2000), itl=st.sampled_from([None, 40.0]))
+@given(spec=chat_classes, more=st.integers(1, 2000), itl=st.sampled_from([None, 40.0]))
 def test_longer_outputs_never_raise_capacity(catalog, spec, more, itl):
+    """Outputs of at least 16 tokens. Below that a mean-ITL target is not monotone in the
+    output length, in the model or on a real scheduler: a request with 2 output tokens has
+    one gap, often the slow one behind a prefill backlog, and a third token dilutes it."""
     p1, o1, p2, o2, share = spec
     longer = (p1, min(o1 + more, 8192 - p1), p2, min(o2 + more, 8192 - p2), share)
     short = replica_capacity(dep8b(catalog), token_profile(_hist(spec)), SLO(itl_ms=itl))

@@ -109,7 +109,7 @@ def test_capacity_from_a_histogram_file_of_a_real_trace():
     assert out["sizing"] == "percentile"
     assert out["concurrency"]["worst_case"] <= out["concurrency"]["percentile"] <= out["concurrency"]["expected"]
     assert out["max_rps_per_replica"] > 0
-    assert out["step_ms"] <= 50 * (1 + 1e-6)
+    assert out["itl_ms"] <= 50 * (1 + 1e-6)
 
 
 def test_capacity_histogram_that_is_not_a_histogram_file_exits_2(tmp_path):

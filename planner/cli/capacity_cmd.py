@@ -128,6 +128,7 @@ def capacity(
             binding=cap.binding,
             resident_batch=cap.point.resident_batch,
             step_ms=cap.point.step_ms,
+            itl_ms=cap.point.itl_ms,
             ttft_ms=cap.point.ttft_ms,
             kv_utilisation=cap.point.kv_utilisation,
             tokens_per_s=cap.point.output_tokens_per_s,
@@ -159,6 +160,7 @@ def _at_rate(dep, prof, slo, cap, rate, ladder) -> dict:
         "rate_rps": rate,
         "resident_batch": pt.resident_batch,
         "step_ms": pt.step_ms,
+        "itl_ms": pt.itl_ms,
         "ttft_ms": pt.ttft_ms,
         "kv_utilisation": pt.kv_utilisation,
         "output_tokens_per_s": pt.output_tokens_per_s,
@@ -244,7 +246,7 @@ def _capacity_text(payload, cap, quantile) -> str:
         + f"percentile {c['percentile']}  (quoting {cap.sizing})",
         f"  max rate          {cap.max_rps:10.3f} requests/s   binding ceiling: {cap.binding}",
         f"  resident batch    {pt.resident_batch:10.1f} sequences",
-        f"  step (ITL)        {pt.step_ms:10.2f} ms   ({pt.regime}-bound decode {pt.decode_ms:.2f} ms, prefill share {pt.prefill_share:.0%})",
+        f"  mean ITL          {pt.itl_ms:10.2f} ms   (mean step {pt.step_ms:.2f} ms; {pt.regime}-bound decode {pt.decode_ms:.2f} ms, prefill share {pt.prefill_share:.0%})",
         f"  TTFT (at p{round(100 * quantile, 3):g} prompt) {pt.ttft_ms:8.1f} ms",
         f"  KV utilisation    {pt.kv_utilisation:10.1%}",
         f"  output tokens/s   {pt.output_tokens_per_s:10.1f}",
@@ -259,7 +261,7 @@ def _capacity_text(payload, cap, quantile) -> str:
         else:
             verdict = "BEYOND capacity" if a["beyond_capacity"] else "within capacity"
             lines.append(
-                f"  at {a['rate_rps']:g} requests/s ({verdict}): batch {a['resident_batch']:.1f}, step {a['step_ms']:.2f} ms, "
+                f"  at {a['rate_rps']:g} requests/s ({verdict}): batch {a['resident_batch']:.1f}, ITL {a['itl_ms']:.2f} ms, "
                 f"TTFT {a['ttft_ms']:.0f} ms, KV {a['kv_utilisation']:.0%}, {a['output_tokens_per_s']:.0f} output tokens/s"
             )
     return "\n".join(lines)
