@@ -191,6 +191,12 @@ class ReplicaModel:
         self.prefill_q_s, self.chunks_q = self._prompt_cost(prof.prompt_quantile_tokens)
         chunk = dep.engine.max_num_batched_tokens
         self.chunk_s = float(self.step.prefill_s(chunk, chunk * chunk))  # one full chunk from a prompt's start
+        share = prof.cell_requests / prof.cell_requests.sum()
+        order = np.argsort(prof.cell_decode_steps, kind="stable")
+        self._sorted_steps = prof.cell_decode_steps[order]
+        self._cum_weight = np.cumsum(share[order])
+        self._cum_weighted_steps = np.cumsum(share[order] * self._sorted_steps)
+        self.mean_decode_steps = float(np.dot(share, prof.cell_decode_steps))
         # (prefill s, chunks, target s, prompt tokens) per TTFT check
         self.ttft_targets = [(*self._prompt_cost(p), target, p) for p, target in slo.checks(prof.prompt_quantile_tokens)]
 
@@ -258,17 +264,19 @@ class ReplicaModel:
         showed the mean step alone understating the per-token ITL by up to half there.
         """
         t = self.step_s(n)
-        prof = self.prof
-        steps = prof.cell_decode_steps
-        mean_steps = float(np.dot(prof.cell_requests, steps)) / float(prof.cell_requests.sum())
         rho = self.rate(n) * self.prefill_mean_s
-        if not math.isfinite(t) or mean_steps <= 0:
+        if not math.isfinite(t) or self.mean_decode_steps <= 0:
             return t
-        sojourn = self.prefill_mean_s + prof.prefill_steps_per_request * self.decode_s(n)
+        sojourn = self.prefill_mean_s + self.prof.prefill_steps_per_request * self.decode_s(n)
         backlog = rho * (self.prefill_wait_s(n) + sojourn)
-        met = np.minimum(backlog, steps * self.chunk_s)
-        extra = float(np.dot(prof.cell_requests, met)) / float(prof.cell_requests.sum())
-        return t + extra / ((1.0 - rho) * mean_steps)
+        return t + self._backlog_met(backlog) / ((1.0 - rho) * self.mean_decode_steps)
+
+    def _backlog_met(self, backlog_s: float) -> float:
+        """E[min(B, (o-1)·c)] over requests, from the cells sorted by decode steps (O(log cells))."""
+        k = int(np.searchsorted(self._sorted_steps * self.chunk_s, backlog_s, side="left"))
+        below = self._cum_weighted_steps[k - 1] * self.chunk_s if k else 0.0
+        above = 1.0 - (self._cum_weight[k - 1] if k else 0.0)
+        return below + backlog_s * above
 
     def ttft_s(self, n: float, prefill_s: float | None = None, chunks: int | None = None) -> float:
         """TTFT of a prompt (default: the class's quantile prompt) at mean resident count n:

@@ -73,7 +73,7 @@ def verification_markdown(checks: list[PoolCheck], *, requests: int, seed: int) 
         "",
         f"One replica of each pool replayed at its peak rate through the paged-cache scheduler simulator "
         f"(planner/simulate.py; {requests:,} sampled requests, seed {seed}, the first 10% as warm-up). The model "
-        "predicts mean latencies (its ITL is the mean step; its TTFT is at the class's prompt quantile with the "
+        "predicts mean latencies (its ITL is the mean step plus the prefill backlog a request meets; its TTFT is at the class's prompt quantile with the "
         "mean queueing wait), so p99 figures are the simulator's alone.",
     ]
     for c in checks:
