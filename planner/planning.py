@@ -278,6 +278,24 @@ def _solve(scn, classes, evals: Sequence[Evaluation], *, options=None, rate_scal
     )
 
 
+class _Memo:
+    """One plan's re-solves, with identical questions answered once (the sensitivity's x1 is
+    the plan itself; 'split forced off' is the split analysis's no-split row)."""
+
+    def __init__(self, scn: Scenario):
+        self.scn = scn
+        self._answers: dict[tuple, FleetSolution] = {}
+        self._keep: list = []  # the keyed objects stay alive, so their ids stay unique
+
+    def __call__(self, classes, evals, **kw) -> FleetSolution:
+        key = (id(classes), id(evals), tuple(kw.get("options") or ()), kw.get("rate_scale", 1.0),
+               tuple(kw.get("forbid", ())), tuple(sorted((kw.get("reserved") or {}).items())))
+        if key not in self._answers:
+            self._keep.append((classes, evals))
+            self._answers[key] = _solve(self.scn, classes, evals, **kw)
+        return self._answers[key]
+
+
 def _undominated(evals: Sequence[Evaluation]) -> list[Evaluation]:
     """Per class, per (GPU type, price, tp): only the config of highest capacity.
 
@@ -377,7 +395,8 @@ def make_plan(
     classes = traffic_classes(scn, served, limit, peak)
     evals = evaluate_all(classes, configs)
     inventory = {g.id: g.max_gpus for g in scn.gpu_candidates if g.max_gpus is not None}
-    sol = _solve(scn, classes, evals, reserved=reserved)
+    solve = _Memo(scn)
+    sol = solve(classes, evals, reserved=reserved)
     if not sol.pools:
         raise InfeasibleError(_no_plan_message(sol, scn, classes, evals, inventory))
 
@@ -404,17 +423,19 @@ def make_plan(
     )
     if not explore:
         return plan
-    split = [_outcome("no split" if k == "none" else f"split at {int(k):,}", _solve(scn, classes, evals, options=[k]),
+    split = [_outcome("no split" if k == "none" else f"split at {int(k):,}", solve(classes, evals, options=[k]),
                       _infeasible_message({k: classes[k]}, evals, inventory)) for k in classes]
     alternatives, forbid, last = [], [], sol
     for i in range(2):
         forbid.append(frozenset((last.option, p.traffic_class, p.config) for p in last.pools))
-        last = _solve(scn, classes, evals, forbid=tuple(forbid))
+        last = solve(classes, evals, forbid=tuple(forbid))
         if not last.pools:
             break
         alternatives.append(_outcome(f"next best #{i + 1}", last))
-    sensitivity = [_outcome(f"peak x {m:g}", _solve(scn, classes, evals, rate_scale=m)) for m in SENSITIVITY]
-    levers = _levers(scn, catalog, model, served, limit, peak, ev, configs, classes, evals, sol, inventory)
+    sensitivity = [
+        _outcome(f"peak x {m:g}", solve(classes, evals, rate_scale=m, reserved=reserved)) for m in SENSITIVITY
+    ]
+    levers = _levers(scn, catalog, model, served, limit, peak, ev, configs, classes, evals, sol, inventory, solve)
     return dataclasses.replace(plan, split_analysis=split, alternatives=alternatives, sensitivity=sensitivity, levers=levers)
 
 
@@ -435,7 +456,7 @@ def _pool_details(ev: Evaluator, classes, evals, sol: FleetSolution) -> list[Poo
     return out
 
 
-def _levers(scn, catalog, model, served, limit, peak, ev, configs, classes, evals, sol, inventory) -> list[Outcome]:
+def _levers(scn, catalog, model, served, limit, peak, ev, configs, classes, evals, sol, inventory, solve) -> list[Outcome]:
     """Re-solve with each lever switched (design.md, "The optimisation"); the levers multiply."""
     out = []
     gpu_ids = [g.id for g in scn.gpu_candidates]
@@ -446,7 +467,7 @@ def _levers(scn, catalog, model, served, limit, peak, ev, configs, classes, eval
             out.append(Outcome(name, False, math.inf, 0, "", "no GPU candidate supports it"))
             return
         evs = [ev.evaluate(c, tc) for tcs in classes.values() for tc in tcs for c in cfgs]
-        res = _solve(scn, classes, evs)
+        res = solve(classes, evs)
         out.append(_outcome(name, res, "" if res.pools else _infeasible_message(classes, evs, inventory)))
 
     for kind, allowed in (("KV cache", scn.kv_dtypes), ("weights", scn.weight_dtypes)):
@@ -459,12 +480,12 @@ def _levers(scn, catalog, model, served, limit, peak, ev, configs, classes, eval
             w, k = (scn.weight_dtypes, [*allowed, "fp8"]) if kind == "KV cache" else ([*allowed, "fp8"], scn.kv_dtypes)
             with_dtypes(f"fp8 {kind} on", w, k)
     if len(classes) > 1:
-        res = _solve(scn, classes, evals, options=["none"])
+        res = solve(classes, evals, options=["none"])
         out.append(_outcome("split forced off", res, _infeasible_message({"none": classes["none"]}, evals, inventory)))
     for gpu_id in sorted({p.gpu for p in sol.pools}):
         keep = [c for c in configs if c.gpu.id != gpu_id]
         evs = [ev.evaluate(c, tc) for tcs in classes.values() for tc in tcs for c in keep]
-        res = _solve(scn, classes, evs) if keep else None
+        res = solve(classes, evs) if keep else None
         out.append(_outcome(f"without {gpu_id}", res, "") if res else Outcome(f"without {gpu_id}", False, math.inf, 0, "", "no other GPU candidate"))
     lower = scn.lower_context_limit or edge_at_most(max(limit // 2, int(TOTAL_EDGES[0])))
     if lower < limit:
@@ -473,7 +494,7 @@ def _levers(scn, catalog, model, served, limit, peak, ev, configs, classes, eval
             lost = served.requests - lowered.requests
             lower_classes = traffic_classes(scn, lowered, lower, peak * lowered.requests / served.requests)
             evs = [ev.evaluate(c, tc) for tcs in lower_classes.values() for tc in tcs for c in configs]
-            res = _solve(scn, lower_classes, evs)
+            res = solve(lower_classes, evs)
             name = f"context limit {lower:,} (rejects {lost / served.requests:.1%} of requests)"
             out.append(_outcome(name, res, "" if res.pools else _infeasible_message(lower_classes, evs, inventory)))
     return out
