@@ -162,3 +162,13 @@ def test_requests_above_the_limit_are_not_planned_for(tmp_path):
     out = json.loads(r.output)
     assert out["peak_rps"] == pytest.approx(2.0)
     assert out["plan"][0]["rate_rps"] == pytest.approx(2.0 * 1.2)
+
+
+def test_write_lp_prints_the_model_with_named_constraints(tmp_path):
+    lp = tmp_path / "model.lp"
+    r = solve(write(tmp_path, BASE), "--no-report", "--write-lp", lp)
+    assert r.exit_code == 0, r.output
+    text = lp.read_text(encoding="utf-8")
+    assert text.startswith("\\* fleet *\\")
+    for name in ("cost_per_hour:", "one_split:", "cover_none_all:", "replicas_if_pool_none_all_h100_sxm_tp1"):
+        assert name in text
