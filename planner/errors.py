@@ -36,6 +36,7 @@ class InfeasibleError(PlannerError):
 def did_you_mean(name: str, known: Iterable[str], *, what: str) -> str:
     """The message for an unknown name: the closest match if any, and the known names."""
     known = sorted(known)
-    close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+    # A name that starts the way it was typed ('h100' -> 'h100-sxm') beats an edit-distance neighbour ('h200').
+    close = [k for k in known if k.startswith(name)][:1] or difflib.get_close_matches(name, known, n=1, cutoff=0.5)
     hint = f"did you mean '{close[0]}'? " if close else ""
     return f"unknown {what} '{name}'; {hint}known: {', '.join(known)}"

@@ -118,3 +118,9 @@ def test_capacity_histogram_that_is_not_a_histogram_file_exits_2(tmp_path):
     r = run("capacity", "llama-3.1-8b", "h100-sxm", "--histogram", str(bad))
     assert r.exit_code == 2
     assert "Traceback" not in r.output
+
+
+def test_a_name_typed_as_a_prefix_suggests_the_full_name():
+    r = run("capacity", "llama-3.1-8b", "h100")
+    assert r.exit_code == 2
+    assert "did you mean 'h100-pcie'?" in r.output or "did you mean 'h100-sxm'?" in r.output
