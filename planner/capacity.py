@@ -113,10 +113,6 @@ class Capacity:
     bound_batch: float = 0.0  # resident sequences at the binding bound, before planning at the knee
     notes: tuple[str, ...] = field(default_factory=tuple)
 
-    @property
-    def resident_batch(self) -> float:
-        return self.point.resident_batch
-
 
 def footprint(dep: Deployment, prof: TokenProfile, ladder: BudgetLadder) -> Footprint:
     """Convert the class's token profile to bytes for this deployment's dtype, tp and window."""
@@ -221,7 +217,7 @@ class ReplicaModel:
         lam = self.rate(n)
         t_dec = self.decode_s(n)
         rho = lam * self.prefill_mean_s
-        t_step = t_dec / (1.0 - rho) if rho < 1 else math.inf
+        t_step = self.step_s(n)
         t_mem, t_flop = self.step.decode_parts_s(n, n * self.fp.read_bytes, n * self.prof.mean_context_tokens)
         held = n * self.fp.mean_bytes + self.fp.shared_prefix_bytes
         return OperatingPoint(

@@ -68,7 +68,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -234,20 +234,9 @@ class SimResult:
     kv_budget_bytes: int
     notes: tuple[str, ...] = field(default_factory=tuple)
 
-    @property
-    def sim_seconds_per_wall_second(self) -> float:
-        return self.simulated_s / self.wall_s if self.wall_s > 0 else math.inf
-
-    @property
-    def steps_per_wall_second(self) -> float:
-        return self.steps / self.wall_s if self.wall_s > 0 else math.inf
-
     def compare_view(self) -> dict[str, float | None]:
         """The COMPARE_KEYS of this result (what `predicted_point` gives for the model)."""
         return {k: getattr(self, k) for k in COMPARE_KEYS}
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
