@@ -211,10 +211,12 @@ class Histogram:
     def max_tokens(self, of: str) -> int:
         """Largest length of `of`: exact when the top group holds one distinct length (one
         request, say), otherwise an upper bound within that group's range."""
-        _, _, hi = _length_groups(self, of)
-        if not hi.size:
-            raise ValueError("an empty histogram has no maximum")
-        return int(hi.max())
+        return _max_of_groups(_length_groups(self, of))
+
+    def quantiles_and_max(self, of: str, qs) -> tuple[np.ndarray, int]:
+        """`quantiles(of, qs)` and `max_tokens(of)` from one grouping of the cells."""
+        groups = _length_groups(self, of)
+        return _quantiles_of_groups(groups, qs), _max_of_groups(groups)
 
     def share_above(self, total_tokens: int) -> float:
         """Exact share of requests with prompt + output > total_tokens (a TOTAL_EDGES value)."""
@@ -247,7 +249,10 @@ class Histogram:
         """
         import pyarrow.parquet as pq
 
-        pq.write_table(self.to_table(metadata), where, compression="zstd")
+        # dictionary pages pay only for the text column; for the numbers they cost time and size
+        pq.write_table(
+            self.to_table(metadata), where, compression="zstd", use_dictionary=["kind"]
+        )
 
     @classmethod
     def read_parquet(cls, path) -> Histogram:
@@ -287,12 +292,17 @@ def cell_bins(index: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def histogram_from_dense(
-    dense: dict[str, np.ndarray], minute: np.ndarray, minute_count: np.ndarray
+    dense: dict[str, np.ndarray],
+    minute: np.ndarray,
+    minute_count: np.ndarray,
+    cells: np.ndarray | None = None,
 ) -> Histogram:
     """A Histogram from dense per-cell arrays (SUM_COLUMNS, each of length N_CELLS, indexed
     by `cell_index`) and sorted unique minutes. Cells with a zero count are dropped, so the
-    result equals `Histogram.from_arrays` on the same requests."""
-    index = np.flatnonzero(dense["count"])
+    result equals `Histogram.from_arrays` on the same requests. `cells` (sorted, unique)
+    may name the only cells that can be non-zero, to spare a pass over every cell."""
+    count = np.asarray(dense["count"])
+    index = np.flatnonzero(count) if cells is None else cells[count[cells] != 0]
     t, p, o = cell_bins(index)
     return Histogram(
         prompt_bin=p,
@@ -530,8 +540,8 @@ def _length_groups(hist: Histogram, of: str) -> tuple[np.ndarray, np.ndarray, np
         raise ValueError(f"length of {of!r}: expected one of {LENGTH_OF}")
     if of == "total":
         count = hist.count
-        s1 = hist.sum_prompt + hist.sum_output
-        s2 = hist.sum_prompt_sq + 2 * hist.sum_prompt_output + hist.sum_output_sq
+        s1 = _exact_sum(hist.sum_prompt, hist.sum_output)
+        s2 = _exact_sum(hist.sum_prompt_sq, hist.sum_prompt_output, hist.sum_prompt_output, hist.sum_output_sq)
         p_lo, p_hi = _length_bin_range(hist.prompt_bin)
         o_lo, o_hi = _length_bin_range(hist.output_bin)
         t_lo, t_hi = _total_bin_range(hist.total_bin)
@@ -542,21 +552,59 @@ def _length_groups(hist: Histogram, of: str) -> tuple[np.ndarray, np.ndarray, np
             (hist.sum_prompt, hist.sum_prompt_sq) if of == "prompt" else (hist.sum_output, hist.sum_output_sq)
         )
         used, where = np.unique(bins, return_inverse=True)
-        count, s1, s2 = (np.zeros(used.size, np.int64) for _ in range(3))
-        for out, values in ((count, hist.count), (s1, first), (s2, second)):
-            np.add.at(out, where.reshape(-1), values)
+        count, s1, s2 = (_exact_group_sums(where.reshape(-1), v, used.size) for v in (hist.count, first, second))
+        count = count.astype(np.int64)  # (a count cannot pass int64: it counts requests)
         lo, hi = _length_bin_range(used)
-    # n²·variance from exact integers: n·Σx² − (Σx)² overflows int64 and cancels in floats.
-    n_sq_var = np.array(
-        [int(n) * int(b) - int(a) * int(a) for n, a, b in zip(count, s1, s2, strict=True)], dtype=np.float64
-    )
+    n_sq_var = _n_squared_variance(count, s1, s2)
     n = np.maximum(count, 1).astype(np.float64)
-    mean = s1 / n
+    mean = np.asarray(s1, np.float64) / n
     reach = np.sqrt(np.maximum(n_sq_var, 0.0) * np.maximum(count - 1, 0)) / n
     slack = 1e-9 * np.maximum(mean, 1.0)  # absorbs float rounding of the bound, not its mathematics
     lo = np.maximum(lo, np.ceil(mean - reach - slack))
     hi = np.maximum(np.minimum(hi, np.floor(mean + reach + slack)), lo)
     return count.astype(np.float64), lo, hi
+
+
+def _exact_group_sums(groups: np.ndarray, values: np.ndarray, n_groups: int) -> np.ndarray:
+    """Σ of int64 `values` per group: int64 where every sum stays below 2**62, which float
+    estimates tell, else Python integers (an object array), which cannot wrap."""
+    estimate = np.zeros(n_groups)
+    np.add.at(estimate, groups, np.abs(np.asarray(values, np.float64)))
+    dtype = np.int64 if (estimate < 2.0**62).all() else object
+    out = np.zeros(n_groups, dtype)
+    np.add.at(out, groups, np.asarray(values, np.int64).astype(dtype))
+    return out
+
+
+def _exact_sum(*terms: np.ndarray) -> np.ndarray:
+    """The element-wise sum of int64 arrays: int64 where it stays below 2**62, which float
+    estimates tell, else Python integers (an object array), which cannot wrap."""
+    estimate = np.sum([np.asarray(t, np.float64) for t in terms], axis=0)
+    if (np.abs(estimate) < 2.0**62).all():
+        return np.sum([np.asarray(t, np.int64) for t in terms], axis=0)
+    return np.sum([np.asarray(t, np.int64).astype(object) for t in terms], axis=0)
+
+
+def _n_squared_variance(count: np.ndarray, s1: np.ndarray, s2: np.ndarray) -> np.ndarray:
+    """n·Σx² − (Σx)² per group, computed exactly in integers, returned as float64.
+
+    In floats it cancels, and a group of identical lengths must come out as exactly 0.
+    int64 is exact where both products stay below 2**62; float estimates of the products,
+    within about 1e-15 of them, pick those groups. Python integers take the rest (and any
+    group whose sums are already Python integers, from `_exact_sum`).
+    """
+    count = np.asarray(count, np.int64)
+    n_f, s1_f, s2_f = (np.asarray(a, np.float64) for a in (count, s1, s2))
+    fits = (n_f * s2_f < 2.0**62) & (s1_f * s1_f < 2.0**62)
+    if s1.dtype == object or s2.dtype == object:
+        fits &= False
+    out = np.empty(count.size, np.float64)
+    if fits.any():
+        c, a, b = count[fits], np.asarray(s1[fits], np.int64), np.asarray(s2[fits], np.int64)
+        out[fits] = c * b - a * a
+    rest = np.flatnonzero(~fits)
+    out[rest] = [int(count[i]) * int(s2[i]) - int(s1[i]) ** 2 for i in rest]
+    return out
 
 
 def _order_statistics(count: np.ndarray, lo: np.ndarray, hi: np.ndarray, ranks: np.ndarray) -> np.ndarray:
@@ -582,10 +630,21 @@ def _order_statistics(count: np.ndarray, lo: np.ndarray, hi: np.ndarray, ranks: 
 
 
 def _quantiles(hist: Histogram, of: str, qs) -> np.ndarray:
+    return _quantiles_of_groups(_length_groups(hist, of), qs)
+
+
+def _max_of_groups(groups: tuple[np.ndarray, np.ndarray, np.ndarray]) -> int:
+    _, _, hi = groups
+    if not hi.size:
+        raise ValueError("an empty histogram has no maximum")
+    return int(hi.max())
+
+
+def _quantiles_of_groups(groups: tuple[np.ndarray, np.ndarray, np.ndarray], qs) -> np.ndarray:
     q = np.atleast_1d(np.asarray(qs, dtype=np.float64))
     if ((q < 0) | (q > 1)).any():
         raise ValueError(f"quantiles must lie in [0, 1], got {q.tolist()}")
-    count, lo, hi = _length_groups(hist, of)
+    count, lo, hi = groups
     n = int(count.sum())
     if n == 0:
         return np.full(q.shape, np.nan)

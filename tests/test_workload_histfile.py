@@ -3,6 +3,7 @@ shipped sample, and quantiles within one bin of numpy."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import sqlite3
@@ -18,12 +19,14 @@ from planner.histogram import (
     HISTOGRAM_FILE_COLUMNS,
     HISTOGRAM_FILE_METADATA_KEY,
     LENGTH_EDGES,
+    SUM_COLUMNS,
     TOTAL_EDGES,
     Histogram,
     bin_tables,
     histogram_file_schema,
     length_bin,
 )
+from planner.workload.accumulate import CellAccumulator, MinuteCounter, to_histogram
 from planner.workload.columns import resolve_columns
 from planner.workload.histfile import read_histogram, read_metadata, write_histogram
 from planner.workload.ingest import ingest
@@ -178,6 +181,33 @@ def test_groups_of_identical_lengths_give_exact_quantiles_and_max():
     assert hist.max_tokens("prompt") == 9000
     assert hist.max_tokens("total") == 9500
     assert hist.quantiles("prompt", [0.0, 1.0]).tolist() == [1000.0, 9000.0]
+
+
+def test_groups_too_large_for_int64_products_stay_exact():
+    # 3M requests of one length: n·Σx² is past int64, and in floats n·Σx² − (Σx)² leaves a
+    # rounding residue that would widen the group; the small group takes the int64 path
+    n = 3_000_017  # with total 250,001 the float residue is +67,108,864: max would read 250,005
+    prompt = np.concatenate([np.full(n, 125_001), np.full(10, 1_000)])
+    output = np.concatenate([np.full(n, 125_000), np.full(10, 500)])
+    cells = CellAccumulator()  # (Histogram.from_arrays would take seconds on 3M rows)
+    cells.add(prompt, output)
+    hist = to_histogram(cells, MinuteCounter())
+    assert hist.quantiles("total", [0.0, 0.5, 1.0]).tolist() == [1_500.0, 250_001.0, 250_001.0]
+    assert hist.max_tokens("total") == 250_001
+    assert hist.max_tokens("prompt") == 125_001
+
+
+def test_a_length_bin_whose_sums_pass_int64_across_cells_stays_exact():
+    # two cells of one prompt bin (other output bins), each within int64; their sums of
+    # prompt² add up past it: 2 × 5e8 × 100,003² ≈ 1e19
+    one = Histogram.from_arrays(np.array([100_003, 100_003]), np.array([10, 5_000]))
+    requests_per_cell = 500_000_000
+    scaled = dataclasses.replace(
+        one, **{name: getattr(one, name) * requests_per_cell for name in SUM_COLUMNS}
+    )
+    assert scaled.sum_prompt_sq.sum(dtype=np.float64) > 2.0**63
+    assert scaled.quantiles("prompt", [0.0, 0.5, 1.0]).tolist() == [100_003.0] * 3
+    assert scaled.max_tokens("prompt") == 100_003
 
 
 def test_share_above_is_exact_at_total_edges(log):

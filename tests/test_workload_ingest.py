@@ -13,7 +13,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from planner.errors import InputError
-from planner.histogram import LENGTH_EDGES, TOTAL_EDGES, Histogram, length_bin, total_bin
+from planner.histogram import (
+    LENGTH_EDGES,
+    SUM_COLUMNS,
+    TOTAL_EDGES,
+    Histogram,
+    length_bin,
+    total_bin,
+)
 from planner.workload.columns import PRESETS, resolve_columns
 from planner.workload.ingest import ingest, write_histogram_file
 from planner.workload.synth import generate
@@ -24,16 +31,8 @@ PLANNER = PRESETS["planner"]
 
 def cells(hist: Histogram) -> dict[tuple[int, int], dict[str, int]]:
     """{(prompt_bin, output_bin): sums} for the hand-made log (its totals have one bin each)."""
-    names = (
-        "count",
-        "sum_prompt",
-        "sum_output",
-        "sum_prompt_sq",
-        "sum_prompt_output",
-        "sum_output_sq",
-    )
     return {
-        (int(p), int(o)): {n: int(getattr(hist, n)[i]) for n in names}
+        (int(p), int(o)): {n: int(getattr(hist, n)[i]) for n in SUM_COLUMNS}
         for i, (p, o) in enumerate(zip(hist.prompt_bin, hist.output_bin, strict=True))
     }
 
@@ -103,6 +102,27 @@ def test_csv_parquet_jsonl_and_partitioned_folder_give_identical_histograms(tmp_
     )
     for name in ("log.parquet", "log.csv", "log.jsonl", "parts"):
         assert ingest([tmp_path / name], PLANNER).histogram == expected, name
+
+
+def test_folder_file_lacking_the_time_column_counts_its_rows_as_null(tmp_path):
+    # The first file sets the folder's columns; a later file without the time column is
+    # read through the dataset's own scan, which fills the column with nulls.
+    rows = _rows()
+    table = pa.table(rows)
+    (tmp_path / "parts").mkdir()
+    pq.write_table(table.slice(0, 1000), tmp_path / "parts" / "a.parquet")
+    pq.write_table(table.slice(1000, 500).drop(["timestamp_ms"]), tmp_path / "parts" / "b.parquet")
+    result = ingest([tmp_path / "parts"], PLANNER)
+    timed = table.slice(0, 1000).to_pydict()
+    assert result.histogram == Histogram.from_arrays(
+        np.array(timed["prompt_tokens"]),
+        np.array(timed["output_tokens"]),
+        np.array(timed["timestamp_ms"]) / 1000,
+    )
+    assert result.excluded_rows == {"null": 500, "negative": 0, "non_numeric": 0}
+    assert any(
+        "b.parquet: no column timestamp_ms; its rows are counted as null" in n for n in result.notes
+    )
 
 
 def test_csv_garbage_rows_are_counted_per_reason():

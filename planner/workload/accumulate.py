@@ -1,18 +1,15 @@
 """Streaming accumulation of the joint histogram: dense per-cell sums, sparse per-minute counts.
 
-Memory is fixed (SUM_COLUMNS × N_CELLS int64, about 15 MiB) plus one entry per distinct
-arrival minute, whatever the number of rows. A batch is added in two steps:
-- `prepare` (no shared state, so it can run in a helper thread): bins by table lookup,
-  one combined cell index (planner.histogram.cell_index), the products p², p·o, o²;
-- `CellAccumulator.add_prepared`: one `np.add.at` per summed column into the dense
-  arrays. numpy >= 2 has a fast path for it; it is exact in int64 (np.bincount's weights
-  are float64) and several times faster than np.unique per batch.
+Memory is fixed (N_CELLS × SUM_COLUMNS int64, about 15 MiB) plus one entry per distinct
+arrival minute, whatever the number of rows. A batch is added in one compiled pass over
+its rows (cell_kernel.py). Bins come from lookup tables built here from
+planner.histogram's bin functions, so the rule stays defined in one place. The sums are
+exact int64, and a batch that could push a cell past the int64 range is refused first.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,8 +26,7 @@ from planner.histogram import (
 )
 
 # Lookup tables give the bin of any length up to _LUT_MAX in one gather instead of a
-# binary search (~20 ns a value). They are built from length_bin/total_bin themselves, so
-# the bin rule stays defined in one place; int32 keeps them small enough for the CPU cache.
+# binary search (~20 ns a value); int32 keeps them small enough for the CPU cache.
 # Longer lengths (beyond the usual 128k context) take the binary search.
 _LUT_MAX = 1 << 17
 _PROMPT_PART = (length_bin(np.arange(_LUT_MAX + 1)) * N_LENGTH_BINS).astype(np.int32)
@@ -41,138 +37,121 @@ _TOTAL_PART = (total_bin(np.arange(2 * _LUT_MAX + 1)).astype(np.int64) * N_LENGT
 _INT64_MAX = np.iinfo(np.int64).max
 
 
-class Scratch:
-    """Work arrays reused from batch to batch.
-
-    Fresh arrays of a batch's size would each be new pages from the OS, and the page
-    faults on their first touch cost as much as the arithmetic itself. A batch's
-    arrays live until it is added, so a pipeline needs one Scratch per batch in flight.
-    """
-
-    def __init__(self) -> None:
-        self._arrays: dict[str, np.ndarray] = {}
-
-    def get(self, name: str, n: int, dtype) -> np.ndarray:
-        array = self._arrays.get(name)
-        if array is None or array.size < n or array.dtype != dtype:
-            array = self._arrays[name] = np.empty(max(n, 1), dtype)
-        return array[:n]
+def _int64_vector(values) -> np.ndarray:
+    """A 1-D C-contiguous int64 array of `values`, refusing types that do not convert exactly."""
+    array = np.asarray(values)
+    if array.ndim != 1:
+        raise ValueError("prompt and output must be 1-D arrays of one length")
+    if not np.can_cast(array.dtype, np.int64, "safe"):
+        raise TypeError(f"token counts must be integers that fit int64, got {array.dtype}")
+    return np.ascontiguousarray(array, np.int64)
 
 
-def cells_of(
-    prompt: np.ndarray,
-    output: np.ndarray,
-    prompt_max: int,
-    output_max: int,
-    scratch: Scratch | None = None,
-    total: np.ndarray | None = None,
-) -> np.ndarray:
-    """`cell_index` of each request (prompt, output >= 0, with upper bounds of both known;
-    `total` = prompt + output, if already computed)."""
-    scratch = scratch or Scratch()
-    n = prompt.size
-    if total is None:
-        total = np.add(prompt, output, out=scratch.get("total", n, np.int64))
-    # mode='wrap' skips take's bounds check (2-4x faster): every index is in range here.
-    # mode='clip' maps the lengths beyond a table to its last entry, corrected below.
-    mode = "wrap" if prompt_max <= _LUT_MAX and output_max <= _LUT_MAX else "clip"
-    cells32 = _TOTAL_PART.take(total, mode=mode, out=scratch.get("cells32", n, np.int32))
-    part = scratch.get("part32", n, np.int32)
-    cells32 += _PROMPT_PART.take(prompt, mode=mode, out=part)
-    cells32 += _OUTPUT_PART.take(output, mode=mode, out=part)
-    cells = scratch.get("cells", n, np.intp)
-    cells[...] = cells32  # widened once here, not once per np.add.at
-    if mode == "clip":
-        # Only the (few) longer requests take the binary search; a total beyond the total
-        # table implies a prompt or an output beyond the length tables.
-        long = np.flatnonzero((prompt > _LUT_MAX) | (output > _LUT_MAX))
-        cells[long] = cell_index(
-            total_bin(total[long]), length_bin(prompt[long]), length_bin(output[long])
-        )
-    return cells
-
-
-@dataclass(frozen=True, eq=False)
-class PreparedBatch:
-    """Requests binned and multiplied out, ready for `CellAccumulator.add_prepared`.
-
-    `prompt_max`/`output_max` are upper bounds of the lengths, not necessarily attained.
-    """
-
-    cells: np.ndarray
-    prompt: np.ndarray
-    output: np.ndarray
-    prompt_sq: np.ndarray
-    prompt_output: np.ndarray
-    output_sq: np.ndarray
-    prompt_max: int
-    output_max: int
-
-    @property
-    def size(self) -> int:
-        return self.cells.size
-
-
-def prepare(
-    prompt: np.ndarray, output: np.ndarray, scratch: Scratch | None = None
-) -> PreparedBatch:
-    """Bin requests (int64 arrays of non-negative token counts); touches no shared state."""
-    scratch = scratch or Scratch()
-    n = prompt.size
-    total = np.add(prompt, output, out=scratch.get("total", n, np.int64))
-    # One reduction bounds both lengths (neither exceeds the total): the lookups and the
-    # overflow guard need only bounds, and a max costs as much as a lookup.
-    largest = int(total.max()) if n else 0
-    return PreparedBatch(
-        cells=cells_of(prompt, output, largest, largest, scratch, total=total),
-        prompt=prompt,
-        output=output,
-        prompt_sq=np.multiply(prompt, prompt, out=scratch.get("prompt_sq", n, np.int64)),
-        prompt_output=np.multiply(prompt, output, out=scratch.get("prompt_output", n, np.int64)),
-        output_sq=np.multiply(output, output, out=scratch.get("output_sq", n, np.int64)),
-        prompt_max=largest,
-        output_max=largest,
-    )
+def _row_values(prompt: np.ndarray, output: np.ndarray) -> dict[str, np.ndarray]:
+    """Each summed column's per-row values, in SUM_COLUMNS order (int64 in, int64 out, float64 in,
+    float64 out: the float products bound sums whose int64 products could wrap)."""
+    return {
+        "count": np.ones_like(prompt),
+        "sum_prompt": prompt,
+        "sum_output": output,
+        "sum_prompt_sq": prompt * prompt,
+        "sum_prompt_output": prompt * output,
+        "sum_output_sq": output * output,
+    }
 
 
 class CellAccumulator:
     """Dense per-cell count and sums over every request added so far."""
 
     def __init__(self) -> None:
-        self._sums = {name: np.zeros(N_CELLS, np.int64) for name in SUM_COLUMNS}
+        # a cell's six sums side by side: one request touches one or two cache lines
+        self._sums = np.zeros((N_CELLS, len(SUM_COLUMNS)), np.int64)
         # Upper bounds of every cell's value, to refuse int64 overflow instead of wrapping.
         self._bound = dict.fromkeys(SUM_COLUMNS, 0)
+        self._beyond_tables = np.empty(0, np.int64)
+        # the cells ever added to (some perhaps more than once): all the result needs to read
+        self._touched = np.empty(N_CELLS, np.int32)
+        self._n_touched = np.zeros(1, np.int64)
+        self._touched_elsewhere: list[np.ndarray] = []
 
     def add(self, prompt: np.ndarray, output: np.ndarray) -> None:
-        """Add requests (int64 arrays of non-negative token counts)."""
-        self.add_prepared(prepare(prompt, output))
+        """Add requests (integer arrays of non-negative token counts, one per request).
 
-    def add_prepared(self, batch: PreparedBatch) -> None:
-        if not batch.size:
+        Raises InputError, before adding anything, if a cell's sum could pass the int64
+        range, and ValueError/TypeError for arrays no log reader passes (negative counts,
+        other lengths or shapes, non-integer types).
+        """
+        from planner.workload import cell_kernel  # numba loads only when a log is read
+
+        prompt, output = _int64_vector(prompt), _int64_vector(output)
+        if prompt.shape != output.shape:
+            raise ValueError("prompt and output must be 1-D arrays of one length")
+        n = prompt.size
+        if not n:
             return
-        n, p_max, o_max = batch.size, batch.prompt_max, batch.output_max
-        # (what any one cell can gain: n × the largest value, the values themselves)
-        columns = {
-            "count": (n, 1),
-            "sum_prompt": (n * p_max, batch.prompt),
-            "sum_output": (n * o_max, batch.output),
-            "sum_prompt_sq": (n * p_max * p_max, batch.prompt_sq),
-            "sum_prompt_output": (n * p_max * o_max, batch.prompt_output),
-            "sum_output_sq": (n * o_max * o_max, batch.output_sq),
+        smallest, p_max, o_max = cell_kernel.extremes(prompt, output)
+        if smallest < 0:
+            raise ValueError("negative token counts reached the accumulator")
+        # What any one cell can gain: n × the largest value (Python ints: exact). Every
+        # column is checked before any is added; only if overflow is near are the exact
+        # per-row values computed, in floats, which cannot wrap.
+        bounds = {
+            "count": n,
+            "sum_prompt": n * p_max,
+            "sum_output": n * o_max,
+            "sum_prompt_sq": n * p_max * p_max,
+            "sum_prompt_output": n * p_max * o_max,
+            "sum_output_sq": n * o_max * o_max,
         }
-        for name, (bound, values) in columns.items():  # every column checked before any is added
-            self._reserve(name, bound, lambda v=values: np.atleast_1d(v))
-        for name, (_, values) in columns.items():
-            np.add.at(self._sums[name], batch.cells, values)
+        for name, bound in bounds.items():
+            self._reserve(
+                name,
+                bound,
+                lambda name=name: _row_values(prompt.astype(np.float64), output.astype(np.float64))[name],
+            )
+        if self._beyond_tables.size < n:
+            self._beyond_tables = np.empty(n, np.int64)
+        beyond = cell_kernel.add_rows(
+            prompt,
+            output,
+            self._sums,
+            _PROMPT_PART,
+            _OUTPUT_PART,
+            _TOTAL_PART,
+            self._beyond_tables,
+            self._touched,
+            self._n_touched,
+        )
+        if beyond:
+            rows = self._beyond_tables[:beyond]
+            self._add_by_search(prompt[rows], output[rows])
 
-    def add_histogram(self, hist: Histogram) -> None:
-        """Add a histogram's cells (a histogram file among the inputs)."""
+    def _add_by_search(self, prompt: np.ndarray, output: np.ndarray) -> None:
+        """Add requests longer than the lookup tables, binning them by binary search."""
+        cells = cell_index(total_bin(prompt + output), length_bin(prompt), length_bin(output))
+        for k, values in enumerate(_row_values(prompt, output).values()):
+            np.add.at(self._sums[:, k], cells, values)
+        self._touch(cells)
+
+    def add_histogram(self, hist: Histogram, where: str | None = None) -> None:
+        """Add a histogram's cells (a histogram file among the inputs, named by `where`)."""
+        if hist.count.size and hist.count.min() < 1:
+            # (a file's cells passed this check, but repeated cells add up and may wrap)
+            raise InputError("a histogram cell's count is below 1", where=where)
         cells = cell_index(hist.total_bin, hist.prompt_bin, hist.output_bin)
         for name in SUM_COLUMNS:
             values = getattr(hist, name)
             self._reserve(name, int(values.max()) if values.size else 0, lambda v=values: v)
-        for name in SUM_COLUMNS:
-            np.add.at(self._sums[name], cells, getattr(hist, name))
+        for k, name in enumerate(SUM_COLUMNS):
+            np.add.at(self._sums[:, k], cells, getattr(hist, name))
+        self._touch(cells)
+
+    def _touch(self, cells: np.ndarray) -> None:
+        """Note cells added to outside the compiled loop, merged now and then so that
+        memory stays bounded by the number of cells, not of rows."""
+        self._touched_elsewhere.append(cells)
+        if len(self._touched_elsewhere) >= 64:
+            self._touched_elsewhere = [np.unique(np.concatenate(self._touched_elsewhere))]
 
     def _reserve(self, name: str, bound: int, values: Callable[[], np.ndarray]) -> None:
         """Refuse (InputError) to add a batch if some cell could pass the int64 range.
@@ -182,7 +161,7 @@ class CellAccumulator:
         and the batch's total (Python ints throughout: the bound must not overflow itself).
         """
         if self._bound[name] + bound > _INT64_MAX:
-            self._bound[name] = int(self._sums[name].max())
+            self._bound[name] = int(self.dense[name].max())
             # a float64 total, rounded up past its relative error, is still an upper bound
             bound = min(bound, int(float(np.sum(values(), dtype=np.float64)) * (1 + 1e-9)) + 1)
             if self._bound[name] + bound > _INT64_MAX:
@@ -194,7 +173,14 @@ class CellAccumulator:
 
     @property
     def dense(self) -> dict[str, np.ndarray]:
-        return self._sums
+        """Each summed column over all N_CELLS cells, indexed by `cell_index`."""
+        return {name: self._sums[:, k] for k, name in enumerate(SUM_COLUMNS)}
+
+    @property
+    def touched_cells(self) -> np.ndarray:
+        """Sorted indices of every cell added to so far (the only ones that can be non-zero)."""
+        touched = self._touched[: int(self._n_touched[0])]
+        return np.unique(np.concatenate([touched.astype(np.int64), *self._touched_elsewhere]))
 
 
 class MinuteCounter:
@@ -231,4 +217,4 @@ class MinuteCounter:
 
 
 def to_histogram(cells: CellAccumulator, minutes: MinuteCounter) -> Histogram:
-    return histogram_from_dense(cells.dense, *minutes.arrays())
+    return histogram_from_dense(cells.dense, *minutes.arrays(), cells=cells.touched_cells)

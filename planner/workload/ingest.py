@@ -18,14 +18,7 @@ import numpy as np
 
 from planner.errors import InputError
 from planner.histogram import Histogram, is_histogram_file
-from planner.workload.accumulate import (
-    CellAccumulator,
-    MinuteCounter,
-    PreparedBatch,
-    Scratch,
-    prepare,
-    to_histogram,
-)
+from planner.workload.accumulate import CellAccumulator, MinuteCounter, to_histogram
 from planner.workload.columns import ColumnSpec, matching_presets
 from planner.workload.histfile import read_histogram, read_metadata, write_histogram
 from planner.workload.readers import LogReader, detect_format
@@ -47,6 +40,8 @@ class FileReport:
     excluded_rows: dict[str, int]
     time_column: str | None
     time: TimeAssumption | None
+    # files of a folder without some of the columns read (their rows count as null)
+    files_missing_columns: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -110,7 +105,7 @@ def _add_log(
     names = (spec.prompt, spec.output) + ((time_col,) if time_col else ())
     converter = MinuteConverter(spec.time_unit) if time_col else None
 
-    def prepare_batch(batch: dict, scratch: Scratch) -> _Prepared:
+    def prepare_batch(batch: dict) -> _Prepared:
         prompt, output = token_counts(batch[spec.prompt]), token_counts(batch[spec.output])
         when = converter.times(batch[time_col]) if converter else None
         codes = combine_codes(prompt.codes, output.codes, when.codes if when else None)
@@ -121,7 +116,8 @@ def _add_log(
             else (prompt.values[keep], output.values[keep])
         )
         return _Prepared(
-            cells=prepare(p, o, scratch),
+            prompt=p,
+            output=o,
             minute_counts=when.minute_counts(keep) if when else None,
             excluded=count_reasons(codes),
             rows=prompt.values.size,
@@ -129,15 +125,14 @@ def _add_log(
 
     excluded = dict.fromkeys(EXCLUSION_REASONS, 0)
     rows = requests = 0
-    scratch = Scratch()
-    for prepared in (prepare_batch(batch, scratch) for batch in reader.batches(names)):
-        cells.add_prepared(prepared.cells)
+    for prepared in (prepare_batch(batch) for batch in reader.batches(names)):
+        cells.add(prepared.prompt, prepared.output)
         if prepared.minute_counts is not None:
             minutes.add_counts(*prepared.minute_counts)
         for reason, count in prepared.excluded.items():
             excluded[reason] += count
         rows += prepared.rows
-        requests += prepared.cells.size
+        requests += prepared.prompt.size
         if progress:
             progress(prepared.rows)
     for reason, count in reader.skipped.items():
@@ -152,14 +147,16 @@ def _add_log(
         excluded_rows=excluded,
         time_column=time_col,
         time=converter.assumption if converter else None,
+        files_missing_columns=dict(reader.files_missing_columns),
     )
 
 
 @dataclass(frozen=True, eq=False)
 class _Prepared:
-    """One batch of a log, coerced and binned, ready to add."""
+    """One batch of a log: the usable requests' token counts, arrivals per minute, exclusions."""
 
-    cells: PreparedBatch
+    prompt: np.ndarray
+    output: np.ndarray
     minute_counts: tuple[np.ndarray, np.ndarray] | None
     excluded: dict[str, int]
     rows: int
@@ -192,7 +189,7 @@ def _missing(name: str, role: str, have: list[str]) -> str:
 
 def _add_histogram_file(path: Path, cells: CellAccumulator, minutes: MinuteCounter) -> FileReport:
     hist = read_histogram(path)
-    cells.add_histogram(hist)
+    cells.add_histogram(hist, where=str(path))
     minutes.add_counts(hist.minute, hist.minute_count)
     meta = read_metadata(path)
     excluded = {r: int(meta.get("excluded_rows", {}).get(r, 0)) for r in EXCLUSION_REASONS}
@@ -216,6 +213,10 @@ def _notes(reports: list[FileReport]) -> tuple[str, ...]:
         untimed = ", ".join(r.path for r in reports if r.time is None)
         notes.append(f"no arrival times in {untimed}: per-minute rates count only the other inputs")
     for r in reports:
+        for file, columns in r.files_missing_columns.items():
+            notes.append(
+                f"{file}: no column {', '.join(columns)}; its rows are counted as null (excluded)"
+            )
         if r.time and r.time.reason.startswith("magnitude") and r.time.unit == "s":
             notes.append(
                 f"{r.path}: timestamps read as seconds ({r.time.reason}); "

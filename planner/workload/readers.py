@@ -17,10 +17,11 @@ A file that is not what its extension says (a Parquet file named .csv, text name
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -29,6 +30,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.dataset as ds
 import pyarrow.json as pajson
+import pyarrow.parquet as pq
 
 from planner.errors import InputError
 from planner.workload.columns import FORMATS
@@ -41,10 +43,10 @@ EXTENSIONS = {
     ".ndjson": "jsonl",
     ".json": "jsonl",
 }
-# Rows per record batch: small enough that a batch's dozen numpy temporaries stay in the
-# CPU cache (1 MiB per int64 column), large enough that per-batch Python overhead is small.
+# Rows per record batch: small enough that a batch's columns stay in the CPU cache (1 MiB
+# per int64 column), large enough that per-batch Python overhead is small.
 BATCH_ROWS = 1 << 17
-_ROW_GROUPS_AHEAD = 1  # decoding while the caller works; more measured no faster (2 CPUs)
+_ROW_GROUPS_AHEAD = 2  # decoded ahead while the caller works; more measured no faster (2 CPUs)
 _CSV_BLOCK_BYTES = 1 << 20  # with pyarrow's fixed read-ahead of blocks, this bounds memory (~50 MB)
 _JSONL_CHUNK_BYTES = 1 << 23
 _JSONL_BLOCK_BYTES = 1 << 20
@@ -154,13 +156,15 @@ class LogReader:
         self.format = detect_format(self.path, fmt)
         sniff(self.path, self.format)
         self.skipped = {"null": 0, "non_numeric": 0}
+        # files of a folder that lack columns the folder's first file has (read as nulls)
+        self.files_missing_columns: dict[str, tuple[str, ...]] = {}
         self.columns = self._discover_columns()
 
     # ---- columns ----------------------------------------------------------------
     def _discover_columns(self) -> list[str]:
         try:
             if self.format == "parquet":
-                return list(self._parquet_dataset().schema.names)
+                return list(self._parquet_dataset.schema.names)
             if self.format == "csv":
                 quiet = pacsv.ParseOptions(invalid_row_handler=lambda row: "skip")
                 return list(
@@ -174,6 +178,7 @@ class LogReader:
                 f"cannot read as {self.format}: {_first_line(exc)}", where=self.where
             ) from None
 
+    @functools.cached_property
     def _parquet_dataset(self) -> ds.Dataset:
         partitioning = "hive" if self.path.is_dir() else None
         return ds.dataset(self.where, format="parquet", partitioning=partitioning)
@@ -202,35 +207,56 @@ class LogReader:
                 yield from self._csv_batches(names)
             else:
                 yield from self._jsonl_batches(names)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as exc:
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OSError) as exc:
             raise InputError(
                 f"cannot read as {self.format}: {_first_line(exc)}", where=self.where
             ) from None
 
     def _parquet_batches(self, names: tuple[str, ...]) -> Iterator[dict[str, pa.Array]]:
-        """Row group by row group, the next one decoding (in pyarrow's threads) while the
-        caller works on this one: memory is two row groups, whatever the log's length.
+        """Row group by row group, decoded in one helper thread while the caller works on
+        the previous one: memory is a few row groups, whatever the log's length.
 
-        (A dataset Scanner over the whole log reads ahead of a slow consumer without bound:
-        measured, its buffers grew with the log; a row group at a time does not.)
+        Each row group is decoded by pyarrow's single-threaded Parquet reader. For these
+        few integer columns, pyarrow's multi-threaded scan spends about twice the CPU
+        time (measured with bench/ingest.py on 2 CPUs), which the caller needs for its own
+        work. One thread, too, because a ParquetFile is not safe to read from two at once
+        (measured: "ReadRangeCache did not find matching cache entry"). A dataset Scanner
+        over the whole log reads ahead of a slow consumer without bound: measured, its
+        buffers grew with the log. A row group at a time does not.
         """
-        row_groups = (
-            row_group
-            for fragment in self._parquet_dataset().get_fragments()
-            for row_group in fragment.split_by_row_group()
-        )
-        with ThreadPoolExecutor(
-            max_workers=_ROW_GROUPS_AHEAD, thread_name_prefix="planner-read"
-        ) as pool:
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="planner-read") as pool:
             ahead: deque[Future] = deque()
-            for row_group in row_groups:
-                ahead.append(
-                    pool.submit(row_group.to_table, columns=list(names), batch_size=BATCH_ROWS)
-                )
+            for read in self._row_group_reads(names):
+                ahead.append(pool.submit(read))
                 if len(ahead) > _ROW_GROUPS_AHEAD:
                     yield from _table_batches(ahead.popleft().result(), names)
             while ahead:
                 yield from _table_batches(ahead.popleft().result(), names)
+
+    def _row_group_reads(self, names: tuple[str, ...]) -> Iterator[Callable[[], pa.Table]]:
+        """One call per row group of the log, each returning the row group's `names` columns."""
+        dataset = self._parquet_dataset
+        for fragment in dataset.get_fragments():
+            file = pq.ParquetFile(fragment.open())
+            if set(names) <= set(file.schema_arrow.names):
+                for i in range(file.num_row_groups):
+                    yield functools.partial(file.read_row_group, i, columns=list(names), use_threads=False)
+            else:
+                # A column from the folder's hive partitioning, or one this file lacks (read
+                # as nulls): the dataset's own scan, in the folder's schema, supplies them.
+                partition_keys = ds.get_partition_keys(fragment.partition_expression)
+                missing = [
+                    n for n in names if n not in file.schema_arrow.names and n not in partition_keys
+                ]
+                if missing:
+                    self.files_missing_columns[fragment.path] = tuple(missing)
+                for row_group in fragment.split_by_row_group():
+                    yield functools.partial(
+                        row_group.to_table,
+                        schema=dataset.schema,
+                        columns=list(names),
+                        batch_size=BATCH_ROWS,
+                    )
 
     def _csv_batches(self, names: tuple[str, ...]) -> Iterator[dict[str, pa.Array]]:
         def count_bad_row(row) -> str:

@@ -57,11 +57,11 @@ class WorkloadSummary(BaseModel):
 
 
 def _length_stats(hist: Histogram, of: str) -> LengthStats:
-    values = hist.quantiles(of, list(QUANTILES.values()))
+    values, largest = hist.quantiles_and_max(of, list(QUANTILES.values()))
     return LengthStats(
         mean=round(hist.mean_tokens(of), 3),
         **{name: round(float(v), 1) for name, v in zip(QUANTILES, values, strict=True)},
-        max=hist.max_tokens(of),
+        max=largest,
     )
 
 
