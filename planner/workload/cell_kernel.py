@@ -11,10 +11,10 @@ back to numpy code that uses those functions directly.
 
 The functions are compiled when this module is imported, with their signatures given.
 numba caches the machine code on disk (beside this file, else in the user's cache
-folder), so later processes only load it (about 0.3 s with numba's import, against
-about 1 s to compile). Where no cache folder is writable, each process compiles.
-Bounds checks are off: `add_rows` indexes no array with a value it has not compared
-against its size.
+folder), so later processes only load it: a few tenths of a second with numba's own
+import, against about a second to compile. Where no cache folder is writable, each process compiles.
+numba's bounds checks are off; `add_rows` makes its own: every index is compared with
+the size of the array it indexes (a table, `sums`, `touched`) before use.
 """
 
 from __future__ import annotations
@@ -95,6 +95,8 @@ def add_rows(
     limit = min(prompt_part.size, output_part.size, (total_part.size + 1) // 2) - 1
     if output.size != prompt.size or beyond_tables.size < prompt.size:
         raise ValueError("prompt, output and beyond_tables must hold one entry per row")
+    if sums.shape[1] < 6 or n_touched.size < 1:
+        raise ValueError("sums needs six columns, n_touched one entry")
     beyond = 0
     for i in range(prompt.size):
         p = prompt[i]
@@ -104,6 +106,8 @@ def add_rows(
             beyond += 1
             continue
         cell = total_part[p + o] + prompt_part[p] + output_part[o]
+        if cell < 0 or cell >= sums.shape[0]:
+            raise IndexError("lookup tables name a cell outside sums")
         if sums[cell, 0] == 0:
             if n_touched[0] >= touched.size:
                 raise IndexError("touched-cell list full: a cell's count was not positive")
