@@ -178,7 +178,7 @@ class Histogram:
     # ---- moments ------------------------------------------------------------
     @property
     def requests(self) -> int:
-        return int(self.count.sum())
+        return _exact_total(self.count)
 
     @property
     def is_empty(self) -> bool:
@@ -187,7 +187,7 @@ class Histogram:
     def mean(self, column: str) -> float:
         """Exact mean of a summed column per request, e.g. mean('sum_output_sq') = E[o²]."""
         n = self.requests
-        return float(getattr(self, column).sum()) / n if n else 0.0
+        return _exact_total(getattr(self, column)) / n if n else 0.0
 
     # ---- length statistics (exact-sum aware; see _length_groups) --------------
     def mean_tokens(self, of: str) -> float:
@@ -315,19 +315,29 @@ def histogram_from_dense(
 
 
 def _histogram_from_rows(
-    index: np.ndarray, sums: dict[str, np.ndarray], minute: np.ndarray, minute_count: np.ndarray
+    index: np.ndarray,
+    sums: dict[str, np.ndarray],
+    minute: np.ndarray,
+    minute_count: np.ndarray,
+    where: str,
 ) -> Histogram:
-    """A Histogram from per-cell and per-minute rows in which a cell or minute may repeat (added)."""
+    """A Histogram from per-cell and per-minute rows in which a cell or minute may repeat
+    (added). Raises InputError naming `where` if a sum of repeated rows passes int64."""
+    from planner.errors import InputError
+
+    def merged(groups: np.ndarray, values: np.ndarray, n_groups: int, name: str) -> np.ndarray:
+        total = _exact_group_sums(groups, values, n_groups)
+        if total.dtype == object and any(abs(v) > _INT64_MAX for v in total):
+            raise InputError(
+                f"a {name} summed over a cell's or minute's rows passes the int64 range", where=where
+            )
+        return total.astype(np.int64)
+
     uniq, inverse = np.unique(np.asarray(index, np.int64), return_inverse=True)
-    added = {}
-    for name in SUM_COLUMNS:
-        out = np.zeros(uniq.size, np.int64)
-        np.add.at(out, inverse.reshape(-1), np.asarray(sums[name], np.int64))
-        added[name] = out
+    added = {name: merged(inverse.reshape(-1), sums[name], uniq.size, name) for name in SUM_COLUMNS}
     t, p, o = cell_bins(uniq)
     m_uniq, m_inverse = np.unique(np.asarray(minute, np.int64), return_inverse=True)
-    m_count = np.zeros(m_uniq.size, np.int64)
-    np.add.at(m_count, m_inverse.reshape(-1), np.asarray(minute_count, np.int64))
+    m_count = merged(m_inverse.reshape(-1), minute_count, m_uniq.size, "minute count")
     return Histogram(
         prompt_bin=p, output_bin=o, total_bin=t, minute=m_uniq, minute_count=m_count, **added
     )
@@ -443,7 +453,7 @@ def _histogram_from_table(table, where: str) -> Histogram:
     if (minute_count < 1).any():
         raise InputError("a 'minute' row has count < 1", where=where)
     index = cell_index(bins["total_bin"], bins["prompt_bin"], bins["output_bin"])
-    return _histogram_from_rows(index, sums, minute, minute_count)
+    return _histogram_from_rows(index, sums, minute, minute_count, where)
 
 
 def _check_cells(bins: dict[str, np.ndarray], sums: dict[str, np.ndarray], where: str) -> None:
@@ -461,19 +471,29 @@ def _check_cells(bins: dict[str, np.ndarray], sums: dict[str, np.ndarray], where
     p_lo, p_hi = _length_bin_range(bins["prompt_bin"])
     o_lo, o_hi = _length_bin_range(bins["output_bin"])
     t_lo, t_hi = _total_bin_range(bins["total_bin"])
-    # Every request of a cell lies in the cell's bins, so each sum lies in count × the bin range.
+    prompt_rule = "prompt_bin: LENGTH_EDGES[i] <= prompt < LENGTH_EDGES[i+1]"
+    output_rule = "output_bin: LENGTH_EDGES[i] <= output < LENGTH_EDGES[i+1]"
+    # Every request of a cell lies in the cell's bins, so each sum lies in count × the bin
+    # range (of the lengths, their squares or their products). Floats round large sums and
+    # products, by far less than the tolerance; it keeps an exact sum from being refused.
+    tolerance = 1e-12
     for values, lo, hi, rule in (
-        (sums["sum_prompt"], p_lo, p_hi, "prompt_bin: LENGTH_EDGES[i] <= prompt < LENGTH_EDGES[i+1]"),
-        (sums["sum_output"], o_lo, o_hi, "output_bin: LENGTH_EDGES[i] <= output < LENGTH_EDGES[i+1]"),
+        (sums["sum_prompt"], p_lo, p_hi, prompt_rule),
+        (sums["sum_output"], o_lo, o_hi, output_rule),
         (
-            sums["sum_prompt"] + sums["sum_output"],
+            sums["sum_prompt"].astype(np.float64) + sums["sum_output"],
             t_lo,
             t_hi,
             "total_bin: TOTAL_EDGES[j-1] < prompt+output <= TOTAL_EDGES[j]",
         ),
+        (sums["sum_prompt_sq"], p_lo**2, p_hi**2, prompt_rule),
+        (sums["sum_output_sq"], o_lo**2, o_hi**2, output_rule),
+        (sums["sum_prompt_output"], p_lo * o_lo, p_hi * o_hi, f"{prompt_rule}; {output_rule}"),
     ):
-        v = values.astype(np.float64)
-        if ((v < count * lo) | (v > count * hi)).any():
+        v = np.asarray(values, np.float64)
+        with np.errstate(invalid="ignore"):  # inf × 0 in an open-ended bin: no upper bound
+            low, high = count * lo * (1 - tolerance), count * hi * (1 + tolerance)
+        if ((v < low) | (v > high)).any():
             raise InputError(
                 f"some cell's sums lie outside its bins; bins must follow planner.histogram ({rule})",
                 where=where,
@@ -553,16 +573,27 @@ def _length_groups(hist: Histogram, of: str) -> tuple[np.ndarray, np.ndarray, np
         )
         used, where = np.unique(bins, return_inverse=True)
         count, s1, s2 = (_exact_group_sums(where.reshape(-1), v, used.size) for v in (hist.count, first, second))
-        count = count.astype(np.int64)  # (a count cannot pass int64: it counts requests)
         lo, hi = _length_bin_range(used)
     n_sq_var = _n_squared_variance(count, s1, s2)
-    n = np.maximum(count, 1).astype(np.float64)
+    count = np.asarray(count, np.float64)  # exact sums done; what follows is float arithmetic
+    n = np.maximum(count, 1.0)
     mean = np.asarray(s1, np.float64) / n
-    reach = np.sqrt(np.maximum(n_sq_var, 0.0) * np.maximum(count - 1, 0)) / n
+    reach = np.sqrt(np.maximum(n_sq_var, 0.0) * np.maximum(count - 1, 0.0)) / n
     slack = 1e-9 * np.maximum(mean, 1.0)  # absorbs float rounding of the bound, not its mathematics
     lo = np.maximum(lo, np.ceil(mean - reach - slack))
     hi = np.maximum(np.minimum(hi, np.floor(mean + reach + slack)), lo)
-    return count.astype(np.float64), lo, hi
+    return count, lo, hi
+
+
+_INT64_MAX = np.iinfo(np.int64).max
+
+
+def _exact_total(values: np.ndarray) -> int:
+    """The exact sum of an int64 array (Python int): numpy's sum where it cannot wrap."""
+    values = np.asarray(values, np.int64)
+    if float(np.abs(values, dtype=np.float64).sum()) < 2.0**62:
+        return int(values.sum())
+    return sum(values.tolist())
 
 
 def _exact_group_sums(groups: np.ndarray, values: np.ndarray, n_groups: int) -> np.ndarray:
@@ -593,14 +624,13 @@ def _n_squared_variance(count: np.ndarray, s1: np.ndarray, s2: np.ndarray) -> np
     within about 1e-15 of them, pick those groups. Python integers take the rest (and any
     group whose sums are already Python integers, from `_exact_sum`).
     """
-    count = np.asarray(count, np.int64)
     n_f, s1_f, s2_f = (np.asarray(a, np.float64) for a in (count, s1, s2))
-    fits = (n_f * s2_f < 2.0**62) & (s1_f * s1_f < 2.0**62)
-    if s1.dtype == object or s2.dtype == object:
-        fits &= False
-    out = np.empty(count.size, np.float64)
+    fits = (np.abs(n_f * s2_f) < 2.0**62) & (s1_f * s1_f < 2.0**62)
+    if any(np.asarray(a).dtype == object for a in (count, s1, s2)):
+        fits[:] = False
+    out = np.empty(n_f.size, np.float64)
     if fits.any():
-        c, a, b = count[fits], np.asarray(s1[fits], np.int64), np.asarray(s2[fits], np.int64)
+        c, a, b = (np.asarray(x[fits], np.int64) for x in (count, s1, s2))
         out[fits] = c * b - a * a
     rest = np.flatnonzero(~fits)
     out[rest] = [int(count[i]) * int(s2[i]) - int(s1[i]) ** 2 for i in rest]

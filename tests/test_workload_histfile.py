@@ -100,6 +100,24 @@ def test_tables_no_bin_rule_could_produce_are_refused(log):
         Histogram.from_table(_bad(table, "output_bin", shifted))
 
 
+def test_squares_and_products_outside_the_bins_are_refused(log):
+    table = log.histogram().to_table()
+    for column in ("sum_prompt_sq", "sum_output_sq", "sum_prompt_output"):
+        halved = [None if v is None else v // 2 for v in table[column].to_pylist()]
+        with pytest.raises(InputError, match="sums lie outside its bins"):
+            Histogram.from_table(_bad(table, column, halved))
+
+
+def test_repeated_rows_whose_sum_passes_int64_are_refused():
+    # one cell in two rows, each valid; together their sum of prompt² passes int64
+    cell = Histogram.from_arrays(np.array([100_003]), np.array([10]))
+    row = dataclasses.replace(
+        cell, **{name: getattr(cell, name) * 500_000_000 for name in SUM_COLUMNS}
+    ).to_table()
+    with pytest.raises(InputError, match="passes the int64 range"):
+        Histogram.from_table(pa.concat_tables([row, row]), where="parts/")
+
+
 def test_a_file_with_other_edges_is_refused(tmp_path, log):
     table = log.histogram().to_table()
     meta = json.loads(table.schema.metadata[HISTOGRAM_FILE_METADATA_KEY.encode()])
@@ -198,16 +216,21 @@ def test_groups_too_large_for_int64_products_stay_exact():
 
 
 def test_a_length_bin_whose_sums_pass_int64_across_cells_stays_exact():
-    # two cells of one prompt bin (other output bins), each within int64; their sums of
-    # prompt² add up past it: 2 × 5e8 × 100,003² ≈ 1e19
-    one = Histogram.from_arrays(np.array([100_003, 100_003]), np.array([10, 5_000]))
+    # Two cells of one prompt bin [92,682, 110,218), other output bins, each within int64;
+    # their sums of prompt² add up past it (2 × 5e8 × ~1.1e10). Wrapped, the bin's
+    # variance would read as 0 and squeeze its range to the mean (105,001.5).
+    one = Histogram.from_arrays(np.array([100_003, 110_000]), np.array([10, 5_000]))
     requests_per_cell = 500_000_000
     scaled = dataclasses.replace(
         one, **{name: getattr(one, name) * requests_per_cell for name in SUM_COLUMNS}
     )
     assert scaled.sum_prompt_sq.sum(dtype=np.float64) > 2.0**63
-    assert scaled.quantiles("prompt", [0.0, 0.5, 1.0]).tolist() == [100_003.0] * 3
-    assert scaled.max_tokens("prompt") == 100_003
+    assert scaled.max_tokens("prompt") == 110_217  # the bin's largest length
+    assert scaled.quantiles("prompt", [0.0])[0] == pytest.approx(92_682, abs=0.5)
+    # the means add the cells in Python integers too
+    exact = requests_per_cell * (100_003**2 + 110_000**2) / (2 * requests_per_cell)
+    assert scaled.mean("sum_prompt_sq") == exact
+    assert scaled.requests == 2 * requests_per_cell
 
 
 def test_share_above_is_exact_at_total_edges(log):

@@ -125,6 +125,26 @@ def test_folder_file_lacking_the_time_column_counts_its_rows_as_null(tmp_path):
     )
 
 
+def test_folder_files_are_read_in_their_own_column_types(tmp_path):
+    # a later file whose prompt column is text with junk: its junk rows count as
+    # non_numeric, the rest are read, whether or not the file also lacks a column
+    rows = _rows()
+    table = pa.table(rows)
+    (tmp_path / "parts").mkdir()
+    pq.write_table(table.slice(0, 1000), tmp_path / "parts" / "a.parquet")
+    for name, drop in (("b", []), ("c", ["timestamp_ms"])):
+        part = table.slice(1000 if name == "b" else 1500, 500)
+        text = [str(v) for v in part["prompt_tokens"].to_pylist()]
+        text[:3] = ["x", "", "1.5"]
+        column = part.column_names.index("prompt_tokens")
+        part = part.set_column(column, "prompt_tokens", pa.array(text)).drop(drop)
+        pq.write_table(part, tmp_path / "parts" / f"{name}.parquet")
+    result = ingest([tmp_path / "parts"], PLANNER)
+    # b: "" null, "x" and "1.5" non_numeric; c: every row null (no time, which outranks)
+    assert result.excluded_rows == {"null": 1 + 500, "negative": 0, "non_numeric": 2}
+    assert result.histogram.requests == 1000 + 497
+
+
 def test_csv_garbage_rows_are_counted_per_reason():
     result = ingest([LOGS / "garbage.csv"], PLANNER)
     assert result.histogram.requests == 2

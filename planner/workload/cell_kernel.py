@@ -109,7 +109,7 @@ def add_rows(
         if cell < 0 or cell >= sums.shape[0]:
             raise IndexError("lookup tables name a cell outside sums")
         if sums[cell, 0] == 0:
-            if n_touched[0] >= touched.size:
+            if n_touched[0] < 0 or n_touched[0] >= touched.size:
                 raise IndexError("touched-cell list full: a cell's count was not positive")
             touched[n_touched[0]] = cell
             n_touched[0] += 1

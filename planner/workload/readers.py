@@ -234,29 +234,28 @@ class LogReader:
                 yield from _table_batches(ahead.popleft().result(), names)
 
     def _row_group_reads(self, names: tuple[str, ...]) -> Iterator[Callable[[], pa.Table]]:
-        """One call per row group of the log, each returning the row group's `names` columns."""
-        dataset = self._parquet_dataset
-        for fragment in dataset.get_fragments():
+        """One call per row group of the log, each returning the row group's `names` columns.
+
+        Every file is read in its own column types (rows.py and timestamps.py coerce them
+        batch by batch, counting what they cannot use). A column a file lacks is a value
+        of the folder's hive partitioning if it is one, else nulls (its rows then count
+        as null, and `files_missing_columns` names the file).
+        """
+        for fragment in self._parquet_dataset.get_fragments():
             file = pq.ParquetFile(fragment.open())
-            if set(names) <= set(file.schema_arrow.names):
-                for i in range(file.num_row_groups):
-                    yield functools.partial(file.read_row_group, i, columns=list(names), use_threads=False)
-            else:
-                # A column from the folder's hive partitioning, or one this file lacks (read
-                # as nulls): the dataset's own scan, in the folder's schema, supplies them.
-                partition_keys = ds.get_partition_keys(fragment.partition_expression)
-                missing = [
-                    n for n in names if n not in file.schema_arrow.names and n not in partition_keys
-                ]
+            present = [n for n in names if n in file.schema_arrow.names]
+            constants = {n: None for n in names if n not in present}
+            if constants:
+                constants.update(
+                    (n, v)
+                    for n, v in ds.get_partition_keys(fragment.partition_expression).items()
+                    if n in constants
+                )
+                missing = tuple(n for n, v in constants.items() if v is None)
                 if missing:
-                    self.files_missing_columns[fragment.path] = tuple(missing)
-                for row_group in fragment.split_by_row_group():
-                    yield functools.partial(
-                        row_group.to_table,
-                        schema=dataset.schema,
-                        columns=list(names),
-                        batch_size=BATCH_ROWS,
-                    )
+                    self.files_missing_columns[fragment.path] = missing
+            for i in range(file.num_row_groups):
+                yield functools.partial(_read_row_group, file, i, present, constants)
 
     def _csv_batches(self, names: tuple[str, ...]) -> Iterator[dict[str, pa.Array]]:
         def count_bad_row(row) -> str:
@@ -297,6 +296,18 @@ class LogReader:
                     }
                 if len(next(iter(batch.values()))):
                     yield batch
+
+
+def _read_row_group(
+    file: pq.ParquetFile, index: int, columns: list[str], constants: dict[str, object]
+) -> pa.Table:
+    """Row group `index` of `file`: `columns` decoded (single-threaded), and one column per
+    entry of `constants` holding that value (None: nulls) in every row."""
+    table = file.read_row_group(index, columns=columns, use_threads=False)
+    rows = file.metadata.row_group(index).num_rows
+    for name, value in constants.items():
+        table = table.append_column(name, pa.nulls(rows) if value is None else pa.repeat(value, rows))
+    return table
 
 
 def _table_batches(table: pa.Table, names: tuple[str, ...]) -> Iterator[dict[str, pa.Array]]:
