@@ -96,36 +96,12 @@ class Histogram:
         o = np.asarray(output, dtype=np.int64)
         if p.shape != o.shape:
             raise ValueError("prompt and output arrays differ in length")
-        keys = np.stack([total_bin(p + o), length_bin(p), length_bin(o)]).astype(np.int64)
-        if p.size:
-            uniq, inverse = np.unique(keys, axis=1, return_inverse=True)
-        else:
-            uniq, inverse = np.zeros((3, 0), np.int64), np.zeros(0, np.int64)
-        inverse = inverse.reshape(-1)
-        n = uniq.shape[1]
-
-        def add(values: np.ndarray) -> np.ndarray:
-            out = np.zeros(n, np.int64)
-            np.add.at(out, inverse, values)
-            return out
-
-        minute = minute_count = np.zeros(0, np.int64)
+        index = cell_index(total_bin(p + o), length_bin(p), length_bin(o))
+        sums = dict(zip(SUM_COLUMNS, (np.ones_like(p), p, o, p * p, p * o, o * o), strict=True))
+        minutes = np.zeros(0, np.int64)
         if timestamps_s is not None and len(timestamps_s):
             minutes = np.floor_divide(np.asarray(timestamps_s, dtype=np.float64), 60).astype(np.int64)
-            minute, minute_count = np.unique(minutes, return_counts=True)
-        return cls(
-            prompt_bin=uniq[1].astype(np.int32),
-            output_bin=uniq[2].astype(np.int32),
-            total_bin=uniq[0].astype(np.int32),
-            count=add(np.ones_like(p)),
-            sum_prompt=add(p),
-            sum_output=add(o),
-            sum_prompt_sq=add(p * p),
-            sum_prompt_output=add(p * o),
-            sum_output_sq=add(o * o),
-            minute=minute.astype(np.int64),
-            minute_count=minute_count.astype(np.int64),
-        )
+        return _histogram_from_rows(index, sums, minutes, np.ones_like(minutes), "requests")
 
     @classmethod
     def constant(cls, prompt_tokens: int, output_tokens: int, requests: int = 1) -> Histogram:
@@ -134,29 +110,14 @@ class Histogram:
 
     def merge(self, other: Histogram) -> Histogram:
         """The histogram of the union of both sources' requests (exact)."""
-        keys = np.concatenate([self._keys(), other._keys()], axis=1)
-        uniq, inverse = np.unique(keys, axis=1, return_inverse=True)
-        inverse = inverse.reshape(-1)
-        sums = {}
-        for name in SUM_COLUMNS:
-            out = np.zeros(uniq.shape[1], np.int64)
-            np.add.at(out, inverse, np.concatenate([getattr(self, name), getattr(other, name)]))
-            sums[name] = out
-        minutes = np.concatenate([self.minute, other.minute])
-        m_uniq, m_inv = np.unique(minutes, return_inverse=True)
-        m_count = np.zeros(m_uniq.size, np.int64)
-        np.add.at(m_count, m_inv.reshape(-1), np.concatenate([self.minute_count, other.minute_count]))
-        return Histogram(
-            total_bin=uniq[0].astype(np.int32),
-            prompt_bin=uniq[1].astype(np.int32),
-            output_bin=uniq[2].astype(np.int32),
-            minute=m_uniq.astype(np.int64),
-            minute_count=m_count,
-            **sums,
+        both = (self, other)
+        return _histogram_from_rows(
+            np.concatenate([cell_index(h.total_bin, h.prompt_bin, h.output_bin) for h in both]),
+            {name: np.concatenate([getattr(h, name) for h in both]) for name in SUM_COLUMNS},
+            np.concatenate([h.minute for h in both]),
+            np.concatenate([h.minute_count for h in both]),
+            "merged histograms",
         )
-
-    def _keys(self) -> np.ndarray:
-        return np.stack([self.total_bin, self.prompt_bin, self.output_bin]).astype(np.int64)
 
     # ---- selection ----------------------------------------------------------
     def select_total(self, above: int | None = None, at_most: int | None = None) -> Histogram:
@@ -206,7 +167,7 @@ class Histogram:
         range's width of `numpy.quantile` on the raw lengths: one length bin for prompt and
         output, one cell (prompt bin + output bin, clipped to the total bin) for total.
         """
-        return _quantiles(self, of, qs)
+        return _quantiles_of_groups(_length_groups(self, of), qs)
 
     def max_tokens(self, of: str) -> int:
         """Largest length of `of`: exact when the top group holds one distinct length (one
@@ -510,18 +471,12 @@ def read_histogram_file_metadata(path) -> dict:
     return json.loads(raw) if raw else {}
 
 
-def is_histogram_file(path) -> bool:
-    """True for a Parquet file or folder whose columns include HISTOGRAM_FILE_COLUMNS."""
-    import pyarrow.dataset as ds
-
-    try:
-        names = set(ds.dataset(str(path), format="parquet").schema.names)
-    except Exception:  # not Parquet at all; the log reader will say what it is instead
-        return False
-    return set(HISTOGRAM_FILE_COLUMNS) <= names
-
-
 def _read_histogram_file(path) -> Histogram:
+    return read_histogram_file_and_metadata(path)[0]
+
+
+def read_histogram_file_and_metadata(path) -> tuple[Histogram, dict]:
+    """A histogram file's Histogram and the JSON metadata its producer wrote ({} if none)."""
     import pyarrow as pa
     import pyarrow.dataset as ds
 
@@ -540,7 +495,7 @@ def _read_histogram_file(path) -> Histogram:
                 f"built with other bin edges ({key}) than planner.histogram has; rebuild it from the logs",
                 where=where,
             )
-    return _histogram_from_table(table, where)
+    return _histogram_from_table(table, where), meta
 
 
 # ---- length statistics --------------------------------------------------------
@@ -589,11 +544,8 @@ _INT64_MAX = np.iinfo(np.int64).max
 
 
 def _exact_total(values: np.ndarray) -> int:
-    """The exact sum of an int64 array (Python int): numpy's sum where it cannot wrap."""
-    values = np.asarray(values, np.int64)
-    if float(np.abs(values, dtype=np.float64).sum()) < 2.0**62:
-        return int(values.sum())
-    return sum(values.tolist())
+    """The exact sum of an int64 array, as a Python int."""
+    return int(_exact_group_sums(np.zeros(len(values), np.intp), values, 1)[0])
 
 
 def _exact_group_sums(groups: np.ndarray, values: np.ndarray, n_groups: int) -> np.ndarray:
@@ -608,12 +560,9 @@ def _exact_group_sums(groups: np.ndarray, values: np.ndarray, n_groups: int) -> 
 
 
 def _exact_sum(*terms: np.ndarray) -> np.ndarray:
-    """The element-wise sum of int64 arrays: int64 where it stays below 2**62, which float
-    estimates tell, else Python integers (an object array), which cannot wrap."""
-    estimate = np.sum([np.asarray(t, np.float64) for t in terms], axis=0)
-    if (np.abs(estimate) < 2.0**62).all():
-        return np.sum([np.asarray(t, np.int64) for t in terms], axis=0)
-    return np.sum([np.asarray(t, np.int64).astype(object) for t in terms], axis=0)
+    """The element-wise sum of int64 arrays of one length, exact (see `_exact_group_sums`)."""
+    n = len(terms[0])
+    return _exact_group_sums(np.tile(np.arange(n), len(terms)), np.concatenate(terms), n)
 
 
 def _n_squared_variance(count: np.ndarray, s1: np.ndarray, s2: np.ndarray) -> np.ndarray:
@@ -657,10 +606,6 @@ def _order_statistics(count: np.ndarray, lo: np.ndarray, hi: np.ndarray, ranks: 
     on_slope = (k > 0) & (ranks <= cdf[k] - jump[k]) & (slope[prev] > 0)
     along = np.where(on_slope, (ranks - cdf[prev]) / np.where(on_slope, slope[prev], 1.0), 0.0)
     return np.where(on_slope, points[prev] + along, points[k])
-
-
-def _quantiles(hist: Histogram, of: str, qs) -> np.ndarray:
-    return _quantiles_of_groups(_length_groups(hist, of), qs)
 
 
 def _max_of_groups(groups: tuple[np.ndarray, np.ndarray, np.ndarray]) -> int:

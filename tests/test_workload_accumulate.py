@@ -62,8 +62,8 @@ def test_rows_beyond_the_tables_and_histograms_mix_with_table_rows():
 
 
 def test_many_batches_of_long_requests_keep_every_cell():
-    # each batch has rows beyond the tables; their cells are noted outside the compiled loop
-    # and merged every 64 batches, which must lose none
+    # each batch has rows beyond the tables, whose cells are noted outside the compiled
+    # loop; with cells that the loop or earlier batches noted already, none may be lost
     rng = np.random.default_rng(5)
     prompt = rng.integers(_LUT_MAX - 50, 4 * _LUT_MAX, 3_000)
     output = rng.integers(0, 2_000, 3_000)

@@ -28,7 +28,7 @@ from planner.histogram import (
 )
 from planner.workload.accumulate import CellAccumulator, MinuteCounter, to_histogram
 from planner.workload.columns import resolve_columns
-from planner.workload.histfile import read_histogram, read_metadata, write_histogram
+from planner.workload.histfile import read_histogram, read_histogram_and_metadata, write_histogram
 from planner.workload.ingest import ingest
 from planner.workload.synth import generate
 
@@ -47,7 +47,7 @@ def test_parquet_round_trip_is_exact(tmp_path, log):
     back = read_histogram(tmp_path / "h.parquet")
     assert back == hist
     assert back.prompt_bin.dtype == np.int32 and back.sum_prompt_sq.dtype == np.int64
-    assert read_metadata(tmp_path / "h.parquet")["sources"] == ["synthetic"]
+    assert read_histogram_and_metadata(tmp_path / "h.parquet")[1]["sources"] == ["synthetic"]
     table = pq.read_table(tmp_path / "h.parquet")
     assert tuple(table.column_names) == HISTOGRAM_FILE_COLUMNS
     assert table.schema.equals(histogram_file_schema())

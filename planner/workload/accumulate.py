@@ -69,10 +69,10 @@ class CellAccumulator:
         # Upper bounds of every cell's value, to refuse int64 overflow instead of wrapping.
         self._bound = dict.fromkeys(SUM_COLUMNS, 0)
         self._beyond_tables = np.empty(0, np.int64)
-        # the cells ever added to (some perhaps more than once): all the result needs to read
+        # Each cell the first time its count leaves 0, in order: all the result needs to
+        # read, and at most N_CELLS of them.
         self._touched = np.empty(N_CELLS, np.int32)
         self._n_touched = np.zeros(1, np.int64)
-        self._touched_elsewhere: list[np.ndarray] = []
 
     def add(self, prompt: np.ndarray, output: np.ndarray) -> None:
         """Add requests (integer arrays of non-negative token counts, one per request).
@@ -129,29 +129,27 @@ class CellAccumulator:
     def _add_by_search(self, prompt: np.ndarray, output: np.ndarray) -> None:
         """Add requests longer than the lookup tables, binning them by binary search."""
         cells = cell_index(total_bin(prompt + output), length_bin(prompt), length_bin(output))
+        self._touch(cells)
         for k, values in enumerate(_row_values(prompt, output).values()):
             np.add.at(self._sums[:, k], cells, values)
-        self._touch(cells)
 
-    def add_histogram(self, hist: Histogram, where: str | None = None) -> None:
-        """Add a histogram's cells (a histogram file among the inputs, named by `where`)."""
-        if hist.count.size and hist.count.min() < 1:
-            # (a file's cells passed this check, but repeated cells add up and may wrap)
-            raise InputError("a histogram cell's count is below 1", where=where)
+    def add_histogram(self, hist: Histogram) -> None:
+        """Add a histogram's cells (a histogram file among the inputs)."""
         cells = cell_index(hist.total_bin, hist.prompt_bin, hist.output_bin)
         for name in SUM_COLUMNS:
             values = getattr(hist, name)
             self._reserve(name, int(values.max()) if values.size else 0, lambda v=values: v)
+        self._touch(cells)
         for k, name in enumerate(SUM_COLUMNS):
             np.add.at(self._sums[:, k], cells, getattr(hist, name))
-        self._touch(cells)
 
     def _touch(self, cells: np.ndarray) -> None:
-        """Note cells added to outside the compiled loop, merged now and then so that
-        memory stays bounded by the number of cells, not of rows."""
-        self._touched_elsewhere.append(cells)
-        if len(self._touched_elsewhere) >= 64:
-            self._touched_elsewhere = [np.unique(np.concatenate(self._touched_elsewhere))]
+        """Note, before they are added to, the cells whose count is still 0 (the rule the
+        compiled loop follows for its own rows)."""
+        new = np.unique(cells[self._sums[cells, 0] == 0])
+        start = int(self._n_touched[0])
+        self._touched[start : start + new.size] = new
+        self._n_touched[0] = start + new.size
 
     def _reserve(self, name: str, bound: int, values: Callable[[], np.ndarray]) -> None:
         """Refuse (InputError) to add a batch if some cell could pass the int64 range.
@@ -179,8 +177,7 @@ class CellAccumulator:
     @property
     def touched_cells(self) -> np.ndarray:
         """Sorted indices of every cell added to so far (the only ones that can be non-zero)."""
-        touched = self._touched[: int(self._n_touched[0])]
-        return np.unique(np.concatenate([touched.astype(np.int64), *self._touched_elsewhere]))
+        return np.sort(self._touched[: int(self._n_touched[0])].astype(np.int64))
 
 
 class MinuteCounter:

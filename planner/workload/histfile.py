@@ -7,10 +7,9 @@ HISTOGRAM_FILE_COLUMNS and the comment above it, and README.md, "Histograms at s
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from planner.files import atomic_output
-from planner.histogram import Histogram, read_histogram_file_metadata
+from planner.histogram import Histogram, read_histogram_file_and_metadata
 
 
 def read_histogram(path: str | os.PathLike) -> Histogram:
@@ -21,18 +20,10 @@ def read_histogram(path: str | os.PathLike) -> Histogram:
     return Histogram.read_parquet(path)
 
 
-def read_metadata(path: str | os.PathLike) -> dict:
-    """The JSON metadata planner wrote into the file (sources, excluded rows, time unit); {} if none."""
-    target = Path(path)
-    files = (
-        sorted(f for f in target.rglob("*.parquet") if not f.name.startswith((".", "_")))
-        if target.is_dir()
-        else [target]
-    )
-    try:
-        return read_histogram_file_metadata(files[0]) if files else {}
-    except ValueError:  # metadata written by another producer, not JSON: none of ours
-        return {}
+def read_histogram_and_metadata(path: str | os.PathLike) -> tuple[Histogram, dict]:
+    """`read_histogram`, and the JSON metadata planner wrote into the file (sources,
+    excluded rows, time unit; {} if none), from one reading."""
+    return read_histogram_file_and_metadata(path)
 
 
 def write_histogram(hist: Histogram, path: str | os.PathLike, metadata: dict | None = None) -> None:

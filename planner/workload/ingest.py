@@ -17,11 +17,11 @@ from pathlib import Path
 import numpy as np
 
 from planner.errors import InputError
-from planner.histogram import Histogram, is_histogram_file
+from planner.histogram import HISTOGRAM_FILE_COLUMNS, Histogram
 from planner.workload.accumulate import CellAccumulator, MinuteCounter, to_histogram
 from planner.workload.columns import ColumnSpec, matching_presets
-from planner.workload.histfile import read_histogram, read_metadata, write_histogram
-from planner.workload.readers import LogReader, detect_format
+from planner.workload.histfile import read_histogram_and_metadata, write_histogram
+from planner.workload.readers import LogReader
 from planner.workload.rows import EXCLUSION_REASONS, OK, combine_codes, count_reasons, token_counts
 from planner.workload.timestamps import MinuteConverter, TimeAssumption
 
@@ -78,11 +78,11 @@ def ingest(
     cells, minutes = CellAccumulator(), MinuteCounter()
     reports = []
     for path in paths:
-        path = Path(path)
-        if detect_format(path, fmt) == "parquet" and is_histogram_file(path):
-            reports.append(_add_histogram_file(path, cells, minutes))
+        reader = LogReader(path, fmt)
+        if reader.format == "parquet" and set(HISTOGRAM_FILE_COLUMNS) <= set(reader.columns):
+            reports.append(_add_histogram_file(Path(path), cells, minutes))
         else:
-            reports.append(_add_log(path, columns, fmt, cells, minutes, progress))
+            reports.append(_add_log(reader, columns, cells, minutes, progress))
     histogram = to_histogram(cells, minutes)
     result = IngestResult(histogram, tuple(reports), _notes(reports))
     if histogram.is_empty:
@@ -93,14 +93,12 @@ def ingest(
 
 
 def _add_log(
-    path: Path,
+    reader: LogReader,
     spec: ColumnSpec,
-    fmt: str,
     cells: CellAccumulator,
     minutes: MinuteCounter,
     progress: Progress | None,
 ) -> FileReport:
-    reader = LogReader(path, fmt)
     time_col = _check_columns(reader, spec)
     names = (spec.prompt, spec.output) + ((time_col,) if time_col else ())
     converter = MinuteConverter(spec.time_unit) if time_col else None
@@ -139,7 +137,7 @@ def _add_log(
         excluded[reason] += count
         rows += count
     return FileReport(
-        path=str(path),
+        path=reader.where,
         kind="log",
         format=reader.format,
         rows_read=rows,
@@ -188,10 +186,9 @@ def _missing(name: str, role: str, have: list[str]) -> str:
 
 
 def _add_histogram_file(path: Path, cells: CellAccumulator, minutes: MinuteCounter) -> FileReport:
-    hist = read_histogram(path)
-    cells.add_histogram(hist, where=str(path))
+    hist, meta = read_histogram_and_metadata(path)
+    cells.add_histogram(hist)
     minutes.add_counts(hist.minute, hist.minute_count)
-    meta = read_metadata(path)
     excluded = {r: int(meta.get("excluded_rows", {}).get(r, 0)) for r in EXCLUSION_REASONS}
     unit = meta.get("time_unit_assumed")
     return FileReport(

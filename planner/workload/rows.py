@@ -80,7 +80,7 @@ def token_counts(array: pa.Array | pa.ChunkedArray | np.ndarray) -> Coerced:
         return _from_floats(array.cast(pa.float64()))
     if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind):
         try:
-            return _from_integers(pc.cast(array, pa.int64()), original_nulls=_blank_or_null(array))
+            return _from_integers(pc.cast(array, pa.int64()))  # (the cast keeps nulls)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             return _from_mixed_text(array)
     if pa.types.is_null(kind):
@@ -103,18 +103,12 @@ def _from_mixed_text(array: pa.Array) -> Coerced:
     return Coerced(values, codes if codes.any() else None)
 
 
-def _blank_or_null(array: pa.Array) -> np.ndarray | None:
-    if not array.null_count:
-        return None
-    return array.is_null().to_numpy(zero_copy_only=False)
-
-
-def _from_integers(array: pa.Array, original_nulls: np.ndarray | None = None) -> Coerced:
+def _from_integers(array: pa.Array) -> Coerced:
     if array.null_count:
         nulls = array.is_null().to_numpy(zero_copy_only=False)
         values = array.fill_null(0).to_numpy()
     else:
-        nulls, values = original_nulls, array.to_numpy()
+        nulls, values = None, array.to_numpy()
     if values.dtype == np.uint64 and values.size and values.max() > np.iinfo(np.int64).max:
         big = values > np.iinfo(np.int64).max
         values = np.where(big, 0, values).astype(np.int64)
@@ -168,13 +162,14 @@ def from_objects(values: np.ndarray) -> Coerced:
     lists, dicts and other text are non_numeric.
     """
     series = pd.Series(values, dtype=object)
-    nulls = series.map(_is_blank).to_numpy(dtype=bool)
+    nulls = series.map(is_blank).to_numpy(dtype=bool)
     odd = series.map(lambda v: isinstance(v, bool | list | dict | tuple)).to_numpy(dtype=bool)
     numbers = pd.to_numeric(series.where(~odd, None), errors="coerce").astype(np.float64).to_numpy()
     return _classify_floats(numbers, nulls, non_numeric=odd | (np.isnan(numbers) & ~nulls))
 
 
-def _is_blank(value: object) -> bool:
+def is_blank(value: object) -> bool:
+    """None, NaN, or text of only whitespace: a missing value wherever a log holds it."""
     if value is None:
         return True
     if isinstance(value, float):

@@ -71,7 +71,8 @@ def summarize(
     time_unit_assumed: str | None = None,
 ) -> WorkloadSummary:
     """Summary of a non-empty histogram."""
-    has_times = per_minute_counts(hist).size > 0
+    counts = per_minute_counts(hist)  # once: it spans every minute of the log
+    has_times = counts.size > 0
 
     def rate(value: float | None) -> float | None:
         return round(value, 4) if value is not None else None
@@ -84,8 +85,8 @@ def summarize(
         total_tokens=_length_stats(hist, "total"),
         share_above={str(t): round(hist.share_above(t), 6) for t in SHARE_THRESHOLDS_TOKENS},
         rate_rps=RateStats(
-            mean=rate(mean_rate_rps(hist)),
-            p99_minute=rate(minute_rate_quantile_rps(hist, 0.99)),
+            mean=rate(mean_rate_rps(counts)),
+            p99_minute=rate(minute_rate_quantile_rps(counts, 0.99)),
             max_minute=rate(float(hist.minute_count.max()) / 60 if has_times else None),
         ),
         time_unit_assumed=time_unit_assumed if has_times else None,

@@ -26,7 +26,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from planner.workload.rows import CODE_NON_NUMERIC, CODE_NULL, OK
+from planner.workload.rows import CODE_NON_NUMERIC, CODE_NULL, OK, is_blank
 
 UNITS_PER_MINUTE = {"s": 60, "ms": 60_000, "us": 60_000_000, "ns": 60_000_000_000}
 DATETIME = "datetime"
@@ -204,7 +204,7 @@ class MinuteConverter:
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                     continue
             series = pd.Series(array.to_pylist(), dtype=object)
-            blank = series.map(lambda v: v is None or not v.strip()).to_numpy(bool)
+            blank = series.map(is_blank).to_numpy(bool)
             numbers = (
                 pd.to_numeric(series.where(~blank, None), errors="coerce")
                 .astype(np.float64)
@@ -221,9 +221,7 @@ class MinuteConverter:
     def _from_mixed_datetimes(self, array: pa.Array) -> Times:
         """Text datetimes of mixed forms (some zoned, some not, some broken), one by one."""
         series = pd.Series(array.to_pylist(), dtype=object)
-        nulls = series.map(lambda v: v is None or (isinstance(v, str) and not v.strip())).to_numpy(
-            bool
-        )
+        nulls = series.map(is_blank).to_numpy(bool)
         parsed = pd.to_datetime(
             series.where(~nulls, None), utc=True, errors="coerce", format="ISO8601"
         )
