@@ -69,7 +69,7 @@ from planner.deployment import Deployment, make_deployment
 from planner.histogram import Histogram
 from planner.memory import BudgetLadder, kv_bytes_per_token
 from planner.paged import TokenProfile, token_profile
-from planner.roofline import StepModel
+from planner.roofline import StepModel, causal_pairs
 from planner.yamlio import load_yaml, validate
 
 TRTLLM_FILE = "trtllm_offline_throughput.csv"
@@ -289,19 +289,6 @@ def trtllm_profile(dep: Deployment, row: TrtllmRow) -> TokenProfile:
     )
 
 
-def predict_trtllm(catalog: Catalog, row: TrtllmRow, efficiency: Efficiency | None = None) -> float:
-    """Offline max throughput, output tokens/s per GPU, through replica_capacity (no SLO,
-    worst_case sizing at max_model_len = ISL + OSL; see the module docstring)."""
-    dep = trtllm_deployment(catalog, row)
-    if efficiency is not None:
-        dep = with_efficiency(dep, efficiency)
-    prof = trtllm_profile(dep, row)
-    cap = replica_capacity(dep, prof, SLO(), sizing="worst_case")
-    # A max-throughput benchmark runs at the bound itself, not at the knee a plan keeps.
-    rm = ReplicaModel(dep, prof, SLO(), cap.ladder)
-    return rm.rate(cap.bound_batch) * prof.mean_output / dep.tp
-
-
 @dataclass(frozen=True, eq=False)
 class TrtllmCase:
     """A TensorRT-LLM row with everything that does not depend on the efficiency factors
@@ -340,20 +327,18 @@ def trtllm_cases(catalog: Catalog, rows: Iterable[TrtllmRow]) -> list[TrtllmCase
 def splitwise_step(catalog: Catalog, row: SplitwiseRow, efficiency: Efficiency | None = None) -> StepModel:
     """StepModel of the row's fp16 deployment (the model is not in the catalog, so the
     Deployment is built directly; nothing here depends on the context limit)."""
-    gpu = catalog.gpu(SPLITWISE_GPUS[row.gpu])
-    if efficiency is not None:
-        gpu = gpu.model_copy(update={"efficiency": efficiency})
     model = splitwise_models()[row.model]
     fp16 = catalog.dtype("fp16")
+    gpu = catalog.gpu(SPLITWISE_GPUS[row.gpu])
     dep = Deployment(model, gpu, row.tp, fp16, fp16, model.max_position_embeddings, catalog.engine("vllm"), 0.9)
-    return StepModel.of(dep)
+    return StepModel.of(dep if efficiency is None else with_efficiency(dep, efficiency))
 
 
 def predict_splitwise(catalog: Catalog, row: SplitwiseRow, efficiency: Efficiency | None = None) -> tuple[float, float]:
     """(prefill ms, decode ms per step) of the row (see the module docstring)."""
     step = splitwise_step(catalog, row, efficiency)
     tokens = row.batch * row.input_len
-    prefill_s = float(step.decode_step_s(tokens, 0.0, row.batch * row.input_len**2 / 2.0))
+    prefill_s = float(step.decode_step_s(tokens, 0.0, row.batch * causal_pairs(row.input_len**2)))
     context = row.input_len + (row.output_len + 1) / 2.0
     cache_bytes = row.batch * context * kv_bytes_per_token(step.model, catalog.dtype("fp16"), row.tp)
     decode_s = float(step.decode_step_s(row.batch, cache_bytes, row.batch * context))

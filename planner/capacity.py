@@ -39,7 +39,14 @@ import numpy as np
 from scipy.optimize import brentq
 
 from planner.deployment import Deployment
-from planner.memory import BudgetLadder, budget_ladder, kv_bytes_for_tokens
+from planner.memory import (
+    BudgetLadder,
+    budget_ladder,
+    kv_bytes_for_tokens,
+    kv_bytes_per_token_by_layer_kind,
+    paged_tokens,
+    users_that_fit,
+)
 from planner.paged import (
     SIZING_MODES,
     SizingMode,
@@ -47,6 +54,7 @@ from planner.paged import (
     max_mean_count_for_quantile,
 )
 from planner.roofline import StepModel
+from planner.units import quantile_label
 
 CEILINGS = ("memory", "bandwidth", "compute", "itl", "ttft")
 KNEE_SHARE = 0.99  # a replica is planned at 99% of the rate its binding bound allows
@@ -116,11 +124,11 @@ class Capacity:
 
 def footprint(dep: Deployment, prof: TokenProfile, ladder: BudgetLadder) -> Footprint:
     """Convert the class's token profile to bytes for this deployment's dtype, tp and window."""
-    per_token_full, per_token_window = _per_token_bytes(dep)
+    per_token_full, per_token_window = kv_bytes_per_token_by_layer_kind(dep.model, dep.kv_dtype, dep.tp)
     shared_tokens = prof.shared_prefix_blocks * prof.block_size
     shared_bytes = float(kv_bytes_for_tokens(dep.model, shared_tokens, dep.kv_dtype, dep.tp)) if shared_tokens else 0.0
     mean = prof.mean_paged_tokens * per_token_full + prof.mean_window_tokens * per_token_window
-    held_limit = -(-dep.max_model_len // prof.block_size) * prof.block_size
+    held_limit = paged_tokens(dep.max_model_len, prof.block_size)
     worst = float(kv_bytes_for_tokens(dep.model, held_limit, dep.kv_dtype, dep.tp)) - shared_bytes
     return Footprint(
         mean_bytes=mean,
@@ -131,25 +139,17 @@ def footprint(dep: Deployment, prof: TokenProfile, ladder: BudgetLadder) -> Foot
     )
 
 
-def _per_token_bytes(dep: Deployment) -> tuple[float, float]:
-    """Bytes per cached token in full-attention layers and in sliding-window layers."""
-    m = dep.model
-    per_layer = kv_bytes_for_tokens(m, 1, dep.kv_dtype, dep.tp) / m.num_hidden_layers if m.num_hidden_layers else 0.0
-    sliding = m.num_sliding_window_layers
-    return per_layer * (m.num_hidden_layers - sliding), per_layer * sliding
-
-
 def memory_concurrency(dep: Deployment, prof: TokenProfile, fp: Footprint, quantile: float) -> dict[str, float]:
     """Most resident sequences the KV budget holds, in each sizing mode (continuous; floor for users)."""
     if fp.budget_bytes <= 0:
         return dict.fromkeys(SIZING_MODES, 0.0)
-    worst = math.floor(fp.budget_bytes / fp.worst_case_bytes) if fp.worst_case_bytes > 0 else math.inf
+    worst = users_that_fit(fp.budget_bytes, fp.worst_case_bytes) if fp.worst_case_bytes > 0 else math.inf
     expected = fp.budget_bytes / fp.mean_bytes if fp.mean_bytes > 0 else math.inf
     return {"worst_case": float(worst), "expected": expected, "percentile": _percentile_count(dep, prof, fp, quantile)}
 
 
 def _percentile_count(dep: Deployment, prof: TokenProfile, fp: Footprint, quantile: float) -> float:
-    per_token_full, per_token_window = _per_token_bytes(dep)
+    per_token_full, per_token_window = kv_bytes_per_token_by_layer_kind(dep.model, dep.kv_dtype, dep.tp)
     levels = np.arange(prof.level_weight.size)
     tokens = levels * prof.block_size
     window = dep.model.sliding_window or 0
@@ -386,7 +386,7 @@ def replica_capacity(
     for prefill_s, _, target, prompt in rm.ttft_targets:
         if prefill_s > target:
             notes.append(
-                f"prefill of a {prompt:,.0f}-token prompt (the p{round(100 * prof.prompt_quantile, 3):g} of its band) "
+                f"prefill of a {prompt:,.0f}-token prompt (the {quantile_label(prof.prompt_quantile)} of its band) "
                 f"alone takes {prefill_s:.2f} s > TTFT target {target:g} s"
             )
     point = rm.point(n_star) if n_star > 0 else rm.point(0.0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import importlib.resources
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,9 +18,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from planner.errors import InputError, did_you_mean
 from planner.yamlio import load_yaml, validate
-
-KvDtype = str
-WeightDtype = str
 
 
 class _Frozen(BaseModel):
@@ -165,7 +162,6 @@ class Catalog:
     models: Mapping[str, Model]
     dtypes: Mapping[str, Dtype]
     engines: Mapping[str, Engine]
-    sources: tuple[str, ...] = field(default_factory=tuple)
 
     def gpu(self, name: str) -> GPU:
         return _lookup(self.gpus, name, "GPU", "planner catalog gpus")
@@ -207,7 +203,7 @@ class Catalog:
                 sections[section][entry_id] = validate(
                     _SECTIONS[section], merged, where=where, prefix=f"{section}.{entry_id}"
                 )
-        return Catalog(**sections, sources=(*self.sources, where))
+        return Catalog(**sections)
 
     def check_references(self) -> None:
         """Every dtype a GPU names must exist."""
@@ -250,8 +246,7 @@ def _load_section(path: Path, section: str) -> dict[str, Any]:
 def _builtin() -> Catalog:
     root = data_dir()
     catalog = Catalog(
-        **{section: _load_section(root / f"{section}.yaml", section) for section in _SECTIONS},
-        sources=("built-in catalog",),
+        **{section: _load_section(root / f"{section}.yaml", section) for section in _SECTIONS}
     )
     catalog.check_references()
     return catalog

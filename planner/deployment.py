@@ -38,18 +38,11 @@ class Deployment:
 
 def supported_problem(gpu: GPU, tp: int, weight_dtype: Dtype, kv_dtype: Dtype, model: Model) -> str | None:
     """Why this combination cannot run, or None. Shared by the CLI (as an error) and the ILP (as a filter)."""
-    if weight_dtype.id not in gpu.weight_dtypes or not weight_dtype.weight:
-        native = f" (needs native {weight_dtype.needs_native}; {gpu.arch} has none)" if weight_dtype.needs_native else ""
-        return (
-            f"GPU '{gpu.id}' does not support {weight_dtype.id} weights{native}; "
-            f"supported weight dtypes: {', '.join(gpu.weight_dtypes)}"
-        )
-    if kv_dtype.id not in gpu.kv_dtypes or not kv_dtype.kv:
-        native = f" (needs native {kv_dtype.needs_native}; {gpu.arch} has none)" if kv_dtype.needs_native else ""
-        return (
-            f"GPU '{gpu.id}' does not support a {kv_dtype.id} KV cache{native}; "
-            f"supported KV dtypes: {', '.join(gpu.kv_dtypes)}"
-        )
+    dtype_problem = _dtype_problem(
+        gpu, weight_dtype, weight_dtype.weight, gpu.weight_dtypes, f"{weight_dtype.id} weights", "weight"
+    ) or _dtype_problem(gpu, kv_dtype, kv_dtype.kv, gpu.kv_dtypes, f"a {kv_dtype.id} KV cache", "KV")
+    if dtype_problem:
+        return dtype_problem
     if tp < 1 or tp & (tp - 1):
         return f"tensor-parallel degree {tp} must be a power of two"
     if tp > gpu.gpus_per_node:
@@ -62,6 +55,15 @@ def supported_problem(gpu: GPU, tp: int, weight_dtype: Dtype, kv_dtype: Dtype, m
             "(engines shard KV heads evenly or replicate them when tp exceeds them)"
         )
     return None
+
+
+def _dtype_problem(gpu: GPU, dtype: Dtype, role_ok: bool, supported: list[str], use: str, kind: str) -> str | None:
+    """Why `dtype` cannot serve as `use` ("fp8 weights", "a fp8 KV cache") on `gpu`, or None:
+    the GPU must list it for that role and the dtype must allow the role (`role_ok`)."""
+    if dtype.id in supported and role_ok:
+        return None
+    native = f" (needs native {dtype.needs_native}; {gpu.arch} has none)" if dtype.needs_native else ""
+    return f"GPU '{gpu.id}' does not support {use}{native}; supported {kind} dtypes: {', '.join(supported)}"
 
 
 def make_deployment(

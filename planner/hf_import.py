@@ -34,18 +34,7 @@ from planner.yamlio import validate
 
 _MISSING = object()
 
-# model_type of the families planner/params.py counts, and the architectures naming them.
-COVERED_MODEL_TYPES = (
-    "llama",
-    "mistral",
-    "qwen2",
-    "qwen3",
-    "gemma2",
-    "mixtral",
-    "qwen3_moe",
-    "deepseek_v2",
-    "deepseek_v3",
-)
+# The architectures naming the families planner/params.py counts, and their model_type.
 _ARCH_TO_MODEL_TYPE = {
     "LlamaForCausalLM": "llama",
     "MistralForCausalLM": "mistral",
@@ -57,6 +46,8 @@ _ARCH_TO_MODEL_TYPE = {
     "DeepseekV2ForCausalLM": "deepseek_v2",
     "DeepseekV3ForCausalLM": "deepseek_v3",
 }
+# model_type of those families, in the order above (one list, so the two cannot drift apart).
+COVERED_MODEL_TYPES = tuple(dict.fromkeys(_ARCH_TO_MODEL_TYPE.values()))
 
 
 class _Config:

@@ -7,6 +7,7 @@ Each formula is one function; the ladder composes them in the seed's order.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -67,8 +68,19 @@ def kv_bytes_for_tokens(model: Model, tokens: int, kv_dtype: Dtype, tp: int = 1)
     return math.ceil(per_layer * (full * tokens + sliding * capped))
 
 
-def paged_tokens(tokens: int, block_size: int) -> int:
-    """Tokens of cache a paged sequence holds: ceil(n / block_size) x block_size (vLLM blocks of 16)."""
+def kv_bytes_per_token_by_layer_kind(model: Model, kv_dtype: Dtype, tp: int = 1) -> tuple[float, float]:
+    """(bytes per cached token in full-attention layers, in sliding-window layers): a one-token
+    sequence's bytes (kv_bytes_for_tokens) split in proportion to the layer counts, so a
+    length-dependent footprint can cap only the sliding part at the window (seed 000's formula
+    per layer; Gemma 2's sliding layers from HF Gemma2 `layer_types`)."""
+    per_layer = kv_bytes_for_tokens(model, 1, kv_dtype, tp) / model.num_hidden_layers
+    sliding = model.num_sliding_window_layers
+    return per_layer * (model.num_hidden_layers - sliding), per_layer * sliding
+
+
+def paged_tokens(tokens, block_size: int):
+    """Tokens of cache a paged sequence holds: ceil(n / block_size) x block_size (vLLM blocks of 16).
+    Works element-wise on integer numpy arrays too."""
     return -(-tokens // block_size) * block_size
 
 
@@ -94,12 +106,20 @@ class BudgetLadder:
     kv_budget_gib: float
     kv_bytes_per_token: int
     max_model_len: int
-    kv_gib_per_user: float  # at the context limit
-    worst_case_users: int  # floor(budget / per-user at the limit)
+    kv_bytes_per_user: int  # at the context limit
 
     @property
     def kv_budget_bytes(self) -> int:
         return math.floor(self.kv_budget_gib * GiB)
+
+    @property
+    def kv_gib_per_user(self) -> float:
+        return self.kv_bytes_per_user / GiB
+
+    @property
+    def worst_case_users(self) -> int:
+        """floor(budget / per-user at the limit): the guarantee (seed 000, step 8)."""
+        return users_that_fit(self.kv_budget_bytes, self.kv_bytes_per_user)
 
 
 def budget_ladder(dep: Deployment) -> BudgetLadder:
@@ -135,8 +155,6 @@ def budget_ladder(dep: Deployment) -> BudgetLadder:
             f"- {overhead_gib:.2f} GiB overhead = {budget_gib:.2f} GiB KV budget; "
             "try more tensor parallelism, fp8/int4 weights or a larger GPU"
         )
-    per_user_bytes = kv_bytes_for_tokens(dep.model, dep.max_model_len, dep.kv_dtype, dep.tp)
-    budget_bytes = math.floor(budget_gib * GiB)
     return BudgetLadder(
         engine=dep.engine.id,
         rule=rule,
@@ -149,8 +167,7 @@ def budget_ladder(dep: Deployment) -> BudgetLadder:
         kv_budget_gib=budget_gib,
         kv_bytes_per_token=kv_bytes_per_token(dep.model, dep.kv_dtype, dep.tp),
         max_model_len=dep.max_model_len,
-        kv_gib_per_user=per_user_bytes / GiB,
-        worst_case_users=budget_bytes // per_user_bytes,
+        kv_bytes_per_user=kv_bytes_for_tokens(dep.model, dep.max_model_len, dep.kv_dtype, dep.tp),
     )
 
 
@@ -182,8 +199,6 @@ def memory_levers(dep: Deployment, fp8: Dtype, lower_limit: int) -> list[LeverEf
     """The ladder re-run with each serving-time lever: fp8 cache, a lower limit, fp8 weights.
 
     They are independent, so they multiply (seed 000: "a stack rather than a menu")."""
-    import dataclasses
-
     from planner.deployment import supported_problem
 
     options = [

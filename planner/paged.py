@@ -34,6 +34,7 @@ import numpy as np
 from scipy.special import ndtri
 
 from planner.histogram import LENGTH_EDGES, Histogram
+from planner.memory import paged_tokens
 
 SizingMode = Literal["worst_case", "expected", "percentile"]
 SIZING_MODES: tuple[str, ...] = ("worst_case", "expected", "percentile")
@@ -125,16 +126,14 @@ def token_profile(
     decode_steps = (sum_o - hist.count).astype(np.float64)
     steps = float((c * prefill_steps).sum() + decode_steps.sum())
 
-    def paged(tokens: np.ndarray) -> np.ndarray:
-        return -(-tokens // block_size) * block_size
-
-    full_steps = c * (paged_token_steps(p_held, o_dec, block_size) + prefill_steps * paged(p_held))
+    held_prompt = paged_tokens(p_held, block_size)
+    full_steps = c * (paged_token_steps(p_held, o_dec, block_size) + prefill_steps * held_prompt)
     full_steps = full_steps + variance_correction
     if sliding_window:
-        window = paged(np.int64(sliding_window))
+        window = paged_tokens(np.int64(sliding_window), block_size)
         win_steps = c * (
             windowed_token_steps(p_held, o_dec, block_size, int(window))
-            + prefill_steps * np.minimum(paged(p_held), window)
+            + prefill_steps * np.minimum(held_prompt, window)
         )
         mean_window = float(win_steps.sum()) / steps
     else:

@@ -69,6 +69,29 @@ def moe_weight_bytes_read(model: Model, weight_bytes_total: float, batch: np.nda
     return (shared + touched * per_expert) * bytes_per_param
 
 
+def new_prompt_tokens(prompt_tokens, cached_prefix_tokens: int = 0) -> np.ndarray:
+    """Prompt tokens prefill computes: max(p - S, 0), the first S coming from the prefix cache."""
+    return np.maximum(np.asarray(prompt_tokens, float) - float(cached_prefix_tokens), 0.0)
+
+
+def causal_pairs(prompt_tokens_sq, cached_prefix_tokens: int = 0) -> np.ndarray:
+    """(query, key) pairs causal prefill attends over: the lower triangle, (p² - S²) / 2 for a
+    prompt of p tokens whose first S come from the prefix cache. attn_flops_per_context_token
+    counts the FLOPs of one pair (q·K and p·V), so prefill attention is that times these pairs."""
+    s = float(cached_prefix_tokens)
+    return np.maximum(np.asarray(prompt_tokens_sq, float) - s * s, 0.0) / 2.0
+
+
+@dataclass(frozen=True)
+class DecodeWork:
+    """Bytes and FLOPs of one decode step, per phase (StepModel.decode_work)."""
+
+    weight_bytes: np.ndarray  # GEMM phase: weights read (the experts touched, for a MoE)
+    gemm_flops: np.ndarray
+    cache_bytes: np.ndarray  # attention phase: every resident cache read
+    attn_flops: np.ndarray
+
+
 @dataclass(frozen=True)
 class StepModel:
     """Effective rates of one replica (tp GPUs), in SI units: bytes/s, FLOP/s, seconds."""
@@ -118,17 +141,27 @@ class StepModel:
         ring = 2 * (self.tp - 1) / self.tp * message / self.interconnect_bytes_s
         return 2 * self.num_layers * ((self.allreduce_latency_s if with_latency else 0.0) + ring)
 
-    def decode_parts_s(self, batch, cache_bytes, context_tokens) -> tuple[np.ndarray, np.ndarray]:
-        """(memory time, compute time) of one decode step in total, before overhead and
-        all-reduce: which resource dominates the step. decode_step_s applies the roofline
-        to each phase separately.
+    def decode_work(self, batch, cache_bytes, context_tokens) -> DecodeWork:
+        """Bytes and FLOPs of one decode step, per phase (see decode_step_s):
+            GEMMs:     weight bytes read (moe_weight_bytes_read), 2 x active params x batch FLOPs
+            attention: the resident caches' bytes, attention FLOPs per cached token x context.
 
         batch: sequences decoding; cache_bytes: their cache in total; context_tokens:
         their cached tokens in total (for attention FLOPs)."""
         batch = np.asarray(batch, dtype=float)
-        bytes_read = moe_weight_bytes_read(self.model, self.weight_bytes, batch) + np.asarray(cache_bytes, float)
-        flops = 2.0 * self.params_active * batch + self.attn_flops_per_ctx_token * np.asarray(context_tokens, float)
-        return bytes_read / self.bandwidth_bytes_s, flops / self.flops_s
+        return DecodeWork(
+            weight_bytes=moe_weight_bytes_read(self.model, self.weight_bytes, batch),
+            gemm_flops=2.0 * self.params_active * batch,
+            cache_bytes=np.asarray(cache_bytes, float),
+            attn_flops=self.attn_flops_per_ctx_token * np.asarray(context_tokens, float),
+        )
+
+    def decode_parts_s(self, batch, cache_bytes, context_tokens) -> tuple[np.ndarray, np.ndarray]:
+        """(memory time, compute time) of one decode step in total, before overhead and
+        all-reduce: which resource dominates the step. decode_step_s applies the roofline
+        to each phase separately."""
+        w = self.decode_work(batch, cache_bytes, context_tokens)
+        return (w.weight_bytes + w.cache_bytes) / self.bandwidth_bytes_s, (w.gemm_flops + w.attn_flops) / self.flops_s
 
     def decode_step_s(self, batch, cache_bytes, context_tokens) -> np.ndarray:
         """GEMM phase + attention phase + overhead + all-reduce time, seconds, where
@@ -137,25 +170,19 @@ class StepModel:
         The phases are separate kernels that run in sequence, so the cache read cannot
         hide under the GEMMs' FLOPs; one max over summed bytes and FLOPs would assume it
         can, and overstates throughput once a large batch makes the GEMMs compute-bound."""
-        batch = np.asarray(batch, dtype=float)
-        weights = moe_weight_bytes_read(self.model, self.weight_bytes, batch)
-        gemm = np.maximum(weights / self.bandwidth_bytes_s, 2.0 * self.params_active * batch / self.flops_s)
-        attn = np.maximum(
-            np.asarray(cache_bytes, float) / self.bandwidth_bytes_s,
-            self.attn_flops_per_ctx_token * np.asarray(context_tokens, float) / self.flops_s,
-        )
-        return gemm + attn + self.step_overhead_s + self.allreduce_s(batch)
+        w = self.decode_work(batch, cache_bytes, context_tokens)
+        gemm = np.maximum(w.weight_bytes / self.bandwidth_bytes_s, w.gemm_flops / self.flops_s)
+        attn = np.maximum(w.cache_bytes / self.bandwidth_bytes_s, w.attn_flops / self.flops_s)
+        return gemm + attn + self.step_overhead_s + self.allreduce_s(np.asarray(batch, dtype=float))
 
     def prefill_flops(self, prompt_tokens, prompt_tokens_sq, cached_prefix_tokens: int = 0):
-        """2 x active params per new token, plus causal attention: q·K and p·V over the
-        lower triangle, 2 x layers x heads x head_dim x (p² - S²) for a prompt of p
-        tokens whose first S come from the prefix cache. Takes E[p] and E[p²] (or one
-        prompt's p and p²) so class means are exact."""
-        s = float(cached_prefix_tokens)
-        new_tokens = np.maximum(np.asarray(prompt_tokens, float) - s, 0.0)
-        attn_pairs = np.maximum(np.asarray(prompt_tokens_sq, float) - s * s, 0.0)
-        # attn_flops_per_ctx_token counts 4·H·d per pair for decode; causal prefill visits p²/2 pairs.
-        return 2.0 * self.params_active * new_tokens + self.attn_flops_per_ctx_token * attn_pairs / 2.0
+        """2 x active params per new token, plus causal attention over causal_pairs(p², S)
+        for a prompt of p tokens whose first S come from the prefix cache. Takes E[p] and
+        E[p²] (or one prompt's p and p²) so class means are exact."""
+        new_tokens = new_prompt_tokens(prompt_tokens, cached_prefix_tokens)
+        return 2.0 * self.params_active * new_tokens + self.attn_flops_per_ctx_token * causal_pairs(
+            prompt_tokens_sq, cached_prefix_tokens
+        )
 
     def prefill_s(self, prompt_tokens, prompt_tokens_sq=None, cached_prefix_tokens: int = 0):
         """Prefill time: compute-bound FLOPs / effective FLOP/s plus the all-reduce bytes
@@ -165,9 +192,8 @@ class StepModel:
         the per-pass latency anyway (decode_step_s)."""
         p = np.asarray(prompt_tokens, float)
         p2 = p * p if prompt_tokens_sq is None else np.asarray(prompt_tokens_sq, float)
-        new_tokens = np.maximum(p - cached_prefix_tokens, 0.0)
         return self.prefill_flops(p, p2, cached_prefix_tokens) / self.flops_s + self.allreduce_s(
-            new_tokens, with_latency=False
+            new_prompt_tokens(p, cached_prefix_tokens), with_latency=False
         )
 
     def ridge_batch(self) -> float:

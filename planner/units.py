@@ -12,3 +12,8 @@ MiB = 1024**2
 GiB = 1024**3
 GB = 10**9
 HOURS_PER_MONTH = 730  # 8,760 hours a year / 12, the convention of cloud price sheets
+
+
+def quantile_label(q: float) -> str:
+    """A quantile as a percentile label: 0.99 -> 'p99', 0.995 -> 'p99.5'."""
+    return f"p{round(100 * q, 3):g}"
