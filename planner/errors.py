@@ -33,10 +33,17 @@ class InfeasibleError(PlannerError):
     exit_code = EXIT_INFEASIBLE
 
 
+def closest(name: str, known: Iterable[str]) -> str | None:
+    """The known name nearest to `name` by edit similarity, or None when none is close."""
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.5)
+    return close[0] if close else None
+
+
 def did_you_mean(name: str, known: Iterable[str], *, what: str) -> str:
     """The message for an unknown name: the closest match if any, and the known names."""
     known = sorted(known)
     # A name that starts the way it was typed ('h100' -> 'h100-sxm') beats an edit-distance neighbour ('h200').
-    close = [k for k in known if k.startswith(name)][:1] or difflib.get_close_matches(name, known, n=1, cutoff=0.5)
-    hint = f"did you mean '{close[0]}'? " if close else ""
+    prefixed = [k for k in known if k.startswith(name)]
+    close = prefixed[0] if prefixed else closest(name, known)
+    hint = f"did you mean '{close}'? " if close is not None else ""
     return f"unknown {what} '{name}'; {hint}known: {', '.join(known)}"

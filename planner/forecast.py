@@ -16,6 +16,9 @@ from planner.units import HOURS_PER_MONTH
 
 @dataclass(frozen=True)
 class QuarterResult:
+    """One quarter: its plan, what was committed, and what the plan does not hold itself
+    (the change against the previous quarter, the figures at the mean rate)."""
+
     quarter: str
     demand_multiplier: float  # on the base scenario's peak
     plan: Plan
@@ -23,18 +26,40 @@ class QuarterResult:
     reserved_price: dict[str, float]
     gpus_by_type: dict[str, int]
     change_by_type: dict[str, int]  # against the previous quarter
-    peak_rps: float
-    mean_rps: float | None
-    cost_per_hour: float
-    tokens_per_hour: float  # at the peak rate
     mean_tokens_per_hour: float | None
-    cost_per_million: dict[str, float]  # at the peak rate
     cost_per_million_at_mean: dict[str, float] | None
     utilisation: dict[str, float | None]  # peak and mean rate / fleet capacity
 
     @property
+    def gpus(self) -> int:
+        """GPUs in the quarter's fleet, all types together."""
+        return sum(self.gpus_by_type.values())
+
+    @property
+    def peak_rps(self) -> float:
+        return self.plan.peak_rps
+
+    @property
+    def mean_rps(self) -> float | None:
+        return self.plan.mean_rps
+
+    @property
+    def cost_per_hour(self) -> float:
+        return self.plan.cost_per_hour
+
+    @property
     def cost_per_month(self) -> float:
-        return self.cost_per_hour * HOURS_PER_MONTH
+        return self.plan.cost_per_month
+
+    @property
+    def tokens_per_hour(self) -> float:
+        """At the peak rate."""
+        return self.plan.tokens_per_hour
+
+    @property
+    def cost_per_million(self) -> dict[str, float]:
+        """At the peak rate."""
+        return self.plan.cost_per_million
 
 
 def _check_gpus(scn: Scenario, inputs: Inputs, q: QuarterSpec, i: int) -> None:
@@ -84,7 +109,7 @@ def run_forecast(inputs: Inputs) -> list[QuarterResult]:
         _check_gpus(scn, inputs, q, i)
         multiplier = multiplier * (1 + q.growth) if fc.growth_mode == "compound" else 1 + q.growth
         qscn = quarter_scenario(scn, q, multiplier)
-        od_price = {g.id: g.price_usd_per_hour or inputs.catalog.gpu(g.id).price_usd_per_hour for g in qscn.gpu_candidates}
+        od_price = {g.id: g.price_per_hour(inputs.catalog.gpu(g.id).price_usd_per_hour) for g in qscn.gpu_candidates}
         commit_price = {g: fc.reserved_prices.get(g, od_price[g] * (1 - fc.reserved_discount)) for g in od_price}
         if fc.carry_forward and previous is not None:
             # Last quarter's fleet is committed: what ran on demand joins at last quarter's terms.
@@ -148,12 +173,7 @@ def _quarter_result(quarter, multiplier, plan: Plan, reserved, price, previous) 
         reserved_price=dict(sorted(price.items())),
         gpus_by_type=dict(sorted(by_type.items())),
         change_by_type=change,
-        peak_rps=plan.peak_rps,
-        mean_rps=mean,
-        cost_per_hour=plan.cost_per_hour,
-        tokens_per_hour=plan.tokens_per_hour,
         mean_tokens_per_hour=mean_tph,
-        cost_per_million=dict(plan.cost_per_million),
         cost_per_million_at_mean=cpm_mean,
         utilisation={"peak": plan.peak_rps / capacity, "mean": None if mean is None else mean / capacity},
     )
@@ -173,7 +193,7 @@ CSV_COLUMNS = (
     ("gpus", "GPUs in the pool"),
     ("pool_cost_per_hour_usd", "the pool's GPUs at on-demand price, USD per hour"),
     ("quarter_cost_per_hour_usd", "the whole fleet this quarter (reserved GPUs included, used or not), USD per hour"),
-    ("quarter_cost_per_month_usd", "the same per month (730 hours)"),
+    ("quarter_cost_per_month_usd", f"the same per month ({HOURS_PER_MONTH} hours)"),
     ("reserved_gpus", "committed GPUs of this pool's type this quarter"),
     ("peak_rps", "peak arrival rate planned for, requests/s (before headroom)"),
     ("mean_rps", "mean arrival rate, requests/s (empty when unknown)"),
@@ -221,7 +241,7 @@ def forecast_json(results: list[QuarterResult]) -> dict:
                      "max_model_len": pd.traffic_class.max_model_len, "replicas": pd.replicas, "gpus": pd.gpus}
                     for pd in r.plan.pools
                 ],
-                "gpus": sum(r.gpus_by_type.values()),
+                "gpus": r.gpus,
                 "gpus_by_type": r.gpus_by_type,
                 "gpus_change": r.change_by_type,
                 "reserved_gpus": r.reserved_gpus,
@@ -242,7 +262,7 @@ def forecast_markdown(name: str, results: list[QuarterResult], *, figure: str | 
     lines = [f"{h} Forecast: {name}", ""]
     first, last = results[0], results[-1]
     lines += [
-        f"**{first.quarter} → {last.quarter}: fleet {sum(first.gpus_by_type.values())} → {sum(last.gpus_by_type.values())} GPUs, "
+        f"**{first.quarter} → {last.quarter}: fleet {first.gpus} → {last.gpus} GPUs, "
         f"${first.cost_per_month:,.2f} → ${last.cost_per_month:,.2f} per month, blended "
         f"${first.cost_per_million['blended']:,.4f} → ${last.cost_per_million['blended']:,.4f} per million tokens at peak.**",
         "",

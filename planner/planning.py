@@ -20,7 +20,7 @@ from planner.histogram import TOTAL_EDGES, Histogram
 from planner.optimize import Candidate, FleetSolution, SplitOption, solve_fleet
 from planner.paged import token_profile
 from planner.scenario import Scenario
-from planner.units import HOURS_PER_MONTH
+from planner.units import HOURS_PER_MONTH, quantile_label
 
 SENSITIVITY = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
 
@@ -167,7 +167,7 @@ def _class_slo(scn: Scenario, hist: Histogram) -> tuple[SLO, tuple[str, ...]]:
             continue
         pq = token_profile(h, prompt_quantile=q).prompt_quantile_tokens
         checks.append((pq, ttft))
-        names.append(f"{name} p{round(100 * q, 3):g} prompt {pq:,.0f} tokens: TTFT ≤ {ttft:g} s".strip())
+        names.append(f"{name} {quantile_label(q)} prompt {pq:,.0f} tokens: TTFT ≤ {ttft:g} s".strip())
     return SLO(itl_ms=min(itls) if itls else None, ttft_checks=tuple(checks)), tuple(names)
 
 
@@ -198,12 +198,12 @@ def traffic_classes(scn: Scenario, served: Histogram, limit: int, peak_rps: floa
 # ------------------------------------------------------------------ candidates
 
 
-def candidate_configs(scn: Scenario, catalog: Catalog, model: Model, weight_dtypes, kv_dtypes, gpu_ids) -> list[Config]:
-    prices = {g.id: g.price_usd_per_hour for g in scn.gpu_candidates}
+def candidate_configs(scn: Scenario, catalog: Catalog, model: Model, weight_dtypes, kv_dtypes) -> list[Config]:
+    """Every supported config of the scenario's GPU candidates and tp degrees with these dtypes."""
     out = []
-    for gpu_id in gpu_ids:
-        gpu = catalog.gpu(gpu_id)
-        price = prices.get(gpu_id) or gpu.price_usd_per_hour
+    for cand in scn.gpu_candidates:
+        gpu = catalog.gpu(cand.id)
+        price = cand.price_per_hour(gpu.price_usd_per_hour)
         for tp in scn.tp:
             for w in weight_dtypes:
                 for kv in kv_dtypes:
@@ -253,12 +253,16 @@ class Evaluator:
         self._cache[key] = ev
         return ev
 
+    def evaluate_all(self, classes: dict[str, list[TrafficClass]], configs: Sequence[Config]) -> list[Evaluation]:
+        """Every config for every class of every split option."""
+        return [self.evaluate(cfg, tc) for tcs in classes.values() for tc in tcs for cfg in configs]
+
 
 # ------------------------------------------------------------------ solving
 
 
-def _solve(scn, classes, evals: Sequence[Evaluation], *, options=None, rate_scale=1.0, inventory=None, forbid=(),
-           keep_lp=False, reserved=None):
+def _solve(scn, inventory: dict[str, int], classes, evals: Sequence[Evaluation], *, options=None, rate_scale=1.0,
+           forbid=(), keep_lp=False, reserved=None):
     chosen = options if options is not None else list(classes)
     split_options = [
         SplitOption(key, None if key == "none" else int(key), {tc.name: tc.rate_rps * rate_scale for tc in classes[key]})
@@ -270,9 +274,8 @@ def _solve(scn, classes, evals: Sequence[Evaluation], *, options=None, rate_scal
         for ev in _undominated(evals)
         if ev.traffic_class.option in chosen
     ]
-    caps = inventory if inventory is not None else {g.id: g.max_gpus for g in scn.gpu_candidates if g.max_gpus is not None}
     return solve_fleet(
-        split_options, cands, inventory=caps, min_replicas=scn.min_replicas_per_pool,
+        split_options, cands, inventory=inventory, min_replicas=scn.min_replicas_per_pool,
         homogeneous=scn.homogeneous_pools, backend=scn.solver.backend, time_limit_s=scn.solver.time_limit_s,
         forbid=forbid, keep_lp=keep_lp, reserved=reserved,
     )
@@ -280,10 +283,12 @@ def _solve(scn, classes, evals: Sequence[Evaluation], *, options=None, rate_scal
 
 class _Memo:
     """One plan's re-solves, with identical questions answered once (the sensitivity's x1 is
-    the plan itself; 'split forced off' is the split analysis's no-split row)."""
+    the plan itself; 'split forced off' is the split analysis's no-split row). `keep_lp` is no
+    part of the question: an answer kept with its LP text is the same answer."""
 
     def __init__(self, scn: Scenario):
         self.scn = scn
+        self.inventory = {g.id: g.max_gpus for g in scn.gpu_candidates if g.max_gpus is not None}
         self._answers: dict[tuple, FleetSolution] = {}
         self._keep: list = []  # the keyed objects stay alive, so their ids stay unique
 
@@ -292,7 +297,7 @@ class _Memo:
                tuple(kw.get("forbid", ())), tuple(sorted((kw.get("reserved") or {}).items())))
         if key not in self._answers:
             self._keep.append((classes, evals))
-            self._answers[key] = _solve(self.scn, classes, evals, **kw)
+            self._answers[key] = _solve(self.scn, self.inventory, classes, evals, **kw)
         return self._answers[key]
 
 
@@ -371,8 +376,12 @@ def make_plan(
     scn: Scenario, catalog: Catalog, model: Model, hist: Histogram, measured_peak_rps: float,
     *, explore: bool = True, traffic_notes: Iterable[str] = (),
     reserved: dict[str, tuple[int, float]] | None = None, measured_mean_rps: float | None = None,
+    keep_lp: bool = False,
 ) -> Plan:
-    """Evaluate, solve, and (with explore) add split analysis, levers, alternatives and sensitivity."""
+    """Evaluate, solve, and (with explore) add split analysis, levers, alternatives and sensitivity.
+
+    keep_lp: the plan's solution keeps the ILP's text (`plan.solution.lp_text`, for `solve --write-lp`).
+    """
     limit = scn.context_limit or model.max_position_embeddings
     if limit > model.max_position_embeddings:
         raise InputError(f"context_limit {limit} exceeds '{model.id}' max_position_embeddings {model.max_position_embeddings}")
@@ -384,19 +393,14 @@ def make_plan(
     # Requests above the limit are rejected, so they are not load to plan for.
     peak = measured_peak_rps * scn.traffic.growth * served.requests / hist.requests
     ev = Evaluator(scn, catalog, model)
-
-    def evaluate_all(classes, configs) -> list[Evaluation]:
-        return [ev.evaluate(cfg, tc) for tcs in classes.values() for tc in tcs for cfg in configs]
-
-    gpu_ids = [g.id for g in scn.gpu_candidates]
-    configs = candidate_configs(scn, catalog, model, scn.weight_dtypes, scn.kv_dtypes, gpu_ids)
+    configs = candidate_configs(scn, catalog, model, scn.weight_dtypes, scn.kv_dtypes)
     if not configs:
         raise InputError("no candidate config: every GPU x tp x dtype combination is unsupported for this model")
     classes = traffic_classes(scn, served, limit, peak)
-    evals = evaluate_all(classes, configs)
-    inventory = {g.id: g.max_gpus for g in scn.gpu_candidates if g.max_gpus is not None}
+    evals = ev.evaluate_all(classes, configs)
     solve = _Memo(scn)
-    sol = solve(classes, evals, reserved=reserved)
+    inventory = solve.inventory
+    sol = solve(classes, evals, reserved=reserved, keep_lp=keep_lp)
     if not sol.pools:
         raise InfeasibleError(_no_plan_message(sol, scn, classes, evals, inventory))
 
@@ -423,8 +427,11 @@ def make_plan(
     )
     if not explore:
         return plan
-    split = [_outcome("no split" if k == "none" else f"split at {int(k):,}", solve(classes, evals, options=[k]),
-                      _infeasible_message({k: classes[k]}, evals, inventory)) for k in classes]
+    split = []
+    for k in classes:
+        res = solve(classes, evals, options=[k])
+        split.append(_outcome("no split" if k == "none" else f"split at {int(k):,}", res,
+                              "" if res.pools else _infeasible_message({k: classes[k]}, evals, inventory)))
     alternatives, forbid, last = [], [], sol
     for i in range(2):
         forbid.append(frozenset((last.option, p.traffic_class, p.config) for p in last.pools))
@@ -459,41 +466,41 @@ def _pool_details(ev: Evaluator, classes, evals, sol: FleetSolution) -> list[Poo
 def _levers(scn, catalog, model, served, limit, peak, ev, configs, classes, evals, sol, inventory, solve) -> list[Outcome]:
     """Re-solve with each lever switched (design.md, "The optimisation"); the levers multiply."""
     out = []
-    gpu_ids = [g.id for g in scn.gpu_candidates]
 
     def with_dtypes(name: str, weights, kvs) -> None:
-        cfgs = candidate_configs(scn, catalog, model, weights, kvs, gpu_ids)
+        cfgs = candidate_configs(scn, catalog, model, weights, kvs)
         if not cfgs:
             out.append(Outcome(name, False, math.inf, 0, "", "no GPU candidate supports it"))
             return
-        evs = [ev.evaluate(c, tc) for tcs in classes.values() for tc in tcs for c in cfgs]
+        evs = ev.evaluate_all(classes, cfgs)
         res = solve(classes, evs)
         out.append(_outcome(name, res, "" if res.pools else _infeasible_message(classes, evs, inventory)))
 
     for kind, allowed in (("KV cache", scn.kv_dtypes), ("weights", scn.weight_dtypes)):
         if "fp8" in allowed:
-            rest = [d for d in allowed if d != "fp8"]
-            if rest:
-                w, k = (scn.weight_dtypes, rest) if kind == "KV cache" else (rest, scn.kv_dtypes)
-                with_dtypes(f"fp8 {kind} off", w, k)
+            switched, name = [d for d in allowed if d != "fp8"], f"fp8 {kind} off"
+            if not switched:
+                continue
         else:
-            w, k = (scn.weight_dtypes, [*allowed, "fp8"]) if kind == "KV cache" else ([*allowed, "fp8"], scn.kv_dtypes)
-            with_dtypes(f"fp8 {kind} on", w, k)
+            switched, name = [*allowed, "fp8"], f"fp8 {kind} on"
+        w, k = (scn.weight_dtypes, switched) if kind == "KV cache" else (switched, scn.kv_dtypes)
+        with_dtypes(name, w, k)
     if len(classes) > 1:
         res = solve(classes, evals, options=["none"])
-        out.append(_outcome("split forced off", res, _infeasible_message({"none": classes["none"]}, evals, inventory)))
+        out.append(_outcome("split forced off", res,
+                            "" if res.pools else _infeasible_message({"none": classes["none"]}, evals, inventory)))
     for gpu_id in sorted({p.gpu for p in sol.pools}):
         keep = [c for c in configs if c.gpu.id != gpu_id]
-        evs = [ev.evaluate(c, tc) for tcs in classes.values() for tc in tcs for c in keep]
+        evs = ev.evaluate_all(classes, keep)
         res = solve(classes, evs) if keep else None
         out.append(_outcome(f"without {gpu_id}", res, "") if res else Outcome(f"without {gpu_id}", False, math.inf, 0, "", "no other GPU candidate"))
     lower = scn.lower_context_limit or edge_at_most(max(limit // 2, int(TOTAL_EDGES[0])))
     if lower < limit:
-        lowered = served.select_total(at_most=edge_at_most(lower))
+        lowered = served.select_total(at_most=lower)  # a histogram edge: the scenario's (validated) or edge_at_most's
         if not lowered.is_empty:
             lost = served.requests - lowered.requests
             lower_classes = traffic_classes(scn, lowered, lower, peak * lowered.requests / served.requests)
-            evs = [ev.evaluate(c, tc) for tcs in lower_classes.values() for tc in tcs for c in configs]
+            evs = ev.evaluate_all(lower_classes, configs)
             res = solve(lower_classes, evs)
             name = f"context limit {lower:,} (rejects {lost / served.requests:.1%} of requests)"
             out.append(_outcome(name, res, "" if res.pools else _infeasible_message(lower_classes, evs, inventory)))

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from planner.files import write_text_atomic
 from planner.paged import SIZING_MODES
-from planner.planning import Outcome, Plan, PoolDetail
+from planner.planning import SENSITIVITY, Outcome, Plan, PoolDetail
 from planner.roofline import StepModel
-from planner.units import HOURS_PER_MONTH, GiB
+from planner.units import HOURS_PER_MONTH, GiB, quantile_label
 
 
 def _usd(x: float) -> str:
@@ -213,8 +213,9 @@ def _outcomes_table(rows: list[Outcome], base: float, head: str) -> str:
 
 def _sensitivity(plan: Plan) -> str:
     lines = ["| Peak rate | req/s | $/hour | $/month | GPUs | Plan |", "|---|---:|---:|---:|---:|---|"]
-    for o in plan.sensitivity:
-        mult = float(o.name.split("x ")[1])
+    # One outcome per planning.SENSITIVITY multiplier, in order (none when the plan was not explored).
+    multipliers = SENSITIVITY if plan.sensitivity else ()
+    for mult, o in zip(multipliers, plan.sensitivity, strict=True):
         change = "as planned" if mult == 1 else f"{mult - 1:+.0%}".replace("-", "−")
         rate = plan.peak_rps * mult
         if o.feasible:
@@ -259,7 +260,7 @@ def _pool_detail(plan: Plan, pd: PoolDetail) -> str:
     lines += ["", "Concurrency the cache holds, by sizing mode (the plan quotes the one in bold):", "",
               "| Sizing mode | Resident sequences |", "|---|---:|"]
     for mode in SIZING_MODES:
-        label = mode.replace("_", "-") + (f" (p{round(100 * plan.scenario.sizing.quantile, 3):g})" if mode == "percentile" else "")
+        label = mode.replace("_", "-") + (f" ({quantile_label(plan.scenario.sizing.quantile)})" if mode == "percentile" else "")
         value = f"{cap.concurrency[mode]:,}"
         lines.append(f"| **{label}** | **{value}** |" if mode == cap.sizing else f"| {label} | {value} |")
     lines += ["", f"Ceilings of one replica (requests/s; binding: **{cap.binding}**):", "",
@@ -319,7 +320,7 @@ def _peak_text(scn) -> str:
         return "explicit"
     if peak.method == "max":
         return "the busiest minute"
-    return f"p{round(100 * peak.quantile, 3):g} of per-minute rates"
+    return f"{quantile_label(peak.quantile)} of per-minute rates"
 
 
 def _assumptions(plan: Plan) -> str:
@@ -333,7 +334,7 @@ def _assumptions(plan: Plan) -> str:
         f"{engine.max_num_seqs:,} sequences per step. Source: {engine.source}",
         f"- Runtime overhead {scn.overhead_gib:g} GiB per GPU (seed 000: activations, CUDA graphs, logits).",
         f"- Sizing: {scn.sizing.mode.replace('_', '-')}"
-        + (f" at p{round(100 * scn.sizing.quantile, 3):g}" if scn.sizing.mode == "percentile" else "")
+        + (f" at {quantile_label(scn.sizing.quantile)}" if scn.sizing.mode == "percentile" else "")
         + "; all three modes are shown per pool.",
         f"- Model `{m.id}` ({m.hf_id}): {m.num_hidden_layers} layers, {m.num_key_value_heads} KV heads, head_dim {m.head_dim}, "
         f"{m.params_total / 1e9:.2f} B parameters ({m.params_active / 1e9:.2f} B active). Config: {m.config_source}",
@@ -344,11 +345,10 @@ def _assumptions(plan: Plan) -> str:
         "| GPU | Memory (GiB, as reported) | HBM GB/s | Dense TFLOP/s | $/GPU-hour | Price source | Efficiency (bandwidth, compute, step overhead, all-reduce latency, link) |",
         "|---|---:|---:|---|---:|---|---|",
     ]
-    prices = {g.id: g.price_usd_per_hour for g in scn.gpu_candidates}
     for cand in scn.gpu_candidates:
         g = plan.catalog.gpu(cand.id)
-        price = prices.get(g.id) or g.price_usd_per_hour
-        src = "scenario override" if prices.get(g.id) else f"{g.price_source} ({g.price_date})"
+        price = cand.price_per_hour(g.price_usd_per_hour)
+        src = "scenario override" if cand.price_usd_per_hour is not None else f"{g.price_source} ({g.price_date})"
         tflops = ", ".join(f"{k} {v:g}" for k, v in g.dense_tflops.items())
         e = g.efficiency
         lines.append(

@@ -122,6 +122,12 @@ class GPUCandidate(_Strict):
     price_usd_per_hour: float | None = Field(None, gt=0, description="override, e.g. a negotiated price")
     max_gpus: int | None = Field(None, ge=0, description="inventory cap for this GPU type")
 
+    def price_per_hour(self, catalog_price_usd_per_hour: float) -> float:
+        """USD per GPU-hour: this override if set, else the catalog's price."""
+        if self.price_usd_per_hour is not None:
+            return self.price_usd_per_hour
+        return catalog_price_usd_per_hour
+
 
 class Solver(_Strict):
     backend: Literal["cbc", "highs"] = "cbc"
@@ -178,7 +184,7 @@ class Forecast(_Strict):
     def _ordered(cls, v: list[QuarterSpec]) -> list[QuarterSpec]:
         keys = [q.quarter for q in v]
         for i in range(1, len(keys)):
-            if keys[i] == keys[i - 1] or keys[i] in keys[:i]:
+            if keys[i] in keys[:i]:
                 raise ValueError(f"quarter {keys[i]} appears twice")
             if keys[i] < keys[i - 1]:
                 raise ValueError(f"quarters out of order: {keys[i]} after {keys[i - 1]}")

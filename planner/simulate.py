@@ -72,7 +72,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.capacity import SLO, ReplicaModel, replica_capacity
+from planner.capacity import SLO, OperatingPoint, ReplicaModel, replica_capacity
 from planner.deployment import Deployment
 from planner.histogram import LENGTH_EDGES, Histogram
 from planner.memory import budget_ladder, kv_bytes_for_tokens
@@ -94,6 +94,7 @@ COMPARE_KEYS = (
     "ttft_ms_p99",
     "preemptions_per_1000",
 )
+PREEMPTION_BUDGET_PER_1000 = 10.0  # preemptions per 1,000 requests a replica may take and still hold the load
 
 
 # ---------------------------------------------------------------------- requests
@@ -332,7 +333,6 @@ def simulate_replica(
     shared_prefix_tokens: int = 0,
     watermark: float = DEFAULT_WATERMARK,
     warmup_fraction: float = DEFAULT_WARMUP_FRACTION,
-    seed: int | None = None,
     trace: bool = False,
 ) -> SimResult | tuple[SimResult, Trace]:
     """Replay `requests` through one replica of `dep` (module docstring: scheduler, step time, measures).
@@ -341,11 +341,9 @@ def simulate_replica(
     kv_budget_bytes // bytes-per-block blocks of `dep.block_size` tokens.
     shared_prefix_tokens: a prefix every prompt shares (system prompt); its full blocks are
     held once and skipped in prefill (prefix caching), as in planner.paged.
-    seed: unused by the (deterministic) scheduler; accepted so callers can pass one
-    uniformly. Randomness lives in `sample_requests`.
+    The scheduler is deterministic given the requests; randomness lives in `sample_requests`.
     trace: also return a Trace of per-request and per-step records.
     """
-    del seed  # the scheduler is deterministic given the requests
     if not 0.0 <= warmup_fraction < 1.0:
         raise ValueError("warmup_fraction must be in [0, 1)")
     engine = dep.engine
@@ -725,7 +723,11 @@ def predicted_point(
     n = rm.resident_for_rate(rate_rps, float(dep.engine.max_num_seqs))
     if n is None:
         return {"rate_rps": rate_rps, **dict.fromkeys(COMPARE_KEYS[1:])}
-    pt = rm.point(n)
+    return point_view(rm.point(n))
+
+
+def point_view(pt: OperatingPoint) -> dict[str, float | None]:
+    """An analytical operating point as COMPARE_KEYS (None where the model predicts nothing)."""
     return {
         "rate_rps": pt.rate_rps,
         "resident_batch": pt.resident_batch,
@@ -759,7 +761,7 @@ class Criterion:
     """
 
     slo: SLO = field(default_factory=SLO)
-    preemption_budget_per_1000: float = 10.0
+    preemption_budget_per_1000: float = PREEMPTION_BUDGET_PER_1000
 
     def failures(self, r: SimResult) -> list[str]:
         out = []
@@ -790,7 +792,7 @@ def max_sustainable_rate(
     hist: Histogram,
     slo: SLO | None = None,
     *,
-    preemption_budget_per_1000: float = 10.0,
+    preemption_budget_per_1000: float = PREEMPTION_BUDGET_PER_1000,
     n_requests: int = 20000,
     seed: int = 0,
     rel_tol: float = 0.02,

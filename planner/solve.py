@@ -78,11 +78,14 @@ def load_inputs(path: str | Path, *, catalog_files: tuple[str, ...] = ()) -> Inp
     return Inputs(path, scn, catalog, model, traffic)
 
 
-def plan_inputs(inputs: Inputs, scn: Scenario | None = None, *, explore: bool = True, reserved=None) -> Plan:
+def plan_inputs(
+    inputs: Inputs, scn: Scenario | None = None, *, explore: bool = True, reserved=None, keep_lp: bool = False
+) -> Plan:
+    """keep_lp: the plan's solution keeps the ILP's text (`plan.solution.lp_text`)."""
     t = inputs.traffic
     return make_plan(
         scn or inputs.scenario, inputs.catalog, inputs.model, t.hist, t.peak_rps, explore=explore,
-        traffic_notes=t.notes, measured_mean_rps=t.mean_rps, reserved=reserved,
+        traffic_notes=t.notes, measured_mean_rps=t.mean_rps, reserved=reserved, keep_lp=keep_lp,
     )
 
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.planning import Plan, PoolDetail
-from planner.simulate import predicted_point, profile_for, sample_requests, simulate_replica
-
-VERIFY_KEYS = (
-    "rate_rps", "resident_batch", "kv_utilisation", "itl_ms_mean", "itl_ms_p50", "itl_ms_p99", "ttft_ms_p99",
-    "preemptions_per_1000",
+from planner.simulate import (
+    COMPARE_KEYS,
+    PREEMPTION_BUDGET_PER_1000,
+    point_view,
+    sample_requests,
+    simulate_replica,
 )
-PREEMPTION_BUDGET_PER_1000 = 10.0
+
 ITL_GAP = 1.15  # a simulated mean ITL this far above the model's earns a note in the report
 
 
@@ -39,10 +40,7 @@ def check_pool(plan: Plan, pd: PoolDetail, *, requests: int = 20_000, seed: int 
     rate = pd.rate_per_replica_rps
     prefix = plan.scenario.traffic.shared_prefix_tokens
     reqs = sample_requests(tc.hist, rate, requests, seed, max_total_tokens=tc.max_model_len)
-    sim = simulate_replica(pd.deployment, reqs, shared_prefix_tokens=prefix, seed=seed)
-    prof = profile_for(pd.deployment, tc.hist, shared_prefix_tokens=prefix)
-    pred = predicted_point(pd.deployment, prof, rate, tc.slo)
-    simulated = {k: getattr(sim, k) for k in VERIFY_KEYS}
+    sim = simulate_replica(pd.deployment, reqs, shared_prefix_tokens=prefix)
     problems = []
     if tc.slo.itl_ms is not None and sim.itl_ms_mean is not None and sim.itl_ms_mean > tc.slo.itl_ms:
         problems.append(f"mean ITL {sim.itl_ms_mean:.1f} ms > {tc.slo.itl_ms:g} ms")
@@ -50,8 +48,9 @@ def check_pool(plan: Plan, pd: PoolDetail, *, requests: int = 20_000, seed: int 
         problems.append(f"{sim.preemptions_per_1000:.1f} preemptions per 1,000 requests > {PREEMPTION_BUDGET_PER_1000:g}")
     if not sim.stable:
         problems.append("the queue grows: the replica cannot keep up")
+    # The model's side is the plan's own operating point at this rate (PoolDetail.at_peak).
     return PoolCheck(tc.name, tc.label, pd.config.label(tc.max_model_len),
-                     {k: pred.get(k) for k in VERIFY_KEYS}, simulated, tuple(problems))
+                     point_view(pd.at_peak), sim.compare_view(), tuple(problems))
 
 
 def verify_plan(plan: Plan, *, pool: str | None = None, requests: int = 20_000, seed: int = 0) -> list[PoolCheck]:
@@ -80,7 +79,7 @@ def verification_markdown(checks: list[PoolCheck], *, requests: int, seed: int) 
         verdict = "holds" if c.holds else "does NOT hold: " + "; ".join(c.problems)
         lines += ["", f"**{c.label}** ({c.config}) — the plan {verdict}.", "",
                   "| | Predicted | Simulated |", "|---|---:|---:|"]
-        for k in VERIFY_KEYS:
+        for k in COMPARE_KEYS:
             lines.append(f"| {k} | {_fmt(c.predicted.get(k), k)} | {_fmt(c.simulated.get(k), k)} |")
         model_itl, sim_itl = c.predicted.get("itl_ms_mean"), c.simulated.get("itl_ms_mean")
         if model_itl and sim_itl and sim_itl > ITL_GAP * model_itl:

@@ -6,14 +6,13 @@ planner can go straight to the line that needs fixing.
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from planner.errors import InputError
+from planner.errors import InputError, closest
 from planner.files import read_text
 
 
@@ -74,8 +73,8 @@ def validation_message(exc: ValidationError, model: type[BaseModel], prefix: str
         path = f"{prefix}.{path}" if path != "(top level)" else prefix
     if err["type"] == "extra_forbidden":
         known = _field_names(model, loc[:-1])
-        close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.5)
-        hint = f"; did you mean '{close[0]}'?" if close else ""
+        close = closest(str(loc[-1]), known)
+        hint = f"; did you mean '{close}'?" if close is not None else ""
         return f"{path}: unknown key{hint} (valid keys: {', '.join(known)})"
     msg = err["msg"]
     if err["type"] == "missing":

@@ -4,13 +4,7 @@ from __future__ import annotations
 
 import json
 
-from click.testing import CliRunner
-
-from planner.cli import main
-
-
-def run(*args):
-    return CliRunner().invoke(main, list(args))
+from clirun import run
 
 
 def test_capacity_json_reproduces_53_and_191():

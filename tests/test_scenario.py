@@ -172,3 +172,24 @@ def test_write_lp_prints_the_model_with_named_constraints(tmp_path):
     assert text.startswith("\\* fleet *\\")
     for name in ("cost_per_hour:", "one_split:", "cover_none_all:", "replicas_if_pool_none_all_h100_sxm_tp1"):
         assert name in text
+
+
+def test_write_lp_with_two_scenarios_writes_the_first_scenarios_model(tmp_path):
+    lp = tmp_path / "model.lp"
+    first = write(tmp_path, BASE, "first.yaml")
+    second = write(tmp_path, BASE.replace("name: tiny", "name: other").replace("gpus: [h100-sxm]", "gpus: [l40s]"),
+                   "second.yaml")
+    r = solve(first, second, "--no-report", "--write-lp", lp)
+    assert r.exit_code == 0, r.output
+    assert "l40s" in r.output  # the second scenario was solved
+    text = lp.read_text(encoding="utf-8")
+    assert "replicas_if_pool_none_all_h100_sxm_tp1" in text
+    assert "l40s" not in text
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".model.lp")] == []  # no temporary file left
+
+
+def test_write_lp_that_cannot_be_written_exits_2_with_one_line(tmp_path):
+    lp = tmp_path / ("x" * 300 + ".lp")  # a name longer than the filesystem allows
+    r = solve(write(tmp_path, BASE), "--no-report", "--write-lp", lp)
+    assert r.exit_code == 2, r.output
+    assert "cannot write the LP file" in r.output and "Traceback" not in r.output

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import textwrap
 
+import pytest
 from click.testing import CliRunner
 
 from planner.cli import main
@@ -59,3 +60,25 @@ def test_solve_verify_adds_the_table_to_the_report(tmp_path):
     text = (out / "sim.md").read_text(encoding="utf-8")
     assert "## Verification by simulation" in text
     assert "| preemptions_per_1000 |" in text
+
+
+def test_predicted_side_is_the_plans_own_operating_point(tmp_path):
+    """The model's column is PoolDetail.at_peak, so it honours the scenario's TTFT prompt quantile (not 0.99)."""
+    from planner.solve import plan_scenario
+    from planner.verify import verify_plan
+
+    text = SCENARIO.replace(
+        "source: {constant: {prompt_tokens: 1000, output_tokens: 200}}",
+        "source: {synthetic: {name: chat, requests: 20000, seed: 1, rate_rps: 5}}",
+    ) + "slo: {ttft_prompt_quantile: 0.9}\n"
+    path = tmp_path / "simq.yaml"
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    plan = plan_scenario(path, explore=False)
+    (pd,) = plan.pools
+    (check,) = verify_plan(plan, requests=2000)
+    pt = pd.at_peak
+    assert (check.predicted["rate_rps"], check.predicted["resident_batch"], check.predicted["kv_utilisation"]) == (
+        pt.rate_rps, pt.resident_batch, pt.kv_utilisation)
+    assert (check.predicted["itl_ms_mean"], check.predicted["itl_ms_p50"]) == (pt.itl_ms, pt.step_ms)
+    assert check.predicted["ttft_ms_p99"] == pt.ttft_ms  # at the p90 prompt, as the plan sized it
+    assert check.predicted["rate_rps"] == pytest.approx(pd.rate_per_replica_rps)

@@ -10,16 +10,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from click.testing import CliRunner
+from clirun import run
 
-from planner.cli import main
 from planner.histogram import Histogram
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 
 
-def run(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 def test_histogram_json_has_exactly_the_contract_keys(tmp_path):

@@ -39,26 +39,20 @@ def main(ctx: click.Context, debug: bool) -> None:
     ctx.obj = {"debug": debug}
 
 
-_COMMAND_MODULES = (
-    "memory_cmd",
-    "capacity_cmd",
-    "catalog_cmd",
-    "workload_cmd",
-    "solve_cmd",
-    "forecast_cmd",
-    "simulate_cmd",
-)
-
-
 def _register() -> None:
-    # One module per command family; each exports COMMANDS.
-    for name in _COMMAND_MODULES:
-        try:
-            module = __import__(f"planner.cli.{name}", fromlist=["COMMANDS"])
-        except ModuleNotFoundError as exc:
-            if exc.name != f"planner.cli.{name}":
-                raise
-            continue
+    # One module per command family; each exports COMMANDS. Imported plainly: a missing
+    # module is a packaging error, not a command to drop quietly.
+    from planner.cli import (
+        capacity_cmd,
+        catalog_cmd,
+        forecast_cmd,
+        memory_cmd,
+        simulate_cmd,
+        solve_cmd,
+        workload_cmd,
+    )
+
+    for module in (memory_cmd, capacity_cmd, catalog_cmd, workload_cmd, solve_cmd, forecast_cmd, simulate_cmd):
         for command in module.COMMANDS:
             main.add_command(command)
 

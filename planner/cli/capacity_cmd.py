@@ -2,17 +2,38 @@
 
 from __future__ import annotations
 
-import math
-
 import click
 
 from planner.cli.options import catalog_option, echo_json, get_catalog, json_option
 from planner.deployment import DEFAULT_OVERHEAD_GIB, make_deployment
 from planner.histogram import Histogram
-from planner.memory import budget_ladder, memory_levers, paged_tokens, paged_users
-from planner.paged import SIZING_MODES, token_profile
+from planner.memory import (
+    budget_ladder,
+    kv_bytes_for_tokens,
+    memory_levers,
+    paged_tokens,
+    paged_users,
+)
 from planner.roofline import StepModel, ridge_point
-from planner.units import GiB
+from planner.units import GiB, quantile_label
+
+
+class _SizingChoice(click.Choice):
+    """click.Choice over planner.paged.SIZING_MODES, read only when click needs the choices:
+    planner.paged loads scipy, which the other commands should not pay for at start-up."""
+
+    def __init__(self) -> None:
+        super().__init__(())
+
+    @property
+    def choices(self):
+        from planner.paged import SIZING_MODES
+
+        return SIZING_MODES
+
+    @choices.setter
+    def choices(self, _value) -> None:
+        pass  # fixed: always planner.paged.SIZING_MODES
 
 
 def _load_histogram(path: str) -> Histogram:
@@ -35,7 +56,7 @@ def _load_histogram(path: str) -> Histogram:
 @click.option("--histogram", "histogram_file", type=click.Path(dir_okay=False), default=None, help="Traffic class from a histogram file (planner histogram).")
 @click.option("--prompt-tokens", type=click.IntRange(min=0), default=None, help="Every request has this prompt length.")
 @click.option("--output-tokens", type=click.IntRange(min=1), default=None, help="Every request has this output length.")
-@click.option("--sizing", type=click.Choice(SIZING_MODES), default="expected", show_default=True)
+@click.option("--sizing", type=_SizingChoice(), default="expected", show_default=True)
 @click.option("--quantile", type=click.FloatRange(0.5, 0.99999), default=0.99, show_default=True, help="For --sizing percentile.")
 @click.option("--shared-prefix", type=click.IntRange(min=0), default=0, show_default=True, help="Tokens of a prefix every request shares (prefix caching).")
 @click.option("--itl-ms", type=click.FloatRange(min=0, min_open=True), default=None, help="Inter-token latency target.")
@@ -61,6 +82,7 @@ def capacity(
     """
     # The capacity model (scipy's root finders) loads only when a command needs it.
     from planner.capacity import SLO, replica_capacity
+    from planner.paged import token_profile
     from planner.planning import edge_at_most
 
     catalog = get_catalog(catalog_files)
@@ -77,10 +99,11 @@ def capacity(
     hist = None
     if histogram_file:
         hist = _load_histogram(histogram_file)
-        too_long = hist.requests - hist.select_total(at_most=edge_at_most(dep.max_model_len)).requests
+        served = hist.select_total(at_most=edge_at_most(dep.max_model_len))
+        too_long = hist.requests - served.requests
         if too_long:
             click.echo(f"note: {too_long:,} request(s) exceed the {dep.max_model_len:,}-token limit and are left out", err=True)
-            hist = hist.select_total(at_most=edge_at_most(dep.max_model_len))
+            hist = served
     elif prompt_tokens is not None:
         if prompt_tokens + output_tokens > dep.max_model_len:
             raise click.UsageError(
@@ -140,7 +163,7 @@ def capacity(
     elif rate is not None:
         raise click.UsageError("--rate needs a traffic class (--histogram or --prompt-tokens/--output-tokens)")
     if as_json:
-        echo_json(_finite(payload))
+        echo_json(payload)
         return
     click.echo(_ladder_text(catalog, dep, ladder, payload, typical_tokens))
     if cap is not None:
@@ -167,16 +190,6 @@ def _at_rate(dep, prof, slo, cap, rate, ladder) -> dict:
         "beyond_capacity": rate > cap.max_rps * (1 + 1e-9),
         "stable": True,
     }
-
-
-def _finite(obj):
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_finite(v) for v in obj]
-    return obj
 
 
 def _ladder_text(catalog, dep, ladder, payload, typical_tokens) -> str:
@@ -211,8 +224,6 @@ def _ladder_text(catalog, dep, ladder, payload, typical_tokens) -> str:
     if typical_tokens:
         held = paged_tokens(min(typical_tokens, dep.max_model_len), dep.block_size)
         per_user = payload["paged_users"]
-        from planner.memory import kv_bytes_for_tokens
-
         gib = kv_bytes_for_tokens(dep.model, held, dep.kv_dtype, dep.tp) / GiB
         lines.append(
             f"     paged: a {typical_tokens:,}-token conversation holds {held:,} tokens "
@@ -237,6 +248,7 @@ def _ladder_text(catalog, dep, ladder, payload, typical_tokens) -> str:
 
 
 def _capacity_text(payload, cap, quantile) -> str:
+
     pt = cap.point
     c = cap.concurrency
     lines = [
@@ -247,7 +259,7 @@ def _capacity_text(payload, cap, quantile) -> str:
         f"  max rate          {cap.max_rps:10.3f} requests/s   binding ceiling: {cap.binding}",
         f"  resident batch    {pt.resident_batch:10.1f} sequences",
         f"  mean ITL          {pt.itl_ms:10.2f} ms   (mean step {pt.step_ms:.2f} ms; {pt.regime}-bound decode {pt.decode_ms:.2f} ms, prefill share {pt.prefill_share:.0%})",
-        f"  TTFT (at p{round(100 * quantile, 3):g} prompt) {pt.ttft_ms:8.1f} ms",
+        f"  TTFT (at {quantile_label(quantile)} prompt) {pt.ttft_ms:8.1f} ms",
         f"  KV utilisation    {pt.kv_utilisation:10.1%}",
         f"  output tokens/s   {pt.output_tokens_per_s:10.1f}",
         "  each ceiling alone (requests/s): "

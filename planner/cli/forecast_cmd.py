@@ -19,7 +19,7 @@ def write_forecast(name: str, results, out_dir: Path) -> tuple[Path, Path]:
     forecast_figure(
         [r.quarter for r in results], [r.cost_per_million["blended"] for r in results],
         [r.cost_per_million_at_mean["blended"] if r.cost_per_million_at_mean else None for r in results],
-        [sum(r.gpus_by_type.values()) for r in results], out_dir / figure, title=f"{name}: cost per token and fleet",
+        [r.gpus for r in results], out_dir / figure, title=f"{name}: cost per token and fleet",
     )
     md, csv_path = out_dir / f"{name}_forecast.md", out_dir / f"{name}_forecast.csv"
     for path, text in ((md, forecast_markdown(name, results, figure=figure)), (csv_path, forecast_csv(results))):
@@ -53,7 +53,7 @@ def forecast(scenario, out_dir, no_report, catalog_files, as_json) -> None:
         return
     for r in results:
         click.echo(
-            f"{r.quarter}: {sum(r.gpus_by_type.values())} GPUs, ${r.cost_per_hour:,.2f}/hour, "
+            f"{r.quarter}: {r.gpus} GPUs, ${r.cost_per_hour:,.2f}/hour, "
             f"${r.cost_per_million['blended']:,.4f} per million tokens at peak"
         )
     if written:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from planner.cli.options import catalog_option, echo_json, get_catalog, json_option
-from planner.memory import kv_bytes_for_tokens, kv_bytes_per_token
+from planner.memory import kv_bytes_for_tokens, kv_bytes_per_token, kv_heads_stored
 from planner.units import GB, GiB, KiB
 
 
@@ -54,7 +54,7 @@ def kv(model: str, kv_dtype: str, tokens: int | None, tp: int, catalog_files, as
         if tp > 1:
             formula += f" x {tp} (latent replicated on every tp rank)"
     else:
-        heads = tp * max(1, m.num_key_value_heads // tp)
+        heads = kv_heads_stored(m, tp)
         formula = (
             f"2 x {m.num_hidden_layers} layers x {heads} KV heads x {m.head_dim} head_dim x "
             f"{dtype.bytes_per_element:g} bytes"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -29,5 +30,18 @@ def get_catalog(catalog_files: tuple[str, ...]) -> Catalog:
     return load_catalog(*catalog_files)
 
 
+def finite(obj: Any) -> Any:
+    """`obj` with NaN and infinities as None: JSON has no literal for them (an unbounded
+    ceiling, say, prints as null)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [finite(v) for v in obj]
+    return obj
+
+
 def echo_json(payload: Any) -> None:
-    click.echo(json.dumps(payload, indent=2, sort_keys=False, allow_nan=False))
+    """Print `payload` as the --json output of a command (non-finite numbers as null)."""
+    click.echo(json.dumps(finite(payload), indent=2, sort_keys=False, allow_nan=False))

@@ -25,8 +25,9 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
     Example:
       planner simulate scenarios/chat_8b_h100.yaml --requests 20000 --seed 1
     """
+    from planner.simulate import COMPARE_KEYS
     from planner.solve import plan_scenario
-    from planner.verify import VERIFY_KEYS, verify_plan
+    from planner.verify import verify_plan
 
     plan = plan_scenario(scenario, catalog_files=catalog_files, explore=False)
     names = [pd.traffic_class.name for pd in plan.pools]
@@ -47,7 +48,7 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
     for c in checks:
         click.echo(f"{c.label} — {c.config}: {'holds' if c.holds else 'does NOT hold: ' + '; '.join(c.problems)}")
         click.echo(f"  {'':24} {'predicted':>12} {'simulated':>12}")
-        for k in VERIFY_KEYS:
+        for k in COMPARE_KEYS:
             p, s = c.predicted.get(k), c.simulated.get(k)
             click.echo(f"  {k:24} {'—' if p is None else f'{p:12,.3f}':>12} {'—' if s is None else f'{s:12,.3f}':>12}")
     if any(not c.holds for c in checks):

@@ -31,9 +31,10 @@ def solve(scenarios, out_dir, no_report, write_lp, verify, catalog_files, as_jso
     from planner.solve import load_inputs, plan_inputs, plan_json
 
     results = []
-    for path in scenarios:
+    for i, path in enumerate(scenarios):
         inputs = load_inputs(path, catalog_files=catalog_files)
-        plan = plan_inputs(inputs)
+        first_lp = bool(write_lp) and i == 0
+        plan = plan_inputs(inputs, keep_lp=first_lp)
         sections = []
         if inputs.scenario.forecast is not None:
             from planner.forecast import forecast_markdown, run_forecast
@@ -46,8 +47,8 @@ def solve(scenarios, out_dir, no_report, write_lp, verify, catalog_files, as_jso
             from planner.verify import verification_section
 
             sections.append(verification_section(plan))
-        if write_lp and not results:
-            _write_lp(plan, Path(write_lp))
+        if first_lp:
+            _write_lp(plan.solution.lp_text, Path(write_lp))
         written = None if no_report else write_report(plan, Path(out_dir), sections=tuple(sections))
         if as_json:
             results.append(plan_json(plan))
@@ -63,11 +64,14 @@ def solve(scenarios, out_dir, no_report, write_lp, verify, catalog_files, as_jso
         echo_json(results if len(results) > 1 else results[0])
 
 
-def _write_lp(plan, path: Path) -> None:
-    from planner.planning import _solve
+def _write_lp(text: str, path: Path) -> None:
+    from planner.errors import InputError
+    from planner.files import write_text_atomic
 
-    sol = _solve(plan.scenario, plan.classes, plan.evaluations, keep_lp=True)
-    path.write_text(sol.lp_text, encoding="utf-8")
+    try:
+        write_text_atomic(path, text)
+    except OSError as exc:
+        raise InputError(f"cannot write the LP file ({exc.strerror or exc})", where=str(path)) from None
 
 
 COMMANDS = [solve]
