@@ -13,21 +13,19 @@ Derivation (continuous batching with chunked prefill, one replica):
   increasing in N (t_dec(N)/N falls as the weight read is shared), saturating at
   the roofline throughput. Every ceiling is therefore a bound on N:
     memory   N ≤ N_mem (budget / footprint, in the sizing mode),
-    itl      ITL(N) ≤ target, the mean inter-token latency a token sees (itl_s): the
-             mean step t(N) plus the prefill backlog a request meets as it starts to
-             decode, spread over its output tokens (see itl_s),
-    ttft     W_q + T_pf(p_q) + ceil(p_q / C)·t_dec(N) + R(N) ≤ TTFT target, p_q the
-             class's prompt quantile (its chunks ride one step each), R the mean
-             residual of the step in flight at arrival (residual_step_s), and W_q
-             the Pollaczek-Khinchine mean wait of an M/G/1 prefill
-             queue, ρ/(1-ρ)·E[T_pf]·(1 + cv²)/2, with cv² of prefill time taken as
-             that of prompt length (E[p²]/E[p]² - 1); it grows without bound as
-             prefill saturates the GPU, which is what stops a prefill-heavy class,
+    ttft     each band's TTFT target at its statistic, from the latency distributions
+             of planner.latency (the prefill queue's waiting time by FFT, plus the
+             request's own prefill): head-of-line blocking behind long prompts shows here,
+    tpot     each band's per-request TPOT target at its statistic (planner.latency),
+    itl      a per-token gap target, where a band states one,
+    attainment  the share of requests meeting both their TTFT and TPOT targets,
     batch    N ≤ the engine's max_num_seqs; at that point the step is either
              bandwidth- or compute-bound, and the ceiling is labelled as such.
+  Latencies grow with N, so each latency bound is the N where its target stops
+  holding, found by bisection on the model's exact miss (planner.latency.excess).
   Capacity is λ at the knee: the smallest N reaching 99% of λ(min of the bounds)
-  (see _knee). Each bound comes from a bracketed root (scipy.optimize.brentq) of a
-  monotone function, so nothing stops early silently.
+  (see _knee). A target the model never meets below the other ceilings is reported as
+  clamped, not as a tie.
 """
 
 from __future__ import annotations
@@ -39,6 +37,7 @@ import numpy as np
 from scipy.optimize import brentq
 
 from planner.deployment import Deployment
+from planner.latency import LatencyModel, LatencyPoint
 from planner.memory import (
     BudgetLadder,
     budget_ladder,
@@ -54,28 +53,18 @@ from planner.paged import (
     max_mean_count_for_quantile,
 )
 from planner.roofline import StepModel
-from planner.units import quantile_label
+from planner.targets import SLO
 
-CEILINGS = ("memory", "bandwidth", "compute", "itl", "ttft")
+NO_TARGETS = SLO()
+
+__all__ = ["NO_TARGETS", "SLO", "Capacity", "OperatingPoint", "ReplicaModel", "replica_capacity"]
+
+CEILINGS = ("memory", "bandwidth", "compute", "itl", "tpot", "ttft", "attainment")
+LATENCY_CEILINGS = ("ttft", "tpot", "itl", "attainment")
 KNEE_SHARE = 0.99  # a replica is planned at 99% of the rate its binding bound allows
 KNEE_FLAT = 0.9  # if 99% of that rate needs under 90% of the bound's batch, throughput has saturated
 PERCENTILE_GRID_UNITS = 1024  # byte-grid resolution of the compound-Poisson total
-
-
-@dataclass(frozen=True)
-class SLO:
-    """Latency targets of a traffic class; None means no target."""
-
-    itl_ms: float | None = None
-    ttft_s: float | None = None
-    # (prompt tokens, TTFT target s) pairs checked instead of (the class's prompt quantile, ttft_s):
-    # a pool mixing short and long requests owes each band its own target.
-    ttft_checks: tuple[tuple[float, float], ...] = ()
-
-    def checks(self, prompt_quantile_tokens: float) -> tuple[tuple[float, float], ...]:
-        if self.ttft_checks:
-            return self.ttft_checks
-        return ((prompt_quantile_tokens, self.ttft_s),) if self.ttft_s is not None else ()
+BOUND_REL_TOL = 1e-3  # latency bounds are bisected to this relative width in N
 
 
 @dataclass(frozen=True)
@@ -98,11 +87,26 @@ class OperatingPoint:
     step_ms: float  # mean step time
     itl_ms: float  # mean inter-token latency a token sees (>= the mean step; see ReplicaModel.itl_s)
     decode_ms: float  # step time before prefill chunks stretch it
-    ttft_ms: float
     kv_utilisation: float
     output_tokens_per_s: float
     prefill_share: float  # fraction of GPU time spent in prefill
     regime: str  # "bandwidth" or "compute" at this batch
+
+
+@dataclass(frozen=True)
+class TargetFloor:
+    """A target below what the config can do with no queueing at all: the band's own prefill
+    (and one decode step per chunk) at the target's statistic."""
+
+    band: str
+    kind: str  # "ttft"
+    target_s: float
+    floor_s: float
+    stat: str
+
+    def text(self) -> str:
+        return (f"band '{self.band}': TTFT {self.stat} ≤ {self.target_s:g} s is below the floor of "
+                f"{self.floor_s:.2f} s (the {self.stat} of the band's prefill time alone, with no queueing)")
 
 
 @dataclass(frozen=True)
@@ -117,9 +121,10 @@ class Capacity:
     concurrency: dict[str, int]  # max resident sequences by memory, in every sizing mode
     ladder: BudgetLadder
     footprint: Footprint
-    prefill_s_at_quantile: float
     bound_batch: float = 0.0  # resident sequences at the binding bound, before planning at the knee
     notes: tuple[str, ...] = field(default_factory=tuple)
+    clamped: tuple[str, ...] = ()  # latency targets that still hold at the other ceilings (no bound of their own)
+    floors: tuple[TargetFloor, ...] = ()  # targets no load can meet on this config
 
 
 def footprint(dep: Deployment, prof: TokenProfile, ladder: BudgetLadder) -> Footprint:
@@ -182,9 +187,6 @@ class ReplicaModel:
         self.prefill_mean_s = float(
             self.step.prefill_s(prof.mean_prompt, prof.mean_prompt_sq, prof.shared_prefix_tokens)
         )
-        mean_p = max(prof.mean_prompt, 1.0)
-        self.prompt_cv2 = max(prof.mean_prompt_sq / (mean_p * mean_p) - 1.0, 0.0)
-        self.prefill_q_s, self.chunks_q = self._prompt_cost(prof.prompt_quantile_tokens)
         chunk = dep.engine.max_num_batched_tokens
         self.chunk_s = float(self.step.prefill_s(chunk, chunk * chunk))  # one full chunk from a prompt's start
         share = prof.cell_requests / prof.cell_requests.sum()
@@ -193,14 +195,16 @@ class ReplicaModel:
         self._cum_weight = np.cumsum(share[order])
         self._cum_weighted_steps = np.cumsum(share[order] * self._sorted_steps)
         self.mean_decode_steps = float(np.dot(share, prof.cell_decode_steps))
-        # (prefill s, chunks, target s, prompt tokens) per TTFT check
-        self.ttft_targets = [(*self._prompt_cost(p), target, p) for p, target in slo.checks(prof.prompt_quantile_tokens)]
-
-    def _prompt_cost(self, prompt_tokens: float) -> tuple[float, int]:
-        s = self.prof.shared_prefix_tokens
-        prefill = float(self.step.prefill_s(prompt_tokens, prompt_tokens * prompt_tokens, s))
-        chunks = max(1, math.ceil(max(prompt_tokens - s, 0) / self.dep.engine.max_num_batched_tokens))
-        return prefill, chunks
+        self.latency = LatencyModel(self.step, prof, chunk, slo, dep.engine.long_prefill_token_threshold or None)
+        # Moments of the prefill queue's service time (compute of the prompt plus the decode part
+        # of the steps its tokens ride), which the mean wait needs (prefill_wait_s).
+        cells = self.latency.cells
+        new_tokens, prefill = cells.new_tokens, self.latency.prefill_s
+        self._prefill_sq_mean = float(np.dot(cells.weight, prefill**2))
+        self._prefill_cross = float(np.dot(cells.weight, prefill * new_tokens))
+        self._new_tokens_mean = float(np.dot(cells.weight, new_tokens))
+        self._new_tokens_sq = float(np.dot(cells.weight, new_tokens**2))
+        self._points: dict[float, LatencyPoint] = {}
 
     def decode_s(self, n: float) -> float:
         return float(
@@ -226,7 +230,6 @@ class ReplicaModel:
             step_ms=t_step * 1e3,
             itl_ms=self.itl_s(n) * 1e3 if n > 0 else t_step * 1e3,
             decode_ms=t_dec * 1e3,
-            ttft_ms=self.ttft_s(n) * 1e3,
             kv_utilisation=held / self.ladder.kv_budget_bytes,
             output_tokens_per_s=lam * self.prof.mean_output,
             prefill_share=rho,
@@ -239,11 +242,17 @@ class ReplicaModel:
         return self.decode_s(n) / (1.0 - rho) if rho < 1 else math.inf
 
     def prefill_wait_s(self, n: float) -> float:
-        """Pollaczek-Khinchine mean wait of the FCFS prefill queue: ρ/(1-ρ)·E[T_pf]·(1+cv²)/2."""
-        rho = self.rate(n) * self.prefill_mean_s
+        """Mean wait of the FCFS prefill queue (Pollaczek-Khinchine): λ·E[S²] / (2(1 - ρ_S)), with
+        S = prefill compute + (new prompt tokens / C')·t_dec the time a prompt holds the queue
+        (planner.latency), C' = C - N the budget left after the decodes. The second moment of
+        prefill *time* (quadratic in attention) sets it, not that of prompt length."""
+        lam = self.rate(n)
+        per_token = self.decode_s(n) / max(self.dep.engine.max_num_batched_tokens - n, 1.0)
+        rho = lam * (self.prefill_mean_s + per_token * self._new_tokens_mean)
         if rho >= 1:
             return math.inf
-        return rho / (1.0 - rho) * self.prefill_mean_s * (1.0 + self.prompt_cv2) / 2.0
+        second = self._prefill_sq_mean + 2 * per_token * self._prefill_cross + per_token**2 * self._new_tokens_sq
+        return lam * second / (2.0 * (1.0 - rho))
 
     def itl_s(self, n: float) -> float:
         """Mean inter-token latency a token sees, which exceeds the mean step.
@@ -269,43 +278,35 @@ class ReplicaModel:
 
     def _backlog_met(self, backlog_s: float) -> float:
         """E[min(B, (o-1)·c)] over requests, from the cells sorted by decode steps (O(log cells))."""
+        if not math.isfinite(backlog_s):  # the prefill queue never empties: every request meets a chunk a step
+            return float(self._cum_weighted_steps[-1]) * self.chunk_s
         k = int(np.searchsorted(self._sorted_steps * self.chunk_s, backlog_s, side="left"))
         below = self._cum_weighted_steps[k - 1] * self.chunk_s if k else 0.0
         above = 1.0 - (self._cum_weight[k - 1] if k else 0.0)
         return below + backlog_s * above
 
-    def ttft_s(self, n: float, prefill_s: float | None = None, chunks: int | None = None) -> float:
-        """TTFT of a prompt (default: the class's quantile prompt) at mean resident count n:
-        the prefill queue's wait, the prompt's own prefill and one decode step per chunk,
-        plus the residual of the step in flight when it arrives."""
-        lam = self.rate(n)
-        rho = lam * self.prefill_mean_s
-        if rho >= 1:
-            return math.inf
-        wait = self.prefill_wait_s(n)
-        prefill = self.prefill_q_s if prefill_s is None else prefill_s
-        steps = self.chunks_q if chunks is None else chunks
-        return wait + prefill + steps * self.decode_s(n) + self.residual_step_s(n)
+    def latency_at(self, n: float) -> LatencyPoint:
+        """The latency distributions at mean resident count n (cached: bisections revisit points)."""
+        if n not in self._points:
+            self._points[n] = self.latency.at(self.rate(n), self.decode_s(n), n)
+        return self._points[n]
 
-    def residual_step_s(self, n: float) -> float:
-        """Mean remaining time of the step in flight at a random arrival: E[t²] / (2 E[t])
-        (the inspection paradox). Steps are decode-only (t_dec) or carry a prefill chunk
-        (t_dec + c); a share f = min(1, λ·E[chunks]·t) of steps carries one, and f·c = ρ·t
-        keeps the mean step t = t_dec / (1 - ρ)."""
-        t_dec = self.decode_s(n)
-        lam = self.rate(n)
-        rho = lam * self.prefill_mean_s
-        t = t_dec / (1.0 - rho)
-        f = min(1.0, lam * self.prof.prefill_steps_per_request * t)
-        if f <= 0:
-            return t_dec / 2.0
-        chunk = rho * t / f
-        second_moment = (1.0 - f) * t_dec**2 + f * (t_dec + chunk) ** 2
-        return second_moment / (2.0 * t)
-
-    def ttft_excess(self, n: float) -> float:
-        """max over TTFT checks of (TTFT - target), seconds; <= 0 when every check holds."""
-        return max(self.ttft_s(n, pf, ch) - target for pf, ch, target, _ in self.ttft_targets)
+    def failing(self, n: float, kinds: tuple[str, ...] = LATENCY_CEILINGS, *, first: bool = False) -> list[str]:
+        """The kinds of target (of `kinds`) that miss at n; with `first`, stop at the first miss
+        (the cheap TTFT check runs before the TPOT tables)."""
+        pt = self.latency_at(n)
+        out = []
+        for kind in kinds:
+            if kind == "attainment":
+                miss = self.slo.attainment is not None and pt.attainment() < self.slo.attainment
+            else:
+                miss = any(pt.misses(i, kind, getattr(band, kind))
+                           for i, band in enumerate(self.slo.bands) if getattr(band, kind) is not None)
+            if miss:
+                out.append(kind)
+                if first:
+                    break
+        return out
 
     def resident_for_rate(self, rate_rps: float, n_max: float) -> float | None:
         """N at which the replica runs at `rate_rps`, or None if even n_max cannot carry it."""
@@ -334,20 +335,63 @@ def _knee(rm: ReplicaModel, n_bound: float) -> float:
     return brentq(lambda n: rm.rate(n) - target, tiny, n_bound, xtol=1e-9, rtol=1e-12)
 
 
-def _largest_n(pred_excess, n_hi: float) -> float:
-    """Largest N in [0, n_hi] with pred_excess(N) <= 0, for pred_excess increasing in N."""
-    if pred_excess(n_hi) <= 0:
+def _largest_n(holds, n_hi: float, rel_tol: float = BOUND_REL_TOL) -> float:
+    """Largest N in [0, n_hi] where holds(N), for a condition that holds below some N and fails above.
+
+    The answer is n_hi, or a point of the fixed grid N_k = (1 + rel_tol)^k: bisection over the
+    integers k, after stepping down by factors of 8 to bracket the crossing. A fixed grid
+    makes the bound the same whatever n_hi is, so a config with more memory (a higher n_hi)
+    never gets a lower latency bound from a different bisection path. Only the sign of a
+    check is needed, so a check can stop at its first miss: the latency model is a
+    grid-based computation, where a root finder that assumes smoothness gains nothing."""
+    if holds(n_hi):
         return n_hi
-    tiny = min(1e-6, n_hi)
-    if pred_excess(tiny) > 0:
-        return 0.0
-    return brentq(pred_excess, tiny, n_hi, xtol=1e-9, rtol=1e-12)
+    log_r = math.log1p(rel_tol)
+    hi = math.floor(math.log(n_hi) / log_r)  # N_hi <= n_hi; it may still hold
+    if holds(math.exp(hi * log_r)):
+        return math.exp(hi * log_r)
+    step = math.ceil(math.log(8.0) / log_r)
+    lo = hi - step
+    floor_k = hi - math.ceil(math.log(1e7) / log_r)
+    while not holds(math.exp(lo * log_r)):
+        hi, lo = lo, lo - step
+        if lo < floor_k:
+            return 0.0
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if holds(math.exp(mid * log_r)):
+            lo = mid
+        else:
+            hi = mid
+    return math.exp(lo * log_r)
+
+
+def target_floors(rm: ReplicaModel) -> tuple[TargetFloor, ...]:
+    """Targets the config cannot meet even empty: a band's TTFT at its statistic below that of the
+    band's own prefill (with one decode step per chunk and no queueing)."""
+    floors = []
+    pt = rm.latency.at(0.0, rm.decode_s(1.0), 1.0)
+    weight = rm.latency.cells.weight
+    for index, band in enumerate(rm.slo.bands):
+        cells = rm.latency.band_cells[index]
+        if band.ttft is None or cells.size == 0:
+            continue
+        own, w = pt.own_s[cells], weight[cells] / weight[cells].sum()
+        q = band.ttft.quantile
+        if q is None:
+            floor = float(np.dot(w, own))
+        else:
+            order = np.argsort(own, kind="stable")
+            floor = float(own[order][min(int(np.searchsorted(np.cumsum(w[order]), q - 1e-12)), own.size - 1)])
+        if floor >= band.ttft.limit_s:
+            floors.append(TargetFloor(band.name, "ttft", band.ttft.limit_s, floor, band.ttft.stat))
+    return tuple(floors)
 
 
 def replica_capacity(
     dep: Deployment,
     prof: TokenProfile,
-    slo: SLO = SLO(),
+    slo: SLO = NO_TARGETS,
     *,
     sizing: SizingMode = "expected",
     quantile: float = 0.99,
@@ -362,14 +406,26 @@ def replica_capacity(
     n_batch = float(dep.engine.max_num_seqs)
     n_cap = min(n_mem, n_batch)
     bounds: dict[str, float] = {"memory": n_mem}
-    if slo.itl_ms is not None:
-        target = slo.itl_ms / 1e3
-        bounds["itl"] = _largest_n(lambda n: rm.itl_s(n) - target, n_cap) if n_cap > 0 else 0.0
-    if rm.ttft_targets:
-        bounds["ttft"] = _largest_n(rm.ttft_excess, n_cap) if n_cap > 0 else 0.0
+    clamped: list[str] = []
+    floors = target_floors(rm)
+    kinds = tuple(k for k in LATENCY_CEILINGS if _has_target(slo, k))
+    if kinds:
+        if floors or n_cap <= 0:
+            n_lat = 0.0
+            failing = ["ttft"] if floors else list(kinds)
+        else:
+            n_lat = _largest_n(lambda n: not rm.failing(n, kinds, first=True), n_cap)
+            failing = rm.failing(min(n_lat * (1 + 2 * BOUND_REL_TOL), n_cap), kinds) if n_lat < n_cap else []
+        # The latency bound is shared by the targets that fail just above it; the others hold up
+        # to it (their own bound, if any, lies higher and is not searched).
+        for kind in kinds:
+            if kind in failing:
+                bounds[kind] = n_lat
+            else:
+                clamped.append(kind)
     n_bound = min([n_cap, *bounds.values()])
     binding = min(bounds, key=lambda k: (bounds[k], CEILINGS.index(k)))
-    notes = []
+    notes = [f.text() for f in floors]
     if n_batch < bounds[binding] or (n_batch <= n_bound and binding == "memory" and n_batch < n_mem):
         binding = rm.point(n_batch).regime
         notes.append(f"batch capped at the engine's max_num_seqs = {dep.engine.max_num_seqs}")
@@ -383,12 +439,6 @@ def replica_capacity(
             f"throughput saturates at {n_star:,.0f} resident sequences: up to the {limit} limit of "
             f"{n_bound:,.0f} more concurrency adds latency, not requests/s (<{1 - KNEE_SHARE:.0%} more)"
         )
-    for prefill_s, _, target, prompt in rm.ttft_targets:
-        if prefill_s > target:
-            notes.append(
-                f"prefill of a {prompt:,.0f}-token prompt (the {quantile_label(prof.prompt_quantile)} of its band) "
-                f"alone takes {prefill_s:.2f} s > TTFT target {target:g} s"
-            )
     point = rm.point(n_star) if n_star > 0 else rm.point(0.0)
     ceilings = {k: rm.rate(v) for k, v in bounds.items()}
     ceilings["roofline"] = rm.rate(n_batch)
@@ -401,8 +451,14 @@ def replica_capacity(
         concurrency={k: math.floor(v) if math.isfinite(v) else 10**9 for k, v in conc.items()},
         ladder=rm.ladder,
         footprint=rm.fp,
-        prefill_s_at_quantile=rm.prefill_q_s,
         bound_batch=n_bound,
         notes=tuple(notes),
+        clamped=tuple(clamped),
+        floors=floors,
     )
 
+
+def _has_target(slo: SLO, kind: str) -> bool:
+    if kind == "attainment":
+        return slo.attainment is not None
+    return any(getattr(b, kind) is not None for b in slo.bands)

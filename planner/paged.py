@@ -86,6 +86,8 @@ class TokenProfile:
     level_weight: np.ndarray  # pmf over blocks held, time-weighted
     cell_requests: np.ndarray  # requests per histogram cell
     cell_decode_steps: np.ndarray  # mean decode steps (output tokens - 1) of a request in each cell
+    cell_prompt_tokens: np.ndarray  # exact mean prompt length of each cell
+    cell_prompt_sq: np.ndarray  # exact mean of the squared prompt length of each cell
     max_total_tokens: int
 
 
@@ -161,6 +163,8 @@ def token_profile(
         level_weight=level_weight,
         cell_requests=c,
         cell_decode_steps=decode_steps / c,
+        cell_prompt_tokens=hist.sum_prompt / c,
+        cell_prompt_sq=hist.sum_prompt_sq / c,
         max_total_tokens=int((p_mean + o_mean).max()),
     )
 

@@ -12,15 +12,20 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from planner.capacity import SLO, Capacity, ReplicaModel, replica_capacity
+import numpy as np
+
+from planner.capacity import Capacity, ReplicaModel, replica_capacity
 from planner.catalog import GPU, Catalog, Model
+from planner.certify import PoolCheck, PoolSetting, check_pool, simulated_capacity
 from planner.deployment import Deployment, make_deployment, supported_problem
 from planner.errors import InfeasibleError, InputError
 from planner.histogram import TOTAL_EDGES, Histogram
-from planner.optimize import Candidate, FleetSolution, SplitOption, solve_fleet
+from planner.optimize import Candidate, FleetSolution, Pool, SplitOption, solve_fleet
 from planner.paged import token_profile
 from planner.scenario import Scenario
-from planner.units import HOURS_PER_MONTH, quantile_label
+from planner.simulate import Requests
+from planner.targets import SLO
+from planner.units import HOURS_PER_MONTH
 
 SENSITIVITY = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
 
@@ -38,7 +43,6 @@ class TrafficClass:
     rate_rps: float  # to cover: peak x headroom x share
     peak_rps: float  # at peak, without headroom
     slo: SLO
-    ttft_bands: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -65,10 +69,22 @@ class Evaluation:
     traffic_class: TrafficClass
     capacity: Capacity | None
     problem: str = ""
+    simulated_rps: float | None = None  # the simulated capacity, once certification measured it
+    calibration: float = 1.0  # the simulated / model capacity ratio measured on this class's other configs
 
     @property
     def capacity_rps(self) -> float:
-        return self.capacity.max_rps if self.capacity else 0.0
+        """Requests/s one replica is planned for: the simulated capacity where certification
+        measured one (it replaces the model's); else the model's, scaled by what simulation
+        found for this class on another config when the model was optimistic there."""
+        if self.simulated_rps is not None:
+            return self.simulated_rps
+        return self.capacity.max_rps * self.calibration if self.capacity else 0.0
+
+    @property
+    def key(self) -> tuple:
+        tc = self.traffic_class
+        return (tc.option, tc.name, self.config.label(tc.max_model_len))
 
 
 @dataclass(frozen=True)
@@ -82,6 +98,21 @@ class PoolDetail:
     capacity: Capacity
     at_peak: object  # OperatingPoint at the peak rate per replica
     rate_per_replica_rps: float  # the peak (before headroom) each replica of the pool carries
+    model: ReplicaModel
+    resident: float | None  # the model's mean resident batch at that rate (None: beyond its roofline)
+    planned_rps: float  # per replica in the ILP: the simulated capacity if certification measured one
+    check: PoolCheck | None = None
+
+
+@dataclass(frozen=True)
+class Certification:
+    """How the plan was certified by simulation (planner.certify)."""
+
+    certified: bool
+    rounds: int  # re-plans after pools missed in simulation
+    changes: tuple[str, ...]  # what each round changed, for the report
+    requests: int
+    seed: int
 
 
 @dataclass(frozen=True)
@@ -123,6 +154,9 @@ class Plan:
     sensitivity: list[Outcome] = field(default_factory=list)
     traffic_notes: tuple[str, ...] = ()
     measured_mean_rps: float | None = None  # mean arrival rate of the log, before growth
+    certification: Certification | None = None
+    given_fleet: bool = False  # the scenario stated its fleet; the plan checks it instead of solving
+    optimised: Outcome | None = None  # beside a given fleet: the cheapest plan the model finds
 
     @property
     def mean_rps(self) -> float | None:
@@ -131,7 +165,7 @@ class Plan:
     @property
     def capacity_rps(self) -> float:
         """Requests/s the fleet serves at its ceilings, all pools together."""
-        return sum(pd.replicas * pd.capacity.max_rps for pd in self.pools)
+        return sum(pd.replicas * pd.planned_rps for pd in self.pools)
 
     @property
     def cost_per_month(self) -> float:
@@ -149,40 +183,19 @@ def edge_at_most(limit: int) -> int:
     return edges[-1]
 
 
-def _class_slo(scn: Scenario, hist: Histogram) -> tuple[SLO, tuple[str, ...]]:
-    """Targets of a pool: the strictest ITL of the bands it holds, and a TTFT check per band."""
-    spec, q = scn.slo, scn.slo.ttft_prompt_quantile
-    long = spec.long_context
-    bands = [("", hist, spec.itl_ms, spec.ttft_s)]
-    if long is not None:
-        edge = long.above_tokens
-        bands = [
-            (f"≤ {edge:,}", hist.select_total(at_most=edge), spec.itl_ms, spec.ttft_s),
-            (f"> {edge:,}", hist.select_total(above=edge), long.itl_ms or spec.itl_ms, long.ttft_s or spec.ttft_s),
-        ]
-    itls = [itl for _, h, itl, _ in bands if not h.is_empty and itl is not None]
-    checks, names = [], []
-    for name, h, _, ttft in bands:
-        if h.is_empty or ttft is None:
-            continue
-        pq = token_profile(h, prompt_quantile=q).prompt_quantile_tokens
-        checks.append((pq, ttft))
-        names.append(f"{name} {quantile_label(q)} prompt {pq:,.0f} tokens: TTFT ≤ {ttft:g} s".strip())
-    return SLO(itl_ms=min(itls) if itls else None, ttft_checks=tuple(checks)), tuple(names)
-
-
 def traffic_classes(scn: Scenario, served: Histogram, limit: int, peak_rps: float) -> dict[str, list[TrafficClass]]:
     """Classes per split option: 'none' -> [all]; 'T' -> [short (≤ T, limit T), long (> T, limit L)]."""
     total = served.requests
     rate = peak_rps * scn.traffic.headroom
 
+    slo = scn.slo.to_slo()
+
     def make(option: str, name: str, label: str, hist: Histogram, class_limit: int) -> TrafficClass:
         share = hist.requests / total
-        slo, bands = _class_slo(scn, hist)
-        return TrafficClass(option, name, label, hist, class_limit, share, rate * share, peak_rps * share, slo, bands)
+        return TrafficClass(option, name, label, hist, class_limit, share, rate * share, peak_rps * share, slo)
 
     out = {"none": [make("none", "all", f"all (≤ {limit:,} tokens)", served, limit)]}
-    for t in scn.split_thresholds:
+    for t in scn.thresholds:
         if t >= limit:
             continue
         short, long = served.select_total(at_most=t), served.select_total(above=t)
@@ -219,6 +232,20 @@ class Evaluator:
         self.scn, self.catalog, self.model = scn, catalog, model
         self._cache: dict[tuple, Evaluation] = {}
         self._profiles: dict[tuple, object] = {}
+        self._simulated: dict[tuple, float] = {}  # (config, class) -> simulated capacity
+        self._calibration: dict[tuple, float] = {}  # class -> least simulated / model ratio seen
+
+    @staticmethod
+    def _class_key(tc: TrafficClass) -> tuple:
+        return (tc.option, tc.name, tc.max_model_len, id(tc.hist))
+
+    def record_simulated(self, e: Evaluation, rps: float) -> None:
+        """Certification measured this config's capacity for this class: use it from now on, and
+        scale the model's capacity of the class's other configs by the same ratio when below 1."""
+        self._simulated[(*e.config.key, *self._class_key(e.traffic_class))] = rps
+        if e.capacity is not None and e.capacity.max_rps > 0:
+            ck = self._class_key(e.traffic_class)
+            self._calibration[ck] = min(self._calibration.get(ck, 1.0), rps / e.capacity.max_rps)
 
     def deployment(self, cfg: Config, limit: int) -> Deployment:
         return make_deployment(
@@ -233,12 +260,18 @@ class Evaluator:
             self._profiles[key] = token_profile(
                 tc.hist, block_size=dep.block_size, chunk_tokens=dep.engine.max_num_batched_tokens,
                 sliding_window=self.model.sliding_window, shared_prefix_tokens=self.scn.traffic.shared_prefix_tokens,
-                prompt_quantile=self.scn.slo.ttft_prompt_quantile,
             )
         return self._profiles[key]
 
     def evaluate(self, cfg: Config, tc: TrafficClass) -> Evaluation:
-        key = (*cfg.key, tc.option, tc.name, tc.max_model_len, id(tc.hist))
+        key = (*cfg.key, *self._class_key(tc))
+        ev = self._model_evaluation(key, cfg, tc)
+        simulated, factor = self._simulated.get(key), self._calibration.get(self._class_key(tc), 1.0)
+        if simulated is None and factor == 1.0:
+            return ev
+        return dataclasses.replace(ev, simulated_rps=simulated, calibration=factor)
+
+    def _model_evaluation(self, key: tuple, cfg: Config, tc: TrafficClass) -> Evaluation:
         if key in self._cache:
             return self._cache[key]
         try:
@@ -354,7 +387,8 @@ def _best_failed(evals: Sequence[Evaluation]) -> Evaluation | None:
     with_cap = [ev for ev in evals if ev.capacity is not None]
     if not with_cap:
         return evals[0]
-    return min(with_cap, key=lambda ev: (ev.capacity.prefill_s_at_quantile, -ev.config.tp, ev.config.label(0)))
+    return min(with_cap, key=lambda ev: (min((f.floor_s for f in ev.capacity.floors), default=0.0), -ev.config.tp,
+                                         ev.config.label(0)))
 
 
 def _summary(sol: FleetSolution) -> str:
@@ -376,22 +410,21 @@ def make_plan(
     scn: Scenario, catalog: Catalog, model: Model, hist: Histogram, measured_peak_rps: float,
     *, explore: bool = True, traffic_notes: Iterable[str] = (),
     reserved: dict[str, tuple[int, float]] | None = None, measured_mean_rps: float | None = None,
-    keep_lp: bool = False,
+    keep_lp: bool = False, certify: bool | None = None, trace: Requests | None = None,
 ) -> Plan:
-    """Evaluate, solve, and (with explore) add split analysis, levers, alternatives and sensitivity.
+    """Evaluate, solve, certify by simulation, and (with explore) add split analysis, levers,
+    alternatives and sensitivity.
 
     keep_lp: the plan's solution keeps the ILP's text (`plan.solution.lp_text`, for `solve --write-lp`).
+    certify: replay every pool through the simulator and re-plan the ones that miss (default:
+    the scenario's `verify`). trace: the log's requests with their own arrivals (time already
+    compressed by growth), replayed across each pool's replicas as well.
+    A scenario that states its `fleet` gets that fleet checked and reported, not a new one.
     """
-    limit = scn.context_limit or model.max_position_embeddings
-    if limit > model.max_position_embeddings:
-        raise InputError(f"context_limit {limit} exceeds '{model.id}' max_position_embeddings {model.max_position_embeddings}")
-    served = hist.select_total(at_most=edge_at_most(limit))
-    if served.is_empty:
-        raise InputError(f"no request fits the {limit:,}-token context limit")
-    if scn.traffic.shared_prefix_tokens >= limit:
-        raise InputError(f"traffic.shared_prefix_tokens {scn.traffic.shared_prefix_tokens} must be below the context limit {limit}")
-    # Requests above the limit are rejected, so they are not load to plan for.
-    peak = measured_peak_rps * scn.traffic.growth * served.requests / hist.requests
+    if scn.fleet:
+        return _given_fleet_plan(scn, catalog, model, hist, measured_peak_rps, traffic_notes=traffic_notes,
+                                 measured_mean_rps=measured_mean_rps, certify=certify, trace=trace)
+    limit, served, peak = _served(scn, model, hist, measured_peak_rps, scn.context_limit)
     ev = Evaluator(scn, catalog, model)
     configs = candidate_configs(scn, catalog, model, scn.weight_dtypes, scn.kv_dtypes)
     if not configs:
@@ -403,28 +436,15 @@ def make_plan(
     sol = solve(classes, evals, reserved=reserved, keep_lp=keep_lp)
     if not sol.pools:
         raise InfeasibleError(_no_plan_message(sol, scn, classes, evals, inventory))
-
-    pools = _pool_details(ev, classes, evals, sol)
-    p_mean, o_mean = served.mean("sum_prompt"), served.mean("sum_output")
-    input_tph, output_tph = peak * 3600 * p_mean, peak * 3600 * o_mean
-    cost = sol.cost_per_hour
-    # Each pool's share of the fleet's cost (reserved GPUs included) splits by its prefill share of GPU time.
-    pool_cost = {id(pd): cost * pd.cost_per_hour / sum(q.cost_per_hour for q in pools) for pd in pools}
-    input_cost = sum(pool_cost[id(pd)] * pd.at_peak.prefill_share for pd in pools)
-    plan = Plan(
-        scenario=scn, model=model, catalog=catalog, hist=hist, served=served,
-        rejected_requests=hist.requests - served.requests, context_limit=limit,
-        measured_peak_rps=measured_peak_rps, peak_rps=peak, classes=classes, evaluations=evals, solution=sol,
-        pools=pools, cost_per_hour=cost, tokens_per_hour=input_tph + output_tph,
-        input_tokens_per_hour=input_tph, output_tokens_per_hour=output_tph,
-        cost_per_million={
-            "blended": cost / (input_tph + output_tph) * 1e6,
-            "input": input_cost / input_tph * 1e6,
-            "output": (cost - input_cost) / output_tph * 1e6,
-        },
-        traffic_notes=tuple(traffic_notes),
-        measured_mean_rps=measured_mean_rps,
-    )
+    pools = _pool_details(ev, evals, sol)
+    certification = None
+    if scn.verify if certify is None else certify:
+        evals, sol, pools, certification = _certify(
+            scn, ev, classes, evals, sol, pools, lambda evs: solve(classes, evs, reserved=reserved, keep_lp=keep_lp),
+            trace, rounds=scn.simulation.max_rounds,
+        )
+    plan = _assemble(scn, model, catalog, hist, served, limit, measured_peak_rps, peak, classes, evals, sol, pools,
+                     traffic_notes, measured_mean_rps, certification)
     if not explore:
         return plan
     split = []
@@ -446,10 +466,47 @@ def make_plan(
     return dataclasses.replace(plan, split_analysis=split, alternatives=alternatives, sensitivity=sensitivity, levers=levers)
 
 
-def _pool_details(ev: Evaluator, classes, evals, sol: FleetSolution) -> list[PoolDetail]:
-    by_label = {
-        (e.traffic_class.option, e.traffic_class.name, e.config.label(e.traffic_class.max_model_len)): e for e in evals
-    }
+def _served(scn: Scenario, model: Model, hist: Histogram, measured_peak_rps: float, limit: int | None):
+    """The context limit, the requests it serves, and the peak they bring (requests above the
+    limit are rejected, so they are not load to plan for)."""
+    limit = limit or model.max_position_embeddings
+    if limit > model.max_position_embeddings:
+        raise InputError(f"context_limit {limit} exceeds '{model.id}' max_position_embeddings {model.max_position_embeddings}")
+    served = hist.select_total(at_most=edge_at_most(limit))
+    if served.is_empty:
+        raise InputError(f"no request fits the {limit:,}-token context limit")
+    if scn.traffic.shared_prefix_tokens >= limit:
+        raise InputError(f"traffic.shared_prefix_tokens {scn.traffic.shared_prefix_tokens} must be below the context limit {limit}")
+    return limit, served, measured_peak_rps * scn.traffic.growth * served.requests / hist.requests
+
+
+def _assemble(scn, model, catalog, hist, served, limit, measured_peak_rps, peak, classes, evals, sol, pools,
+              traffic_notes, measured_mean_rps, certification) -> Plan:
+    p_mean, o_mean = served.mean("sum_prompt"), served.mean("sum_output")
+    input_tph, output_tph = peak * 3600 * p_mean, peak * 3600 * o_mean
+    cost = sol.cost_per_hour
+    # Each pool's share of the fleet's cost (reserved GPUs included) splits by its prefill share of GPU time.
+    pool_cost = {id(pd): cost * pd.cost_per_hour / sum(q.cost_per_hour for q in pools) for pd in pools}
+    input_cost = sum(pool_cost[id(pd)] * pd.at_peak.prefill_share for pd in pools)
+    return Plan(
+        scenario=scn, model=model, catalog=catalog, hist=hist, served=served,
+        rejected_requests=hist.requests - served.requests, context_limit=limit,
+        measured_peak_rps=measured_peak_rps, peak_rps=peak, classes=classes, evaluations=evals, solution=sol,
+        pools=pools, cost_per_hour=cost, tokens_per_hour=input_tph + output_tph,
+        input_tokens_per_hour=input_tph, output_tokens_per_hour=output_tph,
+        cost_per_million={
+            "blended": cost / (input_tph + output_tph) * 1e6,
+            "input": input_cost / input_tph * 1e6,
+            "output": (cost - input_cost) / output_tph * 1e6,
+        },
+        traffic_notes=tuple(traffic_notes),
+        measured_mean_rps=measured_mean_rps,
+        certification=certification,
+    )
+
+
+def _pool_details(ev: Evaluator, evals, sol: FleetSolution) -> list[PoolDetail]:
+    by_label = {e.key: e for e in evals}
     out = []
     for p in sol.pools:
         e = by_label[(sol.option, p.traffic_class, p.config)]
@@ -458,9 +515,123 @@ def _pool_details(ev: Evaluator, classes, evals, sol: FleetSolution) -> list[Poo
         rm = ReplicaModel(dep, ev.profile(tc, dep), tc.slo, e.capacity.ladder)
         share = (p.replicas * p.capacity_rps) / sum(q.replicas * q.capacity_rps for q in sol.pools if q.traffic_class == p.traffic_class)
         per_replica = tc.peak_rps * share / p.replicas
-        n = rm.resident_for_rate(per_replica, e.capacity.point.resident_batch + 1e-9) or 0.0
-        out.append(PoolDetail(tc, cfg, dep, p.replicas, p.gpus, p.cost_per_hour, e.capacity, rm.point(n), per_replica))
+        n = rm.resident_for_rate(per_replica, float(dep.engine.max_num_seqs))
+        out.append(PoolDetail(tc, cfg, dep, p.replicas, p.gpus, p.cost_per_hour, e.capacity, rm.point(n or 0.0),
+                              per_replica, rm, n, e.capacity_rps))
     return out
+
+
+def pool_setting(pd: PoolDetail, scn: Scenario, pools: list[PoolDetail], trace: Requests | None) -> PoolSetting:
+    """What certification needs of a pool: its replica, traffic, rate, model, and its share of the log."""
+    tc = pd.traffic_class
+    mine = None
+    if trace is not None:
+        total = trace.prompt_tokens + trace.output_tokens
+        lo = 0 if tc.name != "long" else int(tc.option)
+        in_class = np.flatnonzero((total > lo) & (total <= edge_at_most(tc.max_model_len)))
+        # A plain load balancer deals the class's requests to its replicas in turn, whatever each can carry.
+        siblings = [q for q in pools if q.traffic_class is tc]
+        offset = sum(q.replicas for q in siblings[: siblings.index(pd)])
+        replica = np.arange(in_class.size) % sum(q.replicas for q in siblings)
+        take = in_class[(replica >= offset) & (replica < offset + pd.replicas)]
+        if take.size:
+            mine = Requests(trace.arrival_s[take], trace.prompt_tokens[take], trace.output_tokens[take])
+    return PoolSetting(tc.name, tc.label, pd.config.label(tc.max_model_len), pd.deployment, tc.hist, pd.replicas,
+                       pd.rate_per_replica_rps, pd.model, pd.resident, scn.traffic.shared_prefix_tokens, mine)
+
+
+def _certify(scn, ev, classes, evals, sol, pools, resolve, trace, *, rounds: int):
+    """Replay every pool of the plan; where one misses, plan its config for that class at its
+    simulated capacity and solve again, until every pool holds or `rounds` re-plans are spent."""
+    sim, slo = scn.simulation, scn.slo.to_slo()
+    checked: dict[tuple, PoolCheck] = {}
+    changes: list[str] = []
+
+    def key(pd: PoolDetail) -> tuple:
+        tc = pd.traffic_class
+        return (tc.option, tc.name, pd.config.label(tc.max_model_len), pd.replicas, round(pd.rate_per_replica_rps, 9))
+
+    spent = 0
+    while True:
+        for pd in pools:
+            if key(pd) not in checked:
+                checked[key(pd)] = check_pool(pool_setting(pd, scn, pools, trace), slo, requests=sim.requests, seed=sim.seed)
+        missing = [pd for pd in pools if not checked[key(pd)].holds]
+        if not missing or spent == rounds:
+            break
+        spent += 1
+        for pd in missing:
+            check = checked[key(pd)]
+            tc = pd.traffic_class
+            config = pd.config.label(tc.max_model_len)
+            if not check.problems:  # held at the planned peak with Poisson arrivals, not under the log's bursts
+                new = pd.planned_rps * pd.replicas / (pd.replicas + 1)
+                why = "the log's own arrivals: " + "; ".join(check.replay.problems)
+            else:
+                new = simulated_capacity(pool_setting(pd, scn, pools, None), slo, requests=sim.requests,
+                                         seed=sim.seed).rate_rps
+                why = "; ".join(check.problems)
+            ev.record_simulated(next(e for e in evals if e.key == (tc.option, tc.name, config)), new)
+            changes.append(f"round {spent}: {tc.label} on {config} missed ({why}); planned at {new:,.3f} instead of "
+                           f"{pd.planned_rps:,.3f} req/s per replica")
+        evals = [ev.evaluate(e.config, e.traffic_class) for e in evals]
+        sol = resolve(evals)
+        if not sol.pools:
+            raise InfeasibleError("no plan holds its targets in simulation: " + " | ".join(changes))
+        pools = _pool_details(ev, evals, sol)
+    certified = all(checked[key(pd)].holds for pd in pools)
+    pools = [dataclasses.replace(pd, check=checked[key(pd)]) for pd in pools]
+    return evals, sol, pools, Certification(certified, spent, tuple(changes), sim.requests, sim.seed)
+
+
+def _given_fleet_plan(scn, catalog, model, hist, measured_peak_rps, *, traffic_notes, measured_mean_rps, certify,
+                      trace) -> Plan:
+    """The scenario's own fleet, evaluated and checked as it stands (no solving), beside the
+    cheapest plan the model finds for the same targets."""
+    base_limit = scn.context_limit or model.max_position_embeddings
+    limits = sorted({p.context_limit or base_limit for p in scn.fleet})
+    if len(limits) > 2:
+        raise InputError(f"fleet: pools have {len(limits)} context limits ({', '.join(map(str, limits))}); a fleet "
+                         "has at most two: a short pool's and a long pool's")
+    limit, served, peak = _served(scn, model, hist, measured_peak_rps, limits[-1])
+    one_class = len(limits) == 1
+    scn_fleet = scn.model_copy(update={"split_thresholds": [] if one_class else [limits[0]]})
+    classes = traffic_classes(scn_fleet, served, limit, peak)
+    option = "none" if one_class else str(limits[0])
+    if option not in classes:
+        raise InputError(f"fleet: no request falls on one side of the {limits[0]:,}-token limit; give one pool limit")
+    ev = Evaluator(scn, catalog, model)
+    prices = {c.id: c.price_per_hour(catalog.gpu(c.id).price_usd_per_hour) for c in scn.gpu_candidates}
+    evals, pools = [], []
+    for i, fp in enumerate(scn.fleet):
+        gpu = catalog.gpu(fp.gpu)
+        problem = supported_problem(gpu, fp.tp, catalog.dtype(fp.weight_dtype), catalog.dtype(fp.kv_dtype), model)
+        if problem:
+            raise InputError(f"fleet[{i}]: {problem}")
+        cfg = Config(gpu, fp.tp, fp.weight_dtype, fp.kv_dtype, prices.get(gpu.id, gpu.price_usd_per_hour))
+        lim = fp.context_limit or base_limit
+        tc = next(t for t in classes[option] if t.max_model_len == lim)
+        e = ev.evaluate(cfg, tc)
+        if e.capacity is None:
+            raise InputError(f"fleet[{i}]: {e.problem}")
+        evals.append(e)
+        pools.append(Pool(tc.name, cfg.label(lim), gpu.id, fp.replicas, fp.replicas * fp.tp, e.capacity_rps,
+                          tc.rate_rps, fp.replicas * fp.tp * cfg.price_usd_per_hour))
+    sol = FleetSolution("Given (the scenario's fleet, not optimised)", option, None if one_class else limits[0],
+                        tuple(pools), sum(p.cost_per_hour for p in pools), sum(p.gpus for p in pools), 0.0, 0.0, "—")
+    details = _pool_details(ev, evals, sol)
+    certification = None
+    if scn.verify if certify is None else certify:
+        evals, sol, details, certification = _certify(scn, ev, classes, evals, sol, details, None, trace, rounds=0)
+    plan = _assemble(scn, model, catalog, hist, served, limit, measured_peak_rps, peak, classes, evals, sol, details,
+                     traffic_notes, measured_mean_rps, certification)
+    free = scn.model_copy(update={"fleet": None})
+    try:
+        best = make_plan(free, catalog, model, hist, measured_peak_rps, explore=False, certify=False)
+        optimised = _outcome("cheapest plan for the same targets (model, not certified)", best.solution)
+    except InfeasibleError as exc:
+        optimised = Outcome("cheapest plan for the same targets", False, math.inf, 0, "", str(exc))
+    return dataclasses.replace(plan, given_fleet=True, optimised=optimised)
 
 
 def _levers(scn, catalog, model, served, limit, peak, ev, configs, classes, evals, sol, inventory, solve) -> list[Outcome]:

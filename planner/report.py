@@ -12,6 +12,7 @@ from pathlib import Path
 from planner.files import write_text_atomic
 from planner.paged import SIZING_MODES
 from planner.planning import SENSITIVITY, Outcome, Plan, PoolDetail
+from planner.report_latency import latency_section
 from planner.roofline import StepModel
 from planner.units import HOURS_PER_MONTH, GiB, quantile_label
 
@@ -55,10 +56,14 @@ def render(plan: Plan, *, figures: dict[str, str] | None = None, sections: tuple
     w("")
     w(_pools_table(plan))
     w("")
-    w(_why(plan))
+    if plan.given_fleet:
+        w(_given_fleet(plan))
+    else:
+        w(_why(plan))
     w("")
     w(_finance(plan))
     w("")
+    w(latency_section(plan))
     w("## Split analysis")
     w("")
     w(_outcomes_table(plan.split_analysis, plan.cost_per_hour, "Option"))
@@ -95,12 +100,28 @@ def render(plan: Plan, *, figures: dict[str, str] | None = None, sections: tuple
     return "\n".join(out)
 
 
+def _verdict(plan: Plan) -> str:
+    """One line: whether the plan's targets hold in simulation, and what they are."""
+    bands = "; ".join(f"{b.name}: {b.targets_text()}" for b in plan.scenario.slo.to_slo().bands)
+    cert = plan.certification
+    if cert is None:
+        return f"Targets ({bands}) are met by the model's prediction; simulation was not asked for (`verify: false`)."
+    if cert.certified:
+        again = f", after {cert.rounds} re-plan{'s' if cert.rounds > 1 else ''} at simulated capacities" if cert.rounds else ""
+        return (f"Certified by simulation: every pool meets every band's targets ({bands}) when replayed at its peak "
+                f"rate{again}.")
+    failing = "; ".join(f"{pd.traffic_class.label}: {', '.join(pd.check.problems or pd.check.replay.problems)}"
+                        for pd in plan.pools if not pd.check.holds)
+    return f"**This plan does NOT hold its targets in simulation** ({failing}); targets: {bands}."
+
+
 def _decision(plan: Plan) -> str:
     sol = plan.solution
     parts = [f"{p.replicas} × {p.config.split(' ctx')[0]}" for p in sol.pools]
     cpm = plan.cost_per_million
+    head = "## Decision" if not plan.given_fleet else "## The fleet as given"
     return "\n".join([
-        "## Decision",
+        head,
         "",
         f"**{_split_text(sol.threshold).capitalize()}: {' + '.join(parts)} — {sol.gpus} GPUs, "
         f"{_usd(plan.cost_per_hour)} per hour, {_usd(plan.cost_per_month)} per month, "
@@ -111,7 +132,18 @@ def _decision(plan: Plan) -> str:
         f"Sized for a peak of {plan.peak_rps:,.2f} requests/s × headroom {plan.scenario.traffic.headroom:g} = "
         f"{plan.peak_rps * plan.scenario.traffic.headroom:,.2f} requests/s, context limit {plan.context_limit:,} tokens, "
         f"model `{plan.model.id}`. Solver: {sol.solver}, status {sol.status}.",
+        "",
+        _verdict(plan),
     ])
+
+
+def _given_fleet(plan: Plan) -> str:
+    """Beside a fleet the scenario states: what the optimiser would buy for the same targets."""
+    o = plan.optimised
+    if o is None or not o.feasible:
+        return "For comparison, the optimiser finds no plan for the same targets" + (f": {o.why_not}." if o else ".")
+    return (f"For comparison, the cheapest plan the model finds for the same targets: {_usd(o.cost_per_hour)} per hour "
+            f"({_delta(o.cost_per_hour, plan.cost_per_hour)} against this fleet), {o.gpus} GPUs — {o.summary}.")
 
 
 def _pools_table(plan: Plan) -> str:
@@ -121,15 +153,16 @@ def _pools_table(plan: Plan) -> str:
     ]
     class_capacity: dict[str, float] = {}
     for pd in plan.pools:
-        class_capacity[pd.traffic_class.name] = class_capacity.get(pd.traffic_class.name, 0.0) + pd.replicas * pd.capacity.max_rps
+        class_capacity[pd.traffic_class.name] = class_capacity.get(pd.traffic_class.name, 0.0) + pd.replicas * pd.planned_rps
     for pd in plan.pools:
         tc, cfg = pd.traffic_class, pd.config
-        part = pd.replicas * pd.capacity.max_rps / class_capacity[tc.name]
+        part = pd.replicas * pd.planned_rps / class_capacity[tc.name]
         requests = f"{tc.share:.1%}" if part > 0.9999 else f"{tc.share:.1%} ({part:.0%} of it here)"
+        binding = pd.capacity.binding if pd.planned_rps == pd.capacity.max_rps else "simulated targets"
         rows.append(
             f"| {tc.label} | {requests} | {cfg.gpu.id} | {cfg.tp} | {cfg.weight_dtype} | {cfg.kv_dtype} | "
-            f"{tc.max_model_len:,} | {pd.replicas} | {pd.gpus} | {pd.capacity.max_rps:,.3f} | {tc.rate_rps:,.3f} | "
-            f"{pd.capacity.binding} | {_usd(pd.cost_per_hour)} |"
+            f"{tc.max_model_len:,} | {pd.replicas} | {pd.gpus} | {pd.planned_rps:,.3f} | {tc.rate_rps:,.3f} | "
+            f"{binding} | {_usd(pd.cost_per_hour)} |"
         )
     rows.append(f"| **Total** | | | | | | | | **{plan.solution.gpus}** | | | | **{_usd(plan.cost_per_hour)}** |")
     return "\n".join(rows)
@@ -263,16 +296,16 @@ def _pool_detail(plan: Plan, pd: PoolDetail) -> str:
         label = mode.replace("_", "-") + (f" ({quantile_label(plan.scenario.sizing.quantile)})" if mode == "percentile" else "")
         value = f"{cap.concurrency[mode]:,}"
         lines.append(f"| **{label}** | **{value}** |" if mode == cap.sizing else f"| {label} | {value} |")
-    lines += ["", f"Ceilings of one replica (requests/s; binding: **{cap.binding}**):", "",
+    lines += ["", f"Ceilings of one replica by the model (requests/s; binding: **{cap.binding}**):", "",
               "| Ceiling | Requests/s |", "|---|---:|"]
     for name, rps in cap.ceilings_rps.items():
         label = "roofline (at the engine's batch limit)" if name == "roofline" else name
         lines.append(f"| {label} | {rps:,.3f} |")
-    slo = tc.slo
-    targets = []
-    if slo.itl_ms is not None:
-        targets.append(f"ITL ≤ {slo.itl_ms:g} ms")
-    targets += list(tc.ttft_bands)
+    for name in cap.clamped:
+        lines.append(f"| {name} | holds up to the {cap.binding} ceiling (no bound of its own below it) |")
+    if pd.planned_rps != cap.max_rps:
+        lines.append(f"| **planned (simulated capacity)** | **{pd.planned_rps:,.3f}** |")
+    targets = [f"{b.name}: {b.targets_text()}" for b in tc.slo.bands]
     lines += [
         "",
         f"Targets: {'; '.join(targets) if targets else 'none'}." + (f" Notes: {'; '.join(cap.notes)}." if cap.notes else ""),
@@ -371,7 +404,7 @@ def write_report(plan: Plan, out_dir: Path, *, sections: tuple[str, ...] = ()) -
     name = plan.scenario.name
     figures = {"traffic": f"{name}_traffic.png", "split": f"{name}_split.png"}
     traffic_figure(plan.served, out_dir / figures["traffic"], limit=plan.context_limit,
-                   thresholds=[t for t in plan.scenario.split_thresholds if t < plan.context_limit])
+                   thresholds=[t for t in plan.scenario.thresholds if t < plan.context_limit])
     cost_figure([(o.name, o.cost_per_hour) for o in plan.split_analysis + plan.levers], out_dir / figures["split"],
                 title=f"{name}: cost per hour by split option and lever")
     text = render(plan, figures=figures, sections=sections)

@@ -7,13 +7,17 @@ paths inside a scenario are relative to the scenario file.
 
 from __future__ import annotations
 
+import itertools
+import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from planner.errors import InputError
-from planner.histogram import TOTAL_EDGES
+from planner.histogram import LENGTH_EDGES, TOTAL_EDGES
+from planner.targets import DEFAULT_TPOT_MS, DEFAULT_TTFT_S, SLO, Band, Target
 from planner.yamlio import load_yaml, validate
 
 
@@ -94,22 +98,122 @@ def _histogram_edge(value: int | None, what: str) -> int | None:
     return value
 
 
-class LongContextSLO(_Strict):
-    above_tokens: int = Field(8192, gt=0, description="requests with prompt+output above this get these targets")
-    itl_ms: float | None = Field(None, gt=0)
-    ttft_s: float | None = Field(None, gt=0)
+STATISTIC_NAMES = ("mean", "p50", "p90", "p95", "p99")
+_LEGACY_SLO_KEYS = {
+    "itl_ms": "a mean inter-token latency",
+    "ttft_s": "a TTFT at a prompt quantile with the mean queueing wait",
+    "ttft_prompt_quantile": "the prompt quantile of the TTFT check",
+    "long_context": "a TTFT target for long requests",
+}
+_SLO_EXAMPLE = (
+    "slo: {statistic: p99, bands: [{prompt_below: 8192, ttft_s: 2.0, tpot_ms: 50}, {ttft_s: 15, tpot_ms: 50}]}"
+)
 
-    @field_validator("above_tokens")
+
+def _target(value: Any, unit: str) -> tuple[str | None, float] | None:
+    """A target as written, as (statistic, limit): a number is at slo.statistic (None here),
+    a one-pair mapping {p90: 1.5} names its own."""
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        if len(value) != 1 or next(iter(value)) not in STATISTIC_NAMES:
+            raise ValueError(f"write one {{statistic: {unit}}} pair, statistic one of {', '.join(STATISTIC_NAMES)} "
+                             f"(got {value!r})")
+        stat, limit = next(iter(value.items()))
+        return stat, _positive(limit, unit)
+    return None, _positive(value, unit)
+
+
+def _positive(value: Any, unit: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"a target is a number of {unit} or one {{statistic: {unit}}} pair (got {value!r})")
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"a target must be a positive finite number of {unit} (got {value!r})")
+    return float(value)
+
+
+class BandSpec(_Strict):
+    """Requests whose prompt is shorter than `prompt_below` (and not in an earlier band)."""
+
+    name: str | None = Field(None, description="label in reports [default: the prompt range]")
+    prompt_below: int | None = Field(None, gt=0, description="exclusive upper bound on prompt tokens; omit on the last band")
+    ttft_s: Any = Field(None, description="time to first token, s: a number (at slo.statistic) or {p90: 1.5}")
+    tpot_ms: Any = Field(None, description="time per output token of a request, ms")
+    itl_ms: Any = Field(None, description="per-token gap (every decode token's wait), ms")
+
+    @field_validator("ttft_s")
     @classmethod
-    def _edge(cls, v: int) -> int:
-        return _histogram_edge(v, "above_tokens")
+    def _ttft(cls, v: Any) -> tuple[str | None, float] | None:
+        return _target(v, "seconds")
+
+    @field_validator("tpot_ms", "itl_ms")
+    @classmethod
+    def _ms(cls, v: Any) -> tuple[str | None, float] | None:
+        return _target(v, "milliseconds")
+
+    @field_validator("prompt_below")
+    @classmethod
+    def _edge(cls, v: int | None) -> int | None:
+        if v is None:
+            return v
+        allowed = {int(e) for e in LENGTH_EDGES[1:]}
+        if v not in allowed:
+            near = sorted(sorted(allowed, key=lambda e: abs(e - v))[:3])
+            raise ValueError(f"prompt_below {v} is not a prompt-length histogram edge; nearest: {', '.join(map(str, near))}")
+        return v
 
 
 class SLOSpec(_Strict):
-    itl_ms: float | None = Field(50.0, gt=0, description="mean inter-token latency target, ms")
-    ttft_s: float | None = Field(2.0, gt=0, description="time to first token at the prompt quantile, s")
-    ttft_prompt_quantile: float = Field(0.99, gt=0.5, lt=1)
-    long_context: LongContextSLO | None = None
+    """Latency targets per band of prompt length, each at a statistic over the band's requests."""
+
+    statistic: Literal["mean", "p50", "p90", "p95", "p99"] = Field(
+        "p99", description="statistic of every target written as a plain number"
+    )
+    bands: list[BandSpec] = Field(
+        default_factory=lambda: [BandSpec(ttft_s=DEFAULT_TTFT_S, tpot_ms=DEFAULT_TPOT_MS)],
+        min_length=1,
+        description="in order of prompt length; the last has no prompt_below [default: one band, TTFT p99 2 s, "
+        "TPOT p99 100 ms: MLPerf Inference's server constraints for Llama 3.1 8B]",
+    )
+    attainment: float | None = Field(
+        None, gt=0, lt=1, description="share of requests that must meet both their TTFT and TPOT targets"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for key, meaning in _LEGACY_SLO_KEYS.items():
+                if key in data:
+                    raise ValueError(
+                        f"'{key}' ({meaning}) is no longer read: targets are per band of prompt length, at a "
+                        f"percentile, e.g. {_SLO_EXAMPLE}"
+                    )
+        return data
+
+    @model_validator(mode="after")
+    def _ordered(self) -> SLOSpec:
+        *cuts, last = [b.prompt_below for b in self.bands]
+        if last is not None:
+            raise ValueError(f"the last band has no prompt_below (it holds the longest prompts); got {last}")
+        if None in cuts:
+            raise ValueError("every band but the last needs prompt_below")
+        if any(b <= a for a, b in itertools.pairwise(cuts)):
+            raise ValueError(f"bands must be in increasing prompt_below order (got {cuts})")
+        return self
+
+    def to_slo(self) -> SLO:
+        """The domain object (planner.targets.SLO), limits in seconds."""
+        bands, lo = [], 0
+        for spec in self.bands:
+            def target(t: tuple[str | None, float] | None, scale: float) -> Target | None:
+                return None if t is None else Target(t[0] or self.statistic, t[1] * scale)
+
+            band = Band("", lo, spec.prompt_below, target(spec.ttft_s, 1.0), target(spec.tpot_ms, 1e-3),
+                        target(spec.itl_ms, 1e-3))
+            bands.append(replace(band, name=spec.name or band.range_text))
+            lo = spec.prompt_below or lo
+        return SLO(tuple(bands), self.attainment)
 
 
 class Sizing(_Strict):
@@ -191,6 +295,33 @@ class Forecast(_Strict):
         return v
 
 
+DEFAULT_SPLIT_THRESHOLDS = (4096, 8192, 16384, 32768, 65536)  # the standard edges between 4k and 64k tokens
+
+
+class FleetPool(_Strict):
+    """One pool of a fleet that runs today: what each replica runs on, and how many there are."""
+
+    gpu: str
+    tp: int = Field(1, ge=1)
+    weight_dtype: str = "bf16"
+    kv_dtype: str = "bf16"
+    context_limit: int | None = Field(None, gt=0, description="its pool's limit [default: the scenario's]")
+    replicas: int = Field(ge=1)
+
+    @field_validator("context_limit")
+    @classmethod
+    def _limit_edge(cls, v: int | None) -> int | None:
+        return _histogram_edge(v, "context limit")
+
+
+class Simulation(_Strict):
+    """How plans are certified by simulation (planner.certify)."""
+
+    requests: int = Field(20_000, ge=1000, le=2_000_000, description="sampled requests per pool and rate")
+    seed: int = Field(0, ge=0)
+    max_rounds: int = Field(4, ge=1, le=20, description="re-plans after pools miss their targets in simulation")
+
+
 class Scenario(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     description: str = ""
@@ -207,17 +338,29 @@ class Scenario(_Strict):
     engine: str = "vllm"
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
     overhead_gib: float = Field(3.0, ge=0)
-    split_thresholds: list[int] = Field(default_factory=list, description="total-token thresholds to try; no split is always tried")
+    split_thresholds: list[int] | None = Field(
+        None, description="total-token thresholds to try; no split is always tried [default: 4k, 8k, 16k, 32k, "
+        "64k below the limit]; [] for no split"
+    )
     min_replicas_per_pool: int = Field(1, ge=1, description="2 or more for N+1 redundancy")
     homogeneous_pools: bool = Field(True, description="one config per pool")
     lower_context_limit: int | None = Field(None, gt=0, description="the 'lower limit' lever [default: half the limit]")
     solver: Solver = Solver()
-    verify: bool = Field(False, description="replay each pool through the simulator and add the check to the report")
+    verify: bool = Field(
+        True, description="certify the plan: replay every pool through the simulator against its band targets, "
+        "and re-plan a pool that misses at its simulated capacity"
+    )
+    simulation: Simulation = Simulation()
+    fleet: list[FleetPool] | None = Field(
+        None, min_length=1, description="a fleet that runs today: check and report it instead of solving for one"
+    )
     forecast: Forecast | None = Field(None, description="quarterly forecast section (planner forecast)")
 
     @field_validator("split_thresholds")
     @classmethod
-    def _edges(cls, v: list[int]) -> list[int]:
+    def _edges(cls, v: list[int] | None) -> list[int] | None:
+        if v is None:
+            return v
         for t in v:
             _histogram_edge(t, "split threshold")
         if len(set(v)) != len(v):
@@ -252,6 +395,11 @@ class Scenario(_Strict):
         if not v:
             raise ValueError("must list at least one")
         return v
+
+    @property
+    def thresholds(self) -> list[int]:
+        """Split thresholds to try: the scenario's, or the standard edges when it names none."""
+        return list(DEFAULT_SPLIT_THRESHOLDS) if self.split_thresholds is None else self.split_thresholds
 
     @property
     def gpu_candidates(self) -> list[GPUCandidate]:

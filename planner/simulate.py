@@ -23,7 +23,9 @@ vllm/core/scheduler.py `_schedule_chunked_prefill`, with recompute preemption):
    again (vLLM's PreemptionMode.RECOMPUTE). No new request is admitted in a step
    that preempted (as vLLM v0).
 3. Prefill. Sequences admitted earlier and still prefilling get the remaining
-   budget in admission order, in chunks; then waiting requests are admitted
+   budget in admission order, in chunks of at most the engine's
+   long_prefill_token_threshold when it sets one (vLLM, v1/core/sched/scheduler.py:
+   `if 0 < long_prefill_token_threshold < num_new_tokens`); then waiting requests are admitted
    FCFS (no skipping) while the budget lasts, fewer than `max_num_seqs` run, and
    the free blocks minus the whole prompt's blocks stay at or above the
    watermark (vLLM v0 BlockSpaceManager: allocation of the full prompt at
@@ -47,7 +49,8 @@ sequence's cached tokens are c = step + off (one offset per sequence, fixed whil
 it decodes), so the blocks needed this step are the count of decoders with
 off ≡ -step (mod B) (a table of B residue counts), the attended tokens are
 n·(step + 1) + Σoff, and completion steps sit in a heap. Loops run only over
-events: arrivals, admissions, prefill chunks, completions and preemptions.
+events: arrivals, admissions, prefill chunks, completions and preemptions. The loop
+itself is compiled (planner.sim_kernel).
 
 Measures (`SimResult`): the first `warmup_fraction` of requests (by arrival) is
 the warm-up; the measurement window runs from the arrival of the first measured
@@ -63,21 +66,20 @@ pool); swapping to CPU; speculative decoding; prefix caching beyond one shared p
 
 from __future__ import annotations
 
-import heapq
 import math
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.capacity import SLO, OperatingPoint, ReplicaModel, replica_capacity
+from planner.capacity import NO_TARGETS, OperatingPoint, ReplicaModel, replica_capacity
 from planner.deployment import Deployment
 from planner.histogram import LENGTH_EDGES, Histogram
 from planner.memory import budget_ladder, kv_bytes_for_tokens
 from planner.paged import TokenProfile, token_profile
 from planner.roofline import StepModel
+from planner.targets import SLO, Band, statistic_quantile
 
 DEFAULT_WARMUP_FRACTION = 0.1
 DEFAULT_WATERMARK = 0.01  # vLLM v0 BlockSpaceManager watermark: 1% of the blocks kept free at admission
@@ -89,9 +91,6 @@ COMPARE_KEYS = (
     "resident_batch",
     "kv_utilisation",
     "itl_ms_mean",
-    "itl_ms_p50",
-    "itl_ms_p99",
-    "ttft_ms_p99",
     "preemptions_per_1000",
 )
 PREEMPTION_BUDGET_PER_1000 = 10.0  # preemptions per 1,000 requests a replica may take and still hold the load
@@ -180,11 +179,14 @@ def _within_cell(sums, sums_sq, count, bins, cells, rng) -> np.ndarray:
 
 
 def sample_requests(
-    hist: Histogram, rate_rps: float, n_requests: int, seed: int = 0, *, max_total_tokens: int | None = None
+    hist: Histogram, rate_rps: float, n_requests: int, seed: int = 0, *, max_total_tokens: int | None = None,
+    min_prompt_tokens: int = 1,
 ) -> Requests:
     """`n_requests` requests with lengths from `hist` (see sample_lengths) and Poisson arrivals
     at `rate_rps` (exponential gaps; the first arrives after one gap). Requests longer than
-    `max_total_tokens` have their output trimmed to fit (the engine would reject them)."""
+    `max_total_tokens` have their output trimmed to fit (the engine would reject them);
+    prompts shorter than `min_prompt_tokens` (a shared prefix every prompt starts with, plus
+    one token) are lengthened to it."""
     if n_requests < 1:
         raise ValueError("n_requests must be >= 1")
     if rate_rps <= 0:
@@ -192,6 +194,7 @@ def sample_requests(
     rng = np.random.default_rng(seed)
     arrival = np.cumsum(rng.exponential(1.0, n_requests)) / rate_rps
     prompt, output = sample_lengths(hist, n_requests, rng)
+    prompt = np.maximum(prompt, min_prompt_tokens)
     if max_total_tokens is not None:
         prompt = np.minimum(prompt, max_total_tokens - 1)
         output = np.clip(output, 1, max_total_tokens - prompt)
@@ -199,6 +202,67 @@ def sample_requests(
 
 
 # ----------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True, eq=False)
+class RequestLatencies:
+    """Per-request latencies of the measured requests, and the per-token gaps, of one run.
+
+    TTFT = first token - arrival; TPOT = (last token - first token) / (output tokens - 1)
+    (vLLM's benchmark_serving and MLPerf), NaN for one-token outputs; gaps are the steps'
+    durations weighted by the tokens they emitted (planner.targets)."""
+
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    ttft_s: np.ndarray
+    tpot_s: np.ndarray
+    gaps: GapDistribution
+
+    def of(self, band: Band, kind: str) -> np.ndarray:
+        """The band's TTFT or TPOT samples (seconds), NaN-free."""
+        values = (self.ttft_s if kind == "ttft" else self.tpot_s)[band.holds(self.prompt_tokens)]
+        return values[np.isfinite(values)]
+
+    def statistic(self, band: Band, kind: str, stat: str) -> float:
+        """The band's TTFT, TPOT or per-token ITL (seconds) at a statistic; NaN without samples.
+        Percentiles interpolate linearly between order statistics (numpy's default, as vLLM's
+        benchmark reports them); ITL is over every decode token of the replica."""
+        q = statistic_quantile(stat)
+        if kind == "itl":
+            return self.gaps.mean_s if q is None else self.gaps.quantile(q)
+        values = self.of(band, kind)
+        if values.size == 0:
+            return math.nan
+        return float(values.mean()) if q is None else float(np.quantile(values, q))
+
+    def requests_in(self, band: Band) -> int:
+        return int(np.count_nonzero(band.holds(self.prompt_tokens)))
+
+    def meets(self, band: Band) -> np.ndarray:
+        """Mask of the measured requests that are in the band and meet both its TTFT and TPOT limits."""
+        good = band.holds(self.prompt_tokens)
+        if band.ttft is not None:
+            good = good & (self.ttft_s <= band.ttft.limit_s)
+        if band.tpot is not None:
+            good = good & ~(self.tpot_s > band.tpot.limit_s)  # a one-token output has no TPOT to miss
+        return good
+
+    def attainment(self, slo: SLO, band: Band | None = None) -> float:
+        """Share of measured requests (of one band, or all) meeting both their band's TTFT and TPOT limits."""
+        bands = slo.bands if band is None else (band,)
+        ok = np.zeros(self.prompt_tokens.size, bool)
+        for b in bands:
+            ok |= self.meets(b)
+        total = self.prompt_tokens.size if band is None else self.requests_in(band)
+        return float(ok.sum() / total) if total else math.nan
+
+
+def merged_latencies(parts: list[RequestLatencies]) -> RequestLatencies:
+    """The requests and gaps of several replicas' runs as one sample."""
+    return RequestLatencies(
+        *(np.concatenate([getattr(p, f) for p in parts]) for f in ("prompt_tokens", "output_tokens", "ttft_s", "tpot_s")),
+        GapDistribution.merged([p.gaps for p in parts]),
+    )
 
 
 @dataclass(frozen=True)
@@ -234,6 +298,7 @@ class SimResult:
     block_bytes: int
     kv_budget_bytes: int
     notes: tuple[str, ...] = field(default_factory=tuple)
+    latencies: RequestLatencies | None = field(default=None, repr=False, compare=False)
 
     def compare_view(self) -> dict[str, float | None]:
         """The COMPARE_KEYS of this result (what `predicted_point` gives for the model)."""
@@ -272,18 +337,19 @@ class _Costs:
 
     decode_step_s(d, cache, ctx) = fixed[d] + max(cache / bandwidth, attn · ctx / FLOP/s),
     with fixed[d] = decode_step_s(d, 0, 0) (weights/GEMMs, overhead, all-reduce): the
-    roofline per phase of planner.roofline. `exact` records that this form reproduces
-    StepModel.decode_step_s on a grid of points; when it does not (the step model was
-    changed), the simulator calls StepModel.decode_step_s every step instead: slower, right.
+    roofline per phase of planner.roofline. The prefill part of a step is its FLOPs at the
+    effective rate plus the all-reduce bytes of its tokens (linear in them). `of` checks the
+    form against StepModel on a grid of points from tiny batches to far past the ridge point,
+    and refuses a step model it no longer reproduces (a change to planner.roofline must be
+    carried into the simulator's loop, planner.sim_kernel).
     """
 
-    fixed_s: list[float]
+    fixed_s: np.ndarray
     bandwidth: float
     flops_s: float
     two_active: float
     attn: float
-    exact: bool
-    step: StepModel
+    comm_per_token_s: float
 
     @classmethod
     def of(cls, dep: Deployment, max_batch: int) -> _Costs:
@@ -291,35 +357,25 @@ class _Costs:
         d = np.arange(max_batch + 1, dtype=np.float64)
         fixed = np.asarray(step.decode_step_s(d, np.zeros_like(d), np.zeros_like(d)), dtype=np.float64)
         costs = cls(
-            fixed_s=fixed.tolist(),
+            fixed_s=fixed,
             bandwidth=step.bandwidth_bytes_s,
             flops_s=step.flops_s,
             two_active=2.0 * step.params_active,
             attn=step.attn_flops_per_ctx_token,
-            exact=True,
-            step=step,
+            comm_per_token_s=float(step.allreduce_s(1.0, with_latency=False)),
         )
-        # Self-check on batches, caches and contexts from tiny to far past the ridge point.
         rng = np.random.default_rng(0)
         b = rng.integers(0, max_batch + 1, 64)
         ctx = b * rng.uniform(1.0, 2.0e5, 64)
         cache = ctx * rng.uniform(1.0e3, 1.0e6, 64)
         want = np.asarray(step.decode_step_s(b.astype(float), cache, ctx), dtype=np.float64)
-        got = np.array([costs.decode_s(int(bi), ci, xi) for bi, ci, xi in zip(b, cache, ctx, strict=True)])
-        if not np.allclose(got, want, rtol=1e-9, atol=0.0):
-            object.__setattr__(costs, "exact", False)
+        got = fixed[b] + np.maximum(cache / costs.bandwidth, costs.attn * ctx / costs.flops_s)
+        tokens = rng.integers(1, 100_000, 16).astype(float)
+        if not (np.allclose(got, want, rtol=1e-9, atol=0.0) and np.allclose(
+                tokens * costs.comm_per_token_s, step.allreduce_s(tokens, with_latency=False), rtol=1e-9, atol=0.0)):
+            raise RuntimeError("planner.roofline.StepModel no longer has the step-time form the simulator's loop "
+                               "computes (planner.simulate._Costs): carry the change into planner.sim_kernel")
         return costs
-
-    def decode_s(self, d: int, cache_bytes: float, context_tokens: float) -> float:
-        if not self.exact:
-            return float(self.step.decode_step_s(d, cache_bytes, context_tokens))
-        t_mem = cache_bytes / self.bandwidth
-        t_flop = self.attn * context_tokens / self.flops_s
-        return self.fixed_s[d] + (t_mem if t_mem > t_flop else t_flop)
-
-    def prefill_comm_s(self, tokens: int) -> float:
-        """All-reduce bytes of a chunk's tokens (its latency is the decode part's, once per pass)."""
-        return float(self.step.allreduce_s(float(tokens), with_latency=False))
 
 
 # --------------------------------------------------------------------- simulator
@@ -359,10 +415,6 @@ def simulate_replica(
     if dep.model.num_sliding_window_layers:
         notes.append("sliding-window layers are charged as full-attention layers (the simulator pages one pool)")
 
-    prompt = requests.prompt_tokens.tolist()
-    output = requests.output_tokens.tolist()
-    arrival = requests.arrival_s.tolist()
-    n = requests.n
     if shared and int(requests.prompt_tokens.min()) <= shared:
         raise ValueError(
             f"a prompt of {int(requests.prompt_tokens.min())} tokens is not longer than the shared prefix "
@@ -379,216 +431,37 @@ def simulate_replica(
         raise ValueError("the KV budget holds no block beyond the shared prefix")
 
     max_seqs = int(engine.max_num_seqs)
-    chunk_budget = int(engine.max_num_batched_tokens)
     costs = _Costs.of(dep, max_seqs)
-    fixed_s, exact = costs.fixed_s, costs.exact
-    bw, fl, two_a, attn = costs.bandwidth, costs.flops_s, costs.two_active, costs.attn
-
-    # Per-request state (Python lists: scalar access is what the loop does).
-    gen = [0] * n  # tokens generated so far
-    off = [0] * n  # decoding: cached tokens (beyond the shared prefix) = step + off
-    held = [0] * n  # prefilling: blocks allocated at admission
-    pf_pos = [0] * n  # prefilling: tokens of its (re)prefill computed so far, shared prefix included
-    pf_len = [0] * n  # prefilling: tokens to hold when done (prompt + generated)
-    epoch = [0] * n  # invalidates heap entries of preempted sequences
-    decoding = [False] * n
-    first_tok = [math.nan] * n
-    finish = [math.nan] * n
-    last_emit = [math.nan] * n
-    n_preempt = [0] * n
-    n_admit = [0] * n
-
-    running: dict[int, None] = {}  # admission order: the last key is the newest
-    prefilling: list[int] = []  # running and prefilling, admission order
-    waiting: deque[int] = deque()
-    heap: list[tuple[int, int, int]] = []  # (finish step, request, epoch)
-    residue = [0] * block  # decoders by off mod B
-    n_dec = 0
-    sum_off = 0
-    dec_blocks = 0  # blocks held by decoders
-    used = 0  # blocks held by all running sequences (shared prefix excluded)
-
-    rec_start: list[float] = []
-    rec_dt: list[float] = []
-    rec_run: list[int] = []
-    rec_dec: list[int] = []
-    rec_used: list[int] = []
-    rec_pf: list[int] = []
-    rec_wait: list[int] = []
-    rec_pf_s: list[float] = []
-    preempt_steps: list[int] = []
-    resume_gaps: list[float] = []
-    resume_steps: list[int] = []
+    from planner.sim_kernel import run  # numba loads only when a replica is simulated
 
     wall0 = time.perf_counter()
-    now = 0.0
-    s = 0  # index of the step being built
-    nxt = 0  # next request to arrive
-    done = 0
-    while done < n:
-        while nxt < n and arrival[nxt] <= now:
-            waiting.append(nxt)
-            nxt += 1
-        if not running and not waiting:
-            now = arrival[nxt]
-            continue
-
-        # 1-2. Decode blocks, preempting the newest until they fit.
-        need = residue[-s % block]
-        free = total_blocks - used
-        preempted = False
-        while need > free:
-            v = next(reversed(running))
-            del running[v]
-            if decoding[v]:
-                c = s + off[v]
-                if c % block == 0:
-                    need -= 1
-                blocks_v = -(-c // block)
-                gen[v] = c - (prompt[v] - shared) + 1
-                decoding[v] = False
-                n_dec -= 1
-                sum_off -= off[v]
-                residue[off[v] % block] -= 1
-                dec_blocks -= blocks_v
-                epoch[v] += 1
-                last_emit[v] = now
-            else:
-                blocks_v = held[v]
-                prefilling.remove(v)
-            used -= blocks_v
-            free += blocks_v
-            waiting.appendleft(v)
-            n_preempt[v] += 1
-            preempt_steps.append(s)
-            preempted = True
-        used += need
-        dec_blocks += need
-        budget = chunk_budget - n_dec
-
-        # 3. Prefill chunks: running prefills first, then FCFS admissions.
-        pf_tokens = 0
-        pf_flops = 0.0
-        completed: list[int] = []
-        for i in prefilling:
-            if budget <= 0:
-                break
-            a = pf_pos[i]
-            c = min(pf_len[i] - a, budget)
-            b = a + c
-            pf_flops += two_a * c + attn * (b * b - a * a) * 0.5
-            pf_pos[i] = b
-            budget -= c
-            pf_tokens += c
-            if b == pf_len[i]:
-                completed.append(i)
-        if not preempted:
-            while waiting and budget > 0 and len(running) < max_seqs:
-                h = waiting[0]
-                length = prompt[h] + gen[h]
-                req = -(-(length - shared) // block)
-                if total_blocks - used - req < watermark_blocks:
-                    break
-                waiting.popleft()
-                running[h] = None
-                prefilling.append(h)
-                n_admit[h] += 1
-                used += req
-                held[h] = req
-                pf_len[h] = length
-                a = min(shared, length - 1)  # a full prefix hit still computes the last token
-                c = min(length - a, budget)
-                b = a + c
-                pf_flops += two_a * c + attn * (b * b - a * a) * 0.5
-                pf_pos[h] = b
-                budget -= c
-                pf_tokens += c
-                if b == length:
-                    completed.append(h)
-
-        # Step time: decode part + prefill part (module docstring).
-        cache_bytes = dec_blocks * block_bytes + n_dec * shared_bytes
-        ctx = n_dec * (s + 1 + shared) + sum_off
-        if exact:
-            t_mem = cache_bytes / bw
-            t_flop = attn * ctx / fl
-            dt = fixed_s[n_dec] + (t_mem if t_mem > t_flop else t_flop)
-        else:
-            dt = costs.decode_s(n_dec, cache_bytes, ctx)
-        pf_s = 0.0
-        if pf_tokens:
-            pf_s = pf_flops / fl + costs.prefill_comm_s(pf_tokens)
-            dt += pf_s
-        end = now + dt
-        rec_start.append(now)
-        rec_dt.append(dt)
-        rec_run.append(len(running))
-        rec_dec.append(n_dec)
-        rec_used.append(used)
-        rec_pf.append(pf_tokens)
-        rec_pf_s.append(pf_s)
-        rec_wait.append(len(waiting))
-
-        # 4. Tokens out: decoders that finish this step, then prefills that completed.
-        while heap and heap[0][0] == s:
-            _, i, ep = heapq.heappop(heap)
-            if ep != epoch[i] or not decoding[i]:
-                continue
-            c = s + off[i] + 1
-            blocks_i = -(-c // block)
-            decoding[i] = False
-            n_dec -= 1
-            sum_off -= off[i]
-            residue[off[i] % block] -= 1
-            dec_blocks -= blocks_i
-            used -= blocks_i
-            del running[i]
-            gen[i] = output[i]
-            finish[i] = end
-            done += 1
-        for i in completed:
-            prefilling.remove(i)
-            if gen[i] == 0:
-                first_tok[i] = end
-            else:
-                resume_gaps.append(end - last_emit[i])
-                resume_steps.append(s)
-            gen[i] += 1
-            if gen[i] >= output[i]:
-                used -= held[i]
-                del running[i]
-                finish[i] = end
-                done += 1
-                continue
-            decoding[i] = True
-            o_i = pf_len[i] - shared - (s + 1)
-            off[i] = o_i
-            n_dec += 1
-            sum_off += o_i
-            residue[o_i % block] += 1
-            dec_blocks += held[i]
-            heapq.heappush(heap, (s + output[i] - gen[i], i, epoch[i]))
-        now = end
-        s += 1
+    (first_tok, finish, n_preempt, n_admit, rec_start, rec_dt, rec_run, rec_dec, rec_used, rec_pf, rec_pf_s,
+     rec_wait, preempt_steps, resume_gaps, resume_steps, free_at_end) = run(
+        requests.arrival_s, requests.prompt_tokens, requests.output_tokens, block, total_blocks, watermark_blocks,
+        shared, max_seqs, int(engine.max_num_batched_tokens),
+        # vLLM's long_prefill_token_threshold: no request takes more prompt tokens than this in a step
+        int(engine.long_prefill_token_threshold) or int(engine.max_num_batched_tokens),
+        costs.fixed_s, costs.bandwidth, costs.flops_s, costs.two_active, costs.attn,
+        block_bytes, shared_bytes, costs.comm_per_token_s,
+    )
     wall = time.perf_counter() - wall0
-
     tr = Trace(
-        first_token_s=np.asarray(first_tok),
-        finish_s=np.asarray(finish),
-        preemptions=np.asarray(n_preempt, dtype=np.int64),
-        admissions=np.asarray(n_admit, dtype=np.int64),
-        step_start_s=np.asarray(rec_start),
-        step_s=np.asarray(rec_dt),
-        step_running=np.asarray(rec_run, dtype=np.int64),
-        step_decoding=np.asarray(rec_dec, dtype=np.int64),
-        step_used_blocks=np.asarray(rec_used, dtype=np.int64),
-        step_prefill_tokens=np.asarray(rec_pf, dtype=np.int64),
-        step_prefill_s=np.asarray(rec_pf_s),
-        step_waiting=np.asarray(rec_wait, dtype=np.int64),
-        preemption_steps=np.asarray(preempt_steps, dtype=np.int64),
-        resume_gaps_s=np.asarray(resume_gaps),
-        resume_steps=np.asarray(resume_steps, dtype=np.int64),
-        free_blocks_at_end=total_blocks - used,
+        first_token_s=first_tok,
+        finish_s=finish,
+        preemptions=n_preempt,
+        admissions=n_admit,
+        step_start_s=rec_start,
+        step_s=rec_dt,
+        step_running=rec_run,
+        step_decoding=rec_dec,
+        step_used_blocks=rec_used,
+        step_prefill_tokens=rec_pf,
+        step_prefill_s=rec_pf_s,
+        step_waiting=rec_wait,
+        preemption_steps=preempt_steps,
+        resume_gaps_s=resume_gaps,
+        resume_steps=resume_steps,
+        free_blocks_at_end=int(free_at_end),
         total_blocks=total_blocks,
     )
     result = _measure(
@@ -598,14 +471,58 @@ def simulate_replica(
     return (result, tr) if trace else result
 
 
+GAP_BIN_RATIO = 1.001  # per-token gaps are binned 0.1% wide on a log scale: a run has millions of steps
+
+
+@dataclass(frozen=True, eq=False)
+class GapDistribution:
+    """Token-weighted step durations on a log grid (bins GAP_BIN_RATIO wide from 1 µs), with the
+    exact weighted mean. Quantiles are exact to a bin (0.1%); sorting millions of steps is not needed."""
+
+    bins: np.ndarray  # occupied bin indices, increasing
+    cum_weight: np.ndarray  # cumulative weight over them
+    mean_s: float
+
+    @classmethod
+    def of(cls, gaps_s: np.ndarray, weights: np.ndarray) -> GapDistribution:
+        keep = (weights > 0) & (gaps_s > 0)
+        g, w = gaps_s[keep], weights[keep]
+        if not g.size:
+            return cls(np.zeros(0, np.int64), np.zeros(0), math.nan)
+        k = np.floor(np.log(g / 1e-6) / math.log(GAP_BIN_RATIO)).astype(np.int64)
+        low = int(k.min())
+        counts = np.bincount(k - low, weights=w)
+        occupied = np.flatnonzero(counts)
+        return cls(occupied + low, np.cumsum(counts[occupied]), float(np.dot(g, w) / w.sum()))
+
+    @classmethod
+    def merged(cls, parts: list[GapDistribution]) -> GapDistribution:
+        bins = np.concatenate([p.bins for p in parts])
+        weights = np.concatenate([np.diff(p.cum_weight, prepend=0.0) for p in parts])
+        if not bins.size:
+            return cls(bins, weights, math.nan)
+        unique, index = np.unique(bins, return_inverse=True)
+        cum = np.cumsum(np.bincount(index, weights=weights))
+        mean = sum(p.mean_s * p.cum_weight[-1] for p in parts if p.cum_weight.size) / cum[-1]
+        return cls(unique, cum, float(mean))
+
+    def quantile(self, q: float) -> float:
+        """Smallest gap with (weight at or below it) >= q · total, at its bin's geometric middle."""
+        if not self.bins.size:
+            return math.nan
+        i = min(int(np.searchsorted(self.cum_weight, q * self.cum_weight[-1], side="left")), self.bins.size - 1)
+        return 1e-6 * GAP_BIN_RATIO ** (self.bins[i] + 0.5)
+
+
 def _weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
     """Smallest v with (weight of samples <= v) >= q · total weight."""
-    if values.size == 0 or weights.sum() <= 0:
+    keep = weights > 0
+    values, weights = values[keep], weights[keep]
+    if not values.size:
         return math.nan
-    order = np.argsort(values, kind="stable")
+    order = np.argsort(values)
     cum = np.cumsum(weights[order])
-    i = int(np.searchsorted(cum, q * cum[-1], side="left"))
-    return float(values[order][min(i, values.size - 1)])
+    return float(values[order][min(int(np.searchsorted(cum, q * cum[-1], side="left")), values.size - 1)])
 
 
 def _measure(req: Requests, tr: Trace, warmup_fraction: float, wall: float, *,
@@ -628,8 +545,7 @@ def _measure(req: Requests, tr: Trace, warmup_fraction: float, wall: float, *,
     util = (tr.step_used_blocks * block_bytes + shared_bytes) / budget_bytes
     dec = tr.step_decoding[win]
     resumed = tr.resume_gaps_s[win[tr.resume_steps]] if tr.resume_steps.size else tr.resume_gaps_s
-    gaps = np.concatenate([w, resumed])
-    gap_w = np.concatenate([dec.astype(np.float64), np.ones(resumed.size)])
+    gaps = GapDistribution.of(np.concatenate([w, resumed]), np.concatenate([dec.astype(np.float64), np.ones(resumed.size)]))
     firsts = np.sum((tr.first_token_s >= t0) & (tr.first_token_s < t1))
     tokens_out = float(dec.sum()) + float(firsts) + float(resumed.size)
     ttft = (tr.first_token_s - req.arrival_s)[cut:]
@@ -649,7 +565,9 @@ def _measure(req: Requests, tr: Trace, warmup_fraction: float, wall: float, *,
         slope = float(np.dot(tc, in_system * w)) / var if var > 0 else 0.0
         growth = slope / max(arrived_in / span, 1e-12)
     preempt_in = int(np.sum(win[tr.preemption_steps])) if tr.preemption_steps.size else 0
-    gw = float(gap_w.sum())
+    used_win = tr.step_used_blocks[win]
+    used_weight = np.bincount(used_win, weights=w) if used_win.size else np.zeros(1)
+    used_p99 = int(np.searchsorted(np.cumsum(used_weight), 0.99 * used_weight.sum(), side="left"))
     return SimResult(
         rate_rps=arrived_in / span,
         throughput_rps=done_in / span,
@@ -658,10 +576,10 @@ def _measure(req: Requests, tr: Trace, warmup_fraction: float, wall: float, *,
         decode_batch=tmean(tr.step_decoding.astype(np.float64)),
         waiting=tmean(tr.step_waiting.astype(np.float64)),
         kv_utilisation=tmean(util),
-        kv_utilisation_p99=_weighted_quantile(util[win], w, 0.99),
-        itl_ms_mean=float(np.dot(gaps, gap_w) / gw) * 1e3 if gw > 0 else math.nan,
-        itl_ms_p50=_weighted_quantile(gaps, gap_w, 0.50) * 1e3,
-        itl_ms_p99=_weighted_quantile(gaps, gap_w, 0.99) * 1e3,
+        kv_utilisation_p99=(used_p99 * block_bytes + shared_bytes) / budget_bytes if wsum > 0 else math.nan,
+        itl_ms_mean=gaps.mean_s * 1e3,
+        itl_ms_p50=gaps.quantile(0.50) * 1e3,
+        itl_ms_p99=gaps.quantile(0.99) * 1e3,
         ttft_ms_mean=float(ttft.mean()) * 1e3 if ttft.size else math.nan,
         ttft_ms_p50=float(np.quantile(ttft, 0.50)) * 1e3 if ttft.size else math.nan,
         ttft_ms_p99=float(np.quantile(ttft, 0.99)) * 1e3 if ttft.size else math.nan,
@@ -680,6 +598,14 @@ def _measure(req: Requests, tr: Trace, warmup_fraction: float, wall: float, *,
         block_bytes=block_bytes,
         kv_budget_bytes=budget_bytes,
         notes=notes,
+        latencies=RequestLatencies(
+            prompt_tokens=req.prompt_tokens[cut:],
+            output_tokens=req.output_tokens[cut:],
+            ttft_s=(tr.first_token_s - req.arrival_s)[cut:],
+            tpot_s=np.where(req.output_tokens[cut:] > 1,
+                            (tr.finish_s - tr.first_token_s)[cut:] / np.maximum(req.output_tokens[cut:] - 1, 1), np.nan),
+            gaps=gaps,
+        ),
     )
 
 
@@ -705,12 +631,11 @@ def predicted_point(
     *,
     kv_budget_bytes: int | None = None,
 ) -> dict[str, float | None]:
-    """The analytical model at `rate_rps`, with COMPARE_KEYS (None where it predicts nothing).
+    """The analytical mean model at `rate_rps`, with COMPARE_KEYS (None where it predicts nothing).
 
     N from ReplicaModel.resident_for_rate (Little's law fixed point), then
-    ReplicaModel.point(N). The model gives the mean step time only, which is its ITL
-    (itl_ms_mean and itl_ms_p50 both carry it; no p99); its TTFT is at the class's prompt
-    quantile with the mean queueing wait; expected sizing has no preemption figure.
+    ReplicaModel.point(N); expected sizing has no preemption figure. Latency percentiles
+    per band are planner.latency's (planner.certify puts them beside the simulator's).
     """
     ladder = budget_ladder(dep)
     if kv_budget_bytes is not None:
@@ -719,7 +644,7 @@ def predicted_point(
         from planner.units import GiB
 
         ladder = replace(ladder, kv_budget_gib=kv_budget_bytes / GiB)
-    rm = ReplicaModel(dep, prof, slo or SLO(), ladder)
+    rm = ReplicaModel(dep, prof, slo or NO_TARGETS, ladder)
     n = rm.resident_for_rate(rate_rps, float(dep.engine.max_num_seqs))
     if n is None:
         return {"rate_rps": rate_rps, **dict.fromkeys(COMPARE_KEYS[1:])}
@@ -733,9 +658,6 @@ def point_view(pt: OperatingPoint) -> dict[str, float | None]:
         "resident_batch": pt.resident_batch,
         "kv_utilisation": pt.kv_utilisation,
         "itl_ms_mean": pt.itl_ms,
-        "itl_ms_p50": pt.step_ms,  # the model's typical gap is the mean step (most steps carry no long chunk)
-        "itl_ms_p99": None,
-        "ttft_ms_p99": pt.ttft_ms,
         "preemptions_per_1000": None,
     }
 
@@ -747,30 +669,34 @@ def point_view(pt: OperatingPoint) -> dict[str, float | None]:
 class Criterion:
     """When a simulated run counts as holding the load (the simulator's meaning of capacity).
 
-    Chosen to match what the analytical capacity bounds (planner.capacity):
     - stable: the backlog (requests arrived, not finished) does not trend upwards by
       more than STABILITY_TOLERANCE of the arrival rate over the window - the
       throughput/roofline ceiling, and at a full cache the memory ceiling, where
       admission waits for blocks and the queue grows;
-    - mean ITL <= slo.itl_ms - the model's ITL bound is on the mean step time;
-    - p99 TTFT <= slo.ttft_s - the model bounds TTFT at the prompt quantile (with the
-      mean wait; the simulator's p99 includes the tail of the wait, so it is stricter);
+    - every band's TTFT, TPOT and ITL at its statistic within its limit (planner.targets);
+    - the attainment goal, when the SLO states one;
     - preemptions per 1,000 requests <= the budget - the memory ceiling: expected sizing
       lets the mean footprint fill the budget, and what that costs is preemptions
-      (and queueing at admission, which only TTFT sees).
+      (and queueing at admission, which TTFT sees).
     """
 
-    slo: SLO = field(default_factory=SLO)
+    slo: SLO = NO_TARGETS
     preemption_budget_per_1000: float = PREEMPTION_BUDGET_PER_1000
 
     def failures(self, r: SimResult) -> list[str]:
         out = []
         if not r.stable:
             out.append("unstable")
-        if self.slo.itl_ms is not None and not r.itl_ms_mean <= self.slo.itl_ms:
-            out.append("itl")
-        if self.slo.ttft_s is not None and not r.ttft_ms_p99 <= self.slo.ttft_s * 1e3:
-            out.append("ttft")
+        lat = r.latencies
+        for band in self.slo.bands:
+            for kind in ("ttft", "tpot", "itl"):
+                target = getattr(band, kind)
+                if target is not None and lat is not None:
+                    value = lat.statistic(band, kind, target.stat)
+                    if value > target.limit_s:  # NaN (no request of the band) is no miss
+                        out.append(kind if len(self.slo.bands) == 1 else f"{kind} ({band.name})")
+        if self.slo.attainment is not None and lat is not None and lat.attainment(self.slo) < self.slo.attainment:
+            out.append("attainment")
         if not r.preemptions_per_1000 <= self.preemption_budget_per_1000:
             out.append("preemption")
         return out
@@ -811,12 +737,14 @@ def max_sustainable_rate(
     widened by factors of 1.5 until it holds a pass and a fail; bisection stops when
     its width is below rel_tol of the upper end.
     """
-    slo = slo or SLO()
+    slo = slo or NO_TARGETS
     crit = Criterion(slo, preemption_budget_per_1000)
     if initial_rate_rps is None:
         initial_rate_rps = replica_capacity(dep, profile_for(dep, hist, shared_prefix_tokens=shared_prefix_tokens), slo).max_rps
     guess = float(initial_rate_rps) if initial_rate_rps > 0 else 1.0  # the model found none: start at 1 rps
-    base = sample_requests(hist, 1.0, n_requests, seed, max_total_tokens=dep.max_model_len)
+    block = dep.block_size
+    base = sample_requests(hist, 1.0, n_requests, seed, max_total_tokens=dep.max_model_len,
+                           min_prompt_tokens=(shared_prefix_tokens // block) * block + 1)
     run = simulate or simulate_replica
     cache: dict[float, tuple[SimResult, list[str]]] = {}
     order: list[tuple[float, tuple[str, ...]]] = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,14 +80,62 @@ def load_inputs(path: str | Path, *, catalog_files: tuple[str, ...] = ()) -> Inp
 
 
 def plan_inputs(
-    inputs: Inputs, scn: Scenario | None = None, *, explore: bool = True, reserved=None, keep_lp: bool = False
+    inputs: Inputs, scn: Scenario | None = None, *, explore: bool = True, reserved=None, keep_lp: bool = False,
+    certify: bool | None = None,
 ) -> Plan:
-    """keep_lp: the plan's solution keeps the ILP's text (`plan.solution.lp_text`)."""
+    """keep_lp: the plan's solution keeps the ILP's text (`plan.solution.lp_text`).
+    certify: certify by simulation [default: the scenario's `verify`]."""
     t = inputs.traffic
+    scn = scn or inputs.scenario
     return make_plan(
-        scn or inputs.scenario, inputs.catalog, inputs.model, t.hist, t.peak_rps, explore=explore,
+        scn, inputs.catalog, inputs.model, t.hist, t.peak_rps, explore=explore,
         traffic_notes=t.notes, measured_mean_rps=t.mean_rps, reserved=reserved, keep_lp=keep_lp,
+        certify=certify, trace=t.requests_at_growth(scn.traffic.growth) if t.requests is not None else None,
     )
+
+
+def uncertified_message(plan: Plan) -> str | None:
+    """One line naming the pools that miss their targets in simulation, or None when the plan holds."""
+    cert = plan.certification
+    if cert is None or cert.certified:
+        return None
+    misses = "; ".join(
+        f"{pd.traffic_class.label} on {pd.config.label(pd.traffic_class.max_model_len)}: "
+        + ", ".join(pd.check.problems or (pd.check.replay.problems if pd.check.replay else ()))
+        for pd in plan.pools if not pd.check.holds
+    )
+    what = "the fleet" if plan.given_fleet else f"no plan holds its targets in simulation after {cert.rounds} re-plans;"
+    return f"{what} misses in simulation: {misses}" if plan.given_fleet else f"{what} {misses}"
+
+
+def _target_json(check, unit_scale: float) -> dict[str, Any]:
+    return {"stat": check.stat, "target": check.limit_s * unit_scale, "predicted": _finite(check.predicted_s * unit_scale),
+            "simulated": _finite(check.simulated_s * unit_scale)}
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def bands_json(bands) -> list[dict[str, Any]]:
+    """Per band: each target (TTFT in s, TPOT and ITL in ms) with predicted and simulated values."""
+    out = []
+    for b in bands:
+        entry: dict[str, Any] = {"band": b.band.name, "requests_simulated": b.requests}
+        for c in b.checks:
+            key = {"ttft": "ttft_s", "tpot": "tpot_ms", "itl": "itl_ms"}[c.kind]
+            entry[key] = _target_json(c, 1.0 if c.kind == "ttft" else 1e3)
+        entry["holds"] = b.holds
+        out.append(entry)
+    return out
+
+
+def _pool_bands(pd) -> list[dict[str, Any]]:
+    from planner.certify import band_checks
+
+    if pd.check is not None:
+        return bands_json(pd.check.bands)
+    return bands_json(band_checks(pd.traffic_class.slo, pd.model, pd.resident, None))
 
 
 def plan_scenario(path: str | Path, *, catalog_files: tuple[str, ...] = (), explore: bool = True) -> Plan:
@@ -111,6 +160,10 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             "rate_rps": pd.traffic_class.rate_rps,
             "binding": pd.capacity.binding,
             "cost_per_hour": pd.cost_per_hour,
+            "planned_rps": pd.planned_rps,
+            "rate_per_replica_rps": pd.rate_per_replica_rps,
+            "bands": _pool_bands(pd),
+            "holds": pd.check.holds if pd.check is not None else None,
         }
         for pd in plan.pools
     ]
@@ -125,6 +178,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             "max_model_len": ev.traffic_class.max_model_len,
             "price_per_gpu_hour": ev.config.price_usd_per_hour,
             "capacity_rps": ev.capacity_rps,
+            "model_capacity_rps": ev.capacity.max_rps if ev.capacity else 0.0,
             "binding": ev.capacity.binding if ev.capacity else None,
             "problem": ev.problem or None,
             "class_rate_rps": ev.traffic_class.rate_rps,
@@ -143,5 +197,9 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "headroom": plan.scenario.traffic.headroom,
         "solver_status": sol.status,
         "solver": sol.solver,
+        "certified": plan.certification.certified if plan.certification else None,
+        "certification_rounds": plan.certification.rounds if plan.certification else None,
+        "certification_changes": list(plan.certification.changes) if plan.certification else [],
+        "given_fleet": plan.given_fleet,
         "candidates": candidates,
     }

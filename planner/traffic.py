@@ -5,8 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from planner.histogram import Histogram
 from planner.scenario import Scenario, resolve
+from planner.simulate import Requests
+
+REPLAY_MAX_REQUESTS = 200_000  # a log longer than this is planned from its histogram but not replayed
 
 
 @dataclass(frozen=True)
@@ -15,6 +20,14 @@ class Traffic:
     peak_rps: float  # measured (or explicit), before growth
     mean_rps: float | None  # measured over the log's span, or the scenario's mean_rps; before growth
     notes: tuple[str, ...]
+    requests: Requests | None = None  # a timestamped log's requests with their own arrivals (from 0 s)
+
+    def requests_at_growth(self, growth: float) -> Requests | None:
+        """The log's requests with arrivals compressed by `growth` (1.5: 50% more requests a second)."""
+        if self.requests is None:
+            return None
+        r = self.requests
+        return Requests(r.arrival_s / growth, r.prompt_tokens, r.output_tokens)
 
 
 def load_traffic(scn: Scenario, base: Path) -> Traffic:
@@ -23,6 +36,7 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
 
     src = scn.traffic.source
     notes: list[str] = []
+    requests = None
     if src.constant is not None:
         c = src.constant
         hist = Histogram.constant(c.prompt_tokens, c.output_tokens)
@@ -47,8 +61,9 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
             src.preset, cols.prompt if cols else None, cols.output if cols else None,
             cols.time if cols else None, src.time_unit,
         )
-        result = ingest(files, spec)
+        result = ingest(files, spec, keep_requests=REPLAY_MAX_REQUESTS)
         hist = result.histogram
+        requests = _replayable(result.requests)
         names = ", ".join(_display(p, base) for p in files)
         kind = "histogram file" if src.histogram is not None else "log"
         notes.append(f"Source: {kind} {names} ({spec.name} columns).")
@@ -61,7 +76,20 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
     peak = scn.traffic.peak
     measured = peak_rate_rps(hist, method=peak.method, quantile=peak.quantile, explicit_rps=peak.rps, growth=1.0)
     mean = scn.traffic.mean_rps or mean_rate_rps(hist)
-    return Traffic(hist, measured, mean, tuple(notes))
+    return Traffic(hist, measured, mean, tuple(notes), requests)
+
+
+def _replayable(rows) -> Requests | None:
+    """A log's usable rows as requests the simulator can replay (at least one prompt and one
+    output token each; arrivals from the first one), or None."""
+    if rows is None:
+        return None
+    prompt, output, seconds = rows
+    ok = (prompt >= 1) & (output >= 1) & np.isfinite(seconds)
+    if not ok.any():
+        return None
+    arrival = seconds[ok] - seconds[ok].min()
+    return Requests(arrival, prompt[ok], output[ok])
 
 
 def _display(path: Path, base: Path) -> str:

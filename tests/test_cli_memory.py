@@ -63,20 +63,23 @@ def test_weights_that_do_not_fit_exit_2_with_the_numbers():
 
 def test_capacity_with_a_class_adds_rate_and_binding():
     r = run("capacity", "llama-3.1-8b", "h100-sxm", "--max-model-len", "8192", "--prompt-tokens", "1000",
-            "--output-tokens", "200", "--itl-ms", "40", "--rate", "5", "--json")
+            "--output-tokens", "200", "--tpot-ms", "40", "--rate", "5", "--json")
     assert r.exit_code == 0, r.output
     out = json.loads(r.output)
     assert out["max_rps_per_replica"] > 0
-    assert out["binding"] in {"memory", "bandwidth", "compute", "itl", "ttft"}
+    assert out["binding"] == "tpot"
+    assert out["latency"]["stat"] == "p99"
+    assert out["latency"]["tpot_ms"] <= 40 * (1 + 1e-9)
     assert {"resident_batch", "step_ms", "tokens_per_s"} <= set(out)
     at = out["at_rate"]
     assert at["rate_rps"] == 5 and at["beyond_capacity"] is False
-    assert {"resident_batch", "step_ms", "ttft_ms", "kv_utilisation", "output_tokens_per_s"} <= set(at)
+    assert {"resident_batch", "step_ms", "latency", "kv_utilisation", "output_tokens_per_s"} <= set(at)
+    assert at["latency"]["tpot_ms"] < out["latency"]["tpot_ms"]
 
 
 def test_rate_beyond_capacity_is_flagged():
     r = run("capacity", "llama-3.1-8b", "h100-sxm", "--max-model-len", "8192", "--prompt-tokens", "1000",
-            "--output-tokens", "200", "--itl-ms", "40", "--rate", "1000", "--json")
+            "--output-tokens", "200", "--tpot-ms", "40", "--rate", "1000", "--json")
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["at_rate"]["beyond_capacity"] is True
 

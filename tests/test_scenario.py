@@ -40,7 +40,22 @@ def solve(*args):
         ("tp: [3]\n", "tp: Value error, tensor-parallel degree 3 must be a power of two"),
         ("split_thresholds: [10000]\n", "split_thresholds: Value error, split threshold 10000 is not a histogram edge"),
         ("sizing: {mode: p99}\n", "sizing.mode: Input should be 'worst_case', 'expected' or 'percentile'"),
-        ("slo: {itl_ms: -5}\n", "slo.itl_ms: Input should be greater than 0"),
+        ("slo: {bands: [{tpot_ms: -5}]}\n",
+         "slo.bands[0].tpot_ms: Value error, a target must be a positive finite number of milliseconds (got -5)"),
+        ("slo: {bands: [{ttft_s: {p98: 2}}]}\n",
+         "slo.bands[0].ttft_s: Value error, write one {statistic: seconds} pair, statistic one of mean, p50, p90, p95, p99"),
+        ("slo: {bands: [{prompt_below: 8192, ttft_s: 1}]}\n",
+         "slo: Value error, the last band has no prompt_below (it holds the longest prompts); got 8192"),
+        ("slo: {bands: [{prompt_below: 8192}, {prompt_below: 4096}, {}]}\n",
+         "slo: Value error, bands must be in increasing prompt_below order (got [8192, 4096])"),
+        ("slo: {bands: [{prompt_below: 8000}, {}]}\n",
+         "slo.bands[0].prompt_below: Value error, prompt_below 8000 is not a prompt-length histogram edge; nearest: 6889, 8192, 9742"),
+        ("slo: {itl_ms: 50}\n", "slo: Value error, 'itl_ms' (a mean inter-token latency) is no longer read: targets are per "
+         "band of prompt length, at a percentile, e.g. slo: {statistic: p99, bands: [{prompt_below: 8192, ttft_s: 2.0, "
+         "tpot_ms: 50}, {ttft_s: 15, tpot_ms: 50}]}"),
+        ("slo: {long_context: {above_tokens: 8192, ttft_s: 15}}\n",
+         "slo: Value error, 'long_context' (a TTFT target for long requests) is no longer read"),
+        ("fleet: [{gpu: h100-sxm, replicas: 0}]\n", "fleet[0].replicas: Input should be greater than or equal to 1"),
         ("traffic: {source: {constant: {prompt_tokens: 10, output_tokens: 5}}, peak: {method: explicit, rps: -1}}\n",
          "traffic.peak.rps: Input should be greater than 0"),
         ("traffic: {source: {}}\n", "traffic.source: Value error, give exactly one of log, histogram, synthetic, constant"),
@@ -90,14 +105,17 @@ def test_missing_scenario_file(tmp_path):
     assert r.exit_code == 2 and "file not found" in r.output
 
 
-def test_infeasible_scenario_exits_3_naming_class_and_ceiling(tmp_path):
+def test_unreachable_ttft_target_exits_3_naming_band_target_and_floor(tmp_path):
     text = BASE.replace("context_limit: 8192", "context_limit: 131072").replace(
         "{constant: {prompt_tokens: 1000, output_tokens: 200}}", "{constant: {prompt_tokens: 120000, output_tokens: 200}}"
-    ) + "slo: {itl_ms: 50, ttft_s: 2}\nweight_dtypes: [bf16]\n"
+    ) + "slo: {bands: [{name: chat, prompt_below: 8192, ttft_s: 2}, {name: documents, ttft_s: 3}]}\nweight_dtypes: [bf16]\n"
     out = tmp_path / "out"
     r = solve(write(tmp_path, text), "--out-dir", out)
     assert r.exit_code == 3, r.output
-    assert "cannot be served" in r.output and "ttft" in r.output and "120,000-token prompt" in r.output
+    assert "cannot be served" in r.output
+    assert "band 'documents': TTFT p99 ≤ 3 s is below the floor of" in r.output
+    assert "(the p99 of the band's prefill time alone, with no queueing)" in r.output
+    assert len(r.output.strip().splitlines()) == 1
     assert not out.exists()
 
 
@@ -120,7 +138,6 @@ def test_solve_json_has_the_contract_keys(tmp_path):
 @pytest.mark.parametrize(
     ("extra", "expected"),
     [
-        ("slo: {long_context: {above_tokens: 10000}}\n", "slo.long_context.above_tokens: Value error, above_tokens 10000 is not a histogram edge"),
         ("lower_context_limit: 5000\n", "lower_context_limit: Value error, context limit 5000 is not a histogram edge; nearest"),
     ],
 )

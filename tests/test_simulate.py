@@ -7,7 +7,6 @@ import dataclasses
 import numpy as np
 import pytest
 
-from planner.capacity import SLO
 from planner.deployment import make_deployment
 from planner.histogram import Histogram
 from planner.memory import kv_bytes_for_tokens
@@ -22,6 +21,7 @@ from planner.simulate import (
     sample_requests,
     simulate_replica,
 )
+from planner.targets import SLO
 
 
 def tiny_dep(catalog, *, block_size=4, chunk=8, max_seqs=2):
@@ -180,8 +180,11 @@ def test_same_seed_same_result_and_different_seed_different_arrivals(catalog):
     assert not np.array_equal(a.arrival_s, c.arrival_s)
     ra, rb = simulate_replica(dep, a), simulate_replica(dep, b)
     va, vb = dataclasses.asdict(ra), dataclasses.asdict(rb)
-    va.pop("wall_s"), vb.pop("wall_s")
+    for v in (va, vb):
+        v.pop("wall_s"), v.pop("latencies")
     assert va == vb
+    assert np.array_equal(ra.latencies.ttft_s, rb.latencies.ttft_s)
+    assert np.array_equal(ra.latencies.tpot_s, rb.latencies.tpot_s, equal_nan=True)
     assert simulate_replica(dep, c).ttft_ms_p99 != ra.ttft_ms_p99
 
 
@@ -216,13 +219,14 @@ def test_simulation_agrees_with_the_model_below_capacity(catalog):
 def test_max_sustainable_rate_brackets_and_respects_the_criterion(catalog):
     dep = make_deployment(catalog, model="llama-3.1-8b", gpu="h100-sxm", max_model_len=8192)
     hist = Histogram.constant(1000, 250)
-    slo = SLO(itl_ms=30.0)  # binds well below saturation (about 17 rps of 24)
+    slo = SLO.single(tpot_ms=30.0)  # binds well below saturation (about 17 rps of 24)
     found = max_sustainable_rate(dep, hist, slo, n_requests=3000, rel_tol=0.05)
     assert found.rate_rps > 0 and found.result is not None
     assert Criterion(slo, 10.0).failures(found.result) == []
     lo, hi = found.bracket
     assert (hi - lo) <= 0.05 * hi
-    assert "itl" in found.binding
+    assert "tpot" in found.binding
+    assert found.result.latencies.statistic(slo.bands[0], "tpot", "p99") <= 0.030
 
 
 @pytest.mark.parametrize(("model", "tp"), [("llama-3.1-8b", 1), ("llama-3.1-70b", 4), ("mixtral-8x7b", 2)])
@@ -232,7 +236,18 @@ def test_tabulated_step_time_is_the_step_model(catalog, model, tp):
 
     dep = make_deployment(catalog, model=model, gpu="h100-sxm", tp=tp, max_model_len=8192)
     costs = _Costs.of(dep, dep.engine.max_num_seqs)
-    assert costs.exact
     sm = StepModel.of(dep)
     for d, cache, ctx in [(0, 0.0, 0.0), (1, 1e6, 10.0), (300, 3e11, 6e5), (1024, 8e10, 8e6)]:
-        assert costs.decode_s(d, cache, ctx) == pytest.approx(float(sm.decode_step_s(d, cache, ctx)), rel=1e-12)
+        form = costs.fixed_s[d] + max(cache / costs.bandwidth, costs.attn * ctx / costs.flops_s)
+        assert form == pytest.approx(float(sm.decode_step_s(d, cache, ctx)), rel=1e-12)
+    assert costs.comm_per_token_s * 8192 == pytest.approx(float(sm.allreduce_s(8192.0, with_latency=False)), rel=1e-12)
+
+
+def test_a_step_model_the_loop_does_not_reproduce_is_refused(catalog, monkeypatch):
+    from planner.simulate import _Costs
+
+    dep = make_deployment(catalog, model="llama-3.1-8b", gpu="h100-sxm", max_model_len=8192)
+    original = StepModel.decode_step_s
+    monkeypatch.setattr(StepModel, "decode_step_s", lambda self, b, c, x: original(self, b, c, x) + 1e-6 * np.asarray(x))
+    with pytest.raises(RuntimeError, match=r"carry the change into planner\.sim_kernel"):
+        _Costs.of(dep, 64)

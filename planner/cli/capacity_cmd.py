@@ -15,7 +15,7 @@ from planner.memory import (
     paged_users,
 )
 from planner.roofline import StepModel, ridge_point
-from planner.units import GiB, quantile_label
+from planner.units import GiB
 
 
 class _SizingChoice(click.Choice):
@@ -59,15 +59,21 @@ def _load_histogram(path: str) -> Histogram:
 @click.option("--sizing", type=_SizingChoice(), default="expected", show_default=True)
 @click.option("--quantile", type=click.FloatRange(0.5, 0.99999), default=0.99, show_default=True, help="For --sizing percentile.")
 @click.option("--shared-prefix", type=click.IntRange(min=0), default=0, show_default=True, help="Tokens of a prefix every request shares (prefix caching).")
-@click.option("--itl-ms", type=click.FloatRange(min=0, min_open=True), default=None, help="Inter-token latency target.")
-@click.option("--ttft-s", type=click.FloatRange(min=0, min_open=True), default=None, help="Time-to-first-token target.")
+@click.option("--ttft-s", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Time-to-first-token target at --stat, seconds.")
+@click.option("--tpot-ms", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Time-per-output-token target (per request) at --stat, ms.")
+@click.option("--itl-ms", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Per-token gap target at --stat, ms.")
+@click.option("--stat", type=click.Choice(["mean", "p50", "p90", "p95", "p99"]), default="p99", show_default=True,
+              help="Statistic of the latency targets, over requests (tokens for --itl-ms).")
 @click.option("--rate", type=click.FloatRange(min=0), default=None, help="Also evaluate the replica at this arrival rate (requests/s).")
 @catalog_option
 @json_option
 def capacity(
     model, gpu, tp, weight_dtype, kv_dtype, max_model_len, engine, gpu_memory_utilization, overhead_gib,
     typical_tokens, histogram_file, prompt_tokens, output_tokens, sizing, quantile, shared_prefix,
-    itl_ms, ttft_s, rate, catalog_files, as_json,
+    ttft_s, tpot_ms, itl_ms, stat, rate, catalog_files, as_json,
 ) -> None:
     """How many users fit on one replica of MODEL on GPU, and how many requests/s it serves.
 
@@ -78,12 +84,13 @@ def capacity(
     \b
     Examples:
       planner capacity llama-3.1-8b h100-sxm --max-model-len 8192 --typical-tokens 2300
-      planner capacity llama-3.1-8b h100-sxm --prompt-tokens 1000 --output-tokens 200 --itl-ms 50 --json
+      planner capacity llama-3.1-8b h100-sxm --prompt-tokens 1000 --output-tokens 200 --tpot-ms 50 --json
     """
     # The capacity model (scipy's root finders) loads only when a command needs it.
-    from planner.capacity import SLO, replica_capacity
+    from planner.capacity import replica_capacity
     from planner.paged import token_profile
     from planner.planning import edge_at_most
+    from planner.targets import SLO
 
     catalog = get_catalog(catalog_files)
     dep = make_deployment(
@@ -138,9 +145,9 @@ def capacity(
             raise click.UsageError("the traffic class has no request within the context limit")
         prof = token_profile(
             hist, block_size=dep.block_size, chunk_tokens=dep.engine.max_num_batched_tokens,
-            sliding_window=dep.model.sliding_window, shared_prefix_tokens=shared_prefix, prompt_quantile=quantile,
+            sliding_window=dep.model.sliding_window, shared_prefix_tokens=shared_prefix,
         )
-        slo = SLO(itl_ms=itl_ms, ttft_s=ttft_s)
+        slo = SLO.single(ttft_s=ttft_s, tpot_ms=tpot_ms, itl_ms=itl_ms, stat=stat)
         cap = replica_capacity(dep, prof, slo, sizing=sizing, quantile=quantile, ladder=ladder)
         if payload["paged_users"] is None:
             payload["paged_users"] = cap.concurrency["expected"]
@@ -152,14 +159,15 @@ def capacity(
             resident_batch=cap.point.resident_batch,
             step_ms=cap.point.step_ms,
             itl_ms=cap.point.itl_ms,
-            ttft_ms=cap.point.ttft_ms,
             kv_utilisation=cap.point.kv_utilisation,
+            latency=_latency(cap.point, slo, dep, prof, ladder, stat),
             tokens_per_s=cap.point.output_tokens_per_s,
             ceilings_rps=cap.ceilings_rps,
+            clamped=list(cap.clamped),
             notes=list(cap.notes),
         )
         if rate is not None:
-            payload["at_rate"] = _at_rate(dep, prof, slo, cap, rate, ladder)
+            payload["at_rate"] = _at_rate(dep, prof, slo, cap, rate, ladder, stat)
     elif rate is not None:
         raise click.UsageError("--rate needs a traffic class (--histogram or --prompt-tokens/--output-tokens)")
     if as_json:
@@ -170,7 +178,17 @@ def capacity(
         click.echo(_capacity_text(payload, cap, quantile))
 
 
-def _at_rate(dep, prof, slo, cap, rate, ladder) -> dict:
+def _latency(pt, slo, dep, prof, ladder, stat) -> dict:
+    """TTFT, TPOT (per request) and per-token gap at `stat` at an operating point, ms (planner.latency)."""
+    from planner.capacity import ReplicaModel
+
+    rm = ReplicaModel(dep, prof, slo, ladder)
+    lat = rm.latency_at(pt.resident_batch)
+    value = {k: lat.value(0, k, stat) * 1e3 for k in ("ttft", "tpot", "itl")}
+    return {"stat": stat, "ttft_ms": value["ttft"], "tpot_ms": value["tpot"], "itl_ms": value["itl"]}
+
+
+def _at_rate(dep, prof, slo, cap, rate, ladder, stat) -> dict:
     from planner.capacity import ReplicaModel
 
     rm = ReplicaModel(dep, prof, slo, ladder)
@@ -184,7 +202,7 @@ def _at_rate(dep, prof, slo, cap, rate, ladder) -> dict:
         "resident_batch": pt.resident_batch,
         "step_ms": pt.step_ms,
         "itl_ms": pt.itl_ms,
-        "ttft_ms": pt.ttft_ms,
+        "latency": _latency(pt, slo, dep, prof, ladder, stat),
         "kv_utilisation": pt.kv_utilisation,
         "output_tokens_per_s": pt.output_tokens_per_s,
         "beyond_capacity": rate > cap.max_rps * (1 + 1e-9),
@@ -259,11 +277,13 @@ def _capacity_text(payload, cap, quantile) -> str:
         f"  max rate          {cap.max_rps:10.3f} requests/s   binding ceiling: {cap.binding}",
         f"  resident batch    {pt.resident_batch:10.1f} sequences",
         f"  mean ITL          {pt.itl_ms:10.2f} ms   (mean step {pt.step_ms:.2f} ms; {pt.regime}-bound decode {pt.decode_ms:.2f} ms, prefill share {pt.prefill_share:.0%})",
-        f"  TTFT (at {quantile_label(quantile)} prompt) {pt.ttft_ms:8.1f} ms",
+        f"  {payload['latency']['stat']} latency       TTFT {payload['latency']['ttft_ms']:,.1f} ms, "
+        f"TPOT {payload['latency']['tpot_ms']:,.2f} ms, per-token gap {payload['latency']['itl_ms']:,.2f} ms",
         f"  KV utilisation    {pt.kv_utilisation:10.1%}",
         f"  output tokens/s   {pt.output_tokens_per_s:10.1f}",
         "  each ceiling alone (requests/s): "
-        + ", ".join(f"{k} {v:.3f}" for k, v in cap.ceilings_rps.items()),
+        + ", ".join(f"{k} {v:.3f}" for k, v in cap.ceilings_rps.items())
+        + "".join(f", {k} holds up to the {cap.binding} ceiling" for k in cap.clamped),
     ]
     lines += [f"  note: {n}" for n in cap.notes]
     if "at_rate" in payload:
@@ -273,8 +293,9 @@ def _capacity_text(payload, cap, quantile) -> str:
         else:
             verdict = "BEYOND capacity" if a["beyond_capacity"] else "within capacity"
             lines.append(
-                f"  at {a['rate_rps']:g} requests/s ({verdict}): batch {a['resident_batch']:.1f}, ITL {a['itl_ms']:.2f} ms, "
-                f"TTFT {a['ttft_ms']:.0f} ms, KV {a['kv_utilisation']:.0%}, {a['output_tokens_per_s']:.0f} output tokens/s"
+                f"  at {a['rate_rps']:g} requests/s ({verdict}): batch {a['resident_batch']:.1f}, mean ITL {a['itl_ms']:.2f} ms, "
+                f"{a['latency']['stat']} TTFT {a['latency']['ttft_ms']:,.0f} ms, {a['latency']['stat']} TPOT "
+                f"{a['latency']['tpot_ms']:,.1f} ms, KV {a['kv_utilisation']:.0%}, {a['output_tokens_per_s']:.0f} output tokens/s"
             )
     return "\n".join(lines)
 

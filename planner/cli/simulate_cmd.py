@@ -1,4 +1,4 @@
-"""`planner simulate`: replay a solved plan's traffic through the paged-cache scheduler simulator."""
+"""`planner simulate`: replay a plan's pools (or the scenario's own fleet) through the simulator."""
 
 from __future__ import annotations
 
@@ -6,53 +6,92 @@ import click
 
 from planner.cli.options import catalog_option, echo_json, json_option
 
+_STATS = ("p50", "p90", "p99")
+
 
 @click.command()
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @click.option("--pool", default=None, help="Only this pool (all, short or long).")
-@click.option("--requests", "n_requests", type=click.IntRange(min=100), default=20_000, show_default=True,
-              help="Sampled requests per pool.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--requests", "n_requests", type=click.IntRange(min=1000), default=None,
+              help="Sampled requests per pool [default: the scenario's simulation.requests].")
+@click.option("--seed", type=click.IntRange(min=0), default=None, help="[default: the scenario's simulation.seed]")
 @catalog_option
 @json_option
 def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
-    """Solve SCENARIO, then simulate one replica of each pool at its planned peak rate.
+    """Plan SCENARIO (or take the fleet it states), then simulate one replica of each pool at its peak rate.
 
-    Prints predicted (the analytical model) and simulated figures side by side:
-    rate, resident batch, KV utilisation, p50/p99 ITL, p99 TTFT, preemptions.
+    Prints each band's targets beside the model's prediction and the simulated TTFT and TPOT
+    percentiles, and the verdict. The plan is certified first, so its pools are the ones
+    `planner solve` reports.
 
     \b
     Example:
       planner simulate scenarios/chat_8b_h100.yaml --requests 20000 --seed 1
     """
-    from planner.simulate import COMPARE_KEYS
-    from planner.solve import plan_scenario
-    from planner.verify import verify_plan
+    from planner.certify import check_pool
+    from planner.planning import pool_setting
+    from planner.solve import bands_json, load_inputs, plan_inputs
 
-    plan = plan_scenario(scenario, catalog_files=catalog_files, explore=False)
+    inputs = load_inputs(scenario, catalog_files=catalog_files)
+    scn = inputs.scenario
+    sim = scn.simulation.model_copy(update={k: v for k, v in (("requests", n_requests), ("seed", seed)) if v is not None})
+    scn = scn.model_copy(update={"simulation": sim})
+    plan = plan_inputs(inputs, scn, explore=False, certify=True)
     names = [pd.traffic_class.name for pd in plan.pools]
     if pool is not None and pool not in names:
         raise click.BadParameter(f"'{pool}' is not a pool of this plan (pools: {', '.join(sorted(set(names)))})",
                                  param_hint="--pool")
-    checks = verify_plan(plan, pool=pool, requests=n_requests, seed=seed)
+    slo = scn.slo.to_slo()
+    trace = inputs.traffic.requests_at_growth(scn.traffic.growth)
+    checks = []
+    for pd in plan.pools:
+        if pool is not None and pd.traffic_class.name != pool:
+            continue
+        c = pd.check
+        if c is None or c.requests != sim.requests or c.seed != sim.seed:
+            c = check_pool(pool_setting(pd, scn, plan.pools, trace), slo, requests=sim.requests, seed=sim.seed)
+        checks.append(c)
     if as_json:
         echo_json({
-            "scenario": plan.scenario.name,
+            "scenario": scn.name,
+            "certified": plan.certification.certified,
             "pools": [
-                {"pool": c.pool, "config": c.config, "predicted": c.predicted, "simulated": c.simulated,
-                 "holds": c.holds, "problems": list(c.problems)}
+                {"pool": c.pool, "config": c.config, "replicas": c.replicas, "rate_per_replica_rps": c.rate_rps,
+                 "predicted": c.predicted, "simulated": c.simulated, "bands": _bands(c, slo),
+                 "targets": bands_json(c.bands), "holds": c.holds, "problems": list(c.problems)}
                 for c in checks
             ],
         })
         return
     for c in checks:
-        click.echo(f"{c.label} — {c.config}: {'holds' if c.holds else 'does NOT hold: ' + '; '.join(c.problems)}")
-        click.echo(f"  {'':24} {'predicted':>12} {'simulated':>12}")
-        for k in COMPARE_KEYS:
-            p, s = c.predicted.get(k), c.simulated.get(k)
-            click.echo(f"  {k:24} {'—' if p is None else f'{p:12,.3f}':>12} {'—' if s is None else f'{s:12,.3f}':>12}")
+        click.echo(f"{c.label} — {c.config}, {c.replicas} replicas at {c.rate_rps:,.3f} req/s each: "
+                   + ("holds" if c.holds else "misses: " + "; ".join(c.problems)))
+        for band in _bands(c, slo):
+            ttft = " ".join(f"{s} {band[f'ttft_ms_{s}']:,.0f}" for s in _STATS if band[f"ttft_ms_{s}"] is not None)
+            tpot = " ".join(f"{s} {band[f'tpot_ms_{s}']:,.1f}" for s in _STATS if band[f"tpot_ms_{s}"] is not None)
+            click.echo(f"  {band['band']:<28} {band['requests']:>7,} requests  TTFT ms {ttft or '—'}  TPOT ms {tpot or '—'}"
+                       f"  {'holds' if band['holds'] else 'misses'}")
     if any(not c.holds for c in checks):
-        click.echo("note: at least one pool does not hold in simulation; see above", err=True)
+        click.echo("note: at least one pool misses its targets in simulation; see above", err=True)
+
+
+def _bands(c, slo) -> list[dict]:
+    """Simulated percentiles per band (TTFT and TPOT in ms), attainment, and whether its targets hold."""
+    lat = c.latencies
+    holds = {b.band.name: b.holds for b in c.bands}
+    out = []
+    for band in slo.bands:
+        entry = {"band": band.name, "requests": lat.requests_in(band)}
+        for kind in ("ttft", "tpot"):
+            for s in _STATS:
+                value = lat.statistic(band, kind, s) * 1e3
+                entry[f"{kind}_ms_{s}"] = value if value == value else None
+        entry["itl_ms_p99"] = lat.statistic(band, "itl", "p99") * 1e3
+        attained = lat.attainment(slo, band)
+        entry["attainment"] = attained if attained == attained else None
+        entry["holds"] = holds.get(band.name, True)
+        out.append(entry)
+    return out
 
 
 COMMANDS = [simulate]

@@ -51,6 +51,9 @@ class IngestResult:
     histogram: Histogram
     files: tuple[FileReport, ...]
     notes: tuple[str, ...] = field(default=())
+    # with keep_requests: every usable timestamped row as (prompt, output, arrival seconds), or
+    # None when a log had no time column, an input was a histogram file, or there were too many
+    requests: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     @property
     def excluded_rows(self) -> dict[str, int]:
@@ -71,20 +74,31 @@ def ingest(
     *,
     fmt: str = "auto",
     progress: Progress | None = None,
+    keep_requests: int = 0,
 ) -> IngestResult:
-    """Histogram every input into one; raises InputError when no usable row remains."""
+    """Histogram every input into one; raises InputError when no usable row remains.
+
+    keep_requests: also keep up to this many timestamped requests row by row (for replaying
+    a log's own arrivals); more than that, or any input without timestamps, keeps none."""
     if not paths:
         raise InputError("no input logs given")
     cells, minutes = CellAccumulator(), MinuteCounter()
     reports = []
+    kept: list | None = [] if keep_requests > 0 else None
     for path in paths:
         reader = LogReader(path, fmt)
         if reader.format == "parquet" and set(HISTOGRAM_FILE_COLUMNS) <= set(reader.columns):
             reports.append(_add_histogram_file(Path(path), cells, minutes))
+            kept = None
         else:
-            reports.append(_add_log(reader, columns, cells, minutes, progress))
+            reports.append(_add_log(reader, columns, cells, minutes, progress, kept))
+            if kept is not None and (reports[-1].time_column is None or sum(k[0].size for k in kept) > keep_requests):
+                kept = None
     histogram = to_histogram(cells, minutes)
-    result = IngestResult(histogram, tuple(reports), _notes(reports))
+    requests = None
+    if kept:
+        requests = tuple(np.concatenate([k[i] for k in kept]) for i in range(3))
+    result = IngestResult(histogram, tuple(reports), _notes(reports), requests)
     if histogram.is_empty:
         excluded = ", ".join(f"{r} {n}" for r, n in result.excluded_rows.items())
         names = ", ".join(str(p) for p in paths)
@@ -98,6 +112,7 @@ def _add_log(
     cells: CellAccumulator,
     minutes: MinuteCounter,
     progress: Progress | None,
+    kept: list | None = None,
 ) -> FileReport:
     time_col = _check_columns(reader, spec)
     names = (spec.prompt, spec.output) + ((time_col,) if time_col else ())
@@ -113,18 +128,25 @@ def _add_log(
             if keep is None
             else (prompt.values[keep], output.values[keep])
         )
+        seconds = None
+        if when is not None and kept is not None:
+            values = when.values if keep is None else when.values[keep]
+            seconds = values.astype(np.float64) * (60.0 / when.per_minute)
         return _Prepared(
             prompt=p,
             output=o,
             minute_counts=when.minute_counts(keep) if when else None,
             excluded=count_reasons(codes),
             rows=prompt.values.size,
+            seconds=seconds,
         )
 
     excluded = dict.fromkeys(EXCLUSION_REASONS, 0)
     rows = requests = 0
     for prepared in (prepare_batch(batch) for batch in reader.batches(names)):
         cells.add(prepared.prompt, prepared.output)
+        if kept is not None and prepared.seconds is not None:
+            kept.append((prepared.prompt, prepared.output, prepared.seconds))
         if prepared.minute_counts is not None:
             minutes.add_counts(*prepared.minute_counts)
         for reason, count in prepared.excluded.items():
@@ -158,6 +180,7 @@ class _Prepared:
     minute_counts: tuple[np.ndarray, np.ndarray] | None
     excluded: dict[str, int]
     rows: int
+    seconds: np.ndarray | None = None  # arrival times of the usable rows, when kept
 
 
 def _check_columns(reader: LogReader, spec: ColumnSpec) -> str | None:

@@ -1,0 +1,210 @@
+"""Certify a pool by simulation: one replica replayed at its planned rate against its band targets.
+
+The analytical model (planner.capacity, planner.latency) sizes every candidate; the
+simulator (planner.simulate) is the judge of the plan the solver returns. A pool is
+certified when one of its replicas, fed the pool's own traffic class with Poisson
+arrivals at the rate it carries at the peak (before headroom), keeps every band's TTFT,
+TPOT and ITL at their statistics within their limits, meets the attainment goal, stays
+stable and preempts within budget. A pool that misses gets its simulated capacity (the
+highest rate that holds, by bisection over the same requests rescaled: common random
+numbers) and planner.planning solves again with it.
+
+When the traffic came from a log with timestamps, the pool is also replayed with the
+log's own arrivals (time compressed by the scenario's growth), its requests dealt to the
+pool's replicas in turn (round robin, what a Kubernetes Service or a plain load balancer
+does): bursts above the planned peak count there.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from planner.capacity import ReplicaModel
+from planner.deployment import Deployment
+from planner.histogram import Histogram
+from planner.simulate import (
+    PREEMPTION_BUDGET_PER_1000,
+    RequestLatencies,
+    Requests,
+    SimResult,
+    SustainableRate,
+    max_sustainable_rate,
+    merged_latencies,
+    point_view,
+    sample_requests,
+    simulate_replica,
+)
+from planner.targets import SLO, Band
+
+KINDS = ("ttft", "tpot", "itl")
+
+
+@dataclass(frozen=True)
+class TargetCheck:
+    """One target of one band: its limit, the model's prediction and the simulator's value (seconds)."""
+
+    kind: str  # ttft, tpot, itl
+    stat: str
+    limit_s: float
+    predicted_s: float
+    simulated_s: float  # NaN when the band had no request in the run
+
+    @property
+    def holds(self) -> bool:
+        return not self.simulated_s > self.limit_s
+
+
+@dataclass(frozen=True)
+class BandCheck:
+    band: Band
+    requests: int  # measured requests of the band in the run
+    checks: tuple[TargetCheck, ...]
+
+    @property
+    def holds(self) -> bool:
+        return all(c.holds for c in self.checks)
+
+
+@dataclass(frozen=True)
+class PoolCheck:
+    """One pool's replica in simulation beside the model's prediction."""
+
+    pool: str  # traffic class name
+    label: str
+    config: str
+    replicas: int
+    rate_rps: float  # per replica, at the peak
+    bands: tuple[BandCheck, ...]
+    attainment: tuple[float, float, float] | None  # (goal, predicted, simulated)
+    predicted: dict[str, float | None]  # the mean model (simulate.COMPARE_KEYS)
+    simulated: dict[str, float | None]
+    problems: tuple[str, ...]
+    requests: int
+    seed: int
+    replay: TraceReplay | None = None
+    latencies: RequestLatencies | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def holds(self) -> bool:
+        return not self.problems and (self.replay is None or self.replay.holds)
+
+
+@dataclass(frozen=True)
+class TraceReplay:
+    """The pool's share of a log replayed with its own arrivals across the pool's replicas."""
+
+    requests: int
+    span_s: float
+    bands: tuple[BandCheck, ...]
+    problems: tuple[str, ...]
+
+    @property
+    def holds(self) -> bool:
+        return not self.problems
+
+
+def band_checks(slo: SLO, rm: ReplicaModel | None, n: float | None, lat: RequestLatencies | None) -> tuple[BandCheck, ...]:
+    """Per band: each target's limit, the model's value at resident count n, and the simulated value."""
+    pt = rm.latency_at(n) if rm is not None and n is not None else None
+    out = []
+    for index, band in enumerate(slo.bands):
+        checks = []
+        for kind in KINDS:
+            target = getattr(band, kind)
+            if target is None:
+                continue
+            predicted = pt.value(index, kind, target.stat) if pt is not None else math.nan
+            simulated = lat.statistic(band, kind, target.stat) if lat is not None else math.nan
+            checks.append(TargetCheck(kind, target.stat, target.limit_s, predicted, simulated))
+        requests = lat.requests_in(band) if lat is not None else 0
+        out.append(BandCheck(band, requests, tuple(checks)))
+    return tuple(out)
+
+
+def _problems(slo: SLO, bands: tuple[BandCheck, ...], sim: SimResult | None, lat: RequestLatencies | None) -> list[str]:
+    out = []
+    for b in bands:
+        for c in b.checks:
+            if not c.holds:
+                unit, scale = ("s", 1.0) if c.kind == "ttft" else ("ms", 1e3)
+                out.append(f"{b.band.name}: {c.kind.upper()} {c.stat} {c.simulated_s * scale:,.3g} {unit} > "
+                           f"{c.limit_s * scale:g} {unit}")
+    if slo.attainment is not None and lat is not None:
+        got = lat.attainment(slo)
+        if got < slo.attainment:
+            out.append(f"attainment {got:.1%} < {slo.attainment:.1%}")
+    if sim is not None:
+        if sim.preemptions_per_1000 > PREEMPTION_BUDGET_PER_1000:
+            out.append(f"{sim.preemptions_per_1000:.1f} preemptions per 1,000 requests > {PREEMPTION_BUDGET_PER_1000:g}")
+        if not sim.stable:
+            out.append("the queue grows: the replica cannot keep up")
+    return out
+
+
+@dataclass(frozen=True)
+class PoolSetting:
+    """What certify needs of a pool of the plan (planner.planning.PoolDetail provides it)."""
+
+    name: str
+    label: str
+    config: str
+    deployment: Deployment
+    hist: Histogram
+    replicas: int
+    rate_rps: float  # per replica at the peak
+    model: ReplicaModel
+    resident: float | None  # the model's N at that rate (None: beyond the model's roofline)
+    shared_prefix_tokens: int = 0
+    trace: Requests | None = None  # the pool's requests from a timestamped log, time already scaled
+    notes: tuple[str, ...] = field(default=())
+
+
+def check_pool(p: PoolSetting, slo: SLO, *, requests: int, seed: int) -> PoolCheck:
+    """Simulate one replica of the pool at its rate; compare with the model, band by band."""
+    reqs = sample_requests(p.hist, p.rate_rps, requests, seed, max_total_tokens=p.deployment.max_model_len,
+                           min_prompt_tokens=_min_prompt(p.shared_prefix_tokens, p.deployment.block_size))
+    sim = simulate_replica(p.deployment, reqs, shared_prefix_tokens=p.shared_prefix_tokens)
+    lat = sim.latencies
+    bands = band_checks(slo, p.model, p.resident, lat)
+    attainment = None
+    if slo.attainment is not None:
+        predicted = p.model.latency_at(p.resident).attainment() if p.resident is not None else math.nan
+        attainment = (slo.attainment, predicted, lat.attainment(slo))
+    predicted_view = point_view(p.model.point(p.resident)) if p.resident is not None else {}
+    replay = replay_trace(p, slo) if p.trace is not None else None
+    return PoolCheck(p.name, p.label, p.config, p.replicas, p.rate_rps, bands, attainment, predicted_view,
+                     sim.compare_view(), tuple(_problems(slo, bands, sim, lat)), requests, seed, replay, lat)
+
+
+def _min_prompt(shared_prefix_tokens: int, block_size: int) -> int:
+    """Every prompt starts with the shared prefix, so a sampled prompt is at least its full blocks + 1."""
+    return (shared_prefix_tokens // block_size) * block_size + 1 if shared_prefix_tokens else 1
+
+
+def simulated_capacity(p: PoolSetting, slo: SLO, *, requests: int, seed: int) -> SustainableRate:
+    """The highest rate one replica holds in simulation (bisection from the model's capacity)."""
+    return max_sustainable_rate(
+        p.deployment, p.hist, slo, n_requests=requests, seed=seed, rel_tol=0.02,
+        initial_rate_rps=p.rate_rps, shared_prefix_tokens=p.shared_prefix_tokens,
+    )
+
+
+def replay_trace(p: PoolSetting, slo: SLO) -> TraceReplay:
+    """Deal the pool's logged requests to its replicas in turn and simulate each; judge the whole."""
+    tr = p.trace
+    parts = []
+    for r in range(p.replicas):
+        idx = np.arange(r, tr.n, p.replicas)
+        if idx.size == 0:
+            continue
+        mine = Requests(tr.arrival_s[idx] - tr.arrival_s[idx[0]], tr.prompt_tokens[idx], tr.output_tokens[idx])
+        parts.append(simulate_replica(p.deployment, mine, shared_prefix_tokens=p.shared_prefix_tokens, warmup_fraction=0.0))
+    lat = merged_latencies([s.latencies for s in parts])
+    bands = band_checks(slo, None, None, lat)
+    problems = _problems(slo, bands, None, lat)
+    problems += [f"replica {i + 1}: the queue grows" for i, s in enumerate(parts) if not s.stable]
+    return TraceReplay(tr.n, float(tr.arrival_s[-1] - tr.arrival_s[0]), bands, tuple(problems))
+

@@ -1,0 +1,537 @@
+"""Latency distributions of one replica at an operating point: TTFT, TPOT and per-token gaps per band.
+
+The mean model (planner.capacity) fixes, for an arrival rate λ, the resident batch N and the
+decode part of a step t_dec(N). This module turns those into distributions, because users
+state targets as percentiles and the tail of a mixed pool is set by its longest prompts.
+
+Scheduler (planner.simulate, vLLM's chunked-prefill scheduler): every step first decodes one
+token for each running sequence, then spends the rest of the token budget C (the engine's
+max_num_batched_tokens) on prompts, first come first served, each prompt taking at most
+k tokens a step (k = the budget left, or vLLM's long_prefill_token_threshold θ when set).
+A step lasts t_dec plus the compute of the prompt tokens it carries.
+
+TTFT. Without θ the prompts form one first-come-first-served queue: an M/G/1 queue whose
+service time is a prompt's prefill compute plus the decode part of the steps its tokens
+ride, S(p) = prefill(p) + (p / C')·t_dec, C' = C - N. A request waits W (the queue's
+waiting time), then its own prefill takes prefill(p) + ceil(p / C')·t_dec, plus half a
+decode step for the step in flight. W's distribution is the Pollaczek-Khinchine
+transform (1 - ρ) / (1 - ρ·Ŝe), Ŝe the transform of the equilibrium (residual) service
+distribution, inverted on a time grid by FFT with exponential tilting against wrap-around
+(as planner.paged does for the compound-Poisson cache total; Abate & Whitt 1992 for the
+damping). Its tail comes from prefill *times* (quadratic in attention), so a 2% share of
+100k-token prompts can hold short requests for seconds: head-of-line blocking.
+With θ, prompts longer than θ take θ tokens a step and leave the rest of the budget to
+shorter ones: short prompts queue among themselves (their steps stretched by the long
+chunk riding along), long prompts among themselves at θ tokens a step.
+
+TPOT. A request's TPOT is t_dec plus the prefill compute that rides in its D = o - 1 decode
+steps, divided by D. FCFS puts every prompt that arrived before it ahead of its own
+prefill, so only prompts arriving after it meet its decode: those that queued while it
+waited and prefilled (W + own), and those arriving during its D steps. Their work Y in
+the window [arrival, decode start + D·t_dec] is compound Poisson, each prompt capped at
+the compute of its first D·k tokens (no prompt can take more than k tokens of each of
+the D steps); and each second of it stretches the life by the prompts arriving
+meanwhile, which are served before the life ends too: the busy period an amount of work
+Y starts in an M/G/1 queue of load ρ lasts about Y / (1 - ρ) (its mean exactly; its tail
+for heavy-tailed work, Zwart, "Tail asymptotics for the busy period in the GI/G/1
+queue", 2001). So
+    TPOT > x  <=>  Y > (1 - ρ)·D·(x - t_dec),
+and never above t_dec plus the costliest chunk. This is evaluated per histogram cell (its
+D and prompt) and per level of W. The compound-Poisson tails come from FFT tables over a
+grid of expected arrivals, in FLOPs, so one table serves every GPU, tensor-parallel degree
+and dtype of a model and class. The simulator is the judge: bench/accuracy.py compares
+both per percentile.
+
+Per-token gaps. A step's gap is t_dec plus the chunk it carries; the share of steps
+carrying a chunk costlier than y is λ·t̄·Σ w_c·#{chunks of c costing more than y}
+(t̄ the mean step), which gives the token-weighted gap distribution.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from planner.paged import TokenProfile
+from planner.roofline import StepModel
+from planner.targets import SLO, Target
+
+W_GRID = 1 << 13  # points of the waiting-time grid
+TILT_DECADES = 20.0  # the tilt damps the wrapped-around tail by e^-20
+# Probability intervals that represent W when it is mixed with the TPOT tail:
+# halves down to a 2^-12 tail, each represented by the quantile at its middle.
+_W_EDGES = np.concatenate([[0.0], 1.0 - 0.5 ** np.arange(1, 13), [1.0]])
+_W_LEVELS = 0.5 * (_W_EDGES[:-1] + _W_EDGES[1:])
+_W_WEIGHTS = np.diff(_W_EDGES)
+_D_RATIO = 1.25  # decode-step buckets of the TPOT tables
+_M_GRID = np.geomspace(1e-3, 1e4, 41)  # expected prompts arriving in a window
+_Y_GRID = 1024
+
+
+@dataclass(frozen=True, eq=False)
+class _Cells:
+    """The class's histogram cells as the latency model uses them (dtype- and GPU-free)."""
+
+    weight: np.ndarray  # share of requests
+    prompt: np.ndarray  # mean prompt tokens
+    prompt_sq: np.ndarray
+    new_tokens: np.ndarray  # prompt tokens prefill computes (after the shared prefix)
+    decode_steps: np.ndarray  # o - 1
+    shared_prefix: int
+
+
+_MERGE_RATIO = 1.25  # cells whose prompt and decode steps agree within 25% are one cell to the latency model
+
+
+@lru_cache(maxsize=256)
+def _cells(prof: TokenProfile) -> _Cells:
+    """The profile's cells, merged where prompt length and decode steps fall in the same 25%
+    log-bucket (moments kept exact): the latency model's cost is per cell, and a histogram's
+    cells split by total length too, which adds nothing here."""
+    count = prof.cell_requests
+    p_key = np.floor(np.log(np.maximum(prof.cell_prompt_tokens, 1.0)) / math.log(_MERGE_RATIO)).astype(np.int64)
+    d_key = np.floor(np.log1p(prof.cell_decode_steps) / math.log(_MERGE_RATIO)).astype(np.int64)
+    _, group = np.unique(np.stack([p_key, d_key]), axis=1, return_inverse=True)
+    group = group.ravel()
+    weight = np.bincount(group, count)
+
+    def mean(x):
+        return np.bincount(group, count * x) / weight
+
+    s = prof.shared_prefix_tokens
+    prompt = mean(prof.cell_prompt_tokens)
+    return _Cells(weight / weight.sum(), prompt, mean(prof.cell_prompt_sq), np.maximum(prompt - s, 1.0),
+                  mean(prof.cell_decode_steps), s)
+
+
+def _split_mass(values: np.ndarray, weights: np.ndarray, unit: float, size: int) -> np.ndarray:
+    """pmf on the grid 0, unit, 2·unit, ... with each value's mass split between its two
+    neighbours in proportion to distance, so the mean is kept exactly (values past the grid
+    are clipped to its last point)."""
+    x = np.minimum(values / unit, size - 1.0)
+    lo = np.floor(x).astype(np.int64)
+    frac = x - lo
+    hi = np.minimum(lo + 1, size - 1)
+    return (np.bincount(lo, weights * (1 - frac), minlength=size)
+            + np.bincount(hi, weights * frac, minlength=size))[:size]
+
+
+def _split_mass_rows(values: np.ndarray, weights: np.ndarray, units: np.ndarray, size: int) -> np.ndarray:
+    """_split_mass for several grid units at once: one row per unit."""
+    x = np.minimum(values[None, :] / units[:, None], size - 1.0)
+    lo = np.floor(x).astype(np.int64)
+    frac = x - lo
+    hi = np.minimum(lo + 1, size - 1)
+    offset = (np.arange(units.size) * size)[:, None]
+    w = np.broadcast_to(weights, x.shape)
+    flat = np.bincount((lo + offset).ravel(), (w * (1 - frac)).ravel(), minlength=units.size * size)
+    flat += np.bincount((hi + offset).ravel(), (w * frac).ravel(), minlength=units.size * size)
+    return flat.reshape(units.size, size)
+
+
+def _tilt(n: int) -> np.ndarray:
+    return np.exp(-TILT_DECADES / n * np.arange(n))
+
+
+# ------------------------------------------------------------------- waiting time
+
+
+@dataclass(frozen=True)
+class WaitDistribution:
+    """The FCFS prefill queue's waiting time W on a grid of `dt_s` seconds."""
+
+    cdf: np.ndarray
+    dt_s: float
+    mean_s: float
+    load: float  # ρ of the queue (its busy share)
+
+    def survival(self, x_s: np.ndarray | float) -> np.ndarray:
+        """P(W > x), linear between grid points; 1 below zero; the last grid point's value beyond."""
+        x = np.asarray(x_s, float) / self.dt_s
+        i = np.clip(np.floor(x).astype(np.int64), 0, self.cdf.size - 2)
+        frac = np.clip(x - i, 0.0, 1.0)
+        cdf = self.cdf[i] * (1 - frac) + self.cdf[i + 1] * frac
+        return np.where(x < 0, 1.0, np.clip(1.0 - cdf, 0.0, 1.0))
+
+    def quantile(self, q: float) -> float:
+        return float(np.searchsorted(self.cdf, q - 1e-12) * self.dt_s)
+
+    def levels(self) -> tuple[np.ndarray, np.ndarray]:
+        """Representative values and their probabilities (the _W_LEVELS intervals)."""
+        idx = np.searchsorted(self.cdf, _W_LEVELS)
+        return np.minimum(idx, self.cdf.size - 1) * self.dt_s, _W_WEIGHTS
+
+
+def mg1_wait(rate_rps: float, service_s: np.ndarray, weight: np.ndarray, horizon_s: float) -> WaitDistribution | None:
+    """Waiting time of an M/G/1 FCFS queue (Pollaczek-Khinchine), or None when ρ >= 1.
+
+    The transform of W is (1 - ρ) / (1 - ρ·Ŝe(z)), Se the equilibrium distribution of the
+    service time, P(Se = k) = P(S > k) / E[S] on the grid (exact for a grid-valued S).
+    The grid spans the larger of `horizon_s` and E[W] + 12 sd(W) (moments from Takács'
+    formulas: E[W] = λE[S²] / 2(1-ρ), E[W²] = 2E[W]² + λE[S³] / 3(1-ρ)), and four times
+    the longest service.
+    """
+    ws = weight / weight.sum()
+    mean_s = float(np.dot(ws, service_s))
+    rho = rate_rps * mean_s
+    if rho >= 1.0 or not math.isfinite(rho):
+        return None
+    if rho <= 0:
+        return WaitDistribution(np.ones(2), 1.0, 0.0, 0.0)
+    m2, m3 = float(np.dot(ws, service_s**2)), float(np.dot(ws, service_s**3))
+    mean_w = rate_rps * m2 / (2 * (1 - rho))
+    sd_w = math.sqrt(max(2 * mean_w**2 + rate_rps * m3 / (3 * (1 - rho)) - mean_w**2, 0.0))
+    span = max(horizon_s, mean_w + 12 * sd_w, 4 * float(service_s.max()))
+    n = W_GRID
+    dt = span / (n - 1)
+    pmf = _split_mass(service_s, ws, dt, n)
+    surv = 1.0 - np.cumsum(pmf)
+    eq = np.concatenate([[1.0], surv[:-1]])
+    eq = eq / eq.sum()
+    tilt = _tilt(n)
+    w_pmf = np.fft.irfft((1 - rho) / (1 - rho * np.fft.rfft(eq * tilt)), n) / tilt
+    cdf = np.minimum(np.cumsum(np.clip(w_pmf, 0.0, None)), 1.0)
+    return WaitDistribution(cdf, dt, mean_w, rho)
+
+
+# -------------------------------------------------------------------- TPOT tables
+
+
+@dataclass(frozen=True, eq=False)
+class _WorkTables:
+    """P(Y > y) for Y compound Poisson: m expected prompts, each the FLOPs of its first D·k new
+    tokens, per decode-step bucket (rows of D), m on _M_GRID, y on a grid per (D, m)."""
+
+    bucket_d: np.ndarray  # representative decode steps per bucket
+    survival: np.ndarray  # [bucket, m, y]
+    dy_flops: np.ndarray  # [bucket, m]
+    mean_flops: np.ndarray  # E[J] per bucket
+
+
+def _prefill_flops(tokens: np.ndarray, shared: int, params_active: float, attn: float) -> np.ndarray:
+    """FLOPs of a prompt's first `tokens` positions after a shared prefix (StepModel.prefill_flops)."""
+    end = shared + tokens
+    return 2.0 * params_active * tokens + attn * (end * end - float(shared) ** 2) / 2.0
+
+
+@lru_cache(maxsize=128)
+def _work_tables(cells: _Cells, chunk_cap: int, params_active: float, attn: float) -> _WorkTables:
+    d_max = max(float(cells.decode_steps.max()), 1.0)
+    bucket_d = np.unique(np.round(_D_RATIO ** np.arange(0, math.ceil(math.log(d_max, _D_RATIO)) + 2)))
+    nb, nm = bucket_d.size, _M_GRID.size
+    survival = np.zeros((nb, nm, _Y_GRID))
+    dy = np.ones((nb, nm))
+    mean = np.zeros(nb)
+    w = cells.weight
+    tilt = _tilt(_Y_GRID)
+    for b, d in enumerate(bucket_d):
+        jumps = _prefill_flops(np.minimum(cells.new_tokens, d * chunk_cap), cells.shared_prefix, params_active, attn)
+        m1, m2 = float(np.dot(w, jumps)), float(np.dot(w, jumps**2))
+        mean[b] = m1
+        span = _M_GRID * m1 + 8 * np.sqrt(_M_GRID * m2) + float(jumps.max())
+        dy[b] = span / (_Y_GRID - 1)
+        pmf = _split_mass_rows(jumps, w, dy[b], _Y_GRID)
+        phi = np.fft.rfft(pmf * tilt, axis=1) - 1.0
+        total = np.fft.irfft(np.exp(_M_GRID[:, None] * phi), _Y_GRID, axis=1) / tilt
+        survival[b] = np.clip(1.0 - np.cumsum(np.clip(total, 0, None), axis=1), 0.0, 1.0)
+    return _WorkTables(bucket_d, survival, dy, mean)
+
+
+def _table_survival(t: _WorkTables, bucket: np.ndarray, m: np.ndarray, y_flops: np.ndarray) -> np.ndarray:
+    """P(Y > y) from the tables: log-linear in m between grid rows; m below the grid scales
+    the first row (P ≈ m·P(J > y) for rare arrivals); m above it uses the last row."""
+    lm = np.log(np.maximum(m, 1e-300) / _M_GRID[0]) / math.log(_M_GRID[1] / _M_GRID[0])
+    i = np.clip(np.floor(lm).astype(np.int64), 0, _M_GRID.size - 2)
+    frac = np.clip(lm - i, 0.0, 1.0)
+
+    def row(j):
+        k = np.clip((y_flops / t.dy_flops[bucket, j]).astype(np.int64), 0, _Y_GRID - 1)
+        past = y_flops >= t.dy_flops[bucket, j] * (_Y_GRID - 1)
+        return np.where(past, 0.0, t.survival[bucket, j, k])
+
+    value = row(i) * (1 - frac) + row(i + 1) * frac
+    scale = np.where(m < _M_GRID[0], m / _M_GRID[0], 1.0)
+    return np.where(y_flops <= 0, 1.0, value * scale)
+
+
+# -------------------------------------------------------------------- the model
+
+
+@dataclass(frozen=True)
+class _Chunks:
+    """Every prefill chunk of the class, by cost, for the per-token gap distribution."""
+
+    flops_desc: np.ndarray
+    cum_weight: np.ndarray  # Σ request share of chunks costing at least flops_desc[i]
+
+
+@lru_cache(maxsize=128)
+def _chunks(cells: _Cells, chunk_cap: int, params_active: float, attn: float) -> _Chunks:
+    n_chunks = np.ceil(cells.new_tokens / chunk_cap).astype(np.int64)
+    owner = np.repeat(np.arange(cells.weight.size), n_chunks)
+    first = np.repeat(np.cumsum(n_chunks) - n_chunks, n_chunks)
+    j = np.arange(owner.size) - first
+    start = cells.shared_prefix + j * chunk_cap
+    end = np.minimum(start + chunk_cap, cells.shared_prefix + cells.new_tokens[owner])
+    flops = 2.0 * params_active * (end - start) + attn * (end**2 - start**2) / 2.0
+    order = np.argsort(-flops, kind="stable")
+    return _Chunks(flops[order], np.cumsum(cells.weight[owner][order]))
+
+
+class LatencyModel:
+    """Latency distributions of one (deployment, class) pair; `at` gives them at one operating point."""
+
+    def __init__(self, step: StepModel, prof: TokenProfile, chunk_tokens: int, slo: SLO,
+                 long_prefill_cap_tokens: int | None = None):
+        self.step, self.prof, self.slo = step, prof, slo
+        self.chunk_tokens = int(chunk_tokens)
+        self.cap = int(long_prefill_cap_tokens) if long_prefill_cap_tokens else None
+        self.cells = _cells(prof)
+        c = self.cells
+        self.prefill_s = np.asarray(step.prefill_s(c.prompt, c.prompt_sq, c.shared_prefix), float)
+        flops = _prefill_flops(c.new_tokens, c.shared_prefix, step.params_active, step.attn_flops_per_ctx_token)
+        # One table serves every GPU: FLOPs to seconds at the class's effective rate (the
+        # all-reduce bytes of prefill are a few percent, folded in proportionally).
+        self.flops_per_s = float(np.dot(c.weight, flops) / max(np.dot(c.weight, self.prefill_s), 1e-30))
+        self.band_cells = [np.flatnonzero(b.holds(c.prompt)) for b in slo.bands]
+
+    @property
+    def table_cap(self) -> int:
+        """Prompt tokens one prompt takes in a busy step, for the TPOT and gap tables: θ, or the
+        whole budget (the decodes' share of it is small beside a chunk, and one table then
+        serves every operating point)."""
+        return min(self.cap, self.chunk_tokens) if self.cap else self.chunk_tokens
+
+    def at(self, rate_rps: float, decode_s: float, resident: float) -> LatencyPoint:
+        return LatencyPoint(self, rate_rps, decode_s, resident)
+
+
+class LatencyPoint:
+    """The distributions at arrival rate λ, decode part t_dec and mean resident batch N."""
+
+    def __init__(self, model: LatencyModel, rate_rps: float, decode_s: float, resident: float):
+        self.m, self.rate, self.t_dec = model, float(rate_rps), float(decode_s)
+        c = model.cells
+        budget = max(model.chunk_tokens - resident, 1.0)
+        k = min(model.table_cap, budget)
+        self.k = model.table_cap
+        steps_own = np.maximum(1.0, np.ceil(c.new_tokens / np.where(c.new_tokens > k, k, budget)))
+        self.own_s = model.prefill_s + steps_own * self.t_dec + self._residual_step(steps_own)
+        horizon = 2.0 * max([b.ttft.limit_s for b in model.slo.bands if b.ttft] or [1.0])
+        long = c.new_tokens > model.cap if model.cap else np.zeros(c.weight.size, bool)
+        self.long = long
+        if not long.any():
+            service = model.prefill_s + c.new_tokens / budget * self.t_dec
+            wait = mg1_wait(self.rate, service, c.weight, horizon)
+            self.waits = {False: wait, True: wait}
+        else:
+            # θ: long prompts ride θ tokens a step beside the short ones; each stream queues on its own.
+            share_long = float(c.weight[long].sum())
+            long_steps = c.new_tokens[long] / k
+            busy_long = min(1.0, self.rate * share_long * float(np.dot(c.weight[long], long_steps * self.t_dec))
+                            / share_long)
+            chunk_s = float(np.dot(c.weight[long], model.prefill_s[long] / long_steps) / share_long)
+            stretched = self.t_dec + busy_long * chunk_s
+            short_service = model.prefill_s[~long] + c.new_tokens[~long] / max(budget - k * busy_long, 1.0) * stretched
+            long_service = model.prefill_s[long] + long_steps * stretched
+            self.waits = {
+                False: mg1_wait(self.rate * (1 - share_long), short_service, c.weight[~long], horizon),
+                True: mg1_wait(self.rate * share_long, long_service, c.weight[long], horizon),
+            }
+        self.stable = all(w is not None for w in self.waits.values())
+        self.rho = self.rate * float(np.dot(c.weight, model.prefill_s))  # prefill's share of time
+        self.mean_step = self.t_dec / (1 - self.rho) if self.rho < 1 else math.inf
+        chunks = _chunks(c, self.k, model.step.params_active, model.step.attn_flops_per_ctx_token)
+        self.max_chunk_s = float(chunks.flops_desc[0]) / model.flops_per_s if chunks.flops_desc.size else 0.0
+
+    def _residual_step(self, steps_own: np.ndarray) -> float:
+        """Mean remaining time of the step in flight when a request arrives, E[t²] / 2E[t] (the
+        inspection paradox): a share f of steps carries prefill, f·c = ρ·t̄ with t̄ = t_dec / (1 - ρ)
+        the mean step, f = min(1, λ·E[steps a prompt's prefill takes]·t̄)."""
+        c = self.m.cells
+        rho = self.rate * float(np.dot(c.weight, self.m.prefill_s))
+        if rho >= 1:
+            return math.inf
+        mean = self.t_dec / (1 - rho)
+        f = min(1.0, self.rate * float(np.dot(c.weight, steps_own)) * mean)
+        if f <= 0:
+            return 0.5 * self.t_dec
+        chunk = rho * mean / f
+        return ((1 - f) * self.t_dec**2 + f * (self.t_dec + chunk) ** 2) / (2 * mean)
+
+    # ---- per band
+    def _wait(self, cells: np.ndarray):
+        """The waiting-time distribution each cell sees (short or long stream)."""
+        return [self.waits[bool(x)] for x in self.long[cells]]
+
+    def ttft_exceed(self, band: int, limit_s: float) -> float:
+        """Share of the band's requests with TTFT above limit_s."""
+        if not self.stable:
+            return 1.0
+        cells = self.m.band_cells[band]
+        if cells.size == 0:
+            return 0.0
+        w = self.m.cells.weight[cells]
+        out = 0.0
+        for is_long in (False, True):
+            sel = self.long[cells] == is_long
+            if sel.any():
+                out += float(np.dot(w[sel], self.waits[is_long].survival(limit_s - self.own_s[cells][sel])))
+        return out / float(w.sum())
+
+    def ttft_mean(self, band: int) -> float:
+        if not self.stable:
+            return math.inf
+        cells = self.m.band_cells[band]
+        w = self.m.cells.weight[cells]
+        waits = np.array([self.waits[bool(x)].mean_s for x in self.long[cells]])
+        return float(np.dot(w, self.own_s[cells] + waits) / w.sum()) if cells.size else 0.0
+
+    def _tpot_terms(self, band: int):
+        """Per (cell with a decode step, W level): probability weight, D, expected arrivals in the
+        window [arrival, decode start + D·t_dec], and the table bucket of D."""
+        m = self.m
+        cells = m.band_cells[band]
+        cells = cells[m.cells.decode_steps[cells] >= 1]
+        if cells.size == 0:
+            return None
+        w = m.cells.weight[cells]
+        tables = _work_tables(m.cells, self.k, m.step.params_active, m.step.attn_flops_per_ctx_token)
+        out = []
+        for is_long in (False, True):
+            sel = self.long[cells] == is_long
+            if not sel.any():
+                continue
+            cs, levels, probs = cells[sel], *self.waits[is_long].levels()
+            d = m.cells.decode_steps[cs]
+            window = self.rate * (levels[None, :] + self.own_s[cs][:, None] + (d * self.t_dec)[:, None])
+            bucket = np.clip(np.searchsorted(tables.bucket_d, d, side="right") - 1, 0, tables.bucket_d.size - 1)
+            out.append((w[sel][:, None] * probs[None, :], d[:, None], window, bucket[:, None]))
+        return out, tables, float(w.sum())
+
+    def tpot_exceed(self, band: int, limit_s: float) -> float:
+        """Share of the band's requests (with two or more output tokens) whose TPOT exceeds limit_s."""
+        if not self.stable or self.rho >= 1:
+            return 1.0
+        if limit_s >= self.t_dec + self.max_chunk_s:
+            return 0.0
+        terms = self._tpot_terms(band)
+        if terms is None:
+            return 0.0
+        parts, tables, total = terms
+        out = 0.0
+        for prob, d, window, bucket in parts:
+            threshold_s = (1 - self.rho) * d * (limit_s - self.t_dec)
+            p = _table_survival(tables, np.broadcast_to(bucket, window.shape), window,
+                                np.broadcast_to(threshold_s * self.m.flops_per_s, window.shape))
+            out += float((prob * p).sum())
+        return out / total
+
+    def tpot_mean(self, band: int) -> float:
+        if not self.stable or self.rho >= 1:
+            return math.inf
+        terms = self._tpot_terms(band)
+        if terms is None:
+            return math.nan
+        parts, tables, total = terms
+        out = 0.0
+        for prob, d, window, bucket in parts:
+            work_s = window * tables.mean_flops[bucket] / self.m.flops_per_s
+            out += float((prob * (self.t_dec + work_s / ((1 - self.rho) * d))).sum())
+        return out / total
+
+    def itl_exceed(self, limit_s: float) -> float:
+        """Share of decode tokens whose gap (their step) exceeds limit_s."""
+        if not self.stable:
+            return 1.0
+        if limit_s <= self.t_dec:
+            return 1.0
+        m = self.m
+        ch = _chunks(m.cells, self.k, m.step.params_active, m.step.attn_flops_per_ctx_token)
+        y = (limit_s - self.t_dec) * m.flops_per_s
+        i = int(np.searchsorted(-ch.flops_desc, -y, side="left"))
+        heavier = float(ch.cum_weight[i - 1]) if i > 0 else 0.0
+        return min(1.0, self.rate * self.mean_step * heavier)
+
+    # ---- statistics
+    def value(self, band: int, kind: str, stat: str) -> float:
+        """The band's TTFT, TPOT or ITL (seconds) at a statistic ('mean', 'p50', ... 'p99')."""
+        from planner.targets import statistic_quantile
+
+        q = statistic_quantile(stat)
+        if kind != "itl" and self.m.band_cells[band].size == 0:
+            return math.nan
+        if q is None:
+            if kind == "ttft":
+                return self.ttft_mean(band)
+            if kind == "tpot":
+                return self.tpot_mean(band)
+            return self.mean_step
+        exceed = {"ttft": lambda x: self.ttft_exceed(band, x), "tpot": lambda x: self.tpot_exceed(band, x),
+                  "itl": self.itl_exceed}[kind]
+        if not self.stable:
+            return math.inf
+        lo, hi = 0.0, 1.0
+        while exceed(hi) > 1 - q:
+            lo, hi = hi, hi * 2
+            if hi > 1e6:
+                return math.inf
+        for _ in range(50):
+            mid = 0.5 * (lo + hi)
+            if exceed(mid) > 1 - q:
+                lo = mid
+            else:
+                hi = mid
+            if hi - lo < 1e-4 * hi:
+                break
+        return hi
+
+    def misses(self, band: int, kind: str, target: Target) -> bool:
+        """Whether the band's `kind` latency misses `target`: its mean above the limit, or more
+        than the allowed share of requests (tokens, for ITL) above it."""
+        allowed = target.exceed_share
+        if allowed is None:
+            return self.value(band, kind, "mean") > target.limit_s
+        if kind == "ttft":
+            return self.ttft_exceed(band, target.limit_s) > allowed
+        if kind == "tpot":
+            return self.tpot_exceed(band, target.limit_s) > allowed
+        return self.itl_exceed(target.limit_s) > allowed
+
+    def attainment(self) -> float:
+        """Share of all requests that meet both their band's TTFT and TPOT targets."""
+        if not self.stable:
+            return 0.0
+        m = self.m
+        total = 0.0
+        for index, band in enumerate(m.slo.bands):
+            cells = m.band_cells[index]
+            if cells.size == 0:
+                continue
+            w = m.cells.weight[cells]
+            ok = np.ones(cells.size)
+            if band.ttft is not None:
+                ok = np.array([1.0 - float(self._wait(cells[i:i + 1])[0].survival(band.ttft.limit_s - self.own_s[c]))
+                               for i, c in enumerate(cells)])
+            if band.tpot is not None:
+                d = m.cells.decode_steps[cells]
+                tp = np.array([self._tpot_cell_exceed(c, band.tpot.limit_s) if d[i] >= 1 else 0.0
+                               for i, c in enumerate(cells)])
+                ok = ok * (1.0 - tp)
+            total += float(np.dot(w, ok))
+        return total
+
+    def _tpot_cell_exceed(self, cell: int, limit_s: float) -> float:
+        m = self.m
+        if limit_s >= self.t_dec + self.max_chunk_s:
+            return 0.0
+        tables = _work_tables(m.cells, self.k, m.step.params_active, m.step.attn_flops_per_ctx_token)
+        levels, probs = self.waits[bool(self.long[cell])].levels()
+        d = float(m.cells.decode_steps[cell])
+        window = self.rate * (levels + self.own_s[cell] + d * self.t_dec)
+        bucket = np.full(levels.shape, int(np.clip(np.searchsorted(tables.bucket_d, d, side="right") - 1, 0, None)))
+        threshold = np.full(levels.shape, (1 - self.rho) * d * (limit_s - self.t_dec) * m.flops_per_s)
+        return float(np.dot(probs, _table_survival(tables, bucket, window, threshold)))

@@ -1,0 +1,107 @@
+"""The report's latency section: per pool and band, each target beside the model's prediction
+and the simulator's value, with a verdict; and how certification changed the plan."""
+
+from __future__ import annotations
+
+import math
+
+from planner.certify import BandCheck, PoolCheck, TargetCheck
+from planner.planning import Plan
+from planner.simulate import COMPARE_KEYS
+
+_WHAT = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL (per token)"}
+
+
+def _value(seconds: float, kind: str) -> str:
+    if not math.isfinite(seconds):
+        return "—"
+    return f"{seconds:,.2f} s" if kind == "ttft" else f"{seconds * 1e3:,.1f} ms"
+
+
+def _target(c: TargetCheck) -> str:
+    return f"{c.stat} ≤ {_value(c.limit_s, c.kind)}"
+
+
+def band_rows(bands: tuple[BandCheck, ...]) -> list[str]:
+    rows = ["| Band | Requests simulated | Target | Predicted | Simulated | Verdict |", "|---|---:|---|---:|---:|---|"]
+    for b in bands:
+        if not b.checks:
+            continue
+        for c in b.checks:
+            verdict = "holds" if c.holds else "**misses**"
+            if not math.isfinite(c.simulated_s):
+                if not math.isfinite(c.predicted_s):
+                    verdict = "no request of the band in this pool"
+                else:
+                    verdict = "holds (model)" if c.predicted_s <= c.limit_s else "**misses** (model)"
+            name = b.band.name if b.band.name == b.band.range_text else f"{b.band.name} ({b.band.range_text})"
+            rows.append(f"| {name} | {b.requests:,} | {_WHAT[c.kind]} {_target(c)} | "
+                        f"{_value(c.predicted_s, c.kind)} | {_value(c.simulated_s, c.kind)} | {verdict} |")
+    return rows
+
+
+def _mean_rows(check: PoolCheck) -> list[str]:
+    rows = ["| Mean model | Predicted | Simulated |", "|---|---:|---:|"]
+    for k in COMPARE_KEYS:
+        p, s = check.predicted.get(k), check.simulated.get(k)
+        rows.append(f"| {k} | {_fmt(p, k)} | {_fmt(s, k)} |")
+    return rows
+
+
+def _fmt(v: float | None, key: str) -> str:
+    if v is None or not math.isfinite(v):
+        return "—"
+    if key == "kv_utilisation":
+        return f"{v:.0%}"
+    return f"{v:,.2f}" if abs(v) < 1000 else f"{v:,.0f}"
+
+
+def latency_section(plan: Plan) -> str:
+    """Markdown: the plan's certification, pool by pool and band by band."""
+    cert = plan.certification
+    if cert is None:
+        return "\n".join([
+            "## Latency targets",
+            "",
+            "Predicted by the model only (planner/latency.py); this scenario turns certification by simulation off "
+            "(`verify: false`).",
+            "",
+            *[line for pd in plan.pools for line in _predicted_only(pd)],
+        ])
+    lines = [
+        "## Latency targets, certified by simulation",
+        "",
+        f"Each pool's replica replayed at its rate at the peak (before headroom) through the paged-cache "
+        f"scheduler simulator (planner/simulate.py; {cert.requests:,} sampled requests per run, seed {cert.seed}, "
+        "the first 10% as warm-up), beside the model's prediction (planner/latency.py) at the same rate. "
+        "TPOT is per request, (last token − first token) / (output tokens − 1); ITL is per token.",
+    ]
+    if cert.rounds:
+        lines += ["", f"Certification re-planned {cert.rounds} time{'s' if cert.rounds > 1 else ''}: a pool that missed "
+                  "in simulation was planned again at its simulated capacity (the highest rate that holds, by bisection)."]
+        lines += [f"- {c}" for c in cert.changes]
+    for pd in plan.pools:
+        c = pd.check
+        verdict = "every target holds" if c.holds else "misses: " + "; ".join(c.problems)
+        lines += ["", f"**{c.label}** — {c.config}, {c.rate_rps:,.3f} requests/s per replica: {verdict}.", ""]
+        lines += band_rows(c.bands)
+        if c.attainment is not None:
+            goal, pred, sim = c.attainment
+            lines += ["", f"Attainment (requests meeting both their TTFT and TPOT targets): goal {goal:.1%}, predicted "
+                      f"{pred:.1%}, simulated {sim:.1%}."]
+        if c.replay is not None:
+            r = c.replay
+            lines += ["", f"Replayed with the log's own arrivals ({r.requests:,} requests over {r.span_s / 60:,.1f} "
+                      f"minutes, dealt in turn to the pool's {c.replicas} replicas): "
+                      + ("every target holds." if r.holds else "misses: " + "; ".join(r.problems) + "."), ""]
+            lines += band_rows(r.bands)
+        lines += ["", *_mean_rows(c)]
+    return "\n".join(lines) + "\n"
+
+
+def _predicted_only(pd) -> list[str]:
+    from planner.certify import band_checks
+
+    bands = band_checks(pd.traffic_class.slo, pd.model, pd.resident, None)
+    return ["", f"**{pd.traffic_class.label}** — {pd.config.label(pd.traffic_class.max_model_len)}:", "",
+            *band_rows(bands)]

@@ -1,0 +1,329 @@
+"""The simulator's step loop (planner.simulate), compiled with numba.
+
+Why compiled: certification replays every pool of a plan, and a bisection for a pool's
+simulated capacity replays it a handful of times; a long-context pool takes millions of
+steps. In Python the loop costs about 1.7 µs a step; compiled, a few tens of nanoseconds.
+
+The scheduler and the step-time composition are planner.simulate's (its module docstring
+states them); this module holds only the loop, over arrays: the running set and the
+prefilling set are doubly linked lists in admission order (append, remove, newest in
+O(1)), the waiting queue a ring buffer, and the completions a binary heap keyed by
+(finish step, request). Records grow by doubling.
+
+Compiled on first use and cached on disk (beside this file, else the user's cache
+folder), so later processes only load it; where no cache folder is writable, each
+process compiles (a few seconds).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+_NONE = -1
+
+
+@njit(cache=True, nogil=True)
+def _grow(a, size):
+    if size < a.size:
+        return a
+    b = np.empty(a.size * 2, a.dtype)
+    b[: a.size] = a
+    return b
+
+
+@njit(cache=True, nogil=True)
+def _heap_push(hs, hr, he, size, step, req, ep):
+    i = size
+    hs[i], hr[i], he[i] = step, req, ep
+    while i > 0:
+        parent = (i - 1) // 2
+        if hs[parent] < hs[i] or (hs[parent] == hs[i] and hr[parent] <= hr[i]):
+            break
+        hs[i], hs[parent] = hs[parent], hs[i]
+        hr[i], hr[parent] = hr[parent], hr[i]
+        he[i], he[parent] = he[parent], he[i]
+        i = parent
+    return size + 1
+
+
+@njit(cache=True, nogil=True)
+def _heap_pop(hs, hr, he, size):
+    size -= 1
+    hs[0], hr[0], he[0] = hs[size], hr[size], he[size]
+    i = 0
+    while True:
+        left, right, small = 2 * i + 1, 2 * i + 2, i
+        if left < size and (hs[left] < hs[small] or (hs[left] == hs[small] and hr[left] < hr[small])):
+            small = left
+        if right < size and (hs[right] < hs[small] or (hs[right] == hs[small] and hr[right] < hr[small])):
+            small = right
+        if small == i:
+            return size
+        hs[i], hs[small] = hs[small], hs[i]
+        hr[i], hr[small] = hr[small], hr[i]
+        he[i], he[small] = he[small], he[i]
+        i = small
+
+
+@njit(cache=True, nogil=True)
+def run(arrival, prompt, output, block, total_blocks, watermark_blocks, shared, max_seqs, chunk_budget,
+        per_request, fixed_s, bw, fl, two_a, attn, block_bytes, shared_bytes, comm_per_token):
+    """Replay the requests; returns per-request and per-step records (see planner.simulate.Trace)."""
+    n = arrival.size
+    gen = np.zeros(n, np.int64)  # tokens generated so far
+    off = np.zeros(n, np.int64)  # decoding: cached tokens (beyond the shared prefix) = step + off
+    held = np.zeros(n, np.int64)  # prefilling: blocks allocated at admission
+    pf_pos = np.zeros(n, np.int64)  # prefilling: tokens of its (re)prefill computed so far
+    pf_len = np.zeros(n, np.int64)  # prefilling: tokens to hold when done (prompt + generated)
+    epoch = np.zeros(n, np.int64)  # invalidates heap entries of preempted sequences
+    decoding = np.zeros(n, np.bool_)
+    first_tok = np.full(n, np.nan)
+    finish = np.full(n, np.nan)
+    last_emit = np.full(n, np.nan)
+    n_preempt = np.zeros(n, np.int64)
+    n_admit = np.zeros(n, np.int64)
+
+    run_prev = np.full(n, _NONE, np.int64)
+    run_next = np.full(n, _NONE, np.int64)
+    run_tail, n_running = _NONE, 0  # the running list's newest end is all preemption needs
+    pf_prev = np.full(n, _NONE, np.int64)
+    pf_next = np.full(n, _NONE, np.int64)
+    pf_head, pf_tail = _NONE, _NONE
+    wq = np.empty(n, np.int64)
+    wq_head, wq_len = 0, 0
+    cap = 1024
+    hs = np.empty(cap, np.int64)
+    hr = np.empty(cap, np.int64)
+    he = np.empty(cap, np.int64)
+    heap_size = 0
+    residue = np.zeros(block, np.int64)
+    completed = np.empty(n, np.int64)
+    n_dec, sum_off, dec_blocks, used = 0, 0, 0, 0
+
+    rc = 1024
+    rec_start = np.empty(rc)
+    rec_dt = np.empty(rc)
+    rec_run = np.empty(rc, np.int64)
+    rec_dec = np.empty(rc, np.int64)
+    rec_used = np.empty(rc, np.int64)
+    rec_pf = np.empty(rc, np.int64)
+    rec_pf_s = np.empty(rc)
+    rec_wait = np.empty(rc, np.int64)
+    pre_steps = np.empty(64, np.int64)
+    n_pre = 0
+    res_gaps = np.empty(64)
+    res_steps = np.empty(64, np.int64)
+    n_res = 0
+
+    now = 0.0
+    s = 0
+    nxt = 0
+    done = 0
+    while done < n:
+        while nxt < n and arrival[nxt] <= now:
+            wq[(wq_head + wq_len) % n] = nxt
+            wq_len += 1
+            nxt += 1
+        if n_running == 0 and wq_len == 0:
+            now = arrival[nxt]
+            continue
+
+        # 1-2. Decode blocks, preempting the newest until they fit.
+        need = residue[(-s) % block]
+        free = total_blocks - used
+        preempted = False
+        while need > free:
+            v = run_tail
+            run_tail = run_prev[v]
+            if run_tail != _NONE:
+                run_next[run_tail] = _NONE
+            n_running -= 1
+            if decoding[v]:
+                c = s + off[v]
+                if c % block == 0:
+                    need -= 1
+                blocks_v = -(-c // block)
+                gen[v] = c - (prompt[v] - shared) + 1
+                decoding[v] = False
+                n_dec -= 1
+                sum_off -= off[v]
+                residue[off[v] % block] -= 1
+                dec_blocks -= blocks_v
+                epoch[v] += 1
+                last_emit[v] = now
+            else:
+                blocks_v = held[v]
+                p, q = pf_prev[v], pf_next[v]
+                if p != _NONE:
+                    pf_next[p] = q
+                else:
+                    pf_head = q
+                if q != _NONE:
+                    pf_prev[q] = p
+                else:
+                    pf_tail = p
+            used -= blocks_v
+            free += blocks_v
+            wq_head = (wq_head - 1) % n
+            wq[wq_head] = v
+            wq_len += 1
+            n_preempt[v] += 1
+            pre_steps = _grow(pre_steps, n_pre)
+            pre_steps[n_pre] = s
+            n_pre += 1
+            preempted = True
+        used += need
+        dec_blocks += need
+        budget = chunk_budget - n_dec
+
+        # 3. Prefill chunks: running prefills first, then FCFS admissions.
+        pf_tokens = 0
+        pf_flops = 0.0
+        n_completed = 0
+        i = pf_head
+        while i != _NONE and budget > 0:
+            a = pf_pos[i]
+            c = min(pf_len[i] - a, budget, per_request)
+            b = a + c
+            pf_flops += two_a * c + attn * (b * b - a * a) * 0.5
+            pf_pos[i] = b
+            budget -= c
+            pf_tokens += c
+            if b == pf_len[i]:
+                completed[n_completed] = i
+                n_completed += 1
+            i = pf_next[i]
+        if not preempted:
+            while wq_len > 0 and budget > 0 and n_running < max_seqs:
+                h = wq[wq_head]
+                length = prompt[h] + gen[h]
+                req = -(-(length - shared) // block)
+                if total_blocks - used - req < watermark_blocks:
+                    break
+                wq_head = (wq_head + 1) % n
+                wq_len -= 1
+                run_prev[h], run_next[h] = run_tail, _NONE
+                if run_tail != _NONE:
+                    run_next[run_tail] = h
+                run_tail = h
+                n_running += 1
+                pf_prev[h], pf_next[h] = pf_tail, _NONE
+                if pf_tail != _NONE:
+                    pf_next[pf_tail] = h
+                else:
+                    pf_head = h
+                pf_tail = h
+                n_admit[h] += 1
+                used += req
+                held[h] = req
+                pf_len[h] = length
+                a = min(shared, length - 1)  # a full prefix hit still computes the last token
+                c = min(length - a, budget, per_request)
+                b = a + c
+                pf_flops += two_a * c + attn * (b * b - a * a) * 0.5
+                pf_pos[h] = b
+                budget -= c
+                pf_tokens += c
+                if b == length:
+                    completed[n_completed] = h
+                    n_completed += 1
+
+        # Step time: decode part + prefill part (planner.simulate's module docstring).
+        cache_bytes = dec_blocks * block_bytes + n_dec * shared_bytes
+        ctx = n_dec * (s + 1 + shared) + sum_off
+        t_mem = cache_bytes / bw
+        t_flop = attn * ctx / fl
+        dt = fixed_s[n_dec] + (t_mem if t_mem > t_flop else t_flop)
+        pf_s = 0.0
+        if pf_tokens:
+            pf_s = pf_flops / fl + comm_per_token * pf_tokens
+            dt += pf_s
+        end = now + dt
+        if s == rec_start.size:
+            rec_start = _grow(rec_start, s)
+            rec_dt = _grow(rec_dt, s)
+            rec_run = _grow(rec_run, s)
+            rec_dec = _grow(rec_dec, s)
+            rec_used = _grow(rec_used, s)
+            rec_pf = _grow(rec_pf, s)
+            rec_pf_s = _grow(rec_pf_s, s)
+            rec_wait = _grow(rec_wait, s)
+        rec_start[s], rec_dt[s], rec_run[s], rec_dec[s] = now, dt, n_running, n_dec
+        rec_used[s], rec_pf[s], rec_pf_s[s], rec_wait[s] = used, pf_tokens, pf_s, wq_len
+
+        # 4. Tokens out: decoders that finish this step, then prefills that completed.
+        while heap_size > 0 and hs[0] == s:
+            i, ep = hr[0], he[0]
+            heap_size = _heap_pop(hs, hr, he, heap_size)
+            if ep != epoch[i] or not decoding[i]:
+                continue
+            c = s + off[i] + 1
+            blocks_i = -(-c // block)
+            decoding[i] = False
+            n_dec -= 1
+            sum_off -= off[i]
+            residue[off[i] % block] -= 1
+            dec_blocks -= blocks_i
+            used -= blocks_i
+            p, q = run_prev[i], run_next[i]
+            if p != _NONE:
+                run_next[p] = q
+            if q != _NONE:
+                run_prev[q] = p
+            else:
+                run_tail = p
+            n_running -= 1
+            gen[i] = output[i]
+            finish[i] = end
+            done += 1
+        for k in range(n_completed):
+            i = completed[k]
+            p, q = pf_prev[i], pf_next[i]
+            if p != _NONE:
+                pf_next[p] = q
+            else:
+                pf_head = q
+            if q != _NONE:
+                pf_prev[q] = p
+            else:
+                pf_tail = p
+            if gen[i] == 0:
+                first_tok[i] = end
+            else:
+                res_gaps = _grow(res_gaps, n_res)
+                res_steps = _grow(res_steps, n_res)
+                res_gaps[n_res] = end - last_emit[i]
+                res_steps[n_res] = s
+                n_res += 1
+            gen[i] += 1
+            if gen[i] >= output[i]:
+                used -= held[i]
+                p, q = run_prev[i], run_next[i]
+                if p != _NONE:
+                    run_next[p] = q
+                if q != _NONE:
+                    run_prev[q] = p
+                else:
+                    run_tail = p
+                n_running -= 1
+                finish[i] = end
+                done += 1
+                continue
+            decoding[i] = True
+            o_i = pf_len[i] - shared - (s + 1)
+            off[i] = o_i
+            n_dec += 1
+            sum_off += o_i
+            residue[o_i % block] += 1
+            dec_blocks += held[i]
+            if heap_size == hs.size:
+                hs = _grow(hs, heap_size)
+                hr = _grow(hr, heap_size)
+                he = _grow(he, heap_size)
+            heap_size = _heap_push(hs, hr, he, heap_size, s + output[i] - gen[i], i, epoch[i])
+        now = end
+        s += 1
+    return (first_tok, finish, n_preempt, n_admit, rec_start[:s], rec_dt[:s], rec_run[:s], rec_dec[:s],
+            rec_used[:s], rec_pf[:s], rec_pf_s[:s], rec_wait[:s], pre_steps[:n_pre], res_gaps[:n_res],
+            res_steps[:n_res], total_blocks - used)

@@ -1,0 +1,172 @@
+"""Certification by simulation: `planner simulate`, `solve --verify`, per-band verdicts, re-planning, given fleets."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+from click.testing import CliRunner
+
+from planner.cli import main
+
+SCENARIO = """
+name: sim
+model: llama-3.1-8b
+context_limit: 8192
+traffic:
+  source: {constant: {prompt_tokens: 1000, output_tokens: 200}}
+  peak: {method: explicit, rps: 6}
+slo: {bands: [{ttft_s: 1.0, tpot_ms: 60}]}
+gpus: [h100-sxm]
+tp: [1]
+weight_dtypes: [bf16]
+kv_dtypes: [bf16]
+sizing: {mode: expected}
+simulation: {requests: 3000}
+"""
+
+KEYS = {"rate_rps", "resident_batch", "kv_utilisation", "itl_ms_mean", "preemptions_per_1000"}
+BAND_KEYS = {"band", "requests", "ttft_ms_p50", "ttft_ms_p90", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p90",
+             "tpot_ms_p99", "itl_ms_p99", "attainment", "holds"}
+
+
+def write(tmp_path, text=SCENARIO, name="sim.yaml"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+def test_simulate_json_has_band_percentiles_and_the_verdict(tmp_path):
+    args = ["simulate", str(write(tmp_path)), "--requests", "3000", "--seed", "3", "--json"]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["certified"] is True
+    (pool,) = out["pools"]
+    assert set(pool["predicted"]) == KEYS and set(pool["simulated"]) == KEYS
+    (band,) = pool["bands"]
+    assert set(band) == BAND_KEYS
+    assert band["ttft_ms_p50"] <= band["ttft_ms_p90"] <= band["ttft_ms_p99"] <= 1000
+    assert band["tpot_ms_p99"] <= 60 and band["holds"] is True and band["attainment"] > 0.99
+    (target,) = pool["targets"]
+    assert target["ttft_s"]["stat"] == "p99" and target["ttft_s"]["target"] == 1.0
+    assert target["ttft_s"]["simulated"] == pytest.approx(band["ttft_ms_p99"] / 1e3)
+    # The replica runs below capacity at its planned peak: arrivals agree with the plan.
+    assert abs(pool["simulated"]["rate_rps"] / pool["predicted"]["rate_rps"] - 1) < 0.1
+    again = CliRunner().invoke(main, args)
+    assert json.loads(again.output) == out  # same seed, same result
+
+
+def test_unknown_pool_is_a_usage_error(tmp_path):
+    r = CliRunner().invoke(main, ["simulate", str(write(tmp_path)), "--pool", "long"])
+    assert r.exit_code == 2
+    assert "not a pool of this plan" in r.output
+
+
+def test_solve_reports_target_predicted_and_simulated_per_band(tmp_path):
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["solve", str(write(tmp_path)), "--out-dir", str(out)])
+    assert r.exit_code == 0, r.output
+    text = (out / "sim.md").read_text(encoding="utf-8")
+    assert "## Latency targets, certified by simulation" in text
+    assert "Certified by simulation: every pool meets every band's targets" in text
+    assert "| every prompt | 2,700 | TTFT p99 ≤ 1.00 s |" in text
+    assert "| preemptions_per_1000 |" in text
+
+
+def test_solve_json_carries_bands_and_the_verdict(tmp_path):
+    r = CliRunner().invoke(main, ["solve", str(write(tmp_path)), "--json", "--no-report"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["certified"] is True and out["certification_rounds"] == 0
+    (band,) = out["plan"][0]["bands"]
+    assert set(band) == {"band", "requests_simulated", "ttft_s", "tpot_ms", "holds"}
+    assert set(band["tpot_ms"]) == {"stat", "target", "predicted", "simulated"}
+    assert band["tpot_ms"]["target"] == 60
+
+
+def test_a_pool_that_misses_in_simulation_is_replanned_at_its_simulated_capacity(catalog):
+    """Make the model optimistic (its capacity scaled up) so the first plan misses in simulation:
+    certification must measure the simulated capacity, re-plan with it, and end certified."""
+    from planner.certify import check_pool
+    from planner.histogram import Histogram
+    from planner.planning import Evaluator, make_plan, pool_setting
+    from planner.scenario import Scenario
+
+    scn = Scenario.model_validate({
+        "name": "opt", "model": "llama-3.1-8b", "context_limit": 8192,
+        "traffic": {"source": {"constant": {"prompt_tokens": 1000, "output_tokens": 200}},
+                    "peak": {"method": "explicit", "rps": 40}, "headroom": 1.0},
+        "slo": {"bands": [{"tpot_ms": 40}]}, "gpus": ["h100-sxm"], "tp": [1], "weight_dtypes": ["bf16"],
+        "kv_dtypes": ["bf16"], "sizing": {"mode": "expected"}, "simulation": {"requests": 3000},
+    })
+    original = Evaluator._model_evaluation
+
+    def optimistic(self, key, cfg, tc):
+        import dataclasses
+
+        e = original(self, key, cfg, tc)
+        return dataclasses.replace(e, capacity=dataclasses.replace(e.capacity, max_rps=e.capacity.max_rps * 1.6))
+
+    Evaluator._model_evaluation = optimistic
+    try:
+        plan = make_plan(scn, catalog, catalog.model("llama-3.1-8b"), Histogram.constant(1000, 200, 100), 40.0,
+                         explore=False)
+    finally:
+        Evaluator._model_evaluation = original
+    cert = plan.certification
+    assert cert.certified and cert.rounds >= 1
+    assert "missed" in cert.changes[0] and "TPOT p99" in cert.changes[0]
+    (pd,) = plan.pools
+    assert pd.planned_rps < pd.capacity.max_rps  # planned at the simulated capacity, below the (inflated) model's
+    assert pd.check.holds
+    again = check_pool(pool_setting(pd, scn, plan.pools, None), scn.slo.to_slo(), requests=3000, seed=0)
+    assert again.holds
+
+
+def test_uncertifiable_plan_exits_3_and_writes_nothing(tmp_path):
+    """With no re-plan allowed, a plan the model gets wrong cannot be certified: exit 3, no report."""
+    text = SCENARIO.replace("simulation: {requests: 3000}", "simulation: {requests: 3000, max_rounds: 1}").replace(
+        "tpot_ms: 60", "tpot_ms: 60, itl_ms: 1")  # no step is 1 ms: no rate holds the per-token gap
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["solve", str(write(tmp_path, text)), "--out-dir", str(out)])
+    assert r.exit_code == 3, r.output
+    assert len(r.output.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_a_given_fleet_is_checked_and_reported_beside_the_cheapest_plan(tmp_path):
+    text = SCENARIO + "fleet: [{gpu: h100-sxm, replicas: 3}]\n"
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["solve", str(write(tmp_path, text)), "--out-dir", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    plan = json.loads(r.output)
+    assert plan["given_fleet"] is True and plan["gpus"] == 3 and plan["plan"][0]["replicas"] == 3
+    report = (out / "sim.md").read_text(encoding="utf-8")
+    assert "## The fleet as given" in report
+    assert "For comparison, the cheapest plan the model finds for the same targets" in report
+    sim = CliRunner().invoke(main, ["simulate", str(write(tmp_path, text)), "--json"])
+    assert sim.exit_code == 0, sim.output
+    (pool,) = json.loads(sim.output)["pools"]
+    assert pool["replicas"] == 3 and pool["rate_per_replica_rps"] == pytest.approx(2.0)
+
+
+def test_a_fleet_with_two_limits_is_a_split_and_pools_can_be_simulated_by_name(tmp_path):
+    text = SCENARIO.replace("context_limit: 8192", "context_limit: 16384").replace(
+        "source: {constant: {prompt_tokens: 1000, output_tokens: 200}}",
+        "source: {synthetic: {name: chat, requests: 20000, seed: 1, rate_rps: 6}}",
+    ) + "fleet: [{gpu: h100-sxm, replicas: 2, context_limit: 4096}, {gpu: h100-sxm, replicas: 2}]\n"
+    r = CliRunner().invoke(main, ["simulate", str(write(tmp_path, text)), "--pool", "long", "--json"])
+    assert r.exit_code == 0, r.output
+    (pool,) = json.loads(r.output)["pools"]
+    assert pool["pool"] == "long" and pool["replicas"] == 2
+
+
+def test_a_fleet_with_three_limits_is_refused(tmp_path):
+    text = SCENARIO.replace("context_limit: 8192", "context_limit: 16384") + (
+        "fleet: [{gpu: h100-sxm, replicas: 1, context_limit: 4096}, {gpu: h100-sxm, replicas: 1, context_limit: 8192},"
+        " {gpu: h100-sxm, replicas: 1}]\n")
+    r = CliRunner().invoke(main, ["solve", str(write(tmp_path, text)), "--no-report"])
+    assert r.exit_code == 2
+    assert "fleet: pools have 3 context limits (4096, 8192, 16384)" in r.output
