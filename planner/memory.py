@@ -352,9 +352,16 @@ def memory_levers(dep: Deployment, fp8: Dtype, lower_limit: int) -> list[LeverEf
     out = []
     for name, alt in options:
         problem = supported_problem(alt.gpu, alt.tp, alt.weight_dtype, alt.kv_dtype, alt.model)
+        if not problem and weight_bytes(alt.model, alt.weight_dtype) > weight_bytes(dep.model, dep.weight_dtype):
+            # A checkpoint already below 8 bits (gpt-oss's MXFP4) grows in fp8: not a lever.
+            problem = f"{alt.weight_dtype.id} weights are larger than the {dep.weight_dtype.id} weights already in use"
         if problem:
             out.append(LeverEffect(name, False, problem, 0.0, 0.0, 0))
             continue
-        lad = budget_ladder(alt)
+        try:
+            lad = budget_ladder(alt)
+        except InputError as exc:
+            out.append(LeverEffect(name, False, str(exc), 0.0, 0.0, 0))
+            continue
         out.append(LeverEffect(name, True, "", lad.kv_budget_gib, lad.kv_gib_per_user, lad.worst_case_users))
     return out

@@ -206,7 +206,7 @@ def _ladder_text(catalog, dep, ladder, payload, typical_tokens) -> str:
     per = f" ({n} GPUs)" if n > 1 else ""
     m = dep.model
     if m.checkpoint_weight_bytes and weight_bytes(m, dep.weight_dtype) == m.checkpoint_weight_bytes:
-        weights_src = f"{m.checkpoint_weight_bytes / 1e9:.2f} GB as published ({dep.weight_dtype.id} checkpoint files)"
+        weights_src = f"{m.checkpoint_weight_bytes / 1e9:.2f} GB, the {dep.weight_dtype.id} checkpoint"
     else:
         weights_src = f"{m.params_total / 1e9:.2f} B params x {dep.weight_dtype.bytes_per_element:g} bytes ({dep.weight_dtype.id})"
     rule = dep.engine.rule
@@ -232,8 +232,7 @@ def _ladder_text(catalog, dep, ladder, payload, typical_tokens) -> str:
         f"  5. = KV budget                          {ladder.kv_budget_gib:8.2f} GiB",
         f"  6. cache per token                      {ladder.kv_bytes_per_token:8,} bytes ({ladder.kv_bytes_per_token / 1024:,.1f} KiB)",
         *(f"       {line}" for line in layer_kind_lines(m, dep.kv_dtype, dep.tp)),
-        f"  7. per user at the {dep.max_model_len:,}-token limit   {ladder.kv_gib_per_user:8.2f} GiB"
-        + (" (capped layers and per-sequence state included)" if len(ladder.kv_layout.kinds) > 1 else ""),
+        f"  7. per user at the {dep.max_model_len:,}-token limit   {ladder.kv_gib_per_user:8.2f} GiB" + _per_user_note(ladder),
         f"  8. worst case: floor({ladder.kv_budget_gib:.2f} / {ladder.kv_gib_per_user:.2f}) = {ladder.worst_case_users} users (the guarantee)",
     ]
     if typical_tokens:
@@ -260,6 +259,17 @@ def _ladder_text(catalog, dep, ladder, payload, typical_tokens) -> str:
             f"  {lever.lever:<44} {lever.kv_gib_per_user:6.2f} GiB/user -> {lever.worst_case_users} users worst case{extra}"
         )
     return "\n".join(lines)
+
+
+def _per_user_note(ladder) -> str:
+    """What step 7 includes beyond tokens x bytes per token: capped layers, a fixed state."""
+    layout = ladder.kv_layout
+    parts = []
+    if layout.token_cap is not None and layout.token_cap < ladder.max_model_len:
+        parts.append(f"capped layers hold {layout.token_cap:,} tokens")
+    if layout.state_bytes_per_sequence:
+        parts.append(f"+ {layout.state_bytes_per_sequence / 2**20:,.2f} MiB of fixed state")
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 def _capacity_text(payload, cap, quantile) -> str:
