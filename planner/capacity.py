@@ -128,13 +128,15 @@ class Capacity:
 
 
 def footprint(dep: Deployment, prof: TokenProfile, ladder: BudgetLadder) -> Footprint:
-    """Convert the class's token profile to bytes for this deployment's dtype, tp and window."""
-    per_token_full, per_token_window = kv_bytes_per_token_by_layer_kind(dep.model, dep.kv_dtype, dep.tp)
+    """Convert the class's token profile to bytes for this deployment's dtype, tp and window;
+    a linear-attention / state-space model's fixed state adds to every resident sequence."""
+    layout = kv_bytes_per_token_by_layer_kind(dep.model, dep.kv_dtype, dep.tp)
+    state = float(layout.state_bytes_per_sequence)
     shared_tokens = prof.shared_prefix_blocks * prof.block_size
     shared_bytes = float(kv_bytes_for_tokens(dep.model, shared_tokens, dep.kv_dtype, dep.tp)) if shared_tokens else 0.0
-    mean = prof.mean_paged_tokens * per_token_full + prof.mean_window_tokens * per_token_window
+    mean = prof.mean_paged_tokens * layout.uncapped_bytes_per_token + prof.mean_window_tokens * layout.capped_bytes_per_token + state
     held_limit = paged_tokens(dep.max_model_len, prof.block_size)
-    worst = float(kv_bytes_for_tokens(dep.model, held_limit, dep.kv_dtype, dep.tp)) - shared_bytes
+    worst = float(kv_bytes_for_tokens(dep.model, held_limit, dep.kv_dtype, dep.tp)) + state - shared_bytes
     return Footprint(
         mean_bytes=mean,
         worst_case_bytes=worst,
@@ -154,12 +156,15 @@ def memory_concurrency(dep: Deployment, prof: TokenProfile, fp: Footprint, quant
 
 
 def _percentile_count(dep: Deployment, prof: TokenProfile, fp: Footprint, quantile: float) -> float:
-    per_token_full, per_token_window = kv_bytes_per_token_by_layer_kind(dep.model, dep.kv_dtype, dep.tp)
+    layout = kv_bytes_per_token_by_layer_kind(dep.model, dep.kv_dtype, dep.tp)
     levels = np.arange(prof.level_weight.size)
     tokens = levels * prof.block_size
-    window = dep.model.sliding_window or 0
-    level_bytes = tokens * per_token_full + np.minimum(tokens, window) * per_token_window
-    unit = max(fp.budget_bytes / PERCENTILE_GRID_UNITS, float(level_bytes[1]) if levels.size > 1 else 1.0)
+    window = layout.token_cap or 0
+    level_bytes = (
+        tokens * layout.uncapped_bytes_per_token + np.minimum(tokens, window) * layout.capped_bytes_per_token
+        + layout.state_bytes_per_sequence
+    )
+    unit = max(fp.budget_bytes / PERCENTILE_GRID_UNITS, float(level_bytes[1] - level_bytes[0]) if levels.size > 1 else 1.0)
     # Mean-preserving discretisation: each footprint's mass is split between the two grid
     # points around it in proportion to its distance, so E[X] is exact on the grid.
     scaled = level_bytes / unit

@@ -104,6 +104,15 @@ class Model(_Frozen):
     max_position_embeddings: int = Field(gt=0)
     sliding_window: int | None = Field(None, gt=0)
     num_sliding_window_layers: int = Field(0, ge=0, description="layers whose cache is capped at sliding_window")
+    attention_chunk_size: int | None = Field(None, gt=0, description="chunked local attention (Llama 4): tokens a chunk holds")
+    num_chunked_attention_layers: int = Field(0, ge=0, description="layers whose cache is capped at attention_chunk_size")
+    num_kv_shared_layers: int = Field(0, ge=0, description="layers that reuse an earlier layer's cache and store none")
+    num_state_layers: int = Field(0, ge=0, description="linear-attention or state-space layers: a fixed state per sequence")
+    state_layer_kind: Literal["linear_attention", "mamba"] | None = Field(None, description="what the state layers are")
+    state_bytes_per_layer: int | None = Field(
+        None, gt=0, description="one state layer's recurrent + convolution state for one sequence, bytes (all tp ranks)"
+    )
+    num_cacheless_layers: int = Field(0, ge=0, description="blocks with neither attention nor state (MLP-only blocks)")
     kv_lora_rank: int | None = Field(None, gt=0, description="latent attention (MLA) compressed KV width")
     qk_rope_head_dim: int | None = Field(None, ge=0, description="MLA decoupled RoPE key width, cached too")
     num_experts: int | None = Field(None, gt=0)
@@ -111,6 +120,10 @@ class Model(_Frozen):
     moe_intermediate_size: int | None = Field(None, gt=0)
     params_total: int = Field(gt=0, description="all parameters (memory)")
     params_active: int = Field(gt=0, description="parameters used per token (compute; MoE < total)")
+    checkpoint_dtype: str | None = Field(None, description="dtype of the published weights when pre-quantized (the default weight dtype)")
+    checkpoint_weight_bytes: int | None = Field(
+        None, gt=0, description="bytes of the published weights, read from their safetensors files (used for checkpoint_dtype)"
+    )
     config_source: str
     params_source: str = ""
     notes: str = ""
@@ -121,10 +134,25 @@ class Model(_Frozen):
 
     @model_validator(mode="after")
     def _consistent(self) -> Model:
-        if self.num_sliding_window_layers > self.num_hidden_layers:
-            raise ValueError("num_sliding_window_layers exceeds num_hidden_layers")
+        special = (
+            self.num_sliding_window_layers + self.num_chunked_attention_layers + self.num_kv_shared_layers
+            + self.num_state_layers + self.num_cacheless_layers
+        )
+        if special > self.num_hidden_layers:
+            raise ValueError(
+                "num_sliding_window_layers + num_chunked_attention_layers + num_kv_shared_layers + num_state_layers "
+                f"+ num_cacheless_layers = {special} exceeds num_hidden_layers {self.num_hidden_layers}"
+            )
         if self.num_sliding_window_layers and not self.sliding_window:
             raise ValueError("num_sliding_window_layers given without sliding_window")
+        if self.num_chunked_attention_layers and not self.attention_chunk_size:
+            raise ValueError("num_chunked_attention_layers given without attention_chunk_size")
+        if self.num_sliding_window_layers and self.num_chunked_attention_layers:
+            raise ValueError("sliding-window and chunked layers in one model are not modelled (one token cap per model)")
+        if bool(self.num_state_layers) != bool(self.state_bytes_per_layer and self.state_layer_kind):
+            raise ValueError("num_state_layers, state_layer_kind and state_bytes_per_layer go together")
+        if self.checkpoint_weight_bytes and not self.checkpoint_dtype:
+            raise ValueError("checkpoint_weight_bytes needs checkpoint_dtype (the dtype those bytes are in)")
         if self.params_active > self.params_total:
             raise ValueError("params_active exceeds params_total")
         if self.kv_lora_rank and self.qk_rope_head_dim is None:
@@ -209,11 +237,14 @@ class Catalog:
         return Catalog(**sections)
 
     def check_references(self) -> None:
-        """Every dtype a GPU names must exist."""
+        """Every dtype a GPU or a model's checkpoint names must exist."""
         for gpu in self.gpus.values():
             for d in (*gpu.weight_dtypes, *gpu.kv_dtypes):
                 if d not in self.dtypes:
                     raise InputError(f"gpus.{gpu.id}: unknown dtype '{d}'", where="catalog")
+        for model in self.models.values():
+            if model.checkpoint_dtype and model.checkpoint_dtype not in self.dtypes:
+                raise InputError(f"models.{model.id}.checkpoint_dtype: unknown dtype '{model.checkpoint_dtype}'", where="catalog")
 
 
 def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:

@@ -44,38 +44,167 @@ def kv_values_per_token_per_layer(model: Model, tp: int = 1) -> int:
     return 2 * kv_heads_stored(model, tp) * model.head_dim
 
 
-def kv_bytes_per_token(model: Model, kv_dtype: Dtype, tp: int = 1) -> int:
-    """2 x layers x kv_heads x head_dim x bytes_per_element (seed 000, seed 003).
+@dataclass(frozen=True)
+class LayerKindCache:
+    """What one kind of layer keeps for a sequence, summed over its layers and the replica's GPUs.
 
-    Bytes one more token adds to a sequence shorter than any sliding window:
-    every layer, full-attention and sliding, stores it. Llama 3.1 8B in bf16:
+    kind: full_attention / latent_attention (grow with the sequence), sliding_attention /
+    chunked_attention (capped at `token_cap` tokens), kv_shared (read another layer's cache,
+    store none), linear_attention / mamba (a fixed state per sequence, nothing per token),
+    no_cache (blocks with neither attention nor state).
+    """
+
+    kind: str
+    layers: int
+    bytes_per_token: float  # per cached token; 0 for the kinds that store none
+    token_cap: int | None  # most tokens the kind keeps; None: all of them
+    state_bytes: int  # fixed per sequence, whatever its length
+
+    def bytes_for_tokens(self, tokens: int) -> float:
+        """This kind's cache for a sequence of `tokens` tokens, the fixed state excluded."""
+        held = tokens if self.token_cap is None else min(tokens, self.token_cap)
+        return self.bytes_per_token * held
+
+
+@dataclass(frozen=True)
+class KVLayout:
+    """A model's cache, layer kind by layer kind (kv_bytes_per_token_by_layer_kind)."""
+
+    kinds: tuple[LayerKindCache, ...]
+
+    @property
+    def bytes_per_token(self) -> float:
+        """Bytes one more token adds to a sequence shorter than every cap."""
+        return sum(k.bytes_per_token for k in self.kinds)
+
+    @property
+    def uncapped_bytes_per_token(self) -> float:
+        return sum(k.bytes_per_token for k in self.kinds if k.token_cap is None)
+
+    @property
+    def capped_bytes_per_token(self) -> float:
+        return sum(k.bytes_per_token for k in self.kinds if k.token_cap is not None)
+
+    @property
+    def token_cap(self) -> int | None:
+        """The cap of the capped layers (a model has at most one: catalog.Model checks it)."""
+        caps = {k.token_cap for k in self.kinds if k.token_cap is not None and k.bytes_per_token}
+        return caps.pop() if caps else None
+
+    @property
+    def state_bytes_per_sequence(self) -> int:
+        return sum(k.state_bytes for k in self.kinds)
+
+
+def kv_bytes_per_token_by_layer_kind(model: Model, kv_dtype: Dtype, tp: int = 1) -> KVLayout:
+    """The cache of every layer kind in `model`, summed per layer (seed 000's formula, layer by layer).
+
+    - full / latent attention: every token, kv_values_per_token_per_layer x bytes per element.
+    - sliding window: the same per token, but only the last `sliding_window` tokens (Mistral
+      v0.1, Gemma 2/3, gpt-oss; vLLM's SlidingWindowSpec frees blocks outside the window).
+    - chunked local attention (Llama 4): a token attends within its chunk of
+      `attention_chunk_size`, so a layer keeps at most one chunk; charged as a window of that
+      size (an upper bound: the chunk in progress is on average half full).
+    - cross-layer KV sharing (Gemma 3n `num_kv_shared_layers`): the layer reads an earlier
+      layer's cache and stores nothing.
+    - linear attention (Gated DeltaNet) and state-space (Mamba) layers: a recurrent and a
+      convolution state of fixed size per sequence (vLLM mamba_utils.MambaStateShapeCalculator),
+      `state_bytes_per_layer` each, whatever the sequence length and the KV dtype (vLLM keeps it
+      in mamba_cache_dtype, the model dtype by default, not kv_cache_dtype).
+    - attention sinks: learned sink logits (gpt-oss `sinks`) are parameters, not cache; nothing to add.
+    """
+    per_layer = kv_values_per_token_per_layer(model, tp) * kv_dtype.bytes_per_element
+    capped = model.num_sliding_window_layers + model.num_chunked_attention_layers
+    full = model.num_hidden_layers - capped - model.num_kv_shared_layers - model.num_state_layers - model.num_cacheless_layers
+    rows = [
+        LayerKindCache("latent_attention" if model.kv_lora_rank else "full_attention", full, full * per_layer, None, 0),
+        LayerKindCache(
+            "sliding_attention", model.num_sliding_window_layers, model.num_sliding_window_layers * per_layer,
+            model.sliding_window, 0,
+        ),
+        LayerKindCache(
+            "chunked_attention", model.num_chunked_attention_layers, model.num_chunked_attention_layers * per_layer,
+            model.attention_chunk_size, 0,
+        ),
+        LayerKindCache("kv_shared", model.num_kv_shared_layers, 0.0, None, 0),
+        LayerKindCache(
+            model.state_layer_kind or "linear_attention", model.num_state_layers, 0.0, None,
+            model.num_state_layers * (model.state_bytes_per_layer or 0),
+        ),
+        LayerKindCache("no_cache", model.num_cacheless_layers, 0.0, None, 0),
+    ]
+    return KVLayout(tuple(r for r in rows if r.layers))
+
+
+def layer_kind_lines(model: Model, kv_dtype: Dtype, tp: int = 1) -> list[str]:
+    """One line per layer kind, with its arithmetic: what the ladder and the reports print."""
+    bpe = kv_dtype.bytes_per_element
+    if model.kv_lora_rank:
+        shape = f"({model.kv_lora_rank} latent + {model.qk_rope_head_dim} rope)" + (f" x {tp} ranks" if tp > 1 else "")
+    else:
+        heads = kv_heads_stored(model, tp)
+        replicated = f" (tp {tp} > {model.num_key_value_heads} KV heads: replicated)" if heads != model.num_key_value_heads else ""
+        shape = f"2 (K, V) x {heads} KV heads{replicated} x {model.head_dim} head_dim"
+    lines = []
+    for k in kv_bytes_per_token_by_layer_kind(model, kv_dtype, tp).kinds:
+        head = f"{k.kind:<18} {k.layers:>3} layers"
+        if k.bytes_per_token:
+            cap = f", capped at {k.token_cap:,} tokens" if k.token_cap is not None else ""
+            lines.append(f"{head} x {shape} x {bpe:g} bytes = {k.bytes_per_token:,.0f} bytes/token{cap}")
+        elif k.state_bytes:
+            lines.append(
+                f"{head} x {model.state_bytes_per_layer:,} bytes of state = {k.state_bytes:,} bytes per sequence "
+                f"({k.state_bytes / 2**20:,.2f} MiB), whatever its length"
+            )
+        elif k.kind == "kv_shared":
+            lines.append(f"{head} read an earlier layer's cache: 0 bytes")
+        else:
+            lines.append(f"{head} with neither attention nor state: 0 bytes")
+    return lines
+
+
+def kv_bytes_per_token(model: Model, kv_dtype: Dtype, tp: int = 1) -> int:
+    """2 x layers x kv_heads x head_dim x bytes_per_element (seed 000, seed 003), over the
+    layers that cache tokens (kv_bytes_per_token_by_layer_kind).
+
+    Bytes one more token adds to a sequence shorter than any sliding window or chunk:
+    every attention layer, full and capped, stores it; linear-attention and state-space
+    layers do not (their state is per sequence). Llama 3.1 8B in bf16:
     2 x 32 x 8 x 128 x 2 = 131,072 bytes = 128 KiB.
     """
-    return math.ceil(model.num_hidden_layers * kv_values_per_token_per_layer(model, tp) * kv_dtype.bytes_per_element)
+    return math.ceil(kv_bytes_per_token_by_layer_kind(model, kv_dtype, tp).bytes_per_token)
 
 
 def kv_bytes_for_tokens(model: Model, tokens: int, kv_dtype: Dtype, tp: int = 1) -> int:
-    """Cache bytes of one sequence of `tokens` tokens.
+    """Cache bytes of one sequence's `tokens` tokens, per-sequence state excluded.
 
     Linear in length (seed 000: "linear in length, with no compression or decay"),
-    except sliding-window layers, which keep only the last `sliding_window` tokens
-    (Gemma 2: every other layer, window 4,096; HF Gemma2 `layer_types`).
+    except sliding-window and chunked layers, which keep only the last `sliding_window`
+    tokens or one chunk (Gemma 2: every other layer, window 4,096; HF Gemma2 `layer_types`).
+    kv_bytes_per_sequence adds the fixed state of linear-attention and state-space layers.
     """
-    per_layer = kv_values_per_token_per_layer(model, tp) * kv_dtype.bytes_per_element
-    sliding = model.num_sliding_window_layers
-    full = model.num_hidden_layers - sliding
-    capped = min(tokens, model.sliding_window) if sliding else 0
-    return math.ceil(per_layer * (full * tokens + sliding * capped))
+    layout = kv_bytes_per_token_by_layer_kind(model, kv_dtype, tp)
+    return math.ceil(sum(k.bytes_for_tokens(tokens) for k in layout.kinds))
 
 
-def kv_bytes_per_token_by_layer_kind(model: Model, kv_dtype: Dtype, tp: int = 1) -> tuple[float, float]:
-    """(bytes per cached token in full-attention layers, in sliding-window layers): a one-token
-    sequence's bytes (kv_bytes_for_tokens) split in proportion to the layer counts, so a
-    length-dependent footprint can cap only the sliding part at the window (seed 000's formula
-    per layer; Gemma 2's sliding layers from HF Gemma2 `layer_types`)."""
-    per_layer = kv_bytes_for_tokens(model, 1, kv_dtype, tp) / model.num_hidden_layers
-    sliding = model.num_sliding_window_layers
-    return per_layer * (model.num_hidden_layers - sliding), per_layer * sliding
+def kv_state_bytes_per_sequence(model: Model) -> int:
+    """Fixed state of the linear-attention / state-space layers of one sequence (0 for a transformer)."""
+    return model.num_state_layers * (model.state_bytes_per_layer or 0)
+
+
+def kv_bytes_per_sequence(model: Model, tokens: int, kv_dtype: Dtype, tp: int = 1) -> int:
+    """Everything one sequence of `tokens` tokens holds: its tokens' cache plus the fixed state."""
+    return kv_bytes_for_tokens(model, tokens, kv_dtype, tp) + kv_state_bytes_per_sequence(model)
+
+
+def kv_token_cap(model: Model) -> int | None:
+    """The window or chunk that caps the capped layers' cache, None when no layer is capped:
+    what planner.paged.token_profile takes as `sliding_window`."""
+    if model.num_sliding_window_layers:
+        return model.sliding_window
+    if model.num_chunked_attention_layers:
+        return model.attention_chunk_size
+    return None
 
 
 def paged_tokens(tokens, block_size: int):
@@ -87,7 +216,15 @@ def paged_tokens(tokens, block_size: int):
 def weight_bytes(model: Model, weight_dtype: Dtype) -> int:
     """params x bits per weight / 8, scale storage included in the dtype's bits (seed 000:
     "8.03 billion parameters times two bytes, so 14.96 GiB"). All parameters are
-    counted, MoE experts included: memory holds every expert, compute uses the active ones."""
+    counted, MoE experts included: memory holds every expert, compute uses the active ones.
+
+    A checkpoint published pre-quantized and read from its safetensors files
+    (`checkpoint_weight_bytes`, planner.hf_import) weighs what its files hold when served in
+    its own dtype: gpt-oss keeps attention, router and embeddings in bf16 beside MXFP4 experts,
+    which no single bits-per-weight figure describes.
+    """
+    if model.checkpoint_weight_bytes and weight_dtype.id == model.checkpoint_dtype:
+        return model.checkpoint_weight_bytes
     return math.ceil(model.params_total * weight_dtype.bits_per_element / 8)
 
 
@@ -106,7 +243,8 @@ class BudgetLadder:
     kv_budget_gib: float
     kv_bytes_per_token: int
     max_model_len: int
-    kv_bytes_per_user: int  # at the context limit
+    kv_bytes_per_user: int  # at the context limit, fixed per-sequence state included
+    kv_layout: KVLayout | None = None  # the cache by layer kind (kv_bytes_per_token_by_layer_kind)
 
     @property
     def kv_budget_bytes(self) -> int:
@@ -167,7 +305,8 @@ def budget_ladder(dep: Deployment) -> BudgetLadder:
         kv_budget_gib=budget_gib,
         kv_bytes_per_token=kv_bytes_per_token(dep.model, dep.kv_dtype, dep.tp),
         max_model_len=dep.max_model_len,
-        kv_bytes_per_user=kv_bytes_for_tokens(dep.model, dep.max_model_len, dep.kv_dtype, dep.tp),
+        kv_bytes_per_user=kv_bytes_per_sequence(dep.model, dep.max_model_len, dep.kv_dtype, dep.tp),
+        kv_layout=kv_bytes_per_token_by_layer_kind(dep.model, dep.kv_dtype, dep.tp),
     )
 
 
@@ -180,7 +319,7 @@ def paged_users(dep: Deployment, ladder: BudgetLadder, typical_tokens: int) -> i
     """Users that fit when each holds only its paged length, not the limit (seed 000:
     "a typical 2,300-token conversation is 0.28 GiB with paging ... nearer 191")."""
     held = paged_tokens(min(typical_tokens, dep.max_model_len), dep.block_size)
-    return users_that_fit(ladder.kv_budget_bytes, kv_bytes_for_tokens(dep.model, held, dep.kv_dtype, dep.tp))
+    return users_that_fit(ladder.kv_budget_bytes, kv_bytes_per_sequence(dep.model, held, dep.kv_dtype, dep.tp))
 
 
 @dataclass(frozen=True)
@@ -213,9 +352,16 @@ def memory_levers(dep: Deployment, fp8: Dtype, lower_limit: int) -> list[LeverEf
     out = []
     for name, alt in options:
         problem = supported_problem(alt.gpu, alt.tp, alt.weight_dtype, alt.kv_dtype, alt.model)
+        if not problem and weight_bytes(alt.model, alt.weight_dtype) > weight_bytes(dep.model, dep.weight_dtype):
+            # A checkpoint already below 8 bits (gpt-oss's MXFP4) grows in fp8: not a lever.
+            problem = f"{alt.weight_dtype.id} weights are larger than the {dep.weight_dtype.id} weights already in use"
         if problem:
             out.append(LeverEffect(name, False, problem, 0.0, 0.0, 0))
             continue
-        lad = budget_ladder(alt)
+        try:
+            lad = budget_ladder(alt)
+        except InputError as exc:
+            out.append(LeverEffect(name, False, str(exc), 0.0, 0.0, 0))
+            continue
         out.append(LeverEffect(name, True, "", lad.kv_budget_gib, lad.kv_gib_per_user, lad.worst_case_users))
     return out

@@ -120,12 +120,14 @@ def gemma2_params(
     head_dim: int,
     intermediate_size: int,
     vocab_size: int,
+    qk_norm: bool = False,
 ) -> ParamCount:
     """Gemma 2: a dense GQA decoder with four norms per layer and tied embeddings.
 
     transformers `Gemma2DecoderLayer` has input_layernorm, post_attention_layernorm,
     pre_feedforward_layernorm and post_feedforward_layernorm (each `hidden_size`),
-    no attention or MLP biases, and the LM head tied to the embedding. Sliding
+    no attention or MLP biases, and the LM head tied to the embedding (`qk_norm`: Gemma 3's
+    per-head q and k RMSNorms). Sliding
     windows and logit soft-capping add no parameters. head_dim is read from the
     config (128 on 27B, where heads × head_dim = 4096 ≠ hidden 4608).
     """
@@ -138,6 +140,7 @@ def gemma2_params(
         intermediate_size=intermediate_size,
         vocab_size=vocab_size,
         tie_word_embeddings=True,
+        qk_norm=qk_norm,
         norms_per_layer=4,
     )
 
@@ -287,3 +290,228 @@ def deepseek_mla_moe_params(
     total = shared + moe_layers * n_routed_experts * expert
     active = shared + moe_layers * num_experts_per_tok * expert
     return ParamCount(total, active)
+
+
+def routed_split(shared: int, moe_layers: int, num_experts: int, num_experts_per_tok: int, expert: int) -> ParamCount:
+    """Total and active counts of a MoE model: every routed expert is held, `num_experts_per_tok`
+    of them per MoE layer run for a token; `shared` is everything else (attention, norms,
+    routers, shared experts, dense MLPs, embeddings)."""
+    return ParamCount(shared + moe_layers * num_experts * expert, shared + moe_layers * num_experts_per_tok * expert)
+
+
+def gemma3_text_params(
+    *,
+    num_hidden_layers: int,
+    hidden_size: int,
+    num_attention_heads: int,
+    num_key_value_heads: int,
+    head_dim: int,
+    intermediate_size: int,
+    vocab_size: int,
+) -> ParamCount:
+    """Gemma 3's language model: Gemma 2's layer (four norms, tied embeddings) plus a q and a k
+    RMSNorm of head_dim per layer (transformers `Gemma3Attention.q_norm/k_norm`, 4.50.0).
+
+    The vision tower (SigLIP) and the projector of Gemma3ForConditionalGeneration are not
+    counted: count them from the checkpoint files (--weights) or give --params-total.
+    Gemma 3 27B: 27,009,346,304 (its published checkpoint holds 27,432,406,640 with the tower).
+    """
+    return gemma2_params(
+        num_hidden_layers=num_hidden_layers,
+        hidden_size=hidden_size,
+        num_attention_heads=num_attention_heads,
+        num_key_value_heads=num_key_value_heads,
+        head_dim=head_dim,
+        intermediate_size=intermediate_size,
+        vocab_size=vocab_size,
+        qk_norm=True,
+    )
+
+
+def llama4_text_params(
+    *,
+    num_hidden_layers: int,
+    hidden_size: int,
+    num_attention_heads: int,
+    num_key_value_heads: int,
+    head_dim: int,
+    intermediate_size: int,
+    intermediate_size_mlp: int,
+    num_local_experts: int,
+    num_experts_per_tok: int,
+    moe_layers: int,
+    vocab_size: int,
+    tie_word_embeddings: bool = False,
+) -> ParamCount:
+    """Llama 4's language model (transformers `Llama4TextDecoderLayer`, 4.51.0).
+
+    Every layer: q, k, v, o without bias (its qk-norm is an L2 norm with no weight) and two
+    RMSNorms. `moe_layers` of them (every `interleave_moe_layer_step`-th) hold a router
+    (hidden x experts, no bias), `num_local_experts` gated experts of `intermediate_size` and one
+    always-on shared expert of the same width; the others a dense gated MLP of
+    `intermediate_size_mlp`. A token runs `num_experts_per_tok` routed experts.
+    The vision tower is not counted. Scout: 107,769,861,120 total, 17,172,894,720 active.
+    """
+    attention = gqa_attention_params(hidden_size, num_attention_heads, num_key_value_heads, head_dim)
+    expert = gated_mlp_params(hidden_size, intermediate_size)
+    dense_layers = num_hidden_layers - moe_layers
+    shared = (
+        num_hidden_layers * (attention + 2 * hidden_size)
+        + dense_layers * gated_mlp_params(hidden_size, intermediate_size_mlp)
+        + moe_layers * (hidden_size * num_local_experts + expert)  # router + shared expert
+        + hidden_size
+        + embedding_params(vocab_size, hidden_size, tie_word_embeddings=tie_word_embeddings)
+    )
+    return routed_split(shared, moe_layers, num_local_experts, num_experts_per_tok, expert)
+
+
+def gpt_oss_routed_expert_weights(*, num_hidden_layers: int, hidden_size: int, intermediate_size: int, num_local_experts: int) -> int:
+    """gpt-oss's routed-expert weight matrices (biases excluded): gate_up (hidden x 2 x
+    intermediate) and down (intermediate x hidden) per expert per layer. They are what its
+    checkpoint stores in MXFP4 (quantization_config.modules_to_not_convert keeps the rest bf16)."""
+    return num_hidden_layers * num_local_experts * 3 * hidden_size * intermediate_size
+
+
+def gpt_oss_params(
+    *,
+    num_hidden_layers: int,
+    hidden_size: int,
+    num_attention_heads: int,
+    num_key_value_heads: int,
+    head_dim: int,
+    intermediate_size: int,
+    num_local_experts: int,
+    num_experts_per_tok: int,
+    vocab_size: int,
+    tie_word_embeddings: bool = False,
+) -> ParamCount:
+    """gpt-oss (transformers `GptOssDecoderLayer`, 4.55.0).
+
+    Attention: q, k, v and o with biases (`attention_bias` true) and one learned sink logit
+    per head (`sinks`: parameters, no cache). MoE: a router with bias (hidden x experts +
+    experts) and `num_local_experts` experts, each gate_up (hidden -> 2 x intermediate, with
+    bias) and down (intermediate -> hidden, with bias). Two RMSNorms per layer, a final norm,
+    untied embeddings. gpt-oss-20b: 20,914,757,184 total (models.csv 20.92B).
+    """
+    attention = gqa_attention_params(
+        hidden_size, num_attention_heads, num_key_value_heads, head_dim, qkv_bias=True, o_bias=True
+    ) + num_attention_heads
+    expert = 3 * hidden_size * intermediate_size + 2 * intermediate_size + hidden_size
+    router = hidden_size * num_local_experts + num_local_experts
+    shared = (
+        num_hidden_layers * (attention + 2 * hidden_size + router)
+        + hidden_size
+        + embedding_params(vocab_size, hidden_size, tie_word_embeddings=tie_word_embeddings)
+    )
+    return routed_split(shared, num_hidden_layers, num_local_experts, num_experts_per_tok, expert)
+
+
+def gated_deltanet_params(
+    *, hidden_size: int, num_key_heads: int, num_value_heads: int, key_head_dim: int, value_head_dim: int, conv_kernel: int
+) -> int:
+    """One Gated DeltaNet linear-attention block (transformers `Qwen3NextGatedDeltaNet`, 4.57.0).
+
+    in_proj_qkvz: hidden -> 2 x key_dim + 2 x value_dim; in_proj_ba: hidden -> 2 x value heads;
+    a depthwise conv1d over q, k, v (conv_dim x kernel, no bias); dt_bias and A_log (one per
+    value head); a gated RMSNorm of value_head_dim; out_proj: value_dim -> hidden. No biases.
+    """
+    key_dim = num_key_heads * key_head_dim
+    value_dim = num_value_heads * value_head_dim
+    conv_dim = 2 * key_dim + value_dim
+    return (
+        hidden_size * (2 * key_dim + 2 * value_dim)
+        + hidden_size * 2 * num_value_heads
+        + conv_dim * conv_kernel
+        + 2 * num_value_heads
+        + value_head_dim
+        + value_dim * hidden_size
+    )
+
+
+def qwen3_next_params(
+    *,
+    hidden_size: int,
+    num_attention_heads: int,
+    num_key_value_heads: int,
+    head_dim: int,
+    full_attention_layers: int,
+    linear_attention_layers: int,
+    linear_block: int,
+    moe_layers: int,
+    intermediate_size: int,
+    moe_intermediate_size: int,
+    shared_expert_intermediate_size: int,
+    num_experts: int,
+    num_experts_per_tok: int,
+    vocab_size: int,
+    tie_word_embeddings: bool = False,
+) -> ParamCount:
+    """Qwen3-Next / Qwen3.5 language models (transformers `Qwen3NextDecoderLayer`, 4.57.0).
+
+    Full-attention layers: gated attention, so q_proj is twice as wide (queries and their
+    output gate), k, v, o without bias, q and k RMSNorms of head_dim. Linear-attention layers:
+    `linear_block` parameters each (gated_deltanet_params). MoE layers: router (hidden x
+    experts), `num_experts` gated experts of moe_intermediate_size, one shared expert of
+    shared_expert_intermediate_size and its sigmoid gate (hidden x 1); the other layers a dense
+    gated MLP of intermediate_size (Qwen3.5's dense models). Two RMSNorms per layer, a final
+    norm, untied embeddings. The multi-token-prediction module (mtp.*) is not counted.
+    Qwen3-Next-80B-A3B: 79,674,391,296 total (model card: 80B, 79B non-embedding).
+    """
+    layers = full_attention_layers + linear_attention_layers
+    q_width = num_attention_heads * head_dim
+    attention = (
+        hidden_size * 2 * q_width + 2 * hidden_size * num_key_value_heads * head_dim + q_width * hidden_size + 2 * head_dim
+    )
+    expert = gated_mlp_params(hidden_size, moe_intermediate_size)
+    moe_shared = hidden_size * num_experts + gated_mlp_params(hidden_size, shared_expert_intermediate_size) + hidden_size
+    shared = (
+        full_attention_layers * attention
+        + linear_attention_layers * linear_block
+        + layers * 2 * hidden_size
+        + (layers - moe_layers) * gated_mlp_params(hidden_size, intermediate_size)
+        + moe_layers * moe_shared
+        + hidden_size
+        + embedding_params(vocab_size, hidden_size, tie_word_embeddings=tie_word_embeddings)
+    )
+    return routed_split(shared, moe_layers, num_experts, num_experts_per_tok, expert)
+
+
+def glm4_moe_params(
+    *,
+    num_hidden_layers: int,
+    hidden_size: int,
+    num_attention_heads: int,
+    num_key_value_heads: int,
+    head_dim: int,
+    intermediate_size: int,
+    moe_intermediate_size: int,
+    n_routed_experts: int,
+    n_shared_experts: int,
+    num_experts_per_tok: int,
+    first_k_dense_replace: int,
+    vocab_size: int,
+    attention_bias: bool,
+    use_qk_norm: bool,
+    tie_word_embeddings: bool = False,
+) -> ParamCount:
+    """GLM-4.5 / 4.6 / 4.7 (transformers `Glm4MoeDecoderLayer`, 4.54.0): grouped-query
+    attention (q, k, v biased when `attention_bias`, o never; q and k RMSNorms of head_dim when
+    `use_qk_norm`), DeepSeek-V3's MoE layout: the first `first_k_dense_replace` layers a dense
+    gated MLP of intermediate_size, the rest a router with an e_score_correction_bias
+    (experts x hidden + experts), `n_routed_experts` routed and `n_shared_experts` shared
+    experts of moe_intermediate_size. Two RMSNorms per layer, final norm, untied embeddings.
+    The multi-token-prediction layer (num_nextn_predict_layers) is not counted.
+    """
+    attention = gqa_attention_params(
+        hidden_size, num_attention_heads, num_key_value_heads, head_dim, qkv_bias=attention_bias, qk_norm=use_qk_norm
+    )
+    moe_layers = num_hidden_layers - first_k_dense_replace
+    expert = gated_mlp_params(hidden_size, moe_intermediate_size)
+    shared = (
+        num_hidden_layers * (attention + 2 * hidden_size)
+        + first_k_dense_replace * gated_mlp_params(hidden_size, intermediate_size)
+        + moe_layers * (n_routed_experts * hidden_size + n_routed_experts + n_shared_experts * expert)
+        + hidden_size
+        + embedding_params(vocab_size, hidden_size, tie_word_embeddings=tie_word_embeddings)
+    )
+    return routed_split(shared, moe_layers, n_routed_experts, num_experts_per_tok, expert)

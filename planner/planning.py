@@ -20,6 +20,7 @@ from planner.certify import PoolCheck, PoolSetting, check_pool, simulated_capaci
 from planner.deployment import Deployment, make_deployment, supported_problem
 from planner.errors import InfeasibleError, InputError
 from planner.histogram import TOTAL_EDGES, Histogram
+from planner.memory import kv_token_cap
 from planner.optimize import Candidate, FleetSolution, Pool, SplitOption, solve_fleet
 from planner.paged import token_profile
 from planner.scenario import Scenario
@@ -259,7 +260,7 @@ class Evaluator:
         if key not in self._profiles:
             self._profiles[key] = token_profile(
                 tc.hist, block_size=dep.block_size, chunk_tokens=dep.engine.max_num_batched_tokens,
-                sliding_window=self.model.sliding_window, shared_prefix_tokens=self.scn.traffic.shared_prefix_tokens,
+                sliding_window=kv_token_cap(self.model), shared_prefix_tokens=self.scn.traffic.shared_prefix_tokens,
             )
         return self._profiles[key]
 

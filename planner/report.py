@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 
 from planner.files import write_text_atomic
+from planner.memory import layer_kind_lines
 from planner.paged import SIZING_MODES
 from planner.planning import SENSITIVITY, Outcome, Plan, PoolDetail
 from planner.report_latency import latency_section
@@ -285,6 +286,8 @@ def _pool_detail(plan: Plan, pd: PoolDetail) -> str:
     lines += [
         f"| = KV budget | {lad.kv_budget_gib:,.2f} GiB |",
         f"| Cache per token ({cfg.kv_dtype}) | {lad.kv_bytes_per_token:,} bytes |",
+        *([f"| Cache by layer kind | {'<br>'.join(layer_kind_lines(plan.model, dep.kv_dtype, dep.tp))} |"]
+          if len(lad.kv_layout.kinds) > 1 else []),
         f"| Per sequence at the {tc.max_model_len:,}-token limit | {lad.kv_gib_per_user:,.2f} GiB |",
         f"| Time-weighted mean footprint of a resident request (paged, blocks of {dep.block_size}) | {fp.mean_bytes / GiB:,.3f} GiB |",
     ]

@@ -76,7 +76,12 @@ import numpy as np
 from planner.capacity import NO_TARGETS, OperatingPoint, ReplicaModel, replica_capacity
 from planner.deployment import Deployment
 from planner.histogram import LENGTH_EDGES, Histogram
-from planner.memory import budget_ladder, kv_bytes_for_tokens
+from planner.memory import (
+    budget_ladder,
+    kv_bytes_for_tokens,
+    kv_state_bytes_per_sequence,
+    kv_token_cap,
+)
 from planner.paged import TokenProfile, token_profile
 from planner.roofline import StepModel
 from planner.targets import SLO, Band, statistic_quantile
@@ -412,8 +417,10 @@ def simulate_replica(
     total_blocks = budget_bytes // block_bytes - shared_blocks
     watermark_blocks = int(watermark * (budget_bytes // block_bytes))
     notes = []
-    if dep.model.num_sliding_window_layers:
-        notes.append("sliding-window layers are charged as full-attention layers (the simulator pages one pool)")
+    if kv_token_cap(dep.model):
+        notes.append("sliding-window and chunked layers are charged as full-attention layers (the simulator pages one pool)")
+    if kv_state_bytes_per_sequence(dep.model):
+        notes.append("the fixed per-sequence state of linear-attention / state-space layers is not charged (blocks only)")
 
     if shared and int(requests.prompt_tokens.min()) <= shared:
         raise ValueError(
@@ -618,7 +625,7 @@ def profile_for(dep: Deployment, hist: Histogram, *, shared_prefix_tokens: int =
         hist,
         block_size=dep.block_size,
         chunk_tokens=dep.engine.max_num_batched_tokens,
-        sliding_window=dep.model.sliding_window if dep.model.num_sliding_window_layers else None,
+        sliding_window=kv_token_cap(dep.model),
         shared_prefix_tokens=shared_prefix_tokens,
     )
 

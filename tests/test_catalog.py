@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,10 @@ from planner.hf_import import model_from_hf_config
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf"
 
-GPU_IDS = ["h100-sxm", "h100-pcie", "h200", "b200", "a100-80gb", "a100-40gb", "l40s", "l4", "a10g", "mi300x"]
+GPU_IDS = [
+    "h100-sxm", "h100-pcie", "h200", "b200", "a100-80gb", "a100-40gb", "l40s", "l4", "a10g", "mi300x",
+    "b300", "gb200", "mi325x", "rtx-pro-6000",
+]
 AMPERE = ["a100-80gb", "a100-40gb", "a10g"]
 MODEL_IDS = [
     "llama-3.1-8b",
@@ -28,6 +32,11 @@ MODEL_IDS = [
     "qwen3-32b",
     "gemma-2-27b",
     "deepseek-v3",
+]
+# Added from the real configs in tests/data/hf_configs/ (their counts are checked in test_hf_configs.py).
+CURRENT_MODEL_IDS = [
+    "llama-4-scout", "llama-4-maverick", "gemma-3-27b", "gpt-oss-20b", "gpt-oss-120b", "qwen3-30b-a3b",
+    "qwen3-235b-a22b", "qwen3-next-80b", "deepseek-r1", "kimi-k2", "glm-4.7",
 ]
 
 
@@ -45,7 +54,7 @@ def test_every_gpu_loads_with_a_sourced_price(catalog, gpu_id):
     assert "/" + "work/" not in gpu.model_dump_json()
 
 
-@pytest.mark.parametrize("model_id", MODEL_IDS)
+@pytest.mark.parametrize("model_id", MODEL_IDS + CURRENT_MODEL_IDS)
 def test_every_model_loads(catalog, model_id):
     model = catalog.model(model_id)
     assert model.config_source.startswith("https://")
@@ -58,7 +67,8 @@ def test_h100_memory_is_what_nvidia_smi_reports(catalog):
 
 @pytest.mark.parametrize(
     ("gpu_id", "gib"),
-    [("h200", 140.40), ("b200", 179.06), ("a100-80gb", 80.00), ("l40s", 44.99), ("mi300x", 191.69)],
+    [("h200", 140.40), ("b200", 179.06), ("a100-80gb", 80.00), ("l40s", 44.99), ("mi300x", 191.69),
+     ("b300", 268.59), ("gb200", 185.03), ("mi325x", 255.98), ("rtx-pro-6000", 95.59)],
 )
 def test_memory_is_runtime_gib(catalog, gpu_id, gib):
     assert catalog.gpu(gpu_id).memory_gib == gib
@@ -82,7 +92,7 @@ def test_dtype_support_is_consistent(catalog):
         assert set(gpu.kv_dtypes) <= {"bf16", "fp16", "fp8"}
         assert "int4" in gpu.weight_dtypes
         assert ("fp8" in gpu.weight_dtypes) == (gpu.arch != "ampere") == ("fp8" in gpu.kv_dtypes)
-        assert ("fp4" in gpu.weight_dtypes) == (gpu.id == "b200") == ("fp4" in gpu.dense_tflops)
+        assert ("fp4" in gpu.weight_dtypes) == (gpu.arch == "blackwell") == ("fp4" in gpu.dense_tflops)
 
 
 def test_interconnect_is_one_direction(catalog):
@@ -249,13 +259,17 @@ def test_import_matches_the_catalog_entry(catalog):
     assert imported.model_dump(include=keep) == catalog.model("deepseek-v3").model_dump(include=keep)
 
 
-def test_import_unknown_family_needs_params(tmp_path):
+def test_import_unknown_family_is_refused_unless_layout_and_counts_are_given(tmp_path):
     path = _variant(tmp_path, "llama-3.1-8b.json", model_type="phi3", architectures=["Phi3ForCausalLM"])
-    with pytest.raises(InputError, match="no parameter-count formula for 'phi3'"):
+    with pytest.raises(InputError, match=r"model_type: 'phi3' is not a family planner reads \(covered: llama, "):
         model_from_hf_config(path, name="p")
-    m = model_from_hf_config(path, name="p", params_total=3_800_000_000)
+    # A parameter count alone does not say what the layers cache.
+    with pytest.raises(InputError, match=re.escape("give --layer-kinds KIND=N,... and --params-total")):
+        model_from_hf_config(path, name="p", params_total=3_800_000_000)
+    m = model_from_hf_config(path, name="p", params_total=3_800_000_000, layer_kinds={"full_attention": 32})
     assert m.params_total == m.params_active == 3_800_000_000
     assert "--params-total" in m.params_source
+    assert "layer kinds given on the command line: full_attention=32" in m.notes
 
 
 def test_cli_import_hf_round_trips_through_catalog(tmp_path):
@@ -274,7 +288,8 @@ def test_cli_import_hf_round_trips_through_catalog(tmp_path):
 def test_cli_import_hf_prints_yaml():
     result = run("catalog", "import-hf", str(FIXTURES / "gemma-2-27b.json"), "--name", "g27")
     assert result.exit_code == 0, result.output
-    entry = yaml.safe_load(result.output)["models"]["g27"]
+    entry = yaml.safe_load(result.stdout)["models"]["g27"]
+    assert result.stderr == "note: layer kinds: full_attention 23, sliding_attention 23\n"
     assert entry["num_sliding_window_layers"] == 23
     assert "id" not in entry
 
@@ -338,7 +353,7 @@ def test_cli_catalog_override_changes_a_price(tmp_path):
     assert default[0]["price_usd_per_hour"] == 2.99
 
 
-@pytest.mark.parametrize(("command", "ids"), [("gpus", GPU_IDS), ("models", MODEL_IDS)])
+@pytest.mark.parametrize(("command", "ids"), [("gpus", GPU_IDS), ("models", MODEL_IDS + CURRENT_MODEL_IDS)])
 def test_cli_tables_and_json_list_every_entry(command, ids):
     table = run("catalog", command)
     assert table.exit_code == 0
@@ -349,7 +364,7 @@ def test_cli_tables_and_json_list_every_entry(command, ids):
 
 def test_cli_dtypes_and_engines():
     dtypes = json.loads(run("catalog", "dtypes", "--json").output)
-    assert {d["id"] for d in dtypes} == {"bf16", "fp16", "fp8", "int8", "int4", "fp4"}
+    assert {d["id"] for d in dtypes} == {"bf16", "fp16", "fp8", "int8", "int4", "mxfp4", "fp4"}
     engines = run("catalog", "engines")
     assert engines.exit_code == 0
     assert "fraction_of_free_after_weights" in engines.output

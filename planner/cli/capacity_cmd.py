@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import click
 
 from planner.cli.options import catalog_option, echo_json, get_catalog, json_option
@@ -9,10 +11,13 @@ from planner.deployment import DEFAULT_OVERHEAD_GIB, make_deployment
 from planner.histogram import Histogram
 from planner.memory import (
     budget_ladder,
-    kv_bytes_for_tokens,
+    kv_bytes_per_sequence,
+    kv_token_cap,
+    layer_kind_lines,
     memory_levers,
     paged_tokens,
     paged_users,
+    weight_bytes,
 )
 from planner.roofline import StepModel, ridge_point
 from planner.units import GiB
@@ -46,7 +51,7 @@ def _load_histogram(path: str) -> Histogram:
 @click.argument("model")
 @click.argument("gpu")
 @click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True, help="Tensor-parallel degree.")
-@click.option("--weight-dtype", default="bf16", show_default=True)
+@click.option("--weight-dtype", default=None, help="Weight dtype [default: the checkpoint's (catalog checkpoint_dtype), else bf16].")
 @click.option("--kv-dtype", default="bf16", show_default=True)
 @click.option("--max-model-len", type=click.IntRange(min=1), default=None, help="Context limit [default: the model's].")
 @click.option("--engine", default="vllm", show_default=True, help="Engine profile (planner catalog engines).")
@@ -93,6 +98,8 @@ def capacity(
     from planner.targets import SLO
 
     catalog = get_catalog(catalog_files)
+    if weight_dtype is None:
+        weight_dtype = catalog.model(model).checkpoint_dtype or "bf16"
     dep = make_deployment(
         catalog, model=model, gpu=gpu, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
         max_model_len=max_model_len, engine=engine, memory_fraction=gpu_memory_utilization,
@@ -132,6 +139,8 @@ def capacity(
         "overhead_gib": ladder.overhead_gib,
         "kv_budget_gib": ladder.kv_budget_gib,
         "kv_bytes_per_token": ladder.kv_bytes_per_token,
+        "kv_layer_kinds": [dataclasses.asdict(k) for k in ladder.kv_layout.kinds],
+        "kv_state_bytes_per_sequence": ladder.kv_layout.state_bytes_per_sequence,
         "kv_gib_per_user": ladder.kv_gib_per_user,
         "worst_case_users": ladder.worst_case_users,
         "paged_users": paged_users(dep, ladder, typical_tokens) if typical_tokens else None,
@@ -145,7 +154,7 @@ def capacity(
             raise click.UsageError("the traffic class has no request within the context limit")
         prof = token_profile(
             hist, block_size=dep.block_size, chunk_tokens=dep.engine.max_num_batched_tokens,
-            sliding_window=dep.model.sliding_window, shared_prefix_tokens=shared_prefix,
+            sliding_window=kv_token_cap(dep.model), shared_prefix_tokens=shared_prefix,
         )
         slo = SLO.single(ttft_s=ttft_s, tpot_ms=tpot_ms, itl_ms=itl_ms, stat=stat)
         cap = replica_capacity(dep, prof, slo, sizing=sizing, quantile=quantile, ladder=ladder)
@@ -213,7 +222,11 @@ def _at_rate(dep, prof, slo, cap, rate, ladder, stat) -> dict:
 def _ladder_text(catalog, dep, ladder, payload, typical_tokens) -> str:
     n = dep.tp
     per = f" ({n} GPUs)" if n > 1 else ""
-    weights_src = f"{dep.model.params_total / 1e9:.2f} B params x {dep.weight_dtype.bytes_per_element:g} bytes ({dep.weight_dtype.id})"
+    m = dep.model
+    if m.checkpoint_weight_bytes and weight_bytes(m, dep.weight_dtype) == m.checkpoint_weight_bytes:
+        weights_src = f"{m.checkpoint_weight_bytes / 1e9:.2f} GB, the {dep.weight_dtype.id} checkpoint"
+    else:
+        weights_src = f"{m.params_total / 1e9:.2f} B params x {dep.weight_dtype.bytes_per_element:g} bytes ({dep.weight_dtype.id})"
     rule = dep.engine.rule
     lines = [
         f"{dep.model.id} on {n} x {dep.gpu.id} — {dep.engine.name}, {dep.weight_dtype.id} weights, {dep.kv_dtype.id} cache, limit {dep.max_model_len:,} tokens",
@@ -236,13 +249,14 @@ def _ladder_text(catalog, dep, ladder, payload, typical_tokens) -> str:
     lines += [
         f"  5. = KV budget                          {ladder.kv_budget_gib:8.2f} GiB",
         f"  6. cache per token                      {ladder.kv_bytes_per_token:8,} bytes ({ladder.kv_bytes_per_token / 1024:,.1f} KiB)",
-        f"  7. per user at the {dep.max_model_len:,}-token limit   {ladder.kv_gib_per_user:8.2f} GiB",
+        *(f"       {line}" for line in layer_kind_lines(m, dep.kv_dtype, dep.tp)),
+        f"  7. per user at the {dep.max_model_len:,}-token limit   {ladder.kv_gib_per_user:8.2f} GiB" + _per_user_note(ladder),
         f"  8. worst case: floor({ladder.kv_budget_gib:.2f} / {ladder.kv_gib_per_user:.2f}) = {ladder.worst_case_users} users (the guarantee)",
     ]
     if typical_tokens:
         held = paged_tokens(min(typical_tokens, dep.max_model_len), dep.block_size)
         per_user = payload["paged_users"]
-        gib = kv_bytes_for_tokens(dep.model, held, dep.kv_dtype, dep.tp) / GiB
+        gib = kv_bytes_per_sequence(dep.model, held, dep.kv_dtype, dep.tp) / GiB
         lines.append(
             f"     paged: a {typical_tokens:,}-token conversation holds {held:,} tokens "
             f"({held // dep.block_size} blocks of {dep.block_size}) = {gib:.2f} GiB -> {per_user} users (what we observe)"
@@ -263,6 +277,17 @@ def _ladder_text(catalog, dep, ladder, payload, typical_tokens) -> str:
             f"  {lever.lever:<44} {lever.kv_gib_per_user:6.2f} GiB/user -> {lever.worst_case_users} users worst case{extra}"
         )
     return "\n".join(lines)
+
+
+def _per_user_note(ladder) -> str:
+    """What step 7 includes beyond tokens x bytes per token: capped layers, a fixed state."""
+    layout = ladder.kv_layout
+    parts = []
+    if layout.token_cap is not None and layout.token_cap < ladder.max_model_len:
+        parts.append(f"capped layers hold {layout.token_cap:,} tokens")
+    if layout.state_bytes_per_sequence:
+        parts.append(f"+ {layout.state_bytes_per_sequence / 2**20:,.2f} MiB of fixed state")
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 def _capacity_text(payload, cap, quantile) -> str:

@@ -11,7 +11,7 @@ import click
 from planner.catalog import Catalog
 from planner.cli.options import catalog_option, echo_json, get_catalog, json_option
 from planner.files import write_text_atomic
-from planner.hf_import import catalog_yaml, model_from_hf_config
+from planner.hf_import import catalog_yaml, model_from_hf_config, parse_layer_kinds
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -140,11 +140,18 @@ def models_cmd(names: tuple[str, ...], as_json: bool, catalog_files: tuple[str, 
 
 
 def _attention(m: Any) -> str:
-    if m.attention == "mla":
-        return f"mla({m.kv_lora_rank}+{m.qk_rope_head_dim})"
-    if m.sliding_window:
-        return f"gqa+swa({m.sliding_window}x{m.num_sliding_window_layers})"
-    return "gqa"
+    """The attention layout in a few characters: mla(latent+rope), gqa, and the layers that
+    differ: +swa(window x layers), +chunk(size x layers), +linear(layers) / +mamba(layers)."""
+    base = f"mla({m.kv_lora_rank}+{m.qk_rope_head_dim})" if m.attention == "mla" else "gqa"
+    if m.num_sliding_window_layers:
+        base += f"+swa({m.sliding_window}x{m.num_sliding_window_layers})"
+    if m.num_chunked_attention_layers:
+        base += f"+chunk({m.attention_chunk_size}x{m.num_chunked_attention_layers})"
+    if m.num_state_layers:
+        base += f"+{'linear' if m.state_layer_kind == 'linear_attention' else 'mamba'}({m.num_state_layers})"
+    if m.num_kv_shared_layers:
+        base += f"+shared({m.num_kv_shared_layers})"
+    return base
 
 
 @catalog.command("dtypes")
@@ -203,33 +210,48 @@ def engines_cmd(as_json: bool, catalog_files: tuple[str, ...]) -> None:
 @click.argument("config_json", metavar="CONFIG.json", type=click.Path(dir_okay=False))
 @click.option("--name", required=True, help="Catalog id for the model, e.g. qwen2.5-7b.")
 @click.option("--out", type=click.Path(dir_okay=False), help="Write the YAML here instead of printing it.")
-@click.option("--params-total", type=click.IntRange(min=1), help="Total parameter count (overrides the computed one).")
+@click.option("--weights", type=click.Path(), help="The checkpoint: a model folder (.safetensors files) or its "
+              "model.safetensors.index.json; parameters and bytes are then read from it, exactly.")
+@click.option("--params-total", type=click.IntRange(min=1), help="Total parameter count (overrides the counted one).")
 @click.option("--params-active", type=click.IntRange(min=1), help="Active parameters per token (MoE; overrides).")
+@click.option("--layer-kinds", help="State the layer layout instead of reading it: KIND=COUNT,... with KIND among "
+              "full_attention, sliding_attention, chunked_attention, kv_shared, linear_attention, mamba, no_cache.")
+@click.option("--state-bytes-per-layer", type=click.IntRange(min=1),
+              help="With --layer-kinds: bytes of one linear_attention/mamba layer's state per sequence.")
 @click.option("--hf-id", help="Hub id (default: the config's _name_or_path, else --name).")
 @click.option("--source", "config_source", help="Where the config came from, e.g. its Hub URL (recorded as config_source).")
 def import_hf_cmd(
     config_json: str,
     name: str,
     out: str | None,
+    weights: str | None,
     params_total: int | None,
     params_active: int | None,
+    layer_kinds: str | None,
+    state_bytes_per_layer: int | None,
     hf_id: str | None,
     config_source: str | None,
 ) -> None:
     """Make a catalog model entry from a Hugging Face config.json on disk.
 
-    Reads the architecture fields (head_dim, KV heads, sliding windows, latent
-    attention, experts) and counts parameters with planner/params.py. The output
-    is a `--catalog` file (`models: {ID: ...}`); the entry under `models:` has the
-    shape of data/models.yaml.
+    Reads the architecture (nested text_config included): heads, KV heads, head_dim and
+    every layer's kind (full, sliding-window, chunked, latent, linear-attention, state-space),
+    experts, and a pre-quantized checkpoint's dtype. Parameters come from the checkpoint
+    files with --weights (exact), else from planner/params.py. A model_type or an attention
+    setting planner does not model is refused by name, never guessed; every default the
+    config relies on is printed as a note. The output is a `--catalog` file
+    (`models: {ID: ...}`); the entry under `models:` has the shape of data/models.yaml.
 
     \b
     Example:
       planner catalog import-hf Qwen2.5-7B-Instruct/config.json --name qwen2.5-7b \\
+          --weights Qwen2.5-7B-Instruct/model.safetensors.index.json \\
           --source https://huggingface.co/Qwen/Qwen2.5-7B-Instruct/blob/main/config.json \\
           --out qwen.yaml
       planner capacity qwen2.5-7b h100-sxm --catalog qwen.yaml
     """
+    if state_bytes_per_layer and not layer_kinds:
+        raise click.UsageError("--state-bytes-per-layer goes with --layer-kinds")
     model = model_from_hf_config(
         config_json,
         name=name,
@@ -237,7 +259,12 @@ def import_hf_cmd(
         params_active=params_active,
         hf_id=hf_id,
         config_source=config_source,
+        weights=weights,
+        layer_kinds=parse_layer_kinds(layer_kinds) if layer_kinds else None,
+        state_bytes_per_layer=state_bytes_per_layer,
     )
+    for line in filter(None, model.notes.split("; ")):
+        click.echo(f"note: {line}", err=True)
     text = catalog_yaml(model)
     if out:
         write_text_atomic(out, text)

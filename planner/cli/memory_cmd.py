@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import click
 
 from planner.cli.options import catalog_option, echo_json, get_catalog, json_option
-from planner.memory import kv_bytes_for_tokens, kv_bytes_per_token, kv_heads_stored
+from planner.memory import (
+    kv_bytes_per_sequence,
+    kv_bytes_per_token,
+    kv_bytes_per_token_by_layer_kind,
+    layer_kind_lines,
+)
 from planner.units import GB, GiB, KiB
 
 
@@ -31,13 +38,16 @@ def kv(model: str, kv_dtype: str, tokens: int | None, tp: int, catalog_files, as
         raise click.UsageError(f"'{kv_dtype}' is not a KV-cache dtype; choose from {kv_ok}")
     n = tokens or m.max_position_embeddings
     per_token = kv_bytes_per_token(m, dtype, tp)
-    per_request = kv_bytes_for_tokens(m, n, dtype, tp)
+    per_request = kv_bytes_per_sequence(m, n, dtype, tp)
+    layout = kv_bytes_per_token_by_layer_kind(m, dtype, tp)
     payload = {
         "model": m.id,
         "kv_dtype": dtype.id,
         "tp": tp,
         "attention": m.attention,
         "kv_bytes_per_token": per_token,
+        "kv_layer_kinds": [dataclasses.asdict(k) for k in layout.kinds],
+        "kv_state_bytes_per_sequence": layout.state_bytes_per_sequence,
         "tokens": n,
         "kv_bytes_per_request": per_request,
         "kv_gib_per_request": per_request / GiB,
@@ -46,31 +56,12 @@ def kv(model: str, kv_dtype: str, tokens: int | None, tp: int, catalog_files, as
     if as_json:
         echo_json(payload)
         return
-    if m.attention == "mla":
-        formula = (
-            f"latent attention: {m.num_hidden_layers} layers x ({m.kv_lora_rank} latent + "
-            f"{m.qk_rope_head_dim} rope) x {dtype.bytes_per_element:g} bytes"
-        )
-        if tp > 1:
-            formula += f" x {tp} (latent replicated on every tp rank)"
-    else:
-        heads = kv_heads_stored(m, tp)
-        formula = (
-            f"2 x {m.num_hidden_layers} layers x {heads} KV heads x {m.head_dim} head_dim x "
-            f"{dtype.bytes_per_element:g} bytes"
-        )
-        if heads != m.num_key_value_heads:
-            formula += f" (tp {tp} > {m.num_key_value_heads} KV heads: replicated)"
     lines = [
-        f"{m.id}, {dtype.id} cache",
-        f"  per token   {formula} = {per_token:,} bytes ({per_token / KiB:,.1f} KiB)",
+        f"{m.id}, {dtype.id} cache" + (f", tp {tp}" if tp > 1 else ""),
+        f"  per token   {per_token:,} bytes ({per_token / KiB:,.1f} KiB), by layer kind:",
+        *(f"    {line}" for line in layer_kind_lines(m, dtype, tp)),
         f"  per request {n:,} tokens -> {per_request:,} bytes = {per_request / GiB:,.2f} GiB = {per_request / GB:,.2f} GB",
     ]
-    if m.num_sliding_window_layers:
-        lines.append(
-            f"  note        {m.num_sliding_window_layers} of {m.num_hidden_layers} layers keep only the last "
-            f"{m.sliding_window:,} tokens (sliding window)"
-        )
     click.echo("\n".join(lines))
 
 
