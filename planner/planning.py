@@ -262,7 +262,7 @@ class Evaluator:
 
 
 def _solve(scn, inventory: dict[str, int], classes, evals: Sequence[Evaluation], *, options=None, rate_scale=1.0,
-           forbid=(), keep_lp=False, reserved=None):
+           forbid=(), keep_lp=False, reserved=None, use_reserved=False):
     chosen = options if options is not None else list(classes)
     split_options = [
         SplitOption(key, None if key == "none" else int(key), {tc.name: tc.rate_rps * rate_scale for tc in classes[key]})
@@ -277,7 +277,8 @@ def _solve(scn, inventory: dict[str, int], classes, evals: Sequence[Evaluation],
     return solve_fleet(
         split_options, cands, inventory=inventory, min_replicas=scn.min_replicas_per_pool,
         homogeneous=scn.homogeneous_pools, backend=scn.solver.backend, time_limit_s=scn.solver.time_limit_s,
-        forbid=forbid, keep_lp=keep_lp, reserved=reserved,
+        forbid=forbid, keep_lp=keep_lp, reserved=reserved, use_reserved=use_reserved,
+        reserved_pools=scn.forecast.reserved_pools if scn.forecast is not None else True,
     )
 
 
@@ -294,7 +295,8 @@ class _Memo:
 
     def __call__(self, classes, evals, **kw) -> FleetSolution:
         key = (id(classes), id(evals), tuple(kw.get("options") or ()), kw.get("rate_scale", 1.0),
-               tuple(kw.get("forbid", ())), tuple(sorted((kw.get("reserved") or {}).items())))
+               tuple(kw.get("forbid", ())), tuple(sorted((kw.get("reserved") or {}).items())),
+               kw.get("use_reserved", False))
         if key not in self._answers:
             self._keep.append((classes, evals))
             self._answers[key] = _solve(self.scn, self.inventory, classes, evals, **kw)
@@ -376,11 +378,12 @@ def make_plan(
     scn: Scenario, catalog: Catalog, model: Model, hist: Histogram, measured_peak_rps: float,
     *, explore: bool = True, traffic_notes: Iterable[str] = (),
     reserved: dict[str, tuple[int, float]] | None = None, measured_mean_rps: float | None = None,
-    keep_lp: bool = False,
+    keep_lp: bool = False, use_reserved: bool = False,
 ) -> Plan:
     """Evaluate, solve, and (with explore) add split analysis, levers, alternatives and sensitivity.
 
     keep_lp: the plan's solution keeps the ILP's text (`plan.solution.lp_text`, for `solve --write-lp`).
+    use_reserved: every reserved GPU must run (the cheapest plan that strands none).
     """
     limit = scn.context_limit or model.max_position_embeddings
     if limit > model.max_position_embeddings:
@@ -400,7 +403,7 @@ def make_plan(
     evals = ev.evaluate_all(classes, configs)
     solve = _Memo(scn)
     inventory = solve.inventory
-    sol = solve(classes, evals, reserved=reserved, keep_lp=keep_lp)
+    sol = solve(classes, evals, reserved=reserved, keep_lp=keep_lp, use_reserved=use_reserved)
     if not sol.pools:
         raise InfeasibleError(_no_plan_message(sol, scn, classes, evals, inventory))
 

@@ -79,13 +79,16 @@ def load_inputs(path: str | Path, *, catalog_files: tuple[str, ...] = ()) -> Inp
 
 
 def plan_inputs(
-    inputs: Inputs, scn: Scenario | None = None, *, explore: bool = True, reserved=None, keep_lp: bool = False
+    inputs: Inputs, scn: Scenario | None = None, *, explore: bool = True, reserved=None, keep_lp: bool = False,
+    use_reserved: bool = False,
 ) -> Plan:
-    """keep_lp: the plan's solution keeps the ILP's text (`plan.solution.lp_text`)."""
+    """keep_lp: the plan's solution keeps the ILP's text (`plan.solution.lp_text`).
+    use_reserved: every reserved GPU must run."""
     t = inputs.traffic
     return make_plan(
         scn or inputs.scenario, inputs.catalog, inputs.model, t.hist, t.peak_rps, explore=explore,
         traffic_notes=t.notes, measured_mean_rps=t.mean_rps, reserved=reserved, keep_lp=keep_lp,
+        use_reserved=use_reserved,
     )
 
 
