@@ -324,8 +324,10 @@ def _idle_lines(results: Sequence[QuarterResult]) -> list[str]:
             text += f"No plan runs them all: {idle.use_them_summary}."
         else:
             d = idle.use_them_usd_per_hour - r.cost_per_hour
-            vs = "the same as the plan" if abs(d) < 0.005 else (
-                f"{_usd(abs(d))}/hour {'more' if d > 0 else 'less'} than the plan")
+            if abs(d) < 0.005:
+                vs = "the same as the plan: they are surplus to this quarter's demand"
+            else:
+                vs = f"{_usd(abs(d))}/hour {'more' if d > 0 else 'less'} than the plan"
             text += (f"The cheapest plan that runs them all costs {_usd(idle.use_them_usd_per_hour)}/hour ({vs}): "
                      f"{idle.use_them_summary}.")
         lines.append(text)

@@ -128,7 +128,8 @@ class Traffic(_Strict):
     headroom: float = Field(1.2, ge=1.0, description="capacity planned per unit of peak rate")
     shared_prefix_tokens: int = Field(0, ge=0, description="prefix every request shares (prefix caching)")
     mean_rps: float | None = Field(
-        None, gt=0, description="mean arrival rate, for sources without timestamps [default: from the log's minutes]"
+        None, gt=0, description="mean arrival rate, for sources without timestamps [default: from the log's minutes]; "
+        "with a stated profile, the busiest hour's"
     )
     profile: LoadProfileSpec | None = Field(
         None, description="the day's load curve [default: measured when the log spans a day, else flat]"

@@ -41,7 +41,7 @@ def write_forecast(name: str, results, out_dir: Path) -> list[Path]:
 def _idle_text(r) -> str:
     idle = r.idle
     gpus = ", ".join(f"{n} {g}" for g, n in idle.gpus.items())
-    text = f"  {r.quarter}: {gpus} reserved GPU(s) idle, ${idle.usd_per_hour:,.2f}/hour paid for nothing; "
+    text = f"  {r.quarter}: {gpus} reserved GPU(s) idle, ${idle.usd_per_hour:,.2f}/hour paid while idle; "
     if idle.use_them_usd_per_hour is None:
         return text + idle.use_them_summary
     return text + f"the cheapest plan that runs them all: ${idle.use_them_usd_per_hour:,.2f}/hour ({idle.use_them_summary})"
