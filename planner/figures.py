@@ -77,14 +77,14 @@ def cost_figure(rows: list[tuple[str, float]], path: Path, *, title: str) -> Non
     _save(fig, path)
 
 
-def forecast_figure(quarters: list[str], cpm_peak: list[float], cpm_mean: list[float | None], gpus: list[int],
+def forecast_figure(quarters: list[str], cpm: dict[str, list[float | None]], gpus: list[int],
                     path: Path, *, title: str) -> None:
-    """Cost per million tokens (peak and mean) and GPU count by quarter."""
-    fig, ax1 = plt.subplots(figsize=(8, 4))
+    """Cost per million tokens (one line per named series; a series with a gap is left out) and GPU count by quarter."""
+    fig, ax1 = plt.subplots(figsize=(8, 4.8))
     x = np.arange(len(quarters))
-    ax1.plot(x, cpm_peak, marker="o", color="tab:blue", label="$/M tokens at peak")
-    if all(v is not None for v in cpm_mean):
-        ax1.plot(x, cpm_mean, marker="s", color="tab:green", label="$/M tokens at mean")
+    for (label, values), marker in zip(cpm.items(), "os^dv", strict=False):
+        if all(v is not None for v in values):
+            ax1.plot(x, values, marker=marker, label=label)
     ax1.set_ylabel("USD per million tokens")
     ax1.set_xticks(x, quarters)
     ax1.set_ylim(bottom=0)
@@ -94,7 +94,7 @@ def forecast_figure(quarters: list[str], cpm_peak: list[float], cpm_mean: list[f
     ax2.set_ylim(0, max(gpus) * 1.3 if gpus else 1)
     lines = ax1.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
     labels = ax1.get_legend_handles_labels()[1] + ax2.get_legend_handles_labels()[1]
-    ax1.legend(lines, labels, loc="upper right")
+    fig.legend(lines, labels, loc="lower center", ncol=3, fontsize="small", frameon=False)
     ax1.set_title(title)
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.1, right=0.9, top=0.92, bottom=0.1 + 0.045 * ((len(labels) + 2) // 3))
     _save(fig, path)

@@ -2,22 +2,67 @@
 
 from __future__ import annotations
 
-import csv
-import io
-import math
 from dataclasses import dataclass
 
+from planner.daily import DayCosts, DayTerms, day_costs
 from planner.errors import InfeasibleError, InputError
+from planner.load_profile import HOURS_PER_DAY
 from planner.planning import Plan
 from planner.scenario import GPUCandidate, QuarterSpec, Scenario
 from planner.solve import Inputs, plan_inputs
-from planner.units import HOURS_PER_MONTH
+
+
+@dataclass(frozen=True)
+class PoolRow:
+    """One pool of a quarter's fleet at the prices its GPUs are paid, or (kind 'idle_reserved')
+    the reserved GPUs of one type that no pool uses. The rows of a quarter add up to its cost."""
+
+    kind: str  # "serving" or "idle_reserved"
+    pool: str  # traffic class ("" for idle GPUs)
+    gpu: str
+    tp: int | None
+    weight_dtype: str
+    kv_dtype: str
+    max_model_len: int | None
+    replicas: int
+    gpus: int
+    reserved_gpus: int  # of `gpus`, those paid as commitments
+    on_demand_usd_per_gpu_hour: float
+    reserved_usd_per_gpu_hour: float | None  # the type's mean committed price (None: no commitment)
+    capacity_rps_per_replica: float | None
+    mixed_reserved_replicas: int | None  # the day's reserved + on-demand mix: replicas reserved all day
+
+    @property
+    def on_demand_gpus(self) -> int:
+        return self.gpus - self.reserved_gpus
+
+    @property
+    def reserved_usd_per_hour(self) -> float:
+        return self.reserved_gpus * (self.reserved_usd_per_gpu_hour or 0.0)
+
+    @property
+    def on_demand_usd_per_hour(self) -> float:
+        return self.on_demand_gpus * self.on_demand_usd_per_gpu_hour
+
+    @property
+    def usd_per_hour(self) -> float:
+        return self.reserved_usd_per_hour + self.on_demand_usd_per_hour
+
+
+@dataclass(frozen=True)
+class IdleReserved:
+    """Reserved GPUs a quarter's plan leaves idle, and the cheapest plan that runs them all."""
+
+    gpus: dict[str, int]
+    usd_per_hour: float
+    use_them_usd_per_hour: float | None  # None: no plan can run them all
+    use_them_summary: str  # the plan that runs them, or why none can
 
 
 @dataclass(frozen=True)
 class QuarterResult:
-    """One quarter: its plan, what was committed, and what the plan does not hold itself
-    (the change against the previous quarter, the figures at the mean rate)."""
+    """One quarter: its plan, what was committed, its pools at the prices paid, what stays
+    idle, and the day's load curve priced four ways (planner.daily)."""
 
     quarter: str
     demand_multiplier: float  # on the base scenario's peak
@@ -26,9 +71,9 @@ class QuarterResult:
     reserved_price: dict[str, float]
     gpus_by_type: dict[str, int]
     change_by_type: dict[str, int]  # against the previous quarter
-    mean_tokens_per_hour: float | None
-    cost_per_million_at_mean: dict[str, float] | None
-    utilisation: dict[str, float | None]  # peak and mean rate / fleet capacity
+    pool_rows: tuple[PoolRow, ...]
+    idle: IdleReserved | None
+    day: DayCosts
 
     @property
     def gpus(self) -> int:
@@ -41,7 +86,8 @@ class QuarterResult:
 
     @property
     def mean_rps(self) -> float | None:
-        return self.plan.mean_rps
+        """The day's mean served arrival rate (the profile's mean, growth included)."""
+        return self.day.mean_rps
 
     @property
     def cost_per_hour(self) -> float:
@@ -60,6 +106,38 @@ class QuarterResult:
     def cost_per_million(self) -> dict[str, float]:
         """At the peak rate."""
         return self.plan.cost_per_million
+
+    @property
+    def usd_per_hour_by_kind(self) -> dict[str, float]:
+        """on_demand, reserved_used, reserved_idle: the quarter's cost per hour, split by how it is paid."""
+        serving = [r for r in self.pool_rows if r.kind == "serving"]
+        return {
+            "on_demand": sum(r.on_demand_usd_per_hour for r in serving),
+            "reserved_used": sum(r.reserved_usd_per_hour for r in serving),
+            "reserved_idle": sum(r.usd_per_hour for r in self.pool_rows if r.kind == "idle_reserved"),
+        }
+
+    @property
+    def tokens_per_hour_at_volume(self) -> float | None:
+        """The day's real token volume, per hour."""
+        day = self.day.tokens_per_day
+        return None if day is None else day / HOURS_PER_DAY
+
+    @property
+    def cost_per_million_at_volume(self) -> dict[str, float] | None:
+        """The quarter's cost over the day's real token volume (blended, input, output)."""
+        tph = self.tokens_per_hour_at_volume
+        if not tph:
+            return None
+        scale = tph / self.plan.tokens_per_hour  # input and output tokens scale alike
+        return {k: v / scale for k, v in self.plan.cost_per_million.items()}
+
+    @property
+    def utilisation(self) -> dict[str, float | None]:
+        """Peak and the day's mean rate over the fleet's capacity at its ceilings."""
+        capacity = self.plan.capacity_rps
+        mean = self.mean_rps
+        return {"peak": self.plan.peak_rps / capacity, "mean": None if mean is None else mean / capacity}
 
 
 def _check_gpus(scn: Scenario, inputs: Inputs, q: QuarterSpec, i: int) -> None:
@@ -124,7 +202,14 @@ def run_forecast(inputs: Inputs) -> list[QuarterResult]:
         reserved = {g: sum(k for k, _ in ls) for g, ls in sorted(lots.items())}
         price = {g: sum(k * p for k, p in ls) / reserved[g] for g, ls in sorted(lots.items())}
         plan = _quarter_plan(inputs, qscn, q, reserved, price)
-        results.append(_quarter_result(q.quarter, multiplier, plan, reserved, price, previous))
+        terms = DayTerms(
+            scn.autoscaling.scale_up_lead_min, scn.autoscaling.min_replicas or scn.min_replicas_per_pool, commit_price,
+            f"this quarter's commitment price, on-demand × (1 − {fc.reserved_discount:g})"
+            + (" or forecast.reserved_prices" if fc.reserved_prices else ""),
+        )
+        day = day_costs(plan, inputs.traffic.profile, terms)
+        idle = _idle_reserved(inputs, qscn, plan, reserved, price)
+        results.append(_quarter_result(q.quarter, multiplier, plan, reserved, price, previous, day, idle))
         previous = results[-1]
         commit_price_before = commit_price
         if not fc.carry_forward:
@@ -148,147 +233,71 @@ def _quarter_plan(inputs: Inputs, qscn: Scenario, q: QuarterSpec, reserved, pric
         raise InfeasibleError(f"forecast quarter {q.quarter}: {exc}") from None
 
 
-def _quarter_result(quarter, multiplier, plan: Plan, reserved, price, previous) -> QuarterResult:
+def _gpus_by_type(plan: Plan) -> dict[str, int]:
     by_type: dict[str, int] = {}
     for pd in plan.pools:
         by_type[pd.config.gpu.id] = by_type.get(pd.config.gpu.id, 0) + pd.gpus
+    return dict(sorted(by_type.items()))
+
+
+def _idle_reserved(inputs: Inputs, qscn: Scenario, plan: Plan, reserved, price) -> IdleReserved | None:
+    """The reserved GPUs the plan leaves idle, what they cost, and the cheapest plan that runs
+    every one of them (each reserved type may then hold a pool of its own)."""
+    used = _gpus_by_type(plan)
+    idle = {g: n - used.get(g, 0) for g, n in reserved.items() if n > used.get(g, 0)}
+    if not idle:
+        return None
+    cost = sum(n * price[g] for g, n in idle.items())
+    own_pools = qscn.model_copy(update={"forecast": qscn.forecast.model_copy(update={"reserved_pools": True})})
+    try:
+        alt = plan_inputs(inputs, own_pools, explore=False, reserved={g: (n, price[g]) for g, n in reserved.items()},
+                          use_reserved=True)
+    except InfeasibleError:
+        return IdleReserved(idle, cost, None, "no plan can run them all (no config of their type serves the traffic "
+                                              "within the targets and caps)")
+    summary = "; ".join(f"{pd.traffic_class.name}: {pd.replicas} × {pd.config.label(pd.traffic_class.max_model_len)}"
+                        for pd in alt.pools)
+    return IdleReserved(idle, cost, alt.cost_per_hour, summary)
+
+
+def _pool_rows(plan: Plan, reserved, price, day: DayCosts) -> tuple[PoolRow, ...]:
+    """Pools at the prices their GPUs are paid: a type's reserved GPUs go to its pools in plan
+    order, the rest of each pool runs on demand; reserved GPUs left over are idle rows."""
+    left = dict(reserved)
+    rows = []
+    mix = day.policy("mixed")
+    for pd, dp in zip(plan.pools, day.pools, strict=True):
+        g = pd.config.gpu.id
+        n_res = min(pd.gpus, left.get(g, 0))
+        left[g] = left.get(g, 0) - n_res
+        rows.append(PoolRow(
+            "serving", pd.traffic_class.name, g, pd.config.tp, pd.config.weight_dtype, pd.config.kv_dtype,
+            pd.traffic_class.max_model_len, pd.replicas, pd.gpus, n_res, pd.config.price_usd_per_hour, price.get(g),
+            dp.capacity_rps, mix.reserved.get(dp.name, 0),
+        ))
+    od_price = {c.id: c.price_per_hour(plan.catalog.gpu(c.id).price_usd_per_hour) for c in plan.scenario.gpu_candidates}
+    for g, n in sorted(left.items()):
+        if n > 0:
+            rows.append(PoolRow("idle_reserved", "", g, None, "", "", None, 0, n, n, od_price[g], price[g], None, None))
+    return tuple(rows)
+
+
+def _quarter_result(quarter, multiplier, plan: Plan, reserved, price, previous, day, idle) -> QuarterResult:
+    by_type = _gpus_by_type(plan)
     if previous is None:  # the first quarter is the baseline: nothing to compare with
         change = {}
     else:
         before = previous.gpus_by_type
         change = {g: by_type.get(g, 0) - before.get(g, 0) for g in sorted(set(by_type) | set(before))}
-    mean = plan.mean_rps
-    capacity = plan.capacity_rps
-    mean_tph = None
-    cpm_mean = None
-    if mean is not None:
-        scale = mean / plan.peak_rps
-        mean_tph = plan.tokens_per_hour * scale
-        cpm_mean = {k: v / scale for k, v in plan.cost_per_million.items()}
     return QuarterResult(
         quarter=quarter,
         demand_multiplier=multiplier,
         plan=plan,
         reserved_gpus=dict(sorted(reserved.items())),
         reserved_price=dict(sorted(price.items())),
-        gpus_by_type=dict(sorted(by_type.items())),
+        gpus_by_type=by_type,
         change_by_type=change,
-        mean_tokens_per_hour=mean_tph,
-        cost_per_million_at_mean=cpm_mean,
-        utilisation={"peak": plan.peak_rps / capacity, "mean": None if mean is None else mean / capacity},
+        pool_rows=_pool_rows(plan, reserved, price, day),
+        idle=idle,
+        day=day,
     )
-
-
-# ------------------------------------------------------------------ outputs
-
-CSV_COLUMNS = (
-    ("quarter", "calendar quarter"),
-    ("pool", "traffic class served by the pool (all, short, long)"),
-    ("gpu", "GPU type"),
-    ("tp", "tensor-parallel degree (GPUs per replica)"),
-    ("weight_dtype", "weight dtype"),
-    ("kv_dtype", "KV-cache dtype"),
-    ("max_model_len", "context limit of the pool, tokens"),
-    ("replicas", "replicas in the pool"),
-    ("gpus", "GPUs in the pool"),
-    ("pool_cost_per_hour_usd", "the pool's GPUs at on-demand price, USD per hour"),
-    ("quarter_cost_per_hour_usd", "the whole fleet this quarter (reserved GPUs included, used or not), USD per hour"),
-    ("quarter_cost_per_month_usd", f"the same per month ({HOURS_PER_MONTH} hours)"),
-    ("reserved_gpus", "committed GPUs of this pool's type this quarter"),
-    ("peak_rps", "peak arrival rate planned for, requests/s (before headroom)"),
-    ("mean_rps", "mean arrival rate, requests/s (empty when unknown)"),
-    ("tokens_per_hour_at_peak", "prompt + output tokens per hour at the peak rate"),
-    ("usd_per_million_tokens_blended_at_peak", "fleet cost / tokens at the peak rate, USD per million tokens"),
-    ("usd_per_million_input_tokens_at_peak", "prefill share of cost / prompt tokens at peak, USD per million"),
-    ("usd_per_million_output_tokens_at_peak", "decode share of cost / output tokens at peak, USD per million"),
-    ("usd_per_million_tokens_blended_at_mean", "fleet cost / tokens at the mean rate, USD per million tokens"),
-    ("utilisation_at_peak", "peak rate / fleet capacity at its ceilings"),
-    ("utilisation_at_mean", "mean rate / fleet capacity at its ceilings"),
-)
-
-
-def _num(x: float | None, digits: int = 6) -> str:
-    return "" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
-
-
-def forecast_csv(results: list[QuarterResult]) -> str:
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow([name for name, _ in CSV_COLUMNS])
-    for r in results:
-        for pd in r.plan.pools:
-            writer.writerow([
-                r.quarter, pd.traffic_class.name, pd.config.gpu.id, pd.config.tp, pd.config.weight_dtype,
-                pd.config.kv_dtype, pd.traffic_class.max_model_len, pd.replicas, pd.gpus, _num(pd.cost_per_hour, 4),
-                _num(r.cost_per_hour, 4), _num(r.cost_per_month, 2), r.reserved_gpus.get(pd.config.gpu.id, 0),
-                _num(r.peak_rps), _num(r.mean_rps), _num(r.tokens_per_hour, 0),
-                _num(r.cost_per_million["blended"]), _num(r.cost_per_million["input"]), _num(r.cost_per_million["output"]),
-                _num(r.cost_per_million_at_mean["blended"] if r.cost_per_million_at_mean else None),
-                _num(r.utilisation["peak"]), _num(r.utilisation["mean"]),
-            ])
-    return buf.getvalue()
-
-
-def forecast_json(results: list[QuarterResult]) -> dict:
-    return {
-        "quarters": [
-            {
-                "quarter": r.quarter,
-                "demand_multiplier": r.demand_multiplier,
-                "pools": [
-                    {"pool": pd.traffic_class.name, "gpu": pd.config.gpu.id, "tp": pd.config.tp,
-                     "weight_dtype": pd.config.weight_dtype, "kv_dtype": pd.config.kv_dtype,
-                     "max_model_len": pd.traffic_class.max_model_len, "replicas": pd.replicas, "gpus": pd.gpus}
-                    for pd in r.plan.pools
-                ],
-                "gpus": r.gpus,
-                "gpus_by_type": r.gpus_by_type,
-                "gpus_change": r.change_by_type,
-                "reserved_gpus": r.reserved_gpus,
-                "cost_per_hour": r.cost_per_hour,
-                "cost_per_month": r.cost_per_month,
-                "tokens_per_hour": r.tokens_per_hour,
-                "cost_per_million_tokens": r.cost_per_million,
-                "cost_per_million_tokens_at_mean": r.cost_per_million_at_mean,
-                "utilisation": r.utilisation,
-            }
-            for r in results
-        ]
-    }
-
-
-def forecast_markdown(name: str, results: list[QuarterResult], *, figure: str | None = None, heading: int = 1) -> str:
-    h = "#" * heading
-    lines = [f"{h} Forecast: {name}", ""]
-    first, last = results[0], results[-1]
-    lines += [
-        f"**{first.quarter} → {last.quarter}: fleet {first.gpus} → {last.gpus} GPUs, "
-        f"${first.cost_per_month:,.2f} → ${last.cost_per_month:,.2f} per month, blended "
-        f"${first.cost_per_million['blended']:,.4f} → ${last.cost_per_million['blended']:,.4f} per million tokens at peak.**",
-        "",
-        "| Quarter | Demand × base | Peak req/s | GPUs (change) | Reserved | $/hour | $/month | $/M tokens at peak (blended / input / output) | $/M tokens at mean | Utilisation peak / mean |",
-        "|---|---:|---:|---|---|---:|---:|---|---:|---|",
-    ]
-    for r in results:
-        gpus = ", ".join(f"{n} {g}" + (f" ({r.change_by_type[g]:+d})" if r.change_by_type.get(g) else "")
-                         for g, n in r.gpus_by_type.items())
-        removed = [f"0 {g} ({d:+d})" for g, d in r.change_by_type.items() if d < 0 and g not in r.gpus_by_type]
-        gpus = ", ".join([gpus, *removed]) if removed else gpus
-        reserved = ", ".join(f"{n} {g} @ ${r.reserved_price[g]:,.2f}" for g, n in r.reserved_gpus.items() if n) or "—"
-        cpm = r.cost_per_million
-        at_mean = f"${r.cost_per_million_at_mean['blended']:,.4f}" if r.cost_per_million_at_mean else "—"
-        util_mean = f"{r.utilisation['mean']:.0%}" if r.utilisation["mean"] is not None else "—"
-        lines.append(
-            f"| {r.quarter} | {r.demand_multiplier:.3f} | {r.peak_rps:,.2f} | {gpus} | {reserved} | ${r.cost_per_hour:,.2f} | "
-            f"${r.cost_per_month:,.2f} | ${cpm['blended']:,.4f} / ${cpm['input']:,.4f} / ${cpm['output']:,.4f} | {at_mean} | "
-            f"{r.utilisation['peak']:.0%} / {util_mean} |"
-        )
-    lines += [
-        "",
-        "Cost per million tokens is quoted at the peak rate (the fleet is sized for it) and at the mean rate (what a "
-        "month of traffic really pays per token). Reserved GPUs are paid whether used or not. Utilisation is the "
-        "arrival rate over the fleet's capacity at its ceilings (headroom keeps the peak below 100%).",
-    ]
-    if figure:
-        lines += ["", f"![Forecast]({figure})"]
-    return "\n".join(lines) + "\n"

@@ -86,6 +86,8 @@ def solve_fleet(
     time_limit_s: float = 60.0,
     forbid: Sequence[frozenset[tuple[str, str, str]]] = (),
     reserved: Mapping[str, tuple[int, float]] | None = None,
+    reserved_pools: bool = True,
+    use_reserved: bool = False,
     keep_lp: bool = False,
 ) -> FleetSolution:
     """Minimise the fleet's cost per hour.
@@ -107,6 +109,7 @@ def solve_fleet(
       d[g]     on-demand price per GPU-hour of type g (= p[c] / g[c] for c on g)
     Variables (with reservations)
       od[g]    continuous >= 0: GPUs of type g used beyond the reserved ones
+      Rsv      the reserved types {g : R[g] > 0}
     Objective (lexicographic, two solves)
       1. cost:  min  sum_{c not on a reserved type} p[c] x[c]  +  sum_g (R[g] q[g] + d[g] od[g])
          (reserved GPUs are paid whether used or not, so R[g] q[g] is a constant)
@@ -118,12 +121,17 @@ def solve_fleet(
       cover_{o,k}:          sum_{c in C(o,k)} u[c] x[c] >= r[o,k] y[o]
       pool_exists_{o,k}:    sum_{c in C(o,k)} z[c] >= y[o]          (a chosen option's classes get pools)
       homogeneous_{o,k}:    sum_{c in C(o,k)} z[c] <= y[o]          (one config per pool; optional)
+        with reserved_pools, reserved GPUs are already paid and must not be stranded by
+        homogeneity: the sum runs over c not on a reserved type, and
+      homogeneous_{o,k,g}:  sum_{c in C(o,k) on g} z[c] <= y[o]     for g in Rsv (one pool per reserved type)
       only_chosen_{c}:      z[c] <= y[o(c)]
       replicas_if_pool_{c}: x[c] <= M[c] z[c],  M[c] = max(m, ceil(r/u[c]))  (no replicas without a pool)
       min_replicas_{c}:     x[c] >= m z[c]                          (N+1 when m = 2)
       inventory_{g}:        sum_{c on g} g[c] x[c] <= I[g]
       exclude_{j}:          sum_{(o,k,c) in plan j} z[c] <= |plan j| - 1  (next-best distinct plans)
       on_demand_{g}:        od[g] >= sum_{c on g} g[c] x[c] - R[g]
+      use_reserved_{g}:     sum_{c on g} g[c] x[c] >= R[g]          (use_reserved: every reserved GPU runs;
+                            M[c] then also admits ceil(R[g] / g[c]) replicas)
     """
     t0 = time.perf_counter()
     inventory = dict(inventory or {})
@@ -167,10 +175,17 @@ def solve_fleet(
             )
             prob += pulp.lpSum(z[i] for i in members) >= y[o.key], _name("pool_exists", o.key, k)
             if homogeneous:
-                prob += pulp.lpSum(z[i] for i in members) <= y[o.key], _name("homogeneous", o.key, k)
+                own = set(reserved) if reserved_pools else set()
+                shared = [i for i in members if candidates[i].gpu not in own]
+                prob += pulp.lpSum(z[i] for i in shared) <= y[o.key], _name("homogeneous", o.key, k)
+                for g in sorted(own & {candidates[i].gpu for i in members}):
+                    on_g = [i for i in members if candidates[i].gpu == g]
+                    prob += pulp.lpSum(z[i] for i in on_g) <= y[o.key], _name("homogeneous", o.key, k, g)
     for i in keep:
         c = candidates[i]
         big_m = max(min_replicas, math.ceil(rates[(c.option, c.traffic_class)] / c.capacity_rps - 1e-12))
+        if use_reserved and c.gpu in reserved:
+            big_m = max(big_m, math.ceil(reserved[c.gpu][0] / c.gpus_per_replica))
         prob += z[i] <= y[c.option], _name("only_chosen", *label[i])
         prob += x[i] <= big_m * z[i], _name("replicas_if_pool", *label[i])
         prob += x[i] >= min_replicas * z[i], _name("min_replicas", *label[i])
@@ -181,6 +196,8 @@ def solve_fleet(
     for g in od:
         members = [i for i in keep if candidates[i].gpu == g]
         prob += od[g] >= pulp.lpSum(candidates[i].gpus_per_replica * x[i] for i in members) - reserved[g][0], _name("on_demand", g)
+        if use_reserved:
+            prob += pulp.lpSum(candidates[i].gpus_per_replica * x[i] for i in members) >= reserved[g][0], _name("use_reserved", g)
     index = {(c.option, c.traffic_class, c.config): i for i, c in enumerate(candidates)}
     for j, plan in enumerate(forbid):
         members = [index[key] for key in plan if key in index and index[key] in z]
@@ -259,6 +276,138 @@ def _on_demand_prices(candidates, keep, reserved) -> dict[str, float]:
             raise ValueError(f"GPU type {g} has several on-demand prices {sorted(seen)}; reservations need one")
         prices[g] = seen.pop() if seen else 0.0
     return prices
+
+
+@dataclass(frozen=True)
+class DayPool:
+    """One pool of a plan, as the day's scaling sees it: what a replica holds and costs."""
+
+    name: str
+    stream: str  # the load it covers, alone or with other pools of the same stream
+    gpu: str
+    gpus_per_replica: int
+    capacity_rps: float  # per replica
+    min_replicas: int  # replicas that stay up in every hour
+    on_demand_usd_per_replica_hour: float
+    reserved_usd_per_replica_hour: float
+
+
+@dataclass(frozen=True)
+class ScaleSegment:
+    """A stretch of one hour in which the replicas that must run are those of `window`'s hours
+    (the hour itself, and the later hours whose replicas are already starting)."""
+
+    hour: int
+    hours: float  # its length
+    window: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class DayMixSolution:
+    status: str
+    reserved: Mapping[str, int]  # pool -> replicas reserved for the whole period
+    on_demand: Mapping[str, tuple[int, ...]]  # pool -> replicas started on demand for each hour
+    cost_per_period: float
+    solve_s: float
+    solver: str
+
+
+def solve_day_mix(
+    pools: Sequence[DayPool],
+    loads_rps: Mapping[str, Sequence[float]],
+    segments: Sequence[ScaleSegment],
+    *,
+    inventory: Mapping[str, int] | None = None,
+    backend: str = "cbc",
+    time_limit_s: float = 60.0,
+) -> DayMixSolution:
+    """The cheapest mix of replicas reserved for the whole period and replicas started on
+    demand hour by hour, for a load that follows a daily (or weekly) curve.
+
+    A stream covered by several pools makes every hour a covering knapsack, whose optimum
+    CBC and HiGHS take minutes to prove for three pools; one pool per stream solves in
+    milliseconds (planner.daily gives each pool its own share of its class's load).
+
+    Sets
+      P        pools; K load streams (each pool covers one, k(p)); H hours of the period
+      S        scale segments: pieces of hours, each with a window W[s] of hours whose
+               replicas must be running during it (scale-up lead time)
+    Data
+      u[p]     capacity per replica (requests/s); g[p] GPUs per replica; m[p] replicas always up
+      a[p]     on-demand $ per replica-hour; b[p] reserved $ per replica-hour
+      L[k,h]   load of stream k in hour h (requests/s, headroom included)
+      d[s]     length of segment s (hours); I[t] inventory cap on GPUs of type t (optional)
+    Variables
+      R[p]     integer >= 0: replicas reserved for the whole period
+      D[p,h]   integer >= 0: on-demand replicas serving hour h
+      U[p,s]   continuous >= 0: on-demand replicas running in segment s (started ahead of need)
+    Objective (lexicographic, two solves)
+      1. cost:  min  sum_p b[p] |H| R[p] + sum_p sum_s a[p] d[s] U[p,s]
+      2. ties:  min  sum_p (sum_s d[s] U[p,s] + sum_h D[p,h])  subject to cost <= optimum + tolerance
+                (at equal cost, fewer on-demand replica-hours: more reserved, fewer scaling actions,
+                and no on-demand replica beyond what its hour needs)
+    Constraints
+      cover_{k,h}:       sum_{p in k} u[p] (R[p] + D[p,h]) >= L[k,h]
+      floor_{p,h}:       R[p] + D[p,h] >= m[p]
+      running_{p,s,h}:   U[p,s] >= D[p,h]                 for h in W[s]
+      inventory_{t,s}:   sum_{p on t} g[p] (R[p] + U[p,s]) <= I[t]
+    """
+    t0 = time.perf_counter()
+    inventory = dict(inventory or {})
+    hours = sorted({h for s in segments for h in s.window} | {s.hour for s in segments})
+    period_h = sum(s.hours for s in segments)
+    prob = pulp.LpProblem("day_mix", pulp.LpMinimize)
+    r = {p.name: prob.add_variable(_name("reserved", p.name), lowBound=0, cat="Integer") for p in pools}
+    d = {(p.name, h): prob.add_variable(_name("on_demand", p.name, h), lowBound=0, cat="Integer")
+         for p in pools for h in hours}
+    u = {(p.name, j): prob.add_variable(_name("running", p.name, j), lowBound=0) for p in pools for j in range(len(segments))}
+    cost = (
+        pulp.lpSum(p.reserved_usd_per_replica_hour * period_h * r[p.name] for p in pools)
+        + pulp.lpSum(p.on_demand_usd_per_replica_hour * s.hours * u[(p.name, j)] for p in pools for j, s in enumerate(segments))
+    )
+    prob += cost, "cost_per_period"
+    for k, load in sorted(loads_rps.items()):
+        members = [p for p in pools if p.stream == k]
+        for h in hours:
+            prob += (
+                pulp.lpSum(p.capacity_rps * (r[p.name] + d[(p.name, h)]) for p in members) >= load[h],
+                _name("cover", k, h),
+            )
+    for p in pools:
+        for h in hours:
+            prob += r[p.name] + d[(p.name, h)] >= p.min_replicas, _name("floor", p.name, h)
+        for j, s in enumerate(segments):
+            for h in s.window:
+                prob += u[(p.name, j)] >= d[(p.name, h)], _name("running", p.name, j, h)
+    for gpu, cap in sorted(inventory.items()):
+        members = [p for p in pools if p.gpu == gpu]
+        if members:
+            for j in range(len(segments)):
+                prob += (
+                    pulp.lpSum(p.gpus_per_replica * (r[p.name] + u[(p.name, j)]) for p in members) <= cap,
+                    _name("inventory", gpu, j),
+                )
+    solver = _solver(backend, time_limit_s)
+    prob.solve(solver)
+    if prob.status != pulp.LpStatusOptimal:
+        return DayMixSolution(pulp.LpStatus[prob.status], {}, {}, math.inf, time.perf_counter() - t0, solver.name)
+    status = "Optimal" if prob.sol_status == pulp.LpSolutionOptimal else "Feasible (time limit, not proven optimal)"
+    first = {v.name: v.varValue for v in prob.variables()}
+    prob += cost <= pulp.value(cost) + COST_TOLERANCE_USD, "cost_at_optimum"
+    prob.setObjective(
+        pulp.lpSum(s.hours * u[(p.name, j)] for p in pools for j, s in enumerate(segments)) + pulp.lpSum(d.values())
+    )
+    prob.solve(solver)
+    if prob.status != pulp.LpStatusOptimal:
+        prob.assignVarsVals(first)
+    return DayMixSolution(
+        status=status,
+        reserved={p.name: round(r[p.name].value() or 0.0) for p in pools},
+        on_demand={p.name: tuple(round(d[(p.name, h)].value() or 0.0) for h in hours) for p in pools},
+        cost_per_period=pulp.value(cost),
+        solve_s=time.perf_counter() - t0,
+        solver=solver.name,
+    )
 
 
 def _solver(backend: str, time_limit_s: float):

@@ -296,7 +296,7 @@ class Evaluator:
 
 
 def _solve(scn, inventory: dict[str, int], classes, evals: Sequence[Evaluation], *, options=None, rate_scale=1.0,
-           forbid=(), keep_lp=False, reserved=None):
+           forbid=(), keep_lp=False, reserved=None, use_reserved=False):
     chosen = options if options is not None else list(classes)
     split_options = [
         SplitOption(key, None if key == "none" else int(key), {tc.name: tc.rate_rps * rate_scale for tc in classes[key]})
@@ -311,7 +311,8 @@ def _solve(scn, inventory: dict[str, int], classes, evals: Sequence[Evaluation],
     return solve_fleet(
         split_options, cands, inventory=inventory, min_replicas=scn.min_replicas_per_pool,
         homogeneous=scn.homogeneous_pools, backend=scn.solver.backend, time_limit_s=scn.solver.time_limit_s,
-        forbid=forbid, keep_lp=keep_lp, reserved=reserved,
+        forbid=forbid, keep_lp=keep_lp, reserved=reserved, use_reserved=use_reserved,
+        reserved_pools=scn.forecast.reserved_pools if scn.forecast is not None else True,
     )
 
 
@@ -328,7 +329,8 @@ class _Memo:
 
     def __call__(self, classes, evals, **kw) -> FleetSolution:
         key = (id(classes), id(evals), tuple(kw.get("options") or ()), kw.get("rate_scale", 1.0),
-               tuple(kw.get("forbid", ())), tuple(sorted((kw.get("reserved") or {}).items())))
+               tuple(kw.get("forbid", ())), tuple(sorted((kw.get("reserved") or {}).items())),
+               kw.get("use_reserved", False))
         if key not in self._answers:
             self._keep.append((classes, evals))
             self._answers[key] = _solve(self.scn, self.inventory, classes, evals, **kw)
@@ -411,7 +413,7 @@ def make_plan(
     scn: Scenario, catalog: Catalog, model: Model, hist: Histogram, measured_peak_rps: float,
     *, explore: bool = True, traffic_notes: Iterable[str] = (),
     reserved: dict[str, tuple[int, float]] | None = None, measured_mean_rps: float | None = None,
-    keep_lp: bool = False, certify: bool | None = None, trace: Requests | None = None,
+    keep_lp: bool = False, certify: bool | None = None, trace: Requests | None = None, use_reserved: bool = False,
 ) -> Plan:
     """Evaluate, solve, certify by simulation, and (with explore) add split analysis, levers,
     alternatives and sensitivity.
@@ -421,6 +423,7 @@ def make_plan(
     the scenario's `verify`). trace: the log's requests with their own arrivals (time already
     compressed by growth), replayed across each pool's replicas as well.
     A scenario that states its `fleet` gets that fleet checked and reported, not a new one.
+    use_reserved: every reserved GPU must run (the cheapest plan that strands none).
     """
     if scn.fleet:
         return _given_fleet_plan(scn, catalog, model, hist, measured_peak_rps, traffic_notes=traffic_notes,
@@ -434,14 +437,15 @@ def make_plan(
     evals = ev.evaluate_all(classes, configs)
     solve = _Memo(scn)
     inventory = solve.inventory
-    sol = solve(classes, evals, reserved=reserved, keep_lp=keep_lp)
+    sol = solve(classes, evals, reserved=reserved, keep_lp=keep_lp, use_reserved=use_reserved)
     if not sol.pools:
         raise InfeasibleError(_no_plan_message(sol, scn, classes, evals, inventory))
     pools = _pool_details(ev, evals, sol)
     certification = None
     if scn.verify if certify is None else certify:
         evals, sol, pools, certification = _certify(
-            scn, ev, classes, evals, sol, pools, lambda evs: solve(classes, evs, reserved=reserved, keep_lp=keep_lp),
+            scn, ev, classes, evals, sol, pools,
+            lambda evs: solve(classes, evs, reserved=reserved, keep_lp=keep_lp, use_reserved=use_reserved),
             trace, rounds=scn.simulation.max_rounds,
         )
     plan = _assemble(scn, model, catalog, hist, served, limit, measured_peak_rps, peak, classes, evals, sol, pools,

@@ -76,6 +76,55 @@ class Peak(_Strict):
         return self
 
 
+class LoadProfileSpec(_Strict):
+    """The day's load curve: exactly one of measured (from the log), hourly (stated) or shape (named)."""
+
+    measured: bool | None = Field(
+        None, description="true: arrivals per hour of day from the log's timestamps (the log must span a day)"
+    )
+    by_weekday: bool = Field(False, description="measured: one curve per hour of the week (the log must span a week)")
+    hourly: list[float] | None = Field(
+        None, description="24 multipliers, hour 0 first (or 168, Monday 00:00 first); scaled so the busiest hour is 1"
+    )
+    shape: Literal["flat", "diurnal"] | None = Field(None, description="a named shape (diurnal: a cosine day)")
+    peak_to_trough: float | None = Field(None, ge=1, description="diurnal: busiest hour's load / quietest hour's")
+    peak_hour: int = Field(12, ge=0, le=23, description="diurnal: the busiest hour of the day (places the curve on the clock)")
+
+    @model_validator(mode="after")
+    def _one(self) -> LoadProfileSpec:
+        given = [k for k in ("measured", "hourly", "shape") if getattr(self, k) not in (None, False)]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of measured: true, hourly, shape (got {given or 'none'})")
+        if self.by_weekday and not self.measured:
+            raise ValueError("by_weekday applies to a measured profile")
+        if self.hourly is not None:
+            if len(self.hourly) not in (24, 168):
+                raise ValueError(f"hourly needs 24 values (or 168, a week), got {len(self.hourly)}")
+            if min(self.hourly) < 0 or max(self.hourly) <= 0:
+                raise ValueError("hourly values must be >= 0 with at least one above 0")
+        if self.shape == "diurnal" and self.peak_to_trough is None:
+            raise ValueError("shape 'diurnal' needs peak_to_trough (e.g. 3 for a peak three times the night's load)")
+        if self.shape != "diurnal" and self.peak_to_trough is not None:
+            raise ValueError("peak_to_trough applies to shape 'diurnal'")
+        return self
+
+
+class Autoscaling(_Strict):
+    """How a fleet may follow the day's curve: the settings of the day's cost policies."""
+
+    scale_up_lead_min: float = Field(
+        10.0, ge=0, description="minutes from asking for a replica to its serving (node start, weights load); an assumption: state yours"
+    )
+    min_replicas: int | None = Field(
+        None, ge=1, description="replicas each pool keeps in every hour [default: min_replicas_per_pool]"
+    )
+    reserved_discount: float | None = Field(
+        None, ge=0, lt=1,
+        description="a replica reserved for the whole day costs on-demand x (1 - discount) "
+        "[default: the forecast section's reserved terms, else 0]",
+    )
+
+
 class Traffic(_Strict):
     source: TrafficSource
     peak: Peak = Peak()
@@ -83,7 +132,11 @@ class Traffic(_Strict):
     headroom: float = Field(1.2, ge=1.0, description="capacity planned per unit of peak rate")
     shared_prefix_tokens: int = Field(0, ge=0, description="prefix every request shares (prefix caching)")
     mean_rps: float | None = Field(
-        None, gt=0, description="mean arrival rate, for sources without timestamps [default: from the log's minutes]"
+        None, gt=0, description="mean arrival rate, for sources without timestamps [default: from the log's minutes]; "
+        "with a stated profile, the busiest hour's"
+    )
+    profile: LoadProfileSpec | None = Field(
+        None, description="the day's load curve [default: measured when the log spans a day, else flat]"
     )
 
 
@@ -281,6 +334,11 @@ class Forecast(_Strict):
     )
     reserved_discount: float = Field(0.0, ge=0, lt=1, description="committed price = on-demand x (1 - discount)")
     reserved_prices: dict[str, float] = Field(default_factory=dict, description="committed $/GPU-hour per GPU type")
+    reserved_pools: bool = Field(
+        True,
+        description="reserved GPUs are already paid: each reserved type may hold a pool of its own beside a "
+        "homogeneous pool's type, so that a new type never strands them",
+    )
     quarters: list[QuarterSpec] = Field(min_length=1)
 
     @field_validator("quarters")
@@ -355,6 +413,7 @@ class Scenario(_Strict):
         None, min_length=1, description="a fleet that runs today: check and report it instead of solving for one"
     )
     forecast: Forecast | None = Field(None, description="quarterly forecast section (planner forecast)")
+    autoscaling: Autoscaling = Field(Autoscaling(), description="settings of the day's cost policies (traffic.profile)")
 
     @field_validator("split_thresholds")
     @classmethod
@@ -378,6 +437,17 @@ class Scenario(_Strict):
         if limit is not None and self.traffic.shared_prefix_tokens >= limit:
             raise ValueError(
                 f"traffic.shared_prefix_tokens {self.traffic.shared_prefix_tokens} must be below the context limit {limit}"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _one_reserved_discount(self) -> Scenario:
+        fc = self.forecast
+        if self.autoscaling.reserved_discount is not None and fc is not None and (
+            "reserved_discount" in fc.model_fields_set or fc.reserved_prices
+        ):
+            raise ValueError(
+                "give reserved terms once: forecast.reserved_discount / reserved_prices, or autoscaling.reserved_discount"
             )
         return self
 

@@ -81,16 +81,18 @@ def load_inputs(path: str | Path, *, catalog_files: tuple[str, ...] = ()) -> Inp
 
 def plan_inputs(
     inputs: Inputs, scn: Scenario | None = None, *, explore: bool = True, reserved=None, keep_lp: bool = False,
-    certify: bool | None = None,
+    certify: bool | None = None, use_reserved: bool = False,
 ) -> Plan:
     """keep_lp: the plan's solution keeps the ILP's text (`plan.solution.lp_text`).
-    certify: certify by simulation [default: the scenario's `verify`]."""
+    certify: certify by simulation [default: the scenario's `verify`].
+    use_reserved: every reserved GPU must run."""
     t = inputs.traffic
     scn = scn or inputs.scenario
     return make_plan(
         scn, inputs.catalog, inputs.model, t.hist, t.peak_rps, explore=explore,
         traffic_notes=t.notes, measured_mean_rps=t.mean_rps, reserved=reserved, keep_lp=keep_lp,
         certify=certify, trace=t.requests_at_growth(scn.traffic.growth) if t.requests is not None else None,
+        use_reserved=use_reserved,
     )
 
 

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
+from planner.errors import InputError
 from planner.histogram import Histogram
+from planner.load_profile import FLAT, DailyProfile, traffic_profile
 from planner.scenario import Scenario, resolve
 from planner.simulate import Requests
 
@@ -20,6 +22,7 @@ class Traffic:
     peak_rps: float  # measured (or explicit), before growth
     mean_rps: float | None  # measured over the log's span, or the scenario's mean_rps; before growth
     notes: tuple[str, ...]
+    profile: DailyProfile = FLAT  # the day's load curve (planner.load_profile)
     requests: Requests | None = None  # a timestamped log's requests with their own arrivals (from 0 s)
 
     def requests_at_growth(self, growth: float) -> Requests | None:
@@ -76,7 +79,11 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
     peak = scn.traffic.peak
     measured = peak_rate_rps(hist, method=peak.method, quantile=peak.quantile, explicit_rps=peak.rps, growth=1.0)
     mean = scn.traffic.mean_rps or mean_rate_rps(hist)
-    return Traffic(hist, measured, mean, tuple(notes), requests)
+    try:
+        profile = traffic_profile(scn.traffic.profile, hist)
+    except InputError as exc:
+        raise InputError(f"profile: {exc}") from None
+    return Traffic(hist, measured, mean, tuple(notes), profile, requests)
 
 
 def _replayable(rows) -> Requests | None:

@@ -12,6 +12,7 @@ MiB = 1024**2
 GiB = 1024**3
 GB = 10**9
 HOURS_PER_MONTH = 730  # 8,760 hours a year / 12, the convention of cloud price sheets
+HOURS_PER_QUARTER = 3 * HOURS_PER_MONTH  # 2,190: four quarters make the price sheets' 8,760-hour year
 
 
 def quantile_label(q: float) -> str:

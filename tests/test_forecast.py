@@ -11,7 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from planner.cli import main
-from planner.forecast import CSV_COLUMNS, forecast_csv, run_forecast
+from planner.forecast import run_forecast
+from planner.forecast_outputs import POOL_COLUMNS, QUARTER_COLUMNS, forecast_tables
 from planner.solve import load_inputs, plan_inputs
 
 BASE = """
@@ -60,7 +61,9 @@ def test_token_accounting_closes(tmp_path):
         input_cost = r.cost_per_million["input"] * r.plan.input_tokens_per_hour / 1e6
         output_cost = r.cost_per_million["output"] * r.plan.output_tokens_per_hour / 1e6
         assert input_cost + output_cost == pytest.approx(r.cost_per_hour, rel=1e-12)
-        mean = r.cost_per_million_at_mean["blended"] * r.mean_tokens_per_hour / 1e6
+        # Without a load profile every hour carries the mean rate: 30 req/s of 1,200 tokens.
+        assert r.tokens_per_hour_at_volume == pytest.approx(30 * r.demand_multiplier * 3600 * 1200, rel=1e-12)
+        mean = r.cost_per_million_at_volume["blended"] * r.tokens_per_hour_at_volume / 1e6
         assert mean == pytest.approx(r.cost_per_hour, rel=1e-12)
 
 
@@ -125,7 +128,7 @@ def test_committed_gpus_keep_the_price_they_were_committed_at(tmp_path):
     assert q3.cost_per_hour == pytest.approx(n1 * 2.99 * 0.5 + max(extra, 0) * 1.00)
 
 
-def test_forecast_cli_writes_markdown_csv_and_json(tmp_path):
+def test_forecast_cli_writes_markdown_tables_dictionary_and_json(tmp_path):
     path = scenario(tmp_path, """
         forecast:
           quarters: [{quarter: 2027Q1}, {quarter: 2027Q2, growth: 0.2}]
@@ -135,17 +138,20 @@ def test_forecast_cli_writes_markdown_csv_and_json(tmp_path):
     assert r.exit_code == 0, r.output
     data = json.loads(r.output)
     q = data["quarters"][0]
-    for key in ("quarter", "pools", "gpus", "cost_per_hour", "tokens_per_hour", "cost_per_million_tokens", "utilisation"):
-        assert key in q
-    assert set(q["cost_per_million_tokens"]) == {"blended", "input", "output"}
-    assert set(q["utilisation"]) == {"peak", "mean"}
-    rows = list(csv.DictReader(io.StringIO((out / "fc_forecast.csv").read_text())))
-    assert list(rows[0]) == [name for name, _ in CSV_COLUMNS]
-    assert {row["quarter"] for row in rows} == {"2027Q1", "2027Q2"}
+    assert [c.name for c in QUARTER_COLUMNS] == list(q)[: len(QUARTER_COLUMNS)]
+    assert [c.name for c in POOL_COLUMNS] == list(q["pools"][0])
+    assert data["total"]["quarters"] == 2
+    quarters = list(csv.DictReader(io.StringIO((out / "fc_forecast_quarters.csv").read_text())))
+    assert [row["quarter"] for row in quarters] == ["2027Q1", "2027Q2"]  # one row per quarter
+    pools = list(csv.DictReader(io.StringIO((out / "fc_forecast_pools.csv").read_text())))
+    assert {row["quarter"] for row in pools} == {"2027Q1", "2027Q2"}
     assert (out / "fc_forecast.md").read_text().startswith("# Forecast: fc")
     assert (out / "fc_forecast.png").stat().st_size > 0
-    # The CSV is what the library computes, not a re-formatting of the Markdown.
-    assert (out / "fc_forecast.csv").read_text() == forecast_csv(run_forecast(load_inputs(path)))
+    assert json.loads((out / "fc_forecast_datapackage.json").read_text())["resources"][0]["path"] == "fc_forecast_quarters.csv"
+    # The CSV files are what the library computes, not a re-formatting of the Markdown.
+    tables = forecast_tables(run_forecast(load_inputs(path)))
+    for table, text in tables.items():
+        assert (out / f"fc_forecast_{table}.csv").read_text() == text
 
 
 @pytest.mark.parametrize(

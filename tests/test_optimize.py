@@ -156,3 +156,39 @@ def test_highs_finds_the_same_optimum_when_installed(seed):
     if cbc.pools:
         assert highs.cost_per_hour == pytest.approx(cbc.cost_per_hour, abs=1e-6)
         assert highs.gpus == cbc.gpus
+
+
+def _reserved_case():
+    # 15 reserved GPUs of type "old" (capped at 16) and a cheaper-per-request type "new".
+    opts = [SplitOption("none", None, {"all": 20.0})]
+    cands = [
+        Candidate("none", "all", "old", "old", 1, 3.0, 1.0),  # $3.00 per request/s
+        Candidate("none", "all", "new", "new", 1, 2.0, 1.0),  # $2.00 per request/s
+    ]
+    return opts, cands, {"old": 16}, {"old": (15, 2.1)}
+
+
+def test_reserved_gpus_keep_a_pool_of_their_own_beside_a_homogeneous_pool():
+    opts, cands, inventory, reserved = _reserved_case()
+    sol = solve_fleet(opts, cands, inventory=inventory, reserved=reserved)
+    # Paid anyway, the 15 reserved GPUs serve 15 req/s; the other 5 run on the cheaper type.
+    assert {p.config: p.replicas for p in sol.pools} == {"old": 15, "new": 5}
+    assert sol.cost_per_hour == pytest.approx(15 * 2.1 + 5 * 2.0)
+    # Strictly one config per pool: the cheaper type takes everything, the reserved GPUs idle.
+    strict = solve_fleet(opts, cands, inventory=inventory, reserved=reserved, reserved_pools=False)
+    assert {p.config: p.replicas for p in strict.pools} == {"new": 20}
+    assert strict.cost_per_hour == pytest.approx(15 * 2.1 + 20 * 2.0)
+    assert "homogeneous_none_all_old" in solve_fleet(opts, cands, reserved=reserved, keep_lp=True).lp_text
+
+
+def test_use_reserved_runs_every_reserved_gpu_even_beyond_the_demand():
+    opts = [SplitOption("none", None, {"all": 4.0})]
+    cands = [Candidate("none", "all", "old", "old", 2, 6.0, 1.0), Candidate("none", "all", "new", "new", 1, 2.0, 1.0)]
+    reserved = {"old": (15, 2.1)}
+    sol = solve_fleet(opts, cands, reserved=reserved)
+    assert sum(p.gpus for p in sol.pools if p.gpu == "old") == 8  # demand needs 4 replicas of 2 GPUs
+    used = solve_fleet(opts, cands, reserved=reserved, use_reserved=True)
+    # 15 GPUs in pairs: 8 replicas, 16 GPUs, one of them on demand at $3.00.
+    assert {p.config: p.replicas for p in used.pools} == {"old": 8}
+    assert used.cost_per_hour == pytest.approx(15 * 2.1 + 3.0)
+    assert "use_reserved_old" in solve_fleet(opts, cands, reserved=reserved, use_reserved=True, keep_lp=True).lp_text

@@ -1,4 +1,4 @@
-"""`planner forecast`: quarters, fleet, cost per token — Markdown, CSV and a figure."""
+"""`planner forecast`: quarters, fleet, cost per token — Markdown, tidy CSV tables with their data dictionary, a figure."""
 
 from __future__ import annotations
 
@@ -9,22 +9,42 @@ import click
 from planner.cli.options import catalog_option, echo_json, json_option
 
 
-def write_forecast(name: str, results, out_dir: Path) -> tuple[Path, Path]:
+def write_forecast(name: str, results, out_dir: Path) -> list[Path]:
+    """Every output is made before the first is written, so a failure leaves none half-made."""
     from planner.figures import forecast_figure
     from planner.files import write_text_atomic
-    from planner.forecast import forecast_csv, forecast_markdown
+    from planner.forecast_outputs import (
+        datapackage_json,
+        forecast_markdown,
+        forecast_tables,
+        table_file,
+    )
 
-    out_dir.mkdir(parents=True, exist_ok=True)
     figure = f"{name}_forecast.png"
+    texts = {f"{name}_forecast.md": forecast_markdown(name, results, figure=figure)}
+    texts.update({table_file(name, t): text for t, text in forecast_tables(results).items()})
+    texts[f"{name}_forecast_datapackage.json"] = datapackage_json(name)
+    out_dir.mkdir(parents=True, exist_ok=True)
     forecast_figure(
-        [r.quarter for r in results], [r.cost_per_million["blended"] for r in results],
-        [r.cost_per_million_at_mean["blended"] if r.cost_per_million_at_mean else None for r in results],
+        [r.quarter for r in results],
+        {"plan, at peak": [r.cost_per_million["blended"] for r in results],
+         "plan, day's volume": [(r.cost_per_million_at_volume or {}).get("blended") for r in results],
+         "autoscaled, day's volume": [r.day.usd_per_million_tokens("autoscaled") for r in results],
+         "reserved + on demand, day's volume": [r.day.usd_per_million_tokens("mixed") for r in results]},
         [r.gpus for r in results], out_dir / figure, title=f"{name}: cost per token and fleet",
     )
-    md, csv_path = out_dir / f"{name}_forecast.md", out_dir / f"{name}_forecast.csv"
-    for path, text in ((md, forecast_markdown(name, results, figure=figure)), (csv_path, forecast_csv(results))):
-        write_text_atomic(path, text)
-    return md, csv_path
+    for file, text in texts.items():
+        write_text_atomic(out_dir / file, text)
+    return [out_dir / file for file in texts]
+
+
+def _idle_text(r) -> str:
+    idle = r.idle
+    gpus = ", ".join(f"{n} {g}" for g, n in idle.gpus.items())
+    text = f"  {r.quarter}: {gpus} reserved GPU(s) idle, ${idle.usd_per_hour:,.2f}/hour paid while idle; "
+    if idle.use_them_usd_per_hour is None:
+        return text + idle.use_them_summary
+    return text + f"the cheapest plan that runs them all: ${idle.use_them_usd_per_hour:,.2f}/hour ({idle.use_them_summary})"
 
 
 @click.command()
@@ -36,13 +56,17 @@ def write_forecast(name: str, results, out_dir: Path) -> tuple[Path, Path]:
 def forecast(scenario, out_dir, no_report, catalog_files, as_json) -> None:
     """Per-quarter fleet and cost-per-token forecast of SCENARIO's forecast section.
 
-    Writes <name>_forecast.md, <name>_forecast.csv (one row per quarter and pool) and a figure.
+    Writes <name>_forecast.md, <name>_forecast_quarters.csv (one row per quarter),
+    <name>_forecast_pools.csv (one row per pool per quarter, plus idle reserved GPUs),
+    <name>_forecast_total.csv (the quarters summed), <name>_forecast_datapackage.json
+    (what every column means) and a figure.
 
     \b
     Example:
       planner forecast scenarios/finance_2027.yaml
     """
-    from planner.forecast import forecast_json, run_forecast
+    from planner.forecast import run_forecast
+    from planner.forecast_outputs import forecast_json
     from planner.solve import load_inputs
 
     inputs = load_inputs(scenario, catalog_files=catalog_files)
@@ -52,12 +76,18 @@ def forecast(scenario, out_dir, no_report, catalog_files, as_json) -> None:
         echo_json(forecast_json(results))
         return
     for r in results:
+        mix = r.day.policy("mixed")
         click.echo(
             f"{r.quarter}: {r.gpus} GPUs, ${r.cost_per_hour:,.2f}/hour, "
-            f"${r.cost_per_million['blended']:,.4f} per million tokens at peak"
+            f"${r.cost_per_million['blended']:,.4f} per million tokens at peak; the day's curve: "
+            f"${r.day.policy('peak_on_demand').usd_per_day:,.2f}/day peak-sized on demand, "
+            f"${r.day.policy('autoscaled').usd_per_day:,.2f} autoscaled, ${mix.usd_per_day:,.2f} reserved + on demand"
         )
+    for r in results:
+        if r.idle is not None:
+            click.echo(_idle_text(r))
     if written:
-        click.echo(f"-> {written[0]}, {written[1]}")
+        click.echo("-> " + ", ".join(str(p) for p in written))
 
 
 COMMANDS = [forecast]

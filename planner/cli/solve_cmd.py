@@ -45,8 +45,13 @@ def solve(scenarios, out_dir, no_report, write_lp, verify, catalog_files, as_jso
         if problem and not plan.given_fleet:
             raise InfeasibleError(problem, where=str(path))
         sections = []
+        if not inputs.traffic.profile.is_flat:
+            from planner.daily import day_section
+
+            sections.append(day_section(plan, inputs.traffic.profile))
         if inputs.scenario.forecast is not None:
-            from planner.forecast import forecast_markdown, run_forecast
+            from planner.forecast import run_forecast
+            from planner.forecast_outputs import forecast_markdown
 
             sections.append(
                 forecast_markdown(inputs.scenario.name, run_forecast(inputs), heading=2)

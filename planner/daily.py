@@ -1,0 +1,315 @@
+"""The day's load curve, priced four ways on the plan's own pools and targets.
+
+The plan is sized for the busiest hour. Hour h of the profile carries multiplier[h] of
+that hour's load (headroom included), and each way of paying for the day must hold
+every hour's load with the plan's configs, at the capacity per replica the plan uses:
+
+- peak-sized, on demand: the plan's fleet all day at on-demand prices (what a plan costs today);
+- peak-sized, reserved: the same fleet committed for the whole day;
+- autoscaled: each pool's replicas follow the hour's load, on demand;
+- reserved + on demand: replicas reserved all day plus on-demand replicas per hour, the
+  cheapest mix chosen by an ILP (planner.optimize.solve_day_mix) whose choices include
+  the two before it.
+
+Every hour, each pool carries the share of its class's load that it carries at the peak
+(its replicas × capacity over the class's), so the policies differ only in how replicas
+are paid and when they run.
+
+Scaling is scheduled on the known curve: a replica needed from time t is asked for
+`scale_up_lead_min` before t and paid from then (per-second billing), and released when
+its last hour ends. A pool never drops below `min_replicas` replicas (or its peak size,
+when that is smaller).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from planner.errors import InfeasibleError
+from planner.load_profile import HOURS_PER_DAY, MINUTES_PER_HOUR, DailyProfile, day_mean_rps
+from planner.optimize import DayPool, ScaleSegment, solve_day_mix
+from planner.planning import Plan, PoolDetail
+from planner.scenario import Scenario
+from planner.units import HOURS_PER_MONTH
+
+SECONDS_PER_DAY = 86_400
+_COVER_TOLERANCE = 1e-9  # relative: a replica count that covers the load up to float rounding
+
+POLICIES = (
+    ("peak_on_demand", "peak-sized fleet all day, on demand"),
+    ("peak_reserved", "peak-sized fleet all day, reserved"),
+    ("autoscaled", "autoscaled per hour, on demand"),
+    ("mixed", "reserved all day + on demand per hour (ILP)"),
+)
+
+
+def replica_capacity_rps(pd: PoolDetail) -> float:
+    """Requests/s one replica of the pool holds within every target: what the day's scaling
+    sizes replicas by. The one place that reads it from the plan: the capacity the plan was
+    solved with, simulated where certification measured it."""
+    return pd.planned_rps
+
+
+@dataclass(frozen=True)
+class DayTerms:
+    """The settings of the day's policies."""
+
+    lead_min: float  # scale-up lead time, minutes
+    min_replicas: int  # replicas each pool keeps in every hour (at most its peak size)
+    reserved_usd_per_gpu_hour: Mapping[str, float]  # a GPU reserved for the whole period, per type
+    reserved_terms: str  # for the report: where the reserved prices come from
+
+
+def scenario_terms(scn: Scenario, on_demand_usd_per_gpu_hour: Mapping[str, float]) -> DayTerms:
+    """The scenario's autoscaling settings; reserved prices from its one statement of reserved terms."""
+    a, fc = scn.autoscaling, scn.forecast
+    reserved_prices = dict(fc.reserved_prices) if fc is not None else {}
+    if a.reserved_discount is not None:
+        discount, where = a.reserved_discount, "autoscaling.reserved_discount"
+    elif fc is not None:
+        discount, where = fc.reserved_discount, "forecast.reserved_discount"
+    else:
+        discount, where = 0.0, "no reserved discount stated"
+    prices = {g: reserved_prices.get(g, p * (1 - discount)) for g, p in on_demand_usd_per_gpu_hour.items()}
+    terms = f"on-demand × (1 − {discount:g}) ({where})"
+    if reserved_prices:
+        terms += "; " + ", ".join(f"{g} ${p:,.2f}" for g, p in sorted(reserved_prices.items())) + " (forecast.reserved_prices)"
+    return DayTerms(a.scale_up_lead_min, a.min_replicas or scn.min_replicas_per_pool, prices, terms)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """One way to pay for the period: replicas reserved all period and on demand per hour."""
+
+    key: str
+    name: str
+    reserved: Mapping[str, int]  # pool -> replicas reserved for the whole period
+    on_demand: Mapping[str, tuple[int, ...]]  # pool -> on-demand replicas serving each hour
+    usd_per_period: float
+    gpu_hours_per_period: float
+    days: int
+
+    @property
+    def usd_per_day(self) -> float:
+        return self.usd_per_period / self.days
+
+    @property
+    def usd_per_hour(self) -> float:
+        return self.usd_per_day / HOURS_PER_DAY
+
+    @property
+    def usd_per_month(self) -> float:
+        return self.usd_per_hour * HOURS_PER_MONTH
+
+    @property
+    def gpu_hours_per_day(self) -> float:
+        return self.gpu_hours_per_period / self.days
+
+    def serving(self, pool: str, hour: int) -> int:
+        """Replicas of `pool` serving `hour`."""
+        return self.reserved.get(pool, 0) + self.on_demand[pool][hour]
+
+
+@dataclass(frozen=True)
+class DayCosts:
+    profile: DailyProfile
+    terms: DayTerms
+    pools: tuple[DayPool, ...]
+    peak_replicas: Mapping[str, int]  # pool -> replicas in the plan
+    class_loads_rps: Mapping[str, tuple[float, ...]]  # traffic class -> load per hour, headroom included
+    loads_rps: Mapping[str, tuple[float, ...]]  # pool -> its share of its class's load per hour
+    headroom: float
+    mean_rps: float | None  # the period's mean served arrival rate (growth included), requests/s
+    input_tokens_per_request: float
+    output_tokens_per_request: float
+    policies: tuple[Policy, ...]
+    solver_status: str
+
+    @property
+    def tokens_per_day(self) -> float | None:
+        if self.mean_rps is None:
+            return None
+        return self.mean_rps * SECONDS_PER_DAY * (self.input_tokens_per_request + self.output_tokens_per_request)
+
+    def policy(self, key: str) -> Policy:
+        return next(p for p in self.policies if p.key == key)
+
+    def usd_per_million_tokens(self, key: str) -> float | None:
+        """The policy's cost over the period's real token volume."""
+        tokens = self.tokens_per_day
+        return None if not tokens else self.policy(key).usd_per_day / tokens * 1e6
+
+    def capacity_rps(self, key: str, traffic_class: str, hour: int) -> float:
+        """What the policy's serving replicas of a class hold in an hour."""
+        pol = self.policy(key)
+        return sum(p.capacity_rps * pol.serving(p.name, hour) for p in self.pools
+                   if self.pool_class[p.name] == traffic_class)
+
+    @property
+    def pool_class(self) -> dict[str, str]:
+        return {p.name: p.name.split(":", 1)[0] for p in self.pools}
+
+
+def scale_segments(hours: int, lead_min: float) -> list[ScaleSegment]:
+    """The pieces of each hour and the hours whose replicas run in them, for a cyclic period.
+
+    With lead L = 60 q + r minutes (0 ≤ r < 60), the replicas of hour h' run from
+    60 h' − L. In the first 60 − r minutes of hour h, those of hours h … h + q run; in
+    its last r minutes, also those of hour h + q + 1.
+    """
+    q, r = divmod(lead_min, MINUTES_PER_HOUR)
+    q = int(q)
+    out = []
+    for h in range(hours):
+        def window(n: int, h: int = h) -> tuple[int, ...]:
+            return tuple(sorted({(h + i) % hours for i in range(n)}))
+
+        out.append(ScaleSegment(h, (MINUTES_PER_HOUR - r) / MINUTES_PER_HOUR, window(q + 1)))
+        if r > 0:
+            out.append(ScaleSegment(h, r / MINUTES_PER_HOUR, window(q + 2)))
+    return out
+
+
+def period_cost(pools: Sequence[DayPool], reserved: Mapping[str, int], on_demand: Mapping[str, Sequence[int]],
+                segments: Sequence[ScaleSegment]) -> tuple[float, float]:
+    """(USD, GPU-hours) of a period: reserved replicas all period at the reserved price; an
+    on-demand replica from its lead time before its first hour to its last hour's end."""
+    hours = sum(s.hours for s in segments)
+    usd = gpu_hours = 0.0
+    for p in pools:
+        n_res = reserved.get(p.name, 0)
+        usd += p.reserved_usd_per_replica_hour * hours * n_res
+        gpu_hours += p.gpus_per_replica * hours * n_res
+        for s in segments:
+            running = max(on_demand[p.name][h] for h in s.window)
+            usd += p.on_demand_usd_per_replica_hour * s.hours * running
+            gpu_hours += p.gpus_per_replica * s.hours * running
+    return usd, gpu_hours
+
+
+def _needed(load_rps: float, capacity_rps: float, floor: int) -> int:
+    return max(floor, math.ceil(load_rps / capacity_rps * (1 - _COVER_TOLERANCE)))
+
+
+def day_costs(plan: Plan, profile: DailyProfile, terms: DayTerms) -> DayCosts:
+    """The four policies for the plan's pools over the profile's period."""
+    scn = plan.scenario
+    hours = profile.hours
+    names = {id(pd): f"{pd.traffic_class.name}: {pd.config.label(pd.traffic_class.max_model_len)}" for pd in plan.pools}
+    pools = tuple(
+        DayPool(
+            name=names[id(pd)], stream=names[id(pd)], gpu=pd.config.gpu.id,
+            gpus_per_replica=pd.config.tp, capacity_rps=replica_capacity_rps(pd),
+            min_replicas=min(terms.min_replicas, pd.replicas),
+            on_demand_usd_per_replica_hour=pd.config.price_usd_per_hour * pd.config.tp,
+            reserved_usd_per_replica_hour=terms.reserved_usd_per_gpu_hour[pd.config.gpu.id] * pd.config.tp,
+        )
+        for pd in plan.pools
+    )
+    peak = {names[id(pd)]: pd.replicas for pd in plan.pools}
+    rates = {pd.traffic_class.name: pd.traffic_class.rate_rps for pd in plan.pools}
+    class_loads = {k: tuple(rate * m for m in profile.multipliers) for k, rate in rates.items()}
+    held = {k: sum(replica_capacity_rps(pd) * pd.replicas for pd in plan.pools if pd.traffic_class.name == k) for k in rates}
+    loads = {
+        names[id(pd)]: tuple(load * replica_capacity_rps(pd) * pd.replicas / held[pd.traffic_class.name]
+                             for load in class_loads[pd.traffic_class.name])
+        for pd in plan.pools
+    }
+    segments = scale_segments(hours, terms.lead_min)
+
+    def policy(key: str, reserved: Mapping[str, int], on_demand: Mapping[str, tuple[int, ...]]) -> Policy:
+        usd, gpu_hours = period_cost(pools, reserved, on_demand, segments)
+        return Policy(key, dict(POLICIES)[key], dict(reserved), dict(on_demand), usd, gpu_hours, profile.days)
+
+    none = {p.name: (0,) * hours for p in pools}
+    all_day = {p.name: (peak[p.name],) * hours for p in pools}
+    scaled = {p.name: tuple(_needed(load, p.capacity_rps, p.min_replicas) for load in loads[p.name]) for p in pools}
+    inventory = {g.id: g.max_gpus for g in scn.gpu_candidates if g.max_gpus is not None}
+    mix = solve_day_mix(pools, loads, segments, inventory=inventory, backend=scn.solver.backend,
+                        time_limit_s=scn.solver.time_limit_s)
+    if not mix.reserved:
+        raise InfeasibleError(f"the day's reserved + on-demand mix: the solver ended with status '{mix.status}'")
+    policies = (
+        policy("peak_on_demand", {}, all_day),
+        policy("peak_reserved", peak, none),
+        policy("autoscaled", {}, scaled),
+        policy("mixed", mix.reserved, mix.on_demand),
+    )
+    mean = day_mean_rps(profile, plan.measured_mean_rps)
+    served = plan.served.requests / plan.hist.requests
+    return DayCosts(
+        profile=profile, terms=terms, pools=pools, peak_replicas=peak, class_loads_rps=class_loads, loads_rps=loads,
+        headroom=scn.traffic.headroom,
+        mean_rps=None if mean is None else mean * scn.traffic.growth * served,
+        input_tokens_per_request=plan.served.mean("sum_prompt"), output_tokens_per_request=plan.served.mean("sum_output"),
+        policies=policies, solver_status=mix.status,
+    )
+
+
+def day_section(plan: Plan, profile: DailyProfile) -> str:
+    """The report's section for a plan at the scenario's own prices and terms."""
+    on_demand = {c.id: c.price_per_hour(plan.catalog.gpu(c.id).price_usd_per_hour) for c in plan.scenario.gpu_candidates}
+    return day_markdown(day_costs(plan, profile, scenario_terms(plan.scenario, on_demand)))
+
+
+# ------------------------------------------------------------------ report
+
+
+def _usd(x: float) -> str:
+    return f"${x:,.2f}"
+
+
+def day_markdown(costs: DayCosts, *, heading: int = 2) -> str:
+    """The report's section: the curve, the four policies, and the replicas hour by hour."""
+    h = "#" * heading
+    prof, terms = costs.profile, costs.terms
+    base = costs.policy("peak_on_demand")
+    lines = [
+        f"{h} The day's load curve",
+        "",
+        f"Profile: {prof.source}; the busiest hour is {prof.peak_to_trough:,.2f}× the quietest"
+        if math.isfinite(prof.peak_to_trough) else f"Profile: {prof.source}; the quietest hour has no load",
+    ]
+    lines[-1] += (
+        f", and the period's mean is {prof.mean_multiplier:.0%} of the busiest hour. The plan is sized for the busiest "
+        f"hour; every policy below holds each hour's load × headroom {costs.headroom:g} with the plan's configs and "
+        f"targets. Scale-up lead time {terms.lead_min:g} min (replicas are paid from when they are asked for), at least "
+        f"{terms.min_replicas} replica(s) per pool in every hour; reserved prices: {terms.reserved_terms}."
+    )
+    tokens = costs.tokens_per_day
+    lines += [
+        "",
+        "| Policy | $/day | $/month | GPU-hours/day | $/M tokens at the day's volume | vs peak-sized on demand |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for pol in costs.policies:
+        cpm = costs.usd_per_million_tokens(pol.key)
+        vs = pol.usd_per_day / base.usd_per_day - 1
+        lines.append(
+            f"| {pol.name} | {_usd(pol.usd_per_day)} | {_usd(pol.usd_per_month)} | {pol.gpu_hours_per_day:,.1f} | "
+            + ("—" if cpm is None else f"${cpm:,.4f}") + f" | {'—' if pol.key == base.key else f'{vs:+.1%}'.replace('-', '−')} |"
+        )
+    volume = (
+        f"The day's volume: {tokens:,.0f} tokens ({costs.mean_rps:,.2f} requests/s on average)."
+        if tokens else "The day's volume is unknown (no timestamps and no traffic.mean_rps), so no cost per token."
+    )
+    mix = costs.policy("mixed")
+    reserved = ", ".join(f"{n} × {name}" for name, n in mix.reserved.items() if n) or "none"
+    lines += ["", f"{volume} The ILP reserves {reserved}; a month is {HOURS_PER_MONTH} hours.", ""]
+    lines += ["Replicas serving each hour (load: the pool's share of its class's load × headroom):", ""]
+    lines += [f"- Pool {i}: {p.name} — {p.capacity_rps:,.2f} req/s per replica, {costs.peak_replicas[p.name]} replicas at the peak"
+              for i, p in enumerate(costs.pools, 1)]
+    lines += ["", "| Hour | × busiest hour | " + " | ".join(
+        f"Pool {i} load req/s | Pool {i} autoscaled | Pool {i} reserved + on demand" for i in range(1, len(costs.pools) + 1)) + " |",
+        "|---:|---:|" + "---:|---:|---:|" * len(costs.pools)]
+    auto = costs.policy("autoscaled")
+    days = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+    for hour, m in enumerate(prof.multipliers):
+        label = f"{hour:d}" if prof.hours == HOURS_PER_DAY else f"{days[hour // HOURS_PER_DAY]} {hour % HOURS_PER_DAY:d}"
+        cells = " | ".join(
+            f"{costs.loads_rps[p.name][hour]:,.2f} | {auto.serving(p.name, hour)} | "
+            f"{mix.reserved.get(p.name, 0)} + {mix.on_demand[p.name][hour]}" for p in costs.pools)
+        lines.append(f"| {label} | {m:.2f} | {cells} |")
+    return "\n".join(lines) + "\n"

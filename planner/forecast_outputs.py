@@ -1,0 +1,450 @@
+"""The forecast as tidy tables — quarters, pools, the total — and their data dictionary.
+
+Each table is one tuple of Columns: a column's name, Table Schema type, description and
+value live together, so the CSV files and the data dictionary (`datapackage.json`, a
+Frictionless Data Package with a Table Schema per file) come from one source and cannot
+disagree. One grain per table:
+
+- quarters: one row per quarter;
+- pools: one row per pool per quarter, plus one per reserved GPU type a quarter leaves
+  idle; a quarter's rows add up to its cost;
+- total: one row, the sum of the quarters' additive columns (and ratios of those sums).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from planner.daily import POLICIES
+from planner.forecast import PoolRow, QuarterResult
+from planner.units import HOURS_PER_MONTH, HOURS_PER_QUARTER
+
+DAYS_PER_QUARTER = HOURS_PER_QUARTER / 24
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str  # Table Schema: string, integer, number
+    description: str  # "{period}" reads "quarter" in the quarters table and "forecast" in the total
+    value: Callable[[Any], Any]
+    digits: int | None = None  # numbers: decimals written [default: 8 for USD per million tokens, else 6]
+    total: bool = False  # the total table holds its sum over the quarters
+
+    @property
+    def decimals(self) -> int:
+        if self.digits is not None:
+            return self.digits
+        return 8 if "per_million" in self.name else 6
+
+
+def _by_kind(kind: str, per: float = 1.0) -> Callable[[QuarterResult], float]:
+    return lambda r: r.usd_per_hour_by_kind[kind] * per
+
+
+def _input_share(r: QuarterResult) -> float:
+    """The share of the quarter's cost charged to input tokens (prefill's share of GPU time)."""
+    return r.cost_per_million["input"] * r.plan.input_tokens_per_hour / 1e6 / r.cost_per_hour
+
+
+def _tokens(r: QuarterResult, kind: str) -> float | None:
+    day = r.day
+    if day.mean_rps is None:
+        return None
+    per_request = {"input": day.input_tokens_per_request, "output": day.output_tokens_per_request}
+    per_request["all"] = per_request["input"] + per_request["output"]
+    return day.mean_rps * HOURS_PER_QUARTER * 3600 * per_request[kind]
+
+
+def _at_volume(kind: str) -> Callable[[QuarterResult], float | None]:
+    return lambda r: None if r.cost_per_million_at_volume is None else r.cost_per_million_at_volume[kind]
+
+
+def _idle_alternative(r: QuarterResult) -> float | None:
+    return None if r.idle is None else r.idle.use_them_usd_per_hour
+
+
+def _policy_columns() -> tuple[Column, ...]:
+    out = []
+    for key, name in POLICIES:
+        out += [
+            Column(f"{key}_usd_per_day", "number", f"the day's load curve, {name}: USD per day",
+                   lambda r, k=key: r.day.policy(k).usd_per_day),
+            Column(f"{key}_usd", "number", f"the same over the {{period}} ({DAYS_PER_QUARTER:g} days a quarter), USD",
+                   lambda r, k=key: r.day.policy(k).usd_per_day * DAYS_PER_QUARTER, total=True),
+            Column(f"{key}_gpu_hours", "number", f"GPU-hours over the {{period}}, {name}",
+                   lambda r, k=key: r.day.policy(k).gpu_hours_per_day * DAYS_PER_QUARTER, digits=3, total=True),
+            Column(f"{key}_usd_per_million_tokens", "number",
+                   f"{name}: USD per million tokens at the day's real volume",
+                   lambda r, k=key: r.day.usd_per_million_tokens(k)),
+        ]
+    return tuple(out)
+
+
+_PER_HOUR = "USD per hour"
+QUARTER_COLUMNS: tuple[Column, ...] = (
+    Column("quarter", "string", "calendar quarter, e.g. 2027Q1", lambda r: r.quarter),
+    Column("demand_multiplier", "number", "demand over the base scenario's", lambda r: r.demand_multiplier),
+    Column("peak_rps", "number", "planning peak of the busiest hour, served requests/s (growth included, before headroom)",
+           lambda r: r.peak_rps),
+    Column("mean_rps", "number", "the day's mean served arrival rate, requests/s (the load profile's mean; empty when unknown)",
+           lambda r: r.mean_rps),
+    Column("profile_peak_to_trough", "number", "busiest hour's load over the quietest hour's (empty when the quietest has none)",
+           lambda r: r.day.profile.peak_to_trough),
+    Column("gpus", "integer", "GPUs the plan runs", lambda r: r.gpus),
+    Column("on_demand_gpus", "integer", "of those, GPUs paid on demand", lambda r: sum(x.on_demand_gpus for x in r.pool_rows)),
+    Column("reserved_gpus", "integer", "committed GPUs, in use or idle", lambda r: sum(r.reserved_gpus.values())),
+    Column("reserved_idle_gpus", "integer", "committed GPUs no pool uses (paid all the same)",
+           lambda r: sum(x.gpus for x in r.pool_rows if x.kind == "idle_reserved")),
+    Column("on_demand_usd_per_hour", "number", f"on-demand GPUs at on-demand prices, {_PER_HOUR}", _by_kind("on_demand")),
+    Column("reserved_used_usd_per_hour", "number", f"committed GPUs in use at their committed prices, {_PER_HOUR}",
+           _by_kind("reserved_used")),
+    Column("reserved_idle_usd_per_hour", "number", f"idle committed GPUs at their committed prices, {_PER_HOUR}",
+           _by_kind("reserved_idle")),
+    Column("total_usd_per_hour", "number", f"the fleet's cost: the three above together, {_PER_HOUR}",
+           lambda r: r.cost_per_hour),
+    Column("on_demand_usd_per_month", "number", f"on-demand cost per month ({HOURS_PER_MONTH} hours), USD",
+           _by_kind("on_demand", HOURS_PER_MONTH)),
+    Column("reserved_used_usd_per_month", "number", "committed GPUs in use, USD per month", _by_kind("reserved_used", HOURS_PER_MONTH)),
+    Column("reserved_idle_usd_per_month", "number", "idle committed GPUs, USD per month", _by_kind("reserved_idle", HOURS_PER_MONTH)),
+    Column("total_usd_per_month", "number", "the fleet's cost, USD per month", lambda r: r.cost_per_month),
+    Column("on_demand_usd", "number", f"on-demand cost over the {{period}} ({HOURS_PER_QUARTER:,} hours a quarter), USD",
+           _by_kind("on_demand", HOURS_PER_QUARTER), total=True),
+    Column("reserved_used_usd", "number", "committed GPUs in use over the {period}, USD",
+           _by_kind("reserved_used", HOURS_PER_QUARTER), total=True),
+    Column("reserved_idle_usd", "number", "idle committed GPUs over the {period}, USD",
+           _by_kind("reserved_idle", HOURS_PER_QUARTER), total=True),
+    Column("total_usd", "number", "the fleet's cost over the {period}, USD",
+           lambda r: r.cost_per_hour * HOURS_PER_QUARTER, total=True),
+    Column("input_usd", "number", "the part of total_usd charged to input tokens (prefill's share of GPU time), USD",
+           lambda r: r.cost_per_hour * HOURS_PER_QUARTER * _input_share(r), total=True),
+    Column("output_usd", "number", "the part charged to output tokens (decode's share), USD",
+           lambda r: r.cost_per_hour * HOURS_PER_QUARTER * (1 - _input_share(r)), total=True),
+    Column("use_reserved_usd_per_hour", "number",
+           "when committed GPUs sit idle: the cheapest plan that runs them all, USD per hour (empty otherwise, or when none can)",
+           _idle_alternative),
+    Column("input_tokens_per_hour_at_peak", "number", "prompt tokens per hour at the peak rate",
+           lambda r: r.plan.input_tokens_per_hour, digits=0),
+    Column("output_tokens_per_hour_at_peak", "number", "output tokens per hour at the peak rate",
+           lambda r: r.plan.output_tokens_per_hour, digits=0),
+    Column("usd_per_million_tokens_blended_at_peak", "number", "total cost / all tokens at the peak rate, USD per million",
+           lambda r: r.cost_per_million["blended"]),
+    Column("usd_per_million_input_tokens_at_peak", "number", "input cost / prompt tokens at the peak rate, USD per million",
+           lambda r: r.cost_per_million["input"]),
+    Column("usd_per_million_output_tokens_at_peak", "number", "output cost / output tokens at the peak rate, USD per million",
+           lambda r: r.cost_per_million["output"]),
+    Column("input_tokens", "number", "prompt tokens over the {period} at the day's real volume",
+           lambda r: _tokens(r, "input"), digits=0, total=True),
+    Column("output_tokens", "number", "output tokens over the {period} at the day's real volume",
+           lambda r: _tokens(r, "output"), digits=0, total=True),
+    Column("tokens", "number", "prompt + output tokens over the {period} at the day's real volume",
+           lambda r: _tokens(r, "all"), digits=0, total=True),
+    Column("usd_per_million_tokens_blended", "number", "total_usd / tokens: USD per million tokens at the real volume",
+           _at_volume("blended")),
+    Column("usd_per_million_input_tokens", "number", "input_usd / input_tokens, USD per million", _at_volume("input")),
+    Column("usd_per_million_output_tokens", "number", "output_usd / output_tokens, USD per million", _at_volume("output")),
+    Column("utilisation_at_peak", "number", "peak rate / the fleet's capacity at its ceilings", lambda r: r.utilisation["peak"]),
+    Column("utilisation_at_mean", "number", "the day's mean rate / the fleet's capacity", lambda r: r.utilisation["mean"]),
+    *_policy_columns(),
+)
+
+POOL_COLUMNS: tuple[Column, ...] = (
+    Column("quarter", "string", "calendar quarter (quarters.quarter)", lambda x: x[0]),
+    Column("kind", "string", "serving: a pool of the plan; idle_reserved: committed GPUs of one type that no pool uses",
+           lambda x: x[1].kind),
+    Column("pool", "string", "traffic class the pool serves (all, short, long; empty for idle GPUs)", lambda x: x[1].pool),
+    Column("gpu", "string", "GPU type", lambda x: x[1].gpu),
+    Column("tp", "integer", "tensor-parallel degree, GPUs per replica", lambda x: x[1].tp),
+    Column("weight_dtype", "string", "weight dtype", lambda x: x[1].weight_dtype),
+    Column("kv_dtype", "string", "KV-cache dtype", lambda x: x[1].kv_dtype),
+    Column("max_model_len", "integer", "context limit of the pool, tokens", lambda x: x[1].max_model_len),
+    Column("replicas", "integer", "replicas in the pool", lambda x: x[1].replicas),
+    Column("gpus", "integer", "GPUs in the row", lambda x: x[1].gpus),
+    Column("reserved_gpus", "integer", "of those, committed GPUs (a type's commitments fill its pools in order)",
+           lambda x: x[1].reserved_gpus),
+    Column("on_demand_gpus", "integer", "of those, GPUs paid on demand", lambda x: x[1].on_demand_gpus),
+    Column("on_demand_usd_per_gpu_hour", "number", "the quarter's on-demand price of the GPU type, USD per GPU-hour",
+           lambda x: x[1].on_demand_usd_per_gpu_hour),
+    Column("reserved_usd_per_gpu_hour", "number",
+           "mean committed price of the type's commitments, USD per GPU-hour (empty without commitments)",
+           lambda x: x[1].reserved_usd_per_gpu_hour),
+    Column("usd_per_hour", "number", "the row's GPUs at the prices they are paid, USD per hour; a quarter's rows add up "
+           "to quarters.total_usd_per_hour", lambda x: x[1].usd_per_hour),
+    Column("usd_per_month", "number", f"the same per month ({HOURS_PER_MONTH} hours), USD", lambda x: x[1].usd_per_hour * HOURS_PER_MONTH),
+    Column("usd", "number", f"the same over the quarter ({HOURS_PER_QUARTER:,} hours), USD",
+           lambda x: x[1].usd_per_hour * HOURS_PER_QUARTER),
+    Column("capacity_rps_per_replica", "number", "requests/s one replica holds within every target",
+           lambda x: x[1].capacity_rps_per_replica),
+    Column("mixed_reserved_replicas", "integer",
+           "the day's reserved + on-demand mix: replicas of the pool reserved all day (the rest run on demand per hour)",
+           lambda x: x[1].mixed_reserved_replicas),
+)
+
+
+TOTAL_COLUMNS: tuple[Column, ...] = (
+    Column("first_quarter", "string", "the forecast's first quarter", lambda t: t["first_quarter"]),
+    Column("last_quarter", "string", "the forecast's last quarter", lambda t: t["last_quarter"]),
+    Column("quarters", "integer", "quarters summed (four quarters of one year: the year's total)", lambda t: t["quarters"]),
+    Column("hours", "number", f"hours summed ({HOURS_PER_QUARTER:,} a quarter)", lambda t: t["hours"], digits=0),
+    *(Column(c.name, c.type, c.description, lambda t, n=c.name: t[n], c.digits, True) for c in QUARTER_COLUMNS if c.total),
+    Column("usd_per_million_tokens_blended", "number", "total_usd / tokens, USD per million tokens",
+           lambda t: _per_million(t, "total_usd", "tokens")),
+    Column("usd_per_million_input_tokens", "number", "input_usd / input_tokens, USD per million",
+           lambda t: _per_million(t, "input_usd", "input_tokens")),
+    Column("usd_per_million_output_tokens", "number", "output_usd / output_tokens, USD per million",
+           lambda t: _per_million(t, "output_usd", "output_tokens")),
+    *(Column(f"{k}_usd_per_million_tokens", "number", f"{k}_usd / tokens: {name}, USD per million tokens",
+             lambda t, k=k: _per_million(t, f"{k}_usd", "tokens")) for k, name in POLICIES),
+)
+
+
+def _per_million(t: dict, usd: str, tokens: str) -> float | None:
+    return None if t[usd] is None or not t[tokens] else t[usd] / t[tokens] * 1e6
+
+
+# ------------------------------------------------------------------ writing
+
+
+def _cell(col: Column, value: Any) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return ""
+    if col.type == "integer":
+        return str(int(value))
+    if col.type == "number":
+        return f"{value:.{col.decimals}f}"
+    return str(value)
+
+
+def _table(columns: Sequence[Column], items: Sequence[Any]) -> list[list[str]]:
+    names = [c.name for c in columns]
+    if len(set(names)) != len(names):
+        raise ValueError(f"a column appears twice in {names}")
+    return [names] + [[_cell(c, c.value(item)) for c in columns] for item in items]
+
+
+def _csv(rows: list[list[str]]) -> str:
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows(rows)
+    return buf.getvalue()
+
+
+def _totals(quarter_rows: list[list[str]]) -> dict[str, Any]:
+    """Sums of the additive columns as written (so the file's rows add up to the total exactly)."""
+    head, body = quarter_rows[0], quarter_rows[1:]
+    t: dict[str, Any] = {
+        "first_quarter": body[0][0], "last_quarter": body[-1][0], "quarters": len(body), "hours": len(body) * HOURS_PER_QUARTER,
+    }
+    for c in QUARTER_COLUMNS:
+        if c.total:
+            cells = [row[head.index(c.name)] for row in body]
+            t[c.name] = None if "" in cells else sum(float(x) for x in cells)
+    return t
+
+
+def forecast_tables(results: Sequence[QuarterResult]) -> dict[str, str]:
+    """The three CSV texts: {"quarters": ..., "pools": ..., "total": ...}."""
+    quarters = _table(QUARTER_COLUMNS, results)
+    pools: list[tuple[str, PoolRow]] = [(r.quarter, row) for r in results for row in r.pool_rows]
+    return {
+        "quarters": _csv(quarters),
+        "pools": _csv(_table(POOL_COLUMNS, pools)),
+        "total": _csv(_table(TOTAL_COLUMNS, [_totals(quarters)])),
+    }
+
+
+TABLES = {"quarters": QUARTER_COLUMNS, "pools": POOL_COLUMNS, "total": TOTAL_COLUMNS}
+_PERIOD = {"quarters": "quarter", "pools": "quarter", "total": "forecast's quarters together"}
+
+
+def table_file(name: str, table: str) -> str:
+    return f"{name}_forecast_{table}.csv"
+
+
+def datapackage(name: str) -> dict:
+    """The data dictionary of the three tables: a Frictionless Data Package (Table Schema)."""
+    resources = []
+    for table, columns in TABLES.items():
+        fields = []
+        for c in columns:
+            field = {"name": c.name, "type": c.type, "description": c.description.format(period=_PERIOD[table])}
+            if table == "total" and c.total:
+                field["description"] += " (sum of the quarters' column of this name)"
+            fields.append(field)
+        schema: dict[str, Any] = {"fields": fields, "missingValues": [""]}
+        if table == "quarters":
+            schema["primaryKey"] = ["quarter"]
+        if table == "pools":
+            schema["foreignKeys"] = [{"fields": ["quarter"], "reference": {"resource": "quarters", "fields": ["quarter"]}}]
+        resources.append({
+            "name": table, "path": table_file(name, table), "profile": "tabular-data-resource", "format": "csv",
+            "mediatype": "text/csv", "encoding": "utf-8", "schema": schema,
+        })
+    return {
+        "profile": "tabular-data-package",
+        "name": f"{name.lower()}-forecast",
+        "title": f"Forecast: {name}",
+        "description": "Quarterly fleet, cost and cost per token (planner forecast). quarters: one row per quarter; "
+        "pools: one row per pool per quarter plus idle committed GPUs, adding up to the quarter's cost; total: the "
+        "quarters' additive columns summed.",
+        "resources": resources,
+    }
+
+
+def datapackage_json(name: str) -> str:
+    return json.dumps(datapackage(name), indent=2, ensure_ascii=False) + "\n"
+
+
+# ------------------------------------------------------------------ report and JSON
+
+
+def _usd(x: float | None) -> str:
+    return "—" if x is None or not math.isfinite(x) else f"${x:,.2f}"
+
+
+def _usd_m(x: float | None) -> str:
+    return "—" if x is None or not math.isfinite(x) else f"${x:,.4f}"
+
+
+def _idle_lines(results: Sequence[QuarterResult]) -> list[str]:
+    lines = []
+    for r in results:
+        if r.idle is None:
+            continue
+        idle = r.idle
+        gpus = ", ".join(f"{n} {g}" for g, n in idle.gpus.items())
+        text = (f"- **{r.quarter}: {gpus} reserved GPU(s) idle**, {_usd(idle.usd_per_hour)}/hour "
+                f"({_usd(idle.usd_per_hour * HOURS_PER_QUARTER)} over the quarter), paid whether used or not. ")
+        if idle.use_them_usd_per_hour is None:
+            text += f"No plan runs them all: {idle.use_them_summary}."
+        else:
+            d = idle.use_them_usd_per_hour - r.cost_per_hour
+            if abs(d) < 0.005:
+                vs = "the same as the plan: they are surplus to this quarter's demand"
+            else:
+                vs = f"{_usd(abs(d))}/hour {'more' if d > 0 else 'less'} than the plan"
+            text += (f"The cheapest plan that runs them all costs {_usd(idle.use_them_usd_per_hour)}/hour ({vs}): "
+                     f"{idle.use_them_summary}.")
+        lines.append(text)
+    return lines
+
+
+def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: str | None = None, heading: int = 1) -> str:
+    h = "#" * heading
+    total = _totals(_table(QUARTER_COLUMNS, results))
+    first, last = results[0], results[-1]
+    span = f"{first.quarter} → {last.quarter}"
+    cpm_total = _per_million(total, "total_usd", "tokens")
+    lines = [
+        f"{h} Forecast: {name}",
+        "",
+        f"**{span}: fleet {first.gpus} → {last.gpus} GPUs, {_usd(first.cost_per_hour * HOURS_PER_QUARTER)} → "
+        f"{_usd(last.cost_per_hour * HOURS_PER_QUARTER)} per quarter; {total['quarters']} quarters cost "
+        f"{_usd(total['total_usd'])}"
+        + (f", {_usd_m(cpm_total)} per million tokens at the day's real volume" if cpm_total is not None else "")
+        + ".**",
+        "",
+        "| Quarter | Demand × base | Peak req/s | GPUs (change) | Reserved: in use / idle | $/hour: on demand + reserved + idle = total "
+        "| $/quarter | $/M tokens at peak (blended / input / output) | $/M tokens at the day's volume (blended / input / output) "
+        "| Utilisation peak / mean |",
+        "|---|---:|---:|---|---|---|---:|---|---|---|",
+    ]
+    for r in results:
+        gpus = ", ".join(f"{n} {g}" + (f" ({r.change_by_type[g]:+d})" if r.change_by_type.get(g) else "")
+                         for g, n in r.gpus_by_type.items())
+        removed = [f"0 {g} ({d:+d})" for g, d in r.change_by_type.items() if d < 0 and g not in r.gpus_by_type]
+        gpus = ", ".join([gpus, *removed]) if removed else gpus
+        idle = r.idle.gpus if r.idle else {}
+        reserved = ", ".join(
+            f"{n - idle.get(g, 0)} / {idle.get(g, 0)} {g} @ ${r.reserved_price[g]:,.2f}" for g, n in r.reserved_gpus.items() if n
+        ) or "—"
+        k = r.usd_per_hour_by_kind
+        cpm, vol = r.cost_per_million, r.cost_per_million_at_volume
+        at_vol = " / ".join(_usd_m(vol[x]) for x in ("blended", "input", "output")) if vol else "—"
+        util_mean = f"{r.utilisation['mean']:.0%}" if r.utilisation["mean"] is not None else "—"
+        lines.append(
+            f"| {r.quarter} | {r.demand_multiplier:.3f} | {r.peak_rps:,.2f} | {gpus} | {reserved} | "
+            f"{_usd(k['on_demand'])} + {_usd(k['reserved_used'])} + {_usd(k['reserved_idle'])} = {_usd(r.cost_per_hour)} | "
+            f"{_usd(r.cost_per_hour * HOURS_PER_QUARTER)} | "
+            f"{_usd_m(cpm['blended'])} / {_usd_m(cpm['input'])} / {_usd_m(cpm['output'])} | {at_vol} | "
+            f"{r.utilisation['peak']:.0%} / {util_mean} |"
+        )
+    tot_vol = " / ".join(_usd_m(_per_million(total, u, t)) for u, t in
+                         (("total_usd", "tokens"), ("input_usd", "input_tokens"), ("output_usd", "output_tokens")))
+    lines.append(f"| **Total** | | | | | {_usd(total['on_demand_usd'])} + {_usd(total['reserved_used_usd'])} + "
+                 f"{_usd(total['reserved_idle_usd'])} over {total['quarters']} quarters | **{_usd(total['total_usd'])}** | | "
+                 f"{tot_vol} | |")
+    idle = _idle_lines(results)
+    if idle:
+        lines += ["", *idle]
+    lines += ["", *_policies_markdown(results, total, heading + 1)]
+    lines += [
+        "",
+        "Cost per million tokens is quoted at the peak rate (the fleet is sized for the busiest hour) and at the day's "
+        "real volume (what a quarter of traffic really pays per token: the load profile's mean rate). Reserved GPUs are "
+        "paid whether used or not; idle ones are priced at their type's mean committed price. Utilisation is the arrival "
+        f"rate over the fleet's capacity at its ceilings (headroom keeps the peak below 100%). A quarter is "
+        f"{HOURS_PER_QUARTER:,} hours ({HOURS_PER_MONTH} a month). The tables are in `{table_file(name, 'quarters')}`, "
+        f"`{table_file(name, 'pools')}` and `{table_file(name, 'total')}`, their columns described in "
+        f"`{name}_forecast_datapackage.json`.",
+    ]
+    if figure:
+        lines += ["", f"![Forecast]({figure})"]
+    return "\n".join(lines) + "\n"
+
+
+def _policies_markdown(results: Sequence[QuarterResult], total: dict, heading: int) -> list[str]:
+    day = results[0].day
+    prof, terms = day.profile, day.terms
+    flat = prof.is_flat
+    lines = [
+        f"{'#' * heading} The day's load curve, by quarter",
+        "",
+        f"Profile: {prof.source}"
+        + ("" if flat else f" (busiest hour {prof.peak_to_trough:,.2f}× the quietest, mean {prof.mean_multiplier:.0%} of the busiest)")
+        + f". Each quarter's fleet, its configs and targets priced four ways over the curve, as if chosen afresh "
+        f"that quarter (the commitments carried forward are in the table above): scale-up lead time {terms.lead_min:g} min, "
+        f"at least {terms.min_replicas} replica(s) per pool, reserved at {terms.reserved_terms}. Each cell: USD over the "
+        "quarter · USD per million tokens at the day's volume.",
+        "",
+        "| Quarter | " + " | ".join(name for _, name in POLICIES) + " |",
+        "|---|" + "---:|" * len(POLICIES),
+    ]
+    for r in results:
+        cells = []
+        for key, _ in POLICIES:
+            pol = r.day.policy(key)
+            cpm = r.day.usd_per_million_tokens(key)
+            cell = f"{_usd(pol.usd_per_day * DAYS_PER_QUARTER)} · {_usd_m(cpm)}"
+            if key == "mixed":
+                cell += f" ({sum(pol.reserved.values())} reserved replicas)"
+            cells.append(cell)
+        lines.append(f"| {r.quarter} | " + " | ".join(cells) + " |")
+    lines.append("| **Total** | " + " | ".join(
+        f"{_usd(total[f'{k}_usd'])} · {_usd_m(_per_million(total, f'{k}_usd', 'tokens'))}" for k, _ in POLICIES) + " |")
+    return lines
+
+
+def forecast_json(results: Sequence[QuarterResult]) -> dict:
+    """Every table's rows, as data (the same values as the CSV files, unrounded)."""
+
+    def row(columns, item) -> dict:
+        values = {c.name: c.value(item) for c in columns}
+        return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in values.items()}
+
+    quarters = []
+    for r in results:
+        q = row(QUARTER_COLUMNS, r)
+        q["pools"] = [row(POOL_COLUMNS, (r.quarter, x)) for x in r.pool_rows]
+        q["gpus_by_type"], q["gpus_change"], q["reserved_by_type"] = r.gpus_by_type, r.change_by_type, r.reserved_gpus
+        q["idle_reserved"] = None if r.idle is None else {
+            "gpus": r.idle.gpus, "usd_per_hour": r.idle.usd_per_hour,
+            "use_them_usd_per_hour": r.idle.use_them_usd_per_hour, "use_them": r.idle.use_them_summary,
+        }
+        quarters.append(q)
+    return {"quarters": quarters, "total": row(TOTAL_COLUMNS, _totals(_table(QUARTER_COLUMNS, results)))}

@@ -1,0 +1,158 @@
+"""The year's money: commitments never stranded silently, tidy tables that add up, a data
+dictionary that describes every column (checked by the reference Data Package validator)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from clirun import run
+
+from planner.forecast import run_forecast
+from planner.solve import load_inputs
+
+ROOT = Path(__file__).resolve().parents[1]
+CENT = 0.01
+
+
+def finance_scenario(tmp_path: Path, *, reserved_pools: bool | None = None, h100_cap: int | None = 16) -> Path:
+    """The shipped finance scenario with an H100 cap (the issue's case: 2027Q2 outgrows 16 H100s)."""
+    raw = yaml.safe_load((ROOT / "scenarios" / "finance_2027.yaml").read_text(encoding="utf-8"))
+    raw["split_thresholds"] = []  # one pool per quarter: a homogeneous pool that outgrows the cap must switch types
+    if h100_cap is not None:
+        raw["gpus"] = [{"id": "h100-sxm", "max_gpus": h100_cap} if g == "h100-sxm" else g for g in raw["gpus"]]
+    if reserved_pools is not None:
+        raw["forecast"]["reserved_pools"] = reserved_pools
+    path = tmp_path / "finance.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def strict_and_default(tmp_path_factory):
+    strict = run_forecast(load_inputs(finance_scenario(tmp_path_factory.mktemp("strict"), reserved_pools=False)))
+    default = run_forecast(load_inputs(finance_scenario(tmp_path_factory.mktemp("default"))))
+    return strict, default
+
+
+def test_reserved_gpus_stay_in_service_beside_a_new_type(strict_and_default):
+    strict, default = strict_and_default
+    q1, q2 = default[0], default[1]
+    (n1,) = q1.gpus_by_type.values()
+    assert q1.gpus_by_type == {"h100-sxm": n1}  # Q1's fleet, committed from Q2 on
+    assert q2.reserved_gpus == {"h100-sxm": n1}
+    # Q2 outgrows the 16-H100 cap: the plan keeps every reserved H100 and adds a pool of another type.
+    assert q2.gpus_by_type["h100-sxm"] >= n1
+    assert len(q2.gpus_by_type) == 2
+    assert q2.idle is None
+    # Homogeneous pools without the commitment rule switch types and strand the H100s.
+    s2 = strict[1]
+    assert "h100-sxm" not in s2.gpus_by_type
+    assert s2.cost_per_hour > q2.cost_per_hour
+
+
+def test_idle_reserved_gpus_are_named_with_their_cost_and_the_plan_that_uses_them(strict_and_default, tmp_path):
+    strict, default = strict_and_default
+    s2, q2 = strict[1], default[1]
+    (n1,) = strict[0].gpus_by_type.values()  # Q1's H100s, committed from Q2 on
+    assert s2.idle is not None
+    assert s2.idle.gpus == {"h100-sxm": n1}
+    price = s2.reserved_price["h100-sxm"]
+    assert s2.idle.usd_per_hour == pytest.approx(n1 * price)
+    # The cheapest plan that runs them is the one the default rule chooses.
+    assert s2.idle.use_them_usd_per_hour == pytest.approx(q2.cost_per_hour)
+    assert s2.idle.use_them_usd_per_hour < s2.cost_per_hour
+    # The report and the command line say so.
+    path = finance_scenario(tmp_path, reserved_pools=False)
+    r = run("forecast", path, "--out-dir", tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    line = next(x for x in r.output.splitlines() if x.strip().startswith(f"2027Q2: {n1} h100-sxm reserved GPU(s) idle"))
+    assert f"${n1 * price:,.2f}/hour" in line
+    assert f"the cheapest plan that runs them all: ${q2.cost_per_hour:,.2f}/hour" in line
+    md = (tmp_path / "out" / "finance_2027_forecast.md").read_text(encoding="utf-8")
+    assert f"**2027Q2: {n1} h100-sxm reserved GPU(s) idle**" in md
+    assert f"costs ${q2.cost_per_hour:,.2f}/hour" in md
+
+
+@pytest.mark.parametrize("which", ["strict", "default"])
+def test_pool_rows_and_idle_rows_add_up_to_the_quarter(strict_and_default, tmp_path, which):
+    results = strict_and_default[0 if which == "strict" else 1]
+    for r in results:
+        assert sum(row.usd_per_hour for row in r.pool_rows) == pytest.approx(r.cost_per_hour, abs=CENT)
+        k = r.usd_per_hour_by_kind
+        assert k["on_demand"] + k["reserved_used"] + k["reserved_idle"] == pytest.approx(r.cost_per_hour, abs=CENT)
+        # Every committed GPU is in exactly one row.
+        for g, n in r.reserved_gpus.items():
+            assert sum(row.reserved_gpus for row in r.pool_rows if row.gpu == g) == n
+
+
+def test_the_written_tables_add_up(tmp_path):
+    path = finance_scenario(tmp_path, reserved_pools=False)
+    out = tmp_path / "out"
+    assert run("forecast", path, "--out-dir", out, "--no-report").exit_code == 0
+    assert not out.exists()
+    assert run("forecast", path, "--out-dir", out).exit_code == 0
+    quarters = pd.read_csv(out / "finance_2027_forecast_quarters.csv")
+    pools = pd.read_csv(out / "finance_2027_forecast_pools.csv")
+    total = pd.read_csv(out / "finance_2027_forecast_total.csv")
+    assert list(quarters["quarter"]) == ["2027Q1", "2027Q2", "2027Q3", "2027Q4"]
+    assert quarters["quarter"].is_unique  # one row per quarter: no grain mixed in
+    # Pool rows (idle ones included) add up to each quarter's cost, per hour and per quarter.
+    by_quarter = pools.groupby("quarter")[["usd_per_hour", "usd"]].sum()
+    for _, q in quarters.iterrows():
+        assert by_quarter.loc[q["quarter"], "usd_per_hour"] == pytest.approx(q["total_usd_per_hour"], abs=CENT)
+        assert by_quarter.loc[q["quarter"], "usd"] == pytest.approx(q["total_usd"], abs=CENT)
+        parts = q["on_demand_usd"] + q["reserved_used_usd"] + q["reserved_idle_usd"]
+        assert parts == pytest.approx(q["total_usd"], abs=CENT)
+    assert (pools["kind"] == "idle_reserved").any()
+    # The quarters summed are the total, for every column the dictionary says is a sum.
+    package = json.loads((out / "finance_2027_forecast_datapackage.json").read_text(encoding="utf-8"))
+    summed = [f["name"] for f in _resource(package, "total")["schema"]["fields"]
+              if f["description"].endswith("(sum of the quarters' column of this name)")]
+    assert {"total_usd", "reserved_idle_usd", "tokens", "mixed_usd", "autoscaled_usd", "peak_on_demand_usd"} <= set(summed)
+    for name in summed:
+        assert quarters[name].sum() == pytest.approx(total.loc[0, name], rel=1e-12, abs=1e-6), name
+    assert total.loc[0, "usd_per_million_tokens_blended"] == pytest.approx(
+        total.loc[0, "total_usd"] / total.loc[0, "tokens"] * 1e6, rel=1e-6)
+    assert total.loc[0, "quarters"] == 4
+
+
+def _resource(package: dict, name: str) -> dict:
+    return next(r for r in package["resources"] if r["name"] == name)
+
+
+def undescribed_columns(folder: Path, package: dict) -> list[str]:
+    """Columns of the package's CSV files that its dictionary does not describe (or describes
+    without words), and dictionary fields that no file has."""
+    problems = []
+    for res in package["resources"]:
+        header = list(pd.read_csv(folder / res["path"], nrows=0).columns)
+        fields = {f["name"]: f.get("description", "") for f in res["schema"]["fields"]}
+        problems += [f"{res['name']}.{c}: not in the dictionary" for c in header if c not in fields]
+        problems += [f"{res['name']}.{c}: no description" for c in header if c in fields and not fields[c].strip()]
+        problems += [f"{res['name']}.{c}: in the dictionary, not in the file" for c in fields if c not in header]
+    return problems
+
+
+def test_every_column_is_in_the_data_dictionary_and_the_check_fails_when_one_is_missing(tmp_path):
+    path = finance_scenario(tmp_path, reserved_pools=False)
+    out = tmp_path / "out"
+    assert run("forecast", path, "--out-dir", out).exit_code == 0
+    dictionary = out / "finance_2027_forecast_datapackage.json"
+    package = json.loads(dictionary.read_text(encoding="utf-8"))
+    assert [r["name"] for r in package["resources"]] == ["quarters", "pools", "total"]
+    assert undescribed_columns(out, package) == []
+    # The reference validator agrees: a valid Data Package whose schemas match the files' headers and types.
+    from frictionless import Package
+
+    report = Package(str(dictionary)).validate()
+    assert report.valid, report.flatten(["rowNumber", "fieldName", "type", "note"])
+    # Take one column's entry out of the dictionary: the check names it.
+    fields = _resource(package, "quarters")["schema"]["fields"]
+    fields.remove(next(f for f in fields if f["name"] == "reserved_idle_usd"))
+    assert undescribed_columns(out, package) == ["quarters.reserved_idle_usd: not in the dictionary"]
+    dictionary.write_text(json.dumps(package), encoding="utf-8")
+    assert not Package(str(dictionary)).validate().valid
