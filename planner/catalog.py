@@ -170,8 +170,9 @@ class Engine(_Frozen):
     block_size: int = Field(gt=0)
     max_num_batched_tokens: int = Field(gt=0, description="prefill chunk budget per step")
     max_num_seqs: int = Field(gt=0, description="most sequences the scheduler runs in one step")
-    long_prefill_token_threshold: int = Field(
-        0, ge=0, description="most prompt tokens one request takes in a step (vLLM); 0: no cap below the budget"
+    long_prefill_token_threshold: int | None = Field(
+        None, ge=0, description="most prompt tokens one request takes in a step (vLLM's setting; 0: off); "
+        "absent where the engine has no such setting"
     )
     source: str
 

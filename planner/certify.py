@@ -24,7 +24,7 @@ import numpy as np
 
 from planner.capacity import ReplicaModel
 from planner.deployment import Deployment
-from planner.histogram import Histogram
+from planner.histogram import LENGTH_EDGES, Histogram
 from planner.simulate import (
     PREEMPTION_BUDGET_PER_1000,
     RequestLatencies,
@@ -162,8 +162,20 @@ class PoolSetting:
     notes: tuple[str, ...] = field(default=())
 
 
+def requests_for(hist: Histogram, slo: SLO, *, most: int, per_band: int, warmup_fraction: float = 0.1) -> int:
+    """Requests to sample so that every band with a target and with requests in the pool gets
+    `per_band` measured ones (after the warm-up), at most `most`: a p99 read off 5,000
+    requests rests on its 50 slowest. Band shares are exact: band edges are prompt-bin edges."""
+    prompt_low = LENGTH_EDGES[hist.prompt_bin]
+    shares = [float(hist.count[b.holds(prompt_low)].sum()) / hist.requests for b in slo.bands
+              if (b.ttft or b.tpot or b.itl)]
+    smallest = min((x for x in shares if x > 0), default=1.0)
+    return int(min(most, math.ceil(per_band / smallest / (1 - warmup_fraction))))
+
+
 def check_pool(p: PoolSetting, slo: SLO, *, requests: int, seed: int) -> PoolCheck:
-    """Simulate one replica of the pool at its rate; compare with the model, band by band."""
+    """Simulate one replica of the pool at its rate (`requests` sampled requests); compare with
+    the model, band by band."""
     reqs = sample_requests(p.hist, p.rate_rps, requests, seed, max_total_tokens=p.deployment.max_model_len,
                            min_prompt_tokens=_min_prompt(p.shared_prefix_tokens, p.deployment.block_size))
     sim = simulate_replica(p.deployment, reqs, shared_prefix_tokens=p.shared_prefix_tokens)

@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Literal
 
 import numpy as np
-from scipy.special import ndtri
 
 from planner.histogram import LENGTH_EDGES, Histogram
 from planner.memory import paged_tokens
@@ -270,7 +270,7 @@ def max_mean_count_for_quantile(size_pmf: np.ndarray, q: float, limit_units: flo
     def fits(n: float) -> bool:
         return cp.quantile(n, q) <= limit_units
 
-    z = float(ndtri(q))
+    z = NormalDist().inv_cdf(q)
     root = (-z * math.sqrt(s2) + math.sqrt(z * z * s2 + 4 * m * limit_units)) / (2 * m)
     guess = min(max(root * root, 1e-9), upper)
     lo, hi = 0.0, upper

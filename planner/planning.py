@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import multiprocessing as mp
+import os
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from planner.capacity import Capacity, ReplicaModel, replica_capacity
 from planner.catalog import GPU, Catalog, Model
-from planner.certify import PoolCheck, PoolSetting, check_pool, simulated_capacity
+from planner.certify import PoolCheck, PoolSetting, check_pool, requests_for, simulated_capacity
 from planner.deployment import Deployment, make_deployment, supported_problem
 from planner.errors import InfeasibleError, InputError
 from planner.histogram import TOTAL_EDGES, Histogram
@@ -112,7 +115,8 @@ class Certification:
     certified: bool
     rounds: int  # re-plans after pools missed in simulation
     changes: tuple[str, ...]  # what each round changed, for the report
-    requests: int
+    requests: int  # most sampled requests a run
+    band_requests: int  # measured requests sought per band
     seed: int
 
 
@@ -249,11 +253,15 @@ class Evaluator:
             self._calibration[ck] = min(self._calibration.get(ck, 1.0), rps / e.capacity.max_rps)
 
     def deployment(self, cfg: Config, limit: int) -> Deployment:
-        return make_deployment(
+        dep = make_deployment(
             self.catalog, model=self.model, gpu=cfg.gpu, tp=cfg.tp, weight_dtype=cfg.weight_dtype,
             kv_dtype=cfg.kv_dtype, max_model_len=limit, engine=self.scn.engine,
             memory_fraction=self.scn.gpu_memory_utilization, overhead_gib_per_gpu=self.scn.overhead_gib,
         )
+        cap = self.scn.long_prefill_token_threshold
+        if cap is None or dep.engine.long_prefill_token_threshold is None:  # unset, or not this engine's setting
+            return dep
+        return dataclasses.replace(dep, engine=dep.engine.model_copy(update={"long_prefill_token_threshold": cap}))
 
     def profile(self, tc: TrafficClass, dep: Deployment):
         key = (tc.option, tc.name, id(tc.hist), dep.block_size, dep.engine.max_num_batched_tokens)
@@ -289,7 +297,50 @@ class Evaluator:
 
     def evaluate_all(self, classes: dict[str, list[TrafficClass]], configs: Sequence[Config]) -> list[Evaluation]:
         """Every config for every class of every split option."""
-        return [self.evaluate(cfg, tc) for tcs in classes.values() for tc in tcs for cfg in configs]
+        pairs = [(cfg, tc) for tcs in classes.values() for tc in tcs for cfg in configs]
+        self._prefetch(pairs)
+        return [self.evaluate(cfg, tc) for cfg, tc in pairs]
+
+    def _prefetch(self, pairs: list[tuple[Config, TrafficClass]]) -> None:
+        """Compute the model evaluations not cached yet in worker processes, when there are enough
+        to pay for them: each is independent, and a plan's explorations need hundreds. A class's
+        configs go to one worker, which builds that class's latency tables once."""
+        todo = {}
+        for cfg, tc in pairs:
+            key = (*cfg.key, *self._class_key(tc))
+            if key not in self._cache:
+                todo.setdefault(self._class_key(tc), []).append((key, cfg, tc))
+        workers = min(len(todo), os.cpu_count() or 1, MAX_WORKERS)
+        if workers < 2 or sum(map(len, todo.values())) < PARALLEL_MIN_EVALUATIONS or "fork" not in mp.get_all_start_methods():
+            return
+        global _PREFETCH
+        chunks = [[] for _ in range(workers)]
+        for group in sorted(todo.values(), key=len, reverse=True):
+            min(chunks, key=lambda c: sum(map(len, c))).append(group)
+        _PREFETCH = self
+        try:
+            with mp.get_context("fork").Pool(workers) as pool:
+                results = pool.map(_evaluate_groups, chunks)
+        finally:
+            _PREFETCH = None
+        for chunk, found in zip(chunks, results, strict=True):
+            for (key, cfg, tc), (capacity, problem) in zip((x for g in chunk for x in g), found, strict=True):
+                self._cache[key] = Evaluation(cfg, tc, capacity, problem)
+
+
+MAX_WORKERS = 4
+PARALLEL_MIN_EVALUATIONS = 24
+_PREFETCH: Evaluator | None = None  # the evaluator a forked worker reads (set only around the fork)
+
+
+def _evaluate_groups(groups) -> list[tuple[Capacity | None, str]]:
+    """In a worker: the model evaluations of whole classes' configs, as (capacity, problem)."""
+    out = []
+    for group in groups:
+        for key, cfg, tc in group:
+            e = _PREFETCH._model_evaluation(key, cfg, tc)
+            out.append((e.capacity, e.problem))
+    return out
 
 
 # ------------------------------------------------------------------ solving
@@ -558,9 +609,12 @@ def _certify(scn, ev, classes, evals, sol, pools, resolve, trace, *, rounds: int
 
     spent = 0
     while True:
-        for pd in pools:
-            if key(pd) not in checked:
-                checked[key(pd)] = check_pool(pool_setting(pd, scn, pools, trace), slo, requests=sim.requests, seed=sim.seed)
+        todo = {key(pd): pool_setting(pd, scn, pools, trace) for pd in pools if key(pd) not in checked}
+        # The simulator's loop releases the GIL: pools replay side by side, one thread each.
+        with ThreadPoolExecutor(max_workers=max(1, min(len(todo), os.cpu_count() or 1))) as workers:
+            done = workers.map(lambda p: check_pool(p, slo, requests=_requests(p, slo, sim), seed=sim.seed),
+                               todo.values())
+            checked.update(zip(todo, done, strict=True))
         missing = [pd for pd in pools if not checked[key(pd)].holds]
         if not missing or spent == rounds:
             break
@@ -573,8 +627,8 @@ def _certify(scn, ev, classes, evals, sol, pools, resolve, trace, *, rounds: int
                 new = pd.planned_rps * pd.replicas / (pd.replicas + 1)
                 why = "the log's own arrivals: " + "; ".join(check.replay.problems)
             else:
-                new = simulated_capacity(pool_setting(pd, scn, pools, None), slo, requests=sim.requests,
-                                         seed=sim.seed).rate_rps
+                setting = pool_setting(pd, scn, pools, None)
+                new = simulated_capacity(setting, slo, requests=_requests(setting, slo, sim), seed=sim.seed).rate_rps
                 why = "; ".join(check.problems)
             ev.record_simulated(next(e for e in evals if e.key == (tc.option, tc.name, config)), new)
             changes.append(f"round {spent}: {tc.label} on {config} missed ({why}); planned at {new:,.3f} instead of "
@@ -586,7 +640,11 @@ def _certify(scn, ev, classes, evals, sol, pools, resolve, trace, *, rounds: int
         pools = _pool_details(ev, evals, sol)
     certified = all(checked[key(pd)].holds for pd in pools)
     pools = [dataclasses.replace(pd, check=checked[key(pd)]) for pd in pools]
-    return evals, sol, pools, Certification(certified, spent, tuple(changes), sim.requests, sim.seed)
+    return evals, sol, pools, Certification(certified, spent, tuple(changes), sim.requests, sim.band_requests, sim.seed)
+
+
+def _requests(p: PoolSetting, slo: SLO, sim) -> int:
+    return requests_for(p.hist, slo, most=sim.requests, per_band=sim.band_requests)
 
 
 def _given_fleet_plan(scn, catalog, model, hist, measured_peak_rps, *, traffic_notes, measured_mean_rps, certify,

@@ -72,8 +72,9 @@ def latency_section(plan: Plan) -> str:
         "## Latency targets, certified by simulation",
         "",
         f"Each pool's replica replayed at its rate at the peak (before headroom) through the paged-cache "
-        f"scheduler simulator (planner/simulate.py; {cert.requests:,} sampled requests per run, seed {cert.seed}, "
-        "the first 10% as warm-up), beside the model's prediction (planner/latency.py) at the same rate. "
+        f"scheduler simulator (planner/simulate.py; enough sampled requests for {cert.band_requests:,} measured in "
+        f"every band, at most {cert.requests:,} a run; seed {cert.seed}; the first 10% as warm-up), beside the "
+        "model's prediction (planner/latency.py) at the same rate. "
         "TPOT is per request, (last token − first token) / (output tokens − 1); ITL is per token.",
     ]
     if cert.rounds:
@@ -83,7 +84,8 @@ def latency_section(plan: Plan) -> str:
     for pd in plan.pools:
         c = pd.check
         verdict = "every target holds" if c.holds else "misses: " + "; ".join(c.problems)
-        lines += ["", f"**{c.label}** — {c.config}, {c.rate_rps:,.3f} requests/s per replica: {verdict}.", ""]
+        lines += ["", f"**{c.label}** — {c.config}, {c.rate_rps:,.3f} requests/s per replica, {c.requests:,} "
+                  f"requests simulated: {verdict}.", ""]
         lines += band_rows(c.bands)
         if c.attainment is not None:
             goal, pred, sim = c.attainment

@@ -375,7 +375,11 @@ class FleetPool(_Strict):
 class Simulation(_Strict):
     """How plans are certified by simulation (planner.certify)."""
 
-    requests: int = Field(20_000, ge=1000, le=2_000_000, description="sampled requests per pool and rate")
+    requests: int = Field(20_000, ge=1000, le=2_000_000, description="most sampled requests per pool and rate")
+    band_requests: int = Field(
+        5_000, ge=500, le=2_000_000,
+        description="measured requests sought in every band of a pool (fewer runs when one band fills the pool)",
+    )
     seed: int = Field(0, ge=0)
     max_rounds: int = Field(4, ge=1, le=20, description="re-plans after pools miss their targets in simulation")
 
@@ -394,6 +398,9 @@ class Scenario(_Strict):
     kv_dtypes: list[str] = Field(default_factory=lambda: ["bf16", "fp8"])
     tp: list[int] = Field(default_factory=lambda: [1, 2, 4, 8])
     engine: str = "vllm"
+    long_prefill_token_threshold: int | None = Field(
+        None, ge=0, description="vLLM's per-request cap on prompt tokens a step (0: off) [default: the engine's]"
+    )
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
     overhead_gib: float = Field(3.0, ge=0)
     split_thresholds: list[int] | None = Field(

@@ -447,7 +447,7 @@ def simulate_replica(
         requests.arrival_s, requests.prompt_tokens, requests.output_tokens, block, total_blocks, watermark_blocks,
         shared, max_seqs, int(engine.max_num_batched_tokens),
         # vLLM's long_prefill_token_threshold: no request takes more prompt tokens than this in a step
-        int(engine.long_prefill_token_threshold) or int(engine.max_num_batched_tokens),
+        int(engine.long_prefill_token_threshold or engine.max_num_batched_tokens),
         costs.fixed_s, costs.bandwidth, costs.flops_s, costs.two_active, costs.attn,
         block_bytes, shared_bytes, costs.comm_per_token_s,
     )

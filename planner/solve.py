@@ -28,6 +28,9 @@ def scenario_catalog(scn: Scenario, path: Path, extra_files: tuple[str, ...] = (
             lookup(name)  # unknown name → InputError naming the closest match
         except InputError as exc:
             raise InputError(f"{field_path}: {exc}", where=str(path)) from None
+    if scn.long_prefill_token_threshold is not None and catalog.engine(scn.engine).long_prefill_token_threshold is None:
+        raise InputError(f"long_prefill_token_threshold: engine '{scn.engine}' has no such setting (vLLM's profiles do)",
+                         where=str(path))
     return catalog
 
 

@@ -1,0 +1,111 @@
+"""The latency model's pieces against closed forms, and its percentiles against the simulator."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from planner.capacity import ReplicaModel, replica_capacity
+from planner.certify import requests_for
+from planner.deployment import make_deployment
+from planner.histogram import Histogram
+from planner.latency import mg1_wait
+from planner.paged import token_profile
+from planner.simulate import Requests, sample_requests, simulate_replica
+from planner.targets import SLO, Band, Target
+
+
+def test_mm1_waiting_time_matches_the_closed_form():
+    """Exponential service (many equal-probability quantiles of it): P(W > x) = ρ·e^{-(μ-λ)x}."""
+    mu, lam = 10.0, 7.0
+    u = (np.arange(20_000) + 0.5) / 20_000
+    service = -np.log1p(-u) / mu
+    wait = mg1_wait(lam, service, np.ones_like(service), horizon_s=5.0)
+    rho = lam / mu
+    for x in (0.0, 0.1, 0.3, 0.6, 1.0):
+        assert float(wait.survival(x)) == pytest.approx(rho * math.exp(-(mu - lam) * x), abs=0.01)
+    assert wait.mean_s == pytest.approx(rho / (mu - lam), rel=1e-3)
+
+
+def test_md1_mean_wait_is_pollaczek_khinchine():
+    """Deterministic service s: E[W] = λs² / 2(1-ρ); the grid's mean agrees."""
+    lam, s = 4.0, 0.2
+    wait = mg1_wait(lam, np.array([s]), np.array([1.0]), horizon_s=5.0)
+    pk = lam * s * s / (2 * (1 - lam * s))
+    grid_mean = float(np.sum(1.0 - wait.cdf) * wait.dt_s)
+    assert wait.mean_s == pytest.approx(pk)
+    assert grid_mean == pytest.approx(pk, rel=0.02)
+    assert mg1_wait(6.0, np.array([s]), np.array([1.0]), horizon_s=5.0) is None  # ρ ≥ 1
+
+
+def test_latencies_grow_with_load_and_start_at_the_empty_replica(catalog):
+    dep = make_deployment(catalog, model="llama-3.1-8b", gpu="h100-sxm", max_model_len=8192)
+    rng = np.random.default_rng(0)
+    hist = Histogram.from_arrays(rng.integers(50, 6000, 3000), rng.integers(10, 800, 3000))
+    rm = ReplicaModel(dep, token_profile(hist), SLO.single(ttft_s=1.0, tpot_ms=40))
+    values = []
+    for n in (1.0, 20.0, 60.0, 120.0):
+        pt = rm.latency_at(n)
+        values.append([pt.value(0, k, s) for k in ("ttft", "tpot") for s in ("p50", "p90", "p99")])
+    assert np.all(np.diff(np.array(values), axis=0) >= -1e-9)
+    empty = rm.latency_at(1e-6)
+    assert empty.value(0, "tpot", "p99") == pytest.approx(rm.decode_s(1e-6), rel=0.05)
+
+
+def test_head_of_line_blocking_shows_in_the_short_band(catalog):
+    """2% of 100k-token prompts in a pool of 1k-token ones: the short band's p99 TTFT is set by
+    waits behind long prefills, in the model and in simulation, and a split removes it."""
+    dep = make_deployment(catalog, model="llama-3.1-8b", gpu="h100-sxm", max_model_len=131072)
+    n = 5000
+    p = np.r_[np.full(n - 100, 1000), np.full(100, 100_000)]
+    o = np.full(n, 200)
+    hist = Histogram.from_arrays(p, o)
+    slo = SLO((Band("short", 0, 8192, Target("p99", 2.0)), Band("long", 8192, None, Target("p99", 30.0))))
+    rm = ReplicaModel(dep, token_profile(hist), slo)
+    rate = 1.0
+    pt = rm.latency_at(rm.resident_for_rate(rate, 1024))
+    model_p99 = pt.value(0, "ttft", "p99")
+    sim = simulate_replica(dep, sample_requests(hist, rate, 20_000, seed=1))
+    sim_p99 = sim.latencies.statistic(slo.bands[0], "ttft", "p99")
+    assert model_p99 > 2.0 and sim_p99 > 2.0  # a 100k-token prefill takes seconds
+    assert model_p99 == pytest.approx(sim_p99, rel=0.35)
+    short_only = ReplicaModel(dep, token_profile(Histogram.constant(1000, 200, 100)), slo)
+    assert short_only.latency_at(short_only.resident_for_rate(rate, 1024)).value(0, "ttft", "p99") < 0.5
+
+
+def test_a_long_prefill_cap_lets_short_prompts_pass_in_the_simulator(catalog):
+    """vLLM's long_prefill_token_threshold: a 64k-token prompt arrives just before a 200-token one.
+    Without the cap the short prompt waits for the whole long prefill; with it, one step."""
+    dep = make_deployment(catalog, model="llama-3.1-8b", gpu="h100-sxm", max_model_len=131072)
+    req = Requests(np.array([0.0, 0.001]), np.array([64_000, 200]), np.array([2, 2]))
+    import dataclasses
+
+    capped = dataclasses.replace(dep, engine=dep.engine.model_copy(update={"long_prefill_token_threshold": 2048}))
+    ttft = {}
+    for name, d in (("fcfs", dep), ("capped", capped)):
+        _, tr = simulate_replica(d, req, warmup_fraction=0.0, trace=True)
+        ttft[name] = tr.first_token_s - req.arrival_s
+    assert ttft["fcfs"][1] > ttft["fcfs"][0] * 0.9  # the short one finishes with the long one
+    assert ttft["capped"][1] < 0.2 * ttft["fcfs"][1]
+    assert ttft["capped"][0] > ttft["fcfs"][0]  # the long one pays with more, shorter chunks
+
+
+def test_a_target_below_the_empty_replicas_prefill_is_a_floor(catalog):
+    dep = make_deployment(catalog, model="llama-3.1-8b", gpu="h100-sxm", max_model_len=131072)
+    hist = Histogram.from_arrays(np.r_[np.full(99, 1000), [80_000]], np.full(100, 100))
+    slo = SLO((Band("chat", 0, 8192, Target("p99", 1.0)), Band("docs", 8192, None, Target("mean", 1.0))))
+    cap = replica_capacity(dep, token_profile(hist), slo)
+    (floor,) = cap.floors
+    assert (floor.band, floor.stat) == ("docs", "mean") and floor.floor_s > 1.0
+    assert cap.max_rps == 0
+
+
+def test_requests_for_samples_enough_of_the_smallest_band():
+    hist = Histogram.from_arrays(np.r_[np.full(980, 1000), np.full(20, 20_000)], np.full(1000, 100))
+    slo = SLO((Band("short", 0, 8192, Target("p99", 1.0)), Band("long", 8192, None, Target("p99", 9.0))))
+    assert requests_for(hist, slo, most=10**9, per_band=5000) == math.ceil(5000 / 0.02 / 0.9)
+    assert requests_for(hist, slo, most=20_000, per_band=5000) == 20_000
+    one = SLO((Band("all", 0, None, Target("p99", 1.0)),))
+    assert requests_for(hist, one, most=20_000, per_band=5000) == math.ceil(5000 / 0.9)
