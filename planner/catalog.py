@@ -53,6 +53,9 @@ class Efficiency(_Frozen):
         1.0, gt=0, le=1, description="achieved / datasheet per-GPU link bandwidth in tensor-parallel all-reduces"
     )
     source: str
+    borrowed_from: str | None = Field(
+        None, description="GPU whose fitted factors these are, when this GPU has no measurements (UNVERIFIED)"
+    )
 
 
 class GPU(_Frozen):
@@ -77,6 +80,11 @@ class GPU(_Frozen):
     spec_source: str
     efficiency: Efficiency
     notes: str = ""
+
+    @property
+    def verified(self) -> bool:
+        """False when the efficiency factors are borrowed from another GPU (no measurements of this one)."""
+        return self.efficiency.borrowed_from is None
 
     def tflops(self, compute_dtype: str) -> float:
         try:
