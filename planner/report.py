@@ -111,7 +111,22 @@ def _decision(plan: Plan) -> str:
         f"Sized for a peak of {plan.peak_rps:,.2f} requests/s × headroom {plan.scenario.traffic.headroom:g} = "
         f"{plan.peak_rps * plan.scenario.traffic.headroom:,.2f} requests/s, context limit {plan.context_limit:,} tokens, "
         f"model `{plan.model.id}`. Solver: {sol.solver}, status {sol.status}.",
+        *_unverified_note(plan),
     ])
+
+
+def _unverified_note(plan: Plan) -> list[str]:
+    """A warning line per chosen GPU whose efficiency factors are borrowed from another GPU."""
+    gpus = {pd.config.gpu.id: pd.config.gpu for pd in plan.pools}
+    return [
+        "",
+        *(
+            f"**UNVERIFIED: {g.id}'s speed is not measured** — its efficiency factors are borrowed from "
+            f"{g.efficiency.borrowed_from} (data/gpus.yaml), so its capacity, and this plan's cost, rest on "
+            f"another GPU's measurements. Benchmark it, or set `verified_only: true` to plan without it."
+            for g in sorted((g for g in gpus.values() if not g.verified), key=lambda g: g.id)
+        ),
+    ] if any(not g.verified for g in gpus.values()) else []
 
 
 def _pools_table(plan: Plan) -> str:

@@ -201,6 +201,9 @@ class Scenario(_Strict):
     slo: SLOSpec = SLOSpec()
     sizing: Sizing = Sizing()
     gpus: list[str | GPUCandidate] = Field(default_factory=lambda: ["h100-sxm", "h200", "a100-80gb", "l40s"])
+    verified_only: bool = Field(
+        False, description="consider only GPUs whose efficiency factors were fitted on their own measurements"
+    )
     weight_dtypes: list[str] = Field(default_factory=lambda: ["bf16", "fp8"])
     kv_dtypes: list[str] = Field(default_factory=lambda: ["bf16", "fp8"])
     tp: list[int] = Field(default_factory=lambda: [1, 2, 4, 8])
