@@ -1,13 +1,16 @@
 """Calibrate the GPU catalog's efficiency factors on published measurements.
 
-    python bench/calibration.py            # fit, cross-validate and print; changes nothing
-    python bench/calibration.py --write    # also rewrite the efficiency blocks of data/gpus.yaml
+    python bench/calibration.py                  # fit, cross-validate and print; changes nothing
+    python bench/calibration.py --write          # also rewrite the efficiency blocks of data/gpus.yaml
+    python bench/calibration.py --compare-forms  # also the held-out error without the per-layer term
 
 Prints every measured row with its in-sample and held-out prediction, the factors per GPU
 with what each was fitted on, the all-reduce latency per interconnect family beside its
 published range, and the held-out error by tensor-parallel degree, by model and for the
-mixture-of-experts rows, against the targets (median <= 10%, worst <= 25%). Held out
-means predicted by a fit that saw no row of that (model, GPU, tp) configuration. The
+mixture-of-experts rows, against the targets (median <= 10%, worst <= 25%), the worst
+held-out rows one by one, and how far the same configuration measured by two TensorRT-LLM
+releases disagrees (a floor no model of the hardware can go below). Held out means
+predicted by a fit that saw no row of that (model, GPU, tp) configuration. The
 method is in planner/calibration.py's docstring; the data and their licences in
 data/measured/README.md. Deterministic: no timings, no randomness.
 """
@@ -24,6 +27,8 @@ import yaml
 
 from planner.calibration import (
     BOUNDS,
+    KFOLD,
+    LAYER_OVERHEAD,
     PUBLISHED_ALLREDUCE_US,
     SPLITWISE_FILE,
     TRTLLM_FILE,
@@ -33,13 +38,17 @@ from planner.calibration import (
     Prediction,
     calibrate,
     catalog_efficiencies,
+    cross_validate,
+    folds_text,
     interconnect_family,
+    load_trtllm_rows,
     measured_dir,
     rewrite_efficiency_blocks,
     summarise,
+    trtllm_cases,
 )
 from planner.catalog import Catalog, load_catalog
-from planner.latency_points import LATENCY_FILE
+from planner.latency_points import LATENCY_FILE, latency_cases
 
 TARGET_MEDIAN_PCT = 10.0
 TARGET_WORST_PCT = 25.0
@@ -75,6 +84,12 @@ def print_rows(cal: Calibration) -> None:
             tail = f"{h.predicted:9.1f} {h.signed_error_pct:+6.1f}%" if h else f"{'-':>9} {'':>7}"
             print(f"{p.line:>4} {p.label:<60} {p.measured:9.1f} {p.predicted:9.1f} {p.signed_error_pct:+6.1f}% {tail}")
         print()
+    if cal.borrowed_check:
+        print(f"== Latency rows of GPUs with no throughput rows ({LATENCY_FILE}), ms: fitted on by nothing,")
+        print("   predicted with the factors the GPU borrows (a check of the borrowing, not of a fit)")
+        for p in cal.borrowed_check:
+            print(f"{p.line:>4} {p.label:<60} {p.measured:9.1f} {p.predicted:9.1f} {p.signed_error_pct:+6.1f}%")
+        print()
 
 
 def print_splitwise(cal: Calibration) -> None:
@@ -91,6 +106,7 @@ def print_factors(cal: Calibration, catalog: Catalog) -> None:
     j = cal.joint
     print("== Fitted efficiency factors per GPU (these go to data/gpus.yaml) and what they were fitted on")
     print("   bounds: " + ", ".join(f"{k} {lo:g}-{hi:g}" for k, (lo, hi) in BOUNDS.items()))
+    print(f"layer_overhead_us {j.layer_overhead_us:.1f} for every GPU, fitted on {j.layer_basis}")
     print(f"{'gpu':<10} {'bandwidth':>9} {'compute':>8} {'interconn':>9} {'overhead_ms':>11} {'allreduce_us':>12}  fitted on")
     for g, e in j.efficiency.items():
         fam = interconnect_family(catalog.gpu(g))
@@ -124,14 +140,9 @@ def print_allreduce(cal: Calibration) -> None:
     print()
 
 
-def print_held_out(cal: Calibration) -> None:
-    h = cal.held_out
-    print(
-        f"== Held-out absolute percentage error (cross-validation by configuration, {cal.folds} folds); "
-        f"targets: median <= {TARGET_MEDIAN_PCT:g}%, worst <= {TARGET_WORST_PCT:g}%"
-    )
+def print_by_tp(held: list[Prediction]) -> None:
     for source, title in (("latency", "latency rows"), ("trtllm", "throughput rows"), (None, "all rows")):
-        mine = [p for p in h if source is None or p.source == source]
+        mine = [p for p in held if source is None or p.source == source]
         print(f"-- {title}")
         for tp in (1, 2, 4, 8):
             rows = [p for p in mine if p.tp == tp]
@@ -144,9 +155,76 @@ def print_held_out(cal: Calibration) -> None:
         for gpu in sorted({p.gpu for p in mine}):
             rows = [p for p in mine if p.gpu == gpu]
             print(f"   {gpu:<15} {fmt_stats(rows)}")
+
+
+def print_held_out(cal: Calibration) -> None:
+    print(
+        f"== Held-out absolute percentage error (cross-validation by configuration, {folds_text(cal.folds)}); "
+        f"targets: median <= {TARGET_MEDIAN_PCT:g}%, worst <= {TARGET_WORST_PCT:g}%"
+    )
+    print_by_tp(cal.held_out)
     print("In-sample (joint fit on every row):")
     print(f"   latency rows    {fmt_stats(cal.latency)}")
     print(f"   throughput rows {fmt_stats(cal.trtllm)}")
+    if cal.held_out_kfold is not cal.held_out:
+        print(f"Harsher check, {folds_text(KFOLD)} at once (a fold can hold every tp-1 configuration of a GPU):")
+        for source in ("latency", "trtllm"):
+            mine = [p for p in cal.held_out_kfold if p.source == source]
+            cells = [f"tp{tp} {fmt_short([p for p in mine if p.tp == tp])}" for tp in (1, 2, 4, 8)]
+            cells.append(f"MoE {fmt_short([p for p in mine if p.moe])}")
+            print(f"   {source:<8} " + " | ".join(cells))
+    print()
+
+
+def fmt_short(preds: list[Prediction]) -> str:
+    n, med, worst = summarise(preds)
+    return "-" if not n else f"{med:.1f}/{worst:.1f}%"
+
+
+def print_worst(cal: Calibration, n: int = 15) -> None:
+    fit = {(p.source, p.line): p for p in cal.trtllm + cal.latency}
+    print(f"== The {n} worst held-out rows ({folds_text(cal.folds)}), signed error, with the in-sample error beside")
+    for p in sorted(cal.held_out, key=lambda p: -p.error_pct)[:n]:
+        f = fit[(p.source, p.line)]
+        print(f"   {p.source:<8} {p.line:>4} {p.label:<60} held {p.signed_error_pct:+6.1f}%  in-sample {f.signed_error_pct:+6.1f}%")
+    print()
+
+
+def print_release_spread(cal: Calibration) -> None:
+    """Rows measured by both TensorRT-LLM releases (v0.17, v1.0) for the same GPU, model, dtype, tp and
+    lengths: their disagreement is engine change, which no model of the hardware can follow."""
+    by_key: dict[tuple, dict[str, float]] = {}
+    for p in cal.trtllm:
+        release, _, rest = p.label.partition(" ")
+        by_key.setdefault(tuple(rest.replace("Llama-3.3-70B", "Llama-3.1-70B").split()), {})[release] = p.measured
+    spread = [(k, v) for k, v in by_key.items() if len(v) == 2]
+    if not spread:
+        return
+    ratios = np.array([max(v.values()) / min(v.values()) - 1 for _, v in spread]) * 100
+    worst = spread[int(np.argmax(ratios))]
+    print(
+        f"== Same configuration, two TensorRT-LLM releases ({len(spread)} pairs): they differ by median "
+        f"{np.median(ratios):.1f}%, at most {ratios.max():.1f}% ({' '.join(worst[0])}: "
+        + ", ".join(f"{r} {v:g}" for r, v in sorted(worst[1].items()))
+        + " tok/s/GPU)"
+    )
+    print()
+
+
+def print_forms(catalog: Catalog) -> None:
+    """Held-out error (leave one configuration out) with and without the per-layer overhead."""
+    thr = trtllm_cases(catalog, load_trtllm_rows())
+    lat = [c for c in latency_cases(catalog) if c.gpu_id in {c.gpu_id for c in thr}]
+    print("== Model form: held-out error (leave one configuration out), median/worst abs %")
+    for layer in (False, True):
+        held = cross_validate(catalog, thr, lat, 0, layer)
+        label = "with per-layer overhead" if layer else "without per-layer overhead"
+        for source in ("latency", "trtllm"):
+            mine = [p for p in held if p.source == source]
+            cells = [f"tp{tp} {fmt_short([p for p in mine if p.tp == tp])}" for tp in (1, 2, 4, 8)]
+            cells.append(f"MoE {fmt_short([p for p in mine if p.moe])}")
+            print(f"   {label:<27} {source:<8} " + " | ".join(cells))
+    print(f"   the catalog takes: {'with' if LAYER_OVERHEAD else 'without'}")
     print()
 
 
@@ -169,7 +247,10 @@ def print_vidur(cal: Calibration, catalog: Catalog) -> None:
 
 def print_committed(cal: Calibration, catalog: Catalog) -> None:
     blocks, _ = catalog_efficiencies(cal, catalog)
-    keys = ("bandwidth", "compute", "step_overhead_ms", "allreduce_latency_us", "interconnect", "borrowed_from")
+    keys = (
+        "bandwidth", "compute", "step_overhead_ms", "allreduce_latency_us", "interconnect", "layer_overhead_us",
+        "borrowed_from",
+    )  # fmt: skip
     stale = [g for g, e in blocks.items() if any(getattr(catalog.gpu(g).efficiency, k) != getattr(e, k) for k in keys)]
     state = "in step with this fit" if not stale else f"NOT in step with this fit ({', '.join(stale)}): run with --write"
     print(f"== Factors committed in data/gpus.yaml: {state}")
@@ -205,6 +286,9 @@ def write_catalog(cal: Calibration, catalog: Catalog) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--write", action="store_true", help="rewrite the efficiency blocks of data/gpus.yaml")
+    parser.add_argument(
+        "--compare-forms", action="store_true", help="also print the held-out error with and without the per-layer term"
+    )
     args = parser.parse_args(argv)
     catalog = load_catalog()
     cal = calibrate(catalog)
@@ -214,6 +298,10 @@ def main(argv: list[str] | None = None) -> int:
     print_allreduce(cal)
     print_vidur(cal, catalog)
     print_held_out(cal)
+    print_worst(cal)
+    print_release_spread(cal)
+    if args.compare_forms:
+        print_forms(catalog)
     print_committed(cal, catalog)
     if args.write:
         write_catalog(cal, catalog)

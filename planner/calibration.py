@@ -1,10 +1,10 @@
 """Calibration of the roofline's efficiency factors against published measurements.
 
 The measurements are copied into `data/measured/` (its README.md gives sources and
-licences). Each row is predicted with the planner's own model, and per GPU the five
-factors of `catalog.Efficiency` (bandwidth, compute, step_overhead_ms,
-allreduce_latency_us, interconnect) are fitted to one source of rows; the rows not
-fitted on are reported separately, as the measurements' README asks.
+licences). Each row is predicted with the planner's own model, and the six factors of
+`catalog.Efficiency` (bandwidth, compute, step_overhead_ms, allreduce_latency_us,
+interconnect, layer_overhead_us) are fitted where each shows; the rows not fitted on are
+reported separately, as the measurements' README asks.
 
 What is predicted, per source
 -----------------------------
@@ -41,15 +41,22 @@ Fit and hold-out
   36-66%.
 - fit_joint: block-coordinate least squares of log(predicted / measured), ROUNDS rounds
   of (1) bandwidth, compute and `interconnect` per GPU on the throughput rows, then (2)
-  step_overhead_ms per GPU and allreduce_latency_us per interconnect FAMILY (one number
-  for every GPU on NVLink4, one for NVLink3, ...) on the latency rows. The physical form
-  is the same for every GPU (roofline.StepModel); nothing is fitted per row. A family
-  without latency rows takes ALLREDUCE_DONOR's value or, failing one, is fitted on the
-  throughput rows (and says so). Every fit starts from NEUTRAL, not from the catalog.
-- Hold-out is by configuration: every (model, GPU, tp) of either source is dealt to one
-  of FOLDS folds (config_folds), and each row is predicted by the fit of the other
-  folds, which never saw its configuration (cross_validate). The catalog takes the fit
-  on every row.
+  step_overhead_ms per GPU, allreduce_latency_us per interconnect FAMILY (one number
+  for every GPU on NVLink4, one for NVLink3, ...) and one layer_overhead_us for every GPU
+  on the latency rows. The physical form is the same for every GPU (roofline.StepModel);
+  nothing is fitted per row. A family without latency rows takes ALLREDUCE_DONOR's value
+  or, failing one, is fitted on the throughput rows (and says so). Every fit starts from
+  NEUTRAL, not from the catalog.
+- Hold-out is by configuration (config_folds, cross_validate): each (model, GPU, tp) of
+  either source is predicted by a fit that never saw it. The headline leaves one
+  configuration out at a time (FOLDS = 0): the catalog is fitted on every configuration and
+  used for ones it has not seen, which is what this measures. A harsher check withholds a
+  quarter of the configurations at once (KFOLD); dealt round-robin over the sorted list, a
+  fold can hold every tp-1 configuration of a GPU, so it also measures extrapolating a GPU
+  from its tensor-parallel rows alone. The catalog takes the fit on every row.
+- Latency rows of a GPU without throughput rows (the MI300X) are fitted on by nothing: one
+  configuration cannot separate bandwidth from fixed costs. They check the factors that GPU
+  borrows (Calibration.borrowed_check), and its catalog source says by how much they miss.
 - Splitwise rows are predicted with the joint factors as a cross-engine check, and fitted
   on their own (every third row held out) only to test the model's form: that research
   stack pays about 25 ms per step at tp 4 and tp 8 alike, far above production engines.
@@ -109,7 +116,7 @@ KV_DTYPE = {"fp8": "fp8", "fp4": "fp8", "fp16": "fp16", "bf16": "bf16"}
 
 SPLITWISE_GPUS = {"a100-80gb": "a100-80gb", "h100-80gb": "h100-sxm"}  # h100-80gb-pcap: power-capped, skipped
 
-FACTORS = ("bandwidth", "compute", "step_overhead_ms", "allreduce_latency_us", "interconnect")
+FACTORS = ("bandwidth", "compute", "step_overhead_ms", "allreduce_latency_us", "interconnect", "layer_overhead_us")
 # Identifiable only from tensor-parallel rows (StepModel.allreduce_s is zero at tp = 1).
 ALLREDUCE_FACTORS = ("allreduce_latency_us", "interconnect")
 BOUNDS = {
@@ -118,8 +125,9 @@ BOUNDS = {
     "step_overhead_ms": (0.0, 10.0),
     "allreduce_latency_us": (0.0, 100.0),
     "interconnect": (0.2, 1.0),
+    "layer_overhead_us": (0.0, 100.0),
 }
-STARTS = ((0.8, 0.6, 2.0, 10.0, 0.9), (0.6, 0.4, 5.0, 50.0, 0.5), (0.9, 0.8, 0.5, 2.0, 0.7))
+STARTS = ((0.8, 0.6, 2.0, 10.0, 0.9, 0.0), (0.6, 0.4, 5.0, 50.0, 0.5, 10.0), (0.9, 0.8, 0.5, 2.0, 0.7, 20.0))
 # Offline max-throughput rows run at large batches, where a fixed per-step cost and a
 # slightly lower bandwidth are interchangeable: their held-out error is flat in
 # step_overhead_ms from 0.5 to 10 ms (bench/calibration.py prints the profile). So
@@ -127,7 +135,7 @@ STARTS = ((0.8, 0.6, 2.0, 10.0, 0.9), (0.6, 0.4, 5.0, 50.0, 0.5), (0.9, 0.8, 0.5
 # residual. At 2 ms the fitted bandwidth of A100 and H100 (0.77, 0.84) is close to what
 # vidur measured for GEMMs alone at one token (0.78, 0.86; data/measured/vidur_linear_subset.csv).
 TRTLLM_PRIORS = {"step_overhead_ms": (2.0, 1.0)}
-SCALES = (0.1, 0.1, 1.0, 10.0, 0.1)  # per factor, in FACTORS order, as STARTS
+SCALES = (0.1, 0.1, 1.0, 10.0, 0.1, 10.0)  # per factor, in FACTORS order, as STARTS
 
 # GPUs without measurements -> (measured GPU, why that one).
 BORROWED = {
@@ -135,7 +143,7 @@ BORROWED = {
     "a100-40gb": ("a100-80gb", "same Ampere A100"),
     "a10g": ("a100-80gb", "same Ampere architecture"),
     "l4": ("l40s", "same Ada architecture"),
-    "mi300x": ("h100-sxm", "no AMD measurements in data/measured; an HBM3 GPU of the same class stands in, UNVERIFIED"),
+    "mi300x": ("h100-sxm", "no AMD throughput measurements in data/measured; an HBM3 GPU of the same class stands in"),
 }
 
 
@@ -472,9 +480,15 @@ PUBLISHED_ALLREDUCE_US: dict[str, tuple[float, float, str] | None] = {
 NEUTRAL = Efficiency(
     bandwidth=0.8, compute=0.6, step_overhead_ms=2.0, allreduce_latency_us=10.0, interconnect=1.0, source="start"
 )
-LATENCY_BOUNDS = {"step_overhead_ms": BOUNDS["step_overhead_ms"], "allreduce_latency_us": BOUNDS["allreduce_latency_us"]}
+LATENCY_FACTORS = ("step_overhead_ms", "allreduce_latency_us", "layer_overhead_us")
 ROUNDS = 4  # block-coordinate rounds: throughput stage, then latency stage
-FOLDS = 4  # cross-validation by configuration
+FOLDS = 0  # cross-validation by configuration: 0 leaves one configuration out at a time
+KFOLD = 4  # a second, harsher check: a quarter of the configurations withheld at once
+
+
+# Fit one per-layer overhead for every GPU on the latency rows (bench/calibration.py --compare-forms
+# prints the held-out error with and without it); False keeps layer_overhead_us at 0.
+LAYER_OVERHEAD = True
 
 
 def interconnect_family(gpu: GPU) -> str:
@@ -495,6 +509,8 @@ class JointFit:
     throughput: dict[str, FitResult]  # gpu -> last throughput-stage fit
     n_throughput: dict[str, int]
     n_latency: dict[str, int]
+    layer_overhead_us: float = 0.0  # one for every GPU; 0 when not fitted
+    layer_basis: str = "not fitted (0)"
 
 
 def _log_measured_ms(cases: Sequence[LatencyCase]) -> np.ndarray:
@@ -502,7 +518,12 @@ def _log_measured_ms(cases: Sequence[LatencyCase]) -> np.ndarray:
 
 
 def fit_joint(
-    catalog: Catalog, thr: Sequence[TrtllmCase], lat: Sequence[LatencyCase], *, rounds: int = ROUNDS
+    catalog: Catalog,
+    thr: Sequence[TrtllmCase],
+    lat: Sequence[LatencyCase],
+    *,
+    rounds: int = ROUNDS,
+    layer_overhead: bool = LAYER_OVERHEAD,
 ) -> JointFit:
     """Bandwidth, compute and interconnect efficiency per GPU on the throughput rows; step
     overhead per GPU and all-reduce latency per interconnect family on the latency rows;
@@ -511,7 +532,9 @@ def fit_joint(
     offline rows cannot tell 2 ms of overhead from 1% of bandwidth), so those two are
     fitted where they show: at low concurrency. A GPU without latency rows keeps the
     TRTLLM_PRIORS prior on its overhead in the throughput stage; a family without latency
-    rows takes ALLREDUCE_DONOR's latency or, failing one, is fitted on the throughput rows."""
+    rows takes ALLREDUCE_DONOR's latency or, failing one, is fitted on the throughput rows.
+    With `layer_overhead`, one per-layer overhead shared by every GPU joins the latency stage
+    (roofline.StepModel.decode_step_s: a deeper model pays more fixed time per pass)."""
     gpus = sorted({c.gpu_id for c in thr} | {c.gpu_id for c in lat})
     family = {g: interconnect_family(catalog.gpu(g)) for g in gpus}
     thr_by = {g: [c for c in thr if c.gpu_id == g] for g in gpus}
@@ -520,22 +543,26 @@ def fit_joint(
     lat_families = sorted({family[c.gpu_id] for c in lat if c.row.tp > 1})
     eff = dict.fromkeys(gpus, NEUTRAL)
     ar = dict.fromkeys(set(family.values()), NEUTRAL.allreduce_latency_us)
+    layer_us = NEUTRAL.layer_overhead_us
     thr_fits: dict[str, FitResult] = {}
 
     def donor(f: str) -> str | None:
         d = ALLREDUCE_DONOR.get(f)
         return d if d in lat_families else None
 
-    # The latency stage's unknowns: overhead per GPU with latency rows, latency per family with tp > 1 ones.
+    # The latency stage's unknowns: overhead per GPU with latency rows, latency per family with
+    # tp > 1 ones, and (layer_overhead) one per-layer overhead for all.
     names = [("step_overhead_ms", g) for g in lat_gpus] + [("allreduce_latency_us", f) for f in lat_families]
-    lower = [LATENCY_BOUNDS[n][0] for n, _ in names]
-    upper = [LATENCY_BOUNDS[n][1] for n, _ in names]
+    if layer_overhead and lat:
+        names.append(("layer_overhead_us", "all"))
+    lower = [BOUNDS[n][0] for n, _ in names]
+    upper = [BOUNDS[n][1] for n, _ in names]
     measured = _log_measured_ms(lat)
     for r in range(rounds):
         for g in gpus:
             f = family[g]
             src = donor(f) or f
-            eff[g] = eff[g].model_copy(update={"allreduce_latency_us": ar[src]})
+            eff[g] = eff[g].model_copy(update={"allreduce_latency_us": ar[src], "layer_overhead_us": layer_us})
             if not thr_by[g]:
                 continue
             free = ["bandwidth", "compute"]
@@ -552,16 +579,17 @@ def fit_joint(
                 ar[f] = eff[g].allreduce_latency_us
         if not lat:
             break
-        x0 = [eff[k].step_overhead_ms if n == "step_overhead_ms" else ar[k] for n, k in names]
+        x0 = [getattr(eff[k], n) if n == "step_overhead_ms" else ar[k] if n == "allreduce_latency_us" else layer_us for n, k in names]
 
         def apply(x: Sequence[float]) -> dict[str, Efficiency]:
-            over = {k: v for (n, k), v in zip(names, x, strict=True) if n == "step_overhead_ms"}
-            lat_ar = {k: v for (n, k), v in zip(names, x, strict=True) if n == "allreduce_latency_us"}
+            values = {(n, k): float(v) for (n, k), v in zip(names, x, strict=True)}
             out = {}
             for g in lat_gpus:
-                upd = {"step_overhead_ms": float(over[g])}
-                if family[g] in lat_ar:
-                    upd["allreduce_latency_us"] = float(lat_ar[family[g]])
+                upd = {"step_overhead_ms": values[("step_overhead_ms", g)]}
+                if ("allreduce_latency_us", family[g]) in values:
+                    upd["allreduce_latency_us"] = values[("allreduce_latency_us", family[g])]
+                if ("layer_overhead_us", "all") in values:
+                    upd["layer_overhead_us"] = values[("layer_overhead_us", "all")]
                 out[g] = eff[g].model_copy(update=upd)
             return out
 
@@ -579,8 +607,12 @@ def fit_joint(
         for (n, k), v in zip(names, x, strict=True):
             if n == "allreduce_latency_us":
                 ar[k] = float(v)
+            elif n == "layer_overhead_us":
+                layer_us = float(v)
     for g in gpus:  # the final latency stage moved the shared factors: every GPU takes them
-        eff[g] = eff[g].model_copy(update={"allreduce_latency_us": ar[donor(family[g]) or family[g]]})
+        eff[g] = eff[g].model_copy(
+            update={"allreduce_latency_us": ar[donor(family[g]) or family[g]], "layer_overhead_us": layer_us}
+        )
     basis = {}
     for f in sorted(set(family.values())):
         n = sum(1 for c in lat if family[c.gpu_id] == f and c.row.tp > 1)
@@ -593,7 +625,9 @@ def fit_joint(
         else:
             basis[f] = "no tensor-parallel rows: not fitted"
     over_basis = {
-        g: f"latency rows (n={len(lat_by[g])})" if lat_by[g] else f"throughput rows with prior N{TRTLLM_PRIORS['step_overhead_ms']}"
+        g: f"latency rows (n={len(lat_by[g])}) of data/measured/{LATENCY_FILE}"
+        if lat_by[g]
+        else f"throughput rows with prior N{TRTLLM_PRIORS['step_overhead_ms']}"
         for g in gpus
     }
     return JointFit(
@@ -604,6 +638,10 @@ def fit_joint(
         throughput=thr_fits,
         n_throughput={g: len(thr_by[g]) for g in gpus},
         n_latency={g: len(lat_by[g]) for g in gpus},
+        layer_overhead_us=layer_us,
+        layer_basis=f"latency rows (n={len(lat)}), one value for every GPU"
+        if ("layer_overhead_us", "all") in names
+        else "not fitted (0)",
     )
 
 
@@ -613,8 +651,10 @@ def config_of_trtllm(case: TrtllmCase) -> tuple[str, str, int]:
 
 def config_folds(configs: Iterable[tuple[str, str, int]], folds: int = FOLDS) -> dict[tuple[str, str, int], int]:
     """Fold of each (model, GPU, tp) configuration: sorted, then dealt round-robin, so every
-    configuration is held out exactly once and each fold mixes models, GPUs and tp degrees."""
-    return {cfg: i % folds for i, cfg in enumerate(sorted(set(configs)))}
+    configuration is held out exactly once and each fold mixes models, GPUs and tp degrees.
+    folds=0: one fold per configuration (leave one configuration out)."""
+    ordered = sorted(set(configs))
+    return {cfg: i % (folds or len(ordered)) for i, cfg in enumerate(ordered)}
 
 
 # ------------------------------------------------------------------ the whole calibration
@@ -652,7 +692,9 @@ class Calibration:
     splitwise_fits: dict[str, FitResult]  # splitwise-only fits (diagnostic)
     splitwise_own: list[Prediction]  # with the splitwise-only factors
     skipped: list[tuple[str, str]]  # (row label, reason)
-    folds: int
+    folds: int  # of held_out; 0: leave one configuration out
+    held_out_kfold: list[Prediction]  # the same with KFOLD folds (a quarter of the configurations withheld at once)
+    borrowed_check: list[Prediction]  # latency rows of GPUs without throughput rows, predicted with borrowed factors
 
 
 def summarise(preds: Sequence[Prediction]) -> tuple[int, float, float]:
@@ -678,16 +720,20 @@ def _latency_prediction(c: LatencyCase, eff: Efficiency, held: bool) -> Predicti
 
 
 def cross_validate(
-    catalog: Catalog, thr: Sequence[TrtllmCase], lat: Sequence[LatencyCase], folds: int = FOLDS
+    catalog: Catalog,
+    thr: Sequence[TrtllmCase],
+    lat: Sequence[LatencyCase],
+    folds: int = FOLDS,
+    layer_overhead: bool = LAYER_OVERHEAD,
 ) -> list[Prediction]:
     """Each row predicted by a fit that saw no row of its (model, GPU, tp) configuration, from
     either source. A row whose GPU has no rows left in its fold's fit is not predicted."""
     fold = config_folds([config_of_trtllm(c) for c in thr] + [c.row.config for c in lat], folds)
     out: list[Prediction] = []
-    for k in range(folds):
+    for k in sorted(set(fold.values())):
         thr_fit = [c for c in thr if fold[config_of_trtllm(c)] != k]
         lat_fit = [c for c in lat if fold[c.row.config] != k]
-        fit = fit_joint(catalog, thr_fit, lat_fit)
+        fit = fit_joint(catalog, thr_fit, lat_fit, layer_overhead=layer_overhead)
         for c in thr:
             if fold[config_of_trtllm(c)] == k and c.gpu_id in fit.efficiency and fit.n_throughput[c.gpu_id]:
                 out.append(_trtllm_prediction(c, fit.efficiency[c.gpu_id], True))
@@ -697,17 +743,36 @@ def cross_validate(
     return sorted(out, key=lambda p: (p.source, p.line))
 
 
-def calibrate(catalog: Catalog, trtllm_rows=None, splitwise_rows=None, latency_rows=None, folds: int = FOLDS) -> Calibration:
+def calibrate(
+    catalog: Catalog,
+    trtllm_rows=None,
+    splitwise_rows=None,
+    latency_rows=None,
+    folds: int = FOLDS,
+    layer_overhead: bool = LAYER_OVERHEAD,
+) -> Calibration:
     trtllm_rows = load_trtllm_rows() if trtllm_rows is None else trtllm_rows
     splitwise_rows = load_splitwise_rows() if splitwise_rows is None else splitwise_rows
     skipped = [(r.label, r.skip_reason) for r in trtllm_rows if r.skip_reason]
     skipped += [(r.label, r.skip_reason) for r in splitwise_rows if r.skip_reason]
     thr = trtllm_cases(catalog, trtllm_rows)
-    lat = latency_cases(catalog, latency_rows)
-    joint = fit_joint(catalog, thr, lat)
+    # A GPU with latency rows but no throughput rows has no bandwidth or compute of its own to fit
+    # (one configuration cannot separate them from its overheads): its rows check the factors it
+    # borrows instead, and are fitted on by nothing.
+    measured = {c.gpu_id for c in thr}
+    lat_all = latency_cases(catalog, latency_rows)
+    lat = [c for c in lat_all if c.gpu_id in measured]
+    joint = fit_joint(catalog, thr, lat, layer_overhead=layer_overhead)
     trtllm = [_trtllm_prediction(c, joint.efficiency[c.gpu_id], False) for c in thr]
     latency = [_latency_prediction(c, joint.efficiency[c.gpu_id], False) for c in lat]
-    held = cross_validate(catalog, thr, lat, folds)
+    held = cross_validate(catalog, thr, lat, folds, layer_overhead)
+    kfold = cross_validate(catalog, thr, lat, KFOLD, layer_overhead) if KFOLD and folds != KFOLD else held
+    borrowed_check = []
+    for c in lat_all:
+        if c.gpu_id not in measured:
+            eff, _, _ = borrowed_efficiency(joint, catalog, c.gpu_id)
+            if eff is not None:
+                borrowed_check.append(_latency_prediction(c, eff, True))
 
     sw_rows = [r for r in splitwise_rows if r.skip_reason is None]
     splitwise: list[Prediction] = []
@@ -727,10 +792,16 @@ def calibrate(catalog: Catalog, trtllm_rows=None, splitwise_rows=None, latency_r
                 if r.e2e_consistent:
                     out.append(Prediction("splitwise-prefill", r.label, r.line, gpu_id, is_held, r.prefill_ms, pf, r.tp, r.model))
                 out.append(Prediction("splitwise-decode", r.label, r.line, gpu_id, is_held, r.decode_ms_per_step, dec, r.tp, r.model))
-    return Calibration(joint, trtllm, latency, held, splitwise, splitwise_fits, splitwise_own, skipped, folds)
+    return Calibration(
+        joint, trtllm, latency, held, splitwise, splitwise_fits, splitwise_own, skipped, folds, kfold, borrowed_check
+    )
 
 
 # ------------------------------------------------------------------ catalog efficiency blocks
+
+def folds_text(folds: int) -> str:
+    return "leave one configuration out" if folds == 0 else f"{folds} folds"
+
 
 def held_out_stats(cal: Calibration, gpu: str) -> tuple[int, float, float]:
     return summarise([p for p in cal.held_out if p.gpu == gpu])
@@ -744,10 +815,10 @@ def fitted_source(cal: Calibration, catalog: Catalog, gpu: str) -> str:
     n, med, worst = held_out_stats(cal, gpu)
     return (
         f"joint fit by bench/calibration.py: bandwidth, compute, interconnect on data/measured/{TRTLLM_FILE} "
-        f"(n={j.n_throughput[gpu]}); step_overhead_ms on {j.overhead_basis[gpu]} of data/measured/{LATENCY_FILE}; "
-        f"allreduce_latency_us is the {fam} value, fitted on {j.allreduce_basis[fam]}. Cross-validated by "
-        f"configuration ({cal.folds} folds, no (model, GPU, tp) seen in its own fold's fit): held-out median abs "
-        f"error {med:.1f}% (worst {worst:.1f}%, n={n}){at}"
+        f"(n={j.n_throughput[gpu]}); step_overhead_ms on {j.overhead_basis[gpu]}; "
+        f"allreduce_latency_us is the {fam} value, fitted on {j.allreduce_basis[fam]}; layer_overhead_us on "
+        f"{j.layer_basis}. Cross-validated by configuration ({folds_text(cal.folds)}, "
+        f"no (model, GPU, tp) seen in its own fit): held-out median abs error {med:.1f}% (worst {worst:.1f}%, n={n}){at}"
     )
 
 
@@ -759,42 +830,67 @@ def rounded(eff: Efficiency, source: str, borrowed_from: str | None = None) -> E
             "step_overhead_ms": round(eff.step_overhead_ms, 2),
             "allreduce_latency_us": round(eff.allreduce_latency_us, 1),
             "interconnect": round(eff.interconnect, 3),
+            "layer_overhead_us": round(eff.layer_overhead_us, 1),
             "source": source,
             "borrowed_from": borrowed_from,
         }
     )
 
 
+def borrowed_efficiency(joint: JointFit, catalog: Catalog, gpu_id: str) -> tuple[Efficiency | None, str, str]:
+    """The factors a GPU without throughput rows borrows: BORROWED's donor, or the first measured
+    GPU of its architecture, with its own interconnect family's all-reduce latency where the fit
+    has one. Returns (efficiency, why this donor, where the all-reduce latency comes from) with the
+    source left to the caller; (None, "", "") when there is no donor."""
+    measured = sorted(g for g, n in joint.n_throughput.items() if n)
+    gpu = catalog.gpu(gpu_id)
+    donor, why = BORROWED.get(gpu_id, (None, ""))
+    if donor is None:
+        same_arch = [g for g in measured if catalog.gpu(g).arch == gpu.arch]
+        donor, why = (same_arch[0], f"same {gpu.arch} architecture") if same_arch else (None, "")
+    if donor not in measured:
+        return None, "", ""
+    fam = interconnect_family(gpu)
+    eff = joint.efficiency[donor].model_copy(update={"borrowed_from": donor})
+    if fam in joint.allreduce_us and joint.allreduce_basis[fam] != "no tensor-parallel rows: not fitted":
+        eff = eff.model_copy(update={"allreduce_latency_us": joint.allreduce_us[fam]})
+        ar = f"allreduce_latency_us is the {fam} value ({joint.allreduce_basis[fam]})"
+    else:
+        ar = f"allreduce_latency_us is {donor}'s too: no {fam} measurement"
+    return eff, why, ar
+
+
 def catalog_efficiencies(cal: Calibration, catalog: Catalog) -> tuple[dict[str, Efficiency], list[str]]:
     """Efficiency block per catalog GPU: fitted where measured, borrowed (and marked so) otherwise.
-    A borrowing GPU takes its own interconnect family's all-reduce latency where the fit has one.
+    A borrowing GPU with published latency rows says how far its borrowed factors miss them.
     Returns (blocks, warnings); a GPU with neither keeps its block and gets a warning."""
     j = cal.joint
     measured = {g for g, n in j.n_throughput.items() if n}
     out = {g: rounded(j.efficiency[g], fitted_source(cal, catalog, g)) for g in sorted(measured)}
     warnings = []
-    for gpu_id, gpu in catalog.gpus.items():
+    for gpu_id in catalog.gpus:
         if gpu_id in out:
             continue
-        donor, why = BORROWED.get(gpu_id, (None, ""))
-        if donor is None:
-            same_arch = sorted(g for g in measured if catalog.gpu(g).arch == gpu.arch)
-            donor, why = (same_arch[0], f"same {gpu.arch} architecture") if same_arch else (None, "")
-        if donor not in out:
+        eff, why, ar = borrowed_efficiency(j, catalog, gpu_id)
+        if eff is None:
             warnings.append(f"{gpu_id}: no measurements and no GPU to borrow from; efficiency left as it is")
             continue
-        fam = interconnect_family(gpu)
-        eff = j.efficiency[donor]
-        if fam in j.allreduce_us and j.allreduce_basis[fam] != "no tensor-parallel rows: not fitted":
-            eff = eff.model_copy(update={"allreduce_latency_us": j.allreduce_us[fam]})
-            ar = f"allreduce_latency_us is the {fam} value ({j.allreduce_basis[fam]})"
-        else:
-            ar = f"allreduce_latency_us is {donor}'s too: no {fam} measurement"
+        donor = eff.borrowed_from
         n, med, _ = held_out_stats(cal, donor)
+        checked = [p for p in cal.borrowed_check if p.gpu == gpu_id]
+        check = ""
+        if checked:
+            signed = [p.signed_error_pct for p in checked]
+            check = (
+                f"; CHECKED against {len(checked)} published latency rows of this GPU in data/measured/{LATENCY_FILE} "
+                f"(fitted on by nothing): these factors predict {min(signed):+.0f}% to {max(signed):+.0f}% of the "
+                f"measured time{' (optimistic)' if max(signed) < 0 else ''}"
+            )
         out[gpu_id] = rounded(
             eff,
-            f"UNVERIFIED: borrowed from {donor} ({why}; no measurements of this GPU): factors of the joint fit by "
-            f"bench/calibration.py on {donor}'s rows (held-out median abs error {med:.1f}% on {donor}, n={n}); {ar}",
+            f"UNVERIFIED: borrowed from {donor} ({why}; no throughput measurements of this GPU): factors of the "
+            f"joint fit by bench/calibration.py on {donor}'s rows (held-out median abs error {med:.1f}% on {donor}, "
+            f"n={n}); {ar}{check}",
             borrowed_from=donor,
         )
     return dict(sorted(out.items())), warnings
@@ -807,6 +903,7 @@ def efficiency_lines(eff: Efficiency, indent: str = "    ") -> list[str]:
         f"{indent}step_overhead_ms: {eff.step_overhead_ms:g}\n",
         f"{indent}allreduce_latency_us: {eff.allreduce_latency_us:g}\n",
         f"{indent}interconnect: {eff.interconnect:g}\n",
+        f"{indent}layer_overhead_us: {eff.layer_overhead_us:g}\n",
         f"{indent}source: {json.dumps(eff.source, ensure_ascii=True)}\n",
         *([f"{indent}borrowed_from: {eff.borrowed_from}\n"] if eff.borrowed_from else []),
     ]

@@ -16,8 +16,12 @@ from planner.calibration import (
     interconnect_family,
     load_trtllm_rows,
     trtllm_cases,
+    with_efficiency,
 )
+from planner.catalog import Efficiency
+from planner.deployment import make_deployment
 from planner.latency_points import COLUMNS, LATENCY_FILE, METRICS, latency_cases, load_latency_rows
+from planner.roofline import StepModel
 
 ROOT = Path(__file__).resolve().parent.parent
 LATENCY_CSV = ROOT / "data" / "measured" / LATENCY_FILE
@@ -58,16 +62,21 @@ def test_joint_fit_recovers_known_latency_terms_from_synthetic_points(catalog):
     # its factors are the ones the latency stage holds fixed in the fit below.
     fit0 = fit_joint(catalog, thr, mine, rounds=1)
     truth = {"h100-sxm": (1.3, 9.0), "h200": (0.7, 9.0)}
+    layer_us = 12.0
     synthetic = []
     for c in mine:
         over, ar = truth[c.gpu_id]
-        eff = fit0.throughput[c.gpu_id].efficiency.model_copy(update={"step_overhead_ms": over, "allreduce_latency_us": ar})
+        eff = fit0.throughput[c.gpu_id].efficiency.model_copy(
+            update={"step_overhead_ms": over, "allreduce_latency_us": ar, "layer_overhead_us": layer_us}
+        )
         row = type(c.row)(**{**c.row.__dict__, "measured_ms": c.predict_ms(eff)})
         synthetic.append(type(c)(row, c.dep, c.prof))
     fit = fit_joint(catalog, thr, synthetic, rounds=1)
     assert fit.allreduce_us["NVLink4"] == pytest.approx(9.0, rel=1e-4)
     assert fit.efficiency["h100-sxm"].step_overhead_ms == pytest.approx(1.3, rel=1e-4)
     assert fit.efficiency["h200"].step_overhead_ms == pytest.approx(0.7, rel=1e-4)
+    assert fit.layer_overhead_us == pytest.approx(layer_us, rel=1e-4)
+    assert {e.layer_overhead_us for e in fit.efficiency.values()} == {fit.layer_overhead_us}
     assert "latency rows" in fit.allreduce_basis["NVLink4"]
 
 
@@ -82,6 +91,26 @@ def test_folds_hold_out_whole_configurations(catalog):
     assert ("llama-3.1-70b", "h100-sxm", 2) in both
     sizes = np.bincount(list(fold.values()))
     assert sizes.max() - sizes.min() <= 1
+
+
+def test_leave_one_configuration_out_gives_each_configuration_its_own_fold():
+    configs = [("m", "g", 1), ("m", "g", 2), ("m", "g", 1), ("n", "g", 4)]
+    fold = config_folds(configs, 0)
+    assert sorted(fold.values()) == [0, 1, 2] and len(fold) == 3
+
+
+def test_layer_overhead_adds_layers_times_it_to_every_pass(catalog):
+    """Llama 3.1 70B has 80 layers: 15 us per layer adds 1.2 ms to a decode step at any batch,
+    and nothing to prefill_s (a prompt's chunk rides in a step that pays it)."""
+    dep = make_deployment(catalog, model="llama-3.1-70b", gpu="h100-sxm", tp=4, max_model_len=8192)
+    base = Efficiency(bandwidth=0.8, compute=0.6, step_overhead_ms=1.0, allreduce_latency_us=10.0, source="test")
+    without = StepModel.of(with_efficiency(dep, base))
+    with_layer = StepModel.of(with_efficiency(dep, base.model_copy(update={"layer_overhead_us": 15.0})))
+    batch = np.array([1.0, 64.0])
+    cache = batch * 1000 * 327680.0
+    added = with_layer.decode_step_s(batch, cache, batch * 1000) - without.decode_step_s(batch, cache, batch * 1000)
+    assert added == pytest.approx([80 * 15e-6] * 2, rel=1e-9)
+    assert with_layer.prefill_s(4096) == without.prefill_s(4096)
 
 
 def test_one_allreduce_number_per_interconnect_family(catalog):
