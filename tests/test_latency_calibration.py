@@ -10,6 +10,7 @@ import pytest
 
 from planner.calibration import (
     NEUTRAL,
+    calibrate,
     config_folds,
     config_of_trtllm,
     fit_joint,
@@ -34,7 +35,8 @@ def test_latency_file_schema_and_sources():
         assert tuple(reader.fieldnames) == COLUMNS
         raw = list(reader)
     rows = load_latency_rows()
-    assert len(rows) == len(raw) == 21
+    assert len(rows) == len(raw) == 30
+    assert sum(r.gpu == "mi300x" and r.tp == 8 for r in rows) == 9
     for r in raw:
         assert r["source"].startswith("https://"), r
         assert r["licence"] and r["engine_version"] and r["derivation"], r
@@ -113,6 +115,19 @@ def test_layer_overhead_adds_layers_times_it_to_every_pass(catalog):
     assert with_layer.prefill_s(4096) == without.prefill_s(4096)
 
 
+def test_latency_rows_of_a_gpu_without_throughput_rows_check_its_borrowed_factors(catalog):
+    """MI300X has latency rows but no throughput rows: nothing is fitted on them; they are predicted
+    with the factors the MI300X borrows (h100-sxm's), as a check, never held out of a fit."""
+    thr_rows = [r for r in load_trtllm_rows() if r.gpu == "H100-80GB" and r.model in ("Llama-3.1-8B", "Mistral-7B")]
+    lat_rows = [r for r in load_latency_rows() if r.gpu in ("h100-sxm", "mi300x") and r.tp in (1, 8)]
+    cal = calibrate(catalog, trtllm_rows=thr_rows, splitwise_rows=[], latency_rows=lat_rows)
+    assert {p.gpu for p in cal.latency} == {p.gpu for p in cal.held_out if p.source == "latency"} == {"h100-sxm"}
+    assert len(cal.borrowed_check) == 9 and {p.gpu for p in cal.borrowed_check} == {"mi300x"}
+    borrowed = cal.joint.efficiency["h100-sxm"]
+    for p, c in zip(cal.borrowed_check, [c for c in latency_cases(catalog, lat_rows) if c.gpu_id == "mi300x"], strict=True):
+        assert p.predicted == pytest.approx(c.predict_ms(borrowed), rel=1e-9)
+
+
 def test_one_allreduce_number_per_interconnect_family(catalog):
     assert interconnect_family(catalog.gpu("h100-sxm")) == interconnect_family(catalog.gpu("h200")) == "NVLink4"
     assert interconnect_family(catalog.gpu("l40s")) == "PCIe"
@@ -124,4 +139,5 @@ def test_one_allreduce_number_per_interconnect_family(catalog):
 def test_borrowed_factors_are_marked_unverified(catalog):
     assert not catalog.gpu("mi300x").verified
     assert catalog.gpu("mi300x").efficiency.borrowed_from == "h100-sxm"
+    assert "CHECKED against 9 published latency rows" in catalog.gpu("mi300x").efficiency.source
     assert catalog.gpu("h100-sxm").verified and catalog.gpu("h200").verified
