@@ -143,7 +143,7 @@ BORROWED = {
     "a100-40gb": ("a100-80gb", "same Ampere A100"),
     "a10g": ("a100-80gb", "same Ampere architecture"),
     "l4": ("l40s", "same Ada architecture"),
-    "mi300x": ("h100-sxm", "no AMD throughput measurements in data/measured; an HBM3 GPU of the same class stands in"),
+    "mi300x": ("h100-sxm", "an HBM3 GPU of the same class stands in"),
 }
 
 
