@@ -1,20 +1,24 @@
 """Calibrate the GPU catalog's efficiency factors on published measurements.
 
-    python bench/calibration.py            # fit and print; changes nothing
-    python bench/calibration.py --write    # also rewrite the efficiency blocks of data/gpus.yaml
+    python bench/calibration.py                  # fit, cross-validate and print; changes nothing
+    python bench/calibration.py --write          # also rewrite the efficiency blocks of data/gpus.yaml
+    python bench/calibration.py --compare-forms  # also the held-out error without the per-layer term
 
-Prints every measured row with its prediction and absolute percentage error, the
-fitted factors per GPU, and the median and worst error on the rows each fit used and
-on the rows it did not, per source. The method is in planner/calibration.py's
-docstring; the data and their licences in data/measured/README.md. Deterministic:
-no timings, no randomness.
+Prints every measured row with its in-sample and held-out prediction, the factors per GPU
+with what each was fitted on, the all-reduce latency per interconnect family beside its
+published range, and the held-out error by tensor-parallel degree, by model and for the
+mixture-of-experts rows, against the targets (median <= 10%, worst <= 25%), the worst
+held-out rows one by one, and how far the same configuration measured by two TensorRT-LLM
+releases disagrees (a floor no model of the hardware can go below). Held out means
+predicted by a fit that saw no row of that (model, GPU, tp) configuration. The
+method is in planner/calibration.py's docstring; the data and their licences in
+data/measured/README.md. Deterministic: no timings, no randomness.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import math
 import sys
 from pathlib import Path
 
@@ -23,9 +27,10 @@ import yaml
 
 from planner.calibration import (
     BOUNDS,
-    HELD_OUT_TEXT,
+    KFOLD,
+    LAYER_OVERHEAD,
+    PUBLISHED_ALLREDUCE_US,
     SPLITWISE_FILE,
-    TRTLLM_ENGINE,
     TRTLLM_FILE,
     TRTLLM_PRIORS,
     VIDUR_FILE,
@@ -33,17 +38,20 @@ from planner.calibration import (
     Prediction,
     calibrate,
     catalog_efficiencies,
-    fit_efficiency,
+    cross_validate,
+    folds_text,
+    interconnect_family,
     load_trtllm_rows,
     measured_dir,
     rewrite_efficiency_blocks,
     summarise,
     trtllm_cases,
-    trtllm_log_errors,
 )
 from planner.catalog import Catalog, load_catalog
+from planner.latency_points import LATENCY_FILE, latency_cases
 
-TARGET_PCT = 15.0
+TARGET_MEDIAN_PCT = 10.0
+TARGET_WORST_PCT = 25.0
 GPUS_YAML = Path(__file__).resolve().parent.parent / "data" / "gpus.yaml"
 
 
@@ -54,107 +62,169 @@ def fmt_stats(preds: list[Prediction]) -> str:
     return f"n={n:3d}  median {med:5.1f}%  worst {worst:5.1f}%"
 
 
-def print_trtllm_rows(cal: Calibration) -> None:
-    print(f"== TensorRT-LLM offline max throughput ({TRTLLM_FILE}), output tokens/s per GPU")
-    print(f"   engine profile {TRTLLM_ENGINE}, worst_case sizing at max_model_len = ISL+OSL, no SLO;")
-    print(f"   held out: whole ISL/OSL scenarios {HELD_OUT_TEXT}")
-    print(f"{'row':>4} {'set':<5} {'configuration':<52} {'measured':>9} {'predicted':>9} {'err':>7}")
-    for p in cal.trtllm:
-        print(
-            f"{p.line:>4} {'held' if p.held_out else 'fit':<5} {p.label:<52} "
-            f"{p.measured:9.1f} {p.predicted:9.1f} {p.signed_error_pct:+6.1f}%"
-        )
-    print()
+def verdict(preds: list[Prediction]) -> str:
+    n, med, worst = summarise(preds)
+    if not n:
+        return "no data"
+    ok = med <= TARGET_MEDIAN_PCT and worst <= TARGET_WORST_PCT
+    return "meets" if ok else "MISSES"
 
 
-def print_splitwise_rows(cal: Calibration) -> None:
-    print(f"== Splitwise-sim perf model ({SPLITWISE_FILE}), milliseconds")
-    print("   'catalog': predicted with the TensorRT-LLM-fitted factors (cross-engine, no splitwise row fitted);")
-    print("   'own': predicted with factors fitted to the splitwise rows themselves (every third row held out)")
-    own = {(p.source, p.line): p for p in cal.splitwise_own}
-    print(f"{'row':>4} {'what':<8} {'own set':<7} {'configuration':<46} {'measured':>9} {'catalog':>9} {'err':>7} {'own':>9} {'err':>7}")
-    for p in sorted(cal.splitwise, key=lambda p: (p.line, not p.source.endswith("prefill"))):
-        o = own[(p.source, p.line)]
-        what = "prefill" if p.source.endswith("prefill") else "decode"
-        print(
-            f"{p.line:>4} {what:<8} {'held' if o.held_out else 'fit':<7} {p.label:<46} {p.measured:9.1f} "
-            f"{p.predicted:9.1f} {p.signed_error_pct:+6.1f}% {o.predicted:9.1f} {o.signed_error_pct:+6.1f}%"
-        )
-    print()
+def print_rows(cal: Calibration) -> None:
+    held = {(p.source, p.line): p for p in cal.held_out}
+    for source, title, unit, rows in (
+        ("latency", f"Published latency at low/mid concurrency ({LATENCY_FILE})", "ms", cal.latency),
+        ("trtllm", f"TensorRT-LLM offline max throughput ({TRTLLM_FILE})", "output tok/s per GPU", cal.trtllm),
+    ):
+        print(f"== {title}, {unit}")
+        print("   'fit': joint fit on every row; 'held': the fold that never saw this (model, GPU, tp)")
+        print(f"{'row':>4} {'configuration':<60} {'measured':>9} {'fit':>9} {'err':>7} {'held':>9} {'err':>7}")
+        for p in rows:
+            h = held.get((source, p.line))
+            tail = f"{h.predicted:9.1f} {h.signed_error_pct:+6.1f}%" if h else f"{'-':>9} {'':>7}"
+            print(f"{p.line:>4} {p.label:<60} {p.measured:9.1f} {p.predicted:9.1f} {p.signed_error_pct:+6.1f}% {tail}")
+        print()
+    if cal.borrowed_check:
+        print(f"== Latency rows of GPUs with no throughput rows ({LATENCY_FILE}), ms: fitted on by nothing,")
+        print("   predicted with the factors the GPU borrows (a check of the borrowing, not of a fit)")
+        for p in cal.borrowed_check:
+            print(f"{p.line:>4} {p.label:<60} {p.measured:9.1f} {p.predicted:9.1f} {p.signed_error_pct:+6.1f}%")
+        print()
 
 
-def print_factors(cal: Calibration) -> None:
-    print("== Fitted efficiency factors (TensorRT-LLM rows; these go to data/gpus.yaml)")
-    print("   bounds: " + ", ".join(f"{k} {lo:g}-{hi:g}" for k, (lo, hi) in BOUNDS.items()))
-    print("   prior: " + ", ".join(f"{k} ~ N({m:g}, {sd:g})" for k, (m, sd) in TRTLLM_PRIORS.items()))
-    print(
-        f"{'gpu':<10} {'rows':<16} {'dtype':<5} {'bandwidth':>9} {'compute':>8} {'overhead_ms':>11} {'allreduce_us':>12} "
-        f"{'interconnect':>12}  n fit/held  ended on a bound"
-    )
-    for g, f in cal.fits.items():
-        e = f.fit.efficiency
-        print(
-            f"{g:<10} {'/'.join(f.labels):<16} {'/'.join(f.dtypes):<5} {e.bandwidth:9.3f} {e.compute:8.3f} "
-            f"{e.step_overhead_ms:11.2f} {e.allreduce_latency_us:12.1f} {e.interconnect:12.3f}  {f.n_fit:4d}/{f.n_held:<4d}  "
-            f"{', '.join(f.fit.at_bounds) or '-'}"
-        )
-    print("   splitwise-only fits (diagnostic, not written):")
-    for g, f in cal.splitwise_fits.items():
-        e = f.efficiency
-        print(
-            f"{g:<10} {'splitwise':<16} {'fp16':<5} {e.bandwidth:9.3f} {e.compute:8.3f} "
-            f"{e.step_overhead_ms:11.2f} {e.allreduce_latency_us:12.1f} {e.interconnect:12.3f}  {'':9}  "
-            f"{', '.join(f.at_bounds) or '-'}"
-        )
-    print()
-
-
-def print_summary(cal: Calibration) -> None:
-    print("== Absolute percentage error, fit rows and held-out rows")
-    t = cal.trtllm
-    print("TensorRT-LLM decode throughput (catalog factors):")
-    print(f"  fit rows       {fmt_stats([p for p in t if not p.held_out])}")
-    print(f"  held-out rows  {fmt_stats([p for p in t if p.held_out])}")
-    print(f"  all rows       {fmt_stats(t)}")
-    for g in cal.fits:
-        mine = [p for p in t if p.gpu == g]
-        print(
-            f"    {g:<10} fit {fmt_stats([p for p in mine if not p.held_out])} | "
-            f"held-out {fmt_stats([p for p in mine if p.held_out])}"
-        )
+def print_splitwise(cal: Calibration) -> None:
+    print(f"== Splitwise-sim perf model ({SPLITWISE_FILE}), ms: a research stack, cross-check only")
     for source, what in (("splitwise-prefill", "prefill_ms"), ("splitwise-decode", "decode_ms_per_step")):
         cat_rows = [p for p in cal.splitwise if p.source == source]
         own_rows = [p for p in cal.splitwise_own if p.source == source]
-        print(f"Splitwise {what}:")
-        print(f"  catalog factors (no splitwise row fitted)  {fmt_stats(cat_rows)}")
-        print(f"  splitwise-only fit, fit rows               {fmt_stats([p for p in own_rows if not p.held_out])}")
-        print(f"  splitwise-only fit, held-out rows          {fmt_stats([p for p in own_rows if p.held_out])}")
-    _, held_med, _ = summarise([p for p in t if p.held_out])
-    _, all_med, _ = summarise(t)
-    ok = "meets" if max(held_med, all_med) <= TARGET_PCT else "MISSES"
+        print(f"  {what:<20} joint factors (nothing fitted)   {fmt_stats(cat_rows)}")
+        print(f"  {'':<20} splitwise-only fit, held-out rows {fmt_stats([p for p in own_rows if p.held_out])}")
+    print()
+
+
+def print_factors(cal: Calibration, catalog: Catalog) -> None:
+    j = cal.joint
+    print("== Fitted efficiency factors per GPU (these go to data/gpus.yaml) and what they were fitted on")
+    print("   bounds: " + ", ".join(f"{k} {lo:g}-{hi:g}" for k, (lo, hi) in BOUNDS.items()))
+    print(f"layer_overhead_us {j.layer_overhead_us:.1f} for every GPU, fitted on {j.layer_basis}")
+    print(f"{'gpu':<10} {'bandwidth':>9} {'compute':>8} {'interconn':>9} {'overhead_ms':>11} {'allreduce_us':>12}  fitted on")
+    for g, e in j.efficiency.items():
+        fam = interconnect_family(catalog.gpu(g))
+        bound = j.throughput[g].at_bounds if g in j.throughput else ()
+        print(
+            f"{g:<10} {e.bandwidth:9.3f} {e.compute:8.3f} {e.interconnect:9.3f} {e.step_overhead_ms:11.2f} "
+            f"{e.allreduce_latency_us:12.1f}  throughput rows n={j.n_throughput[g]} (bandwidth, compute, interconnect"
+            f"{'; ended on a bound: ' + ', '.join(bound) if bound else ''}); overhead: {j.overhead_basis[g]}; "
+            f"all-reduce: {fam}"
+        )
+    print(f"   prior on step_overhead_ms where no latency rows: N{TRTLLM_PRIORS['step_overhead_ms']}")
+    blocks, _ = catalog_efficiencies(cal, catalog)
+    for g, e in blocks.items():
+        if e.borrowed_from:
+            print(f"{g:<10} UNVERIFIED: borrows {e.borrowed_from}'s factors; all-reduce {e.allreduce_latency_us:g} us")
+    print()
+
+
+def print_allreduce(cal: Calibration) -> None:
+    print("== All-reduce latency per call, per interconnect family, against published small-message figures")
+    for fam, us in cal.joint.allreduce_us.items():
+        pub = PUBLISHED_ALLREDUCE_US.get(fam)
+        basis = cal.joint.allreduce_basis[fam]
+        if pub is None:
+            print(f"{fam:<15} {us:6.1f} us  [{basis}]  published range: none found")
+            continue
+        lo, hi, cite = pub
+        state = "within" if lo <= us <= hi else "OUTSIDE"
+        print(f"{fam:<15} {us:6.1f} us  [{basis}]  published {lo:g}-{hi:g} us: {state}")
+        print(f"{'':<15} source: {cite}")
+    print()
+
+
+def print_by_tp(held: list[Prediction]) -> None:
+    for source, title in (("latency", "latency rows"), ("trtllm", "throughput rows"), (None, "all rows")):
+        mine = [p for p in held if source is None or p.source == source]
+        print(f"-- {title}")
+        for tp in (1, 2, 4, 8):
+            rows = [p for p in mine if p.tp == tp]
+            print(f"   tp {tp}            {fmt_stats(rows)}  {verdict(rows)}")
+        moe = [p for p in mine if p.moe]
+        print(f"   MoE rows        {fmt_stats(moe)}  {verdict(moe)}")
+        for model in sorted({p.model for p in mine}):
+            rows = [p for p in mine if p.model == model]
+            print(f"   {model:<15} {fmt_stats(rows)}")
+        for gpu in sorted({p.gpu for p in mine}):
+            rows = [p for p in mine if p.gpu == gpu]
+            print(f"   {gpu:<15} {fmt_stats(rows)}")
+
+
+def print_held_out(cal: Calibration) -> None:
     print(
-        f"Target: median abs error <= {TARGET_PCT:g}% on decode throughput: held-out {held_med:.1f}%, "
-        f"all rows {all_med:.1f}% -> {ok} the target"
+        f"== Held-out absolute percentage error (cross-validation by configuration, {folds_text(cal.folds)}); "
+        f"targets: median <= {TARGET_MEDIAN_PCT:g}%, worst <= {TARGET_WORST_PCT:g}%"
+    )
+    print_by_tp(cal.held_out)
+    print("In-sample (joint fit on every row):")
+    print(f"   latency rows    {fmt_stats(cal.latency)}")
+    print(f"   throughput rows {fmt_stats(cal.trtllm)}")
+    if cal.held_out_kfold is not cal.held_out:
+        print(f"Harsher check, {folds_text(KFOLD)} at once (a fold can hold every tp-1 configuration of a GPU):")
+        for source in ("latency", "trtllm"):
+            mine = [p for p in cal.held_out_kfold if p.source == source]
+            cells = [f"tp{tp} {fmt_short([p for p in mine if p.tp == tp])}" for tp in (1, 2, 4, 8)]
+            cells.append(f"MoE {fmt_short([p for p in mine if p.moe])}")
+            print(f"   {source:<8} " + " | ".join(cells))
+    print()
+
+
+def fmt_short(preds: list[Prediction]) -> str:
+    n, med, worst = summarise(preds)
+    return "-" if not n else f"{med:.1f}/{worst:.1f}%"
+
+
+def print_worst(cal: Calibration, n: int = 15) -> None:
+    fit = {(p.source, p.line): p for p in cal.trtllm + cal.latency}
+    print(f"== The {n} worst held-out rows ({folds_text(cal.folds)}), signed error, with the in-sample error beside")
+    for p in sorted(cal.held_out, key=lambda p: -p.error_pct)[:n]:
+        f = fit[(p.source, p.line)]
+        print(f"   {p.source:<8} {p.line:>4} {p.label:<60} held {p.signed_error_pct:+6.1f}%  in-sample {f.signed_error_pct:+6.1f}%")
+    print()
+
+
+def print_release_spread(cal: Calibration) -> None:
+    """Rows measured by both TensorRT-LLM releases (v0.17, v1.0) for the same GPU, model, dtype, tp and
+    lengths: their disagreement is engine change, which no model of the hardware can follow."""
+    by_key: dict[tuple, dict[str, float]] = {}
+    for p in cal.trtllm:
+        release, _, rest = p.label.partition(" ")
+        by_key.setdefault(tuple(rest.replace("Llama-3.3-70B", "Llama-3.1-70B").split()), {})[release] = p.measured
+    spread = [(k, v) for k, v in by_key.items() if len(v) == 2]
+    if not spread:
+        return
+    ratios = np.array([max(v.values()) / min(v.values()) - 1 for _, v in spread]) * 100
+    worst = spread[int(np.argmax(ratios))]
+    print(
+        f"== Same configuration, two TensorRT-LLM releases ({len(spread)} pairs): they differ by median "
+        f"{np.median(ratios):.1f}%, at most {ratios.max():.1f}% ({' '.join(worst[0])}: "
+        + ", ".join(f"{r} {v:g}" for r, v in sorted(worst[1].items()))
+        + " tok/s/GPU)"
     )
     print()
 
 
-def print_overhead_profile(catalog: Catalog) -> None:
-    """Held-out median error with step_overhead_ms pinned: why the fit carries a prior."""
-    print("== Held-out median error with step_overhead_ms pinned (other factors refitted)")
-    cases = trtllm_cases(catalog, load_trtllm_rows())
-    pins = (0.5, 2.0, 5.0, 10.0)
-    print(f"{'gpu':<10} " + " ".join(f"{f'{v:g} ms':>9}" for v in pins))
-    for g in sorted({c.gpu_id for c in cases}):
-        mine = [c for c in cases if c.gpu_id == g]
-        fit = [c for c in mine if not c.row.held_out]
-        held = [c for c in mine if c.row.held_out]
-        cells = []
-        for v in pins:
-            r = fit_efficiency(trtllm_log_errors(fit), catalog.gpu(g).efficiency, priors={"step_overhead_ms": (v, 1e-4)})
-            errs = [100 * abs(c.predict(r.efficiency) / c.row.measured_tok_s_per_gpu - 1) for c in held]
-            cells.append(f"{np.median(errs):8.1f}%")
-        print(f"{g:<10} " + " ".join(cells))
+def print_forms(catalog: Catalog) -> None:
+    """Held-out error (leave one configuration out) with and without the per-layer overhead."""
+    thr = trtllm_cases(catalog, load_trtllm_rows())
+    lat = [c for c in latency_cases(catalog) if c.gpu_id in {c.gpu_id for c in thr}]
+    print("== Model form: held-out error (leave one configuration out), median/worst abs %")
+    for layer in (False, True):
+        held = cross_validate(catalog, thr, lat, 0, layer)
+        label = "with per-layer overhead" if layer else "without per-layer overhead"
+        for source in ("latency", "trtllm"):
+            mine = [p for p in held if p.source == source]
+            cells = [f"tp{tp} {fmt_short([p for p in mine if p.tp == tp])}" for tp in (1, 2, 4, 8)]
+            cells.append(f"MoE {fmt_short([p for p in mine if p.moe])}")
+            print(f"   {label:<27} {source:<8} " + " | ".join(cells))
+    print(f"   the catalog takes: {'with' if LAYER_OVERHEAD else 'without'}")
     print()
 
 
@@ -165,43 +235,25 @@ def print_vidur(cal: Calibration, catalog: Catalog) -> None:
     print(f"== Cross-check: GEMMs alone, fp16, one layer of a 70B model at tp 1 ({VIDUR_FILE})")
     for label, gpu_id in (("a100", "a100-80gb"), ("h100", "h100-sxm")):
         mine = [r for r in rows if r["gpu"] == label]
-        if not mine:
-            continue
         gpu = catalog.gpu(gpu_id)
         bw = np.mean([float(r["achieved_TBps_weights"]) for r in mine if int(r["num_tokens"]) == 1]) * 1e3
-        big = [float(r["achieved_TFLOPs"]) for r in mine if int(r["num_tokens"]) >= 2048]
-        fit = cal.fits.get(gpu_id)
-        fitted = (
-            f"fitted end to end: bandwidth {fit.fit.efficiency.bandwidth:.2f}, compute {fit.fit.efficiency.compute:.2f} "
-            f"of the {'/'.join(fit.dtypes)} peak"
-            if fit
-            else ""
-        )
+        e = cal.joint.efficiency[gpu_id]
         print(
-            f"{gpu_id:<10} bandwidth at 1 token {bw / gpu.hbm_bandwidth_gb_s:.2f} of {gpu.hbm_bandwidth_gb_s:g} GB/s; "
-            f"compute at >= 2048 tokens {np.median(big) / gpu.tflops('fp16'):.2f} of {gpu.tflops('fp16'):g} fp16 TFLOP/s | {fitted}"
+            f"{gpu_id:<10} vidur bandwidth at 1 token {bw / gpu.hbm_bandwidth_gb_s:.2f} of {gpu.hbm_bandwidth_gb_s:g} GB/s "
+            f"| fitted end to end: bandwidth {e.bandwidth:.2f}, compute {e.compute:.2f}"
         )
     print()
 
 
 def print_committed(cal: Calibration, catalog: Catalog) -> None:
-    cases = trtllm_cases(catalog, load_trtllm_rows())
-    errs = [100 * abs(c.predict() / c.row.measured_tok_s_per_gpu - 1) for c in cases]
-    drift = max(
-        max(
-            abs(catalog.gpu(g).efficiency.bandwidth - f.fit.efficiency.bandwidth),
-            abs(catalog.gpu(g).efficiency.compute - f.fit.efficiency.compute),
-            abs(catalog.gpu(g).efficiency.step_overhead_ms - f.fit.efficiency.step_overhead_ms) / 10,
-            abs(catalog.gpu(g).efficiency.allreduce_latency_us - f.fit.efficiency.allreduce_latency_us) / 100,
-            abs(catalog.gpu(g).efficiency.interconnect - f.fit.efficiency.interconnect),
-        )
-        for g, f in cal.fits.items()
-    )
-    state = "in step with this fit" if drift < 0.01 else "NOT in step with this fit: run with --write"
-    print(
-        f"== Factors committed in data/gpus.yaml: median abs error {np.median(errs):.1f}% (worst {max(errs):.1f}%) "
-        f"on the {len(errs)} TensorRT-LLM rows; {state}"
-    )
+    blocks, _ = catalog_efficiencies(cal, catalog)
+    keys = (
+        "bandwidth", "compute", "step_overhead_ms", "allreduce_latency_us", "interconnect", "layer_overhead_us",
+        "borrowed_from",
+    )  # fmt: skip
+    stale = [g for g, e in blocks.items() if any(getattr(catalog.gpu(g).efficiency, k) != getattr(e, k) for k in keys)]
+    state = "in step with this fit" if not stale else f"NOT in step with this fit ({', '.join(stale)}): run with --write"
+    print(f"== Factors committed in data/gpus.yaml: {state}")
     reasons: dict[str, int] = {}
     for _, why in cal.skipped:
         reasons[why] = reasons.get(why, 0) + 1
@@ -222,7 +274,7 @@ def write_catalog(cal: Calibration, catalog: Catalog) -> None:
         if rest_old != rest_new or (gpu_id not in blocks and old[gpu_id].get("efficiency") != new[gpu_id].get("efficiency")):
             sys.exit(f"refusing to write: {gpu_id} would change outside its efficiency block")
     for gpu_id, eff in blocks.items():
-        if new[gpu_id]["efficiency"] != eff.model_dump():
+        if new[gpu_id]["efficiency"] != eff.model_dump(exclude_none=True):
             sys.exit(f"refusing to write: {gpu_id}'s new efficiency block does not read back")
     if new_text == old_text:
         print(f"--write: {GPUS_YAML.name} already holds these factors")
@@ -234,21 +286,26 @@ def write_catalog(cal: Calibration, catalog: Catalog) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--write", action="store_true", help="rewrite the efficiency blocks of data/gpus.yaml")
+    parser.add_argument(
+        "--compare-forms", action="store_true", help="also print the held-out error with and without the per-layer term"
+    )
     args = parser.parse_args(argv)
-    np.set_printoptions(precision=4)
     catalog = load_catalog()
     cal = calibrate(catalog)
-    print_trtllm_rows(cal)
-    print_splitwise_rows(cal)
-    print_factors(cal)
-    print_overhead_profile(catalog)
+    print_rows(cal)
+    print_splitwise(cal)
+    print_factors(cal, catalog)
+    print_allreduce(cal)
     print_vidur(cal, catalog)
-    print_summary(cal)
+    print_held_out(cal)
+    print_worst(cal)
+    print_release_spread(cal)
+    if args.compare_forms:
+        print_forms(catalog)
     print_committed(cal, catalog)
     if args.write:
         write_catalog(cal, catalog)
-    _, med, _ = summarise(cal.trtllm)
-    return 0 if math.isfinite(med) else 1
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
 """Calibration of the roofline's efficiency factors against published measurements.
 
 The measurements are copied into `data/measured/` (its README.md gives sources and
-licences). Each row is predicted with the planner's own model, and per GPU the five
-factors of `catalog.Efficiency` (bandwidth, compute, step_overhead_ms,
-allreduce_latency_us, interconnect) are fitted to one source of rows; the rows not
-fitted on are reported separately, as the measurements' README asks.
+licences). Each row is predicted with the planner's own model, and the six factors of
+`catalog.Efficiency` (bandwidth, compute, step_overhead_ms, allreduce_latency_us,
+interconnect, layer_overhead_us) are fitted where each shows; the rows not fitted on are
+reported separately, as the measurements' README asks.
 
 What is predicted, per source
 -----------------------------
@@ -33,20 +33,35 @@ What is predicted, per source
 
 Fit and hold-out
 ----------------
-Per GPU, scipy.optimize.least_squares minimises the squared log error
-log(predicted / measured) over the FIT rows, within BOUNDS, from a fixed set of
-starting points (deterministic). TensorRT-LLM rows are held out by whole
-(ISL, OSL) scenario, HELD_OUT_SCENARIOS, so the v0.17 and v1.0 measurements of one
-configuration never sit on both sides. The two all-reduce factors, the latency and
-`interconnect` (achieved / datasheet link bandwidth in the all-reduces), are fitted
-only where the fit rows include tensor parallelism: at tp = 1 there is no all-reduce,
-so single-GPU rows say nothing about either, and a GPU whose fit rows all have tp = 1
-keeps both pinned at the values its catalog block already holds (interconnect
-defaults to 1.0, the datasheet link), as its efficiency source then says. The catalog
-takes the TensorRT-LLM fit (a production engine); splitwise rows are predicted with
-those factors as a cross-engine check, and fitted on their own (every third row held
-out) only to test the model's form. GPUs without measurements borrow a measured GPU's
-factors (BORROWED).
+- Latency points (`latency_published.csv`, predicted by planner.latency_points): per-token
+  latency at low and mid concurrency, where the fixed per-step overhead and the per-call
+  all-reduce latency show; offline maximum-throughput batches hide both (2 ms of
+  overhead and 1% of bandwidth are indistinguishable there), which is how the old
+  throughput-only fit reached 77-100 us per all-reduce and overstated tp > 1 latency by
+  36-66%.
+- fit_joint: block-coordinate least squares of log(predicted / measured), ROUNDS rounds
+  of (1) bandwidth, compute and `interconnect` per GPU on the throughput rows, then (2)
+  step_overhead_ms per GPU, allreduce_latency_us per interconnect FAMILY (one number
+  for every GPU on NVLink4, one for NVLink3, ...) and one layer_overhead_us for every GPU
+  on the latency rows. The physical form is the same for every GPU (roofline.StepModel);
+  nothing is fitted per row. A family without latency rows takes ALLREDUCE_DONOR's value
+  or, failing one, is fitted on the throughput rows (and says so). Every fit starts from
+  NEUTRAL, not from the catalog.
+- Hold-out is by configuration (config_folds, cross_validate): each (model, GPU, tp) of
+  either source is predicted by a fit that never saw it. The headline leaves one
+  configuration out at a time (FOLDS = 0): the catalog is fitted on every configuration and
+  used for ones it has not seen, which is what this measures. A harsher check withholds a
+  quarter of the configurations at once (KFOLD); dealt round-robin over the sorted list, a
+  fold can hold every tp-1 configuration of a GPU, so it also measures extrapolating a GPU
+  from its tensor-parallel rows alone. The catalog takes the fit on every row.
+- Latency rows of a GPU without throughput rows (the MI300X) are fitted on by nothing: one
+  configuration cannot separate bandwidth from fixed costs. They check the factors that GPU
+  borrows (Calibration.borrowed_check), and its catalog source says by how much they miss.
+- Splitwise rows are predicted with the joint factors as a cross-engine check, and fitted
+  on their own (every third row held out) only to test the model's form: that research
+  stack pays about 25 ms per step at tp 4 and tp 8 alike, far above production engines.
+- GPUs without measurements borrow a measured GPU's factors (BORROWED) and are marked
+  `borrowed_from` (GPU.verified is False): plans that use them say so.
 """
 
 from __future__ import annotations
@@ -64,9 +79,10 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from planner.capacity import SLO, ReplicaModel, replica_capacity
-from planner.catalog import Catalog, Efficiency, Model, data_dir
+from planner.catalog import GPU, Catalog, Efficiency, Model, data_dir
 from planner.deployment import Deployment, make_deployment
 from planner.histogram import Histogram
+from planner.latency_points import LATENCY_FILE, LatencyCase, latency_cases
 from planner.memory import BudgetLadder, kv_bytes_per_token
 from planner.paged import TokenProfile, token_profile
 from planner.roofline import StepModel, causal_pairs
@@ -97,12 +113,10 @@ TRTLLM_MODELS = {
 }
 KV_DTYPE = {"fp8": "fp8", "fp4": "fp8", "fp16": "fp16", "bf16": "bf16"}
 
-# The 2nd, 5th and 8th of the ten (ISL, OSL) scenarios in sorted order.
-HELD_OUT_SCENARIOS = frozenset({(128, 2048), (1000, 1000), (2048, 2048)})
 
 SPLITWISE_GPUS = {"a100-80gb": "a100-80gb", "h100-80gb": "h100-sxm"}  # h100-80gb-pcap: power-capped, skipped
 
-FACTORS = ("bandwidth", "compute", "step_overhead_ms", "allreduce_latency_us", "interconnect")
+FACTORS = ("bandwidth", "compute", "step_overhead_ms", "allreduce_latency_us", "interconnect", "layer_overhead_us")
 # Identifiable only from tensor-parallel rows (StepModel.allreduce_s is zero at tp = 1).
 ALLREDUCE_FACTORS = ("allreduce_latency_us", "interconnect")
 BOUNDS = {
@@ -111,8 +125,9 @@ BOUNDS = {
     "step_overhead_ms": (0.0, 10.0),
     "allreduce_latency_us": (0.0, 100.0),
     "interconnect": (0.2, 1.0),
+    "layer_overhead_us": (0.0, 100.0),
 }
-STARTS = ((0.8, 0.6, 2.0, 10.0, 0.9), (0.6, 0.4, 5.0, 50.0, 0.5), (0.9, 0.8, 0.5, 2.0, 0.7))
+STARTS = ((0.8, 0.6, 2.0, 10.0, 0.9, 0.0), (0.6, 0.4, 5.0, 50.0, 0.5, 10.0), (0.9, 0.8, 0.5, 2.0, 0.7, 20.0))
 # Offline max-throughput rows run at large batches, where a fixed per-step cost and a
 # slightly lower bandwidth are interchangeable: their held-out error is flat in
 # step_overhead_ms from 0.5 to 10 ms (bench/calibration.py prints the profile). So
@@ -120,7 +135,7 @@ STARTS = ((0.8, 0.6, 2.0, 10.0, 0.9), (0.6, 0.4, 5.0, 50.0, 0.5), (0.9, 0.8, 0.5
 # residual. At 2 ms the fitted bandwidth of A100 and H100 (0.77, 0.84) is close to what
 # vidur measured for GEMMs alone at one token (0.78, 0.86; data/measured/vidur_linear_subset.csv).
 TRTLLM_PRIORS = {"step_overhead_ms": (2.0, 1.0)}
-SCALES = (0.1, 0.1, 1.0, 10.0, 0.1)  # per factor, in FACTORS order, as STARTS
+SCALES = (0.1, 0.1, 1.0, 10.0, 0.1, 10.0)  # per factor, in FACTORS order, as STARTS
 
 # GPUs without measurements -> (measured GPU, why that one).
 BORROWED = {
@@ -128,7 +143,7 @@ BORROWED = {
     "a100-40gb": ("a100-80gb", "same Ampere A100"),
     "a10g": ("a100-80gb", "same Ampere architecture"),
     "l4": ("l40s", "same Ada architecture"),
-    "mi300x": ("h100-sxm", "no AMD measurements in data/measured; an HBM3 GPU of the same class stands in, UNVERIFIED"),
+    "mi300x": ("h100-sxm", "an HBM3 GPU of the same class stands in"),
 }
 
 
@@ -164,10 +179,6 @@ class TrtllmRow:
     input_len: int
     output_len: int
     measured_tok_s_per_gpu: float
-
-    @property
-    def held_out(self) -> bool:
-        return (self.input_len, self.output_len) in HELD_OUT_SCENARIOS
 
     @property
     def skip_reason(self) -> str | None:
@@ -364,15 +375,16 @@ def fit_efficiency(
     log_errors: Callable[[Efficiency], np.ndarray],
     base: Efficiency,
     *,
-    fit_allreduce: bool = True,
+    free: Sequence[str] = FACTORS,
     priors: Mapping[str, tuple[float, float]] | None = None,
+    starts: Sequence[Sequence[float]] | None = None,
 ) -> FitResult:
-    """Bounded least squares of `log_errors(efficiency)` over the factors in FACTORS (the
-    ALLREDUCE_FACTORS only if `fit_allreduce`; otherwise they keep `base`'s values), plus
-    (value - mean) / sd for each factor with a prior. Every start in STARTS is tried and
-    the lowest cost kept, first on ties: deterministic."""
-    priors = dict(priors or {})
-    free = FACTORS if fit_allreduce else tuple(f for f in FACTORS if f not in ALLREDUCE_FACTORS)
+    """Bounded least squares of `log_errors(efficiency)` over the factors in `free` (the
+    others keep `base`'s values), plus (value - mean) / sd for each factor with a prior.
+    Every start (full FACTORS-ordered tuples; default STARTS) is tried and the lowest cost
+    kept, first on ties: deterministic."""
+    priors = {f: v for f, v in (priors or {}).items() if f in free}
+    free = tuple(f for f in FACTORS if f in free)
     index = [FACTORS.index(f) for f in free]
     lower = [BOUNDS[f][0] for f in free]
     upper = [BOUNDS[f][1] for f in free]
@@ -387,10 +399,10 @@ def fit_efficiency(
         return np.concatenate([log_errors(eff), prior])
 
     best = None
-    for start in STARTS:
+    for start in starts or STARTS:
         res = least_squares(
             residuals,
-            np.asarray([start[i] for i in index], float),
+            np.clip(np.asarray([start[i] for i in index], float), lower, upper),
             bounds=(lower, upper),
             x_scale=np.asarray([SCALES[i] for i in index]),
             xtol=1e-10,
@@ -427,18 +439,239 @@ def splitwise_log_errors(catalog: Catalog, rows: Sequence[SplitwiseRow]) -> Call
     return f
 
 
+# ------------------------------------------------------------------ the joint fit
+
+# Per-interconnect all-reduce latency: one number per link family, shared by every GPU on it
+# (prefix of GPU.interconnect -> family).
+INTERCONNECT_FAMILIES = (("NVLink5", "NVLink5"), ("NVLink4", "NVLink4"), ("NVLink3", "NVLink3"),
+                         ("PCIe", "PCIe"), ("Infinity Fabric", "InfinityFabric"))  # fmt: skip
+# A family without latency rows takes the fitted latency of a family whose all-reduce kernels
+# it shares (the small-message latency is launch- and synchronisation-bound, not link-bound).
+ALLREDUCE_DONOR = {"NVLink5": "NVLink4"}
+# Published small-message (decode-sized, <= 256 KB) all-reduce latency per call, microseconds,
+# (low, high, citation). None where no published figure was found.
+PUBLISHED_ALLREDUCE_US: dict[str, tuple[float, float, str] | None] = {
+    "NVLink4": (
+        3.7,
+        26.0,
+        "H100 SXM, tp 2/4/8, 512 B-256 KB: TensorRT-LLM-style custom all-reduce 3.7-16.7 us, vLLM custom "
+        "all-reduce 8.5-24.1 us (sgl-project/sglang PR #2904, 2025-01); NCCL NVLSTree with CUDA graphs "
+        "about 6 us at 2 GPUs (NVIDIA/nccl issue #1259, NCCL 2.20.5); NCCL's own tuner estimate for 4-8 KB "
+        "on 8x H100: 25.9-26.5 us (NVIDIA/nccl issue #1453)",
+    ),
+    "NVLink3": (
+        3.7,
+        26.0,
+        "A100: nccl-tests all_reduce_perf 32-128 B on 2x A100-SXM4 over NVLink3: 10.1-10.3 us (NVIDIA/nccl "
+        "issue #583, no CUDA graphs); the custom-kernel floor is taken as NVLink4's (same kernels, "
+        "launch-bound) - no A100 custom all-reduce table was found",
+    ),
+    "NVLink5": None,
+    "PCIe": None,
+    "InfinityFabric": (
+        15.0,
+        31.0,
+        "RCCL all_reduce_perf 8 B-1 KB on MI250X before one-shot all-reduce: 24.9-31.3 us (ROCm/rccl PR "
+        "#929); MSCCL++ 1 KB-256 KB all-reduce 15.1-20.1 us (microsoft/mscclpp PR #646); no MI300X "
+        "figure was found",
+    ),
+}
+# Where every fit starts, so that no factor fitted on all rows leaks into a held-out fold.
+NEUTRAL = Efficiency(
+    bandwidth=0.8, compute=0.6, step_overhead_ms=2.0, allreduce_latency_us=10.0, interconnect=1.0, source="start"
+)
+LATENCY_FACTORS = ("step_overhead_ms", "allreduce_latency_us", "layer_overhead_us")
+ROUNDS = 4  # block-coordinate rounds: throughput stage, then latency stage
+FOLDS = 0  # cross-validation by configuration: 0 leaves one configuration out at a time
+KFOLD = 4  # a second, harsher check: a quarter of the configurations withheld at once
+
+
+# Fit one per-layer overhead for every GPU on the latency rows (bench/calibration.py --compare-forms
+# prints the held-out error with and without it); False keeps layer_overhead_us at 0.
+LAYER_OVERHEAD = True
+
+
+def interconnect_family(gpu: GPU) -> str:
+    for prefix, family in INTERCONNECT_FAMILIES:
+        if gpu.interconnect.startswith(prefix):
+            return family
+    raise ValueError(f"GPU '{gpu.id}': interconnect '{gpu.interconnect}' is not in INTERCONNECT_FAMILIES")
+
+
+@dataclass(frozen=True)
+class JointFit:
+    """Efficiency per GPU and all-reduce latency per interconnect family, from one fit."""
+
+    efficiency: dict[str, Efficiency]
+    allreduce_us: dict[str, float]  # family -> fitted latency per call
+    allreduce_basis: dict[str, str]  # family -> what the latency was fitted on
+    overhead_basis: dict[str, str]  # gpu -> what step_overhead_ms was fitted on
+    throughput: dict[str, FitResult]  # gpu -> last throughput-stage fit
+    n_throughput: dict[str, int]
+    n_latency: dict[str, int]
+    layer_overhead_us: float = 0.0  # one for every GPU; 0 when not fitted
+    layer_basis: str = "not fitted (0)"
+
+
+def _log_measured_ms(cases: Sequence[LatencyCase]) -> np.ndarray:
+    return np.log([c.row.measured_ms for c in cases])
+
+
+def fit_joint(
+    catalog: Catalog,
+    thr: Sequence[TrtllmCase],
+    lat: Sequence[LatencyCase],
+    *,
+    rounds: int = ROUNDS,
+    layer_overhead: bool = LAYER_OVERHEAD,
+) -> JointFit:
+    """Bandwidth, compute and interconnect efficiency per GPU on the throughput rows; step
+    overhead per GPU and all-reduce latency per interconnect family on the latency rows;
+    in `rounds` alternating stages (block-coordinate descent), each stage holding the
+    other's factors. Large offline batches hide fixed per-step and per-call costs (the
+    offline rows cannot tell 2 ms of overhead from 1% of bandwidth), so those two are
+    fitted where they show: at low concurrency. A GPU without latency rows keeps the
+    TRTLLM_PRIORS prior on its overhead in the throughput stage; a family without latency
+    rows takes ALLREDUCE_DONOR's latency or, failing one, is fitted on the throughput rows.
+    With `layer_overhead`, one per-layer overhead shared by every GPU joins the latency stage
+    (roofline.StepModel.decode_step_s: a deeper model pays more fixed time per pass)."""
+    gpus = sorted({c.gpu_id for c in thr} | {c.gpu_id for c in lat})
+    family = {g: interconnect_family(catalog.gpu(g)) for g in gpus}
+    thr_by = {g: [c for c in thr if c.gpu_id == g] for g in gpus}
+    lat_by = {g: [c for c in lat if c.gpu_id == g] for g in gpus}
+    lat_gpus = [g for g in gpus if lat_by[g]]
+    lat_families = sorted({family[c.gpu_id] for c in lat if c.row.tp > 1})
+    eff = dict.fromkeys(gpus, NEUTRAL)
+    ar = dict.fromkeys(set(family.values()), NEUTRAL.allreduce_latency_us)
+    layer_us = NEUTRAL.layer_overhead_us
+    thr_fits: dict[str, FitResult] = {}
+
+    def donor(f: str) -> str | None:
+        d = ALLREDUCE_DONOR.get(f)
+        return d if d in lat_families else None
+
+    # The latency stage's unknowns: overhead per GPU with latency rows, latency per family with
+    # tp > 1 ones, and (layer_overhead) one per-layer overhead for all.
+    names = [("step_overhead_ms", g) for g in lat_gpus] + [("allreduce_latency_us", f) for f in lat_families]
+    if layer_overhead and lat:
+        names.append(("layer_overhead_us", "all"))
+    lower = [BOUNDS[n][0] for n, _ in names]
+    upper = [BOUNDS[n][1] for n, _ in names]
+    measured = _log_measured_ms(lat)
+    for r in range(rounds):
+        for g in gpus:
+            f = family[g]
+            src = donor(f) or f
+            eff[g] = eff[g].model_copy(update={"allreduce_latency_us": ar[src], "layer_overhead_us": layer_us})
+            if not thr_by[g]:
+                continue
+            free = ["bandwidth", "compute"]
+            if any(c.row.tp > 1 for c in thr_by[g]):
+                free.append("interconnect")
+                if src not in lat_families:
+                    free.append("allreduce_latency_us")
+            if not lat_by[g]:
+                free.append("step_overhead_ms")
+            starts = STARTS if r == 0 else [tuple(getattr(eff[g], k) for k in FACTORS)]
+            fit = fit_efficiency(trtllm_log_errors(thr_by[g]), eff[g], free=free, priors=TRTLLM_PRIORS, starts=starts)
+            thr_fits[g], eff[g] = fit, fit.efficiency
+            if "allreduce_latency_us" in free:
+                ar[f] = eff[g].allreduce_latency_us
+        if not lat:
+            break
+        x0 = [getattr(eff[k], n) if n == "step_overhead_ms" else ar[k] if n == "allreduce_latency_us" else layer_us for n, k in names]
+
+        def apply(x: Sequence[float]) -> dict[str, Efficiency]:
+            values = {(n, k): float(v) for (n, k), v in zip(names, x, strict=True)}
+            out = {}
+            for g in lat_gpus:
+                upd = {"step_overhead_ms": values[("step_overhead_ms", g)]}
+                if ("allreduce_latency_us", family[g]) in values:
+                    upd["allreduce_latency_us"] = values[("allreduce_latency_us", family[g])]
+                if ("layer_overhead_us", "all") in values:
+                    upd["layer_overhead_us"] = values[("layer_overhead_us", "all")]
+                out[g] = eff[g].model_copy(update=upd)
+            return out
+
+        def residuals(x: np.ndarray) -> np.ndarray:
+            e = apply(x)
+            return np.log([c.predict_ms(e[c.gpu_id]) for c in lat]) - measured
+
+        res = least_squares(
+            residuals, np.clip(x0, lower, upper), bounds=(lower, upper),
+            x_scale=[1.0 if n == "step_overhead_ms" else 10.0 for n, _ in names],
+            xtol=1e-10, ftol=1e-10, gtol=1e-10, max_nfev=2000,
+        )  # fmt: skip
+        x = np.clip(res.x, lower, upper)
+        eff.update(apply(x))
+        for (n, k), v in zip(names, x, strict=True):
+            if n == "allreduce_latency_us":
+                ar[k] = float(v)
+            elif n == "layer_overhead_us":
+                layer_us = float(v)
+    for g in gpus:  # the final latency stage moved the shared factors: every GPU takes them
+        eff[g] = eff[g].model_copy(
+            update={"allreduce_latency_us": ar[donor(family[g]) or family[g]], "layer_overhead_us": layer_us}
+        )
+    basis = {}
+    for f in sorted(set(family.values())):
+        n = sum(1 for c in lat if family[c.gpu_id] == f and c.row.tp > 1)
+        if f in lat_families:
+            basis[f] = f"latency rows (n={n} with tp > 1)"
+        elif donor(f):
+            basis[f] = f"no latency rows: takes {donor(f)}'s fitted value"
+        elif any(c.row.tp > 1 for c in thr if family[c.gpu_id] == f):
+            basis[f] = "no latency rows: fitted on offline-throughput rows only (large batches hide it)"
+        else:
+            basis[f] = "no tensor-parallel rows: not fitted"
+    over_basis = {
+        g: f"latency rows (n={len(lat_by[g])}) of data/measured/{LATENCY_FILE}"
+        if lat_by[g]
+        else f"throughput rows with prior N{TRTLLM_PRIORS['step_overhead_ms']}"
+        for g in gpus
+    }
+    return JointFit(
+        efficiency=eff,
+        allreduce_us={f: ar[donor(f) or f] for f in sorted(set(family.values()))},
+        allreduce_basis=basis,
+        overhead_basis=over_basis,
+        throughput=thr_fits,
+        n_throughput={g: len(thr_by[g]) for g in gpus},
+        n_latency={g: len(lat_by[g]) for g in gpus},
+        layer_overhead_us=layer_us,
+        layer_basis=f"latency rows (n={len(lat)}), one value for every GPU"
+        if ("layer_overhead_us", "all") in names
+        else "not fitted (0)",
+    )
+
+
+def config_of_trtllm(case: TrtllmCase) -> tuple[str, str, int]:
+    return (case.dep.model.id, case.gpu_id, case.row.tp)
+
+
+def config_folds(configs: Iterable[tuple[str, str, int]], folds: int = FOLDS) -> dict[tuple[str, str, int], int]:
+    """Fold of each (model, GPU, tp) configuration: sorted, then dealt round-robin, so every
+    configuration is held out exactly once and each fold mixes models, GPUs and tp degrees.
+    folds=0: one fold per configuration (leave one configuration out)."""
+    ordered = sorted(set(configs))
+    return {cfg: i % (folds or len(ordered)) for i, cfg in enumerate(ordered)}
+
+
 # ------------------------------------------------------------------ the whole calibration
 
 
 @dataclass(frozen=True)
 class Prediction:
-    source: str  # "trtllm" | "splitwise-prefill" | "splitwise-decode"
+    source: str  # "trtllm" | "latency" | "splitwise-prefill" | "splitwise-decode"
     label: str
     line: int
     gpu: str  # catalog id
     held_out: bool
     measured: float
     predicted: float
+    tp: int = 1
+    model: str = ""
+    moe: bool = False
 
     @property
     def error_pct(self) -> float:
@@ -450,26 +683,18 @@ class Prediction:
 
 
 @dataclass(frozen=True)
-class GpuFit:
-    gpu: str
-    labels: tuple[str, ...]  # measured GPU labels
-    dtypes: tuple[str, ...]
-    fit: FitResult
-    n_fit: int
-    n_held: int
-    fit_median_pct: float
-    held_median_pct: float
-    held_worst_pct: float
-
-
-@dataclass(frozen=True)
 class Calibration:
-    fits: dict[str, GpuFit]  # TensorRT-LLM fit per catalog GPU (what the catalog takes)
-    trtllm: list[Prediction]  # with the fitted factors
-    splitwise: list[Prediction]  # with the TensorRT-LLM factors: cross-engine check, nothing fitted
+    joint: JointFit  # fitted on every row: what the catalog takes
+    trtllm: list[Prediction]  # with the joint fit (in-sample)
+    latency: list[Prediction]  # with the joint fit (in-sample)
+    held_out: list[Prediction]  # every row predicted by the fold that did not see its configuration
+    splitwise: list[Prediction]  # with the joint fit: cross-engine check, nothing fitted
     splitwise_fits: dict[str, FitResult]  # splitwise-only fits (diagnostic)
     splitwise_own: list[Prediction]  # with the splitwise-only factors
     skipped: list[tuple[str, str]]  # (row label, reason)
+    folds: int  # of held_out; 0: leave one configuration out
+    held_out_kfold: list[Prediction]  # the same with KFOLD folds (a quarter of the configurations withheld at once)
+    borrowed_check: list[Prediction]  # latency rows of GPUs without throughput rows, predicted with borrowed factors
 
 
 def summarise(preds: Sequence[Prediction]) -> tuple[int, float, float]:
@@ -480,44 +705,74 @@ def summarise(preds: Sequence[Prediction]) -> tuple[int, float, float]:
     return len(e), float(np.median(e)), float(e.max())
 
 
-def calibrate(catalog: Catalog, trtllm_rows=None, splitwise_rows=None) -> Calibration:
+def _trtllm_prediction(c: TrtllmCase, eff: Efficiency, held: bool) -> Prediction:
+    return Prediction(
+        "trtllm", c.row.label, c.row.line, c.gpu_id, held, c.row.measured_tok_s_per_gpu, c.predict(eff),
+        c.row.tp, c.dep.model.id, bool(c.dep.model.num_experts),
+    )  # fmt: skip
+
+
+def _latency_prediction(c: LatencyCase, eff: Efficiency, held: bool) -> Prediction:
+    return Prediction(
+        "latency", c.row.label, c.row.line, c.gpu_id, held, c.row.measured_ms, c.predict_ms(eff),
+        c.row.tp, c.row.model, c.is_moe,
+    )  # fmt: skip
+
+
+def cross_validate(
+    catalog: Catalog,
+    thr: Sequence[TrtllmCase],
+    lat: Sequence[LatencyCase],
+    folds: int = FOLDS,
+    layer_overhead: bool = LAYER_OVERHEAD,
+) -> list[Prediction]:
+    """Each row predicted by a fit that saw no row of its (model, GPU, tp) configuration, from
+    either source. A row whose GPU has no rows left in its fold's fit is not predicted."""
+    fold = config_folds([config_of_trtllm(c) for c in thr] + [c.row.config for c in lat], folds)
+    out: list[Prediction] = []
+    for k in sorted(set(fold.values())):
+        thr_fit = [c for c in thr if fold[config_of_trtllm(c)] != k]
+        lat_fit = [c for c in lat if fold[c.row.config] != k]
+        fit = fit_joint(catalog, thr_fit, lat_fit, layer_overhead=layer_overhead)
+        for c in thr:
+            if fold[config_of_trtllm(c)] == k and c.gpu_id in fit.efficiency and fit.n_throughput[c.gpu_id]:
+                out.append(_trtllm_prediction(c, fit.efficiency[c.gpu_id], True))
+        for c in lat:
+            if fold[c.row.config] == k and c.gpu_id in fit.efficiency and fit.n_throughput[c.gpu_id]:
+                out.append(_latency_prediction(c, fit.efficiency[c.gpu_id], True))
+    return sorted(out, key=lambda p: (p.source, p.line))
+
+
+def calibrate(
+    catalog: Catalog,
+    trtllm_rows=None,
+    splitwise_rows=None,
+    latency_rows=None,
+    folds: int = FOLDS,
+    layer_overhead: bool = LAYER_OVERHEAD,
+) -> Calibration:
     trtllm_rows = load_trtllm_rows() if trtllm_rows is None else trtllm_rows
     splitwise_rows = load_splitwise_rows() if splitwise_rows is None else splitwise_rows
     skipped = [(r.label, r.skip_reason) for r in trtllm_rows if r.skip_reason]
     skipped += [(r.label, r.skip_reason) for r in splitwise_rows if r.skip_reason]
-    cases = trtllm_cases(catalog, trtllm_rows)
-
-    fits: dict[str, GpuFit] = {}
-    trtllm: list[Prediction] = []
-    for gpu_id in sorted({c.gpu_id for c in cases}):
-        mine = [c for c in cases if c.gpu_id == gpu_id]
-        fit_cases = [c for c in mine if not c.row.held_out]
-        base = catalog.gpu(gpu_id).efficiency
-        result = fit_efficiency(
-            trtllm_log_errors(fit_cases),
-            base,
-            fit_allreduce=any(c.row.tp > 1 for c in fit_cases),
-            priors=TRTLLM_PRIORS,
-        )
-        preds = [
-            Prediction("trtllm", c.row.label, c.row.line, gpu_id, c.row.held_out, c.row.measured_tok_s_per_gpu, c.predict(result.efficiency))
-            for c in mine
-        ]
-        trtllm += preds
-        _, fit_med, _ = summarise([p for p in preds if not p.held_out])
-        n_held, held_med, held_worst = summarise([p for p in preds if p.held_out])
-        fits[gpu_id] = GpuFit(
-            gpu=gpu_id,
-            labels=tuple(sorted({c.row.gpu for c in mine})),
-            dtypes=tuple(sorted({c.row.dtype for c in mine})),
-            fit=result,
-            n_fit=len(fit_cases),
-            n_held=n_held,
-            fit_median_pct=fit_med,
-            held_median_pct=held_med,
-            held_worst_pct=held_worst,
-        )
-    trtllm.sort(key=lambda p: p.line)
+    thr = trtllm_cases(catalog, trtllm_rows)
+    # A GPU with latency rows but no throughput rows has no bandwidth or compute of its own to fit
+    # (one configuration cannot separate them from its overheads): its rows check the factors it
+    # borrows instead, and are fitted on by nothing.
+    measured = {c.gpu_id for c in thr}
+    lat_all = latency_cases(catalog, latency_rows)
+    lat = [c for c in lat_all if c.gpu_id in measured]
+    joint = fit_joint(catalog, thr, lat, layer_overhead=layer_overhead)
+    trtllm = [_trtllm_prediction(c, joint.efficiency[c.gpu_id], False) for c in thr]
+    latency = [_latency_prediction(c, joint.efficiency[c.gpu_id], False) for c in lat]
+    held = cross_validate(catalog, thr, lat, folds, layer_overhead)
+    kfold = cross_validate(catalog, thr, lat, KFOLD, layer_overhead) if KFOLD and folds != KFOLD else held
+    borrowed_check = []
+    for c in lat_all:
+        if c.gpu_id not in measured:
+            eff, _, _ = borrowed_efficiency(joint, catalog, c.gpu_id)
+            if eff is not None:
+                borrowed_check.append(_latency_prediction(c, eff, True))
 
     sw_rows = [r for r in splitwise_rows if r.skip_reason is None]
     splitwise: list[Prediction] = []
@@ -526,47 +781,48 @@ def calibrate(catalog: Catalog, trtllm_rows=None, splitwise_rows=None) -> Calibr
     for gpu_label in sorted({r.gpu for r in sw_rows}):
         gpu_id = SPLITWISE_GPUS[gpu_label]
         mine = [r for r in sw_rows if r.gpu == gpu_label]
-        own = fit_efficiency(
-            splitwise_log_errors(catalog, [r for r in mine if not r.held_out]), catalog.gpu(gpu_id).efficiency
-        )
+        own = fit_efficiency(splitwise_log_errors(catalog, [r for r in mine if not r.held_out]), NEUTRAL)
         splitwise_fits[gpu_id] = own
-        catalog_eff = fits[gpu_id].fit.efficiency if gpu_id in fits else None
+        catalog_eff = joint.efficiency.get(gpu_id)
         # With the catalog's factors no splitwise row was fitted: all count as held out.
         for eff, out, own_fit in ((catalog_eff, splitwise, False), (own.efficiency, splitwise_own, True)):
             for r in mine:
                 pf, dec = predict_splitwise(catalog, r, eff)
                 is_held = r.held_out if own_fit else True
                 if r.e2e_consistent:
-                    out.append(Prediction("splitwise-prefill", r.label, r.line, gpu_id, is_held, r.prefill_ms, pf))
-                out.append(Prediction("splitwise-decode", r.label, r.line, gpu_id, is_held, r.decode_ms_per_step, dec))
-    return Calibration(fits, trtllm, splitwise, splitwise_fits, splitwise_own, skipped)
+                    out.append(Prediction("splitwise-prefill", r.label, r.line, gpu_id, is_held, r.prefill_ms, pf, r.tp, r.model))
+                out.append(Prediction("splitwise-decode", r.label, r.line, gpu_id, is_held, r.decode_ms_per_step, dec, r.tp, r.model))
+    return Calibration(
+        joint, trtllm, latency, held, splitwise, splitwise_fits, splitwise_own, skipped, folds, kfold, borrowed_check
+    )
 
 
 # ------------------------------------------------------------------ catalog efficiency blocks
 
-HELD_OUT_TEXT = ", ".join(f"{i}/{o}" for i, o in sorted(HELD_OUT_SCENARIOS))
+def folds_text(folds: int) -> str:
+    return "leave one configuration out" if folds == 0 else f"{folds} folds"
 
 
-def fitted_source(fit: GpuFit) -> str:
-    at = f"; ended on a bound: {', '.join(fit.fit.at_bounds)}" if fit.fit.at_bounds else ""
-    eff = fit.fit.efficiency
-    fixed = (
-        ""
-        if "interconnect" in fit.fit.free
-        else f"; allreduce_latency_us ({eff.allreduce_latency_us:g}) and interconnect ({eff.interconnect:g}) not fitted "
-        "(no tensor-parallel rows: unidentifiable), kept at the catalog's values"
-    )
+def held_out_stats(cal: Calibration, gpu: str) -> tuple[int, float, float]:
+    return summarise([p for p in cal.held_out if p.gpu == gpu])
+
+
+def fitted_source(cal: Calibration, catalog: Catalog, gpu: str) -> str:
+    j = cal.joint
+    fam = interconnect_family(catalog.gpu(gpu))
+    fit = j.throughput.get(gpu)
+    at = f"; ended on a bound: {', '.join(fit.at_bounds)}" if fit and fit.at_bounds else ""
+    n, med, worst = held_out_stats(cal, gpu)
     return (
-        f"fit by bench/calibration.py to data/measured/{TRTLLM_FILE} (TensorRT-LLM perf-overview v0.17/v1.0, "
-        f"offline max throughput, {'/'.join(fit.dtypes)} weights) rows gpu={'/'.join(fit.labels)} "
-        f"(n={fit.n_fit} fit; ISL/OSL scenarios {HELD_OUT_TEXT} held out, n={fit.n_held}): "
-        f"held-out median abs error {fit.held_median_pct:.1f}% (worst {fit.held_worst_pct:.1f}%), "
-        f"fit median {fit.fit_median_pct:.1f}%. compute is relative to the {'/'.join(fit.dtypes)} peak and "
-        f"applied to every dtype{at}{fixed}"
+        f"joint fit by bench/calibration.py: bandwidth, compute, interconnect on data/measured/{TRTLLM_FILE} "
+        f"(n={j.n_throughput[gpu]}); step_overhead_ms on {j.overhead_basis[gpu]}; "
+        f"allreduce_latency_us is the {fam} value, fitted on {j.allreduce_basis[fam]}; layer_overhead_us on "
+        f"{j.layer_basis}. Cross-validated by configuration ({folds_text(cal.folds)}, "
+        f"no (model, GPU, tp) seen in its own fit): held-out median abs error {med:.1f}% (worst {worst:.1f}%, n={n}){at}"
     )
 
 
-def rounded(eff: Efficiency, source: str) -> Efficiency:
+def rounded(eff: Efficiency, source: str, borrowed_from: str | None = None) -> Efficiency:
     return eff.model_copy(
         update={
             "bandwidth": round(eff.bandwidth, 3),
@@ -574,32 +830,68 @@ def rounded(eff: Efficiency, source: str) -> Efficiency:
             "step_overhead_ms": round(eff.step_overhead_ms, 2),
             "allreduce_latency_us": round(eff.allreduce_latency_us, 1),
             "interconnect": round(eff.interconnect, 3),
+            "layer_overhead_us": round(eff.layer_overhead_us, 1),
             "source": source,
+            "borrowed_from": borrowed_from,
         }
     )
 
 
+def borrowed_efficiency(joint: JointFit, catalog: Catalog, gpu_id: str) -> tuple[Efficiency | None, str, str]:
+    """The factors a GPU without throughput rows borrows: BORROWED's donor, or the first measured
+    GPU of its architecture, with its own interconnect family's all-reduce latency where the fit
+    has one. Returns (efficiency, why this donor, where the all-reduce latency comes from) with the
+    source left to the caller; (None, "", "") when there is no donor."""
+    measured = sorted(g for g, n in joint.n_throughput.items() if n)
+    gpu = catalog.gpu(gpu_id)
+    donor, why = BORROWED.get(gpu_id, (None, ""))
+    if donor is None:
+        same_arch = [g for g in measured if catalog.gpu(g).arch == gpu.arch]
+        donor, why = (same_arch[0], f"same {gpu.arch} architecture") if same_arch else (None, "")
+    if donor not in measured:
+        return None, "", ""
+    fam = interconnect_family(gpu)
+    eff = joint.efficiency[donor].model_copy(update={"borrowed_from": donor})
+    if fam in joint.allreduce_us and joint.allreduce_basis[fam] != "no tensor-parallel rows: not fitted":
+        eff = eff.model_copy(update={"allreduce_latency_us": joint.allreduce_us[fam]})
+        ar = f"allreduce_latency_us is the {fam} value ({joint.allreduce_basis[fam]})"
+    else:
+        ar = f"allreduce_latency_us is {donor}'s too: no {fam} measurement"
+    return eff, why, ar
+
+
 def catalog_efficiencies(cal: Calibration, catalog: Catalog) -> tuple[dict[str, Efficiency], list[str]]:
-    """Efficiency block per catalog GPU: fitted where measured, borrowed otherwise.
+    """Efficiency block per catalog GPU: fitted where measured, borrowed (and marked so) otherwise.
+    A borrowing GPU with published latency rows says how far its borrowed factors miss them.
     Returns (blocks, warnings); a GPU with neither keeps its block and gets a warning."""
-    out = {g: rounded(f.fit.efficiency, fitted_source(f)) for g, f in cal.fits.items()}
+    j = cal.joint
+    measured = {g for g, n in j.n_throughput.items() if n}
+    out = {g: rounded(j.efficiency[g], fitted_source(cal, catalog, g)) for g in sorted(measured)}
     warnings = []
-    for gpu_id, gpu in catalog.gpus.items():
+    for gpu_id in catalog.gpus:
         if gpu_id in out:
             continue
-        donor, why = BORROWED.get(gpu_id, (None, ""))
-        if donor is None:
-            same_arch = sorted(g for g in cal.fits if catalog.gpu(g).arch == gpu.arch)
-            donor, why = (same_arch[0], f"same {gpu.arch} architecture") if same_arch else (None, "")
-        if donor not in out:
+        eff, why, ar = borrowed_efficiency(j, catalog, gpu_id)
+        if eff is None:
             warnings.append(f"{gpu_id}: no measurements and no GPU to borrow from; efficiency left as it is")
             continue
-        d = cal.fits[donor]
+        donor = eff.borrowed_from
+        n, med, _ = held_out_stats(cal, donor)
+        checked = [p for p in cal.borrowed_check if p.gpu == gpu_id]
+        check = ""
+        if checked:
+            signed = [p.signed_error_pct for p in checked]
+            check = (
+                f"; CHECKED against {len(checked)} published latency rows of this GPU in data/measured/{LATENCY_FILE} "
+                f"(fitted on by nothing): these factors predict {min(signed):+.0f}% to {max(signed):+.0f}% of the "
+                f"measured time{' (optimistic)' if max(signed) < 0 else ''}"
+            )
         out[gpu_id] = rounded(
-            d.fit.efficiency,
-            f"borrowed from {donor} ({why}; no measurements of this GPU): factors fitted by bench/calibration.py "
-            f"to data/measured/{TRTLLM_FILE} rows gpu={'/'.join(d.labels)} (n={d.n_fit} fit), held-out median abs "
-            f"error {d.held_median_pct:.1f}% on {donor}",
+            eff,
+            f"UNVERIFIED: borrowed from {donor} ({why}; no throughput measurements of this GPU): factors of the "
+            f"joint fit by bench/calibration.py on {donor}'s rows (held-out median abs error {med:.1f}% on {donor}, "
+            f"n={n}); {ar}{check}",
+            borrowed_from=donor,
         )
     return dict(sorted(out.items())), warnings
 
@@ -611,7 +903,9 @@ def efficiency_lines(eff: Efficiency, indent: str = "    ") -> list[str]:
         f"{indent}step_overhead_ms: {eff.step_overhead_ms:g}\n",
         f"{indent}allreduce_latency_us: {eff.allreduce_latency_us:g}\n",
         f"{indent}interconnect: {eff.interconnect:g}\n",
+        f"{indent}layer_overhead_us: {eff.layer_overhead_us:g}\n",
         f"{indent}source: {json.dumps(eff.source, ensure_ascii=True)}\n",
+        *([f"{indent}borrowed_from: {eff.borrowed_from}\n"] if eff.borrowed_from else []),
     ]
 
 

@@ -52,7 +52,13 @@ class Efficiency(_Frozen):
     interconnect: float = Field(
         1.0, gt=0, le=1, description="achieved / datasheet per-GPU link bandwidth in tensor-parallel all-reduces"
     )
+    layer_overhead_us: float = Field(
+        0.0, ge=0, description="fixed per layer per forward pass: kernel launch gaps, ramp-up and tail of its kernels"
+    )
     source: str
+    borrowed_from: str | None = Field(
+        None, description="GPU whose fitted factors these are, when this GPU has no measurements (UNVERIFIED)"
+    )
 
 
 class GPU(_Frozen):
@@ -77,6 +83,11 @@ class GPU(_Frozen):
     spec_source: str
     efficiency: Efficiency
     notes: str = ""
+
+    @property
+    def verified(self) -> bool:
+        """False when the efficiency factors are borrowed from another GPU (no measurements of this one)."""
+        return self.efficiency.borrowed_from is None
 
     def tflops(self, compute_dtype: str) -> float:
         try:

@@ -217,10 +217,13 @@ def traffic_classes(scn: Scenario, served: Histogram, limit: int, peak_rps: floa
 
 
 def candidate_configs(scn: Scenario, catalog: Catalog, model: Model, weight_dtypes, kv_dtypes) -> list[Config]:
-    """Every supported config of the scenario's GPU candidates and tp degrees with these dtypes."""
+    """Every supported config of the scenario's GPU candidates and tp degrees with these dtypes
+    (only GPUs with their own measured efficiency factors when the scenario says verified_only)."""
     out = []
     for cand in scn.gpu_candidates:
         gpu = catalog.gpu(cand.id)
+        if scn.verified_only and not gpu.verified:
+            continue
         price = cand.price_per_hour(gpu.price_usd_per_hour)
         for tp in scn.tp:
             for w in weight_dtypes:

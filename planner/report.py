@@ -135,6 +135,7 @@ def _decision(plan: Plan) -> str:
         f"model `{plan.model.id}`. Solver: {sol.solver}, status {sol.status}.",
         "",
         _verdict(plan),
+        *_unverified_note(plan),
     ])
 
 
@@ -145,6 +146,20 @@ def _given_fleet(plan: Plan) -> str:
         return "For comparison, the optimiser finds no plan for the same targets" + (f": {o.why_not}." if o else ".")
     return (f"For comparison, the cheapest plan the model finds for the same targets: {_usd(o.cost_per_hour)} per hour "
             f"({_delta(o.cost_per_hour, plan.cost_per_hour)} against this fleet), {o.gpus} GPUs — {o.summary}.")
+
+
+def _unverified_note(plan: Plan) -> list[str]:
+    """A warning line per chosen GPU whose efficiency factors are borrowed from another GPU."""
+    gpus = {pd.config.gpu.id: pd.config.gpu for pd in plan.pools}
+    return [
+        "",
+        *(
+            f"**UNVERIFIED: {g.id}'s speed is not measured** — its efficiency factors are borrowed from "
+            f"{g.efficiency.borrowed_from} (data/gpus.yaml), so its capacity, and this plan's cost, rest on "
+            f"another GPU's measurements. Benchmark it, or set `verified_only: true` to plan without it."
+            for g in sorted((g for g in gpus.values() if not g.verified), key=lambda g: g.id)
+        ),
+    ] if any(not g.verified for g in gpus.values()) else []
 
 
 def _pools_table(plan: Plan) -> str:

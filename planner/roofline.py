@@ -99,6 +99,7 @@ class StepModel:
     bandwidth_bytes_s: float  # all tp GPUs, after efficiency
     flops_s: float  # all tp GPUs, compute dtype of the weights, after efficiency
     step_overhead_s: float
+    layer_overhead_s: float  # per layer per forward pass
     weight_bytes: float
     params_active: float
     attn_flops_per_ctx_token: float
@@ -116,6 +117,7 @@ class StepModel:
             bandwidth_bytes_s=dep.tp * gpu.hbm_bandwidth_gb_s * 1e9 * eff.bandwidth,
             flops_s=dep.tp * gpu.tflops(dep.weight_dtype.compute_dtype) * 1e12 * eff.compute,
             step_overhead_s=eff.step_overhead_ms / 1e3,
+            layer_overhead_s=eff.layer_overhead_us / 1e6,
             weight_bytes=float(weight_bytes(dep.model, dep.weight_dtype)),
             params_active=float(dep.model.params_active),
             attn_flops_per_ctx_token=attention_flops_per_context_token(dep.model),
@@ -164,16 +166,24 @@ class StepModel:
         return (w.weight_bytes + w.cache_bytes) / self.bandwidth_bytes_s, (w.gemm_flops + w.attn_flops) / self.flops_s
 
     def decode_step_s(self, batch, cache_bytes, context_tokens) -> np.ndarray:
-        """GEMM phase + attention phase + overhead + all-reduce time, seconds, where
+        """One forward pass, seconds:
             GEMMs     = max(weight bytes read / bandwidth, 2 x active params x batch / FLOP/s)
-            attention = max(cache bytes / bandwidth, attention FLOPs / FLOP/s).
+            attention = max(cache bytes / bandwidth, attention FLOPs / FLOP/s)
+            fixed     = step overhead + layers x layer overhead
+            + all-reduces (allreduce_s).
         The phases are separate kernels that run in sequence, so the cache read cannot
         hide under the GEMMs' FLOPs; one max over summed bytes and FLOPs would assume it
-        can, and overstates throughput once a large batch makes the GEMMs compute-bound."""
+        can, and overstates throughput once a large batch makes the GEMMs compute-bound.
+        The fixed part is the classic "latency + bytes /
+        bandwidth" cost of a kernel (Hockney's model, as in LogP/roofline practice) summed
+        over a pass: a per-step cost (scheduler, sampling, launch of the graph) and one per
+        layer (the gaps and ramp-up/tail of each layer's dozen kernels), which is why a
+        deeper model pays more at the same bytes."""
         w = self.decode_work(batch, cache_bytes, context_tokens)
         gemm = np.maximum(w.weight_bytes / self.bandwidth_bytes_s, w.gemm_flops / self.flops_s)
         attn = np.maximum(w.cache_bytes / self.bandwidth_bytes_s, w.attn_flops / self.flops_s)
-        return gemm + attn + self.step_overhead_s + self.allreduce_s(np.asarray(batch, dtype=float))
+        fixed = self.step_overhead_s + self.num_layers * self.layer_overhead_s
+        return gemm + attn + fixed + self.allreduce_s(np.asarray(batch, dtype=float))
 
     def prefill_flops(self, prompt_tokens, prompt_tokens_sq, cached_prefix_tokens: int = 0):
         """2 x active params per new token, plus causal attention over causal_pairs(p², S)

@@ -168,6 +168,8 @@ def _target(value: Any, unit: str) -> tuple[str | None, float] | None:
     a one-pair mapping {p90: 1.5} names its own."""
     if value is None:
         return None
+    if isinstance(value, tuple) and len(value) == 2 and (value[0] is None or value[0] in STATISTIC_NAMES):
+        return value[0], _positive(value[1], unit)  # the validated form itself (a model_dump round trip)
     if isinstance(value, dict):
         if len(value) != 1 or next(iter(value)) not in STATISTIC_NAMES:
             raise ValueError(f"write one {{statistic: {unit}}} pair, statistic one of {', '.join(STATISTIC_NAMES)} "
@@ -394,6 +396,9 @@ class Scenario(_Strict):
     slo: SLOSpec = SLOSpec()
     sizing: Sizing = Sizing()
     gpus: list[str | GPUCandidate] = Field(default_factory=lambda: ["h100-sxm", "h200", "a100-80gb", "l40s"])
+    verified_only: bool = Field(
+        False, description="consider only GPUs whose efficiency factors were fitted on their own measurements"
+    )
     weight_dtypes: list[str] = Field(default_factory=lambda: ["bf16", "fp8"])
     kv_dtypes: list[str] = Field(default_factory=lambda: ["bf16", "fp8"])
     tp: list[int] = Field(default_factory=lambda: [1, 2, 4, 8])

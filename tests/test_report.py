@@ -66,3 +66,22 @@ def test_shipped_reports_are_in_step_with_the_code(tmp_path):
         name = s.stem
         fresh = (tmp_path / "reports" / f"{name}.md").read_text(encoding="utf-8")
         assert fresh == (ROOT / "reports" / f"{name}.md").read_text(encoding="utf-8"), f"reports/{name}.md is stale"
+
+
+def test_decision_flags_a_gpu_with_borrowed_factors_and_verified_only_drops_it(catalog):
+    """MI300X borrows H100's factors: a plan on it says so in its Decision; verified_only plans without it."""
+    from test_planning import scenario, traffic
+
+    from planner.planning import make_plan
+    from planner.report import render
+    from planner.scenario import Scenario
+
+    scn = scenario(context_limit=8192, gpus=["mi300x"], tp=[1])
+    plan = make_plan(scn, catalog, catalog.model("llama-3.1-8b"), traffic(1000, (1000, 200), 0, (1000, 200)), 5.0)
+    decision = render(plan).split("## Decision", 1)[1].split("\n## ", 1)[0]
+    assert "**UNVERIFIED: mi300x's speed is not measured** — its efficiency factors are borrowed from h100-sxm" in decision
+
+    mixed = Scenario.model_validate({**scn.model_dump(exclude_none=True), "gpus": ["mi300x", "h100-sxm"], "verified_only": True})
+    plan2 = make_plan(mixed, catalog, catalog.model("llama-3.1-8b"), traffic(1000, (1000, 200), 0, (1000, 200)), 5.0)
+    assert {pd.config.gpu.id for pd in plan2.pools} == {"h100-sxm"}
+    assert "UNVERIFIED" not in render(plan2).split("## Decision", 1)[1].split("\n## ", 1)[0]
