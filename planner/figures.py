@@ -77,6 +77,23 @@ def cost_figure(rows: list[tuple[str, float]], path: Path, *, title: str) -> Non
     _save(fig, path)
 
 
+def target_figure(points: list[tuple[float, float]], path: Path, *, xlabel: str, title: str) -> None:
+    """Cost per hour against a latency target (the plan's own target marked): what a stricter
+    target costs. Infeasible points are left out."""
+    points = sorted((x, c) for x, c in points if np.isfinite(c))
+    fig, ax = plt.subplots(figsize=(7, 4))
+    fig.subplots_adjust(left=0.12, right=0.97, bottom=0.13, top=0.9)
+    ax.plot([x for x, _ in points], [c for _, c in points], marker="o", color="tab:blue")
+    for x, c in points:
+        ax.annotate(f"${c:,.0f}", (x, c), textcoords="offset points", xytext=(0, 7), ha="center", fontsize="small")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("cost per hour (USD)")
+    ax.set_ylim(bottom=0, top=max((c for _, c in points), default=1) * 1.2)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    _save(fig, path)
+
+
 def forecast_figure(quarters: list[str], cpm: dict[str, list[float | None]], gpus: list[int],
                     path: Path, *, title: str) -> None:
     """Cost per million tokens (one line per named series; a series with a gap is left out) and GPU count by quarter."""

@@ -154,6 +154,8 @@ class Plan:
     output_tokens_per_hour: float
     cost_per_million: dict[str, float]
     split_analysis: list[Outcome] = field(default_factory=list)
+    per_gpu: list[Outcome] = field(default_factory=list)  # the best certified plan on each GPU type alone
+    ttft_sweep: list[tuple[float, Outcome]] = field(default_factory=list)  # (TTFT target multiplier, plan)
     levers: list[Outcome] = field(default_factory=list)
     alternatives: list[Outcome] = field(default_factory=list)
     sensitivity: list[Outcome] = field(default_factory=list)
@@ -241,6 +243,7 @@ class Evaluator:
         self._cache: dict[tuple, Evaluation] = {}
         self._profiles: dict[tuple, object] = {}
         self._simulated: dict[tuple, float] = {}  # (config, class) -> simulated capacity
+        self.checks: dict[tuple, PoolCheck] = {}  # (config, class, replicas, rate) -> its replay
         self._calibration: dict[tuple, float] = {}  # class -> least simulated / model ratio seen
 
     @staticmethod
@@ -522,7 +525,66 @@ def make_plan(
         _outcome(f"peak x {m:g}", solve(classes, evals, rate_scale=m, reserved=reserved)) for m in SENSITIVITY
     ]
     levers = _levers(scn, catalog, model, served, limit, peak, ev, configs, classes, evals, sol, inventory, solve)
-    return dataclasses.replace(plan, split_analysis=split, alternatives=alternatives, sensitivity=sensitivity, levers=levers)
+    per_gpu = _per_gpu(scn, ev, configs, classes, inventory, solve, reserved, trace) if certification else []
+    sweep = _ttft_sweep(scn, catalog, model, configs, classes, inventory, ev)
+    return dataclasses.replace(plan, split_analysis=split, alternatives=alternatives, sensitivity=sensitivity,
+                               levers=levers, per_gpu=per_gpu, ttft_sweep=sweep)
+
+
+TTFT_SWEEP = (0.5, 0.75, 1.0, 1.5, 2.0)  # multipliers on every band's TTFT limit
+
+
+def _per_gpu(scn, ev, configs, classes, inventory, solve, reserved, trace) -> list[Outcome]:
+    """The cheapest plan on each candidate GPU type alone, certified by simulation as the plan is:
+    what committing to one type costs, with latencies checked, not only modelled."""
+    out = []
+    for cand in scn.gpu_candidates:
+        cfgs = [c for c in configs if c.gpu.id == cand.id]
+        name = f"{cand.id} only"
+        if not cfgs:
+            out.append(Outcome(name, False, math.inf, 0, "", "no supported config on it"))
+            continue
+        evs = ev.evaluate_all(classes, cfgs)
+        res = solve(classes, evs, reserved=reserved)
+        if not res.pools:
+            out.append(Outcome(name, False, math.inf, 0, "", _infeasible_message(classes, evs, inventory)))
+            continue
+        try:
+            _, res, _, cert = _certify(scn, ev, classes, evs, res, _pool_details(ev, evs, res),
+                                       lambda e, evs=evs: solve(classes, e, reserved=reserved), trace,
+                                       rounds=scn.simulation.max_rounds)
+        except InfeasibleError as exc:
+            out.append(Outcome(name, False, math.inf, 0, "", str(exc)))
+            continue
+        if cert.certified:
+            out.append(_outcome(name, res))
+        else:
+            out.append(Outcome(name, False, math.inf, 0, "", f"no plan on it held its targets in simulation after "
+                               f"{cert.rounds} re-plans"))
+    return out
+
+
+def _ttft_sweep(scn, catalog, model, configs, classes, inventory, ev) -> list[tuple[float, Outcome]]:
+    """The plan re-solved with every band's TTFT limit scaled, by the model (calibrated where
+    certification measured a class): what a stricter or looser TTFT target costs."""
+    slo = scn.slo
+    if not any(b.ttft_s for b in slo.bands):
+        return []
+    out = []
+    for m in TTFT_SWEEP:
+        if m == 1.0:
+            continue
+        bands = [b.model_copy(update={"ttft_s": (b.ttft_s[0] or slo.statistic, b.ttft_s[1] * m)}) if b.ttft_s else b
+                 for b in slo.bands]
+        scaled = scn.model_copy(update={"slo": slo.model_copy(update={"bands": bands})})
+        swept = Evaluator(scaled, catalog, model)
+        swept._calibration = ev._calibration  # what simulation showed of the model applies here too
+        scaled_classes = {k: [dataclasses.replace(tc, slo=scaled.slo.to_slo()) for tc in tcs] for k, tcs in classes.items()}
+        evs = swept.evaluate_all(scaled_classes, configs)
+        res = _Memo(scaled)(scaled_classes, evs)
+        out.append((m, _outcome(f"TTFT targets x {m:g}", res, "" if res.pools else
+                                _infeasible_message(scaled_classes, evs, inventory))))
+    return out
 
 
 def _served(scn: Scenario, model: Model, hist: Histogram, measured_peak_rps: float, limit: int | None):
@@ -603,7 +665,7 @@ def _certify(scn, ev, classes, evals, sol, pools, resolve, trace, *, rounds: int
     """Replay every pool of the plan; where one misses, plan its config for that class at its
     simulated capacity and solve again, until every pool holds or `rounds` re-plans are spent."""
     sim, slo = scn.simulation, scn.slo.to_slo()
-    checked: dict[tuple, PoolCheck] = {}
+    checked = ev.checks  # replays already run for this scenario (the plan's, the per-GPU plans')
     changes: list[str] = []
 
     def key(pd: PoolDetail) -> tuple:

@@ -72,6 +72,8 @@ def render(plan: Plan, *, figures: dict[str, str] | None = None, sections: tuple
         w("")
         w(f"![Cost by split option]({figures['split']})")
     w("")
+    w(_per_gpu(plan))
+    w(_sweep(plan, figures.get("ttft")))
     w("## Levers")
     w("")
     w("Each row re-solves the whole plan with one lever switched; the levers are independent, so they multiply.")
@@ -250,6 +252,36 @@ def _finance(plan: Plan) -> str:
     ])
 
 
+def _per_gpu(plan: Plan) -> str:
+    if not plan.per_gpu:
+        return ""
+    return "\n".join([
+        "## The best certified plan on each GPU type", "",
+        "The plan re-solved on one GPU type at a time and certified by simulation like the plan itself.", "",
+        _outcomes_table(plan.per_gpu, plan.cost_per_hour, "GPU type"), "", ""])
+
+
+def _sweep(plan: Plan, figure: str | None) -> str:
+    if not plan.ttft_sweep:
+        return ""
+    rows = [(1.0, Outcome("TTFT targets as stated", True, plan.cost_per_hour, plan.solution.gpus, "the plan")), *list(plan.ttft_sweep)]
+    bands = "; ".join(f"{b.name}: {b.ttft.stat} ≤ {b.ttft.limit_s:g} s" for b in plan.scenario.slo.to_slo().bands if b.ttft)
+    lines = ["## What the TTFT target costs", "",
+             f"Every band's TTFT limit ({bands}) scaled, and the plan re-solved by the model (calibrated where "
+             "certification measured a class; these rows are not simulated themselves).", "",
+             "| TTFT limits | $/hour | vs plan | GPUs | Plan |", "|---|---:|---:|---:|---|"]
+    for m, o in sorted(rows, key=lambda r: r[0]):
+        label = "as stated" if m == 1.0 else f"× {m:g}"
+        if o.feasible:
+            lines.append(f"| {label} | {_usd(o.cost_per_hour)} | {_delta(o.cost_per_hour, plan.cost_per_hour)} | {o.gpus} | "
+                         f"{o.summary} |")
+        else:
+            lines.append(f"| {label} | infeasible | — | — | {o.why_not} |")
+    if figure:
+        lines += ["", f"![Cost against the TTFT target]({figure})"]
+    return "\n".join(lines) + "\n\n"
+
+
 def _outcomes_table(rows: list[Outcome], base: float, head: str) -> str:
     lines = [f"| {head} | $/hour | vs plan | GPUs | Plan |", "|---|---:|---:|---:|---|"]
     for o in rows:
@@ -416,11 +448,18 @@ def _assumptions(plan: Plan) -> str:
 
 def write_report(plan: Plan, out_dir: Path, *, sections: tuple[str, ...] = ()) -> Path:
     """Write reports/<name>.md and its figures atomically; returns the Markdown path."""
-    from planner.figures import cost_figure, traffic_figure
+    from planner.figures import cost_figure, target_figure, traffic_figure
 
     out_dir.mkdir(parents=True, exist_ok=True)
     name = plan.scenario.name
     figures = {"traffic": f"{name}_traffic.png", "split": f"{name}_split.png"}
+    if plan.ttft_sweep:
+        figures["ttft"] = f"{name}_ttft_target.png"
+        first = next(b for b in plan.scenario.slo.to_slo().bands if b.ttft)
+        target_figure([(first.ttft.limit_s, plan.cost_per_hour)]
+                      + [(first.ttft.limit_s * m, o.cost_per_hour) for m, o in plan.ttft_sweep],
+                      out_dir / figures["ttft"], xlabel=f"{first.name}: TTFT {first.ttft.stat} limit (s; other bands scaled alike)",
+                      title=f"{name}: cost per hour against the TTFT target")
     traffic_figure(plan.served, out_dir / figures["traffic"], limit=plan.context_limit,
                    thresholds=[t for t in plan.scenario.thresholds if t < plan.context_limit])
     cost_figure([(o.name, o.cost_per_hour) for o in plan.split_analysis + plan.levers], out_dir / figures["split"],
