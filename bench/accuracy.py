@@ -1,19 +1,20 @@
-"""Accuracy of the analytical capacity model against the replica simulator (issue 7).
+"""Accuracy of the analytical models against the replica simulator (issues 7 and 11).
 
-For a grid of deployments x traffic histograms x SLOs it compares
+Part 1, capacity (issue 7). For a grid of deployments x traffic histograms x SLOs it compares
     model: planner.capacity.replica_capacity(..., sizing="expected").max_rps
     sim:   planner.simulate.max_sustainable_rate (bisection on the simulator)
 and prints the error per case, (model - sim) / sim, positive when the model promises
 more than the simulated replica holds, with the median and worst absolute error.
 Beside each case it shows the model's and the simulator's resident batch, mean ITL
 and KV utilisation at the simulated maximum rate, which is where a disagreement is
-traced to a term. Then it times a replica-hour of traffic.
+traced to a term. Then a term check and the time of a replica-hour of traffic.
+SLOs: none, and a mean per-token ITL of 50 ms (SLO.single(itl_ms=50, stat="mean")).
 
 Simulated capacity criterion (planner.simulate.Criterion): the backlog does not grow
-(least-squares trend <= 2% of the arrival rate), mean ITL <= target, preemptions <=
+(least-squares trend <= 2% of the arrival rate), every target met, preemptions <=
 the budget per 1,000 requests; bisection to a relative width of --rel-tol.
 
-Histograms:
+Histograms of part 1:
 - constant: every request 1,000 prompt + 250 output tokens;
 - lognormal chat: synthetic, prompt median 800 (log-sd 1.3), output median 250
   (log-sd 0.8), independent, output capped at 4,096; built with numpy (seeded);
@@ -22,13 +23,39 @@ Histograms:
   does not exist, a bivariate lognormal fitted to the Azure LLM inference trace 2023
   (conversation; Azure/AzurePublicDataset, CC-BY-4.0; Splitwise, ISCA 2024): 19,366
   requests, log prompt mean 6.633 sd 0.985, log output mean 5.019 sd 0.859,
-  correlation 0.087, output at most 1,000. The output says which was used.
+  correlation 0.087, output at most 1,000. The output says which was used;
+- long-tail: synthetic 'chat_long_tail' (2% of requests past 32k tokens), where the
+  context limit is at least 64k.
 Requests longer than a deployment's context limit are dropped from its histograms
 (they would be served by a long-context pool).
 
+Part 2, percentiles (issue 11). PERCENTILE_POOLS lists pools (a deployment, the class it
+serves, its bands, engine settings): long-tail mixes in one pool with two bands (prompt
+< 8,192 tokens and the rest), the short and the long class of a split at 32k on their
+own pools, the Azure conversation trace, tp 1/2/4 on H100, H200 and A100, and vLLM's
+long-prefill threshold θ (with MLPerf v5.1 Red Hat's settings, budget 1,024 and θ = 256).
+Each pool runs at 50%, 80% and 95% of its simulated saturation (the highest rate whose
+backlog does not grow, no targets; --load-basis model takes the model's capacity
+instead). At each load the model's TTFT p90, TTFT p99 and TPOT p99 per band
+(planner.latency at the N the mean model gives for the rate: ReplicaModel.latency_at(
+resident_for_rate(rate))) are printed against the simulator's, with the error, the
+simulator's own noise (± = half the difference between the statistic on the first and
+on the second half of the run's measured requests) and, as a diagnostic, the error when
+planner.latency is evaluated at the simulator's mean resident batch instead (@N). Runs
+are sized so every band has at least 2,000 measured requests, within --min-requests and
+--max-requests; each output line says how many each band had. Then the median and worst
+|error| over all percentile points against the issue's targets (median <= 15%, worst <=
+50%), and the same per load, statistic, band and kind of pool. The bench asserts nothing.
+
+Workloads of part 2: the synthetic 'chat_long_tail' (planner.workload.synth, 200,000
+requests, seed 7); data/samples/azure_conv_2023_sample.hist.parquet; and, with
+--mooncake FILE, a Mooncake trace (kvcache-ai/Mooncake, JSON Lines with input_length and
+output_length), whose pool is skipped otherwise.
+
 Usage:
-    python bench/accuracy.py                # the full grid (about 1-2 minutes on 2 cores)
-    python bench/accuracy.py --quick        # 5,000 requests per run, bisection to 2% (about 30 s)
+    python bench/accuracy.py                       # both parts (about 1.5 minutes on 2 cores)
+    python bench/accuracy.py --part percentiles    # the percentile cases only (about 40 s)
+    python bench/accuracy.py --quick               # fewer requests per run (about 30 s)
 """
 
 from __future__ import annotations
@@ -38,22 +65,26 @@ import math
 import statistics
 import sys
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from planner.capacity import SLO, ReplicaModel, replica_capacity
+from planner.capacity import ReplicaModel, replica_capacity
 from planner.catalog import load_catalog
 from planner.deployment import make_deployment
 from planner.histogram import Histogram
 from planner.simulate import (
+    DEFAULT_WARMUP_FRACTION,
+    RequestLatencies,
     max_sustainable_rate,
     profile_for,
     sample_requests,
     simulate_replica,
 )
-from planner.workload.synth import generate
+from planner.targets import SLO, Band
+from planner.workload.synth import generate, synthetic_histogram
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "data" / "samples"
@@ -74,7 +105,7 @@ CONFIGS = [
     ("llama-3.1-8b", "h100-sxm", 2, "fp8", 131072),
 ]
 LONG_TAIL_MIN_CONTEXT = 65536  # the long-tail histogram is only meaningful where its tail fits
-SLOS = {"none": SLO(), "itl50": SLO(itl_ms=50.0)}
+SLOS = {"none": SLO(), "itl50": SLO.single(itl_ms=50.0, stat="mean")}
 
 AZURE_CONV_FIT = {"log_prompt": (6.633, 0.985), "log_output": (5.019, 0.859), "corr": 0.087, "output_max": 1000}
 COLUMN_PAIRS = [("ContextTokens", "GeneratedTokens"), ("prompt_tokens", "output_tokens"), ("input_length", "output_length")]
@@ -157,58 +188,276 @@ def term_check(cat, raw, args) -> None:
                   f"{prof.mean_paged_tokens:5.0f}|{tokens_per_seq:5.0f}")
 
 
-def ttft_check(cat, raw, args) -> None:
-    """The model's TTFT (its quantile prompt with the mean queueing wait) against the simulator."""
+# ---------------------------------------------------------------- percentile cases
+#
+# A case is one pool (a deployment, the traffic class it serves, the bands its targets
+# would use, engine settings) at one load: a share of the model's capacity without
+# targets. PERCENTILE_POOLS is the data; every pool runs at each share in LOADS.
+
+SHORT_LONG = (("short", 0, 8192), ("long", 8192, None))  # the issue's two bands: prompt < 8,192 and the rest
+ONE_BAND = (("all", 0, None),)
+LOADS = (0.5, 0.8, 0.95)
+PERCENTILE_POINTS = (("ttft", "p90"), ("ttft", "p99"), ("tpot", "p99"))
+BAND_TARGET_REQUESTS = 2000  # measured requests wanted in each band of a case
+MEDIAN_TARGET_PCT, WORST_TARGET_PCT = 15.0, 50.0  # issue 11, "What it must show"
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One pool of the percentile cases. `workload` names a histogram (percentile_workloads);
+    `take` is the class of it the pool serves: 'all', 'short' (total <= split tokens) or
+    'long' (total > split), as a split plan's two pools would."""
+
+    kind: str
+    model: str
+    gpu: str
+    tp: int
+    kv: str
+    ctx: int
+    workload: str
+    bands: tuple = SHORT_LONG
+    take: str = "all"
+    split: int = 32768
+    engine: tuple = ()  # (field, value) overrides of the vLLM profile
+
+    @property
+    def label(self) -> str:
+        short = {"long_prefill_token_threshold": "θ", "max_num_batched_tokens": "C"}
+        eng = "".join(f" {short.get(k, k)}={v}" for k, v in self.engine)
+        cls = "" if self.take == "all" else f" {self.take}{self.split // 1024}k"
+        return (f"{self.model.removeprefix('llama-3.1-')} {self.gpu} tp{self.tp} {self.kv} ctx{self.ctx // 1024}k "
+                f"{self.workload}{cls}{eng}")
+
+
+THETA_2K = (("long_prefill_token_threshold", 2048),)
+REDHAT_MLPERF = (("max_num_batched_tokens", 1024), ("long_prefill_token_threshold", 256), ("max_num_seqs", 512))
+PERCENTILE_POOLS = [
+    # Long-tail mixes in one pool, two bands: short requests queue behind 32k-128k prompts.
+    Pool("long-tail mix", "llama-3.1-8b", "h100-sxm", 1, "fp8", 131072, "chat_long_tail"),
+    Pool("long-tail mix", "llama-3.1-8b", "h100-sxm", 2, "fp8", 131072, "chat_long_tail"),
+    Pool("long-tail mix", "llama-3.1-8b", "h200", 2, "fp8", 131072, "chat_long_tail"),
+    Pool("long-tail mix", "llama-3.1-70b", "h100-sxm", 4, "fp8", 131072, "chat_long_tail"),
+    Pool("long-tail mix", "llama-3.1-70b", "h200", 4, "fp8", 131072, "chat_long_tail"),
+    # The same mix with vLLM's long-prefill threshold capping a prompt's tokens per step.
+    Pool("long-tail mix θ", "llama-3.1-8b", "h100-sxm", 1, "fp8", 131072, "chat_long_tail", engine=THETA_2K),
+    # Split pools: the short class (total <= 32k) and the long class (> 32k) on their own.
+    Pool("split short", "llama-3.1-8b", "h100-sxm", 1, "fp8", 32768, "chat_long_tail", take="short"),
+    Pool("split short", "llama-3.1-70b", "h100-sxm", 4, "fp8", 32768, "chat_long_tail", take="short"),
+    Pool("split long", "llama-3.1-8b", "h100-sxm", 2, "fp8", 131072, "chat_long_tail", ONE_BAND, "long"),
+    Pool("split long", "llama-3.1-70b", "h200", 4, "fp8", 131072, "chat_long_tail", ONE_BAND, "long"),
+    # A real trace (Azure conversation 2023), one band, across GPUs and tp.
+    Pool("trace", "llama-3.1-8b", "h100-sxm", 1, "bf16", 8192, "azure_conv", ONE_BAND),
+    Pool("trace", "llama-3.1-8b", "a100-80gb", 1, "bf16", 8192, "azure_conv", ONE_BAND),
+    Pool("trace", "llama-3.1-70b", "h100-sxm", 4, "bf16", 8192, "azure_conv", ONE_BAND),
+    # MLPerf v5.1 Red Hat vLLM settings (data/measured/serving_percentiles.csv): budget 1,024, θ = 256.
+    Pool("trace θ", "llama-3.1-8b", "h100-sxm", 1, "fp8", 8192, "azure_conv", ONE_BAND, engine=REDHAT_MLPERF),
+    # Mooncake's long-document conversations: only with --mooncake FILE.
+    Pool("long-tail mix", "llama-3.1-8b", "h100-sxm", 2, "fp8", 131072, "mooncake"),
+]
+
+
+def percentile_workloads(mooncake: Path | None) -> dict[str, tuple[Histogram, str]]:
+    """Histograms the percentile pools draw from, with what each is."""
+    out = {
+        "chat_long_tail": (synthetic_histogram("chat_long_tail", 200_000, seed=7),
+                           "synthetic 'chat_long_tail' (planner.workload.synth: the Azure conversation fit plus 2% of "
+                           "requests log-uniform in 32k-128k total tokens), 200,000 requests, seed 7"),
+        "azure_conv": (Histogram.read_parquet(SAMPLES / "azure_conv_2023_sample.hist.parquet"),
+                       "data/samples/azure_conv_2023_sample.hist.parquet (Azure LLM inference trace 2023, conversation, "
+                       "19,366 requests)"),
+    }
+    if mooncake is not None:
+        rows = pd.read_json(mooncake, lines=True)
+        out["mooncake"] = (Histogram.from_arrays(rows["input_length"].to_numpy(np.int64),
+                                                 np.maximum(rows["output_length"].to_numpy(np.int64), 1)),
+                           f"Mooncake trace {mooncake.name} ({len(rows):,} requests; kvcache-ai/Mooncake, FAST 2025)")
+    return out
+
+
+def pool_class(pool: Pool, hist: Histogram) -> Histogram:
+    if pool.take == "short":
+        hist = hist.select_total(at_most=pool.split)
+    elif pool.take == "long":
+        hist = hist.select_total(above=pool.split)
+    return hist.select_total(at_most=pool.ctx)
+
+
+def band_shares(hist: Histogram, bands: tuple[Band, ...]) -> list[float]:
+    """Share of the class's requests in each band (cells never straddle the bands' power-of-two edges)."""
+    prompt = hist.sum_prompt / np.maximum(hist.count, 1)
+    return [float(hist.count[b.holds(prompt)].sum() / hist.count.sum()) for b in bands]
+
+
+@dataclass
+class PercentilePoint:
+    pool: Pool
+    load: float
+    band: str
+    kind: str
+    stat: str
+    model_s: float  # planner.latency at the mean model's N for the rate
+    sim_s: float
+    sim_spread: float  # |first half - second half| of the run's measured requests, percent of the whole run's value
+    model_at_sim_n_s: float  # planner.latency at the simulator's mean resident batch (diagnostic)
+
+    @property
+    def error(self) -> float:
+        """(model - sim) / sim, percent; inf where the model has no finite value."""
+        return _error(self.model_s, self.sim_s)
+
+    @property
+    def error_at_sim_n(self) -> float:
+        return _error(self.model_at_sim_n_s, self.sim_s)
+
+
+def _error(model_s: float, sim_s: float) -> float:
+    return (model_s / sim_s - 1.0) * 100 if math.isfinite(model_s) else math.inf
+
+
+def pool_deployment(cat, pool: Pool):
+    engine = cat.engine("vllm").model_copy(update=dict(pool.engine))
+    return replace(make_deployment(cat, model=pool.model, gpu=pool.gpu, tp=pool.tp, kv_dtype=pool.kv,
+                                   max_model_len=pool.ctx), engine=engine)
+
+
+def run_percentile_pool(cat, pool: Pool, hist: Histogram, args) -> list[PercentilePoint]:
+    """The pool at each load of LOADS: the model's and the simulator's percentiles per band."""
+    dep = pool_deployment(cat, pool)
+    bands = tuple(Band(name, lo, hi) for name, lo, hi in pool.bands)
+    prof = profile_for(dep, hist)
+    rm = ReplicaModel(dep, prof, SLO(bands))
+    model_cap = replica_capacity(dep, prof).max_rps
+    basis = model_cap
+    sat_text = ""
+    if args.load_basis == "sim":
+        t0 = time.perf_counter()
+        sat = max_sustainable_rate(dep, hist, SLO(), n_requests=args.saturation_requests, seed=args.seed,
+                                   rel_tol=args.rel_tol, initial_rate_rps=model_cap)
+        basis = sat.rate_rps
+        sat_text = f", simulated saturation {basis:.3f} rps ({len(sat.evaluations)} runs, {time.perf_counter() - t0:.1f} s)"
+    print(f"{pool.label}: model capacity without targets {model_cap:.3f} rps{sat_text}", flush=True)
+    shares = [s for s in band_shares(hist, bands) if s > 0]
+    want = math.ceil(BAND_TARGET_REQUESTS / min(shares) / (1 - DEFAULT_WARMUP_FRACTION))
+    n_req = int(min(max(want, args.min_requests), args.max_requests))
+    base = sample_requests(hist, 1.0, n_req, seed=args.seed, max_total_tokens=pool.ctx)
+    points = []
+    for load in LOADS:
+        rate = load * basis
+        n = rm.resident_for_rate(rate, float(dep.engine.max_num_seqs))
+        pt = rm.latency_at(n) if n is not None else None
+        t0 = time.perf_counter()
+        res = simulate_replica(dep, base.at_rate(rate))
+        sim_wall = time.perf_counter() - t0
+        lat = res.latencies
+        at_sim_n = rm.latency.at(rate, rm.decode_s(res.resident_batch), res.resident_batch)
+        print(f"  load {load:.0%} = {rate:.3f} rps ({rate / model_cap:.0%} of the model's capacity) | N model "
+              f"{fmt(n, '.1f')} sim {res.resident_batch:.1f} | sim {'stable' if res.stable else 'UNSTABLE'}, waiting "
+              f"{res.waiting:.1f}, KV mean {res.kv_utilisation:.0%} p99 {res.kv_utilisation_p99:.0%}, "
+              f"{res.preemptions_per_1000:.1f} preemptions/1k, {n_req:,} requests in {sim_wall:.1f} s", flush=True)
+        halves = (_half(lat, 0), _half(lat, 1))
+        for i, band in enumerate(bands):
+            measured = lat.requests_in(band)
+            if measured == 0:
+                continue
+            cells = []
+            for kind, stat in PERCENTILE_POINTS:
+                model_s = pt.value(i, kind, stat) if pt is not None else math.inf
+                sim_s = lat.statistic(band, kind, stat)
+                first, second = (h.statistic(band, kind, stat) for h in halves)
+                p = PercentilePoint(pool, load, band.name, kind, stat, model_s, sim_s,
+                                    abs(first - second) / sim_s * 100, at_sim_n.value(i, kind, stat))
+                points.append(p)
+                spec = "7.3f" if kind == "ttft" else "7.1f"
+                scale, unit = (1.0, "s") if kind == "ttft" else (1e3, "ms")
+                model_text = format(model_s * scale, spec) if math.isfinite(model_s) else f"{'none':>7s}"
+                cells.append(f"{kind.upper()} {stat} {model_text}|{sim_s * scale:{spec}} {unit} {p.error:+5.0f}% "
+                             f"(±{p.sim_spread / 2:2.0f}%, @N {p.error_at_sim_n:+4.0f}%)")
+            print(f"    {band.name:5s} {measured:6,d} measured  " + "  ".join(cells))
+    return points
+
+
+def _half(lat: RequestLatencies, which: int) -> RequestLatencies:
+    """The first or second half (by arrival) of a run's measured requests. Each half's statistic
+    has about √2 times the sampling error σ of the whole run's, so their difference has about
+    2σ: half of it (printed as ±) estimates the simulator's own noise at that point."""
+    mid = lat.prompt_tokens.size // 2
+    cut = slice(0, mid) if which == 0 else slice(mid, None)
+    return RequestLatencies(lat.prompt_tokens[cut], lat.output_tokens[cut], lat.ttft_s[cut], lat.tpot_s[cut], lat.gaps)
+
+
+def summarise_points(points: list[PercentilePoint]) -> None:
+    def line(label, sub):
+        if not sub:
+            return
+        errs = [abs(p.error) for p in sub]
+        finite = [e for e in errs if math.isfinite(e)]
+        worst = max(sub, key=lambda p: abs(p.error))
+        bias = statistics.median(p.error for p in sub if math.isfinite(p.error)) if finite else math.nan
+        print(f"  {label:28s} {len(sub):4d} points  median |error| {statistics.median(errs):6.1f}%  worst "
+              f"{worst.error:+7.0f}%  median signed {bias:+6.1f}%  within 15%: {sum(e <= 15 for e in errs) / len(errs):4.0%}"
+              f"  within 50%: {sum(e <= 50 for e in errs) / len(errs):4.0%}")
+
+    errs = [abs(p.error) for p in points]
+    worst = max(points, key=lambda p: abs(p.error))
+    noise = statistics.median(p.sim_spread / 2 for p in points)
     print()
-    print("TTFT check (not in the accuracy targets): model TTFT of the p99 prompt | sim mean TTFT of prompts within "
-          "10% of it | sim p99 TTFT of all requests; and the mean residual of the step in flight at an arrival")
-    head = f"{'deployment':34s} {'histogram':10s} {'load':>5s} {'p99 prompt':>10s} {'TTFT ms model|sim(p99 prompt)|sim p99':>40s} {'residual ms':>11s}"
-    print(head)
-    print("-" * len(head))
-    for model, gpu, tp, kv, ctx in (CONFIGS[0], CONFIGS[6]):
-        dep = make_deployment(cat, model=model, gpu=gpu, tp=tp, kv_dtype=kv, max_model_len=ctx)
-        label = f"{model.removeprefix('llama-3.1-')} {gpu} tp{tp} kv:{kv} ctx:{ctx // 1024}k"
-        for hname in ("constant", "trace"):
-            hist = histograms(ctx, raw)[hname]
-            prof = profile_for(dep, hist)
-            rm = ReplicaModel(dep, prof, SLO())
-            cap = replica_capacity(dep, prof).max_rps
-            pq = prof.prompt_quantile_tokens
-            for load in (0.3, 0.6, 0.9):
-                req = sample_requests(hist, load * cap, args.requests, seed=args.seed, max_total_tokens=ctx)
-                res, tr = simulate_replica(dep, req, trace=True)
-                cut = req.n // 10
-                ttft = (tr.first_token_s - req.arrival_s)[cut:]
-                near = np.abs(req.prompt_tokens[cut:] / pq - 1.0) <= 0.1
-                n_model = rm.resident_for_rate(res.rate_rps, dep.engine.max_num_seqs)
-                model_ms = rm.ttft_s(n_model) * 1e3 if n_model is not None else math.inf
-                residual = np.sum(tr.step_s**2) / (2 * np.sum(tr.step_s))
-                sims = f"{model_ms:8.1f}|{ttft[near].mean() * 1e3:8.1f}|{res.ttft_ms_p99:8.1f}"
-                print(f"{label:34s} {hname:10s} {load:5.0%} {pq:10,.0f} {sims:>40s} {residual * 1e3:11.1f}")
+    print(f"Percentile cases: {len({(p.pool, p.load) for p in points})} cases, {len(points)} percentile points "
+          f"(TTFT p90, TTFT p99, TPOT p99 per band); error = (model - sim) / sim")
+    print(f"  median |error| {statistics.median(errs):.1f}% (target <= {MEDIAN_TARGET_PCT:g}%); worst {worst.error:+.0f}% "
+          f"(target <= {WORST_TARGET_PCT:g}%): {worst.pool.label}, load {worst.load:.0%}, band {worst.band}, "
+          f"{worst.kind} {worst.stat}; model without a finite value at {sum(not math.isfinite(e) for e in errs)} points")
+    print(f"  simulator noise (± = half the difference between the two halves of a run): median ±{noise:.1f}%; "
+          f"{sum(abs(p.error) <= p.sim_spread for p in points)} of {len(points)} errors within 2 × ±")
+    at_n = [abs(p.error_at_sim_n) for p in points]
+    print(f"  planner.latency at the simulator's resident batch (@N): median |error| {statistics.median(at_n):.1f}%, "
+          f"worst {max((p.error_at_sim_n for p in points), key=abs):+.0f}%")
+    for load in LOADS:
+        line(f"load {load:.0%}", [p for p in points if p.load == load])
+    for kind, stat in PERCENTILE_POINTS:
+        line(f"{kind.upper()} {stat}", [p for p in points if (p.kind, p.stat) == (kind, stat)])
+    for band in dict.fromkeys(p.band for p in points):
+        line(f"band {band}", [p for p in points if p.band == band])
+    for kind in dict.fromkeys(p.pool.kind for p in points):
+        line(kind, [p for p in points if p.pool.kind == kind])
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--requests", type=int, default=20_000, help="requests per simulated run (default 20,000)")
-    ap.add_argument("--rel-tol", type=float, default=0.01, help="bisection stops at this relative width (default 0.01)")
-    ap.add_argument("--preemption-budget", type=float, default=10.0, help="preemptions per 1,000 requests (default 10)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--quick", action="store_true", help="5,000 requests per run, rel-tol 0.02")
-    args = ap.parse_args(argv)
-    if args.quick:
-        args.requests, args.rel_tol = 5000, 0.02
-    t_start = time.perf_counter()
-    cat = load_catalog()
-    rng = np.random.default_rng(2024)
-    synth = lognormal_lengths(rng, 50_000, (math.log(800), 1.3), (math.log(250), 0.8), 0.0, 4096)
-    tp_, to_, trace_desc = trace_lengths(rng)
-    long_tail = generate("chat_long_tail", 50_000, 7)
-    raw = {"lognormal-chat": synth, "trace": (tp_, to_), "long-tail": (long_tail.prompt_tokens, long_tail.output_tokens)}
+def percentile_cases(cat, args) -> list[PercentilePoint]:
+    workloads = percentile_workloads(args.mooncake)
+    print()
+    basis = ("the simulated saturation (planner.simulate.max_sustainable_rate without targets: the highest rate whose "
+             f"backlog does not grow, {args.saturation_requests:,} requests, bisection to {args.rel_tol:.0%})"
+             if args.load_basis == "sim" else
+             "the model's capacity without targets (planner.capacity.replica_capacity, expected sizing)")
+    print("Percentile latencies per band: model (planner.latency at the mean model's N for the rate) | simulator; "
+          "error = (model - sim) / sim")
+    print(f"loads: {', '.join(f'{x:.0%}' for x in LOADS)} of {basis}")
+    print(f"vLLM profile unless overridden (C = max_num_batched_tokens, θ = long_prefill_token_threshold); bands "
+          f"short = prompt < 8,192 tokens, long = the rest, all = one band; each run sized for >= "
+          f"{BAND_TARGET_REQUESTS:,} measured requests in every band, between {args.min_requests:,} and "
+          f"{args.max_requests:,} requests (the same requests at every load); warm-up 10%; seed {args.seed}")
+    print("± = the simulator's own noise (half the difference between the two halves of the run); @N = the error of "
+          "planner.latency evaluated at the simulator's resident batch instead of the mean model's (a diagnostic)")
+    for name, (_, desc) in workloads.items():
+        print(f"workload {name}: {desc}")
+    if args.mooncake is None:
+        print("workload mooncake: not given (--mooncake FILE adds its pools)")
+    print()
+    points: list[PercentilePoint] = []
+    for pool in PERCENTILE_POOLS:
+        if pool.workload not in workloads:
+            continue
+        points += run_percentile_pool(cat, pool, pool_class(pool, workloads[pool.workload][0]), args)
+    summarise_points(points)
+    return points
 
+
+def capacity_cases(cat, raw, trace_desc, args) -> None:
+    """The mean model's capacity against the simulated maximum rate, per config x histogram x SLO."""
     print("Analytical capacity (planner.capacity, sizing 'expected') vs simulated maximum rate (planner.simulate)")
     print(f"requests per run {args.requests:,}; bisection to {args.rel_tol:.0%}; preemption budget "
           f"{args.preemption_budget:g} per 1,000; warm-up 10% of requests; watermark 1% of blocks; seed {args.seed}")
     print(f"trace histogram: {trace_desc}")
+    print("slo: none = no latency target; itl50 = mean per-token ITL <= 50 ms (SLO.single(itl_ms=50, stat='mean'))")
     print("error = (model - sim) / sim: positive when the model promises more than the simulated replica holds; "
           "the sim rate is the highest that passed, so errors are resolved to the bisection width")
     print("at capacity, model | sim: N = resident batch, ITL = mean inter-token latency in ms (the model's mean step; "
@@ -245,7 +494,7 @@ def main(argv=None) -> int:
     abs_err = [abs(e) for e, _ in errors]
     worst = max(errors, key=lambda e: abs(e[0]))
     print()
-    print(f"cases: {len(errors)}; median |error| {statistics.median(abs_err):.1f}% (target <= 10%); "
+    print(f"capacity cases: {len(errors)}; median |error| {statistics.median(abs_err):.1f}% (target <= 10%); "
           f"worst {worst[0]:+.1f}% ({worst[1]}) (target <= 25%); "
           f"mean error {statistics.fmean(e for e, _ in errors):+.1f}%")
     for slo_name in SLOS:
@@ -253,8 +502,8 @@ def main(argv=None) -> int:
         print(f"  slo {slo_name}: median |error| {statistics.median(abs(e) for e in sub):.1f}%, "
               f"worst {max(sub, key=abs):+.1f}%, mean {statistics.fmean(sub):+.1f}%")
 
-    term_check(cat, raw, args)
-    ttft_check(cat, raw, args)
+
+def speed_check(cat, raw, args) -> None:
     print()
     print("Simulation speed: one replica-hour of Poisson traffic at 90% of the analytical capacity (trace histogram)")
     for model, gpu, tp, kv, ctx in (CONFIGS[0], CONFIGS[6]):
@@ -268,6 +517,44 @@ def main(argv=None) -> int:
         print(f"  {dep.label}: {req.n:,} requests at {rate:.2f} rps, {res.steps:,} steps, {res.simulated_s:,.0f} s simulated "
               f"in {wall:.2f} s wall (step loop {res.wall_s:.2f} s): {res.simulated_s / wall:,.0f} simulated s per wall s, "
               f"{res.steps / wall:,.0f} steps/s ({res.steps / res.wall_s:,.0f} in the loop)")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--part", choices=("all", "capacity", "percentiles"), default="all",
+                    help="run the mean-capacity grid, the percentile cases, or both (default)")
+    ap.add_argument("--requests", type=int, default=20_000, help="requests per simulated capacity run (default 20,000)")
+    ap.add_argument("--rel-tol", type=float, default=0.01, help="bisection stops at this relative width (default 0.01)")
+    ap.add_argument("--preemption-budget", type=float, default=10.0, help="preemptions per 1,000 requests (default 10)")
+    ap.add_argument("--min-requests", type=int, default=40_000, help="fewest requests per percentile case (default 40,000)")
+    ap.add_argument("--max-requests", type=int, default=100_000,
+                    help="most requests per percentile case (default 100,000): a rarer band gets fewer than 2,000")
+    ap.add_argument("--load-basis", choices=("sim", "model"), default="sim",
+                    help="percentile loads are shares of the simulated saturation (default) or of the model's capacity")
+    ap.add_argument("--saturation-requests", type=int, default=20_000,
+                    help="requests per run of the saturation search (default 20,000)")
+    ap.add_argument("--mooncake", type=Path, default=None,
+                    help="a Mooncake trace (JSON Lines with input_length, output_length) to add its pools")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--quick", action="store_true",
+                    help="capacity: 5,000 requests per run, rel-tol 0.02; percentiles: 10,000-20,000 requests per case")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.requests, args.rel_tol, args.min_requests, args.max_requests = 5000, 0.02, 10_000, 20_000
+        args.saturation_requests = 10_000
+    t_start = time.perf_counter()
+    cat = load_catalog()
+    if args.part in ("all", "capacity"):
+        rng = np.random.default_rng(2024)
+        synth = lognormal_lengths(rng, 50_000, (math.log(800), 1.3), (math.log(250), 0.8), 0.0, 4096)
+        tp_, to_, trace_desc = trace_lengths(rng)
+        long_tail = generate("chat_long_tail", 50_000, 7)
+        raw = {"lognormal-chat": synth, "trace": (tp_, to_), "long-tail": (long_tail.prompt_tokens, long_tail.output_tokens)}
+        capacity_cases(cat, raw, trace_desc, args)
+        term_check(cat, raw, args)
+        speed_check(cat, raw, args)
+    if args.part in ("all", "percentiles"):
+        percentile_cases(cat, args)
     print()
     print(f"total runtime {time.perf_counter() - t_start:.0f} s")
     return 0

@@ -3,7 +3,8 @@ synthetic candidate set (all catalog GPUs x tp 1-8 x all dtypes x 6 thresholds).
 
     python bench/solve.py
 
-Prints figures; asserts nothing. Target: the shipped scenario end to end under 2 s on a 2-core machine.
+Prints figures; asserts nothing. Target: the shipped scenario, certification by simulation included,
+end to end in a fresh process within 3 s on a 2-core machine (issue 11).
 """
 
 from __future__ import annotations
@@ -67,22 +68,26 @@ def main() -> None:
     print(f"loading the 128k rollout (scenario, catalog, {inputs.traffic.hist.requests:,}-request synthetic histogram): {load_s * 1e3:.0f} ms")
     report("128k_rollout (shipped)", inputs)
 
+    import statistics
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        # The same scenario without its simulation check, beside the shipped one.
-        bare = Path(tmp) / "128k_rollout_no_verify.yaml"
-        bare.write_text(rollout.read_text(encoding="utf-8").replace("verify: true", "verify: false"), encoding="utf-8")
-        for label, path in (("as shipped (with its simulation check)", rollout), ("without the simulation check", bare)):
-            t0 = time.perf_counter()
-            out = subprocess.run(
-                [sys.executable, "-m", "planner", "solve", str(path), "--out-dir", tmp],
-                capture_output=True, text=True, cwd=ROOT, check=False,
-            )
-            cli_s = time.perf_counter() - t0
-            status = "ok" if out.returncode == 0 else f"exit {out.returncode}: {out.stderr.strip()}"
-            print(f"  end to end, `planner solve` in a fresh process, {label}: {cli_s:.2f} s ({status})"
-                  f"   target < 2 s: {'met' if cli_s < 2 else 'NOT met'}")
+        for label, flags, target in (("certified by simulation (as shipped)", [], 3.0),
+                                     ("without certification (--no-verify)", ["--no-verify"], None)):
+            times, status = [], "ok"
+            for _ in range(3):
+                t0 = time.perf_counter()
+                out = subprocess.run(
+                    [sys.executable, "-m", "planner", "solve", str(rollout), "--out-dir", tmp, *flags],
+                    capture_output=True, text=True, cwd=ROOT, check=False,
+                )
+                times.append(time.perf_counter() - t0)
+                if out.returncode != 0:
+                    status = f"exit {out.returncode}: {out.stderr.strip()}"
+            cli_s = statistics.median(times)
+            verdict = "" if target is None else f"   target <= {target:g} s: {'met' if cli_s <= target else 'NOT met'}"
+            print(f"  end to end, `planner solve` in a fresh process, {label}: median {cli_s:.2f} s of 3 "
+                  f"({', '.join(f'{t:.2f}' for t in times)}; {status}){verdict}")
 
     gpus = sorted(inputs.catalog.gpus)
     big = inputs.scenario.model_copy(update={
