@@ -321,6 +321,7 @@ class LatencyPoint:
         self.residual_s = self._residual_step(steps_own)
         self.own_s = model.prefill_s + steps_own * self.t_dec + self.residual_s
         horizon = 2.0 * max([b.ttft.limit_s for b in model.slo.bands if b.ttft] or [1.0])
+        self._add_packed(budget, k, steps_own)
         # One first-come-first-served prefill queue. Under θ the simulator lets short prompts
         # pass long ones; the model does not credit that reordering (it keeps FCFS waits), so
         # it is conservative there and certification by simulation has the last word.
@@ -332,7 +333,29 @@ class LatencyPoint:
         self.rho = self.rate * float(np.dot(c.weight, model.prefill_s))  # prefill's share of time
         self.mean_step = self.t_dec / (1 - self.rho) if self.rho < 1 else math.inf
         chunks = _chunks(c, self.k, model.step.params_active, model.step.attn_flops_per_ctx_token)
-        self.max_chunk_s = float(chunks.flops_desc[0]) / model.flops_per_s if chunks.flops_desc.size else 0.0
+        # A busy decode step carries one chunk; which chunk is a draw weighted by prefill work
+        # (a long prompt's late chunks cost most, its early ones little): a request whose every
+        # step carries a chunk sees their work-weighted mean, not the costliest one.
+        if chunks.flops_desc.size:
+            w = np.diff(chunks.cum_weight, prepend=0.0) * chunks.flops_desc
+            self.max_chunk_s = float(np.dot(w, chunks.flops_desc) / w.sum()) / model.flops_per_s
+        else:
+            self.max_chunk_s = 0.0
+
+    def _add_packed(self, budget: float, k: float, steps_own: np.ndarray) -> None:
+        """The step that emits a request's first token also carries the prompts queued behind it,
+        up to the budget its own last chunk leaves: the tokens that arrived during about one
+        mean step, λ·E[p]·t̄ (the queue the step in flight builds), at the class's mean cost a token."""
+        c, m = self.m.cells, self.m
+        rho = self.rate * float(np.dot(c.weight, m.prefill_s))
+        if rho >= 1:
+            return
+        mean_step = self.t_dec / (1 - rho)
+        tokens = self.rate * float(np.dot(c.weight, c.new_tokens)) * mean_step
+        last_chunk = c.new_tokens - (steps_own - 1) * np.where(c.new_tokens > k, k, budget)
+        packed = np.minimum(tokens, np.maximum(budget - last_chunk, 0.0))
+        per_token_s = float(np.dot(c.weight, m.prefill_s)) / float(np.dot(c.weight, c.new_tokens))
+        self.own_s = self.own_s + packed * per_token_s
 
     def _residual_step(self, steps_own: np.ndarray) -> float:
         """Mean remaining time of the step in flight when a request arrives, E[t²] / 2E[t] (the
