@@ -358,44 +358,30 @@ def _knee(rm: ReplicaModel, n_bound: float) -> float:
 def _largest_n(margin, n_hi: float, rel_tol: float = BOUND_REL_TOL) -> float:
     """Largest N in [0, n_hi] with margin(N) <= 0, for a margin that increases with N.
 
-    The answer is n_hi, or a point of the fixed grid N_k = (1 + rel_tol)^k: a fixed grid makes
-    the bound the same whatever n_hi is, so a config with more memory (a higher n_hi) never
-    gets a lower latency bound from a different search path. The search steps down by
-    factors of 64 to bracket the crossing, then narrows the bracket of grid indices by the
-    Illinois variant of regula falsi on the margin (interpolating in log N), which converges
-    in a handful of evaluations where plain bisection needs a dozen; it falls back to
-    bisection whenever interpolation would not shrink the bracket."""
+    The answer is n_hi, or a point of the fixed grid N_k = (1 + rel_tol)^k: the largest k whose
+    margin holds, so the bound is the same whatever n_hi is and a config with more memory (a
+    higher n_hi) never gets a lower latency bound from another search path. The search steps down by factors of 64 to bracket the crossing, then finds
+    it by regula falsi in k (planner.roots), which needs a handful of evaluations where
+    bisection needs a dozen."""
     log_r = math.log1p(rel_tol)
+
+    def at(k: float) -> float:
+        return margin(math.exp(k * log_r))
+
     hi = math.floor(math.log(n_hi) / log_r)  # N_hi <= n_hi
-    f_hi = margin(math.exp(hi * log_r))
+    f_hi = at(hi)
     if f_hi <= 0:
         return n_hi if margin(n_hi) <= 0 else math.exp(hi * log_r)
     step = math.ceil(math.log(64.0) / log_r)
     floor_k = hi - math.ceil(math.log(1e7) / log_r)
     lo = hi - step
-    f_lo = margin(math.exp(lo * log_r))
+    f_lo = at(lo)
     while f_lo > 0:
         hi, f_hi, lo = lo, f_lo, lo - step
         if lo < floor_k:
             return 0.0
-        f_lo = margin(math.exp(lo * log_r))
-    side = 0
-    while hi - lo > 1:
-        guess = lo + (hi - lo) * (-f_lo) / (f_hi - f_lo) if math.isfinite(f_hi) and f_hi > f_lo else None
-        mid = round(guess) if guess is not None and math.isfinite(guess) else (lo + hi) // 2
-        mid = min(max(mid, lo + 1), hi - 1)
-        f_mid = margin(math.exp(mid * log_r))
-        if f_mid <= 0:
-            lo, f_lo = mid, f_mid
-            if side == -1:
-                f_hi /= 2  # Illinois: halve the stale end's weight so the bracket closes from both sides
-            side = -1
-        else:
-            hi, f_hi = mid, f_mid
-            if side == 1:
-                f_lo /= 2
-            side = 1
-    return math.exp(lo * log_r)
+        f_lo = at(lo)
+    return math.exp(increasing_root(at, lo, hi, f_lo=f_lo, f_hi=f_hi, integer=True) * log_r)
 
 
 def target_floors(rm: ReplicaModel) -> tuple[TargetFloor, ...]:

@@ -33,6 +33,32 @@ def _grow(a, size):
 
 
 @njit(cache=True, nogil=True)
+def _unlink(prev, nxt, i, head, tail):
+    """Remove i from a doubly linked list over request indices; returns the new (head, tail)."""
+    p, q = prev[i], nxt[i]
+    if p != _NONE:
+        nxt[p] = q
+    else:
+        head = q
+    if q != _NONE:
+        prev[q] = p
+    else:
+        tail = p
+    return head, tail
+
+
+@njit(cache=True, nogil=True)
+def _append(prev, nxt, i, head, tail):
+    """Append i to the end of a doubly linked list; returns the new (head, tail)."""
+    prev[i], nxt[i] = tail, _NONE
+    if tail != _NONE:
+        nxt[tail] = i
+    else:
+        head = i
+    return head, i
+
+
+@njit(cache=True, nogil=True)
 def _heap_push(hs, hr, he, size, step, req, ep):
     i = size
     hs[i], hr[i], he[i] = step, req, ep
@@ -86,7 +112,7 @@ def run(arrival, prompt, output, block, total_blocks, watermark_blocks, shared, 
 
     run_prev = np.full(n, _NONE, np.int64)
     run_next = np.full(n, _NONE, np.int64)
-    run_tail, n_running = _NONE, 0  # the running list's newest end is all preemption needs
+    run_head, run_tail, n_running = _NONE, _NONE, 0
     pf_prev = np.full(n, _NONE, np.int64)
     pf_next = np.full(n, _NONE, np.int64)
     pf_head, pf_tail = _NONE, _NONE
@@ -134,10 +160,8 @@ def run(arrival, prompt, output, block, total_blocks, watermark_blocks, shared, 
         free = total_blocks - used
         preempted = False
         while need > free:
-            v = run_tail
-            run_tail = run_prev[v]
-            if run_tail != _NONE:
-                run_next[run_tail] = _NONE
+            v = run_tail  # the newest running request
+            run_head, run_tail = _unlink(run_prev, run_next, v, run_head, run_tail)
             n_running -= 1
             if decoding[v]:
                 c = s + off[v]
@@ -154,15 +178,7 @@ def run(arrival, prompt, output, block, total_blocks, watermark_blocks, shared, 
                 last_emit[v] = now
             else:
                 blocks_v = held[v]
-                p, q = pf_prev[v], pf_next[v]
-                if p != _NONE:
-                    pf_next[p] = q
-                else:
-                    pf_head = q
-                if q != _NONE:
-                    pf_prev[q] = p
-                else:
-                    pf_tail = p
+                pf_head, pf_tail = _unlink(pf_prev, pf_next, v, pf_head, pf_tail)
             used -= blocks_v
             free += blocks_v
             wq_head = (wq_head - 1) % n
@@ -203,17 +219,9 @@ def run(arrival, prompt, output, block, total_blocks, watermark_blocks, shared, 
                     break
                 wq_head = (wq_head + 1) % n
                 wq_len -= 1
-                run_prev[h], run_next[h] = run_tail, _NONE
-                if run_tail != _NONE:
-                    run_next[run_tail] = h
-                run_tail = h
+                run_head, run_tail = _append(run_prev, run_next, h, run_head, run_tail)
                 n_running += 1
-                pf_prev[h], pf_next[h] = pf_tail, _NONE
-                if pf_tail != _NONE:
-                    pf_next[pf_tail] = h
-                else:
-                    pf_head = h
-                pf_tail = h
+                pf_head, pf_tail = _append(pf_prev, pf_next, h, pf_head, pf_tail)
                 n_admit[h] += 1
                 used += req
                 held[h] = req
@@ -266,28 +274,14 @@ def run(arrival, prompt, output, block, total_blocks, watermark_blocks, shared, 
             residue[off[i] % block] -= 1
             dec_blocks -= blocks_i
             used -= blocks_i
-            p, q = run_prev[i], run_next[i]
-            if p != _NONE:
-                run_next[p] = q
-            if q != _NONE:
-                run_prev[q] = p
-            else:
-                run_tail = p
+            run_head, run_tail = _unlink(run_prev, run_next, i, run_head, run_tail)
             n_running -= 1
             gen[i] = output[i]
             finish[i] = end
             done += 1
         for k in range(n_completed):
             i = completed[k]
-            p, q = pf_prev[i], pf_next[i]
-            if p != _NONE:
-                pf_next[p] = q
-            else:
-                pf_head = q
-            if q != _NONE:
-                pf_prev[q] = p
-            else:
-                pf_tail = p
+            pf_head, pf_tail = _unlink(pf_prev, pf_next, i, pf_head, pf_tail)
             if gen[i] == 0:
                 first_tok[i] = end
             else:
@@ -299,13 +293,7 @@ def run(arrival, prompt, output, block, total_blocks, watermark_blocks, shared, 
             gen[i] += 1
             if gen[i] >= output[i]:
                 used -= held[i]
-                p, q = run_prev[i], run_next[i]
-                if p != _NONE:
-                    run_next[p] = q
-                if q != _NONE:
-                    run_prev[q] = p
-                else:
-                    run_tail = p
+                run_head, run_tail = _unlink(run_prev, run_next, i, run_head, run_tail)
                 n_running -= 1
                 finish[i] = end
                 done += 1
