@@ -192,4 +192,4 @@ def test_write_lp_that_cannot_be_written_exits_2_with_one_line(tmp_path):
     lp = tmp_path / ("x" * 300 + ".lp")  # a name longer than the filesystem allows
     r = solve(write(tmp_path, BASE), "--no-report", "--write-lp", lp)
     assert r.exit_code == 2, r.output
-    assert "cannot write the LP file" in r.output and "Traceback" not in r.output
+    assert "cannot write: the file name is too long" in r.output and "Traceback" not in r.output

@@ -11,10 +11,10 @@ from planner.cli.options import catalog_option, echo_json, json_option
 
 def write_forecast(name: str, results, out_dir: Path) -> tuple[Path, Path]:
     from planner.figures import forecast_figure
-    from planner.files import write_text_atomic
+    from planner.files import output_folder, write_text_atomic
     from planner.forecast import forecast_csv, forecast_markdown
 
-    out_dir.mkdir(parents=True, exist_ok=True)
+    output_folder(out_dir)
     figure = f"{name}_forecast.png"
     forecast_figure(
         [r.quarter for r in results], [r.cost_per_million["blended"] for r in results],

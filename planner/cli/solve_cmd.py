@@ -65,13 +65,9 @@ def solve(scenarios, out_dir, no_report, write_lp, verify, catalog_files, as_jso
 
 
 def _write_lp(text: str, path: Path) -> None:
-    from planner.errors import InputError
     from planner.files import write_text_atomic
 
-    try:
-        write_text_atomic(path, text)
-    except OSError as exc:
-        raise InputError(f"cannot write the LP file ({exc.strerror or exc})", where=str(path)) from None
+    write_text_atomic(path, text)
 
 
 COMMANDS = [solve]

@@ -10,6 +10,10 @@ Formats (chosen by extension, or `fmt`):
 - JSON Lines (.jsonl, .ndjson, .json): read in chunks of lines with `pyarrow.json`; a chunk
   that pyarrow refuses (a type changing mid-chunk, a broken line) is re-read line by line
   with the standard json module, so its good rows still count and its bad ones are counted.
+  So is a chunk with a line of more than _ARROW_MAX_OPENINGS brackets: pyarrow's parser
+  recurses per level of nesting and overflows the stack (a segmentation fault, measured
+  at 10,000 levels with pyarrow 26), where the json module stops at its recursion limit
+  and the line counts as non_numeric.
 
 A file that is not what its extension says (a Parquet file named .csv, text named
 .parquet, a JSON array named .jsonl) is refused with InputError before any reading.
@@ -33,6 +37,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from planner.errors import InputError
+from planner.files import note_input
 from planner.workload.columns import FORMATS
 
 EXTENSIONS = {
@@ -53,6 +58,10 @@ _JSONL_BLOCK_BYTES = 1 << 20
 _SNIFF_BYTES = 4096
 # Marks a JSON line that is not an object; rows.py and timestamps.py read it as non_numeric.
 MALFORMED_LINE = "\x00not a JSON object"
+# Nesting depth is at most the count of '[' and '{' on a line; pyarrow parsed 6,000 levels
+# and crashed at 10,000 (pyarrow 26), so lines with more openings than this go to json.
+_ARROW_MAX_OPENINGS = 1024
+_OPENINGS_AND_BREAKS = bytes(b for b in range(256) if b not in b"[{\n")
 
 
 def detect_format(path: Path, fmt: str = "auto") -> str:
@@ -153,6 +162,7 @@ class LogReader:
     def __init__(self, path: str | Path, fmt: str = "auto"):
         self.path = Path(path)
         self.where = str(path)
+        note_input(self.path)
         self.format = detect_format(self.path, fmt)
         sniff(self.path, self.format)
         self.skipped = {"null": 0, "non_numeric": 0}
@@ -173,10 +183,20 @@ class LogReader:
                     ).schema.names
                 )
             return self._jsonl_columns()
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OSError, UnicodeDecodeError) as exc:
+        except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
             raise InputError(
                 f"cannot read as {self.format}: {_first_line(exc)}", where=self.where
             ) from None
+
+    def file_columns(self) -> dict[str, list[str]]:
+        """The column names of each Parquet file of the log (one entry for a single file)."""
+        try:
+            return {
+                fragment.path: list(pq.read_schema(fragment.open()).names)
+                for fragment in self._parquet_dataset.get_fragments()
+            }
+        except (pa.ArrowException, OSError) as exc:
+            raise InputError(f"cannot read as parquet: {_first_line(exc)}", where=self.where) from None
 
     @functools.cached_property
     def _parquet_dataset(self) -> ds.Dataset:
@@ -189,7 +209,7 @@ class LogReader:
         for chunk in _line_chunks(files[0], _JSONL_CHUNK_BYTES) if files else ():
             try:
                 return list(_read_json_chunk(chunk).column_names)
-            except pa.ArrowInvalid:
+            except (pa.ArrowInvalid, _TooNested):
                 keys: dict[str, None] = {}
                 for obj in _json_objects(chunk):
                     if isinstance(obj, dict):
@@ -207,7 +227,7 @@ class LogReader:
                 yield from self._csv_batches(names)
             else:
                 yield from self._jsonl_batches(names)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OSError) as exc:
+        except (pa.ArrowException, OSError) as exc:
             raise InputError(
                 f"cannot read as {self.format}: {_first_line(exc)}", where=self.where
             ) from None
@@ -286,7 +306,7 @@ class LogReader:
             for chunk in _line_chunks(file, _JSONL_CHUNK_BYTES):
                 try:
                     table = _read_json_chunk(chunk)
-                except pa.ArrowInvalid:
+                except (pa.ArrowInvalid, _TooNested):
                     batch = _python_json_batch(chunk, names)
                 else:
                     n = table.num_rows
@@ -336,7 +356,23 @@ def _line_chunks(path: Path, size: int) -> Iterator[bytes]:
         yield carry + b"\n"
 
 
+class _TooNested(Exception):
+    """A chunk pyarrow's JSON parser must not see (see the module docstring)."""
+
+
+def _most_openings_per_line(chunk: bytes) -> int:
+    """The most '[' and '{' on any one line of `chunk`: an upper bound on its nesting depth."""
+    kept = np.frombuffer(chunk.translate(None, _OPENINGS_AND_BREAKS), np.uint8)
+    if not kept.size:
+        return 0
+    breaks = np.flatnonzero(kept == ord("\n"))
+    bounds = np.concatenate([[-1], breaks, [kept.size]])
+    return int((np.diff(bounds) - 1).max())
+
+
 def _read_json_chunk(chunk: bytes) -> pa.Table:
+    if _most_openings_per_line(chunk) > _ARROW_MAX_OPENINGS:
+        raise _TooNested
     return pajson.read_json(
         io.BytesIO(chunk), read_options=pajson.ReadOptions(block_size=_JSONL_BLOCK_BYTES)
     )
@@ -348,7 +384,7 @@ def _json_objects(chunk: bytes) -> Iterator[object]:
             continue  # pyarrow skips blank lines too, so both paths count the same rows
         try:
             yield json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # broken, a 5,000-digit number, nested too deeply
             yield MALFORMED_LINE
 
 
