@@ -19,7 +19,6 @@ A malformed file is an InputError naming the file and the field.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ import yaml
 from planner import params
 from planner.catalog import Model
 from planner.errors import InputError
-from planner.files import read_text
+from planner.files import load_json
 from planner.yamlio import validate
 
 _MISSING = object()
@@ -113,11 +112,7 @@ class _Config:
 def read_hf_config(path: str | Path) -> dict[str, Any]:
     """The JSON object in `path`; unreadable or invalid JSON is an InputError naming the line."""
     path = Path(path)
-    text = read_text(path, "JSON")
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"line {exc.lineno} column {exc.colno}: invalid JSON: {exc.msg}", where=str(path)) from None
+    raw = load_json(path)
     if not isinstance(raw, dict):
         raise InputError(f"expected a JSON object of config fields (got {type(raw).__name__})", where=str(path))
     return raw
