@@ -10,11 +10,31 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from planner.errors import InputError
+from planner.bounds import (
+    MAX_GPU_MEMORY_GIB,
+    MAX_GROWTH,
+    MAX_HEADROOM,
+    MAX_MIN_REPLICAS,
+    MAX_SOLVER_SECONDS,
+    MAX_SYNTHETIC_REQUESTS,
+    MAX_TP,
+    Fraction,
+    GpuCount,
+    Growth,
+    Params,
+    PositiveTokens,
+    PriceUsdPerGpuHour,
+    RateRps,
+    Seed,
+    Tokens,
+    real,
+    whole,
+)
+from planner.errors import InputError, did_you_mean
 from planner.histogram import TOTAL_EDGES
-from planner.yamlio import load_yaml, validate
+from planner.yamlio import load_yaml, validate, validation_message
 
 
 class _Strict(BaseModel):
@@ -23,9 +43,9 @@ class _Strict(BaseModel):
 
 class SyntheticSource(_Strict):
     name: str = Field(description="named synthetic distribution (planner synth --help lists them)")
-    requests: int = Field(100_000, gt=0)
-    seed: int = 0
-    rate_rps: float | None = Field(None, gt=0, description="mean arrival rate of the synthetic log")
+    requests: whole(gt=0, le=MAX_SYNTHETIC_REQUESTS) = 100_000
+    seed: Seed = 0
+    rate_rps: RateRps | None = Field(None, description="mean arrival rate of the synthetic log")
 
 
 class Columns(_Strict):
@@ -37,8 +57,8 @@ class Columns(_Strict):
 class ConstantSource(_Strict):
     """Every request has the same lengths (how published benchmarks, and seed 000, are run)."""
 
-    prompt_tokens: int = Field(ge=0)
-    output_tokens: int = Field(ge=1)
+    prompt_tokens: Tokens
+    output_tokens: PositiveTokens
 
 
 class TrafficSource(_Strict):
@@ -62,8 +82,8 @@ class TrafficSource(_Strict):
 
 class Peak(_Strict):
     method: Literal["quantile", "max", "explicit"] = "quantile"
-    quantile: float = Field(0.99, gt=0, le=1)
-    rps: float | None = Field(None, gt=0, description="explicit peak, requests/s (method: explicit)")
+    quantile: Fraction = 0.99
+    rps: RateRps | None = Field(None, description="explicit peak, requests/s (method: explicit)")
 
     @model_validator(mode="after")
     def _rps(self) -> Peak:
@@ -75,11 +95,11 @@ class Peak(_Strict):
 class Traffic(_Strict):
     source: TrafficSource
     peak: Peak = Peak()
-    growth: float = Field(1.0, gt=0, description="multiplier on the measured peak (e.g. 1.3 for +30%)")
-    headroom: float = Field(1.2, ge=1.0, description="capacity planned per unit of peak rate")
-    shared_prefix_tokens: int = Field(0, ge=0, description="prefix every request shares (prefix caching)")
-    mean_rps: float | None = Field(
-        None, gt=0, description="mean arrival rate, for sources without timestamps [default: from the log's minutes]"
+    growth: Growth = Field(1.0, description="multiplier on the measured peak (e.g. 1.3 for +30%)")
+    headroom: real(ge=1.0, le=MAX_HEADROOM) = Field(1.2, description="capacity planned per unit of peak rate")
+    shared_prefix_tokens: Tokens = Field(0, description="prefix every request shares (prefix caching)")
+    mean_rps: RateRps | None = Field(
+        None, description="mean arrival rate, for sources without timestamps [default: from the log's minutes]"
     )
 
 
@@ -114,13 +134,13 @@ class SLOSpec(_Strict):
 
 class Sizing(_Strict):
     mode: Literal["worst_case", "expected", "percentile"] = "percentile"
-    quantile: float = Field(0.99, gt=0.5, lt=1)
+    quantile: real(gt=0.5, lt=1) = 0.99
 
 
 class GPUCandidate(_Strict):
     id: str
-    price_usd_per_hour: float | None = Field(None, gt=0, description="override, e.g. a negotiated price")
-    max_gpus: int | None = Field(None, ge=0, description="inventory cap for this GPU type")
+    price_usd_per_hour: PriceUsdPerGpuHour | None = Field(None, description="override, e.g. a negotiated price")
+    max_gpus: GpuCount | None = Field(None, description="inventory cap for this GPU type")
 
     def price_per_hour(self, catalog_price_usd_per_hour: float) -> float:
         """USD per GPU-hour: this override if set, else the catalog's price."""
@@ -131,39 +151,23 @@ class GPUCandidate(_Strict):
 
 class Solver(_Strict):
     backend: Literal["cbc", "highs"] = "cbc"
-    time_limit_s: float = Field(60.0, gt=0)
+    time_limit_s: real(gt=0, le=MAX_SOLVER_SECONDS) = 60.0
 
 
 class QuarterSpec(_Strict):
     """One quarter of a forecast: demand growth and what changes (limit, prices, availability, commitments)."""
 
     quarter: str = Field(pattern=r"^[0-9]{4}Q[1-4]$", description="e.g. 2027Q1")
-    growth: float = Field(0.0, gt=-1.0, description="demand change: 0.25 = +25% (see growth_mode)")
-    context_limit: int | None = Field(None, gt=0)
+    growth: real(gt=-1.0, le=MAX_GROWTH) = Field(0.0, description="demand change: 0.25 = +25% (see growth_mode)")
+    context_limit: PositiveTokens | None = None
 
     @field_validator("context_limit")
     @classmethod
     def _limit_edge(cls, v: int | None) -> int | None:
         return _histogram_edge(v, "context limit")
-    prices: dict[str, float] = Field(default_factory=dict, description="on-demand $/GPU-hour per GPU type")
-    availability: dict[str, int] = Field(default_factory=dict, description="most GPUs of a type that can be had")
-    reserved: dict[str, int] = Field(default_factory=dict, description="GPUs committed this quarter, per type")
-
-    @field_validator("prices")
-    @classmethod
-    def _positive(cls, v: dict[str, float]) -> dict[str, float]:
-        for gpu, price in v.items():
-            if price <= 0:
-                raise ValueError(f"price of {gpu} must be positive (got {price})")
-        return v
-
-    @field_validator("availability", "reserved")
-    @classmethod
-    def _counts(cls, v: dict[str, int]) -> dict[str, int]:
-        for gpu, n in v.items():
-            if n < 0:
-                raise ValueError(f"GPU count of {gpu} must be >= 0 (got {n})")
-        return v
+    prices: dict[str, PriceUsdPerGpuHour] = Field(default_factory=dict, description="on-demand $/GPU-hour per GPU type")
+    availability: dict[str, GpuCount] = Field(default_factory=dict, description="most GPUs of a type that can be had")
+    reserved: dict[str, GpuCount] = Field(default_factory=dict, description="GPUs committed this quarter, per type")
 
 
 class Forecast(_Strict):
@@ -176,7 +180,9 @@ class Forecast(_Strict):
         "quarter it was committed in; commitments last to the end of the forecast",
     )
     reserved_discount: float = Field(0.0, ge=0, lt=1, description="committed price = on-demand x (1 - discount)")
-    reserved_prices: dict[str, float] = Field(default_factory=dict, description="committed $/GPU-hour per GPU type")
+    reserved_prices: dict[str, PriceUsdPerGpuHour] = Field(
+        default_factory=dict, description="committed $/GPU-hour per GPU type"
+    )
     quarters: list[QuarterSpec] = Field(min_length=1)
 
     @field_validator("quarters")
@@ -191,26 +197,36 @@ class Forecast(_Strict):
         return v
 
 
+class ConfigJsonModel(_Strict):
+    """`model: {config_json: path, ...}`: a model read from a Hugging Face config.json."""
+
+    config_json: str = Field(min_length=1, description="path of the config.json, relative to the scenario")
+    name: str = Field("custom-model", min_length=1, max_length=200, description="catalog id to give the model")
+    params_total: Params | None = None
+    params_active: Params | None = None
+    hf_id: str | None = None
+
+
 class Scenario(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     description: str = ""
     model: str | dict[str, Any] = Field(description="catalog id, an inline model entry, or {config_json: path}")
     catalog: dict[str, Any] | None = Field(None, description="catalog overrides: {gpus: {id: {field: value}}, ...}")
     traffic: Traffic
-    context_limit: int | None = Field(None, gt=0, description="longest prompt+output served [default: the model's]")
+    context_limit: PositiveTokens | None = Field(None, description="longest prompt+output served [default: the model's]")
     slo: SLOSpec = SLOSpec()
     sizing: Sizing = Sizing()
     gpus: list[str | GPUCandidate] = Field(default_factory=lambda: ["h100-sxm", "h200", "a100-80gb", "l40s"])
     weight_dtypes: list[str] = Field(default_factory=lambda: ["bf16", "fp8"])
     kv_dtypes: list[str] = Field(default_factory=lambda: ["bf16", "fp8"])
-    tp: list[int] = Field(default_factory=lambda: [1, 2, 4, 8])
+    tp: list[whole(ge=1, le=MAX_TP)] = Field(default_factory=lambda: [1, 2, 4, 8])
     engine: str = "vllm"
-    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
-    overhead_gib: float = Field(3.0, ge=0)
-    split_thresholds: list[int] = Field(default_factory=list, description="total-token thresholds to try; no split is always tried")
-    min_replicas_per_pool: int = Field(1, ge=1, description="2 or more for N+1 redundancy")
+    gpu_memory_utilization: Fraction | None = None
+    overhead_gib: real(ge=0, le=MAX_GPU_MEMORY_GIB) = 3.0
+    split_thresholds: list[PositiveTokens] = Field(default_factory=list, description="total-token thresholds to try; no split is always tried")
+    min_replicas_per_pool: whole(ge=1, le=MAX_MIN_REPLICAS) = Field(1, description="2 or more for N+1 redundancy")
     homogeneous_pools: bool = Field(True, description="one config per pool")
-    lower_context_limit: int | None = Field(None, gt=0, description="the 'lower limit' lever [default: half the limit]")
+    lower_context_limit: PositiveTokens | None = Field(None, description="the 'lower limit' lever [default: half the limit]")
     solver: Solver = Solver()
     verify: bool = Field(False, description="replay each pool through the simulator and add the check to the report")
     forecast: Forecast | None = Field(None, description="quarterly forecast section (planner forecast)")
@@ -237,6 +253,32 @@ class Scenario(_Strict):
                 f"traffic.shared_prefix_tokens {self.traffic.shared_prefix_tokens} must be below the context limit {limit}"
             )
         return self
+
+    @model_validator(mode="after")
+    def _forecast_prices_for_candidates(self) -> Scenario:
+        """A committed price for a GPU the scenario never plans with would be ignored: refuse it."""
+        if self.forecast is None:
+            return self
+        known = [g.id for g in self.gpu_candidates]
+        for gpu in self.forecast.reserved_prices:
+            if gpu not in known:
+                raise ValueError(
+                    f"forecast.reserved_prices: {did_you_mean(gpu, known, what='GPU')} "
+                    "(a committed price needs the GPU among the scenario's gpus)"
+                )
+        return self
+
+    @field_validator("model")
+    @classmethod
+    def _config_json_spec(cls, v: str | dict[str, Any]) -> str | dict[str, Any]:
+        """`{config_json: path, ...}` has its own keys and types; other mappings are inline entries
+        (validated as catalog models once the catalog is known)."""
+        if isinstance(v, dict) and "config_json" in v:
+            try:
+                ConfigJsonModel.model_validate(v)
+            except ValidationError as exc:
+                raise ValueError(validation_message(exc, ConfigJsonModel)) from None
+        return v
 
     @field_validator("tp")
     @classmethod

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import click
 
-from planner.cli.options import catalog_option, echo_json, get_catalog, json_option
+from planner.bounds import MAX_GPU_MEMORY_GIB, MAX_LATENCY_MS, MAX_RPS, MAX_TOKENS, MAX_TP
+from planner.cli.options import (
+    FiniteFloatRange,
+    catalog_option,
+    echo_json,
+    get_catalog,
+    json_option,
+)
 from planner.deployment import DEFAULT_OVERHEAD_GIB, make_deployment
 from planner.histogram import Histogram
 from planner.memory import (
@@ -45,23 +52,23 @@ def _load_histogram(path: str) -> Histogram:
 @click.command()
 @click.argument("model")
 @click.argument("gpu")
-@click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True, help="Tensor-parallel degree.")
+@click.option("--tp", type=click.IntRange(1, MAX_TP), default=1, show_default=True, help="Tensor-parallel degree.")
 @click.option("--weight-dtype", default="bf16", show_default=True)
 @click.option("--kv-dtype", default="bf16", show_default=True)
-@click.option("--max-model-len", type=click.IntRange(min=1), default=None, help="Context limit [default: the model's].")
+@click.option("--max-model-len", type=click.IntRange(1, MAX_TOKENS), default=None, help="Context limit [default: the model's].")
 @click.option("--engine", default="vllm", show_default=True, help="Engine profile (planner catalog engines).")
-@click.option("--gpu-memory-utilization", type=float, default=None, help="Fraction of memory the engine takes [default: the engine's].")
-@click.option("--overhead-gib", type=float, default=DEFAULT_OVERHEAD_GIB, show_default=True, help="Activations, CUDA graphs, logits, per GPU.")
-@click.option("--typical-tokens", type=click.IntRange(min=1), default=None, help="Typical conversation length for paged users.")
+@click.option("--gpu-memory-utilization", type=FiniteFloatRange(0, 1, min_open=True), default=None, help="Fraction of memory the engine takes [default: the engine's].")
+@click.option("--overhead-gib", type=FiniteFloatRange(0, MAX_GPU_MEMORY_GIB), default=DEFAULT_OVERHEAD_GIB, show_default=True, help="Activations, CUDA graphs, logits, per GPU.")
+@click.option("--typical-tokens", type=click.IntRange(1, MAX_TOKENS), default=None, help="Typical conversation length for paged users.")
 @click.option("--histogram", "histogram_file", type=click.Path(dir_okay=False), default=None, help="Traffic class from a histogram file (planner histogram).")
-@click.option("--prompt-tokens", type=click.IntRange(min=0), default=None, help="Every request has this prompt length.")
-@click.option("--output-tokens", type=click.IntRange(min=1), default=None, help="Every request has this output length.")
+@click.option("--prompt-tokens", type=click.IntRange(0, MAX_TOKENS), default=None, help="Every request has this prompt length.")
+@click.option("--output-tokens", type=click.IntRange(1, MAX_TOKENS), default=None, help="Every request has this output length.")
 @click.option("--sizing", type=_SizingChoice(), default="expected", show_default=True)
-@click.option("--quantile", type=click.FloatRange(0.5, 0.99999), default=0.99, show_default=True, help="For --sizing percentile.")
-@click.option("--shared-prefix", type=click.IntRange(min=0), default=0, show_default=True, help="Tokens of a prefix every request shares (prefix caching).")
-@click.option("--itl-ms", type=click.FloatRange(min=0, min_open=True), default=None, help="Inter-token latency target.")
-@click.option("--ttft-s", type=click.FloatRange(min=0, min_open=True), default=None, help="Time-to-first-token target.")
-@click.option("--rate", type=click.FloatRange(min=0), default=None, help="Also evaluate the replica at this arrival rate (requests/s).")
+@click.option("--quantile", type=FiniteFloatRange(0.5, 0.99999), default=0.99, show_default=True, help="For --sizing percentile.")
+@click.option("--shared-prefix", type=click.IntRange(0, MAX_TOKENS), default=0, show_default=True, help="Tokens of a prefix every request shares (prefix caching).")
+@click.option("--itl-ms", type=FiniteFloatRange(min=0, min_open=True, max=MAX_LATENCY_MS), default=None, help="Inter-token latency target.")
+@click.option("--ttft-s", type=FiniteFloatRange(min=0, min_open=True, max=MAX_LATENCY_MS / 1000), default=None, help="Time-to-first-token target.")
+@click.option("--rate", type=FiniteFloatRange(0, MAX_RPS), default=None, help="Also evaluate the replica at this arrival rate (requests/s).")
 @catalog_option
 @json_option
 def capacity(

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from planner.bounds import MAX_PARAMS
 from planner.catalog import Catalog
 from planner.cli.options import catalog_option, echo_json, get_catalog, json_option
 from planner.files import write_text_atomic
@@ -203,8 +204,8 @@ def engines_cmd(as_json: bool, catalog_files: tuple[str, ...]) -> None:
 @click.argument("config_json", metavar="CONFIG.json", type=click.Path(dir_okay=False))
 @click.option("--name", required=True, help="Catalog id for the model, e.g. qwen2.5-7b.")
 @click.option("--out", type=click.Path(dir_okay=False), help="Write the YAML here instead of printing it.")
-@click.option("--params-total", type=click.IntRange(min=1), help="Total parameter count (overrides the computed one).")
-@click.option("--params-active", type=click.IntRange(min=1), help="Active parameters per token (MoE; overrides).")
+@click.option("--params-total", type=click.IntRange(1, MAX_PARAMS), help="Total parameter count (overrides the computed one).")
+@click.option("--params-active", type=click.IntRange(1, MAX_PARAMS), help="Active parameters per token (MoE; overrides).")
 @click.option("--hf-id", help="Hub id (default: the config's _name_or_path, else --name).")
 @click.option("--source", "config_source", help="Where the config came from, e.g. its Hub URL (recorded as config_source).")
 def import_hf_cmd(
@@ -240,8 +241,9 @@ def import_hf_cmd(
     )
     text = catalog_yaml(model)
     if out:
+        done = f"wrote {out}: model '{name}' ({_billions(model.params_total)}B parameters)"  # before writing: all or nothing
         write_text_atomic(out, text)
-        click.echo(f"wrote {out}: model '{name}' ({_billions(model.params_total)}B parameters)")
+        click.echo(done)
     else:
         click.echo(text, nl=False)
 

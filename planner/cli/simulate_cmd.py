@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import click
 
+from planner.bounds import MAX_SEED, MAX_SIMULATED_REQUESTS
 from planner.cli.options import catalog_option, echo_json, json_option
 
 
 @click.command()
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @click.option("--pool", default=None, help="Only this pool (all, short or long).")
-@click.option("--requests", "n_requests", type=click.IntRange(min=100), default=20_000, show_default=True,
+@click.option("--requests", "n_requests", type=click.IntRange(100, MAX_SIMULATED_REQUESTS), default=20_000, show_default=True,
               help="Sampled requests per pool.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(0, MAX_SEED), default=0, show_default=True)
 @catalog_option
 @json_option
 def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
