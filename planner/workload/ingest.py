@@ -21,6 +21,7 @@ from planner.histogram import HISTOGRAM_FILE_COLUMNS, Histogram
 from planner.workload.accumulate import CellAccumulator, MinuteCounter, to_histogram
 from planner.workload.columns import ColumnSpec, matching_presets
 from planner.workload.histfile import read_histogram_and_metadata, write_histogram
+from planner.workload.peaks import check_span
 from planner.workload.readers import LogReader
 from planner.workload.rows import EXCLUSION_REASONS, OK, combine_codes, count_reasons, token_counts
 from planner.workload.timestamps import MinuteConverter, TimeAssumption
@@ -79,17 +80,43 @@ def ingest(
     reports = []
     for path in paths:
         reader = LogReader(path, fmt)
-        if reader.format == "parquet" and set(HISTOGRAM_FILE_COLUMNS) <= set(reader.columns):
+        if _is_histogram_file(reader):
             reports.append(_add_histogram_file(Path(path), cells, minutes))
         else:
             reports.append(_add_log(reader, columns, cells, minutes, progress))
     histogram = to_histogram(cells, minutes)
     result = IngestResult(histogram, tuple(reports), _notes(reports))
+    names = ", ".join(str(p) for p in paths)
     if histogram.is_empty:
         excluded = ", ".join(f"{r} {n}" for r, n in result.excluded_rows.items())
-        names = ", ".join(str(p) for p in paths)
         raise InputError(f"no usable row (excluded rows: {excluded})", where=names)
+    check_span(histogram, names)
     return result
+
+
+def _is_histogram_file(reader: LogReader) -> bool:
+    """Whether the input is a histogram file (or a folder of its parts) rather than a log.
+
+    Decided for every file of a folder, so that the answer cannot depend on which file
+    comes first; a folder holding both kinds is refused as a whole (its histogram parts
+    would otherwise be read as a log whose rows all lack the token columns, or the other
+    way round)."""
+    if reader.format != "parquet":
+        return False
+    kinds = {
+        file: set(HISTOGRAM_FILE_COLUMNS) <= set(names) for file, names in reader.file_columns().items()
+    }
+    if all(kinds.values()):
+        return True
+    if any(kinds.values()):
+        histogram = next(f for f, is_hist in kinds.items() if is_hist)
+        log = next(f for f, is_hist in kinds.items() if not is_hist)
+        raise InputError(
+            f"folder holds both histogram files ({Path(histogram).name}) and logs ({Path(log).name}); "
+            "give them as separate inputs",
+            where=reader.where,
+        )
+    return False
 
 
 def _add_log(

@@ -37,15 +37,24 @@ def per_minute_counts(hist_or_minutes: Histogram | Sequence[int] | np.ndarray) -
     minute, count = hist_or_minutes.minute, hist_or_minutes.minute_count
     if not minute.size:
         return np.zeros(0)
+    check_span(hist_or_minutes)
     span = int(minute[-1] - minute[0]) + 1
-    if span > MAX_SPAN_MINUTES:
-        raise InputError(
-            f"arrival times span {span / 525_960:.0f} years; do the logs mix relative and epoch "
-            "timestamps, or seconds and milliseconds? (see --time-unit)"
-        )
     dense = np.zeros(span)
     dense[minute - minute[0]] = count
     return dense
+
+
+def check_span(hist: Histogram, where: str | None = None) -> None:
+    """InputError (naming `where`) when the arrivals span more than MAX_SPAN_MINUTES."""
+    if not hist.minute.size:
+        return
+    span = int(hist.minute[-1] - hist.minute[0]) + 1
+    if span > MAX_SPAN_MINUTES:
+        raise InputError(
+            f"arrival times span {span / 525_960:.0f} years; do the logs mix relative and epoch "
+            "timestamps, or seconds and milliseconds? (see --time-unit)",
+            where=where,
+        )
 
 
 def whole_minutes(counts: np.ndarray) -> np.ndarray:

@@ -73,6 +73,8 @@ def token_counts(array: pa.Array | pa.ChunkedArray | np.ndarray) -> Coerced:
         return from_objects(array)
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks()
+    if pa.types.is_dictionary(array.type):  # Parquet writers dictionary-encode repeated values
+        array = array.dictionary_decode()
     kind = array.type
     if pa.types.is_integer(kind):
         return _from_integers(array)
