@@ -180,11 +180,17 @@ def _within_cell(sums, sums_sq, count, bins, cells, rng) -> np.ndarray:
 
 
 def sample_requests(
-    hist: Histogram, rate_rps: float, n_requests: int, seed: int = 0, *, max_total_tokens: int | None = None
+    hist: Histogram, rate_rps: float, n_requests: int, seed: int = 0, *, max_total_tokens: int | None = None,
+    shared_prefix_tokens: int = 0,
 ) -> Requests:
     """`n_requests` requests with lengths from `hist` (see sample_lengths) and Poisson arrivals
     at `rate_rps` (exponential gaps; the first arrives after one gap). Requests longer than
-    `max_total_tokens` have their output trimmed to fit (the engine would reject them)."""
+    `max_total_tokens` have their output trimmed to fit (the engine would reject them).
+
+    Every prompt starts with the `shared_prefix_tokens` prefix, so a prompt drawn shorter
+    (the log's lengths and the scenario's prefix disagree) is lengthened to the prefix plus
+    one token: the analytical model charges it the prefix alone (paged.py), and the
+    simulator needs each prompt past the prefix."""
     if n_requests < 1:
         raise ValueError("n_requests must be >= 1")
     if rate_rps <= 0:
@@ -192,6 +198,8 @@ def sample_requests(
     rng = np.random.default_rng(seed)
     arrival = np.cumsum(rng.exponential(1.0, n_requests)) / rate_rps
     prompt, output = sample_lengths(hist, n_requests, rng)
+    if shared_prefix_tokens > 0:
+        prompt = np.maximum(prompt, shared_prefix_tokens + 1)
     if max_total_tokens is not None:
         prompt = np.minimum(prompt, max_total_tokens - 1)
         output = np.clip(output, 1, max_total_tokens - prompt)
@@ -816,7 +824,8 @@ def max_sustainable_rate(
     if initial_rate_rps is None:
         initial_rate_rps = replica_capacity(dep, profile_for(dep, hist, shared_prefix_tokens=shared_prefix_tokens), slo).max_rps
     guess = float(initial_rate_rps) if initial_rate_rps > 0 else 1.0  # the model found none: start at 1 rps
-    base = sample_requests(hist, 1.0, n_requests, seed, max_total_tokens=dep.max_model_len)
+    base = sample_requests(hist, 1.0, n_requests, seed, max_total_tokens=dep.max_model_len,
+                           shared_prefix_tokens=shared_prefix_tokens)
     run = simulate or simulate_replica
     cache: dict[float, tuple[SimResult, list[str]]] = {}
     order: list[tuple[float, tuple[str, ...]]] = []

@@ -39,7 +39,7 @@ def check_pool(plan: Plan, pd: PoolDetail, *, requests: int = 20_000, seed: int 
     tc = pd.traffic_class
     rate = pd.rate_per_replica_rps
     prefix = plan.scenario.traffic.shared_prefix_tokens
-    reqs = sample_requests(tc.hist, rate, requests, seed, max_total_tokens=tc.max_model_len)
+    reqs = sample_requests(tc.hist, rate, requests, seed, max_total_tokens=tc.max_model_len, shared_prefix_tokens=prefix)
     sim = simulate_replica(pd.deployment, reqs, shared_prefix_tokens=prefix)
     problems = []
     if tc.slo.itl_ms is not None and sim.itl_ms_mean is not None and sim.itl_ms_mean > tc.slo.itl_ms:
