@@ -26,18 +26,26 @@ from pydantic_core import PydanticCustomError
 # Tokens in one request: the histogram's last length edge (planner.histogram.LENGTH_EDGES);
 # the longest published context window today is 10,485,760 (Llama 4 Scout).
 MAX_TOKENS = 2**24
-# Requests per second offered to one service: ten million, far above any single service.
+# Requests per second offered to one service: ten million, far above any single service;
+# at least one a million seconds (11.6 days), so that a synthetic log's times fit in int64 ms.
 MAX_RPS = 1e7
+MIN_RPS = 1e-6
 # A multiplier on measured demand (traffic.growth, a quarter's growth): a thousandfold.
 MAX_GROWTH = 1e3
 # Capacity planned per unit of peak (traffic.headroom).
 MAX_HEADROOM = 100.0
-# USD per GPU-hour: the dearest on-demand GPU in data/gpus.yaml is about $11 an hour.
+# USD per GPU-hour: the dearest on-demand GPU in data/gpus.yaml is about $11 an hour, the
+# cheapest cloud GPUs (spot) rent for about $0.10; below a tenth of a cent a price is a typo
+# (and a cost too small for the ILP's cost tolerance of 1e-6 $/hour).
 MAX_PRICE_USD_PER_GPU_HOUR = 1e3
-# Dense tensor TFLOP/s of one GPU: a B200 does about 9,000 at fp4.
+MIN_PRICE_USD_PER_GPU_HOUR = 1e-3
+# Dense tensor TFLOP/s of one GPU: a B200 does about 9,000 at fp4, a 2016 P100 about 19 at
+# fp16; below 0.1 the step times overflow nothing useful.
 MAX_TFLOPS = 1e5
-# GB/s of one GPU's memory or links: a B200's HBM does 8,000.
+MIN_TFLOPS = 0.1
+# GB/s of one GPU's memory or links: a B200's HBM does 8,000, PCIe 3 x16 about 16.
 MAX_BANDWIDTH_GB_S = 1e5
+MIN_BANDWIDTH_GB_S = 0.1
 # Memory of one GPU: the largest today hold 288 GB.
 MAX_GPU_MEMORY_GIB = 4096.0
 # GPUs in one fleet, pool or inventory: 26 times the 3.85 million data-center GPUs that all
@@ -61,8 +69,10 @@ MAX_SIMULATED_REQUESTS = 10**7
 MAX_SEED = 2**64 - 1
 # Seconds of solver time one solve may take: a day.
 MAX_SOLVER_SECONDS = 86_400.0
-# Milliseconds: latency targets and per-step overheads (a minute).
+# Milliseconds: inter-token latency targets and per-step overheads (a minute).
 MAX_LATENCY_MS = 60_000.0
+# Seconds to first token: an hour (a 10M-token prompt takes minutes to prefill).
+MAX_TTFT_S = 3_600.0
 
 
 def _plain_number(value: Any) -> Any:
@@ -93,11 +103,11 @@ def whole(*, gt: int | None = None, ge: int | None = None, lt: int | None = None
 # ---- named types, one per kind of quantity ------------------------------------------------
 Tokens = whole(ge=0, le=MAX_TOKENS)
 PositiveTokens = whole(ge=1, le=MAX_TOKENS)
-RateRps = real(gt=0, le=MAX_RPS)
+RateRps = real(ge=MIN_RPS, le=MAX_RPS)
 Growth = real(gt=0, le=MAX_GROWTH)
-PriceUsdPerGpuHour = real(gt=0, le=MAX_PRICE_USD_PER_GPU_HOUR)
-Tflops = real(gt=0, le=MAX_TFLOPS)
-BandwidthGBs = real(gt=0, le=MAX_BANDWIDTH_GB_S)
+PriceUsdPerGpuHour = real(ge=MIN_PRICE_USD_PER_GPU_HOUR, le=MAX_PRICE_USD_PER_GPU_HOUR)
+Tflops = real(ge=MIN_TFLOPS, le=MAX_TFLOPS)
+BandwidthGBs = real(ge=MIN_BANDWIDTH_GB_S, le=MAX_BANDWIDTH_GB_S)
 GpuCount = whole(ge=0, le=MAX_FLEET_GPUS)
 Fraction = real(gt=0, le=1)  # a share of something: (0, 1]
 Probability = real(gt=0, lt=1)  # a quantile strictly inside (0, 1)

@@ -6,8 +6,9 @@ Exit codes (design.md, "Command line"): 0 success, 2 bad input or usage,
 
 from __future__ import annotations
 
+import contextlib
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 EXIT_BAD_INPUT = 2
 EXIT_INFEASIBLE = 3
@@ -31,6 +32,18 @@ class InfeasibleError(PlannerError):
     """No configuration can serve a traffic class. Exit 3."""
 
     exit_code = EXIT_INFEASIBLE
+
+
+@contextlib.contextmanager
+def located(where: str) -> Iterator[None]:
+    """Errors raised in the block that name no place get `where` (the scenario being solved,
+    say: of several on one command line, the user must know which one failed)."""
+    try:
+        yield
+    except PlannerError as exc:
+        if exc.where is not None:
+            raise
+        raise type(exc)(str(exc), where=where) from None
 
 
 def closest(name: str, known: Iterable[str]) -> str | None:

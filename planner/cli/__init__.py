@@ -35,8 +35,8 @@ class PlannerGroup(click.Group):
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.exceptions.NoArgsIsHelpError as exc:
-            exc.show()  # `planner` or `planner catalog` alone: the help is the answer
-            sys.exit(exc.exit_code)
+            click.echo(exc.ctx.get_help())  # `planner` or `planner catalog` alone asks what there is
+            sys.exit(0)
         except click.ClickException as exc:
             ctx = getattr(exc, "ctx", None)
             command = " ".join(["planner", *ctx.command_path.split()[1:]]) if ctx is not None else "planner"

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import click
 
-from planner.bounds import MAX_GPU_MEMORY_GIB, MAX_LATENCY_MS, MAX_RPS, MAX_TOKENS, MAX_TP
+from planner.bounds import (
+    MAX_GPU_MEMORY_GIB,
+    MAX_LATENCY_MS,
+    MAX_RPS,
+    MAX_TOKENS,
+    MAX_TP,
+    MAX_TTFT_S,
+)
 from planner.cli.options import (
     FiniteFloatRange,
+    PowerOfTwoRange,
     catalog_option,
     echo_json,
     get_catalog,
@@ -52,7 +60,7 @@ def _load_histogram(path: str) -> Histogram:
 @click.command()
 @click.argument("model")
 @click.argument("gpu")
-@click.option("--tp", type=click.IntRange(1, MAX_TP), default=1, show_default=True, help="Tensor-parallel degree.")
+@click.option("--tp", type=PowerOfTwoRange(1, MAX_TP), default=1, show_default=True, help="Tensor-parallel degree.")
 @click.option("--weight-dtype", default="bf16", show_default=True)
 @click.option("--kv-dtype", default="bf16", show_default=True)
 @click.option("--max-model-len", type=click.IntRange(1, MAX_TOKENS), default=None, help="Context limit [default: the model's].")
@@ -67,7 +75,7 @@ def _load_histogram(path: str) -> Histogram:
 @click.option("--quantile", type=FiniteFloatRange(0.5, 0.99999), default=0.99, show_default=True, help="For --sizing percentile.")
 @click.option("--shared-prefix", type=click.IntRange(0, MAX_TOKENS), default=0, show_default=True, help="Tokens of a prefix every request shares (prefix caching).")
 @click.option("--itl-ms", type=FiniteFloatRange(min=0, min_open=True, max=MAX_LATENCY_MS), default=None, help="Inter-token latency target.")
-@click.option("--ttft-s", type=FiniteFloatRange(min=0, min_open=True, max=MAX_LATENCY_MS / 1000), default=None, help="Time-to-first-token target.")
+@click.option("--ttft-s", type=FiniteFloatRange(min=0, min_open=True, max=MAX_TTFT_S), default=None, help="Time-to-first-token target.")
 @click.option("--rate", type=FiniteFloatRange(0, MAX_RPS), default=None, help="Also evaluate the replica at this arrival rate (requests/s).")
 @catalog_option
 @json_option

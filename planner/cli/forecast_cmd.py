@@ -42,12 +42,14 @@ def forecast(scenario, out_dir, no_report, catalog_files, as_json) -> None:
     Example:
       planner forecast scenarios/finance_2027.yaml
     """
+    from planner.errors import located
     from planner.forecast import forecast_json, run_forecast
     from planner.solve import load_inputs
 
-    inputs = load_inputs(scenario, catalog_files=catalog_files)
-    results = run_forecast(inputs)
-    written = None if no_report else write_forecast(inputs.scenario.name, results, Path(out_dir))
+    with located(scenario):
+        inputs = load_inputs(scenario, catalog_files=catalog_files)
+        results = run_forecast(inputs)
+        written = None if no_report else write_forecast(inputs.scenario.name, results, Path(out_dir))
     if as_json:
         echo_json(forecast_json(results))
         return

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from planner.bounds import MAX_TOKENS, MAX_TP
-from planner.cli.options import catalog_option, echo_json, get_catalog, json_option
+from planner.cli.options import PowerOfTwoRange, catalog_option, echo_json, get_catalog, json_option
 from planner.memory import kv_bytes_for_tokens, kv_bytes_per_token, kv_heads_stored
 from planner.units import GB, GiB, KiB
 
@@ -14,7 +14,7 @@ from planner.units import GB, GiB, KiB
 @click.argument("model")
 @click.option("--kv-dtype", default="bf16", show_default=True, help="KV-cache dtype (bf16, fp16, fp8).")
 @click.option("--tokens", type=click.IntRange(1, MAX_TOKENS), default=None, help="Sequence length [default: the model's limit].")
-@click.option("--tp", type=click.IntRange(1, MAX_TP), default=1, show_default=True, help="Tensor-parallel degree (KV heads replicate when tp > kv heads).")
+@click.option("--tp", type=PowerOfTwoRange(1, MAX_TP), default=1, show_default=True, help="Tensor-parallel degree (KV heads replicate when tp > kv heads).")
 @catalog_option
 @json_option
 def kv(model: str, kv_dtype: str, tokens: int | None, tp: int, catalog_files, as_json: bool) -> None:

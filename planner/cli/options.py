@@ -24,6 +24,18 @@ class FiniteFloatRange(click.FloatRange):
         return number
 
 
+class PowerOfTwoRange(click.IntRange):
+    """click.IntRange of powers of two (tensor-parallel degrees)."""
+
+    name = "power of two"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if number < 1 or number & (number - 1):
+            self.fail(f"{number} is not a power of two.", param, ctx)
+        return number
+
+
 def json_option(f: Callable) -> Callable:
     return click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")(f)
 

@@ -26,11 +26,13 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
     Example:
       planner simulate scenarios/chat_8b_h100.yaml --requests 20000 --seed 1
     """
+    from planner.errors import located
     from planner.simulate import COMPARE_KEYS
     from planner.solve import plan_scenario
     from planner.verify import verify_plan
 
-    plan = plan_scenario(scenario, catalog_files=catalog_files, explore=False)
+    with located(scenario):
+        plan = plan_scenario(scenario, catalog_files=catalog_files, explore=False)
     names = [pd.traffic_class.name for pd in plan.pools]
     if pool is not None and pool not in names:
         raise click.BadParameter(f"'{pool}' is not a pool of this plan (pools: {', '.join(sorted(set(names)))})",

@@ -27,39 +27,41 @@ def solve(scenarios, out_dir, no_report, write_lp, verify, catalog_files, as_jso
       planner solve scenarios/128k_rollout.yaml
       planner solve scenarios/*.yaml --json
     """
+    from planner.errors import located
     from planner.report import write_report
     from planner.solve import load_inputs, plan_inputs, plan_json
 
     results = []
     for i, path in enumerate(scenarios):
-        inputs = load_inputs(path, catalog_files=catalog_files)
-        first_lp = bool(write_lp) and i == 0
-        plan = plan_inputs(inputs, keep_lp=first_lp)
-        sections = []
-        if inputs.scenario.forecast is not None:
-            from planner.forecast import forecast_markdown, run_forecast
+        with located(str(path)):
+            inputs = load_inputs(path, catalog_files=catalog_files)
+            first_lp = bool(write_lp) and i == 0
+            plan = plan_inputs(inputs, keep_lp=first_lp)
+            sections = []
+            if inputs.scenario.forecast is not None:
+                from planner.forecast import forecast_markdown, run_forecast
 
-            sections.append(
-                forecast_markdown(inputs.scenario.name, run_forecast(inputs), heading=2)
-                + "\nThe quarter-by-quarter CSV and figure come from `planner forecast` on this scenario.\n"
-            )
-        if verify or inputs.scenario.verify:
-            from planner.verify import verification_section
+                sections.append(
+                    forecast_markdown(inputs.scenario.name, run_forecast(inputs), heading=2)
+                    + "\nThe quarter-by-quarter CSV and figure come from `planner forecast` on this scenario.\n"
+                )
+            if verify or inputs.scenario.verify:
+                from planner.verify import verification_section
 
-            sections.append(verification_section(plan))
-        if first_lp:
-            _write_lp(plan.solution.lp_text, Path(write_lp))
-        written = None if no_report else write_report(plan, Path(out_dir), sections=tuple(sections))
-        if as_json:
-            results.append(plan_json(plan))
-        else:
-            sol = plan.solution
-            pools = ", ".join(f"{p.traffic_class}: {p.replicas} x {p.config}" for p in sol.pools)
-            click.echo(
-                f"{plan.scenario.name}: ${plan.cost_per_hour:,.2f}/hour, {sol.gpus} GPUs, "
-                f"{'no split' if sol.threshold is None else f'split at {sol.threshold:,}'} — {pools}"
-                + (f" -> {written}" if written else "")
-            )
+                sections.append(verification_section(plan))
+            if first_lp:
+                _write_lp(plan.solution.lp_text, Path(write_lp))
+            written = None if no_report else write_report(plan, Path(out_dir), sections=tuple(sections))
+            if as_json:
+                results.append(plan_json(plan))
+            else:
+                sol = plan.solution
+                pools = ", ".join(f"{p.traffic_class}: {p.replicas} x {p.config}" for p in sol.pools)
+                click.echo(
+                    f"{plan.scenario.name}: ${plan.cost_per_hour:,.2f}/hour, {sol.gpus} GPUs, "
+                    f"{'no split' if sol.threshold is None else f'split at {sol.threshold:,}'} — {pools}"
+                    + (f" -> {written}" if written else "")
+                )
     if as_json:
         echo_json(results if len(results) > 1 else results[0])
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from planner.bounds import MAX_RPS, MAX_SEED, MAX_SYNTHETIC_REQUESTS
+from planner.bounds import MAX_RPS, MAX_SEED, MAX_SYNTHETIC_REQUESTS, MIN_RPS
 from planner.cli.options import FiniteFloatRange, echo_json, json_option
 from planner.workload.columns import FORMATS, PRESETS, TIME_UNITS, resolve_columns
 from planner.workload.synth import DISTRIBUTIONS, distribution, generate, write_log
@@ -151,7 +151,7 @@ class _progress_bar:
 )
 @click.option(
     "--rate-rps",
-    type=FiniteFloatRange(min=0, min_open=True, max=MAX_RPS),
+    type=FiniteFloatRange(min=MIN_RPS, max=MAX_RPS),
     help="Poisson arrival rate, requests/s.",
 )
 @click.option(

@@ -80,10 +80,15 @@ def ingest(
     reports = []
     for path in paths:
         reader = LogReader(path, fmt)
-        if _is_histogram_file(reader):
-            reports.append(_add_histogram_file(Path(path), cells, minutes))
-        else:
-            reports.append(_add_log(reader, columns, cells, minutes, progress))
+        try:
+            if _is_histogram_file(reader):
+                reports.append(_add_histogram_file(Path(path), cells, minutes))
+            else:
+                reports.append(_add_log(reader, columns, cells, minutes, progress))
+        except InputError as exc:
+            if exc.where is not None:
+                raise
+            raise InputError(str(exc), where=reader.where) from None
     histogram = to_histogram(cells, minutes)
     result = IngestResult(histogram, tuple(reports), _notes(reports))
     names = ", ".join(str(p) for p in paths)

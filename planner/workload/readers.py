@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.dataset as ds
 import pyarrow.json as pajson
@@ -306,6 +307,7 @@ class LogReader:
             for chunk in _line_chunks(file, _JSONL_CHUNK_BYTES):
                 try:
                     table = _read_json_chunk(chunk)
+                    _check_exact(table, names)
                 except (pa.ArrowInvalid, _TooNested):
                     batch = _python_json_batch(chunk, names)
                 else:
@@ -358,6 +360,18 @@ def _line_chunks(path: Path, size: int) -> Iterator[bytes]:
 
 class _TooNested(Exception):
     """A chunk pyarrow's JSON parser must not see (see the module docstring)."""
+
+
+def _check_exact(table: pa.Table, names: tuple[str, ...]) -> None:
+    """Raise ArrowInvalid when pyarrow read a needed column of JSON
+    numbers as floats that may have been integers past 2**53: integers and fractions in one
+    column become float64, which would round 9007199254740993 to ...992 (the json module
+    keeps each integer exact)."""
+    for name in names:
+        if name in table.column_names and pa.types.is_floating(table.column(name).type):
+            largest = pc.max(pc.abs(table.column(name))).as_py()
+            if largest is not None and largest >= 2**53:
+                raise pa.ArrowInvalid(f"column {name}: integers past 2**53 read as floats")
 
 
 def _most_openings_per_line(chunk: bytes) -> int:

@@ -16,7 +16,8 @@ and why.
 A text column (CSV, JSON values of mixed types, Parquet strings) holds numbers or
 datetimes. Which, is decided once per file by the majority of a sample of the first
 batch with parsable values, never by its first row; every row is then parsed on its
-own, and one that is not of the column's kind is counted as non_numeric.
+own, and one that is not of the column's kind is counted as non_numeric, as is a number
+too large to be a time (its minute past int64: 1e300 ms).
 
 Minutes are exact floors (no float rounding at minute boundaries), and a sorted batch
 (logs usually are) is counted by binary search of the minute boundaries, without a
@@ -32,7 +33,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from planner.workload.rows import CODE_NON_NUMERIC, CODE_NULL, OK, is_blank
+from planner.workload.rows import CODE_NON_NUMERIC, CODE_NULL, OK, decimal_int64, is_blank
 
 UNITS_PER_MINUTE = {"s": 60, "ms": 60_000, "us": 60_000_000, "ns": 60_000_000_000}
 DATETIME = "datetime"
@@ -127,7 +128,8 @@ class MinuteConverter:
         if isinstance(array, np.ndarray):
             # JSON values of mixed types: as text, numbers and datetimes parse as they would
             # in a CSV; anything else (true, a list, a broken line) is non_numeric there.
-            array = pa.array([None if v is None else str(v) for v in array], pa.string())
+            # (NaN is missing, as it is in a token column, not the text 'nan')
+            array = pa.array([None if is_blank(v) else str(v) for v in array], pa.string())
         if isinstance(array, pa.ChunkedArray):
             array = array.combine_chunks()
         if pa.types.is_dictionary(array.type):  # Parquet writers dictionary-encode repeated values
@@ -165,23 +167,23 @@ class MinuteConverter:
             array = array.cast(pa.float64())
         nulls = array.is_null().to_numpy(zero_copy_only=False) if array.null_count else None
         if pa.types.is_integer(array.type):
-            values = (
-                (array.fill_null(0) if nulls is not None else array)
-                .to_numpy()
-                .astype(np.int64, copy=False)
-            )
-            unit = self._numeric_unit(values, nulls)
-            return Times(values, UNITS_PER_MINUTE[unit], _codes(nulls, None))
+            raw = (array.fill_null(0) if nulls is not None else array).to_numpy()
+            beyond = raw > _INT64_MAX if raw.dtype == np.uint64 else None  # would wrap to negative
+            if beyond is not None and beyond.any():
+                raw = np.where(beyond, 0, raw)
+            values = raw.astype(np.int64, copy=False)
+            unit = self._numeric_unit(values, nulls if beyond is None else _or(nulls, beyond))
+            return Times(values, UNITS_PER_MINUTE[unit], _codes(nulls, beyond if beyond is not None and beyond.any() else None))
         values = array.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
         if (
             nulls is None
             and self._unit is not None
             and values.size
-            and np.isfinite(values.min() + values.max())
+            and max(-values.min(), values.max()) < _far(self._unit)
         ):
             return Times(
                 values, UNITS_PER_MINUTE[self._unit], None
-            )  # min/max propagate NaN and inf
+            )  # min/max propagate NaN, and inf is not below _far
         return self._from_floats(
             values, np.isnan(values) if nulls is None else nulls | np.isnan(values)
         )
@@ -196,6 +198,9 @@ class MinuteConverter:
             bad = bad | unparsed
         values = np.where(nulls | bad, 0.0, values)
         unit = self._numeric_unit(values, nulls | bad)
+        far = np.abs(values) >= _far(unit)
+        if far.any():  # a minute past int64: no time at all (1e300 ms)
+            bad, values = bad | far, np.where(far, 0.0, values)
         return Times(
             values,
             UNITS_PER_MINUTE[unit],
@@ -209,9 +214,9 @@ class MinuteConverter:
             nulls = pd.Series(array.to_pylist(), dtype=object).map(is_blank).to_numpy(bool)
             return Times(np.zeros(len(array), np.int64), 60, _codes(nulls, ~nulls))
         if self._text_kind == "numeric":
-            for target in (pa.int64(), pa.float64()):
+            for cast in (decimal_int64, lambda a: pc.cast(a, pa.float64())):
                 try:
-                    return self._from_numbers(pc.cast(array, target))
+                    return self._from_numbers(cast(array))
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                     continue
             series = pd.Series(array.to_pylist(), dtype=object)
@@ -275,6 +280,19 @@ def _text_kind(array: pa.Array) -> str | None:
     if not numeric.any() and not dated:
         return None
     return "numeric" if int(numeric.sum()) >= int(dated) else DATETIME
+
+
+_INT64_MAX = np.iinfo(np.int64).max
+
+
+def _far(unit: str) -> float:
+    """The |time| from which a number is unusable as a time in `unit`: its minute would not
+    fit in int64 (2**62 minutes is 8.8e12 years either side of the epoch)."""
+    return float(2**62) * UNITS_PER_MINUTE[unit]
+
+
+def _or(a: np.ndarray | None, b: np.ndarray) -> np.ndarray:
+    return b if a is None else a | b
 
 
 def _codes(nulls: np.ndarray | None, bad: np.ndarray | None) -> np.ndarray | None:
