@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from clirun import run
+from contract import one_line_error
 
 from planner.files import atomic_output
 from planner.histogram import Histogram
@@ -41,18 +42,6 @@ def scenario(tmp_path: Path, text: str = BASE, name: str = "s.yaml") -> Path:
     path = tmp_path / name
     path.write_text(textwrap.dedent(text), encoding="utf-8")
     return path
-
-
-def one_line_error(r, code: int, *fragments: str) -> str:
-    """The error line of a run that failed as the contract says: exit `code`, one line on
-    stderr starting 'error:', containing every fragment, no traceback."""
-    assert r.exit_code == code, (r.exit_code, r.output, r.exception)
-    assert isinstance(r.exception, SystemExit), r.exception  # not an uncaught exception
-    lines = r.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
-    return lines[0]
 
 
 def leftovers(folder: Path) -> list[str]:
@@ -129,7 +118,7 @@ forecast:
 @pytest.mark.parametrize(
     ("prices", "expected"),
     [
-        ("{h100-sxm: -1}", "forecast.reserved_prices.h100-sxm: Input should be greater than 0"),
+        ("{h100-sxm: -1}", "forecast.reserved_prices.h100-sxm: Input should be greater than or equal to 0.001"),
         ("{h100-sxm: .nan}", "forecast.reserved_prices.h100-sxm: Input should be a finite number"),
         ("{h100-sxm: 1e9}", "forecast.reserved_prices.h100-sxm: Input should be less than or equal to 1000"),
         ("{h100: 2.0}", "forecast.reserved_prices: unknown GPU 'h100'; did you mean 'h100-sxm'?"),
@@ -144,7 +133,7 @@ def test_reserved_prices_are_validated(tmp_path, prices, expected):
 @pytest.mark.parametrize(
     ("override", "expected"),
     [
-        ("gpus: {h100-sxm: {dense_tflops: {bf16: -5}}}", "gpus.h100-sxm.dense_tflops.bf16: Input should be greater than 0"),
+        ("gpus: {h100-sxm: {dense_tflops: {bf16: -5}}}", "gpus.h100-sxm.dense_tflops.bf16: Input should be greater than or equal to 0.1"),
         ("gpus: {h100-sxm: {dense_tflops: {bf16: .inf}}}", "gpus.h100-sxm.dense_tflops.bf16: Input should be a finite number"),
         ("gpus: {h100-sxm: {weight_dtypes: [bf16, fp9]}}", "gpus.h100-sxm.weight_dtypes: unknown dtype 'fp9'"),
         ("gpus: {h100-sxm: {price_usd_per_hour: 1e300}}", "price_usd_per_hour: Input should be less than or equal to 1000"),
@@ -432,3 +421,109 @@ def test_the_infeasible_message_names_the_class_and_never_empty_caps(tmp_path):
     capped = _infeasible_message(plan.classes, plan.evaluations, {"h100-sxm": 0})
     assert capped == ("class 'all (≤ 8,192 tokens)' needs 4.8 req/s but the inventory caps (h100-sxm ≤ 0 GPUs) "
                       "allow at most 0 req/s")
+
+
+# ---- found by the property tests (tests/test_fuzz_*.py) ------------------------------------
+@pytest.mark.parametrize(
+    ("text", "requests", "excluded", "prompt_max"),
+    [
+        ("prompt_tokens,output_tokens\n3000000000,5\n", 1, {"null": 0, "negative": 0, "non_numeric": 0}, 3_000_000_000),
+        ("prompt_tokens,output_tokens\n0x10,5\n7,5\n", 1, {"null": 0, "negative": 0, "non_numeric": 1}, 7),
+        ("prompt_tokens,output_tokens\n0x10,5\n", 0, None, None),  # hex alone: no decimal integer
+    ],
+)
+def test_token_counts_are_exact_and_decimal(tmp_path, text, requests, excluded, prompt_max):
+    path = tmp_path / "log.csv"
+    path.write_text(text)
+    r = run("histogram", path, "--json")
+    if requests == 0:
+        one_line_error(r, 2, "no usable row (excluded rows: null 0, negative 0, non_numeric 1)")
+        return
+    out = json.loads(r.stdout)
+    assert (out["requests"], out["excluded_rows"], out["prompt_tokens"]["max"]) == (requests, excluded, prompt_max)
+
+
+def test_jsonl_integers_past_2_53_stay_exact_beside_fractions(tmp_path):
+    # pyarrow reads the column as float64 (9007199254740993 -> ...992, refused as inexact);
+    # the json module keeps the integer, whatever the other rows hold
+    path = tmp_path / "log.jsonl"
+    # (the exact integer is fine, so the row counts under its negative output, not as non_numeric)
+    path.write_text('{"prompt_tokens": 9007199254740993, "output_tokens": -1}\n{"prompt_tokens": 12.0, "output_tokens": 1}\n')
+    r = run("histogram", path, "--json")
+    assert json.loads(r.stdout)["excluded_rows"] == {"null": 0, "negative": 1, "non_numeric": 0}, r.output
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_nan_text_is_missing_in_every_format(tmp_path, fmt):
+    path = tmp_path / f"log.{fmt}"
+    rows = {"prompt_tokens": ["nan", "5", "6"], "output_tokens": ["1", "1", "1"],
+            "timestamp_ms": ["1700000000000", "nan", "1700000000000"]}
+    if fmt == "jsonl":
+        path.write_text("".join(json.dumps({k: v[i] for k, v in rows.items()}) + "\n" for i in range(3)))
+    else:
+        pq.write_table(pa.table(rows), path)
+    out = json.loads(run("histogram", path, "--json").stdout)
+    assert out["excluded_rows"] == {"null": 2, "negative": 0, "non_numeric": 0}
+
+
+def test_a_time_too_large_to_have_a_minute_is_one_excluded_row(tmp_path):
+    path = tmp_path / "log.csv"
+    path.write_text("prompt_tokens,output_tokens,timestamp_ms\n1,1,1e300\n1,1,1700000000000\n")
+    r = run("histogram", path, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["excluded_rows"] == {"null": 0, "negative": 0, "non_numeric": 1}
+
+
+def test_a_histogram_file_with_a_zero_length_and_the_open_bin_reads_back(tmp_path):
+    log, hist = tmp_path / "log.csv", tmp_path / "h.parquet"
+    log.write_text("prompt_tokens,output_tokens\n0,3000000000\n")
+    assert run("histogram", log, "-o", hist).exit_code == 0
+    r = run("histogram", hist, "--json")
+    assert r.exit_code == 0, repr(r.exception)
+    assert json.loads(r.stdout)["output_tokens"]["max"] == 3_000_000_000
+
+
+def test_an_infeasible_scenario_among_several_is_named(tmp_path):
+    good = scenario(tmp_path, name="good.yaml")
+    bad = scenario(tmp_path, BASE.replace("model: llama-3.1-8b", "model: llama-3.1-70b"), name="bad.yaml")
+    r = run("solve", good, bad, "--no-report")
+    one_line_error(r, 3, f"{bad}: class 'all (≤ 8,192 tokens)' without a split cannot be served")
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ("  peak: {method: explicit, rps: 1e-300}", "traffic.peak.rps: Input should be greater than or equal to 0.000001"),
+        ("catalog: {gpus: {h100-sxm: {dense_tflops: {bf16: 1e-300}}}}",
+         "gpus.h100-sxm.dense_tflops.bf16: Input should be greater than or equal to 0.1"),
+    ],
+)
+def test_vanishing_rates_are_refused(tmp_path, change, expected):
+    text = BASE.replace("  peak: {method: explicit, rps: 4}", change) if change.startswith("  ") else BASE + change + "\n"
+    one_line_error(run("solve", scenario(tmp_path, text), "--no-report"), 2, expected)
+
+
+def test_a_trickle_of_traffic_is_planned_not_a_root_finder_error(tmp_path):
+    # growth 1e-300 leaves a peak far below the smallest batch the root finder brackets
+    text = BASE.replace("  peak: {method: explicit, rps: 4}", "  peak: {method: explicit, rps: 4}\n  growth: 1e-300")
+    r = run("solve", scenario(tmp_path, text), "--no-report", "--json")
+    assert r.exit_code == 0, repr(r.exception)
+    assert json.loads(r.stdout)["gpus"] == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["synth", "chat", "-n", "1", "--rate-rps", "1e-300", "-o", "x.csv"], "error: Invalid value for '--rate-rps'"),
+        (["capacity", "llama-3.1-8b", "h100-sxm", "--tp", "1_000"],
+         "error: Invalid value for '--tp': 1000 is not a power of two."),
+    ],
+)
+def test_option_values_found_by_the_property_tests(args, expected):
+    r = run(*args)
+    assert r.exit_code == 2 and r.stderr.startswith(expected) and len(r.stderr.splitlines()) == 1, r.stderr
+
+
+def test_a_command_group_alone_prints_its_help():
+    r = run("catalog")
+    assert r.exit_code == 0 and "Commands:" in r.stdout and r.stderr == ""

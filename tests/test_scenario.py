@@ -42,7 +42,7 @@ def solve(*args):
         ("sizing: {mode: p99}\n", "sizing.mode: Input should be 'worst_case', 'expected' or 'percentile'"),
         ("slo: {itl_ms: -5}\n", "slo.itl_ms: Input should be greater than 0"),
         ("traffic: {source: {constant: {prompt_tokens: 10, output_tokens: 5}}, peak: {method: explicit, rps: -1}}\n",
-         "traffic.peak.rps: Input should be greater than 0"),
+         "traffic.peak.rps: Input should be greater than or equal to 0.000001"),
         ("traffic: {source: {}}\n", "traffic.source: Value error, give exactly one of log, histogram, synthetic, constant"),
         ("traffic: {source: {constant: {prompt_tokens: 10, output_tokens: 5}}, headroom: 0.5}\n",
          "traffic.headroom: Input should be greater than or equal to 1"),
