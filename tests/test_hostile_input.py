@@ -527,3 +527,24 @@ def test_option_values_found_by_the_property_tests(args, expected):
 def test_a_command_group_alone_prints_its_help():
     r = run("catalog")
     assert r.exit_code == 0 and "Commands:" in r.stdout and r.stderr == ""
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
+def test_a_missing_log_with_an_explicit_format_is_bad_input(tmp_path, fmt):
+    # (found by the external campaign: --format skipped the existence check, and the sniff raised)
+    one_line_error(run("histogram", tmp_path / "nope.log", "--format", fmt), 2, "nope.log: no such file")
+
+
+def test_a_jsonl_log_with_a_byte_order_mark_reads(tmp_path):
+    # (found by the external campaign: Windows tools write one; the sniff called the file not JSON Lines)
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"prompt_tokens": 5, "output_tokens": 3}\n{"prompt_tokens": 6, "output_tokens": 3}\n')
+    r = run("histogram", path, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["requests"] == 2
+
+
+def test_the_span_error_shows_the_first_and_last_arrival(tmp_path):
+    path = tmp_path / "log.csv"
+    path.write_text("prompt_tokens,output_tokens,timestamp_ms\n1,1,0\n1,1,1700000000000\n")
+    one_line_error(run("histogram", path), 2, "arrival times span 54 years (1970-01-01 00:00 to 2023-11-14 22:13)")

@@ -57,6 +57,7 @@ _CSV_BLOCK_BYTES = 1 << 20  # with pyarrow's fixed read-ahead of blocks, this bo
 _JSONL_CHUNK_BYTES = 1 << 23
 _JSONL_BLOCK_BYTES = 1 << 20
 _SNIFF_BYTES = 4096
+_BOM = b"\xef\xbb\xbf"
 # Marks a JSON line that is not an object; rows.py and timestamps.py read it as non_numeric.
 MALFORMED_LINE = "\x00not a JSON object"
 # Nesting depth is at most the count of '[' and '{' on a line; pyarrow parsed 6,000 levels
@@ -107,12 +108,17 @@ def sniff(path: Path, fmt: str) -> None:
     """Refuse a file whose first bytes contradict its format (InputError naming the file)."""
     if path.is_dir():
         return
-    with path.open("rb") as f:
-        head = f.read(_SNIFF_BYTES)
-        if fmt == "parquet":
-            f.seek(max(path.stat().st_size - 4, 0))
-            tail = f.read(4)
     where = str(path)
+    try:
+        with path.open("rb") as f:
+            head = f.read(_SNIFF_BYTES)
+            if fmt == "parquet":
+                f.seek(max(path.stat().st_size - 4, 0))
+                tail = f.read(4)
+    except FileNotFoundError:
+        raise InputError("no such file", where=where) from None
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or type(exc).__name__}", where=where) from None
     if not head:
         raise InputError("file is empty", where=where)
     if head[:2] == b"\x1f\x8b":
@@ -136,7 +142,7 @@ def sniff(path: Path, fmt: str) -> None:
             raise InputError(
                 f"is not UTF-8 text (byte {exc.start}), so not {fmt.upper()}", where=where
             ) from None
-    first = head.lstrip()[:1]
+    first = head.removeprefix(_BOM).lstrip()[:1]
     if fmt == "csv" and first in (b"{", b"["):
         raise InputError("looks like JSON, not CSV; name it .jsonl", where=where)
     if fmt == "jsonl" and first != b"{":
@@ -343,9 +349,12 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _line_chunks(path: Path, size: int) -> Iterator[bytes]:
-    """The file in pieces of about `size` bytes, each ending at a line break."""
+    """The file in pieces of about `size` bytes, each ending at a line break (a UTF-8 byte
+    order mark, which Windows tools write and JSON parsers refuse, left out)."""
     carry = b""
     with path.open("rb") as f:
+        if f.read(len(_BOM)) != _BOM:
+            f.seek(0)
         while block := f.read(size):
             block = carry + block
             cut = block.rfind(b"\n") + 1
