@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from planner import params
+from planner.bounds import MAX_LAYERS, MAX_WIDTH
 from planner.catalog import Model
 from planner.errors import InputError
 from planner.files import load_json
@@ -62,7 +63,7 @@ class _Config:
     def error(self, key: str, problem: str) -> InputError:
         return InputError(f"{key}: {problem}", where=self.where)
 
-    def integer(self, key: str, default: Any = _MISSING, *, minimum: int = 1) -> Any:
+    def integer(self, key: str, default: Any = _MISSING, *, minimum: int = 1, maximum: int = MAX_WIDTH) -> Any:
         value = self.raw.get(key)
         if value is None:
             if default is _MISSING:
@@ -72,6 +73,10 @@ class _Config:
             raise self.error(key, f"expected an integer (got {value!r})")
         if value < minimum:
             raise self.error(key, f"expected an integer >= {minimum} (got {value!r})")
+        if value > maximum:  # (bounds.py; also before a loop over layers runs for ever)
+            digits = str(value)
+            shown = digits if len(digits) <= 24 else f"{digits[:12]}... ({len(digits):,} digits)"
+            raise self.error(key, f"expected an integer <= {maximum:,} (got {shown})")
         return value
 
     def flag(self, key: str, default: bool) -> bool:
@@ -144,7 +149,7 @@ def model_from_hf_config(
     architecture = architectures[0] if architectures else str(model_type)
     family = model_type or _ARCH_TO_MODEL_TYPE.get(architecture)
 
-    layers = cfg.integer("num_hidden_layers")
+    layers = cfg.integer("num_hidden_layers", maximum=MAX_LAYERS)
     hidden = cfg.integer("hidden_size")
     heads = cfg.integer("num_attention_heads")
     kv_heads = cfg.integer("num_key_value_heads", heads)

@@ -232,12 +232,13 @@ def test_a_failing_summary_leaves_no_histogram_file(tmp_path):
 
 
 def test_import_hf_refuses_an_integer_past_float_range_before_writing(tmp_path):
+    # (also before a loop over num_hidden_layers could run for ever)
     config = json.loads((HF / "llama-3.1-8b.json").read_text())
     config["hidden_size"] = 10**400
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     r = run("catalog", "import-hf", path, "--name", "x", "--out", tmp_path / "x.yaml")
-    one_line_error(r, 2, "config.json: hidden_size: Input should be less than or equal to 16777216")
+    one_line_error(r, 2, "config.json: hidden_size: expected an integer <= 16,777,216 (got 100000000000... (401 digits))")
     assert leftovers(tmp_path) == ["config.json"]
 
 
@@ -548,3 +549,13 @@ def test_the_span_error_shows_the_first_and_last_arrival(tmp_path):
     path = tmp_path / "log.csv"
     path.write_text("prompt_tokens,output_tokens,timestamp_ms\n1,1,0\n1,1,1700000000000\n")
     one_line_error(run("histogram", path), 2, "arrival times span 54 years (1970-01-01 00:00 to 2023-11-14 22:13)")
+
+
+def test_import_hf_bounds_the_layer_count_before_counting_layers(tmp_path):
+    config = json.loads((HF / "llama-3.1-8b.json").read_text())
+    config.update(model_type="qwen3_moe", architectures=["Qwen3MoeForCausalLM"], num_hidden_layers=10**12,
+                  num_experts=8, num_experts_per_tok=2, moe_intermediate_size=768)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    r = run("catalog", "import-hf", path, "--name", "x")
+    one_line_error(r, 2, "config.json: num_hidden_layers: expected an integer <= 10,000 (got 1000000000000)")
