@@ -559,3 +559,12 @@ def test_import_hf_bounds_the_layer_count_before_counting_layers(tmp_path):
     path.write_text(json.dumps(config))
     r = run("catalog", "import-hf", path, "--name", "x")
     one_line_error(r, 2, "config.json: num_hidden_layers: expected an integer <= 10,000 (got 1000000000000)")
+
+
+@pytest.mark.parametrize(("option", "value", "roles"), [("--prompt-col", "output_tokens", "prompt and output"),
+                                                        ("--time-col", "prompt_tokens", "prompt and time")])
+def test_one_column_named_for_two_roles_is_bad_input(tmp_path, option, value, roles):
+    # (found by the external campaign: pyarrow raised KeyError on the doubled column)
+    path = tmp_path / "log.csv"
+    path.write_text("prompt_tokens,output_tokens,timestamp_ms\n1,1,1700000000000\n")
+    one_line_error(run("histogram", path, option, value), 2, f"column '{value}' is named for both {roles}")
