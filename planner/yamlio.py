@@ -25,7 +25,7 @@ from yaml.composer import ComposerError
 from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode, Node, SequenceNode
 
-from planner.errors import InputError, closest
+from planner.errors import InputError, closest, shorten
 from planner.files import read_text
 
 MAX_DEPTH = 64  # scenarios and catalogs nest 5 levels deep
@@ -61,11 +61,9 @@ class _Loader(yaml.SafeLoader):
         try:
             return super().construct_object(node, deep=deep)
         except (ValueError, OverflowError) as exc:  # int('1' * 5000), date(2027, 13, 45)
-            value = str(getattr(node, "value", ""))
-            if len(value) > 40:
-                value = f"{value[:20]}... ({len(value):,} characters)"
+            value = shorten(str(getattr(node, "value", "")), 40)
             raise ConstructorError(
-                None, None, f"cannot read the value {value!r}: {str(exc).split(';')[0]}", node.start_mark
+                None, None, f"cannot read the value '{value}': {str(exc).split(';')[0]}", node.start_mark
             ) from None
 
     def construct_mapping(self, node: Node, deep: bool = False) -> dict[Any, Any]:
@@ -182,13 +180,12 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
 
 
 def _union_members(annotation: Any) -> list[Any]:
-    """The members of a union annotation (None left out); [] if it is not a union of two or more."""
+    """The members of a union annotation (None left out)."""
     if typing.get_origin(annotation) is typing.Annotated:
         annotation = typing.get_args(annotation)[0]
     if typing.get_origin(annotation) not in (typing.Union, types.UnionType):
-        return []
-    members = [a for a in typing.get_args(annotation) if a is not type(None)]
-    return members if len(members) > 1 else []
+        return [annotation]
+    return [a for a in typing.get_args(annotation) if a is not type(None)]
 
 
 def _tag_positions(model: type[BaseModel], loc: tuple[Any, ...]) -> set[int]:
@@ -197,16 +194,15 @@ def _tag_positions(model: type[BaseModel], loc: tuple[Any, ...]) -> set[int]:
     tags: set[int] = set()
     annotation: Any = model
     for i, part in enumerate(loc):
-        members = _union_members(annotation)
-        if members and isinstance(part, str):
+        if annotation is None:
+            break
+        members = _union_members(annotation)  # (an Optional[X] is X: pydantic names no member)
+        if len(members) > 1 and isinstance(part, str):
             tags.add(i)
             named = [m for m in members if getattr(m, "__name__", None) == part]
             annotation = named[0] if named else None
             continue
-        if annotation is None:
-            break
-        if typing.get_origin(annotation) is typing.Annotated:
-            annotation = typing.get_args(annotation)[0]
+        annotation = members[0] if members else None
         fields = getattr(annotation, "model_fields", None)
         if fields is not None and isinstance(part, str):
             annotation = fields[part].annotation if part in fields else None
@@ -257,14 +253,8 @@ def validation_message(exc: ValidationError, model: type[BaseModel], prefix: str
         # a check across fields: its message names the fields itself
         return msg.removeprefix("Value error, ")
     value = err.get("input")
-    shown = f" (got {_short(value)})" if value is not None and not isinstance(value, dict | list) else ""
+    shown = f" (got {shorten(repr(value))})" if value is not None and not isinstance(value, dict | list) else ""
     return f"{path}: {msg}{shown}"
-
-
-def _short(value: Any) -> str:
-    """repr(value), cut to a readable length (a 5,000-character string is not a message)."""
-    text = repr(value)
-    return text if len(text) <= 80 else f"{text[:60]}... ({len(text):,} characters)"
 
 
 def validate(model: type[BaseModel], data: Any, *, where: str, prefix: str = "") -> Any:

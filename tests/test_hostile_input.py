@@ -568,3 +568,10 @@ def test_one_column_named_for_two_roles_is_bad_input(tmp_path, option, value, ro
     path = tmp_path / "log.csv"
     path.write_text("prompt_tokens,output_tokens,timestamp_ms\n1,1,1700000000000\n")
     one_line_error(run("histogram", path, option, value), 2, f"column '{value}' is named for both {roles}")
+
+
+def test_a_huge_unknown_name_is_shortened_in_the_message(tmp_path):
+    # (found by the external campaign: a 5,000-character GPU id made a 5,199-character error line)
+    r = run("solve", scenario(tmp_path, BASE.replace("gpus: [h100-sxm]", f"gpus: [{'x' * 5000}]")), "--no-report")
+    line = one_line_error(r, 2, "gpus[0]: unknown GPU 'xxxxxxxxxx", "... (5,000 characters)'")
+    assert len(line) < 600

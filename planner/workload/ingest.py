@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from planner.errors import InputError
+from planner.errors import InputError, shorten
 from planner.histogram import HISTOGRAM_FILE_COLUMNS, Histogram
 from planner.workload.accumulate import CellAccumulator, MinuteCounter, to_histogram
 from planner.workload.columns import ColumnSpec, matching_presets
@@ -208,7 +208,7 @@ def _check_columns(reader: LogReader, spec: ColumnSpec) -> str | None:
 
 
 def _missing(name: str, role: str, have: list[str]) -> str:
-    message = f"no column '{name}' ({role}); the file has: {', '.join(have) or '(no columns)'}"
+    message = f"no column '{shorten(name)}' ({role}); the file has: {shorten(', '.join(have), 300) or '(no columns)'}"
     presets = matching_presets(have)
     if presets:
         message += f" — try --preset {presets[0]}"
