@@ -575,3 +575,21 @@ def test_a_huge_unknown_name_is_shortened_in_the_message(tmp_path):
     r = run("solve", scenario(tmp_path, BASE.replace("gpus: [h100-sxm]", f"gpus: [{'x' * 5000}]")), "--no-report")
     line = one_line_error(r, 2, "gpus[0]: unknown GPU 'xxxxxxxxxx", "... (5,000 characters)'")
     assert len(line) < 600
+
+
+def test_a_csv_value_that_is_not_utf8_is_one_excluded_row(tmp_path):
+    # (found by the external campaign: it aborted the scan, and a malformed row of such bytes
+    # printed an ignored-exception traceback from pyarrow's row handler)
+    path = tmp_path / "log.csv"
+    path.write_bytes(b"prompt_tokens,output_tokens\n1,2\n3,\xca\xfe\n5,6\n")
+    r = run("histogram", path, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["excluded_rows"] == {"null": 0, "negative": 0, "non_numeric": 1}
+
+
+def test_a_malformed_csv_row_that_is_not_utf8_prints_no_traceback(tmp_path):
+    path = tmp_path / "log.csv"
+    path.write_bytes(b"prompt_tokens,output_tokens\n" + b"1,2\n" * 5000 + b"\xca\xfe\xba\xbe\n" + b"1,2\n")
+    done = subprocess.run([sys.executable, "-m", "planner", "histogram", str(path)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Row #5002" in done.stderr, done.stderr

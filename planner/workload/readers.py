@@ -21,9 +21,11 @@ A file that is not what its extension says (a Parquet file named .csv, text name
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import json
+import sys
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -58,8 +60,10 @@ _JSONL_CHUNK_BYTES = 1 << 23
 _JSONL_BLOCK_BYTES = 1 << 20
 _SNIFF_BYTES = 4096
 _BOM = b"\xef\xbb\xbf"
-# Marks a JSON line that is not an object; rows.py and timestamps.py read it as non_numeric.
+# Mark a JSON line that is not an object, and a CSV value that is not UTF-8 text; rows.py and
+# timestamps.py read them as non_numeric.
 MALFORMED_LINE = "\x00not a JSON object"
+NOT_UTF8 = "\x00not UTF-8 text"
 # Nesting depth is at most the count of '[' and '{' on a line; pyarrow parsed 6,000 levels
 # and crashed at 10,000 (pyarrow 26), so lines with more openings than this go to json.
 _ARROW_MAX_OPENINGS = 1024
@@ -135,10 +139,13 @@ def sniff(path: Path, fmt: str) -> None:
         )
     if b"\x00" in head:
         raise InputError(f"is binary, not {fmt.upper()} text", where=where)
+    # The first line must be UTF-8 (a binary file's is not); a bad value further down is one
+    # row, counted as non_numeric (readers read values that are not UTF-8 as NOT_UTF8).
+    line = head.split(b"\n", 1)[0]
     try:
-        head.decode("utf-8")
+        line.decode("utf-8")
     except UnicodeDecodeError as exc:
-        if exc.start < len(head) - 4:  # a multi-byte character cut by the sniff window is fine
+        if exc.start < len(line) - 4 or b"\n" in head:  # a character cut by the sniff window is fine
             raise InputError(
                 f"is not UTF-8 text (byte {exc.start}), so not {fmt.upper()}", where=where
             ) from None
@@ -184,11 +191,12 @@ class LogReader:
                 return list(self._parquet_dataset.schema.names)
             if self.format == "csv":
                 quiet = pacsv.ParseOptions(invalid_row_handler=lambda row: "skip")
-                return list(
-                    ds.dataset(
-                        self.where, format=ds.CsvFileFormat(parse_options=quiet)
-                    ).schema.names
-                )
+                with _undecodable_rows_fail_quietly():
+                    return list(
+                        ds.dataset(
+                            self.where, format=ds.CsvFileFormat(parse_options=quiet)
+                        ).schema.names
+                    )
             return self._jsonl_columns()
         except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
             raise InputError(
@@ -231,7 +239,8 @@ class LogReader:
             if self.format == "parquet":
                 yield from self._parquet_batches(names)
             elif self.format == "csv":
-                yield from self._csv_batches(names)
+                with _undecodable_rows_fail_quietly():
+                    yield from self._csv_batches(names)
             else:
                 yield from self._jsonl_batches(names)
         except (pa.ArrowException, OSError) as exc:
@@ -296,7 +305,10 @@ class LogReader:
             parse_options=pacsv.ParseOptions(invalid_row_handler=count_bad_row),
             # (no include_columns: the dataset projects the columns itself, and both at once
             # make pyarrow see every column twice)
-            convert_options=pacsv.ConvertOptions(column_types=text, strings_can_be_null=True),
+            # (check_utf8 off: one value that is not UTF-8 must not abort the scan; _utf8 marks it)
+            convert_options=pacsv.ConvertOptions(
+                column_types=text, strings_can_be_null=True, check_utf8=False
+            ),
             read_options=pacsv.ReadOptions(block_size=_CSV_BLOCK_BYTES),
         )
         # An explicit schema stops pyarrow inferring types (and re-parsing the first block).
@@ -305,7 +317,7 @@ class LogReader:
             columns=list(names), batch_readahead=1, fragment_readahead=1
         ):
             if batch.num_rows:
-                yield {name: batch.column(name) for name in names}
+                yield {name: _utf8(batch.column(name)) for name in names}
 
     def _jsonl_batches(self, names: tuple[str, ...]) -> Iterator[dict[str, pa.Array | np.ndarray]]:
         files = _data_files(self.path) if self.path.is_dir() else [self.path]
@@ -324,6 +336,45 @@ class LogReader:
                     }
                 if len(next(iter(batch.values()))):
                     yield batch
+
+
+def _utf8(column: pa.Array) -> pa.Array:
+    """`column` (text read without UTF-8 checks) with each value that is not UTF-8 as NOT_UTF8."""
+    try:
+        column.validate(full=True)  # checks the UTF-8 of every value, vectorised
+        return column
+    except pa.ArrowInvalid:
+        raw = column.cast(pa.binary()).to_pylist()
+        return pa.array([None if v is None else _decoded(v) for v in raw], pa.string())
+
+
+def _decoded(value: bytes) -> str:
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return NOT_UTF8
+
+
+@contextlib.contextmanager
+def _undecodable_rows_fail_quietly() -> Iterator[None]:
+    """Within the block, drop the 'Exception ignored' report of a CSV row that is not UTF-8.
+
+    pyarrow decodes a malformed row to text before it calls `invalid_row_handler`; when the
+    row is not UTF-8 that fails inside pyarrow's callback, which Python reports on stderr
+    as an ignored exception (a traceback) while pyarrow fails the read with a parse error
+    naming the row. That error is the message; the report is noise.
+    """
+    previous = sys.unraisablehook
+
+    def hook(unraisable) -> None:
+        if not isinstance(unraisable.exc_value, UnicodeDecodeError):
+            previous(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        sys.unraisablehook = previous
 
 
 def _read_row_group(
