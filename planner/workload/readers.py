@@ -25,6 +25,7 @@ import contextlib
 import functools
 import io
 import json
+import re
 import sys
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -395,8 +396,16 @@ def _table_batches(table: pa.Table, names: tuple[str, ...]) -> Iterator[dict[str
             yield {name: batch.column(name) for name in names}
 
 
+# pyarrow's wrapping around the cause, which repeats the path the message already names
+_PYARROW_PREAMBLE = re.compile(
+    r"Error creating dataset\. Could not read schema from '[^']*'\. Is this a '\w+' file\?: "
+    r"|Could not open \w+ input source '[^']*': "
+)
+
+
 def _first_line(exc: BaseException) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    text = str(exc).strip()
+    return _PYARROW_PREAMBLE.sub("", text.splitlines()[0]) if text else type(exc).__name__
 
 
 def _line_chunks(path: Path, size: int) -> Iterator[bytes]:
