@@ -14,6 +14,8 @@ from contract import FUZZ, check_contract, files_under
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
+from planner.errors import shorten
+
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 NUMBERS = ["nan", "inf", "-inf", "-1", "0", "1", "2", "3", "0.5", "0.999", "1e300", "1e-300", "4096", "131072",
            "18446744073709551616", "abc", "", "1_000", "0x10"]
@@ -97,7 +99,7 @@ def test_any_command_line_keeps_the_contract(argv):
         r = run(*args)
         event(f"{argv[0]} exit {r.exit_code}")
         names = [a for a in args if a.startswith("-")] + [a for a in args[1:] if not a.startswith("-") and a]
-        quoted = [f"'{a}'" for a in args]  # an empty or unknown command is named in quotes
+        quoted = [f"'{shorten(a)}'" for a in args]  # an empty, unknown or cut name is named in quotes
         error = check_contract(r, places=(*names, *quoted, tmp))
         if error is not None:
             assert files_under(Path(tmp)) == before  # nothing written by a failed run
