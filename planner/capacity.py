@@ -334,6 +334,9 @@ class ReplicaModel:
             return 0.0
         if self.rate(n_max) < rate_rps:
             return None
+        floor_rps = self.rate(1e-9)
+        if floor_rps >= rate_rps:  # a trickle (1e-300 req/s): N is below the bracket, where λ(N) is linear
+            return 1e-9 * rate_rps / floor_rps
         return increasing_root(lambda n: self.rate(n) - rate_rps, 1e-9, n_max)
 
 

@@ -16,6 +16,23 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from planner.bounds import (
+    MAX_GPU_MEMORY_GIB,
+    MAX_LATENCY_MS,
+    MAX_TOKENS,
+    MAX_TP,
+    MAX_WIDTH,
+    BandwidthGBs,
+    Fraction,
+    Layers,
+    Params,
+    PositiveTokens,
+    PriceUsdPerGpuHour,
+    Tflops,
+    Width,
+    real,
+    whole,
+)
 from planner.errors import InputError, did_you_mean
 from planner.yamlio import load_yaml, validate
 
@@ -28,7 +45,7 @@ class Dtype(_Frozen):
     """A number format for weights or KV cache (data/dtypes.yaml)."""
 
     id: str
-    bits_per_element: float = Field(gt=0, description="storage bits per element, scale overhead included")
+    bits_per_element: real(gt=0, le=64) = Field(description="storage bits per element, scale overhead included")
     compute_dtype: str = Field(description="dtype whose tensor-core rate a matmul with these weights runs at")
     weight: bool = True
     kv: bool = False
@@ -43,17 +60,17 @@ class Dtype(_Frozen):
 class Efficiency(_Frozen):
     """Achievable fractions of datasheet peaks, calibrated on published measurements."""
 
-    bandwidth: float = Field(gt=0, le=1, description="achieved / datasheet HBM bandwidth on decode")
-    compute: float = Field(gt=0, le=1, description="achieved / datasheet dense FLOP/s on prefill GEMMs")
-    step_overhead_ms: float = Field(ge=0, description="fixed per decode step: launches, sampling, scheduler")
-    allreduce_latency_us: float = Field(
-        10.0, ge=0, description="per all-reduce fixed latency (NCCL small-message latency on NVLink is ~5-15 us)"
+    bandwidth: Fraction = Field(description="achieved / datasheet HBM bandwidth on decode")
+    compute: Fraction = Field(description="achieved / datasheet dense FLOP/s on prefill GEMMs")
+    step_overhead_ms: real(ge=0, le=MAX_LATENCY_MS) = Field(description="fixed per decode step: launches, sampling, scheduler")
+    allreduce_latency_us: real(ge=0, le=MAX_LATENCY_MS * 1000) = Field(
+        10.0, description="per all-reduce fixed latency (NCCL small-message latency on NVLink is ~5-15 us)"
     )
-    interconnect: float = Field(
-        1.0, gt=0, le=1, description="achieved / datasheet per-GPU link bandwidth in tensor-parallel all-reduces"
+    interconnect: Fraction = Field(
+        1.0, description="achieved / datasheet per-GPU link bandwidth in tensor-parallel all-reduces"
     )
-    layer_overhead_us: float = Field(
-        0.0, ge=0, description="fixed per layer per forward pass: kernel launch gaps, ramp-up and tail of its kernels"
+    layer_overhead_us: real(ge=0, le=MAX_LATENCY_MS * 1000) = Field(
+        0.0, description="fixed per layer per forward pass: kernel launch gaps, ramp-up and tail of its kernels"
     )
     source: str
     borrowed_from: str | None = Field(
@@ -68,16 +85,16 @@ class GPU(_Frozen):
     name: str
     vendor: str
     arch: str
-    memory_gib: float = Field(gt=0, description="capacity the runtime reports (nvidia-smi MiB / 1024)")
+    memory_gib: real(gt=0, le=MAX_GPU_MEMORY_GIB) = Field(description="capacity the runtime reports (nvidia-smi MiB / 1024)")
     memory_source: str
-    hbm_bandwidth_gb_s: float = Field(gt=0, description="datasheet HBM bandwidth, GB/s (10^9)")
-    dense_tflops: dict[str, float] = Field(description="dense (no sparsity) tensor TFLOP/s per compute dtype")
+    hbm_bandwidth_gb_s: BandwidthGBs = Field(description="datasheet HBM bandwidth, GB/s (10^9)")
+    dense_tflops: dict[str, Tflops] = Field(description="dense (no sparsity) tensor TFLOP/s per compute dtype")
     weight_dtypes: list[str]
     kv_dtypes: list[str]
-    gpus_per_node: int = Field(ge=1)
+    gpus_per_node: whole(ge=1, le=MAX_TP)
     interconnect: str
-    interconnect_gb_s: float = Field(gt=0, description="per-GPU scale-up bandwidth, one direction, GB/s")
-    price_usd_per_hour: float = Field(gt=0, description="on-demand price per GPU-hour")
+    interconnect_gb_s: BandwidthGBs = Field(description="per-GPU scale-up bandwidth, one direction, GB/s")
+    price_usd_per_hour: PriceUsdPerGpuHour = Field(description="on-demand price per GPU-hour")
     price_source: str
     price_date: str
     spec_source: str
@@ -105,35 +122,35 @@ class Model(_Frozen):
     id: str
     hf_id: str
     architecture: str
-    num_hidden_layers: int = Field(gt=0)
-    hidden_size: int = Field(gt=0)
-    num_attention_heads: int = Field(gt=0)
-    num_key_value_heads: int = Field(gt=0)
-    head_dim: int = Field(gt=0)
-    intermediate_size: int = Field(gt=0)
-    vocab_size: int = Field(gt=0)
-    max_position_embeddings: int = Field(gt=0)
-    sliding_window: int | None = Field(None, gt=0)
-    num_sliding_window_layers: int = Field(0, ge=0, description="layers whose cache is capped at sliding_window")
-    attention_chunk_size: int | None = Field(None, gt=0, description="chunked local attention (Llama 4): tokens a chunk holds")
-    num_chunked_attention_layers: int = Field(0, ge=0, description="layers whose cache is capped at attention_chunk_size")
-    num_kv_shared_layers: int = Field(0, ge=0, description="layers that reuse an earlier layer's cache and store none")
-    num_state_layers: int = Field(0, ge=0, description="linear-attention or state-space layers: a fixed state per sequence")
+    num_hidden_layers: Layers
+    hidden_size: Width
+    num_attention_heads: Width
+    num_key_value_heads: Width
+    head_dim: Width
+    intermediate_size: Width
+    vocab_size: Width
+    max_position_embeddings: PositiveTokens
+    sliding_window: PositiveTokens | None = None
+    num_sliding_window_layers: whole(ge=0, le=MAX_WIDTH) = Field(0, description="layers whose cache is capped at sliding_window")
+    attention_chunk_size: PositiveTokens | None = Field(None, description="chunked local attention (Llama 4): tokens a chunk holds")
+    num_chunked_attention_layers: whole(ge=0, le=MAX_WIDTH) = Field(0, description="layers whose cache is capped at attention_chunk_size")
+    num_kv_shared_layers: whole(ge=0, le=MAX_WIDTH) = Field(0, description="layers that reuse an earlier layer's cache and store none")
+    num_state_layers: whole(ge=0, le=MAX_WIDTH) = Field(0, description="linear-attention or state-space layers: a fixed state per sequence")
     state_layer_kind: Literal["linear_attention", "mamba"] | None = Field(None, description="what the state layers are")
-    state_bytes_per_layer: int | None = Field(
-        None, gt=0, description="one state layer's recurrent + convolution state for one sequence, bytes (all tp ranks)"
+    state_bytes_per_layer: Params | None = Field(
+        None, description="one state layer's recurrent + convolution state for one sequence, bytes (all tp ranks)"
     )
-    num_cacheless_layers: int = Field(0, ge=0, description="blocks with neither attention nor state (MLP-only blocks)")
-    kv_lora_rank: int | None = Field(None, gt=0, description="latent attention (MLA) compressed KV width")
-    qk_rope_head_dim: int | None = Field(None, ge=0, description="MLA decoupled RoPE key width, cached too")
-    num_experts: int | None = Field(None, gt=0)
-    num_experts_per_tok: int | None = Field(None, gt=0)
-    moe_intermediate_size: int | None = Field(None, gt=0)
-    params_total: int = Field(gt=0, description="all parameters (memory)")
-    params_active: int = Field(gt=0, description="parameters used per token (compute; MoE < total)")
+    num_cacheless_layers: whole(ge=0, le=MAX_WIDTH) = Field(0, description="blocks with neither attention nor state (MLP-only blocks)")
+    kv_lora_rank: Width | None = Field(None, description="latent attention (MLA) compressed KV width")
+    qk_rope_head_dim: whole(ge=0, le=MAX_WIDTH) | None = Field(None, description="MLA decoupled RoPE key width, cached too")
+    num_experts: Width | None = None
+    num_experts_per_tok: Width | None = None
+    moe_intermediate_size: Width | None = None
+    params_total: Params = Field(description="all parameters (memory)")
+    params_active: Params = Field(description="parameters used per token (compute; MoE < total)")
     checkpoint_dtype: str | None = Field(None, description="dtype of the published weights when pre-quantized (the default weight dtype)")
-    checkpoint_weight_bytes: int | None = Field(
-        None, gt=0, description="bytes of the published weights, read from their safetensors files (used for checkpoint_dtype)"
+    checkpoint_weight_bytes: Params | None = Field(
+        None, description="bytes of the published weights, read from their safetensors files (used for checkpoint_dtype)"
     )
     config_source: str
     params_source: str = ""
@@ -177,12 +194,12 @@ class Engine(_Frozen):
     id: str
     name: str
     rule: Literal["fraction_of_total", "fraction_of_free_after_weights", "static_fraction_weights_and_kv"]
-    memory_fraction: float = Field(gt=0, le=1)
-    block_size: int = Field(gt=0)
-    max_num_batched_tokens: int = Field(gt=0, description="prefill chunk budget per step")
-    max_num_seqs: int = Field(gt=0, description="most sequences the scheduler runs in one step")
-    long_prefill_token_threshold: int | None = Field(
-        None, ge=0, description="most prompt tokens one request takes in a step (vLLM's setting; 0: off); "
+    memory_fraction: Fraction
+    block_size: whole(gt=0, le=MAX_TOKENS)
+    max_num_batched_tokens: PositiveTokens = Field(description="prefill chunk budget per step")
+    max_num_seqs: whole(gt=0, le=MAX_TOKENS) = Field(description="most sequences the scheduler runs in one step")
+    long_prefill_token_threshold: whole(ge=0, le=MAX_TOKENS) | None = Field(
+        None, description="most prompt tokens one request takes in a step (vLLM's setting; 0: off); "
         "absent where the engine has no such setting"
     )
     source: str
@@ -246,17 +263,32 @@ class Catalog:
                 sections[section][entry_id] = validate(
                     _SECTIONS[section], merged, where=where, prefix=f"{section}.{entry_id}"
                 )
-        return Catalog(**sections)
+        catalog = Catalog(**sections)
+        catalog.check_references(where=where)
+        return catalog
 
-    def check_references(self) -> None:
-        """Every dtype a GPU or a model's checkpoint names must exist."""
+    def check_references(self, where: str = "catalog") -> None:
+        """Every dtype a GPU names must exist, and so must the compute rate each of its
+        weight dtypes runs at (else the GPU would silently drop out of every plan)."""
         for gpu in self.gpus.values():
-            for d in (*gpu.weight_dtypes, *gpu.kv_dtypes):
-                if d not in self.dtypes:
-                    raise InputError(f"gpus.{gpu.id}: unknown dtype '{d}'", where="catalog")
+            for field, names in (("weight_dtypes", gpu.weight_dtypes), ("kv_dtypes", gpu.kv_dtypes)):
+                for d in names:
+                    if d not in self.dtypes:
+                        raise InputError(
+                            f"gpus.{gpu.id}.{field}: {did_you_mean(d, self.dtypes, what='dtype')}", where=where
+                        )
         for model in self.models.values():
             if model.checkpoint_dtype and model.checkpoint_dtype not in self.dtypes:
-                raise InputError(f"models.{model.id}.checkpoint_dtype: unknown dtype '{model.checkpoint_dtype}'", where="catalog")
+                raise InputError(f"models.{model.id}.checkpoint_dtype: unknown dtype '{model.checkpoint_dtype}'", where=where)
+        for gpu in self.gpus.values():
+            for d in gpu.weight_dtypes:
+                compute = self.dtypes[d].compute_dtype
+                if compute not in gpu.dense_tflops:
+                    raise InputError(
+                        f"gpus.{gpu.id}.dense_tflops: no rate for '{compute}', which weight dtype '{d}' "
+                        f"computes in (has: {', '.join(sorted(gpu.dense_tflops)) or 'none'})",
+                        where=where,
+                    )
 
 
 def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from planner.bounds import MIN_RPS
 from planner.capacity import ReplicaModel
 from planner.deployment import Deployment
 from planner.histogram import LENGTH_EDGES, Histogram
@@ -35,6 +36,7 @@ from planner.simulate import (
     merged_latencies,
     point_view,
     sample_requests,
+    shortest_prompt_tokens,
     simulate_replica,
 )
 from planner.targets import SLO, Band
@@ -176,8 +178,10 @@ def requests_for(hist: Histogram, slo: SLO, *, most: int, per_band: int, warmup_
 def check_pool(p: PoolSetting, slo: SLO, *, requests: int, seed: int) -> PoolCheck:
     """Simulate one replica of the pool at its rate (`requests` sampled requests); compare with
     the model, band by band."""
-    reqs = sample_requests(p.hist, p.rate_rps, requests, seed, max_total_tokens=p.deployment.max_model_len,
-                           min_prompt_tokens=_min_prompt(p.shared_prefix_tokens, p.deployment.block_size))
+    # Below MIN_RPS (a request every 11 days) requests never overlap, so the replica's latencies
+    # are those at MIN_RPS; simulated clocks at a vanishing rate would leave float range.
+    reqs = sample_requests(p.hist, max(p.rate_rps, MIN_RPS), requests, seed, max_total_tokens=p.deployment.max_model_len,
+                           min_prompt_tokens=shortest_prompt_tokens(p.shared_prefix_tokens, p.deployment.block_size))
     sim = simulate_replica(p.deployment, reqs, shared_prefix_tokens=p.shared_prefix_tokens)
     lat = sim.latencies
     bands = band_checks(slo, p.model, p.resident, lat)
@@ -189,11 +193,6 @@ def check_pool(p: PoolSetting, slo: SLO, *, requests: int, seed: int) -> PoolChe
     replay = replay_trace(p, slo) if p.trace is not None else None
     return PoolCheck(p.name, p.label, p.config, p.replicas, p.rate_rps, bands, attainment, predicted_view,
                      sim.compare_view(), tuple(_problems(slo, bands, sim, lat)), requests, seed, replay, lat)
-
-
-def _min_prompt(shared_prefix_tokens: int, block_size: int) -> int:
-    """Every prompt starts with the shared prefix, so a sampled prompt is at least its full blocks + 1."""
-    return (shared_prefix_tokens // block_size) * block_size + 1 if shared_prefix_tokens else 1
 
 
 def simulated_capacity(p: PoolSetting, slo: SLO, *, requests: int, seed: int) -> SustainableRate:
@@ -212,7 +211,9 @@ def replay_trace(p: PoolSetting, slo: SLO) -> TraceReplay:
         idx = np.arange(r, tr.n, p.replicas)
         if idx.size == 0:
             continue
-        mine = Requests(tr.arrival_s[idx] - tr.arrival_s[idx[0]], tr.prompt_tokens[idx], tr.output_tokens[idx])
+        prompt = np.maximum(tr.prompt_tokens[idx], shortest_prompt_tokens(p.shared_prefix_tokens, p.deployment.block_size))
+        output = np.clip(tr.output_tokens[idx], 1, np.maximum(p.deployment.max_model_len - prompt, 1))
+        mine = Requests(tr.arrival_s[idx] - tr.arrival_s[idx[0]], prompt, output)
         parts.append(simulate_replica(p.deployment, mine, shared_prefix_tokens=p.shared_prefix_tokens, warmup_fraction=0.0))
     lat = merged_latencies([s.latencies for s in parts])
     bands = band_checks(slo, None, None, lat)

@@ -6,8 +6,9 @@ Exit codes (design.md, "Command line"): 0 success, 2 bad input or usage,
 
 from __future__ import annotations
 
+import contextlib
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 EXIT_BAD_INPUT = 2
 EXIT_INFEASIBLE = 3
@@ -33,6 +34,23 @@ class InfeasibleError(PlannerError):
     exit_code = EXIT_INFEASIBLE
 
 
+@contextlib.contextmanager
+def located(where: str) -> Iterator[None]:
+    """Errors raised in the block that name no place get `where` (the scenario being solved,
+    say: of several on one command line, the user must know which one failed)."""
+    try:
+        yield
+    except PlannerError as exc:
+        if exc.where is not None:
+            raise
+        raise type(exc)(str(exc), where=where) from None
+
+
+def shorten(text: str, most: int = 80) -> str:
+    """`text` cut to a readable length for a one-line message (a 5,000-character value is no name)."""
+    return text if len(text) <= most else f"{text[: most - 20]}... ({len(text):,} characters)"
+
+
 def closest(name: str, known: Iterable[str]) -> str | None:
     """The known name nearest to `name` by edit similarity, or None when none is close."""
     close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.5)
@@ -46,4 +64,4 @@ def did_you_mean(name: str, known: Iterable[str], *, what: str) -> str:
     prefixed = [k for k in known if k.startswith(name)]
     close = prefixed[0] if prefixed else closest(name, known)
     hint = f"did you mean '{close}'? " if close is not None else ""
-    return f"unknown {what} '{name}'; {hint}known: {', '.join(known)}"
+    return f"unknown {what} '{shorten(name)}'; {hint}known: {', '.join(known)}"

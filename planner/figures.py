@@ -36,15 +36,18 @@ def traffic_figure(hist: Histogram, path: Path, *, limit: int, thresholds: list[
     used_o = np.nonzero(grid.sum(axis=1))[0]
     p_lo, p_hi = max(int(used_p.min()), 1), int(used_p.max()) + 1
     o_lo, o_hi = max(int(used_o.min()), 1), int(used_o.max()) + 1
-    edges_p, edges_o = LENGTH_EDGES[p_lo : p_hi + 1], LENGTH_EDGES[o_lo : o_hi + 1]
-    masked = np.ma.masked_equal(grid[o_lo:o_hi, p_lo:p_hi], 0)
-    mesh = ax1.pcolormesh(edges_p, edges_o, masked, cmap="viridis", norm=matplotlib.colors.LogNorm())
-    ax1.set_xscale("log")
-    ax1.set_yscale("log")
     ax1.set_xlabel("prompt tokens")
     ax1.set_ylabel("output tokens")
     ax1.set_title("requests per (prompt, output) bin")
-    fig.colorbar(mesh, ax=ax1, label="requests")
+    if grid[o_lo:o_hi, p_lo:p_hi].any():
+        edges_p, edges_o = LENGTH_EDGES[p_lo : p_hi + 1], LENGTH_EDGES[o_lo : o_hi + 1]
+        masked = np.ma.masked_equal(grid[o_lo:o_hi, p_lo:p_hi], 0)
+        mesh = ax1.pcolormesh(edges_p, edges_o, masked, cmap="viridis", norm=matplotlib.colors.LogNorm())
+        ax1.set_xscale("log")
+        ax1.set_yscale("log")
+        fig.colorbar(mesh, ax=ax1, label="requests")
+    else:  # every request has a 0-token prompt or output: nothing to place on log axes
+        ax1.text(0.5, 0.5, "no request with both lengths > 0", ha="center", va="center", transform=ax1.transAxes)
     totals = (hist.sum_prompt + hist.sum_output) / hist.count
     order = np.argsort(totals)
     cdf = np.cumsum(hist.count[order]) / hist.requests

@@ -1,42 +1,91 @@
 """Reading input text and writing output files, with the errors and guarantees the design asks for.
 
-Reads turn a missing or unreadable file into an InputError naming it. Writes are
-atomic: a file appears complete or not at all (design.md, "Bad input"). Writing goes to
-a temporary file in the destination's folder (so the final rename stays on one
+Reads turn a missing, unreadable or oversized file into an InputError naming it. Writes
+are atomic: a file appears complete or not at all (design.md, "Bad input"). Writing goes
+to a temporary file in the destination's folder (so the final rename stays on one
 filesystem, where `os.replace` is atomic); on any error the temporary file is removed
 and the destination is untouched.
+
+This module is the one place where the operating system's refusals on output (a
+read-only folder, a name too long, a folder that is a file, a full disk) become one-line
+InputErrors naming the path (exit 2). A run killed mid-write cannot remove its temporary
+file; the next write into the same folder does, once the process that made it is gone.
+
+While a command runs inside `inputs_guard()`, every file it reads is remembered, and an
+output path equal to one of them (or inside a folder read as input) is refused: writing
+a histogram over the log it came from would destroy the log.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import errno
+import json
 import os
+import re
+import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from planner.errors import InputError
 
+MAX_JSON_BYTES = 16 * 2**20  # a config.json is a few kB
+_TMP_SUFFIX = ".tmp"
+# Temporary names: .<target name, cut>.<host>.<pid>.<random>.tmp, so a later run can tell
+# whose they are and whether that process still lives.
+_HOST = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:32] or "host"
+_TMP_NAME = re.compile(r"^\..*\.(?P<host>[A-Za-z0-9-]+)\.(?P<pid>[0-9]+)\.[A-Za-z0-9_]+\.tmp$")
+_NAME_ROOM = 255 - 80  # most filesystems allow 255 bytes a name; keep room for the decorations
 
+_inputs: contextvars.ContextVar[set[Path] | None] = contextvars.ContextVar("planner_inputs", default=None)
+
+
+# ---- outputs -------------------------------------------------------------------------------
 @contextlib.contextmanager
 def atomic_output(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside `path`; rename it onto `path` when the block succeeds."""
+    """Yield a temporary path beside `path`; rename it onto `path` when the block succeeds.
+
+    Any OSError (making, writing or renaming the file) is an InputError naming `path`.
+    """
     target = Path(path)
-    folder = target.parent if str(target.parent) else Path(".")
-    if not folder.is_dir():
-        raise InputError(f"output folder '{folder}' does not exist", where=str(target))
-    if target.is_dir():
-        raise InputError("output path is a folder, expected a file name", where=str(target))
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
-    os.close(fd)
-    tmp = Path(tmp_name)
+    _refuse_input(target)
+    tmp: Path | None = None
     try:
+        folder = target.parent if str(target.parent) else Path(".")
+        if not folder.is_dir():
+            what = "is not a folder" if folder.exists() else "does not exist"
+            raise InputError(f"output folder '{folder}' {what}", where=str(target))
+        if target.is_dir():
+            raise InputError("output path is a folder, expected a file name", where=str(target))
+        remove_stale_temporaries(folder)
+        fd, tmp_name = tempfile.mkstemp(
+            prefix=f".{_cut(target.name)}.{_HOST}.{os.getpid()}.", suffix=_TMP_SUFFIX, dir=folder
+        )
+        os.close(fd)
+        tmp = Path(tmp_name)
         yield tmp
         # mkstemp makes the file private (0600); give it the mode a plain open() would
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, target)
+    except OSError as exc:
+        raise output_error(exc, target) from None
     finally:
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+
+
+def output_folder(path: str | os.PathLike) -> Path:
+    """`path` as a folder for outputs, made (with its parents) if missing; InputError if it cannot be."""
+    folder = Path(path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise output_error(exc, folder, what="cannot make the output folder") from None
+    return folder
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
@@ -45,18 +94,133 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
-def read_text(path: str | os.PathLike, kind: str) -> str:
-    """The UTF-8 text of `path`; a missing, unreadable or binary file is an InputError naming it."""
-    path = Path(path)
+def output_error(exc: OSError, path: Path, *, what: str = "cannot write") -> InputError:
+    """An OSError on output as the one-line error the command line prints."""
+    reasons = {
+        errno.EACCES: "permission denied",
+        errno.EPERM: "permission denied",
+        errno.EROFS: "the file system is read-only",
+        errno.ENAMETOOLONG: "the file name is too long",
+        errno.ENOTDIR: "a part of the path is a file, not a folder",
+        errno.EEXIST: "a file of that name is in the way",
+        errno.ENOSPC: "no space left on the device",
+        errno.EDQUOT: "disk quota exceeded",
+        errno.EISDIR: "the path is a folder",
+        errno.ENOENT: "a folder on the path does not exist",
+    }
+    reason = reasons.get(exc.errno, exc.strerror or type(exc).__name__)
+    return InputError(f"{what}: {reason}", where=str(path))
+
+
+def remove_stale_temporaries(folder: Path) -> None:
+    """Remove temporary files that a killed run of this host left in `folder`.
+
+    Only names this module makes are touched, and only when the process in the name is
+    gone (a run writing into the same folder right now keeps its file).
+    """
     try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("file not found", where=str(path)) from None
-    except (IsADirectoryError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read as {kind} text ({exc.__class__.__name__})", where=str(path)) from None
+        names = [e.name for e in os.scandir(folder) if e.name.endswith(_TMP_SUFFIX) and e.name.startswith(".")]
+    except OSError:
+        return
+    for name in names:
+        match = _TMP_NAME.match(name)
+        if match is None or match["host"] != _HOST or _alive(int(match["pid"])):
+            continue
+        with contextlib.suppress(OSError):
+            (folder / name).unlink()
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True  # someone else's live process (or a number too large to ask about)
+    return True
+
+
+def _cut(name: str) -> str:
+    """A file name short enough to carry the temporary decorations within 255 bytes."""
+    raw = name.encode("utf-8", "surrogateescape")
+    if len(raw) <= _NAME_ROOM:
+        return name
+    return raw[:_NAME_ROOM].decode("utf-8", "ignore")
 
 
 def _umask() -> int:
     mask = os.umask(0)  # reading the umask means setting it; restore it at once
     os.umask(mask)
     return mask
+
+
+# ---- inputs --------------------------------------------------------------------------------
+@contextlib.contextmanager
+def inputs_guard() -> Iterator[None]:
+    """Within the block, files read through this module (and `note_input`) may not be written."""
+    token = _inputs.set(set())
+    try:
+        yield
+    finally:
+        _inputs.reset(token)
+
+
+def note_input(path: str | os.PathLike) -> None:
+    """Remember `path` (a file or a folder of parts) as an input of the running command."""
+    seen = _inputs.get()
+    if seen is not None:
+        with contextlib.suppress(OSError, RuntimeError):
+            seen.add(Path(path).resolve())
+
+
+def _refuse_input(target: Path) -> None:
+    seen = _inputs.get()
+    if not seen:
+        return
+    try:
+        resolved = target.resolve()
+    except (OSError, RuntimeError):
+        return
+    for source in seen:
+        if resolved == source:
+            raise InputError("is also an input of this command; write the output to another file", where=str(target))
+        if source in resolved.parents:
+            raise InputError(
+                f"is inside the input folder '{source.name}', where the next reading would take it for "
+                "a part of the input; write the output elsewhere",
+                where=str(target),
+            )
+
+
+def read_text(path: str | os.PathLike, kind: str, *, max_bytes: int | None = None) -> str:
+    """The UTF-8 text of `path`; a missing, unreadable, binary or oversized file is an InputError naming it."""
+    path = Path(path)
+    note_input(path)
+    try:
+        if max_bytes is not None and path.stat().st_size > max_bytes:
+            raise InputError(
+                f"file is {path.stat().st_size:,} bytes; a {kind} file here is at most {max_bytes:,}", where=str(path)
+            )
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError("file not found", where=str(path)) from None
+    except (IsADirectoryError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read as {kind} text ({exc.__class__.__name__})", where=str(path)) from None
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or type(exc).__name__}", where=str(path)) from None
+
+
+def load_json(path: str | os.PathLike, kind: str = "JSON") -> Any:
+    """The JSON value in `path`; invalid JSON, nesting past the interpreter's recursion limit
+    and integers past Python's 4,300-digit limit are InputErrors naming the file (and line)."""
+    text = read_text(path, kind, max_bytes=MAX_JSON_BYTES)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"line {exc.lineno} column {exc.colno}: invalid JSON: {exc.msg}", where=str(path)) from None
+    except RecursionError:
+        raise InputError("invalid JSON: nested too deeply", where=str(path)) from None
+    except ValueError as exc:  # int('1' * 5000)
+        raise InputError(f"invalid JSON: {str(exc).split(';')[0]}", where=str(path)) from None

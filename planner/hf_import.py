@@ -38,10 +38,11 @@ from typing import Any
 import yaml
 
 from planner import params
+from planner.bounds import MAX_LAYERS, MAX_WIDTH
 from planner.catalog import Model
 from planner.checkpoint import CheckpointWeights, read_weights
 from planner.errors import InputError
-from planner.files import read_text
+from planner.files import load_json
 from planner.hf_families import (
     ATTENTION_KEY,
     BY_MODEL_TYPE,
@@ -90,7 +91,7 @@ class _Config:
     def error(self, key: str, problem: str) -> InputError:
         return InputError(f"{self.name(key)}: {problem}", where=self.where)
 
-    def integer(self, key: str, default: Any = _MISSING, *, minimum: int = 1) -> Any:
+    def integer(self, key: str, default: Any = _MISSING, *, minimum: int = 1, maximum: int = MAX_WIDTH) -> Any:
         value = self.get(key)
         if value is None:
             if default is _MISSING:
@@ -100,6 +101,10 @@ class _Config:
             raise self.error(key, f"expected an integer (got {value!r})")
         if value < minimum:
             raise self.error(key, f"expected an integer >= {minimum} (got {value!r})")
+        if value > maximum:  # (bounds.py; also before a loop over layers runs for ever)
+            digits = str(value)
+            shown = digits if len(digits) <= 24 else f"{digits[:12]}... ({len(digits):,} digits)"
+            raise self.error(key, f"expected an integer <= {maximum:,} (got {shown})")
         return value
 
     def flag(self, key: str, default: bool) -> bool:
@@ -143,7 +148,7 @@ class _Reader:
         self.family = family
         self.model_type = model_type
         self.notes: list[str] = []
-        self.layers = cfg.integer("num_hidden_layers")
+        self.layers = cfg.integer("num_hidden_layers", maximum=MAX_LAYERS)
         dtype = cfg.text("torch_dtype") or cfg.text("dtype")
         self.dtype_bytes = DTYPE_BYTES.get(dtype) if dtype else None
         self.layout: Layout | None = None
@@ -179,11 +184,7 @@ class _Reader:
 def read_hf_config(path: str | Path) -> dict[str, Any]:
     """The JSON object in `path`; unreadable or invalid JSON is an InputError naming the line."""
     path = Path(path)
-    text = read_text(path, "JSON")
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"line {exc.lineno} column {exc.colno}: invalid JSON: {exc.msg}", where=str(path)) from None
+    raw = load_json(path)
     if not isinstance(raw, dict):
         raise InputError(f"expected a JSON object of config fields (got {type(raw).__name__})", where=str(path))
     return raw

@@ -438,6 +438,8 @@ def _check_cells(bins: dict[str, np.ndarray], sums: dict[str, np.ndarray], where
     # range (of the lengths, their squares or their products). Floats round large sums and
     # products, by far less than the tolerance; it keeps an exact sum from being refused.
     tolerance = 1e-12
+    with np.errstate(invalid="ignore"):  # 0 × inf (a 0-token length and the open-ended bin) is 0
+        po_hi = np.where((p_hi == 0) | (o_hi == 0), 0.0, p_hi * o_hi)
     for values, lo, hi, rule in (
         (sums["sum_prompt"], p_lo, p_hi, prompt_rule),
         (sums["sum_output"], o_lo, o_hi, output_rule),
@@ -449,7 +451,7 @@ def _check_cells(bins: dict[str, np.ndarray], sums: dict[str, np.ndarray], where
         ),
         (sums["sum_prompt_sq"], p_lo**2, p_hi**2, prompt_rule),
         (sums["sum_output_sq"], o_lo**2, o_hi**2, output_rule),
-        (sums["sum_prompt_output"], p_lo * o_lo, p_hi * o_hi, f"{prompt_rule}; {output_rule}"),
+        (sums["sum_prompt_output"], p_lo * o_lo, po_hi, f"{prompt_rule}; {output_rule}"),
     ):
         v = np.asarray(values, np.float64)
         with np.errstate(invalid="ignore"):  # inf × 0 in an open-ended bin: no upper bound
@@ -534,7 +536,10 @@ def _length_groups(hist: Histogram, of: str) -> tuple[np.ndarray, np.ndarray, np
     n = np.maximum(count, 1.0)
     mean = np.asarray(s1, np.float64) / n
     reach = np.sqrt(np.maximum(n_sq_var, 0.0) * np.maximum(count - 1, 0.0)) / n
-    slack = 1e-9 * np.maximum(mean, 1.0)  # absorbs float rounding of the bound, not its mathematics
+    # absorbs float rounding of the bound (a few ulps, 1e-16 each), not its mathematics; small
+    # enough that mean + slack never floors to the next integer (lengths are at most ~3e9:
+    # a cell's sum of squares is int64), so a group of identical lengths stays exact
+    slack = 1e-12 * np.maximum(mean + reach, 1.0)
     lo = np.maximum(lo, np.ceil(mean - reach - slack))
     hi = np.maximum(np.minimum(hi, np.floor(mean + reach + slack)), lo)
     return count, lo, hi

@@ -15,9 +15,11 @@ from dataclasses import dataclass, field
 
 import pulp
 
+from planner.bounds import MAX_FLEET_GPUS
 from planner.errors import InputError
 
 COST_TOLERANCE_USD = 1e-6  # plans within this of the optimum's cost per hour count as equal
+BEYOND_ANY_FLEET = "Beyond any fleet"  # status: every option needs more GPUs than exist
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,7 @@ class FleetSolution:
     lp_text: str = field(default="", repr=False)
     reserved_cost_per_hour: float = 0.0  # committed GPUs, paid whether used or not
     on_demand_gpus: Mapping[str, int] = field(default_factory=dict)  # per GPU type, beyond the reserved ones
+    problem: str = ""  # why there is no plan, when the solver was not asked (BEYOND_ANY_FLEET)
 
 
 def _name(*parts: object) -> str:
@@ -147,6 +150,15 @@ def solve_fleet(
     servable = [o for o in options if all(by_class[(o.key, k)] for k in o.class_rates_rps)]
     if not servable:  # some class of every option has no config at all: nothing to solve
         return FleetSolution("Infeasible", "", None, (), math.inf, 0, 0.0, time.perf_counter() - t0, backend)
+    # An option with a class that needs more GPUs than exist is no plan: CBC would spend
+    # minutes on its huge coefficients and return a fleet nobody can buy.
+    oversized = {o.key: _oversized(o, candidates, by_class) for o in servable}
+    if all(oversized.values()):
+        return FleetSolution(
+            BEYOND_ANY_FLEET, "", None, (), math.inf, 0, 0.0, time.perf_counter() - t0, backend,
+            problem=next(iter(oversized.values())),
+        )
+    servable = [o for o in servable if not oversized[o.key]]
 
     y = {o.key: prob.add_variable(_name("use_split", o.key), cat="Binary") for o in servable}
     keep = [i for i, c in enumerate(candidates) if c.option in y]
@@ -265,6 +277,24 @@ def solve_fleet(
         reserved_cost_per_hour=reserved_cost,
         on_demand_gpus=on_demand,
     )
+
+
+def _oversized(option: SplitOption, candidates: Sequence[Candidate], by_class) -> str:
+    """Why `option` needs more than MAX_FLEET_GPUS GPUs for one of its classes, or ''."""
+    for k, rate in option.class_rates_rps.items():
+        members = [candidates[i] for i in by_class[(option.key, k)]]
+        fewest = min(
+            (math.ceil(rate / c.capacity_rps) * c.gpus_per_replica if math.isfinite(rate) else math.inf, c.config)
+            for c in members
+        )
+        if fewest[0] > MAX_FLEET_GPUS:
+            shown = "infinitely many" if math.isinf(fewest[0]) else f"{fewest[0]:,}"
+            return (
+                f"class '{k}' needs {shown} GPUs to serve {rate:,.4g} requests/s even on its best config "
+                f"({fewest[1]}), more than the {MAX_FLEET_GPUS:,} that bound any fleet (26 times the "
+                "data-center GPUs shipped in 2023); check traffic.peak, traffic.growth and traffic.headroom"
+            )
+    return ""
 
 
 def _on_demand_prices(candidates, keep, reserved) -> dict[str, float]:

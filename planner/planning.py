@@ -426,12 +426,30 @@ def _infeasible_message(classes, evals: Sequence[Evaluation], inventory: dict) -
                 f"{best.config.label(tc.max_model_len)}, is stopped by {best.problem}"
                 + (" (every split option fails too)" if key == "none" else "")
             )
-    caps = ", ".join(f"{g} ≤ {n} GPUs" for g, n in sorted(inventory.items()))
-    return f"the inventory caps ({caps}) leave no fleet that covers the peak"
+    rates = ", ".join(f"'{tc.label}' {tc.rate_rps:,.4g} req/s" for tc in classes.get("none", []))
+    if not inventory:
+        return (f"the solver found no fleet that covers the peak ({rates}), though each class has configs "
+                "that serve it; check the traffic rates and solver.time_limit_s")
+    caps = ", ".join(f"{g} ≤ {n:,} GPUs" for g, n in sorted(inventory.items()))
+    for tc in classes.get("none", []):
+        # the most this class gets from every capped GPU type at once (None: some type is uncapped)
+        most: dict[str, float] = {}
+        for ev in (ev for ev in evals if ev.traffic_class is tc and ev.capacity_rps > 0):
+            cap = inventory.get(ev.config.gpu.id)
+            if cap is None:
+                break
+            most[ev.config.gpu.id] = max(most.get(ev.config.gpu.id, 0.0), cap // ev.config.tp * ev.capacity_rps)
+        else:
+            if sum(most.values()) < tc.rate_rps:
+                return (f"class '{tc.label}' needs {tc.rate_rps:,.4g} req/s but the inventory caps ({caps}) "
+                        f"allow at most {sum(most.values()):,.4g} req/s")
+    return f"the inventory caps ({caps}) leave no fleet that covers every class at once ({rates})"
 
 
 def _no_plan_message(sol: FleetSolution, scn: Scenario, classes, evals, inventory) -> str:
     """Why the solver returned no plan, by its status (PuLP: Infeasible, Not Solved, Undefined, Unbounded)."""
+    if sol.problem:  # decided before the solver ran (a fleet larger than any that exists)
+        return sol.problem
     if sol.status == "Infeasible":
         return _infeasible_message(classes, evals, inventory)
     if sol.status == "Not Solved":
@@ -615,10 +633,10 @@ def _assemble(scn, model, catalog, hist, served, limit, measured_peak_rps, peak,
         measured_peak_rps=measured_peak_rps, peak_rps=peak, classes=classes, evaluations=evals, solution=sol,
         pools=pools, cost_per_hour=cost, tokens_per_hour=input_tph + output_tph,
         input_tokens_per_hour=input_tph, output_tokens_per_hour=output_tph,
-        cost_per_million={
-            "blended": cost / (input_tph + output_tph) * 1e6,
-            "input": input_cost / input_tph * 1e6,
-            "output": (cost - input_cost) / output_tph * 1e6,
+        cost_per_million={  # no tokens of a kind (prompts of 0 tokens): no price per token (nan, shown as —)
+            "blended": cost / (input_tph + output_tph) * 1e6 if input_tph + output_tph else math.nan,
+            "input": input_cost / input_tph * 1e6 if input_tph else math.nan,
+            "output": (cost - input_cost) / output_tph * 1e6 if output_tph else math.nan,
         },
         traffic_notes=tuple(traffic_notes),
         measured_mean_rps=measured_mean_rps,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from planner.files import write_text_atomic
+from planner.files import output_folder, write_text_atomic
 from planner.memory import layer_kind_lines
 from planner.paged import SIZING_MODES
 from planner.planning import SENSITIVITY, Outcome, Plan, PoolDetail
@@ -450,7 +450,7 @@ def write_report(plan: Plan, out_dir: Path, *, sections: tuple[str, ...] = ()) -
     """Write reports/<name>.md and its figures atomically; returns the Markdown path."""
     from planner.figures import cost_figure, target_figure, traffic_figure
 
-    out_dir.mkdir(parents=True, exist_ok=True)
+    output_folder(out_dir)
     name = plan.scenario.name
     figures = {"traffic": f"{name}_traffic.png", "split": f"{name}_split.png"}
     if plan.ttft_sweep:

@@ -8,17 +8,41 @@ paths inside a scenario are relative to the scenario file.
 from __future__ import annotations
 
 import itertools
-import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from planner.errors import InputError
+from planner.bounds import (
+    MAX_GPU_MEMORY_GIB,
+    MAX_GROWTH,
+    MAX_HEADROOM,
+    MAX_LATENCY_MS,
+    MAX_LEAD_MIN,
+    MAX_MIN_REPLICAS,
+    MAX_SIMULATED_REQUESTS,
+    MAX_SOLVER_SECONDS,
+    MAX_SYNTHETIC_REQUESTS,
+    MAX_TOKENS,
+    MAX_TP,
+    MAX_TTFT_S,
+    Fraction,
+    GpuCount,
+    Growth,
+    Params,
+    PositiveTokens,
+    PriceUsdPerGpuHour,
+    RateRps,
+    Seed,
+    Tokens,
+    real,
+    whole,
+)
+from planner.errors import InputError, did_you_mean
 from planner.histogram import LENGTH_EDGES, TOTAL_EDGES
 from planner.targets import DEFAULT_TPOT_MS, DEFAULT_TTFT_S, SLO, Band, Target
-from planner.yamlio import load_yaml, validate
+from planner.yamlio import load_yaml, validate, validation_message
 
 
 class _Strict(BaseModel):
@@ -27,9 +51,9 @@ class _Strict(BaseModel):
 
 class SyntheticSource(_Strict):
     name: str = Field(description="named synthetic distribution (planner synth --help lists them)")
-    requests: int = Field(100_000, gt=0)
-    seed: int = 0
-    rate_rps: float | None = Field(None, gt=0, description="mean arrival rate of the synthetic log")
+    requests: whole(gt=0, le=MAX_SYNTHETIC_REQUESTS) = 100_000
+    seed: Seed = 0
+    rate_rps: RateRps | None = Field(None, description="mean arrival rate of the synthetic log")
 
 
 class Columns(_Strict):
@@ -41,8 +65,8 @@ class Columns(_Strict):
 class ConstantSource(_Strict):
     """Every request has the same lengths (how published benchmarks, and seed 000, are run)."""
 
-    prompt_tokens: int = Field(ge=0)
-    output_tokens: int = Field(ge=1)
+    prompt_tokens: Tokens
+    output_tokens: PositiveTokens
 
 
 class TrafficSource(_Strict):
@@ -66,8 +90,8 @@ class TrafficSource(_Strict):
 
 class Peak(_Strict):
     method: Literal["quantile", "max", "explicit"] = "quantile"
-    quantile: float = Field(0.99, gt=0, le=1)
-    rps: float | None = Field(None, gt=0, description="explicit peak, requests/s (method: explicit)")
+    quantile: Fraction = 0.99
+    rps: RateRps | None = Field(None, description="explicit peak, requests/s (method: explicit)")
 
     @model_validator(mode="after")
     def _rps(self) -> Peak:
@@ -83,11 +107,11 @@ class LoadProfileSpec(_Strict):
         None, description="true: arrivals per hour of day from the log's timestamps (the log must span a day)"
     )
     by_weekday: bool = Field(False, description="measured: one curve per hour of the week (the log must span a week)")
-    hourly: list[float] | None = Field(
+    hourly: list[real(ge=0, le=MAX_GROWTH)] | None = Field(
         None, description="24 multipliers, hour 0 first (or 168, Monday 00:00 first); scaled so the busiest hour is 1"
     )
     shape: Literal["flat", "diurnal"] | None = Field(None, description="a named shape (diurnal: a cosine day)")
-    peak_to_trough: float | None = Field(None, ge=1, description="diurnal: busiest hour's load / quietest hour's")
+    peak_to_trough: real(ge=1, le=MAX_GROWTH) | None = Field(None, description="diurnal: busiest hour's load / quietest hour's")
     peak_hour: int = Field(12, ge=0, le=23, description="diurnal: the busiest hour of the day (places the curve on the clock)")
 
     @model_validator(mode="after")
@@ -112,14 +136,14 @@ class LoadProfileSpec(_Strict):
 class Autoscaling(_Strict):
     """How a fleet may follow the day's curve: the settings of the day's cost policies."""
 
-    scale_up_lead_min: float = Field(
-        10.0, ge=0, description="minutes from asking for a replica to its serving (node start, weights load); an assumption: state yours"
+    scale_up_lead_min: real(ge=0, le=MAX_LEAD_MIN) = Field(
+        10.0, description="minutes from asking for a replica to its serving (node start, weights load); an assumption: state yours"
     )
-    min_replicas: int | None = Field(
-        None, ge=1, description="replicas each pool keeps in every hour [default: min_replicas_per_pool]"
+    min_replicas: whole(ge=1, le=MAX_MIN_REPLICAS) | None = Field(
+        None, description="replicas each pool keeps in every hour [default: min_replicas_per_pool]"
     )
-    reserved_discount: float | None = Field(
-        None, ge=0, lt=1,
+    reserved_discount: real(ge=0, lt=1) | None = Field(
+        None,
         description="a replica reserved for the whole day costs on-demand x (1 - discount) "
         "[default: the forecast section's reserved terms, else 0]",
     )
@@ -128,11 +152,11 @@ class Autoscaling(_Strict):
 class Traffic(_Strict):
     source: TrafficSource
     peak: Peak = Peak()
-    growth: float = Field(1.0, gt=0, description="multiplier on the measured peak (e.g. 1.3 for +30%)")
-    headroom: float = Field(1.2, ge=1.0, description="capacity planned per unit of peak rate")
-    shared_prefix_tokens: int = Field(0, ge=0, description="prefix every request shares (prefix caching)")
-    mean_rps: float | None = Field(
-        None, gt=0, description="mean arrival rate, for sources without timestamps [default: from the log's minutes]; "
+    growth: Growth = Field(1.0, description="multiplier on the measured peak (e.g. 1.3 for +30%)")
+    headroom: real(ge=1.0, le=MAX_HEADROOM) = Field(1.2, description="capacity planned per unit of peak rate")
+    shared_prefix_tokens: Tokens = Field(0, description="prefix every request shares (prefix caching)")
+    mean_rps: RateRps | None = Field(
+        None, description="mean arrival rate, for sources without timestamps [default: from the log's minutes]; "
         "with a stated profile, the busiest hour's"
     )
     profile: LoadProfileSpec | None = Field(
@@ -163,27 +187,27 @@ _SLO_EXAMPLE = (
 )
 
 
-def _target(value: Any, unit: str) -> tuple[str | None, float] | None:
+def _target(value: Any, unit: str, most: float) -> tuple[str | None, float] | None:
     """A target as written, as (statistic, limit): a number is at slo.statistic (None here),
     a one-pair mapping {p90: 1.5} names its own."""
     if value is None:
         return None
     if isinstance(value, tuple) and len(value) == 2 and (value[0] is None or value[0] in STATISTIC_NAMES):
-        return value[0], _positive(value[1], unit)  # the validated form itself (a model_dump round trip)
+        return value[0], _positive(value[1], unit, most)  # the validated form itself (a model_dump round trip)
     if isinstance(value, dict):
         if len(value) != 1 or next(iter(value)) not in STATISTIC_NAMES:
             raise ValueError(f"write one {{statistic: {unit}}} pair, statistic one of {', '.join(STATISTIC_NAMES)} "
                              f"(got {value!r})")
         stat, limit = next(iter(value.items()))
-        return stat, _positive(limit, unit)
-    return None, _positive(value, unit)
+        return stat, _positive(limit, unit, most)
+    return None, _positive(value, unit, most)
 
 
-def _positive(value: Any, unit: str) -> float:
+def _positive(value: Any, unit: str, most: float) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(f"a target is a number of {unit} or one {{statistic: {unit}}} pair (got {value!r})")
-    if not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"a target must be a positive finite number of {unit} (got {value!r})")
+    if not (0 < value <= most):
+        raise ValueError(f"a target must be a number of {unit} above 0 and at most {most:,g}")
     return float(value)
 
 
@@ -191,7 +215,7 @@ class BandSpec(_Strict):
     """Requests whose prompt is shorter than `prompt_below` (and not in an earlier band)."""
 
     name: str | None = Field(None, description="label in reports [default: the prompt range]")
-    prompt_below: int | None = Field(None, gt=0, description="exclusive upper bound on prompt tokens; omit on the last band")
+    prompt_below: PositiveTokens | None = Field(None, description="exclusive upper bound on prompt tokens; omit on the last band")
     ttft_s: Any = Field(None, description="time to first token, s: a number (at slo.statistic) or {p90: 1.5}")
     tpot_ms: Any = Field(None, description="time per output token of a request, ms")
     itl_ms: Any = Field(None, description="per-token gap (every decode token's wait), ms")
@@ -199,12 +223,12 @@ class BandSpec(_Strict):
     @field_validator("ttft_s")
     @classmethod
     def _ttft(cls, v: Any) -> tuple[str | None, float] | None:
-        return _target(v, "seconds")
+        return _target(v, "seconds", MAX_TTFT_S)
 
     @field_validator("tpot_ms", "itl_ms")
     @classmethod
     def _ms(cls, v: Any) -> tuple[str | None, float] | None:
-        return _target(v, "milliseconds")
+        return _target(v, "milliseconds", MAX_LATENCY_MS)
 
     @field_validator("prompt_below")
     @classmethod
@@ -230,8 +254,8 @@ class SLOSpec(_Strict):
         description="in order of prompt length; the last has no prompt_below [default: one band, TTFT p99 2 s, "
         "TPOT p99 100 ms: MLPerf Inference's server constraints for Llama 3.1 8B]",
     )
-    attainment: float | None = Field(
-        None, gt=0, lt=1, description="share of requests that must meet both their TTFT and TPOT targets"
+    attainment: real(gt=0, lt=1) | None = Field(
+        None, description="share of requests that must meet both their TTFT and TPOT targets"
     )
 
     @model_validator(mode="before")
@@ -273,13 +297,13 @@ class SLOSpec(_Strict):
 
 class Sizing(_Strict):
     mode: Literal["worst_case", "expected", "percentile"] = "percentile"
-    quantile: float = Field(0.99, gt=0.5, lt=1)
+    quantile: real(gt=0.5, lt=1) = 0.99
 
 
 class GPUCandidate(_Strict):
     id: str
-    price_usd_per_hour: float | None = Field(None, gt=0, description="override, e.g. a negotiated price")
-    max_gpus: int | None = Field(None, ge=0, description="inventory cap for this GPU type")
+    price_usd_per_hour: PriceUsdPerGpuHour | None = Field(None, description="override, e.g. a negotiated price")
+    max_gpus: GpuCount | None = Field(None, description="inventory cap for this GPU type")
 
     def price_per_hour(self, catalog_price_usd_per_hour: float) -> float:
         """USD per GPU-hour: this override if set, else the catalog's price."""
@@ -290,39 +314,23 @@ class GPUCandidate(_Strict):
 
 class Solver(_Strict):
     backend: Literal["cbc", "highs"] = "cbc"
-    time_limit_s: float = Field(60.0, gt=0)
+    time_limit_s: real(gt=0, le=MAX_SOLVER_SECONDS) = 60.0
 
 
 class QuarterSpec(_Strict):
     """One quarter of a forecast: demand growth and what changes (limit, prices, availability, commitments)."""
 
     quarter: str = Field(pattern=r"^[0-9]{4}Q[1-4]$", description="e.g. 2027Q1")
-    growth: float = Field(0.0, gt=-1.0, description="demand change: 0.25 = +25% (see growth_mode)")
-    context_limit: int | None = Field(None, gt=0)
+    growth: real(gt=-1.0, le=MAX_GROWTH) = Field(0.0, description="demand change: 0.25 = +25% (see growth_mode)")
+    context_limit: PositiveTokens | None = None
 
     @field_validator("context_limit")
     @classmethod
     def _limit_edge(cls, v: int | None) -> int | None:
         return _histogram_edge(v, "context limit")
-    prices: dict[str, float] = Field(default_factory=dict, description="on-demand $/GPU-hour per GPU type")
-    availability: dict[str, int] = Field(default_factory=dict, description="most GPUs of a type that can be had")
-    reserved: dict[str, int] = Field(default_factory=dict, description="GPUs committed this quarter, per type")
-
-    @field_validator("prices")
-    @classmethod
-    def _positive(cls, v: dict[str, float]) -> dict[str, float]:
-        for gpu, price in v.items():
-            if price <= 0:
-                raise ValueError(f"price of {gpu} must be positive (got {price})")
-        return v
-
-    @field_validator("availability", "reserved")
-    @classmethod
-    def _counts(cls, v: dict[str, int]) -> dict[str, int]:
-        for gpu, n in v.items():
-            if n < 0:
-                raise ValueError(f"GPU count of {gpu} must be >= 0 (got {n})")
-        return v
+    prices: dict[str, PriceUsdPerGpuHour] = Field(default_factory=dict, description="on-demand $/GPU-hour per GPU type")
+    availability: dict[str, GpuCount] = Field(default_factory=dict, description="most GPUs of a type that can be had")
+    reserved: dict[str, GpuCount] = Field(default_factory=dict, description="GPUs committed this quarter, per type")
 
 
 class Forecast(_Strict):
@@ -334,8 +342,10 @@ class Forecast(_Strict):
         description="each quarter's fleet is committed (reserved) from the next quarter on, at the terms of the "
         "quarter it was committed in; commitments last to the end of the forecast",
     )
-    reserved_discount: float = Field(0.0, ge=0, lt=1, description="committed price = on-demand x (1 - discount)")
-    reserved_prices: dict[str, float] = Field(default_factory=dict, description="committed $/GPU-hour per GPU type")
+    reserved_discount: real(ge=0, lt=1) = Field(0.0, description="committed price = on-demand x (1 - discount)")
+    reserved_prices: dict[str, PriceUsdPerGpuHour] = Field(
+        default_factory=dict, description="committed $/GPU-hour per GPU type"
+    )
     reserved_pools: bool = Field(
         True,
         description="reserved GPUs are already paid: each reserved type may hold a pool of its own beside a "
@@ -362,11 +372,11 @@ class FleetPool(_Strict):
     """One pool of a fleet that runs today: what each replica runs on, and how many there are."""
 
     gpu: str
-    tp: int = Field(1, ge=1)
+    tp: whole(ge=1, le=MAX_TP) = 1
     weight_dtype: str = "bf16"
     kv_dtype: str = "bf16"
-    context_limit: int | None = Field(None, gt=0, description="its pool's limit [default: the scenario's]")
-    replicas: int = Field(ge=1)
+    context_limit: PositiveTokens | None = Field(None, description="its pool's limit [default: the scenario's]")
+    replicas: GpuCount = Field(ge=1)
 
     @field_validator("context_limit")
     @classmethod
@@ -377,13 +387,23 @@ class FleetPool(_Strict):
 class Simulation(_Strict):
     """How plans are certified by simulation (planner.certify)."""
 
-    requests: int = Field(20_000, ge=1000, le=2_000_000, description="most sampled requests per pool and rate")
+    requests: int = Field(20_000, ge=1000, le=MAX_SIMULATED_REQUESTS, description="most sampled requests per pool and rate")
     band_requests: int = Field(
-        5_000, ge=500, le=2_000_000,
+        5_000, ge=500, le=MAX_SIMULATED_REQUESTS,
         description="measured requests sought in every band of a pool (fewer runs when one band fills the pool)",
     )
-    seed: int = Field(0, ge=0)
+    seed: Seed = 0
     max_rounds: int = Field(4, ge=1, le=20, description="re-plans after pools miss their targets in simulation")
+
+
+class ConfigJsonModel(_Strict):
+    """`model: {config_json: path, ...}`: a model read from a Hugging Face config.json."""
+
+    config_json: str = Field(min_length=1, description="path of the config.json, relative to the scenario")
+    name: str = Field("custom-model", min_length=1, max_length=200, description="catalog id to give the model")
+    params_total: Params | None = None
+    params_active: Params | None = None
+    hf_id: str | None = None
 
 
 class Scenario(_Strict):
@@ -392,7 +412,7 @@ class Scenario(_Strict):
     model: str | dict[str, Any] = Field(description="catalog id, an inline model entry, or {config_json: path}")
     catalog: dict[str, Any] | None = Field(None, description="catalog overrides: {gpus: {id: {field: value}}, ...}")
     traffic: Traffic
-    context_limit: int | None = Field(None, gt=0, description="longest prompt+output served [default: the model's]")
+    context_limit: PositiveTokens | None = Field(None, description="longest prompt+output served [default: the model's]")
     slo: SLOSpec = SLOSpec()
     sizing: Sizing = Sizing()
     gpus: list[str | GPUCandidate] = Field(default_factory=lambda: ["h100-sxm", "h200", "a100-80gb", "l40s"])
@@ -401,20 +421,20 @@ class Scenario(_Strict):
     )
     weight_dtypes: list[str] = Field(default_factory=lambda: ["bf16", "fp8"])
     kv_dtypes: list[str] = Field(default_factory=lambda: ["bf16", "fp8"])
-    tp: list[int] = Field(default_factory=lambda: [1, 2, 4, 8])
+    tp: list[whole(ge=1, le=MAX_TP)] = Field(default_factory=lambda: [1, 2, 4, 8])
     engine: str = "vllm"
-    long_prefill_token_threshold: int | None = Field(
-        None, ge=0, description="vLLM's per-request cap on prompt tokens a step (0: off) [default: the engine's]"
+    long_prefill_token_threshold: whole(ge=0, le=MAX_TOKENS) | None = Field(
+        None, description="vLLM's per-request cap on prompt tokens a step (0: off) [default: the engine's]"
     )
-    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
-    overhead_gib: float = Field(3.0, ge=0)
-    split_thresholds: list[int] | None = Field(
+    gpu_memory_utilization: Fraction | None = None
+    overhead_gib: real(ge=0, le=MAX_GPU_MEMORY_GIB) = 3.0
+    split_thresholds: list[PositiveTokens] | None = Field(
         None, description="total-token thresholds to try; no split is always tried [default: 4k, 8k, 16k, 32k, "
         "64k below the limit]; [] for no split"
     )
-    min_replicas_per_pool: int = Field(1, ge=1, description="2 or more for N+1 redundancy")
+    min_replicas_per_pool: whole(ge=1, le=MAX_MIN_REPLICAS) = Field(1, description="2 or more for N+1 redundancy")
     homogeneous_pools: bool = Field(True, description="one config per pool")
-    lower_context_limit: int | None = Field(None, gt=0, description="the 'lower limit' lever [default: half the limit]")
+    lower_context_limit: PositiveTokens | None = Field(None, description="the 'lower limit' lever [default: half the limit]")
     solver: Solver = Solver()
     verify: bool = Field(
         True, description="certify the plan: replay every pool through the simulator against its band targets, "
@@ -462,6 +482,32 @@ class Scenario(_Strict):
                 "give reserved terms once: forecast.reserved_discount / reserved_prices, or autoscaling.reserved_discount"
             )
         return self
+
+    @model_validator(mode="after")
+    def _forecast_prices_for_candidates(self) -> Scenario:
+        """A committed price for a GPU the scenario never plans with would be ignored: refuse it."""
+        if self.forecast is None:
+            return self
+        known = [g.id for g in self.gpu_candidates]
+        for gpu in self.forecast.reserved_prices:
+            if gpu not in known:
+                raise ValueError(
+                    f"forecast.reserved_prices: {did_you_mean(gpu, known, what='GPU')} "
+                    "(a committed price needs the GPU among the scenario's gpus)"
+                )
+        return self
+
+    @field_validator("model")
+    @classmethod
+    def _config_json_spec(cls, v: str | dict[str, Any]) -> str | dict[str, Any]:
+        """`{config_json: path, ...}` has its own keys and types; other mappings are inline entries
+        (validated as catalog models once the catalog is known)."""
+        if isinstance(v, dict) and "config_json" in v:
+            try:
+                ConfigJsonModel.model_validate(v)
+            except ValidationError as exc:
+                raise ValueError(validation_message(exc, ConfigJsonModel)) from None
+        return v
 
     @field_validator("tp")
     @classmethod

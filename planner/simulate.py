@@ -183,6 +183,13 @@ def _within_cell(sums, sums_sq, count, bins, cells, rng) -> np.ndarray:
     return np.clip(x, edges[bins[cells]], edges[bins[cells] + 1] - 1).astype(np.int64)
 
 
+def shortest_prompt_tokens(shared_prefix_tokens: int, block_size: int) -> int:
+    """Every prompt starts with the shared prefix, and the engine caches only its full blocks:
+    a prompt is at least those blocks plus one token of its own (a log or histogram that
+    disagrees with the scenario's prefix is lengthened to this, as the model charges it)."""
+    return (shared_prefix_tokens // block_size) * block_size + 1 if shared_prefix_tokens > 0 else 1
+
+
 def sample_requests(
     hist: Histogram, rate_rps: float, n_requests: int, seed: int = 0, *, max_total_tokens: int | None = None,
     min_prompt_tokens: int = 1,
@@ -749,9 +756,8 @@ def max_sustainable_rate(
     if initial_rate_rps is None:
         initial_rate_rps = replica_capacity(dep, profile_for(dep, hist, shared_prefix_tokens=shared_prefix_tokens), slo).max_rps
     guess = float(initial_rate_rps) if initial_rate_rps > 0 else 1.0  # the model found none: start at 1 rps
-    block = dep.block_size
     base = sample_requests(hist, 1.0, n_requests, seed, max_total_tokens=dep.max_model_len,
-                           min_prompt_tokens=(shared_prefix_tokens // block) * block + 1)
+                           min_prompt_tokens=shortest_prompt_tokens(shared_prefix_tokens, dep.block_size))
     run = simulate or simulate_replica
     cache: dict[float, tuple[SimResult, list[str]]] = {}
     order: list[tuple[float, tuple[str, ...]]] = []

@@ -2,31 +2,146 @@
 
 Every message names the file and the dotted path of the offending field, so a
 planner can go straight to the line that needs fixing.
+
+The loader is PyYAML's safe loader with the checks a hostile or mistaken file needs: a key
+given twice in one mapping is an error (YAML says keys are unique; PyYAML keeps the last
+silently); nesting is at most MAX_DEPTH levels (deeper, PyYAML's recursive composer
+overflows the stack); aliases may not expand the document past MAX_EXPANDED_VALUES values
+(a "billion laughs" bomb is a few lines that expand to gigabytes once anything walks it)
+nor refer to themselves; and a value PyYAML cannot build (a 5,000-digit integer, the
+date 2027-13-45) is an error naming its line.
 """
 
 from __future__ import annotations
 
+import types
+import typing
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from yaml.composer import ComposerError
+from yaml.constructor import ConstructorError
+from yaml.nodes import MappingNode, Node, SequenceNode
 
-from planner.errors import InputError, closest
+from planner.errors import InputError, closest, shorten
 from planner.files import read_text
 
+MAX_DEPTH = 64  # scenarios and catalogs nest 5 levels deep
+MAX_EXPANDED_VALUES = 1_000_000  # the built-in catalog is about 2,000
+MAX_YAML_BYTES = 16 * 2**20
+_MERGE_TAG = "tag:yaml.org,2002:merge"
 
-def load_yaml(path: str | Path) -> Any:
-    """Read a YAML file with `yaml.safe_load`; broken YAML is an InputError naming the line."""
-    path = Path(path)
-    text = read_text(path, "YAML")
+
+class _Loader(yaml.SafeLoader):
+    """yaml.SafeLoader with the checks in the module docstring."""
+
+    def __init__(self, stream: str):
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: Node | None, index: Any) -> Node:
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise ComposerError(
+                    None, None, f"nested deeper than {MAX_DEPTH} levels", self.peek_event().start_mark
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def compose_document(self) -> Node:
+        node = super().compose_document()
+        _check_expansion(node)
+        return node
+
+    def construct_object(self, node: Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ValueError, OverflowError) as exc:  # int('1' * 5000), date(2027, 13, 45)
+            value = shorten(str(getattr(node, "value", "")), 40)
+            raise ConstructorError(
+                None, None, f"cannot read the value '{value}': {str(exc).split(';')[0]}", node.start_mark
+            ) from None
+
+    def construct_mapping(self, node: Node, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, MappingNode):
+            seen: dict[Any, Node] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == _MERGE_TAG:
+                    continue  # '<<: *base' merges; keys given here override the merged ones
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.setdefault(key, key_node)
+                except TypeError:
+                    continue  # an unhashable key: PyYAML's own error follows
+                if first is not key_node:
+                    raise ConstructorError(
+                        None, None,
+                        f"key '{key}' appears twice in one mapping (first on line {first.start_mark.line + 1})",
+                        key_node.start_mark,
+                    )
+        return super().construct_mapping(node, deep=deep)
+
+
+def _children(node: Node) -> list[Node]:
+    if isinstance(node, SequenceNode):
+        return list(node.value)
+    if isinstance(node, MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
+
+
+def _check_expansion(root: Node | None) -> None:
+    """Refuse a node graph whose aliases expand it past MAX_EXPANDED_VALUES values or
+    MAX_DEPTH levels, or refer back to themselves. Memoised by node, so linear in the text."""
+    if root is None:
+        return
+    size: dict[int, int] = {}
+    depth: dict[int, int] = {}
+    expanding: set[int] = set()
+    stack: list[tuple[Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        key = id(node)
+        if children_done:
+            kids = _children(node)
+            size[key] = 1 + sum(size[id(k)] for k in kids)
+            depth[key] = 1 + max((depth[id(k)] for k in kids), default=0)
+            expanding.discard(key)
+            if size[key] > MAX_EXPANDED_VALUES:
+                raise ComposerError(
+                    None, None, f"aliases expand this to more than {MAX_EXPANDED_VALUES:,} values", node.start_mark
+                )
+            if depth[key] > MAX_DEPTH:
+                raise ComposerError(None, None, f"aliases nest this deeper than {MAX_DEPTH} levels", node.start_mark)
+            continue
+        if key in size:
+            continue
+        if key in expanding:
+            raise ComposerError(None, None, "an alias refers to the value that contains it", node.start_mark)
+        expanding.add(key)
+        stack.append((node, True))
+        stack.extend((k, False) for k in _children(node) if id(k) not in size)
+
+
+def parse_yaml(text: str, where: str) -> Any:
+    """The YAML document in `text`; any problem is an InputError naming `where` and the line."""
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f"line {mark.line + 1}: " if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise InputError(f"{line}invalid YAML: {problem}", where=str(path)) from None
+        raise InputError(f"{line}invalid YAML: {problem}", where=where) from None
+
+
+def load_yaml(path: str | Path) -> Any:
+    """Read a YAML file safely (see the module docstring); broken YAML is an InputError naming the line."""
+    path = Path(path)
+    return parse_yaml(read_text(path, "YAML", max_bytes=MAX_YAML_BYTES), str(path))
 
 
 def dotted(loc: tuple[Any, ...]) -> str:
@@ -64,10 +179,65 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
+def _union_members(annotation: Any) -> list[Any]:
+    """The members of a union annotation (None left out)."""
+    if typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
+    if typing.get_origin(annotation) not in (typing.Union, types.UnionType):
+        return [annotation]
+    return [a for a in typing.get_args(annotation) if a is not type(None)]
+
+
+def _tag_positions(model: type[BaseModel], loc: tuple[Any, ...]) -> set[int]:
+    """Indices of `loc` that name a member of a union (pydantic's 'str', 'GPUCandidate',
+    'list[str]'), not a field: the user never wrote them, so messages leave them out."""
+    tags: set[int] = set()
+    annotation: Any = model
+    for i, part in enumerate(loc):
+        if annotation is None:
+            break
+        members = _union_members(annotation)  # (an Optional[X] is X: pydantic names no member)
+        if len(members) > 1 and isinstance(part, str):
+            tags.add(i)
+            named = [m for m in members if getattr(m, "__name__", None) == part]
+            annotation = named[0] if named else None
+            continue
+        annotation = members[0] if members else None
+        fields = getattr(annotation, "model_fields", None)
+        if fields is not None and isinstance(part, str):
+            annotation = fields[part].annotation if part in fields else None
+        elif typing.get_origin(annotation) in (list, tuple) and isinstance(part, int):
+            annotation = (typing.get_args(annotation) or (None,))[0]
+        elif typing.get_origin(annotation) is dict:
+            annotation = (typing.get_args(annotation) or (None, None))[-1]
+        else:
+            annotation = None
+    return tags
+
+
+def _chosen_error(exc: ValidationError, model: type[BaseModel]) -> tuple[dict[str, Any], tuple[Any, ...]]:
+    """The error to report, and its location without union-member names.
+
+    The first error, except where it comes from a union: pydantic then reports every member
+    that failed (a mapping under `gpus:` fails as 'str' and as 'GPUCandidate'), and the
+    member that got furthest (the longest location) is the one the user meant.
+    """
+    errors = exc.errors()
+    first = errors[0]
+    loc = tuple(first["loc"])
+    tags = _tag_positions(model, loc)
+    if tags:
+        union_at = min(tags)
+        rivals = [e for e in errors if tuple(e["loc"])[:union_at] == loc[:union_at] and len(e["loc"]) > union_at]
+        first = max(rivals, key=lambda e: len(e["loc"]))  # max keeps the first of equals
+        loc = tuple(first["loc"])
+        tags = _tag_positions(model, loc)
+    return first, tuple(part for i, part in enumerate(loc) if i not in tags)
+
+
 def validation_message(exc: ValidationError, model: type[BaseModel], prefix: str = "") -> str:
     """The first validation error as 'path.to.field: problem', with 'did you mean' for unknown keys."""
-    err = exc.errors()[0]
-    loc = tuple(err["loc"])
+    err, loc = _chosen_error(exc, model)
     path = dotted(loc)
     if prefix:
         path = f"{prefix}.{path}" if path != "(top level)" else prefix
@@ -79,8 +249,11 @@ def validation_message(exc: ValidationError, model: type[BaseModel], prefix: str
     msg = err["msg"]
     if err["type"] == "missing":
         return f"{path}: required field is missing"
+    if path == "(top level)" and err["type"] == "value_error":
+        # a check across fields: its message names the fields itself
+        return msg.removeprefix("Value error, ")
     value = err.get("input")
-    shown = f" (got {value!r})" if value is not None and not isinstance(value, dict | list) else ""
+    shown = f" (got {shorten(repr(value))})" if value is not None and not isinstance(value, dict | list) else ""
     return f"{path}: {msg}{shown}"
 
 

@@ -41,7 +41,11 @@ def solve(*args):
         ("split_thresholds: [10000]\n", "split_thresholds: Value error, split threshold 10000 is not a histogram edge"),
         ("sizing: {mode: p99}\n", "sizing.mode: Input should be 'worst_case', 'expected' or 'percentile'"),
         ("slo: {bands: [{tpot_ms: -5}]}\n",
-         "slo.bands[0].tpot_ms: Value error, a target must be a positive finite number of milliseconds (got -5)"),
+         "slo.bands[0].tpot_ms: Value error, a target must be a number of milliseconds above 0 and at most 60,000 (got -5)"),
+        ("slo: {bands: [{ttft_s: {p90: 5000}}]}\n",
+         "slo.bands[0].ttft_s: Value error, a target must be a number of seconds above 0 and at most 3,600"),
+        ("simulation: {requests: 100000000}\n",
+         "simulation.requests: Input should be less than or equal to 10000000"),
         ("slo: {bands: [{ttft_s: {p98: 2}}]}\n",
          "slo.bands[0].ttft_s: Value error, write one {statistic: seconds} pair, statistic one of mean, p50, p90, p95, p99"),
         ("slo: {bands: [{prompt_below: 8192, ttft_s: 1}]}\n",
@@ -57,7 +61,7 @@ def solve(*args):
          "slo: Value error, 'long_context' (a TTFT target for long requests) is no longer read"),
         ("fleet: [{gpu: h100-sxm, replicas: 0}]\n", "fleet[0].replicas: Input should be greater than or equal to 1"),
         ("traffic: {source: {constant: {prompt_tokens: 10, output_tokens: 5}}, peak: {method: explicit, rps: -1}}\n",
-         "traffic.peak.rps: Input should be greater than 0"),
+         "traffic.peak.rps: Input should be greater than or equal to 0.000001"),
         ("traffic: {source: {}}\n", "traffic.source: Value error, give exactly one of log, histogram, synthetic, constant"),
         ("traffic: {source: {constant: {prompt_tokens: 10, output_tokens: 5}}, headroom: 0.5}\n",
          "traffic.headroom: Input should be greater than or equal to 1"),
@@ -209,4 +213,4 @@ def test_write_lp_that_cannot_be_written_exits_2_with_one_line(tmp_path):
     lp = tmp_path / ("x" * 300 + ".lp")  # a name longer than the filesystem allows
     r = solve(write(tmp_path, BASE), "--no-report", "--write-lp", lp)
     assert r.exit_code == 2, r.output
-    assert "cannot write the LP file" in r.output and "Traceback" not in r.output
+    assert "cannot write: the file name is too long" in r.output and "Traceback" not in r.output

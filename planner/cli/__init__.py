@@ -2,6 +2,8 @@
 
 Library errors (planner.errors) become one line on stderr and the documented exit
 code: 2 bad input, 3 infeasible. `planner --debug ...` shows the traceback instead.
+Usage errors (an unknown option, a value out of range) are one line too, exit 2.
+While a command runs, the files it reads may not be written (planner.files.inputs_guard).
 """
 
 from __future__ import annotations
@@ -12,17 +14,44 @@ import click
 
 from planner import __version__
 from planner.errors import PlannerError
+from planner.files import inputs_guard
 
 
 class PlannerGroup(click.Group):
     def invoke(self, ctx: click.Context):
         try:
-            return super().invoke(ctx)
+            with inputs_guard():
+                return super().invoke(ctx)
         except PlannerError as exc:
             if ctx.obj and ctx.obj.get("debug"):
                 raise
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"error: {one_line(str(exc))}", err=True)
             sys.exit(exc.exit_code)
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        """click's main, but a usage error is one line (click prints the usage, a hint and the error)."""
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as exc:
+            click.echo(exc.ctx.get_help())  # `planner` or `planner catalog` alone asks what there is
+            sys.exit(0)
+        except click.ClickException as exc:
+            ctx = getattr(exc, "ctx", None)
+            command = " ".join(["planner", *ctx.command_path.split()[1:]]) if ctx is not None else "planner"
+            hint = f" (see '{command} --help')"
+            click.echo(f"error: {one_line(exc.format_message())}{hint}", err=True)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def one_line(message: str) -> str:
+    """A message on one line, whatever a file name or a library put in it."""
+    return " ".join(message.split())
 
 
 @click.group(cls=PlannerGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -6,7 +6,22 @@ import dataclasses
 
 import click
 
-from planner.cli.options import catalog_option, echo_json, get_catalog, json_option
+from planner.bounds import (
+    MAX_GPU_MEMORY_GIB,
+    MAX_LATENCY_MS,
+    MAX_RPS,
+    MAX_TOKENS,
+    MAX_TP,
+    MAX_TTFT_S,
+)
+from planner.cli.options import (
+    FiniteFloatRange,
+    PowerOfTwoRange,
+    catalog_option,
+    echo_json,
+    get_catalog,
+    json_option,
+)
 from planner.deployment import DEFAULT_OVERHEAD_GIB, make_deployment
 from planner.histogram import Histogram
 from planner.memory import (
@@ -25,7 +40,7 @@ from planner.units import GiB
 
 class _SizingChoice(click.Choice):
     """click.Choice over planner.paged.SIZING_MODES, read only when click needs the choices:
-    planner.paged loads scipy, which the other commands should not pay for at start-up."""
+    the other commands should not import the paged model at start-up."""
 
     def __init__(self) -> None:
         super().__init__(())
@@ -50,29 +65,29 @@ def _load_histogram(path: str) -> Histogram:
 @click.command()
 @click.argument("model")
 @click.argument("gpu")
-@click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True, help="Tensor-parallel degree.")
+@click.option("--tp", type=PowerOfTwoRange(1, MAX_TP), default=1, show_default=True, help="Tensor-parallel degree.")
 @click.option("--weight-dtype", default=None, help="Weight dtype [default: the checkpoint's (catalog checkpoint_dtype), else bf16].")
 @click.option("--kv-dtype", default="bf16", show_default=True)
-@click.option("--max-model-len", type=click.IntRange(min=1), default=None, help="Context limit [default: the model's].")
+@click.option("--max-model-len", type=click.IntRange(1, MAX_TOKENS), default=None, help="Context limit [default: the model's].")
 @click.option("--engine", default="vllm", show_default=True, help="Engine profile (planner catalog engines).")
-@click.option("--gpu-memory-utilization", type=float, default=None, help="Fraction of memory the engine takes [default: the engine's].")
-@click.option("--overhead-gib", type=float, default=DEFAULT_OVERHEAD_GIB, show_default=True, help="Activations, CUDA graphs, logits, per GPU.")
-@click.option("--typical-tokens", type=click.IntRange(min=1), default=None, help="Typical conversation length for paged users.")
+@click.option("--gpu-memory-utilization", type=FiniteFloatRange(0, 1, min_open=True), default=None, help="Fraction of memory the engine takes [default: the engine's].")
+@click.option("--overhead-gib", type=FiniteFloatRange(0, MAX_GPU_MEMORY_GIB), default=DEFAULT_OVERHEAD_GIB, show_default=True, help="Activations, CUDA graphs, logits, per GPU.")
+@click.option("--typical-tokens", type=click.IntRange(1, MAX_TOKENS), default=None, help="Typical conversation length for paged users.")
 @click.option("--histogram", "histogram_file", type=click.Path(dir_okay=False), default=None, help="Traffic class from a histogram file (planner histogram).")
-@click.option("--prompt-tokens", type=click.IntRange(min=0), default=None, help="Every request has this prompt length.")
-@click.option("--output-tokens", type=click.IntRange(min=1), default=None, help="Every request has this output length.")
+@click.option("--prompt-tokens", type=click.IntRange(0, MAX_TOKENS), default=None, help="Every request has this prompt length.")
+@click.option("--output-tokens", type=click.IntRange(1, MAX_TOKENS), default=None, help="Every request has this output length.")
 @click.option("--sizing", type=_SizingChoice(), default="expected", show_default=True)
-@click.option("--quantile", type=click.FloatRange(0.5, 0.99999), default=0.99, show_default=True, help="For --sizing percentile.")
-@click.option("--shared-prefix", type=click.IntRange(min=0), default=0, show_default=True, help="Tokens of a prefix every request shares (prefix caching).")
-@click.option("--ttft-s", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--quantile", type=FiniteFloatRange(0.5, 0.99999), default=0.99, show_default=True, help="For --sizing percentile.")
+@click.option("--shared-prefix", type=click.IntRange(0, MAX_TOKENS), default=0, show_default=True, help="Tokens of a prefix every request shares (prefix caching).")
+@click.option("--ttft-s", type=FiniteFloatRange(min=0, min_open=True, max=MAX_TTFT_S), default=None,
               help="Time-to-first-token target at --stat, seconds.")
-@click.option("--tpot-ms", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--tpot-ms", type=FiniteFloatRange(min=0, min_open=True, max=MAX_LATENCY_MS), default=None,
               help="Time-per-output-token target (per request) at --stat, ms.")
-@click.option("--itl-ms", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--itl-ms", type=FiniteFloatRange(min=0, min_open=True, max=MAX_LATENCY_MS), default=None,
               help="Per-token gap target at --stat, ms.")
 @click.option("--stat", type=click.Choice(["mean", "p50", "p90", "p95", "p99"]), default="p99", show_default=True,
               help="Statistic of the latency targets, over requests (tokens for --itl-ms).")
-@click.option("--rate", type=click.FloatRange(min=0), default=None, help="Also evaluate the replica at this arrival rate (requests/s).")
+@click.option("--rate", type=FiniteFloatRange(0, MAX_RPS), default=None, help="Also evaluate the replica at this arrival rate (requests/s).")
 @catalog_option
 @json_option
 def capacity(
@@ -91,7 +106,7 @@ def capacity(
       planner capacity llama-3.1-8b h100-sxm --max-model-len 8192 --typical-tokens 2300
       planner capacity llama-3.1-8b h100-sxm --prompt-tokens 1000 --output-tokens 200 --tpot-ms 50 --json
     """
-    # The capacity model (scipy's root finders) loads only when a command needs it.
+    # The capacity model loads only when a command needs it.
     from planner.capacity import replica_capacity
     from planner.paged import token_profile
     from planner.planning import edge_at_most

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from planner.bounds import MAX_PARAMS
 from planner.catalog import Catalog
 from planner.cli.options import catalog_option, echo_json, get_catalog, json_option
 from planner.files import write_text_atomic
@@ -212,11 +213,11 @@ def engines_cmd(as_json: bool, catalog_files: tuple[str, ...]) -> None:
 @click.option("--out", type=click.Path(dir_okay=False), help="Write the YAML here instead of printing it.")
 @click.option("--weights", type=click.Path(), help="The checkpoint: a model folder (.safetensors files) or its "
               "model.safetensors.index.json; parameters and bytes are then read from it, exactly.")
-@click.option("--params-total", type=click.IntRange(min=1), help="Total parameter count (overrides the counted one).")
-@click.option("--params-active", type=click.IntRange(min=1), help="Active parameters per token (MoE; overrides).")
+@click.option("--params-total", type=click.IntRange(1, MAX_PARAMS), help="Total parameter count (overrides the counted one).")
+@click.option("--params-active", type=click.IntRange(1, MAX_PARAMS), help="Active parameters per token (MoE; overrides).")
 @click.option("--layer-kinds", help="State the layer layout instead of reading it: KIND=COUNT,... with KIND among "
               "full_attention, sliding_attention, chunked_attention, kv_shared, linear_attention, mamba, no_cache.")
-@click.option("--state-bytes-per-layer", type=click.IntRange(min=1),
+@click.option("--state-bytes-per-layer", type=click.IntRange(1, MAX_PARAMS),
               help="With --layer-kinds: bytes of one linear_attention/mamba layer's state per sequence.")
 @click.option("--hf-id", help="Hub id (default: the config's _name_or_path, else --name).")
 @click.option("--source", "config_source", help="Where the config came from, e.g. its Hub URL (recorded as config_source).")
@@ -267,8 +268,9 @@ def import_hf_cmd(
         click.echo(f"note: {line}", err=True)
     text = catalog_yaml(model)
     if out:
+        done = f"wrote {out}: model '{name}' ({_billions(model.params_total)}B parameters)"  # before writing: all or nothing
         write_text_atomic(out, text)
-        click.echo(f"wrote {out}: model '{name}' ({_billions(model.params_total)}B parameters)")
+        click.echo(done)
     else:
         click.echo(text, nl=False)
 

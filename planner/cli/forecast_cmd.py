@@ -12,7 +12,7 @@ from planner.cli.options import catalog_option, echo_json, json_option
 def write_forecast(name: str, results, out_dir: Path) -> list[Path]:
     """Every output is made before the first is written, so a failure leaves none half-made."""
     from planner.figures import forecast_figure
-    from planner.files import write_text_atomic
+    from planner.files import output_folder, write_text_atomic
     from planner.forecast_outputs import (
         datapackage_json,
         forecast_markdown,
@@ -20,11 +20,11 @@ def write_forecast(name: str, results, out_dir: Path) -> list[Path]:
         table_file,
     )
 
+    output_folder(out_dir)
     figure = f"{name}_forecast.png"
     texts = {f"{name}_forecast.md": forecast_markdown(name, results, figure=figure)}
     texts.update({table_file(name, t): text for t, text in forecast_tables(results).items()})
     texts[f"{name}_forecast_datapackage.json"] = datapackage_json(name)
-    out_dir.mkdir(parents=True, exist_ok=True)
     forecast_figure(
         [r.quarter for r in results],
         {"plan, at peak": [r.cost_per_million["blended"] for r in results],
@@ -65,13 +65,15 @@ def forecast(scenario, out_dir, no_report, catalog_files, as_json) -> None:
     Example:
       planner forecast scenarios/finance_2027.yaml
     """
+    from planner.errors import located
     from planner.forecast import run_forecast
     from planner.forecast_outputs import forecast_json
     from planner.solve import load_inputs
 
-    inputs = load_inputs(scenario, catalog_files=catalog_files)
-    results = run_forecast(inputs)
-    written = None if no_report else write_forecast(inputs.scenario.name, results, Path(out_dir))
+    with located(scenario):
+        inputs = load_inputs(scenario, catalog_files=catalog_files)
+        results = run_forecast(inputs)
+        written = None if no_report else write_forecast(inputs.scenario.name, results, Path(out_dir))
     if as_json:
         echo_json(forecast_json(results))
         return

@@ -6,7 +6,8 @@ import dataclasses
 
 import click
 
-from planner.cli.options import catalog_option, echo_json, get_catalog, json_option
+from planner.bounds import MAX_TOKENS, MAX_TP
+from planner.cli.options import PowerOfTwoRange, catalog_option, echo_json, get_catalog, json_option
 from planner.memory import (
     kv_bytes_per_sequence,
     kv_bytes_per_token,
@@ -19,8 +20,8 @@ from planner.units import GB, GiB, KiB
 @click.command()
 @click.argument("model")
 @click.option("--kv-dtype", default="bf16", show_default=True, help="KV-cache dtype (bf16, fp16, fp8).")
-@click.option("--tokens", type=click.IntRange(min=1), default=None, help="Sequence length [default: the model's limit].")
-@click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True, help="Tensor-parallel degree (KV heads replicate when tp > kv heads).")
+@click.option("--tokens", type=click.IntRange(1, MAX_TOKENS), default=None, help="Sequence length [default: the model's limit].")
+@click.option("--tp", type=PowerOfTwoRange(1, MAX_TP), default=1, show_default=True, help="Tensor-parallel degree (KV heads replicate when tp > kv heads).")
 @catalog_option
 @json_option
 def kv(model: str, kv_dtype: str, tokens: int | None, tp: int, catalog_files, as_json: bool) -> None:

@@ -12,6 +12,30 @@ import click
 from planner.catalog import Catalog, load_catalog
 
 
+class FiniteFloatRange(click.FloatRange):
+    """click.FloatRange that also refuses nan and inf (which compare false with every bound)."""
+
+    name = "finite float range"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
+
+
+class PowerOfTwoRange(click.IntRange):
+    """click.IntRange of powers of two (tensor-parallel degrees)."""
+
+    name = "power of two"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if number < 1 or number & (number - 1):
+            self.fail(f"{number} is not a power of two.", param, ctx)
+        return number
+
+
 def json_option(f: Callable) -> Callable:
     return click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")(f)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from planner.bounds import MAX_SEED, MAX_SIMULATED_REQUESTS
 from planner.cli.options import catalog_option, echo_json, json_option
 
 _STATS = ("p50", "p90", "p99")
@@ -12,9 +13,9 @@ _STATS = ("p50", "p90", "p99")
 @click.command()
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @click.option("--pool", default=None, help="Only this pool (all, short or long).")
-@click.option("--requests", "n_requests", type=click.IntRange(min=1000), default=None,
+@click.option("--requests", "n_requests", type=click.IntRange(1000, MAX_SIMULATED_REQUESTS), default=None,
               help="Sampled requests per pool [default: the scenario's simulation.requests].")
-@click.option("--seed", type=click.IntRange(min=0), default=None, help="[default: the scenario's simulation.seed]")
+@click.option("--seed", type=click.IntRange(0, MAX_SEED), default=None, help="[default: the scenario's simulation.seed]")
 @catalog_option
 @json_option
 def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
@@ -28,9 +29,40 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
     Example:
       planner simulate scenarios/chat_8b_h100.yaml --requests 20000 --seed 1
     """
+    from planner.errors import located
+    from planner.solve import bands_json
+
+    with located(scenario):
+        scn, slo, checks, certified = _checks(scenario, pool, n_requests, seed, catalog_files)
+    if as_json:
+        echo_json({
+            "scenario": scn.name,
+            "certified": certified,
+            "pools": [
+                {"pool": c.pool, "config": c.config, "replicas": c.replicas, "rate_per_replica_rps": c.rate_rps,
+                 "predicted": c.predicted, "simulated": c.simulated, "bands": _bands(c, slo),
+                 "targets": bands_json(c.bands), "holds": c.holds, "problems": list(c.problems)}
+                for c in checks
+            ],
+        })
+        return
+    for c in checks:
+        click.echo(f"{c.label} — {c.config}, {c.replicas} replicas at {c.rate_rps:,.3f} req/s each: "
+                   + ("holds" if c.holds else "misses: " + "; ".join(c.problems)))
+        for band in _bands(c, slo):
+            ttft = " ".join(f"{s} {band[f'ttft_ms_{s}']:,.0f}" for s in _STATS if band[f"ttft_ms_{s}"] is not None)
+            tpot = " ".join(f"{s} {band[f'tpot_ms_{s}']:,.1f}" for s in _STATS if band[f"tpot_ms_{s}"] is not None)
+            click.echo(f"  {band['band']:<28} {band['requests']:>7,} requests  TTFT ms {ttft or '—'}  TPOT ms {tpot or '—'}"
+                       f"  {'holds' if band['holds'] else 'misses'}")
+    if any(not c.holds for c in checks):
+        click.echo("note: at least one pool misses its targets in simulation; see above", err=True)
+
+
+def _checks(scenario, pool, n_requests, seed, catalog_files):
+    """The certified plan's pool checks (the scenario's simulation settings, overridden by the options)."""
     from planner.certify import check_pool
     from planner.planning import pool_setting
-    from planner.solve import bands_json, load_inputs, plan_inputs
+    from planner.solve import load_inputs, plan_inputs
 
     inputs = load_inputs(scenario, catalog_files=catalog_files)
     scn = inputs.scenario
@@ -51,28 +83,7 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
         if c is None or c.requests != sim.requests or c.seed != sim.seed:
             c = check_pool(pool_setting(pd, scn, plan.pools, trace), slo, requests=sim.requests, seed=sim.seed)
         checks.append(c)
-    if as_json:
-        echo_json({
-            "scenario": scn.name,
-            "certified": plan.certification.certified,
-            "pools": [
-                {"pool": c.pool, "config": c.config, "replicas": c.replicas, "rate_per_replica_rps": c.rate_rps,
-                 "predicted": c.predicted, "simulated": c.simulated, "bands": _bands(c, slo),
-                 "targets": bands_json(c.bands), "holds": c.holds, "problems": list(c.problems)}
-                for c in checks
-            ],
-        })
-        return
-    for c in checks:
-        click.echo(f"{c.label} — {c.config}, {c.replicas} replicas at {c.rate_rps:,.3f} req/s each: "
-                   + ("holds" if c.holds else "misses: " + "; ".join(c.problems)))
-        for band in _bands(c, slo):
-            ttft = " ".join(f"{s} {band[f'ttft_ms_{s}']:,.0f}" for s in _STATS if band[f"ttft_ms_{s}"] is not None)
-            tpot = " ".join(f"{s} {band[f'tpot_ms_{s}']:,.1f}" for s in _STATS if band[f"tpot_ms_{s}"] is not None)
-            click.echo(f"  {band['band']:<28} {band['requests']:>7,} requests  TTFT ms {ttft or '—'}  TPOT ms {tpot or '—'}"
-                       f"  {'holds' if band['holds'] else 'misses'}")
-    if any(not c.holds for c in checks):
-        click.echo("note: at least one pool misses its targets in simulation; see above", err=True)
+    return scn, slo, checks, plan.certification.certified
 
 
 def _bands(c, slo) -> list[dict]:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import click
 
-from planner.cli.options import echo_json, json_option
+from planner.bounds import MAX_RPS, MAX_SEED, MAX_SYNTHETIC_REQUESTS, MIN_RPS
+from planner.cli.options import FiniteFloatRange, echo_json, json_option
 from planner.workload.columns import FORMATS, PRESETS, TIME_UNITS, resolve_columns
 from planner.workload.synth import DISTRIBUTIONS, distribution, generate, write_log
 
@@ -92,9 +93,11 @@ def histogram(
             )
     for note in result.notes:
         click.echo(f"note: {note}", err=True)
+    # Summarised before writing: a summary that fails (arrival times spanning centuries)
+    # must leave no output behind.
+    summary = summarize(result.histogram, result.excluded_rows, result.time_unit_assumed)
     if output is not None:
         write_histogram_file(result, output)
-    summary = summarize(result.histogram, result.excluded_rows, result.time_unit_assumed)
     if as_json:
         echo_json(summary.model_dump())
     else:
@@ -126,10 +129,18 @@ class _progress_bar:
 @click.command("synth")
 @click.argument("name", type=click.Choice(sorted(DISTRIBUTIONS)))
 @click.option(
-    "-n", "--requests", type=click.IntRange(min=1), required=True, help="Number of requests."
+    "-n",
+    "--requests",
+    type=click.IntRange(1, MAX_SYNTHETIC_REQUESTS),
+    required=True,
+    help="Number of requests.",
 )
 @click.option(
-    "--seed", type=int, default=0, show_default=True, help="Random seed (same seed, same log)."
+    "--seed",
+    type=click.IntRange(0, MAX_SEED),
+    default=0,
+    show_default=True,
+    help="Random seed, >= 0 (same seed, same log).",
 )
 @click.option(
     "-o",
@@ -140,12 +151,12 @@ class _progress_bar:
 )
 @click.option(
     "--rate-rps",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloatRange(min=MIN_RPS, max=MAX_RPS),
     help="Poisson arrival rate, requests/s.",
 )
 @click.option(
     "--tail-share",
-    type=click.FloatRange(0, 1, max_open=True),
+    type=FiniteFloatRange(0, 1, max_open=True),
     help="Share of requests in the long-context tail (totals above 32,768 tokens).",
 )
 @json_option

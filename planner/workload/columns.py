@@ -45,6 +45,11 @@ class ColumnSpec:
             )
         if not self.prompt or not self.output:
             raise InputError("prompt and output column names must not be empty")
+        roles = [("prompt", self.prompt), ("output", self.output), ("time", self.time)]
+        for i, (role, name) in enumerate(roles):
+            for other, other_name in roles[i + 1 :]:
+                if name is not None and name == other_name:
+                    raise InputError(f"column '{name}' is named for both {role} and {other}; each role needs its own column")
 
     @property
     def names(self) -> tuple[str, ...]:

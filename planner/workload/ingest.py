@@ -16,11 +16,12 @@ from pathlib import Path
 
 import numpy as np
 
-from planner.errors import InputError
+from planner.errors import InputError, shorten
 from planner.histogram import HISTOGRAM_FILE_COLUMNS, Histogram
 from planner.workload.accumulate import CellAccumulator, MinuteCounter, to_histogram
 from planner.workload.columns import ColumnSpec, matching_presets
 from planner.workload.histfile import read_histogram_and_metadata, write_histogram
+from planner.workload.peaks import check_span
 from planner.workload.readers import LogReader
 from planner.workload.rows import EXCLUSION_REASONS, OK, combine_codes, count_reasons, token_counts
 from planner.workload.timestamps import MinuteConverter, TimeAssumption
@@ -87,23 +88,54 @@ def ingest(
     kept: list | None = [] if keep_requests > 0 else None
     for path in paths:
         reader = LogReader(path, fmt)
-        if reader.format == "parquet" and set(HISTOGRAM_FILE_COLUMNS) <= set(reader.columns):
-            reports.append(_add_histogram_file(Path(path), cells, minutes))
-            kept = None
-        else:
-            reports.append(_add_log(reader, columns, cells, minutes, progress, kept))
-            if kept is not None and (reports[-1].time_column is None or sum(k[0].size for k in kept) > keep_requests):
+        try:
+            if _is_histogram_file(reader):
+                reports.append(_add_histogram_file(Path(path), cells, minutes))
                 kept = None
+            else:
+                reports.append(_add_log(reader, columns, cells, minutes, progress, kept))
+                if kept is not None and (reports[-1].time_column is None or sum(k[0].size for k in kept) > keep_requests):
+                    kept = None
+        except InputError as exc:
+            if exc.where is not None:
+                raise
+            raise InputError(str(exc), where=reader.where) from None
     histogram = to_histogram(cells, minutes)
     requests = None
     if kept:
         requests = tuple(np.concatenate([k[i] for k in kept]) for i in range(3))
     result = IngestResult(histogram, tuple(reports), _notes(reports), requests)
+    names = ", ".join(str(p) for p in paths)
     if histogram.is_empty:
         excluded = ", ".join(f"{r} {n}" for r, n in result.excluded_rows.items())
-        names = ", ".join(str(p) for p in paths)
         raise InputError(f"no usable row (excluded rows: {excluded})", where=names)
+    check_span(histogram, names)
     return result
+
+
+def _is_histogram_file(reader: LogReader) -> bool:
+    """Whether the input is a histogram file (or a folder of its parts) rather than a log.
+
+    Decided for every file of a folder, so that the answer cannot depend on which file
+    comes first; a folder holding both kinds is refused as a whole (its histogram parts
+    would otherwise be read as a log whose rows all lack the token columns, or the other
+    way round)."""
+    if reader.format != "parquet":
+        return False
+    kinds = {
+        file: set(HISTOGRAM_FILE_COLUMNS) <= set(names) for file, names in reader.file_columns().items()
+    }
+    if all(kinds.values()):
+        return True
+    if any(kinds.values()):
+        histogram = next(f for f, is_hist in kinds.items() if is_hist)
+        log = next(f for f, is_hist in kinds.items() if not is_hist)
+        raise InputError(
+            f"folder holds both histogram files ({Path(histogram).name}) and logs ({Path(log).name}); "
+            "give them as separate inputs",
+            where=reader.where,
+        )
+    return False
 
 
 def _add_log(
@@ -199,7 +231,7 @@ def _check_columns(reader: LogReader, spec: ColumnSpec) -> str | None:
 
 
 def _missing(name: str, role: str, have: list[str]) -> str:
-    message = f"no column '{name}' ({role}); the file has: {', '.join(have) or '(no columns)'}"
+    message = f"no column '{shorten(name)}' ({role}); the file has: {shorten(', '.join(have), 300) or '(no columns)'}"
     presets = matching_presets(have)
     if presets:
         message += f" — try --preset {presets[0]}"

@@ -10,6 +10,7 @@ maximum, or an explicit value, times the scenario's growth factor.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Sequence
 
 import numpy as np
@@ -37,15 +38,33 @@ def per_minute_counts(hist_or_minutes: Histogram | Sequence[int] | np.ndarray) -
     minute, count = hist_or_minutes.minute, hist_or_minutes.minute_count
     if not minute.size:
         return np.zeros(0)
+    check_span(hist_or_minutes)
     span = int(minute[-1] - minute[0]) + 1
-    if span > MAX_SPAN_MINUTES:
-        raise InputError(
-            f"arrival times span {span / 525_960:.0f} years; do the logs mix relative and epoch "
-            "timestamps, or seconds and milliseconds? (see --time-unit)"
-        )
     dense = np.zeros(span)
     dense[minute - minute[0]] = count
     return dense
+
+
+def check_span(hist: Histogram, where: str | None = None) -> None:
+    """InputError (naming `where`) when the arrivals span more than MAX_SPAN_MINUTES."""
+    if not hist.minute.size:
+        return
+    first, last = int(hist.minute[0]), int(hist.minute[-1])
+    span = last - first + 1
+    if span > MAX_SPAN_MINUTES:
+        raise InputError(
+            f"arrival times span {span / 525_960:.0f} years ({_when(first)} to {_when(last)}); do the logs mix "
+            "relative and epoch timestamps, or seconds and milliseconds? (see --time-unit)",
+            where=where,
+        )
+
+
+def _when(minute: int) -> str:
+    """A minute since the epoch as a UTC date and time, or as minutes when no calendar holds it."""
+    try:
+        return (datetime.datetime(1970, 1, 1) + datetime.timedelta(minutes=minute)).strftime("%Y-%m-%d %H:%M")
+    except OverflowError:
+        return f"minute {minute:,}"
 
 
 def whole_minutes(counts: np.ndarray) -> np.ndarray:

@@ -10,6 +10,10 @@ Formats (chosen by extension, or `fmt`):
 - JSON Lines (.jsonl, .ndjson, .json): read in chunks of lines with `pyarrow.json`; a chunk
   that pyarrow refuses (a type changing mid-chunk, a broken line) is re-read line by line
   with the standard json module, so its good rows still count and its bad ones are counted.
+  So is a chunk with a line of more than _ARROW_MAX_OPENINGS brackets: pyarrow's parser
+  recurses per level of nesting and overflows the stack (a segmentation fault, measured
+  at 10,000 levels with pyarrow 26), where the json module stops at its recursion limit
+  and the line counts as non_numeric.
 
 A file that is not what its extension says (a Parquet file named .csv, text named
 .parquet, a JSON array named .jsonl) is refused with InputError before any reading.
@@ -17,9 +21,12 @@ A file that is not what its extension says (a Parquet file named .csv, text name
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import json
+import re
+import sys
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -27,12 +34,14 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.dataset as ds
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from planner.errors import InputError
+from planner.files import note_input
 from planner.workload.columns import FORMATS
 
 EXTENSIONS = {
@@ -51,8 +60,15 @@ _CSV_BLOCK_BYTES = 1 << 20  # with pyarrow's fixed read-ahead of blocks, this bo
 _JSONL_CHUNK_BYTES = 1 << 23
 _JSONL_BLOCK_BYTES = 1 << 20
 _SNIFF_BYTES = 4096
-# Marks a JSON line that is not an object; rows.py and timestamps.py read it as non_numeric.
+_BOM = b"\xef\xbb\xbf"
+# Mark a JSON line that is not an object, and a CSV value that is not UTF-8 text; rows.py and
+# timestamps.py read them as non_numeric.
 MALFORMED_LINE = "\x00not a JSON object"
+NOT_UTF8 = "\x00not UTF-8 text"
+# Nesting depth is at most the count of '[' and '{' on a line; pyarrow parsed 6,000 levels
+# and crashed at 10,000 (pyarrow 26), so lines with more openings than this go to json.
+_ARROW_MAX_OPENINGS = 1024
+_OPENINGS_AND_BREAKS = bytes(b for b in range(256) if b not in b"[{\n")
 
 
 def detect_format(path: Path, fmt: str = "auto") -> str:
@@ -97,12 +113,17 @@ def sniff(path: Path, fmt: str) -> None:
     """Refuse a file whose first bytes contradict its format (InputError naming the file)."""
     if path.is_dir():
         return
-    with path.open("rb") as f:
-        head = f.read(_SNIFF_BYTES)
-        if fmt == "parquet":
-            f.seek(max(path.stat().st_size - 4, 0))
-            tail = f.read(4)
     where = str(path)
+    try:
+        with path.open("rb") as f:
+            head = f.read(_SNIFF_BYTES)
+            if fmt == "parquet":
+                f.seek(max(path.stat().st_size - 4, 0))
+                tail = f.read(4)
+    except FileNotFoundError:
+        raise InputError("no such file", where=where) from None
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or type(exc).__name__}", where=where) from None
     if not head:
         raise InputError("file is empty", where=where)
     if head[:2] == b"\x1f\x8b":
@@ -119,14 +140,17 @@ def sniff(path: Path, fmt: str) -> None:
         )
     if b"\x00" in head:
         raise InputError(f"is binary, not {fmt.upper()} text", where=where)
+    # The first line must be UTF-8 (a binary file's is not); a bad value further down is one
+    # row, counted as non_numeric (readers read values that are not UTF-8 as NOT_UTF8).
+    line = head.split(b"\n", 1)[0]
     try:
-        head.decode("utf-8")
+        line.decode("utf-8")
     except UnicodeDecodeError as exc:
-        if exc.start < len(head) - 4:  # a multi-byte character cut by the sniff window is fine
+        if exc.start < len(line) - 4 or b"\n" in head:  # a character cut by the sniff window is fine
             raise InputError(
                 f"is not UTF-8 text (byte {exc.start}), so not {fmt.upper()}", where=where
             ) from None
-    first = head.lstrip()[:1]
+    first = head.removeprefix(_BOM).lstrip()[:1]
     if fmt == "csv" and first in (b"{", b"["):
         raise InputError("looks like JSON, not CSV; name it .jsonl", where=where)
     if fmt == "jsonl" and first != b"{":
@@ -153,6 +177,7 @@ class LogReader:
     def __init__(self, path: str | Path, fmt: str = "auto"):
         self.path = Path(path)
         self.where = str(path)
+        note_input(self.path)
         self.format = detect_format(self.path, fmt)
         sniff(self.path, self.format)
         self.skipped = {"null": 0, "non_numeric": 0}
@@ -167,16 +192,27 @@ class LogReader:
                 return list(self._parquet_dataset.schema.names)
             if self.format == "csv":
                 quiet = pacsv.ParseOptions(invalid_row_handler=lambda row: "skip")
-                return list(
-                    ds.dataset(
-                        self.where, format=ds.CsvFileFormat(parse_options=quiet)
-                    ).schema.names
-                )
+                with _undecodable_rows_fail_quietly():
+                    return list(
+                        ds.dataset(
+                            self.where, format=ds.CsvFileFormat(parse_options=quiet)
+                        ).schema.names
+                    )
             return self._jsonl_columns()
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OSError, UnicodeDecodeError) as exc:
+        except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
             raise InputError(
                 f"cannot read as {self.format}: {_first_line(exc)}", where=self.where
             ) from None
+
+    def file_columns(self) -> dict[str, list[str]]:
+        """The column names of each Parquet file of the log (one entry for a single file)."""
+        try:
+            return {
+                fragment.path: list(pq.read_schema(fragment.open()).names)
+                for fragment in self._parquet_dataset.get_fragments()
+            }
+        except (pa.ArrowException, OSError) as exc:
+            raise InputError(f"cannot read as parquet: {_first_line(exc)}", where=self.where) from None
 
     @functools.cached_property
     def _parquet_dataset(self) -> ds.Dataset:
@@ -189,7 +225,7 @@ class LogReader:
         for chunk in _line_chunks(files[0], _JSONL_CHUNK_BYTES) if files else ():
             try:
                 return list(_read_json_chunk(chunk).column_names)
-            except pa.ArrowInvalid:
+            except (pa.ArrowInvalid, _TooNested):
                 keys: dict[str, None] = {}
                 for obj in _json_objects(chunk):
                     if isinstance(obj, dict):
@@ -204,10 +240,11 @@ class LogReader:
             if self.format == "parquet":
                 yield from self._parquet_batches(names)
             elif self.format == "csv":
-                yield from self._csv_batches(names)
+                with _undecodable_rows_fail_quietly():
+                    yield from self._csv_batches(names)
             else:
                 yield from self._jsonl_batches(names)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OSError) as exc:
+        except (pa.ArrowException, OSError) as exc:
             raise InputError(
                 f"cannot read as {self.format}: {_first_line(exc)}", where=self.where
             ) from None
@@ -269,7 +306,10 @@ class LogReader:
             parse_options=pacsv.ParseOptions(invalid_row_handler=count_bad_row),
             # (no include_columns: the dataset projects the columns itself, and both at once
             # make pyarrow see every column twice)
-            convert_options=pacsv.ConvertOptions(column_types=text, strings_can_be_null=True),
+            # (check_utf8 off: one value that is not UTF-8 must not abort the scan; _utf8 marks it)
+            convert_options=pacsv.ConvertOptions(
+                column_types=text, strings_can_be_null=True, check_utf8=False
+            ),
             read_options=pacsv.ReadOptions(block_size=_CSV_BLOCK_BYTES),
         )
         # An explicit schema stops pyarrow inferring types (and re-parsing the first block).
@@ -278,7 +318,7 @@ class LogReader:
             columns=list(names), batch_readahead=1, fragment_readahead=1
         ):
             if batch.num_rows:
-                yield {name: batch.column(name) for name in names}
+                yield {name: _utf8(batch.column(name)) for name in names}
 
     def _jsonl_batches(self, names: tuple[str, ...]) -> Iterator[dict[str, pa.Array | np.ndarray]]:
         files = _data_files(self.path) if self.path.is_dir() else [self.path]
@@ -286,7 +326,8 @@ class LogReader:
             for chunk in _line_chunks(file, _JSONL_CHUNK_BYTES):
                 try:
                     table = _read_json_chunk(chunk)
-                except pa.ArrowInvalid:
+                    _check_exact(table, names)
+                except (pa.ArrowInvalid, _TooNested):
                     batch = _python_json_batch(chunk, names)
                 else:
                     n = table.num_rows
@@ -296,6 +337,45 @@ class LogReader:
                     }
                 if len(next(iter(batch.values()))):
                     yield batch
+
+
+def _utf8(column: pa.Array) -> pa.Array:
+    """`column` (text read without UTF-8 checks) with each value that is not UTF-8 as NOT_UTF8."""
+    try:
+        column.validate(full=True)  # checks the UTF-8 of every value, vectorised
+        return column
+    except pa.ArrowInvalid:
+        raw = column.cast(pa.binary()).to_pylist()
+        return pa.array([None if v is None else _decoded(v) for v in raw], pa.string())
+
+
+def _decoded(value: bytes) -> str:
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        return NOT_UTF8
+
+
+@contextlib.contextmanager
+def _undecodable_rows_fail_quietly() -> Iterator[None]:
+    """Within the block, drop the 'Exception ignored' report of a CSV row that is not UTF-8.
+
+    pyarrow decodes a malformed row to text before it calls `invalid_row_handler`; when the
+    row is not UTF-8 that fails inside pyarrow's callback, which Python reports on stderr
+    as an ignored exception (a traceback) while pyarrow fails the read with a parse error
+    naming the row. That error is the message; the report is noise.
+    """
+    previous = sys.unraisablehook
+
+    def hook(unraisable) -> None:
+        if not isinstance(unraisable.exc_value, UnicodeDecodeError):
+            previous(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        sys.unraisablehook = previous
 
 
 def _read_row_group(
@@ -316,14 +396,25 @@ def _table_batches(table: pa.Table, names: tuple[str, ...]) -> Iterator[dict[str
             yield {name: batch.column(name) for name in names}
 
 
+# pyarrow's wrapping around the cause, which repeats the path the message already names
+_PYARROW_PREAMBLE = re.compile(
+    r"Error creating dataset\. Could not read schema from '[^']*'\. Is this a '\w+' file\?: "
+    r"|Could not open \w+ input source '[^']*': "
+)
+
+
 def _first_line(exc: BaseException) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    text = str(exc).strip()
+    return _PYARROW_PREAMBLE.sub("", text.splitlines()[0]) if text else type(exc).__name__
 
 
 def _line_chunks(path: Path, size: int) -> Iterator[bytes]:
-    """The file in pieces of about `size` bytes, each ending at a line break."""
+    """The file in pieces of about `size` bytes, each ending at a line break (a UTF-8 byte
+    order mark, which Windows tools write and JSON parsers refuse, left out)."""
     carry = b""
     with path.open("rb") as f:
+        if f.read(len(_BOM)) != _BOM:
+            f.seek(0)
         while block := f.read(size):
             block = carry + block
             cut = block.rfind(b"\n") + 1
@@ -336,7 +427,35 @@ def _line_chunks(path: Path, size: int) -> Iterator[bytes]:
         yield carry + b"\n"
 
 
+class _TooNested(Exception):
+    """A chunk pyarrow's JSON parser must not see (see the module docstring)."""
+
+
+def _check_exact(table: pa.Table, names: tuple[str, ...]) -> None:
+    """Raise ArrowInvalid when pyarrow read a needed column of JSON
+    numbers as floats that may have been integers past 2**53: integers and fractions in one
+    column become float64, which would round 9007199254740993 to ...992 (the json module
+    keeps each integer exact)."""
+    for name in names:
+        if name in table.column_names and pa.types.is_floating(table.column(name).type):
+            largest = pc.max(pc.abs(table.column(name))).as_py()
+            if largest is not None and largest >= 2**53:
+                raise pa.ArrowInvalid(f"column {name}: integers past 2**53 read as floats")
+
+
+def _most_openings_per_line(chunk: bytes) -> int:
+    """The most '[' and '{' on any one line of `chunk`: an upper bound on its nesting depth."""
+    kept = np.frombuffer(chunk.translate(None, _OPENINGS_AND_BREAKS), np.uint8)
+    if not kept.size:
+        return 0
+    breaks = np.flatnonzero(kept == ord("\n"))
+    bounds = np.concatenate([[-1], breaks, [kept.size]])
+    return int((np.diff(bounds) - 1).max())
+
+
 def _read_json_chunk(chunk: bytes) -> pa.Table:
+    if _most_openings_per_line(chunk) > _ARROW_MAX_OPENINGS:
+        raise _TooNested
     return pajson.read_json(
         io.BytesIO(chunk), read_options=pajson.ReadOptions(block_size=_JSONL_BLOCK_BYTES)
     )
@@ -348,7 +467,7 @@ def _json_objects(chunk: bytes) -> Iterator[object]:
             continue  # pyarrow skips blank lines too, so both paths count the same rows
         try:
             yield json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # broken, a 5,000-digit number, nested too deeply
             yield MALFORMED_LINE
 
 

@@ -1,7 +1,7 @@
 """Which rows of a log are usable: token counts as exact non-negative integers.
 
 A row is excluded, and counted under one reason, when a column it needs is
-- 'null':        missing (null, NaN, an empty string, a field absent from the line);
+- 'null':        missing (null, NaN, an empty string or 'nan', a field absent from the line);
 - 'non_numeric': not a whole number (text, 12.5, inf, true, a list, an unparsable
                  timestamp, a line that is not a JSON object);
 - 'negative':    a token count below zero.
@@ -14,6 +14,7 @@ Columns arrive as Arrow arrays of whatever type the reader produced. The fast pa
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -73,6 +74,8 @@ def token_counts(array: pa.Array | pa.ChunkedArray | np.ndarray) -> Coerced:
         return from_objects(array)
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks()
+    if pa.types.is_dictionary(array.type):  # Parquet writers dictionary-encode repeated values
+        array = array.dictionary_decode()
     kind = array.type
     if pa.types.is_integer(kind):
         return _from_integers(array)
@@ -80,7 +83,7 @@ def token_counts(array: pa.Array | pa.ChunkedArray | np.ndarray) -> Coerced:
         return _from_floats(array.cast(pa.float64()))
     if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind):
         try:
-            return _from_integers(pc.cast(array, pa.int64()))  # (the cast keeps nulls)
+            return _from_integers(decimal_int64(array))  # (the cast keeps nulls)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             return _from_mixed_text(array)
     if pa.types.is_null(kind):
@@ -88,6 +91,17 @@ def token_counts(array: pa.Array | pa.ChunkedArray | np.ndarray) -> Coerced:
     # Booleans, timestamps, lists, structs: present but not a token count.
     codes = np.where(array.is_null().to_numpy(zero_copy_only=False), CODE_NULL, CODE_NON_NUMERIC)
     return Coerced(np.zeros(len(array), np.int64), codes.astype(np.uint8))
+
+
+def decimal_int64(array: pa.Array) -> pa.Array:
+    """Text of decimal integers as int64; ArrowInvalid if any value is not one.
+
+    pyarrow's cast also reads hexadecimal ('0x10' as 16), which no other reader here does:
+    such a column is refused here, so that it goes value by value like any mixed column.
+    """
+    if pc.any(pc.match_substring(array, "x", ignore_case=True)).as_py():
+        raise pa.ArrowInvalid("hexadecimal text is not a decimal integer")
+    return pc.cast(array, pa.int64())
 
 
 def _from_mixed_text(array: pa.Array) -> Coerced:
@@ -165,13 +179,42 @@ def from_objects(values: np.ndarray) -> Coerced:
     nulls = series.map(is_blank).to_numpy(dtype=bool)
     odd = series.map(lambda v: isinstance(v, bool | list | dict | tuple)).to_numpy(dtype=bool)
     numbers = pd.to_numeric(series.where(~odd, None), errors="coerce").astype(np.float64).to_numpy()
-    return _classify_floats(numbers, nulls, non_numeric=odd | (np.isnan(numbers) & ~nulls))
+    coerced = _classify_floats(numbers, nulls, non_numeric=odd | (np.isnan(numbers) & ~nulls))
+    # Integers (JSON ints, digit strings) are read exactly, as the vectorised paths read
+    # them: through a float, one above 2**53 would be refused here and kept there.
+    exact = [_exact_integer(v) for v in values]  # (not Series.map: it would make them floats)
+    rows = [i for i, n in enumerate(exact) if n is not None]
+    if not rows:
+        return coerced
+    values_out = coerced.values.copy()
+    codes = np.zeros(values_out.size, np.uint8) if coerced.codes is None else coerced.codes.copy()
+    for i in rows:
+        n = exact[i]
+        if not _INT64_MIN <= n <= _INT64_MAX:
+            values_out[i], codes[i] = 0, CODE_NON_NUMERIC
+        else:
+            values_out[i], codes[i] = (0, CODE_NEGATIVE) if n < 0 else (n, OK)
+    return Coerced(values_out, codes if codes.any() else None)
+
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_DIGITS = re.compile(r"\s*-?[0-9]{1,40}\s*")  # (longer: past int64 anyway, and int() is quadratic)
+
+
+def _exact_integer(value: object) -> int | None:
+    """`value` as an exact integer if it is a Python int or a string of digits, else None."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and _DIGITS.fullmatch(value):
+        return int(value)
+    return None
 
 
 def is_blank(value: object) -> bool:
-    """None, NaN, or text of only whitespace: a missing value wherever a log holds it."""
+    """None, NaN, text of only whitespace or the text 'nan': a missing value wherever a log
+    holds it ('nan' is how pandas writes a missing number; pyarrow's CSV reader reads it as null)."""
     if value is None:
         return True
     if isinstance(value, float):
         return value != value  # NaN
-    return isinstance(value, str) and not value.strip()
+    return isinstance(value, str) and (not value.strip() or value.strip().lower() == "nan")

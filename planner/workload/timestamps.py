@@ -5,12 +5,19 @@ in seconds or milliseconds, from the Unix epoch or from the trace's start (Moonc
 milliseconds from 0; BurstGPT: seconds from 0). Datetimes without a zone are read as UTC.
 
 Numbers need a unit. A ColumnSpec may name it (presets do; so does `--time-unit`);
-otherwise it is guessed from the largest magnitude in the first batch that has one,
-since epoch times today are ~1.7e9 s, ~1.7e12 ms, ~1.7e15 µs, ~1.7e18 ns:
+otherwise it is guessed from the median magnitude in the first batch that has numbers
+(the median, so that one wild value cannot decide for every row), since epoch times
+today are ~1.7e9 s, ~1.7e12 ms, ~1.7e15 µs, ~1.7e18 ns:
     < 1e11 → s,  < 1e14 → ms,  < 1e17 → us,  else ns.
 Relative times below 1e11 are therefore read as seconds: a trace in relative
 milliseconds needs `--time-unit ms` (or its preset). The summary says which was assumed
 and why.
+
+A text column (CSV, JSON values of mixed types, Parquet strings) holds numbers or
+datetimes. Which, is decided once per file by the majority of a sample of the first
+batch with parsable values, never by its first row; every row is then parsed on its
+own, and one that is not of the column's kind is counted as non_numeric, as is a number
+too large to be a time (its minute past int64: 1e300 ms).
 
 Minutes are exact floors (no float rounding at minute boundaries), and a sorted batch
 (logs usually are) is counted by binary search of the minute boundaries, without a
@@ -26,19 +33,19 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from planner.workload.rows import CODE_NON_NUMERIC, CODE_NULL, OK, is_blank
+from planner.workload.rows import CODE_NON_NUMERIC, CODE_NULL, OK, decimal_int64, is_blank
 
 UNITS_PER_MINUTE = {"s": 60, "ms": 60_000, "us": 60_000_000, "ns": 60_000_000_000}
 DATETIME = "datetime"
-# (upper bound of the largest |value|, unit): the magnitude heuristic above
+# (upper bound of the median |value|, unit): the magnitude heuristic above
 _MAGNITUDE_UNITS = ((1e11, "s"), (1e14, "ms"), (1e17, "us"), (float("inf"), "ns"))
 _EXACT_IN_FLOAT = 2**53  # below it, floor(v / d) in float64 equals integer floor division
 _EMPTY = np.zeros(0, np.int64)
 
 
-def guess_unit(largest_abs: float) -> str:
-    """The epoch unit implied by the largest |timestamp| (see the module docstring)."""
-    return next(unit for bound, unit in _MAGNITUDE_UNITS if largest_abs < bound)
+def guess_unit(typical_abs: float) -> str:
+    """The epoch unit implied by the median |timestamp| (see the module docstring)."""
+    return next(unit for bound, unit in _MAGNITUDE_UNITS if typical_abs < bound)
 
 
 @dataclass(frozen=True)
@@ -121,9 +128,12 @@ class MinuteConverter:
         if isinstance(array, np.ndarray):
             # JSON values of mixed types: as text, numbers and datetimes parse as they would
             # in a CSV; anything else (true, a list, a broken line) is non_numeric there.
-            array = pa.array([None if v is None else str(v) for v in array], pa.string())
+            # (NaN is missing, as it is in a token column, not the text 'nan')
+            array = pa.array([None if is_blank(v) else str(v) for v in array], pa.string())
         if isinstance(array, pa.ChunkedArray):
             array = array.combine_chunks()
+        if pa.types.is_dictionary(array.type):  # Parquet writers dictionary-encode repeated values
+            array = array.dictionary_decode()
         kind = array.type
         if pa.types.is_timestamp(kind) or pa.types.is_date(kind):
             return self._from_datetimes(array)
@@ -157,23 +167,23 @@ class MinuteConverter:
             array = array.cast(pa.float64())
         nulls = array.is_null().to_numpy(zero_copy_only=False) if array.null_count else None
         if pa.types.is_integer(array.type):
-            values = (
-                (array.fill_null(0) if nulls is not None else array)
-                .to_numpy()
-                .astype(np.int64, copy=False)
-            )
-            unit = self._numeric_unit(values, nulls)
-            return Times(values, UNITS_PER_MINUTE[unit], _codes(nulls, None))
+            raw = (array.fill_null(0) if nulls is not None else array).to_numpy()
+            beyond = raw > _INT64_MAX if raw.dtype == np.uint64 else None  # would wrap to negative
+            if beyond is not None and beyond.any():
+                raw = np.where(beyond, 0, raw)
+            values = raw.astype(np.int64, copy=False)
+            unit = self._numeric_unit(values, nulls if beyond is None else _or(nulls, beyond))
+            return Times(values, UNITS_PER_MINUTE[unit], _codes(nulls, beyond if beyond is not None and beyond.any() else None))
         values = array.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
         if (
             nulls is None
             and self._unit is not None
             and values.size
-            and np.isfinite(values.min() + values.max())
+            and max(-values.min(), values.max()) < _far(self._unit)
         ):
             return Times(
                 values, UNITS_PER_MINUTE[self._unit], None
-            )  # min/max propagate NaN and inf
+            )  # min/max propagate NaN, and inf is not below _far
         return self._from_floats(
             values, np.isnan(values) if nulls is None else nulls | np.isnan(values)
         )
@@ -188,6 +198,9 @@ class MinuteConverter:
             bad = bad | unparsed
         values = np.where(nulls | bad, 0.0, values)
         unit = self._numeric_unit(values, nulls | bad)
+        far = np.abs(values) >= _far(unit)
+        if far.any():  # a minute past int64: no time at all (1e300 ms)
+            bad, values = bad | far, np.where(far, 0.0, values)
         return Times(
             values,
             UNITS_PER_MINUTE[unit],
@@ -195,12 +208,15 @@ class MinuteConverter:
         )
 
     def _from_text(self, array: pa.Array) -> Times:
-        if self._text_kind is None and len(array) > array.null_count:
+        if self._text_kind is None:
             self._text_kind = _text_kind(array)
+        if self._text_kind is None:  # nothing parsable yet: every row is null or non_numeric
+            nulls = pd.Series(array.to_pylist(), dtype=object).map(is_blank).to_numpy(bool)
+            return Times(np.zeros(len(array), np.int64), 60, _codes(nulls, ~nulls))
         if self._text_kind == "numeric":
-            for target in (pa.int64(), pa.float64()):
+            for cast in (decimal_int64, lambda a: pc.cast(a, pa.float64())):
                 try:
-                    return self._from_numbers(pc.cast(array, target))
+                    return self._from_numbers(cast(array))
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                     continue
             series = pd.Series(array.to_pylist(), dtype=object)
@@ -240,23 +256,43 @@ class MinuteConverter:
             usable = values if unusable is None else values[~unusable]
             if not usable.size:
                 return "s"  # nothing to convert in this batch; decide on the next one
-            largest = float(np.abs(usable).max())
-            self._unit = guess_unit(largest)
+            typical = float(np.median(np.abs(usable)))
+            self._unit = guess_unit(typical)
             bound = next(b for b, u in _MAGNITUDE_UNITS if u == self._unit)
             self.assumption = TimeAssumption(
-                self._unit, f"magnitude: largest value {largest:.3g} < {bound:.0e}"
+                self._unit, f"magnitude: median value {typical:.3g} < {bound:.0e}"
             )
         return self._unit
 
 
-def _text_kind(array: pa.Array) -> str:
-    """'numeric' if the first non-null text value is a number, else 'datetime'."""
-    first = pc.drop_null(array)[0].as_py().strip()
-    try:
-        float(first)
-    except ValueError:
-        return DATETIME
-    return "numeric"
+_KIND_SAMPLE = 4096  # text values looked at to decide a column's kind
+
+
+def _text_kind(array: pa.Array) -> str | None:
+    """'numeric' or 'datetime': what most of (a sample of) the parsable values are; None if none is."""
+    values = pd.Series(pc.drop_null(array).slice(0, _KIND_SAMPLE).to_pylist(), dtype=object)
+    values = values[~values.map(is_blank)]
+    if values.empty:
+        return None
+    numeric = pd.to_numeric(values, errors="coerce").notna()
+    others = values[~numeric.to_numpy()]
+    dated = pd.to_datetime(others, utc=True, errors="coerce", format="ISO8601").notna().sum() if len(others) else 0
+    if not numeric.any() and not dated:
+        return None
+    return "numeric" if int(numeric.sum()) >= int(dated) else DATETIME
+
+
+_INT64_MAX = np.iinfo(np.int64).max
+
+
+def _far(unit: str) -> float:
+    """The |time| from which a number is unusable as a time in `unit`: its minute would not
+    fit in int64 (2**62 minutes is 8.8e12 years either side of the epoch)."""
+    return float(2**62) * UNITS_PER_MINUTE[unit]
+
+
+def _or(a: np.ndarray | None, b: np.ndarray) -> np.ndarray:
+    return b if a is None else a | b
 
 
 def _codes(nulls: np.ndarray | None, bad: np.ndarray | None) -> np.ndarray | None:

@@ -1,0 +1,119 @@
+"""Bounds on every number a user can give, and the validated number types that carry them.
+
+A number that reaches arithmetic (a price, a rate, a token count, a TFLOP/s figure) must
+be a finite number of its kind inside a range that makes physical sense. Python and YAML
+accept far more: `.nan`, `.inf`, `1e308`, `2**64`, and YAML 1.1 reads `on`/`yes` as true,
+which pydantic would take as 1. Past the schema such values reach scipy's root finder,
+numpy's int64 or the ILP solver and come back as tracebacks or as confident nonsense (a
+25-trillion-GPU plan). So each field's type refuses non-finite numbers and booleans, and
+has an upper bound: generous (10x to 1,000x past anything real), so that it refuses typos
+and hostile values, never a real plan. Pydantic names the bound in its message ("Input
+should be less than or equal to 1000").
+
+Use the named types below for the fields they describe, or `real(...)`/`whole(...)` for a
+field with bounds of its own, e.g. `itl_ms: real(gt=0, le=MAX_LATENCY_MS) = 50.0`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field
+from pydantic_core import PydanticCustomError
+
+# ---- the bounds, each with why it is safe -----------------------------------------------
+# Tokens in one request: the histogram's last length edge (planner.histogram.LENGTH_EDGES);
+# the longest published context window today is 10,485,760 (Llama 4 Scout).
+MAX_TOKENS = 2**24
+# Requests per second offered to one service: ten million, far above any single service;
+# at least one a million seconds (11.6 days), so that a synthetic log's times fit in int64 ms.
+MAX_RPS = 1e7
+MIN_RPS = 1e-6
+# A multiplier on measured demand (traffic.growth, a quarter's growth): a thousandfold.
+MAX_GROWTH = 1e3
+# Capacity planned per unit of peak (traffic.headroom).
+MAX_HEADROOM = 100.0
+# USD per GPU-hour: the dearest on-demand GPU in data/gpus.yaml is about $11 an hour, the
+# cheapest cloud GPUs (spot) rent for about $0.10; below a tenth of a cent a price is a typo
+# (and a cost too small for the ILP's cost tolerance of 1e-6 $/hour).
+MAX_PRICE_USD_PER_GPU_HOUR = 1e3
+MIN_PRICE_USD_PER_GPU_HOUR = 1e-3
+# Dense tensor TFLOP/s of one GPU: a B200 does about 9,000 at fp4, a 2016 P100 about 19 at
+# fp16; below 0.1 the step times overflow nothing useful.
+MAX_TFLOPS = 1e5
+MIN_TFLOPS = 0.1
+# GB/s of one GPU's memory or links: a B200's HBM does 8,000, PCIe 3 x16 about 16.
+MAX_BANDWIDTH_GB_S = 1e5
+MIN_BANDWIDTH_GB_S = 0.1
+# Memory of one GPU: the largest today hold 288 GB.
+MAX_GPU_MEMORY_GIB = 4096.0
+# GPUs in one fleet, pool or inventory: 26 times the 3.85 million data-center GPUs that all
+# vendors shipped in 2023 (TechInsights, via HPCwire, 2024-06). A plan needing more
+# cannot be bought; it is refused, not reported.
+MAX_FLEET_GPUS = 100_000_000
+# Tensor-parallel degree and GPUs per node: the largest scale-up domains are 72 to 576 GPUs.
+MAX_TP = 1024
+# Replicas a pool must keep at least (N+1 redundancy is 2).
+MAX_MIN_REPLICAS = 10_000
+# Parameters of one model: the largest published are about 2e12.
+MAX_PARAMS = 10**15
+# Layers, and widths of one layer (hidden size, heads, head_dim, experts), of a model.
+MAX_LAYERS = 10_000
+MAX_WIDTH = 2**24
+# Requests drawn for a synthetic log or histogram: about 5 GB of arrays at the top.
+MAX_SYNTHETIC_REQUESTS = 10**8
+# Requests one simulation replays per pool: ten million, minutes of simulated scheduler steps.
+MAX_SIMULATED_REQUESTS = 10**7
+# Seeds: numpy takes any non-negative integer; 64 bits is plenty.
+MAX_SEED = 2**64 - 1
+# Seconds of solver time one solve may take: a day.
+MAX_SOLVER_SECONDS = 86_400.0
+# Milliseconds: inter-token latency targets and per-step overheads (a minute).
+MAX_LATENCY_MS = 60_000.0
+# Seconds to first token: an hour (a 10M-token prompt takes minutes to prefill).
+MAX_TTFT_S = 3_600.0
+# Minutes from asking for a replica to its serving: a day (a node from a cold cloud region takes under an hour).
+MAX_LEAD_MIN = 1_440.0
+
+
+def _plain_number(value: Any) -> Any:
+    """Refuse booleans where a number belongs (YAML 1.1 reads `on`, `yes`, `no` as booleans),
+    and say "finite" first for nan and inf (pydantic would compare them with the bounds)."""
+    if isinstance(value, bool):
+        raise PydanticCustomError("number_type", "Input should be a number, not {value}", {"value": str(value).lower()})
+    if isinstance(value, float) and not math.isfinite(value):
+        raise PydanticCustomError("finite_number", "Input should be a finite number")
+    return value
+
+
+_PLAIN = BeforeValidator(_plain_number)
+
+
+def real(*, gt: float | None = None, ge: float | None = None, lt: float | None = None,
+         le: float | None = None) -> Any:
+    """A float type: finite, not a boolean, within the given bounds (give an upper one)."""
+    return Annotated[float, _PLAIN, Field(gt=gt, ge=ge, lt=lt, le=le, allow_inf_nan=False)]
+
+
+def whole(*, gt: int | None = None, ge: int | None = None, lt: int | None = None,
+          le: int | None = None) -> Any:
+    """An int type: not a boolean, within the given bounds (give an upper one)."""
+    return Annotated[int, _PLAIN, Field(gt=gt, ge=ge, lt=lt, le=le)]
+
+
+# ---- named types, one per kind of quantity ------------------------------------------------
+Tokens = whole(ge=0, le=MAX_TOKENS)
+PositiveTokens = whole(ge=1, le=MAX_TOKENS)
+RateRps = real(ge=MIN_RPS, le=MAX_RPS)
+Growth = real(gt=0, le=MAX_GROWTH)
+PriceUsdPerGpuHour = real(ge=MIN_PRICE_USD_PER_GPU_HOUR, le=MAX_PRICE_USD_PER_GPU_HOUR)
+Tflops = real(ge=MIN_TFLOPS, le=MAX_TFLOPS)
+BandwidthGBs = real(ge=MIN_BANDWIDTH_GB_S, le=MAX_BANDWIDTH_GB_S)
+GpuCount = whole(ge=0, le=MAX_FLEET_GPUS)
+Fraction = real(gt=0, le=1)  # a share of something: (0, 1]
+Probability = real(gt=0, lt=1)  # a quantile strictly inside (0, 1)
+Seed = whole(ge=0, le=MAX_SEED)
+Params = whole(gt=0, le=MAX_PARAMS)
+Layers = whole(gt=0, le=MAX_LAYERS)
+Width = whole(gt=0, le=MAX_WIDTH)

@@ -1,0 +1,596 @@
+"""Hostile input (issue 17's fuzzing campaign): each case gets a one-line error naming the
+place and the documented exit code, or the right answer, never a traceback or a confident
+wrong one. One test per root cause the campaign found."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from clirun import run
+from contract import one_line_error
+
+from planner.files import atomic_output
+from planner.histogram import Histogram
+from planner.simulate import sample_requests, shortest_prompt_tokens
+
+ROOT = Path(__file__).resolve().parent.parent
+HF = Path(__file__).resolve().parent / "fixtures" / "hf"
+BASE = """\
+name: tiny
+model: llama-3.1-8b
+context_limit: 8192
+traffic:
+  source: {constant: {prompt_tokens: 1000, output_tokens: 200}}
+  peak: {method: explicit, rps: 4}
+gpus: [h100-sxm]
+tp: [1]
+weight_dtypes: [bf16]
+kv_dtypes: [bf16]
+"""
+
+
+def scenario(tmp_path: Path, text: str = BASE, name: str = "s.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+def leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.rglob("*")) if folder.exists() else []
+
+
+# ---- timestamps: per row, not by the first row's luck --------------------------------------
+TIMES = ["garbage", "1700000000000", "1700000060000", "1700000120000"]
+
+
+def _log_rows(first_time: str) -> list[dict]:
+    return [
+        {"prompt_tokens": 100 + i, "output_tokens": 10, "timestamp_ms": t}
+        for i, t in enumerate([first_time, *TIMES[1:]])
+    ]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
+def test_a_bad_timestamp_in_the_first_row_excludes_that_row_only(tmp_path, fmt):
+    rows = _log_rows("garbage")
+    path = tmp_path / f"log.{fmt}"
+    if fmt == "csv":
+        path.write_text("prompt_tokens,output_tokens,timestamp_ms\n"
+                        + "".join(f"{r['prompt_tokens']},{r['output_tokens']},{r['timestamp_ms']}\n" for r in rows))
+    elif fmt == "jsonl":  # numbers as numbers, the bad one as text: the column's type changes
+        path.write_text("".join(
+            json.dumps({**r, "timestamp_ms": r["timestamp_ms"] if i == 0 else int(r["timestamp_ms"])}) + "\n"
+            for i, r in enumerate(rows)
+        ))
+    else:  # a Parquet text column
+        pq.write_table(pa.table({k: [r[k] for r in rows] for k in rows[0]}), path)
+    r = run("histogram", path, "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["requests"] == 3
+    assert out["excluded_rows"] == {"null": 0, "negative": 0, "non_numeric": 1}
+    assert out["time_unit_assumed"] == "ms"
+    assert out["rate_rps"]["max_minute"] == 0.0167  # one arrival in each of three minutes
+
+
+def test_one_wild_timestamp_does_not_decide_the_unit_of_the_rest(tmp_path):
+    # the largest value (1e18) would say nanoseconds; the median says milliseconds
+    path = tmp_path / "log.csv"
+    times = [1_000_000_000_000_000_000] + [1_700_000_000_000 + 60_000 * i for i in range(5)]
+    path.write_text("prompt_tokens,output_tokens,timestamp_ms\n" + "".join(f"10,5,{t}\n" for t in times))
+    r = run("histogram", path, "--time-col", "timestamp_ms")
+    one_line_error(r, 2, str(path), "arrival times span")
+
+
+# ---- a folder of mixed parts ---------------------------------------------------------------
+@pytest.mark.parametrize("order", [("a", "b"), ("b", "a")])
+def test_a_folder_of_a_log_part_and_a_histogram_part_is_refused_in_either_order(tmp_path, order):
+    log = tmp_path / "log.parquet"
+    assert run("synth", "chat", "-n", 50, "-o", log).exit_code == 0
+    hist = tmp_path / "h.parquet"
+    assert run("histogram", log, "-o", hist).exit_code == 0
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    (folder / f"{order[0]}.parquet").write_bytes(log.read_bytes())
+    (folder / f"{order[1]}.parquet").write_bytes(hist.read_bytes())
+    r = run("histogram", folder, "--json")
+    one_line_error(r, 2, str(folder), "both histogram files", "and logs")
+
+
+# ---- forecast and catalog numbers -----------------------------------------------------------
+FORECAST = BASE + """\
+forecast:
+  carry_forward: true
+  reserved_prices: {PRICES}
+  quarters: [{quarter: 2027Q1}, {quarter: 2027Q2, growth: 0.2}]
+"""
+
+
+@pytest.mark.parametrize(
+    ("prices", "expected"),
+    [
+        ("{h100-sxm: -1}", "forecast.reserved_prices.h100-sxm: Input should be greater than or equal to 0.001"),
+        ("{h100-sxm: .nan}", "forecast.reserved_prices.h100-sxm: Input should be a finite number"),
+        ("{h100-sxm: 1e9}", "forecast.reserved_prices.h100-sxm: Input should be less than or equal to 1000"),
+        ("{h100: 2.0}", "forecast.reserved_prices: unknown GPU 'h100'; did you mean 'h100-sxm'?"),
+    ],
+)
+def test_reserved_prices_are_validated(tmp_path, prices, expected):
+    r = run("forecast", scenario(tmp_path, FORECAST.replace("{PRICES}", prices)), "--out-dir", tmp_path / "out")
+    one_line_error(r, 2, "s.yaml", expected)
+    assert leftovers(tmp_path / "out") == []
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("gpus: {h100-sxm: {dense_tflops: {bf16: -5}}}", "gpus.h100-sxm.dense_tflops.bf16: Input should be greater than or equal to 0.1"),
+        ("gpus: {h100-sxm: {dense_tflops: {bf16: .inf}}}", "gpus.h100-sxm.dense_tflops.bf16: Input should be a finite number"),
+        ("gpus: {h100-sxm: {weight_dtypes: [bf16, fp9]}}", "gpus.h100-sxm.weight_dtypes: unknown dtype 'fp9'"),
+        ("gpus: {h100-sxm: {price_usd_per_hour: 1e300}}", "price_usd_per_hour: Input should be less than or equal to 1000"),
+        ("dtypes: {bf16: {compute_dtype: fp6}}", "dense_tflops: no rate for 'fp6', which weight dtype 'bf16' computes in"),
+    ],
+)
+def test_catalog_overrides_are_validated(tmp_path, override, expected):
+    r = run("solve", scenario(tmp_path, BASE + f"catalog:\n  {override}\n"), "--out-dir", tmp_path / "out")
+    one_line_error(r, 2, "s.yaml: catalog:", expected)
+
+
+# ---- writing ---------------------------------------------------------------------------------
+def test_an_out_dir_under_a_file_is_bad_input(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    r = run("solve", scenario(tmp_path), "--out-dir", tmp_path / "afile" / "reports")
+    one_line_error(r, 2, "afile/reports: cannot make the output folder: a part of the path is a file")
+
+
+def test_a_report_name_too_long_for_the_file_system_is_bad_input(tmp_path):
+    name = "n" * 250  # a valid scenario name; '<name>_traffic.png' is longer than 255 bytes
+    r = run("solve", scenario(tmp_path, BASE.replace("name: tiny", f"name: {name}")), "--out-dir", tmp_path / "out")
+    one_line_error(r, 2, f"{name}_", "png: cannot write: the file name is too long")
+    assert leftovers(tmp_path / "out") == []
+
+
+@pytest.mark.parametrize("command", ["solve", "forecast"])
+def test_a_folder_that_refuses_writes_is_bad_input(tmp_path, monkeypatch, command):
+    # (tests may run as root, whom a read-only mode does not stop: make the OS say no)
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr("tempfile.mkstemp", refuse)
+    text = FORECAST.replace("{PRICES}", "{}")
+    r = run(command, scenario(tmp_path, text), "--out-dir", tmp_path / "out")
+    one_line_error(r, 2, str(tmp_path / "out"), "cannot write: permission denied")
+    assert leftovers(tmp_path / "out") == []
+
+
+def test_a_killed_runs_temporary_files_are_removed_by_the_next_run(tmp_path):
+    from planner import files
+
+    out = tmp_path / "out"
+    out.mkdir()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    stale = out / f".tiny.md.{files._HOST}.{int(dead.stdout)}.abc_123.tmp"
+    live = out / f".tiny.md.{files._HOST}.{os.getppid()}.abc_456.tmp"  # a process still running
+    foreign = out / ".notes.tmp"  # not a name planner makes
+    for p in (stale, live, foreign):
+        p.write_text("partial")
+    assert run("solve", scenario(tmp_path), "--out-dir", out).exit_code == 0
+    assert not stale.exists()
+    assert live.exists() and foreign.exists()
+    assert {p.name for p in out.iterdir() if p.name.endswith(".tmp")} == {live.name, foreign.name}
+
+
+def test_atomic_output_turns_a_full_disk_into_bad_input(tmp_path):
+    from planner.errors import InputError
+
+    with pytest.raises(InputError, match="cannot write: no space left on the device"), atomic_output(tmp_path / "x.csv"):
+        raise OSError(28, "No space left on device")
+    assert leftovers(tmp_path) == []
+
+
+def test_histogram_output_equal_to_its_input_is_refused(tmp_path):
+    log = tmp_path / "log.parquet"
+    assert run("synth", "chat", "-n", 30, "-o", log).exit_code == 0
+    before = log.read_bytes()
+    r = run("histogram", log, "-o", log)
+    one_line_error(r, 2, str(log), "is also an input of this command")
+    assert log.read_bytes() == before
+
+
+def test_solve_write_lp_onto_the_scenario_is_refused(tmp_path):
+    path = scenario(tmp_path)
+    before = path.read_text()
+    r = run("solve", path, "--no-report", "--write-lp", path)
+    one_line_error(r, 2, "is also an input of this command")
+    assert path.read_text() == before
+
+
+def test_histogram_output_inside_an_input_folder_is_refused(tmp_path):
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    assert run("synth", "chat", "-n", 30, "-o", folder / "part-0.parquet").exit_code == 0
+    r = run("histogram", folder, "-o", folder / "h.parquet")
+    one_line_error(r, 2, "inside the input folder 'logs'")
+    assert leftovers(folder) == ["part-0.parquet"]
+
+
+def test_a_failing_summary_leaves_no_histogram_file(tmp_path):
+    log = tmp_path / "log.csv"
+    log.write_text("prompt_tokens,output_tokens,timestamp_ms\n10,5,1\n10,5,1700000060000\n")
+    r = run("histogram", log, "--time-unit", "ms", "-o", tmp_path / "h.parquet")
+    one_line_error(r, 2, str(log), "arrival times span 54 years")
+    assert leftovers(tmp_path) == ["log.csv"]
+
+
+def test_import_hf_refuses_an_integer_past_float_range_before_writing(tmp_path):
+    # (also before a loop over num_hidden_layers could run for ever)
+    config = json.loads((HF / "llama-3.1-8b.json").read_text())
+    config["hidden_size"] = 10**400
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    r = run("catalog", "import-hf", path, "--name", "x", "--out", tmp_path / "x.yaml")
+    one_line_error(r, 2, "config.json: hidden_size: expected an integer <= 16,777,216 (got 100000000000... (401 digits))")
+    assert leftovers(tmp_path) == ["config.json"]
+
+
+# ---- numbers that pass `gt=0` but are not numbers of their kind -----------------------------
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [
+        ("gpus", "[{id: h100-sxm, price_usd_per_hour: .nan}]", "gpus[0].price_usd_per_hour: Input should be a finite number"),
+        ("gpus", "[{id: h100-sxm, price_usd_per_hour: .inf}]", "gpus[0].price_usd_per_hour: Input should be a finite number"),
+        ("gpus", "[{id: h100-sxm, max_gpus: -1}]", "gpus[0].max_gpus: Input should be greater than or equal to 0"),
+        ("gpus", "[{id: h100-sxm, max_gpus: 18446744073709551616}]", "gpus[0].max_gpus: Input should be less than or equal to 100000000"),
+        ("min_replicas_per_pool", "18446744073709551616", "min_replicas_per_pool: Input should be less than or equal to 10000"),
+        ("min_replicas_per_pool", "on", "min_replicas_per_pool: Input should be a number, not true"),
+        ("traffic", "{source: {constant: {prompt_tokens: 9223372036854775808, output_tokens: 1}}}",
+         "traffic.source.constant.prompt_tokens: Input should be less than or equal to 16777216"),
+        ("traffic", "{source: {constant: {prompt_tokens: 10, output_tokens: 1}}, growth: 1e12}",
+         "traffic.growth: Input should be less than or equal to 1000"),
+        ("traffic", "{source: {constant: {prompt_tokens: 10, output_tokens: 1}}, peak: {method: explicit, rps: 1e300}}",
+         "traffic.peak.rps: Input should be less than or equal to 10000000"),
+        ("traffic", "{source: {constant: {prompt_tokens: 10, output_tokens: 1}}, peak: {method: explicit, rps: .inf}}",
+         "traffic.peak.rps: Input should be a finite number"),
+        ("traffic", "{source: {synthetic: {name: chat, seed: -1}}}", "traffic.source.synthetic.seed: Input should be greater than or equal to 0"),
+        ("overhead_gib", ".nan", "overhead_gib: Input should be a finite number"),
+        ("tp", "[1099511627776]", "tp[0]: Input should be less than or equal to 1024"),
+    ],
+)
+def test_numbers_must_be_finite_and_physically_bounded(tmp_path, field, value, expected):
+    lines = BASE.splitlines()
+    if field == "traffic":
+        lines = [ln for ln in lines if ln != "traffic:" and not ln.startswith("  ")]
+    else:
+        lines = [ln for ln in lines if not ln.startswith(f"{field}:")]
+    r = run("solve", scenario(tmp_path, "\n".join([*lines, f"{field}: {value}"]) + "\n"), "--out-dir", tmp_path / "out")
+    one_line_error(r, 2, "s.yaml", expected)
+    assert leftovers(tmp_path / "out") == []
+
+
+def test_a_plan_larger_than_any_fleet_is_refused_quickly(tmp_path):
+    text = BASE.replace("  peak: {method: explicit, rps: 4}", "  peak: {method: explicit, rps: 1e7}\n  growth: 1000")
+    r = run("solve", scenario(tmp_path, text), "--out-dir", tmp_path / "out")
+    one_line_error(r, 3, "class 'all' needs", "more than the 100,000,000 that bound any fleet")
+    assert leftovers(tmp_path / "out") == []
+
+
+def test_prompts_of_zero_tokens_have_no_input_price_instead_of_a_division_by_zero(tmp_path):
+    text = BASE.replace("prompt_tokens: 1000", "prompt_tokens: 0")
+    r = run("solve", scenario(tmp_path, text), "--out-dir", tmp_path / "out", "--json")
+    assert r.exit_code == 0, r.output
+    cost = json.loads(r.stdout)["cost_per_million_tokens"]
+    assert cost["input"] is None and cost["output"] == cost["blended"] > 0
+    assert "(input —, output $" in (tmp_path / "out" / "tiny.md").read_text()
+
+
+# ---- the simulator and a prefix longer than some prompts ---------------------------------
+def test_sampled_prompts_are_longer_than_the_shared_prefix():
+    hist = Histogram.from_arrays(np.array([100, 2_000, 6_000]), np.array([50, 50, 50]))
+    reqs = sample_requests(hist, 1.0, 1_000, 0, max_total_tokens=8_192,
+                           min_prompt_tokens=shortest_prompt_tokens(4_096, 16))
+    assert int(reqs.prompt_tokens.min()) == 4_097
+    assert int((reqs.prompt_tokens + reqs.output_tokens).max()) <= 8_192
+    plain = sample_requests(hist, 1.0, 1_000, 0, max_total_tokens=8_192)
+    assert set(np.unique(plain.prompt_tokens)) > {4_097} or int(plain.prompt_tokens.min()) < 4_096
+
+
+def test_the_shipped_trace_scenario_with_a_4096_token_prefix_verifies(tmp_path):
+    text = (ROOT / "scenarios" / "azure_conv_trace.yaml").read_text()
+    text = text.replace("../data/", f"{ROOT / 'data'}/").replace("  growth: 1.5", "  growth: 1.5\n  shared_prefix_tokens: 4096")
+    r = run("simulate", scenario(tmp_path, text), "--requests", 2_000, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["pools"]
+
+
+# ---- parsers: nesting, size, duplicates ----------------------------------------------------
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ("description: " + "[" * 3000 + "]" * 3000, "line 11: invalid YAML: nested deeper than 64 levels"),
+        ("min_replicas_per_pool: " + "1" * 5000, "line 11: invalid YAML: cannot read the value '11111111111111111111... (5,000 characters)'"),
+        ("name: other", "line 11: invalid YAML: key 'name' appears twice in one mapping (first on line 1)"),
+        ("x: &a [*a]", "line 11: invalid YAML: an alias refers to the value that contains it"),
+        ("x: 2027-13-45", "line 11: invalid YAML: cannot read the value '2027-13-45': month must be in 1..12"),
+    ],
+)
+def test_yaml_that_parsers_choke_on_is_bad_input(tmp_path, extra, expected):
+    r = run("solve", scenario(tmp_path, BASE + extra + "\n"), "--no-report")
+    one_line_error(r, 2, f"s.yaml: {expected}")
+
+
+def test_a_yaml_alias_bomb_is_refused_before_it_expands(tmp_path):
+    lines = ["bomb:", "  - &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    lines += [f"  - &l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]" for i in range(1, 9)]  # 10**9 values
+    text = BASE.replace("model: llama-3.1-8b", "\n".join(lines) + "\nmodel: {config_json: c.json, name: *l8}")
+    r = run("solve", scenario(tmp_path, text), "--no-report")
+    one_line_error(r, 2, "s.yaml: line", "invalid YAML: aliases expand this to more than 1,000,000 values")
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("{config_json: null}", "model: Value error, config_json: Input should be a valid string"),
+        ("{config_json: c.json, name: [a, b]}", "model: Value error, name: Input should be a valid string"),
+        ("{config_json: c.json, params_total: -3}", "model: Value error, params_total: Input should be greater than 0"),
+    ],
+)
+def test_a_config_json_model_spec_is_validated(tmp_path, spec, expected):
+    r = run("solve", scenario(tmp_path, BASE.replace("model: llama-3.1-8b", f"model: {spec}")), "--no-report")
+    one_line_error(r, 2, f"s.yaml: {expected}")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{"a": ' + "[" * 5000 + "]" * 5000 + "}", "config.json: invalid JSON: nested too deeply"),
+        ('{"hidden_size": ' + "1" * 5000 + "}", "config.json: invalid JSON: Exceeds the limit (4300 digits)"),
+    ],
+)
+def test_config_json_that_parsers_choke_on_is_bad_input(tmp_path, text, expected):
+    (tmp_path / "config.json").write_text(text)
+    one_line_error(run("catalog", "import-hf", tmp_path / "config.json", "--name", "x"), 2, expected)
+
+
+def test_a_jsonl_line_nested_past_pyarrows_stack_is_one_excluded_row(tmp_path):
+    # pyarrow's JSON parser crashed the process (SIGSEGV) at this depth: run it in a child
+    path = tmp_path / "log.jsonl"
+    deep = "[" * 100_000 + "]" * 100_000
+    path.write_text(
+        '{"prompt_tokens": 10, "output_tokens": 5}\n'
+        f'{{"prompt_tokens": 10, "output_tokens": 5, "x": {deep}}}\n'
+        '{"prompt_tokens": ' + "1" * 5000 + ', "output_tokens": 5}\n'
+    )
+    done = subprocess.run([sys.executable, "-m", "planner", "histogram", str(path), "--json"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout)
+    assert out["requests"] == 1
+    assert out["excluded_rows"] == {"null": 0, "negative": 0, "non_numeric": 2}
+
+
+@pytest.mark.parametrize("values", [["10", "20", "10"], [10, 20, 10]])
+def test_a_dictionary_encoded_parquet_token_column_is_numeric(tmp_path, values):
+    path = tmp_path / "log.parquet"
+    pq.write_table(pa.table({"prompt_tokens": pa.array(values).dictionary_encode(),
+                             "output_tokens": pa.array(["5", "5", "5"]).dictionary_encode()}), path)
+    r = run("histogram", path, "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["requests"] == 3 and out["prompt_tokens"]["max"] == 20
+
+
+# ---- messages --------------------------------------------------------------------------------
+def test_a_bad_field_of_a_gpu_entry_is_named_not_the_union_member(tmp_path):
+    r = run("solve", scenario(tmp_path, BASE.replace("gpus: [h100-sxm]", "gpus: [{id: h100-sxm, max_gpus: -2}]")),
+            "--no-report")
+    line = one_line_error(r, 2, "s.yaml: gpus[0].max_gpus: Input should be greater than or equal to 0 (got -2)")
+    assert ".str" not in line and "GPUCandidate" not in line
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["solve", "--bogus", "x.yaml"], "error: No such option '--bogus'. (see 'planner solve --help')"),
+        (["synth", "chat", "-n", "10", "--seed", "-1", "-o", "x.csv"],
+         "error: Invalid value for '--seed': -1 is not in the range 0<=x<=18446744073709551615."),
+        (["synth", "chat", "-n", "10", "--rate-rps", "nan", "-o", "x.csv"], "error: Invalid value for '--rate-rps': 'nan' is not a finite number."),
+        (["capacity", "llama-3.1-8b", "h100-sxm", "--gpu-memory-utilization", "inf"], "error: Invalid value for '--gpu-memory-utilization'"),
+        (["kv"], "error: Missing argument 'MODEL'. (see 'planner kv --help')"),
+    ],
+)
+def test_usage_errors_are_one_line(args, expected):
+    r = run(*args)
+    assert r.exit_code == 2
+    assert r.stderr.splitlines() == [r.stderr.strip()] and r.stderr.startswith(expected), r.stderr
+
+
+def test_the_infeasible_message_names_the_class_and_never_empty_caps(tmp_path):
+    from planner.planning import _infeasible_message
+    from planner.solve import plan_scenario
+
+    plan = plan_scenario(scenario(tmp_path), explore=False)
+    message = _infeasible_message(plan.classes, plan.evaluations, {})
+    assert "()" not in message and "'all (≤ 8,192 tokens)' 4.8 req/s" in message
+    capped = _infeasible_message(plan.classes, plan.evaluations, {"h100-sxm": 0})
+    assert capped == ("class 'all (≤ 8,192 tokens)' needs 4.8 req/s but the inventory caps (h100-sxm ≤ 0 GPUs) "
+                      "allow at most 0 req/s")
+
+
+# ---- found by the property tests (tests/test_fuzz_*.py) ------------------------------------
+@pytest.mark.parametrize(
+    ("text", "requests", "excluded", "prompt_max"),
+    [
+        ("prompt_tokens,output_tokens\n3000000000,5\n", 1, {"null": 0, "negative": 0, "non_numeric": 0}, 3_000_000_000),
+        ("prompt_tokens,output_tokens\n0x10,5\n7,5\n", 1, {"null": 0, "negative": 0, "non_numeric": 1}, 7),
+        ("prompt_tokens,output_tokens\n0x10,5\n", 0, None, None),  # hex alone: no decimal integer
+    ],
+)
+def test_token_counts_are_exact_and_decimal(tmp_path, text, requests, excluded, prompt_max):
+    path = tmp_path / "log.csv"
+    path.write_text(text)
+    r = run("histogram", path, "--json")
+    if requests == 0:
+        one_line_error(r, 2, "no usable row (excluded rows: null 0, negative 0, non_numeric 1)")
+        return
+    out = json.loads(r.stdout)
+    assert (out["requests"], out["excluded_rows"], out["prompt_tokens"]["max"]) == (requests, excluded, prompt_max)
+
+
+def test_jsonl_integers_past_2_53_stay_exact_beside_fractions(tmp_path):
+    # pyarrow reads the column as float64 (9007199254740993 -> ...992, refused as inexact);
+    # the json module keeps the integer, whatever the other rows hold
+    path = tmp_path / "log.jsonl"
+    # (the exact integer is fine, so the row counts under its negative output, not as non_numeric)
+    path.write_text('{"prompt_tokens": 9007199254740993, "output_tokens": -1}\n{"prompt_tokens": 12.0, "output_tokens": 1}\n')
+    r = run("histogram", path, "--json")
+    assert json.loads(r.stdout)["excluded_rows"] == {"null": 0, "negative": 1, "non_numeric": 0}, r.output
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_nan_text_is_missing_in_every_format(tmp_path, fmt):
+    path = tmp_path / f"log.{fmt}"
+    rows = {"prompt_tokens": ["nan", "5", "6"], "output_tokens": ["1", "1", "1"],
+            "timestamp_ms": ["1700000000000", "nan", "1700000000000"]}
+    if fmt == "jsonl":
+        path.write_text("".join(json.dumps({k: v[i] for k, v in rows.items()}) + "\n" for i in range(3)))
+    else:
+        pq.write_table(pa.table(rows), path)
+    out = json.loads(run("histogram", path, "--json").stdout)
+    assert out["excluded_rows"] == {"null": 2, "negative": 0, "non_numeric": 0}
+
+
+def test_a_time_too_large_to_have_a_minute_is_one_excluded_row(tmp_path):
+    path = tmp_path / "log.csv"
+    path.write_text("prompt_tokens,output_tokens,timestamp_ms\n1,1,1e300\n1,1,1700000000000\n")
+    r = run("histogram", path, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["excluded_rows"] == {"null": 0, "negative": 0, "non_numeric": 1}
+
+
+def test_a_histogram_file_with_a_zero_length_and_the_open_bin_reads_back(tmp_path):
+    log, hist = tmp_path / "log.csv", tmp_path / "h.parquet"
+    log.write_text("prompt_tokens,output_tokens\n0,3000000000\n")
+    assert run("histogram", log, "-o", hist).exit_code == 0
+    r = run("histogram", hist, "--json")
+    assert r.exit_code == 0, repr(r.exception)
+    assert json.loads(r.stdout)["output_tokens"]["max"] == 3_000_000_000
+
+
+def test_an_infeasible_scenario_among_several_is_named(tmp_path):
+    good = scenario(tmp_path, name="good.yaml")
+    bad = scenario(tmp_path, BASE.replace("model: llama-3.1-8b", "model: llama-3.1-70b"), name="bad.yaml")
+    r = run("solve", good, bad, "--no-report")
+    one_line_error(r, 3, f"{bad}: class 'all (≤ 8,192 tokens)' without a split cannot be served")
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ("  peak: {method: explicit, rps: 1e-300}", "traffic.peak.rps: Input should be greater than or equal to 0.000001"),
+        ("catalog: {gpus: {h100-sxm: {dense_tflops: {bf16: 1e-300}}}}",
+         "gpus.h100-sxm.dense_tflops.bf16: Input should be greater than or equal to 0.1"),
+    ],
+)
+def test_vanishing_rates_are_refused(tmp_path, change, expected):
+    text = BASE.replace("  peak: {method: explicit, rps: 4}", change) if change.startswith("  ") else BASE + change + "\n"
+    one_line_error(run("solve", scenario(tmp_path, text), "--no-report"), 2, expected)
+
+
+def test_a_trickle_of_traffic_is_planned_not_a_root_finder_error(tmp_path):
+    # growth 1e-300 leaves a peak far below the smallest batch the root finder brackets
+    text = BASE.replace("  peak: {method: explicit, rps: 4}", "  peak: {method: explicit, rps: 4}\n  growth: 1e-300")
+    r = run("solve", scenario(tmp_path, text), "--no-report", "--json")
+    assert r.exit_code == 0, repr(r.exception)
+    assert json.loads(r.stdout)["gpus"] == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["synth", "chat", "-n", "1", "--rate-rps", "1e-300", "-o", "x.csv"], "error: Invalid value for '--rate-rps'"),
+        (["capacity", "llama-3.1-8b", "h100-sxm", "--tp", "1_000"],
+         "error: Invalid value for '--tp': 1000 is not a power of two."),
+    ],
+)
+def test_option_values_found_by_the_property_tests(args, expected):
+    r = run(*args)
+    assert r.exit_code == 2 and r.stderr.startswith(expected) and len(r.stderr.splitlines()) == 1, r.stderr
+
+
+def test_a_command_group_alone_prints_its_help():
+    r = run("catalog")
+    assert r.exit_code == 0 and "Commands:" in r.stdout and r.stderr == ""
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
+def test_a_missing_log_with_an_explicit_format_is_bad_input(tmp_path, fmt):
+    # (found by the external campaign: --format skipped the existence check, and the sniff raised)
+    one_line_error(run("histogram", tmp_path / "nope.log", "--format", fmt), 2, "nope.log: no such file")
+
+
+def test_a_jsonl_log_with_a_byte_order_mark_reads(tmp_path):
+    # (found by the external campaign: Windows tools write one; the sniff called the file not JSON Lines)
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"prompt_tokens": 5, "output_tokens": 3}\n{"prompt_tokens": 6, "output_tokens": 3}\n')
+    r = run("histogram", path, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["requests"] == 2
+
+
+def test_the_span_error_shows_the_first_and_last_arrival(tmp_path):
+    path = tmp_path / "log.csv"
+    path.write_text("prompt_tokens,output_tokens,timestamp_ms\n1,1,0\n1,1,1700000000000\n")
+    one_line_error(run("histogram", path), 2, "arrival times span 54 years (1970-01-01 00:00 to 2023-11-14 22:13)")
+
+
+def test_import_hf_bounds_the_layer_count_before_counting_layers(tmp_path):
+    config = json.loads((HF / "llama-3.1-8b.json").read_text())
+    config.update(model_type="qwen3_moe", architectures=["Qwen3MoeForCausalLM"], num_hidden_layers=10**12,
+                  num_experts=8, num_experts_per_tok=2, moe_intermediate_size=768)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    r = run("catalog", "import-hf", path, "--name", "x")
+    one_line_error(r, 2, "config.json: num_hidden_layers: expected an integer <= 10,000 (got 1000000000000)")
+
+
+@pytest.mark.parametrize(("option", "value", "roles"), [("--prompt-col", "output_tokens", "prompt and output"),
+                                                        ("--time-col", "prompt_tokens", "prompt and time")])
+def test_one_column_named_for_two_roles_is_bad_input(tmp_path, option, value, roles):
+    # (found by the external campaign: pyarrow raised KeyError on the doubled column)
+    path = tmp_path / "log.csv"
+    path.write_text("prompt_tokens,output_tokens,timestamp_ms\n1,1,1700000000000\n")
+    one_line_error(run("histogram", path, option, value), 2, f"column '{value}' is named for both {roles}")
+
+
+def test_a_huge_unknown_name_is_shortened_in_the_message(tmp_path):
+    # (found by the external campaign: a 5,000-character GPU id made a 5,199-character error line)
+    r = run("solve", scenario(tmp_path, BASE.replace("gpus: [h100-sxm]", f"gpus: [{'x' * 5000}]")), "--no-report")
+    line = one_line_error(r, 2, "gpus[0]: unknown GPU 'xxxxxxxxxx", "... (5,000 characters)'")
+    assert len(line) < 600
+
+
+def test_a_csv_value_that_is_not_utf8_is_one_excluded_row(tmp_path):
+    # (found by the external campaign: it aborted the scan, and a malformed row of such bytes
+    # printed an ignored-exception traceback from pyarrow's row handler)
+    path = tmp_path / "log.csv"
+    path.write_bytes(b"prompt_tokens,output_tokens\n1,2\n3,\xca\xfe\n5,6\n")
+    r = run("histogram", path, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["excluded_rows"] == {"null": 0, "negative": 0, "non_numeric": 1}
+
+
+def test_a_malformed_csv_row_that_is_not_utf8_prints_no_traceback(tmp_path):
+    path = tmp_path / "log.csv"
+    path.write_bytes(b"prompt_tokens,output_tokens\n" + b"1,2\n" * 5000 + b"\xca\xfe\xba\xbe\n" + b"1,2\n")
+    done = subprocess.run([sys.executable, "-m", "planner", "histogram", str(path)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Row #5002" in done.stderr, done.stderr
