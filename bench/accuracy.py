@@ -2,7 +2,7 @@
 
 Part 1, capacity (issue 7). For a grid of deployments x traffic histograms x SLOs it compares
     model: planner.capacity.replica_capacity(..., sizing="expected").max_rps
-    sim:   planner.simulate.max_sustainable_rate (bisection on the simulator)
+    sim:   planner.sim_capacity.max_sustainable_rate (bisection on the simulator)
 and prints the error per case, (model - sim) / sim, positive when the model promises
 more than the simulated replica holds, with the median and worst absolute error.
 Beside each case it shows the model's and the simulator's resident batch, mean ITL
@@ -10,7 +10,7 @@ and KV utilisation at the simulated maximum rate, which is where a disagreement 
 traced to a term. Then a term check and the time of a replica-hour of traffic.
 SLOs: none, and a mean per-token ITL of 50 ms (SLO.single(itl_ms=50, stat="mean")).
 
-Simulated capacity criterion (planner.simulate.Criterion): the backlog does not grow
+Simulated capacity criterion (planner.sim_capacity.Criterion): the backlog does not grow
 (least-squares trend <= 2% of the arrival rate), every target met, preemptions <=
 the budget per 1,000 requests; bisection to a relative width of --rel-tol.
 
@@ -75,14 +75,10 @@ from planner.capacity import ReplicaModel, replica_capacity
 from planner.catalog import load_catalog
 from planner.deployment import make_deployment
 from planner.histogram import Histogram
-from planner.simulate import (
-    DEFAULT_WARMUP_FRACTION,
-    RequestLatencies,
-    max_sustainable_rate,
-    profile_for,
-    sample_requests,
-    simulate_replica,
-)
+from planner.requests import sample_requests
+from planner.sim_capacity import max_sustainable_rate, profile_for
+from planner.sim_measures import RequestLatencies
+from planner.simulate import DEFAULT_WARMUP_FRACTION, simulate_replica
 from planner.targets import SLO, Band
 from planner.workload.synth import generate, synthetic_histogram
 
@@ -432,7 +428,7 @@ def summarise_points(points: list[PercentilePoint]) -> None:
 def percentile_cases(cat, args) -> list[PercentilePoint]:
     workloads = percentile_workloads(args.mooncake)
     print()
-    basis = ("the simulated saturation (planner.simulate.max_sustainable_rate without targets: the highest rate whose "
+    basis = ("the simulated saturation (planner.sim_capacity.max_sustainable_rate without targets: the highest rate whose "
              f"backlog does not grow, {args.saturation_requests:,} requests, bisection to {args.rel_tol:.0%})"
              if args.load_basis == "sim" else
              "the model's capacity without targets (planner.capacity.replica_capacity, expected sizing)")

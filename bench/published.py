@@ -76,13 +76,10 @@ from planner.catalog import Catalog, load_catalog
 from planner.deployment import Deployment, make_deployment
 from planner.errors import InputError
 from planner.histogram import Histogram
-from planner.simulate import (
-    RequestLatencies,
-    Requests,
-    profile_for,
-    sample_lengths,
-    simulate_replica,
-)
+from planner.requests import Requests, sample_lengths
+from planner.sim_capacity import profile_for
+from planner.sim_measures import RequestLatencies
+from planner.simulate import simulate_replica
 from planner.targets import SLO, Band
 
 ROOT = Path(__file__).resolve().parent.parent

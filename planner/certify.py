@@ -26,19 +26,15 @@ from planner.bounds import MIN_RPS
 from planner.capacity import ReplicaModel
 from planner.deployment import Deployment
 from planner.histogram import LENGTH_EDGES, Histogram
-from planner.simulate import (
+from planner.requests import Requests, sample_requests, shortest_prompt_tokens
+from planner.sim_capacity import (
     PREEMPTION_BUDGET_PER_1000,
-    RequestLatencies,
-    Requests,
-    SimResult,
     SustainableRate,
     max_sustainable_rate,
-    merged_latencies,
     point_view,
-    sample_requests,
-    shortest_prompt_tokens,
-    simulate_replica,
 )
+from planner.sim_measures import RequestLatencies, SimResult, merged_latencies
+from planner.simulate import simulate_replica
 from planner.targets import SLO, Band
 
 KINDS = ("ttft", "tpot", "itl")

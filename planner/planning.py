@@ -26,8 +26,8 @@ from planner.histogram import TOTAL_EDGES, Histogram
 from planner.memory import kv_token_cap
 from planner.optimize import Candidate, FleetSolution, Pool, SplitOption, solve_fleet
 from planner.paged import token_profile
+from planner.requests import Requests
 from planner.scenario import Scenario
-from planner.simulate import Requests
 from planner.targets import SLO
 from planner.units import HOURS_PER_MONTH
 

@@ -7,7 +7,7 @@ import math
 
 from planner.certify import BandCheck, PoolCheck, TargetCheck
 from planner.planning import Plan
-from planner.simulate import COMPARE_KEYS
+from planner.sim_measures import COMPARE_KEYS
 
 _WHAT = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL (per token)"}
 

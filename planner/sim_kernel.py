@@ -95,7 +95,7 @@ def _heap_pop(hs, hr, he, size):
 @njit(cache=True, nogil=True)
 def run(arrival, prompt, output, block, total_blocks, watermark_blocks, shared, max_seqs, chunk_budget,
         per_request, fixed_s, bw, fl, two_a, attn, block_bytes, shared_bytes, comm_per_token):
-    """Replay the requests; returns per-request and per-step records (see planner.simulate.Trace)."""
+    """Replay the requests; returns per-request and per-step records (see planner.sim_measures.Trace)."""
     n = arrival.size
     gen = np.zeros(n, np.int64)  # tokens generated so far
     off = np.zeros(n, np.int64)  # decoding: cached tokens (beyond the shared prefix) = step + off

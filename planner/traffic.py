@@ -10,8 +10,8 @@ import numpy as np
 from planner.errors import InputError
 from planner.histogram import Histogram
 from planner.load_profile import FLAT, DailyProfile, traffic_profile
+from planner.requests import Requests
 from planner.scenario import Scenario, resolve
-from planner.simulate import Requests
 
 REPLAY_MAX_REQUESTS = 200_000  # a log longer than this is planned from its histogram but not replayed
 

@@ -132,7 +132,7 @@ def test_closed_loop_rate_solves_littles_law(published):
 
 
 def test_e2e_mean_adds_decode_time(published):
-    from planner.simulate import GapDistribution, RequestLatencies
+    from planner.sim_measures import GapDistribution, RequestLatencies
 
     lat = RequestLatencies(np.array([10, 10]), np.array([1, 11]), np.array([0.5, 1.0]), np.array([np.nan, 0.1]),
                            GapDistribution.of(np.array([0.1]), np.array([1.0])))

@@ -20,7 +20,7 @@ from contract import one_line_error
 
 from planner.files import atomic_output
 from planner.histogram import Histogram
-from planner.simulate import sample_requests, shortest_prompt_tokens
+from planner.requests import sample_requests, shortest_prompt_tokens
 
 ROOT = Path(__file__).resolve().parent.parent
 HF = Path(__file__).resolve().parent / "fixtures" / "hf"

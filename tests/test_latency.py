@@ -13,7 +13,8 @@ from planner.deployment import make_deployment
 from planner.histogram import Histogram
 from planner.latency import mg1_wait
 from planner.paged import token_profile
-from planner.simulate import Requests, sample_requests, simulate_replica
+from planner.requests import Requests, sample_requests
+from planner.simulate import simulate_replica
 from planner.targets import SLO, Band, Target
 
 

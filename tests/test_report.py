@@ -28,6 +28,7 @@ def test_tiny_report_matches_the_golden_file(tmp_path):
     golden = GOLDEN / "tiny.md"
     if os.environ.get("PLANNER_UPDATE_GOLDEN"):
         golden.write_text(text, encoding="utf-8")
+        pytest.skip("golden file rewritten, not compared: review its diff, then run again without PLANNER_UPDATE_GOLDEN")
     assert text == golden.read_text(encoding="utf-8")
 
 

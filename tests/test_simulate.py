@@ -10,17 +10,11 @@ import pytest
 from planner.deployment import make_deployment
 from planner.histogram import Histogram
 from planner.memory import kv_bytes_for_tokens
+from planner.requests import Requests, sample_requests
 from planner.roofline import StepModel
-from planner.simulate import (
-    COMPARE_KEYS,
-    Criterion,
-    Requests,
-    max_sustainable_rate,
-    predicted_point,
-    profile_for,
-    sample_requests,
-    simulate_replica,
-)
+from planner.sim_capacity import Criterion, max_sustainable_rate, predicted_point, profile_for
+from planner.sim_measures import COMPARE_KEYS
+from planner.simulate import simulate_replica
 from planner.targets import SLO
 
 

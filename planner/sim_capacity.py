@@ -1,0 +1,190 @@
+"""The highest rate one replica holds in simulation, and the model's view at a rate beside it.
+
+`max_sustainable_rate` bisects on the simulator (planner.simulate) for the highest rate
+that meets a Criterion (stable backlog, band targets, preemption budget): the simulator's
+meaning of capacity, which certification (planner.certify) and the accuracy bench compare
+with planner.capacity's. `predicted_point` is the analytical mean model at a rate, in the
+same keys as a simulated run (planner.sim_measures.COMPARE_KEYS).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from planner.capacity import NO_TARGETS, OperatingPoint, ReplicaModel, replica_capacity
+from planner.deployment import Deployment
+from planner.histogram import Histogram
+from planner.memory import budget_ladder, kv_token_cap
+from planner.paged import TokenProfile, token_profile
+from planner.requests import sample_requests, shortest_prompt_tokens
+from planner.sim_measures import COMPARE_KEYS, SimResult
+from planner.simulate import DEFAULT_WARMUP_FRACTION, simulate_replica
+from planner.targets import SLO
+
+PREEMPTION_BUDGET_PER_1000 = 10.0  # preemptions per 1,000 requests a replica may take and still hold the load
+
+
+def profile_for(dep: Deployment, hist: Histogram, *, shared_prefix_tokens: int = 0) -> TokenProfile:
+    """The class profile planner.capacity uses, with this deployment's block size and chunk budget."""
+    return token_profile(
+        hist,
+        block_size=dep.block_size,
+        chunk_tokens=dep.engine.max_num_batched_tokens,
+        sliding_window=kv_token_cap(dep.model),
+        shared_prefix_tokens=shared_prefix_tokens,
+    )
+
+
+def predicted_point(
+    dep: Deployment,
+    prof: TokenProfile | Histogram,
+    rate_rps: float,
+    slo: SLO | None = None,
+    *,
+    kv_budget_bytes: int | None = None,
+) -> dict[str, float | None]:
+    """The analytical mean model at `rate_rps`, with COMPARE_KEYS (None where it predicts nothing).
+
+    N from ReplicaModel.resident_for_rate (Little's law fixed point), then
+    ReplicaModel.point(N); expected sizing has no preemption figure. Latency percentiles
+    per band are planner.latency's (planner.certify puts them beside the simulator's).
+    """
+    ladder = budget_ladder(dep)
+    if kv_budget_bytes is not None:
+        from dataclasses import replace
+
+        from planner.units import GiB
+
+        ladder = replace(ladder, kv_budget_gib=kv_budget_bytes / GiB)
+    rm = ReplicaModel(dep, prof, slo or NO_TARGETS, ladder)
+    n = rm.resident_for_rate(rate_rps, float(dep.engine.max_num_seqs))
+    if n is None:
+        return {"rate_rps": rate_rps, **dict.fromkeys(COMPARE_KEYS[1:])}
+    return point_view(rm.point(n))
+
+
+def point_view(pt: OperatingPoint) -> dict[str, float | None]:
+    """An analytical operating point as COMPARE_KEYS (None where the model predicts nothing)."""
+    return {
+        "rate_rps": pt.rate_rps,
+        "resident_batch": pt.resident_batch,
+        "kv_utilisation": pt.kv_utilisation,
+        "itl_ms_mean": pt.itl_ms,
+        "preemptions_per_1000": None,
+    }
+
+
+@dataclass(frozen=True)
+class Criterion:
+    """When a simulated run counts as holding the load (the simulator's meaning of capacity).
+
+    - stable: the backlog (requests arrived, not finished) does not trend upwards by
+      more than STABILITY_TOLERANCE of the arrival rate over the window - the
+      throughput/roofline ceiling, and at a full cache the memory ceiling, where
+      admission waits for blocks and the queue grows;
+    - every band's TTFT, TPOT and ITL at its statistic within its limit (planner.targets);
+    - the attainment goal, when the SLO states one;
+    - preemptions per 1,000 requests <= the budget - the memory ceiling: expected sizing
+      lets the mean footprint fill the budget, and what that costs is preemptions
+      (and queueing at admission, which TTFT sees).
+    """
+
+    slo: SLO = NO_TARGETS
+    preemption_budget_per_1000: float = PREEMPTION_BUDGET_PER_1000
+
+    def failures(self, r: SimResult) -> list[str]:
+        out = []
+        if not r.stable:
+            out.append("unstable")
+        lat = r.latencies
+        for band in self.slo.bands:
+            for kind in ("ttft", "tpot", "itl"):
+                target = getattr(band, kind)
+                if target is not None and lat is not None:
+                    value = lat.statistic(band, kind, target.stat)
+                    if value > target.limit_s:  # NaN (no request of the band) is no miss
+                        out.append(kind if len(self.slo.bands) == 1 else f"{kind} ({band.name})")
+        if self.slo.attainment is not None and lat is not None and lat.attainment(self.slo) < self.slo.attainment:
+            out.append("attainment")
+        if not r.preemptions_per_1000 <= self.preemption_budget_per_1000:
+            out.append("preemption")
+        return out
+
+
+@dataclass(frozen=True)
+class SustainableRate:
+    """The highest simulated rate that held (bisection), with the runs that decided it."""
+
+    rate_rps: float
+    result: SimResult | None  # the run at rate_rps
+    binding: str  # what failed just above it
+    evaluations: tuple[tuple[float, tuple[str, ...]], ...]  # (rate, failures) in the order tried
+    bracket: tuple[float, float]
+
+
+def max_sustainable_rate(
+    dep: Deployment,
+    hist: Histogram,
+    slo: SLO | None = None,
+    *,
+    preemption_budget_per_1000: float = PREEMPTION_BUDGET_PER_1000,
+    n_requests: int = 20000,
+    seed: int = 0,
+    rel_tol: float = 0.02,
+    initial_rate_rps: float | None = None,
+    kv_budget_bytes: int | None = None,
+    shared_prefix_tokens: int = 0,
+    warmup_fraction: float = DEFAULT_WARMUP_FRACTION,
+    max_evaluations: int = 24,
+    simulate: Callable[..., SimResult] | None = None,
+) -> SustainableRate:
+    """Bisection on the simulator for the highest rate that meets the Criterion.
+
+    One set of requests is sampled (seed) and its Poisson arrivals rescaled to each rate
+    tried (common random numbers), so the pass/fail outcome is close to monotone in the
+    rate. The bracket starts at the analytical capacity (or `initial_rate_rps`) and is
+    widened by factors of 1.5 until it holds a pass and a fail; bisection stops when
+    its width is below rel_tol of the upper end.
+    """
+    slo = slo or NO_TARGETS
+    crit = Criterion(slo, preemption_budget_per_1000)
+    if initial_rate_rps is None:
+        initial_rate_rps = replica_capacity(dep, profile_for(dep, hist, shared_prefix_tokens=shared_prefix_tokens), slo).max_rps
+    guess = float(initial_rate_rps) if initial_rate_rps > 0 else 1.0  # the model found none: start at 1 rps
+    base = sample_requests(hist, 1.0, n_requests, seed, max_total_tokens=dep.max_model_len,
+                           min_prompt_tokens=shortest_prompt_tokens(shared_prefix_tokens, dep.block_size))
+    run = simulate or simulate_replica
+    cache: dict[float, tuple[SimResult, list[str]]] = {}
+    order: list[tuple[float, tuple[str, ...]]] = []
+
+    def evaluate(rate: float) -> list[str]:
+        if rate not in cache:
+            r = run(dep, base.at_rate(rate), kv_budget_bytes=kv_budget_bytes,
+                    shared_prefix_tokens=shared_prefix_tokens, warmup_fraction=warmup_fraction)
+            cache[rate] = (r, crit.failures(r))
+            order.append((rate, tuple(cache[rate][1])))
+        return cache[rate][1]
+
+    lo, hi = guess, guess
+    if evaluate(guess):
+        while evaluate(lo) and len(order) < max_evaluations:
+            hi, lo = lo, lo / 1.5
+        if evaluate(lo):
+            return SustainableRate(0.0, None, ",".join(cache[lo][1]), tuple(order), (0.0, lo))
+    else:
+        while not evaluate(hi) and len(order) < max_evaluations:
+            lo, hi = hi, hi * 1.5
+    while hi - lo > rel_tol * hi and len(order) < max_evaluations:
+        mid = 0.5 * (lo + hi)
+        if evaluate(mid):
+            hi = mid
+        else:
+            lo = mid
+    return SustainableRate(
+        rate_rps=lo,
+        result=cache[lo][0],
+        binding=",".join(cache[hi][1]) if hi in cache and cache[hi][1] else "not bracketed",
+        evaluations=tuple(order),
+        bracket=(lo, hi),
+    )

@@ -1,0 +1,292 @@
+"""What one simulated run measured: per-request latencies, per-token gaps, time-weighted means.
+
+Measures (`SimResult`): the first `warmup_fraction` of requests (by arrival) is
+the warm-up; the measurement window runs from the arrival of the first measured
+request to the last arrival (the drain after it is excluded). Time-weighted means
+(resident sequences, KV utilisation) and ITL are taken over the steps that start
+in the window; TTFT over the measured requests. ITL samples are per-token gaps:
+every decode token's gap is its step's duration, and a preempted request's first
+token after recompute adds the gap since its last token before preemption.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from planner.requests import Requests
+from planner.targets import SLO, Band, statistic_quantile
+
+STABILITY_TOLERANCE = 0.02  # the backlog may grow by 2% of the arrival rate (least-squares trend)
+
+# Keys a report shows side by side: predicted (planner.capacity) and simulated.
+COMPARE_KEYS = (
+    "rate_rps",
+    "resident_batch",
+    "kv_utilisation",
+    "itl_ms_mean",
+    "preemptions_per_1000",
+)
+
+
+@dataclass(frozen=True, eq=False)
+class RequestLatencies:
+    """Per-request latencies of the measured requests, and the per-token gaps, of one run.
+
+    TTFT = first token - arrival; TPOT = (last token - first token) / (output tokens - 1)
+    (vLLM's benchmark_serving and MLPerf), NaN for one-token outputs; gaps are the steps'
+    durations weighted by the tokens they emitted (planner.targets)."""
+
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    ttft_s: np.ndarray
+    tpot_s: np.ndarray
+    gaps: GapDistribution
+
+    def of(self, band: Band, kind: str) -> np.ndarray:
+        """The band's TTFT or TPOT samples (seconds), NaN-free."""
+        values = (self.ttft_s if kind == "ttft" else self.tpot_s)[band.holds(self.prompt_tokens)]
+        return values[np.isfinite(values)]
+
+    def statistic(self, band: Band, kind: str, stat: str) -> float:
+        """The band's TTFT, TPOT or per-token ITL (seconds) at a statistic; NaN without samples.
+        Percentiles interpolate linearly between order statistics (numpy's default, as vLLM's
+        benchmark reports them); ITL is over every decode token of the replica."""
+        q = statistic_quantile(stat)
+        if kind == "itl":
+            return self.gaps.mean_s if q is None else self.gaps.quantile(q)
+        values = self.of(band, kind)
+        if values.size == 0:
+            return math.nan
+        return float(values.mean()) if q is None else float(np.quantile(values, q))
+
+    def requests_in(self, band: Band) -> int:
+        return int(np.count_nonzero(band.holds(self.prompt_tokens)))
+
+    def meets(self, band: Band) -> np.ndarray:
+        """Mask of the measured requests that are in the band and meet both its TTFT and TPOT limits."""
+        good = band.holds(self.prompt_tokens)
+        if band.ttft is not None:
+            good = good & (self.ttft_s <= band.ttft.limit_s)
+        if band.tpot is not None:
+            good = good & ~(self.tpot_s > band.tpot.limit_s)  # a one-token output has no TPOT to miss
+        return good
+
+    def attainment(self, slo: SLO, band: Band | None = None) -> float:
+        """Share of measured requests (of one band, or all) meeting both their band's TTFT and TPOT limits."""
+        bands = slo.bands if band is None else (band,)
+        ok = np.zeros(self.prompt_tokens.size, bool)
+        for b in bands:
+            ok |= self.meets(b)
+        total = self.prompt_tokens.size if band is None else self.requests_in(band)
+        return float(ok.sum() / total) if total else math.nan
+
+
+def merged_latencies(parts: list[RequestLatencies]) -> RequestLatencies:
+    """The requests and gaps of several replicas' runs as one sample."""
+    return RequestLatencies(
+        *(np.concatenate([getattr(p, f) for p in parts]) for f in ("prompt_tokens", "output_tokens", "ttft_s", "tpot_s")),
+        GapDistribution.merged([p.gaps for p in parts]),
+    )
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """What one replica did with the requests (module docstring: window and definitions)."""
+
+    rate_rps: float  # offered: arrivals in the window / window length
+    throughput_rps: float  # completions in the window / window length
+    output_tokens_per_s: float  # tokens emitted in the window / window length
+    resident_batch: float  # time-weighted mean of running sequences (admitted, not finished)
+    decode_batch: float  # time-weighted mean of sequences decoding in a step
+    waiting: float  # time-weighted mean of the waiting queue
+    kv_utilisation: float  # time-weighted mean of held cache bytes / KV budget bytes
+    kv_utilisation_p99: float  # time-weighted 99th percentile of the same
+    itl_ms_mean: float  # per-token gaps, token-weighted
+    itl_ms_p50: float
+    itl_ms_p99: float
+    ttft_ms_mean: float
+    ttft_ms_p50: float
+    ttft_ms_p99: float
+    step_ms_mean: float  # time per step (unweighted)
+    prefill_share: float  # fraction of window time spent on prefill chunks
+    preemptions: int  # in the window
+    preemptions_per_1000: float  # preemptions in the window per 1,000 arrivals in the window
+    stable: bool  # backlog_growth <= STABILITY_TOLERANCE
+    backlog_growth: float  # trend of requests in the system (requests/s) / arrival rate, over the window
+    steps: int  # all steps, warm-up and drain included
+    requests: int
+    measured_requests: int
+    simulated_s: float  # simulated time until the last request finished
+    wall_s: float
+    total_blocks: int
+    block_bytes: int
+    kv_budget_bytes: int
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    latencies: RequestLatencies | None = field(default=None, repr=False, compare=False)
+
+    def compare_view(self) -> dict[str, float | None]:
+        """The COMPARE_KEYS of this result (what `predicted_point` gives for the model)."""
+        return {k: getattr(self, k) for k in COMPARE_KEYS}
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Per-request and per-step records of one run, for tests and diagnostics."""
+
+    first_token_s: np.ndarray  # end of the step that emitted the first token (nan if never)
+    finish_s: np.ndarray  # end of the step that emitted the last token
+    preemptions: np.ndarray  # times each request was preempted
+    admissions: np.ndarray  # times each request was admitted (1 + its preemptions)
+    step_start_s: np.ndarray
+    step_s: np.ndarray
+    step_running: np.ndarray  # after admissions, before completions
+    step_decoding: np.ndarray
+    step_used_blocks: np.ndarray  # after this step's allocations (shared prefix excluded)
+    step_prefill_tokens: np.ndarray
+    step_prefill_s: np.ndarray  # the prefill part of the step time
+    step_waiting: np.ndarray
+    preemption_steps: np.ndarray  # step index of each preemption
+    resume_gaps_s: np.ndarray  # gap before the first token after each recompute
+    resume_steps: np.ndarray  # step index that emitted that token
+    free_blocks_at_end: int
+    total_blocks: int
+
+
+GAP_BIN_RATIO = 1.001  # per-token gaps are binned 0.1% wide on a log scale: a run has millions of steps
+
+
+@dataclass(frozen=True, eq=False)
+class GapDistribution:
+    """Token-weighted step durations on a log grid (bins GAP_BIN_RATIO wide from 1 µs), with the
+    exact weighted mean. Quantiles are exact to a bin (0.1%); sorting millions of steps is not needed."""
+
+    bins: np.ndarray  # occupied bin indices, increasing
+    cum_weight: np.ndarray  # cumulative weight over them
+    mean_s: float
+
+    @classmethod
+    def of(cls, gaps_s: np.ndarray, weights: np.ndarray) -> GapDistribution:
+        keep = (weights > 0) & (gaps_s > 0)
+        g, w = gaps_s[keep], weights[keep]
+        if not g.size:
+            return cls(np.zeros(0, np.int64), np.zeros(0), math.nan)
+        k = np.floor(np.log(g / 1e-6) / math.log(GAP_BIN_RATIO)).astype(np.int64)
+        low = int(k.min())
+        counts = np.bincount(k - low, weights=w)
+        occupied = np.flatnonzero(counts)
+        return cls(occupied + low, np.cumsum(counts[occupied]), float(np.dot(g, w) / w.sum()))
+
+    @classmethod
+    def merged(cls, parts: list[GapDistribution]) -> GapDistribution:
+        bins = np.concatenate([p.bins for p in parts])
+        weights = np.concatenate([np.diff(p.cum_weight, prepend=0.0) for p in parts])
+        if not bins.size:
+            return cls(bins, weights, math.nan)
+        unique, index = np.unique(bins, return_inverse=True)
+        cum = np.cumsum(np.bincount(index, weights=weights))
+        mean = sum(p.mean_s * p.cum_weight[-1] for p in parts if p.cum_weight.size) / cum[-1]
+        return cls(unique, cum, float(mean))
+
+    def quantile(self, q: float) -> float:
+        """Smallest gap with (weight at or below it) >= q · total, at its bin's geometric middle."""
+        if not self.bins.size:
+            return math.nan
+        i = min(int(np.searchsorted(self.cum_weight, q * self.cum_weight[-1], side="left")), self.bins.size - 1)
+        return 1e-6 * GAP_BIN_RATIO ** (self.bins[i] + 0.5)
+
+
+def measure(req: Requests, tr: Trace, warmup_fraction: float, wall: float, *,
+             block_bytes: int, shared_bytes: int, budget_bytes: int, notes: tuple[str, ...]) -> SimResult:
+    n = req.n
+    cut = min(math.ceil(warmup_fraction * n), n - 1)
+    t0 = float(req.arrival_s[cut])
+    t1 = float(req.arrival_s[-1])
+    if t1 <= t0:  # a single burst: measure over all steps
+        t1 = float(tr.step_start_s[-1] + tr.step_s[-1]) if tr.step_s.size else t0
+    span = max(t1 - t0, 1e-12)
+    start, dt = tr.step_start_s, tr.step_s
+    win = (start >= t0) & (start < t1)
+    w = dt[win]
+    wsum = float(w.sum())
+
+    def tmean(x: np.ndarray) -> float:
+        return float(np.dot(x[win], w) / wsum) if wsum > 0 else math.nan
+
+    util = (tr.step_used_blocks * block_bytes + shared_bytes) / budget_bytes
+    dec = tr.step_decoding[win]
+    resumed = tr.resume_gaps_s[win[tr.resume_steps]] if tr.resume_steps.size else tr.resume_gaps_s
+    gaps = GapDistribution.of(np.concatenate([w, resumed]), np.concatenate([dec.astype(np.float64), np.ones(resumed.size)]))
+    firsts = np.sum((tr.first_token_s >= t0) & (tr.first_token_s < t1))
+    tokens_out = float(dec.sum()) + float(firsts) + float(resumed.size)
+    ttft = (tr.first_token_s - req.arrival_s)[cut:]
+    ttft = ttft[np.isfinite(ttft)]
+    arrived_in = int(np.sum((req.arrival_s >= t0) & (req.arrival_s <= t1)))
+    done_in = int(np.sum((tr.finish_s >= t0) & (tr.finish_s < t1)))
+    growth = _backlog_growth(req, tr, win, w, arrived_in / span)
+    preempt_in = int(np.sum(win[tr.preemption_steps])) if tr.preemption_steps.size else 0
+    used_win = tr.step_used_blocks[win]
+    used_weight = np.bincount(used_win, weights=w) if used_win.size else np.zeros(1)
+    used_p99 = int(np.searchsorted(np.cumsum(used_weight), 0.99 * used_weight.sum(), side="left"))
+    return SimResult(
+        rate_rps=arrived_in / span,
+        throughput_rps=done_in / span,
+        output_tokens_per_s=tokens_out / span,
+        resident_batch=tmean(tr.step_running.astype(np.float64)),
+        decode_batch=tmean(tr.step_decoding.astype(np.float64)),
+        waiting=tmean(tr.step_waiting.astype(np.float64)),
+        kv_utilisation=tmean(util),
+        kv_utilisation_p99=(used_p99 * block_bytes + shared_bytes) / budget_bytes if wsum > 0 else math.nan,
+        itl_ms_mean=gaps.mean_s * 1e3,
+        itl_ms_p50=gaps.quantile(0.50) * 1e3,
+        itl_ms_p99=gaps.quantile(0.99) * 1e3,
+        ttft_ms_mean=float(ttft.mean()) * 1e3 if ttft.size else math.nan,
+        ttft_ms_p50=float(np.quantile(ttft, 0.50)) * 1e3 if ttft.size else math.nan,
+        ttft_ms_p99=float(np.quantile(ttft, 0.99)) * 1e3 if ttft.size else math.nan,
+        step_ms_mean=float(w.mean()) * 1e3 if w.size else math.nan,
+        prefill_share=float(tr.step_prefill_s[win].sum()) / wsum if wsum > 0 else math.nan,
+        preemptions=preempt_in,
+        preemptions_per_1000=1000.0 * preempt_in / max(arrived_in, 1),
+        stable=growth <= STABILITY_TOLERANCE,
+        backlog_growth=growth,
+        steps=int(dt.size),
+        requests=n,
+        measured_requests=n - cut,
+        simulated_s=float(np.nanmax(tr.finish_s)),
+        wall_s=wall,
+        total_blocks=tr.total_blocks,
+        block_bytes=block_bytes,
+        kv_budget_bytes=budget_bytes,
+        notes=notes,
+        latencies=_request_latencies(req, tr, cut, gaps),
+    )
+
+
+def _request_latencies(req: Requests, tr: Trace, cut: int, gaps: GapDistribution) -> RequestLatencies:
+    """TTFT and TPOT of the requests after the warm-up (RequestLatencies' definitions)."""
+    output = req.output_tokens[cut:]
+    return RequestLatencies(
+        prompt_tokens=req.prompt_tokens[cut:],
+        output_tokens=output,
+        ttft_s=(tr.first_token_s - req.arrival_s)[cut:],
+        tpot_s=np.where(output > 1, (tr.finish_s - tr.first_token_s)[cut:] / np.maximum(output - 1, 1), np.nan),
+        gaps=gaps,
+    )
+
+
+def _backlog_growth(req: Requests, tr: Trace, win: np.ndarray, w: np.ndarray, arrival_rps: float) -> float:
+    """Least-squares slope of requests in the system (arrived - finished) against time over the
+    window's steps (weighted by their durations), as a fraction of the arrival rate."""
+    start = tr.step_start_s[win]
+    wsum = float(w.sum())
+    if start.size <= 2 or wsum <= 0:
+        return 0.0
+    in_system = np.searchsorted(req.arrival_s, start, side="right") - np.searchsorted(
+        np.sort(tr.finish_s[np.isfinite(tr.finish_s)]), start, side="right"
+    )
+    tc = start - np.dot(start, w) / wsum
+    var = float(np.dot(tc * tc, w))
+    slope = float(np.dot(tc, in_system * w)) / var if var > 0 else 0.0
+    return slope / max(arrival_rps, 1e-12)
