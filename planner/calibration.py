@@ -93,7 +93,7 @@ SPLITWISE_FILE = "splitwise_perf_model_summary.csv"
 VIDUR_FILE = "vidur_linear_subset.csv"
 TRTLLM_ENGINE = "trtllm-offline"
 
-# Measured GPU label -> catalog id. GH200 and GB200 rows are skipped: not in the catalog.
+# Measured GPU label -> catalog id. GH200 rows are skipped: not in the catalog.
 TRTLLM_GPUS = {
     "H100-80GB": "h100-sxm",
     "H200-141GB": "h200",
@@ -101,6 +101,7 @@ TRTLLM_GPUS = {
     "A100-80GB": "a100-80gb",
     "L40S-48GB": "l40s",
     "B200-180GB": "b200",
+    "GB200-192GB": "gb200",
 }
 # Measured model label -> catalog id. Llama 3.3 70B has Llama 3.1 70B's architecture
 # (identical config.json layer, head, width and vocabulary fields); only the weights differ.
@@ -144,6 +145,9 @@ BORROWED = {
     "a10g": ("a100-80gb", "same Ampere architecture"),
     "l4": ("l40s", "same Ada architecture"),
     "mi300x": ("h100-sxm", "an HBM3 GPU of the same class stands in"),
+    "b300": ("b200", "same Blackwell package"),
+    # Blackwell, but a GDDR, PCIe-only card: the measured card like it is the L40S, not the B200
+    "rtx-pro-6000": ("l40s", "a GDDR, PCIe-only data-center card like it"),
 }
 
 

@@ -332,7 +332,9 @@ class LatencyPoint:
         self.stable = all(w is not None for w in self.waits.values())
         self.rho = self.rate * float(np.dot(c.weight, model.prefill_s))  # prefill's share of time
         self.mean_step = self.t_dec / (1 - self.rho) if self.rho < 1 else math.inf
-        chunks = _chunks(c, self.k, model.step.params_active, model.step.attn_flops_per_ctx_token)
+        # A busy step carries up to the whole budget of prompt tokens whatever θ: θ caps one
+        # prompt's share of a step, and the prompts queued behind it fill the rest.
+        chunks = _chunks(c, model.chunk_tokens, model.step.params_active, model.step.attn_flops_per_ctx_token)
         # A busy decode step carries one chunk; which chunk is a draw weighted by prefill work
         # (a long prompt's late chunks cost most, its early ones little): a request whose every
         # step carries a chunk sees their work-weighted mean, not the costliest one.
