@@ -22,6 +22,7 @@ from planner.histogram import (
     total_bin,
 )
 from planner.workload.columns import PRESETS, resolve_columns
+from planner.workload.histfile import read_histogram
 from planner.workload.ingest import ingest, write_histogram_file
 from planner.workload.synth import generate
 
@@ -179,7 +180,7 @@ def test_log_split_in_parts_histogrammed_and_merged_equals_one_pass(tmp_path):
     merged = ingest(part_files, PLANNER).histogram
     assert merged == whole
     # Histogram.merge of the parts agrees too, and so does a mix of logs and histogram files
-    parts = [Histogram.read_parquet(f) for f in part_files]
+    parts = [read_histogram(f) for f in part_files]
     assert parts[0].merge(parts[1]).merge(parts[2]) == whole
     assert (
         ingest([part_files[0], tmp_path / "part1.parquet", part_files[2]], PLANNER).histogram
@@ -263,3 +264,4 @@ def test_int64_overflow_is_refused_not_wrapped(tmp_path):
     pq.write_table(pa.table({"prompt_tokens": big, "output_tokens": big}), path)
     with pytest.raises(InputError, match="int64 range"):
         ingest([path], PLANNER)
+

@@ -1,6 +1,6 @@
 """Logs (and histogram files) → one Histogram, streaming; the `planner histogram` pipeline.
 
-For each input: a histogram file (Parquet in planner.histogram's file schema) is read and
+For each input: a histogram file (Parquet in histfile.py's schema) is read and
 added; a log is read batch by batch (readers.py), its token counts and times coerced
 (rows.py, timestamps.py), unusable rows counted per reason, and the rest added to the
 dense accumulators (accumulate.py). Because every step adds, the result equals the
@@ -17,10 +17,14 @@ from pathlib import Path
 import numpy as np
 
 from planner.errors import InputError, shorten
-from planner.histogram import HISTOGRAM_FILE_COLUMNS, Histogram
+from planner.histogram import Histogram
 from planner.workload.accumulate import CellAccumulator, MinuteCounter, to_histogram
 from planner.workload.columns import ColumnSpec, matching_presets
-from planner.workload.histfile import read_histogram_and_metadata, write_histogram
+from planner.workload.histfile import (
+    HISTOGRAM_FILE_CORE_COLUMNS,
+    read_histogram_and_metadata,
+    write_histogram,
+)
 from planner.workload.peaks import check_span
 from planner.workload.readers import LogReader
 from planner.workload.rows import EXCLUSION_REASONS, OK, combine_codes, count_reasons, token_counts
@@ -123,7 +127,7 @@ def _is_histogram_file(reader: LogReader) -> bool:
     if reader.format != "parquet":
         return False
     kinds = {
-        file: set(HISTOGRAM_FILE_COLUMNS) <= set(names) for file, names in reader.file_columns().items()
+        file: set(HISTOGRAM_FILE_CORE_COLUMNS) <= set(names) for file, names in reader.file_columns().items()
     }
     if all(kinds.values()):
         return True
