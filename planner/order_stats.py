@@ -22,13 +22,15 @@ def exact_total(values: np.ndarray) -> int:
 
 
 def exact_group_sums(groups: np.ndarray, values: np.ndarray, n_groups: int) -> np.ndarray:
-    """Σ of int64 `values` per group: int64 where every sum stays below 2**62, which float
-    estimates tell, else Python integers (an object array), which cannot wrap."""
+    """Σ of integer `values` (int64, or Python integers in an object array) per group: int64
+    where every sum stays below 2**62, which float estimates tell, else Python integers (an
+    object array), which cannot wrap."""
+    values = np.asarray(values)
     estimate = np.zeros(n_groups)
-    np.add.at(estimate, groups, np.abs(np.asarray(values, np.float64)))
-    dtype = np.int64 if (estimate < 2.0**62).all() else object
+    np.add.at(estimate, groups, np.abs(values.astype(np.float64)))
+    dtype = np.int64 if (estimate < 2.0**62).all() and values.dtype != object else object
     out = np.zeros(n_groups, dtype)
-    np.add.at(out, groups, np.asarray(values, np.int64).astype(dtype))
+    np.add.at(out, groups, values.astype(dtype) if values.dtype == object else values.astype(np.int64).astype(dtype))
     return out
 
 

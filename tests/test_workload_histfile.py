@@ -325,3 +325,14 @@ def test_share_above_is_exact_at_total_edges(log):
     for threshold in (8_192, 32_768, 131_072):
         assert threshold in TOTAL_EDGES
         assert hist.share_above(threshold) == (total > threshold).mean()
+
+
+def test_total_bins_whose_squared_totals_pass_int64_stay_exact():
+    # each cell's sums fit int64, but Σ(prompt + output)² of the total bin does not: the
+    # total's groups add the cells' sums in Python integers (this once raised OverflowError)
+    hist = Histogram.from_arrays(
+        np.array([2_000_000_000, 2_000_000_001]), np.array([2_000_000_000, 2_000_000_000])
+    )
+    # Samuelson narrows the total bin to [4,000,000,000, 4,000,000,001]; two requests spread over it
+    assert hist.quantiles("total", [0.0, 1.0]).tolist() == [4_000_000_000.25, 4_000_000_000.75]
+    assert hist.max_tokens("total") == 4_000_000_001
