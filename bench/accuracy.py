@@ -80,6 +80,7 @@ from planner.sim_capacity import max_sustainable_rate, profile_for
 from planner.sim_measures import RequestLatencies
 from planner.simulate import DEFAULT_WARMUP_FRACTION, simulate_replica
 from planner.targets import SLO, Band
+from planner.workload.histfile import read_histogram
 from planner.workload.synth import generate, synthetic_histogram
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -258,7 +259,7 @@ def percentile_workloads(mooncake: Path | None) -> dict[str, tuple[Histogram, st
         "chat_long_tail": (synthetic_histogram("chat_long_tail", 200_000, seed=7),
                            "synthetic 'chat_long_tail' (planner.workload.synth: the Azure conversation fit plus 2% of "
                            "requests log-uniform in 32k-128k total tokens), 200,000 requests, seed 7"),
-        "azure_conv": (Histogram.read_parquet(SAMPLES / "azure_conv_2023_sample.hist.parquet"),
+        "azure_conv": (read_histogram(SAMPLES / "azure_conv_2023_sample.hist.parquet"),
                        "data/samples/azure_conv_2023_sample.hist.parquet (Azure LLM inference trace 2023, conversation, "
                        "19,366 requests)"),
     }

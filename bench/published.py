@@ -81,6 +81,7 @@ from planner.sim_capacity import profile_for
 from planner.sim_measures import RequestLatencies
 from planner.simulate import simulate_replica
 from planner.targets import SLO, Band
+from planner.workload.histfile import read_histogram
 
 ROOT = Path(__file__).resolve().parent.parent
 MEASURED = ROOT / "data" / "measured"
@@ -281,7 +282,7 @@ def row_lengths(plan: Plan, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
         prompt = np.full(n, int(number(row, "prompt_tokens")), np.int64)
         output = np.full(n, int(number(row, "output_tokens")), np.int64)
     else:
-        hist = Histogram.read_parquet(DATASET_DIR / plan.dataset.file)
+        hist = read_histogram(DATASET_DIR / plan.dataset.file)
         prompt, output = sample_lengths(hist, n, np.random.default_rng(seed))
         mean_out = number(row, "output_tokens")
         if plan.dataset.output == "constant":

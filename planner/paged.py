@@ -33,7 +33,7 @@ from typing import Literal
 
 import numpy as np
 
-from planner.histogram import LENGTH_EDGES, Histogram
+from planner.histogram import Histogram
 from planner.memory import paged_tokens
 
 SizingMode = Literal["worst_case", "expected", "percentile"]
@@ -143,7 +143,7 @@ def token_profile(
     context_steps = exact_linear + prefill_steps * hist.sum_prompt
 
     level_weight = _level_weights(p_held, o_dec, c, prefill_steps, block_size) / steps
-    quantile = _prompt_quantile(hist, prompt_quantile)
+    quantile = float(hist.quantiles("prompt", [prompt_quantile])[0])
     return TokenProfile(
         requests=int(n),
         block_size=block_size,
@@ -191,21 +191,6 @@ def _level_weights(p, o, c, prefill_steps, block) -> np.ndarray:
     weight += np.cumsum(interior)[: top + 1]
     np.add.at(weight, -(-p // block), c * prefill_steps)
     return weight
-
-
-def _prompt_quantile(hist: Histogram, q: float) -> float:
-    """Prompt length at quantile q, interpolated linearly inside its bin from exact counts."""
-    counts = np.bincount(hist.prompt_bin, weights=hist.count, minlength=len(LENGTH_EDGES))
-    cdf = np.cumsum(counts) / counts.sum()
-    i = int(np.searchsorted(cdf, q, side="left"))
-    i = min(i, len(LENGTH_EDGES) - 2)
-    lo, hi = LENGTH_EDGES[i], LENGTH_EDGES[i + 1]
-    below = cdf[i - 1] if i else 0.0
-    frac = (q - below) / (cdf[i] - below) if cdf[i] > below else 1.0
-    # Never beyond the largest prompt actually seen in that bin's cells.
-    in_bin = hist.prompt_bin == i
-    cap = float(np.max(hist.sum_prompt[in_bin] / hist.count[in_bin])) if in_bin.any() else hi
-    return float(min(lo + frac * (hi - lo), max(cap, lo)))
 
 
 # ---------------------------------------------------------------- compound Poisson

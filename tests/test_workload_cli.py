@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from clirun import run
 
-from planner.histogram import Histogram
+from planner.workload.histfile import read_histogram
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 
@@ -52,7 +52,7 @@ def test_histogram_json_has_exactly_the_contract_keys(tmp_path):
         "max_minute": 0.05,
     }
     assert summary["time_unit_assumed"] == "ms"
-    assert Histogram.read_parquet(out).requests == 6
+    assert read_histogram(out).requests == 6
 
 
 def test_histogram_text_summary_and_merge_of_histogram_files(tmp_path):

@@ -22,6 +22,7 @@ from planner.histogram import (
     total_bin,
 )
 from planner.workload.columns import PRESETS, resolve_columns
+from planner.workload.histfile import read_histogram
 from planner.workload.ingest import ingest, write_histogram_file
 from planner.workload.synth import generate
 
@@ -179,7 +180,7 @@ def test_log_split_in_parts_histogrammed_and_merged_equals_one_pass(tmp_path):
     merged = ingest(part_files, PLANNER).histogram
     assert merged == whole
     # Histogram.merge of the parts agrees too, and so does a mix of logs and histogram files
-    parts = [Histogram.read_parquet(f) for f in part_files]
+    parts = [read_histogram(f) for f in part_files]
     assert parts[0].merge(parts[1]).merge(parts[2]) == whole
     assert (
         ingest([part_files[0], tmp_path / "part1.parquet", part_files[2]], PLANNER).histogram
@@ -263,3 +264,40 @@ def test_int64_overflow_is_refused_not_wrapped(tmp_path):
     pq.write_table(pa.table({"prompt_tokens": big, "output_tokens": big}), path)
     with pytest.raises(InputError, match="int64 range"):
         ingest([path], PLANNER)
+
+
+class _Recorder:
+    """A progress sink that keeps what ingest told it."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def start(self, label, total, unit) -> None:
+        self.calls.append(("start", label, total, unit))
+
+    def advance(self, position) -> None:
+        self.calls.append(("advance", position))
+
+
+def _positions(calls: list[tuple], label: str) -> tuple[tuple, list[int]]:
+    """The start call of log `label` and the positions reported after it, up to the next log."""
+    i = next(k for k, c in enumerate(calls) if c[:2] == ("start", label))
+    rest = list(itertools.takewhile(lambda c: c[0] == "advance", calls[i + 1 :]))
+    return calls[i], [c[1] for c in rest]
+
+
+def test_progress_totals_are_parquet_rows_and_text_bytes_and_end_at_the_total(tmp_path):
+    table = generate("chat", 300_000, seed=3).to_table()
+    pq.write_table(table, tmp_path / "log.parquet", row_group_size=50_000)
+    pacsv.write_csv(table, tmp_path / "log.csv")
+    recorder = _Recorder()
+    ingest([tmp_path / "log.parquet", tmp_path / "log.csv"], PLANNER, progress=recorder)
+    start, positions = _positions(recorder.calls, "log.parquet")
+    assert start[2:] == (300_000, "rows")
+    assert positions[-1] == 300_000 and positions == sorted(positions) and len(positions) > 2
+    size = (tmp_path / "log.csv").stat().st_size
+    start, positions = _positions(recorder.calls, "log.csv")
+    assert start[2:] == (size, "B")
+    # rows × the mean row length of the head: below the total until the log is done
+    assert positions[-1] == size and positions == sorted(positions) and positions[-2] < size
+    assert positions[-2] > 0.5 * size

@@ -110,20 +110,35 @@ def histogram(
 
 
 class _progress_bar:
-    """A tqdm bar of rows read, only when stderr is a terminal (never in pipes or tests)."""
+    """A tqdm bar per log read, with its total and an ETA (rows of Parquet, bytes of text
+    logs: planner.workload.progress), only when stderr is a terminal (never in pipes or tests)."""
 
     def __enter__(self):
         self._bar = None
-        if sys.stderr.isatty():
-            from tqdm import tqdm
+        return self if sys.stderr.isatty() else None
 
-            self._bar = tqdm(unit=" rows", unit_scale=True, file=sys.stderr, leave=False)
-            return self._bar.update
-        return None
+    def start(self, label: str, total: int | None, unit: str) -> None:
+        from tqdm import tqdm
+
+        self.__exit__()
+        self._bar = tqdm(
+            desc=label,
+            total=total,
+            unit=" rows" if unit == "rows" else unit,
+            unit_scale=True,
+            unit_divisor=1024 if unit == "B" else 1000,
+            file=sys.stderr,
+            leave=False,
+        )
+
+    def advance(self, position: int) -> None:
+        if self._bar is not None:
+            self._bar.update(position - self._bar.n)
 
     def __exit__(self, *exc_info) -> None:
         if self._bar is not None:
             self._bar.close()
+            self._bar = None
 
 
 @click.command("synth")

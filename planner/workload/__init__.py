@@ -2,9 +2,11 @@
 
 Data flows one way through one module per concept:
   columns (which columns, presets) → readers (streamed record batches) → rows / timestamps
-  (usable rows, minutes) → accumulate (dense cell sums) → ingest (the pipeline, histogram
-  files in and out) → summary (what `planner histogram` prints) and peaks (planning rate).
-  synth makes seeded synthetic logs and histograms; atomic writes files all-or-nothing.
+  (usable rows, minutes) → accumulate (dense cell sums and fine marginals; its compiled
+  loop is cell_kernel) → ingest (the pipeline) → summary (what `planner histogram`
+  prints) and peaks (planning rate). histfile is the histogram file on disk (the Parquet
+  format planner, Spark, Dask and SQL write); progress measures how far a read has gone
+  (for the progress bar). synth makes seeded synthetic logs.
 
 The pipeline's entry point is `planner.workload.ingest.ingest`. Nothing is re-exported
 here: importing a light module (peaks, synth) must not load pyarrow's dataset machinery.

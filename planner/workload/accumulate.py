@@ -1,7 +1,7 @@
 """Streaming accumulation of the joint histogram: dense per-cell sums, sparse per-minute counts.
 
-Memory is fixed (N_CELLS × SUM_COLUMNS int64, about 15 MiB) plus one entry per distinct
-arrival minute, whatever the number of rows. A batch is added in one compiled pass over
+Memory is fixed (N_CELLS × SUM_COLUMNS int64, about 15 MiB, and N_FINE int64 marginal
+counts, 1 MiB) plus one entry per distinct arrival minute, whatever the number of rows. A batch is added in one compiled pass over
 its rows (cell_kernel.py). Bins come from lookup tables built here from
 planner.histogram's bin functions, so the rule stays defined in one place. The sums are
 exact int64, and a batch that could push a cell past the int64 range is refused first.
@@ -16,24 +16,28 @@ import numpy as np
 from planner.errors import InputError
 from planner.histogram import (
     N_CELLS,
+    N_FINE,
+    N_FINE_BINS,
     N_LENGTH_BINS,
     SUM_COLUMNS,
     Histogram,
     cell_index,
+    fine_bin,
+    fine_index_of,
     histogram_from_dense,
     length_bin,
     total_bin,
 )
 
 # Lookup tables give the bin of any length up to _LUT_MAX in one gather instead of a
-# binary search (~20 ns a value); int32 keeps them small enough for the CPU cache.
-# Longer lengths (beyond the usual 128k context) take the binary search.
+# binary search (~20 ns a value); the smallest integer type that holds each keeps them
+# small enough for the CPU cache. Longer lengths (beyond the usual 128k context) take the
+# binary search.
 _LUT_MAX = 1 << 17
 _PROMPT_PART = (length_bin(np.arange(_LUT_MAX + 1)) * N_LENGTH_BINS).astype(np.int32)
 _OUTPUT_PART = length_bin(np.arange(_LUT_MAX + 1)).astype(np.int32)
-_TOTAL_PART = (total_bin(np.arange(2 * _LUT_MAX + 1)).astype(np.int64) * N_LENGTH_BINS**2).astype(
-    np.int32
-)
+_TOTAL_BINS = total_bin(np.arange(2 * _LUT_MAX + 1)).astype(np.int8)
+_FINE_BINS = fine_bin(np.arange(2 * _LUT_MAX + 1)).astype(np.int16)
 _INT64_MAX = np.iinfo(np.int64).max
 
 
@@ -61,11 +65,12 @@ def _row_values(prompt: np.ndarray, output: np.ndarray) -> dict[str, np.ndarray]
 
 
 class CellAccumulator:
-    """Dense per-cell count and sums over every request added so far."""
+    """Dense per-cell count and sums, and dense fine marginals, over every request added so far."""
 
     def __init__(self) -> None:
         # a cell's six sums side by side: one request touches one or two cache lines
         self._sums = np.zeros((N_CELLS, len(SUM_COLUMNS)), np.int64)
+        self.fine = np.zeros(N_FINE, np.int64)  # indexed by planner.histogram.fine_index_of
         # Upper bounds of every cell's value, to refuse int64 overflow instead of wrapping.
         self._bound = dict.fromkeys(SUM_COLUMNS, 0)
         self._beyond_tables = np.empty(0, np.int64)
@@ -115,9 +120,13 @@ class CellAccumulator:
             prompt,
             output,
             self._sums,
+            self.fine,
             _PROMPT_PART,
             _OUTPUT_PART,
-            _TOTAL_PART,
+            _TOTAL_BINS,
+            _FINE_BINS,
+            N_LENGTH_BINS**2,
+            N_FINE_BINS,
             self._beyond_tables,
             self._touched,
             self._n_touched,
@@ -128,17 +137,23 @@ class CellAccumulator:
 
     def _add_by_search(self, prompt: np.ndarray, output: np.ndarray) -> None:
         """Add requests longer than the lookup tables, binning them by binary search."""
-        cells = cell_index(total_bin(prompt + output), length_bin(prompt), length_bin(output))
+        t_bin = total_bin(prompt + output)
+        cells = cell_index(t_bin, length_bin(prompt), length_bin(output))
+        for k, length in enumerate((prompt, output, prompt + output)):
+            np.add.at(self.fine, fine_index_of(k, t_bin, fine_bin(length)), 1)
         self._touch(cells)
         for k, values in enumerate(_row_values(prompt, output).values()):
             np.add.at(self._sums[:, k], cells, values)
 
     def add_histogram(self, hist: Histogram) -> None:
-        """Add a histogram's cells (a histogram file among the inputs)."""
+        """Add a histogram's cells and marginals (a histogram file among the inputs)."""
         cells = cell_index(hist.total_bin, hist.prompt_bin, hist.output_bin)
         for name in SUM_COLUMNS:
             values = getattr(hist, name)
+            if name == "count":  # a fine bin may count more requests than any cell
+                values = np.concatenate([values, hist.fine_count])
             self._reserve(name, int(values.max()) if values.size else 0, lambda v=values: v)
+        np.add.at(self.fine, hist.fine_index, hist.fine_count)
         self._touch(cells)
         for k, name in enumerate(SUM_COLUMNS):
             np.add.at(self._sums[:, k], cells, getattr(hist, name))
@@ -214,4 +229,4 @@ class MinuteCounter:
 
 
 def to_histogram(cells: CellAccumulator, minutes: MinuteCounter) -> Histogram:
-    return histogram_from_dense(cells.dense, *minutes.arrays(), cells=cells.touched_cells)
+    return histogram_from_dense(cells.dense, cells.fine, minutes.arrays(), cells=cells.touched_cells)

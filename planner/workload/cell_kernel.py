@@ -1,12 +1,16 @@
-"""The inner loop of log ingestion, compiled with numba: one pass adds each request to its cell.
+"""The inner loop of log ingestion, compiled with numba: one pass adds each request to its cell
+and to its fine marginal bins.
 
 Why compiled: in numpy the same work takes a dozen whole-array passes (bin lookups, the
 three products, one `np.add.at` per summed column), about 12 ns a row, twice the cost of
 decoding the Parquet it comes from. This loop does it in one pass, about 3 ns a row,
-and releases the GIL, so the next row group decodes meanwhile (`bench/ingest.py`).
+and releases the GIL, so the next row group decodes meanwhile (`bench/ingest.py`). The
+three fine-marginal counts (issue 16) about double the loop's time (measured on a busy
+2-CPU machine: 7 to 14 ns a row); the whole `planner histogram` of 5M Parquet rows did
+not change beyond the run-to-run spread there.
 
 No bin rule lives here. The lookup tables are built by accumulate.py from
-planner.histogram's `length_bin` and `total_bin`. A row longer than the tables is handed
+planner.histogram's `length_bin`, `total_bin` and `fine_bin`. A row longer than the tables is handed
 back to numpy code that uses those functions directly.
 
 The functions are compiled when this module is imported, with their signatures given.
@@ -27,6 +31,8 @@ from numba import njit, types
 # passes a writable array where a read-only one is declared, not the other way round.
 _I64_VECTOR = types.Array(types.int64, 1, "C", readonly=True)
 _I32_VECTOR = types.Array(types.int32, 1, "C", readonly=True)
+_I16_VECTOR = types.Array(types.int16, 1, "C", readonly=True)
+_I8_VECTOR = types.Array(types.int8, 1, "C", readonly=True)
 _OPTIONS = {"nogil": True, "boundscheck": False}
 
 
@@ -67,21 +73,40 @@ def extremes(prompt, output):
         _I64_VECTOR,
         _I64_VECTOR,
         types.int64[:, ::1],
+        types.int64[::1],
         _I32_VECTOR,
         _I32_VECTOR,
-        _I32_VECTOR,
+        _I8_VECTOR,
+        _I16_VECTOR,
+        types.int64,
+        types.int64,
         types.int64[::1],
         types.int32[::1],
         types.int64[::1],
     )
 )
 def add_rows(
-    prompt, output, sums, prompt_part, output_part, total_part, beyond_tables, touched, n_touched
+    prompt,
+    output,
+    sums,
+    fine,
+    prompt_part,
+    output_part,
+    total_bins,
+    fine_bins,
+    cells_per_total_bin,
+    fine_per_total_bin,
+    beyond_tables,
+    touched,
+    n_touched,
 ):
-    """Add each request to `sums[cell]`: count, prompt, output, prompt², prompt·output, output².
+    """Add each request to `sums[cell]` (count, prompt, output, prompt², prompt·output,
+    output²) and to the fine marginals `fine` (prompt, output and total, in thirds).
 
-    cell = total_part[prompt + output] + prompt_part[prompt] + output_part[output]
-    (`planner.histogram.cell_index`, by table). A cell whose count leaves 0 is appended to
+    cell = total_bins[prompt + output] · cells_per_total_bin + prompt_part[prompt] +
+    output_part[output] (`planner.histogram.cell_index`, by table); the marginal entries
+    are third · N + total bin · fine_per_total_bin + fine_bins[length], N = fine.size / 3
+    (`planner.histogram.fine_index_of`). A cell whose count leaves 0 is appended to
     `touched` (as long as `sums`), at `n_touched[0]`, which counts them: reading the
     result then needs only these cells, not a pass over all of `sums`. Counts never fall
     back to 0 while they are only added to, so each cell is appended once. A full list
@@ -91,12 +116,13 @@ def add_rows(
     Its index goes into `beyond_tables`, which must hold as many entries as there are
     rows. Returns how many rows were put there.
     """
-    # the largest length every table covers (the total table, the sum of two of them)
-    limit = min(prompt_part.size, output_part.size, (total_part.size + 1) // 2) - 1
+    # the largest length every table covers (the total tables, the sum of two of them)
+    limit = min(prompt_part.size, output_part.size, (total_bins.size + 1) // 2, (fine_bins.size + 1) // 2) - 1
     if output.size != prompt.size or beyond_tables.size < prompt.size:
         raise ValueError("prompt, output and beyond_tables must hold one entry per row")
     if sums.shape[1] < 6 or n_touched.size < 1:
         raise ValueError("sums needs six columns, n_touched one entry")
+    third = fine.size // 3
     beyond = 0
     for i in range(prompt.size):
         p = prompt[i]
@@ -105,9 +131,16 @@ def add_rows(
             beyond_tables[beyond] = i
             beyond += 1
             continue
-        cell = total_part[p + o] + prompt_part[p] + output_part[o]
+        t = total_bins[p + o]
+        cell = t * cells_per_total_bin + prompt_part[p] + output_part[o]
         if cell < 0 or cell >= sums.shape[0]:
             raise IndexError("lookup tables name a cell outside sums")
+        row = t * fine_per_total_bin
+        fp = fine_bins[p]
+        fo = fine_bins[o]
+        ft = fine_bins[p + o]
+        if min(row, fp, fo, ft) < 0 or row + max(fp, fo, ft) >= third or max(fp, fo, ft) >= fine_per_total_bin:
+            raise IndexError("lookup tables name a fine bin outside the marginals")
         if sums[cell, 0] == 0:
             if n_touched[0] < 0 or n_touched[0] >= touched.size:
                 raise IndexError("touched-cell list full: a cell's count was not positive")
@@ -119,4 +152,7 @@ def add_rows(
         sums[cell, 3] += p * p
         sums[cell, 4] += p * o
         sums[cell, 5] += o * o
+        fine[row + fp] += 1
+        fine[third + row + fo] += 1
+        fine[2 * third + row + ft] += 1
     return beyond

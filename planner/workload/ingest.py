@@ -1,6 +1,6 @@
 """Logs (and histogram files) → one Histogram, streaming; the `planner histogram` pipeline.
 
-For each input: a histogram file (Parquet in planner.histogram's file schema) is read and
+For each input: a histogram file (Parquet in histfile.py's schema) is read and
 added; a log is read batch by batch (readers.py), its token counts and times coerced
 (rows.py, timestamps.py), unusable rows counted per reason, and the rest added to the
 dense accumulators (accumulate.py). Because every step adds, the result equals the
@@ -10,23 +10,26 @@ histogram of one pass over the union of all inputs, however they were split.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from planner.errors import InputError, shorten
-from planner.histogram import HISTOGRAM_FILE_COLUMNS, Histogram
+from planner.histogram import Histogram
 from planner.workload.accumulate import CellAccumulator, MinuteCounter, to_histogram
 from planner.workload.columns import ColumnSpec, matching_presets
-from planner.workload.histfile import read_histogram_and_metadata, write_histogram
+from planner.workload.histfile import (
+    HISTOGRAM_FILE_CORE_COLUMNS,
+    read_histogram_and_metadata,
+    write_histogram,
+)
 from planner.workload.peaks import check_span
+from planner.workload.progress import ProgressSink, log_extent
 from planner.workload.readers import LogReader
 from planner.workload.rows import EXCLUSION_REASONS, OK, combine_codes, count_reasons, token_counts
 from planner.workload.timestamps import MinuteConverter, TimeAssumption
-
-Progress = Callable[[int], None]  # called with the number of rows just read
 
 
 @dataclass(frozen=True)
@@ -74,13 +77,14 @@ def ingest(
     columns: ColumnSpec,
     *,
     fmt: str = "auto",
-    progress: Progress | None = None,
+    progress: ProgressSink | None = None,
     keep_requests: int = 0,
 ) -> IngestResult:
     """Histogram every input into one; raises InputError when no usable row remains.
 
     keep_requests: also keep up to this many timestamped requests row by row (for replaying
-    a log's own arrivals); more than that, or any input without timestamps, keeps none."""
+    a log's own arrivals); more than that, or any input without timestamps, keeps none.
+    progress: told each log's total (progress.py) and its position after each batch."""
     if not paths:
         raise InputError("no input logs given")
     cells, minutes = CellAccumulator(), MinuteCounter()
@@ -123,7 +127,7 @@ def _is_histogram_file(reader: LogReader) -> bool:
     if reader.format != "parquet":
         return False
     kinds = {
-        file: set(HISTOGRAM_FILE_COLUMNS) <= set(names) for file, names in reader.file_columns().items()
+        file: set(HISTOGRAM_FILE_CORE_COLUMNS) <= set(names) for file, names in reader.file_columns().items()
     }
     if all(kinds.values()):
         return True
@@ -143,7 +147,7 @@ def _add_log(
     spec: ColumnSpec,
     cells: CellAccumulator,
     minutes: MinuteCounter,
-    progress: Progress | None,
+    progress: ProgressSink | None,
     kept: list | None = None,
 ) -> FileReport:
     time_col = _check_columns(reader, spec)
@@ -175,6 +179,9 @@ def _add_log(
 
     excluded = dict.fromkeys(EXCLUSION_REASONS, 0)
     rows = requests = 0
+    extent = log_extent(reader.format, reader.data_files()) if progress else None
+    if progress:
+        progress.start(Path(reader.where).name, extent.total, extent.unit)
     for prepared in (prepare_batch(batch) for batch in reader.batches(names)):
         cells.add(prepared.prompt, prepared.output)
         if kept is not None and prepared.seconds is not None:
@@ -186,7 +193,9 @@ def _add_log(
         rows += prepared.rows
         requests += prepared.prompt.size
         if progress:
-            progress(prepared.rows)
+            progress.advance(extent.advance(prepared.rows))
+    if progress:
+        progress.advance(extent.done())
     for reason, count in reader.skipped.items():
         excluded[reason] += count
         rows += count

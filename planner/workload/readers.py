@@ -214,6 +214,12 @@ class LogReader:
         except (pa.ArrowException, OSError) as exc:
             raise InputError(f"cannot read as parquet: {_first_line(exc)}", where=self.where) from None
 
+    def data_files(self) -> list[str]:
+        """The files the log's rows come from (one for a single file)."""
+        if self.format == "parquet":
+            return list(self._parquet_dataset.files)
+        return [str(f) for f in (_data_files(self.path) if self.path.is_dir() else [self.path])]
+
     @functools.cached_property
     def _parquet_dataset(self) -> ds.Dataset:
         partitioning = "hive" if self.path.is_dir() else None

@@ -3,8 +3,8 @@ shares and arrival rates, from a Histogram alone (so a merged histogram file sum
 exactly like the logs it came from).
 
 Lengths: means are exact (per-cell sums); p50/p90/p99 follow `Histogram.quantiles`
-(within one bin of numpy's on the raw rows); max is exact when the top bin holds one
-distinct length, otherwise an upper bound within that bin. Shares above 8k/32k/128k
+(within one fine bin, 1.1%, of numpy's on the raw rows); max is exact when the top group
+holds one distinct length, otherwise an upper bound within its fine bin. Shares above 8k/32k/128k
 total tokens are exact (those are TOTAL_EDGES). Rates are per wall-clock minute
 (peaks.py): the mean over the minutes spanned, the p99 minute and the busiest minute.
 """
@@ -120,8 +120,10 @@ def format_summary(summary: WorkloadSummary) -> str:
     if r.mean is None:
         lines.append("arrival rate: no timestamps")
     else:
+        # histogram parts written by Spark, Dask or SQL hold minutes, not how times were read
+        unit = summary.time_unit_assumed
         lines.append(
             f"arrival rate (req/s): mean {r.mean:.3f}, p99 minute {r.p99_minute:.3f}, max minute {r.max_minute:.3f}"
-            f"  (timestamps read as {summary.time_unit_assumed})"
+            + (f"  (timestamps read as {unit})" if unit else "  (per-minute counts of histogram files)")
         )
     return "\n".join(lines)
