@@ -594,3 +594,16 @@ def test_a_malformed_csv_row_that_is_not_utf8_prints_no_traceback(tmp_path):
     done = subprocess.run([sys.executable, "-m", "planner", "histogram", str(path)], capture_output=True, text=True,
                           cwd=ROOT, timeout=120)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Row #5002" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(("args", "code"), [(["kv", "llama-3.1-8b", "--json"], 0), (["kv", "nope"], 2)])
+def test_the_console_entry_flushes_its_output_and_keeps_the_exit_code(args, code):
+    # `planner` leaves with os._exit (planner.cli.run: Arrow's threads may abort a normal
+    # teardown, found by the external campaign), so what it printed must be flushed first
+    done = subprocess.run([sys.executable, "-m", "planner", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120)
+    assert done.returncode == code, done.stderr
+    if code == 0:
+        assert json.loads(done.stdout)["model"] == "llama-3.1-8b"
+    else:
+        assert done.stderr.startswith("error: unknown model 'nope'") and done.stderr.count("\n") == 1
