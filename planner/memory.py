@@ -310,6 +310,37 @@ def budget_ladder(dep: Deployment) -> BudgetLadder:
     )
 
 
+@dataclass(frozen=True)
+class LadderStep:
+    """One rung between the reported memory and the KV budget, as a person reads it."""
+
+    label: str
+    gib: float | None  # None: a step that scales what follows and has no value of its own
+
+
+def weights_source(dep: Deployment) -> str:
+    """Where step 3's weight bytes come from: the checkpoint's own size when the catalog has
+    it for this dtype, else parameters x bytes per element (weight_bytes)."""
+    m = dep.model
+    if m.checkpoint_weight_bytes and weight_bytes(m, dep.weight_dtype) == m.checkpoint_weight_bytes:
+        return f"{m.checkpoint_weight_bytes / 1e9:.2f} GB, the {dep.weight_dtype.id} checkpoint"
+    return f"{m.params_total / 1e9:.2f} B params × {dep.weight_dtype.bytes_per_element:g} bytes ({dep.weight_dtype.id})"
+
+
+def ladder_rule_steps(dep: Deployment, ladder: BudgetLadder) -> tuple[LadderStep, LadderStep, LadderStep]:
+    """Steps 2-4 of seed 000's ladder in the order the engine's rule applies them (budget_ladder
+    computes them; this names them for the report and `planner capacity`)."""
+    f = ladder.memory_fraction
+    weights = LadderStep(f"− weights: {weights_source(dep)}", ladder.weights_gib)
+    overhead = LadderStep("− overhead (activations, CUDA graphs, logits)", ladder.overhead_gib)
+    if ladder.rule == "fraction_of_total":
+        return LadderStep(f"× gpu_memory_utilization {f:.2f}", ladder.usable_gib), weights, overhead
+    if ladder.rule == "fraction_of_free_after_weights":
+        return weights, overhead, LadderStep(f"× free_gpu_memory_fraction {f:.2f} of what is left", None)
+    return (LadderStep(f"× mem_fraction_static {f:.2f} (weights + KV)", ladder.usable_gib), weights,
+            LadderStep(f"(activations and graphs live in the other {ladder.overhead_gib:.2f} GiB)", None))
+
+
 def users_that_fit(budget_bytes: float, per_user_bytes: float) -> int:
     """floor(budget / per-user): counts are floored, never rounded (design.md, golden numbers)."""
     return math.floor(budget_bytes / per_user_bytes)

@@ -91,6 +91,24 @@ class TokenProfile:
     max_total_tokens: int
 
 
+PREFIX_DISAGREEMENT_SHARE = 0.01  # prompts no longer than the stated shared prefix a workload may hold
+
+
+def prefix_disagreement(hist: Histogram, shared_prefix_tokens: int) -> str | None:
+    """Why a shared prefix does not fit the workload, or None. Every prompt starts with the
+    prefix, so a prompt no longer than it means the log and the prefix disagree: a few such
+    prompts (health checks) are planned as the prefix alone; more than 1% of them is refused,
+    since capacity would then be sized for prompts the log does not have."""
+    if shared_prefix_tokens <= 0 or hist.is_empty:
+        return None
+    low = float(hist.quantiles("prompt", [PREFIX_DISAGREEMENT_SHARE])[0])
+    if low > shared_prefix_tokens:
+        return None
+    return (f"a shared prefix of {shared_prefix_tokens:,} tokens is at least as long as {PREFIX_DISAGREEMENT_SHARE:.0%} "
+            f"or more of the prompts (the 1st-percentile prompt has {low:,.0f} tokens); every prompt starts with "
+            "the prefix, so the workload and the prefix disagree")
+
+
 def token_profile(
     hist: Histogram,
     *,

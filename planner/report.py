@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 
 from planner.files import output_folder, write_text_atomic
-from planner.memory import layer_kind_lines
+from planner.memory import ladder_rule_steps, layer_kind_lines
 from planner.paged import SIZING_MODES
 from planner.planning import SENSITIVITY, Outcome, Plan, PoolDetail
 from planner.report_latency import latency_section
@@ -319,17 +319,8 @@ def _pool_detail(plan: Plan, pd: PoolDetail) -> str:
         "|---|---:|",
         f"| Reported memory | {lad.gpu_memory_gib:,.2f} GiB |",
     ]
-    if lad.rule == "fraction_of_total":
-        lines.append(f"| × gpu_memory_utilization {lad.memory_fraction:.2f} | {lad.usable_gib:,.2f} GiB |")
-        lines.append(f"| − weights ({plan.model.params_total / 1e9:.2f} B params × {dep.weight_dtype.bytes_per_element:g} bytes) | {lad.weights_gib:,.2f} GiB |")
-        lines.append(f"| − overhead (activations, CUDA graphs, logits) | {lad.overhead_gib:,.2f} GiB |")
-    elif lad.rule == "fraction_of_free_after_weights":
-        lines.append(f"| − weights ({plan.model.params_total / 1e9:.2f} B params × {dep.weight_dtype.bytes_per_element:g} bytes) | {lad.weights_gib:,.2f} GiB |")
-        lines.append(f"| − overhead | {lad.overhead_gib:,.2f} GiB |")
-        lines.append(f"| × free_gpu_memory_fraction {lad.memory_fraction:.2f} | |")
-    else:
-        lines.append(f"| × mem_fraction_static {lad.memory_fraction:.2f} (weights + KV) | {lad.usable_gib:,.2f} GiB |")
-        lines.append(f"| − weights | {lad.weights_gib:,.2f} GiB |")
+    for step in ladder_rule_steps(dep, lad):
+        lines.append(f"| {step.label} | {'' if step.gib is None else f'{step.gib:,.2f} GiB'} |")
     lines += [
         f"| = KV budget | {lad.kv_budget_gib:,.2f} GiB |",
         f"| Cache per token ({cfg.kv_dtype}) | {lad.kv_bytes_per_token:,} bytes |",

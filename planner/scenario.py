@@ -509,6 +509,19 @@ class Scenario(_Strict):
                 raise ValueError(validation_message(exc, ConfigJsonModel)) from None
         return v
 
+    @field_validator("gpus")
+    @classmethod
+    def _one_entry_per_gpu(cls, v: list[str | GPUCandidate]) -> list[str | GPUCandidate]:
+        """Two entries for one GPU type would give it two caps and two prices, one of them ignored."""
+        first: dict[str, int] = {}
+        for i, g in enumerate(v):
+            gpu = g if isinstance(g, str) else g.id
+            if gpu in first:
+                raise ValueError(f"gpus[{i}]: {gpu} is listed twice (first as gpus[{first[gpu]}]); give one entry "
+                                 "per GPU type, with its cap and price")
+            first[gpu] = i
+        return v
+
     @field_validator("tp")
     @classmethod
     def _tp(cls, v: list[int]) -> list[int]:

@@ -35,6 +35,7 @@ class Traffic:
 
 def load_traffic(scn: Scenario, base: Path) -> Traffic:
     """The histogram of all requests, the measured peak and mean rates, and notes for the report."""
+    from planner.paged import prefix_disagreement
     from planner.workload.peaks import mean_rate_rps, peak_rate_rps
 
     src = scn.traffic.source
@@ -78,6 +79,12 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
         notes += list(result.notes)
     peak = scn.traffic.peak
     measured = peak_rate_rps(hist, method=peak.method, quantile=peak.quantile, explicit_rps=peak.rps, growth=1.0)
+    if scn.traffic.mean_rps is not None and scn.traffic.mean_rps > measured * (1 + 1e-9):
+        raise InputError(f"mean_rps: {scn.traffic.mean_rps:,g} req/s is above the peak, {measured:,.4g} req/s "
+                         "(a mean cannot exceed the peak the plan is sized for)")
+    disagreement = prefix_disagreement(hist, scn.traffic.shared_prefix_tokens)
+    if disagreement:
+        raise InputError(f"shared_prefix_tokens: {disagreement}")
     mean = scn.traffic.mean_rps or mean_rate_rps(hist)
     try:
         profile = traffic_profile(scn.traffic.profile, hist)

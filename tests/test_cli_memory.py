@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 
 from clirun import run
+from golden_files import assert_matches_golden
 
 
 def test_capacity_json_reproduces_53_and_191():
-    r = run("capacity", "llama-3.1-8b", "h100-sxm", "--max-model-len", "8192", "--typical-tokens", "2300", "--json")
+    r = run("capacity", "llama-3.1-8b", "h100-sxm", "--context-limit", "8192", "--typical-tokens", "2300", "--json")
     assert r.exit_code == 0, r.output
     out = json.loads(r.output)
     assert out["worst_case_users"] == 53
@@ -20,11 +21,17 @@ def test_capacity_json_reproduces_53_and_191():
 
 
 def test_capacity_table_walks_the_ladder_and_names_levers():
-    r = run("capacity", "llama-3.1-8b", "h100-sxm", "--max-model-len", "8192", "--typical-tokens", "2300")
+    """Seed 000's worked example, step by step: 53 users guaranteed, 191 observed; every line exact."""
+    r = run("capacity", "llama-3.1-8b", "h100-sxm", "--context-limit", "8192", "--typical-tokens", "2300")
     assert r.exit_code == 0, r.output
-    for text in ("71.69 GiB usable", "14.96 GiB", "53.73 GiB", "53 users", "191 users", "fp8 KV cache",
-                 "context limit 4,096", "fp8 weights", "+14%"):
-        assert text in r.output
+    assert_matches_golden("capacity_8b_h100.txt", r.output)
+
+
+def test_capacity_with_a_class_and_a_rate_prints_every_figure_exactly():
+    r = run("capacity", "llama-3.1-8b", "h100-sxm", "--context-limit", "8192", "--prompt-tokens", "1000",
+            "--output-tokens", "200", "--tpot-ms", "50", "--rate-rps", "5", "--engine", "trtllm")
+    assert r.exit_code == 0, r.output
+    assert_matches_golden("capacity_8b_h100_class_trtllm.txt", r.output)
 
 
 def test_kv_json():
@@ -62,8 +69,8 @@ def test_weights_that_do_not_fit_exit_2_with_the_numbers():
 
 
 def test_capacity_with_a_class_adds_rate_and_binding():
-    r = run("capacity", "llama-3.1-8b", "h100-sxm", "--max-model-len", "8192", "--prompt-tokens", "1000",
-            "--output-tokens", "200", "--tpot-ms", "40", "--rate", "5", "--json")
+    r = run("capacity", "llama-3.1-8b", "h100-sxm", "--context-limit", "8192", "--prompt-tokens", "1000",
+            "--output-tokens", "200", "--tpot-ms", "40", "--rate-rps", "5", "--json")
     assert r.exit_code == 0, r.output
     out = json.loads(r.output)
     assert out["max_rps_per_replica"] > 0
@@ -78,8 +85,8 @@ def test_capacity_with_a_class_adds_rate_and_binding():
 
 
 def test_rate_beyond_capacity_is_flagged():
-    r = run("capacity", "llama-3.1-8b", "h100-sxm", "--max-model-len", "8192", "--prompt-tokens", "1000",
-            "--output-tokens", "200", "--tpot-ms", "40", "--rate", "1000", "--json")
+    r = run("capacity", "llama-3.1-8b", "h100-sxm", "--context-limit", "8192", "--prompt-tokens", "1000",
+            "--output-tokens", "200", "--tpot-ms", "40", "--rate-rps", "1000", "--json")
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["at_rate"]["beyond_capacity"] is True
 
@@ -98,7 +105,7 @@ def test_capacity_from_a_histogram_file_of_a_real_trace():
     from pathlib import Path
 
     hist = Path(__file__).parent.parent / "data" / "samples" / "azure_conv_2023_sample.hist.parquet"
-    r = run("capacity", "llama-3.1-8b", "h100-sxm", "--max-model-len", "8192", "--histogram", str(hist),
+    r = run("capacity", "llama-3.1-8b", "h100-sxm", "--context-limit", "8192", "--histogram", str(hist),
             "--sizing", "percentile", "--itl-ms", "50", "--json")
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)  # a note on stderr says how many requests exceed the limit

@@ -53,13 +53,13 @@ def command_lines(draw) -> list[str]:
     if command == "capacity":
         return ["capacity", draw(MODELS), draw(GPUS), *_options(draw, {
             "--tp": either("1", "2"), "--weight-dtype": DTYPES, "--kv-dtype": DTYPES,
-            "--max-model-len": either("8192", "4096", "131072"),
+            "--context-limit": either("8192", "4096", "131072"),
             "--engine": st.sampled_from(["vllm", "sglang", "nope"]), "--gpu-memory-utilization": either("0.9", "0.5"),
             "--overhead-gib": either("3", "0"), "--typical-tokens": either("2300", "1"),
             "--prompt-tokens": either("2000", "0", "1"), "--output-tokens": either("300", "1"),
             "--sizing": st.sampled_from(["worst_case", "expected", "percentile", "x"]),
-            "--quantile": either("0.99", "0.5"), "--shared-prefix": either("0", "1000", "9000"),
-            "--itl-ms": either("50", "5"), "--ttft-s": either("2", "0.05"), "--rate": either("1", "10", "0"),
+            "--quantile": either("0.99", "0.5"), "--shared-prefix-tokens": either("0", "1000", "9000"),
+            "--itl-ms": either("50", "5"), "--ttft-s": either("2", "0.05"), "--rate-rps": either("1", "10", "0"),
             "--histogram": st.sampled_from(["{tmp}/missing.parquet", str(LOGS / "handmade.csv")]),
             "--json": st.none(),
         })]

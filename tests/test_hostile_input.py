@@ -79,7 +79,7 @@ def test_a_bad_timestamp_in_the_first_row_excludes_that_row_only(tmp_path, fmt):
     assert out["requests"] == 3
     assert out["excluded_rows"] == {"null": 0, "negative": 0, "non_numeric": 1}
     assert out["time_unit_assumed"] == "ms"
-    assert out["rate_rps"]["max_minute"] == 0.0167  # one arrival in each of three minutes
+    assert out["rate_rps"]["minutes"] == 3  # one arrival in each of three minutes
 
 
 def test_one_wild_timestamp_does_not_decide_the_unit_of_the_rest(tmp_path):
@@ -206,6 +206,14 @@ def test_histogram_output_equal_to_its_input_is_refused(tmp_path):
     assert log.read_bytes() == before
 
 
+def test_histogram_output_named_as_a_text_format_is_refused(tmp_path):
+    log = tmp_path / "log.parquet"
+    assert run("synth", "chat", "-n", 30, "-o", log).exit_code == 0
+    r = run("histogram", log, "-o", tmp_path / "h.csv")
+    one_line_error(r, 2, "Invalid value for -o/--output:", "h.csv: a histogram file is Parquet; name it with .parquet")
+    assert leftovers(tmp_path) == ["log.parquet"]
+
+
 def test_solve_write_lp_onto_the_scenario_is_refused(tmp_path):
     path = scenario(tmp_path)
     before = path.read_text()
@@ -303,12 +311,16 @@ def test_sampled_prompts_are_longer_than_the_shared_prefix():
     assert set(np.unique(plain.prompt_tokens)) > {4_097} or int(plain.prompt_tokens.min()) < 4_096
 
 
-def test_the_shipped_trace_scenario_with_a_4096_token_prefix_verifies(tmp_path):
-    text = (ROOT / "scenarios" / "azure_conv_trace.yaml").read_text()
-    text = text.replace("../data/", f"{ROOT / 'data'}/").replace("  growth: 1.5", "  growth: 1.5\n  shared_prefix_tokens: 4096")
-    r = run("simulate", scenario(tmp_path, text), "--requests", 2_000, "--json")
+def test_the_shipped_trace_with_a_few_prompts_shorter_than_the_prefix_verifies(tmp_path):
+    # a 16-token prefix: about 0.5% of the trace's prompts are shorter (planned as the prefix
+    # alone, simulated and replayed lengthened past it); 4,096 tokens is longer than half of them
+    text = (ROOT / "scenarios" / "azure_conv_trace.yaml").read_text().replace("../data/", f"{ROOT / 'data'}/")
+    r = run("simulate", scenario(tmp_path, text.replace("  growth: 1.5", "  growth: 1.5\n  shared_prefix_tokens: 16")),
+            "--requests", 2_000, "--json")
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["pools"]
+    r = run("simulate", scenario(tmp_path, text.replace("  growth: 1.5", "  growth: 1.5\n  shared_prefix_tokens: 4096")))
+    one_line_error(r, 2, "traffic: shared_prefix_tokens: a shared prefix of 4,096 tokens is at least as long as 1%")
 
 
 # ---- parsers: nesting, size, duplicates ----------------------------------------------------
@@ -607,3 +619,53 @@ def test_the_console_entry_flushes_its_output_and_keeps_the_exit_code(args, code
         assert json.loads(done.stdout)["model"] == "llama-3.1-8b"
     else:
         assert done.stderr.startswith("error: unknown model 'nope'") and done.stderr.count("\n") == 1
+
+
+# ---- second campaign (external): rates of short logs -----------------------------------------
+def test_a_source_shorter_than_four_minutes_is_refused_not_planned_for_a_third_of_its_load(tmp_path):
+    # 20,000 requests at 1,000 req/s span 20 s: one minute of the clock read as 333 req/s
+    text = BASE.replace("  source: {constant: {prompt_tokens: 1000, output_tokens: 200}}\n  peak: {method: explicit, rps: 4}",
+                        "  source: {synthetic: {name: chat, requests: 20000, rate_rps: 1000}}\n"
+                        "  peak: {method: quantile, quantile: 0.99}")
+    r = run("solve", scenario(tmp_path, text), "--no-report")
+    one_line_error(r, 2, "traffic: the arrivals span 1 minute(s) of the clock, too short to measure a per-minute peak",
+                   "peak: {method: explicit, rps: ...}")
+
+
+def test_synth_refuses_a_log_longer_than_a_log_may_span(tmp_path):
+    r = run("synth", "chat", "-n", 1000, "--rate-rps", 1e-6, "-o", tmp_path / "slow.csv")
+    one_line_error(r, 2, "1,000 requests at 1e-06 req/s span 33 years, more than a log may (16 years)")
+    assert leftovers(tmp_path) == []
+
+
+def test_a_gpu_listed_twice_is_refused_whatever_the_order(tmp_path):
+    # one entry's cap or price was silently ignored, which one depending on the order
+    for gpus in ("[{id: h100-sxm, max_gpus: 1}, {id: h100-sxm, max_gpus: 100, price_usd_per_hour: 0.5}]",
+                 "[h100-sxm, {id: h100-sxm, max_gpus: 1}]"):
+        r = run("solve", scenario(tmp_path, BASE.replace("gpus: [h100-sxm]", f"gpus: {gpus}")), "--no-report")
+        one_line_error(r, 2, "gpus: Value error, gpus[1]: h100-sxm is listed twice (first as gpus[0])")
+
+
+def test_a_mean_rate_above_the_peak_is_refused(tmp_path):
+    # utilisation at the mean was 354% and the cost per token 25 times too low
+    text = BASE.replace("  peak: {method: explicit, rps: 4}", "  peak: {method: explicit, rps: 4}\n  mean_rps: 100")
+    r = run("solve", scenario(tmp_path, text), "--no-report")
+    one_line_error(r, 2, "traffic: mean_rps: 100 req/s is above the peak, 4 req/s")
+
+
+@pytest.mark.parametrize("prefix", [1000, 4000])
+def test_a_shared_prefix_as_long_as_the_prompts_is_refused(tmp_path, prefix):
+    # capacity fell as the prefix grew past the prompts: 116 req/s at 999 tokens, 39 at 4,000
+    text = BASE.replace("  peak: {method: explicit, rps: 4}", f"  peak: {{method: explicit, rps: 4}}\n  shared_prefix_tokens: {prefix}")
+    r = run("solve", scenario(tmp_path, text), "--no-report")
+    one_line_error(r, 2, f"traffic: shared_prefix_tokens: a shared prefix of {prefix:,} tokens is at least as long as "
+                   "1% or more of the prompts (the 1st-percentile prompt has 1,000 tokens)")
+
+
+def test_capacity_refuses_a_shared_prefix_longer_than_the_prompt_or_the_limit():
+    args = ("capacity", "llama-3.1-8b", "h100-sxm", "--prompt-tokens", 2000, "--output-tokens", 100, "--max-model-len", 8192)
+    one_line_error(run(*args, "--shared-prefix-tokens", 100_000), 2,
+                   "Invalid value for --shared-prefix-tokens: 100,000 tokens is not below the context limit 8,192")
+    one_line_error(run(*args, "--shared-prefix-tokens", 5_000), 2,
+                   "Invalid value for --shared-prefix-tokens: a shared prefix of 5,000 tokens is at least as long as 1% or more")
+    assert run(*args, "--shared-prefix-tokens", 1_999).exit_code == 0

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from golden_files import GOLDEN, assert_matches_golden
 
 from planner.cli import main
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent
-GOLDEN = HERE / "golden"
 
 
 def solve_into(out: Path, *scenarios: Path) -> None:
@@ -22,14 +21,8 @@ def solve_into(out: Path, *scenarios: Path) -> None:
 
 
 def test_tiny_report_matches_the_golden_file(tmp_path):
-    """Set PLANNER_UPDATE_GOLDEN=1 to rewrite the golden file after an intended change (and review the diff)."""
     solve_into(tmp_path, GOLDEN / "tiny.yaml")
-    text = (tmp_path / "tiny.md").read_text(encoding="utf-8")
-    golden = GOLDEN / "tiny.md"
-    if os.environ.get("PLANNER_UPDATE_GOLDEN"):
-        golden.write_text(text, encoding="utf-8")
-        pytest.skip("golden file rewritten, not compared: review its diff, then run again without PLANNER_UPDATE_GOLDEN")
-    assert text == golden.read_text(encoding="utf-8")
+    assert_matches_golden("tiny.md", (tmp_path / "tiny.md").read_text(encoding="utf-8"))
 
 
 def test_report_leads_with_the_decision_and_shows_the_arithmetic(tmp_path):

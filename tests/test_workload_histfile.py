@@ -185,6 +185,16 @@ def test_fine_rows_that_do_not_count_the_cells_are_refused(log):
         histogram_from_table(_bad(table, "fine_bin", moved))
 
 
+def test_minute_rows_that_count_more_arrivals_than_requests_are_refused():
+    # (found by the external campaign: one minute row set to 1,000 arrivals planned 16.67 req/s for 3 requests)
+    hist = Histogram.from_arrays(np.array([100, 200, 3000]), np.array([10, 20, 30]), np.array([0.0, 30.0, 90.0]))
+    table = histogram_table(hist)
+    first_minute = table["kind"].to_pylist().index("minute")
+    count = [1000 if i == first_minute else c for i, c in enumerate(table["count"].to_pylist())]
+    with pytest.raises(InputError, match="the 'minute' rows count 1,001 arrivals but the cells hold 3 requests"):
+        histogram_from_table(_bad(table, "count", count))
+
+
 def _readme_sql() -> str:
     text = (ROOT / "README.md").read_text()
     section = text.split("## Histograms at scale (Spark, Dask, DuckDB, SQL)", 1)[1].split("\n## ", 1)[0]

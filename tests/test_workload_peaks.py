@@ -12,13 +12,14 @@ from planner.workload.peaks import mean_rate_rps, peak_rate_rps, per_minute_coun
 
 @pytest.fixture
 def hist():
-    # 120 arrivals in minute 0, none in minute 1, 60 in minute 2
-    seconds = np.concatenate([np.linspace(0, 59, 120), np.linspace(120, 179, 60)])
-    return Histogram.from_arrays(np.full(180, 100), np.full(180, 10), seconds)
+    # whole minutes 1-3: 120 arrivals, none, 60; minutes 0 and 4 are the log's partial ends (30 and 15)
+    seconds = np.concatenate([np.linspace(30, 59, 30), np.linspace(60, 119, 120), np.linspace(180, 239, 60),
+                              np.linspace(240, 254, 15)])
+    return Histogram.from_arrays(np.full(225, 100), np.full(225, 10), seconds)
 
 
 def test_quiet_minutes_count_as_zero(hist):
-    assert per_minute_counts(hist).tolist() == [120, 0, 60]
+    assert per_minute_counts(hist).tolist() == [30, 120, 0, 60, 15]
     assert mean_rate_rps(hist) == pytest.approx(180 / 180)
 
 
@@ -30,7 +31,7 @@ def test_methods_and_growth(hist):
         np.quantile([120, 0, 60], 0.99) / 60
     )
     assert peak_rate_rps(None, "explicit", explicit_rps=40, growth=1.25) == 50.0
-    assert peak_rate_rps([60, 120, 30], "max") == 2.0  # plain per-minute counts
+    assert peak_rate_rps([60, 120, 90, 30], "max") == 2.0  # plain per-minute counts
 
 
 @pytest.mark.parametrize(
@@ -58,9 +59,19 @@ def test_no_times_negative_counts_and_zero_rates_are_refused():
     with pytest.raises(InputError, match=">= 0"):
         peak_rate_rps([5, -1], "max")
     with pytest.raises(InputError, match="0 req/s"):
-        peak_rate_rps([0, 0, 0], "quantile", quantile=0.5)
-    with pytest.raises(InputError, match="0 req/s"):
-        peak_rate_rps([0, 0, 60], "quantile", quantile=0.5)
+        peak_rate_rps([5, 0, 0, 0, 5], "quantile", quantile=0.5)
+    with pytest.raises(InputError, match=r"peak rate is 0 req/s: the 0.5 quantile of 3 whole minutes has no arrival "
+                                         r"\(arrivals fall in 1 of them\); use a higher quantile or method 'max'"):
+        peak_rate_rps([5, 0, 0, 60, 5], "quantile", quantile=0.5)
+
+
+@pytest.mark.parametrize("counts", [[20000], [10, 60, 3]])
+def test_a_log_of_fewer_than_two_whole_minutes_has_no_measured_peak(counts):
+    """20,000 requests in 20 s read as one minute would be 333 req/s, not 1,000: no rate is measured."""
+    with pytest.raises(InputError, match=r"the arrivals span \d minute\(s\) of the clock, too short to measure a "
+                                         r"per-minute peak"):
+        peak_rate_rps(counts, "quantile", quantile=0.99)
+    assert mean_rate_rps(counts) is None
 
 
 def test_partial_first_and_last_minutes_are_left_out_of_rates():

@@ -15,6 +15,9 @@ from planner.cli.options import FiniteFloatRange, echo_json, json_option
 from planner.workload.columns import FORMATS, PRESETS, TIME_UNITS, resolve_columns
 from planner.workload.synth import DISTRIBUTIONS, distribution, generate, write_log
 
+# Names that promise a text format a histogram file is not.
+_TEXT_SUFFIXES = (".csv", ".tsv", ".txt", ".json", ".jsonl", ".ndjson", ".yaml", ".yml")
+
 
 @click.command("histogram")
 @click.argument("logs", nargs=-1, required=True, type=click.Path(path_type=Path))
@@ -80,6 +83,10 @@ def histogram(
     from planner.workload.ingest import ingest, write_histogram_file
     from planner.workload.summary import format_summary, summarize
 
+    if output is not None and output.suffix.lower() in _TEXT_SUFFIXES:
+        raise click.BadParameter(
+            f"{output}: a histogram file is Parquet; name it with .parquet (a {output.suffix} name "
+            "would hide the format)", param_hint="-o/--output")
     columns = resolve_columns(preset, prompt_col, output_col, time_col, time_unit, no_time)
     with _progress_bar() as progress:
         result = ingest(logs, columns, fmt=fmt, progress=progress)

@@ -148,6 +148,11 @@ def histogram_from_table(table, where: str = "histogram table") -> Histogram:
     _check_marginals(bins, sums["count"], fine, where)
     if (minute_count < 1).any():
         raise InputError("a 'minute' row has count < 1", where=where)
+    # Arrivals are requests with a time: a merge with an untimed log may count fewer, never more.
+    arrivals, requests = sum(minute_count.tolist()), sum(sums["count"].tolist())
+    if arrivals > requests:
+        raise InputError(f"the 'minute' rows count {arrivals:,} arrivals but the cells hold {requests:,} requests",
+                         where=where)
     index = cell_index(bins["total_bin"], bins["prompt_bin"], bins["output_bin"])
     fine_index = np.concatenate(
         [fine_index_of(k, fine[of]["total_bin"], fine[of]["fine_bin"]) for k, of in enumerate(LENGTH_OF)]

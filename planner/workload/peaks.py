@@ -67,12 +67,16 @@ def _when(minute: int) -> str:
         return f"minute {minute:,}"
 
 
+MIN_WHOLE_MINUTES = 2  # a per-minute rate needs whole minutes to measure
+
+
 def whole_minutes(counts: np.ndarray) -> np.ndarray:
     """The minutes a log covers whole: without its first and last, which it starts and ends
     within (a log of 250 s touches 5 minutes, the last with 10 s of traffic; counting it as
-    a full minute understates the mean by 17%). Logs shorter than 4 minutes are kept whole:
-    dropping two of three minutes would leave too little to measure."""
-    return counts[1:-1] if counts.size >= 4 else counts
+    a full minute understates the mean by 17%; a log of 20 s at 1,000 req/s would read as
+    333 req/s). Empty when fewer than MIN_WHOLE_MINUTES remain: no rate can be measured."""
+    whole = counts[1:-1]
+    return whole if whole.size >= MIN_WHOLE_MINUTES else whole[:0]
 
 
 def mean_rate_rps(hist_or_minutes: Histogram | Sequence[int] | np.ndarray) -> float | None:
@@ -119,16 +123,25 @@ def peak_rate_rps(
         raise InputError(
             f"peak-rate method '{method}' needs arrival counts (a histogram with timestamps)"
         )
-    counts = whole_minutes(per_minute_counts(hist_or_minutes))
-    if not counts.size:
+    touched = per_minute_counts(hist_or_minutes)
+    if not touched.size:
         raise InputError(
             f"peak-rate method '{method}' needs arrival times, and the workload has none; "
             "give the log's time column, or use method 'explicit'"
         )
+    counts = whole_minutes(touched)
+    if not counts.size:
+        raise InputError(
+            f"the arrivals span {touched.size} minute(s) of the clock, too short to measure a per-minute peak "
+            f"(the first and last are partial; {MIN_WHOLE_MINUTES + 2} are needed): give a longer log, or state "
+            "the peak with peak: {method: explicit, rps: ...}"
+        )
     base = counts.max() if method == "max" else np.quantile(counts, quantile)
     rate = float(base) / SECONDS_PER_MINUTE * growth
     if rate <= 0:
+        busy = int(np.count_nonzero(counts))
         raise InputError(
-            f"peak rate is 0 req/s ({method}, quantile {quantile}): nothing to plan for"
+            f"peak rate is 0 req/s: the {quantile:g} quantile of {counts.size:,} whole minutes has no arrival "
+            f"(arrivals fall in {busy:,} of them); use a higher quantile or method 'max'"
         )
     return rate

@@ -14,7 +14,12 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from planner.histogram import Histogram
-from planner.workload.peaks import mean_rate_rps, minute_rate_quantile_rps, per_minute_counts
+from planner.workload.peaks import (
+    mean_rate_rps,
+    minute_rate_quantile_rps,
+    per_minute_counts,
+    whole_minutes,
+)
 from planner.workload.rows import EXCLUSION_REASONS
 
 SHARE_THRESHOLDS_TOKENS = (8_192, 32_768, 131_072)
@@ -32,10 +37,12 @@ class LengthStats(BaseModel):
 
 
 class RateStats(BaseModel):
-    """Requests/s; None when the workload has no arrival times."""
+    """Requests/s over the whole minutes of the log (its first and last are partial); None
+    without arrival times or with too few whole minutes (planner.workload.peaks)."""
 
     model_config = ConfigDict(frozen=True)
 
+    minutes: int  # minutes of the clock the arrivals touch, partial ones included; 0 without times
     mean: float | None
     p99_minute: float | None
     max_minute: float | None
@@ -73,6 +80,7 @@ def summarize(
     """Summary of a non-empty histogram."""
     counts = per_minute_counts(hist)  # once: it spans every minute of the log
     has_times = counts.size > 0
+    whole = whole_minutes(counts)
 
     def rate(value: float | None) -> float | None:
         return round(value, 4) if value is not None else None
@@ -85,9 +93,10 @@ def summarize(
         total_tokens=_length_stats(hist, "total"),
         share_above={str(t): round(hist.share_above(t), 6) for t in SHARE_THRESHOLDS_TOKENS},
         rate_rps=RateStats(
+            minutes=int(counts.size),
             mean=rate(mean_rate_rps(counts)),
             p99_minute=rate(minute_rate_quantile_rps(counts, 0.99)),
-            max_minute=rate(float(hist.minute_count.max()) / 60 if has_times else None),
+            max_minute=rate(float(whole.max()) / 60 if whole.size else None),
         ),
         time_unit_assumed=time_unit_assumed if has_times else None,
     )
@@ -117,8 +126,11 @@ def format_summary(summary: WorkloadSummary) -> str:
     shares = ", ".join(f"> {int(t):,}: {100 * s:.2f}%" for t, s in summary.share_above.items())
     lines.append(f"share of requests by total tokens: {shares}")
     r = summary.rate_rps
-    if r.mean is None:
+    if not r.minutes:
         lines.append("arrival rate: no timestamps")
+    elif r.mean is None:
+        lines.append(f"arrival rate: the arrivals touch {r.minutes} minute(s) of the clock, too few whole minutes "
+                     "to measure a rate")
     else:
         # histogram parts written by Spark, Dask or SQL hold minutes, not how times were read
         unit = summary.time_unit_assumed

@@ -24,6 +24,7 @@ from planner.errors import InputError, did_you_mean
 from planner.files import atomic_output
 from planner.histogram import Histogram
 from planner.workload.columns import PRESETS
+from planner.workload.peaks import MAX_SPAN_MINUTES
 
 START_MS = 1_704_067_200_000  # 2024-01-01T00:00:00Z: synthetic logs start here
 _COLUMNS = PRESETS["planner"]  # the column names synthetic logs are written with
@@ -152,7 +153,13 @@ def generate(
     tail = np.flatnonzero(in_tail)
     prompt[tail], output[tail] = _tail_lengths(model, tail.size, rng)
     gaps_ms = rng.exponential(1000.0 / rate, requests)
-    timestamp_ms = start_ms + np.floor(np.cumsum(gaps_ms)).astype(np.int64)
+    arrival_ms = np.cumsum(gaps_ms)
+    if arrival_ms.size and arrival_ms[-1] > MAX_SPAN_MINUTES * 60_000.0:
+        raise InputError(
+            f"{requests:,} requests at {rate:g} req/s span {arrival_ms[-1] / 3.15576e10:,.0f} years, more than a log "
+            f"may ({MAX_SPAN_MINUTES * 60 / 3.15576e7:.0f} years): raise the rate or lower the count"
+        )
+    timestamp_ms = start_ms + np.floor(arrival_ms).astype(np.int64)
     return SyntheticLog(prompt, output, timestamp_ms)
 
 

@@ -1,0 +1,211 @@
+"""One replica described for a person: seed 000's budget ladder and the levers, and, given a
+traffic class, the replica's capacity, its latency at the targets' statistic and its state at a
+stated rate. `planner capacity` prints this; the library owns it so that the command only reads
+options and the same numbers can be asked for from Python."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from planner.capacity import Capacity, ReplicaModel, replica_capacity
+from planner.catalog import Catalog
+from planner.deployment import Deployment
+from planner.memory import (
+    BudgetLadder,
+    kv_bytes_per_sequence,
+    ladder_rule_steps,
+    layer_kind_lines,
+    memory_levers,
+    paged_tokens,
+    paged_users,
+)
+from planner.paged import TokenProfile
+from planner.roofline import StepModel, ridge_point
+from planner.targets import SLO
+from planner.units import GiB
+
+
+def ladder_payload(dep: Deployment, ladder: BudgetLadder, typical_tokens: int | None) -> dict:
+    """The ladder's numbers, keyed as `planner capacity --json` prints them."""
+    return {
+        "model": dep.model.id,
+        "gpu": dep.gpu.id,
+        "tp": dep.tp,
+        "weight_dtype": dep.weight_dtype.id,
+        "kv_dtype": dep.kv_dtype.id,
+        "engine": dep.engine.id,
+        "context_limit": dep.max_model_len,
+        "gpu_memory_utilization": dep.memory_fraction,
+        "gpu_memory_gib": ladder.gpu_memory_gib,
+        "usable_gib": ladder.usable_gib,
+        "weights_gib": ladder.weights_gib,
+        "overhead_gib": ladder.overhead_gib,
+        "kv_budget_gib": ladder.kv_budget_gib,
+        "kv_bytes_per_token": ladder.kv_bytes_per_token,
+        "kv_layer_kinds": [dataclasses.asdict(k) for k in ladder.kv_layout.kinds],
+        "kv_state_bytes_per_sequence": ladder.kv_layout.state_bytes_per_sequence,
+        "kv_gib_per_user": ladder.kv_gib_per_user,
+        "worst_case_users": ladder.worst_case_users,
+        "paged_users": paged_users(dep, ladder, typical_tokens) if typical_tokens else None,
+        "typical_tokens": typical_tokens,
+        "ridge_point": ridge_point(dep.gpu, dep.weight_dtype.compute_dtype),
+        "ridge_batch": StepModel.of(dep).ridge_batch(),
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplicaView:
+    """A replica's capacity for one traffic class, and the payload keys that describe it."""
+
+    capacity: Capacity
+    payload: dict
+
+
+def capacity_view(dep: Deployment, prof: TokenProfile, slo: SLO, ladder: BudgetLadder, *, sizing: str,
+                  quantile: float, stat: str, rate_rps: float | None) -> ReplicaView:
+    """replica_capacity for the class, with the latency at `stat` at capacity and, given a rate,
+    the operating point at that rate (planner.capacity, planner.latency)."""
+    cap = replica_capacity(dep, prof, slo, sizing=sizing, quantile=quantile, ladder=ladder)
+    model = ReplicaModel(dep, prof, slo, ladder)
+    pt = cap.point
+    payload = {
+        "sizing": sizing,
+        "concurrency": cap.concurrency,
+        "max_rps_per_replica": cap.max_rps,
+        "binding": cap.binding,
+        "resident_batch": pt.resident_batch,
+        "step_ms": pt.step_ms,
+        "itl_ms": pt.itl_ms,
+        "kv_utilisation": pt.kv_utilisation,
+        "latency": _latency(model, pt.resident_batch, stat),
+        "tokens_per_s": pt.output_tokens_per_s,
+        "ceilings_rps": cap.ceilings_rps,
+        "clamped": list(cap.clamped),
+        "notes": list(cap.notes),
+    }
+    if rate_rps is not None:
+        payload["at_rate"] = _at_rate(model, dep, cap, rate_rps, stat)
+    return ReplicaView(cap, payload)
+
+
+def _latency(model: ReplicaModel, resident_batch: float, stat: str) -> dict:
+    """TTFT, TPOT (per request) and per-token gap at `stat` for the first band, ms (planner.latency)."""
+    lat = model.latency_at(resident_batch)
+    value = {k: lat.value(0, k, stat) * 1e3 for k in ("ttft", "tpot", "itl")}
+    return {"stat": stat, "ttft_ms": value["ttft"], "tpot_ms": value["tpot"], "itl_ms": value["itl"]}
+
+
+def _at_rate(model: ReplicaModel, dep: Deployment, cap: Capacity, rate_rps: float, stat: str) -> dict:
+    n = model.resident_for_rate(rate_rps, float(dep.engine.max_num_seqs) * 4)
+    if n is None:
+        return {"rate_rps": rate_rps, "beyond_capacity": True, "stable": False,
+                "why": "the roofline throughput ceiling is below this rate"}
+    pt = model.point(n)
+    return {
+        "rate_rps": rate_rps,
+        "resident_batch": pt.resident_batch,
+        "step_ms": pt.step_ms,
+        "itl_ms": pt.itl_ms,
+        "latency": _latency(model, pt.resident_batch, stat),
+        "kv_utilisation": pt.kv_utilisation,
+        "output_tokens_per_s": pt.output_tokens_per_s,
+        "beyond_capacity": rate_rps > cap.max_rps * (1 + 1e-9),
+        "stable": True,
+    }
+
+
+def ladder_text(catalog: Catalog, dep: Deployment, ladder: BudgetLadder, payload: dict) -> str:
+    """Seed 000's eight steps, the paged users of a typical conversation, and the memory levers."""
+    per = f" ({dep.tp} GPUs)" if dep.tp > 1 else ""
+    lines = [
+        f"{dep.model.id} on {dep.tp} x {dep.gpu.id} — {dep.engine.name}, {dep.weight_dtype.id} weights, "
+        f"{dep.kv_dtype.id} cache, limit {dep.max_model_len:,} tokens",
+        "",
+        "Budget ladder (seed 000, eight steps):",
+        f"  1. {'reported memory' + per:<46} {ladder.gpu_memory_gib:8.2f} GiB",
+    ]
+    for i, step in enumerate(ladder_rule_steps(dep, ladder), start=2):
+        value = "" if step.gib is None else f" {step.gib:8.2f} GiB"
+        lines.append(f"  {i}. {step.label:<46}{value}")
+    lines += [
+        f"  5. {'= KV budget':<46} {ladder.kv_budget_gib:8.2f} GiB",
+        f"  6. {'cache per token':<46} {ladder.kv_bytes_per_token:8,} bytes ({ladder.kv_bytes_per_token / 1024:,.1f} KiB)",
+        *(f"       {line}" for line in layer_kind_lines(dep.model, dep.kv_dtype, dep.tp)),
+        f"  7. {f'per user at the {dep.max_model_len:,}-token limit':<46} {ladder.kv_gib_per_user:8.2f} GiB"
+        + _per_user_note(ladder),
+        f"  8. worst case: floor({ladder.kv_budget_gib:.2f} / {ladder.kv_gib_per_user:.2f}) = "
+        f"{ladder.worst_case_users} users (the guarantee)",
+    ]
+    typical_tokens = payload["typical_tokens"]
+    if typical_tokens:
+        held = paged_tokens(min(typical_tokens, dep.max_model_len), dep.block_size)
+        gib = kv_bytes_per_sequence(dep.model, held, dep.kv_dtype, dep.tp) / GiB
+        lines.append(
+            f"     paged: a {typical_tokens:,}-token conversation holds {held:,} tokens "
+            f"({held // dep.block_size} blocks of {dep.block_size}) = {gib:.2f} GiB -> "
+            f"{payload['paged_users']} users (what we observe)"
+        )
+    lines.append(
+        f"  ridge point ({dep.weight_dtype.compute_dtype}): {payload['ridge_point']:.0f} FLOP/byte; decode GEMMs turn "
+        f"compute-bound past {payload['ridge_batch']:.0f} sequences per step (at calibrated efficiencies)"
+    )
+    lines += ["", "Levers (independent, so they multiply):"]
+    lower = max(dep.max_model_len // 2, dep.block_size)
+    for lever in memory_levers(dep, catalog.dtype("fp8"), lower):
+        if not lever.available:
+            lines.append(f"  {lever.lever:<44} not available: {lever.why_not}")
+            continue
+        delta = lever.kv_budget_gib - ladder.kv_budget_gib
+        extra = f", budget {delta:+.2f} GiB ({delta / ladder.kv_budget_gib:+.0%})" if abs(delta) > 1e-9 else ""
+        lines.append(
+            f"  {lever.lever:<44} {lever.kv_gib_per_user:6.2f} GiB/user -> {lever.worst_case_users} users worst case{extra}"
+        )
+    return "\n".join(lines)
+
+
+def _per_user_note(ladder: BudgetLadder) -> str:
+    """What step 7 includes beyond tokens x bytes per token: capped layers, a fixed state."""
+    layout = ladder.kv_layout
+    parts = []
+    if layout.token_cap is not None and layout.token_cap < ladder.max_model_len:
+        parts.append(f"capped layers hold {layout.token_cap:,} tokens")
+    if layout.state_bytes_per_sequence:
+        parts.append(f"+ {layout.state_bytes_per_sequence / 2**20:,.2f} MiB of fixed state")
+    return f" ({'; '.join(parts)})" if parts else ""
+
+
+def capacity_text(view: ReplicaView) -> str:
+    """The replica's capacity for its class, each ceiling alone, and the state at a stated rate."""
+    cap, payload = view.capacity, view.payload
+    pt, c, lat = cap.point, cap.concurrency, payload["latency"]
+    lines = [
+        "",
+        f"Capacity of one replica ({cap.sizing} sizing):",
+        f"  concurrency by memory: worst_case {c['worst_case']}, expected {c['expected']}, "
+        f"percentile {c['percentile']}  (quoting {cap.sizing})",
+        f"  max rate          {cap.max_rps:10.3f} requests/s   binding ceiling: {cap.binding}",
+        f"  resident batch    {pt.resident_batch:10.1f} sequences",
+        f"  mean ITL          {pt.itl_ms:10.2f} ms   (mean step {pt.step_ms:.2f} ms; {pt.regime}-bound decode "
+        f"{pt.decode_ms:.2f} ms, prefill share {pt.prefill_share:.0%})",
+        f"  {lat['stat']} latency       TTFT {lat['ttft_ms']:,.1f} ms, TPOT {lat['tpot_ms']:,.2f} ms, "
+        f"per-token gap {lat['itl_ms']:,.2f} ms",
+        f"  KV utilisation    {pt.kv_utilisation:10.1%}",
+        f"  output tokens/s   {pt.output_tokens_per_s:10.1f}",
+        "  each ceiling alone (requests/s): "
+        + ", ".join(f"{k} {v:.3f}" for k, v in cap.ceilings_rps.items())
+        + "".join(f", {k} holds up to the {cap.binding} ceiling" for k in cap.clamped),
+    ]
+    lines += [f"  note: {n}" for n in cap.notes]
+    if "at_rate" in payload:
+        a = payload["at_rate"]
+        if not a["stable"]:
+            lines.append(f"  at {a['rate_rps']:g} requests/s: unstable — {a['why']}")
+        else:
+            verdict = "BEYOND capacity" if a["beyond_capacity"] else "within capacity"
+            lines.append(
+                f"  at {a['rate_rps']:g} requests/s ({verdict}): batch {a['resident_batch']:.1f}, mean ITL "
+                f"{a['itl_ms']:.2f} ms, {a['latency']['stat']} TTFT {a['latency']['ttft_ms']:,.0f} ms, "
+                f"{a['latency']['stat']} TPOT {a['latency']['tpot_ms']:,.1f} ms, KV {a['kv_utilisation']:.0%}, "
+                f"{a['output_tokens_per_s']:.0f} output tokens/s"
+            )
+    return "\n".join(lines)
