@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from clirun import run
 from contract import one_line_error
+from test_hostile_input import BASE
 
 from planner.checkpoint import MAX_CHECKPOINT_SHARE, read_weights
 
@@ -217,3 +218,104 @@ def test_a_real_checkpoint_layout_still_reads_exactly(tmp_path):
     del header["model.layers.0.mlp.qweight"]
     w = read_weights(safetensors(tmp_path / "model.safetensors", header), num_hidden_layers=1, dtype_bytes=2)
     assert (w.weight_bytes, w.tensors, w.params) == (32, 3, 12)
+
+
+# ---- layer layouts with no cache: refused at import and at catalog load ----------------------
+SHARED = ("num_kv_shared_layers 32: kv_shared layers read the cache of an earlier attention layer, and none of "
+          "the 32 layers stores one (all are kv_shared, state or no_cache layers)")
+CACHELESS = ("num_cacheless_layers 32: no layer holds a cache or a state, so a sequence would take no memory; "
+             "planner plans for models whose attention or state layers hold one")
+
+
+@pytest.mark.parametrize(
+    ("kinds", "expected"),
+    [
+        ("kv_shared=32", SHARED),
+        ("no_cache=32", CACHELESS),
+        ("mamba=16,kv_shared=16", SHARED.replace("32: kv", "16: kv")),
+    ],
+)
+def test_import_refuses_a_layout_that_holds_no_cache(tmp_path, kinds, expected):
+    r = import_hf("--layer-kinds", kinds, "--state-bytes-per-layer", 1000, "--out", tmp_path / "ks.yaml")
+    assert error_line(r) == f"{LLAMA}: {expected}"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [("num_kv_shared_layers: 32", SHARED), ("num_cacheless_layers: 32", CACHELESS)],
+)
+@pytest.mark.parametrize("command", [("capacity", "llama-3.1-8b", "h100-sxm", "--typical-tokens", 2000), ("kv", "llama-3.1-8b")])
+def test_catalog_load_refuses_a_layout_that_holds_no_cache(tmp_path, override, expected, command):
+    catalog = tmp_path / "ks.yaml"
+    catalog.write_text(f"models: {{llama-3.1-8b: {{{override}}}}}\n")
+    r = run(*command, "--catalog", catalog)
+    assert error_line(r) == f"{catalog}: models.llama-3.1-8b: Value error, {expected}"
+
+
+def test_solve_refuses_a_layout_that_holds_no_cache_instead_of_calling_it_infeasible(tmp_path):
+    """Before: exit 3, 'stopped by memory: no rate meets it', for a model that needs no memory."""
+    path = tmp_path / "s.yaml"
+    path.write_text(BASE + "catalog:\n  models: {llama-3.1-8b: {num_kv_shared_layers: 32}}\n")
+    r = run("solve", path, "--out-dir", tmp_path / "out")
+    assert error_line(r) == f"{path}: catalog: models.llama-3.1-8b: Value error, {SHARED}"
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+
+
+@pytest.mark.parametrize("kinds", ["kv_shared=31,full_attention=1", "full_attention=1,no_cache=31", "mamba=32"])
+def test_layouts_that_hold_something_per_sequence_are_planned(tmp_path, kinds):
+    """One attention layer is enough to share; a pure state-space stack holds its fixed state."""
+    out = tmp_path / "m.yaml"
+    assert import_hf("--layer-kinds", kinds, "--state-bytes-per-layer", 10**6, "--out", out).exit_code == 0
+    r = run("capacity", "m", "h100-sxm", "--catalog", out, "--typical-tokens", 2000)
+    assert r.exit_code == 0, r.output
+    assert "users (the guarantee)" in r.stdout
+
+
+# ---- attention shapes: the query heads share the key/value heads in equal groups -----------
+HEADS = ("num_key_value_heads {kv} must divide num_attention_heads 32: the query heads share the key/value heads "
+         "in equal groups (grouped-query attention, arXiv 2305.13245; one each in multi-head and latent attention)")
+
+
+@pytest.mark.parametrize("kv", [64, 5])
+def test_import_refuses_impossible_kv_heads(tmp_path, kv):
+    config = json.loads(LLAMA.read_text())
+    config["num_key_value_heads"] = kv
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    r = run("catalog", "import-hf", path, "--name", "m", "--out", tmp_path / "m.yaml")
+    assert error_line(r) == f"{path}: {HEADS.format(kv=kv)}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]
+
+
+@pytest.mark.parametrize("kv", [65, 3])
+def test_catalog_override_refuses_impossible_kv_heads(tmp_path, kv):
+    catalog = tmp_path / "c.yaml"
+    catalog.write_text(f"models: {{llama-3.1-8b: {{num_key_value_heads: {kv}}}}}\n")
+    r = run("kv", "llama-3.1-8b", "--catalog", catalog)
+    assert error_line(r) == f"{catalog}: models.llama-3.1-8b: Value error, {HEADS.format(kv=kv)}"
+
+
+# ---- number formats: at least one bit an element --------------------------------------------
+@pytest.mark.parametrize(
+    ("bits", "expected"),
+    [
+        ("1.0e-09", "Input should be greater than or equal to 1 (got 1e-09)"),
+        ("0", "Input should be greater than or equal to 1 (got 0)"),
+        ("65", "Input should be less than or equal to 64 (got 65)"),
+    ],
+)
+def test_a_dtype_of_almost_no_bits_is_refused(tmp_path, bits, expected):
+    catalog = tmp_path / "c.yaml"
+    catalog.write_text(f"dtypes: {{fp8: {{bits_per_element: {bits}}}}}\n")
+    r = run("capacity", "llama-3.1-8b", "h100-sxm", "--catalog", catalog, "--kv-dtype", "fp8", "--weight-dtype", "fp8",
+            "--prompt-tokens", 1000, "--output-tokens", 100, "--max-model-len", 8192)
+    assert error_line(r) == f"{catalog}: dtypes.fp8.bits_per_element: {expected}"
+
+
+def test_a_one_bit_dtype_is_planned():
+    """The bound is physical, not a guess at today's formats: one bit per element plans."""
+    from planner.catalog import load_catalog
+
+    catalog = load_catalog().with_overrides({"dtypes": {"fp8": {"bits_per_element": 1}}}, where="test")
+    assert catalog.dtype("fp8").bytes_per_element == 0.125
