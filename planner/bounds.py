@@ -65,6 +65,11 @@ MAX_WIDTH = 2**24
 MAX_SYNTHETIC_REQUESTS = 10**8
 # Requests one simulation replays per pool: ten million, minutes of simulated scheduler steps.
 MAX_SIMULATED_REQUESTS = 10**7
+# Bits a number format stores per element, scales included: at least one (the narrowest
+# formats published are binary and ternary weights, 1 and 1.58 bits: BitNet, arXiv 2310.11453
+# and 2402.17764), at most 64 (fp64). Below one bit a model's weights and cache weigh nothing.
+MIN_BITS_PER_ELEMENT = 1.0
+MAX_BITS_PER_ELEMENT = 64.0
 # Seeds: numpy takes any non-negative integer; 64 bits is plenty.
 MAX_SEED = 2**64 - 1
 # Seconds of solver time one solve may take: a day.
@@ -117,3 +122,4 @@ Seed = whole(ge=0, le=MAX_SEED)
 Params = whole(gt=0, le=MAX_PARAMS)
 Layers = whole(gt=0, le=MAX_LAYERS)
 Width = whole(gt=0, le=MAX_WIDTH)
+BitsPerElement = real(ge=MIN_BITS_PER_ELEMENT, le=MAX_BITS_PER_ELEMENT)

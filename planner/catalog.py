@@ -23,6 +23,7 @@ from planner.bounds import (
     MAX_TP,
     MAX_WIDTH,
     BandwidthGBs,
+    BitsPerElement,
     Fraction,
     Layers,
     Params,
@@ -45,7 +46,7 @@ class Dtype(_Frozen):
     """A number format for weights or KV cache (data/dtypes.yaml)."""
 
     id: str
-    bits_per_element: real(gt=0, le=64) = Field(description="storage bits per element, scale overhead included")
+    bits_per_element: BitsPerElement = Field(description="storage bits per element, scale overhead included")
     compute_dtype: str = Field(description="dtype whose tensor-core rate a matmul with these weights runs at")
     weight: bool = True
     kv: bool = False
@@ -170,6 +171,25 @@ class Model(_Frozen):
             raise ValueError(
                 "num_sliding_window_layers + num_chunked_attention_layers + num_kv_shared_layers + num_state_layers "
                 f"+ num_cacheless_layers = {special} exceeds num_hidden_layers {self.num_hidden_layers}"
+            )
+        # Layers that store a cache of their own: full, sliding-window and chunked attention.
+        caching = self.num_hidden_layers - self.num_kv_shared_layers - self.num_state_layers - self.num_cacheless_layers
+        if self.num_kv_shared_layers and not caching:
+            raise ValueError(
+                f"num_kv_shared_layers {self.num_kv_shared_layers}: kv_shared layers read the cache of an earlier "
+                f"attention layer, and none of the {self.num_hidden_layers} layers stores one (all are kv_shared, "
+                "state or no_cache layers)"
+            )
+        if not caching and not self.num_state_layers:
+            raise ValueError(
+                f"num_cacheless_layers {self.num_cacheless_layers}: no layer holds a cache or a state, so a sequence "
+                "would take no memory; planner plans for models whose attention or state layers hold one"
+            )
+        if self.num_key_value_heads > self.num_attention_heads or self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                f"num_key_value_heads {self.num_key_value_heads} must divide num_attention_heads "
+                f"{self.num_attention_heads}: the query heads share the key/value heads in equal groups "
+                "(grouped-query attention, arXiv 2305.13245; one each in multi-head and latent attention)"
             )
         if self.num_sliding_window_layers and not self.sliding_window:
             raise ValueError("num_sliding_window_layers given without sliding_window")

@@ -212,10 +212,10 @@ def read_text(path: str | os.PathLike, kind: str, *, max_bytes: int | None = Non
         raise InputError(f"cannot read: {exc.strerror or type(exc).__name__}", where=str(path)) from None
 
 
-def load_json(path: str | os.PathLike, kind: str = "JSON") -> Any:
+def load_json(path: str | os.PathLike, kind: str = "JSON", *, max_bytes: int = MAX_JSON_BYTES) -> Any:
     """The JSON value in `path`; invalid JSON, nesting past the interpreter's recursion limit
     and integers past Python's 4,300-digit limit are InputErrors naming the file (and line)."""
-    text = read_text(path, kind, max_bytes=MAX_JSON_BYTES)
+    text = read_text(path, kind, max_bytes=max_bytes)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:

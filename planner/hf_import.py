@@ -40,7 +40,7 @@ import yaml
 from planner import params
 from planner.bounds import MAX_LAYERS, MAX_WIDTH
 from planner.catalog import Model
-from planner.checkpoint import CheckpointWeights, read_weights
+from planner.checkpoint import CheckpointWeights, check_count, read_weights
 from planner.errors import InputError
 from planner.files import load_json
 from planner.hf_families import (
@@ -258,6 +258,9 @@ def model_from_hf_config(
     checkpoint_dtype = _checkpoint_dtype(r)
     counted = family.count(r, entry) if family.count else None
     read = read_weights(weights, num_hidden_layers=r.layers, dtype_bytes=None if checkpoint_dtype else r.dtype_bytes) if weights else None
+    if read is not None and (params_total or counted):
+        reference = "--params-total" if params_total else f"planner.params ({family.name})"
+        check_count(read, params_total or counted.total, reference, where=str(weights))
     total, active, how = _resolve_params(r, counted, read, params_total, params_active, bool(entry.get("num_experts")))
     if active > total:
         raise InputError(f"params_active {active} exceeds params_total {total} (check --params-total/--params-active)", where=where)

@@ -1,0 +1,321 @@
+"""Hostile model input (issue 17's second fuzzing campaign): crafted safetensors headers and
+indices, checkpoints that disagree with their config, layer layouts that hold no cache,
+impossible attention shapes, number formats of almost no bits. Each gets one line naming
+the file and the place, exit 2, and nothing written; or, for what is real, the right answer."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import pytest
+from clirun import run
+from contract import one_line_error
+from test_hostile_input import BASE
+
+from planner.checkpoint import MAX_CHECKPOINT_SHARE, read_weights
+
+CONFIGS = Path(__file__).parent / "data" / "hf_configs"
+LLAMA = CONFIGS / "llama-3.1-8b.json"
+LLAMA_PARAMS = 8_030_261_248  # seed 000; planner.params (llama) counts it exactly
+EMBED = "model.embed_tokens.weight"
+
+
+def safetensors(path: Path, header: dict, data_bytes: int | None = None) -> Path:
+    """A file laid out as the format says: 8-byte little-endian header length, JSON header,
+    then `data_bytes` of tensor data (by default the end of the last tensor, when readable)."""
+    if data_bytes is None:
+        data_bytes = max((e["data_offsets"][1] for n, e in header.items() if n != "__metadata__"), default=0)
+    blob = json.dumps(header).encode()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(struct.pack("<Q", len(blob)) + blob + bytes(data_bytes))
+    return path
+
+
+def import_hf(*args):
+    return run("catalog", "import-hf", LLAMA, "--name", "m", *args)
+
+
+def error_line(r, code: int = 2) -> str:
+    return one_line_error(r, code).removeprefix("error: ")
+
+
+# ---- a header the format does not allow: one line naming the file and the tensor ------------
+@pytest.mark.parametrize(
+    ("entry", "problem"),
+    [
+        ({"dtype": "BF16", "shape": [2, 2], "data_offsets": [None, None]},
+         "data_offsets: expected [begin, end], two integers >= 0 (got [null, null])"),
+        ({"dtype": "BF16", "shape": [2, 2], "data_offsets": ["a", "b"]},
+         'data_offsets: expected [begin, end], two integers >= 0 (got ["a", "b"])'),
+        ({"dtype": "BF16", "shape": [2, 2], "data_offsets": [0, 8.5]},
+         "data_offsets: expected [begin, end], two integers >= 0 (got [0, 8.5])"),
+        ({"dtype": "BF16", "shape": [2, 2], "data_offsets": [0]},
+         "data_offsets: expected [begin, end], two integers >= 0 (got [0])"),
+        ({"dtype": "BF16", "shape": ["x"], "data_offsets": [0, 8]},
+         'shape: expected a list of integers >= 0 (got ["x"])'),
+        ({"dtype": "BF16", "shape": 4, "data_offsets": [0, 8]}, "shape: expected a list of integers >= 0 (got 4)"),
+        ({"dtype": "BF16", "shape": None, "data_offsets": [0, 8]}, "shape: expected a list of integers >= 0 (got null)"),
+        ({"dtype": "BF16", "shape": [-2, 2], "data_offsets": [8, 0]},
+         "shape: expected a list of integers >= 0 (got [-2, 2])"),
+        ({"dtype": "BF16", "shape": [2, True], "data_offsets": [0, 4]},
+         "shape: expected a list of integers >= 0 (got [2, true])"),
+        ({"dtype": ["BF16"], "shape": [2, 2], "data_offsets": [0, 8]}, 'unknown safetensors dtype ["BF16"]'),
+        ({"dtype": {}, "shape": [2, 2], "data_offsets": [0, 8]}, "unknown safetensors dtype {}"),
+        ({"dtype": "BF16", "shape": [2, 2]}, "header entry lacks dtype, shape or data_offsets"),
+        ({"dtype": "BF16", "shape": [2, 2], "data_offsets": [8, 0]}, "data_offsets: end 0 is before begin 8"),
+        ({"dtype": "BF16", "shape": [2, 2], "data_offsets": [0, 6]},
+         "6 bytes for 4 BF16 elements (shape [2, 2] takes 8 bytes)"),
+        ({"dtype": "BF16", "shape": [10**20] * 4, "data_offsets": [0, 8]},
+         "8 bytes for about 2^265 BF16 elements (shape [100000000000000000000, 100000000000000000000, "
+         "1000000000000... (92 characters) takes about 2^266 bytes)"),
+    ],
+)
+def test_a_crafted_tensor_entry_is_refused_naming_file_and_tensor(tmp_path, entry, problem):
+    file = safetensors(tmp_path / "w" / "model.safetensors", {EMBED: entry}, data_bytes=8)
+    r = import_hf("--weights", tmp_path / "w", "--out", tmp_path / "m.yaml")
+    assert error_line(r) == f"{file}: tensor '{EMBED}': {problem}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w"]
+
+
+def test_tensors_must_tile_the_data_as_the_reference_reader_requires(tmp_path):
+    """Overlapping tensors would count the same bytes twice; a gap or a short file is not the format."""
+    a = {"dtype": "BF16", "shape": [2, 2], "data_offsets": [0, 8]}
+    file = safetensors(tmp_path / "model.safetensors", {EMBED: a, "lm_head.weight": a})
+    assert error_line(import_hf("--weights", file)) == (
+        f"{file}: tensor '{EMBED}': data_offsets [0, 8] overlaps the tensor before it "
+        "(expected to begin at byte 8: the tensors' bytes follow one another)"
+    )
+    b = {"dtype": "BF16", "shape": [2, 2], "data_offsets": [16, 24]}
+    safetensors(file, {EMBED: a, "lm_head.weight": b})
+    assert error_line(import_hf("--weights", file)) == (
+        f"{file}: tensor 'lm_head.weight': data_offsets [16, 24] leaves a gap after the tensor before it "
+        "(expected to begin at byte 8: the tensors' bytes follow one another)"
+    )
+    safetensors(file, {EMBED: a}, data_bytes=4)
+    assert error_line(import_hf("--weights", file)) == (
+        f"{file}: the header's tensors take 8 bytes, the file holds 4 after its header (a truncated or padded file)"
+    )
+
+
+def test_a_header_length_past_the_file_is_refused(tmp_path):
+    file = tmp_path / "model.safetensors"
+    file.write_bytes(struct.pack("<Q", 1000) + b"{}")
+    assert error_line(import_hf("--weights", file)) == (
+        f"{file}: not a safetensors file (header length 1,000 bytes in a file of 10)"
+    )
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "model.safetensors.index.json"])
+def test_json_nested_past_the_stack_is_refused_naming_the_file(tmp_path, name):
+    deep = "[" * 100_000 + "]" * 100_000
+    path = tmp_path / name
+    if name.endswith(".safetensors"):
+        path.write_bytes(struct.pack("<Q", len(deep)) + deep.encode())
+        expected = "not a safetensors file (its header is JSON nested too deeply)"
+    else:
+        path.write_text('{"metadata": {"total_size": 1}, "weight_map": ' + deep + "}")
+        expected = "invalid JSON: nested too deeply"
+    assert error_line(import_hf("--weights", tmp_path)) == f"{path}: {expected}"
+
+
+@pytest.mark.parametrize(
+    ("total", "shown"),
+    [(10**400, "about 2^1328"), (True, "true"), ("1", '"1"'), (0, "0"), (10**15 + 1, "1,000,000,000,000,001")],
+    ids=["401-digits", "boolean", "text", "zero", "past-1PB"],
+)
+def test_an_index_total_size_is_a_positive_bounded_integer(tmp_path, total, shown):
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": {EMBED: "a"}}))
+    assert error_line(import_hf("--weights", index)) == (
+        f"{index}: metadata.total_size: expected a positive integer of bytes, at most 1,000,000,000,000,000 (got {shown})"
+    )
+
+
+# ---- a self-consistent checkpoint that is not this config's model ---------------------------
+HINT = ("a checkpoint holds at least 90% and at most 2 times the model its config describes (more: a vision "
+        "tower, multi-token-prediction layers)")
+ASK = "are these the weights of this config? (give --params-total if the count is wrong)"
+
+
+def test_a_checkpoint_of_four_parameters_for_an_8b_config_is_refused(tmp_path):
+    folder = tmp_path / "w"
+    safetensors(folder / "model.safetensors", {EMBED: {"dtype": "BF16", "shape": [2, 2], "data_offsets": [0, 8]}})
+    r = import_hf("--weights", folder, "--out", tmp_path / "m.yaml")
+    assert error_line(r) == (
+        f"{folder}: the checkpoint holds 4 parameters, planner.params (llama) counts {LLAMA_PARAMS:,}: {HINT}; {ASK}"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w"]
+
+
+def test_an_index_of_one_byte_for_an_8b_config_is_refused(tmp_path):
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text(json.dumps({"metadata": {"total_size": 1}, "weight_map": {EMBED: "model.safetensors"}}))
+    assert error_line(import_hf("--weights", tmp_path)) == (
+        f"{tmp_path}: the checkpoint holds 1 bytes, 1.25e-10 per parameter of the {LLAMA_PARAMS:,} that "
+        f"planner.params (llama) counts: {HINT}, at 4 to 32 bits a weight; {ASK}"
+    )
+
+
+def _index(tmp_path: Path, total_size: int) -> Path:
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text(json.dumps({"metadata": {"total_size": total_size}, "weight_map": {EMBED: "model.safetensors"}}))
+    return index
+
+
+def test_the_tolerance_is_the_stated_one_both_ways(tmp_path):
+    """bf16 index: total_size / 2 parameters. Up to twice the count (a tower, MTP layers) and down
+    to 90% of it are read; one parameter past either bound is refused."""
+    for params, ok in [
+        (LLAMA_PARAMS * 2, True), (LLAMA_PARAMS * 2 + 1, False),
+        (-(-LLAMA_PARAMS * 9 // 10), True), (LLAMA_PARAMS * 9 // 10 - 1, False),
+    ]:
+        r = import_hf("--weights", _index(tmp_path, 2 * params))
+        if ok:
+            assert r.exit_code == 0, r.output
+            assert f"params_total: {params}\n" in r.stdout
+        else:
+            assert error_line(r).startswith(f"{tmp_path / 'model.safetensors.index.json'}: the checkpoint holds {params:,} parameters")
+    assert MAX_CHECKPOINT_SHARE == 2.0
+
+
+def test_the_count_given_on_the_command_line_is_the_reference(tmp_path):
+    """When the formula is wrong, --params-total states the count the checkpoint must agree with."""
+    index = _index(tmp_path, 2 * 4_000_000_000)
+    assert "planner.params (llama) counts" in error_line(import_hf("--weights", index))
+    r = import_hf("--weights", index, "--params-total", 4_100_000_000)
+    assert r.exit_code == 0, r.output
+    assert error_line(import_hf("--weights", index, "--params-total", 10**10)).startswith(
+        f"{index}: the checkpoint holds 4,000,000,000 parameters, --params-total counts 10,000,000,000: "
+    )
+
+
+def test_a_quantized_checkpoint_is_held_to_its_bytes(tmp_path):
+    """Packed tensors leave the parameters unknown; the bytes must lie between 4 and 32 bits a
+    weight of the count (within the shares). gpt-oss-20b's real index lies inside."""
+    real = CONFIGS / "gpt-oss-20b.safetensors.index.json"
+    r = run("catalog", "import-hf", CONFIGS / "gpt-oss-20b.json", "--name", "g", "--weights", real)
+    assert r.exit_code == 0, r.output
+    assert "checkpoint_weight_bytes: 13761264768" in r.stdout
+    fake = tmp_path / "model.safetensors.index.json"
+    fake.write_text(json.dumps({"metadata": {"total_size": 10**9}, "weight_map": {"lm_head.weight": "a"}}))
+    line = error_line(run("catalog", "import-hf", CONFIGS / "gpt-oss-20b.json", "--name", "g", "--weights", fake))
+    assert line.startswith(f"{fake}: the checkpoint holds 1,000,000,000 bytes, 0.0478 per parameter of the 20,914,757,184")
+
+
+def test_a_real_checkpoint_layout_still_reads_exactly(tmp_path):
+    """A header as safetensors writes it (offsets in order, data to the end, __metadata__) reads."""
+    header = {
+        "__metadata__": {"format": "pt"},
+        "lm_head.weight": {"dtype": "BF16", "shape": [4, 2], "data_offsets": [0, 16]},
+        EMBED: {"dtype": "F32", "shape": [2, 2], "data_offsets": [16, 32]},
+        "model.norm.weight": {"dtype": "BF16", "shape": [0], "data_offsets": [32, 32]},
+        "model.layers.0.mlp.qweight": {"dtype": "I32", "shape": [2], "data_offsets": [32, 40]},
+    }
+    w = read_weights(safetensors(tmp_path / "model.safetensors", header), num_hidden_layers=1, dtype_bytes=2)
+    assert (w.weight_bytes, w.tensors, w.params) == (40, 4, None)  # packed int32: parameters unknown
+    del header["model.layers.0.mlp.qweight"]
+    w = read_weights(safetensors(tmp_path / "model.safetensors", header), num_hidden_layers=1, dtype_bytes=2)
+    assert (w.weight_bytes, w.tensors, w.params) == (32, 3, 12)
+
+
+# ---- layer layouts with no cache: refused at import and at catalog load ----------------------
+SHARED = ("num_kv_shared_layers 32: kv_shared layers read the cache of an earlier attention layer, and none of "
+          "the 32 layers stores one (all are kv_shared, state or no_cache layers)")
+CACHELESS = ("num_cacheless_layers 32: no layer holds a cache or a state, so a sequence would take no memory; "
+             "planner plans for models whose attention or state layers hold one")
+
+
+@pytest.mark.parametrize(
+    ("kinds", "expected"),
+    [
+        ("kv_shared=32", SHARED),
+        ("no_cache=32", CACHELESS),
+        ("mamba=16,kv_shared=16", SHARED.replace("32: kv", "16: kv")),
+    ],
+)
+def test_import_refuses_a_layout_that_holds_no_cache(tmp_path, kinds, expected):
+    r = import_hf("--layer-kinds", kinds, "--state-bytes-per-layer", 1000, "--out", tmp_path / "ks.yaml")
+    assert error_line(r) == f"{LLAMA}: {expected}"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [("num_kv_shared_layers: 32", SHARED), ("num_cacheless_layers: 32", CACHELESS)],
+)
+@pytest.mark.parametrize("command", [("capacity", "llama-3.1-8b", "h100-sxm", "--typical-tokens", 2000), ("kv", "llama-3.1-8b")])
+def test_catalog_load_refuses_a_layout_that_holds_no_cache(tmp_path, override, expected, command):
+    catalog = tmp_path / "ks.yaml"
+    catalog.write_text(f"models: {{llama-3.1-8b: {{{override}}}}}\n")
+    r = run(*command, "--catalog", catalog)
+    assert error_line(r) == f"{catalog}: models.llama-3.1-8b: Value error, {expected}"
+
+
+def test_solve_refuses_a_layout_that_holds_no_cache_instead_of_calling_it_infeasible(tmp_path):
+    """Before: exit 3, 'stopped by memory: no rate meets it', for a model that needs no memory."""
+    path = tmp_path / "s.yaml"
+    path.write_text(BASE + "catalog:\n  models: {llama-3.1-8b: {num_kv_shared_layers: 32}}\n")
+    r = run("solve", path, "--out-dir", tmp_path / "out")
+    assert error_line(r) == f"{path}: catalog: models.llama-3.1-8b: Value error, {SHARED}"
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+
+
+@pytest.mark.parametrize("kinds", ["kv_shared=31,full_attention=1", "full_attention=1,no_cache=31", "mamba=32"])
+def test_layouts_that_hold_something_per_sequence_are_planned(tmp_path, kinds):
+    """One attention layer is enough to share; a pure state-space stack holds its fixed state."""
+    out = tmp_path / "m.yaml"
+    assert import_hf("--layer-kinds", kinds, "--state-bytes-per-layer", 10**6, "--out", out).exit_code == 0
+    r = run("capacity", "m", "h100-sxm", "--catalog", out, "--typical-tokens", 2000)
+    assert r.exit_code == 0, r.output
+    assert "users (the guarantee)" in r.stdout
+
+
+# ---- attention shapes: the query heads share the key/value heads in equal groups -----------
+HEADS = ("num_key_value_heads {kv} must divide num_attention_heads 32: the query heads share the key/value heads "
+         "in equal groups (grouped-query attention, arXiv 2305.13245; one each in multi-head and latent attention)")
+
+
+@pytest.mark.parametrize("kv", [64, 5])
+def test_import_refuses_impossible_kv_heads(tmp_path, kv):
+    config = json.loads(LLAMA.read_text())
+    config["num_key_value_heads"] = kv
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    r = run("catalog", "import-hf", path, "--name", "m", "--out", tmp_path / "m.yaml")
+    assert error_line(r) == f"{path}: {HEADS.format(kv=kv)}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json"]
+
+
+@pytest.mark.parametrize("kv", [65, 3])
+def test_catalog_override_refuses_impossible_kv_heads(tmp_path, kv):
+    catalog = tmp_path / "c.yaml"
+    catalog.write_text(f"models: {{llama-3.1-8b: {{num_key_value_heads: {kv}}}}}\n")
+    r = run("kv", "llama-3.1-8b", "--catalog", catalog)
+    assert error_line(r) == f"{catalog}: models.llama-3.1-8b: Value error, {HEADS.format(kv=kv)}"
+
+
+# ---- number formats: at least one bit an element --------------------------------------------
+@pytest.mark.parametrize(
+    ("bits", "expected"),
+    [
+        ("1.0e-09", "Input should be greater than or equal to 1 (got 1e-09)"),
+        ("0", "Input should be greater than or equal to 1 (got 0)"),
+        ("65", "Input should be less than or equal to 64 (got 65)"),
+    ],
+)
+def test_a_dtype_of_almost_no_bits_is_refused(tmp_path, bits, expected):
+    catalog = tmp_path / "c.yaml"
+    catalog.write_text(f"dtypes: {{fp8: {{bits_per_element: {bits}}}}}\n")
+    r = run("capacity", "llama-3.1-8b", "h100-sxm", "--catalog", catalog, "--kv-dtype", "fp8", "--weight-dtype", "fp8",
+            "--prompt-tokens", 1000, "--output-tokens", 100, "--max-model-len", 8192)
+    assert error_line(r) == f"{catalog}: dtypes.fp8.bits_per_element: {expected}"
+
+
+def test_a_one_bit_dtype_is_planned():
+    """The bound is physical, not a guess at today's formats: one bit per element plans."""
+    from planner.catalog import load_catalog
+
+    catalog = load_catalog().with_overrides({"dtypes": {"fp8": {"bits_per_element": 1}}}, where="test")
+    assert catalog.dtype("fp8").bytes_per_element == 0.125
