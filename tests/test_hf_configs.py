@@ -372,14 +372,14 @@ def test_weights_that_are_not_safetensors_are_refused(tmp_path):
     ("model", "lines"),
     [
         ("gemma-3-27b", [
-            "  3. - weights: 54.86 GB, the bf16 checkpoint    51.10 GiB",
+            "  3. − weights: 54.86 GB, the bf16 checkpoint          51.10 GiB",
             "       full_attention      10 layers x 2 (K, V) x 16 KV heads x 128 head_dim x 2 bytes = 81,920 bytes/token",
             "       sliding_attention   52 layers x 2 (K, V) x 16 KV heads x 128 head_dim x 2 bytes = 425,984 bytes/token, "
             "capped at 1,024 tokens",
-            "  7. per user at the 131,072-token limit      10.41 GiB (capped layers hold 1,024 tokens)",
+            "  7. per user at the 131,072-token limit               10.41 GiB (capped layers hold 1,024 tokens)",
         ]),
         ("gpt-oss-120b", [
-            "  3. - weights: 65.25 GB, the mxfp4 checkpoint    60.77 GiB",
+            "  3. − weights: 65.25 GB, the mxfp4 checkpoint         60.77 GiB",
             "       full_attention      18 layers x 2 (K, V) x 8 KV heads x 64 head_dim x 2 bytes = 36,864 bytes/token",
             "       sliding_attention   18 layers x 2 (K, V) x 8 KV heads x 64 head_dim x 2 bytes = 36,864 bytes/token, "
             "capped at 128 tokens",
@@ -397,7 +397,7 @@ def test_capacity_ladder_shows_the_sliding_window_layers(model, lines):
 
 
 def test_capacity_json_carries_the_layer_kinds():
-    result = run("capacity", "qwen3-next-80b", "h200", "--tp", "2", "--max-model-len", "131072", "--json")
+    result = run("capacity", "qwen3-next-80b", "h200", "--tp", "2", "--context-limit", "131072", "--json")
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)
     assert payload["kv_bytes_per_token"] == 24_576
