@@ -11,7 +11,7 @@ mixture-of-experts rows, against the targets (median <= 10%, worst <= 25%), the 
 held-out rows one by one, and how far the same configuration measured by two TensorRT-LLM
 releases disagrees (a floor no model of the hardware can go below). Held out means
 predicted by a fit that saw no row of that (model, GPU, tp) configuration. The
-method is in planner/calibration.py's docstring; the data and their licences in
+method is in planner/calibration/__init__.py's docstring; the data and their licences in
 data/measured/README.md. Deterministic: no timings, no randomness.
 """
 
@@ -25,28 +25,30 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from planner.calibration import (
-    BOUNDS,
+from planner.calibration.calibrate import (
     KFOLD,
-    LAYER_OVERHEAD,
-    PUBLISHED_ALLREDUCE_US,
-    SPLITWISE_FILE,
-    TRTLLM_FILE,
-    TRTLLM_PRIORS,
-    VIDUR_FILE,
     Calibration,
     Prediction,
     calibrate,
-    catalog_efficiencies,
     cross_validate,
     folds_text,
+    summarise,
+)
+from planner.calibration.efficiency_blocks import catalog_efficiencies, rewrite_efficiency_blocks
+from planner.calibration.fit import BOUNDS, TRTLLM_PRIORS
+from planner.calibration.joint_fit import (
+    LAYER_OVERHEAD,
+    PUBLISHED_ALLREDUCE_US,
     interconnect_family,
+)
+from planner.calibration.measured import (
+    SPLITWISE_FILE,
+    TRTLLM_FILE,
+    VIDUR_FILE,
     load_trtllm_rows,
     measured_dir,
-    rewrite_efficiency_blocks,
-    summarise,
-    trtllm_cases,
 )
+from planner.calibration.predict import trtllm_cases
 from planner.catalog import Catalog, load_catalog
 from planner.latency_points import LATENCY_FILE, latency_cases
 

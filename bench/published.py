@@ -9,7 +9,7 @@ Rows that cannot be replayed are listed with the reason. It asserts nothing.
 
 How a row is replayed (every departure from the published run is printed beside it):
 - Model: the row's `catalog_model` from the catalog; Llama 2 70B (no catalog entry) from
-  data/measured/splitwise_models.yaml, its exact config (planner.calibration).
+  data/measured/splitwise_models.yaml, its exact config (planner.calibration.measured).
 - GPU, tp, weight dtype: the row's. KV dtype: the row's; where empty, the weights' dtype
   (flagged).
 - Engine: the catalog profile of the row's engine (vllm, trtllm; NIM, whose backend the
@@ -70,7 +70,7 @@ from pathlib import Path
 
 import numpy as np
 
-from planner.calibration import splitwise_models
+from planner.calibration.measured import splitwise_models
 from planner.capacity import ReplicaModel, replica_capacity
 from planner.catalog import Catalog, load_catalog
 from planner.deployment import Deployment, make_deployment

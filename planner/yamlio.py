@@ -188,17 +188,18 @@ def _union_members(annotation: Any) -> list[Any]:
     return [a for a in typing.get_args(annotation) if a is not type(None)]
 
 
-def _tag_positions(model: type[BaseModel], loc: tuple[Any, ...]) -> set[int]:
+def _tag_positions(model: type[BaseModel], loc: tuple[Any, ...]) -> dict[int, list[Any]]:
     """Indices of `loc` that name a member of a union (pydantic's 'str', 'GPUCandidate',
-    'list[str]'), not a field: the user never wrote them, so messages leave them out."""
-    tags: set[int] = set()
+    'list[str]'), not a field: the user never wrote them, so messages leave them out. Each
+    index maps to the union's members."""
+    tags: dict[int, list[Any]] = {}
     annotation: Any = model
     for i, part in enumerate(loc):
         if annotation is None:
             break
         members = _union_members(annotation)  # (an Optional[X] is X: pydantic names no member)
         if len(members) > 1 and isinstance(part, str):
-            tags.add(i)
+            tags[i] = members
             named = [m for m in members if getattr(m, "__name__", None) == part]
             annotation = named[0] if named else None
             continue
@@ -220,7 +221,10 @@ def _chosen_error(exc: ValidationError, model: type[BaseModel]) -> tuple[dict[st
 
     The first error, except where it comes from a union: pydantic then reports every member
     that failed (a mapping under `gpus:` fails as 'str' and as 'GPUCandidate'), and the
-    member that got furthest (the longest location) is the one the user meant.
+    member that got furthest (the longest location) is the one the user meant; when none got
+    past the value itself, the value is none of them (a 'union' error naming them all). And a
+    required field reported missing beside an unknown key that looks like it is a typo: the
+    unknown key is reported.
     """
     errors = exc.errors()
     first = errors[0]
@@ -230,9 +234,27 @@ def _chosen_error(exc: ValidationError, model: type[BaseModel]) -> tuple[dict[st
         union_at = min(tags)
         rivals = [e for e in errors if tuple(e["loc"])[:union_at] == loc[:union_at] and len(e["loc"]) > union_at]
         first = max(rivals, key=lambda e: len(e["loc"]))  # max keeps the first of equals
+        if len(first["loc"]) == union_at + 1:
+            return {"type": "union", "members": tags[union_at], "input": first.get("input")}, loc[:union_at]
         loc = tuple(first["loc"])
         tags = _tag_positions(model, loc)
+    if first["type"] == "missing":
+        typo = next((e for e in errors if e["type"] == "extra_forbidden" and tuple(e["loc"])[:-1] == loc[:-1]
+                     and closest(str(e["loc"][-1]), [str(loc[-1])]) is not None), None)  # fmt: skip
+        if typo is not None:
+            first, loc = typo, tuple(typo["loc"])
     return first, tuple(part for i, part in enumerate(loc) if i not in tags)
+
+
+def _kind(member: Any) -> str:
+    """What a union member accepts, in a user's words."""
+    if typing.get_origin(member) is typing.Annotated:
+        member = typing.get_args(member)[0]
+    fields = getattr(member, "model_fields", None)
+    if fields is not None:
+        return f"a mapping with keys {', '.join(sorted(fields))}"
+    kinds = {str: "a string", dict: "a mapping", list: "a list", int: "an integer", float: "a number", bool: "true or false"}
+    return kinds.get(typing.get_origin(member) or member, str(member))
 
 
 def validation_message(exc: ValidationError, model: type[BaseModel], prefix: str = "") -> str:
@@ -246,14 +268,17 @@ def validation_message(exc: ValidationError, model: type[BaseModel], prefix: str
         close = closest(str(loc[-1]), known)
         hint = f"; did you mean '{close}'?" if close is not None else ""
         return f"{path}: unknown key{hint} (valid keys: {', '.join(known)})"
+    value = err.get("input")
+    shown = f" (got {shorten(repr(value))})" if value is not None and not isinstance(value, dict | list) else ""
+    if err["type"] == "union":
+        got = f" (got a {type(value).__name__})" if isinstance(value, dict | list) else shown or " (got null)"
+        return f"{path}: expected {' or '.join(_kind(m) for m in err['members'])}{got}"
     msg = err["msg"]
     if err["type"] == "missing":
         return f"{path}: required field is missing"
     if path == "(top level)" and err["type"] == "value_error":
         # a check across fields: its message names the fields itself
         return msg.removeprefix("Value error, ")
-    value = err.get("input")
-    shown = f" (got {shorten(repr(value))})" if value is not None and not isinstance(value, dict | list) else ""
     return f"{path}: {msg}{shown}"
 
 

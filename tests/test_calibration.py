@@ -10,20 +10,21 @@ import numpy as np
 import pytest
 import yaml
 
-from planner.calibration import (
+from planner.calibration.efficiency_blocks import rewrite_efficiency_blocks
+from planner.calibration.fit import (
     BOUNDS,
     FACTORS,
     TRTLLM_PRIORS,
-    TrtllmCase,
     fit_efficiency,
-    load_splitwise_rows,
-    load_trtllm_rows,
+    trtllm_log_errors,
+)
+from planner.calibration.measured import load_splitwise_rows, load_trtllm_rows
+from planner.calibration.predict import (
+    TrtllmCase,
     predict_splitwise,
-    rewrite_efficiency_blocks,
     splitwise_step,
     trtllm_cases,
     trtllm_deployment,
-    trtllm_log_errors,
     trtllm_profile,
     with_efficiency,
 )

@@ -10,9 +10,11 @@ import pytest
 import yaml
 from clirun import run
 
-from planner import params
 from planner.errors import InputError
 from planner.hf_import import model_from_hf_config
+from planner.params.blocks import DecoderShape, ParamCount
+from planner.params.dense import dense_decoder_params, gemma2_params
+from planner.params.moe import deepseek_mla_moe_params, moe_decoder_params
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf"
 
@@ -139,16 +141,22 @@ MLA_CONFIGS = {
 }
 
 
-def _computed() -> dict[str, tuple[params.ParamCount, float, float]]:
+def _on_shape(formula, cfg: dict) -> ParamCount:
+    """A grouped-query formula on config fields: the decoder's shape, the rest as keywords."""
+    shape = DecoderShape.of(cfg)
+    return formula(shape, **{k: v for k, v in cfg.items() if k not in vars(shape)})
+
+
+def _computed() -> dict[str, tuple[ParamCount, float, float]]:
     out = {}
     for name, (cfg, b) in DENSE_CONFIGS.items():
-        out[name] = (params.dense_decoder_params(**cfg), b, b)
+        out[name] = (_on_shape(dense_decoder_params, cfg), b, b)
     for name, (cfg, b) in GEMMA2_CONFIGS.items():
-        out[name] = (params.gemma2_params(**cfg), b, b)
+        out[name] = (_on_shape(gemma2_params, cfg), b, b)
     for name, (cfg, b, a) in MOE_CONFIGS.items():
-        out[name] = (params.moe_decoder_params(**cfg), b, a)
+        out[name] = (_on_shape(moe_decoder_params, cfg), b, a)
     for name, (cfg, b, a) in MLA_CONFIGS.items():
-        out[name] = (params.deepseek_mla_moe_params(**cfg), b, a)
+        out[name] = (deepseek_mla_moe_params(**cfg), b, a)
     return out
 
 

@@ -7,6 +7,8 @@ import json
 from clirun import run
 from golden_files import assert_matches_golden
 
+from planner.catalog import load_catalog
+
 
 def test_capacity_json_reproduces_53_and_191():
     r = run("capacity", "llama-3.1-8b", "h100-sxm", "--context-limit", "8192", "--typical-tokens", "2300", "--json")
@@ -125,6 +127,10 @@ def test_capacity_histogram_that_is_not_a_histogram_file_exits_2(tmp_path):
 
 
 def test_a_name_typed_as_a_prefix_suggests_the_full_name():
+    """Of the names that start the way it was typed, the first in sorted order (errors.did_you_mean)."""
     r = run("capacity", "llama-3.1-8b", "h100")
     assert r.exit_code == 2
-    assert "did you mean 'h100-pcie'?" in r.output or "did you mean 'h100-sxm'?" in r.output
+    known = ", ".join(sorted(load_catalog().gpus))
+    assert r.stderr == (
+        f"error: unknown GPU 'h100'; did you mean 'h100-pcie'? known: {known} (list them with `planner catalog gpus`)\n"
+    )

@@ -8,17 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from planner.calibration import (
-    NEUTRAL,
-    calibrate,
-    config_folds,
-    config_of_trtllm,
-    fit_joint,
-    interconnect_family,
-    load_trtllm_rows,
-    trtllm_cases,
-    with_efficiency,
-)
+from planner.calibration.calibrate import calibrate, config_folds, config_of_trtllm
+from planner.calibration.fit import NEUTRAL
+from planner.calibration.joint_fit import fit_joint, interconnect_family
+from planner.calibration.measured import load_trtllm_rows
+from planner.calibration.predict import trtllm_cases, with_efficiency
 from planner.catalog import Efficiency
 from planner.deployment import make_deployment
 from planner.latency_points import COLUMNS, LATENCY_FILE, METRICS, latency_cases, load_latency_rows

@@ -104,6 +104,28 @@ def test_unknown_gpu_and_model_suggest_the_closest(tmp_path):
     assert r.exit_code == 2 and "did you mean 'llama-3.1-8b'" in r.output
 
 
+@pytest.mark.parametrize(
+    ("gpus", "message"),
+    [
+        ("[{id: h100-sxm, prise_usd_per_hour: 2.5}]",
+         "gpus[0].prise_usd_per_hour: unknown key; did you mean 'price_usd_per_hour'? "
+         "(valid keys: id, max_gpus, price_usd_per_hour)"),
+        ("[{idd: h100-sxm}]", "gpus[0].idd: unknown key; did you mean 'id'? (valid keys: id, max_gpus, price_usd_per_hour)"),
+        ("[h100-sxm, 3]", "gpus[1]: expected a string or a mapping with keys id, max_gpus, price_usd_per_hour (got 3)"),
+        ("[[h100-sxm]]", "gpus[0]: expected a string or a mapping with keys id, max_gpus, price_usd_per_hour (got a list)"),
+    ],
+)
+def test_a_gpus_entry_that_is_neither_a_name_nor_a_candidate_gets_one_line(tmp_path, gpus, message):
+    """`gpus:` holds names or mappings: pydantic fails a bad entry once per member of the union
+    ('str', 'GPUCandidate'); the line names the entry, never a member, and a typo gets a 'did
+    you mean' even where the key it misspells is required."""
+    path = write(tmp_path, BASE.replace("gpus: [h100-sxm]", f"gpus: {gpus}"))
+    r = solve(path, "--out-dir", tmp_path / "out")
+    assert r.exit_code == 2
+    assert r.stderr == f"error: {path}: {message}\n"
+    assert not (tmp_path / "out").exists()
+
+
 def test_missing_scenario_file(tmp_path):
     r = solve(tmp_path / "nope.yaml")
     assert r.exit_code == 2 and "file not found" in r.output

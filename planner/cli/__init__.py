@@ -105,13 +105,13 @@ def _register() -> None:
         capacity_cmd,
         catalog_cmd,
         forecast_cmd,
-        memory_cmd,
+        kv_cmd,
         simulate_cmd,
         solve_cmd,
         workload_cmd,
     )
 
-    for module in (memory_cmd, capacity_cmd, catalog_cmd, workload_cmd, solve_cmd, forecast_cmd, simulate_cmd):
+    for module in (kv_cmd, capacity_cmd, catalog_cmd, workload_cmd, solve_cmd, forecast_cmd, simulate_cmd):
         for command in module.COMMANDS:
             main.add_command(command)
 

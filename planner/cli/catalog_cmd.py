@@ -238,10 +238,11 @@ def import_hf_cmd(
     Reads the architecture (nested text_config included): heads, KV heads, head_dim and
     every layer's kind (full, sliding-window, chunked, latent, linear-attention, state-space),
     experts, and a pre-quantized checkpoint's dtype. Parameters come from the checkpoint
-    files with --weights (exact), else from planner/params.py. A model_type or an attention
-    setting planner does not model is refused by name, never guessed; every default the
-    config relies on is printed as a note. The output is a `--catalog` file
-    (`models: {ID: ...}`); the entry under `models:` has the shape of data/models.yaml.
+    files with --weights (exact), else from the family's formula (planner/params/). A
+    model_type or an attention setting planner does not model is refused by name, never
+    guessed; every default the config relies on is printed as a note. The output is a
+    `--catalog` file (`models: {ID: ...}`); the entry under `models:` has the shape of
+    data/models.yaml.
 
     \b
     Example:

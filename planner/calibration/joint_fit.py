@@ -1,0 +1,281 @@
+"""The joint fit: every GPU's factors at once, with one all-reduce latency per interconnect
+family and one per-layer overhead for every GPU (package docstring: why in two stages)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from planner.calibration.fit import (
+    BOUNDS,
+    FACTORS,
+    NEUTRAL,
+    STARTS,
+    TRTLLM_PRIORS,
+    FitResult,
+    fit_efficiency,
+    trtllm_log_errors,
+)
+from planner.calibration.predict import TrtllmCase
+from planner.catalog import GPU, Catalog, Efficiency
+from planner.latency_points import LATENCY_FILE, LatencyCase
+
+# Per-interconnect all-reduce latency: one number per link family, shared by every GPU on it
+# (prefix of GPU.interconnect -> family).
+INTERCONNECT_FAMILIES = (("NVLink5", "NVLink5"), ("NVLink4", "NVLink4"), ("NVLink3", "NVLink3"),
+                         ("PCIe", "PCIe"), ("Infinity Fabric", "InfinityFabric"))  # fmt: skip
+# A family without latency rows takes the fitted latency of a family whose all-reduce kernels
+# it shares (the small-message latency is launch- and synchronisation-bound, not link-bound).
+ALLREDUCE_DONOR = {"NVLink5": "NVLink4"}
+# Published small-message (decode-sized, <= 256 KB) all-reduce latency per call, microseconds,
+# (low, high, citation). None where no published figure was found.
+PUBLISHED_ALLREDUCE_US: dict[str, tuple[float, float, str] | None] = {
+    "NVLink4": (
+        3.7,
+        26.0,
+        "H100 SXM, tp 2/4/8, 512 B-256 KB: TensorRT-LLM-style custom all-reduce 3.7-16.7 us, vLLM custom "
+        "all-reduce 8.5-24.1 us (sgl-project/sglang PR #2904, 2025-01); NCCL NVLSTree with CUDA graphs "
+        "about 6 us at 2 GPUs (NVIDIA/nccl issue #1259, NCCL 2.20.5); NCCL's own tuner estimate for 4-8 KB "
+        "on 8x H100: 25.9-26.5 us (NVIDIA/nccl issue #1453)",
+    ),
+    "NVLink3": (
+        3.7,
+        26.0,
+        "A100: nccl-tests all_reduce_perf 32-128 B on 2x A100-SXM4 over NVLink3: 10.1-10.3 us (NVIDIA/nccl "
+        "issue #583, no CUDA graphs); the custom-kernel floor is taken as NVLink4's (same kernels, "
+        "launch-bound) - no A100 custom all-reduce table was found",
+    ),
+    "NVLink5": None,
+    "PCIe": None,
+    "InfinityFabric": (
+        15.0,
+        31.0,
+        "RCCL all_reduce_perf 8 B-1 KB on MI250X before one-shot all-reduce: 24.9-31.3 us (ROCm/rccl PR "
+        "#929); MSCCL++ 1 KB-256 KB all-reduce 15.1-20.1 us (microsoft/mscclpp PR #646); no MI300X "
+        "figure was found",
+    ),
+}
+ROUNDS = 4  # block-coordinate rounds: throughput stage, then latency stage
+# Fit one per-layer overhead for every GPU on the latency rows (bench/calibration.py --compare-forms
+# prints the held-out error with and without it); False keeps layer_overhead_us at 0.
+LAYER_OVERHEAD = True
+
+
+def interconnect_family(gpu: GPU) -> str:
+    for prefix, family in INTERCONNECT_FAMILIES:
+        if gpu.interconnect.startswith(prefix):
+            return family
+    raise ValueError(f"GPU '{gpu.id}': interconnect '{gpu.interconnect}' is not in INTERCONNECT_FAMILIES")
+
+
+@dataclass(frozen=True)
+class JointFit:
+    """Efficiency per GPU and all-reduce latency per interconnect family, from one fit."""
+
+    efficiency: dict[str, Efficiency]
+    allreduce_us: dict[str, float]  # family -> fitted latency per call
+    allreduce_basis: dict[str, str]  # family -> what the latency was fitted on
+    overhead_basis: dict[str, str]  # gpu -> what step_overhead_ms was fitted on
+    throughput: dict[str, FitResult]  # gpu -> last throughput-stage fit
+    n_throughput: dict[str, int]
+    n_latency: dict[str, int]
+    layer_overhead_us: float = 0.0  # one for every GPU; 0 when not fitted
+    layer_basis: str = "not fitted (0)"
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """The rows grouped as the joint fit uses them."""
+
+    thr: Sequence[TrtllmCase]
+    lat: Sequence[LatencyCase]
+    gpus: list[str]
+    family: dict[str, str]  # gpu -> interconnect family
+    thr_by: dict[str, list[TrtllmCase]]
+    lat_by: dict[str, list[LatencyCase]]
+    lat_families: list[str]  # families with tensor-parallel latency rows: their all-reduce latency is fitted there
+
+    @classmethod
+    def of(cls, catalog: Catalog, thr: Sequence[TrtllmCase], lat: Sequence[LatencyCase]) -> _Rows:
+        gpus = sorted({c.gpu_id for c in thr} | {c.gpu_id for c in lat})
+        family = {g: interconnect_family(catalog.gpu(g)) for g in gpus}
+        return cls(
+            thr, lat, gpus, family,
+            thr_by={g: [c for c in thr if c.gpu_id == g] for g in gpus},
+            lat_by={g: [c for c in lat if c.gpu_id == g] for g in gpus},
+            lat_families=sorted({family[c.gpu_id] for c in lat if c.row.tp > 1}),
+        )  # fmt: skip
+
+    def donor(self, family: str) -> str | None:
+        """The family whose fitted all-reduce latency `family` takes (ALLREDUCE_DONOR), if fitted."""
+        d = ALLREDUCE_DONOR.get(family)
+        return d if d in self.lat_families else None
+
+    def allreduce_source(self, gpu: str) -> str:
+        """The family whose all-reduce latency `gpu` takes: its donor's, else its own."""
+        return self.donor(self.family[gpu]) or self.family[gpu]
+
+
+def fit_joint(
+    catalog: Catalog,
+    thr: Sequence[TrtllmCase],
+    lat: Sequence[LatencyCase],
+    *,
+    rounds: int = ROUNDS,
+    layer_overhead: bool = LAYER_OVERHEAD,
+) -> JointFit:
+    """Bandwidth, compute and interconnect efficiency per GPU on the throughput rows; step
+    overhead per GPU and all-reduce latency per interconnect family on the latency rows;
+    in `rounds` alternating stages (block-coordinate descent), each stage holding the
+    other's factors. Large offline batches hide fixed per-step and per-call costs (the
+    offline rows cannot tell 2 ms of overhead from 1% of bandwidth), so those two are
+    fitted where they show: at low concurrency. A GPU without latency rows keeps the
+    TRTLLM_PRIORS prior on its overhead in the throughput stage; a family without latency
+    rows takes ALLREDUCE_DONOR's latency or, failing one, is fitted on the throughput rows.
+    With `layer_overhead`, one per-layer overhead shared by every GPU joins the latency stage
+    (roofline.StepModel.decode_step_s: a deeper model pays more fixed time per pass)."""
+    rows = _Rows.of(catalog, thr, lat)
+    eff = dict.fromkeys(rows.gpus, NEUTRAL)
+    ar = dict.fromkeys(set(rows.family.values()), NEUTRAL.allreduce_latency_us)
+    layer_us = NEUTRAL.layer_overhead_us
+    thr_fits: dict[str, FitResult] = {}
+    stage = _LatencyStage.of(rows, layer_overhead)
+    for r in range(rounds):
+        for g in rows.gpus:
+            shared = {"allreduce_latency_us": ar[rows.allreduce_source(g)], "layer_overhead_us": layer_us}
+            eff[g] = eff[g].model_copy(update=shared)
+            if not rows.thr_by[g]:
+                continue
+            fit = _throughput_fit(rows, g, eff[g], first_round=r == 0)
+            thr_fits[g], eff[g] = fit, fit.efficiency
+            if "allreduce_latency_us" in fit.free:
+                ar[rows.family[g]] = eff[g].allreduce_latency_us
+        if not lat:
+            break
+        layer_us = stage.fit(eff, ar, layer_us)
+    for g in rows.gpus:  # the final latency stage moved the shared factors: every GPU takes them
+        eff[g] = eff[g].model_copy(
+            update={"allreduce_latency_us": ar[rows.allreduce_source(g)], "layer_overhead_us": layer_us}
+        )
+    return JointFit(
+        efficiency=eff,
+        allreduce_us={f: ar[rows.donor(f) or f] for f in sorted(set(rows.family.values()))},
+        allreduce_basis=_allreduce_basis(rows),
+        overhead_basis=_overhead_basis(rows),
+        throughput=thr_fits,
+        n_throughput={g: len(rows.thr_by[g]) for g in rows.gpus},
+        n_latency={g: len(rows.lat_by[g]) for g in rows.gpus},
+        layer_overhead_us=layer_us,
+        layer_basis=f"latency rows (n={len(lat)}), one value for every GPU"
+        if stage.fits_layer_overhead
+        else "not fitted (0)",
+    )
+
+
+def _throughput_fit(rows: _Rows, gpu: str, eff: Efficiency, *, first_round: bool) -> FitResult:
+    """The throughput stage for one GPU: bandwidth and compute on its throughput rows; its
+    interconnect too when it has tensor-parallel rows (and the all-reduce latency, when no
+    latency rows fit it), and its step overhead, under TRTLLM_PRIORS, when it has no latency
+    rows. The first round tries every start; later ones start where the last ended."""
+    cases = rows.thr_by[gpu]
+    free = ["bandwidth", "compute"]
+    if any(c.row.tp > 1 for c in cases):
+        free.append("interconnect")
+        if rows.allreduce_source(gpu) not in rows.lat_families:
+            free.append("allreduce_latency_us")
+    if not rows.lat_by[gpu]:
+        free.append("step_overhead_ms")
+    starts = STARTS if first_round else [tuple(getattr(eff, k) for k in FACTORS)]
+    return fit_efficiency(trtllm_log_errors(cases), eff, free=free, priors=TRTLLM_PRIORS, starts=starts)
+
+
+@dataclass(frozen=True)
+class _LatencyStage:
+    """The latency stage's unknowns, `names` as (factor, whose): step overhead per GPU with
+    latency rows, all-reduce latency per family with tp > 1 ones, and (layer_overhead) one
+    per-layer overhead for all ("all")."""
+
+    rows: _Rows
+    lat_gpus: list[str]
+    names: list[tuple[str, str]]
+    log_measured_ms: np.ndarray
+
+    @classmethod
+    def of(cls, rows: _Rows, layer_overhead: bool) -> _LatencyStage:
+        lat_gpus = [g for g in rows.gpus if rows.lat_by[g]]
+        names = [("step_overhead_ms", g) for g in lat_gpus] + [("allreduce_latency_us", f) for f in rows.lat_families]
+        if layer_overhead and rows.lat:
+            names.append(("layer_overhead_us", "all"))
+        return cls(rows, lat_gpus, names, np.log([c.row.measured_ms for c in rows.lat]))
+
+    @property
+    def fits_layer_overhead(self) -> bool:
+        return ("layer_overhead_us", "all") in self.names
+
+    def _apply(self, eff: dict[str, Efficiency], x: Sequence[float]) -> dict[str, Efficiency]:
+        """The factors of every GPU with latency rows, with the unknowns set to `x`."""
+        values = {(n, k): float(v) for (n, k), v in zip(self.names, x, strict=True)}
+        out = {}
+        for g in self.lat_gpus:
+            upd = {"step_overhead_ms": values[("step_overhead_ms", g)]}
+            if ("allreduce_latency_us", self.rows.family[g]) in values:
+                upd["allreduce_latency_us"] = values[("allreduce_latency_us", self.rows.family[g])]
+            if ("layer_overhead_us", "all") in values:
+                upd["layer_overhead_us"] = values[("layer_overhead_us", "all")]
+            out[g] = eff[g].model_copy(update=upd)
+        return out
+
+    def fit(self, eff: dict[str, Efficiency], ar: dict[str, float], layer_us: float) -> float:
+        """One latency stage from the current factors: `eff` and `ar` (family -> all-reduce
+        latency) are updated in place; returns the per-layer overhead."""
+        names = self.names
+        lower = [BOUNDS[n][0] for n, _ in names]
+        upper = [BOUNDS[n][1] for n, _ in names]
+        x0 = [getattr(eff[k], n) if n == "step_overhead_ms" else ar[k] if n == "allreduce_latency_us" else layer_us for n, k in names]
+
+        def residuals(x: np.ndarray) -> np.ndarray:
+            e = self._apply(eff, x)
+            return np.log([c.predict_ms(e[c.gpu_id]) for c in self.rows.lat]) - self.log_measured_ms
+
+        res = least_squares(
+            residuals, np.clip(x0, lower, upper), bounds=(lower, upper),
+            x_scale=[1.0 if n == "step_overhead_ms" else 10.0 for n, _ in names],
+            xtol=1e-10, ftol=1e-10, gtol=1e-10, max_nfev=2000,
+        )  # fmt: skip
+        x = np.clip(res.x, lower, upper)
+        eff.update(self._apply(eff, x))
+        for (n, k), v in zip(names, x, strict=True):
+            if n == "allreduce_latency_us":
+                ar[k] = float(v)
+            elif n == "layer_overhead_us":
+                layer_us = float(v)
+        return layer_us
+
+
+def _allreduce_basis(rows: _Rows) -> dict[str, str]:
+    """Family -> what its all-reduce latency was fitted on."""
+    basis = {}
+    for f in sorted(set(rows.family.values())):
+        n = sum(1 for c in rows.lat if rows.family[c.gpu_id] == f and c.row.tp > 1)
+        if f in rows.lat_families:
+            basis[f] = f"latency rows (n={n} with tp > 1)"
+        elif rows.donor(f):
+            basis[f] = f"no latency rows: takes {rows.donor(f)}'s fitted value"
+        elif any(c.row.tp > 1 for c in rows.thr if rows.family[c.gpu_id] == f):
+            basis[f] = "no latency rows: fitted on offline-throughput rows only (large batches hide it)"
+        else:
+            basis[f] = "no tensor-parallel rows: not fitted"
+    return basis
+
+
+def _overhead_basis(rows: _Rows) -> dict[str, str]:
+    """GPU -> what its step_overhead_ms was fitted on."""
+    return {
+        g: f"latency rows (n={len(rows.lat_by[g])}) of data/measured/{LATENCY_FILE}"
+        if rows.lat_by[g]
+        else f"throughput rows with prior N{TRTLLM_PRIORS['step_overhead_ms']}"
+        for g in rows.gpus
+    }

@@ -1,0 +1,239 @@
+"""The scenario file: what a planner asks, as a validated YAML document.
+
+Everything but `model` and `traffic` has a default. Unknown keys are errors with a
+'did you mean'; every error names the file and the dotted YAML path. Relative
+paths inside a scenario are relative to the scenario file.
+
+Sections live in their own modules: `traffic_section` (traffic:), `slo_section` (slo:),
+`fleet_section` (gpus:, fleet:), `solver_section` (sizing:, solver:, simulation:) and
+`forecast_section` (forecast:, autoscaling:); this module holds the document itself, the model
+section's `{config_json: ...}` form, and loading. Every schema class is importable from here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from planner.bounds import (
+    MAX_GPU_MEMORY_GIB,
+    MAX_MIN_REPLICAS,
+    MAX_TOKENS,
+    MAX_TP,
+    Fraction,
+    Params,
+    PositiveTokens,
+    real,
+    whole,
+)
+from planner.errors import InputError, did_you_mean
+from planner.scenario.fields import Strict, histogram_edge
+from planner.scenario.fleet_section import FleetPool, GPUCandidate
+from planner.scenario.forecast_section import Autoscaling, Forecast, QuarterSpec
+from planner.scenario.slo_section import STATISTIC_NAMES, BandSpec, SLOSpec
+from planner.scenario.solver_section import Simulation, Sizing, Solver
+from planner.scenario.traffic_section import (
+    Columns,
+    ConstantSource,
+    LoadProfileSpec,
+    Peak,
+    SyntheticSource,
+    TrafficSource,
+    TrafficSpec,
+)
+from planner.yamlio import load_yaml, validate, validation_message
+
+__all__ = [
+    "DEFAULT_SPLIT_THRESHOLDS",
+    "STATISTIC_NAMES",
+    "Autoscaling",
+    "BandSpec",
+    "Columns",
+    "ConfigJsonModel",
+    "ConstantSource",
+    "FleetPool",
+    "Forecast",
+    "GPUCandidate",
+    "LoadProfileSpec",
+    "Peak",
+    "QuarterSpec",
+    "SLOSpec",
+    "Scenario",
+    "Simulation",
+    "Sizing",
+    "Solver",
+    "SyntheticSource",
+    "TrafficSource",
+    "TrafficSpec",
+    "load_scenario",
+    "resolve",
+]
+
+DEFAULT_SPLIT_THRESHOLDS = (4096, 8192, 16384, 32768, 65536)  # the standard edges between 4k and 64k tokens
+
+
+class ConfigJsonModel(Strict):
+    """`model: {config_json: path, ...}`: a model read from a Hugging Face config.json."""
+
+    config_json: str = Field(min_length=1, description="path of the config.json, relative to the scenario")
+    name: str = Field("custom-model", min_length=1, max_length=200, description="catalog id to give the model")
+    params_total: Params | None = None
+    params_active: Params | None = None
+    hf_id: str | None = None
+
+
+class Scenario(Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    description: str = ""
+    model: str | dict[str, Any] = Field(description="catalog id, an inline model entry, or {config_json: path}")
+    catalog: dict[str, Any] | None = Field(None, description="catalog overrides: {gpus: {id: {field: value}}, ...}")
+    traffic: TrafficSpec
+    context_limit: PositiveTokens | None = Field(None, description="longest prompt+output served [default: the model's]")
+    slo: SLOSpec = SLOSpec()
+    sizing: Sizing = Sizing()
+    gpus: list[str | GPUCandidate] = Field(default_factory=lambda: ["h100-sxm", "h200", "a100-80gb", "l40s"])
+    verified_only: bool = Field(
+        False, description="consider only GPUs whose efficiency factors were fitted on their own measurements"
+    )
+    weight_dtypes: list[str] = Field(default_factory=lambda: ["bf16", "fp8"])
+    kv_dtypes: list[str] = Field(default_factory=lambda: ["bf16", "fp8"])
+    tp: list[whole(ge=1, le=MAX_TP)] = Field(default_factory=lambda: [1, 2, 4, 8])
+    engine: str = "vllm"
+    long_prefill_token_threshold: whole(ge=0, le=MAX_TOKENS) | None = Field(
+        None, description="vLLM's per-request cap on prompt tokens a step (0: off) [default: the engine's]"
+    )
+    gpu_memory_utilization: Fraction | None = None
+    overhead_gib: real(ge=0, le=MAX_GPU_MEMORY_GIB) = 3.0
+    split_thresholds: list[PositiveTokens] | None = Field(
+        None, description="total-token thresholds to try; no split is always tried [default: 4k, 8k, 16k, 32k, "
+        "64k below the limit]; [] for no split"
+    )
+    min_replicas_per_pool: whole(ge=1, le=MAX_MIN_REPLICAS) = Field(1, description="2 or more for N+1 redundancy")
+    homogeneous_pools: bool = Field(True, description="one config per pool")
+    lower_context_limit: PositiveTokens | None = Field(None, description="the 'lower limit' lever [default: half the limit]")
+    solver: Solver = Solver()
+    verify: bool = Field(
+        True, description="certify the plan: replay every pool through the simulator against its band targets, "
+        "and re-plan a pool that misses at its simulated capacity"
+    )
+    simulation: Simulation = Simulation()
+    fleet: list[FleetPool] | None = Field(
+        None, min_length=1, description="a fleet that runs today: check and report it instead of solving for one"
+    )
+    forecast: Forecast | None = Field(None, description="quarterly forecast section (planner forecast)")
+    autoscaling: Autoscaling = Field(Autoscaling(), description="settings of the day's cost policies (traffic.profile)")
+
+    @field_validator("split_thresholds")
+    @classmethod
+    def _edges(cls, v: list[int] | None) -> list[int] | None:
+        if v is None:
+            return v
+        for t in v:
+            histogram_edge(t, "split threshold")
+        if len(set(v)) != len(v):
+            raise ValueError("split thresholds repeat")
+        return sorted(v)
+
+    @field_validator("context_limit", "lower_context_limit")
+    @classmethod
+    def _limit_edge(cls, v: int | None) -> int | None:
+        return histogram_edge(v, "context limit")
+
+    @model_validator(mode="after")
+    def _prefix_below_limit(self) -> Scenario:
+        limit = self.context_limit
+        if limit is not None and self.traffic.shared_prefix_tokens >= limit:
+            raise ValueError(
+                f"traffic.shared_prefix_tokens {self.traffic.shared_prefix_tokens} must be below the context limit {limit}"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _one_reserved_discount(self) -> Scenario:
+        fc = self.forecast
+        if self.autoscaling.reserved_discount is not None and fc is not None and (
+            "reserved_discount" in fc.model_fields_set or fc.reserved_prices
+        ):
+            raise ValueError(
+                "give reserved terms once: forecast.reserved_discount / reserved_prices, or autoscaling.reserved_discount"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _forecast_prices_for_candidates(self) -> Scenario:
+        """A committed price for a GPU the scenario never plans with would be ignored: refuse it."""
+        if self.forecast is None:
+            return self
+        known = [g.id for g in self.gpu_candidates]
+        for gpu in self.forecast.reserved_prices:
+            if gpu not in known:
+                raise ValueError(
+                    f"forecast.reserved_prices: {did_you_mean(gpu, known, what='GPU')} "
+                    "(a committed price needs the GPU among the scenario's gpus)"
+                )
+        return self
+
+    @field_validator("model")
+    @classmethod
+    def _config_json_spec(cls, v: str | dict[str, Any]) -> str | dict[str, Any]:
+        """`{config_json: path, ...}` has its own keys and types; other mappings are inline entries
+        (validated as catalog models once the catalog is known)."""
+        if isinstance(v, dict) and "config_json" in v:
+            try:
+                ConfigJsonModel.model_validate(v)
+            except ValidationError as exc:
+                raise ValueError(validation_message(exc, ConfigJsonModel)) from None
+        return v
+
+    @field_validator("gpus")
+    @classmethod
+    def _one_entry_per_gpu(cls, v: list[str | GPUCandidate]) -> list[str | GPUCandidate]:
+        """Two entries for one GPU type would give it two caps and two prices, one of them ignored."""
+        first: dict[str, int] = {}
+        for i, g in enumerate(v):
+            gpu = g if isinstance(g, str) else g.id
+            if gpu in first:
+                raise ValueError(f"gpus[{i}]: {gpu} is listed twice (first as gpus[{first[gpu]}]); give one entry "
+                                 "per GPU type, with its cap and price")
+            first[gpu] = i
+        return v
+
+    @field_validator("tp")
+    @classmethod
+    def _tp(cls, v: list[int]) -> list[int]:
+        for t in v:
+            if t < 1 or t & (t - 1):
+                raise ValueError(f"tensor-parallel degree {t} must be a power of two")
+        return sorted(set(v))
+
+    @field_validator("gpus", "weight_dtypes", "kv_dtypes")
+    @classmethod
+    def _nonempty(cls, v: list) -> list:
+        if not v:
+            raise ValueError("must list at least one")
+        return v
+
+    @property
+    def thresholds(self) -> list[int]:
+        """Split thresholds to try: the scenario's, or the standard edges when it names none."""
+        return list(DEFAULT_SPLIT_THRESHOLDS) if self.split_thresholds is None else self.split_thresholds
+
+    @property
+    def gpu_candidates(self) -> list[GPUCandidate]:
+        return [GPUCandidate(id=g) if isinstance(g, str) else g for g in self.gpus]
+
+
+def load_scenario(path: str | Path) -> tuple[Scenario, Path]:
+    """Read and validate a scenario file; returns it and the folder its relative paths start from."""
+    path = Path(path)
+    raw = load_yaml(path)
+    if not isinstance(raw, dict):
+        raise InputError("a scenario is a YAML mapping (name:, model:, traffic:, ...)", where=str(path))
+    return validate(Scenario, raw, where=str(path)), path.parent
+
+
+def resolve(base: Path, p: str) -> Path:
+    q = Path(p)
+    return q if q.is_absolute() else base / q

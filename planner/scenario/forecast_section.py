@@ -1,0 +1,85 @@
+"""The scenario's `forecast:` section (quarters of growth, prices, availability and
+commitments, for `planner forecast`) and `autoscaling:` (how a fleet may follow the day's
+curve: the settings of the day's cost policies)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from planner.bounds import (
+    MAX_GROWTH,
+    MAX_LEAD_MIN,
+    MAX_MIN_REPLICAS,
+    GpuCount,
+    PositiveTokens,
+    PriceUsdPerGpuHour,
+    real,
+    whole,
+)
+from planner.scenario.fields import Strict, histogram_edge
+
+
+class QuarterSpec(Strict):
+    """One quarter of a forecast: demand growth and what changes (limit, prices, availability, commitments)."""
+
+    quarter: str = Field(pattern=r"^[0-9]{4}Q[1-4]$", description="e.g. 2027Q1")
+    growth: real(gt=-1.0, le=MAX_GROWTH) = Field(0.0, description="demand change: 0.25 = +25% (see growth_mode)")
+    context_limit: PositiveTokens | None = None
+
+    @field_validator("context_limit")
+    @classmethod
+    def _limit_edge(cls, v: int | None) -> int | None:
+        return histogram_edge(v, "context limit")
+    prices: dict[str, PriceUsdPerGpuHour] = Field(default_factory=dict, description="on-demand $/GPU-hour per GPU type")
+    availability: dict[str, GpuCount] = Field(default_factory=dict, description="most GPUs of a type that can be had")
+    reserved: dict[str, GpuCount] = Field(default_factory=dict, description="GPUs committed this quarter, per type")
+
+
+class Forecast(Strict):
+    growth_mode: Literal["compound", "relative"] = Field(
+        "compound", description="compound: each quarter's growth applies to the previous quarter; relative: to the base"
+    )
+    carry_forward: bool = Field(
+        False,
+        description="each quarter's fleet is committed (reserved) from the next quarter on, at the terms of the "
+        "quarter it was committed in; commitments last to the end of the forecast",
+    )
+    reserved_discount: real(ge=0, lt=1) = Field(0.0, description="committed price = on-demand x (1 - discount)")
+    reserved_prices: dict[str, PriceUsdPerGpuHour] = Field(
+        default_factory=dict, description="committed $/GPU-hour per GPU type"
+    )
+    reserved_pools: bool = Field(
+        True,
+        description="reserved GPUs are already paid: each reserved type may hold a pool of its own beside a "
+        "homogeneous pool's type, so that a new type never strands them",
+    )
+    quarters: list[QuarterSpec] = Field(min_length=1)
+
+    @field_validator("quarters")
+    @classmethod
+    def _ordered(cls, v: list[QuarterSpec]) -> list[QuarterSpec]:
+        keys = [q.quarter for q in v]
+        for i in range(1, len(keys)):
+            if keys[i] in keys[:i]:
+                raise ValueError(f"quarter {keys[i]} appears twice")
+            if keys[i] < keys[i - 1]:
+                raise ValueError(f"quarters out of order: {keys[i]} after {keys[i - 1]}")
+        return v
+
+
+class Autoscaling(Strict):
+    """How a fleet may follow the day's curve: the settings of the day's cost policies."""
+
+    scale_up_lead_min: real(ge=0, le=MAX_LEAD_MIN) = Field(
+        10.0, description="minutes from asking for a replica to its serving (node start, weights load); an assumption: state yours"
+    )
+    min_replicas: whole(ge=1, le=MAX_MIN_REPLICAS) | None = Field(
+        None, description="replicas each pool keeps in every hour [default: min_replicas_per_pool]"
+    )
+    reserved_discount: real(ge=0, lt=1) | None = Field(
+        None,
+        description="a replica reserved for the whole day costs on-demand x (1 - discount) "
+        "[default: the forecast section's reserved terms, else 0]",
+    )

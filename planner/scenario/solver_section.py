@@ -1,0 +1,33 @@
+"""How the scenario's plan is made and checked: the sizing of each replica's concurrency
+(`sizing:`), the ILP solver (`solver:`) and the certification by simulation (`simulation:`)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from planner.bounds import MAX_SIMULATED_REQUESTS, MAX_SOLVER_SECONDS, Seed, real
+from planner.scenario.fields import Strict
+
+
+class Sizing(Strict):
+    mode: Literal["worst_case", "expected", "percentile"] = "percentile"
+    quantile: real(gt=0.5, lt=1) = 0.99
+
+
+class Solver(Strict):
+    backend: Literal["cbc", "highs"] = "cbc"
+    time_limit_s: real(gt=0, le=MAX_SOLVER_SECONDS) = 60.0
+
+
+class Simulation(Strict):
+    """How plans are certified by simulation (planner.certify)."""
+
+    requests: int = Field(20_000, ge=1000, le=MAX_SIMULATED_REQUESTS, description="most sampled requests per pool and rate")
+    band_requests: int = Field(
+        5_000, ge=500, le=MAX_SIMULATED_REQUESTS,
+        description="measured requests sought in every band of a pool (fewer runs when one band fills the pool)",
+    )
+    seed: Seed = 0
+    max_rounds: int = Field(4, ge=1, le=20, description="re-plans after pools miss their targets in simulation")
