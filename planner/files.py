@@ -48,12 +48,16 @@ _inputs: contextvars.ContextVar[set[Path] | None] = contextvars.ContextVar("plan
 def atomic_output(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside `path`; rename it onto `path` when the block succeeds.
 
-    Any OSError (making, writing or renaming the file) is an InputError naming `path`.
+    Any OSError (making, writing or renaming the file) is an InputError naming `path`. A symbolic
+    link is followed (the rename lands on the file it names and the link stays); a device, pipe or
+    socket is refused, since renaming onto it would replace it with a plain file.
     """
-    target = Path(path)
+    target = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
     _refuse_input(target)
     tmp: Path | None = None
     try:
+        if target.exists() and not target.is_file() and not target.is_dir():
+            raise InputError("output path is a device, pipe or socket, not a file; give a file name", where=str(path))
         folder = target.parent if str(target.parent) else Path(".")
         if not folder.is_dir():
             what = "is not a folder" if folder.exists() else "does not exist"

@@ -8,7 +8,8 @@ given twice in one mapping is an error (YAML says keys are unique; PyYAML keeps 
 silently); nesting is at most MAX_DEPTH levels (deeper, PyYAML's recursive composer
 overflows the stack); aliases may not expand the document past MAX_EXPANDED_VALUES values
 (a "billion laughs" bomb is a few lines that expand to gigabytes once anything walks it)
-nor refer to themselves; and a value PyYAML cannot build (a 5,000-digit integer, the
+nor refer to themselves; a number in a YAML 1.1 form that reads as something else (036 is
+octal 30, 1:30 is 90 in base 60, 0x1E is 30) is refused; and a value PyYAML cannot build (a 5,000-digit integer, the
 date 2027-13-45) is an error naming its line.
 """
 
@@ -84,6 +85,31 @@ class _Loader(yaml.SafeLoader):
                         key_node.start_mark,
                     )
         return super().construct_mapping(node, deep=deep)
+
+
+def _number_form_problem(text: str, integer: bool) -> str | None:
+    """Why a YAML 1.1 number form would be read as something other than what it looks like:
+    PyYAML reads 036 as octal 30, 02000 as 1024, 1:30 as base 60 (90) and 0x1E as 30."""
+    digits = text.lstrip("+-").replace("_", "")
+    if ":" in digits:
+        return "is a base-60 number in YAML 1.1 (1:30 reads as 90); write it in decimal, or quote it"
+    if digits[:2].lower() in ("0x", "0b"):
+        return "is hexadecimal or binary; write it in decimal"
+    if integer and len(digits) > 1 and digits[0] == "0" and digits[1].isdigit():
+        return "has a leading zero, which YAML 1.1 reads as octal (036 is 30); write it without the zero"
+    return None
+
+
+def _construct_number(loader: _Loader, node: Node) -> Any:
+    problem = _number_form_problem(str(node.value), node.tag.endswith(":int"))
+    if problem:
+        raise ConstructorError(None, None, f"'{shorten(str(node.value), 40)}' {problem}", node.start_mark)
+    constructor = yaml.SafeLoader.yaml_constructors[node.tag]
+    return constructor(loader, node)
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _construct_number)
+_Loader.add_constructor("tag:yaml.org,2002:float", _construct_number)
 
 
 def _children(node: Node) -> list[Node]:

@@ -214,6 +214,24 @@ def test_histogram_output_named_as_a_text_format_is_refused(tmp_path):
     assert leftovers(tmp_path) == ["log.parquet"]
 
 
+def test_an_output_onto_a_pipe_is_refused_and_the_pipe_stays(tmp_path):
+    fifo = tmp_path / "out.lp"
+    os.mkfifo(fifo)
+    r = run("solve", scenario(tmp_path), "--no-report", "--write-lp", fifo)
+    one_line_error(r, 2, str(fifo), "output path is a device, pipe or socket, not a file; give a file name")
+    assert fifo.is_fifo()
+
+
+def test_an_output_through_a_symlink_writes_the_file_it_names_and_keeps_the_link(tmp_path):
+    target = tmp_path / "target.lp"
+    target.write_text("old")
+    link = tmp_path / "link.lp"
+    link.symlink_to(target)
+    with atomic_output(link) as tmp:
+        tmp.write_text("new")
+    assert link.is_symlink() and target.read_text() == "new"
+
+
 def test_solve_write_lp_onto_the_scenario_is_refused(tmp_path):
     path = scenario(tmp_path)
     before = path.read_text()
@@ -291,13 +309,13 @@ def test_a_plan_larger_than_any_fleet_is_refused_quickly(tmp_path):
     assert leftovers(tmp_path / "out") == []
 
 
-def test_prompts_of_zero_tokens_have_no_input_price_instead_of_a_division_by_zero(tmp_path):
-    text = BASE.replace("prompt_tokens: 1000", "prompt_tokens: 0")
-    r = run("solve", scenario(tmp_path, text), "--out-dir", tmp_path / "out", "--json")
-    assert r.exit_code == 0, r.output
-    cost = json.loads(r.stdout)["cost_per_million_tokens"]
-    assert cost["input"] is None and cost["output"] == cost["blended"] > 0
-    assert "(input —, output $" in (tmp_path / "out" / "tiny.md").read_text()
+def test_an_empty_prompt_is_refused_as_engines_refuse_it(tmp_path):
+    path = scenario(tmp_path, BASE.replace("prompt_tokens: 1000", "prompt_tokens: 0"))
+    r = run("solve", path, "--out-dir", tmp_path / "out")
+    one_line_error(r, 2, f"{path}: traffic.source.constant.prompt_tokens: Input should be greater than or equal to 1 (got 0)")
+    assert leftovers(tmp_path / "out") == []
+    r = run("capacity", "llama-3.1-8b", "h100-sxm", "--prompt-tokens", 0, "--output-tokens", 1)
+    one_line_error(r, 2, "Invalid value for '--prompt-tokens': 0 is not in the range 1<=x<=")
 
 
 # ---- the simulator and a prefix longer than some prompts ---------------------------------
@@ -669,3 +687,35 @@ def test_capacity_refuses_a_shared_prefix_longer_than_the_prompt_or_the_limit():
     one_line_error(run(*args, "--shared-prefix-tokens", 5_000), 2,
                    "Invalid value for --shared-prefix-tokens: a shared prefix of 5,000 tokens is at least as long as 1% or more")
     assert run(*args, "--shared-prefix-tokens", 1_999).exit_code == 0
+
+
+# ---- second outside fuzz campaign ------------------------------------------------------------
+@pytest.mark.parametrize(("written", "why"), [
+    ("036", "'036' has a leading zero, which YAML 1.1 reads as octal (036 is 30); write it without the zero"),
+    ("1:30", "'1:30' is a base-60 number in YAML 1.1 (1:30 reads as 90); write it in decimal, or quote it"),
+    ("0x1E", "'0x1E' is hexadecimal or binary; write it in decimal"),
+])
+def test_a_yaml_11_number_form_that_reads_as_another_number_is_refused(tmp_path, written, why):
+    path = scenario(tmp_path, BASE.replace("rps: 4", f"rps: {written}"))
+    r = run("solve", path, "--out-dir", tmp_path / "out")
+    one_line_error(r, 2, f"{path}: line 6: invalid YAML: {why}")
+    assert leftovers(tmp_path / "out") == []
+
+
+def test_microsecond_times_read_as_milliseconds_are_refused_with_the_unit_hint(tmp_path):
+    log = tmp_path / "us.csv"
+    start_us = 1_700_000_000_000_000
+    log.write_text("prompt_tokens,output_tokens,timestamp_ms\n"
+                   + "".join(f"100,10,{start_us + i * 50_000}\n" for i in range(3000)))
+    r = run("histogram", log, "-o", tmp_path / "h.parquet")
+    one_line_error(r, 2, f"{log}: arrival times fall after 2200", "microseconds read as milliseconds? (see --time-unit)")
+    assert leftovers(tmp_path) == ["us.csv"]
+    assert run("histogram", log, "--time-unit", "us", "-o", tmp_path / "h.parquet").exit_code == 0
+
+
+def test_a_log_given_twice_is_refused_rather_than_counted_twice(tmp_path):
+    log = tmp_path / "log.csv"
+    assert run("synth", "chat", "-n", 300, "-o", log).exit_code == 0
+    r = run("histogram", log, tmp_path / "." / "log.csv", "-o", tmp_path / "h.parquet")
+    one_line_error(r, 2, "log.csv: given twice (as input 1 and input 2); its requests would count twice")
+    assert leftovers(tmp_path) == ["log.csv"]

@@ -65,7 +65,8 @@ def _load_histogram(path: str) -> Histogram:
 @click.option("--overhead-gib", type=FiniteFloatRange(0, MAX_GPU_MEMORY_GIB), default=DEFAULT_OVERHEAD_GIB, show_default=True, help="Activations, CUDA graphs, logits, per GPU.")
 @click.option("--typical-tokens", type=click.IntRange(1, MAX_TOKENS), default=None, help="Typical conversation length for paged users.")
 @click.option("--histogram", "histogram_file", type=click.Path(dir_okay=False), default=None, help="Traffic class from a histogram file (planner histogram).")
-@click.option("--prompt-tokens", type=click.IntRange(0, MAX_TOKENS), default=None, help="Every request has this prompt length.")
+@click.option("--prompt-tokens", type=click.IntRange(1, MAX_TOKENS), default=None,
+              help="Every request has this prompt length (at least 1: engines refuse an empty prompt).")
 @click.option("--output-tokens", type=click.IntRange(1, MAX_TOKENS), default=None, help="Every request has this output length.")
 @click.option("--sizing", type=_SizingChoice(), default="expected", show_default=True,
               help="Concurrency the cache holds: worst-case (every sequence at the limit), expected, or percentile.")

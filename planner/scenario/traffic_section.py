@@ -40,7 +40,8 @@ class Columns(Strict):
 class ConstantSource(Strict):
     """Every request has the same lengths (how published benchmarks, and seed 000, are run)."""
 
-    prompt_tokens: Tokens
+    # At least one prompt token: engines refuse an empty prompt (vLLM: "The decoder prompt cannot be empty").
+    prompt_tokens: PositiveTokens
     output_tokens: PositiveTokens
 
 

@@ -87,6 +87,7 @@ def ingest(
     progress: told each log's total (progress.py) and its position after each batch."""
     if not paths:
         raise InputError("no input logs given")
+    _refuse_repeats(paths)
     cells, minutes = CellAccumulator(), MinuteCounter()
     reports = []
     kept: list | None = [] if keep_requests > 0 else None
@@ -115,6 +116,17 @@ def ingest(
         raise InputError(f"no usable row (excluded rows: {excluded})", where=names)
     check_span(histogram, names)
     return result
+
+
+def _refuse_repeats(paths: Sequence[str | os.PathLike]) -> None:
+    """A log given twice (by any path to the same file) would count its requests twice."""
+    seen: dict[str, int] = {}
+    for i, path in enumerate(paths):
+        key = os.path.realpath(path)
+        if key in seen:
+            raise InputError(f"given twice (as input {seen[key] + 1} and input {i + 1}); its requests would count "
+                             "twice", where=str(path))
+        seen[key] = i
 
 
 def _is_histogram_file(reader: LogReader) -> bool:

@@ -20,6 +20,8 @@ from planner.histogram import Histogram
 
 SECONDS_PER_MINUTE = 60
 PEAK_METHODS = ("quantile", "max", "explicit")
+# 2200-01-01 in minutes since the epoch: no serving log is dated later; relative times start near 0.
+LAST_PLAUSIBLE_MINUTE = 120_968_640
 MAX_SPAN_MINUTES = 1 << 23  # ~16 years: beyond it, the logs mix clocks (relative and epoch times)
 
 
@@ -46,7 +48,8 @@ def per_minute_counts(hist_or_minutes: Histogram | Sequence[int] | np.ndarray) -
 
 
 def check_span(hist: Histogram, where: str | None = None) -> None:
-    """InputError (naming `where`) when the arrivals span more than MAX_SPAN_MINUTES."""
+    """InputError (naming `where`) when the arrivals span more than MAX_SPAN_MINUTES, or fall
+    after LAST_PLAUSIBLE_MINUTE (microseconds read as milliseconds land in the year 55,970)."""
     if not hist.minute.size:
         return
     first, last = int(hist.minute[0]), int(hist.minute[-1])
@@ -55,6 +58,12 @@ def check_span(hist: Histogram, where: str | None = None) -> None:
         raise InputError(
             f"arrival times span {span / 525_960:.0f} years ({_when(first)} to {_when(last)}); do the logs mix "
             "relative and epoch timestamps, or seconds and milliseconds? (see --time-unit)",
+            where=where,
+        )
+    if last > LAST_PLAUSIBLE_MINUTE:
+        raise InputError(
+            f"arrival times fall after {_when(LAST_PLAUSIBLE_MINUTE)[:4]} (up to {_when(last)}); are they in a finer "
+            "unit than they were read in, microseconds read as milliseconds? (see --time-unit)",
             where=where,
         )
 
