@@ -261,6 +261,18 @@ def _usd(x: float) -> str:
     return f"${x:,.2f}"
 
 
+def floor_text(stated: int, pools: Sequence[tuple[str, DayPool]]) -> str:
+    """The replica floor as applied: the stated minimum, and the pools (labelled) whose busiest
+    hour needs fewer (a pool keeps at most its peak size, so the floor never buys replicas no
+    hour uses)."""
+    capped = [f"{label} keeps {p.min_replicas}" for label, p in pools if p.min_replicas < stated]
+    text = f"at least {stated} replica(s) per pool"
+    if capped:
+        text += (f" (at most each pool's peak size: {'; '.join(capped)}; plan N+1 with min_replicas_per_pool "
+                 "to keep more)")
+    return text
+
+
 def day_markdown(costs: DayCosts, *, heading: int = 2) -> str:
     """The report's section: the curve, the four policies, and the replicas hour by hour."""
     h = "#" * heading
@@ -275,8 +287,8 @@ def day_markdown(costs: DayCosts, *, heading: int = 2) -> str:
     lines[-1] += (
         f", and the period's mean is {prof.mean_multiplier:.0%} of the busiest hour. The plan is sized for the busiest "
         f"hour; every policy below holds each hour's load × headroom {costs.headroom:g} with the plan's configs and "
-        f"targets. Scale-up lead time {terms.lead_min:g} min (replicas are paid from when they are asked for), at least "
-        f"{terms.min_replicas} replica(s) per pool in every hour; reserved prices: {terms.reserved_terms}."
+        f"targets. Scale-up lead time {terms.lead_min:g} min (replicas are paid from when they are asked for), "
+        f"{floor_text(terms.min_replicas, [(p.name, p) for p in costs.pools])} in every hour; reserved prices: {terms.reserved_terms}."
     )
     tokens = costs.tokens_per_day
     lines += [

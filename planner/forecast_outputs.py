@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from planner.daily import POLICIES
+from planner.daily import POLICIES, floor_text
 from planner.forecast import PoolRow, QuarterResult
 from planner.units import HOURS_PER_MONTH, HOURS_PER_QUARTER
 
@@ -409,7 +409,8 @@ def _policies_markdown(results: Sequence[QuarterResult], total: dict, heading: i
         + ("" if flat else f" (busiest hour {prof.peak_to_trough:,.2f}× the quietest, mean {prof.mean_multiplier:.0%} of the busiest)")
         + f". Each quarter's fleet, its configs and targets priced four ways over the curve, as if chosen afresh "
         f"that quarter (the commitments carried forward are in the table above): scale-up lead time {terms.lead_min:g} min, "
-        f"at least {terms.min_replicas} replica(s) per pool, reserved at {terms.reserved_terms}. Each cell: USD over the "
+        f"{floor_text(terms.min_replicas, [(f'{r.quarter} {p.name}', p) for r in results for p in r.day.pools])}, "
+        f"reserved at {terms.reserved_terms}. Each cell: USD over the "
         "quarter · USD per million tokens at the day's volume.",
         "",
         "| Quarter | " + " | ".join(name for _, name in POLICIES) + " |",

@@ -719,3 +719,13 @@ def test_a_log_given_twice_is_refused_rather_than_counted_twice(tmp_path):
     r = run("histogram", log, tmp_path / "." / "log.csv", "-o", tmp_path / "h.parquet")
     one_line_error(r, 2, "log.csv: given twice (as input 1 and input 2); its requests would count twice")
     assert leftovers(tmp_path) == ["log.csv"]
+
+
+def test_a_replica_floor_above_the_peak_size_is_reported_as_applied(tmp_path):
+    text = BASE.replace("rps: 4}", "rps: 3}\n  profile: {shape: diurnal, peak_to_trough: 3, peak_hour: 14}") + (
+        "autoscaling: {scale_up_lead_min: 10, min_replicas: 5}\nverify: false\n")
+    r = run("solve", scenario(tmp_path, text), "--out-dir", tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    report = (tmp_path / "out" / "tiny.md").read_text()
+    assert ("at least 5 replica(s) per pool (at most each pool's peak size: all: h100-sxm tp1 w:bf16 kv:bf16 "
+            "ctx:8192 keeps 1; plan N+1 with min_replicas_per_pool to keep more) in every hour") in report
