@@ -49,6 +49,7 @@ carrying a chunk costlier than y is λ·t̄·Σ w_c·#{chunks of c costing more 
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -227,7 +228,11 @@ def _work_tables(cells: _Cells, chunk_cap: int, params_active: float, attn: floa
     mean = np.zeros(nb)
     w = cells.weight
     tilt = _tilt(_Y_GRID)
+    longest = float(cells.new_tokens.max())
     for b, d in enumerate(bucket_d):
+        if b and bucket_d[b - 1] * chunk_cap >= longest:  # no prompt is capped any more: the same table
+            survival[b], dy[b], mean[b] = survival[b - 1], dy[b - 1], mean[b - 1]
+            continue
         jumps = _prefill_flops(np.minimum(cells.new_tokens, d * chunk_cap), cells.shared_prefix, params_active, attn)
         m1, m2 = float(np.dot(w, jumps)), float(np.dot(w, jumps**2))
         mean[b] = m1
@@ -296,6 +301,16 @@ class LatencyModel:
         # all-reduce bytes of prefill are a few percent, folded in proportionally).
         self.flops_per_s = float(np.dot(c.weight, flops) / max(np.dot(c.weight, self.prefill_s), 1e-30))
         self.band_cells = [np.flatnonzero(b.holds(c.prompt)) for b in slo.bands]
+
+    def with_slo(self, slo: SLO) -> LatencyModel:
+        """The same replica and class judged against other targets (a sweep of TTFT limits): the
+        cells and prefill times are shared, only the bands' cells are recomputed."""
+        if slo == self.slo:
+            return self
+        other = copy.copy(self)
+        other.slo = slo
+        other.band_cells = [np.flatnonzero(b.holds(self.cells.prompt)) for b in slo.bands]
+        return other
 
     @property
     def table_cap(self) -> int:

@@ -8,10 +8,14 @@ planner.capacity; its output is data too (status, objective, runtime, the plan).
 from __future__ import annotations
 
 import math
+import os
+import sys
 import time
 import warnings
 from collections.abc import Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import pulp
 
@@ -70,8 +74,36 @@ class FleetSolution:
     on_demand_gpus: Mapping[str, int] = field(default_factory=dict)  # per GPU type, beyond the reserved ones
 
 
+def undominated_candidates(candidates: Sequence[Candidate]) -> list[Candidate]:
+    """The candidates an optimal plan may need: a candidate is dropped when another of the same
+    class on the same GPU type has at least its capacity per replica at no more cost and GPUs per
+    replica (one strictly better, or the same and earlier in label order). Any plan that uses the
+    dropped one is matched, replica for replica, by one that uses the other: it covers as much, costs
+    and counts no more (inventory caps and reservations count GPUs of a type), and keeps the pools
+    homogeneous. Not for plans that must use every reserved GPU (fewer GPUs may then not do), nor
+    for the next-best distinct plans (a dominated plan is still a distinct one)."""
+    groups: dict[tuple[str, str, str], list[Candidate]] = {}
+    for c in candidates:
+        groups.setdefault((c.option, c.traffic_class, c.gpu), []).append(c)
+    keep = set()
+    for group in groups.values():
+        ordered = sorted(group, key=lambda c: (-c.capacity_rps, c.cost_per_replica_hour, c.gpus_per_replica, c.config))
+        kept: list[Candidate] = []
+        for c in ordered:  # every earlier one has at least its capacity
+            if not any(k.cost_per_replica_hour <= c.cost_per_replica_hour and k.gpus_per_replica <= c.gpus_per_replica
+                       for k in kept):
+                kept.append(c)
+        keep.update(id(c) for c in kept)
+    return [c for c in candidates if id(c) in keep]
+
+
 def _name(*parts: object) -> str:
-    raw = "_".join(str(p) for p in parts)
+    return _safe("_".join(str(p) for p in parts))
+
+
+@lru_cache(maxsize=1 << 16)
+def _safe(raw: str) -> str:
+    """An LP-file-safe name (the same labels recur in every re-solve of a plan)."""
     return "".join(ch if ch.isalnum() else "_" for ch in raw)
 
 
@@ -410,12 +442,50 @@ def solve_day_mix(
     )
 
 
+_HIGHS_BANNER_SILENCED = False
+
+
+@contextmanager
+def _quiet_stdout():
+    """Send file descriptor 1 to /dev/null for a moment (C code that prints, not Python)."""
+    try:
+        sys.stdout.flush()
+        saved, devnull = os.dup(1), os.open(os.devnull, os.O_WRONLY)
+    except (OSError, ValueError):  # no usable stdout: nothing to silence
+        yield
+        return
+    try:
+        os.dup2(devnull, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)
+
+
+if hasattr(pulp, "HiGHS") and pulp.HiGHS().available():
+    class _QuietHiGHS(pulp.HiGHS):
+        """PuLP's HiGHS interface. HiGHS prints its banner on stdout when a process builds its first
+        solver object, before any option can turn output off, which would break `--json` output:
+        that first object is built with stdout silenced."""
+
+        def createAndConfigureSolver(self, lp):
+            global _HIGHS_BANNER_SILENCED
+            if _HIGHS_BANNER_SILENCED:
+                return super().createAndConfigureSolver(lp)
+            with _quiet_stdout():
+                super().createAndConfigureSolver(lp)
+            _HIGHS_BANNER_SILENCED = True
+            return None
+else:  # highspy is not installed
+    _QuietHiGHS = None
+
+
 def _solver(backend: str, time_limit_s: float):
     if backend == "highs":
-        solver = pulp.HiGHS(msg=False, timeLimit=time_limit_s, gapRel=0.0)
-        if not solver.available():
+        if _QuietHiGHS is None:
             raise InputError("solver.backend 'highs' needs the highspy package: pip install 'planner[highs]'")
-        return solver
+        return _QuietHiGHS(msg=False, timeLimit=time_limit_s, gapRel=0.0)
     if backend != "cbc":
         raise InputError(f"unknown solver backend '{backend}' (cbc, highs)")
     # PuLP 3.x warns that the bundled CBC goes away in 4.0; the project pins <4 precisely to keep it.
@@ -428,7 +498,6 @@ def _solver(backend: str, time_limit_s: float):
 
 
 def _lp_text(prob: pulp.LpProblem) -> str:
-    import os
     import tempfile
 
     fd, path = tempfile.mkstemp(suffix=".lp")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import multiprocessing as mp
 import os
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -17,14 +16,21 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.capacity import Capacity, ReplicaModel, replica_capacity
+from planner.capacity import Capacity, ReplicaModel, capacity_below, replica_capacity
 from planner.catalog import GPU, Catalog, Model
 from planner.certify import PoolCheck, PoolSetting, check_pool, requests_for, simulated_capacity
 from planner.deployment import Deployment, make_deployment, supported_problem
 from planner.errors import InfeasibleError, InputError
 from planner.histogram import TOTAL_EDGES, Histogram
 from planner.memory import kv_token_cap
-from planner.optimize import Candidate, FleetSolution, Pool, SplitOption, solve_fleet
+from planner.optimize import (
+    Candidate,
+    FleetSolution,
+    Pool,
+    SplitOption,
+    solve_fleet,
+    undominated_candidates,
+)
 from planner.paged import token_profile
 from planner.scenario import Scenario
 from planner.simulate import Requests
@@ -74,6 +80,7 @@ class Evaluation:
     capacity: Capacity | None
     problem: str = ""
     simulated_rps: float | None = None  # the simulated capacity, once certification measured it
+    dominated_by: str = ""  # a dtype variant on the same GPUs with certainly more capacity (not searched)
     calibration: float = 1.0  # the simulated / model capacity ratio measured on this class's other configs
 
     @property
@@ -238,10 +245,15 @@ def candidate_configs(scn: Scenario, catalog: Catalog, model: Model, weight_dtyp
 class Evaluator:
     """Capacities of (config, class) pairs, computed once and reused by every variant."""
 
-    def __init__(self, scn: Scenario, catalog: Catalog, model: Model):
+    def __init__(self, scn: Scenario, catalog: Catalog, model: Model, *, like: Evaluator | None = None):
+        """like: an evaluator of the same scenario but for other latency targets, whose token
+        profiles and replica models (memory, step and latency tables) this one shares."""
         self.scn, self.catalog, self.model = scn, catalog, model
         self._cache: dict[tuple, Evaluation] = {}
-        self._profiles: dict[tuple, object] = {}
+        self._profiles: dict[tuple, object] = like._profiles if like is not None else {}
+        self._models: dict[tuple, ReplicaModel] = like._models if like is not None else {}
+        self._slo_models: dict[tuple, ReplicaModel] = {}
+        self._like = like
         self._simulated: dict[tuple, float] = {}  # (config, class) -> simulated capacity
         self.checks: dict[tuple, PoolCheck] = {}  # (config, class, replicas, rate) -> its replay
         self._calibration: dict[tuple, float] = {}  # class -> least simulated / model ratio seen
@@ -278,6 +290,15 @@ class Evaluator:
             )
         return self._profiles[key]
 
+    def replica_model(self, key: tuple, dep: Deployment, tc: TrafficClass) -> ReplicaModel:
+        """The (config, class) pair's replica model for the class's targets; its memory, step and
+        latency tables are built once for every set of targets."""
+        if key not in self._slo_models:
+            if key not in self._models:
+                self._models[key] = ReplicaModel(dep, self.profile(tc, dep), tc.slo)
+            self._slo_models[key] = self._models[key].with_slo(tc.slo)
+        return self._slo_models[key]
+
     def evaluate(self, cfg: Config, tc: TrafficClass) -> Evaluation:
         key = (*cfg.key, *self._class_key(tc))
         ev = self._model_evaluation(key, cfg, tc)
@@ -286,14 +307,17 @@ class Evaluator:
             return ev
         return dataclasses.replace(ev, simulated_rps=simulated, calibration=factor)
 
-    def _model_evaluation(self, key: tuple, cfg: Config, tc: TrafficClass) -> Evaluation:
+    def _model_evaluation(self, key: tuple, cfg: Config, tc: TrafficClass, guess: float | None = None) -> Evaluation:
         if key in self._cache:
             return self._cache[key]
+        if guess is None and self._like is not None:  # the bound for the unscaled targets is near
+            base = self._like._cache.get(key)
+            guess = base.capacity.bound_batch if base is not None and base.capacity is not None else None
         try:
             dep = self.deployment(cfg, tc.max_model_len)
-            cap = replica_capacity(
-                dep, self.profile(tc, dep), tc.slo, sizing=self.scn.sizing.mode, quantile=self.scn.sizing.quantile
-            )
+            cap = replica_capacity(dep, self.profile(tc, dep), tc.slo, sizing=self.scn.sizing.mode,
+                                   quantile=self.scn.sizing.quantile, model=self.replica_model(key, dep, tc),
+                                   guess=guess)
             problem = "" if cap.max_rps > 0 else f"{cap.binding}: " + ("; ".join(cap.notes) or "no rate meets it")
             ev = Evaluation(cfg, tc, cap, problem)
         except InputError as exc:
@@ -302,51 +326,56 @@ class Evaluator:
         return ev
 
     def evaluate_all(self, classes: dict[str, list[TrafficClass]], configs: Sequence[Config]) -> list[Evaluation]:
-        """Every config for every class of every split option."""
+        """Every config for every class of every split option.
+
+        Dtype variants on the same GPUs (same GPU type, price and tp) cost the same, and the ILP
+        keeps only the one of highest capacity (_undominated). So within such a group a variant
+        whose capacity is certainly below the best found so far is not searched: one latency
+        point proves it (capacity.capacity_below), and its evaluation names the variant above it.
+        The ILP's candidates are then exactly those of evaluating every variant."""
         pairs = [(cfg, tc) for tcs in classes.values() for tc in tcs for cfg in configs]
-        self._prefetch(pairs)
-        return [self.evaluate(cfg, tc) for cfg, tc in pairs]
-
-    def _prefetch(self, pairs: list[tuple[Config, TrafficClass]]) -> None:
-        """Compute the model evaluations not cached yet in worker processes, when there are enough
-        to pay for them: each is independent, and a plan's explorations need hundreds. A class's
-        configs go to one worker, which builds that class's latency tables once."""
-        todo = {}
+        groups: dict[tuple, list[tuple[Config, TrafficClass]]] = {}
         for cfg, tc in pairs:
-            key = (*cfg.key, *self._class_key(tc))
-            if key not in self._cache:
-                todo.setdefault(self._class_key(tc), []).append((key, cfg, tc))
-        workers = min(len(todo), os.cpu_count() or 1, MAX_WORKERS)
-        if workers < 2 or sum(map(len, todo.values())) < PARALLEL_MIN_EVALUATIONS or "fork" not in mp.get_all_start_methods():
-            return
-        global _PREFETCH
-        chunks = [[] for _ in range(workers)]
-        for group in sorted(todo.values(), key=len, reverse=True):
-            min(chunks, key=lambda c: sum(map(len, c))).append(group)
-        _PREFETCH = self
-        try:
-            with mp.get_context("fork").Pool(workers) as pool:
-                results = pool.map(_evaluate_groups, chunks)
-        finally:
-            _PREFETCH = None
-        for chunk, found in zip(chunks, results, strict=True):
-            for (key, cfg, tc), (capacity, problem) in zip((x for g in chunk for x in g), found, strict=True):
-                self._cache[key] = Evaluation(cfg, tc, capacity, problem)
+            groups.setdefault((self._class_key(tc), cfg.gpu.id, cfg.price_usd_per_hour, cfg.tp), []).append((cfg, tc))
+        found: dict[tuple, Evaluation] = {}
+        for group in groups.values():
+            found.update(self._evaluate_group(group))
+        return [found[(*cfg.key, *self._class_key(tc))] for cfg, tc in pairs]
 
+    def _evaluate_group(self, group: list[tuple[Config, TrafficClass]]) -> dict[tuple, Evaluation]:
+        keyed = [((*cfg.key, *self._class_key(tc)), cfg, tc) for cfg, tc in group]
+        out = {key: self.evaluate(cfg, tc) for key, cfg, tc in keyed if key in self._cache}
+        best = max((e.capacity.max_rps for e in out.values() if e.capacity is not None), default=0.0)
+        best_label = next((e.config.label(e.traffic_class.max_model_len) for e in out.values()
+                           if e.capacity is not None and e.capacity.max_rps == best), "")
+        todo = [(key, cfg, tc) for key, cfg, tc in keyed if key not in self._cache]
+        models = {}
+        for key, cfg, tc in todo:
+            try:
+                models[key] = self.replica_model(key, self.deployment(cfg, tc.max_model_len), tc)
+            except InputError:
+                models[key] = None
+        sizing, quantile = self.scn.sizing.mode, self.scn.sizing.quantile
 
-MAX_WORKERS = 4
-PARALLEL_MIN_EVALUATIONS = 24
-_PREFETCH: Evaluator | None = None  # the evaluator a forked worker reads (set only around the fork)
+        def ceiling(key) -> float:  # the memory and batch ceiling's rate: most promising first
+            rm = models[key]
+            if rm is None:
+                return math.inf
+            return rm.rate(min(rm.concurrency(quantile)[sizing], float(rm.dep.engine.max_num_seqs)))
 
-
-def _evaluate_groups(groups) -> list[tuple[Capacity | None, str]]:
-    """In a worker: the model evaluations of whole classes' configs, as (capacity, problem)."""
-    out = []
-    for group in groups:
-        for key, cfg, tc in group:
-            e = _PREFETCH._model_evaluation(key, cfg, tc)
-            out.append((e.capacity, e.problem))
-    return out
+        for key, cfg, tc in sorted(todo, key=lambda t: -ceiling(t[0])):
+            guess = None
+            if models[key] is not None and best > 0:
+                below, guess = capacity_below(models[key], best, sizing=sizing, quantile=quantile)
+                if below:
+                    out[key] = Evaluation(cfg, tc, None, f"capacity below {best_label}'s {best:,.3f} req/s on the "
+                                          "same GPUs", dominated_by=best_label)
+                    continue
+            ev = self._model_evaluation(key, cfg, tc, guess=guess)
+            out[key] = self.evaluate(cfg, tc)
+            if ev.capacity is not None and ev.capacity.max_rps > best:
+                best, best_label = ev.capacity.max_rps, cfg.label(tc.max_model_len)
+        return out
 
 
 # ------------------------------------------------------------------ solving
@@ -365,6 +394,8 @@ def _solve(scn, inventory: dict[str, int], classes, evals: Sequence[Evaluation],
         for ev in _undominated(evals)
         if ev.traffic_class.option in chosen
     ]
+    if not forbid and not use_reserved:
+        cands = undominated_candidates(cands)
     return solve_fleet(
         split_options, cands, inventory=inventory, min_replicas=scn.min_replicas_per_pool,
         homogeneous=scn.homogeneous_pools, backend=scn.solver.backend, time_limit_s=scn.solver.time_limit_s,
@@ -577,7 +608,7 @@ def _ttft_sweep(scn, catalog, model, configs, classes, inventory, ev) -> list[tu
         bands = [b.model_copy(update={"ttft_s": (b.ttft_s[0] or slo.statistic, b.ttft_s[1] * m)}) if b.ttft_s else b
                  for b in slo.bands]
         scaled = scn.model_copy(update={"slo": slo.model_copy(update={"bands": bands})})
-        swept = Evaluator(scaled, catalog, model)
+        swept = Evaluator(scaled, catalog, model, like=ev)
         swept._calibration = ev._calibration  # what simulation showed of the model applies here too
         scaled_classes = {k: [dataclasses.replace(tc, slo=scaled.slo.to_slo()) for tc in tcs] for k, tcs in classes.items()}
         evs = swept.evaluate_all(scaled_classes, configs)
