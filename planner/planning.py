@@ -497,6 +497,42 @@ def _outcome(name: str, sol: FleetSolution, why: str = "") -> Outcome:
 # ------------------------------------------------------------------ the plan
 
 
+@dataclass(frozen=True)
+class Setup:
+    """A scenario ready to solve: its served traffic, classes and every candidate's evaluation."""
+
+    scn: Scenario
+    catalog: Catalog
+    model: Model
+    hist: Histogram
+    measured_peak_rps: float
+    limit: int
+    served: Histogram
+    peak_rps: float
+    ev: Evaluator
+    configs: list[Config]
+    classes: dict[str, list[TrafficClass]]
+    evals: list[Evaluation]
+    traffic_notes: tuple[str, ...] = ()
+    measured_mean_rps: float | None = None
+    trace: Requests | None = None
+
+
+def setup_plan(scn: Scenario, catalog: Catalog, model: Model, hist: Histogram, measured_peak_rps: float, *,
+               traffic_notes: Iterable[str] = (), measured_mean_rps: float | None = None,
+               trace: Requests | None = None) -> Setup:
+    """The served traffic, its classes per split option, and every candidate config's capacity for each."""
+    limit, served, peak = _served(scn, model, hist, measured_peak_rps, scn.context_limit)
+    ev = Evaluator(scn, catalog, model)
+    configs = candidate_configs(scn, catalog, model, scn.weight_dtypes, scn.kv_dtypes)
+    if not configs:
+        raise InputError("no candidate config: every GPU x tp x dtype combination is unsupported for this model")
+    classes = traffic_classes(scn, served, limit, peak)
+    evals = ev.evaluate_all(classes, configs)
+    return Setup(scn, catalog, model, hist, measured_peak_rps, limit, served, peak, ev, configs, classes, evals,
+                 tuple(traffic_notes), measured_mean_rps, trace)
+
+
 def make_plan(
     scn: Scenario, catalog: Catalog, model: Model, hist: Histogram, measured_peak_rps: float,
     *, explore: bool = True, traffic_notes: Iterable[str] = (),
@@ -516,30 +552,29 @@ def make_plan(
     if scn.fleet:
         return _given_fleet_plan(scn, catalog, model, hist, measured_peak_rps, traffic_notes=traffic_notes,
                                  measured_mean_rps=measured_mean_rps, certify=certify, trace=trace)
-    limit, served, peak = _served(scn, model, hist, measured_peak_rps, scn.context_limit)
-    ev = Evaluator(scn, catalog, model)
-    configs = candidate_configs(scn, catalog, model, scn.weight_dtypes, scn.kv_dtypes)
-    if not configs:
-        raise InputError("no candidate config: every GPU x tp x dtype combination is unsupported for this model")
-    classes = traffic_classes(scn, served, limit, peak)
-    evals = ev.evaluate_all(classes, configs)
+    st = setup_plan(scn, catalog, model, hist, measured_peak_rps, traffic_notes=traffic_notes,
+                    measured_mean_rps=measured_mean_rps, trace=trace)
     solve = _Memo(scn)
-    inventory = solve.inventory
-    sol = solve(classes, evals, reserved=reserved, keep_lp=keep_lp, use_reserved=use_reserved)
+    sol = solve(st.classes, st.evals, reserved=reserved, keep_lp=keep_lp, use_reserved=use_reserved)
     if not sol.pools:
-        raise InfeasibleError(_no_plan_message(sol, scn, classes, evals, inventory))
-    pools = _pool_details(ev, evals, sol)
-    certification = None
+        raise InfeasibleError(_no_plan_message(sol, scn, st.classes, st.evals, solve.inventory))
+    pools = _pool_details(st.ev, st.evals, sol)
+    evals, certification = st.evals, None
     if scn.verify if certify is None else certify:
-        evals, sol, pools, certification = _certify(
-            scn, ev, classes, evals, sol, pools,
-            lambda evs: solve(classes, evs, reserved=reserved, keep_lp=keep_lp, use_reserved=use_reserved),
-            trace, rounds=scn.simulation.max_rounds,
+        [(evals, sol, pools, certification)] = certify_plans(
+            [(st, st.evals, sol, pools)],
+            lambda evs: [solve(st.classes, evs[0], reserved=reserved, keep_lp=keep_lp, use_reserved=use_reserved)],
+            rounds=scn.simulation.max_rounds,
         )
-    plan = _assemble(scn, model, catalog, hist, served, limit, measured_peak_rps, peak, classes, evals, sol, pools,
-                     traffic_notes, measured_mean_rps, certification)
-    if not explore:
-        return plan
+    plan = assemble_plan(st, evals, sol, pools, certification)
+    return explore_plan(st, plan, solve, reserved=reserved) if explore else plan
+
+
+def explore_plan(st: Setup, plan: Plan, solve: _Memo, *, reserved=None) -> Plan:
+    """The plan's explorations: each split option, the next-best distinct plans, the peak's
+    sensitivity, the levers, the best certified plan per GPU type and the TTFT target's cost.
+    `solve` answers the re-solves (its scenario's inventory caps apply)."""
+    scn, classes, evals, sol, inventory = st.scn, st.classes, plan.evaluations, plan.solution, solve.inventory
     split = []
     for k in classes:
         res = solve(classes, evals, options=[k])
@@ -555,9 +590,11 @@ def make_plan(
     sensitivity = [
         _outcome(f"peak x {m:g}", solve(classes, evals, rate_scale=m, reserved=reserved)) for m in SENSITIVITY
     ]
-    levers = _levers(scn, catalog, model, served, limit, peak, ev, configs, classes, evals, sol, inventory, solve)
-    per_gpu = _per_gpu(scn, ev, configs, classes, inventory, solve, reserved, trace) if certification else []
-    sweep = _ttft_sweep(scn, catalog, model, configs, classes, inventory, ev)
+    levers = _levers(scn, st.catalog, st.model, st.served, st.limit, st.peak_rps, st.ev, st.configs, classes, evals,
+                     sol, inventory, solve)
+    per_gpu = (_per_gpu(scn, st, st.configs, classes, inventory, solve, reserved)
+               if plan.certification else [])
+    sweep = _ttft_sweep(scn, st.catalog, st.model, st.configs, classes, inventory, st.ev)
     return dataclasses.replace(plan, split_analysis=split, alternatives=alternatives, sensitivity=sensitivity,
                                levers=levers, per_gpu=per_gpu, ttft_sweep=sweep)
 
@@ -565,7 +602,7 @@ def make_plan(
 TTFT_SWEEP = (0.5, 0.75, 1.0, 1.5, 2.0)  # multipliers on every band's TTFT limit
 
 
-def _per_gpu(scn, ev, configs, classes, inventory, solve, reserved, trace) -> list[Outcome]:
+def _per_gpu(scn, st: Setup, configs, classes, inventory, solve, reserved) -> list[Outcome]:
     """The cheapest plan on each candidate GPU type alone, certified by simulation as the plan is:
     what committing to one type costs, with latencies checked, not only modelled."""
     out = []
@@ -575,15 +612,16 @@ def _per_gpu(scn, ev, configs, classes, inventory, solve, reserved, trace) -> li
         if not cfgs:
             out.append(Outcome(name, False, math.inf, 0, "", "no supported config on it"))
             continue
+        ev = st.ev
         evs = ev.evaluate_all(classes, cfgs)
         res = solve(classes, evs, reserved=reserved)
         if not res.pools:
             out.append(Outcome(name, False, math.inf, 0, "", _infeasible_message(classes, evs, inventory)))
             continue
         try:
-            _, res, _, cert = _certify(scn, ev, classes, evs, res, _pool_details(ev, evs, res),
-                                       lambda e, evs=evs: solve(classes, e, reserved=reserved), trace,
-                                       rounds=scn.simulation.max_rounds)
+            [(_, res, _, cert)] = certify_plans([(st, evs, res, _pool_details(ev, evs, res))],
+                                                lambda e: [solve(classes, e[0], reserved=reserved)],
+                                                rounds=scn.simulation.max_rounds)
         except InfeasibleError as exc:
             out.append(Outcome(name, False, math.inf, 0, "", str(exc)))
             continue
@@ -630,6 +668,12 @@ def _served(scn: Scenario, model: Model, hist: Histogram, measured_peak_rps: flo
     if scn.traffic.shared_prefix_tokens >= limit:
         raise InputError(f"traffic.shared_prefix_tokens {scn.traffic.shared_prefix_tokens} must be below the context limit {limit}")
     return limit, served, measured_peak_rps * scn.traffic.growth * served.requests / hist.requests
+
+
+def assemble_plan(st: Setup, evals, sol: FleetSolution, pools: list[PoolDetail], certification) -> Plan:
+    """The plan as data, from a solution and its pools' details."""
+    return _assemble(st.scn, st.model, st.catalog, st.hist, st.served, st.limit, st.measured_peak_rps, st.peak_rps,
+                     st.classes, evals, sol, pools, st.traffic_notes, st.measured_mean_rps, certification)
 
 
 def _assemble(scn, model, catalog, hist, served, limit, measured_peak_rps, peak, classes, evals, sol, pools,
@@ -692,51 +736,72 @@ def pool_setting(pd: PoolDetail, scn: Scenario, pools: list[PoolDetail], trace: 
                        pd.rate_per_replica_rps, pd.model, pd.resident, scn.traffic.shared_prefix_tokens, mine)
 
 
-def _certify(scn, ev, classes, evals, sol, pools, resolve, trace, *, rounds: int):
-    """Replay every pool of the plan; where one misses, plan its config for that class at its
-    simulated capacity and solve again, until every pool holds or `rounds` re-plans are spent."""
-    sim, slo = scn.simulation, scn.slo.to_slo()
-    checked = ev.checks  # replays already run for this scenario (the plan's, the per-GPU plans')
-    changes: list[str] = []
+def certify_plans(parts, resolve, *, rounds: int) -> list[tuple[list[Evaluation], FleetSolution, list[PoolDetail], Certification]]:
+    """Replay every pool of every plan; where one misses, plan its config for that class at its
+    simulated capacity and solve again, until every pool holds or `rounds` re-plans are spent.
+
+    parts: (setup, evaluations, solution, pool details) per plan; plans solved together (the
+    services of a fleet) are re-solved together: resolve(evaluations per part) gives each part's
+    new solution. Returns each part's evaluations, solution, pools (with their checks) and
+    certification."""
+    state = [[st, evals, sol, pools, []] for st, evals, sol, pools in parts]
 
     def key(pd: PoolDetail) -> tuple:
         tc = pd.traffic_class
         return (tc.option, tc.name, pd.config.label(tc.max_model_len), pd.replicas, round(pd.rate_per_replica_rps, 9))
 
+    def run(st: Setup, p: PoolSetting) -> PoolCheck:
+        slo, sim = st.scn.slo.to_slo(), st.scn.simulation
+        return check_pool(p, slo, requests=_requests(p, slo, sim), seed=sim.seed)
+
     spent = 0
     while True:
-        todo = {key(pd): pool_setting(pd, scn, pools, trace) for pd in pools if key(pd) not in checked}
+        # Replays already run for a scenario are kept (the plan's, the per-GPU plans').
+        todo = []
+        for st, _, _, pools, _ in state:
+            fresh = {key(pd): pd for pd in pools if key(pd) not in st.ev.checks}
+            todo += [(st, k, pool_setting(pd, st.scn, pools, st.trace)) for k, pd in fresh.items()]
         # The simulator's loop releases the GIL: pools replay side by side, one thread each.
         with ThreadPoolExecutor(max_workers=max(1, min(len(todo), os.cpu_count() or 1))) as workers:
-            done = workers.map(lambda p: check_pool(p, slo, requests=_requests(p, slo, sim), seed=sim.seed),
-                               todo.values())
-            checked.update(zip(todo, done, strict=True))
-        missing = [pd for pd in pools if not checked[key(pd)].holds]
-        if not missing or spent == rounds:
+            done = list(workers.map(lambda t: run(t[0], t[2]), todo))
+        for (st, k, _), check in zip(todo, done, strict=True):
+            st.ev.checks[k] = check
+        missing = [[pd for pd in pools if not st.ev.checks[key(pd)].holds] for st, _, _, pools, _ in state]
+        if not any(missing) or spent == rounds:
             break
         spent += 1
-        for pd in missing:
-            check = checked[key(pd)]
-            tc = pd.traffic_class
-            config = pd.config.label(tc.max_model_len)
-            if not check.problems:  # held at the planned peak with Poisson arrivals, not under the log's bursts
-                new = pd.planned_rps * pd.replicas / (pd.replicas + 1)
-                why = "the log's own arrivals: " + "; ".join(check.replay.problems)
-            else:
-                setting = pool_setting(pd, scn, pools, None)
-                new = simulated_capacity(setting, slo, requests=_requests(setting, slo, sim), seed=sim.seed).rate_rps
-                why = "; ".join(check.problems)
-            ev.record_simulated(next(e for e in evals if e.key == (tc.option, tc.name, config)), new)
-            changes.append(f"round {spent}: {tc.label} on {config} missed ({why}); planned at {new:,.3f} instead of "
-                           f"{pd.planned_rps:,.3f} req/s per replica")
-        evals = [ev.evaluate(e.config, e.traffic_class) for e in evals]
-        sol = resolve(evals)
-        if not sol.pools:
-            raise InfeasibleError("no plan holds its targets in simulation: " + " | ".join(changes))
-        pools = _pool_details(ev, evals, sol)
-    certified = all(checked[key(pd)].holds for pd in pools)
-    pools = [dataclasses.replace(pd, check=checked[key(pd)]) for pd in pools]
-    return evals, sol, pools, Certification(certified, spent, tuple(changes), sim.requests, sim.band_requests, sim.seed)
+        for (st, evals, _, pools, changes), miss in zip(state, missing, strict=True):
+            slo, sim = st.scn.slo.to_slo(), st.scn.simulation
+            for pd in miss:
+                check = st.ev.checks[key(pd)]
+                tc = pd.traffic_class
+                config = pd.config.label(tc.max_model_len)
+                if not check.problems:  # held at the planned peak with Poisson arrivals, not under the log's bursts
+                    new = pd.planned_rps * pd.replicas / (pd.replicas + 1)
+                    why = "the log's own arrivals: " + "; ".join(check.replay.problems)
+                else:
+                    setting = pool_setting(pd, st.scn, pools, None)
+                    new = simulated_capacity(setting, slo, requests=_requests(setting, slo, sim), seed=sim.seed).rate_rps
+                    why = "; ".join(check.problems)
+                st.ev.record_simulated(next(e for e in evals if e.key == (tc.option, tc.name, config)), new)
+                changes.append(f"round {spent}: {tc.label} on {config} missed ({why}); planned at {new:,.3f} instead "
+                               f"of {pd.planned_rps:,.3f} req/s per replica")
+        for part in state:  # variants proved below a sibling stay below it (record_simulated scales the class)
+            part[1] = [e if e.dominated_by else part[0].ev.evaluate(e.config, e.traffic_class) for e in part[1]]
+        sols = resolve([part[1] for part in state])
+        if any(not sol.pools for sol in sols):
+            raise InfeasibleError("no plan holds its targets in simulation: "
+                                  + " | ".join(c for part in state for c in part[4]))
+        for part, sol in zip(state, sols, strict=True):
+            part[2], part[3] = sol, _pool_details(part[0].ev, part[1], sol)
+    out = []
+    for st, evals, sol, pools, changes in state:
+        sim = st.scn.simulation
+        certified = all(st.ev.checks[key(pd)].holds for pd in pools)
+        pools = [dataclasses.replace(pd, check=st.ev.checks[key(pd)]) for pd in pools]
+        out.append((evals, sol, pools, Certification(certified, spent, tuple(changes), sim.requests, sim.band_requests,
+                                                     sim.seed)))
+    return out
 
 
 def _requests(p: PoolSetting, slo: SLO, sim) -> int:
@@ -781,7 +846,9 @@ def _given_fleet_plan(scn, catalog, model, hist, measured_peak_rps, *, traffic_n
     details = _pool_details(ev, evals, sol)
     certification = None
     if scn.verify if certify is None else certify:
-        evals, sol, details, certification = _certify(scn, ev, classes, evals, sol, details, None, trace, rounds=0)
+        setup = Setup(scn, catalog, model, hist, measured_peak_rps, limit, served, peak, ev, [], classes, evals,
+                      tuple(traffic_notes), measured_mean_rps, trace)
+        [(evals, sol, details, certification)] = certify_plans([(setup, evals, sol, details)], None, rounds=0)
     plan = _assemble(scn, model, catalog, hist, served, limit, measured_peak_rps, peak, classes, evals, sol, details,
                      traffic_notes, measured_mean_rps, certification)
     free = scn.model_copy(update={"fleet": None})
