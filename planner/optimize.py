@@ -14,7 +14,7 @@ import time
 import warnings
 from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 import pulp
@@ -159,7 +159,12 @@ def solve_fleet(
         backend=backend, time_limit_s=time_limit_s, reserved=reserved, reserved_pools=reserved_pools,
         use_reserved=use_reserved, keep_lp=keep_lp,
     )
-    return joint.services[0]
+    sol = joint.services[0]
+    if not sol.pools:
+        return sol
+    # The one service carries the commitments, used or not.
+    return replace(sol, cost_per_hour=joint.cost_per_hour, reserved_cost_per_hour=joint.reserved_cost_per_hour,
+                   on_demand_gpus=joint.on_demand_gpus)
 
 
 def solve_services(
@@ -173,6 +178,7 @@ def solve_services(
     backend: str = "cbc",
     time_limit_s: float = 60.0,
     keep_lp: bool = False,
+    tie_break: bool = True,
 ) -> JointSolution:
     """Minimise the cost per hour of a fleet of services that share GPU inventory and commitments.
 
@@ -201,7 +207,8 @@ def solve_services(
          (committed GPUs are paid whether used or not, so R[g] q[g] is a constant)
       2. ties:  min  sum_c g[c] x[c]  +  sum_c z[c] / (|C| + 1)
          subject to cost <= optimum + tolerance: fewer GPUs, then fewer pools. Exact,
-         unlike epsilon weights, which solver tolerances swallow.
+         unlike epsilon weights, which solver tolerances swallow. Skipped with tie_break=False
+         (when only the optimum's cost is wanted: the cost of a constraint).
     Constraints (per service s; names carry the service's name)
       one_split:            sum_{o in O(s)} y[o] = 1
       cover_{o,k}:          sum_{c in C(o,k)} u[c] x[c] >= r[o,k] y[o]
@@ -280,15 +287,16 @@ def solve_services(
     # CBC stopped by its time limit with a plan in hand reports "Optimal" with an
     # integer-feasible solution: say that it is not proven optimal.
     status = "Optimal" if prob.sol_status == pulp.LpSolutionOptimal else "Feasible (time limit, not proven optimal)"
-    optimum = pulp.value(cost)
-    first = {v.name: v.varValue for v in prob.variables()}
-    prob += cost <= optimum + COST_TOLERANCE_USD, "cost_at_optimum"
-    all_z = [part.z[i] for part, i in members]
-    prob.setObjective(gpus_of(members) + pulp.lpSum(all_z) / (len(all_z) + 1))
-    prob.solve(solver)
+    if tie_break:
+        optimum = pulp.value(cost)
+        first = {v.name: v.varValue for v in prob.variables()}
+        prob += cost <= optimum + COST_TOLERANCE_USD, "cost_at_optimum"
+        all_z = [part.z[i] for part, i in members]
+        prob.setObjective(gpus_of(members) + pulp.lpSum(all_z) / (len(all_z) + 1))
+        prob.solve(solver)
+        if prob.status != pulp.LpStatusOptimal:  # e.g. the time limit: the cost-optimal solution stands
+            prob.assignVarsVals(first)
     solve_s = time.perf_counter() - t1
-    if prob.status != pulp.LpStatusOptimal:  # e.g. the time limit: the cost-optimal solution stands
-        prob.assignVarsVals(first)
     pools = [part.pools() for part in parts]
     used = {}
     for ps in pools:
@@ -300,17 +308,13 @@ def solve_services(
     on_demand_cost = sum(p.cost_per_hour for _, ps in pools for p in ps if p.gpu not in reserved) + sum(
         od_price.get(g, 0.0) * on_demand[g] for g in reserved)
     fleet_cost = reserved_cost + on_demand_cost
-    solutions = []
-    for option, ps in pools:
-        if len(parts) == 1:  # one service: it carries the commitments, as its plan always has
-            own_cost, own_reserved, own_od = fleet_cost, reserved_cost, on_demand
-        else:
-            own_cost, own_reserved, own_od = sum(p.cost_per_hour for p in ps), 0.0, {}
-        solutions.append(FleetSolution(
-            status=status, option=option.key, threshold=option.threshold, pools=tuple(ps), cost_per_hour=own_cost,
-            gpus=sum(p.gpus for p in ps), solve_s=solve_s, build_s=build_s, solver=solver.name, lp_text=lp_text,
-            reserved_cost_per_hour=own_reserved, on_demand_gpus=own_od,
-        ))
+    # Each service's plan is priced at its candidates' prices; the commitments are the fleet's.
+    solutions = [
+        FleetSolution(status=status, option=option.key, threshold=option.threshold, pools=tuple(ps),
+                      cost_per_hour=sum(p.cost_per_hour for p in ps), gpus=sum(p.gpus for p in ps), solve_s=solve_s,
+                      build_s=build_s, solver=solver.name, lp_text=lp_text)
+        for option, ps in pools
+    ]
     return JointSolution(status, tuple(solutions), fleet_cost, sum(used.values()),
                          {g: n for g, n in sorted(used.items()) if n}, on_demand, reserved_cost, solve_s, build_s,
                          solver.name, lp_text)
@@ -572,6 +576,7 @@ if hasattr(pulp, "HiGHS") and pulp.HiGHS().available():
         solver object, before any option can turn output off, which would break `--json` output:
         that first object is built with stdout silenced."""
 
+
         def createAndConfigureSolver(self, lp):
             global _HIGHS_BANNER_SILENCED
             if _HIGHS_BANNER_SILENCED:
@@ -580,6 +585,7 @@ if hasattr(pulp, "HiGHS") and pulp.HiGHS().available():
                 super().createAndConfigureSolver(lp)
             _HIGHS_BANNER_SILENCED = True
             return None
+
 else:  # highspy is not installed
     _QuietHiGHS = None
 

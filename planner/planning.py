@@ -27,6 +27,7 @@ from planner.optimize import (
     Candidate,
     FleetSolution,
     Pool,
+    ServiceModel,
     SplitOption,
     solve_fleet,
     undominated_candidates,
@@ -381,8 +382,10 @@ class Evaluator:
 # ------------------------------------------------------------------ solving
 
 
-def _solve(scn, inventory: dict[str, int], classes, evals: Sequence[Evaluation], *, options=None, rate_scale=1.0,
-           forbid=(), keep_lp=False, reserved=None, use_reserved=False):
+def service_model(scn: Scenario, classes, evals: Sequence[Evaluation], *, name: str = "", inventory=None,
+                  options=None, rate_scale=1.0, forbid=(), use_reserved=False) -> ServiceModel:
+    """A scenario's part of an ILP: its split options, the candidates an optimal plan may use, its rules.
+    inventory: its own caps per GPU type [default: none here (solve_fleet takes them as the shared caps)]."""
     chosen = options if options is not None else list(classes)
     split_options = [
         SplitOption(key, None if key == "none" else int(key), {tc.name: tc.rate_rps * rate_scale for tc in classes[key]})
@@ -396,10 +399,23 @@ def _solve(scn, inventory: dict[str, int], classes, evals: Sequence[Evaluation],
     ]
     if not forbid and not use_reserved:
         cands = undominated_candidates(cands)
+    return ServiceModel(name, split_options, cands, dict(inventory or {}), scn.min_replicas_per_pool,
+                        scn.homogeneous_pools, forbid)
+
+
+def scenario_caps(scn: Scenario) -> dict[str, int]:
+    """The scenario's inventory caps per GPU type."""
+    return {g.id: g.max_gpus for g in scn.gpu_candidates if g.max_gpus is not None}
+
+
+def _solve(scn, inventory: dict[str, int], classes, evals: Sequence[Evaluation], *, options=None, rate_scale=1.0,
+           forbid=(), keep_lp=False, reserved=None, use_reserved=False):
+    sm = service_model(scn, classes, evals, options=options, rate_scale=rate_scale, forbid=forbid,
+                       use_reserved=use_reserved)
     return solve_fleet(
-        split_options, cands, inventory=inventory, min_replicas=scn.min_replicas_per_pool,
-        homogeneous=scn.homogeneous_pools, backend=scn.solver.backend, time_limit_s=scn.solver.time_limit_s,
-        forbid=forbid, keep_lp=keep_lp, reserved=reserved, use_reserved=use_reserved,
+        sm.options, sm.candidates, inventory=inventory, min_replicas=sm.min_replicas, homogeneous=sm.homogeneous,
+        backend=scn.solver.backend, time_limit_s=scn.solver.time_limit_s, forbid=sm.forbid, keep_lp=keep_lp,
+        reserved=reserved, use_reserved=use_reserved,
         reserved_pools=scn.forecast.reserved_pools if scn.forecast is not None else True,
     )
 
@@ -411,7 +427,7 @@ class _Memo:
 
     def __init__(self, scn: Scenario):
         self.scn = scn
-        self.inventory = {g.id: g.max_gpus for g in scn.gpu_candidates if g.max_gpus is not None}
+        self.inventory = scenario_caps(scn)
         self._answers: dict[tuple, FleetSolution] = {}
         self._keep: list = []  # the keyed objects stay alive, so their ids stay unique
 

@@ -25,54 +25,87 @@ def solve(scenarios, out_dir, no_report, write_lp, verify, catalog_files, as_jso
     """Solve SCENARIOS for the cheapest fleet that holds their latency targets; one report each.
 
     A plan that cannot be certified by simulation exits 3 and writes no report. A scenario
-    that states its `fleet` gets that fleet checked and reported instead.
+    that states its `fleet` gets that fleet checked and reported instead. A fleet file (one with
+    `services:`) plans all its services in one ILP over the GPUs they share: one report, a section
+    per service.
 
     \b
     Example:
       planner solve scenarios/128k_rollout.yaml
-      planner solve scenarios/*.yaml --json
+      planner solve scenarios/fleet_2027q1.yaml --json
     """
-    from planner.errors import InfeasibleError
-    from planner.report import write_report
-    from planner.solve import load_inputs, plan_inputs, plan_json, uncertified_message
+    from planner.fleet import is_fleet_file
 
     results = []
     for i, path in enumerate(scenarios):
-        inputs = load_inputs(path, catalog_files=catalog_files)
         first_lp = bool(write_lp) and i == 0
-        plan = plan_inputs(inputs, keep_lp=first_lp, certify=verify)
-        problem = uncertified_message(plan)
-        if problem and not plan.given_fleet:
-            raise InfeasibleError(problem, where=str(path))
-        sections = []
-        if not inputs.traffic.profile.is_flat:
-            from planner.daily import day_section
-
-            sections.append(day_section(plan, inputs.traffic.profile))
-        if inputs.scenario.forecast is not None:
-            from planner.forecast import run_forecast
-            from planner.forecast_outputs import forecast_markdown
-
-            sections.append(
-                forecast_markdown(inputs.scenario.name, run_forecast(inputs), heading=2)
-                + "\nThe quarter-by-quarter CSV and figure come from `planner forecast` on this scenario.\n"
-            )
-        if first_lp:
-            _write_lp(plan.solution.lp_text, Path(write_lp))
-        written = None if no_report else write_report(plan, Path(out_dir), sections=tuple(sections))
-        if as_json:
-            results.append(plan_json(plan))
+        if is_fleet_file(path):
+            results.append(_solve_fleet(path, catalog_files, first_lp, write_lp, verify, no_report, out_dir, as_json))
         else:
-            sol = plan.solution
-            pools = ", ".join(f"{p.traffic_class}: {p.replicas} x {p.config}" for p in sol.pools)
-            verdict = f" [{problem}]" if problem else ""
-            click.echo(
-                f"{plan.scenario.name}: ${plan.cost_per_hour:,.2f}/hour, {sol.gpus} GPUs, "
-                f"{'no split' if sol.threshold is None else f'split at {sol.threshold:,}'} — {pools}{verdict}"
-                + (f" -> {written}" if written else "")
-            )
+            results.append(_solve_one(path, catalog_files, first_lp, write_lp, verify, no_report, out_dir, as_json))
     if as_json:
         echo_json(results if len(results) > 1 else results[0])
+
+
+def _solve_one(path, catalog_files, first_lp, write_lp, verify, no_report, out_dir, as_json):
+    from planner.errors import InfeasibleError
+    from planner.report import write_report
+    from planner.solve import (
+        load_inputs,
+        plan_inputs,
+        plan_json,
+        report_sections,
+        uncertified_message,
+    )
+
+    inputs = load_inputs(path, catalog_files=catalog_files)
+    plan = plan_inputs(inputs, keep_lp=first_lp, certify=verify)
+    problem = uncertified_message(plan)
+    if problem and not plan.given_fleet:
+        raise InfeasibleError(problem, where=str(path))
+    sections = report_sections(plan, inputs)
+    if first_lp:
+        _write_lp(plan.solution.lp_text, Path(write_lp))
+    written = None if no_report else write_report(plan, Path(out_dir), sections=sections)
+    if as_json:
+        return plan_json(plan)
+    sol = plan.solution
+    pools = ", ".join(f"{p.traffic_class}: {p.replicas} x {p.config}" for p in sol.pools)
+    verdict = f" [{problem}]" if problem else ""
+    click.echo(
+        f"{plan.scenario.name}: ${plan.cost_per_hour:,.2f}/hour, {sol.gpus} GPUs, "
+        f"{'no split' if sol.threshold is None else f'split at {sol.threshold:,}'} — {pools}{verdict}"
+        + (f" -> {written}" if written else "")
+    )
+    return None
+
+
+def _solve_fleet(path, catalog_files, first_lp, write_lp, verify, no_report, out_dir, as_json):
+    from planner.errors import InfeasibleError
+    from planner.fleet import load_fleet
+    from planner.fleet_plan import make_fleet_plan
+    from planner.fleet_report import fleet_json, write_fleet_report
+    from planner.solve import uncertified_message
+
+    fleet = load_fleet(path, catalog_files=catalog_files)
+    fp = make_fleet_plan(fleet, certify=verify, keep_lp=first_lp)
+    problems = [f"service '{p.scenario.name}': {m}" for p in fp.plans if (m := uncertified_message(p))]
+    if problems:
+        raise InfeasibleError("; ".join(problems), where=str(path))
+    if first_lp:
+        _write_lp(fp.joint.lp_text, Path(write_lp))
+    written = None if no_report else write_fleet_report(fp, Path(out_dir))
+    if as_json:
+        return fleet_json(fp)
+    types = ", ".join(f"{n} {g}" for g, n in fp.joint.gpus_by_type.items())
+    click.echo(f"{fleet.spec.name}: ${fp.cost_per_hour:,.2f}/hour, {fp.gpus} GPUs ({types}), "
+               f"{len(fp.plans)} services" + (f" -> {written}" if written else ""))
+    for plan in fp.plans:
+        sol = plan.solution
+        pools = ", ".join(f"{p.traffic_class}: {p.replicas} x {p.config}" for p in sol.pools)
+        click.echo(f"  {plan.scenario.name}: {sol.gpus} GPUs, "
+                   f"{'no split' if sol.threshold is None else f'split at {sol.threshold:,}'} — {pools}")
+    return None
 
 
 def _write_lp(text: str, path: Path) -> None:
