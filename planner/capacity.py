@@ -157,15 +157,31 @@ def memory_concurrency(dep: Deployment, prof: TokenProfile, fp: Footprint, quant
     return {"worst_case": float(worst), "expected": expected, "percentile": _percentile_count(dep, prof, fp, quantile)}
 
 
-def _percentile_count(dep: Deployment, prof: TokenProfile, fp: Footprint, quantile: float) -> float:
+def _level_bytes(dep: Deployment, prof: TokenProfile) -> np.ndarray:
+    """Bytes a resident sequence holding j blocks keeps, for each level j of the profile."""
     layout = kv_bytes_per_token_by_layer_kind(dep.model, dep.kv_dtype, dep.tp)
-    levels = np.arange(prof.level_weight.size)
-    tokens = levels * prof.block_size
+    tokens = np.arange(prof.level_weight.size) * prof.block_size
     window = layout.token_cap or 0
-    level_bytes = (
+    return (
         tokens * layout.uncapped_bytes_per_token + np.minimum(tokens, window) * layout.capped_bytes_per_token
         + layout.state_bytes_per_sequence
     )
+
+
+def percentile_count_bound(dep: Deployment, prof: TokenProfile, fp: Footprint) -> float:
+    """An upper bound on _percentile_count without its quantiles: the count whose mean footprint
+    fills the budget (max_mean_count_for_quantile never returns more than the grid's budget over
+    the grid's mean, which is at most this; 1e-6 over for rounding)."""
+    if fp.budget_bytes <= 0:
+        return 0.0
+    level_bytes = _level_bytes(dep, prof)
+    mean = float(np.dot(prof.level_weight, level_bytes) / prof.level_weight.sum())
+    return fp.budget_bytes / mean * (1 + 1e-6) if mean > 0 else math.inf
+
+
+def _percentile_count(dep: Deployment, prof: TokenProfile, fp: Footprint, quantile: float) -> float:
+    level_bytes = _level_bytes(dep, prof)
+    levels = np.arange(level_bytes.size)
     unit = max(fp.budget_bytes / PERCENTILE_GRID_UNITS, float(level_bytes[1] - level_bytes[0]) if levels.size > 1 else 1.0)
     # Mean-preserving discretisation: each footprint's mass is split between the two grid
     # points around it in proportion to its distance, so E[X] is exact on the grid.
@@ -237,6 +253,15 @@ class ReplicaModel:
         if quantile not in self._concurrency:
             self._concurrency[quantile] = memory_concurrency(self.dep, self.prof, self.fp, quantile)
         return self._concurrency[quantile]
+
+    def batch_bound(self, sizing: SizingMode, quantile: float) -> float:
+        """An upper bound on the resident batch the memory and batch ceilings allow, without the
+        percentile sizing's quantiles when they are not computed yet (percentile_count_bound)."""
+        if sizing == "percentile" and quantile not in self._concurrency:
+            n_mem = percentile_count_bound(self.dep, self.prof, self.fp)
+        else:
+            n_mem = self.concurrency(quantile)[sizing]
+        return min(n_mem, float(self.dep.engine.max_num_seqs))
 
     def decode_s(self, n: float) -> float:
         return float(
@@ -560,7 +585,7 @@ def capacity_below(model: ReplicaModel, rate_rps: float, *, sizing: SizingMode, 
     N_x, so capacity is below rate_rps too. Returns (True, None) when so; else (False, N_x or None),
     N_x a point known to hold, where an exact search may start."""
     rm = model
-    n_cap = min(rm.concurrency(quantile)[sizing], float(rm.dep.engine.max_num_seqs))
+    n_cap = rm.batch_bound(sizing, quantile)  # an upper bound serves as well as the ceiling itself
     if n_cap <= 0 or rm.rate(n_cap) < rate_rps:
         return True, None
     kinds = tuple(k for k in LATENCY_CEILINGS if _has_target(rm.slo, k))

@@ -177,13 +177,15 @@ def _solve(fleet: FleetInputs, setups: list[Setup], evals_per_service, *, keep_l
            max_gpu_types=-1, tie_break=True) -> JointSolution:
     """The joint ILP; caps and max_gpu_types replace the fleet's (for the cost of a constraint, which
     needs no tie-break among plans of equal cost)."""
-    models = [service_model(st.scn, st.classes, evals, name=svc.name if len(setups) > 1 else "",
-                            inventory=scenario_caps(st.scn))
-              for svc, st, evals in zip(fleet.services, setups, evals_per_service, strict=True)]
     spec = fleet.spec
+    caps = fleet.shared_caps if caps is None else caps
+    max_gpu_types = spec.max_gpu_types if max_gpu_types == -1 else max_gpu_types
+    alike = not caps and not fleet.commitments and max_gpu_types is None
+    models = [service_model(st.scn, st.classes, evals, name=svc.name if len(setups) > 1 else "",
+                            inventory=scenario_caps(st.scn), types_alike=alike)
+              for svc, st, evals in zip(fleet.services, setups, evals_per_service, strict=True)]
     return solve_services(
-        models, inventory=fleet.shared_caps if caps is None else caps, reserved=fleet.commitments,
-        max_gpu_types=spec.max_gpu_types if max_gpu_types == -1 else max_gpu_types,
+        models, inventory=caps, reserved=fleet.commitments, max_gpu_types=max_gpu_types,
         backend=spec.solver.backend, time_limit_s=spec.solver.time_limit_s, keep_lp=keep_lp, tie_break=tie_break,
     )
 

@@ -74,17 +74,18 @@ class FleetSolution:
     on_demand_gpus: Mapping[str, int] = field(default_factory=dict)  # per GPU type, beyond the reserved ones
 
 
-def undominated_candidates(candidates: Sequence[Candidate]) -> list[Candidate]:
+def undominated_candidates(candidates: Sequence[Candidate], *, across_types: bool = False) -> list[Candidate]:
     """The candidates an optimal plan may need: a candidate is dropped when another of the same
     class on the same GPU type has at least its capacity per replica at no more cost and GPUs per
     replica (one strictly better, or the same and earlier in label order). Any plan that uses the
     dropped one is matched, replica for replica, by one that uses the other: it covers as much, costs
     and counts no more (inventory caps and reservations count GPUs of a type), and keeps the pools
     homogeneous. Not for plans that must use every reserved GPU (fewer GPUs may then not do), nor
-    for the next-best distinct plans (a dominated plan is still a distinct one)."""
+    for the next-best distinct plans (a dominated plan is still a distinct one). across_types: the
+    other may be on another GPU type (only where no cap or commitment tells types apart)."""
     groups: dict[tuple[str, str, str], list[Candidate]] = {}
     for c in candidates:
-        groups.setdefault((c.option, c.traffic_class, c.gpu), []).append(c)
+        groups.setdefault((c.option, c.traffic_class, "" if across_types else c.gpu), []).append(c)
     keep = set()
     for group in groups.values():
         ordered = sorted(group, key=lambda c: (-c.capacity_rps, c.cost_per_replica_hour, c.gpus_per_replica, c.config))
@@ -151,13 +152,14 @@ def solve_fleet(
     reserved_pools: bool = True,
     use_reserved: bool = False,
     keep_lp: bool = False,
+    tie_break: bool = True,
 ) -> FleetSolution:
     """The cheapest plan of one service (solve_services with one service and its caps as the
     shared ones); its formulation is solve_services'."""
     joint = solve_services(
         [ServiceModel("", options, candidates, {}, min_replicas, homogeneous, forbid)], inventory=inventory,
         backend=backend, time_limit_s=time_limit_s, reserved=reserved, reserved_pools=reserved_pools,
-        use_reserved=use_reserved, keep_lp=keep_lp,
+        use_reserved=use_reserved, keep_lp=keep_lp, tie_break=tie_break,
     )
     sol = joint.services[0]
     if not sol.pools:

@@ -83,12 +83,15 @@ class Evaluation:
     simulated_rps: float | None = None  # the simulated capacity, once certification measured it
     dominated_by: str = ""  # a dtype variant on the same GPUs with certainly more capacity (not searched)
     calibration: float = 1.0  # the simulated / model capacity ratio measured on this class's other configs
+    optimistic_rps: float | None = None  # a pair not searched: a proven upper bound standing in (_lazy_solve)
 
     @property
     def capacity_rps(self) -> float:
         """Requests/s one replica is planned for: the simulated capacity where certification
         measured one (it replaces the model's); else the model's, scaled by what simulation
         found for this class on another config when the model was optimistic there."""
+        if self.optimistic_rps is not None:
+            return self.optimistic_rps
         if self.simulated_rps is not None:
             return self.simulated_rps
         return self.capacity.max_rps * self.calibration if self.capacity else 0.0
@@ -258,6 +261,7 @@ class Evaluator:
         self._simulated: dict[tuple, float] = {}  # (config, class) -> simulated capacity
         self.checks: dict[tuple, PoolCheck] = {}  # (config, class, replicas, rate) -> its replay
         self._calibration: dict[tuple, float] = {}  # class -> least simulated / model ratio seen
+        self.upper: dict[tuple, float] = {}  # (config, class) -> a proven upper bound on the model's capacity
 
     @staticmethod
     def _class_key(tc: TrafficClass) -> tuple:
@@ -358,17 +362,16 @@ class Evaluator:
                 models[key] = None
         sizing, quantile = self.scn.sizing.mode, self.scn.sizing.quantile
 
-        def ceiling(key) -> float:  # the memory and batch ceiling's rate: most promising first
+        def ceiling(key) -> float:  # (a bound on) the memory and batch ceiling's rate: most promising first
             rm = models[key]
-            if rm is None:
-                return math.inf
-            return rm.rate(min(rm.concurrency(quantile)[sizing], float(rm.dep.engine.max_num_seqs)))
+            return math.inf if rm is None else rm.rate(rm.batch_bound(sizing, quantile))
 
         for key, cfg, tc in sorted(todo, key=lambda t: -ceiling(t[0])):
             guess = None
             if models[key] is not None and best > 0:
                 below, guess = capacity_below(models[key], best, sizing=sizing, quantile=quantile)
                 if below:
+                    self.upper[key] = min(self.upper.get(key, math.inf), best)
                     out[key] = Evaluation(cfg, tc, None, f"capacity below {best_label}'s {best:,.3f} req/s on the "
                                           "same GPUs", dominated_by=best_label)
                     continue
@@ -383,9 +386,11 @@ class Evaluator:
 
 
 def service_model(scn: Scenario, classes, evals: Sequence[Evaluation], *, name: str = "", inventory=None,
-                  options=None, rate_scale=1.0, forbid=(), use_reserved=False) -> ServiceModel:
+                  options=None, rate_scale=1.0, forbid=(), use_reserved=False, types_alike=False) -> ServiceModel:
     """A scenario's part of an ILP: its split options, the candidates an optimal plan may use, its rules.
-    inventory: its own caps per GPU type [default: none here (solve_fleet takes them as the shared caps)]."""
+    inventory: its own caps per GPU type [default: none here (solve_fleet takes them as the shared caps)].
+    types_alike: no cap, commitment or rule on GPU types applies, so a candidate beaten on another
+    GPU type is dropped too."""
     chosen = options if options is not None else list(classes)
     split_options = [
         SplitOption(key, None if key == "none" else int(key), {tc.name: tc.rate_rps * rate_scale for tc in classes[key]})
@@ -398,7 +403,7 @@ def service_model(scn: Scenario, classes, evals: Sequence[Evaluation], *, name: 
         if ev.traffic_class.option in chosen
     ]
     if not forbid and not use_reserved:
-        cands = undominated_candidates(cands)
+        cands = undominated_candidates(cands, across_types=types_alike and not inventory)
     return ServiceModel(name, split_options, cands, dict(inventory or {}), scn.min_replicas_per_pool,
                         scn.homogeneous_pools, forbid)
 
@@ -409,14 +414,14 @@ def scenario_caps(scn: Scenario) -> dict[str, int]:
 
 
 def _solve(scn, inventory: dict[str, int], classes, evals: Sequence[Evaluation], *, options=None, rate_scale=1.0,
-           forbid=(), keep_lp=False, reserved=None, use_reserved=False):
+           forbid=(), keep_lp=False, reserved=None, use_reserved=False, tie_break=True):
     sm = service_model(scn, classes, evals, options=options, rate_scale=rate_scale, forbid=forbid,
-                       use_reserved=use_reserved)
+                       use_reserved=use_reserved, types_alike=not inventory and not reserved)
     return solve_fleet(
         sm.options, sm.candidates, inventory=inventory, min_replicas=sm.min_replicas, homogeneous=sm.homogeneous,
         backend=scn.solver.backend, time_limit_s=scn.solver.time_limit_s, forbid=sm.forbid, keep_lp=keep_lp,
         reserved=reserved, use_reserved=use_reserved,
-        reserved_pools=scn.forecast.reserved_pools if scn.forecast is not None else True,
+        reserved_pools=scn.forecast.reserved_pools if scn.forecast is not None else True, tie_break=tie_break,
     )
 
 
@@ -434,11 +439,126 @@ class _Memo:
     def __call__(self, classes, evals, **kw) -> FleetSolution:
         key = (id(classes), id(evals), tuple(kw.get("options") or ()), kw.get("rate_scale", 1.0),
                tuple(kw.get("forbid", ())), tuple(sorted((kw.get("reserved") or {}).items())),
-               kw.get("use_reserved", False))
+               kw.get("use_reserved", False), kw.get("tie_break", True))
         if key not in self._answers:
             self._keep.append((classes, evals))
             self._answers[key] = _solve(self.scn, self.inventory, classes, evals, **kw)
         return self._answers[key]
+
+
+LAZY_MIN_PAIRS = 200  # fewer pairs to evaluate than this: evaluate them all and solve once
+
+
+def _lazy_solve(ev: Evaluator, solve: _Memo, classes, configs: Sequence[Config], *, prior=None):
+    """solve(classes, every config evaluated for every class), searching only the pairs an optimal
+    plan may need; returns the solution and the evaluations it rests on.
+
+    A pair not searched stands in the ILP with a proven upper bound on its planned capacity (the
+    rate at its memory and batch ceilings, a bound proved earlier, or `prior(config, class)`), so
+    the ILP is a relaxation of the full one. When its optimum uses only searched pairs, that plan
+    is feasible for the full ILP and no plan of the full ILP is better (nor, among plans of equal
+    cost, has fewer GPUs or pools): it is the full ILP's optimum. Otherwise the pairs it used are
+    searched and it is solved again. Between rounds each class's best searched pair sets the rate
+    another pair must reach to cost no more, and one latency point (capacity.capacity_below)
+    proves most pairs below it, which becomes their bound."""
+    scn = ev.scn
+    sizing, quantile, m = scn.sizing.mode, scn.sizing.quantile, scn.min_replicas_per_pool
+    fresh = sum(1 for tcs in classes.values() for tc in tcs for cfg in configs
+                if (*cfg.key, *ev._class_key(tc)) not in ev._cache)
+    if fresh < LAZY_MIN_PAIRS:  # searching them all costs less than the rounds of re-solves
+        evals = ev.evaluate_all(classes, configs)
+        return solve(classes, evals), evals
+    exact: dict[tuple, Evaluation] = {}
+    bound: dict[tuple, tuple[float, Config, TrafficClass, ReplicaModel, float]] = {}
+    for tcs in classes.values():
+        for tc in tcs:
+            cal = ev._calibration.get(ev._class_key(tc), 1.0)
+            for cfg in configs:
+                key = (*cfg.key, *ev._class_key(tc))
+                if key in ev._cache or key in ev._simulated:
+                    exact[key] = ev.evaluate(cfg, tc)
+                    continue
+                try:
+                    rm = ev.replica_model(key, ev.deployment(cfg, tc.max_model_len), tc)
+                except InputError:
+                    exact[key] = ev.evaluate(cfg, tc)
+                    continue
+                upper = rm.rate(rm.batch_bound(sizing, quantile))
+                upper = min(upper, ev.upper.get(key, math.inf), prior(cfg, tc) if prior else math.inf)
+                if upper <= 0:
+                    exact[key] = ev.evaluate(cfg, tc)
+                else:
+                    bound[key] = (upper * cal, cfg, tc, rm, cal)
+    by_label = {(tc.option, tc.name, cfg.label(tc.max_model_len)): key for key, (_, cfg, tc, _, _) in bound.items()}
+
+    def search(key) -> None:
+        _, cfg, tc, _, _ = bound.pop(key)
+        exact[key] = ev.evaluate(cfg, tc)
+
+    # Seed each class with a searched pair (the one its bound prices cheapest), so that the first
+    # round's bounds are already tightened against it.
+    for tcs in classes.values():
+        for tc in tcs:
+            ck = ev._class_key(tc)
+            if any(ev._class_key(e.traffic_class) == ck and e.capacity_rps > 0 for e in exact.values()):
+                continue
+            mine = [(cfg.price_usd_per_hour * cfg.tp * max(m, math.ceil(tc.rate_rps / u - 1e-12)), cfg.label(0), key)
+                    for key, (u, cfg, other, _, _) in bound.items() if ev._class_key(other) == ck]
+            if mine:
+                search(min(mine)[2])
+    _tighten(exact, bound, classes, m, sizing, quantile, ev, search)
+    while True:
+        evals = [*exact.values(), *(Evaluation(cfg, tc, None, optimistic_rps=u) for u, cfg, tc, _, _ in bound.values())]
+        # Rounds that search more pairs need only the cheapest cost; the tie-break runs at the end.
+        sol = solve(classes, evals, tie_break=False)
+        if sol.pools and not _bounded(sol, by_label, bound):
+            sol = solve(classes, evals)
+        if not sol.pools and bound:  # the relaxation has no plan, so none has: search all for the message
+            for key in list(bound):
+                search(key)
+            continue
+        used = _bounded(sol, by_label, bound)
+        if not used:
+            return sol, evals
+        for key in used:
+            search(key)
+        _tighten(exact, bound, classes, m, sizing, quantile, ev, search)
+
+
+def _bounded(sol: FleetSolution, by_label, bound) -> list[tuple]:
+    """The pairs of the solution that stand in with a bound (not searched yet)."""
+    keys = [by_label.get((sol.option, p.traffic_class, p.config)) for p in sol.pools]
+    return [key for key in keys if key in bound]
+
+
+def _tighten(exact, bound, classes, m: int, sizing, quantile, ev: Evaluator, search) -> None:
+    """For each class, the cheapest searched pair alone (replicas to cover its rate, at least m)
+    sets the rate another pair must reach to cost no more; a pair proved below that rate by one
+    latency point takes it as its bound, one not proved below is searched."""
+    for tcs in classes.values():
+        for tc in tcs:
+            mine = [e for e in exact.values() if e.traffic_class.option == tc.option
+                    and e.traffic_class.name == tc.name and e.traffic_class.max_model_len == tc.max_model_len]
+            costs = [e.config.price_usd_per_hour * e.config.tp * max(m, math.ceil(tc.rate_rps / e.capacity_rps - 1e-12))
+                     for e in mine if e.capacity_rps > 0]
+            if not costs:
+                continue
+            best = min(costs)
+            ck = ev._class_key(tc)
+            for key, (u, cfg, other, rm, cal) in list(bound.items()):
+                if ev._class_key(other) != ck:
+                    continue
+                price = cfg.price_usd_per_hour * cfg.tp
+                most = math.floor(best / price + 1e-9)  # replicas affordable at the incumbent's cost
+                if most < m or price * max(m, math.ceil(tc.rate_rps / u - 1e-12)) > best:
+                    continue  # its bound already prices it out
+                need = tc.rate_rps / most
+                below, _ = capacity_below(rm, need / cal, sizing=sizing, quantile=quantile)
+                if below:
+                    ev.upper[key] = min(ev.upper.get(key, math.inf), need / cal)
+                    bound[key] = (need, cfg, other, rm, cal)
+                else:
+                    search(key)
 
 
 def _undominated(evals: Sequence[Evaluation]) -> list[Evaluation]:
@@ -655,21 +775,40 @@ def _ttft_sweep(scn, catalog, model, configs, classes, inventory, ev) -> list[tu
     slo = scn.slo
     if not any(b.ttft_s for b in slo.bands):
         return []
-    out = []
-    for m in TTFT_SWEEP:
-        if m == 1.0:
-            continue
-        bands = [b.model_copy(update={"ttft_s": (b.ttft_s[0] or slo.statistic, b.ttft_s[1] * m)}) if b.ttft_s else b
-                 for b in slo.bands]
-        scaled = scn.model_copy(update={"slo": slo.model_copy(update={"bands": bands})})
-        swept = Evaluator(scaled, catalog, model, like=ev)
-        swept._calibration = ev._calibration  # what simulation showed of the model applies here too
-        scaled_classes = {k: [dataclasses.replace(tc, slo=scaled.slo.to_slo()) for tc in tcs] for k, tcs in classes.items()}
-        evs = swept.evaluate_all(scaled_classes, configs)
-        res = _Memo(scaled)(scaled_classes, evs)
-        out.append((m, _outcome(f"TTFT targets x {m:g}", res, "" if res.pools else
-                                _infeasible_message(scaled_classes, evs, inventory))))
-    return out
+    out = {}
+    # Tighter limits in turn from the targets as stated: a tighter TTFT limit never raises a
+    # capacity, so each step's capacities (or bounds) bound the next one's (with 2% to spare for
+    # the waiting-time grid, which spans twice the limit); looser ones bound from the ceilings.
+    for order in (sorted((x for x in TTFT_SWEEP if x < 1.0), reverse=True), sorted(x for x in TTFT_SWEEP if x > 1.0)):
+        above = ev
+        for m in order:
+            bands = [b.model_copy(update={"ttft_s": (b.ttft_s[0] or slo.statistic, b.ttft_s[1] * m)}) if b.ttft_s else b
+                     for b in slo.bands]
+            scaled = scn.model_copy(update={"slo": slo.model_copy(update={"bands": bands})})
+            swept = Evaluator(scaled, catalog, model, like=ev)
+            swept._calibration = ev._calibration  # what simulation showed of the model applies here too
+            scaled_classes = {k: [dataclasses.replace(tc, slo=scaled.slo.to_slo()) for tc in tcs]
+                              for k, tcs in classes.items()}
+            prior = _bound_from(above) if m < 1.0 else None
+            res, evs = _lazy_solve(swept, _Memo(scaled), scaled_classes, configs, prior=prior)
+            out[m] = _outcome(f"TTFT targets x {m:g}", res, "" if res.pools else
+                              _infeasible_message(scaled_classes, evs, inventory))
+            above = swept
+    return [(m, out[m]) for m in TTFT_SWEEP if m in out]
+
+
+def _bound_from(looser: Evaluator):
+    """An upper bound on a pair's model capacity under tighter TTFT limits: its capacity, or its
+    proven bound, under `looser` limits (2% over, for the waiting-time grid)."""
+
+    def prior(cfg: Config, tc: TrafficClass) -> float:
+        key = (*cfg.key, *looser._class_key(tc))
+        found = looser._cache.get(key)
+        if found is not None and found.capacity is not None:
+            return found.capacity.max_rps * 1.02
+        return looser.upper.get(key, math.inf) * 1.02
+
+    return prior
 
 
 def _served(scn: Scenario, model: Model, hist: Histogram, measured_peak_rps: float, limit: int | None):
@@ -885,8 +1024,7 @@ def _levers(scn, catalog, model, served, limit, peak, ev, configs, classes, eval
         if not cfgs:
             out.append(Outcome(name, False, math.inf, 0, "", "no GPU candidate supports it"))
             return
-        evs = ev.evaluate_all(classes, cfgs)
-        res = solve(classes, evs)
+        res, evs = _lazy_solve(ev, solve, classes, cfgs)
         out.append(_outcome(name, res, "" if res.pools else _infeasible_message(classes, evs, inventory)))
 
     for kind, allowed in (("KV cache", scn.kv_dtypes), ("weights", scn.weight_dtypes)):
@@ -913,8 +1051,7 @@ def _levers(scn, catalog, model, served, limit, peak, ev, configs, classes, eval
         if not lowered.is_empty:
             lost = served.requests - lowered.requests
             lower_classes = traffic_classes(scn, lowered, lower, peak * lowered.requests / served.requests)
-            evs = ev.evaluate_all(lower_classes, configs)
-            res = solve(lower_classes, evs)
+            res, evs = _lazy_solve(ev, solve, lower_classes, configs)
             name = f"context limit {lower:,} (rejects {lost / served.requests:.1%} of requests)"
             out.append(_outcome(name, res, "" if res.pools else _infeasible_message(lower_classes, evs, inventory)))
     return out

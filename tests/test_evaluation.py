@@ -101,13 +101,50 @@ def test_dropping_dominated_candidates_keeps_the_optimum(seed):
     inventory = {"a": int(rng.integers(2, 12))} if seed % 2 else None
     reserved = {"b": (int(rng.integers(1, 6)), 1.5)} if seed % 3 == 0 else None
     full = solve_fleet(options, cands, inventory=inventory, reserved=reserved, min_replicas=1 + seed % 2)
-    fewer = undominated_candidates(cands)
+    fewer = undominated_candidates(cands, across_types=not inventory and not reserved)
     assert len(fewer) < len(cands)
     pruned = solve_fleet(options, fewer, inventory=inventory, reserved=reserved, min_replicas=1 + seed % 2)
     assert pruned.status == full.status
     if full.pools:
         assert pruned.cost_per_hour == pytest.approx(full.cost_per_hour, abs=1e-9)
         assert pruned.gpus == full.gpus
+
+
+def test_explorations_searched_lazily_cost_what_searching_everything_costs(catalog, monkeypatch):
+    """Levers and the TTFT sweep re-solve with pairs not searched standing in by proven upper
+    bounds: every outcome's cost and GPUs are those of searching every pair."""
+    import planner.planning as planning
+    from planner.planning import make_plan
+
+    scn = Scenario.model_validate({
+        "name": "t", "model": "llama-3.1-8b", "context_limit": 65536,
+        "traffic": {"source": {"constant": {"prompt_tokens": 1, "output_tokens": 1}}},
+        "slo": {"bands": [{"prompt_below": 8192, "ttft_s": 2.0, "tpot_ms": 50}, {"ttft_s": 20, "tpot_ms": 80}]},
+        "sizing": {"mode": "percentile"}, "gpus": ["h100-sxm", "l40s", "a100-80gb", "h200"], "tp": [1, 2],
+        "weight_dtypes": ["bf16", "int4"], "kv_dtypes": ["bf16", "fp8"], "split_thresholds": [16384],
+        "verify": False, "min_replicas_per_pool": 2,
+    })
+    model, hist = catalog.model("llama-3.1-8b"), mixed_traffic()
+
+    def outcomes(threshold):
+        monkeypatch.setattr(planning, "LAZY_MIN_PAIRS", threshold)
+        plan = make_plan(scn, catalog, model, hist, 30.0)
+        rows = plan.levers + [o for _, o in plan.ttft_sweep]
+        return [(o.name, o.feasible, round(o.cost_per_hour, 9), o.gpus) for o in rows]
+
+    searched = []
+    original = planning.Evaluator.evaluate
+
+    def counting(self, cfg, tc):
+        searched.append(1)
+        return original(self, cfg, tc)
+
+    monkeypatch.setattr(planning.Evaluator, "evaluate", counting)
+    lazy = outcomes(0)
+    lazy_searches = len(searched)
+    searched.clear()
+    assert lazy == outcomes(10**9)
+    assert lazy_searches < len(searched)
 
 
 def test_highs_prints_nothing(capfd):
