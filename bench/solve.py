@@ -86,6 +86,7 @@ class Breakdown:
             return lambda _, dt: setattr(self, attr, getattr(self, attr) + dt)
 
         wrap(optimize, "solve_services", ilp)
+        wrap(fleet_plan, "solve_services", ilp)  # the fleet's joint ILP, imported by name there
         for module in (planning, fleet_plan):
             wrap(module, "certify_plans", add("certify"))
         wrap(report, "write_report", add("report"))

@@ -180,9 +180,9 @@ def _solve(fleet: FleetInputs, setups: list[Setup], evals_per_service, *, keep_l
     spec = fleet.spec
     caps = fleet.shared_caps if caps is None else caps
     max_gpu_types = spec.max_gpu_types if max_gpu_types == -1 else max_gpu_types
-    alike = not caps and not fleet.commitments and max_gpu_types is None
+    bound = None if max_gpu_types is not None else {*caps, *fleet.commitments}
     models = [service_model(st.scn, st.classes, evals, name=svc.name if len(setups) > 1 else "",
-                            inventory=scenario_caps(st.scn), types_alike=alike)
+                            inventory=scenario_caps(st.scn), bound_types=bound)
               for svc, st, evals in zip(fleet.services, setups, evals_per_service, strict=True)]
     return solve_services(
         models, inventory=caps, reserved=fleet.commitments, max_gpu_types=max_gpu_types,

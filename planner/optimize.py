@@ -74,18 +74,19 @@ class FleetSolution:
     on_demand_gpus: Mapping[str, int] = field(default_factory=dict)  # per GPU type, beyond the reserved ones
 
 
-def undominated_candidates(candidates: Sequence[Candidate], *, across_types: bool = False) -> list[Candidate]:
+def undominated_candidates(candidates: Sequence[Candidate], *, free_types: frozenset[str] = frozenset()) -> list[Candidate]:
     """The candidates an optimal plan may need: a candidate is dropped when another of the same
     class on the same GPU type has at least its capacity per replica at no more cost and GPUs per
     replica (one strictly better, or the same and earlier in label order). Any plan that uses the
     dropped one is matched, replica for replica, by one that uses the other: it covers as much, costs
     and counts no more (inventory caps and reservations count GPUs of a type), and keeps the pools
     homogeneous. Not for plans that must use every reserved GPU (fewer GPUs may then not do), nor
-    for the next-best distinct plans (a dominated plan is still a distinct one). across_types: the
-    other may be on another GPU type (only where no cap or commitment tells types apart)."""
+    for the next-best distinct plans (a dominated plan is still a distinct one). free_types: GPU
+    types no cap, commitment or rule tells apart (no cap, nothing committed, no most number of GPU
+    types): among them the other may be on another type."""
     groups: dict[tuple[str, str, str], list[Candidate]] = {}
     for c in candidates:
-        groups.setdefault((c.option, c.traffic_class, "" if across_types else c.gpu), []).append(c)
+        groups.setdefault((c.option, c.traffic_class, "" if c.gpu in free_types else c.gpu), []).append(c)
     keep = set()
     for group in groups.values():
         ordered = sorted(group, key=lambda c: (-c.capacity_rps, c.cost_per_replica_hour, c.gpus_per_replica, c.config))

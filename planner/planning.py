@@ -386,11 +386,11 @@ class Evaluator:
 
 
 def service_model(scn: Scenario, classes, evals: Sequence[Evaluation], *, name: str = "", inventory=None,
-                  options=None, rate_scale=1.0, forbid=(), use_reserved=False, types_alike=False) -> ServiceModel:
+                  options=None, rate_scale=1.0, forbid=(), use_reserved=False, bound_types=None) -> ServiceModel:
     """A scenario's part of an ILP: its split options, the candidates an optimal plan may use, its rules.
     inventory: its own caps per GPU type [default: none here (solve_fleet takes them as the shared caps)].
-    types_alike: no cap, commitment or rule on GPU types applies, so a candidate beaten on another
-    GPU type is dropped too."""
+    bound_types: the GPU types a cap or commitment applies to (None: a rule on GPU types applies to
+    all); a candidate beaten on another of the other types is dropped too."""
     chosen = options if options is not None else list(classes)
     split_options = [
         SplitOption(key, None if key == "none" else int(key), {tc.name: tc.rate_rps * rate_scale for tc in classes[key]})
@@ -403,7 +403,9 @@ def service_model(scn: Scenario, classes, evals: Sequence[Evaluation], *, name: 
         if ev.traffic_class.option in chosen
     ]
     if not forbid and not use_reserved:
-        cands = undominated_candidates(cands, across_types=types_alike and not inventory)
+        free = (frozenset() if bound_types is None else
+                frozenset(c.gpu for c in cands) - set(bound_types) - set(inventory or ()))
+        cands = undominated_candidates(cands, free_types=free)
     return ServiceModel(name, split_options, cands, dict(inventory or {}), scn.min_replicas_per_pool,
                         scn.homogeneous_pools, forbid)
 
@@ -416,7 +418,7 @@ def scenario_caps(scn: Scenario) -> dict[str, int]:
 def _solve(scn, inventory: dict[str, int], classes, evals: Sequence[Evaluation], *, options=None, rate_scale=1.0,
            forbid=(), keep_lp=False, reserved=None, use_reserved=False, tie_break=True):
     sm = service_model(scn, classes, evals, options=options, rate_scale=rate_scale, forbid=forbid,
-                       use_reserved=use_reserved, types_alike=not inventory and not reserved)
+                       use_reserved=use_reserved, bound_types={*inventory, *(reserved or {})})
     return solve_fleet(
         sm.options, sm.candidates, inventory=inventory, min_replicas=sm.min_replicas, homogeneous=sm.homogeneous,
         backend=scn.solver.backend, time_limit_s=scn.solver.time_limit_s, forbid=sm.forbid, keep_lp=keep_lp,

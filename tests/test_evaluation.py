@@ -101,7 +101,7 @@ def test_dropping_dominated_candidates_keeps_the_optimum(seed):
     inventory = {"a": int(rng.integers(2, 12))} if seed % 2 else None
     reserved = {"b": (int(rng.integers(1, 6)), 1.5)} if seed % 3 == 0 else None
     full = solve_fleet(options, cands, inventory=inventory, reserved=reserved, min_replicas=1 + seed % 2)
-    fewer = undominated_candidates(cands, across_types=not inventory and not reserved)
+    fewer = undominated_candidates(cands, free_types=frozenset({"a", "b"} - set(inventory or ()) - set(reserved or ())))
     assert len(fewer) < len(cands)
     pruned = solve_fleet(options, fewer, inventory=inventory, reserved=reserved, min_replicas=1 + seed % 2)
     assert pruned.status == full.status
