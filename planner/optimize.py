@@ -22,6 +22,11 @@ import pulp
 from planner.errors import InputError
 
 COST_TOLERANCE_USD = 1e-6  # plans within this of the optimum's cost per hour count as equal
+# HiGHS runs in process (CBC is a subprocess reading an MPS file). Measured by bench/solve.py on the
+# shipped fleet with every service offered the full catalog, without simulation: 101 s end to end
+# against CBC's 430 s (medians of 3 fresh processes, a loaded 2-core machine), the ILPs being most
+# of it. Both find the same optima (tests/test_fleet.py, tests/test_optimize.py run both).
+DEFAULT_BACKEND = "highs"
 
 
 @dataclass(frozen=True)
@@ -146,7 +151,7 @@ def solve_fleet(
     inventory: Mapping[str, int] | None = None,
     min_replicas: int = 1,
     homogeneous: bool = True,
-    backend: str = "cbc",
+    backend: str = DEFAULT_BACKEND,
     time_limit_s: float = 60.0,
     forbid: Sequence[frozenset[tuple[str, str, str]]] = (),
     reserved: Mapping[str, tuple[int, float]] | None = None,
@@ -178,7 +183,7 @@ def solve_services(
     reserved_pools: bool = True,
     use_reserved: bool = False,
     max_gpu_types: int | None = None,
-    backend: str = "cbc",
+    backend: str = DEFAULT_BACKEND,
     time_limit_s: float = 60.0,
     keep_lp: bool = False,
     tie_break: bool = True,
@@ -208,10 +213,15 @@ def solve_services(
     Objective (lexicographic, two solves)
       1. cost:  min  sum_{c not on a committed type} p[c] x[c]  +  sum_g (R[g] q[g] + d[g] od[g])
          (committed GPUs are paid whether used or not, so R[g] q[g] is a constant)
-      2. ties:  min  sum_c g[c] x[c]  +  sum_c z[c] / (|C| + 1)
-         subject to cost <= optimum + tolerance: fewer GPUs, then fewer pools. Exact,
-         unlike epsilon weights, which solver tolerances swallow. Skipped with tie_break=False
-         (when only the optimum's cost is wanted: the cost of a constraint).
+      2. ties:  min  sum_c g[c] x[c]  +  sum_c z[c] / (|C| + 1)  +  sum_o rank(o) y[o] / ((|C| + 1)(N + 1))
+         subject to cost <= optimum + tolerance: fewer GPUs, then fewer pools, then no split or
+         the lowest threshold (rank 0 for no split, then thresholds in increasing order, within
+         each service; N = sum_s (|O(s)| - 1), the most the ranks can add up to), so that the
+         split decision does not depend on the solver. Exact, unlike epsilon weights on the
+         cost, which solver tolerances swallow: each term stays below one step of the term
+         before it, and the last term's steps, 1 / ((|C| + 1)(N + 1)), are far above the
+         solvers' absolute gaps (HiGHS 1e-6, CBC 1e-9 here) at catalog scale. Skipped with
+         tie_break=False (when only the optimum's cost is wanted: the cost of a constraint).
     Constraints (per service s; names carry the service's name)
       one_split:            sum_{o in O(s)} y[o] = 1
       cover_{o,k}:          sum_{c in C(o,k)} u[c] x[c] >= r[o,k] y[o]
@@ -295,7 +305,12 @@ def solve_services(
         first = {v.name: v.varValue for v in prob.variables()}
         prob += cost <= optimum + COST_TOLERANCE_USD, "cost_at_optimum"
         all_z = [part.z[i] for part, i in members]
-        prob.setObjective(gpus_of(members) + pulp.lpSum(all_z) / (len(all_z) + 1))
+        # The ranks summed over the services stay below ranks + 1, so the last term never outweighs one pool.
+        ranks = sum(len(part.servable) - 1 for part in parts)
+        ranked = [(rank, part.y[o.key]) for part in parts
+                  for rank, o in enumerate(sorted(part.servable, key=lambda o: -1 if o.threshold is None else o.threshold))]
+        prob.setObjective(gpus_of(members) + pulp.lpSum(all_z) / (len(all_z) + 1)
+                          + pulp.lpSum(rank * y for rank, y in ranked) / ((len(all_z) + 1) * (ranks + 1)))
         prob.solve(solver)
         if prob.status != pulp.LpStatusOptimal:  # e.g. the time limit: the cost-optimal solution stands
             prob.assignVarsVals(first)
@@ -460,7 +475,7 @@ def solve_day_mix(
     segments: Sequence[ScaleSegment],
     *,
     inventory: Mapping[str, int] | None = None,
-    backend: str = "cbc",
+    backend: str = DEFAULT_BACKEND,
     time_limit_s: float = 60.0,
 ) -> DayMixSolution:
     """The cheapest mix of replicas reserved for the whole period and replicas started on
@@ -579,7 +594,6 @@ if hasattr(pulp, "HiGHS") and pulp.HiGHS().available():
         solver object, before any option can turn output off, which would break `--json` output:
         that first object is built with stdout silenced."""
 
-
         def createAndConfigureSolver(self, lp):
             global _HIGHS_BANNER_SILENCED
             if _HIGHS_BANNER_SILENCED:
@@ -596,7 +610,8 @@ else:  # highspy is not installed
 def _solver(backend: str, time_limit_s: float):
     if backend == "highs":
         if _QuietHiGHS is None:
-            raise InputError("solver.backend 'highs' needs the highspy package: pip install 'planner[highs]'")
+            raise InputError("solver.backend 'highs' (the default) needs the highspy package, a dependency of planner: "
+                             "pip install highspy, or set solver: {backend: cbc}")
         return _QuietHiGHS(msg=False, timeLimit=time_limit_s, gapRel=0.0)
     if backend != "cbc":
         raise InputError(f"unknown solver backend '{backend}' (cbc, highs)")

@@ -289,7 +289,7 @@ class GPUCandidate(_Strict):
 
 
 class Solver(_Strict):
-    backend: Literal["cbc", "highs"] = "cbc"
+    backend: Literal["cbc", "highs"] = Field("highs", description="highs (in process, the default) or cbc (PuLP's bundled solver)")
     time_limit_s: float = Field(60.0, gt=0)
 
 

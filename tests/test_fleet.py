@@ -113,6 +113,29 @@ def test_the_joint_plan_costs_no_more_than_any_split_of_the_cap_planned_apart(se
     assert joint.cost_per_hour == pytest.approx(min(apart), abs=1e-6) if math.isfinite(min(apart)) else not joint.services[0].pools
 
 
+@pytest.mark.parametrize("backend", ["cbc", "highs"])
+def test_ties_across_services_prefer_fewer_pools_before_lower_split_thresholds(backend):
+    """Same cost, same GPUs: the fleet with fewer pools wins even when its services' split
+    thresholds add up to far higher ranks (5 here, more than any service has options). One GPU
+    type for the fleet forces a choice: on "b", the first service runs one pool and the others
+    their highest threshold; on "a", the first splits (one pool more) and the others run their
+    lowest threshold ("c" is dearer)."""
+    first = ServiceModel("s0", [SplitOption("none", None, {"all": 2.0}),
+                                SplitOption("8192", 8192, {"short": 1.0, "long": 1.0})],
+                         [Candidate("none", "all", "b1", "b", 1, 1.0, 1.0)]
+                         + [Candidate("8192", k, "a1", "a", 1, 1.0, 1.0) for k in ("short", "long")])
+    thresholds = (4096, 8192, 16384)
+    others = [ServiceModel(f"s{i}", [SplitOption(str(t), t, {"short": 1.0, "long": 1.0}) for t in thresholds],
+                           [Candidate("4096", k, "a1", "a", 1, 1.0, 1.0) for k in ("short", "long")]
+                           + [Candidate("8192", k, "c1", "c", 1, 5.0, 1.0) for k in ("short", "long")]
+                           + [Candidate("16384", k, "b1", "b", 1, 1.0, 1.0) for k in ("short", "long")])
+              for i in range(1, 4)]
+    joint = solve_services([first, *others], max_gpu_types=1, backend=backend)
+    assert joint.status == "Optimal" and joint.gpus == 8 and joint.cost_per_hour == pytest.approx(8.0)
+    assert [s.option for s in joint.services] == ["none", "16384", "16384", "16384"]
+    assert sum(len(s.pools) for s in joint.services) == 7
+
+
 # ------------------------------------------------------------------ fleet files
 
 
