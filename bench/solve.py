@@ -1,101 +1,201 @@
-"""Time `planner solve`: evaluation, model build and solver time, for the shipped 128k rollout and a large
-synthetic candidate set (all catalog GPUs x tp 1-8 x all dtypes x 6 thresholds).
+"""Time `planner solve` end to end in fresh processes, with a breakdown, on three cases (issue 15):
 
-    python bench/solve.py
+1. the shipped 128k rollout without simulation (--no-verify): target 1 s; and certified by
+   simulation as shipped (issue 11: 3 s);
+2. its full candidate set: 10 GPUs x tp 1-8 x 3 weight dtypes x 2 KV dtypes x 4 split thresholds,
+   without simulation: target 3 s;
+3. the shipped fleet (8 services) with every service offered every catalog GPU, without
+   simulation: target 15 s; and its ILP solved by CBC and by HiGHS.
 
-Prints figures; asserts nothing. Target: the shipped scenario, certification by simulation included,
-end to end in a fresh process within 3 s on a 2-core machine (issue 11).
+    python bench/solve.py [--runs 3]
+
+Each headline figure is the median of fresh processes running the command line, report included.
+The breakdown comes from one more run in process: loading, capacity evaluation (with the plan's
+bookkeeping), ILP model build, solver, certification, report writing. Prints figures; asserts
+nothing. Machine load (os.getloadavg) is printed with every case: on a shared machine it inflates
+every figure.
 """
 
 from __future__ import annotations
 
+import argparse
+import os
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from planner import optimize  # noqa: E402
-from planner.solve import load_inputs, plan_inputs  # noqa: E402
+ISSUE_GPUS = ["h100-sxm", "h100-pcie", "h200", "b200", "a100-80gb", "a100-40gb", "l40s", "l4", "a10g", "mi300x"]
 
 
-def timed_plan(inputs, scn=None, explore=True):
-    """Run a plan while accumulating the ILP's build and solve times."""
-    build = solve = 0.0
-    calls = 0
-    original = optimize.solve_fleet
+def load() -> str:
+    return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
-    def wrapped(*args, **kwargs):
-        nonlocal build, solve, calls
-        sol = original(*args, **kwargs)
-        build += sol.build_s
-        solve += sol.solve_s
-        calls += 1
-        return sol
 
-    import planner.planning as planning
+def fresh(path: Path, flags: list[str], runs: int) -> tuple[float, list[float], str]:
+    """Median wall time of `planner solve PATH FLAGS` in fresh processes."""
+    times, status = [], "ok"
+    with tempfile.TemporaryDirectory() as out:
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            done = subprocess.run([sys.executable, "-m", "planner", "solve", str(path), "--out-dir", out, *flags],
+                                  capture_output=True, text=True, cwd=ROOT, check=False)
+            times.append(time.perf_counter() - t0)
+            if done.returncode != 0:
+                status = f"exit {done.returncode}: {done.stderr.strip()[:300]}"
+    return statistics.median(times), times, status
 
-    planning.solve_fleet = wrapped
-    try:
+
+class Breakdown:
+    """Wraps the ILP, certification and report writing to time them during one in-process run."""
+
+    def __init__(self):
+        self.build = self.solve = self.certify = self.report = 0.0
+        self.ilps = 0
+
+    def __enter__(self):
+        from planner import fleet_plan, fleet_report, optimize, planning, report
+
+        self._saved = []
+
+        def wrap(module, name, after):
+            original = getattr(module, name)
+
+            def timed(*args, **kwargs):
+                t0 = time.perf_counter()
+                result = original(*args, **kwargs)
+                after(result, time.perf_counter() - t0)
+                return result
+
+            self._saved.append((module, name, original))
+            setattr(module, name, timed)
+
+        def ilp(result, _):
+            self.build += result.build_s
+            self.solve += result.solve_s
+            self.ilps += 1
+
+        def add(attr):
+            return lambda _, dt: setattr(self, attr, getattr(self, attr) + dt)
+
+        wrap(optimize, "solve_services", ilp)
+        wrap(fleet_plan, "solve_services", ilp)  # the fleet's joint ILP, imported by name there
+        for module in (planning, fleet_plan):
+            wrap(module, "certify_plans", add("certify"))
+        wrap(report, "write_report", add("report"))
+        wrap(fleet_report, "write_fleet_report", add("report"))
+        return self
+
+    def __exit__(self, *exc):
+        for module, name, original in reversed(self._saved):
+            setattr(module, name, original)
+
+
+def in_process(path: Path, verify: bool) -> tuple[float, float, Breakdown]:
+    """One run of the CLI in this process: (load seconds, total seconds, breakdown)."""
+    from planner.fleet import is_fleet_file, load_fleet
+    from planner.solve import load_inputs
+
+    t0 = time.perf_counter()
+    (load_fleet if is_fleet_file(path) else load_inputs)(path)
+    load_s = time.perf_counter() - t0
+    from click.testing import CliRunner
+
+    from planner.cli import main
+
+    with tempfile.TemporaryDirectory() as out, Breakdown() as b:
         t0 = time.perf_counter()
-        plan = plan_inputs(inputs, scn, explore=explore)
+        r = CliRunner().invoke(main, ["solve", str(path), "--out-dir", out, "--verify" if verify else "--no-verify"])
         total = time.perf_counter() - t0
-    finally:
-        planning.solve_fleet = original
-    return plan, total, build, solve, calls
+    if r.exit_code != 0:
+        raise SystemExit(f"{path}: exit {r.exit_code}: {r.output}")
+    return load_s, total, b
 
 
-def report(name: str, inputs, scn=None) -> None:
-    plan, total, build, solve, calls = timed_plan(inputs, scn)
-    evaluations = len({(e.config.key, e.traffic_class.option, e.traffic_class.name) for e in plan.evaluations})
-    evaluate = total - build - solve
-    print(f"{name}")
-    print(f"  candidates evaluated (main set) {evaluations:6d}")
-    print(f"  ILP solves                      {calls:6d}")
-    print(f"  evaluation + bookkeeping        {evaluate * 1e3:9.0f} ms")
-    print(f"  model build                     {build * 1e3:9.0f} ms")
-    print(f"  solver                          {solve * 1e3:9.0f} ms")
-    print(f"  plan total (in process)         {total * 1e3:9.0f} ms   -> ${plan.cost_per_hour:,.2f}/hour, {plan.solution.gpus} GPUs")
+def case(title: str, path: Path, target: float | None, runs: int, verify: bool = False) -> None:
+    flags = [] if verify else ["--no-verify"]
+    median, times, status = fresh(path, flags, runs)
+    verdict = "" if target is None else f"; target <= {target:g} s: {'met' if median <= target else 'NOT met'}"
+    print(f"{title}\n  end to end, fresh processes: median {median:.2f} s of {runs} "
+          f"({', '.join(f'{t:.2f}' for t in times)}; {status}){verdict}   [{load()}]")
+    load_s, total, b = in_process(path, verify)
+    evaluation = total - b.build - b.solve - b.certify - b.report
+    print(f"  in process: {total:.2f} s = loading, evaluation and bookkeeping {evaluation:.2f} + model build {b.build:.2f} + "
+          f"solver {b.solve:.2f} ({b.ilps} ILPs) + certification {b.certify:.2f} + report {b.report:.2f} "
+          f"(loading the inputs alone: {load_s:.2f} s)")
+
+
+def full_candidate_set(tmp: Path) -> Path:
+    scn = yaml.safe_load((ROOT / "scenarios" / "128k_rollout.yaml").read_text(encoding="utf-8"))
+    scn.update(name="rollout_full_set", gpus=ISSUE_GPUS, tp=[1, 2, 4, 8], weight_dtypes=["bf16", "fp8", "int4"],
+               kv_dtypes=["bf16", "fp8"], split_thresholds=[8192, 16384, 32768, 65536])
+    path = tmp / "rollout_full_set.yaml"
+    path.write_text(yaml.safe_dump(scn, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def fleet_full_catalog(tmp: Path, backend: str) -> Path:
+    from planner.catalog import load_catalog
+
+    gpus = sorted(load_catalog().gpus)
+    fleet = yaml.safe_load((ROOT / "scenarios" / "fleet_2027q1.yaml").read_text(encoding="utf-8"))
+    services = []
+    for entry in fleet["services"]:
+        scn = yaml.safe_load((ROOT / "scenarios" / entry).read_text(encoding="utf-8")) if isinstance(entry, str) else entry
+        services.append({**scn, "gpus": gpus})
+    fleet.update(name=f"fleet_full_catalog_{backend}", services=services, solver={"backend": backend})
+    fleet.pop("forecast", None)
+    path = tmp / f"fleet_full_catalog_{backend}.yaml"
+    path.write_text(yaml.safe_dump(fleet, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def joint_ilp(path: Path) -> None:
+    """The fleet's ILP alone, by each solver, on the same candidates."""
+    from planner.fleet import load_fleet
+    from planner.fleet_plan import _setup
+    from planner.optimize import solve_services
+    from planner.planning import scenario_caps, service_model
+
+    fleet = load_fleet(path)
+    setups = [_setup(svc, 1.0) for svc in fleet.services]
+    models = [service_model(st.scn, st.classes, st.evals, name=svc.name, inventory=scenario_caps(st.scn))
+              for svc, st in zip(fleet.services, setups, strict=True)]
+    print(f"  the fleet's ILP alone ({sum(len(m.candidates) for m in models)} candidates after dominance):")
+    for backend in ("cbc", "highs"):
+        times, cost = [], None
+        for _ in range(3):
+            j = solve_services(models, inventory=fleet.shared_caps, reserved=fleet.commitments,
+                               max_gpu_types=fleet.spec.max_gpu_types, backend=backend)
+            times.append(j.solve_s + j.build_s)
+            cost = j.cost_per_hour
+        print(f"    {backend:5s}: median {statistics.median(times):.2f} s of 3 "
+              f"({', '.join(f'{t:.2f}' for t in times)}), ${cost:,.2f}/hour   [{load()}]")
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=3)
+    args = ap.parse_args()
     rollout = ROOT / "scenarios" / "128k_rollout.yaml"
-    t0 = time.perf_counter()
-    inputs = load_inputs(rollout)
-    load_s = time.perf_counter() - t0
-    print(f"loading the 128k rollout (scenario, catalog, {inputs.traffic.hist.requests:,}-request synthetic histogram): {load_s * 1e3:.0f} ms")
-    report("128k_rollout (shipped)", inputs)
-
-    import statistics
-    import tempfile
-
     with tempfile.TemporaryDirectory() as tmp:
-        for label, flags, target in (("certified by simulation (as shipped)", [], 3.0),
-                                     ("without certification (--no-verify)", ["--no-verify"], None)):
-            times, status = [], "ok"
-            for _ in range(3):
-                t0 = time.perf_counter()
-                out = subprocess.run(
-                    [sys.executable, "-m", "planner", "solve", str(rollout), "--out-dir", tmp, *flags],
-                    capture_output=True, text=True, cwd=ROOT, check=False,
-                )
-                times.append(time.perf_counter() - t0)
-                if out.returncode != 0:
-                    status = f"exit {out.returncode}: {out.stderr.strip()}"
-            cli_s = statistics.median(times)
-            verdict = "" if target is None else f"   target <= {target:g} s: {'met' if cli_s <= target else 'NOT met'}"
-            print(f"  end to end, `planner solve` in a fresh process, {label}: median {cli_s:.2f} s of 3 "
-                  f"({', '.join(f'{t:.2f}' for t in times)}; {status}){verdict}")
-
-    gpus = sorted(inputs.catalog.gpus)
-    big = inputs.scenario.model_copy(update={
-        "gpus": gpus, "tp": [1, 2, 4, 8], "weight_dtypes": sorted(d for d, v in inputs.catalog.dtypes.items() if v.weight),
-        "kv_dtypes": sorted(d for d, v in inputs.catalog.dtypes.items() if v.kv),
-        "split_thresholds": [4096, 8192, 16384, 32768, 65536, 98304],
-    })
-    report(f"large candidate set ({len(gpus)} GPUs x tp 1-8 x all dtypes x 6 thresholds)", inputs, big)
+        tmp = Path(tmp)
+        case("1. 128k rollout (shipped), without simulation", rollout, 1.0, args.runs)
+        case("   128k rollout (shipped), certified by simulation (issue 11)", rollout, 3.0, args.runs, verify=True)
+        case("2. its full candidate set (10 GPUs x tp 1-8 x 3 weight x 2 KV dtypes x 4 thresholds), without simulation",
+             full_candidate_set(tmp), 3.0, args.runs)
+        for backend in ("highs", "cbc"):
+            path = fleet_full_catalog(tmp, backend)
+            case(f"3. the shipped fleet, 8 services on the full catalog, without simulation (solver: {backend})",
+                 path, 15.0, args.runs)
+        joint_ilp(fleet_full_catalog(tmp, "highs"))
 
 
 if __name__ == "__main__":

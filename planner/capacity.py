@@ -30,6 +30,7 @@ Derivation (continuous batching with chunked prefill, one replica):
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 
@@ -61,6 +62,7 @@ __all__ = ["NO_TARGETS", "SLO", "Capacity", "OperatingPoint", "ReplicaModel", "r
 
 CEILINGS = ("memory", "bandwidth", "compute", "itl", "tpot", "ttft", "attainment")
 LATENCY_CEILINGS = ("ttft", "tpot", "itl", "attainment")
+_COST_ORDER = ("ttft", "itl", "tpot", "attainment")  # cheapest to check first
 KNEE_SHARE = 0.99  # a replica is planned at 99% of the rate its binding bound allows
 KNEE_FLAT = 0.9  # if 99% of that rate needs under 90% of the bound's batch, throughput has saturated
 PERCENTILE_GRID_UNITS = 1024  # byte-grid resolution of the compound-Poisson total
@@ -155,15 +157,31 @@ def memory_concurrency(dep: Deployment, prof: TokenProfile, fp: Footprint, quant
     return {"worst_case": float(worst), "expected": expected, "percentile": _percentile_count(dep, prof, fp, quantile)}
 
 
-def _percentile_count(dep: Deployment, prof: TokenProfile, fp: Footprint, quantile: float) -> float:
+def _level_bytes(dep: Deployment, prof: TokenProfile) -> np.ndarray:
+    """Bytes a resident sequence holding j blocks keeps, for each level j of the profile."""
     layout = kv_bytes_per_token_by_layer_kind(dep.model, dep.kv_dtype, dep.tp)
-    levels = np.arange(prof.level_weight.size)
-    tokens = levels * prof.block_size
+    tokens = np.arange(prof.level_weight.size) * prof.block_size
     window = layout.token_cap or 0
-    level_bytes = (
+    return (
         tokens * layout.uncapped_bytes_per_token + np.minimum(tokens, window) * layout.capped_bytes_per_token
         + layout.state_bytes_per_sequence
     )
+
+
+def percentile_count_bound(dep: Deployment, prof: TokenProfile, fp: Footprint) -> float:
+    """An upper bound on _percentile_count without its quantiles: the count whose mean footprint
+    fills the budget (max_mean_count_for_quantile never returns more than the grid's budget over
+    the grid's mean, which is at most this; 1e-6 over for rounding)."""
+    if fp.budget_bytes <= 0:
+        return 0.0
+    level_bytes = _level_bytes(dep, prof)
+    mean = float(np.dot(prof.level_weight, level_bytes) / prof.level_weight.sum())
+    return fp.budget_bytes / mean * (1 + 1e-6) if mean > 0 else math.inf
+
+
+def _percentile_count(dep: Deployment, prof: TokenProfile, fp: Footprint, quantile: float) -> float:
+    level_bytes = _level_bytes(dep, prof)
+    levels = np.arange(level_bytes.size)
     unit = max(fp.budget_bytes / PERCENTILE_GRID_UNITS, float(level_bytes[1] - level_bytes[0]) if levels.size > 1 else 1.0)
     # Mean-preserving discretisation: each footprint's mass is split between the two grid
     # points around it in proportion to its distance, so E[X] is exact on the grid.
@@ -210,6 +228,40 @@ class ReplicaModel:
         self._new_tokens_mean = float(np.dot(cells.weight, new_tokens))
         self._new_tokens_sq = float(np.dot(cells.weight, new_tokens**2))
         self._points: dict[float, LatencyPoint] = {}
+        self._concurrency: dict[float, dict[str, float]] = {}
+        self._floors: tuple[TargetFloor, ...] | None = None
+
+    def with_slo(self, slo: SLO) -> ReplicaModel:
+        """The same replica and class against other latency targets: the memory, step and
+        latency tables are shared (a sweep of TTFT limits re-searches only the bound)."""
+        if slo == self.slo:
+            return self
+        other = copy.copy(self)
+        other.slo, other.latency = slo, self.latency.with_slo(slo)
+        other._points = {}  # a point's waiting-time grid spans twice the TTFT limits
+        other._floors = None
+        return other
+
+    def floors(self) -> tuple[TargetFloor, ...]:
+        """target_floors, computed once."""
+        if self._floors is None:
+            self._floors = target_floors(self)
+        return self._floors
+
+    def concurrency(self, quantile: float) -> dict[str, float]:
+        """memory_concurrency, computed once per quantile (it does not depend on the targets)."""
+        if quantile not in self._concurrency:
+            self._concurrency[quantile] = memory_concurrency(self.dep, self.prof, self.fp, quantile)
+        return self._concurrency[quantile]
+
+    def batch_bound(self, sizing: SizingMode, quantile: float) -> float:
+        """An upper bound on the resident batch the memory and batch ceilings allow, without the
+        percentile sizing's quantiles when they are not computed yet (percentile_count_bound)."""
+        if sizing == "percentile" and quantile not in self._concurrency:
+            n_mem = percentile_count_bound(self.dep, self.prof, self.fp)
+        else:
+            n_mem = self.concurrency(quantile)[sizing]
+        return min(n_mem, float(self.dep.engine.max_num_seqs))
 
     def decode_s(self, n: float) -> float:
         return float(
@@ -313,11 +365,17 @@ class ReplicaModel:
                     break
         return out
 
-    def margin(self, n: float, kinds: tuple[str, ...] = LATENCY_CEILINGS) -> float:
-        """The largest miss margin of the targets of `kinds` at n (LatencyPoint.margin); <= 0: all hold."""
+    def margin(self, n: float, kinds: tuple[str, ...] = LATENCY_CEILINGS, *, exact: bool = True) -> float:
+        """The largest miss margin of the targets of `kinds` at n (LatencyPoint.margin); <= 0: all hold.
+
+        exact=False: stop at the first target that misses (cheap ones first: TTFT and ITL read a
+        table, TPOT mixes its tails over the wait), returning a positive margin no larger than the
+        largest. A search for the largest N that holds only needs the sign there."""
         pt = self.latency_at(n)
         worst = -math.inf
-        for kind in kinds:
+        for kind in (kinds if exact else sorted(kinds, key=_COST_ORDER.index)):
+            if worst > 0 and not exact:
+                break
             if kind == "attainment":
                 if self.slo.attainment is not None:  # log of the share missing over the share allowed
                     missing, allowed = 1.0 - pt.attainment(), 1.0 - self.slo.attainment
@@ -358,25 +416,60 @@ def _knee(rm: ReplicaModel, n_bound: float) -> float:
     return increasing_root(lambda n: rm.rate(n) - target, tiny, n_bound)
 
 
-def _largest_n(margin, n_hi: float, rel_tol: float = BOUND_REL_TOL) -> float:
+def _largest_n(margin, n_hi: float, rel_tol: float = BOUND_REL_TOL, *, guess: float | None = None) -> float:
     """Largest N in [0, n_hi] with margin(N) <= 0, for a margin that increases with N.
 
     The answer is n_hi, or a point of the fixed grid N_k = (1 + rel_tol)^k: the largest k whose
     margin holds, so the bound is the same whatever n_hi is and a config with more memory (a
-    higher n_hi) never gets a lower latency bound from another search path. The search steps down by factors of 64 to bracket the crossing, then finds
-    it by regula falsi in k (planner.roots), which needs a handful of evaluations where
-    bisection needs a dozen."""
+    higher n_hi) never gets a lower latency bound from another search path. Without a guess the
+    search steps down by factors of 64 to bracket the crossing; from a guess (a bound found for
+    nearby targets, or a point known to hold) it steps away from it by factors that grow from 2%.
+    Either way it then finds the crossing by regula falsi in k (planner.roots), which needs a
+    handful of evaluations where bisection needs a dozen. For a margin that increases with N every
+    bracket gives the same grid point, so a guess changes the cost, never the answer."""
     log_r = math.log1p(rel_tol)
 
     def at(k: float) -> float:
         return margin(math.exp(k * log_r))
 
-    hi = math.floor(math.log(n_hi) / log_r)  # N_hi <= n_hi
+    top = math.floor(math.log(n_hi) / log_r)  # N_top <= n_hi
+    step = math.ceil(math.log(64.0) / log_r)
+    # The lowest point tried: 64^3 below the top; a bound under it counts as none (0).
+    floor_k = top - step * (math.ceil(math.log(1e7) / log_r) // step)
+
+    def at_top() -> float:
+        return n_hi if margin(n_hi) <= 0 else math.exp(top * log_r)
+
+    if guess is not None and 0 < guess < n_hi:
+        k = min(max(math.floor(math.log(guess) / log_r), floor_k), top)
+        step = math.ceil(math.log(1.02) / log_r)  # 2%, growing fourfold a step
+        f = at(k)
+        if f <= 0:
+            lo, f_lo = k, f
+            while True:
+                if lo == top:
+                    return at_top()
+                hi = min(lo + step, top)
+                f_hi = at(hi)
+                if f_hi > 0:
+                    break
+                lo, f_lo, step = hi, f_hi, step * 4
+        else:
+            hi, f_hi = k, f
+            while True:
+                if hi == floor_k:
+                    return 0.0
+                lo = max(hi - step, floor_k)
+                f_lo = at(lo)
+                if f_lo <= 0:
+                    break
+                hi, f_hi, step = lo, f_lo, step * 4
+        return math.exp(increasing_root(at, lo, hi, f_lo=f_lo, f_hi=f_hi, integer=True) * log_r)
+
+    hi = top
     f_hi = at(hi)
     if f_hi <= 0:
-        return n_hi if margin(n_hi) <= 0 else math.exp(hi * log_r)
-    step = math.ceil(math.log(64.0) / log_r)
-    floor_k = hi - math.ceil(math.log(1e7) / log_r)
+        return at_top()
     lo = hi - step
     f_lo = at(lo)
     while f_lo > 0:
@@ -417,25 +510,31 @@ def replica_capacity(
     sizing: SizingMode = "expected",
     quantile: float = 0.99,
     ladder: BudgetLadder | None = None,
+    model: ReplicaModel | None = None,
+    guess: float | None = None,
 ) -> Capacity:
-    """The largest arrival rate (requests/s) one replica serves for this class, and the binding ceiling."""
+    """The largest arrival rate (requests/s) one replica serves for this class, and the binding ceiling.
+
+    model: a ReplicaModel of this deployment and class already built (for other targets, say),
+    whose memory and step tables are then reused. guess: a resident batch near the latency bound
+    (the bound for nearby targets), where its search starts; the answer is the same without it."""
     if sizing not in SIZING_MODES:
         raise ValueError(f"unknown sizing mode {sizing!r}; choose from {SIZING_MODES}")
-    rm = ReplicaModel(dep, prof, slo, ladder)
-    conc = memory_concurrency(dep, prof, rm.fp, quantile)
+    rm = ReplicaModel(dep, prof, slo, ladder) if model is None else model.with_slo(slo)
+    conc = rm.concurrency(quantile)
     n_mem = conc[sizing]
     n_batch = float(dep.engine.max_num_seqs)
     n_cap = min(n_mem, n_batch)
     bounds: dict[str, float] = {"memory": n_mem}
     clamped: list[str] = []
-    floors = target_floors(rm)
+    floors = rm.floors()
     kinds = tuple(k for k in LATENCY_CEILINGS if _has_target(slo, k))
     if kinds:
         if floors or n_cap <= 0:
             n_lat = 0.0
             failing = ["ttft"] if floors else list(kinds)
         else:
-            n_lat = _largest_n(lambda n: rm.margin(n, kinds), n_cap)
+            n_lat = _largest_n(lambda n: rm.margin(n, kinds, exact=False), n_cap, guess=guess)
             failing = rm.failing(min(n_lat * (1 + 2 * BOUND_REL_TOL), n_cap), kinds) if n_lat < n_cap else []
         # The latency bound is shared by the targets that fail just above it; the others hold up
         # to it (their own bound, if any, lies higher and is not searched).
@@ -477,6 +576,34 @@ def replica_capacity(
         clamped=tuple(clamped),
         floors=floors,
     )
+
+
+def capacity_below(model: ReplicaModel, rate_rps: float, *, sizing: SizingMode, quantile: float) -> tuple[bool, float | None]:
+    """Whether replica_capacity(model) is certainly below `rate_rps`, from one latency point at most.
+
+    Capacity is the rate at a resident batch no larger than the binding bound, and the rate
+    increases with N, so it is below λ(n_cap) (the memory and batch ceilings); and when a latency
+    target misses at the grid point N_x at or below the N where the replica runs at `rate_rps`, the
+    latency bound (the largest grid point that holds, for a margin increasing with N) lies below
+    N_x, so capacity is below rate_rps too. Returns (True, None) when so; else (False, N_x or None),
+    N_x a point known to hold, where an exact search may start."""
+    rm = model
+    n_cap = rm.batch_bound(sizing, quantile)  # an upper bound serves as well as the ceiling itself
+    if n_cap <= 0 or rm.rate(n_cap) < rate_rps:
+        return True, None
+    kinds = tuple(k for k in LATENCY_CEILINGS if _has_target(rm.slo, k))
+    if not kinds or rate_rps <= 0:
+        return False, None
+    if rm.floors():
+        return True, None  # capacity 0
+    tiny = min(1e-6, n_cap)
+    if rm.rate(tiny) >= rate_rps:
+        return False, None
+    log_r = math.log1p(BOUND_REL_TOL)
+    n_x = math.exp(math.floor(math.log(increasing_root(lambda n: rm.rate(n) - rate_rps, tiny, n_cap)) / log_r) * log_r)
+    if rm.margin(n_x, kinds, exact=False) > 0:
+        return True, None
+    return False, n_x
 
 
 def _has_target(slo: SLO, kind: str) -> bool:

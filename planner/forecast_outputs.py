@@ -266,20 +266,23 @@ def table_file(name: str, table: str) -> str:
     return f"{name}_forecast_{table}.csv"
 
 
-def datapackage(name: str) -> dict:
-    """The data dictionary of the three tables: a Frictionless Data Package (Table Schema)."""
+def datapackage(name: str, tables: dict[str, tuple[Column, ...]] | None = None, *,
+                description: str | None = None) -> dict:
+    """The data dictionary of the tables (by default the three of a scenario's forecast): a
+    Frictionless Data Package (Table Schema). Every table but `quarters` and `total` refers to
+    `quarters` by its quarter."""
     resources = []
-    for table, columns in TABLES.items():
+    for table, columns in (tables or TABLES).items():
         fields = []
         for c in columns:
-            field = {"name": c.name, "type": c.type, "description": c.description.format(period=_PERIOD[table])}
+            field = {"name": c.name, "type": c.type, "description": c.description.format(period=_PERIOD.get(table, "quarter"))}
             if table == "total" and c.total:
                 field["description"] += " (sum of the quarters' column of this name)"
             fields.append(field)
         schema: dict[str, Any] = {"fields": fields, "missingValues": [""]}
         if table == "quarters":
             schema["primaryKey"] = ["quarter"]
-        if table == "pools":
+        elif table != "total":
             schema["foreignKeys"] = [{"fields": ["quarter"], "reference": {"resource": "quarters", "fields": ["quarter"]}}]
         resources.append({
             "name": table, "path": table_file(name, table), "profile": "tabular-data-resource", "format": "csv",
@@ -289,9 +292,9 @@ def datapackage(name: str) -> dict:
         "profile": "tabular-data-package",
         "name": f"{name.lower()}-forecast",
         "title": f"Forecast: {name}",
-        "description": "Quarterly fleet, cost and cost per token (planner forecast). quarters: one row per quarter; "
-        "pools: one row per pool per quarter plus idle committed GPUs, adding up to the quarter's cost; total: the "
-        "quarters' additive columns summed.",
+        "description": description or "Quarterly fleet, cost and cost per token (planner forecast). quarters: one row "
+        "per quarter; pools: one row per pool per quarter plus idle committed GPUs, adding up to the quarter's cost; "
+        "total: the quarters' additive columns summed.",
         "resources": resources,
     }
 

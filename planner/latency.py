@@ -49,6 +49,7 @@ carrying a chunk costlier than y is λ·t̄·Σ w_c·#{chunks of c costing more 
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -132,8 +133,11 @@ def _split_mass_rows(values: np.ndarray, weights: np.ndarray, units: np.ndarray,
     return flat.reshape(units.size, size)
 
 
+@lru_cache(maxsize=8)
 def _tilt(n: int) -> np.ndarray:
-    return np.exp(-TILT_DECADES / n * np.arange(n))
+    tilt = np.exp(-TILT_DECADES / n * np.arange(n))
+    tilt.flags.writeable = False  # shared by every caller
+    return tilt
 
 
 # ------------------------------------------------------------------- waiting time
@@ -227,7 +231,11 @@ def _work_tables(cells: _Cells, chunk_cap: int, params_active: float, attn: floa
     mean = np.zeros(nb)
     w = cells.weight
     tilt = _tilt(_Y_GRID)
+    longest = float(cells.new_tokens.max())
     for b, d in enumerate(bucket_d):
+        if b and bucket_d[b - 1] * chunk_cap >= longest:  # no prompt is capped any more: the same table
+            survival[b], dy[b], mean[b] = survival[b - 1], dy[b - 1], mean[b - 1]
+            continue
         jumps = _prefill_flops(np.minimum(cells.new_tokens, d * chunk_cap), cells.shared_prefix, params_active, attn)
         m1, m2 = float(np.dot(w, jumps)), float(np.dot(w, jumps**2))
         mean[b] = m1
@@ -296,6 +304,62 @@ class LatencyModel:
         # all-reduce bytes of prefill are a few percent, folded in proportionally).
         self.flops_per_s = float(np.dot(c.weight, flops) / max(np.dot(c.weight, self.prefill_s), 1e-30))
         self.band_cells = [np.flatnonzero(b.holds(c.prompt)) for b in slo.bands]
+        # Constants of every operating point (LatencyPoint), computed once.
+        self.mean_prefill_s = float(np.dot(c.weight, self.prefill_s))
+        self.mean_new_tokens = float(np.dot(c.weight, c.new_tokens))
+        self.horizon_s = self._horizon(slo)
+        self._tpot_static: dict[int, tuple | None] = {}
+        self._max_chunk_s: float | None = None
+
+    @staticmethod
+    def _horizon(slo: SLO) -> float:
+        """The waiting-time grid spans at least twice the longest TTFT limit."""
+        return 2.0 * max([b.ttft.limit_s for b in slo.bands if b.ttft] or [1.0])
+
+    @property
+    def max_chunk_s(self) -> float:
+        """A busy decode step carries one chunk; which chunk is a draw weighted by prefill work
+        (a long prompt's late chunks cost most, its early ones little): a request whose every
+        step carries a chunk sees their work-weighted mean, not the costliest one. A busy step carries
+        up to the whole budget of prompt tokens whatever θ: θ caps one prompt's share of a step, and
+        the prompts queued behind it fill the rest."""
+        if self._max_chunk_s is None:
+            chunks = _chunks(self.cells, self.chunk_tokens, self.step.params_active, self.step.attn_flops_per_ctx_token)
+            if chunks.flops_desc.size:
+                w = np.diff(chunks.cum_weight, prepend=0.0) * chunks.flops_desc
+                self._max_chunk_s = float(np.dot(w, chunks.flops_desc) / w.sum()) / self.flops_per_s
+            else:
+                self._max_chunk_s = 0.0
+        return self._max_chunk_s
+
+    def tpot_static(self, band: int):
+        """A band's cells with a decode step, their weights, decode steps and table buckets, and
+        the work tables (the same at every operating point); None when no cell decodes."""
+        if band not in self._tpot_static:
+            cells = self.band_cells[band]
+            cells = cells[self.cells.decode_steps[cells] >= 1]
+            if cells.size == 0:
+                self._tpot_static[band] = None
+            else:
+                tables = _work_tables(self.cells, self.table_cap, self.step.params_active,
+                                      self.step.attn_flops_per_ctx_token)
+                d = self.cells.decode_steps[cells]
+                bucket = np.clip(np.searchsorted(tables.bucket_d, d, side="right") - 1, 0, tables.bucket_d.size - 1)
+                w = self.cells.weight[cells]
+                self._tpot_static[band] = (cells, w, d, bucket, tables, float(w.sum()))
+        return self._tpot_static[band]
+
+    def with_slo(self, slo: SLO) -> LatencyModel:
+        """The same replica and class judged against other targets (a sweep of TTFT limits): the
+        cells and prefill times are shared, only the bands' cells are recomputed."""
+        if slo == self.slo:
+            return self
+        other = copy.copy(self)
+        other.slo = slo
+        other.band_cells = [np.flatnonzero(b.holds(self.cells.prompt)) for b in slo.bands]
+        other.horizon_s = self._horizon(slo)
+        other._tpot_static = {}
+        return other
 
     @property
     def table_cap(self) -> int:
@@ -320,43 +384,30 @@ class LatencyPoint:
         steps_own = np.maximum(1.0, np.ceil(c.new_tokens / np.where(c.new_tokens > k, k, budget)))
         self.residual_s = self._residual_step(steps_own)
         self.own_s = model.prefill_s + steps_own * self.t_dec + self.residual_s
-        horizon = 2.0 * max([b.ttft.limit_s for b in model.slo.bands if b.ttft] or [1.0])
         self._add_packed(budget, k, steps_own)
         # One first-come-first-served prefill queue. Under θ the simulator lets short prompts
         # pass long ones; the model does not credit that reordering (it keeps FCFS waits), so
         # it is conservative there and certification by simulation has the last word.
-        self.long = np.zeros(c.weight.size, bool)
         service = model.prefill_s + c.new_tokens / budget * self.t_dec
-        wait = mg1_wait(self.rate, service, c.weight, horizon)
-        self.waits = {False: wait, True: wait}
-        self.stable = all(w is not None for w in self.waits.values())
-        self.rho = self.rate * float(np.dot(c.weight, model.prefill_s))  # prefill's share of time
+        self.wait = mg1_wait(self.rate, service, c.weight, model.horizon_s)
+        self.stable = self.wait is not None
+        self.rho = self.rate * model.mean_prefill_s  # prefill's share of time
         self.mean_step = self.t_dec / (1 - self.rho) if self.rho < 1 else math.inf
-        # A busy step carries up to the whole budget of prompt tokens whatever θ: θ caps one
-        # prompt's share of a step, and the prompts queued behind it fill the rest.
-        chunks = _chunks(c, model.chunk_tokens, model.step.params_active, model.step.attn_flops_per_ctx_token)
-        # A busy decode step carries one chunk; which chunk is a draw weighted by prefill work
-        # (a long prompt's late chunks cost most, its early ones little): a request whose every
-        # step carries a chunk sees their work-weighted mean, not the costliest one.
-        if chunks.flops_desc.size:
-            w = np.diff(chunks.cum_weight, prepend=0.0) * chunks.flops_desc
-            self.max_chunk_s = float(np.dot(w, chunks.flops_desc) / w.sum()) / model.flops_per_s
-        else:
-            self.max_chunk_s = 0.0
+        self.max_chunk_s = model.max_chunk_s
 
     def _add_packed(self, budget: float, k: float, steps_own: np.ndarray) -> None:
         """The step that emits a request's first token also carries the prompts queued behind it,
         up to the budget its own last chunk leaves: the tokens that arrived during about one
         mean step, λ·E[p]·t̄ (the queue the step in flight builds), at the class's mean cost a token."""
         c, m = self.m.cells, self.m
-        rho = self.rate * float(np.dot(c.weight, m.prefill_s))
+        rho = self.rate * m.mean_prefill_s
         if rho >= 1:
             return
         mean_step = self.t_dec / (1 - rho)
-        tokens = self.rate * float(np.dot(c.weight, c.new_tokens)) * mean_step
+        tokens = self.rate * m.mean_new_tokens * mean_step
         last_chunk = c.new_tokens - (steps_own - 1) * np.where(c.new_tokens > k, k, budget)
         packed = np.minimum(tokens, np.maximum(budget - last_chunk, 0.0))
-        per_token_s = float(np.dot(c.weight, m.prefill_s)) / float(np.dot(c.weight, c.new_tokens))
+        per_token_s = m.mean_prefill_s / m.mean_new_tokens
         self.own_s = self.own_s + packed * per_token_s
 
     def _residual_step(self, steps_own: np.ndarray) -> float:
@@ -364,7 +415,7 @@ class LatencyPoint:
         inspection paradox): a share f of steps carries prefill, f·c = ρ·t̄ with t̄ = t_dec / (1 - ρ)
         the mean step, f = min(1, λ·E[steps a prompt's prefill takes]·t̄)."""
         c = self.m.cells
-        rho = self.rate * float(np.dot(c.weight, self.m.prefill_s))
+        rho = self.rate * self.m.mean_prefill_s
         if rho >= 1:
             return math.inf
         mean = self.t_dec / (1 - rho)
@@ -375,10 +426,6 @@ class LatencyPoint:
         return ((1 - f) * self.t_dec**2 + f * (self.t_dec + chunk) ** 2) / (2 * mean)
 
     # ---- per band
-    def _wait(self, cells: np.ndarray):
-        """The waiting-time distribution each cell sees (short or long stream)."""
-        return [self.waits[bool(x)] for x in self.long[cells]]
-
     def ttft_exceed(self, band: int, limit_s: float) -> float:
         """Share of the band's requests with TTFT above limit_s."""
         if not self.stable:
@@ -387,42 +434,25 @@ class LatencyPoint:
         if cells.size == 0:
             return 0.0
         w = self.m.cells.weight[cells]
-        out = 0.0
-        for is_long in (False, True):
-            sel = self.long[cells] == is_long
-            if sel.any():
-                out += float(np.dot(w[sel], self.waits[is_long].survival(limit_s - self.own_s[cells][sel])))
-        return out / float(w.sum())
+        return float(np.dot(w, self.wait.survival(limit_s - self.own_s[cells]))) / float(w.sum())
 
     def ttft_mean(self, band: int) -> float:
         if not self.stable:
             return math.inf
         cells = self.m.band_cells[band]
         w = self.m.cells.weight[cells]
-        waits = np.array([self.waits[bool(x)].mean_s for x in self.long[cells]])
-        return float(np.dot(w, self.own_s[cells] + waits) / w.sum()) if cells.size else 0.0
+        return float(np.dot(w, self.own_s[cells] + self.wait.mean_s) / w.sum()) if cells.size else 0.0
 
     def _tpot_terms(self, band: int):
         """Per (cell with a decode step, W level): probability weight, D, expected arrivals in the
         window [arrival, decode start + D·t_dec], and the table bucket of D."""
-        m = self.m
-        cells = m.band_cells[band]
-        cells = cells[m.cells.decode_steps[cells] >= 1]
-        if cells.size == 0:
+        static = self.m.tpot_static(band)
+        if static is None:
             return None
-        w = m.cells.weight[cells]
-        tables = _work_tables(m.cells, self.k, m.step.params_active, m.step.attn_flops_per_ctx_token)
-        out = []
-        for is_long in (False, True):
-            sel = self.long[cells] == is_long
-            if not sel.any():
-                continue
-            cs, levels, probs = cells[sel], *self.waits[is_long].levels()
-            d = m.cells.decode_steps[cs]
-            window = self.rate * (levels[None, :] + self.own_s[cs][:, None] + (d * self.t_dec)[:, None])
-            bucket = np.clip(np.searchsorted(tables.bucket_d, d, side="right") - 1, 0, tables.bucket_d.size - 1)
-            out.append((w[sel][:, None] * probs[None, :], d[:, None], window, bucket[:, None]))
-        return out, tables, float(w.sum())
+        cells, w, d, bucket, tables, total = static
+        levels, probs = self.wait.levels()
+        window = self.rate * (levels[None, :] + self.own_s[cells][:, None] + (d * self.t_dec)[:, None])
+        return (w[:, None] * probs[None, :], d[:, None], window, bucket[:, None]), tables, total
 
     def tpot_exceed(self, band: int, limit_s: float) -> float:
         """Share of the band's requests (with two or more output tokens) whose TPOT exceeds limit_s."""
@@ -433,14 +463,11 @@ class LatencyPoint:
         terms = self._tpot_terms(band)
         if terms is None:
             return 0.0
-        parts, tables, total = terms
-        out = 0.0
-        for prob, d, window, bucket in parts:
-            threshold_s = (1 - self.rho) * d * (limit_s - self.t_dec)
-            p = _table_survival(tables, np.broadcast_to(bucket, window.shape), window,
-                                np.broadcast_to(threshold_s * self.m.flops_per_s, window.shape))
-            out += float((prob * p).sum())
-        return out / total
+        (prob, d, window, bucket), tables, total = terms
+        threshold_s = (1 - self.rho) * d * (limit_s - self.t_dec)
+        p = _table_survival(tables, np.broadcast_to(bucket, window.shape), window,
+                            np.broadcast_to(threshold_s * self.m.flops_per_s, window.shape))
+        return float((prob * p).sum()) / total
 
     def tpot_mean(self, band: int) -> float:
         if not self.stable or self.rho >= 1:
@@ -448,12 +475,9 @@ class LatencyPoint:
         terms = self._tpot_terms(band)
         if terms is None:
             return math.nan
-        parts, tables, total = terms
-        out = 0.0
-        for prob, d, window, bucket in parts:
-            work_s = window * tables.mean_flops[bucket] / self.m.flops_per_s
-            out += float((prob * (self.t_dec + work_s / ((1 - self.rho) * d))).sum())
-        return out / total
+        (prob, d, window, bucket), tables, total = terms
+        work_s = window * tables.mean_flops[bucket] / self.m.flops_per_s
+        return float((prob * (self.t_dec + work_s / ((1 - self.rho) * d))).sum()) / total
 
     def itl_exceed(self, limit_s: float) -> float:
         """Share of decode tokens whose gap (their step) exceeds limit_s."""
@@ -533,8 +557,7 @@ class LatencyPoint:
             w = m.cells.weight[cells]
             ok = np.ones(cells.size)
             if band.ttft is not None:
-                ok = np.array([1.0 - float(self._wait(cells[i:i + 1])[0].survival(band.ttft.limit_s - self.own_s[c]))
-                               for i, c in enumerate(cells)])
+                ok = np.array([1.0 - float(self.wait.survival(band.ttft.limit_s - self.own_s[c])) for c in cells])
             if band.tpot is not None:
                 d = m.cells.decode_steps[cells]
                 tp = np.array([self._tpot_cell_exceed(c, band.tpot.limit_s) if d[i] >= 1 else 0.0
@@ -548,7 +571,7 @@ class LatencyPoint:
         if limit_s >= self.t_dec + self.max_chunk_s:
             return 0.0
         tables = _work_tables(m.cells, self.k, m.step.params_active, m.step.attn_flops_per_ctx_token)
-        levels, probs = self.waits[bool(self.long[cell])].levels()
+        levels, probs = self.wait.levels()
         d = float(m.cells.decode_steps[cell])
         window = self.rate * (levels + self.own_s[cell] + d * self.t_dec)
         bucket = np.full(levels.shape, int(np.clip(np.searchsorted(tables.bucket_d, d, side="right") - 1, 0, None)))

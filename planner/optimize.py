@@ -8,10 +8,14 @@ planner.capacity; its output is data too (status, objective, runtime, the plan).
 from __future__ import annotations
 
 import math
+import os
+import sys
 import time
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 import pulp
 
@@ -19,6 +23,11 @@ from planner.bounds import MAX_FLEET_GPUS
 from planner.errors import InputError
 
 COST_TOLERANCE_USD = 1e-6  # plans within this of the optimum's cost per hour count as equal
+# HiGHS runs in process (CBC is a subprocess reading an MPS file). Measured by bench/solve.py on the
+# shipped fleet with every service offered the full catalog, without simulation: 101 s end to end
+# against CBC's 430 s (medians of 3 fresh processes, a loaded 2-core machine), the ILPs being most
+# of it. Both find the same optima (tests/test_fleet.py, tests/test_optimize.py run both).
+DEFAULT_BACKEND = "highs"
 BEYOND_ANY_FLEET = "Beyond any fleet"  # status: every option needs more GPUs than exist
 
 
@@ -73,9 +82,69 @@ class FleetSolution:
     problem: str = ""  # why there is no plan, when the solver was not asked (BEYOND_ANY_FLEET)
 
 
+def undominated_candidates(candidates: Sequence[Candidate], *, free_types: frozenset[str] = frozenset()) -> list[Candidate]:
+    """The candidates an optimal plan may need: a candidate is dropped when another of the same
+    class on the same GPU type has at least its capacity per replica at no more cost and GPUs per
+    replica (one strictly better, or the same and earlier in label order). Any plan that uses the
+    dropped one is matched, replica for replica, by one that uses the other: it covers as much, costs
+    and counts no more (inventory caps and reservations count GPUs of a type), and keeps the pools
+    homogeneous. Not for plans that must use every reserved GPU (fewer GPUs may then not do), nor
+    for the next-best distinct plans (a dominated plan is still a distinct one). free_types: GPU
+    types no cap, commitment or rule tells apart (no cap, nothing committed, no most number of GPU
+    types): among them the other may be on another type."""
+    groups: dict[tuple[str, str, str], list[Candidate]] = {}
+    for c in candidates:
+        groups.setdefault((c.option, c.traffic_class, "" if c.gpu in free_types else c.gpu), []).append(c)
+    keep = set()
+    for group in groups.values():
+        ordered = sorted(group, key=lambda c: (-c.capacity_rps, c.cost_per_replica_hour, c.gpus_per_replica, c.config))
+        kept: list[Candidate] = []
+        for c in ordered:  # every earlier one has at least its capacity
+            if not any(k.cost_per_replica_hour <= c.cost_per_replica_hour and k.gpus_per_replica <= c.gpus_per_replica
+                       for k in kept):
+                kept.append(c)
+        keep.update(id(c) for c in kept)
+    return [c for c in candidates if id(c) in keep]
+
+
 def _name(*parts: object) -> str:
-    raw = "_".join(str(p) for p in parts)
+    return _safe("_".join(str(p) for p in parts))
+
+
+@lru_cache(maxsize=1 << 16)
+def _safe(raw: str) -> str:
+    """An LP-file-safe name (the same labels recur in every re-solve of a plan)."""
     return "".join(ch if ch.isalnum() else "_" for ch in raw)
+
+
+@dataclass(frozen=True)
+class ServiceModel:
+    """One service's part of a joint ILP: its split options and candidates, and its own rules."""
+
+    name: str  # a prefix of its variable and constraint names ("" for a plan of one service)
+    options: Sequence[SplitOption]
+    candidates: Sequence[Candidate]
+    inventory: Mapping[str, int] = field(default_factory=dict)  # the service's own caps per GPU type
+    min_replicas: int = 1
+    homogeneous: bool = True
+    forbid: Sequence[frozenset[tuple[str, str, str]]] = ()  # plans of this service to exclude
+
+
+@dataclass(frozen=True)
+class JointSolution:
+    """Several services solved together: each one's plan and the fleet's totals."""
+
+    status: str
+    services: tuple[FleetSolution, ...]  # in the order given; pools priced at their candidates' prices
+    cost_per_hour: float  # the fleet's: committed GPUs (used or not) + on-demand GPUs
+    gpus: int
+    gpus_by_type: Mapping[str, int]
+    on_demand_gpus: Mapping[str, int]  # per committed GPU type, beyond the committed ones
+    reserved_cost_per_hour: float
+    solve_s: float
+    build_s: float
+    solver: str
+    lp_text: str = field(default="", repr=False)
 
 
 def solve_fleet(
@@ -85,136 +154,141 @@ def solve_fleet(
     inventory: Mapping[str, int] | None = None,
     min_replicas: int = 1,
     homogeneous: bool = True,
-    backend: str = "cbc",
+    backend: str = DEFAULT_BACKEND,
     time_limit_s: float = 60.0,
     forbid: Sequence[frozenset[tuple[str, str, str]]] = (),
     reserved: Mapping[str, tuple[int, float]] | None = None,
     reserved_pools: bool = True,
     use_reserved: bool = False,
     keep_lp: bool = False,
+    tie_break: bool = True,
 ) -> FleetSolution:
-    """Minimise the fleet's cost per hour.
+    """The cheapest plan of one service (solve_services with one service and its caps as the
+    shared ones); its formulation is solve_services'."""
+    joint = solve_services(
+        [ServiceModel("", options, candidates, {}, min_replicas, homogeneous, forbid)], inventory=inventory,
+        backend=backend, time_limit_s=time_limit_s, reserved=reserved, reserved_pools=reserved_pools,
+        use_reserved=use_reserved, keep_lp=keep_lp, tie_break=tie_break,
+    )
+    sol = joint.services[0]
+    if not sol.pools:
+        return sol
+    # The one service carries the commitments, used or not.
+    return replace(sol, cost_per_hour=joint.cost_per_hour, reserved_cost_per_hour=joint.reserved_cost_per_hour,
+                   on_demand_gpus=joint.on_demand_gpus)
+
+
+def solve_services(
+    services: Sequence[ServiceModel],
+    *,
+    inventory: Mapping[str, int] | None = None,
+    reserved: Mapping[str, tuple[int, float]] | None = None,
+    reserved_pools: bool = True,
+    use_reserved: bool = False,
+    max_gpu_types: int | None = None,
+    backend: str = DEFAULT_BACKEND,
+    time_limit_s: float = 60.0,
+    keep_lp: bool = False,
+    tie_break: bool = True,
+) -> JointSolution:
+    """Minimise the cost per hour of a fleet of services that share GPU inventory and commitments.
 
     Sets
-      O        split options (no split, and each threshold T)
+      S        services; for each s:
+      O(s)     its split options (no split, and each threshold T)
       K(o)     traffic classes of option o (one, or short and long)
       C(o,k)   candidate configs with positive capacity for class k of option o
       G        GPU types
     Data
       r[o,k]   rate to cover (requests/s); u[c] capacity per replica (requests/s)
       p[c]     cost of one replica per hour (price x GPUs); g[c] GPUs per replica
-      I[g]     inventory cap on GPUs of type g (optional); m minimum replicas per pool
+      I[g]     shared inventory cap on GPUs of type g (optional); I[s,g] service s's own cap
+      m[s]     minimum replicas per pool of service s; D most GPU types the fleet may use (optional)
+      R[g], q[g] committed (reserved or owned) GPUs of type g and their price per GPU-hour (optional)
+      d[g]     on-demand price per GPU-hour of type g (= p[c] / g[c] for c on g, the same in every service)
     Variables
-      y[o]     binary: option o is chosen
+      y[o]     binary: option o is chosen (of its service)
       z[c]     binary: config c forms a pool (of its class)
       x[c]     integer >= 0: replicas of config c
-      R[g], q[g] reserved (committed) GPUs of type g and their price per GPU-hour (optional)
-      d[g]     on-demand price per GPU-hour of type g (= p[c] / g[c] for c on g)
-    Variables (with reservations)
-      od[g]    continuous >= 0: GPUs of type g used beyond the reserved ones
-      Rsv      the reserved types {g : R[g] > 0}
+      od[g]    continuous >= 0: GPUs of a committed type g used beyond the committed ones
+      t[g]     binary: the fleet uses GPU type g (only with D)
+      Rsv      the committed types {g : R[g] > 0}
     Objective (lexicographic, two solves)
-      1. cost:  min  sum_{c not on a reserved type} p[c] x[c]  +  sum_g (R[g] q[g] + d[g] od[g])
-         (reserved GPUs are paid whether used or not, so R[g] q[g] is a constant)
-      2. ties:  min  sum_c g[c] x[c]  +  sum_c z[c] / (|C| + 1)
-         subject to cost <= optimum + tolerance: fewer GPUs, then fewer pools. Exact,
-         unlike epsilon weights, which solver tolerances swallow.
-    Constraints
-      one_split:            sum_o y[o] = 1
+      1. cost:  min  sum_{c not on a committed type} p[c] x[c]  +  sum_g (R[g] q[g] + d[g] od[g])
+         (committed GPUs are paid whether used or not, so R[g] q[g] is a constant)
+      2. ties:  min  sum_c g[c] x[c]  +  sum_c z[c] / (|C| + 1)  +  sum_o rank(o) y[o] / ((|C| + 1)(N + 1))
+         subject to cost <= optimum + tolerance: fewer GPUs, then fewer pools, then no split or
+         the lowest threshold (rank 0 for no split, then thresholds in increasing order, within
+         each service; N = sum_s (|O(s)| - 1), the most the ranks can add up to), so that the
+         split decision does not depend on the solver. Exact, unlike epsilon weights on the
+         cost, which solver tolerances swallow: each term stays below one step of the term
+         before it, and the last term's steps, 1 / ((|C| + 1)(N + 1)), are far above the
+         solvers' absolute gaps (HiGHS 1e-6, CBC 1e-9 here) at catalog scale. Skipped with
+         tie_break=False (when only the optimum's cost is wanted: the cost of a constraint).
+    Constraints (per service s; names carry the service's name)
+      one_split:            sum_{o in O(s)} y[o] = 1
       cover_{o,k}:          sum_{c in C(o,k)} u[c] x[c] >= r[o,k] y[o]
       pool_exists_{o,k}:    sum_{c in C(o,k)} z[c] >= y[o]          (a chosen option's classes get pools)
       homogeneous_{o,k}:    sum_{c in C(o,k)} z[c] <= y[o]          (one config per pool; optional)
-        with reserved_pools, reserved GPUs are already paid and must not be stranded by
-        homogeneity: the sum runs over c not on a reserved type, and
-      homogeneous_{o,k,g}:  sum_{c in C(o,k) on g} z[c] <= y[o]     for g in Rsv (one pool per reserved type)
+        with reserved_pools, committed GPUs are already paid and must not be stranded by
+        homogeneity: the sum runs over c not on a committed type, and
+      homogeneous_{o,k,g}:  sum_{c in C(o,k) on g} z[c] <= y[o]     for g in Rsv (one pool per committed type)
       only_chosen_{c}:      z[c] <= y[o(c)]
       replicas_if_pool_{c}: x[c] <= M[c] z[c],  M[c] = max(m, ceil(r/u[c]))  (no replicas without a pool)
-      min_replicas_{c}:     x[c] >= m z[c]                          (N+1 when m = 2)
-      inventory_{g}:        sum_{c on g} g[c] x[c] <= I[g]
+      min_replicas_{c}:     x[c] >= m[s] z[c]                       (N+1 when m = 2)
+      inventory_{s,g}:      sum_{c of s on g} g[c] x[c] <= I[s,g]
       exclude_{j}:          sum_{(o,k,c) in plan j} z[c] <= |plan j| - 1  (next-best distinct plans)
+    Constraints shared by the services
+      inventory_{g}:        sum_{c on g} g[c] x[c] <= I[g]
       on_demand_{g}:        od[g] >= sum_{c on g} g[c] x[c] - R[g]
-      use_reserved_{g}:     sum_{c on g} g[c] x[c] >= R[g]          (use_reserved: every reserved GPU runs;
+      use_reserved_{g}:     sum_{c on g} g[c] x[c] >= R[g]          (use_reserved: every committed GPU runs;
                             M[c] then also admits ceil(R[g] / g[c]) replicas)
+      uses_type_{c}:        z[c] <= t[g(c)];   gpu_types:  sum_g t[g] <= D   (with D)
     """
     t0 = time.perf_counter()
     inventory = dict(inventory or {})
     prob = pulp.LpProblem("fleet", pulp.LpMinimize)
-    rates = {(o.key, k): r for o in options for k, r in o.class_rates_rps.items()}
-    by_class: dict[tuple[str, str], list[int]] = {key: [] for key in rates}
-    for i, c in enumerate(candidates):
-        if c.capacity_rps <= 0:
-            raise ValueError("candidates must have positive capacity")
-        if (c.option, c.traffic_class) not in by_class:
-            raise ValueError(f"candidate for unknown class {c.option}/{c.traffic_class}")
-        by_class[(c.option, c.traffic_class)].append(i)
-    servable = [o for o in options if all(by_class[(o.key, k)] for k in o.class_rates_rps)]
-    if not servable:  # some class of every option has no config at all: nothing to solve
-        return FleetSolution("Infeasible", "", None, (), math.inf, 0, 0.0, time.perf_counter() - t0, backend)
-    # An option with a class that needs more GPUs than exist is no plan: CBC would spend
-    # minutes on its huge coefficients and return a fleet nobody can buy.
-    oversized = {o.key: _oversized(o, candidates, by_class) for o in servable}
-    if all(oversized.values()):
-        return FleetSolution(
-            BEYOND_ANY_FLEET, "", None, (), math.inf, 0, 0.0, time.perf_counter() - t0, backend,
-            problem=next(iter(oversized.values())),
-        )
-    servable = [o for o in servable if not oversized[o.key]]
-
-    y = {o.key: prob.add_variable(_name("use_split", o.key), cat="Binary") for o in servable}
-    keep = [i for i, c in enumerate(candidates) if c.option in y]
-    label = {i: (candidates[i].option, candidates[i].traffic_class, candidates[i].config) for i in keep}
-    z = {i: prob.add_variable(_name("pool", *label[i]), cat="Binary") for i in keep}
-    x = {i: prob.add_variable(_name("replicas", *label[i]), lowBound=0, cat="Integer") for i in keep}
-
     reserved = {g: r for g, r in (reserved or {}).items() if r[0] > 0}
-    od_price = _on_demand_prices(candidates, keep, reserved)
+    parts = [_ServiceVars(prob, sv, reserved, reserved_pools, use_reserved) for sv in services]
+    if any(not part.servable for part in parts):  # no config for some class of every option, or too many GPUs
+        status = BEYOND_ANY_FLEET if any(part.oversized for part in parts) else "Infeasible"
+        empty = tuple(FleetSolution(BEYOND_ANY_FLEET if part.oversized else "Infeasible", "", None, (), math.inf, 0,
+                                    0.0, time.perf_counter() - t0, backend, problem=part.oversized) for part in parts)
+        return JointSolution(status, empty, math.inf, 0, {}, {}, 0.0, 0.0, time.perf_counter() - t0, backend)
+    members = [(part, i) for part in parts for i in part.keep]
+
+    def on_type(g: str):
+        return [(part, i) for part, i in members if part.cands[i].gpu == g]
+
+    def gpus_of(pairs):
+        return pulp.lpSum(part.cands[i].gpus_per_replica * part.x[i] for part, i in pairs)
+
+    od_price = _on_demand_prices([part.cands[i] for part, i in members], reserved)
     od = {g: prob.add_variable(_name("on_demand", g), lowBound=0) for g in sorted(od_price)}
     reserved_cost = sum(n * price for n, price in reserved.values())
     cost = (
-        pulp.lpSum(candidates[i].cost_per_replica_hour * x[i] for i in keep if candidates[i].gpu not in reserved)
+        pulp.lpSum(part.cands[i].cost_per_replica_hour * part.x[i] for part, i in members
+                   if part.cands[i].gpu not in reserved)
         + pulp.lpSum(od_price[g] * od[g] for g in od)
         + reserved_cost
     )
     prob += cost, "cost_per_hour"
-    prob += pulp.lpSum(y.values()) == 1, "one_split"
-    for o in servable:
-        for k in o.class_rates_rps:
-            members = by_class[(o.key, k)]
-            rate = rates[(o.key, k)]
-            prob += (
-                pulp.lpSum(candidates[i].capacity_rps * x[i] for i in members) >= rate * y[o.key],
-                _name("cover", o.key, k),
-            )
-            prob += pulp.lpSum(z[i] for i in members) >= y[o.key], _name("pool_exists", o.key, k)
-            if homogeneous:
-                own = set(reserved) if reserved_pools else set()
-                shared = [i for i in members if candidates[i].gpu not in own]
-                prob += pulp.lpSum(z[i] for i in shared) <= y[o.key], _name("homogeneous", o.key, k)
-                for g in sorted(own & {candidates[i].gpu for i in members}):
-                    on_g = [i for i in members if candidates[i].gpu == g]
-                    prob += pulp.lpSum(z[i] for i in on_g) <= y[o.key], _name("homogeneous", o.key, k, g)
-    for i in keep:
-        c = candidates[i]
-        big_m = max(min_replicas, math.ceil(rates[(c.option, c.traffic_class)] / c.capacity_rps - 1e-12))
-        if use_reserved and c.gpu in reserved:
-            big_m = max(big_m, math.ceil(reserved[c.gpu][0] / c.gpus_per_replica))
-        prob += z[i] <= y[c.option], _name("only_chosen", *label[i])
-        prob += x[i] <= big_m * z[i], _name("replicas_if_pool", *label[i])
-        prob += x[i] >= min_replicas * z[i], _name("min_replicas", *label[i])
+    for part in parts:
+        part.add_constraints()
     for gpu, cap in sorted(inventory.items()):
-        members = [i for i in keep if candidates[i].gpu == gpu]
-        if members:
-            prob += pulp.lpSum(candidates[i].gpus_per_replica * x[i] for i in members) <= cap, _name("inventory", gpu)
+        pairs = on_type(gpu)
+        if pairs:
+            prob += gpus_of(pairs) <= cap, _name("inventory", gpu)
     for g in od:
-        members = [i for i in keep if candidates[i].gpu == g]
-        prob += od[g] >= pulp.lpSum(candidates[i].gpus_per_replica * x[i] for i in members) - reserved[g][0], _name("on_demand", g)
+        prob += od[g] >= gpus_of(on_type(g)) - reserved[g][0], _name("on_demand", g)
         if use_reserved:
-            prob += pulp.lpSum(candidates[i].gpus_per_replica * x[i] for i in members) >= reserved[g][0], _name("use_reserved", g)
-    index = {(c.option, c.traffic_class, c.config): i for i, c in enumerate(candidates)}
-    for j, plan in enumerate(forbid):
-        members = [index[key] for key in plan if key in index and index[key] in z]
-        if len(members) == len(plan):
-            prob += pulp.lpSum(z[i] for i in members) <= len(members) - 1, _name("exclude", j)
+            prob += gpus_of(on_type(g)) >= reserved[g][0], _name("use_reserved", g)
+    if max_gpu_types is not None:
+        types = sorted({part.cands[i].gpu for part, i in members})
+        used = {g: prob.add_variable(_name("uses", g), cat="Binary") for g in types}
+        for part, i in members:
+            prob += part.z[i] <= used[part.cands[i].gpu], _name("uses_type", part.prefix, *part.label[i])
+        prob += pulp.lpSum(used.values()) <= max_gpu_types, "gpu_types"
 
     lp_text = _lp_text(prob) if keep_lp else ""
     build_s = time.perf_counter() - t0
@@ -223,60 +297,140 @@ def solve_fleet(
     prob.solve(solver)
     status = pulp.LpStatus[prob.status]
     if prob.status != pulp.LpStatusOptimal or prob.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
-        return FleetSolution(status, "", None, (), math.inf, 0, time.perf_counter() - t1, build_s, solver.name, lp_text)
+        solve_s = time.perf_counter() - t1
+        empty = FleetSolution(status, "", None, (), math.inf, 0, solve_s, build_s, solver.name, lp_text)
+        return JointSolution(status, tuple(empty for _ in services), math.inf, 0, {}, {}, 0.0, solve_s, build_s,
+                             solver.name, lp_text)
     # CBC stopped by its time limit with a plan in hand reports "Optimal" with an
     # integer-feasible solution: say that it is not proven optimal.
     status = "Optimal" if prob.sol_status == pulp.LpSolutionOptimal else "Feasible (time limit, not proven optimal)"
-    optimum = pulp.value(cost)
-    first = {v.name: v.varValue for v in prob.variables()}
-    prob += cost <= optimum + COST_TOLERANCE_USD, "cost_at_optimum"
-    prob.setObjective(
-        pulp.lpSum(candidates[i].gpus_per_replica * x[i] for i in keep) + pulp.lpSum(z.values()) / (len(keep) + 1)
-    )
-    prob.solve(solver)
+    if tie_break:
+        optimum = pulp.value(cost)
+        first = {v.name: v.varValue for v in prob.variables()}
+        prob += cost <= optimum + COST_TOLERANCE_USD, "cost_at_optimum"
+        all_z = [part.z[i] for part, i in members]
+        # The ranks summed over the services stay below ranks + 1, so the last term never outweighs one pool.
+        ranks = sum(len(part.servable) - 1 for part in parts)
+        ranked = [(rank, part.y[o.key]) for part in parts
+                  for rank, o in enumerate(sorted(part.servable, key=lambda o: -1 if o.threshold is None else o.threshold))]
+        prob.setObjective(gpus_of(members) + pulp.lpSum(all_z) / (len(all_z) + 1)
+                          + pulp.lpSum(rank * y for rank, y in ranked) / ((len(all_z) + 1) * (ranks + 1)))
+        prob.solve(solver)
+        if prob.status != pulp.LpStatusOptimal:  # e.g. the time limit: the cost-optimal solution stands
+            prob.assignVarsVals(first)
     solve_s = time.perf_counter() - t1
-    if prob.status != pulp.LpStatusOptimal:  # e.g. the time limit: the cost-optimal solution stands
-        prob.assignVarsVals(first)
-    chosen = max(y, key=lambda k: y[k].value() or 0.0)
-    option = next(o for o in servable if o.key == chosen)
-    pools = []
-    for i in keep:
-        replicas = round(x[i].value() or 0.0)
-        if replicas <= 0:
-            continue
-        c = candidates[i]
-        pools.append(
-            Pool(
-                traffic_class=c.traffic_class,
-                config=c.config,
-                gpu=c.gpu,
-                replicas=replicas,
-                gpus=replicas * c.gpus_per_replica,
-                capacity_rps=c.capacity_rps,
-                rate_rps=rates[(c.option, c.traffic_class)],
-                cost_per_hour=replicas * c.cost_per_replica_hour,
-            )
-        )
-    pools.sort(key=lambda p: (list(option.class_rates_rps).index(p.traffic_class), p.config))
-    used = {g: sum(p.gpus for p in pools if p.gpu == g) for g in {p.gpu for p in pools} | set(reserved)}
+    pools = [part.pools() for part in parts]
+    used = {}
+    for ps in pools:
+        for p in ps[1]:
+            used[p.gpu] = used.get(p.gpu, 0) + p.gpus
+    for g in reserved:
+        used.setdefault(g, 0)
     on_demand = {g: max(0, used[g] - reserved.get(g, (0, 0.0))[0]) for g in sorted(used)}
-    on_demand_cost = sum(
-        p.cost_per_hour for p in pools if p.gpu not in reserved
-    ) + sum(od_price.get(g, 0.0) * on_demand[g] for g in reserved)
-    return FleetSolution(
-        status=status,
-        option=option.key,
-        threshold=option.threshold,
-        pools=tuple(pools),
-        cost_per_hour=reserved_cost + on_demand_cost,
-        gpus=sum(p.gpus for p in pools),
-        solve_s=solve_s,
-        build_s=build_s,
-        solver=solver.name,
-        lp_text=lp_text,
-        reserved_cost_per_hour=reserved_cost,
-        on_demand_gpus=on_demand,
-    )
+    on_demand_cost = sum(p.cost_per_hour for _, ps in pools for p in ps if p.gpu not in reserved) + sum(
+        od_price.get(g, 0.0) * on_demand[g] for g in reserved)
+    fleet_cost = reserved_cost + on_demand_cost
+    # Each service's plan is priced at its candidates' prices; the commitments are the fleet's.
+    solutions = [
+        FleetSolution(status=status, option=option.key, threshold=option.threshold, pools=tuple(ps),
+                      cost_per_hour=sum(p.cost_per_hour for p in ps), gpus=sum(p.gpus for p in ps), solve_s=solve_s,
+                      build_s=build_s, solver=solver.name, lp_text=lp_text)
+        for option, ps in pools
+    ]
+    return JointSolution(status, tuple(solutions), fleet_cost, sum(used.values()),
+                         {g: n for g, n in sorted(used.items()) if n}, on_demand, reserved_cost, solve_s, build_s,
+                         solver.name, lp_text)
+
+
+class _ServiceVars:
+    """One service's variables and constraints in a joint problem (solve_services)."""
+
+    def __init__(self, prob, sv: ServiceModel, reserved, reserved_pools: bool, use_reserved: bool):
+        self.prob, self.sv, self.prefix = prob, sv, sv.name
+        self.reserved, self.reserved_pools, self.use_reserved = reserved, reserved_pools, use_reserved
+        self.cands = sv.candidates
+        self.rates = {(o.key, k): r for o in sv.options for k, r in o.class_rates_rps.items()}
+        self.by_class: dict[tuple[str, str], list[int]] = {key: [] for key in self.rates}
+        for i, c in enumerate(self.cands):
+            if c.capacity_rps <= 0:
+                raise ValueError("candidates must have positive capacity")
+            if (c.option, c.traffic_class) not in self.by_class:
+                raise ValueError(f"candidate for unknown class {c.option}/{c.traffic_class}")
+            self.by_class[(c.option, c.traffic_class)].append(i)
+        self.servable = [o for o in sv.options if all(self.by_class[(o.key, k)] for k in o.class_rates_rps)]
+        # An option with a class that needs more GPUs than exist is no plan: a solver would spend
+        # minutes on its huge coefficients and return a fleet nobody can buy.
+        oversized = {o.key: _oversized(o, self.cands, self.by_class) for o in self.servable}
+        self.oversized = next(iter(oversized.values()), "") if all(oversized.values()) else ""
+        self.servable = [o for o in self.servable if not oversized[o.key]]
+        if not self.servable:
+            return
+
+        def name(*parts):
+            return _name(*([self.prefix] if self.prefix else []), *parts)
+
+        self.name = name
+        self.y = {o.key: prob.add_variable(name("use_split", o.key), cat="Binary") for o in self.servable}
+        self.keep = [i for i, c in enumerate(self.cands) if c.option in self.y]
+        self.label = {i: (self.cands[i].option, self.cands[i].traffic_class, self.cands[i].config) for i in self.keep}
+        self.z = {i: prob.add_variable(name("pool", *self.label[i]), cat="Binary") for i in self.keep}
+        self.x = {i: prob.add_variable(name("replicas", *self.label[i]), lowBound=0, cat="Integer") for i in self.keep}
+
+    def add_constraints(self) -> None:
+        prob, sv, name, cands, reserved = self.prob, self.sv, self.name, self.cands, self.reserved
+        y, z, x = self.y, self.z, self.x
+        prob += pulp.lpSum(y.values()) == 1, name("one_split")
+        for o in self.servable:
+            for k in o.class_rates_rps:
+                members = self.by_class[(o.key, k)]
+                rate = self.rates[(o.key, k)]
+                prob += (
+                    pulp.lpSum(cands[i].capacity_rps * x[i] for i in members) >= rate * y[o.key],
+                    name("cover", o.key, k),
+                )
+                prob += pulp.lpSum(z[i] for i in members) >= y[o.key], name("pool_exists", o.key, k)
+                if sv.homogeneous:
+                    own = set(reserved) if self.reserved_pools else set()
+                    shared = [i for i in members if cands[i].gpu not in own]
+                    prob += pulp.lpSum(z[i] for i in shared) <= y[o.key], name("homogeneous", o.key, k)
+                    for g in sorted(own & {cands[i].gpu for i in members}):
+                        on_g = [i for i in members if cands[i].gpu == g]
+                        prob += pulp.lpSum(z[i] for i in on_g) <= y[o.key], name("homogeneous", o.key, k, g)
+        for i in self.keep:
+            c = cands[i]
+            big_m = max(sv.min_replicas, math.ceil(self.rates[(c.option, c.traffic_class)] / c.capacity_rps - 1e-12))
+            if self.use_reserved and c.gpu in reserved:
+                big_m = max(big_m, math.ceil(reserved[c.gpu][0] / c.gpus_per_replica))
+            prob += z[i] <= y[c.option], name("only_chosen", *self.label[i])
+            prob += x[i] <= big_m * z[i], name("replicas_if_pool", *self.label[i])
+            prob += x[i] >= sv.min_replicas * z[i], name("min_replicas", *self.label[i])
+        for gpu, cap in sorted(sv.inventory.items()):
+            members = [i for i in self.keep if cands[i].gpu == gpu]
+            if members:
+                prob += pulp.lpSum(cands[i].gpus_per_replica * x[i] for i in members) <= cap, name("inventory", gpu)
+        index = {(c.option, c.traffic_class, c.config): i for i, c in enumerate(cands)}
+        for j, plan in enumerate(sv.forbid):
+            members = [index[key] for key in plan if key in index and index[key] in z]
+            if len(members) == len(plan):
+                prob += pulp.lpSum(z[i] for i in members) <= len(members) - 1, name("exclude", j)
+
+    def pools(self) -> tuple[SplitOption, list[Pool]]:
+        """The chosen option and its pools, from the solved variables."""
+        chosen = max(self.y, key=lambda k: self.y[k].value() or 0.0)
+        option = next(o for o in self.servable if o.key == chosen)
+        pools = []
+        for i in self.keep:
+            replicas = round(self.x[i].value() or 0.0)
+            if replicas <= 0:
+                continue
+            c = self.cands[i]
+            pools.append(Pool(
+                traffic_class=c.traffic_class, config=c.config, gpu=c.gpu, replicas=replicas,
+                gpus=replicas * c.gpus_per_replica, capacity_rps=c.capacity_rps,
+                rate_rps=self.rates[(c.option, c.traffic_class)], cost_per_hour=replicas * c.cost_per_replica_hour,
+            ))
+        pools.sort(key=lambda p: (list(option.class_rates_rps).index(p.traffic_class), p.config))
+        return option, pools
 
 
 def _oversized(option: SplitOption, candidates: Sequence[Candidate], by_class) -> str:
@@ -297,11 +451,11 @@ def _oversized(option: SplitOption, candidates: Sequence[Candidate], by_class) -
     return ""
 
 
-def _on_demand_prices(candidates, keep, reserved) -> dict[str, float]:
+def _on_demand_prices(candidates: Sequence[Candidate], reserved) -> dict[str, float]:
     """On-demand price per GPU-hour of each reserved GPU type, from its candidates."""
     prices: dict[str, float] = {}
     for g in reserved:
-        seen = {round(candidates[i].cost_per_replica_hour / candidates[i].gpus_per_replica, 9) for i in keep if candidates[i].gpu == g}
+        seen = {round(c.cost_per_replica_hour / c.gpus_per_replica, 9) for c in candidates if c.gpu == g}
         if len(seen) > 1:
             raise ValueError(f"GPU type {g} has several on-demand prices {sorted(seen)}; reservations need one")
         prices[g] = seen.pop() if seen else 0.0
@@ -348,7 +502,7 @@ def solve_day_mix(
     segments: Sequence[ScaleSegment],
     *,
     inventory: Mapping[str, int] | None = None,
-    backend: str = "cbc",
+    backend: str = DEFAULT_BACKEND,
     time_limit_s: float = 60.0,
 ) -> DayMixSolution:
     """The cheapest mix of replicas reserved for the whole period and replicas started on
@@ -440,12 +594,52 @@ def solve_day_mix(
     )
 
 
+_HIGHS_BANNER_SILENCED = False
+
+
+@contextmanager
+def _quiet_stdout():
+    """Send file descriptor 1 to /dev/null for a moment (C code that prints, not Python)."""
+    try:
+        sys.stdout.flush()
+        saved, devnull = os.dup(1), os.open(os.devnull, os.O_WRONLY)
+    except (OSError, ValueError):  # no usable stdout: nothing to silence
+        yield
+        return
+    try:
+        os.dup2(devnull, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)
+
+
+if hasattr(pulp, "HiGHS") and pulp.HiGHS().available():
+    class _QuietHiGHS(pulp.HiGHS):
+        """PuLP's HiGHS interface. HiGHS prints its banner on stdout when a process builds its first
+        solver object, before any option can turn output off, which would break `--json` output:
+        that first object is built with stdout silenced."""
+
+        def createAndConfigureSolver(self, lp):
+            global _HIGHS_BANNER_SILENCED
+            if _HIGHS_BANNER_SILENCED:
+                return super().createAndConfigureSolver(lp)
+            with _quiet_stdout():
+                super().createAndConfigureSolver(lp)
+            _HIGHS_BANNER_SILENCED = True
+            return None
+
+else:  # highspy is not installed
+    _QuietHiGHS = None
+
+
 def _solver(backend: str, time_limit_s: float):
     if backend == "highs":
-        solver = pulp.HiGHS(msg=False, timeLimit=time_limit_s, gapRel=0.0)
-        if not solver.available():
-            raise InputError("solver.backend 'highs' needs the highspy package: pip install 'planner[highs]'")
-        return solver
+        if _QuietHiGHS is None:
+            raise InputError("solver.backend 'highs' (the default) needs the highspy package, a dependency of planner: "
+                             "pip install highspy, or set solver: {backend: cbc}")
+        return _QuietHiGHS(msg=False, timeLimit=time_limit_s, gapRel=0.0)
     if backend != "cbc":
         raise InputError(f"unknown solver backend '{backend}' (cbc, highs)")
     # PuLP 3.x warns that the bundled CBC goes away in 4.0; the project pins <4 precisely to keep it.
@@ -458,7 +652,6 @@ def _solver(backend: str, time_limit_s: float):
 
 
 def _lp_text(prob: pulp.LpProblem) -> str:
-    import os
     import tempfile
 
     fd, path = tempfile.mkstemp(suffix=".lp")

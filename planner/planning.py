@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import multiprocessing as mp
 import os
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -17,14 +16,22 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.capacity import Capacity, ReplicaModel, replica_capacity
+from planner.capacity import Capacity, ReplicaModel, capacity_below, replica_capacity
 from planner.catalog import GPU, Catalog, Model
 from planner.certify import PoolCheck, PoolSetting, check_pool, requests_for, simulated_capacity
 from planner.deployment import Deployment, make_deployment, supported_problem
 from planner.errors import InfeasibleError, InputError
 from planner.histogram import TOTAL_EDGES, Histogram
 from planner.memory import kv_token_cap
-from planner.optimize import Candidate, FleetSolution, Pool, SplitOption, solve_fleet
+from planner.optimize import (
+    Candidate,
+    FleetSolution,
+    Pool,
+    ServiceModel,
+    SplitOption,
+    solve_fleet,
+    undominated_candidates,
+)
 from planner.paged import token_profile
 from planner.requests import Requests
 from planner.scenario import Scenario
@@ -74,13 +81,17 @@ class Evaluation:
     capacity: Capacity | None
     problem: str = ""
     simulated_rps: float | None = None  # the simulated capacity, once certification measured it
+    dominated_by: str = ""  # a dtype variant on the same GPUs with certainly more capacity (not searched)
     calibration: float = 1.0  # the simulated / model capacity ratio measured on this class's other configs
+    optimistic_rps: float | None = None  # a pair not searched: a proven upper bound standing in (_lazy_solve)
 
     @property
     def capacity_rps(self) -> float:
         """Requests/s one replica is planned for: the simulated capacity where certification
         measured one (it replaces the model's); else the model's, scaled by what simulation
         found for this class on another config when the model was optimistic there."""
+        if self.optimistic_rps is not None:
+            return self.optimistic_rps
         if self.simulated_rps is not None:
             return self.simulated_rps
         return self.capacity.max_rps * self.calibration if self.capacity else 0.0
@@ -238,13 +249,19 @@ def candidate_configs(scn: Scenario, catalog: Catalog, model: Model, weight_dtyp
 class Evaluator:
     """Capacities of (config, class) pairs, computed once and reused by every variant."""
 
-    def __init__(self, scn: Scenario, catalog: Catalog, model: Model):
+    def __init__(self, scn: Scenario, catalog: Catalog, model: Model, *, like: Evaluator | None = None):
+        """like: an evaluator of the same scenario but for other latency targets, whose token
+        profiles and replica models (memory, step and latency tables) this one shares."""
         self.scn, self.catalog, self.model = scn, catalog, model
         self._cache: dict[tuple, Evaluation] = {}
-        self._profiles: dict[tuple, object] = {}
+        self._profiles: dict[tuple, object] = like._profiles if like is not None else {}
+        self._models: dict[tuple, ReplicaModel] = like._models if like is not None else {}
+        self._slo_models: dict[tuple, ReplicaModel] = {}
+        self._like = like
         self._simulated: dict[tuple, float] = {}  # (config, class) -> simulated capacity
         self.checks: dict[tuple, PoolCheck] = {}  # (config, class, replicas, rate) -> its replay
         self._calibration: dict[tuple, float] = {}  # class -> least simulated / model ratio seen
+        self.upper: dict[tuple, float] = {}  # (config, class) -> a proven upper bound on the model's capacity
 
     @staticmethod
     def _class_key(tc: TrafficClass) -> tuple:
@@ -278,6 +295,15 @@ class Evaluator:
             )
         return self._profiles[key]
 
+    def replica_model(self, key: tuple, dep: Deployment, tc: TrafficClass) -> ReplicaModel:
+        """The (config, class) pair's replica model for the class's targets; its memory, step and
+        latency tables are built once for every set of targets."""
+        if key not in self._slo_models:
+            if key not in self._models:
+                self._models[key] = ReplicaModel(dep, self.profile(tc, dep), tc.slo)
+            self._slo_models[key] = self._models[key].with_slo(tc.slo)
+        return self._slo_models[key]
+
     def evaluate(self, cfg: Config, tc: TrafficClass) -> Evaluation:
         key = (*cfg.key, *self._class_key(tc))
         ev = self._model_evaluation(key, cfg, tc)
@@ -286,14 +312,17 @@ class Evaluator:
             return ev
         return dataclasses.replace(ev, simulated_rps=simulated, calibration=factor)
 
-    def _model_evaluation(self, key: tuple, cfg: Config, tc: TrafficClass) -> Evaluation:
+    def _model_evaluation(self, key: tuple, cfg: Config, tc: TrafficClass, guess: float | None = None) -> Evaluation:
         if key in self._cache:
             return self._cache[key]
+        if guess is None and self._like is not None:  # the bound for the unscaled targets is near
+            base = self._like._cache.get(key)
+            guess = base.capacity.bound_batch if base is not None and base.capacity is not None else None
         try:
             dep = self.deployment(cfg, tc.max_model_len)
-            cap = replica_capacity(
-                dep, self.profile(tc, dep), tc.slo, sizing=self.scn.sizing.mode, quantile=self.scn.sizing.quantile
-            )
+            cap = replica_capacity(dep, self.profile(tc, dep), tc.slo, sizing=self.scn.sizing.mode,
+                                   quantile=self.scn.sizing.quantile, model=self.replica_model(key, dep, tc),
+                                   guess=guess)
             problem = "" if cap.max_rps > 0 else f"{cap.binding}: " + ("; ".join(cap.notes) or "no rate meets it")
             ev = Evaluation(cfg, tc, cap, problem)
         except InputError as exc:
@@ -302,58 +331,66 @@ class Evaluator:
         return ev
 
     def evaluate_all(self, classes: dict[str, list[TrafficClass]], configs: Sequence[Config]) -> list[Evaluation]:
-        """Every config for every class of every split option."""
+        """Every config for every class of every split option.
+
+        Dtype variants on the same GPUs (same GPU type, price and tp) cost the same, and the ILP
+        keeps only the one of highest capacity (_undominated). So within such a group a variant
+        whose capacity is certainly below the best found so far is not searched: one latency
+        point proves it (capacity.capacity_below), and its evaluation names the variant above it.
+        The ILP's candidates are then exactly those of evaluating every variant."""
         pairs = [(cfg, tc) for tcs in classes.values() for tc in tcs for cfg in configs]
-        self._prefetch(pairs)
-        return [self.evaluate(cfg, tc) for cfg, tc in pairs]
-
-    def _prefetch(self, pairs: list[tuple[Config, TrafficClass]]) -> None:
-        """Compute the model evaluations not cached yet in worker processes, when there are enough
-        to pay for them: each is independent, and a plan's explorations need hundreds. A class's
-        configs go to one worker, which builds that class's latency tables once."""
-        todo = {}
+        groups: dict[tuple, list[tuple[Config, TrafficClass]]] = {}
         for cfg, tc in pairs:
-            key = (*cfg.key, *self._class_key(tc))
-            if key not in self._cache:
-                todo.setdefault(self._class_key(tc), []).append((key, cfg, tc))
-        workers = min(len(todo), os.cpu_count() or 1, MAX_WORKERS)
-        if workers < 2 or sum(map(len, todo.values())) < PARALLEL_MIN_EVALUATIONS or "fork" not in mp.get_all_start_methods():
-            return
-        global _PREFETCH
-        chunks = [[] for _ in range(workers)]
-        for group in sorted(todo.values(), key=len, reverse=True):
-            min(chunks, key=lambda c: sum(map(len, c))).append(group)
-        _PREFETCH = self
-        try:
-            with mp.get_context("fork").Pool(workers) as pool:
-                results = pool.map(_evaluate_groups, chunks)
-        finally:
-            _PREFETCH = None
-        for chunk, found in zip(chunks, results, strict=True):
-            for (key, cfg, tc), (capacity, problem) in zip((x for g in chunk for x in g), found, strict=True):
-                self._cache[key] = Evaluation(cfg, tc, capacity, problem)
+            groups.setdefault((self._class_key(tc), cfg.gpu.id, cfg.price_usd_per_hour, cfg.tp), []).append((cfg, tc))
+        found: dict[tuple, Evaluation] = {}
+        for group in groups.values():
+            found.update(self._evaluate_group(group))
+        return [found[(*cfg.key, *self._class_key(tc))] for cfg, tc in pairs]
 
+    def _evaluate_group(self, group: list[tuple[Config, TrafficClass]]) -> dict[tuple, Evaluation]:
+        keyed = [((*cfg.key, *self._class_key(tc)), cfg, tc) for cfg, tc in group]
+        out = {key: self.evaluate(cfg, tc) for key, cfg, tc in keyed if key in self._cache}
+        best = max((e.capacity.max_rps for e in out.values() if e.capacity is not None), default=0.0)
+        best_label = next((e.config.label(e.traffic_class.max_model_len) for e in out.values()
+                           if e.capacity is not None and e.capacity.max_rps == best), "")
+        todo = [(key, cfg, tc) for key, cfg, tc in keyed if key not in self._cache]
+        models = {}
+        for key, cfg, tc in todo:
+            try:
+                models[key] = self.replica_model(key, self.deployment(cfg, tc.max_model_len), tc)
+            except InputError:
+                models[key] = None
+        sizing, quantile = self.scn.sizing.mode, self.scn.sizing.quantile
 
-MAX_WORKERS = 4
-PARALLEL_MIN_EVALUATIONS = 24
-_PREFETCH: Evaluator | None = None  # the evaluator a forked worker reads (set only around the fork)
+        def ceiling(key) -> float:  # (a bound on) the memory and batch ceiling's rate: most promising first
+            rm = models[key]
+            return math.inf if rm is None else rm.rate(rm.batch_bound(sizing, quantile))
 
-
-def _evaluate_groups(groups) -> list[tuple[Capacity | None, str]]:
-    """In a worker: the model evaluations of whole classes' configs, as (capacity, problem)."""
-    out = []
-    for group in groups:
-        for key, cfg, tc in group:
-            e = _PREFETCH._model_evaluation(key, cfg, tc)
-            out.append((e.capacity, e.problem))
-    return out
+        for key, cfg, tc in sorted(todo, key=lambda t: -ceiling(t[0])):
+            guess = None
+            if models[key] is not None and best > 0:
+                below, guess = capacity_below(models[key], best, sizing=sizing, quantile=quantile)
+                if below:
+                    self.upper[key] = min(self.upper.get(key, math.inf), best)
+                    out[key] = Evaluation(cfg, tc, None, f"capacity below {best_label}'s {best:,.3f} req/s on the "
+                                          "same GPUs", dominated_by=best_label)
+                    continue
+            ev = self._model_evaluation(key, cfg, tc, guess=guess)
+            out[key] = self.evaluate(cfg, tc)
+            if ev.capacity is not None and ev.capacity.max_rps > best:
+                best, best_label = ev.capacity.max_rps, cfg.label(tc.max_model_len)
+        return out
 
 
 # ------------------------------------------------------------------ solving
 
 
-def _solve(scn, inventory: dict[str, int], classes, evals: Sequence[Evaluation], *, options=None, rate_scale=1.0,
-           forbid=(), keep_lp=False, reserved=None, use_reserved=False):
+def service_model(scn: Scenario, classes, evals: Sequence[Evaluation], *, name: str = "", inventory=None,
+                  options=None, rate_scale=1.0, forbid=(), use_reserved=False, bound_types=None) -> ServiceModel:
+    """A scenario's part of an ILP: its split options, the candidates an optimal plan may use, its rules.
+    inventory: its own caps per GPU type [default: none here (solve_fleet takes them as the shared caps)].
+    bound_types: the GPU types a cap or commitment applies to (None: a rule on GPU types applies to
+    all); a candidate beaten on another of the other types is dropped too."""
     chosen = options if options is not None else list(classes)
     split_options = [
         SplitOption(key, None if key == "none" else int(key), {tc.name: tc.rate_rps * rate_scale for tc in classes[key]})
@@ -365,11 +402,28 @@ def _solve(scn, inventory: dict[str, int], classes, evals: Sequence[Evaluation],
         for ev in _undominated(evals)
         if ev.traffic_class.option in chosen
     ]
+    if not forbid and not use_reserved:
+        free = (frozenset() if bound_types is None else
+                frozenset(c.gpu for c in cands) - set(bound_types) - set(inventory or ()))
+        cands = undominated_candidates(cands, free_types=free)
+    return ServiceModel(name, split_options, cands, dict(inventory or {}), scn.min_replicas_per_pool,
+                        scn.homogeneous_pools, forbid)
+
+
+def scenario_caps(scn: Scenario) -> dict[str, int]:
+    """The scenario's inventory caps per GPU type."""
+    return {g.id: g.max_gpus for g in scn.gpu_candidates if g.max_gpus is not None}
+
+
+def _solve(scn, inventory: dict[str, int], classes, evals: Sequence[Evaluation], *, options=None, rate_scale=1.0,
+           forbid=(), keep_lp=False, reserved=None, use_reserved=False, tie_break=True):
+    sm = service_model(scn, classes, evals, options=options, rate_scale=rate_scale, forbid=forbid,
+                       use_reserved=use_reserved, bound_types={*inventory, *(reserved or {})})
     return solve_fleet(
-        split_options, cands, inventory=inventory, min_replicas=scn.min_replicas_per_pool,
-        homogeneous=scn.homogeneous_pools, backend=scn.solver.backend, time_limit_s=scn.solver.time_limit_s,
-        forbid=forbid, keep_lp=keep_lp, reserved=reserved, use_reserved=use_reserved,
-        reserved_pools=scn.forecast.reserved_pools if scn.forecast is not None else True,
+        sm.options, sm.candidates, inventory=inventory, min_replicas=sm.min_replicas, homogeneous=sm.homogeneous,
+        backend=scn.solver.backend, time_limit_s=scn.solver.time_limit_s, forbid=sm.forbid, keep_lp=keep_lp,
+        reserved=reserved, use_reserved=use_reserved,
+        reserved_pools=scn.forecast.reserved_pools if scn.forecast is not None else True, tie_break=tie_break,
     )
 
 
@@ -380,18 +434,133 @@ class _Memo:
 
     def __init__(self, scn: Scenario):
         self.scn = scn
-        self.inventory = {g.id: g.max_gpus for g in scn.gpu_candidates if g.max_gpus is not None}
+        self.inventory = scenario_caps(scn)
         self._answers: dict[tuple, FleetSolution] = {}
         self._keep: list = []  # the keyed objects stay alive, so their ids stay unique
 
     def __call__(self, classes, evals, **kw) -> FleetSolution:
         key = (id(classes), id(evals), tuple(kw.get("options") or ()), kw.get("rate_scale", 1.0),
                tuple(kw.get("forbid", ())), tuple(sorted((kw.get("reserved") or {}).items())),
-               kw.get("use_reserved", False))
+               kw.get("use_reserved", False), kw.get("tie_break", True))
         if key not in self._answers:
             self._keep.append((classes, evals))
             self._answers[key] = _solve(self.scn, self.inventory, classes, evals, **kw)
         return self._answers[key]
+
+
+LAZY_MIN_PAIRS = 200  # fewer pairs to evaluate than this: evaluate them all and solve once
+
+
+def _lazy_solve(ev: Evaluator, solve: _Memo, classes, configs: Sequence[Config], *, prior=None):
+    """solve(classes, every config evaluated for every class), searching only the pairs an optimal
+    plan may need; returns the solution and the evaluations it rests on.
+
+    A pair not searched stands in the ILP with a proven upper bound on its planned capacity (the
+    rate at its memory and batch ceilings, a bound proved earlier, or `prior(config, class)`), so
+    the ILP is a relaxation of the full one. When its optimum uses only searched pairs, that plan
+    is feasible for the full ILP and no plan of the full ILP is better (nor, among plans of equal
+    cost, has fewer GPUs or pools): it is the full ILP's optimum. Otherwise the pairs it used are
+    searched and it is solved again. Between rounds each class's best searched pair sets the rate
+    another pair must reach to cost no more, and one latency point (capacity.capacity_below)
+    proves most pairs below it, which becomes their bound."""
+    scn = ev.scn
+    sizing, quantile, m = scn.sizing.mode, scn.sizing.quantile, scn.min_replicas_per_pool
+    fresh = sum(1 for tcs in classes.values() for tc in tcs for cfg in configs
+                if (*cfg.key, *ev._class_key(tc)) not in ev._cache)
+    if fresh < LAZY_MIN_PAIRS:  # searching them all costs less than the rounds of re-solves
+        evals = ev.evaluate_all(classes, configs)
+        return solve(classes, evals), evals
+    exact: dict[tuple, Evaluation] = {}
+    bound: dict[tuple, tuple[float, Config, TrafficClass, ReplicaModel, float]] = {}
+    for tcs in classes.values():
+        for tc in tcs:
+            cal = ev._calibration.get(ev._class_key(tc), 1.0)
+            for cfg in configs:
+                key = (*cfg.key, *ev._class_key(tc))
+                if key in ev._cache or key in ev._simulated:
+                    exact[key] = ev.evaluate(cfg, tc)
+                    continue
+                try:
+                    rm = ev.replica_model(key, ev.deployment(cfg, tc.max_model_len), tc)
+                except InputError:
+                    exact[key] = ev.evaluate(cfg, tc)
+                    continue
+                upper = rm.rate(rm.batch_bound(sizing, quantile))
+                upper = min(upper, ev.upper.get(key, math.inf), prior(cfg, tc) if prior else math.inf)
+                if upper <= 0:
+                    exact[key] = ev.evaluate(cfg, tc)
+                else:
+                    bound[key] = (upper * cal, cfg, tc, rm, cal)
+    by_label = {(tc.option, tc.name, cfg.label(tc.max_model_len)): key for key, (_, cfg, tc, _, _) in bound.items()}
+
+    def search(key) -> None:
+        _, cfg, tc, _, _ = bound.pop(key)
+        exact[key] = ev.evaluate(cfg, tc)
+
+    # Seed each class with a searched pair (the one its bound prices cheapest), so that the first
+    # round's bounds are already tightened against it.
+    for tcs in classes.values():
+        for tc in tcs:
+            ck = ev._class_key(tc)
+            if any(ev._class_key(e.traffic_class) == ck and e.capacity_rps > 0 for e in exact.values()):
+                continue
+            mine = [(cfg.price_usd_per_hour * cfg.tp * max(m, math.ceil(tc.rate_rps / u - 1e-12)), cfg.label(0), key)
+                    for key, (u, cfg, other, _, _) in bound.items() if ev._class_key(other) == ck]
+            if mine:
+                search(min(mine)[2])
+    _tighten(exact, bound, classes, m, sizing, quantile, ev, search)
+    while True:
+        evals = [*exact.values(), *(Evaluation(cfg, tc, None, optimistic_rps=u) for u, cfg, tc, _, _ in bound.values())]
+        # Rounds that search more pairs need only the cheapest cost; the tie-break runs at the end.
+        sol = solve(classes, evals, tie_break=False)
+        if sol.pools and not _bounded(sol, by_label, bound):
+            sol = solve(classes, evals)
+        if not sol.pools and bound:  # the relaxation has no plan, so none has: search all for the message
+            for key in list(bound):
+                search(key)
+            continue
+        used = _bounded(sol, by_label, bound)
+        if not used:
+            return sol, evals
+        for key in used:
+            search(key)
+        _tighten(exact, bound, classes, m, sizing, quantile, ev, search)
+
+
+def _bounded(sol: FleetSolution, by_label, bound) -> list[tuple]:
+    """The pairs of the solution that stand in with a bound (not searched yet)."""
+    keys = [by_label.get((sol.option, p.traffic_class, p.config)) for p in sol.pools]
+    return [key for key in keys if key in bound]
+
+
+def _tighten(exact, bound, classes, m: int, sizing, quantile, ev: Evaluator, search) -> None:
+    """For each class, the cheapest searched pair alone (replicas to cover its rate, at least m)
+    sets the rate another pair must reach to cost no more; a pair proved below that rate by one
+    latency point takes it as its bound, one not proved below is searched."""
+    for tcs in classes.values():
+        for tc in tcs:
+            mine = [e for e in exact.values() if e.traffic_class.option == tc.option
+                    and e.traffic_class.name == tc.name and e.traffic_class.max_model_len == tc.max_model_len]
+            costs = [e.config.price_usd_per_hour * e.config.tp * max(m, math.ceil(tc.rate_rps / e.capacity_rps - 1e-12))
+                     for e in mine if e.capacity_rps > 0]
+            if not costs:
+                continue
+            best = min(costs)
+            ck = ev._class_key(tc)
+            for key, (u, cfg, other, rm, cal) in list(bound.items()):
+                if ev._class_key(other) != ck:
+                    continue
+                price = cfg.price_usd_per_hour * cfg.tp
+                most = math.floor(best / price + 1e-9)  # replicas affordable at the incumbent's cost
+                if most < m or price * max(m, math.ceil(tc.rate_rps / u - 1e-12)) > best:
+                    continue  # its bound already prices it out
+                need = tc.rate_rps / most
+                below, _ = capacity_below(rm, need / cal, sizing=sizing, quantile=quantile)
+                if below:
+                    ev.upper[key] = min(ev.upper.get(key, math.inf), need / cal)
+                    bound[key] = (need, cfg, other, rm, cal)
+                else:
+                    search(key)
 
 
 def _undominated(evals: Sequence[Evaluation]) -> list[Evaluation]:
@@ -484,6 +653,42 @@ def _outcome(name: str, sol: FleetSolution, why: str = "") -> Outcome:
 # ------------------------------------------------------------------ the plan
 
 
+@dataclass(frozen=True)
+class Setup:
+    """A scenario ready to solve: its served traffic, classes and every candidate's evaluation."""
+
+    scn: Scenario
+    catalog: Catalog
+    model: Model
+    hist: Histogram
+    measured_peak_rps: float
+    limit: int
+    served: Histogram
+    peak_rps: float
+    ev: Evaluator
+    configs: list[Config]
+    classes: dict[str, list[TrafficClass]]
+    evals: list[Evaluation]
+    traffic_notes: tuple[str, ...] = ()
+    measured_mean_rps: float | None = None
+    trace: Requests | None = None
+
+
+def setup_plan(scn: Scenario, catalog: Catalog, model: Model, hist: Histogram, measured_peak_rps: float, *,
+               traffic_notes: Iterable[str] = (), measured_mean_rps: float | None = None,
+               trace: Requests | None = None) -> Setup:
+    """The served traffic, its classes per split option, and every candidate config's capacity for each."""
+    limit, served, peak = _served(scn, model, hist, measured_peak_rps, scn.context_limit)
+    ev = Evaluator(scn, catalog, model)
+    configs = candidate_configs(scn, catalog, model, scn.weight_dtypes, scn.kv_dtypes)
+    if not configs:
+        raise InputError("no candidate config: every GPU x tp x dtype combination is unsupported for this model")
+    classes = traffic_classes(scn, served, limit, peak)
+    evals = ev.evaluate_all(classes, configs)
+    return Setup(scn, catalog, model, hist, measured_peak_rps, limit, served, peak, ev, configs, classes, evals,
+                 tuple(traffic_notes), measured_mean_rps, trace)
+
+
 def make_plan(
     scn: Scenario, catalog: Catalog, model: Model, hist: Histogram, measured_peak_rps: float,
     *, explore: bool = True, traffic_notes: Iterable[str] = (),
@@ -503,30 +708,29 @@ def make_plan(
     if scn.fleet:
         return _given_fleet_plan(scn, catalog, model, hist, measured_peak_rps, traffic_notes=traffic_notes,
                                  measured_mean_rps=measured_mean_rps, certify=certify, trace=trace)
-    limit, served, peak = _served(scn, model, hist, measured_peak_rps, scn.context_limit)
-    ev = Evaluator(scn, catalog, model)
-    configs = candidate_configs(scn, catalog, model, scn.weight_dtypes, scn.kv_dtypes)
-    if not configs:
-        raise InputError("no candidate config: every GPU x tp x dtype combination is unsupported for this model")
-    classes = traffic_classes(scn, served, limit, peak)
-    evals = ev.evaluate_all(classes, configs)
+    st = setup_plan(scn, catalog, model, hist, measured_peak_rps, traffic_notes=traffic_notes,
+                    measured_mean_rps=measured_mean_rps, trace=trace)
     solve = _Memo(scn)
-    inventory = solve.inventory
-    sol = solve(classes, evals, reserved=reserved, keep_lp=keep_lp, use_reserved=use_reserved)
+    sol = solve(st.classes, st.evals, reserved=reserved, keep_lp=keep_lp, use_reserved=use_reserved)
     if not sol.pools:
-        raise InfeasibleError(_no_plan_message(sol, scn, classes, evals, inventory))
-    pools = _pool_details(ev, evals, sol)
-    certification = None
+        raise InfeasibleError(_no_plan_message(sol, scn, st.classes, st.evals, solve.inventory))
+    pools = _pool_details(st.ev, st.evals, sol)
+    evals, certification = st.evals, None
     if scn.verify if certify is None else certify:
-        evals, sol, pools, certification = _certify(
-            scn, ev, classes, evals, sol, pools,
-            lambda evs: solve(classes, evs, reserved=reserved, keep_lp=keep_lp, use_reserved=use_reserved),
-            trace, rounds=scn.simulation.max_rounds,
+        [(evals, sol, pools, certification)] = certify_plans(
+            [(st, st.evals, sol, pools)],
+            lambda evs: [solve(st.classes, evs[0], reserved=reserved, keep_lp=keep_lp, use_reserved=use_reserved)],
+            rounds=scn.simulation.max_rounds,
         )
-    plan = _assemble(scn, model, catalog, hist, served, limit, measured_peak_rps, peak, classes, evals, sol, pools,
-                     traffic_notes, measured_mean_rps, certification)
-    if not explore:
-        return plan
+    plan = assemble_plan(st, evals, sol, pools, certification)
+    return explore_plan(st, plan, solve, reserved=reserved) if explore else plan
+
+
+def explore_plan(st: Setup, plan: Plan, solve: _Memo, *, reserved=None) -> Plan:
+    """The plan's explorations: each split option, the next-best distinct plans, the peak's
+    sensitivity, the levers, the best certified plan per GPU type and the TTFT target's cost.
+    `solve` answers the re-solves (its scenario's inventory caps apply)."""
+    scn, classes, evals, sol, inventory = st.scn, st.classes, plan.evaluations, plan.solution, solve.inventory
     split = []
     for k in classes:
         res = solve(classes, evals, options=[k])
@@ -542,9 +746,11 @@ def make_plan(
     sensitivity = [
         _outcome(f"peak x {m:g}", solve(classes, evals, rate_scale=m, reserved=reserved)) for m in SENSITIVITY
     ]
-    levers = _levers(scn, catalog, model, served, limit, peak, ev, configs, classes, evals, sol, inventory, solve)
-    per_gpu = _per_gpu(scn, ev, configs, classes, inventory, solve, reserved, trace) if certification else []
-    sweep = _ttft_sweep(scn, catalog, model, configs, classes, inventory, ev)
+    levers = _levers(scn, st.catalog, st.model, st.served, st.limit, st.peak_rps, st.ev, st.configs, classes, evals,
+                     sol, inventory, solve)
+    per_gpu = (_per_gpu(scn, st, st.configs, classes, inventory, solve, reserved)
+               if plan.certification else [])
+    sweep = _ttft_sweep(scn, st.catalog, st.model, st.configs, classes, inventory, st.ev)
     return dataclasses.replace(plan, split_analysis=split, alternatives=alternatives, sensitivity=sensitivity,
                                levers=levers, per_gpu=per_gpu, ttft_sweep=sweep)
 
@@ -552,7 +758,7 @@ def make_plan(
 TTFT_SWEEP = (0.5, 0.75, 1.0, 1.5, 2.0)  # multipliers on every band's TTFT limit
 
 
-def _per_gpu(scn, ev, configs, classes, inventory, solve, reserved, trace) -> list[Outcome]:
+def _per_gpu(scn, st: Setup, configs, classes, inventory, solve, reserved) -> list[Outcome]:
     """The cheapest plan on each candidate GPU type alone, certified by simulation as the plan is:
     what committing to one type costs, with latencies checked, not only modelled."""
     out = []
@@ -562,15 +768,16 @@ def _per_gpu(scn, ev, configs, classes, inventory, solve, reserved, trace) -> li
         if not cfgs:
             out.append(Outcome(name, False, math.inf, 0, "", "no supported config on it"))
             continue
+        ev = st.ev
         evs = ev.evaluate_all(classes, cfgs)
         res = solve(classes, evs, reserved=reserved)
         if not res.pools:
             out.append(Outcome(name, False, math.inf, 0, "", _infeasible_message(classes, evs, inventory)))
             continue
         try:
-            _, res, _, cert = _certify(scn, ev, classes, evs, res, _pool_details(ev, evs, res),
-                                       lambda e, evs=evs: solve(classes, e, reserved=reserved), trace,
-                                       rounds=scn.simulation.max_rounds)
+            [(_, res, _, cert)] = certify_plans([(st, evs, res, _pool_details(ev, evs, res))],
+                                                lambda e: [solve(classes, e[0], reserved=reserved)],
+                                                rounds=scn.simulation.max_rounds)
         except InfeasibleError as exc:
             out.append(Outcome(name, False, math.inf, 0, "", str(exc)))
             continue
@@ -588,21 +795,40 @@ def _ttft_sweep(scn, catalog, model, configs, classes, inventory, ev) -> list[tu
     slo = scn.slo
     if not any(b.ttft_s for b in slo.bands):
         return []
-    out = []
-    for m in TTFT_SWEEP:
-        if m == 1.0:
-            continue
-        bands = [b.model_copy(update={"ttft_s": (b.ttft_s[0] or slo.statistic, b.ttft_s[1] * m)}) if b.ttft_s else b
-                 for b in slo.bands]
-        scaled = scn.model_copy(update={"slo": slo.model_copy(update={"bands": bands})})
-        swept = Evaluator(scaled, catalog, model)
-        swept._calibration = ev._calibration  # what simulation showed of the model applies here too
-        scaled_classes = {k: [dataclasses.replace(tc, slo=scaled.slo.to_slo()) for tc in tcs] for k, tcs in classes.items()}
-        evs = swept.evaluate_all(scaled_classes, configs)
-        res = _Memo(scaled)(scaled_classes, evs)
-        out.append((m, _outcome(f"TTFT targets x {m:g}", res, "" if res.pools else
-                                _infeasible_message(scaled_classes, evs, inventory))))
-    return out
+    out = {}
+    # Tighter limits in turn from the targets as stated: a tighter TTFT limit never raises a
+    # capacity, so each step's capacities (or bounds) bound the next one's (with 2% to spare for
+    # the waiting-time grid, which spans twice the limit); looser ones bound from the ceilings.
+    for order in (sorted((x for x in TTFT_SWEEP if x < 1.0), reverse=True), sorted(x for x in TTFT_SWEEP if x > 1.0)):
+        above = ev
+        for m in order:
+            bands = [b.model_copy(update={"ttft_s": (b.ttft_s[0] or slo.statistic, b.ttft_s[1] * m)}) if b.ttft_s else b
+                     for b in slo.bands]
+            scaled = scn.model_copy(update={"slo": slo.model_copy(update={"bands": bands})})
+            swept = Evaluator(scaled, catalog, model, like=ev)
+            swept._calibration = ev._calibration  # what simulation showed of the model applies here too
+            scaled_classes = {k: [dataclasses.replace(tc, slo=scaled.slo.to_slo()) for tc in tcs]
+                              for k, tcs in classes.items()}
+            prior = _bound_from(above) if m < 1.0 else None
+            res, evs = _lazy_solve(swept, _Memo(scaled), scaled_classes, configs, prior=prior)
+            out[m] = _outcome(f"TTFT targets x {m:g}", res, "" if res.pools else
+                              _infeasible_message(scaled_classes, evs, inventory))
+            above = swept
+    return [(m, out[m]) for m in TTFT_SWEEP if m in out]
+
+
+def _bound_from(looser: Evaluator):
+    """An upper bound on a pair's model capacity under tighter TTFT limits: its capacity, or its
+    proven bound, under `looser` limits (2% over, for the waiting-time grid)."""
+
+    def prior(cfg: Config, tc: TrafficClass) -> float:
+        key = (*cfg.key, *looser._class_key(tc))
+        found = looser._cache.get(key)
+        if found is not None and found.capacity is not None:
+            return found.capacity.max_rps * 1.02
+        return looser.upper.get(key, math.inf) * 1.02
+
+    return prior
 
 
 def _served(scn: Scenario, model: Model, hist: Histogram, measured_peak_rps: float, limit: int | None):
@@ -617,6 +843,12 @@ def _served(scn: Scenario, model: Model, hist: Histogram, measured_peak_rps: flo
     if scn.traffic.shared_prefix_tokens >= limit:
         raise InputError(f"traffic.shared_prefix_tokens {scn.traffic.shared_prefix_tokens} must be below the context limit {limit}")
     return limit, served, measured_peak_rps * scn.traffic.growth * served.requests / hist.requests
+
+
+def assemble_plan(st: Setup, evals, sol: FleetSolution, pools: list[PoolDetail], certification) -> Plan:
+    """The plan as data, from a solution and its pools' details."""
+    return _assemble(st.scn, st.model, st.catalog, st.hist, st.served, st.limit, st.measured_peak_rps, st.peak_rps,
+                     st.classes, evals, sol, pools, st.traffic_notes, st.measured_mean_rps, certification)
 
 
 def _assemble(scn, model, catalog, hist, served, limit, measured_peak_rps, peak, classes, evals, sol, pools,
@@ -679,51 +911,72 @@ def pool_setting(pd: PoolDetail, scn: Scenario, pools: list[PoolDetail], trace: 
                        pd.rate_per_replica_rps, pd.model, pd.resident, scn.traffic.shared_prefix_tokens, mine)
 
 
-def _certify(scn, ev, classes, evals, sol, pools, resolve, trace, *, rounds: int):
-    """Replay every pool of the plan; where one misses, plan its config for that class at its
-    simulated capacity and solve again, until every pool holds or `rounds` re-plans are spent."""
-    sim, slo = scn.simulation, scn.slo.to_slo()
-    checked = ev.checks  # replays already run for this scenario (the plan's, the per-GPU plans')
-    changes: list[str] = []
+def certify_plans(parts, resolve, *, rounds: int) -> list[tuple[list[Evaluation], FleetSolution, list[PoolDetail], Certification]]:
+    """Replay every pool of every plan; where one misses, plan its config for that class at its
+    simulated capacity and solve again, until every pool holds or `rounds` re-plans are spent.
+
+    parts: (setup, evaluations, solution, pool details) per plan; plans solved together (the
+    services of a fleet) are re-solved together: resolve(evaluations per part) gives each part's
+    new solution. Returns each part's evaluations, solution, pools (with their checks) and
+    certification."""
+    state = [[st, evals, sol, pools, []] for st, evals, sol, pools in parts]
 
     def key(pd: PoolDetail) -> tuple:
         tc = pd.traffic_class
         return (tc.option, tc.name, pd.config.label(tc.max_model_len), pd.replicas, round(pd.rate_per_replica_rps, 9))
 
+    def run(st: Setup, p: PoolSetting) -> PoolCheck:
+        slo, sim = st.scn.slo.to_slo(), st.scn.simulation
+        return check_pool(p, slo, requests=_requests(p, slo, sim), seed=sim.seed)
+
     spent = 0
     while True:
-        todo = {key(pd): pool_setting(pd, scn, pools, trace) for pd in pools if key(pd) not in checked}
+        # Replays already run for a scenario are kept (the plan's, the per-GPU plans').
+        todo = []
+        for st, _, _, pools, _ in state:
+            fresh = {key(pd): pd for pd in pools if key(pd) not in st.ev.checks}
+            todo += [(st, k, pool_setting(pd, st.scn, pools, st.trace)) for k, pd in fresh.items()]
         # The simulator's loop releases the GIL: pools replay side by side, one thread each.
         with ThreadPoolExecutor(max_workers=max(1, min(len(todo), os.cpu_count() or 1))) as workers:
-            done = workers.map(lambda p: check_pool(p, slo, requests=_requests(p, slo, sim), seed=sim.seed),
-                               todo.values())
-            checked.update(zip(todo, done, strict=True))
-        missing = [pd for pd in pools if not checked[key(pd)].holds]
-        if not missing or spent == rounds:
+            done = list(workers.map(lambda t: run(t[0], t[2]), todo))
+        for (st, k, _), check in zip(todo, done, strict=True):
+            st.ev.checks[k] = check
+        missing = [[pd for pd in pools if not st.ev.checks[key(pd)].holds] for st, _, _, pools, _ in state]
+        if not any(missing) or spent == rounds:
             break
         spent += 1
-        for pd in missing:
-            check = checked[key(pd)]
-            tc = pd.traffic_class
-            config = pd.config.label(tc.max_model_len)
-            if not check.problems:  # held at the planned peak with Poisson arrivals, not under the log's bursts
-                new = pd.planned_rps * pd.replicas / (pd.replicas + 1)
-                why = "the log's own arrivals: " + "; ".join(check.replay.problems)
-            else:
-                setting = pool_setting(pd, scn, pools, None)
-                new = simulated_capacity(setting, slo, requests=_requests(setting, slo, sim), seed=sim.seed).rate_rps
-                why = "; ".join(check.problems)
-            ev.record_simulated(next(e for e in evals if e.key == (tc.option, tc.name, config)), new)
-            changes.append(f"round {spent}: {tc.label} on {config} missed ({why}); planned at {new:,.3f} instead of "
-                           f"{pd.planned_rps:,.3f} req/s per replica")
-        evals = [ev.evaluate(e.config, e.traffic_class) for e in evals]
-        sol = resolve(evals)
-        if not sol.pools:
-            raise InfeasibleError("no plan holds its targets in simulation: " + " | ".join(changes))
-        pools = _pool_details(ev, evals, sol)
-    certified = all(checked[key(pd)].holds for pd in pools)
-    pools = [dataclasses.replace(pd, check=checked[key(pd)]) for pd in pools]
-    return evals, sol, pools, Certification(certified, spent, tuple(changes), sim.requests, sim.band_requests, sim.seed)
+        for (st, evals, _, pools, changes), miss in zip(state, missing, strict=True):
+            slo, sim = st.scn.slo.to_slo(), st.scn.simulation
+            for pd in miss:
+                check = st.ev.checks[key(pd)]
+                tc = pd.traffic_class
+                config = pd.config.label(tc.max_model_len)
+                if not check.problems:  # held at the planned peak with Poisson arrivals, not under the log's bursts
+                    new = pd.planned_rps * pd.replicas / (pd.replicas + 1)
+                    why = "the log's own arrivals: " + "; ".join(check.replay.problems)
+                else:
+                    setting = pool_setting(pd, st.scn, pools, None)
+                    new = simulated_capacity(setting, slo, requests=_requests(setting, slo, sim), seed=sim.seed).rate_rps
+                    why = "; ".join(check.problems)
+                st.ev.record_simulated(next(e for e in evals if e.key == (tc.option, tc.name, config)), new)
+                changes.append(f"round {spent}: {tc.label} on {config} missed ({why}); planned at {new:,.3f} instead "
+                               f"of {pd.planned_rps:,.3f} req/s per replica")
+        for part in state:  # variants proved below a sibling stay below it (record_simulated scales the class)
+            part[1] = [e if e.dominated_by else part[0].ev.evaluate(e.config, e.traffic_class) for e in part[1]]
+        sols = resolve([part[1] for part in state])
+        if any(not sol.pools for sol in sols):
+            raise InfeasibleError("no plan holds its targets in simulation: "
+                                  + " | ".join(c for part in state for c in part[4]))
+        for part, sol in zip(state, sols, strict=True):
+            part[2], part[3] = sol, _pool_details(part[0].ev, part[1], sol)
+    out = []
+    for st, evals, sol, pools, changes in state:
+        sim = st.scn.simulation
+        certified = all(st.ev.checks[key(pd)].holds for pd in pools)
+        pools = [dataclasses.replace(pd, check=st.ev.checks[key(pd)]) for pd in pools]
+        out.append((evals, sol, pools, Certification(certified, spent, tuple(changes), sim.requests, sim.band_requests,
+                                                     sim.seed)))
+    return out
 
 
 def _requests(p: PoolSetting, slo: SLO, sim) -> int:
@@ -768,7 +1021,9 @@ def _given_fleet_plan(scn, catalog, model, hist, measured_peak_rps, *, traffic_n
     details = _pool_details(ev, evals, sol)
     certification = None
     if scn.verify if certify is None else certify:
-        evals, sol, details, certification = _certify(scn, ev, classes, evals, sol, details, None, trace, rounds=0)
+        setup = Setup(scn, catalog, model, hist, measured_peak_rps, limit, served, peak, ev, [], classes, evals,
+                      tuple(traffic_notes), measured_mean_rps, trace)
+        [(evals, sol, details, certification)] = certify_plans([(setup, evals, sol, details)], None, rounds=0)
     plan = _assemble(scn, model, catalog, hist, served, limit, measured_peak_rps, peak, classes, evals, sol, details,
                      traffic_notes, measured_mean_rps, certification)
     free = scn.model_copy(update={"fleet": None})
@@ -789,8 +1044,7 @@ def _levers(scn, catalog, model, served, limit, peak, ev, configs, classes, eval
         if not cfgs:
             out.append(Outcome(name, False, math.inf, 0, "", "no GPU candidate supports it"))
             return
-        evs = ev.evaluate_all(classes, cfgs)
-        res = solve(classes, evs)
+        res, evs = _lazy_solve(ev, solve, classes, cfgs)
         out.append(_outcome(name, res, "" if res.pools else _infeasible_message(classes, evs, inventory)))
 
     for kind, allowed in (("KV cache", scn.kv_dtypes), ("weights", scn.weight_dtypes)):
@@ -817,8 +1071,7 @@ def _levers(scn, catalog, model, served, limit, peak, ev, configs, classes, eval
         if not lowered.is_empty:
             lost = served.requests - lowered.requests
             lower_classes = traffic_classes(scn, lowered, lower, peak * lowered.requests / served.requests)
-            evs = ev.evaluate_all(lower_classes, configs)
-            res = solve(lower_classes, evs)
+            res, evs = _lazy_solve(ev, solve, lower_classes, configs)
             name = f"context limit {lower:,} (rejects {lost / served.requests:.1%} of requests)"
             out.append(_outcome(name, res, "" if res.pools else _infeasible_message(lower_classes, evs, inventory)))
     return out

@@ -439,13 +439,22 @@ def _assumptions(plan: Plan) -> str:
 
 def write_report(plan: Plan, out_dir: Path, *, sections: tuple[str, ...] = ()) -> Path:
     """Write reports/<name>.md and its figures atomically; returns the Markdown path."""
+    figures = write_figures(plan, out_dir)
+    text = render(plan, figures=figures, sections=sections)
+    path = out_dir / f"{plan.scenario.name}.md"
+    write_text_atomic(path, text)
+    return path
+
+
+def write_figures(plan: Plan, out_dir: Path, *, prefix: str = "") -> dict[str, str]:
+    """Write the plan's figures (<prefix><name>_traffic.png, ...); returns their file names by kind."""
     from planner.figures import cost_figure, target_figure, traffic_figure
 
     output_folder(out_dir)
     name = plan.scenario.name
-    figures = {"traffic": f"{name}_traffic.png", "split": f"{name}_split.png"}
+    figures = {"traffic": f"{prefix}{name}_traffic.png", "split": f"{prefix}{name}_split.png"}
     if plan.ttft_sweep:
-        figures["ttft"] = f"{name}_ttft_target.png"
+        figures["ttft"] = f"{prefix}{name}_ttft_target.png"
         first = next(b for b in plan.scenario.slo.to_slo().bands if b.ttft)
         target_figure([(first.ttft.limit_s, plan.cost_per_hour)]
                       + [(first.ttft.limit_s * m, o.cost_per_hour) for m, o in plan.ttft_sweep],
@@ -455,7 +464,4 @@ def write_report(plan: Plan, out_dir: Path, *, sections: tuple[str, ...] = ()) -
                    thresholds=[t for t in plan.scenario.thresholds if t < plan.context_limit])
     cost_figure([(o.name, o.cost_per_hour) for o in plan.split_analysis + plan.levers], out_dir / figures["split"],
                 title=f"{name}: cost per hour by split option and lever")
-    text = render(plan, figures=figures, sections=sections)
-    path = out_dir / f"{name}.md"
-    write_text_atomic(path, text)
-    return path
+    return figures

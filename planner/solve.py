@@ -67,18 +67,26 @@ class Inputs:
 
 
 def load_inputs(path: str | Path, *, catalog_files: tuple[str, ...] = ()) -> Inputs:
-    from planner.traffic import load_traffic
-
     path = Path(path)
     scn, base = load_scenario(path)
-    catalog = scenario_catalog(scn, path, catalog_files)
-    model = scenario_model(scn, catalog, base, str(path))
+    return scenario_inputs(scn, path, base, catalog_files=catalog_files)
+
+
+def scenario_inputs(scn: Scenario, path: Path, base: Path, *, catalog_files: tuple[str, ...] = (),
+                    where: str | None = None) -> Inputs:
+    """A validated scenario's catalog, model and traffic; `base` is the folder its relative paths start
+    from and `where` names it in messages [default: path] (a fleet's inline service: 'fleet.yaml: services[2]')."""
+    from planner.traffic import load_traffic
+
+    where = where or str(path)
+    catalog = scenario_catalog(scn, Path(where), catalog_files)
+    model = scenario_model(scn, catalog, base, where)
     try:
         traffic = load_traffic(scn, base)
     except InputError as exc:
         if exc.where is not None:  # already names its log file
             raise
-        raise InputError(f"traffic: {exc}", where=str(path)) from None
+        raise InputError(f"traffic: {exc}", where=where) from None
     return Inputs(path, scn, catalog, model, traffic)
 
 
@@ -97,6 +105,25 @@ def plan_inputs(
         certify=certify, trace=t.requests_at_growth(scn.traffic.growth) if t.requests is not None else None,
         use_reserved=use_reserved,
     )
+
+
+def report_sections(plan: Plan, inputs: Inputs, *, forecast: bool = True) -> tuple[str, ...]:
+    """The sections a plan's report adds after its pools: the day's load curve priced (a profile that
+    is not flat) and, with `forecast`, the scenario's forecast."""
+    sections = []
+    if not inputs.traffic.profile.is_flat:
+        from planner.daily import day_section
+
+        sections.append(day_section(plan, inputs.traffic.profile))
+    if forecast and inputs.scenario.forecast is not None:
+        from planner.forecast import run_forecast
+        from planner.forecast_outputs import forecast_markdown
+
+        sections.append(
+            forecast_markdown(inputs.scenario.name, run_forecast(inputs), heading=2)
+            + "\nThe quarter-by-quarter CSV and figure come from `planner forecast` on this scenario.\n"
+        )
+    return tuple(sections)
 
 
 def uncertified_message(plan: Plan) -> str | None:

@@ -103,10 +103,10 @@ def test_a_pool_that_misses_in_simulation_is_replanned_at_its_simulated_capacity
     })
     original = Evaluator._model_evaluation
 
-    def optimistic(self, key, cfg, tc):
+    def optimistic(self, key, cfg, tc, **kw):
         import dataclasses
 
-        e = original(self, key, cfg, tc)
+        e = original(self, key, cfg, tc, **kw)
         return dataclasses.replace(e, capacity=dataclasses.replace(e.capacity, max_rps=e.capacity.max_rps * 1.6))
 
     Evaluator._model_evaluation = optimistic

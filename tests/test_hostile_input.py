@@ -522,6 +522,23 @@ def test_an_infeasible_scenario_among_several_is_named(tmp_path):
     one_line_error(r, 3, f"{bad}: class 'all (≤ 8,192 tokens)' without a split cannot be served")
 
 
+def test_an_infeasible_scenario_after_a_good_one_leaves_no_report(tmp_path):
+    good = scenario(tmp_path, name="good.yaml")
+    bad = scenario(tmp_path, BASE.replace("name: tiny", "name: big").replace("model: llama-3.1-8b", "model: llama-3.1-70b"),
+                   name="bad.yaml")
+    r = run("solve", good, bad, "--out-dir", tmp_path / "out")
+    one_line_error(r, 3, f"{bad}: class 'all (≤ 8,192 tokens)' without a split cannot be served")
+    assert leftovers(tmp_path / "out") == []
+
+
+def test_two_scenarios_of_one_name_are_refused_before_one_report_overwrites_the_other(tmp_path):
+    first = scenario(tmp_path, name="a.yaml")
+    second = scenario(tmp_path, BASE.replace("rps: 4", "rps: 8"), name="b.yaml")
+    r = run("solve", first, second, "--out-dir", tmp_path / "out")
+    one_line_error(r, 2, f"{second}: name 'tiny' is also the name of {first}; its report would overwrite that one")
+    assert leftovers(tmp_path / "out") == []
+
+
 @pytest.mark.parametrize(
     ("change", "expected"),
     [

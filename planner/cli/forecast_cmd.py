@@ -61,11 +61,25 @@ def forecast(scenario, out_dir, no_report, catalog_files, as_json) -> None:
     <name>_forecast_total.csv (the quarters summed), <name>_forecast_datapackage.json
     (what every column means) and a figure.
 
+    SCENARIO may be a fleet file (with `services:`): every quarter is then one ILP over the whole
+    fleet, commitments shared; the tables are <name>_forecast_quarters.csv, _services.csv (one row
+    per service per quarter) and _types.csv (one row per GPU type per quarter), with their data
+    dictionary.
+
     \b
     Example:
       planner forecast scenarios/finance_2027.yaml
+      planner forecast scenarios/fleet_2027q1.yaml
     """
     from planner.errors import located
+    from planner.fleet import is_fleet_file
+
+    with located(scenario):
+        fleet = is_fleet_file(scenario)
+    if fleet:
+        with located(scenario):
+            _fleet_forecast(scenario, out_dir, no_report, catalog_files, as_json)
+        return
     from planner.forecast import run_forecast
     from planner.forecast_outputs import forecast_json
     from planner.solve import load_inputs
@@ -88,6 +102,25 @@ def forecast(scenario, out_dir, no_report, catalog_files, as_json) -> None:
     for r in results:
         if r.idle is not None:
             click.echo(_idle_text(r))
+    if written:
+        click.echo("-> " + ", ".join(str(p) for p in written))
+
+
+def _fleet_forecast(path, out_dir, no_report, catalog_files, as_json) -> None:
+    from planner.fleet import load_fleet
+    from planner.fleet_forecast import fleet_forecast_json, run_fleet_forecast, write_fleet_forecast
+
+    fleet = load_fleet(path, catalog_files=catalog_files)
+    results = run_fleet_forecast(fleet)
+    written = None if no_report else write_fleet_forecast(fleet.spec.name, results, Path(out_dir))
+    if as_json:
+        echo_json(fleet_forecast_json(results))
+        return
+    for r in results:
+        types = ", ".join(f"{t.used} {t.gpu}" for t in r.plan.types if t.used)
+        idle = ", ".join(f"{t.idle_committed} {t.gpu}" for t in r.plan.types if t.idle_committed)
+        click.echo(f"{r.quarter}: {r.plan.gpus} GPUs ({types}), ${r.cost_per_hour:,.2f}/hour"
+                   + (f"; committed idle: {idle}" if idle else ""))
     if written:
         click.echo("-> " + ", ".join(str(p) for p in written))
 

@@ -25,55 +25,118 @@ def solve(scenarios, out_dir, no_report, write_lp, verify, catalog_files, as_jso
     """Solve SCENARIOS for the cheapest fleet that holds their latency targets; one report each.
 
     A plan that cannot be certified by simulation exits 3 and writes no report. A scenario
-    that states its `fleet` gets that fleet checked and reported instead.
+    that states its `fleet` gets that fleet checked and reported instead. A fleet file (one with
+    `services:`) plans all its services in one ILP over the GPUs they share: one report, a section
+    per service.
 
     \b
     Example:
       planner solve scenarios/128k_rollout.yaml
-      planner solve scenarios/*.yaml --json
+      planner solve scenarios/fleet_2027q1.yaml --json
     """
-    from planner.errors import InfeasibleError, located
-    from planner.report import write_report
-    from planner.solve import load_inputs, plan_inputs, plan_json, uncertified_message
+    from planner.errors import located
 
-    results = []
-    for i, path in enumerate(scenarios):
+    # Every scenario is read and checked before any is planned, and every plan is made before any
+    # file is written: a bad or infeasible scenario late in the list leaves no reports behind.
+    loaded = [_load(path, catalog_files) for path in scenarios]
+    if not no_report:
+        _refuse_same_names(loaded)
+    planned = []
+    for i, (path, kind, inputs) in enumerate(loaded):
         with located(str(path)):
-            inputs = load_inputs(path, catalog_files=catalog_files)
             first_lp = bool(write_lp) and i == 0
-            plan = plan_inputs(inputs, keep_lp=first_lp, certify=verify)
-            problem = uncertified_message(plan)
-            if problem and not plan.given_fleet:
-                raise InfeasibleError(problem)
-            sections = []
-            if not inputs.traffic.profile.is_flat:
-                from planner.daily import day_section
-
-                sections.append(day_section(plan, inputs.traffic.profile))
-            if inputs.scenario.forecast is not None:
-                from planner.forecast import run_forecast
-                from planner.forecast_outputs import forecast_markdown
-
-                sections.append(
-                    forecast_markdown(inputs.scenario.name, run_forecast(inputs), heading=2)
-                    + "\nThe quarter-by-quarter CSV and figure come from `planner forecast` on this scenario.\n"
-                )
-            if first_lp:
-                _write_lp(plan.solution.lp_text, Path(write_lp))
-            written = None if no_report else write_report(plan, Path(out_dir), sections=tuple(sections))
-            if as_json:
-                results.append(plan_json(plan))
-            else:
-                sol = plan.solution
-                pools = ", ".join(f"{p.traffic_class}: {p.replicas} x {p.config}" for p in sol.pools)
-                verdict = f" [{problem}]" if problem else ""
-                click.echo(
-                    f"{plan.scenario.name}: ${plan.cost_per_hour:,.2f}/hour, {sol.gpus} GPUs, "
-                    f"{'no split' if sol.threshold is None else f'split at {sol.threshold:,}'} — {pools}{verdict}"
-                    + (f" -> {written}" if written else "")
-                )
+            planned.append((path, kind, _plan(kind, inputs, first_lp, verify)))
+    results = []
+    for i, (path, kind, plan) in enumerate(planned):
+        with located(str(path)):
+            if write_lp and i == 0:
+                _write_lp(plan[0].solution.lp_text if kind == "scenario" else plan.joint.lp_text, Path(write_lp))
+            results.append(_write_one(plan, no_report, out_dir, as_json) if kind == "scenario"
+                           else _write_fleet(plan, no_report, out_dir, as_json))
     if as_json:
         echo_json(results if len(results) > 1 else results[0])
+
+
+def _load(path, catalog_files):
+    """(path, 'fleet' or 'scenario', what it loads to), with errors naming the file."""
+    from planner.errors import located
+    from planner.fleet import is_fleet_file, load_fleet
+    from planner.solve import load_inputs
+
+    with located(str(path)):
+        if is_fleet_file(path):
+            return path, "fleet", load_fleet(path, catalog_files=catalog_files)
+        return path, "scenario", load_inputs(path, catalog_files=catalog_files)
+
+
+def _refuse_same_names(loaded) -> None:
+    """Two scenarios of one name would write one report over the other."""
+    from planner.errors import InputError
+
+    first: dict[str, str] = {}
+    for path, kind, inputs in loaded:
+        name = inputs.scenario.name if kind == "scenario" else inputs.spec.name
+        if name in first:
+            raise InputError(f"name '{name}' is also the name of {first[name]}; its report would overwrite that one",
+                             where=str(path))
+        first[name] = str(path)
+
+
+def _plan(kind, inputs, keep_lp, verify):
+    """The scenario's plan with its report sections and the line saying why it is not certified,
+    or the fleet's plan; InfeasibleError when a plan cannot be certified."""
+    from planner.errors import InfeasibleError
+    from planner.solve import plan_inputs, report_sections, uncertified_message
+
+    if kind == "fleet":
+        from planner.fleet_plan import make_fleet_plan
+
+        fleet_plan = make_fleet_plan(inputs, certify=verify, keep_lp=keep_lp)
+        problems = [f"service '{p.scenario.name}': {m}" for p in fleet_plan.plans if (m := uncertified_message(p))]
+        if problems:
+            raise InfeasibleError("; ".join(problems))
+        return fleet_plan
+    plan = plan_inputs(inputs, keep_lp=keep_lp, certify=verify)
+    problem = uncertified_message(plan)
+    if problem and not plan.given_fleet:
+        raise InfeasibleError(problem)
+    return plan, report_sections(plan, inputs), problem
+
+
+def _write_one(planned, no_report, out_dir, as_json):
+    from planner.report import write_report
+    from planner.solve import plan_json
+
+    plan, sections, problem = planned
+    written = None if no_report else write_report(plan, Path(out_dir), sections=sections)
+    if as_json:
+        return plan_json(plan)
+    sol = plan.solution
+    pools = ", ".join(f"{p.traffic_class}: {p.replicas} x {p.config}" for p in sol.pools)
+    verdict = f" [{problem}]" if problem else ""
+    click.echo(
+        f"{plan.scenario.name}: ${plan.cost_per_hour:,.2f}/hour, {sol.gpus} GPUs, "
+        f"{'no split' if sol.threshold is None else f'split at {sol.threshold:,}'} — {pools}{verdict}"
+        + (f" -> {written}" if written else "")
+    )
+    return None
+
+
+def _write_fleet(fleet_plan, no_report, out_dir, as_json):
+    from planner.fleet_report import fleet_json, write_fleet_report
+
+    written = None if no_report else write_fleet_report(fleet_plan, Path(out_dir))
+    if as_json:
+        return fleet_json(fleet_plan)
+    types = ", ".join(f"{n} {g}" for g, n in fleet_plan.joint.gpus_by_type.items())
+    click.echo(f"{fleet_plan.fleet.spec.name}: ${fleet_plan.cost_per_hour:,.2f}/hour, {fleet_plan.gpus} GPUs ({types}), "
+               f"{len(fleet_plan.plans)} services" + (f" -> {written}" if written else ""))
+    for plan in fleet_plan.plans:
+        sol = plan.solution
+        pools = ", ".join(f"{p.traffic_class}: {p.replicas} x {p.config}" for p in sol.pools)
+        click.echo(f"  {plan.scenario.name}: {sol.gpus} GPUs, "
+                   f"{'no split' if sol.threshold is None else f'split at {sol.threshold:,}'} — {pools}")
+    return None
 
 
 def _write_lp(text: str, path: Path) -> None:

@@ -17,7 +17,7 @@ class Sizing(Strict):
 
 
 class Solver(Strict):
-    backend: Literal["cbc", "highs"] = "cbc"
+    backend: Literal["cbc", "highs"] = Field("highs", description="highs (in process, the default) or cbc (PuLP's bundled solver)")
     time_limit_s: real(gt=0, le=MAX_SOLVER_SECONDS) = 60.0
 
 

@@ -1,0 +1,200 @@
+"""The fleet file: several services (scenarios) that share GPU inventory, commitments and rules.
+
+A fleet file lists its services (scenario files, or scenarios written inline) and the GPU types
+they share: committed GPUs (owned or reserved, paid whether used or not, each with its price),
+a cap on GPUs bought on demand beyond them, and one on-demand price per shared type. It may add
+fleet-wide rules (a most number of GPU types, a monthly budget) and a forecast whose quarters
+run over the whole fleet. `planner solve FLEET.yaml` plans every service in one ILP
+(planner.fleet_plan); each service keeps its own split decision, levers and targets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from planner.bounds import (
+    MAX_FLEET_GPUS,
+    MAX_PRICE_USD_PER_GPU_HOUR,
+    GpuCount,
+    PriceUsdPerGpuHour,
+    real,
+    whole,
+)
+from planner.catalog import Catalog, load_catalog
+from planner.errors import InputError
+from planner.scenario import Forecast, GPUCandidate, Scenario, Solver, resolve
+from planner.scenario.fields import Strict
+from planner.solve import Inputs, scenario_inputs
+from planner.yamlio import load_yaml, validate
+
+
+class SharedGPU(Strict):
+    """One GPU type the services share: what is committed, what may be bought, at what price."""
+
+    owned: GpuCount = Field(0, description="GPUs owned: paid whether used or not (amortisation, power, hosting)")
+    owned_usd_per_hour: real(ge=0, le=MAX_PRICE_USD_PER_GPU_HOUR) | None = Field(None, description="cost of an owned GPU per hour")
+    reserved: GpuCount = Field(0, description="GPUs reserved (committed): paid whether used or not")
+    reserved_usd_per_hour: real(ge=0, le=MAX_PRICE_USD_PER_GPU_HOUR) | None = Field(None, description="committed price per GPU-hour")
+    max_new: GpuCount | None = Field(
+        None, description="most GPUs bought on demand beyond the owned and reserved ones [default: no cap]"
+    )
+    price_usd_per_hour: PriceUsdPerGpuHour | None = Field(
+        None, description="on-demand price per GPU-hour, the same for every service [default: the catalog's]"
+    )
+
+    @model_validator(mode="after")
+    def _priced(self) -> SharedGPU:
+        for kind in ("owned", "reserved"):
+            if getattr(self, kind) and getattr(self, f"{kind}_usd_per_hour") is None:
+                raise ValueError(f"{kind}: {getattr(self, kind)} GPUs need {kind}_usd_per_hour (what one costs an hour)")
+        return self
+
+    @property
+    def committed(self) -> int:
+        return self.owned + self.reserved
+
+    @property
+    def committed_usd_per_hour(self) -> float:
+        """All committed GPUs of the type, per hour (paid whether used or not)."""
+        return self.owned * (self.owned_usd_per_hour or 0.0) + self.reserved * (self.reserved_usd_per_hour or 0.0)
+
+    @property
+    def cap(self) -> int | None:
+        """Most GPUs of the type the fleet can run: committed plus the purchase cap (None: no cap)."""
+        return None if self.max_new is None else self.committed + self.max_new
+
+
+class FleetSpec(Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    description: str = ""
+    services: list[str | dict[str, Any]] = Field(
+        min_length=1, description="each a scenario file (relative to the fleet file) or a scenario written inline"
+    )
+    inventory: dict[str, SharedGPU] = Field(default_factory=dict, description="GPU types the services share")
+    max_gpu_types: whole(ge=1, le=MAX_FLEET_GPUS) | None = Field(
+        None, description="most GPU types the whole fleet may run (fewer types: fewer images, drivers, spares)"
+    )
+    budget_usd_per_month: real(gt=0, le=1e15) | None = Field(
+        None, description="the fleet's budget: a plan above it exits 3 (infeasible), naming the overrun"
+    )
+    solver: Solver = Field(Solver(), description="solves the fleet's ILP and every service's re-solves")
+    forecast: Forecast | None = Field(None, description="quarters over the whole fleet (planner forecast)")
+
+
+@dataclass(frozen=True)
+class Service:
+    """One service of a fleet: its scenario's inputs, with the fleet's prices for shared GPU types."""
+
+    index: int
+    inputs: Inputs
+    where: str  # how messages name it: a file, or 'fleet.yaml: services[2]'
+
+    @property
+    def name(self) -> str:
+        return self.inputs.scenario.name
+
+
+@dataclass(frozen=True)
+class FleetInputs:
+    path: Path
+    spec: FleetSpec
+    catalog: Catalog  # the base catalog (shared GPU types are checked against it)
+    services: tuple[Service, ...]  # with the fleet's prices for shared types
+    stated: tuple[Service, ...] = ()  # as their scenarios state them
+
+    def with_inventory(self, inventory: dict[str, SharedGPU]) -> FleetInputs:
+        """The same services with another inventory (a forecast quarter's commitments and prices)."""
+        spec = self.spec.model_copy(update={"inventory": inventory})
+        return _with_shared_prices(FleetInputs(self.path, spec, self.catalog, self.stated, self.stated))
+
+    @property
+    def shared_caps(self) -> dict[str, int]:
+        return {g: s.cap for g, s in self.spec.inventory.items() if s.cap is not None}
+
+    @property
+    def commitments(self) -> dict[str, tuple[int, float]]:
+        """Committed GPUs per shared type and their mean price per GPU-hour (for the ILP)."""
+        return {g: (s.committed, s.committed_usd_per_hour / s.committed)
+                for g, s in self.spec.inventory.items() if s.committed}
+
+    def on_demand_price(self, gpu: str) -> float:
+        shared = self.spec.inventory.get(gpu)
+        if shared is not None and shared.price_usd_per_hour is not None:
+            return shared.price_usd_per_hour
+        return self.catalog.gpu(gpu).price_usd_per_hour
+
+
+def is_fleet_file(path: str | Path) -> bool:
+    """A fleet file is a YAML mapping with `services:` (a scenario has `model:` and `traffic:`)."""
+    raw = load_yaml(path)
+    return isinstance(raw, dict) and "services" in raw
+
+
+def load_fleet(path: str | Path, *, catalog_files: tuple[str, ...] = ()) -> FleetInputs:
+    """Read and validate a fleet file and every service it lists."""
+    path = Path(path)
+    raw = load_yaml(path)
+    if not isinstance(raw, dict):
+        raise InputError("a fleet file is a YAML mapping (name:, services:, inventory:, ...)", where=str(path))
+    spec = validate(FleetSpec, raw, where=str(path))
+    catalog = load_catalog(*catalog_files)
+    for gpu in spec.inventory:
+        try:
+            catalog.gpu(gpu)
+        except InputError as exc:
+            raise InputError(f"inventory.{gpu}: {exc}", where=str(path)) from None
+    services = []
+    for i, entry in enumerate(spec.services):
+        services.append(_service(spec, catalog, path, i, entry, catalog_files))
+    names = [s.name for s in services]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise InputError(f"services[{i}]: a second service named '{name}' (service names name report sections)",
+                             where=str(path))
+    return _with_shared_prices(FleetInputs(path, spec, catalog, tuple(services), tuple(services)))
+
+
+def _service(spec: FleetSpec, catalog: Catalog, path: Path, i: int, entry, catalog_files) -> Service:
+    from planner.scenario import load_scenario
+
+    if isinstance(entry, str):
+        file = resolve(path.parent, entry)
+        if not file.is_file():
+            raise InputError(f"services[{i}]: no scenario file {entry} (paths are relative to the fleet file)",
+                             where=str(path))
+        scn, base = load_scenario(file)
+        return Service(i, scenario_inputs(scn, file, base, catalog_files=catalog_files), str(file))
+    where = f"{path}: services[{i}]"
+    scn = validate(Scenario, entry, where=str(path), prefix=f"services[{i}]")
+    return Service(i, scenario_inputs(scn, path, path.parent, catalog_files=catalog_files, where=where), where)
+
+
+def _with_shared_prices(fleet: FleetInputs) -> FleetInputs:
+    """Every service pays the fleet's one on-demand price for a shared GPU type; a service that
+    states another price for one is told to state it once, in the fleet's inventory."""
+    services = []
+    for svc in fleet.services:
+        scn, catalog = svc.inputs.scenario, svc.inputs.catalog
+        gpus = []
+        for j, cand in enumerate(scn.gpu_candidates):
+            if cand.id not in fleet.spec.inventory:
+                gpus.append(cand)
+                continue
+            price = fleet.on_demand_price(cand.id)
+            own = cand.price_per_hour(catalog.gpu(cand.id).price_usd_per_hour)
+            if abs(own - price) <= 1e-9:
+                gpus.append(cand)
+                continue
+            if cand.price_usd_per_hour is not None or own != fleet.catalog.gpu(cand.id).price_usd_per_hour:
+                raise InputError(
+                    f"gpus[{j}]: price of the shared GPU type '{cand.id}' is {own:g} $/hour here but {price:g} in the "
+                    "fleet; a shared type has one on-demand price: set it in the fleet's inventory", where=svc.where)
+            gpus.append(GPUCandidate(**{**cand.model_dump(), "price_usd_per_hour": price}))
+        scn = scn.model_copy(update={"gpus": gpus, "solver": fleet.spec.solver})  # one solver for the whole fleet
+        services.append(Service(svc.index, Inputs(svc.inputs.path, scn, catalog, svc.inputs.model, svc.inputs.traffic),
+                                svc.where))
+    return FleetInputs(fleet.path, fleet.spec, fleet.catalog, tuple(services), fleet.stated)

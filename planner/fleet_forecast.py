@@ -1,0 +1,308 @@
+"""A fleet's quarterly forecast: every quarter solved over the whole fleet in one ILP, with
+commitments shared by the services and carried forward fleet-wide.
+
+Per quarter (the fleet file's `forecast:`, the schema of a scenario's): every service's demand
+grows by the quarter's growth; `prices` set a GPU type's on-demand price for every service;
+`availability` caps the GPUs of a type the whole fleet can run; `reserved` commits GPUs of a type
+at that quarter's committed price (on-demand × (1 − reserved_discount), or reserved_prices). With
+carry_forward each quarter's fleet, all services together, is committed from the next quarter on
+at the terms of the quarter it was committed in. Owned GPUs and the reservations of the fleet's
+inventory hold in every quarter.
+
+Tidy tables as for a scenario's forecast (planner.forecast_outputs' columns and data dictionary):
+quarters (one row per quarter), services (one per service per quarter), types (one per GPU type
+per quarter, adding up to the quarter's cost).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from planner.errors import InfeasibleError, InputError
+from planner.files import write_text_atomic
+from planner.fleet import FleetInputs, SharedGPU
+from planner.fleet_plan import FleetPlan, TypeUse, make_fleet_plan
+
+# One table format for both forecasts: the Column type, its cells and CSV writing.
+from planner.forecast_outputs import Column, _csv, _table, datapackage, table_file
+from planner.units import HOURS_PER_MONTH, HOURS_PER_QUARTER
+
+
+@dataclass(frozen=True)
+class FleetQuarter:
+    quarter: str
+    demand_multiplier: float  # on every service's base peak
+    plan: FleetPlan
+    added_commitments: dict[str, int]  # GPUs committed this quarter (stated or carried forward), per type
+    change_by_type: dict[str, int]  # GPUs in use against the previous quarter
+
+    @property
+    def cost_per_hour(self) -> float:
+        return self.plan.cost_per_hour
+
+    @property
+    def usd_per_hour_by_kind(self) -> dict[str, float]:
+        """on_demand, committed_used, committed_idle: the quarter's cost per hour by how it is paid."""
+        types = self.plan.types
+        idle = sum(t.idle_committed * t.committed_usd_per_hour / t.committed for t in types if t.committed)
+        committed = sum(t.committed_usd_per_hour for t in types)
+        return {"on_demand": sum(t.on_demand * t.on_demand_usd_per_gpu_hour for t in types),
+                "committed_used": committed - idle, "committed_idle": idle}
+
+
+def run_fleet_forecast(fleet: FleetInputs) -> list[FleetQuarter]:
+    fc = fleet.spec.forecast
+    if fc is None:
+        raise InputError("the fleet file has no forecast section", where=str(fleet.path))
+    base = fleet.spec.inventory
+    out: list[FleetQuarter] = []
+    multiplier = 1.0
+    lots: dict[str, list[tuple[int, float]]] = {}  # commitments beyond the inventory's: (GPUs, price) per type
+    previous: FleetQuarter | None = None
+    for i, q in enumerate(fc.quarters):
+        where = f"forecast.quarters[{i}]"
+        if q.context_limit is not None:
+            raise InputError(f"{where}.context_limit: a fleet's quarters change demand, prices, availability and "
+                             "commitments; a context limit belongs to each service's scenario", where=str(fleet.path))
+        for field_name in ("prices", "availability", "reserved"):
+            for gpu in getattr(q, field_name):
+                try:
+                    fleet.catalog.gpu(gpu)
+                except InputError as exc:
+                    raise InputError(f"{where}.{field_name}: {exc}", where=str(fleet.path)) from None
+        multiplier = multiplier * (1 + q.growth) if fc.growth_mode == "compound" else 1 + q.growth
+        if fc.carry_forward and previous is not None:
+            carried = {g: n - _committed(base, lots, g) for g, n in previous.plan.joint.gpus_by_type.items()}
+        else:
+            carried = {}
+        # A quarter's prices hold in that quarter (as in a scenario's forecast).
+        types = sorted(set(base) | set(lots) | set(q.prices) | set(q.availability) | set(q.reserved)
+                       | {g for g, n in carried.items() if n > 0})
+        price = {g: q.prices.get(g, fleet.on_demand_price(g)) for g in types}
+        added: dict[str, int] = {}
+        if carried:
+            for gpu, extra in carried.items():
+                if extra > 0:
+                    lots.setdefault(gpu, []).append((extra, _commit_price(fleet, fc, fc.quarters[i - 1], gpu)))
+                    added[gpu] = added.get(gpu, 0) + extra
+        for gpu, n in q.reserved.items():
+            extra = n - _committed(base, lots, gpu)
+            if extra > 0:
+                lots.setdefault(gpu, []).append((extra, _commit_price(fleet, fc, q, gpu)))
+                added[gpu] = added.get(gpu, 0) + extra
+        inventory = _quarter_inventory(base, lots, price, q.availability, types, where, fleet)
+        try:
+            plan = make_fleet_plan(fleet.with_inventory(inventory), explore=False, growth=multiplier)
+        except InfeasibleError as exc:
+            raise InfeasibleError(f"forecast quarter {q.quarter}: {exc}") from None
+        by_type = dict(plan.joint.gpus_by_type)
+        before = previous.plan.joint.gpus_by_type if previous else {}
+        change = {} if previous is None else {g: by_type.get(g, 0) - before.get(g, 0)
+                                              for g in sorted(set(by_type) | set(before))}
+        out.append(FleetQuarter(q.quarter, multiplier, plan, added, change))
+        previous = out[-1]
+        if not fc.carry_forward:
+            lots = {}
+    return out
+
+
+def _commit_price(fleet: FleetInputs, fc, q, gpu: str) -> float:
+    """What a GPU committed in quarter q costs an hour, for as long as the forecast runs."""
+    return fc.reserved_prices.get(gpu, q.prices.get(gpu, fleet.on_demand_price(gpu)) * (1 - fc.reserved_discount))
+
+
+def _committed(base, lots, gpu: str) -> int:
+    shared = base.get(gpu)
+    return (shared.committed if shared else 0) + sum(n for n, _ in lots.get(gpu, []))
+
+
+def _quarter_inventory(base, lots, price, availability, types, where, fleet) -> dict[str, SharedGPU]:
+    """The inventory of a quarter: the base's owned and reserved GPUs, the commitments made since
+    (their mean price kept per type), the quarter's prices, and its availability as the type's cap."""
+    out = {}
+    for g in types:
+        shared = base.get(g, SharedGPU())
+        extra = lots.get(g, [])
+        reserved = shared.reserved + sum(n for n, _ in extra)
+        reserved_cost = shared.reserved * (shared.reserved_usd_per_hour or 0.0) + sum(n * p for n, p in extra)
+        committed = shared.owned + reserved
+        cap = shared.cap
+        if g in availability:
+            if availability[g] < committed:
+                raise InputError(f"{where}.availability: {committed} {g} GPUs are committed but availability is "
+                                 f"{availability[g]}", where=str(fleet.path))
+            cap = availability[g]  # the quarter's availability replaces the inventory's cap
+        out[g] = SharedGPU(
+            owned=shared.owned, owned_usd_per_hour=shared.owned_usd_per_hour, reserved=reserved,
+            reserved_usd_per_hour=reserved_cost / reserved if reserved else None,
+            max_new=None if cap is None else max(0, cap - committed), price_usd_per_hour=price[g],
+        )
+    return out
+
+
+# ------------------------------------------------------------------ tables
+
+
+def _kind(kind: str, per: float = 1.0):
+    return lambda r: r.usd_per_hour_by_kind[kind] * per
+
+
+QUARTER_COLUMNS: tuple[Column, ...] = (
+    Column("quarter", "string", "calendar quarter, e.g. 2027Q1", lambda r: r.quarter),
+    Column("demand_multiplier", "number", "every service's demand over its base scenario's", lambda r: r.demand_multiplier),
+    Column("services", "integer", "services planned", lambda r: len(r.plan.plans)),
+    Column("gpus", "integer", "GPUs the fleet runs", lambda r: r.plan.gpus),
+    Column("on_demand_gpus", "integer", "of those, GPUs paid on demand", lambda r: sum(t.on_demand for t in r.plan.types)),
+    Column("committed_gpus", "integer", "owned and reserved GPUs, in use or idle", lambda r: sum(t.committed for t in r.plan.types)),
+    Column("committed_idle_gpus", "integer", "committed GPUs no service uses (paid all the same)",
+           lambda r: sum(t.idle_committed for t in r.plan.types)),
+    Column("on_demand_usd_per_hour", "number", "on-demand GPUs at on-demand prices, USD per hour", _kind("on_demand")),
+    Column("committed_used_usd_per_hour", "number", "committed GPUs in use at their committed prices, USD per hour",
+           _kind("committed_used")),
+    Column("committed_idle_usd_per_hour", "number", "idle committed GPUs at their committed prices, USD per hour",
+           _kind("committed_idle")),
+    Column("total_usd_per_hour", "number", "the fleet's cost: the three above together, USD per hour", lambda r: r.cost_per_hour),
+    Column("total_usd_per_month", "number", f"the fleet's cost per month ({HOURS_PER_MONTH} hours), USD",
+           lambda r: r.cost_per_hour * HOURS_PER_MONTH),
+    Column("total_usd", "number", f"the fleet's cost over the quarter ({HOURS_PER_QUARTER:,} hours), USD",
+           lambda r: r.cost_per_hour * HOURS_PER_QUARTER),
+    Column("tokens_per_hour_at_peak", "number", "prompt + output tokens per hour, every service at its peak rate",
+           lambda r: sum(p.tokens_per_hour for p in r.plan.plans), digits=0),
+    Column("usd_per_million_tokens_at_peak", "number", "total cost / all services' tokens at their peak rates, USD per million",
+           lambda r: r.cost_per_hour / sum(p.tokens_per_hour for p in r.plan.plans) * 1e6),
+)
+
+SERVICE_COLUMNS: tuple[Column, ...] = (
+    Column("quarter", "string", "calendar quarter (quarters.quarter)", lambda x: x[0].quarter),
+    Column("service", "string", "the service (its scenario's name)", lambda x: x[1].scenario.name),
+    Column("model", "string", "the model it serves (catalog id)", lambda x: x[1].model.id),
+    Column("peak_rps", "number", "its planning peak, served requests/s (growth included, before headroom)",
+           lambda x: x[1].peak_rps),
+    Column("split_threshold", "integer", "total-token threshold of its long-context split (empty: one pool)",
+           lambda x: x[1].solution.threshold),
+    Column("pools", "string", "its pools: replicas × config", lambda x: "; ".join(
+        f"{p.traffic_class}: {p.replicas} x {p.config}" for p in x[1].solution.pools)),
+    Column("gpus", "integer", "GPUs it runs", lambda x: x[1].solution.gpus),
+    Column("own_usd_per_hour", "number", "its GPUs at its candidates' on-demand prices, USD per hour",
+           lambda x: x[1].cost_per_hour),
+    Column("paid_usd_per_hour", "number", "its GPUs at the prices the fleet pays (committed GPUs at their type's "
+           "committed price); with the types table's idle commitments they add up to quarters.total_usd_per_hour",
+           lambda x: x[0].plan.paid_usd_per_hour(x[1])),
+    Column("tokens_per_hour_at_peak", "number", "prompt + output tokens per hour at its peak rate",
+           lambda x: x[1].tokens_per_hour, digits=0),
+    Column("paid_usd_per_million_tokens_at_peak", "number", "paid cost / its tokens at its peak rate, USD per million",
+           lambda x: x[0].plan.paid_usd_per_hour(x[1]) / x[1].tokens_per_hour * 1e6),
+)
+
+TYPE_COLUMNS: tuple[Column, ...] = (
+    Column("quarter", "string", "calendar quarter (quarters.quarter)", lambda x: x[0].quarter),
+    Column("gpu", "string", "GPU type", lambda x: x[1].gpu),
+    Column("committed_gpus", "integer", "owned and reserved GPUs of the type", lambda x: x[1].committed),
+    Column("gpus", "integer", "GPUs of the type the services run", lambda x: x[1].used),
+    Column("on_demand_gpus", "integer", "of those, beyond the committed ones", lambda x: x[1].on_demand),
+    Column("idle_committed_gpus", "integer", "committed GPUs no service uses", lambda x: x[1].idle_committed),
+    Column("cap", "integer", "most GPUs of the type the fleet may run (empty: no cap)", lambda x: x[1].cap),
+    Column("on_demand_usd_per_gpu_hour", "number", "the quarter's on-demand price, USD per GPU-hour",
+           lambda x: x[1].on_demand_usd_per_gpu_hour),
+    Column("committed_usd_per_hour", "number", "all committed GPUs of the type, used or not, USD per hour",
+           lambda x: x[1].committed_usd_per_hour),
+    Column("usd_per_hour", "number", "committed + on-demand GPUs of the type, USD per hour; a quarter's rows add up "
+           "to quarters.total_usd_per_hour", lambda x: x[1].usd_per_hour),
+)
+
+TABLES = {"quarters": QUARTER_COLUMNS, "services": SERVICE_COLUMNS, "types": TYPE_COLUMNS}
+
+
+def fleet_forecast_tables(results: list[FleetQuarter]) -> dict[str, str]:
+    rows: dict[str, list] = {
+        "quarters": results,
+        "services": [(r, p) for r in results for p in r.plan.plans],
+        "types": [(r, t) for r in results for t in r.plan.types],
+    }
+    return {name: _csv(_table(TABLES[name], rows[name])) for name in TABLES}
+
+
+def _usd(x: float) -> str:
+    return f"${x:,.2f}"
+
+
+def _gpus(t: TypeUse) -> str:
+    return f"{t.used} {t.gpu}"
+
+
+def fleet_forecast_markdown(name: str, results: list[FleetQuarter]) -> str:
+    first, last = results[0], results[-1]
+    total = sum(r.cost_per_hour * HOURS_PER_QUARTER for r in results)
+    lines = [
+        f"# Forecast: {name}",
+        "",
+        f"**{first.quarter} → {last.quarter}: fleet {first.plan.gpus} → {last.plan.gpus} GPUs, "
+        f"{_usd(first.cost_per_hour * HOURS_PER_QUARTER)} → {_usd(last.cost_per_hour * HOURS_PER_QUARTER)} per quarter; "
+        f"{len(results)} quarters cost {_usd(total)}.**",
+        "",
+        "Every quarter is one ILP over every service, commitments shared; " + _carry(results) + ".",
+        "",
+        "| Quarter | Demand × base | GPUs in use (change) | Committed: in use / idle | $/hour: on demand + committed in use "
+        "+ idle = total | $/quarter | Per service, $/hour as paid |",
+        "|---|---:|---|---|---|---:|---|",
+    ]
+    for r in results:
+        gpus = ", ".join(_gpus(t) + (f" ({r.change_by_type[t.gpu]:+d})" if r.change_by_type.get(t.gpu) else "")
+                         for t in r.plan.types if t.used)
+        committed = ", ".join(f"{t.committed - t.idle_committed} / {t.idle_committed} {t.gpu}"
+                              for t in r.plan.types if t.committed) or "—"
+        k = r.usd_per_hour_by_kind
+        services = "; ".join(f"{p.scenario.name} {_usd(r.plan.paid_usd_per_hour(p))}" for p in r.plan.plans)
+        lines.append(
+            f"| {r.quarter} | {r.demand_multiplier:.3f} | {gpus} | {committed} | {_usd(k['on_demand'])} + "
+            f"{_usd(k['committed_used'])} + {_usd(k['committed_idle'])} = {_usd(r.cost_per_hour)} | "
+            f"{_usd(r.cost_per_hour * HOURS_PER_QUARTER)} | {services} |"
+        )
+    lines.append(f"| **Total** | | | | | **{_usd(total)}** | |")
+    idle = [f"- **{r.quarter}: " + ", ".join(f"{t.idle_committed} {t.gpu}" for t in r.plan.types if t.idle_committed)
+            + f" committed GPU(s) idle**, {_usd(r.usd_per_hour_by_kind['committed_idle'])}/hour paid whether used or not."
+            for r in results if r.usd_per_hour_by_kind["committed_idle"] > 0]
+    if idle:
+        lines += ["", *idle]
+    lines += [
+        "",
+        f"A quarter is {HOURS_PER_QUARTER:,} hours ({HOURS_PER_MONTH} a month). Each service is planned at its peak as "
+        "in `planner solve` (certification by simulation as its scenario asks); a service's day curve is priced by "
+        "`planner forecast` on its own scenario. The tables are in "
+        + ", ".join(f"`{table_file(name, t)}`" for t in TABLES) + f", their columns described in "
+        f"`{name}_forecast_datapackage.json`.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _carry(results: list[FleetQuarter]) -> str:
+    added = [f"{r.quarter}: " + ", ".join(f"+{n} {g}" for g, n in sorted(r.added_commitments.items()))
+             for r in results if r.added_commitments]
+    return "commitments made: " + "; ".join(added) if added else "no commitments beyond the inventory's"
+
+
+def write_fleet_forecast(name: str, results: list[FleetQuarter], out_dir: Path) -> list[Path]:
+    """Every output is made before the first is written, so a failure leaves none half-made."""
+    texts = {f"{name}_forecast.md": fleet_forecast_markdown(name, results)}
+    texts.update({table_file(name, t): text for t, text in fleet_forecast_tables(results).items()})
+    package = datapackage(name, TABLES, description="Quarterly fleet forecast (planner forecast on a fleet file). "
+                          "quarters: one row per quarter; services: one row per service per quarter; types: one row "
+                          "per GPU type per quarter, adding up to the quarter's cost.")
+    texts[f"{name}_forecast_datapackage.json"] = json.dumps(package, indent=2, ensure_ascii=False) + "\n"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for file, text in texts.items():
+        write_text_atomic(out_dir / file, text)
+    return [out_dir / file for file in texts]
+
+
+def fleet_forecast_json(results: list[FleetQuarter]) -> dict:
+    def row(columns, item) -> dict:
+        return {c.name: c.value(item) for c in columns}
+
+    return {"quarters": [
+        {**row(QUARTER_COLUMNS, r), "services": [row(SERVICE_COLUMNS, (r, p)) for p in r.plan.plans],
+         "types": [row(TYPE_COLUMNS, (r, t)) for t in r.plan.types]}
+        for r in results
+    ]}

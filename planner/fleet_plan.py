@@ -1,0 +1,278 @@
+"""A fleet's plan: every service solved in one ILP over the inventory they share, certified
+together, each service explored alone with the rest of the fleet as planned, and what each shared
+constraint costs.
+
+Stages as for one scenario (planner.planning): each service's candidates are evaluated on its
+own; optimize.solve_services is the only solver code; the plan comes back as data for the report
+(planner.fleet_report) and the JSON output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from planner.errors import InfeasibleError, InputError, PlannerError
+from planner.fleet import FleetInputs, Service
+from planner.optimize import JointSolution, solve_services
+from planner.planning import (
+    Plan,
+    Setup,
+    _Memo,
+    _no_plan_message,
+    _pool_details,
+    assemble_plan,
+    certify_plans,
+    explore_plan,
+    scenario_caps,
+    service_model,
+    setup_plan,
+)
+from planner.units import HOURS_PER_MONTH
+
+
+@dataclass(frozen=True)
+class SharedConstraint:
+    """A fleet-wide limit, what the plan uses of it, and the fleet's cost with it relaxed (re-solved
+    by the model, with the capacities certification measured)."""
+
+    name: str  # "h100-sxm GPUs", "GPU types"
+    limit: int
+    used: int
+    limit_text: str  # how the limit is made up
+    plus_one_usd_per_hour: float  # the limit raised by one (inf: still no plan)
+    removed_usd_per_hour: float  # the limit dropped
+
+    @property
+    def binds(self) -> bool:
+        return self.used >= self.limit
+
+
+@dataclass(frozen=True)
+class TypeUse:
+    """One GPU type across the fleet: committed, in use, bought on demand, and the prices paid."""
+
+    gpu: str
+    committed: int
+    used: int
+    on_demand: int
+    idle_committed: int
+    cap: int | None
+    on_demand_usd_per_gpu_hour: float
+    committed_usd_per_hour: float  # all committed GPUs of the type, used or not
+
+    @property
+    def usd_per_hour(self) -> float:
+        return self.committed_usd_per_hour + self.on_demand * self.on_demand_usd_per_gpu_hour
+
+    @property
+    def paid_usd_per_gpu_hour(self) -> float:
+        """What a GPU in use costs the fleet, the type's idle commitments aside."""
+        if not self.used:
+            return 0.0
+        idle = self.idle_committed * self.committed_usd_per_hour / self.committed if self.committed else 0.0
+        return (self.usd_per_hour - idle) / self.used
+
+
+@dataclass(frozen=True)
+class FleetPlan:
+    fleet: FleetInputs
+    plans: tuple[Plan, ...]  # one per service, as its own report shows it (at its candidates' prices)
+    joint: JointSolution
+    types: tuple[TypeUse, ...]
+    constraints: tuple[SharedConstraint, ...]
+
+    @property
+    def cost_per_hour(self) -> float:
+        return self.joint.cost_per_hour
+
+    @property
+    def cost_per_month(self) -> float:
+        return self.cost_per_hour * HOURS_PER_MONTH
+
+    @property
+    def gpus(self) -> int:
+        return sum(t.used for t in self.types)
+
+    @property
+    def idle_committed_usd_per_hour(self) -> float:
+        return sum(t.idle_committed * t.committed_usd_per_hour / t.committed for t in self.types if t.committed)
+
+    def paid_usd_per_hour(self, plan: Plan) -> float:
+        """A service's GPUs at the prices the fleet pays for them (committed GPUs at their type's
+        committed price, the rest on demand); the services' figures and the idle commitments add
+        up to the fleet's cost."""
+        paid = {t.gpu: t.paid_usd_per_gpu_hour for t in self.types}
+        return sum(pd.gpus * paid[pd.config.gpu.id] for pd in plan.pools)
+
+    @property
+    def certified(self) -> bool | None:
+        certs = [p.certification for p in self.plans]
+        return None if any(c is None for c in certs) else all(c.certified for c in certs)
+
+
+def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool | None = None,
+                    keep_lp: bool = False, growth: float = 1.0) -> FleetPlan:
+    """Solve every service of the fleet in one ILP, certify every pool of every service by
+    simulation (each service's `verify`, or `certify` for all), explore each service alone with the
+    rest of the fleet as planned, and price each shared constraint by re-solving without it.
+    growth: a multiplier on every service's demand (the fleet's forecast quarters)."""
+    setups = [_setup(svc, growth) for svc in fleet.services]
+    solvers = [_Memo(st.scn) for st in setups]
+
+    def solve(evals_per_service, **kw) -> JointSolution:
+        return _solve(fleet, setups, evals_per_service, keep_lp=keep_lp, **kw)
+
+    joint = solve([st.evals for st in setups])
+    if not joint.services[0].pools:
+        raise InfeasibleError(_no_fleet_message(fleet, setups, solvers, joint), where=str(fleet.path))
+    parts = [(st, st.evals, sol, _pool_details(st.ev, st.evals, sol)) for st, sol in zip(setups, joint.services, strict=True)]
+    wants = [st.scn.verify if certify is None else certify for st in setups]
+    if any(wants):
+        def resolve(evals_per_service):
+            nonlocal joint
+            joint = solve(evals_per_service)
+            return list(joint.services)
+
+        try:
+            done = certify_plans(parts, resolve, rounds=max(st.scn.simulation.max_rounds for st in setups))
+        except InfeasibleError as exc:
+            raise InfeasibleError(str(exc), where=str(fleet.path)) from None
+    else:
+        done = [(evals, sol, pools, None) for _, evals, sol, pools in parts]
+    plans = [assemble_plan(st, evals, sol, pools, cert) for st, (evals, sol, pools, cert) in zip(setups, done, strict=True)]
+    types = _types(fleet, joint)
+    if explore:
+        plans = [_explore(setups, plans, i, fleet.shared_caps) for i in range(len(plans))]
+    constraints = _constraints(fleet, setups, [p.evaluations for p in plans], joint, types) if explore else ()
+    result = FleetPlan(fleet, tuple(plans), joint, types, constraints)
+    budget = fleet.spec.budget_usd_per_month
+    if budget is not None and result.cost_per_month > budget + 1e-6:
+        raise InfeasibleError(
+            f"budget_usd_per_month: the cheapest fleet costs ${result.cost_per_month:,.2f} per month, "
+            f"${result.cost_per_month - budget:,.2f} over the budget of ${budget:,.2f}", where=str(fleet.path))
+    return result
+
+
+def _setup(svc: Service, growth: float) -> Setup:
+    inputs = svc.inputs
+    scn = inputs.scenario
+    if scn.fleet:
+        raise InputError("fleet: a service of a fleet file is planned, not given; drop its `fleet:` section",
+                         where=svc.where)
+    if growth != 1.0:
+        scn = scn.model_copy(update={"traffic": scn.traffic.model_copy(update={"growth": scn.traffic.growth * growth})})
+    t = inputs.traffic
+    trace = t.requests_at_growth(scn.traffic.growth) if t.requests is not None else None
+    try:
+        return setup_plan(scn, inputs.catalog, inputs.model, t.hist, t.peak_rps, traffic_notes=t.notes,
+                          measured_mean_rps=t.mean_rps, trace=trace)
+    except PlannerError as exc:
+        if exc.where is not None:
+            raise
+        raise type(exc)(str(exc), where=svc.where) from None
+
+
+def _solve(fleet: FleetInputs, setups: list[Setup], evals_per_service, *, keep_lp=False, caps=None,
+           max_gpu_types=-1, tie_break=True) -> JointSolution:
+    """The joint ILP; caps and max_gpu_types replace the fleet's (for the cost of a constraint, which
+    needs no tie-break among plans of equal cost)."""
+    spec = fleet.spec
+    caps = fleet.shared_caps if caps is None else caps
+    max_gpu_types = spec.max_gpu_types if max_gpu_types == -1 else max_gpu_types
+    bound = None if max_gpu_types is not None else {*caps, *fleet.commitments}
+    models = [service_model(st.scn, st.classes, evals, name=svc.name if len(setups) > 1 else "",
+                            inventory=scenario_caps(st.scn), bound_types=bound)
+              for svc, st, evals in zip(fleet.services, setups, evals_per_service, strict=True)]
+    return solve_services(
+        models, inventory=caps, reserved=fleet.commitments, max_gpu_types=max_gpu_types,
+        backend=spec.solver.backend, time_limit_s=spec.solver.time_limit_s, keep_lp=keep_lp, tie_break=tie_break,
+    )
+
+
+def _no_fleet_message(fleet: FleetInputs, setups, solvers, joint: JointSolution) -> str:
+    """Why the joint ILP has no plan: a service that cannot be served at all, or the shared rules."""
+    for svc, st, solve in zip(fleet.services, setups, solvers, strict=True):
+        alone = solve(st.classes, st.evals)
+        if not alone.pools:
+            return f"service '{svc.name}': " + _no_plan_message(alone, st.scn, st.classes, st.evals, solve.inventory)
+    if joint.status == "Not Solved":
+        return (f"no fleet plan found within the solver's time limit of {fleet.spec.solver.time_limit_s:g} s; raise "
+                "solver.time_limit_s in the fleet file")
+    rules = [f"{g} ≤ {n} GPUs" for g, n in sorted(fleet.shared_caps.items())]
+    if fleet.spec.max_gpu_types is not None:
+        rules.append(f"at most {fleet.spec.max_gpu_types} GPU types")
+    return (f"every service can be served alone, but the shared rules ({', '.join(rules)}) leave no fleet that covers "
+            "every service's peak")
+
+
+def _types(fleet: FleetInputs, joint: JointSolution) -> tuple[TypeUse, ...]:
+    used = dict(joint.gpus_by_type)
+    for g, s in fleet.spec.inventory.items():
+        if s.committed:
+            used.setdefault(g, 0)
+    out = []
+    for g in sorted(used):
+        s = fleet.spec.inventory.get(g)
+        committed = s.committed if s else 0
+        out.append(TypeUse(
+            gpu=g, committed=committed, used=used[g], on_demand=max(0, used[g] - committed),
+            idle_committed=max(0, committed - used[g]), cap=s.cap if s else None,
+            on_demand_usd_per_gpu_hour=_price(fleet, g), committed_usd_per_hour=s.committed_usd_per_hour if s else 0.0,
+        ))
+    return tuple(out)
+
+
+def _price(fleet: FleetInputs, gpu: str) -> float:
+    """The on-demand price the services pay for a GPU type (shared types: the fleet's one price)."""
+    if gpu in fleet.spec.inventory:
+        return fleet.on_demand_price(gpu)
+    for svc in fleet.services:
+        for cand in svc.inputs.scenario.gpu_candidates:
+            if cand.id == gpu:
+                return cand.price_per_hour(svc.inputs.catalog.gpu(gpu).price_usd_per_hour)
+    return fleet.catalog.gpu(gpu).price_usd_per_hour
+
+
+def _explore(setups: list[Setup], plans: list[Plan], i: int, caps: dict[str, int]) -> Plan:
+    """The service's explorations, re-solved for it alone with the rest of the fleet as planned:
+    a shared type's cap is what the other services leave of it."""
+    st = setups[i]
+    others: dict[str, int] = {}
+    for j, other in enumerate(plans):
+        if j != i:
+            for pd in other.pools:
+                others[pd.config.gpu.id] = others.get(pd.config.gpu.id, 0) + pd.gpus
+    gpus = []
+    for cand in st.scn.gpu_candidates:
+        if cand.id in caps:
+            left = max(0, caps[cand.id] - others.get(cand.id, 0))
+            gpus.append(cand.model_copy(update={"max_gpus": left if cand.max_gpus is None else min(cand.max_gpus, left)}))
+        else:
+            gpus.append(cand)
+    scn = st.scn.model_copy(update={"gpus": gpus})
+    return explore_plan(dataclasses.replace(st, scn=scn), plans[i], _Memo(scn))
+
+
+def _constraints(fleet: FleetInputs, setups, evals_per_service, joint: JointSolution, types) -> tuple[SharedConstraint, ...]:
+    """Each shared limit that a plan can reach, and the fleet's cost with it raised by one and dropped."""
+    out = []
+    used = {t.gpu: t.used for t in types}
+    caps = fleet.shared_caps
+    for g, cap in sorted(caps.items()):
+        s = fleet.spec.inventory[g]
+        parts = [f"{s.owned} owned"] if s.owned else []
+        parts += [f"{s.reserved} reserved"] if s.reserved else []
+        parts.append(f"{s.max_new} new")
+        plus = _solve(fleet, setups, evals_per_service, caps={**caps, g: cap + 1}, tie_break=False)
+        free = _solve(fleet, setups, evals_per_service, caps={k: v for k, v in caps.items() if k != g},
+                      tie_break=False)
+        out.append(SharedConstraint(f"{g} GPUs", cap, used.get(g, 0), " + ".join(parts), plus.cost_per_hour,
+                                    free.cost_per_hour))
+    limit = fleet.spec.max_gpu_types
+    if limit is not None:
+        plus = _solve(fleet, setups, evals_per_service, max_gpu_types=limit + 1, tie_break=False)
+        free = _solve(fleet, setups, evals_per_service, max_gpu_types=None, tie_break=False)
+        out.append(SharedConstraint("GPU types", limit, len(joint.gpus_by_type), "max_gpu_types", plus.cost_per_hour,
+                                    free.cost_per_hour))
+    return tuple(out)

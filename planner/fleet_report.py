@@ -1,0 +1,185 @@
+"""The Markdown report and JSON of a fleet plan: fleet totals first, what each shared constraint
+costs, then one section per service, which is that service's own report (planner.report) one
+heading level down."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from planner.files import write_text_atomic
+from planner.fleet_plan import FleetPlan
+from planner.report import render, write_figures
+from planner.solve import plan_json, report_sections
+from planner.units import HOURS_PER_MONTH
+
+
+def _usd(x: float) -> str:
+    return f"${x:,.2f}" if math.isfinite(x) else "—"
+
+
+def demote(markdown: str) -> str:
+    """Every heading one level down (a report becomes a section of another)."""
+    return re.sub(r"^(#+) ", r"#\1 ", markdown, flags=re.MULTILINE)
+
+
+def service_section(fp: FleetPlan, index: int, figures: dict[str, str] | None = None) -> str:
+    """The service's own report (planner.report.render), one heading level down."""
+    plan, svc = fp.plans[index], fp.fleet.services[index]
+    return demote(render(plan, figures=figures, sections=report_sections(plan, svc.inputs, forecast=False)))
+
+
+def render_fleet(fp: FleetPlan, *, figures: list[dict[str, str]] | None = None) -> str:
+    spec = fp.fleet.spec
+    out: list[str] = [f"# Fleet plan: {spec.name}", ""]
+    if spec.description:
+        out += [f"> {spec.description.strip()}", ""]
+    out += [_totals(fp), "", _constraints(fp), ""]
+    for i in range(len(fp.plans)):
+        out += [service_section(fp, i, figures[i] if figures else None).rstrip("\n"), ""]
+    return "\n".join(out)
+
+
+def _verdict(fp: FleetPlan) -> str:
+    certified = fp.certified
+    if certified is None:
+        return "Not every service asked for certification by simulation (`verify: false`): their pools rest on the model."
+    if certified:
+        return "Certified by simulation: every pool of every service meets its bands' targets when replayed at its peak rate."
+    return "**This fleet does NOT hold every target in simulation**: see the services' sections."
+
+
+def _totals(fp: FleetPlan) -> str:
+    spec, joint = fp.fleet.spec, fp.joint
+    by_type = ", ".join(f"{t.used} {t.gpu}" for t in fp.types if t.used)
+    lines = [
+        "## Fleet totals",
+        "",
+        f"**{len(fp.plans)} services on {fp.gpus} GPUs ({by_type}): {_usd(fp.cost_per_hour)} per hour, "
+        f"{_usd(fp.cost_per_month)} per month.**",
+        "",
+        f"One ILP over every service (solver: {joint.solver}, status {joint.status}); each service keeps its own split "
+        "decision, levers and targets, and shares the GPU types below. " + _verdict(fp),
+        "",
+        "| GPU type | Committed (owned + reserved) | In use | of which committed / on demand | Idle committed | Cap "
+        "| On-demand $/GPU-hour | Committed $/hour (used or not) | $/hour |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for t in fp.types:
+        s = spec.inventory.get(t.gpu)
+        committed = f"{t.committed} ({s.owned} + {s.reserved})" if s and t.committed else "—"
+        cap = "—" if t.cap is None else f"{t.cap:,}"
+        lines.append(
+            f"| {t.gpu} | {committed} | {t.used} | {t.used - t.on_demand} / {t.on_demand} | {t.idle_committed or '—'} | {cap} "
+            f"| {_usd(t.on_demand_usd_per_gpu_hour)} | {_usd(t.committed_usd_per_hour) if t.committed else '—'} "
+            f"| {_usd(t.usd_per_hour)} |"
+        )
+    lines.append(f"| **Total** | {sum(t.committed for t in fp.types)} | **{fp.gpus}** | | "
+                 f"{sum(t.idle_committed for t in fp.types)} | | | | **{_usd(fp.cost_per_hour)}** |")
+    lines += [
+        "",
+        "| Service | Model | Peak req/s | Decision | GPUs | $/hour at its own prices | $/hour as the fleet pays "
+        "| $/M tokens as paid | Certified |",
+        "|---|---|---:|---|---:|---:|---:|---:|---|",
+    ]
+    for plan in fp.plans:
+        sol = plan.solution
+        split = "no split" if sol.threshold is None else f"split at {sol.threshold:,}"
+        pools = " + ".join(f"{p.replicas} × {p.config.split(' ctx')[0]}" for p in sol.pools)
+        paid = fp.paid_usd_per_hour(plan)
+        cert = plan.certification
+        lines.append(
+            f"| {plan.scenario.name} | `{plan.model.id}` | {plan.peak_rps:,.2f} | {split}: {pools} | {sol.gpus} "
+            f"| {_usd(plan.cost_per_hour)} | {_usd(paid)} | ${paid / plan.tokens_per_hour * 1e6:,.4f} "
+            f"| {'—' if cert is None else ('yes' if cert.certified else '**no**')} |"
+        )
+    idle = fp.idle_committed_usd_per_hour
+    lines.append(f"| Idle committed GPUs | | | | | | {_usd(idle)} | | |")
+    lines.append(f"| **Fleet** | | | | **{fp.gpus}** | | **{_usd(fp.cost_per_hour)}** | | |")
+    lines += [
+        "",
+        "A service's own prices are its candidates' on-demand prices (what its section below quotes, and what it "
+        "would pay alone). As the fleet pays, a GPU of a committed type costs its share of the type's commitments "
+        "and on-demand GPUs; committed GPUs no service uses are the fleet's, so the services and the idle line add "
+        f"up to the fleet's cost. A month is {HOURS_PER_MONTH} hours.",
+    ]
+    notes = []
+    if spec.max_gpu_types is not None:
+        notes.append(f"Rule: at most {spec.max_gpu_types} GPU types across the fleet ({len(fp.joint.gpus_by_type)} used).")
+    if spec.budget_usd_per_month is not None:
+        notes.append(f"Budget: {_usd(spec.budget_usd_per_month)} per month; the plan leaves "
+                     f"{_usd(spec.budget_usd_per_month - fp.cost_per_month)} of it.")
+    if notes:
+        lines += ["", *notes]
+    return "\n".join(lines)
+
+
+def _constraints(fp: FleetPlan) -> str:
+    lines = ["## What the shared constraints cost", ""]
+    if not fp.constraints:
+        return "\n".join([*lines, "No shared limit: no shared GPU type has a cap and no fleet-wide rule is set, so "
+                          "every service's plan is the one it would make alone."])
+    lines += [
+        "Each shared limit re-solved with one more GPU (or GPU type) allowed, and without it, by the model (capacities "
+        "as certification measured them; these re-solves are not simulated themselves).",
+        "",
+        "| Constraint | Limit | Used | Binds | Fleet $/hour, one more allowed | Saves | Fleet $/hour without it | Saves |",
+        "|---|---|---:|---|---:|---:|---:|---:|",
+    ]
+    base = fp.cost_per_hour
+    for c in fp.constraints:
+        unit = "" if c.name == "GPU types" else " GPUs"
+        lines.append(
+            f"| {c.name} | ≤ {c.limit:,}{unit} ({c.limit_text}) | {c.used:,} | {'yes' if c.binds else 'no'} "
+            f"| {_usd(c.plus_one_usd_per_hour)} | {_usd(base - c.plus_one_usd_per_hour)} "
+            f"| {_usd(c.removed_usd_per_hour)} | {_usd(base - c.removed_usd_per_hour)} |"
+        )
+    return "\n".join(lines)
+
+
+def write_fleet_report(fp: FleetPlan, out_dir: Path) -> Path:
+    """Write reports/<fleet>.md and every service's figures (named <fleet>_<service>_*.png)."""
+    prefix = f"{fp.fleet.spec.name}_"
+    figures = [write_figures(plan, out_dir, prefix=prefix) for plan in fp.plans]
+    path = out_dir / f"{fp.fleet.spec.name}.md"
+    write_text_atomic(path, render_fleet(fp, figures=figures))
+    return path
+
+
+def fleet_json(fp: FleetPlan) -> dict[str, Any]:
+    """The fleet plan as data: totals, GPU types, shared constraints, and each service's plan
+    (the keys of a single scenario's JSON, plus what the fleet pays for it)."""
+    services = []
+    for plan in fp.plans:
+        entry = plan_json(plan)
+        entry["paid_cost_per_hour"] = fp.paid_usd_per_hour(plan)
+        services.append(entry)
+    return {
+        "fleet": fp.fleet.spec.name,
+        "cost_per_hour": fp.cost_per_hour,
+        "cost_per_month": fp.cost_per_month,
+        "gpus": fp.gpus,
+        "gpus_by_type": dict(fp.joint.gpus_by_type),
+        "gpu_types": [
+            {"gpu": t.gpu, "committed": t.committed, "used": t.used, "on_demand": t.on_demand,
+             "idle_committed": t.idle_committed, "cap": t.cap, "on_demand_usd_per_gpu_hour": t.on_demand_usd_per_gpu_hour,
+             "committed_usd_per_hour": t.committed_usd_per_hour, "usd_per_hour": t.usd_per_hour}
+            for t in fp.types
+        ],
+        "idle_committed_usd_per_hour": fp.idle_committed_usd_per_hour,
+        "solver": fp.joint.solver,
+        "solver_status": fp.joint.status,
+        "certified": fp.certified,
+        "constraints": [
+            {"constraint": c.name, "limit": c.limit, "used": c.used, "binds": c.binds,
+             "plus_one_cost_per_hour": _finite(c.plus_one_usd_per_hour), "removed_cost_per_hour": _finite(c.removed_usd_per_hour)}
+            for c in fp.constraints
+        ],
+        "services": services,
+    }
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None

@@ -1,0 +1,161 @@
+"""The shortcuts of capacity evaluation give the answers of evaluating everything, searched in full."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from planner.capacity import BOUND_REL_TOL, _largest_n, replica_capacity
+from planner.histogram import Histogram
+from planner.optimize import Candidate, solve_fleet, undominated_candidates
+from planner.planning import Evaluator, _undominated, candidate_configs, traffic_classes
+from planner.scenario import Scenario
+
+
+def mixed_traffic() -> Histogram:
+    rng = np.random.default_rng(5)
+    prompts = np.r_[rng.integers(200, 6000, 3000), rng.integers(20_000, 60_000, 60)]
+    outputs = np.r_[rng.integers(20, 800, 3000), rng.integers(100, 600, 60)]
+    return Histogram.from_arrays(prompts, outputs)
+
+
+@pytest.mark.parametrize("sizing", ["percentile", "expected"])
+def test_evaluate_all_keeps_exactly_the_candidates_of_a_full_search(catalog, sizing):
+    """Variants proved below a sibling are never searched; the candidates the ILP sees are those
+    of searching every (config, class) pair with replica_capacity itself."""
+    scn = Scenario.model_validate({
+        "name": "t", "model": "llama-3.1-8b", "context_limit": 65536,
+        "traffic": {"source": {"constant": {"prompt_tokens": 1, "output_tokens": 1}}},
+        "slo": {"bands": [{"prompt_below": 8192, "ttft_s": 2.0, "tpot_ms": 50}, {"ttft_s": 20, "tpot_ms": 80}]},
+        "sizing": {"mode": sizing}, "gpus": ["h100-sxm", "l40s", "a100-80gb"], "tp": [1, 2],
+        "weight_dtypes": ["bf16", "fp8", "int4"], "kv_dtypes": ["bf16", "fp8"], "split_thresholds": [16384],
+    })
+    model = catalog.model("llama-3.1-8b")
+    hist = mixed_traffic()
+    classes = traffic_classes(scn, hist, 65536, 30.0)
+    configs = candidate_configs(scn, catalog, model, scn.weight_dtypes, scn.kv_dtypes)
+    ev = Evaluator(scn, catalog, model)
+    evals = ev.evaluate_all(classes, configs)
+    dominated = [e for e in evals if e.dominated_by]
+    assert dominated  # the shortcut is taken here
+    full = []
+    for e in evals:
+        tc, cfg = e.traffic_class, e.config
+        dep = ev.deployment(cfg, tc.max_model_len)
+        cap = replica_capacity(dep, ev.profile(tc, dep), tc.slo, sizing=sizing, quantile=scn.sizing.quantile)
+        full.append(cap.max_rps)
+        if e.dominated_by:
+            best = max(f.capacity.max_rps for f in evals if f.capacity is not None and f.traffic_class is tc
+                       and f.config.gpu.id == cfg.gpu.id and f.config.tp == cfg.tp)
+            assert cap.max_rps < best
+        else:
+            assert e.capacity.max_rps == cap.max_rps
+    kept = {e.key: e.capacity_rps for e in _undominated(evals)}
+    import dataclasses
+
+    searched = [dataclasses.replace(e, capacity=dataclasses.replace(e.capacity or _any(evals), max_rps=rps),
+                                    dominated_by="") for e, rps in zip(evals, full, strict=True)]
+    assert kept == {e.key: e.capacity_rps for e in _undominated(searched)}
+
+
+def _any(evals):
+    return next(e.capacity for e in evals if e.capacity is not None)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_a_guess_changes_the_search_not_the_bound(seed):
+    """For a margin increasing in N, the latency bound found from any guess is the one found without."""
+    rng = np.random.default_rng(seed)
+    root, n_hi = float(np.exp(rng.uniform(-3, 8))), float(np.exp(rng.uniform(0, 9)))
+    slope = float(rng.uniform(0.1, 5))
+    calls = []
+
+    def margin(n):
+        calls.append(n)
+        return slope * math.log(n / root) + (0.3 * math.log(n / root) ** 3 if seed % 2 else 0.0)
+
+    plain = _largest_n(margin, n_hi)
+    for guess in (root * 0.5, root * 0.999, root, root * 1.01, root * 7, n_hi * 0.9, 1e-6 * n_hi):
+        assert _largest_n(margin, n_hi, guess=guess) == plain
+    if root < n_hi and root > 1e-6 * n_hi:
+        k = math.floor(math.log(root) / math.log1p(BOUND_REL_TOL))
+        assert plain == pytest.approx(math.exp(k * math.log1p(BOUND_REL_TOL)), rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_dropping_dominated_candidates_keeps_the_optimum(seed):
+    """Candidates beaten on the same GPU type (capacity, cost and GPUs per replica) never change
+    the ILP's optimum, with or without inventory caps and reservations."""
+    rng = np.random.default_rng(1000 + seed)
+    from planner.optimize import SplitOption
+
+    options = [SplitOption("none", None, {"all": float(rng.uniform(1, 30))})]
+    cands = []
+    for g, price in (("a", 1.0), ("b", 2.3)):
+        for tp in (1, 2, 4):
+            for v in range(2):
+                cap = float(rng.uniform(0.5, 6)) * tp ** rng.uniform(0.5, 1.3)
+                cands.append(Candidate("none", "all", f"{g}-tp{tp}-v{v}", g, tp, price * tp, cap))
+    inventory = {"a": int(rng.integers(2, 12))} if seed % 2 else None
+    reserved = {"b": (int(rng.integers(1, 6)), 1.5)} if seed % 3 == 0 else None
+    full = solve_fleet(options, cands, inventory=inventory, reserved=reserved, min_replicas=1 + seed % 2)
+    fewer = undominated_candidates(cands, free_types=frozenset({"a", "b"} - set(inventory or ()) - set(reserved or ())))
+    assert len(fewer) < len(cands)
+    pruned = solve_fleet(options, fewer, inventory=inventory, reserved=reserved, min_replicas=1 + seed % 2)
+    assert pruned.status == full.status
+    if full.pools:
+        assert pruned.cost_per_hour == pytest.approx(full.cost_per_hour, abs=1e-9)
+        assert pruned.gpus == full.gpus
+
+
+def test_explorations_searched_lazily_cost_what_searching_everything_costs(catalog, monkeypatch):
+    """Levers and the TTFT sweep re-solve with pairs not searched standing in by proven upper
+    bounds: every outcome's cost and GPUs are those of searching every pair."""
+    import planner.planning as planning
+    from planner.planning import make_plan
+
+    scn = Scenario.model_validate({
+        "name": "t", "model": "llama-3.1-8b", "context_limit": 65536,
+        "traffic": {"source": {"constant": {"prompt_tokens": 1, "output_tokens": 1}}},
+        "slo": {"bands": [{"prompt_below": 8192, "ttft_s": 2.0, "tpot_ms": 50}, {"ttft_s": 20, "tpot_ms": 80}]},
+        "sizing": {"mode": "percentile"}, "gpus": ["h100-sxm", "l40s", "a100-80gb", "h200"], "tp": [1, 2],
+        "weight_dtypes": ["bf16", "int4"], "kv_dtypes": ["bf16", "fp8"], "split_thresholds": [16384],
+        "verify": False, "min_replicas_per_pool": 2,
+    })
+    model, hist = catalog.model("llama-3.1-8b"), mixed_traffic()
+
+    def outcomes(threshold):
+        monkeypatch.setattr(planning, "LAZY_MIN_PAIRS", threshold)
+        plan = make_plan(scn, catalog, model, hist, 30.0)
+        rows = plan.levers + [o for _, o in plan.ttft_sweep]
+        return [(o.name, o.feasible, round(o.cost_per_hour, 9), o.gpus) for o in rows]
+
+    searched = []
+    original = planning.Evaluator.evaluate
+
+    def counting(self, cfg, tc):
+        searched.append(1)
+        return original(self, cfg, tc)
+
+    monkeypatch.setattr(planning.Evaluator, "evaluate", counting)
+    lazy = outcomes(0)
+    lazy_searches = len(searched)
+    searched.clear()
+    assert lazy == outcomes(10**9)
+    assert lazy_searches < len(searched)
+
+
+def test_highs_prints_nothing(capfd):
+    """HiGHS prints a banner when a process builds its first solver; `--json` output must stay clean."""
+    pytest.importorskip("highspy")
+    import subprocess
+    import sys
+
+    code = ("from planner.optimize import Candidate, SplitOption, solve_fleet\n"
+            "s = solve_fleet([SplitOption('none', None, {'all': 3.0})], "
+            "[Candidate('none', 'all', 'c', 'g', 1, 1.0, 1.0)], backend='highs')\n"
+            "assert s.status == 'Optimal' and s.pools[0].replicas == 3\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout == ""

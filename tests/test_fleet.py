@@ -1,0 +1,282 @@
+"""A fleet of services in one ILP: brute force, splits of a shared cap, per-service sections, the
+fleet file's errors, its JSON and its forecast."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from planner.cli import main
+from planner.optimize import Candidate, ServiceModel, SplitOption, solve_fleet, solve_services
+
+# ------------------------------------------------------------------ the joint ILP
+
+
+def random_service(rng, name: str, gpus: dict[str, float]) -> ServiceModel:
+    options = [SplitOption("none", None, {"all": float(rng.uniform(1, 25))})]
+    if rng.random() < 0.6:
+        total, share = float(rng.uniform(1, 25)), float(rng.uniform(0.02, 0.3))
+        options.append(SplitOption("8192", 8192, {"short": total * (1 - share), "long": total * share}))
+    cands = []
+    for o in options:
+        for k in o.class_rates_rps:
+            for g, price in gpus.items():
+                for tp in (1, 2):
+                    if rng.random() < 0.3:
+                        continue
+                    cap = float(rng.uniform(0.3, 9)) * tp ** rng.uniform(0.6, 1.3)
+                    cands.append(Candidate(o.key, k, f"{g}-tp{tp}", g, tp, price * tp, cap))
+    return ServiceModel(name, options, cands, {}, int(rng.integers(1, 3)))
+
+
+def service_plans(sv: ServiceModel):
+    """Every plan of one service with homogeneous pools and the fewest replicas each: (GPUs by type, cost by type)."""
+    out = []
+    for o in sv.options:
+        per_class = []
+        for k, rate in o.class_rates_rps.items():
+            mine = [c for c in sv.candidates if c.option == o.key and c.traffic_class == k]
+            per_class.append([(c, max(sv.min_replicas, math.ceil(rate / c.capacity_rps - 1e-12))) for c in mine])
+        for combo in itertools.product(*per_class):
+            gpus: dict[str, int] = {}
+            cost: dict[str, float] = {}
+            for c, n in combo:
+                gpus[c.gpu] = gpus.get(c.gpu, 0) + n * c.gpus_per_replica
+                cost[c.gpu] = cost.get(c.gpu, 0.0) + n * c.cost_per_replica_hour
+            out.append((gpus, cost))
+    return out
+
+
+def brute_force(services, caps, committed, prices):
+    best = math.inf
+    for plans in itertools.product(*(service_plans(sv) for sv in services)):
+        used: dict[str, int] = {}
+        cost = 0.0
+        for gpus, c in plans:
+            for g, n in gpus.items():
+                used[g] = used.get(g, 0) + n
+            cost += sum(v for g, v in c.items() if g not in committed)
+        if any(used.get(g, 0) > cap for g, cap in caps.items()):
+            continue
+        for g, (n, q) in committed.items():
+            cost += n * q + prices[g] * max(0, used.get(g, 0) - n)
+        best = min(best, cost)
+    return best
+
+
+def instance(seed: int):
+    rng = np.random.default_rng(500 + seed)
+    prices = {"scarce": 2.0, "plenty": float(rng.choice([2.6, 3.4, 4.1]))}
+    services = [random_service(rng, f"s{i}", prices) for i in range(2)]
+    cap = int(rng.integers(2, 14))
+    committed = {"scarce": (int(rng.integers(1, cap + 1)), 1.2)} if seed % 3 == 0 else {}
+    return services, {"scarce": cap}, committed, prices
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_two_services_competing_for_a_capped_type_match_brute_force(seed):
+    """One ILP for two services sharing a capped GPU type (and, every third seed, committed GPUs of
+    it) finds the optimum that enumerating every pair of plans finds."""
+    services, caps, committed, prices = instance(seed)
+    expected = brute_force(services, caps, committed, prices)
+    for backend in ("cbc", "highs"):
+        joint = solve_services(services, inventory=caps, reserved=committed, reserved_pools=False, backend=backend)
+        if not math.isfinite(expected):
+            assert joint.status == "Infeasible"
+            continue
+        assert joint.status == "Optimal"
+        assert joint.cost_per_hour == pytest.approx(expected, abs=1e-6)
+        used = sum(p.gpus for sol in joint.services for p in sol.pools if p.gpu == "scarce")
+        assert used <= caps["scarce"]
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_the_joint_plan_costs_no_more_than_any_split_of_the_cap_planned_apart(seed):
+    """Planned apart, each service gets a share of the cap; the joint plan is never dearer than any
+    split, and as cheap as the best split (a joint plan is one of the splits)."""
+    services, caps, _, _ = instance(seed)
+    cap = caps["scarce"]
+    joint = solve_services(services, inventory=caps)
+    apart = []
+    for k in range(cap + 1):
+        a, b = (solve_fleet(sv.options, sv.candidates, inventory={"scarce": share}, min_replicas=sv.min_replicas)
+                for sv, share in zip(services, (k, cap - k), strict=True))
+        apart.append(a.cost_per_hour + b.cost_per_hour if a.pools and b.pools else math.inf)
+    assert all(joint.cost_per_hour <= c + 1e-6 for c in apart)
+    assert joint.cost_per_hour == pytest.approx(min(apart), abs=1e-6) if math.isfinite(min(apart)) else not joint.services[0].pools
+
+
+@pytest.mark.parametrize("backend", ["cbc", "highs"])
+def test_ties_across_services_prefer_fewer_pools_before_lower_split_thresholds(backend):
+    """Same cost, same GPUs: the fleet with fewer pools wins even when its services' split
+    thresholds add up to far higher ranks (5 here, more than any service has options). One GPU
+    type for the fleet forces a choice: on "b", the first service runs one pool and the others
+    their highest threshold; on "a", the first splits (one pool more) and the others run their
+    lowest threshold ("c" is dearer)."""
+    first = ServiceModel("s0", [SplitOption("none", None, {"all": 2.0}),
+                                SplitOption("8192", 8192, {"short": 1.0, "long": 1.0})],
+                         [Candidate("none", "all", "b1", "b", 1, 1.0, 1.0)]
+                         + [Candidate("8192", k, "a1", "a", 1, 1.0, 1.0) for k in ("short", "long")])
+    thresholds = (4096, 8192, 16384)
+    others = [ServiceModel(f"s{i}", [SplitOption(str(t), t, {"short": 1.0, "long": 1.0}) for t in thresholds],
+                           [Candidate("4096", k, "a1", "a", 1, 1.0, 1.0) for k in ("short", "long")]
+                           + [Candidate("8192", k, "c1", "c", 1, 5.0, 1.0) for k in ("short", "long")]
+                           + [Candidate("16384", k, "b1", "b", 1, 1.0, 1.0) for k in ("short", "long")])
+              for i in range(1, 4)]
+    joint = solve_services([first, *others], max_gpu_types=1, backend=backend)
+    assert joint.status == "Optimal" and joint.gpus == 8 and joint.cost_per_hour == pytest.approx(8.0)
+    assert [s.option for s in joint.services] == ["none", "16384", "16384", "16384"]
+    assert sum(len(s.pools) for s in joint.services) == 7
+
+
+# ------------------------------------------------------------------ fleet files
+
+
+def service(name: str, rps: float, **kw) -> dict:
+    base = {
+        "name": name, "model": "llama-3.1-8b", "context_limit": 8192,
+        "traffic": {"source": {"constant": {"prompt_tokens": 1500, "output_tokens": 200}},
+                    "peak": {"method": "explicit", "rps": rps}},
+        "slo": {"bands": [{"ttft_s": 2.0, "tpot_ms": 60}]}, "sizing": {"mode": "expected"},
+        "gpus": ["h100-sxm", "l40s"], "tp": [1], "weight_dtypes": ["bf16"], "kv_dtypes": ["bf16", "fp8"],
+        "verify": False, "solver": {"backend": "highs"},
+    }
+    base.update(kw)
+    return base
+
+
+def write_fleet(tmp_path: Path, **kw) -> Path:
+    doc = {"name": "twin", "services": [service("alpha", 30.0), service("beta", 12.0)], "solver": {"backend": "highs"}}
+    doc.update(kw)
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def test_each_service_section_is_its_own_report_when_no_shared_constraint_binds(tmp_path):
+    """With a shared cap far above what the fleet uses, every service's section of the fleet report
+    is its own single-scenario report (one heading level down), explorations included."""
+    from planner.fleet import load_fleet
+    from planner.fleet_plan import make_fleet_plan
+    from planner.fleet_report import demote, service_section
+    from planner.report import render
+    from planner.solve import plan_inputs, report_sections
+
+    path = write_fleet(tmp_path, inventory={"h100-sxm": {"max_new": 1000}})
+    fleet = load_fleet(path)
+    fp = make_fleet_plan(fleet)
+    assert not any(c.binds for c in fp.constraints)
+    for i, svc in enumerate(fleet.services):
+        figures = {"traffic": "t.png", "split": "s.png", "ttft": "x.png"}
+        alone = plan_inputs(svc.inputs)
+        own = demote(render(alone, figures=figures, sections=report_sections(alone, svc.inputs)))
+        assert service_section(fp, i, figures) == own
+        assert alone.cost_per_hour == pytest.approx(fp.plans[i].cost_per_hour)
+    assert fp.cost_per_hour == pytest.approx(sum(p.cost_per_hour for p in fp.plans))
+
+
+def test_a_binding_cap_moves_a_service_and_its_cost_is_the_saving_without_it(tmp_path):
+    """Two services want the cheaper H100; a cap of 2 makes one of them take L40S. Dropping the cap
+    costs exactly the two services planned alone; raising it by one GPU is re-solved too."""
+    from planner.fleet import load_fleet
+    from planner.fleet_plan import make_fleet_plan
+    from planner.solve import plan_inputs
+
+    path = write_fleet(tmp_path, inventory={"h100-sxm": {"max_new": 2}})
+    fleet = load_fleet(path)
+    fp = make_fleet_plan(fleet, explore=True)
+    [cap] = fp.constraints
+    assert cap.binds and cap.used == 2
+    alone = sum(plan_inputs(svc.inputs, explore=False).cost_per_hour for svc in fleet.services)
+    assert cap.removed_usd_per_hour == pytest.approx(alone)
+    assert fp.cost_per_hour > alone
+    assert cap.removed_usd_per_hour <= cap.plus_one_usd_per_hour <= fp.cost_per_hour
+    assert sum(pd.gpus for p in fp.plans for pd in p.pools if pd.config.gpu.id == "h100-sxm") == 2
+
+
+def test_committed_gpus_are_paid_used_or_not_and_the_services_add_up(tmp_path):
+    """Owned L40S are sunk: the fleet runs them before buying anything; what the services pay and the
+    idle commitments add up to the fleet's cost."""
+    from planner.fleet import load_fleet
+    from planner.fleet_plan import make_fleet_plan
+
+    path = write_fleet(tmp_path, inventory={"l40s": {"owned": 40, "owned_usd_per_hour": 0.5}})
+    fp = make_fleet_plan(load_fleet(path), explore=False)
+    l40s = next(t for t in fp.types if t.gpu == "l40s")
+    assert l40s.committed == 40 and l40s.committed_usd_per_hour == pytest.approx(20.0)
+    paid = sum(fp.paid_usd_per_hour(p) for p in fp.plans) + fp.idle_committed_usd_per_hour
+    assert paid == pytest.approx(fp.cost_per_hour)
+    assert fp.cost_per_hour == pytest.approx(20.0 + sum(t.on_demand * t.on_demand_usd_per_gpu_hour for t in fp.types))
+
+
+def test_solve_fleet_json_has_services_and_a_budget_overrun_exits_3(tmp_path):
+    path = write_fleet(tmp_path, inventory={"h100-sxm": {"max_new": 1000}})
+    r = CliRunner().invoke(main, ["solve", str(path), "--out-dir", str(tmp_path / "out"), "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert [s["scenario"] for s in doc["services"]] == ["alpha", "beta"]
+    for s in doc["services"]:
+        for key in ("plan", "cost_per_hour", "cost_per_million_tokens", "split_threshold", "solver_status", "candidates"):
+            assert key in s
+    assert doc["cost_per_hour"] == pytest.approx(sum(s["cost_per_hour"] for s in doc["services"]))
+    assert (tmp_path / "out" / "twin.md").read_text(encoding="utf-8").startswith("# Fleet plan: twin")
+    assert (tmp_path / "out" / "twin_alpha_traffic.png").is_file()
+
+    poor = write_fleet(tmp_path, budget_usd_per_month=100.0)
+    r = CliRunner().invoke(main, ["solve", str(poor), "--out-dir", str(tmp_path / "poor")])
+    assert r.exit_code == 3
+    assert "budget_usd_per_month: the cheapest fleet costs $" in r.output and "over the budget of $100.00" in r.output
+    assert not (tmp_path / "poor").exists()
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"inventory": {"h100": {"max_new": 4}}}, "fleet.yaml: inventory.h100: unknown GPU 'h100'; did you mean 'h100-pcie'?"),
+    ({"inventory": {"l40s": {"owned": 4}}}, "inventory.l40s: Value error, owned: 4 GPUs need owned_usd_per_hour"),
+    ({"services": [service("alpha", 3.0), service("alpha", 4.0)]}, "services[1]: a second service named 'alpha'"),
+    ({"services": [service("alpha", 3.0, gpus=[{"id": "h100-sxm", "price_usd_per_hour": 2.5}])],
+      "inventory": {"h100-sxm": {"price_usd_per_hour": 2.2}}},
+     "services[0]: gpus[0]: price of the shared GPU type 'h100-sxm' is 2.5 $/hour here but 2.2 in the fleet"),
+    ({"services": ["missing.yaml"]}, "services[0]: no scenario file missing.yaml"),
+    ({"services": [{**service("alpha", 3.0), "modle": "x"}]}, "services[0].modle: unknown key; did you mean 'model'?"),
+])
+def test_a_wrong_fleet_file_gets_one_line_naming_the_place(tmp_path, change, message):
+    path = write_fleet(tmp_path, **change)
+    r = CliRunner().invoke(main, ["solve", str(path), "--out-dir", str(tmp_path / "out")])
+    assert r.exit_code == 2, r.output
+    assert message in r.output
+    assert len(r.output.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_fleet_forecast_carries_the_whole_fleet_forward(tmp_path):
+    """With carry_forward, a quarter commits what the whole fleet ran the quarter before; every
+    quarter's type rows add up to its cost."""
+    from planner.fleet import load_fleet
+    from planner.fleet_forecast import fleet_forecast_tables, run_fleet_forecast
+
+    forecast = {"carry_forward": True, "reserved_discount": 0.25,
+                "quarters": [{"quarter": "2027Q1"}, {"quarter": "2027Q2", "growth": 0.5}]}
+    path = write_fleet(tmp_path, forecast=forecast)
+    q1, q2 = run_fleet_forecast(load_fleet(path))
+    assert q2.demand_multiplier == 1.5
+    for t in q2.plan.types:
+        assert t.committed == q1.plan.joint.gpus_by_type.get(t.gpu, 0)
+        assert t.committed_usd_per_hour == pytest.approx(t.committed * t.on_demand_usd_per_gpu_hour * 0.75)
+    for q in (q1, q2):
+        assert sum(t.usd_per_hour for t in q.plan.types) == pytest.approx(q.cost_per_hour)
+    tables = fleet_forecast_tables([q1, q2])
+    assert tables["services"].splitlines()[0].startswith("quarter,service,model,")
+    assert len(tables["services"].splitlines()) == 1 + 2 * 2
+
+    r = CliRunner().invoke(main, ["forecast", str(path), "--out-dir", str(tmp_path / "out")])
+    assert r.exit_code == 0, r.output
+    for suffix in ("forecast.md", "forecast_quarters.csv", "forecast_services.csv", "forecast_types.csv",
+                   "forecast_datapackage.json"):
+        assert (tmp_path / "out" / f"twin_{suffix}").is_file()
