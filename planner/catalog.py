@@ -185,6 +185,15 @@ class Model(_Frozen):
                 f"num_cacheless_layers {self.num_cacheless_layers}: no layer holds a cache or a state, so a sequence "
                 "would take no memory; planner plans for models whose attention or state layers hold one"
             )
+        # Every layer holds at least one hidden x hidden matrix (attention's output projection, a
+        # state-space layer's out_proj); real models have 10x to 300x this (data/models.yaml).
+        floor = self.num_hidden_layers * self.hidden_size**2
+        for name in ("params_active", "params_total"):
+            if getattr(self, name) < floor:
+                raise ValueError(
+                    f"{name} {getattr(self, name):,} is below num_hidden_layers x hidden_size^2 = {floor:,}: each of "
+                    "the layers holds at least one hidden x hidden projection; check the parameter counts"
+                )
         if self.num_key_value_heads > self.num_attention_heads or self.num_attention_heads % self.num_key_value_heads:
             raise ValueError(
                 f"num_key_value_heads {self.num_key_value_heads} must divide num_attention_heads "

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from planner.errors import InputError
+from planner.errors import InputError, shorten
 
 MAX_JSON_BYTES = 16 * 2**20  # a config.json is a few kB
 _TMP_SUFFIX = ".tmp"
@@ -216,12 +216,31 @@ def read_text(path: str | os.PathLike, kind: str, *, max_bytes: int | None = Non
         raise InputError(f"cannot read: {exc.strerror or type(exc).__name__}", where=str(path)) from None
 
 
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json's object hook refusing a key given twice (RFC 8259: names SHOULD be unique; Python keeps the last)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
 def load_json(path: str | os.PathLike, kind: str = "JSON", *, max_bytes: int = MAX_JSON_BYTES) -> Any:
     """The JSON value in `path`; invalid JSON, nesting past the interpreter's recursion limit
     and integers past Python's 4,300-digit limit are InputErrors naming the file (and line)."""
     text = read_text(path, kind, max_bytes=max_bytes)
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        raise InputError(f"invalid JSON: key '{shorten(exc.key, 40)}' appears twice in one object (JSON readers keep "
+                         "one of them silently)", where=str(path)) from None
     except json.JSONDecodeError as exc:
         raise InputError(f"line {exc.lineno} column {exc.colno}: invalid JSON: {exc.msg}", where=str(path)) from None
     except RecursionError:

@@ -283,7 +283,7 @@ def test_import_unknown_family_is_refused_unless_layout_and_counts_are_given(tmp
 def test_cli_import_hf_round_trips_through_catalog(tmp_path):
     out = tmp_path / "mixtral.yaml"
     result = run("catalog", "import-hf", str(FIXTURES / "mixtral-8x7b.json"), "--name", "my-mixtral",
-                 "--out", str(out), "--params-active", "12900000000")
+                 "-o", str(out), "--params-active", "12900000000")
     assert result.exit_code == 0, result.output
     assert result.output == f"wrote {out}: model 'my-mixtral' (46.70B parameters)\n"
     assert list(yaml.safe_load(out.read_text())["models"]) == ["my-mixtral"]

@@ -263,7 +263,7 @@ def test_import_hf_refuses_an_integer_past_float_range_before_writing(tmp_path):
     config["hidden_size"] = 10**400
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
-    r = run("catalog", "import-hf", path, "--name", "x", "--out", tmp_path / "x.yaml")
+    r = run("catalog", "import-hf", path, "--name", "x", "--output", tmp_path / "x.yaml")
     one_line_error(r, 2, "config.json: hidden_size: expected an integer <= 16,777,216 (got 100000000000... (401 digits))")
     assert leftovers(tmp_path) == ["config.json"]
 
@@ -746,3 +746,42 @@ def test_a_replica_floor_above_the_peak_size_is_reported_as_applied(tmp_path):
     report = (tmp_path / "out" / "tiny.md").read_text()
     assert ("at least 5 replica(s) per pool (at most each pool's peak size: all: h100-sxm tp1 w:bf16 kv:bf16 "
             "ctx:8192 keeps 1; plan N+1 with min_replicas_per_pool to keep more) in every hour") in report
+
+
+def test_a_catalog_override_with_too_few_parameters_for_its_layers_is_refused(tmp_path):
+    text = BASE + "catalog: {models: {llama-3.1-8b: {params_total: 1, params_active: 1}}}\n"
+    path = scenario(tmp_path, text)
+    r = run("solve", path, "--out-dir", tmp_path / "out")
+    one_line_error(r, 2, f"{path}: catalog: models.llama-3.1-8b: Value error, params_active 1 is below "
+                         "num_hidden_layers x hidden_size^2 = 536,870,912")
+    assert leftovers(tmp_path / "out") == []
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    ("  peak: {method: explicit, rps: 4, quantile: 0.5}",
+     "traffic.peak: Value error, quantile is read with method 'quantile' only (method is 'explicit')"),
+    ("  peak: {method: max, rps: 4}", "traffic.peak: Value error, rps is read with method 'explicit' only (method is 'max')"),
+])
+def test_a_peak_field_its_method_does_not_read_is_refused(tmp_path, change, expected):
+    path = scenario(tmp_path, BASE.replace("  peak: {method: explicit, rps: 4}", change))
+    one_line_error(run("solve", path, "--no-report"), 2, f"{path}: {expected}")
+
+
+def test_two_bands_of_one_name_are_refused(tmp_path):
+    text = BASE + ("slo:\n  bands:\n    - {name: chat, prompt_below: 4096, ttft_s: 1}\n"
+                   "    - {name: chat, ttft_s: 5}\n")
+    path = scenario(tmp_path, text)
+    one_line_error(run("solve", path, "--no-report"), 2,
+                   f"{path}: slo: Value error, band name 'chat' is given to two bands")
+
+
+def test_a_config_json_with_a_key_given_twice_is_refused(tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text((HF / "llama-3.1-8b.json").read_text().replace("{", '{"num_hidden_layers": 16,', 1))
+    r = run("catalog", "import-hf", config, "--name", "x")
+    one_line_error(r, 2, f"{config}: invalid JSON: key 'num_hidden_layers' appears twice in one object")
+
+
+def test_a_typical_conversation_longer_than_the_limit_is_refused():
+    r = run("capacity", "llama-3.1-8b", "h100-sxm", "--context-limit", 8192, "--typical-tokens", 100_000)
+    one_line_error(r, 2, "Invalid value for --typical-tokens: 100,000 tokens is longer than the context limit 8,192")

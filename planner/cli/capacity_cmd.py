@@ -113,6 +113,9 @@ def capacity(
         max_model_len=max_model_len, engine=engine, memory_fraction=gpu_memory_utilization,
         overhead_gib_per_gpu=overhead_gib,
     )
+    if typical_tokens is not None and typical_tokens > dep.max_model_len:
+        raise click.BadParameter(f"{typical_tokens:,} tokens is longer than the context limit {dep.max_model_len:,}",
+                                 param_hint="--typical-tokens")
     ladder = budget_ladder(dep)
     payload = ladder_payload(dep, ladder, typical_tokens)
     prof = _traffic_class(dep, histogram_file, prompt_tokens, output_tokens, shared_prefix)

@@ -210,7 +210,7 @@ def engines_cmd(as_json: bool, catalog_files: tuple[str, ...]) -> None:
 @catalog.command("import-hf")
 @click.argument("config_json", metavar="CONFIG.json", type=click.Path(dir_okay=False))
 @click.option("--name", required=True, help="Catalog id for the model, e.g. qwen2.5-7b.")
-@click.option("--out", type=click.Path(dir_okay=False), help="Write the YAML here instead of printing it.")
+@click.option("-o", "--output", "--out", "out", type=click.Path(dir_okay=False), help="Write the YAML here instead of printing it.")
 @click.option("--weights", type=click.Path(), help="The checkpoint: a model folder (.safetensors files) or its "
               "model.safetensors.index.json; parameters and bytes are then read from it, exactly.")
 @click.option("--params-total", type=click.IntRange(1, MAX_PARAMS), help="Total parameter count (overrides the counted one).")

@@ -118,6 +118,10 @@ class SLOSpec(Strict):
             raise ValueError("every band but the last needs prompt_below")
         if any(b <= a for a, b in itertools.pairwise(cuts)):
             raise ValueError(f"bands must be in increasing prompt_below order (got {cuts})")
+        names = [b.name for b in self.bands if b.name is not None]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"band name '{twice[0]}' is given to two bands; reports and results name bands by it")
         return self
 
     def to_slo(self) -> SLO:

@@ -73,6 +73,10 @@ class Peak(Strict):
     def _rps(self) -> Peak:
         if self.method == "explicit" and self.rps is None:
             raise ValueError("method 'explicit' needs rps")
+        if self.method != "explicit" and self.rps is not None:
+            raise ValueError(f"rps is read with method 'explicit' only (method is '{self.method}')")
+        if self.method != "quantile" and "quantile" in self.model_fields_set:
+            raise ValueError(f"quantile is read with method 'quantile' only (method is '{self.method}')")
         return self
 
 
