@@ -223,8 +223,13 @@ def _quarter_plan(inputs: Inputs, qscn: Scenario, q: QuarterSpec, reserved, pric
     for gpu, n in reserved.items():
         cap = q.availability.get(gpu)
         if cap is not None and n > cap:
+            stated = q.reserved.get(gpu, 0)
+            carried = (f" ({n - stated} carried forward from earlier quarters, forecast.carry_forward: true, and {stated} "
+                       "reserved in this quarter)") if n > stated else ""
             raise InputError(
-                f"forecast quarter {q.quarter}: {n} {gpu} GPUs are committed but availability is {cap}",
+                f"forecast quarter {q.quarter}: {n} {gpu} GPUs are committed{carried} but availability is {cap}; "
+                "a commitment is not given back: raise this quarter's availability"
+                + (" or set forecast.carry_forward: false" if carried else " or reserve fewer"),
                 where=str(inputs.path),
             )
     try:

@@ -9,6 +9,8 @@ import textwrap
 
 import pytest
 from click.testing import CliRunner
+from clirun import run
+from contract import one_line_error
 
 from planner.cli import main
 from planner.forecast import run_forecast
@@ -176,3 +178,18 @@ def test_bad_forecast_input_exits_2_with_the_yaml_path(tmp_path, forecast, expec
     assert expected in r.output
     assert str(path) in r.output
     assert not out.exists()
+
+
+def test_a_carried_commitment_above_a_later_availability_names_carry_forward(tmp_path):
+    base = BASE.replace("gpus: [h100-sxm, l40s]", "gpus: [h100-sxm]")
+    path = scenario(tmp_path, """
+        forecast:
+          carry_forward: true
+          quarters:
+            - {quarter: 2027Q1}
+            - {quarter: 2027Q2, availability: {h100-sxm: 1}}
+    """, base)
+    one_line_error(run("forecast", path, "--no-report"), 2, f"{path}: forecast quarter 2027Q2:",
+                   "carried forward from earlier quarters, forecast.carry_forward: true, and 0 reserved in this "
+                   "quarter) but availability is 1; a commitment is not given back: raise this quarter's availability "
+                   "or set forecast.carry_forward: false")
