@@ -61,7 +61,7 @@ class Breakdown:
         self.ilps = 0
 
     def __enter__(self):
-        from planner import fleet_plan, fleet_report, optimize, planning, report
+        from planner import exploration, fleet_plan, fleet_report, optimize, planning, report
 
         self._saved = []
 
@@ -87,7 +87,7 @@ class Breakdown:
 
         wrap(optimize, "solve_services", ilp)
         wrap(fleet_plan, "solve_services", ilp)  # the fleet's joint ILP, imported by name there
-        for module in (planning, fleet_plan):
+        for module in (planning, exploration, fleet_plan):  # where certify_plans is called by name
             wrap(module, "certify_plans", add("certify"))
         wrap(report, "write_report", add("report"))
         wrap(fleet_report, "write_fleet_report", add("report"))
@@ -162,7 +162,7 @@ def joint_ilp(path: Path) -> None:
     from planner.fleet import load_fleet
     from planner.fleet_plan import _setup
     from planner.optimize import solve_services
-    from planner.planning import scenario_caps, service_model
+    from planner.plan_search import scenario_caps, service_model
 
     fleet = load_fleet(path)
     setups = [_setup(svc, 1.0) for svc in fleet.services]

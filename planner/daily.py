@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from planner.errors import InfeasibleError
 from planner.load_profile import HOURS_PER_DAY, MINUTES_PER_HOUR, DailyProfile, day_mean_rps
 from planner.optimize import DayPool, ScaleSegment, solve_day_mix
-from planner.planning import Plan, PoolDetail
+from planner.plan_objects import Plan, PoolDetail
 from planner.scenario import Scenario
 from planner.units import HOURS_PER_MONTH
 

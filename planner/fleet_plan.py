@@ -12,22 +12,15 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from planner.certification import certify_plans
 from planner.errors import InfeasibleError, InputError, PlannerError
+from planner.exploration import explore_plan
 from planner.fleet import FleetInputs, Service
 from planner.optimize import JointSolution, solve_services
-from planner.planning import (
-    Plan,
-    Setup,
-    _Memo,
-    _no_plan_message,
-    _pool_details,
-    assemble_plan,
-    certify_plans,
-    explore_plan,
-    scenario_caps,
-    service_model,
-    setup_plan,
-)
+from planner.plan_objects import Plan
+from planner.plan_search import Resolver, no_plan_message, scenario_caps, service_model
+from planner.plan_setup import Setup, pool_details, setup_plan
+from planner.planning import assemble_plan
 from planner.units import HOURS_PER_MONTH
 
 
@@ -118,7 +111,7 @@ def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool |
     rest of the fleet as planned, and price each shared constraint by re-solving without it.
     growth: a multiplier on every service's demand (the fleet's forecast quarters)."""
     setups = [_setup(svc, growth) for svc in fleet.services]
-    solvers = [_Memo(st.scn) for st in setups]
+    solvers = [Resolver(st.scn) for st in setups]
 
     def solve(evals_per_service, **kw) -> JointSolution:
         return _solve(fleet, setups, evals_per_service, keep_lp=keep_lp, **kw)
@@ -126,7 +119,7 @@ def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool |
     joint = solve([st.evals for st in setups])
     if not joint.services[0].pools:
         raise InfeasibleError(_no_fleet_message(fleet, setups, solvers, joint), where=str(fleet.path))
-    parts = [(st, st.evals, sol, _pool_details(st.ev, st.evals, sol)) for st, sol in zip(setups, joint.services, strict=True)]
+    parts = [(st, st.evals, sol, pool_details(st.ev, st.evals, sol)) for st, sol in zip(setups, joint.services, strict=True)]
     wants = [st.scn.verify if certify is None else certify for st in setups]
     if any(wants):
         def resolve(evals_per_service):
@@ -195,7 +188,7 @@ def _no_fleet_message(fleet: FleetInputs, setups, solvers, joint: JointSolution)
     for svc, st, solve in zip(fleet.services, setups, solvers, strict=True):
         alone = solve(st.classes, st.evals)
         if not alone.pools:
-            return f"service '{svc.name}': " + _no_plan_message(alone, st.scn, st.classes, st.evals, solve.inventory)
+            return f"service '{svc.name}': " + no_plan_message(alone, st.scn, st.classes, st.evals, solve.inventory)
     if joint.status == "Not Solved":
         return (f"no fleet plan found within the solver's time limit of {fleet.spec.solver.time_limit_s:g} s; raise "
                 "solver.time_limit_s in the fleet file")
@@ -251,7 +244,7 @@ def _explore(setups: list[Setup], plans: list[Plan], i: int, caps: dict[str, int
         else:
             gpus.append(cand)
     scn = st.scn.model_copy(update={"gpus": gpus})
-    return explore_plan(dataclasses.replace(st, scn=scn), plans[i], _Memo(scn))
+    return explore_plan(dataclasses.replace(st, scn=scn), plans[i], Resolver(scn))
 
 
 def _constraints(fleet: FleetInputs, setups, evals_per_service, joint: JointSolution, types) -> tuple[SharedConstraint, ...]:

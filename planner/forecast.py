@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from planner.daily import DayCosts, DayTerms, day_costs
 from planner.errors import InfeasibleError, InputError
 from planner.load_profile import HOURS_PER_DAY
-from planner.planning import Plan
+from planner.plan_objects import Plan
 from planner.scenario import GPUCandidate, QuarterSpec, Scenario
 from planner.solve import Inputs, plan_inputs
 

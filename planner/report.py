@@ -9,10 +9,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from planner.exploration import SENSITIVITY
 from planner.files import output_folder, write_text_atomic
 from planner.memory import ladder_rule_steps, layer_kind_lines
 from planner.paged import SIZING_MODES
-from planner.planning import SENSITIVITY, Outcome, Plan, PoolDetail
+from planner.plan_objects import Outcome, Plan, PoolDetail
 from planner.report_latency import latency_section
 from planner.roofline import StepModel
 from planner.units import HOURS_PER_MONTH, GiB, quantile_label

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 
-from planner.certify import BandCheck, PoolCheck, TargetCheck
-from planner.planning import Plan
+from planner.plan_objects import Plan
+from planner.pool_check import BandCheck, PoolCheck, TargetCheck
 from planner.sim_measures import COMPARE_KEYS
 
 _WHAT = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL (per token)"}
@@ -102,7 +102,7 @@ def latency_section(plan: Plan) -> str:
 
 
 def _predicted_only(pd) -> list[str]:
-    from planner.certify import band_checks
+    from planner.pool_check import band_checks
 
     bands = band_checks(pd.traffic_class.slo, pd.model, pd.resident, None)
     return ["", f"**{pd.traffic_class.label}** — {pd.config.label(pd.traffic_class.max_model_len)}:", "",

@@ -9,7 +9,8 @@ from typing import Any
 
 from planner.catalog import Catalog, Model, load_catalog
 from planner.errors import InputError
-from planner.planning import Plan, make_plan
+from planner.plan_objects import Plan
+from planner.planning import make_plan
 from planner.scenario import Scenario, load_scenario, resolve
 from planner.traffic import Traffic
 from planner.yamlio import validate
@@ -163,7 +164,7 @@ def bands_json(bands) -> list[dict[str, Any]]:
 
 
 def _pool_bands(pd) -> list[dict[str, Any]]:
-    from planner.certify import band_checks
+    from planner.pool_check import band_checks
 
     if pd.check is not None:
         return bands_json(pd.check.bands)

@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 
 from planner.capacity import BOUND_REL_TOL, _largest_n, replica_capacity
+from planner.evaluator import Evaluator
 from planner.histogram import Histogram
 from planner.optimize import Candidate, solve_fleet, undominated_candidates
-from planner.planning import Evaluator, _undominated, candidate_configs, traffic_classes
+from planner.plan_objects import candidate_configs, traffic_classes
+from planner.plan_search import undominated_evaluations
 from planner.scenario import Scenario
 
 
@@ -52,12 +54,12 @@ def test_evaluate_all_keeps_exactly_the_candidates_of_a_full_search(catalog, siz
             assert cap.max_rps < best
         else:
             assert e.capacity.max_rps == cap.max_rps
-    kept = {e.key: e.capacity_rps for e in _undominated(evals)}
+    kept = {e.key: e.capacity_rps for e in undominated_evaluations(evals)}
     import dataclasses
 
     searched = [dataclasses.replace(e, capacity=dataclasses.replace(e.capacity or _any(evals), max_rps=rps),
                                     dominated_by="") for e, rps in zip(evals, full, strict=True)]
-    assert kept == {e.key: e.capacity_rps for e in _undominated(searched)}
+    assert kept == {e.key: e.capacity_rps for e in undominated_evaluations(searched)}
 
 
 def _any(evals):
@@ -113,7 +115,7 @@ def test_dropping_dominated_candidates_keeps_the_optimum(seed):
 def test_explorations_searched_lazily_cost_what_searching_everything_costs(catalog, monkeypatch):
     """Levers and the TTFT sweep re-solve with pairs not searched standing in by proven upper
     bounds: every outcome's cost and GPUs are those of searching every pair."""
-    import planner.planning as planning
+    import planner.plan_search as plan_search
     from planner.planning import make_plan
 
     scn = Scenario.model_validate({
@@ -127,19 +129,19 @@ def test_explorations_searched_lazily_cost_what_searching_everything_costs(catal
     model, hist = catalog.model("llama-3.1-8b"), mixed_traffic()
 
     def outcomes(threshold):
-        monkeypatch.setattr(planning, "LAZY_MIN_PAIRS", threshold)
+        monkeypatch.setattr(plan_search, "LAZY_MIN_PAIRS", threshold)
         plan = make_plan(scn, catalog, model, hist, 30.0)
         rows = plan.levers + [o for _, o in plan.ttft_sweep]
         return [(o.name, o.feasible, round(o.cost_per_hour, 9), o.gpus) for o in rows]
 
     searched = []
-    original = planning.Evaluator.evaluate
+    original = plan_search.Evaluator.evaluate
 
     def counting(self, cfg, tc):
         searched.append(1)
         return original(self, cfg, tc)
 
-    monkeypatch.setattr(planning.Evaluator, "evaluate", counting)
+    monkeypatch.setattr(plan_search.Evaluator, "evaluate", counting)
     lazy = outcomes(0)
     lazy_searches = len(searched)
     searched.clear()

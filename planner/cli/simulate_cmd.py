@@ -60,8 +60,8 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
 
 def _checks(scenario, pool, n_requests, seed, catalog_files):
     """The certified plan's pool checks (the scenario's simulation settings, overridden by the options)."""
-    from planner.certify import check_pool
-    from planner.planning import pool_setting
+    from planner.certification import pool_setting
+    from planner.pool_check import check_pool
     from planner.solve import load_inputs, plan_inputs
 
     inputs = load_inputs(scenario, catalog_files=catalog_files)
