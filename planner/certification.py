@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from planner.errors import InfeasibleError
-from planner.optimize import FleetSolution
+from planner.ilp import FleetSolution
 from planner.plan_objects import (
     Certification,
     Evaluation,

@@ -8,7 +8,7 @@ every hour's load with the plan's configs, at the capacity per replica the plan 
 - peak-sized, reserved: the same fleet committed for the whole day;
 - autoscaled: each pool's replicas follow the hour's load, on demand;
 - reserved + on demand: replicas reserved all day plus on-demand replicas per hour, the
-  cheapest mix chosen by an ILP (planner.optimize.solve_day_mix) whose choices include
+  cheapest mix chosen by an ILP (planner.day_mix_ilp.solve_day_mix) whose choices include
   the two before it.
 
 Every hour, each pool carries the share of its class's load that it carries at the peak
@@ -27,9 +27,9 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from planner.day_mix_ilp import DayPool, ScaleSegment, solve_day_mix
 from planner.errors import InfeasibleError
 from planner.load_profile import HOURS_PER_DAY, MINUTES_PER_HOUR, DailyProfile, day_mean_rps
-from planner.optimize import DayPool, ScaleSegment, solve_day_mix
 from planner.plan_objects import Plan, PoolDetail
 from planner.scenario import Scenario
 from planner.units import HOURS_PER_MONTH

@@ -3,7 +3,7 @@ together, each service explored alone with the rest of the fleet as planned, and
 constraint costs.
 
 Stages as for one scenario (planner.planning): each service's candidates are evaluated on its
-own; optimize.solve_services is the only solver code; the plan comes back as data for the report
+own; ilp.solve_services is the only solver code; the plan comes back as data for the report
 (planner.fleet_report) and the JSON output.
 """
 
@@ -16,7 +16,7 @@ from planner.certification import certify_plans
 from planner.errors import InfeasibleError, InputError, PlannerError
 from planner.exploration import explore_plan
 from planner.fleet import FleetInputs, Service
-from planner.optimize import JointSolution, solve_services
+from planner.ilp import JointSolution, solve_services
 from planner.plan_objects import Plan
 from planner.plan_search import Resolver, no_plan_message, scenario_caps, service_model
 from planner.plan_setup import Setup, pool_details, setup_plan

@@ -17,7 +17,7 @@ from planner.catalog import GPU, Catalog, Model
 from planner.deployment import Deployment, supported_problem
 from planner.errors import InputError
 from planner.histogram import TOTAL_EDGES, Histogram
-from planner.optimize import FleetSolution
+from planner.ilp import FleetSolution
 from planner.pool_check import PoolCheck
 from planner.scenario import Scenario
 from planner.targets import SLO

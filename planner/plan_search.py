@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from planner.capacity import ReplicaModel, capacity_below
 from planner.errors import InputError
 from planner.evaluator import Evaluator
-from planner.optimize import (
+from planner.ilp import (
     Candidate,
     FleetSolution,
     ServiceModel,

@@ -12,7 +12,7 @@ from planner.catalog import Catalog, Model
 from planner.errors import InputError
 from planner.evaluator import Evaluator
 from planner.histogram import Histogram
-from planner.optimize import FleetSolution
+from planner.ilp import FleetSolution
 from planner.plan_objects import (
     Config,
     Evaluation,

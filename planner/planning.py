@@ -20,10 +20,7 @@ from planner.errors import InfeasibleError, InputError
 from planner.evaluator import Evaluator
 from planner.exploration import explore_plan
 from planner.histogram import Histogram
-from planner.optimize import (
-    FleetSolution,
-    Pool,
-)
+from planner.ilp import FleetSolution, Pool
 from planner.plan_objects import (
     Config,
     Outcome,

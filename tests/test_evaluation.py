@@ -10,7 +10,7 @@ import pytest
 from planner.capacity import BOUND_REL_TOL, _largest_n, replica_capacity
 from planner.evaluator import Evaluator
 from planner.histogram import Histogram
-from planner.optimize import Candidate, solve_fleet, undominated_candidates
+from planner.ilp import Candidate, solve_fleet, undominated_candidates
 from planner.plan_objects import candidate_configs, traffic_classes
 from planner.plan_search import undominated_evaluations
 from planner.scenario import Scenario
@@ -91,7 +91,7 @@ def test_dropping_dominated_candidates_keeps_the_optimum(seed):
     """Candidates beaten on the same GPU type (capacity, cost and GPUs per replica) never change
     the ILP's optimum, with or without inventory caps and reservations."""
     rng = np.random.default_rng(1000 + seed)
-    from planner.optimize import SplitOption
+    from planner.ilp import SplitOption
 
     options = [SplitOption("none", None, {"all": float(rng.uniform(1, 30))})]
     cands = []
@@ -155,7 +155,7 @@ def test_highs_prints_nothing(capfd):
     import subprocess
     import sys
 
-    code = ("from planner.optimize import Candidate, SplitOption, solve_fleet\n"
+    code = ("from planner.ilp import Candidate, SplitOption, solve_fleet\n"
             "s = solve_fleet([SplitOption('none', None, {'all': 3.0})], "
             "[Candidate('none', 'all', 'c', 'g', 1, 1.0, 1.0)], backend='highs')\n"
             "assert s.status == 'Optimal' and s.pools[0].replicas == 3\n")

@@ -14,7 +14,7 @@ import yaml
 from click.testing import CliRunner
 
 from planner.cli import main
-from planner.optimize import Candidate, ServiceModel, SplitOption, solve_fleet, solve_services
+from planner.ilp import Candidate, ServiceModel, SplitOption, solve_fleet, solve_services
 
 # ------------------------------------------------------------------ the joint ILP
 
