@@ -92,7 +92,12 @@ class OperatingPoint:
     kv_utilisation: float
     output_tokens_per_s: float
     prefill_share: float  # fraction of GPU time spent in prefill
-    regime: str  # "bandwidth" or "compute" at this batch
+    # "bandwidth" or "compute": which resource the decode step at this batch spends more time on,
+    # its memory time (weight and cache bytes) against its compute time (GEMM and attention FLOPs),
+    # each summed over the step's phases (Roofline.decode_parts_s). A label for people only: the
+    # step time is the roofline per phase (Roofline.decode_step_s), where the GEMMs may be
+    # compute-bound while attention is bandwidth-bound.
+    regime: str
 
 
 @dataclass(frozen=True)

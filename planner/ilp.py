@@ -19,6 +19,7 @@ Data
   I[g]     shared inventory cap on GPUs of type g (optional); I[s,g] service s's own cap
   m[s]     minimum replicas per pool of service s; D most GPU types the fleet may use (optional)
   R[g], q[g] committed (reserved or owned) GPUs of type g and their price per GPU-hour (optional)
+  Rsv      the committed types {g : R[g] > 0}
   d[g]     on-demand price per GPU-hour of type g (= p[c] / g[c] for c on g, the same in every service)
 Variables
   y[o]     binary: option o is chosen (of its service)
@@ -26,7 +27,6 @@ Variables
   x[c]     integer >= 0: replicas of config c
   od[g]    continuous >= 0: GPUs of a committed type g used beyond the committed ones
   t[g]     binary: the fleet uses GPU type g (only with D)
-  Rsv      the committed types {g : R[g] > 0}
 Objective (lexicographic, two solves)
   1. cost:  min  sum_{c not on a committed type} p[c] x[c]  +  sum_g (R[g] q[g] + d[g] od[g])
      (committed GPUs are paid whether used or not, so R[g] q[g] is a constant)
@@ -205,7 +205,7 @@ def solve_fleet(
     tie_break: bool = True,
 ) -> FleetSolution:
     """The cheapest plan of one service (solve_services with one service and its caps as the
-    shared ones); its formulation is solve_services'."""
+    shared ones); the formulation is the module's docstring."""
     joint = solve_services(
         [ServiceModel("", options, candidates, {}, min_replicas, homogeneous, forbid)], inventory=inventory,
         backend=backend, time_limit_s=time_limit_s, reserved=reserved, reserved_pools=reserved_pools,
