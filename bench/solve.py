@@ -101,7 +101,7 @@ class Breakdown:
 def in_process(path: Path, verify: bool) -> tuple[float, float, Breakdown]:
     """One run of the CLI in this process: (load seconds, total seconds, breakdown)."""
     from planner.fleet import is_fleet_file, load_fleet
-    from planner.solve import load_inputs
+    from planner.inputs import load_inputs
 
     t0 = time.perf_counter()
     (load_fleet if is_fleet_file(path) else load_inputs)(path)

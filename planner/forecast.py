@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 from planner.daily import DayCosts, DayTerms, day_costs
 from planner.errors import InfeasibleError, InputError
+from planner.inputs import Inputs, plan_inputs
 from planner.load_profile import HOURS_PER_DAY
 from planner.plan_objects import Plan
 from planner.scenario import GPUCandidate, QuarterSpec, Scenario
-from planner.solve import Inputs, plan_inputs
 
 
 @dataclass(frozen=True)
@@ -271,9 +271,9 @@ def _pool_rows(plan: Plan, reserved, price, day: DayCosts) -> tuple[PoolRow, ...
         n_res = min(pd.gpus, left.get(g, 0))
         left[g] = left.get(g, 0) - n_res
         rows.append(PoolRow(
-            "serving", pd.traffic_class.name, g, pd.config.tp, pd.config.weight_dtype, pd.config.kv_dtype,
-            pd.traffic_class.max_model_len, pd.replicas, pd.gpus, n_res, pd.config.price_usd_per_hour, price.get(g),
-            dp.capacity_rps, mix.reserved.get(dp.name, 0),
+            "serving", **pd.fields(), reserved_gpus=n_res, on_demand_usd_per_gpu_hour=pd.config.price_usd_per_hour,
+            reserved_usd_per_gpu_hour=price.get(g), capacity_rps_per_replica=dp.capacity_rps,
+            mixed_reserved_replicas=mix.reserved.get(dp.name, 0),
         ))
     od_price = {c.id: c.price_per_hour(plan.catalog.gpu(c.id).price_usd_per_hour) for c in plan.scenario.gpu_candidates}
     for g, n in sorted(left.items()):

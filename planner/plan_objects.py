@@ -101,6 +101,13 @@ class PoolDetail:
     planned_rps: float  # per replica in the ILP: the simulated capacity if certification measured one
     check: PoolCheck | None = None
 
+    def fields(self) -> dict[str, str | int]:
+        """What names the pool in every output (the plan's JSON, the forecast's pool rows, their
+        CSV and JSON): its class, GPU type, tp, dtypes, context limit, replicas and GPUs."""
+        tc, cfg = self.traffic_class, self.config
+        return {"pool": tc.name, "gpu": cfg.gpu.id, "tp": cfg.tp, "weight_dtype": cfg.weight_dtype,
+                "kv_dtype": cfg.kv_dtype, "max_model_len": tc.max_model_len, "replicas": self.replicas, "gpus": self.gpus}
+
 
 @dataclass(frozen=True)
 class Certification:

@@ -444,8 +444,8 @@ def test_usage_errors_are_one_line(args, expected):
 
 
 def test_the_infeasible_message_names_the_class_and_never_empty_caps(tmp_path):
+    from planner.inputs import plan_scenario
     from planner.plan_search import infeasible_message
-    from planner.solve import plan_scenario
 
     plan = plan_scenario(scenario(tmp_path), explore=False)
     message = infeasible_message(plan.classes, plan.evaluations, {})

@@ -82,7 +82,7 @@ def forecast(scenario, out_dir, no_report, catalog_files, as_json) -> None:
         return
     from planner.forecast import run_forecast
     from planner.forecast_outputs import forecast_json
-    from planner.solve import load_inputs
+    from planner.inputs import load_inputs
 
     with located(scenario):
         inputs = load_inputs(scenario, catalog_files=catalog_files)

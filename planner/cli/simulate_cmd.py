@@ -30,7 +30,7 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
       planner simulate scenarios/chat_8b_h100.yaml --requests 20000 --seed 1
     """
     from planner.errors import located
-    from planner.solve import bands_json
+    from planner.plan_json import bands_json
 
     with located(scenario):
         scn, slo, checks, certified = _checks(scenario, pool, n_requests, seed, catalog_files)
@@ -61,8 +61,8 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
 def _checks(scenario, pool, n_requests, seed, catalog_files):
     """The certified plan's pool checks (the scenario's simulation settings, overridden by the options)."""
     from planner.certification import pool_setting
+    from planner.inputs import load_inputs, plan_inputs
     from planner.pool_check import check_pool
-    from planner.solve import load_inputs, plan_inputs
 
     inputs = load_inputs(scenario, catalog_files=catalog_files)
     scn = inputs.scenario
