@@ -21,12 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from planner.errors import InfeasibleError, InputError
-from planner.files import write_text_atomic
 from planner.fleet import FleetInputs, SharedGPU
 from planner.fleet_plan import FleetPlan, TypeUse, make_fleet_plan
 
 # One table format for both forecasts: the Column type, its cells and CSV writing.
-from planner.forecast_outputs import Column, _csv, _table, datapackage, table_file
+from planner.forecast_outputs import Column, _csv, _table, datapackage, table_file, write_texts
 from planner.units import HOURS_PER_MONTH, HOURS_PER_QUARTER
 
 
@@ -292,9 +291,7 @@ def write_fleet_forecast(name: str, results: list[FleetQuarter], out_dir: Path) 
                           "per GPU type per quarter, adding up to the quarter's cost.")
     texts[f"{name}_forecast_datapackage.json"] = json.dumps(package, indent=2, ensure_ascii=False) + "\n"
     out_dir.mkdir(parents=True, exist_ok=True)
-    for file, text in texts.items():
-        write_text_atomic(out_dir / file, text)
-    return [out_dir / file for file in texts]
+    return write_texts(out_dir, texts)
 
 
 def fleet_forecast_json(results: list[FleetQuarter]) -> dict:

@@ -19,9 +19,11 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from planner.daily import POLICIES, floor_text
+from planner.files import output_folder, write_text_atomic
 from planner.forecast import PoolRow, QuarterResult
 from planner.units import HOURS_PER_MONTH, HOURS_PER_QUARTER
 
@@ -452,3 +454,31 @@ def forecast_json(results: Sequence[QuarterResult]) -> dict:
         }
         quarters.append(q)
     return {"quarters": quarters, "total": row(TOTAL_COLUMNS, _totals(_table(QUARTER_COLUMNS, results)))}
+
+
+def write_texts(out_dir: Path, texts: dict[str, str]) -> list[Path]:
+    """Write outputs already made (file name -> text) into out_dir, each atomically; their paths."""
+    for file, text in texts.items():
+        write_text_atomic(out_dir / file, text)
+    return [out_dir / file for file in texts]
+
+
+def write_forecast(name: str, results: Sequence[QuarterResult], out_dir: Path) -> list[Path]:
+    """The forecast's report, tables, data dictionary and figure in out_dir; every output is made
+    before the first is written, so a failure leaves none half-made."""
+    from planner.figures import forecast_figure
+
+    output_folder(out_dir)
+    figure = f"{name}_forecast.png"
+    texts = {f"{name}_forecast.md": forecast_markdown(name, results, figure=figure)}
+    texts.update({table_file(name, t): text for t, text in forecast_tables(results).items()})
+    texts[f"{name}_forecast_datapackage.json"] = datapackage_json(name)
+    forecast_figure(
+        [r.quarter for r in results],
+        {"plan, at peak": [r.cost_per_million["blended"] for r in results],
+         "plan, day's volume": [(r.cost_per_million_at_volume or {}).get("blended") for r in results],
+         "autoscaled, day's volume": [r.day.usd_per_million_tokens("autoscaled") for r in results],
+         "reserved + on demand, day's volume": [r.day.usd_per_million_tokens("mixed") for r in results]},
+        [r.gpus for r in results], out_dir / figure, title=f"{name}: cost per token and fleet",
+    )
+    return write_texts(out_dir, texts)
