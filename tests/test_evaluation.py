@@ -7,12 +7,13 @@ import math
 import numpy as np
 import pytest
 
-from planner.capacity import BOUND_REL_TOL, _largest_n, replica_capacity
+from planner.capacity import BOUND_REL_TOL, replica_capacity
 from planner.evaluator import Evaluator
 from planner.histogram import Histogram
 from planner.ilp import Candidate, solve_fleet, undominated_candidates
 from planner.plan_objects import candidate_configs, traffic_classes
 from planner.plan_search import undominated_evaluations
+from planner.roots import largest_on_grid
 from planner.scenario import Scenario
 
 
@@ -78,9 +79,9 @@ def test_a_guess_changes_the_search_not_the_bound(seed):
         calls.append(n)
         return slope * math.log(n / root) + (0.3 * math.log(n / root) ** 3 if seed % 2 else 0.0)
 
-    plain = _largest_n(margin, n_hi)
+    plain = largest_on_grid(margin, n_hi, BOUND_REL_TOL)
     for guess in (root * 0.5, root * 0.999, root, root * 1.01, root * 7, n_hi * 0.9, 1e-6 * n_hi):
-        assert _largest_n(margin, n_hi, guess=guess) == plain
+        assert largest_on_grid(margin, n_hi, BOUND_REL_TOL, guess=guess) == plain
     if root < n_hi and root > 1e-6 * n_hi:
         k = math.floor(math.log(root) / math.log1p(BOUND_REL_TOL))
         assert plain == pytest.approx(math.exp(k * math.log1p(BOUND_REL_TOL)), rel=1e-12)
