@@ -17,6 +17,7 @@ import csv
 import io
 import json
 import math
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +45,19 @@ class Column:
         if self.digits is not None:
             return self.digits
         return 8 if "per_million" in self.name else 6
+
+
+def item_column(name: str, type_: str, description: str, attr: str | None = None) -> Column:
+    """A column of a table whose items are (quarter, row) pairs, read from the row's attribute
+    `attr` (the column's own name unless given)."""
+    getter = operator.attrgetter(attr or name)
+    return Column(name, type_, description, lambda x: getter(x[1]))
+
+
+def item_columns(table: str) -> tuple[Column, ...]:
+    """item_column for each line of `table`: the column's name, its type, then its description."""
+    rows = [line.split(maxsplit=2) for line in table.strip().splitlines()]
+    return tuple(item_column(name, type_, description) for name, type_, description in rows)
 
 
 def _by_kind(kind: str, per: float = 1.0) -> Callable[[QuarterResult], float]:
@@ -158,31 +172,29 @@ QUARTER_COLUMNS: tuple[Column, ...] = (
 
 POOL_COLUMNS: tuple[Column, ...] = (
     Column("quarter", "string", "calendar quarter (quarters.quarter)", lambda x: x[0]),
-    Column("kind", "string", "serving: a pool of the plan; idle_reserved: committed GPUs of one type that no pool uses",
-           lambda x: x[1].kind),
-    Column("pool", "string", "traffic class the pool serves (all, short, long; empty for idle GPUs)", lambda x: x[1].pool),
-    Column("gpu", "string", "GPU type", lambda x: x[1].gpu),
-    Column("tp", "integer", "tensor-parallel degree, GPUs per replica", lambda x: x[1].tp),
-    Column("weight_dtype", "string", "weight dtype", lambda x: x[1].weight_dtype),
-    Column("kv_dtype", "string", "KV-cache dtype", lambda x: x[1].kv_dtype),
-    Column("max_model_len", "integer", "context limit of the pool, tokens", lambda x: x[1].max_model_len),
-    Column("replicas", "integer", "replicas in the pool", lambda x: x[1].replicas),
-    Column("gpus", "integer", "GPUs in the row", lambda x: x[1].gpus),
-    Column("reserved_gpus", "integer", "of those, committed GPUs (a type's commitments fill its pools in order)",
-           lambda x: x[1].reserved_gpus),
-    Column("on_demand_gpus", "integer", "of those, GPUs paid on demand", lambda x: x[1].on_demand_gpus),
-    Column("on_demand_usd_per_gpu_hour", "number", "the quarter's on-demand price of the GPU type, USD per GPU-hour",
-           lambda x: x[1].on_demand_usd_per_gpu_hour),
+    *item_columns("""
+        kind                        string   serving: a pool of the plan; idle_reserved: committed GPUs of one type that no pool uses
+        pool                        string   traffic class the pool serves (all, short, long; empty for idle GPUs)
+        gpu                         string   GPU type
+        tp                          integer  tensor-parallel degree, GPUs per replica
+        weight_dtype                string   weight dtype
+        kv_dtype                    string   KV-cache dtype
+        max_model_len               integer  context limit of the pool, tokens
+        replicas                    integer  replicas in the pool
+        gpus                        integer  GPUs in the row
+        reserved_gpus               integer  of those, committed GPUs (a type's commitments fill its pools in order)
+        on_demand_gpus              integer  of those, GPUs paid on demand
+        on_demand_usd_per_gpu_hour  number   the quarter's on-demand price of the GPU type, USD per GPU-hour
+    """),
     Column("reserved_usd_per_gpu_hour", "number",
            "mean committed price of the type's commitments, USD per GPU-hour (empty without commitments)",
            lambda x: x[1].reserved_usd_per_gpu_hour),
-    Column("usd_per_hour", "number", "the row's GPUs at the prices they are paid, USD per hour; a quarter's rows add up "
-           "to quarters.total_usd_per_hour", lambda x: x[1].usd_per_hour),
+    item_column("usd_per_hour", "number", "the row's GPUs at the prices they are paid, USD per hour; a quarter's rows add up "
+           "to quarters.total_usd_per_hour"),
     Column("usd_per_month", "number", f"the same per month ({HOURS_PER_MONTH} hours), USD", lambda x: x[1].usd_per_hour * HOURS_PER_MONTH),
     Column("usd", "number", f"the same over the quarter ({HOURS_PER_QUARTER:,} hours), USD",
            lambda x: x[1].usd_per_hour * HOURS_PER_QUARTER),
-    Column("capacity_rps_per_replica", "number", "requests/s one replica holds within every target",
-           lambda x: x[1].capacity_rps_per_replica),
+    item_column("capacity_rps_per_replica", "number", "requests/s one replica holds within every target"),
     Column("mixed_reserved_replicas", "integer",
            "the day's reserved + on-demand mix: replicas of the pool reserved all day (the rest run on demand per hour)",
            lambda x: x[1].mixed_reserved_replicas),

@@ -41,18 +41,22 @@ class TrafficClass:
 
 @dataclass(frozen=True)
 class Config:
+    """A candidate's hardware and number formats at its price: no context limit yet (that makes it
+    a Deployment, per traffic class)."""
+
     gpu: GPU
     tp: int
     weight_dtype: str
     kv_dtype: str
     price_usd_per_hour: float
 
+    def label(self, limit: int) -> str:
+        """Its name in reports, the JSON and the ILP's variables, with the context limit it serves."""
+        return f"{self.gpu.id} tp{self.tp} w:{self.weight_dtype} kv:{self.kv_dtype} ctx:{limit}"
+
     @property
     def key(self) -> tuple:
         return (self.gpu.id, self.tp, self.weight_dtype, self.kv_dtype)
-
-    def label(self, limit: int) -> str:
-        return f"{self.gpu.id} tp{self.tp} w:{self.weight_dtype} kv:{self.kv_dtype} ctx:{limit}"
 
 
 @dataclass(frozen=True)
