@@ -20,6 +20,7 @@ from planner.plan_objects import (
 )
 from planner.plan_setup import Setup, pool_details
 from planner.pool_check import PoolCheck, PoolSetting, check_pool, requests_for, simulated_capacity
+from planner.progress import stage
 from planner.requests import Requests
 from planner.scenario import Scenario
 from planner.targets import SLO
@@ -70,8 +71,12 @@ def certify_plans(parts, resolve, *, rounds: int) -> list[tuple[list[Evaluation]
             fresh = {key(pd): pd for pd in pools if key(pd) not in st.ev.checks}
             todo += [(st, k, pool_setting(pd, st.scn, pools, st.trace)) for k, pd in fresh.items()]
         # The simulator's loop releases the GIL: pools replay side by side, one thread each.
-        with ThreadPoolExecutor(max_workers=max(1, min(len(todo), os.cpu_count() or 1))) as workers:
-            done = list(workers.map(lambda t: run(t[0], t[2]), todo))
+        done = []
+        with (ThreadPoolExecutor(max_workers=max(1, min(len(todo), os.cpu_count() or 1))) as workers,
+              stage("certification" if not spent else f"certification, re-plan {spent}", len(todo), " pools") as step):
+            for check in workers.map(lambda t: run(t[0], t[2]), todo):
+                done.append(check)
+                step.advance()
         for (st, k, _), check in zip(todo, done, strict=True):
             st.ev.checks[k] = check
         missing = [[pd for pd in pools if not st.ev.checks[key(pd)].holds] for st, _, _, pools, _ in state]

@@ -18,6 +18,7 @@ from planner.plan_objects import (
     TrafficClass,
 )
 from planner.pool_check import PoolCheck
+from planner.progress import stage
 from planner.scenario import Scenario
 
 
@@ -118,8 +119,10 @@ class Evaluator:
         for cfg, tc in pairs:
             groups.setdefault((self._class_key(tc), cfg.gpu.id, cfg.price_usd_per_hour, cfg.tp), []).append((cfg, tc))
         found: dict[tuple, Evaluation] = {}
-        for group in groups.values():
-            found.update(self._evaluate_group(group))
+        with stage("candidates evaluated", len(pairs), " pairs") as step:
+            for group in groups.values():
+                found.update(self._evaluate_group(group))
+                step.advance(len(group))
         return [found[(*cfg.key, *self._class_key(tc))] for cfg, tc in pairs]
 
     def _evaluate_group(self, group: list[tuple[Config, TrafficClass]]) -> dict[tuple, Evaluation]:

@@ -22,6 +22,7 @@ from planner.plan_objects import (
 )
 from planner.plan_search import Resolver, infeasible_message, lazy_solve, outcome_of
 from planner.plan_setup import Setup, pool_details
+from planner.progress import stage
 
 SENSITIVITY = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
 
@@ -31,26 +32,33 @@ def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, reserved=None) -> Pl
     sensitivity, the levers, the best certified plan per GPU type and the TTFT target's cost.
     `solve` answers the re-solves (its scenario's inventory caps apply)."""
     scn, classes, evals, sol, inventory = st.scn, st.classes, plan.evaluations, plan.solution, solve.inventory
-    split = []
-    for k in classes:
-        res = solve(classes, evals, options=[k])
-        split.append(outcome_of("no split" if k == "none" else f"split at {int(k):,}", res,
-                              "" if res.pools else infeasible_message({k: classes[k]}, evals, inventory)))
-    alternatives, forbid, last = [], [], sol
-    for i in range(2):
-        forbid.append(frozenset((last.option, p.traffic_class, p.config) for p in last.pools))
-        last = solve(classes, evals, forbid=tuple(forbid))
-        if not last.pools:
-            break
-        alternatives.append(outcome_of(f"next best #{i + 1}", last))
-    sensitivity = [
-        outcome_of(f"peak x {m:g}", solve(classes, evals, rate_scale=m, reserved=reserved)) for m in SENSITIVITY
-    ]
-    levers = _levers(scn, st.catalog, st.model, st.served, st.limit, st.peak_rps, st.ev, st.configs, classes, evals,
-                     sol, inventory, solve)
-    per_gpu = (_per_gpu(scn, st, st.configs, classes, inventory, solve, reserved)
-               if plan.certification else [])
-    sweep = _ttft_sweep(scn, st.catalog, st.model, st.configs, classes, inventory, st.ev)
+    with stage("explorations", 6, " steps") as step:
+        split = []
+        for k in classes:
+            res = solve(classes, evals, options=[k])
+            split.append(outcome_of("no split" if k == "none" else f"split at {int(k):,}", res,
+                                    "" if res.pools else infeasible_message({k: classes[k]}, evals, inventory)))
+        step.advance()
+        alternatives, forbid, last = [], [], sol
+        for i in range(2):
+            forbid.append(frozenset((last.option, p.traffic_class, p.config) for p in last.pools))
+            last = solve(classes, evals, forbid=tuple(forbid))
+            if not last.pools:
+                break
+            alternatives.append(outcome_of(f"next best #{i + 1}", last))
+        step.advance()
+        sensitivity = [
+            outcome_of(f"peak x {m:g}", solve(classes, evals, rate_scale=m, reserved=reserved)) for m in SENSITIVITY
+        ]
+        step.advance()
+        levers = _levers(scn, st.catalog, st.model, st.served, st.limit, st.peak_rps, st.ev, st.configs, classes,
+                         evals, sol, inventory, solve)
+        step.advance()
+        per_gpu = (_per_gpu(scn, st, st.configs, classes, inventory, solve, reserved)
+                   if plan.certification else [])
+        step.advance()
+        sweep = _ttft_sweep(scn, st.catalog, st.model, st.configs, classes, inventory, st.ev)
+        step.advance()
     return dataclasses.replace(plan, split_analysis=split, alternatives=alternatives, sensitivity=sensitivity,
                                levers=levers, per_gpu=per_gpu, ttft_sweep=sweep)
 

@@ -21,6 +21,7 @@ from planner.plan_objects import Plan
 from planner.plan_search import Resolver, no_plan_message, scenario_caps, service_model
 from planner.plan_setup import Setup, pool_details, setup_plan
 from planner.planning import assemble_plan
+from planner.progress import stage
 from planner.units import HOURS_PER_MONTH
 
 
@@ -116,7 +117,9 @@ def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool |
     def solve(evals_per_service, **kw) -> JointSolution:
         return _solve(fleet, setups, evals_per_service, keep_lp=keep_lp, **kw)
 
-    joint = solve([st.evals for st in setups])
+    with stage("fleet ILP", 1, " solve") as step:
+        joint = solve([st.evals for st in setups])
+        step.advance()
     if not joint.services[0].pools:
         raise InfeasibleError(_no_fleet_message(fleet, setups, solvers, joint), where=str(fleet.path))
     parts = [(st, st.evals, sol, pool_details(st.ev, st.evals, sol)) for st, sol in zip(setups, joint.services, strict=True)]

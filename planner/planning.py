@@ -30,6 +30,7 @@ from planner.plan_objects import (
 )
 from planner.plan_search import Resolver, no_plan_message, outcome_of
 from planner.plan_setup import Setup, pool_details, served_traffic, setup_plan
+from planner.progress import stage
 from planner.requests import Requests
 from planner.scenario import Scenario
 
@@ -56,7 +57,9 @@ def make_plan(
     st = setup_plan(scn, catalog, model, hist, measured_peak_rps, traffic_notes=traffic_notes,
                     measured_mean_rps=measured_mean_rps, trace=trace)
     solve = Resolver(scn)
-    sol = solve(st.classes, st.evals, reserved=reserved, keep_lp=keep_lp, use_reserved=use_reserved)
+    with stage("ILP", 1, " solve") as step:
+        sol = solve(st.classes, st.evals, reserved=reserved, keep_lp=keep_lp, use_reserved=use_reserved)
+        step.advance()
     if not sol.pools:
         raise InfeasibleError(no_plan_message(sol, scn, st.classes, st.evals, solve.inventory))
     pools = pool_details(st.ev, st.evals, sol)

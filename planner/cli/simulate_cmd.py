@@ -29,10 +29,11 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
     Example:
       planner simulate scenarios/chat_8b_h100.yaml --requests 20000 --seed 1
     """
+    from planner.cli.progress_bars import terminal_progress
     from planner.errors import located
     from planner.plan_json import bands_json
 
-    with located(scenario):
+    with located(scenario), terminal_progress():
         scn, slo, checks, certified = _checks(scenario, pool, n_requests, seed, catalog_files)
     if as_json:
         echo_json({
@@ -63,6 +64,7 @@ def _checks(scenario, pool, n_requests, seed, catalog_files):
     from planner.certification import pool_setting
     from planner.inputs import load_inputs, plan_inputs
     from planner.pool_check import check_pool
+    from planner.progress import stage
 
     inputs = load_inputs(scenario, catalog_files=catalog_files)
     scn = inputs.scenario
@@ -76,13 +78,14 @@ def _checks(scenario, pool, n_requests, seed, catalog_files):
     slo = scn.slo.to_slo()
     trace = inputs.traffic.requests_at_growth(scn.traffic.growth)
     checks = []
-    for pd in plan.pools:
-        if pool is not None and pd.traffic_class.name != pool:
-            continue
-        c = pd.check
-        if c is None or c.requests != sim.requests or c.seed != sim.seed:
-            c = check_pool(pool_setting(pd, scn, plan.pools, trace), slo, requests=sim.requests, seed=sim.seed)
-        checks.append(c)
+    chosen = [p for p in plan.pools if pool is None or p.traffic_class.name == pool]
+    with stage("pools simulated", len(chosen), " pools") as step:
+        for pd in chosen:
+            c = pd.check
+            if c is None or c.requests != sim.requests or c.seed != sim.seed:
+                c = check_pool(pool_setting(pd, scn, plan.pools, trace), slo, requests=sim.requests, seed=sim.seed)
+            checks.append(c)
+            step.advance()
     return scn, slo, checks, plan.certification.certified
 
 

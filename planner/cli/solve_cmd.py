@@ -34,6 +34,7 @@ def solve(scenarios, out_dir, no_report, write_lp, verify, catalog_files, as_jso
       planner solve scenarios/128k_rollout.yaml
       planner solve scenarios/fleet_2027q1.yaml --json
     """
+    from planner.cli.progress_bars import terminal_progress
     from planner.errors import located
 
     # Every scenario is read and checked before any is planned, and every plan is made before any
@@ -43,7 +44,7 @@ def solve(scenarios, out_dir, no_report, write_lp, verify, catalog_files, as_jso
         _refuse_same_names(loaded)
     planned = []
     for i, (path, kind, inputs) in enumerate(loaded):
-        with located(str(path)):
+        with located(str(path)), terminal_progress():
             first_lp = bool(write_lp) and i == 0
             planned.append((path, kind, _plan(kind, inputs, first_lp, verify)))
     results = []
