@@ -82,11 +82,11 @@ class Evaluator:
 
     def evaluate(self, cfg: Config, tc: TrafficClass) -> Evaluation:
         key = (*cfg.key, *self._class_key(tc))
-        ev = self._model_evaluation(key, cfg, tc)
+        evaluation = self._model_evaluation(key, cfg, tc)
         simulated, factor = self._simulated.get(key), self._calibration.get(self._class_key(tc), 1.0)
         if simulated is None and factor == 1.0:
-            return ev
-        return dataclasses.replace(ev, simulated_rps=simulated, calibration=factor)
+            return evaluation
+        return dataclasses.replace(evaluation, simulated_rps=simulated, calibration=factor)
 
     def _model_evaluation(self, key: tuple, cfg: Config, tc: TrafficClass, guess: float | None = None) -> Evaluation:
         if key in self._cache:
@@ -100,11 +100,11 @@ class Evaluator:
                                    quantile=self.scn.sizing.quantile, model=self.replica_model(key, dep, tc),
                                    guess=guess)
             problem = "" if cap.max_rps > 0 else f"{cap.binding}: " + ("; ".join(cap.notes) or "no rate meets it")
-            ev = Evaluation(cfg, tc, cap, problem)
+            evaluation = Evaluation(cfg, tc, cap, problem)
         except InputError as exc:
-            ev = Evaluation(cfg, tc, None, str(exc))
-        self._cache[key] = ev
-        return ev
+            evaluation = Evaluation(cfg, tc, None, str(exc))
+        self._cache[key] = evaluation
+        return evaluation
 
     def evaluate_all(self, classes: dict[str, list[TrafficClass]], configs: Sequence[Config]) -> list[Evaluation]:
         """Every config for every class of every split option.
@@ -153,10 +153,10 @@ class Evaluator:
                     out[key] = Evaluation(cfg, tc, None, f"capacity below {best_label}'s {best:,.3f} req/s on the "
                                           "same GPUs", dominated_by=best_label)
                     continue
-            ev = self._model_evaluation(key, cfg, tc, guess=guess)
+            evaluation = self._model_evaluation(key, cfg, tc, guess=guess)
             out[key] = self.evaluate(cfg, tc)
-            if ev.capacity is not None and ev.capacity.max_rps > best:
-                best, best_label = ev.capacity.max_rps, cfg.label(tc.max_model_len)
+            if evaluation.capacity is not None and evaluation.capacity.max_rps > best:
+                best, best_label = evaluation.capacity.max_rps, cfg.label(tc.max_model_len)
         return out
 
 

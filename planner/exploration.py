@@ -51,13 +51,13 @@ def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, reserved=None) -> Pl
             outcome_of(f"peak x {m:g}", solve(classes, evals, rate_scale=m, reserved=reserved)) for m in SENSITIVITY
         ]
         step.advance()
-        levers = _levers(scn, st.catalog, st.model, st.served, st.limit, st.peak_rps, st.ev, st.configs, classes,
+        levers = _levers(scn, st.catalog, st.model, st.served, st.limit, st.peak_rps, st.evaluator, st.configs, classes,
                          evals, sol, inventory, solve)
         step.advance()
         per_gpu = (_per_gpu(scn, st, st.configs, classes, inventory, solve, reserved)
                    if plan.certification else [])
         step.advance()
-        sweep = _ttft_sweep(scn, st.catalog, st.model, st.configs, classes, inventory, st.ev)
+        sweep = _ttft_sweep(scn, st.catalog, st.model, st.configs, classes, inventory, st.evaluator)
         step.advance()
     return dataclasses.replace(plan, split_analysis=split, alternatives=alternatives, sensitivity=sensitivity,
                                levers=levers, per_gpu=per_gpu, ttft_sweep=sweep)
@@ -76,14 +76,14 @@ def _per_gpu(scn, st: Setup, configs, classes, inventory, solve, reserved) -> li
         if not cfgs:
             out.append(Outcome(name, False, math.inf, 0, "", "no supported config on it"))
             continue
-        ev = st.ev
-        evs = ev.evaluate_all(classes, cfgs)
+        evaluator = st.evaluator
+        evs = evaluator.evaluate_all(classes, cfgs)
         res = solve(classes, evs, reserved=reserved)
         if not res.pools:
             out.append(Outcome(name, False, math.inf, 0, "", infeasible_message(classes, evs, inventory)))
             continue
         try:
-            [(_, res, _, cert)] = certify_plans([(st, evs, res, pool_details(ev, evs, res))],
+            [(_, res, _, cert)] = certify_plans([(st, evs, res, pool_details(evaluator, evs, res))],
                                                 lambda e: [solve(classes, e[0], reserved=reserved)],
                                                 rounds=scn.simulation.max_rounds)
         except InfeasibleError as exc:
@@ -97,7 +97,7 @@ def _per_gpu(scn, st: Setup, configs, classes, inventory, solve, reserved) -> li
     return out
 
 
-def _ttft_sweep(scn, catalog, model, configs, classes, inventory, ev) -> list[tuple[float, Outcome]]:
+def _ttft_sweep(scn, catalog, model, configs, classes, inventory, evaluator) -> list[tuple[float, Outcome]]:
     """The plan re-solved with every band's TTFT limit scaled, by the model (calibrated where
     certification measured a class): what a stricter or looser TTFT target costs."""
     slo = scn.slo
@@ -108,13 +108,13 @@ def _ttft_sweep(scn, catalog, model, configs, classes, inventory, ev) -> list[tu
     # capacity, so each step's capacities (or bounds) bound the next one's (with 2% to spare for
     # the waiting-time grid, which spans twice the limit); looser ones bound from the ceilings.
     for order in (sorted((x for x in TTFT_SWEEP if x < 1.0), reverse=True), sorted(x for x in TTFT_SWEEP if x > 1.0)):
-        above = ev
+        above = evaluator
         for m in order:
             bands = [b.model_copy(update={"ttft_s": (b.ttft_s[0] or slo.statistic, b.ttft_s[1] * m)}) if b.ttft_s else b
                      for b in slo.bands]
             scaled = scn.model_copy(update={"slo": slo.model_copy(update={"bands": bands})})
-            swept = Evaluator(scaled, catalog, model, like=ev)
-            swept._calibration = ev._calibration  # what simulation showed of the model applies here too
+            swept = Evaluator(scaled, catalog, model, like=evaluator)
+            swept._calibration = evaluator._calibration  # what simulation showed of the model applies here too
             scaled_classes = {k: [dataclasses.replace(tc, slo=scaled.slo.to_slo()) for tc in tcs]
                               for k, tcs in classes.items()}
             prior = _bound_from(above) if m < 1.0 else None
@@ -139,7 +139,7 @@ def _bound_from(looser: Evaluator):
     return prior
 
 
-def _levers(scn, catalog, model, served, limit, peak, ev, configs, classes, evals, sol, inventory, solve) -> list[Outcome]:
+def _levers(scn, catalog, model, served, limit, peak, evaluator, configs, classes, evals, sol, inventory, solve) -> list[Outcome]:
     """Re-solve with each lever switched (design.md, "The optimisation"); the levers multiply."""
     out = []
 
@@ -148,7 +148,7 @@ def _levers(scn, catalog, model, served, limit, peak, ev, configs, classes, eval
         if not cfgs:
             out.append(Outcome(name, False, math.inf, 0, "", "no GPU candidate supports it"))
             return
-        res, evs = lazy_solve(ev, solve, classes, cfgs)
+        res, evs = lazy_solve(evaluator, solve, classes, cfgs)
         out.append(outcome_of(name, res, "" if res.pools else infeasible_message(classes, evs, inventory)))
 
     for kind, allowed in (("KV cache", scn.kv_dtypes), ("weights", scn.weight_dtypes)):
@@ -166,7 +166,7 @@ def _levers(scn, catalog, model, served, limit, peak, ev, configs, classes, eval
                             "" if res.pools else infeasible_message({"none": classes["none"]}, evals, inventory)))
     for gpu_id in sorted({p.gpu for p in sol.pools}):
         keep = [c for c in configs if c.gpu.id != gpu_id]
-        evs = ev.evaluate_all(classes, keep)
+        evs = evaluator.evaluate_all(classes, keep)
         res = solve(classes, evs) if keep else None
         out.append(outcome_of(f"without {gpu_id}", res, "") if res else Outcome(f"without {gpu_id}", False, math.inf, 0, "", "no other GPU candidate"))
     lower = scn.lower_context_limit or edge_at_most(max(limit // 2, int(TOTAL_EDGES[0])))
@@ -175,7 +175,7 @@ def _levers(scn, catalog, model, served, limit, peak, ev, configs, classes, eval
         if not lowered.is_empty:
             lost = served.requests - lowered.requests
             lower_classes = traffic_classes(scn, lowered, lower, peak * lowered.requests / served.requests)
-            res, evs = lazy_solve(ev, solve, lower_classes, configs)
+            res, evs = lazy_solve(evaluator, solve, lower_classes, configs)
             name = f"context limit {lower:,} (rejects {lost / served.requests:.1%} of requests)"
             out.append(outcome_of(name, res, "" if res.pools else infeasible_message(lower_classes, evs, inventory)))
     return out

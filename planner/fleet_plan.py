@@ -97,7 +97,7 @@ class FleetPlan:
         committed price, the rest on demand); the services' figures and the idle commitments add
         up to the fleet's cost."""
         paid = {t.gpu: t.paid_usd_per_gpu_hour for t in self.types}
-        return sum(pd.gpus * paid[pd.config.gpu.id] for pd in plan.pools)
+        return sum(pool.gpus * paid[pool.config.gpu.id] for pool in plan.pools)
 
     @property
     def certified(self) -> bool | None:
@@ -122,7 +122,7 @@ def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool |
         step.advance()
     if not joint.services[0].pools:
         raise InfeasibleError(_no_fleet_message(fleet, setups, solvers, joint), where=str(fleet.path))
-    parts = [(st, st.evals, sol, pool_details(st.ev, st.evals, sol)) for st, sol in zip(setups, joint.services, strict=True)]
+    parts = [(st, st.evals, sol, pool_details(st.evaluator, st.evals, sol)) for st, sol in zip(setups, joint.services, strict=True)]
     wants = [st.scn.verify if certify is None else certify for st in setups]
     if any(wants):
         def resolve(evals_per_service):
@@ -237,8 +237,8 @@ def _explore(setups: list[Setup], plans: list[Plan], i: int, caps: dict[str, int
     others: dict[str, int] = {}
     for j, other in enumerate(plans):
         if j != i:
-            for pd in other.pools:
-                others[pd.config.gpu.id] = others.get(pd.config.gpu.id, 0) + pd.gpus
+            for pool in other.pools:
+                others[pool.config.gpu.id] = others.get(pool.config.gpu.id, 0) + pool.gpus
     gpus = []
     for cand in st.scn.gpu_candidates:
         if cand.id in caps:

@@ -235,8 +235,8 @@ def _quarter_plan(inputs: Inputs, qscn: Scenario, q: QuarterSpec, reserved, pric
 
 def _gpus_by_type(plan: Plan) -> dict[str, int]:
     by_type: dict[str, int] = {}
-    for pd in plan.pools:
-        by_type[pd.config.gpu.id] = by_type.get(pd.config.gpu.id, 0) + pd.gpus
+    for pool in plan.pools:
+        by_type[pool.config.gpu.id] = by_type.get(pool.config.gpu.id, 0) + pool.gpus
     return dict(sorted(by_type.items()))
 
 
@@ -255,8 +255,8 @@ def _idle_reserved(inputs: Inputs, qscn: Scenario, plan: Plan, reserved, price) 
     except InfeasibleError:
         return IdleReserved(idle, cost, None, "no plan can run them all (no config of their type serves the traffic "
                                               "within the targets and caps)")
-    summary = "; ".join(f"{pd.traffic_class.name}: {pd.replicas} × {pd.config.label(pd.traffic_class.max_model_len)}"
-                        for pd in alt.pools)
+    summary = "; ".join(f"{pool.traffic_class.name}: {pool.replicas} × {pool.config.label(pool.traffic_class.max_model_len)}"
+                        for pool in alt.pools)
     return IdleReserved(idle, cost, alt.cost_per_hour, summary)
 
 
@@ -266,12 +266,12 @@ def _pool_rows(plan: Plan, reserved, price, day: DayCosts) -> tuple[PoolRow, ...
     left = dict(reserved)
     rows = []
     mix = day.policy("mixed")
-    for pd, dp in zip(plan.pools, day.pools, strict=True):
-        g = pd.config.gpu.id
-        n_res = min(pd.gpus, left.get(g, 0))
+    for pool, dp in zip(plan.pools, day.pools, strict=True):
+        g = pool.config.gpu.id
+        n_res = min(pool.gpus, left.get(g, 0))
         left[g] = left.get(g, 0) - n_res
         rows.append(PoolRow(
-            "serving", **pd.fields(), reserved_gpus=n_res, on_demand_usd_per_gpu_hour=pd.config.price_usd_per_hour,
+            "serving", **pool.fields(), reserved_gpus=n_res, on_demand_usd_per_gpu_hour=pool.config.price_usd_per_hour,
             reserved_usd_per_gpu_hour=price.get(g), capacity_rps_per_replica=dp.capacity_rps,
             mixed_reserved_replicas=mix.reserved.get(dp.name, 0),
         ))

@@ -15,9 +15,9 @@ def uncertified_message(plan: Plan) -> str | None:
     if cert is None or cert.certified:
         return None
     misses = "; ".join(
-        f"{pd.traffic_class.label} on {pd.config.label(pd.traffic_class.max_model_len)}: "
-        + ", ".join(pd.check.problems or (pd.check.replay.problems if pd.check.replay else ()))
-        for pd in plan.pools if not pd.check.holds
+        f"{pool.traffic_class.label} on {pool.config.label(pool.traffic_class.max_model_len)}: "
+        + ", ".join(pool.check.problems or (pool.check.replay.problems if pool.check.replay else ()))
+        for pool in plan.pools if not pool.check.holds
     )
     what = "the fleet" if plan.given_fleet else f"no plan holds its targets in simulation after {cert.rounds} re-plans;"
     return f"{what} misses in simulation: {misses}" if plan.given_fleet else f"{what} {misses}"
@@ -45,12 +45,12 @@ def bands_json(bands) -> list[dict[str, Any]]:
     return out
 
 
-def _pool_bands(pd) -> list[dict[str, Any]]:
+def _pool_bands(pool) -> list[dict[str, Any]]:
     from planner.pool_check import band_checks
 
-    if pd.check is not None:
-        return bands_json(pd.check.bands)
-    return bands_json(band_checks(pd.traffic_class.slo, pd.model, pd.resident, None))
+    if pool.check is not None:
+        return bands_json(pool.check.bands)
+    return bands_json(band_checks(pool.traffic_class.slo, pool.model, pool.resident, None))
 
 
 def _labelled(fields: dict[str, Any], label: str) -> dict[str, Any]:
@@ -77,21 +77,21 @@ def plan_json(plan: Plan) -> dict[str, Any]:
     ]
     candidates = [
         {
-            "split_threshold": None if ev.traffic_class.option == "none" else int(ev.traffic_class.option),
-            "class": ev.traffic_class.name,
-            "gpu": ev.config.gpu.id,
-            "tp": ev.config.tp,
-            "weight_dtype": ev.config.weight_dtype,
-            "kv_dtype": ev.config.kv_dtype,
-            "max_model_len": ev.traffic_class.max_model_len,
-            "price_per_gpu_hour": ev.config.price_usd_per_hour,
-            "capacity_rps": ev.capacity_rps,
-            "model_capacity_rps": ev.capacity.max_rps if ev.capacity else 0.0,
-            "binding": ev.capacity.binding if ev.capacity else None,
-            "problem": ev.problem or None,
-            "class_rate_rps": ev.traffic_class.rate_rps,
+            "split_threshold": None if evaluation.traffic_class.option == "none" else int(evaluation.traffic_class.option),
+            "class": evaluation.traffic_class.name,
+            "gpu": evaluation.config.gpu.id,
+            "tp": evaluation.config.tp,
+            "weight_dtype": evaluation.config.weight_dtype,
+            "kv_dtype": evaluation.config.kv_dtype,
+            "max_model_len": evaluation.traffic_class.max_model_len,
+            "price_per_gpu_hour": evaluation.config.price_usd_per_hour,
+            "capacity_rps": evaluation.capacity_rps,
+            "model_capacity_rps": evaluation.capacity.max_rps if evaluation.capacity else 0.0,
+            "binding": evaluation.capacity.binding if evaluation.capacity else None,
+            "problem": evaluation.problem or None,
+            "class_rate_rps": evaluation.traffic_class.rate_rps,
         }
-        for ev in plan.evaluations
+        for evaluation in plan.evaluations
     ]
     return {
         "scenario": plan.scenario.name,

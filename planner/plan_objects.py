@@ -177,7 +177,7 @@ class Plan:
     @property
     def capacity_rps(self) -> float:
         """Requests/s the fleet serves at its ceilings, all pools together."""
-        return sum(pd.replicas * pd.planned_rps for pd in self.pools)
+        return sum(pool.replicas * pool.planned_rps for pool in self.pools)
 
     @property
     def cost_per_month(self) -> float:

@@ -42,10 +42,10 @@ def service_model(scn: Scenario, classes, evals: Sequence[Evaluation], *, name: 
         for key in chosen
     ]
     cands = [
-        Candidate(ev.traffic_class.option, ev.traffic_class.name, ev.config.label(ev.traffic_class.max_model_len),
-                  ev.config.gpu.id, ev.config.tp, ev.config.price_usd_per_hour * ev.config.tp, ev.capacity_rps)
-        for ev in undominated_evaluations(evals)
-        if ev.traffic_class.option in chosen
+        Candidate(evaluation.traffic_class.option, evaluation.traffic_class.name, evaluation.config.label(evaluation.traffic_class.max_model_len),
+                  evaluation.config.gpu.id, evaluation.config.tp, evaluation.config.price_usd_per_hour * evaluation.config.tp, evaluation.capacity_rps)
+        for evaluation in undominated_evaluations(evals)
+        if evaluation.traffic_class.option in chosen
     ]
     if not forbid and not use_reserved:
         free = (frozenset() if bound_types is None else
@@ -96,7 +96,7 @@ class Resolver:
 LAZY_MIN_PAIRS = 200  # fewer pairs to evaluate than this: evaluate them all and solve once
 
 
-def lazy_solve(ev: Evaluator, solve: Resolver, classes, configs: Sequence[Config], *, prior=None):
+def lazy_solve(evaluator: Evaluator, solve: Resolver, classes, configs: Sequence[Config], *, prior=None):
     """solve(classes, every config evaluated for every class), searching only the pairs an optimal
     plan may need; returns the solution and the evaluations it rests on.
 
@@ -108,52 +108,52 @@ def lazy_solve(ev: Evaluator, solve: Resolver, classes, configs: Sequence[Config
     searched and it is solved again. Between rounds each class's best searched pair sets the rate
     another pair must reach to cost no more, and one latency point (capacity.capacity_below)
     proves most pairs below it, which becomes their bound."""
-    scn = ev.scn
+    scn = evaluator.scn
     sizing, quantile, m = scn.sizing.mode, scn.sizing.quantile, scn.min_replicas_per_pool
     fresh = sum(1 for tcs in classes.values() for tc in tcs for cfg in configs
-                if (*cfg.key, *ev._class_key(tc)) not in ev._cache)
+                if (*cfg.key, *evaluator._class_key(tc)) not in evaluator._cache)
     if fresh < LAZY_MIN_PAIRS:  # searching them all costs less than the rounds of re-solves
-        evals = ev.evaluate_all(classes, configs)
+        evals = evaluator.evaluate_all(classes, configs)
         return solve(classes, evals), evals
     exact: dict[tuple, Evaluation] = {}
     bound: dict[tuple, tuple[float, Config, TrafficClass, ReplicaModel, float]] = {}
     for tcs in classes.values():
         for tc in tcs:
-            cal = ev._calibration.get(ev._class_key(tc), 1.0)
+            cal = evaluator._calibration.get(evaluator._class_key(tc), 1.0)
             for cfg in configs:
-                key = (*cfg.key, *ev._class_key(tc))
-                if key in ev._cache or key in ev._simulated:
-                    exact[key] = ev.evaluate(cfg, tc)
+                key = (*cfg.key, *evaluator._class_key(tc))
+                if key in evaluator._cache or key in evaluator._simulated:
+                    exact[key] = evaluator.evaluate(cfg, tc)
                     continue
                 try:
-                    rm = ev.replica_model(key, ev.deployment(cfg, tc.max_model_len), tc)
+                    rm = evaluator.replica_model(key, evaluator.deployment(cfg, tc.max_model_len), tc)
                 except InputError:
-                    exact[key] = ev.evaluate(cfg, tc)
+                    exact[key] = evaluator.evaluate(cfg, tc)
                     continue
                 upper = rm.rate(rm.batch_bound(sizing, quantile))
-                upper = min(upper, ev.upper.get(key, math.inf), prior(cfg, tc) if prior else math.inf)
+                upper = min(upper, evaluator.upper.get(key, math.inf), prior(cfg, tc) if prior else math.inf)
                 if upper <= 0:
-                    exact[key] = ev.evaluate(cfg, tc)
+                    exact[key] = evaluator.evaluate(cfg, tc)
                 else:
                     bound[key] = (upper * cal, cfg, tc, rm, cal)
     by_label = {(tc.option, tc.name, cfg.label(tc.max_model_len)): key for key, (_, cfg, tc, _, _) in bound.items()}
 
     def search(key) -> None:
         _, cfg, tc, _, _ = bound.pop(key)
-        exact[key] = ev.evaluate(cfg, tc)
+        exact[key] = evaluator.evaluate(cfg, tc)
 
     # Seed each class with a searched pair (the one its bound prices cheapest), so that the first
     # round's bounds are already tightened against it.
     for tcs in classes.values():
         for tc in tcs:
-            ck = ev._class_key(tc)
-            if any(ev._class_key(e.traffic_class) == ck and e.capacity_rps > 0 for e in exact.values()):
+            ck = evaluator._class_key(tc)
+            if any(evaluator._class_key(e.traffic_class) == ck and e.capacity_rps > 0 for e in exact.values()):
                 continue
             mine = [(cfg.price_usd_per_hour * cfg.tp * max(m, math.ceil(tc.rate_rps / u - 1e-12)), cfg.label(0), key)
-                    for key, (u, cfg, other, _, _) in bound.items() if ev._class_key(other) == ck]
+                    for key, (u, cfg, other, _, _) in bound.items() if evaluator._class_key(other) == ck]
             if mine:
                 search(min(mine)[2])
-    _tighten(exact, bound, classes, m, sizing, quantile, ev, search)
+    _tighten(exact, bound, classes, m, sizing, quantile, evaluator, search)
     while True:
         evals = [*exact.values(), *(Evaluation(cfg, tc, None, optimistic_rps=u) for u, cfg, tc, _, _ in bound.values())]
         # Rounds that search more pairs need only the cheapest cost; the tie-break runs at the end.
@@ -169,7 +169,7 @@ def lazy_solve(ev: Evaluator, solve: Resolver, classes, configs: Sequence[Config
             return sol, evals
         for key in used:
             search(key)
-        _tighten(exact, bound, classes, m, sizing, quantile, ev, search)
+        _tighten(exact, bound, classes, m, sizing, quantile, evaluator, search)
 
 
 def _bounded(sol: FleetSolution, by_label, bound) -> list[tuple]:
@@ -178,7 +178,7 @@ def _bounded(sol: FleetSolution, by_label, bound) -> list[tuple]:
     return [key for key in keys if key in bound]
 
 
-def _tighten(exact, bound, classes, m: int, sizing, quantile, ev: Evaluator, search) -> None:
+def _tighten(exact, bound, classes, m: int, sizing, quantile, evaluator: Evaluator, search) -> None:
     """For each class, the cheapest searched pair alone (replicas to cover its rate, at least m)
     sets the rate another pair must reach to cost no more; a pair proved below that rate by one
     latency point takes it as its bound, one not proved below is searched."""
@@ -191,9 +191,9 @@ def _tighten(exact, bound, classes, m: int, sizing, quantile, ev: Evaluator, sea
             if not costs:
                 continue
             best = min(costs)
-            ck = ev._class_key(tc)
+            ck = evaluator._class_key(tc)
             for key, (u, cfg, other, rm, cal) in list(bound.items()):
-                if ev._class_key(other) != ck:
+                if evaluator._class_key(other) != ck:
                     continue
                 price = cfg.price_usd_per_hour * cfg.tp
                 most = math.floor(best / price + 1e-9)  # replicas affordable at the incumbent's cost
@@ -202,7 +202,7 @@ def _tighten(exact, bound, classes, m: int, sizing, quantile, ev: Evaluator, sea
                 need = tc.rate_rps / most
                 below, _ = capacity_below(rm, need / cal, sizing=sizing, quantile=quantile)
                 if below:
-                    ev.upper[key] = min(ev.upper.get(key, math.inf), need / cal)
+                    evaluator.upper[key] = min(evaluator.upper.get(key, math.inf), need / cal)
                     bound[key] = (need, cfg, other, rm, cal)
                 else:
                     search(key)
@@ -216,20 +216,20 @@ def undominated_evaluations(evals: Sequence[Evaluation]) -> list[Evaluation]:
     which are equal too). Ties keep the first label in sort order: deterministic.
     """
     best: dict[tuple, Evaluation] = {}
-    for ev in sorted(evals, key=lambda e: e.config.label(e.traffic_class.max_model_len)):
-        if ev.capacity_rps <= 0:
+    for evaluation in sorted(evals, key=lambda e: e.config.label(e.traffic_class.max_model_len)):
+        if evaluation.capacity_rps <= 0:
             continue
-        key = (ev.traffic_class.option, ev.traffic_class.name, ev.config.gpu.id, ev.config.price_usd_per_hour, ev.config.tp)
-        if key not in best or ev.capacity_rps > best[key].capacity_rps:
-            best[key] = ev
+        key = (evaluation.traffic_class.option, evaluation.traffic_class.name, evaluation.config.gpu.id, evaluation.config.price_usd_per_hour, evaluation.config.tp)
+        if key not in best or evaluation.capacity_rps > best[key].capacity_rps:
+            best[key] = evaluation
     return list(best.values())
 
 
 def infeasible_message(classes, evals: Sequence[Evaluation], inventory: dict) -> str:
     for key in ["none", *[k for k in classes if k != "none"]]:
         for tc in classes.get(key, []):
-            mine = [ev for ev in evals if ev.traffic_class is tc]
-            if any(ev.capacity_rps > 0 for ev in mine):
+            mine = [evaluation for evaluation in evals if evaluation.traffic_class is tc]
+            if any(evaluation.capacity_rps > 0 for evaluation in mine):
                 continue
             best = _best_failed(mine)
             where = "without a split" if key == "none" else f"under split {int(key):,}"
@@ -248,11 +248,11 @@ def infeasible_message(classes, evals: Sequence[Evaluation], inventory: dict) ->
     for tc in classes.get("none", []):
         # the most this class gets from every capped GPU type at once (None: some type is uncapped)
         most: dict[str, float] = {}
-        for ev in (ev for ev in evals if ev.traffic_class is tc and ev.capacity_rps > 0):
-            cap = inventory.get(ev.config.gpu.id)
+        for evaluation in (evaluation for evaluation in evals if evaluation.traffic_class is tc and evaluation.capacity_rps > 0):
+            cap = inventory.get(evaluation.config.gpu.id)
             if cap is None:
                 break
-            most[ev.config.gpu.id] = max(most.get(ev.config.gpu.id, 0.0), cap // ev.config.tp * ev.capacity_rps)
+            most[evaluation.config.gpu.id] = max(most.get(evaluation.config.gpu.id, 0.0), cap // evaluation.config.tp * evaluation.capacity_rps)
         else:
             if sum(most.values()) < tc.rate_rps:
                 return (f"class '{tc.label}' needs {tc.rate_rps:,.4g} req/s but the inventory caps ({caps}) "
@@ -276,11 +276,11 @@ def _best_failed(evals: Sequence[Evaluation]) -> Evaluation | None:
     """The candidate closest to serving the class: weights fit, then the fastest prefill."""
     if not evals:
         return None
-    with_cap = [ev for ev in evals if ev.capacity is not None]
+    with_cap = [evaluation for evaluation in evals if evaluation.capacity is not None]
     if not with_cap:
         return evals[0]
-    return min(with_cap, key=lambda ev: (min((f.floor_s for f in ev.capacity.floors), default=0.0), -ev.config.tp,
-                                         ev.config.label(0)))
+    return min(with_cap, key=lambda evaluation: (min((f.floor_s for f in evaluation.capacity.floors), default=0.0), -evaluation.config.tp,
+                                         evaluation.config.label(0)))
 
 
 def _summary(sol: FleetSolution) -> str:

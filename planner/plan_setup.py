@@ -38,7 +38,7 @@ class Setup:
     limit: int
     served: Histogram
     peak_rps: float
-    ev: Evaluator
+    evaluator: Evaluator
     configs: list[Config]
     classes: dict[str, list[TrafficClass]]
     evals: list[Evaluation]
@@ -52,13 +52,13 @@ def setup_plan(scn: Scenario, catalog: Catalog, model: Model, hist: Histogram, m
                trace: Requests | None = None) -> Setup:
     """The served traffic, its classes per split option, and every candidate config's capacity for each."""
     limit, served, peak = served_traffic(scn, model, hist, measured_peak_rps, scn.context_limit)
-    ev = Evaluator(scn, catalog, model)
+    evaluator = Evaluator(scn, catalog, model)
     configs = candidate_configs(scn, catalog, model, scn.weight_dtypes, scn.kv_dtypes)
     if not configs:
         raise InputError("no candidate config: every GPU x tp x dtype combination is unsupported for this model")
     classes = traffic_classes(scn, served, limit, peak)
-    evals = ev.evaluate_all(classes, configs)
-    return Setup(scn, catalog, model, hist, measured_peak_rps, limit, served, peak, ev, configs, classes, evals,
+    evals = evaluator.evaluate_all(classes, configs)
+    return Setup(scn, catalog, model, hist, measured_peak_rps, limit, served, peak, evaluator, configs, classes, evals,
                  tuple(traffic_notes), measured_mean_rps, trace)
 
 
@@ -76,14 +76,14 @@ def served_traffic(scn: Scenario, model: Model, hist: Histogram, measured_peak_r
     return limit, served, measured_peak_rps * scn.traffic.growth * served.requests / hist.requests
 
 
-def pool_details(ev: Evaluator, evals, sol: FleetSolution) -> list[PoolDetail]:
+def pool_details(evaluator: Evaluator, evals, sol: FleetSolution) -> list[PoolDetail]:
     by_label = {e.key: e for e in evals}
     out = []
     for p in sol.pools:
         e = by_label[(sol.option, p.traffic_class, p.config)]
         tc, cfg = e.traffic_class, e.config
-        dep = ev.deployment(cfg, tc.max_model_len)
-        rm = ReplicaModel(dep, ev.profile(tc, dep), tc.slo, e.capacity.ladder)
+        dep = evaluator.deployment(cfg, tc.max_model_len)
+        rm = ReplicaModel(dep, evaluator.profile(tc, dep), tc.slo, e.capacity.ladder)
         share = (p.replicas * p.capacity_rps) / sum(q.replicas * q.capacity_rps for q in sol.pools if q.traffic_class == p.traffic_class)
         per_replica = tc.peak_rps * share / p.replicas
         n = rm.resident_for_rate(per_replica, float(dep.engine.max_num_seqs))

@@ -62,7 +62,7 @@ def make_plan(
         step.advance()
     if not sol.pools:
         raise InfeasibleError(no_plan_message(sol, scn, st.classes, st.evals, solve.inventory))
-    pools = pool_details(st.ev, st.evals, sol)
+    pools = pool_details(st.evaluator, st.evals, sol)
     evals, certification = st.evals, None
     if scn.verify if certify is None else certify:
         [(evals, sol, pools, certification)] = certify_plans(
@@ -86,8 +86,8 @@ def _assemble(scn, model, catalog, hist, served, limit, measured_peak_rps, peak,
     input_tph, output_tph = peak * 3600 * p_mean, peak * 3600 * o_mean
     cost = sol.cost_per_hour
     # Each pool's share of the fleet's cost (reserved GPUs included) splits by its prefill share of GPU time.
-    pool_cost = {id(pd): cost * pd.cost_per_hour / sum(q.cost_per_hour for q in pools) for pd in pools}
-    input_cost = sum(pool_cost[id(pd)] * pd.at_peak.prefill_share for pd in pools)
+    pool_cost = {id(pool): cost * pool.cost_per_hour / sum(q.cost_per_hour for q in pools) for pool in pools}
+    input_cost = sum(pool_cost[id(pool)] * pool.at_peak.prefill_share for pool in pools)
     return Plan(
         scenario=scn, model=model, catalog=catalog, hist=hist, served=served,
         rejected_requests=hist.requests - served.requests, context_limit=limit,
@@ -121,7 +121,7 @@ def _given_fleet_plan(scn, catalog, model, hist, measured_peak_rps, *, traffic_n
     option = "none" if one_class else str(limits[0])
     if option not in classes:
         raise InputError(f"fleet: no request falls on one side of the {limits[0]:,}-token limit; give one pool limit")
-    ev = Evaluator(scn, catalog, model)
+    evaluator = Evaluator(scn, catalog, model)
     prices = {c.id: c.price_per_hour(catalog.gpu(c.id).price_usd_per_hour) for c in scn.gpu_candidates}
     evals, pools = [], []
     for i, fp in enumerate(scn.fleet):
@@ -132,7 +132,7 @@ def _given_fleet_plan(scn, catalog, model, hist, measured_peak_rps, *, traffic_n
         cfg = Config(gpu, fp.tp, fp.weight_dtype, fp.kv_dtype, prices.get(gpu.id, gpu.price_usd_per_hour))
         lim = fp.context_limit or base_limit
         tc = next(t for t in classes[option] if t.max_model_len == lim)
-        e = ev.evaluate(cfg, tc)
+        e = evaluator.evaluate(cfg, tc)
         if e.capacity is None:
             raise InputError(f"fleet[{i}]: {e.problem}")
         evals.append(e)
@@ -140,10 +140,10 @@ def _given_fleet_plan(scn, catalog, model, hist, measured_peak_rps, *, traffic_n
                           tc.rate_rps, fp.replicas * fp.tp * cfg.price_usd_per_hour))
     sol = FleetSolution("Given (the scenario's fleet, not optimised)", option, None if one_class else limits[0],
                         tuple(pools), sum(p.cost_per_hour for p in pools), sum(p.gpus for p in pools), 0.0, 0.0, "—")
-    details = pool_details(ev, evals, sol)
+    details = pool_details(evaluator, evals, sol)
     certification = None
     if scn.verify if certify is None else certify:
-        setup = Setup(scn, catalog, model, hist, measured_peak_rps, limit, served, peak, ev, [], classes, evals,
+        setup = Setup(scn, catalog, model, hist, measured_peak_rps, limit, served, peak, evaluator, [], classes, evals,
                       tuple(traffic_notes), measured_mean_rps, trace)
         [(evals, sol, details, certification)] = certify_plans([(setup, evals, sol, details)], None, rounds=0)
     plan = _assemble(scn, model, catalog, hist, served, limit, measured_peak_rps, peak, classes, evals, sol, details,

@@ -71,7 +71,7 @@ def _checks(scenario, pool, n_requests, seed, catalog_files):
     sim = scn.simulation.model_copy(update={k: v for k, v in (("requests", n_requests), ("seed", seed)) if v is not None})
     scn = scn.model_copy(update={"simulation": sim})
     plan = plan_inputs(inputs, scn, explore=False, certify=True)
-    names = [pd.traffic_class.name for pd in plan.pools]
+    names = [detail.traffic_class.name for detail in plan.pools]
     if pool is not None and pool not in names:
         raise click.BadParameter(f"'{pool}' is not a pool of this plan (pools: {', '.join(sorted(set(names)))})",
                                  param_hint="--pool")
@@ -80,10 +80,10 @@ def _checks(scenario, pool, n_requests, seed, catalog_files):
     checks = []
     chosen = [p for p in plan.pools if pool is None or p.traffic_class.name == pool]
     with stage("pools simulated", len(chosen), " pools") as step:
-        for pd in chosen:
-            c = pd.check
+        for detail in chosen:
+            c = detail.check
             if c is None or c.requests != sim.requests or c.seed != sim.seed:
-                c = check_pool(pool_setting(pd, scn, plan.pools, trace), slo, requests=sim.requests, seed=sim.seed)
+                c = check_pool(pool_setting(detail, scn, plan.pools, trace), slo, requests=sim.requests, seed=sim.seed)
             checks.append(c)
             step.advance()
     return scn, slo, checks, plan.certification.certified
