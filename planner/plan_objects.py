@@ -115,7 +115,7 @@ class PoolDetail:
 
 @dataclass(frozen=True)
 class Certification:
-    """How the plan was certified by simulation (planner.certify)."""
+    """How the plan was certified by simulation (planner.certification)."""
 
     certified: bool
     rounds: int  # re-plans after pools missed in simulation
