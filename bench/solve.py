@@ -61,7 +61,7 @@ class Breakdown:
         self.ilps = 0
 
     def __enter__(self):
-        from planner import fleet_plan, fleet_report, optimize, planning, report
+        from planner import exploration, fleet_plan, fleet_report, ilp, planning, report
 
         self._saved = []
 
@@ -77,7 +77,7 @@ class Breakdown:
             self._saved.append((module, name, original))
             setattr(module, name, timed)
 
-        def ilp(result, _):
+        def on_ilp(result, _):
             self.build += result.build_s
             self.solve += result.solve_s
             self.ilps += 1
@@ -85,9 +85,9 @@ class Breakdown:
         def add(attr):
             return lambda _, dt: setattr(self, attr, getattr(self, attr) + dt)
 
-        wrap(optimize, "solve_services", ilp)
-        wrap(fleet_plan, "solve_services", ilp)  # the fleet's joint ILP, imported by name there
-        for module in (planning, fleet_plan):
+        wrap(ilp, "solve_services", on_ilp)
+        wrap(fleet_plan, "solve_services", on_ilp)  # the fleet's joint ILP, imported by name there
+        for module in (planning, exploration, fleet_plan):  # where certify_plans is called by name
             wrap(module, "certify_plans", add("certify"))
         wrap(report, "write_report", add("report"))
         wrap(fleet_report, "write_fleet_report", add("report"))
@@ -101,7 +101,7 @@ class Breakdown:
 def in_process(path: Path, verify: bool) -> tuple[float, float, Breakdown]:
     """One run of the CLI in this process: (load seconds, total seconds, breakdown)."""
     from planner.fleet import is_fleet_file, load_fleet
-    from planner.solve import load_inputs
+    from planner.inputs import load_inputs
 
     t0 = time.perf_counter()
     (load_fleet if is_fleet_file(path) else load_inputs)(path)
@@ -161,8 +161,8 @@ def joint_ilp(path: Path) -> None:
     """The fleet's ILP alone, by each solver, on the same candidates."""
     from planner.fleet import load_fleet
     from planner.fleet_plan import _setup
-    from planner.optimize import solve_services
-    from planner.planning import scenario_caps, service_model
+    from planner.ilp import solve_services
+    from planner.plan_search import scenario_caps, service_model
 
     fleet = load_fleet(path)
     setups = [_setup(svc, 1.0) for svc in fleet.services]

@@ -37,23 +37,19 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from planner.deployment import Deployment
+from planner.footprint import Footprint, footprint, memory_concurrency, percentile_count_bound
 from planner.latency import LatencyModel, LatencyPoint
 from planner.memory import (
     BudgetLadder,
     budget_ladder,
-    kv_bytes_for_tokens,
-    kv_bytes_per_token_by_layer_kind,
-    paged_tokens,
-    users_that_fit,
 )
 from planner.paged import (
     SIZING_MODES,
     SizingMode,
     TokenProfile,
-    max_mean_count_for_quantile,
 )
 from planner.roofline import StepModel
-from planner.roots import increasing_root
+from planner.roots import increasing_root, largest_on_grid
 from planner.targets import SLO
 
 NO_TARGETS = SLO()
@@ -65,19 +61,7 @@ LATENCY_CEILINGS = ("ttft", "tpot", "itl", "attainment")
 _COST_ORDER = ("ttft", "itl", "tpot", "attainment")  # cheapest to check first
 KNEE_SHARE = 0.99  # a replica is planned at 99% of the rate its binding bound allows
 KNEE_FLAT = 0.9  # if 99% of that rate needs under 90% of the bound's batch, throughput has saturated
-PERCENTILE_GRID_UNITS = 1024  # byte-grid resolution of the compound-Poisson total
 BOUND_REL_TOL = 1e-3  # latency bounds are bisected to this relative width in N
-
-
-@dataclass(frozen=True)
-class Footprint:
-    """Bytes a resident sequence of the class holds, per sizing mode."""
-
-    mean_bytes: float  # time-weighted mean (expected mode)
-    worst_case_bytes: float  # at the context limit
-    read_bytes: float  # bytes a decode step reads per sequence (shared prefix included)
-    shared_prefix_bytes: float  # held once per replica
-    budget_bytes: float  # KV budget left for sequences after the shared prefix
 
 
 @dataclass(frozen=True)
@@ -92,7 +76,12 @@ class OperatingPoint:
     kv_utilisation: float
     output_tokens_per_s: float
     prefill_share: float  # fraction of GPU time spent in prefill
-    regime: str  # "bandwidth" or "compute" at this batch
+    # "bandwidth" or "compute": which resource the decode step at this batch spends more time on,
+    # its memory time (weight and cache bytes) against its compute time (GEMM and attention FLOPs),
+    # each summed over the step's phases (Roofline.decode_parts_s). A label for people only: the
+    # step time is the roofline per phase (Roofline.decode_step_s), where the GEMMs may be
+    # compute-bound while attention is bandwidth-bound.
+    regime: str
 
 
 @dataclass(frozen=True)
@@ -127,72 +116,6 @@ class Capacity:
     notes: tuple[str, ...] = field(default_factory=tuple)
     clamped: tuple[str, ...] = ()  # latency targets that still hold at the other ceilings (no bound of their own)
     floors: tuple[TargetFloor, ...] = ()  # targets no load can meet on this config
-
-
-def footprint(dep: Deployment, prof: TokenProfile, ladder: BudgetLadder) -> Footprint:
-    """Convert the class's token profile to bytes for this deployment's dtype, tp and window;
-    a linear-attention / state-space model's fixed state adds to every resident sequence."""
-    layout = kv_bytes_per_token_by_layer_kind(dep.model, dep.kv_dtype, dep.tp)
-    state = float(layout.state_bytes_per_sequence)
-    shared_tokens = prof.shared_prefix_blocks * prof.block_size
-    shared_bytes = float(kv_bytes_for_tokens(dep.model, shared_tokens, dep.kv_dtype, dep.tp)) if shared_tokens else 0.0
-    mean = prof.mean_paged_tokens * layout.uncapped_bytes_per_token + prof.mean_window_tokens * layout.capped_bytes_per_token + state
-    held_limit = paged_tokens(dep.max_model_len, prof.block_size)
-    worst = float(kv_bytes_for_tokens(dep.model, held_limit, dep.kv_dtype, dep.tp)) + state - shared_bytes
-    return Footprint(
-        mean_bytes=mean,
-        worst_case_bytes=worst,
-        read_bytes=mean + shared_bytes,
-        shared_prefix_bytes=shared_bytes,
-        budget_bytes=ladder.kv_budget_bytes - shared_bytes,
-    )
-
-
-def memory_concurrency(dep: Deployment, prof: TokenProfile, fp: Footprint, quantile: float) -> dict[str, float]:
-    """Most resident sequences the KV budget holds, in each sizing mode (continuous; floor for users)."""
-    if fp.budget_bytes <= 0:
-        return dict.fromkeys(SIZING_MODES, 0.0)
-    worst = users_that_fit(fp.budget_bytes, fp.worst_case_bytes) if fp.worst_case_bytes > 0 else math.inf
-    expected = fp.budget_bytes / fp.mean_bytes if fp.mean_bytes > 0 else math.inf
-    return {"worst_case": float(worst), "expected": expected, "percentile": _percentile_count(dep, prof, fp, quantile)}
-
-
-def _level_bytes(dep: Deployment, prof: TokenProfile) -> np.ndarray:
-    """Bytes a resident sequence holding j blocks keeps, for each level j of the profile."""
-    layout = kv_bytes_per_token_by_layer_kind(dep.model, dep.kv_dtype, dep.tp)
-    tokens = np.arange(prof.level_weight.size) * prof.block_size
-    window = layout.token_cap or 0
-    return (
-        tokens * layout.uncapped_bytes_per_token + np.minimum(tokens, window) * layout.capped_bytes_per_token
-        + layout.state_bytes_per_sequence
-    )
-
-
-def percentile_count_bound(dep: Deployment, prof: TokenProfile, fp: Footprint) -> float:
-    """An upper bound on _percentile_count without its quantiles: the count whose mean footprint
-    fills the budget (max_mean_count_for_quantile never returns more than the grid's budget over
-    the grid's mean, which is at most this; 1e-6 over for rounding)."""
-    if fp.budget_bytes <= 0:
-        return 0.0
-    level_bytes = _level_bytes(dep, prof)
-    mean = float(np.dot(prof.level_weight, level_bytes) / prof.level_weight.sum())
-    return fp.budget_bytes / mean * (1 + 1e-6) if mean > 0 else math.inf
-
-
-def _percentile_count(dep: Deployment, prof: TokenProfile, fp: Footprint, quantile: float) -> float:
-    level_bytes = _level_bytes(dep, prof)
-    levels = np.arange(level_bytes.size)
-    unit = max(fp.budget_bytes / PERCENTILE_GRID_UNITS, float(level_bytes[1] - level_bytes[0]) if levels.size > 1 else 1.0)
-    # Mean-preserving discretisation: each footprint's mass is split between the two grid
-    # points around it in proportion to its distance, so E[X] is exact on the grid.
-    scaled = level_bytes / unit
-    lower = np.floor(scaled).astype(np.int64)
-    frac = scaled - lower
-    size = int(lower.max()) + 2
-    pmf = np.bincount(lower, weights=prof.level_weight * (1 - frac), minlength=size)
-    pmf += np.bincount(lower + 1, weights=prof.level_weight * frac, minlength=size)
-    pmf = pmf / pmf.sum()
-    return max_mean_count_for_quantile(pmf, quantile, math.floor(fp.budget_bytes / unit))
 
 
 class ReplicaModel:
@@ -416,70 +339,6 @@ def _knee(rm: ReplicaModel, n_bound: float) -> float:
     return increasing_root(lambda n: rm.rate(n) - target, tiny, n_bound)
 
 
-def _largest_n(margin, n_hi: float, rel_tol: float = BOUND_REL_TOL, *, guess: float | None = None) -> float:
-    """Largest N in [0, n_hi] with margin(N) <= 0, for a margin that increases with N.
-
-    The answer is n_hi, or a point of the fixed grid N_k = (1 + rel_tol)^k: the largest k whose
-    margin holds, so the bound is the same whatever n_hi is and a config with more memory (a
-    higher n_hi) never gets a lower latency bound from another search path. Without a guess the
-    search steps down by factors of 64 to bracket the crossing; from a guess (a bound found for
-    nearby targets, or a point known to hold) it steps away from it by factors that grow from 2%.
-    Either way it then finds the crossing by regula falsi in k (planner.roots), which needs a
-    handful of evaluations where bisection needs a dozen. For a margin that increases with N every
-    bracket gives the same grid point, so a guess changes the cost, never the answer."""
-    log_r = math.log1p(rel_tol)
-
-    def at(k: float) -> float:
-        return margin(math.exp(k * log_r))
-
-    top = math.floor(math.log(n_hi) / log_r)  # N_top <= n_hi
-    step = math.ceil(math.log(64.0) / log_r)
-    # The lowest point tried: 64^3 below the top; a bound under it counts as none (0).
-    floor_k = top - step * (math.ceil(math.log(1e7) / log_r) // step)
-
-    def at_top() -> float:
-        return n_hi if margin(n_hi) <= 0 else math.exp(top * log_r)
-
-    if guess is not None and 0 < guess < n_hi:
-        k = min(max(math.floor(math.log(guess) / log_r), floor_k), top)
-        step = math.ceil(math.log(1.02) / log_r)  # 2%, growing fourfold a step
-        f = at(k)
-        if f <= 0:
-            lo, f_lo = k, f
-            while True:
-                if lo == top:
-                    return at_top()
-                hi = min(lo + step, top)
-                f_hi = at(hi)
-                if f_hi > 0:
-                    break
-                lo, f_lo, step = hi, f_hi, step * 4
-        else:
-            hi, f_hi = k, f
-            while True:
-                if hi == floor_k:
-                    return 0.0
-                lo = max(hi - step, floor_k)
-                f_lo = at(lo)
-                if f_lo <= 0:
-                    break
-                hi, f_hi, step = lo, f_lo, step * 4
-        return math.exp(increasing_root(at, lo, hi, f_lo=f_lo, f_hi=f_hi, integer=True) * log_r)
-
-    hi = top
-    f_hi = at(hi)
-    if f_hi <= 0:
-        return at_top()
-    lo = hi - step
-    f_lo = at(lo)
-    while f_lo > 0:
-        hi, f_hi, lo = lo, f_lo, lo - step
-        if lo < floor_k:
-            return 0.0
-        f_lo = at(lo)
-    return math.exp(increasing_root(at, lo, hi, f_lo=f_lo, f_hi=f_hi, integer=True) * log_r)
-
-
 def target_floors(rm: ReplicaModel) -> tuple[TargetFloor, ...]:
     """Targets the config cannot meet even empty: a band's TTFT at its statistic below that of the
     band's own prefill (with one decode step per chunk and no queueing)."""
@@ -534,7 +393,7 @@ def replica_capacity(
             n_lat = 0.0
             failing = ["ttft"] if floors else list(kinds)
         else:
-            n_lat = _largest_n(lambda n: rm.margin(n, kinds, exact=False), n_cap, guess=guess)
+            n_lat = largest_on_grid(lambda n: rm.margin(n, kinds, exact=False), n_cap, BOUND_REL_TOL, guess=guess)
             failing = rm.failing(min(n_lat * (1 + 2 * BOUND_REL_TOL), n_cap), kinds) if n_lat < n_cap else []
         # The latency bound is shared by the targets that fail just above it; the others hold up
         # to it (their own bound, if any, lies higher and is not searched).

@@ -8,7 +8,7 @@ every hour's load with the plan's configs, at the capacity per replica the plan 
 - peak-sized, reserved: the same fleet committed for the whole day;
 - autoscaled: each pool's replicas follow the hour's load, on demand;
 - reserved + on demand: replicas reserved all day plus on-demand replicas per hour, the
-  cheapest mix chosen by an ILP (planner.optimize.solve_day_mix) whose choices include
+  cheapest mix chosen by an ILP (planner.day_mix_ilp.solve_day_mix) whose choices include
   the two before it.
 
 Every hour, each pool carries the share of its class's load that it carries at the peak
@@ -27,10 +27,10 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from planner.day_mix_ilp import DayPool, ScaleSegment, solve_day_mix
 from planner.errors import InfeasibleError
 from planner.load_profile import HOURS_PER_DAY, MINUTES_PER_HOUR, DailyProfile, day_mean_rps
-from planner.optimize import DayPool, ScaleSegment, solve_day_mix
-from planner.planning import Plan, PoolDetail
+from planner.plan_objects import Plan, PoolDetail
 from planner.scenario import Scenario
 from planner.units import HOURS_PER_MONTH
 
@@ -45,11 +45,11 @@ POLICIES = (
 )
 
 
-def replica_capacity_rps(pd: PoolDetail) -> float:
+def replica_capacity_rps(pool: PoolDetail) -> float:
     """Requests/s one replica of the pool holds within every target: what the day's scaling
     sizes replicas by. The one place that reads it from the plan: the capacity the plan was
     solved with, simulated where certification measured it."""
-    return pd.planned_rps
+    return pool.planned_rps
 
 
 @dataclass(frozen=True)
@@ -197,25 +197,25 @@ def day_costs(plan: Plan, profile: DailyProfile, terms: DayTerms) -> DayCosts:
     """The four policies for the plan's pools over the profile's period."""
     scn = plan.scenario
     hours = profile.hours
-    names = {id(pd): f"{pd.traffic_class.name}: {pd.config.label(pd.traffic_class.max_model_len)}" for pd in plan.pools}
+    names = {id(pool): f"{pool.traffic_class.name}: {pool.config.label(pool.traffic_class.max_model_len)}" for pool in plan.pools}
     pools = tuple(
         DayPool(
-            name=names[id(pd)], stream=names[id(pd)], gpu=pd.config.gpu.id,
-            gpus_per_replica=pd.config.tp, capacity_rps=replica_capacity_rps(pd),
-            min_replicas=min(terms.min_replicas, pd.replicas),
-            on_demand_usd_per_replica_hour=pd.config.price_usd_per_hour * pd.config.tp,
-            reserved_usd_per_replica_hour=terms.reserved_usd_per_gpu_hour[pd.config.gpu.id] * pd.config.tp,
+            name=names[id(pool)], stream=names[id(pool)], gpu=pool.config.gpu.id,
+            gpus_per_replica=pool.config.tp, capacity_rps=replica_capacity_rps(pool),
+            min_replicas=min(terms.min_replicas, pool.replicas),
+            on_demand_usd_per_replica_hour=pool.config.price_usd_per_hour * pool.config.tp,
+            reserved_usd_per_replica_hour=terms.reserved_usd_per_gpu_hour[pool.config.gpu.id] * pool.config.tp,
         )
-        for pd in plan.pools
+        for pool in plan.pools
     )
-    peak = {names[id(pd)]: pd.replicas for pd in plan.pools}
-    rates = {pd.traffic_class.name: pd.traffic_class.rate_rps for pd in plan.pools}
+    peak = {names[id(pool)]: pool.replicas for pool in plan.pools}
+    rates = {pool.traffic_class.name: pool.traffic_class.rate_rps for pool in plan.pools}
     class_loads = {k: tuple(rate * m for m in profile.multipliers) for k, rate in rates.items()}
-    held = {k: sum(replica_capacity_rps(pd) * pd.replicas for pd in plan.pools if pd.traffic_class.name == k) for k in rates}
+    held = {k: sum(replica_capacity_rps(pool) * pool.replicas for pool in plan.pools if pool.traffic_class.name == k) for k in rates}
     loads = {
-        names[id(pd)]: tuple(load * replica_capacity_rps(pd) * pd.replicas / held[pd.traffic_class.name]
-                             for load in class_loads[pd.traffic_class.name])
-        for pd in plan.pools
+        names[id(pool)]: tuple(load * replica_capacity_rps(pool) * pool.replicas / held[pool.traffic_class.name]
+                             for load in class_loads[pool.traffic_class.name])
+        for pool in plan.pools
     }
     segments = scale_segments(hours, terms.lead_min)
 

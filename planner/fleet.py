@@ -26,9 +26,9 @@ from planner.bounds import (
 )
 from planner.catalog import Catalog, load_catalog
 from planner.errors import InputError
+from planner.inputs import Inputs, scenario_inputs
 from planner.scenario import Forecast, GPUCandidate, Scenario, Solver, resolve
 from planner.scenario.fields import Strict
-from planner.solve import Inputs, scenario_inputs
 from planner.yamlio import load_yaml, validate
 
 

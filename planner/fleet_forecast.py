@@ -21,12 +21,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from planner.errors import InfeasibleError, InputError
-from planner.files import write_text_atomic
 from planner.fleet import FleetInputs, SharedGPU
 from planner.fleet_plan import FleetPlan, TypeUse, make_fleet_plan
 
 # One table format for both forecasts: the Column type, its cells and CSV writing.
-from planner.forecast_outputs import Column, _csv, _table, datapackage, table_file
+from planner.forecast_outputs import (
+    Column,
+    _csv,
+    _table,
+    datapackage,
+    item_column,
+    table_file,
+    write_texts,
+)
 from planner.units import HOURS_PER_MONTH, HOURS_PER_QUARTER
 
 
@@ -178,15 +185,13 @@ SERVICE_COLUMNS: tuple[Column, ...] = (
     Column("quarter", "string", "calendar quarter (quarters.quarter)", lambda x: x[0].quarter),
     Column("service", "string", "the service (its scenario's name)", lambda x: x[1].scenario.name),
     Column("model", "string", "the model it serves (catalog id)", lambda x: x[1].model.id),
-    Column("peak_rps", "number", "its planning peak, served requests/s (growth included, before headroom)",
-           lambda x: x[1].peak_rps),
+    item_column("peak_rps", "number", "its planning peak, served requests/s (growth included, before headroom)"),
     Column("split_threshold", "integer", "total-token threshold of its long-context split (empty: one pool)",
            lambda x: x[1].solution.threshold),
     Column("pools", "string", "its pools: replicas × config", lambda x: "; ".join(
         f"{p.traffic_class}: {p.replicas} x {p.config}" for p in x[1].solution.pools)),
     Column("gpus", "integer", "GPUs it runs", lambda x: x[1].solution.gpus),
-    Column("own_usd_per_hour", "number", "its GPUs at its candidates' on-demand prices, USD per hour",
-           lambda x: x[1].cost_per_hour),
+    item_column("own_usd_per_hour", "number", "its GPUs at its candidates' on-demand prices, USD per hour", "cost_per_hour"),
     Column("paid_usd_per_hour", "number", "its GPUs at the prices the fleet pays (committed GPUs at their type's "
            "committed price); with the types table's idle commitments they add up to quarters.total_usd_per_hour",
            lambda x: x[0].plan.paid_usd_per_hour(x[1])),
@@ -198,18 +203,16 @@ SERVICE_COLUMNS: tuple[Column, ...] = (
 
 TYPE_COLUMNS: tuple[Column, ...] = (
     Column("quarter", "string", "calendar quarter (quarters.quarter)", lambda x: x[0].quarter),
-    Column("gpu", "string", "GPU type", lambda x: x[1].gpu),
-    Column("committed_gpus", "integer", "owned and reserved GPUs of the type", lambda x: x[1].committed),
-    Column("gpus", "integer", "GPUs of the type the services run", lambda x: x[1].used),
-    Column("on_demand_gpus", "integer", "of those, beyond the committed ones", lambda x: x[1].on_demand),
-    Column("idle_committed_gpus", "integer", "committed GPUs no service uses", lambda x: x[1].idle_committed),
-    Column("cap", "integer", "most GPUs of the type the fleet may run (empty: no cap)", lambda x: x[1].cap),
-    Column("on_demand_usd_per_gpu_hour", "number", "the quarter's on-demand price, USD per GPU-hour",
-           lambda x: x[1].on_demand_usd_per_gpu_hour),
-    Column("committed_usd_per_hour", "number", "all committed GPUs of the type, used or not, USD per hour",
-           lambda x: x[1].committed_usd_per_hour),
-    Column("usd_per_hour", "number", "committed + on-demand GPUs of the type, USD per hour; a quarter's rows add up "
-           "to quarters.total_usd_per_hour", lambda x: x[1].usd_per_hour),
+    item_column("gpu", "string", "GPU type"),
+    item_column("committed_gpus", "integer", "owned and reserved GPUs of the type", "committed"),
+    item_column("gpus", "integer", "GPUs of the type the services run", "used"),
+    item_column("on_demand_gpus", "integer", "of those, beyond the committed ones", "on_demand"),
+    item_column("idle_committed_gpus", "integer", "committed GPUs no service uses", "idle_committed"),
+    item_column("cap", "integer", "most GPUs of the type the fleet may run (empty: no cap)"),
+    item_column("on_demand_usd_per_gpu_hour", "number", "the quarter's on-demand price, USD per GPU-hour"),
+    item_column("committed_usd_per_hour", "number", "all committed GPUs of the type, used or not, USD per hour"),
+    item_column("usd_per_hour", "number", "committed + on-demand GPUs of the type, USD per hour; a quarter's rows add up "
+           "to quarters.total_usd_per_hour"),
 )
 
 TABLES = {"quarters": QUARTER_COLUMNS, "services": SERVICE_COLUMNS, "types": TYPE_COLUMNS}
@@ -292,9 +295,7 @@ def write_fleet_forecast(name: str, results: list[FleetQuarter], out_dir: Path) 
                           "per GPU type per quarter, adding up to the quarter's cost.")
     texts[f"{name}_forecast_datapackage.json"] = json.dumps(package, indent=2, ensure_ascii=False) + "\n"
     out_dir.mkdir(parents=True, exist_ok=True)
-    for file, text in texts.items():
-        write_text_atomic(out_dir / file, text)
-    return [out_dir / file for file in texts]
+    return write_texts(out_dir, texts)
 
 
 def fleet_forecast_json(results: list[FleetQuarter]) -> dict:

@@ -3,7 +3,7 @@ together, each service explored alone with the rest of the fleet as planned, and
 constraint costs.
 
 Stages as for one scenario (planner.planning): each service's candidates are evaluated on its
-own; optimize.solve_services is the only solver code; the plan comes back as data for the report
+own; ilp.solve_services is the only solver code; the plan comes back as data for the report
 (planner.fleet_report) and the JSON output.
 """
 
@@ -12,22 +12,16 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from planner.certification import certify_plans
 from planner.errors import InfeasibleError, InputError, PlannerError
+from planner.exploration import explore_plan
 from planner.fleet import FleetInputs, Service
-from planner.optimize import JointSolution, solve_services
-from planner.planning import (
-    Plan,
-    Setup,
-    _Memo,
-    _no_plan_message,
-    _pool_details,
-    assemble_plan,
-    certify_plans,
-    explore_plan,
-    scenario_caps,
-    service_model,
-    setup_plan,
-)
+from planner.ilp import JointSolution, solve_services
+from planner.plan_objects import Plan
+from planner.plan_search import Resolver, no_plan_message, scenario_caps, service_model
+from planner.plan_setup import Setup, pool_details, setup_plan
+from planner.planning import assemble_plan
+from planner.progress import stage
 from planner.units import HOURS_PER_MONTH
 
 
@@ -103,7 +97,7 @@ class FleetPlan:
         committed price, the rest on demand); the services' figures and the idle commitments add
         up to the fleet's cost."""
         paid = {t.gpu: t.paid_usd_per_gpu_hour for t in self.types}
-        return sum(pd.gpus * paid[pd.config.gpu.id] for pd in plan.pools)
+        return sum(pool.gpus * paid[pool.config.gpu.id] for pool in plan.pools)
 
     @property
     def certified(self) -> bool | None:
@@ -118,15 +112,17 @@ def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool |
     rest of the fleet as planned, and price each shared constraint by re-solving without it.
     growth: a multiplier on every service's demand (the fleet's forecast quarters)."""
     setups = [_setup(svc, growth) for svc in fleet.services]
-    solvers = [_Memo(st.scn) for st in setups]
+    solvers = [Resolver(st.scn) for st in setups]
 
     def solve(evals_per_service, **kw) -> JointSolution:
         return _solve(fleet, setups, evals_per_service, keep_lp=keep_lp, **kw)
 
-    joint = solve([st.evals for st in setups])
+    with stage("fleet ILP", 1, " solve") as step:
+        joint = solve([st.evals for st in setups])
+        step.advance()
     if not joint.services[0].pools:
         raise InfeasibleError(_no_fleet_message(fleet, setups, solvers, joint), where=str(fleet.path))
-    parts = [(st, st.evals, sol, _pool_details(st.ev, st.evals, sol)) for st, sol in zip(setups, joint.services, strict=True)]
+    parts = [(st, st.evals, sol, pool_details(st.evaluator, st.evals, sol)) for st, sol in zip(setups, joint.services, strict=True)]
     wants = [st.scn.verify if certify is None else certify for st in setups]
     if any(wants):
         def resolve(evals_per_service):
@@ -195,7 +191,7 @@ def _no_fleet_message(fleet: FleetInputs, setups, solvers, joint: JointSolution)
     for svc, st, solve in zip(fleet.services, setups, solvers, strict=True):
         alone = solve(st.classes, st.evals)
         if not alone.pools:
-            return f"service '{svc.name}': " + _no_plan_message(alone, st.scn, st.classes, st.evals, solve.inventory)
+            return f"service '{svc.name}': " + no_plan_message(alone, st.scn, st.classes, st.evals, solve.inventory)
     if joint.status == "Not Solved":
         return (f"no fleet plan found within the solver's time limit of {fleet.spec.solver.time_limit_s:g} s; raise "
                 "solver.time_limit_s in the fleet file")
@@ -241,8 +237,8 @@ def _explore(setups: list[Setup], plans: list[Plan], i: int, caps: dict[str, int
     others: dict[str, int] = {}
     for j, other in enumerate(plans):
         if j != i:
-            for pd in other.pools:
-                others[pd.config.gpu.id] = others.get(pd.config.gpu.id, 0) + pd.gpus
+            for pool in other.pools:
+                others[pool.config.gpu.id] = others.get(pool.config.gpu.id, 0) + pool.gpus
     gpus = []
     for cand in st.scn.gpu_candidates:
         if cand.id in caps:
@@ -251,7 +247,7 @@ def _explore(setups: list[Setup], plans: list[Plan], i: int, caps: dict[str, int
         else:
             gpus.append(cand)
     scn = st.scn.model_copy(update={"gpus": gpus})
-    return explore_plan(dataclasses.replace(st, scn=scn), plans[i], _Memo(scn))
+    return explore_plan(dataclasses.replace(st, scn=scn), plans[i], Resolver(scn))
 
 
 def _constraints(fleet: FleetInputs, setups, evals_per_service, joint: JointSolution, types) -> tuple[SharedConstraint, ...]:

@@ -11,8 +11,9 @@ from typing import Any
 
 from planner.files import write_text_atomic
 from planner.fleet_plan import FleetPlan
+from planner.inputs import report_sections
+from planner.plan_json import plan_json
 from planner.report import render, write_figures
-from planner.solve import plan_json, report_sections
 from planner.units import HOURS_PER_MONTH
 
 

@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 from planner.daily import DayCosts, DayTerms, day_costs
 from planner.errors import InfeasibleError, InputError
+from planner.inputs import Inputs, plan_inputs
 from planner.load_profile import HOURS_PER_DAY
-from planner.planning import Plan
+from planner.plan_objects import Plan
 from planner.scenario import GPUCandidate, QuarterSpec, Scenario
-from planner.solve import Inputs, plan_inputs
 
 
 @dataclass(frozen=True)
@@ -240,8 +240,8 @@ def _quarter_plan(inputs: Inputs, qscn: Scenario, q: QuarterSpec, reserved, pric
 
 def _gpus_by_type(plan: Plan) -> dict[str, int]:
     by_type: dict[str, int] = {}
-    for pd in plan.pools:
-        by_type[pd.config.gpu.id] = by_type.get(pd.config.gpu.id, 0) + pd.gpus
+    for pool in plan.pools:
+        by_type[pool.config.gpu.id] = by_type.get(pool.config.gpu.id, 0) + pool.gpus
     return dict(sorted(by_type.items()))
 
 
@@ -260,8 +260,8 @@ def _idle_reserved(inputs: Inputs, qscn: Scenario, plan: Plan, reserved, price) 
     except InfeasibleError:
         return IdleReserved(idle, cost, None, "no plan can run them all (no config of their type serves the traffic "
                                               "within the targets and caps)")
-    summary = "; ".join(f"{pd.traffic_class.name}: {pd.replicas} × {pd.config.label(pd.traffic_class.max_model_len)}"
-                        for pd in alt.pools)
+    summary = "; ".join(f"{pool.traffic_class.name}: {pool.replicas} × {pool.config.label(pool.traffic_class.max_model_len)}"
+                        for pool in alt.pools)
     return IdleReserved(idle, cost, alt.cost_per_hour, summary)
 
 
@@ -271,14 +271,14 @@ def _pool_rows(plan: Plan, reserved, price, day: DayCosts) -> tuple[PoolRow, ...
     left = dict(reserved)
     rows = []
     mix = day.policy("mixed")
-    for pd, dp in zip(plan.pools, day.pools, strict=True):
-        g = pd.config.gpu.id
-        n_res = min(pd.gpus, left.get(g, 0))
+    for pool, dp in zip(plan.pools, day.pools, strict=True):
+        g = pool.config.gpu.id
+        n_res = min(pool.gpus, left.get(g, 0))
         left[g] = left.get(g, 0) - n_res
         rows.append(PoolRow(
-            "serving", pd.traffic_class.name, g, pd.config.tp, pd.config.weight_dtype, pd.config.kv_dtype,
-            pd.traffic_class.max_model_len, pd.replicas, pd.gpus, n_res, pd.config.price_usd_per_hour, price.get(g),
-            dp.capacity_rps, mix.reserved.get(dp.name, 0),
+            "serving", **pool.fields(), reserved_gpus=n_res, on_demand_usd_per_gpu_hour=pool.config.price_usd_per_hour,
+            reserved_usd_per_gpu_hour=price.get(g), capacity_rps_per_replica=dp.capacity_rps,
+            mixed_reserved_replicas=mix.reserved.get(dp.name, 0),
         ))
     od_price = {c.id: c.price_per_hour(plan.catalog.gpu(c.id).price_usd_per_hour) for c in plan.scenario.gpu_candidates}
     for g, n in sorted(left.items()):

@@ -17,11 +17,14 @@ import csv
 import io
 import json
 import math
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from planner.daily import POLICIES, floor_text
+from planner.files import output_folder, write_text_atomic
 from planner.forecast import PoolRow, QuarterResult
 from planner.units import HOURS_PER_MONTH, HOURS_PER_QUARTER
 
@@ -42,6 +45,19 @@ class Column:
         if self.digits is not None:
             return self.digits
         return 8 if "per_million" in self.name else 6
+
+
+def item_column(name: str, type_: str, description: str, attr: str | None = None) -> Column:
+    """A column of a table whose items are (quarter, row) pairs, read from the row's attribute
+    `attr` (the column's own name unless given)."""
+    getter = operator.attrgetter(attr or name)
+    return Column(name, type_, description, lambda x: getter(x[1]))
+
+
+def item_columns(table: str) -> tuple[Column, ...]:
+    """item_column for each line of `table`: the column's name, its type, then its description."""
+    rows = [line.split(maxsplit=2) for line in table.strip().splitlines()]
+    return tuple(item_column(name, type_, description) for name, type_, description in rows)
 
 
 def _by_kind(kind: str, per: float = 1.0) -> Callable[[QuarterResult], float]:
@@ -156,31 +172,29 @@ QUARTER_COLUMNS: tuple[Column, ...] = (
 
 POOL_COLUMNS: tuple[Column, ...] = (
     Column("quarter", "string", "calendar quarter (quarters.quarter)", lambda x: x[0]),
-    Column("kind", "string", "serving: a pool of the plan; idle_reserved: committed GPUs of one type that no pool uses",
-           lambda x: x[1].kind),
-    Column("pool", "string", "traffic class the pool serves (all, short, long; empty for idle GPUs)", lambda x: x[1].pool),
-    Column("gpu", "string", "GPU type", lambda x: x[1].gpu),
-    Column("tp", "integer", "tensor-parallel degree, GPUs per replica", lambda x: x[1].tp),
-    Column("weight_dtype", "string", "weight dtype", lambda x: x[1].weight_dtype),
-    Column("kv_dtype", "string", "KV-cache dtype", lambda x: x[1].kv_dtype),
-    Column("max_model_len", "integer", "context limit of the pool, tokens", lambda x: x[1].max_model_len),
-    Column("replicas", "integer", "replicas in the pool", lambda x: x[1].replicas),
-    Column("gpus", "integer", "GPUs in the row", lambda x: x[1].gpus),
-    Column("reserved_gpus", "integer", "of those, committed GPUs (a type's commitments fill its pools in order)",
-           lambda x: x[1].reserved_gpus),
-    Column("on_demand_gpus", "integer", "of those, GPUs paid on demand", lambda x: x[1].on_demand_gpus),
-    Column("on_demand_usd_per_gpu_hour", "number", "the quarter's on-demand price of the GPU type, USD per GPU-hour",
-           lambda x: x[1].on_demand_usd_per_gpu_hour),
+    *item_columns("""
+        kind                        string   serving: a pool of the plan; idle_reserved: committed GPUs of one type that no pool uses
+        pool                        string   traffic class the pool serves (all, short, long; empty for idle GPUs)
+        gpu                         string   GPU type
+        tp                          integer  tensor-parallel degree, GPUs per replica
+        weight_dtype                string   weight dtype
+        kv_dtype                    string   KV-cache dtype
+        max_model_len               integer  context limit of the pool, tokens
+        replicas                    integer  replicas in the pool
+        gpus                        integer  GPUs in the row
+        reserved_gpus               integer  of those, committed GPUs (a type's commitments fill its pools in order)
+        on_demand_gpus              integer  of those, GPUs paid on demand
+        on_demand_usd_per_gpu_hour  number   the quarter's on-demand price of the GPU type, USD per GPU-hour
+    """),
     Column("reserved_usd_per_gpu_hour", "number",
            "mean committed price of the type's commitments, USD per GPU-hour (empty without commitments)",
            lambda x: x[1].reserved_usd_per_gpu_hour),
-    Column("usd_per_hour", "number", "the row's GPUs at the prices they are paid, USD per hour; a quarter's rows add up "
-           "to quarters.total_usd_per_hour", lambda x: x[1].usd_per_hour),
+    item_column("usd_per_hour", "number", "the row's GPUs at the prices they are paid, USD per hour; a quarter's rows add up "
+           "to quarters.total_usd_per_hour"),
     Column("usd_per_month", "number", f"the same per month ({HOURS_PER_MONTH} hours), USD", lambda x: x[1].usd_per_hour * HOURS_PER_MONTH),
     Column("usd", "number", f"the same over the quarter ({HOURS_PER_QUARTER:,} hours), USD",
            lambda x: x[1].usd_per_hour * HOURS_PER_QUARTER),
-    Column("capacity_rps_per_replica", "number", "requests/s one replica holds within every target",
-           lambda x: x[1].capacity_rps_per_replica),
+    item_column("capacity_rps_per_replica", "number", "requests/s one replica holds within every target"),
     Column("mixed_reserved_replicas", "integer",
            "the day's reserved + on-demand mix: replicas of the pool reserved all day (the rest run on demand per hour)",
            lambda x: x[1].mixed_reserved_replicas),
@@ -452,3 +466,31 @@ def forecast_json(results: Sequence[QuarterResult]) -> dict:
         }
         quarters.append(q)
     return {"quarters": quarters, "total": row(TOTAL_COLUMNS, _totals(_table(QUARTER_COLUMNS, results)))}
+
+
+def write_texts(out_dir: Path, texts: dict[str, str]) -> list[Path]:
+    """Write outputs already made (file name -> text) into out_dir, each atomically; their paths."""
+    for file, text in texts.items():
+        write_text_atomic(out_dir / file, text)
+    return [out_dir / file for file in texts]
+
+
+def write_forecast(name: str, results: Sequence[QuarterResult], out_dir: Path) -> list[Path]:
+    """The forecast's report, tables, data dictionary and figure in out_dir; every output is made
+    before the first is written, so a failure leaves none half-made."""
+    from planner.figures import forecast_figure
+
+    output_folder(out_dir)
+    figure = f"{name}_forecast.png"
+    texts = {f"{name}_forecast.md": forecast_markdown(name, results, figure=figure)}
+    texts.update({table_file(name, t): text for t, text in forecast_tables(results).items()})
+    texts[f"{name}_forecast_datapackage.json"] = datapackage_json(name)
+    forecast_figure(
+        [r.quarter for r in results],
+        {"plan, at peak": [r.cost_per_million["blended"] for r in results],
+         "plan, day's volume": [(r.cost_per_million_at_volume or {}).get("blended") for r in results],
+         "autoscaled, day's volume": [r.day.usd_per_million_tokens("autoscaled") for r in results],
+         "reserved + on demand, day's volume": [r.day.usd_per_million_tokens("mixed") for r in results]},
+        [r.gpus for r in results], out_dir / figure, title=f"{name}: cost per token and fleet",
+    )
+    return write_texts(out_dir, texts)

@@ -57,16 +57,10 @@ from functools import lru_cache
 import numpy as np
 
 from planner.paged import TokenProfile
+from planner.prefill_wait import mg1_wait, split_mass_rows, tilt
 from planner.roofline import StepModel
 from planner.targets import SLO, Target
 
-W_GRID = 1 << 12  # points of the waiting-time grid
-TILT_DECADES = 20.0  # the tilt damps the wrapped-around tail by e^-20
-# Probability intervals that represent W when it is mixed with the TPOT tail, finer towards
-# the tail that percentiles read, each represented by the quantile at its middle.
-_W_EDGES = np.array([0.0, 0.5, 0.75, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 1.0])
-_W_LEVELS = 0.5 * (_W_EDGES[:-1] + _W_EDGES[1:])
-_W_WEIGHTS = np.diff(_W_EDGES)
 _D_RATIO = 1.25  # decode-step buckets of the TPOT tables
 _M_GRID = np.geomspace(1e-3, 1e4, 26)  # expected prompts arriving in a window
 _Y_GRID = 512
@@ -108,99 +102,6 @@ def _cells(prof: TokenProfile) -> _Cells:
                   mean(prof.cell_decode_steps), s)
 
 
-def _split_mass(values: np.ndarray, weights: np.ndarray, unit: float, size: int) -> np.ndarray:
-    """pmf on the grid 0, unit, 2·unit, ... with each value's mass split between its two
-    neighbours in proportion to distance, so the mean is kept exactly (values past the grid
-    are clipped to its last point)."""
-    x = np.minimum(values / unit, size - 1.0)
-    lo = np.floor(x).astype(np.int64)
-    frac = x - lo
-    hi = np.minimum(lo + 1, size - 1)
-    return (np.bincount(lo, weights * (1 - frac), minlength=size)
-            + np.bincount(hi, weights * frac, minlength=size))[:size]
-
-
-def _split_mass_rows(values: np.ndarray, weights: np.ndarray, units: np.ndarray, size: int) -> np.ndarray:
-    """_split_mass for several grid units at once: one row per unit."""
-    x = np.minimum(values[None, :] / units[:, None], size - 1.0)
-    lo = np.floor(x).astype(np.int64)
-    frac = x - lo
-    hi = np.minimum(lo + 1, size - 1)
-    offset = (np.arange(units.size) * size)[:, None]
-    w = np.broadcast_to(weights, x.shape)
-    flat = np.bincount((lo + offset).ravel(), (w * (1 - frac)).ravel(), minlength=units.size * size)
-    flat += np.bincount((hi + offset).ravel(), (w * frac).ravel(), minlength=units.size * size)
-    return flat.reshape(units.size, size)
-
-
-@lru_cache(maxsize=8)
-def _tilt(n: int) -> np.ndarray:
-    tilt = np.exp(-TILT_DECADES / n * np.arange(n))
-    tilt.flags.writeable = False  # shared by every caller
-    return tilt
-
-
-# ------------------------------------------------------------------- waiting time
-
-
-@dataclass(frozen=True)
-class WaitDistribution:
-    """The FCFS prefill queue's waiting time W on a grid of `dt_s` seconds."""
-
-    cdf: np.ndarray
-    dt_s: float
-    mean_s: float
-    load: float  # ρ of the queue (its busy share)
-
-    def survival(self, x_s: np.ndarray | float) -> np.ndarray:
-        """P(W > x), linear between grid points; 1 below zero; the last grid point's value beyond."""
-        x = np.asarray(x_s, float) / self.dt_s
-        i = np.clip(np.floor(x).astype(np.int64), 0, self.cdf.size - 2)
-        frac = np.clip(x - i, 0.0, 1.0)
-        cdf = self.cdf[i] * (1 - frac) + self.cdf[i + 1] * frac
-        return np.where(x < 0, 1.0, np.clip(1.0 - cdf, 0.0, 1.0))
-
-    def quantile(self, q: float) -> float:
-        return float(np.searchsorted(self.cdf, q - 1e-12) * self.dt_s)
-
-    def levels(self) -> tuple[np.ndarray, np.ndarray]:
-        """Representative values and their probabilities (the _W_LEVELS intervals)."""
-        idx = np.searchsorted(self.cdf, _W_LEVELS)
-        return np.minimum(idx, self.cdf.size - 1) * self.dt_s, _W_WEIGHTS
-
-
-def mg1_wait(rate_rps: float, service_s: np.ndarray, weight: np.ndarray, horizon_s: float) -> WaitDistribution | None:
-    """Waiting time of an M/G/1 FCFS queue (Pollaczek-Khinchine), or None when ρ >= 1.
-
-    The transform of W is (1 - ρ) / (1 - ρ·Ŝe(z)), Se the equilibrium distribution of the
-    service time, P(Se = k) = P(S > k) / E[S] on the grid (exact for a grid-valued S).
-    The grid spans the larger of `horizon_s` and E[W] + 12 sd(W) (moments from Takács'
-    formulas: E[W] = λE[S²] / 2(1-ρ), E[W²] = 2E[W]² + λE[S³] / 3(1-ρ)), and four times
-    the longest service.
-    """
-    ws = weight / weight.sum()
-    mean_s = float(np.dot(ws, service_s))
-    rho = rate_rps * mean_s
-    if rho >= 1.0 or not math.isfinite(rho):
-        return None
-    if rho <= 0:
-        return WaitDistribution(np.ones(2), 1.0, 0.0, 0.0)
-    m2, m3 = float(np.dot(ws, service_s**2)), float(np.dot(ws, service_s**3))
-    mean_w = rate_rps * m2 / (2 * (1 - rho))
-    sd_w = math.sqrt(max(2 * mean_w**2 + rate_rps * m3 / (3 * (1 - rho)) - mean_w**2, 0.0))
-    span = max(horizon_s, mean_w + 12 * sd_w, 4 * float(service_s.max()))
-    n = W_GRID
-    dt = span / (n - 1)
-    pmf = _split_mass(service_s, ws, dt, n)
-    surv = 1.0 - np.cumsum(pmf)
-    eq = np.concatenate([[1.0], surv[:-1]])
-    eq = eq / eq.sum()
-    tilt = _tilt(n)
-    w_pmf = np.fft.irfft((1 - rho) / (1 - rho * np.fft.rfft(eq * tilt)), n) / tilt
-    cdf = np.minimum(np.cumsum(np.clip(w_pmf, 0.0, None)), 1.0)
-    return WaitDistribution(cdf, dt, mean_w, rho)
-
-
 # -------------------------------------------------------------------- TPOT tables
 
 
@@ -230,7 +131,7 @@ def _work_tables(cells: _Cells, chunk_cap: int, params_active: float, attn: floa
     dy = np.ones((nb, nm))
     mean = np.zeros(nb)
     w = cells.weight
-    tilt = _tilt(_Y_GRID)
+    damp = tilt(_Y_GRID)
     longest = float(cells.new_tokens.max())
     for b, d in enumerate(bucket_d):
         if b and bucket_d[b - 1] * chunk_cap >= longest:  # no prompt is capped any more: the same table
@@ -241,9 +142,9 @@ def _work_tables(cells: _Cells, chunk_cap: int, params_active: float, attn: floa
         mean[b] = m1
         span = _M_GRID * m1 + 8 * np.sqrt(_M_GRID * m2) + float(jumps.max())
         dy[b] = span / (_Y_GRID - 1)
-        pmf = _split_mass_rows(jumps, w, dy[b], _Y_GRID)
-        phi = np.fft.rfft(pmf * tilt, axis=1) - 1.0
-        total = np.fft.irfft(np.exp(_M_GRID[:, None] * phi), _Y_GRID, axis=1) / tilt
+        pmf = split_mass_rows(jumps, w, dy[b], _Y_GRID)
+        phi = np.fft.rfft(pmf * damp, axis=1) - 1.0
+        total = np.fft.irfft(np.exp(_M_GRID[:, None] * phi), _Y_GRID, axis=1) / damp
         survival[b, :, :_Y_GRID] = np.clip(1.0 - np.cumsum(np.clip(total, 0, None), axis=1), 0.0, 1.0)
     return _WorkTables(bucket_d, survival.ravel(), dy, mean)
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from planner.exploration import SENSITIVITY
 from planner.files import output_folder, write_text_atomic
 from planner.memory import ladder_rule_steps, layer_kind_lines
 from planner.paged import SIZING_MODES
-from planner.planning import SENSITIVITY, Outcome, Plan, PoolDetail
+from planner.plan_objects import Outcome, Plan, PoolDetail
 from planner.report_latency import latency_section
 from planner.roofline import StepModel
 from planner.units import HOURS_PER_MONTH, GiB, quantile_label
@@ -89,9 +90,9 @@ def render(plan: Plan, *, figures: dict[str, str] | None = None, sections: tuple
     w(_sensitivity(plan))
     w("")
     w("## Pools in detail")
-    for pd in plan.pools:
+    for pool in plan.pools:
         w("")
-        w(_pool_detail(plan, pd))
+        w(_pool_detail(plan, pool))
     for section in sections:
         w("")
         w(section.rstrip("\n"))
@@ -113,8 +114,8 @@ def _verdict(plan: Plan) -> str:
         again = f", after {cert.rounds} re-plan{'s' if cert.rounds > 1 else ''} at simulated capacities" if cert.rounds else ""
         return (f"Certified by simulation: every pool meets every band's targets ({bands}) when replayed at its peak "
                 f"rate{again}.")
-    failing = "; ".join(f"{pd.traffic_class.label}: {', '.join(pd.check.problems or pd.check.replay.problems)}"
-                        for pd in plan.pools if not pd.check.holds)
+    failing = "; ".join(f"{pool.traffic_class.label}: {', '.join(pool.check.problems or pool.check.replay.problems)}"
+                        for pool in plan.pools if not pool.check.holds)
     return f"**This plan does NOT hold its targets in simulation** ({failing}); targets: {bands}."
 
 
@@ -152,7 +153,7 @@ def _given_fleet(plan: Plan) -> str:
 
 def _unverified_note(plan: Plan) -> list[str]:
     """A warning line per chosen GPU whose efficiency factors are borrowed from another GPU."""
-    gpus = {pd.config.gpu.id: pd.config.gpu for pd in plan.pools}
+    gpus = {pool.config.gpu.id: pool.config.gpu for pool in plan.pools}
     return [
         "",
         *(
@@ -170,17 +171,17 @@ def _pools_table(plan: Plan) -> str:
         "|---|---:|---|---:|---|---|---:|---:|---:|---:|---:|---|---:|",
     ]
     class_capacity: dict[str, float] = {}
-    for pd in plan.pools:
-        class_capacity[pd.traffic_class.name] = class_capacity.get(pd.traffic_class.name, 0.0) + pd.replicas * pd.planned_rps
-    for pd in plan.pools:
-        tc, cfg = pd.traffic_class, pd.config
-        part = pd.replicas * pd.planned_rps / class_capacity[tc.name]
+    for pool in plan.pools:
+        class_capacity[pool.traffic_class.name] = class_capacity.get(pool.traffic_class.name, 0.0) + pool.replicas * pool.planned_rps
+    for pool in plan.pools:
+        tc, cfg = pool.traffic_class, pool.config
+        part = pool.replicas * pool.planned_rps / class_capacity[tc.name]
         requests = f"{tc.share:.1%}" if part > 0.9999 else f"{tc.share:.1%} ({part:.0%} of it here)"
-        binding = pd.capacity.binding if pd.planned_rps == pd.capacity.max_rps else "simulated targets"
+        binding = pool.capacity.binding if pool.planned_rps == pool.capacity.max_rps else "simulated targets"
         rows.append(
             f"| {tc.label} | {requests} | {cfg.gpu.id} | {cfg.tp} | {cfg.weight_dtype} | {cfg.kv_dtype} | "
-            f"{tc.max_model_len:,} | {pd.replicas} | {pd.gpus} | {pd.planned_rps:,.3f} | {tc.rate_rps:,.3f} | "
-            f"{binding} | {_usd(pd.cost_per_hour)} |"
+            f"{tc.max_model_len:,} | {pool.replicas} | {pool.gpus} | {pool.planned_rps:,.3f} | {tc.rate_rps:,.3f} | "
+            f"{binding} | {_usd(pool.cost_per_hour)} |"
         )
     rows.append(f"| **Total** | | | | | | | | **{plan.solution.gpus}** | | | | **{_usd(plan.cost_per_hour)}** |")
     return "\n".join(rows)
@@ -307,11 +308,11 @@ def _sensitivity(plan: Plan) -> str:
     return "\n".join(lines)
 
 
-def _pool_detail(plan: Plan, pd: PoolDetail) -> str:
-    tc, cfg, cap, dep = pd.traffic_class, pd.config, pd.capacity, pd.deployment
-    lad, fp, pt = cap.ladder, cap.footprint, pd.at_peak
+def _pool_detail(plan: Plan, pool: PoolDetail) -> str:
+    tc, cfg, cap, dep = pool.traffic_class, pool.config, pool.capacity, pool.deployment
+    lad, fp, pt = cap.ladder, cap.footprint, pool.at_peak
     lines = [
-        f"### {tc.label}: {pd.replicas} × {cfg.gpu.id}, tp {cfg.tp}, {cfg.weight_dtype} weights, {cfg.kv_dtype} cache",
+        f"### {tc.label}: {pool.replicas} × {cfg.gpu.id}, tp {cfg.tp}, {cfg.weight_dtype} weights, {cfg.kv_dtype} cache",
         "",
         f"Budget ladder of one replica ({lad.tp} GPU{'s' if lad.tp > 1 else ''}, {dep.engine.name}):",
         "",
@@ -344,8 +345,8 @@ def _pool_detail(plan: Plan, pd: PoolDetail) -> str:
         lines.append(f"| {label} | {rps:,.3f} |")
     for name in cap.clamped:
         lines.append(f"| {name} | holds up to the {cap.binding} ceiling (no bound of its own below it) |")
-    if pd.planned_rps != cap.max_rps:
-        lines.append(f"| **planned (simulated capacity)** | **{pd.planned_rps:,.3f}** |")
+    if pool.planned_rps != cap.max_rps:
+        lines.append(f"| **planned (simulated capacity)** | **{pool.planned_rps:,.3f}** |")
     targets = [f"{b.name}: {b.targets_text()}" for b in tc.slo.bands]
     lines += [
         "",
@@ -355,7 +356,7 @@ def _pool_detail(plan: Plan, pd: PoolDetail) -> str:
         f"At capacity: {cap.point.resident_batch:,.1f} resident sequences, mean ITL {cap.point.itl_ms:,.2f} ms "
         f"(mean step {cap.point.step_ms:,.2f} ms) "
         f"({cap.point.regime}-bound decode {cap.point.decode_ms:,.2f} ms), KV utilisation {cap.point.kv_utilisation:.0%}.",
-        f"At the planned peak ({pd.rate_per_replica_rps:,.3f} req/s per replica, before headroom): "
+        f"At the planned peak ({pool.rate_per_replica_rps:,.3f} req/s per replica, before headroom): "
         f"{pt.resident_batch:,.1f} resident sequences, mean ITL {pt.itl_ms:,.2f} ms (mean step {pt.step_ms:,.2f} ms), KV utilisation "
         f"{pt.kv_utilisation:.0%}, prefill {pt.prefill_share:.0%} of GPU time, {pt.output_tokens_per_s:,.0f} output tokens/s, "
         f"{pt.regime}-bound.",

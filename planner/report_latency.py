@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 
-from planner.certify import BandCheck, PoolCheck, TargetCheck
-from planner.planning import Plan
+from planner.plan_objects import Plan
+from planner.pool_check import BandCheck, PoolCheck, TargetCheck
 from planner.sim_measures import COMPARE_KEYS
 
 _WHAT = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL (per token)"}
@@ -66,7 +66,7 @@ def latency_section(plan: Plan) -> str:
             "Predicted by the model only (planner/latency.py); this scenario turns certification by simulation off "
             "(`verify: false`).",
             "",
-            *[line for pd in plan.pools for line in _predicted_only(pd)],
+            *[line for pool in plan.pools for line in _predicted_only(pool)],
         ])
     lines = [
         "## Latency targets, certified by simulation",
@@ -81,8 +81,8 @@ def latency_section(plan: Plan) -> str:
         lines += ["", f"Certification re-planned {cert.rounds} time{'s' if cert.rounds > 1 else ''}: a pool that missed "
                   "in simulation was planned again at its simulated capacity (the highest rate that holds, by bisection)."]
         lines += [f"- {c}" for c in cert.changes]
-    for pd in plan.pools:
-        c = pd.check
+    for pool in plan.pools:
+        c = pool.check
         verdict = "every target holds" if c.holds else "misses: " + "; ".join(c.problems)
         lines += ["", f"**{c.label}** — {c.config}, {c.rate_rps:,.3f} requests/s per replica, {c.requests:,} "
                   f"requests simulated: {verdict}.", ""]
@@ -101,9 +101,9 @@ def latency_section(plan: Plan) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _predicted_only(pd) -> list[str]:
-    from planner.certify import band_checks
+def _predicted_only(pool) -> list[str]:
+    from planner.pool_check import band_checks
 
-    bands = band_checks(pd.traffic_class.slo, pd.model, pd.resident, None)
-    return ["", f"**{pd.traffic_class.label}** — {pd.config.label(pd.traffic_class.max_model_len)}:", "",
+    bands = band_checks(pool.traffic_class.slo, pool.model, pool.resident, None)
+    return ["", f"**{pool.traffic_class.label}** — {pool.config.label(pool.traffic_class.max_model_len)}:", "",
             *band_rows(bands)]

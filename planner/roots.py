@@ -1,4 +1,5 @@
-"""The root of an increasing function on a bracket, without loading scipy.optimize.
+"""The root of an increasing function on a bracket, without loading scipy.optimize, and the
+largest point of a geometric grid where an increasing margin still holds (a latency bound).
 
 scipy.optimize costs about half a second to import, more than a whole plan's root finding;
 every root the planner needs is of a monotone function on a known bracket, where the
@@ -8,6 +9,7 @@ the weight of an end that stays put keeps the bracket closing from both sides.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 
@@ -49,3 +51,67 @@ def increasing_root(f: Callable[[float], float], lo: float, hi: float, *, xtol: 
                 f_lo /= 2
             side = 1
     return lo if integer else 0.5 * (lo + hi)
+
+
+def largest_on_grid(margin, n_hi: float, rel_tol: float, *, guess: float | None = None) -> float:
+    """Largest N in [0, n_hi] with margin(N) <= 0, for a margin that increases with N.
+
+    The answer is n_hi, or a point of the fixed grid N_k = (1 + rel_tol)^k: the largest k whose
+    margin holds, so the bound is the same whatever n_hi is and a config with more memory (a
+    higher n_hi) never gets a lower latency bound from another search path. Without a guess the
+    search steps down by factors of 64 to bracket the crossing; from a guess (a bound found for
+    nearby targets, or a point known to hold) it steps away from it by factors that grow from 2%.
+    Either way it then finds the crossing by regula falsi in k (increasing_root), which needs a
+    handful of evaluations where bisection needs a dozen. For a margin that increases with N every
+    bracket gives the same grid point, so a guess changes the cost, never the answer."""
+    log_r = math.log1p(rel_tol)
+
+    def at(k: float) -> float:
+        return margin(math.exp(k * log_r))
+
+    top = math.floor(math.log(n_hi) / log_r)  # N_top <= n_hi
+    step = math.ceil(math.log(64.0) / log_r)
+    # The lowest point tried: 64^3 below the top; a bound under it counts as none (0).
+    floor_k = top - step * (math.ceil(math.log(1e7) / log_r) // step)
+
+    def at_top() -> float:
+        return n_hi if margin(n_hi) <= 0 else math.exp(top * log_r)
+
+    if guess is not None and 0 < guess < n_hi:
+        k = min(max(math.floor(math.log(guess) / log_r), floor_k), top)
+        step = math.ceil(math.log(1.02) / log_r)  # 2%, growing fourfold a step
+        f = at(k)
+        if f <= 0:
+            lo, f_lo = k, f
+            while True:
+                if lo == top:
+                    return at_top()
+                hi = min(lo + step, top)
+                f_hi = at(hi)
+                if f_hi > 0:
+                    break
+                lo, f_lo, step = hi, f_hi, step * 4
+        else:
+            hi, f_hi = k, f
+            while True:
+                if hi == floor_k:
+                    return 0.0
+                lo = max(hi - step, floor_k)
+                f_lo = at(lo)
+                if f_lo <= 0:
+                    break
+                hi, f_hi, step = lo, f_lo, step * 4
+        return math.exp(increasing_root(at, lo, hi, f_lo=f_lo, f_hi=f_hi, integer=True) * log_r)
+
+    hi = top
+    f_hi = at(hi)
+    if f_hi <= 0:
+        return at_top()
+    lo = hi - step
+    f_lo = at(lo)
+    while f_lo > 0:
+        hi, f_hi, lo = lo, f_lo, lo - step
+        if lo < floor_k:
+            return 0.0
+        f_lo = at(lo)
+    return math.exp(increasing_root(at, lo, hi, f_lo=f_lo, f_hi=f_hi, integer=True) * log_r)

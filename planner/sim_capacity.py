@@ -2,7 +2,7 @@
 
 `max_sustainable_rate` bisects on the simulator (planner.simulate) for the highest rate
 that meets a Criterion (stable backlog, band targets, preemption budget): the simulator's
-meaning of capacity, which certification (planner.certify) and the accuracy bench compare
+meaning of capacity, which certification (planner.pool_check) and the accuracy bench compare
 with planner.capacity's. `predicted_point` is the analytical mean model at a rate, in the
 same keys as a simulated run (planner.sim_measures.COMPARE_KEYS).
 """
@@ -48,7 +48,7 @@ def predicted_point(
 
     N from ReplicaModel.resident_for_rate (Little's law fixed point), then
     ReplicaModel.point(N); expected sizing has no preemption figure. Latency percentiles
-    per band are planner.latency's (planner.certify puts them beside the simulator's).
+    per band are planner.latency's (planner.pool_check puts them beside the simulator's).
     """
     ladder = budget_ladder(dep)
     if kv_budget_bytes is not None:

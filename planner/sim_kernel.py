@@ -51,10 +51,9 @@ def _unlink(prev, nxt, i, head, tail):
 def _append(prev, nxt, i, head, tail):
     """Append i to the end of a doubly linked list; returns the new (head, tail)."""
     prev[i], nxt[i] = tail, _NONE
-    if tail != _NONE:
-        nxt[tail] = i
-    else:
-        head = i
+    if tail == _NONE:  # the list was empty: i is its head too
+        return i, i
+    nxt[tail] = i
     return head, i
 
 

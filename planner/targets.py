@@ -60,6 +60,7 @@ class Target:
         return None if q is None else 1.0 - q
 
     def text(self, what: str, unit: str) -> str:
+        """The target for people, its limit in `unit` (s or ms): 'TTFT p99 ≤ 2 s'."""
         value = self.limit_s if unit == "s" else self.limit_s * 1e3
         return f"{what} {self.stat} ≤ {value:g} {unit}"
 

@@ -89,9 +89,11 @@ def test_solve_json_carries_bands_and_the_verdict(tmp_path):
 def test_a_pool_that_misses_in_simulation_is_replanned_at_its_simulated_capacity(catalog):
     """Make the model optimistic (its capacity scaled up) so the first plan misses in simulation:
     certification must measure the simulated capacity, re-plan with it, and end certified."""
-    from planner.certify import check_pool
+    from planner.certification import pool_setting
+    from planner.evaluator import Evaluator
     from planner.histogram import Histogram
-    from planner.planning import Evaluator, make_plan, pool_setting
+    from planner.planning import make_plan
+    from planner.pool_check import check_pool
     from planner.scenario import Scenario
 
     scn = Scenario.model_validate({

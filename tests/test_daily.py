@@ -10,8 +10,8 @@ import pytest
 from clirun import run
 
 from planner.daily import DayPool, day_costs, period_cost, scale_segments, scenario_terms
+from planner.inputs import load_inputs, plan_inputs
 from planner.load_profile import diurnal_multipliers
-from planner.solve import load_inputs, plan_inputs
 
 BASE = """
 name: day

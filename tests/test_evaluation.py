@@ -7,10 +7,13 @@ import math
 import numpy as np
 import pytest
 
-from planner.capacity import BOUND_REL_TOL, _largest_n, replica_capacity
+from planner.capacity import BOUND_REL_TOL, replica_capacity
+from planner.evaluator import Evaluator
 from planner.histogram import Histogram
-from planner.optimize import Candidate, solve_fleet, undominated_candidates
-from planner.planning import Evaluator, _undominated, candidate_configs, traffic_classes
+from planner.ilp import Candidate, solve_fleet, undominated_candidates
+from planner.plan_objects import candidate_configs, traffic_classes
+from planner.plan_search import undominated_evaluations
+from planner.roots import largest_on_grid
 from planner.scenario import Scenario
 
 
@@ -52,12 +55,12 @@ def test_evaluate_all_keeps_exactly_the_candidates_of_a_full_search(catalog, siz
             assert cap.max_rps < best
         else:
             assert e.capacity.max_rps == cap.max_rps
-    kept = {e.key: e.capacity_rps for e in _undominated(evals)}
+    kept = {e.key: e.capacity_rps for e in undominated_evaluations(evals)}
     import dataclasses
 
     searched = [dataclasses.replace(e, capacity=dataclasses.replace(e.capacity or _any(evals), max_rps=rps),
                                     dominated_by="") for e, rps in zip(evals, full, strict=True)]
-    assert kept == {e.key: e.capacity_rps for e in _undominated(searched)}
+    assert kept == {e.key: e.capacity_rps for e in undominated_evaluations(searched)}
 
 
 def _any(evals):
@@ -76,9 +79,9 @@ def test_a_guess_changes_the_search_not_the_bound(seed):
         calls.append(n)
         return slope * math.log(n / root) + (0.3 * math.log(n / root) ** 3 if seed % 2 else 0.0)
 
-    plain = _largest_n(margin, n_hi)
+    plain = largest_on_grid(margin, n_hi, BOUND_REL_TOL)
     for guess in (root * 0.5, root * 0.999, root, root * 1.01, root * 7, n_hi * 0.9, 1e-6 * n_hi):
-        assert _largest_n(margin, n_hi, guess=guess) == plain
+        assert largest_on_grid(margin, n_hi, BOUND_REL_TOL, guess=guess) == plain
     if root < n_hi and root > 1e-6 * n_hi:
         k = math.floor(math.log(root) / math.log1p(BOUND_REL_TOL))
         assert plain == pytest.approx(math.exp(k * math.log1p(BOUND_REL_TOL)), rel=1e-12)
@@ -89,7 +92,7 @@ def test_dropping_dominated_candidates_keeps_the_optimum(seed):
     """Candidates beaten on the same GPU type (capacity, cost and GPUs per replica) never change
     the ILP's optimum, with or without inventory caps and reservations."""
     rng = np.random.default_rng(1000 + seed)
-    from planner.optimize import SplitOption
+    from planner.ilp import SplitOption
 
     options = [SplitOption("none", None, {"all": float(rng.uniform(1, 30))})]
     cands = []
@@ -113,7 +116,7 @@ def test_dropping_dominated_candidates_keeps_the_optimum(seed):
 def test_explorations_searched_lazily_cost_what_searching_everything_costs(catalog, monkeypatch):
     """Levers and the TTFT sweep re-solve with pairs not searched standing in by proven upper
     bounds: every outcome's cost and GPUs are those of searching every pair."""
-    import planner.planning as planning
+    import planner.plan_search as plan_search
     from planner.planning import make_plan
 
     scn = Scenario.model_validate({
@@ -127,19 +130,19 @@ def test_explorations_searched_lazily_cost_what_searching_everything_costs(catal
     model, hist = catalog.model("llama-3.1-8b"), mixed_traffic()
 
     def outcomes(threshold):
-        monkeypatch.setattr(planning, "LAZY_MIN_PAIRS", threshold)
+        monkeypatch.setattr(plan_search, "LAZY_MIN_PAIRS", threshold)
         plan = make_plan(scn, catalog, model, hist, 30.0)
         rows = plan.levers + [o for _, o in plan.ttft_sweep]
         return [(o.name, o.feasible, round(o.cost_per_hour, 9), o.gpus) for o in rows]
 
     searched = []
-    original = planning.Evaluator.evaluate
+    original = plan_search.Evaluator.evaluate
 
     def counting(self, cfg, tc):
         searched.append(1)
         return original(self, cfg, tc)
 
-    monkeypatch.setattr(planning.Evaluator, "evaluate", counting)
+    monkeypatch.setattr(plan_search.Evaluator, "evaluate", counting)
     lazy = outcomes(0)
     lazy_searches = len(searched)
     searched.clear()
@@ -153,7 +156,7 @@ def test_highs_prints_nothing(capfd):
     import subprocess
     import sys
 
-    code = ("from planner.optimize import Candidate, SplitOption, solve_fleet\n"
+    code = ("from planner.ilp import Candidate, SplitOption, solve_fleet\n"
             "s = solve_fleet([SplitOption('none', None, {'all': 3.0})], "
             "[Candidate('none', 'all', 'c', 'g', 1, 1.0, 1.0)], backend='highs')\n"
             "assert s.status == 'Optimal' and s.pools[0].replicas == 3\n")

@@ -14,7 +14,7 @@ import yaml
 from click.testing import CliRunner
 
 from planner.cli import main
-from planner.optimize import Candidate, ServiceModel, SplitOption, solve_fleet, solve_services
+from planner.ilp import Candidate, ServiceModel, SplitOption, solve_fleet, solve_services
 
 # ------------------------------------------------------------------ the joint ILP
 
@@ -166,8 +166,8 @@ def test_each_service_section_is_its_own_report_when_no_shared_constraint_binds(
     from planner.fleet import load_fleet
     from planner.fleet_plan import make_fleet_plan
     from planner.fleet_report import demote, service_section
+    from planner.inputs import plan_inputs, report_sections
     from planner.report import render
-    from planner.solve import plan_inputs, report_sections
 
     path = write_fleet(tmp_path, inventory={"h100-sxm": {"max_new": 1000}})
     fleet = load_fleet(path)
@@ -187,7 +187,7 @@ def test_a_binding_cap_moves_a_service_and_its_cost_is_the_saving_without_it(tmp
     costs exactly the two services planned alone; raising it by one GPU is re-solved too."""
     from planner.fleet import load_fleet
     from planner.fleet_plan import make_fleet_plan
-    from planner.solve import plan_inputs
+    from planner.inputs import plan_inputs
 
     path = write_fleet(tmp_path, inventory={"h100-sxm": {"max_new": 2}})
     fleet = load_fleet(path)

@@ -15,7 +15,7 @@ from contract import one_line_error
 from planner.cli import main
 from planner.forecast import run_forecast
 from planner.forecast_outputs import POOL_COLUMNS, QUARTER_COLUMNS, forecast_tables
-from planner.solve import load_inputs, plan_inputs
+from planner.inputs import load_inputs, plan_inputs
 
 BASE = """
 name: fc

@@ -12,7 +12,7 @@ import yaml
 from clirun import run
 
 from planner.forecast import run_forecast
-from planner.solve import load_inputs
+from planner.inputs import load_inputs
 
 ROOT = Path(__file__).resolve().parents[1]
 CENT = 0.01

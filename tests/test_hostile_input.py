@@ -444,13 +444,13 @@ def test_usage_errors_are_one_line(args, expected):
 
 
 def test_the_infeasible_message_names_the_class_and_never_empty_caps(tmp_path):
-    from planner.planning import _infeasible_message
-    from planner.solve import plan_scenario
+    from planner.inputs import plan_scenario
+    from planner.plan_search import infeasible_message
 
     plan = plan_scenario(scenario(tmp_path), explore=False)
-    message = _infeasible_message(plan.classes, plan.evaluations, {})
+    message = infeasible_message(plan.classes, plan.evaluations, {})
     assert "()" not in message and "'all (≤ 8,192 tokens)' 4.8 req/s" in message
-    capped = _infeasible_message(plan.classes, plan.evaluations, {"h100-sxm": 0})
+    capped = infeasible_message(plan.classes, plan.evaluations, {"h100-sxm": 0})
     assert capped == ("class 'all (≤ 8,192 tokens)' needs 4.8 req/s but the inventory caps (h100-sxm ≤ 0 GPUs) "
                       "allow at most 0 req/s")
 

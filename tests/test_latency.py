@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from planner.capacity import ReplicaModel, replica_capacity
-from planner.certify import requests_for
 from planner.deployment import make_deployment
 from planner.histogram import Histogram
-from planner.latency import mg1_wait
 from planner.paged import token_profile
+from planner.pool_check import requests_for
+from planner.prefill_wait import mg1_wait
 from planner.requests import Requests, sample_requests
 from planner.simulate import simulate_replica
 from planner.targets import SLO, Band, Target

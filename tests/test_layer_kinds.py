@@ -9,9 +9,9 @@ import math
 import pytest
 from pydantic import ValidationError
 
-from planner.capacity import footprint
 from planner.catalog import Model
 from planner.deployment import make_deployment
+from planner.footprint import footprint
 from planner.histogram import Histogram
 from planner.memory import (
     budget_ladder,

@@ -79,3 +79,12 @@ def test_decision_flags_a_gpu_with_borrowed_factors_and_verified_only_drops_it(c
     plan2 = make_plan(mixed, catalog, catalog.model("llama-3.1-8b"), traffic(1000, (1000, 200), 0, (1000, 200)), 5.0)
     assert {pd.config.gpu.id for pd in plan2.pools} == {"h100-sxm"}
     assert "UNVERIFIED" not in render(plan2).split("## Decision", 1)[1].split("\n## ", 1)[0]
+
+
+def test_tiny_lp_file_matches_the_golden_file(tmp_path):
+    """`--write-lp` writes the ILP a person can read; the golden copy catches silent drift in its
+    variables, constraint names and coefficients (PuLP's examples keep such files too)."""
+    lp = tmp_path / "tiny.lp"
+    r = CliRunner().invoke(main, ["solve", str(GOLDEN / "tiny.yaml"), "--no-report", "--write-lp", str(lp)])
+    assert r.exit_code == 0, r.output
+    assert_matches_golden("tiny.lp", lp.read_text(encoding="utf-8"))

@@ -140,7 +140,7 @@ def _traffic_class(dep, histogram_file, prompt_tokens, output_tokens, shared_pre
     """The token profile of --histogram or --prompt-tokens/--output-tokens within the context
     limit, or None without a class; usage errors name the option."""
     from planner.paged import prefix_disagreement, token_profile
-    from planner.planning import edge_at_most
+    from planner.plan_objects import edge_at_most
 
     if (prompt_tokens is None) != (output_tokens is None):
         raise click.UsageError("--prompt-tokens and --output-tokens go together")

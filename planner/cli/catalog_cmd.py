@@ -55,6 +55,14 @@ def _select(table: Mapping[str, Any], names: Sequence[str], lookup: Callable[[st
     return [lookup(n) for n in names] if names else list(table.values())
 
 
+def _show(entries: Iterable[Any], as_json: bool, headers: list[str], row: Callable[[Any], list[Any]]) -> None:
+    """Catalog entries as JSON (every field), or as a table: `headers`, then row(entry) for each."""
+    if as_json:
+        echo_json([e.model_dump() for e in entries])
+        return
+    click.echo(_table(headers, (row(e) for e in entries)))
+
+
 def _billions(n: int) -> str:
     return f"{n / 1e9:.2f}"
 
@@ -75,28 +83,18 @@ def gpus_cmd(names: tuple[str, ...], as_json: bool, catalog_files: tuple[str, ..
     """
     cat: Catalog = get_catalog(catalog_files)
     entries = _select(cat.gpus, names, cat.gpu)
-    if as_json:
-        echo_json([g.model_dump() for g in entries])
-        return
-    click.echo(
-        _table(
-            ["id", "memory_GiB", "HBM_GB/s", "bf16_TFLOPS", "fp8_TFLOPS", "weights", "kv", "link_GB/s", "USD/GPU-h"],
-            (
-                [
-                    g.id,
-                    f"{g.memory_gib:.2f}",
-                    g.hbm_bandwidth_gb_s,
-                    g.dense_tflops.get("bf16"),
-                    g.dense_tflops.get("fp8"),
-                    g.weight_dtypes,
-                    g.kv_dtypes,
-                    g.interconnect_gb_s,
-                    g.price_usd_per_hour,
-                ]
-                for g in entries
-            ),
-        )
-    )
+    _show(entries, as_json, ["id", "memory_GiB", "HBM_GB/s", "bf16_TFLOPS", "fp8_TFLOPS", "weights", "kv", "link_GB/s", "USD/GPU-h"],
+          lambda g: [
+              g.id,
+              f"{g.memory_gib:.2f}",
+              g.hbm_bandwidth_gb_s,
+              g.dense_tflops.get("bf16"),
+              g.dense_tflops.get("fp8"),
+              g.weight_dtypes,
+              g.kv_dtypes,
+              g.interconnect_gb_s,
+              g.price_usd_per_hour,
+          ])
 
 
 @catalog.command("models")
@@ -114,30 +112,20 @@ def models_cmd(names: tuple[str, ...], as_json: bool, catalog_files: tuple[str, 
     """
     cat = get_catalog(catalog_files)
     entries = _select(cat.models, names, cat.model)
-    if as_json:
-        echo_json([m.model_dump() for m in entries])
-        return
-    click.echo(
-        _table(
-            ["id", "layers", "hidden", "heads", "kv_heads", "head_dim", "attention", "experts", "params_B", "active_B", "max_len"],
-            (
-                [
-                    m.id,
-                    m.num_hidden_layers,
-                    m.hidden_size,
-                    m.num_attention_heads,
-                    m.num_key_value_heads,
-                    m.head_dim,
-                    _attention(m),
-                    f"{m.num_experts_per_tok}/{m.num_experts}" if m.num_experts else None,
-                    _billions(m.params_total),
-                    _billions(m.params_active),
-                    m.max_position_embeddings,
-                ]
-                for m in entries
-            ),
-        )
-    )
+    _show(entries, as_json, ["id", "layers", "hidden", "heads", "kv_heads", "head_dim", "attention", "experts", "params_B", "active_B", "max_len"],
+          lambda m: [
+              m.id,
+              m.num_hidden_layers,
+              m.hidden_size,
+              m.num_attention_heads,
+              m.num_key_value_heads,
+              m.head_dim,
+              _attention(m),
+              f"{m.num_experts_per_tok}/{m.num_experts}" if m.num_experts else None,
+              _billions(m.params_total),
+              _billions(m.params_active),
+              m.max_position_embeddings,
+          ])
 
 
 def _attention(m: Any) -> str:
@@ -167,18 +155,8 @@ def dtypes_cmd(as_json: bool, catalog_files: tuple[str, ...]) -> None:
       planner catalog dtypes --json
     """
     cat = get_catalog(catalog_files)
-    if as_json:
-        echo_json([d.model_dump() for d in cat.dtypes.values()])
-        return
-    click.echo(
-        _table(
-            ["id", "bits", "compute", "weights", "kv", "needs"],
-            (
-                [d.id, d.bits_per_element, d.compute_dtype, "yes" if d.weight else "no", "yes" if d.kv else "no", d.needs_native]
-                for d in cat.dtypes.values()
-            ),
-        )
-    )
+    _show(cat.dtypes.values(), as_json, ["id", "bits", "compute", "weights", "kv", "needs"],
+          lambda d: [d.id, d.bits_per_element, d.compute_dtype, "yes" if d.weight else "no", "yes" if d.kv else "no", d.needs_native])
 
 
 @catalog.command("engines")
@@ -193,18 +171,8 @@ def engines_cmd(as_json: bool, catalog_files: tuple[str, ...]) -> None:
       planner catalog engines
     """
     cat = get_catalog(catalog_files)
-    if as_json:
-        echo_json([e.model_dump() for e in cat.engines.values()])
-        return
-    click.echo(
-        _table(
-            ["id", "rule", "fraction", "block_size", "max_batched_tokens", "name"],
-            (
-                [e.id, e.rule, e.memory_fraction, e.block_size, e.max_num_batched_tokens, e.name]
-                for e in cat.engines.values()
-            ),
-        )
-    )
+    _show(cat.engines.values(), as_json, ["id", "rule", "fraction", "block_size", "max_batched_tokens", "name"],
+          lambda e: [e.id, e.rule, e.memory_fraction, e.block_size, e.max_num_batched_tokens, e.name])
 
 
 @catalog.command("import-hf")

@@ -9,35 +9,6 @@ import click
 from planner.cli.options import catalog_option, echo_json, json_option
 
 
-def write_forecast(name: str, results, out_dir: Path) -> list[Path]:
-    """Every output is made before the first is written, so a failure leaves none half-made."""
-    from planner.figures import forecast_figure
-    from planner.files import output_folder, write_text_atomic
-    from planner.forecast_outputs import (
-        datapackage_json,
-        forecast_markdown,
-        forecast_tables,
-        table_file,
-    )
-
-    output_folder(out_dir)
-    figure = f"{name}_forecast.png"
-    texts = {f"{name}_forecast.md": forecast_markdown(name, results, figure=figure)}
-    texts.update({table_file(name, t): text for t, text in forecast_tables(results).items()})
-    texts[f"{name}_forecast_datapackage.json"] = datapackage_json(name)
-    forecast_figure(
-        [r.quarter for r in results],
-        {"plan, at peak": [r.cost_per_million["blended"] for r in results],
-         "plan, day's volume": [(r.cost_per_million_at_volume or {}).get("blended") for r in results],
-         "autoscaled, day's volume": [r.day.usd_per_million_tokens("autoscaled") for r in results],
-         "reserved + on demand, day's volume": [r.day.usd_per_million_tokens("mixed") for r in results]},
-        [r.gpus for r in results], out_dir / figure, title=f"{name}: cost per token and fleet",
-    )
-    for file, text in texts.items():
-        write_text_atomic(out_dir / file, text)
-    return [out_dir / file for file in texts]
-
-
 def _idle_text(r) -> str:
     idle = r.idle
     gpus = ", ".join(f"{n} {g}" for g, n in idle.gpus.items())
@@ -81,27 +52,32 @@ def forecast(scenario, out_dir, no_report, catalog_files, as_json) -> None:
             _fleet_forecast(scenario, out_dir, no_report, catalog_files, as_json)
         return
     from planner.forecast import run_forecast
-    from planner.forecast_outputs import forecast_json
-    from planner.solve import load_inputs
+    from planner.forecast_outputs import forecast_json, write_forecast
+    from planner.inputs import load_inputs
 
     with located(scenario):
         inputs = load_inputs(scenario, catalog_files=catalog_files)
         results = run_forecast(inputs)
         written = None if no_report else write_forecast(inputs.scenario.name, results, Path(out_dir))
-    if as_json:
-        echo_json(forecast_json(results))
-        return
-    for r in results:
-        mix = r.day.policy("mixed")
-        click.echo(
-            f"{r.quarter}: {r.gpus} GPUs, ${r.cost_per_hour:,.2f}/hour, "
+    lines = [_quarter_text(r) for r in results] + [_idle_text(r) for r in results if r.idle is not None]
+    _show(as_json, lambda: forecast_json(results), lines, written)
+
+
+def _quarter_text(r) -> str:
+    mix = r.day.policy("mixed")
+    return (f"{r.quarter}: {r.gpus} GPUs, ${r.cost_per_hour:,.2f}/hour, "
             f"${r.cost_per_million['blended']:,.4f} per million tokens at peak; the day's curve: "
             f"${r.day.policy('peak_on_demand').usd_per_day:,.2f}/day peak-sized on demand, "
-            f"${r.day.policy('autoscaled').usd_per_day:,.2f} autoscaled, ${mix.usd_per_day:,.2f} reserved + on demand"
-        )
-    for r in results:
-        if r.idle is not None:
-            click.echo(_idle_text(r))
+            f"${r.day.policy('autoscaled').usd_per_day:,.2f} autoscaled, ${mix.usd_per_day:,.2f} reserved + on demand")
+
+
+def _show(as_json: bool, data, lines: list[str], written) -> None:
+    """The forecast as JSON (data() builds it), or its lines and the files written."""
+    if as_json:
+        echo_json(data())
+        return
+    for line in lines:
+        click.echo(line)
     if written:
         click.echo("-> " + ", ".join(str(p) for p in written))
 
@@ -113,16 +89,14 @@ def _fleet_forecast(path, out_dir, no_report, catalog_files, as_json) -> None:
     fleet = load_fleet(path, catalog_files=catalog_files)
     results = run_fleet_forecast(fleet)
     written = None if no_report else write_fleet_forecast(fleet.spec.name, results, Path(out_dir))
-    if as_json:
-        echo_json(fleet_forecast_json(results))
-        return
-    for r in results:
-        types = ", ".join(f"{t.used} {t.gpu}" for t in r.plan.types if t.used)
-        idle = ", ".join(f"{t.idle_committed} {t.gpu}" for t in r.plan.types if t.idle_committed)
-        click.echo(f"{r.quarter}: {r.plan.gpus} GPUs ({types}), ${r.cost_per_hour:,.2f}/hour"
-                   + (f"; committed idle: {idle}" if idle else ""))
-    if written:
-        click.echo("-> " + ", ".join(str(p) for p in written))
+    _show(as_json, lambda: fleet_forecast_json(results), [_fleet_quarter_text(r) for r in results], written)
+
+
+def _fleet_quarter_text(r) -> str:
+    types = ", ".join(f"{t.used} {t.gpu}" for t in r.plan.types if t.used)
+    idle = ", ".join(f"{t.idle_committed} {t.gpu}" for t in r.plan.types if t.idle_committed)
+    return f"{r.quarter}: {r.plan.gpus} GPUs ({types}), ${r.cost_per_hour:,.2f}/hour" + (
+        f"; committed idle: {idle}" if idle else "")
 
 
 COMMANDS = [forecast]

@@ -29,10 +29,11 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
     Example:
       planner simulate scenarios/chat_8b_h100.yaml --requests 20000 --seed 1
     """
+    from planner.cli.progress_bars import terminal_progress
     from planner.errors import located
-    from planner.solve import bands_json
+    from planner.plan_json import bands_json
 
-    with located(scenario):
+    with located(scenario), terminal_progress():
         scn, slo, checks, certified = _checks(scenario, pool, n_requests, seed, catalog_files)
     if as_json:
         echo_json({
@@ -60,29 +61,31 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
 
 def _checks(scenario, pool, n_requests, seed, catalog_files):
     """The certified plan's pool checks (the scenario's simulation settings, overridden by the options)."""
-    from planner.certify import check_pool
-    from planner.planning import pool_setting
-    from planner.solve import load_inputs, plan_inputs
+    from planner.certification import pool_setting
+    from planner.inputs import load_inputs, plan_inputs
+    from planner.pool_check import check_pool
+    from planner.progress import stage
 
     inputs = load_inputs(scenario, catalog_files=catalog_files)
     scn = inputs.scenario
     sim = scn.simulation.model_copy(update={k: v for k, v in (("requests", n_requests), ("seed", seed)) if v is not None})
     scn = scn.model_copy(update={"simulation": sim})
     plan = plan_inputs(inputs, scn, explore=False, certify=True)
-    names = [pd.traffic_class.name for pd in plan.pools]
+    names = [detail.traffic_class.name for detail in plan.pools]
     if pool is not None and pool not in names:
         raise click.BadParameter(f"'{pool}' is not a pool of this plan (pools: {', '.join(sorted(set(names)))})",
                                  param_hint="--pool")
     slo = scn.slo.to_slo()
     trace = inputs.traffic.requests_at_growth(scn.traffic.growth)
     checks = []
-    for pd in plan.pools:
-        if pool is not None and pd.traffic_class.name != pool:
-            continue
-        c = pd.check
-        if c is None or c.requests != sim.requests or c.seed != sim.seed:
-            c = check_pool(pool_setting(pd, scn, plan.pools, trace), slo, requests=sim.requests, seed=sim.seed)
-        checks.append(c)
+    chosen = [p for p in plan.pools if pool is None or p.traffic_class.name == pool]
+    with stage("pools simulated", len(chosen), " pools") as step:
+        for detail in chosen:
+            c = detail.check
+            if c is None or c.requests != sim.requests or c.seed != sim.seed:
+                c = check_pool(pool_setting(detail, scn, plan.pools, trace), slo, requests=sim.requests, seed=sim.seed)
+            checks.append(c)
+            step.advance()
     return scn, slo, checks, plan.certification.certified
 
 

@@ -34,6 +34,7 @@ def solve(scenarios, out_dir, no_report, write_lp, verify, catalog_files, as_jso
       planner solve scenarios/128k_rollout.yaml
       planner solve scenarios/fleet_2027q1.yaml --json
     """
+    from planner.cli.progress_bars import terminal_progress
     from planner.errors import located
 
     # Every scenario is read and checked before any is planned, and every plan is made before any
@@ -43,7 +44,7 @@ def solve(scenarios, out_dir, no_report, write_lp, verify, catalog_files, as_jso
         _refuse_same_names(loaded)
     planned = []
     for i, (path, kind, inputs) in enumerate(loaded):
-        with located(str(path)):
+        with located(str(path)), terminal_progress():
             first_lp = bool(write_lp) and i == 0
             planned.append((path, kind, _plan(kind, inputs, first_lp, verify)))
     results = []
@@ -61,7 +62,7 @@ def _load(path, catalog_files):
     """(path, 'fleet' or 'scenario', what it loads to), with errors naming the file."""
     from planner.errors import located
     from planner.fleet import is_fleet_file, load_fleet
-    from planner.solve import load_inputs
+    from planner.inputs import load_inputs
 
     with located(str(path)):
         if is_fleet_file(path):
@@ -86,7 +87,8 @@ def _plan(kind, inputs, keep_lp, verify):
     """The scenario's plan with its report sections and the line saying why it is not certified,
     or the fleet's plan; InfeasibleError when a plan cannot be certified."""
     from planner.errors import InfeasibleError
-    from planner.solve import plan_inputs, report_sections, uncertified_message
+    from planner.inputs import plan_inputs, report_sections
+    from planner.plan_json import uncertified_message
 
     if kind == "fleet":
         from planner.fleet_plan import make_fleet_plan
@@ -104,8 +106,8 @@ def _plan(kind, inputs, keep_lp, verify):
 
 
 def _write_one(planned, no_report, out_dir, as_json):
+    from planner.plan_json import plan_json
     from planner.report import write_report
-    from planner.solve import plan_json
 
     plan, sections, problem = planned
     written = None if no_report else write_report(plan, Path(out_dir), sections=sections)

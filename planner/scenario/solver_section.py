@@ -22,7 +22,7 @@ class Solver(Strict):
 
 
 class Simulation(Strict):
-    """How plans are certified by simulation (planner.certify)."""
+    """How plans are certified by simulation (planner.pool_check)."""
 
     requests: int = Field(20_000, ge=1000, le=MAX_SIMULATED_REQUESTS, description="most sampled requests per pool and rate")
     band_requests: int = Field(

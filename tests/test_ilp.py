@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from planner.optimize import Candidate, SplitOption, solve_fleet
+from planner.ilp import Candidate, SplitOption, solve_fleet
 
 
 def random_instance(seed: int):

@@ -1,15 +1,15 @@
-"""`planner solve` as a library call: scenario file → Plan → report (and JSON)."""
+"""A scenario file's inputs (scenario, catalog, model, traffic) and the plan made from them;
+the sections its report adds after the pools."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from planner.catalog import Catalog, Model, load_catalog
 from planner.errors import InputError
-from planner.planning import Plan, make_plan
+from planner.plan_objects import Plan
+from planner.planning import make_plan
 from planner.scenario import Scenario, load_scenario, resolve
 from planner.traffic import Traffic
 from planner.yamlio import validate
@@ -126,112 +126,5 @@ def report_sections(plan: Plan, inputs: Inputs, *, forecast: bool = True) -> tup
     return tuple(sections)
 
 
-def uncertified_message(plan: Plan) -> str | None:
-    """One line naming the pools that miss their targets in simulation, or None when the plan holds."""
-    cert = plan.certification
-    if cert is None or cert.certified:
-        return None
-    misses = "; ".join(
-        f"{pd.traffic_class.label} on {pd.config.label(pd.traffic_class.max_model_len)}: "
-        + ", ".join(pd.check.problems or (pd.check.replay.problems if pd.check.replay else ()))
-        for pd in plan.pools if not pd.check.holds
-    )
-    what = "the fleet" if plan.given_fleet else f"no plan holds its targets in simulation after {cert.rounds} re-plans;"
-    return f"{what} misses in simulation: {misses}" if plan.given_fleet else f"{what} {misses}"
-
-
-def _target_json(check, unit_scale: float) -> dict[str, Any]:
-    return {"stat": check.stat, "target": check.limit_s * unit_scale, "predicted": _finite(check.predicted_s * unit_scale),
-            "simulated": _finite(check.simulated_s * unit_scale)}
-
-
-def _finite(x: float) -> float | None:
-    return x if math.isfinite(x) else None
-
-
-def bands_json(bands) -> list[dict[str, Any]]:
-    """Per band: each target (TTFT in s, TPOT and ITL in ms) with predicted and simulated values."""
-    out = []
-    for b in bands:
-        entry: dict[str, Any] = {"band": b.band.name, "requests_simulated": b.requests}
-        for c in b.checks:
-            key = {"ttft": "ttft_s", "tpot": "tpot_ms", "itl": "itl_ms"}[c.kind]
-            entry[key] = _target_json(c, 1.0 if c.kind == "ttft" else 1e3)
-        entry["holds"] = b.holds
-        out.append(entry)
-    return out
-
-
-def _pool_bands(pd) -> list[dict[str, Any]]:
-    from planner.certify import band_checks
-
-    if pd.check is not None:
-        return bands_json(pd.check.bands)
-    return bands_json(band_checks(pd.traffic_class.slo, pd.model, pd.resident, None))
-
-
 def plan_scenario(path: str | Path, *, catalog_files: tuple[str, ...] = (), explore: bool = True) -> Plan:
     return plan_inputs(load_inputs(path, catalog_files=catalog_files), explore=explore)
-
-
-def plan_json(plan: Plan) -> dict[str, Any]:
-    """The plan as data: pools, totals, status, and every evaluated candidate (to check it independently)."""
-    sol = plan.solution
-    pools = [
-        {
-            "pool": pd.traffic_class.name,
-            "label": pd.traffic_class.label,
-            "gpu": pd.config.gpu.id,
-            "tp": pd.config.tp,
-            "weight_dtype": pd.config.weight_dtype,
-            "kv_dtype": pd.config.kv_dtype,
-            "max_model_len": pd.traffic_class.max_model_len,
-            "replicas": pd.replicas,
-            "gpus": pd.gpus,
-            "capacity_rps": pd.capacity.max_rps,
-            "rate_rps": pd.traffic_class.rate_rps,
-            "binding": pd.capacity.binding,
-            "cost_per_hour": pd.cost_per_hour,
-            "planned_rps": pd.planned_rps,
-            "rate_per_replica_rps": pd.rate_per_replica_rps,
-            "bands": _pool_bands(pd),
-            "holds": pd.check.holds if pd.check is not None else None,
-        }
-        for pd in plan.pools
-    ]
-    candidates = [
-        {
-            "split_threshold": None if ev.traffic_class.option == "none" else int(ev.traffic_class.option),
-            "class": ev.traffic_class.name,
-            "gpu": ev.config.gpu.id,
-            "tp": ev.config.tp,
-            "weight_dtype": ev.config.weight_dtype,
-            "kv_dtype": ev.config.kv_dtype,
-            "max_model_len": ev.traffic_class.max_model_len,
-            "price_per_gpu_hour": ev.config.price_usd_per_hour,
-            "capacity_rps": ev.capacity_rps,
-            "model_capacity_rps": ev.capacity.max_rps if ev.capacity else 0.0,
-            "binding": ev.capacity.binding if ev.capacity else None,
-            "problem": ev.problem or None,
-            "class_rate_rps": ev.traffic_class.rate_rps,
-        }
-        for ev in plan.evaluations
-    ]
-    return {
-        "scenario": plan.scenario.name,
-        "plan": pools,
-        "cost_per_hour": plan.cost_per_hour,
-        "cost_per_month": plan.cost_per_month,
-        "cost_per_million_tokens": plan.cost_per_million,
-        "split_threshold": sol.threshold,
-        "gpus": sol.gpus,
-        "peak_rps": plan.peak_rps,
-        "headroom": plan.scenario.traffic.headroom,
-        "solver_status": sol.status,
-        "solver": sol.solver,
-        "certified": plan.certification.certified if plan.certification else None,
-        "certification_rounds": plan.certification.rounds if plan.certification else None,
-        "certification_changes": list(plan.certification.changes) if plan.certification else [],
-        "given_fleet": plan.given_fleet,
-        "candidates": candidates,
-    }

@@ -1,0 +1,122 @@
+"""Certification of a plan by simulation: every pool replayed (planner.pool_check), and the
+pools that miss re-planned at their simulated capacity until all hold or the rounds are spent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from planner.errors import InfeasibleError
+from planner.ilp import FleetSolution
+from planner.plan_objects import (
+    Certification,
+    Evaluation,
+    PoolDetail,
+    edge_at_most,
+)
+from planner.plan_setup import Setup, pool_details
+from planner.pool_check import PoolCheck, PoolSetting, check_pool, requests_for, simulated_capacity
+from planner.progress import stage
+from planner.requests import Requests
+from planner.scenario import Scenario
+from planner.targets import SLO
+
+
+def pool_setting(pool: PoolDetail, scn: Scenario, pools: list[PoolDetail], trace: Requests | None) -> PoolSetting:
+    """What certification needs of a pool: its replica, traffic, rate, model, and its share of the log."""
+    tc = pool.traffic_class
+    mine = None
+    if trace is not None:
+        total = trace.prompt_tokens + trace.output_tokens
+        lo = 0 if tc.name != "long" else int(tc.option)
+        in_class = np.flatnonzero((total > lo) & (total <= edge_at_most(tc.max_model_len)))
+        # A plain load balancer deals the class's requests to its replicas in turn, whatever each can carry.
+        siblings = [q for q in pools if q.traffic_class is tc]
+        offset = sum(q.replicas for q in siblings[: siblings.index(pool)])
+        replica = np.arange(in_class.size) % sum(q.replicas for q in siblings)
+        take = in_class[(replica >= offset) & (replica < offset + pool.replicas)]
+        if take.size:
+            mine = Requests(trace.arrival_s[take], trace.prompt_tokens[take], trace.output_tokens[take])
+    return PoolSetting(tc.name, tc.label, pool.config.label(tc.max_model_len), pool.deployment, tc.hist, pool.replicas,
+                       pool.rate_per_replica_rps, pool.model, pool.resident, scn.traffic.shared_prefix_tokens, mine)
+
+
+def certify_plans(parts, resolve, *, rounds: int) -> list[tuple[list[Evaluation], FleetSolution, list[PoolDetail], Certification]]:
+    """Replay every pool of every plan; where one misses, plan its config for that class at its
+    simulated capacity and solve again, until every pool holds or `rounds` re-plans are spent.
+
+    parts: (setup, evaluations, solution, pool details) per plan; plans solved together (the
+    services of a fleet) are re-solved together: resolve(evaluations per part) gives each part's
+    new solution. Returns each part's evaluations, solution, pools (with their checks) and
+    certification."""
+    state = [[st, evals, sol, pools, []] for st, evals, sol, pools in parts]
+
+    def key(pool: PoolDetail) -> tuple:
+        tc = pool.traffic_class
+        return (tc.option, tc.name, pool.config.label(tc.max_model_len), pool.replicas, round(pool.rate_per_replica_rps, 9))
+
+    def run(st: Setup, p: PoolSetting) -> PoolCheck:
+        slo, sim = st.scn.slo.to_slo(), st.scn.simulation
+        return check_pool(p, slo, requests=_requests(p, slo, sim), seed=sim.seed)
+
+    spent = 0
+    while True:
+        # Replays already run for a scenario are kept (the plan's, the per-GPU plans').
+        todo = []
+        for st, _, _, pools, _ in state:
+            fresh = {key(pool): pool for pool in pools if key(pool) not in st.evaluator.checks}
+            todo += [(st, k, pool_setting(pool, st.scn, pools, st.trace)) for k, pool in fresh.items()]
+        # The simulator's loop releases the GIL: pools replay side by side, one thread each.
+        done = []
+        with (ThreadPoolExecutor(max_workers=max(1, min(len(todo), os.cpu_count() or 1))) as workers,
+              stage("certification" if not spent else f"certification, re-plan {spent}", len(todo), " pools") as step):
+            for check in workers.map(lambda t: run(t[0], t[2]), todo):
+                done.append(check)
+                step.advance()
+        for (st, k, _), check in zip(todo, done, strict=True):
+            st.evaluator.checks[k] = check
+        missing = [[pool for pool in pools if not st.evaluator.checks[key(pool)].holds] for st, _, _, pools, _ in state]
+        if not any(missing) or spent == rounds:
+            break
+        spent += 1
+        for (st, evals, _, pools, changes), miss in zip(state, missing, strict=True):
+            slo, sim = st.scn.slo.to_slo(), st.scn.simulation
+            for pool in miss:
+                check = st.evaluator.checks[key(pool)]
+                tc = pool.traffic_class
+                config = pool.config.label(tc.max_model_len)
+                if not check.problems:  # held at the planned peak with Poisson arrivals, not under the log's bursts
+                    new = pool.planned_rps * pool.replicas / (pool.replicas + 1)
+                    why = "the log's own arrivals: " + "; ".join(check.replay.problems)
+                else:
+                    setting = pool_setting(pool, st.scn, pools, None)
+                    new = simulated_capacity(setting, slo, requests=_requests(setting, slo, sim), seed=sim.seed).rate_rps
+                    why = "; ".join(check.problems)
+                st.evaluator.record_simulated(next(e for e in evals if e.key == (tc.option, tc.name, config)), new)
+                changes.append(f"round {spent}: {tc.label} on {config} missed ({why}); planned at {new:,.3f} instead "
+                               f"of {pool.planned_rps:,.3f} req/s per replica")
+        for part in state:  # variants proved below a sibling stay below it (record_simulated scales the class)
+            part[1] = [e if e.dominated_by else part[0].evaluator.evaluate(e.config, e.traffic_class) for e in part[1]]
+        sols = resolve([part[1] for part in state])
+        if any(not sol.pools for sol in sols):
+            raise InfeasibleError("no plan holds its targets in simulation: "
+                                  + " | ".join(c for part in state for c in part[4]))
+        for part, sol in zip(state, sols, strict=True):
+            part[2], part[3] = sol, pool_details(part[0].evaluator, part[1], sol)
+    out = []
+    for st, evals, sol, pools, changes in state:
+        sim = st.scn.simulation
+        certified = all(st.evaluator.checks[key(pool)].holds for pool in pools)
+        pools = [dataclasses.replace(pool, check=st.evaluator.checks[key(pool)]) for pool in pools]
+        out.append((evals, sol, pools, Certification(certified, spent, tuple(changes), sim.requests, sim.band_requests,
+                                                     sim.seed)))
+    return out
+
+
+def _requests(p: PoolSetting, slo: SLO, sim) -> int:
+    return requests_for(p.hist, slo, most=sim.requests, per_band=sim.band_requests)
+

@@ -1,0 +1,181 @@
+"""Around a solved plan: each split option, the next-best plans, the peak's sensitivity, the
+levers, the best certified plan per GPU type and what the TTFT target costs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from planner.certification import certify_plans
+from planner.errors import InfeasibleError
+from planner.evaluator import Evaluator
+from planner.histogram import TOTAL_EDGES
+from planner.plan_objects import (
+    Config,
+    Outcome,
+    Plan,
+    TrafficClass,
+    candidate_configs,
+    edge_at_most,
+    traffic_classes,
+)
+from planner.plan_search import Resolver, infeasible_message, lazy_solve, outcome_of
+from planner.plan_setup import Setup, pool_details
+from planner.progress import stage
+
+SENSITIVITY = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
+
+
+def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, reserved=None) -> Plan:
+    """The plan's explorations: each split option, the next-best distinct plans, the peak's
+    sensitivity, the levers, the best certified plan per GPU type and the TTFT target's cost.
+    `solve` answers the re-solves (its scenario's inventory caps apply)."""
+    scn, classes, evals, sol, inventory = st.scn, st.classes, plan.evaluations, plan.solution, solve.inventory
+    with stage("explorations", 6, " steps") as step:
+        split = []
+        for k in classes:
+            res = solve(classes, evals, options=[k])
+            split.append(outcome_of("no split" if k == "none" else f"split at {int(k):,}", res,
+                                    "" if res.pools else infeasible_message({k: classes[k]}, evals, inventory)))
+        step.advance()
+        alternatives, forbid, last = [], [], sol
+        for i in range(2):
+            forbid.append(frozenset((last.option, p.traffic_class, p.config) for p in last.pools))
+            last = solve(classes, evals, forbid=tuple(forbid))
+            if not last.pools:
+                break
+            alternatives.append(outcome_of(f"next best #{i + 1}", last))
+        step.advance()
+        sensitivity = [
+            outcome_of(f"peak x {m:g}", solve(classes, evals, rate_scale=m, reserved=reserved)) for m in SENSITIVITY
+        ]
+        step.advance()
+        levers = _levers(scn, st.catalog, st.model, st.served, st.limit, st.peak_rps, st.evaluator, st.configs, classes,
+                         evals, sol, inventory, solve)
+        step.advance()
+        per_gpu = (_per_gpu(scn, st, st.configs, classes, inventory, solve, reserved)
+                   if plan.certification else [])
+        step.advance()
+        sweep = _ttft_sweep(scn, st.catalog, st.model, st.configs, classes, inventory, st.evaluator)
+        step.advance()
+    return dataclasses.replace(plan, split_analysis=split, alternatives=alternatives, sensitivity=sensitivity,
+                               levers=levers, per_gpu=per_gpu, ttft_sweep=sweep)
+
+
+TTFT_SWEEP = (0.5, 0.75, 1.0, 1.5, 2.0)  # multipliers on every band's TTFT limit
+
+
+def _per_gpu(scn, st: Setup, configs, classes, inventory, solve, reserved) -> list[Outcome]:
+    """The cheapest plan on each candidate GPU type alone, certified by simulation as the plan is:
+    what committing to one type costs, with latencies checked, not only modelled."""
+    out = []
+    for cand in scn.gpu_candidates:
+        cfgs = [c for c in configs if c.gpu.id == cand.id]
+        name = f"{cand.id} only"
+        if not cfgs:
+            out.append(Outcome(name, False, math.inf, 0, "", "no supported config on it"))
+            continue
+        evaluator = st.evaluator
+        evs = evaluator.evaluate_all(classes, cfgs)
+        res = solve(classes, evs, reserved=reserved)
+        if not res.pools:
+            out.append(Outcome(name, False, math.inf, 0, "", infeasible_message(classes, evs, inventory)))
+            continue
+        try:
+            [(_, res, _, cert)] = certify_plans([(st, evs, res, pool_details(evaluator, evs, res))],
+                                                lambda e: [solve(classes, e[0], reserved=reserved)],
+                                                rounds=scn.simulation.max_rounds)
+        except InfeasibleError as exc:
+            out.append(Outcome(name, False, math.inf, 0, "", str(exc)))
+            continue
+        if cert.certified:
+            out.append(outcome_of(name, res))
+        else:
+            out.append(Outcome(name, False, math.inf, 0, "", f"no plan on it held its targets in simulation after "
+                               f"{cert.rounds} re-plans"))
+    return out
+
+
+def _ttft_sweep(scn, catalog, model, configs, classes, inventory, evaluator) -> list[tuple[float, Outcome]]:
+    """The plan re-solved with every band's TTFT limit scaled, by the model (calibrated where
+    certification measured a class): what a stricter or looser TTFT target costs."""
+    slo = scn.slo
+    if not any(b.ttft_s for b in slo.bands):
+        return []
+    out = {}
+    # Tighter limits in turn from the targets as stated: a tighter TTFT limit never raises a
+    # capacity, so each step's capacities (or bounds) bound the next one's (with 2% to spare for
+    # the waiting-time grid, which spans twice the limit); looser ones bound from the ceilings.
+    for order in (sorted((x for x in TTFT_SWEEP if x < 1.0), reverse=True), sorted(x for x in TTFT_SWEEP if x > 1.0)):
+        above = evaluator
+        for m in order:
+            bands = [b.model_copy(update={"ttft_s": (b.ttft_s[0] or slo.statistic, b.ttft_s[1] * m)}) if b.ttft_s else b
+                     for b in slo.bands]
+            scaled = scn.model_copy(update={"slo": slo.model_copy(update={"bands": bands})})
+            swept = Evaluator(scaled, catalog, model, like=evaluator)
+            swept._calibration = evaluator._calibration  # what simulation showed of the model applies here too
+            scaled_classes = {k: [dataclasses.replace(tc, slo=scaled.slo.to_slo()) for tc in tcs]
+                              for k, tcs in classes.items()}
+            prior = _bound_from(above) if m < 1.0 else None
+            res, evs = lazy_solve(swept, Resolver(scaled), scaled_classes, configs, prior=prior)
+            out[m] = outcome_of(f"TTFT targets x {m:g}", res, "" if res.pools else
+                              infeasible_message(scaled_classes, evs, inventory))
+            above = swept
+    return [(m, out[m]) for m in TTFT_SWEEP if m in out]
+
+
+def _bound_from(looser: Evaluator):
+    """An upper bound on a pair's model capacity under tighter TTFT limits: its capacity, or its
+    proven bound, under `looser` limits (2% over, for the waiting-time grid)."""
+
+    def prior(cfg: Config, tc: TrafficClass) -> float:
+        key = (*cfg.key, *looser._class_key(tc))
+        found = looser._cache.get(key)
+        if found is not None and found.capacity is not None:
+            return found.capacity.max_rps * 1.02
+        return looser.upper.get(key, math.inf) * 1.02
+
+    return prior
+
+
+def _levers(scn, catalog, model, served, limit, peak, evaluator, configs, classes, evals, sol, inventory, solve) -> list[Outcome]:
+    """Re-solve with each lever switched (design.md, "The optimisation"); the levers multiply."""
+    out = []
+
+    def with_dtypes(name: str, weights, kvs) -> None:
+        cfgs = candidate_configs(scn, catalog, model, weights, kvs)
+        if not cfgs:
+            out.append(Outcome(name, False, math.inf, 0, "", "no GPU candidate supports it"))
+            return
+        res, evs = lazy_solve(evaluator, solve, classes, cfgs)
+        out.append(outcome_of(name, res, "" if res.pools else infeasible_message(classes, evs, inventory)))
+
+    for kind, allowed in (("KV cache", scn.kv_dtypes), ("weights", scn.weight_dtypes)):
+        if "fp8" in allowed:
+            switched, name = [d for d in allowed if d != "fp8"], f"fp8 {kind} off"
+            if not switched:
+                continue
+        else:
+            switched, name = [*allowed, "fp8"], f"fp8 {kind} on"
+        w, k = (scn.weight_dtypes, switched) if kind == "KV cache" else (switched, scn.kv_dtypes)
+        with_dtypes(name, w, k)
+    if len(classes) > 1:
+        res = solve(classes, evals, options=["none"])
+        out.append(outcome_of("split forced off", res,
+                            "" if res.pools else infeasible_message({"none": classes["none"]}, evals, inventory)))
+    for gpu_id in sorted({p.gpu for p in sol.pools}):
+        keep = [c for c in configs if c.gpu.id != gpu_id]
+        evs = evaluator.evaluate_all(classes, keep)
+        res = solve(classes, evs) if keep else None
+        out.append(outcome_of(f"without {gpu_id}", res, "") if res else Outcome(f"without {gpu_id}", False, math.inf, 0, "", "no other GPU candidate"))
+    lower = scn.lower_context_limit or edge_at_most(max(limit // 2, int(TOTAL_EDGES[0])))
+    if lower < limit:
+        lowered = served.select_total(at_most=lower)  # a histogram edge: the scenario's (validated) or edge_at_most's
+        if not lowered.is_empty:
+            lost = served.requests - lowered.requests
+            lower_classes = traffic_classes(scn, lowered, lower, peak * lowered.requests / served.requests)
+            res, evs = lazy_solve(evaluator, solve, lower_classes, configs)
+            name = f"context limit {lower:,} (rejects {lost / served.requests:.1%} of requests)"
+            out.append(outcome_of(name, res, "" if res.pools else infeasible_message(lower_classes, evs, inventory)))
+    return out

@@ -1,0 +1,464 @@
+"""The fleet ILP: the cheapest set of replicas that covers every traffic class of every service at peak.
+
+Only this module and planner.day_mix_ilp touch the solver library (PuLP, through
+planner.ilp_solver). Its inputs are plain data, the capacity of every candidate config for
+every class, computed beforehand by planner.capacity (planner.evaluator); its output is data
+too (status, objective, runtime, the plan).
+
+The formulation (solve_services; solve_fleet is one service of it):
+
+Sets
+  S        services; for each s:
+  O(s)     its split options (no split, and each threshold T)
+  K(o)     traffic classes of option o (one, or short and long)
+  C(o,k)   candidate configs with positive capacity for class k of option o
+  G        GPU types
+Data
+  r[o,k]   rate to cover (requests/s); u[c] capacity per replica (requests/s)
+  p[c]     cost of one replica per hour (price x GPUs); g[c] GPUs per replica
+  I[g]     shared inventory cap on GPUs of type g (optional); I[s,g] service s's own cap
+  m[s]     minimum replicas per pool of service s; D most GPU types the fleet may use (optional)
+  R[g], q[g] committed (reserved or owned) GPUs of type g and their price per GPU-hour (optional)
+  Rsv      the committed types {g : R[g] > 0}
+  d[g]     on-demand price per GPU-hour of type g (= p[c] / g[c] for c on g, the same in every service)
+Variables
+  y[o]     binary: option o is chosen (of its service)
+  z[c]     binary: config c forms a pool (of its class)
+  x[c]     integer >= 0: replicas of config c
+  od[g]    continuous >= 0: GPUs of a committed type g used beyond the committed ones
+  t[g]     binary: the fleet uses GPU type g (only with D)
+Objective (lexicographic, two solves)
+  1. cost:  min  sum_{c not on a committed type} p[c] x[c]  +  sum_g (R[g] q[g] + d[g] od[g])
+     (committed GPUs are paid whether used or not, so R[g] q[g] is a constant)
+  2. ties:  min  sum_c g[c] x[c]  +  sum_c z[c] / (|C| + 1)  +  sum_o rank(o) y[o] / ((|C| + 1)(N + 1))
+     subject to cost <= optimum + tolerance: fewer GPUs, then fewer pools, then no split or
+     the lowest threshold (rank 0 for no split, then thresholds in increasing order, within
+     each service; N = sum_s (|O(s)| - 1), the most the ranks can add up to), so that the
+     split decision does not depend on the solver. Exact, unlike epsilon weights on the
+     cost, which solver tolerances swallow: each term stays below one step of the term
+     before it, and the last term's steps, 1 / ((|C| + 1)(N + 1)), are far above the
+     solvers' absolute gaps (HiGHS 1e-6, CBC 1e-9 here) at catalog scale. Skipped with
+     tie_break=False (when only the optimum's cost is wanted: the cost of a constraint).
+Constraints (per service s; names carry the service's name)
+  one_split:            sum_{o in O(s)} y[o] = 1
+  cover_{o,k}:          sum_{c in C(o,k)} u[c] x[c] >= r[o,k] y[o]
+  pool_exists_{o,k}:    sum_{c in C(o,k)} z[c] >= y[o]          (a chosen option's classes get pools)
+  homogeneous_{o,k}:    sum_{c in C(o,k)} z[c] <= y[o]          (one config per pool; optional)
+    with reserved_pools, committed GPUs are already paid and must not be stranded by
+    homogeneity: the sum runs over c not on a committed type, and
+  homogeneous_{o,k,g}:  sum_{c in C(o,k) on g} z[c] <= y[o]     for g in Rsv (one pool per committed type)
+  only_chosen_{c}:      z[c] <= y[o(c)]
+  replicas_if_pool_{c}: x[c] <= M[c] z[c],  M[c] = max(m, ceil(r/u[c]))  (no replicas without a pool)
+  min_replicas_{c}:     x[c] >= m[s] z[c]                       (N+1 when m = 2)
+  inventory_{s,g}:      sum_{c of s on g} g[c] x[c] <= I[s,g]
+  exclude_{j}:          sum_{(o,k,c) in plan j} z[c] <= |plan j| - 1  (next-best distinct plans)
+Constraints shared by the services
+  inventory_{g}:        sum_{c on g} g[c] x[c] <= I[g]
+  on_demand_{g}:        od[g] >= sum_{c on g} g[c] x[c] - R[g]
+  use_reserved_{g}:     sum_{c on g} g[c] x[c] >= R[g]          (use_reserved: every committed GPU runs;
+                        M[c] then also admits ceil(R[g] / g[c]) replicas)
+  uses_type_{c}:        z[c] <= t[g(c)];   gpu_types:  sum_g t[g] <= D   (with D)
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+import pulp
+
+from planner.bounds import MAX_FLEET_GPUS
+from planner.ilp_solver import (
+    DEFAULT_BACKEND,
+    break_ties,
+    lp_name,
+    lp_text,
+    solution_status,
+    solver_for,
+)
+
+BEYOND_ANY_FLEET = "Beyond any fleet"  # status: every option needs more GPUs than exist
+
+
+@dataclass(frozen=True)
+class SplitOption:
+    """One way to cut traffic: threshold None (one pool) or T (short: total <= T, long: > T)."""
+
+    key: str  # "none" or the threshold as text
+    threshold: int | None
+    class_rates_rps: Mapping[str, float]  # class name -> rate to cover (peak x growth x headroom x share)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One deployment config able to serve one class of one split option."""
+
+    option: str
+    traffic_class: str
+    config: str  # stable label: gpu, tp, dtypes, limit
+    gpu: str
+    gpus_per_replica: int
+    cost_per_replica_hour: float
+    capacity_rps: float
+
+
+@dataclass(frozen=True)
+class Pool:
+    traffic_class: str
+    config: str
+    gpu: str
+    replicas: int
+    gpus: int
+    capacity_rps: float  # per replica
+    rate_rps: float  # the class's rate to cover
+    cost_per_hour: float
+
+
+@dataclass(frozen=True)
+class FleetSolution:
+    status: str  # PuLP status text: Optimal, Infeasible, Not Solved, ...
+    option: str
+    threshold: int | None
+    pools: tuple[Pool, ...]
+    cost_per_hour: float
+    gpus: int
+    solve_s: float
+    build_s: float
+    solver: str
+    lp_text: str = field(default="", repr=False)
+    reserved_cost_per_hour: float = 0.0  # committed GPUs, paid whether used or not
+    on_demand_gpus: Mapping[str, int] = field(default_factory=dict)  # per GPU type, beyond the reserved ones
+    problem: str = ""  # why there is no plan, when the solver was not asked (BEYOND_ANY_FLEET)
+
+
+def undominated_candidates(candidates: Sequence[Candidate], *, free_types: frozenset[str] = frozenset()) -> list[Candidate]:
+    """The candidates an optimal plan may need: a candidate is dropped when another of the same
+    class on the same GPU type has at least its capacity per replica at no more cost and GPUs per
+    replica (one strictly better, or the same and earlier in label order). Any plan that uses the
+    dropped one is matched, replica for replica, by one that uses the other: it covers as much, costs
+    and counts no more (inventory caps and reservations count GPUs of a type), and keeps the pools
+    homogeneous. Not for plans that must use every reserved GPU (fewer GPUs may then not do), nor
+    for the next-best distinct plans (a dominated plan is still a distinct one). free_types: GPU
+    types no cap, commitment or rule tells apart (no cap, nothing committed, no most number of GPU
+    types): among them the other may be on another type."""
+    groups: dict[tuple[str, str, str], list[Candidate]] = {}
+    for c in candidates:
+        groups.setdefault((c.option, c.traffic_class, "" if c.gpu in free_types else c.gpu), []).append(c)
+    keep = set()
+    for group in groups.values():
+        ordered = sorted(group, key=lambda c: (-c.capacity_rps, c.cost_per_replica_hour, c.gpus_per_replica, c.config))
+        kept: list[Candidate] = []
+        for c in ordered:  # every earlier one has at least its capacity
+            if not any(k.cost_per_replica_hour <= c.cost_per_replica_hour and k.gpus_per_replica <= c.gpus_per_replica
+                       for k in kept):
+                kept.append(c)
+        keep.update(id(c) for c in kept)
+    return [c for c in candidates if id(c) in keep]
+
+
+@dataclass(frozen=True)
+class ServiceModel:
+    """One service's part of a joint ILP: its split options and candidates, and its own rules."""
+
+    name: str  # a prefix of its variable and constraint names ("" for a plan of one service)
+    options: Sequence[SplitOption]
+    candidates: Sequence[Candidate]
+    inventory: Mapping[str, int] = field(default_factory=dict)  # the service's own caps per GPU type
+    min_replicas: int = 1
+    homogeneous: bool = True
+    forbid: Sequence[frozenset[tuple[str, str, str]]] = ()  # plans of this service to exclude
+
+
+@dataclass(frozen=True)
+class JointSolution:
+    """Several services solved together: each one's plan and the fleet's totals."""
+
+    status: str
+    services: tuple[FleetSolution, ...]  # in the order given; pools priced at their candidates' prices
+    cost_per_hour: float  # the fleet's: committed GPUs (used or not) + on-demand GPUs
+    gpus: int
+    gpus_by_type: Mapping[str, int]
+    on_demand_gpus: Mapping[str, int]  # per committed GPU type, beyond the committed ones
+    reserved_cost_per_hour: float
+    solve_s: float
+    build_s: float
+    solver: str
+    lp_text: str = field(default="", repr=False)
+
+
+def solve_fleet(
+    options: Sequence[SplitOption],
+    candidates: Sequence[Candidate],
+    *,
+    inventory: Mapping[str, int] | None = None,
+    min_replicas: int = 1,
+    homogeneous: bool = True,
+    backend: str = DEFAULT_BACKEND,
+    time_limit_s: float = 60.0,
+    forbid: Sequence[frozenset[tuple[str, str, str]]] = (),
+    reserved: Mapping[str, tuple[int, float]] | None = None,
+    reserved_pools: bool = True,
+    use_reserved: bool = False,
+    keep_lp: bool = False,
+    tie_break: bool = True,
+) -> FleetSolution:
+    """The cheapest plan of one service (solve_services with one service and its caps as the
+    shared ones); the formulation is the module's docstring."""
+    joint = solve_services(
+        [ServiceModel("", options, candidates, {}, min_replicas, homogeneous, forbid)], inventory=inventory,
+        backend=backend, time_limit_s=time_limit_s, reserved=reserved, reserved_pools=reserved_pools,
+        use_reserved=use_reserved, keep_lp=keep_lp, tie_break=tie_break,
+    )
+    sol = joint.services[0]
+    if not sol.pools:
+        return sol
+    # The one service carries the commitments, used or not.
+    return replace(sol, cost_per_hour=joint.cost_per_hour, reserved_cost_per_hour=joint.reserved_cost_per_hour,
+                   on_demand_gpus=joint.on_demand_gpus)
+
+
+def solve_services(
+    services: Sequence[ServiceModel],
+    *,
+    inventory: Mapping[str, int] | None = None,
+    reserved: Mapping[str, tuple[int, float]] | None = None,
+    reserved_pools: bool = True,
+    use_reserved: bool = False,
+    max_gpu_types: int | None = None,
+    backend: str = DEFAULT_BACKEND,
+    time_limit_s: float = 60.0,
+    keep_lp: bool = False,
+    tie_break: bool = True,
+) -> JointSolution:
+    """Minimise the cost per hour of a fleet of services that share GPU inventory and commitments;
+    the formulation (sets, data, variables, objective, constraints) is the module's docstring."""
+    t0 = time.perf_counter()
+    prob = pulp.LpProblem("fleet", pulp.LpMinimize)
+    reserved = {g: r for g, r in (reserved or {}).items() if r[0] > 0}
+    parts = [_ServiceVars(prob, sv, reserved, reserved_pools, use_reserved) for sv in services]
+    if any(not part.servable for part in parts):  # no config for some class of every option, or too many GPUs
+        return _unservable(parts, backend, t0)
+    joint = _JointProblem(prob, parts, reserved)
+    joint.add_constraints(dict(inventory or {}), use_reserved, max_gpu_types)
+    lp = lp_text(prob) if keep_lp else ""
+    build_s = time.perf_counter() - t0
+    solver = solver_for(backend, time_limit_s)
+    t1 = time.perf_counter()
+    prob.solve(solver)
+    if prob.status != pulp.LpStatusOptimal or prob.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
+        status, solve_s = pulp.LpStatus[prob.status], time.perf_counter() - t1
+        empty = FleetSolution(status, "", None, (), math.inf, 0, solve_s, build_s, solver.name, lp)
+        return JointSolution(status, tuple(empty for _ in services), math.inf, 0, {}, {}, 0.0, solve_s, build_s,
+                             solver.name, lp)
+    status = solution_status(prob)
+    if tie_break:
+        break_ties(prob, joint.cost, joint.ties(), solver)
+    return joint.solution(status, time.perf_counter() - t1, build_s, solver.name, lp)
+
+
+def _unservable(parts, backend: str, t0: float) -> JointSolution:
+    """No plan without asking the solver: some service has no config for a class of every option,
+    or needs more GPUs than any fleet has."""
+    status = BEYOND_ANY_FLEET if any(part.oversized for part in parts) else "Infeasible"
+    empty = tuple(FleetSolution(BEYOND_ANY_FLEET if part.oversized else "Infeasible", "", None, (), math.inf, 0,
+                                0.0, time.perf_counter() - t0, backend, problem=part.oversized) for part in parts)
+    return JointSolution(status, empty, math.inf, 0, {}, {}, 0.0, 0.0, time.perf_counter() - t0, backend)
+
+
+class _JointProblem:
+    """What the services of a joint problem share: the cost, on-demand GPUs of committed types,
+    the shared inventory caps, the most GPU types; and the joint solution read back."""
+
+    def __init__(self, prob, parts, reserved):
+        self.prob, self.parts, self.reserved = prob, parts, reserved
+        self.members = [(part, i) for part in parts for i in part.keep]
+        self.od_price = _on_demand_prices([part.cands[i] for part, i in self.members], reserved)
+        self.od = {g: prob.add_variable(lp_name("on_demand", g), lowBound=0) for g in sorted(self.od_price)}
+        self.reserved_cost = sum(n * price for n, price in reserved.values())
+        self.cost = (
+            pulp.lpSum(part.cands[i].cost_per_replica_hour * part.x[i] for part, i in self.members
+                       if part.cands[i].gpu not in reserved)
+            + pulp.lpSum(self.od_price[g] * self.od[g] for g in self.od)
+            + self.reserved_cost
+        )
+        prob += self.cost, "cost_per_hour"
+
+    def on_type(self, g: str):
+        return [(part, i) for part, i in self.members if part.cands[i].gpu == g]
+
+    def gpus_of(self, pairs):
+        return pulp.lpSum(part.cands[i].gpus_per_replica * part.x[i] for part, i in pairs)
+
+    def add_constraints(self, inventory: Mapping[str, int], use_reserved: bool, max_gpu_types: int | None) -> None:
+        prob, reserved, od = self.prob, self.reserved, self.od
+        for part in self.parts:
+            part.add_constraints()
+        for gpu, cap in sorted(inventory.items()):
+            pairs = self.on_type(gpu)
+            if pairs:
+                prob += self.gpus_of(pairs) <= cap, lp_name("inventory", gpu)
+        for g in od:
+            prob += od[g] >= self.gpus_of(self.on_type(g)) - reserved[g][0], lp_name("on_demand", g)
+            if use_reserved:
+                prob += self.gpus_of(self.on_type(g)) >= reserved[g][0], lp_name("use_reserved", g)
+        if max_gpu_types is not None:
+            types = sorted({part.cands[i].gpu for part, i in self.members})
+            used = {g: prob.add_variable(lp_name("uses", g), cat="Binary") for g in types}
+            for part, i in self.members:
+                prob += part.z[i] <= used[part.cands[i].gpu], lp_name("uses_type", part.prefix, *part.label[i])
+            prob += pulp.lpSum(used.values()) <= max_gpu_types, "gpu_types"
+
+    def ties(self):
+        """The second objective: fewer GPUs, then fewer pools, then no split or the lowest threshold."""
+        all_z = [part.z[i] for part, i in self.members]
+        # The ranks summed over the services stay below ranks + 1, so the last term never outweighs one pool.
+        ranks = sum(len(part.servable) - 1 for part in self.parts)
+        ranked = [(rank, part.y[o.key]) for part in self.parts
+                  for rank, o in enumerate(sorted(part.servable, key=lambda o: -1 if o.threshold is None else o.threshold))]
+        return (self.gpus_of(self.members) + pulp.lpSum(all_z) / (len(all_z) + 1)
+                + pulp.lpSum(rank * y for rank, y in ranked) / ((len(all_z) + 1) * (ranks + 1)))
+
+    def solution(self, status: str, solve_s: float, build_s: float, solver: str, lp: str) -> JointSolution:
+        """Each service's plan, priced at its candidates' prices; the commitments are the fleet's."""
+        reserved = self.reserved
+        pools = [part.pools() for part in self.parts]
+        used = {}
+        for ps in pools:
+            for p in ps[1]:
+                used[p.gpu] = used.get(p.gpu, 0) + p.gpus
+        for g in reserved:
+            used.setdefault(g, 0)
+        on_demand = {g: max(0, used[g] - reserved.get(g, (0, 0.0))[0]) for g in sorted(used)}
+        on_demand_cost = sum(p.cost_per_hour for _, ps in pools for p in ps if p.gpu not in reserved) + sum(
+            self.od_price.get(g, 0.0) * on_demand[g] for g in reserved)
+        solutions = [
+            FleetSolution(status=status, option=option.key, threshold=option.threshold, pools=tuple(ps),
+                          cost_per_hour=sum(p.cost_per_hour for p in ps), gpus=sum(p.gpus for p in ps), solve_s=solve_s,
+                          build_s=build_s, solver=solver, lp_text=lp)
+            for option, ps in pools
+        ]
+        return JointSolution(status, tuple(solutions), self.reserved_cost + on_demand_cost, sum(used.values()),
+                             {g: n for g, n in sorted(used.items()) if n}, on_demand, self.reserved_cost, solve_s,
+                             build_s, solver, lp)
+
+
+class _ServiceVars:
+    """One service's variables and constraints in a joint problem (solve_services)."""
+
+    def __init__(self, prob, sv: ServiceModel, reserved, reserved_pools: bool, use_reserved: bool):
+        self.prob, self.sv, self.prefix = prob, sv, sv.name
+        self.reserved, self.reserved_pools, self.use_reserved = reserved, reserved_pools, use_reserved
+        self.cands = sv.candidates
+        self.rates = {(o.key, k): r for o in sv.options for k, r in o.class_rates_rps.items()}
+        self.by_class: dict[tuple[str, str], list[int]] = {key: [] for key in self.rates}
+        for i, c in enumerate(self.cands):
+            if c.capacity_rps <= 0:
+                raise ValueError("candidates must have positive capacity")
+            if (c.option, c.traffic_class) not in self.by_class:
+                raise ValueError(f"candidate for unknown class {c.option}/{c.traffic_class}")
+            self.by_class[(c.option, c.traffic_class)].append(i)
+        self.servable = [o for o in sv.options if all(self.by_class[(o.key, k)] for k in o.class_rates_rps)]
+        # An option with a class that needs more GPUs than exist is no plan: a solver would spend
+        # minutes on its huge coefficients and return a fleet nobody can buy.
+        oversized = {o.key: _oversized(o, self.cands, self.by_class) for o in self.servable}
+        self.oversized = next(iter(oversized.values()), "") if all(oversized.values()) else ""
+        self.servable = [o for o in self.servable if not oversized[o.key]]
+        if not self.servable:
+            return
+
+        def name(*parts):
+            return lp_name(*([self.prefix] if self.prefix else []), *parts)
+
+        self.name = name
+        self.y = {o.key: prob.add_variable(name("use_split", o.key), cat="Binary") for o in self.servable}
+        self.keep = [i for i, c in enumerate(self.cands) if c.option in self.y]
+        self.label = {i: (self.cands[i].option, self.cands[i].traffic_class, self.cands[i].config) for i in self.keep}
+        self.z = {i: prob.add_variable(name("pool", *self.label[i]), cat="Binary") for i in self.keep}
+        self.x = {i: prob.add_variable(name("replicas", *self.label[i]), lowBound=0, cat="Integer") for i in self.keep}
+
+    def add_constraints(self) -> None:
+        prob, sv, name, cands, reserved = self.prob, self.sv, self.name, self.cands, self.reserved
+        y, z, x = self.y, self.z, self.x
+        prob += pulp.lpSum(y.values()) == 1, name("one_split")
+        for o in self.servable:
+            for k in o.class_rates_rps:
+                members = self.by_class[(o.key, k)]
+                rate = self.rates[(o.key, k)]
+                prob += (
+                    pulp.lpSum(cands[i].capacity_rps * x[i] for i in members) >= rate * y[o.key],
+                    name("cover", o.key, k),
+                )
+                prob += pulp.lpSum(z[i] for i in members) >= y[o.key], name("pool_exists", o.key, k)
+                if sv.homogeneous:
+                    own = set(reserved) if self.reserved_pools else set()
+                    shared = [i for i in members if cands[i].gpu not in own]
+                    prob += pulp.lpSum(z[i] for i in shared) <= y[o.key], name("homogeneous", o.key, k)
+                    for g in sorted(own & {cands[i].gpu for i in members}):
+                        on_g = [i for i in members if cands[i].gpu == g]
+                        prob += pulp.lpSum(z[i] for i in on_g) <= y[o.key], name("homogeneous", o.key, k, g)
+        for i in self.keep:
+            c = cands[i]
+            big_m = max(sv.min_replicas, math.ceil(self.rates[(c.option, c.traffic_class)] / c.capacity_rps - 1e-12))
+            if self.use_reserved and c.gpu in reserved:
+                big_m = max(big_m, math.ceil(reserved[c.gpu][0] / c.gpus_per_replica))
+            prob += z[i] <= y[c.option], name("only_chosen", *self.label[i])
+            prob += x[i] <= big_m * z[i], name("replicas_if_pool", *self.label[i])
+            prob += x[i] >= sv.min_replicas * z[i], name("min_replicas", *self.label[i])
+        for gpu, cap in sorted(sv.inventory.items()):
+            members = [i for i in self.keep if cands[i].gpu == gpu]
+            if members:
+                prob += pulp.lpSum(cands[i].gpus_per_replica * x[i] for i in members) <= cap, name("inventory", gpu)
+        index = {(c.option, c.traffic_class, c.config): i for i, c in enumerate(cands)}
+        for j, plan in enumerate(sv.forbid):
+            members = [index[key] for key in plan if key in index and index[key] in z]
+            if len(members) == len(plan):
+                prob += pulp.lpSum(z[i] for i in members) <= len(members) - 1, name("exclude", j)
+
+    def pools(self) -> tuple[SplitOption, list[Pool]]:
+        """The chosen option and its pools, from the solved variables."""
+        chosen = max(self.y, key=lambda k: self.y[k].value() or 0.0)
+        option = next(o for o in self.servable if o.key == chosen)
+        pools = []
+        for i in self.keep:
+            replicas = round(self.x[i].value() or 0.0)
+            if replicas <= 0:
+                continue
+            c = self.cands[i]
+            pools.append(Pool(
+                traffic_class=c.traffic_class, config=c.config, gpu=c.gpu, replicas=replicas,
+                gpus=replicas * c.gpus_per_replica, capacity_rps=c.capacity_rps,
+                rate_rps=self.rates[(c.option, c.traffic_class)], cost_per_hour=replicas * c.cost_per_replica_hour,
+            ))
+        pools.sort(key=lambda p: (list(option.class_rates_rps).index(p.traffic_class), p.config))
+        return option, pools
+
+
+def _oversized(option: SplitOption, candidates: Sequence[Candidate], by_class) -> str:
+    """Why `option` needs more than MAX_FLEET_GPUS GPUs for one of its classes, or ''."""
+    for k, rate in option.class_rates_rps.items():
+        members = [candidates[i] for i in by_class[(option.key, k)]]
+        fewest = min(
+            (math.ceil(rate / c.capacity_rps) * c.gpus_per_replica if math.isfinite(rate) else math.inf, c.config)
+            for c in members
+        )
+        if fewest[0] > MAX_FLEET_GPUS:
+            shown = "infinitely many" if math.isinf(fewest[0]) else f"{fewest[0]:,}"
+            return (
+                f"class '{k}' needs {shown} GPUs to serve {rate:,.4g} requests/s even on its best config "
+                f"({fewest[1]}), more than the {MAX_FLEET_GPUS:,} that bound any fleet (26 times the "
+                "data-center GPUs shipped in 2023); check traffic.peak, traffic.growth and traffic.headroom"
+            )
+    return ""
+
+
+def _on_demand_prices(candidates: Sequence[Candidate], reserved) -> dict[str, float]:
+    """On-demand price per GPU-hour of each reserved GPU type, from its candidates."""
+    prices: dict[str, float] = {}
+    for g in reserved:
+        seen = {round(c.cost_per_replica_hour / c.gpus_per_replica, 9) for c in candidates if c.gpu == g}
+        if len(seen) > 1:
+            raise ValueError(f"GPU type {g} has several on-demand prices {sorted(seen)}; reservations need one")
+        prices[g] = seen.pop() if seen else 0.0
+    return prices

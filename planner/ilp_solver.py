@@ -1,0 +1,123 @@
+"""What both ILPs (planner.ilp, planner.day_mix_ilp) share of the solver library: the backend's
+solver object, names safe in an .lp file, the .lp text, and the second solve that breaks ties
+at the optimum's cost.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from contextlib import contextmanager
+from functools import lru_cache
+
+import pulp
+
+from planner.errors import InputError
+
+COST_TOLERANCE_USD = 1e-6  # plans within this of the optimum's cost per hour count as equal
+# HiGHS runs in process (CBC is a subprocess reading an MPS file). Measured by bench/solve.py on the
+# shipped fleet with every service offered the full catalog, without simulation: 101 s end to end
+# against CBC's 430 s (medians of 3 fresh processes, a loaded 2-core machine), the ILPs being most
+# of it. Both find the same optima (tests/test_fleet.py, tests/test_ilp.py run both).
+DEFAULT_BACKEND = "highs"
+
+
+def lp_name(*parts: object) -> str:
+    """A variable's or constraint's name built from its indices."""
+    return _safe("_".join(str(p) for p in parts))
+
+
+@lru_cache(maxsize=1 << 16)
+def _safe(raw: str) -> str:
+    """An LP-file-safe name (the same labels recur in every re-solve of a plan)."""
+    return "".join(ch if ch.isalnum() else "_" for ch in raw)
+
+
+def solution_status(prob: pulp.LpProblem) -> str:
+    """A solved problem's status for people: a solver stopped by its time limit with a plan in hand
+    reports "Optimal" with an integer-feasible solution (CBC), which is not proven optimal."""
+    return "Optimal" if prob.sol_status == pulp.LpSolutionOptimal else "Feasible (time limit, not proven optimal)"
+
+
+def break_ties(prob: pulp.LpProblem, cost, ties, solver) -> None:
+    """The second of two solves: at the first's cost (within COST_TOLERANCE_USD), minimise `ties`.
+    When that solve does not end optimal (the time limit), the cost-optimal solution stands."""
+    first = {v.name: v.varValue for v in prob.variables()}
+    prob += cost <= pulp.value(cost) + COST_TOLERANCE_USD, "cost_at_optimum"
+    prob.setObjective(ties)
+    prob.solve(solver)
+    if prob.status != pulp.LpStatusOptimal:
+        prob.assignVarsVals(first)
+
+
+_HIGHS_BANNER_SILENCED = False
+
+
+@contextmanager
+def _quiet_stdout():
+    """Send file descriptor 1 to /dev/null for a moment (C code that prints, not Python)."""
+    try:
+        sys.stdout.flush()
+        saved, devnull = os.dup(1), os.open(os.devnull, os.O_WRONLY)
+    except (OSError, ValueError):  # no usable stdout: nothing to silence
+        yield
+        return
+    try:
+        os.dup2(devnull, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)
+
+
+if hasattr(pulp, "HiGHS") and pulp.HiGHS().available():
+    class _QuietHiGHS(pulp.HiGHS):
+        """PuLP's HiGHS interface. HiGHS prints its banner on stdout when a process builds its first
+        solver object, before any option can turn output off, which would break `--json` output:
+        that first object is built with stdout silenced."""
+
+        def createAndConfigureSolver(self, lp):
+            global _HIGHS_BANNER_SILENCED
+            if _HIGHS_BANNER_SILENCED:
+                return super().createAndConfigureSolver(lp)
+            with _quiet_stdout():
+                super().createAndConfigureSolver(lp)
+            _HIGHS_BANNER_SILENCED = True
+            return None
+
+else:  # highspy is not installed
+    _QuietHiGHS = None
+
+
+def solver_for(backend: str, time_limit_s: float):
+    """The PuLP solver object for `backend` (highs or cbc), proving optimality (no relative gap)."""
+    if backend == "highs":
+        if _QuietHiGHS is None:
+            raise InputError("solver.backend 'highs' (the default) needs the highspy package, a dependency of planner: "
+                             "pip install highspy, or set solver: {backend: cbc}")
+        return _QuietHiGHS(msg=False, timeLimit=time_limit_s, gapRel=0.0)
+    if backend != "cbc":
+        raise InputError(f"unknown solver backend '{backend}' (cbc, highs)")
+    # PuLP 3.x warns that the bundled CBC goes away in 4.0; the project pins <4 precisely to keep it.
+    # No `threads` option: with it the bundled CBC sometimes waits 10 s for a worker thread to
+    # start ("Thread 0 used 0 times, waiting to start 10.000155" in its log) on a model it
+    # solves in milliseconds.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, gapRel=0.0, gapAbs=1e-9)
+
+
+def lp_text(prob: pulp.LpProblem) -> str:
+    """The problem as an .lp file's text (PuLP writes only to a path)."""
+    import tempfile
+
+    fd, path = tempfile.mkstemp(suffix=".lp")
+    os.close(fd)
+    try:
+        prob.writeLP(path)
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    finally:
+        os.unlink(path)

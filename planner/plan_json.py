@@ -1,0 +1,113 @@
+"""The plan as data for machines (`planner solve --json`), and the one line naming its pools
+that miss in simulation."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from planner.plan_objects import Plan
+
+
+def uncertified_message(plan: Plan) -> str | None:
+    """One line naming the pools that miss their targets in simulation, or None when the plan holds."""
+    cert = plan.certification
+    if cert is None or cert.certified:
+        return None
+    misses = "; ".join(
+        f"{pool.traffic_class.label} on {pool.config.label(pool.traffic_class.max_model_len)}: "
+        + ", ".join(pool.check.problems or (pool.check.replay.problems if pool.check.replay else ()))
+        for pool in plan.pools if not pool.check.holds
+    )
+    what = "the fleet" if plan.given_fleet else f"no plan holds its targets in simulation after {cert.rounds} re-plans;"
+    return f"{what} misses in simulation: {misses}" if plan.given_fleet else f"{what} {misses}"
+
+
+def _target_json(check, unit_scale: float) -> dict[str, Any]:
+    return {"stat": check.stat, "target": check.limit_s * unit_scale, "predicted": _finite(check.predicted_s * unit_scale),
+            "simulated": _finite(check.simulated_s * unit_scale)}
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def bands_json(bands) -> list[dict[str, Any]]:
+    """Per band: each target (TTFT in s, TPOT and ITL in ms) with predicted and simulated values."""
+    out = []
+    for b in bands:
+        entry: dict[str, Any] = {"band": b.band.name, "requests_simulated": b.requests}
+        for c in b.checks:
+            key = {"ttft": "ttft_s", "tpot": "tpot_ms", "itl": "itl_ms"}[c.kind]
+            entry[key] = _target_json(c, 1.0 if c.kind == "ttft" else 1e3)
+        entry["holds"] = b.holds
+        out.append(entry)
+    return out
+
+
+def _pool_bands(pool) -> list[dict[str, Any]]:
+    from planner.pool_check import band_checks
+
+    if pool.check is not None:
+        return bands_json(pool.check.bands)
+    return bands_json(band_checks(pool.traffic_class.slo, pool.model, pool.resident, None))
+
+
+def _labelled(fields: dict[str, Any], label: str) -> dict[str, Any]:
+    """The pool's fields with its class's label for people after its name."""
+    return {"pool": fields.pop("pool"), "label": label, **fields}
+
+
+def plan_json(plan: Plan) -> dict[str, Any]:
+    """The plan as data: pools, totals, status, and every evaluated candidate (to check it independently)."""
+    sol = plan.solution
+    pools = [
+        {
+            **_labelled(pool.fields(), pool.traffic_class.label),
+            "capacity_rps": pool.capacity.max_rps,
+            "rate_rps": pool.traffic_class.rate_rps,
+            "binding": pool.capacity.binding,
+            "cost_per_hour": pool.cost_per_hour,
+            "planned_rps": pool.planned_rps,
+            "rate_per_replica_rps": pool.rate_per_replica_rps,
+            "bands": _pool_bands(pool),
+            "holds": pool.check.holds if pool.check is not None else None,
+        }
+        for pool in plan.pools
+    ]
+    candidates = [
+        {
+            "split_threshold": None if evaluation.traffic_class.option == "none" else int(evaluation.traffic_class.option),
+            "class": evaluation.traffic_class.name,
+            "gpu": evaluation.config.gpu.id,
+            "tp": evaluation.config.tp,
+            "weight_dtype": evaluation.config.weight_dtype,
+            "kv_dtype": evaluation.config.kv_dtype,
+            "max_model_len": evaluation.traffic_class.max_model_len,
+            "price_per_gpu_hour": evaluation.config.price_usd_per_hour,
+            "capacity_rps": evaluation.capacity_rps,
+            "model_capacity_rps": evaluation.capacity.max_rps if evaluation.capacity else 0.0,
+            "binding": evaluation.capacity.binding if evaluation.capacity else None,
+            "problem": evaluation.problem or None,
+            "class_rate_rps": evaluation.traffic_class.rate_rps,
+        }
+        for evaluation in plan.evaluations
+    ]
+    return {
+        "scenario": plan.scenario.name,
+        "plan": pools,
+        "cost_per_hour": plan.cost_per_hour,
+        "cost_per_month": plan.cost_per_month,
+        "cost_per_million_tokens": plan.cost_per_million,
+        "split_threshold": sol.threshold,
+        "gpus": sol.gpus,
+        "peak_rps": plan.peak_rps,
+        "headroom": plan.scenario.traffic.headroom,
+        "solver_status": sol.status,
+        "solver": sol.solver,
+        "certified": plan.certification.certified if plan.certification else None,
+        "certification_rounds": plan.certification.rounds if plan.certification else None,
+        "certification_changes": list(plan.certification.changes) if plan.certification else [],
+        "given_fleet": plan.given_fleet,
+        "candidates": candidates,
+    }

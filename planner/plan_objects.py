@@ -1,0 +1,234 @@
+"""The plan's domain objects, and the traffic classes and candidate configs a scenario gives.
+
+The words, by stage: a `Config` is a candidate's hardware and number formats (GPU type, tp
+degree, dtypes, price); with a context limit it becomes a `Deployment` (planner.deployment:
+memory, engine settings); an `Evaluation` is a Config's capacity for one `TrafficClass`; the ILP
+sees each Evaluation it may use as a `Candidate` (planner.ilp: a label, GPUs, price, capacity)
+and answers with `Pool`s (replicas of one candidate); a `PoolDetail` is a Pool with its
+deployment, replica model and operating point, for certification and the report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from planner.capacity import Capacity, ReplicaModel
+from planner.catalog import GPU, Catalog, Model
+from planner.deployment import Deployment, supported_problem
+from planner.errors import InputError
+from planner.histogram import TOTAL_EDGES, Histogram
+from planner.ilp import FleetSolution
+from planner.pool_check import PoolCheck
+from planner.scenario import Scenario
+from planner.targets import SLO
+from planner.units import HOURS_PER_MONTH
+
+
+@dataclass(frozen=True)
+class TrafficClass:
+    """Requests of one pool under one split option."""
+
+    option: str
+    name: str  # "all", "short", "long"
+    label: str  # for people: "≤ 8,192 tokens"
+    hist: Histogram
+    max_model_len: int
+    share: float  # of served requests
+    rate_rps: float  # to cover: peak x headroom x share
+    peak_rps: float  # at peak, without headroom
+    slo: SLO
+
+
+@dataclass(frozen=True)
+class Config:
+    """A candidate's hardware and number formats at its price: no context limit yet (that makes it
+    a Deployment, per traffic class)."""
+
+    gpu: GPU
+    tp: int
+    weight_dtype: str
+    kv_dtype: str
+    price_usd_per_hour: float
+
+    def label(self, limit: int) -> str:
+        """Its name in reports, the JSON and the ILP's variables, with the context limit it serves."""
+        return f"{self.gpu.id} tp{self.tp} w:{self.weight_dtype} kv:{self.kv_dtype} ctx:{limit}"
+
+    @property
+    def key(self) -> tuple:
+        return (self.gpu.id, self.tp, self.weight_dtype, self.kv_dtype)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One config for one class: its capacity, or why it cannot serve the class."""
+
+    config: Config
+    traffic_class: TrafficClass
+    capacity: Capacity | None
+    problem: str = ""
+    simulated_rps: float | None = None  # the simulated capacity, once certification measured it
+    dominated_by: str = ""  # a dtype variant on the same GPUs with certainly more capacity (not searched)
+    calibration: float = 1.0  # the simulated / model capacity ratio measured on this class's other configs
+    optimistic_rps: float | None = None  # a pair not searched: a proven upper bound standing in (lazy_solve)
+
+    @property
+    def capacity_rps(self) -> float:
+        """Requests/s one replica is planned for: the simulated capacity where certification
+        measured one (it replaces the model's); else the model's, scaled by what simulation
+        found for this class on another config when the model was optimistic there."""
+        if self.optimistic_rps is not None:
+            return self.optimistic_rps
+        if self.simulated_rps is not None:
+            return self.simulated_rps
+        return self.capacity.max_rps * self.calibration if self.capacity else 0.0
+
+    @property
+    def key(self) -> tuple:
+        tc = self.traffic_class
+        return (tc.option, tc.name, self.config.label(tc.max_model_len))
+
+
+@dataclass(frozen=True)
+class PoolDetail:
+    traffic_class: TrafficClass
+    config: Config
+    deployment: Deployment
+    replicas: int
+    gpus: int
+    cost_per_hour: float
+    capacity: Capacity
+    at_peak: object  # OperatingPoint at the peak rate per replica
+    rate_per_replica_rps: float  # the peak (before headroom) each replica of the pool carries
+    model: ReplicaModel
+    resident: float | None  # the model's mean resident batch at that rate (None: beyond its roofline)
+    planned_rps: float  # per replica in the ILP: the simulated capacity if certification measured one
+    check: PoolCheck | None = None
+
+    def fields(self) -> dict[str, str | int]:
+        """What names the pool in every output (the plan's JSON, the forecast's pool rows, their
+        CSV and JSON): its class, GPU type, tp, dtypes, context limit, replicas and GPUs."""
+        tc, cfg = self.traffic_class, self.config
+        return {"pool": tc.name, "gpu": cfg.gpu.id, "tp": cfg.tp, "weight_dtype": cfg.weight_dtype,
+                "kv_dtype": cfg.kv_dtype, "max_model_len": tc.max_model_len, "replicas": self.replicas, "gpus": self.gpus}
+
+
+@dataclass(frozen=True)
+class Certification:
+    """How the plan was certified by simulation (planner.certification)."""
+
+    certified: bool
+    rounds: int  # re-plans after pools missed in simulation
+    changes: tuple[str, ...]  # what each round changed, for the report
+    requests: int  # most sampled requests a run
+    band_requests: int  # measured requests sought per band
+    seed: int
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A solved variant (lever, split option, sensitivity point, alternative)."""
+
+    name: str
+    feasible: bool
+    cost_per_hour: float
+    gpus: int
+    summary: str
+    why_not: str = ""
+    solution: FleetSolution | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    scenario: Scenario
+    model: Model
+    catalog: Catalog
+    hist: Histogram
+    served: Histogram
+    rejected_requests: int
+    context_limit: int
+    measured_peak_rps: float
+    peak_rps: float  # x growth
+    classes: dict[str, list[TrafficClass]]
+    evaluations: list[Evaluation]
+    solution: FleetSolution
+    pools: list[PoolDetail]
+    cost_per_hour: float
+    tokens_per_hour: float
+    input_tokens_per_hour: float
+    output_tokens_per_hour: float
+    cost_per_million: dict[str, float]
+    split_analysis: list[Outcome] = field(default_factory=list)
+    per_gpu: list[Outcome] = field(default_factory=list)  # the best certified plan on each GPU type alone
+    ttft_sweep: list[tuple[float, Outcome]] = field(default_factory=list)  # (TTFT target multiplier, plan)
+    levers: list[Outcome] = field(default_factory=list)
+    alternatives: list[Outcome] = field(default_factory=list)
+    sensitivity: list[Outcome] = field(default_factory=list)
+    traffic_notes: tuple[str, ...] = ()
+    measured_mean_rps: float | None = None  # mean arrival rate of the log, before growth
+    certification: Certification | None = None
+    given_fleet: bool = False  # the scenario stated its fleet; the plan checks it instead of solving
+    optimised: Outcome | None = None  # beside a given fleet: the cheapest plan the model finds
+
+    @property
+    def mean_rps(self) -> float | None:
+        return None if self.measured_mean_rps is None else self.measured_mean_rps * self.scenario.traffic.growth
+
+    @property
+    def capacity_rps(self) -> float:
+        """Requests/s the fleet serves at its ceilings, all pools together."""
+        return sum(pool.replicas * pool.planned_rps for pool in self.pools)
+
+    @property
+    def cost_per_month(self) -> float:
+        return self.cost_per_hour * HOURS_PER_MONTH
+
+
+def edge_at_most(limit: int) -> int:
+    """The largest total-length bin edge at or below `limit`: the exact 'fits the limit' cut."""
+    edges = [int(e) for e in TOTAL_EDGES if e <= limit]
+    if not edges:
+        raise InputError(f"context limit {limit} is below the smallest histogram edge {int(TOTAL_EDGES[0])}")
+    return edges[-1]
+
+
+def traffic_classes(scn: Scenario, served: Histogram, limit: int, peak_rps: float) -> dict[str, list[TrafficClass]]:
+    """Classes per split option: 'none' -> [all]; 'T' -> [short (≤ T, limit T), long (> T, limit L)]."""
+    total = served.requests
+    rate = peak_rps * scn.traffic.headroom
+
+    slo = scn.slo.to_slo()
+
+    def make(option: str, name: str, label: str, hist: Histogram, class_limit: int) -> TrafficClass:
+        share = hist.requests / total
+        return TrafficClass(option, name, label, hist, class_limit, share, rate * share, peak_rps * share, slo)
+
+    out = {"none": [make("none", "all", f"all (≤ {limit:,} tokens)", served, limit)]}
+    for t in scn.thresholds:
+        if t >= limit:
+            continue
+        short, long = served.select_total(at_most=t), served.select_total(above=t)
+        if short.is_empty or long.is_empty:
+            continue
+        out[str(t)] = [
+            make(str(t), "short", f"short (≤ {t:,} tokens)", short, t),
+            make(str(t), "long", f"long ({t:,} < tokens ≤ {limit:,})", long, limit),
+        ]
+    return out
+
+
+def candidate_configs(scn: Scenario, catalog: Catalog, model: Model, weight_dtypes, kv_dtypes) -> list[Config]:
+    """Every supported config of the scenario's GPU candidates and tp degrees with these dtypes
+    (only GPUs with their own measured efficiency factors when the scenario says verified_only)."""
+    out = []
+    for cand in scn.gpu_candidates:
+        gpu = catalog.gpu(cand.id)
+        if scn.verified_only and not gpu.verified:
+            continue
+        price = cand.price_per_hour(gpu.price_usd_per_hour)
+        for tp in scn.tp:
+            for w in weight_dtypes:
+                for kv in kv_dtypes:
+                    if supported_problem(gpu, tp, catalog.dtype(w), catalog.dtype(kv), model) is None:
+                        out.append(Config(gpu, tp, w, kv, price))
+    return out

@@ -1,0 +1,296 @@
+"""Solving a scenario's ILP over its evaluations: the ILP's part for one scenario, re-solves
+answered once, the lazy search that evaluates only the pairs an optimal plan may need, and the
+messages for a scenario with no plan.
+
+The ILP itself is planner.ilp (the only solver code); this module decides what it is asked.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from planner.capacity import ReplicaModel, capacity_below
+from planner.errors import InputError
+from planner.evaluator import Evaluator
+from planner.ilp import (
+    Candidate,
+    FleetSolution,
+    ServiceModel,
+    SplitOption,
+    solve_fleet,
+    undominated_candidates,
+)
+from planner.plan_objects import (
+    Config,
+    Evaluation,
+    Outcome,
+    TrafficClass,
+)
+from planner.scenario import Scenario
+
+
+def service_model(scn: Scenario, classes, evals: Sequence[Evaluation], *, name: str = "", inventory=None,
+                  options=None, rate_scale=1.0, forbid=(), use_reserved=False, bound_types=None) -> ServiceModel:
+    """A scenario's part of an ILP: its split options, the candidates an optimal plan may use, its rules.
+    inventory: its own caps per GPU type [default: none here (solve_fleet takes them as the shared caps)].
+    bound_types: the GPU types a cap or commitment applies to (None: a rule on GPU types applies to
+    all); a candidate beaten on another of the other types is dropped too."""
+    chosen = options if options is not None else list(classes)
+    split_options = [
+        SplitOption(key, None if key == "none" else int(key), {tc.name: tc.rate_rps * rate_scale for tc in classes[key]})
+        for key in chosen
+    ]
+    cands = [
+        Candidate(evaluation.traffic_class.option, evaluation.traffic_class.name, evaluation.config.label(evaluation.traffic_class.max_model_len),
+                  evaluation.config.gpu.id, evaluation.config.tp, evaluation.config.price_usd_per_hour * evaluation.config.tp, evaluation.capacity_rps)
+        for evaluation in undominated_evaluations(evals)
+        if evaluation.traffic_class.option in chosen
+    ]
+    if not forbid and not use_reserved:
+        free = (frozenset() if bound_types is None else
+                frozenset(c.gpu for c in cands) - set(bound_types) - set(inventory or ()))
+        cands = undominated_candidates(cands, free_types=free)
+    return ServiceModel(name, split_options, cands, dict(inventory or {}), scn.min_replicas_per_pool,
+                        scn.homogeneous_pools, forbid)
+
+
+def scenario_caps(scn: Scenario) -> dict[str, int]:
+    """The scenario's inventory caps per GPU type."""
+    return {g.id: g.max_gpus for g in scn.gpu_candidates if g.max_gpus is not None}
+
+
+def _solve(scn, inventory: dict[str, int], classes, evals: Sequence[Evaluation], *, options=None, rate_scale=1.0,
+           forbid=(), keep_lp=False, reserved=None, use_reserved=False, tie_break=True):
+    sm = service_model(scn, classes, evals, options=options, rate_scale=rate_scale, forbid=forbid,
+                       use_reserved=use_reserved, bound_types={*inventory, *(reserved or {})})
+    return solve_fleet(
+        sm.options, sm.candidates, inventory=inventory, min_replicas=sm.min_replicas, homogeneous=sm.homogeneous,
+        backend=scn.solver.backend, time_limit_s=scn.solver.time_limit_s, forbid=sm.forbid, keep_lp=keep_lp,
+        reserved=reserved, use_reserved=use_reserved,
+        reserved_pools=scn.forecast.reserved_pools if scn.forecast is not None else True, tie_break=tie_break,
+    )
+
+
+class Resolver:
+    """One plan's re-solves, with identical questions answered once (the sensitivity's x1 is
+    the plan itself; 'split forced off' is the split analysis's no-split row). `keep_lp` is no
+    part of the question: an answer kept with its LP text is the same answer."""
+
+    def __init__(self, scn: Scenario):
+        self.scn = scn
+        self.inventory = scenario_caps(scn)
+        self._answers: dict[tuple, FleetSolution] = {}
+        self._keep: list = []  # the keyed objects stay alive, so their ids stay unique
+
+    def __call__(self, classes, evals, **kw) -> FleetSolution:
+        key = (id(classes), id(evals), tuple(kw.get("options") or ()), kw.get("rate_scale", 1.0),
+               tuple(kw.get("forbid", ())), tuple(sorted((kw.get("reserved") or {}).items())),
+               kw.get("use_reserved", False), kw.get("tie_break", True))
+        if key not in self._answers:
+            self._keep.append((classes, evals))
+            self._answers[key] = _solve(self.scn, self.inventory, classes, evals, **kw)
+        return self._answers[key]
+
+
+LAZY_MIN_PAIRS = 200  # fewer pairs to evaluate than this: evaluate them all and solve once
+
+
+def lazy_solve(evaluator: Evaluator, solve: Resolver, classes, configs: Sequence[Config], *, prior=None):
+    """solve(classes, every config evaluated for every class), searching only the pairs an optimal
+    plan may need; returns the solution and the evaluations it rests on.
+
+    A pair not searched stands in the ILP with a proven upper bound on its planned capacity (the
+    rate at its memory and batch ceilings, a bound proved earlier, or `prior(config, class)`), so
+    the ILP is a relaxation of the full one. When its optimum uses only searched pairs, that plan
+    is feasible for the full ILP and no plan of the full ILP is better (nor, among plans of equal
+    cost, has fewer GPUs or pools): it is the full ILP's optimum. Otherwise the pairs it used are
+    searched and it is solved again. Between rounds each class's best searched pair sets the rate
+    another pair must reach to cost no more, and one latency point (capacity.capacity_below)
+    proves most pairs below it, which becomes their bound."""
+    scn = evaluator.scn
+    sizing, quantile, m = scn.sizing.mode, scn.sizing.quantile, scn.min_replicas_per_pool
+    fresh = sum(1 for tcs in classes.values() for tc in tcs for cfg in configs
+                if (*cfg.key, *evaluator._class_key(tc)) not in evaluator._cache)
+    if fresh < LAZY_MIN_PAIRS:  # searching them all costs less than the rounds of re-solves
+        evals = evaluator.evaluate_all(classes, configs)
+        return solve(classes, evals), evals
+    exact: dict[tuple, Evaluation] = {}
+    bound: dict[tuple, tuple[float, Config, TrafficClass, ReplicaModel, float]] = {}
+    for tcs in classes.values():
+        for tc in tcs:
+            cal = evaluator._calibration.get(evaluator._class_key(tc), 1.0)
+            for cfg in configs:
+                key = (*cfg.key, *evaluator._class_key(tc))
+                if key in evaluator._cache or key in evaluator._simulated:
+                    exact[key] = evaluator.evaluate(cfg, tc)
+                    continue
+                try:
+                    rm = evaluator.replica_model(key, evaluator.deployment(cfg, tc.max_model_len), tc)
+                except InputError:
+                    exact[key] = evaluator.evaluate(cfg, tc)
+                    continue
+                upper = rm.rate(rm.batch_bound(sizing, quantile))
+                upper = min(upper, evaluator.upper.get(key, math.inf), prior(cfg, tc) if prior else math.inf)
+                if upper <= 0:
+                    exact[key] = evaluator.evaluate(cfg, tc)
+                else:
+                    bound[key] = (upper * cal, cfg, tc, rm, cal)
+    by_label = {(tc.option, tc.name, cfg.label(tc.max_model_len)): key for key, (_, cfg, tc, _, _) in bound.items()}
+
+    def search(key) -> None:
+        _, cfg, tc, _, _ = bound.pop(key)
+        exact[key] = evaluator.evaluate(cfg, tc)
+
+    # Seed each class with a searched pair (the one its bound prices cheapest), so that the first
+    # round's bounds are already tightened against it.
+    for tcs in classes.values():
+        for tc in tcs:
+            ck = evaluator._class_key(tc)
+            if any(evaluator._class_key(e.traffic_class) == ck and e.capacity_rps > 0 for e in exact.values()):
+                continue
+            mine = [(cfg.price_usd_per_hour * cfg.tp * max(m, math.ceil(tc.rate_rps / u - 1e-12)), cfg.label(0), key)
+                    for key, (u, cfg, other, _, _) in bound.items() if evaluator._class_key(other) == ck]
+            if mine:
+                search(min(mine)[2])
+    _tighten(exact, bound, classes, m, sizing, quantile, evaluator, search)
+    while True:
+        evals = [*exact.values(), *(Evaluation(cfg, tc, None, optimistic_rps=u) for u, cfg, tc, _, _ in bound.values())]
+        # Rounds that search more pairs need only the cheapest cost; the tie-break runs at the end.
+        sol = solve(classes, evals, tie_break=False)
+        if sol.pools and not _bounded(sol, by_label, bound):
+            sol = solve(classes, evals)
+        if not sol.pools and bound:  # the relaxation has no plan, so none has: search all for the message
+            for key in list(bound):
+                search(key)
+            continue
+        used = _bounded(sol, by_label, bound)
+        if not used:
+            return sol, evals
+        for key in used:
+            search(key)
+        _tighten(exact, bound, classes, m, sizing, quantile, evaluator, search)
+
+
+def _bounded(sol: FleetSolution, by_label, bound) -> list[tuple]:
+    """The pairs of the solution that stand in with a bound (not searched yet)."""
+    keys = [by_label.get((sol.option, p.traffic_class, p.config)) for p in sol.pools]
+    return [key for key in keys if key in bound]
+
+
+def _tighten(exact, bound, classes, m: int, sizing, quantile, evaluator: Evaluator, search) -> None:
+    """For each class, the cheapest searched pair alone (replicas to cover its rate, at least m)
+    sets the rate another pair must reach to cost no more; a pair proved below that rate by one
+    latency point takes it as its bound, one not proved below is searched."""
+    for tcs in classes.values():
+        for tc in tcs:
+            mine = [e for e in exact.values() if e.traffic_class.option == tc.option
+                    and e.traffic_class.name == tc.name and e.traffic_class.max_model_len == tc.max_model_len]
+            costs = [e.config.price_usd_per_hour * e.config.tp * max(m, math.ceil(tc.rate_rps / e.capacity_rps - 1e-12))
+                     for e in mine if e.capacity_rps > 0]
+            if not costs:
+                continue
+            best = min(costs)
+            ck = evaluator._class_key(tc)
+            for key, (u, cfg, other, rm, cal) in list(bound.items()):
+                if evaluator._class_key(other) != ck:
+                    continue
+                price = cfg.price_usd_per_hour * cfg.tp
+                most = math.floor(best / price + 1e-9)  # replicas affordable at the incumbent's cost
+                if most < m or price * max(m, math.ceil(tc.rate_rps / u - 1e-12)) > best:
+                    continue  # its bound already prices it out
+                need = tc.rate_rps / most
+                below, _ = capacity_below(rm, need / cal, sizing=sizing, quantile=quantile)
+                if below:
+                    evaluator.upper[key] = min(evaluator.upper.get(key, math.inf), need / cal)
+                    bound[key] = (need, cfg, other, rm, cal)
+                else:
+                    search(key)
+
+
+def undominated_evaluations(evals: Sequence[Evaluation]) -> list[Evaluation]:
+    """Per class, per (GPU type, price, tp): only the config of highest capacity.
+
+    Dtype variants on the same GPUs cost the same and use the same GPUs, so a lower-
+    capacity one can never be needed in an optimal plan (inventory caps count GPUs,
+    which are equal too). Ties keep the first label in sort order: deterministic.
+    """
+    best: dict[tuple, Evaluation] = {}
+    for evaluation in sorted(evals, key=lambda e: e.config.label(e.traffic_class.max_model_len)):
+        if evaluation.capacity_rps <= 0:
+            continue
+        key = (evaluation.traffic_class.option, evaluation.traffic_class.name, evaluation.config.gpu.id, evaluation.config.price_usd_per_hour, evaluation.config.tp)
+        if key not in best or evaluation.capacity_rps > best[key].capacity_rps:
+            best[key] = evaluation
+    return list(best.values())
+
+
+def infeasible_message(classes, evals: Sequence[Evaluation], inventory: dict) -> str:
+    for key in ["none", *[k for k in classes if k != "none"]]:
+        for tc in classes.get(key, []):
+            mine = [evaluation for evaluation in evals if evaluation.traffic_class is tc]
+            if any(evaluation.capacity_rps > 0 for evaluation in mine):
+                continue
+            best = _best_failed(mine)
+            where = "without a split" if key == "none" else f"under split {int(key):,}"
+            if best is None:
+                return f"class '{tc.label}' {where}: no candidate config (check gpus, tp, dtypes)"
+            return (
+                f"class '{tc.label}' {where} cannot be served by any of {len(mine)} configs; the best candidate, "
+                f"{best.config.label(tc.max_model_len)}, is stopped by {best.problem}"
+                + (" (every split option fails too)" if key == "none" else "")
+            )
+    rates = ", ".join(f"'{tc.label}' {tc.rate_rps:,.4g} req/s" for tc in classes.get("none", []))
+    if not inventory:
+        return (f"the solver found no fleet that covers the peak ({rates}), though each class has configs "
+                "that serve it; check the traffic rates and solver.time_limit_s")
+    caps = ", ".join(f"{g} ≤ {n:,} GPUs" for g, n in sorted(inventory.items()))
+    for tc in classes.get("none", []):
+        # the most this class gets from every capped GPU type at once (None: some type is uncapped)
+        most: dict[str, float] = {}
+        for evaluation in (evaluation for evaluation in evals if evaluation.traffic_class is tc and evaluation.capacity_rps > 0):
+            cap = inventory.get(evaluation.config.gpu.id)
+            if cap is None:
+                break
+            most[evaluation.config.gpu.id] = max(most.get(evaluation.config.gpu.id, 0.0), cap // evaluation.config.tp * evaluation.capacity_rps)
+        else:
+            if sum(most.values()) < tc.rate_rps:
+                return (f"class '{tc.label}' needs {tc.rate_rps:,.4g} req/s but the inventory caps ({caps}) "
+                        f"allow at most {sum(most.values()):,.4g} req/s")
+    return f"the inventory caps ({caps}) leave no fleet that covers every class at once ({rates})"
+
+
+def no_plan_message(sol: FleetSolution, scn: Scenario, classes, evals, inventory) -> str:
+    """Why the solver returned no plan, by its status (PuLP: Infeasible, Not Solved, Undefined, Unbounded)."""
+    if sol.problem:  # decided before the solver ran (a fleet larger than any that exists)
+        return sol.problem
+    if sol.status == "Infeasible":
+        return infeasible_message(classes, evals, inventory)
+    if sol.status == "Not Solved":
+        return (f"no plan found within the solver's time limit of {scn.solver.time_limit_s:g} s; "
+                "raise solver.time_limit_s or offer fewer candidates")
+    return f"the solver ended with status '{sol.status}' and no plan"
+
+
+def _best_failed(evals: Sequence[Evaluation]) -> Evaluation | None:
+    """The candidate closest to serving the class: weights fit, then the fastest prefill."""
+    if not evals:
+        return None
+    with_cap = [evaluation for evaluation in evals if evaluation.capacity is not None]
+    if not with_cap:
+        return evals[0]
+    return min(with_cap, key=lambda evaluation: (min((f.floor_s for f in evaluation.capacity.floors), default=0.0), -evaluation.config.tp,
+                                         evaluation.config.label(0)))
+
+
+def _summary(sol: FleetSolution) -> str:
+    split = "no split" if sol.threshold is None else f"split at {sol.threshold:,}"
+    pools = "; ".join(f"{p.traffic_class}: {p.replicas} x {p.config}" for p in sol.pools)
+    return f"{split} — {pools}"
+
+
+def outcome_of(name: str, sol: FleetSolution, why: str = "") -> Outcome:
+    if not sol.pools:
+        return Outcome(name, False, math.inf, 0, "", why or f"infeasible ({sol.status})")
+    return Outcome(name, True, sol.cost_per_hour, sol.gpus, _summary(sol), solution=sol)
+

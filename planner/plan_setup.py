@@ -1,0 +1,92 @@
+"""A scenario ready to solve: the requests its context limit serves, its traffic classes, every
+candidate's evaluation; and a solution's pools with their replica models (PoolDetail).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from planner.capacity import ReplicaModel
+from planner.catalog import Catalog, Model
+from planner.errors import InputError
+from planner.evaluator import Evaluator
+from planner.histogram import Histogram
+from planner.ilp import FleetSolution
+from planner.plan_objects import (
+    Config,
+    Evaluation,
+    PoolDetail,
+    TrafficClass,
+    candidate_configs,
+    edge_at_most,
+    traffic_classes,
+)
+from planner.requests import Requests
+from planner.scenario import Scenario
+
+
+@dataclass(frozen=True)
+class Setup:
+    """A scenario ready to solve: its served traffic, classes and every candidate's evaluation."""
+
+    scn: Scenario
+    catalog: Catalog
+    model: Model
+    hist: Histogram
+    measured_peak_rps: float
+    limit: int
+    served: Histogram
+    peak_rps: float
+    evaluator: Evaluator
+    configs: list[Config]
+    classes: dict[str, list[TrafficClass]]
+    evals: list[Evaluation]
+    traffic_notes: tuple[str, ...] = ()
+    measured_mean_rps: float | None = None
+    trace: Requests | None = None
+
+
+def setup_plan(scn: Scenario, catalog: Catalog, model: Model, hist: Histogram, measured_peak_rps: float, *,
+               traffic_notes: Iterable[str] = (), measured_mean_rps: float | None = None,
+               trace: Requests | None = None) -> Setup:
+    """The served traffic, its classes per split option, and every candidate config's capacity for each."""
+    limit, served, peak = served_traffic(scn, model, hist, measured_peak_rps, scn.context_limit)
+    evaluator = Evaluator(scn, catalog, model)
+    configs = candidate_configs(scn, catalog, model, scn.weight_dtypes, scn.kv_dtypes)
+    if not configs:
+        raise InputError("no candidate config: every GPU x tp x dtype combination is unsupported for this model")
+    classes = traffic_classes(scn, served, limit, peak)
+    evals = evaluator.evaluate_all(classes, configs)
+    return Setup(scn, catalog, model, hist, measured_peak_rps, limit, served, peak, evaluator, configs, classes, evals,
+                 tuple(traffic_notes), measured_mean_rps, trace)
+
+
+def served_traffic(scn: Scenario, model: Model, hist: Histogram, measured_peak_rps: float, limit: int | None):
+    """The context limit, the requests it serves, and the peak they bring (requests above the
+    limit are rejected, so they are not load to plan for)."""
+    limit = limit or model.max_position_embeddings
+    if limit > model.max_position_embeddings:
+        raise InputError(f"context_limit {limit} exceeds '{model.id}' max_position_embeddings {model.max_position_embeddings}")
+    served = hist.select_total(at_most=edge_at_most(limit))
+    if served.is_empty:
+        raise InputError(f"no request fits the {limit:,}-token context limit")
+    if scn.traffic.shared_prefix_tokens >= limit:
+        raise InputError(f"traffic.shared_prefix_tokens {scn.traffic.shared_prefix_tokens} must be below the context limit {limit}")
+    return limit, served, measured_peak_rps * scn.traffic.growth * served.requests / hist.requests
+
+
+def pool_details(evaluator: Evaluator, evals, sol: FleetSolution) -> list[PoolDetail]:
+    by_label = {e.key: e for e in evals}
+    out = []
+    for p in sol.pools:
+        e = by_label[(sol.option, p.traffic_class, p.config)]
+        tc, cfg = e.traffic_class, e.config
+        dep = evaluator.deployment(cfg, tc.max_model_len)
+        rm = ReplicaModel(dep, evaluator.profile(tc, dep), tc.slo, e.capacity.ladder)
+        share = (p.replicas * p.capacity_rps) / sum(q.replicas * q.capacity_rps for q in sol.pools if q.traffic_class == p.traffic_class)
+        per_replica = tc.peak_rps * share / p.replicas
+        n = rm.resident_for_rate(per_replica, float(dep.engine.max_num_seqs))
+        out.append(PoolDetail(tc, cfg, dep, p.replicas, p.gpus, p.cost_per_hour, e.capacity, rm.point(n or 0.0),
+                              per_replica, rm, n, e.capacity_rps))
+    return out

@@ -1,0 +1,111 @@
+"""The prefill queue's waiting time: an M/G/1 FCFS queue's W by the Pollaczek-Khinchine transform,
+inverted on a time grid by FFT with exponential tilting against wrap-around (planner.latency
+states the model; Abate & Whitt 1992 for the damping).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+W_GRID = 1 << 12  # points of the waiting-time grid
+TILT_DECADES = 20.0  # the tilt damps the wrapped-around tail by e^-20
+# Probability intervals that represent W when it is mixed with the TPOT tail, finer towards
+# the tail that percentiles read, each represented by the quantile at its middle.
+_W_EDGES = np.array([0.0, 0.5, 0.75, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 1.0])
+_W_LEVELS = 0.5 * (_W_EDGES[:-1] + _W_EDGES[1:])
+_W_WEIGHTS = np.diff(_W_EDGES)
+
+
+def _split_mass(values: np.ndarray, weights: np.ndarray, unit: float, size: int) -> np.ndarray:
+    """pmf on the grid 0, unit, 2·unit, ... with each value's mass split between its two
+    neighbours in proportion to distance, so the mean is kept exactly (values past the grid
+    are clipped to its last point)."""
+    x = np.minimum(values / unit, size - 1.0)
+    lo = np.floor(x).astype(np.int64)
+    frac = x - lo
+    hi = np.minimum(lo + 1, size - 1)
+    return (np.bincount(lo, weights * (1 - frac), minlength=size)
+            + np.bincount(hi, weights * frac, minlength=size))[:size]
+
+
+def split_mass_rows(values: np.ndarray, weights: np.ndarray, units: np.ndarray, size: int) -> np.ndarray:
+    """_split_mass for several grid units at once: one row per unit."""
+    x = np.minimum(values[None, :] / units[:, None], size - 1.0)
+    lo = np.floor(x).astype(np.int64)
+    frac = x - lo
+    hi = np.minimum(lo + 1, size - 1)
+    offset = (np.arange(units.size) * size)[:, None]
+    w = np.broadcast_to(weights, x.shape)
+    flat = np.bincount((lo + offset).ravel(), (w * (1 - frac)).ravel(), minlength=units.size * size)
+    flat += np.bincount((hi + offset).ravel(), (w * frac).ravel(), minlength=units.size * size)
+    return flat.reshape(units.size, size)
+
+
+@lru_cache(maxsize=8)
+def tilt(n: int) -> np.ndarray:
+    """Exponential damping e^(-TILT_DECADES·k/n) of an n-point grid against FFT wrap-around (Abate & Whitt 1992)."""
+    weights = np.exp(-TILT_DECADES / n * np.arange(n))
+    weights.flags.writeable = False  # shared by every caller
+    return weights
+
+
+@dataclass(frozen=True)
+class WaitDistribution:
+    """The FCFS prefill queue's waiting time W on a grid of `dt_s` seconds."""
+
+    cdf: np.ndarray
+    dt_s: float
+    mean_s: float
+    load: float  # ρ of the queue (its busy share)
+
+    def survival(self, x_s: np.ndarray | float) -> np.ndarray:
+        """P(W > x), linear between grid points; 1 below zero; the last grid point's value beyond."""
+        x = np.asarray(x_s, float) / self.dt_s
+        i = np.clip(np.floor(x).astype(np.int64), 0, self.cdf.size - 2)
+        frac = np.clip(x - i, 0.0, 1.0)
+        cdf = self.cdf[i] * (1 - frac) + self.cdf[i + 1] * frac
+        return np.where(x < 0, 1.0, np.clip(1.0 - cdf, 0.0, 1.0))
+
+    def quantile(self, q: float) -> float:
+        return float(np.searchsorted(self.cdf, q - 1e-12) * self.dt_s)
+
+    def levels(self) -> tuple[np.ndarray, np.ndarray]:
+        """Representative values and their probabilities (the _W_LEVELS intervals)."""
+        idx = np.searchsorted(self.cdf, _W_LEVELS)
+        return np.minimum(idx, self.cdf.size - 1) * self.dt_s, _W_WEIGHTS
+
+
+def mg1_wait(rate_rps: float, service_s: np.ndarray, weight: np.ndarray, horizon_s: float) -> WaitDistribution | None:
+    """Waiting time of an M/G/1 FCFS queue (Pollaczek-Khinchine), or None when ρ >= 1.
+
+    The transform of W is (1 - ρ) / (1 - ρ·Ŝe(z)), Se the equilibrium distribution of the
+    service time, P(Se = k) = P(S > k) / E[S] on the grid (exact for a grid-valued S).
+    The grid spans the larger of `horizon_s` and E[W] + 12 sd(W) (moments from Takács'
+    formulas: E[W] = λE[S²] / 2(1-ρ), E[W²] = 2E[W]² + λE[S³] / 3(1-ρ)), and four times
+    the longest service.
+    """
+    ws = weight / weight.sum()
+    mean_s = float(np.dot(ws, service_s))
+    rho = rate_rps * mean_s
+    if rho >= 1.0 or not math.isfinite(rho):
+        return None
+    if rho <= 0:
+        return WaitDistribution(np.ones(2), 1.0, 0.0, 0.0)
+    m2, m3 = float(np.dot(ws, service_s**2)), float(np.dot(ws, service_s**3))
+    mean_w = rate_rps * m2 / (2 * (1 - rho))
+    sd_w = math.sqrt(max(2 * mean_w**2 + rate_rps * m3 / (3 * (1 - rho)) - mean_w**2, 0.0))
+    span = max(horizon_s, mean_w + 12 * sd_w, 4 * float(service_s.max()))
+    n = W_GRID
+    dt = span / (n - 1)
+    pmf = _split_mass(service_s, ws, dt, n)
+    surv = 1.0 - np.cumsum(pmf)
+    eq = np.concatenate([[1.0], surv[:-1]])
+    eq = eq / eq.sum()
+    damp = tilt(n)
+    w_pmf = np.fft.irfft((1 - rho) / (1 - rho * np.fft.rfft(eq * damp)), n) / damp
+    cdf = np.minimum(np.cumsum(np.clip(w_pmf, 0.0, None)), 1.0)
+    return WaitDistribution(cdf, dt, mean_w, rho)
