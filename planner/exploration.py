@@ -35,7 +35,10 @@ def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, reserved=None) -> Pl
     with stage("explorations", 6, " steps") as step:
         split = []
         for k in classes:
-            res = solve(classes, evals, options=[k])
+            # The chosen option's row is the plan itself: a re-solve restricted to it has the same
+            # cost but may break a tie between equal-cost configs the other way, and the report
+            # would then show two different fleets for one decision.
+            res = sol if k == sol.option else solve(classes, evals, options=[k])
             split.append(outcome_of("no split" if k == "none" else f"split at {int(k):,}", res,
                                     "" if res.pools else infeasible_message({k: classes[k]}, evals, inventory)))
         step.advance()

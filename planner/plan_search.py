@@ -244,7 +244,9 @@ def infeasible_message(classes, evals: Sequence[Evaluation], inventory: dict) ->
     if not inventory:
         return (f"the solver found no fleet that covers the peak ({rates}), though each class has configs "
                 "that serve it; check the traffic rates and solver.time_limit_s")
-    caps = ", ".join(f"{g} ≤ {n:,} GPUs" for g, n in sorted(inventory.items()))
+    # Only the caps of GPU types that could serve some class play a part; the others would mislead.
+    serving = {evaluation.config.gpu.id for evaluation in evals if evaluation.capacity_rps > 0}
+    caps = ", ".join(f"{g} ≤ {n:,} GPUs" for g, n in sorted(inventory.items()) if g in serving) or "none that serve"
     for tc in classes.get("none", []):
         # the most this class gets from every capped GPU type at once (None: some type is uncapped)
         most: dict[str, float] = {}

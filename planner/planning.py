@@ -88,16 +88,26 @@ def _assemble(scn, model, catalog, hist, served, limit, measured_peak_rps, peak,
     # Each pool's share of the fleet's cost (reserved GPUs included) splits by its prefill share of GPU time.
     pool_cost = {id(pool): cost * pool.cost_per_hour / sum(q.cost_per_hour for q in pools) for pool in pools}
     input_cost = sum(pool_cost[id(pool)] * pool.at_peak.prefill_share for pool in pools)
+    # A fleet that cannot carry its peak (a stated fleet too small) serves fewer tokens than the
+    # traffic asks for: a price per token on the asked-for tokens would be too low, and the input
+    # share (prefill time at an operating point that does not exist) meaningless.
+    overloaded = any(pool.resident is None or pool.rate_per_replica_rps > pool.planned_rps * (1 + 1e-9)
+                     for pool in pools)
+    if overloaded:
+        input_tph_priced = output_tph_priced = 0.0
+    else:
+        input_tph_priced, output_tph_priced = input_tph, output_tph
     return Plan(
         scenario=scn, model=model, catalog=catalog, hist=hist, served=served,
         rejected_requests=hist.requests - served.requests, context_limit=limit,
         measured_peak_rps=measured_peak_rps, peak_rps=peak, classes=classes, evaluations=evals, solution=sol,
         pools=pools, cost_per_hour=cost, tokens_per_hour=input_tph + output_tph,
         input_tokens_per_hour=input_tph, output_tokens_per_hour=output_tph,
-        cost_per_million={  # no tokens of a kind (prompts of 0 tokens): no price per token (nan, shown as —)
-            "blended": cost / (input_tph + output_tph) * 1e6 if input_tph + output_tph else math.nan,
-            "input": input_cost / input_tph * 1e6 if input_tph else math.nan,
-            "output": (cost - input_cost) / output_tph * 1e6 if output_tph else math.nan,
+        cost_per_million={  # no tokens of a kind, or a fleet that cannot carry them: no price (nan, shown as —)
+            "blended": cost / (input_tph_priced + output_tph_priced) * 1e6 if input_tph_priced + output_tph_priced
+            else math.nan,
+            "input": input_cost / input_tph_priced * 1e6 if input_tph_priced else math.nan,
+            "output": (cost - input_cost) / output_tph_priced * 1e6 if output_tph_priced else math.nan,
         },
         traffic_notes=tuple(traffic_notes),
         measured_mean_rps=measured_mean_rps,

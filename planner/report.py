@@ -249,7 +249,9 @@ def _finance(plan: Plan) -> str:
         f"| Output (decode share of GPU time) | {plan.output_tokens_per_hour:,.0f} | {_usd(cpm['output'] * plan.output_tokens_per_hour / 1e6)} | {_usd_per_million(cpm['output'])} |",
         f"| Blended | {plan.tokens_per_hour:,.0f} | {_usd(plan.cost_per_hour)} | {_usd_per_million(cpm['blended'])} |",
         "",
-        f"A month is {HOURS_PER_MONTH} hours. Input and output split each pool's cost by the share of its GPU time spent in prefill at the peak.",
+        f"A month is {HOURS_PER_MONTH} hours. Input and output split each pool's cost by the share of its GPU time spent in prefill at the peak."
+        + (" No price per token (—): the fleet cannot carry the peak, so it would not serve these tokens."
+           if math.isnan(cpm["blended"]) and plan.tokens_per_hour else ""),
     ])
 
 

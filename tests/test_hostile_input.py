@@ -453,6 +453,10 @@ def test_the_infeasible_message_names_the_class_and_never_empty_caps(tmp_path):
     capped = infeasible_message(plan.classes, plan.evaluations, {"h100-sxm": 0})
     assert capped == ("class 'all (≤ 8,192 tokens)' needs 4.8 req/s but the inventory caps (h100-sxm ≤ 0 GPUs) "
                       "allow at most 0 req/s")
+    # a cap on a type that serves nothing here (no config of it in the candidates) is not named
+    capped = infeasible_message(plan.classes, plan.evaluations, {"h100-sxm": 0, "a100-80gb": 4})
+    assert capped == ("class 'all (≤ 8,192 tokens)' needs 4.8 req/s but the inventory caps (h100-sxm ≤ 0 GPUs) "
+                      "allow at most 0 req/s")
 
 
 # ---- found by the property tests (tests/test_fuzz_*.py) ------------------------------------
@@ -785,3 +789,16 @@ def test_a_config_json_with_a_key_given_twice_is_refused(tmp_path):
 def test_a_typical_conversation_longer_than_the_limit_is_refused():
     r = run("capacity", "llama-3.1-8b", "h100-sxm", "--context-limit", 8192, "--typical-tokens", 100_000)
     one_line_error(r, 2, "Invalid value for --typical-tokens: 100,000 tokens is longer than the context limit 8,192")
+
+
+def test_a_stated_fleet_that_cannot_carry_its_peak_quotes_no_price_per_token(tmp_path):
+    text = BASE.replace("rps: 4}", "rps: 40}") + (
+        "simulation: {requests: 2000, band_requests: 500}\n"
+        "fleet:\n  - {gpu: h100-sxm, tp: 1, weight_dtype: bf16, kv_dtype: bf16, replicas: 1}\n")
+    r = run("solve", scenario(tmp_path, text), "--out-dir", tmp_path / "out", "--json")
+    assert r.exit_code == 0, r.output
+    cost = json.loads(r.stdout)["cost_per_million_tokens"]
+    assert cost == {"blended": None, "input": None, "output": None}
+    report = (tmp_path / "out" / "tiny.md").read_text()
+    assert "$2.99 per hour, $2,182.70 per month, — per million tokens** (input —, output —;" in report
+    assert "No price per token (—): the fleet cannot carry the peak, so it would not serve these tokens." in report

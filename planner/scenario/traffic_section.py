@@ -64,9 +64,12 @@ class TrafficSource(Strict):
         return self
 
 
+DEFAULT_PEAK_QUANTILE = 0.99
+
+
 class Peak(Strict):
     method: Literal["quantile", "max", "explicit"] = "quantile"
-    quantile: Fraction = 0.99
+    quantile: Fraction = DEFAULT_PEAK_QUANTILE
     rps: RateRps | None = Field(None, description="explicit peak, requests/s (method: explicit)")
 
     @model_validator(mode="after")
@@ -75,7 +78,8 @@ class Peak(Strict):
             raise ValueError("method 'explicit' needs rps")
         if self.method != "explicit" and self.rps is not None:
             raise ValueError(f"rps is read with method 'explicit' only (method is '{self.method}')")
-        if self.method != "quantile" and "quantile" in self.model_fields_set:
+        # (the default is let through: a dumped and re-read scenario carries it)
+        if self.method != "quantile" and self.quantile != DEFAULT_PEAK_QUANTILE:
             raise ValueError(f"quantile is read with method 'quantile' only (method is '{self.method}')")
         return self
 
