@@ -155,12 +155,12 @@ def fleet_json(fp: FleetPlan) -> dict[str, Any]:
     services = []
     for plan in fp.plans:
         entry = plan_json(plan)
-        entry["paid_cost_per_hour"] = fp.paid_usd_per_hour(plan)
+        entry["paid_usd_per_hour"] = fp.paid_usd_per_hour(plan)
         services.append(entry)
     return {
         "fleet": fp.fleet.spec.name,
-        "cost_per_hour": fp.cost_per_hour,
-        "cost_per_month": fp.cost_per_month,
+        "cost_usd_per_hour": fp.cost_per_hour,
+        "cost_usd_per_month": fp.cost_per_month,
         "gpus": fp.gpus,
         "gpus_by_type": dict(fp.joint.gpus_by_type),
         "gpu_types": [
@@ -175,7 +175,7 @@ def fleet_json(fp: FleetPlan) -> dict[str, Any]:
         "certified": fp.certified,
         "constraints": [
             {"constraint": c.name, "limit": c.limit, "used": c.used, "binds": c.binds,
-             "plus_one_cost_per_hour": _finite(c.plus_one_usd_per_hour), "removed_cost_per_hour": _finite(c.removed_usd_per_hour)}
+             "plus_one_usd_per_hour": _finite(c.plus_one_usd_per_hour), "removed_usd_per_hour": _finite(c.removed_usd_per_hour)}
             for c in fp.constraints
         ],
         "services": services,

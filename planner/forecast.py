@@ -23,7 +23,7 @@ class PoolRow:
     tp: int | None
     weight_dtype: str
     kv_dtype: str
-    max_model_len: int | None
+    context_limit: int | None
     replicas: int
     gpus: int
     reserved_gpus: int  # of `gpus`, those paid as commitments

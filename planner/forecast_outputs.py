@@ -179,7 +179,7 @@ POOL_COLUMNS: tuple[Column, ...] = (
         tp                          integer  tensor-parallel degree, GPUs per replica
         weight_dtype                string   weight dtype
         kv_dtype                    string   KV-cache dtype
-        max_model_len               integer  context limit of the pool, tokens
+        context_limit               integer  context limit of the pool, tokens
         replicas                    integer  replicas in the pool
         gpus                        integer  GPUs in the row
         reserved_gpus               integer  of those, committed GPUs (a type's commitments fill its pools in order)

@@ -110,7 +110,7 @@ class PoolDetail:
         CSV and JSON): its class, GPU type, tp, dtypes, context limit, replicas and GPUs."""
         tc, cfg = self.traffic_class, self.config
         return {"pool": tc.name, "gpu": cfg.gpu.id, "tp": cfg.tp, "weight_dtype": cfg.weight_dtype,
-                "kv_dtype": cfg.kv_dtype, "max_model_len": tc.max_model_len, "replicas": self.replicas, "gpus": self.gpus}
+                "kv_dtype": cfg.kv_dtype, "context_limit": tc.max_model_len, "replicas": self.replicas, "gpus": self.gpus}
 
 
 @dataclass(frozen=True)

@@ -223,9 +223,9 @@ def test_solve_fleet_json_has_services_and_a_budget_overrun_exits_3(tmp_path):
     doc = json.loads(r.output)
     assert [s["scenario"] for s in doc["services"]] == ["alpha", "beta"]
     for s in doc["services"]:
-        for key in ("plan", "cost_per_hour", "cost_per_million_tokens", "split_threshold", "solver_status", "candidates"):
+        for key in ("plan", "cost_usd_per_hour", "cost_usd_per_million_tokens", "split_threshold", "solver_status", "candidates"):
             assert key in s
-    assert doc["cost_per_hour"] == pytest.approx(sum(s["cost_per_hour"] for s in doc["services"]))
+    assert doc["cost_usd_per_hour"] == pytest.approx(sum(s["cost_usd_per_hour"] for s in doc["services"]))
     assert (tmp_path / "out" / "twin.md").read_text(encoding="utf-8").startswith("# Fleet plan: twin")
     assert (tmp_path / "out" / "twin_alpha_traffic.png").is_file()
 

@@ -168,11 +168,11 @@ def scenarios(draw) -> tuple[str, bool]:
 def _covers_every_class(plan: dict) -> None:
     """What a reported plan must be: positive finite cost, a fleet that exists, and for each
     class, replicas × capacity at least its rate."""
-    assert math.isfinite(plan["cost_per_hour"]) and plan["cost_per_hour"] > 0, plan["cost_per_hour"]
+    assert math.isfinite(plan["cost_usd_per_hour"]) and plan["cost_usd_per_hour"] > 0, plan["cost_usd_per_hour"]
     assert 1 <= plan["gpus"] <= MAX_FLEET_GPUS
     served: dict[str, float] = {}
     for pool in plan["plan"]:
-        assert pool["replicas"] >= 1 and pool["cost_per_hour"] > 0
+        assert pool["replicas"] >= 1 and pool["cost_usd_per_hour"] > 0
         served[pool["pool"]] = served.get(pool["pool"], 0.0) + pool["replicas"] * pool["capacity_rps"]
     for pool in plan["plan"]:
         assert served[pool["pool"]] >= pool["rate_rps"] * (1 - 1e-9), (pool, served)

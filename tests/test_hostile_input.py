@@ -797,7 +797,7 @@ def test_a_stated_fleet_that_cannot_carry_its_peak_quotes_no_price_per_token(tmp
         "fleet:\n  - {gpu: h100-sxm, tp: 1, weight_dtype: bf16, kv_dtype: bf16, replicas: 1}\n")
     r = run("solve", scenario(tmp_path, text), "--out-dir", tmp_path / "out", "--json")
     assert r.exit_code == 0, r.output
-    cost = json.loads(r.stdout)["cost_per_million_tokens"]
+    cost = json.loads(r.stdout)["cost_usd_per_million_tokens"]
     assert cost == {"blended": None, "input": None, "output": None}
     report = (tmp_path / "out" / "tiny.md").read_text()
     assert "$2.99 per hour, $2,182.70 per month, — per million tokens** (input —, output —;" in report

@@ -149,11 +149,11 @@ def test_solve_json_has_the_contract_keys(tmp_path):
     r = solve(write(tmp_path, BASE), "--json", "--no-report")
     assert r.exit_code == 0, r.output
     out = json.loads(r.output)
-    for key in ("plan", "cost_per_hour", "cost_per_million_tokens", "split_threshold", "solver_status", "candidates"):
+    for key in ("plan", "cost_usd_per_hour", "cost_usd_per_million_tokens", "split_threshold", "solver_status", "candidates"):
         assert key in out
     pool = out["plan"][0]
-    for key in ("gpu", "tp", "weight_dtype", "kv_dtype", "max_model_len", "replicas", "gpus", "capacity_rps",
-                "rate_rps", "cost_per_hour"):
+    for key in ("gpu", "tp", "weight_dtype", "kv_dtype", "context_limit", "replicas", "gpus", "capacity_rps",
+                "rate_rps", "cost_usd_per_hour"):
         assert key in pool
     # The plan can be checked from the candidates alone: replicas cover the rate.
     assert pool["replicas"] * pool["capacity_rps"] >= pool["rate_rps"]
