@@ -26,6 +26,7 @@ from pydantic_core import PydanticCustomError
 # Tokens in one request: the histogram's last length edge (planner.histogram.LENGTH_EDGES);
 # the longest published context window today is 10,485,760 (Llama 4 Scout).
 MAX_TOKENS = 2**24
+MAX_BLOCK_TOKENS = 1024  # tokens in one paged-cache block (engines use 1 to 256)
 # Requests per second offered to one service: ten million, far above any single service;
 # at least one a million seconds (11.6 days), so that a synthetic log's times fit in int64 ms.
 MAX_RPS = 1e7

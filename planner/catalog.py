@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from planner.bounds import (
+    MAX_BLOCK_TOKENS,
     MAX_GPU_MEMORY_GIB,
     MAX_LATENCY_MS,
     MAX_TOKENS,
@@ -224,7 +225,9 @@ class Engine(_Frozen):
     name: str
     rule: Literal["fraction_of_total", "fraction_of_free_after_weights", "static_fraction_weights_and_kv"]
     memory_fraction: Fraction
-    block_size: whole(gt=0, le=MAX_TOKENS)
+    # vLLM offers 8-256 tokens a block (--block-size), TensorRT-LLM tokens_per_block 32-128, SGLang a page of 1;
+    # a block as long as a context would make every sequence hold one whole context.
+    block_size: whole(gt=0, le=MAX_BLOCK_TOKENS)
     max_num_batched_tokens: PositiveTokens = Field(description="prefill chunk budget per step")
     max_num_seqs: whole(gt=0, le=MAX_TOKENS) = Field(description="most sequences the scheduler runs in one step")
     long_prefill_token_threshold: whole(ge=0, le=MAX_TOKENS) | None = Field(

@@ -155,7 +155,40 @@ def load_fleet(path: str | Path, *, catalog_files: tuple[str, ...] = ()) -> Flee
         if name in names[:i]:
             raise InputError(f"services[{i}]: a second service named '{name}' (service names name report sections)",
                              where=str(path))
+    for svc in services:
+        if svc.inputs.scenario.forecast is not None:
+            raise InputError("forecast: a service of a fleet has no forecast of its own (it would be ignored); state "
+                             "the quarters in the fleet's forecast section", where=svc.where)
+    _one_definition_per_gpu(services)
     return _with_shared_prices(FleetInputs(path, spec, catalog, tuple(services), tuple(services)))
+
+
+_PRICE_FIELDS = {"price_usd_per_hour", "price_source", "price_date"}
+
+
+def _one_definition_per_gpu(services: list[Service]) -> None:
+    """A GPU type is one piece of hardware at one price across the fleet: a service's catalog
+    override may not give it other memory, bandwidth or speed (3,746 GPUs of 'the same' type), and
+    two services may not pay two on-demand prices for it (state a shared price in the inventory)."""
+    first: dict[str, tuple[Service, dict, float]] = {}
+    for svc in services:
+        for cand in svc.inputs.scenario.gpu_candidates:
+            gpu = svc.inputs.catalog.gpu(cand.id)
+            hardware = gpu.model_dump(exclude=_PRICE_FIELDS)
+            price = cand.price_per_hour(gpu.price_usd_per_hour)
+            if cand.id not in first:
+                first[cand.id] = (svc, hardware, price)
+                continue
+            other, other_hardware, other_price = first[cand.id]
+            if hardware != other_hardware:
+                changed = sorted(k for k in hardware if hardware[k] != other_hardware.get(k))
+                raise InputError(f"GPU type '{cand.id}' is defined differently here and in service '{other.name}' "
+                                 f"({', '.join(changed)}); one type is one piece of hardware across the fleet",
+                                 where=svc.where)
+            if abs(price - other_price) > 1e-9:
+                raise InputError(f"GPU type '{cand.id}' costs {price:g} $/hour here but {other_price:g} in service "
+                                 f"'{other.name}'; a type the services share has one on-demand price: set it in the "
+                                 "fleet's inventory", where=svc.where)
 
 
 def _service(spec: FleetSpec, catalog: Catalog, path: Path, i: int, entry, catalog_files) -> Service:

@@ -183,12 +183,17 @@ def run_forecast(inputs: Inputs) -> list[QuarterResult]:
     # committed at, whatever on-demand prices do later.
     lots: dict[str, list[tuple[int, float]]] = {}
     commit_price_before: dict[str, float] = {}
+    # Reserved terms are stated once (Scenario._one_reserved_discount): autoscaling's discount,
+    # when it is the one given, prices the forecast's commitments as it prices the day's curve.
+    discount = fc.reserved_discount
+    if "reserved_discount" not in fc.model_fields_set and scn.autoscaling.reserved_discount is not None:
+        discount = scn.autoscaling.reserved_discount
     for i, q in enumerate(fc.quarters):
         _check_gpus(scn, inputs, q, i)
         multiplier = multiplier * (1 + q.growth) if fc.growth_mode == "compound" else 1 + q.growth
         qscn = quarter_scenario(scn, q, multiplier)
         od_price = {g.id: g.price_per_hour(inputs.catalog.gpu(g.id).price_usd_per_hour) for g in qscn.gpu_candidates}
-        commit_price = {g: fc.reserved_prices.get(g, od_price[g] * (1 - fc.reserved_discount)) for g in od_price}
+        commit_price = {g: fc.reserved_prices.get(g, od_price[g] * (1 - discount)) for g in od_price}
         if fc.carry_forward and previous is not None:
             # Last quarter's fleet is committed: what ran on demand joins at last quarter's terms.
             for gpu, n in previous.gpus_by_type.items():
@@ -204,7 +209,7 @@ def run_forecast(inputs: Inputs) -> list[QuarterResult]:
         plan = _quarter_plan(inputs, qscn, q, reserved, price)
         terms = DayTerms(
             scn.autoscaling.scale_up_lead_min, scn.autoscaling.min_replicas or scn.min_replicas_per_pool, commit_price,
-            f"this quarter's commitment price, on-demand × (1 − {fc.reserved_discount:g})"
+            f"this quarter's commitment price, on-demand × (1 − {discount:g})"
             + (" or forecast.reserved_prices" if fc.reserved_prices else ""),
         )
         day = day_costs(plan, inputs.traffic.profile, terms)

@@ -293,7 +293,7 @@ def budget_ladder(dep: Deployment) -> BudgetLadder:
             f"- {overhead_gib:.2f} GiB overhead = {budget_gib:.2f} GiB KV budget; "
             "try more tensor parallelism, fp8/int4 weights or a larger GPU"
         )
-    return BudgetLadder(
+    ladder = BudgetLadder(
         engine=dep.engine.id,
         rule=rule,
         memory_fraction=f,
@@ -308,6 +308,15 @@ def budget_ladder(dep: Deployment) -> BudgetLadder:
         kv_bytes_per_user=kv_bytes_per_sequence(dep.model, dep.max_model_len, dep.kv_dtype, dep.tp),
         kv_layout=kv_bytes_per_token_by_layer_kind(dep.model, dep.kv_dtype, dep.tp),
     )
+    if ladder.worst_case_users < 1:
+        # vLLM refuses to start such an engine (its check that the cache holds one sequence of
+        # max_model_len); planning on shorter typical requests would plan a server that never runs.
+        raise InputError(
+            f"'{dep.model.id}' on {dep.tp} x {dep.gpu.id}: the {budget_gib:.2f} GiB KV budget holds no sequence at the "
+            f"{dep.max_model_len:,}-token context limit ({ladder.kv_gib_per_user:.2f} GiB each), and an engine will not "
+            "start so; try a lower context limit, an fp8 cache, more tensor parallelism or a larger GPU"
+        )
+    return ladder
 
 
 @dataclass(frozen=True)

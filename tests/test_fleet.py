@@ -244,6 +244,14 @@ def test_solve_fleet_json_has_services_and_a_budget_overrun_exits_3(tmp_path):
       "inventory": {"h100-sxm": {"price_usd_per_hour": 2.2}}},
      "services[0]: gpus[0]: price of the shared GPU type 'h100-sxm' is 2.5 $/hour here but 2.2 in the fleet"),
     ({"services": ["missing.yaml"]}, "services[0]: no scenario file missing.yaml"),
+    ({"services": [service("alpha", 3.0, forecast={"quarters": [{"quarter": "2027Q1"}]})]},
+     "services[0]: forecast: a service of a fleet has no forecast of its own (it would be ignored)"),
+    ({"services": [service("alpha", 3.0, catalog={"gpus": {"h100-sxm": {"memory_gib": 20}}}), service("beta", 3.0)]},
+     "services[1]: GPU type 'h100-sxm' is defined differently here and in service 'alpha' (memory_gib); one type is "
+     "one piece of hardware across the fleet"),
+    ({"services": [service("alpha", 3.0, gpus=[{"id": "h100-sxm", "price_usd_per_hour": 1.5}]), service("beta", 3.0)]},
+     "services[1]: GPU type 'h100-sxm' costs 2.99 $/hour here but 1.5 in service 'alpha'; a type the services share "
+     "has one on-demand price: set it in the fleet's inventory"),
     ({"services": [{**service("alpha", 3.0), "modle": "x"}]}, "services[0].modle: unknown key; did you mean 'model'?"),
 ])
 def test_a_wrong_fleet_file_gets_one_line_naming_the_place(tmp_path, change, message):
@@ -280,3 +288,12 @@ def test_fleet_forecast_carries_the_whole_fleet_forward(tmp_path):
     for suffix in ("forecast.md", "forecast_quarters.csv", "forecast_services.csv", "forecast_types.csv",
                    "forecast_datapackage.json"):
         assert (tmp_path / "out" / f"twin_{suffix}").is_file()
+
+
+def test_a_fleet_quarter_pricing_a_type_nobody_runs_is_refused(tmp_path):
+    path = write_fleet(tmp_path, forecast={"quarters": [{"quarter": "2027Q1", "prices": {"b200": 1.0}}]})
+    r = CliRunner().invoke(main, ["forecast", str(path), "--no-report"])
+    assert r.exit_code == 2, r.output
+    assert r.output.strip() == (f"error: {path}: forecast.quarters[0].prices.b200: no service may run b200 and the "
+                                "inventory has none, so this would change nothing; add it to a service's gpus or the "
+                                "inventory")

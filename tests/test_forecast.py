@@ -193,3 +193,15 @@ def test_a_carried_commitment_above_a_later_availability_names_carry_forward(tmp
                    "carried forward from earlier quarters, forecast.carry_forward: true, and 0 reserved in this "
                    "quarter) but availability is 1; a commitment is not given back: raise this quarter's availability "
                    "or set forecast.carry_forward: false")
+
+
+def test_autoscaling_reserved_discount_prices_the_forecast_as_it_prices_the_day(tmp_path):
+    base = BASE.replace("gpus: [h100-sxm, l40s]", "gpus: [h100-sxm]") + "autoscaling: {reserved_discount: 0.5}\n"
+    path = scenario(tmp_path, """
+        forecast:
+          quarters:
+            - {quarter: 2027Q1}
+    """, base)
+    (q1,) = run_forecast(load_inputs(path))
+    assert q1.day.terms.reserved_usd_per_gpu_hour["h100-sxm"] == pytest.approx(2.99 * 0.5)
+    assert "on-demand × (1 − 0.5)" in q1.day.terms.reserved_terms

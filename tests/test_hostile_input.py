@@ -802,3 +802,19 @@ def test_a_stated_fleet_that_cannot_carry_its_peak_quotes_no_price_per_token(tmp
     report = (tmp_path / "out" / "tiny.md").read_text()
     assert "$2.99 per hour, $2,182.70 per month, — per million tokens** (input —, output —;" in report
     assert "No price per token (—): the fleet cannot carry the peak, so it would not serve these tokens." in report
+
+
+def test_a_cache_block_longer_than_any_engine_offers_is_refused(tmp_path):
+    path = scenario(tmp_path, BASE + "catalog: {engines: {vllm: {block_size: 100000}}}\n")
+    one_line_error(run("solve", path, "--no-report"), 2,
+                   f"{path}: catalog: engines.vllm.block_size: Input should be less than or equal to 1024 (got 100000)")
+
+
+def test_a_config_whose_cache_holds_no_sequence_at_the_limit_is_not_planned(tmp_path):
+    path = scenario(tmp_path, BASE.replace("rps: 4}", "rps: 0.1}") + "catalog: {gpus: {h100-sxm: {memory_gib: 20}}}\n")
+    one_line_error(run("solve", path, "--no-report"), 3,
+                   "is stopped by 'llama-3.1-8b' on 1 x h100-sxm: the 0.04 GiB KV budget holds no sequence at the "
+                   "8,192-token context limit (1.00 GiB each), and an engine will not start so")
+    r = run("capacity", "llama-3.1-8b", "l4", "--prompt-tokens", 1000, "--output-tokens", 200)
+    one_line_error(r, 2, "'llama-3.1-8b' on 1 x l4: the 2.28 GiB KV budget holds no sequence at the 131,072-token "
+                         "context limit (16.00 GiB each)")
