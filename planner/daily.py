@@ -261,6 +261,11 @@ def _usd(x: float) -> str:
     return f"${x:,.2f}"
 
 
+def _versus(change: float) -> str:
+    """A relative change as the report prints it: "same" when it rounds to zero (never "−0.0%")."""
+    return "same" if abs(change) < 0.0005 else f"{change:+.1%}".replace("-", "−")
+
+
 def floor_text(stated: int, pools: Sequence[tuple[str, DayPool]]) -> str:
     """The replica floor as applied: the stated minimum, and the pools (labelled) whose busiest
     hour needs fewer (a pool keeps at most its peak size, so the floor never buys replicas no
@@ -301,7 +306,7 @@ def day_markdown(costs: DayCosts, *, heading: int = 2) -> str:
         vs = pol.usd_per_day / base.usd_per_day - 1
         lines.append(
             f"| {pol.name} | {_usd(pol.usd_per_day)} | {_usd(pol.usd_per_month)} | {pol.gpu_hours_per_day:,.1f} | "
-            + ("—" if cpm is None else f"${cpm:,.4f}") + f" | {'—' if pol.key == base.key else f'{vs:+.1%}'.replace('-', '−')} |"
+            + ("—" if cpm is None else f"${cpm:,.4f}") + f" | {_versus(vs) if pol.key != base.key else '—'} |"
         )
     volume = (
         f"The day's volume: {tokens:,.0f} tokens ({costs.mean_rps:,.2f} requests/s on average)."

@@ -21,6 +21,7 @@ class PlannerError(Exception):
 
     def __init__(self, message: str, *, where: str | None = None):
         self.where = where
+        self.message = message  # without the place, for a caller that adds context before it
         super().__init__(f"{where}: {message}" if where else message)
 
 

@@ -108,7 +108,7 @@ def run_fleet_forecast(fleet: FleetInputs) -> list[FleetQuarter]:
         try:
             plan = make_fleet_plan(fleet.with_inventory(inventory), explore=False, growth=multiplier)
         except InfeasibleError as exc:
-            raise InfeasibleError(f"forecast quarter {q.quarter}: {exc}") from None
+            raise InfeasibleError(f"forecast quarter {q.quarter}: {exc.message}", where=exc.where) from None
         by_type = dict(plan.joint.gpus_by_type)
         before = previous.plan.joint.gpus_by_type if previous else {}
         change = {} if previous is None else {g: by_type.get(g, 0) - before.get(g, 0)

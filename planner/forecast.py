@@ -240,7 +240,7 @@ def _quarter_plan(inputs: Inputs, qscn: Scenario, q: QuarterSpec, reserved, pric
     try:
         return plan_inputs(inputs, qscn, explore=False, reserved={g: (n, price[g]) for g, n in reserved.items()})
     except InfeasibleError as exc:
-        raise InfeasibleError(f"forecast quarter {q.quarter}: {exc}") from None
+        raise InfeasibleError(f"forecast quarter {q.quarter}: {exc.message}", where=exc.where) from None
 
 
 def _gpus_by_type(plan: Plan) -> dict[str, int]:

@@ -243,3 +243,9 @@ def test_the_solve_report_prices_the_day(tmp_path):
     flat = scenario(tmp_path, "")
     assert run("solve", flat, "--out-dir", tmp_path / "flat").exit_code == 0
     assert "The day's load curve" not in (tmp_path / "flat" / "day.md").read_text(encoding="utf-8")
+
+
+def test_an_equal_cost_reads_same_not_minus_zero():
+    from planner.daily import _versus
+
+    assert [_versus(x) for x in (-1e-9, 0.0, 0.1234, -0.25)] == ["same", "same", "+12.3%", "−25.0%"]

@@ -297,3 +297,12 @@ def test_a_fleet_quarter_pricing_a_type_nobody_runs_is_refused(tmp_path):
     assert r.output.strip() == (f"error: {path}: forecast.quarters[0].prices.b200: no service may run b200 and the "
                                 "inventory has none, so this would change nothing; add it to a service's gpus or the "
                                 "inventory")
+
+
+def test_a_fleet_file_where_a_scenario_is_expected_is_named_as_such(tmp_path):
+    path = write_fleet(tmp_path)
+    r = CliRunner().invoke(main, ["simulate", str(path)])
+    assert r.exit_code == 2, r.output
+    assert r.output.strip() == (f"error: {path}: this is a fleet file (it lists services:), where one scenario is "
+                                "expected: give one of its services' scenario files, or use `planner solve` / "
+                                "`planner forecast` on the fleet")

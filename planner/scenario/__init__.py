@@ -231,6 +231,10 @@ def load_scenario(path: str | Path) -> tuple[Scenario, Path]:
     raw = load_yaml(path)
     if not isinstance(raw, dict):
         raise InputError("a scenario is a YAML mapping (name:, model:, traffic:, ...)", where=str(path))
+    if "services" in raw:
+        raise InputError("this is a fleet file (it lists services:), where one scenario is expected: give one of its "
+                         "services' scenario files, or use `planner solve` / `planner forecast` on the fleet",
+                         where=str(path))
     return validate(Scenario, raw, where=str(path)), path.parent
 
 
