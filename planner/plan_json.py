@@ -85,8 +85,11 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             "kv_dtype": evaluation.config.kv_dtype,
             "context_limit": evaluation.traffic_class.max_model_len,
             "price_usd_per_gpu_hour": evaluation.config.price_usd_per_hour,
-            "capacity_rps": evaluation.capacity_rps,
-            "model_capacity_rps": evaluation.capacity.max_rps if evaluation.capacity else 0.0,
+            # null where the search proved a variant on the same GPUs serves more and did not size this
+            # one (dominated_by names it): 0 would read as "serves nothing"
+            "capacity_rps": None if evaluation.dominated_by else evaluation.capacity_rps,
+            "model_capacity_rps": None if evaluation.dominated_by else (evaluation.capacity.max_rps if evaluation.capacity else 0.0),
+            "dominated_by": evaluation.dominated_by or None,
             "binding": evaluation.capacity.binding if evaluation.capacity else None,
             "problem": evaluation.problem or None,
             "class_rate_rps": evaluation.traffic_class.rate_rps,

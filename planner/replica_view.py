@@ -69,6 +69,7 @@ def capacity_view(dep: Deployment, prof: TokenProfile, slo: SLO, ladder: BudgetL
     model = ReplicaModel(dep, prof, slo, ladder)
     pt = cap.point
     payload = {
+        "shared_prefix_tokens": prof.shared_prefix_tokens,
         "sizing": sizing,
         "concurrency": cap.concurrency,
         "max_rps_per_replica": cap.max_rps,
@@ -174,6 +175,12 @@ def _per_user_note(ladder: BudgetLadder) -> str:
     return f" ({'; '.join(parts)})" if parts else ""
 
 
+def _prefix_note(payload: dict) -> str:
+    """The ladder's step 8 counts every sequence's prefix; with prefix caching it is held once."""
+    n = payload.get("shared_prefix_tokens") or 0
+    return f" (the {n:,}-token shared prefix held once, unlike step 8)" if n else ""
+
+
 def capacity_text(view: ReplicaView) -> str:
     """The replica's capacity for its class, each ceiling alone, and the state at a stated rate."""
     cap, payload = view.capacity, view.payload
@@ -181,7 +188,7 @@ def capacity_text(view: ReplicaView) -> str:
     lines = [
         "",
         f"Capacity of one replica ({cap.sizing} sizing):",
-        f"  concurrency by memory: worst_case {c['worst_case']}, expected {c['expected']}, "
+        f"  concurrency by memory{_prefix_note(payload)}: worst_case {c['worst_case']}, expected {c['expected']}, "
         f"percentile {c['percentile']}  (quoting {cap.sizing})",
         f"  max rate          {cap.max_rps:10.3f} requests/s   binding ceiling: {cap.binding}",
         f"  resident batch    {pt.resident_batch:10.1f} sequences",

@@ -818,3 +818,21 @@ def test_a_config_whose_cache_holds_no_sequence_at_the_limit_is_not_planned(tmp_
     r = run("capacity", "llama-3.1-8b", "l4", "--prompt-tokens", 1000, "--output-tokens", 200)
     one_line_error(r, 2, "'llama-3.1-8b' on 1 x l4: the 2.28 GiB KV budget holds no sequence at the 131,072-token "
                          "context limit (16.00 GiB each)")
+
+
+def test_a_candidate_the_search_did_not_size_has_no_capacity_in_the_json(tmp_path):
+    text = BASE.replace("weight_dtypes: [bf16]", "weight_dtypes: [bf16, fp8]").replace("kv_dtypes: [bf16]", "kv_dtypes: [bf16, fp8]")
+    r = run("solve", scenario(tmp_path, text + "verify: false\n"), "--no-report", "--json")
+    assert r.exit_code == 0, r.output
+    rows = {(c["weight_dtype"], c["kv_dtype"]): c for c in json.loads(r.stdout)["candidates"]}
+    assert rows[("fp8", "fp8")]["capacity_rps"] > 0 and rows[("fp8", "fp8")]["dominated_by"] is None
+    for key in (("bf16", "bf16"), ("bf16", "fp8"), ("fp8", "bf16")):
+        assert rows[key]["capacity_rps"] is None and rows[key]["model_capacity_rps"] is None
+        assert rows[key]["dominated_by"] == "h100-sxm tp1 w:fp8 kv:fp8 ctx:8192"
+
+
+def test_capacity_says_the_shared_prefix_is_held_once_where_step_8_counts_it_per_sequence():
+    r = run("capacity", "llama-3.1-8b", "h100-sxm", "--context-limit", 16384, "--prompt-tokens", 2000,
+            "--output-tokens", 500, "--shared-prefix-tokens", 1500)
+    assert r.exit_code == 0, r.output
+    assert "  concurrency by memory (the 1,500-token shared prefix held once, unlike step 8): worst_case " in r.output
