@@ -62,16 +62,21 @@ class DayTerms:
     reserved_terms: str  # for the report: where the reserved prices come from
 
 
+def reserved_discount(scn: Scenario) -> tuple[float, str]:
+    """The scenario's one reserved discount (Scenario._one_reserved_discount refuses two) and the
+    field it comes from; it prices the day's curve and the forecast's commitments alike."""
+    if scn.autoscaling.reserved_discount is not None:
+        return scn.autoscaling.reserved_discount, "autoscaling.reserved_discount"
+    if scn.forecast is not None:
+        return scn.forecast.reserved_discount, "forecast.reserved_discount"
+    return 0.0, "no reserved discount stated"
+
+
 def scenario_terms(scn: Scenario, on_demand_usd_per_gpu_hour: Mapping[str, float]) -> DayTerms:
     """The scenario's autoscaling settings; reserved prices from its one statement of reserved terms."""
     a, fc = scn.autoscaling, scn.forecast
     reserved_prices = dict(fc.reserved_prices) if fc is not None else {}
-    if a.reserved_discount is not None:
-        discount, where = a.reserved_discount, "autoscaling.reserved_discount"
-    elif fc is not None:
-        discount, where = fc.reserved_discount, "forecast.reserved_discount"
-    else:
-        discount, where = 0.0, "no reserved discount stated"
+    discount, where = reserved_discount(scn)
     prices = {g: reserved_prices.get(g, p * (1 - discount)) for g, p in on_demand_usd_per_gpu_hour.items()}
     terms = f"on-demand × (1 − {discount:g}) ({where})"
     if reserved_prices:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.daily import DayCosts, DayTerms, day_costs
+from planner.daily import DayCosts, DayTerms, day_costs, reserved_discount
 from planner.errors import InfeasibleError, InputError
 from planner.inputs import Inputs, plan_inputs
 from planner.load_profile import HOURS_PER_DAY
@@ -183,11 +183,7 @@ def run_forecast(inputs: Inputs) -> list[QuarterResult]:
     # committed at, whatever on-demand prices do later.
     lots: dict[str, list[tuple[int, float]]] = {}
     commit_price_before: dict[str, float] = {}
-    # Reserved terms are stated once (Scenario._one_reserved_discount): autoscaling's discount,
-    # when it is the one given, prices the forecast's commitments as it prices the day's curve.
-    discount = fc.reserved_discount
-    if "reserved_discount" not in fc.model_fields_set and scn.autoscaling.reserved_discount is not None:
-        discount = scn.autoscaling.reserved_discount
+    discount, _ = reserved_discount(scn)
     for i, q in enumerate(fc.quarters):
         _check_gpus(scn, inputs, q, i)
         multiplier = multiplier * (1 + q.growth) if fc.growth_mode == "compound" else 1 + q.growth

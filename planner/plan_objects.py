@@ -232,3 +232,22 @@ def candidate_configs(scn: Scenario, catalog: Catalog, model: Model, weight_dtyp
                     if supported_problem(gpu, tp, catalog.dtype(w), catalog.dtype(kv), model) is None:
                         out.append(Config(gpu, tp, w, kv, price))
     return out
+
+
+def class_capacity_rps(pools) -> dict[str, float]:
+    """Each traffic class's capacity (by class name): its pools' replicas x the capacity each
+    replica is planned at, requests/s."""
+    capacity: dict[str, float] = {}
+    for pool in pools:
+        capacity[pool.traffic_class.name] = capacity.get(pool.traffic_class.name, 0.0) + pool.replicas * pool.planned_rps
+    return capacity
+
+
+def classes_short_of_capacity(pools, rate_scale: float = 1.0) -> list[tuple[TrafficClass, float, float]]:
+    """(class, rate to cover, capacity) for each class whose pools' capacity is below its rate x
+    rate_scale (the rate includes headroom: 1 / headroom asks about the peak itself); a stated
+    fleet too small, as the optimiser always covers its classes."""
+    capacity = class_capacity_rps(pools)
+    classes = {pool.traffic_class.name: pool.traffic_class for pool in pools}
+    return [(tc, tc.rate_rps * rate_scale, capacity[name]) for name, tc in classes.items()
+            if capacity[name] < tc.rate_rps * rate_scale * (1 - 1e-9)]

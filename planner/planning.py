@@ -26,6 +26,7 @@ from planner.plan_objects import (
     Outcome,
     Plan,
     PoolDetail,
+    classes_short_of_capacity,
     traffic_classes,
 )
 from planner.plan_search import Resolver, no_plan_message, outcome_of
@@ -91,8 +92,8 @@ def _assemble(scn, model, catalog, hist, served, limit, measured_peak_rps, peak,
     # A fleet that cannot carry its peak (a stated fleet too small) serves fewer tokens than the
     # traffic asks for: a price per token on the asked-for tokens would be too low, and the input
     # share (prefill time at an operating point that does not exist) meaningless.
-    overloaded = any(pool.resident is None or pool.rate_per_replica_rps > pool.planned_rps * (1 + 1e-9)
-                     for pool in pools)
+    overloaded = (any(pool.resident is None for pool in pools)
+                  or bool(classes_short_of_capacity(pools, 1.0 / scn.traffic.headroom)))
     if overloaded:
         input_tph_priced = output_tph_priced = 0.0
     else:

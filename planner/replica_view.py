@@ -65,8 +65,8 @@ def capacity_view(dep: Deployment, prof: TokenProfile, slo: SLO, ladder: BudgetL
                   quantile: float, stat: str, rate_rps: float | None) -> ReplicaView:
     """replica_capacity for the class, with the latency at `stat` at capacity and, given a rate,
     the operating point at that rate (planner.capacity, planner.latency)."""
-    cap = replica_capacity(dep, prof, slo, sizing=sizing, quantile=quantile, ladder=ladder)
     model = ReplicaModel(dep, prof, slo, ladder)
+    cap = replica_capacity(dep, prof, slo, sizing=sizing, quantile=quantile, ladder=ladder, model=model)
     pt = cap.point
     payload = {
         "shared_prefix_tokens": prof.shared_prefix_tokens,

@@ -13,7 +13,13 @@ from planner.exploration import SENSITIVITY
 from planner.files import output_folder, write_text_atomic
 from planner.memory import ladder_rule_steps, layer_kind_lines
 from planner.paged import SIZING_MODES
-from planner.plan_objects import Outcome, Plan, PoolDetail
+from planner.plan_objects import (
+    Outcome,
+    Plan,
+    PoolDetail,
+    class_capacity_rps,
+    classes_short_of_capacity,
+)
 from planner.report_latency import latency_section
 from planner.roofline import StepModel
 from planner.units import HOURS_PER_MONTH, GiB, quantile_label
@@ -107,20 +113,22 @@ def render(plan: Plan, *, figures: dict[str, str] | None = None, sections: tuple
 def _verdict(plan: Plan) -> str:
     """One line: whether the plan's targets hold in simulation, and what they are; a stated fleet
     that covers its peak but not peak x headroom says so (the optimiser always covers both)."""
-    thin = _classes_short_of_capacity(plan, headroom=True)
-    short = _classes_short_of_capacity(plan, headroom=False)
-    note = (f" The fleet carries its peak but not the headroom asked for ({'; '.join(thin)})."
-            if thin and not short else "")
-    return _verdict_line(plan) + note
+    short = _short_text(classes_short_of_capacity(plan.pools, 1.0 / plan.scenario.traffic.headroom), "peak")
+    thin = _short_text(classes_short_of_capacity(plan.pools), "peak × headroom")
+    note = f" The fleet carries its peak but not the headroom asked for ({thin})." if thin and not short else ""
+    return _verdict_line(plan, short) + note
 
 
-def _verdict_line(plan: Plan) -> str:
+def _short_text(short, what: str) -> str:
+    return "; ".join(f"{tc.label}: {rate:,.4g} req/s to cover ({what}), capacity {capacity:,.4g} req/s"
+                     for tc, rate, capacity in short)
+
+
+def _verdict_line(plan: Plan, short: str) -> str:
     bands = "; ".join(f"{b.name}: {b.targets_text()}" for b in plan.scenario.slo.to_slo().bands)
     cert = plan.certification
-    short = _classes_short_of_capacity(plan, headroom=False)
     if short:
-        return (f"**This fleet does NOT carry its peak** ({'; '.join(short)}), so its targets cannot hold; "
-                f"targets: {bands}.")
+        return f"**This fleet does NOT carry its peak** ({short}), so its targets cannot hold; targets: {bands}."
     if cert is None:
         return f"Targets ({bands}) are met by the model's prediction; simulation was not asked for (`verify: false`)."
     if cert.certified:
@@ -130,19 +138,6 @@ def _verdict_line(plan: Plan) -> str:
     failing = "; ".join(f"{pool.traffic_class.label}: {', '.join(pool.check.problems or pool.check.replay.problems)}"
                         for pool in plan.pools if not pool.check.holds)
     return f"**This plan does NOT hold its targets in simulation** ({failing}); targets: {bands}."
-
-
-def _classes_short_of_capacity(plan: Plan, *, headroom: bool) -> list[str]:
-    """The classes whose pools' capacity is below the rate they must cover: peak x headroom, or
-    with headroom=False the peak itself (a stated fleet too small)."""
-    capacity: dict[str, float] = {}
-    for pool in plan.pools:
-        capacity[pool.traffic_class.label] = capacity.get(pool.traffic_class.label, 0.0) + pool.replicas * pool.planned_rps
-    scale = 1.0 if headroom else 1.0 / plan.scenario.traffic.headroom
-    rates = {pool.traffic_class.label: pool.traffic_class.rate_rps * scale for pool in plan.pools}
-    what = "peak × headroom" if headroom else "peak"
-    return [f"{label}: {rates[label]:,.4g} req/s to cover ({what}), capacity {capacity[label]:,.4g} req/s"
-            for label in rates if capacity[label] < rates[label] * (1 - 1e-9)]
 
 
 def _decision(plan: Plan) -> str:
@@ -196,9 +191,7 @@ def _pools_table(plan: Plan) -> str:
         "| Pool | Requests | GPU | TP | Weights | KV cache | Context limit | Replicas | GPUs | Capacity / replica (req/s) | Rate to cover (req/s) | Binding ceiling | $/hour |",
         "|---|---:|---|---:|---|---|---:|---:|---:|---:|---:|---|---:|",
     ]
-    class_capacity: dict[str, float] = {}
-    for pool in plan.pools:
-        class_capacity[pool.traffic_class.name] = class_capacity.get(pool.traffic_class.name, 0.0) + pool.replicas * pool.planned_rps
+    class_capacity = class_capacity_rps(plan.pools)
     for pool in plan.pools:
         tc, cfg = pool.traffic_class, pool.config
         part = pool.replicas * pool.planned_rps / class_capacity[tc.name]

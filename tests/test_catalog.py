@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 from clirun import run
+from scenario_files import config_variant
 
 from planner.errors import InputError
 from planner.hf_import import model_from_hf_config
@@ -211,15 +212,7 @@ def test_import_layer_types_sliding_window():
 
 
 def _variant(tmp_path: Path, fixture: str, **changes) -> Path:
-    cfg = json.loads((FIXTURES / fixture).read_text())
-    for key, value in changes.items():
-        if value is None:
-            cfg.pop(key, None)
-        else:
-            cfg[key] = value
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(cfg))
-    return path
+    return config_variant(tmp_path, FIXTURES / fixture, **changes)
 
 
 def test_import_gemma2_implicit_alternation(tmp_path):

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import textwrap
 
 import pytest
 from click.testing import CliRunner
+from scenario_files import write_scenario
 
 from planner.cli import main
 
@@ -32,9 +32,7 @@ BAND_KEYS = {"band", "requests", "ttft_ms_p50", "ttft_ms_p90", "ttft_ms_p99", "t
 
 
 def write(tmp_path, text=SCENARIO, name="sim.yaml"):
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(text), encoding="utf-8")
-    return path
+    return write_scenario(tmp_path, text, name=name)
 
 
 def test_simulate_json_has_band_percentiles_and_the_verdict(tmp_path):

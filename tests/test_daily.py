@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
-import textwrap
 
 import numpy as np
 import pytest
 from clirun import run
+from scenario_files import write_scenario
 
 from planner.daily import DayPool, day_costs, period_cost, scale_segments, scenario_terms
 from planner.inputs import load_inputs, plan_inputs
@@ -30,9 +30,7 @@ kv_dtypes: [bf16]
 
 
 def scenario(tmp_path, extra: str, base: str = BASE):
-    path = tmp_path / "day.yaml"
-    path.write_text(textwrap.dedent(base) + textwrap.dedent(extra), encoding="utf-8")
-    return path
+    return write_scenario(tmp_path, base, extra, name="day.yaml")
 
 
 def costs_of(path):

@@ -5,12 +5,12 @@ from __future__ import annotations
 import csv
 import io
 import json
-import textwrap
 
 import pytest
 from click.testing import CliRunner
 from clirun import run
 from contract import one_line_error
+from scenario_files import write_scenario
 
 from planner.cli import main
 from planner.forecast import run_forecast
@@ -33,9 +33,7 @@ kv_dtypes: [bf16]
 
 
 def scenario(tmp_path, forecast: str, base: str = BASE):
-    path = tmp_path / "fc.yaml"
-    path.write_text(textwrap.dedent(base) + textwrap.dedent(forecast), encoding="utf-8")
-    return path
+    return write_scenario(tmp_path, base, forecast, name="fc.yaml")
 
 
 def test_flat_forecast_reproduces_the_single_solve_every_quarter(tmp_path):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from clirun import run
+from scenario_files import config_variant
 
 from planner.catalog import load_catalog
 from planner.checkpoint import read_weights
@@ -256,16 +257,7 @@ def test_distinct_architectures():
 
 
 def _variant(tmp_path: Path, name: str, nested: bool = False, **changes) -> Path:
-    cfg = json.loads((CONFIGS / f"{name}.json").read_text())
-    target = cfg["text_config"] if nested else cfg
-    for key, value in changes.items():
-        if value is None:
-            target.pop(key, None)
-        else:
-            target[key] = value
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(cfg))
-    return path
+    return config_variant(tmp_path, CONFIGS / f"{name}.json", nested=nested, **changes)
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from clirun import run
 from contract import one_line_error
+from scenario_files import write_scenario
 
 from planner.files import atomic_output
 from planner.histogram import Histogram
@@ -39,9 +39,7 @@ kv_dtypes: [bf16]
 
 
 def scenario(tmp_path: Path, text: str = BASE, name: str = "s.yaml") -> Path:
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(text), encoding="utf-8")
-    return path
+    return write_scenario(tmp_path, text, name=name)
 
 
 def leftovers(folder: Path) -> list[str]:
@@ -802,6 +800,20 @@ def test_a_stated_fleet_that_cannot_carry_its_peak_quotes_no_price_per_token(tmp
     report = (tmp_path / "out" / "tiny.md").read_text()
     assert "$2.99 per hour, $2,182.70 per month, — per million tokens** (input —, output —;" in report
     assert "No price per token (—): the fleet cannot carry the peak, so it would not serve these tokens." in report
+    assert "**This fleet does NOT carry its peak** (all (≤ 8,192 tokens): 40 req/s to cover (peak), capacity " in report
+
+
+def test_a_stated_fleet_that_carries_its_peak_but_not_the_headroom_says_so(tmp_path):
+    text = BASE.replace("rps: 4}", "rps: 20}") + (
+        "verify: false\nfleet:\n  - {gpu: h100-sxm, tp: 1, weight_dtype: bf16, kv_dtype: bf16, replicas: 1}\n")
+    r = run("solve", scenario(tmp_path, text), "--out-dir", tmp_path / "out", "--json")
+    assert r.exit_code == 0, r.output
+    capacity = json.loads(r.stdout)["plan"][0]["planned_rps"]
+    assert 20 <= capacity < 24  # the test's premise: one replica covers the peak, not peak x headroom 1.2
+    report = (tmp_path / "out" / "tiny.md").read_text()
+    assert (f"The fleet carries its peak but not the headroom asked for (all (≤ 8,192 tokens): 24 req/s to cover "
+            f"(peak × headroom), capacity {capacity:,.4g} req/s).") in report
+    assert "NOT carry its peak" not in report and "— per million tokens" not in report
 
 
 def test_a_cache_block_longer_than_any_engine_offers_is_refused(tmp_path):

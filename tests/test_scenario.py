@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from scenario_files import write_scenario
 
 from planner.cli import main
 
@@ -24,9 +24,7 @@ tp: [1]
 
 
 def write(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(text), encoding="utf-8")
-    return path
+    return write_scenario(tmp_path, text, name=name)
 
 
 def solve(*args):

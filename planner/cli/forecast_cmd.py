@@ -44,18 +44,14 @@ def forecast(scenario, out_dir, no_report, catalog_files, as_json) -> None:
     """
     from planner.errors import located
     from planner.fleet import is_fleet_file
-
-    with located(scenario):
-        fleet = is_fleet_file(scenario)
-    if fleet:
-        with located(scenario):
-            _fleet_forecast(scenario, out_dir, no_report, catalog_files, as_json)
-        return
     from planner.forecast import run_forecast
     from planner.forecast_outputs import forecast_json, write_forecast
     from planner.inputs import load_inputs
 
     with located(scenario):
+        if is_fleet_file(scenario):
+            _fleet_forecast(scenario, out_dir, no_report, catalog_files, as_json)
+            return
         inputs = load_inputs(scenario, catalog_files=catalog_files)
         results = run_forecast(inputs)
         written = None if no_report else write_forecast(inputs.scenario.name, results, Path(out_dir))
