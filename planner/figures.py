@@ -1,8 +1,11 @@
-"""Report figures (PNG, matplotlib's Agg backend), written byte-identically for identical inputs."""
+"""Report figures as PNG bytes (matplotlib's Agg backend), byte-identical for identical inputs.
+
+Each function draws one figure and returns its PNG; planner.figure_pool runs them, in worker
+processes while a plan is computed, and the report writers write the bytes beside the report."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import io
 
 import matplotlib
 
@@ -10,21 +13,21 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from planner.files import atomic_output
 from planner.histogram import LENGTH_EDGES, Histogram
 
 _SAVE = {"dpi": 100, "metadata": {"Software": None}}  # no version stamp: reports must not drift
 
 
-def _save(fig, path: Path) -> None:
+def _png(fig) -> bytes:
     try:
-        with atomic_output(path) as tmp:
-            fig.savefig(tmp, format="png", **_SAVE)
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", **_SAVE)
+        return buffer.getvalue()
     finally:
         plt.close(fig)
 
 
-def traffic_figure(hist: Histogram, path: Path, *, limit: int, thresholds: list[int]) -> None:
+def traffic_figure(hist: Histogram, *, limit: int, thresholds: list[int]) -> bytes:
     """Joint prompt x output histogram (log bins, exact counts) and the total-length distribution."""
     # Fixed margins rather than tight_layout, which lays the figure out twice (half the time).
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"wspace": 0.3})
@@ -60,10 +63,10 @@ def traffic_figure(hist: Histogram, path: Path, *, limit: int, thresholds: list[
         ax2.axvline(t, color="tab:orange", linestyle="--", linewidth=1)
     ax2.axvline(limit, color="tab:red", linewidth=1)
     ax2.grid(True, which="both", alpha=0.3)
-    _save(fig, path)
+    return _png(fig)
 
 
-def cost_figure(rows: list[tuple[str, float]], path: Path, *, title: str) -> None:
+def cost_figure(rows: list[tuple[str, float]], *, title: str) -> bytes:
     """Horizontal bars of cost per hour for a set of named plans (infeasible ones omitted)."""
     rows = [(name, cost) for name, cost in rows if np.isfinite(cost)]
     fig, ax = plt.subplots(figsize=(8, 0.45 * len(rows) + 1.2))
@@ -77,10 +80,10 @@ def cost_figure(rows: list[tuple[str, float]], path: Path, *, title: str) -> Non
         ax.text(c, i, f" ${c:,.2f}", va="center")
     ax.set_xlim(0, max((c for _, c in rows), default=1) * 1.25)
     fig.tight_layout()
-    _save(fig, path)
+    return _png(fig)
 
 
-def target_figure(points: list[tuple[float, float]], path: Path, *, xlabel: str, title: str) -> None:
+def target_figure(points: list[tuple[float, float]], *, xlabel: str, title: str) -> bytes:
     """Cost per hour against a latency target (the plan's own target marked): what a stricter
     target costs. Infeasible points are left out."""
     points = sorted((x, c) for x, c in points if np.isfinite(c))
@@ -94,11 +97,11 @@ def target_figure(points: list[tuple[float, float]], path: Path, *, xlabel: str,
     ax.set_ylim(bottom=0, top=max((c for _, c in points), default=1) * 1.2)
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
-    _save(fig, path)
+    return _png(fig)
 
 
-def forecast_figure(quarters: list[str], cpm: dict[str, list[float | None]], gpus: list[int],
-                    path: Path, *, title: str) -> None:
+def forecast_figure(quarters: list[str], cpm: dict[str, list[float | None]], gpus: list[int], *,
+                    title: str) -> bytes:
     """Cost per million tokens (one line per named series; a series with a gap is left out) and GPU count by quarter."""
     fig, ax1 = plt.subplots(figsize=(8, 4.8))
     x = np.arange(len(quarters))
@@ -117,4 +120,4 @@ def forecast_figure(quarters: list[str], cpm: dict[str, list[float | None]], gpu
     fig.legend(lines, labels, loc="lower center", ncol=3, fontsize="small", frameon=False)
     ax1.set_title(title)
     fig.subplots_adjust(left=0.1, right=0.9, top=0.92, bottom=0.1 + 0.045 * ((len(labels) + 2) // 3))
-    _save(fig, path)
+    return _png(fig)

@@ -98,6 +98,12 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
+    """Write `data` to `path` all-or-nothing."""
+    with atomic_output(path) as tmp:
+        tmp.write_bytes(data)
+
+
 def output_error(exc: OSError, path: Path, *, what: str = "cannot write") -> InputError:
     """An OSError on output as the one-line error the command line prints."""
     reasons = {

@@ -16,7 +16,8 @@ from planner.certification import certify_plans
 from planner.errors import InfeasibleError, InputError, PlannerError
 from planner.exploration import explore_plan
 from planner.fleet import FleetInputs, Service
-from planner.ilp import JointSolution, solve_services
+from planner.ilp import JointSolution, cost_bound_using_more, solve_services
+from planner.ilp_solver import COST_TOLERANCE_USD
 from planner.plan_objects import Plan
 from planner.plan_search import Resolver, no_plan_message, scenario_caps, service_model
 from planner.plan_setup import Setup, pool_details, setup_plan
@@ -170,20 +171,33 @@ def _setup(svc: Service, growth: float) -> Setup:
 
 
 def _solve(fleet: FleetInputs, setups: list[Setup], evals_per_service, *, keep_lp=False, caps=None,
-           max_gpu_types=-1, tie_break=True) -> JointSolution:
+           max_gpu_types=-1, tie_break=True, start=None) -> JointSolution:
     """The joint ILP; caps and max_gpu_types replace the fleet's (for the cost of a constraint, which
     needs no tie-break among plans of equal cost)."""
     spec = fleet.spec
     caps = fleet.shared_caps if caps is None else caps
     max_gpu_types = spec.max_gpu_types if max_gpu_types == -1 else max_gpu_types
-    bound = None if max_gpu_types is not None else {*caps, *fleet.commitments}
-    models = [service_model(st.scn, st.classes, evals, name=svc.name if len(setups) > 1 else "",
-                            inventory=scenario_caps(st.scn), bound_types=bound)
-              for svc, st, evals in zip(fleet.services, setups, evals_per_service, strict=True)]
     return solve_services(
-        models, inventory=caps, reserved=fleet.commitments, max_gpu_types=max_gpu_types,
-        backend=spec.solver.backend, time_limit_s=spec.solver.time_limit_s, keep_lp=keep_lp, tie_break=tie_break,
+        _models(fleet, setups, evals_per_service, caps, max_gpu_types), inventory=caps, reserved=fleet.commitments,
+        max_gpu_types=max_gpu_types, backend=spec.solver.backend, time_limit_s=spec.solver.time_limit_s,
+        keep_lp=keep_lp, tie_break=tie_break, start=start,
     )
+
+
+def _bound_over(fleet: FleetInputs, setups: list[Setup], evals_per_service, gpu: str, at_least: int) -> float:
+    """A lower bound on the fleet's cost with at least `at_least` GPUs of type `gpu` and its cap dropped."""
+    caps = {k: v for k, v in fleet.shared_caps.items() if k != gpu}
+    return cost_bound_using_more(_models(fleet, setups, evals_per_service, caps, fleet.spec.max_gpu_types), gpu,
+                                 at_least, inventory=caps, reserved=fleet.commitments,
+                                 max_gpu_types=fleet.spec.max_gpu_types, backend=fleet.spec.solver.backend)
+
+
+def _models(fleet: FleetInputs, setups: list[Setup], evals_per_service, caps, max_gpu_types):
+    """Each service's part of the joint ILP under these caps (they decide which candidates dominate)."""
+    bound = None if max_gpu_types is not None else {*caps, *fleet.commitments}
+    return [service_model(st.scn, st.classes, evals, name=svc.name if len(setups) > 1 else "",
+                          inventory=scenario_caps(st.scn), bound_types=bound)
+            for svc, st, evals in zip(fleet.services, setups, evals_per_service, strict=True)]
 
 
 def _no_fleet_message(fleet: FleetInputs, setups, solvers, joint: JointSolution) -> str:
@@ -251,24 +265,37 @@ def _explore(setups: list[Setup], plans: list[Plan], i: int, caps: dict[str, int
 
 
 def _constraints(fleet: FleetInputs, setups, evals_per_service, joint: JointSolution, types) -> tuple[SharedConstraint, ...]:
-    """Each shared limit that a plan can reach, and the fleet's cost with it raised by one and dropped."""
+    """Each shared limit that a plan can reach, and the fleet's cost with it raised by one and dropped.
+
+    Dropping a cap only admits plans with more GPUs of its type than the cap: when the linear
+    relaxation of those costs no less than the plan (ilp.cost_bound_using_more), neither change
+    saves anything and no ILP is solved. Otherwise the plan is feasible under either change, so
+    both re-solves start from it; and the cost with the limit dropped bounds the cost with it
+    raised by one from below, the plan's cost from above: when dropping the limit saves nothing,
+    neither does raising it (no second re-solve)."""
     out = []
     used = {t.gpu: t.used for t in types}
     caps = fleet.shared_caps
+
+    def relaxed(plus: dict, free: dict, over: tuple[str, int] | None = None) -> tuple[float, float]:
+        cost = joint.cost_per_hour
+        if over is not None and _bound_over(fleet, setups, evals_per_service, *over) >= cost - COST_TOLERANCE_USD:
+            return cost, cost
+        dropped = _solve(fleet, setups, evals_per_service, tie_break=False, start=joint.values, **free).cost_per_hour
+        if dropped >= joint.cost_per_hour - COST_TOLERANCE_USD:
+            return joint.cost_per_hour, dropped
+        return _solve(fleet, setups, evals_per_service, tie_break=False, start=joint.values, **plus).cost_per_hour, dropped
+
     for g, cap in sorted(caps.items()):
         s = fleet.spec.inventory[g]
         parts = [f"{s.owned} owned"] if s.owned else []
         parts += [f"{s.reserved} reserved"] if s.reserved else []
         parts.append(f"{s.max_new} new")
-        plus = _solve(fleet, setups, evals_per_service, caps={**caps, g: cap + 1}, tie_break=False)
-        free = _solve(fleet, setups, evals_per_service, caps={k: v for k, v in caps.items() if k != g},
-                      tie_break=False)
-        out.append(SharedConstraint(f"{g} GPUs", cap, used.get(g, 0), " + ".join(parts), plus.cost_per_hour,
-                                    free.cost_per_hour))
+        plus, free = relaxed({"caps": {**caps, g: cap + 1}}, {"caps": {k: v for k, v in caps.items() if k != g}},
+                             (g, cap + 1))
+        out.append(SharedConstraint(f"{g} GPUs", cap, used.get(g, 0), " + ".join(parts), plus, free))
     limit = fleet.spec.max_gpu_types
     if limit is not None:
-        plus = _solve(fleet, setups, evals_per_service, max_gpu_types=limit + 1, tie_break=False)
-        free = _solve(fleet, setups, evals_per_service, max_gpu_types=None, tie_break=False)
-        out.append(SharedConstraint("GPU types", limit, len(joint.gpus_by_type), "max_gpu_types", plus.cost_per_hour,
-                                    free.cost_per_hour))
+        plus, free = relaxed({"max_gpu_types": limit + 1}, {"max_gpu_types": None})
+        out.append(SharedConstraint("GPU types", limit, len(joint.gpus_by_type), "max_gpu_types", plus, free))
     return tuple(out)

@@ -13,7 +13,7 @@ from planner.files import write_text_atomic
 from planner.fleet_plan import FleetPlan
 from planner.inputs import report_sections
 from planner.plan_json import plan_json
-from planner.report import render, write_figures
+from planner.report import render, start_figures, write_figures
 from planner.units import HOURS_PER_MONTH
 
 
@@ -143,7 +143,8 @@ def _constraints(fp: FleetPlan) -> str:
 def write_fleet_report(fp: FleetPlan, out_dir: Path) -> Path:
     """Write reports/<fleet>.md and every service's figures (named <fleet>_<service>_*.png)."""
     prefix = f"{fp.fleet.spec.name}_"
-    figures = [write_figures(plan, out_dir, prefix=prefix) for plan in fp.plans]
+    started = [start_figures(plan, prefix=prefix) for plan in fp.plans]  # all drawn side by side
+    figures = [write_figures(out_dir, figs) for figs in started]
     path = out_dir / f"{fp.fleet.spec.name}.md"
     write_text_atomic(path, render_fleet(fp, figures=figures))
     return path

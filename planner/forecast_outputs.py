@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from planner.daily import POLICIES, floor_text
-from planner.files import output_folder, write_text_atomic
+from planner.figure_pool import draw
+from planner.files import output_folder, write_bytes_atomic, write_text_atomic
 from planner.forecast import PoolRow, QuarterResult
 from planner.units import HOURS_PER_MONTH, HOURS_PER_QUARTER
 
@@ -478,19 +479,18 @@ def write_texts(out_dir: Path, texts: dict[str, str]) -> list[Path]:
 def write_forecast(name: str, results: Sequence[QuarterResult], out_dir: Path) -> list[Path]:
     """The forecast's report, tables, data dictionary and figure in out_dir; every output is made
     before the first is written, so a failure leaves none half-made."""
-    from planner.figures import forecast_figure
-
     output_folder(out_dir)
     figure = f"{name}_forecast.png"
     texts = {f"{name}_forecast.md": forecast_markdown(name, results, figure=figure)}
     texts.update({table_file(name, t): text for t, text in forecast_tables(results).items()})
     texts[f"{name}_forecast_datapackage.json"] = datapackage_json(name)
-    forecast_figure(
-        [r.quarter for r in results],
-        {"plan, at peak": [r.cost_per_million["blended"] for r in results],
-         "plan, day's volume": [(r.cost_per_million_at_volume or {}).get("blended") for r in results],
-         "autoscaled, day's volume": [r.day.usd_per_million_tokens("autoscaled") for r in results],
-         "reserved + on demand, day's volume": [r.day.usd_per_million_tokens("mixed") for r in results]},
-        [r.gpus for r in results], out_dir / figure, title=f"{name}: cost per token and fleet",
+    png = draw(
+        "forecast_figure", quarters=[r.quarter for r in results],
+        cpm={"plan, at peak": [r.cost_per_million["blended"] for r in results],
+             "plan, day's volume": [(r.cost_per_million_at_volume or {}).get("blended") for r in results],
+             "autoscaled, day's volume": [r.day.usd_per_million_tokens("autoscaled") for r in results],
+             "reserved + on demand, day's volume": [r.day.usd_per_million_tokens("mixed") for r in results]},
+        gpus=[r.gpus for r in results], title=f"{name}: cost per token and fleet",
     )
+    write_bytes_atomic(out_dir / figure, png())
     return write_texts(out_dir, texts)

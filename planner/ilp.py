@@ -75,8 +75,10 @@ from planner.ilp_solver import (
     break_ties,
     lp_name,
     lp_text,
+    set_start,
     solution_status,
     solver_for,
+    variable_values,
 )
 
 BEYOND_ANY_FLEET = "Beyond any fleet"  # status: every option needs more GPUs than exist
@@ -186,6 +188,7 @@ class JointSolution:
     build_s: float
     solver: str
     lp_text: str = field(default="", repr=False)
+    values: Mapping[str, float] = field(default_factory=dict, repr=False)  # the ILP's variables, a start for a re-solve
 
 
 def solve_fleet(
@@ -231,20 +234,20 @@ def solve_services(
     time_limit_s: float = 60.0,
     keep_lp: bool = False,
     tie_break: bool = True,
+    start: Mapping[str, float] | None = None,
 ) -> JointSolution:
     """Minimise the cost per hour of a fleet of services that share GPU inventory and commitments;
-    the formulation (sets, data, variables, objective, constraints) is the module's docstring."""
+    the formulation (sets, data, variables, objective, constraints) is the module's docstring.
+    start: the variable values of a plan known to be feasible here (JointSolution.values of the same
+    services under tighter rules), where the solver starts; the optimum does not depend on it."""
     t0 = time.perf_counter()
-    prob = pulp.LpProblem("fleet", pulp.LpMinimize)
-    reserved = {g: r for g, r in (reserved or {}).items() if r[0] > 0}
-    parts = [_ServiceVars(prob, sv, reserved, reserved_pools, use_reserved) for sv in services]
-    if any(not part.servable for part in parts):  # no config for some class of every option, or too many GPUs
+    prob, parts, joint = _build(services, inventory, reserved, reserved_pools, use_reserved, max_gpu_types)
+    if joint is None:  # no config for some class of every option, or too many GPUs
         return _unservable(parts, backend, t0)
-    joint = _JointProblem(prob, parts, reserved)
-    joint.add_constraints(dict(inventory or {}), use_reserved, max_gpu_types)
     lp = lp_text(prob) if keep_lp else ""
     build_s = time.perf_counter() - t0
     solver = solver_for(backend, time_limit_s)
+    set_start(prob, start)
     t1 = time.perf_counter()
     prob.solve(solver)
     if prob.status != pulp.LpStatusOptimal or prob.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
@@ -256,6 +259,47 @@ def solve_services(
     if tie_break:
         break_ties(prob, joint.cost, joint.ties(), solver)
     return joint.solution(status, time.perf_counter() - t1, build_s, solver.name, lp)
+
+
+def _build(services, inventory, reserved, reserved_pools, use_reserved, max_gpu_types):
+    """The problem, each service's part of it, and what they share (None when some service cannot
+    be served: the parts then say why)."""
+    prob = pulp.LpProblem("fleet", pulp.LpMinimize)
+    reserved = {g: r for g, r in (reserved or {}).items() if r[0] > 0}
+    parts = [_ServiceVars(prob, sv, reserved, reserved_pools, use_reserved) for sv in services]
+    if any(not part.servable for part in parts):
+        return prob, parts, None
+    joint = _JointProblem(prob, parts, reserved)
+    joint.add_constraints(dict(inventory or {}), use_reserved, max_gpu_types)
+    return prob, parts, joint
+
+
+def cost_bound_using_more(
+    services: Sequence[ServiceModel],
+    gpu: str,
+    at_least: int,
+    *,
+    inventory: Mapping[str, int] | None = None,
+    reserved: Mapping[str, tuple[int, float]] | None = None,
+    max_gpu_types: int | None = None,
+    backend: str = DEFAULT_BACKEND,
+) -> float:
+    """A lower bound on the cost per hour of every plan (of solve_services with these rules) that
+    uses at least `at_least` GPUs of type `gpu`: the optimum of its linear relaxation (replicas and
+    pools fractional) with that floor added as the constraint at_least_<gpu>; inf when none can.
+    What an inventory cap costs needs no second ILP when this bound, for one GPU over the cap, is
+    no lower than the plan's cost: no plan the cap forbids is cheaper."""
+    prob, _, joint = _build(services, inventory, reserved, True, False, max_gpu_types)
+    if joint is None:
+        return math.inf
+    on_type = joint.on_type(gpu)
+    if not on_type:
+        return math.inf
+    prob += joint.gpus_of(on_type) >= at_least, lp_name("at_least", gpu)
+    prob.solve(solver_for(backend, 60.0, relaxation=True))
+    if prob.status != pulp.LpStatusOptimal:
+        return math.inf
+    return float(pulp.value(joint.cost))
 
 
 def _unservable(parts, backend: str, t0: float) -> JointSolution:
@@ -341,7 +385,7 @@ class _JointProblem:
         ]
         return JointSolution(status, tuple(solutions), self.reserved_cost + on_demand_cost, sum(used.values()),
                              {g: n for g, n in sorted(used.items()) if n}, on_demand, self.reserved_cost, solve_s,
-                             build_s, solver, lp)
+                             build_s, solver, lp, variable_values(self.prob))
 
 
 class _ServiceVars:

@@ -14,7 +14,14 @@ import yaml
 from click.testing import CliRunner
 
 from planner.cli import main
-from planner.ilp import Candidate, ServiceModel, SplitOption, solve_fleet, solve_services
+from planner.ilp import (
+    Candidate,
+    ServiceModel,
+    SplitOption,
+    cost_bound_using_more,
+    solve_fleet,
+    solve_services,
+)
 
 # ------------------------------------------------------------------ the joint ILP
 
@@ -54,7 +61,7 @@ def service_plans(sv: ServiceModel):
     return out
 
 
-def brute_force(services, caps, committed, prices):
+def brute_force(services, caps, committed, prices, at_least=None):
     best = math.inf
     for plans in itertools.product(*(service_plans(sv) for sv in services)):
         used: dict[str, int] = {}
@@ -64,6 +71,8 @@ def brute_force(services, caps, committed, prices):
                 used[g] = used.get(g, 0) + n
             cost += sum(v for g, v in c.items() if g not in committed)
         if any(used.get(g, 0) > cap for g, cap in caps.items()):
+            continue
+        if any(used.get(g, 0) < n for g, n in (at_least or {}).items()):
             continue
         for g, (n, q) in committed.items():
             cost += n * q + prices[g] * max(0, used.get(g, 0) - n)
@@ -95,6 +104,22 @@ def test_two_services_competing_for_a_capped_type_match_brute_force(seed):
         assert joint.cost_per_hour == pytest.approx(expected, abs=1e-6)
         used = sum(p.gpus for sol in joint.services for p in sol.pools if p.gpu == "scarce")
         assert used <= caps["scarce"]
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_the_bound_on_plans_over_a_cap_is_below_every_such_plan(seed):
+    """What a cap costs is not re-solved when the linear relaxation of the plans it forbids costs no
+    less than the plan: that bound must lie below every plan with more GPUs of the type than the
+    cap (enumerated), and dropping the cap must then change nothing."""
+    services, caps, committed, prices = instance(seed)
+    over = caps["scarce"] + 1
+    bound = cost_bound_using_more(services, "scarce", over, reserved=committed)
+    cheapest_over = brute_force(services, {}, committed, prices, at_least={"scarce": over})
+    assert bound <= cheapest_over + 1e-6
+    capped = solve_services(services, inventory=caps, reserved=committed)
+    if capped.services[0].pools and bound >= capped.cost_per_hour - 1e-6:
+        dropped = solve_services(services, reserved=committed)
+        assert dropped.cost_per_hour == pytest.approx(capped.cost_per_hour, abs=1e-6)
 
 
 @pytest.mark.parametrize("seed", range(24))

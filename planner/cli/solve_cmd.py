@@ -34,6 +34,13 @@ def solve(scenarios, out_dir, no_report, write_lp, verify, catalog_files, as_jso
       planner solve scenarios/128k_rollout.yaml
       planner solve scenarios/fleet_2027q1.yaml --json
     """
+    from planner.figure_pool import drawing_ahead
+
+    with drawing_ahead(not no_report):
+        _solve_all(scenarios, out_dir, no_report, write_lp, verify, catalog_files, as_json)
+
+
+def _solve_all(scenarios, out_dir, no_report, write_lp, verify, catalog_files, as_json) -> None:
     from planner.cli.progress_bars import terminal_progress
     from planner.errors import located
 
