@@ -7,7 +7,7 @@
 3. the shipped fleet (8 services) with every service offered every catalog GPU, without
    simulation: target 15 s; and its ILP solved by CBC and by HiGHS.
 
-    python bench/solve.py [--runs 3]
+    python bench/solve.py [--runs 3] [--backends highs,cbc]
 
 Each headline figure is the median of fresh processes running the command line, report included.
 The breakdown comes from one more run in process: loading, capacity evaluation (with the plan's
@@ -157,7 +157,7 @@ def fleet_full_catalog(tmp: Path, backend: str) -> Path:
     return path
 
 
-def joint_ilp(path: Path) -> None:
+def joint_ilp(path: Path, backends: list[str]) -> None:
     """The fleet's ILP alone, by each solver, on the same candidates."""
     from planner.fleet import load_fleet
     from planner.fleet_plan import _setup
@@ -169,7 +169,7 @@ def joint_ilp(path: Path) -> None:
     models = [service_model(st.scn, st.classes, st.evals, name=svc.name, inventory=scenario_caps(st.scn))
               for svc, st in zip(fleet.services, setups, strict=True)]
     print(f"  the fleet's ILP alone ({sum(len(m.candidates) for m in models)} candidates after dominance):")
-    for backend in ("cbc", "highs"):
+    for backend in backends:
         times, cost = [], None
         for _ in range(3):
             j = solve_services(models, inventory=fleet.shared_caps, reserved=fleet.commitments,
@@ -183,7 +183,10 @@ def joint_ilp(path: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--backends", default="highs,cbc",
+                    help="solvers for case 3 (CBC takes minutes a run on the full catalog): highs,cbc")
     args = ap.parse_args()
+    backends = [b for b in args.backends.split(",") if b]
     rollout = ROOT / "scenarios" / "128k_rollout.yaml"
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -191,11 +194,11 @@ def main() -> None:
         case("   128k rollout (shipped), certified by simulation (issue 11)", rollout, 3.0, args.runs, verify=True)
         case("2. its full candidate set (10 GPUs x tp 1-8 x 3 weight x 2 KV dtypes x 4 thresholds), without simulation",
              full_candidate_set(tmp), 3.0, args.runs)
-        for backend in ("highs", "cbc"):
+        for backend in backends:
             path = fleet_full_catalog(tmp, backend)
             case(f"3. the shipped fleet, 8 services on the full catalog, without simulation (solver: {backend})",
                  path, 15.0, args.runs)
-        joint_ilp(fleet_full_catalog(tmp, "highs"))
+        joint_ilp(fleet_full_catalog(tmp, "highs"), backends)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,10 @@ from concurrent.futures import Future
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-WORKERS = 1  # one: a second one's imports slow the planner more than its drawing saves (2 cores)
+# One worker from the start: a second one's imports slow the planner more than its drawing saves
+# (2 cores). A second starts when jobs queue up (a fleet report has three figures per service).
+MAX_WORKERS = 2
+QUEUE_FOR_ANOTHER = 3
 
 
 class _Worker:
@@ -91,7 +94,6 @@ class _WorkerGone(Exception):
 
 
 _workers: list[_Worker] = []
-_next = 0
 
 
 @contextmanager
@@ -102,28 +104,29 @@ def drawing_ahead(enabled: bool = True) -> Iterator[None]:
         yield
         return
     try:
-        workers = [_Worker() for _ in range(WORKERS)]
+        _workers = [_Worker()]
     except OSError:  # no process can be started here: draw in this process
         yield
         return
-    _workers = workers
     ok = False
     try:
         yield
         ok = True
     finally:
-        _workers = []
+        workers, _workers = _workers, []
         for worker in workers:
             worker.close(kill=not ok)
 
 
 def draw(name: str, /, **kwargs) -> Callable[[], bytes]:
     """planner.figures.<name>(**kwargs) started now; call the result for the PNG bytes."""
-    global _next
     if not _workers:
         return lambda: _draw(name, kwargs)
-    worker = _workers[_next % len(_workers)]
-    _next += 1
+    worker = min(_workers, key=lambda w: len(w.pending))
+    if len(worker.pending) >= QUEUE_FOR_ANOTHER and len(_workers) < MAX_WORKERS:
+        with suppress(OSError):
+            worker = _Worker()
+            _workers.append(worker)
     future = worker.submit(name, kwargs)
 
     def result() -> bytes:

@@ -26,6 +26,7 @@ def test_many_figures_sent_before_any_is_read_all_come_back():
     # worker that waits on its own answers (a fleet report sends three figures per service).
     with drawing_ahead():
         started = [draw("cost_figure", **_rows(i)) for i in range(24)]
+        assert len(figure_pool._workers) == figure_pool.MAX_WORKERS  # a queue that long gets a second
         pngs = [result() for result in started]
     assert pngs == [draw("cost_figure", **_rows(i))() for i in range(24)]
 
