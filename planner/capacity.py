@@ -151,6 +151,7 @@ class ReplicaModel:
         self._new_tokens_mean = float(np.dot(cells.weight, new_tokens))
         self._new_tokens_sq = float(np.dot(cells.weight, new_tokens**2))
         self._points: dict[float, LatencyPoint] = {}
+        self._decode: dict[float, float] = {}
         self._concurrency: dict[float, dict[str, float]] = {}
         self._floors: tuple[TargetFloor, ...] | None = None
 
@@ -187,9 +188,13 @@ class ReplicaModel:
         return min(n_mem, float(self.dep.engine.max_num_seqs))
 
     def decode_s(self, n: float) -> float:
-        return float(
-            self.step.decode_step_s(n, n * self.fp.read_bytes, n * (self.prof.mean_context_tokens))
-        )
+        """One decode step at resident batch n (remembered: a search asks rate, step and latency
+        of the same n, and sweeps of other targets share the table)."""
+        t = self._decode.get(n)
+        if t is None:
+            t = self._decode[n] = float(
+                self.step.decode_step_s(n, n * self.fp.read_bytes, n * (self.prof.mean_context_tokens)))
+        return t
 
     def rate(self, n: float) -> float:
         """λ(N) = N / (s·t_dec(N) + N·E[T_pf])."""
