@@ -6,7 +6,9 @@ order, then waiting requests are admitted first come first served while budget i
 a prompt longer than θ never holds the whole budget: c = ceil(C'/θ) of them (C' = C - N, the
 budget after the decodes) prefill side by side, sharing the steps' compute, and a request
 waits for admission only when c are in flight. A prompt of at most θ tokens is done in the
-step that admits it.
+step that admits it. vLLM's max_num_partial_prefills and max_long_partial_prefills belong to
+the v0 scheduler: v1 refuses values other than 1 ("Concurrent Partial Prefill is not
+supported") and vLLM PR #49244 removed them, so θ is the one setting modelled here.
 
 The model: the capped prompts (more than θ new tokens) form a processor-sharing queue
 limited to c in service, its work S(p) = prefill(p) + ceil(p/θ)·t_dec, served at the share
