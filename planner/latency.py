@@ -25,10 +25,11 @@ pass them: planner.prefill_cap gives the waits there (a processor-sharing queue 
 capped prompts limited to ceil(C'/θ) in service, and the chunks in flight that stretch a
 short prompt's step); a capped prompt's own prefill is stretched by the others' work.
 In the TPOT window, capped prompts admitted before a request that still prefill when it
-decodes ride its steps (their remaining hold past its own time, E[(T - o)+²] / 2E[T]), and
-for a capped request the prompts arriving while it waits and prefills do not (they are
-admitted beside it and pass it). Each prompt's share of a step is capped at θ in the TPOT
-and gap tables.
+decodes ride its steps (their remaining hold past its own time, E[(T - o)+²] / 2E[T]); of
+the prompts arriving while a capped request waits and prefills, only capped ones still in
+flight ride it (the rest are admitted beside it and pass it): their share of the window is
+the capped prompts' share of prefill work times E[min(T, o)] / o. Each prompt's share of a
+step is capped at θ in the TPOT and gap tables.
 
 TPOT. A request's TPOT is t_dec plus the prefill compute that rides in its D = o - 1 decode
 steps, divided by D. FCFS puts every prompt that arrived before it ahead of its own
@@ -201,6 +202,16 @@ def _chunks(cells: _Cells, chunk_cap: int, params_active: float, attn: float) ->
     return _Chunks(flops[order], np.cumsum(cells.weight[owner][order]))
 
 
+def _min_mean(values: np.ndarray, weight: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """E[min(value, a)] for each a in `at` (weights normalised), by sorted prefix sums."""
+    order = np.argsort(values)
+    v, w = values[order], weight[order] / weight.sum()
+    below = np.concatenate([[0.0], np.cumsum(w * v)])
+    mass = np.concatenate([[0.0], np.cumsum(w)])
+    i = np.searchsorted(v, at, side="right")
+    return below[i] + at * (1.0 - mass[i])
+
+
 def _past_square(values: np.ndarray, weight: np.ndarray, at: np.ndarray) -> np.ndarray:
     """Σ weight·(value - a)+² for each a in `at`, by suffix sums over the sorted values."""
     order = np.argsort(values)
@@ -364,7 +375,15 @@ class LatencyPoint:
         # Prompts arriving while a capped prompt waits and prefills are admitted beside it and are
         # done before it decodes (shorter ones pass it), save the capped ones still in flight: for
         # a capped prompt only those (the lookback) and the arrivals during its decode ride it.
-        self.window_open = np.where(capped, 0.0, 1.0)
+        # Capped prompts arriving during its wait and prefill that are still in flight when it decodes
+        # do ride it: a share of the window, the capped prompts' share of prefill work times the
+        # mean part of a window of length o that such a prompt's hold covers, E[min(T, o)] / o.
+        work_share = float(np.dot(share, m.prefill_s[capped]) / max(np.dot(c.weight, m.prefill_s), 1e-300))
+        own = self.own_s[capped]
+        covered = _min_mean(hold_s, share, own) / np.maximum(own, 1e-12)
+        open_ = np.ones(c.weight.size)
+        open_[capped] = work_share * covered
+        self.window_open = open_
 
     def _add_packed(self, budget: float, k: float, steps_own: np.ndarray) -> None:
         """The step that emits a request's first token also carries the prompts queued behind it,

@@ -64,3 +64,14 @@ def test_under_the_cap_short_prompts_pass_long_ones_in_model_and_simulation(cata
     assert p90["capped"][1] < 0.3 * p90["fcfs"][1]
     assert p90["capped"][0] < 0.5 * p90["fcfs"][0]
     assert p90["capped"][0] == pytest.approx(p90["capped"][1], rel=0.3)
+
+
+def test_the_window_helpers_match_brute_force():
+    """E[min(T, a)] and Σ w·(T - a)+², which size the TPOT window under θ, against direct sums."""
+    from planner.latency import _min_mean, _past_square
+
+    rng = np.random.default_rng(3)
+    t, w = rng.exponential(2.0, 200), rng.random(200)
+    a = np.r_[0.0, rng.exponential(2.0, 30), 100.0]
+    assert _min_mean(t, w, a) == pytest.approx((np.minimum(t[None, :], a[:, None]) @ w) / w.sum())
+    assert _past_square(t, w, a) == pytest.approx(np.maximum(t[None, :] - a[:, None], 0.0) ** 2 @ w, abs=1e-9)
