@@ -33,17 +33,23 @@ Part 2, percentiles (issue 11). PERCENTILE_POOLS lists pools (a deployment, the 
 serves, its bands, engine settings): long-tail mixes in one pool with two bands (prompt
 < 8,192 tokens and the rest), the short and the long class of a split at 32k on their
 own pools, the Azure conversation trace, tp 1/2/4 on H100, H200 and A100, and vLLM's
-long-prefill threshold θ (with MLPerf v5.1 Red Hat's settings, budget 1,024 and θ = 256).
+long-prefill threshold θ (512, 1,024 and 2,048 on long-tail mixes and a split's short pool,
+and MLPerf v5.1 Red Hat's settings, budget 1,024 and θ = 256).
 Each pool runs at 50%, 80% and 95% of its simulated saturation (the highest rate whose
 backlog does not grow, no targets; --load-basis model takes the model's capacity
 instead). At each load the model's TTFT p90, TTFT p99 and TPOT p99 per band
 (planner.latency at the N the mean model gives for the rate: ReplicaModel.latency_at(
 resident_for_rate(rate))) are printed against the simulator's, with the error, the
-simulator's own noise (± = half the difference between the statistic on the first and
-on the second half of the run's measured requests) and, as a diagnostic, the error when
-planner.latency is evaluated at the simulator's mean resident batch instead (@N). Runs
-are sized so every band has at least 2,000 measured requests, within --min-requests and
---max-requests; each output line says how many each band had. Then the median and worst
+simulator's own noise (± = half the range of the statistic across --seeds runs, 3 by
+default, whose measured requests are pooled for the reference value; each seed's requests
+are drawn once and rescaled to every load, common random numbers) and, as a diagnostic,
+the error when planner.latency is evaluated at the simulator's mean resident batch
+instead (@N). Each load's line also gives, from the simulator, the mean number decoding in
+the steps that carry prompt tokens (next to the mean model's N: where the queue is busy, more
+sequences decode than on average, which slows the prefill queue) and the share of time
+admission waits for a full cache. Runs are sized so every band has at least 2,000 measured requests per seed,
+within --min-requests and --max-requests; each output line says how many each band had
+(all seeds together). Then the median and worst
 |error| over all percentile points against the issue's targets (median <= 15%, worst <=
 50%), and the same per load, statistic, band and kind of pool. The bench asserts nothing.
 
@@ -53,8 +59,8 @@ requests, seed 7); data/samples/azure_conv_2023_sample.hist.parquet; and, with
 output_length), whose pool is skipped otherwise.
 
 Usage:
-    python bench/accuracy.py                       # both parts (about 1.5 minutes on 2 cores)
-    python bench/accuracy.py --part percentiles    # the percentile cases only (about 40 s)
+    python bench/accuracy.py                       # both parts (about 2 minutes on 2 cores)
+    python bench/accuracy.py --part percentiles    # the percentile cases only (about 70 s)
     python bench/accuracy.py --quick               # fewer requests per run (about 30 s)
 """
 
@@ -237,9 +243,14 @@ PERCENTILE_POOLS = [
     Pool("long-tail mix", "llama-3.1-70b", "h200", 4, "fp8", 131072, "chat_long_tail"),
     # The same mix with vLLM's long-prefill threshold capping a prompt's tokens per step.
     Pool("long-tail mix θ", "llama-3.1-8b", "h100-sxm", 1, "fp8", 131072, "chat_long_tail", engine=THETA_2K),
+    Pool("long-tail mix θ", "llama-3.1-70b", "h100-sxm", 4, "fp8", 131072, "chat_long_tail", engine=THETA_2K),
+    Pool("long-tail mix θ", "llama-3.1-8b", "h200", 2, "fp8", 131072, "chat_long_tail",
+         engine=(("long_prefill_token_threshold", 512),)),
     # Split pools: the short class (total <= 32k) and the long class (> 32k) on their own.
     Pool("split short", "llama-3.1-8b", "h100-sxm", 1, "fp8", 32768, "chat_long_tail", take="short"),
     Pool("split short", "llama-3.1-70b", "h100-sxm", 4, "fp8", 32768, "chat_long_tail", take="short"),
+    Pool("split short θ", "llama-3.1-8b", "h100-sxm", 1, "fp8", 32768, "chat_long_tail", take="short",
+         engine=(("long_prefill_token_threshold", 1024),)),
     Pool("split long", "llama-3.1-8b", "h100-sxm", 2, "fp8", 131072, "chat_long_tail", ONE_BAND, "long"),
     Pool("split long", "llama-3.1-70b", "h200", 4, "fp8", 131072, "chat_long_tail", ONE_BAND, "long"),
     # A real trace (Azure conversation 2023), one band, across GPUs and tp.
@@ -294,7 +305,7 @@ class PercentilePoint:
     stat: str
     model_s: float  # planner.latency at the mean model's N for the rate
     sim_s: float
-    sim_spread: float  # |first half - second half| of the run's measured requests, percent of the whole run's value
+    sim_spread: float  # range of the statistic across the seeds' runs, percent of the pooled value
     model_at_sim_n_s: float  # planner.latency at the simulator's mean resident batch (diagnostic)
 
     @property
@@ -336,22 +347,31 @@ def run_percentile_pool(cat, pool: Pool, hist: Histogram, args) -> list[Percenti
     shares = [s for s in band_shares(hist, bands) if s > 0]
     want = math.ceil(BAND_TARGET_REQUESTS / min(shares) / (1 - DEFAULT_WARMUP_FRACTION))
     n_req = int(min(max(want, args.min_requests), args.max_requests))
-    base = sample_requests(hist, 1.0, n_req, seed=args.seed, max_total_tokens=pool.ctx)
+    # Common random numbers: each seed's requests are drawn once at 1 rps and rescaled to every load.
+    seeds = [args.seed + j for j in range(args.seeds)]
+    bases = [sample_requests(hist, 1.0, n_req, seed=seed, max_total_tokens=pool.ctx) for seed in seeds]
     points = []
     for load in LOADS:
         rate = load * basis
         n = rm.resident_for_rate(rate, float(dep.engine.max_num_seqs))
         pt = rm.latency_at(n) if n is not None else None
         t0 = time.perf_counter()
-        res = simulate_replica(dep, base.at_rate(rate))
+        traced = [simulate_replica(dep, base.at_rate(rate), trace=True) for base in bases]
         sim_wall = time.perf_counter() - t0
-        lat = res.latencies
-        at_sim_n = rm.latency.at(rate, rm.decode_s(res.resident_batch), res.resident_batch)
+        runs = [r for r, _ in traced]
+        blocked = statistics.fmean(_blocked_share(dep, base.at_rate(rate), tr) for base, (_, tr) in zip(bases, traced, strict=True))
+        busy_n = statistics.fmean(float(tr.step_decoding[tr.step_prefill_tokens > 0].mean()) for _, tr in traced)
+        lat = _pooled([r.latencies for r in runs])
+        sim_n = statistics.fmean(r.resident_batch for r in runs)
+        at_sim_n = rm.latency.at(rate, rm.decode_s(sim_n), sim_n)
         print(f"  load {load:.0%} = {rate:.3f} rps ({rate / model_cap:.0%} of the model's capacity) | N model "
-              f"{fmt(n, '.1f')} sim {res.resident_batch:.1f} | sim {'stable' if res.stable else 'UNSTABLE'}, waiting "
-              f"{res.waiting:.1f}, KV mean {res.kv_utilisation:.0%} p99 {res.kv_utilisation_p99:.0%}, "
-              f"{res.preemptions_per_1000:.1f} preemptions/1k, {n_req:,} requests in {sim_wall:.1f} s", flush=True)
-        halves = (_half(lat, 0), _half(lat, 1))
+              f"{fmt(n, '.1f')} sim {sim_n:.1f}, decoding in the steps that carry prompts {busy_n:.1f} | sim "
+              f"{'stable' if all(r.stable for r in runs) else 'UNSTABLE'}, "
+              f"waiting {statistics.fmean(r.waiting for r in runs):.1f}, KV mean "
+              f"{statistics.fmean(r.kv_utilisation for r in runs):.0%} p99 {max(r.kv_utilisation_p99 for r in runs):.0%}, "
+              f"{statistics.fmean(r.preemptions_per_1000 for r in runs):.1f} preemptions/1k, admission blocked by "
+              f"the cache {blocked:.1%} of the time, {len(runs)} seeds x "
+              f"{n_req:,} requests in {sim_wall:.1f} s", flush=True)
         for i, band in enumerate(bands):
             measured = lat.requests_in(band)
             if measured == 0:
@@ -360,9 +380,9 @@ def run_percentile_pool(cat, pool: Pool, hist: Histogram, args) -> list[Percenti
             for kind, stat in PERCENTILE_POINTS:
                 model_s = pt.value(i, kind, stat) if pt is not None else math.inf
                 sim_s = lat.statistic(band, kind, stat)
-                first, second = (h.statistic(band, kind, stat) for h in halves)
+                per_seed = [r.latencies.statistic(band, kind, stat) for r in runs]
                 p = PercentilePoint(pool, load, band.name, kind, stat, model_s, sim_s,
-                                    abs(first - second) / sim_s * 100, at_sim_n.value(i, kind, stat))
+                                    (max(per_seed) - min(per_seed)) / sim_s * 100, at_sim_n.value(i, kind, stat))
                 points.append(p)
                 spec = "7.3f" if kind == "ttft" else "7.1f"
                 scale, unit = (1.0, "s") if kind == "ttft" else (1e3, "ms")
@@ -373,13 +393,25 @@ def run_percentile_pool(cat, pool: Pool, hist: Histogram, args) -> list[Percenti
     return points
 
 
-def _half(lat: RequestLatencies, which: int) -> RequestLatencies:
-    """The first or second half (by arrival) of a run's measured requests. Each half's statistic
-    has about √2 times the sampling error σ of the whole run's, so their difference has about
-    2σ: half of it (printed as ±) estimates the simulator's own noise at that point."""
-    mid = lat.prompt_tokens.size // 2
-    cut = slice(0, mid) if which == 0 else slice(mid, None)
-    return RequestLatencies(lat.prompt_tokens[cut], lat.output_tokens[cut], lat.ttft_s[cut], lat.tpot_s[cut], lat.gaps)
+def _blocked_share(dep, req, tr) -> float:
+    """Share of the measured time (after the warm-up's arrivals) in steps where requests wait, the
+    step's prompt budget is not used up and fewer than max_num_seqs run: the head of the queue
+    does not fit in the free cache (the watermark), a loss of prefill capacity the model does
+    not have (a diagnostic)."""
+    start = req.arrival_s[int(req.n * DEFAULT_WARMUP_FRACTION)]
+    win = (tr.step_start_s >= start) & (tr.step_start_s < req.arrival_s[-1])
+    budget = dep.engine.max_num_batched_tokens - tr.step_decoding[win]
+    idle = ((tr.step_waiting[win] > 0) & (tr.step_prefill_tokens[win] < budget - dep.block_size)
+            & (tr.step_running[win] < dep.engine.max_num_seqs))
+    dt = tr.step_s[win]
+    return float(dt[idle].sum() / max(dt.sum(), 1e-300))
+
+
+def _pooled(lats: list[RequestLatencies]) -> RequestLatencies:
+    """The measured requests of several runs as one sample (TTFT and TPOT; the per-token gaps
+    are the first run's, which the percentile points do not read)."""
+    return RequestLatencies(*(np.concatenate([getattr(x, f) for x in lats])
+                              for f in ("prompt_tokens", "output_tokens", "ttft_s", "tpot_s")), lats[0].gaps)
 
 
 def summarise_points(points: list[PercentilePoint]) -> None:
@@ -406,12 +438,11 @@ def summarise_points(points: list[PercentilePoint]) -> None:
     plain = [p for p in points if "θ" not in p.pool.kind]
     if plain and len(plain) < len(points):
         worst_plain = max(plain, key=lambda p: abs(p.error))
-        print(f"  without the θ pools (under vLLM's long-prefill cap the model keeps first-come-first-served waits, "
-              f"by design: it does not credit the reordering, and certification has the last word): median |error| "
+        print(f"  without the θ pools (vLLM's long-prefill cap, modelled by planner.prefill_cap): median |error| "
               f"{statistics.median(abs(p.error) for p in plain):.1f}%, worst {worst_plain.error:+.0f}%: "
               f"{worst_plain.pool.label}, load {worst_plain.load:.0%}, band {worst_plain.band}, {worst_plain.kind} "
               f"{worst_plain.stat}")
-    print(f"  simulator noise (± = half the difference between the two halves of a run): median ±{noise:.1f}%; "
+    print(f"  simulator noise (± = half the range of the statistic across the seeds' runs): median ±{noise:.1f}%; "
           f"{sum(abs(p.error) <= p.sim_spread for p in points)} of {len(points)} errors within 2 × ±")
     at_n = [abs(p.error_at_sim_n) for p in points]
     print(f"  planner.latency at the simulator's resident batch (@N): median |error| {statistics.median(at_n):.1f}%, "
@@ -440,7 +471,9 @@ def percentile_cases(cat, args) -> list[PercentilePoint]:
           f"short = prompt < 8,192 tokens, long = the rest, all = one band; each run sized for >= "
           f"{BAND_TARGET_REQUESTS:,} measured requests in every band, between {args.min_requests:,} and "
           f"{args.max_requests:,} requests (the same requests at every load); warm-up 10%; seed {args.seed}")
-    print("± = the simulator's own noise (half the difference between the two halves of the run); @N = the error of "
+    print(f"simulator: {args.seeds} runs per load (seeds {args.seed}..{args.seed + args.seeds - 1}, the same requests "
+          "rescaled at every load: common random numbers), their measured requests pooled")
+    print("± = the simulator's own noise (half the range of the statistic across the seeds' runs); @N = the error of "
           "planner.latency evaluated at the simulator's resident batch instead of the mean model's (a diagnostic)")
     for name, (_, desc) in workloads.items():
         print(f"workload {name}: {desc}")
@@ -541,6 +574,8 @@ def main(argv=None) -> int:
     ap.add_argument("--mooncake", type=Path, default=None,
                     help="a Mooncake trace (JSON Lines with input_length, output_length) to add its pools")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seeds", type=int, default=3,
+                    help="simulator runs per percentile case, seeds --seed onwards, pooled (default 3)")
     ap.add_argument("--quick", action="store_true",
                     help="capacity: 5,000 requests per run, rel-tol 0.02; percentiles: 10,000-20,000 requests per case")
     args = ap.parse_args(argv)

@@ -20,9 +20,16 @@ distribution, inverted on a time grid by FFT with exponential tilting against wr
 (as planner.paged does for the compound-Poisson cache total; Abate & Whitt 1992 for the
 damping). Its tail comes from prefill *times* (quadratic in attention), so a 2% share of
 100k-token prompts can hold short requests for seconds: head-of-line blocking.
-With θ, prompts longer than θ take θ tokens a step and shorter ones may pass them: the
-model keeps the FCFS waits there (it does not credit the reordering, so it errs towards
-waits too long) and caps each prompt's share of a step at θ in the TPOT and gap tables.
+With θ, prompts longer than θ take θ tokens a step and share the steps, and shorter ones
+pass them: planner.prefill_cap gives the waits there (a processor-sharing queue of the
+capped prompts limited to ceil(C'/θ) in service, and the chunks in flight that stretch a
+short prompt's step); a capped prompt's own prefill is stretched by the others' work.
+In the TPOT window, capped prompts admitted before a request that still prefill when it
+decodes ride its steps (their remaining hold past its own time, E[(T - o)+²] / 2E[T]); of
+the prompts arriving while a capped request waits and prefills, only capped ones still in
+flight ride it (the rest are admitted beside it and pass it): their share of the window is
+the capped prompts' share of prefill work times E[min(T, o)] / o. Each prompt's share of a
+step is capped at θ in the TPOT and gap tables.
 
 TPOT. A request's TPOT is t_dec plus the prefill compute that rides in its D = o - 1 decode
 steps, divided by D. FCFS puts every prompt that arrived before it ahead of its own
@@ -57,6 +64,7 @@ from functools import lru_cache
 import numpy as np
 
 from planner.paged import TokenProfile
+from planner.prefill_cap import capped_waits
 from planner.prefill_wait import mg1_wait, split_mass_rows, tilt
 from planner.roofline import StepModel
 from planner.targets import SLO, Target
@@ -176,17 +184,41 @@ class _Chunks:
     cum_weight: np.ndarray  # Σ request share of chunks costing at least flops_desc[i]
 
 
-@lru_cache(maxsize=128)
-def _chunks(cells: _Cells, chunk_cap: int, params_active: float, attn: float) -> _Chunks:
-    n_chunks = np.ceil(cells.new_tokens / chunk_cap).astype(np.int64)
-    owner = np.repeat(np.arange(cells.weight.size), n_chunks)
-    first = np.repeat(np.cumsum(n_chunks) - n_chunks, n_chunks)
-    j = np.arange(owner.size) - first
+def chunk_flops(cells: _Cells, which: np.ndarray, chunk_cap: int, params_active: float,
+                attn: float) -> tuple[np.ndarray, np.ndarray]:
+    """Every chunk of `chunk_cap` tokens of the cells `which`: the cell of each and its FLOPs."""
+    n_chunks = np.ceil(cells.new_tokens[which] / chunk_cap).astype(np.int64)
+    owner = np.repeat(which, n_chunks)
+    j = np.arange(owner.size) - np.repeat(np.cumsum(n_chunks) - n_chunks, n_chunks)
     start = cells.shared_prefix + j * chunk_cap
     end = np.minimum(start + chunk_cap, cells.shared_prefix + cells.new_tokens[owner])
-    flops = 2.0 * params_active * (end - start) + attn * (end**2 - start**2) / 2.0
+    return owner, 2.0 * params_active * (end - start) + attn * (end**2 - start**2) / 2.0
+
+
+@lru_cache(maxsize=128)
+def _chunks(cells: _Cells, chunk_cap: int, params_active: float, attn: float) -> _Chunks:
+    owner, flops = chunk_flops(cells, np.arange(cells.weight.size), chunk_cap, params_active, attn)
     order = np.argsort(-flops, kind="stable")
     return _Chunks(flops[order], np.cumsum(cells.weight[owner][order]))
+
+
+def _min_mean(values: np.ndarray, weight: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """E[min(value, a)] for each a in `at` (weights normalised), by sorted prefix sums."""
+    order = np.argsort(values)
+    v, w = values[order], weight[order] / weight.sum()
+    below = np.concatenate([[0.0], np.cumsum(w * v)])
+    mass = np.concatenate([[0.0], np.cumsum(w)])
+    i = np.searchsorted(v, at, side="right")
+    return below[i] + at * (1.0 - mass[i])
+
+
+def _past_square(values: np.ndarray, weight: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Σ weight·(value - a)+² for each a in `at`, by suffix sums over the sorted values."""
+    order = np.argsort(values)
+    v, w = values[order], weight[order]
+    suffix = [np.concatenate([np.cumsum((w * v**k)[::-1])[::-1], [0.0]]) for k in (0, 1, 2)]
+    i = np.searchsorted(v, at, side="right")
+    return np.maximum(suffix[2][i] - 2 * at * suffix[1][i] + at**2 * suffix[0][i], 0.0)
 
 
 class LatencyModel:
@@ -211,6 +243,7 @@ class LatencyModel:
         self.horizon_s = self._horizon(slo)
         self._tpot_static: dict[int, tuple | None] = {}
         self._max_chunk_s: float | None = None
+        self._capped: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     @staticmethod
     def _horizon(slo: SLO) -> float:
@@ -262,6 +295,13 @@ class LatencyModel:
         other._tpot_static = {}
         return other
 
+    def capped_chunks(self, cap: int) -> tuple[np.ndarray, np.ndarray]:
+        """The chunks of the prompts longer than `cap` (θ): the cell of each and its FLOPs."""
+        if cap not in self._capped:
+            self._capped[cap] = chunk_flops(self.cells, np.flatnonzero(self.cells.new_tokens > cap), cap,
+                                            self.step.params_active, self.step.attn_flops_per_ctx_token)
+        return self._capped[cap]
+
     @property
     def table_cap(self) -> int:
         """Prompt tokens one prompt takes in a busy step, for the TPOT and gap tables: θ, or the
@@ -286,15 +326,64 @@ class LatencyPoint:
         self.residual_s = self._residual_step(steps_own)
         self.own_s = model.prefill_s + steps_own * self.t_dec + self.residual_s
         self._add_packed(budget, k, steps_own)
-        # One first-come-first-served prefill queue. Under θ the simulator lets short prompts
-        # pass long ones; the model does not credit that reordering (it keeps FCFS waits), so
-        # it is conservative there and certification by simulation has the last word.
-        service = model.prefill_s + c.new_tokens / budget * self.t_dec
-        self.wait = mg1_wait(self.rate, service, c.weight, model.horizon_s)
-        self.stable = self.wait is not None
         self.rho = self.rate * model.mean_prefill_s  # prefill's share of time
+        # Which wait each cell sees: the FCFS queue's, or under θ the capped prompts' shared-step wait,
+        # plus the in-flight chunks for prompts of at most θ tokens (planner.prefill_cap).
+        self.cell_wait = np.zeros(c.weight.size, np.int64)
+        self.lookback_s = np.zeros(c.weight.size)
+        self.window_open = np.ones(c.weight.size)  # whether a cell's wait and own prefill open its TPOT window
+        capped = c.new_tokens > k
+        if model.cap and k < budget and capped.any() and self.rho < 1:
+            self._capped_waits(budget, k, steps_own, capped)
+        else:
+            service = model.prefill_s + c.new_tokens / budget * self.t_dec
+            self.wait = mg1_wait(self.rate, service, c.weight, model.horizon_s)
+            self.waits = (self.wait,)
+        self.stable = self.wait is not None
         self.mean_step = self.t_dec / (1 - self.rho) if self.rho < 1 else math.inf
         self.max_chunk_s = model.max_chunk_s
+
+    def _capped_waits(self, budget: float, k: float, steps_own: np.ndarray, capped: np.ndarray) -> None:
+        """Waits under vLLM's long-prefill cap θ (planner.prefill_cap states the model)."""
+        c, m = self.m.cells, self.m
+        # Work a prompt brings: its compute and its tokens' share of the decode part of full steps.
+        work_s = m.prefill_s + c.new_tokens / budget * self.t_dec
+        share = c.weight[capped]
+        rho_short = self.rate * float(np.dot(c.weight[~capped], work_s[~capped]))
+        owner, chunk_flops = m.capped_chunks(int(k))
+        chunk_s = chunk_flops / m.flops_per_s
+        waits = capped_waits(self.rate * float(share.sum()), work_s[capped], share, rho_short,
+                             max(1, math.ceil(budget / k)), chunk_s, c.weight[owner] * (chunk_s + self.t_dec),
+                             m.horizon_s)
+        if waits is None:
+            self.wait, self.waits = None, (None,)
+            return
+        self.wait, short_wait = waits
+        self.waits = (self.wait, short_wait)
+        self.cell_wait = np.where(capped, 0, 1)
+        # A capped prompt stays S / (1 - ρ) in the shared steps (processor sharing), its S counting
+        # the decode part of each of its ceil(p/θ) steps, which it rides however few prompts share them.
+        hold_s = (m.prefill_s[capped] + steps_own[capped] * self.t_dec) / max(1.0 - self.rho, 1e-12)
+        own = self.own_s.copy()
+        own[capped] = hold_s + self.residual_s
+        self.own_s = own
+        # Capped prompts in flight when a request arrives may still prefill when it decodes, its
+        # own time o later: their remaining hold R is equilibrium-distributed (the inspection
+        # paradox), and the part of it past o, E[(R - o)+] = E[(T - o)+²] / 2E[T], widens the
+        # window of prompts whose work rides its decode steps.
+        self.lookback_s = _past_square(hold_s, share, self.own_s) / (2 * float(np.dot(share, hold_s)))
+        # Prompts arriving while a capped prompt waits and prefills are admitted beside it and are
+        # done before it decodes (shorter ones pass it), save the capped ones still in flight: for
+        # a capped prompt only those (the lookback) and the arrivals during its decode ride it.
+        # Capped prompts arriving during its wait and prefill that are still in flight when it decodes
+        # do ride it: a share of the window, the capped prompts' share of prefill work times the
+        # mean part of a window of length o that such a prompt's hold covers, E[min(T, o)] / o.
+        work_share = float(np.dot(share, m.prefill_s[capped]) / max(np.dot(c.weight, m.prefill_s), 1e-300))
+        own = self.own_s[capped]
+        covered = _min_mean(hold_s, share, own) / np.maximum(own, 1e-12)
+        open_ = np.ones(c.weight.size)
+        open_[capped] = work_share * covered
+        self.window_open = open_
 
     def _add_packed(self, budget: float, k: float, steps_own: np.ndarray) -> None:
         """The step that emits a request's first token also carries the prompts queued behind it,
@@ -335,14 +424,22 @@ class LatencyPoint:
         if cells.size == 0:
             return 0.0
         w = self.m.cells.weight[cells]
-        return float(np.dot(w, self.wait.survival(limit_s - self.own_s[cells]))) / float(w.sum())
+        return float(np.dot(w, self._wait_survival(cells, limit_s - self.own_s[cells]))) / float(w.sum())
+
+    def _wait_survival(self, cells: np.ndarray, x_s: np.ndarray) -> np.ndarray:
+        """P(wait > x) for each cell, from the wait its cell sees (self.cell_wait)."""
+        if len(self.waits) == 1:
+            return self.wait.survival(x_s)
+        which = self.cell_wait[cells]
+        return np.where(which == 0, self.waits[0].survival(x_s), self.waits[1].survival(x_s))
 
     def ttft_mean(self, band: int) -> float:
         if not self.stable:
             return math.inf
         cells = self.m.band_cells[band]
         w = self.m.cells.weight[cells]
-        return float(np.dot(w, self.own_s[cells] + self.wait.mean_s) / w.sum()) if cells.size else 0.0
+        waits = np.array([x.mean_s for x in self.waits])[self.cell_wait[cells]]
+        return float(np.dot(w, self.own_s[cells] + waits) / w.sum()) if cells.size else 0.0
 
     def _tpot_terms(self, band: int):
         """Per (cell with a decode step, W level): probability weight, D, expected arrivals in the
@@ -352,7 +449,9 @@ class LatencyPoint:
             return None
         cells, w, d, bucket, tables, total = static
         levels, probs = self.wait.levels()
-        window = self.rate * (levels[None, :] + self.own_s[cells][:, None] + (d * self.t_dec)[:, None])
+        open_ = self.window_open[cells]
+        window = self.rate * (open_[:, None] * (levels[None, :] + self.own_s[cells][:, None])
+                              + (self.lookback_s[cells] + d * self.t_dec)[:, None])
         return (w[:, None] * probs[None, :], d[:, None], window, bucket[:, None]), tables, total
 
     def tpot_exceed(self, band: int, limit_s: float) -> float:
@@ -458,7 +557,7 @@ class LatencyPoint:
             w = m.cells.weight[cells]
             ok = np.ones(cells.size)
             if band.ttft is not None:
-                ok = np.array([1.0 - float(self.wait.survival(band.ttft.limit_s - self.own_s[c])) for c in cells])
+                ok = 1.0 - self._wait_survival(cells, band.ttft.limit_s - self.own_s[cells])
             if band.tpot is not None:
                 d = m.cells.decode_steps[cells]
                 tp = np.array([self._tpot_cell_exceed(c, band.tpot.limit_s) if d[i] >= 1 else 0.0
@@ -474,7 +573,7 @@ class LatencyPoint:
         tables = _work_tables(m.cells, self.k, m.step.params_active, m.step.attn_flops_per_ctx_token)
         levels, probs = self.wait.levels()
         d = float(m.cells.decode_steps[cell])
-        window = self.rate * (levels + self.own_s[cell] + d * self.t_dec)
+        window = self.rate * (self.window_open[cell] * (levels + self.own_s[cell]) + self.lookback_s[cell] + d * self.t_dec)
         bucket = np.full(levels.shape, int(np.clip(np.searchsorted(tables.bucket_d, d, side="right") - 1, 0, None)))
         threshold = np.full(levels.shape, (1 - self.rho) * d * (limit_s - self.t_dec) * m.flops_per_s)
         return float(np.dot(probs, _table_survival(tables, bucket, window, threshold)))

@@ -1,0 +1,92 @@
+"""The prefill queue under vLLM's long-prefill cap θ (long_prefill_token_threshold).
+
+Scheduler (vLLM v1, vllm/v1/core/sched/scheduler.py, which planner.simulate follows): each
+step the prompts already prefilling take min(remaining, θ, budget left) tokens in admission
+order, then waiting requests are admitted first come first served while budget is left. So
+a prompt longer than θ never holds the whole budget: c = ceil(C'/θ) of them (C' = C - N, the
+budget after the decodes) prefill side by side, sharing the steps' compute, and a request
+waits for admission only when c are in flight. A prompt of at most θ tokens is done in the
+step that admits it. vLLM's max_num_partial_prefills and max_long_partial_prefills belong to
+the v0 scheduler: v1 refuses values other than 1 ("Concurrent Partial Prefill is not
+supported") and vLLM PR #49244 removed them, so θ is the one setting modelled here.
+
+The model: the capped prompts (more than θ new tokens) form a processor-sharing queue
+limited to c in service, its work S(p) = prefill(p) + ceil(p/θ)·t_dec, served at the share
+1 - ρ_s the prompts of at most θ tokens leave (their load ρ_s), so at load r = λ_c·E[S] /
+(1 - ρ_s). Processor sharing is insensitive (Kleinrock, "Time-shared systems: a theoretical
+treatment", JACM 14(2), 1967): the number of capped prompts present is geometric,
+P(n) = (1 - r)·rⁿ, and a prompt of work S stays S / (1 - ρ) on average, ρ = ρ_s + λ_c·E[S]
+the whole prefill load. The limit c is applied to that count (a limited processor-sharing
+queue read as the unlimited one's occupancy):
+- a request arriving when n >= c waits for n - c + 1 departures, FCFS; with c in service
+  a departure comes every d = c·E[min of c residual works] / (1 - ρ_s) on average (the works
+  of the jobs present in a PS queue are residual, equilibrium-distributed), and a geometric
+  number of exponential gaps is exponential: P(W > x) = r^c·exp(-(1 - r)·x / d);
+- a capped prompt then takes S(p) / (1 - ρ);
+- a prompt of at most θ tokens arrives inside a step that carries one chunk of each of the
+  K = min(n, c) prompts in service, and is prefilled in the next step, which carries their
+  next chunks: about 1.5 chunks of each (the remainder of the step in flight, half on average,
+  then a whole one). Each chunk is a draw over the capped prompts' chunks weighted by the time
+  their steps last. W and these chunks come together by FFT on a time grid (as planner.prefill_wait).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.prefill_wait import W_GRID, WaitDistribution, split_mass_rows, tilt
+
+CHUNKS_SEEN = 1.5  # the remainder of the step in flight (half on average) and the request's own step
+
+
+def _residual_min_s(service_s: np.ndarray, weight: np.ndarray, count: int) -> float:
+    """E[min of `count` independent residual (equilibrium-distributed) services]:
+    ∫ P(R > x)^count dx, with P(R > x) = E[(S - x)+] / E[S], piecewise linear between the sorted services."""
+    order = np.argsort(service_s)
+    s, w = service_s[order], weight[order] / weight.sum()
+    mean = float(np.dot(w, s))
+    knots = np.concatenate([[0.0], s])
+    tail_w = np.concatenate([[1.0], 1.0 - np.cumsum(w)])  # P(S > knot)
+    tail_ws = np.concatenate([[mean], mean - np.cumsum(w * s)])  # E[S; S > knot]
+    surv = np.clip((tail_ws - knots * tail_w) / mean, 0.0, 1.0)
+    # P(R > x) is linear between knots, so each piece's integral of its power is exact:
+    # ∫ u^c dx = L·(u0^(c+1) - u1^(c+1)) / ((c + 1)(u0 - u1)), L·u0^c where u0 = u1.
+    u0, u1, length = surv[:-1], surv[1:], np.diff(knots)
+    du = u0 - u1
+    flat = np.abs(du) < 1e-12
+    piece = np.where(flat, u0**count, (u0 ** (count + 1) - u1 ** (count + 1)) / ((count + 1) * np.where(flat, 1.0, du)))
+    return float(np.dot(length, piece))
+
+
+def capped_waits(rate_rps: float, work_s: np.ndarray, weight: np.ndarray, rho_short: float, servers: int,
+                 chunk_s: np.ndarray, chunk_weight: np.ndarray, horizon_s: float):
+    """(wait of a capped prompt, wait of a prompt of at most θ tokens) as WaitDistributions, or
+    None when the capped prompts' load r reaches 1. rate_rps and weight: the capped prompts'
+    arrival rate and cell shares; work_s their work S; chunk_s the seconds of their chunks."""
+    ws = weight / weight.sum()
+    r = rate_rps * float(np.dot(ws, work_s)) / max(1.0 - rho_short, 1e-12)
+    if not (0.0 <= r < 1.0):
+        return None
+    gap_s = servers * _residual_min_s(work_s, ws, servers) / max(1.0 - rho_short, 1e-12)
+    wait_mean = r**servers * gap_s / (1.0 - r)
+    jumps = CHUNKS_SEEN * chunk_s
+    cw = chunk_weight / chunk_weight.sum()
+    span = max(horizon_s, servers * float(jumps.max()) + 14.0 * gap_s / (1.0 - r), 1e-6)
+    n = W_GRID
+    dt = span / (n - 1)
+    x = np.arange(n) * dt
+    w_surv = r**servers * np.exp(-(1.0 - r) * x / gap_s)
+    w_cdf = 1.0 - w_surv
+    long_wait = WaitDistribution(w_cdf, dt, wait_mean, r)
+    # In service K = min(n, c): P(K = k) = (1 - r)·r^k below c, r^c at c, where W > 0 too.
+    damp = tilt(n)
+    phi = np.fft.rfft(split_mass_rows(jumps, cw, np.array([dt]), n)[0] * damp)
+    wait_pmf = np.diff(w_cdf, prepend=0.0) / max(r**servers, 1e-300)  # W given n >= c
+    wait_pmf[0] -= (1.0 - r**servers) / max(r**servers, 1e-300)
+    phi_w = np.fft.rfft(np.clip(wait_pmf, 0.0, None) * damp)
+    total = sum((1.0 - r) * r**k * phi**k for k in range(servers)) + r**servers * phi**servers * phi_w
+    pmf = np.fft.irfft(total, n) / damp
+    cdf = np.minimum(np.cumsum(np.clip(pmf, 0.0, None)), 1.0)
+    in_service = sum((1.0 - r) * r**k * k for k in range(servers)) + r**servers * servers
+    mean = wait_mean + in_service * float(np.dot(cw, jumps))
+    return long_wait, WaitDistribution(cdf, dt, mean, r)
