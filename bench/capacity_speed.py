@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         {"model": "llama-3.1-8b", "gpu": "h100-sxm", "tp": 1, "weight_dtype": "bf16", "kv_dtype": "bf16"},
         {"model": "llama-3.1-70b", "gpu": "h100-sxm", "tp": 4, "weight_dtype": "fp8", "kv_dtype": "fp8"},
     ]
-    slos = {"no SLO": SLO(), "ITL 50 ms + TTFT 2 s": SLO(itl_ms=50.0, ttft_s=2.0)}
+    slos = {"no SLO": SLO(), "TTFT p99 2 s + TPOT p99 50 ms": SLO.single(ttft_s=2.0, tpot_ms=50.0)}
     worst = 0.0
     for cfg in configs:
         dep = make_deployment(catalog, max_model_len=MAX_MODEL_LEN, **cfg)
