@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
                 med, p90 = time_ms(lambda dep=dep, slo=slo, mode=mode: replica_capacity(dep, prof, slo, sizing=mode), args.calls)
                 worst = max(worst, med)
                 print(
-                    f"  {mode:<11} {slo_name:<20} median {med:6.2f} ms   p90 {p90:6.2f} ms   "
+                    f"  {mode:<11} {slo_name:<30} median {med:6.2f} ms   p90 {p90:6.2f} ms   "
                     f"({cap.max_rps:7.2f} req/s, binding {cap.binding})"
                 )
     print(f"\nslowest median {worst:.2f} ms per capacity evaluation; target: well under {TARGET_MS:g} ms")
