@@ -69,6 +69,10 @@ Fit and hold-out
   quarter of the configurations at once (KFOLD); dealt round-robin over the sorted list, a
   fold can hold every tp-1 configuration of a GPU, so it also measures extrapolating a GPU
   from its tensor-parallel rows alone. The catalog takes the fit on every row.
+- Latency rows of an engine outside calibrate.FITTED_LATENCY_ENGINES (vLLM, TensorRT-LLM), today
+  the SGLang DeepSeek-R1 rows, are fitted on by nothing: the step overhead is one number per GPU,
+  and a third engine's fixed costs would move the overhead the other engines' rows on that GPU
+  are predicted with. They are predicted with the joint factors and counted as held out.
 - Latency rows of a GPU without throughput rows (the MI300X) are fitted on by nothing: one
   configuration cannot separate bandwidth from fixed costs. They check the factors that GPU
   borrows (Calibration.borrowed_check), and its catalog source says by how much they miss.
