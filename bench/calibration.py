@@ -26,6 +26,7 @@ import numpy as np
 import yaml
 
 from planner.calibration.calibrate import (
+    FITTED_LATENCY_ENGINES,
     KFOLD,
     Calibration,
     Prediction,
@@ -85,6 +86,13 @@ def print_rows(cal: Calibration) -> None:
             h = held.get((source, p.line))
             tail = f"{h.predicted:9.1f} {h.signed_error_pct:+6.1f}%" if h else f"{'-':>9} {'':>7}"
             print(f"{p.line:>4} {p.label:<60} {p.measured:9.1f} {p.predicted:9.1f} {p.signed_error_pct:+6.1f}% {tail}")
+        print()
+    if cal.engine_check:
+        engines = ", ".join(sorted(FITTED_LATENCY_ENGINES))
+        print(f"== Latency rows of other engines ({LATENCY_FILE}), ms: fitted on by nothing (the fit takes {engines} rows),")
+        print("   predicted with the joint factors; they count as held out in the tables below")
+        for p in cal.engine_check:
+            print(f"{p.line:>4} {p.label:<60} {p.measured:9.1f} {p.predicted:9.1f} {p.signed_error_pct:+6.1f}%")
         print()
     if cal.borrowed_check:
         print(f"== Latency rows of GPUs with no throughput rows ({LATENCY_FILE}), ms: fitted on by nothing,")
@@ -216,7 +224,7 @@ def print_release_spread(cal: Calibration) -> None:
 def print_forms(catalog: Catalog) -> None:
     """Held-out error (leave one configuration out) with and without the per-layer overhead."""
     thr = trtllm_cases(catalog, load_trtllm_rows())
-    lat = [c for c in latency_cases(catalog) if c.gpu_id in {c.gpu_id for c in thr}]
+    lat = [c for c in latency_cases(catalog) if c.gpu_id in {c.gpu_id for c in thr} and c.row.engine in FITTED_LATENCY_ENGINES]
     print("== Model form: held-out error (leave one configuration out), median/worst abs %")
     for layer in (False, True):
         held = cross_validate(catalog, thr, lat, 0, layer)

@@ -42,7 +42,7 @@ COLUMNS = (
     "source", "licence",
 )  # fmt: skip
 # The engine profile (data/engines.yaml) each measured engine is predicted with.
-ENGINE_PROFILES = {"vllm": "vllm", "trtllm": "trtllm"}
+ENGINE_PROFILES = {"vllm": "vllm", "trtllm": "trtllm", "sglang": "sglang"}
 
 
 @dataclass(frozen=True)

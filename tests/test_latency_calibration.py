@@ -8,7 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from planner.calibration.calibrate import calibrate, config_folds, config_of_trtllm
+from planner.calibration.calibrate import (
+    FITTED_LATENCY_ENGINES,
+    calibrate,
+    config_folds,
+    config_of_trtllm,
+)
 from planner.calibration.fit import NEUTRAL
 from planner.calibration.joint_fit import fit_joint, interconnect_family
 from planner.calibration.measured import load_trtllm_rows
@@ -29,7 +34,7 @@ def test_latency_file_schema_and_sources():
         assert tuple(reader.fieldnames) == COLUMNS
         raw = list(reader)
     rows = load_latency_rows()
-    assert len(rows) == len(raw) == 30
+    assert len(rows) == len(raw) == 34
     assert sum(r.gpu == "mi300x" and r.tp == 8 for r in rows) == 9
     for r in raw:
         assert r["source"].startswith("https://"), r
@@ -38,6 +43,14 @@ def test_latency_file_schema_and_sources():
     readme = (ROOT / "data" / "measured" / "README.md").read_text(encoding="utf-8")
     assert LATENCY_FILE in readme
     assert LATENCY_FILE in (ROOT / "data" / "SOURCES.md").read_text(encoding="utf-8")
+
+
+def test_latency_rows_cover_two_moe_models_and_nvidia_tp8(catalog):
+    """Issue 12 asks for latency data on at least two MoE models and at tp 8 on an NVIDIA GPU."""
+    cases = latency_cases(catalog)
+    assert {c.row.model for c in cases if c.is_moe} == {"mixtral-8x7b", "deepseek-r1"}
+    tp8_nvidia = [c.row for c in cases if c.row.tp == 8 and c.gpu_id != "mi300x"]
+    assert [(r.gpu, r.model, r.concurrency) for r in tp8_nvidia] == [("h200", "deepseek-r1", c) for c in (8, 16, 32, 64)]
 
 
 def test_malformed_latency_row_names_file_and_row(tmp_path):
@@ -135,3 +148,23 @@ def test_borrowed_factors_are_marked_unverified(catalog):
     assert catalog.gpu("mi300x").efficiency.borrowed_from == "h100-sxm"
     assert "CHECKED against 9 published latency rows" in catalog.gpu("mi300x").efficiency.source
     assert catalog.gpu("h100-sxm").verified and catalog.gpu("h200").verified
+
+
+def test_latency_rows_of_an_unfitted_engine_are_held_out_and_move_no_factor(catalog):
+    """SGLang rows (DeepSeek-R1 on H200) are outside FITTED_LATENCY_ENGINES: the joint fit is the
+    same with or without them, and they are predicted with its factors and counted as held out."""
+    thr_rows = [r for r in load_trtllm_rows() if r.gpu == "H200-141GB" and r.model == "Llama-3.3-70B" and r.tp == 1]
+    vllm = [r for r in load_latency_rows() if r.gpu == "h200" and r.tp == 1]
+    sglang = [r for r in load_latency_rows() if r.engine == "sglang"]
+    assert len(vllm) == 1 and len(sglang) == 4 and "sglang" not in FITTED_LATENCY_ENGINES
+    cal = calibrate(catalog, trtllm_rows=thr_rows, splitwise_rows=[], latency_rows=vllm + sglang)
+    alone = calibrate(catalog, trtllm_rows=thr_rows, splitwise_rows=[], latency_rows=vllm)
+    assert cal.joint.efficiency == alone.joint.efficiency
+    assert [p.line for p in cal.latency] == [vllm[0].line]
+    assert [p.line for p in cal.engine_check] == [r.line for r in sglang]
+    held = [p for p in cal.held_out if p.source == "latency"]
+    assert [p.line for p in held] == [vllm[0].line] + [r.line for r in sglang]
+    eff = cal.joint.efficiency["h200"]
+    for p, c in zip(cal.engine_check, latency_cases(catalog, sglang), strict=True):
+        assert p.held_out and p.moe and p.tp == 8
+        assert p.predicted == pytest.approx(c.predict_ms(eff), rel=1e-9)

@@ -24,6 +24,13 @@ from planner.catalog import Catalog, Efficiency
 from planner.latency_points import LatencyCase, latency_cases
 
 FOLDS = 0  # cross-validation by configuration: 0 leaves one configuration out at a time
+# Engines whose latency rows the fit uses. The step overhead is one number per GPU, so rows of a
+# third engine would move the overhead every other engine's rows on that GPU are predicted with:
+# fitted with them, the SGLang DeepSeek-R1 rows (latency_published.csv, InferenceX) raised the
+# H200's overhead from 1.85 to 2.62 ms and its held-out vLLM Llama 3.1 8B row missed by 25-32%
+# (bench/calibration.py, 2026-12-01). Rows of other engines are predicted with the joint
+# factors and reported as held out: no row of their configuration, or engine, was fitted.
+FITTED_LATENCY_ENGINES = frozenset({"vllm", "trtllm"})
 KFOLD = 4  # a second, harsher check: a quarter of the configurations withheld at once
 
 
@@ -82,6 +89,7 @@ class Calibration:
     folds: int  # of held_out; 0: leave one configuration out
     held_out_kfold: list[Prediction]  # the same with KFOLD folds (a quarter of the configurations withheld at once)
     borrowed_check: list[Prediction]  # latency rows of GPUs without throughput rows, predicted with borrowed factors
+    engine_check: list[Prediction] = ()  # latency rows of engines outside FITTED_LATENCY_ENGINES (in held_out too)
 
 
 def summarise(preds: Sequence[Prediction]) -> tuple[int, float, float]:
@@ -143,12 +151,19 @@ def calibrate(
     # borrows instead, and are fitted on by nothing.
     measured = {c.gpu_id for c in thr}
     lat_all = latency_cases(catalog, latency_rows)
-    lat = [c for c in lat_all if c.gpu_id in measured]
+    lat = [c for c in lat_all if c.gpu_id in measured and c.row.engine in FITTED_LATENCY_ENGINES]
     joint = fit_joint(catalog, thr, lat, layer_overhead=layer_overhead)
     trtllm = [_trtllm_prediction(c, joint.efficiency[c.gpu_id], False) for c in thr]
     latency = [_latency_prediction(c, joint.efficiency[c.gpu_id], False) for c in lat]
     held = cross_validate(catalog, thr, lat, folds, layer_overhead)
     kfold = cross_validate(catalog, thr, lat, KFOLD, layer_overhead) if KFOLD and folds != KFOLD else held
+    engine_check = [
+        _latency_prediction(c, joint.efficiency[c.gpu_id], True)
+        for c in lat_all
+        if c.gpu_id in measured and c.row.engine not in FITTED_LATENCY_ENGINES
+    ]
+    held = sorted([*held, *engine_check], key=lambda p: (p.source, p.line))
+    kfold = sorted([*kfold, *engine_check], key=lambda p: (p.source, p.line))
     borrowed_check = []
     for c in lat_all:
         if c.gpu_id not in measured:
@@ -157,7 +172,8 @@ def calibrate(
                 borrowed_check.append(_latency_prediction(c, eff, True))
     splitwise, splitwise_fits, splitwise_own = _splitwise_check(catalog, joint, splitwise_rows)
     return Calibration(
-        joint, trtllm, latency, held, splitwise, splitwise_fits, splitwise_own, skipped, folds, kfold, borrowed_check
+        joint, trtllm, latency, held, splitwise, splitwise_fits, splitwise_own, skipped, folds, kfold, borrowed_check,
+        engine_check,
     )
 
 
