@@ -195,8 +195,9 @@ def print_worst(cal: Calibration, n: int = 15) -> None:
     fit = {(p.source, p.line): p for p in cal.trtllm + cal.latency}
     print(f"== The {n} worst held-out rows ({folds_text(cal.folds)}), signed error, with the in-sample error beside")
     for p in sorted(cal.held_out, key=lambda p: -p.error_pct)[:n]:
-        f = fit[(p.source, p.line)]
-        print(f"   {p.source:<8} {p.line:>4} {p.label:<60} held {p.signed_error_pct:+6.1f}%  in-sample {f.signed_error_pct:+6.1f}%")
+        f = fit.get((p.source, p.line))  # other engines' rows are predicted, never fitted
+        beside = f"in-sample {f.signed_error_pct:+6.1f}%" if f else "not fitted (another engine)"
+        print(f"   {p.source:<8} {p.line:>4} {p.label:<60} held {p.signed_error_pct:+6.1f}%  {beside}")
     print()
 
 

@@ -6,15 +6,17 @@ for 1.7 s). Figures depend on nothing the planner computes in between, so worker
 matplotlib while the plan is made and draw the figures side by side when the report is written;
 the report writers write the PNG bytes themselves, after every plan is made, as before.
 
-A worker is `python -m planner.figure_pool`: jobs and answers are pickled over its stdin and
-stdout, and a thread per worker reads its answers, so neither side ever waits on a full pipe.
-(multiprocessing's fork server would re-import the caller's __main__ in each worker, and a fork of
-the planner mid-run is unsafe once the solver has threads.) Outside `drawing_ahead`, or when a
-worker cannot start or dies, figures are drawn in this process.
+A worker is a Python process running `_serve` on the parent's import path: jobs and answers are
+pickled over its stdin and stdout, and a thread per worker reads its answers, so neither side
+ever waits on a full pipe. (multiprocessing's fork server would re-import the caller's __main__
+in each worker, and a fork of the planner mid-run is unsafe once the solver has threads.) Outside
+`drawing_ahead`, or when a worker cannot start, dies, sends anything but answers or is stuck,
+figures are drawn in this process.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import subprocess
@@ -24,7 +26,6 @@ import traceback
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager, suppress
-from pathlib import Path
 
 # One worker from the start: a second one's imports slow the planner more than its drawing saves
 # (2 cores). A second starts when jobs queue up (a fleet report has three figures per service).
@@ -32,19 +33,29 @@ MAX_WORKERS = 2
 QUEUE_FOR_ANOTHER = 3
 
 
+FIGURE_TIMEOUT_S = 120.0  # a worker alive but stuck (a lock, a stopped process): drawn here after this
+_MAGIC = b"planner-figure\n"  # starts every answer: anything else on the pipe means the worker is lost
+# The worker runs the parent's planner whatever its current folder: the parent's import path
+# (no '' entry, and -P: the folder is not put first), not PYTHONPATH, which would put a
+# site-packages ahead of the standard library.
+_SERVE = "import sys, json; sys.path[:] = json.loads(sys.argv[1]); from planner.figure_pool import _serve; _serve()"
+
+
 class _Worker:
     """One worker process, its jobs in the order sent, and the thread that reads its answers."""
 
     def __init__(self):
-        package_root = str(Path(__file__).resolve().parent.parent)
-        path = os.pathsep.join([package_root, *filter(None, [os.environ.get("PYTHONPATH")])])
-        self.proc = subprocess.Popen([sys.executable, "-m", "planner.figure_pool"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     env={**os.environ, "PYTHONPATH": path})
+        paths = [p for p in sys.path if p]
+        self.proc = subprocess.Popen([sys.executable, "-P", "-c", _SERVE, json.dumps(paths)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         self.pending: list[Future] = []
         self.gone = False  # its answers have ended: later jobs are drawn by the caller
         self.lock = threading.Lock()
-        threading.Thread(target=self._read, daemon=True).start()
+        try:
+            threading.Thread(target=self._read, daemon=True).start()
+        except Exception:
+            self.close(kill=True)
+            raise
 
     def submit(self, name: str, kwargs: dict) -> Future:
         """Send a job (from one thread: answers come back in the order jobs were sent)."""
@@ -60,24 +71,27 @@ class _Worker:
         return future
 
     def _read(self) -> None:
-        while True:
-            try:
+        try:
+            while True:
+                if self.proc.stdout.read(len(_MAGIC)) != _MAGIC:
+                    break  # the end, or a stray line on its stdout
                 ok, value = pickle.load(self.proc.stdout)
-            except (EOFError, OSError, ValueError, pickle.UnpicklingError):
-                break
+                with self.lock:
+                    future = self.pending.pop(0)
+                if ok:
+                    future.set_result(value)
+                else:
+                    future.set_exception(RuntimeError(f"drawing a figure failed in a worker:\n{value}"))
+        except BaseException:  # whatever ended the answers (EOF, garbage), the jobs left are drawn here
+            pass
+        finally:
+            with suppress(OSError):
+                self.proc.stdout.close()
             with self.lock:
-                future = self.pending.pop(0)
-            if ok:
-                future.set_result(value)
-            else:
-                future.set_exception(RuntimeError(f"drawing a figure failed in a worker:\n{value}"))
-        with suppress(OSError):
-            self.proc.stdout.close()
-        with self.lock:
-            self.gone = True
-            for future in self.pending:
-                future.set_exception(_WorkerGone())
-            self.pending.clear()
+                self.gone = True
+                for future in self.pending:
+                    future.set_exception(_WorkerGone())
+                self.pending.clear()
 
     def close(self, *, kill: bool) -> None:
         """Tell the worker to end (it does when its stdin closes), or kill it; it is reaped by a
@@ -85,7 +99,8 @@ class _Worker:
         with suppress(OSError):
             self.proc.stdin.close()
         if kill:
-            self.proc.kill()
+            with suppress(OSError):
+                self.proc.kill()
         threading.Thread(target=self.proc.wait, daemon=True).start()
 
 
@@ -105,7 +120,7 @@ def drawing_ahead(enabled: bool = True) -> Iterator[None]:
         return
     try:
         _workers = [_Worker()]
-    except OSError:  # no process can be started here: draw in this process
+    except Exception:  # no process or thread can be started here: draw in this process
         yield
         return
     ok = False
@@ -120,18 +135,23 @@ def drawing_ahead(enabled: bool = True) -> Iterator[None]:
 
 def draw(name: str, /, **kwargs) -> Callable[[], bytes]:
     """planner.figures.<name>(**kwargs) started now; call the result for the PNG bytes."""
-    if not _workers:
+    live = [w for w in _workers if not w.gone]
+    if not live:
         return lambda: _draw(name, kwargs)
-    worker = min(_workers, key=lambda w: len(w.pending))
-    if len(worker.pending) >= QUEUE_FOR_ANOTHER and len(_workers) < MAX_WORKERS:
-        with suppress(OSError):
-            worker = _Worker()
-            _workers.append(worker)
+    worker = min(live, key=lambda w: len(w.pending))
+    if len(worker.pending) >= QUEUE_FOR_ANOTHER and len(live) < MAX_WORKERS:
+        with suppress(Exception):  # none can start: keep the one there is
+            another = _Worker()
+            _workers.append(another)
+            worker = another
     future = worker.submit(name, kwargs)
 
     def result() -> bytes:
         try:
-            return future.result()
+            return future.result(timeout=FIGURE_TIMEOUT_S)
+        except TimeoutError:  # alive but stuck: stop it, draw here
+            worker.close(kill=True)
+            return _draw(name, kwargs)
         except _WorkerGone:  # killed, out of memory: draw it here
             return _draw(name, kwargs)
 
@@ -161,6 +181,7 @@ def _serve() -> None:
             answer = (True, _draw(name, kwargs))
         except Exception:  # the planner raises it, with the worker's traceback
             answer = (False, traceback.format_exc())
+        answers.write(_MAGIC)
         pickle.dump(answer, answers, protocol=pickle.HIGHEST_PROTOCOL)
         answers.flush()
 

@@ -187,9 +187,10 @@ def _solve(fleet: FleetInputs, setups: list[Setup], evals_per_service, *, keep_l
 def _bound_over(fleet: FleetInputs, setups: list[Setup], evals_per_service, gpu: str, at_least: int) -> float:
     """A lower bound on the fleet's cost with at least `at_least` GPUs of type `gpu` and its cap dropped."""
     caps = {k: v for k, v in fleet.shared_caps.items() if k != gpu}
-    return cost_bound_using_more(_models(fleet, setups, evals_per_service, caps, fleet.spec.max_gpu_types), gpu,
-                                 at_least, inventory=caps, reserved=fleet.commitments,
-                                 max_gpu_types=fleet.spec.max_gpu_types, backend=fleet.spec.solver.backend)
+    spec = fleet.spec
+    return cost_bound_using_more(_models(fleet, setups, evals_per_service, caps, spec.max_gpu_types), gpu,
+                                 at_least, inventory=caps, reserved=fleet.commitments, max_gpu_types=spec.max_gpu_types,
+                                 backend=spec.solver.backend, time_limit_s=spec.solver.time_limit_s)
 
 
 def _models(fleet: FleetInputs, setups: list[Setup], evals_per_service, caps, max_gpu_types):
@@ -281,9 +282,10 @@ def _constraints(fleet: FleetInputs, setups, evals_per_service, joint: JointSolu
         cost = joint.cost_per_hour
         if over is not None and _bound_over(fleet, setups, evals_per_service, *over) >= cost - COST_TOLERANCE_USD:
             return cost, cost
-        dropped = _solve(fleet, setups, evals_per_service, tie_break=False, start=joint.values, **free).cost_per_hour
-        if dropped >= joint.cost_per_hour - COST_TOLERANCE_USD:
-            return joint.cost_per_hour, dropped
+        without = _solve(fleet, setups, evals_per_service, tie_break=False, start=joint.values, **free)
+        dropped = without.cost_per_hour
+        if without.status == "Optimal" and dropped >= cost - COST_TOLERANCE_USD:
+            return cost, dropped
         return _solve(fleet, setups, evals_per_service, tie_break=False, start=joint.values, **plus).cost_per_hour, dropped
 
     for g, cap in sorted(caps.items()):

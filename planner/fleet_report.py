@@ -143,8 +143,7 @@ def _constraints(fp: FleetPlan) -> str:
 def write_fleet_report(fp: FleetPlan, out_dir: Path) -> Path:
     """Write reports/<fleet>.md and every service's figures (named <fleet>_<service>_*.png)."""
     prefix = f"{fp.fleet.spec.name}_"
-    started = [start_figures(plan, prefix=prefix) for plan in fp.plans]  # all drawn side by side
-    figures = [write_figures(out_dir, figs) for figs in started]
+    figures = write_figures(out_dir, *(start_figures(plan, prefix=prefix) for plan in fp.plans))
     path = out_dir / f"{fp.fleet.spec.name}.md"
     write_text_atomic(path, render_fleet(fp, figures=figures))
     return path

@@ -283,10 +283,12 @@ def cost_bound_using_more(
     reserved: Mapping[str, tuple[int, float]] | None = None,
     max_gpu_types: int | None = None,
     backend: str = DEFAULT_BACKEND,
+    time_limit_s: float = 60.0,
 ) -> float:
     """A lower bound on the cost per hour of every plan (of solve_services with these rules) that
     uses at least `at_least` GPUs of type `gpu`: the optimum of its linear relaxation (replicas and
-    pools fractional) with that floor added as the constraint at_least_<gpu>; inf when none can.
+    pools fractional) with that floor added as the constraint at_least_<gpu>; inf when none can,
+    -inf when the solver stops before proving the relaxation's optimum (no bound).
     What an inventory cap costs needs no second ILP when this bound, for one GPU over the cap, is
     no lower than the plan's cost: no plan the cap forbids is cheaper."""
     prob, _, joint = _build(services, inventory, reserved, True, False, max_gpu_types)
@@ -296,9 +298,11 @@ def cost_bound_using_more(
     if not on_type:
         return math.inf
     prob += joint.gpus_of(on_type) >= at_least, lp_name("at_least", gpu)
-    prob.solve(solver_for(backend, 60.0, relaxation=True))
-    if prob.status != pulp.LpStatusOptimal:
+    prob.solve(solver_for(backend, time_limit_s, relaxation=True))
+    if prob.status == pulp.LpStatusInfeasible:
         return math.inf
+    if prob.status != pulp.LpStatusOptimal or prob.sol_status != pulp.LpSolutionOptimal:
+        return -math.inf  # stopped early (a time limit): no bound, the ILPs decide
     return float(pulp.value(joint.cost))
 
 

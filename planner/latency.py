@@ -448,11 +448,18 @@ class LatencyPoint:
         if static is None:
             return None
         cells, w, d, bucket, tables, total = static
-        levels, probs = self.wait.levels()
+        levels, probs = self._wait_levels(cells)
         open_ = self.window_open[cells]
-        window = self.rate * (open_[:, None] * (levels[None, :] + self.own_s[cells][:, None])
+        window = self.rate * (open_[:, None] * (levels + self.own_s[cells][:, None])
                               + (self.lookback_s[cells] + d * self.t_dec)[:, None])
         return (w[:, None] * probs[None, :], d[:, None], window, bucket[:, None]), tables, total
+
+    def _wait_levels(self, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each cell's wait at the representative levels ([cells, levels], from the wait its cell
+        sees: under θ a short prompt's differs from a capped one's) and the levels' weights."""
+        per_wait = [wait.levels() for wait in self.waits]
+        levels = np.stack([lv for lv, _ in per_wait])[self.cell_wait[cells]]
+        return levels, per_wait[0][1]
 
     def tpot_exceed(self, band: int, limit_s: float) -> float:
         """Share of the band's requests (with two or more output tokens) whose TPOT exceeds limit_s."""
@@ -571,7 +578,8 @@ class LatencyPoint:
         if limit_s >= self.t_dec + self.max_chunk_s:
             return 0.0
         tables = _work_tables(m.cells, self.k, m.step.params_active, m.step.attn_flops_per_ctx_token)
-        levels, probs = self.wait.levels()
+        levels, probs = self._wait_levels(np.array([cell]))
+        levels = levels[0]
         d = float(m.cells.decode_steps[cell])
         window = self.rate * (self.window_open[cell] * (levels + self.own_s[cell]) + self.lookback_s[cell] + d * self.t_dec)
         bucket = np.full(levels.shape, int(np.clip(np.searchsorted(tables.bucket_d, d, side="right") - 1, 0, None)))

@@ -463,7 +463,7 @@ def _assumptions(plan: Plan) -> str:
 
 def write_report(plan: Plan, out_dir: Path, *, sections: tuple[str, ...] = ()) -> Path:
     """Write reports/<name>.md and its figures atomically; returns the Markdown path."""
-    figures = write_figures(out_dir, start_figures(plan))
+    [figures] = write_figures(out_dir, start_figures(plan))
     text = render(plan, figures=figures, sections=sections)
     path = out_dir / f"{plan.scenario.name}.md"
     write_text_atomic(path, text)
@@ -491,9 +491,12 @@ def start_figures(plan: Plan, *, prefix: str = "") -> dict[str, tuple[str, Calla
     return started
 
 
-def write_figures(out_dir: Path, started: dict[str, tuple[str, Callable[[], bytes]]]) -> dict[str, str]:
-    """Write figures started by start_figures into out_dir; returns their file names by kind."""
+def write_figures(out_dir: Path, *started: dict[str, tuple[str, Callable[[], bytes]]]) -> list[dict[str, str]]:
+    """Write figures started by start_figures (one set per plan) into out_dir, every one drawn
+    before the first file is written; returns each set's file names by kind."""
+    drawn = [{kind: (file, png()) for kind, (file, png) in figures.items()} for figures in started]
     output_folder(out_dir)
-    for file, png in started.values():
-        write_bytes_atomic(out_dir / file, png())
-    return {kind: file for kind, (file, _) in started.items()}
+    for figures in drawn:
+        for file, data in figures.values():
+            write_bytes_atomic(out_dir / file, data)
+    return [{kind: file for kind, (file, _) in figures.items()} for figures in drawn]

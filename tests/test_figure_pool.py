@@ -59,3 +59,24 @@ def test_the_block_leaves_no_worker_and_an_error_in_it_kills_them():
     assert procs and not figure_pool._workers
     for proc in procs:
         assert proc.wait(timeout=30) is not None
+
+
+def test_a_worker_that_prints_before_its_answers_is_dropped_not_waited_on(monkeypatch):
+    # A sitecustomize or .pth hook that prints on stdout must not leave the planner waiting.
+    monkeypatch.setattr(figure_pool, "_SERVE", "print('cuda ready', flush=True); " + figure_pool._SERVE)
+    with drawing_ahead():
+        png = draw("cost_figure", **_rows(2))()
+        assert all(w.gone for w in figure_pool._workers)
+    assert png == draw("cost_figure", **_rows(2))()
+
+
+def test_the_worker_runs_this_planner_whatever_the_current_folder(tmp_path, monkeypatch):
+    # A folder holding another `planner` package must not change what the worker imports.
+    fake = tmp_path / "planner"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise ImportError('the wrong planner')\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    with drawing_ahead():
+        png = draw("cost_figure", **_rows(3))()
+        assert not any(w.gone for w in figure_pool._workers)  # answered by the worker, not drawn here
+    assert png == draw("cost_figure", **_rows(3))()
