@@ -11,13 +11,16 @@ the v0 scheduler: v1 refuses values other than 1 ("Concurrent Partial Prefill is
 supported") and vLLM PR #49244 removed them, so θ is the one setting modelled here.
 
 The model: the capped prompts (more than θ new tokens) form a processor-sharing queue
-limited to c in service, its work S(p) = prefill(p) + ceil(p/θ)·t_dec, served at the share
-1 - ρ_s the prompts of at most θ tokens leave (their load ρ_s), so at load r = λ_c·E[S] /
-(1 - ρ_s). Processor sharing is insensitive (Kleinrock, "Time-shared systems: a theoretical
-treatment", JACM 14(2), 1967): the number of capped prompts present is geometric,
-P(n) = (1 - r)·rⁿ, and a prompt of work S stays S / (1 - ρ) on average, ρ = ρ_s + λ_c·E[S]
-the whole prefill load. The limit c is applied to that count (a limited processor-sharing
-queue read as the unlimited one's occupancy):
+limited to c in service. The work a prompt brings to the queue is S(p) = prefill(p) +
+(p/C')·t_dec, its compute and its tokens' share of the decode part of full steps; the queue is
+served at the share 1 - ρ_s the prompts of at most θ tokens leave (their load ρ_s), so at load
+r = λ_c·E[S] / (1 - ρ_s). Processor sharing is insensitive (Kleinrock, "Time-shared systems: a
+theoretical treatment", JACM 14(2), 1967): the number of capped prompts present is geometric,
+P(n) = (1 - r)·rⁿ, and a job of work S stays S / (1 - ρ) on average. A capped prompt's own stay
+(planner.latency) is its compute plus the decode part of each of its ceil(p/θ) steps, over
+1 - ρ with ρ = λ·E[prefill compute]: the other prompts' compute is what it shares its steps with,
+and the decode part of a step is counted once, in its own steps. The limit c is applied to the
+count (a limited processor-sharing queue read as the unlimited one's occupancy):
 - a request arriving when n >= c waits for n - c + 1 departures, FCFS; with c in service
   a departure comes every d = c·E[min of c residual works] / (1 - ρ_s) on average (the works
   of the jobs present in a PS queue are residual, equilibrium-distributed), and a geometric
@@ -28,6 +31,11 @@ queue read as the unlimited one's occupancy):
   next chunks: about 1.5 chunks of each (the remainder of the step in flight, half on average,
   then a whole one). Each chunk is a draw over the capped prompts' chunks weighted by the time
   their steps last. W and these chunks come together by FFT on a time grid (as planner.prefill_wait).
+
+Where this departs from vLLM v1: with fewer than c capped prompts in flight each still gets θ
+tokens a step (not an equal share of the budget), and with more waiting, the ones in flight are
+served in admission order; processor sharing is the approximation that makes the counts
+tractable, and bench/accuracy.py measures what it costs against the simulator, which follows v1.
 """
 
 from __future__ import annotations
