@@ -171,7 +171,7 @@ def _setup(svc: Service, growth: float) -> Setup:
 
 
 def _solve(fleet: FleetInputs, setups: list[Setup], evals_per_service, *, keep_lp=False, caps=None,
-           max_gpu_types=-1, tie_break=True, start=None) -> JointSolution:
+           max_gpu_types=-1, tie_break=True) -> JointSolution:
     """The joint ILP; caps and max_gpu_types replace the fleet's (for the cost of a constraint, which
     needs no tie-break among plans of equal cost)."""
     spec = fleet.spec
@@ -180,7 +180,7 @@ def _solve(fleet: FleetInputs, setups: list[Setup], evals_per_service, *, keep_l
     return solve_services(
         _models(fleet, setups, evals_per_service, caps, max_gpu_types), inventory=caps, reserved=fleet.commitments,
         max_gpu_types=max_gpu_types, backend=spec.solver.backend, time_limit_s=spec.solver.time_limit_s,
-        keep_lp=keep_lp, tie_break=tie_break, start=start,
+        keep_lp=keep_lp, tie_break=tie_break,
     )
 
 
@@ -270,10 +270,9 @@ def _constraints(fleet: FleetInputs, setups, evals_per_service, joint: JointSolu
 
     Dropping a cap only admits plans with more GPUs of its type than the cap: when the linear
     relaxation of those costs no less than the plan (ilp.cost_bound_using_more), neither change
-    saves anything and no ILP is solved. Otherwise the plan is feasible under either change, so
-    both re-solves start from it; and the cost with the limit dropped bounds the cost with it
-    raised by one from below, the plan's cost from above: when dropping the limit saves nothing,
-    neither does raising it (no second re-solve)."""
+    saves anything and no ILP is solved. Otherwise the cost with the limit dropped bounds the cost
+    with it raised by one from below, the plan's cost from above: when dropping the limit saves
+    nothing, neither does raising it (no second re-solve)."""
     out = []
     used = {t.gpu: t.used for t in types}
     caps = fleet.shared_caps
@@ -282,11 +281,11 @@ def _constraints(fleet: FleetInputs, setups, evals_per_service, joint: JointSolu
         cost = joint.cost_per_hour
         if over is not None and _bound_over(fleet, setups, evals_per_service, *over) >= cost - COST_TOLERANCE_USD:
             return cost, cost
-        without = _solve(fleet, setups, evals_per_service, tie_break=False, start=joint.values, **free)
+        without = _solve(fleet, setups, evals_per_service, tie_break=False, **free)
         dropped = without.cost_per_hour
         if without.status == "Optimal" and dropped >= cost - COST_TOLERANCE_USD:
             return cost, dropped
-        return _solve(fleet, setups, evals_per_service, tie_break=False, start=joint.values, **plus).cost_per_hour, dropped
+        return _solve(fleet, setups, evals_per_service, tie_break=False, **plus).cost_per_hour, dropped
 
     for g, cap in sorted(caps.items()):
         s = fleet.spec.inventory[g]

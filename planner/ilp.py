@@ -75,10 +75,8 @@ from planner.ilp_solver import (
     break_ties,
     lp_name,
     lp_text,
-    set_start,
     solution_status,
     solver_for,
-    variable_values,
 )
 
 BEYOND_ANY_FLEET = "Beyond any fleet"  # status: every option needs more GPUs than exist
@@ -188,7 +186,6 @@ class JointSolution:
     build_s: float
     solver: str
     lp_text: str = field(default="", repr=False)
-    values: Mapping[str, float] = field(default_factory=dict, repr=False)  # the ILP's variables, a start for a re-solve
 
 
 def solve_fleet(
@@ -234,12 +231,9 @@ def solve_services(
     time_limit_s: float = 60.0,
     keep_lp: bool = False,
     tie_break: bool = True,
-    start: Mapping[str, float] | None = None,
 ) -> JointSolution:
     """Minimise the cost per hour of a fleet of services that share GPU inventory and commitments;
-    the formulation (sets, data, variables, objective, constraints) is the module's docstring.
-    start: the variable values of a plan known to be feasible here (JointSolution.values of the same
-    services under tighter rules), where the solver starts; the optimum does not depend on it."""
+    the formulation (sets, data, variables, objective, constraints) is the module's docstring."""
     t0 = time.perf_counter()
     prob, parts, joint = _build(services, inventory, reserved, reserved_pools, use_reserved, max_gpu_types)
     if joint is None:  # no config for some class of every option, or too many GPUs
@@ -247,7 +241,6 @@ def solve_services(
     lp = lp_text(prob) if keep_lp else ""
     build_s = time.perf_counter() - t0
     solver = solver_for(backend, time_limit_s)
-    set_start(prob, start)
     t1 = time.perf_counter()
     prob.solve(solver)
     if prob.status != pulp.LpStatusOptimal or prob.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
@@ -389,7 +382,7 @@ class _JointProblem:
         ]
         return JointSolution(status, tuple(solutions), self.reserved_cost + on_demand_cost, sum(used.values()),
                              {g: n for g, n in sorted(used.items()) if n}, on_demand, self.reserved_cost, solve_s,
-                             build_s, solver, lp, variable_values(self.prob))
+                             build_s, solver, lp)
 
 
 class _ServiceVars:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from collections.abc import Mapping
 from contextlib import contextmanager
 from functools import lru_cache
 
@@ -43,28 +42,19 @@ def solution_status(prob: pulp.LpProblem) -> str:
 
 def break_ties(prob: pulp.LpProblem, cost, ties, solver) -> None:
     """The second of two solves: at the first's cost (within COST_TOLERANCE_USD), minimise `ties`.
-    The first's optimum is feasible here and starts the search (HiGHS), which then only has to
-    improve on it: on the catalog-wide fleet of bench/solve.py this second solve took longer than
-    the first without that start, and a quarter of it with. When that solve does not end optimal
-    (the time limit), the cost-optimal solution stands."""
+    When that solve does not end optimal (the time limit), the cost-optimal solution stands.
+
+    No MIP start, though the first's optimum is feasible here and would make this solve four times
+    faster on the catalog-wide fleet: HiGHS 1.16 given that start (setSolution) returned it as
+    optimal where a plan with one pool fewer existed (finance_2027's "fp8 KV cache off" lever,
+    tests/test_ilp.py::test_ties_are_exact_where_a_solver_start_broke_them); with presolve off, or
+    without the start, it finds that plan."""
     first = {v.name: v.varValue for v in prob.variables()}
     prob += cost <= pulp.value(cost) + COST_TOLERANCE_USD, "cost_at_optimum"
     prob.setObjective(ties)
     prob.solve(solver)
     if prob.status != pulp.LpStatusOptimal:
         prob.assignVarsVals(first)
-
-
-def set_start(prob: pulp.LpProblem, values: Mapping[str, float] | None) -> None:
-    """Give the problem's variables the values of a known feasible solution (by variable name), the
-    start of the next solve; None (or a variable it lacks) leaves the solver to find its own."""
-    for v in prob.variables():
-        v.varValue = None if values is None else values.get(v.name)
-
-
-def variable_values(prob: pulp.LpProblem) -> dict[str, float]:
-    """A solved problem's variables by name (a start for a problem with the same variables)."""
-    return {v.name: v.varValue for v in prob.variables() if v.varValue is not None}
 
 
 _HIGHS_BANNER_SILENCED = False
@@ -89,23 +79,10 @@ def _quiet_stdout():
 
 
 if hasattr(pulp, "HiGHS") and pulp.HiGHS().available():
-    import highspy
-
     class _QuietHiGHS(pulp.HiGHS):
         """PuLP's HiGHS interface. HiGHS prints its banner on stdout when a process builds its first
         solver object, before any option can turn output off, which would break `--json` output:
         that first object is built with stdout silenced."""
-
-        def callSolver(self, lp):
-            """Run HiGHS from the problem's variable values when every variable has one (a feasible
-            plan known beforehand: a MIP start, which only prunes; the optimum is the same)."""
-            start = [v.varValue for v in lp.variables()]
-            if start and all(x is not None for x in start):
-                solution = highspy.HighsSolution()
-                solution.col_value = [float(x) for x in start]
-                solution.value_valid = True
-                lp.solverModel.setSolution(solution)
-            super().callSolver(lp)
 
         def createAndConfigureSolver(self, lp):
             global _HIGHS_BANNER_SILENCED

@@ -116,9 +116,63 @@ def test_ties_prefer_fewer_gpus_then_fewer_pools():
         Candidate("none", "all", "a2", "a", 1, 2.0, 4.0),
     ]
     sol = solve_fleet(opts, same_gpus, homogeneous=False)
-    # One pool of two replicas, not one replica of each; which of two identical configs is the
-    # solver's (the planner drops the later label before it asks: undominated_candidates).
-    assert [(p.replicas, p.config in {"a1", "a2"}) for p in sol.pools] == [(2, True)]
+    assert len(sol.pools) == 1 and sol.pools[0].config == "a1"
+
+
+FINANCE_LEVER_OPTIONS = [
+    SplitOption('none', None, {'all': 485.8232}),
+    SplitOption('4096', 4096, {'short': 460.50209481599995, 'long': 25.321105184}),
+    SplitOption('8192', 8192, {'short': 481.271036616, 'long': 4.552163384}),
+    SplitOption('16384', 16384, {'short': 485.395675584, 'long': 0.427524416}),
+]
+FINANCE_LEVER_CANDIDATES = [  # (option, class, config, $ per replica-hour, capacity req/s), as the planner asked
+    ('16384', 'short', 'h100-sxm tp1 w:fp8 kv:bf16 ctx:16384', 2.99, 24.731648468831064),
+    ('none', 'all', 'h100-sxm tp1 w:fp8 kv:bf16 ctx:32768', 2.99, 24.28261839180315),
+    ('4096', 'long', 'h100-sxm tp1 w:fp8 kv:bf16 ctx:32768', 2.99, 4.440411849695393),
+    ('8192', 'long', 'h100-sxm tp1 w:fp8 kv:bf16 ctx:32768', 2.99, 2.3537816573885877),
+    ('16384', 'long', 'h100-sxm tp1 w:fp8 kv:bf16 ctx:32768', 2.99, 1.0567199857280662),
+    ('4096', 'short', 'h100-sxm tp1 w:fp8 kv:bf16 ctx:4096', 2.99, 32.53890492440664),
+    ('8192', 'short', 'h100-sxm tp1 w:fp8 kv:bf16 ctx:8192', 2.99, 26.61643702218796),
+    ('16384', 'short', 'h100-sxm tp2 w:fp8 kv:bf16 ctx:16384', 5.98, 41.50291644114309),
+    ('none', 'all', 'h100-sxm tp2 w:fp8 kv:bf16 ctx:32768', 5.98, 40.81363387129118),
+    ('4096', 'long', 'h100-sxm tp2 w:fp8 kv:bf16 ctx:32768', 5.98, 7.672654710166312),
+    ('8192', 'long', 'h100-sxm tp2 w:fp8 kv:bf16 ctx:32768', 5.98, 4.124893537672462),
+    ('16384', 'long', 'h100-sxm tp2 w:fp8 kv:bf16 ctx:32768', 5.98, 1.9405625878271637),
+    ('4096', 'short', 'h100-sxm tp2 w:fp8 kv:bf16 ctx:4096', 5.98, 52.97696000370372),
+    ('8192', 'short', 'h100-sxm tp2 w:fp8 kv:bf16 ctx:8192', 5.98, 44.450306273074425),
+    ('16384', 'short', 'h200 tp1 w:fp8 kv:bf16 ctx:16384', 6.35, 27.029860529673865),
+    ('none', 'all', 'h200 tp1 w:fp8 kv:bf16 ctx:32768', 6.35, 26.558864551773706),
+    ('4096', 'long', 'h200 tp1 w:fp8 kv:bf16 ctx:32768', 6.35, 4.792790778173518),
+    ('8192', 'long', 'h200 tp1 w:fp8 kv:bf16 ctx:32768', 6.35, 2.4083381060106754),
+    ('4096', 'short', 'h200 tp1 w:fp8 kv:bf16 ctx:4096', 6.35, 35.37174958909871),
+    ('8192', 'short', 'h200 tp1 w:fp8 kv:bf16 ctx:8192', 6.35, 28.95679556523851),
+    ('16384', 'short', 'h200 tp2 w:fp8 kv:bf16 ctx:16384', 12.7, 47.050660702005366),
+    ('none', 'all', 'h200 tp2 w:fp8 kv:bf16 ctx:32768', 12.7, 46.166485791540346),
+    ('4096', 'long', 'h200 tp2 w:fp8 kv:bf16 ctx:32768', 12.7, 8.501366917662294),
+    ('8192', 'long', 'h200 tp2 w:fp8 kv:bf16 ctx:32768', 12.7, 4.411955402404875),
+    ('16384', 'long', 'h200 tp2 w:fp8 kv:bf16 ctx:32768', 12.7, 1.983911464258154),
+    ('4096', 'short', 'h200 tp2 w:fp8 kv:bf16 ctx:4096', 12.7, 60.550042061468254),
+    ('8192', 'short', 'h200 tp2 w:fp8 kv:bf16 ctx:8192', 12.7, 50.669741036383854),
+    ('16384', 'short', 'l40s tp1 w:fp8 kv:bf16 ctx:16384', 1.4, 4.6784655064069405),
+    ('none', 'all', 'l40s tp1 w:fp8 kv:bf16 ctx:32768', 1.4, 4.522333521464161),
+    ('4096', 'long', 'l40s tp1 w:fp8 kv:bf16 ctx:32768', 1.4, 0.7245004479982209),
+    ('8192', 'long', 'l40s tp1 w:fp8 kv:bf16 ctx:32768', 1.4, 0.31050709463730586),
+    ('4096', 'short', 'l40s tp1 w:fp8 kv:bf16 ctx:4096', 1.4, 6.460234339383256),
+    ('8192', 'short', 'l40s tp1 w:fp8 kv:bf16 ctx:8192', 1.4, 5.1916168411842065),
+]
+
+
+def test_ties_are_exact_where_a_solver_start_broke_them():
+    """finance_2027's "fp8 KV cache off" lever, as the planner asked it: no split (21 replicas of
+    one config) and a split at 8,192 (19 + 2) cost the same on the same 21 GPUs, and the split's
+    second pool loses the tie. HiGHS started from the split (a MIP start on the tie-break solve)
+    returned the split as optimal; both backends must return the single pool."""
+    cands = [Candidate(o, k, label, label.split()[0], int(label.split()[1][2:]), price, cap)
+             for o, k, label, price, cap in FINANCE_LEVER_CANDIDATES]
+    for backend in ("highs", "cbc"):
+        sol = solve_fleet(FINANCE_LEVER_OPTIONS, cands, backend=backend)
+        assert (sol.option, sol.gpus, [p.replicas for p in sol.pools]) == ("none", 21, [21])
+        assert sol.cost_per_hour == pytest.approx(21 * 2.99)
 
 
 def test_lp_names_every_constraint_family():
