@@ -169,10 +169,12 @@ def test_ties_are_exact_where_a_solver_start_broke_them():
     returned the split as optimal; both backends must return the single pool."""
     cands = [Candidate(o, k, label, label.split()[0], int(label.split()[1][2:]), price, cap)
              for o, k, label, price, cap in FINANCE_LEVER_CANDIDATES]
+    one_pool = next(c for c in cands if c.option == "none" and c.config.startswith("h100-sxm tp1 "))
+    replicas = math.ceil(FINANCE_LEVER_OPTIONS[0].class_rates_rps["all"] / one_pool.capacity_rps)
     for backend in ("highs", "cbc"):
         sol = solve_fleet(FINANCE_LEVER_OPTIONS, cands, backend=backend)
-        assert (sol.option, sol.gpus, [p.replicas for p in sol.pools]) == ("none", 21, [21])
-        assert sol.cost_per_hour == pytest.approx(21 * 2.99)
+        assert (sol.option, sol.gpus, [p.replicas for p in sol.pools]) == ("none", replicas, [replicas])
+        assert sol.cost_per_hour == pytest.approx(replicas * one_pool.cost_per_replica_hour)
 
 
 def test_lp_names_every_constraint_family():
