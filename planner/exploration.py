@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 
 from planner.certification import certify_plans
 from planner.errors import InfeasibleError
@@ -23,6 +24,7 @@ from planner.plan_objects import (
 from planner.plan_search import Resolver, infeasible_message, lazy_solve, outcome_of
 from planner.plan_setup import Setup, pool_details
 from planner.progress import stage
+from planner.worker_pool import start
 
 SENSITIVITY = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
 
@@ -32,6 +34,7 @@ def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, reserved=None) -> Pl
     sensitivity, the levers, the best certified plan per GPU type and the TTFT target's cost.
     `solve` answers the re-solves (its scenario's inventory caps apply)."""
     scn, classes, evals, sol, inventory = st.scn, st.classes, plan.evaluations, plan.solution, solve.inventory
+    sweep = _ttft_sweep_started(st, inventory)  # in a worker, while the others run here
     with stage("explorations", 6, " steps") as step:
         split = []
         for k in classes:
@@ -60,10 +63,10 @@ def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, reserved=None) -> Pl
         per_gpu = (_per_gpu(scn, st, st.configs, classes, inventory, solve, reserved)
                    if plan.certification else [])
         step.advance()
-        sweep = _ttft_sweep(scn, st.catalog, st.model, st.configs, classes, inventory, st.evaluator)
+        swept = sweep()
         step.advance()
     return dataclasses.replace(plan, split_analysis=split, alternatives=alternatives, sensitivity=sensitivity,
-                               levers=levers, per_gpu=per_gpu, ttft_sweep=sweep)
+                               levers=levers, per_gpu=per_gpu, ttft_sweep=swept)
 
 
 TTFT_SWEEP = (0.5, 0.75, 1.0, 1.5, 2.0)  # multipliers on every band's TTFT limit
@@ -100,7 +103,30 @@ def _per_gpu(scn, st: Setup, configs, classes, inventory, solve, reserved) -> li
     return out
 
 
-def _ttft_sweep(scn, catalog, model, configs, classes, inventory, evaluator) -> list[tuple[float, Outcome]]:
+def _ttft_sweep_started(st: Setup, inventory) -> Callable[[], list[tuple[float, Outcome]]]:
+    """ttft_sweep of the plan, started in a worker (planner.worker_pool).
+
+    The sweep is calibrated by what the plan's own certification measured: the calibration is
+    taken now, before the per-GPU plans' certifications add to it, so the sweep's answer does not
+    depend on which explorations ran first or where it runs. A class's calibration travels keyed
+    by its option, name and context limit (the evaluator's keys hold object ids, which a worker's
+    copies do not share)."""
+    mine = {id(tc.hist): tc for tcs in st.classes.values() for tc in tcs}
+    calibration = {key[:3]: factor for key, factor in st.evaluator._calibration.items() if key[3] in mine}
+    return start("exploration:ttft_sweep", scn=st.scn, catalog=st.catalog, model=st.model, configs=st.configs,
+                 classes=st.classes, inventory=inventory, calibration=calibration,
+                 here=lambda: _ttft_sweep(st.scn, st.catalog, st.model, st.configs, st.classes, inventory,
+                                          st.evaluator, calibration))
+
+
+def ttft_sweep(scn, catalog, model, configs, classes, inventory, calibration) -> list[tuple[float, Outcome]]:
+    """_ttft_sweep from the scenario alone (a worker's job): its own evaluator, with the plan's
+    calibration per class."""
+    evaluator = Evaluator(scn, catalog, model)
+    return _ttft_sweep(scn, catalog, model, configs, classes, inventory, evaluator, calibration)
+
+
+def _ttft_sweep(scn, catalog, model, configs, classes, inventory, evaluator, calibration) -> list[tuple[float, Outcome]]:
     """The plan re-solved with every band's TTFT limit scaled, by the model (calibrated where
     certification measured a class): what a stricter or looser TTFT target costs."""
     slo = scn.slo
@@ -116,10 +142,14 @@ def _ttft_sweep(scn, catalog, model, configs, classes, inventory, evaluator) -> 
             bands = [b.model_copy(update={"ttft_s": (b.ttft_s[0] or slo.statistic, b.ttft_s[1] * m)}) if b.ttft_s else b
                      for b in slo.bands]
             scaled = scn.model_copy(update={"slo": slo.model_copy(update={"bands": bands})})
-            swept = Evaluator(scaled, catalog, model, like=evaluator)
-            swept._calibration = evaluator._calibration  # what simulation showed of the model applies here too
+            # The last step's bounds are the nearest guesses for this one's searches.
+            swept = Evaluator(scaled, catalog, model, like=above)
             scaled_classes = {k: [dataclasses.replace(tc, slo=scaled.slo.to_slo()) for tc in tcs]
                               for k, tcs in classes.items()}
+            # What simulation showed of the model applies here too.
+            swept._calibration = {swept._class_key(tc): calibration[(tc.option, tc.name, tc.max_model_len)]
+                                  for tcs in scaled_classes.values() for tc in tcs
+                                  if (tc.option, tc.name, tc.max_model_len) in calibration}
             prior = _bound_from(above) if m < 1.0 else None
             res, evs = lazy_solve(swept, Resolver(scaled), scaled_classes, configs, prior=prior)
             out[m] = outcome_of(f"TTFT targets x {m:g}", res, "" if res.pools else

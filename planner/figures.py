@@ -1,6 +1,6 @@
 """Report figures as PNG bytes (matplotlib's Agg backend), byte-identical for identical inputs.
 
-Each function draws one figure and returns its PNG; planner.figure_pool runs them, in worker
+Each function draws one figure and returns its PNG; planner.worker_pool runs them, in worker
 processes while a plan is computed, and the report writers write the bytes beside the report."""
 
 from __future__ import annotations

@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from planner.daily import POLICIES, floor_text
-from planner.figure_pool import draw
 from planner.files import output_folder, write_bytes_atomic, write_text_atomic
 from planner.forecast import PoolRow, QuarterResult
 from planner.units import HOURS_PER_MONTH, HOURS_PER_QUARTER
+from planner.worker_pool import draw
 
 DAYS_PER_QUARTER = HOURS_PER_QUARTER / 24
 

@@ -11,7 +11,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from planner.exploration import SENSITIVITY
-from planner.figure_pool import draw
 from planner.files import output_folder, write_bytes_atomic, write_text_atomic
 from planner.memory import ladder_rule_steps, layer_kind_lines
 from planner.paged import SIZING_MODES
@@ -25,6 +24,7 @@ from planner.plan_objects import (
 from planner.report_latency import latency_section
 from planner.roofline import StepModel
 from planner.units import HOURS_PER_MONTH, GiB, quantile_label
+from planner.worker_pool import draw
 
 
 def _usd(x: float) -> str:
@@ -471,7 +471,7 @@ def write_report(plan: Plan, out_dir: Path, *, sections: tuple[str, ...] = ()) -
 
 
 def start_figures(plan: Plan, *, prefix: str = "") -> dict[str, tuple[str, Callable[[], bytes]]]:
-    """The plan's figures, started (planner.figure_pool): kind -> (file name
+    """The plan's figures, started (planner.worker_pool): kind -> (file name
     <prefix><name>_<kind>.png, a call that returns its PNG bytes)."""
     name = plan.scenario.name
     started = {}

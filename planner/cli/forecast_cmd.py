@@ -43,13 +43,13 @@ def forecast(scenario, out_dir, no_report, catalog_files, as_json) -> None:
       planner forecast scenarios/fleet_2027q1.yaml
     """
     from planner.errors import located
-    from planner.figure_pool import drawing_ahead
     from planner.fleet import is_fleet_file
     from planner.forecast import run_forecast
     from planner.forecast_outputs import forecast_json, write_forecast
     from planner.inputs import load_inputs
+    from planner.worker_pool import worker_processes
 
-    with located(scenario), drawing_ahead(not no_report):
+    with located(scenario), worker_processes(not no_report):
         if is_fleet_file(scenario):
             _fleet_forecast(scenario, out_dir, no_report, catalog_files, as_json)
             return

@@ -34,9 +34,9 @@ def solve(scenarios, out_dir, no_report, write_lp, verify, catalog_files, as_jso
       planner solve scenarios/128k_rollout.yaml
       planner solve scenarios/fleet_2027q1.yaml --json
     """
-    from planner.figure_pool import drawing_ahead
+    from planner.worker_pool import worker_processes
 
-    with drawing_ahead(not no_report):
+    with worker_processes(not no_report):
         _solve_all(scenarios, out_dir, no_report, write_lp, verify, catalog_files, as_json)
 
 

@@ -1,23 +1,28 @@
-"""Report figures drawn in worker processes while the plan is computed.
+"""Work done in worker processes while the plan is computed: report figures, and explorations
+that need nothing the rest of the plan computes.
 
 Importing matplotlib (0.33 s) and drawing a report's three figures (0.4 s) were a quarter of the
-128k rollout's 2.8 s solve, measured in process with the machine otherwise idle. Figures depend on nothing the planner computes in between, so worker processes import
-matplotlib while the plan is made and draw the figures side by side when the report is written;
-the report writers write the PNG bytes themselves, after every plan is made, as before.
+128k rollout's 2.8 s solve, measured in process with the machine otherwise idle; the TTFT sweep
+(the plan re-solved at four scaled TTFT targets) is another 0.5 s that depends on nothing the other
+explorations compute. So worker processes import matplotlib while the plan is made, run the sweep
+while this process runs the other explorations, and draw the figures side by side when the report
+is written; the report writers write the PNG bytes themselves, after every plan is made, as before.
 
 A worker is a Python process running `_serve` on the parent's import path: jobs and answers are
 pickled over its stdin and stdout, and a thread per worker reads its answers, so neither side
 ever waits on a full pipe. (multiprocessing's fork server would re-import the caller's __main__
 in each worker, and a fork of the planner mid-run is unsafe once the solver has threads.) Outside
-`drawing_ahead`, or when a worker cannot start, dies, sends anything but answers or is stuck,
-figures are drawn in this process.
+`worker_processes`, or when a worker cannot start, dies, sends anything but answers or is stuck,
+a job runs in this process, with the same answer.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import pickle
+import queue
 import subprocess
 import sys
 import threading
@@ -25,6 +30,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager, suppress
+from typing import Any
 
 # One worker from the start: a second one's imports slow the planner more than its drawing saves
 # (2 cores). A second starts when jobs queue up (a fleet report has three figures per service).
@@ -32,12 +38,12 @@ MAX_WORKERS = 2
 QUEUE_FOR_ANOTHER = 3
 
 
-FIGURE_TIMEOUT_S = 120.0  # a worker alive but stuck (a lock, a stopped process): drawn here after this
-_MAGIC = b"planner-figure\n"  # starts every answer: anything else on the pipe means the worker is lost
+JOB_TIMEOUT_S = 120.0  # a worker alive but stuck (a lock, a stopped process): run here after this
+_MAGIC = b"planner-worker\n"  # starts every answer: anything else on the pipe means the worker is lost
 # The worker runs the parent's planner whatever its current folder: the parent's import path
 # (no '' entry, and -P: the folder is not put first), not PYTHONPATH, which would put a
 # site-packages ahead of the standard library.
-_SERVE = "import sys, json; sys.path[:] = json.loads(sys.argv[1]); from planner.figure_pool import _serve; _serve()"
+_SERVE = "import sys, json; sys.path[:] = json.loads(sys.argv[1]); from planner.worker_pool import _serve; _serve()"
 
 
 class _Worker:
@@ -48,15 +54,19 @@ class _Worker:
         self.proc = subprocess.Popen([sys.executable, "-P", "-c", _SERVE, json.dumps(paths)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         self.pending: list[Future] = []
-        self.gone = False  # its answers have ended: later jobs are drawn by the caller
+        self.gone = False  # its answers have ended: later jobs run in the caller
         self.lock = threading.Lock()
+        # Jobs are written by a thread of their own: a worker still importing reads nothing yet,
+        # and a job larger than the pipe's buffer would hold the planner until it does.
+        self.outbox: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         try:
             threading.Thread(target=self._read, daemon=True).start()
+            threading.Thread(target=self._write, daemon=True).start()
         except Exception:
             self.close(kill=True)
             raise
 
-    def submit(self, name: str, kwargs: dict) -> Future:
+    def submit(self, job: str, kwargs: dict) -> Future:
         """Send a job (from one thread: answers come back in the order jobs were sent)."""
         future: Future = Future()
         with self.lock:  # not held while writing: the reader needs it to hand over an answer
@@ -64,24 +74,31 @@ class _Worker:
                 future.set_exception(_WorkerGone())
                 return future
             self.pending.append(future)
-        with suppress(OSError, ValueError):  # the worker is gone: its reader fails what it left
-            pickle.dump((name, kwargs), self.proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
-            self.proc.stdin.flush()
+        self.outbox.put(pickle.dumps((job, kwargs), protocol=pickle.HIGHEST_PROTOCOL))
         return future
+
+    def _write(self) -> None:
+        """Send the jobs in the order submitted; None: no more, close the worker's stdin (it ends)."""
+        with suppress(OSError, ValueError):  # the worker is gone: its reader fails what it left
+            while (job := self.outbox.get()) is not None:
+                self.proc.stdin.write(job)
+                self.proc.stdin.flush()
+        with suppress(OSError):
+            self.proc.stdin.close()
 
     def _read(self) -> None:
         try:
             while True:
                 if self.proc.stdout.read(len(_MAGIC)) != _MAGIC:
                     break  # the end, or a stray line on its stdout
-                ok, value = pickle.load(self.proc.stdout)
+                ok, job, value = pickle.load(self.proc.stdout)
                 with self.lock:
                     future = self.pending.pop(0)
                 if ok:
                     future.set_result(value)
                 else:
-                    future.set_exception(RuntimeError(f"drawing a figure failed in a worker:\n{value}"))
-        except BaseException:  # whatever ended the answers (EOF, garbage), the jobs left are drawn here
+                    future.set_exception(RuntimeError(f"{job} failed in a worker:\n{value}"))
+        except BaseException:  # whatever ended the answers (EOF, garbage), the jobs left run here
             pass
         finally:
             with suppress(OSError):
@@ -95,8 +112,7 @@ class _Worker:
     def close(self, *, kill: bool) -> None:
         """Tell the worker to end (it does when its stdin closes), or kill it; it is reaped by a
         thread, since the planner need not wait for matplotlib to tear down."""
-        with suppress(OSError):
-            self.proc.stdin.close()
+        self.outbox.put(None)
         if kill:
             with suppress(OSError):
                 self.proc.kill()
@@ -111,8 +127,8 @@ _workers: list[_Worker] = []
 
 
 @contextmanager
-def drawing_ahead(enabled: bool = True) -> Iterator[None]:
-    """Workers ready to draw figures inside the block (started now: their imports overlap it)."""
+def worker_processes(enabled: bool = True) -> Iterator[None]:
+    """Workers ready for jobs inside the block (started now: their imports overlap it)."""
     global _workers
     if not enabled or _workers:
         yield
@@ -134,52 +150,67 @@ def drawing_ahead(enabled: bool = True) -> Iterator[None]:
 
 def draw(name: str, /, **kwargs) -> Callable[[], bytes]:
     """planner.figures.<name>(**kwargs) started now; call the result for the PNG bytes."""
+    return start(f"figures:{name}", **kwargs)
+
+
+def start(job: str, /, *, here: Callable[[], Any] | None = None, **kwargs) -> Callable[[], Any]:
+    """planner.<module>.<function>(**kwargs), `job` naming them as 'module:function', started now
+    in a worker; call the result for its answer. The answer must not depend on where it is computed:
+    without a worker, the job runs in this process when its answer is asked for, as `here()` when
+    given (a quicker way to the same answer, from what this process holds)."""
     live = [w for w in _workers if not w.gone]
+
+    def local():
+        return here() if here is not None else _run(job, kwargs)
+
     if not live:
-        return lambda: _draw(name, kwargs)
+        return local
     worker = min(live, key=lambda w: len(w.pending))
     if len(worker.pending) >= QUEUE_FOR_ANOTHER and len(live) < MAX_WORKERS:
         with suppress(Exception):  # none can start: keep the one there is
             another = _Worker()
             _workers.append(another)
             worker = another
-    future = worker.submit(name, kwargs)
+    future = worker.submit(job, kwargs)
 
-    def result() -> bytes:
+    def result():
         try:
-            return future.result(timeout=FIGURE_TIMEOUT_S)
-        except TimeoutError:  # alive but stuck: stop it, draw here
+            return future.result(timeout=JOB_TIMEOUT_S)
+        except TimeoutError:  # alive but stuck: stop it, run it here
             worker.close(kill=True)
-            return _draw(name, kwargs)
-        except _WorkerGone:  # killed, out of memory: draw it here
-            return _draw(name, kwargs)
+            return local()
+        except _WorkerGone:  # killed, out of memory: run it here
+            return local()
 
     return result
 
 
-def _draw(name: str, kwargs: dict) -> bytes:
-    from planner import figures
-
-    return getattr(figures, name)(**kwargs)
+def _run(job: str, kwargs: dict):
+    module, function = job.split(":")
+    return getattr(importlib.import_module(f"planner.{module}"), function)(**kwargs)
 
 
 def _serve() -> None:
-    """The worker: matplotlib first, then each job read from stdin answered on stdout."""
+    """The worker: matplotlib first (figures are most of its jobs), then each job read from stdin
+    answered on stdout."""
     # Answers get their own copy of stdout; anything a library prints goes to stderr instead.
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
-    import planner.figures  # noqa: F401  (the slow import, before the first job arrives)
+    # The slow imports, before the first job arrives: matplotlib, and what the planner's jobs
+    # are made of (unpickling a job imports it otherwise, while the planner waits).
+    import planner.exploration
+    import planner.figures  # noqa: F401
 
     jobs = sys.stdin.buffer
     while True:
         try:
-            name, kwargs = pickle.load(jobs)
+            job, kwargs = pickle.load(jobs)
         except EOFError:
             return
         try:
-            answer = (True, _draw(name, kwargs))
+            answer = (True, job, _run(job, kwargs))
         except Exception:  # the planner raises it, with the worker's traceback
-            answer = (False, traceback.format_exc())
+            answer = (False, job, traceback.format_exc())
         answers.write(_MAGIC)
         pickle.dump(answer, answers, protocol=pickle.HIGHEST_PROTOCOL)
         answers.flush()

@@ -1,0 +1,115 @@
+"""Figures drawn by worker processes (planner.worker_pool): the same bytes as drawn here, many at
+once without a stall, a worker's failure raised here, a dead worker's figures drawn here."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner import worker_pool
+from planner.worker_pool import draw, worker_processes
+
+
+def _rows(i: int) -> dict:
+    return {"rows": [(f"option {j}", 10.0 + i + j) for j in range(12)], "title": f"figure {i}"}
+
+
+def test_worker_figures_are_the_bytes_drawn_in_process():
+    here = draw("cost_figure", **_rows(0))()
+    with worker_processes():
+        assert worker_pool._workers  # the figure below is a worker's
+        there = draw("cost_figure", **_rows(0))()
+    assert there == here and there.startswith(b"\x89PNG")
+
+
+def test_many_figures_sent_before_any_is_read_all_come_back():
+    # Two dozen answers of ~30 kB each overflow any pipe buffer: the writer must never wait on a
+    # worker that waits on its own answers (a fleet report sends three figures per service).
+    with worker_processes():
+        started = [draw("cost_figure", **_rows(i)) for i in range(24)]
+        assert len(worker_pool._workers) == worker_pool.MAX_WORKERS  # a queue that long gets a second
+        pngs = [result() for result in started]
+    assert pngs == [draw("cost_figure", **_rows(i))() for i in range(24)]
+
+
+def test_a_figure_that_fails_in_a_worker_raises_here_with_its_traceback():
+    with worker_processes(), pytest.raises(RuntimeError, match="figures:cost_figure failed in a worker") as err:
+        draw("cost_figure", rows=[("a", 1.0)])()  # no title
+    assert "TypeError" in str(err.value) and "title" in str(err.value)
+
+
+def test_a_dead_workers_figures_are_drawn_here():
+    with worker_processes():
+        for worker in worker_pool._workers:
+            worker.proc.kill()
+            worker.proc.wait()
+        png = draw("cost_figure", **_rows(1))()
+    assert png == draw("cost_figure", **_rows(1))()
+
+
+def test_the_block_leaves_no_worker_and_an_error_in_it_kills_them():
+    procs = []
+
+    def plan_that_fails():
+        with worker_processes():
+            procs.extend(w.proc for w in worker_pool._workers)
+            raise ValueError("planning failed")
+
+    with pytest.raises(ValueError, match="planning failed"):
+        plan_that_fails()
+    assert procs and not worker_pool._workers
+    for proc in procs:
+        assert proc.wait(timeout=30) is not None
+
+
+def test_a_worker_that_prints_before_its_answers_is_dropped_not_waited_on(monkeypatch):
+    # A sitecustomize or .pth hook that prints on stdout must not leave the planner waiting.
+    monkeypatch.setattr(worker_pool, "_SERVE", "print('cuda ready', flush=True); " + worker_pool._SERVE)
+    with worker_processes():
+        png = draw("cost_figure", **_rows(2))()
+        assert all(w.gone for w in worker_pool._workers)
+    assert png == draw("cost_figure", **_rows(2))()
+
+
+def test_the_worker_runs_this_planner_whatever_the_current_folder(tmp_path, monkeypatch):
+    # A folder holding another `planner` package must not change what the worker imports.
+    fake = tmp_path / "planner"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise ImportError('the wrong planner')\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    with worker_processes():
+        png = draw("cost_figure", **_rows(3))()
+        assert not any(w.gone for w in worker_pool._workers)  # answered by the worker, not drawn here
+    assert png == draw("cost_figure", **_rows(3))()
+
+
+def test_the_ttft_sweep_a_worker_computes_is_the_one_computed_here_calibration_included():
+    from planner.catalog import load_catalog
+    from planner.exploration import _ttft_sweep_started
+    from planner.histogram import Histogram
+    from planner.plan_setup import setup_plan
+    from planner.scenario import Scenario
+
+    catalog = load_catalog()
+    scn = Scenario.model_validate({
+        "name": "sweep", "model": "llama-3.1-8b", "context_limit": 8192,
+        "traffic": {"source": {"constant": {"prompt_tokens": 1000, "output_tokens": 200}},
+                    "peak": {"method": "explicit", "rps": 40}},
+        "slo": {"bands": [{"ttft_s": 0.5, "tpot_ms": 60}]}, "gpus": ["h100-sxm", "l40s"], "tp": [1],
+        "weight_dtypes": ["bf16"], "kv_dtypes": ["bf16"], "sizing": {"mode": "expected"},
+    })
+    st = setup_plan(scn, catalog, catalog.model("llama-3.1-8b"), Histogram.constant(1000, 200, 100), 40.0)
+
+    def rows(sweep):  # what the report shows (a solution's timings differ from run to run)
+        return [(m, o.name, o.feasible, o.cost_per_hour, o.gpus, o.summary, o.why_not, o.solution.pools)
+                for m, o in sweep]
+
+    plain = _ttft_sweep_started(st, {})()
+    # What certification does when a pool misses: the class's capacities scale by simulated / model.
+    measured = next(e for e in st.evals if e.capacity is not None and e.capacity.max_rps > 0)
+    st.evaluator.record_simulated(measured, measured.capacity.max_rps * 0.6)
+    here = _ttft_sweep_started(st, {})()
+    with worker_processes():
+        there = _ttft_sweep_started(st, {})()
+        assert not any(w.gone for w in worker_pool._workers)  # answered by the worker
+    assert rows(there) == rows(here)
+    assert rows(here) != rows(plain)  # the calibration travelled
