@@ -29,12 +29,15 @@ from planner.worker_pool import start
 SENSITIVITY = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
 
 
-def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, reserved=None) -> Plan:
+def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, reserved=None,
+                 sweep: Callable[[], list[tuple[float, Outcome]]] | None = None) -> Plan:
     """The plan's explorations: each split option, the next-best distinct plans, the peak's
     sensitivity, the levers, the best certified plan per GPU type and the TTFT target's cost.
-    `solve` answers the re-solves (its scenario's inventory caps apply)."""
+    `solve` answers the re-solves (its scenario's inventory caps apply). sweep: the TTFT sweep
+    already started (start_ttft_sweep) [default: started now]."""
     scn, classes, evals, sol, inventory = st.scn, st.classes, plan.evaluations, plan.solution, solve.inventory
-    sweep = _ttft_sweep_started(st, inventory)  # in a worker, while the others run here
+    if sweep is None:
+        sweep = start_ttft_sweep(st, inventory)  # in a worker, while the others run here
     with stage("explorations", 6, " steps") as step:
         split = []
         for k in classes:
@@ -103,7 +106,7 @@ def _per_gpu(scn, st: Setup, configs, classes, inventory, solve, reserved) -> li
     return out
 
 
-def _ttft_sweep_started(st: Setup, inventory) -> Callable[[], list[tuple[float, Outcome]]]:
+def start_ttft_sweep(st: Setup, inventory) -> Callable[[], list[tuple[float, Outcome]]]:
     """ttft_sweep of the plan, started in a worker (planner.worker_pool).
 
     The sweep is calibrated by what the plan's own certification measured: the calibration is

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from planner.certification import certify_plans
 from planner.errors import InfeasibleError, InputError, PlannerError
-from planner.exploration import explore_plan
+from planner.exploration import explore_plan, start_ttft_sweep
 from planner.fleet import FleetInputs, Service
 from planner.ilp import JointSolution, cost_bound_using_more, solve_services
 from planner.ilp_solver import COST_TOLERANCE_USD
@@ -140,7 +140,10 @@ def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool |
     plans = [assemble_plan(st, evals, sol, pools, cert) for st, (evals, sol, pools, cert) in zip(setups, done, strict=True)]
     types = _types(fleet, joint)
     if explore:
-        plans = [_explore(setups, plans, i, fleet.shared_caps) for i in range(len(plans))]
+        alone = [_alone(setups, plans, i, fleet.shared_caps) for i in range(len(plans))]
+        # Every service's TTFT sweep goes to the worker at once, while the others run here.
+        sweeps = [start_ttft_sweep(st, solve.inventory) for st, solve in alone]
+        plans = [explore_plan(st, plan, solve, sweep=sweep) for (st, solve), plan, sweep in zip(alone, plans, sweeps, strict=True)]
     constraints = _constraints(fleet, setups, [p.evaluations for p in plans], joint, types) if explore else ()
     result = FleetPlan(fleet, tuple(plans), joint, types, constraints)
     budget = fleet.spec.budget_usd_per_month
@@ -245,9 +248,9 @@ def _price(fleet: FleetInputs, gpu: str) -> float:
     return fleet.catalog.gpu(gpu).price_usd_per_hour
 
 
-def _explore(setups: list[Setup], plans: list[Plan], i: int, caps: dict[str, int]) -> Plan:
-    """The service's explorations, re-solved for it alone with the rest of the fleet as planned:
-    a shared type's cap is what the other services leave of it."""
+def _alone(setups: list[Setup], plans: list[Plan], i: int, caps: dict[str, int]) -> tuple[Setup, Resolver]:
+    """The service alone with the rest of the fleet as planned, for its explorations: a shared
+    type's cap is what the other services leave of it."""
     st = setups[i]
     others: dict[str, int] = {}
     for j, other in enumerate(plans):
@@ -262,7 +265,7 @@ def _explore(setups: list[Setup], plans: list[Plan], i: int, caps: dict[str, int
         else:
             gpus.append(cand)
     scn = st.scn.model_copy(update={"gpus": gpus})
-    return explore_plan(dataclasses.replace(st, scn=scn), plans[i], Resolver(scn))
+    return dataclasses.replace(st, scn=scn), Resolver(scn)
 
 
 def _constraints(fleet: FleetInputs, setups, evals_per_service, joint: JointSolution, types) -> tuple[SharedConstraint, ...]:

@@ -84,7 +84,7 @@ def test_the_worker_runs_this_planner_whatever_the_current_folder(tmp_path, monk
 
 def test_the_ttft_sweep_a_worker_computes_is_the_one_computed_here_calibration_included():
     from planner.catalog import load_catalog
-    from planner.exploration import _ttft_sweep_started
+    from planner.exploration import start_ttft_sweep
     from planner.histogram import Histogram
     from planner.plan_setup import setup_plan
     from planner.scenario import Scenario
@@ -103,13 +103,13 @@ def test_the_ttft_sweep_a_worker_computes_is_the_one_computed_here_calibration_i
         return [(m, o.name, o.feasible, o.cost_per_hour, o.gpus, o.summary, o.why_not, o.solution.pools)
                 for m, o in sweep]
 
-    plain = _ttft_sweep_started(st, {})()
+    plain = start_ttft_sweep(st, {})()
     # What certification does when a pool misses: the class's capacities scale by simulated / model.
     measured = next(e for e in st.evals if e.capacity is not None and e.capacity.max_rps > 0)
     st.evaluator.record_simulated(measured, measured.capacity.max_rps * 0.6)
-    here = _ttft_sweep_started(st, {})()
+    here = start_ttft_sweep(st, {})()
     with worker_processes():
-        there = _ttft_sweep_started(st, {})()
+        there = start_ttft_sweep(st, {})()
         assert not any(w.gone for w in worker_pool._workers)  # answered by the worker
     assert rows(there) == rows(here)
     assert rows(here) != rows(plain)  # the calibration travelled
