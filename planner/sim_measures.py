@@ -207,17 +207,22 @@ def measure(req: Requests, tr: Trace, warmup_fraction: float, wall: float, *,
     if t1 <= t0:  # a single burst: measure over all steps
         t1 = float(tr.step_start_s[-1] + tr.step_s[-1]) if tr.step_s.size else t0
     span = max(t1 - t0, 1e-12)
-    start, dt = tr.step_start_s, tr.step_s
-    win = (start >= t0) & (start < t1)
-    w = dt[win]
+    # Steps start in time order, so the window's steps are a slice: views, where a mask would copy
+    # each of a long-context replay's million-step records.
+    lo, hi = np.searchsorted(tr.step_start_s, [t0, t1], side="left")
+    win = slice(int(lo), int(hi))
+    w = tr.step_s[win]
     wsum = float(w.sum())
 
     def tmean(x: np.ndarray) -> float:
-        return float(np.dot(x[win], w) / wsum) if wsum > 0 else math.nan
+        return float(np.dot(x, w) / wsum) if wsum > 0 else math.nan
 
-    util = (tr.step_used_blocks * block_bytes + shared_bytes) / budget_bytes
+    def in_window(steps: np.ndarray) -> np.ndarray:
+        return (steps >= lo) & (steps < hi)
+
+    util = (tr.step_used_blocks[win] * block_bytes + shared_bytes) / budget_bytes
     dec = tr.step_decoding[win]
-    resumed = tr.resume_gaps_s[win[tr.resume_steps]] if tr.resume_steps.size else tr.resume_gaps_s
+    resumed = tr.resume_gaps_s[in_window(tr.resume_steps)] if tr.resume_steps.size else tr.resume_gaps_s
     gaps = GapDistribution.of(np.concatenate([w, resumed]), np.concatenate([dec.astype(np.float64), np.ones(resumed.size)]))
     firsts = np.sum((tr.first_token_s >= t0) & (tr.first_token_s < t1))
     tokens_out = float(dec.sum()) + float(firsts) + float(resumed.size)
@@ -226,7 +231,7 @@ def measure(req: Requests, tr: Trace, warmup_fraction: float, wall: float, *,
     arrived_in = int(np.sum((req.arrival_s >= t0) & (req.arrival_s <= t1)))
     done_in = int(np.sum((tr.finish_s >= t0) & (tr.finish_s < t1)))
     growth = _backlog_growth(req, tr, win, w, arrived_in / span)
-    preempt_in = int(np.sum(win[tr.preemption_steps])) if tr.preemption_steps.size else 0
+    preempt_in = int(np.sum(in_window(tr.preemption_steps))) if tr.preemption_steps.size else 0
     used_win = tr.step_used_blocks[win]
     used_weight = np.bincount(used_win, weights=w) if used_win.size else np.zeros(1)
     used_p99 = int(np.searchsorted(np.cumsum(used_weight), 0.99 * used_weight.sum(), side="left"))
@@ -234,9 +239,9 @@ def measure(req: Requests, tr: Trace, warmup_fraction: float, wall: float, *,
         rate_rps=arrived_in / span,
         throughput_rps=done_in / span,
         output_tokens_per_s=tokens_out / span,
-        resident_batch=tmean(tr.step_running.astype(np.float64)),
-        decode_batch=tmean(tr.step_decoding.astype(np.float64)),
-        waiting=tmean(tr.step_waiting.astype(np.float64)),
+        resident_batch=tmean(tr.step_running[win].astype(np.float64)),
+        decode_batch=tmean(dec.astype(np.float64)),
+        waiting=tmean(tr.step_waiting[win].astype(np.float64)),
         kv_utilisation=tmean(util),
         kv_utilisation_p99=(used_p99 * block_bytes + shared_bytes) / budget_bytes if wsum > 0 else math.nan,
         itl_ms_mean=gaps.mean_s * 1e3,
@@ -251,7 +256,7 @@ def measure(req: Requests, tr: Trace, warmup_fraction: float, wall: float, *,
         preemptions_per_1000=1000.0 * preempt_in / max(arrived_in, 1),
         stable=growth <= STABILITY_TOLERANCE,
         backlog_growth=growth,
-        steps=int(dt.size),
+        steps=int(tr.step_s.size),
         requests=n,
         measured_requests=n - cut,
         simulated_s=float(np.nanmax(tr.finish_s)),
@@ -276,7 +281,7 @@ def _request_latencies(req: Requests, tr: Trace, cut: int, gaps: GapDistribution
     )
 
 
-def _backlog_growth(req: Requests, tr: Trace, win: np.ndarray, w: np.ndarray, arrival_rps: float) -> float:
+def _backlog_growth(req: Requests, tr: Trace, win: slice, w: np.ndarray, arrival_rps: float) -> float:
     """Least-squares slope of requests in the system (arrived - finished) against time over the
     window's steps (weighted by their durations), as a fraction of the arrival rate."""
     start = tr.step_start_s[win]

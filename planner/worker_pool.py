@@ -66,15 +66,15 @@ class _Worker:
             self.close(kill=True)
             raise
 
-    def submit(self, job: str, kwargs: dict) -> Future:
-        """Send a job (from one thread: answers come back in the order jobs were sent)."""
+    def submit(self, payload: bytes) -> Future:
+        """Send a pickled (job, kwargs) (from one thread: answers come back in the order jobs were sent)."""
         future: Future = Future()
         with self.lock:  # not held while writing: the reader needs it to hand over an answer
             if self.gone:
                 future.set_exception(_WorkerGone())
                 return future
             self.pending.append(future)
-        self.outbox.put(pickle.dumps((job, kwargs), protocol=pickle.HIGHEST_PROTOCOL))
+        self.outbox.put(payload)
         return future
 
     def _write(self) -> None:
@@ -124,6 +124,9 @@ class _WorkerGone(Exception):
 
 
 _workers: list[_Worker] = []
+# Jobs started in this block, by their pickled (job, kwargs): a job started again (a figure drawn
+# ahead of its report) shares the first one's answer.
+_started: dict[bytes, Callable[[], Any]] = {}
 
 
 @contextmanager
@@ -144,6 +147,7 @@ def worker_processes(enabled: bool = True) -> Iterator[None]:
         ok = True
     finally:
         workers, _workers = _workers, []
+        _started.clear()
         for worker in workers:
             worker.close(kill=not ok)
 
@@ -157,7 +161,8 @@ def start(job: str, /, *, here: Callable[[], Any] | None = None, **kwargs) -> Ca
     """planner.<module>.<function>(**kwargs), `job` naming them as 'module:function', started now
     in a worker; call the result for its answer. The answer must not depend on where it is computed:
     without a worker, the job runs in this process when its answer is asked for, as `here()` when
-    given (a quicker way to the same answer, from what this process holds)."""
+    given (a quicker way to the same answer, from what this process holds). The same job started
+    again in a worker shares the first one's answer."""
     live = [w for w in _workers if not w.gone]
 
     def local():
@@ -165,13 +170,16 @@ def start(job: str, /, *, here: Callable[[], Any] | None = None, **kwargs) -> Ca
 
     if not live:
         return local
+    payload = pickle.dumps((job, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
+    if payload in _started:
+        return _started[payload]
     worker = min(live, key=lambda w: len(w.pending))
     if len(worker.pending) >= QUEUE_FOR_ANOTHER and len(live) < MAX_WORKERS:
         with suppress(Exception):  # none can start: keep the one there is
             another = _Worker()
             _workers.append(another)
             worker = another
-    future = worker.submit(job, kwargs)
+    future = worker.submit(payload)
 
     def result():
         try:
@@ -182,6 +190,7 @@ def start(job: str, /, *, here: Callable[[], Any] | None = None, **kwargs) -> Ca
         except _WorkerGone:  # killed, out of memory: run it here
             return local()
 
+    _started[payload] = result
     return result
 
 

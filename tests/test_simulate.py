@@ -145,6 +145,10 @@ def test_conservation_under_memory_pressure(catalog):
     assert (tr.step_used_blocks <= tr.total_blocks).all()
     assert (tr.step_running <= 64).all()
     assert res.preemptions_per_1000 > 0
+    # Steps run one after another, idle gaps included: the measures take their window as a slice.
+    assert (np.diff(tr.step_start_s) > 0).all()
+    window = (tr.step_start_s >= req.arrival_s[40]) & (tr.step_start_s < req.arrival_s[-1])  # 10% warm-up
+    assert res.resident_batch == pytest.approx(np.average(tr.step_running[window], weights=tr.step_s[window]), rel=1e-12)
 
 
 def test_shared_prefix_is_held_once_and_skipped(catalog):

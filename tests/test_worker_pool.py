@@ -113,3 +113,19 @@ def test_the_ttft_sweep_a_worker_computes_is_the_one_computed_here_calibration_i
         assert not any(w.gone for w in worker_pool._workers)  # answered by the worker
     assert rows(there) == rows(here)
     assert rows(here) != rows(plain)  # the calibration travelled
+
+
+def test_a_job_started_again_shares_the_first_ones_answer(monkeypatch):
+    # A command draws a figure ahead of its report; the report's own request must not draw it twice.
+    sent = []
+    submit = worker_pool._Worker.submit
+    monkeypatch.setattr(worker_pool._Worker, "submit", lambda self, payload: sent.append(1) or submit(self, payload))
+    with worker_processes():
+        ahead = draw("cost_figure", **_rows(5))
+        again = draw("cost_figure", **_rows(5))
+        other = draw("cost_figure", **_rows(6))
+        assert again is ahead and other is not ahead
+        assert len(sent) == 2
+        png = again()
+    assert png == draw("cost_figure", **_rows(5))()
+    assert not worker_pool._started  # nothing outlives the block

@@ -49,6 +49,8 @@ def _solve_all(scenarios, out_dir, no_report, write_lp, verify, catalog_files, a
     loaded = [_load(path, catalog_files) for path in scenarios]
     if not no_report:
         _refuse_same_names(loaded)
+        for _, kind, inputs in loaded:
+            _draw_traffic_ahead([svc.inputs for svc in inputs.services] if kind == "fleet" else [inputs])
     planned = []
     for i, (path, kind, inputs) in enumerate(loaded):
         with located(str(path)), terminal_progress():
@@ -75,6 +77,25 @@ def _load(path, catalog_files):
         if is_fleet_file(path):
             return path, "fleet", load_fleet(path, catalog_files=catalog_files)
         return path, "scenario", load_inputs(path, catalog_files=catalog_files)
+
+
+def _draw_traffic_ahead(scenarios) -> None:
+    """Start each scenario's traffic figure (the requests its context limit serves) now, in the
+    worker that is otherwise idle until the report: the planner computes nothing it depends on.
+    A scenario whose traffic cannot be served gets its error from planning, as before."""
+    from planner.errors import PlannerError
+    from planner.plan_setup import served_traffic
+    from planner.report import start_traffic_figure
+
+    for inputs in scenarios:
+        scn, t = inputs.scenario, inputs.traffic
+        if scn.fleet:  # a stated fleet's pools set the limit: the report draws it
+            continue
+        try:
+            limit, served, _ = served_traffic(scn, inputs.model, t.hist, t.peak_rps, scn.context_limit)
+        except PlannerError:
+            continue
+        start_traffic_figure(served, limit, scn.thresholds)
 
 
 def _refuse_same_names(loaded) -> None:
