@@ -341,7 +341,7 @@ def _lookup(table: Mapping[str, Any], name: str, what: str, hint_cmd: str) -> An
 
 
 def _load_section(path: Path, section: str) -> dict[str, Any]:
-    raw = load_yaml(path)
+    raw = load_yaml(path, builtin=True)
     if not isinstance(raw, Mapping):
         raise InputError("expected a mapping of id -> fields", where=str(path))
     out = {}

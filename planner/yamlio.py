@@ -35,28 +35,9 @@ MAX_YAML_BYTES = 16 * 2**20
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
-class _Loader(yaml.SafeLoader):
-    """yaml.SafeLoader with the checks in the module docstring."""
-
-    def __init__(self, stream: str):
-        super().__init__(stream)
-        self._depth = 0
-
-    def compose_node(self, parent: Node | None, index: Any) -> Node:
-        self._depth += 1
-        try:
-            if self._depth > MAX_DEPTH:
-                raise ComposerError(
-                    None, None, f"nested deeper than {MAX_DEPTH} levels", self.peek_event().start_mark
-                )
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
-
-    def compose_document(self) -> Node:
-        node = super().compose_document()
-        _check_expansion(node)
-        return node
+class _ValueChecks:
+    """The constructor's checks (keys given twice, values PyYAML cannot build, YAML 1.1 number
+    forms), for a loader of either parser."""
 
     def construct_object(self, node: Node, deep: bool = False) -> Any:
         try:
@@ -87,6 +68,36 @@ class _Loader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+class _Loader(_ValueChecks, yaml.SafeLoader):
+    """yaml.SafeLoader with the checks in the module docstring."""
+
+    def __init__(self, stream: str):
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: Node | None, index: Any) -> Node:
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise ComposerError(
+                    None, None, f"nested deeper than {MAX_DEPTH} levels", self.peek_event().start_mark
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def compose_document(self) -> Node:
+        node = super().compose_document()
+        _check_expansion(node)
+        return node
+
+
+# libyaml's parser (about ten times faster), for the built-in catalog only: it is the project's
+# own data, read by every command, and needs no guard against hostile nesting or aliases, which
+# the C composer does not let a subclass check.
+_BuiltinLoader = type("_BuiltinLoader", (_ValueChecks, yaml.CSafeLoader), {}) if hasattr(yaml, "CSafeLoader") else _Loader
+
+
 def _number_form_problem(text: str, integer: bool) -> str | None:
     """Why a YAML 1.1 number form would be read as something other than what it looks like:
     PyYAML reads 036 as octal 30, 02000 as 1024, 1:30 as base 60 (90) and 0x1E as 30."""
@@ -100,7 +111,7 @@ def _number_form_problem(text: str, integer: bool) -> str | None:
     return None
 
 
-def _construct_number(loader: _Loader, node: Node) -> Any:
+def _construct_number(loader: yaml.BaseLoader, node: Node) -> Any:
     problem = _number_form_problem(str(node.value), node.tag.endswith(":int"))
     if problem:
         raise ConstructorError(None, None, f"'{shorten(str(node.value), 40)}' {problem}", node.start_mark)
@@ -108,8 +119,9 @@ def _construct_number(loader: _Loader, node: Node) -> Any:
     return constructor(loader, node)
 
 
-_Loader.add_constructor("tag:yaml.org,2002:int", _construct_number)
-_Loader.add_constructor("tag:yaml.org,2002:float", _construct_number)
+for _loader in {_Loader, _BuiltinLoader}:
+    _loader.add_constructor("tag:yaml.org,2002:int", _construct_number)
+    _loader.add_constructor("tag:yaml.org,2002:float", _construct_number)
 
 
 def _children(node: Node) -> list[Node]:
@@ -153,10 +165,11 @@ def _check_expansion(root: Node | None) -> None:
         stack.extend((k, False) for k in _children(node) if id(k) not in size)
 
 
-def parse_yaml(text: str, where: str) -> Any:
-    """The YAML document in `text`; any problem is an InputError naming `where` and the line."""
+def parse_yaml(text: str, where: str, *, builtin: bool = False) -> Any:
+    """The YAML document in `text`; any problem is an InputError naming `where` and the line.
+    builtin: the project's own data file (read with libyaml where PyYAML has it)."""
     try:
-        return yaml.load(text, Loader=_Loader)
+        return yaml.load(text, Loader=_BuiltinLoader if builtin else _Loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f"line {mark.line + 1}: " if mark is not None else ""
@@ -164,10 +177,11 @@ def parse_yaml(text: str, where: str) -> Any:
         raise InputError(f"{line}invalid YAML: {problem}", where=where) from None
 
 
-def load_yaml(path: str | Path) -> Any:
-    """Read a YAML file safely (see the module docstring); broken YAML is an InputError naming the line."""
+def load_yaml(path: str | Path, *, builtin: bool = False) -> Any:
+    """Read a YAML file safely (see the module docstring); broken YAML is an InputError naming the line.
+    builtin: the project's own data file (parse_yaml)."""
     path = Path(path)
-    return parse_yaml(read_text(path, "YAML", max_bytes=MAX_YAML_BYTES), str(path))
+    return parse_yaml(read_text(path, "YAML", max_bytes=MAX_YAML_BYTES), str(path), builtin=builtin)
 
 
 def dotted(loc: tuple[Any, ...]) -> str:

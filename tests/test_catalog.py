@@ -387,3 +387,16 @@ def test_cli_import_hf_rejects_active_above_total():
         f"error: {path}: params_active 9000000000 exceeds params_total 8030261248 "
         "(check --params-total/--params-active)\n"
     )
+
+
+def test_the_builtin_catalog_reads_the_same_with_libyaml_and_keeps_the_value_checks():
+    from planner.catalog import data_dir
+    from planner.yamlio import parse_yaml
+
+    for path in sorted(data_dir().glob("*.yaml")):
+        text = path.read_text(encoding="utf-8")
+        assert parse_yaml(text, str(path), builtin=True) == parse_yaml(text, str(path))
+    with pytest.raises(InputError, match="line 2: invalid YAML: key 'a' appears twice"):
+        parse_yaml("a: 1\na: 2\n", "data.yaml", builtin=True)
+    with pytest.raises(InputError, match="'036' has a leading zero"):
+        parse_yaml("a: 036\n", "data.yaml", builtin=True)
