@@ -30,11 +30,13 @@ SENSITIVITY = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
 
 
 def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, reserved=None,
-                 sweep: Callable[[], list[tuple[float, Outcome]]] | None = None) -> Plan:
+                 sweep: Callable[[], list[tuple[float, Outcome]]] | None = None,
+                 context: Callable[[], Outcome | None] | None = None) -> Plan:
     """The plan's explorations: each split option, the next-best distinct plans, the peak's
     sensitivity, the levers, the best certified plan per GPU type and the TTFT target's cost.
-    `solve` answers the re-solves (its scenario's inventory caps apply). sweep: the TTFT sweep
-    already started (start_ttft_sweep) [default: started now]."""
+    `solve` answers the re-solves (its scenario's inventory caps apply). sweep, context: the TTFT
+    sweep and the context-limit lever already started (start_ttft_sweep, start_context_lever)
+    [default: the sweep started now, the lever computed here]."""
     scn, classes, evals, sol, inventory = st.scn, st.classes, plan.evaluations, plan.solution, solve.inventory
     if sweep is None:
         sweep = start_ttft_sweep(st, inventory)  # in a worker, while the others run here
@@ -61,7 +63,7 @@ def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, reserved=None,
         ]
         step.advance()
         levers = _levers(scn, st.catalog, st.model, st.served, st.limit, st.peak_rps, st.evaluator, st.configs, classes,
-                         evals, sol, inventory, solve)
+                         evals, sol, inventory, solve, context)
         step.advance()
         per_gpu = (_per_gpu(scn, st, st.configs, classes, inventory, solve, reserved)
                    if plan.certification else [])
@@ -175,7 +177,8 @@ def _bound_from(looser: Evaluator):
     return prior
 
 
-def _levers(scn, catalog, model, served, limit, peak, evaluator, configs, classes, evals, sol, inventory, solve) -> list[Outcome]:
+def _levers(scn, catalog, model, served, limit, peak, evaluator, configs, classes, evals, sol, inventory, solve,
+            context) -> list[Outcome]:
     """Re-solve with each lever switched (design.md, "The optimisation"); the levers multiply."""
     out = []
 
@@ -205,13 +208,34 @@ def _levers(scn, catalog, model, served, limit, peak, evaluator, configs, classe
         evs = evaluator.evaluate_all(classes, keep)
         res = solve(classes, evs) if keep else None
         out.append(outcome_of(f"without {gpu_id}", res, "") if res else Outcome(f"without {gpu_id}", False, math.inf, 0, "", "no other GPU candidate"))
+    lowered = context() if context is not None else context_lever(scn, catalog, model, served, limit, peak, configs,
+                                                                    inventory, evaluator=evaluator, solve=solve)
+    return out if lowered is None else [*out, lowered]
+
+
+def start_context_lever(st: Setup, inventory) -> Callable[[], Outcome | None]:
+    """context_lever of the plan, started in a worker: it depends on the scenario alone (its classes
+    are new), so a command can start it while certification leaves a core idle."""
+    return start("exploration:context_lever", scn=st.scn, catalog=st.catalog, model=st.model, served=st.served,
+                 limit=st.limit, peak=st.peak_rps, configs=st.configs, inventory=inventory,
+                 here=lambda: context_lever(st.scn, st.catalog, st.model, st.served, st.limit, st.peak_rps, st.configs,
+                                            inventory, evaluator=st.evaluator, solve=Resolver(st.scn)))
+
+
+def context_lever(scn, catalog, model, served, limit, peak, configs, inventory, *, evaluator: Evaluator | None = None,
+                  solve: Resolver | None = None) -> Outcome | None:
+    """The plan re-solved at the lower context limit (the scenario's, or half the limit), its
+    rejected requests named; None when no lower limit serves any request. Without `evaluator` and
+    `solve` (a worker's job), its own: the lower limit's traffic classes share no evaluation with
+    the plan's, nor any calibration, so the answer is the same."""
     lower = scn.lower_context_limit or edge_at_most(max(limit // 2, int(TOTAL_EDGES[0])))
-    if lower < limit:
-        lowered = served.select_total(at_most=lower)  # a histogram edge: the scenario's (validated) or edge_at_most's
-        if not lowered.is_empty:
-            lost = served.requests - lowered.requests
-            lower_classes = traffic_classes(scn, lowered, lower, peak * lowered.requests / served.requests)
-            res, evs = lazy_solve(evaluator, solve, lower_classes, configs)
-            name = f"context limit {lower:,} (rejects {lost / served.requests:.1%} of requests)"
-            out.append(outcome_of(name, res, "" if res.pools else infeasible_message(lower_classes, evs, inventory)))
-    return out
+    if lower >= limit:
+        return None
+    lowered = served.select_total(at_most=lower)  # a histogram edge: the scenario's (validated) or edge_at_most's
+    if lowered.is_empty:
+        return None
+    lost = served.requests - lowered.requests
+    lower_classes = traffic_classes(scn, lowered, lower, peak * lowered.requests / served.requests)
+    res, evs = lazy_solve(evaluator or Evaluator(scn, catalog, model), solve or Resolver(scn), lower_classes, configs)
+    name = f"context limit {lower:,} (rejects {lost / served.requests:.1%} of requests)"
+    return outcome_of(name, res, "" if res.pools else infeasible_message(lower_classes, evs, inventory))

@@ -18,7 +18,7 @@ from planner.certification import certify_plans
 from planner.deployment import supported_problem
 from planner.errors import InfeasibleError, InputError
 from planner.evaluator import Evaluator
-from planner.exploration import explore_plan
+from planner.exploration import explore_plan, start_context_lever
 from planner.histogram import Histogram
 from planner.ilp import FleetSolution, Pool
 from planner.plan_objects import (
@@ -65,14 +65,17 @@ def make_plan(
         raise InfeasibleError(no_plan_message(sol, scn, st.classes, st.evals, solve.inventory))
     pools = pool_details(st.evaluator, st.evals, sol)
     evals, certification = st.evals, None
-    if scn.verify if certify is None else certify:
+    certifying = scn.verify if certify is None else certify
+    # Certification's replays leave a core idle; the context-limit lever needs nothing they decide.
+    context = start_context_lever(st, solve.inventory) if certifying and explore else None
+    if certifying:
         [(evals, sol, pools, certification)] = certify_plans(
             [(st, st.evals, sol, pools)],
             lambda evs: [solve(st.classes, evs[0], reserved=reserved, keep_lp=keep_lp, use_reserved=use_reserved)],
             rounds=scn.simulation.max_rounds,
         )
     plan = assemble_plan(st, evals, sol, pools, certification)
-    return explore_plan(st, plan, solve, reserved=reserved) if explore else plan
+    return explore_plan(st, plan, solve, reserved=reserved, context=context) if explore else plan
 
 
 def assemble_plan(st: Setup, evals, sol: FleetSolution, pools: list[PoolDetail], certification) -> Plan:

@@ -82,9 +82,8 @@ def test_the_worker_runs_this_planner_whatever_the_current_folder(tmp_path, monk
     assert png == draw("cost_figure", **_rows(3))()
 
 
-def test_the_ttft_sweep_a_worker_computes_is_the_one_computed_here_calibration_included():
+def _setup():
     from planner.catalog import load_catalog
-    from planner.exploration import start_ttft_sweep
     from planner.histogram import Histogram
     from planner.plan_setup import setup_plan
     from planner.scenario import Scenario
@@ -97,7 +96,26 @@ def test_the_ttft_sweep_a_worker_computes_is_the_one_computed_here_calibration_i
         "slo": {"bands": [{"ttft_s": 0.5, "tpot_ms": 60}]}, "gpus": ["h100-sxm", "l40s"], "tp": [1],
         "weight_dtypes": ["bf16"], "kv_dtypes": ["bf16"], "sizing": {"mode": "expected"},
     })
-    st = setup_plan(scn, catalog, catalog.model("llama-3.1-8b"), Histogram.constant(1000, 200, 100), 40.0)
+    return setup_plan(scn, catalog, catalog.model("llama-3.1-8b"), Histogram.constant(1000, 200, 100), 40.0)
+
+
+def test_the_context_lever_a_worker_computes_is_the_one_computed_here():
+    from planner.exploration import start_context_lever
+
+    st = _setup()
+    here = start_context_lever(st, {})()
+    with worker_processes():
+        there = start_context_lever(st, {})()
+        assert not any(w.gone for w in worker_pool._workers)
+    assert here.name.startswith("context limit 4,096") and here.feasible
+    assert (there.name, there.cost_per_hour, there.gpus, there.summary) == (here.name, here.cost_per_hour, here.gpus,
+                                                                           here.summary)
+
+
+def test_the_ttft_sweep_a_worker_computes_is_the_one_computed_here_calibration_included():
+    from planner.exploration import start_ttft_sweep
+
+    st = _setup()
 
     def rows(sweep):  # what the report shows (a solution's timings differ from run to run)
         return [(m, o.name, o.feasible, o.cost_per_hour, o.gpus, o.summary, o.why_not, o.solution.pools)
