@@ -9,7 +9,9 @@
 
     python bench/solve.py [--runs 3] [--backends highs,cbc]
 
-Each headline figure is the median of fresh processes running the command line, report included.
+Each headline figure is the median of fresh processes running the command line, report included,
+with a baseline measured in the same run: the same command with every job in one process
+(PLANNER_WORKERS=0), so the gain of the worker process shows as a ratio.
 The breakdown comes from one more run in process: loading, capacity evaluation (with the plan's
 bookkeeping), ILP model build, solver, certification, report writing. Prints figures; asserts
 nothing. Machine load (os.getloadavg) is printed with every case: on a shared machine it inflates
@@ -39,14 +41,15 @@ def load() -> str:
     return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def fresh(path: Path, flags: list[str], runs: int) -> tuple[float, list[float], str]:
+def fresh(path: Path, flags: list[str], runs: int, env: dict | None = None) -> tuple[float, list[float], str]:
     """Median wall time of `planner solve PATH FLAGS` in fresh processes."""
     times, status = [], "ok"
     with tempfile.TemporaryDirectory() as out:
         for _ in range(runs):
             t0 = time.perf_counter()
             done = subprocess.run([sys.executable, "-m", "planner", "solve", str(path), "--out-dir", out, *flags],
-                                  capture_output=True, text=True, cwd=ROOT, check=False)
+                                  capture_output=True, text=True, cwd=ROOT, check=False,
+                                  env=None if env is None else {**os.environ, **env})
             times.append(time.perf_counter() - t0)
             if done.returncode != 0:
                 status = f"exit {done.returncode}: {done.stderr.strip()[:300]}"
@@ -125,6 +128,9 @@ def case(title: str, path: Path, target: float | None, runs: int, verify: bool =
     verdict = "" if target is None else f"; target <= {target:g} s: {'met' if median <= target else 'NOT met'}"
     print(f"{title}\n  end to end, fresh processes: median {median:.2f} s of {runs} "
           f"({', '.join(f'{t:.2f}' for t in times)}; {status}){verdict}   [{load()}]")
+    alone, _, _ = fresh(path, flags, runs, env={"PLANNER_WORKERS": "0"})
+    print(f"  baseline, everything in one process (PLANNER_WORKERS=0): median {alone:.2f} s; "
+          f"the worker process makes it {alone / median:.2f}x faster")
     load_s, total, b = in_process(path, verify)
     evaluation = total - b.build - b.solve - b.certify - b.report
     print(f"  in process: {total:.2f} s = loading, evaluation and bookkeeping {evaluation:.2f} + model build {b.build:.2f} + "

@@ -131,9 +131,10 @@ _started: dict[bytes, Callable[[], Any]] = {}
 
 @contextmanager
 def worker_processes(enabled: bool = True) -> Iterator[None]:
-    """Workers ready for jobs inside the block (started now: their imports overlap it)."""
+    """Workers ready for jobs inside the block (started now: their imports overlap it).
+    PLANNER_WORKERS=0 in the environment runs every job in this process (the answers are the same)."""
     global _workers
-    if not enabled or _workers:
+    if not enabled or _workers or os.environ.get("PLANNER_WORKERS") == "0":
         yield
         return
     try:

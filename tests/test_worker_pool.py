@@ -147,3 +147,11 @@ def test_a_job_started_again_shares_the_first_ones_answer(monkeypatch):
         png = again()
     assert png == draw("cost_figure", **_rows(5))()
     assert not worker_pool._started  # nothing outlives the block
+
+
+def test_planner_workers_0_runs_every_job_here(monkeypatch):
+    monkeypatch.setenv("PLANNER_WORKERS", "0")
+    with worker_processes():
+        assert not worker_pool._workers
+        png = draw("cost_figure", **_rows(7))()
+    assert png.startswith(b"\x89PNG")
