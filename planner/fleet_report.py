@@ -14,7 +14,7 @@ from planner.fleet_plan import FleetPlan
 from planner.inputs import report_sections
 from planner.plan_json import plan_json
 from planner.report import render, start_figures, write_figures
-from planner.units import HOURS_PER_MONTH
+from planner.units import HOURS_PER_MONTH, gpus_text
 
 
 def _usd(x: float) -> str:
@@ -58,7 +58,7 @@ def _totals(fp: FleetPlan) -> str:
     lines = [
         "## Fleet totals",
         "",
-        f"**{len(fp.plans)} services on {fp.gpus} GPUs ({by_type}): {_usd(fp.cost_per_hour)} per hour, "
+        f"**{len(fp.plans)} services on {gpus_text(fp.gpus)} ({by_type}): {_usd(fp.cost_per_hour)} per hour, "
         f"{_usd(fp.cost_per_month)} per month.**",
         "",
         f"One ILP over every service (solver: {joint.solver}, status {joint.status}); each service keeps its own split "

@@ -24,7 +24,7 @@ from planner.plan_objects import (
 )
 from planner.report_latency import latency_section
 from planner.roofline import StepModel
-from planner.units import HOURS_PER_MONTH, GiB, quantile_label
+from planner.units import HOURS_PER_MONTH, GiB, gpus_text, quantile_label
 from planner.worker_pool import draw
 
 
@@ -151,7 +151,7 @@ def _decision(plan: Plan) -> str:
     return "\n".join([
         head,
         "",
-        f"**{_split_text(sol.threshold).capitalize()}: {' + '.join(parts)} — {sol.gpus} GPUs, "
+        f"**{_split_text(sol.threshold).capitalize()}: {' + '.join(parts)} — {gpus_text(sol.gpus)}, "
         f"{_usd(plan.cost_per_hour)} per hour, {_usd(plan.cost_per_month)} per month, "
         f"{_usd_per_million(cpm['blended'])} per million tokens** (input {_usd_per_million(cpm['input'])}, "
         f"output {_usd_per_million(cpm['output'])}; "
@@ -172,7 +172,7 @@ def _given_fleet(plan: Plan) -> str:
     if o is None or not o.feasible:
         return "For comparison, the optimiser finds no plan for the same targets" + (f": {o.why_not}." if o else ".")
     return (f"For comparison, the cheapest plan the model finds for the same targets: {_usd(o.cost_per_hour)} per hour "
-            f"({_delta(o.cost_per_hour, plan.cost_per_hour)} against this fleet), {o.gpus} GPUs — {o.summary}.")
+            f"({_delta(o.cost_per_hour, plan.cost_per_hour)} against this fleet), {gpus_text(o.gpus)} — {o.summary}.")
 
 
 def _unverified_note(plan: Plan) -> list[str]:

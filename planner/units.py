@@ -18,3 +18,8 @@ HOURS_PER_QUARTER = 3 * HOURS_PER_MONTH  # 2,190: four quarters make the price s
 def quantile_label(q: float) -> str:
     """A quantile as a percentile label: 0.99 -> 'p99', 0.995 -> 'p99.5'."""
     return f"p{round(100 * q, 3):g}"
+
+
+def gpus_text(n: int) -> str:
+    """A count of GPUs in words: '1 GPU', '22 GPUs'."""
+    return f"{n:,} GPU" if n == 1 else f"{n:,} GPUs"

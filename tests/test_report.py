@@ -88,3 +88,9 @@ def test_tiny_lp_file_matches_the_golden_file(tmp_path):
     r = CliRunner().invoke(main, ["solve", str(GOLDEN / "tiny.yaml"), "--no-report", "--write-lp", str(lp)])
     assert r.exit_code == 0, r.output
     assert_matches_golden("tiny.lp", lp.read_text(encoding="utf-8"))
+
+
+def test_a_count_of_gpus_reads_as_words():
+    from planner.units import gpus_text
+
+    assert [gpus_text(n) for n in (0, 1, 2, 1200)] == ["0 GPUs", "1 GPU", "2 GPUs", "1,200 GPUs"]

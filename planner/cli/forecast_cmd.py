@@ -61,8 +61,10 @@ def forecast(scenario, out_dir, no_report, catalog_files, as_json) -> None:
 
 
 def _quarter_text(r) -> str:
+    from planner.units import gpus_text
+
     mix = r.day.policy("mixed")
-    return (f"{r.quarter}: {r.gpus} GPUs, ${r.cost_per_hour:,.2f}/hour, "
+    return (f"{r.quarter}: {gpus_text(r.gpus)}, ${r.cost_per_hour:,.2f}/hour, "
             f"${r.cost_per_million['blended']:,.4f} per million tokens at peak; the day's curve: "
             f"${r.day.policy('peak_on_demand').usd_per_day:,.2f}/day peak-sized on demand, "
             f"${r.day.policy('autoscaled').usd_per_day:,.2f} autoscaled, ${mix.usd_per_day:,.2f} reserved + on demand")
@@ -90,9 +92,11 @@ def _fleet_forecast(path, out_dir, no_report, catalog_files, as_json) -> None:
 
 
 def _fleet_quarter_text(r) -> str:
+    from planner.units import gpus_text
+
     types = ", ".join(f"{t.used} {t.gpu}" for t in r.plan.types if t.used)
     idle = ", ".join(f"{t.idle_committed} {t.gpu}" for t in r.plan.types if t.idle_committed)
-    return f"{r.quarter}: {r.plan.gpus} GPUs ({types}), ${r.cost_per_hour:,.2f}/hour" + (
+    return f"{r.quarter}: {gpus_text(r.plan.gpus)} ({types}), ${r.cost_per_hour:,.2f}/hour" + (
         f"; committed idle: {idle}" if idle else "")
 
 

@@ -136,6 +136,7 @@ def _plan(kind, inputs, keep_lp, verify):
 def _write_one(planned, no_report, out_dir, as_json):
     from planner.plan_json import plan_json
     from planner.report import write_report
+    from planner.units import gpus_text
 
     plan, sections, problem = planned
     written = None if no_report else write_report(plan, Path(out_dir), sections=sections)
@@ -145,7 +146,7 @@ def _write_one(planned, no_report, out_dir, as_json):
     pools = ", ".join(f"{p.traffic_class}: {p.replicas} x {p.config}" for p in sol.pools)
     verdict = f" [{problem}]" if problem else ""
     click.echo(
-        f"{plan.scenario.name}: ${plan.cost_per_hour:,.2f}/hour, {sol.gpus} GPUs, "
+        f"{plan.scenario.name}: ${plan.cost_per_hour:,.2f}/hour, {gpus_text(sol.gpus)}, "
         f"{'no split' if sol.threshold is None else f'split at {sol.threshold:,}'} — {pools}{verdict}"
         + (f" -> {written}" if written else "")
     )
@@ -154,17 +155,18 @@ def _write_one(planned, no_report, out_dir, as_json):
 
 def _write_fleet(fleet_plan, no_report, out_dir, as_json):
     from planner.fleet_report import fleet_json, write_fleet_report
+    from planner.units import gpus_text
 
     written = None if no_report else write_fleet_report(fleet_plan, Path(out_dir))
     if as_json:
         return fleet_json(fleet_plan)
     types = ", ".join(f"{n} {g}" for g, n in fleet_plan.joint.gpus_by_type.items())
-    click.echo(f"{fleet_plan.fleet.spec.name}: ${fleet_plan.cost_per_hour:,.2f}/hour, {fleet_plan.gpus} GPUs ({types}), "
+    click.echo(f"{fleet_plan.fleet.spec.name}: ${fleet_plan.cost_per_hour:,.2f}/hour, {gpus_text(fleet_plan.gpus)} ({types}), "
                f"{len(fleet_plan.plans)} services" + (f" -> {written}" if written else ""))
     for plan in fleet_plan.plans:
         sol = plan.solution
         pools = ", ".join(f"{p.traffic_class}: {p.replicas} x {p.config}" for p in sol.pools)
-        click.echo(f"  {plan.scenario.name}: {sol.gpus} GPUs, "
+        click.echo(f"  {plan.scenario.name}: {gpus_text(sol.gpus)}, "
                    f"{'no split' if sol.threshold is None else f'split at {sol.threshold:,}'} — {pools}")
     return None
 
