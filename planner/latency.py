@@ -20,9 +20,6 @@ distribution, inverted on a time grid by FFT with exponential tilting against wr
 (as planner.paged does for the compound-Poisson cache total; Abate & Whitt 1992 for the
 damping). Its tail comes from prefill *times* (quadratic in attention), so a 2% share of
 100k-token prompts can hold short requests for seconds: head-of-line blocking.
-In a long backlog the queue is slower than at N: decoders pile up while prompts finish faster
-than they arrive, and each step's decode part grows; W's tail is read from the queue at the
-state a wait reaches (planner.backlog).
 With θ, prompts longer than θ take θ tokens a step and share the steps, and shorter ones
 pass them: planner.prefill_cap gives the waits there (a processor-sharing queue of the
 capped prompts limited to ceil(C'/θ) in service, and the chunks in flight that stretch a
@@ -66,7 +63,6 @@ from functools import lru_cache
 
 import numpy as np
 
-from planner.backlog import BACKLOG_LEVELS, Backlog, backlog_wait
 from planner.paged import TokenProfile
 from planner.prefill_cap import capped_waits
 from planner.prefill_wait import mg1_wait, split_mass_rows, tilt
@@ -313,17 +309,15 @@ class LatencyModel:
         serves every operating point)."""
         return min(self.cap, self.chunk_tokens) if self.cap else self.chunk_tokens
 
-    def at(self, rate_rps: float, decode_s: float, resident: float, backlog: Backlog | None = None) -> LatencyPoint:
-        return LatencyPoint(self, rate_rps, decode_s, resident, backlog)
+    def at(self, rate_rps: float, decode_s: float, resident: float) -> LatencyPoint:
+        return LatencyPoint(self, rate_rps, decode_s, resident)
 
 
 class LatencyPoint:
-    """The distributions at arrival rate λ, decode part t_dec and mean resident batch N; with a
-    Backlog, the FCFS wait's tail is the backlog regime's (planner.backlog)."""
+    """The distributions at arrival rate λ, decode part t_dec and mean resident batch N."""
 
-    def __init__(self, model: LatencyModel, rate_rps: float, decode_s: float, resident: float,
-                 backlog: Backlog | None = None):
-        self.m, self.rate, self.t_dec, self.resident = model, float(rate_rps), float(decode_s), float(resident)
+    def __init__(self, model: LatencyModel, rate_rps: float, decode_s: float, resident: float):
+        self.m, self.rate, self.t_dec = model, float(rate_rps), float(decode_s)
         c = model.cells
         budget = max(model.chunk_tokens - resident, 1.0)
         k = min(model.table_cap, budget)
@@ -340,55 +334,30 @@ class LatencyPoint:
         self.window_open = np.ones(c.weight.size)  # whether a cell's wait and own prefill open its TPOT window
         capped = c.new_tokens > k
         if model.cap and k < budget and capped.any() and self.rho < 1:
-            self._capped_waits(budget, k, steps_own, capped, backlog)
+            self._capped_waits(budget, k, steps_own, capped)
         else:
             service = model.prefill_s + c.new_tokens / budget * self.t_dec
             self.wait = mg1_wait(self.rate, service, c.weight, model.horizon_s)
-            if backlog is not None and self.wait is not None:
-                self.wait = self._backlog_wait(backlog)
             self.waits = (self.wait,)
         self.stable = self.wait is not None
         self.mean_step = self.t_dec / (1 - self.rho) if self.rho < 1 else math.inf
         self.max_chunk_s = model.max_chunk_s
 
-    def _backlog_wait(self, backlog: Backlog):
-        """The FCFS wait with its tail in the backlog regime (planner.backlog): the prompts' service
-        at the decoders a backlog accumulates, stretched by the cache's turnover limit."""
+    def _capped_waits(self, budget: float, k: float, steps_own: np.ndarray, capped: np.ndarray) -> None:
+        """Waits under vLLM's long-prefill cap θ (planner.prefill_cap states the model)."""
         c, m = self.m.cells, self.m
-        base = m.prefill_s + c.new_tokens / max(m.chunk_tokens - self.resident, 1.0) * self.t_dec
-        regime = (m.prefill_s + c.new_tokens / (m.chunk_tokens - backlog.decoders) * backlog.decode_s) * backlog.stretch
-        waits = [self.wait] + [mg1_wait(self.rate, base + share * (regime - base), c.weight, m.horizon_s)
-                               for share in BACKLOG_LEVELS]
-        return backlog_wait(waits, backlog.fill_s)
-
-    def _capped_waits(self, budget: float, k: float, steps_own: np.ndarray, capped: np.ndarray,
-                      backlog: Backlog | None) -> None:
-        """Waits under vLLM's long-prefill cap θ (planner.prefill_cap states the model); with a
-        Backlog, each wait's tail is the backlog regime's (planner.backlog)."""
-        c, m = self.m.cells, self.m
+        # Work a prompt brings: its compute and its tokens' share of the decode part of full steps.
+        work_s = m.prefill_s + c.new_tokens / budget * self.t_dec
         share = c.weight[capped]
+        rho_short = self.rate * float(np.dot(c.weight[~capped], work_s[~capped]))
         owner, chunk_flops = m.capped_chunks(int(k))
         chunk_s = chunk_flops / m.flops_per_s
-
-        def waits_at(budget_left: float, t_dec: float, stretch: float):
-            # Work a prompt brings: its compute and its tokens' share of the decode part of full steps.
-            work_s = (m.prefill_s + c.new_tokens / budget_left * t_dec) * stretch
-            rho_short = self.rate * float(np.dot(c.weight[~capped], work_s[~capped]))
-            return capped_waits(self.rate * float(share.sum()), work_s[capped], share, rho_short,
-                                max(1, math.ceil(budget_left / k)), chunk_s, c.weight[owner] * (chunk_s + t_dec),
-                                m.horizon_s)
-
-        waits = waits_at(budget, self.t_dec, 1.0)
+        waits = capped_waits(self.rate * float(share.sum()), work_s[capped], share, rho_short,
+                             max(1, math.ceil(budget / k)), chunk_s, c.weight[owner] * (chunk_s + self.t_dec),
+                             m.horizon_s)
         if waits is None:
             self.wait, self.waits = None, (None,)
             return
-        if backlog is not None:
-            # The regime's budget, decode part and stretch, a share of the way from N's (planner.backlog).
-            levels = [waits_at(budget + share * (max(m.chunk_tokens - backlog.decoders, 1.0) - budget),
-                               self.t_dec + share * (backlog.decode_s - self.t_dec), 1.0 + share * (backlog.stretch - 1.0))
-                      for share in BACKLOG_LEVELS]
-            waits = tuple(backlog_wait([base] + [lv[i] if lv else None for lv in levels], backlog.fill_s)
-                          for i, base in enumerate(waits))
         self.wait, short_wait = waits
         self.waits = (self.wait, short_wait)
         self.cell_wait = np.where(capped, 0, 1)
