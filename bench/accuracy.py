@@ -481,8 +481,8 @@ def percentile_cases(cat, args) -> list[PercentilePoint]:
         print("workload mooncake: not given (--mooncake FILE adds its pools)")
     print()
     points: list[PercentilePoint] = []
-    for pool in PERCENTILE_POOLS:
-        if pool.workload not in workloads:
+    for index, pool in enumerate(PERCENTILE_POOLS):
+        if pool.workload not in workloads or (args.pools and index not in args.pools):
             continue
         points += run_percentile_pool(cat, pool, pool_class(pool, workloads[pool.workload][0]), args)
     summarise_points(points)
@@ -573,6 +573,8 @@ def main(argv=None) -> int:
                     help="requests per run of the saturation search (default 20,000)")
     ap.add_argument("--mooncake", type=Path, default=None,
                     help="a Mooncake trace (JSON Lines with input_length, output_length) to add its pools")
+    ap.add_argument("--pools", type=int, nargs="*", default=None,
+                    help="run only these percentile pools (indices into PERCENTILE_POOLS; while iterating on one)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--seeds", type=int, default=3,
                     help="simulator runs per percentile case, seeds --seed onwards, pooled (default 3)")
