@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -175,12 +177,53 @@ def print_by_tp(held: list[Prediction]) -> None:
             print(f"   {gpu:<15} {fmt_stats(rows)}")
 
 
+def release_key(p: Prediction) -> tuple[str, ...] | None:
+    """(GPU, model, dtype, tp, lengths) of a TensorRT-LLM row, its release left out (Llama 3.3 70B
+    read as 3.1 70B, the same architecture); None for other sources."""
+    if p.source != "trtllm":
+        return None
+    _, _, rest = p.label.partition(" ")
+    return tuple(rest.replace("Llama-3.3-70B", "Llama-3.1-70B").split())
+
+
+def releases_grouped(preds: Sequence[Prediction]) -> list[Prediction]:
+    """The predictions with the rows of one configuration measured by both TensorRT-LLM releases
+    counted once: measured at the geometric mean of the two (the prediction is the same for both,
+    one deployment in one fold), labelled with both releases. Other rows unchanged."""
+    by_key: dict[tuple[str, ...], list[Prediction]] = {}
+    out: list[Prediction] = []
+    for p in preds:
+        key = release_key(p)
+        if key is None:
+            out.append(p)
+        else:
+            by_key.setdefault(key, []).append(p)
+    for key, group in by_key.items():
+        if len(group) == 1:
+            out.append(group[0])
+            continue
+        releases = "+".join(sorted(g.label.split(" ", 1)[0] for g in group))
+        measured = float(np.exp(np.mean(np.log([g.measured for g in group]))))
+        predicted = float(np.exp(np.mean(np.log([g.predicted for g in group]))))
+        out.append(dataclasses.replace(group[0], label=f"{releases} {' '.join(key)}", measured=measured, predicted=predicted))
+    return sorted(out, key=lambda p: (p.source, p.line))
+
+
 def print_held_out(cal: Calibration) -> None:
+    grouped = releases_grouped(cal.held_out)
+    pairs = len(cal.held_out) - len(grouped)
     print(
         f"== Held-out absolute percentage error (cross-validation by configuration, {folds_text(cal.folds)}); "
         f"targets: median <= {TARGET_MEDIAN_PCT:g}%, worst <= {TARGET_WORST_PCT:g}%"
     )
-    print_by_tp(cal.held_out)
+    print(
+        f"   a configuration measured by both TensorRT-LLM releases ({pairs} pairs) counts once, at the geometric "
+        "mean of its two measurements (the releases disagree: see the pairs below); row by row after the table"
+    )
+    print_by_tp(grouped)
+    print("Row by row (each release's row counted on its own), throughput rows:")
+    rows = [p for p in cal.held_out if p.source == "trtllm"]
+    print("   " + " | ".join(f"tp{tp} {fmt_short([p for p in rows if p.tp == tp])}" for tp in (1, 2, 4, 8)))
     print("In-sample (joint fit on every row):")
     print(f"   latency rows    {fmt_stats(cal.latency)}")
     print(f"   throughput rows {fmt_stats(cal.trtllm)}")
@@ -214,8 +257,7 @@ def print_release_spread(cal: Calibration) -> None:
     lengths: their disagreement is engine change, which no model of the hardware can follow."""
     by_key: dict[tuple, dict[str, float]] = {}
     for p in cal.trtllm:
-        release, _, rest = p.label.partition(" ")
-        by_key.setdefault(tuple(rest.replace("Llama-3.3-70B", "Llama-3.1-70B").split()), {})[release] = p.measured
+        by_key.setdefault(release_key(p), {})[p.label.split(" ", 1)[0]] = p.measured
     spread = [(k, v) for k, v in by_key.items() if len(v) == 2]
     if not spread:
         return
