@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import yaml
+from scipy.optimize import least_squares
 
 from planner.calibration.calibrate import (
     FITTED_LATENCY_ENGINES,
@@ -41,6 +44,7 @@ from planner.calibration.joint_fit import (
     LAYER_OVERHEAD,
     PUBLISHED_ALLREDUCE_US,
     interconnect_family,
+    shared_fit_note,
 )
 from planner.calibration.measured import (
     SPLITWISE_FILE,
@@ -52,6 +56,7 @@ from planner.calibration.measured import (
 from planner.calibration.predict import trtllm_cases
 from planner.catalog import Catalog, load_catalog
 from planner.latency_points import LATENCY_FILE, latency_cases
+from planner.roofline import GEMM_CORNER_P, allreduce_call_latency, gemm_phase_s
 
 TARGET_MEDIAN_PCT = 10.0
 TARGET_WORST_PCT = 25.0
@@ -121,10 +126,12 @@ def print_factors(cal: Calibration, catalog: Catalog) -> None:
     for g, e in j.efficiency.items():
         fam = interconnect_family(catalog.gpu(g))
         bound = j.throughput[g].at_bounds if g in j.throughput else ()
+        shared = shared_fit_note(g, [k for k, n in j.n_throughput.items() if n])
         print(
             f"{g:<10} {e.bandwidth:9.3f} {e.compute:8.3f} {e.interconnect:9.3f} {e.step_overhead_ms:11.2f} "
             f"{e.allreduce_latency_us:12.1f}  throughput rows n={j.n_throughput[g]} (bandwidth, compute, interconnect"
-            f"{'; ended on a bound: ' + ', '.join(bound) if bound else ''}); overhead: {j.overhead_basis[g]}; "
+            f"{'; ended on a bound: ' + ', '.join(bound) if bound else ''}{'; ' + shared if shared else ''}); "
+            f"overhead: {j.overhead_basis[g]}; "
             f"all-reduce: {fam}"
         )
     print(f"   prior on step_overhead_ms where no latency rows: N{TRTLLM_PRIORS['step_overhead_ms']}")
@@ -137,15 +144,18 @@ def print_factors(cal: Calibration, catalog: Catalog) -> None:
 
 def print_allreduce(cal: Calibration) -> None:
     print("== All-reduce latency per call, per interconnect family, against published small-message figures")
+    print("   (roofline.allreduce_call_latency: the fitted latency at tp 2 times log2(tp), reduce-scatter + all-gather)")
     for fam, us in cal.joint.allreduce_us.items():
         pub = PUBLISHED_ALLREDUCE_US.get(fam)
         basis = cal.joint.allreduce_basis[fam]
+        per_tp = {tp: allreduce_call_latency(us, tp) for tp in (2, 4, 8)}
+        calls = ", ".join(f"tp {tp} {v:.1f}" for tp, v in per_tp.items())
         if pub is None:
-            print(f"{fam:<15} {us:6.1f} us  [{basis}]  published range: none found")
+            print(f"{fam:<15} {calls} us  [{basis}]  published range: none found")
             continue
         lo, hi, cite = pub
-        state = "within" if lo <= us <= hi else "OUTSIDE"
-        print(f"{fam:<15} {us:6.1f} us  [{basis}]  published {lo:g}-{hi:g} us: {state}")
+        state = "within" if all(lo <= v <= hi for v in per_tp.values()) else "OUTSIDE"
+        print(f"{fam:<15} {calls} us  [{basis}]  published {lo:g}-{hi:g} us (tp 2-8): {state}")
         print(f"{'':<15} source: {cite}")
     print()
 
@@ -167,12 +177,53 @@ def print_by_tp(held: list[Prediction]) -> None:
             print(f"   {gpu:<15} {fmt_stats(rows)}")
 
 
+def release_key(p: Prediction) -> tuple[str, ...] | None:
+    """(GPU, model, dtype, tp, lengths) of a TensorRT-LLM row, its release left out (Llama 3.3 70B
+    read as 3.1 70B, the same architecture); None for other sources."""
+    if p.source != "trtllm":
+        return None
+    _, _, rest = p.label.partition(" ")
+    return tuple(rest.replace("Llama-3.3-70B", "Llama-3.1-70B").split())
+
+
+def releases_grouped(preds: Sequence[Prediction]) -> list[Prediction]:
+    """The predictions with the rows of one configuration measured by both TensorRT-LLM releases
+    counted once: measured at the geometric mean of the two (the prediction is the same for both,
+    one deployment in one fold), labelled with both releases. Other rows unchanged."""
+    by_key: dict[tuple[str, ...], list[Prediction]] = {}
+    out: list[Prediction] = []
+    for p in preds:
+        key = release_key(p)
+        if key is None:
+            out.append(p)
+        else:
+            by_key.setdefault(key, []).append(p)
+    for key, group in by_key.items():
+        if len(group) == 1:
+            out.append(group[0])
+            continue
+        releases = "+".join(sorted(g.label.split(" ", 1)[0] for g in group))
+        measured = float(np.exp(np.mean(np.log([g.measured for g in group]))))
+        predicted = float(np.exp(np.mean(np.log([g.predicted for g in group]))))
+        out.append(dataclasses.replace(group[0], label=f"{releases} {' '.join(key)}", measured=measured, predicted=predicted))
+    return sorted(out, key=lambda p: (p.source, p.line))
+
+
 def print_held_out(cal: Calibration) -> None:
+    grouped = releases_grouped(cal.held_out)
+    pairs = len(cal.held_out) - len(grouped)
     print(
         f"== Held-out absolute percentage error (cross-validation by configuration, {folds_text(cal.folds)}); "
         f"targets: median <= {TARGET_MEDIAN_PCT:g}%, worst <= {TARGET_WORST_PCT:g}%"
     )
-    print_by_tp(cal.held_out)
+    print(
+        f"   a configuration measured by both TensorRT-LLM releases ({pairs} pairs) counts once, at the geometric "
+        "mean of its two measurements (the releases disagree: see the pairs below); row by row after the table"
+    )
+    print_by_tp(grouped)
+    print("Row by row (each release's row counted on its own), throughput rows:")
+    rows = [p for p in cal.held_out if p.source == "trtllm"]
+    print("   " + " | ".join(f"tp{tp} {fmt_short([p for p in rows if p.tp == tp])}" for tp in (1, 2, 4, 8)))
     print("In-sample (joint fit on every row):")
     print(f"   latency rows    {fmt_stats(cal.latency)}")
     print(f"   throughput rows {fmt_stats(cal.trtllm)}")
@@ -206,8 +257,7 @@ def print_release_spread(cal: Calibration) -> None:
     lengths: their disagreement is engine change, which no model of the hardware can follow."""
     by_key: dict[tuple, dict[str, float]] = {}
     for p in cal.trtllm:
-        release, _, rest = p.label.partition(" ")
-        by_key.setdefault(tuple(rest.replace("Llama-3.3-70B", "Llama-3.1-70B").split()), {})[release] = p.measured
+        by_key.setdefault(release_key(p), {})[p.label.split(" ", 1)[0]] = p.measured
     spread = [(k, v) for k, v in by_key.items() if len(v) == 2]
     if not spread:
         return
@@ -253,7 +303,27 @@ def print_vidur(cal: Calibration, catalog: Catalog) -> None:
             f"{gpu_id:<10} vidur bandwidth at 1 token {bw / gpu.hbm_bandwidth_gb_s:.2f} of {gpu.hbm_bandwidth_gb_s:g} GB/s "
             f"| fitted end to end: bandwidth {e.bandwidth:.2f}, compute {e.compute:.2f}"
         )
+        print(f"{'':<10} GEMM time at 1-8192 tokens, bandwidth and compute fitted to these rows alone: {corner_check(mine, gpu)}")
     print()
+
+
+def corner_check(rows: list[dict[str, str]], gpu) -> str:
+    """rms and worst error of the measured GEMM times under the sharp roofline (max) and under
+    roofline.gemm_phase_s (the rounded corner the step model uses), each with its own best
+    bandwidth and compute fractions: the evidence for GEMM_CORNER_P."""
+    weight = np.array([float(r["weight_bytes_per_gpu"]) for r in rows])
+    flops = np.array([float(r["flops_per_gpu"]) for r in rows])
+    measured_s = np.array([float(r["linear_ms"]) for r in rows]) / 1e3
+    peak_bw, peak_flops = gpu.hbm_bandwidth_gb_s * 1e9, gpu.tflops("fp16") * 1e12
+    out = []
+    for name, phase in (("max", np.maximum), (f"p={GEMM_CORNER_P:g}", gemm_phase_s)):
+        fit = least_squares(
+            lambda x, phase=phase: np.log(phase(weight / (peak_bw * x[0]), flops / (peak_flops * x[1])) / measured_s),
+            [0.8, 0.7], bounds=([0.1, 0.1], [1.5, 1.5]),
+        )  # fmt: skip
+        err = 100 * np.expm1(fit.fun)
+        out.append(f"{name} rms {np.sqrt(np.mean(err**2)):.1f}% worst {np.abs(err).max():.1f}%")
+    return " | ".join(out)
 
 
 def print_committed(cal: Calibration, catalog: Catalog) -> None:

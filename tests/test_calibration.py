@@ -31,7 +31,7 @@ from planner.calibration.predict import (
 from planner.capacity import SLO, ReplicaModel, replica_capacity
 from planner.catalog import Efficiency
 from planner.deployment import make_deployment
-from planner.roofline import StepModel
+from planner.roofline import GEMM_CORNER_P, StepModel, allreduce_call_latency, gemm_phase_s
 from planner.units import GiB
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,7 +84,8 @@ def test_prediction_reproduces_hand_computed_roofline(catalog, rows):
     bandwidth = gpu.hbm_bandwidth_gb_s * 1e9 * 0.8
     flops = gpu.tflops("fp16") * 1e12 * 0.7
     attn = 4 * 32 * 128 * 32  # q.K and p.V: 4 x heads x head_dim per layer, 32 layers
-    gemm_s = max(weight_bytes / bandwidth, 2 * model.params_active * n / flops)
+    m, c = weight_bytes / bandwidth, 2 * model.params_active * n / flops
+    gemm_s = (m**4 + c**4) ** 0.25  # the GEMMs' rounded corner, p = 4 (roofline.gemm_phase_s)
     attn_s = max(n * held_tokens * kv_per_token / bandwidth, attn * n * context_tokens / flops)
     decode_s = gemm_s + attn_s + 1e-3
     prefill_s = (2 * model.params_active * 2048 + attn * 2048**2 / 2) / flops
@@ -108,7 +109,8 @@ def test_fast_path_matches_replica_capacity(catalog, rows, cases):
 
 def test_allreduce_bandwidth_time_scales_inversely_with_interconnect_factor(catalog):
     """At tp > 1 the ring part of the all-reduces is message / (datasheet link x interconnect):
-    halving the factor doubles it, the fixed latency is unchanged; at tp = 1 it is zero."""
+    halving the factor doubles it, the fixed latency (log2(4) = 2 stages of the tp-2 latency
+    per call) is unchanged; at tp = 1 it is zero."""
     base = Efficiency(bandwidth=0.8, compute=0.6, step_overhead_ms=2.0, allreduce_latency_us=50.0, source="test")
     tokens = np.array([1.0, 64.0, 4096.0])
     dep = make_deployment(catalog, model="llama-3.1-70b", gpu="h100-sxm", tp=4, max_model_len=8192)
@@ -119,7 +121,7 @@ def test_allreduce_bandwidth_time_scales_inversely_with_interconnect_factor(cata
 
     # 2 all-reduces per layer, ring: 2 (tp-1)/tp x tokens x hidden x 2 bytes / (link x factor)
     ring_at_1 = 2 * model.num_hidden_layers * 2 * 3 / 4 * tokens * model.hidden_size * 2 / (gpu.interconnect_gb_s * 1e9)
-    latency = 2 * model.num_hidden_layers * 50e-6
+    latency = 2 * model.num_hidden_layers * 2 * 50e-6
     for factor in (1.0, 0.5, 0.25):
         s = step(factor)
         np.testing.assert_allclose(s.allreduce_s(tokens, with_latency=False), ring_at_1 / factor, rtol=1e-12)
@@ -133,6 +135,34 @@ def test_allreduce_bandwidth_time_scales_inversely_with_interconnect_factor(cata
         s = StepModel.of(with_efficiency(tp1, base.model_copy(update={"interconnect": factor})))
         assert s.allreduce_s(64.0) == 0.0
         np.testing.assert_array_equal(s.allreduce_s(tokens), np.zeros(3))
+
+
+def test_gemm_phase_rounds_the_roofline_corner_and_keeps_its_arms(catalog):
+    """At the ridge the weight read and the FLOPs take as long: the GEMMs take 2^(1/4) of either
+    (GEMM_CORNER_P = 4); ten times off the ridge they take the larger bound within 0.003%; a decode
+    step's GEMM phase is that function of its two bounds."""
+    assert GEMM_CORNER_P == 4.0
+    assert gemm_phase_s(2.0, 2.0) == pytest.approx(2.0 * 2**0.25, rel=1e-12)
+    assert gemm_phase_s(1.0, 10.0) == pytest.approx(10.0, rel=3e-5)
+    assert gemm_phase_s(0.0, 3.0) == 3.0
+    dep = make_deployment(catalog, model="llama-3.1-8b", gpu="h100-sxm", tp=1, max_model_len=8192)
+    eff = Efficiency(bandwidth=0.8, compute=0.6, step_overhead_ms=1.0, allreduce_latency_us=0.0, source="test")
+    s = StepModel.of(with_efficiency(dep, eff))
+    b = s.ridge_batch()
+    at_ridge = s.weight_bytes / s.bandwidth_bytes_s
+    assert s.decode_step_s(b, 0.0, 0.0) == pytest.approx(at_ridge * 2**0.25 + s.step_overhead_s, rel=1e-12)
+
+
+def test_allreduce_latency_grows_as_log2_of_tp(catalog):
+    """Reduce-scatter + all-gather: one all-reduce pays the tp-2 latency log2(tp) times, so a pass
+    of 80 layers (160 all-reduces) at 10 us pays 1.6, 3.2 and 4.8 ms at tp 2, 4 and 8."""
+    eff = Efficiency(bandwidth=0.8, compute=0.6, step_overhead_ms=2.0, allreduce_latency_us=10.0, source="test")
+    for tp, want_ms in ((2, 1.6), (4, 3.2), (8, 4.8)):
+        dep = make_deployment(catalog, model="llama-3.1-70b", gpu="h100-sxm", tp=tp, max_model_len=8192)
+        s = StepModel.of(with_efficiency(dep, eff))
+        latency_ms = (s.allreduce_s(0.0) - s.allreduce_s(0.0, with_latency=False)) * 1e3
+        assert latency_ms == pytest.approx(want_ms, rel=1e-12)
+    assert allreduce_call_latency(10.0, 1) == 0.0
 
 
 def test_committed_factors_meet_the_target_on_decode_throughput(cases):
@@ -171,7 +201,7 @@ def test_fitted_factors_stay_within_bounds(catalog, cases):
 def test_splitwise_prefill_is_prefill_s_plus_what_a_standalone_pass_pays(catalog):
     """A long prompt's pass is compute-bound: prefill_s plus the fixed costs of a pass (the step
     overhead, the per-layer overhead and the all-reduces' latency, 2 per layer), which prefill_s
-    leaves to the decode step."""
+    leaves to the decode step, and the sliver of weight-read time the GEMMs' rounded corner keeps."""
     (row,) = [
         r
         for r in load_splitwise_rows()
@@ -180,8 +210,13 @@ def test_splitwise_prefill_is_prefill_s_plus_what_a_standalone_pass_pays(catalog
     step = splitwise_step(catalog, row)
     prefill_ms, _ = predict_splitwise(catalog, row)
     assert step.layer_overhead_s > 0  # the committed factors carry one: the test covers it
-    fixed_s = step.step_overhead_s + step.num_layers * (step.layer_overhead_s + 2 * step.allreduce_latency_s)
-    assert prefill_ms == pytest.approx((float(step.prefill_s(8192)) + fixed_s) * 1e3, rel=1e-9)
+    assert step.tp == 8  # log2(8) = 3 stages of the tp-2 latency per all-reduce
+    fixed_s = step.step_overhead_s + step.num_layers * (step.layer_overhead_s + 2 * 3 * step.allreduce_latency_s)
+    # the GEMMs' rounded corner (gemm_phase_s) adds what the weight read leaves showing
+    gemm_compute_s = 2 * step.params_active * 8192 / step.flops_s
+    corner_s = float(gemm_phase_s(step.weight_bytes / step.bandwidth_bytes_s, gemm_compute_s)) - gemm_compute_s
+    assert 0 < corner_s < 1e-3 * gemm_compute_s
+    assert prefill_ms == pytest.approx((float(step.prefill_s(8192)) + fixed_s + corner_s) * 1e3, rel=1e-9)
 
 
 def test_rewrite_touches_only_efficiency_blocks():

@@ -208,22 +208,28 @@ def test_each_service_section_is_its_own_report_when_no_shared_constraint_binds(
 
 
 def test_a_binding_cap_moves_a_service_and_its_cost_is_the_saving_without_it(tmp_path):
-    """Two services want the cheaper H100; a cap of 2 makes one of them take L40S. Dropping the cap
-    costs exactly the two services planned alone; raising it by one GPU is re-solved too."""
+    """Two services want the cheaper H100; a cap one GPU below what they take alone makes one of
+    them take L40S. Dropping the cap costs exactly the two services planned alone; raising it by one
+    GPU is re-solved too."""
     from planner.fleet import load_fleet
     from planner.fleet_plan import make_fleet_plan
     from planner.inputs import plan_inputs
 
-    path = write_fleet(tmp_path, inventory={"h100-sxm": {"max_new": 2}})
+    unlimited = load_fleet(write_fleet(tmp_path, inventory={"h100-sxm": {"max_new": 1000}}))
+    plans_alone = [plan_inputs(svc.inputs, explore=False) for svc in unlimited.services]
+    h100_alone = [sum(pd.gpus for pd in p.pools if pd.config.gpu.id == "h100-sxm") for p in plans_alone]
+    assert min(h100_alone) >= 1  # both want the H100 alone
+    limit = sum(h100_alone) - 1
+    path = write_fleet(tmp_path, inventory={"h100-sxm": {"max_new": limit}})
     fleet = load_fleet(path)
     fp = make_fleet_plan(fleet, explore=True)
     [cap] = fp.constraints
-    assert cap.binds and cap.used == 2
-    alone = sum(plan_inputs(svc.inputs, explore=False).cost_per_hour for svc in fleet.services)
+    assert cap.binds and cap.used == limit
+    alone = sum(p.cost_per_hour for p in plans_alone)
     assert cap.removed_usd_per_hour == pytest.approx(alone)
     assert fp.cost_per_hour > alone
     assert cap.removed_usd_per_hour <= cap.plus_one_usd_per_hour <= fp.cost_per_hour
-    assert sum(pd.gpus for p in fp.plans for pd in p.pools if pd.config.gpu.id == "h100-sxm") == 2
+    assert sum(pd.gpus for p in fp.plans for pd in p.pools if pd.config.gpu.id == "h100-sxm") == limit
 
 
 def test_committed_gpus_are_paid_used_or_not_and_the_services_add_up(tmp_path):

@@ -15,7 +15,7 @@ from planner.calibration.calibrate import (
     config_of_trtllm,
 )
 from planner.calibration.fit import NEUTRAL
-from planner.calibration.joint_fit import fit_joint, interconnect_family
+from planner.calibration.joint_fit import SHARED_FIT, fit_joint, interconnect_family
 from planner.calibration.measured import load_trtllm_rows
 from planner.calibration.predict import trtllm_cases, with_efficiency
 from planner.catalog import Efficiency
@@ -168,3 +168,23 @@ def test_latency_rows_of_an_unfitted_engine_are_held_out_and_move_no_factor(cata
     for p, c in zip(cal.engine_check, latency_cases(catalog, sglang), strict=True):
         assert p.held_out and p.moe and p.tp == 8
         assert p.predicted == pytest.approx(c.predict_ms(eff), rel=1e-9)
+
+
+def test_gb200_shares_the_b200_die_factors_fitted_on_both_gpus_rows(catalog):
+    """SHARED_FIT: one bandwidth, compute and interconnect for B200 and GB200, fitted on the rows of
+    both (40); each row is still predicted on its own GPU's datasheet peaks, so the GB200's higher
+    compute peak (2500 against 2250 TFLOP/s) shows through the same factors."""
+    thr = [c for c in trtllm_cases(catalog, load_trtllm_rows()) if c.gpu_id in ("b200", "gb200")]
+    fit = fit_joint(catalog, thr, [], rounds=1)
+    b, g = fit.efficiency["b200"], fit.efficiency["gb200"]
+    for factor in ("bandwidth", "compute", "interconnect", "step_overhead_ms"):
+        assert getattr(b, factor) == getattr(g, factor), factor
+    assert fit.n_throughput == {"b200": 40, "gb200": 40}
+    assert "gb200" in SHARED_FIT and SHARED_FIT["gb200"][0] == "b200"
+    # the same factors predict more for the GPU with the higher peaks on a compute-bound row
+    (b_row,) = [c for c in thr if c.gpu_id == "b200" and (c.row.model, c.row.input_len, c.row.output_len) == ("Llama-3.3-70B", 2048, 128)]
+    (g_row,) = [c for c in thr if c.gpu_id == "gb200" and (c.row.model, c.row.input_len, c.row.output_len) == ("Llama-3.3-70B", 2048, 128)]
+    assert g_row.predict(b) > b_row.predict(b)
+    # and the committed catalog carries one set for both
+    cb, cg = catalog.gpu("b200").efficiency, catalog.gpu("gb200").efficiency
+    assert (cb.bandwidth, cb.compute, cb.interconnect) == (cg.bandwidth, cg.compute, cg.interconnect)

@@ -57,9 +57,12 @@ Fit and hold-out
 - joint_fit.fit_joint: block-coordinate least squares of log(predicted / measured), ROUNDS
   rounds of (1) bandwidth, compute and `interconnect` per GPU on the throughput rows, then (2)
   step_overhead_ms per GPU, allreduce_latency_us per interconnect FAMILY (one number
-  for every GPU on NVLink4, one for NVLink3, ...) and one layer_overhead_us for every GPU
-  on the latency rows. The physical form is the same for every GPU (roofline.StepModel);
-  nothing is fitted per row. A family without latency rows takes ALLREDUCE_DONOR's value
+  for every GPU on NVLink4, one for NVLink3, ...; the latency of one call at tp 2, log2(tp)
+  times it at larger tp: roofline.allreduce_call_latency) and one layer_overhead_us for every GPU
+  on the latency rows. B200 and GB200 share one bandwidth, compute and interconnect
+  (joint_fit.SHARED_FIT: the same die, the datasheet peaks carry the difference). The
+  physical form is the same for every GPU (roofline.StepModel); nothing is fitted per row.
+  A family without latency rows takes ALLREDUCE_DONOR's value
   or, failing one, is fitted on the throughput rows (and says so). Every fit starts from
   NEUTRAL, not from the catalog.
 - Hold-out is by configuration (calibrate.config_folds, cross_validate): each (model, GPU, tp)

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from planner.calibration.borrowed import borrowed_efficiency
 from planner.calibration.calibrate import Calibration, folds_text, summarise
-from planner.calibration.joint_fit import interconnect_family
+from planner.calibration.joint_fit import interconnect_family, shared_fit_note
 from planner.calibration.measured import TRTLLM_FILE
 from planner.catalog import Catalog, Efficiency
 from planner.latency_points import LATENCY_FILE
@@ -26,9 +26,10 @@ def fitted_source(cal: Calibration, catalog: Catalog, gpu: str) -> str:
     fit = j.throughput.get(gpu)
     at = f"; ended on a bound: {', '.join(fit.at_bounds)}" if fit and fit.at_bounds else ""
     n, med, worst = held_out_stats(cal, gpu)
+    shared = shared_fit_note(gpu, [g for g, k in j.n_throughput.items() if k])
     return (
         f"joint fit by bench/calibration.py: bandwidth, compute, interconnect on data/measured/{TRTLLM_FILE} "
-        f"(n={j.n_throughput[gpu]}); step_overhead_ms on {j.overhead_basis[gpu]}; "
+        f"(n={j.n_throughput[gpu]}{'; ' + shared if shared else ''}); step_overhead_ms on {j.overhead_basis[gpu]}; "
         f"allreduce_latency_us is the {fam} value, fitted on {j.allreduce_basis[fam]}; layer_overhead_us on "
         f"{j.layer_basis}. Cross-validated by configuration ({folds_text(cal.folds)}, "
         f"no (model, GPU, tp) seen in its own fit): held-out median abs error {med:.1f}% (worst {worst:.1f}%, n={n}){at}"

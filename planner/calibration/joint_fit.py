@@ -3,7 +3,7 @@ family and one per-layer overhead for every GPU (package docstring: why in two s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,10 +58,34 @@ PUBLISHED_ALLREDUCE_US: dict[str, tuple[float, float, str] | None] = {
         "figure was found",
     ),
 }
+# GPUs whose bandwidth, compute and interconnect factors are one set, fitted on the rows of all of
+# them: member -> (the GPU whose set it shares, why). A GB200 NVL72 GPU is a B200 die run at a
+# higher power limit (1200 W against HGX B200's 1000 W) with the same 8 TB/s of HBM3e; the
+# catalog's datasheet peaks carry that difference (2500 against 2250 dense bf16 TFLOP/s), so
+# the achieved fractions of those peaks are the die's. Fitted apart, each had one configuration
+# per model (70B at tp 1, 405B at tp 4): holding one out left a fit that could not tell bandwidth
+# from compute from interconnect, and its 70B rows were predicted 35-39% off from its 405B rows
+# (bench/calibration.py, 2026-12-01).
+SHARED_FIT = {"gb200": ("b200", "the same Blackwell B200 die at a higher power limit; the datasheet peaks carry the difference")}
 ROUNDS = 4  # block-coordinate rounds: throughput stage, then latency stage
 # Fit one per-layer overhead for every GPU on the latency rows (bench/calibration.py --compare-forms
 # prints the held-out error with and without it); False keeps layer_overhead_us at 0.
 LAYER_OVERHEAD = True
+
+
+def shared_fit_note(gpu: str, fitted: Iterable[str]) -> str:
+    """'' or, for a GPU in a SHARED_FIT group with another fitted GPU, what it shares and why."""
+    fitted = set(fitted)
+    members = sorted(g for g in fitted if g != gpu and _group(g, fitted) == _group(gpu, fitted))
+    if not members:
+        return ""
+    why = next(w for m, (_, w) in SHARED_FIT.items() if m in fitted | {gpu} and _group(m, fitted) == _group(gpu, fitted))
+    return f"one set with {', '.join(members)}, fitted on the rows of both ({why})"
+
+
+def _group(gpu: str, gpus: set[str]) -> str:
+    lead = SHARED_FIT.get(gpu, (gpu, ""))[0]
+    return lead if lead in gpus else gpu
 
 
 def interconnect_family(gpu: GPU) -> str:
@@ -102,12 +126,17 @@ class _Rows:
     def of(cls, catalog: Catalog, thr: Sequence[TrtllmCase], lat: Sequence[LatencyCase]) -> _Rows:
         gpus = sorted({c.gpu_id for c in thr} | {c.gpu_id for c in lat})
         family = {g: interconnect_family(catalog.gpu(g)) for g in gpus}
+        present = set(gpus)
         return cls(
             thr, lat, gpus, family,
-            thr_by={g: [c for c in thr if c.gpu_id == g] for g in gpus},
+            thr_by={g: [c for c in thr if _group(c.gpu_id, present) == _group(g, present)] for g in gpus},
             lat_by={g: [c for c in lat if c.gpu_id == g] for g in gpus},
             lat_families=sorted({family[c.gpu_id] for c in lat if c.row.tp > 1}),
         )  # fmt: skip
+
+    def leader(self, gpu: str) -> str:
+        """The GPU whose throughput-stage factors `gpu` takes (SHARED_FIT), itself if none."""
+        return _group(gpu, set(self.gpus))
 
     def donor(self, family: str) -> str | None:
         """The family whose fitted all-reduce latency `family` takes (ALLREDUCE_DONOR), if fitted."""
@@ -149,6 +178,14 @@ def fit_joint(
             eff[g] = eff[g].model_copy(update=shared)
             if not rows.thr_by[g]:
                 continue
+            lead = rows.leader(g)
+            if lead != g and lead in thr_fits:  # its set is fitted with the leader's rows: take it
+                thr_fits[g] = thr_fits[lead]
+                take = [k for k in thr_fits[lead].free if k in _THROUGHPUT_STAGE]
+                if rows.lat_by[g]:  # its own latency rows fit its step overhead
+                    take = [k for k in take if k != "step_overhead_ms"]
+                eff[g] = eff[g].model_copy(update={k: getattr(eff[lead], k) for k in take})
+                continue
             fit = _throughput_fit(rows, g, eff[g], first_round=r == 0)
             thr_fits[g], eff[g] = fit, fit.efficiency
             if "allreduce_latency_us" in fit.free:
@@ -173,6 +210,10 @@ def fit_joint(
         if stage.fits_layer_overhead
         else "not fitted (0)",
     )
+
+
+# The factors the throughput stage fits (a GPU without latency rows also its step overhead).
+_THROUGHPUT_STAGE = ("bandwidth", "compute", "interconnect", "step_overhead_ms")
 
 
 def _throughput_fit(rows: _Rows, gpu: str, eff: Efficiency, *, first_round: bool) -> FitResult:
