@@ -223,7 +223,8 @@ def print_held_out(cal: Calibration) -> None:
     print_by_tp(grouped)
     print("Row by row (each release's row counted on its own), throughput rows:")
     rows = [p for p in cal.held_out if p.source == "trtllm"]
-    print("   " + " | ".join(f"tp{tp} {fmt_short([p for p in rows if p.tp == tp])}" for tp in (1, 2, 4, 8)))
+    print("   " + " | ".join(f"tp{tp} {fmt_short(tp_rows)} {verdict(tp_rows)}"
+                            for tp in (1, 2, 4, 8) if (tp_rows := [p for p in rows if p.tp == tp])))
     print("In-sample (joint fit on every row):")
     print(f"   latency rows    {fmt_stats(cal.latency)}")
     print(f"   throughput rows {fmt_stats(cal.trtllm)}")

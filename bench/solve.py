@@ -128,8 +128,8 @@ def case(title: str, path: Path, target: float | None, runs: int, verify: bool =
     verdict = "" if target is None else f"; target <= {target:g} s: {'met' if median <= target else 'NOT met'}"
     print(f"{title}\n  end to end, fresh processes: median {median:.2f} s of {runs} "
           f"({', '.join(f'{t:.2f}' for t in times)}; {status}){verdict}   [{load()}]")
-    alone, _, _ = fresh(path, flags, runs, env={"PLANNER_WORKERS": "0"})
-    print(f"  baseline, everything in one process (PLANNER_WORKERS=0): median {alone:.2f} s; "
+    alone, _, alone_status = fresh(path, flags, runs, env={"PLANNER_WORKERS": "0"})
+    print(f"  baseline, everything in one process (PLANNER_WORKERS=0): median {alone:.2f} s ({alone_status}); "
           f"the worker process makes it {alone / median:.2f}x faster")
     load_s, total, b = in_process(path, verify)
     evaluation = total - b.build - b.solve - b.certify - b.report

@@ -23,7 +23,7 @@ from planner.plan_search import Resolver, no_plan_message, scenario_caps, servic
 from planner.plan_setup import Setup, pool_details, setup_plan
 from planner.planning import assemble_plan
 from planner.progress import stage
-from planner.units import HOURS_PER_MONTH
+from planner.units import HOURS_PER_MONTH, gpus_text
 
 
 @dataclass(frozen=True)
@@ -213,7 +213,7 @@ def _no_fleet_message(fleet: FleetInputs, setups, solvers, joint: JointSolution)
     if joint.status == "Not Solved":
         return (f"no fleet plan found within the solver's time limit of {fleet.spec.solver.time_limit_s:g} s; raise "
                 "solver.time_limit_s in the fleet file")
-    rules = [f"{g} ≤ {n} GPUs" for g, n in sorted(fleet.shared_caps.items())]
+    rules = [f"{g} ≤ {gpus_text(n)}" for g, n in sorted(fleet.shared_caps.items())]
     if fleet.spec.max_gpu_types is not None:
         rules.append(f"at most {fleet.spec.max_gpu_types} GPU types")
     return (f"every service can be served alone, but the shared rules ({', '.join(rules)}) leave no fleet that covers "

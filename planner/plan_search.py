@@ -28,6 +28,7 @@ from planner.plan_objects import (
     TrafficClass,
 )
 from planner.scenario import Scenario
+from planner.units import gpus_text
 
 
 def service_model(scn: Scenario, classes, evals: Sequence[Evaluation], *, name: str = "", inventory=None,
@@ -246,7 +247,7 @@ def infeasible_message(classes, evals: Sequence[Evaluation], inventory: dict) ->
                 "that serve it; check the traffic rates and solver.time_limit_s")
     # Only the caps of GPU types that could serve some class play a part; the others would mislead.
     serving = {evaluation.config.gpu.id for evaluation in evals if evaluation.capacity_rps > 0}
-    caps = ", ".join(f"{g} ≤ {n:,} GPUs" for g, n in sorted(inventory.items()) if g in serving) or "none that serve"
+    caps = ", ".join(f"{g} ≤ {gpus_text(n)}" for g, n in sorted(inventory.items()) if g in serving) or "none that serve"
     for tc in classes.get("none", []):
         # the most this class gets from every capped GPU type at once (None: some type is uncapped)
         most: dict[str, float] = {}

@@ -28,7 +28,9 @@ from planner.memory import weight_bytes
 
 ACTIVATION_BYTES = 2  # bf16 activations cross the all-reduce
 # The exponent of gemm_phase_s's rounded corner: fitted to measured GEMMs, not to the end-to-end
-# rows (bench/calibration.py prints the check on data/measured/vidur_linear_subset.csv).
+# rows (bench/calibration.py prints the check on data/measured/vidur_linear_subset.csv). The
+# evidence is A100's (rms 3.4% against 6.4% with the sharp max); on H100 the max is as good
+# (2.2% against 2.3%).
 GEMM_CORNER_P = 4.0
 
 
@@ -52,8 +54,13 @@ def gemm_phase_s(memory_s, compute_s):
 
 def allreduce_call_latency(latency_at_tp2: float, tp: int) -> float:
     """Fixed latency of one all-reduce over `tp` GPUs, in the unit of `latency_at_tp2`: log2(tp)
-    stages of reduce-scatter and as many of all-gather (StepModel.allreduce_s), each pair
-    costing the latency of a call at tp 2."""
+    times the latency of a call at tp 2 (StepModel.allreduce_s).
+
+    An empirical law, fitted on the latency rows, not the count of any one algorithm's steps:
+    recursive halving and doubling (Rabenseifner) has 2·log2(tp) latency stages, NCCL's ring
+    2 (tp - 1), and the engines' one-shot and two-shot custom all-reduce kernels on NVSwitch one
+    or two whatever tp. log2(tp) lies between flat and linear in tp; the held-out latency rows
+    at tp 2, 4 and 8 (bench/calibration.py) are what it rests on."""
     return latency_at_tp2 * float(np.log2(tp)) if tp > 1 else 0.0
 
 
@@ -154,12 +161,11 @@ class StepModel:
 
     def allreduce_s(self, tokens: np.ndarray | float, *, with_latency: bool = True) -> np.ndarray | float:
         """Two all-reduces per layer (after attention and after the MLP, Megatron-LM tensor
-        parallelism), each costed as reduce-scatter + all-gather (Rabenseifner's algorithm, the
-        two-shot kernels of the engines and NCCL's ring alike): log2(tp) x a latency per stage
-        plus 2 (tp-1)/tp x message / link bandwidth (Thakur, Rabenseifner & Gropp, "Optimization
-        of Collective Communication Operations in MPICH", IJHPCA 2005: 2 lg(p) alpha + 2 (p-1)/p
-        n beta, the 2 folded into `Efficiency.allreduce_latency_us`, the latency of one call at
-        tp 2). The latency is paid once per forward pass (`with_latency=False` gives only the
+        parallelism), each costed as a fixed latency, allreduce_call_latency (log2(tp) times
+        the latency of one call at tp 2, `Efficiency.allreduce_latency_us`: an empirical law),
+        plus 2 (tp-1)/tp x message / link bandwidth, the bandwidth term of reduce-scatter +
+        all-gather (Thakur, Rabenseifner & Gropp, "Optimization of Collective Communication
+        Operations in MPICH", IJHPCA 2005). The latency is paid once per forward pass (`with_latency=False` gives only the
         bandwidth part, what extra tokens add to a pass). The link bandwidth is the datasheet
         per-GPU figure (GPU.interconnect_gb_s) times the calibrated `Efficiency.interconnect`
         factor, so the bandwidth part scales as 1 / interconnect. Zero at tp = 1."""

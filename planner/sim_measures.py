@@ -140,7 +140,7 @@ class Trace:
     finish_s: np.ndarray  # end of the step that emitted the last token
     preemptions: np.ndarray  # times each request was preempted
     admissions: np.ndarray  # times each request was admitted (1 + its preemptions)
-    step_start_s: np.ndarray
+    step_start_s: np.ndarray  # increasing: steps run one after another (measure reads windows as slices)
     step_s: np.ndarray
     step_running: np.ndarray  # after admissions, before completions
     step_decoding: np.ndarray

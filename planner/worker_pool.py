@@ -13,7 +13,8 @@ pickled over its stdin and stdout, and a thread per worker reads its answers, so
 ever waits on a full pipe. (multiprocessing's fork server would re-import the caller's __main__
 in each worker, and a fork of the planner mid-run is unsafe once the solver has threads.) Outside
 `worker_processes`, or when a worker cannot start, dies, sends anything but answers or is stuck,
-a job runs in this process, with the same answer.
+a job runs in this process, with the same answer; a job that fails in a worker runs again here,
+so that it raises here the error it raises in process.
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ class _Worker:
                 if ok:
                     future.set_result(value)
                 else:
-                    future.set_exception(RuntimeError(f"{job} failed in a worker:\n{value}"))
+                    future.set_exception(_JobFailed(f"{job} failed in a worker:\n{value}"))
         except BaseException:  # whatever ended the answers (EOF, garbage), the jobs left run here
             pass
         finally:
@@ -121,6 +122,10 @@ class _Worker:
 
 class _WorkerGone(Exception):
     pass
+
+
+class _JobFailed(Exception):
+    """A job raised in the worker; it runs again here, to raise here what it raises here."""
 
 
 _workers: list[_Worker] = []
@@ -188,8 +193,8 @@ def start(job: str, /, *, here: Callable[[], Any] | None = None, **kwargs) -> Ca
         except TimeoutError:  # alive but stuck: stop it, run it here
             worker.close(kill=True)
             return local()
-        except _WorkerGone:  # killed, out of memory: run it here
-            return local()
+        except (_WorkerGone, _JobFailed):  # killed, out of memory; or failed: here, its own error (a
+            return local()                   # PlannerError keeps its one-line message and exit code)
 
     _started[payload] = result
     return result

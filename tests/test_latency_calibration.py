@@ -12,6 +12,7 @@ from planner.calibration.calibrate import (
     FITTED_LATENCY_ENGINES,
     calibrate,
     config_folds,
+    config_of_latency,
     config_of_trtllm,
 )
 from planner.calibration.fit import NEUTRAL
@@ -92,11 +93,11 @@ def test_joint_fit_recovers_known_latency_terms_from_synthetic_points(catalog):
 def test_folds_hold_out_whole_configurations(catalog):
     thr = trtllm_cases(catalog, load_trtllm_rows())
     lat = latency_cases(catalog)
-    configs = [config_of_trtllm(c) for c in thr] + [c.row.config for c in lat]
+    configs = [config_of_trtllm(c) for c in thr] + [config_of_latency(c) for c in lat]
     fold = config_folds(configs, 4)
     assert set(fold) == set(configs) and set(fold.values()) == {0, 1, 2, 3}
     # a configuration measured by both sources sits in one fold for both
-    both = {config_of_trtllm(c) for c in thr} & {c.row.config for c in lat}
+    both = {config_of_trtllm(c) for c in thr} & {config_of_latency(c) for c in lat}
     assert ("llama-3.1-70b", "h100-sxm", 2) in both
     sizes = np.bincount(list(fold.values()))
     assert sizes.max() - sizes.min() <= 1
@@ -188,3 +189,13 @@ def test_gb200_shares_the_b200_die_factors_fitted_on_both_gpus_rows(catalog):
     # and the committed catalog carries one set for both
     cb, cg = catalog.gpu("b200").efficiency, catalog.gpu("gb200").efficiency
     assert (cb.bandwidth, cb.compute, cb.interconnect) == (cg.bandwidth, cg.compute, cg.interconnect)
+
+
+def test_gpus_fitted_as_one_set_are_held_out_together():
+    # Holding out a GB200 configuration must not leave its B200 twin (same model, tp, die) in the fit.
+    from planner.calibration.calibrate import held_out_config
+
+    assert held_out_config("llama-3.1-70b", "gb200", 1) == held_out_config("llama-3.1-70b", "b200", 1)
+    assert held_out_config("llama-3.1-70b", "h200", 1) != held_out_config("llama-3.1-70b", "h100-sxm", 1)
+    fold = config_folds([held_out_config("m", g, 1) for g in ("b200", "gb200", "h100-sxm")], 0)
+    assert len(set(fold.values())) == 2

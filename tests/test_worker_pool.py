@@ -31,10 +31,16 @@ def test_many_figures_sent_before_any_is_read_all_come_back():
     assert pngs == [draw("cost_figure", **_rows(i))() for i in range(24)]
 
 
-def test_a_figure_that_fails_in_a_worker_raises_here_with_its_traceback():
-    with worker_processes(), pytest.raises(RuntimeError, match="figures:cost_figure failed in a worker") as err:
-        draw("cost_figure", rows=[("a", 1.0)])()  # no title
-    assert "TypeError" in str(err.value) and "title" in str(err.value)
+def test_a_job_that_fails_in_a_worker_raises_here_what_it_raises_in_process(monkeypatch):
+    # A PlannerError raised in a worker's job must keep its type (its one-line message, exit code).
+    ran_here = []
+    run = worker_pool._run
+    monkeypatch.setattr(worker_pool, "_run", lambda job, kwargs: ran_here.append(job) or run(job, kwargs))
+    with worker_processes():
+        assert worker_pool._workers  # the job is sent to a worker first
+        with pytest.raises(TypeError, match="title"):
+            draw("cost_figure", rows=[("a", 1.0)])()  # no title
+    assert ran_here == ["figures:cost_figure"]  # raised by the run here, after the worker's failed
 
 
 def test_a_dead_workers_figures_are_drawn_here():
@@ -155,3 +161,45 @@ def test_planner_workers_0_runs_every_job_here(monkeypatch):
         assert not worker_pool._workers
         png = draw("cost_figure", **_rows(7))()
     assert png.startswith(b"\x89PNG")
+
+
+def test_the_lazy_sweep_from_a_fresh_evaluator_is_the_one_from_the_plans_evaluator(monkeypatch):
+    # The worker's sweep starts from an empty evaluator; this process's from the plan's, whose
+    # bounds and guesses steer the lazy search. With the lazy search forced and the unsplit class
+    # calibrated (so that splitting competes), both must find the same plans.
+    import numpy as np
+
+    from planner import plan_search
+    from planner.catalog import load_catalog
+    from planner.exploration import _ttft_sweep, ttft_sweep
+    from planner.histogram import Histogram
+    from planner.plan_setup import setup_plan
+    from planner.scenario import Scenario
+
+    monkeypatch.setattr(plan_search, "LAZY_MIN_PAIRS", 0)
+    catalog = load_catalog()
+    scn = Scenario.model_validate({
+        "name": "lazy", "model": "llama-3.1-8b", "context_limit": 16384, "split_thresholds": [4096],
+        "traffic": {"source": {"constant": {"prompt_tokens": 1000, "output_tokens": 200}},
+                    "peak": {"method": "explicit", "rps": 30}},
+        "slo": {"bands": [{"ttft_s": 1.0, "tpot_ms": 60}]}, "gpus": ["h100-sxm", "h200", "l40s"], "tp": [1, 2],
+        "weight_dtypes": ["bf16", "fp8"], "kv_dtypes": ["bf16"], "sizing": {"mode": "expected"},
+    })
+    rng = np.random.default_rng(3)
+    prompt = np.where(rng.random(400) < 0.8, rng.integers(200, 2000, 400), rng.integers(5000, 12000, 400))
+    hist = Histogram.from_arrays(prompt, rng.integers(50, 400, 400))
+    st = setup_plan(scn, catalog, catalog.model("llama-3.1-8b"), hist, 30.0)
+    whole = next(e for e in st.evals if e.traffic_class.option == "none" and e.capacity is not None
+                 and e.capacity.max_rps > 0)
+    st.evaluator.record_simulated(whole, whole.capacity.max_rps * 0.5)
+    tc = whole.traffic_class
+    calibration = {(tc.option, tc.name, tc.max_model_len): 0.5}
+
+    def rows(sweep):
+        return [(m, o.feasible, round(o.cost_per_hour, 9), o.gpus, o.summary) for m, o in sweep]
+
+    here = rows(_ttft_sweep(scn, catalog, st.model, st.configs, st.classes, {}, st.evaluator, calibration))
+    fresh = rows(ttft_sweep(scn, catalog, st.model, st.configs, st.classes, {}, calibration))
+    uncalibrated = rows(ttft_sweep(scn, catalog, st.model, st.configs, st.classes, {}, {}))
+    assert fresh == here
+    assert fresh != uncalibrated

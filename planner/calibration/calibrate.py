@@ -12,7 +12,7 @@ import numpy as np
 
 from planner.calibration.borrowed import borrowed_efficiency
 from planner.calibration.fit import NEUTRAL, FitResult, fit_efficiency, splitwise_log_errors
-from planner.calibration.joint_fit import LAYER_OVERHEAD, JointFit, fit_joint
+from planner.calibration.joint_fit import LAYER_OVERHEAD, JointFit, fit_group, fit_joint
 from planner.calibration.measured import (
     SPLITWISE_GPUS,
     SplitwiseRow,
@@ -39,7 +39,19 @@ def folds_text(folds: int) -> str:
 
 
 def config_of_trtllm(case: TrtllmCase) -> tuple[str, str, int]:
-    return (case.dep.model.id, case.gpu_id, case.row.tp)
+    return held_out_config(case.dep.model.id, case.gpu_id, case.row.tp)
+
+
+def config_of_latency(case: LatencyCase) -> tuple[str, str, int]:
+    model, gpu, tp = case.row.config
+    return held_out_config(model, gpu, tp)
+
+
+def held_out_config(model: str, gpu: str, tp: int) -> tuple[str, str, int]:
+    """The configuration a row is held out with: GPUs fitted as one set (joint_fit.SHARED_FIT)
+    count as one GPU, or holding out a GB200 configuration would leave its B200 twin, the same
+    model and tp on the same die, in the fit that predicts it."""
+    return (model, fit_group(gpu), tp)
 
 
 def config_folds(configs: Iterable[tuple[str, str, int]], folds: int = FOLDS) -> dict[tuple[str, str, int], int]:
@@ -120,17 +132,17 @@ def cross_validate(
 ) -> list[Prediction]:
     """Each row predicted by a fit that saw no row of its (model, GPU, tp) configuration, from
     either source. A row whose GPU has no rows left in its fold's fit is not predicted."""
-    fold = config_folds([config_of_trtllm(c) for c in thr] + [c.row.config for c in lat], folds)
+    fold = config_folds([config_of_trtllm(c) for c in thr] + [config_of_latency(c) for c in lat], folds)
     out: list[Prediction] = []
     for k in sorted(set(fold.values())):
         thr_fit = [c for c in thr if fold[config_of_trtllm(c)] != k]
-        lat_fit = [c for c in lat if fold[c.row.config] != k]
+        lat_fit = [c for c in lat if fold[config_of_latency(c)] != k]
         fit = fit_joint(catalog, thr_fit, lat_fit, layer_overhead=layer_overhead)
         for c in thr:
             if fold[config_of_trtllm(c)] == k and c.gpu_id in fit.efficiency and fit.n_throughput[c.gpu_id]:
                 out.append(_trtllm_prediction(c, fit.efficiency[c.gpu_id], True))
         for c in lat:
-            if fold[c.row.config] == k and c.gpu_id in fit.efficiency and fit.n_throughput[c.gpu_id]:
+            if fold[config_of_latency(c)] == k and c.gpu_id in fit.efficiency and fit.n_throughput[c.gpu_id]:
                 out.append(_latency_prediction(c, fit.efficiency[c.gpu_id], True))
     return sorted(out, key=lambda p: (p.source, p.line))
 

@@ -32,7 +32,8 @@ def fitted_source(cal: Calibration, catalog: Catalog, gpu: str) -> str:
         f"(n={j.n_throughput[gpu]}{'; ' + shared if shared else ''}); step_overhead_ms on {j.overhead_basis[gpu]}; "
         f"allreduce_latency_us is the {fam} value, fitted on {j.allreduce_basis[fam]}; layer_overhead_us on "
         f"{j.layer_basis}. Cross-validated by configuration ({folds_text(cal.folds)}, "
-        f"no (model, GPU, tp) seen in its own fit): held-out median abs error {med:.1f}% (worst {worst:.1f}%, n={n}){at}"
+        f"no (model, GPU, tp) seen in its own fit{', nor its twin on the GPU it shares factors with' if shared else ''}): "
+        f"held-out median abs error {med:.1f}% (worst {worst:.1f}%, n={n}){at}"
     )
 
 

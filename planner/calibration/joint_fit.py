@@ -83,8 +83,13 @@ def shared_fit_note(gpu: str, fitted: Iterable[str]) -> str:
     return f"one set with {', '.join(members)}, fitted on the rows of both ({why})"
 
 
+def fit_group(gpu: str) -> str:
+    """The GPU whose factor set `gpu` shares (SHARED_FIT), itself if none."""
+    return SHARED_FIT.get(gpu, (gpu, ""))[0]
+
+
 def _group(gpu: str, gpus: set[str]) -> str:
-    lead = SHARED_FIT.get(gpu, (gpu, ""))[0]
+    lead = fit_group(gpu)
     return lead if lead in gpus else gpu
 
 
