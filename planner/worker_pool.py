@@ -27,6 +27,7 @@ import queue
 import subprocess
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
@@ -39,7 +40,9 @@ MAX_WORKERS = 2
 QUEUE_FOR_ANOTHER = 3
 
 
-JOB_TIMEOUT_S = 120.0  # a worker alive but stuck (a lock, a stopped process): run here after this
+# A worker alive but stuck (a lock, a stopped process): its jobs run here once it has answered
+# nothing for this long while one is awaited (a long queue that keeps being answered is waited for).
+JOB_TIMEOUT_S = 120.0
 _MAGIC = b"planner-worker\n"  # starts every answer: anything else on the pipe means the worker is lost
 # The worker runs the parent's planner whatever its current folder: the parent's import path
 # (no '' entry, and -P: the folder is not put first), not PYTHONPATH, which would put a
@@ -56,6 +59,7 @@ class _Worker:
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         self.pending: list[Future] = []
         self.gone = False  # its answers have ended: later jobs run in the caller
+        self.answered_at = time.monotonic()  # its last answer (or its start)
         self.lock = threading.Lock()
         # Jobs are written by a thread of their own: a worker still importing reads nothing yet,
         # and a job larger than the pipe's buffer would hold the planner until it does.
@@ -93,6 +97,7 @@ class _Worker:
                 if self.proc.stdout.read(len(_MAGIC)) != _MAGIC:
                     break  # the end, or a stray line on its stdout
                 ok, job, value = pickle.load(self.proc.stdout)
+                self.answered_at = time.monotonic()
                 with self.lock:
                     future = self.pending.pop(0)
                 if ok:
@@ -189,10 +194,14 @@ def start(job: str, /, *, here: Callable[[], Any] | None = None, **kwargs) -> Ca
 
     def result():
         try:
-            return future.result(timeout=JOB_TIMEOUT_S)
-        except TimeoutError:  # alive but stuck: stop it, run it here
-            worker.close(kill=True)
-            return local()
+            while True:
+                try:
+                    return future.result(timeout=JOB_TIMEOUT_S)
+                except TimeoutError:
+                    if time.monotonic() - worker.answered_at < JOB_TIMEOUT_S:
+                        continue  # still answering the jobs ahead of this one
+                    worker.close(kill=True)  # alive but stuck: stop it, run it here
+                    return local()
         except (_WorkerGone, _JobFailed):  # killed, out of memory; or failed: here, its own error (a
             return local()                   # PlannerError keeps its one-line message and exit code)
 

@@ -203,3 +203,25 @@ def test_the_lazy_sweep_from_a_fresh_evaluator_is_the_one_from_the_plans_evaluat
     uncalibrated = rows(ttft_sweep(scn, catalog, st.model, st.configs, st.classes, {}, {}))
     assert fresh == here
     assert fresh != uncalibrated
+
+
+def test_a_stopped_worker_is_given_up_a_queue_that_keeps_being_answered_is_not(monkeypatch):
+    import os
+    import signal
+
+    ran_here = []
+    run = worker_pool._run
+    monkeypatch.setattr(worker_pool, "_run", lambda job, kwargs: ran_here.append(job) or run(job, kwargs))
+    monkeypatch.setattr(worker_pool, "MAX_WORKERS", 1)
+    with worker_processes():
+        (worker,) = worker_pool._workers
+        draw("cost_figure", **_rows(8))()  # the worker has started and answers
+        monkeypatch.setattr(worker_pool, "JOB_TIMEOUT_S", 0.5)
+        queued = [draw("cost_figure", **_rows(10 + i)) for i in range(12)]  # more than 0.5 s of work in all
+        pngs = [result() for result in reversed(queued)][::-1]  # the last first: it waits for all the others
+        assert not worker.gone and ran_here == []  # answered one after another: all by the worker
+        os.kill(worker.proc.pid, signal.SIGSTOP)
+        png = draw("cost_figure", **_rows(30))()  # given up after 0.5 s without an answer
+        assert worker.gone and ran_here == ["figures:cost_figure"]
+    assert pngs == [draw("cost_figure", **_rows(10 + i))() for i in range(12)]
+    assert png == draw("cost_figure", **_rows(30))()
