@@ -51,6 +51,20 @@ class Evaluator:
             ck = self._class_key(e.traffic_class)
             self._calibration[ck] = min(self._calibration.get(ck, 1.0), rps / e.capacity.max_rps)
 
+    def class_calibration(self, classes: dict[str, list[TrafficClass]]) -> dict[tuple[str, str, int], float]:
+        """The calibration of `classes` keyed by (option, name, context limit), which copies of the
+        classes (another evaluator's, a worker's) share, where this evaluator's keys hold ids."""
+        return {(tc.option, tc.name, tc.max_model_len): self._calibration[self._class_key(tc)]
+                for tcs in classes.values() for tc in tcs if self._class_key(tc) in self._calibration}
+
+    def calibrate(self, calibration: dict[tuple[str, str, int], float], classes: dict[str, list[TrafficClass]]) -> None:
+        """Take a class_calibration for these classes (what simulation showed of the model there)."""
+        for tcs in classes.values():
+            for tc in tcs:
+                factor = calibration.get((tc.option, tc.name, tc.max_model_len))
+                if factor is not None:
+                    self._calibration[self._class_key(tc)] = factor
+
     def deployment(self, cfg: Config, limit: int) -> Deployment:
         dep = make_deployment(
             self.catalog, model=self.model, gpu=cfg.gpu, tp=cfg.tp, weight_dtype=cfg.weight_dtype,

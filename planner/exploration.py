@@ -114,10 +114,8 @@ def start_ttft_sweep(st: Setup, inventory) -> Callable[[], list[tuple[float, Out
     The sweep is calibrated by what the plan's own certification measured: the calibration is
     taken now, before the per-GPU plans' certifications add to it, so the sweep's answer does not
     depend on which explorations ran first or where it runs. A class's calibration travels keyed
-    by its option, name and context limit (the evaluator's keys hold object ids, which a worker's
-    copies do not share)."""
-    mine = {id(tc.hist): tc for tcs in st.classes.values() for tc in tcs}
-    calibration = {key[:3]: factor for key, factor in st.evaluator._calibration.items() if key[3] in mine}
+    by its option, name and context limit (Evaluator.class_calibration)."""
+    calibration = st.evaluator.class_calibration(st.classes)
     return start("exploration:ttft_sweep", scn=st.scn, catalog=st.catalog, model=st.model, configs=st.configs,
                  classes=st.classes, inventory=inventory, calibration=calibration,
                  here=lambda: _ttft_sweep(st.scn, st.catalog, st.model, st.configs, st.classes, inventory,
@@ -151,10 +149,7 @@ def _ttft_sweep(scn, catalog, model, configs, classes, inventory, evaluator, cal
             swept = Evaluator(scaled, catalog, model, like=above)
             scaled_classes = {k: [dataclasses.replace(tc, slo=scaled.slo.to_slo()) for tc in tcs]
                               for k, tcs in classes.items()}
-            # What simulation showed of the model applies here too.
-            swept._calibration = {swept._class_key(tc): calibration[(tc.option, tc.name, tc.max_model_len)]
-                                  for tcs in scaled_classes.values() for tc in tcs
-                                  if (tc.option, tc.name, tc.max_model_len) in calibration}
+            swept.calibrate(calibration, scaled_classes)  # what simulation showed of the model applies here too
             prior = _bound_from(above) if m < 1.0 else None
             res, evs = lazy_solve(swept, Resolver(scaled), scaled_classes, configs, prior=prior)
             out[m] = outcome_of(f"TTFT targets x {m:g}", res, "" if res.pools else

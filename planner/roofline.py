@@ -165,9 +165,9 @@ class StepModel:
         the latency of one call at tp 2, `Efficiency.allreduce_latency_us`: an empirical law),
         plus 2 (tp-1)/tp x message / link bandwidth, the bandwidth term of reduce-scatter +
         all-gather (Thakur, Rabenseifner & Gropp, "Optimization of Collective Communication
-        Operations in MPICH", IJHPCA 2005). The latency is paid once per forward pass (`with_latency=False` gives only the
-        bandwidth part, what extra tokens add to a pass). The link bandwidth is the datasheet
-        per-GPU figure (GPU.interconnect_gb_s) times the calibrated `Efficiency.interconnect`
+        Operations in MPICH", IJHPCA 2005). The latency is paid once per forward pass
+        (`with_latency=False` gives only the bandwidth part, what extra tokens add to a pass).
+        The link bandwidth is the datasheet per-GPU figure (GPU.interconnect_gb_s) times the calibrated `Efficiency.interconnect`
         factor, so the bandwidth part scales as 1 / interconnect. Zero at tp = 1."""
         if self.tp == 1:
             return np.zeros_like(np.asarray(tokens, dtype=float)) if np.ndim(tokens) else 0.0

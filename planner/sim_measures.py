@@ -222,7 +222,7 @@ def measure(req: Requests, tr: Trace, warmup_fraction: float, wall: float, *,
 
     util = (tr.step_used_blocks[win] * block_bytes + shared_bytes) / budget_bytes
     dec = tr.step_decoding[win]
-    resumed = tr.resume_gaps_s[in_window(tr.resume_steps)] if tr.resume_steps.size else tr.resume_gaps_s
+    resumed = tr.resume_gaps_s[in_window(tr.resume_steps)]
     gaps = GapDistribution.of(np.concatenate([w, resumed]), np.concatenate([dec.astype(np.float64), np.ones(resumed.size)]))
     firsts = np.sum((tr.first_token_s >= t0) & (tr.first_token_s < t1))
     tokens_out = float(dec.sum()) + float(firsts) + float(resumed.size)
@@ -231,7 +231,7 @@ def measure(req: Requests, tr: Trace, warmup_fraction: float, wall: float, *,
     arrived_in = int(np.sum((req.arrival_s >= t0) & (req.arrival_s <= t1)))
     done_in = int(np.sum((tr.finish_s >= t0) & (tr.finish_s < t1)))
     growth = _backlog_growth(req, tr, win, w, arrived_in / span)
-    preempt_in = int(np.sum(in_window(tr.preemption_steps))) if tr.preemption_steps.size else 0
+    preempt_in = int(np.sum(in_window(tr.preemption_steps)))
     used_win = tr.step_used_blocks[win]
     used_weight = np.bincount(used_win, weights=w) if used_win.size else np.zeros(1)
     used_p99 = int(np.searchsorted(np.cumsum(used_weight), 0.99 * used_weight.sum(), side="left"))

@@ -28,7 +28,6 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager, suppress
@@ -103,7 +102,7 @@ class _Worker:
                 if ok:
                     future.set_result(value)
                 else:
-                    future.set_exception(_JobFailed(f"{job} failed in a worker:\n{value}"))
+                    future.set_exception(_JobFailed(job))
         except BaseException:  # whatever ended the answers (EOF, garbage), the jobs left run here
             pass
         finally:
@@ -130,7 +129,7 @@ class _WorkerGone(Exception):
 
 
 class _JobFailed(Exception):
-    """A job raised in the worker; it runs again here, to raise here what it raises here."""
+    """A job raised in the worker; it runs again here, to raise the error it raises in process."""
 
 
 _workers: list[_Worker] = []
@@ -149,7 +148,7 @@ def worker_processes(enabled: bool = True) -> Iterator[None]:
         return
     try:
         _workers = [_Worker()]
-    except Exception:  # no process or thread can be started here: draw in this process
+    except Exception:  # no process or thread can be started here: every job runs in this process
         yield
         return
     ok = False
@@ -233,8 +232,8 @@ def _serve() -> None:
             return
         try:
             answer = (True, job, _run(job, kwargs))
-        except Exception:  # the planner raises it, with the worker's traceback
-            answer = (False, job, traceback.format_exc())
+        except Exception:  # the planner runs the job again, to raise the error itself
+            answer = (False, job, None)
         answers.write(_MAGIC)
         pickle.dump(answer, answers, protocol=pickle.HIGHEST_PROTOCOL)
         answers.flush()
