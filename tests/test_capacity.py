@@ -131,6 +131,21 @@ def test_prompt_beyond_ttft_target_is_infeasible_with_a_reason(catalog):
     assert 2.6 < float(step.prefill_flops(77_000, 77_000**2)) / 989e12 < 2.9
 
 
+def test_a_target_met_only_at_no_load_gives_no_capacity(catalog):
+    """99% of prompts of 1,000 tokens and exactly 1% of 77,000, whose prefill alone is past a
+    2 s p99 TTFT: the band's p99 prefill is under 2 s (no floor), and with no load exactly the
+    1% allowed misses, but any load adds a wait that pushes some short prompts over too. No load
+    meets the target, so the capacity is 0 (it once left the target 'clamped' and planned the
+    replica at its memory ceiling)."""
+    dep = make_deployment(catalog, model="llama-3.1-8b", gpu="h100-sxm", max_model_len=131072)
+    hist = Histogram.constant(1000, 200, requests=99).merge(Histogram.constant(77_000, 200, requests=1))
+    cap = replica_capacity(dep, token_profile(hist), SLO.single(ttft_s=2.0))
+    assert cap.floors == ()
+    assert cap.max_rps == 0
+    assert cap.binding == "ttft"
+    assert cap.ceilings_rps["ttft"] == 0 and cap.clamped == ()
+
+
 def test_class_longer_than_limit_is_refused(catalog):
     with pytest.raises(ValueError, match="above the context limit"):
         replica_capacity(dep8b(catalog), token_profile(Histogram.constant(8000, 500)))
