@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import pickle
+import uuid
 from collections.abc import Sequence
 
 from planner.capacity import ReplicaModel, capacity_below, replica_capacity
@@ -20,6 +22,7 @@ from planner.plan_objects import (
 from planner.pool_check import PoolCheck
 from planner.progress import stage
 from planner.scenario import Scenario
+from planner.worker_pool import shared_map
 
 
 class Evaluator:
@@ -38,6 +41,8 @@ class Evaluator:
         self.checks: dict[tuple, PoolCheck] = {}  # (config, class, replicas, rate) -> its replay
         self._calibration: dict[tuple, float] = {}  # class -> least simulated / model ratio seen
         self.upper: dict[tuple, float] = {}  # (config, class) -> a proven upper bound on the model's capacity
+        self._token = uuid.uuid4().hex  # names this evaluator to a worker that stands in for it
+        self._pickled: bytes | None = None
 
     @staticmethod
     def _class_key(tc: TrafficClass) -> tuple:
@@ -132,12 +137,87 @@ class Evaluator:
         groups: dict[tuple, list[tuple[Config, TrafficClass]]] = {}
         for cfg, tc in pairs:
             groups.setdefault((self._class_key(tc), cfg.gpu.id, cfg.price_usd_per_hour, cfg.tp), []).append((cfg, tc))
-        found: dict[tuple, Evaluation] = {}
         with stage("candidates evaluated", len(pairs), " pairs") as step:
-            for group in groups.values():
+            found = self._evaluate_groups(list(groups.values()), step.advance)
+        return [found[self._pair_key(cfg, tc)] for cfg, tc in pairs]
+
+    def evaluate_pairs(self, pairs: Sequence[tuple[Config, TrafficClass]]) -> list[Evaluation]:
+        """evaluate() of each pair (the pairs not evaluated yet shared with a worker, when there are many)."""
+        found = self._evaluate_groups([[pair] for pair in pairs], lambda n: None)
+        return [found[self._pair_key(cfg, tc)] for cfg, tc in pairs]
+
+    def _evaluate_groups(self, groups: list[list[tuple[Config, TrafficClass]]], advance) -> dict[tuple, Evaluation]:
+        """_evaluate_group of each group; the groups with nothing evaluated yet are shared with a
+        worker when there are enough of them (its answers are this process's: a group's depends on
+        the group alone), the rest use this evaluator's own results."""
+        found: dict[tuple, Evaluation] = {}
+        fresh = [g for g in groups if not any(self._pair_key(cfg, tc) in self._cache for cfg, tc in g)]
+        shared = {id(g) for g in fresh} if len(fresh) >= SHARED_MIN_GROUPS else set()
+        for group in groups:
+            if id(group) not in shared:
                 found.update(self._evaluate_group(group))
-                step.advance(len(group))
-        return [found[(*cfg.key, *self._class_key(tc))] for cfg, tc in pairs]
+                advance(len(group))
+        if shared:
+            shares = _shares(fresh, sum(map(len, fresh)))
+            found.update(self._share(shares, advance))
+        return found
+
+    def _pair_key(self, cfg: Config, tc: TrafficClass) -> tuple:
+        return (*cfg.key, *self._class_key(tc))
+
+    def _share(self, shares: list[list[list[tuple[Config, TrafficClass]]]], advance) -> dict[tuple, Evaluation]:
+        """Shares of fresh groups, from the front here and from the back by a worker
+        (worker_pool.shared_map). The worker is first sent what it needs to stand in for this
+        evaluator (the scenario, catalog, model, and the shares' configs and classes, pickled once
+        a call); a share names its pairs by config and class."""
+        configs = {cfg.key: cfg for share in shares for group in share for cfg, _ in group}
+        classes = {self._class_key(tc): tc for share in shares for group in share for _, tc in group}
+        setup = ("evaluator:stand_in", {"token": self._token, "context": self._context(),
+                                        "configs": list(configs.values()), "classes": list(classes.items())})
+        items = [{"token": self._token, "groups": [[(cfg.key, self._class_key(tc)) for cfg, tc in group] for group in share],
+                  "index": i} for i, share in enumerate(shares)]
+
+        def here(item: dict) -> list[list[tuple]]:
+            return self._records_of(shares[item["index"]])
+
+        found: dict[tuple, Evaluation] = {}
+        for share, records in zip(shares, shared_map("evaluator:evaluate_groups", items, here, setup=setup), strict=True):
+            for group, group_records in zip(share, records, strict=True):
+                found.update(self._install(group, group_records))
+                advance(len(group))
+        return found
+
+    def _context(self) -> bytes:
+        """The scenario, catalog and model, pickled once."""
+        if self._pickled is None:
+            self._pickled = pickle.dumps((self.scn, self.catalog, self.model), protocol=pickle.HIGHEST_PROTOCOL)
+        return self._pickled
+
+    def _records_of(self, share: list[list[tuple[Config, TrafficClass]]]) -> list[list[tuple]]:
+        """A share of groups evaluated by this evaluator, as a worker's records."""
+        return [self._records(group, self._evaluate_group(group)) for group in share]
+
+    def _records(self, group, found: dict[tuple, Evaluation]) -> list[tuple]:
+        """A group's evaluations as they travel between processes (ids in keys do not)."""
+        records = []
+        for cfg, tc in group:
+            key = self._pair_key(cfg, tc)
+            e = self._cache.get(key) or found[key]
+            records.append((e.capacity, e.problem, e.dominated_by, self.upper.get(key)))
+        return records
+
+    def _install(self, group, records: list[tuple]) -> dict[tuple, Evaluation]:
+        """A group's records taken as this evaluator's own evaluations (as _evaluate_group leaves them)."""
+        out = {}
+        for (cfg, tc), (capacity, problem, dominated_by, upper) in zip(group, records, strict=True):
+            key = self._pair_key(cfg, tc)
+            if dominated_by:
+                self.upper[key] = min(self.upper.get(key, math.inf), upper)
+                out[key] = Evaluation(cfg, tc, None, problem, dominated_by=dominated_by)
+            else:
+                self._cache.setdefault(key, Evaluation(cfg, tc, capacity, problem))
+                out[key] = self.evaluate(cfg, tc)
+        return out
 
     def _evaluate_group(self, group: list[tuple[Config, TrafficClass]]) -> dict[tuple, Evaluation]:
         keyed = [((*cfg.key, *self._class_key(tc)), cfg, tc) for cfg, tc in group]
@@ -174,3 +254,57 @@ class Evaluator:
         return out
 
 
+
+
+# Evaluations shared with a worker: at least this many fresh groups (fewer cost more to send than
+# they save), in about this many shares (the two processes wait on each other for one share at most).
+SHARED_MIN_GROUPS = 8
+SHARES = 12
+
+
+def _shares(groups: list, pairs: int) -> list[list]:
+    """Consecutive runs of groups of about pairs / SHARES pairs each."""
+    size = max(1, pairs // SHARES)
+    out, run, n = [], [], 0
+    for group in groups:
+        run.append(group)
+        n += len(group)
+        if n >= size:
+            out.append(run)
+            run, n = [], 0
+    return [*out, run] if run else out
+
+
+class _StandIn:
+    """A worker's evaluator standing in for one of the planner's, with the configs and classes it
+    was sent, by the planner's keys (a class sent again keeps its first copy, and so the stand-in's
+    profiles and replica models)."""
+
+    def __init__(self, context: bytes):
+        self.evaluator = Evaluator(*pickle.loads(context))
+        self.configs: dict[tuple, Config] = {}
+        self.classes: dict[tuple, TrafficClass] = {}
+
+
+_standing_in: dict[str, _StandIn] = {}  # by the token of the planner's evaluator
+STAND_INS = 4
+
+
+def stand_in(token: str, context: bytes, configs: list[Config], classes: list[tuple[tuple, TrafficClass]]) -> None:
+    """A worker's job before its shares of an evaluation (worker_pool.shared_map's setup)."""
+    if token not in _standing_in:
+        if len(_standing_in) >= STAND_INS:  # the oldest goes (its planner evaluator shares no more, mostly)
+            del _standing_in[next(iter(_standing_in))]
+        _standing_in[token] = _StandIn(context)
+    mine = _standing_in[token]
+    for cfg in configs:
+        mine.configs.setdefault(cfg.key, cfg)
+    for key, tc in classes:
+        mine.classes.setdefault(key, tc)
+
+
+def evaluate_groups(token: str, groups: list[list[tuple[tuple, tuple]]], index: int) -> list[list[tuple]]:
+    """A worker's share of an evaluation: the records of fresh groups, named by the planner's
+    config and class keys. A group's answer depends on the group alone, so it is the planner's own."""
+    mine = _standing_in[token]
+    return mine.evaluator._records_of([[(mine.configs[c], mine.classes[k]) for c, k in group] for group in groups])

@@ -139,9 +139,10 @@ def lazy_solve(evaluator: Evaluator, solve: Resolver, classes, configs: Sequence
                     bound[key] = (upper * cal, cfg, tc, rm, cal)
     by_label = {(tc.option, tc.name, cfg.label(tc.max_model_len)): key for key, (_, cfg, tc, _, _) in bound.items()}
 
-    def search(key) -> None:
-        _, cfg, tc, _, _ = bound.pop(key)
-        exact[key] = evaluator.evaluate(cfg, tc)
+    def search(keys) -> None:
+        pairs = [bound.pop(key)[1:3] for key in keys]
+        for key, evaluation in zip(keys, evaluator.evaluate_pairs(pairs), strict=True):
+            exact[key] = evaluation
 
     # Seed each class with a searched pair (the one its bound prices cheapest), so that the first
     # round's bounds are already tightened against it.
@@ -153,7 +154,7 @@ def lazy_solve(evaluator: Evaluator, solve: Resolver, classes, configs: Sequence
             mine = [(cfg.price_usd_per_hour * cfg.tp * max(m, math.ceil(tc.rate_rps / u - 1e-12)), cfg.label(0), key)
                     for key, (u, cfg, other, _, _) in bound.items() if evaluator._class_key(other) == ck]
             if mine:
-                search(min(mine)[2])
+                search([min(mine)[2]])
     _tighten(exact, bound, classes, m, sizing, quantile, evaluator, search)
     while True:
         evals = [*exact.values(), *(Evaluation(cfg, tc, None, optimistic_rps=u) for u, cfg, tc, _, _ in bound.values())]
@@ -162,14 +163,12 @@ def lazy_solve(evaluator: Evaluator, solve: Resolver, classes, configs: Sequence
         if sol.pools and not _bounded(sol, by_label, bound):
             sol = solve(classes, evals)
         if not sol.pools and bound:  # the relaxation has no plan, so none has: search all for the message
-            for key in list(bound):
-                search(key)
+            search(list(bound))
             continue
         used = _bounded(sol, by_label, bound)
         if not used:
             return sol, evals
-        for key in used:
-            search(key)
+        search(used)
         _tighten(exact, bound, classes, m, sizing, quantile, evaluator, search)
 
 
@@ -182,7 +181,8 @@ def _bounded(sol: FleetSolution, by_label, bound) -> list[tuple]:
 def _tighten(exact, bound, classes, m: int, sizing, quantile, evaluator: Evaluator, search) -> None:
     """For each class, the cheapest searched pair alone (replicas to cover its rate, at least m)
     sets the rate another pair must reach to cost no more; a pair proved below that rate by one
-    latency point takes it as its bound, one not proved below is searched."""
+    latency point takes it as its bound, one not proved below is searched (the class's searches
+    depend on nothing they find, so they run together)."""
     for tcs in classes.values():
         for tc in tcs:
             mine = [e for e in exact.values() if e.traffic_class.option == tc.option
@@ -193,6 +193,7 @@ def _tighten(exact, bound, classes, m: int, sizing, quantile, evaluator: Evaluat
                 continue
             best = min(costs)
             ck = evaluator._class_key(tc)
+            unproved = []
             for key, (u, cfg, other, rm, cal) in list(bound.items()):
                 if evaluator._class_key(other) != ck:
                     continue
@@ -206,7 +207,8 @@ def _tighten(exact, bound, classes, m: int, sizing, quantile, evaluator: Evaluat
                     evaluator.upper[key] = min(evaluator.upper.get(key, math.inf), need / cal)
                     bound[key] = (need, cfg, other, rm, cal)
                 else:
-                    search(key)
+                    unproved.append(key)
+            search(unproved)  # together: a worker may take a share
 
 
 def undominated_evaluations(evals: Sequence[Evaluation]) -> list[Evaluation]:

@@ -26,9 +26,10 @@ import pickle
 import queue
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager, suppress
 from typing import Any
@@ -70,9 +71,12 @@ class _Worker:
             self.close(kill=True)
             raise
 
-    def submit(self, payload: bytes) -> Future:
-        """Send a pickled (job, kwargs) (from one thread: answers come back in the order jobs were sent)."""
+    def submit(self, payload: bytes, *, shared: bool = False) -> Future:
+        """Send a pickled (job, kwargs) (from one thread: answers come back in the order jobs were sent).
+        shared: a shared_map item or its setup, which most often this process claims first: it
+        does not count as queued work (queued work starts another worker)."""
         future: Future = Future()
+        future.shared = shared
         with self.lock:  # not held while writing: the reader needs it to hand over an answer
             if self.gone:
                 future.set_exception(_WorkerGone())
@@ -80,6 +84,12 @@ class _Worker:
             self.pending.append(future)
         self.outbox.put(payload)
         return future
+
+    @property
+    def queued(self) -> int:
+        """Jobs sent and not answered yet, shared_map's aside."""
+        with self.lock:
+            return sum(1 for future in self.pending if not future.shared)
 
     def _write(self) -> None:
         """Send the jobs in the order submitted; None: no more, close the worker's stdin (it ends)."""
@@ -183,8 +193,8 @@ def start(job: str, /, *, here: Callable[[], Any] | None = None, **kwargs) -> Ca
     payload = pickle.dumps((job, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
     if payload in _started:
         return _started[payload]
-    worker = min(live, key=lambda w: len(w.pending))
-    if len(worker.pending) >= QUEUE_FOR_ANOTHER and len(live) < MAX_WORKERS:
+    worker = min(live, key=lambda w: w.queued)
+    if worker.queued >= QUEUE_FOR_ANOTHER and len(live) < MAX_WORKERS:
         with suppress(Exception):  # none can start: keep the one there is
             another = _Worker()
             _workers.append(another)
@@ -193,19 +203,77 @@ def start(job: str, /, *, here: Callable[[], Any] | None = None, **kwargs) -> Ca
 
     def result():
         try:
-            while True:
-                try:
-                    return future.result(timeout=JOB_TIMEOUT_S)
-                except TimeoutError:
-                    if time.monotonic() - worker.answered_at < JOB_TIMEOUT_S:
-                        continue  # still answering the jobs ahead of this one
-                    worker.close(kill=True)  # alive but stuck: stop it, run it here
-                    return local()
+            return _answer(worker, future, local)
         except (_WorkerGone, _JobFailed):  # killed, out of memory; or failed: here, its own error (a
             return local()                   # PlannerError keeps its one-line message and exit code)
 
     _started[payload] = result
     return result
+
+
+def _answer(worker: _Worker, future: Future, local: Callable[[], Any]):
+    """The worker's answer to a job, waited for as long as the worker answers anything."""
+    while True:
+        try:
+            return future.result(timeout=JOB_TIMEOUT_S)
+        except TimeoutError:
+            if time.monotonic() - worker.answered_at < JOB_TIMEOUT_S:
+                continue  # still answering the jobs ahead of this one
+            worker.close(kill=True)  # alive but stuck: stop it, run it here
+            return local()
+
+
+def shared_map(job: str, items: Sequence[dict], here: Callable[[dict], Any], *,
+               setup: tuple[str, dict] | None = None) -> Iterator[Any]:
+    """job(**item) for every item, in order: this process works through the items from the front
+    while a worker takes them from the back, each item claimed once (by making its folder, which
+    only one process can), so the two wait on each other only where they meet. An item the worker
+    claimed comes back from it (or, should it fail, is computed here by `here(item)`, the same
+    answer); without a worker every item is `here(item)`. setup: a job (name, kwargs) the worker
+    runs first, its answer unused: what every item needs, sent once."""
+    live = [w for w in _workers if not w.gone]
+    if not live or len(items) < 2:
+        yield from map(here, items)
+        return
+    worker = min(live, key=lambda w: w.queued)  # no new worker: its imports would cost more than it shares
+    with tempfile.TemporaryDirectory(prefix="planner-claims-") as folder:
+        claims = os.path.join(folder, "claims")
+        os.mkdir(claims)
+        try:
+            if setup is not None:
+                worker.submit(pickle.dumps(setup, protocol=pickle.HIGHEST_PROTOCOL), shared=True)
+            yield from _shared(worker, job, items, here, claims)
+        finally:  # every claim still to come fails (a folder is removed while a claim may be made in it)
+            os.rename(claims, os.path.join(folder, "over"))
+
+
+def _shared(worker: _Worker, job: str, items: Sequence[dict], here: Callable[[dict], Any], claims: str) -> Iterator[Any]:
+    answers = {}
+    for i in reversed(range(1, len(items))):  # the first item is this process's at once
+        payload = pickle.dumps(("worker_pool:_claimed", {"claim": os.path.join(claims, str(i)), "job": job,
+                                                        "kwargs": items[i]}), protocol=pickle.HIGHEST_PROTOCOL)
+        answers[i] = worker.submit(payload, shared=True)
+    for i, item in enumerate(items):
+        if _claim(os.path.join(claims, str(i))):
+            yield here(item)
+            continue
+        try:
+            yield _answer(worker, answers[i], lambda item=item: here(item))
+        except (_WorkerGone, _JobFailed):
+            yield here(item)
+
+
+def _claim(path: str) -> bool:
+    try:
+        os.mkdir(path)
+    except OSError:  # made by the other process, or the claims are over (the folder is gone)
+        return False
+    return True
+
+
+def _claimed(claim: str, job: str, kwargs: dict):
+    """A worker's side of shared_map: the item's answer, or None when the planner claimed it first."""
+    return _run(job, kwargs) if _claim(claim) else None
 
 
 def _run(job: str, kwargs: dict):

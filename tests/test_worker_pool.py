@@ -225,3 +225,69 @@ def test_a_stopped_worker_is_given_up_a_queue_that_keeps_being_answered_is_not(m
         assert worker.gone and ran_here == ["figures:cost_figure"]
     assert pngs == [draw("cost_figure", **_rows(10 + i))() for i in range(12)]
     assert png == draw("cost_figure", **_rows(30))()
+
+
+def test_a_shared_list_is_worked_from_both_ends_each_item_once(monkeypatch):
+    import time
+
+    ran_here = []
+
+    def here(item):
+        ran_here.append(item["title"])
+        time.sleep(0.2)  # slow here, so that the worker, once started, takes the items at the back
+        return worker_pool._run("figures:cost_figure", item)
+
+    items = [_rows(i) for i in range(12)]
+    with worker_processes():
+        draw("cost_figure", **_rows(99))()  # the worker has started and answers
+        pngs = list(worker_pool.shared_map("figures:cost_figure", items, here))
+    assert pngs == [draw("cost_figure", **item)() for item in items]
+    # this process took a run from the front, the worker the rest: each drawn once
+    assert ran_here == [f"figure {i}" for i in range(len(ran_here))] and 0 < len(ran_here) < len(items)
+
+
+def test_evaluations_shared_with_a_worker_are_the_ones_computed_here(monkeypatch):
+    import time
+
+    from planner import evaluator as evaluator_module
+    from planner.catalog import load_catalog
+    from planner.evaluator import Evaluator
+    from planner.histogram import Histogram
+    from planner.plan_objects import candidate_configs, traffic_classes
+    from planner.scenario import Scenario
+
+    catalog = load_catalog()
+    scn = Scenario.model_validate({
+        "name": "shared", "model": "llama-3.1-8b", "context_limit": 8192,
+        "traffic": {"source": {"constant": {"prompt_tokens": 1000, "output_tokens": 200}},
+                    "peak": {"method": "explicit", "rps": 40}},
+        "slo": {"bands": [{"ttft_s": 0.5, "tpot_ms": 60}]},
+        "gpus": ["h100-sxm", "h200", "a100-80gb", "l40s", "l4", "a10g"], "tp": [1, 2],
+        "weight_dtypes": ["bf16", "fp8"], "kv_dtypes": ["bf16", "fp8"], "sizing": {"mode": "expected"},
+    })
+    model = catalog.model("llama-3.1-8b")
+    classes = traffic_classes(scn, Histogram.constant(1000, 200, 100), 8192, 40.0)
+    configs = candidate_configs(scn, catalog, model, scn.weight_dtypes, scn.kv_dtypes)
+
+    def evaluations():
+        ev = Evaluator(scn, catalog, model)
+        found = ev.evaluate_all(classes, configs)
+        return ev, [(e.config.label(8192), e.capacity.max_rps if e.capacity else None, e.problem, e.dominated_by)
+                    for e in found]
+
+    here_ev, here = evaluations()
+    shares_here = []
+    records_of = Evaluator._records_of
+
+    def slowly_here(self, share):  # slow here, so that the worker surely takes the shares at the back
+        shares_here.append(1)
+        time.sleep(0.2)
+        return records_of(self, share)
+
+    monkeypatch.setattr(Evaluator, "_records_of", slowly_here)
+    with worker_processes():
+        draw("cost_figure", **_rows(0))()  # the worker has started and answers
+        there_ev, there = evaluations()
+    assert there == here and there_ev.upper == here_ev.upper
+    assert any(d for *_, d in here) and any(c for _, c, *_ in here)  # both kinds of result travelled
+    assert 0 < len(shares_here) < evaluator_module.SHARES  # the worker took a share
