@@ -56,7 +56,13 @@ from planner.calibration.measured import (
 from planner.calibration.predict import trtllm_cases
 from planner.catalog import Catalog, load_catalog
 from planner.latency_points import LATENCY_FILE, latency_cases
-from planner.roofline import GEMM_CORNER_P, allreduce_call_latency, gemm_phase_s
+from planner.roofline import (
+    GEMM_CORNER_P,
+    SMALL_MESSAGE_BANDWIDTH_SHARE,
+    allreduce_call_latency,
+    allreduce_call_s,
+    gemm_phase_s,
+)
 
 TARGET_MEDIAN_PCT = 10.0
 TARGET_WORST_PCT = 25.0
@@ -138,7 +144,8 @@ def print_factors(cal: Calibration, catalog: Catalog) -> None:
     blocks, _ = catalog_efficiencies(cal, catalog)
     for g, e in blocks.items():
         if e.borrowed_from:
-            print(f"{g:<10} UNVERIFIED: borrows {e.borrowed_from}'s factors; all-reduce {e.allreduce_latency_us:g} us")
+            print(f"{g:<10} UNVERIFIED: borrows {e.borrowed_from}'s factors; all-reduce {e.allreduce_latency_us:g} us"
+                  f"{'' if e.allreduce_bulk_latency_us is None else f', large messages {e.allreduce_bulk_latency_us:g} us'}")
     print()
 
 
@@ -157,7 +164,38 @@ def print_allreduce(cal: Calibration) -> None:
         state = "within" if all(lo <= v <= hi for v in per_tp.values()) else "OUTSIDE"
         print(f"{fam:<15} {calls} us  [{basis}]  published {lo:g}-{hi:g} us (tp 2-8): {state}")
         print(f"{'':<15} source: {cite}")
+    print_bulk_allreduce(cal)
     print()
+
+
+def print_bulk_allreduce(cal: Calibration) -> None:
+    """The large-message protocol's fitted latency per family, and the time and bus bandwidth the
+    model gives one call at tp 8 by message size, per GPU (compare nccl-tests' curves)."""
+    j = cal.joint
+    print("   large-message protocol (roofline.allreduce_call_s: the faster of the two per message; small messages move")
+    print(f"   at {SMALL_MESSAGE_BANDWIDTH_SHARE:g} of the link rate, NCCL LL, Hu et al. arXiv:2507.04786)")
+    for fam, us in j.allreduce_bulk_us.items():
+        basis = j.allreduce_bulk_basis[fam]
+        if us is None:
+            print(f"{fam:<15} one protocol [{basis}]")
+            continue
+        calls = ", ".join(f"tp {tp} {allreduce_call_latency(us, tp):.1f}" for tp in (2, 4, 8))
+        print(f"{fam:<15} {calls} us  [{basis}]")
+    sizes = (64 * 2**10, 2**20, 16 * 2**20, 256 * 2**20)
+    print(f"   one call at tp 8, time us / bus bandwidth GB/s, by message ({', '.join(f'{b / 2**20:g} MiB' for b in sizes)});")
+    print("   nccl-tests all_reduce_perf on 8x H100 reaches ~370 GB/s bus bandwidth with ring, ~480 with NVLink SHARP,")
+    print("   and not yet at 256 MiB (NCCL maintainer, NVIDIA/nccl-tests issue #212, 2024-05)")
+    catalog = load_catalog()
+    for g, e in j.efficiency.items():
+        if e.allreduce_bulk_latency_us is None or g not in j.throughput:
+            continue
+        link = catalog.gpu(g).interconnect_gb_s * 1e9 * e.interconnect
+        cells = []
+        for size in sizes:
+            bus_bytes = 2 * 7 / 8 * size  # what bus bandwidth counts (nccl-tests' PERFORMANCE.md)
+            t = float(allreduce_call_s(bus_bytes / link, e.allreduce_latency_us / 1e6, e.allreduce_bulk_latency_us / 1e6, 8))
+            cells.append(f"{t * 1e6:.0f} / {bus_bytes / t / 1e9:.0f}")
+        print(f"   {g:<10} {', '.join(cells)}")
 
 
 def print_by_tp(held: list[Prediction]) -> None:
