@@ -3,6 +3,7 @@
     python bench/calibration.py                  # fit, cross-validate and print; changes nothing
     python bench/calibration.py --write          # also rewrite the efficiency blocks of data/gpus.yaml
     python bench/calibration.py --compare-forms  # also the held-out error without the per-layer term
+                                                 # and with one all-reduce protocol
 
 Prints every measured row with its in-sample and held-out prediction, the factors per GPU
 with what each was fitted on, the all-reduce latency per interconnect family beside its
@@ -41,6 +42,7 @@ from planner.calibration.calibrate import (
 from planner.calibration.efficiency_blocks import catalog_efficiencies, rewrite_efficiency_blocks
 from planner.calibration.fit import BOUNDS, TRTLLM_PRIORS
 from planner.calibration.joint_fit import (
+    BULK_ALLREDUCE,
     LAYER_OVERHEAD,
     PUBLISHED_ALLREDUCE_US,
     interconnect_family,
@@ -312,19 +314,24 @@ def print_release_spread(cal: Calibration) -> None:
 
 
 def print_forms(catalog: Catalog) -> None:
-    """Held-out error (leave one configuration out) with and without the per-layer overhead."""
+    """Held-out error (leave one configuration out) without the per-layer overhead, with one
+    all-reduce protocol, and in the catalog's form (both)."""
     thr = trtllm_cases(catalog, load_trtllm_rows())
     lat = [c for c in latency_cases(catalog) if c.gpu_id in {c.gpu_id for c in thr} and c.row.engine in FITTED_LATENCY_ENGINES]
     print("== Model form: held-out error (leave one configuration out), median/worst abs %")
-    for layer in (False, True):
-        held = cross_validate(catalog, thr, lat, 0, layer)
-        label = "with per-layer overhead" if layer else "without per-layer overhead"
+    forms = (
+        ("without per-layer overhead", False, BULK_ALLREDUCE),
+        ("one all-reduce protocol", LAYER_OVERHEAD, False),
+        ("the catalog's form", LAYER_OVERHEAD, BULK_ALLREDUCE),
+    )
+    for label, layer, bulk in forms:
+        held = cross_validate(catalog, thr, lat, 0, layer, bulk)
         for source in ("latency", "trtllm"):
             mine = [p for p in held if p.source == source]
             cells = [f"tp{tp} {fmt_short([p for p in mine if p.tp == tp])}" for tp in (1, 2, 4, 8)]
             cells.append(f"MoE {fmt_short([p for p in mine if p.moe])}")
             print(f"   {label:<27} {source:<8} " + " | ".join(cells))
-    print(f"   the catalog takes: {'with' if LAYER_OVERHEAD else 'without'}")
+    print(f"   the catalog takes: per-layer overhead {LAYER_OVERHEAD}, two all-reduce protocols {BULK_ALLREDUCE}")
     print()
 
 
@@ -407,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--write", action="store_true", help="rewrite the efficiency blocks of data/gpus.yaml")
     parser.add_argument(
-        "--compare-forms", action="store_true", help="also print the held-out error with and without the per-layer term"
+        "--compare-forms", action="store_true", help="also print the held-out error without the per-layer term and with one all-reduce protocol"
     )
     args = parser.parse_args(argv)
     catalog = load_catalog()

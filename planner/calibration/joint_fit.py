@@ -70,6 +70,7 @@ SHARED_FIT = {"gb200": ("b200", "the same Blackwell B200 die at a higher power l
 ROUNDS = 4  # block-coordinate rounds: throughput stage, large-message all-reduce stage, then latency stage
 # Fit the large-message all-reduce protocol's latency per interconnect family on the throughput
 # rows (roofline.allreduce_call_s); False keeps one protocol (allreduce_bulk_latency_us None).
+# bench/calibration.py --compare-forms prints the held-out error both ways.
 BULK_ALLREDUCE = True
 BULK_START_US = 30.0  # where its fit starts
 # Fit one per-layer overhead for every GPU on the latency rows (bench/calibration.py --compare-forms
