@@ -3,6 +3,7 @@
     python bench/calibration.py                  # fit, cross-validate and print; changes nothing
     python bench/calibration.py --write          # also rewrite the efficiency blocks of data/gpus.yaml
     python bench/calibration.py --compare-forms  # also the held-out error without the per-layer term
+                                                 # and with one all-reduce protocol
 
 Prints every measured row with its in-sample and held-out prediction, the factors per GPU
 with what each was fitted on, the all-reduce latency per interconnect family beside its
@@ -41,6 +42,7 @@ from planner.calibration.calibrate import (
 from planner.calibration.efficiency_blocks import catalog_efficiencies, rewrite_efficiency_blocks
 from planner.calibration.fit import BOUNDS, TRTLLM_PRIORS
 from planner.calibration.joint_fit import (
+    BULK_ALLREDUCE,
     LAYER_OVERHEAD,
     PUBLISHED_ALLREDUCE_US,
     interconnect_family,
@@ -56,7 +58,13 @@ from planner.calibration.measured import (
 from planner.calibration.predict import trtllm_cases
 from planner.catalog import Catalog, load_catalog
 from planner.latency_points import LATENCY_FILE, latency_cases
-from planner.roofline import GEMM_CORNER_P, allreduce_call_latency, gemm_phase_s
+from planner.roofline import (
+    GEMM_CORNER_P,
+    SMALL_MESSAGE_BANDWIDTH_SHARE,
+    allreduce_call_latency,
+    allreduce_call_s,
+    gemm_phase_s,
+)
 
 TARGET_MEDIAN_PCT = 10.0
 TARGET_WORST_PCT = 25.0
@@ -138,7 +146,8 @@ def print_factors(cal: Calibration, catalog: Catalog) -> None:
     blocks, _ = catalog_efficiencies(cal, catalog)
     for g, e in blocks.items():
         if e.borrowed_from:
-            print(f"{g:<10} UNVERIFIED: borrows {e.borrowed_from}'s factors; all-reduce {e.allreduce_latency_us:g} us")
+            print(f"{g:<10} UNVERIFIED: borrows {e.borrowed_from}'s factors; all-reduce {e.allreduce_latency_us:g} us"
+                  f"{'' if e.allreduce_bulk_latency_us is None else f', large messages {e.allreduce_bulk_latency_us:g} us'}")
     print()
 
 
@@ -157,7 +166,38 @@ def print_allreduce(cal: Calibration) -> None:
         state = "within" if all(lo <= v <= hi for v in per_tp.values()) else "OUTSIDE"
         print(f"{fam:<15} {calls} us  [{basis}]  published {lo:g}-{hi:g} us (tp 2-8): {state}")
         print(f"{'':<15} source: {cite}")
+    print_bulk_allreduce(cal)
     print()
+
+
+def print_bulk_allreduce(cal: Calibration) -> None:
+    """The large-message protocol's fitted latency per family, and the time and bus bandwidth the
+    model gives one call at tp 8 by message size, per GPU (compare nccl-tests' curves)."""
+    j = cal.joint
+    print("   large-message protocol (roofline.allreduce_call_s: the faster of the two per message; small messages move")
+    print(f"   at {SMALL_MESSAGE_BANDWIDTH_SHARE:g} of the link rate, NCCL LL, Hu et al. arXiv:2507.04786)")
+    for fam, us in j.allreduce_bulk_us.items():
+        basis = j.allreduce_bulk_basis[fam]
+        if us is None:
+            print(f"{fam:<15} one protocol [{basis}]")
+            continue
+        calls = ", ".join(f"tp {tp} {allreduce_call_latency(us, tp):.1f}" for tp in (2, 4, 8))
+        print(f"{fam:<15} {calls} us  [{basis}]")
+    sizes = (64 * 2**10, 2**20, 16 * 2**20, 256 * 2**20)
+    print(f"   one call at tp 8, time us / bus bandwidth GB/s, by message ({', '.join(f'{b / 2**20:g} MiB' for b in sizes)});")
+    print("   nccl-tests all_reduce_perf on 8x H100 reaches ~370 GB/s bus bandwidth with ring, ~480 with NVLink SHARP,")
+    print("   and not yet at 256 MiB (NCCL maintainer, NVIDIA/nccl-tests issue #212, 2024-05)")
+    catalog = load_catalog()
+    for g, e in j.efficiency.items():
+        if e.allreduce_bulk_latency_us is None or g not in j.throughput:
+            continue
+        link = catalog.gpu(g).interconnect_gb_s * 1e9 * e.interconnect
+        cells = []
+        for size in sizes:
+            bus_bytes = 2 * 7 / 8 * size  # what bus bandwidth counts (nccl-tests' PERFORMANCE.md)
+            t = float(allreduce_call_s(bus_bytes / link, e.allreduce_latency_us / 1e6, e.allreduce_bulk_latency_us / 1e6, 8))
+            cells.append(f"{t * 1e6:.0f} / {bus_bytes / t / 1e9:.0f}")
+        print(f"   {g:<10} {', '.join(cells)}")
 
 
 def print_by_tp(held: list[Prediction]) -> None:
@@ -274,19 +314,24 @@ def print_release_spread(cal: Calibration) -> None:
 
 
 def print_forms(catalog: Catalog) -> None:
-    """Held-out error (leave one configuration out) with and without the per-layer overhead."""
+    """Held-out error (leave one configuration out) without the per-layer overhead, with one
+    all-reduce protocol, and in the catalog's form (both)."""
     thr = trtllm_cases(catalog, load_trtllm_rows())
     lat = [c for c in latency_cases(catalog) if c.gpu_id in {c.gpu_id for c in thr} and c.row.engine in FITTED_LATENCY_ENGINES]
     print("== Model form: held-out error (leave one configuration out), median/worst abs %")
-    for layer in (False, True):
-        held = cross_validate(catalog, thr, lat, 0, layer)
-        label = "with per-layer overhead" if layer else "without per-layer overhead"
+    forms = (
+        ("without per-layer overhead", False, BULK_ALLREDUCE),
+        ("one all-reduce protocol", LAYER_OVERHEAD, False),
+        ("the catalog's form", LAYER_OVERHEAD, BULK_ALLREDUCE),
+    )
+    for label, layer, bulk in forms:
+        held = cross_validate(catalog, thr, lat, 0, layer, bulk)
         for source in ("latency", "trtllm"):
             mine = [p for p in held if p.source == source]
             cells = [f"tp{tp} {fmt_short([p for p in mine if p.tp == tp])}" for tp in (1, 2, 4, 8)]
             cells.append(f"MoE {fmt_short([p for p in mine if p.moe])}")
             print(f"   {label:<27} {source:<8} " + " | ".join(cells))
-    print(f"   the catalog takes: {'with' if LAYER_OVERHEAD else 'without'}")
+    print(f"   the catalog takes: per-layer overhead {LAYER_OVERHEAD}, two all-reduce protocols {BULK_ALLREDUCE}")
     print()
 
 
@@ -369,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--write", action="store_true", help="rewrite the efficiency blocks of data/gpus.yaml")
     parser.add_argument(
-        "--compare-forms", action="store_true", help="also print the held-out error with and without the per-layer term"
+        "--compare-forms", action="store_true", help="also print the held-out error without the per-layer term and with one all-reduce protocol"
     )
     args = parser.parse_args(argv)
     catalog = load_catalog()

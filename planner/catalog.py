@@ -71,6 +71,11 @@ class Efficiency(_Frozen):
     interconnect: Fraction = Field(
         1.0, description="achieved / datasheet per-GPU link bandwidth in tensor-parallel all-reduces"
     )
+    allreduce_bulk_latency_us: real(ge=0, le=MAX_LATENCY_MS * 1000) | None = Field(
+        None,
+        description="fixed latency at tp 2 of the large-message all-reduce protocol, which moves bytes at the full "
+        "interconnect rate (roofline.allreduce_call_s); None: one protocol, allreduce_latency_us",
+    )
     layer_overhead_us: real(ge=0, le=MAX_LATENCY_MS * 1000) = Field(
         0.0, description="fixed per layer per forward pass: kernel launch gaps, ramp-up and tail of its kernels"
     )

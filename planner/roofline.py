@@ -11,7 +11,8 @@ each phase takes the larger of its bytes / effective bandwidth and its FLOPs /
 effective FLOP/s and the phases add (the per-operator roofline of Yuan et al.,
 "LLM Inference Unveiled: Survey and Roofline Model Insights", 2024), the GEMMs' corner
 rounded as measured GEMMs show (gemm_phase_s); then a fixed per-step overhead and the
-tensor-parallel all-reduces (reduce-scatter + all-gather: allreduce_call_latency). Prefill is compute-bound and
+tensor-parallel all-reduces (reduce-scatter + all-gather, the faster of a small- and a
+large-message protocol: allreduce_call_s). Prefill is compute-bound and
 quadratic in the prompt through attention. Effective rates are datasheet peaks times the GPU
 catalog's calibrated efficiency factors (bench/calibration.py).
 """
@@ -62,6 +63,31 @@ def allreduce_call_latency(latency_at_tp2: float, tp: int) -> float:
     or two whatever tp. log2(tp) lies between flat and linear in tp; the held-out latency rows
     at tp 2, 4 and 8 (bench/calibration.py) are what it rests on."""
     return latency_at_tp2 * float(np.log2(tp)) if tp > 1 else 0.0
+
+
+# NCCL's LL protocol, the one its tuner picks for small messages, stores 4 bytes of data with a
+# 4-byte flag in each 8-byte write, so it moves data at no more than half the link rate (25-50% of
+# peak), against near peak for the Simple protocol it switches to for large messages (Hu, Shen,
+# Bonato et al., "Demystifying NCCL", arXiv:2507.04786, 2025: LL ~1 us per hop, Simple ~6 us).
+# The upper end of that range: the latency rows cannot see it, their messages are small.
+SMALL_MESSAGE_BANDWIDTH_SHARE = 0.5
+
+
+def allreduce_call_s(ring_s, latency_s: float, bulk_latency_s: float | None, tp: int):
+    """Time of one all-reduce whose reduce-scatter + all-gather bytes take `ring_s` at the link's
+    effective rate: the faster of two protocols, as NCCL's tuner picks per message size (the
+    lowest latency + bytes / bandwidth over its algorithms and protocols: ncclTopoGetAlgoTime in
+    NCCL's src/graph/tuning.cc; Hu et al., arXiv:2507.04786):
+        small messages: allreduce_call_latency(latency_s) + ring_s / SMALL_MESSAGE_BANDWIDTH_SHARE
+        large messages: allreduce_call_latency(bulk_latency_s) + ring_s
+    The small-message latency is what the latency rows (decode-sized messages) fit; the larger
+    fixed cost of the bandwidth protocol shows only on the throughput rows, whose batches send
+    messages of megabytes. bulk_latency_s None: one protocol, latency_s + ring_s."""
+    ring = np.asarray(ring_s, float)
+    if bulk_latency_s is None:
+        return allreduce_call_latency(latency_s, tp) + ring
+    small = allreduce_call_latency(latency_s, tp) + ring / SMALL_MESSAGE_BANDWIDTH_SHARE
+    return np.minimum(small, allreduce_call_latency(bulk_latency_s, tp) + ring)
 
 
 def attention_flops_per_context_token(model: Model) -> float:
@@ -139,6 +165,7 @@ class StepModel:
     interconnect_bytes_s: float  # per GPU, one direction, after efficiency
     allreduce_latency_s: float
     model: Model
+    allreduce_bulk_latency_s: float | None = None  # of the large-message protocol (allreduce_call_s)
 
     @classmethod
     def of(cls, dep: Deployment) -> StepModel:
@@ -157,24 +184,32 @@ class StepModel:
             interconnect_bytes_s=gpu.interconnect_gb_s * 1e9 * eff.interconnect,
             allreduce_latency_s=eff.allreduce_latency_us / 1e6,
             model=dep.model,
+            allreduce_bulk_latency_s=None
+            if eff.allreduce_bulk_latency_us is None
+            else eff.allreduce_bulk_latency_us / 1e6,
         )
 
     def allreduce_s(self, tokens: np.ndarray | float, *, with_latency: bool = True) -> np.ndarray | float:
         """Two all-reduces per layer (after attention and after the MLP, Megatron-LM tensor
-        parallelism), each costed as a fixed latency, allreduce_call_latency (log2(tp) times
-        the latency of one call at tp 2, `Efficiency.allreduce_latency_us`: an empirical law),
-        plus 2 (tp-1)/tp x message / link bandwidth, the bandwidth term of reduce-scatter +
-        all-gather (Thakur, Rabenseifner & Gropp, "Optimization of Collective Communication
-        Operations in MPICH", IJHPCA 2005). The latency is paid once per forward pass
-        (`with_latency=False` gives only the bandwidth part, what extra tokens add to a pass).
-        The link bandwidth is the datasheet per-GPU figure (GPU.interconnect_gb_s) times the calibrated `Efficiency.interconnect`
-        factor, so the bandwidth part scales as 1 / interconnect. Zero at tp = 1."""
+        parallelism) of a pass over `tokens`, each allreduce_call_s: the faster of a small-message
+        protocol (the fixed latency allreduce_call_latency of `Efficiency.allreduce_latency_us`,
+        the bytes at SMALL_MESSAGE_BANDWIDTH_SHARE of the link) and, when the GPU has one
+        (`Efficiency.allreduce_bulk_latency_us`), a large-message one (its own fixed latency, the
+        bytes at the link's full effective rate). The bytes are 2 (tp-1)/tp x message, the
+        bandwidth term of reduce-scatter + all-gather (Thakur, Rabenseifner & Gropp, "Optimization
+        of Collective Communication Operations in MPICH", IJHPCA 2005), over the datasheet
+        per-GPU link (GPU.interconnect_gb_s) times the calibrated `Efficiency.interconnect`.
+        `with_latency=False` gives what extra tokens add to a pass that already carries a
+        prompt chunk (prefill_s): its messages are large, so their bytes go at the large-message
+        protocol's rate, linear in tokens. Zero at tp = 1."""
         if self.tp == 1:
             return np.zeros_like(np.asarray(tokens, dtype=float)) if np.ndim(tokens) else 0.0
         message = np.asarray(tokens, dtype=float) * self.hidden_size * ACTIVATION_BYTES
         ring = 2 * (self.tp - 1) / self.tp * message / self.interconnect_bytes_s
-        latency = allreduce_call_latency(self.allreduce_latency_s, self.tp) if with_latency else 0.0
-        return 2 * self.num_layers * (latency + ring)
+        if not with_latency:
+            return 2 * self.num_layers * ring
+        call = allreduce_call_s(ring, self.allreduce_latency_s, self.allreduce_bulk_latency_s, self.tp)
+        return 2 * self.num_layers * call
 
     def decode_work(self, batch, cache_bytes, context_tokens) -> DecodeWork:
         """Bytes and FLOPs of one decode step, per phase (see decode_step_s):

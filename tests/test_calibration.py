@@ -31,7 +31,13 @@ from planner.calibration.predict import (
 from planner.capacity import SLO, ReplicaModel, replica_capacity
 from planner.catalog import Efficiency
 from planner.deployment import make_deployment
-from planner.roofline import GEMM_CORNER_P, StepModel, allreduce_call_latency, gemm_phase_s
+from planner.roofline import (
+    GEMM_CORNER_P,
+    SMALL_MESSAGE_BANDWIDTH_SHARE,
+    StepModel,
+    allreduce_call_latency,
+    gemm_phase_s,
+)
 from planner.units import GiB
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -165,6 +171,38 @@ def test_allreduce_latency_grows_as_log2_of_tp(catalog):
     assert allreduce_call_latency(10.0, 1) == 0.0
 
 
+def test_allreduce_takes_the_faster_protocol_per_message_size(catalog):
+    """Llama 3.1 70B at tp 4 on H100 (hidden 8192, 80 layers, link 450 GB/s x 0.5): a one-token
+    message (16 KiB) goes by the small-message protocol (2 x 5 us + its bytes at half the rate), a
+    4096-token one (64 MiB) by the large-message one (2 x 40 us + its bytes at the full rate); the
+    two cross at 641 tokens, where 70 us buys the small protocol's extra bytes. Without a large-message latency
+    the call is the one-protocol form. with_latency=False is the bytes at the full rate either way."""
+    base = Efficiency(bandwidth=0.8, compute=0.6, step_overhead_ms=2.0, allreduce_latency_us=5.0, interconnect=0.5,
+                      source="test")  # fmt: skip
+    dep = make_deployment(catalog, model="llama-3.1-70b", gpu="h100-sxm", tp=4, max_model_len=8192)
+    two = StepModel.of(with_efficiency(dep, base.model_copy(update={"allreduce_bulk_latency_us": 40.0})))
+    one = StepModel.of(with_efficiency(dep, base))
+    link = 450e9 * 0.5
+    calls = 2 * 80
+
+    def ring_s(tokens: float) -> float:
+        return 2 * 3 / 4 * tokens * 8192 * 2 / link
+
+    crossover = 70e-6 / (1 / SMALL_MESSAGE_BANDWIDTH_SHARE - 1) / ring_s(1.0)  # tokens
+    assert SMALL_MESSAGE_BANDWIDTH_SHARE == 0.5 and crossover == pytest.approx(640.87, rel=1e-4)  # 10 MiB
+    for tokens in (1.0, 64.0, crossover, 4096.0):
+        small = 2 * 5e-6 + ring_s(tokens) / SMALL_MESSAGE_BANDWIDTH_SHARE
+        large = 2 * 40e-6 + ring_s(tokens)
+        assert two.allreduce_s(tokens) == pytest.approx(calls * min(small, large), rel=1e-12)
+        assert one.allreduce_s(tokens) == pytest.approx(calls * (2 * 5e-6 + ring_s(tokens)), rel=1e-12)
+        assert two.allreduce_s(tokens, with_latency=False) == pytest.approx(calls * ring_s(tokens), rel=1e-12)
+    assert two.allreduce_s(1.0) == pytest.approx(calls * (2 * 5e-6 + 2 * ring_s(1.0)), rel=1e-12)
+    assert two.allreduce_s(4096.0) == pytest.approx(calls * (2 * 40e-6 + ring_s(4096.0)), rel=1e-12)
+    np.testing.assert_allclose(
+        two.allreduce_s(np.array([1.0, 4096.0])), [two.allreduce_s(1.0), two.allreduce_s(4096.0)], rtol=1e-12
+    )
+
+
 def test_committed_factors_meet_the_target_on_decode_throughput(cases):
     """Outcome test of the shipped catalog: data/gpus.yaml's factors give median absolute
     error <= 15% on every committed TensorRT-LLM row the catalog can express."""
@@ -200,8 +238,9 @@ def test_fitted_factors_stay_within_bounds(catalog, cases):
 
 def test_splitwise_prefill_is_prefill_s_plus_what_a_standalone_pass_pays(catalog):
     """A long prompt's pass is compute-bound: prefill_s plus the fixed costs of a pass (the step
-    overhead, the per-layer overhead and the all-reduces' latency, 2 per layer), which prefill_s
-    leaves to the decode step, and the sliver of weight-read time the GEMMs' rounded corner keeps."""
+    overhead, the per-layer overhead and the all-reduces' latency, 2 per layer: that of the
+    large-message protocol, which the pass's 128 MiB messages go by), which prefill_s leaves to
+    the decode step, and the sliver of weight-read time the GEMMs' rounded corner keeps."""
     (row,) = [
         r
         for r in load_splitwise_rows()
@@ -211,7 +250,8 @@ def test_splitwise_prefill_is_prefill_s_plus_what_a_standalone_pass_pays(catalog
     prefill_ms, _ = predict_splitwise(catalog, row)
     assert step.layer_overhead_s > 0  # the committed factors carry one: the test covers it
     assert step.tp == 8  # log2(8) = 3 stages of the tp-2 latency per all-reduce
-    fixed_s = step.step_overhead_s + step.num_layers * (step.layer_overhead_s + 2 * 3 * step.allreduce_latency_s)
+    assert step.allreduce_bulk_latency_s > step.allreduce_latency_s  # the committed factors carry both
+    fixed_s = step.step_overhead_s + step.num_layers * (step.layer_overhead_s + 2 * 3 * step.allreduce_bulk_latency_s)
     # the GEMMs' rounded corner (gemm_phase_s) adds what the weight read leaves showing
     gemm_compute_s = 2 * step.params_active * 8192 / step.flops_s
     corner_s = float(gemm_phase_s(step.weight_bytes / step.bandwidth_bytes_s, gemm_compute_s)) - gemm_compute_s

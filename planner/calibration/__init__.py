@@ -59,7 +59,13 @@ Fit and hold-out
   step_overhead_ms per GPU, allreduce_latency_us per interconnect FAMILY (one number
   for every GPU on NVLink4, one for NVLink3, ...; the latency of one call at tp 2, log2(tp)
   times it at larger tp: roofline.allreduce_call_latency) and one layer_overhead_us for every GPU
-  on the latency rows. B200 and GB200 share one bandwidth, compute and interconnect
+  on the latency rows; between (1) and (2), allreduce_bulk_latency_us per family with latency rows,
+  on its GPUs' tensor-parallel throughput rows: the fixed cost of the large-message all-reduce
+  protocol (roofline.allreduce_call_s takes the faster of the two per message: the small-message
+  one moves bytes at half the link rate, the large-message one at the full rate, as NCCL's LL and
+  Simple protocols do). The latency rows send decode-sized messages and fit the small-message
+  latency; offline batches send megabytes per call and see the other. A family without latency
+  rows keeps one protocol. B200 and GB200 share one bandwidth, compute and interconnect
   (joint_fit.SHARED_FIT: the same die, the datasheet peaks carry the difference). The
   physical form is the same for every GPU (roofline.StepModel); nothing is fitted per row.
   A family without latency rows takes ALLREDUCE_DONOR's value

@@ -30,7 +30,10 @@ def fitted_source(cal: Calibration, catalog: Catalog, gpu: str) -> str:
     return (
         f"joint fit by bench/calibration.py: bandwidth, compute, interconnect on data/measured/{TRTLLM_FILE} "
         f"(n={j.n_throughput[gpu]}{'; ' + shared if shared else ''}); step_overhead_ms on {j.overhead_basis[gpu]}; "
-        f"allreduce_latency_us is the {fam} value, fitted on {j.allreduce_basis[fam]}; layer_overhead_us on "
+        f"allreduce_latency_us is the {fam} value, fitted on {j.allreduce_basis[fam]}; "
+        + (f"allreduce_bulk_latency_us (large messages) is the {fam} value, fitted on {j.allreduce_bulk_basis[fam]}; "
+           if j.allreduce_bulk_us.get(fam) is not None else "")
+        + "layer_overhead_us on "
         f"{j.layer_basis}. Cross-validated by configuration ({folds_text(cal.folds)}, "
         f"no (model, GPU, tp) seen in its own fit{', nor its twin on the GPU it shares factors with' if shared else ''}): "
         f"held-out median abs error {med:.1f}% (worst {worst:.1f}%, n={n}){at}"
@@ -44,6 +47,9 @@ def rounded(eff: Efficiency, source: str, borrowed_from: str | None = None) -> E
             "compute": round(eff.compute, 3),
             "step_overhead_ms": round(eff.step_overhead_ms, 2),
             "allreduce_latency_us": round(eff.allreduce_latency_us, 1),
+            "allreduce_bulk_latency_us": None
+            if eff.allreduce_bulk_latency_us is None
+            else round(eff.allreduce_bulk_latency_us, 1),
             "interconnect": round(eff.interconnect, 3),
             "layer_overhead_us": round(eff.layer_overhead_us, 1),
             "source": source,
@@ -94,6 +100,7 @@ def efficiency_lines(eff: Efficiency, indent: str = "    ") -> list[str]:
         f"{indent}compute: {eff.compute:g}\n",
         f"{indent}step_overhead_ms: {eff.step_overhead_ms:g}\n",
         f"{indent}allreduce_latency_us: {eff.allreduce_latency_us:g}\n",
+        *([] if eff.allreduce_bulk_latency_us is None else [f"{indent}allreduce_bulk_latency_us: {eff.allreduce_bulk_latency_us:g}\n"]),
         f"{indent}interconnect: {eff.interconnect:g}\n",
         f"{indent}layer_overhead_us: {eff.layer_overhead_us:g}\n",
         f"{indent}source: {json.dumps(eff.source, ensure_ascii=True)}\n",

@@ -4,10 +4,10 @@ family and one per-layer overhead for every GPU (package docstring: why in two s
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.optimize import least_squares
+from scipy.optimize import least_squares, minimize_scalar
 
 from planner.calibration.fit import (
     BOUNDS,
@@ -67,7 +67,12 @@ PUBLISHED_ALLREDUCE_US: dict[str, tuple[float, float, str] | None] = {
 # from compute from interconnect, and its 70B rows were predicted 35-39% off from its 405B rows
 # (bench/calibration.py, 2026-12-01).
 SHARED_FIT = {"gb200": ("b200", "the same Blackwell B200 die at a higher power limit; the datasheet peaks carry the difference")}
-ROUNDS = 4  # block-coordinate rounds: throughput stage, then latency stage
+ROUNDS = 4  # block-coordinate rounds: throughput stage, large-message all-reduce stage, then latency stage
+# Fit the large-message all-reduce protocol's latency per interconnect family on the throughput
+# rows (roofline.allreduce_call_s); False keeps one protocol (allreduce_bulk_latency_us None).
+# bench/calibration.py --compare-forms prints the held-out error both ways.
+BULK_ALLREDUCE = True
+BULK_START_US = 30.0  # where its fit starts
 # Fit one per-layer overhead for every GPU on the latency rows (bench/calibration.py --compare-forms
 # prints the held-out error with and without it); False keeps layer_overhead_us at 0.
 LAYER_OVERHEAD = True
@@ -113,6 +118,9 @@ class JointFit:
     n_latency: dict[str, int]
     layer_overhead_us: float = 0.0  # one for every GPU; 0 when not fitted
     layer_basis: str = "not fitted (0)"
+    # family -> large-message all-reduce latency at tp 2 (None: one protocol), and what it was fitted on
+    allreduce_bulk_us: dict[str, float | None] = field(default_factory=dict)
+    allreduce_bulk_basis: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -152,6 +160,37 @@ class _Rows:
         """The family whose all-reduce latency `gpu` takes: its donor's, else its own."""
         return self.donor(self.family[gpu]) or self.family[gpu]
 
+    def bulk_families(self) -> list[str]:
+        """Families whose large-message all-reduce latency is fitted: those with tensor-parallel
+        throughput rows whose small-message latency is pinned by latency rows, their own or
+        their donor's (a family without either keeps one protocol: its throughput rows alone
+        cannot tell the two latencies apart)."""
+        thr_families = {self.family[c.gpu_id] for c in self.thr if c.row.tp > 1}
+        return sorted(f for f in thr_families if f in self.lat_families or self.donor(f))
+
+    def bulk_source(self, family: str, fitted: Sequence[str]) -> str | None:
+        """The family whose large-message latency `family` takes: its own where `fitted`, else its
+        donor's where that is, else None (one protocol)."""
+        if family in fitted:
+            return family
+        d = self.donor(family)
+        return d if d in fitted else None
+
+    def link_without_tp_rows(self, gpu: str, eff: dict[str, Efficiency]) -> dict[str, float]:
+        """{} or, for a GPU with throughput rows but none at tp > 1 (nothing fits its link factor),
+        the interconnect factor of the GPUs on the family whose all-reduce latency it takes that
+        have such rows (their geometric mean): the fraction of the link the collectives achieve is
+        the library's, not the die's, and a factor of 1 would give it the datasheet link."""
+        if not self.thr_by[gpu] or any(c.row.tp > 1 for c in self.thr_by[gpu]):
+            return {}
+        src = self.allreduce_source(gpu)
+        peers = [g for g in self.gpus if self.family[g] == src and any(c.row.tp > 1 for c in self.thr_by[g])]
+        return {"interconnect": float(np.exp(np.mean([np.log(eff[g].interconnect) for g in peers])))} if peers else {}
+
+    def bulk_rows(self, family: str) -> list[TrtllmCase]:
+        """The tensor-parallel throughput rows of the GPUs on `family`."""
+        return [c for c in self.thr if c.row.tp > 1 and self.family[c.gpu_id] == family]
+
 
 def fit_joint(
     catalog: Catalog,
@@ -160,6 +199,7 @@ def fit_joint(
     *,
     rounds: int = ROUNDS,
     layer_overhead: bool = LAYER_OVERHEAD,
+    bulk_allreduce: bool = BULK_ALLREDUCE,
 ) -> JointFit:
     """Bandwidth, compute and interconnect efficiency per GPU on the throughput rows; step
     overhead per GPU and all-reduce latency per interconnect family on the latency rows;
@@ -170,16 +210,30 @@ def fit_joint(
     TRTLLM_PRIORS prior on its overhead in the throughput stage; a family without latency
     rows takes ALLREDUCE_DONOR's latency or, failing one, is fitted on the throughput rows.
     With `layer_overhead`, one per-layer overhead shared by every GPU joins the latency stage
-    (roofline.StepModel.decode_step_s: a deeper model pays more fixed time per pass)."""
+    (roofline.StepModel.decode_step_s: a deeper model pays more fixed time per pass). With
+    `bulk_allreduce`, each round also fits, per family, the large-message all-reduce latency
+    on its GPUs' tensor-parallel throughput rows (_fit_bulk,
+    roofline.allreduce_call_s), where its small-message latency is pinned by latency rows (its own
+    or its donor's); a family without tensor-parallel throughput rows takes its donor's. A GPU
+    without tensor-parallel throughput rows takes its peers' interconnect factor
+    (_Rows.link_without_tp_rows)."""
     rows = _Rows.of(catalog, thr, lat)
     eff = dict.fromkeys(rows.gpus, NEUTRAL)
     ar = dict.fromkeys(set(rows.family.values()), NEUTRAL.allreduce_latency_us)
     layer_us = NEUTRAL.layer_overhead_us
+    bulk_fams = rows.bulk_families() if bulk_allreduce else []
+    bulk: dict[str, float | None] = {f: (BULK_START_US if f in bulk_fams else None) for f in set(rows.family.values())}
     thr_fits: dict[str, FitResult] = {}
     stage = _LatencyStage.of(rows, layer_overhead)
+
+    def shared_of(g: str) -> dict[str, float | None]:
+        src, bulk_src = rows.allreduce_source(g), rows.bulk_source(rows.family[g], bulk_fams)
+        bulk_us = None if bulk_src is None else bulk[bulk_src]
+        return {"allreduce_latency_us": ar[src], "layer_overhead_us": layer_us, "allreduce_bulk_latency_us": bulk_us}
+
     for r in range(rounds):
         for g in rows.gpus:
-            shared = {"allreduce_latency_us": ar[rows.allreduce_source(g)], "layer_overhead_us": layer_us}
+            shared = shared_of(g)
             eff[g] = eff[g].model_copy(update=shared)
             if not rows.thr_by[g]:
                 continue
@@ -195,13 +249,18 @@ def fit_joint(
             thr_fits[g], eff[g] = fit, fit.efficiency
             if "allreduce_latency_us" in fit.free:
                 ar[rows.family[g]] = eff[g].allreduce_latency_us
+        for g in rows.gpus:
+            eff[g] = eff[g].model_copy(update=rows.link_without_tp_rows(g, eff))
+        for f in bulk_fams:
+            bulk[f] = _fit_bulk(rows, f, eff)
+            for g in rows.gpus:
+                if rows.bulk_source(rows.family[g], bulk_fams) == f:
+                    eff[g] = eff[g].model_copy(update={"allreduce_bulk_latency_us": bulk[f]})
         if not lat:
             break
         layer_us = stage.fit(eff, ar, layer_us)
     for g in rows.gpus:  # the final latency stage moved the shared factors: every GPU takes them
-        eff[g] = eff[g].model_copy(
-            update={"allreduce_latency_us": ar[rows.allreduce_source(g)], "layer_overhead_us": layer_us}
-        )
+        eff[g] = eff[g].model_copy(update=shared_of(g))
     return JointFit(
         efficiency=eff,
         allreduce_us={f: ar[rows.donor(f) or f] for f in sorted(set(rows.family.values()))},
@@ -214,7 +273,43 @@ def fit_joint(
         layer_basis=f"latency rows (n={len(lat)}), one value for every GPU"
         if stage.fits_layer_overhead
         else "not fitted (0)",
+        allreduce_bulk_us={
+            f: None if rows.bulk_source(f, bulk_fams) is None else bulk[rows.bulk_source(f, bulk_fams)]
+            for f in sorted(set(rows.family.values()))
+        },
+        allreduce_bulk_basis=_bulk_basis(rows, bulk_fams),
     )
+
+
+def _fit_bulk(rows: _Rows, family: str, eff: dict[str, Efficiency]) -> float:
+    """The large-message all-reduce latency of `family` (roofline.allreduce_call_s) on the
+    tensor-parallel throughput rows of its GPUs, every other factor held."""
+    cases = rows.bulk_rows(family)
+    measured = np.log([c.row.measured_tok_s_per_gpu for c in cases])
+    lo, hi = BOUNDS["allreduce_bulk_latency_us"]
+
+    def cost(x: float) -> float:
+        upd = {"allreduce_bulk_latency_us": float(x)}
+        return float(np.sum((np.log([c.predict(eff[c.gpu_id].model_copy(update=upd)) for c in cases]) - measured) ** 2))
+
+    # One unknown: a bounded scalar search needs a fraction of least_squares' evaluations.
+    res = minimize_scalar(cost, bounds=(lo, hi), method="bounded", options={"xatol": 1e-3})
+    return float(np.clip(res.x, lo, hi))
+
+
+def _bulk_basis(rows: _Rows, bulk_fams: Sequence[str]) -> dict[str, str]:
+    """Family -> what its large-message all-reduce latency was fitted on."""
+    basis = {}
+    for f in sorted(set(rows.family.values())):
+        src = rows.bulk_source(f, bulk_fams)
+        if src == f:
+            pinned = "its own latency rows" if f in rows.lat_families else f"{rows.donor(f)}'s latency rows"
+            basis[f] = f"throughput rows (n={len(rows.bulk_rows(f))} with tp > 1; small-message latency from {pinned})"
+        elif src is not None:
+            basis[f] = f"no tensor-parallel throughput rows: takes {src}'s fitted value"
+        else:
+            basis[f] = "not fitted: one protocol (no tensor-parallel latency rows to tell the two apart)"
+    return basis
 
 
 # The factors the throughput stage fits (a GPU without latency rows also its step overhead).
