@@ -46,8 +46,10 @@ are drawn once and rescaled to every load, common random numbers) and, as a diag
 the error when planner.latency is evaluated at the simulator's mean resident batch
 instead (@N). Each load's line also gives, from the simulator, the mean number decoding in
 the steps that carry prompt tokens (next to the mean model's N: where the queue is busy, more
-sequences decode than on average, which slows the prefill queue) and the share of time
-admission waits for a full cache. Runs are sized so every band has at least 2,000 measured requests per seed,
+sequences decode than on average, which slows the prefill queue), the model's backlog regime
+(planner.backlog: the decoders n_b a long backlog accumulates, the prefill queue's load there
+and the seconds τ the decoders take to get there; not applied under θ) and the share of time admission waits for a
+full cache. Runs are sized so every band has at least 2,000 measured requests per seed,
 within --min-requests and --max-requests; each output line says how many each band had
 (all seeds together). Then the median and worst
 |error| over all percentile points against the issue's targets (median <= 15%, worst <=
@@ -363,9 +365,16 @@ def run_percentile_pool(cat, pool: Pool, hist: Histogram, args) -> list[Percenti
         busy_n = statistics.fmean(float(tr.step_decoding[tr.step_prefill_tokens > 0].mean()) for _, tr in traced)
         lat = _pooled([r.latencies for r in runs])
         sim_n = statistics.fmean(r.resident_batch for r in runs)
-        at_sim_n = rm.latency.at(rate, rm.decode_s(sim_n), sim_n)
+        at_sim_n = rm.latency.at(rate, rm.decode_s(sim_n), sim_n, rm.backlog(sim_n, rate))
+        regime = rm.backlog(n) if n is not None else None
+        regime_text = "none"
+        if regime is not None:
+            regime_text = f"n_b {regime.decoders:.0f}, load {regime.load:.2f}, τ {regime.fill_s:.0f} s"
+            if dep.engine.long_prefill_token_threshold:
+                regime_text += " (not applied under θ)"
         print(f"  load {load:.0%} = {rate:.3f} rps ({rate / model_cap:.0%} of the model's capacity) | N model "
-              f"{fmt(n, '.1f')} sim {sim_n:.1f}, decoding in the steps that carry prompts {busy_n:.1f} | sim "
+              f"{fmt(n, '.1f')} sim {sim_n:.1f}, decoding in the steps that carry prompts {busy_n:.1f}, model backlog "
+              f"regime {regime_text} | sim "
               f"{'stable' if all(r.stable for r in runs) else 'UNSTABLE'}, "
               f"waiting {statistics.fmean(r.waiting for r in runs):.1f}, KV mean "
               f"{statistics.fmean(r.kv_utilisation for r in runs):.0%} p99 {max(r.kv_utilisation_p99 for r in runs):.0%}, "

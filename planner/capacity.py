@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from planner.backlog import Backlog, backlog_regime
 from planner.deployment import Deployment
 from planner.footprint import Footprint, footprint, memory_concurrency, percentile_count_bound
 from planner.latency import LatencyModel, LatencyPoint
@@ -274,8 +275,19 @@ class ReplicaModel:
     def latency_at(self, n: float) -> LatencyPoint:
         """The latency distributions at mean resident count n (cached: bisections revisit points)."""
         if n not in self._points:
-            self._points[n] = self.latency.at(self.rate(n), self.decode_s(n), n)
+            self._points[n] = self.latency.at(self.rate(n), self.decode_s(n), n, self.backlog(n))
         return self._points[n]
+
+    def backlog(self, n: float, rate_rps: float | None = None) -> Backlog | None:
+        """The prefill queue's backlog regime at mean resident count n and the rate λ(n) (or
+        `rate_rps`) (planner.backlog): the decoders bounded by the cache's mean-footprint count
+        and max_num_seqs."""
+        n_cap = min(self.fp.budget_bytes / self.fp.mean_bytes if self.fp.mean_bytes > 0 else math.inf,
+                    float(self.dep.engine.max_num_seqs))
+        return backlog_regime(rate_rps=self.rate(n) if rate_rps is None else rate_rps, resident=n, chunk_tokens=float(self.dep.engine.max_num_batched_tokens),
+                              decode_s=self.decode_s, mean_prefill_s=self.latency.mean_prefill_s,
+                              mean_new_tokens=self.latency.mean_new_tokens, mean_decode_steps=self.mean_decode_steps,
+                              cap_decoders=n_cap, rate_at_cap_rps=self.rate(n_cap) if math.isfinite(n_cap) else 0.0)
 
     def failing(self, n: float, kinds: tuple[str, ...] = LATENCY_CEILINGS, *, first: bool = False) -> list[str]:
         """The kinds of target (of `kinds`) that miss at n; with `first`, stop at the first miss

@@ -20,6 +20,9 @@ distribution, inverted on a time grid by FFT with exponential tilting against wr
 (as planner.paged does for the compound-Poisson cache total; Abate & Whitt 1992 for the
 damping). Its tail comes from prefill *times* (quadratic in attention), so a 2% share of
 100k-token prompts can hold short requests for seconds: head-of-line blocking.
+In a long backlog the queue is slower than at N: decoders pile up while prompts finish faster
+than they arrive, and each step's decode part grows; W's tail is read from the queue at the
+state a wait reaches (planner.backlog).
 With θ, prompts longer than θ take θ tokens a step and share the steps, and shorter ones
 pass them: planner.prefill_cap gives the waits there (a processor-sharing queue of the
 capped prompts limited to ceil(C'/θ) in service, and the chunks in flight that stretch a
@@ -63,6 +66,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from planner.backlog import Backlog, backlog_wait
 from planner.paged import TokenProfile
 from planner.prefill_cap import capped_waits
 from planner.prefill_wait import mg1_wait, split_mass_rows, tilt
@@ -309,14 +313,16 @@ class LatencyModel:
         serves every operating point)."""
         return min(self.cap, self.chunk_tokens) if self.cap else self.chunk_tokens
 
-    def at(self, rate_rps: float, decode_s: float, resident: float) -> LatencyPoint:
-        return LatencyPoint(self, rate_rps, decode_s, resident)
+    def at(self, rate_rps: float, decode_s: float, resident: float, backlog: Backlog | None = None) -> LatencyPoint:
+        return LatencyPoint(self, rate_rps, decode_s, resident, backlog)
 
 
 class LatencyPoint:
-    """The distributions at arrival rate λ, decode part t_dec and mean resident batch N."""
+    """The distributions at arrival rate λ, decode part t_dec and mean resident batch N; with a
+    Backlog, the FCFS wait's tail is the backlog regime's (planner.backlog)."""
 
-    def __init__(self, model: LatencyModel, rate_rps: float, decode_s: float, resident: float):
+    def __init__(self, model: LatencyModel, rate_rps: float, decode_s: float, resident: float,
+                 backlog: Backlog | None = None):
         self.m, self.rate, self.t_dec = model, float(rate_rps), float(decode_s)
         c = model.cells
         budget = max(model.chunk_tokens - resident, 1.0)
@@ -338,6 +344,10 @@ class LatencyPoint:
         else:
             service = model.prefill_s + c.new_tokens / budget * self.t_dec
             self.wait = mg1_wait(self.rate, service, c.weight, model.horizon_s)
+            if backlog is not None and self.wait is not None and self.wait.mean_s > 0:
+                regime = (model.prefill_s + c.new_tokens / max(model.chunk_tokens - backlog.decoders, 1.0)
+                          * backlog.decode_s) * backlog.stretch
+                self.wait = backlog_wait(self.wait, self.rate, service, regime, c.weight, backlog.fill_s)
             self.waits = (self.wait,)
         self.stable = self.wait is not None
         self.mean_step = self.t_dec / (1 - self.rho) if self.rho < 1 else math.inf

@@ -7,16 +7,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 
 W_GRID = 1 << 12  # points of the waiting-time grid
 TILT_DECADES = 20.0  # the tilt damps the wrapped-around tail by e^-20
 # Probability intervals that represent W when it is mixed with the TPOT tail, finer towards
-# the tail that percentiles read, each represented by the quantile at its middle.
+# the tail that percentiles read, each represented by W's mean inside it.
 _W_EDGES = np.array([0.0, 0.5, 0.75, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 1.0])
-_W_LEVELS = 0.5 * (_W_EDGES[:-1] + _W_EDGES[1:])
 _W_WEIGHTS = np.diff(_W_EDGES)
 
 
@@ -43,6 +42,18 @@ def split_mass_rows(values: np.ndarray, weights: np.ndarray, units: np.ndarray, 
     flat = np.bincount((lo + offset).ravel(), (w * (1 - frac)).ravel(), minlength=units.size * size)
     flat += np.bincount((hi + offset).ravel(), (w * frac).ravel(), minlength=units.size * size)
     return flat.reshape(units.size, size)
+
+
+def _centred(eq: np.ndarray) -> np.ndarray:
+    """The equilibrium pmf (last axis) normalised, each cell's mass moved to the cell's middle by
+    halving it between its point and the next. Se of a grid-valued S is uniform inside the cell
+    [k, k+1) that eq[k] weighs; left at k, every one of W's geometric number of Se terms would lose
+    half a cell (W biased low by E[K]·dt/2, E[K] = ρ/(1 - ρ): 5% at a p99 on 4,096 points, ρ = 0.9)."""
+    eq = eq / eq.sum(axis=-1, keepdims=True)
+    out = 0.5 * eq
+    out[..., 1:] += 0.5 * eq[..., :-1]
+    out[..., -1] += 0.5 * eq[..., -1]
+    return out
 
 
 @lru_cache(maxsize=8)
@@ -74,9 +85,35 @@ class WaitDistribution:
         return float(np.searchsorted(self.cdf, q - 1e-12) * self.dt_s)
 
     def levels(self) -> tuple[np.ndarray, np.ndarray]:
-        """Representative values and their probabilities (the _W_LEVELS intervals)."""
-        idx = np.searchsorted(self.cdf, _W_LEVELS)
-        return np.minimum(idx, self.cdf.size - 1) * self.dt_s, _W_WEIGHTS
+        """Representative values and their probabilities (the _W_EDGES intervals)."""
+        return self._interval_means, _W_WEIGHTS
+
+    @cached_property
+    def _interval_means(self) -> np.ndarray:
+        """E[W | q_a < F(W) <= q_b] for each interval [q_a, q_b] of _W_EDGES on the cdf linear between
+        grid points: ∫ Q(u) du over it is b·Q(b) - a·Q(a) - ∫ F(x) dx from Q(a) to Q(b), with
+        ∫ F exact for the piecewise-linear F. Unlike the quantile at an interval's middle, it moves
+        continuously with the operating point even where W has a gap (a flat cdf), and keeps E[W]."""
+        q = self._inverse(_W_EDGES)
+        cdf, dt = self.cdf, self.dt_s
+        area = np.concatenate([[0.0], np.cumsum(0.5 * (cdf[1:] + cdf[:-1])) * dt])
+        i = np.clip(np.floor(q / dt).astype(np.int64), 0, cdf.size - 2)
+        frac = np.clip(q / dt - i, 0.0, 1.0)
+        f_at = cdf[i] + (cdf[i + 1] - cdf[i]) * frac
+        integral = area[i] + 0.5 * (cdf[i] + f_at) * frac * dt
+        # at the top edge the cdf may stop short of 1 on the grid: Q(1) is the grid's end
+        uq = _W_EDGES * q
+        return (np.diff(uq) - np.diff(integral)) / _W_WEIGHTS
+
+    def _inverse(self, q: np.ndarray) -> np.ndarray:
+        """x with P(W <= x) = q on the cdf linear between grid points (as survival reads it), so the
+        levels move continuously with the operating point and a root search sees no steps of dt."""
+        last = self.cdf.size - 1
+        idx = np.minimum(np.searchsorted(self.cdf, q), last)
+        below = np.maximum(idx - 1, 0)
+        lo, hi = self.cdf[below], self.cdf[idx]
+        frac = np.where(hi > lo, (q - lo) / np.where(hi > lo, hi - lo, 1.0), 1.0)
+        return np.where(idx == 0, 0.0, below + np.clip(frac, 0.0, 1.0)) * self.dt_s
 
 
 def mg1_wait(rate_rps: float, service_s: np.ndarray, weight: np.ndarray, horizon_s: float) -> WaitDistribution | None:
@@ -103,8 +140,7 @@ def mg1_wait(rate_rps: float, service_s: np.ndarray, weight: np.ndarray, horizon
     dt = span / (n - 1)
     pmf = _split_mass(service_s, ws, dt, n)
     surv = 1.0 - np.cumsum(pmf)
-    eq = np.concatenate([[1.0], surv[:-1]])
-    eq = eq / eq.sum()
+    eq = _centred(np.concatenate([[1.0], surv[:-1]]))
     damp = tilt(n)
     w_pmf = np.fft.irfft((1 - rho) / (1 - rho * np.fft.rfft(eq * damp)), n) / damp
     cdf = np.minimum(np.cumsum(np.clip(w_pmf, 0.0, None)), 1.0)
