@@ -69,6 +69,10 @@ from planner.roofline import (
 TARGET_MEDIAN_PCT = 10.0
 TARGET_WORST_PCT = 25.0
 GPUS_YAML = Path(__file__).resolve().parent.parent / "data" / "gpus.yaml"
+# NCCL's tuning model (NVIDIA/nccl, src/graph/tuning.cc, baseLat and hwLat): the ring algorithm's
+# Simple protocol costs 8.4 us plus 3.4 us per step on NVLink; an all-reduce ring takes 2(n - 1) steps.
+NCCL_RING_SIMPLE_BASE_US = 8.4
+NCCL_RING_SIMPLE_NVLINK_STEP_US = 3.4
 
 
 def fmt_stats(preds: list[Prediction]) -> str:
@@ -183,6 +187,13 @@ def print_bulk_allreduce(cal: Calibration) -> None:
             continue
         calls = ", ".join(f"tp {tp} {allreduce_call_latency(us, tp):.1f}" for tp in (2, 4, 8))
         print(f"{fam:<15} {calls} us  [{basis}]")
+        if fam.startswith("NVLink"):
+            # NCCL's own tuner: ring/Simple latency = base + per-step hardware latency x 2(tp - 1) steps
+            nccl = [NCCL_RING_SIMPLE_BASE_US + NCCL_RING_SIMPLE_NVLINK_STEP_US * 2 * (tp - 1) for tp in (2, 4, 8)]
+            ratios = [allreduce_call_latency(us, tp) / n for tp, n in zip((2, 4, 8), nccl, strict=True)]
+            verdict = "within" if max(ratios) <= 1.0 else f"above, {min(ratios):.1f}-{max(ratios):.1f}x"
+            print(f"{'':<15} NCCL's own estimate for its Simple protocol, ring on NVLink: "
+                  f"{' / '.join(f'{n:.1f}' for n in nccl)} us: {verdict}")
     sizes = (64 * 2**10, 2**20, 16 * 2**20, 256 * 2**20)
     print(f"   one call at tp 8, time us / bus bandwidth GB/s, by message ({', '.join(f'{b / 2**20:g} MiB' for b in sizes)});")
     print("   nccl-tests all_reduce_perf on 8x H100 reaches ~370 GB/s bus bandwidth with ring, ~480 with NVLink SHARP,")
