@@ -48,7 +48,7 @@ instead (@N). Each load's line also gives, from the simulator, the mean number d
 the steps that carry prompt tokens (next to the mean model's N: where the queue is busy, more
 sequences decode than on average, which slows the prefill queue), the model's backlog regime
 (planner.backlog: the decoders n_b a long backlog accumulates, the prefill queue's load there
-and the seconds τ the decoders take to get there; not applied under θ) and the share of time admission waits for a
+and the seconds τ the decoders take to get there; under θ too, planner.prefill_cap) and the share of time admission waits for a
 full cache. Runs are sized so every band has at least 2,000 measured requests per seed,
 within --min-requests and --max-requests; each output line says how many each band had
 (all seeds together). Then the median and worst
@@ -370,8 +370,6 @@ def run_percentile_pool(cat, pool: Pool, hist: Histogram, args) -> list[Percenti
         regime_text = "none"
         if regime is not None:
             regime_text = f"n_b {regime.decoders:.0f}, load {regime.load:.2f}, τ {regime.fill_s:.0f} s"
-            if dep.engine.long_prefill_token_threshold:
-                regime_text += " (not applied under θ)"
         print(f"  load {load:.0%} = {rate:.3f} rps ({rate / model_cap:.0%} of the model's capacity) | N model "
               f"{fmt(n, '.1f')} sim {sim_n:.1f}, decoding in the steps that carry prompts {busy_n:.1f}, model backlog "
               f"regime {regime_text} | sim "

@@ -35,9 +35,9 @@ unstable. Each level's wait is the queue at N's wait rescaled to the level's P(W
 mean wait of those that wait (backlog_wait: exact in those, and in heavy traffic, where the
 levels matter), so a level costs no transform of its own: one FFT per operating point, as
 without the backlog (the 1.3x limit on a capacity evaluation, bench/capacity_speed.py).
-Under vLLM's long-prefill cap θ (planner.prefill_cap) the backlog is not applied: the capped
-queue is not an M/G/1 queue, and applying the same reading to it did not bring those cases
-nearer the simulator (bench/accuracy.py, branch issue-11e).
+Under vLLM's long-prefill cap θ the capped queue is not an M/G/1 queue; planner.prefill_cap reads
+its wait at the state a wait reaches the same way, level by level (φ(x) = min(1, x / τ)), with the
+levels' works, short load and in-flight slots taken from this regime.
 
 Evidence (bench/accuracy.py, the simulator as judge). With the cache unbounded, a Lindley
 recursion whose service uses the decoders present when each prompt is served reproduces the
@@ -48,7 +48,8 @@ the mechanism this module approximates. On the percentile cases without θ it ta
 33-62% under to within 40%, without a 50%-load case past 50%. What it does not capture: under θ
 the simulator shows rare long episodes in which the in-flight slots fill with long prompts and
 everything queues behind them (a metastable state the processor-sharing reading of
-planner.prefill_cap cannot produce); those cases stay under-predicted.
+planner.prefill_cap cannot produce, even read at this regime); with θ = 512 (16 slots) those
+cases stay under-predicted.
 """
 
 from __future__ import annotations

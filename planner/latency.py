@@ -68,7 +68,7 @@ import numpy as np
 
 from planner.backlog import Backlog, backlog_wait
 from planner.paged import TokenProfile
-from planner.prefill_cap import capped_waits
+from planner.prefill_cap import CappedRegime, capped_waits
 from planner.prefill_wait import mg1_wait, split_mass_rows, tilt
 from planner.roofline import StepModel
 from planner.targets import SLO, Target
@@ -340,7 +340,7 @@ class LatencyPoint:
         self.window_open = np.ones(c.weight.size)  # whether a cell's wait and own prefill open its TPOT window
         capped = c.new_tokens > k
         if model.cap and k < budget and capped.any() and self.rho < 1:
-            self._capped_waits(budget, k, steps_own, capped)
+            self._capped_waits(budget, k, steps_own, capped, backlog)
         else:
             service = model.prefill_s + c.new_tokens / budget * self.t_dec
             self.wait = mg1_wait(self.rate, service, c.weight, model.horizon_s)
@@ -353,18 +353,26 @@ class LatencyPoint:
         self.mean_step = self.t_dec / (1 - self.rho) if self.rho < 1 else math.inf
         self.max_chunk_s = model.max_chunk_s
 
-    def _capped_waits(self, budget: float, k: float, steps_own: np.ndarray, capped: np.ndarray) -> None:
-        """Waits under vLLM's long-prefill cap θ (planner.prefill_cap states the model)."""
+    def _capped_waits(self, budget: float, k: float, steps_own: np.ndarray, capped: np.ndarray,
+                      backlog: Backlog | None) -> None:
+        """Waits under vLLM's long-prefill cap θ (planner.prefill_cap states the model); with a
+        Backlog, a long wait is read from the capped queue at the state it reaches."""
         c, m = self.m.cells, self.m
         # Work a prompt brings: its compute and its tokens' share of the decode part of full steps.
         work_s = m.prefill_s + c.new_tokens / budget * self.t_dec
         share = c.weight[capped]
         rho_short = self.rate * float(np.dot(c.weight[~capped], work_s[~capped]))
+        regime = None
+        if backlog is not None:
+            budget_b = max(m.chunk_tokens - backlog.decoders, 1.0)
+            work_b = (m.prefill_s + c.new_tokens / budget_b * backlog.decode_s) * backlog.stretch
+            regime = CappedRegime(work_b[capped], self.rate * float(np.dot(c.weight[~capped], work_b[~capped])),
+                                  max(1, math.ceil(budget_b / k)), backlog.fill_s)
         owner, chunk_flops = m.capped_chunks(int(k))
         chunk_s = chunk_flops / m.flops_per_s
         waits = capped_waits(self.rate * float(share.sum()), work_s[capped], share, rho_short,
                              max(1, math.ceil(budget / k)), chunk_s, c.weight[owner] * (chunk_s + self.t_dec),
-                             m.horizon_s)
+                             m.horizon_s, regime)
         if waits is None:
             self.wait, self.waits = None, (None,)
             return

@@ -32,6 +32,18 @@ count (a limited processor-sharing queue read as the unlimited one's occupancy):
   then a whole one). Each chunk is a draw over the capped prompts' chunks weighted by the time
   their steps last. W and these chunks come together by FFT on a time grid (as planner.prefill_wait).
 
+In a backlog (planner.backlog) decoders pile up: every step's decode part grows, each prompt in
+flight progresses slower, more are in flight and the slots fill. As planner.backlog does for the
+FCFS queue, P(W > x) is read from the capped queue at the state a wait of x reaches: at each level
+φ the queue whose works, short load ρ_s and slots c are φ of the way from those at N to those at
+the regime's n_b decoders (c_b = ceil((C - n_b)/θ)), interpolated at φ(x) = min(1, x / τ). The
+chance a request is blocked is then P(W > 0) from that reading; below c the in-service count keeps
+its geometric shape, scaled to the rest. bench/accuracy.py: at 95% of the simulated saturation,
+θ = 2,048, the short band's TTFT p90/p99 go from -73%/-59% to +5%/+26% (8B, H100) and from
+-63%/-49% to -7%/+18% (70B, 4 x H100); θ = 512 (16 slots) stays at -94%: there the wait's
+decay (about a second) is far shorter than τ (about 47 s), so the levels are never reached, and
+even at the regime P(W > x) = 0.21·exp(-x / 1.4 s) puts the p99 near 4 s against the simulator's 19 s.
+
 Where this departs from vLLM v1: with fewer than c capped prompts in flight each still gets θ
 tokens a step (not an equal share of the budget), and with more waiting, the ones in flight are
 served in admission order; processor sharing is the approximation that makes the counts
@@ -40,8 +52,11 @@ tractable, and bench/accuracy.py measures what it costs against the simulator, w
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from planner.backlog import BACKLOG_LEVELS
 from planner.prefill_wait import W_GRID, WaitDistribution, split_mass_rows, tilt
 
 CHUNKS_SEEN = 1.5  # the remainder of the step in flight (half on average) and the request's own step
@@ -66,35 +81,102 @@ def _residual_min_s(service_s: np.ndarray, weight: np.ndarray, count: int) -> fl
     return float(np.dot(length, piece))
 
 
+@dataclass(frozen=True)
+class CappedRegime:
+    """The capped queue in the backlog regime (planner.backlog): each capped prompt's work at n_b
+    decoders (stretched by the cache's turnover limit), the load of the prompts of at most θ
+    tokens there, the in-flight slots ceil((C - n_b)/θ), and τ, the seconds the decoders take to
+    grow from N to n_b in a backlog."""
+
+    work_s: np.ndarray
+    rho_short: float
+    servers: int
+    fill_s: float
+
+
+def _level_wait_survival(x_s: np.ndarray, rate_rps: float, work_s: np.ndarray, weight: np.ndarray,
+                         rho_short: float, servers: int) -> tuple[np.ndarray, float] | None:
+    """P(W > x) of a capped prompt, r^c·exp(-(1 - r)·x / d) (module docstring), and the departure
+    gap d, or None where the load r reaches 1."""
+    r = rate_rps * float(np.dot(weight, work_s)) / max(1.0 - rho_short, 1e-12)
+    if not (0.0 <= r < 1.0):
+        return None
+    gap_s = servers * _residual_min_s(work_s, weight, servers) / max(1.0 - rho_short, 1e-12)
+    return r**servers * np.exp(-(1.0 - r) * x_s / gap_s), gap_s / (1.0 - r)
+
+
+def _state_read_survival(x_s: np.ndarray, rate_rps: float, work_s: np.ndarray, weight: np.ndarray,
+                         rho_short: float, servers: int, regime: CappedRegime) -> np.ndarray | None:
+    """P(W > x) read at the state a wait of x reaches, as planner.backlog reads the FCFS queue's:
+    at each level φ of BACKLOG_LEVELS the capped queue whose works, short load and slots are φ of
+    the way from those at N to the regime's, interpolated at φ(x) = min(1, x / τ). A long wait is
+    spent in a busy period in which decoders piled up: every step's decode part grew, each prompt
+    in flight progresses slower, more are in flight and the slots fill (r^c rises). None where a
+    level's queue never clears."""
+    levels = np.array((0.0, *BACKLOG_LEVELS))
+    rows = []
+    for phi in levels:
+        slots = max(1, round(servers + phi * (regime.servers - servers)))
+        level = _level_wait_survival(x_s, rate_rps, work_s + phi * (regime.work_s - work_s), weight,
+                                     rho_short + phi * (regime.rho_short - rho_short), slots)
+        if level is None:
+            return None
+        rows.append(level[0])
+    surv = np.array(rows)
+    phi = np.minimum(1.0, x_s / max(regime.fill_s, 1e-12))
+    hi = np.clip(np.searchsorted(levels, phi, side="left"), 1, levels.size - 1)
+    frac = (phi - levels[hi - 1]) / (levels[hi] - levels[hi - 1])
+    cols = np.arange(x_s.size)
+    mixed = surv[hi - 1, cols] * (1.0 - frac) + surv[hi, cols] * frac
+    # W > y implies W > x for x < y: the survival at x is at least the largest beyond it.
+    return np.maximum.accumulate(mixed[::-1])[::-1]
+
+
 def capped_waits(rate_rps: float, work_s: np.ndarray, weight: np.ndarray, rho_short: float, servers: int,
-                 chunk_s: np.ndarray, chunk_weight: np.ndarray, horizon_s: float):
+                 chunk_s: np.ndarray, chunk_weight: np.ndarray, horizon_s: float,
+                 regime: CappedRegime | None = None):
     """(wait of a capped prompt, wait of a prompt of at most θ tokens) as WaitDistributions, or
-    None when the capped prompts' load r reaches 1. rate_rps and weight: the capped prompts'
-    arrival rate and cell shares; work_s their work S; chunk_s the seconds of their chunks."""
+    None when the capped prompts' load r reaches 1 (at N, or in the backlog regime when given).
+    rate_rps and weight: the capped prompts' arrival rate and cell shares; work_s their work S;
+    chunk_s the seconds of their chunks; regime: the queue in the backlog regime, whose state a
+    long wait reads (_state_read_survival)."""
     ws = weight / weight.sum()
     r = rate_rps * float(np.dot(ws, work_s)) / max(1.0 - rho_short, 1e-12)
     if not (0.0 <= r < 1.0):
         return None
     gap_s = servers * _residual_min_s(work_s, ws, servers) / max(1.0 - rho_short, 1e-12)
-    wait_mean = r**servers * gap_s / (1.0 - r)
+    decay_s = gap_s / (1.0 - r)
+    if regime is not None:
+        slowest = _level_wait_survival(np.zeros(1), rate_rps, regime.work_s, ws, regime.rho_short, regime.servers)
+        if slowest is None:
+            return None
+        decay_s = max(decay_s, slowest[1])
     jumps = CHUNKS_SEEN * chunk_s
     cw = chunk_weight / chunk_weight.sum()
-    span = max(horizon_s, servers * float(jumps.max()) + 14.0 * gap_s / (1.0 - r), 1e-6)
+    span = max(horizon_s, servers * float(jumps.max()) + 14.0 * decay_s, 1e-6)
     n = W_GRID
     dt = span / (n - 1)
     x = np.arange(n) * dt
-    w_surv = r**servers * np.exp(-(1.0 - r) * x / gap_s)
+    if regime is None:
+        w_surv = r**servers * np.exp(-(1.0 - r) * x / gap_s)
+    else:
+        w_surv = _state_read_survival(x, rate_rps, work_s, ws, rho_short, servers, regime)
+        if w_surv is None:
+            return None
     w_cdf = 1.0 - w_surv
-    long_wait = WaitDistribution(w_cdf, dt, wait_mean, r)
-    # In service K = min(n, c): P(K = k) = (1 - r)·r^k below c, r^c at c, where W > 0 too.
+    blocked = float(w_surv[0])  # P(n >= c): a request waits for a slot
+    mean_s = r**servers * decay_s if regime is None else float((np.sum(w_surv) - 0.5 * (w_surv[0] + w_surv[-1])) * dt)
+    long_wait = WaitDistribution(w_cdf, dt, mean_s, r)
+    # In service K = min(n, c): P(K = k) ∝ (1 - r)·r^k below c (sharing 1 - P(n >= c)), P(n >= c) at c, where W > 0 too.
     damp = tilt(n)
     phi = np.fft.rfft(split_mass_rows(jumps, cw, np.array([dt]), n)[0] * damp)
-    wait_pmf = np.diff(w_cdf, prepend=0.0) / max(r**servers, 1e-300)  # W given n >= c
-    wait_pmf[0] -= (1.0 - r**servers) / max(r**servers, 1e-300)
+    wait_pmf = np.diff(w_cdf, prepend=0.0) / max(blocked, 1e-300)  # W given n >= c
+    wait_pmf[0] -= (1.0 - blocked) / max(blocked, 1e-300)
     phi_w = np.fft.rfft(np.clip(wait_pmf, 0.0, None) * damp)
-    total = sum((1.0 - r) * r**k * phi**k for k in range(servers)) + r**servers * phi**servers * phi_w
+    free = (1.0 - blocked) / max(1.0 - r**servers, 1e-300)
+    total = sum(free * (1.0 - r) * r**k * phi**k for k in range(servers)) + blocked * phi**servers * phi_w
     pmf = np.fft.irfft(total, n) / damp
     cdf = np.minimum(np.cumsum(np.clip(pmf, 0.0, None)), 1.0)
-    in_service = sum((1.0 - r) * r**k * k for k in range(servers)) + r**servers * servers
-    mean = wait_mean + in_service * float(np.dot(cw, jumps))
+    in_service = sum(free * (1.0 - r) * r**k * k for k in range(servers)) + blocked * servers
+    mean = long_wait.mean_s + in_service * float(np.dot(cw, jumps))
     return long_wait, WaitDistribution(cdf, dt, mean, r)

@@ -11,7 +11,7 @@ from planner.capacity import ReplicaModel
 from planner.deployment import make_deployment
 from planner.histogram import Histogram
 from planner.paged import token_profile
-from planner.prefill_cap import _residual_min_s, capped_waits
+from planner.prefill_cap import CappedRegime, _residual_min_s, capped_waits
 from planner.requests import sample_requests
 from planner.simulate import simulate_replica
 from planner.targets import SLO, Band, Target
@@ -43,6 +43,37 @@ def test_capped_waits_follow_the_geometric_occupancy():
     grid_mean = float(np.sum(1.0 - short_wait.cdf) * short_wait.dt_s)
     assert grid_mean == pytest.approx(long_wait.mean_s, rel=0.02)
     assert capped_waits(4.0, work, weight, 0.0, 3, np.array([0.01]), np.array([1.0]), 10.0) is None  # r >= 1
+
+
+def test_a_backlog_regime_equal_to_the_queue_at_n_changes_nothing():
+    """Read at the state a wait reaches, a queue whose regime is itself keeps its waits."""
+    rate, work, weight = 2.0, np.array([0.2, 0.4]), np.array([0.5, 0.5])
+    args = (rate, work, weight, 0.1, 3, np.array([0.01, 0.03]), np.array([1.0, 2.0]), 10.0)
+    plain = capped_waits(*args)
+    read = capped_waits(*args, CappedRegime(work, 0.1, 3, 5.0))
+    for a, b in zip(plain, read, strict=True):
+        assert b.dt_s == pytest.approx(a.dt_s)
+        assert np.allclose(b.cdf, a.cdf, atol=1e-6)
+        assert b.mean_s == pytest.approx(a.mean_s, rel=1e-3)
+
+
+def test_a_long_wait_is_read_at_the_backlog_regime():
+    """Past τ the capped prompt's wait is the regime's queue's: slower works, a heavier short load and
+    one slot fewer give r_b^c_b·exp(-(1 - r_b)·x / d_b); before τ it lies between N's and the regime's;
+    a regime whose queue never clears makes the point unstable."""
+    rate, work, weight = 2.0, np.array([0.2, 0.4]), np.array([0.5, 0.5])
+    slow = work * 1.25
+    regime = CappedRegime(slow, 0.05, 2, 4.0)
+    long_wait, _ = capped_waits(rate, work, weight, 0.0, 3, np.array([1e-9]), np.array([1.0]), 30.0, regime)
+    r_b = rate * 0.375 / 0.95
+    d_b = 2 * _residual_min_s(slow, weight, 2) / 0.95
+    for x in (4.0, 6.0, 9.0):
+        assert float(long_wait.survival(x)) == pytest.approx(r_b**2 * np.exp(-(1 - r_b) * x / d_b), rel=2e-3)
+    r, d = rate * 0.3, 3 * _residual_min_s(work, weight, 3)
+    at_n = r**3 * np.exp(-(1 - r) * 2.0 / d)
+    assert at_n < float(long_wait.survival(2.0)) < r_b**2 * np.exp(-(1 - r_b) * 2.0 / d_b)
+    assert capped_waits(rate, work, weight, 0.0, 3, np.array([1e-9]), np.array([1.0]), 30.0,
+                        CappedRegime(work * 2.0, 0.0, 3, 4.0)) is None  # r_b = 1.2
 
 
 def test_under_the_cap_short_prompts_pass_long_ones_in_model_and_simulation(catalog):
