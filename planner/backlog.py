@@ -7,7 +7,8 @@ carries a full budget C' = C - n of prompt tokens, so prompts finish at 1 / E[S(
 faster than they arrive, and each decodes for E[D] = E[o - 1] steps; a step of the backlog
 lasts t_b(n) = t_dec(n) + C'·E[T_pf] / E[p] (its decode part and a full chunk), so a decoder
 leaves at rate 1 / (E[D]·t_b(n)). The decoders grow towards the balance of the two,
-    n_b = E[D]·C' / E[p]   (t_b cancels: a full budget a step, E[p] tokens a prompt, E[D] steps each),
+    n_b = E[D]·(C - n_b) / E[p],  so  n_b = E[D]·C / (E[p] + E[D])
+(t_b cancels: a full budget a step, E[p] tokens a prompt, E[D] steps each),
 bounded by what the cache holds (n_cap = KV budget / mean bytes of a resident sequence, as the
 memory ceiling of planner.capacity) and max_num_seqs. Each prompt served in the backlog then
 pays the decode part at n_b: S_b(p) = prefill(p) + (p / (C - n_b))·t_dec(n_b). Where the cache
@@ -81,7 +82,9 @@ def backlog_regime(*, rate_rps: float, resident: float, chunk_tokens: float, dec
     if rate_rps <= 0 or mean_new_tokens <= 0 or mean_decode_steps <= 0:
         return None
     n_cap = min(cap_decoders, chunk_tokens - 1.0)
-    n_b = min(mean_decode_steps * (chunk_tokens - resident) / mean_new_tokens, n_cap)
+    # The balance n = E[D]·(C - n) / E[p] at its fixed point: the budget left to prompts is the one
+    # the piled-up decoders leave, not the one at N (with a small budget, C - N overstates it).
+    n_b = min(mean_decode_steps * chunk_tokens / (mean_new_tokens + mean_decode_steps), n_cap)
     if not n_b > resident * (1.0 + 1e-6):
         return None
     t_b = float(decode_s(n_b))

@@ -23,7 +23,8 @@ def _regime(**over):
 
 def test_decoders_tend_to_a_full_budget_a_step_over_a_prompt_times_the_decode_steps():
     b = _regime()
-    n_b = 200.0 * (8192 - 20) / 2048  # E[D]·C'/E[p]
+    n_b = 200.0 * 8192 / (2048 + 200)  # the fixed point of n = E[D]·(C - n)/E[p]
+    assert b.decoders == pytest.approx(200.0 * (8192 - n_b) / 2048, rel=1e-12)
     assert b.decoders == pytest.approx(n_b, rel=1e-12)
     assert b.decode_s == pytest.approx(_t_dec(n_b), rel=1e-12)
     assert b.stretch == 1.0
@@ -41,6 +42,16 @@ def test_the_cache_caps_the_decoders_and_its_turnover_stretches_the_service():
     assert b.stretch == pytest.approx(1 / (7.0 * service), rel=1e-12)  # λ(n_cap) admissions a second at most
     assert b.load == pytest.approx(5.0 / 7.0, rel=1e-12)  # the regime's load is λ / λ(n_cap)
     assert _regime(cap_decoders=300.0, rate_at_cap_rps=100.0).stretch == 1.0  # turnover faster than the prefill
+
+
+def test_with_a_small_budget_the_decoders_leave_prompts_the_rest_of_it():
+    # TensorRT-LLM's interactive runs use 256-768 token budgets: reading the prompts' share at N
+    # (C - N) would pile up decoders until the prompts get almost none of it, and call a load
+    # the engine serves (MLPerf v5.1, bench/published.py) a queue that never clears.
+    b = _regime(rate_rps=5.0, resident=80.0, chunk_tokens=256.0, mean_new_tokens=220.0, mean_decode_steps=290.0)
+    assert b.decoders == pytest.approx(290.0 * 256 / (220 + 290), rel=1e-12)
+    assert 256 - b.decoders == pytest.approx(b.decoders * 220 / 290, rel=1e-12)  # prompts' tokens = what decoders leave
+    assert b.load < 1.0
 
 
 def test_no_backlog_regime_where_decoders_do_not_pile_up():
