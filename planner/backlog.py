@@ -74,6 +74,19 @@ class Backlog:
     load: float  # ρ_b, the prefill queue's load in the regime
 
 
+def prompt_service_s(prefill_s, new_tokens, chunk_tokens: float, decoders: float, decode_s: float):
+    """A prompt's service with `decoders` resident: its compute plus its tokens' share of the decode
+    part of the steps it rides, each step's budget being what the decoders leave, C - n (module
+    docstring: S_b(p) at n = n_b)."""
+    return prefill_s + new_tokens / max(chunk_tokens - decoders, 1.0) * decode_s
+
+
+def regime_service_s(prefill_s, new_tokens, chunk_tokens: float, backlog: Backlog):
+    """A prompt's service in the backlog regime: prompt_service_s at n_b, stretched by the cache's
+    turnover (module docstring)."""
+    return prompt_service_s(prefill_s, new_tokens, chunk_tokens, backlog.decoders, backlog.decode_s) * backlog.stretch
+
+
 def backlog_regime(*, rate_rps: float, resident: float, chunk_tokens: float, decode_s, mean_prefill_s: float,
                    mean_new_tokens: float, mean_decode_steps: float, cap_decoders: float,
                    rate_at_cap_rps: float) -> Backlog | None:
@@ -89,8 +102,8 @@ def backlog_regime(*, rate_rps: float, resident: float, chunk_tokens: float, dec
         return None
     t_b = float(decode_s(n_b))
 
-    def service_s(n: float, t_dec: float) -> float:  # E[S(n)]: compute plus the decode part of the steps ridden
-        return mean_prefill_s + mean_new_tokens / (chunk_tokens - n) * t_dec
+    def service_s(n: float, t_dec: float) -> float:  # E[S(n)]
+        return prompt_service_s(mean_prefill_s, mean_new_tokens, chunk_tokens, n, t_dec)
 
     stretch = 1.0
     if n_b >= n_cap and rate_at_cap_rps > 0:

@@ -297,6 +297,10 @@ def stand_in(token: str, context: bytes, configs: list[Config], classes: list[tu
             del _standing_in[next(iter(_standing_in))]
         _standing_in[token] = _StandIn(context)
     mine = _standing_in[token]
+    # Only its profiles and replica models carry over: an answer of an earlier call that the planner
+    # did not take (an error cut it short) must not stand in for a group's own search.
+    mine.evaluator._cache.clear()
+    mine.evaluator.upper.clear()
     for cfg in configs:
         mine.configs.setdefault(cfg.key, cfg)
     for key, tc in classes:

@@ -66,7 +66,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from planner.backlog import Backlog, backlog_wait
+from planner.backlog import Backlog, backlog_wait, regime_service_s
 from planner.paged import TokenProfile
 from planner.prefill_cap import CappedRegime, capped_waits
 from planner.prefill_wait import mg1_wait, split_mass_rows, tilt
@@ -345,8 +345,7 @@ class LatencyPoint:
             service = model.prefill_s + c.new_tokens / budget * self.t_dec
             self.wait = mg1_wait(self.rate, service, c.weight, model.horizon_s)
             if backlog is not None and self.wait is not None and self.wait.mean_s > 0:
-                regime = (model.prefill_s + c.new_tokens / max(model.chunk_tokens - backlog.decoders, 1.0)
-                          * backlog.decode_s) * backlog.stretch
+                regime = regime_service_s(model.prefill_s, c.new_tokens, model.chunk_tokens, backlog)
                 self.wait = backlog_wait(self.wait, self.rate, service, regime, c.weight, backlog.fill_s)
             self.waits = (self.wait,)
         self.stable = self.wait is not None
@@ -365,7 +364,7 @@ class LatencyPoint:
         regime = None
         if backlog is not None:
             budget_b = max(m.chunk_tokens - backlog.decoders, 1.0)
-            work_b = (m.prefill_s + c.new_tokens / budget_b * backlog.decode_s) * backlog.stretch
+            work_b = regime_service_s(m.prefill_s, c.new_tokens, m.chunk_tokens, backlog)
             regime = CappedRegime(work_b[capped], self.rate * float(np.dot(c.weight[~capped], work_b[~capped])),
                                   max(1, math.ceil(budget_b / k)), backlog.fill_s)
         owner, chunk_flops = m.capped_chunks(int(k))

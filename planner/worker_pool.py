@@ -230,7 +230,8 @@ def shared_map(job: str, items: Sequence[dict], here: Callable[[dict], Any], *,
     only one process can), so the two wait on each other only where they meet. An item the worker
     claimed comes back from it (or, should it fail, is computed here by `here(item)`, the same
     answer); without a worker every item is `here(item)`. setup: a job (name, kwargs) the worker
-    runs first, its answer unused: what every item needs, sent once."""
+    runs first, its answer unused: what every item needs, sent once. A job's answer is never None
+    (a None from the worker means it did not do the item)."""
     live = [w for w in _workers if not w.gone]
     if not live or len(items) < 2:
         yield from map(here, items)
@@ -244,7 +245,8 @@ def shared_map(job: str, items: Sequence[dict], here: Callable[[dict], Any], *,
                 worker.submit(pickle.dumps(setup, protocol=pickle.HIGHEST_PROTOCOL), shared=True)
             yield from _shared(worker, job, items, here, claims)
         finally:  # every claim still to come fails (a folder is removed while a claim may be made in it)
-            os.rename(claims, os.path.join(folder, "over"))
+            with suppress(OSError):
+                os.rename(claims, os.path.join(folder, "over"))
 
 
 def _shared(worker: _Worker, job: str, items: Sequence[dict], here: Callable[[dict], Any], claims: str) -> Iterator[Any]:
@@ -254,26 +256,31 @@ def _shared(worker: _Worker, job: str, items: Sequence[dict], here: Callable[[di
                                                         "kwargs": items[i]}), protocol=pickle.HIGHEST_PROTOCOL)
         answers[i] = worker.submit(payload, shared=True)
     for i, item in enumerate(items):
-        if _claim(os.path.join(claims, str(i))):
+        if i == 0 or _claim(os.path.join(claims, str(i))) is not False:  # mine, or no claim could be made
             yield here(item)
             continue
         try:
-            yield _answer(worker, answers[i], lambda item=item: here(item))
+            answer = _answer(worker, answers[i], lambda item=item: here(item))
         except (_WorkerGone, _JobFailed):
-            yield here(item)
+            answer = None
+        yield here(item) if answer is None else answer  # None: the worker could not claim it either
 
 
-def _claim(path: str) -> bool:
+def _claim(path: str) -> bool | None:
+    """True: claimed here; False: the other process claimed it (or the claims are over, the folder
+    gone); None: no claim could be made (a full disk, say), so it counts as nobody's."""
     try:
         os.mkdir(path)
-    except OSError:  # made by the other process, or the claims are over (the folder is gone)
+    except (FileExistsError, FileNotFoundError):
         return False
+    except OSError:
+        return None
     return True
 
 
 def _claimed(claim: str, job: str, kwargs: dict):
-    """A worker's side of shared_map: the item's answer, or None when the planner claimed it first."""
-    return _run(job, kwargs) if _claim(claim) else None
+    """A worker's side of shared_map: the item's answer, or None when it is not the worker's to do."""
+    return _run(job, kwargs) if _claim(claim) is True else None
 
 
 def _run(job: str, kwargs: dict):

@@ -291,3 +291,14 @@ def test_evaluations_shared_with_a_worker_are_the_ones_computed_here(monkeypatch
     assert there == here and there_ev.upper == here_ev.upper
     assert any(d for *_, d in here) and any(c for _, c, *_ in here)  # both kinds of result travelled
     assert 0 < len(shares_here) < evaluator_module.SHARES  # the worker took a share
+
+
+def test_an_item_is_claimed_once_and_a_claim_after_the_end_fails(tmp_path, monkeypatch):
+    claim = str(tmp_path / "3")
+    assert worker_pool._claim(claim) is True
+    assert worker_pool._claim(claim) is False  # the other process's now
+    assert worker_pool._claim(str(tmp_path / "over" / "4")) is False  # the claims folder is gone: the list is done
+    ran = []
+    monkeypatch.setattr(worker_pool, "_run", lambda job, kwargs: ran.append(job) or "drawn")
+    assert worker_pool._claimed(claim, "figures:cost_figure", {}) is None and ran == []  # not the worker's to do
+    assert worker_pool._claimed(str(tmp_path / "5"), "figures:cost_figure", {}) == "drawn"
