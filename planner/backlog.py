@@ -164,14 +164,24 @@ def backlog_wait(base: WaitDistribution, rate_rps: float, base_s: np.ndarray, re
     # grid, at BACKLOG_GRID points per span of the base's grid.
     dt = grid_end / (BACKLOG_GRID - 1)
     x = np.arange(math.ceil(grid_end / max(float(shrink.min()), 1.0 / BACKLOG_SPANS) / dt) + 1) * dt
+    grid = np.arange(base.cdf.size) * base.dt_s
+
+    def level_survival(level: np.ndarray, x_s: np.ndarray) -> np.ndarray:
+        return np.minimum(np.interp(x_s * shrink[level], grid, 1.0 - base.cdf) * factor[level], 1.0)
+
+    survival = read_at_reached_state(x, level_survival, fill_s)
+    return WaitDistribution(1.0 - survival, dt, float(np.sum(survival) * dt), float(rho[-1]))
+
+
+def read_at_reached_state(x_s: np.ndarray, level_survival, fill_s: float) -> np.ndarray:
+    """P(W > x) read at the state a wait of x reaches (module docstring): level_survival(levels, x),
+    the survival at each x of the queue at its level (an index into (0, *BACKLOG_LEVELS)),
+    interpolated between the two levels around φ(x) = min(1, x / τ). W > y implies W > x for
+    x < y: where the mix rises with x (the state outrunning the decay), the survival at x is at
+    least the largest beyond it."""
     levels = np.array((0.0, *BACKLOG_LEVELS))
-    phi = np.minimum(1.0, x / max(fill_s, 1e-12))
+    phi = np.minimum(1.0, x_s / max(fill_s, 1e-12))
     hi = np.clip(np.searchsorted(levels, phi, side="left"), 1, levels.size - 1)
     frac = (phi - levels[hi - 1]) / (levels[hi] - levels[hi - 1])
-    xs = np.concatenate([x * shrink[hi - 1], x * shrink[hi]])
-    both = np.interp(xs, np.arange(base.cdf.size) * base.dt_s, 1.0 - base.cdf).reshape(2, x.size)
-    mixed = np.minimum(both[0] * factor[hi - 1], 1.0) * (1.0 - frac) + np.minimum(both[1] * factor[hi], 1.0) * frac
-    # W > y implies W > x for x < y: where the mix rises with x (the state outrunning the decay), the
-    # survival at x is at least the largest beyond it.
-    survival = np.maximum.accumulate(mixed[::-1])[::-1]
-    return WaitDistribution(1.0 - survival, dt, float(np.sum(survival) * dt), float(rho[-1]))
+    mixed = level_survival(hi - 1, x_s) * (1.0 - frac) + level_survival(hi, x_s) * frac
+    return np.maximum.accumulate(mixed[::-1])[::-1]

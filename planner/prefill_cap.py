@@ -56,7 +56,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.backlog import BACKLOG_LEVELS
+from planner.backlog import BACKLOG_LEVELS, read_at_reached_state
 from planner.prefill_wait import W_GRID, WaitDistribution, split_mass_rows, tilt
 
 CHUNKS_SEEN = 1.5  # the remainder of the step in flight (half on average) and the request's own step
@@ -123,13 +123,8 @@ def _state_read_survival(x_s: np.ndarray, rate_rps: float, work_s: np.ndarray, w
             return None
         rows.append(level[0])
     surv = np.array(rows)
-    phi = np.minimum(1.0, x_s / max(regime.fill_s, 1e-12))
-    hi = np.clip(np.searchsorted(levels, phi, side="left"), 1, levels.size - 1)
-    frac = (phi - levels[hi - 1]) / (levels[hi] - levels[hi - 1])
     cols = np.arange(x_s.size)
-    mixed = surv[hi - 1, cols] * (1.0 - frac) + surv[hi, cols] * frac
-    # W > y implies W > x for x < y: the survival at x is at least the largest beyond it.
-    return np.maximum.accumulate(mixed[::-1])[::-1]
+    return read_at_reached_state(x_s, lambda level, _: surv[level, cols], regime.fill_s)
 
 
 def capped_waits(rate_rps: float, work_s: np.ndarray, weight: np.ndarray, rho_short: float, servers: int,
