@@ -63,7 +63,7 @@ _COST_ORDER = ("ttft", "itl", "tpot", "attainment")  # cheapest to check first
 KNEE_SHARE = 0.99  # a replica is planned at 99% of the rate its binding bound allows
 KNEE_FLAT = 0.9  # if 99% of that rate needs under 90% of the bound's batch, throughput has saturated
 BOUND_REL_TOL = 1e-3  # latency bounds are bisected to this relative width in N
-LEAST_LOAD = 1e-6  # resident sequences: where a target no load meets is found to miss
+LEAST_RESIDENT_SEQS = 1e-6  # where a target no load meets is found to miss
 
 
 @dataclass(frozen=True)
@@ -413,7 +413,7 @@ def replica_capacity(
         else:
             n_lat = largest_on_grid(lambda n: rm.margin(n, kinds, exact=False), n_cap, BOUND_REL_TOL, guess=guess)
             if n_lat <= 0:  # no load meets them (a floor at the limit, within the grid): every miss binds at 0
-                failing = rm.failing(min(LEAST_LOAD, n_cap), kinds) or list(kinds)
+                failing = rm.failing(min(LEAST_RESIDENT_SEQS, n_cap), kinds) or list(kinds)
             else:
                 failing = rm.failing(min(n_lat * (1 + 2 * BOUND_REL_TOL), n_cap), kinds) if n_lat < n_cap else []
         # The latency bound is shared by the targets that fail just above it; the others hold up
