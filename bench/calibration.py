@@ -69,6 +69,7 @@ from planner.roofline import (
 TARGET_MEDIAN_PCT = 10.0
 TARGET_WORST_PCT = 25.0
 GPUS_YAML = Path(__file__).resolve().parent.parent / "data" / "gpus.yaml"
+TP_DEGREES = (2, 4, 8)  # the all-reduce figures printed
 # NCCL's tuning model (NVIDIA/nccl, src/graph/tuning.cc, baseLat and hwLat): the ring algorithm's
 # Simple protocol costs 8.4 us plus 3.4 us per step on NVLink; an all-reduce ring takes 2(n - 1) steps.
 NCCL_RING_SIMPLE_BASE_US = 8.4
@@ -155,13 +156,13 @@ def print_factors(cal: Calibration, catalog: Catalog) -> None:
     print()
 
 
-def print_allreduce(cal: Calibration) -> None:
+def print_allreduce(cal: Calibration, catalog) -> None:
     print("== All-reduce latency per call, per interconnect family, against published small-message figures")
     print("   (roofline.allreduce_call_latency: the fitted latency at tp 2 times log2(tp), reduce-scatter + all-gather)")
     for fam, us in cal.joint.allreduce_us.items():
         pub = PUBLISHED_ALLREDUCE_US.get(fam)
         basis = cal.joint.allreduce_basis[fam]
-        per_tp = {tp: allreduce_call_latency(us, tp) for tp in (2, 4, 8)}
+        per_tp = {tp: allreduce_call_latency(us, tp) for tp in TP_DEGREES}
         calls = ", ".join(f"tp {tp} {v:.1f}" for tp, v in per_tp.items())
         if pub is None:
             print(f"{fam:<15} {calls} us  [{basis}]  published range: none found")
@@ -170,11 +171,11 @@ def print_allreduce(cal: Calibration) -> None:
         state = "within" if all(lo <= v <= hi for v in per_tp.values()) else "OUTSIDE"
         print(f"{fam:<15} {calls} us  [{basis}]  published {lo:g}-{hi:g} us (tp 2-8): {state}")
         print(f"{'':<15} source: {cite}")
-    print_bulk_allreduce(cal)
+    print_bulk_allreduce(cal, catalog)
     print()
 
 
-def print_bulk_allreduce(cal: Calibration) -> None:
+def print_bulk_allreduce(cal: Calibration, catalog) -> None:
     """The large-message protocol's fitted latency per family, and the time and bus bandwidth the
     model gives one call at tp 8 by message size, per GPU (compare nccl-tests' curves)."""
     j = cal.joint
@@ -185,28 +186,27 @@ def print_bulk_allreduce(cal: Calibration) -> None:
         if us is None:
             print(f"{fam:<15} one protocol [{basis}]")
             continue
-        calls = ", ".join(f"tp {tp} {allreduce_call_latency(us, tp):.1f}" for tp in (2, 4, 8))
+        calls = ", ".join(f"tp {tp} {allreduce_call_latency(us, tp):.1f}" for tp in TP_DEGREES)
         print(f"{fam:<15} {calls} us  [{basis}]")
         if fam.startswith("NVLink"):
             # NCCL's own tuner: ring/Simple latency = base + per-step hardware latency x 2(tp - 1) steps
-            nccl = [NCCL_RING_SIMPLE_BASE_US + NCCL_RING_SIMPLE_NVLINK_STEP_US * 2 * (tp - 1) for tp in (2, 4, 8)]
-            ratios = [allreduce_call_latency(us, tp) / n for tp, n in zip((2, 4, 8), nccl, strict=True)]
+            nccl = [NCCL_RING_SIMPLE_BASE_US + NCCL_RING_SIMPLE_NVLINK_STEP_US * 2 * (tp - 1) for tp in TP_DEGREES]
+            ratios = [allreduce_call_latency(us, tp) / n for tp, n in zip(TP_DEGREES, nccl, strict=True)]
             verdict = "within" if max(ratios) <= 1.0 else f"above, {min(ratios):.1f}-{max(ratios):.1f}x"
             print(f"{'':<15} NCCL's own estimate for its Simple protocol, ring on NVLink: "
                   f"{' / '.join(f'{n:.1f}' for n in nccl)} us: {verdict}")
-    sizes = (64 * 2**10, 2**20, 16 * 2**20, 256 * 2**20)
-    print(f"   one call at tp 8, time us / bus bandwidth GB/s, by message ({', '.join(f'{b / 2**20:g} MiB' for b in sizes)});")
+    sizes, tp = (64 * 2**10, 2**20, 16 * 2**20, 256 * 2**20), 8
+    print(f"   one call at tp {tp}, time us / bus bandwidth GB/s, by message ({', '.join(f'{b / 2**20:g} MiB' for b in sizes)});")
     print("   nccl-tests all_reduce_perf on 8x H100 reaches ~370 GB/s bus bandwidth with ring, ~480 with NVLink SHARP,")
     print("   and not yet at 256 MiB (NCCL maintainer, NVIDIA/nccl-tests issue #212, 2024-05)")
-    catalog = load_catalog()
     for g, e in j.efficiency.items():
         if e.allreduce_bulk_latency_us is None or g not in j.throughput:
             continue
         link = catalog.gpu(g).interconnect_gb_s * 1e9 * e.interconnect
         cells = []
         for size in sizes:
-            bus_bytes = 2 * 7 / 8 * size  # what bus bandwidth counts (nccl-tests' PERFORMANCE.md)
-            t = float(allreduce_call_s(bus_bytes / link, e.allreduce_latency_us / 1e6, e.allreduce_bulk_latency_us / 1e6, 8))
+            bus_bytes = 2 * (tp - 1) / tp * size  # what bus bandwidth counts (nccl-tests' PERFORMANCE.md)
+            t = float(allreduce_call_s(bus_bytes / link, e.allreduce_latency_us / 1e6, e.allreduce_bulk_latency_us / 1e6, tp))
             cells.append(f"{t * 1e6:.0f} / {bus_bytes / t / 1e9:.0f}")
         print(f"   {g:<10} {', '.join(cells)}")
 
@@ -433,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
     print_rows(cal)
     print_splitwise(cal)
     print_factors(cal, catalog)
-    print_allreduce(cal)
+    print_allreduce(cal, catalog)
     print_vidur(cal, catalog)
     print_held_out(cal)
     print_worst(cal)

@@ -100,7 +100,7 @@ class Evaluator:
         return self._slo_models[key]
 
     def evaluate(self, cfg: Config, tc: TrafficClass) -> Evaluation:
-        key = (*cfg.key, *self._class_key(tc))
+        key = self.pair_key(cfg, tc)
         evaluation = self._model_evaluation(key, cfg, tc)
         simulated, factor = self._simulated.get(key), self._calibration.get(self._class_key(tc), 1.0)
         if simulated is None and factor == 1.0:
@@ -139,19 +139,19 @@ class Evaluator:
             groups.setdefault((self._class_key(tc), cfg.gpu.id, cfg.price_usd_per_hour, cfg.tp), []).append((cfg, tc))
         with stage("candidates evaluated", len(pairs), " pairs") as step:
             found = self._evaluate_groups(list(groups.values()), step.advance)
-        return [found[self._pair_key(cfg, tc)] for cfg, tc in pairs]
+        return [found[self.pair_key(cfg, tc)] for cfg, tc in pairs]
 
     def evaluate_pairs(self, pairs: Sequence[tuple[Config, TrafficClass]]) -> list[Evaluation]:
         """evaluate() of each pair (the pairs not evaluated yet shared with a worker, when there are many)."""
         found = self._evaluate_groups([[pair] for pair in pairs], lambda n: None)
-        return [found[self._pair_key(cfg, tc)] for cfg, tc in pairs]
+        return [found[self.pair_key(cfg, tc)] for cfg, tc in pairs]
 
     def _evaluate_groups(self, groups: list[list[tuple[Config, TrafficClass]]], advance) -> dict[tuple, Evaluation]:
         """_evaluate_group of each group; the groups with nothing evaluated yet are shared with a
         worker when there are enough of them (its answers are this process's: a group's depends on
         the group alone), the rest use this evaluator's own results."""
         found: dict[tuple, Evaluation] = {}
-        fresh = [g for g in groups if not any(self._pair_key(cfg, tc) in self._cache for cfg, tc in g)]
+        fresh = [g for g in groups if not any(self.pair_key(cfg, tc) in self._cache for cfg, tc in g)]
         shared = {id(g) for g in fresh} if len(fresh) >= SHARED_MIN_GROUPS else set()
         for group in groups:
             if id(group) not in shared:
@@ -162,7 +162,8 @@ class Evaluator:
             found.update(self._share(shares, advance))
         return found
 
-    def _pair_key(self, cfg: Config, tc: TrafficClass) -> tuple:
+    def pair_key(self, cfg: Config, tc: TrafficClass) -> tuple:
+        """The key of a (config, class) pair in this evaluator's caches."""
         return (*cfg.key, *self._class_key(tc))
 
     def _share(self, shares: list[list[list[tuple[Config, TrafficClass]]]], advance) -> dict[tuple, Evaluation]:
@@ -201,8 +202,8 @@ class Evaluator:
         """A group's evaluations as they travel between processes (ids in keys do not)."""
         records = []
         for cfg, tc in group:
-            key = self._pair_key(cfg, tc)
-            e = self._cache.get(key) or found[key]
+            key = self.pair_key(cfg, tc)
+            e = found[key]
             records.append((e.capacity, e.problem, e.dominated_by, self.upper.get(key)))
         return records
 
@@ -210,7 +211,7 @@ class Evaluator:
         """A group's records taken as this evaluator's own evaluations (as _evaluate_group leaves them)."""
         out = {}
         for (cfg, tc), (capacity, problem, dominated_by, upper) in zip(group, records, strict=True):
-            key = self._pair_key(cfg, tc)
+            key = self.pair_key(cfg, tc)
             if dominated_by:
                 self.upper[key] = min(self.upper.get(key, math.inf), upper)
                 out[key] = Evaluation(cfg, tc, None, problem, dominated_by=dominated_by)
@@ -220,7 +221,7 @@ class Evaluator:
         return out
 
     def _evaluate_group(self, group: list[tuple[Config, TrafficClass]]) -> dict[tuple, Evaluation]:
-        keyed = [((*cfg.key, *self._class_key(tc)), cfg, tc) for cfg, tc in group]
+        keyed = [(self.pair_key(cfg, tc), cfg, tc) for cfg, tc in group]
         out = {key: self.evaluate(cfg, tc) for key, cfg, tc in keyed if key in self._cache}
         best = max((e.capacity.max_rps for e in out.values() if e.capacity is not None), default=0.0)
         best_label = next((e.config.label(e.traffic_class.max_model_len) for e in out.values()
@@ -252,9 +253,6 @@ class Evaluator:
             if evaluation.capacity is not None and evaluation.capacity.max_rps > best:
                 best, best_label = evaluation.capacity.max_rps, cfg.label(tc.max_model_len)
         return out
-
-
-
 
 # Evaluations shared with a worker: at least this many fresh groups (fewer cost more to send than
 # they save), in about this many shares (the two processes wait on each other for one share at most).

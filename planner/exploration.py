@@ -163,7 +163,7 @@ def _bound_from(looser: Evaluator):
     proven bound, under `looser` limits (2% over, for the waiting-time grid)."""
 
     def prior(cfg: Config, tc: TrafficClass) -> float:
-        key = (*cfg.key, *looser._class_key(tc))
+        key = looser.pair_key(cfg, tc)
         found = looser._cache.get(key)
         if found is not None and found.capacity is not None:
             return found.capacity.max_rps * 1.02

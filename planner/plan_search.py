@@ -112,7 +112,7 @@ def lazy_solve(evaluator: Evaluator, solve: Resolver, classes, configs: Sequence
     scn = evaluator.scn
     sizing, quantile, m = scn.sizing.mode, scn.sizing.quantile, scn.min_replicas_per_pool
     fresh = sum(1 for tcs in classes.values() for tc in tcs for cfg in configs
-                if (*cfg.key, *evaluator._class_key(tc)) not in evaluator._cache)
+                if evaluator.pair_key(cfg, tc) not in evaluator._cache)
     if fresh < LAZY_MIN_PAIRS:  # searching them all costs less than the rounds of re-solves
         evals = evaluator.evaluate_all(classes, configs)
         return solve(classes, evals), evals
@@ -122,7 +122,7 @@ def lazy_solve(evaluator: Evaluator, solve: Resolver, classes, configs: Sequence
         for tc in tcs:
             cal = evaluator._calibration.get(evaluator._class_key(tc), 1.0)
             for cfg in configs:
-                key = (*cfg.key, *evaluator._class_key(tc))
+                key = evaluator.pair_key(cfg, tc)
                 if key in evaluator._cache or key in evaluator._simulated:
                     exact[key] = evaluator.evaluate(cfg, tc)
                     continue

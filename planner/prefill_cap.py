@@ -94,14 +94,24 @@ class CappedRegime:
     fill_s: float
 
 
-def _level_wait_survival(x_s: np.ndarray, rate_rps: float, work_s: np.ndarray, weight: np.ndarray,
-                         rho_short: float, servers: int) -> tuple[np.ndarray, float] | None:
-    """P(W > x) of a capped prompt, r^c·exp(-(1 - r)·x / d) (module docstring), and the departure
-    gap d, or None where the load r reaches 1."""
+def _load_and_gap(rate_rps: float, work_s: np.ndarray, weight: np.ndarray, rho_short: float,
+                  servers: int) -> tuple[float, float] | None:
+    """The capped prompts' load r (in the time the short prompts leave) and the departure gap d of
+    the c slots (module docstring), or None where r reaches 1. weight: cell shares summing to 1."""
     r = rate_rps * float(np.dot(weight, work_s)) / max(1.0 - rho_short, 1e-12)
     if not (0.0 <= r < 1.0):
         return None
-    gap_s = servers * _residual_min_s(work_s, weight, servers) / max(1.0 - rho_short, 1e-12)
+    return r, servers * _residual_min_s(work_s, weight, servers) / max(1.0 - rho_short, 1e-12)
+
+
+def _level_wait_survival(x_s: np.ndarray, rate_rps: float, work_s: np.ndarray, weight: np.ndarray,
+                         rho_short: float, servers: int) -> tuple[np.ndarray, float] | None:
+    """P(W > x) of a capped prompt, r^c·exp(-(1 - r)·x / d) (module docstring), and its decay
+    time d / (1 - r), or None where the load r reaches 1."""
+    load = _load_and_gap(rate_rps, work_s, weight, rho_short, servers)
+    if load is None:
+        return None
+    r, gap_s = load
     return r**servers * np.exp(-(1.0 - r) * x_s / gap_s), gap_s / (1.0 - r)
 
 
@@ -136,10 +146,10 @@ def capped_waits(rate_rps: float, work_s: np.ndarray, weight: np.ndarray, rho_sh
     chunk_s the seconds of their chunks; regime: the queue in the backlog regime, whose state a
     long wait reads (_state_read_survival)."""
     ws = weight / weight.sum()
-    r = rate_rps * float(np.dot(ws, work_s)) / max(1.0 - rho_short, 1e-12)
-    if not (0.0 <= r < 1.0):
+    load = _load_and_gap(rate_rps, work_s, ws, rho_short, servers)
+    if load is None:
         return None
-    gap_s = servers * _residual_min_s(work_s, ws, servers) / max(1.0 - rho_short, 1e-12)
+    r, gap_s = load
     decay_s = gap_s / (1.0 - r)
     if regime is not None:
         slowest = _level_wait_survival(np.zeros(1), rate_rps, regime.work_s, ws, regime.rho_short, regime.servers)

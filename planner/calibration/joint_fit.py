@@ -226,10 +226,13 @@ def fit_joint(
     thr_fits: dict[str, FitResult] = {}
     stage = _LatencyStage.of(rows, layer_overhead)
 
+    def bulk_of(family: str) -> float | None:  # the family's large-message latency: its own or its donor's
+        src = rows.bulk_source(family, bulk_fams)
+        return None if src is None else bulk[src]
+
     def shared_of(g: str) -> dict[str, float | None]:
-        src, bulk_src = rows.allreduce_source(g), rows.bulk_source(rows.family[g], bulk_fams)
-        bulk_us = None if bulk_src is None else bulk[bulk_src]
-        return {"allreduce_latency_us": ar[src], "layer_overhead_us": layer_us, "allreduce_bulk_latency_us": bulk_us}
+        return {"allreduce_latency_us": ar[rows.allreduce_source(g)], "layer_overhead_us": layer_us,
+                "allreduce_bulk_latency_us": bulk_of(rows.family[g])}
 
     for r in range(rounds):
         for g in rows.gpus:
@@ -273,10 +276,7 @@ def fit_joint(
         layer_basis=f"latency rows (n={len(lat)}), one value for every GPU"
         if stage.fits_layer_overhead
         else "not fitted (0)",
-        allreduce_bulk_us={
-            f: None if rows.bulk_source(f, bulk_fams) is None else bulk[rows.bulk_source(f, bulk_fams)]
-            for f in sorted(set(rows.family.values()))
-        },
+        allreduce_bulk_us={f: bulk_of(f) for f in sorted(set(rows.family.values()))},
         allreduce_bulk_basis=_bulk_basis(rows, bulk_fams),
     )
 
