@@ -54,18 +54,11 @@ def certify_plans(parts, resolve, *, rounds: int) -> list[tuple[list[Evaluation]
     new solution. Returns each part's evaluations, solution, pools (with their checks) and
     certification."""
     state = [[st, evals, sol, pools, []] for st, evals, sol, pools in parts]
-
-    def key(pool: PoolDetail) -> tuple:
-        tc = pool.traffic_class
-        return (tc.option, tc.name, pool.config.label(tc.max_model_len), pool.replicas, round(pool.rate_per_replica_rps, 9))
-
-    def run(st: Setup, p: PoolSetting) -> PoolCheck:
-        slo, sim = st.scn.slo.to_slo(), st.scn.simulation
-        return check_pool(p, slo, requests=_requests(p, slo, sim), seed=sim.seed)
-
+    key = _replay_key
     spent = 0
     while True:
-        # Replays already run for a scenario are kept (the plan's, the per-GPU plans').
+        # Replays already run for a scenario are kept (the plan's, the per-GPU plans'), and those
+        # started ahead (replay_ahead) are waited for.
         todo = []
         for st, _, _, pools, _ in state:
             fresh = {key(pool): pool for pool in pools if key(pool) not in st.evaluator.checks}
@@ -74,8 +67,9 @@ def certify_plans(parts, resolve, *, rounds: int) -> list[tuple[list[Evaluation]
         done = []
         with (ThreadPoolExecutor(max_workers=max(1, min(len(todo), os.cpu_count() or 1))) as workers,
               stage("certification" if not spent else f"certification, re-plan {spent}", len(todo), " pools") as step):
-            for check in workers.map(lambda t: run(t[0], t[2]), todo):
-                done.append(check)
+            started = [st.evaluator.replays.pop(k, None) or workers.submit(_replay, st, p) for st, k, p in todo]
+            for future in started:
+                done.append(future.result())
                 step.advance()
         for (st, k, _), check in zip(todo, done, strict=True):
             st.evaluator.checks[k] = check
@@ -115,6 +109,36 @@ def certify_plans(parts, resolve, *, rounds: int) -> list[tuple[list[Evaluation]
         out.append((evals, sol, pools, Certification(certified, spent, tuple(changes), sim.requests, sim.band_requests,
                                                      sim.seed)))
     return out
+
+
+def replay_ahead(parts) -> None:
+    """Start now, in threads of their own, the replays certify_plans will ask of these plans first.
+
+    parts: (setup, pool details) per plan. The simulator's loop releases the GIL, so the replays
+    run beside the Python work that comes before the certification (a plan's levers), on a core
+    that would otherwise wait; certify_plans takes their answers, which are those it would compute."""
+    todo = {}
+    for st, pools in parts:
+        for pool in pools:
+            k = _replay_key(pool)
+            if k not in st.evaluator.checks and k not in st.evaluator.replays and (id(st.evaluator), k) not in todo:
+                todo[id(st.evaluator), k] = (st, pool_setting(pool, st.scn, pools, st.trace))
+    if not todo:
+        return
+    workers = ThreadPoolExecutor(max_workers=max(1, min(len(todo), os.cpu_count() or 1)))
+    for (_, k), (st, setting) in todo.items():
+        st.evaluator.replays[k] = workers.submit(_replay, st, setting)
+    workers.shutdown(wait=False)  # the threads end with their replays
+
+
+def _replay_key(pool: PoolDetail) -> tuple:
+    tc = pool.traffic_class
+    return (tc.option, tc.name, pool.config.label(tc.max_model_len), pool.replicas, round(pool.rate_per_replica_rps, 9))
+
+
+def _replay(st: Setup, p: PoolSetting) -> PoolCheck:
+    slo, sim = st.scn.slo.to_slo(), st.scn.simulation
+    return check_pool(p, slo, requests=_requests(p, slo, sim), seed=sim.seed)
 
 
 def _requests(p: PoolSetting, slo: SLO, sim) -> int:

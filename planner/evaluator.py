@@ -7,6 +7,7 @@ import math
 import pickle
 import uuid
 from collections.abc import Sequence
+from concurrent.futures import Future
 
 from planner.capacity import ReplicaModel, capacity_below, replica_capacity
 from planner.catalog import Catalog, Model
@@ -39,6 +40,7 @@ class Evaluator:
         self._like = like
         self._simulated: dict[tuple, float] = {}  # (config, class) -> simulated capacity
         self.checks: dict[tuple, PoolCheck] = {}  # (config, class, replicas, rate) -> its replay
+        self.replays: dict[tuple, Future] = {}  # replays started ahead (certification.replay_ahead), same keys
         self._calibration: dict[tuple, float] = {}  # class -> least simulated / model ratio seen
         self.upper: dict[tuple, float] = {}  # (config, class) -> a proven upper bound on the model's capacity
         self._token = uuid.uuid4().hex  # names this evaluator to a worker that stands in for it

@@ -8,7 +8,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 
-from planner.certification import certify_plans
+from planner.certification import certify_plans, replay_ahead
 from planner.errors import InfeasibleError
 from planner.evaluator import Evaluator
 from planner.histogram import TOTAL_EDGES
@@ -62,11 +62,13 @@ def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, reserved=None,
             outcome_of(f"peak x {m:g}", solve(classes, evals, rate_scale=m, reserved=reserved)) for m in SENSITIVITY
         ]
         step.advance()
+        # The per-GPU plans' replays run in threads while the levers are computed here.
+        per_gpu_plans = _per_gpu_plans(scn, st, st.configs, classes, solve, reserved) if plan.certification else []
+        replay_ahead([(st, details) for _, _, res, details in per_gpu_plans if res is not None and res.pools])
         levers = _levers(scn, st.catalog, st.model, st.served, st.limit, st.peak_rps, st.evaluator, st.configs, classes,
                          evals, sol, inventory, solve, context)
         step.advance()
-        per_gpu = (_per_gpu(scn, st, st.configs, classes, inventory, solve, reserved)
-                   if plan.certification else [])
+        per_gpu = _per_gpu(st, per_gpu_plans, classes, inventory, solve, reserved)
         step.advance()
         swept = sweep()
         step.advance()
@@ -77,26 +79,36 @@ def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, reserved=None,
 TTFT_SWEEP = (0.5, 0.75, 1.0, 1.5, 2.0)  # multipliers on every band's TTFT limit
 
 
-def _per_gpu(scn, st: Setup, configs, classes, inventory, solve, reserved) -> list[Outcome]:
-    """The cheapest plan on each candidate GPU type alone, certified by simulation as the plan is:
-    what committing to one type costs, with latencies checked, not only modelled."""
+def _per_gpu_plans(scn, st: Setup, configs, classes, solve, reserved) -> list[tuple]:
+    """The cheapest plan on each candidate GPU type alone, by the model: (name, evaluations,
+    solution or None when no config runs on it, its pools' details)."""
     out = []
     for cand in scn.gpu_candidates:
         cfgs = [c for c in configs if c.gpu.id == cand.id]
-        name = f"{cand.id} only"
         if not cfgs:
+            out.append((f"{cand.id} only", None, None, []))
+            continue
+        evs = st.evaluator.evaluate_all(classes, cfgs)
+        res = solve(classes, evs, reserved=reserved)
+        out.append((f"{cand.id} only", evs, res, pool_details(st.evaluator, evs, res) if res.pools else []))
+    return out
+
+
+def _per_gpu(st: Setup, plans: list[tuple], classes, inventory, solve, reserved) -> list[Outcome]:
+    """Each GPU type's own plan (_per_gpu_plans), certified by simulation as the plan is: what
+    committing to one type costs, with latencies checked, not only modelled."""
+    out = []
+    for name, evs, res, details in plans:
+        if res is None:
             out.append(Outcome(name, False, math.inf, 0, "", "no supported config on it"))
             continue
-        evaluator = st.evaluator
-        evs = evaluator.evaluate_all(classes, cfgs)
-        res = solve(classes, evs, reserved=reserved)
         if not res.pools:
             out.append(Outcome(name, False, math.inf, 0, "", infeasible_message(classes, evs, inventory)))
             continue
         try:
-            [(_, res, _, cert)] = certify_plans([(st, evs, res, pool_details(evaluator, evs, res))],
+            [(_, res, _, cert)] = certify_plans([(st, evs, res, details)],
                                                 lambda e: [solve(classes, e[0], reserved=reserved)],
-                                                rounds=scn.simulation.max_rounds)
+                                                rounds=st.scn.simulation.max_rounds)
         except InfeasibleError as exc:
             out.append(Outcome(name, False, math.inf, 0, "", str(exc)))
             continue

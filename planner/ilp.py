@@ -27,7 +27,7 @@ Variables
   x[c]     integer >= 0: replicas of config c
   od[g]    continuous >= 0: GPUs of a committed type g used beyond the committed ones
   t[g]     binary: the fleet uses GPU type g (only with D)
-Objective (lexicographic, two solves)
+Objective (lexicographic: two solves, then a rule)
   1. cost:  min  sum_{c not on a committed type} p[c] x[c]  +  sum_g (R[g] q[g] + d[g] od[g])
      (committed GPUs are paid whether used or not, so R[g] q[g] is a constant)
   2. ties:  min  sum_c g[c] x[c]  +  sum_c z[c] / (|C| + 1)  +  sum_o rank(o) y[o] / ((|C| + 1)(N + 1))
@@ -39,6 +39,11 @@ Objective (lexicographic, two solves)
      before it, and the last term's steps, 1 / ((|C| + 1)(N + 1)), are far above the
      solvers' absolute gaps (HiGHS 1e-6, CBC 1e-9 here) at catalog scale. Skipped with
      tie_break=False (when only the optimum's cost is wanted: the cost of a constraint).
+  3. among plans tied on both, each class served by one pool takes the config on its GPU type
+     that serves it with the same GPUs at the same cost and carries the most requests/s, then
+     the first label (canonical_ties, after the solves: the solver's own pick among exact ties
+     follows its search path, which another set of candidates changes). Skipped where
+     tie_break is, and for a service with plans to exclude.
 Constraints (per service s; names carry the service's name)
   one_split:            sum_{o in O(s)} y[o] = 1
   cover_{o,k}:          sum_{c in C(o,k)} u[c] x[c] >= r[o,k] y[o]
@@ -249,9 +254,45 @@ def solve_services(
         return JointSolution(status, tuple(empty for _ in services), math.inf, 0, {}, {}, 0.0, solve_s, build_s,
                              solver.name, lp)
     status = solution_status(prob)
-    if tie_break:
-        break_ties(prob, joint.cost, joint.ties(), solver)
-    return joint.solution(status, time.perf_counter() - t1, build_s, solver.name, lp)
+    if not tie_break:
+        return joint.solution(status, time.perf_counter() - t1, build_s, solver.name, lp)
+    break_ties(prob, joint.cost, joint.ties(), solver)
+    solved = joint.solution(status, time.perf_counter() - t1, build_s, solver.name, lp)
+    return replace(solved, services=tuple(sol if sv.forbid else canonical_ties(sol, sv.candidates, sv.min_replicas)
+                                          for sol, sv in zip(solved.services, services, strict=True)))
+
+
+def canonical_ties(sol: FleetSolution, candidates: Sequence[Candidate], min_replicas: int) -> FleetSolution:
+    """The plan among those tied on every term of the ILP's objective (cost, GPUs, pools, split) that
+    does not depend on the candidates the solver was given: each class served by one pool takes, of
+    the configs on the same GPU type that serve it alone with the same GPUs at the same cost, the
+    one that carries the most requests/s (the most headroom over the class's peak), then the first
+    label.
+
+    Which tied optimum a solver returns follows its search path, which another candidate set
+    changes: the lazy search (lazy_solve), which bounds the pairs it has not searched, would
+    otherwise show in an exploration's row another fleet than the plan's at the same cost. A pool
+    moved to a pair the lazy search only bounds is searched there like any pair a plan uses, so its
+    answer is the full evaluation's. The GPU type and its count stay, so caps, commitments and the
+    other classes' pools are untouched; a class with several pools is left as solved."""
+    pools_of: dict[str, int] = {}
+    for p in sol.pools:
+        pools_of[p.traffic_class] = pools_of.get(p.traffic_class, 0) + 1
+    pools = []
+    for p in sol.pools:
+        best = (-p.replicas * p.capacity_rps, p.config, p)
+        if pools_of[p.traffic_class] == 1:
+            for c in candidates:
+                if (c.option, c.traffic_class, c.gpu) != (sol.option, p.traffic_class, p.gpu) or c.capacity_rps <= 0:
+                    continue
+                replicas = max(min_replicas, math.ceil(p.rate_rps / c.capacity_rps - 1e-12))
+                cost = replicas * c.cost_per_replica_hour
+                if (replicas * c.gpus_per_replica == p.gpus and math.isclose(cost, p.cost_per_hour, rel_tol=1e-12)
+                        and (-replicas * c.capacity_rps, c.config) < best[:2]):
+                    best = (-replicas * c.capacity_rps, c.config,
+                            replace(p, config=c.config, replicas=replicas, capacity_rps=c.capacity_rps, cost_per_hour=cost))
+        pools.append(best[2])
+    return sol if all(a is b for a, b in zip(pools, sol.pools, strict=True)) else replace(sol, pools=tuple(pools))
 
 
 def _build(services, inventory, reserved, reserved_pools, use_reserved, max_gpu_types):

@@ -18,7 +18,7 @@ from planner.certification import certify_plans
 from planner.deployment import supported_problem
 from planner.errors import InfeasibleError, InputError
 from planner.evaluator import Evaluator
-from planner.exploration import explore_plan, start_context_lever
+from planner.exploration import explore_plan, start_context_lever, start_ttft_sweep
 from planner.histogram import Histogram
 from planner.ilp import FleetSolution, Pool
 from planner.plan_objects import (
@@ -66,16 +66,23 @@ def make_plan(
     pools = pool_details(st.evaluator, st.evals, sol)
     evals, certification = st.evals, None
     certifying = scn.verify if certify is None else certify
-    # Certification's replays leave a core idle; the context-limit lever needs nothing they decide.
-    context = start_context_lever(st, solve.inventory) if certifying and explore else None
+    # Certification's replays leave a core idle; the context-limit lever needs nothing they decide,
+    # and the TTFT sweep only the calibration certification leaves, which most often it does not
+    # change (no pool re-planned): the sweep starts now and starts again if it does.
+    context = sweep = None
+    if certifying and explore:
+        context = start_context_lever(st, solve.inventory)
+        calibration, sweep = st.evaluator.class_calibration(st.classes), start_ttft_sweep(st, solve.inventory)
     if certifying:
         [(evals, sol, pools, certification)] = certify_plans(
             [(st, st.evals, sol, pools)],
             lambda evs: [solve(st.classes, evs[0], reserved=reserved, keep_lp=keep_lp, use_reserved=use_reserved)],
             rounds=scn.simulation.max_rounds,
         )
+        if sweep is not None and st.evaluator.class_calibration(st.classes) != calibration:
+            sweep = None
     plan = assemble_plan(st, evals, sol, pools, certification)
-    return explore_plan(st, plan, solve, reserved=reserved, context=context) if explore else plan
+    return explore_plan(st, plan, solve, reserved=reserved, sweep=sweep, context=context) if explore else plan
 
 
 def assemble_plan(st: Setup, evals, sol: FleetSolution, pools: list[PoolDetail], certification) -> Plan:

@@ -115,7 +115,8 @@ def test_dropping_dominated_candidates_keeps_the_optimum(seed):
 
 def test_explorations_searched_lazily_cost_what_searching_everything_costs(catalog, monkeypatch):
     """Levers and the TTFT sweep re-solve with pairs not searched standing in by proven upper
-    bounds: every outcome's cost and GPUs are those of searching every pair."""
+    bounds: every outcome's cost, GPUs and fleet are those of searching every pair (among plans
+    tied on cost and GPUs, the one ilp.canonical_ties names, whatever was searched)."""
     import planner.plan_search as plan_search
     from planner.planning import make_plan
 
@@ -133,7 +134,7 @@ def test_explorations_searched_lazily_cost_what_searching_everything_costs(catal
         monkeypatch.setattr(plan_search, "LAZY_MIN_PAIRS", threshold)
         plan = make_plan(scn, catalog, model, hist, 30.0)
         rows = plan.levers + [o for _, o in plan.ttft_sweep]
-        return [(o.name, o.feasible, round(o.cost_per_hour, 9), o.gpus) for o in rows]
+        return [(o.name, o.feasible, round(o.cost_per_hour, 9), o.gpus, o.summary) for o in rows]
 
     searched = []
     original = plan_search.Evaluator.evaluate

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
 import numpy as np
 import pytest
 
-from planner.ilp import Candidate, SplitOption, solve_fleet
+from planner.ilp import Candidate, SplitOption, canonical_ties, solve_fleet
 
 
 def random_instance(seed: int):
@@ -117,6 +118,35 @@ def test_ties_prefer_fewer_gpus_then_fewer_pools():
     ]
     sol = solve_fleet(opts, same_gpus, homogeneous=False)
     assert len(sol.pools) == 1 and sol.pools[0].config == "a1"
+
+
+def test_exact_ties_go_to_the_pool_that_carries_most_whatever_the_candidates():
+    """2 x tp1 and 1 x tp2 on one GPU type tie on cost, GPUs, pools and split; the plan takes the
+    one that carries more (then the first label), in whatever order and company the candidates come."""
+    opts = [SplitOption("none", None, {"all": 14.4})]
+    tp1 = Candidate("none", "all", "g tp1", "g", 1, 2.99, 9.536)
+    tp2 = Candidate("none", "all", "g tp2", "g", 2, 5.98, 19.169)
+    other = Candidate("none", "all", "h tp1", "h", 1, 2.99, 7.3)  # another type, beaten on cost
+    for cands in ([tp1, tp2], [tp2, tp1], [tp1, other, tp2], [other, tp2, tp1]):
+        sol = solve_fleet(opts, cands)
+        assert [(p.config, p.replicas, p.gpus) for p in sol.pools] == [("g tp2", 1, 2)]
+        assert sol.cost_per_hour == pytest.approx(5.98)
+    weaker = Candidate("none", "all", "g tp2", "g", 2, 5.98, 19.0)  # carries less than 2 x 9.536
+    assert [(p.config, p.replicas) for p in solve_fleet(opts, [weaker, tp1]).pools] == [("g tp1", 2)]
+    # At least 2 replicas each: 2 x tp2 costs more than 2 x tp1, so nothing ties and nothing moves.
+    assert [(p.config, p.replicas) for p in solve_fleet(opts, [tp2, tp1], min_replicas=2).pools] == [("g tp1", 2)]
+
+
+def test_canonical_ties_leave_a_class_of_several_pools_and_other_gpu_types_alone():
+    opts = [SplitOption("none", None, {"all": 14.4})]
+    a = Candidate("none", "all", "a tp1", "a", 1, 2.0, 9.0)
+    b = Candidate("none", "all", "b tp2", "b", 2, 4.0, 30.0)  # same cost and GPUs, another type
+    sol = solve_fleet(opts, [a])
+    assert canonical_ties(sol, [a, b], 1) is sol
+    mixed = dataclasses.replace(sol, pools=(dataclasses.replace(sol.pools[0], replicas=1, gpus=1, cost_per_hour=2.0),
+                                            dataclasses.replace(sol.pools[0], config="a tp1 bis", replicas=1, gpus=1,
+                                                                cost_per_hour=2.0)))
+    assert canonical_ties(mixed, [a, Candidate("none", "all", "a tp2", "a", 2, 4.0, 30.0)], 1) is mixed
 
 
 FINANCE_LEVER_OPTIONS = [
