@@ -68,7 +68,7 @@ import numpy as np
 
 from planner.backlog import Backlog, backlog_wait, regime_service_s
 from planner.paged import TokenProfile
-from planner.prefill_cap import CappedRegime, capped_waits
+from planner.prefill_cap import CappedRegime, SlotStep, capped_waits
 from planner.prefill_wait import mg1_wait, split_mass_rows, tilt
 from planner.roofline import StepModel
 from planner.targets import SLO, Target
@@ -361,17 +361,19 @@ class LatencyPoint:
         work_s = m.prefill_s + c.new_tokens / budget * self.t_dec
         share = c.weight[capped]
         rho_short = self.rate * float(np.dot(c.weight[~capped], work_s[~capped]))
+        # A step's cost: the capped prompts' compute a token (token-weighted) and the decode part.
+        per_token_s = float(np.dot(share, m.prefill_s[capped]) / max(np.dot(share, c.new_tokens[capped]), 1e-300))
         regime = None
         if backlog is not None:
-            budget_b = max(m.chunk_tokens - backlog.decoders, 1.0)
             work_b = regime_service_s(m.prefill_s, c.new_tokens, m.chunk_tokens, backlog)
+            step_b = SlotStep(k, max(m.chunk_tokens - backlog.decoders, 1.0), backlog.decode_s, per_token_s)
             regime = CappedRegime(work_b[capped], self.rate * float(np.dot(c.weight[~capped], work_b[~capped])),
-                                  max(1, math.ceil(budget_b / k)), backlog.fill_s)
+                                  step_b, backlog.fill_s)
         owner, chunk_flops = m.capped_chunks(int(k))
         chunk_s = chunk_flops / m.flops_per_s
         waits = capped_waits(self.rate * float(share.sum()), work_s[capped], share, rho_short,
-                             max(1, math.ceil(budget / k)), chunk_s, c.weight[owner] * (chunk_s + self.t_dec),
-                             m.horizon_s, regime)
+                             SlotStep(k, budget, self.t_dec, per_token_s), np.ceil(c.new_tokens[capped] / k),
+                             m.prefill_s[capped], chunk_s, c.weight[owner] * (chunk_s + self.t_dec), m.horizon_s, regime)
         if waits is None:
             self.wait, self.waits = None, (None,)
             return

@@ -14,18 +14,24 @@ The model: the capped prompts (more than θ new tokens) form a processor-sharing
 limited to c in service. The work a prompt brings to the queue is S(p) = prefill(p) +
 (p/C')·t_dec, its compute and its tokens' share of the decode part of full steps; the queue is
 served at the share 1 - ρ_s the prompts of at most θ tokens leave (their load ρ_s), so at load
-r = λ_c·E[S] / (1 - ρ_s). Processor sharing is insensitive (Kleinrock, "Time-shared systems: a
-theoretical treatment", JACM 14(2), 1967): the number of capped prompts present is geometric,
-P(n) = (1 - r)·rⁿ, and a job of work S stays S / (1 - ρ) on average. A capped prompt's own stay
-(planner.latency) is its compute plus the decode part of each of its ceil(p/θ) steps, over
-1 - ρ with ρ = λ·E[prefill compute]: the other prompts' compute is what it shares its steps with,
-and the decode part of a step is counted once, in its own steps. The limit c is applied to the
-count (a limited processor-sharing queue read as the unlimited one's occupancy):
-- a request arriving when n >= c waits for n - c + 1 departures, FCFS; with c in service
-  a departure comes every d = c·E[min of c residual works] / (1 - ρ_s) on average (the works
-  of the jobs present in a PS queue are residual, equilibrium-distributed), and a geometric
-  number of exponential gaps is exponential: P(W > x) = r^c·exp(-(1 - r)·x / d);
-- a capped prompt then takes S(p) / (1 - ρ);
+r = λ_c·E[S] / (1 - ρ_s) when its steps are full. A capped prompt's own stay (planner.latency)
+is its compute plus the decode part of each of its ceil(p/θ) steps, over 1 - ρ with
+ρ = λ·E[prefill compute]: the other prompts' compute is what it shares its steps with, and the
+decode part of a step is counted once, in its own steps.
+- Occupancy. With j < c prompts in flight a step carries only jθ of their tokens but pays the
+  whole decode part: it does less work a second than a full one, φ(j) < 1 (slot_speeds), so
+  prompts stay longer and more are present than at full speed. Processor sharing whose speed
+  depends on the number present is insensitive to the distribution of the work (Cohen 1979,
+  occupancy): P(n) ∝ Π_{j<=n} r/φ(j), geometric from c on. At φ = 1 this is the geometric
+  (1 - r)·rⁿ of plain processor sharing; with 16 slots of θ = 512 and a decode part of half a
+  chunk's compute, P(n >= c) at 95% of the simulated saturation goes from 2.8% to 4.3%.
+- A request arriving when n >= c waits for a slot, FCFS: M/G/c, whose wait given that it waits
+  is about exponential with mean (1 + cv²)/2 · E[H] / (c(1 - r)) (Allen-Cunneen; Köllerström's
+  heavy-traffic limit), H the time a prompt holds its slot (slot_hold_s): ceil(p/θ) full steps,
+  whose length its own late chunks stretch. Long prompts hold their slots for hundreds of steps
+  while short ones turn over in a few, so cv² (about 10 for the long-tail mix at θ = 512) and
+  with it the wait is far above the memoryless one: P(W > x) = P(n >= c)·exp(-x / E[W | W > 0]).
+- A capped prompt then takes S(p) / (1 - ρ);
 - a prompt of at most θ tokens arrives inside a step that carries one chunk of each of the
   K = min(n, c) prompts in service, and is prefilled in the next step, which carries their
   next chunks: about 1.5 chunks of each (the remainder of the step in flight, half on average,
@@ -35,23 +41,28 @@ count (a limited processor-sharing queue read as the unlimited one's occupancy):
 In a backlog (planner.backlog) decoders pile up: every step's decode part grows, each prompt in
 flight progresses slower, more are in flight and the slots fill. As planner.backlog does for the
 FCFS queue, P(W > x) is read from the capped queue at the state a wait of x reaches: at each level
-φ the queue whose works, short load ρ_s and slots c are φ of the way from those at N to those at
-the regime's n_b decoders (c_b = ceil((C - n_b)/θ)), interpolated at φ(x) = min(1, x / τ). The
-chance a request is blocked is then P(W > 0) from that reading; below c the in-service count keeps
-its geometric shape, scaled to the rest. bench/accuracy.py: at 95% of the simulated saturation,
-θ = 2,048, the short band's TTFT p90/p99 go from -73%/-59% to +5%/+26% (8B, H100) and from
--63%/-49% to -7%/+18% (70B, 4 x H100); θ = 512 (16 slots) stays at -94%: there the wait's
-decay (about a second) is far shorter than τ (about 47 s), so the levels are never reached, and
-even at the regime P(W > x) = 0.21·exp(-x / 1.4 s) puts the p99 near 4 s against the simulator's 19 s.
+φ the queue whose works, short load ρ_s and step (budget, decode part) are φ of the way from those
+at N to those at the regime's n_b decoders (c_b = ceil((C - n_b)/θ)), interpolated at
+φ(x) = min(1, x / τ). The chance a request is blocked is then P(W > 0) from that reading; below c
+the in-service count keeps the occupancy's shape, scaled to the rest.
 
-Where this departs from vLLM v1: with fewer than c capped prompts in flight each still gets θ
-tokens a step (not an equal share of the budget), and with more waiting, the ones in flight are
-served in admission order; processor sharing is the approximation that makes the counts
-tractable, and bench/accuracy.py measures what it costs against the simulator, which follows v1.
+bench/accuracy.py, θ = 512 on 16 slots (8B, 2 x H200, the long-tail mix) at 95% of the simulated
+saturation: the short band's TTFT p99 goes from -94% to -66% (the memoryless departure gap of
+the earlier model put the blocked wait's mean at 0.6 s, the simulator's is about 8 s), its p90
+stays at -86%: the simulator has every slot taken about 20% of the time against the model's 4%.
+That gap is the metastable episodes planner.backlog describes (decoders at 230 on average in
+the simulator against the mean model's 89, slots full for seconds at a time), which a reading
+at the state a wait reaches with τ about 44 s does not reach.
+
+Where this departs from vLLM v1: with more than c capped prompts waiting, the ones in flight are
+served in admission order, and a step's decode part moves with the decoders present; processor
+sharing at a speed set by the count is the approximation that makes the counts tractable, and
+bench/accuracy.py measures what it costs against the simulator, which follows v1.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,100 +73,148 @@ from planner.prefill_wait import W_GRID, WaitDistribution, split_mass_rows, tilt
 CHUNKS_SEEN = 1.5  # the remainder of the step in flight (half on average) and the request's own step
 
 
-def _residual_min_s(service_s: np.ndarray, weight: np.ndarray, count: int) -> float:
-    """E[min of `count` independent residual (equilibrium-distributed) services]:
-    ∫ P(R > x)^count dx, with P(R > x) = E[(S - x)+] / E[S], piecewise linear between the sorted services."""
-    order = np.argsort(service_s)
-    s, w = service_s[order], weight[order] / weight.sum()
-    mean = float(np.dot(w, s))
-    knots = np.concatenate([[0.0], s])
-    tail_w = np.concatenate([[1.0], 1.0 - np.cumsum(w)])  # P(S > knot)
-    tail_ws = np.concatenate([[mean], mean - np.cumsum(w * s)])  # E[S; S > knot]
-    surv = np.clip((tail_ws - knots * tail_w) / mean, 0.0, 1.0)
-    # P(R > x) is linear between knots, so each piece's integral of its power is exact:
-    # ∫ u^c dx = L·(u0^(c+1) - u1^(c+1)) / ((c + 1)(u0 - u1)), L·u0^c where u0 = u1.
-    u0, u1, length = surv[:-1], surv[1:], np.diff(knots)
-    du = u0 - u1
-    flat = np.abs(du) < 1e-12
-    piece = np.where(flat, u0**count, (u0 ** (count + 1) - u1 ** (count + 1)) / ((count + 1) * np.where(flat, 1.0, du)))
-    return float(np.dot(length, piece))
+@dataclass(frozen=True)
+class SlotStep:
+    """A step of the capped queue: θ, the budget C' = C - n the decodes leave, their decode part
+    t_dec(n), and the compute of a capped prompt's token (the capped prompts' mean, token-weighted)."""
+
+    cap_tokens: float
+    budget_tokens: float
+    decode_s: float
+    compute_s_per_token: float
+
+    @property
+    def servers(self) -> int:
+        """c = ceil(C'/θ): the prompts a full step carries θ tokens of."""
+        return max(1, math.ceil(self.budget_tokens / self.cap_tokens - 1e-9))
+
+    def toward(self, other: SlotStep, phi: float) -> SlotStep:
+        """The step φ of the way from this one to `other` (a level of the backlog reading)."""
+        return SlotStep(self.cap_tokens, self.budget_tokens + phi * (other.budget_tokens - self.budget_tokens),
+                        self.decode_s + phi * (other.decode_s - self.decode_s),
+                        self.compute_s_per_token + phi * (other.compute_s_per_token - self.compute_s_per_token))
+
+
+def slot_speeds(step: SlotStep) -> np.ndarray:
+    """φ(j), j = 1..c: the capped queue's speed with j prompts in flight, relative to a full step.
+    A step carries min(jθ, C') prompt tokens and lasts t_dec + min(jθ, C')·u, so it does
+    min(jθ, C')·(u + t_dec/C') of the work S (module docstring) in that time; φ(c) = 1."""
+    tokens = np.minimum(np.arange(1, step.servers + 1) * step.cap_tokens, step.budget_tokens)
+    per_token = step.compute_s_per_token + step.decode_s / step.budget_tokens
+    return np.minimum(tokens * per_token / (step.decode_s + tokens * step.compute_s_per_token), 1.0)
+
+
+def occupancy(r: float, speeds: np.ndarray) -> tuple[np.ndarray, float]:
+    """(P(n = k) for k < c, P(n >= c)) of processor sharing whose speed is φ(k) with k present
+    (φ = 1 from c on) at load r: P(n) ∝ Π_{k<=n} r/φ(k), whatever the distribution of the work
+    (generalised processor sharing is insensitive: Cohen, "The multiple phase service network
+    with generalized processor sharing", Acta Informatica 12, 1979). With φ = 1 it is the
+    geometric (1 - r)·rⁿ."""
+    log_prod = np.concatenate([[0.0], np.cumsum(np.log(r / speeds))])  # n = 0..c
+    prod = np.exp(log_prod - log_prod.max())
+    total = prod.sum() + prod[-1] * r / (1.0 - r)
+    return prod[:-1] / total, float(prod[-1] / (1.0 - r) / total)
+
+
+def slot_hold_s(step: SlotStep, steps: np.ndarray, compute_s: np.ndarray) -> np.ndarray:
+    """H(p): the seconds a capped prompt holds its slot when the c slots are taken: ceil(p/θ) full
+    steps (`steps`), each lasting the decode part and the others' chunks, t_dec + (C' - θ)·u, plus
+    its own chunks' compute (`compute_s`, its prefill). A long prompt's late chunks, costly in
+    attention, lengthen the very steps it holds its slot in."""
+    return steps * (step.decode_s + max(step.budget_tokens - step.cap_tokens, 0.0) * step.compute_s_per_token) + compute_s
+
+
+def blocked_decay_s(rate_rps: float, r: float, hold_s: np.ndarray, weight: np.ndarray) -> float:
+    """Mean wait of a capped prompt that finds the c slots taken, E[W | W > 0] of M/G/c:
+    (1 + cv²)/2 · E[H] / (c(1 - r)), cv² that of the slot holds H (slot_hold_s), E[H]/c = r/λ
+    (Allen & Cunneen's approximation: A. O. Allen, "Probability, Statistics, and Queueing Theory
+    with Computer Science Applications", 2nd ed., Academic Press 1990; exact for M/M/c and, for
+    c = 1, Pollaczek-Khinchine's;
+    the heavy-traffic limit of GI/G/c, Köllerström, "Heavy traffic theory for queues with several
+    servers. I", J. Appl. Prob. 11, 1974)."""
+    mean = float(np.dot(weight, hold_s))
+    cv2 = float(np.dot(weight, hold_s**2)) / mean**2 - 1.0
+    return (1.0 + cv2) / 2.0 * r / (rate_rps * (1.0 - r))
 
 
 @dataclass(frozen=True)
 class CappedRegime:
     """The capped queue in the backlog regime (planner.backlog): each capped prompt's work at n_b
     decoders (stretched by the cache's turnover limit), the load of the prompts of at most θ
-    tokens there, the in-flight slots ceil((C - n_b)/θ), and τ, the seconds the decoders take to
-    grow from N to n_b in a backlog."""
+    tokens there, the step at n_b (budget C - n_b, decode part t_dec(n_b)), and τ, the seconds
+    the decoders take to grow from N to n_b in a backlog."""
 
     work_s: np.ndarray
     rho_short: float
-    servers: int
+    step: SlotStep
     fill_s: float
 
 
-def _load_and_gap(rate_rps: float, work_s: np.ndarray, weight: np.ndarray, rho_short: float,
-                  servers: int) -> tuple[float, float] | None:
-    """The capped prompts' load r (in the time the short prompts leave) and the departure gap d of
-    the c slots (module docstring), or None where r reaches 1. weight: cell shares summing to 1."""
+@dataclass(frozen=True)
+class _Level:
+    """The capped queue at one state: its load r, occupancy below c, P(n >= c) and blocked decay."""
+
+    load: float
+    below: np.ndarray
+    blocked: float
+    decay_s: float
+
+    def survival(self, x_s: np.ndarray) -> np.ndarray:
+        return self.blocked * np.exp(-x_s / self.decay_s)
+
+
+def _level(rate_rps: float, work_s: np.ndarray, weight: np.ndarray, rho_short: float, step: SlotStep,
+           steps: np.ndarray, compute_s: np.ndarray) -> _Level | None:
+    """The capped queue with works `work_s` (cell shares `weight`, summing to 1), the short prompts'
+    load and the step: r = λ_c·E[S] / (1 - ρ_s) (the time the short prompts leave), or None where
+    r reaches 1."""
     r = rate_rps * float(np.dot(weight, work_s)) / max(1.0 - rho_short, 1e-12)
-    if not (0.0 <= r < 1.0):
+    if not (0.0 < r < 1.0):
         return None
-    return r, servers * _residual_min_s(work_s, weight, servers) / max(1.0 - rho_short, 1e-12)
-
-
-def _level_wait_survival(x_s: np.ndarray, rate_rps: float, work_s: np.ndarray, weight: np.ndarray,
-                         rho_short: float, servers: int) -> tuple[np.ndarray, float] | None:
-    """P(W > x) of a capped prompt, r^c·exp(-(1 - r)·x / d) (module docstring), and its decay
-    time d / (1 - r), or None where the load r reaches 1."""
-    load = _load_and_gap(rate_rps, work_s, weight, rho_short, servers)
-    if load is None:
-        return None
-    r, gap_s = load
-    return r**servers * np.exp(-(1.0 - r) * x_s / gap_s), gap_s / (1.0 - r)
+    below, blocked = occupancy(r, slot_speeds(step))
+    return _Level(r, below, blocked, blocked_decay_s(rate_rps, r, slot_hold_s(step, steps, compute_s), weight))
 
 
 def _state_read_survival(x_s: np.ndarray, rate_rps: float, work_s: np.ndarray, weight: np.ndarray,
-                         rho_short: float, servers: int, regime: CappedRegime) -> np.ndarray | None:
+                         rho_short: float, step: SlotStep, steps: np.ndarray, compute_s: np.ndarray,
+                         regime: CappedRegime) -> np.ndarray | None:
     """P(W > x) read at the state a wait of x reaches, as planner.backlog reads the FCFS queue's:
-    at each level φ of BACKLOG_LEVELS the capped queue whose works, short load and slots are φ of
+    at each level φ of BACKLOG_LEVELS the capped queue whose works, short load and step are φ of
     the way from those at N to the regime's, interpolated at φ(x) = min(1, x / τ). A long wait is
     spent in a busy period in which decoders piled up: every step's decode part grew, each prompt
-    in flight progresses slower, more are in flight and the slots fill (r^c rises). None where a
-    level's queue never clears."""
-    levels = np.array((0.0, *BACKLOG_LEVELS))
+    in flight progresses slower and the slots fill. None where a level's queue never clears."""
     rows = []
-    for phi in levels:
-        slots = max(1, round(servers + phi * (regime.servers - servers)))
-        level = _level_wait_survival(x_s, rate_rps, work_s + phi * (regime.work_s - work_s), weight,
-                                     rho_short + phi * (regime.rho_short - rho_short), slots)
+    for phi in (0.0, *BACKLOG_LEVELS):
+        level = _level(rate_rps, work_s + phi * (regime.work_s - work_s), weight,
+                       rho_short + phi * (regime.rho_short - rho_short), step.toward(regime.step, phi), steps, compute_s)
         if level is None:
             return None
-        rows.append(level[0])
+        rows.append(level.survival(x_s))
     surv = np.array(rows)
     cols = np.arange(x_s.size)
     return read_at_reached_state(x_s, lambda level, _: surv[level, cols], regime.fill_s)
 
 
-def capped_waits(rate_rps: float, work_s: np.ndarray, weight: np.ndarray, rho_short: float, servers: int,
-                 chunk_s: np.ndarray, chunk_weight: np.ndarray, horizon_s: float,
+def capped_waits(rate_rps: float, work_s: np.ndarray, weight: np.ndarray, rho_short: float, step: SlotStep,
+                 steps: np.ndarray, compute_s: np.ndarray, chunk_s: np.ndarray, chunk_weight: np.ndarray, horizon_s: float,
                  regime: CappedRegime | None = None):
     """(wait of a capped prompt, wait of a prompt of at most θ tokens) as WaitDistributions, or
     None when the capped prompts' load r reaches 1 (at N, or in the backlog regime when given).
     rate_rps and weight: the capped prompts' arrival rate and cell shares; work_s their work S;
-    chunk_s the seconds of their chunks; regime: the queue in the backlog regime, whose state a
-    long wait reads (_state_read_survival)."""
+    steps their steps in a slot, ceil(p/θ), compute_s their prefill compute; step: the step at N; chunk_s the seconds of
+    their chunks; regime: the queue in the backlog regime, whose state a long wait reads
+    (_state_read_survival)."""
     ws = weight / weight.sum()
-    load = _load_and_gap(rate_rps, work_s, ws, rho_short, servers)
-    if load is None:
+    at_n = _level(rate_rps, work_s, ws, rho_short, step, steps, compute_s)
+    if at_n is None:
         return None
-    r, gap_s = load
-    decay_s = gap_s / (1.0 - r)
+    decay_s = at_n.decay_s
     if regime is not None:
-        slowest = _level_wait_survival(np.zeros(1), rate_rps, regime.work_s, ws, regime.rho_short, regime.servers)
+        slowest = _level(rate_rps, regime.work_s, ws, regime.rho_short, regime.step, steps, compute_s)
         if slowest is None:
             return None
-        decay_s = max(decay_s, slowest[1])
+        decay_s = max(decay_s, slowest.decay_s)
+    servers = step.servers
     jumps = CHUNKS_SEEN * chunk_s
     cw = chunk_weight / chunk_weight.sum()
     span = max(horizon_s, servers * float(jumps.max()) + 14.0 * decay_s, 1e-6)
@@ -163,25 +222,25 @@ def capped_waits(rate_rps: float, work_s: np.ndarray, weight: np.ndarray, rho_sh
     dt = span / (n - 1)
     x = np.arange(n) * dt
     if regime is None:
-        w_surv = r**servers * np.exp(-(1.0 - r) * x / gap_s)
+        w_surv = at_n.survival(x)
     else:
-        w_surv = _state_read_survival(x, rate_rps, work_s, ws, rho_short, servers, regime)
+        w_surv = _state_read_survival(x, rate_rps, work_s, ws, rho_short, step, steps, compute_s, regime)
         if w_surv is None:
             return None
     w_cdf = 1.0 - w_surv
     blocked = float(w_surv[0])  # P(n >= c): a request waits for a slot
-    mean_s = r**servers * decay_s if regime is None else float((np.sum(w_surv) - 0.5 * (w_surv[0] + w_surv[-1])) * dt)
-    long_wait = WaitDistribution(w_cdf, dt, mean_s, r)
-    # In service K = min(n, c): P(K = k) ∝ (1 - r)·r^k below c (sharing 1 - P(n >= c)), P(n >= c) at c, where W > 0 too.
+    mean_s = at_n.blocked * at_n.decay_s if regime is None else float((np.sum(w_surv) - 0.5 * (w_surv[0] + w_surv[-1])) * dt)
+    long_wait = WaitDistribution(w_cdf, dt, mean_s, at_n.load)
+    # In service K = min(n, c): the occupancy below c (sharing 1 - P(n >= c)), P(n >= c) at c, where W > 0 too.
     damp = tilt(n)
     phi = np.fft.rfft(split_mass_rows(jumps, cw, np.array([dt]), n)[0] * damp)
     wait_pmf = np.diff(w_cdf, prepend=0.0) / max(blocked, 1e-300)  # W given n >= c
     wait_pmf[0] -= (1.0 - blocked) / max(blocked, 1e-300)
     phi_w = np.fft.rfft(np.clip(wait_pmf, 0.0, None) * damp)
-    free = (1.0 - blocked) / max(1.0 - r**servers, 1e-300)
-    total = sum(free * (1.0 - r) * r**k * phi**k for k in range(servers)) + blocked * phi**servers * phi_w
+    below = at_n.below * (1.0 - blocked) / max(1.0 - at_n.blocked, 1e-300)
+    total = sum(below[k] * phi**k for k in range(servers)) + blocked * phi**servers * phi_w
     pmf = np.fft.irfft(total, n) / damp
     cdf = np.minimum(np.cumsum(np.clip(pmf, 0.0, None)), 1.0)
-    in_service = sum(free * (1.0 - r) * r**k * k for k in range(servers)) + blocked * servers
+    in_service = float(np.dot(below, np.arange(servers))) + blocked * servers
     mean = long_wait.mean_s + in_service * float(np.dot(cw, jumps))
-    return long_wait, WaitDistribution(cdf, dt, mean, r)
+    return long_wait, WaitDistribution(cdf, dt, mean, at_n.load)

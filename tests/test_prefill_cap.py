@@ -11,46 +11,98 @@ from planner.capacity import ReplicaModel
 from planner.deployment import make_deployment
 from planner.histogram import Histogram
 from planner.paged import token_profile
-from planner.prefill_cap import CappedRegime, _residual_min_s, capped_waits
+from planner.prefill_cap import (
+    CappedRegime,
+    SlotStep,
+    blocked_decay_s,
+    capped_waits,
+    occupancy,
+    slot_hold_s,
+    slot_speeds,
+)
 from planner.requests import sample_requests
 from planner.simulate import simulate_replica
 from planner.targets import SLO, Band, Target
 
-
-def test_the_mean_residual_is_the_equilibrium_mean():
-    """One residual service: E[R] = E[S²] / 2E[S]."""
-    s = np.array([1.0, 4.0, 10.0])
-    w = np.array([0.5, 0.3, 0.2])
-    assert _residual_min_s(s, w, 1) == pytest.approx(np.dot(w, s**2) / (2 * np.dot(w, s)))
+# A step without a decode part: every state runs at full speed (φ = 1), the occupancy is geometric.
+FREE = SlotStep(cap_tokens=100, budget_tokens=300, decode_s=0.0, compute_s_per_token=1e-4)
+STEPS, COMPUTE = np.array([1.0, 3.0]), np.array([0.01, 0.05])
 
 
-def test_the_least_of_c_residuals_of_a_fixed_service():
-    """Service a: residuals are uniform on [0, a], their least of c has mean a / (c + 1)."""
-    for c in (1, 2, 4, 7):
-        assert _residual_min_s(np.array([3.0]), np.array([1.0]), c) == pytest.approx(3.0 / (c + 1))
+def test_slot_speeds_are_the_work_a_partly_filled_step_does():
+    """θ = 100, C' = 250, t_dec = 10 ms, u = 0.1 ms: j in flight carry min(100j, 250) tokens in
+    10 ms + that many tokens' compute, doing (u + t_dec/C') a token of work; three fill the step."""
+    step = SlotStep(100, 250, 0.01, 1e-4)
+    assert step.servers == 3
+    per_token = 1e-4 + 0.01 / 250
+    expected = [t * per_token / (0.01 + t * 1e-4) for t in (100, 200, 250)]
+    assert slot_speeds(step) == pytest.approx(expected)
+    assert slot_speeds(step)[-1] == pytest.approx(1.0)
+    assert np.all(slot_speeds(FREE) == 1.0)
 
 
-def test_capped_waits_follow_the_geometric_occupancy():
-    """At load r with c in service a capped prompt waits with probability r^c, a mean of
-    r^c·d / (1 - r); with negligible chunks, a short prompt waits the same."""
+def test_the_occupancy_is_the_birth_death_chain_solved_directly():
+    """P(n) against the balance equations of a chain truncated at 400 states: births λ, deaths
+    φ(min(n, c))/E[S] with n present."""
+    step = SlotStep(100, 450, 0.02, 1e-4)
+    speeds, r, mean_s = slot_speeds(step), 0.85, 0.2
+    rate = r / mean_s
+    c, size = step.servers, 400
+    death = np.array([0.0] + [speeds[min(n, c) - 1] / mean_s for n in range(1, size)])
+    q = np.zeros((size, size))
+    for n in range(size - 1):
+        q[n, n + 1] = rate
+        q[n + 1, n] = death[n + 1]
+    q -= np.diag(q.sum(axis=1))
+    a = np.vstack([q.T, np.ones(size)])
+    pi = np.linalg.lstsq(a, np.r_[np.zeros(size), 1.0], rcond=None)[0]
+    below, blocked = occupancy(r, speeds)
+    assert below == pytest.approx(pi[:c], abs=1e-9)
+    assert blocked == pytest.approx(pi[c:].sum(), abs=1e-9)
+    geometric_below, geometric_blocked = occupancy(r, np.ones(c))
+    assert geometric_blocked == pytest.approx(r**c)
+    assert geometric_below == pytest.approx((1 - r) * r ** np.arange(c))
+    assert blocked > geometric_blocked  # slower partly filled steps fill the slots
+
+
+def test_the_blocked_wait_is_m_m_c_exact_and_pollaczek_khinchine_at_one_slot():
+    """cv² = 1 (holds 0 and 2, equal shares): E[W | W > 0] = 1 / (c/E[H] - λ), M/M/c's; and the
+    hold of a slot is its full steps plus its own compute."""
+    hold, w = np.array([0.0, 2.0]), np.array([0.5, 0.5])
+    c, rate = 4, 1.5
+    r = rate * 1.0 / c
+    assert blocked_decay_s(rate, r, hold, w) == pytest.approx(1.0 / (c / 1.0 - rate))
+    s, ws = np.array([1.0, 4.0, 10.0]), np.array([0.5, 0.3, 0.2])
+    rho = 0.08 * float(ws @ s)
+    assert blocked_decay_s(0.08, rho, s, ws) == pytest.approx(float(ws @ s**2) / (2 * float(ws @ s) * (1 - rho)))
+    step = SlotStep(100, 250, 0.01, 1e-4)
+    assert slot_hold_s(step, STEPS, COMPUTE) == pytest.approx(STEPS * (0.01 + 150 * 1e-4) + COMPUTE)
+
+
+def test_capped_waits_follow_the_occupancy():
+    """At load r with c in service and full-speed steps a capped prompt waits with probability
+    r^c, a mean of r^c·E[W | W > 0]; with negligible chunks, a short prompt waits the same."""
     rate, work = 2.0, np.array([0.2, 0.4])
     weight = np.array([0.5, 0.5])
     r = rate * 0.3
-    long_wait, short_wait = capped_waits(rate, work, weight, 0.0, 3, np.array([1e-9]), np.array([1.0]), 10.0)
+    long_wait, short_wait = capped_waits(rate, work, weight, 0.0, FREE, STEPS, COMPUTE, np.array([1e-9]),
+                                         np.array([1.0]), 10.0)
     assert float(long_wait.survival(1e-9)) == pytest.approx(r**3, rel=1e-3)
-    gap = 3 * _residual_min_s(work, weight, 3)
-    assert long_wait.mean_s == pytest.approx(r**3 * gap / (1 - r))
+    decay = blocked_decay_s(rate, r, slot_hold_s(FREE, STEPS, COMPUTE), weight)
+    assert long_wait.mean_s == pytest.approx(r**3 * decay)
     grid_mean = float(np.sum(1.0 - short_wait.cdf) * short_wait.dt_s)
     assert grid_mean == pytest.approx(long_wait.mean_s, rel=0.02)
-    assert capped_waits(4.0, work, weight, 0.0, 3, np.array([0.01]), np.array([1.0]), 10.0) is None  # r >= 1
+    assert capped_waits(4.0, work, weight, 0.0, FREE, STEPS, COMPUTE, np.array([0.01]), np.array([1.0]),
+                        10.0) is None  # r >= 1
 
 
 def test_a_backlog_regime_equal_to_the_queue_at_n_changes_nothing():
     """Read at the state a wait reaches, a queue whose regime is itself keeps its waits."""
     rate, work, weight = 2.0, np.array([0.2, 0.4]), np.array([0.5, 0.5])
-    args = (rate, work, weight, 0.1, 3, np.array([0.01, 0.03]), np.array([1.0, 2.0]), 10.0)
+    step = SlotStep(100, 300, 0.01, 1e-4)
+    args = (rate, work, weight, 0.1, step, STEPS, COMPUTE, np.array([0.01, 0.03]), np.array([1.0, 2.0]), 10.0)
     plain = capped_waits(*args)
-    read = capped_waits(*args, CappedRegime(work, 0.1, 3, 5.0))
+    read = capped_waits(*args, CappedRegime(work, 0.1, step, 5.0))
     for a, b in zip(plain, read, strict=True):
         assert b.dt_s == pytest.approx(a.dt_s)
         assert np.allclose(b.cdf, a.cdf, atol=1e-6)
@@ -59,21 +111,23 @@ def test_a_backlog_regime_equal_to_the_queue_at_n_changes_nothing():
 
 def test_a_long_wait_is_read_at_the_backlog_regime():
     """Past τ the capped prompt's wait is the regime's queue's: slower works, a heavier short load and
-    one slot fewer give r_b^c_b·exp(-(1 - r_b)·x / d_b); before τ it lies between N's and the regime's;
-    a regime whose queue never clears makes the point unstable."""
+    one slot fewer give r_b^c_b·exp(-x / E[W_b | W_b > 0]); before τ it lies between N's and the
+    regime's; a regime whose queue never clears makes the point unstable."""
     rate, work, weight = 2.0, np.array([0.2, 0.4]), np.array([0.5, 0.5])
     slow = work * 1.25
-    regime = CappedRegime(slow, 0.05, 2, 4.0)
-    long_wait, _ = capped_waits(rate, work, weight, 0.0, 3, np.array([1e-9]), np.array([1.0]), 30.0, regime)
+    step_b = SlotStep(100, 200, 0.0, 1e-4)
+    regime = CappedRegime(slow, 0.05, step_b, 4.0)
+    long_wait, _ = capped_waits(rate, work, weight, 0.0, FREE, STEPS, COMPUTE, np.array([1e-9]), np.array([1.0]),
+                                30.0, regime)
     r_b = rate * 0.375 / 0.95
-    d_b = 2 * _residual_min_s(slow, weight, 2) / 0.95
+    decay_b = blocked_decay_s(rate, r_b, slot_hold_s(step_b, STEPS, COMPUTE), weight)
     for x in (4.0, 6.0, 9.0):
-        assert float(long_wait.survival(x)) == pytest.approx(r_b**2 * np.exp(-(1 - r_b) * x / d_b), rel=2e-3)
-    r, d = rate * 0.3, 3 * _residual_min_s(work, weight, 3)
-    at_n = r**3 * np.exp(-(1 - r) * 2.0 / d)
-    assert at_n < float(long_wait.survival(2.0)) < r_b**2 * np.exp(-(1 - r_b) * 2.0 / d_b)
-    assert capped_waits(rate, work, weight, 0.0, 3, np.array([1e-9]), np.array([1.0]), 30.0,
-                        CappedRegime(work * 2.0, 0.0, 3, 4.0)) is None  # r_b = 1.2
+        assert float(long_wait.survival(x)) == pytest.approx(r_b**2 * np.exp(-x / decay_b), rel=2e-3)
+    r = rate * 0.3
+    at_n = r**3 * np.exp(-2.0 / blocked_decay_s(rate, r, slot_hold_s(FREE, STEPS, COMPUTE), weight))
+    assert at_n < float(long_wait.survival(2.0)) < r_b**2 * np.exp(-2.0 / decay_b)
+    assert capped_waits(rate, work, weight, 0.0, FREE, STEPS, COMPUTE, np.array([1e-9]), np.array([1.0]), 30.0,
+                        CappedRegime(work * 2.0, 0.0, FREE, 4.0)) is None  # r_b = 1.2
 
 
 def test_under_the_cap_short_prompts_pass_long_ones_in_model_and_simulation(catalog):
