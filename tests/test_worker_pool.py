@@ -227,14 +227,28 @@ def test_a_stopped_worker_is_given_up_a_queue_that_keeps_being_answered_is_not(m
     assert png == draw("cost_figure", **_rows(30))()
 
 
-def test_a_shared_list_is_worked_from_both_ends_each_item_once(monkeypatch):
+def _until_the_worker_claims(folder) -> None:
+    """Wait (at most a minute) until the worker has claimed an item of shared_map, from within this
+    process's first item (which it takes without a claim, so any claim is the worker's): the
+    claims folder lies under `folder` (tempfile.tempdir in the test). Each side's share is then
+    decided by the claims, not by how fast the machine runs."""
     import time
 
+    deadline = time.monotonic() + 60.0
+    while not list(folder.glob("planner-claims-*/claims/*")) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def test_a_shared_list_is_worked_from_both_ends_each_item_once(monkeypatch, tmp_path):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     ran_here = []
 
     def here(item):
         ran_here.append(item["title"])
-        time.sleep(0.2)  # slow here, so that the worker, once started, takes the items at the back
+        if len(ran_here) == 1:  # the worker takes the items at the back meanwhile
+            _until_the_worker_claims(tmp_path)
         return worker_pool._run("figures:cost_figure", item)
 
     items = [_rows(i) for i in range(12)]
@@ -246,8 +260,8 @@ def test_a_shared_list_is_worked_from_both_ends_each_item_once(monkeypatch):
     assert ran_here == [f"figure {i}" for i in range(len(ran_here))] and 0 < len(ran_here) < len(items)
 
 
-def test_evaluations_shared_with_a_worker_are_the_ones_computed_here(monkeypatch):
-    import time
+def test_evaluations_shared_with_a_worker_are_the_ones_computed_here(monkeypatch, tmp_path):
+    import tempfile
 
     from planner import evaluator as evaluator_module
     from planner.catalog import load_catalog
@@ -279,12 +293,14 @@ def test_evaluations_shared_with_a_worker_are_the_ones_computed_here(monkeypatch
     shares_here = []
     records_of = Evaluator._records_of
 
-    def slowly_here(self, share):  # slow here, so that the worker surely takes the shares at the back
+    def slowly_here(self, share):  # the first share waits for the worker to take the last one
         shares_here.append(1)
-        time.sleep(0.2)
+        if len(shares_here) == 1:
+            _until_the_worker_claims(tmp_path)
         return records_of(self, share)
 
     monkeypatch.setattr(Evaluator, "_records_of", slowly_here)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     with worker_processes():
         draw("cost_figure", **_rows(0))()  # the worker has started and answers
         there_ev, there = evaluations()
