@@ -91,14 +91,16 @@ def backlog_regime(*, rate_rps: float, resident: float, chunk_tokens: float, dec
                    mean_new_tokens: float, mean_decode_steps: float, cap_decoders: float,
                    rate_at_cap_rps: float) -> Backlog | None:
     """The backlog regime at arrival rate λ and mean resident batch N, or None where decoders do not
-    pile up (n_b <= N). decode_s: t_dec as a function of the resident batch."""
+    pile up (n_b <= N) and the cache does not stretch admissions. decode_s: t_dec as a function of
+    the resident batch."""
     if rate_rps <= 0 or mean_new_tokens <= 0 or mean_decode_steps <= 0:
         return None
     n_cap = min(cap_decoders, chunk_tokens - 1.0)
     # The balance n = E[D]·(C - n) / E[p] at its fixed point: the budget left to prompts is the one
     # the piled-up decoders leave, not the one at N (with a small budget, C - N overstates it).
     n_b = min(mean_decode_steps * chunk_tokens / (mean_new_tokens + mean_decode_steps), n_cap)
-    if not n_b > resident * (1.0 + 1e-6):
+    piles_up = n_b > resident * (1.0 + 1e-6)
+    if not piles_up and n_b < n_cap:
         return None
     t_b = float(decode_s(n_b))
 
@@ -108,6 +110,11 @@ def backlog_regime(*, rate_rps: float, resident: float, chunk_tokens: float, dec
     stretch = 1.0
     if n_b >= n_cap and rate_at_cap_rps > 0:
         stretch = max(1.0, 1.0 / (rate_at_cap_rps * service_s(n_b, t_b)))
+    if not piles_up:
+        # Decoders already at the cache's cap: nothing left to pile up, but its turnover limit still
+        # stretches admissions as it does just below the cap, where the regime is reached ever faster
+        # (τ -> 0): the regime from the start, so the wait does not drop back at the cap.
+        return Backlog(n_b, t_b, stretch, 0.0, rate_rps * service_s(n_b, t_b) * stretch) if stretch > 1.0 else None
     t_n = float(decode_s(resident))
     full_step_s = t_n + (chunk_tokens - resident) * mean_prefill_s / mean_new_tokens
     growth = 1.0 / service_s(resident, t_n) - resident / (mean_decode_steps * full_step_s)

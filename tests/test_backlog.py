@@ -44,6 +44,17 @@ def test_the_cache_caps_the_decoders_and_its_turnover_stretches_the_service():
     assert _regime(cap_decoders=300.0, rate_at_cap_rps=100.0).stretch == 1.0  # turnover faster than the prefill
 
 
+def test_at_the_cache_cap_the_regime_is_reached_not_dropped():
+    """Just below the cap the decoders reach it ever faster (τ -> 0) and its turnover stretches the
+    service; at the cap itself the same regime holds from the start, so the wait does not drop
+    back to the unstretched queue's there."""
+    below = _regime(resident=300.0 * (1 - 1e-6), cap_decoders=300.0, rate_at_cap_rps=7.0)
+    at = _regime(resident=300.0, cap_decoders=300.0, rate_at_cap_rps=7.0)
+    assert below.fill_s < 1e-3 and at.fill_s == 0.0
+    assert (at.decoders, at.decode_s, at.stretch, at.load) == (below.decoders, below.decode_s, below.stretch, below.load)
+    assert _regime(resident=300.0, cap_decoders=300.0, rate_at_cap_rps=100.0) is None  # no stretch: the queue at N
+
+
 def test_with_a_small_budget_the_decoders_leave_prompts_the_rest_of_it():
     # TensorRT-LLM's interactive runs use 256-768 token budgets: reading the prompts' share at N
     # (C - N) would pile up decoders until the prompts get almost none of it, and call a load
