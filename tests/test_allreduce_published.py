@@ -23,8 +23,11 @@ from planner.calibration.allreduce_published import (
     published_bulk_ranges,
     published_small_ranges,
 )
-from planner.calibration.joint_fit import interconnect_family, published_bulk_bounds
-from planner.calibration.measured import measured_dir
+from planner.calibration.calibrate import FITTED_LATENCY_ENGINES
+from planner.calibration.joint_fit import fit_joint, interconnect_family, published_bulk_bounds
+from planner.calibration.measured import load_trtllm_rows, measured_dir
+from planner.calibration.predict import trtllm_cases
+from planner.latency_points import latency_cases
 
 SIZES = [2**k for k in range(20, 29)]  # 1 MiB to 256 MiB
 
@@ -178,3 +181,19 @@ def test_bulk_bounds_keep_every_published_gpu_count_within_range():
     assert bounds["NVLink3"] == (r4.low_us / 2, r4.high_us / 2)
     nv4 = ranges[("NVLink4", 8)]
     assert bounds["NVLink4"] == pytest.approx((nv4.low_us / 3, nv4.high_us / 3), rel=1e-15)
+
+
+def test_bounded_bulk_fit_stays_in_the_published_range(catalog):
+    """H100 and H200 rows alone, one round: unbounded, the throughput rows put the NVLink4
+    large-message latency above the range the published curves allow; bounded, it stops at the
+    range's edge and says so."""
+    thr = [c for c in trtllm_cases(catalog, load_trtllm_rows()) if c.gpu_id in ("h100-sxm", "h200")]
+    lat = [c for c in latency_cases(catalog) if c.gpu_id in ("h100-sxm", "h200") and c.row.engine in FITTED_LATENCY_ENGINES]
+    lo, hi = published_bulk_bounds()["NVLink4"]
+    free = fit_joint(catalog, thr, lat, rounds=1)
+    bounded = fit_joint(catalog, thr, lat, rounds=1, bulk_within_published={"NVLink4"})
+    assert free.allreduce_bulk_us["NVLink4"] > hi
+    assert lo <= bounded.allreduce_bulk_us["NVLink4"] <= hi
+    assert bounded.allreduce_bulk_us["NVLink4"] == pytest.approx(hi, rel=1e-3)
+    assert bounded.allreduce_bulk_basis["NVLink4"].endswith(f"bounded to {lo:.1f}-{hi:.1f} us by published nccl-tests curves)")
+    assert "bounded" not in free.allreduce_bulk_basis["NVLink4"]

@@ -91,8 +91,9 @@ Fit and hold-out
 - The fitted all-reduce latencies are checked, not fitted, against published nccl-tests curves
   (allreduce_published: data/measured/nccl_allreduce_published.csv): the large-message one against
   each curve's alpha-beta intercept from 1 MiB to its bus-bandwidth plateau, the small-message one
-  against NCCL's time up to 16 KiB. joint_fit.BULK_WITHIN_PUBLISHED bounds the large-message fit
-  to that range instead; bench/calibration.py --compare-forms prints what it costs held out.
+  against NCCL's time up to 16 KiB. joint_fit.BULK_WITHIN_PUBLISHED names the families whose
+  large-message fit is bounded to that range (none today: its comment says why);
+  bench/calibration.py --compare-forms prints what bounding every family costs held out.
 - GPUs without measurements borrow a measured GPU's factors (borrowed.BORROWED) and are marked
   `borrowed_from` (GPU.verified is False): plans that use them say so.
 """

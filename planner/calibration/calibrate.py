@@ -5,7 +5,7 @@ checked on their own latency rows, and the Splitwise rows as a cross-engine chec
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -136,7 +136,7 @@ def _latency_prediction(c: LatencyCase, eff: Efficiency, held: bool) -> Predicti
 def cross_validate(
     catalog: Catalog, thr: Sequence[TrtllmCase], lat: Sequence[LatencyCase], folds: int = FOLDS,
     layer_overhead: bool = LAYER_OVERHEAD, bulk_allreduce: bool = BULK_ALLREDUCE,
-    bulk_within_published: bool = BULK_WITHIN_PUBLISHED,
+    bulk_within_published: Collection[str] = BULK_WITHIN_PUBLISHED,
 ) -> list[Prediction]:
     """Each row predicted by a fit that saw no row of its (model, GPU, tp) configuration, from
     either source. A row whose GPU has no rows left in its fold's fit is not predicted."""
