@@ -2,8 +2,9 @@
 
     python bench/calibration.py                  # fit, cross-validate and print; changes nothing
     python bench/calibration.py --write          # also rewrite the efficiency blocks of data/gpus.yaml
-    python bench/calibration.py --compare-forms  # also the held-out error without the per-layer term
-                                                 # and with one all-reduce protocol
+    python bench/calibration.py --compare-forms  # also the held-out error without the per-layer term,
+                                                 # with one all-reduce protocol, and with the large-message
+                                                 # latency bounded to the published nccl-tests range
 
 Prints every measured row with its in-sample and held-out prediction, the factors per GPU
 with what each was fitted on, the all-reduce latency per interconnect family beside its
@@ -29,6 +30,18 @@ import numpy as np
 import yaml
 from scipy.optimize import least_squares
 
+from planner.calibration.allreduce_published import (
+    BULK_MIN_BYTES,
+    NCCL_FILE,
+    PLATEAU_SHARE,
+    RANGE_SE,
+    SMALL_MAX_BYTES,
+    NcclRow,
+    bus_bytes,
+    load_nccl_rows,
+    published_bulk_ranges,
+    published_small_ranges,
+)
 from planner.calibration.calibrate import (
     FITTED_LATENCY_ENGINES,
     KFOLD,
@@ -43,9 +56,11 @@ from planner.calibration.efficiency_blocks import catalog_efficiencies, rewrite_
 from planner.calibration.fit import BOUNDS, TRTLLM_PRIORS
 from planner.calibration.joint_fit import (
     BULK_ALLREDUCE,
+    BULK_WITHIN_PUBLISHED,
     LAYER_OVERHEAD,
     PUBLISHED_ALLREDUCE_US,
     interconnect_family,
+    published_bulk_bounds,
     shared_fit_note,
 )
 from planner.calibration.measured import (
@@ -70,10 +85,6 @@ TARGET_MEDIAN_PCT = 10.0
 TARGET_WORST_PCT = 25.0
 GPUS_YAML = Path(__file__).resolve().parent.parent / "data" / "gpus.yaml"
 TP_DEGREES = (2, 4, 8)  # the all-reduce figures printed
-# NCCL's tuning model (NVIDIA/nccl, src/graph/tuning.cc, baseLat and hwLat): the ring algorithm's
-# Simple protocol costs 8.4 us plus 3.4 us per step on NVLink; an all-reduce ring takes 2(n - 1) steps.
-NCCL_RING_SIMPLE_BASE_US = 8.4
-NCCL_RING_SIMPLE_NVLINK_STEP_US = 3.4
 
 
 def fmt_stats(preds: list[Prediction]) -> str:
@@ -157,30 +168,46 @@ def print_factors(cal: Calibration, catalog: Catalog) -> None:
 
 
 def print_allreduce(cal: Calibration, catalog) -> None:
-    print("== All-reduce latency per call, per interconnect family, against published small-message figures")
-    print("   (roofline.allreduce_call_latency: the fitted latency at tp 2 times log2(tp), reduce-scatter + all-gather)")
+    nccl = load_nccl_rows()
+    small = published_small_ranges(nccl)
+    print("== All-reduce latency per call, per interconnect family, against published figures")
+    print("   small messages (roofline.allreduce_call_latency: the fitted latency at tp 2 times log2(tp), reduce-scatter")
+    print("   + all-gather), against (a) the cited range of engines' and NCCL's small-message calls and (b) NCCL alone,")
+    print(f"   nccl-tests all_reduce_perf up to {SMALL_MAX_BYTES // 2**10} KiB (data/measured/{NCCL_FILE}); an engine's custom")
+    print("   all-reduce kernel beats NCCL at these sizes, so (b) bounds the engines from above")
     for fam, us in cal.joint.allreduce_us.items():
         pub = PUBLISHED_ALLREDUCE_US.get(fam)
         basis = cal.joint.allreduce_basis[fam]
         per_tp = {tp: allreduce_call_latency(us, tp) for tp in TP_DEGREES}
         calls = ", ".join(f"tp {tp} {v:.1f}" for tp, v in per_tp.items())
         if pub is None:
-            print(f"{fam:<15} {calls} us  [{basis}]  published range: none found")
-            continue
-        lo, hi, cite = pub
-        state = "within" if all(lo <= v <= hi for v in per_tp.values()) else "OUTSIDE"
-        print(f"{fam:<15} {calls} us  [{basis}]  published {lo:g}-{hi:g} us (tp 2-8): {state}")
-        print(f"{'':<15} source: {cite}")
-    print_bulk_allreduce(cal, catalog)
+            print(f"{fam:<15} {calls} us  [{basis}]  (a) published range: none found")
+        else:
+            lo, hi, cite = pub
+            state = "within" if all(lo <= v <= hi for v in per_tp.values()) else "OUTSIDE"
+            print(f"{fam:<15} {calls} us  [{basis}]  (a) published {lo:g}-{hi:g} us (tp 2-8): {state}")
+            print(f"{'':<15} source: {cite}")
+        for (f, n), r in small.items():
+            if f != fam:
+                continue
+            v = allreduce_call_latency(us, n)
+            where = "within" if r.contains(v) else f"OUTSIDE ({'below' if v < r.low_us else 'above'})"
+            print(f"{'':<15} (b) NCCL alone at {n} GPUs: {r.low_us:.1f}-{r.high_us:.1f} us; fitted tp {n} {v:.1f} us: {where}")
+            print(f"{'':<15}     source: {r.citation}")
+    print_bulk_allreduce(cal, catalog, nccl)
     print()
 
 
-def print_bulk_allreduce(cal: Calibration, catalog) -> None:
-    """The large-message protocol's fitted latency per family, and the time and bus bandwidth the
-    model gives one call at tp 8 by message size, per GPU (compare nccl-tests' curves)."""
+def print_bulk_allreduce(cal: Calibration, catalog, nccl: Sequence[NcclRow]) -> None:
+    """The large-message protocol's fitted latency per family and tp against the alpha-beta intercept
+    of published nccl-tests curves (allreduce_published.published_bulk_ranges), and the time the
+    model gives one call beside the measured time, per GPU with a published curve."""
     j = cal.joint
-    print("   large-message protocol (roofline.allreduce_call_s: the faster of the two per message; small messages move")
-    print(f"   at {SMALL_MESSAGE_BANDWIDTH_SHARE:g} of the link rate, NCCL LL, Hu et al. arXiv:2507.04786)")
+    ranges = published_bulk_ranges(nccl)
+    print("   large messages (roofline.allreduce_call_s: the faster of the two protocols per message; small messages move")
+    print(f"   at {SMALL_MESSAGE_BANDWIDTH_SHARE:g} of the link rate, NCCL LL, Hu et al. arXiv:2507.04786), against the fixed cost")
+    print("   of published nccl-tests curves: the intercept of time = alpha + bus_bytes / busbw, least squares on sizes from")
+    print(f"   {BULK_MIN_BYTES // 2**20} MiB to the first at {PLATEAU_SHARE:g} of the curve's peak bus bandwidth, +- {RANGE_SE:g} standard errors")
     for fam, us in j.allreduce_bulk_us.items():
         basis = j.allreduce_bulk_basis[fam]
         if us is None:
@@ -188,27 +215,32 @@ def print_bulk_allreduce(cal: Calibration, catalog) -> None:
             continue
         calls = ", ".join(f"tp {tp} {allreduce_call_latency(us, tp):.1f}" for tp in TP_DEGREES)
         print(f"{fam:<15} {calls} us  [{basis}]")
-        if fam.startswith("NVLink"):
-            # NCCL's own tuner: ring/Simple latency = base + per-step hardware latency x 2(tp - 1) steps
-            nccl = [NCCL_RING_SIMPLE_BASE_US + NCCL_RING_SIMPLE_NVLINK_STEP_US * 2 * (tp - 1) for tp in TP_DEGREES]
-            ratios = [allreduce_call_latency(us, tp) / n for tp, n in zip(TP_DEGREES, nccl, strict=True)]
-            verdict = "within" if max(ratios) <= 1.0 else f"above, {min(ratios):.1f}-{max(ratios):.1f}x"
-            print(f"{'':<15} NCCL's own estimate for its Simple protocol, ring on NVLink: "
-                  f"{' / '.join(f'{n:.1f}' for n in nccl)} us: {verdict}")
-    sizes, tp = (64 * 2**10, 2**20, 16 * 2**20, 256 * 2**20), 8
-    print(f"   one call at tp {tp}, time us / bus bandwidth GB/s, by message ({', '.join(f'{b / 2**20:g} MiB' for b in sizes)});")
-    print("   nccl-tests all_reduce_perf on 8x H100 reaches ~370 GB/s bus bandwidth with ring, ~480 with NVLink SHARP,")
-    print("   and not yet at 256 MiB (NCCL maintainer, NVIDIA/nccl-tests issue #212, 2024-05)")
+        for tp in TP_DEGREES:
+            r = ranges.get((fam, tp))
+            v = allreduce_call_latency(us, tp)
+            if r is None:
+                print(f"{'':<15} tp {tp}: no published curve found")
+                continue
+            where = "within" if r.contains(v) else f"OUTSIDE ({v / (r.high_us if v > r.high_us else r.low_us):.1f}x the {'top' if v > r.high_us else 'bottom'})"
+            print(f"{'':<15} tp {tp}: measured {r.low_us:.1f}-{r.high_us:.1f} us, fitted {v:.1f} us: {where}")
+            for t in r.tables:
+                print(f"{'':<15}     {t.gpu} x{t.n_gpus} {t.algorithm}, NCCL {t.nccl_version}: alpha {t.fit.alpha_us:.1f} +- "
+                      f"{t.fit.alpha_se_us:.1f} us, busbw {t.fit.busbw_gb_s:.0f} GB/s on {t.fit.first_bytes / 2**20:g}-"
+                      f"{t.fit.last_bytes / 2**20:g} MiB ({t.source_url})")
+    sizes = (2**20, 16 * 2**20, 256 * 2**20)
+    print(f"   one call, model / measured time in us at {', '.join(f'{b / 2**20:g} MiB' for b in sizes)}, per GPU with a published curve")
     for g, e in j.efficiency.items():
-        if e.allreduce_bulk_latency_us is None or g not in j.throughput:
+        if e.allreduce_bulk_latency_us is None:
             continue
         link = catalog.gpu(g).interconnect_gb_s * 1e9 * e.interconnect
-        cells = []
-        for size in sizes:
-            bus_bytes = 2 * (tp - 1) / tp * size  # what bus bandwidth counts (nccl-tests' PERFORMANCE.md)
-            t = float(allreduce_call_s(bus_bytes / link, e.allreduce_latency_us / 1e6, e.allreduce_bulk_latency_us / 1e6, tp))
-            cells.append(f"{t * 1e6:.0f} / {bus_bytes / t / 1e9:.0f}")
-        print(f"   {g:<10} {', '.join(cells)}")
+        for key in sorted({r.table for r in nccl if r.gpu == g}):
+            n = key[1]
+            measured = {r.message_bytes: r.time_us for r in nccl if r.table == key}
+            cells = []
+            for size in sizes:
+                t = float(allreduce_call_s(bus_bytes(size, n) / link, e.allreduce_latency_us / 1e6, e.allreduce_bulk_latency_us / 1e6, n))
+                cells.append(f"{t * 1e6:.0f} / {measured[size]:.0f}" if size in measured else f"{t * 1e6:.0f} / -")
+            print(f"   {g:<10} x{n} {', '.join(cells)}")
 
 
 def print_by_tp(held: list[Prediction]) -> None:
@@ -326,23 +358,28 @@ def print_release_spread(cal: Calibration) -> None:
 
 def print_forms(catalog: Catalog) -> None:
     """Held-out error (leave one configuration out) without the per-layer overhead, with one
-    all-reduce protocol, and in the catalog's form (both)."""
+    all-reduce protocol, with every family's large-message latency bounded to its published
+    nccl-tests range, and in the catalog's form."""
     thr = trtllm_cases(catalog, load_trtllm_rows())
     lat = [c for c in latency_cases(catalog) if c.gpu_id in {c.gpu_id for c in thr} and c.row.engine in FITTED_LATENCY_ENGINES]
     print("== Model form: held-out error (leave one configuration out), median/worst abs %")
+    every = frozenset(published_bulk_bounds())
     forms = (
-        ("without per-layer overhead", False, BULK_ALLREDUCE),
-        ("one all-reduce protocol", LAYER_OVERHEAD, False),
-        ("the catalog's form", LAYER_OVERHEAD, BULK_ALLREDUCE),
+        ("without per-layer overhead", False, BULK_ALLREDUCE, BULK_WITHIN_PUBLISHED),
+        ("one all-reduce protocol", LAYER_OVERHEAD, False, BULK_WITHIN_PUBLISHED),
+        ("bulk latency in nccl range", LAYER_OVERHEAD, BULK_ALLREDUCE, every),
+        ("the catalog's form", LAYER_OVERHEAD, BULK_ALLREDUCE, BULK_WITHIN_PUBLISHED),
     )
-    for label, layer, bulk in forms:
-        held = cross_validate(catalog, thr, lat, 0, layer, bulk)
+    for label, layer, bulk, within in forms:
+        held = cross_validate(catalog, thr, lat, 0, layer, bulk, within)
         for source in ("latency", "trtllm"):
             mine = [p for p in held if p.source == source]
             cells = [f"tp{tp} {fmt_short([p for p in mine if p.tp == tp])}" for tp in (1, 2, 4, 8)]
             cells.append(f"MoE {fmt_short([p for p in mine if p.moe])}")
             print(f"   {label:<27} {source:<8} " + " | ".join(cells))
-    print(f"   the catalog takes: per-layer overhead {LAYER_OVERHEAD}, two all-reduce protocols {BULK_ALLREDUCE}")
+    print(f"   the catalog takes: per-layer overhead {LAYER_OVERHEAD}, two all-reduce protocols {BULK_ALLREDUCE}, "
+          f"large-message latency bounded to the published nccl-tests range for "
+          f"{', '.join(sorted(BULK_WITHIN_PUBLISHED)) or 'no family'} (of {', '.join(sorted(every))})")
     print()
 
 
@@ -425,7 +462,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--write", action="store_true", help="rewrite the efficiency blocks of data/gpus.yaml")
     parser.add_argument(
-        "--compare-forms", action="store_true", help="also print the held-out error without the per-layer term and with one all-reduce protocol"
+        "--compare-forms", action="store_true", help="also print the held-out error without the per-layer term, with one all-reduce protocol and with the "
+        "large-message latency bounded to (or freed from) the published nccl-tests range"
     )
     args = parser.parse_args(argv)
     catalog = load_catalog()

@@ -88,6 +88,12 @@ Fit and hold-out
 - Splitwise rows are predicted with the joint factors as a cross-engine check, and fitted
   on their own (every third row held out) only to test the model's form: that research
   stack pays about 25 ms per step at tp 4 and tp 8 alike, far above production engines.
+- The fitted all-reduce latencies are checked, not fitted, against published nccl-tests curves
+  (allreduce_published: data/measured/nccl_allreduce_published.csv): the large-message one against
+  each curve's alpha-beta intercept from 1 MiB to its bus-bandwidth plateau, the small-message one
+  against NCCL's time up to 16 KiB. joint_fit.BULK_WITHIN_PUBLISHED names the families whose
+  large-message fit is bounded to that range (none today: its comment says why);
+  bench/calibration.py --compare-forms prints what bounding every family costs held out.
 - GPUs without measurements borrow a measured GPU's factors (borrowed.BORROWED) and are marked
   `borrowed_from` (GPU.verified is False): plans that use them say so.
 """

@@ -1,0 +1,199 @@
+"""Published nccl-tests all-reduce curves and the latency ranges derived from them."""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+
+import numpy as np
+import pytest
+
+from planner.calibration.allreduce_published import (
+    BULK_MIN_BYTES,
+    NCCL_FILE,
+    PLATEAU_SHARE,
+    RANGE_SE,
+    SMALL_MAX_BYTES,
+    NcclRow,
+    alpha_beta_fit,
+    bulk_region,
+    bus_bytes,
+    load_nccl_rows,
+    published_bulk_ranges,
+    published_small_ranges,
+)
+from planner.calibration.calibrate import FITTED_LATENCY_ENGINES
+from planner.calibration.joint_fit import fit_joint, interconnect_family, published_bulk_bounds
+from planner.calibration.measured import load_trtllm_rows, measured_dir
+from planner.calibration.predict import trtllm_cases
+from planner.latency_points import latency_cases
+
+SIZES = [2**k for k in range(20, 29)]  # 1 MiB to 256 MiB
+
+
+def _rows(gpu, n, times_us, sizes=SIZES, family="NVLink4", algorithm="Ring", url="https://example.org/t"):
+    return [
+        NcclRow(line=i + 1, gpu=gpu, n_gpus=n, interconnect_family=family, message_bytes=s,
+                busbw_gb_s=float(bus_bytes(s, n)) / t / 1e3, time_us=t, algorithm=algorithm, nccl_version="2.x",
+                cuda_graphs="n", source_url=url, source_ref="synthetic")
+        for i, (s, t) in enumerate(zip(sizes, times_us, strict=True))
+    ]  # fmt: skip
+
+
+def _alpha_beta_times(alpha_us, busbw_gb_s, n, sizes=SIZES):
+    return [alpha_us + float(bus_bytes(s, n)) / (busbw_gb_s * 1e3) for s in sizes]
+
+
+def test_bus_bytes_is_the_nccl_tests_allreduce_factor():
+    """nccl-tests' PERFORMANCE.md: busbw = algbw x 2(n-1)/n for all-reduce."""
+    assert bus_bytes(1000, 2) == 1000.0
+    assert bus_bytes(1000, 4) == 1500.0
+    assert bus_bytes(1000, 8) == 1750.0
+
+
+def test_alpha_beta_fit_recovers_a_known_intercept_and_bandwidth_exactly():
+    """time = 37.5 us + bus_bytes / 400 GB/s at 8 GPUs over 1-256 MiB: the fit returns both, with
+    no error on its intercept (the points lie on the line)."""
+    ab = alpha_beta_fit(SIZES, _alpha_beta_times(37.5, 400.0, 8), 8)
+    assert ab.alpha_us == pytest.approx(37.5, rel=1e-9)
+    assert ab.busbw_gb_s == pytest.approx(400.0, rel=1e-9)
+    assert ab.alpha_se_us == pytest.approx(0.0, abs=1e-6)
+    assert (ab.n_points, ab.first_bytes, ab.last_bytes) == (9, 2**20, 2**28)
+
+
+def test_alpha_beta_fit_error_is_the_ols_standard_error():
+    """Three points, the middle one 1 us high: the least-squares line and its intercept's standard
+    error, by hand: residuals (-1/3, 2/3, -1/3) x ... computed with numpy's own normal equations."""
+    sizes = [2**20, 2**21, 2**22]
+    times = _alpha_beta_times(20.0, 100.0, 2, sizes)
+    times[1] += 1.0
+    ab = alpha_beta_fit(sizes, times, 2)
+    x = np.column_stack([np.ones(3), np.asarray(sizes, float)])
+    coef = np.linalg.solve(x.T @ x, x.T @ np.asarray(times))
+    resid = np.asarray(times) - x @ coef
+    se = math.sqrt(np.linalg.inv(x.T @ x)[0, 0] * float(resid @ resid) / 1)
+    assert ab.alpha_us == pytest.approx(coef[0], rel=1e-9)
+    assert ab.alpha_se_us == pytest.approx(se, rel=1e-9)
+    assert ab.alpha_us > 20.0  # the high middle point lifts the intercept
+
+
+def test_alpha_beta_fit_needs_two_sizes():
+    with pytest.raises(ValueError, match=r"^an alpha-beta fit needs two message sizes or more, got \[1048576\]$"):
+        alpha_beta_fit([2**20, 2**20], [10.0, 11.0], 8)
+    assert math.isnan(alpha_beta_fit([2**20, 2**21], [10.0, 11.0], 8).alpha_se_us)
+
+
+def test_bulk_region_runs_from_one_mib_to_where_the_plateau_is_reached():
+    """Bus bandwidth 10, 50, 80, 95, 99, 100 GB/s on 512 KiB-16 MiB: the region starts at 1 MiB and
+    ends at the first size at PLATEAU_SHARE (0.9) of the peak: 4 MiB (95)."""
+    assert BULK_MIN_BYTES == 2**20 and PLATEAU_SHARE == 0.9
+    sizes = [2**k for k in range(19, 25)]
+    busbw = [10.0, 50.0, 80.0, 95.0, 99.0, 100.0]
+    times = [float(bus_bytes(s, 8)) / b / 1e3 for s, b in zip(sizes, busbw, strict=True)]
+    region = bulk_region(list(reversed(_rows("h100-sxm", 8, times, sizes))))
+    assert [r.message_bytes for r in region] == [2**20, 2**21, 2**22]
+
+
+def test_published_range_is_each_tables_intercept_widened_by_its_error():
+    """Two exact curves of one family and GPU count (alpha 30 and 50 us, the second with a 4 us
+    bump at 4 MiB): the range runs from the lower intercept (no error) to the other's intercept plus
+    RANGE_SE standard errors. A curve of another count is its own range."""
+    flat = _rows("h100-sxm", 8, _alpha_beta_times(30.0, 450.0, 8), url="https://example.org/a")
+    bumped_t = _alpha_beta_times(50.0, 450.0, 8)
+    bumped_t[2] += 4.0
+    bumped = _rows("h200", 8, bumped_t, url="https://example.org/b")
+    four = _rows("h100-sxm", 4, _alpha_beta_times(20.0, 300.0, 4), url="https://example.org/c")
+    ranges = published_bulk_ranges(flat + bumped + four)
+    assert set(ranges) == {("NVLink4", 8), ("NVLink4", 4)}
+    eight = ranges[("NVLink4", 8)]
+    region = bulk_region(bumped)  # the curve up to 90% of its peak bus bandwidth
+    assert len(region) >= 3 and region[-1].message_bytes < SIZES[-1]
+    b = alpha_beta_fit([r.message_bytes for r in region], [r.time_us for r in region], 8)
+    assert b.alpha_se_us > 0
+    assert eight.low_us == pytest.approx(30.0, abs=1e-6)
+    assert eight.high_us == pytest.approx(b.alpha_us + RANGE_SE * b.alpha_se_us, rel=1e-12)
+    assert [t.gpu for t in eight.tables] == ["h100-sxm", "h200"]
+    assert ranges[("NVLink4", 4)].low_us == pytest.approx(20.0, abs=1e-6)
+    assert eight.contains(40.0) and not eight.contains(29.0)
+
+
+def test_small_ranges_take_nccl_chosen_algorithms_and_small_messages_only():
+    sizes = [2**10, 2**12, 2**14, 2**16]
+    ring = _rows("gb200", 4, [15.0, 15.5, 16.0, 30.0], sizes, family="NVLink5", algorithm="Ring")
+    nvls = _rows("h100-sxm", 8, [25.0, 25.0, 26.0, 27.0], sizes, family="NVLink4", algorithm="NVLS")
+    ranges = published_small_ranges(ring + nvls)
+    assert SMALL_MAX_BYTES == 2**14
+    assert list(ranges) == [("NVLink5", 4)]
+    r = ranges[("NVLink5", 4)]
+    assert (r.low_us, r.high_us) == (15.0, 16.0)
+    assert r.citation.startswith("nccl-tests all_reduce_perf, 1024 B-16 KiB, no CUDA graphs: gb200 x4 Ring NCCL 2.x")
+
+
+def test_published_file_agrees_with_itself_and_the_catalog(catalog):
+    """Every row: its time and bus bandwidth agree to the rounding of the published figure (one of
+    the two is derived from the other: data/measured/README.md); its family is the catalog GPU's;
+    its source is pinned to a commit; one row per (curve, size), sizes doubling."""
+    rows = load_nccl_rows()
+    with (measured_dir() / NCCL_FILE).open(newline="", encoding="utf-8") as f:
+        raw = list(csv.DictReader(f))
+    assert len(rows) == len(raw) == 114
+    for r, text in zip(rows, raw, strict=True):
+        implied = float(bus_bytes(r.message_bytes, r.n_gpus)) / r.time_us / 1e3
+        # half a unit in the last printed digit of either figure
+        time_half_ulp = 0.5 * 10.0 ** -len(text["time_us"].partition(".")[2])
+        tol = 0.005 + 1e-9 + r.busbw_gb_s * time_half_ulp / r.time_us
+        assert implied == pytest.approx(r.busbw_gb_s, abs=tol), (r.line, implied)
+        assert interconnect_family(catalog.gpu(r.gpu)) == r.interconnect_family
+        assert re.search(r"/blob/[0-9a-f]{40}/", r.source_url), r.source_url
+        assert text["placement"] in ("in-place", "out-of-place") and text["cuda_graphs"] == "n"
+    by_table: dict[tuple, list[int]] = {}
+    for r in rows:
+        by_table.setdefault(r.table, []).append(r.message_bytes)
+    for sizes in by_table.values():
+        assert sizes == [sizes[0] * 2**i for i in range(len(sizes))]
+    assert len(by_table) == 5
+
+
+def test_published_ranges_of_the_shipped_file():
+    """The ranges bench/calibration.py prints, from the shipped curves (nothing typed in): H100 and
+    H200 x8 (NVLS), A100 x8 and x4, GB200 x4 (ring)."""
+    rows = load_nccl_rows()
+    bulk = published_bulk_ranges(rows)
+    assert sorted(bulk) == [("NVLink3", 4), ("NVLink3", 8), ("NVLink4", 8), ("NVLink5", 4)]
+    nv4 = bulk[("NVLink4", 8)]
+    assert [round(t.fit.alpha_us, 1) for t in nv4.tables] == [52.2, 45.9]
+    assert (round(nv4.low_us, 1), round(nv4.high_us, 1)) == (35.6, 61.5)
+    assert round(bulk[("NVLink5", 4)].tables[0].fit.alpha_us, 1) == 29.7
+    small = published_small_ranges(rows)
+    assert {k: (v.low_us, v.high_us) for k, v in small.items()} == {("NVLink3", 4): (14.5, 16.29), ("NVLink5", 4): (15.36, 16.83)}
+
+
+def test_bulk_bounds_keep_every_published_gpu_count_within_range():
+    """The tp-2 bound of a family's large-message latency: the intersection over its GPU counts of
+    range / log2(n) (a call at n GPUs pays log2(n) times it). NVLink3: 4 GPUs give 50.0-70.0 us
+    (25-35 at tp 2), 8 GPUs 43.6-177.8 (14.5-59.3): the bound is 4 GPUs'."""
+    ranges = published_bulk_ranges(load_nccl_rows())
+    bounds = published_bulk_bounds()
+    assert sorted(bounds) == ["NVLink3", "NVLink4", "NVLink5"]
+    r4, r8 = ranges[("NVLink3", 4)], ranges[("NVLink3", 8)]
+    assert bounds["NVLink3"] == (max(r4.low_us / 2, r8.low_us / 3), min(r4.high_us / 2, r8.high_us / 3))
+    assert bounds["NVLink3"] == (r4.low_us / 2, r4.high_us / 2)
+    nv4 = ranges[("NVLink4", 8)]
+    assert bounds["NVLink4"] == pytest.approx((nv4.low_us / 3, nv4.high_us / 3), rel=1e-15)
+
+
+def test_bounded_bulk_fit_stays_in_the_published_range(catalog):
+    """H100 and H200 rows alone, one round: unbounded, the throughput rows put the NVLink4
+    large-message latency above the range the published curves allow; bounded, it stops at the
+    range's edge and says so."""
+    thr = [c for c in trtllm_cases(catalog, load_trtllm_rows()) if c.gpu_id in ("h100-sxm", "h200")]
+    lat = [c for c in latency_cases(catalog) if c.gpu_id in ("h100-sxm", "h200") and c.row.engine in FITTED_LATENCY_ENGINES]
+    lo, hi = published_bulk_bounds()["NVLink4"]
+    free = fit_joint(catalog, thr, lat, rounds=1)
+    bounded = fit_joint(catalog, thr, lat, rounds=1, bulk_within_published={"NVLink4"})
+    assert free.allreduce_bulk_us["NVLink4"] > hi
+    assert lo <= bounded.allreduce_bulk_us["NVLink4"] <= hi
+    assert bounded.allreduce_bulk_us["NVLink4"] == pytest.approx(hi, rel=1e-3)
+    assert bounded.allreduce_bulk_basis["NVLink4"].endswith(f"bounded to {lo:.1f}-{hi:.1f} us by published nccl-tests curves)")
+    assert "bounded" not in free.allreduce_bulk_basis["NVLink4"]
