@@ -40,10 +40,10 @@ Objective (lexicographic: two solves, then a rule)
      solvers' absolute gaps (HiGHS 1e-6, CBC 1e-9 here) at catalog scale. Skipped with
      tie_break=False (when only the optimum's cost is wanted: the cost of a constraint).
   3. among plans tied on both, each class served by one pool takes the config on its GPU type
-     that serves it with the same GPUs at the same cost and carries the most requests/s, then
-     the first label (canonical_ties, after the solves: the solver's own pick among exact ties
-     follows its search path, which another set of candidates changes). Skipped where
-     tie_break is, and for a service with plans to exclude.
+     that serves it with the same GPUs at the same cost with the more precise weights, then KV
+     cache, then the most requests/s, then the first label (canonical_ties, after the solves: the
+     solver's own pick among exact ties follows its search path, which another set of candidates
+     changes). Skipped where tie_break is, and for a service with plans to exclude.
 Constraints (per service s; names carry the service's name)
   one_split:            sum_{o in O(s)} y[o] = 1
   cover_{o,k}:          sum_{c in C(o,k)} u[c] x[c] >= r[o,k] y[o]
@@ -107,6 +107,7 @@ class Candidate:
     gpus_per_replica: int
     cost_per_replica_hour: float
     capacity_rps: float
+    precision_bits: tuple[float, float] = (0.0, 0.0)  # (weights, KV cache): among exact ties, the more precise is kept
 
 
 @dataclass(frozen=True)
@@ -266,32 +267,39 @@ def canonical_ties(sol: FleetSolution, candidates: Sequence[Candidate], min_repl
     """The plan among those tied on every term of the ILP's objective (cost, GPUs, pools, split) that
     does not depend on the candidates the solver was given: each class served by one pool takes, of
     the configs on the same GPU type that serve it alone with the same GPUs at the same cost, the
-    one that carries the most requests/s (the most headroom over the class's peak), then the first
-    label.
+    one with the more precise weights, then KV cache (a tie is no reason to quantise), then the one
+    that carries the most requests/s (the most headroom over the class's peak), then the first label.
 
     Which tied optimum a solver returns follows its search path, which another candidate set
     changes: the lazy search (lazy_solve), which bounds the pairs it has not searched, would
     otherwise show in an exploration's row another fleet than the plan's at the same cost. A pool
     moved to a pair the lazy search only bounds is searched there like any pair a plan uses, so its
     answer is the full evaluation's. The GPU type and its count stay, so caps, commitments and the
-    other classes' pools are untouched; a class with several pools is left as solved."""
+    other classes' pools are untouched; a class with several pools is left as solved, and so are
+    ties across GPU types (equal prices per GPU, or committed types both inside their reservations)."""
+
+    def rank(c_bits: tuple[float, float], carried_rps: float, label: str) -> tuple:
+        return (-c_bits[0], -c_bits[1], -carried_rps, label)
+
     pools_of: dict[str, int] = {}
     for p in sol.pools:
         pools_of[p.traffic_class] = pools_of.get(p.traffic_class, 0) + 1
+    bits = {(c.option, c.traffic_class, c.config): c.precision_bits for c in candidates}
     pools = []
     for p in sol.pools:
-        best = (-p.replicas * p.capacity_rps, p.config, p)
+        best = (rank(bits.get((sol.option, p.traffic_class, p.config), (0.0, 0.0)), p.replicas * p.capacity_rps, p.config), p)
         if pools_of[p.traffic_class] == 1:
             for c in candidates:
                 if (c.option, c.traffic_class, c.gpu) != (sol.option, p.traffic_class, p.gpu) or c.capacity_rps <= 0:
                     continue
                 replicas = max(min_replicas, math.ceil(p.rate_rps / c.capacity_rps - 1e-12))
                 cost = replicas * c.cost_per_replica_hour
+                key = rank(c.precision_bits, replicas * c.capacity_rps, c.config)
                 if (replicas * c.gpus_per_replica == p.gpus and math.isclose(cost, p.cost_per_hour, rel_tol=1e-12)
-                        and (-replicas * c.capacity_rps, c.config) < best[:2]):
-                    best = (-replicas * c.capacity_rps, c.config,
-                            replace(p, config=c.config, replicas=replicas, capacity_rps=c.capacity_rps, cost_per_hour=cost))
-        pools.append(best[2])
+                        and key < best[0]):
+                    best = (key, replace(p, config=c.config, replicas=replicas, capacity_rps=c.capacity_rps,
+                                         cost_per_hour=cost))
+        pools.append(best[1])
     return sol if all(a is b for a, b in zip(pools, sol.pools, strict=True)) else replace(sol, pools=tuple(pools))
 
 

@@ -49,6 +49,7 @@ class Config:
     weight_dtype: str
     kv_dtype: str
     price_usd_per_hour: float
+    precision_bits: tuple[float, float] = (0.0, 0.0)  # (weights, KV cache) bits per element: which tied plan to keep
 
     def label(self, limit: int) -> str:
         """Its name in reports, the JSON and the ILP's variables, with the context limit it serves."""
@@ -217,6 +218,11 @@ def traffic_classes(scn: Scenario, served: Histogram, limit: int, peak_rps: floa
     return out
 
 
+def precision_bits(catalog: Catalog, weight_dtype: str, kv_dtype: str) -> tuple[float, float]:
+    """Bits per element of the weights and of the KV cache (data/dtypes.yaml)."""
+    return catalog.dtype(weight_dtype).bits_per_element, catalog.dtype(kv_dtype).bits_per_element
+
+
 def candidate_configs(scn: Scenario, catalog: Catalog, model: Model, weight_dtypes, kv_dtypes) -> list[Config]:
     """Every supported config of the scenario's GPU candidates and tp degrees with these dtypes
     (only GPUs with their own measured efficiency factors when the scenario says verified_only)."""
@@ -230,7 +236,7 @@ def candidate_configs(scn: Scenario, catalog: Catalog, model: Model, weight_dtyp
             for w in weight_dtypes:
                 for kv in kv_dtypes:
                     if supported_problem(gpu, tp, catalog.dtype(w), catalog.dtype(kv), model) is None:
-                        out.append(Config(gpu, tp, w, kv, price))
+                        out.append(Config(gpu, tp, w, kv, price, precision_bits(catalog, w, kv)))
     return out
 
 

@@ -44,7 +44,8 @@ def service_model(scn: Scenario, classes, evals: Sequence[Evaluation], *, name: 
     ]
     cands = [
         Candidate(evaluation.traffic_class.option, evaluation.traffic_class.name, evaluation.config.label(evaluation.traffic_class.max_model_len),
-                  evaluation.config.gpu.id, evaluation.config.tp, evaluation.config.price_usd_per_hour * evaluation.config.tp, evaluation.capacity_rps)
+                  evaluation.config.gpu.id, evaluation.config.tp, evaluation.config.price_usd_per_hour * evaluation.config.tp, evaluation.capacity_rps,
+                  evaluation.config.precision_bits)
         for evaluation in undominated_evaluations(evals)
         if evaluation.traffic_class.option in chosen
     ]

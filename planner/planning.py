@@ -27,6 +27,7 @@ from planner.plan_objects import (
     Plan,
     PoolDetail,
     classes_short_of_capacity,
+    precision_bits,
     traffic_classes,
 )
 from planner.plan_search import Resolver, no_plan_message, outcome_of
@@ -150,7 +151,8 @@ def _given_fleet_plan(scn, catalog, model, hist, measured_peak_rps, *, traffic_n
         problem = supported_problem(gpu, fp.tp, catalog.dtype(fp.weight_dtype), catalog.dtype(fp.kv_dtype), model)
         if problem:
             raise InputError(f"fleet[{i}]: {problem}")
-        cfg = Config(gpu, fp.tp, fp.weight_dtype, fp.kv_dtype, prices.get(gpu.id, gpu.price_usd_per_hour))
+        cfg = Config(gpu, fp.tp, fp.weight_dtype, fp.kv_dtype, prices.get(gpu.id, gpu.price_usd_per_hour),
+                     precision_bits(catalog, fp.weight_dtype, fp.kv_dtype))
         lim = fp.context_limit or base_limit
         tc = next(t for t in classes[option] if t.max_model_len == lim)
         e = evaluator.evaluate(cfg, tc)

@@ -137,6 +137,17 @@ def test_exact_ties_go_to_the_pool_that_carries_most_whatever_the_candidates():
     assert [(p.config, p.replicas) for p in solve_fleet(opts, [tp2, tp1], min_replicas=2).pools] == [("g tp1", 2)]
 
 
+def test_exact_ties_keep_the_more_precise_weights_before_the_larger_capacity():
+    """A tie is no reason to quantise: 2 x tp1 int4 carries more than 1 x tp2 bf16 at the same cost
+    and GPUs, and the bf16 pool is kept; between bf16 weights the fp8 KV cache yields to bf16."""
+    opts = [SplitOption("none", None, {"all": 14.4})]
+    int4 = Candidate("none", "all", "g tp1 w:int4", "g", 1, 2.99, 9.9, (4.25, 16.0))
+    bf16 = Candidate("none", "all", "g tp2 w:bf16", "g", 2, 5.98, 19.169, (16.0, 16.0))
+    fp8_kv = Candidate("none", "all", "g tp2 w:bf16 kv:fp8", "g", 2, 5.98, 19.5, (16.0, 8.0))
+    for cands in ([int4, bf16], [bf16, int4], [int4, fp8_kv, bf16]):
+        assert [(p.config, p.replicas) for p in solve_fleet(opts, cands).pools] == [("g tp2 w:bf16", 1)]
+
+
 def test_canonical_ties_leave_a_class_of_several_pools_and_other_gpu_types_alone():
     opts = [SplitOption("none", None, {"all": 14.4})]
     a = Candidate("none", "all", "a tp1", "a", 1, 2.0, 9.0)
