@@ -100,7 +100,9 @@ def backlog_regime(*, rate_rps: float, resident: float, chunk_tokens: float, dec
     # the piled-up decoders leave, not the one at N (with a small budget, C - N overstates it).
     n_b = min(mean_decode_steps * chunk_tokens / (mean_new_tokens + mean_decode_steps), n_cap)
     piles_up = n_b > resident * (1.0 + 1e-6)
-    if not piles_up and n_b < n_cap:
+    # Without a pile-up only a resident batch at the cache's own cap keeps a regime (below).
+    at_cache_cap = cap_decoders <= chunk_tokens - 1.0 and n_b >= n_cap and resident <= n_cap * (1.0 + 1e-6)
+    if not piles_up and not at_cache_cap:
         return None
     t_b = float(decode_s(n_b))
 

@@ -53,6 +53,7 @@ def test_at_the_cache_cap_the_regime_is_reached_not_dropped():
     assert below.fill_s < 1e-3 and at.fill_s == 0.0
     assert (at.decoders, at.decode_s, at.stretch, at.load) == (below.decoders, below.decode_s, below.stretch, below.load)
     assert _regime(resident=300.0, cap_decoders=300.0, rate_at_cap_rps=100.0) is None  # no stretch: the queue at N
+    assert _regime(resident=400.0, cap_decoders=300.0, rate_at_cap_rps=7.0) is None  # above the cap: no regime at it
 
 
 def test_with_a_small_budget_the_decoders_leave_prompts_the_rest_of_it():

@@ -160,3 +160,19 @@ def test_the_window_helpers_match_brute_force():
     a = np.r_[0.0, rng.exponential(2.0, 30), 100.0]
     assert _min_mean(t, w, a) == pytest.approx((np.minimum(t[None, :], a[:, None]) @ w) / w.sum())
     assert _past_square(t, w, a) == pytest.approx(np.maximum(t[None, :] - a[:, None], 0.0) ** 2 @ w, abs=1e-9)
+
+
+def test_an_idle_capped_replica_waits_nothing(catalog):
+    """At zero load nothing is in flight: the point is stable and a request's TTFT is its own
+    prefill, as without θ (target_floors reads this point)."""
+    dep = make_deployment(catalog, model="llama-3.1-8b", gpu="h100-sxm", max_model_len=131072)
+    capped = dataclasses.replace(dep, engine=dep.engine.model_copy(update={"long_prefill_token_threshold": 2048}))
+    hist = Histogram.from_arrays(np.r_[np.full(900, 1000), np.full(100, 60_000)], np.full(1000, 200))
+    slo = SLO((Band("short", 0, 8192, Target("p99", 2.0)), Band("long", 8192, None, Target("p99", 30.0))))
+    rm = ReplicaModel(capped, token_profile(hist), slo)
+    pt = rm.latency.at(0.0, rm.decode_s(1.0), 1.0)
+    assert pt.stable and all(w.mean_s == 0.0 for w in pt.waits)
+    for band in (0, 1):
+        cells = rm.latency.band_cells[band]
+        assert pt.ttft_mean(band) == pytest.approx(float(np.dot(rm.latency.cells.weight[cells], pt.own_s[cells])
+                                                         / rm.latency.cells.weight[cells].sum()), rel=1e-12)
