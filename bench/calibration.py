@@ -206,8 +206,9 @@ def print_bulk_allreduce(cal: Calibration, catalog, nccl: Sequence[NcclRow]) -> 
     ranges = published_bulk_ranges(nccl)
     print("   large messages (roofline.allreduce_call_s: the faster of the two protocols per message; small messages move")
     print(f"   at {SMALL_MESSAGE_BANDWIDTH_SHARE:g} of the link rate, NCCL LL, Hu et al. arXiv:2507.04786), against the fixed cost")
-    print("   of published nccl-tests curves: the intercept of time = alpha + bus_bytes / busbw, least squares on sizes from")
-    print(f"   {BULK_MIN_BYTES // 2**20} MiB to the first at {PLATEAU_SHARE:g} of the curve's peak bus bandwidth, +- {RANGE_SE:g} standard errors")
+    print("   of published nccl-tests curves: the intercept of time = alpha + bus_bytes / busbw, least relative squares on sizes")
+    print(f"   from {BULK_MIN_BYTES // 2**20} MiB to the first at {PLATEAU_SHARE:g} of the curve's peak bus bandwidth, +- {RANGE_SE:g} standard"
+          " errors within 0 and the quickest call")
     for fam, us in j.allreduce_bulk_us.items():
         basis = j.allreduce_bulk_basis[fam]
         if us is None:
@@ -367,7 +368,7 @@ def print_forms(catalog: Catalog) -> None:
     forms = (
         ("without per-layer overhead", False, BULK_ALLREDUCE, BULK_WITHIN_PUBLISHED),
         ("one all-reduce protocol", LAYER_OVERHEAD, False, BULK_WITHIN_PUBLISHED),
-        ("bulk latency in nccl range", LAYER_OVERHEAD, BULK_ALLREDUCE, every),
+        ("bulk latency in nccl range (every family with one)", LAYER_OVERHEAD, BULK_ALLREDUCE, every),
         ("the catalog's form", LAYER_OVERHEAD, BULK_ALLREDUCE, BULK_WITHIN_PUBLISHED),
     )
     for label, layer, bulk, within in forms:

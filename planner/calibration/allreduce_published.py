@@ -75,26 +75,34 @@ class AlphaBeta:
     n_points: int
     first_bytes: int
     last_bytes: int
+    shortest_us: float = float("inf")  # the quickest call fitted: no fixed cost exceeds it
 
 
 def alpha_beta_fit(message_bytes: Sequence[float], time_us: Sequence[float], n_gpus: int) -> AlphaBeta:
     """The alpha-beta (Hockney) model of one collective, time = alpha + bus_bytes / busbw, by least
-    squares on the measured times (Hockney, "The communication challenge for MPP", Parallel
-    Computing 20, 1994; bus bytes as nccl-tests counts them: bus_bytes). alpha is the fixed cost
-    of a call, the quantity roofline.allreduce_call_s's latency terms stand for; its standard
-    error is the usual OLS one, sqrt(s^2 (X'X)^-1)[0, 0] with s^2 the residual variance."""
+    squares on the measured times relative to each time (Hockney, "The communication challenge for
+    MPP", Parallel Computing 20, 1994; bus bytes as nccl-tests counts them: bus_bytes). alpha is the
+    fixed cost of a call, the quantity roofline.allreduce_call_s's latency terms stand for.
+
+    Relative, not absolute, residuals: the times of a curve span two or three decades, and plain
+    least squares lets the largest messages (and the bend of the bandwidth curve towards its
+    plateau) set the intercept, which then exceeded the whole 1 MiB call on four of the five
+    shipped curves. Its standard error is the weighted least-squares one, sqrt(s^2 (X'WX)^-1)[0, 0]
+    with W = diag(1/t^2) and s^2 the weighted residual variance."""
     size = np.asarray(message_bytes, float)
     t = np.asarray(time_us, float)
     if len(size) < 2 or len(set(size)) < 2:
         raise ValueError(f"an alpha-beta fit needs two message sizes or more, got {sorted({int(s) for s in size})}")
     x = np.column_stack([np.ones_like(size), bus_bytes(size, n_gpus)])
-    coef, *_ = np.linalg.lstsq(x, t, rcond=None)
+    coef, *_ = np.linalg.lstsq(x / t[:, None], np.ones_like(t), rcond=None)
     dof = len(t) - 2
     se = float("nan")
     if dof > 0:
-        resid = t - x @ coef
-        se = float(np.sqrt(np.linalg.inv(x.T @ x)[0, 0] * (resid @ resid) / dof))
-    return AlphaBeta(float(coef[0]), se, float(1e-3 / coef[1]), len(t), int(size.min()), int(size.max()))
+        resid = (t - x @ coef) / t
+        w = 1.0 / t**2
+        se = float(np.sqrt(np.linalg.inv(x.T @ (x * w[:, None]))[0, 0] * (resid @ resid) / dof))
+    return AlphaBeta(float(coef[0]), se, float(1e-3 / coef[1]), len(t), int(size.min()), int(size.max()),
+                     float(t.min()))
 
 
 def bulk_region(rows: Sequence[NcclRow]) -> list[NcclRow]:
@@ -157,8 +165,8 @@ def _tables(rows: Sequence[NcclRow]) -> dict[tuple[str, int, str], list[NcclRow]
 
 def published_bulk_ranges(rows: Sequence[NcclRow]) -> dict[tuple[str, int], PublishedRange]:
     """(family, GPU count) -> the large-message all-reduce latency its published curves give: each
-    curve's alpha_beta_fit on its bulk_region, the range alpha +- RANGE_SE standard errors, widened
-    over every curve of that family and count."""
+    curve's alpha_beta_fit on its bulk_region, the range alpha +- RANGE_SE standard errors within
+    [0, the curve's quickest call there], widened over every curve of that family and count."""
     fits: dict[tuple[str, int], list[TableFit]] = {}
     for (gpu, n, url), table in sorted(_tables(rows).items()):
         region = bulk_region(table)
@@ -171,8 +179,9 @@ def published_bulk_ranges(rows: Sequence[NcclRow]) -> dict[tuple[str, int], Publ
         )
     ranges = {}
     for (family, n), tables in sorted(fits.items()):
-        low = min(t.fit.alpha_us - RANGE_SE * t.fit.alpha_se_us for t in tables)
-        high = max(t.fit.alpha_us + RANGE_SE * t.fit.alpha_se_us for t in tables)
+        # A fixed cost lies between 0 and the quickest call its curve measured.
+        low = min(max(t.fit.alpha_us - RANGE_SE * t.fit.alpha_se_us, 0.0) for t in tables)
+        high = max(min(t.fit.alpha_us + RANGE_SE * t.fit.alpha_se_us, t.fit.shortest_us) for t in tables)
         ranges[(family, n)] = PublishedRange(family, n, low, high, tuple(tables))
     return ranges
 
