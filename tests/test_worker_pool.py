@@ -235,7 +235,8 @@ def _until_the_worker_claims(folder) -> None:
     import time
 
     deadline = time.monotonic() + 60.0
-    while not list(folder.glob("planner-claims-*/claims/*")) and time.monotonic() < deadline:
+    while not list(folder.glob("planner-claims-*/claims/*")):
+        assert time.monotonic() < deadline, "the worker claimed no item in a minute"
         time.sleep(0.01)
 
 
