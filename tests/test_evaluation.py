@@ -163,3 +163,40 @@ def test_highs_prints_nothing(capfd):
             "assert s.status == 'Optimal' and s.pools[0].replicas == 3\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout == ""
+
+
+def test_replays_started_ahead_are_the_ones_certification_would_run(catalog, monkeypatch):
+    """The per-GPU plans' replays started in threads before the levers (certification.replay_ahead)
+    are the ones certification would run, each run once, and give the same per-GPU rows."""
+    import planner.certification as certification
+    import planner.exploration as exploration
+    from planner.planning import make_plan
+
+    replayed = []
+    replay = certification._replay
+
+    def recording(st, setting):
+        replayed.append((setting.name, setting.config, setting.replicas, round(setting.rate_rps, 9)))
+        return replay(st, setting)
+
+    monkeypatch.setattr(certification, "_replay", recording)
+
+    scn = Scenario.model_validate({
+        "name": "t", "model": "llama-3.1-8b", "context_limit": 16384,
+        "traffic": {"source": {"constant": {"prompt_tokens": 1, "output_tokens": 1}}},
+        "slo": {"bands": [{"ttft_s": 2.0, "tpot_ms": 60}]},
+        "gpus": ["h100-sxm", "l40s"], "tp": [1], "weight_dtypes": ["bf16"], "kv_dtypes": ["fp8"],
+        "verify": True, "simulation": {"requests": 1000, "band_requests": 1000},
+    })
+    model, hist = catalog.model("llama-3.1-8b"), mixed_traffic().select_total(at_most=16384)
+
+    def per_gpu_rows():
+        plan = make_plan(scn, catalog, model, hist, 4.0)
+        return [(o.name, o.feasible, round(o.cost_per_hour, 9), o.gpus, o.summary, o.why_not) for o in plan.per_gpu]
+
+    ahead = per_gpu_rows()
+    replayed_ahead, replayed[:] = sorted(replayed), []
+    monkeypatch.setattr(exploration, "replay_ahead", lambda parts: None)
+    assert per_gpu_rows() == ahead
+    assert sorted(replayed) == replayed_ahead and len(set(replayed_ahead)) == len(replayed_ahead)
+    assert len(ahead) == 2 and any(feasible for _, feasible, *_ in ahead)
