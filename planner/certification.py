@@ -54,14 +54,13 @@ def certify_plans(parts, resolve, *, rounds: int) -> list[tuple[list[Evaluation]
     new solution. Returns each part's evaluations, solution, pools (with their checks) and
     certification."""
     state = [[st, evals, sol, pools, []] for st, evals, sol, pools in parts]
-    key = _replay_key
     spent = 0
     while True:
         # Replays already run for a scenario are kept (the plan's, the per-GPU plans'), and those
         # started ahead (replay_ahead) are waited for.
         todo = []
         for st, _, _, pools, _ in state:
-            fresh = {key(pool): pool for pool in pools if key(pool) not in st.evaluator.checks}
+            fresh = {_replay_key(pool): pool for pool in pools if _replay_key(pool) not in st.evaluator.checks}
             todo += [(st, k, pool_setting(pool, st.scn, pools, st.trace)) for k, pool in fresh.items()]
         # The simulator's loop releases the GIL: pools replay side by side, one thread each.
         done = []
@@ -73,14 +72,14 @@ def certify_plans(parts, resolve, *, rounds: int) -> list[tuple[list[Evaluation]
                 step.advance()
         for (st, k, _), check in zip(todo, done, strict=True):
             st.evaluator.checks[k] = check
-        missing = [[pool for pool in pools if not st.evaluator.checks[key(pool)].holds] for st, _, _, pools, _ in state]
+        missing = [[pool for pool in pools if not st.evaluator.checks[_replay_key(pool)].holds] for st, _, _, pools, _ in state]
         if not any(missing) or spent == rounds:
             break
         spent += 1
         for (st, evals, _, pools, changes), miss in zip(state, missing, strict=True):
             slo, sim = st.scn.slo.to_slo(), st.scn.simulation
             for pool in miss:
-                check = st.evaluator.checks[key(pool)]
+                check = st.evaluator.checks[_replay_key(pool)]
                 tc = pool.traffic_class
                 config = pool.config.label(tc.max_model_len)
                 if not check.problems:  # held at the planned peak with Poisson arrivals, not under the log's bursts
@@ -104,8 +103,8 @@ def certify_plans(parts, resolve, *, rounds: int) -> list[tuple[list[Evaluation]
     out = []
     for st, evals, sol, pools, changes in state:
         sim = st.scn.simulation
-        certified = all(st.evaluator.checks[key(pool)].holds for pool in pools)
-        pools = [dataclasses.replace(pool, check=st.evaluator.checks[key(pool)]) for pool in pools]
+        certified = all(st.evaluator.checks[_replay_key(pool)].holds for pool in pools)
+        pools = [dataclasses.replace(pool, check=st.evaluator.checks[_replay_key(pool)]) for pool in pools]
         out.append((evals, sol, pools, Certification(certified, spent, tuple(changes), sim.requests, sim.band_requests,
                                                      sim.seed)))
     return out

@@ -63,12 +63,12 @@ def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, reserved=None,
         ]
         step.advance()
         # The per-GPU plans' replays run in threads while the levers are computed here.
-        per_gpu_plans = _per_gpu_plans(scn, st, st.configs, classes, solve, reserved) if plan.certification else []
-        replay_ahead([(st, details) for _, _, res, details in per_gpu_plans if res is not None and res.pools])
+        per_gpu_plans = _per_gpu_plans(st, solve, reserved) if plan.certification else []
+        replay_ahead([(st, details) for *_, details in per_gpu_plans])
         levers = _levers(scn, st.catalog, st.model, st.served, st.limit, st.peak_rps, st.evaluator, st.configs, classes,
                          evals, sol, inventory, solve, context)
         step.advance()
-        per_gpu = _per_gpu(st, per_gpu_plans, classes, inventory, solve, reserved)
+        per_gpu = _per_gpu(st, per_gpu_plans, inventory, solve, reserved)
         step.advance()
         swept = sweep()
         step.advance()
@@ -79,12 +79,12 @@ def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, reserved=None,
 TTFT_SWEEP = (0.5, 0.75, 1.0, 1.5, 2.0)  # multipliers on every band's TTFT limit
 
 
-def _per_gpu_plans(scn, st: Setup, configs, classes, solve, reserved) -> list[tuple]:
+def _per_gpu_plans(st: Setup, solve, reserved) -> list[tuple]:
     """The cheapest plan on each candidate GPU type alone, by the model: (name, evaluations,
     solution or None when no config runs on it, its pools' details)."""
-    out = []
-    for cand in scn.gpu_candidates:
-        cfgs = [c for c in configs if c.gpu.id == cand.id]
+    out, classes = [], st.classes
+    for cand in st.scn.gpu_candidates:
+        cfgs = [c for c in st.configs if c.gpu.id == cand.id]
         if not cfgs:
             out.append((f"{cand.id} only", None, None, []))
             continue
@@ -94,10 +94,10 @@ def _per_gpu_plans(scn, st: Setup, configs, classes, solve, reserved) -> list[tu
     return out
 
 
-def _per_gpu(st: Setup, plans: list[tuple], classes, inventory, solve, reserved) -> list[Outcome]:
+def _per_gpu(st: Setup, plans: list[tuple], inventory, solve, reserved) -> list[Outcome]:
     """Each GPU type's own plan (_per_gpu_plans), certified by simulation as the plan is: what
     committing to one type costs, with latencies checked, not only modelled."""
-    out = []
+    out, classes = [], st.classes
     for name, evs, res, details in plans:
         if res is None:
             out.append(Outcome(name, False, math.inf, 0, "", "no supported config on it"))

@@ -49,7 +49,7 @@ class Config:
     weight_dtype: str
     kv_dtype: str
     price_usd_per_hour: float
-    precision_bits: tuple[float, float] = (0.0, 0.0)  # (weights, KV cache) bits per element: which tied plan to keep
+    precision_bits: tuple[float, float]  # (weights, KV cache) bits per element: which tied plan to keep
 
     def label(self, limit: int) -> str:
         """Its name in reports, the JSON and the ILP's variables, with the context limit it serves."""

@@ -75,7 +75,7 @@ class AlphaBeta:
     n_points: int
     first_bytes: int
     last_bytes: int
-    shortest_us: float = float("inf")  # the quickest call fitted: no fixed cost exceeds it
+    shortest_us: float  # the quickest call fitted: no fixed cost exceeds it
 
 
 def alpha_beta_fit(message_bytes: Sequence[float], time_us: Sequence[float], n_gpus: int) -> AlphaBeta:
