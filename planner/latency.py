@@ -60,6 +60,7 @@ carrying a chunk costlier than y is λ·t̄·Σ w_c·#{chunks of c costing more 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -364,15 +365,24 @@ class LatencyPoint:
         # A step's cost: the capped prompts' compute a token (token-weighted) and the decode part.
         per_token_s = float(np.dot(share, m.prefill_s[capped]) / max(np.dot(share, c.new_tokens[capped]), 1e-300))
         regime = None
+        step = SlotStep(k, budget, self.t_dec, per_token_s)
         if backlog is not None:
+            # Decoders follow the slots (SlotStep.state_decode_s), on the line from N to the regime's n_b.
+            resident = m.chunk_tokens - budget
+            slope = (backlog.decode_s - self.t_dec) / (backlog.decoders - resident) if backlog.decoders > resident else 0.0
+            step = SlotStep(k, budget, self.t_dec, per_token_s,
+                            decode_rate=self.rate * float(np.dot(c.weight, c.decode_steps)), decoders=resident,
+                            decode_slope_s=slope, max_decoders=max(backlog.decoders, resident),
+                            short_share=self.rate * float(np.dot(c.weight[~capped], m.prefill_s[~capped])))
             work_b = regime_service_s(m.prefill_s, c.new_tokens, m.chunk_tokens, backlog)
-            step_b = SlotStep(k, max(m.chunk_tokens - backlog.decoders, 1.0), backlog.decode_s, per_token_s)
+            step_b = dataclasses.replace(step, budget_tokens=max(m.chunk_tokens - backlog.decoders, 1.0),
+                                         decode_s=backlog.decode_s, decoders=max(backlog.decoders, resident))
             regime = CappedRegime(work_b[capped], self.rate * float(np.dot(c.weight[~capped], work_b[~capped])),
                                   step_b, backlog.fill_s)
         owner, chunk_flops = m.capped_chunks(int(k))
         chunk_s = chunk_flops / m.flops_per_s
         waits = capped_waits(self.rate * float(share.sum()), work_s[capped], share, rho_short,
-                             SlotStep(k, budget, self.t_dec, per_token_s), np.ceil(c.new_tokens[capped] / k),
+                             step, np.ceil(c.new_tokens[capped] / k),
                              m.prefill_s[capped], chunk_s, c.weight[owner] * (chunk_s + self.t_dec), m.horizon_s, regime)
         if waits is None:
             self.wait, self.waits = None, (None,)

@@ -25,6 +25,17 @@ decode part of a step is counted once, in its own steps.
   occupancy): P(n) ∝ Π_{j<=n} r/φ(j), geometric from c on. At φ = 1 this is the geometric
   (1 - r)·rⁿ of plain processor sharing; with 16 slots of θ = 512 and a decode part of half a
   chunk's compute, P(n >= c) at 95% of the simulated saturation goes from 2.8% to 4.3%.
+- Decoders follow the slots (SlotStep.state_decode_s). Every running sequence decodes one token a
+  step (vLLM v1 schedules the running requests first), so a request decodes for o - 1 steps
+  whatever they last, and where steps last T the decoders settle at n = λ·E[o - 1]·T (Little's
+  law): steps that carry many capped prompts' chunks hold more decoders, whose decode part slows
+  those steps again. The mean model's N is the decoders a step carries on average; a moment in
+  time sees more (the simulator at θ = 512, 95% load: 94 a step, 238 a second, 496 while requests
+  wait for a slot, 181 otherwise). So φ(j) takes the decode part at the decoders j slots hold,
+  T_j = (t_dec(n_j) + min(jθ, C')·u) / (1 - ρ_s) with ρ_s the compute share of the prompts of at
+  most θ tokens and t_dec linear between N and the backlog regime's n_b (planner.backlog), n_j in
+  [N, n_b]; φ(c) < 1 then, the tail beyond c is geometric with ratio r / φ(c) and the blocked
+  wait below runs at load r / φ(c) (a queue whose full steps never clear the work is unstable). Without a backlog regime the decode part stays t_dec(N).
 - A request arriving when n >= c waits for a slot, FCFS: M/G/c, whose wait given that it waits
   is about exponential with mean (1 + cv²)/2 · E[H] / (c(1 - r)) (Allen-Cunneen; Köllerström's
   heavy-traffic limit), H the time a prompt holds its slot (slot_hold_s): ceil(p/θ) full steps,
@@ -47,12 +58,11 @@ at N to those at the regime's n_b decoders (c_b = ceil((C - n_b)/θ)), interpola
 the in-service count keeps the occupancy's shape, scaled to the rest.
 
 bench/accuracy.py, θ = 512 on 16 slots (8B, 2 x H200, the long-tail mix) at 95% of the simulated
-saturation: the short band's TTFT p99 goes from -94% to -66% (the memoryless departure gap of
-the earlier model put the blocked wait's mean at 0.6 s, the simulator's is about 8 s), its p90
-stays at -86%: the simulator has every slot taken about 20% of the time against the model's 4%.
-That gap is the metastable episodes planner.backlog describes (decoders at 230 on average in
-the simulator against the mean model's 89, slots full for seconds at a time), which a reading
-at the state a wait reaches with τ about 44 s does not reach.
+saturation: the short band's TTFT p90 went from -86% to -22% and its p99 from -66% to -11% when the
+decoders came to follow the slots (every slot taken 15.6% of the time in the model, 18-20% in the
+simulator, against 4.3% at a fixed decode part); over all 252 percentile points the worst went from
+-86% to -55% (the same pool at 80%, short band TTFT p99: the spread of a capped prompt's own stay,
+which the model takes at its mean), the median from 9.2% to 8.8%, no point outside the θ pools moved.
 
 Where this departs from vLLM v1: with more than c capped prompts waiting, the ones in flight are
 served in admission order, and a step's decode part moves with the decoders present; processor
@@ -76,32 +86,64 @@ CHUNKS_SEEN = 1.5  # the remainder of the step in flight (half on average) and t
 @dataclass(frozen=True)
 class SlotStep:
     """A step of the capped queue: θ, the budget C' = C - n the decodes leave, their decode part
-    t_dec(n), and the compute of a capped prompt's token (the capped prompts' mean, token-weighted)."""
+    t_dec(n), and the compute of a capped prompt's token (the capped prompts' mean, token-weighted).
+
+    Decoders that follow the slots (state_decode_s): `decode_rate` (λ·E[o - 1], decode tokens a
+    second), the `decoders` n at which decode_s holds, `decode_slope_s` (d t_dec / dn), `max_decoders`
+    and `short_share` (the compute share of the prompts of at most θ tokens). 0 decode_rate: the
+    decode part is decode_s whatever the slots hold."""
 
     cap_tokens: float
     budget_tokens: float
     decode_s: float
     compute_s_per_token: float
+    decode_rate: float = 0.0
+    decoders: float = 0.0
+    decode_slope_s: float = 0.0
+    max_decoders: float = 0.0
+    short_share: float = 0.0
 
     @property
     def servers(self) -> int:
         """c = ceil(C'/θ): the prompts a full step carries θ tokens of."""
         return max(1, math.ceil(self.budget_tokens / self.cap_tokens - 1e-9))
 
+    def state_decode_s(self, tokens: np.ndarray) -> np.ndarray:
+        """t_dec at the decoders present while the steps carry `tokens` capped prompt tokens each.
+        A decoder needs o - 1 steps, so where steps last T the decoders settle at n = λ·E[o - 1]·T
+        (Little's law), T = (t_dec(n) + tokens·u) / (1 - ρ_s): steps full of long prompts' chunks hold
+        more decoders, whose decode part slows those steps further. t_dec is linear in n here (the
+        line through t_dec at `decoders` and at the backlog regime's), n at most max_decoders."""
+        tokens = np.asarray(tokens, float)
+        if self.decode_rate <= 0.0:
+            return np.full(tokens.shape, self.decode_s)
+        gain = self.decode_rate / max(1.0 - self.short_share, 1e-12)
+        intercept = self.decode_s - self.decode_slope_s * self.decoders
+        denom = 1.0 - gain * self.decode_slope_s
+        n = np.full(tokens.shape, self.max_decoders)
+        if denom > 0:
+            n = np.minimum(gain * (intercept + tokens * self.compute_s_per_token) / denom, self.max_decoders)
+        n = np.maximum(n, self.decoders)
+        return self.decode_s + self.decode_slope_s * (n - self.decoders)
+
     def toward(self, other: SlotStep, phi: float) -> SlotStep:
         """The step φ of the way from this one to `other` (a level of the backlog reading)."""
-        return SlotStep(self.cap_tokens, self.budget_tokens + phi * (other.budget_tokens - self.budget_tokens),
-                        self.decode_s + phi * (other.decode_s - self.decode_s),
-                        self.compute_s_per_token + phi * (other.compute_s_per_token - self.compute_s_per_token))
+        def mid(a: float, b: float) -> float:
+            return a + phi * (b - a)
+        return SlotStep(self.cap_tokens, mid(self.budget_tokens, other.budget_tokens), mid(self.decode_s, other.decode_s),
+                        mid(self.compute_s_per_token, other.compute_s_per_token), self.decode_rate,
+                        mid(self.decoders, other.decoders), self.decode_slope_s, self.max_decoders, self.short_share)
 
 
 def slot_speeds(step: SlotStep) -> np.ndarray:
     """φ(j), j = 1..c: the capped queue's speed with j prompts in flight, relative to a full step.
     A step carries min(jθ, C') prompt tokens and lasts t_dec + min(jθ, C')·u, so it does
-    min(jθ, C')·(u + t_dec/C') of the work S (module docstring) in that time; φ(c) = 1."""
+    min(jθ, C')·(u + t_dec/C') of the work S (module docstring) in that time; φ(c) = 1 where the
+    decode part does not follow the slots, else below 1 where full steps hold more decoders
+    (SlotStep.state_decode_s)."""
     tokens = np.minimum(np.arange(1, step.servers + 1) * step.cap_tokens, step.budget_tokens)
     per_token = step.compute_s_per_token + step.decode_s / step.budget_tokens
-    return np.minimum(tokens * per_token / (step.decode_s + tokens * step.compute_s_per_token), 1.0)
+    return np.minimum(tokens * per_token / (step.state_decode_s(tokens) + tokens * step.compute_s_per_token), 1.0)
 
 
 def occupancy(r: float, speeds: np.ndarray) -> tuple[np.ndarray, float]:
@@ -114,8 +156,9 @@ def occupancy(r: float, speeds: np.ndarray) -> tuple[np.ndarray, float]:
     (the simulator's 20% against 4% at θ = 512, 95% load; module docstring)."""
     log_prod = np.concatenate([[0.0], np.cumsum(np.log(r / speeds))])  # n = 0..c
     prod = np.exp(log_prod - log_prod.max())
-    total = prod.sum() + prod[-1] * r / (1.0 - r)
-    return prod[:-1] / total, float(prod[-1] / (1.0 - r) / total)
+    beyond = r / speeds[-1]  # from c on the speed stays φ(c)
+    total = prod.sum() + prod[-1] * beyond / (1.0 - beyond)
+    return prod[:-1] / total, float(prod[-1] / (1.0 - beyond) / total)
 
 
 def slot_hold_s(step: SlotStep, steps: np.ndarray, compute_s: np.ndarray) -> np.ndarray:
@@ -123,7 +166,8 @@ def slot_hold_s(step: SlotStep, steps: np.ndarray, compute_s: np.ndarray) -> np.
     steps (`steps`), each lasting the decode part and the others' chunks, t_dec + (C' - θ)·u, plus
     its own chunks' compute (`compute_s`, its prefill). A long prompt's late chunks, costly in
     attention, lengthen the very steps it holds its slot in."""
-    return steps * (step.decode_s + max(step.budget_tokens - step.cap_tokens, 0.0) * step.compute_s_per_token) + compute_s
+    full = float(step.state_decode_s(np.array(step.budget_tokens)))
+    return steps * (full + max(step.budget_tokens - step.cap_tokens, 0.0) * step.compute_s_per_token) + compute_s
 
 
 def blocked_decay_s(rate_rps: float, r: float, hold_s: np.ndarray, weight: np.ndarray) -> float:
@@ -178,8 +222,11 @@ def _level(rate_rps: float, work_s: np.ndarray, weight: np.ndarray, rho_short: f
         return None
     if r <= 0.0:  # no capped prompt arrives: none in flight, none waits (a queue that clears)
         return _Level(0.0, np.eye(1, step.servers)[0], 0.0, 1.0)
-    below, blocked = occupancy(r, slot_speeds(step))
-    return _Level(r, below, blocked, blocked_decay_s(rate_rps, r, slot_hold_s(step, steps, compute_s), weight))
+    speeds = slot_speeds(step)
+    if not r < speeds[-1]:  # full steps, slowed by the decoders they hold, never clear the queue
+        return None
+    below, blocked = occupancy(r, speeds)
+    return _Level(r, below, blocked, blocked_decay_s(rate_rps, r / speeds[-1], slot_hold_s(step, steps, compute_s), weight))
 
 
 def _state_read_survival(x_s: np.ndarray, rate_rps: float, work_s: np.ndarray, weight: np.ndarray,

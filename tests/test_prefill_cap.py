@@ -176,3 +176,54 @@ def test_an_idle_capped_replica_waits_nothing(catalog):
         cells = rm.latency.band_cells[band]
         assert pt.ttft_mean(band) == pytest.approx(float(np.dot(rm.latency.cells.weight[cells], pt.own_s[cells])
                                                          / rm.latency.cells.weight[cells].sum()), rel=1e-12)
+
+
+# Decoders that follow the slots: 2,000 decode tokens a second, t_dec = 10 ms at N = 50 rising
+# 0.05 ms a decoder, at most 400 decoders; the prompts of at most θ tokens take 20% of the compute.
+FOLLOWING = SlotStep(100, 450, 0.01, 1e-4, decode_rate=2000.0, decoders=50.0, decode_slope_s=5e-5,
+                     max_decoders=400.0, short_share=0.2)
+
+
+def test_decoders_settle_where_littles_law_meets_the_steps_they_slow():
+    """n = λ·E[o - 1]·T with T = (t_dec(n) + tokens·u) / (1 - ρ_s): solved here by iterating the
+    map, against state_decode_s's closed form; clamped to [N, n_b]; fixed without a decode rate."""
+    tokens = np.array([0.0, 100.0, 300.0, 450.0])
+    got = FOLLOWING.state_decode_s(tokens)
+    for t_tokens, t_dec in zip(tokens, got, strict=True):
+        n = 50.0
+        for _ in range(2000):
+            n = 2000.0 * (0.01 + 5e-5 * (n - 50.0) + t_tokens * 1e-4) / 0.8
+        n = min(max(n, 50.0), 400.0)
+        assert t_dec == pytest.approx(0.01 + 5e-5 * (n - 50.0), rel=1e-9)
+    assert got[0] == pytest.approx(0.01)  # 2000 · 10 ms / 0.8 = 25 decoders, below N: N's
+    # A tighter cap binds; a slope at which the decoders never settle takes the cap too.
+    assert dataclasses.replace(FOLLOWING, max_decoders=60.0).state_decode_s(tokens)[-1] == pytest.approx(0.0105)
+    assert dataclasses.replace(FOLLOWING, decode_slope_s=1e-3).state_decode_s(tokens)[-1] == pytest.approx(0.01 + 1e-3 * 350)
+    assert np.all(dataclasses.replace(FOLLOWING, decode_rate=0.0).state_decode_s(tokens) == 0.01)
+
+
+def test_full_steps_that_hold_more_decoders_slow_the_tail_of_the_occupancy():
+    """With the decoders following the slots φ(c) < 1, and the occupancy is still the birth-death
+    chain's (deaths φ(min(n, c))/E[S]); a load at or past φ(c) has no level (None)."""
+    speeds = slot_speeds(FOLLOWING)
+    fixed = slot_speeds(dataclasses.replace(FOLLOWING, decode_rate=0.0))
+    assert fixed[-1] == pytest.approx(1.0)
+    assert np.all(speeds <= fixed) and speeds[-1] < 1.0  # one chunk a step holds no more than N
+    full_dec = float(FOLLOWING.state_decode_s(np.array(450.0)))
+    assert speeds[-1] == pytest.approx(450 * (1e-4 + 0.01 / 450) / (full_dec + 450 * 1e-4))
+    r, mean_s, size, c = 0.7, 0.2, 600, FOLLOWING.servers
+    death = np.array([0.0] + [speeds[min(n, c) - 1] / mean_s for n in range(1, size)])
+    q = np.zeros((size, size))
+    for n in range(size - 1):
+        q[n, n + 1] = r / mean_s
+        q[n + 1, n] = death[n + 1]
+    q -= np.diag(q.sum(axis=1))
+    pi = np.linalg.lstsq(np.vstack([q.T, np.ones(size)]), np.r_[np.zeros(size), 1.0], rcond=None)[0]
+    below, blocked = occupancy(r, speeds)
+    assert below == pytest.approx(pi[:c], abs=1e-9)
+    assert blocked == pytest.approx(pi[c:].sum(), abs=1e-9)
+    work, weight = np.array([0.1, 0.3]), np.array([0.5, 0.5])
+    rate = speeds[-1] / 0.2 * 1.001  # r = λ·E[S] just past φ(c): full steps never clear it
+    chunks = np.array([0.01]), np.array([1.0])
+    assert capped_waits(rate, work, weight, 0.0, FOLLOWING, STEPS, COMPUTE, *chunks, 10.0) is None
+    assert capped_waits(rate / 1.002 * 0.999, work, weight, 0.0, FOLLOWING, STEPS, COMPUTE, *chunks, 10.0) is not None
