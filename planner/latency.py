@@ -26,7 +26,8 @@ state a wait reaches (planner.backlog).
 With θ, prompts longer than θ take θ tokens a step and share the steps, and shorter ones
 pass them: planner.prefill_cap gives the waits there (a processor-sharing queue of the
 capped prompts limited to ceil(C'/θ) in service, and the chunks in flight that stretch a
-short prompt's step); a capped prompt's own prefill is stretched by the others' work.
+short prompt's step); a capped prompt's own prefill is stretched by the others' work, and spread
+by how many are in flight beside it (planner.prefill_cap.stay_spread).
 In the TPOT window, capped prompts admitted before a request that still prefill when it
 decodes ride its steps (their remaining hold past its own time, E[(T - o)+²] / 2E[T]); of
 the prompts arriving while a capped request waits and prefills, only capped ones still in
@@ -339,6 +340,7 @@ class LatencyPoint:
         self.cell_wait = np.zeros(c.weight.size, np.int64)
         self.lookback_s = np.zeros(c.weight.size)
         self.window_open = np.ones(c.weight.size)  # whether a cell's wait and own prefill open its TPOT window
+        self.spread = None  # under θ: the spread of a capped prompt's stay (planner.prefill_cap.stay_spread)
         capped = c.new_tokens > k
         if model.cap and k < budget and capped.any() and self.rho < 1:
             self._capped_waits(budget, k, steps_own, capped, backlog)
@@ -387,7 +389,7 @@ class LatencyPoint:
         if waits is None:
             self.wait, self.waits = None, (None,)
             return
-        self.wait, short_wait = waits
+        self.wait, short_wait, self.spread = waits
         self.waits = (self.wait, short_wait)
         self.cell_wait = np.where(capped, 0, 1)
         # A capped prompt stays S / (1 - ρ) in the shared steps (processor sharing), its S counting
@@ -396,6 +398,9 @@ class LatencyPoint:
         own = self.own_s.copy()
         own[capped] = hold_s + self.residual_s
         self.own_s = own
+        # The stay's spread (ttft_exceed): its own work a step, a = (compute + steps·t_dec) / steps.
+        self.spread_hold_s = np.where(capped, np.concatenate([[0.0], hold_s])[np.cumsum(capped)], 0.0)
+        self.spread_own_step_s = np.where(capped, (m.prefill_s + steps_own * self.t_dec) / steps_own, 0.0)
         # Capped prompts in flight when a request arrives may still prefill when it decodes, its
         # own time o later: their remaining hold R is equilibrium-distributed (the inspection
         # paradox), and the part of it past o, E[(R - o)+] = E[(T - o)+²] / 2E[T], widens the
@@ -453,7 +458,24 @@ class LatencyPoint:
         if cells.size == 0:
             return 0.0
         w = self.m.cells.weight[cells]
-        return float(np.dot(w, self._wait_survival(cells, limit_s - self.own_s[cells]))) / float(w.sum())
+        p = self._wait_survival(cells, limit_s - self.own_s[cells])
+        if self.spread is not None:
+            p = np.where(self.cell_wait[cells] == 0, self._capped_ttft_exceed(cells, limit_s), p)
+        return float(np.dot(w, p)) / float(w.sum())
+
+    def _capped_ttft_exceed(self, cells: np.ndarray, limit_s: float) -> np.ndarray:
+        """P(W + H·F > x) for capped cells: H the stay's mean, F = (a + Z) / (a + E[Z]) its spread
+        (planner.prefill_cap.stay_spread), W the wait for a slot; W = 0 with probability 1 - P(W > 0),
+        and beside a wait F is taken at Z's levels."""
+        sp, hold, a = self.spread, self.spread_hold_s[cells], self.spread_own_step_s[cells]
+        x = limit_s - (self.own_s[cells] - hold)  # past the residual step
+        scale = a + sp.mean_s
+        blocked = float(self.waits[0].survival(0.0))
+        safe = np.maximum(hold, 1e-300)
+        free = (1.0 - blocked) * sp.exceed(x / safe * scale - a)
+        f = (a[:, None] + sp.level_s[None, :]) / scale[:, None]
+        waiting = self.waits[0].survival(np.maximum(x[:, None] - hold[:, None] * f, 0.0)) @ sp.level_weight
+        return np.minimum(free + waiting, 1.0)
 
     def _wait_survival(self, cells: np.ndarray, x_s: np.ndarray) -> np.ndarray:
         """P(wait > x) for each cell, from the wait its cell sees (self.cell_wait)."""

@@ -19,6 +19,7 @@ from planner.prefill_cap import (
     occupancy,
     slot_hold_s,
     slot_speeds,
+    stay_spread,
 )
 from planner.requests import sample_requests
 from planner.simulate import simulate_replica
@@ -85,7 +86,7 @@ def test_capped_waits_follow_the_occupancy():
     rate, work = 2.0, np.array([0.2, 0.4])
     weight = np.array([0.5, 0.5])
     r = rate * 0.3
-    long_wait, short_wait = capped_waits(rate, work, weight, 0.0, FREE, STEPS, COMPUTE, np.array([1e-9]),
+    long_wait, short_wait, _ = capped_waits(rate, work, weight, 0.0, FREE, STEPS, COMPUTE, np.array([1e-9]),
                                          np.array([1.0]), 10.0)
     assert float(long_wait.survival(1e-9)) == pytest.approx(r**3, rel=1e-3)
     decay = blocked_decay_s(rate, r, slot_hold_s(FREE, STEPS, COMPUTE), weight)
@@ -103,7 +104,7 @@ def test_a_backlog_regime_equal_to_the_queue_at_n_changes_nothing():
     args = (rate, work, weight, 0.1, step, STEPS, COMPUTE, np.array([0.01, 0.03]), np.array([1.0, 2.0]), 10.0)
     plain = capped_waits(*args)
     read = capped_waits(*args, CappedRegime(work, 0.1, step, 5.0))
-    for a, b in zip(plain, read, strict=True):
+    for a, b in zip(plain[:2], read[:2], strict=True):
         assert b.dt_s == pytest.approx(a.dt_s)
         assert np.allclose(b.cdf, a.cdf, atol=1e-6)
         assert b.mean_s == pytest.approx(a.mean_s, rel=1e-3)
@@ -117,7 +118,7 @@ def test_a_long_wait_is_read_at_the_backlog_regime():
     slow = work * 1.25
     step_b = SlotStep(100, 200, 0.0, 1e-4)
     regime = CappedRegime(slow, 0.05, step_b, 4.0)
-    long_wait, _ = capped_waits(rate, work, weight, 0.0, FREE, STEPS, COMPUTE, np.array([1e-9]), np.array([1.0]),
+    long_wait, _, _ = capped_waits(rate, work, weight, 0.0, FREE, STEPS, COMPUTE, np.array([1e-9]), np.array([1.0]),
                                 30.0, regime)
     r_b = rate * 0.375 / 0.95
     decay_b = blocked_decay_s(rate, r_b, slot_hold_s(step_b, STEPS, COMPUTE), weight)
@@ -227,3 +228,43 @@ def test_full_steps_that_hold_more_decoders_slow_the_tail_of_the_occupancy():
     chunks = np.array([0.01]), np.array([1.0])
     assert capped_waits(rate, work, weight, 0.0, FOLLOWING, STEPS, COMPUTE, *chunks, 10.0) is None
     assert capped_waits(rate / 1.002 * 0.999, work, weight, 0.0, FOLLOWING, STEPS, COMPUTE, *chunks, 10.0) is not None
+
+
+def test_the_stay_spread_counts_one_chunk_of_each_other_prompt_in_service():
+    """Chunks of one cost δ and a fixed decode part: Z = K·δ, K = n others in service when admitted
+    (P(n) for n < c) or c - 1 after a wait for a slot; with the decoders following the slots each
+    state adds its decode part's rise above t_dec."""
+    step, delta = SlotStep(100, 300, 0.01, 1e-4), 0.02
+    spread = stay_spread(np.array([0.5, 0.3, 0.1]), 0.1, step, np.array([delta]), np.array([1.0]))
+    assert spread.exceed(np.array([-1e-9, 0.5 * delta, 1.5 * delta, 2.5 * delta])) == pytest.approx([1.0, 0.5, 0.2, 0.0], abs=1e-9)
+    assert spread.mean_s == pytest.approx((0.3 + 2 * 0.2) * delta)
+    assert spread.level_s == pytest.approx([0.0, delta, *[2 * delta] * 7], abs=2 * spread.dt_s)  # mass split over two points
+    assert spread.level_weight.sum() == pytest.approx(1.0)
+    p_k = np.array([0.5, 0.3, 0.1, 0.0, 0.1])  # five slots: n = 0, 1, 2 on admission, 0.1 waited (K = 4)
+    rising = stay_spread(np.array([0.5, 0.3, 0.1, 0.0, 0.0]), 0.1, FOLLOWING, np.array([delta]), np.array([1.0]))
+    rise = FOLLOWING.state_decode_s(np.array([100.0, 200.0, 300.0, 400.0, 450.0])) - FOLLOWING.decode_s
+    assert rise[-1] > rise[0] >= 0.0
+    assert rising.mean_s == pytest.approx(float(np.dot(p_k, np.arange(5) * delta + rise)), rel=1e-9)
+
+
+def test_a_capped_prompts_ttft_is_its_wait_plus_its_spread_stay(catalog):
+    """P(W + H·F > x) for a capped cell against sampling W and Z independently from their grids
+    (θ = 512 on the long-tail mix, 2 x H200, near saturation: both a wait and a spread)."""
+    dep = make_deployment(catalog, model="llama-3.1-8b", gpu="h200", tp=2, kv_dtype="fp8", max_model_len=131072)
+    dep = dataclasses.replace(dep, engine=dep.engine.model_copy(update={"long_prefill_token_threshold": 512}))
+    from planner.workload.synth import synthetic_histogram
+    prof = token_profile(synthetic_histogram("chat_long_tail", 50_000, seed=7), block_size=dep.block_size,
+                         chunk_tokens=dep.engine.max_num_batched_tokens)
+    rm = ReplicaModel(dep, prof, SLO((Band("all", 0, None),)))
+    pt = rm.latency_at(rm.resident_for_rate(11.0, 1024.0))
+    sp, wait = pt.spread, pt.waits[0]
+    assert 0.01 < float(wait.survival(0.0)) < 0.5 and sp.mean_s > 0
+    cell = int(np.flatnonzero((pt.cell_wait == 0) & (rm.latency.cells.prompt > 3000))[0])
+    hold, a = pt.spread_hold_s[cell], pt.spread_own_step_s[cell]
+    rng = np.random.default_rng(0)
+    z = np.interp(rng.uniform(size=400_000), 1.0 - sp.survival, np.arange(sp.survival.size) * sp.dt_s)
+    w = np.interp(rng.uniform(size=400_000), wait.cdf, np.arange(wait.cdf.size) * wait.dt_s, left=0.0)
+    ttft = pt.own_s[cell] - hold + w + hold * (a + z) / (a + sp.mean_s)
+    for q in (0.5, 0.9, 0.99):
+        x = float(np.quantile(ttft, q))
+        assert float(pt._capped_ttft_exceed(np.array([cell]), x)[0]) == pytest.approx(1.0 - q, abs=0.03 * (1 - q) + 0.003)
