@@ -13,12 +13,41 @@ O(1)), the waiting queue a ring buffer, and the completions a binary heap keyed 
 Compiled on first use and cached on disk (beside this file, else the user's cache
 folder), so later processes only load it; where no cache folder is writable, each
 process compiles (a few seconds).
+
+Loading numba's CPU target (on the first call) imports numba.np.arraymath, which probes for
+BLAS by importing scipy.linalg: 0.13 s of the 0.25 s a first call costs, measured, on the
+path of every certified solve (the replays wait for it). This loop uses no linear algebra, so
+the probe is answered "no BLAS" (_without_blas_probe); numba's linear algebra, should
+anything in the process compile it later, imports scipy itself when it is typed.
 """
 
 from __future__ import annotations
 
+import sys
+from contextlib import suppress
+
 import numpy as np
 from numba import njit
+
+_BLAS = "scipy.linalg.cython_blas"  # what numba.np.arraymath imports to probe for BLAS
+
+
+def _without_blas_probe() -> None:
+    """Import numba.np.arraymath with its BLAS probe failing at once (a None entry in
+    sys.modules makes that import raise ImportError, which numba takes as "no BLAS": its
+    inner products then use a plain loop, in np.correlate and np.convolve only)."""
+    if "numba.np.arraymath" in sys.modules or _BLAS in sys.modules:
+        return  # loaded already, or scipy's BLAS already imported: the probe costs nothing
+    sys.modules[_BLAS] = None
+    try:
+        import numba.np.arraymath  # noqa: F401
+    finally:
+        if sys.modules.get(_BLAS, 0) is None:
+            with suppress(KeyError):
+                del sys.modules[_BLAS]
+
+
+_without_blas_probe()
 
 _NONE = -1
 

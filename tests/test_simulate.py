@@ -249,3 +249,21 @@ def test_a_step_model_the_loop_does_not_reproduce_is_refused(catalog, monkeypatc
     monkeypatch.setattr(StepModel, "decode_step_s", lambda self, b, c, x: original(self, b, c, x) + 1e-6 * np.asarray(x))
     with pytest.raises(RuntimeError, match=r"carry the change into planner\.sim_kernel"):
         _Costs.of(dep, 64)
+
+
+def test_kernel_loads_without_scipy_and_leaves_blas_importable():
+    """Loading the simulator's kernel skips numba's BLAS probe (scipy.linalg, 0.13 s), and the
+    probe's block is lifted after: scipy's BLAS imports, and numba's np.dot compiles and is right."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np\n"
+        "from planner.sim_kernel import run, _grow\n"
+        "_grow(np.zeros(2), 1)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('scipy.linalg')))\n"
+        "import scipy.linalg.cython_blas, numba\n"
+        "print(numba.njit(lambda a, b: np.dot(a, b))(np.arange(3.0), np.arange(3.0)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[:2] == ["[]", "5.0"]
