@@ -157,6 +157,7 @@ class ReplicaModel:
         self._decode: dict[float, float] = {}
         self._concurrency: dict[float, dict[str, float]] = {}
         self._floors: tuple[TargetFloor, ...] | None = None
+        self._below: dict[tuple, tuple[bool, float | None]] = {}  # capacity_below's answers
 
     def with_slo(self, slo: SLO) -> ReplicaModel:
         """The same replica and class against other latency targets: the memory, step and
@@ -167,6 +168,7 @@ class ReplicaModel:
         other.slo, other.latency = slo, self.latency.with_slo(slo)
         other._points = {}  # a point's waiting-time grid spans twice the TTFT limits
         other._floors = None
+        other._below = {}
         return other
 
     def floors(self) -> tuple[TargetFloor, ...]:
@@ -475,8 +477,18 @@ def capacity_below(model: ReplicaModel, rate_rps: float, *, sizing: SizingMode, 
     target misses at the grid point N_x at or below the N where the replica runs at `rate_rps`, the
     latency bound (the largest grid point that holds, for a margin increasing with N) lies below
     N_x, so capacity is below rate_rps too. Returns (True, None) when so; else (False, N_x or None),
-    N_x a point known to hold, where an exact search may start."""
-    rm = model
+    N_x a point known to hold, where an exact search may start.
+
+    Remembered per model: the lazy search asks again of the pairs it proved below a rate in an
+    earlier round (the same rate while its incumbent stands). The answer depends on whether the
+    percentile sizing's quantiles are computed yet (batch_bound), so that is part of the question."""
+    key = (rate_rps, sizing, quantile, sizing == "percentile" and quantile not in model._concurrency)
+    if key not in model._below:
+        model._below[key] = _capacity_below(model, rate_rps, sizing, quantile)
+    return model._below[key]
+
+
+def _capacity_below(rm: ReplicaModel, rate_rps: float, sizing: SizingMode, quantile: float) -> tuple[bool, float | None]:
     n_cap = rm.batch_bound(sizing, quantile)  # an upper bound serves as well as the ceiling itself
     if n_cap <= 0 or rm.rate(n_cap) < rate_rps:
         return True, None

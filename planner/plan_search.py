@@ -185,34 +185,37 @@ def _bounded(sol: FleetSolution, by_label, bound) -> list[tuple]:
 def _tighten(exact, bound, classes, m: int, sizing, quantile, evaluator: Evaluator, search) -> None:
     """For each class, the cheapest searched pair alone (replicas to cover its rate, at least m)
     sets the rate another pair must reach to cost no more; a pair proved below that rate by one
-    latency point takes it as its bound, one not proved below is searched (the class's searches
-    depend on nothing they find, so they run together)."""
+    latency point takes it as its bound, one not proved below is searched, the most promising first,
+    and the rate is set again from what each search finds."""
     for tcs in classes.values():
         for tc in tcs:
-            mine = [e for e in exact.values() if e.traffic_class.option == tc.option
-                    and e.traffic_class.name == tc.name and e.traffic_class.max_model_len == tc.max_model_len]
-            costs = [e.config.price_usd_per_hour * e.config.tp * max(m, math.ceil(tc.rate_rps / e.capacity_rps - 1e-12))
-                     for e in mine if e.capacity_rps > 0]
-            if not costs:
-                continue
-            best = min(costs)
             ck = evaluator._class_key(tc)
-            unproved = []
-            for key, (u, cfg, other, rm, cal) in list(bound.items()):
-                if evaluator._class_key(other) != ck:
-                    continue
-                price = cfg.price_usd_per_hour * cfg.tp
-                most = math.floor(best / price + 1e-9)  # replicas affordable at the incumbent's cost
-                if most < m or price * max(m, math.ceil(tc.rate_rps / u - 1e-12)) > best:
-                    continue  # its bound already prices it out
-                need = tc.rate_rps / most
-                below, _ = capacity_below(rm, need / cal, sizing=sizing, quantile=quantile)
-                if below:
-                    evaluator.upper[key] = min(evaluator.upper.get(key, math.inf), need / cal)
-                    bound[key] = (need, cfg, other, rm, cal)
-                else:
-                    unproved.append(key)
-            search(unproved)  # together: a worker may take a share
+            while True:
+                mine = [e for e in exact.values() if e.traffic_class.option == tc.option
+                        and e.traffic_class.name == tc.name and e.traffic_class.max_model_len == tc.max_model_len]
+                costs = [e.config.price_usd_per_hour * e.config.tp * max(m, math.ceil(tc.rate_rps / e.capacity_rps - 1e-12))
+                         for e in mine if e.capacity_rps > 0]
+                if not costs:
+                    break
+                best = min(costs)
+                unproved = []
+                for key, (u, cfg, other, rm, cal) in list(bound.items()):
+                    if evaluator._class_key(other) != ck:
+                        continue
+                    price = cfg.price_usd_per_hour * cfg.tp
+                    most = math.floor(best / price + 1e-9)  # replicas affordable at the incumbent's cost
+                    if most < m or price * max(m, math.ceil(tc.rate_rps / u - 1e-12)) > best:
+                        continue  # its bound already prices it out
+                    need = tc.rate_rps / most
+                    below, _ = capacity_below(rm, need / cal, sizing=sizing, quantile=quantile)
+                    if below:
+                        evaluator.upper[key] = min(evaluator.upper.get(key, math.inf), need / cal)
+                        bound[key] = (need, cfg, other, rm, cal)
+                    else:
+                        unproved.append((price * max(m, math.ceil(tc.rate_rps / u - 1e-12)), cfg.label(0), key))
+                if not unproved:
+                    break
+                search([min(unproved)[2]])
 
 
 def undominated_evaluations(evals: Sequence[Evaluation]) -> list[Evaluation]:

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy.stats import norm
 
-from planner.capacity import ReplicaModel, replica_capacity
+from planner.capacity import ReplicaModel, capacity_below, replica_capacity
 from planner.deployment import make_deployment
 from planner.histogram import Histogram
 from planner.memory import budget_ladder, kv_bytes_for_tokens
@@ -161,6 +161,38 @@ def test_shared_prefix_is_held_once(catalog):
 
 
 # ---- monotonicity (hypothesis) ----------------------------------------------------
+
+def test_capacity_below_remembered_answers_are_fresh_answers(catalog):
+    """capacity_below is remembered per model: asked again, before and after the percentile
+    sizing's quantiles are computed (which tighten its batch bound), it answers what a fresh
+    model in the same state answers."""
+    dep = dep8b(catalog)
+    rng = np.random.default_rng(1)
+    prof = token_profile(Histogram.from_arrays(rng.integers(50, 6000, 2000), rng.integers(10, 800, 2000)))
+    slo = SLO.single(ttft_s=0.5, tpot_ms=40)
+    cap = replica_capacity(dep, prof, slo, sizing="percentile").max_rps
+    rates = [cap * f for f in (0.5, 0.9, 1.1, 2.0, 50.0)]
+
+    def answers(rm):
+        return [capacity_below(rm, r, sizing="percentile", quantile=0.99) for r in rates]
+
+    rm = ReplicaModel(dep, prof, slo)
+    first = answers(rm)
+    assert answers(rm) == first == answers(ReplicaModel(dep, prof, slo))
+    assert {below for below, _ in first} == {True, False}
+    rm.concurrency(0.99)
+    fresh = ReplicaModel(dep, prof, slo)
+    fresh.concurrency(0.99)
+    assert answers(rm) == answers(fresh)
+    assert answers(rm.with_slo(SLO.single(ttft_s=5.0))) == answers(ReplicaModel(dep, prof, SLO.single(ttft_s=5.0)))
+    # Between the memory ceiling's rate and that of the looser bound used before the quantiles are
+    # computed, the answer changes when they are: a remembered answer must not outlive that.
+    loose = ReplicaModel(dep, prof, SLO())
+    rate = loose.rate(loose.batch_bound("percentile", 0.99))
+    assert capacity_below(loose, rate * 0.99, sizing="percentile", quantile=0.99) == (False, None)
+    loose.concurrency(0.99)
+    assert capacity_below(loose, rate * 0.99, sizing="percentile", quantile=0.99) == (True, None)
+
 
 classes = st.tuples(
     st.integers(16, 3000), st.integers(1, 1000), st.integers(1, 3000), st.integers(1, 1000), st.floats(0.05, 0.95)
