@@ -288,10 +288,17 @@ def _backlog_growth(req: Requests, tr: Trace, win: slice, w: np.ndarray, arrival
     wsum = float(w.sum())
     if start.size <= 2 or wsum <= 0:
         return 0.0
-    in_system = np.searchsorted(req.arrival_s, start, side="right") - np.searchsorted(
-        np.sort(tr.finish_s[np.isfinite(tr.finish_s)]), start, side="right"
-    )
+    in_system = _count_at_or_before(req.arrival_s, start) - _count_at_or_before(tr.finish_s[np.isfinite(tr.finish_s)], start)
     tc = start - np.dot(start, w) / wsum
     var = float(np.dot(tc * tc, w))
     slope = float(np.dot(tc, in_system * w)) / var if var > 0 else 0.0
     return slope / max(arrival_rps, 1e-12)
+
+
+def _count_at_or_before(times_s: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """For each of the sorted step starts, how many of `times_s` are at or before it: the same
+    counts as np.searchsorted(np.sort(times_s), start, side="right"), found by placing each of the
+    few thousand times among the million steps (a time t counts from the first step starting at
+    or after it), where searching the steps' starts among the times cost a tenth of a second a replay."""
+    first = np.searchsorted(start, times_s, side="left")
+    return np.cumsum(np.bincount(first, minlength=start.size + 1)[: start.size])

@@ -13,7 +13,7 @@ from planner.memory import kv_bytes_for_tokens
 from planner.requests import Requests, sample_requests
 from planner.roofline import StepModel
 from planner.sim_capacity import Criterion, max_sustainable_rate, predicted_point, profile_for
-from planner.sim_measures import COMPARE_KEYS
+from planner.sim_measures import COMPARE_KEYS, _count_at_or_before
 from planner.simulate import simulate_replica
 from planner.targets import SLO
 
@@ -267,3 +267,14 @@ def test_kernel_loads_without_scipy_and_leaves_blas_importable():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split("\n")[:2] == ["[]", "5.0"]
+
+
+def test_counts_at_or_before_the_steps_are_those_of_a_search_among_the_times():
+    """The backlog's requests in the system count arrivals and finishes at or before each step's
+    start: the same integers as searching each start among the sorted times, ties and times
+    before the first step or after the last included."""
+    rng = np.random.default_rng(3)
+    start = np.cumsum(rng.choice([0.0, 0.5, 1.0], 5000))  # repeated starts: zero-length steps
+    for times in (rng.choice(start, 700), rng.uniform(-10, start[-1] + 10, 700), np.array([]), np.full(5, start[-1])):
+        expected = np.searchsorted(np.sort(times), start, side="right")
+        assert np.array_equal(_count_at_or_before(times, start), expected)
