@@ -72,6 +72,37 @@ class Evaluator:
                 if factor is not None:
                     self._calibration[self._class_key(tc)] = factor
 
+    def known(self, configs: Sequence[Config], classes: dict[str, list[TrafficClass]]) -> dict[tuple, tuple]:
+        """The model evaluations and proven upper bounds held for the pairs of `configs` and
+        `classes`, keyed by config and (option, name, context limit), which copies of the classes
+        (a worker's) share: what an evaluator of the same scenario in a worker starts from
+        (take_known), as this process's TTFT sweep starts from the plan's evaluator."""
+        out = {}
+        for tcs in classes.values():
+            for tc in tcs:
+                for cfg in configs:
+                    key = self.pair_key(cfg, tc)
+                    found, upper = self._cache.get(key), self.upper.get(key)
+                    if found is not None or upper is not None:
+                        out[(cfg.key, (tc.option, tc.name, tc.max_model_len))] = (
+                            None if found is None else (found.capacity, found.problem), upper)
+        return out
+
+    def take_known(self, known: dict[tuple, tuple], configs: Sequence[Config], classes: dict[str, list[TrafficClass]]) -> None:
+        """Hold another evaluator's `known` evaluations and bounds as this one's own."""
+        for tcs in classes.values():
+            for tc in tcs:
+                for cfg in configs:
+                    entry = known.get((cfg.key, (tc.option, tc.name, tc.max_model_len)))
+                    if entry is None:
+                        continue
+                    found, upper = entry
+                    key = self.pair_key(cfg, tc)
+                    if found is not None:
+                        self._cache[key] = Evaluation(cfg, tc, *found)
+                    if upper is not None:
+                        self.upper[key] = upper
+
     def deployment(self, cfg: Config, limit: int) -> Deployment:
         dep = make_deployment(
             self.catalog, model=self.model, gpu=cfg.gpu, tp=cfg.tp, weight_dtype=cfg.weight_dtype,

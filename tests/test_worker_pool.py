@@ -3,6 +3,8 @@ once without a stall, a worker's failure raised here, a dead worker's figures dr
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 
 from planner import worker_pool
@@ -198,10 +200,25 @@ def test_the_lazy_sweep_from_a_fresh_evaluator_is_the_one_from_the_plans_evaluat
     def rows(sweep):
         return [(m, o.feasible, round(o.cost_per_hour, 9), o.gpus, o.summary) for m, o in sweep]
 
-    here = rows(_ttft_sweep(scn, catalog, st.model, st.configs, st.classes, {}, st.evaluator, calibration))
-    fresh = rows(ttft_sweep(scn, catalog, st.model, st.configs, st.classes, {}, calibration))
+    from planner.latency import LatencyModel
+
+    points = []  # latency points computed
+    at = LatencyModel.at
+    monkeypatch.setattr(LatencyModel, "at", lambda *a, **kw: points.append(1) or at(*a, **kw))
+
+    def counted(sweep):
+        points.clear()
+        return rows(sweep()), len(points)
+
+    here, _ = counted(lambda: _ttft_sweep(scn, catalog, st.model, st.configs, st.classes, {}, st.evaluator, calibration))
+    fresh, fresh_points = counted(lambda: ttft_sweep(scn, catalog, st.model, st.configs, st.classes, {}, calibration))
+    # The plan's evaluations and bounds handed to a worker (Evaluator.known) steer its searches only.
+    known = st.evaluator.known(st.configs, st.classes)
+    steered, steered_points = counted(lambda: ttft_sweep(scn, catalog, st.model, st.configs, st.classes, {}, calibration,
+                                                           known=pickle.loads(pickle.dumps(known))))
     uncalibrated = rows(ttft_sweep(scn, catalog, st.model, st.configs, st.classes, {}, {}))
-    assert fresh == here
+    assert fresh == here == steered
+    assert steered_points < fresh_points
     assert fresh != uncalibrated
 
 
