@@ -14,7 +14,8 @@ rounded as measured GEMMs show (gemm_phase_s); then a fixed per-step overhead an
 tensor-parallel all-reduces (reduce-scatter + all-gather, the faster of a small- and a
 large-message protocol: allreduce_call_s). Prefill is compute-bound and
 quadratic in the prompt through attention. Effective rates are datasheet peaks times the GPU
-catalog's calibrated efficiency factors (bench/calibration.py).
+catalog's calibrated efficiency factors (bench/calibration.py), divided at tp > 1 by the ranks'
+wait for the slowest at every all-reduce (straggler_factor).
 """
 
 from __future__ import annotations
@@ -63,6 +64,38 @@ def allreduce_call_latency(latency_at_tp2: float, tp: int) -> float:
     or two whatever tp. log2(tp) lies between flat and linear in tp; the held-out latency rows
     at tp 2, 4 and 8 (bench/calibration.py) are what it rests on."""
     return latency_at_tp2 * float(np.log2(tp)) if tp > 1 else 0.0
+
+
+def bulk_latency_at_tp2_us(at_tp2_us: float | None, by_tp_us: dict[int, float] | None, tp: int) -> float | None:
+    """The large-message protocol's latency at tp 2 that allreduce_call_latency scales to a call at
+    `tp`: `by_tp_us[tp] / log2(tp)` where the catalog carries a measured latency at that GPU count
+    (Efficiency.allreduce_bulk_latency_by_tp_us: the fixed cost of published nccl-tests curves, whose
+    GPU counts need not follow the log2(tp) law: A100's 8-GPU curve costs less per call than its
+    4-GPU one), `at_tp2_us` otherwise. None: one protocol."""
+    if at_tp2_us is None:
+        return None
+    if by_tp_us and tp in by_tp_us:
+        return by_tp_us[tp] / float(np.log2(tp))
+    return at_tp2_us
+
+
+def harmonic_number(n: int) -> float:
+    """H_n = 1 + 1/2 + ... + 1/n."""
+    return float(np.sum(1.0 / np.arange(1, n + 1)))
+
+
+def straggler_factor(cv: float, tp: int) -> float:
+    """How much longer the sharded work of a tensor-parallel pass takes than one rank's mean,
+    1 + cv x (H_tp - 1): each all-reduce is a barrier, so every stretch of work between two of them
+    (2 per layer) lasts as long as the slowest of the tp ranks doing its shard. With the ranks'
+    times i.i.d. with mean m and an exponential tail of scale cv x m (kernel-time jitter, clock and
+    power differences, launch skew), the expected maximum of tp of them exceeds the mean by
+    cv x m x (H_tp - 1) (the maximum of n i.i.d. exponentials has mean H_n times their scale:
+    Renyi's representation of exponential order statistics, David & Nagaraja, "Order Statistics",
+    3rd ed. 2003, sec. 2.5), and the excesses add over the pass's stretches. tp 1 has no barrier
+    (factor 1); H_2 - 1 = 0.5, H_4 - 1 = 1.083, H_8 - 1 = 1.718. cv is fitted on the tensor-parallel
+    throughput rows (Efficiency.straggler_cv, planner.calibration.joint_fit)."""
+    return 1.0 + cv * (harmonic_number(tp) - 1.0)
 
 
 # NCCL's LL protocol, the one its tuner picks for small messages, stores 4 bytes of data with a
@@ -152,8 +185,9 @@ class DecodeWork:
 class StepModel:
     """Effective rates of one replica (tp GPUs), in SI units: bytes/s, FLOP/s, seconds."""
 
-    bandwidth_bytes_s: float  # all tp GPUs, after efficiency
-    flops_s: float  # all tp GPUs, compute dtype of the weights, after efficiency
+    # all tp GPUs, after efficiency and the ranks' wait for the slowest (straggler_factor)
+    bandwidth_bytes_s: float
+    flops_s: float  # all tp GPUs, compute dtype of the weights, after efficiency and straggler_factor
     step_overhead_s: float
     layer_overhead_s: float  # per layer per forward pass
     weight_bytes: float
@@ -165,14 +199,21 @@ class StepModel:
     interconnect_bytes_s: float  # per GPU, one direction, after efficiency
     allreduce_latency_s: float
     model: Model
-    allreduce_bulk_latency_s: float | None = None  # of the large-message protocol (allreduce_call_s)
+    # of the large-message protocol (allreduce_call_s), at tp 2: bulk_latency_at_tp2_us
+    allreduce_bulk_latency_s: float | None = None
 
     @classmethod
     def of(cls, dep: Deployment) -> StepModel:
+        """The rates of `dep`: datasheet peaks x tp x the GPU's efficiency factors. The ranks' wait
+        for the slowest at every all-reduce stretches every phase of sharded work alike
+        (straggler_factor), so it divides both rates: a pass's GEMMs and attention take that
+        factor longer, prefill's FLOPs too, and the fixed costs and all-reduces do not change."""
         gpu, eff = dep.gpu, dep.gpu.efficiency
+        straggler = straggler_factor(eff.straggler_cv, dep.tp)
+        bulk_us = bulk_latency_at_tp2_us(eff.allreduce_bulk_latency_us, eff.allreduce_bulk_latency_by_tp_us, dep.tp)
         return cls(
-            bandwidth_bytes_s=dep.tp * gpu.hbm_bandwidth_gb_s * 1e9 * eff.bandwidth,
-            flops_s=dep.tp * gpu.tflops(dep.weight_dtype.compute_dtype) * 1e12 * eff.compute,
+            bandwidth_bytes_s=dep.tp * gpu.hbm_bandwidth_gb_s * 1e9 * eff.bandwidth / straggler,
+            flops_s=dep.tp * gpu.tflops(dep.weight_dtype.compute_dtype) * 1e12 * eff.compute / straggler,
             step_overhead_s=eff.step_overhead_ms / 1e3,
             layer_overhead_s=eff.layer_overhead_us / 1e6,
             weight_bytes=float(weight_bytes(dep.model, dep.weight_dtype)),
@@ -184,9 +225,7 @@ class StepModel:
             interconnect_bytes_s=gpu.interconnect_gb_s * 1e9 * eff.interconnect,
             allreduce_latency_s=eff.allreduce_latency_us / 1e6,
             model=dep.model,
-            allreduce_bulk_latency_s=None
-            if eff.allreduce_bulk_latency_us is None
-            else eff.allreduce_bulk_latency_us / 1e6,
+            allreduce_bulk_latency_s=None if bulk_us is None else bulk_us / 1e6,
         )
 
     def allreduce_s(self, tokens: np.ndarray | float, *, with_latency: bool = True) -> np.ndarray | float:

@@ -37,6 +37,7 @@ from planner.roofline import (
     StepModel,
     allreduce_call_latency,
     gemm_phase_s,
+    straggler_factor,
 )
 from planner.units import GiB
 
@@ -201,6 +202,43 @@ def test_allreduce_takes_the_faster_protocol_per_message_size(catalog):
     np.testing.assert_allclose(
         two.allreduce_s(np.array([1.0, 4096.0])), [two.allreduce_s(1.0), two.allreduce_s(4096.0)], rtol=1e-12
     )
+
+
+def test_straggler_factor_is_one_plus_cv_times_the_harmonic_excess():
+    """tp 1 has no barrier; at tp 8, H_8 - 1 = 1/2 + ... + 1/8 = 481/280, so cv 0.1 stretches the
+    sharded work by 1 + 48.1/280."""
+    assert straggler_factor(0.3, 1) == 1.0
+    assert straggler_factor(0.1, 8) == pytest.approx(1 + 0.1 * 481 / 280, rel=1e-15)
+    assert straggler_factor(0.1, 2) == pytest.approx(1.05, rel=1e-15)
+
+
+def test_straggler_stretches_the_sharded_work_and_nothing_else(catalog):
+    """Llama 3.1 70B at tp 8 on H100: with cv 0.1 a decode step's GEMMs and attention, and a
+    prompt's FLOPs, take 1 + 0.1 x 481/280 times as long; the fixed costs and all-reduces do not
+    change; at tp 1 nothing changes."""
+    base = Efficiency(bandwidth=0.8, compute=0.6, step_overhead_ms=2.0, allreduce_latency_us=5.0, source="test")
+    factor = 1 + 0.1 * 481 / 280
+    for tp, want in ((8, factor), (1, 1.0)):
+        dep = make_deployment(catalog, model="llama-3.1-70b", gpu="h100-sxm", tp=tp, max_model_len=8192)
+        plain = StepModel.of(with_efficiency(dep, base))
+        slow = StepModel.of(with_efficiency(dep, base.model_copy(update={"straggler_cv": 0.1})))
+        batch, cache, ctx = np.array([1.0, 64.0, 512.0]), np.array([1e8, 6e9, 5e10]), np.array([2e3, 1e5, 1e6])
+        fixed = plain.step_overhead_s + plain.num_layers * plain.layer_overhead_s + plain.allreduce_s(batch)
+        work = plain.decode_step_s(batch, cache, ctx) - fixed
+        np.testing.assert_allclose(slow.decode_step_s(batch, cache, ctx), fixed + want * work, rtol=1e-12)
+        comm = plain.allreduce_s(4096.0, with_latency=False)
+        assert slow.prefill_s(4096.0) - comm == pytest.approx(want * (plain.prefill_s(4096.0) - comm), rel=1e-12)
+
+
+def test_efficiency_block_round_trips_through_gpus_yaml():
+    """The new fields are written by efficiency_lines and read back as they were."""
+    eff = Efficiency(bandwidth=0.8, compute=0.6, step_overhead_ms=1.5, allreduce_latency_us=3.7,
+                     allreduce_bulk_latency_us=28.1, allreduce_bulk_latency_by_tp_us={4: 56.3, 8: 48.2},
+                     straggler_cv=0.1469, source="test")  # fmt: skip
+    text = "a:\n  name: A\n  efficiency:\n    bandwidth: 0.5\n    compute: 0.5\n    step_overhead_ms: 1.0\n    source: old\n"
+    back = Efficiency(**yaml.safe_load(rewrite_efficiency_blocks(text, {"a": eff}))["a"]["efficiency"])
+    assert back == eff
+    assert back.allreduce_bulk_latency_by_tp_us == {4: 56.3, 8: 48.2} and back.straggler_cv == 0.1469
 
 
 def test_committed_factors_meet_the_target_on_decode_throughput(cases):
