@@ -32,6 +32,7 @@ from planner.calibration.joint_fit import (
     small_latency_bounds,
 )
 from planner.calibration.measured import measured_dir
+from planner.roofline import allreduce_call_latency, bulk_latency_at_tp2_us
 
 SIZES = [2**k for k in range(20, 29)]  # 1 MiB to 256 MiB
 
@@ -207,6 +208,23 @@ def test_bulk_latency_per_gpu_count_is_the_curves_intercept_within_their_range()
         assert r.contains(by_tp[family][n])
     assert bulk_at_tp2_us(by_tp["NVLink3"]) == by_tp["NVLink3"][4] / 2
     assert bulk_at_tp2_us(by_tp["NVLink4"]) == pytest.approx(by_tp["NVLink4"][8] / 3, rel=1e-15)
+
+
+def test_committed_bulk_latency_lies_within_the_published_range(catalog):
+    """Every catalog GPU with a large-message protocol pays, per call at each GPU count a published
+    curve of its family measures, a fixed cost inside that curve's range (read from the CSV)."""
+    ranges = published_bulk_ranges(load_nccl_rows())
+    checked = 0
+    for gpu in catalog.gpus.values():
+        e = gpu.efficiency
+        if e.allreduce_bulk_latency_us is None:
+            continue
+        for (family, n), r in ranges.items():
+            if family == interconnect_family(gpu):
+                at_tp2 = bulk_latency_at_tp2_us(e.allreduce_bulk_latency_us, e.allreduce_bulk_latency_by_tp_us, n)
+                assert r.contains(allreduce_call_latency(at_tp2, n)), (gpu.id, n)
+                checked += 1
+    assert checked >= 6  # H100, H200, A100 x4 and x8, B200, GB200 at least
 
 
 def test_small_latency_bounds_keep_tp_2_to_8_within_the_cited_range():
