@@ -205,8 +205,9 @@ def print_straggler(cal: Calibration) -> None:
     """The rest of tensor parallelism's cost, beside the all-reduces: the ranks' wait for the slowest."""
     cv = cal.joint.straggler_cv
     print("   the rest of tensor parallelism's cost (roofline.straggler_factor): every all-reduce waits for the slowest")
-    print("   rank, so a pass's sharded work takes 1 + cv x (H_tp - 1) times one rank's mean (expected maximum of tp")
-    print("   exponential-tailed times, David & Nagaraja, Order Statistics, 2003); no published range: fitted, not checked")
+    print("   rank, so a decode pass's memory reads and weight GEMMs take 1 + cv x (H_tp - 1) times one rank's mean")
+    print("   (expected maximum of tp exponential-tailed times, David & Nagaraja, Order Statistics, 2003; prompts' FLOPs")
+    print("   are not stretched); no published range: fitted, not checked")
     cells = ", ".join(f"tp {tp} x{straggler_factor(cv, tp):.3f} (H-1 {harmonic_number(tp) - 1:.3f})" for tp in TP_DEGREES)
     print(f"{'straggler':<15} cv {cv:.4f} [{cal.joint.straggler_basis}]: {cells}")
 

@@ -88,8 +88,8 @@ class Efficiency(_Frozen):
     straggler_cv: real(ge=0, le=10) = Field(
         0.0,
         description="coefficient of variation of the tp ranks' time between two all-reduces: every all-reduce waits "
-        "for the slowest rank, so a pass's sharded work takes 1 + straggler_cv x (H_tp - 1) times as long "
-        "(roofline.straggler_factor); no effect at tp 1",
+        "for the slowest rank, so a decode pass's memory reads and weight GEMMs take 1 + straggler_cv x (H_tp - 1) "
+        "times as long (roofline.straggler_factor; prompts' FLOPs are not stretched); no effect at tp 1",
     )
     source: str
     borrowed_from: str | None = Field(

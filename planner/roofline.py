@@ -14,8 +14,8 @@ rounded as measured GEMMs show (gemm_phase_s); then a fixed per-step overhead an
 tensor-parallel all-reduces (reduce-scatter + all-gather, the faster of a small- and a
 large-message protocol: allreduce_call_s). Prefill is compute-bound and
 quadratic in the prompt through attention. Effective rates are datasheet peaks times the GPU
-catalog's calibrated efficiency factors (bench/calibration.py), divided at tp > 1 by the ranks'
-wait for the slowest at every all-reduce (straggler_factor).
+catalog's calibrated efficiency factors (bench/calibration.py); at tp > 1 a decode pass's memory
+reads and weight GEMMs also wait for the slowest rank at every all-reduce (straggler_factor).
 """
 
 from __future__ import annotations
@@ -94,7 +94,13 @@ def straggler_factor(cv: float, tp: int) -> float:
     Renyi's representation of exponential order statistics, David & Nagaraja, "Order Statistics",
     3rd ed. 2003, sec. 2.5), and the excesses add over the pass's stretches. tp 1 has no barrier
     (factor 1); H_2 - 1 = 0.5, H_4 - 1 = 1.083, H_8 - 1 = 1.718. cv is fitted on the tensor-parallel
-    throughput rows (Efficiency.straggler_cv, planner.calibration.joint_fit)."""
+    rows, throughput and latency (Efficiency.straggler_cv, planner.calibration.joint_fit).
+
+    Its reach (StepModel.of) is what held-out error chose: the decode pass's memory reads and weight
+    GEMMs, not prefill's FLOPs. Stretching prompts' FLOPs too left the TensorRT-LLM rows of
+    Llama 3.1 405B over-predicted where decode dominates and under-predicted where prefill does on
+    every GPU, and the B200's 70B tp-1 rows, held out, 30.7% off (bench/calibration.py,
+    2026-12-02)."""
     return 1.0 + cv * (harmonic_number(tp) - 1.0)
 
 
@@ -187,7 +193,8 @@ class StepModel:
 
     # all tp GPUs, after efficiency and the ranks' wait for the slowest (straggler_factor)
     bandwidth_bytes_s: float
-    flops_s: float  # all tp GPUs, compute dtype of the weights, after efficiency and straggler_factor
+    # all tp GPUs, compute dtype of the weights, after efficiency: prefill's and attention's rate
+    flops_s: float
     step_overhead_s: float
     layer_overhead_s: float  # per layer per forward pass
     weight_bytes: float
@@ -201,19 +208,20 @@ class StepModel:
     model: Model
     # of the large-message protocol (allreduce_call_s), at tp 2: bulk_latency_at_tp2_us
     allreduce_bulk_latency_s: float | None = None
+    straggler: float = 1.0  # straggler_factor at this tp: the decode pass's weight GEMMs run at flops_s / it
 
     @classmethod
     def of(cls, dep: Deployment) -> StepModel:
         """The rates of `dep`: datasheet peaks x tp x the GPU's efficiency factors. The ranks' wait
-        for the slowest at every all-reduce stretches every phase of sharded work alike
-        (straggler_factor), so it divides both rates: a pass's GEMMs and attention take that
-        factor longer, prefill's FLOPs too, and the fixed costs and all-reduces do not change."""
+        for the slowest at every all-reduce (straggler_factor) divides the bandwidth and the decode
+        GEMMs' FLOP/s (gemm_flops_s): a decode pass's weight GEMMs and cache reads take that factor
+        longer; prefill's FLOPs, the fixed costs and the all-reduces do not change."""
         gpu, eff = dep.gpu, dep.gpu.efficiency
         straggler = straggler_factor(eff.straggler_cv, dep.tp)
         bulk_us = bulk_latency_at_tp2_us(eff.allreduce_bulk_latency_us, eff.allreduce_bulk_latency_by_tp_us, dep.tp)
         return cls(
             bandwidth_bytes_s=dep.tp * gpu.hbm_bandwidth_gb_s * 1e9 * eff.bandwidth / straggler,
-            flops_s=dep.tp * gpu.tflops(dep.weight_dtype.compute_dtype) * 1e12 * eff.compute / straggler,
+            flops_s=dep.tp * gpu.tflops(dep.weight_dtype.compute_dtype) * 1e12 * eff.compute,
             step_overhead_s=eff.step_overhead_ms / 1e3,
             layer_overhead_s=eff.layer_overhead_us / 1e6,
             weight_bytes=float(weight_bytes(dep.model, dep.weight_dtype)),
@@ -226,7 +234,13 @@ class StepModel:
             allreduce_latency_s=eff.allreduce_latency_us / 1e6,
             model=dep.model,
             allreduce_bulk_latency_s=None if bulk_us is None else bulk_us / 1e6,
+            straggler=straggler,
         )
+
+    @property
+    def gemm_flops_s(self) -> float:
+        """FLOP/s of a decode pass's weight GEMMs: flops_s stretched by the wait for the slowest rank."""
+        return self.flops_s / self.straggler
 
     def allreduce_s(self, tokens: np.ndarray | float, *, with_latency: bool = True) -> np.ndarray | float:
         """Two all-reduces per layer (after attention and after the MLP, Megatron-LM tensor
@@ -270,11 +284,11 @@ class StepModel:
         all-reduce: which resource dominates the step. decode_step_s applies the roofline
         to each phase separately."""
         w = self.decode_work(batch, cache_bytes, context_tokens)
-        return (w.weight_bytes + w.cache_bytes) / self.bandwidth_bytes_s, (w.gemm_flops + w.attn_flops) / self.flops_s
+        return (w.weight_bytes + w.cache_bytes) / self.bandwidth_bytes_s, w.gemm_flops / self.gemm_flops_s + w.attn_flops / self.flops_s
 
     def decode_step_s(self, batch, cache_bytes, context_tokens) -> np.ndarray:
         """One forward pass, seconds:
-            GEMMs     = gemm_phase_s(weight bytes read / bandwidth, 2 x active params x batch / FLOP/s)
+            GEMMs     = gemm_phase_s(weight bytes read / bandwidth, 2 x active params x batch / gemm_flops_s)
             attention = max(cache bytes / bandwidth, attention FLOPs / FLOP/s)
             fixed     = step overhead + layers x layer overhead
             + all-reduces (allreduce_s).
@@ -287,7 +301,7 @@ class StepModel:
         layer (the gaps and ramp-up/tail of each layer's dozen kernels), which is why a
         deeper model pays more at the same bytes."""
         w = self.decode_work(batch, cache_bytes, context_tokens)
-        gemm = gemm_phase_s(w.weight_bytes / self.bandwidth_bytes_s, w.gemm_flops / self.flops_s)
+        gemm = gemm_phase_s(w.weight_bytes / self.bandwidth_bytes_s, w.gemm_flops / self.gemm_flops_s)
         attn = np.maximum(w.cache_bytes / self.bandwidth_bytes_s, w.attn_flops / self.flops_s)
         fixed = self.step_overhead_s + self.num_layers * self.layer_overhead_s
         return gemm + attn + fixed + self.allreduce_s(np.asarray(batch, dtype=float))
@@ -322,4 +336,4 @@ class StepModel:
         "second ceiling"). For a dense bf16 model it is the ridge point x bytes per param / 2,
         at effective rates. A mixture of experts reads only the experts its batch touches, so
         its b* is larger; this uses the all-experts read, a lower bound."""
-        return (self.weight_bytes / self.bandwidth_bytes_s) / (2.0 * self.params_active / self.flops_s)
+        return (self.weight_bytes / self.bandwidth_bytes_s) / (2.0 * self.params_active / self.gemm_flops_s)

@@ -61,8 +61,9 @@ Fit and hold-out
   times it at larger tp: roofline.allreduce_call_latency) and one layer_overhead_us for every GPU
   on the latency rows, each family's within its published small-message range
   (joint_fit.small_latency_bounds); between (1) and (2), one straggler_cv for every GPU on the
-  tensor-parallel throughput rows (roofline.straggler_factor: the ranks' wait for the slowest at
-  each all-reduce, the cost of tensor parallelism that is not the collective). The large-message
+  tensor-parallel rows, throughput and latency weighed alike (roofline.straggler_factor: the ranks'
+  wait for the slowest at each all-reduce, the cost of tensor parallelism that is not the
+  collective; it stretches a decode pass's memory reads and weight GEMMs, not prompts' FLOPs). The large-message
   all-reduce protocol (roofline.allreduce_call_s takes the faster of the two per message: the
   small-message one moves bytes at half the link rate, the large-message one at the full rate, as
   NCCL's LL and Simple protocols do) is not fitted: its fixed cost per family and GPU count is the
