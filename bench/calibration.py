@@ -3,12 +3,11 @@
     python bench/calibration.py                  # fit, cross-validate and print; changes nothing
     python bench/calibration.py --write          # also rewrite the efficiency blocks of data/gpus.yaml
     python bench/calibration.py --compare-forms  # also the held-out error without the per-layer term,
-                                                 # with one all-reduce protocol, and with the large-message
-                                                 # latency bounded to the published nccl-tests range
+                                                 # with one all-reduce protocol, and without the straggler term
 
 Prints every measured row with its in-sample and held-out prediction, the factors per GPU
 with what each was fitted on, the all-reduce latency per interconnect family beside its
-published range, and the held-out error by tensor-parallel degree, by model and for the
+published range and the straggler term of tensor parallelism beside it, and the held-out error by tensor-parallel degree, by model and for the
 mixture-of-experts rows, against the targets (median <= 10%, worst <= 25%), the worst
 held-out rows one by one, and how far the same configuration measured by two TensorRT-LLM
 releases disagrees (a floor no model of the hardware can go below). Held out means
@@ -56,11 +55,10 @@ from planner.calibration.efficiency_blocks import catalog_efficiencies, rewrite_
 from planner.calibration.fit import BOUNDS, TRTLLM_PRIORS
 from planner.calibration.joint_fit import (
     BULK_ALLREDUCE,
-    BULK_WITHIN_PUBLISHED,
     LAYER_OVERHEAD,
     PUBLISHED_ALLREDUCE_US,
+    STRAGGLER,
     interconnect_family,
-    published_bulk_bounds,
     shared_fit_note,
 )
 from planner.calibration.measured import (
@@ -78,7 +76,10 @@ from planner.roofline import (
     SMALL_MESSAGE_BANDWIDTH_SHARE,
     allreduce_call_latency,
     allreduce_call_s,
+    bulk_latency_at_tp2_us,
     gemm_phase_s,
+    harmonic_number,
+    straggler_factor,
 )
 
 TARGET_MEDIAN_PCT = 10.0
@@ -146,6 +147,7 @@ def print_factors(cal: Calibration, catalog: Catalog) -> None:
     print("== Fitted efficiency factors per GPU (these go to data/gpus.yaml) and what they were fitted on")
     print("   bounds: " + ", ".join(f"{k} {lo:g}-{hi:g}" for k, (lo, hi) in BOUNDS.items()))
     print(f"layer_overhead_us {j.layer_overhead_us:.1f} for every GPU, fitted on {j.layer_basis}")
+    print(f"straggler_cv {j.straggler_cv:.4f} for every GPU, fitted on {j.straggler_basis}")
     print(f"{'gpu':<10} {'bandwidth':>9} {'compute':>8} {'interconn':>9} {'overhead_ms':>11} {'allreduce_us':>12}  fitted on")
     for g, e in j.efficiency.items():
         fam = interconnect_family(catalog.gpu(g))
@@ -195,7 +197,19 @@ def print_allreduce(cal: Calibration, catalog) -> None:
             print(f"{'':<15} (b) NCCL alone at {n} GPUs: {r.low_us:.1f}-{r.high_us:.1f} us; fitted tp {n} {v:.1f} us: {where}")
             print(f"{'':<15}     source: {r.citation}")
     print_bulk_allreduce(cal, catalog, nccl)
+    print_straggler(cal)
     print()
+
+
+def print_straggler(cal: Calibration) -> None:
+    """The rest of tensor parallelism's cost, beside the all-reduces: the ranks' wait for the slowest."""
+    cv = cal.joint.straggler_cv
+    print("   the rest of tensor parallelism's cost (roofline.straggler_factor): every all-reduce waits for the slowest")
+    print("   rank, so a decode pass's memory reads and weight GEMMs take 1 + cv x (H_tp - 1) times one rank's mean")
+    print("   (expected maximum of tp exponential-tailed times, David & Nagaraja, Order Statistics, 2003; prompts' FLOPs")
+    print("   are not stretched); no published range: fitted, not checked")
+    cells = ", ".join(f"tp {tp} x{straggler_factor(cv, tp):.3f} (H-1 {harmonic_number(tp) - 1:.3f})" for tp in TP_DEGREES)
+    print(f"{'straggler':<15} cv {cv:.4f} [{cal.joint.straggler_basis}]: {cells}")
 
 
 def print_bulk_allreduce(cal: Calibration, catalog, nccl: Sequence[NcclRow]) -> None:
@@ -214,11 +228,13 @@ def print_bulk_allreduce(cal: Calibration, catalog, nccl: Sequence[NcclRow]) -> 
         if us is None:
             print(f"{fam:<15} one protocol [{basis}]")
             continue
-        calls = ", ".join(f"tp {tp} {allreduce_call_latency(us, tp):.1f}" for tp in TP_DEGREES)
+        by_tp = j.allreduce_bulk_by_tp_us[fam]
+        per_tp = {tp: allreduce_call_latency(bulk_latency_at_tp2_us(us, by_tp, tp), tp) for tp in TP_DEGREES}
+        calls = ", ".join(f"tp {tp} {v:.1f}" for tp, v in per_tp.items())
         print(f"{fam:<15} {calls} us  [{basis}]")
         for tp in TP_DEGREES:
             r = ranges.get((fam, tp))
-            v = allreduce_call_latency(us, tp)
+            v = per_tp[tp]
             if r is None:
                 print(f"{'':<15} tp {tp}: no published curve found")
                 continue
@@ -239,7 +255,8 @@ def print_bulk_allreduce(cal: Calibration, catalog, nccl: Sequence[NcclRow]) -> 
             measured = {r.message_bytes: r.time_us for r in nccl if r.table == key}
             cells = []
             for size in sizes:
-                t = float(allreduce_call_s(bus_bytes(size, n) / link, e.allreduce_latency_us / 1e6, e.allreduce_bulk_latency_us / 1e6, n))
+                bulk_us = bulk_latency_at_tp2_us(e.allreduce_bulk_latency_us, e.allreduce_bulk_latency_by_tp_us, n)
+                t = float(allreduce_call_s(bus_bytes(size, n) / link, e.allreduce_latency_us / 1e6, bulk_us / 1e6, n))
                 cells.append(f"{t * 1e6:.0f} / {measured[size]:.0f}" if size in measured else f"{t * 1e6:.0f} / -")
             print(f"   {g:<10} x{n} {', '.join(cells)}")
 
@@ -359,28 +376,25 @@ def print_release_spread(cal: Calibration) -> None:
 
 def print_forms(catalog: Catalog) -> None:
     """Held-out error (leave one configuration out) without the per-layer overhead, with one
-    all-reduce protocol, with every family's large-message latency bounded to its published
-    nccl-tests range, and in the catalog's form."""
+    all-reduce protocol, without the straggler term, and in the catalog's form."""
     thr = trtllm_cases(catalog, load_trtllm_rows())
     lat = [c for c in latency_cases(catalog) if c.gpu_id in {c.gpu_id for c in thr} and c.row.engine in FITTED_LATENCY_ENGINES]
     print("== Model form: held-out error (leave one configuration out), median/worst abs %")
-    every = frozenset(published_bulk_bounds())
     forms = (
-        ("without per-layer overhead", False, BULK_ALLREDUCE, BULK_WITHIN_PUBLISHED),
-        ("one all-reduce protocol", LAYER_OVERHEAD, False, BULK_WITHIN_PUBLISHED),
-        ("bulk latency in nccl range (every family with one)", LAYER_OVERHEAD, BULK_ALLREDUCE, every),
-        ("the catalog's form", LAYER_OVERHEAD, BULK_ALLREDUCE, BULK_WITHIN_PUBLISHED),
+        ("without per-layer overhead", False, BULK_ALLREDUCE, STRAGGLER),
+        ("one all-reduce protocol", LAYER_OVERHEAD, False, STRAGGLER),
+        ("without straggler term", LAYER_OVERHEAD, BULK_ALLREDUCE, False),
+        ("the catalog's form", LAYER_OVERHEAD, BULK_ALLREDUCE, STRAGGLER),
     )
-    for label, layer, bulk, within in forms:
-        held = cross_validate(catalog, thr, lat, 0, layer, bulk, within)
+    for label, layer, bulk, straggler in forms:
+        held = cross_validate(catalog, thr, lat, 0, layer, bulk, straggler)
         for source in ("latency", "trtllm"):
             mine = [p for p in held if p.source == source]
             cells = [f"tp{tp} {fmt_short([p for p in mine if p.tp == tp])}" for tp in (1, 2, 4, 8)]
             cells.append(f"MoE {fmt_short([p for p in mine if p.moe])}")
             print(f"   {label:<27} {source:<8} " + " | ".join(cells))
-    print(f"   the catalog takes: per-layer overhead {LAYER_OVERHEAD}, two all-reduce protocols {BULK_ALLREDUCE}, "
-          f"large-message latency bounded to the published nccl-tests range for "
-          f"{', '.join(sorted(BULK_WITHIN_PUBLISHED)) or 'no family'} (of {', '.join(sorted(every))})")
+    print(f"   the catalog takes: per-layer overhead {LAYER_OVERHEAD}, two all-reduce protocols {BULK_ALLREDUCE} "
+          f"(large-message latency from published nccl-tests curves), straggler term {STRAGGLER}")
     print()
 
 
@@ -425,7 +439,7 @@ def print_committed(cal: Calibration, catalog: Catalog) -> None:
     blocks, _ = catalog_efficiencies(cal, catalog)
     keys = (
         "bandwidth", "compute", "step_overhead_ms", "allreduce_latency_us", "interconnect", "layer_overhead_us",
-        "borrowed_from",
+        "allreduce_bulk_latency_us", "allreduce_bulk_latency_by_tp_us", "straggler_cv", "borrowed_from",
     )  # fmt: skip
     stale = [g for g, e in blocks.items() if any(getattr(catalog.gpu(g).efficiency, k) != getattr(e, k) for k in keys)]
     state = "in step with this fit" if not stale else f"NOT in step with this fit ({', '.join(stale)}): run with --write"
@@ -463,8 +477,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--write", action="store_true", help="rewrite the efficiency blocks of data/gpus.yaml")
     parser.add_argument(
-        "--compare-forms", action="store_true", help="also print the held-out error without the per-layer term, with one all-reduce protocol and with the "
-        "large-message latency bounded to (or freed from) the published nccl-tests range"
+        "--compare-forms", action="store_true", help="also print the held-out error without the per-layer term, with one all-reduce protocol and without the "
+        "straggler term"
     )
     args = parser.parse_args(argv)
     catalog = load_catalog()

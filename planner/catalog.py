@@ -74,10 +74,22 @@ class Efficiency(_Frozen):
     allreduce_bulk_latency_us: real(ge=0, le=MAX_LATENCY_MS * 1000) | None = Field(
         None,
         description="fixed latency at tp 2 of the large-message all-reduce protocol, which moves bytes at the full "
-        "interconnect rate (roofline.allreduce_call_s); None: one protocol, allreduce_latency_us",
+        "interconnect rate (roofline.allreduce_call_s), at GPU counts allreduce_bulk_latency_by_tp_us lacks; None: one "
+        "protocol, allreduce_latency_us",
+    )
+    allreduce_bulk_latency_by_tp_us: dict[whole(ge=2, le=MAX_TP), real(ge=0, le=MAX_LATENCY_MS * 1000)] | None = Field(
+        None,
+        description="fixed latency of one large-message all-reduce call at the GPU counts a published nccl-tests "
+        "curve measures (roofline.bulk_latency_at_tp2_us); other counts: allreduce_bulk_latency_us x log2(tp)",
     )
     layer_overhead_us: real(ge=0, le=MAX_LATENCY_MS * 1000) = Field(
         0.0, description="fixed per layer per forward pass: kernel launch gaps, ramp-up and tail of its kernels"
+    )
+    straggler_cv: real(ge=0, le=10) = Field(
+        0.0,
+        description="coefficient of variation of the tp ranks' time between two all-reduces: every all-reduce waits "
+        "for the slowest rank, so a decode pass's memory reads and weight GEMMs take 1 + straggler_cv x (H_tp - 1) "
+        "times as long (roofline.straggler_factor; prompts' FLOPs are not stretched); no effect at tp 1",
     )
     source: str
     borrowed_from: str | None = Field(

@@ -14,7 +14,8 @@ rounded as measured GEMMs show (gemm_phase_s); then a fixed per-step overhead an
 tensor-parallel all-reduces (reduce-scatter + all-gather, the faster of a small- and a
 large-message protocol: allreduce_call_s). Prefill is compute-bound and
 quadratic in the prompt through attention. Effective rates are datasheet peaks times the GPU
-catalog's calibrated efficiency factors (bench/calibration.py).
+catalog's calibrated efficiency factors (bench/calibration.py); at tp > 1 a decode pass's memory
+reads and weight GEMMs also wait for the slowest rank at every all-reduce (straggler_factor).
 """
 
 from __future__ import annotations
@@ -63,6 +64,44 @@ def allreduce_call_latency(latency_at_tp2: float, tp: int) -> float:
     or two whatever tp. log2(tp) lies between flat and linear in tp; the held-out latency rows
     at tp 2, 4 and 8 (bench/calibration.py) are what it rests on."""
     return latency_at_tp2 * float(np.log2(tp)) if tp > 1 else 0.0
+
+
+def bulk_latency_at_tp2_us(at_tp2_us: float | None, by_tp_us: dict[int, float] | None, tp: int) -> float | None:
+    """The large-message protocol's latency at tp 2 that allreduce_call_latency scales to a call at
+    `tp`: `by_tp_us[tp] / log2(tp)` where the catalog carries a measured latency at that GPU count
+    (Efficiency.allreduce_bulk_latency_by_tp_us: the fixed cost of published nccl-tests curves, whose
+    GPU counts need not follow the log2(tp) law: A100's 8-GPU curve costs less per call than its
+    4-GPU one), `at_tp2_us` otherwise. None: one protocol."""
+    if at_tp2_us is None:
+        return None
+    if by_tp_us and tp in by_tp_us:
+        return by_tp_us[tp] / float(np.log2(tp))
+    return at_tp2_us
+
+
+def harmonic_number(n: int) -> float:
+    """H_n = 1 + 1/2 + ... + 1/n."""
+    return float(np.sum(1.0 / np.arange(1, n + 1)))
+
+
+def straggler_factor(cv: float, tp: int) -> float:
+    """How much longer the sharded work of a tensor-parallel pass takes than one rank's mean,
+    1 + cv x (H_tp - 1): each all-reduce is a barrier, so every stretch of work between two of them
+    (2 per layer) lasts as long as the slowest of the tp ranks doing its shard. With the ranks'
+    times i.i.d. with mean m and an exponential tail of scale cv x m (kernel-time jitter, clock and
+    power differences, launch skew), the expected maximum of tp of them exceeds the mean by
+    cv x m x (H_tp - 1) (the maximum of n i.i.d. exponentials has mean H_n times their scale:
+    Renyi's representation of exponential order statistics, David & Nagaraja, "Order Statistics",
+    3rd ed. 2003, sec. 2.5), and the excesses add over the pass's stretches. tp 1 has no barrier
+    (factor 1); H_2 - 1 = 0.5, H_4 - 1 = 1.083, H_8 - 1 = 1.718. cv is fitted on the tensor-parallel
+    rows, throughput and latency (Efficiency.straggler_cv, planner.calibration.joint_fit).
+
+    Its reach (StepModel.of) is what held-out error chose: the decode pass's memory reads and weight
+    GEMMs, not prefill's FLOPs. Stretching prompts' FLOPs too left the TensorRT-LLM rows of
+    Llama 3.1 405B over-predicted where decode dominates and under-predicted where prefill does on
+    every GPU, and the B200's 70B tp-1 rows, held out, 30.7% off (bench/calibration.py,
+    2026-12-02)."""
+    return 1.0 + cv * (harmonic_number(tp) - 1.0)
 
 
 # NCCL's LL protocol, the one its tuner picks for small messages, stores 4 bytes of data with a
@@ -152,8 +191,10 @@ class DecodeWork:
 class StepModel:
     """Effective rates of one replica (tp GPUs), in SI units: bytes/s, FLOP/s, seconds."""
 
-    bandwidth_bytes_s: float  # all tp GPUs, after efficiency
-    flops_s: float  # all tp GPUs, compute dtype of the weights, after efficiency
+    # all tp GPUs, after efficiency and the ranks' wait for the slowest (straggler_factor)
+    bandwidth_bytes_s: float
+    # all tp GPUs, compute dtype of the weights, after efficiency: prefill's and attention's rate
+    flops_s: float
     step_overhead_s: float
     layer_overhead_s: float  # per layer per forward pass
     weight_bytes: float
@@ -165,13 +206,21 @@ class StepModel:
     interconnect_bytes_s: float  # per GPU, one direction, after efficiency
     allreduce_latency_s: float
     model: Model
-    allreduce_bulk_latency_s: float | None = None  # of the large-message protocol (allreduce_call_s)
+    # of the large-message protocol (allreduce_call_s), at tp 2: bulk_latency_at_tp2_us
+    allreduce_bulk_latency_s: float | None = None
+    straggler: float = 1.0  # straggler_factor at this tp: the decode pass's weight GEMMs run at flops_s / it
 
     @classmethod
     def of(cls, dep: Deployment) -> StepModel:
+        """The rates of `dep`: datasheet peaks x tp x the GPU's efficiency factors. The ranks' wait
+        for the slowest at every all-reduce (straggler_factor) divides the bandwidth and the decode
+        GEMMs' FLOP/s (gemm_flops_s): a decode pass's weight GEMMs and cache reads take that factor
+        longer; prefill's FLOPs, the fixed costs and the all-reduces do not change."""
         gpu, eff = dep.gpu, dep.gpu.efficiency
+        straggler = straggler_factor(eff.straggler_cv, dep.tp)
+        bulk_us = bulk_latency_at_tp2_us(eff.allreduce_bulk_latency_us, eff.allreduce_bulk_latency_by_tp_us, dep.tp)
         return cls(
-            bandwidth_bytes_s=dep.tp * gpu.hbm_bandwidth_gb_s * 1e9 * eff.bandwidth,
+            bandwidth_bytes_s=dep.tp * gpu.hbm_bandwidth_gb_s * 1e9 * eff.bandwidth / straggler,
             flops_s=dep.tp * gpu.tflops(dep.weight_dtype.compute_dtype) * 1e12 * eff.compute,
             step_overhead_s=eff.step_overhead_ms / 1e3,
             layer_overhead_s=eff.layer_overhead_us / 1e6,
@@ -184,10 +233,14 @@ class StepModel:
             interconnect_bytes_s=gpu.interconnect_gb_s * 1e9 * eff.interconnect,
             allreduce_latency_s=eff.allreduce_latency_us / 1e6,
             model=dep.model,
-            allreduce_bulk_latency_s=None
-            if eff.allreduce_bulk_latency_us is None
-            else eff.allreduce_bulk_latency_us / 1e6,
+            allreduce_bulk_latency_s=None if bulk_us is None else bulk_us / 1e6,
+            straggler=straggler,
         )
+
+    @property
+    def gemm_flops_s(self) -> float:
+        """FLOP/s of a decode pass's weight GEMMs: flops_s stretched by the wait for the slowest rank."""
+        return self.flops_s / self.straggler
 
     def allreduce_s(self, tokens: np.ndarray | float, *, with_latency: bool = True) -> np.ndarray | float:
         """Two all-reduces per layer (after attention and after the MLP, Megatron-LM tensor
@@ -231,11 +284,11 @@ class StepModel:
         all-reduce: which resource dominates the step. decode_step_s applies the roofline
         to each phase separately."""
         w = self.decode_work(batch, cache_bytes, context_tokens)
-        return (w.weight_bytes + w.cache_bytes) / self.bandwidth_bytes_s, (w.gemm_flops + w.attn_flops) / self.flops_s
+        return (w.weight_bytes + w.cache_bytes) / self.bandwidth_bytes_s, w.gemm_flops / self.gemm_flops_s + w.attn_flops / self.flops_s
 
     def decode_step_s(self, batch, cache_bytes, context_tokens) -> np.ndarray:
         """One forward pass, seconds:
-            GEMMs     = gemm_phase_s(weight bytes read / bandwidth, 2 x active params x batch / FLOP/s)
+            GEMMs     = gemm_phase_s(weight bytes read / bandwidth, 2 x active params x batch / gemm_flops_s)
             attention = max(cache bytes / bandwidth, attention FLOPs / FLOP/s)
             fixed     = step overhead + layers x layer overhead
             + all-reduces (allreduce_s).
@@ -248,7 +301,7 @@ class StepModel:
         layer (the gaps and ramp-up/tail of each layer's dozen kernels), which is why a
         deeper model pays more at the same bytes."""
         w = self.decode_work(batch, cache_bytes, context_tokens)
-        gemm = gemm_phase_s(w.weight_bytes / self.bandwidth_bytes_s, w.gemm_flops / self.flops_s)
+        gemm = gemm_phase_s(w.weight_bytes / self.bandwidth_bytes_s, w.gemm_flops / self.gemm_flops_s)
         attn = np.maximum(w.cache_bytes / self.bandwidth_bytes_s, w.attn_flops / self.flops_s)
         fixed = self.step_overhead_s + self.num_layers * self.layer_overhead_s
         return gemm + attn + fixed + self.allreduce_s(np.asarray(batch, dtype=float))
@@ -283,4 +336,4 @@ class StepModel:
         "second ceiling"). For a dense bf16 model it is the ridge point x bytes per param / 2,
         at effective rates. A mixture of experts reads only the experts its batch touches, so
         its b* is larger; this uses the all-experts read, a lower bound."""
-        return (self.weight_bytes / self.bandwidth_bytes_s) / (2.0 * self.params_active / self.flops_s)
+        return (self.weight_bytes / self.bandwidth_bytes_s) / (2.0 * self.params_active / self.gemm_flops_s)

@@ -23,11 +23,16 @@ from planner.calibration.allreduce_published import (
     published_bulk_ranges,
     published_small_ranges,
 )
-from planner.calibration.calibrate import FITTED_LATENCY_ENGINES
-from planner.calibration.joint_fit import fit_joint, interconnect_family, published_bulk_bounds
-from planner.calibration.measured import load_trtllm_rows, measured_dir
-from planner.calibration.predict import trtllm_cases
-from planner.latency_points import latency_cases
+from planner.calibration.fit import BOUNDS
+from planner.calibration.joint_fit import (
+    PUBLISHED_ALLREDUCE_US,
+    bulk_at_tp2_us,
+    interconnect_family,
+    published_bulk_by_tp,
+    small_latency_bounds,
+)
+from planner.calibration.measured import measured_dir
+from planner.roofline import allreduce_call_latency, bulk_latency_at_tp2_us
 
 SIZES = [2**k for k in range(20, 29)]  # 1 MiB to 256 MiB
 
@@ -189,33 +194,40 @@ def test_published_ranges_of_the_shipped_file():
     assert {k: (v.low_us, v.high_us) for k, v in small.items()} == {("NVLink3", 4): (14.5, 16.29), ("NVLink5", 4): (15.36, 16.83)}
 
 
-def test_bulk_bounds_keep_every_published_gpu_count_within_range():
-    """The tp-2 bound of a family's large-message latency: the intersection over its GPU counts of
-    range / log2(n) (a call at n GPUs pays log2(n) times it). NVLink3's 4-GPU curve gives
-    50.6-62.0 us (25.3-31.0 at tp 2), its 8-GPU one 35.2-50.7 (11.7-16.9): no latency meets both
-    under log2(n), so NVLink3 has no bound."""
+def test_bulk_latency_per_gpu_count_is_the_curves_intercept_within_their_range():
+    """The large-message latency the fit takes (not fits): per (family, GPU count) the mean intercept
+    of its curves clipped to their range (GB200 x4's 21.6 us stops at its 19.5 us quickest call),
+    and at counts without a curve log2(tp) times the value at the smallest count with one."""
     ranges = published_bulk_ranges(load_nccl_rows())
-    bounds = published_bulk_bounds()
-    assert sorted(bounds) == ["NVLink4", "NVLink5"]
-    r4, r8 = ranges[("NVLink3", 4)], ranges[("NVLink3", 8)]
-    assert r4.low_us / 2 > r8.high_us / 3
+    by_tp = published_bulk_by_tp()
+    assert {f: sorted(v) for f, v in by_tp.items()} == {"NVLink3": [4, 8], "NVLink4": [8], "NVLink5": [4]}
     nv4 = ranges[("NVLink4", 8)]
-    assert bounds["NVLink4"] == pytest.approx((nv4.low_us / 3, nv4.high_us / 3), rel=1e-15)
-    nv5 = ranges[("NVLink5", 4)]
-    assert bounds["NVLink5"] == pytest.approx((nv5.low_us / 2, nv5.high_us / 2), rel=1e-15)
+    assert by_tp["NVLink4"][8] == pytest.approx((nv4.tables[0].fit.alpha_us + nv4.tables[1].fit.alpha_us) / 2, rel=1e-12)
+    assert by_tp["NVLink5"][4] == ranges[("NVLink5", 4)].high_us
+    for (family, n), r in ranges.items():
+        assert r.contains(by_tp[family][n])
+    assert bulk_at_tp2_us(by_tp["NVLink3"]) == by_tp["NVLink3"][4] / 2
+    assert bulk_at_tp2_us(by_tp["NVLink4"]) == pytest.approx(by_tp["NVLink4"][8] / 3, rel=1e-15)
 
 
-def test_bounded_bulk_fit_stays_in_the_published_range(catalog):
-    """H100 and H200 rows alone, one round: unbounded, the throughput rows put the NVLink4
-    large-message latency above the range the published curves allow; bounded, it stops at the
-    range's edge and says so."""
-    thr = [c for c in trtllm_cases(catalog, load_trtllm_rows()) if c.gpu_id in ("h100-sxm", "h200")]
-    lat = [c for c in latency_cases(catalog) if c.gpu_id in ("h100-sxm", "h200") and c.row.engine in FITTED_LATENCY_ENGINES]
-    lo, hi = published_bulk_bounds()["NVLink4"]
-    free = fit_joint(catalog, thr, lat, rounds=1)
-    bounded = fit_joint(catalog, thr, lat, rounds=1, bulk_within_published={"NVLink4"})
-    assert free.allreduce_bulk_us["NVLink4"] > hi
-    assert lo <= bounded.allreduce_bulk_us["NVLink4"] <= hi
-    assert bounded.allreduce_bulk_us["NVLink4"] == pytest.approx(hi, rel=1e-3)
-    assert bounded.allreduce_bulk_basis["NVLink4"].endswith(f"bounded to {lo:.1f}-{hi:.1f} us by published nccl-tests curves)")
-    assert "bounded" not in free.allreduce_bulk_basis["NVLink4"]
+def test_committed_bulk_latency_lies_within_the_published_range(catalog):
+    """Every catalog GPU with a large-message protocol pays, per call at each GPU count a published
+    curve of its family measures, a fixed cost inside that curve's range (read from the CSV)."""
+    ranges = published_bulk_ranges(load_nccl_rows())
+    checked = 0
+    for gpu in catalog.gpus.values():
+        e = gpu.efficiency
+        if e.allreduce_bulk_latency_us is None:
+            continue
+        for (family, n), r in ranges.items():
+            if family == interconnect_family(gpu):
+                at_tp2 = bulk_latency_at_tp2_us(e.allreduce_bulk_latency_us, e.allreduce_bulk_latency_by_tp_us, n)
+                assert r.contains(allreduce_call_latency(at_tp2, n)), (gpu.id, n)
+                checked += 1
+    assert checked >= 6  # H100, H200, A100 x4 and x8, B200, GB200 at least
+
+
+def test_small_latency_bounds_keep_tp_2_to_8_within_the_cited_range():
+    lo, hi, _ = PUBLISHED_ALLREDUCE_US["NVLink4"]
+    assert small_latency_bounds("NVLink4") == (lo, hi / 3)
+    assert small_latency_bounds("PCIe") == BOUNDS["allreduce_latency_us"]

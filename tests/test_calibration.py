@@ -37,6 +37,7 @@ from planner.roofline import (
     StepModel,
     allreduce_call_latency,
     gemm_phase_s,
+    straggler_factor,
 )
 from planner.units import GiB
 
@@ -203,6 +204,49 @@ def test_allreduce_takes_the_faster_protocol_per_message_size(catalog):
     )
 
 
+def test_straggler_factor_is_one_plus_cv_times_the_harmonic_excess():
+    """tp 1 has no barrier; at tp 8, H_8 - 1 = 1/2 + ... + 1/8 = 481/280, so cv 0.1 stretches the
+    sharded work by 1 + 48.1/280."""
+    assert straggler_factor(0.3, 1) == 1.0
+    assert straggler_factor(0.1, 8) == pytest.approx(1 + 0.1 * 481 / 280, rel=1e-15)
+    assert straggler_factor(0.1, 2) == pytest.approx(1.05, rel=1e-15)
+
+
+def test_straggler_stretches_the_decode_pass_and_not_prefill(catalog):
+    """Llama 3.1 70B at tp 8 on H100: with cv 0.1 a decode step's GEMMs and cache reads take
+    1 + 0.1 x 481/280 times as long (attention's FLOPs, a prompt's FLOPs, the fixed costs and the
+    all-reduces do not change); at tp 1 nothing changes."""
+    base = Efficiency(bandwidth=0.8, compute=0.6, step_overhead_ms=2.0, allreduce_latency_us=5.0, source="test")
+    factor = 1 + 0.1 * 481 / 280
+    for tp, want in ((8, factor), (1, 1.0)):
+        dep = make_deployment(catalog, model="llama-3.1-70b", gpu="h100-sxm", tp=tp, max_model_len=8192)
+        plain = StepModel.of(with_efficiency(dep, base))
+        slow = StepModel.of(with_efficiency(dep, base.model_copy(update={"straggler_cv": 0.1})))
+        assert slow.straggler == pytest.approx(want, rel=1e-15)
+        # cache reads well above attention's FLOPs at these sizes: the phase is memory-bound
+        batch, cache, ctx = np.array([1.0, 64.0, 512.0]), np.array([1e8, 6e9, 5e10]), np.array([2e3, 1e5, 1e6])
+        fixed = plain.step_overhead_s + plain.num_layers * plain.layer_overhead_s + plain.allreduce_s(batch)
+        work = plain.decode_step_s(batch, cache, ctx) - fixed
+        np.testing.assert_allclose(slow.decode_step_s(batch, cache, ctx), fixed + want * work, rtol=1e-12)
+        assert slow.prefill_s(4096.0) == plain.prefill_s(4096.0)
+        assert slow.flops_s == plain.flops_s and slow.gemm_flops_s == pytest.approx(plain.flops_s / want, rel=1e-15)
+        # attention's FLOPs, where they bind, run at the unstretched rate
+        assert slow.decode_step_s(1.0, 0.0, 1e9) - plain.decode_step_s(1.0, 0.0, 1e9) == pytest.approx(
+            (want - 1) * (plain.decode_step_s(1.0, 0.0, 0.0) - plain.step_overhead_s
+                          - plain.num_layers * plain.layer_overhead_s - plain.allreduce_s(1.0)), rel=1e-9)
+
+
+def test_efficiency_block_round_trips_through_gpus_yaml():
+    """The new fields are written by efficiency_lines and read back as they were."""
+    eff = Efficiency(bandwidth=0.8, compute=0.6, step_overhead_ms=1.5, allreduce_latency_us=3.7,
+                     allreduce_bulk_latency_us=28.1, allreduce_bulk_latency_by_tp_us={4: 56.3, 8: 48.2},
+                     straggler_cv=0.1469, source="test")  # fmt: skip
+    text = "a:\n  name: A\n  efficiency:\n    bandwidth: 0.5\n    compute: 0.5\n    step_overhead_ms: 1.0\n    source: old\n"
+    back = Efficiency(**yaml.safe_load(rewrite_efficiency_blocks(text, {"a": eff}))["a"]["efficiency"])
+    assert back == eff
+    assert back.allreduce_bulk_latency_by_tp_us == {4: 56.3, 8: 48.2} and back.straggler_cv == 0.1469
+
+
 def test_committed_factors_meet_the_target_on_decode_throughput(cases):
     """Outcome test of the shipped catalog: data/gpus.yaml's factors give median absolute
     error <= 15% on every committed TensorRT-LLM row the catalog can express."""
@@ -253,7 +297,7 @@ def test_splitwise_prefill_is_prefill_s_plus_what_a_standalone_pass_pays(catalog
     assert step.allreduce_bulk_latency_s > step.allreduce_latency_s  # the committed factors carry both
     fixed_s = step.step_overhead_s + step.num_layers * (step.layer_overhead_s + 2 * 3 * step.allreduce_bulk_latency_s)
     # the GEMMs' rounded corner (gemm_phase_s) adds what the weight read leaves showing
-    gemm_compute_s = 2 * step.params_active * 8192 / step.flops_s
+    gemm_compute_s = 2 * step.params_active * 8192 / step.flops_s  # a prompt's FLOPs: not stretched
     memory_s = step.weight_bytes / step.bandwidth_bytes_s
     corner_s = (memory_s**4 + gemm_compute_s**4) ** 0.25 - gemm_compute_s  # (m^4 + c^4)^(1/4), by hand
     assert 0 < corner_s < 1e-3 * gemm_compute_s

@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CENT = 0.01
 
 
-def finance_scenario(tmp_path: Path, *, reserved_pools: bool | None = None, h100_cap: int | None = 16) -> Path:
-    """The shipped finance scenario with an H100 cap (the issue's case: 2027Q2 outgrows 16 H100s)."""
+def finance_scenario(tmp_path: Path, *, reserved_pools: bool | None = None, h100_cap: int | None = 17) -> Path:
+    """The shipped finance scenario with an H100 cap at 2027Q1's need (17 H100s): 2027Q2 outgrows it."""
     raw = yaml.safe_load((ROOT / "scenarios" / "finance_2027.yaml").read_text(encoding="utf-8"))
     raw["split_thresholds"] = []  # one pool per quarter: a homogeneous pool that outgrows the cap must switch types
     if h100_cap is not None:

@@ -59,13 +59,17 @@ Fit and hold-out
   step_overhead_ms per GPU, allreduce_latency_us per interconnect FAMILY (one number
   for every GPU on NVLink4, one for NVLink3, ...; the latency of one call at tp 2, log2(tp)
   times it at larger tp: roofline.allreduce_call_latency) and one layer_overhead_us for every GPU
-  on the latency rows; between (1) and (2), allreduce_bulk_latency_us per family with latency rows,
-  on its GPUs' tensor-parallel throughput rows: the fixed cost of the large-message all-reduce
-  protocol (roofline.allreduce_call_s takes the faster of the two per message: the small-message
-  one moves bytes at half the link rate, the large-message one at the full rate, as NCCL's LL and
-  Simple protocols do). The latency rows send decode-sized messages and fit the small-message
-  latency; offline batches send megabytes per call and see the other. A family without latency
-  rows keeps one protocol. B200 and GB200 share one bandwidth, compute and interconnect
+  on the latency rows, each family's within its published small-message range
+  (joint_fit.small_latency_bounds); between (1) and (2), one straggler_cv for every GPU on the
+  tensor-parallel rows, throughput and latency weighed alike (roofline.straggler_factor: the ranks'
+  wait for the slowest at each all-reduce, the cost of tensor parallelism that is not the
+  collective; it stretches a decode pass's memory reads and weight GEMMs, not prompts' FLOPs). The large-message
+  all-reduce protocol (roofline.allreduce_call_s takes the faster of the two per message: the
+  small-message one moves bytes at half the link rate, the large-message one at the full rate, as
+  NCCL's LL and Simple protocols do) is not fitted: its fixed cost per family and GPU count is the
+  intercept of published nccl-tests curves (joint_fit.published_bulk_by_tp), and their bus
+  bandwidth centres a prior on the interconnect factor (joint_fit.LINK_PRIOR_SD). A family without
+  a curve takes its ALLREDUCE_DONOR's or keeps one protocol. B200 and GB200 share one bandwidth, compute and interconnect
   (joint_fit.SHARED_FIT: the same die, the datasheet peaks carry the difference). The
   physical form is the same for every GPU (roofline.StepModel); nothing is fitted per row.
   A family without latency rows takes ALLREDUCE_DONOR's value
@@ -88,12 +92,11 @@ Fit and hold-out
 - Splitwise rows are predicted with the joint factors as a cross-engine check, and fitted
   on their own (every third row held out) only to test the model's form: that research
   stack pays about 25 ms per step at tp 4 and tp 8 alike, far above production engines.
-- The fitted all-reduce latencies are checked, not fitted, against published nccl-tests curves
-  (allreduce_published: data/measured/nccl_allreduce_published.csv): the large-message one against
-  each curve's alpha-beta intercept from 1 MiB to its bus-bandwidth plateau, the small-message one
-  against NCCL's time up to 16 KiB. joint_fit.BULK_WITHIN_PUBLISHED names the families whose
-  large-message fit is bounded to that range (none today: its comment says why);
-  bench/calibration.py --compare-forms prints what bounding every family costs held out.
+- The all-reduce latencies are checked against published nccl-tests curves (allreduce_published:
+  data/measured/nccl_allreduce_published.csv): the large-message one is each curve's alpha-beta
+  intercept from 1 MiB to its bus-bandwidth plateau (inside the range by construction), the
+  small-message one is compared with NCCL's time up to 16 KiB. bench/calibration.py --compare-forms
+  prints the held-out error without the straggler term.
 - GPUs without measurements borrow a measured GPU's factors (borrowed.BORROWED) and are marked
   `borrowed_from` (GPU.verified is False): plans that use them say so.
 """

@@ -36,10 +36,11 @@ def borrowed_efficiency(joint: JointFit, catalog: Catalog, gpu_id: str) -> tuple
     eff = joint.efficiency[donor].model_copy(update={"borrowed_from": donor})
     if fam in joint.allreduce_us and joint.allreduce_basis[fam] != "no tensor-parallel rows: not fitted":
         bulk = joint.allreduce_bulk_us.get(fam)
-        eff = eff.model_copy(update={"allreduce_latency_us": joint.allreduce_us[fam], "allreduce_bulk_latency_us": bulk})
+        eff = eff.model_copy(update={"allreduce_latency_us": joint.allreduce_us[fam], "allreduce_bulk_latency_us": bulk,
+                                     "allreduce_bulk_latency_by_tp_us": joint.allreduce_bulk_by_tp_us.get(fam)})
         ar = f"allreduce_latency_us is the {fam} value ({joint.allreduce_basis[fam]})"
         if bulk is not None:
-            ar += f", allreduce_bulk_latency_us too ({joint.allreduce_bulk_basis[fam]})"
+            ar += f", allreduce_bulk_latency_us and allreduce_bulk_latency_by_tp_us too ({joint.allreduce_bulk_basis[fam]})"
     else:
         ar = f"allreduce_latency_us{'' if eff.allreduce_bulk_latency_us is None else ' and allreduce_bulk_latency_us'} are {donor}'s too: no {fam} measurement"
     return eff, why, ar

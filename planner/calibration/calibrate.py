@@ -5,7 +5,7 @@ checked on their own latency rows, and the Splitwise rows as a cross-engine chec
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,8 +14,8 @@ from planner.calibration.borrowed import borrowed_efficiency
 from planner.calibration.fit import NEUTRAL, FitResult, fit_efficiency, splitwise_log_errors
 from planner.calibration.joint_fit import (
     BULK_ALLREDUCE,
-    BULK_WITHIN_PUBLISHED,
     LAYER_OVERHEAD,
+    STRAGGLER,
     JointFit,
     fit_group,
     fit_joint,
@@ -136,7 +136,7 @@ def _latency_prediction(c: LatencyCase, eff: Efficiency, held: bool) -> Predicti
 def cross_validate(
     catalog: Catalog, thr: Sequence[TrtllmCase], lat: Sequence[LatencyCase], folds: int = FOLDS,
     layer_overhead: bool = LAYER_OVERHEAD, bulk_allreduce: bool = BULK_ALLREDUCE,
-    bulk_within_published: Collection[str] = BULK_WITHIN_PUBLISHED,
+    straggler: bool = STRAGGLER,
 ) -> list[Prediction]:
     """Each row predicted by a fit that saw no row of its (model, GPU, tp) configuration, from
     either source. A row whose GPU has no rows left in its fold's fit is not predicted."""
@@ -147,7 +147,7 @@ def cross_validate(
         lat_fit = [c for c in lat if fold[config_of_latency(c)] != k]
         fit = fit_joint(
             catalog, thr_fit, lat_fit, layer_overhead=layer_overhead, bulk_allreduce=bulk_allreduce,
-            bulk_within_published=bulk_within_published,
+            straggler=straggler,
         )  # fmt: skip
         for c in thr:
             if fold[config_of_trtllm(c)] == k and c.gpu_id in fit.efficiency and fit.n_throughput[c.gpu_id]:

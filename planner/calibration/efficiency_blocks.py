@@ -31,9 +31,9 @@ def fitted_source(cal: Calibration, catalog: Catalog, gpu: str) -> str:
         f"joint fit by bench/calibration.py: bandwidth, compute, interconnect on data/measured/{TRTLLM_FILE} "
         f"(n={j.n_throughput[gpu]}{'; ' + shared if shared else ''}); step_overhead_ms on {j.overhead_basis[gpu]}; "
         f"allreduce_latency_us is the {fam} value, fitted on {j.allreduce_basis[fam]}; "
-        + (f"allreduce_bulk_latency_us (large messages) is the {fam} value, fitted on {j.allreduce_bulk_basis[fam]}; "
-           if j.allreduce_bulk_us.get(fam) is not None else "")
-        + "layer_overhead_us on "
+        + (f"allreduce_bulk_latency_us and allreduce_bulk_latency_by_tp_us (large messages) are the {fam} values, "
+           f"from {j.allreduce_bulk_basis[fam]}; " if j.allreduce_bulk_us.get(fam) is not None else "")
+        + f"straggler_cv on {j.straggler_basis}; layer_overhead_us on "
         f"{j.layer_basis}. Cross-validated by configuration ({folds_text(cal.folds)}, "
         f"no (model, GPU, tp) seen in its own fit{', nor its twin on the GPU it shares factors with' if shared else ''}): "
         f"held-out median abs error {med:.1f}% (worst {worst:.1f}%, n={n}){at}"
@@ -51,7 +51,11 @@ def rounded(eff: Efficiency, source: str, borrowed_from: str | None = None) -> E
             if eff.allreduce_bulk_latency_us is None
             else round(eff.allreduce_bulk_latency_us, 1),
             "interconnect": round(eff.interconnect, 3),
+            "allreduce_bulk_latency_by_tp_us": None
+            if eff.allreduce_bulk_latency_by_tp_us is None
+            else {n: round(us, 1) for n, us in sorted(eff.allreduce_bulk_latency_by_tp_us.items())},
             "layer_overhead_us": round(eff.layer_overhead_us, 1),
+            "straggler_cv": round(eff.straggler_cv, 4),
             "source": source,
             "borrowed_from": borrowed_from,
         }
@@ -102,7 +106,11 @@ def efficiency_lines(eff: Efficiency, indent: str = "    ") -> list[str]:
         f"{indent}allreduce_latency_us: {eff.allreduce_latency_us:g}\n",
         *([] if eff.allreduce_bulk_latency_us is None else [f"{indent}allreduce_bulk_latency_us: {eff.allreduce_bulk_latency_us:g}\n"]),
         f"{indent}interconnect: {eff.interconnect:g}\n",
+        *([] if eff.allreduce_bulk_latency_by_tp_us is None else [
+            f"{indent}allreduce_bulk_latency_by_tp_us: {{{', '.join(f'{n}: {us:g}' for n, us in sorted(eff.allreduce_bulk_latency_by_tp_us.items()))}}}\n"
+        ]),
         f"{indent}layer_overhead_us: {eff.layer_overhead_us:g}\n",
+        f"{indent}straggler_cv: {eff.straggler_cv:g}\n",
         f"{indent}source: {json.dumps(eff.source, ensure_ascii=True)}\n",
         *([f"{indent}borrowed_from: {eff.borrowed_from}\n"] if eff.borrowed_from else []),
     ]

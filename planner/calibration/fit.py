@@ -22,7 +22,7 @@ BOUNDS = {
     "allreduce_latency_us": (0.0, 100.0),
     "interconnect": (0.2, 1.0),
     "layer_overhead_us": (0.0, 100.0),
-    "allreduce_bulk_latency_us": (0.0, 200.0),  # joint_fit._fit_bulk, not in FACTORS
+    "straggler_cv": (0.0, 1.0),  # joint_fit._fit_straggler, not in FACTORS
 }
 STARTS = ((0.8, 0.6, 2.0, 10.0, 0.9, 0.0), (0.6, 0.4, 5.0, 50.0, 0.5, 10.0), (0.9, 0.8, 0.5, 2.0, 0.7, 20.0))
 # Offline max-throughput rows run at large batches, where a fixed per-step cost and a

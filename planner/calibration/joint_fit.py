@@ -34,6 +34,7 @@ INTERCONNECT_FAMILIES = (("NVLink5", "NVLink5"), ("NVLink4", "NVLink4"), ("NVLin
 ALLREDUCE_DONOR = {"NVLink5": "NVLink4"}
 # Published small-message (decode-sized, <= 256 KB) all-reduce latency per call, microseconds,
 # (low, high, citation). None where no published figure was found.
+SMALL_LATENCY_MAX_TP = 8  # the largest GPU count the published small-message ranges cover
 PUBLISHED_ALLREDUCE_US: dict[str, tuple[float, float, str] | None] = {
     "NVLink4": (
         3.7,
@@ -69,37 +70,76 @@ PUBLISHED_ALLREDUCE_US: dict[str, tuple[float, float, str] | None] = {
 # from compute from interconnect, and its 70B rows were predicted 35-39% off from its 405B rows
 # (bench/calibration.py, 2026-12-01).
 SHARED_FIT = {"gb200": ("b200", "the same Blackwell B200 die at a higher power limit; the datasheet peaks carry the difference")}
-ROUNDS = 4  # block-coordinate rounds: throughput stage, large-message all-reduce stage, then latency stage
-# Fit the large-message all-reduce protocol's latency per interconnect family on the throughput
-# rows (roofline.allreduce_call_s); False keeps one protocol (allreduce_bulk_latency_us None).
-# bench/calibration.py --compare-forms prints the held-out error both ways.
+ROUNDS = 4  # block-coordinate rounds: throughput stage, straggler stage, then latency stage
+# Two all-reduce protocols (roofline.allreduce_call_s), the large-message one's fixed cost taken from
+# published nccl-tests curves (published_bulk_by_tp); False keeps one protocol (allreduce_bulk_latency_us
+# None). bench/calibration.py --compare-forms prints the held-out error both ways.
 BULK_ALLREDUCE = True
-BULK_START_US = 30.0  # where its fit starts
-# The families whose large-message latency is bounded to the range their published nccl-tests
-# curves give (published_bulk_bounds); the others are left to BOUNDS. bench/calibration.py
-# --compare-forms prints the held-out error with every family with a curve bounded. Empty: bounding
-# all three (NVLink3, 4, 5) puts the held-out B200/GB200 tp-1 throughput rows 34.7% off (target 25%);
-# NVLink3 and NVLink4 alone keep every target (bench/calibration.py, 2026-12-01), but choosing the
-# families by the outcome is the lead's call, not the fit's.
-BULK_WITHIN_PUBLISHED: frozenset[str] = frozenset()
+# Fit one straggler coefficient of variation for every GPU on the tensor-parallel rows, throughput and
+# latency (roofline.straggler_factor: the ranks' wait for the slowest at each all-reduce); False keeps
+# it 0. bench/calibration.py --compare-forms prints the held-out error both ways. Each source weighs
+# the same (_fit_straggler): on the 156 throughput rows alone it reached 0.26 once prompts' FLOPs no
+# longer carried it, and the latency rows at tp 4 and 8 (18 rows, low concurrency) missed their 10%
+# median (11.1%, 11.3%; bench/calibration.py, 2026-12-02).
+STRAGGLER = True
 # Fit one per-layer overhead for every GPU on the latency rows (bench/calibration.py --compare-forms
 # prints the held-out error with and without it); False keeps layer_overhead_us at 0.
 LAYER_OVERHEAD = True
+# The interconnect factor is the share of the datasheet link an all-reduce's bytes move at; the
+# published curves measure it (published_link_share), so the throughput stage fits it under a
+# Gaussian prior centred there, of this sd. Free, it took up cost of tensor parallelism that is not
+# the link's (H100 0.547 against the curves' 0.91), and on a GPU whose only tensor-parallel rows are
+# at one tp (B200 and GB200: 405B at tp 4) it traded against compute: holding out their 70B tp-1
+# configuration gave compute 0.95, interconnect 0.27 and tp-1 rows predicted 100% high.
+LINK_PRIOR_SD = 0.2
 
 
 @functools.cache
-def published_bulk_bounds() -> dict[str, tuple[float, float]]:
-    """Family -> (low, high) of its large-message all-reduce latency at tp 2 that keeps the latency
-    of a call, allreduce_call_latency (log2(tp) times it), within the published range at every GPU
-    count with a curve (allreduce_published.published_bulk_ranges), intersected with BOUNDS. A
-    family whose curves at two GPU counts no tp-2 latency meets both (the log2(tp) law does not
-    hold between them: NVLink3's 4- and 8-GPU A100 curves) has no bound; bench/calibration.py says so."""
-    lo0, hi0 = BOUNDS["allreduce_bulk_latency_us"]
-    out: dict[str, tuple[float, float]] = {}
+def published_bulk_by_tp() -> dict[str, dict[int, float]]:
+    """Family -> {GPU count: fixed cost of one large-message all-reduce call, us} from its published
+    nccl-tests curves (allreduce_published.published_bulk_ranges): the mean of the curves' alpha-beta
+    intercepts at that count, clipped to the range they give (an intercept can exceed the curve's
+    quickest call, which no fixed cost does: GB200 x4's 21.6 us against a 19.5 us call). Not fitted
+    to the throughput rows: those see every other cost of tensor parallelism too (the fit put up to
+    3.9 times the measured value here before the straggler term carried that cost)."""
+    out: dict[str, dict[int, float]] = {}
     for (family, n), r in published_bulk_ranges(load_nccl_rows()).items():
-        lo, hi = out.get(family, (lo0, hi0))
-        out[family] = (max(lo, r.low_us / float(np.log2(n))), min(hi, r.high_us / float(np.log2(n))))
-    return {family: (lo, hi) for family, (lo, hi) in out.items() if lo <= hi}
+        mean = float(np.mean([t.fit.alpha_us for t in r.tables]))
+        out.setdefault(family, {})[n] = float(np.clip(mean, r.low_us, r.high_us))
+    return out
+
+
+def published_link_share(catalog: Catalog) -> dict[str, float]:
+    """Family -> the share of the datasheet per-GPU link its published nccl-tests curves achieve in
+    the large-message region (alpha-beta bus bandwidth / GPU.interconnect_gb_s of the curve's GPU,
+    the mean over its curves): the centre of the prior on the interconnect factor (LINK_PRIOR_SD)."""
+    out: dict[str, list[float]] = {}
+    for (family, _), r in published_bulk_ranges(load_nccl_rows()).items():
+        for t in r.tables:
+            out.setdefault(family, []).append(t.fit.busbw_gb_s / catalog.gpu(t.gpu).interconnect_gb_s)
+    return {f: float(np.mean(v)) for f, v in out.items()}
+
+
+def bulk_at_tp2_us(by_tp: dict[int, float]) -> float:
+    """The tp-2 latency of the large-message protocol for the GPU counts no curve measures: the value
+    at the smallest measured count scaled by log2 (roofline.allreduce_call_latency's law), the
+    nearest measured count to tp 2."""
+    n = min(by_tp)
+    return by_tp[n] / float(np.log2(n))
+
+
+def small_latency_bounds(family: str) -> tuple[float, float]:
+    """(low, high) of the small-message all-reduce latency at tp 2 the latency stage fits for
+    `family`: the values that keep the call latency at tp 2, 4 and 8 (log2(tp) times it,
+    roofline.allreduce_call_latency) within its published range (PUBLISHED_ALLREDUCE_US),
+    intersected with BOUNDS; BOUNDS alone where nothing is published. The latency rows cannot
+    tell this latency from the step and per-layer overheads well (one 70B pass pays it 160
+    times, the per-layer overhead 80): unbounded, it moved from 0 to 45 us with the other terms."""
+    lo, hi = BOUNDS["allreduce_latency_us"]
+    pub = PUBLISHED_ALLREDUCE_US.get(family)
+    if pub is None:
+        return lo, hi
+    return max(lo, pub[0]), min(hi, pub[1] / float(np.log2(SMALL_LATENCY_MAX_TP)))
 
 
 def shared_fit_note(gpu: str, fitted: Iterable[str]) -> str:
@@ -142,9 +182,13 @@ class JointFit:
     n_latency: dict[str, int]
     layer_overhead_us: float = 0.0  # one for every GPU; 0 when not fitted
     layer_basis: str = "not fitted (0)"
-    # family -> large-message all-reduce latency at tp 2 (None: one protocol), and what it was fitted on
+    # family -> large-message all-reduce latency at tp 2 (None: one protocol), per measured GPU count,
+    # and where it comes from
     allreduce_bulk_us: dict[str, float | None] = field(default_factory=dict)
+    allreduce_bulk_by_tp_us: dict[str, dict[int, float] | None] = field(default_factory=dict)
     allreduce_bulk_basis: dict[str, str] = field(default_factory=dict)
+    straggler_cv: float = 0.0  # one for every GPU; 0 when not fitted
+    straggler_basis: str = "not fitted (0)"
 
 
 @dataclass(frozen=True)
@@ -184,21 +228,14 @@ class _Rows:
         """The family whose all-reduce latency `gpu` takes: its donor's, else its own."""
         return self.donor(self.family[gpu]) or self.family[gpu]
 
-    def bulk_families(self) -> list[str]:
-        """Families whose large-message all-reduce latency is fitted: those with tensor-parallel
-        throughput rows whose small-message latency is pinned by latency rows, their own or
-        their donor's (a family without either keeps one protocol: its throughput rows alone
-        cannot tell the two latencies apart)."""
-        thr_families = {self.family[c.gpu_id] for c in self.thr if c.row.tp > 1}
-        return sorted(f for f in thr_families if f in self.lat_families or self.donor(f))
-
-    def bulk_source(self, family: str, fitted: Sequence[str]) -> str | None:
-        """The family whose large-message latency `family` takes: its own where `fitted`, else its
-        donor's where that is, else None (one protocol)."""
-        if family in fitted:
+    def bulk_source(self, family: str, measured: Collection[str]) -> str | None:
+        """The family whose large-message latency `family` takes: its own where a published curve
+        measures it (`measured`), else its donor's (ALLREDUCE_DONOR) where one does, else None (one
+        protocol)."""
+        if family in measured:
             return family
-        d = self.donor(family)
-        return d if d in fitted else None
+        d = ALLREDUCE_DONOR.get(family)
+        return d if d in measured else None
 
     def link_without_tp_rows(self, gpu: str, eff: dict[str, Efficiency]) -> dict[str, float]:
         """{} or, for a GPU with throughput rows but none at tp > 1 (nothing fits its link factor),
@@ -211,9 +248,13 @@ class _Rows:
         peers = [g for g in self.gpus if self.family[g] == src and any(c.row.tp > 1 for c in self.thr_by[g])]
         return {"interconnect": float(np.exp(np.mean([np.log(eff[g].interconnect) for g in peers])))} if peers else {}
 
-    def bulk_rows(self, family: str) -> list[TrtllmCase]:
-        """The tensor-parallel throughput rows of the GPUs on `family`."""
-        return [c for c in self.thr if c.row.tp > 1 and self.family[c.gpu_id] == family]
+    def tp_rows(self) -> list[TrtllmCase]:
+        """The tensor-parallel throughput rows of every GPU."""
+        return [c for c in self.thr if c.row.tp > 1]
+
+    def tp_latency_rows(self) -> list[LatencyCase]:
+        """The tensor-parallel latency rows of every GPU."""
+        return [c for c in self.lat if c.row.tp > 1]
 
 
 def fit_joint(
@@ -224,7 +265,7 @@ def fit_joint(
     rounds: int = ROUNDS,
     layer_overhead: bool = LAYER_OVERHEAD,
     bulk_allreduce: bool = BULK_ALLREDUCE,
-    bulk_within_published: Collection[str] = BULK_WITHIN_PUBLISHED,
+    straggler: bool = STRAGGLER,
 ) -> JointFit:
     """Bandwidth, compute and interconnect efficiency per GPU on the throughput rows; step
     overhead per GPU and all-reduce latency per interconnect family on the latency rows;
@@ -236,29 +277,32 @@ def fit_joint(
     rows takes ALLREDUCE_DONOR's latency or, failing one, is fitted on the throughput rows.
     With `layer_overhead`, one per-layer overhead shared by every GPU joins the latency stage
     (roofline.StepModel.decode_step_s: a deeper model pays more fixed time per pass). With
-    `bulk_allreduce`, each round also fits, per family, the large-message all-reduce latency
-    on its GPUs' tensor-parallel throughput rows (_fit_bulk,
-    roofline.allreduce_call_s), where its small-message latency is pinned by latency rows (its own
-    or its donor's), within its published range for the families in `bulk_within_published`
-    (published_bulk_bounds); a family without tensor-parallel throughput rows takes its donor's. A GPU
-    without tensor-parallel throughput rows takes its peers' interconnect factor
+    `bulk_allreduce`, a family with published nccl-tests curves has a large-message all-reduce
+    protocol whose fixed cost is theirs (published_bulk_by_tp, roofline.allreduce_call_s; measured,
+    not fitted), a family without takes its donor's or keeps one protocol. With `straggler`, each
+    round fits one straggler coefficient of variation for every GPU (roofline.straggler_factor) on
+    the tensor-parallel throughput rows (_fit_straggler), between the throughput and latency stages.
+    A GPU without tensor-parallel throughput rows takes its peers' interconnect factor
     (_Rows.link_without_tp_rows)."""
     rows = _Rows.of(catalog, thr, lat)
     eff = dict.fromkeys(rows.gpus, NEUTRAL)
     ar = dict.fromkeys(set(rows.family.values()), NEUTRAL.allreduce_latency_us)
     layer_us = NEUTRAL.layer_overhead_us
-    bulk_fams = rows.bulk_families() if bulk_allreduce else []
-    bulk: dict[str, float | None] = {f: (BULK_START_US if f in bulk_fams else None) for f in set(rows.family.values())}
+    measured = published_bulk_by_tp() if bulk_allreduce else {}
+    link_share = published_link_share(catalog) if LINK_PRIOR_SD else {}
+    cv = 0.0
     thr_fits: dict[str, FitResult] = {}
     stage = _LatencyStage.of(rows, layer_overhead)
 
-    def bulk_of(family: str) -> float | None:  # the family's large-message latency: its own or its donor's
-        src = rows.bulk_source(family, bulk_fams)
-        return None if src is None else bulk[src]
+    def bulk_of(family: str) -> dict[int, float] | None:  # its large-message latencies: its own or its donor's
+        src = rows.bulk_source(family, measured)
+        return None if src is None else measured[src]
 
-    def shared_of(g: str) -> dict[str, float | None]:
+    def shared_of(g: str) -> dict[str, object]:
+        by_tp = bulk_of(rows.family[g])
         return {"allreduce_latency_us": ar[rows.allreduce_source(g)], "layer_overhead_us": layer_us,
-                "allreduce_bulk_latency_us": bulk_of(rows.family[g])}
+                "allreduce_bulk_latency_us": None if by_tp is None else bulk_at_tp2_us(by_tp),
+                "allreduce_bulk_latency_by_tp_us": by_tp, "straggler_cv": cv}
 
     for r in range(rounds):
         for g in rows.gpus:
@@ -274,17 +318,16 @@ def fit_joint(
                     take = [k for k in take if k != "step_overhead_ms"]
                 eff[g] = eff[g].model_copy(update={k: getattr(eff[lead], k) for k in take})
                 continue
-            fit = _throughput_fit(rows, g, eff[g], first_round=r == 0)
+            fit = _throughput_fit(rows, g, eff[g], first_round=r == 0, link_share=link_share.get(rows.family[g]))
             thr_fits[g], eff[g] = fit, fit.efficiency
             if "allreduce_latency_us" in fit.free:
                 ar[rows.family[g]] = eff[g].allreduce_latency_us
         for g in rows.gpus:
             eff[g] = eff[g].model_copy(update=rows.link_without_tp_rows(g, eff))
-        for f in bulk_fams:
-            bulk[f] = _fit_bulk(rows, f, eff, published_bulk_bounds().get(f) if f in bulk_within_published else None)
+        if straggler and rows.tp_rows():
+            cv = _fit_straggler(rows, eff)
             for g in rows.gpus:
-                if rows.bulk_source(rows.family[g], bulk_fams) == f:
-                    eff[g] = eff[g].model_copy(update={"allreduce_bulk_latency_us": bulk[f]})
+                eff[g] = eff[g].model_copy(update={"straggler_cv": cv})
         if not lat:
             break
         layer_us = stage.fit(eff, ar, layer_us)
@@ -302,42 +345,57 @@ def fit_joint(
         layer_basis=f"latency rows (n={len(lat)}), one value for every GPU"
         if stage.fits_layer_overhead
         else "not fitted (0)",
-        allreduce_bulk_us={f: bulk_of(f) for f in sorted(set(rows.family.values()))},
-        allreduce_bulk_basis=_bulk_basis(rows, bulk_fams, bulk_within_published),
+        allreduce_bulk_us={f: None if (b := bulk_of(f)) is None else bulk_at_tp2_us(b) for f in sorted(set(rows.family.values()))},
+        allreduce_bulk_by_tp_us={f: bulk_of(f) for f in sorted(set(rows.family.values()))},
+        allreduce_bulk_basis=_bulk_basis(rows, measured),
+        straggler_cv=cv,
+        straggler_basis=f"tensor-parallel rows, throughput (n={len(rows.tp_rows())}) and latency "
+        f"(n={len(rows.tp_latency_rows())}) weighed alike, one value for every GPU"
+        if straggler and rows.tp_rows()
+        else "not fitted (0)",
     )
 
 
-def _fit_bulk(rows: _Rows, family: str, eff: dict[str, Efficiency], bounds: tuple[float, float] | None = None) -> float:
-    """The large-message all-reduce latency of `family` (roofline.allreduce_call_s) on the
-    tensor-parallel throughput rows of its GPUs, every other factor held, within `bounds` (BOUNDS
-    when None)."""
-    cases = rows.bulk_rows(family)
+def _fit_straggler(rows: _Rows, eff: dict[str, Efficiency]) -> float:
+    """One straggler coefficient of variation for every GPU (roofline.straggler_factor) on the
+    tensor-parallel rows, every other factor held, within BOUNDS: the mean squared log error of the
+    throughput rows plus that of the latency rows (STRAGGLER: why each source weighs the same)."""
+    cases = rows.tp_rows()
     measured = np.log([c.row.measured_tok_s_per_gpu for c in cases])
-    lo, hi = bounds or BOUNDS["allreduce_bulk_latency_us"]
+    lat = rows.tp_latency_rows()
+    lat_measured = np.log([c.row.measured_ms for c in lat])
+    lo, hi = BOUNDS["straggler_cv"]
 
     def cost(x: float) -> float:
-        upd = {"allreduce_bulk_latency_us": float(x)}
-        return float(np.sum((np.log([c.predict(eff[c.gpu_id].model_copy(update=upd)) for c in cases]) - measured) ** 2))
+        upd = {"straggler_cv": float(x)}
+        thr = np.log([c.predict(eff[c.gpu_id].model_copy(update=upd)) for c in cases]) - measured
+        if not lat:
+            return float(np.mean(thr**2))
+        low = np.log([c.predict_ms(eff[c.gpu_id].model_copy(update=upd)) for c in lat]) - lat_measured
+        return float(np.mean(thr**2) + np.mean(low**2))
 
     # One unknown: a bounded scalar search needs a fraction of least_squares' evaluations.
-    res = minimize_scalar(cost, bounds=(lo, hi), method="bounded", options={"xatol": 1e-3})
+    res = minimize_scalar(cost, bounds=(lo, hi), method="bounded", options={"xatol": 1e-4})
     return float(np.clip(res.x, lo, hi))
 
 
-def _bulk_basis(rows: _Rows, bulk_fams: Sequence[str], within_published: Collection[str] = ()) -> dict[str, str]:
-    """Family -> what its large-message all-reduce latency was fitted on."""
+def _bulk_basis(rows: _Rows, measured: dict[str, dict[int, float]]) -> dict[str, str]:
+    """Family -> where its large-message all-reduce latency comes from."""
     basis = {}
+    ranges = published_bulk_ranges(load_nccl_rows())
     for f in sorted(set(rows.family.values())):
-        src = rows.bulk_source(f, bulk_fams)
+        src = rows.bulk_source(f, measured)
         if src == f:
-            pinned = "its own latency rows" if f in rows.lat_families else f"{rows.donor(f)}'s latency rows"
-            bound = published_bulk_bounds().get(f) if f in within_published else None
-            within = f"; bounded to {bound[0]:.1f}-{bound[1]:.1f} us by published nccl-tests curves" if bound else ""
-            basis[f] = f"throughput rows (n={len(rows.bulk_rows(f))} with tp > 1; small-message latency from {pinned}{within})"
+            counts = ", ".join(
+                f"{n} GPUs {us:.1f} us (within {ranges[(f, n)].low_us:.1f}-{ranges[(f, n)].high_us:.1f})"
+                for n, us in sorted(measured[f].items())
+            )
+            basis[f] = (f"published nccl-tests curves, mean alpha-beta intercept per GPU count: {counts}; other counts "
+                        f"log2(tp) x the {min(measured[f])}-GPU value / {np.log2(min(measured[f])):g}")
         elif src is not None:
-            basis[f] = f"no tensor-parallel throughput rows: takes {src}'s fitted value"
+            basis[f] = f"no published curve: takes {src}'s (ALLREDUCE_DONOR)"
         else:
-            basis[f] = "not fitted: one protocol (no tensor-parallel latency rows to tell the two apart)"
+            basis[f] = "no published curve: one protocol"
     return basis
 
 
@@ -345,7 +403,7 @@ def _bulk_basis(rows: _Rows, bulk_fams: Sequence[str], within_published: Collect
 _THROUGHPUT_STAGE = ("bandwidth", "compute", "interconnect", "step_overhead_ms")
 
 
-def _throughput_fit(rows: _Rows, gpu: str, eff: Efficiency, *, first_round: bool) -> FitResult:
+def _throughput_fit(rows: _Rows, gpu: str, eff: Efficiency, *, first_round: bool, link_share: float | None = None) -> FitResult:
     """The throughput stage for one GPU: bandwidth and compute on its throughput rows; its
     interconnect too when it has tensor-parallel rows (and the all-reduce latency, when no
     latency rows fit it), and its step overhead, under TRTLLM_PRIORS, when it has no latency
@@ -359,7 +417,10 @@ def _throughput_fit(rows: _Rows, gpu: str, eff: Efficiency, *, first_round: bool
     if not rows.lat_by[gpu]:
         free.append("step_overhead_ms")
     starts = STARTS if first_round else [tuple(getattr(eff, k) for k in FACTORS)]
-    return fit_efficiency(trtllm_log_errors(cases), eff, free=free, priors=TRTLLM_PRIORS, starts=starts)
+    priors = dict(TRTLLM_PRIORS)
+    if link_share is not None:
+        priors["interconnect"] = (link_share, LINK_PRIOR_SD)
+    return fit_efficiency(trtllm_log_errors(cases), eff, free=free, priors=priors, starts=starts)
 
 
 @dataclass(frozen=True)
@@ -402,8 +463,8 @@ class _LatencyStage:
         """One latency stage from the current factors: `eff` and `ar` (family -> all-reduce
         latency) are updated in place; returns the per-layer overhead."""
         names = self.names
-        lower = [BOUNDS[n][0] for n, _ in names]
-        upper = [BOUNDS[n][1] for n, _ in names]
+        lower = [small_latency_bounds(k)[0] if n == "allreduce_latency_us" else BOUNDS[n][0] for n, k in names]
+        upper = [small_latency_bounds(k)[1] if n == "allreduce_latency_us" else BOUNDS[n][1] for n, k in names]
         x0 = [getattr(eff[k], n) if n == "step_overhead_ms" else ar[k] if n == "allreduce_latency_us" else layer_us for n, k in names]
 
         def residuals(x: np.ndarray) -> np.ndarray:
