@@ -78,30 +78,27 @@ class Evaluator:
         (a worker's) share: what an evaluator of the same scenario in a worker starts from
         (take_known), as this process's TTFT sweep starts from the plan's evaluator."""
         out = {}
-        for tcs in classes.values():
-            for tc in tcs:
-                for cfg in configs:
-                    key = self.pair_key(cfg, tc)
-                    found, upper = self._cache.get(key), self.upper.get(key)
-                    if found is not None or upper is not None:
-                        out[(cfg.key, (tc.option, tc.name, tc.max_model_len))] = (
-                            None if found is None else (found.capacity, found.problem), upper)
+        for key, shared, _, _ in self._pairs(configs, classes):
+            found, upper = self._cache.get(key), self.upper.get(key)
+            if found is not None or upper is not None:
+                out[shared] = (None if found is None else (found.capacity, found.problem), upper)
         return out
 
     def take_known(self, known: dict[tuple, tuple], configs: Sequence[Config], classes: dict[str, list[TrafficClass]]) -> None:
         """Hold another evaluator's `known` evaluations and bounds as this one's own."""
+        for key, shared, cfg, tc in self._pairs(configs, classes):
+            found, upper = known.get(shared, (None, None))
+            if found is not None:
+                self._cache[key] = Evaluation(cfg, tc, *found)
+            if upper is not None:
+                self.upper[key] = upper
+
+    def _pairs(self, configs: Sequence[Config], classes: dict[str, list[TrafficClass]]):
+        """(this evaluator's key, the key copies of the classes share, config, class) per pair."""
         for tcs in classes.values():
             for tc in tcs:
                 for cfg in configs:
-                    entry = known.get((cfg.key, (tc.option, tc.name, tc.max_model_len)))
-                    if entry is None:
-                        continue
-                    found, upper = entry
-                    key = self.pair_key(cfg, tc)
-                    if found is not None:
-                        self._cache[key] = Evaluation(cfg, tc, *found)
-                    if upper is not None:
-                        self.upper[key] = upper
+                    yield self.pair_key(cfg, tc), (cfg.key, (tc.option, tc.name, tc.max_model_len)), cfg, tc
 
     def deployment(self, cfg: Config, limit: int) -> Deployment:
         dep = make_deployment(

@@ -158,8 +158,7 @@ def batch_e2e_s(dep: Deployment, batch: int, prompt_tokens: int, output_tokens: 
     """Wall time of one static batch (vLLM benchmark_latency): a prefill pass over batch x prompt
     tokens, then output_tokens - 1 decode steps of `batch` sequences, context p + j at step j."""
     step = StepModel.of(dep)
-    # the prompts' pass: its FLOPs are not stretched by the wait for the slowest rank (straggler_factor)
-    prefill = replace(step, straggler=1.0).decode_step_s(batch * prompt_tokens, 0.0, batch * causal_pairs(prompt_tokens**2))
+    prefill = step.prompt_pass_s(batch * prompt_tokens, batch * causal_pairs(prompt_tokens**2))
     context = prompt_tokens + np.arange(1, output_tokens, dtype=float)
     cache = batch * context * kv_bytes_per_token(dep.model, dep.kv_dtype, dep.tp)
     decode = step.decode_step_s(np.full_like(context, batch), cache, batch * context)

@@ -203,8 +203,9 @@ def _tighten(exact, bound, classes, m: int, sizing, quantile, evaluator: Evaluat
                     if evaluator._class_key(other) != ck:
                         continue
                     price = cfg.price_usd_per_hour * cfg.tp
+                    least = price * max(m, math.ceil(tc.rate_rps / u - 1e-12))  # its cost at its bound
                     most = math.floor(best / price + 1e-9)  # replicas affordable at the incumbent's cost
-                    if most < m or price * max(m, math.ceil(tc.rate_rps / u - 1e-12)) > best:
+                    if most < m or least > best:
                         continue  # its bound already prices it out
                     need = tc.rate_rps / most
                     below, _ = capacity_below(rm, need / cal, sizing=sizing, quantile=quantile)
@@ -212,7 +213,7 @@ def _tighten(exact, bound, classes, m: int, sizing, quantile, evaluator: Evaluat
                         evaluator.upper[key] = min(evaluator.upper.get(key, math.inf), need / cal)
                         bound[key] = (need, cfg, other, rm, cal)
                     else:
-                        unproved.append((price * max(m, math.ceil(tc.rate_rps / u - 1e-12)), cfg.label(0), key))
+                        unproved.append((least, cfg.label(0), key))
                 if not unproved:
                     break
                 search([min(unproved)[2]])

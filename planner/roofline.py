@@ -20,7 +20,7 @@ reads and weight GEMMs also wait for the slowest rank at every all-reduce (strag
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -326,6 +326,12 @@ class StepModel:
         return self.prefill_flops(p, p2, cached_prefix_tokens) / self.flops_s + self.allreduce_s(
             new_prompt_tokens(p, cached_prefix_tokens), with_latency=False
         )
+
+    def prompt_pass_s(self, tokens, attention_pairs):
+        """A stand-alone forward pass over prompts' `tokens` (a static batch's prefill): decode_step_s
+        with no cache read, its weight GEMMs at the unstretched flops_s: prompts' FLOPs do not wait
+        for the slowest rank (straggler_factor)."""
+        return replace(self, straggler=1.0).decode_step_s(tokens, 0.0, attention_pairs)
 
     def ridge_batch(self) -> float:
         """Sequences per decode step at which the weight GEMMs turn compute-bound: reading the

@@ -95,6 +95,13 @@ LINK_PRIOR_SD = 0.2
 
 
 @functools.cache
+def _published_ranges():
+    """The shipped nccl-tests curves' ranges (allreduce_published.published_bulk_ranges), read once:
+    every fit of a cross-validation asks for them."""
+    return published_bulk_ranges(load_nccl_rows())
+
+
+@functools.cache
 def published_bulk_by_tp() -> dict[str, dict[int, float]]:
     """Family -> {GPU count: fixed cost of one large-message all-reduce call, us} from its published
     nccl-tests curves (allreduce_published.published_bulk_ranges): the mean of the curves' alpha-beta
@@ -103,7 +110,7 @@ def published_bulk_by_tp() -> dict[str, dict[int, float]]:
     to the throughput rows: those see every other cost of tensor parallelism too (the fit put up to
     3.9 times the measured value here before the straggler term carried that cost)."""
     out: dict[str, dict[int, float]] = {}
-    for (family, n), r in published_bulk_ranges(load_nccl_rows()).items():
+    for (family, n), r in _published_ranges().items():
         mean = float(np.mean([t.fit.alpha_us for t in r.tables]))
         out.setdefault(family, {})[n] = float(np.clip(mean, r.low_us, r.high_us))
     return out
@@ -114,7 +121,7 @@ def published_link_share(catalog: Catalog) -> dict[str, float]:
     the large-message region (alpha-beta bus bandwidth / GPU.interconnect_gb_s of the curve's GPU,
     the mean over its curves): the centre of the prior on the interconnect factor (LINK_PRIOR_SD)."""
     out: dict[str, list[float]] = {}
-    for (family, _), r in published_bulk_ranges(load_nccl_rows()).items():
+    for (family, _), r in _published_ranges().items():
         for t in r.tables:
             out.setdefault(family, []).append(t.fit.busbw_gb_s / catalog.gpu(t.gpu).interconnect_gb_s)
     return {f: float(np.mean(v)) for f, v in out.items()}
@@ -184,11 +191,15 @@ class JointFit:
     layer_basis: str = "not fitted (0)"
     # family -> large-message all-reduce latency at tp 2 (None: one protocol), per measured GPU count,
     # and where it comes from
-    allreduce_bulk_us: dict[str, float | None] = field(default_factory=dict)
     allreduce_bulk_by_tp_us: dict[str, dict[int, float] | None] = field(default_factory=dict)
     allreduce_bulk_basis: dict[str, str] = field(default_factory=dict)
     straggler_cv: float = 0.0  # one for every GPU; 0 when not fitted
     straggler_basis: str = "not fitted (0)"
+
+    @property
+    def allreduce_bulk_us(self) -> dict[str, float | None]:
+        """Family -> large-message all-reduce latency at tp 2 (bulk_at_tp2_us), None: one protocol."""
+        return {f: None if b is None else bulk_at_tp2_us(b) for f, b in self.allreduce_bulk_by_tp_us.items()}
 
 
 @dataclass(frozen=True)
@@ -281,7 +292,7 @@ def fit_joint(
     protocol whose fixed cost is theirs (published_bulk_by_tp, roofline.allreduce_call_s; measured,
     not fitted), a family without takes its donor's or keeps one protocol. With `straggler`, each
     round fits one straggler coefficient of variation for every GPU (roofline.straggler_factor) on
-    the tensor-parallel throughput rows (_fit_straggler), between the throughput and latency stages.
+    the tensor-parallel throughput and latency rows (_fit_straggler), between the throughput and latency stages.
     A GPU without tensor-parallel throughput rows takes its peers' interconnect factor
     (_Rows.link_without_tp_rows)."""
     rows = _Rows.of(catalog, thr, lat)
@@ -345,7 +356,6 @@ def fit_joint(
         layer_basis=f"latency rows (n={len(lat)}), one value for every GPU"
         if stage.fits_layer_overhead
         else "not fitted (0)",
-        allreduce_bulk_us={f: None if (b := bulk_of(f)) is None else bulk_at_tp2_us(b) for f in sorted(set(rows.family.values()))},
         allreduce_bulk_by_tp_us={f: bulk_of(f) for f in sorted(set(rows.family.values()))},
         allreduce_bulk_basis=_bulk_basis(rows, measured),
         straggler_cv=cv,
@@ -382,7 +392,7 @@ def _fit_straggler(rows: _Rows, eff: dict[str, Efficiency]) -> float:
 def _bulk_basis(rows: _Rows, measured: dict[str, dict[int, float]]) -> dict[str, str]:
     """Family -> where its large-message all-reduce latency comes from."""
     basis = {}
-    ranges = published_bulk_ranges(load_nccl_rows())
+    ranges = _published_ranges()
     for f in sorted(set(rows.family.values())):
         src = rows.bulk_source(f, measured)
         if src == f:

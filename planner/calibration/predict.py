@@ -106,9 +106,7 @@ def predict_splitwise(catalog: Catalog, row: SplitwiseRow, efficiency: Efficienc
     """(prefill ms, decode ms per step) of the row (the package docstring derives both)."""
     step = splitwise_step(catalog, row, efficiency)
     tokens = row.batch * row.input_len
-    # a prompt's pass: its FLOPs are not stretched by the wait for the slowest rank (straggler_factor)
-    prompt_pass = replace(step, straggler=1.0)
-    prefill_s = float(prompt_pass.decode_step_s(tokens, 0.0, row.batch * causal_pairs(row.input_len**2)))
+    prefill_s = float(step.prompt_pass_s(tokens, row.batch * causal_pairs(row.input_len**2)))
     context = row.input_len + (row.output_len + 1) / 2.0
     cache_bytes = row.batch * context * kv_bytes_per_token(step.model, catalog.dtype("fp16"), row.tp)
     decode_s = float(step.decode_step_s(row.batch, cache_bytes, row.batch * context))
