@@ -41,6 +41,7 @@ from planner.calibration.allreduce_published import (
     published_bulk_ranges,
     published_small_ranges,
 )
+from planner.calibration.allreduce_small import SMALL_FILE, SMALL_MESSAGE_MAX_BYTES
 from planner.calibration.calibrate import (
     FITTED_LATENCY_ENGINES,
     KFOLD,
@@ -56,10 +57,11 @@ from planner.calibration.fit import BOUNDS, TRTLLM_PRIORS
 from planner.calibration.joint_fit import (
     BULK_ALLREDUCE,
     LAYER_OVERHEAD,
-    PUBLISHED_ALLREDUCE_US,
     STRAGGLER,
     interconnect_family,
+    published_small_allreduce,
     shared_fit_note,
+    small_latency_bounds,
 )
 from planner.calibration.measured import (
     SPLITWISE_FILE,
@@ -174,21 +176,24 @@ def print_allreduce(cal: Calibration, catalog) -> None:
     small = published_small_ranges(nccl)
     print("== All-reduce latency per call, per interconnect family, against published figures")
     print("   small messages (roofline.allreduce_call_latency: the fitted latency at tp 2 times log2(tp), reduce-scatter")
-    print("   + all-gather), against (a) the cited range of engines' and NCCL's small-message calls and (b) NCCL alone,")
+    print(f"   + all-gather), against (a) the cited range of engines' and NCCL's calls of up to {SMALL_MESSAGE_MAX_BYTES // 2**10} KiB")
+    print(f"   (data/measured/{SMALL_FILE}, one row per figure) and (b) NCCL alone,")
     print(f"   nccl-tests all_reduce_perf up to {SMALL_MAX_BYTES // 2**10} KiB (data/measured/{NCCL_FILE}); an engine's custom")
     print("   all-reduce kernel beats NCCL at these sizes, so (b) bounds the engines from above")
+    cited = published_small_allreduce()
     for fam, us in cal.joint.allreduce_us.items():
-        pub = PUBLISHED_ALLREDUCE_US.get(fam)
+        pub = cited.get(fam)
         basis = cal.joint.allreduce_basis[fam]
         per_tp = {tp: allreduce_call_latency(us, tp) for tp in TP_DEGREES}
         calls = ", ".join(f"tp {tp} {v:.1f}" for tp, v in per_tp.items())
         if pub is None:
-            print(f"{fam:<15} {calls} us  [{basis}]  (a) published range: none found")
+            print(f"{fam:<15} {calls} us  [{basis}]  (a) no published range")
         else:
-            lo, hi, cite = pub
-            state = "within" if all(lo <= v <= hi for v in per_tp.values()) else "OUTSIDE"
-            print(f"{fam:<15} {calls} us  [{basis}]  (a) published {lo:g}-{hi:g} us (tp 2-8): {state}")
-            print(f"{'':<15} source: {cite}")
+            state = "within" if all(pub.low_us <= v <= pub.high_us for v in per_tp.values()) else "OUTSIDE"
+            lo, hi = small_latency_bounds(fam)
+            print(f"{fam:<15} {calls} us  [{basis}]  (a) published {pub.low_us:g}-{pub.high_us:g} us (tp 2-8): {state}; "
+                  f"the fit keeps tp 2 in {lo:g}-{hi:.3g} us")
+            print(f"{'':<15} source: {pub.citation}")
         for (f, n), r in small.items():
             if f != fam:
                 continue

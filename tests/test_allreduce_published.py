@@ -23,13 +23,10 @@ from planner.calibration.allreduce_published import (
     published_bulk_ranges,
     published_small_ranges,
 )
-from planner.calibration.fit import BOUNDS
 from planner.calibration.joint_fit import (
-    PUBLISHED_ALLREDUCE_US,
     bulk_at_tp2_us,
     interconnect_family,
     published_bulk_by_tp,
-    small_latency_bounds,
 )
 from planner.calibration.measured import measured_dir
 from planner.roofline import allreduce_call_latency, bulk_latency_at_tp2_us
@@ -225,9 +222,3 @@ def test_committed_bulk_latency_lies_within_the_published_range(catalog):
                 assert r.contains(allreduce_call_latency(at_tp2, n)), (gpu.id, n)
                 checked += 1
     assert checked >= 6  # H100, H200, A100 x4 and x8, B200, GB200 at least
-
-
-def test_small_latency_bounds_keep_tp_2_to_8_within_the_cited_range():
-    lo, hi, _ = PUBLISHED_ALLREDUCE_US["NVLink4"]
-    assert small_latency_bounds("NVLink4") == (lo, hi / 3)
-    assert small_latency_bounds("PCIe") == BOUNDS["allreduce_latency_us"]

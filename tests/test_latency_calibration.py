@@ -80,7 +80,7 @@ def test_joint_fit_recovers_known_latency_terms_from_synthetic_points(catalog):
     # them (_fit_straggler), so it is left out here; test_straggler_stage_recovers_a_known_coefficient
     # covers it.
     fit0 = fit_joint(catalog, thr, mine, rounds=1, straggler=False)
-    # an all-reduce latency inside NVLink4's published range (small_latency_bounds: 3.7-8.67 us)
+    # an all-reduce latency inside NVLink4's published range (small_latency_bounds: 3.7-8.85 us)
     truth = {"h100-sxm": (1.3, 6.0), "h200": (0.7, 6.0)}
     layer_us = 12.0
     synthetic = []

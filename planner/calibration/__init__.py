@@ -72,8 +72,10 @@ Fit and hold-out
   a curve takes its ALLREDUCE_DONOR's or keeps one protocol. B200 and GB200 share one bandwidth, compute and interconnect
   (joint_fit.SHARED_FIT: the same die, the datasheet peaks carry the difference). The
   physical form is the same for every GPU (roofline.StepModel); nothing is fitted per row.
-  A family without latency rows takes ALLREDUCE_DONOR's value
-  or, failing one, is fitted on the throughput rows (and says so). Every fit starts from
+  A family without latency rows takes ALLREDUCE_DONOR's value, kept within its own published
+  range, or, failing one, is fitted on the throughput rows within that range (and says so); the
+  ranges are the cited figures of data/measured/allreduce_small_published.csv
+  (joint_fit.published_small_allreduce). Every fit starts from
   NEUTRAL, not from the catalog.
 - Hold-out is by configuration (calibrate.config_folds, cross_validate): each (model, GPU, tp)
   of either source is predicted by a fit that never saw it. The headline leaves one

@@ -54,16 +54,19 @@ def fit_efficiency(
     free: Sequence[str] = FACTORS,
     priors: Mapping[str, tuple[float, float]] | None = None,
     starts: Sequence[Sequence[float]] | None = None,
+    bounds: Mapping[str, tuple[float, float]] | None = None,
 ) -> FitResult:
     """Bounded least squares of `log_errors(efficiency)` over the factors in `free` (the
-    others keep `base`'s values), plus (value - mean) / sd for each factor with a prior.
+    others keep `base`'s values), plus (value - mean) / sd for each factor with a prior;
+    within BOUNDS, or `bounds` for the factors it names.
     Every start (full FACTORS-ordered tuples; default STARTS) is tried and the lowest cost
     kept, first on ties: deterministic."""
     priors = {f: v for f, v in (priors or {}).items() if f in free}
     free = tuple(f for f in FACTORS if f in free)
     index = [FACTORS.index(f) for f in free]
-    lower = [BOUNDS[f][0] for f in free]
-    upper = [BOUNDS[f][1] for f in free]
+    bounds = {**BOUNDS, **(bounds or {})}
+    lower = [bounds[f][0] for f in free]
+    upper = [bounds[f][1] for f in free]
 
     def make(x: Sequence[float]) -> Efficiency:
         values = {f: float(v) for f, v in zip(free, x, strict=True)}

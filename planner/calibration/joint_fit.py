@@ -11,6 +11,12 @@ import numpy as np
 from scipy.optimize import least_squares, minimize_scalar
 
 from planner.calibration.allreduce_published import load_nccl_rows, published_bulk_ranges
+from planner.calibration.allreduce_small import (
+    SMALL_FILE,
+    CitedRange,
+    cited_ranges,
+    load_small_rows,
+)
 from planner.calibration.fit import (
     BOUNDS,
     FACTORS,
@@ -32,35 +38,12 @@ INTERCONNECT_FAMILIES = (("NVLink5", "NVLink5"), ("NVLink4", "NVLink4"), ("NVLin
 # A family without latency rows takes the fitted latency of a family whose all-reduce kernels
 # it shares (the small-message latency is launch- and synchronisation-bound, not link-bound).
 ALLREDUCE_DONOR = {"NVLink5": "NVLink4"}
-# Published small-message (decode-sized, <= 256 KB) all-reduce latency per call, microseconds,
-# (low, high, citation). None where no published figure was found.
-SMALL_LATENCY_MAX_TP = 8  # the largest GPU count the published small-message ranges cover
-PUBLISHED_ALLREDUCE_US: dict[str, tuple[float, float, str] | None] = {
-    "NVLink4": (
-        3.7,
-        26.0,
-        "H100 SXM, tp 2/4/8, 512 B-256 KB: TensorRT-LLM-style custom all-reduce 3.7-16.7 us, vLLM custom "
-        "all-reduce 8.5-24.1 us (sgl-project/sglang PR #2904, 2025-01); NCCL NVLSTree with CUDA graphs "
-        "about 6 us at 2 GPUs (NVIDIA/nccl issue #1259, NCCL 2.20.5); NCCL's own tuner estimate for 4-8 KB "
-        "on 8x H100: 25.9-26.5 us (NVIDIA/nccl issue #1453)",
-    ),
-    "NVLink3": (
-        3.7,
-        26.0,
-        "A100: nccl-tests all_reduce_perf 32-128 B on 2x A100-SXM4 over NVLink3: 10.1-10.3 us (NVIDIA/nccl "
-        "issue #583, no CUDA graphs); the custom-kernel floor is taken as NVLink4's (same kernels, "
-        "launch-bound) - no A100 custom all-reduce table was found",
-    ),
-    "NVLink5": None,
-    "PCIe": None,
-    "InfinityFabric": (
-        15.0,
-        31.0,
-        "RCCL all_reduce_perf 8 B-1 KB on MI250X before one-shot all-reduce: 24.9-31.3 us (ROCm/rccl PR "
-        "#929); MSCCL++ 1 KB-256 KB all-reduce 15.1-20.1 us (microsoft/mscclpp PR #646); no MI300X "
-        "figure was found",
-    ),
-}
+SMALL_LATENCY_MAX_TP = 8  # the largest tensor-parallel degree the fitted latency is kept in range for
+# A family takes another's published small-message figures besides its own (family -> lender): the
+# engines run the same custom and NCCL kernels on the A100 as on the H100, and at decode sizes their
+# time is launch and synchronisation, not link bandwidth; the A100 rows alone (NCCL at 2 GPUs, two
+# custom kernels at 2-8 GPUs, no CUDA graphs) have no figure of a graph-captured kernel, the floor.
+SMALL_RANGE_BORROWS = {"NVLink3": "NVLink4"}
 # GPUs whose bandwidth, compute and interconnect factors are one set, fitted on the rows of all of
 # them: member -> (the GPU whose set it shares, why). A GB200 NVL72 GPU is a B200 die run at a
 # higher power limit (1200 W against HGX B200's 1000 W) with the same 8 TB/s of HBM3e; the
@@ -135,18 +118,28 @@ def bulk_at_tp2_us(by_tp: dict[int, float]) -> float:
     return by_tp[n] / float(np.log2(n))
 
 
+@functools.cache
+def published_small_allreduce() -> dict[str, CitedRange | None]:
+    """Family -> the range of one small-message all-reduce's published time (allreduce_small.
+    cited_ranges of data/measured/allreduce_small_published.csv, with SMALL_RANGE_BORROWS), None
+    where no figure is published; read once."""
+    families = [f for _, f in INTERCONNECT_FAMILIES]
+    return cited_ranges(load_small_rows(families=families), families, SMALL_RANGE_BORROWS)
+
+
 def small_latency_bounds(family: str) -> tuple[float, float]:
-    """(low, high) of the small-message all-reduce latency at tp 2 the latency stage fits for
-    `family`: the values that keep the call latency at tp 2, 4 and 8 (log2(tp) times it,
-    roofline.allreduce_call_latency) within its published range (PUBLISHED_ALLREDUCE_US),
+    """(low, high) of the small-message all-reduce latency at tp 2 the fit may take for `family`:
+    the values that keep the call latency at tp 2, 4 and 8 (log2(tp) times it,
+    roofline.allreduce_call_latency) within its published range (published_small_allreduce),
     intersected with BOUNDS; BOUNDS alone where nothing is published. The latency rows cannot
     tell this latency from the step and per-layer overheads well (one 70B pass pays it 160
-    times, the per-layer overhead 80): unbounded, it moved from 0 to 45 us with the other terms."""
+    times, the per-layer overhead 80): unbounded, it moved from 0 to 45 us with the other terms;
+    the throughput rows, which fit it where no latency rows do, hide it under large batches."""
     lo, hi = BOUNDS["allreduce_latency_us"]
-    pub = PUBLISHED_ALLREDUCE_US.get(family)
+    pub = published_small_allreduce().get(family)
     if pub is None:
         return lo, hi
-    return max(lo, pub[0]), min(hi, pub[1] / float(np.log2(SMALL_LATENCY_MAX_TP)))
+    return max(lo, pub.low_us), min(hi, pub.high_us / float(np.log2(SMALL_LATENCY_MAX_TP)))
 
 
 def shared_fit_note(gpu: str, fitted: Iterable[str]) -> str:
@@ -309,9 +302,13 @@ def fit_joint(
         src = rows.bulk_source(family, measured)
         return None if src is None else measured[src]
 
+    def latency_of(family: str) -> float:  # its own fitted latency, or its donor's within its own published range
+        src = rows.donor(family) or family
+        return ar[src] if src == family else float(np.clip(ar[src], *small_latency_bounds(family)))
+
     def shared_of(g: str) -> dict[str, object]:
         by_tp = bulk_of(rows.family[g])
-        return {"allreduce_latency_us": ar[rows.allreduce_source(g)], "layer_overhead_us": layer_us,
+        return {"allreduce_latency_us": latency_of(rows.family[g]), "layer_overhead_us": layer_us,
                 "allreduce_bulk_latency_us": None if by_tp is None else bulk_at_tp2_us(by_tp),
                 "allreduce_bulk_latency_by_tp_us": by_tp, "straggler_cv": cv}
 
@@ -346,8 +343,8 @@ def fit_joint(
         eff[g] = eff[g].model_copy(update=shared_of(g))
     return JointFit(
         efficiency=eff,
-        allreduce_us={f: ar[rows.donor(f) or f] for f in sorted(set(rows.family.values()))},
-        allreduce_basis=_allreduce_basis(rows),
+        allreduce_us={f: latency_of(f) for f in sorted(set(rows.family.values()))},
+        allreduce_basis=_allreduce_basis(rows, {f for f in rows.family.values() if latency_of(f) != ar[rows.donor(f) or f]}),
         overhead_basis=_overhead_basis(rows),
         throughput=thr_fits,
         n_throughput={g: len(rows.thr_by[g]) for g in rows.gpus},
@@ -430,7 +427,8 @@ def _throughput_fit(rows: _Rows, gpu: str, eff: Efficiency, *, first_round: bool
     priors = dict(TRTLLM_PRIORS)
     if link_share is not None:
         priors["interconnect"] = (link_share, LINK_PRIOR_SD)
-    return fit_efficiency(trtllm_log_errors(cases), eff, free=free, priors=priors, starts=starts)
+    bounds = {"allreduce_latency_us": small_latency_bounds(rows.family[gpu])}
+    return fit_efficiency(trtllm_log_errors(cases), eff, free=free, priors=priors, starts=starts, bounds=bounds)
 
 
 @dataclass(frozen=True)
@@ -496,17 +494,22 @@ class _LatencyStage:
         return layer_us
 
 
-def _allreduce_basis(rows: _Rows) -> dict[str, str]:
-    """Family -> what its all-reduce latency was fitted on."""
+def _allreduce_basis(rows: _Rows, clipped: Collection[str] = ()) -> dict[str, str]:
+    """Family -> what its all-reduce latency was fitted on (`clipped`: the families whose donor's
+    value lay outside their own published range and were moved to its nearest end)."""
     basis = {}
     for f in sorted(set(rows.family.values())):
         n = sum(1 for c in rows.lat if rows.family[c.gpu_id] == f and c.row.tp > 1)
         if f in rows.lat_families:
             basis[f] = f"latency rows (n={n} with tp > 1)"
         elif rows.donor(f):
-            basis[f] = f"no latency rows: takes {rows.donor(f)}'s fitted value"
+            within = f", moved into {f}'s published range" if f in clipped else ""
+            basis[f] = f"no latency rows: takes {rows.donor(f)}'s fitted value{within}"
         elif any(c.row.tp > 1 for c in rows.thr if rows.family[c.gpu_id] == f):
             basis[f] = "no latency rows: fitted on offline-throughput rows only (large batches hide it)"
+            if published_small_allreduce().get(f) is not None:
+                lo, hi = small_latency_bounds(f)
+                basis[f] += f", within {lo:g}-{hi:.4g} us by its published small-message range (data/measured/{SMALL_FILE})"
         else:
             basis[f] = "no tensor-parallel rows: not fitted"
     return basis
