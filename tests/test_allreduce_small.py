@@ -18,6 +18,7 @@ from planner.calibration.allreduce_small import (
     cited_ranges,
     load_small_rows,
 )
+from planner.calibration.borrowed import borrowed_efficiency
 from planner.calibration.fit import BOUNDS, fit_efficiency
 from planner.calibration.joint_fit import (
     INTERCONNECT_FAMILIES,
@@ -191,3 +192,22 @@ def test_a_donor_value_outside_the_family_range_is_moved_to_its_nearest_end(cata
     assert fit.allreduce_us["NVLink5"] == 30.0
     assert fit.efficiency["b200"].allreduce_latency_us == 30.0
     assert fit.allreduce_basis["NVLink5"] == "no latency rows: takes NVLink4's fitted value, moved into NVLink5's published range"
+
+
+def test_a_borrowing_gpu_takes_its_own_links_range_not_its_donors_latency(catalog):
+    """The MI300X borrows the H100's factors, but its small-message all-reduce runs over Infinity
+    Fabric: the H100's fitted NVLink4 latency, below Infinity Fabric's published low end, is moved
+    to that end, and the source says so. Every borrowing GPU in the shipped catalog lies in its
+    own link's range (to the catalog's 0.1 us)."""
+    thr = [c for c in trtllm_cases(catalog, load_trtllm_rows()) if c.gpu_id == "h100-sxm"]
+    lat = [c for c in latency_cases(catalog) if c.gpu_id == "h100-sxm"]
+    fit = fit_joint(catalog, thr, lat, rounds=1, straggler=False)
+    low, _ = small_latency_bounds("InfinityFabric")
+    assert fit.allreduce_us["NVLink4"] < low
+    eff, _, basis = borrowed_efficiency(fit, catalog, "mi300x")
+    assert eff.allreduce_latency_us == low
+    assert f"moved to {low:g}, the nearest end of InfinityFabric's published small-message range" in basis
+    for gpu in catalog.gpus.values():
+        if gpu.efficiency.borrowed_from:
+            lo, hi = small_latency_bounds(interconnect_family(gpu))
+            assert lo - 0.05 <= gpu.efficiency.allreduce_latency_us <= hi + 0.05, gpu.id

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from planner.calibration.joint_fit import JointFit, interconnect_family
+from planner.calibration.joint_fit import JointFit, interconnect_family, small_latency_bounds
 from planner.catalog import Catalog, Efficiency
 
 # GPUs without measurements -> (measured GPU, why that one).
@@ -13,6 +13,7 @@ BORROWED = {
     "a10g": ("a100-80gb", "same Ampere architecture"),
     "l4": ("l40s", "same Ada architecture"),
     "mi300x": ("h100-sxm", "an HBM3 GPU of the same class stands in"),
+    "mi325x": ("h100-sxm", "an HBM3 GPU of the same class stands in, as for the MI300X"),
     "b300": ("b200", "same Blackwell package"),
     # Blackwell, but a GDDR, PCIe-only card: the measured card like it is the L40S, not the B200
     "rtx-pro-6000": ("l40s", "a GDDR, PCIe-only data-center card like it"),
@@ -43,5 +44,13 @@ def borrowed_efficiency(joint: JointFit, catalog: Catalog, gpu_id: str) -> tuple
             ar += f", allreduce_bulk_latency_us and allreduce_bulk_latency_by_tp_us too ({joint.allreduce_bulk_basis[fam]})"
     else:
         ar = f"allreduce_latency_us{'' if eff.allreduce_bulk_latency_us is None else ' and allreduce_bulk_latency_us'} are {donor}'s too: no {fam} measurement"
+        # The donor's small-message latency is its own link's; the borrower's link has its own
+        # published range, and a value outside it is no estimate for this GPU.
+        low, high = small_latency_bounds(fam)
+        if not low <= eff.allreduce_latency_us <= high:
+            clipped = min(max(eff.allreduce_latency_us, low), high)
+            ar += (f"; allreduce_latency_us {eff.allreduce_latency_us:g} moved to {clipped:g}, the nearest end of "
+                   f"{fam}'s published small-message range at tp 2")
+            eff = eff.model_copy(update={"allreduce_latency_us": clipped})
     return eff, why, ar
 
