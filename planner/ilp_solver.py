@@ -23,15 +23,11 @@ COST_TOLERANCE_USD = 1e-6  # plans within this of the optimum's cost per hour co
 DEFAULT_BACKEND = "highs"
 
 
+@lru_cache(maxsize=1 << 17, typed=True)
 def lp_name(*parts: object) -> str:
-    """A variable's or constraint's name built from its indices."""
-    return _safe("_".join(str(p) for p in parts))
-
-
-@lru_cache(maxsize=1 << 16)
-def _safe(raw: str) -> str:
-    """An LP-file-safe name (the same labels recur in every re-solve of a plan)."""
-    return "".join(ch if ch.isalnum() else "_" for ch in raw)
+    """A variable's or constraint's name built from its indices, LP-file-safe (the same indices
+    recur in every re-solve of a plan: the catalog-wide fleet's re-solves ask for 80,000)."""
+    return "".join(ch if ch.isalnum() else "_" for ch in "_".join(str(p) for p in parts))
 
 
 def solution_status(prob: pulp.LpProblem) -> str:
@@ -92,6 +88,46 @@ if hasattr(pulp, "HiGHS") and pulp.HiGHS().available():
                 super().createAndConfigureSolver(lp)
             _HIGHS_BANNER_SILENCED = True
             return None
+
+        def buildSolverModel(self, lp):
+            """PuLP's own model for HiGHS (the same columns in the same order, name order; the same
+            rows, entries and bounds), passed in three calls instead of one per column and row,
+            each with its own Python-to-C++ conversion: that was a third of the fleet's ILP
+            build (413 models)."""
+            import highspy
+            import numpy as np
+
+            inf, h = highspy.kHighsInf, lp.solverModel
+            sign = -1 if lp.sense == pulp.LpMaximize else 1
+            variables = lp.variables()
+            objective = lp.objective
+            for i, var in enumerate(variables):
+                var.index = i
+            none = np.zeros(0, dtype=np.int32)
+            h.addCols(len(variables), np.array([sign * objective.get(v, 0.0) for v in variables], dtype=np.float64),
+                      np.array([-inf if v.lowBound is None else v.lowBound for v in variables], dtype=np.float64),
+                      np.array([inf if v.upBound is None else v.upBound for v in variables], dtype=np.float64),
+                      0, none, none, np.zeros(0, dtype=np.float64))
+            if self.mip:
+                ints = [v.index for v in variables if v.cat == pulp.LpInteger]
+                if ints:
+                    h.changeColsIntegrality(len(ints), np.array(ints, dtype=np.int32),
+                                            np.full(len(ints), int(highspy.HighsVarType.kInteger), dtype=np.uint8))
+            starts, index, value, lower, upper = [], [], [], [], []
+            for i, constraint in enumerate(lp._constraints.values()):
+                starts.append(len(index))
+                for var, coefficient in constraint.items():
+                    if coefficient != 0:
+                        index.append(var.index)
+                        value.append(coefficient)
+                constraint.index = i
+                lb, ub = constraint.getLb(), constraint.getUb()
+                lower.append(-inf if lb is None else lb)
+                upper.append(inf if ub is None else ub)
+            if starts:
+                h.addRows(len(starts), np.array(lower, dtype=np.float64), np.array(upper, dtype=np.float64), len(index),
+                          np.array(starts, dtype=np.int32), np.array(index, dtype=np.int32),
+                          np.array(value, dtype=np.float64))
 
 else:  # highspy is not installed
     _QuietHiGHS = None

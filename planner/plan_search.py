@@ -162,10 +162,9 @@ def lazy_solve(evaluator: Evaluator, solve: Resolver, classes, configs: Sequence
     _tighten(exact, bound, classes, m, sizing, quantile, evaluator, search)
     while True:
         evals = [*exact.values(), *(Evaluation(cfg, tc, None, optimistic_rps=u) for u, cfg, tc, _, _ in bound.values())]
-        # Rounds that search more pairs need only the cheapest cost; the tie-break runs at the end.
-        sol = solve(classes, evals, tie_break=False)
-        if sol.pools and not _bounded(sol, by_label, bound):
-            sol = solve(classes, evals)
+        # Rounds that search more pairs need only the cheapest cost; the tie-break runs at the end,
+        # on the same model, once the cost optimum uses only searched pairs.
+        sol = solve(classes, evals, tie_break=lambda joint: not _bounded(joint.services[0], by_label, bound))
         if not sol.pools and bound:  # the relaxation has no plan, so none has: search all for the message
             search(list(bound))
             continue

@@ -218,6 +218,28 @@ def test_ties_are_exact_where_a_solver_start_broke_them():
         assert sol.cost_per_hour == pytest.approx(replicas * one_pool.cost_per_replica_hour)
 
 
+@pytest.mark.parametrize("backend", ["highs", "cbc"])
+@pytest.mark.parametrize("seed", range(6))
+def test_a_tie_break_decided_on_the_cost_optimum_equals_a_fresh_solve(seed, backend):
+    """tie_break given as a test of the cost optimum (the lazy search's last round) answers as a
+    second solve with tie_break=True (or False) would, on the model already solved."""
+    options, cands, _ = random_instance(seed)
+    seen = []
+
+    def wanted(joint):
+        seen.append(joint)
+        return seed % 2 == 0
+
+    asked = solve_fleet(options, cands, backend=backend, tie_break=wanted, keep_lp=True)
+    fresh = solve_fleet(options, cands, backend=backend, tie_break=seed % 2 == 0, keep_lp=True)
+    if not fresh.pools:
+        assert (asked.status, asked.pools, seen) == (fresh.status, (), [])
+        return
+    assert len(seen) == 1 and seen[0].cost_per_hour == pytest.approx(fresh.cost_per_hour, abs=1e-6)
+    key = ("status", "option", "threshold", "pools", "cost_per_hour", "gpus", "lp_text", "on_demand_gpus")
+    assert [getattr(asked, k) for k in key] == [getattr(fresh, k) for k in key]
+
+
 def test_lp_names_every_constraint_family():
     options, cands, _ = random_instance(1)
     lp = solve_fleet(options, cands, keep_lp=True, inventory={"g0": 100}).lp_text
