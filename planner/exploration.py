@@ -36,10 +36,14 @@ def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, reserved=None,
     sensitivity, the levers, the best certified plan per GPU type and the TTFT target's cost.
     `solve` answers the re-solves (its scenario's inventory caps apply). sweep, context: the TTFT
     sweep and the context-limit lever already started (start_ttft_sweep, start_context_lever)
-    [default: the sweep started now, the lever computed here]."""
+    [default: both started now]."""
     scn, classes, evals, sol, inventory = st.scn, st.classes, plan.evaluations, plan.solution, solve.inventory
+    # In a worker, while the others run here; the context lever first (the levers read it before
+    # the sweep is read), each run here instead when the worker has not begun it by then.
+    if context is None:
+        context = start_context_lever(st, inventory)
     if sweep is None:
-        sweep = start_ttft_sweep(st, inventory)  # in a worker, while the others run here
+        sweep = start_ttft_sweep(st, inventory)
     with stage("explorations", 6, " steps") as step:
         split = []
         for k in classes:

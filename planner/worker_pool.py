@@ -219,7 +219,7 @@ def _start(job: str, kwargs: dict, here: Callable[[], Any] | None, *, claimable:
     if claim is None:
         future = worker.submit(payload)
     else:  # not queued work: this process takes it if the worker lags (no other worker starts for it)
-        future = worker.submit(pickle.dumps(("worker_pool:_claimed", {"claim": claim, "job": job, "kwargs": kwargs}),
+        future = worker.submit(pickle.dumps(("worker_pool:_claimed_job", {"claim": claim, "payload": payload}),
                                             protocol=pickle.HIGHEST_PROTOCOL), shared=True)
     answers: list = []  # asked for again (a job started twice): the first answer
 
@@ -337,6 +337,12 @@ def _claim(path: str) -> bool | None:
 def _claimed(claim: str, job: str, kwargs: dict):
     """A worker's side of shared_map: the item's answer, or None when it is not the worker's to do."""
     return _run(job, kwargs) if _claim(claim) is True else None
+
+
+def _claimed_job(claim: str, payload: bytes):
+    """A worker's side of start_claimable: the pickled job's answer, or None when this process
+    claimed it first (the job's arguments, pickled once, are unpickled only when it runs here)."""
+    return _run(*pickle.loads(payload)) if _claim(claim) is True else None
 
 
 def _run(job: str, kwargs: dict):
