@@ -251,11 +251,13 @@ def _levers(scn, catalog, model, served, limit, peak, evaluator, configs, classe
 
 def start_context_lever(st: Setup, inventory) -> Callable[[], Outcome | None]:
     """context_lever of the plan, started in a worker: it depends on the scenario alone (its classes
-    are new), so a command can start it while certification leaves a core idle."""
-    return start_claimable("exploration:context_lever", scn=st.scn, catalog=st.catalog, model=st.model, served=st.served,
-                 limit=st.limit, peak=st.peak_rps, configs=st.configs, inventory=inventory,
-                 here=lambda: context_lever(st.scn, st.catalog, st.model, st.served, st.limit, st.peak_rps, st.configs,
-                                            inventory, evaluator=st.evaluator, solve=Resolver(st.scn)))
+    are new), so a command can start it while certification leaves a core idle; run here instead
+    when its answer is asked for before the worker has begun it."""
+    return start_claimable("exploration:context_lever", scn=st.scn, catalog=st.catalog, model=st.model,
+                           served=st.served, limit=st.limit, peak=st.peak_rps, configs=st.configs, inventory=inventory,
+                           here=lambda: context_lever(st.scn, st.catalog, st.model, st.served, st.limit, st.peak_rps,
+                                                      st.configs, inventory, evaluator=st.evaluator,
+                                                      solve=Resolver(st.scn)))
 
 
 def context_lever(scn, catalog, model, served, limit, peak, configs, inventory, *, evaluator: Evaluator | None = None,

@@ -341,7 +341,8 @@ def _claimed(claim: str, job: str, kwargs: dict):
 
 def _claimed_job(claim: str, payload: bytes):
     """A worker's side of start_claimable: the pickled job's answer, or None when this process
-    claimed it first (the job's arguments, pickled once, are unpickled only when it runs here)."""
+    claimed it first (the job's arguments, pickled once for both, are unpickled only when the
+    worker runs it)."""
     return _run(*pickle.loads(payload)) if _claim(claim) is True else None
 
 
