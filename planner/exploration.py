@@ -24,7 +24,7 @@ from planner.plan_objects import (
 from planner.plan_search import Resolver, infeasible_message, lazy_solve, outcome_of
 from planner.plan_setup import Setup, pool_details
 from planner.progress import stage
-from planner.worker_pool import start
+from planner.worker_pool import start_claimable
 
 SENSITIVITY = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
 
@@ -36,10 +36,14 @@ def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, reserved=None,
     sensitivity, the levers, the best certified plan per GPU type and the TTFT target's cost.
     `solve` answers the re-solves (its scenario's inventory caps apply). sweep, context: the TTFT
     sweep and the context-limit lever already started (start_ttft_sweep, start_context_lever)
-    [default: the sweep started now, the lever computed here]."""
+    [default: both started now]."""
     scn, classes, evals, sol, inventory = st.scn, st.classes, plan.evaluations, plan.solution, solve.inventory
+    # In a worker, while the others run here; the context lever first (the levers read it before
+    # the sweep is read), each run here instead when the worker has not begun it by then.
+    if context is None:
+        context = start_context_lever(st, inventory)
     if sweep is None:
-        sweep = start_ttft_sweep(st, inventory)  # in a worker, while the others run here
+        sweep = start_ttft_sweep(st, inventory)
     with stage("explorations", 6, " steps") as step:
         split = []
         for k in classes:
@@ -128,14 +132,27 @@ def start_ttft_sweep(st: Setup, inventory) -> Callable[[], list[tuple[float, Out
     depend on which explorations ran first or where it runs. A class's calibration travels keyed
     by its option, name and context limit (Evaluator.class_calibration)."""
     calibration = st.evaluator.class_calibration(st.classes)
-    return start("exploration:ttft_sweep", scn=st.scn, catalog=st.catalog, model=st.model, configs=st.configs,
-                 classes=st.classes, inventory=inventory, calibration=calibration,
-                 known=st.evaluator.known(st.configs, st.classes),
-                 here=lambda: _ttft_sweep(st.scn, st.catalog, st.model, st.configs, st.classes, inventory,
-                                          st.evaluator, calibration))
+    if not any(b.ttft_s for b in st.scn.slo.bands):
+        return list
+    known = st.evaluator.known(st.configs, st.classes)
+    # Its two chains (tighter and looser limits) depend on nothing of each other: two jobs, the
+    # later one claimed here when the worker has not begun it by the time the sweep is read.
+    chains = [start_claimable("exploration:ttft_sweep", scn=st.scn, catalog=st.catalog, model=st.model,
+                              configs=st.configs, classes=st.classes, inventory=inventory, calibration=calibration,
+                              known=known, multipliers=chain,
+                              here=lambda chain=chain: _ttft_sweep(st.scn, st.catalog, st.model, st.configs, st.classes,
+                                                                   inventory, st.evaluator, calibration, chain))
+              for chain in _SWEEP_CHAINS]
+
+    def sweep() -> list[tuple[float, Outcome]]:
+        rows = dict(row for chain in reversed(chains) for row in chain())  # the worker begins the first
+        return [(m, rows[m]) for m in TTFT_SWEEP if m in rows]
+
+    return sweep
 
 
-def ttft_sweep(scn, catalog, model, configs, classes, inventory, calibration, known=None) -> list[tuple[float, Outcome]]:
+def ttft_sweep(scn, catalog, model, configs, classes, inventory, calibration, known=None,
+               multipliers=TTFT_SWEEP) -> list[tuple[float, Outcome]]:
     """_ttft_sweep from the scenario alone (a worker's job): its own evaluator, with the plan's
     calibration per class, and holding the plan's evaluations and bounds (Evaluator.known) where
     given. Those only steer the lazy searches (their guesses and bounds), never the answer: without
@@ -144,12 +161,14 @@ def ttft_sweep(scn, catalog, model, configs, classes, inventory, calibration, kn
     evaluator = Evaluator(scn, catalog, model)
     if known:
         evaluator.take_known(known, configs, classes)
-    return _ttft_sweep(scn, catalog, model, configs, classes, inventory, evaluator, calibration)
+    return _ttft_sweep(scn, catalog, model, configs, classes, inventory, evaluator, calibration, multipliers)
 
 
-def _ttft_sweep(scn, catalog, model, configs, classes, inventory, evaluator, calibration) -> list[tuple[float, Outcome]]:
-    """The plan re-solved with every band's TTFT limit scaled, by the model (calibrated where
-    certification measured a class): what a stricter or looser TTFT target costs."""
+def _ttft_sweep(scn, catalog, model, configs, classes, inventory, evaluator, calibration,
+                multipliers=TTFT_SWEEP) -> list[tuple[float, Outcome]]:
+    """The plan re-solved with every band's TTFT limit scaled (by `multipliers` of TTFT_SWEEP), by
+    the model (calibrated where certification measured a class): what a stricter or looser TTFT
+    target costs."""
     slo = scn.slo
     if not any(b.ttft_s for b in slo.bands):
         return []
@@ -157,7 +176,7 @@ def _ttft_sweep(scn, catalog, model, configs, classes, inventory, evaluator, cal
     # Tighter limits in turn from the targets as stated: a tighter TTFT limit never raises a
     # capacity, so each step's capacities (or bounds) bound the next one's (with 2% to spare for
     # the waiting-time grid, which spans twice the limit); looser ones bound from the ceilings.
-    for order in (sorted((x for x in TTFT_SWEEP if x < 1.0), reverse=True), sorted(x for x in TTFT_SWEEP if x > 1.0)):
+    for order in (sorted((x for x in multipliers if x < 1.0), reverse=True), sorted(x for x in multipliers if x > 1.0)):
         above = evaluator
         for m in order:
             bands = [b.model_copy(update={"ttft_s": (b.ttft_s[0] or slo.statistic, b.ttft_s[1] * m)}) if b.ttft_s else b
@@ -174,6 +193,10 @@ def _ttft_sweep(scn, catalog, model, configs, classes, inventory, evaluator, cal
                               infeasible_message(scaled_classes, evs, inventory))
             above = swept
     return [(m, out[m]) for m in TTFT_SWEEP if m in out]
+
+
+# The sweep's chains: each step's capacities bound the next one's (_ttft_sweep), none the other chain's.
+_SWEEP_CHAINS = (tuple(x for x in TTFT_SWEEP if x < 1.0), tuple(x for x in TTFT_SWEEP if x > 1.0))
 
 
 def _bound_from(looser: Evaluator):
@@ -228,11 +251,13 @@ def _levers(scn, catalog, model, served, limit, peak, evaluator, configs, classe
 
 def start_context_lever(st: Setup, inventory) -> Callable[[], Outcome | None]:
     """context_lever of the plan, started in a worker: it depends on the scenario alone (its classes
-    are new), so a command can start it while certification leaves a core idle."""
-    return start("exploration:context_lever", scn=st.scn, catalog=st.catalog, model=st.model, served=st.served,
-                 limit=st.limit, peak=st.peak_rps, configs=st.configs, inventory=inventory,
-                 here=lambda: context_lever(st.scn, st.catalog, st.model, st.served, st.limit, st.peak_rps, st.configs,
-                                            inventory, evaluator=st.evaluator, solve=Resolver(st.scn)))
+    are new), so a command can start it while certification leaves a core idle; run here instead
+    when its answer is asked for before the worker has begun it."""
+    return start_claimable("exploration:context_lever", scn=st.scn, catalog=st.catalog, model=st.model,
+                           served=st.served, limit=st.limit, peak=st.peak_rps, configs=st.configs, inventory=inventory,
+                           here=lambda: context_lever(st.scn, st.catalog, st.model, st.served, st.limit, st.peak_rps,
+                                                      st.configs, inventory, evaluator=st.evaluator,
+                                                      solve=Resolver(st.scn)))
 
 
 def context_lever(scn, catalog, model, served, limit, peak, configs, inventory, *, evaluator: Evaluator | None = None,

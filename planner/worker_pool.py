@@ -20,10 +20,12 @@ so that it raises here the error it raises in process.
 from __future__ import annotations
 
 import importlib
+import itertools
 import json
 import os
 import pickle
 import queue
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -168,6 +170,7 @@ def worker_processes(enabled: bool = True) -> Iterator[None]:
     finally:
         workers, _workers = _workers, []
         _started.clear()
+        _end_claims()
         for worker in workers:
             worker.close(kill=not ok)
 
@@ -183,6 +186,19 @@ def start(job: str, /, *, here: Callable[[], Any] | None = None, **kwargs) -> Ca
     without a worker, the job runs in this process when its answer is asked for, as `here()` when
     given (a quicker way to the same answer, from what this process holds). The same job started
     again in a worker shares the first one's answer."""
+    return _start(job, kwargs, here, claimable=False)
+
+
+def start_claimable(job: str, /, *, here: Callable[[], Any] | None = None, **kwargs) -> Callable[[], Any]:
+    """start(), except that when its answer is asked for before the worker has begun it (its
+    worker still busy with the jobs queued ahead of it), this process claims it and runs it
+    here: a job this process would otherwise wait for while the worker works through its queue.
+    Each is run once, by whichever process claims it first (shared_map's claims). An answer of
+    None from the worker is taken as not done there, and computed here."""
+    return _start(job, kwargs, here, claimable=True)
+
+
+def _start(job: str, kwargs: dict, here: Callable[[], Any] | None, *, claimable: bool) -> Callable[[], Any]:
     live = [w for w in _workers if not w.gone]
 
     def local():
@@ -193,22 +209,62 @@ def start(job: str, /, *, here: Callable[[], Any] | None = None, **kwargs) -> Ca
     payload = pickle.dumps((job, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
     if payload in _started:
         return _started[payload]
+    claim = _claim_path() if claimable else None
     worker = min(live, key=lambda w: w.queued)
-    if worker.queued >= QUEUE_FOR_ANOTHER and len(live) < MAX_WORKERS:
+    if claim is None and worker.queued >= QUEUE_FOR_ANOTHER and len(live) < MAX_WORKERS:
         with suppress(Exception):  # none can start: keep the one there is
             another = _Worker()
             _workers.append(another)
             worker = another
-    future = worker.submit(payload)
+    if claim is None:
+        future = worker.submit(payload)
+    else:  # not queued work: this process takes it if the worker lags (no other worker starts for it)
+        future = worker.submit(pickle.dumps(("worker_pool:_claimed_job", {"claim": claim, "payload": payload}),
+                                            protocol=pickle.HIGHEST_PROTOCOL), shared=True)
+    answers: list = []  # asked for again (a job started twice): the first answer
 
     def result():
+        if answers:
+            return answers[0]
+        if claim is not None and _claim(claim) is not False:  # not begun there (or no claim possible): here
+            answers.append(local())
+            return answers[0]
         try:
-            return _answer(worker, future, local)
+            answer = _answer(worker, future, local)
         except (_WorkerGone, _JobFailed):  # killed, out of memory; or failed: here, its own error (a
-            return local()                   # PlannerError keeps its one-line message and exit code)
+            answer = local()                 # PlannerError keeps its one-line message and exit code)
+        if claim is not None and answer is None:  # the worker could not claim it either
+            answer = local()
+        answers.append(answer)
+        return answer
 
     _started[payload] = result
     return result
+
+
+_claims: list[str] = []  # the block's folder of claims for start_claimable, made when first needed
+_claim_ids = itertools.count()
+
+
+def _claim_path() -> str | None:
+    """A fresh claim's path in this block's claims folder (None: no folder can be made here)."""
+    if not _claims:
+        try:
+            folder = tempfile.mkdtemp(prefix="planner-claims-")
+            os.mkdir(os.path.join(folder, "claims"))
+        except OSError:
+            return None
+        _claims.append(folder)
+    return os.path.join(_claims[0], "claims", str(next(_claim_ids)))
+
+
+def _end_claims() -> None:
+    """Every claim still to come fails (the worker then answers None), and the folder goes."""
+    for folder in _claims:
+        with suppress(OSError):
+            os.rename(os.path.join(folder, "claims"), os.path.join(folder, "over"))
+        shutil.rmtree(folder, ignore_errors=True)
+    _claims.clear()
 
 
 def _answer(worker: _Worker, future: Future, local: Callable[[], Any]):
@@ -281,6 +337,13 @@ def _claim(path: str) -> bool | None:
 def _claimed(claim: str, job: str, kwargs: dict):
     """A worker's side of shared_map: the item's answer, or None when it is not the worker's to do."""
     return _run(job, kwargs) if _claim(claim) is True else None
+
+
+def _claimed_job(claim: str, payload: bytes):
+    """A worker's side of start_claimable: the pickled job's answer, or None when this process
+    claimed it first (the job's arguments, pickled once for both, are unpickled only when the
+    worker runs it)."""
+    return _run(*pickle.loads(payload)) if _claim(claim) is True else None
 
 
 def _run(job: str, kwargs: dict):

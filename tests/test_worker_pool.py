@@ -336,3 +336,45 @@ def test_an_item_is_claimed_once_and_a_claim_after_the_end_fails(tmp_path, monke
     monkeypatch.setattr(worker_pool, "_run", lambda job, kwargs: ran.append(job) or "drawn")
     assert worker_pool._claimed(claim, "figures:cost_figure", {}) is None and ran == []  # not the worker's to do
     assert worker_pool._claimed(str(tmp_path / "5"), "figures:cost_figure", {}) == "drawn"
+
+
+def test_a_claimable_job_the_worker_has_not_begun_runs_here_once(tmp_path, monkeypatch):
+    # A job queued behind others is this process's when its answer is asked for first: the worker,
+    # reaching it later, finds it claimed and answers None; the folder of claims goes with the block.
+    import os
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    ran_here = []
+    with worker_processes():
+        ahead = [draw("cost_figure", **_rows(i)) for i in range(3)]  # the worker's queue
+        late = worker_pool.start_claimable("figures:cost_figure", here=lambda: ran_here.append(1) or b"here", **_rows(9))
+        assert late() == b"here" and late() == b"here" and ran_here == [1]  # claimed here, asked twice, run once
+        [folder] = os.listdir(tmp_path)
+        assert len(os.listdir(tmp_path / folder / "claims")) == 1
+        assert [f() for f in ahead] == [draw("cost_figure", **_rows(i))() for i in range(3)]
+        worker = worker_pool._workers[0]
+        assert not worker.gone
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_claimable_job_the_worker_has_done_is_its_answer(tmp_path, monkeypatch):
+    import tempfile
+    import time
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with worker_processes():
+        job = worker_pool.start_claimable("figures:cost_figure", here=lambda: pytest.fail("run here"), **_rows(4))
+        worker = worker_pool._workers[0]
+        deadline = time.monotonic() + 120
+        while worker.pending and time.monotonic() < deadline:  # the worker answers it before it is asked for
+            time.sleep(0.05)
+        png = job()
+    assert png == draw("cost_figure", **_rows(4))()
+
+
+def test_claimable_jobs_without_a_worker_run_here(monkeypatch):
+    monkeypatch.setenv("PLANNER_WORKERS", "0")
+    with worker_processes():
+        job = worker_pool.start_claimable("figures:cost_figure", **_rows(2))
+        assert job() == draw("cost_figure", **_rows(2))()
