@@ -385,11 +385,11 @@ class _JointProblem:
         return [(part, i) for part, i in self.members if part.cands[i].gpu == g]
 
     def gpus_of(self, pairs):
-        return pulp.lpSum(part.cands[i].gpus_per_replica * part.x[i] for part, i in pairs)
+        return pulp.LpAffineExpression(self.gpu_terms(pairs))
 
     @staticmethod
     def gpu_terms(pairs) -> list[tuple]:
-        """gpus_of's terms, for _row."""
+        """The GPUs the (service, candidate) pairs' replicas hold, as (variable, GPUs a replica) terms."""
         return [(part.x[i], part.cands[i].gpus_per_replica) for part, i in pairs]
 
     def add_constraints(self, inventory: Mapping[str, int], use_reserved: bool, max_gpu_types: int | None) -> None:

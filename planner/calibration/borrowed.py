@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from planner.calibration.joint_fit import JointFit, interconnect_family, small_latency_bounds
+from planner.calibration.joint_fit import JointFit, interconnect_family, within_small_range
 from planner.catalog import Catalog, Efficiency
 
 # GPUs without measurements -> (measured GPU, why that one).
@@ -46,9 +46,8 @@ def borrowed_efficiency(joint: JointFit, catalog: Catalog, gpu_id: str) -> tuple
         ar = f"allreduce_latency_us{'' if eff.allreduce_bulk_latency_us is None else ' and allreduce_bulk_latency_us'} are {donor}'s too: no {fam} measurement"
         # The donor's small-message latency is its own link's; the borrower's link has its own
         # published range, and a value outside it is no estimate for this GPU.
-        low, high = small_latency_bounds(fam)
-        if not low <= eff.allreduce_latency_us <= high:
-            clipped = min(max(eff.allreduce_latency_us, low), high)
+        clipped = within_small_range(eff.allreduce_latency_us, fam)
+        if clipped != eff.allreduce_latency_us:
             ar += (f"; allreduce_latency_us {eff.allreduce_latency_us:g} moved to {clipped:g}, the nearest end of "
                    f"{fam}'s published small-message range at tp 2")
             eff = eff.model_copy(update={"allreduce_latency_us": clipped})

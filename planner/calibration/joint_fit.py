@@ -142,6 +142,12 @@ def small_latency_bounds(family: str) -> tuple[float, float]:
     return max(lo, pub.low_us), min(hi, pub.high_us / float(np.log2(SMALL_LATENCY_MAX_TP)))
 
 
+def within_small_range(latency_us: float, family: str) -> float:
+    """Another link's small-message all-reduce latency (a donor family's, a borrowed GPU's) as
+    `family` may take it: moved to the nearest end of small_latency_bounds(family), kept inside."""
+    return float(np.clip(latency_us, *small_latency_bounds(family)))
+
+
 def shared_fit_note(gpu: str, fitted: Iterable[str]) -> str:
     """'' or, for a GPU in a SHARED_FIT group with another fitted GPU, what it shares and why."""
     fitted = set(fitted)
@@ -304,7 +310,7 @@ def fit_joint(
 
     def latency_of(family: str) -> float:  # its own fitted latency, or its donor's within its own published range
         src = rows.donor(family) or family
-        return ar[src] if src == family else float(np.clip(ar[src], *small_latency_bounds(family)))
+        return ar[src] if src == family else within_small_range(ar[src], family)
 
     def shared_of(g: str) -> dict[str, object]:
         by_tp = bulk_of(rows.family[g])
@@ -471,8 +477,8 @@ class _LatencyStage:
         """One latency stage from the current factors: `eff` and `ar` (family -> all-reduce
         latency) are updated in place; returns the per-layer overhead."""
         names = self.names
-        lower = [small_latency_bounds(k)[0] if n == "allreduce_latency_us" else BOUNDS[n][0] for n, k in names]
-        upper = [small_latency_bounds(k)[1] if n == "allreduce_latency_us" else BOUNDS[n][1] for n, k in names]
+        lower, upper = zip(*(small_latency_bounds(k) if n == "allreduce_latency_us" else BOUNDS[n] for n, k in names),
+                           strict=True)
         x0 = [getattr(eff[k], n) if n == "step_overhead_ms" else ar[k] if n == "allreduce_latency_us" else layer_us for n, k in names]
 
         def residuals(x: np.ndarray) -> np.ndarray:
