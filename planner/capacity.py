@@ -156,6 +156,7 @@ class ReplicaModel:
         self._points: dict[float, LatencyPoint] = {}
         self._decode: dict[float, float] = {}
         self._concurrency: dict[float, dict[str, float]] = {}
+        self._batch_bounds: dict[tuple, float] = {}  # batch_bound's answers (shared, like _concurrency, across targets)
         self._floors: tuple[TargetFloor, ...] | None = None
         self._below: dict[tuple, tuple[bool, float | None]] = {}  # capacity_below's answers
 
@@ -185,12 +186,16 @@ class ReplicaModel:
 
     def batch_bound(self, sizing: SizingMode, quantile: float) -> float:
         """An upper bound on the resident batch the memory and batch ceilings allow, without the
-        percentile sizing's quantiles when they are not computed yet (percentile_count_bound)."""
-        if sizing == "percentile" and quantile not in self._concurrency:
-            n_mem = percentile_count_bound(self.dep, self.prof, self.fp)
-        else:
-            n_mem = self.concurrency(quantile)[sizing]
-        return min(n_mem, float(self.dep.engine.max_num_seqs))
+        percentile sizing's quantiles when they are not computed yet (percentile_count_bound).
+        Remembered: the lazy search asks it of every pair it bounds, for every question."""
+        key = (sizing, quantile, sizing == "percentile" and quantile not in self._concurrency)
+        if key not in self._batch_bounds:
+            if key[2]:
+                n_mem = percentile_count_bound(self.dep, self.prof, self.fp)
+            else:
+                n_mem = self.concurrency(quantile)[sizing]
+            self._batch_bounds[key] = min(n_mem, float(self.dep.engine.max_num_seqs))
+        return self._batch_bounds[key]
 
     def decode_s(self, n: float) -> float:
         """One decode step at resident batch n (remembered: a search asks rate, step and latency

@@ -50,9 +50,10 @@ def certify_plans(parts, resolve, *, rounds: int) -> list[tuple[list[Evaluation]
     simulated capacity and solve again, until every pool holds or `rounds` re-plans are spent.
 
     parts: (setup, evaluations, solution, pool details) per plan; plans solved together (the
-    services of a fleet) are re-solved together: resolve(evaluations per part) gives each part's
-    new solution. Returns each part's evaluations, solution, pools (with their checks) and
-    certification."""
+    services of a fleet) are re-solved together: resolve(evaluations per part, as they were before
+    the re-plan) gives each part's new solution and the evaluations it rests on, read with the
+    simulated capacities (refreshed). Returns each part's evaluations, solution, pools (with their
+    checks) and certification."""
     state = [[st, evals, sol, pools, []] for st, evals, sol, pools in parts]
     spent = 0
     while True:
@@ -92,14 +93,12 @@ def certify_plans(parts, resolve, *, rounds: int) -> list[tuple[list[Evaluation]
                 st.evaluator.record_simulated(next(e for e in evals if e.key == (tc.option, tc.name, config)), new)
                 changes.append(f"round {spent}: {tc.label} on {config} missed ({why}); planned at {new:,.3f} instead "
                                f"of {pool.planned_rps:,.3f} req/s per replica")
-        for part in state:  # variants proved below a sibling stay below it (record_simulated scales the class)
-            part[1] = [e if e.dominated_by else part[0].evaluator.evaluate(e.config, e.traffic_class) for e in part[1]]
-        sols = resolve([part[1] for part in state])
-        if any(not sol.pools for sol in sols):
+        answers = resolve([part[1] for part in state])
+        if any(not sol.pools for sol, _ in answers):
             raise InfeasibleError("no plan holds its targets in simulation: "
                                   + " | ".join(c for part in state for c in part[4]))
-        for part, sol in zip(state, sols, strict=True):
-            part[2], part[3] = sol, pool_details(part[0].evaluator, part[1], sol)
+        for part, (sol, evals) in zip(state, answers, strict=True):
+            part[1], part[2], part[3] = evals, sol, pool_details(part[0].evaluator, evals, sol)
     out = []
     for st, evals, sol, pools, changes in state:
         sim = st.scn.simulation
@@ -108,6 +107,13 @@ def certify_plans(parts, resolve, *, rounds: int) -> list[tuple[list[Evaluation]
         out.append((evals, sol, pools, Certification(certified, spent, tuple(changes), sim.requests, sim.band_requests,
                                                      sim.seed)))
     return out
+
+
+def refreshed(evaluator, evals: list[Evaluation]) -> list[Evaluation]:
+    """Evaluations read again after certification recorded simulated capacities (a class's
+    calibration, a pair's own); variants proved below a sibling stay below it (record_simulated
+    scales the whole class)."""
+    return [e if e.dominated_by else evaluator.evaluate(e.config, e.traffic_class) for e in evals]
 
 
 def replay_ahead(parts) -> None:

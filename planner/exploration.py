@@ -21,7 +21,7 @@ from planner.plan_objects import (
     edge_at_most,
     traffic_classes,
 )
-from planner.plan_search import Resolver, infeasible_message, lazy_solve, outcome_of
+from planner.plan_search import LazySearch, Resolver, infeasible_message, lazy_solve, outcome_of
 from planner.plan_setup import Setup, pool_details
 from planner.progress import stage
 from planner.worker_pool import start_claimable
@@ -31,13 +31,15 @@ SENSITIVITY = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
 
 def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, reserved=None,
                  sweep: Callable[[], list[tuple[float, Outcome]]] | None = None,
-                 context: Callable[[], Outcome | None] | None = None) -> Plan:
+                 context: Callable[[], Outcome | None] | None = None, search: LazySearch | None = None) -> Plan:
     """The plan's explorations: each split option, the next-best distinct plans, the peak's
     sensitivity, the levers, the best certified plan per GPU type and the TTFT target's cost.
     `solve` answers the re-solves (its scenario's inventory caps apply). sweep, context: the TTFT
     sweep and the context-limit lever already started (start_ttft_sweep, start_context_lever)
-    [default: both started now]."""
-    scn, classes, evals, sol, inventory = st.scn, st.classes, plan.evaluations, plan.solution, solve.inventory
+    [default: both started now]. search: the plan's own lazy search, whose searched pairs and
+    bounds the re-solves start from [default: one over the plan's evaluator]."""
+    scn, classes, sol, inventory = st.scn, st.classes, plan.solution, solve.inventory
+    search = search or LazySearch(st.evaluator, solve, classes, st.configs)
     # In a worker, while the others run here; the context lever first (the levers read it before
     # the sweep is read), each run here instead when the worker has not begun it by then.
     if context is None:
@@ -50,27 +52,28 @@ def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, reserved=None,
             # The chosen option's row is the plan itself: a re-solve restricted to it has the same
             # cost but may break a tie between equal-cost configs the other way, and the report
             # would then show two different fleets for one decision.
-            res = sol if k == sol.option else solve(classes, evals, options=[k])
+            res = sol if k == sol.option else search.solve(options=[k])
             split.append(outcome_of("no split" if k == "none" else f"split at {int(k):,}", res,
-                                    "" if res.pools else infeasible_message({k: classes[k]}, evals, inventory)))
+                                    "" if res.pools else infeasible_message({k: classes[k]}, search.evaluations(),
+                                                                            inventory)))
         step.advance()
         alternatives, forbid, last = [], [], sol
         for i in range(2):
             forbid.append(frozenset((last.option, p.traffic_class, p.config) for p in last.pools))
-            last = solve(classes, evals, forbid=tuple(forbid))
+            last = search.solve(forbid=tuple(forbid))
             if not last.pools:
                 break
             alternatives.append(outcome_of(f"next best #{i + 1}", last))
         step.advance()
         sensitivity = [
-            outcome_of(f"peak x {m:g}", solve(classes, evals, rate_scale=m, reserved=reserved)) for m in SENSITIVITY
+            outcome_of(f"peak x {m:g}", search.solve(rate_scale=m, reserved=reserved)) for m in SENSITIVITY
         ]
         step.advance()
         # The per-GPU plans' replays run in threads while the levers are computed here.
         per_gpu_plans = _per_gpu_plans(st, solve, reserved) if plan.certification else []
         replay_ahead([(st, details) for *_, details in per_gpu_plans])
         levers = _levers(scn, st.catalog, st.model, st.served, st.limit, st.peak_rps, st.evaluator, st.configs, classes,
-                         evals, sol, inventory, solve, context)
+                         search, sol, inventory, solve, context)
         step.advance()
         per_gpu = _per_gpu(st, per_gpu_plans, inventory, solve, reserved)
         step.advance()
@@ -92,9 +95,10 @@ def _per_gpu_plans(st: Setup, solve, reserved) -> list[tuple]:
         if not cfgs:
             out.append((f"{cand.id} only", None, None, []))
             continue
-        evs = st.evaluator.evaluate_all(classes, cfgs)
-        res = solve(classes, evs, reserved=reserved)
-        out.append((f"{cand.id} only", evs, res, pool_details(st.evaluator, evs, res) if res.pools else []))
+        search = LazySearch(st.evaluator, solve, classes, cfgs)
+        res = search.solve(reserved=reserved)
+        evs = search.evaluations()
+        out.append((f"{cand.id} only", search, res, pool_details(st.evaluator, evs, res) if res.pools else []))
     return out
 
 
@@ -102,17 +106,18 @@ def _per_gpu(st: Setup, plans: list[tuple], inventory, solve, reserved) -> list[
     """Each GPU type's own plan (_per_gpu_plans), certified by simulation as the plan is: what
     committing to one type costs, with latencies checked, not only modelled."""
     out, classes = [], st.classes
-    for name, evs, res, details in plans:
+    for name, search, res, details in plans:
         if res is None:
             out.append(Outcome(name, False, math.inf, 0, "", "no supported config on it"))
             continue
         if not res.pools:
-            out.append(Outcome(name, False, math.inf, 0, "", infeasible_message(classes, evs, inventory)))
+            out.append(Outcome(name, False, math.inf, 0, "", infeasible_message(classes, search.evaluations(), inventory)))
             continue
         try:
-            [(_, res, _, cert)] = certify_plans([(st, evs, res, details)],
-                                                lambda e: [solve(classes, e[0], reserved=reserved)],
-                                                rounds=st.scn.simulation.max_rounds)
+            [(_, res, _, cert)] = certify_plans(
+                [(st, search.evaluations(), res, details)],
+                lambda _, search=search: [(search.solve(reserved=reserved), search.evaluations())],
+                rounds=st.scn.simulation.max_rounds)
         except InfeasibleError as exc:
             out.append(Outcome(name, False, math.inf, 0, "", str(exc)))
             continue
@@ -213,8 +218,8 @@ def _bound_from(looser: Evaluator):
     return prior
 
 
-def _levers(scn, catalog, model, served, limit, peak, evaluator, configs, classes, evals, sol, inventory, solve,
-            context) -> list[Outcome]:
+def _levers(scn, catalog, model, served, limit, peak, evaluator, configs, classes, search: LazySearch, sol, inventory,
+            solve, context) -> list[Outcome]:
     """Re-solve with each lever switched (design.md, "The optimisation"); the levers multiply."""
     out = []
 
@@ -236,13 +241,12 @@ def _levers(scn, catalog, model, served, limit, peak, evaluator, configs, classe
         w, k = (scn.weight_dtypes, switched) if kind == "KV cache" else (switched, scn.kv_dtypes)
         with_dtypes(name, w, k)
     if len(classes) > 1:
-        res = solve(classes, evals, options=["none"])
-        out.append(outcome_of("split forced off", res,
-                            "" if res.pools else infeasible_message({"none": classes["none"]}, evals, inventory)))
+        res = search.solve(options=["none"])
+        out.append(outcome_of("split forced off", res, "" if res.pools else
+                              infeasible_message({"none": classes["none"]}, search.evaluations(), inventory)))
     for gpu_id in sorted({p.gpu for p in sol.pools}):
         keep = [c for c in configs if c.gpu.id != gpu_id]
-        evs = evaluator.evaluate_all(classes, keep)
-        res = solve(classes, evs) if keep else None
+        res = lazy_solve(evaluator, solve, classes, keep)[0] if keep else None
         out.append(outcome_of(f"without {gpu_id}", res, "") if res else Outcome(f"without {gpu_id}", False, math.inf, 0, "", "no other GPU candidate"))
     lowered = context() if context is not None else context_lever(scn, catalog, model, served, limit, peak, configs,
                                                                     inventory, evaluator=evaluator, solve=solve)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from planner.certification import certify_plans
+from planner.certification import certify_plans, refreshed
 from planner.errors import InfeasibleError, InputError, PlannerError
 from planner.exploration import explore_plan, start_ttft_sweep
 from planner.fleet import FleetInputs, Service
@@ -128,8 +128,9 @@ def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool |
     if any(wants):
         def resolve(evals_per_service):
             nonlocal joint
+            evals_per_service = [refreshed(st.evaluator, evals) for st, evals in zip(setups, evals_per_service, strict=True)]
             joint = solve(evals_per_service)
-            return list(joint.services)
+            return list(zip(joint.services, evals_per_service, strict=True))
 
         try:
             done = certify_plans(parts, resolve, rounds=max(st.scn.simulation.max_rounds for st in setups))

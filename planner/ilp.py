@@ -43,7 +43,7 @@ Objective (lexicographic: two solves, then a rule)
      that serves it with the same GPUs at the same cost with the more precise weights, then KV
      cache, then the most requests/s, then the first label (canonical_ties, after the solves: the
      solver's own pick among exact ties follows its search path, which another set of candidates
-     changes). Skipped where tie_break is, and for a service with plans to exclude.
+     changes). Skipped where tie_break is; a plan to exclude stays excluded.
 Constraints (per service s; names carry the service's name)
   one_split:            sum_{o in O(s)} y[o] = 1
   cover_{o,k}:          sum_{c in C(o,k)} u[c] x[c] >= r[o,k] y[o]
@@ -67,6 +67,7 @@ Constraints shared by the services
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -265,11 +266,12 @@ def solve_services(
         return joint.solution(status, time.perf_counter() - t1, build_s, solver.name, lp)
     break_ties(prob, joint.cost, joint.ties(), solver)
     solved = joint.solution(status, time.perf_counter() - t1, build_s, solver.name, lp)
-    return replace(solved, services=tuple(sol if sv.forbid else canonical_ties(sol, sv.candidates, sv.min_replicas)
+    return replace(solved, services=tuple(canonical_ties(sol, sv.candidates, sv.min_replicas, sv.forbid)
                                           for sol, sv in zip(solved.services, services, strict=True)))
 
 
-def canonical_ties(sol: FleetSolution, candidates: Sequence[Candidate], min_replicas: int) -> FleetSolution:
+def canonical_ties(sol: FleetSolution, candidates: Sequence[Candidate], min_replicas: int,
+                   forbid: Sequence[frozenset[tuple[str, str, str]]] = ()) -> FleetSolution:
     """The plan among those tied on every term of the ILP's objective (cost, GPUs, pools, split) that
     does not depend on the candidates the solver was given: each class served by one pool takes, of
     the configs on the same GPU type that serve it alone with the same GPUs at the same cost, the
@@ -282,7 +284,9 @@ def canonical_ties(sol: FleetSolution, candidates: Sequence[Candidate], min_repl
     moved to a pair the lazy search only bounds is searched there like any pair a plan uses, so its
     answer is the full evaluation's. The GPU type and its count stay, so caps, commitments and the
     other classes' pools are untouched; a class with several pools is left as solved, and so are
-    ties across GPU types (equal prices per GPU, or committed types both inside their reservations)."""
+    ties across GPU types (equal prices per GPU, or committed types both inside their reservations).
+    A plan of `forbid` (the next-best plans' exclusions) is never the answer: the best combination of
+    the classes' tied configs that none forbids is (the solver's own is one)."""
 
     def rank(c_bits: tuple[float, float], carried_rps: float, label: str) -> tuple:
         return (-c_bits[0], -c_bits[1], -carried_rps, label)
@@ -291,21 +295,27 @@ def canonical_ties(sol: FleetSolution, candidates: Sequence[Candidate], min_repl
     for p in sol.pools:
         pools_of[p.traffic_class] = pools_of.get(p.traffic_class, 0) + 1
     bits = {(c.option, c.traffic_class, c.config): c.precision_bits for c in candidates}
-    pools = []
+    choices = []  # per pool: the tied configs, best first
     for p in sol.pools:
-        best = (rank(bits.get((sol.option, p.traffic_class, p.config), (0.0, 0.0)), p.replicas * p.capacity_rps, p.config), p)
+        tied = {p.config: (rank(bits.get((sol.option, p.traffic_class, p.config), (0.0, 0.0)), p.replicas * p.capacity_rps,
+                                p.config), p)}
         if pools_of[p.traffic_class] == 1:
             for c in candidates:
                 if (c.option, c.traffic_class, c.gpu) != (sol.option, p.traffic_class, p.gpu) or c.capacity_rps <= 0:
                     continue
                 replicas = max(min_replicas, math.ceil(p.rate_rps / c.capacity_rps - 1e-12))
                 cost = replicas * c.cost_per_replica_hour
-                key = rank(c.precision_bits, replicas * c.capacity_rps, c.config)
-                if (replicas * c.gpus_per_replica == p.gpus and math.isclose(cost, p.cost_per_hour, rel_tol=1e-12)
-                        and key < best[0]):
-                    best = (key, replace(p, config=c.config, replicas=replicas, capacity_rps=c.capacity_rps,
-                                         cost_per_hour=cost))
-        pools.append(best[1])
+                if (c.config not in tied and replicas * c.gpus_per_replica == p.gpus
+                        and math.isclose(cost, p.cost_per_hour, rel_tol=1e-12)):
+                    tied[c.config] = (rank(c.precision_bits, replicas * c.capacity_rps, c.config),
+                                      replace(p, config=c.config, replicas=replicas, capacity_rps=c.capacity_rps,
+                                              cost_per_hour=cost))
+        choices.append([q for _, q in sorted(tied.values(), key=lambda t: t[0])])
+    # The best combination no exclusion forbids (exclude_{j}: every pool of plan j); the solver's is one.
+    for pools in itertools.product(*choices):
+        chosen = {(sol.option, p.traffic_class, p.config) for p in pools}
+        if not any(plan <= chosen for plan in forbid):
+            break
     return sol if all(a is b for a, b in zip(pools, sol.pools, strict=True)) else replace(sol, pools=tuple(pools))
 
 

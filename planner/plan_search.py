@@ -102,77 +102,184 @@ LAZY_MIN_PAIRS = 8
 
 
 def lazy_solve(evaluator: Evaluator, solve: Resolver, classes, configs: Sequence[Config], *, prior=None):
-    """solve(classes, every config evaluated for every class), searching only the pairs an optimal
-    plan may need; returns the solution and the evaluations it rests on.
+    """solve(classes, every config evaluated for every class) by a LazySearch of its own; returns
+    the solution and the evaluations it rests on."""
+    search = LazySearch(evaluator, solve, classes, configs, prior=prior)
+    return search.solve(), search.evaluations()
+
+
+class LazySearch:
+    """One set of classes and configs asked several questions (the plan, each split option, the
+    next-best plans, the peak's sensitivity), each answered as solve(classes, every config evaluated
+    for every class, **question) would, searching only the pairs an optimal plan may need.
 
     A pair not searched stands in the ILP with a proven upper bound on its planned capacity (the
     rate at its memory and batch ceilings, a bound proved earlier, or `prior(config, class)`), so
-    the ILP is a relaxation of the full one. When its optimum uses only searched pairs, that plan
-    is feasible for the full ILP and no plan of the full ILP is better (nor, among plans of equal
-    cost, has fewer GPUs or pools): it is the full ILP's optimum. Otherwise the pairs it used are
-    searched and it is solved again. Between rounds each class's best searched pair sets the rate
-    another pair must reach to cost no more, and one latency point (capacity.capacity_below)
-    proves most pairs below it, which becomes their bound."""
-    scn = evaluator.scn
-    sizing, quantile, m = scn.sizing.mode, scn.sizing.quantile, scn.min_replicas_per_pool
-    fresh = sum(1 for tcs in classes.values() for tc in tcs for cfg in configs
-                if evaluator.pair_key(cfg, tc) not in evaluator._cache)
-    if fresh < LAZY_MIN_PAIRS:  # searching them all costs less than the rounds of re-solves
-        evals = evaluator.evaluate_all(classes, configs)
-        return solve(classes, evals), evals
-    exact: dict[tuple, Evaluation] = {}
-    bound: dict[tuple, tuple[float, Config, TrafficClass, ReplicaModel, float]] = {}
-    for tcs in classes.values():
-        for tc in tcs:
-            cal = evaluator._calibration.get(evaluator._class_key(tc), 1.0)
-            for cfg in configs:
-                key = evaluator.pair_key(cfg, tc)
-                if key in evaluator._cache or key in evaluator._simulated:
-                    exact[key] = evaluator.evaluate(cfg, tc)
-                    continue
-                try:
-                    rm = evaluator.replica_model(key, evaluator.deployment(cfg, tc.max_model_len), tc)
-                except InputError:
-                    exact[key] = evaluator.evaluate(cfg, tc)
-                    continue
-                upper = rm.rate(rm.batch_bound(sizing, quantile))
-                upper = min(upper, evaluator.upper.get(key, math.inf), prior(cfg, tc) if prior else math.inf)
-                if upper <= 0:
-                    exact[key] = evaluator.evaluate(cfg, tc)
-                else:
-                    bound[key] = (upper * cal, cfg, tc, rm, cal)
-    by_label = {(tc.option, tc.name, cfg.label(tc.max_model_len)): key for key, (_, cfg, tc, _, _) in bound.items()}
+    the ILP is a relaxation of the full one, whatever the question (its options, excluded plans,
+    rate scale, commitments: a higher capacity only loosens a cover row). When its optimum uses only
+    searched pairs, that plan is feasible for the full ILP and no plan of the full ILP is better
+    (nor, among plans of equal cost, has fewer GPUs or pools): it is the full ILP's optimum.
+    Otherwise the pairs it used are searched and it is solved again. Between rounds each class's
+    best searched pair sets the rate another pair must reach to cost no more, and one latency point
+    (capacity.capacity_below) proves most pairs below it, which becomes their bound. What one
+    question searched, the next starts from.
 
-    def search(keys) -> None:
-        pairs = [bound.pop(key)[1:3] for key in keys]
-        for key, evaluation in zip(keys, evaluator.evaluate_pairs(pairs), strict=True):
-            exact[key] = evaluation
+    Bounds and searched pairs are read with the evaluator's calibration of the moment: certification
+    only lowers a class's calibration (simulated below modelled), so a bound stays a bound, and a
+    searched pair's evaluation is read again when it changed."""
 
-    # Seed each class with a searched pair (the one its bound prices cheapest), so that the first
-    # round's bounds are already tightened against it.
-    for tcs in classes.values():
-        for tc in tcs:
-            ck = evaluator._class_key(tc)
-            if any(evaluator._class_key(e.traffic_class) == ck and e.capacity_rps > 0 for e in exact.values()):
+    def __init__(self, evaluator: Evaluator, solve: Resolver, classes, configs: Sequence[Config], *, prior=None,
+                 progress=lambda n: None):
+        """progress(n): n more pairs evaluated (searched, or proved below a sibling)."""
+        self.evaluator, self._solve, self.classes, self.configs = evaluator, solve, classes, configs
+        self.progress = progress
+        scn = evaluator.scn
+        sizing, quantile, m = scn.sizing.mode, scn.sizing.quantile, scn.min_replicas_per_pool
+        self._sizing, self._quantile, self._m = sizing, quantile, m
+        self._answers: dict[tuple, FleetSolution] = {}
+        self._calibration = evaluator.class_calibration(classes)
+        self.exact: dict[tuple, Evaluation] = {}
+        self.bound: dict[tuple, tuple[float, Config, TrafficClass, ReplicaModel, float]] = {}
+        self._order = [evaluator.pair_key(cfg, tc) for tcs in classes.values() for tc in tcs for cfg in configs]
+        self._class_pairs = {evaluator._class_key(tc): [evaluator.pair_key(cfg, tc) for cfg in configs]
+                             for tcs in classes.values() for tc in tcs}
+        fresh = sum(1 for tcs in classes.values() for tc in tcs for cfg in configs
+                    if evaluator.pair_key(cfg, tc) not in evaluator._cache)
+        if fresh < LAZY_MIN_PAIRS:  # searching them all costs less than the rounds of re-solves
+            for e in evaluator.evaluate_all(classes, configs):
+                self.exact[evaluator.pair_key(e.config, e.traffic_class)] = e
+            self.by_label = {}
+            progress(len(self._order))
+            return
+        exact, bound = self.exact, self.bound
+        for tcs in classes.values():
+            for tc in tcs:
+                cal = evaluator._calibration.get(evaluator._class_key(tc), 1.0)
+                for cfg in configs:
+                    key = evaluator.pair_key(cfg, tc)
+                    if key in evaluator._cache or key in evaluator._simulated:
+                        exact[key] = evaluator.evaluate(cfg, tc)
+                        continue
+                    try:
+                        rm = evaluator.replica_model(key, evaluator.deployment(cfg, tc.max_model_len), tc)
+                    except InputError:
+                        exact[key] = evaluator.evaluate(cfg, tc)
+                        continue
+                    upper = rm.rate(rm.batch_bound(sizing, quantile))
+                    upper = min(upper, evaluator.upper.get(key, math.inf), prior(cfg, tc) if prior else math.inf)
+                    if upper <= 0:
+                        exact[key] = evaluator.evaluate(cfg, tc)
+                    else:
+                        bound[key] = (upper * cal, cfg, tc, rm, cal)
+        self.by_label = {(tc.option, tc.name, cfg.label(tc.max_model_len)): key for key, (_, cfg, tc, _, _) in bound.items()}
+        progress(len(exact))
+        # Seed each class with a searched pair (the one its bound prices cheapest), so that the first
+        # round's bounds are already tightened against it.
+        for tcs in classes.values():
+            for tc in tcs:
+                ck = evaluator._class_key(tc)
+                if any(evaluator._class_key(e.traffic_class) == ck and e.capacity_rps > 0 for e in exact.values()):
+                    continue
+                mine = [(cfg.price_usd_per_hour * cfg.tp * max(m, math.ceil(tc.rate_rps / u - 1e-12)), cfg.label(0), key)
+                        for key, (u, cfg, other, _, _) in bound.items() if evaluator._class_key(other) == ck]
+                if mine:
+                    self._search([min(mine)[2]])
+        self._tighten()
+
+    def _search(self, keys) -> None:
+        pairs = [self.bound.pop(key)[1:3] for key in keys]
+        for key, evaluation in zip(keys, self.evaluator.evaluate_pairs(pairs), strict=True):
+            self.exact[key] = evaluation
+        self.progress(len(keys))
+
+    def _tighten(self) -> None:
+        """For each class, the cheapest searched pair alone (replicas to cover its rate, at least m)
+        sets the rate another pair must reach to cost no more; a pair proved below that rate by one
+        latency point takes it as its bound, one not proved below is searched, the most promising
+        first, and the rate is set again from what each search finds. A bound at or below that rate
+        already proves its pair dearer (it needs more replicas than the incumbent's cost buys):
+        the incumbent only gets cheaper, so the rate only rises, and such a pair is not asked again."""
+        exact, bound, m, ev = self.exact, self.bound, self._m, self.evaluator
+        for tcs in self.classes.values():
+            for tc in tcs:
+                keys = self._class_pairs[ev._class_key(tc)]
+                while True:
+                    costs = [e.config.price_usd_per_hour * e.config.tp * max(m, math.ceil(tc.rate_rps / e.capacity_rps - 1e-12))
+                             for e in (exact[k] for k in keys if k in exact) if e.capacity_rps > 0]
+                    if not costs:
+                        break
+                    best = min(costs)
+                    unproved = []
+                    for key in keys:
+                        if key not in bound:
+                            continue
+                        u, cfg, other, rm, cal = bound[key]
+                        price = cfg.price_usd_per_hour * cfg.tp
+                        least = price * max(m, math.ceil(tc.rate_rps / u - 1e-12))  # its cost at its bound
+                        most = math.floor(best / price + 1e-9)  # replicas affordable at the incumbent's cost
+                        if most < m or least > best:
+                            continue  # its bound already prices it out
+                        need = tc.rate_rps / most
+                        if u <= need:  # proved below it already
+                            continue
+                        below, _ = capacity_below(rm, need / cal, sizing=self._sizing, quantile=self._quantile)
+                        if below:
+                            ev.upper[key] = min(ev.upper.get(key, math.inf), need / cal)
+                            bound[key] = (need, cfg, other, rm, cal)
+                        else:
+                            unproved.append((least, cfg.label(0), key))
+                    if not unproved:
+                        break
+                    self._search([min(unproved)[2]])
+
+    def _recalibrate(self) -> None:
+        """Read the searched pairs and the bounds again where certification changed a calibration."""
+        now = self.evaluator.class_calibration(self.classes)
+        if now == self._calibration:
+            return
+        self._calibration, self._answers = now, {}
+        ev = self.evaluator
+        for key, e in self.exact.items():
+            self.exact[key] = ev.evaluate(e.config, e.traffic_class)
+        for key, (u, cfg, tc, rm, cal) in self.bound.items():
+            new = ev._calibration.get(ev._class_key(tc), 1.0)
+            self.bound[key] = (u / cal * new, cfg, tc, rm, new)
+
+    def evaluations(self) -> list[Evaluation]:
+        """Every pair's evaluation, class by class: the searched ones', and for the others their
+        bounds (Evaluation.optimistic_rps)."""
+        out = []
+        for key in self._order:
+            found = self.exact.get(key)
+            if found is None:
+                u, cfg, tc, _, _ = self.bound[key]
+                found = Evaluation(cfg, tc, None, optimistic_rps=u)
+            out.append(found)
+        return out
+
+    def solve(self, **question) -> FleetSolution:
+        """solve(classes, every pair's evaluation, **question): options, forbid, rate_scale, reserved,
+        use_reserved, keep_lp (the LP text is then the last round's: bounds stand in it)."""
+        self._recalibrate()
+        key = tuple(sorted((k, repr(v)) for k, v in question.items()))
+        if key in self._answers:
+            return self._answers[key]
+        classes, bound, by_label = self.classes, self.bound, self.by_label
+        while True:
+            evals = self.evaluations()
+            # Rounds that search more pairs need only the cheapest cost; the tie-break runs at the end,
+            # on the same model, once the cost optimum uses only searched pairs.
+            sol = self._solve(classes, evals, **question,
+                              tie_break=lambda joint: not _bounded(joint.services[0], by_label, bound))
+            if not sol.pools and bound:  # the relaxation has no plan, so none has: search all for the message
+                self._search(list(bound))
                 continue
-            mine = [(cfg.price_usd_per_hour * cfg.tp * max(m, math.ceil(tc.rate_rps / u - 1e-12)), cfg.label(0), key)
-                    for key, (u, cfg, other, _, _) in bound.items() if evaluator._class_key(other) == ck]
-            if mine:
-                search([min(mine)[2]])
-    _tighten(exact, bound, classes, m, sizing, quantile, evaluator, search)
-    while True:
-        evals = [*exact.values(), *(Evaluation(cfg, tc, None, optimistic_rps=u) for u, cfg, tc, _, _ in bound.values())]
-        # Rounds that search more pairs need only the cheapest cost; the tie-break runs at the end,
-        # on the same model, once the cost optimum uses only searched pairs.
-        sol = solve(classes, evals, tie_break=lambda joint: not _bounded(joint.services[0], by_label, bound))
-        if not sol.pools and bound:  # the relaxation has no plan, so none has: search all for the message
-            search(list(bound))
-            continue
-        used = _bounded(sol, by_label, bound)
-        if not used:
-            return sol, evals
-        search(_with_rivals(sol, used, by_label, bound, m))
-        _tighten(exact, bound, classes, m, sizing, quantile, evaluator, search)
+            used = _bounded(sol, by_label, bound)
+            if not used:
+                self._answers[key] = sol
+                return sol
+            self._search(_with_rivals(sol, used, by_label, bound, self._m))
+            self._tighten()
 
 
 def _bounded(sol: FleetSolution, by_label, bound) -> list[tuple]:
@@ -200,43 +307,6 @@ def _with_rivals(sol: FleetSolution, used: list[tuple], by_label, bound, m: int)
             if price * max(m, math.ceil(t.rate_rps / u - 1e-12)) <= cost[key] + 1e-9:
                 out.append(other)
     return out
-
-
-def _tighten(exact, bound, classes, m: int, sizing, quantile, evaluator: Evaluator, search) -> None:
-    """For each class, the cheapest searched pair alone (replicas to cover its rate, at least m)
-    sets the rate another pair must reach to cost no more; a pair proved below that rate by one
-    latency point takes it as its bound, one not proved below is searched, the most promising first,
-    and the rate is set again from what each search finds."""
-    for tcs in classes.values():
-        for tc in tcs:
-            ck = evaluator._class_key(tc)
-            while True:
-                mine = [e for e in exact.values() if e.traffic_class.option == tc.option
-                        and e.traffic_class.name == tc.name and e.traffic_class.max_model_len == tc.max_model_len]
-                costs = [e.config.price_usd_per_hour * e.config.tp * max(m, math.ceil(tc.rate_rps / e.capacity_rps - 1e-12))
-                         for e in mine if e.capacity_rps > 0]
-                if not costs:
-                    break
-                best = min(costs)
-                unproved = []
-                for key, (u, cfg, other, rm, cal) in list(bound.items()):
-                    if evaluator._class_key(other) != ck:
-                        continue
-                    price = cfg.price_usd_per_hour * cfg.tp
-                    least = price * max(m, math.ceil(tc.rate_rps / u - 1e-12))  # its cost at its bound
-                    most = math.floor(best / price + 1e-9)  # replicas affordable at the incumbent's cost
-                    if most < m or least > best:
-                        continue  # its bound already prices it out
-                    need = tc.rate_rps / most
-                    below, _ = capacity_below(rm, need / cal, sizing=sizing, quantile=quantile)
-                    if below:
-                        evaluator.upper[key] = min(evaluator.upper.get(key, math.inf), need / cal)
-                        bound[key] = (need, cfg, other, rm, cal)
-                    else:
-                        unproved.append((least, cfg.label(0), key))
-                if not unproved:
-                    break
-                search([min(unproved)[2]])
 
 
 def undominated_evaluations(evals: Sequence[Evaluation]) -> list[Evaluation]:

@@ -49,15 +49,16 @@ class Setup:
 
 def setup_plan(scn: Scenario, catalog: Catalog, model: Model, hist: Histogram, measured_peak_rps: float, *,
                traffic_notes: Iterable[str] = (), measured_mean_rps: float | None = None,
-               trace: Requests | None = None) -> Setup:
-    """The served traffic, its classes per split option, and every candidate config's capacity for each."""
+               trace: Requests | None = None, evaluate: bool = True) -> Setup:
+    """The served traffic, its classes per split option, and every candidate config's capacity for
+    each (none with evaluate=False: a lazy search (planner.plan_search.LazySearch) finds those it needs)."""
     limit, served, peak = served_traffic(scn, model, hist, measured_peak_rps, scn.context_limit)
     evaluator = Evaluator(scn, catalog, model)
     configs = candidate_configs(scn, catalog, model, scn.weight_dtypes, scn.kv_dtypes)
     if not configs:
         raise InputError("no candidate config: every GPU x tp x dtype combination is unsupported for this model")
     classes = traffic_classes(scn, served, limit, peak)
-    evals = evaluator.evaluate_all(classes, configs)
+    evals = evaluator.evaluate_all(classes, configs) if evaluate else []
     return Setup(scn, catalog, model, hist, measured_peak_rps, limit, served, peak, evaluator, configs, classes, evals,
                  tuple(traffic_notes), measured_mean_rps, trace)
 

@@ -1,4 +1,4 @@
-"""How far the slow stages of a plan have gone: candidates evaluated, certification's replays,
+"""How far the slow stages of a plan have gone: candidates searched, certification's replays,
 the explorations, the pools `planner simulate` replays. The library reports; a command that
 listens (on a terminal only) draws the bars. Nobody listening costs nothing and prints nothing.
 """

@@ -113,11 +113,14 @@ def test_dropping_dominated_candidates_keeps_the_optimum(seed):
         assert pruned.gpus == full.gpus
 
 
-def test_explorations_searched_lazily_cost_what_searching_everything_costs(catalog, monkeypatch):
-    """Levers and the TTFT sweep re-solve with pairs not searched standing in by proven upper
-    bounds: every outcome's cost, GPUs and fleet are those of searching every pair (among plans
-    tied on cost and GPUs, the one ilp.canonical_ties names, whatever was searched)."""
+def test_plans_searched_lazily_cost_what_searching_everything_costs(catalog, monkeypatch):
+    """The plan and every exploration (split options, next-best plans, sensitivity, levers, the TTFT
+    sweep) solve with pairs not searched standing in by proven upper bounds: every outcome's cost,
+    GPUs and fleet are those of searching every pair (among plans tied on cost and GPUs, the one
+    ilp.canonical_ties names, whatever was searched). The JSON names the pairs left unsized."""
     import planner.plan_search as plan_search
+    from planner.plan_json import plan_json
+    from planner.plan_search import outcome_of
     from planner.planning import make_plan
 
     scn = Scenario.model_validate({
@@ -130,10 +133,14 @@ def test_explorations_searched_lazily_cost_what_searching_everything_costs(catal
     })
     model, hist = catalog.model("llama-3.1-8b"), mixed_traffic()
 
+    bounded = []
+
     def outcomes(threshold):
         monkeypatch.setattr(plan_search, "LAZY_MIN_PAIRS", threshold)
         plan = make_plan(scn, catalog, model, hist, 30.0)
-        rows = plan.levers + [o for _, o in plan.ttft_sweep]
+        bounded.append([c for c in plan_json(plan)["candidates"] if c["capacity_bound_rps"] is not None])
+        rows = ([outcome_of("plan", plan.solution)] + plan.split_analysis + plan.alternatives + plan.sensitivity
+                + plan.levers + [o for _, o in plan.ttft_sweep])
         return [(o.name, o.feasible, round(o.cost_per_hour, 9), o.gpus, o.summary) for o in rows]
 
     searched = []
@@ -149,6 +156,9 @@ def test_explorations_searched_lazily_cost_what_searching_everything_costs(catal
     searched.clear()
     assert lazy == outcomes(10**9)
     assert lazy_searches < len(searched)
+    lazy_bounded, full_bounded = bounded
+    assert lazy_bounded and not full_bounded
+    assert all(c["capacity_rps"] is None and c["capacity_bound_rps"] > 0 for c in lazy_bounded)
 
 
 def test_highs_prints_nothing(capfd):
