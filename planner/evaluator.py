@@ -43,6 +43,7 @@ class Evaluator:
         self.replays: dict[tuple, Future] = {}  # replays started ahead (certification.replay_ahead), same keys
         self._calibration: dict[tuple, float] = {}  # class -> least simulated / model ratio seen
         self.upper: dict[tuple, float] = {}  # (config, class) -> a proven upper bound on the model's capacity
+        self.dominated: dict[tuple, tuple] = {}  # (config, class) -> the sibling evaluate_all proved it below
         self._token = uuid.uuid4().hex  # names this evaluator to a worker that stands in for it
         self._pickled: bytes | None = None
 
@@ -240,10 +241,12 @@ class Evaluator:
     def _install(self, group, records: list[tuple]) -> dict[tuple, Evaluation]:
         """A group's records taken as this evaluator's own evaluations (as _evaluate_group leaves them)."""
         out = {}
+        keys = {cfg.label(tc.max_model_len): self.pair_key(cfg, tc) for cfg, tc in group}
         for (cfg, tc), (capacity, problem, dominated_by, upper) in zip(group, records, strict=True):
             key = self.pair_key(cfg, tc)
             if dominated_by:
                 self.upper[key] = min(self.upper.get(key, math.inf), upper)
+                self.dominated[key] = keys[dominated_by]
                 out[key] = Evaluation(cfg, tc, None, problem, dominated_by=dominated_by)
             else:
                 self._cache.setdefault(key, Evaluation(cfg, tc, capacity, problem))
@@ -254,8 +257,8 @@ class Evaluator:
         keyed = [(self.pair_key(cfg, tc), cfg, tc) for cfg, tc in group]
         out = {key: self.evaluate(cfg, tc) for key, cfg, tc in keyed if key in self._cache}
         best = max((e.capacity.max_rps for e in out.values() if e.capacity is not None), default=0.0)
-        best_label = next((e.config.label(e.traffic_class.max_model_len) for e in out.values()
-                           if e.capacity is not None and e.capacity.max_rps == best), "")
+        best_key, best_label = next(((key, e.config.label(e.traffic_class.max_model_len)) for key, e in out.items()
+                                     if e.capacity is not None and e.capacity.max_rps == best), (None, ""))
         todo = [(key, cfg, tc) for key, cfg, tc in keyed if key not in self._cache]
         models = {}
         for key, cfg, tc in todo:
@@ -275,13 +278,14 @@ class Evaluator:
                 below, guess = capacity_below(models[key], best, sizing=sizing, quantile=quantile)
                 if below:
                     self.upper[key] = min(self.upper.get(key, math.inf), best)
+                    self.dominated[key] = best_key
                     out[key] = Evaluation(cfg, tc, None, f"capacity below {best_label}'s {best:,.3f} req/s on the "
                                           "same GPUs", dominated_by=best_label)
                     continue
             evaluation = self._model_evaluation(key, cfg, tc, guess=guess)
             out[key] = self.evaluate(cfg, tc)
             if evaluation.capacity is not None and evaluation.capacity.max_rps > best:
-                best, best_label = evaluation.capacity.max_rps, cfg.label(tc.max_model_len)
+                best, best_key, best_label = evaluation.capacity.max_rps, key, cfg.label(tc.max_model_len)
         return out
 
 # Evaluations shared with a worker: at least this many fresh groups (fewer cost more to send than

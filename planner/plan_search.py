@@ -143,8 +143,11 @@ class LazySearch:
         self._order = [evaluator.pair_key(cfg, tc) for tcs in classes.values() for tc in tcs for cfg in configs]
         self._class_pairs = {evaluator._class_key(tc): [evaluator.pair_key(cfg, tc) for cfg in configs]
                              for tcs in classes.values() for tc in tcs}
-        fresh = sum(1 for tcs in classes.values() for tc in tcs for cfg in configs
-                    if evaluator.pair_key(cfg, tc) not in evaluator._cache)
+        # A pair evaluate_all proved below a sibling that is among these configs is none either: it is
+        # proved so again from the sibling's capacity, at no new latency point.
+        order = set(self._order)
+        fresh = sum(1 for key in self._order
+                    if key not in evaluator._cache and evaluator.dominated.get(key) not in order)
         if fresh < LAZY_MIN_PAIRS:  # searching them all costs less than the rounds of re-solves
             for e in evaluator.evaluate_all(classes, configs):
                 self.exact[evaluator.pair_key(e.config, e.traffic_class)] = e

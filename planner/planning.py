@@ -59,13 +59,17 @@ def make_plan(
                                  measured_mean_rps=measured_mean_rps, certify=certify, trace=trace)
     # The plan every pair's evaluation would give, evaluating only the pairs it may need (LazySearch):
     # on the full candidate set of the 128k rollout, 4.3 of 4.8 CPU-s went to evaluating every pair.
+    # A certified plan's explorations plan each GPU type alone, which asks for nearly every pair:
+    # evaluated at once (dtype variants proved below their best, Evaluator.evaluate_all) they cost
+    # less than searched type by type (the 128k rollout: 455 latency points against 662).
+    certifying = scn.verify if certify is None else certify
     st = setup_plan(scn, catalog, model, hist, measured_peak_rps, traffic_notes=traffic_notes,
-                    measured_mean_rps=measured_mean_rps, trace=trace, evaluate=False)
+                    measured_mean_rps=measured_mean_rps, trace=trace, evaluate=certifying and explore)
     solve = Resolver(scn)
     question = {"reserved": reserved, "use_reserved": use_reserved}
     pairs = sum(len(tcs) for tcs in st.classes.values()) * len(st.configs)
     # A pair is done when searched, or when the plan is found without it (its bound settles it).
-    with stage("candidates searched", pairs, " pairs") as step:
+    with stage("candidates searched", 0 if st.evals else pairs, " pairs") as step:
         search = LazySearch(st.evaluator, solve, st.classes, st.configs, progress=step.advance)
         sol = search.solve(**question)
         step.advance(len(search.bound))
@@ -77,7 +81,6 @@ def make_plan(
     if not sol.pools:
         raise InfeasibleError(no_plan_message(sol, scn, st.classes, evals, solve.inventory))
     pools = pool_details(st.evaluator, evals, sol)
-    certifying = scn.verify if certify is None else certify
     # Certification's replays leave a core idle; the context-limit lever needs nothing they decide,
     # and the TTFT sweep only the calibration certification leaves, which most often it does not
     # change (no pool re-planned): the sweep starts now and starts again if it does.

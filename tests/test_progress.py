@@ -34,11 +34,18 @@ def test_a_plan_reports_each_stage_with_its_total_and_finishes_it():
     with listening(seen):
         plan_inputs(load_inputs(GOLDEN / "tiny.yaml"))
     labels = [b["label"] for b in seen.bars]
-    assert labels[0] == "candidates searched"
+    assert labels[0] == "candidates evaluated"  # every pair: the certified plan's per-GPU plans ask for them
     assert "certification" in labels and "explorations" in labels
     assert all(b["closed"] and b["done"] == b["total"] for b in seen.bars)
     first = seen.bars[0]
     assert (first["total"], first["unit"]) == (8, " pairs")  # 2 GPUs x tp 1, 2 x kv bf16, fp8; one class
+
+    seen = Recorder()
+    with listening(seen):
+        plan_inputs(load_inputs(GOLDEN / "tiny.yaml"), certify=False)
+    first = seen.bars[0]
+    assert (first["label"], first["total"], first["unit"]) == ("candidates searched", 8, " pairs")
+    assert all(b["closed"] and b["done"] == b["total"] for b in seen.bars)
 
 
 def test_nobody_listening_means_no_bar_and_a_stage_without_items_draws_none():
