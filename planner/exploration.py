@@ -178,11 +178,14 @@ def _ttft_sweep(scn, catalog, model, configs, classes, inventory, evaluator, cal
     if not any(b.ttft_s for b in slo.bands):
         return []
     out = {}
-    # Tighter limits in turn from the targets as stated: a tighter TTFT limit never raises a
-    # capacity, so each step's capacities (or bounds) bound the next one's (with 2% to spare for
-    # the waiting-time grid, which spans twice the limit); looser ones bound from the ceilings.
-    for order in (sorted((x for x in multipliers if x < 1.0), reverse=True), sorted(x for x in multipliers if x > 1.0)):
-        above = evaluator
+    # Each chain from its loosest limit down: a tighter TTFT limit never raises a capacity, so each
+    # step's capacities (or bounds) bound the next one's (with 2% to spare for the waiting-time grid,
+    # which spans twice the limit). The tighter chain starts from the targets as stated; the looser
+    # one's first step (its loosest) bounds from the ceilings, and bounds the steps after it (the
+    # 128k rollout's x1.5: 288 latency points from the ceilings, 148 from x2's capacities).
+    for order in (sorted((x for x in multipliers if x < 1.0), reverse=True),
+                  sorted((x for x in multipliers if x > 1.0), reverse=True)):
+        above, above_m = evaluator, 1.0
         for m in order:
             bands = [b.model_copy(update={"ttft_s": (b.ttft_s[0] or slo.statistic, b.ttft_s[1] * m)}) if b.ttft_s else b
                      for b in slo.bands]
@@ -192,11 +195,11 @@ def _ttft_sweep(scn, catalog, model, configs, classes, inventory, evaluator, cal
             scaled_classes = {k: [dataclasses.replace(tc, slo=scaled.slo.to_slo()) for tc in tcs]
                               for k, tcs in classes.items()}
             swept.calibrate(calibration, scaled_classes)  # what simulation showed of the model applies here too
-            prior = _bound_from(above) if m < 1.0 else None
+            prior = _bound_from(above) if m < above_m else None
             res, evs = lazy_solve(swept, Resolver(scaled), scaled_classes, configs, prior=prior)
             out[m] = outcome_of(f"TTFT targets x {m:g}", res, "" if res.pools else
                               infeasible_message(scaled_classes, evs, inventory))
-            above = swept
+            above, above_m = swept, m
     return [(m, out[m]) for m in TTFT_SWEEP if m in out]
 
 
