@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pulp
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -18,10 +19,12 @@ from planner.ilp import (
     Candidate,
     ServiceModel,
     SplitOption,
+    _build,
     cost_bound_using_more,
     solve_fleet,
     solve_services,
 )
+from planner.ilp_solver import fix_by_reduced_costs, solver_for
 
 # ------------------------------------------------------------------ the joint ILP
 
@@ -43,21 +46,28 @@ def random_service(rng, name: str, gpus: dict[str, float]) -> ServiceModel:
     return ServiceModel(name, options, cands, {}, int(rng.integers(1, 3)))
 
 
-def service_plans(sv: ServiceModel):
-    """Every plan of one service with homogeneous pools and the fewest replicas each: (GPUs by type, cost by type)."""
-    out = []
+def cheapest_replicas_plans(sv: ServiceModel):
+    """Every plan of one service with homogeneous pools and the fewest replicas each, as
+    (option, [(candidate, replicas) per class])."""
     for o in sv.options:
         per_class = []
         for k, rate in o.class_rates_rps.items():
             mine = [c for c in sv.candidates if c.option == o.key and c.traffic_class == k]
             per_class.append([(c, max(sv.min_replicas, math.ceil(rate / c.capacity_rps - 1e-12))) for c in mine])
         for combo in itertools.product(*per_class):
-            gpus: dict[str, int] = {}
-            cost: dict[str, float] = {}
-            for c, n in combo:
-                gpus[c.gpu] = gpus.get(c.gpu, 0) + n * c.gpus_per_replica
-                cost[c.gpu] = cost.get(c.gpu, 0.0) + n * c.cost_per_replica_hour
-            out.append((gpus, cost))
+            yield o, combo
+
+
+def service_plans(sv: ServiceModel):
+    """Every plan of one service with homogeneous pools and the fewest replicas each: (GPUs by type, cost by type)."""
+    out = []
+    for _, combo in cheapest_replicas_plans(sv):
+        gpus: dict[str, int] = {}
+        cost: dict[str, float] = {}
+        for c, n in combo:
+            gpus[c.gpu] = gpus.get(c.gpu, 0) + n * c.gpus_per_replica
+            cost[c.gpu] = cost.get(c.gpu, 0.0) + n * c.cost_per_replica_hour
+        out.append((gpus, cost))
     return out
 
 
@@ -337,3 +347,46 @@ def test_a_fleet_file_where_a_scenario_is_expected_is_named_as_such(tmp_path):
     assert r.output.strip() == (f"error: {path}: this is a fleet file (it lists services:), where one scenario is "
                                 "expected: give one of its services' scenario files, or use `planner solve` / "
                                 "`planner forecast` on the fleet")
+
+
+
+def test_reduced_cost_fixing_keeps_every_plan_at_the_optimums_cost():
+    """The bounds from reduced costs (ilp_solver.fix_by_reduced_costs; the tie solve's, at the
+    optimum's cost) admit every plan that costs no more than asked: here 10% over the optimum, so
+    that plans above it are enumerated too (24 seeds: two services on a capped type, committed GPUs
+    every third seed, one or two replicas at least); and they fix some variables."""
+    fixed = 0
+    for seed in range(24):
+        services, caps, committed, prices = instance(seed)
+        prob, parts, joint = _build(services, caps, committed, False, False, None)
+        if joint is None:
+            continue
+        prob.solve(solver_for("highs", 60.0))
+        if prob.status != pulp.LpStatusOptimal:
+            continue
+        most = 1.1 * pulp.value(joint.cost)
+        fixed += len(fix_by_reduced_costs(prob, joint.cost, most,
+                                          solver_for("highs", 60.0, relaxation=True)))
+        kept = 0
+        for plans in itertools.product(*(cheapest_replicas_plans(sv) for sv in services)):
+            used: dict[str, int] = {}
+            cost = 0.0
+            for _, combo in plans:
+                for c, n in combo:
+                    used[c.gpu] = used.get(c.gpu, 0) + n * c.gpus_per_replica
+                    cost += 0.0 if c.gpu in committed else n * c.cost_per_replica_hour
+            if any(used.get(g, 0) > cap for g, cap in caps.items()):
+                continue
+            cost += sum(n * q + prices[g] * max(0, used.get(g, 0) - n) for g, (n, q) in committed.items())
+            if cost > most:
+                continue
+            kept += 1
+            for part, (option, combo) in zip(parts, plans, strict=True):
+                index = {label: i for i, label in part.label.items()}
+                assert part.y[option.key].upBound in (None, 1)
+                for c, n in combo:
+                    i = index[(c.option, c.traffic_class, c.config)]
+                    assert part.z[i].upBound == 1, (seed, c.config)
+                    assert part.x[i].upBound is None or part.x[i].upBound >= n, (seed, c.config, n)
+        assert kept >= 1, seed
+    assert fixed > 0

@@ -315,3 +315,26 @@ def test_use_reserved_runs_every_reserved_gpu_even_beyond_the_demand():
     assert {p.config: p.replicas for p in used.pools} == {"old": 8}
     assert used.cost_per_hour == pytest.approx(15 * 2.1 + 3.0)
     assert "use_reserved_old" in solve_fleet(opts, cands, reserved=reserved, use_reserved=True, keep_lp=True).lp_text
+
+
+@pytest.mark.parametrize("backend", ["highs", "cbc"])
+def test_the_tie_solve_ends_at_the_same_terms_with_reduced_cost_fixing(backend, monkeypatch):
+    """Fixing by reduced costs before the tie solve (here on every problem: its threshold lowered
+    to 0) ends at a plan with the same cost, GPUs, pools and split as the tie solve without it:
+    finance_2027's lever whose split loses the tie, and random instances with one or two replicas
+    at least and inventory caps."""
+    import planner.ilp_solver as ilp_solver
+
+    finance = [Candidate(o, k, label, label.split()[0], int(label.split()[1][2:]), price, cap)
+               for o, k, label, price, cap in FINANCE_LEVER_CANDIDATES]
+    cases = [(FINANCE_LEVER_OPTIONS, finance, 1, None)]
+    for seed in range(24):
+        options, cands, gpus = random_instance(seed)
+        cases.append((options, cands, 1 + seed % 2, {next(iter(gpus)): 6 + seed} if seed % 3 else None))
+    for options, cands, min_replicas, inventory in cases:
+        plans = []
+        for threshold in (10**9, 0):
+            monkeypatch.setattr(ilp_solver, "FIX_FROM_INTEGER_VARIABLES", threshold)
+            sol = solve_fleet(options, cands, min_replicas=min_replicas, inventory=inventory, backend=backend)
+            plans.append((sol.status, round(sol.cost_per_hour, 6), sol.gpus, len(sol.pools), sol.option))
+        assert plans[1] == plans[0]
