@@ -13,9 +13,10 @@ Each headline figure is the median of fresh processes running the command line, 
 with a baseline measured in the same run: the same command with every job in one process
 (PLANNER_WORKERS=0), so the gain of the worker process shows as a ratio.
 The breakdown comes from one more run in process: loading, capacity evaluation (with the plan's
-bookkeeping), ILP model build, solver, certification, report writing. Prints figures; asserts
+bookkeeping), ILP model build, solver, certification, report writing, and the work done in that
+process (capacity searches, latency points), which load does not change. Prints figures; asserts
 nothing. Machine load (os.getloadavg) is printed with every case: on a shared machine it inflates
-every figure.
+every time.
 
 Fresh processes load planner's compiled bytecode, as an installed package does (pip compiles
 every module at install; a checkout run once writes its __pycache__): the bench compiles the
@@ -67,10 +68,19 @@ class Breakdown:
 
     def __init__(self):
         self.build = self.solve = self.certify = self.report = 0.0
-        self.ilps = 0
+        self.ilps = self.capacities = self.points = 0
 
     def __enter__(self):
-        from planner import exploration, fleet_plan, fleet_report, ilp, planning, report
+        from planner import (
+            evaluator,
+            exploration,
+            fleet_plan,
+            fleet_report,
+            ilp,
+            latency,
+            planning,
+            report,
+        )
 
         self._saved = []
 
@@ -100,6 +110,14 @@ class Breakdown:
             wrap(module, "certify_plans", add("certify"))
         wrap(report, "write_report", add("report"))
         wrap(fleet_report, "write_fleet_report", add("report"))
+
+        def count(attr):
+            return lambda *_: setattr(self, attr, getattr(self, attr) + 1)
+
+        # The work itself, which a shared machine's load does not change: capacity searches and the
+        # latency points (LatencyModel.at) they and the lazy search's proofs compute, in this process.
+        wrap(evaluator, "replica_capacity", count("capacities"))
+        wrap(latency.LatencyModel, "at", count("points"))
         return self
 
     def __exit__(self, *exc):
@@ -141,7 +159,8 @@ def case(title: str, path: Path, target: float | None, runs: int, verify: bool =
     evaluation = total - b.build - b.solve - b.certify - b.report
     print(f"  in process: {total:.2f} s = loading, evaluation and bookkeeping {evaluation:.2f} + model build {b.build:.2f} + "
           f"solver {b.solve:.2f} ({b.ilps} ILPs) + certification {b.certify:.2f} + report {b.report:.2f} "
-          f"(loading the inputs alone: {load_s:.2f} s)")
+          f"(loading the inputs alone: {load_s:.2f} s); work: {b.capacities:,} capacity searches, "
+          f"{b.points:,} latency points")
 
 
 def full_candidate_set(tmp: Path) -> Path:
