@@ -71,7 +71,14 @@ import numpy as np
 from planner.backlog import Backlog, backlog_wait, regime_service_s
 from planner.paged import TokenProfile
 from planner.prefill_cap import CappedRegime, SlotStep, capped_waits
-from planner.prefill_wait import W_LEVEL_WEIGHTS, mg1_wait, split_mass_rows, tilt
+from planner.prefill_wait import (
+    W_LEVEL_WEIGHTS,
+    WaitDistribution,
+    mg1_grid,
+    mg1_wait,
+    split_mass_rows,
+    tilt,
+)
 from planner.roofline import StepModel
 from planner.targets import SLO, Target
 
@@ -93,6 +100,7 @@ class _Cells:
     shared_prefix: int
 
 
+_FCFS_WAITS_KEPT = 256  # FCFS waits a LatencyModel and its with_slo copies remember (LatencyModel.fcfs_wait)
 _MERGE_RATIO = 1.25  # cells whose prompt and decode steps agree within 25% are one cell to the latency model
 
 
@@ -270,6 +278,7 @@ class LatencyModel:
         self._tpot_static: dict[int, tuple | None] = {}
         self._max_chunk_s: float | None = None
         self._capped: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._fcfs_waits: dict[tuple, WaitDistribution | None] = {}  # shared by the copies of with_slo
 
     @staticmethod
     def _horizon(slo: SLO) -> float:
@@ -338,6 +347,27 @@ class LatencyModel:
         serves every operating point)."""
         return min(self.cap, self.chunk_tokens) if self.cap else self.chunk_tokens
 
+    def fcfs_wait(self, rate_rps: float, budget: float, decode_s: float, service_s: np.ndarray,
+                  backlog: Backlog | None) -> WaitDistribution | None:
+        """The FCFS prefill queue's wait at an operating point (mg1_wait; with a Backlog, read in its
+        regime by backlog_wait), service_s = prefill_s + new_tokens / budget · decode_s. Remembered
+        across the copies of with_slo, which meet the same points again (a sweep of TTFT targets, other
+        targets with the same horizon): the targets enter only through the grid's span, in the key."""
+        grid = mg1_grid(rate_rps, service_s, self.cells.weight, self.horizon_s)
+        if grid is None:
+            return None
+        key = (rate_rps, budget, decode_s, grid.span_s, backlog)
+        if key in self._fcfs_waits:
+            return self._fcfs_waits[key]
+        wait = mg1_wait(rate_rps, service_s, self.cells.weight, self.horizon_s, grid)
+        if backlog is not None and wait.mean_s > 0:
+            regime = regime_service_s(self.prefill_s, self.cells.new_tokens, self.chunk_tokens, backlog)
+            wait = backlog_wait(wait, rate_rps, service_s, regime, self.cells.weight, backlog.fill_s)
+        if len(self._fcfs_waits) >= _FCFS_WAITS_KEPT:  # the oldest goes: a search revisits recent points
+            del self._fcfs_waits[next(iter(self._fcfs_waits))]
+        self._fcfs_waits[key] = wait
+        return wait
+
     def at(self, rate_rps: float, decode_s: float, resident: float, backlog: Backlog | None = None) -> LatencyPoint:
         return LatencyPoint(self, rate_rps, decode_s, resident, backlog)
 
@@ -372,10 +402,7 @@ class LatencyPoint:
             self._capped_waits(budget, k, steps_own, capped, backlog)
         else:
             service = model.prefill_s + c.new_tokens / budget * self.t_dec
-            self.wait = mg1_wait(self.rate, service, c.weight, model.horizon_s)
-            if backlog is not None and self.wait is not None and self.wait.mean_s > 0:
-                regime = regime_service_s(model.prefill_s, c.new_tokens, model.chunk_tokens, backlog)
-                self.wait = backlog_wait(self.wait, self.rate, service, regime, c.weight, backlog.fill_s)
+            self.wait = model.fcfs_wait(self.rate, budget, self.t_dec, service, backlog)
             self.waits = (self.wait,)
         self.stable = self.wait is not None
         self.mean_step = self.t_dec / (1 - self.rho) if self.rho < 1 else math.inf

@@ -117,28 +117,51 @@ class WaitDistribution:
         return np.where(idx == 0, 0.0, below + np.minimum(np.maximum(frac, 0.0), 1.0)) * self.dt_s
 
 
-def mg1_wait(rate_rps: float, service_s: np.ndarray, weight: np.ndarray, horizon_s: float) -> WaitDistribution | None:
-    """Waiting time of an M/G/1 FCFS queue (Pollaczek-Khinchine), or None when ρ >= 1.
+@dataclass(frozen=True)
+class WaitGrid:
+    """An M/G/1 FCFS queue's load, mean wait and the span of its waiting-time grid (mg1_grid)."""
 
-    The transform of W is (1 - ρ) / (1 - ρ·Ŝe(z)), Se the equilibrium distribution of the
-    service time, P(Se = k) = P(S > k) / E[S] on the grid (exact for a grid-valued S).
+    load: float  # ρ
+    mean_s: float  # E[W]
+    span_s: float
+
+
+def mg1_grid(rate_rps: float, service_s: np.ndarray, weight: np.ndarray, horizon_s: float) -> WaitGrid | None:
+    """The load, mean wait and grid span of mg1_wait's queue, or None when ρ >= 1.
+
     The grid spans the larger of `horizon_s` and E[W] + 12 sd(W) (moments from Takács'
     formulas: E[W] = λE[S²] / 2(1-ρ), E[W²] = 2E[W]² + λE[S³] / 3(1-ρ)), and four times
-    the longest service.
-    """
+    the longest service."""
     ws = weight / weight.sum()
     mean_s = float(np.dot(ws, service_s))
     rho = rate_rps * mean_s
     if rho >= 1.0 or not math.isfinite(rho):
         return None
     if rho <= 0:
-        return WaitDistribution(np.ones(2), 1.0, 0.0, 0.0)
+        return WaitGrid(0.0, 0.0, 0.0)
     m2, m3 = float(np.dot(ws, service_s**2)), float(np.dot(ws, service_s**3))
     mean_w = rate_rps * m2 / (2 * (1 - rho))
     sd_w = math.sqrt(max(2 * mean_w**2 + rate_rps * m3 / (3 * (1 - rho)) - mean_w**2, 0.0))
-    span = max(horizon_s, mean_w + 12 * sd_w, 4 * float(service_s.max()))
+    return WaitGrid(rho, mean_w, max(horizon_s, mean_w + 12 * sd_w, 4 * float(service_s.max())))
+
+
+def mg1_wait(rate_rps: float, service_s: np.ndarray, weight: np.ndarray, horizon_s: float,
+             grid: WaitGrid | None = None) -> WaitDistribution | None:
+    """Waiting time of an M/G/1 FCFS queue (Pollaczek-Khinchine), or None when ρ >= 1.
+
+    The transform of W is (1 - ρ) / (1 - ρ·Ŝe(z)), Se the equilibrium distribution of the
+    service time, P(Se = k) = P(S > k) / E[S] on the grid (exact for a grid-valued S), on
+    the grid of mg1_grid (`grid`: its answer for these arguments, when the caller has it).
+    """
+    grid = mg1_grid(rate_rps, service_s, weight, horizon_s) if grid is None else grid
+    if grid is None:
+        return None
+    rho = grid.load
+    if rho <= 0:
+        return WaitDistribution(np.ones(2), 1.0, 0.0, 0.0)
+    ws = weight / weight.sum()
     n = W_GRID
-    dt = span / (n - 1)
+    dt = grid.span_s / (n - 1)
     pmf = _split_mass(service_s, ws, dt, n)
     surv = np.empty(n)  # P(S > k - 1): 1, then 1 - the cdf
     surv[0] = 1.0
@@ -157,4 +180,4 @@ def mg1_wait(rate_rps: float, service_s: np.ndarray, weight: np.ndarray, horizon
     w_pmf = np.fft.irfft(np.divide(1 - rho, transform, out=transform), n)
     w_pmf /= damp
     cdf = np.cumsum(np.maximum(w_pmf, 0.0, out=w_pmf), out=w_pmf)
-    return WaitDistribution(np.minimum(cdf, 1.0, out=cdf), dt, mean_w, rho)
+    return WaitDistribution(np.minimum(cdf, 1.0, out=cdf), dt, grid.mean_s, rho)

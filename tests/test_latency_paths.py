@@ -7,11 +7,13 @@ import math
 import numpy as np
 import pytest
 
+from planner.backlog import backlog_wait, regime_service_s
 from planner.capacity import ReplicaModel
 from planner.deployment import make_deployment
 from planner.histogram import Histogram
 from planner.latency import _M_GRID, _Y_GRID, _table_survival
 from planner.paged import token_profile
+from planner.prefill_wait import mg1_wait
 from planner.targets import SLO, Band, Target
 
 
@@ -76,3 +78,36 @@ def test_tpot_without_a_cap_equals_the_general_per_wait_form(long_tail):
     general = [[pt.tpot_exceed(b, x) for x in limits] + [pt.tpot_mean(b)] for b in (0, 1)]
     assert short == general
     assert 0.0 < short[0][1] < 1.0  # a limit whose share is neither none nor all: the tables were read
+
+
+def _fresh_fcfs_wait(rm: ReplicaModel, n: float):
+    """The FCFS wait at n computed from scratch: mg1_wait, read in the backlog regime."""
+    lat = rm.latency
+    rate, t_dec, backlog = rm.rate(n), rm.decode_s(n), rm.backlog(n)
+    service = lat.prefill_s + lat.cells.new_tokens / max(lat.chunk_tokens - n, 1.0) * t_dec
+    base = mg1_wait(rate, service, lat.cells.weight, lat.horizon_s)
+    regime = regime_service_s(lat.prefill_s, lat.cells.new_tokens, lat.chunk_tokens, backlog)
+    return backlog_wait(base, rate, service, regime, lat.cells.weight, backlog.fill_s)
+
+
+def _bands(short_ttft_s: float, long_ttft_s: float) -> SLO:
+    return SLO((Band("short", 0, 8192, Target("p99", short_ttft_s), Target("p99", 0.05)),
+                Band("long", 8192, None, Target("p99", long_ttft_s), Target("p99", 0.08))))
+
+
+def test_a_wait_remembered_for_other_targets_equals_a_fresh_one(long_tail):
+    """Copies of a model for other targets share the FCFS waits where the targets do not set the
+    grid (LatencyModel.fcfs_wait): a remembered wait is the one a fresh computation gives; where
+    the targets' horizon sets the grid, each keeps its own."""
+    n = long_tail.resident_for_rate(0.9 * long_tail.rate(long_tail.batch_bound("expected", 0.99)), 1024)
+    tight, tighter = long_tail.with_slo(_bands(0.5, 1.0)), long_tail.with_slo(_bands(0.25, 0.75))
+    assert tight.latency.horizon_s != tighter.latency.horizon_s
+    first, again = tight.latency_at(n).wait, tighter.latency_at(n).wait
+    assert again is first  # the queue's own tail sets the span, past both horizons
+    fresh = _fresh_fcfs_wait(tighter, n)
+    assert np.array_equal(again.cdf, fresh.cdf)
+    assert (again.dt_s, again.mean_s, again.load) == (fresh.dt_s, fresh.mean_s, fresh.load)
+    wide = long_tail.with_slo(_bands(2.0, 40.0))  # horizons of 80 s and 60 s: longer than the queue's tail
+    own, other = wide.latency_at(n).wait, long_tail.latency_at(n).wait
+    assert own is not other and own.dt_s != other.dt_s
+    assert np.array_equal(own.cdf, _fresh_fcfs_wait(wide, n).cdf)
