@@ -128,6 +128,7 @@ def backlog_regime(*, rate_rps: float, resident: float, chunk_tokens: float, dec
 BACKLOG_LEVELS = (0.25, 0.5, 1.0)  # shares of the way from the queue at N to the backlog regime, besides 0
 BACKLOG_GRID = 1 << 8  # points of the mixed wait's grid per span of the base's grid
 BACKLOG_SPANS = 8  # the mixed wait's grid spans at most this many of the base's
+_ALL_LEVELS = np.array((0.0, *BACKLOG_LEVELS))
 
 
 def level_waits(rate_rps: float, base_s: np.ndarray, regime_s: np.ndarray, weight: np.ndarray,
@@ -174,9 +175,12 @@ def backlog_wait(base: WaitDistribution, rate_rps: float, base_s: np.ndarray, re
     dt = grid_end / (BACKLOG_GRID - 1)
     x = np.arange(math.ceil(grid_end / max(float(shrink.min()), 1.0 / BACKLOG_SPANS) / dt) + 1) * dt
     grid = np.arange(base.cdf.size) * base.dt_s
+    base_survival = 1.0 - base.cdf
 
     def level_survival(level: np.ndarray, x_s: np.ndarray) -> np.ndarray:
-        return np.minimum(np.interp(x_s * shrink[level], grid, 1.0 - base.cdf) * factor[level], 1.0)
+        out = np.interp(x_s * shrink[level], grid, base_survival)
+        out *= factor[level]
+        return np.minimum(out, 1.0, out=out)
 
     survival = read_at_reached_state(x, level_survival, fill_s)
     return WaitDistribution(1.0 - survival, dt, float(np.sum(survival) * dt), float(rho[-1]))
@@ -188,9 +192,12 @@ def read_at_reached_state(x_s: np.ndarray, level_survival, fill_s: float) -> np.
     interpolated between the two levels around φ(x) = min(1, x / τ). W > y implies W > x for
     x < y: where the mix rises with x (the state outrunning the decay), the survival at x is at
     least the largest beyond it."""
-    levels = np.array((0.0, *BACKLOG_LEVELS))
+    levels = _ALL_LEVELS
     phi = np.minimum(1.0, x_s / max(fill_s, 1e-12))
-    hi = np.clip(np.searchsorted(levels, phi, side="left"), 1, levels.size - 1)
-    frac = (phi - levels[hi - 1]) / (levels[hi] - levels[hi - 1])
-    mixed = level_survival(hi - 1, x_s) * (1.0 - frac) + level_survival(hi, x_s) * frac
+    hi = np.searchsorted(levels, phi, side="left")
+    hi = np.minimum(np.maximum(hi, 1, out=hi), levels.size - 1, out=hi)
+    lo = hi - 1
+    frac = (phi - levels[lo]) / (levels[hi] - levels[lo])
+    mixed = level_survival(lo, x_s) * (1.0 - frac)
+    mixed += level_survival(hi, x_s) * frac
     return np.maximum.accumulate(mixed[::-1])[::-1]

@@ -71,13 +71,21 @@ import numpy as np
 from planner.backlog import Backlog, backlog_wait, regime_service_s
 from planner.paged import TokenProfile
 from planner.prefill_cap import CappedRegime, SlotStep, capped_waits
-from planner.prefill_wait import mg1_wait, split_mass_rows, tilt
+from planner.prefill_wait import (
+    W_LEVEL_WEIGHTS,
+    WaitDistribution,
+    mg1_grid,
+    mg1_wait,
+    split_mass_rows,
+    tilt,
+)
 from planner.roofline import StepModel
 from planner.targets import SLO, Target
 
 _D_RATIO = 1.25  # decode-step buckets of the TPOT tables
 _M_GRID = np.geomspace(1e-3, 1e4, 26)  # expected prompts arriving in a window
 _Y_GRID = 512
+_LOG_M_STEP = math.log(_M_GRID[1] / _M_GRID[0])
 
 
 @dataclass(frozen=True, eq=False)
@@ -92,6 +100,7 @@ class _Cells:
     shared_prefix: int
 
 
+_FCFS_WAITS_KEPT = 256  # FCFS waits a LatencyModel and its with_slo copies remember (LatencyModel.fcfs_wait)
 _MERGE_RATIO = 1.25  # cells whose prompt and decode steps agree within 25% are one cell to the latency model
 
 
@@ -165,18 +174,37 @@ def _work_tables(cells: _Cells, chunk_cap: int, params_active: float, attn: floa
 
 def _table_survival(t: _WorkTables, bucket: np.ndarray, m: np.ndarray, y_flops: np.ndarray) -> np.ndarray:
     """P(Y > y) from the tables: log-linear in m between grid rows; m below the grid scales
-    the first row (P ≈ m·P(J > y) for rare arrivals); m above it uses the last row."""
-    lm = np.log(np.maximum(m, 1e-300) / _M_GRID[0]) / math.log(_M_GRID[1] / _M_GRID[0])
-    i = np.clip(np.floor(lm).astype(np.int64), 0, _M_GRID.size - 2)
-    frac = np.clip(lm - i, 0.0, 1.0)
+    the first row (P ≈ m·P(J > y) for rare arrivals); m above it uses the last row. bucket
+    and y_flops broadcast against m (a cell's bucket and threshold are the same at every level)."""
+    if not m.size:
+        return np.zeros(np.broadcast_shapes(np.shape(bucket), m.shape, np.shape(y_flops)))
+    m_min = m.min()
+    below = m_min < _M_GRID[0]  # else lm >= 0, and the clamps from below change nothing
+    lm = np.log((np.maximum(m, 1e-300) if m_min <= 1e-300 else m) / _M_GRID[0]) / _LOG_M_STEP
+    i = lm.astype(np.int64)  # the floor where lm >= 0; where lm < 0 both clamp to 0
+    if below:
+        np.maximum(i, 0, out=i)
+    np.minimum(i, _M_GRID.size - 2, out=i)
+    frac = lm - i
+    if below:
+        np.maximum(frac, 0.0, out=frac)
+    np.minimum(frac, 1.0, out=frac)
+    row_at = bucket * _M_GRID.size + i  # the table row of (bucket, m's grid row)
+    dy = t.dy_flops.ravel()
+    positive = bool(y_flops.min() > 0)  # else k needs its clamp from below, and y <= 0 reads 1
 
     def row(j):
-        k = np.clip(y_flops / t.dy_flops[bucket, j], 0, _Y_GRID).astype(np.int64)
-        return np.take(t.survival, (bucket * _M_GRID.size + j) * (_Y_GRID + 1) + k)
+        k = y_flops / dy[j]
+        if not positive:
+            np.maximum(k, 0, out=k)
+        np.minimum(k, _Y_GRID, out=k)
+        return np.take(t.survival, j * (_Y_GRID + 1) + k.astype(np.int64))
 
-    value = row(i) * (1 - frac) + row(i + 1) * frac
-    scale = np.where(m < _M_GRID[0], m / _M_GRID[0], 1.0)
-    return np.where(y_flops <= 0, 1.0, value * scale)
+    value = row(row_at) * (1 - frac)
+    value += row(row_at + 1) * frac
+    if below:
+        value = value * np.where(m < _M_GRID[0], m / _M_GRID[0], 1.0)
+    return value if positive else np.where(y_flops <= 0, 1.0, value)
 
 
 # -------------------------------------------------------------------- the model
@@ -250,6 +278,7 @@ class LatencyModel:
         self._tpot_static: dict[int, tuple | None] = {}
         self._max_chunk_s: float | None = None
         self._capped: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._fcfs_waits: dict[tuple, WaitDistribution | None] = {}  # shared by the copies of with_slo
 
     @staticmethod
     def _horizon(slo: SLO) -> float:
@@ -273,8 +302,9 @@ class LatencyModel:
         return self._max_chunk_s
 
     def tpot_static(self, band: int):
-        """A band's cells with a decode step, their weights, decode steps and table buckets, and
-        the work tables (the same at every operating point); None when no cell decodes."""
+        """A band's cells with a decode step, their decode steps and table buckets, the work tables,
+        the cells' total weight and each cell's weight at each wait level (the same at every
+        operating point); None when no cell decodes."""
         if band not in self._tpot_static:
             cells = self.band_cells[band]
             cells = cells[self.cells.decode_steps[cells] >= 1]
@@ -286,7 +316,9 @@ class LatencyModel:
                 d = self.cells.decode_steps[cells]
                 bucket = np.clip(np.searchsorted(tables.bucket_d, d, side="right") - 1, 0, tables.bucket_d.size - 1)
                 w = self.cells.weight[cells]
-                self._tpot_static[band] = (cells, w, d, bucket, tables, float(w.sum()))
+                # a cell's weight at each wait level (WaitDistribution.levels: the same weights for every wait)
+                prob = w[:, None] * W_LEVEL_WEIGHTS[None, :]
+                self._tpot_static[band] = (cells, d, bucket, tables, float(w.sum()), prob)
         return self._tpot_static[band]
 
     def with_slo(self, slo: SLO) -> LatencyModel:
@@ -315,6 +347,27 @@ class LatencyModel:
         serves every operating point)."""
         return min(self.cap, self.chunk_tokens) if self.cap else self.chunk_tokens
 
+    def fcfs_wait(self, rate_rps: float, budget: float, decode_s: float, service_s: np.ndarray,
+                  backlog: Backlog | None) -> WaitDistribution | None:
+        """The FCFS prefill queue's wait at an operating point (mg1_wait; with a Backlog, read in its
+        regime by backlog_wait), service_s = prefill_s + new_tokens / budget · decode_s. Remembered
+        across the copies of with_slo, which meet the same points again (a sweep of TTFT targets, other
+        targets with the same horizon): the targets enter only through the grid's span, in the key."""
+        grid = mg1_grid(rate_rps, service_s, self.cells.weight, self.horizon_s)
+        if grid is None:
+            return None
+        key = (rate_rps, budget, decode_s, grid.span_s, backlog)
+        if key in self._fcfs_waits:
+            return self._fcfs_waits[key]
+        wait = mg1_wait(rate_rps, service_s, self.cells.weight, self.horizon_s, grid)
+        if backlog is not None and wait.mean_s > 0:
+            regime = regime_service_s(self.prefill_s, self.cells.new_tokens, self.chunk_tokens, backlog)
+            wait = backlog_wait(wait, rate_rps, service_s, regime, self.cells.weight, backlog.fill_s)
+        if len(self._fcfs_waits) >= _FCFS_WAITS_KEPT:  # the oldest goes: a search revisits recent points
+            del self._fcfs_waits[next(iter(self._fcfs_waits))]
+        self._fcfs_waits[key] = wait
+        return wait
+
     def at(self, rate_rps: float, decode_s: float, resident: float, backlog: Backlog | None = None) -> LatencyPoint:
         return LatencyPoint(self, rate_rps, decode_s, resident, backlog)
 
@@ -330,10 +383,13 @@ class LatencyPoint:
         budget = max(model.chunk_tokens - resident, 1.0)
         k = min(model.table_cap, budget)
         self.k = model.table_cap
-        steps_own = np.maximum(1.0, np.ceil(c.new_tokens / np.where(c.new_tokens > k, k, budget)))
+        # The tokens a step takes of each prompt: θ for the capped ones, else the budget (all of
+        # them without θ, where k is the budget).
+        per_step = budget if k == budget else np.where(c.new_tokens > k, k, budget)
+        steps_own = np.maximum(1.0, np.ceil(c.new_tokens / per_step))
         self.residual_s = self._residual_step(steps_own)
         self.own_s = model.prefill_s + steps_own * self.t_dec + self.residual_s
-        self._add_packed(budget, k, steps_own)
+        self._add_packed(budget, per_step, steps_own)
         self.rho = self.rate * model.mean_prefill_s  # prefill's share of time
         # Which wait each cell sees: the FCFS queue's, or under θ the capped prompts' shared-step wait,
         # plus the in-flight chunks for prompts of at most θ tokens (planner.prefill_cap).
@@ -346,10 +402,7 @@ class LatencyPoint:
             self._capped_waits(budget, k, steps_own, capped, backlog)
         else:
             service = model.prefill_s + c.new_tokens / budget * self.t_dec
-            self.wait = mg1_wait(self.rate, service, c.weight, model.horizon_s)
-            if backlog is not None and self.wait is not None and self.wait.mean_s > 0:
-                regime = regime_service_s(model.prefill_s, c.new_tokens, model.chunk_tokens, backlog)
-                self.wait = backlog_wait(self.wait, self.rate, service, regime, c.weight, backlog.fill_s)
+            self.wait = model.fcfs_wait(self.rate, budget, self.t_dec, service, backlog)
             self.waits = (self.wait,)
         self.stable = self.wait is not None
         self.mean_step = self.t_dec / (1 - self.rho) if self.rho < 1 else math.inf
@@ -419,7 +472,7 @@ class LatencyPoint:
         open_[capped] = work_share * covered
         self.window_open = open_
 
-    def _add_packed(self, budget: float, k: float, steps_own: np.ndarray) -> None:
+    def _add_packed(self, budget: float, per_step: np.ndarray | float, steps_own: np.ndarray) -> None:
         """The step that emits a request's first token also carries the prompts queued behind it,
         up to the budget its own last chunk leaves: the tokens that arrived during about one
         mean step, λ·E[p]·t̄ (the queue the step in flight builds), at the class's mean cost a token."""
@@ -429,7 +482,7 @@ class LatencyPoint:
             return
         mean_step = self.t_dec / (1 - rho)
         tokens = self.rate * m.mean_new_tokens * mean_step
-        last_chunk = c.new_tokens - (steps_own - 1) * np.where(c.new_tokens > k, k, budget)
+        last_chunk = c.new_tokens - (steps_own - 1) * per_step
         packed = np.minimum(tokens, np.maximum(budget - last_chunk, 0.0))
         per_token_s = m.mean_prefill_s / m.mean_new_tokens
         self.own_s = self.own_s + packed * per_token_s
@@ -494,16 +547,23 @@ class LatencyPoint:
 
     def _tpot_terms(self, band: int):
         """Per (cell with a decode step, W level): probability weight, D, expected arrivals in the
-        window [arrival, decode start + D·t_dec], and the table bucket of D."""
+        window [arrival, decode start + D·t_dec], and the table bucket of D ([cells, 1] where the
+        same at every level)."""
         static = self.m.tpot_static(band)
         if static is None:
             return None
-        cells, w, d, bucket, tables, total = static
-        levels, probs = self._wait_levels(cells)
+        cells, d, bucket, tables, total, prob = static
+        if self.spread is None and len(self.waits) == 1:
+            # One FCFS wait for every cell, every window open, nothing looked back on: the
+            # general form below with its unit factors and zero terms left out (the same floats).
+            levels = self.wait.levels()[0]
+            window = self.rate * ((levels[None, :] + self.own_s[cells][:, None]) + (d * self.t_dec)[:, None])
+            return (prob, d[:, None], window, bucket[:, None]), tables, total
+        levels, _ = self._wait_levels(cells)
         open_ = self.window_open[cells]
         window = self.rate * (open_[:, None] * (levels + self.own_s[cells][:, None])
                               + (self.lookback_s[cells] + d * self.t_dec)[:, None])
-        return (w[:, None] * probs[None, :], d[:, None], window, bucket[:, None]), tables, total
+        return (prob, d[:, None], window, bucket[:, None]), tables, total
 
     def _wait_levels(self, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each cell's wait at the representative levels ([cells, levels], from the wait its cell
@@ -523,8 +583,7 @@ class LatencyPoint:
             return 0.0
         (prob, d, window, bucket), tables, total = terms
         threshold_s = (1 - self.rho) * d * (limit_s - self.t_dec)
-        p = _table_survival(tables, np.broadcast_to(bucket, window.shape), window,
-                            np.broadcast_to(threshold_s * self.m.flops_per_s, window.shape))
+        p = _table_survival(tables, bucket, window, threshold_s * self.m.flops_per_s)
         return float((prob * p).sum()) / total
 
     def tpot_mean(self, band: int) -> float:

@@ -245,8 +245,10 @@ class _CompoundPoisson:
         self.phi_minus_1 = np.fft.rfft(x * self.tilt) - 1.0
 
     def quantile(self, mean_count: float, q: float) -> int:
-        pmf = np.clip(np.fft.irfft(np.exp(mean_count * self.phi_minus_1), self.n) / self.tilt, 0.0, None)
-        cdf = np.cumsum(pmf)
+        transform = mean_count * self.phi_minus_1
+        pmf = np.fft.irfft(np.exp(transform, out=transform), self.n)
+        pmf /= self.tilt
+        cdf = np.cumsum(np.maximum(pmf, 0.0, out=pmf), out=pmf)
         return int(min(np.searchsorted(cdf, q - 1e-12, side="left"), self.n - 1))
 
 

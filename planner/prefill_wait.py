@@ -16,7 +16,7 @@ TILT_DECADES = 20.0  # the tilt damps the wrapped-around tail by e^-20
 # Probability intervals that represent W when it is mixed with the TPOT tail, finer towards
 # the tail that percentiles read, each represented by W's mean inside it.
 _W_EDGES = np.array([0.0, 0.5, 0.75, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 1.0])
-_W_WEIGHTS = np.diff(_W_EDGES)
+W_LEVEL_WEIGHTS = np.diff(_W_EDGES)
 
 
 def _split_mass(values: np.ndarray, weights: np.ndarray, unit: float, size: int) -> np.ndarray:
@@ -76,17 +76,17 @@ class WaitDistribution:
     def survival(self, x_s: np.ndarray | float) -> np.ndarray:
         """P(W > x), linear between grid points; 1 below zero; the last grid point's value beyond."""
         x = np.asarray(x_s, float) / self.dt_s
-        i = np.clip(np.floor(x).astype(np.int64), 0, self.cdf.size - 2)
-        frac = np.clip(x - i, 0.0, 1.0)
+        i = np.minimum(np.maximum(np.floor(x).astype(np.int64), 0), self.cdf.size - 2)
+        frac = np.minimum(np.maximum(x - i, 0.0), 1.0)
         cdf = self.cdf[i] * (1 - frac) + self.cdf[i + 1] * frac
-        return np.where(x < 0, 1.0, np.clip(1.0 - cdf, 0.0, 1.0))
+        return np.where(x < 0, 1.0, np.minimum(np.maximum(1.0 - cdf, 0.0), 1.0))
 
     def quantile(self, q: float) -> float:
         return float(np.searchsorted(self.cdf, q - 1e-12) * self.dt_s)
 
     def levels(self) -> tuple[np.ndarray, np.ndarray]:
         """Representative values and their probabilities (the _W_EDGES intervals)."""
-        return self._interval_means, _W_WEIGHTS
+        return self._interval_means, W_LEVEL_WEIGHTS
 
     @cached_property
     def _interval_means(self) -> np.ndarray:
@@ -96,14 +96,15 @@ class WaitDistribution:
         continuously with the operating point even where W has a gap (a flat cdf), and keeps E[W]."""
         q = self._inverse(_W_EDGES)
         cdf, dt = self.cdf, self.dt_s
-        area = np.concatenate([[0.0], np.cumsum(0.5 * (cdf[1:] + cdf[:-1])) * dt])
-        i = np.clip(np.floor(q / dt).astype(np.int64), 0, cdf.size - 2)
-        frac = np.clip(q / dt - i, 0.0, 1.0)
+        i = np.minimum(np.maximum(np.floor(q / dt).astype(np.int64), 0), cdf.size - 2)
+        frac = np.minimum(np.maximum(q / dt - i, 0.0), 1.0)
+        top = int(i.max())  # the area is read up to the top edge's cell only
+        area = np.concatenate([[0.0], np.cumsum(0.5 * (cdf[1:top + 1] + cdf[:top])) * dt])
         f_at = cdf[i] + (cdf[i + 1] - cdf[i]) * frac
         integral = area[i] + 0.5 * (cdf[i] + f_at) * frac * dt
         # at the top edge the cdf may stop short of 1 on the grid: Q(1) is the grid's end
         uq = _W_EDGES * q
-        return (np.diff(uq) - np.diff(integral)) / _W_WEIGHTS
+        return (np.diff(uq) - np.diff(integral)) / W_LEVEL_WEIGHTS
 
     def _inverse(self, q: np.ndarray) -> np.ndarray:
         """x with P(W <= x) = q on the cdf linear between grid points (as survival reads it), so the
@@ -113,35 +114,70 @@ class WaitDistribution:
         below = np.maximum(idx - 1, 0)
         lo, hi = self.cdf[below], self.cdf[idx]
         frac = np.where(hi > lo, (q - lo) / np.where(hi > lo, hi - lo, 1.0), 1.0)
-        return np.where(idx == 0, 0.0, below + np.clip(frac, 0.0, 1.0)) * self.dt_s
+        return np.where(idx == 0, 0.0, below + np.minimum(np.maximum(frac, 0.0), 1.0)) * self.dt_s
 
 
-def mg1_wait(rate_rps: float, service_s: np.ndarray, weight: np.ndarray, horizon_s: float) -> WaitDistribution | None:
-    """Waiting time of an M/G/1 FCFS queue (Pollaczek-Khinchine), or None when ρ >= 1.
+@dataclass(frozen=True)
+class WaitGrid:
+    """An M/G/1 FCFS queue's load, mean wait and the span of its waiting-time grid (mg1_grid)."""
 
-    The transform of W is (1 - ρ) / (1 - ρ·Ŝe(z)), Se the equilibrium distribution of the
-    service time, P(Se = k) = P(S > k) / E[S] on the grid (exact for a grid-valued S).
+    load: float  # ρ
+    mean_s: float  # E[W]
+    span_s: float
+
+
+def mg1_grid(rate_rps: float, service_s: np.ndarray, weight: np.ndarray, horizon_s: float) -> WaitGrid | None:
+    """The load, mean wait and grid span of mg1_wait's queue, or None when ρ >= 1.
+
     The grid spans the larger of `horizon_s` and E[W] + 12 sd(W) (moments from Takács'
     formulas: E[W] = λE[S²] / 2(1-ρ), E[W²] = 2E[W]² + λE[S³] / 3(1-ρ)), and four times
-    the longest service.
-    """
+    the longest service."""
     ws = weight / weight.sum()
     mean_s = float(np.dot(ws, service_s))
     rho = rate_rps * mean_s
     if rho >= 1.0 or not math.isfinite(rho):
         return None
     if rho <= 0:
-        return WaitDistribution(np.ones(2), 1.0, 0.0, 0.0)
+        return WaitGrid(0.0, 0.0, 0.0)
     m2, m3 = float(np.dot(ws, service_s**2)), float(np.dot(ws, service_s**3))
     mean_w = rate_rps * m2 / (2 * (1 - rho))
     sd_w = math.sqrt(max(2 * mean_w**2 + rate_rps * m3 / (3 * (1 - rho)) - mean_w**2, 0.0))
-    span = max(horizon_s, mean_w + 12 * sd_w, 4 * float(service_s.max()))
+    return WaitGrid(rho, mean_w, max(horizon_s, mean_w + 12 * sd_w, 4 * float(service_s.max())))
+
+
+def mg1_wait(rate_rps: float, service_s: np.ndarray, weight: np.ndarray, horizon_s: float,
+             grid: WaitGrid | None = None) -> WaitDistribution | None:
+    """Waiting time of an M/G/1 FCFS queue (Pollaczek-Khinchine), or None when ρ >= 1.
+
+    The transform of W is (1 - ρ) / (1 - ρ·Ŝe(z)), Se the equilibrium distribution of the
+    service time, P(Se = k) = P(S > k) / E[S] on the grid (exact for a grid-valued S), on
+    the grid of mg1_grid (`grid`: its answer for these arguments, when the caller has it).
+    """
+    grid = mg1_grid(rate_rps, service_s, weight, horizon_s) if grid is None else grid
+    if grid is None:
+        return None
+    rho = grid.load
+    if rho <= 0:
+        return WaitDistribution(np.ones(2), 1.0, 0.0, 0.0)
+    ws = weight / weight.sum()
     n = W_GRID
-    dt = span / (n - 1)
+    dt = grid.span_s / (n - 1)
     pmf = _split_mass(service_s, ws, dt, n)
-    surv = 1.0 - np.cumsum(pmf)
-    eq = _centred(np.concatenate([[1.0], surv[:-1]]))
+    surv = np.empty(n)  # P(S > k - 1): 1, then 1 - the cdf
+    surv[0] = 1.0
+    # The cdf stops rising at the longest service (a quarter of the grid at most): the running sum
+    # adds zeros past it, which leave it as it is, so it is summed up to there only.
+    mass = np.flatnonzero(pmf[:-1])
+    used = int(mass[-1]) + 1 if mass.size else 1
+    head = np.cumsum(pmf[:used], out=surv[1:used + 1])
+    surv[used + 1:] = head[-1]
+    np.subtract(1.0, surv[1:], out=surv[1:])
+    eq = _centred(surv)
     damp = tilt(n)
-    w_pmf = np.fft.irfft((1 - rho) / (1 - rho * np.fft.rfft(eq * damp)), n) / damp
-    cdf = np.minimum(np.cumsum(np.clip(w_pmf, 0.0, None)), 1.0)
-    return WaitDistribution(cdf, dt, mean_w, rho)
+    transform = np.fft.rfft(np.multiply(eq, damp, out=eq))
+    transform *= rho
+    np.subtract(1, transform, out=transform)
+    w_pmf = np.fft.irfft(np.divide(1 - rho, transform, out=transform), n)
+    w_pmf /= damp
+    cdf = np.cumsum(np.maximum(w_pmf, 0.0, out=w_pmf), out=w_pmf)
+    return WaitDistribution(np.minimum(cdf, 1.0, out=cdf), dt, grid.mean_s, rho)
