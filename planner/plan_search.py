@@ -143,8 +143,8 @@ class LazySearch:
         self._order = [evaluator.pair_key(cfg, tc) for tcs in classes.values() for tc in tcs for cfg in configs]
         self._class_pairs = {evaluator._class_key(tc): [evaluator.pair_key(cfg, tc) for cfg in configs]
                              for tcs in classes.values() for tc in tcs}
-        # A pair evaluate_all proved below a sibling that is among these configs is none either: it is
-        # proved so again from the sibling's capacity, at no new latency point.
+        # A pair evaluate_all proved below a sibling among these configs is not fresh: evaluate_all
+        # proves it so again from the sibling's capacity, at no new latency point.
         order = set(self._order)
         fresh = sum(1 for key in self._order
                     if key not in evaluator._cache and evaluator.dominated.get(key) not in order)
@@ -242,8 +242,8 @@ class LazySearch:
             return
         self._calibration, self._answers = now, {}
         ev = self.evaluator
-        for key, e in self.exact.items():
-            self.exact[key] = ev.evaluate(e.config, e.traffic_class)
+        for key, e in self.exact.items():  # a variant proved below a sibling stays below it (the class scales)
+            self.exact[key] = e if e.dominated_by else ev.evaluate(e.config, e.traffic_class)
         for key, (u, cfg, tc, rm, cal) in self.bound.items():
             new = ev._calibration.get(ev._class_key(tc), 1.0)
             self.bound[key] = (u / cal * new, cfg, tc, rm, new)
@@ -262,7 +262,7 @@ class LazySearch:
 
     def solve(self, **question) -> FleetSolution:
         """solve(classes, every pair's evaluation, **question): options, forbid, rate_scale, reserved,
-        use_reserved, keep_lp (the LP text is then the last round's: bounds stand in it)."""
+        use_reserved (keep_lp: the LP text is the last round's, where bounds stand in)."""
         self._recalibrate()
         key = tuple(sorted((k, repr(v)) for k, v in question.items()))
         if key in self._answers:

@@ -210,3 +210,36 @@ def test_replays_started_ahead_are_the_ones_certification_would_run(catalog, mon
     assert per_gpu_rows() == ahead
     assert sorted(replayed) == replayed_ahead and len(set(replayed_ahead)) == len(replayed_ahead)
     assert len(ahead) == 2 and any(feasible for _, feasible, *_ in ahead)
+
+
+def test_a_recalibrated_search_keeps_variants_proved_below_a_sibling_unsearched(catalog, monkeypatch):
+    """Certification lowers a class's calibration and the plan is asked again: the lazy search reads
+    its pairs again with the new calibration, and a dtype variant evaluate_all proved below its
+    sibling stays proved (the class scales as a whole), not searched after all."""
+    import planner.evaluator as evaluator_module
+    from planner.plan_search import LazySearch, Resolver
+    from planner.plan_setup import setup_plan
+
+    scn = Scenario.model_validate({
+        "name": "t", "model": "llama-3.1-8b", "context_limit": 65536,
+        "traffic": {"source": {"constant": {"prompt_tokens": 1, "output_tokens": 1}}},
+        "slo": {"bands": [{"ttft_s": 20, "tpot_ms": 80}]}, "gpus": ["h100-sxm"], "tp": [1],
+        "weight_dtypes": ["bf16", "fp8"], "kv_dtypes": ["bf16", "fp8"], "verify": False,
+    })
+    st = setup_plan(scn, catalog, catalog.model("llama-3.1-8b"), mixed_traffic(), 20.0)
+    dominated = {e.key for e in st.evals if e.dominated_by}
+    assert dominated
+    search = LazySearch(st.evaluator, Resolver(scn), st.classes, st.configs)
+    before = search.solve()
+    used = next(e for e in st.evals if e.key == (before.option, before.pools[0].traffic_class, before.pools[0].config))
+    st.evaluator.record_simulated(used, used.capacity.max_rps * 0.5)
+    searched = []
+    original = evaluator_module.replica_capacity
+    monkeypatch.setattr(evaluator_module, "replica_capacity", lambda *a, **k: searched.append(1) or original(*a, **k))
+    after = search.solve()
+    assert not searched
+    assert {e.key for e in search.evaluations() if e.dominated_by} == dominated
+    sized = [e for e in search.evaluations() if e.traffic_class is used.traffic_class
+             and e.capacity is not None and e.capacity.max_rps > 0]
+    assert sized and all(e.capacity_rps == pytest.approx(e.capacity.max_rps * 0.5, rel=1e-12) for e in sized)
+    assert after is not before and after.cost_per_hour >= before.cost_per_hour  # asked again, capacities lower
