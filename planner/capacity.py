@@ -188,7 +188,7 @@ class ReplicaModel:
         """An upper bound on the resident batch the memory and batch ceilings allow, without the
         percentile sizing's quantiles when they are not computed yet (percentile_count_bound).
         Remembered: the lazy search asks it of every pair it bounds, for every question."""
-        key = (sizing, quantile, sizing == "percentile" and quantile not in self._concurrency)
+        key = self.batch_bound_key(sizing, quantile)
         if key not in self._batch_bounds:
             if key[2]:
                 n_mem = percentile_count_bound(self.dep, self.prof, self.fp)
@@ -196,6 +196,11 @@ class ReplicaModel:
                 n_mem = self.concurrency(quantile)[sizing]
             self._batch_bounds[key] = min(n_mem, float(self.dep.engine.max_num_seqs))
         return self._batch_bounds[key]
+
+    def batch_bound_key(self, sizing: SizingMode, quantile: float) -> tuple:
+        """What batch_bound's answer depends on: the sizing, the quantile, and whether the percentile
+        sizing's quantiles are still to be computed (its bound is looser until they are)."""
+        return sizing, quantile, sizing == "percentile" and quantile not in self._concurrency
 
     def decode_s(self, n: float) -> float:
         """One decode step at resident batch n (remembered: a search asks rate, step and latency
@@ -487,7 +492,7 @@ def capacity_below(model: ReplicaModel, rate_rps: float, *, sizing: SizingMode, 
     Remembered per model: the lazy search asks again of the pairs it proved below a rate in an
     earlier round (the same rate while its incumbent stands). The answer depends on whether the
     percentile sizing's quantiles are computed yet (batch_bound), so that is part of the question."""
-    key = (rate_rps, sizing, quantile, sizing == "percentile" and quantile not in model._concurrency)
+    key = (rate_rps, *model.batch_bound_key(sizing, quantile))
     if key not in model._below:
         model._below[key] = _capacity_below(model, rate_rps, sizing, quantile)
     return model._below[key]
