@@ -140,8 +140,8 @@ def start_ttft_sweep(st: Setup, inventory) -> Callable[[], list[tuple[float, Out
     if not any(b.ttft_s for b in st.scn.slo.bands):
         return list
     known = st.evaluator.known(st.configs, st.classes)
-    # Its two chains (tighter and looser limits) depend on nothing of each other: two jobs, the
-    # later one claimed here when the worker has not begun it by the time the sweep is read.
+    # Its chains (_SWEEP_CHAINS) depend on nothing of each other: a job each, the later ones claimed
+    # here when the worker has not begun them by the time the sweep is read.
     chains = [start_claimable("exploration:ttft_sweep", scn=st.scn, catalog=st.catalog, model=st.model,
                               configs=st.configs, classes=st.classes, inventory=inventory, calibration=calibration,
                               known=known, multipliers=chain,
@@ -203,8 +203,12 @@ def _ttft_sweep(scn, catalog, model, configs, classes, inventory, evaluator, cal
     return [(m, out[m]) for m in TTFT_SWEEP if m in out]
 
 
-# The sweep's chains: each step's capacities bound the next one's (_ttft_sweep), none the other chain's.
-_SWEEP_CHAINS = (tuple(x for x in TTFT_SWEEP if x < 1.0), tuple(x for x in TTFT_SWEEP if x > 1.0))
+# The sweep's jobs (start_ttft_sweep), each a chain (_ttft_sweep): the looser limits, whose loosest
+# step bounds the next; and each tighter limit alone, bounded by the stated targets' capacities. A
+# tighter step bounded by the one above it instead knows only what that step searched (a bound priced
+# the rest out): the full candidate set's x0.5 took 1,525 latency points after x0.75, 350 alone.
+# The worker begins the first job, this process claims from the last: the longest goes first.
+_SWEEP_CHAINS = (tuple(x for x in TTFT_SWEEP if x > 1.0), *((x,) for x in sorted(x for x in TTFT_SWEEP if x < 1.0)))
 
 
 def _bound_from(looser: Evaluator):
@@ -260,19 +264,24 @@ def start_context_lever(st: Setup, inventory) -> Callable[[], Outcome | None]:
     """context_lever of the plan, started in a worker: it depends on the scenario alone (its classes
     are new), so a command can start it while certification leaves a core idle; run here instead
     when its answer is asked for before the worker has begun it."""
+    known = st.evaluator.known(st.configs, st.classes)
     return start_claimable("exploration:context_lever", scn=st.scn, catalog=st.catalog, model=st.model,
                            served=st.served, limit=st.limit, peak=st.peak_rps, configs=st.configs, inventory=inventory,
+                           classes=st.classes, known=known,
                            here=lambda: context_lever(st.scn, st.catalog, st.model, st.served, st.limit, st.peak_rps,
-                                                      st.configs, inventory, evaluator=st.evaluator,
-                                                      solve=Resolver(st.scn)))
+                                                      st.configs, inventory, classes=st.classes, known=known,
+                                                      evaluator=st.evaluator, solve=Resolver(st.scn)))
 
 
-def context_lever(scn, catalog, model, served, limit, peak, configs, inventory, *, evaluator: Evaluator | None = None,
-                  solve: Resolver | None = None) -> Outcome | None:
+def context_lever(scn, catalog, model, served, limit, peak, configs, inventory, *, classes=None, known=None,
+                  evaluator: Evaluator | None = None, solve: Resolver | None = None) -> Outcome | None:
     """The plan re-solved at the lower context limit (the scenario's, or half the limit), its
     rejected requests named; None when no lower limit serves any request. Without `evaluator` and
-    `solve` (a worker's job), its own: the lower limit's traffic classes share no evaluation with
-    the plan's, nor any calibration, so the answer is the same."""
+    `solve` (a worker's job), its own: the lower limit's traffic classes share no calibration with
+    the plan's, so the answer is the same. known: the plan's model evaluations and bounds
+    (Evaluator.known) for its `classes`; a lower class with the same requests, limit and targets as
+    a plan's class (a short class of a threshold below the lower limit) starts from them, which
+    steers the search and never its answer."""
     lower = scn.lower_context_limit or edge_at_most(max(limit // 2, int(TOTAL_EDGES[0])))
     if lower >= limit:
         return None
@@ -281,6 +290,22 @@ def context_lever(scn, catalog, model, served, limit, peak, configs, inventory, 
         return None
     lost = served.requests - lowered.requests
     lower_classes = traffic_classes(scn, lowered, lower, peak * lowered.requests / served.requests)
-    res, evs = lazy_solve(evaluator or Evaluator(scn, catalog, model), solve or Resolver(scn), lower_classes, configs)
+    evaluator = evaluator or Evaluator(scn, catalog, model)
+    if known:
+        evaluator.take_known(known, configs, _same_classes(lower_classes, classes or {}))
+    res, evs = lazy_solve(evaluator, solve or Resolver(scn), lower_classes, configs)
     name = f"context limit {lower:,} (rejects {lost / served.requests:.1%} of requests)"
     return outcome_of(name, res, "" if res.pools else infeasible_message(lower_classes, evs, inventory))
+
+
+def _same_classes(classes, others) -> dict[str, list[TrafficClass]]:
+    """The classes of `classes` that one of `others` matches in option, name, context limit, targets
+    and requests: their capacities are the same."""
+    by_key = {(tc.option, tc.name, tc.max_model_len): tc for tcs in others.values() for tc in tcs}
+    out: dict[str, list[TrafficClass]] = {}
+    for k, tcs in classes.items():
+        for tc in tcs:
+            other = by_key.get((tc.option, tc.name, tc.max_model_len))
+            if other is not None and other.slo == tc.slo and other.hist == tc.hist:
+                out.setdefault(k, []).append(tc)
+    return out

@@ -165,15 +165,13 @@ def test_planner_workers_0_runs_every_job_here(monkeypatch):
     assert png.startswith(b"\x89PNG")
 
 
-def test_the_lazy_sweep_from_a_fresh_evaluator_is_the_one_from_the_plans_evaluator(monkeypatch):
-    # The worker's sweep starts from an empty evaluator; this process's from the plan's, whose
-    # bounds and guesses steer the lazy search. With the lazy search forced and the unsplit class
-    # calibrated (so that splitting competes), both must find the same plans.
+def _lazy_setup(monkeypatch, limit: int, thresholds: list[int], *, seed: int, requests: int, short_share: float,
+                short_tokens: tuple[int, int], long_tokens: tuple[int, int]):
+    """A plan's setup with short and long prompts and the lazy search forced: (scenario, catalog, setup)."""
     import numpy as np
 
     from planner import plan_search
     from planner.catalog import load_catalog
-    from planner.exploration import _ttft_sweep, ttft_sweep
     from planner.histogram import Histogram
     from planner.plan_setup import setup_plan
     from planner.scenario import Scenario
@@ -181,16 +179,27 @@ def test_the_lazy_sweep_from_a_fresh_evaluator_is_the_one_from_the_plans_evaluat
     monkeypatch.setattr(plan_search, "LAZY_MIN_PAIRS", 0)
     catalog = load_catalog()
     scn = Scenario.model_validate({
-        "name": "lazy", "model": "llama-3.1-8b", "context_limit": 16384, "split_thresholds": [4096],
+        "name": "lazy", "model": "llama-3.1-8b", "context_limit": limit, "split_thresholds": thresholds,
         "traffic": {"source": {"constant": {"prompt_tokens": 1000, "output_tokens": 200}},
                     "peak": {"method": "explicit", "rps": 30}},
         "slo": {"bands": [{"ttft_s": 1.0, "tpot_ms": 60}]}, "gpus": ["h100-sxm", "h200", "l40s"], "tp": [1, 2],
         "weight_dtypes": ["bf16", "fp8"], "kv_dtypes": ["bf16"], "sizing": {"mode": "expected"},
     })
-    rng = np.random.default_rng(3)
-    prompt = np.where(rng.random(400) < 0.8, rng.integers(200, 2000, 400), rng.integers(5000, 12000, 400))
-    hist = Histogram.from_arrays(prompt, rng.integers(50, 400, 400))
-    st = setup_plan(scn, catalog, catalog.model("llama-3.1-8b"), hist, 30.0)
+    rng = np.random.default_rng(seed)
+    prompt = np.where(rng.random(requests) < short_share, rng.integers(*short_tokens, requests),
+                      rng.integers(*long_tokens, requests))
+    hist = Histogram.from_arrays(prompt, rng.integers(50, 400, requests))
+    return scn, catalog, setup_plan(scn, catalog, catalog.model("llama-3.1-8b"), hist, 30.0)
+
+
+def test_the_lazy_sweep_from_a_fresh_evaluator_is_the_one_from_the_plans_evaluator(monkeypatch):
+    # The worker's sweep starts from an empty evaluator; this process's from the plan's, whose
+    # bounds and guesses steer the lazy search. With the lazy search forced and the unsplit class
+    # calibrated (so that splitting competes), both must find the same plans.
+    from planner.exploration import _ttft_sweep, ttft_sweep
+
+    scn, catalog, st = _lazy_setup(monkeypatch, 16384, [4096], seed=3, requests=400, short_share=0.8,
+                                   short_tokens=(200, 2000), long_tokens=(5000, 12000))
     whole = next(e for e in st.evals if e.traffic_class.option == "none" and e.capacity is not None
                  and e.capacity.max_rps > 0)
     st.evaluator.record_simulated(whole, whole.capacity.max_rps * 0.5)
@@ -220,6 +229,35 @@ def test_the_lazy_sweep_from_a_fresh_evaluator_is_the_one_from_the_plans_evaluat
     assert fresh == here == steered
     assert steered_points < fresh_points
     assert fresh != uncalibrated
+
+
+def test_the_context_lever_starts_from_the_plans_evaluations_of_the_classes_it_shares(monkeypatch):
+    # At the lower limit, a threshold below it keeps its short class as it was (the same requests,
+    # limit and targets): the plan's evaluations of that class steer the lever's search, never its answer.
+    from planner.exploration import _same_classes, context_lever
+    from planner.latency import LatencyModel
+    from planner.plan_objects import traffic_classes
+
+    scn, catalog, st = _lazy_setup(monkeypatch, 32768, [4096, 8192, 16384], seed=5, requests=600, short_share=0.7,
+                                   short_tokens=(200, 3000), long_tokens=(5000, 28000))
+    lower = traffic_classes(scn, st.served.select_total(at_most=16384), 16384, 15.0)
+    assert {k: [tc.name for tc in tcs] for k, tcs in _same_classes(lower, st.classes).items()} == {
+        "4096": ["short"], "8192": ["short"]}
+    known = st.evaluator.known(st.configs, st.classes)
+    points = []
+    at = LatencyModel.at
+    monkeypatch.setattr(LatencyModel, "at", lambda *a, **kw: points.append(1) or at(*a, **kw))
+
+    def lever(**kw):
+        points.clear()
+        o = context_lever(scn, catalog, st.model, st.served, st.limit, st.peak_rps, st.configs, {}, **kw)
+        return (o.name, o.feasible, round(o.cost_per_hour, 9), o.gpus, o.summary), len(points)
+
+    fresh, fresh_points = lever()
+    steered, steered_points = lever(classes=st.classes, known=pickle.loads(pickle.dumps(known)))
+    assert fresh[0].startswith("context limit 16,384") and fresh[1]
+    assert steered == fresh
+    assert steered_points < fresh_points
 
 
 def test_a_stopped_worker_is_given_up_a_queue_that_keeps_being_answered_is_not(monkeypatch):
