@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from planner.certification import certify_plans, replay_ahead
 from planner.errors import InfeasibleError
-from planner.evaluator import Evaluator
+from planner.evaluator import Evaluator, job_evaluator
 from planner.histogram import TOTAL_EDGES
 from planner.plan_objects import (
     Config,
@@ -144,7 +144,7 @@ def start_ttft_sweep(st: Setup, inventory) -> Callable[[], list[tuple[float, Out
     # here when the worker has not begun them by the time the sweep is read.
     chains = [start_claimable("exploration:ttft_sweep", scn=st.scn, catalog=st.catalog, model=st.model,
                               configs=st.configs, classes=st.classes, inventory=inventory, calibration=calibration,
-                              known=known, multipliers=chain,
+                              known=known, multipliers=chain, token=st.evaluator._token,
                               here=lambda chain=chain: _ttft_sweep(st.scn, st.catalog, st.model, st.configs, st.classes,
                                                                    inventory, st.evaluator, calibration, chain))
               for chain in _SWEEP_CHAINS]
@@ -157,13 +157,17 @@ def start_ttft_sweep(st: Setup, inventory) -> Callable[[], list[tuple[float, Out
 
 
 def ttft_sweep(scn, catalog, model, configs, classes, inventory, calibration, known=None,
-               multipliers=TTFT_SWEEP) -> list[tuple[float, Outcome]]:
+               multipliers=TTFT_SWEEP, token: str | None = None) -> list[tuple[float, Outcome]]:
     """_ttft_sweep from the scenario alone (a worker's job): its own evaluator, with the plan's
     calibration per class, and holding the plan's evaluations and bounds (Evaluator.known) where
     given. Those only steer the lazy searches (their guesses and bounds), never the answer: without
     them the worker found the same plans with a sixth more latency points (the 128k rollout's sweep:
-    972 against 846, 0.4 CPU-s)."""
-    evaluator = Evaluator(scn, catalog, model)
+    972 against 846, 0.4 CPU-s). token: the plan's evaluator's, whose profiles and replica models
+    the worker's jobs share (evaluator.job_evaluator)."""
+    if token is None:
+        evaluator = Evaluator(scn, catalog, model)
+    else:
+        evaluator, classes = job_evaluator(token, scn, catalog, model, classes)
     if known:
         evaluator.take_known(known, configs, classes)
     return _ttft_sweep(scn, catalog, model, configs, classes, inventory, evaluator, calibration, multipliers)
@@ -267,21 +271,22 @@ def start_context_lever(st: Setup, inventory) -> Callable[[], Outcome | None]:
     known = st.evaluator.known(st.configs, st.classes)
     return start_claimable("exploration:context_lever", scn=st.scn, catalog=st.catalog, model=st.model,
                            served=st.served, limit=st.limit, peak=st.peak_rps, configs=st.configs, inventory=inventory,
-                           classes=st.classes, known=known,
+                           classes=st.classes, known=known, token=st.evaluator._token,
                            here=lambda: context_lever(st.scn, st.catalog, st.model, st.served, st.limit, st.peak_rps,
                                                       st.configs, inventory, classes=st.classes, known=known,
                                                       evaluator=st.evaluator, solve=Resolver(st.scn)))
 
 
 def context_lever(scn, catalog, model, served, limit, peak, configs, inventory, *, classes=None, known=None,
-                  evaluator: Evaluator | None = None, solve: Resolver | None = None) -> Outcome | None:
+                  token: str | None = None, evaluator: Evaluator | None = None,
+                  solve: Resolver | None = None) -> Outcome | None:
     """The plan re-solved at the lower context limit (the scenario's, or half the limit), its
     rejected requests named; None when no lower limit serves any request. Without `evaluator` and
     `solve` (a worker's job), its own: the lower limit's traffic classes share no calibration with
     the plan's, so the answer is the same. known: the plan's model evaluations and bounds
     (Evaluator.known) for its `classes`; a lower class with the same requests, limit and targets as
     a plan's class (a short class of a threshold below the lower limit) starts from them, which
-    steers the search and never its answer."""
+    steers the search and never its answer. token: as for ttft_sweep."""
     lower = scn.lower_context_limit or edge_at_most(max(limit // 2, int(TOTAL_EDGES[0])))
     if lower >= limit:
         return None
@@ -290,6 +295,8 @@ def context_lever(scn, catalog, model, served, limit, peak, configs, inventory, 
         return None
     lost = served.requests - lowered.requests
     lower_classes = traffic_classes(scn, lowered, lower, peak * lowered.requests / served.requests)
+    if evaluator is None and token is not None:
+        evaluator, lower_classes = job_evaluator(token, scn, catalog, model, lower_classes)
     evaluator = evaluator or Evaluator(scn, catalog, model)
     if known:
         evaluator.take_known(known, configs, _same_classes(lower_classes, classes or {}))

@@ -120,6 +120,35 @@ def test_the_context_lever_a_worker_computes_is_the_one_computed_here():
                                                                            here.summary)
 
 
+def test_a_workers_jobs_for_one_plan_share_its_replica_models(monkeypatch):
+    # Each job arrives with its own copy of the plan's classes; the worker maps an equal histogram to
+    # the copy it holds, so a later job finds the replica model an earlier one built, and its answer
+    # is the one a fresh evaluator computes.
+    from planner import evaluator as ev_module
+    from planner.evaluator import Evaluator, job_evaluator
+
+    st = _setup()
+    built = []
+
+    class Counted(ev_module.ReplicaModel):
+        def __init__(self, *a, **kw):
+            built.append(1)
+            super().__init__(*a, **kw)
+
+    monkeypatch.setattr(ev_module, "ReplicaModel", Counted)
+    monkeypatch.setattr(ev_module, "_standing_in", {})
+    cfg = st.configs[0]
+    first, classes = job_evaluator("plan", st.scn, st.catalog, st.model, pickle.loads(pickle.dumps(st.classes)))
+    answer = first.evaluate(cfg, classes["none"][0]).capacity_rps
+    assert len(built) == 1
+    again, same = job_evaluator("plan", st.scn, st.catalog, st.model, pickle.loads(pickle.dumps(st.classes)))
+    assert same["none"][0].hist is classes["none"][0].hist
+    assert again.evaluate(cfg, same["none"][0]).capacity_rps == answer
+    assert len(built) == 1  # found, not built again
+    fresh = Evaluator(st.scn, st.catalog, st.model).evaluate(cfg, st.classes["none"][0]).capacity_rps
+    assert fresh == answer and len(built) == 2
+
+
 def test_the_ttft_sweep_a_worker_computes_is_the_one_computed_here_calibration_included():
     from planner.exploration import start_ttft_sweep
 
