@@ -140,28 +140,35 @@ class FleetSolution:
     problem: str = ""  # why there is no plan, when the solver was not asked (BEYOND_ANY_FLEET)
 
 
-def undominated_candidates(candidates: Sequence[Candidate], *, free_types: frozenset[str] = frozenset()) -> list[Candidate]:
+def undominated_candidates(candidates: Sequence[Candidate], *, free_types: frozenset[str] = frozenset(),
+                           protected: frozenset[tuple[str, str, str]] = frozenset()) -> list[Candidate]:
     """The candidates an optimal plan may need: a candidate is dropped when another of the same
     class on the same GPU type has at least its capacity per replica at no more cost and GPUs per
     replica (one strictly better, or the same and earlier in label order). Any plan that uses the
     dropped one is matched, replica for replica, by one that uses the other: it covers as much, costs
     and counts no more (inventory caps and reservations count GPUs of a type), and keeps the pools
-    homogeneous. Not for plans that must use every reserved GPU (fewer GPUs may then not do), nor
-    for the next-best distinct plans (a dominated plan is still a distinct one). free_types: GPU
-    types no cap, commitment or rule tells apart (no cap, nothing committed, no most number of GPU
-    types): among them the other may be on another type."""
+    homogeneous. Not for plans that must use every reserved GPU (fewer GPUs may then not do).
+    free_types: GPU types no cap, commitment or rule tells apart (no cap, nothing committed, no most
+    number of GPU types): among them the other may be on another type.
+
+    protected: the (option, class, config) of the pools of the plans to exclude (the next-best
+    distinct plans), which drop nothing: a candidate beaten only by those may form the next-best
+    plan (an excluded plan with one config swapped for a worse one is a distinct plan). One beaten
+    by another is dropped: that other is in no excluded plan, so the plan it makes in the dropped
+    one's place is not excluded either."""
     groups: dict[tuple[str, str, str], list[Candidate]] = {}
     for c in candidates:
         groups.setdefault((c.option, c.traffic_class, "" if c.gpu in free_types else c.gpu), []).append(c)
     keep = set()
     for group in groups.values():
         ordered = sorted(group, key=lambda c: (-c.capacity_rps, c.cost_per_replica_hour, c.gpus_per_replica, c.config))
-        kept: list[Candidate] = []
+        beaters: list[Candidate] = []  # the kept ones that may drop a later one
         for c in ordered:  # every earlier one has at least its capacity
             if not any(k.cost_per_replica_hour <= c.cost_per_replica_hour and k.gpus_per_replica <= c.gpus_per_replica
-                       for k in kept):
-                kept.append(c)
-        keep.update(id(c) for c in kept)
+                       for k in beaters):
+                keep.add(id(c))
+                if (c.option, c.traffic_class, c.config) not in protected:
+                    beaters.append(c)
     return [c for c in candidates if id(c) in keep]
 
 

@@ -49,10 +49,10 @@ def service_model(scn: Scenario, classes, evals: Sequence[Evaluation], *, name: 
         for evaluation in undominated_evaluations(evals)
         if evaluation.traffic_class.option in chosen
     ]
-    if not forbid and not use_reserved:
+    if not use_reserved:
         free = (frozenset() if bound_types is None else
                 frozenset(c.gpu for c in cands) - set(bound_types) - set(inventory or ()))
-        cands = undominated_candidates(cands, free_types=free)
+        cands = undominated_candidates(cands, free_types=free, protected=frozenset().union(*forbid))
     return ServiceModel(name, split_options, cands, dict(inventory or {}), scn.min_replicas_per_pool,
                         scn.homogeneous_pools, forbid)
 

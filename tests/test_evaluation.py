@@ -111,6 +111,21 @@ def test_dropping_dominated_candidates_keeps_the_optimum(seed):
     if full.pools:
         assert pruned.cost_per_hour == pytest.approx(full.cost_per_hour, abs=1e-9)
         assert pruned.gpus == full.gpus
+        # The next-best distinct plans: the pools of the plans excluded keep whatever they beat,
+        # and the rest is pruned as before; each next-best plan costs and counts what it did.
+        free = frozenset({"a", "b"} - set(inventory or ()) - set(reserved or ()))
+        forbid, last = [], full
+        for _ in range(3):
+            forbid.append(frozenset((last.option, p.traffic_class, p.config) for p in last.pools))
+            kw = {"inventory": inventory, "reserved": reserved, "min_replicas": 1 + seed % 2, "forbid": tuple(forbid)}
+            last = solve_fleet(options, cands, **kw)
+            fewer = undominated_candidates(cands, free_types=free, protected=frozenset().union(*forbid))
+            again = solve_fleet(options, fewer, **kw)
+            assert again.status == last.status
+            if not last.pools:
+                break
+            assert again.cost_per_hour == pytest.approx(last.cost_per_hour, abs=1e-9)
+            assert (again.gpus, len(again.pools)) == (last.gpus, len(last.pools))
 
 
 def test_plans_searched_lazily_cost_what_searching_everything_costs(catalog, monkeypatch):
