@@ -1,3 +1,3 @@
-from planner.cli import run
+from planner.entry import run
 
 run()

@@ -186,6 +186,33 @@ def test_a_job_started_again_shares_the_first_ones_answer(monkeypatch):
     assert not worker_pool._started  # nothing outlives the block
 
 
+def test_a_prestarted_worker_is_the_next_blocks_and_one_no_block_takes_ends(monkeypatch):
+    monkeypatch.delenv("PLANNER_WORKERS", raising=False)
+    worker_pool.prestart()
+    started = list(worker_pool._prestarted)
+    assert len(started) == 1
+    with worker_processes():
+        assert worker_pool._workers == started and not worker_pool._prestarted
+        assert draw("cost_figure", **_rows(3))().startswith(b"\x89PNG")
+        assert not started[0].gone
+    worker_pool.prestart()
+    unused = worker_pool._prestarted[0]
+    with worker_processes(False):  # a command that wants no worker (solve --no-report)
+        assert not worker_pool._workers and not worker_pool._prestarted
+    assert unused.proc.wait(timeout=60) == 0  # its stdin closed: it ends once its imports are done
+
+
+@pytest.mark.parametrize(("args", "starts"), [
+    (["solve", "scenarios/a.yaml"], True), (["--debug", "forecast", "a.yaml"], True),
+    (["solve", "a.yaml", "--no-report"], False), (["solve", "--help"], False), (["workload", "show", "x"], False),
+    ([], False),
+])
+def test_the_entry_point_prestarts_a_worker_for_commands_that_use_one(args, starts):
+    from planner.entry import uses_workers
+
+    assert uses_workers(args) is starts
+
+
 def test_planner_workers_0_runs_every_job_here(monkeypatch):
     monkeypatch.setenv("PLANNER_WORKERS", "0")
     with worker_processes():
