@@ -31,13 +31,16 @@ SENSITIVITY = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
 
 def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, reserved=None,
                  sweep: Callable[[], list[tuple[float, Outcome]]] | None = None,
-                 context: Callable[[], Outcome | None] | None = None, search: LazySearch | None = None) -> Plan:
+                 context: Callable[[], Outcome | None] | None = None, search: LazySearch | None = None,
+                 figures_ready: Callable[[Plan], None] | None = None) -> Plan:
     """The plan's explorations: each split option, the next-best distinct plans, the peak's
     sensitivity, the levers, the best certified plan per GPU type and the TTFT target's cost.
     `solve` answers the re-solves (its scenario's inventory caps apply). sweep, context: the TTFT
     sweep and the context-limit lever already started (start_ttft_sweep, start_context_lever)
     [default: both started now]. search: the plan's own lazy search, whose searched pairs and
-    bounds the re-solves start from [default: one over the plan's evaluator]."""
+    bounds the re-solves start from [default: one over the plan's evaluator]. figures_ready: called
+    with the plan as soon as what its report's figures show is known, before the per-GPU plans are
+    certified (the command then starts drawing them in a worker while those replays run here)."""
     scn, classes, sol, inventory = st.scn, st.classes, plan.solution, solve.inventory
     search = search or LazySearch(st.evaluator, solve, classes, st.configs)
     # In a worker, while the others run here; the context lever first (the levers read it before
@@ -75,12 +78,15 @@ def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, reserved=None,
         levers = _levers(scn, st.catalog, st.model, st.served, st.limit, st.peak_rps, st.evaluator, st.configs, classes,
                          search, sol, inventory, solve, context)
         step.advance()
-        per_gpu = _per_gpu(st, per_gpu_plans, inventory, solve, reserved)
-        step.advance()
         swept = sweep()
         step.advance()
-    return dataclasses.replace(plan, split_analysis=split, alternatives=alternatives, sensitivity=sensitivity,
-                               levers=levers, per_gpu=per_gpu, ttft_sweep=swept)
+        explored = dataclasses.replace(plan, split_analysis=split, alternatives=alternatives, sensitivity=sensitivity,
+                                       levers=levers, ttft_sweep=swept)
+        if figures_ready is not None:
+            figures_ready(explored)
+        per_gpu = _per_gpu(st, per_gpu_plans, inventory, solve, reserved)
+        step.advance()
+    return dataclasses.replace(explored, per_gpu=per_gpu)
 
 
 TTFT_SWEEP = (0.5, 0.75, 1.0, 1.5, 2.0)  # multipliers on every band's TTFT limit

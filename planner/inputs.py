@@ -3,6 +3,7 @@ the sections its report adds after the pools."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,18 +93,18 @@ def scenario_inputs(scn: Scenario, path: Path, base: Path, *, catalog_files: tup
 
 def plan_inputs(
     inputs: Inputs, scn: Scenario | None = None, *, explore: bool = True, reserved=None, keep_lp: bool = False,
-    certify: bool | None = None, use_reserved: bool = False,
+    certify: bool | None = None, use_reserved: bool = False, figures_ready: Callable[[Plan], None] | None = None,
 ) -> Plan:
     """keep_lp: the plan's solution keeps the ILP's text (`plan.solution.lp_text`).
     certify: certify by simulation [default: the scenario's `verify`].
-    use_reserved: every reserved GPU must run."""
+    use_reserved: every reserved GPU must run. figures_ready: as for make_plan."""
     t = inputs.traffic
     scn = scn or inputs.scenario
     return make_plan(
         scn, inputs.catalog, inputs.model, t.hist, t.peak_rps, explore=explore,
         traffic_notes=t.notes, measured_mean_rps=t.mean_rps, reserved=reserved, keep_lp=keep_lp,
         certify=certify, trace=t.requests_at_growth(scn.traffic.growth) if t.requests is not None else None,
-        use_reserved=use_reserved,
+        use_reserved=use_reserved, figures_ready=figures_ready,
     )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from planner.catalog import Catalog, Model
 from planner.certification import certify_plans
@@ -42,6 +42,7 @@ def make_plan(
     *, explore: bool = True, traffic_notes: Iterable[str] = (),
     reserved: dict[str, tuple[int, float]] | None = None, measured_mean_rps: float | None = None,
     keep_lp: bool = False, certify: bool | None = None, trace: Requests | None = None, use_reserved: bool = False,
+    figures_ready: Callable[[Plan], None] | None = None,
 ) -> Plan:
     """Evaluate, solve, certify by simulation, and (with explore) add split analysis, levers,
     alternatives and sensitivity.
@@ -53,6 +54,8 @@ def make_plan(
     compressed by growth), replayed across each pool's replicas as well.
     A scenario that states its `fleet` gets that fleet checked and reported, not a new one.
     use_reserved: every reserved GPU must run (the cheapest plan that strands none).
+    figures_ready: called with the explored plan once what its report's figures show is known
+    (explore_plan).
     """
     if scn.fleet:
         return _given_fleet_plan(scn, catalog, model, hist, measured_peak_rps, traffic_notes=traffic_notes,
@@ -96,8 +99,8 @@ def make_plan(
         if sweep is not None and st.evaluator.class_calibration(st.classes) != calibration:
             sweep = None
     plan = assemble_plan(st, evals, sol, pools, certification)
-    return (explore_plan(st, plan, solve, reserved=reserved, sweep=sweep, context=context, search=search)
-            if explore else plan)
+    return (explore_plan(st, plan, solve, reserved=reserved, sweep=sweep, context=context, search=search,
+                         figures_ready=figures_ready) if explore else plan)
 
 
 def assemble_plan(st: Setup, evals, sol: FleetSolution, pools: list[PoolDetail], certification) -> Plan:

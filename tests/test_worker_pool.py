@@ -213,6 +213,54 @@ def test_the_entry_point_prestarts_a_worker_for_commands_that_use_one(args, star
     assert uses_workers(args) is starts
 
 
+def test_a_scenarios_figures_are_started_before_its_per_gpu_plans_are_certified(tmp_path, monkeypatch):
+    """`planner solve` starts a scenario's figures once what they show is known, before the per-GPU
+    plans' certification, with the arguments its report gives them: the report sends the worker no
+    job, and its files are those drawn with no worker."""
+    from click.testing import CliRunner
+    from scenario_files import write_scenario
+
+    from planner import exploration, report
+    from planner.cli import main
+
+    events = []
+    submit, per_gpu, start_figures = worker_pool._Worker.submit, exploration._per_gpu, report.start_figures
+
+    def sent(self, payload, **kw):
+        events.append(pickle.loads(payload)[0])
+        return submit(self, payload, **kw)
+
+    monkeypatch.setattr(worker_pool._Worker, "submit", sent)
+    monkeypatch.setattr(exploration, "_per_gpu", lambda *a, **kw: events.append("per-GPU plans") or per_gpu(*a, **kw))
+    monkeypatch.setattr(report, "start_figures", lambda *a, **kw: events.append("figures") or start_figures(*a, **kw))
+    path = write_scenario(tmp_path, """
+        name: ahead
+        model: llama-3.1-8b
+        context_limit: 16384
+        traffic:
+          source: {constant: {prompt_tokens: 2000, output_tokens: 200}}
+          peak: {method: explicit, rps: 4}
+        slo: {bands: [{ttft_s: 2.0, tpot_ms: 60}]}
+        gpus: [h100-sxm, l40s]
+        tp: [1]
+        weight_dtypes: [bf16]
+        kv_dtypes: [fp8]
+        simulation: {requests: 1000, band_requests: 1000}
+    """)
+    r = CliRunner().invoke(main, ["solve", str(path), "--out-dir", str(tmp_path / "ahead")])
+    assert r.exit_code == 0, r.output
+    jobs = [e for e in events if e.startswith("figures:")]
+    assert sorted(jobs) == ["figures:cost_figure", "figures:target_figure", "figures:traffic_figure"]
+    assert events.index("figures") < events.index("per-GPU plans")  # started ahead of the replays
+    assert not [e for e in events[events.index("figures", events.index("figures") + 1):] if e.startswith("figures:")]
+    monkeypatch.setenv("PLANNER_WORKERS", "0")
+    r = CliRunner().invoke(main, ["solve", str(path), "--out-dir", str(tmp_path / "here")])
+    assert r.exit_code == 0, r.output
+    files = sorted(p.name for p in (tmp_path / "ahead").iterdir())
+    assert len(files) == 4 and files == sorted(p.name for p in (tmp_path / "here").iterdir())
+    assert all((tmp_path / "ahead" / f).read_bytes() == (tmp_path / "here" / f).read_bytes() for f in files)
+
+
 def test_planner_workers_0_runs_every_job_here(monkeypatch):
     monkeypatch.setenv("PLANNER_WORKERS", "0")
     with worker_processes():

@@ -55,7 +55,7 @@ def _solve_all(scenarios, out_dir, no_report, write_lp, verify, catalog_files, a
     for i, (path, kind, inputs) in enumerate(loaded):
         with located(str(path)), terminal_progress():
             first_lp = bool(write_lp) and i == 0
-            planned.append((path, kind, _plan(kind, inputs, first_lp, verify)))
+            planned.append((path, kind, _plan(kind, inputs, first_lp, verify, draw_ahead=not no_report)))
     results = []
     for i, (path, kind, plan) in enumerate(planned):
         with located(str(path)):
@@ -111,9 +111,11 @@ def _refuse_same_names(loaded) -> None:
         first[name] = str(path)
 
 
-def _plan(kind, inputs, keep_lp, verify):
+def _plan(kind, inputs, keep_lp, verify, *, draw_ahead=False):
     """The scenario's plan with its report sections and the line saying why it is not certified,
-    or the fleet's plan; InfeasibleError when a plan cannot be certified."""
+    or the fleet's plan; InfeasibleError when a plan cannot be certified. draw_ahead: a scenario's
+    report figures are started as soon as what they show is known (the worker draws them while the
+    per-GPU plans are certified here; the report finds them started)."""
     from planner.errors import InfeasibleError
     from planner.inputs import plan_inputs, report_sections
     from planner.plan_json import uncertified_message
@@ -126,7 +128,9 @@ def _plan(kind, inputs, keep_lp, verify):
         if problems:
             raise InfeasibleError("; ".join(problems))
         return fleet_plan
-    plan = plan_inputs(inputs, keep_lp=keep_lp, certify=verify)
+    from planner.report import start_figures
+
+    plan = plan_inputs(inputs, keep_lp=keep_lp, certify=verify, figures_ready=start_figures if draw_ahead else None)
     problem = uncertified_message(plan)
     if problem and not plan.given_fleet:
         raise InfeasibleError(problem)
