@@ -207,8 +207,8 @@ class ReplicaModel:
         of the same n, and sweeps of other targets share the table)."""
         t = self._decode.get(n)
         if t is None:
-            t = self._decode[n] = float(
-                self.step.decode_step_s(n, n * self.fp.read_bytes, n * (self.prof.mean_context_tokens)))
+            x = float(n)
+            t = self._decode[n] = float(self.step.decode_step_one_s(x, x * self.fp.read_bytes, x * self.prof.mean_context_tokens))
         return t
 
     def rate(self, n: float) -> float:

@@ -80,7 +80,7 @@ from planner.prefill_wait import (
     tilt,
 )
 from planner.roofline import StepModel
-from planner.targets import SLO, Target
+from planner.targets import SLO, Band, Target
 
 _D_RATIO = 1.25  # decode-step buckets of the TPOT tables
 _M_GRID = np.geomspace(1e-3, 1e4, 26)  # expected prompts arriving in a window
@@ -255,6 +255,23 @@ def _past_square(values: np.ndarray, weight: np.ndarray, at: np.ndarray) -> np.n
     return np.maximum(suffix[2][i] - 2 * at * suffix[1][i] + at**2 * suffix[0][i], 0.0)
 
 
+def _band_ranges(slo: SLO) -> tuple[tuple[int, int | None], ...]:
+    """The prompt ranges of the bands: all of the targets that LatencyModel.band_cells depends on."""
+    return tuple((b.prompt_min_tokens, b.prompt_below_tokens) for b in slo.bands)
+
+
+@lru_cache(maxsize=256)
+def _band_cells(cells: _Cells, ranges: tuple[tuple[int, int | None], ...]) -> tuple[np.ndarray, ...]:
+    """The cells whose mean prompt falls in each band's range (Band.holds), read-only: every
+    deployment of a class and every set of targets with these bands shares them."""
+    out = []
+    for lo, below in ranges:
+        held = np.flatnonzero(Band("", lo, below).holds(cells.prompt))
+        held.flags.writeable = False
+        out.append(held)
+    return tuple(out)
+
+
 class LatencyModel:
     """Latency distributions of one (deployment, class) pair; `at` gives them at one operating point."""
 
@@ -270,7 +287,7 @@ class LatencyModel:
         # One table serves every GPU: FLOPs to seconds at the class's effective rate (the
         # all-reduce bytes of prefill are a few percent, folded in proportionally).
         self.flops_per_s = float(np.dot(c.weight, flops) / max(np.dot(c.weight, self.prefill_s), 1e-30))
-        self.band_cells = [np.flatnonzero(b.holds(c.prompt)) for b in slo.bands]
+        self.band_cells = _band_cells(c, _band_ranges(slo))
         # Constants of every operating point (LatencyPoint), computed once.
         self.mean_prefill_s = float(np.dot(c.weight, self.prefill_s))
         self.mean_new_tokens = float(np.dot(c.weight, c.new_tokens))
@@ -328,9 +345,12 @@ class LatencyModel:
             return self
         other = copy.copy(self)
         other.slo = slo
-        other.band_cells = [np.flatnonzero(b.holds(self.cells.prompt)) for b in slo.bands]
+        ranges = _band_ranges(slo)
+        if ranges != _band_ranges(self.slo):
+            other.band_cells = _band_cells(self.cells, ranges)
+            other._tpot_static = {}
+        # else the bands hold the same cells, and tpot_static, which no limit enters, is shared
         other.horizon_s = self._horizon(slo)
-        other._tpot_static = {}
         return other
 
     def capped_chunks(self, cap: int) -> tuple[np.ndarray, np.ndarray]:

@@ -96,7 +96,24 @@ class KVLayout:
         return sum(k.state_bytes for k in self.kinds)
 
 
+_LAYOUTS_KEPT = 512  # (model, dtype, tp) layouts kv_bytes_per_token_by_layer_kind remembers
+_LAYOUTS: dict[tuple[int, int, int], tuple[Model, Dtype, KVLayout]] = {}
+
+
 def kv_bytes_per_token_by_layer_kind(model: Model, kv_dtype: Dtype, tp: int = 1) -> KVLayout:
+    """_layer_kinds of the model, dtype and tp, remembered: a capacity search asks it of every pair
+    several times (footprint, ladder, percentile sizing). Keyed on the objects themselves (frozen,
+    and held by the entry, so an id names one object while its entry lives)."""
+    key = (id(model), id(kv_dtype), tp)
+    hit = _LAYOUTS.get(key)
+    if hit is None or hit[0] is not model or hit[1] is not kv_dtype:
+        if len(_LAYOUTS) >= _LAYOUTS_KEPT:
+            _LAYOUTS.clear()
+        hit = _LAYOUTS[key] = (model, kv_dtype, _layer_kinds(model, kv_dtype, tp))
+    return hit[2]
+
+
+def _layer_kinds(model: Model, kv_dtype: Dtype, tp: int) -> KVLayout:
     """The cache of every layer kind in `model`, summed per layer (seed 000's formula, layer by layer).
 
     - full / latent attention: every token, kv_values_per_token_per_layer x bytes per element.

@@ -21,6 +21,7 @@ reads and weight GEMMs also wait for the slowest rank at every all-reduce (strag
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -305,6 +306,42 @@ class StepModel:
         attn = np.maximum(w.cache_bytes / self.bandwidth_bytes_s, w.attn_flops / self.flops_s)
         fixed = self.step_overhead_s + self.num_layers * self.layer_overhead_s
         return gemm + attn + fixed + self.allreduce_s(np.asarray(batch, dtype=float))
+
+    def decode_step_one_s(self, batch: float, cache_bytes: float, context_tokens: float) -> float:
+        """decode_step_s of one batch, in Python floats: the same operations in the same order (so the
+        same float; tests/test_roofline_scalar.py checks it bit for bit), without numpy's cost per
+        call on 0-d values. A capacity search asks one batch at a time, thousands of times."""
+        moe, fixed, gemm_flops_s, ring_per_token, small_latency_s, bulk_latency_s = self._one_batch_constants
+        if moe is None:
+            weight = self.weight_bytes
+        else:  # moe_weight_bytes_read
+            n_exp, miss_one, per_expert, shared, bytes_per_param = moe
+            weight = (shared + n_exp * (1.0 - miss_one ** max(batch, 1.0)) * per_expert) * bytes_per_param
+        gemm = float(gemm_phase_s(weight / self.bandwidth_bytes_s, 2.0 * self.params_active * batch / gemm_flops_s))
+        attn = max(cache_bytes / self.bandwidth_bytes_s, self.attn_flops_per_ctx_token * context_tokens / self.flops_s)
+        if self.tp == 1:
+            return gemm + attn + fixed + 0.0
+        ring = ring_per_token * (batch * self.hidden_size * ACTIVATION_BYTES) / self.interconnect_bytes_s
+        if bulk_latency_s is None:  # allreduce_call_s
+            call = small_latency_s + ring
+        else:
+            call = min(small_latency_s + ring / SMALL_MESSAGE_BANDWIDTH_SHARE, bulk_latency_s + ring)
+        return gemm + attn + fixed + 2 * self.num_layers * call
+
+    @cached_property
+    def _one_batch_constants(self) -> tuple:
+        """What decode_step_one_s takes of the model and the replica at every batch."""
+        m = self.model
+        moe = None
+        if m.num_experts and m.num_experts_per_tok and m.params_active < m.params_total:
+            n_exp, k = m.num_experts, m.num_experts_per_tok
+            per_expert = (m.params_total - m.params_active) / (n_exp - k)
+            moe = (n_exp, 1.0 - k / n_exp, per_expert, m.params_total - n_exp * per_expert,
+                   self.weight_bytes / m.params_total)
+        bulk = self.allreduce_bulk_latency_s
+        return (moe, self.step_overhead_s + self.num_layers * self.layer_overhead_s, self.gemm_flops_s,
+                2 * (self.tp - 1) / self.tp, allreduce_call_latency(self.allreduce_latency_s, self.tp),
+                None if bulk is None else allreduce_call_latency(bulk, self.tp))
 
     def prefill_flops(self, prompt_tokens, prompt_tokens_sq, cached_prefix_tokens: int = 0):
         """2 x active params per new token, plus causal attention over causal_pairs(p², S)
