@@ -33,7 +33,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -121,6 +121,21 @@ class Capacity:
     floors: tuple[TargetFloor, ...] = ()  # targets no load can meet on this config
 
 
+@lru_cache(maxsize=256)
+def _decode_steps(prof: TokenProfile) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """The class's cells sorted by decode steps, the running sums of their request share and of
+    share x steps (ReplicaModel._backlog_met), and the mean decode steps: read-only, shared by
+    every deployment of the class."""
+    share = prof.cell_requests / prof.cell_requests.sum()
+    order = np.argsort(prof.cell_decode_steps, kind="stable")
+    sorted_steps = prof.cell_decode_steps[order]
+    cum_weight = np.cumsum(share[order])
+    cum_weighted_steps = np.cumsum(share[order] * sorted_steps)
+    for a in (sorted_steps, cum_weight, cum_weighted_steps):
+        a.flags.writeable = False
+    return sorted_steps, cum_weight, cum_weighted_steps, float(np.dot(share, prof.cell_decode_steps))
+
+
 class ReplicaModel:
     """The step and memory models of one (deployment, class) pair, as functions of N."""
 
@@ -138,12 +153,7 @@ class ReplicaModel:
         )
         chunk = dep.engine.max_num_batched_tokens
         self.chunk_s = float(self.step.prefill_s(chunk, chunk * chunk))  # one full chunk from a prompt's start
-        share = prof.cell_requests / prof.cell_requests.sum()
-        order = np.argsort(prof.cell_decode_steps, kind="stable")
-        self._sorted_steps = prof.cell_decode_steps[order]
-        self._cum_weight = np.cumsum(share[order])
-        self._cum_weighted_steps = np.cumsum(share[order] * self._sorted_steps)
-        self.mean_decode_steps = float(np.dot(share, prof.cell_decode_steps))
+        self._sorted_steps, self._cum_weight, self._cum_weighted_steps, self.mean_decode_steps = _decode_steps(prof)
         self.latency = LatencyModel(self.step, prof, chunk, slo, dep.engine.long_prefill_token_threshold or None)
         # Moments of the prefill queue's service time (compute of the prompt plus the decode part
         # of the steps its tokens ride), which the mean wait needs (prefill_wait_s).

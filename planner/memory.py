@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from planner.catalog import Dtype, Model
 from planner.deployment import Deployment
 from planner.errors import InputError
+from planner.memo import ObjectMemo
 from planner.units import GiB
 
 
@@ -96,21 +97,10 @@ class KVLayout:
         return sum(k.state_bytes for k in self.kinds)
 
 
-_LAYOUTS_KEPT = 512  # (model, dtype, tp) layouts kv_bytes_per_token_by_layer_kind remembers
-_LAYOUTS: dict[tuple[int, int, int], tuple[Model, Dtype, KVLayout]] = {}
-
-
 def kv_bytes_per_token_by_layer_kind(model: Model, kv_dtype: Dtype, tp: int = 1) -> KVLayout:
-    """_layer_kinds of the model, dtype and tp, remembered: a capacity search asks it of every pair
-    several times (footprint, ladder, percentile sizing). Keyed on the objects themselves (frozen,
-    and held by the entry, so an id names one object while its entry lives)."""
-    key = (id(model), id(kv_dtype), tp)
-    hit = _LAYOUTS.get(key)
-    if hit is None or hit[0] is not model or hit[1] is not kv_dtype:
-        if len(_LAYOUTS) >= _LAYOUTS_KEPT:
-            _LAYOUTS.clear()
-        hit = _LAYOUTS[key] = (model, kv_dtype, _layer_kinds(model, kv_dtype, tp))
-    return hit[2]
+    """_layer_kinds of the model, dtype and tp, remembered (planner.memo): a capacity search asks
+    it of every pair several times (footprint, ladder, percentile sizing)."""
+    return _LAYOUTS((model, kv_dtype), (tp,))
 
 
 def _layer_kinds(model: Model, kv_dtype: Dtype, tp: int) -> KVLayout:
@@ -151,6 +141,9 @@ def _layer_kinds(model: Model, kv_dtype: Dtype, tp: int) -> KVLayout:
         LayerKindCache("no_cache", model.num_cacheless_layers, 0.0, None, 0),
     ]
     return KVLayout(tuple(r for r in rows if r.layers))
+
+
+_LAYOUTS: ObjectMemo[KVLayout] = ObjectMemo(_layer_kinds)
 
 
 def layer_kind_lines(model: Model, kv_dtype: Dtype, tp: int = 1) -> list[str]:

@@ -25,8 +25,9 @@ from functools import cached_property
 
 import numpy as np
 
-from planner.catalog import GPU, Model
+from planner.catalog import GPU, Dtype, Model
 from planner.deployment import Deployment
+from planner.memo import ObjectMemo
 from planner.memory import weight_bytes
 
 ACTIVATION_BYTES = 2  # bf16 activations cross the all-reduce
@@ -213,30 +214,9 @@ class StepModel:
 
     @classmethod
     def of(cls, dep: Deployment) -> StepModel:
-        """The rates of `dep`: datasheet peaks x tp x the GPU's efficiency factors. The ranks' wait
-        for the slowest at every all-reduce (straggler_factor) divides the bandwidth and the decode
-        GEMMs' FLOP/s (gemm_flops_s): a decode pass's weight GEMMs and cache reads take that factor
-        longer; prefill's FLOPs, the fixed costs and the all-reduces do not change."""
-        gpu, eff = dep.gpu, dep.gpu.efficiency
-        straggler = straggler_factor(eff.straggler_cv, dep.tp)
-        bulk_us = bulk_latency_at_tp2_us(eff.allreduce_bulk_latency_us, eff.allreduce_bulk_latency_by_tp_us, dep.tp)
-        return cls(
-            bandwidth_bytes_s=dep.tp * gpu.hbm_bandwidth_gb_s * 1e9 * eff.bandwidth / straggler,
-            flops_s=dep.tp * gpu.tflops(dep.weight_dtype.compute_dtype) * 1e12 * eff.compute,
-            step_overhead_s=eff.step_overhead_ms / 1e3,
-            layer_overhead_s=eff.layer_overhead_us / 1e6,
-            weight_bytes=float(weight_bytes(dep.model, dep.weight_dtype)),
-            params_active=float(dep.model.params_active),
-            attn_flops_per_ctx_token=attention_flops_per_context_token(dep.model),
-            tp=dep.tp,
-            hidden_size=dep.model.hidden_size,
-            num_layers=dep.model.num_hidden_layers,
-            interconnect_bytes_s=gpu.interconnect_gb_s * 1e9 * eff.interconnect,
-            allreduce_latency_s=eff.allreduce_latency_us / 1e6,
-            model=dep.model,
-            allreduce_bulk_latency_s=None if bulk_us is None else bulk_us / 1e6,
-            straggler=straggler,
-        )
+        """_step_model of the deployment's GPU, weight dtype, model and tp, remembered (planner.memo):
+        every KV dtype, context limit and class of a config shares it, and its constants."""
+        return _STEP_MODELS((dep.gpu, dep.weight_dtype, dep.model), (dep.tp,))
 
     @property
     def gemm_flops_s(self) -> float:
@@ -380,3 +360,33 @@ class StepModel:
         at effective rates. A mixture of experts reads only the experts its batch touches, so
         its b* is larger; this uses the all-experts read, a lower bound."""
         return (self.weight_bytes / self.bandwidth_bytes_s) / (2.0 * self.params_active / self.gemm_flops_s)
+
+
+def _step_model(gpu: GPU, weight_dtype: Dtype, model: Model, tp: int) -> StepModel:
+    """The rates of a replica: datasheet peaks x tp x the GPU's efficiency factors. The ranks' wait
+    for the slowest at every all-reduce (straggler_factor) divides the bandwidth and the decode
+    GEMMs' FLOP/s (gemm_flops_s): a decode pass's weight GEMMs and cache reads take that factor
+    longer; prefill's FLOPs, the fixed costs and the all-reduces do not change."""
+    eff = gpu.efficiency
+    straggler = straggler_factor(eff.straggler_cv, tp)
+    bulk_us = bulk_latency_at_tp2_us(eff.allreduce_bulk_latency_us, eff.allreduce_bulk_latency_by_tp_us, tp)
+    return StepModel(
+        bandwidth_bytes_s=tp * gpu.hbm_bandwidth_gb_s * 1e9 * eff.bandwidth / straggler,
+        flops_s=tp * gpu.tflops(weight_dtype.compute_dtype) * 1e12 * eff.compute,
+        step_overhead_s=eff.step_overhead_ms / 1e3,
+        layer_overhead_s=eff.layer_overhead_us / 1e6,
+        weight_bytes=float(weight_bytes(model, weight_dtype)),
+        params_active=float(model.params_active),
+        attn_flops_per_ctx_token=attention_flops_per_context_token(model),
+        tp=tp,
+        hidden_size=model.hidden_size,
+        num_layers=model.num_hidden_layers,
+        interconnect_bytes_s=gpu.interconnect_gb_s * 1e9 * eff.interconnect,
+        allreduce_latency_s=eff.allreduce_latency_us / 1e6,
+        model=model,
+        allreduce_bulk_latency_s=None if bulk_us is None else bulk_us / 1e6,
+        straggler=straggler,
+    )
+
+
+_STEP_MODELS: ObjectMemo[StepModel] = ObjectMemo(_step_model)
