@@ -30,7 +30,6 @@ Derivation (continuous batching with chunked prefill, one replica):
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
@@ -41,6 +40,7 @@ from planner.backlog import Backlog, backlog_regime
 from planner.deployment import Deployment
 from planner.footprint import Footprint, footprint, memory_concurrency, percentile_count_bound
 from planner.latency import LatencyModel, LatencyPoint
+from planner.memo import shallow_copy
 from planner.memory import (
     BudgetLadder,
     budget_ladder,
@@ -175,7 +175,7 @@ class ReplicaModel:
         latency tables are shared (a sweep of TTFT limits re-searches only the bound)."""
         if slo == self.slo:
             return self
-        other = copy.copy(self)
+        other = shallow_copy(self)
         other.slo, other.latency = slo, self.latency.with_slo(slo)
         other._points = {}  # a point's waiting-time grid spans twice the TTFT limits
         other._floors = None

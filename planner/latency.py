@@ -60,7 +60,6 @@ carrying a chunk costlier than y is λ·t̄·Σ w_c·#{chunks of c costing more 
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 from dataclasses import dataclass
@@ -69,7 +68,7 @@ from functools import lru_cache
 import numpy as np
 
 from planner.backlog import Backlog, backlog_wait, regime_service_s
-from planner.memo import ObjectMemo
+from planner.memo import ObjectMemo, shallow_copy
 from planner.paged import TokenProfile
 from planner.prefill_cap import CappedRegime, SlotStep, capped_waits
 from planner.prefill_wait import (
@@ -122,8 +121,11 @@ def _cells(prof: TokenProfile) -> _Cells:
 
     s = prof.shared_prefix_tokens
     prompt = mean(prof.cell_prompt_tokens)
-    return _Cells(weight / weight.sum(), prompt, mean(prof.cell_prompt_sq), np.maximum(prompt - s, 1.0),
-                  mean(prof.cell_decode_steps), s)
+    cells = _Cells(weight / weight.sum(), prompt, mean(prof.cell_prompt_sq), np.maximum(prompt - s, 1.0),
+                   mean(prof.cell_decode_steps), s)
+    for a in (cells.weight, cells.prompt, cells.prompt_sq, cells.new_tokens, cells.decode_steps):
+        a.flags.writeable = False  # shared by every model of the class
+    return cells
 
 
 # -------------------------------------------------------------------- TPOT tables
@@ -325,7 +327,8 @@ class LatencyModel:
         self.cells = _cells(prof)
         c = self.cells
         self.prefill_s, self.flops_per_s, self.mean_prefill_s, self.mean_new_tokens = _PREFILL_RATES((step, c))
-        self.band_cells = _band_cells(c, _band_ranges(slo))
+        self.band_ranges = _band_ranges(slo)
+        self.band_cells = _band_cells(c, self.band_ranges)
         self.horizon_s = self._horizon(slo)
         self._tpot_static: dict[int, tuple | None] = {}
         self._max_chunk_s: float | None = None
@@ -356,7 +359,7 @@ class LatencyModel:
     def tpot_static(self, band: int):
         """_band_tpot_static of this model's class, band and step FLOPs (remembered here too)."""
         if band not in self._tpot_static:
-            self._tpot_static[band] = _band_tpot_static(self.cells, _band_ranges(self.slo), band, self.table_cap,
+            self._tpot_static[band] = _band_tpot_static(self.cells, self.band_ranges, band, self.table_cap,
                                                         self.step.params_active, self.step.attn_flops_per_ctx_token)
         return self._tpot_static[band]
 
@@ -365,11 +368,11 @@ class LatencyModel:
         cells and prefill times are shared, only the bands' cells are recomputed."""
         if slo == self.slo:
             return self
-        other = copy.copy(self)
+        other = shallow_copy(self)
         other.slo = slo
         ranges = _band_ranges(slo)
-        if ranges != _band_ranges(self.slo):
-            other.band_cells = _band_cells(self.cells, ranges)
+        if ranges != self.band_ranges:
+            other.band_ranges, other.band_cells = ranges, _band_cells(self.cells, ranges)
             other._tpot_static = {}
         # else the bands hold the same cells, and tpot_static, which no limit enters, is shared
         other.horizon_s = self._horizon(slo)

@@ -1,4 +1,5 @@
-"""Answers remembered per tuple of frozen catalog objects, by identity.
+"""What capacity searches share: answers remembered per tuple of frozen catalog objects, by
+identity (ObjectMemo), and copies that share every attribute (shallow_copy).
 
 Catalog objects (models, GPUs, dtypes) are frozen but hash by value, which costs more than the
 answers remembered here. An entry holds its objects, so an id names one object while the entry
@@ -32,3 +33,12 @@ class ObjectMemo(Generic[T]):
         answer = self._compute(*objects, *values)
         self._entries[key] = (objects, answer)
         return answer
+
+
+def shallow_copy(obj: T) -> T:
+    """A copy of a plain object sharing every attribute of the original: copy.copy's answer for a
+    class with neither __copy__ nor __reduce__ of its own, without the copy protocol's cost (a TTFT
+    sweep copies a replica model and its latency model per target, thousands of times)."""
+    other = object.__new__(type(obj))
+    other.__dict__.update(obj.__dict__)
+    return other

@@ -203,3 +203,32 @@ def test_the_work_tables_stop_at_the_first_bucket_no_prompt_is_capped_in(catalog
         for d in every:
             kept = t.bucket_d[min(int(np.searchsorted(t.bucket_d, d, side="right")) - 1, t.bucket_d.size - 1)]
             assert np.array_equal(np.minimum(cells.new_tokens, d * cap), np.minimum(cells.new_tokens, kept * cap))
+
+
+def test_shallow_copy_is_copy_copy_of_a_replica_model(catalog):
+    import copy
+
+    from planner.memo import shallow_copy
+
+    rm = _rm(catalog)
+    rm.margin(20.0)
+    for original in (rm, rm.latency):
+        mine, theirs = shallow_copy(original), copy.copy(original)
+        assert type(mine) is type(theirs) is type(original) and mine is not original
+        assert mine.__dict__.keys() == theirs.__dict__.keys()
+        assert all(mine.__dict__[k] is theirs.__dict__[k] for k in theirs.__dict__)
+
+
+def test_shares_remembers_only_read_only_weights():
+    from planner.prefill_wait import shares
+
+    w = np.array([1.0, 3.0, 4.0])
+    first = shares(w)
+    assert np.array_equal(first, w / w.sum())
+    w[0] = 8.0  # a writable array may change: never remembered
+    assert np.array_equal(shares(w), w / w.sum())
+    frozen = np.array([2.0, 2.0, 6.0])
+    frozen.flags.writeable = False
+    hit = shares(frozen)
+    assert shares(frozen) is hit and np.array_equal(hit, frozen / frozen.sum()) and not hit.flags.writeable
+    assert np.array_equal(shares(np.array([2.0, 2.0, 6.0])), hit)  # an equal array: computed afresh, same floats
