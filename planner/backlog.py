@@ -60,7 +60,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.prefill_wait import WaitDistribution
+from planner.prefill_wait import WaitDistribution, shares
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,7 @@ def level_waits(rate_rps: float, base_s: np.ndarray, regime_s: np.ndarray, weigh
     `regime_s` (per cell, cell shares `weight`): its load ρ_φ = λ·E[S_φ] and the mean wait of
     the requests that wait, E[W_φ | W_φ > 0] = E[W_φ] / ρ_φ = λ·E[S_φ²] / (2ρ_φ(1 - ρ_φ))
     (Pollaczek-Khinchine), from the two services' moments; and whether the queue clears (ρ_φ < 1)."""
-    ws = weight / weight.sum()
+    ws = shares(weight)
     delta = regime_s - base_s
     e0, ed = float(ws @ base_s), float(ws @ delta)
     e00, e0d, edd = float(ws @ base_s**2), float(ws @ (base_s * delta)), float(ws @ delta**2)

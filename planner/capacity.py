@@ -30,10 +30,9 @@ Derivation (continuous batching with chunked prefill, one replica):
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -41,6 +40,7 @@ from planner.backlog import Backlog, backlog_regime
 from planner.deployment import Deployment
 from planner.footprint import Footprint, footprint, memory_concurrency, percentile_count_bound
 from planner.latency import LatencyModel, LatencyPoint
+from planner.memo import shallow_copy
 from planner.memory import (
     BudgetLadder,
     budget_ladder,
@@ -121,6 +121,21 @@ class Capacity:
     floors: tuple[TargetFloor, ...] = ()  # targets no load can meet on this config
 
 
+@lru_cache(maxsize=256)
+def _decode_steps(prof: TokenProfile) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """The class's cells sorted by decode steps, the running sums of their request share and of
+    share x steps (ReplicaModel._backlog_met), and the mean decode steps: read-only, shared by
+    every deployment of the class."""
+    share = prof.cell_requests / prof.cell_requests.sum()
+    order = np.argsort(prof.cell_decode_steps, kind="stable")
+    sorted_steps = prof.cell_decode_steps[order]
+    cum_weight = np.cumsum(share[order])
+    cum_weighted_steps = np.cumsum(share[order] * sorted_steps)
+    for a in (sorted_steps, cum_weight, cum_weighted_steps):
+        a.flags.writeable = False
+    return sorted_steps, cum_weight, cum_weighted_steps, float(np.dot(share, prof.cell_decode_steps))
+
+
 class ReplicaModel:
     """The step and memory models of one (deployment, class) pair, as functions of N."""
 
@@ -138,12 +153,7 @@ class ReplicaModel:
         )
         chunk = dep.engine.max_num_batched_tokens
         self.chunk_s = float(self.step.prefill_s(chunk, chunk * chunk))  # one full chunk from a prompt's start
-        share = prof.cell_requests / prof.cell_requests.sum()
-        order = np.argsort(prof.cell_decode_steps, kind="stable")
-        self._sorted_steps = prof.cell_decode_steps[order]
-        self._cum_weight = np.cumsum(share[order])
-        self._cum_weighted_steps = np.cumsum(share[order] * self._sorted_steps)
-        self.mean_decode_steps = float(np.dot(share, prof.cell_decode_steps))
+        self._sorted_steps, self._cum_weight, self._cum_weighted_steps, self.mean_decode_steps = _decode_steps(prof)
         self.latency = LatencyModel(self.step, prof, chunk, slo, dep.engine.long_prefill_token_threshold or None)
         # Moments of the prefill queue's service time (compute of the prompt plus the decode part
         # of the steps its tokens ride), which the mean wait needs (prefill_wait_s).
@@ -165,7 +175,7 @@ class ReplicaModel:
         latency tables are shared (a sweep of TTFT limits re-searches only the bound)."""
         if slo == self.slo:
             return self
-        other = copy.copy(self)
+        other = shallow_copy(self)
         other.slo, other.latency = slo, self.latency.with_slo(slo)
         other._points = {}  # a point's waiting-time grid spans twice the TTFT limits
         other._floors = None
@@ -207,8 +217,8 @@ class ReplicaModel:
         of the same n, and sweeps of other targets share the table)."""
         t = self._decode.get(n)
         if t is None:
-            t = self._decode[n] = float(
-                self.step.decode_step_s(n, n * self.fp.read_bytes, n * (self.prof.mean_context_tokens)))
+            x = float(n)
+            t = self._decode[n] = float(self.step.decode_step_one_s(x, x * self.fp.read_bytes, x * self.prof.mean_context_tokens))
         return t
 
     def rate(self, n: float) -> float:

@@ -11,8 +11,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.deployment import Deployment
+from planner.memo import ObjectMemo
 from planner.memory import (
     BudgetLadder,
+    KVLayout,
     kv_bytes_for_tokens,
     kv_bytes_per_token_by_layer_kind,
     paged_tokens,
@@ -64,14 +66,24 @@ def memory_concurrency(dep: Deployment, prof: TokenProfile, fp: Footprint, quant
 
 
 def _level_bytes(dep: Deployment, prof: TokenProfile) -> np.ndarray:
-    """Bytes a resident sequence holding j blocks keeps, for each level j of the profile."""
-    layout = kv_bytes_per_token_by_layer_kind(dep.model, dep.kv_dtype, dep.tp)
+    """_layout_level_bytes of the deployment's cache layout (remembered per layout and class)."""
+    return _LEVEL_BYTES((kv_bytes_per_token_by_layer_kind(dep.model, dep.kv_dtype, dep.tp), prof))[0]
+
+
+def _layout_level_bytes(layout: KVLayout, prof: TokenProfile) -> tuple[np.ndarray, float]:
+    """Bytes a resident sequence holding j blocks keeps, for each level j of the profile (read-only),
+    and their mean over the profile's levels."""
     tokens = np.arange(prof.level_weight.size) * prof.block_size
     window = layout.token_cap or 0
-    return (
+    level_bytes = (
         tokens * layout.uncapped_bytes_per_token + np.minimum(tokens, window) * layout.capped_bytes_per_token
         + layout.state_bytes_per_sequence
     )
+    level_bytes.flags.writeable = False
+    return level_bytes, float(np.dot(prof.level_weight, level_bytes) / prof.level_weight.sum())
+
+
+_LEVEL_BYTES = ObjectMemo(_layout_level_bytes, kept=256)  # a profile holds its level arrays: fewer kept
 
 
 def percentile_count_bound(dep: Deployment, prof: TokenProfile, fp: Footprint) -> float:
@@ -80,8 +92,7 @@ def percentile_count_bound(dep: Deployment, prof: TokenProfile, fp: Footprint) -
     the grid's mean, which is at most this; 1e-6 over for rounding)."""
     if fp.budget_bytes <= 0:
         return 0.0
-    level_bytes = _level_bytes(dep, prof)
-    mean = float(np.dot(prof.level_weight, level_bytes) / prof.level_weight.sum())
+    _, mean = _LEVEL_BYTES((kv_bytes_per_token_by_layer_kind(dep.model, dep.kv_dtype, dep.tp), prof))
     return fp.budget_bytes / mean * (1 + 1e-6) if mean > 0 else math.inf
 
 

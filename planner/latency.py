@@ -60,7 +60,6 @@ carrying a chunk costlier than y is λ·t̄·Σ w_c·#{chunks of c costing more 
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 from dataclasses import dataclass
@@ -69,6 +68,7 @@ from functools import lru_cache
 import numpy as np
 
 from planner.backlog import Backlog, backlog_wait, regime_service_s
+from planner.memo import ObjectMemo, shallow_copy
 from planner.paged import TokenProfile
 from planner.prefill_cap import CappedRegime, SlotStep, capped_waits
 from planner.prefill_wait import (
@@ -80,7 +80,7 @@ from planner.prefill_wait import (
     tilt,
 )
 from planner.roofline import StepModel
-from planner.targets import SLO, Target
+from planner.targets import SLO, Band, Target
 
 _D_RATIO = 1.25  # decode-step buckets of the TPOT tables
 _M_GRID = np.geomspace(1e-3, 1e4, 26)  # expected prompts arriving in a window
@@ -121,8 +121,11 @@ def _cells(prof: TokenProfile) -> _Cells:
 
     s = prof.shared_prefix_tokens
     prompt = mean(prof.cell_prompt_tokens)
-    return _Cells(weight / weight.sum(), prompt, mean(prof.cell_prompt_sq), np.maximum(prompt - s, 1.0),
-                  mean(prof.cell_decode_steps), s)
+    cells = _Cells(weight / weight.sum(), prompt, mean(prof.cell_prompt_sq), np.maximum(prompt - s, 1.0),
+                   mean(prof.cell_decode_steps), s)
+    for a in (cells.weight, cells.prompt, cells.prompt_sq, cells.new_tokens, cells.decode_steps):
+        a.flags.writeable = False  # shared by every model of the class
+    return cells
 
 
 # -------------------------------------------------------------------- TPOT tables
@@ -133,7 +136,7 @@ class _WorkTables:
     """P(Y > y) for Y compound Poisson: m expected prompts, each the FLOPs of its first D·k new
     tokens, per decode-step bucket (rows of D), m on _M_GRID, y on a grid per (D, m)."""
 
-    bucket_d: np.ndarray  # representative decode steps per bucket
+    bucket_d: np.ndarray  # representative decode steps per bucket (the last: every larger D too)
     survival: np.ndarray  # [bucket, m, y] flattened, each row ending in a 0 past the grid
     dy_flops: np.ndarray  # [bucket, m]
     mean_flops: np.ndarray  # E[J] per bucket
@@ -149,17 +152,19 @@ def _prefill_flops(tokens: np.ndarray, shared: int, params_active: float, attn: 
 def _work_tables(cells: _Cells, chunk_cap: int, params_active: float, attn: float) -> _WorkTables:
     d_max = max(float(cells.decode_steps.max()), 1.0)
     bucket_d = np.unique(np.round(_D_RATIO ** np.arange(0, math.ceil(math.log(d_max, _D_RATIO)) + 2)))
+    longest = float(cells.new_tokens.max())
+    # Past the first bucket whose D·k covers the longest prompt no prompt is capped any more: every
+    # later bucket's table is that one's, so the last bucket kept stands for every larger D.
+    covers = np.flatnonzero(bucket_d * chunk_cap >= longest)
+    if covers.size:
+        bucket_d = bucket_d[:covers[0] + 1]
     nb, nm = bucket_d.size, _M_GRID.size
     survival = np.zeros((nb, nm, _Y_GRID + 1))
     dy = np.ones((nb, nm))
     mean = np.zeros(nb)
     w = cells.weight
     damp = tilt(_Y_GRID)
-    longest = float(cells.new_tokens.max())
     for b, d in enumerate(bucket_d):
-        if b and bucket_d[b - 1] * chunk_cap >= longest:  # no prompt is capped any more: the same table
-            survival[b], dy[b], mean[b] = survival[b - 1], dy[b - 1], mean[b - 1]
-            continue
         jumps = _prefill_flops(np.minimum(cells.new_tokens, d * chunk_cap), cells.shared_prefix, params_active, attn)
         m1, m2 = float(np.dot(w, jumps)), float(np.dot(w, jumps**2))
         mean[b] = m1
@@ -205,6 +210,28 @@ def _table_survival(t: _WorkTables, bucket: np.ndarray, m: np.ndarray, y_flops: 
     if below:
         value = value * np.where(m < _M_GRID[0], m / _M_GRID[0], 1.0)
     return value if positive else np.where(y_flops <= 0, 1.0, value)
+
+
+@lru_cache(maxsize=512)
+def _band_tpot_static(cells: _Cells, ranges: tuple[tuple[int, int | None], ...], band: int, table_cap: int,
+                      params_active: float, attn: float):
+    """A band's cells with a decode step, their decode steps and table buckets, the work tables,
+    the cells' total weight and each cell's weight at each wait level (the same at every
+    operating point, and, the tables being in FLOPs, on every GPU, tp and dtype of the model);
+    None when no cell decodes. The arrays are read-only: every deployment of the class shares them."""
+    held = _band_cells(cells, ranges)[band]
+    held = held[cells.decode_steps[held] >= 1]
+    if held.size == 0:
+        return None
+    tables = _work_tables(cells, table_cap, params_active, attn)
+    d = cells.decode_steps[held]
+    bucket = np.clip(np.searchsorted(tables.bucket_d, d, side="right") - 1, 0, tables.bucket_d.size - 1)
+    w = cells.weight[held]
+    # a cell's weight at each wait level (WaitDistribution.levels: the same weights for every wait)
+    prob = w[:, None] * W_LEVEL_WEIGHTS[None, :]
+    for a in (held, d, bucket, prob):
+        a.flags.writeable = False
+    return held, d, bucket, tables, float(w.sum()), prob
 
 
 # -------------------------------------------------------------------- the model
@@ -255,6 +282,40 @@ def _past_square(values: np.ndarray, weight: np.ndarray, at: np.ndarray) -> np.n
     return np.maximum(suffix[2][i] - 2 * at * suffix[1][i] + at**2 * suffix[0][i], 0.0)
 
 
+def _band_ranges(slo: SLO) -> tuple[tuple[int, int | None], ...]:
+    """The prompt ranges of the bands: all of the targets that LatencyModel.band_cells depends on."""
+    return tuple((b.prompt_min_tokens, b.prompt_below_tokens) for b in slo.bands)
+
+
+@lru_cache(maxsize=256)
+def _band_cells(cells: _Cells, ranges: tuple[tuple[int, int | None], ...]) -> tuple[np.ndarray, ...]:
+    """The cells whose mean prompt falls in each band's range (Band.holds), read-only: every
+    deployment of a class and every set of targets with these bands shares them."""
+    out = []
+    for lo, below in ranges:
+        held = np.flatnonzero(Band("", lo, below).holds(cells.prompt))
+        held.flags.writeable = False
+        out.append(held)
+    return tuple(out)
+
+
+def _prefill_rates(step: StepModel, cells: _Cells) -> tuple[np.ndarray, float, float, float]:
+    """Each cell's prefill seconds (read-only), the class's FLOPs-to-seconds rate, and the mean
+    prefill seconds and new prompt tokens: constants of every operating point (LatencyPoint),
+    the same for every KV dtype, context limit and set of targets of a replica and class."""
+    prefill_s = np.asarray(step.prefill_s(cells.prompt, cells.prompt_sq, cells.shared_prefix), float)
+    prefill_s.flags.writeable = False
+    flops = _prefill_flops(cells.new_tokens, cells.shared_prefix, step.params_active, step.attn_flops_per_ctx_token)
+    # One table serves every GPU: FLOPs to seconds at the class's effective rate (the
+    # all-reduce bytes of prefill are a few percent, folded in proportionally).
+    flops_per_s = float(np.dot(cells.weight, flops) / max(np.dot(cells.weight, prefill_s), 1e-30))
+    return (prefill_s, flops_per_s, float(np.dot(cells.weight, prefill_s)),
+            float(np.dot(cells.weight, cells.new_tokens)))
+
+
+_PREFILL_RATES = ObjectMemo(_prefill_rates)
+
+
 class LatencyModel:
     """Latency distributions of one (deployment, class) pair; `at` gives them at one operating point."""
 
@@ -265,15 +326,9 @@ class LatencyModel:
         self.cap = int(long_prefill_cap_tokens) if long_prefill_cap_tokens else None
         self.cells = _cells(prof)
         c = self.cells
-        self.prefill_s = np.asarray(step.prefill_s(c.prompt, c.prompt_sq, c.shared_prefix), float)
-        flops = _prefill_flops(c.new_tokens, c.shared_prefix, step.params_active, step.attn_flops_per_ctx_token)
-        # One table serves every GPU: FLOPs to seconds at the class's effective rate (the
-        # all-reduce bytes of prefill are a few percent, folded in proportionally).
-        self.flops_per_s = float(np.dot(c.weight, flops) / max(np.dot(c.weight, self.prefill_s), 1e-30))
-        self.band_cells = [np.flatnonzero(b.holds(c.prompt)) for b in slo.bands]
-        # Constants of every operating point (LatencyPoint), computed once.
-        self.mean_prefill_s = float(np.dot(c.weight, self.prefill_s))
-        self.mean_new_tokens = float(np.dot(c.weight, c.new_tokens))
+        self.prefill_s, self.flops_per_s, self.mean_prefill_s, self.mean_new_tokens = _PREFILL_RATES((step, c))
+        self.band_ranges = _band_ranges(slo)
+        self.band_cells = _band_cells(c, self.band_ranges)
         self.horizon_s = self._horizon(slo)
         self._tpot_static: dict[int, tuple | None] = {}
         self._max_chunk_s: float | None = None
@@ -302,23 +357,10 @@ class LatencyModel:
         return self._max_chunk_s
 
     def tpot_static(self, band: int):
-        """A band's cells with a decode step, their decode steps and table buckets, the work tables,
-        the cells' total weight and each cell's weight at each wait level (the same at every
-        operating point); None when no cell decodes."""
+        """_band_tpot_static of this model's class, band and step FLOPs (remembered here too)."""
         if band not in self._tpot_static:
-            cells = self.band_cells[band]
-            cells = cells[self.cells.decode_steps[cells] >= 1]
-            if cells.size == 0:
-                self._tpot_static[band] = None
-            else:
-                tables = _work_tables(self.cells, self.table_cap, self.step.params_active,
-                                      self.step.attn_flops_per_ctx_token)
-                d = self.cells.decode_steps[cells]
-                bucket = np.clip(np.searchsorted(tables.bucket_d, d, side="right") - 1, 0, tables.bucket_d.size - 1)
-                w = self.cells.weight[cells]
-                # a cell's weight at each wait level (WaitDistribution.levels: the same weights for every wait)
-                prob = w[:, None] * W_LEVEL_WEIGHTS[None, :]
-                self._tpot_static[band] = (cells, d, bucket, tables, float(w.sum()), prob)
+            self._tpot_static[band] = _band_tpot_static(self.cells, self.band_ranges, band, self.table_cap,
+                                                        self.step.params_active, self.step.attn_flops_per_ctx_token)
         return self._tpot_static[band]
 
     def with_slo(self, slo: SLO) -> LatencyModel:
@@ -326,11 +368,14 @@ class LatencyModel:
         cells and prefill times are shared, only the bands' cells are recomputed."""
         if slo == self.slo:
             return self
-        other = copy.copy(self)
+        other = shallow_copy(self)
         other.slo = slo
-        other.band_cells = [np.flatnonzero(b.holds(self.cells.prompt)) for b in slo.bands]
+        ranges = _band_ranges(slo)
+        if ranges != self.band_ranges:
+            other.band_ranges, other.band_cells = ranges, _band_cells(self.cells, ranges)
+            other._tpot_static = {}
+        # else the bands hold the same cells, and tpot_static, which no limit enters, is shared
         other.horizon_s = self._horizon(slo)
-        other._tpot_static = {}
         return other
 
     def capped_chunks(self, cap: int) -> tuple[np.ndarray, np.ndarray]:
@@ -372,6 +417,16 @@ class LatencyModel:
         return LatencyPoint(self, rate_rps, decode_s, resident, backlog)
 
 
+@lru_cache(maxsize=64)
+def _fcfs_cells(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A point's per-cell wait index, lookback and window openness where every cell sees the FCFS
+    wait (0, 0 and 1 for each of n cells), read-only: shared by every such point."""
+    out = (np.zeros(n, np.int64), np.zeros(n), np.ones(n))
+    for a in out:
+        a.flags.writeable = False
+    return out
+
+
 class LatencyPoint:
     """The distributions at arrival rate λ, decode part t_dec and mean resident batch N; with a
     Backlog, the FCFS wait's tail is the backlog regime's (planner.backlog)."""
@@ -386,22 +441,23 @@ class LatencyPoint:
         # The tokens a step takes of each prompt: θ for the capped ones, else the budget (all of
         # them without θ, where k is the budget).
         per_step = budget if k == budget else np.where(c.new_tokens > k, k, budget)
-        steps_own = np.maximum(1.0, np.ceil(c.new_tokens / per_step))
+        per_budget = c.new_tokens / budget  # each prompt's tokens in budgets
+        steps_own = np.maximum(1.0, np.ceil(per_budget if k == budget else c.new_tokens / per_step))
         self.residual_s = self._residual_step(steps_own)
         self.own_s = model.prefill_s + steps_own * self.t_dec + self.residual_s
         self._add_packed(budget, per_step, steps_own)
         self.rho = self.rate * model.mean_prefill_s  # prefill's share of time
         # Which wait each cell sees: the FCFS queue's, or under θ the capped prompts' shared-step wait,
         # plus the in-flight chunks for prompts of at most θ tokens (planner.prefill_cap).
-        self.cell_wait = np.zeros(c.weight.size, np.int64)
-        self.lookback_s = np.zeros(c.weight.size)
-        self.window_open = np.ones(c.weight.size)  # whether a cell's wait and own prefill open its TPOT window
+        # window_open: whether a cell's wait and own prefill open its TPOT window (read-only: _capped_waits
+        # replaces the three)
+        self.cell_wait, self.lookback_s, self.window_open = _fcfs_cells(c.weight.size)
         self.spread = None  # under θ: the spread of a capped prompt's stay (planner.prefill_cap.stay_spread)
-        capped = c.new_tokens > k
-        if model.cap and k < budget and capped.any() and self.rho < 1:
+        capped = c.new_tokens > k if model.cap and k < budget else None
+        if capped is not None and capped.any() and self.rho < 1:
             self._capped_waits(budget, k, steps_own, capped, backlog)
         else:
-            service = model.prefill_s + c.new_tokens / budget * self.t_dec
+            service = model.prefill_s + per_budget * self.t_dec
             self.wait = model.fcfs_wait(self.rate, budget, self.t_dec, service, backlog)
             self.waits = (self.wait,)
         self.stable = self.wait is not None

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from planner.catalog import Dtype, Model
 from planner.deployment import Deployment
 from planner.errors import InputError
+from planner.memo import ObjectMemo
 from planner.units import GiB
 
 
@@ -97,6 +98,12 @@ class KVLayout:
 
 
 def kv_bytes_per_token_by_layer_kind(model: Model, kv_dtype: Dtype, tp: int = 1) -> KVLayout:
+    """_layer_kinds of the model, dtype and tp, remembered (planner.memo): a capacity search asks
+    it of every pair several times (footprint, ladder, percentile sizing)."""
+    return _LAYOUTS((model, kv_dtype), (tp,))
+
+
+def _layer_kinds(model: Model, kv_dtype: Dtype, tp: int) -> KVLayout:
     """The cache of every layer kind in `model`, summed per layer (seed 000's formula, layer by layer).
 
     - full / latent attention: every token, kv_values_per_token_per_layer x bytes per element.
@@ -134,6 +141,9 @@ def kv_bytes_per_token_by_layer_kind(model: Model, kv_dtype: Dtype, tp: int = 1)
         LayerKindCache("no_cache", model.num_cacheless_layers, 0.0, None, 0),
     ]
     return KVLayout(tuple(r for r in rows if r.layers))
+
+
+_LAYOUTS: ObjectMemo[KVLayout] = ObjectMemo(_layer_kinds)
 
 
 def layer_kind_lines(model: Model, kv_dtype: Dtype, tp: int = 1) -> list[str]:

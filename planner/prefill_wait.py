@@ -56,6 +56,24 @@ def _centred(eq: np.ndarray) -> np.ndarray:
     return out
 
 
+_last_shares: tuple = (None, None)  # the last read-only weights shares() normalised, and its answer
+
+
+def shares(weight: np.ndarray) -> np.ndarray:
+    """weight / weight.sum(). A latency point normalises its class's cell weights three times (the
+    grid, the wait, the backlog's levels): for a read-only array (a class's cells) the last answer
+    is remembered, keyed on the array itself (held, so its id names it), which cannot change."""
+    global _last_shares
+    last, answer = _last_shares
+    if weight is last:
+        return answer
+    answer = weight / weight.sum()
+    if not weight.flags.writeable:
+        answer.flags.writeable = False
+        _last_shares = (weight, answer)
+    return answer
+
+
 @lru_cache(maxsize=8)
 def tilt(n: int) -> np.ndarray:
     """Exponential damping e^(-TILT_DECADES·k/n) of an n-point grid against FFT wrap-around (Abate & Whitt 1992)."""
@@ -132,7 +150,7 @@ def mg1_grid(rate_rps: float, service_s: np.ndarray, weight: np.ndarray, horizon
     The grid spans the larger of `horizon_s` and E[W] + 12 sd(W) (moments from Takács'
     formulas: E[W] = λE[S²] / 2(1-ρ), E[W²] = 2E[W]² + λE[S³] / 3(1-ρ)), and four times
     the longest service."""
-    ws = weight / weight.sum()
+    ws = shares(weight)
     mean_s = float(np.dot(ws, service_s))
     rho = rate_rps * mean_s
     if rho >= 1.0 or not math.isfinite(rho):
@@ -159,7 +177,7 @@ def mg1_wait(rate_rps: float, service_s: np.ndarray, weight: np.ndarray, horizon
     rho = grid.load
     if rho <= 0:
         return WaitDistribution(np.ones(2), 1.0, 0.0, 0.0)
-    ws = weight / weight.sum()
+    ws = shares(weight)
     n = W_GRID
     dt = grid.span_s / (n - 1)
     pmf = _split_mass(service_s, ws, dt, n)

@@ -21,11 +21,13 @@ reads and weight GEMMs also wait for the slowest rank at every all-reduce (strag
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 
-from planner.catalog import GPU, Model
+from planner.catalog import GPU, Dtype, Model
 from planner.deployment import Deployment
+from planner.memo import ObjectMemo
 from planner.memory import weight_bytes
 
 ACTIVATION_BYTES = 2  # bf16 activations cross the all-reduce
@@ -212,30 +214,9 @@ class StepModel:
 
     @classmethod
     def of(cls, dep: Deployment) -> StepModel:
-        """The rates of `dep`: datasheet peaks x tp x the GPU's efficiency factors. The ranks' wait
-        for the slowest at every all-reduce (straggler_factor) divides the bandwidth and the decode
-        GEMMs' FLOP/s (gemm_flops_s): a decode pass's weight GEMMs and cache reads take that factor
-        longer; prefill's FLOPs, the fixed costs and the all-reduces do not change."""
-        gpu, eff = dep.gpu, dep.gpu.efficiency
-        straggler = straggler_factor(eff.straggler_cv, dep.tp)
-        bulk_us = bulk_latency_at_tp2_us(eff.allreduce_bulk_latency_us, eff.allreduce_bulk_latency_by_tp_us, dep.tp)
-        return cls(
-            bandwidth_bytes_s=dep.tp * gpu.hbm_bandwidth_gb_s * 1e9 * eff.bandwidth / straggler,
-            flops_s=dep.tp * gpu.tflops(dep.weight_dtype.compute_dtype) * 1e12 * eff.compute,
-            step_overhead_s=eff.step_overhead_ms / 1e3,
-            layer_overhead_s=eff.layer_overhead_us / 1e6,
-            weight_bytes=float(weight_bytes(dep.model, dep.weight_dtype)),
-            params_active=float(dep.model.params_active),
-            attn_flops_per_ctx_token=attention_flops_per_context_token(dep.model),
-            tp=dep.tp,
-            hidden_size=dep.model.hidden_size,
-            num_layers=dep.model.num_hidden_layers,
-            interconnect_bytes_s=gpu.interconnect_gb_s * 1e9 * eff.interconnect,
-            allreduce_latency_s=eff.allreduce_latency_us / 1e6,
-            model=dep.model,
-            allreduce_bulk_latency_s=None if bulk_us is None else bulk_us / 1e6,
-            straggler=straggler,
-        )
+        """_step_model of the deployment's GPU, weight dtype, model and tp, remembered (planner.memo):
+        every KV dtype, context limit and class of a config shares it, and its constants."""
+        return _STEP_MODELS((dep.gpu, dep.weight_dtype, dep.model), (dep.tp,))
 
     @property
     def gemm_flops_s(self) -> float:
@@ -306,6 +287,42 @@ class StepModel:
         fixed = self.step_overhead_s + self.num_layers * self.layer_overhead_s
         return gemm + attn + fixed + self.allreduce_s(np.asarray(batch, dtype=float))
 
+    def decode_step_one_s(self, batch: float, cache_bytes: float, context_tokens: float) -> float:
+        """decode_step_s of one batch, in Python floats: the same operations in the same order (so the
+        same float; tests/test_roofline_scalar.py checks it bit for bit), without numpy's cost per
+        call on 0-d values. A capacity search asks one batch at a time, thousands of times."""
+        moe, fixed, gemm_flops_s, ring_per_token, small_latency_s, bulk_latency_s = self._one_batch_constants
+        if moe is None:
+            weight = self.weight_bytes
+        else:  # moe_weight_bytes_read
+            n_exp, miss_one, per_expert, shared, bytes_per_param = moe
+            weight = (shared + n_exp * (1.0 - miss_one ** max(batch, 1.0)) * per_expert) * bytes_per_param
+        gemm = float(gemm_phase_s(weight / self.bandwidth_bytes_s, 2.0 * self.params_active * batch / gemm_flops_s))
+        attn = max(cache_bytes / self.bandwidth_bytes_s, self.attn_flops_per_ctx_token * context_tokens / self.flops_s)
+        if self.tp == 1:
+            return gemm + attn + fixed + 0.0
+        ring = ring_per_token * (batch * self.hidden_size * ACTIVATION_BYTES) / self.interconnect_bytes_s
+        if bulk_latency_s is None:  # allreduce_call_s
+            call = small_latency_s + ring
+        else:
+            call = min(small_latency_s + ring / SMALL_MESSAGE_BANDWIDTH_SHARE, bulk_latency_s + ring)
+        return gemm + attn + fixed + 2 * self.num_layers * call
+
+    @cached_property
+    def _one_batch_constants(self) -> tuple:
+        """What decode_step_one_s takes of the model and the replica at every batch."""
+        m = self.model
+        moe = None
+        if m.num_experts and m.num_experts_per_tok and m.params_active < m.params_total:
+            n_exp, k = m.num_experts, m.num_experts_per_tok
+            per_expert = (m.params_total - m.params_active) / (n_exp - k)
+            moe = (n_exp, 1.0 - k / n_exp, per_expert, m.params_total - n_exp * per_expert,
+                   self.weight_bytes / m.params_total)
+        bulk = self.allreduce_bulk_latency_s
+        return (moe, self.step_overhead_s + self.num_layers * self.layer_overhead_s, self.gemm_flops_s,
+                2 * (self.tp - 1) / self.tp, allreduce_call_latency(self.allreduce_latency_s, self.tp),
+                None if bulk is None else allreduce_call_latency(bulk, self.tp))
+
     def prefill_flops(self, prompt_tokens, prompt_tokens_sq, cached_prefix_tokens: int = 0):
         """2 x active params per new token, plus causal attention over causal_pairs(p², S)
         for a prompt of p tokens whose first S come from the prefix cache. Takes E[p] and
@@ -343,3 +360,33 @@ class StepModel:
         at effective rates. A mixture of experts reads only the experts its batch touches, so
         its b* is larger; this uses the all-experts read, a lower bound."""
         return (self.weight_bytes / self.bandwidth_bytes_s) / (2.0 * self.params_active / self.gemm_flops_s)
+
+
+def _step_model(gpu: GPU, weight_dtype: Dtype, model: Model, tp: int) -> StepModel:
+    """The rates of a replica: datasheet peaks x tp x the GPU's efficiency factors. The ranks' wait
+    for the slowest at every all-reduce (straggler_factor) divides the bandwidth and the decode
+    GEMMs' FLOP/s (gemm_flops_s): a decode pass's weight GEMMs and cache reads take that factor
+    longer; prefill's FLOPs, the fixed costs and the all-reduces do not change."""
+    eff = gpu.efficiency
+    straggler = straggler_factor(eff.straggler_cv, tp)
+    bulk_us = bulk_latency_at_tp2_us(eff.allreduce_bulk_latency_us, eff.allreduce_bulk_latency_by_tp_us, tp)
+    return StepModel(
+        bandwidth_bytes_s=tp * gpu.hbm_bandwidth_gb_s * 1e9 * eff.bandwidth / straggler,
+        flops_s=tp * gpu.tflops(weight_dtype.compute_dtype) * 1e12 * eff.compute,
+        step_overhead_s=eff.step_overhead_ms / 1e3,
+        layer_overhead_s=eff.layer_overhead_us / 1e6,
+        weight_bytes=float(weight_bytes(model, weight_dtype)),
+        params_active=float(model.params_active),
+        attn_flops_per_ctx_token=attention_flops_per_context_token(model),
+        tp=tp,
+        hidden_size=model.hidden_size,
+        num_layers=model.num_hidden_layers,
+        interconnect_bytes_s=gpu.interconnect_gb_s * 1e9 * eff.interconnect,
+        allreduce_latency_s=eff.allreduce_latency_us / 1e6,
+        model=model,
+        allreduce_bulk_latency_s=None if bulk_us is None else bulk_us / 1e6,
+        straggler=straggler,
+    )
+
+
+_STEP_MODELS: ObjectMemo[StepModel] = ObjectMemo(_step_model)
