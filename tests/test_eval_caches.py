@@ -232,3 +232,16 @@ def test_shares_remembers_only_read_only_weights():
     hit = shares(frozen)
     assert shares(frozen) is hit and np.array_equal(hit, frozen / frozen.sum()) and not hit.flags.writeable
     assert np.array_equal(shares(np.array([2.0, 2.0, 6.0])), hit)  # an equal array: computed afresh, same floats
+
+
+def test_the_empty_replicas_times_a_with_slo_copy_shares_are_a_fresh_models(catalog):
+    """target_floors reads each cell's own time in an empty replica, which no target enters: a copy
+    for other targets reads the original's, and its floors are those of a model built afresh for
+    those targets (a limit below the long band's empty-replica p99 shows as a floor)."""
+    rm = _rm(catalog)
+    tight = rm.with_slo(_two_bands(1.0, 0.05))
+    assert tight.empty_own_s() is rm.empty_own_s()
+    fresh = ReplicaModel(rm.dep, rm.prof, _two_bands(1.0, 0.05))
+    assert np.array_equal(fresh.empty_own_s(), rm.empty_own_s())
+    assert tight.floors() == fresh.floors() and [f.band for f in tight.floors()] == ["long"]
+    assert rm.floors() == ()
