@@ -10,6 +10,7 @@ own; ilp.solve_services is the only solver code; the plan comes back as data for
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from planner.certification import certify_plans, refreshed
@@ -107,12 +108,19 @@ class FleetPlan:
 
 
 def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool | None = None,
-                    keep_lp: bool = False, growth: float = 1.0) -> FleetPlan:
+                    keep_lp: bool = False, growth: float = 1.0,
+                    on_set_up: Callable[[Sequence[Setup]], None] | None = None,
+                    figures_ready: Callable[[Plan], None] | None = None) -> FleetPlan:
     """Solve every service of the fleet in one ILP, certify every pool of every service by
     simulation (each service's `verify`, or `certify` for all), explore each service alone with the
     rest of the fleet as planned, and price each shared constraint by re-solving without it.
-    growth: a multiplier on every service's demand (the fleet's forecast quarters)."""
+    growth: a multiplier on every service's demand (the fleet's forecast quarters).
+    on_set_up: called with every service's setup, before the joint ILP; figures_ready: with each
+    service's plan as soon as what its figures show is known (explore_plan; the CLI starts the
+    report's figures then, in the worker, while this process plans on)."""
     setups = [_setup(svc, growth) for svc in fleet.services]
+    if on_set_up is not None:
+        on_set_up(setups)
     solvers = [Resolver(st.scn) for st in setups]
 
     def solve(evals_per_service, **kw) -> JointSolution:
@@ -144,7 +152,8 @@ def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool |
         alone = [_alone(setups, plans, i, fleet.shared_caps) for i in range(len(plans))]
         # Every service's TTFT sweep goes to the worker at once, while the others run here.
         sweeps = [start_ttft_sweep(st, solve.inventory) for st, solve in alone]
-        plans = [explore_plan(st, plan, solve, sweep=sweep) for (st, solve), plan, sweep in zip(alone, plans, sweeps, strict=True)]
+        plans = [explore_plan(st, plan, solve, sweep=sweep, figures_ready=figures_ready)
+                 for (st, solve), plan, sweep in zip(alone, plans, sweeps, strict=True)]
     constraints = _constraints(fleet, setups, [p.evaluations for p in plans], joint, types) if explore else ()
     result = FleetPlan(fleet, tuple(plans), joint, types, constraints)
     budget = fleet.spec.budget_usd_per_month

@@ -94,6 +94,13 @@ class _Worker:
         with self.lock:
             return sum(1 for future in self.pending if not future.shared)
 
+    @property
+    def behind(self) -> tuple[int, int]:
+        """How far behind a job sent now would be: its queued work, then its shared and claimable
+        jobs (which it skips where this process has claimed them, but works through otherwise)."""
+        with self.lock:
+            return sum(1 for future in self.pending if not future.shared), len(self.pending)
+
     def _write(self) -> None:
         """Send the jobs in the order submitted; None: no more, close the worker's stdin (it ends)."""
         with suppress(OSError, ValueError):  # the worker is gone: its reader fails what it left
@@ -230,7 +237,7 @@ def _start(job: str, kwargs: dict, here: Callable[[], Any] | None, *, claimable:
     if payload in _started:
         return _started[payload]
     claim = _claim_path() if claimable else None
-    worker = min(live, key=lambda w: w.queued)
+    worker = _least_behind(live)
     if claim is None and worker.queued >= QUEUE_FOR_ANOTHER and len(live) < MAX_WORKERS:
         with suppress(Exception):  # none can start: keep the one there is
             another = _Worker()
@@ -260,6 +267,12 @@ def _start(job: str, kwargs: dict, here: Callable[[], Any] | None, *, claimable:
 
     _started[payload] = result
     return result
+
+
+def _least_behind(live: Sequence[_Worker]) -> _Worker:
+    """The worker that would begin a job sent now soonest: a job sent to the one that holds a
+    fleet's TTFT sweeps (claimable, not queued work) would wait for all of them while another idles."""
+    return min(live, key=lambda w: w.behind)
 
 
 _claims: list[str] = []  # the block's folder of claims for start_claimable, made when first needed
@@ -312,7 +325,7 @@ def shared_map(job: str, items: Sequence[dict], here: Callable[[dict], Any], *,
     if not live or len(items) < 2:
         yield from map(here, items)
         return
-    worker = min(live, key=lambda w: w.queued)  # no new worker: its imports would cost more than it shares
+    worker = _least_behind(live)  # no new worker: its imports would cost more than it shares
     with tempfile.TemporaryDirectory(prefix="planner-claims-") as folder:
         claims = os.path.join(folder, "claims")
         os.mkdir(claims)

@@ -217,6 +217,48 @@ def test_each_service_section_is_its_own_report_when_no_shared_constraint_binds(
     assert fp.cost_per_hour == pytest.approx(sum(p.cost_per_hour for p in fp.plans))
 
 
+def test_a_fleets_figures_are_started_while_it_is_planned_and_its_report_starts_no_job(tmp_path, monkeypatch):
+    """`planner solve FLEET` starts each service's traffic figure once every service is set up (the
+    worker shares their evaluations first) and its other figures once what they show is known, with the
+    arguments its report gives them: writing the report then sends the worker no job, and its files
+    are those drawn with no worker at all."""
+    import pickle
+
+    from planner import fleet_plan, fleet_report, worker_pool
+
+    events = []
+    submit, setup_plan, start_figures = worker_pool._Worker.submit, fleet_plan.setup_plan, fleet_report.start_figures
+
+    def sent(self, payload, **kw):
+        events.append(("job", pickle.loads(payload)[0]))
+        return submit(self, payload, **kw)
+
+    def set_up(*a, **kw):
+        st = setup_plan(*a, **kw)
+        events.append(("set up",))
+        return st
+
+    monkeypatch.setattr(worker_pool._Worker, "submit", sent)
+    monkeypatch.setattr(fleet_plan, "setup_plan", set_up)
+    monkeypatch.setattr(fleet_report, "start_figures", lambda *a, **kw: events.append(("report",)) or start_figures(*a, **kw))
+    path = write_fleet(tmp_path, services=[service("alpha", 30.0), service("beta", 12.0, context_limit=4096)])
+    r = CliRunner().invoke(main, ["solve", str(path), "--out-dir", str(tmp_path / "ahead"), "--no-verify"])
+    assert r.exit_code == 0, r.output
+    figures = [i for i, e in enumerate(events) if e[0] == "job" and e[1].startswith("figures:")]
+    kinds = [events[i][1] for i in figures]
+    assert sorted(kinds) == ["figures:cost_figure"] * 2 + ["figures:target_figure"] * 2 + ["figures:traffic_figure"] * 2
+    last_setup = max(i for i, e in enumerate(events) if e == ("set up",))
+    first_report = min(i for i, e in enumerate(events) if e == ("report",))
+    assert last_setup < min(figures) and max(figures) < first_report
+    assert [e for e in events[first_report:] if e[0] == "job"] == []
+    monkeypatch.setenv("PLANNER_WORKERS", "0")
+    r = CliRunner().invoke(main, ["solve", str(path), "--out-dir", str(tmp_path / "here"), "--no-verify"])
+    assert r.exit_code == 0, r.output
+    files = sorted(p.name for p in (tmp_path / "ahead").iterdir())
+    assert len(files) == 7 and files == sorted(p.name for p in (tmp_path / "here").iterdir())
+    assert all((tmp_path / "ahead" / f).read_bytes() == (tmp_path / "here" / f).read_bytes() for f in files)
+
+
 def test_a_binding_cap_moves_a_service_and_its_cost_is_the_saving_without_it(tmp_path):
     """Two services want the cheaper H100; a cap one GPU below what they take alone makes one of
     them take L40S. Dropping the cap costs exactly the two services planned alone; raising it by one

@@ -261,6 +261,27 @@ def test_a_scenarios_figures_are_started_before_its_per_gpu_plans_are_certified(
     assert all((tmp_path / "ahead" / f).read_bytes() == (tmp_path / "here" / f).read_bytes() for f in files)
 
 
+def test_a_job_goes_to_the_worker_with_the_least_ahead_of_it():
+    # Queued work counts first, then shared and claimable jobs: a figure sent to the worker holding
+    # a fleet's TTFT sweeps would wait for all of them while the other worker idles.
+    from concurrent.futures import Future
+
+    def worker(*shared: bool) -> worker_pool._Worker:
+        w = object.__new__(worker_pool._Worker)  # its bookkeeping only: no process
+        w.lock, w.pending = worker_pool.threading.Lock(), []
+        for flag in shared:
+            w.pending.append(Future())
+            w.pending[-1].shared = flag
+        return w
+
+    sweeps, idle = worker(*[True] * 16), worker()
+    assert worker_pool._least_behind([sweeps, idle]) is idle
+    assert worker_pool._least_behind([idle, sweeps]) is idle
+    figure, more_sweeps = worker(False), worker(True, True)
+    assert worker_pool._least_behind([figure, more_sweeps]) is more_sweeps
+    assert worker_pool._least_behind([worker(False, True), worker(False, True, True)]).behind == (1, 2)
+
+
 def test_planner_workers_0_runs_every_job_here(monkeypatch):
     monkeypatch.setenv("PLANNER_WORKERS", "0")
     with worker_processes():

@@ -49,8 +49,7 @@ def _solve_all(scenarios, out_dir, no_report, write_lp, verify, catalog_files, a
     loaded = [_load(path, catalog_files) for path in scenarios]
     if not no_report:
         _refuse_same_names(loaded)
-        for _, kind, inputs in loaded:
-            _draw_traffic_ahead([svc.inputs for svc in inputs.services] if kind == "fleet" else [inputs])
+        _draw_traffic_ahead([inputs for _, kind, inputs in loaded if kind == "scenario"])
     planned = []
     for i, (path, kind, inputs) in enumerate(loaded):
         with located(str(path)), terminal_progress():
@@ -82,7 +81,8 @@ def _load(path, catalog_files):
 def _draw_traffic_ahead(scenarios) -> None:
     """Start each scenario's traffic figure (the requests its context limit serves) now, in the
     worker that is otherwise idle until the report: the planner computes nothing it depends on.
-    A scenario whose traffic cannot be served gets its error from planning, as before."""
+    A scenario whose traffic cannot be served gets its error from planning, as before. (A fleet's
+    are started later, by _fleet_figures_ahead: its worker shares its services' setups first.)"""
     from planner.errors import PlannerError
     from planner.plan_setup import served_traffic
     from planner.report import start_traffic_figure
@@ -111,11 +111,27 @@ def _refuse_same_names(loaded) -> None:
         first[name] = str(path)
 
 
+def _fleet_figures_ahead():
+    """make_fleet_plan's hooks that start the fleet report's figures in the worker while the plan
+    is made, with the arguments the report gives them (planner.worker_pool shares each answer with
+    the report's own request): every service's traffic figure once the services are set up (the
+    worker then shares their evaluations, and draws while the joint ILP runs here), and a service's
+    other figures once what they show is known (drawn while this process plans on)."""
+    from planner.report import start_figures, start_traffic_figure
+
+    def set_up(setups) -> None:
+        for st in setups:
+            start_traffic_figure(st.served, st.limit, st.scn.thresholds)
+
+    return {"on_set_up": set_up, "figures_ready": start_figures}
+
+
 def _plan(kind, inputs, keep_lp, verify, *, draw_ahead=False):
     """The scenario's plan with its report sections and the line saying why it is not certified,
-    or the fleet's plan; InfeasibleError when a plan cannot be certified. draw_ahead: a scenario's
-    report figures are started as soon as what they show is known (the worker draws them while the
-    per-GPU plans are certified here; the report finds them started)."""
+    or the fleet's plan; InfeasibleError when a plan cannot be certified. draw_ahead: the report's
+    figures are started while the plan is made, as soon as what each shows is known (a scenario's
+    before its per-GPU plans are certified; a fleet's by _fleet_figures_ahead): the worker draws
+    them while this process plans on, and the report finds them started."""
     from planner.errors import InfeasibleError
     from planner.inputs import plan_inputs, report_sections
     from planner.plan_json import uncertified_message
@@ -123,7 +139,8 @@ def _plan(kind, inputs, keep_lp, verify, *, draw_ahead=False):
     if kind == "fleet":
         from planner.fleet_plan import make_fleet_plan
 
-        fleet_plan = make_fleet_plan(inputs, certify=verify, keep_lp=keep_lp)
+        fleet_plan = make_fleet_plan(inputs, certify=verify, keep_lp=keep_lp,
+                                     **(_fleet_figures_ahead() if draw_ahead else {}))
         problems = [f"service '{p.scenario.name}': {m}" for p in fleet_plan.plans if (m := uncertified_message(p))]
         if problems:
             raise InfeasibleError("; ".join(problems))
