@@ -91,8 +91,7 @@ class _Worker:
     @property
     def queued(self) -> int:
         """Jobs sent and not answered yet, shared_map's aside."""
-        with self.lock:
-            return sum(1 for future in self.pending if not future.shared)
+        return self.behind[0]
 
     @property
     def behind(self) -> tuple[int, int]:
