@@ -19,7 +19,6 @@ so that it raises here the error it raises in process.
 
 from __future__ import annotations
 
-import atexit
 import importlib
 import itertools
 import json
@@ -162,12 +161,13 @@ def prestart() -> None:
     """Start the worker of the next worker_processes block now, before the command line imports the
     planner: the worker's own imports (the planner and matplotlib, 0.6 s) then overlap those (0.2 s),
     and it takes its first job that much sooner. One the block does not take (the command wants no
-    worker, or ends first) is told to end; it does once its imports are done."""
+    worker) is told to end; one left when the command ends first (a bad file, a usage error) ends at
+    the end of its stdin, when this process exits; either ends once its imports are done. (No exit
+    hook: Python 3.12 starts no thread at shutdown, and close() starts one to reap the process.)"""
     if _prestarted or _workers or os.environ.get("PLANNER_WORKERS") == "0":
         return
     with suppress(Exception):  # no process can be started: the block starts its own, or none
         _prestarted.append(_Worker())
-        atexit.register(_end_prestarted)
 
 
 def _end_prestarted() -> None:
