@@ -16,7 +16,9 @@ The breakdown comes from one more run in process: loading, capacity evaluation (
 bookkeeping), ILP model build, solver, certification, report writing, and the work done in that
 process (capacity searches, latency points), which load does not change. Prints figures; asserts
 nothing. Machine load (os.getloadavg) is printed with every case: on a shared machine it inflates
-every time.
+every time. A fixed reference workload is timed before and after the cases (reference_s): the
+same code runs slower on a day the machine runs that workload slower (about a quarter between
+hours of one day here).
 
 Fresh processes load planner's compiled bytecode, as an installed package does (pip compiles
 every module at install; a checkout run once writes its __pycache__): the bench compiles the
@@ -46,6 +48,26 @@ ISSUE_GPUS = ["h100-sxm", "h100-pcie", "h200", "b200", "a100-80gb", "a100-40gb",
 
 def load() -> str:
     return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def reference_s() -> float:
+    """Seconds of a fixed workload that no change to the planner touches, the kind the planner's
+    own time is made of (interpreted Python, numpy calls on small arrays): the best of three, so
+    that figures taken on different days can be read against how fast the machine ran then (a
+    shared virtual machine's speed drifts by a quarter from hour to hour)."""
+    import numpy as np
+
+    def once() -> float:
+        t0 = time.perf_counter()
+        total = 0
+        for i in range(2_000_000):
+            total += i
+        x = np.linspace(0.0, 1.0, 64)
+        for _ in range(20_000):
+            x = np.cumsum(np.sqrt(x)) / 64.0
+        return time.perf_counter() - t0
+
+    return min(once() for _ in range(3))
 
 
 def fresh(path: Path, flags: list[str], runs: int, env: dict | None = None) -> tuple[float, list[float], str]:
@@ -222,6 +244,7 @@ def main() -> None:
     compileall.compile_dir(ROOT / "planner", quiet=1)
     print(f"planner's bytecode compiled (as pip install leaves it); PYTHONDONTWRITEBYTECODE="
           f"{os.environ.get('PYTHONDONTWRITEBYTECODE', '')!r}")
+    print(f"machine speed, before: a fixed reference workload takes {reference_s():.3f} s (reference_s; lower is faster)")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         case("1. 128k rollout (shipped), without simulation", rollout, 1.0, args.runs)
@@ -233,6 +256,7 @@ def main() -> None:
             case(f"3. the shipped fleet, 8 services on the full catalog, without simulation (solver: {backend})",
                  path, 15.0, args.runs)
         joint_ilp(fleet_full_catalog(tmp, "highs"), backends)
+    print(f"machine speed, after: the reference workload takes {reference_s():.3f} s")
 
 
 if __name__ == "__main__":
