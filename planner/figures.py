@@ -11,7 +11,7 @@ import matplotlib
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, Locator, MaxNLocator, NullLocator
+from matplotlib.ticker import FuncFormatter, Locator, LogLocator, MaxNLocator, NullLocator
 from matplotlib.transforms import offset_copy
 from PIL import Image
 
@@ -140,26 +140,51 @@ def traffic_figure(hist: Histogram, *, limit: int, thresholds: list[int]) -> byt
 
 
 def _plain(value: float, _pos=None) -> str:
-    """A log axis's tick label as a plain number (1,000 rather than mathtext 10^3: a tenth of the
-    cost to lay out, and read as the report's tables write token counts)."""
-    return f"{value:,.0f}" if value >= 1 else f"{value:g}"
+    """A log axis's tick label as a plain number, 1k rather than mathtext 10^3 (a tenth of the
+    cost to lay out): k for thousands and M for millions keep every label four characters at most,
+    so a million-token axis's decades do not run into each other."""
+    for unit, suffix in ((1e6, "M"), (1e3, "k")):
+        if value >= unit:
+            return f"{value / unit:g}{suffix}"
+    return f"{value:g}"
+
+
+class _LogTicks(LogLocator):
+    """A log axis's ticks, every one labelled: the decades in view where two or more are, else
+    1-2-5 in each decade, else every integer multiple, so that a narrow range (one length bin, a
+    class of constant lengths) still shows two labels or more, as matplotlib's labelled minor
+    ticks gave it. Only those in view: a tick outside is never drawn."""
+
+    def tick_values(self, vmin, vmax):
+        vmin, vmax = sorted((vmin, vmax))
+        if not vmin > 0:
+            return super().tick_values(vmin, vmax)
+        decades = 10.0 ** np.arange(np.floor(np.log10(vmin)), np.ceil(np.log10(vmax)) + 1)
+        for subs in ((1,), (1, 2, 5), range(1, 10)):
+            locs = (decades[:, None] * np.asarray(subs, dtype=float)).ravel()
+            locs = locs[(locs >= vmin * (1 - 1e-10)) & (locs <= vmax * (1 + 1e-10))]
+            if len(locs) >= 2:
+                break
+        return locs
 
 
 def _plain_log_ticks(*axes) -> None:
-    """Decade ticks labelled as plain numbers and no minor ticks: each tick is seven artists built
+    """Labelled ticks only (_LogTicks, _plain), no minor ticks: each tick is seven artists built
     per draw, and the unlabelled minor ones were most of a log figure's drawing time."""
     for axis in axes:
+        axis.set_major_locator(_LogTicks())
         axis.set_major_formatter(FuncFormatter(_plain))
         axis.set_minor_locator(NullLocator())
 
 
 def _minor_log_grid(ax, *, alpha: float) -> None:
-    """The grid lines a log x axis's minor ticks would draw (2..9 times each decade), as one collection:
-    the lines a reader reads values against, without the per-tick artists."""
+    """The grid lines a log x axis's minor ticks would draw (2..9 times each decade, less those
+    on a labelled tick's own line), as one collection: the lines a reader reads values against,
+    without the per-tick artists."""
     lo, hi = ax.get_xlim()
     decades = 10.0 ** np.arange(np.floor(np.log10(lo)), np.ceil(np.log10(hi)) + 1)
     xs = (decades[:, None] * np.arange(2, 10)).ravel()
-    xs = xs[(xs > lo) & (xs < hi)]
+    xs = xs[(xs > lo) & (xs < hi) & ~np.isin(xs, ax.xaxis.get_major_locator().tick_values(lo, hi))]
     rc = matplotlib.rcParams
     ax.vlines(xs, 0, 1, transform=ax.get_xaxis_transform(), colors=rc["grid.color"], alpha=alpha,
               linewidths=rc["grid.linewidth"], zorder=1.5)

@@ -84,8 +84,30 @@ def test_log_axes_are_labelled_with_plain_numbers_and_carry_no_minor_ticks(monke
         assert len(axis.get_minorticklocs()) == 0
         labels = [t.get_text() for t in axis.get_ticklabels()]
         assert labels and all("$" not in s and "^" not in s for s in labels)  # no mathtext
-    assert [t.get_text() for t in axes["total"].get_ticklabels()] == ["100", "1,000", "10,000", "100,000"]
-    assert figures._plain(1000.0) == "1,000" and figures._plain(0.1) == "0.1" and figures._plain(1.0) == "1"
+    assert [t.get_text() for t in axes["total"].get_ticklabels()] == ["100", "1k", "10k", "100k"]
+    assert [figures._plain(x) for x in (0.5, 1.0, 200.0, 1e3, 2e3, 1.5e4, 1e6, 2.5e7)] == [
+        "0.5", "1", "200", "1k", "2k", "15k", "1M", "25M"]
+
+
+@pytest.mark.parametrize(("lo", "hi", "ticks"), [
+    (14.0, 131072.0, [100, 1000, 10000, 100000]),       # decades, where two or more are in view
+    (1100.0, 4200.0, [2000, 3000, 4000]),               # no two decades, no two of 1-2-5: every multiple
+    (150.0, 1100.0, [200, 500, 1000]),                  # one decade: 1-2-5
+    (181.0, 215.0, [200]),                              # one length bin: what there is
+])
+def test_a_narrow_log_axis_still_gets_labelled_ticks(lo, hi, ticks):
+    assert list(figures._LogTicks().tick_values(lo, hi)) == ticks
+
+
+def test_a_constant_length_class_has_labels_on_both_log_axes(monkeypatch):
+    hist = Histogram.from_arrays(np.array([1000] * 5 + [1200] * 3), np.array([200] * 8))
+    [(fig, _)] = _drawn(monkeypatch, lambda: figures.traffic_figure(hist, limit=4096, thresholds=[2048]))
+    heatmap, length = fig.axes[0], fig.axes[1]
+    assert [t.get_text() for t in heatmap.xaxis.get_ticklabels()] == ["900", "1k"]
+    assert [t.get_text() for t in heatmap.yaxis.get_ticklabels()] == ["200"]
+    assert [t.get_text() for t in length.xaxis.get_ticklabels()] == ["2k", "3k", "4k"]
+    [grid] = [c for c in length.collections if c.get_zorder() == 1.5]
+    assert not {seg[0][0] for seg in grid.get_segments()} & {2000.0, 3000.0, 4000.0}  # each line drawn once
 
 
 def test_the_length_panel_keeps_its_minor_grid_lines_as_one_collection(monkeypatch):
@@ -95,7 +117,7 @@ def test_the_length_panel_keeps_its_minor_grid_lines_as_one_collection(monkeypat
     [grid] = [c for c in length.collections if c.get_zorder() == 1.5]
     xs = sorted(seg[0][0] for seg in grid.get_segments())
     expected = [k * 10.0**d for d in range(-1, 8) for k in range(2, 10) if lo < k * 10.0**d < hi]
-    assert xs == pytest.approx(expected) and len(xs) > 10
+    assert xs == pytest.approx(expected) and len(xs) > 10  # none on a decade: those are labelled ticks
 
 
 def test_cost_figure_margins_hold_the_longest_name_as_tight_layout_did(monkeypatch):
