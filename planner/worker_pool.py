@@ -1,8 +1,9 @@
 """Work done in worker processes while the plan is computed: report figures, and explorations
 that need nothing the rest of the plan computes.
 
-Importing matplotlib (0.33 s) and drawing a report's three figures (0.4 s) were a quarter of the
-128k rollout's 2.8 s solve, measured in process with the machine otherwise idle; the TTFT sweep
+Importing matplotlib (0.33 s) and drawing a report's three figures (0.4 s then, 0.16 s since
+figures.py draws less) were a quarter of the 128k rollout's 2.8 s solve, measured in process with
+the machine otherwise idle; the TTFT sweep
 (the plan re-solved at four scaled TTFT targets) is another 0.5 s that depends on nothing the other
 explorations compute. So worker processes import matplotlib while the plan is made, run the sweep
 while this process runs the other explorations, and draw the figures side by side when the report
