@@ -141,12 +141,18 @@ def level_waits(rate_rps: float, base_s: np.ndarray, regime_s: np.ndarray, weigh
     delta = regime_s - base_s
     e0, ed = float(ws @ base_s), float(ws @ delta)
     e00, e0d, edd = float(ws @ base_s**2), float(ws @ (base_s * delta)), float(ws @ delta**2)
-    phi = np.asarray(levels, float)
-    rho = rate_rps * (e0 + phi * ed)
-    second = e00 + 2 * phi * e0d + phi**2 * edd
-    clears = rho < 1.0
-    safe = np.where(clears & (rho > 0), rho, 0.5)
-    return rho, np.where(clears, rate_rps * second / (2 * safe * (1 - safe)), np.inf), clears
+    # A few levels: Python floats, the same IEEE operations in the same order as on arrays, without
+    # an array operation's overhead per term.
+    rho, cond_mean = [], []
+    for phi in levels:
+        phi = float(phi)
+        r = rate_rps * (e0 + phi * ed)
+        second = e00 + 2 * phi * e0d + phi * phi * edd
+        safe = r if 0 < r < 1.0 else 0.5
+        rho.append(r)
+        cond_mean.append(rate_rps * second / (2 * safe * (1 - safe)) if r < 1.0 else math.inf)
+    rho_a = np.array(rho)
+    return rho_a, np.array(cond_mean), rho_a < 1.0
 
 
 def backlog_wait(base: WaitDistribution, rate_rps: float, base_s: np.ndarray, regime_s: np.ndarray,
