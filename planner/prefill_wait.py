@@ -17,20 +17,22 @@ TILT_DECADES = 20.0  # the tilt damps the wrapped-around tail by e^-20
 # the tail that percentiles read, each represented by W's mean inside it.
 _W_EDGES = np.array([0.0, 0.5, 0.75, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 1.0])
 W_LEVEL_WEIGHTS = np.diff(_W_EDGES)
-_W_EDGE_LIST, _W_LEVEL_WEIGHT_LIST = _W_EDGES.tolist(), W_LEVEL_WEIGHTS.tolist()
 
 
-def _split_mass(values: np.ndarray, weights: np.ndarray, unit: float, size: int) -> np.ndarray:
+def _split_mass(values: np.ndarray, weights: np.ndarray, unit: float, size: int,
+                length: int | None = None) -> np.ndarray:
     """pmf on the grid 0, unit, 2·unit, ... with each value's mass split between its two
     neighbours in proportion to distance, so the mean is kept exactly (values past the grid
-    are clipped to its last point)."""
+    are clipped to its last point); `length`: its first `length` points only (a caller that reads
+    no further is spared the zeros of the rest)."""
     x = np.minimum(values / unit, size - 1.0)
-    lo = np.floor(x).astype(np.int64)
+    lo = x.astype(np.int64)  # the floor: values are non-negative (bincount takes no negative index)
     frac = x - lo
     hi = np.minimum(lo + 1, size - 1)
-    pmf = np.bincount(lo, weights * (1 - frac), minlength=size)
-    pmf += np.bincount(hi, weights * frac, minlength=size)
-    return pmf[:size]
+    keep = size if length is None else length
+    pmf = np.bincount(lo, weights * (1 - frac), minlength=keep)[:keep]
+    pmf += np.bincount(hi, weights * frac, minlength=keep)[:keep]
+    return pmf
 
 
 def split_mass_rows(values: np.ndarray, weights: np.ndarray, units: np.ndarray, size: int) -> np.ndarray:
@@ -116,41 +118,28 @@ class WaitDistribution:
         """E[W | q_a < F(W) <= q_b] for each interval [q_a, q_b] of _W_EDGES on the cdf linear between
         grid points: ∫ Q(u) du over it is b·Q(b) - a·Q(a) - ∫ F(x) dx from Q(a) to Q(b), with
         ∫ F exact for the piecewise-linear F. Unlike the quantile at an interval's middle, it moves
-        continuously with the operating point even where W has a gap (a flat cdf), and keeps E[W].
-        Ten edges: the terms are Python floats (the IEEE operations an array would do, in its order,
-        without an array operation's overhead each); the running area is an array's running sum."""
-        q = self._inverse()
+        continuously with the operating point even where W has a gap (a flat cdf), and keeps E[W]."""
+        q = self._inverse(_W_EDGES)
         cdf, dt = self.cdf, self.dt_s
-        last = cdf.size - 2
-        i = [min(max(math.floor(x / dt), 0), last) for x in q]
-        frac = [min(max(x / dt - k, 0.0), 1.0) for x, k in zip(q, i, strict=True)]
-        top = max(i)  # the area is read up to the top edge's cell only
-        area = np.cumsum(0.5 * (cdf[1:top + 1] + cdf[:top])).tolist()
-        at = cdf[i].tolist()
-        after = cdf[[k + 1 for k in i]].tolist()
-        integral = []
-        for k, f, a, b in zip(i, frac, at, after, strict=True):
-            f_at = a + (b - a) * f
-            integral.append((area[k - 1] * dt if k else 0.0) + 0.5 * (a + f_at) * f * dt)
+        i = np.minimum(np.maximum(np.floor(q / dt).astype(np.int64), 0), cdf.size - 2)
+        frac = np.minimum(np.maximum(q / dt - i, 0.0), 1.0)
+        top = int(i.max())  # the area is read up to the top edge's cell only
+        area = np.concatenate([[0.0], np.cumsum(0.5 * (cdf[1:top + 1] + cdf[:top])) * dt])
+        f_at = cdf[i] + (cdf[i + 1] - cdf[i]) * frac
+        integral = area[i] + 0.5 * (cdf[i] + f_at) * frac * dt
         # at the top edge the cdf may stop short of 1 on the grid: Q(1) is the grid's end
-        uq = [e * x for e, x in zip(_W_EDGE_LIST, q, strict=True)]
-        return np.array([((uq[k + 1] - uq[k]) - (integral[k + 1] - integral[k])) / w
-                         for k, w in enumerate(_W_LEVEL_WEIGHT_LIST)])
+        uq = _W_EDGES * q
+        return (np.diff(uq) - np.diff(integral)) / W_LEVEL_WEIGHTS
 
-    def _inverse(self) -> list[float]:
-        """x with P(W <= x) = q for each q of _W_EDGES on the cdf linear between grid points (as survival
-        reads it), so the levels move continuously with the operating point and a root search sees no
-        steps of dt."""
-        cdf, dt = self.cdf, self.dt_s
-        last = cdf.size - 1
-        idx = [min(k, last) for k in np.searchsorted(cdf, _W_EDGES).tolist()]
-        below = [max(k - 1, 0) for k in idx]
-        lo, hi = cdf[below].tolist(), cdf[idx].tolist()
-        out = []
-        for q, k, b, low, high in zip(_W_EDGE_LIST, idx, below, lo, hi, strict=True):
-            frac = (q - low) / (high - low) if high > low else 1.0
-            out.append((0.0 if k == 0 else b + min(max(frac, 0.0), 1.0)) * dt)
-        return out
+    def _inverse(self, q: np.ndarray) -> np.ndarray:
+        """x with P(W <= x) = q on the cdf linear between grid points (as survival reads it), so the
+        levels move continuously with the operating point and a root search sees no steps of dt."""
+        last = self.cdf.size - 1
+        idx = np.minimum(np.searchsorted(self.cdf, q), last)
+        below = np.maximum(idx - 1, 0)
+        lo, hi = self.cdf[below], self.cdf[idx]
+        frac = np.where(hi > lo, (q - lo) / np.where(hi > lo, hi - lo, 1.0), 1.0)
+        return np.where(idx == 0, 0.0, below + np.minimum(np.maximum(frac, 0.0), 1.0)) * self.dt_s
 
 
 @dataclass(frozen=True)
@@ -198,14 +187,14 @@ def mg1_wait(rate_rps: float, service_s: np.ndarray, weight: np.ndarray, horizon
     ws = shares(weight)
     n = W_GRID
     dt = grid.span_s / (n - 1)
-    pmf = _split_mass(service_s, ws, dt, n)
-    surv = np.empty(n)  # P(S > k - 1): 1, then 1 - the cdf
-    surv[0] = 1.0
     # The cdf stops rising at the longest service (a quarter of the grid at most): the running sum
     # adds zeros past it, which leave it as it is, so it is summed up to there only. _split_mass
     # puts no mass past the point after the longest service's (a quotient rises with its dividend).
     used = min(int(min(float(service_s.max()) / dt, n - 1.0)) + 2, n - 1)
-    head = np.cumsum(pmf[:used], out=surv[1:used + 1])
+    pmf = _split_mass(service_s, ws, dt, n, used)
+    surv = np.empty(n)  # P(S > k - 1): 1, then 1 - the cdf
+    surv[0] = 1.0
+    head = np.cumsum(pmf, out=surv[1:used + 1])
     surv[used + 1:] = head[-1]
     np.subtract(1.0, surv[1:], out=surv[1:])
     eq = _centred(surv, out=surv)
