@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from statistics import NormalDist
 from typing import Literal
 
@@ -228,6 +229,17 @@ def compound_poisson_quantile(mean_count: float, size_pmf: np.ndarray, q: float)
     return _CompoundPoisson(np.asarray(size_pmf, float), mean_count).quantile(mean_count, q)
 
 
+@lru_cache(maxsize=8)
+def _tilt(n: int) -> np.ndarray:
+    """theta^k on an n-point grid, theta = e^(-20/n): tail mass tilted down by e^-20 at the wrap point
+    (Grübel & Hermesmeier 1999). Read-only: one per grid size, shared by every size distribution (a
+    power per point costs more than the transform that uses it)."""
+    theta = math.exp(-20.0 / n)
+    weights = theta ** np.arange(n)
+    weights.flags.writeable = False
+    return weights
+
+
 class _CompoundPoisson:
     """The tilted transform of one size distribution, reused for many Poisson means <= max_mean."""
 
@@ -237,8 +249,7 @@ class _CompoundPoisson:
         second = float(np.dot(k * k, size_pmf))
         span = max_mean * mean_size + 12.0 * math.sqrt(max_mean * second) + size_pmf.size
         self.n = n = 1 << max(10, math.ceil(math.log2(span + 1)))
-        theta = math.exp(-20.0 / n)  # tail mass tilted down by e^-20 at the wrap point
-        self.tilt = theta ** np.arange(n)
+        self.tilt = _tilt(n)
         x = np.zeros(n)
         m = min(size_pmf.size, n)
         x[:m] = size_pmf[:m]

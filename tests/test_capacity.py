@@ -14,7 +14,7 @@ from planner.capacity import ReplicaModel, capacity_below, replica_capacity
 from planner.deployment import make_deployment
 from planner.histogram import Histogram
 from planner.memory import budget_ladder, kv_bytes_for_tokens
-from planner.paged import _CompoundPoisson, compound_poisson_quantile, token_profile
+from planner.paged import _CompoundPoisson, _tilt, compound_poisson_quantile, token_profile
 from planner.roofline import StepModel, ridge_point
 from planner.targets import SLO
 
@@ -135,6 +135,14 @@ def test_compound_poisson_within_a_limit_agrees_with_the_quantile_at_every_limit
                     assert cp.within(mean_count, q, limit) == (exact <= limit), (size, mean_count, q, limit)
                     checked += 1
     assert checked > 1500
+
+
+def test_the_remembered_tilt_of_a_grid_size_equals_a_fresh_one():
+    for n in (1024, 4096, 8192, 1024):
+        held = _tilt(n)
+        fresh = math.exp(-20.0 / n) ** np.arange(n)
+        assert held.tobytes() == fresh.tobytes() and not held.flags.writeable
+    assert _CompoundPoisson(np.array([0.0, 0.5, 0.5]), 3.0).tilt is _tilt(1024)
 
 
 def test_prompt_beyond_ttft_target_is_infeasible_with_a_reason(catalog):
