@@ -60,7 +60,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.prefill_wait import WaitDistribution, shares
+from planner.prefill_wait import W_GRID, WaitDistribution, shares
 
 
 @dataclass(frozen=True)
@@ -141,12 +141,28 @@ def level_waits(rate_rps: float, base_s: np.ndarray, regime_s: np.ndarray, weigh
     delta = regime_s - base_s
     e0, ed = float(ws @ base_s), float(ws @ delta)
     e00, e0d, edd = float(ws @ base_s**2), float(ws @ (base_s * delta)), float(ws @ delta**2)
-    phi = np.asarray(levels, float)
-    rho = rate_rps * (e0 + phi * ed)
-    second = e00 + 2 * phi * e0d + phi**2 * edd
-    clears = rho < 1.0
-    safe = np.where(clears & (rho > 0), rho, 0.5)
-    return rho, np.where(clears, rate_rps * second / (2 * safe * (1 - safe)), np.inf), clears
+    # A few levels: Python floats, the same IEEE operations in the same order as on arrays, without
+    # an array operation's overhead per term.
+    rho, cond_mean = [], []
+    for phi in levels:
+        phi = float(phi)
+        r = rate_rps * (e0 + phi * ed)
+        second = e00 + 2 * phi * e0d + phi * phi * edd
+        safe = r if 0 < r < 1.0 else 0.5
+        rho.append(r)
+        cond_mean.append(rate_rps * second / (2 * safe * (1 - safe)) if r < 1.0 else math.inf)
+    rho_a = np.array(rho)
+    return rho_a, np.array(cond_mean), rho_a < 1.0
+
+
+_INDEX = np.arange(max(W_GRID, BACKLOG_GRID * BACKLOG_SPANS + 2), dtype=float)  # the base's grid and the longest mixed one
+_INDEX.flags.writeable = False
+
+
+def _index(n: int) -> np.ndarray:
+    """0, 1, ..., n - 1 as floats (exact: the floats np.arange(n) * dt multiplies), read-only: for the
+    grids of backlog_wait a view of one array, not a new array and its cast per grid."""
+    return _INDEX[:n] if n <= _INDEX.size else np.arange(n, dtype=float)
 
 
 def backlog_wait(base: WaitDistribution, rate_rps: float, base_s: np.ndarray, regime_s: np.ndarray,
@@ -173,8 +189,8 @@ def backlog_wait(base: WaitDistribution, rate_rps: float, base_s: np.ndarray, re
     # The grid reaches where the slowest level has decayed as far as the base has at the end of its
     # grid, at BACKLOG_GRID points per span of the base's grid.
     dt = grid_end / (BACKLOG_GRID - 1)
-    x = np.arange(math.ceil(grid_end / max(float(shrink.min()), 1.0 / BACKLOG_SPANS) / dt) + 1) * dt
-    grid = np.arange(base.cdf.size) * base.dt_s
+    x = _index(math.ceil(grid_end / max(float(shrink.min()), 1.0 / BACKLOG_SPANS) / dt) + 1) * dt
+    grid = _index(base.cdf.size) * base.dt_s
     base_survival = 1.0 - base.cdf
 
     def level_survival(level: np.ndarray, x_s: np.ndarray) -> np.ndarray:

@@ -299,6 +299,24 @@ def _band_cells(cells: _Cells, ranges: tuple[tuple[int, int | None], ...]) -> tu
     return tuple(out)
 
 
+@lru_cache(maxsize=256)
+def _band_weights(cells: _Cells, ranges: tuple[tuple[int, int | None], ...]) -> tuple[tuple[np.ndarray, float], ...]:
+    """Each band's cell weights (read-only) and their total, which every TTFT share of the band divides
+    by: constants of the class and bands, asked at every operating point."""
+    out = []
+    for held in _band_cells(cells, ranges):
+        w = cells.weight[held]
+        w.flags.writeable = False
+        out.append((w, float(w.sum())))
+    return tuple(out)
+
+
+@lru_cache(maxsize=16)
+def _exceed_share(stat: str) -> float | None:
+    """Target.exceed_share of a statistic, which a search asks of every target at every point."""
+    return Target(stat, 1.0).exceed_share
+
+
 def _prefill_rates(step: StepModel, cells: _Cells) -> tuple[np.ndarray, float, float, float]:
     """Each cell's prefill seconds (read-only), the class's FLOPs-to-seconds rate, and the mean
     prefill seconds and new prompt tokens: constants of every operating point (LatencyPoint),
@@ -329,6 +347,7 @@ class LatencyModel:
         self.prefill_s, self.flops_per_s, self.mean_prefill_s, self.mean_new_tokens = _PREFILL_RATES((step, c))
         self.band_ranges = _band_ranges(slo)
         self.band_cells = _band_cells(c, self.band_ranges)
+        self.band_weights = _band_weights(c, self.band_ranges)
         self.horizon_s = self._horizon(slo)
         self._tpot_static: dict[int, tuple | None] = {}
         self._max_chunk_s: float | None = None
@@ -373,6 +392,7 @@ class LatencyModel:
         ranges = _band_ranges(slo)
         if ranges != self.band_ranges:
             other.band_ranges, other.band_cells = ranges, _band_cells(self.cells, ranges)
+            other.band_weights = _band_weights(self.cells, ranges)
             other._tpot_static = {}
         # else the bands hold the same cells, and tpot_static, which no limit enters, is shared
         other.horizon_s = self._horizon(slo)
@@ -566,11 +586,11 @@ class LatencyPoint:
         cells = self.m.band_cells[band]
         if cells.size == 0:
             return 0.0
-        w = self.m.cells.weight[cells]
+        w, total = self.m.band_weights[band]
         p = self._wait_survival(cells, limit_s - self.own_s[cells])
         if self.spread is not None:
             p = np.where(self.cell_wait[cells] == 0, self._capped_ttft_exceed(cells, limit_s), p)
-        return float(np.dot(w, p)) / float(w.sum())
+        return float(np.dot(w, p)) / total
 
     def _capped_ttft_exceed(self, cells: np.ndarray, limit_s: float) -> np.ndarray:
         """P(W + H·F > x) for capped cells: H the stay's mean, F = (a + Z) / (a + E[Z]) its spread
@@ -703,7 +723,7 @@ class LatencyPoint:
         scale: for a mean, log(mean / limit); for a percentile, log(share of requests (tokens,
         for ITL) above the limit / share allowed). Increasing with load; the log makes the
         exponential tails of waiting times close to linear, which a root search likes."""
-        allowed = target.exceed_share
+        allowed = _exceed_share(target.stat)
         if allowed is None:
             return math.log(max(self.value(band, kind, "mean"), 1e-300) / target.limit_s)
         if kind == "ttft":

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from statistics import NormalDist
 from typing import Literal
 
@@ -228,6 +229,17 @@ def compound_poisson_quantile(mean_count: float, size_pmf: np.ndarray, q: float)
     return _CompoundPoisson(np.asarray(size_pmf, float), mean_count).quantile(mean_count, q)
 
 
+@lru_cache(maxsize=8)
+def _tilt(n: int) -> np.ndarray:
+    """theta^k on an n-point grid, theta = e^(-20/n): tail mass tilted down by e^-20 at the wrap point
+    (Grübel & Hermesmeier 1999). Read-only: one per grid size, shared by every size distribution (a
+    power per point costs more than the transform that uses it)."""
+    theta = math.exp(-20.0 / n)
+    weights = theta ** np.arange(n)
+    weights.flags.writeable = False
+    return weights
+
+
 class _CompoundPoisson:
     """The tilted transform of one size distribution, reused for many Poisson means <= max_mean."""
 
@@ -237,8 +249,7 @@ class _CompoundPoisson:
         second = float(np.dot(k * k, size_pmf))
         span = max_mean * mean_size + 12.0 * math.sqrt(max_mean * second) + size_pmf.size
         self.n = n = 1 << max(10, math.ceil(math.log2(span + 1)))
-        theta = math.exp(-20.0 / n)  # tail mass tilted down by e^-20 at the wrap point
-        self.tilt = theta ** np.arange(n)
+        self.tilt = _tilt(n)
         x = np.zeros(n)
         m = min(size_pmf.size, n)
         x[:m] = size_pmf[:m]
@@ -250,6 +261,22 @@ class _CompoundPoisson:
         pmf /= self.tilt
         cdf = np.cumsum(np.maximum(pmf, 0.0, out=pmf), out=pmf)
         return int(min(np.searchsorted(cdf, q - 1e-12, side="left"), self.n - 1))
+
+    def within(self, mean_count: float, q: float, limit_units: float) -> bool:
+        """quantile(mean_count, q) <= limit_units, from the cdf up to the limit only: the cdf, a running
+        sum of non-negative terms, rises, so the quantile is within the limit exactly where the cdf
+        at the limit reaches q (the same floats as quantile's: the running sum of a prefix is the
+        prefix of the running sum). A bisection asks this a dozen times of a total whose grid
+        reaches 2-8 times past the limit."""
+        top = math.floor(limit_units)
+        if top < 0:
+            return False
+        if top >= self.n - 1:
+            return True
+        transform = mean_count * self.phi_minus_1
+        pmf = np.fft.irfft(np.exp(transform, out=transform), self.n)[:top + 1]
+        pmf /= self.tilt[:top + 1]
+        return bool(np.cumsum(np.maximum(pmf, 0.0, out=pmf), out=pmf)[-1] >= q - 1e-12)
 
 
 def max_mean_count_for_quantile(size_pmf: np.ndarray, q: float, limit_units: float) -> float:
@@ -269,11 +296,11 @@ def max_mean_count_for_quantile(size_pmf: np.ndarray, q: float, limit_units: flo
     s2 = float(np.dot(k * k, size_pmf))
     upper = limit_units / m  # at N·m = limit the median already reaches the limit
     cp = _CompoundPoisson(size_pmf, upper)
-    if cp.quantile(upper, q) <= limit_units:
+    if cp.within(upper, q, limit_units):
         return upper
 
     def fits(n: float) -> bool:
-        return cp.quantile(n, q) <= limit_units
+        return cp.within(n, q, limit_units)
 
     z = NormalDist().inv_cdf(q)
     root = (-z * math.sqrt(s2) + math.sqrt(z * z * s2 + 4 * m * limit_units)) / (2 * m)

@@ -19,16 +19,20 @@ _W_EDGES = np.array([0.0, 0.5, 0.75, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 1.0])
 W_LEVEL_WEIGHTS = np.diff(_W_EDGES)
 
 
-def _split_mass(values: np.ndarray, weights: np.ndarray, unit: float, size: int) -> np.ndarray:
+def _split_mass(values: np.ndarray, weights: np.ndarray, unit: float, size: int,
+                length: int | None = None) -> np.ndarray:
     """pmf on the grid 0, unit, 2·unit, ... with each value's mass split between its two
     neighbours in proportion to distance, so the mean is kept exactly (values past the grid
-    are clipped to its last point)."""
+    are clipped to its last point); `length`: its first `length` points only (a caller that reads
+    no further is spared the zeros of the rest)."""
     x = np.minimum(values / unit, size - 1.0)
-    lo = np.floor(x).astype(np.int64)
+    lo = x.astype(np.int64)  # the floor: values are non-negative (bincount takes no negative index)
     frac = x - lo
     hi = np.minimum(lo + 1, size - 1)
-    return (np.bincount(lo, weights * (1 - frac), minlength=size)
-            + np.bincount(hi, weights * frac, minlength=size))[:size]
+    keep = size if length is None else length
+    pmf = np.bincount(lo, weights * (1 - frac), minlength=keep)[:keep]
+    pmf += np.bincount(hi, weights * frac, minlength=keep)[:keep]
+    return pmf
 
 
 def split_mass_rows(values: np.ndarray, weights: np.ndarray, units: np.ndarray, size: int) -> np.ndarray:
@@ -44,16 +48,18 @@ def split_mass_rows(values: np.ndarray, weights: np.ndarray, units: np.ndarray, 
     return flat.reshape(units.size, size)
 
 
-def _centred(eq: np.ndarray) -> np.ndarray:
+def _centred(eq: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """The equilibrium pmf (last axis) normalised, each cell's mass moved to the cell's middle by
     halving it between its point and the next. Se of a grid-valued S is uniform inside the cell
     [k, k+1) that eq[k] weighs; left at k, every one of W's geometric number of Se terms would lose
-    half a cell (W biased low by E[K]·dt/2, E[K] = ρ/(1 - ρ): 5% at a p99 on 4,096 points, ρ = 0.9)."""
-    eq = eq / eq.sum(axis=-1, keepdims=True)
-    out = 0.5 * eq
-    out[..., 1:] += 0.5 * eq[..., :-1]
-    out[..., -1] += 0.5 * eq[..., -1]
-    return out
+    half a cell (W biased low by E[K]·dt/2, E[K] = ρ/(1 - ρ): 5% at a p99 on 4,096 points, ρ = 0.9).
+    `out`: where to write it (may be `eq` itself)."""
+    half = np.divide(eq, eq.sum(axis=-1, keepdims=True), out=out)
+    last = half[..., -1] * 0.5
+    half *= 0.5
+    half[..., 1:] += half[..., :-1]  # numpy reads an overlapping input as it was before the add
+    half[..., -1] += last
+    return half
 
 
 _last_shares: tuple = (None, None)  # the last read-only weights shares() normalised, and its answer
@@ -94,7 +100,8 @@ class WaitDistribution:
     def survival(self, x_s: np.ndarray | float) -> np.ndarray:
         """P(W > x), linear between grid points; 1 below zero; the last grid point's value beyond."""
         x = np.asarray(x_s, float) / self.dt_s
-        i = np.minimum(np.maximum(np.floor(x).astype(np.int64), 0), self.cdf.size - 2)
+        # truncation is the floor where x >= 0, and below 0 both clamp to 0
+        i = np.minimum(np.maximum(x.astype(np.int64), 0), self.cdf.size - 2)
         frac = np.minimum(np.maximum(x - i, 0.0), 1.0)
         cdf = self.cdf[i] * (1 - frac) + self.cdf[i + 1] * frac
         return np.where(x < 0, 1.0, np.minimum(np.maximum(1.0 - cdf, 0.0), 1.0))
@@ -180,17 +187,17 @@ def mg1_wait(rate_rps: float, service_s: np.ndarray, weight: np.ndarray, horizon
     ws = shares(weight)
     n = W_GRID
     dt = grid.span_s / (n - 1)
-    pmf = _split_mass(service_s, ws, dt, n)
+    # The cdf stops rising at the longest service (a quarter of the grid at most): the running sum
+    # adds zeros past it, which leave it as it is, so it is summed up to there only. _split_mass
+    # puts no mass past the point after the longest service's (a quotient rises with its dividend).
+    used = min(int(min(float(service_s.max()) / dt, n - 1.0)) + 2, n - 1)
+    pmf = _split_mass(service_s, ws, dt, n, used)
     surv = np.empty(n)  # P(S > k - 1): 1, then 1 - the cdf
     surv[0] = 1.0
-    # The cdf stops rising at the longest service (a quarter of the grid at most): the running sum
-    # adds zeros past it, which leave it as it is, so it is summed up to there only.
-    mass = np.flatnonzero(pmf[:-1])
-    used = int(mass[-1]) + 1 if mass.size else 1
-    head = np.cumsum(pmf[:used], out=surv[1:used + 1])
+    head = np.cumsum(pmf, out=surv[1:used + 1])
     surv[used + 1:] = head[-1]
     np.subtract(1.0, surv[1:], out=surv[1:])
-    eq = _centred(surv)
+    eq = _centred(surv, out=surv)
     damp = tilt(n)
     transform = np.fft.rfft(np.multiply(eq, damp, out=eq))
     transform *= rho

@@ -14,7 +14,7 @@ from planner.capacity import ReplicaModel, capacity_below, replica_capacity
 from planner.deployment import make_deployment
 from planner.histogram import Histogram
 from planner.memory import budget_ladder, kv_bytes_for_tokens
-from planner.paged import compound_poisson_quantile, token_profile
+from planner.paged import _CompoundPoisson, _tilt, compound_poisson_quantile, token_profile
 from planner.roofline import StepModel, ridge_point
 from planner.targets import SLO
 
@@ -114,6 +114,35 @@ def test_compound_poisson_quantile_matches_monte_carlo():
     mean = mean_count * np.dot(sizes, pmf)
     sd = np.sqrt(mean_count * np.dot(sizes**2, pmf))
     assert mean + norm.ppf(q) * sd < lo - 1
+
+
+def test_compound_poisson_within_a_limit_agrees_with_the_quantile_at_every_limit():
+    # within() reads the cdf up to the limit only: its answer is quantile <= limit, for limits on
+    # both sides of the quantile, below the grid and past its end, over seeded size distributions.
+    rng = np.random.default_rng(7)
+    checked = 0
+    for _ in range(20):
+        size = int(rng.integers(3, 400))
+        pmf = rng.random(size) ** 3
+        pmf[: int(rng.integers(0, size))] *= rng.random()
+        pmf /= pmf.sum()
+        max_mean = float(rng.uniform(0.5, 300.0))
+        cp = _CompoundPoisson(pmf, max_mean)
+        for mean_count in (max_mean, max_mean * float(rng.random()), 1e-3):
+            for q in (0.5, 0.9, 0.999):
+                exact = cp.quantile(mean_count, q)
+                for limit in {-1.0, 0.0, 0.5, exact - 1, exact - 0.5, exact, exact + 0.25, exact + 1, cp.n - 2, cp.n + 5}:
+                    assert cp.within(mean_count, q, limit) == (exact <= limit), (size, mean_count, q, limit)
+                    checked += 1
+    assert checked > 1500
+
+
+def test_the_remembered_tilt_of_a_grid_size_equals_a_fresh_one():
+    for n in (1024, 4096, 8192, 1024):
+        held = _tilt(n)
+        fresh = math.exp(-20.0 / n) ** np.arange(n)
+        assert held.tobytes() == fresh.tobytes() and not held.flags.writeable
+    assert _CompoundPoisson(np.array([0.0, 0.5, 0.5]), 3.0).tilt is _tilt(1024)
 
 
 def test_prompt_beyond_ttft_target_is_infeasible_with_a_reason(catalog):

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from planner import latency
 from planner.capacity import ReplicaModel, replica_capacity
 from planner.deployment import make_deployment
 from planner.histogram import Histogram
@@ -15,7 +16,7 @@ from planner.pool_check import requests_for
 from planner.prefill_wait import mg1_wait
 from planner.requests import Requests, sample_requests
 from planner.simulate import simulate_replica
-from planner.targets import SLO, Band, Target
+from planner.targets import SLO, STATISTICS, Band, Target
 
 
 def test_mm1_waiting_time_matches_the_closed_form():
@@ -110,3 +111,29 @@ def test_requests_for_samples_enough_of_the_smallest_band():
     assert requests_for(hist, slo, most=20_000, per_band=5000) == 20_000
     one = SLO((Band("all", 0, None, Target("p99", 1.0)),))
     assert requests_for(hist, one, most=20_000, per_band=5000) == math.ceil(5000 / 0.9)
+
+
+def test_remembered_band_weights_equal_the_cells_weights_and_a_ttft_share_reads_them(catalog):
+    # _band_weights is remembered per class and bands, and its copies under with_slo follow new
+    # bands: each band's (weights, total) equals the weights of its cells and their sum, recomputed.
+    dep = make_deployment(catalog, model="llama-3.1-8b", gpu="h100-sxm", max_model_len=131072)
+    rng = np.random.default_rng(3)
+    hist = Histogram.from_arrays(rng.integers(50, 60_000, 4000), rng.integers(10, 800, 4000))
+    two = SLO((Band("short", 0, 8192, Target("p99", 2.0)), Band("long", 8192, None, Target("p90", 30.0))))
+    three = SLO((Band("a", 0, 1024, Target("p50", 1.0)), Band("b", 1024, 16384, Target("p99", 3.0)),
+                 Band("c", 16384, None, Target("p99", 40.0))))
+    rm = ReplicaModel(dep, token_profile(hist), two)
+    for model in (rm.latency, rm.latency.with_slo(three), rm.latency.with_slo(SLO.single(ttft_s=5.0))):
+        assert len(model.band_weights) == len(model.band_cells)
+        for cells, (w, total) in zip(model.band_cells, model.band_weights, strict=True):
+            fresh = model.cells.weight[cells]
+            assert w.tobytes() == fresh.tobytes() and total == float(fresh.sum())
+            assert not w.flags.writeable
+    pt = rm.latency_at(40.0)
+    for band in (0, 1):
+        cells = rm.latency.band_cells[band]
+        w = rm.latency.cells.weight[cells]
+        fresh = float(np.dot(w, pt._wait_survival(cells, 2.0 - pt.own_s[cells]))) / float(w.sum())
+        assert pt.ttft_exceed(band, 2.0) == fresh
+    for stat in STATISTICS:
+        assert latency._exceed_share(stat) == Target(stat, 2.0).exceed_share
