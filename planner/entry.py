@@ -6,17 +6,21 @@ from __future__ import annotations
 
 import sys
 
+from planner.startup import begin_imports, end_imports
+
 # The commands that write a report through worker_processes (solve, forecast).
 _WITH_WORKERS = ("solve", "forecast")
 
 
 def run() -> None:
+    begin_imports()
     if uses_workers(sys.argv[1:]):
         from planner.worker_pool import prestart
 
         prestart()
     from planner.cli import run as run_command_line
 
+    end_imports()
     run_command_line()
 
 

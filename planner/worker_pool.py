@@ -392,8 +392,13 @@ def _serve() -> None:
     os.dup2(2, 1)
     # The slow imports, before the first job arrives: matplotlib, and what the planner's jobs
     # are made of (unpickling a job imports it otherwise, while the planner waits).
+    from planner.startup import begin_imports, end_imports
+
+    begin_imports()
     import planner.exploration
     import planner.figures  # noqa: F401
+
+    end_imports()
 
     jobs = sys.stdin.buffer
     while True:

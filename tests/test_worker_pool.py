@@ -4,6 +4,7 @@ once without a stall, a worker's failure raised here, a dead worker's figures dr
 from __future__ import annotations
 
 import pickle
+import sys
 
 import pytest
 
@@ -211,6 +212,27 @@ def test_the_entry_point_prestarts_a_worker_for_commands_that_use_one(args, star
     from planner.entry import uses_workers
 
     assert uses_workers(args) is starts
+
+
+def test_the_entry_point_imports_without_collections_and_freezes_what_they_made(monkeypatch):
+    """The collector is off while the command line is imported (and a worker prestarted), and on
+    again for the command, with the imported objects out of its generations (planner.startup)."""
+    import gc
+
+    import planner.cli
+    from planner import entry
+
+    seen = {}
+    monkeypatch.setattr(worker_pool, "prestart", lambda: seen.setdefault("collecting while importing", gc.isenabled()))
+    monkeypatch.setattr(planner.cli, "run", lambda: seen.update(collecting=gc.isenabled(), frozen=gc.get_freeze_count()))
+    monkeypatch.setattr(sys, "argv", ["planner", "solve", "a.yaml"])
+    try:
+        entry.run()
+    finally:
+        gc.unfreeze()
+        gc.enable()
+    assert seen["collecting while importing"] is False
+    assert seen["collecting"] is True and seen["frozen"] > 1000
 
 
 def test_a_scenarios_figures_are_started_before_its_per_gpu_plans_are_certified(tmp_path, monkeypatch):
