@@ -16,9 +16,9 @@ The breakdown comes from one more run in process: loading, capacity evaluation (
 bookkeeping), ILP model build, solver, certification, report writing, and the work done in that
 process (capacity searches, latency points), which load does not change. Prints figures; asserts
 nothing. Machine load (os.getloadavg) is printed with every case: on a shared machine it inflates
-every time. A fixed reference workload is timed before and after the cases (reference_s): the
-same code runs slower on a day the machine runs that workload slower (about a quarter between
-hours of one day here).
+every time. A fixed reference workload is timed before the cases and after each (reference_s):
+the same code runs slower when the machine runs that workload slower (by a quarter or more between
+hours of one day here, and within minutes).
 
 Fresh processes load planner's compiled bytecode, as an installed package does (pip compiles
 every module at install; a checkout run once writes its __pycache__): the bench compiles the
@@ -47,7 +47,9 @@ ISSUE_GPUS = ["h100-sxm", "h100-pcie", "h200", "b200", "a100-80gb", "a100-40gb",
 
 
 def load() -> str:
-    return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    """The machine's state after a case: its load average, and how long the reference workload
+    takes now (the machine's speed drifts within minutes, not only between days)."""
+    return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg()) + f"; reference {reference_s():.3f} s"
 
 
 def reference_s() -> float:
@@ -244,7 +246,8 @@ def main() -> None:
     compileall.compile_dir(ROOT / "planner", quiet=1)
     print(f"planner's bytecode compiled (as pip install leaves it); PYTHONDONTWRITEBYTECODE="
           f"{os.environ.get('PYTHONDONTWRITEBYTECODE', '')!r}")
-    print(f"machine speed, before: a fixed reference workload takes {reference_s():.3f} s (reference_s; lower is faster)")
+    print(f"machine speed, before: a fixed reference workload takes {reference_s():.3f} s (reference_s; lower is faster; "
+          "printed again after each case)")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         case("1. 128k rollout (shipped), without simulation", rollout, 1.0, args.runs)
