@@ -1,8 +1,8 @@
 """How a planner process starts: its imports with the cyclic garbage collector off, and what they
 built set aside from it for good.
 
-The planner's commands are short-lived processes that import about 300 modules (planner, numpy,
-pydantic, PuLP, HiGHS; matplotlib in a worker) and then plan. Imports make objects that live as
+The planner's commands are short-lived processes that import about 350 modules (planner, numpy,
+pydantic, PuLP, HiGHS; 580 in a worker, with matplotlib) and then plan. Imports make objects that live as
 long as the process and form few cycles, yet the collector ran about 200 collections over them
 during the 128k rollout's imports (0.05-0.10 CPU-s), and every full collection of the run walked
 them all again: measured with gc.callbacks, 0.10-0.13 CPU-s of collections during the run itself,
