@@ -311,12 +311,6 @@ def _band_weights(cells: _Cells, ranges: tuple[tuple[int, int | None], ...]) -> 
     return tuple(out)
 
 
-@lru_cache(maxsize=16)
-def _exceed_share(stat: str) -> float | None:
-    """Target.exceed_share of a statistic, which a search asks of every target at every point."""
-    return Target(stat, 1.0).exceed_share
-
-
 def _prefill_rates(step: StepModel, cells: _Cells) -> tuple[np.ndarray, float, float, float]:
     """Each cell's prefill seconds (read-only), the class's FLOPs-to-seconds rate, and the mean
     prefill seconds and new prompt tokens: constants of every operating point (LatencyPoint),
@@ -723,7 +717,7 @@ class LatencyPoint:
         scale: for a mean, log(mean / limit); for a percentile, log(share of requests (tokens,
         for ITL) above the limit / share allowed). Increasing with load; the log makes the
         exponential tails of waiting times close to linear, which a root search likes."""
-        allowed = _exceed_share(target.stat)
+        allowed = target.exceed_share
         if allowed is None:
             return math.log(max(self.value(band, kind, "mean"), 1e-300) / target.limit_s)
         if kind == "ttft":

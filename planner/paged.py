@@ -255,28 +255,29 @@ class _CompoundPoisson:
         x[:m] = size_pmf[:m]
         self.phi_minus_1 = np.fft.rfft(x * self.tilt) - 1.0
 
-    def quantile(self, mean_count: float, q: float) -> int:
+    def _cdf(self, mean_count: float, points: int) -> np.ndarray:
+        """P(S <= k) for k < points: the running sum of the pmf's first `points` values (the
+        running sum of a prefix is the prefix of the running sum: the same floats however many)."""
         transform = mean_count * self.phi_minus_1
-        pmf = np.fft.irfft(np.exp(transform, out=transform), self.n)
-        pmf /= self.tilt
-        cdf = np.cumsum(np.maximum(pmf, 0.0, out=pmf), out=pmf)
+        pmf = np.fft.irfft(np.exp(transform, out=transform), self.n)[:points]
+        pmf /= self.tilt[:points]
+        return np.cumsum(np.maximum(pmf, 0.0, out=pmf), out=pmf)
+
+    def quantile(self, mean_count: float, q: float) -> int:
+        cdf = self._cdf(mean_count, self.n)
         return int(min(np.searchsorted(cdf, q - 1e-12, side="left"), self.n - 1))
 
     def within(self, mean_count: float, q: float, limit_units: float) -> bool:
         """quantile(mean_count, q) <= limit_units, from the cdf up to the limit only: the cdf, a running
         sum of non-negative terms, rises, so the quantile is within the limit exactly where the cdf
-        at the limit reaches q (the same floats as quantile's: the running sum of a prefix is the
-        prefix of the running sum). A bisection asks this a dozen times of a total whose grid
-        reaches 2-8 times past the limit."""
+        at the limit reaches q. A bisection asks this a dozen times of a total whose grid reaches
+        2-8 times past the limit."""
         top = math.floor(limit_units)
         if top < 0:
             return False
         if top >= self.n - 1:
             return True
-        transform = mean_count * self.phi_minus_1
-        pmf = np.fft.irfft(np.exp(transform, out=transform), self.n)[:top + 1]
-        pmf /= self.tilt[:top + 1]
-        return bool(np.cumsum(np.maximum(pmf, 0.0, out=pmf), out=pmf)[-1] >= q - 1e-12)
+        return bool(self._cdf(mean_count, top + 1)[-1] >= q - 1e-12)
 
 
 def max_mean_count_for_quantile(size_pmf: np.ndarray, q: float, limit_units: float) -> float:

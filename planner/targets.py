@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 STATISTICS = ("mean", "p50", "p90", "p95", "p99")
 DEFAULT_STATISTIC = "p99"
@@ -30,8 +31,10 @@ DEFAULT_TTFT_S = 2.0
 DEFAULT_TPOT_MS = 100.0
 
 
+@lru_cache(maxsize=16)
 def statistic_quantile(stat: str) -> float | None:
-    """'p99' -> 0.99; 'mean' -> None."""
+    """'p99' -> 0.99; 'mean' -> None. Remembered: a capacity search asks it of every target at
+    every operating point (Target.exceed_share)."""
     if stat not in STATISTICS:
         raise ValueError(f"unknown statistic {stat!r}; choose from {', '.join(STATISTICS)}")
     return None if stat == "mean" else int(stat[1:]) / 100

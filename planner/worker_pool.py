@@ -3,9 +3,8 @@ that need nothing the rest of the plan computes.
 
 Importing matplotlib (0.33 s) and drawing a report's three figures (0.4 s then, 0.16 s since
 figures.py draws less) were a quarter of the 128k rollout's 2.8 s solve, measured in process with
-the machine otherwise idle; the TTFT sweep
-(the plan re-solved at four scaled TTFT targets) is another 0.5 s that depends on nothing the other
-explorations compute. So worker processes import matplotlib while the plan is made, run the sweep
+the machine otherwise idle; the TTFT sweep (the plan re-solved at four scaled TTFT targets) is
+another 0.5 s that depends on nothing the other explorations compute. So worker processes import matplotlib while the plan is made, run the sweep
 while this process runs the other explorations, and draw the figures side by side when the report
 is written; the report writers write the PNG bytes themselves, after every plan is made, as before.
 
