@@ -34,10 +34,8 @@ def pool_setting(pool: PoolDetail, scn: Scenario, pools: list[PoolDetail], trace
         total = trace.prompt_tokens + trace.output_tokens
         lo = 0 if tc.name != "long" else int(tc.option)
         in_class = np.flatnonzero((total > lo) & (total <= edge_at_most(tc.max_model_len)))
-        # A plain load balancer deals the class's requests to its replicas in turn, whatever each can carry.
-        siblings = [q for q in pools if q.traffic_class is tc]
-        offset = sum(q.replicas for q in siblings[: siblings.index(pool)])
-        replica = np.arange(in_class.size) % sum(q.replicas for q in siblings)
+        offset, class_replicas = _log_share(pool, pools)
+        replica = np.arange(in_class.size) % class_replicas
         take = in_class[(replica >= offset) & (replica < offset + pool.replicas)]
         if take.size:
             mine = Requests(trace.arrival_s[take], trace.prompt_tokens[take], trace.output_tokens[take])
@@ -61,7 +59,8 @@ def certify_plans(parts, resolve, *, rounds: int) -> list[tuple[list[Evaluation]
         # started ahead (replay_ahead) are waited for.
         todo = []
         for st, _, _, pools, _ in state:
-            fresh = {_replay_key(pool): pool for pool in pools if _replay_key(pool) not in st.evaluator.checks}
+            keys = {_replay_key(pool, pools, st.trace): pool for pool in pools}
+            fresh = {k: pool for k, pool in keys.items() if k not in st.evaluator.checks}
             todo += [(st, k, pool_setting(pool, st.scn, pools, st.trace)) for k, pool in fresh.items()]
         # The simulator's loop releases the GIL: pools replay side by side, one thread each.
         done = []
@@ -73,14 +72,15 @@ def certify_plans(parts, resolve, *, rounds: int) -> list[tuple[list[Evaluation]
                 step.advance()
         for (st, k, _), check in zip(todo, done, strict=True):
             st.evaluator.checks[k] = check
-        missing = [[pool for pool in pools if not st.evaluator.checks[_replay_key(pool)].holds] for st, _, _, pools, _ in state]
+        missing = [[pool for pool in pools if not st.evaluator.checks[_replay_key(pool, pools, st.trace)].holds]
+                   for st, _, _, pools, _ in state]
         if not any(missing) or spent == rounds:
             break
         spent += 1
         for (st, evals, _, pools, changes), miss in zip(state, missing, strict=True):
             slo, sim = st.scn.slo.to_slo(), st.scn.simulation
             for pool in miss:
-                check = st.evaluator.checks[_replay_key(pool)]
+                check = st.evaluator.checks[_replay_key(pool, pools, st.trace)]
                 tc = pool.traffic_class
                 config = pool.config.label(tc.max_model_len)
                 if not check.problems:  # held at the planned peak with Poisson arrivals, not under the log's bursts
@@ -102,8 +102,9 @@ def certify_plans(parts, resolve, *, rounds: int) -> list[tuple[list[Evaluation]
     out = []
     for st, evals, sol, pools, changes in state:
         sim = st.scn.simulation
-        certified = all(st.evaluator.checks[_replay_key(pool)].holds for pool in pools)
-        pools = [dataclasses.replace(pool, check=st.evaluator.checks[_replay_key(pool)]) for pool in pools]
+        checks = [st.evaluator.checks[_replay_key(pool, pools, st.trace)] for pool in pools]
+        certified = all(check.holds for check in checks)
+        pools = [dataclasses.replace(pool, check=check) for pool, check in zip(pools, checks, strict=True)]
         out.append((evals, sol, pools, Certification(certified, spent, tuple(changes), sim.requests, sim.band_requests,
                                                      sim.seed)))
     return out
@@ -125,7 +126,7 @@ def replay_ahead(parts) -> None:
     todo = {}
     for st, pools in parts:
         for pool in pools:
-            k = _replay_key(pool)
+            k = _replay_key(pool, pools, st.trace)
             if k not in st.evaluator.checks and k not in st.evaluator.replays and (id(st.evaluator), k) not in todo:
                 todo[id(st.evaluator), k] = (st, pool_setting(pool, st.scn, pools, st.trace))
     if not todo:
@@ -136,9 +137,22 @@ def replay_ahead(parts) -> None:
     workers.shutdown(wait=False)  # the threads end with their replays
 
 
-def _replay_key(pool: PoolDetail) -> tuple:
+def _log_share(pool: PoolDetail, pools: list[PoolDetail]) -> tuple[int, int]:
+    """Which of its class's requests a pool replays from a log: a plain load balancer deals them to
+    the class's replicas in turn, whatever each can carry, so the pool takes the replicas from
+    `offset` on, of `class_replicas` in all (its siblings in the class come first, in plan order)."""
+    siblings = [q for q in pools if q.traffic_class is pool.traffic_class]
+    return sum(q.replicas for q in siblings[: siblings.index(pool)]), sum(q.replicas for q in siblings)
+
+
+def _replay_key(pool: PoolDetail, pools: list[PoolDetail], trace: Requests | None) -> tuple:
+    """What a replay's answer depends on: the pool's class, config, replicas and rate, and with a
+    log, which share of it the pool is dealt. Two plans' pools alike in all but their siblings (the
+    plan's pool beside another config, the same pool alone in a per-GPU plan) take different
+    requests of the log, so they do not share a replay."""
     tc = pool.traffic_class
-    return (tc.option, tc.name, pool.config.label(tc.max_model_len), pool.replicas, round(pool.rate_per_replica_rps, 9))
+    key = (tc.option, tc.name, pool.config.label(tc.max_model_len), pool.replicas, round(pool.rate_per_replica_rps, 9))
+    return key if trace is None else (*key, *_log_share(pool, pools))
 
 
 def _replay(st: Setup, p: PoolSetting) -> PoolCheck:

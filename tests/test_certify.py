@@ -170,3 +170,42 @@ def test_a_fleet_with_three_limits_is_refused(tmp_path):
     r = CliRunner().invoke(main, ["solve", str(write(tmp_path, text)), "--no-report"])
     assert r.exit_code == 2
     assert "fleet: pools have 3 context limits (4096, 8192, 16384)" in r.output
+
+
+def test_a_replay_of_a_log_is_keyed_by_the_share_of_it_the_pool_is_dealt(catalog):
+    """The same pool (config, replicas, rate) alone in its class and beside a sibling takes
+    different requests of a log (the balancer deals the class's requests to every replica in
+    turn): the two must not share one replay. Without a log both replay the same Poisson sample."""
+    import dataclasses
+
+    import numpy as np
+
+    from planner.certification import _replay_key, pool_setting
+    from planner.histogram import Histogram
+    from planner.planning import make_plan
+    from planner.requests import Requests
+    from planner.scenario import Scenario
+
+    scn = Scenario.model_validate({
+        "name": "share", "model": "llama-3.1-8b", "context_limit": 8192,
+        "traffic": {"source": {"constant": {"prompt_tokens": 1000, "output_tokens": 200}},
+                    "peak": {"method": "explicit", "rps": 6}},
+        "slo": {"bands": [{"tpot_ms": 60}]}, "gpus": ["h100-sxm"], "tp": [1], "weight_dtypes": ["bf16"],
+        "kv_dtypes": ["bf16"], "sizing": {"mode": "expected"},
+    })
+    plan = make_plan(scn, catalog, catalog.model("llama-3.1-8b"), Histogram.constant(1000, 200, 100), 6.0,
+                     explore=False, certify=False)
+    (pool,) = plan.pools
+    sibling = dataclasses.replace(pool, replicas=pool.replicas + 1)  # another pool of the class, ahead of it
+    alone, beside = [pool], [sibling, pool]
+    n = 600
+    trace = Requests(np.arange(n) * 0.1, np.full(n, 1000), np.full(n, 200))
+
+    assert _replay_key(pool, alone, None) == _replay_key(pool, beside, None)
+    assert _replay_key(pool, alone, trace) != _replay_key(pool, beside, trace)
+    dealt_alone = pool_setting(pool, scn, alone, trace).trace.arrival_s
+    dealt_beside = pool_setting(pool, scn, beside, trace).trace.arrival_s
+    assert dealt_alone.size == n  # every request of the class
+    # Beside the sibling it takes the requests dealt to the replicas after the sibling's.
+    turn = np.arange(n) % (sibling.replicas + pool.replicas)
+    assert np.array_equal(dealt_beside, trace.arrival_s[turn >= sibling.replicas])
