@@ -165,7 +165,7 @@ def term_check(cat, raw, args) -> None:
     """
     print()
     print("Term check at 95% of the model's ITL-50 capacity (model | sim); ITL_tok/step = the per-token mean ITL over "
-          "the mean step, N/Little = time-averaged N over λ·s·(mean step)")
+          "the mean step, N/Little = time-averaged running sequences over λ·s·(mean step)")
     head = (f"{'deployment':34s} {'histogram':10s} {'rate':>6s} {'N':>11s} {'s':>9s} {'rho':>11s} {'t_dec ms':>11s} "
             f"{'step ms':>11s} {'ITL_tok/step':>12s} {'N/Little':>8s} {'tokens/seq':>11s}")
     print(head)
@@ -185,11 +185,12 @@ def term_check(cat, raw, args) -> None:
             n_model = rm.resident_for_rate(res.rate_rps, dep.engine.max_num_seqs)
             s_sim = (tr.step_decoding.sum() + req.n) / req.n  # decode tokens + first tokens, per request
             step_sim = dt.mean()
-            tokens_per_seq = res.kv_utilisation * res.kv_budget_bytes / (res.block_bytes / dep.block_size) / res.resident_batch
+            # the cache holds the prompts being prefilled too: per running sequence
+            tokens_per_seq = res.kv_utilisation * res.kv_budget_bytes / (res.block_bytes / dep.block_size) / res.running_batch
             print(f"{label:34s} {hname:10s} {res.rate_rps:6.2f} {n_model:5.1f}|{res.resident_batch:5.1f} "
                   f"{prof.steps_per_request:4.0f}|{s_sim:4.0f} {rm.step.prefill_s(prof.mean_prompt, prof.mean_prompt_sq) * res.rate_rps:5.3f}|{res.prefill_share:5.3f} "
                   f"{rm.decode_s(n_model) * 1e3:5.2f}|{(dt - pf).mean() * 1e3:5.2f} {rm.step_s(n_model) * 1e3:5.2f}|{step_sim * 1e3:5.2f} "
-                  f"{res.itl_ms_mean / (step_sim * 1e3) - 1:+12.1%} {res.resident_batch / (res.rate_rps * s_sim * step_sim):8.3f} "
+                  f"{res.itl_ms_mean / (step_sim * 1e3) - 1:+12.1%} {res.running_batch / (res.rate_rps * s_sim * step_sim):8.3f} "
                   f"{prof.mean_paged_tokens:5.0f}|{tokens_per_seq:5.0f}")
 
 

@@ -75,7 +75,10 @@ def latency_section(plan: Plan) -> str:
         f"scheduler simulator (planner/simulate.py; enough sampled requests for {cert.band_requests:,} measured in "
         f"every band, at most {cert.requests:,} a run; seed {cert.seed}; the first 10% as warm-up), beside the "
         "model's prediction (planner/latency.py) at the same rate. "
-        "TPOT is per request, (last token − first token) / (output tokens − 1); ITL is per token.",
+        "TPOT is per request, (last token − first token) / (output tokens − 1); ITL is per token. "
+        "The mean model's rows average over the run's time, idle moments included: resident_batch counts the "
+        "sequences decoding; kv_utilisation is the cache held over the KV budget, where the simulator also holds "
+        "each prompt's blocks while it is prefilled and the model only the decoders'.",
     ]
     if cert.rounds:
         lines += ["", f"Certification re-planned {cert.rounds} time{'s' if cert.rounds > 1 else ''}: a pool that missed "

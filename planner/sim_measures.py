@@ -3,8 +3,12 @@
 Measures (`SimResult`): the first `warmup_fraction` of requests (by arrival) is
 the warm-up; the measurement window runs from the arrival of the first measured
 request to the last arrival (the drain after it is excluded). Time-weighted means
-(resident sequences, KV utilisation) and ITL are taken over the steps that start
-in the window; TTFT over the measured requests. ITL samples are per-token gaps:
+(sequences decoding and running, the waiting queue, KV utilisation, the prefill share)
+are over the window's time, idle gaps included (nothing runs then, and the cache holds
+only the shared prefix), as the model's are (Little's law over all time): over the steps
+alone they would be means over the busy time, several times the model's for a replica that
+idles most of the time (a long-context pool). They and ITL are taken over the steps that
+start in the window; TTFT over the measured requests. ITL samples are per-token gaps:
 every decode token's gap is its step's duration, and a preempted request's first
 token after recompute adds the gap since its last token before preemption.
 """
@@ -99,8 +103,8 @@ class SimResult:
     rate_rps: float  # offered: arrivals in the window / window length
     throughput_rps: float  # completions in the window / window length
     output_tokens_per_s: float  # tokens emitted in the window / window length
-    resident_batch: float  # time-weighted mean of running sequences (admitted, not finished)
-    decode_batch: float  # time-weighted mean of sequences decoding in a step
+    resident_batch: float  # time-weighted mean of sequences decoding: what the model's resident batch N counts
+    running_batch: float  # time-weighted mean of running sequences (admitted, not finished: prefilling too)
     waiting: float  # time-weighted mean of the waiting queue
     kv_utilisation: float  # time-weighted mean of held cache bytes / KV budget bytes
     kv_utilisation_p99: float  # time-weighted 99th percentile of the same
@@ -111,7 +115,7 @@ class SimResult:
     ttft_ms_p50: float
     ttft_ms_p99: float
     step_ms_mean: float  # time per step (unweighted)
-    prefill_share: float  # fraction of window time spent on prefill chunks
+    prefill_share: float  # fraction of the window's time spent on prefill chunks
     preemptions: int  # in the window
     preemptions_per_1000: float  # preemptions in the window per 1,000 arrivals in the window
     stable: bool  # backlog_growth <= STABILITY_TOLERANCE
@@ -213,14 +217,17 @@ def measure(req: Requests, tr: Trace, warmup_fraction: float, wall: float, *,
     win = slice(int(lo), int(hi))
     w = tr.step_s[win]
     wsum = float(w.sum())
+    # The window's time: its steps and the idle gaps between them (a saturated replica's last step may
+    # run past the window's end, so never less than the steps' own time).
+    window_s = max(span, wsum)
 
     def tmean(x: np.ndarray) -> float:
-        return float(np.dot(x, w) / wsum) if wsum > 0 else math.nan
+        """Mean over the window's time of a per-step count that is 0 while the replica idles."""
+        return float(np.dot(x, w) / window_s) if wsum > 0 else math.nan
 
     def in_window(steps: np.ndarray) -> np.ndarray:
         return (steps >= lo) & (steps < hi)
 
-    util = (tr.step_used_blocks[win] * block_bytes + shared_bytes) / budget_bytes
     dec = tr.step_decoding[win]
     resumed = tr.resume_gaps_s[in_window(tr.resume_steps)]
     gaps = GapDistribution.of(np.concatenate([w, resumed]), np.concatenate([dec.astype(np.float64), np.ones(resumed.size)]))
@@ -234,15 +241,16 @@ def measure(req: Requests, tr: Trace, warmup_fraction: float, wall: float, *,
     preempt_in = int(np.sum(in_window(tr.preemption_steps)))
     used_win = tr.step_used_blocks[win]
     used_weight = np.bincount(used_win, weights=w) if used_win.size else np.zeros(1)
+    used_weight[0] += window_s - wsum  # idle: no block beyond the shared prefix is held
     used_p99 = int(np.searchsorted(np.cumsum(used_weight), 0.99 * used_weight.sum(), side="left"))
     return SimResult(
         rate_rps=arrived_in / span,
         throughput_rps=done_in / span,
         output_tokens_per_s=tokens_out / span,
-        resident_batch=tmean(tr.step_running[win].astype(np.float64)),
-        decode_batch=tmean(dec.astype(np.float64)),
+        resident_batch=tmean(dec.astype(np.float64)),
+        running_batch=tmean(tr.step_running[win].astype(np.float64)),
         waiting=tmean(tr.step_waiting[win].astype(np.float64)),
-        kv_utilisation=tmean(util),
+        kv_utilisation=(tmean(used_win.astype(np.float64)) * block_bytes + shared_bytes) / budget_bytes,
         kv_utilisation_p99=(used_p99 * block_bytes + shared_bytes) / budget_bytes if wsum > 0 else math.nan,
         itl_ms_mean=gaps.mean_s * 1e3,
         itl_ms_p50=gaps.quantile(0.50) * 1e3,
@@ -251,7 +259,7 @@ def measure(req: Requests, tr: Trace, warmup_fraction: float, wall: float, *,
         ttft_ms_p50=float(np.quantile(ttft, 0.50)) * 1e3 if ttft.size else math.nan,
         ttft_ms_p99=float(np.quantile(ttft, 0.99)) * 1e3 if ttft.size else math.nan,
         step_ms_mean=float(w.mean()) * 1e3 if w.size else math.nan,
-        prefill_share=float(tr.step_prefill_s[win].sum()) / wsum if wsum > 0 else math.nan,
+        prefill_share=float(tr.step_prefill_s[win].sum()) / window_s if wsum > 0 else math.nan,
         preemptions=preempt_in,
         preemptions_per_1000=1000.0 * preempt_in / max(arrived_in, 1),
         stable=growth <= STABILITY_TOLERANCE,

@@ -145,10 +145,13 @@ def test_conservation_under_memory_pressure(catalog):
     assert (tr.step_used_blocks <= tr.total_blocks).all()
     assert (tr.step_running <= 64).all()
     assert res.preemptions_per_1000 > 0
-    # Steps run one after another, idle gaps included: the measures take their window as a slice.
+    # Steps run one after another, idle gaps included: the measures take their window as a slice, and
+    # average over its time (idle gaps count as nothing running).
     assert (np.diff(tr.step_start_s) > 0).all()
     window = (tr.step_start_s >= req.arrival_s[40]) & (tr.step_start_s < req.arrival_s[-1])  # 10% warm-up
-    assert res.resident_batch == pytest.approx(np.average(tr.step_running[window], weights=tr.step_s[window]), rel=1e-12)
+    window_s = max(req.arrival_s[-1] - req.arrival_s[40], tr.step_s[window].sum())
+    assert res.running_batch == pytest.approx(np.dot(tr.step_running[window], tr.step_s[window]) / window_s, rel=1e-12)
+    assert res.resident_batch == pytest.approx(np.dot(tr.step_decoding[window], tr.step_s[window]) / window_s, rel=1e-12)
 
 
 def test_shared_prefix_is_held_once_and_skipped(catalog):
@@ -212,6 +215,23 @@ def test_simulation_agrees_with_the_model_below_capacity(catalog):
     assert sim.itl_ms_mean == pytest.approx(pred["itl_ms_mean"], rel=0.05)
     assert sim.kv_utilisation == pytest.approx(pred["kv_utilisation"], rel=0.05)
     assert sim.stable and sim.preemptions == 0
+
+
+def test_a_lightly_loaded_replica_is_measured_over_its_idle_time_too(catalog):
+    """At 0.2 requests/s the replica idles most of the time: the simulator's means are over the
+    window's time, as Little's law puts the model's, so its decoding count, cache held and prefill
+    share agree with the model's N, KV utilisation and λ·prefill_s (over the busy steps alone they
+    read several times higher)."""
+    dep = make_deployment(catalog, model="llama-3.1-8b", gpu="h100-sxm", max_model_len=8192)
+    hist = Histogram.constant(1000, 250)
+    sim = simulate_replica(dep, sample_requests(hist, 0.2, 3000, seed=1))
+    pred = predicted_point(dep, profile_for(dep, hist), sim.rate_rps)
+    assert pred["resident_batch"] < 0.5  # mostly idle
+    assert sim.resident_batch == pytest.approx(pred["resident_batch"], rel=0.03)
+    assert sim.kv_utilisation == pytest.approx(pred["kv_utilisation"], rel=0.05)
+    assert sim.prefill_share == pytest.approx(sim.rate_rps * float(StepModel.of(dep).prefill_s(1000.0)), rel=0.02)
+    # Running counts a request from its first prefill chunk: a little more than decoding.
+    assert sim.resident_batch < sim.running_batch < 1.1 * sim.resident_batch
 
 
 def test_max_sustainable_rate_brackets_and_respects_the_criterion(catalog):
