@@ -223,10 +223,10 @@ def _why(plan: Plan) -> str:
         s = o.solution
         parts, fractional = [], 0.0
         for p in s.pools:
-            need = p.rate_rps / p.capacity_rps
+            need = _replicas_needed(p, s.pools)
             fractional += need * p.cost_per_hour / p.replicas
-            parts.append(f"{p.traffic_class}: {need:.2f} → {p.replicas} replicas of {p.config.split(' ctx')[0]} "
-                         f"({binding.get((s.option, p.traffic_class, p.config), '?')}-bound)")
+            parts.append(f"{p.traffic_class}: {_fractional_text(need)} → {p.replicas} replicas of "
+                         f"{p.config.split(' ctx')[0]} ({binding.get((s.option, p.traffic_class, p.config), '?')}-bound)")
         return "; ".join(parts), fractional
 
     none = next((o for o in plan.split_analysis if o.name == "no split"), None)
@@ -258,6 +258,24 @@ def _why(plan: Plan) -> str:
     theirs, _ = describe(none)
     return (text + f"One pool costs {_usd(none.cost_per_hour)} per hour ({_delta(none.cost_per_hour, plan.cost_per_hour)} "
             f"against the split) — {theirs}. The split — {mine}.")
+
+
+def _replicas_needed(pool, pools) -> float:
+    """Replicas a pool needs for its share of its class's rate, fractional: a class served by several
+    pools is dealt to them by capacity (plan_setup.pool_details), so the pool carries the rate times
+    its share of the class's capacity."""
+    class_rps = sum(q.replicas * q.capacity_rps for q in pools if q.traffic_class == pool.traffic_class)
+    return pool.rate_rps * pool.replicas / class_rps
+
+
+def _fractional_text(need: float) -> str:
+    """need with two decimals, or as many more as it takes to show it is above the whole number it
+    rounds up from (10.0017 replicas are 11, not "10.00 → 11")."""
+    for digits in range(2, 7):
+        text = f"{need:.{digits}f}"
+        if need.is_integer() or not float(text).is_integer():
+            break
+    return text
 
 
 def _finance(plan: Plan) -> str:

@@ -94,3 +94,31 @@ def test_a_count_of_gpus_reads_as_words():
     from planner.units import gpus_text
 
     assert [gpus_text(n) for n in (0, 1, 2, 1200)] == ["0 GPUs", "1 GPU", "2 GPUs", "1,200 GPUs"]
+
+
+def test_a_pool_needs_its_share_of_its_class_in_fractional_replicas():
+    """'Why split' counts each pool's fractional replicas for the rate it carries: a class served by
+    several pools is dealt to them by capacity, so their needs cover the class's rate once, not once
+    each (which made the fleet's 'one pool' option look twice as large as it is)."""
+    from types import SimpleNamespace
+
+    from planner.report import _replicas_needed
+
+    def pool(cls, replicas, capacity_rps, rate_rps):
+        return SimpleNamespace(traffic_class=cls, replicas=replicas, capacity_rps=capacity_rps, rate_rps=rate_rps)
+
+    h100, h200, short = pool("long", 8, 0.1, 1.5), pool("long", 2, 0.4, 1.5), pool("short", 3, 10.0, 25.0)
+    pools = [short, h100, h200]
+    assert _replicas_needed(short, pools) == pytest.approx(2.5)  # alone in its class: rate / capacity
+    assert _replicas_needed(h100, pools) == pytest.approx(1.5 * 8 / 1.6)
+    assert _replicas_needed(h200, pools) == pytest.approx(1.5 * 2 / 1.6)
+    covered = sum(_replicas_needed(p, pools) * p.capacity_rps for p in (h100, h200))
+    assert covered == pytest.approx(1.5)
+
+
+@pytest.mark.parametrize(("need", "text"), [(1.6, "1.60"), (82.8, "82.80"), (10.0, "10.00"),
+                                            (10.0017, "10.002"), (3.99999, "3.99999"), (7.0004, "7.0004")])
+def test_fractional_replicas_never_read_as_a_whole_number_they_round_up_from(need, text):
+    from planner.report import _fractional_text
+
+    assert _fractional_text(need) == text
