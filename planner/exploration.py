@@ -29,26 +29,32 @@ from planner.worker_pool import start_claimable
 SENSITIVITY = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
 
 
-def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, reserved=None,
+def explore_plan(st: Setup, plan: Plan, solve: Resolver, *,
                  sweep: Callable[[], list[tuple[float, Outcome]]] | None = None,
                  context: Callable[[], Outcome | None] | None = None, search: LazySearch | None = None,
                  figures_ready: Callable[[Plan], None] | None = None) -> Plan:
     """The plan's explorations: each split option, the next-best distinct plans, the peak's
     sensitivity, the levers, the best certified plan per GPU type and the TTFT target's cost.
-    `solve` answers the re-solves (its scenario's inventory caps apply). sweep, context: the TTFT
+    `solve` answers the re-solves (its scenario's inventory caps and its commitments apply); where
+    it prices commitments the plan was not solved with (a fleet service's), the plan is solved again
+    its way first, and the rows are measured against that (Plan.explored_usd_per_hour). sweep, context: the TTFT
     sweep and the context-limit lever already started (start_ttft_sweep, start_context_lever)
     [default: both started now]. search: the plan's own lazy search, whose searched pairs and
     bounds the re-solves start from [default: one over the plan's evaluator]. figures_ready: called
     with the plan as soon as what its report's figures show is known, before the per-GPU plans are
     certified (the command then starts drawing them in a worker while those replays run here)."""
-    scn, classes, sol, inventory = st.scn, st.classes, plan.solution, solve.inventory
+    scn, classes, inventory = st.scn, st.classes, solve.inventory
     search = search or LazySearch(st.evaluator, solve, classes, st.configs)
     # In a worker, while the others run here; the context lever first (the levers read it before
     # the sweep is read), each run here instead when the worker has not begun it by then.
     if context is None:
-        context = start_context_lever(st, inventory)
+        context = start_context_lever(st, solve)
     if sweep is None:
-        sweep = start_ttft_sweep(st, inventory)
+        sweep = start_ttft_sweep(st, solve)
+    # A fleet service's plan comes from the fleet's ILP, which prices every commitment; alone, its
+    # re-solves pay for the ones the other services leave it, so its rows compare with the plan
+    # solved that way (the same fleet where the fleet's ILP is right, at that price).
+    sol = plan.solution if not solve.reserved else search.solve()
     with stage("explorations", 6, " steps") as step:
         split = []
         for k in classes:
@@ -68,12 +74,14 @@ def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, reserved=None,
                 break
             alternatives.append(outcome_of(f"next best #{i + 1}", last))
         step.advance()
-        sensitivity = [
-            outcome_of(f"peak x {m:g}", search.solve(rate_scale=m, reserved=reserved)) for m in SENSITIVITY
-        ]
+        sensitivity = []
+        for m in SENSITIVITY:
+            res = search.solve(rate_scale=m)
+            sensitivity.append(outcome_of(f"peak x {m:g}", res, "" if res.pools else infeasible_message(
+                classes, search.evaluations(), inventory, rate_scale=m)))
         step.advance()
         # The per-GPU plans' replays run in threads while the levers are computed here.
-        per_gpu_plans = _per_gpu_plans(st, solve, reserved) if plan.certification else []
+        per_gpu_plans = _per_gpu_plans(st, solve) if plan.certification else []
         replay_ahead([(st, details) for *_, details in per_gpu_plans])
         levers = _levers(scn, st.catalog, st.model, st.served, st.limit, st.peak_rps, st.evaluator, st.configs, classes,
                          search, sol, inventory, solve, context)
@@ -81,10 +89,11 @@ def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, reserved=None,
         swept = sweep()
         step.advance()
         explored = dataclasses.replace(plan, split_analysis=split, alternatives=alternatives, sensitivity=sensitivity,
-                                       levers=levers, ttft_sweep=swept)
+                                       levers=levers, ttft_sweep=swept,
+                                       explored_usd_per_hour=sol.cost_per_hour if solve.reserved else None)
         if figures_ready is not None:
             figures_ready(explored)
-        per_gpu = _per_gpu(st, per_gpu_plans, inventory, solve, reserved)
+        per_gpu = _per_gpu(st, per_gpu_plans, inventory, solve)
         step.advance()
     return dataclasses.replace(explored, per_gpu=per_gpu)
 
@@ -92,7 +101,7 @@ def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, reserved=None,
 TTFT_SWEEP = (0.5, 0.75, 1.0, 1.5, 2.0)  # multipliers on every band's TTFT limit
 
 
-def _per_gpu_plans(st: Setup, solve, reserved) -> list[tuple]:
+def _per_gpu_plans(st: Setup, solve) -> list[tuple]:
     """The cheapest plan on each candidate GPU type alone, by the model: (name, evaluations,
     solution or None when no config runs on it, its pools' details)."""
     out, classes = [], st.classes
@@ -102,13 +111,13 @@ def _per_gpu_plans(st: Setup, solve, reserved) -> list[tuple]:
             out.append((f"{cand.id} only", None, None, []))
             continue
         search = LazySearch(st.evaluator, solve, classes, cfgs)
-        res = search.solve(reserved=reserved)
+        res = search.solve()
         evs = search.evaluations()
         out.append((f"{cand.id} only", search, res, pool_details(st.evaluator, evs, res) if res.pools else []))
     return out
 
 
-def _per_gpu(st: Setup, plans: list[tuple], inventory, solve, reserved) -> list[Outcome]:
+def _per_gpu(st: Setup, plans: list[tuple], inventory, solve) -> list[Outcome]:
     """Each GPU type's own plan (_per_gpu_plans), certified by simulation as the plan is: what
     committing to one type costs, with latencies checked, not only modelled."""
     out, classes = [], st.classes
@@ -122,7 +131,7 @@ def _per_gpu(st: Setup, plans: list[tuple], inventory, solve, reserved) -> list[
         try:
             [(_, res, _, cert)] = certify_plans(
                 [(st, search.evaluations(), res, details)],
-                lambda _, search=search: [(search.solve(reserved=reserved), search.evaluations())],
+                lambda _, search=search: [(search.solve(), search.evaluations())],
                 rounds=st.scn.simulation.max_rounds)
         except InfeasibleError as exc:
             out.append(Outcome(name, False, math.inf, 0, "", str(exc)))
@@ -135,7 +144,7 @@ def _per_gpu(st: Setup, plans: list[tuple], inventory, solve, reserved) -> list[
     return out
 
 
-def start_ttft_sweep(st: Setup, inventory) -> Callable[[], list[tuple[float, Outcome]]]:
+def start_ttft_sweep(st: Setup, solve: Resolver) -> Callable[[], list[tuple[float, Outcome]]]:
     """ttft_sweep of the plan, started in a worker (planner.worker_pool).
 
     The sweep is calibrated by what the plan's own certification measured: the calibration is
@@ -149,10 +158,12 @@ def start_ttft_sweep(st: Setup, inventory) -> Callable[[], list[tuple[float, Out
     # Its chains (_SWEEP_CHAINS) depend on nothing of each other: a job each, the later ones claimed
     # here when the worker has not begun them by the time the sweep is read.
     chains = [start_claimable("exploration:ttft_sweep", scn=st.scn, catalog=st.catalog, model=st.model,
-                              configs=st.configs, classes=st.classes, inventory=inventory, calibration=calibration,
-                              known=known, multipliers=chain, token=st.evaluator._token,
+                              configs=st.configs, classes=st.classes, inventory=solve.inventory,
+                              calibration=calibration, known=known, multipliers=chain, token=st.evaluator._token,
+                              reserved=solve.reserved,
                               here=lambda chain=chain: _ttft_sweep(st.scn, st.catalog, st.model, st.configs, st.classes,
-                                                                   inventory, st.evaluator, calibration, chain))
+                                                                   solve.inventory, st.evaluator, calibration, chain,
+                                                                   solve.reserved))
               for chain in _SWEEP_CHAINS]
 
     def sweep() -> list[tuple[float, Outcome]]:
@@ -163,24 +174,25 @@ def start_ttft_sweep(st: Setup, inventory) -> Callable[[], list[tuple[float, Out
 
 
 def ttft_sweep(scn, catalog, model, configs, classes, inventory, calibration, known=None,
-               multipliers=TTFT_SWEEP, token: str | None = None) -> list[tuple[float, Outcome]]:
+               multipliers=TTFT_SWEEP, token: str | None = None, reserved=None) -> list[tuple[float, Outcome]]:
     """_ttft_sweep from the scenario alone (a worker's job): its own evaluator, with the plan's
     calibration per class, and holding the plan's evaluations and bounds (Evaluator.known) where
     given. Those only steer the lazy searches (their guesses and bounds), never the answer: without
     them the worker found the same plans with a sixth more latency points (the 128k rollout's sweep:
     972 against 846, 0.4 CPU-s). token: the plan's evaluator's, whose profiles and replica models
-    the worker's jobs share (evaluator.job_evaluator)."""
+    the worker's jobs share (evaluator.job_evaluator). reserved: the commitments its re-solves are
+    priced with (Resolver)."""
     if token is None:
         evaluator = Evaluator(scn, catalog, model)
     else:
         evaluator, classes = job_evaluator(token, scn, catalog, model, classes)
     if known:
         evaluator.take_known(known, configs, classes)
-    return _ttft_sweep(scn, catalog, model, configs, classes, inventory, evaluator, calibration, multipliers)
+    return _ttft_sweep(scn, catalog, model, configs, classes, inventory, evaluator, calibration, multipliers, reserved)
 
 
 def _ttft_sweep(scn, catalog, model, configs, classes, inventory, evaluator, calibration,
-                multipliers=TTFT_SWEEP) -> list[tuple[float, Outcome]]:
+                multipliers=TTFT_SWEEP, reserved=None) -> list[tuple[float, Outcome]]:
     """The plan re-solved with every band's TTFT limit scaled (by `multipliers` of TTFT_SWEEP), by
     the model (calibrated where certification measured a class): what a stricter or looser TTFT
     target costs."""
@@ -206,7 +218,7 @@ def _ttft_sweep(scn, catalog, model, configs, classes, inventory, evaluator, cal
                               for k, tcs in classes.items()}
             swept.calibrate(calibration, scaled_classes)  # what simulation showed of the model applies here too
             prior = _bound_from(above) if m < above_m else None
-            res, evs = lazy_solve(swept, Resolver(scaled), scaled_classes, configs, prior=prior)
+            res, evs = lazy_solve(swept, Resolver(scaled, reserved), scaled_classes, configs, prior=prior)
             out[m] = outcome_of(f"TTFT targets x {m:g}", res, "" if res.pools else
                               infeasible_message(scaled_classes, evs, inventory))
             above, above_m = swept, m
@@ -263,36 +275,40 @@ def _levers(scn, catalog, model, served, limit, peak, evaluator, configs, classe
                               infeasible_message({"none": classes["none"]}, search.evaluations(), inventory)))
     for gpu_id in sorted({p.gpu for p in sol.pools}):
         keep = [c for c in configs if c.gpu.id != gpu_id]
-        res = lazy_solve(evaluator, solve, classes, keep)[0] if keep else None
-        out.append(outcome_of(f"without {gpu_id}", res, "") if res else Outcome(f"without {gpu_id}", False, math.inf, 0, "", "no other GPU candidate"))
+        if not keep:
+            out.append(Outcome(f"without {gpu_id}", False, math.inf, 0, "", "no other GPU candidate"))
+            continue
+        res, evs = lazy_solve(evaluator, solve, classes, keep)
+        out.append(outcome_of(f"without {gpu_id}", res, "" if res.pools else infeasible_message(classes, evs, inventory)))
     lowered = context() if context is not None else context_lever(scn, catalog, model, served, limit, peak, configs,
                                                                     inventory, evaluator=evaluator, solve=solve)
     return out if lowered is None else [*out, lowered]
 
 
-def start_context_lever(st: Setup, inventory) -> Callable[[], Outcome | None]:
+def start_context_lever(st: Setup, solve: Resolver) -> Callable[[], Outcome | None]:
     """context_lever of the plan, started in a worker: it depends on the scenario alone (its classes
     are new), so a command can start it while certification leaves a core idle; run here instead
     when its answer is asked for before the worker has begun it."""
     known = st.evaluator.known(st.configs, st.classes)
     return start_claimable("exploration:context_lever", scn=st.scn, catalog=st.catalog, model=st.model,
-                           served=st.served, limit=st.limit, peak=st.peak_rps, configs=st.configs, inventory=inventory,
-                           classes=st.classes, known=known, token=st.evaluator._token,
+                           served=st.served, limit=st.limit, peak=st.peak_rps, configs=st.configs,
+                           inventory=solve.inventory, classes=st.classes, known=known, token=st.evaluator._token,
+                           reserved=solve.reserved,
                            here=lambda: context_lever(st.scn, st.catalog, st.model, st.served, st.limit, st.peak_rps,
-                                                      st.configs, inventory, classes=st.classes, known=known,
-                                                      evaluator=st.evaluator, solve=Resolver(st.scn)))
+                                                      st.configs, solve.inventory, classes=st.classes, known=known,
+                                                      evaluator=st.evaluator, solve=Resolver(st.scn, solve.reserved)))
 
 
 def context_lever(scn, catalog, model, served, limit, peak, configs, inventory, *, classes=None, known=None,
                   token: str | None = None, evaluator: Evaluator | None = None,
-                  solve: Resolver | None = None) -> Outcome | None:
+                  solve: Resolver | None = None, reserved=None) -> Outcome | None:
     """The plan re-solved at the lower context limit (the scenario's, or half the limit), its
     rejected requests named; None when no lower limit serves any request. Without `evaluator` and
     `solve` (a worker's job), its own: the lower limit's traffic classes share no calibration with
     the plan's, so the answer is the same. known: the plan's model evaluations and bounds
     (Evaluator.known) for its `classes`; a lower class with the same requests, limit and targets as
     a plan's class (a short class of a threshold below the lower limit) starts from them, which
-    steers the search and never its answer. token: as for ttft_sweep."""
+    steers the search and never its answer. token, reserved: as for ttft_sweep."""
     lower = scn.lower_context_limit or edge_at_most(max(limit // 2, int(TOTAL_EDGES[0])))
     if lower >= limit:
         return None
@@ -306,7 +322,7 @@ def context_lever(scn, catalog, model, served, limit, peak, configs, inventory, 
     evaluator = evaluator or Evaluator(scn, catalog, model)
     if known:
         evaluator.take_known(known, configs, _same_classes(lower_classes, classes or {}))
-    res, evs = lazy_solve(evaluator, solve or Resolver(scn), lower_classes, configs)
+    res, evs = lazy_solve(evaluator, solve or Resolver(scn, reserved), lower_classes, configs)
     name = f"context limit {lower:,} (rejects {lost / served.requests:.1%} of requests)"
     return outcome_of(name, res, "" if res.pools else infeasible_message(lower_classes, evs, inventory))
 

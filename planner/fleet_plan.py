@@ -149,10 +149,11 @@ def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool |
     plans = [assemble_plan(st, evals, sol, pools, cert) for st, (evals, sol, pools, cert) in zip(setups, done, strict=True)]
     types = _types(fleet, joint)
     if explore:
-        alone = [_alone(setups, plans, i, fleet.shared_caps) for i in range(len(plans))]
+        alone = [_alone(setups, plans, i, fleet.shared_caps, fleet.commitments) for i in range(len(plans))]
         # Every service's TTFT sweep goes to the worker at once, while the others run here.
-        sweeps = [start_ttft_sweep(st, solve.inventory) for st, solve in alone]
-        plans = [explore_plan(st, plan, solve, sweep=sweep, figures_ready=figures_ready)
+        sweeps = [start_ttft_sweep(st, solve) for st, solve in alone]
+        plans = [dataclasses.replace(explore_plan(st, plan, solve, sweep=sweep, figures_ready=figures_ready),
+                                     explored_caps=solve.inventory, explored_commitments=solve.reserved)
                  for (st, solve), plan, sweep in zip(alone, plans, sweeps, strict=True)]
     constraints = _constraints(fleet, setups, [p.evaluations for p in plans], joint, types) if explore else ()
     result = FleetPlan(fleet, tuple(plans), joint, types, constraints)
@@ -258,9 +259,12 @@ def _price(fleet: FleetInputs, gpu: str) -> float:
     return fleet.catalog.gpu(gpu).price_usd_per_hour
 
 
-def _alone(setups: list[Setup], plans: list[Plan], i: int, caps: dict[str, int]) -> tuple[Setup, Resolver]:
+def _alone(setups: list[Setup], plans: list[Plan], i: int, caps: dict[str, int],
+           commitments: dict[str, tuple[int, float]]) -> tuple[Setup, Resolver]:
     """The service alone with the rest of the fleet as planned, for its explorations: a shared
-    type's cap is what the other services leave of it."""
+    type's cap is what the other services leave of it, and so are its commitments, which its
+    re-solves pay for whether they use them or not (as the fleet's ILP does): a service the fleet
+    gives owned GPUs is not shown, alone, a cheaper plan on GPUs it would buy instead."""
     st = setups[i]
     others: dict[str, int] = {}
     for j, other in enumerate(plans):
@@ -275,7 +279,8 @@ def _alone(setups: list[Setup], plans: list[Plan], i: int, caps: dict[str, int])
         else:
             gpus.append(cand)
     scn = st.scn.model_copy(update={"gpus": gpus})
-    return dataclasses.replace(st, scn=scn), Resolver(scn)
+    left = {g: (count - others.get(g, 0), price) for g, (count, price) in commitments.items() if count > others.get(g, 0)}
+    return dataclasses.replace(st, scn=scn), Resolver(scn, left)
 
 
 def _constraints(fleet: FleetInputs, setups, evals_per_service, joint: JointSolution, types) -> tuple[SharedConstraint, ...]:

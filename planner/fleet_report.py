@@ -13,7 +13,7 @@ from planner.files import write_text_atomic
 from planner.fleet_plan import FleetPlan
 from planner.inputs import report_sections
 from planner.plan_json import plan_json
-from planner.report import render, start_figures, write_figures
+from planner.report import pools_text, render, start_figures, write_figures
 from planner.units import HOURS_PER_MONTH, gpus_text
 
 
@@ -88,7 +88,7 @@ def _totals(fp: FleetPlan) -> str:
     for plan in fp.plans:
         sol = plan.solution
         split = "no split" if sol.threshold is None else f"split at {sol.threshold:,}"
-        pools = " + ".join(f"{p.replicas} × {p.config.split(' ctx')[0]}" for p in sol.pools)
+        pools = pools_text(sol)
         paid = fp.paid_usd_per_hour(plan)
         cert = plan.certification
         lines.append(

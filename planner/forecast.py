@@ -134,7 +134,7 @@ class QuarterResult:
 
     @property
     def utilisation(self) -> dict[str, float | None]:
-        """Peak and the day's mean rate over the fleet's capacity at its ceilings."""
+        """Peak and the day's mean rate over the fleet's planned capacity (Plan.capacity_rps)."""
         capacity = self.plan.capacity_rps
         mean = self.mean_rps
         return {"peak": self.plan.peak_rps / capacity, "mean": None if mean is None else mean / capacity}

@@ -170,6 +170,18 @@ class Plan:
     certification: Certification | None = None
     given_fleet: bool = False  # the scenario stated its fleet; the plan checks it instead of solving
     optimised: Outcome | None = None  # beside a given fleet: the cheapest plan the model finds
+    # The plan's cost as its explorations price their re-solves (explore_plan): its own cost, save in a
+    # fleet, where a service's re-solves pay for the commitments the other services leave it
+    explored_usd_per_hour: float | None = None
+    # A fleet service's explorations (fleet_plan._alone): the GPU caps and the commitments
+    # {type: (GPUs, $/GPU-hour)} the other services leave it; None outside a fleet
+    explored_caps: dict[str, int] | None = None
+    explored_commitments: dict[str, tuple[int, float]] | None = None
+
+    @property
+    def compared_usd_per_hour(self) -> float:
+        """What the explorations' rows (vs plan) are measured against."""
+        return self.cost_per_hour if self.explored_usd_per_hour is None else self.explored_usd_per_hour
 
     @property
     def mean_rps(self) -> float | None:
@@ -177,7 +189,8 @@ class Plan:
 
     @property
     def capacity_rps(self) -> float:
-        """Requests/s the fleet serves at its ceilings, all pools together."""
+        """Requests/s the fleet serves as planned, all pools together: each replica at its planned rate
+        (99% of its lowest ceiling, or its simulated capacity where certification measured less)."""
         return sum(pool.replicas * pool.planned_rps for pool in self.pools)
 
     @property

@@ -77,15 +77,22 @@ def _solve(scn, inventory: dict[str, int], classes, evals: Sequence[Evaluation],
 class Resolver:
     """One plan's re-solves, with identical questions answered once (the sensitivity's x1 is
     the plan itself; 'split forced off' is the split analysis's no-split row). `keep_lp` is no
-    part of the question: an answer kept with its LP text is the same answer."""
+    part of the question: an answer kept with its LP text is the same answer.
 
-    def __init__(self, scn: Scenario):
+    reserved: committed GPUs, {type: (count, price per GPU-hour)}, that every re-solve is priced
+    with unless its question states its own (a fleet service's explorations: the commitments the
+    other services leave it, paid whether used or not, as the fleet's ILP prices them)."""
+
+    def __init__(self, scn: Scenario, reserved: dict[str, tuple[int, float]] | None = None):
         self.scn = scn
         self.inventory = scenario_caps(scn)
+        self.reserved = dict(reserved or {})
         self._answers: dict[tuple, FleetSolution] = {}
         self._keep: list = []  # the keyed objects stay alive, so their ids stay unique
 
     def __call__(self, classes, evals, **kw) -> FleetSolution:
+        if kw.get("reserved") is None and self.reserved:
+            kw = {**kw, "reserved": self.reserved}
         key = (id(classes), id(evals), tuple(kw.get("options") or ()), kw.get("rate_scale", 1.0),
                tuple(kw.get("forbid", ())), tuple(sorted((kw.get("reserved") or {}).items())),
                kw.get("use_reserved", False), kw.get("tie_break", True))
@@ -329,7 +336,10 @@ def undominated_evaluations(evals: Sequence[Evaluation]) -> list[Evaluation]:
     return list(best.values())
 
 
-def infeasible_message(classes, evals: Sequence[Evaluation], inventory: dict) -> str:
+def infeasible_message(classes, evals: Sequence[Evaluation], inventory: dict, *, rate_scale: float = 1.0) -> str:
+    """Why no plan covers `classes` (every split option of a scenario, or the ones a re-solve asked)
+    with these evaluations under these caps; rate_scale: the classes' rates were asked scaled (the
+    peak's sensitivity)."""
     for key in ["none", *[k for k in classes if k != "none"]]:
         for tc in classes.get(key, []):
             mine = [evaluation for evaluation in evals if evaluation.traffic_class is tc]
@@ -344,14 +354,16 @@ def infeasible_message(classes, evals: Sequence[Evaluation], inventory: dict) ->
                 f"{best.config.label(tc.max_model_len)}, is stopped by {best.problem}"
                 + (" (every split option fails too)" if key == "none" else "")
             )
-    rates = ", ".join(f"'{tc.label}' {tc.rate_rps:,.4g} req/s" for tc in classes.get("none", []))
+    # The no-split class where it was asked, else the classes of the options asked.
+    asked = classes.get("none") or [tc for tcs in classes.values() for tc in tcs]
+    rates = ", ".join(f"'{tc.label}' {tc.rate_rps * rate_scale:,.4g} req/s" for tc in asked)
     if not inventory:
         return (f"the solver found no fleet that covers the peak ({rates}), though each class has configs "
                 "that serve it; check the traffic rates and solver.time_limit_s")
     # Only the caps of GPU types that could serve some class play a part; the others would mislead.
     serving = {evaluation.config.gpu.id for evaluation in evals if evaluation.capacity_rps > 0}
     caps = ", ".join(f"{g} ≤ {gpus_text(n)}" for g, n in sorted(inventory.items()) if g in serving) or "none that serve"
-    for tc in classes.get("none", []):
+    for tc in asked:
         # the most this class gets from every capped GPU type at once (None: some type is uncapped)
         most: dict[str, float] = {}
         for evaluation in (evaluation for evaluation in evals if evaluation.traffic_class is tc and evaluation.capacity_rps > 0):
@@ -360,8 +372,8 @@ def infeasible_message(classes, evals: Sequence[Evaluation], inventory: dict) ->
                 break
             most[evaluation.config.gpu.id] = max(most.get(evaluation.config.gpu.id, 0.0), cap // evaluation.config.tp * evaluation.capacity_rps)
         else:
-            if sum(most.values()) < tc.rate_rps:
-                return (f"class '{tc.label}' needs {tc.rate_rps:,.4g} req/s but the inventory caps ({caps}) "
+            if sum(most.values()) < tc.rate_rps * rate_scale:
+                return (f"class '{tc.label}' needs {tc.rate_rps * rate_scale:,.4g} req/s but the inventory caps ({caps}) "
                         f"allow at most {sum(most.values()):,.4g} req/s")
     return f"the inventory caps ({caps}) leave no fleet that covers every class at once ({rates})"
 

@@ -68,7 +68,7 @@ def make_plan(
     certifying = scn.verify if certify is None else certify
     st = setup_plan(scn, catalog, model, hist, measured_peak_rps, traffic_notes=traffic_notes,
                     measured_mean_rps=measured_mean_rps, trace=trace, evaluate=certifying and explore)
-    solve = Resolver(scn)
+    solve = Resolver(scn, reserved)
     question = {"reserved": reserved, "use_reserved": use_reserved}
     pairs = sum(len(tcs) for tcs in st.classes.values()) * len(st.configs)
     # A pair is done when searched, or when the plan is found without it (its bound settles it).
@@ -89,8 +89,8 @@ def make_plan(
     # change (no pool re-planned): the sweep starts now and starts again if it does.
     context = sweep = None
     if certifying and explore:
-        context = start_context_lever(st, solve.inventory)
-        calibration, sweep = st.evaluator.class_calibration(st.classes), start_ttft_sweep(st, solve.inventory)
+        context = start_context_lever(st, solve)
+        calibration, sweep = st.evaluator.class_calibration(st.classes), start_ttft_sweep(st, solve)
     if certifying:
         [(evals, sol, pools, certification)] = certify_plans(
             [(st, evals, sol, pools)], lambda _: [(search.solve(**question), search.evaluations())],
@@ -99,7 +99,7 @@ def make_plan(
         if sweep is not None and st.evaluator.class_calibration(st.classes) != calibration:
             sweep = None
     plan = assemble_plan(st, evals, sol, pools, certification)
-    return (explore_plan(st, plan, solve, reserved=reserved, sweep=sweep, context=context, search=search,
+    return (explore_plan(st, plan, solve, sweep=sweep, context=context, search=search,
                          figures_ready=figures_ready) if explore else plan)
 
 

@@ -10,6 +10,7 @@ import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from planner.capacity import KNEE_SHARE
 from planner.exploration import SENSITIVITY
 from planner.files import output_folder, write_bytes_atomic, write_text_atomic
 from planner.histogram import Histogram
@@ -24,7 +25,7 @@ from planner.plan_objects import (
 )
 from planner.report_latency import latency_section
 from planner.roofline import StepModel
-from planner.units import HOURS_PER_MONTH, GiB, gpus_text, quantile_label
+from planner.units import HOURS_PER_MONTH, GiB, gpus_text, quantile_label, usd_rate_text
 from planner.worker_pool import draw
 
 
@@ -75,9 +76,13 @@ def render(plan: Plan, *, figures: dict[str, str] | None = None, sections: tuple
     w(_finance(plan))
     w("")
     w(latency_section(plan))
+    base = plan.compared_usd_per_hour
     w("## Split analysis")
     w("")
-    w(_outcomes_table(plan.split_analysis, plan.cost_per_hour, "Option"))
+    if _fleet_rules_show(plan):
+        w(_explored_in_fleet(plan))
+        w("")
+    w(_outcomes_table(plan.split_analysis, base, "Option"))
     if "split" in figures:
         w("")
         w(f"![Cost by split option]({figures['split']})")
@@ -86,13 +91,14 @@ def render(plan: Plan, *, figures: dict[str, str] | None = None, sections: tuple
     w(_sweep(plan, figures.get("ttft")))
     w("## Levers")
     w("")
-    w("Each row re-solves the whole plan with one lever switched; the levers are independent, so they multiply.")
+    w("Each row re-solves the whole plan with one lever switched and the others as stated; two levers "
+      "switched together need a re-solve of their own (their savings do not simply add or multiply).")
     w("")
-    w(_outcomes_table(plan.levers, plan.cost_per_hour, "Lever"))
+    w(_outcomes_table(plan.levers, base, "Lever"))
     w("")
     w("## Next-best distinct plans")
     w("")
-    w(_outcomes_table(plan.alternatives, plan.cost_per_hour, "Plan") if plan.alternatives else "No other feasible plan.")
+    w(_outcomes_table(plan.alternatives, base, "Plan") if plan.alternatives else "No other feasible plan.")
     w("")
     w("## Sensitivity to the peak rate")
     w("")
@@ -143,15 +149,25 @@ def _verdict_line(plan: Plan, short: str) -> str:
     return f"**This plan does NOT hold its targets in simulation** ({failing}); targets: {bands}."
 
 
+def pools_text(sol) -> str:
+    """A solution's pools in a line: replicas × config, by class where it splits ('short: 2 × ...;
+    long: 8 × ... + 2 × ...'), so that two pools of one config in different classes read apart."""
+    by_class: dict[str, list[str]] = {}
+    for p in sol.pools:
+        by_class.setdefault(p.traffic_class, []).append(f"{p.replicas} × {p.config.split(' ctx')[0]}")
+    if len(by_class) == 1:
+        return " + ".join(next(iter(by_class.values())))
+    return "; ".join(f"{cls}: {' + '.join(pools)}" for cls, pools in by_class.items())
+
+
 def _decision(plan: Plan) -> str:
     sol = plan.solution
-    parts = [f"{p.replicas} × {p.config.split(' ctx')[0]}" for p in sol.pools]
     cpm = plan.cost_per_million
     head = "## Decision" if not plan.given_fleet else "## The fleet as given"
     return "\n".join([
         head,
         "",
-        f"**{_split_text(sol.threshold).capitalize()}: {' + '.join(parts)} — {gpus_text(sol.gpus)}, "
+        f"**{_split_text(sol.threshold).capitalize()}: {pools_text(sol)} — {gpus_text(sol.gpus)}, "
         f"{_usd(plan.cost_per_hour)} per hour, {_usd(plan.cost_per_month)} per month, "
         f"{_usd_per_million(cpm['blended'])} per million tokens** (input {_usd_per_million(cpm['input'])}, "
         f"output {_usd_per_million(cpm['output'])}; "
@@ -230,13 +246,18 @@ def _why(plan: Plan) -> str:
         return "; ".join(parts), fractional
 
     none = next((o for o in plan.split_analysis if o.name == "no split"), None)
+    base = plan.compared_usd_per_hour
     if sol.threshold is None:
-        rival = min((o for o in feasible if o.name != "no split"), key=lambda o: o.cost_per_hour, default=None)
+        # The cheapest split, ties broken as the ILP breaks them (fewer GPUs, fewer pools, the lower
+        # threshold), not by the last bits of a sum of prices.
+        rival = min((o for o in feasible if o.name != "no split"), default=None,
+                    key=lambda o: (round(o.cost_per_hour, 6), o.gpus, len(o.solution.pools), o.solution.threshold))
         if rival is None:
-            return "Why no split: no split option is feasible."
+            return "Why no split: no split threshold is feasible: " + "; ".join(
+                f"{o.name}: {o.why_not}" for o in plan.split_analysis if o.name != "no split") + "."
         mine, mine_frac = describe(none)
         theirs, theirs_frac = describe(rival)
-        if math.isclose(rival.cost_per_hour, plan.cost_per_hour, abs_tol=0.005):
+        if math.isclose(rival.cost_per_hour, base, abs_tol=0.005):
             verdict = "it costs the same, and with equal cost the planner keeps fewer GPUs, then fewer pools"
         elif theirs_frac < mine_frac:
             verdict = (f"splitting would need less capacity (${theirs_frac:,.2f} against ${mine_frac:,.2f} per hour of "
@@ -246,7 +267,7 @@ def _why(plan: Plan) -> str:
             verdict = (f"splitting does not make capacity cheaper here (${theirs_frac:,.2f} against ${mine_frac:,.2f} "
                        "per hour of fractional replicas)")
         return (f"Why no split: the cheapest split ({rival.name}) costs {_usd(rival.cost_per_hour)} per hour "
-                f"({_delta(rival.cost_per_hour, plan.cost_per_hour)}); {verdict}. One pool — {mine}. "
+                f"({_delta(rival.cost_per_hour, base)}); {verdict}. One pool — {mine}. "
                 f"The {rival.name} — {theirs}.")
     chosen = next(o for o in plan.split_analysis if o.solution is not None and o.solution.option == sol.option)
     mine, _ = describe(chosen)
@@ -256,7 +277,7 @@ def _why(plan: Plan) -> str:
         reason = none.why_not if none is not None else ""
         return text + f"One pool at the {plan.context_limit:,}-token limit is infeasible{': ' + reason if reason else ''}; the split — {mine}."
     theirs, _ = describe(none)
-    return (text + f"One pool costs {_usd(none.cost_per_hour)} per hour ({_delta(none.cost_per_hour, plan.cost_per_hour)} "
+    return (text + f"One pool costs {_usd(none.cost_per_hour)} per hour ({_delta(none.cost_per_hour, base)} "
             f"against the split) — {theirs}. The split — {mine}.")
 
 
@@ -276,6 +297,29 @@ def _fractional_text(need: float) -> str:
         if need.is_integer() or not float(text).is_integer():
             break
     return text
+
+
+def _fleet_rules_show(plan: Plan) -> bool:
+    """Whether a fleet service's explorations differ from its own report's in a way its section must
+    explain: commitments left to it price them, or a cap the other services leave stops one. Otherwise
+    the section is the service's own report (tests/test_fleet.py holds them equal)."""
+    if plan.explored_caps is None:
+        return False
+    rows = [*plan.split_analysis, *plan.per_gpu, *plan.levers, *plan.alternatives, *plan.sensitivity,
+            *(o for _, o in plan.ttft_sweep)]
+    return bool(plan.explored_commitments) or any(not o.feasible for o in rows)
+
+
+def _explored_in_fleet(plan: Plan) -> str:
+    """How a fleet service's explorations are solved and priced (fleet_plan._alone)."""
+    caps = ", ".join(f"{g} ≤ {gpus_text(n)}" for g, n in sorted(plan.explored_caps.items())) or "none"
+    left = ", ".join(f"{n} {g} at {usd_rate_text(price)}" for g, (n, price) in sorted((plan.explored_commitments or {}).items()))
+    paid = (f"pays for the committed GPUs they leave it ({left}) whether it uses them or not, as the fleet's ILP "
+            "does, and on-demand prices for the rest" if left else "pays on-demand prices (the other services use "
+            "every committed GPU of its types)")
+    return (f"In the fleet, this service's re-solves below keep the other services as planned: it may use what they "
+            f"leave of the GPU caps ({caps}) and {paid}. So priced, the plan costs {_usd(plan.compared_usd_per_hour)} "
+            "per hour, the base of every 'vs plan' and of 'Why split' above.")
 
 
 def _finance(plan: Plan) -> str:
@@ -301,13 +345,14 @@ def _per_gpu(plan: Plan) -> str:
     return "\n".join([
         "## The best certified plan on each GPU type", "",
         "The plan re-solved on one GPU type at a time and certified by simulation like the plan itself.", "",
-        _outcomes_table(plan.per_gpu, plan.cost_per_hour, "GPU type"), "", ""])
+        _outcomes_table(plan.per_gpu, plan.compared_usd_per_hour, "GPU type"), "", ""])
 
 
 def _sweep(plan: Plan, figure: str | None) -> str:
     if not plan.ttft_sweep:
         return ""
-    rows = [(1.0, Outcome("TTFT targets as stated", True, plan.cost_per_hour, plan.solution.gpus, "the plan")), *list(plan.ttft_sweep)]
+    base = plan.compared_usd_per_hour
+    rows = [(1.0, Outcome("TTFT targets as stated", True, base, plan.solution.gpus, "the plan")), *list(plan.ttft_sweep)]
     bands = "; ".join(f"{b.name}: {b.ttft.stat} ≤ {b.ttft.limit_s:g} s" for b in plan.scenario.slo.to_slo().bands if b.ttft)
     lines = ["## What the TTFT target costs", "",
              f"Every band's TTFT limit ({bands}) scaled, and the plan re-solved by the model (calibrated where "
@@ -316,7 +361,7 @@ def _sweep(plan: Plan, figure: str | None) -> str:
     for m, o in sorted(rows, key=lambda r: r[0]):
         label = "as stated" if m == 1.0 else f"× {m:g}"
         if o.feasible:
-            lines.append(f"| {label} | {_usd(o.cost_per_hour)} | {_delta(o.cost_per_hour, plan.cost_per_hour)} | {o.gpus} | "
+            lines.append(f"| {label} | {_usd(o.cost_per_hour)} | {_delta(o.cost_per_hour, base)} | {o.gpus} | "
                          f"{o.summary} |")
         else:
             lines.append(f"| {label} | infeasible | — | — | {o.why_not} |")
@@ -387,6 +432,8 @@ def _pool_detail(plan: Plan, pool: PoolDetail) -> str:
         lines.append(f"| {label} | {rps:,.3f} |")
     for name in cap.clamped:
         lines.append(f"| {name} | holds up to the {cap.binding} ceiling (no bound of its own below it) |")
+    lines.append(f"| **capacity: {KNEE_SHARE:.0%} of the lowest ceiling (the knee; the last {1 - KNEE_SHARE:.0%} of rate "
+                 f"costs latency out of proportion)** | **{cap.max_rps:,.3f}** |")
     if pool.planned_rps != cap.max_rps:
         lines.append(f"| **planned (simulated capacity)** | **{pool.planned_rps:,.3f}** |")
     targets = [f"{b.name}: {b.targets_text()}" for b in tc.slo.bands]
@@ -497,7 +544,7 @@ def start_figures(plan: Plan, *, prefix: str = "") -> dict[str, tuple[str, Calla
     if plan.ttft_sweep:
         first = next(b for b in plan.scenario.slo.to_slo().bands if b.ttft)
         started["ttft"] = (f"{prefix}{name}_ttft_target.png", draw(
-            "target_figure", points=[(first.ttft.limit_s, plan.cost_per_hour)]
+            "target_figure", points=[(first.ttft.limit_s, plan.compared_usd_per_hour)]
             + [(first.ttft.limit_s * m, o.cost_per_hour) for m, o in plan.ttft_sweep],
             xlabel=f"{first.name}: TTFT {first.ttft.stat} limit (s; other bands scaled alike)",
             title=f"{name}: cost per hour against the TTFT target"))

@@ -23,3 +23,9 @@ def quantile_label(q: float) -> str:
 def gpus_text(n: int) -> str:
     """A count of GPUs in words: '1 GPU', '22 GPUs'."""
     return f"{n:,} GPU" if n == 1 else f"{n:,} GPUs"
+
+
+def usd_rate_text(usd_per_hour: float) -> str:
+    """A price per GPU-hour: to the cent, or to the tenth of a cent where cents would round it (a
+    30% discount on $2.99 is $2.093, and 17 GPUs at '$2.09' would not multiply to their cost)."""
+    return f"${usd_per_hour:,.2f}" if round(usd_per_hour, 2) == round(usd_per_hour, 3) else f"${usd_per_hour:,.3f}"

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from planner import worker_pool
+from planner.plan_search import Resolver
 from planner.worker_pool import draw, worker_processes
 
 
@@ -112,9 +113,9 @@ def test_the_context_lever_a_worker_computes_is_the_one_computed_here():
     from planner.exploration import start_context_lever
 
     st = _setup()
-    here = start_context_lever(st, {})()
+    here = start_context_lever(st, Resolver(st.scn))()
     with worker_processes():
-        there = start_context_lever(st, {})()
+        there = start_context_lever(st, Resolver(st.scn))()
         assert not any(w.gone for w in worker_pool._workers)
     assert here.name.startswith("context limit 4,096") and here.feasible
     assert (there.name, there.cost_per_hour, there.gpus, there.summary) == (here.name, here.cost_per_hour, here.gpus,
@@ -159,13 +160,13 @@ def test_the_ttft_sweep_a_worker_computes_is_the_one_computed_here_calibration_i
         return [(m, o.name, o.feasible, o.cost_per_hour, o.gpus, o.summary, o.why_not, o.solution.pools)
                 for m, o in sweep]
 
-    plain = start_ttft_sweep(st, {})()
+    plain = start_ttft_sweep(st, Resolver(st.scn))()
     # What certification does when a pool misses: the class's capacities scale by simulated / model.
     measured = next(e for e in st.evals if e.capacity is not None and e.capacity.max_rps > 0)
     st.evaluator.record_simulated(measured, measured.capacity.max_rps * 0.6)
-    here = start_ttft_sweep(st, {})()
+    here = start_ttft_sweep(st, Resolver(st.scn))()
     with worker_processes():
-        there = start_ttft_sweep(st, {})()
+        there = start_ttft_sweep(st, Resolver(st.scn))()
         assert not any(w.gone for w in worker_pool._workers)  # answered by the worker
     assert rows(there) == rows(here)
     assert rows(here) != rows(plain)  # the calibration travelled
