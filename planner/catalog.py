@@ -95,6 +95,10 @@ class Efficiency(_Frozen):
     borrowed_from: str | None = Field(
         None, description="GPU whose fitted factors these are, when this GPU has no measurements (UNVERIFIED)"
     )
+    borrowed_check: str | None = Field(
+        None, description="with borrowed_from: what these factors predict of this GPU's own published latencies, "
+        "when it has some (they are fitted on by nothing): a plan that uses it repeats it"
+    )
 
 
 class GPU(_Frozen):

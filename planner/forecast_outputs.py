@@ -93,7 +93,8 @@ def _policy_columns() -> tuple[Column, ...]:
         out += [
             Column(f"{key}_usd_per_day", "number", f"the day's load curve, {name}: USD per day",
                    lambda r, k=key: r.day.policy(k).usd_per_day),
-            Column(f"{key}_usd", "number", f"the same over the {{period}} ({DAYS_PER_QUARTER:g} days a quarter), USD",
+            Column(f"{key}_usd", "number",
+                   f"the day's load curve, {name}: USD over the {{period}} ({DAYS_PER_QUARTER:g} days a quarter)",
                    lambda r, k=key: r.day.policy(k).usd_per_day * DAYS_PER_QUARTER, total=True),
             Column(f"{key}_gpu_hours", "number", f"GPU-hours over the {{period}}, {name}",
                    lambda r, k=key: r.day.policy(k).gpu_hours_per_day * DAYS_PER_QUARTER, digits=3, total=True),

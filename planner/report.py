@@ -199,7 +199,9 @@ def _unverified_note(plan: Plan) -> list[str]:
         *(
             f"**UNVERIFIED: {g.id}'s speed is not measured** — its efficiency factors are borrowed from "
             f"{g.efficiency.borrowed_from} (data/gpus.yaml), so its capacity, and this plan's cost, rest on "
-            f"another GPU's measurements. Benchmark it, or set `verified_only: true` to plan without it."
+            f"another GPU's measurements"
+            + (f"; checked {g.efficiency.borrowed_check}" if g.efficiency.borrowed_check else "")
+            + ". Benchmark it, or set `verified_only: true` to plan without it."
             for g in sorted((g for g in gpus.values() if not g.verified), key=lambda g: g.id)
         ),
     ] if any(not g.verified for g in gpus.values()) else []

@@ -96,8 +96,10 @@ def latency_section(plan: Plan) -> str:
                       f"{pred:.1%}, simulated {sim:.1%}."]
         if c.replay is not None:
             r = c.replay
+            growth = plan.scenario.traffic.growth
+            compressed = f", its time compressed × {growth:g} for the scenario's growth" if growth != 1 else ""
             lines += ["", f"Replayed with the log's own arrivals ({r.requests:,} requests over {r.span_s / 60:,.1f} "
-                      f"minutes, dealt in turn to the pool's {c.replicas} replicas): "
+                      f"minutes{compressed}, dealt in turn to the pool's {c.replicas} replicas): "
                       + ("every target holds." if r.holds else "misses: " + "; ".join(r.problems) + "."), ""]
             lines += band_rows(r.bands)
         lines += ["", *_mean_rows(c)]

@@ -159,7 +159,22 @@ def test_borrowed_factors_are_marked_unverified(catalog):
     assert not catalog.gpu("mi300x").verified
     assert catalog.gpu("mi300x").efficiency.borrowed_from == "h100-sxm"
     assert "CHECKED against 9 published latency rows" in catalog.gpu("mi300x").efficiency.source
+    check = catalog.gpu("mi300x").efficiency.borrowed_check
+    assert check.startswith("against 9 published latency rows") and "less time than measured (optimistic" in check
     assert catalog.gpu("h100-sxm").verified and catalog.gpu("h200").verified
+    assert catalog.gpu("h100-sxm").efficiency.borrowed_check is None
+
+
+@pytest.mark.parametrize(("errors", "text"), [
+    ([-45.2, -7.1, -20.0], "these factors predict 7% to 45% less time than measured (optimistic: they overstate its "
+                           "capacity and understate a plan's cost)"),
+    ([3.0, 12.4], "these factors predict 3% to 12% more time than measured (conservative)"),
+    ([-5.0, 8.0], "these factors predict from 5% less to 8% more time than measured"),
+])
+def test_a_borrowed_check_reads_as_more_or_less_time_than_measured(errors, text):
+    from planner.calibration.efficiency_blocks import checked_text
+
+    assert checked_text(errors) == text
 
 
 def test_latency_rows_of_an_unfitted_engine_are_held_out_and_move_no_factor(catalog):

@@ -74,6 +74,7 @@ def test_decision_flags_a_gpu_with_borrowed_factors_and_verified_only_drops_it(c
     plan = make_plan(scn, catalog, catalog.model("llama-3.1-8b"), traffic(1000, (1000, 200), 0, (1000, 200)), 5.0)
     decision = render(plan).split("## Decision", 1)[1].split("\n## ", 1)[0]
     assert "**UNVERIFIED: mi300x's speed is not measured** — its efficiency factors are borrowed from h100-sxm" in decision
+    assert "; checked against 9 published latency rows of this GPU" in decision and "(optimistic: " in decision
 
     mixed = Scenario.model_validate({**scn.model_dump(exclude_none=True), "gpus": ["mi300x", "h100-sxm"], "verified_only": True})
     plan2 = make_plan(mixed, catalog, catalog.model("llama-3.1-8b"), traffic(1000, (1000, 200), 0, (1000, 200)), 5.0)

@@ -40,7 +40,8 @@ def fitted_source(cal: Calibration, catalog: Catalog, gpu: str) -> str:
     )
 
 
-def rounded(eff: Efficiency, source: str, borrowed_from: str | None = None) -> Efficiency:
+def rounded(eff: Efficiency, source: str, borrowed_from: str | None = None,
+            borrowed_check: str | None = None) -> Efficiency:
     return eff.model_copy(
         update={
             "bandwidth": round(eff.bandwidth, 3),
@@ -58,8 +59,21 @@ def rounded(eff: Efficiency, source: str, borrowed_from: str | None = None) -> E
             "straggler_cv": round(eff.straggler_cv, 4),
             "source": source,
             "borrowed_from": borrowed_from,
+            "borrowed_check": borrowed_check,
         }
     )
+
+
+def checked_text(signed_errors_pct: list[float]) -> str:
+    """What borrowed factors predict of a GPU's measured times, in words a reader can act on: below
+    the measured time is optimistic (capacity overstated, cost understated)."""
+    lo, hi = min(signed_errors_pct), max(signed_errors_pct)
+    if hi < 0:
+        return (f"these factors predict {-hi:.0f}% to {-lo:.0f}% less time than measured (optimistic: they overstate "
+                "its capacity and understate a plan's cost)")
+    if lo > 0:
+        return f"these factors predict {lo:.0f}% to {hi:.0f}% more time than measured (conservative)"
+    return f"these factors predict from {-lo:.0f}% less to {hi:.0f}% more time than measured"
 
 
 def catalog_efficiencies(cal: Calibration, catalog: Catalog) -> tuple[dict[str, Efficiency], list[str]]:
@@ -80,20 +94,19 @@ def catalog_efficiencies(cal: Calibration, catalog: Catalog) -> tuple[dict[str, 
         donor = eff.borrowed_from
         n, med, _ = held_out_stats(cal, donor)
         checked = [p for p in cal.borrowed_check if p.gpu == gpu_id]
-        check = ""
+        check, finding = "", None
         if checked:
-            signed = [p.signed_error_pct for p in checked]
-            check = (
-                f"; CHECKED against {len(checked)} published latency rows of this GPU in data/measured/{LATENCY_FILE} "
-                f"(fitted on by nothing): these factors predict {min(signed):+.0f}% to {max(signed):+.0f}% of the "
-                f"measured time{' (optimistic)' if max(signed) < 0 else ''}"
-            )
+            finding = (f"against {len(checked)} published latency rows of this GPU (data/measured/{LATENCY_FILE}; "
+                       "fitted on by nothing), "
+                       f"{checked_text([p.signed_error_pct for p in checked])}")
+            check = f"; CHECKED {finding}"
         out[gpu_id] = rounded(
             eff,
             f"UNVERIFIED: borrowed from {donor} ({why}; no throughput measurements of this GPU): factors of the "
             f"joint fit by bench/calibration.py on {donor}'s rows (held-out median abs error {med:.1f}% on {donor}, "
             f"n={n}); {ar}{check}",
             borrowed_from=donor,
+            borrowed_check=finding,
         )
     return dict(sorted(out.items())), warnings
 
@@ -113,6 +126,7 @@ def efficiency_lines(eff: Efficiency, indent: str = "    ") -> list[str]:
         f"{indent}straggler_cv: {eff.straggler_cv:g}\n",
         f"{indent}source: {json.dumps(eff.source, ensure_ascii=True)}\n",
         *([f"{indent}borrowed_from: {eff.borrowed_from}\n"] if eff.borrowed_from else []),
+        *([f"{indent}borrowed_check: {json.dumps(eff.borrowed_check, ensure_ascii=True)}\n"] if eff.borrowed_check else []),
     ]
 
 
