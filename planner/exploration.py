@@ -29,15 +29,16 @@ from planner.worker_pool import start_claimable
 SENSITIVITY = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
 
 
-def explore_plan(st: Setup, plan: Plan, solve: Resolver, *,
+def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, alone: bool = False,
                  sweep: Callable[[], list[tuple[float, Outcome]]] | None = None,
                  context: Callable[[], Outcome | None] | None = None, search: LazySearch | None = None,
                  figures_ready: Callable[[Plan], None] | None = None) -> Plan:
     """The plan's explorations: each split option, the next-best distinct plans, the peak's
     sensitivity, the levers, the best certified plan per GPU type and the TTFT target's cost.
-    `solve` answers the re-solves (its scenario's inventory caps and its commitments apply); where
-    it prices commitments the plan was not solved with (a fleet service's), the plan is solved again
-    its way first, and the rows are measured against that (Plan.explored_usd_per_hour). sweep, context: the TTFT
+    `solve` answers the re-solves (its scenario's inventory caps and its commitments apply). alone:
+    the plan was made by other rules than `solve`'s (a fleet service's, by the fleet's ILP, which
+    prices the fleet's commitments and shares its caps): the plan `solve` makes is found first, and
+    the rows are measured against it (Plan.alone), so that its own x1 rows read the same. sweep, context: the TTFT
     sweep and the context-limit lever already started (start_ttft_sweep, start_context_lever)
     [default: both started now]. search: the plan's own lazy search, whose searched pairs and
     bounds the re-solves start from [default: one over the plan's evaluator]. figures_ready: called
@@ -51,10 +52,7 @@ def explore_plan(st: Setup, plan: Plan, solve: Resolver, *,
         context = start_context_lever(st, solve)
     if sweep is None:
         sweep = start_ttft_sweep(st, solve)
-    # A fleet service's plan comes from the fleet's ILP, which prices every commitment; alone, its
-    # re-solves pay for the ones the other services leave it, so its rows compare with the plan
-    # solved that way (the same fleet where the fleet's ILP is right, at that price).
-    sol = plan.solution if not solve.reserved else search.solve()
+    sol = search.solve() if alone else plan.solution
     with stage("explorations", 6, " steps") as step:
         split = []
         for k in classes:
@@ -76,7 +74,7 @@ def explore_plan(st: Setup, plan: Plan, solve: Resolver, *,
         step.advance()
         sensitivity = []
         for m in SENSITIVITY:
-            res = search.solve(rate_scale=m)
+            res = sol if m == 1 else search.solve(rate_scale=m)
             sensitivity.append(outcome_of(f"peak x {m:g}", res, "" if res.pools else infeasible_message(
                 classes, search.evaluations(), inventory, rate_scale=m)))
         step.advance()
@@ -90,7 +88,9 @@ def explore_plan(st: Setup, plan: Plan, solve: Resolver, *,
         step.advance()
         explored = dataclasses.replace(plan, split_analysis=split, alternatives=alternatives, sensitivity=sensitivity,
                                        levers=levers, ttft_sweep=swept,
-                                       explored_usd_per_hour=sol.cost_per_hour if solve.reserved else None)
+                                       alone=outcome_of("alone", sol, "" if sol.pools else infeasible_message(
+                                           classes, search.evaluations(), inventory)) if alone else None,
+                                       alone_caps=dict(inventory) if alone else None)
         if figures_ready is not None:
             figures_ready(explored)
         per_gpu = _per_gpu(st, per_gpu_plans, inventory, solve)

@@ -149,11 +149,10 @@ def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool |
     plans = [assemble_plan(st, evals, sol, pools, cert) for st, (evals, sol, pools, cert) in zip(setups, done, strict=True)]
     types = _types(fleet, joint)
     if explore:
-        alone = [_alone(setups, plans, i, fleet.shared_caps, fleet.commitments) for i in range(len(plans))]
+        alone = [_alone(setups, plans, i, fleet.shared_caps) for i in range(len(plans))]
         # Every service's TTFT sweep goes to the worker at once, while the others run here.
         sweeps = [start_ttft_sweep(st, solve) for st, solve in alone]
-        plans = [dataclasses.replace(explore_plan(st, plan, solve, sweep=sweep, figures_ready=figures_ready),
-                                     explored_caps=solve.inventory, explored_commitments=solve.reserved)
+        plans = [explore_plan(st, plan, solve, alone=True, sweep=sweep, figures_ready=figures_ready)
                  for (st, solve), plan, sweep in zip(alone, plans, sweeps, strict=True)]
     constraints = _constraints(fleet, setups, [p.evaluations for p in plans], joint, types) if explore else ()
     result = FleetPlan(fleet, tuple(plans), joint, types, constraints)
@@ -259,12 +258,13 @@ def _price(fleet: FleetInputs, gpu: str) -> float:
     return fleet.catalog.gpu(gpu).price_usd_per_hour
 
 
-def _alone(setups: list[Setup], plans: list[Plan], i: int, caps: dict[str, int],
-           commitments: dict[str, tuple[int, float]]) -> tuple[Setup, Resolver]:
+def _alone(setups: list[Setup], plans: list[Plan], i: int, caps: dict[str, int]) -> tuple[Setup, Resolver]:
     """The service alone with the rest of the fleet as planned, for its explorations: a shared
-    type's cap is what the other services leave of it, and so are its commitments, which its
-    re-solves pay for whether they use them or not (as the fleet's ILP does): a service the fleet
-    gives owned GPUs is not shown, alone, a cheaper plan on GPUs it would buy instead."""
+    type's cap is what the other services leave of it, at its candidates' on-demand prices. Alone it
+    may choose otherwise than the fleet does for it (the fleet's committed GPUs are paid whether used
+    or not); its section says so (report.render, Plan.alone). Pricing its re-solves with the
+    commitments the others leave instead made their ILPs ten times slower (a weak relaxation: sunk
+    GPUs fill fractional replicas for nothing): the catalog-wide fleet took 17.6 s against 12.3."""
     st = setups[i]
     others: dict[str, int] = {}
     for j, other in enumerate(plans):
@@ -279,8 +279,7 @@ def _alone(setups: list[Setup], plans: list[Plan], i: int, caps: dict[str, int],
         else:
             gpus.append(cand)
     scn = st.scn.model_copy(update={"gpus": gpus})
-    left = {g: (count - others.get(g, 0), price) for g, (count, price) in commitments.items() if count > others.get(g, 0)}
-    return dataclasses.replace(st, scn=scn), Resolver(scn, left)
+    return dataclasses.replace(st, scn=scn), Resolver(scn)
 
 
 def _constraints(fleet: FleetInputs, setups, evals_per_service, joint: JointSolution, types) -> tuple[SharedConstraint, ...]:

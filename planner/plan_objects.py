@@ -170,18 +170,17 @@ class Plan:
     certification: Certification | None = None
     given_fleet: bool = False  # the scenario stated its fleet; the plan checks it instead of solving
     optimised: Outcome | None = None  # beside a given fleet: the cheapest plan the model finds
-    # The plan's cost as its explorations price their re-solves (explore_plan): its own cost, save in a
-    # fleet, where a service's re-solves pay for the commitments the other services leave it
-    explored_usd_per_hour: float | None = None
-    # A fleet service's explorations (fleet_plan._alone): the GPU caps and the commitments
-    # {type: (GPUs, $/GPU-hour)} the other services leave it; None outside a fleet
-    explored_caps: dict[str, int] | None = None
-    explored_commitments: dict[str, tuple[int, float]] | None = None
+    # A fleet service's explorations (fleet_plan._alone, explore_plan(alone=True)): the plan the service
+    # alone would make (on-demand prices, within the GPU caps the other services leave it), the base
+    # of its rows, and those caps; None outside a fleet
+    alone: Outcome | None = None
+    alone_caps: dict[str, int] | None = None
 
     @property
     def compared_usd_per_hour(self) -> float:
-        """What the explorations' rows (vs plan) are measured against."""
-        return self.cost_per_hour if self.explored_usd_per_hour is None else self.explored_usd_per_hour
+        """What the explorations' rows (vs plan) are measured against: the plan, or in a fleet the
+        service's plan alone, which its re-solves answer from."""
+        return self.cost_per_hour if self.alone is None else self.alone.cost_per_hour
 
     @property
     def mean_rps(self) -> float | None:

@@ -25,7 +25,7 @@ from planner.plan_objects import (
 )
 from planner.report_latency import latency_section
 from planner.roofline import StepModel
-from planner.units import HOURS_PER_MONTH, GiB, gpus_text, quantile_label, usd_rate_text
+from planner.units import HOURS_PER_MONTH, GiB, gpus_text, quantile_label
 from planner.worker_pool import draw
 
 
@@ -229,8 +229,15 @@ def _pools_table(plan: Plan) -> str:
 
 def _why(plan: Plan) -> str:
     """Why the plan splits or not, from the numbers: each option's replicas before and after
-    rounding up, and what binds its pools."""
-    sol = plan.solution
+    rounding up, and what binds its pools. A fleet service's split analysis is of the service alone
+    (Plan.alone): where alone it plans otherwise than the fleet does, this says why for that plan."""
+    why = _why_of(plan, plan.solution if plan.alone is None else plan.alone.solution)
+    if plan.alone is not None and _differs(plan) and not why.startswith("Why one pool"):
+        return "Alone (see the split analysis below): " + why[0].lower() + why[1:]
+    return why
+
+
+def _why_of(plan: Plan, sol) -> str:
     feasible = [o for o in plan.split_analysis if o.feasible]
     if len(plan.split_analysis) <= 1:
         return "Why one pool: no split threshold was offered (or none leaves both pools non-empty)."
@@ -273,7 +280,7 @@ def _why(plan: Plan) -> str:
                 f"The {rival.name} — {theirs}.")
     chosen = next(o for o in plan.split_analysis if o.solution is not None and o.solution.option == sol.option)
     mine, _ = describe(chosen)
-    long_share = next(p.traffic_class.share for p in plan.pools if p.traffic_class.name == "long")
+    long_share = next(tc.share for tc in plan.classes[sol.option] if tc.name == "long")
     text = f"Why split: {long_share:.1%} of requests exceed {sol.threshold:,} tokens. "
     if none is None or not none.feasible:
         reason = none.why_not if none is not None else ""
@@ -302,26 +309,35 @@ def _fractional_text(need: float) -> str:
 
 
 def _fleet_rules_show(plan: Plan) -> bool:
-    """Whether a fleet service's explorations differ from its own report's in a way its section must
-    explain: commitments left to it price them, or a cap the other services leave stops one. Otherwise
+    """Whether a fleet service's section must say how its rows were solved: alone, the service makes
+    another plan than the fleet gives it, or a cap the other services leave stops a row. Otherwise
     the section is the service's own report (tests/test_fleet.py holds them equal)."""
-    if plan.explored_caps is None:
+    if plan.alone is None:
         return False
     rows = [*plan.split_analysis, *plan.per_gpu, *plan.levers, *plan.alternatives, *plan.sensitivity,
             *(o for _, o in plan.ttft_sweep)]
-    return bool(plan.explored_commitments) or any(not o.feasible for o in rows)
+    return _differs(plan) or any(not o.feasible for o in rows)
+
+
+def _differs(plan: Plan) -> bool:
+    """A fleet service's plan alone is not the one the fleet gives it."""
+    mine = sorted((p.traffic_class.name, p.config.label(p.traffic_class.max_model_len), p.replicas) for p in plan.pools)
+    alone = plan.alone.solution
+    theirs = sorted((p.traffic_class, p.config, p.replicas) for p in alone.pools) if alone is not None else []
+    return mine != theirs
 
 
 def _explored_in_fleet(plan: Plan) -> str:
-    """How a fleet service's explorations are solved and priced (fleet_plan._alone)."""
-    caps = ", ".join(f"{g} ≤ {gpus_text(n)}" for g, n in sorted(plan.explored_caps.items())) or "none"
-    left = ", ".join(f"{n} {g} at {usd_rate_text(price)}" for g, (n, price) in sorted((plan.explored_commitments or {}).items()))
-    paid = (f"pays for the committed GPUs they leave it ({left}) whether it uses them or not, as the fleet's ILP "
-            "does, and on-demand prices for the rest" if left else "pays on-demand prices (the other services use "
-            "every committed GPU of its types)")
-    return (f"In the fleet, this service's re-solves below keep the other services as planned: it may use what they "
-            f"leave of the GPU caps ({caps}) and {paid}. So priced, the plan costs {_usd(plan.compared_usd_per_hour)} "
-            "per hour, the base of every 'vs plan' and of 'Why split' above.")
+    """How a fleet service's explorations are solved (fleet_plan._alone) and what they compare with."""
+    caps = ", ".join(f"{g} ≤ {gpus_text(n)}" for g, n in sorted((plan.alone_caps or {}).items())) or "none"
+    text = (f"In the fleet, the rows below re-solve this service alone, the other services as planned: at its "
+            f"on-demand prices, within what they leave of the GPU caps ({caps}). So solved, its plan is "
+            f"{plan.alone.summary}, {_usd(plan.alone.cost_per_hour)} per hour: the base of every 'vs plan' here "
+            "and of 'Why split' above.")
+    if _differs(plan):
+        text += (" The fleet runs the plan above instead: its committed GPUs are paid whether used or not and its "
+                 "caps are shared, so what is cheapest for the fleet need not be for this service alone.")
+    return text
 
 
 def _finance(plan: Plan) -> str:

@@ -299,33 +299,30 @@ def test_committed_gpus_are_paid_used_or_not_and_the_services_add_up(tmp_path):
     assert fp.cost_per_hour == pytest.approx(20.0 + sum(t.on_demand * t.on_demand_usd_per_gpu_hour for t in fp.types))
 
 
-def test_a_services_explorations_are_priced_as_the_fleet_pays_for_its_commitments(tmp_path):
+def test_a_services_rows_compare_with_its_plan_alone_and_say_so(tmp_path):
     """Owned L40S go to the services (sunk), though alone at on-demand prices each would buy H100s.
-    Their sections' re-solves must pay for the owned GPUs the other service leaves, as the fleet's ILP
-    does: the sensitivity's x1 and the split analysis's chosen row are then the plan's own pools, and a
-    tighter TTFT target never costs less than the plan (at on-demand prices they showed H100 plans
-    cheaper than the plan itself)."""
+    A section's re-solves are of the service alone (on-demand prices, the caps the others leave), so
+    every row of it compares with the plan it makes alone, whose x1 rows are that plan (not a fleet it
+    does not run beside a 'vs plan' of the fleet's choice), and the section says how the two differ."""
     from planner.fleet import load_fleet
     from planner.fleet_plan import make_fleet_plan
+    from planner.fleet_report import service_section
 
     fp = make_fleet_plan(load_fleet(write_fleet(tmp_path, inventory={"l40s": {"owned": 40, "owned_usd_per_hour": 0.5}})))
-    used = {p.scenario.name: sum(pool.gpus for pool in p.pools if pool.config.gpu.id == "l40s") for p in fp.plans}
-    assert used["alpha"] and used["beta"]  # the fleet gives both owned L40S
-    for plan in fp.plans:
-        other = sum(n for name, n in used.items() if name != plan.scenario.name)
-        assert plan.explored_commitments == {"l40s": (40 - other, 0.5)}
-        pools = sorted((p.config.label(p.traffic_class.max_model_len), p.replicas) for p in plan.pools)
+    assert all(p.pools and {pool.config.gpu.id for pool in p.pools} == {"l40s"} for p in fp.plans)
+    for i, plan in enumerate(fp.plans):
+        alone = plan.alone.solution
+        assert {p.gpu for p in alone.pools} == {"h100-sxm"}  # alone, H100s are cheaper than bought L40S
         base = plan.compared_usd_per_hour
+        assert base == alone.cost_per_hour < plan.cost_per_hour
         x1 = next(o for o in plan.sensitivity if o.name == "peak x 1")
-        chosen = next(o for o in plan.split_analysis if o.solution.option == plan.solution.option)
-        for row in (x1, chosen):
-            assert sorted((p.config, p.replicas) for p in row.solution.pools) == pools
-            assert row.cost_per_hour == pytest.approx(base)
+        chosen = next(o for o in plan.split_analysis if o.solution.option == alone.option)
+        assert x1.solution is alone and chosen.solution is alone
         for m, o in plan.ttft_sweep:
             assert (o.cost_per_hour >= base - 1e-9) if m < 1 else (o.cost_per_hour <= base + 1e-9)
-        # Priced so, the plan pays its on-demand GPUs and the owned ones left to it, used or not.
-        on_demand = sum(p.cost_per_hour for p in plan.pools if p.config.gpu.id != "l40s")
-        assert base == pytest.approx(on_demand + (40 - other) * 0.5)
+        text = service_section(fp, i)
+        assert f"So solved, its plan is {plan.alone.summary}" in text
+        assert "The fleet runs the plan above instead" in text
 
 
 def test_solve_fleet_json_has_services_and_a_budget_overrun_exits_3(tmp_path):
