@@ -53,6 +53,8 @@ def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, alone: bool = False,
     if sweep is None:
         sweep = start_ttft_sweep(st, solve)
     sol = search.solve() if alone else plan.solution
+    if not sol.pools:  # the fleet's plan is one the service can make alone, so this is a safeguard
+        alone, sol = False, plan.solution
     with stage("explorations", 6, " steps") as step:
         split = []
         for k in classes:
@@ -88,8 +90,7 @@ def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, alone: bool = False,
         step.advance()
         explored = dataclasses.replace(plan, split_analysis=split, alternatives=alternatives, sensitivity=sensitivity,
                                        levers=levers, ttft_sweep=swept,
-                                       alone=outcome_of("alone", sol, "" if sol.pools else infeasible_message(
-                                           classes, search.evaluations(), inventory)) if alone else None,
+                                       alone=outcome_of("alone", sol) if alone else None,
                                        alone_caps=dict(inventory) if alone else None)
         if figures_ready is not None:
             figures_ready(explored)
@@ -160,10 +161,10 @@ def start_ttft_sweep(st: Setup, solve: Resolver) -> Callable[[], list[tuple[floa
     chains = [start_claimable("exploration:ttft_sweep", scn=st.scn, catalog=st.catalog, model=st.model,
                               configs=st.configs, classes=st.classes, inventory=solve.inventory,
                               calibration=calibration, known=known, multipliers=chain, token=st.evaluator._token,
-                              reserved=solve.reserved,
+                              reserved=solve.reserved, pool_types=solve.pool_types,
                               here=lambda chain=chain: _ttft_sweep(st.scn, st.catalog, st.model, st.configs, st.classes,
                                                                    solve.inventory, st.evaluator, calibration, chain,
-                                                                   solve.reserved))
+                                                                   solve.reserved, solve.pool_types))
               for chain in _SWEEP_CHAINS]
 
     def sweep() -> list[tuple[float, Outcome]]:
@@ -174,25 +175,27 @@ def start_ttft_sweep(st: Setup, solve: Resolver) -> Callable[[], list[tuple[floa
 
 
 def ttft_sweep(scn, catalog, model, configs, classes, inventory, calibration, known=None,
-               multipliers=TTFT_SWEEP, token: str | None = None, reserved=None) -> list[tuple[float, Outcome]]:
+               multipliers=TTFT_SWEEP, token: str | None = None, reserved=None,
+               pool_types=frozenset()) -> list[tuple[float, Outcome]]:
     """_ttft_sweep from the scenario alone (a worker's job): its own evaluator, with the plan's
     calibration per class, and holding the plan's evaluations and bounds (Evaluator.known) where
     given. Those only steer the lazy searches (their guesses and bounds), never the answer: without
     them the worker found the same plans with a sixth more latency points (the 128k rollout's sweep:
     972 against 846, 0.4 CPU-s). token: the plan's evaluator's, whose profiles and replica models
-    the worker's jobs share (evaluator.job_evaluator). reserved: the commitments its re-solves are
-    priced with (Resolver)."""
+    the worker's jobs share (evaluator.job_evaluator). reserved, pool_types: the rules of its
+    re-solves (Resolver)."""
     if token is None:
         evaluator = Evaluator(scn, catalog, model)
     else:
         evaluator, classes = job_evaluator(token, scn, catalog, model, classes)
     if known:
         evaluator.take_known(known, configs, classes)
-    return _ttft_sweep(scn, catalog, model, configs, classes, inventory, evaluator, calibration, multipliers, reserved)
+    return _ttft_sweep(scn, catalog, model, configs, classes, inventory, evaluator, calibration, multipliers, reserved,
+                       pool_types)
 
 
 def _ttft_sweep(scn, catalog, model, configs, classes, inventory, evaluator, calibration,
-                multipliers=TTFT_SWEEP, reserved=None) -> list[tuple[float, Outcome]]:
+                multipliers=TTFT_SWEEP, reserved=None, pool_types=frozenset()) -> list[tuple[float, Outcome]]:
     """The plan re-solved with every band's TTFT limit scaled (by `multipliers` of TTFT_SWEEP), by
     the model (calibrated where certification measured a class): what a stricter or looser TTFT
     target costs."""
@@ -218,7 +221,7 @@ def _ttft_sweep(scn, catalog, model, configs, classes, inventory, evaluator, cal
                               for k, tcs in classes.items()}
             swept.calibrate(calibration, scaled_classes)  # what simulation showed of the model applies here too
             prior = _bound_from(above) if m < above_m else None
-            res, evs = lazy_solve(swept, Resolver(scaled, reserved), scaled_classes, configs, prior=prior)
+            res, evs = lazy_solve(swept, Resolver(scaled, reserved, pool_types), scaled_classes, configs, prior=prior)
             out[m] = outcome_of(f"TTFT targets x {m:g}", res, "" if res.pools else
                               infeasible_message(scaled_classes, evs, inventory))
             above, above_m = swept, m
@@ -293,22 +296,23 @@ def start_context_lever(st: Setup, solve: Resolver) -> Callable[[], Outcome | No
     return start_claimable("exploration:context_lever", scn=st.scn, catalog=st.catalog, model=st.model,
                            served=st.served, limit=st.limit, peak=st.peak_rps, configs=st.configs,
                            inventory=solve.inventory, classes=st.classes, known=known, token=st.evaluator._token,
-                           reserved=solve.reserved,
+                           reserved=solve.reserved, pool_types=solve.pool_types,
                            here=lambda: context_lever(st.scn, st.catalog, st.model, st.served, st.limit, st.peak_rps,
                                                       st.configs, solve.inventory, classes=st.classes, known=known,
-                                                      evaluator=st.evaluator, solve=Resolver(st.scn, solve.reserved)))
+                                                      evaluator=st.evaluator,
+                                                      solve=Resolver(st.scn, solve.reserved, solve.pool_types)))
 
 
 def context_lever(scn, catalog, model, served, limit, peak, configs, inventory, *, classes=None, known=None,
                   token: str | None = None, evaluator: Evaluator | None = None,
-                  solve: Resolver | None = None, reserved=None) -> Outcome | None:
+                  solve: Resolver | None = None, reserved=None, pool_types=frozenset()) -> Outcome | None:
     """The plan re-solved at the lower context limit (the scenario's, or half the limit), its
     rejected requests named; None when no lower limit serves any request. Without `evaluator` and
     `solve` (a worker's job), its own: the lower limit's traffic classes share no calibration with
     the plan's, so the answer is the same. known: the plan's model evaluations and bounds
     (Evaluator.known) for its `classes`; a lower class with the same requests, limit and targets as
     a plan's class (a short class of a threshold below the lower limit) starts from them, which
-    steers the search and never its answer. token, reserved: as for ttft_sweep."""
+    steers the search and never its answer. token, reserved, pool_types: as for ttft_sweep."""
     lower = scn.lower_context_limit or edge_at_most(max(limit // 2, int(TOTAL_EDGES[0])))
     if lower >= limit:
         return None
@@ -322,7 +326,7 @@ def context_lever(scn, catalog, model, served, limit, peak, configs, inventory, 
     evaluator = evaluator or Evaluator(scn, catalog, model)
     if known:
         evaluator.take_known(known, configs, _same_classes(lower_classes, classes or {}))
-    res, evs = lazy_solve(evaluator, solve or Resolver(scn, reserved), lower_classes, configs)
+    res, evs = lazy_solve(evaluator, solve or Resolver(scn, reserved, pool_types), lower_classes, configs)
     name = f"context limit {lower:,} (rejects {lost / served.requests:.1%} of requests)"
     return outcome_of(name, res, "" if res.pools else infeasible_message(lower_classes, evs, inventory))
 

@@ -149,7 +149,7 @@ def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool |
     plans = [assemble_plan(st, evals, sol, pools, cert) for st, (evals, sol, pools, cert) in zip(setups, done, strict=True)]
     types = _types(fleet, joint)
     if explore:
-        alone = [_alone(setups, plans, i, fleet.shared_caps) for i in range(len(plans))]
+        alone = [_alone(setups, plans, i, fleet.shared_caps, frozenset(fleet.commitments)) for i in range(len(plans))]
         # Every service's TTFT sweep goes to the worker at once, while the others run here.
         sweeps = [start_ttft_sweep(st, solve) for st, solve in alone]
         plans = [explore_plan(st, plan, solve, alone=True, sweep=sweep, figures_ready=figures_ready)
@@ -258,9 +258,12 @@ def _price(fleet: FleetInputs, gpu: str) -> float:
     return fleet.catalog.gpu(gpu).price_usd_per_hour
 
 
-def _alone(setups: list[Setup], plans: list[Plan], i: int, caps: dict[str, int]) -> tuple[Setup, Resolver]:
+def _alone(setups: list[Setup], plans: list[Plan], i: int, caps: dict[str, int],
+           committed: frozenset[str]) -> tuple[Setup, Resolver]:
     """The service alone with the rest of the fleet as planned, for its explorations: a shared
-    type's cap is what the other services leave of it, at its candidates' on-demand prices. Alone it
+    type's cap is what the other services leave of it, at its candidates' on-demand prices, and a
+    class may keep a pool of its own on each of the fleet's committed types, as in the fleet's ILP
+    (so the fleet's plan for it, 4 x h100-sxm + 3 x h200 in one class, stays one it can make). Alone it
     may choose otherwise than the fleet does for it (the fleet's committed GPUs are paid whether used
     or not); its section says so (report.render, Plan.alone). Pricing its re-solves with the
     commitments the others leave instead made their ILPs ten times slower (a weak relaxation: sunk
@@ -279,7 +282,7 @@ def _alone(setups: list[Setup], plans: list[Plan], i: int, caps: dict[str, int])
         else:
             gpus.append(cand)
     scn = st.scn.model_copy(update={"gpus": gpus})
-    return dataclasses.replace(st, scn=scn), Resolver(scn)
+    return dataclasses.replace(st, scn=scn), Resolver(scn, pool_types=committed)
 
 
 def _constraints(fleet: FleetInputs, setups, evals_per_service, joint: JointSolution, types) -> tuple[SharedConstraint, ...]:

@@ -51,7 +51,8 @@ Constraints (per service s; names carry the service's name)
   homogeneous_{o,k}:    sum_{c in C(o,k)} z[c] <= y[o]          (one config per pool; optional)
     with reserved_pools, committed GPUs are already paid and must not be stranded by
     homogeneity: the sum runs over c not on a committed type, and
-  homogeneous_{o,k,g}:  sum_{c in C(o,k) on g} z[c] <= y[o]     for g in Rsv (one pool per committed type)
+  homogeneous_{o,k,g}:  sum_{c in C(o,k) on g} z[c] <= y[o]     for g in Rsv (one pool per committed type;
+                        and for the service's pool_types, a fleet service re-solved alone)
   only_chosen_{c}:      z[c] <= y[o(c)]
   replicas_if_pool_{c}: x[c] <= M[c] z[c],  M[c] = max(m, ceil(r/u[c]))  (no replicas without a pool)
   min_replicas_{c}:     x[c] >= m[s] z[c]                       (N+1 when m = 2)
@@ -183,6 +184,9 @@ class ServiceModel:
     min_replicas: int = 1
     homogeneous: bool = True
     forbid: Sequence[frozenset[tuple[str, str, str]]] = ()  # plans of this service to exclude
+    # GPU types on which a class may keep a pool of its own beside its other pool, as on committed
+    # types with reserved_pools (a fleet service re-solved alone: the fleet's committed types)
+    pool_types: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -217,11 +221,12 @@ def solve_fleet(
     use_reserved: bool = False,
     keep_lp: bool = False,
     tie_break: bool | Callable[[JointSolution], bool] = True,
+    pool_types: frozenset[str] = frozenset(),
 ) -> FleetSolution:
     """The cheapest plan of one service (solve_services with one service and its caps as the
     shared ones); the formulation is the module's docstring."""
     joint = solve_services(
-        [ServiceModel("", options, candidates, {}, min_replicas, homogeneous, forbid)], inventory=inventory,
+        [ServiceModel("", options, candidates, {}, min_replicas, homogeneous, forbid, pool_types)], inventory=inventory,
         backend=backend, time_limit_s=time_limit_s, reserved=reserved, reserved_pools=reserved_pools,
         use_reserved=use_reserved, keep_lp=keep_lp, tie_break=tie_break,
     )
@@ -510,7 +515,7 @@ class _ServiceVars:
                      name("cover", o.key, k))
                 _row(prob, [*((z[i], 1) for i in members), (chosen, -1)], GE, 0, name("pool_exists", o.key, k))
                 if sv.homogeneous:
-                    own = set(reserved) if self.reserved_pools else set()
+                    own = (set(reserved) | sv.pool_types) if self.reserved_pools else set()
                     shared = [i for i in members if cands[i].gpu not in own]
                     _row(prob, [*((z[i], 1) for i in shared), (chosen, -1)], LE, 0, name("homogeneous", o.key, k))
                     for g in sorted(own & {cands[i].gpu for i in members}):

@@ -63,14 +63,15 @@ def scenario_caps(scn: Scenario) -> dict[str, int]:
 
 
 def _solve(scn, inventory: dict[str, int], classes, evals: Sequence[Evaluation], *, options=None, rate_scale=1.0,
-           forbid=(), keep_lp=False, reserved=None, use_reserved=False, tie_break=True):
+           forbid=(), keep_lp=False, reserved=None, use_reserved=False, tie_break=True, pool_types=frozenset()):
     sm = service_model(scn, classes, evals, options=options, rate_scale=rate_scale, forbid=forbid,
-                       use_reserved=use_reserved, bound_types={*inventory, *(reserved or {})})
+                       use_reserved=use_reserved, bound_types={*inventory, *(reserved or {}), *pool_types})
     return solve_fleet(
         sm.options, sm.candidates, inventory=inventory, min_replicas=sm.min_replicas, homogeneous=sm.homogeneous,
         backend=scn.solver.backend, time_limit_s=scn.solver.time_limit_s, forbid=sm.forbid, keep_lp=keep_lp,
         reserved=reserved, use_reserved=use_reserved,
         reserved_pools=scn.forecast.reserved_pools if scn.forecast is not None else True, tie_break=tie_break,
+        pool_types=pool_types,
     )
 
 
@@ -80,19 +81,24 @@ class Resolver:
     part of the question: an answer kept with its LP text is the same answer.
 
     reserved: committed GPUs, {type: (count, price per GPU-hour)}, that every re-solve is priced
-    with unless its question states its own (a fleet service's explorations: the commitments the
-    other services leave it, paid whether used or not, as the fleet's ILP prices them)."""
+    with unless its question states its own (a scenario's own commitments). pool_types: GPU types on
+    which a class may keep a pool of its own (ilp.ServiceModel.pool_types): a fleet service re-solved
+    alone keeps the fleet's rule for its committed types, so the fleet's plan stays one it can make."""
 
-    def __init__(self, scn: Scenario, reserved: dict[str, tuple[int, float]] | None = None):
+    def __init__(self, scn: Scenario, reserved: dict[str, tuple[int, float]] | None = None,
+                 pool_types: frozenset[str] = frozenset()):
         self.scn = scn
         self.inventory = scenario_caps(scn)
         self.reserved = dict(reserved or {})
+        self.pool_types = frozenset(pool_types)
         self._answers: dict[tuple, FleetSolution] = {}
         self._keep: list = []  # the keyed objects stay alive, so their ids stay unique
 
     def __call__(self, classes, evals, **kw) -> FleetSolution:
         if kw.get("reserved") is None and self.reserved:
             kw = {**kw, "reserved": self.reserved}
+        if self.pool_types:
+            kw = {**kw, "pool_types": self.pool_types}
         key = (id(classes), id(evals), tuple(kw.get("options") or ()), kw.get("rate_scale", 1.0),
                tuple(kw.get("forbid", ())), tuple(sorted((kw.get("reserved") or {}).items())),
                kw.get("use_reserved", False), kw.get("tie_break", True))
