@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from planner.capacity import KNEE_SHARE
 from planner.daily import POLICIES, floor_text
 from planner.files import output_folder, write_bytes_atomic, write_text_atomic
 from planner.forecast import PoolRow, QuarterResult
@@ -167,7 +168,9 @@ QUARTER_COLUMNS: tuple[Column, ...] = (
            _at_volume("blended")),
     Column("usd_per_million_input_tokens", "number", "input_usd / input_tokens, USD per million", _at_volume("input")),
     Column("usd_per_million_output_tokens", "number", "output_usd / output_tokens, USD per million", _at_volume("output")),
-    Column("utilisation_at_peak", "number", "peak rate / the fleet's planned capacity (each replica at 99% of its lowest ceiling)", lambda r: r.utilisation["peak"]),
+    Column("utilisation_at_peak", "number",
+           f"peak rate / the fleet's planned capacity (each replica at {KNEE_SHARE:.0%} of its lowest ceiling)",
+           lambda r: r.utilisation["peak"]),
     Column("utilisation_at_mean", "number", "the day's mean rate / the fleet's capacity", lambda r: r.utilisation["mean"]),
     *_policy_columns(),
 )
@@ -407,7 +410,8 @@ def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: st
         "Cost per million tokens is quoted at the peak rate (the fleet is sized for the busiest hour) and at the day's "
         "real volume (what a quarter of traffic really pays per token: the load profile's mean rate). Reserved GPUs are "
         "paid whether used or not; idle ones are priced at their type's mean committed price. Utilisation is the arrival "
-        f"rate over the fleet's planned capacity, each replica at 99% of its lowest ceiling (headroom keeps the peak below 100%). A quarter is "
+        f"rate over the fleet's planned capacity, each replica at {KNEE_SHARE:.0%} of its lowest ceiling (headroom keeps "
+        "the peak below 100%). A quarter is "
         f"{HOURS_PER_QUARTER:,} hours ({HOURS_PER_MONTH} a month). The tables are in `{table_file(name, 'quarters')}`, "
         f"`{table_file(name, 'pools')}` and `{table_file(name, 'total')}`, their columns described in "
         f"`{name}_forecast_datapackage.json`.",

@@ -183,6 +183,14 @@ class Plan:
         return self.cost_per_hour if self.alone is None else self.alone.cost_per_hour
 
     @property
+    def alone_differs(self) -> bool:
+        """A fleet service's plan alone is not the one the fleet gives it (other pools or replicas)."""
+        if self.alone is None:
+            return False
+        pools = [] if self.alone.solution is None else self.alone.solution.pools
+        return _pool_keys(self.solution.pools) != _pool_keys(pools)
+
+    @property
     def mean_rps(self) -> float | None:
         return None if self.measured_mean_rps is None else self.measured_mean_rps * self.scenario.traffic.growth
 
@@ -195,6 +203,10 @@ class Plan:
     @property
     def cost_per_month(self) -> float:
         return self.cost_per_hour * HOURS_PER_MONTH
+
+
+def _pool_keys(pools) -> list[tuple[str, str, int]]:
+    return sorted((p.traffic_class, p.config, p.replicas) for p in pools)
 
 
 def edge_at_most(limit: int) -> int:

@@ -69,7 +69,7 @@ def make_plan(
     st = setup_plan(scn, catalog, model, hist, measured_peak_rps, traffic_notes=traffic_notes,
                     measured_mean_rps=measured_mean_rps, trace=trace, evaluate=certifying and explore)
     solve = Resolver(scn, reserved)
-    question = {"reserved": reserved, "use_reserved": use_reserved}
+    question = {"use_reserved": use_reserved}  # the commitments: the resolver's own
     pairs = sum(len(tcs) for tcs in st.classes.values()) * len(st.configs)
     # A pair is done when searched, or when the plan is found without it (its bound settles it).
     with stage("candidates searched", 0 if st.evals else pairs, " pairs") as step:

@@ -233,7 +233,7 @@ def _why(plan: Plan) -> str:
     rounding up, and what binds its pools. A fleet service's split analysis is of the service alone
     (Plan.alone): where alone it plans otherwise than the fleet does, this says why for that plan."""
     why = _why_of(plan, plan.solution if plan.alone is None else plan.alone.solution)
-    if plan.alone is not None and _differs(plan) and not why.startswith("Why one pool"):
+    if plan.alone_differs and not why.startswith("Why one pool"):
         return "Alone (see the split analysis below): " + why[0].lower() + why[1:]
     return why
 
@@ -317,15 +317,7 @@ def _fleet_rules_show(plan: Plan) -> bool:
         return False
     rows = [*plan.split_analysis, *plan.per_gpu, *plan.levers, *plan.alternatives, *plan.sensitivity,
             *(o for _, o in plan.ttft_sweep)]
-    return _differs(plan) or any(not o.feasible for o in rows)
-
-
-def _differs(plan: Plan) -> bool:
-    """A fleet service's plan alone is not the one the fleet gives it."""
-    mine = sorted((p.traffic_class.name, p.config.label(p.traffic_class.max_model_len), p.replicas) for p in plan.pools)
-    alone = plan.alone.solution
-    theirs = sorted((p.traffic_class, p.config, p.replicas) for p in alone.pools) if alone is not None else []
-    return mine != theirs
+    return plan.alone_differs or any(not o.feasible for o in rows)
 
 
 def _explored_in_fleet(plan: Plan) -> str:
@@ -335,7 +327,7 @@ def _explored_in_fleet(plan: Plan) -> str:
             f"on-demand prices, within what they leave of the GPU caps ({caps}). So solved, its plan is "
             f"{plan.alone.summary}, {_usd(plan.alone.cost_per_hour)} per hour: the base of every 'vs plan' here "
             "and of 'Why split' above.")
-    if _differs(plan):
+    if plan.alone_differs:
         text += (" The fleet runs the plan above instead: its committed GPUs are paid whether used or not and its "
                  "caps are shared, so what is cheapest for the fleet need not be for this service alone.")
     return text
@@ -372,7 +364,7 @@ def _sweep(plan: Plan, figure: str | None) -> str:
         return ""
     base = plan.compared_usd_per_hour
     stated = (Outcome("TTFT targets as stated", True, base, plan.solution.gpus, "the plan")
-              if plan.alone is None or not _differs(plan) else dataclasses.replace(plan.alone, name="TTFT targets as stated"))
+              if not plan.alone_differs else dataclasses.replace(plan.alone, name="TTFT targets as stated"))
     rows = [(1.0, stated), *list(plan.ttft_sweep)]
     bands = "; ".join(f"{b.name}: {b.ttft.stat} ≤ {b.ttft.limit_s:g} s" for b in plan.scenario.slo.to_slo().bands if b.ttft)
     lines = ["## What the TTFT target costs", "",
