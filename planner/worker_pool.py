@@ -245,8 +245,7 @@ def _start(job: str, kwargs: dict, here: Callable[[], Any] | None, *, claimable:
     if claim is None:
         future = worker.submit(payload)
     else:  # not queued work: this process takes it if the worker lags (no other worker starts for it)
-        future = worker.submit(pickle.dumps(("worker_pool:_claimed_job", {"claim": claim, "payload": payload}),
-                                            protocol=pickle.HIGHEST_PROTOCOL), shared=True)
+        future = worker.submit(_claimed_payload(claim, payload), shared=True)
     answers: list = []  # asked for again (a job started twice): the first answer
 
     def result():
@@ -340,9 +339,7 @@ def shared_map(job: str, items: Sequence[dict], here: Callable[[dict], Any], *,
 def _shared(worker: _Worker, job: str, items: Sequence[dict], here: Callable[[dict], Any], claims: str) -> Iterator[Any]:
     answers = {}
     for i in reversed(range(1, len(items))):  # the first item is this process's at once
-        payload = pickle.dumps(("worker_pool:_claimed", {"claim": os.path.join(claims, str(i)), "job": job,
-                                                        "kwargs": items[i]}), protocol=pickle.HIGHEST_PROTOCOL)
-        answers[i] = worker.submit(payload, shared=True)
+        answers[i] = worker.submit(_claimed_payload(os.path.join(claims, str(i)), (job, items[i])), shared=True)
     for i, item in enumerate(items):
         if i == 0 or _claim(os.path.join(claims, str(i))) is not False:  # mine, or no claim could be made
             yield here(item)
@@ -366,15 +363,17 @@ def _claim(path: str) -> bool | None:
     return True
 
 
-def _claimed(claim: str, job: str, kwargs: dict):
-    """A worker's side of shared_map: the item's answer, or None when it is not the worker's to do."""
-    return _run(job, kwargs) if _claim(claim) is True else None
+def _claimed_payload(claim: str, job: bytes | tuple[str, dict]) -> bytes:
+    """The message that has a worker run `job` ((name, kwargs), or those pickled) only if it makes
+    the claim first: shared_map's items and start_claimable's jobs."""
+    if not isinstance(job, bytes):
+        job = pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL)
+    return pickle.dumps(("worker_pool:_claimed", {"claim": claim, "payload": job}), protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def _claimed_job(claim: str, payload: bytes):
-    """A worker's side of start_claimable: the pickled job's answer, or None when this process
-    claimed it first (the job's arguments, pickled once for both, are unpickled only when the
-    worker runs it)."""
+def _claimed(claim: str, payload: bytes):
+    """A worker's side of a claimed job: its answer, or None when this process claimed it first
+    (the job's arguments, pickled once for both, are unpickled only when the worker runs it)."""
     return _run(*pickle.loads(payload)) if _claim(claim) is True else None
 
 

@@ -520,8 +520,12 @@ def test_an_item_is_claimed_once_and_a_claim_after_the_end_fails(tmp_path, monke
     assert worker_pool._claim(str(tmp_path / "over" / "4")) is False  # the claims folder is gone: the list is done
     ran = []
     monkeypatch.setattr(worker_pool, "_run", lambda job, kwargs: ran.append(job) or "drawn")
-    assert worker_pool._claimed(claim, "figures:cost_figure", {}) is None and ran == []  # not the worker's to do
-    assert worker_pool._claimed(str(tmp_path / "5"), "figures:cost_figure", {}) == "drawn"
+    job = pickle.dumps(("figures:cost_figure", {}))
+    assert worker_pool._claimed(claim, job) is None and ran == []  # not the worker's to do
+    assert worker_pool._claimed(str(tmp_path / "5"), job) == "drawn"
+    # the message a worker is sent runs that function on those arguments
+    name, kwargs = pickle.loads(worker_pool._claimed_payload(str(tmp_path / "6"), ("figures:cost_figure", {})))
+    assert name == "worker_pool:_claimed" and worker_pool._claimed(**kwargs) == "drawn" and ran == ["figures:cost_figure"] * 2
 
 
 def test_a_claimable_job_the_worker_has_not_begun_runs_here_once(tmp_path, monkeypatch):
