@@ -119,6 +119,9 @@ class Capacity:
     notes: tuple[str, ...] = field(default_factory=tuple)
     clamped: tuple[str, ...] = ()  # latency targets that still hold at the other ceilings (no bound of their own)
     floors: tuple[TargetFloor, ...] = ()  # targets no load can meet on this config
+    # the ceiling the knee is taken below: `binding`, or the bound below which throughput saturated
+    # (binding then names the resource: compute or bandwidth); "roofline" at the engine's batch limit
+    bound_kind: str = ""
 
 
 @lru_cache(maxsize=256)
@@ -468,8 +471,9 @@ def replica_capacity(
     n_bound = min([n_cap, *bounds.values()])
     binding = min(bounds, key=lambda k: (bounds[k], CEILINGS.index(k)))
     notes = [f.text() for f in floors]
+    bound_kind = binding
     if n_batch < bounds[binding] or (n_batch <= n_bound and binding == "memory" and n_batch < n_mem):
-        binding = rm.point(n_batch).regime
+        binding, bound_kind = rm.point(n_batch).regime, "roofline"
         notes.append(f"batch capped at the engine's max_num_seqs = {dep.engine.max_num_seqs}")
     n_star = _knee(rm, n_bound)
     if n_star < KNEE_FLAT * n_bound:
@@ -497,6 +501,7 @@ def replica_capacity(
         notes=tuple(notes),
         clamped=tuple(clamped),
         floors=floors,
+        bound_kind=bound_kind,
     )
 
 

@@ -84,7 +84,7 @@ def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, alone: bool = False,
         per_gpu_plans = _per_gpu_plans(st, solve) if plan.certification else []
         replay_ahead([(st, details) for *_, details in per_gpu_plans])
         levers = _levers(scn, st.catalog, st.model, st.served, st.limit, st.peak_rps, st.evaluator, st.configs, classes,
-                         search, sol, inventory, solve, context)
+                         search, sol, inventory, solve, context, st.hist.requests)
         step.advance()
         swept = sweep()
         step.advance()
@@ -251,7 +251,7 @@ def _bound_from(looser: Evaluator):
 
 
 def _levers(scn, catalog, model, served, limit, peak, evaluator, configs, classes, search: LazySearch, sol, inventory,
-            solve, context) -> list[Outcome]:
+            solve, context, all_requests: int) -> list[Outcome]:
     """Re-solve with each lever switched (design.md, "The optimisation"); the levers multiply."""
     out = []
 
@@ -284,7 +284,8 @@ def _levers(scn, catalog, model, served, limit, peak, evaluator, configs, classe
         res, evs = lazy_solve(evaluator, solve, classes, keep)
         out.append(outcome_of(f"without {gpu_id}", res, "" if res.pools else infeasible_message(classes, evs, inventory)))
     lowered = context() if context is not None else context_lever(scn, catalog, model, served, limit, peak, configs,
-                                                                    inventory, evaluator=evaluator, solve=solve)
+                                                                    inventory, evaluator=evaluator, solve=solve,
+                                                                    all_requests=all_requests)
     return out if lowered is None else [*out, lowered]
 
 
@@ -296,23 +297,26 @@ def start_context_lever(st: Setup, solve: Resolver) -> Callable[[], Outcome | No
     return start_claimable("exploration:context_lever", scn=st.scn, catalog=st.catalog, model=st.model,
                            served=st.served, limit=st.limit, peak=st.peak_rps, configs=st.configs,
                            inventory=solve.inventory, classes=st.classes, known=known, token=st.evaluator._token,
-                           reserved=solve.reserved, pool_types=solve.pool_types,
+                           reserved=solve.reserved, pool_types=solve.pool_types, all_requests=st.hist.requests,
                            here=lambda: context_lever(st.scn, st.catalog, st.model, st.served, st.limit, st.peak_rps,
                                                       st.configs, solve.inventory, classes=st.classes, known=known,
-                                                      evaluator=st.evaluator,
+                                                      evaluator=st.evaluator, all_requests=st.hist.requests,
                                                       solve=Resolver(st.scn, solve.reserved, solve.pool_types)))
 
 
 def context_lever(scn, catalog, model, served, limit, peak, configs, inventory, *, classes=None, known=None,
                   token: str | None = None, evaluator: Evaluator | None = None,
-                  solve: Resolver | None = None, reserved=None, pool_types=frozenset()) -> Outcome | None:
+                  solve: Resolver | None = None, reserved=None, pool_types=frozenset(),
+                  all_requests: int | None = None) -> Outcome | None:
     """The plan re-solved at the lower context limit (the scenario's, or half the limit), its
     rejected requests named; None when no lower limit serves any request. Without `evaluator` and
     `solve` (a worker's job), its own: the lower limit's traffic classes share no calibration with
     the plan's, so the answer is the same. known: the plan's model evaluations and bounds
     (Evaluator.known) for its `classes`; a lower class with the same requests, limit and targets as
     a plan's class (a short class of a threshold below the lower limit) starts from them, which
-    steers the search and never its answer. token, reserved, pool_types: as for ttft_sweep."""
+    steers the search and never its answer. token, reserved, pool_types: as for ttft_sweep.
+    all_requests: the histogram's requests, the served ones and those the limit already rejects
+    (default: the served ones); the lever's name gives the share of them it would reject."""
     lower = scn.lower_context_limit or edge_at_most(max(limit // 2, int(TOTAL_EDGES[0])))
     if lower >= limit:
         return None
@@ -327,7 +331,10 @@ def context_lever(scn, catalog, model, served, limit, peak, configs, inventory, 
     if known:
         evaluator.take_known(known, configs, _same_classes(lower_classes, classes or {}))
     res, evs = lazy_solve(evaluator, solve or Resolver(scn, reserved, pool_types), lower_classes, configs)
-    name = f"context limit {lower:,} (rejects {lost / served.requests:.1%} of requests)"
+    total = all_requests or served.requests
+    rejected_before = total - served.requests
+    name = f"context limit {lower:,} (rejects {(rejected_before + lost) / total:.1%} of requests" + (
+        f", against {rejected_before / total:.1%} at {limit:,})" if rejected_before else ")")
     return outcome_of(name, res, "" if res.pools else infeasible_message(lower_classes, evs, inventory))
 
 

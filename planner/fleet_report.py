@@ -13,7 +13,7 @@ from planner.files import write_text_atomic
 from planner.fleet_plan import FleetPlan
 from planner.inputs import report_sections
 from planner.plan_json import plan_json
-from planner.report import pools_text, render, start_figures, write_figures
+from planner.report import pools_text, rejected_text, render, start_figures, write_figures
 from planner.units import HOURS_PER_MONTH, gpus_text
 
 
@@ -81,9 +81,9 @@ def _totals(fp: FleetPlan) -> str:
                  f"{sum(t.idle_committed for t in fp.types)} | | | | **{_usd(fp.cost_per_hour)}** |")
     lines += [
         "",
-        "| Service | Model | Peak req/s | Decision | GPUs | $/hour at its own prices | $/hour as the fleet pays "
-        "| $/M tokens as paid | Certified |",
-        "|---|---|---:|---|---:|---:|---:|---:|---|",
+        "| Service | Model | Peak req/s served | Rejected (over its context limit) | Decision | GPUs "
+        "| $/hour at its own prices | $/hour as the fleet pays | $/M tokens as paid | Certified |",
+        "|---|---|---:|---:|---|---:|---:|---:|---:|---|",
     ]
     for plan in fp.plans:
         sol = plan.solution
@@ -92,17 +92,19 @@ def _totals(fp: FleetPlan) -> str:
         paid = fp.paid_usd_per_hour(plan)
         cert = plan.certification
         lines.append(
-            f"| {plan.scenario.name} | `{plan.model.id}` | {plan.peak_rps:,.2f} | {split}: {pools} | {sol.gpus} "
+            f"| {plan.scenario.name} | `{plan.model.id}` | {plan.peak_rps:,.2f} | {rejected_text(plan)} | {split}: {pools} | {sol.gpus} "
             f"| {_usd(plan.cost_per_hour)} | {_usd(paid)} | ${paid / plan.tokens_per_hour * 1e6:,.4f} "
             f"| {'—' if cert is None else ('yes' if cert.certified else '**no**')} |"
         )
     idle = fp.idle_committed_usd_per_hour
-    lines.append(f"| Idle committed GPUs | | | | | | {_usd(idle)} | | |")
-    lines.append(f"| **Fleet** | | | | **{fp.gpus}** | | **{_usd(fp.cost_per_hour)}** | | |")
+    lines.append(f"| Idle committed GPUs | | | | | | | {_usd(idle)} | | |")
+    lines.append(f"| **Fleet** | | | | | **{fp.gpus}** | | **{_usd(fp.cost_per_hour)}** | | |")
     lines += [
         "",
-        "A service's own prices are its candidates' on-demand prices (what its section below quotes, and what it "
-        "would pay alone). As the fleet pays, a GPU of a committed type costs its share of the type's commitments "
+        "A service's own prices are its candidates' on-demand prices: its GPUs above at those prices, as its "
+        "section's decision quotes them (alone, a service may choose other GPUs; its section says so where it would). "
+        "The peak counts the requests a service serves; those longer than its context limit are rejected, not "
+        "planned for. As the fleet pays, a GPU of a committed type costs its share of the type's commitments "
         "and on-demand GPUs; committed GPUs no service uses are the fleet's, so the services and the idle line add "
         f"up to the fleet's cost. A month is {HOURS_PER_MONTH} hours.",
     ]

@@ -47,7 +47,10 @@ Y starts in an M/G/1 queue of load ρ lasts about Y / (1 - ρ) (its mean exactly
 for heavy-tailed work, Zwart, "Tail asymptotics for the busy period in the GI/G/1
 queue", 2001). So
     TPOT > x  <=>  Y > (1 - ρ)·D·(x - t_dec),
-and never above t_dec plus the costliest chunk. This is evaluated per histogram cell (its
+and never above t_dec plus a full step's prefill: a busy step carries a budget of prompt
+tokens, packed from as many prompts as it takes (LatencyModel.full_step_prefill_s; a cap
+at one prompt's chunk put the p99 below the mean where prompts are short beside the
+budget, bench/accuracy.py 2026-12-02). This is evaluated per histogram cell (its
 D and prompt) and per level of W. The compound-Poisson tails come from FFT tables over a
 grid of expected arrivals, in FLOPs, so one table serves every GPU, tensor-parallel degree
 and dtype of a model and class. The simulator is the judge: bench/accuracy.py compares
@@ -245,15 +248,28 @@ class _Chunks:
     cum_weight: np.ndarray  # Σ request share of chunks costing at least flops_desc[i]
 
 
-def chunk_flops(cells: _Cells, which: np.ndarray, chunk_cap: int, params_active: float,
-                attn: float) -> tuple[np.ndarray, np.ndarray]:
-    """Every chunk of `chunk_cap` tokens of the cells `which`: the cell of each and its FLOPs."""
+def chunk_spans(cells: _Cells, which: np.ndarray, chunk_cap: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every chunk of `chunk_cap` tokens of the cells `which`: the cell of each, and its first and
+    end token positions in the prompt."""
     n_chunks = np.ceil(cells.new_tokens[which] / chunk_cap).astype(np.int64)
     owner = np.repeat(which, n_chunks)
     j = np.arange(owner.size) - np.repeat(np.cumsum(n_chunks) - n_chunks, n_chunks)
     start = cells.shared_prefix + j * chunk_cap
     end = np.minimum(start + chunk_cap, cells.shared_prefix + cells.new_tokens[owner])
-    return owner, 2.0 * params_active * (end - start) + attn * (end**2 - start**2) / 2.0
+    return owner, start, end
+
+
+def span_flops(start: np.ndarray, end: np.ndarray, params_active: float, attn: float) -> np.ndarray:
+    """FLOPs of prefilling a prompt's tokens [start, end): 2 x active params a token, plus causal
+    attention over every earlier token (roofline.StepModel.prefill_flops, per chunk)."""
+    return 2.0 * params_active * (end - start) + attn * (end**2 - start**2) / 2.0
+
+
+def chunk_flops(cells: _Cells, which: np.ndarray, chunk_cap: int, params_active: float,
+                attn: float) -> tuple[np.ndarray, np.ndarray]:
+    """Every chunk of `chunk_cap` tokens of the cells `which`: the cell of each and its FLOPs."""
+    owner, start, end = chunk_spans(cells, which, chunk_cap)
+    return owner, span_flops(start, end, params_active, attn)
 
 
 @lru_cache(maxsize=128)
@@ -344,7 +360,7 @@ class LatencyModel:
         self.band_weights = _band_weights(c, self.band_ranges)
         self.horizon_s = self._horizon(slo)
         self._tpot_static: dict[int, tuple | None] = {}
-        self._max_chunk_s: float | None = None
+        self._full_step_prefill_s: float | None = None
         self._capped: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._fcfs_waits: dict[tuple, WaitDistribution | None] = {}  # shared by the copies of with_slo
 
@@ -354,20 +370,24 @@ class LatencyModel:
         return 2.0 * max([b.ttft.limit_s for b in slo.bands if b.ttft] or [1.0])
 
     @property
-    def max_chunk_s(self) -> float:
-        """A busy decode step carries one chunk; which chunk is a draw weighted by prefill work
-        (a long prompt's late chunks cost most, its early ones little): a request whose every
-        step carries a chunk sees their work-weighted mean, not the costliest one. A busy step carries
-        up to the whole budget of prompt tokens whatever θ: θ caps one prompt's share of a step, and
-        the prompts queued behind it fill the rest."""
-        if self._max_chunk_s is None:
-            chunks = _chunks(self.cells, self.chunk_tokens, self.step.params_active, self.step.attn_flops_per_ctx_token)
-            if chunks.flops_desc.size:
-                w = np.diff(chunks.cum_weight, prepend=0.0) * chunks.flops_desc
-                self._max_chunk_s = float(np.dot(w, chunks.flops_desc) / w.sum()) / self.flops_per_s
+    def full_step_prefill_s(self) -> float:
+        """The prefill a busy decode step carries: a full budget of prompt tokens (chunk_tokens),
+        whatever θ (θ caps one prompt's share of a step, and the prompts queued behind it fill the
+        rest), short prompts packed several to a step. Which prompt tokens is a draw weighted by
+        prefill work (a long prompt's late chunks cost most a token, its early ones little): a
+        request whose every step is full sees their work-weighted mean cost a token, not the
+        costliest one. No request's TPOT exceeds t_dec + this (LatencyPoint.tpot_exceed)."""
+        if self._full_step_prefill_s is None:
+            owner, start, end = chunk_spans(self.cells, np.arange(self.cells.weight.size), self.chunk_tokens)
+            tokens = end - start
+            flops = span_flops(start, end, self.step.params_active, self.step.attn_flops_per_ctx_token)
+            work = self.cells.weight[owner] * flops
+            if work.sum() > 0:
+                per_token = float(np.dot(work, flops / np.maximum(tokens, 1)) / work.sum())
+                self._full_step_prefill_s = self.chunk_tokens * per_token / self.flops_per_s
             else:
-                self._max_chunk_s = 0.0
-        return self._max_chunk_s
+                self._full_step_prefill_s = 0.0
+        return self._full_step_prefill_s
 
     def tpot_static(self, band: int):
         """_band_tpot_static of this model's class, band and step FLOPs (remembered here too)."""
@@ -476,7 +496,7 @@ class LatencyPoint:
             self.waits = (self.wait,)
         self.stable = self.wait is not None
         self.mean_step = self.t_dec / (1 - self.rho) if self.rho < 1 else math.inf
-        self.max_chunk_s = model.max_chunk_s
+        self.full_step_prefill_s = model.full_step_prefill_s
 
     def _capped_waits(self, budget: float, k: float, steps_own: np.ndarray, capped: np.ndarray,
                       backlog: Backlog | None) -> None:
@@ -646,7 +666,7 @@ class LatencyPoint:
         """Share of the band's requests (with two or more output tokens) whose TPOT exceeds limit_s."""
         if not self.stable or self.rho >= 1:
             return 1.0
-        if limit_s >= self.t_dec + self.max_chunk_s:
+        if limit_s >= self.t_dec + self.full_step_prefill_s:
             return 0.0
         terms = self._tpot_terms(band)
         if terms is None:
@@ -755,7 +775,7 @@ class LatencyPoint:
 
     def _tpot_cell_exceed(self, cell: int, limit_s: float) -> float:
         m = self.m
-        if limit_s >= self.t_dec + self.max_chunk_s:
+        if limit_s >= self.t_dec + self.full_step_prefill_s:
             return 0.0
         tables = _work_tables(m.cells, self.k, m.step.params_active, m.step.attn_flops_per_ctx_token)
         levels, probs = self._wait_levels(np.array([cell]))

@@ -161,6 +161,14 @@ def pools_text(sol) -> str:
     return "; ".join(f"{cls}: {' + '.join(pools)}" for cls, pools in by_class.items())
 
 
+def rejected_text(plan: Plan) -> str:
+    """The share of the histogram's requests longer than the plan's context limit, which it rejects."""
+    if not plan.rejected_requests:
+        return "none"
+    share = plan.rejected_requests / plan.hist.requests
+    return f"{share:.1%}" if share >= 0.0005 else "<0.1%"
+
+
 def _decision(plan: Plan) -> str:
     sol = plan.solution
     cpm = plan.cost_per_million
@@ -176,7 +184,9 @@ def _decision(plan: Plan) -> str:
         "",
         f"Sized for a peak of {plan.peak_rps:,.2f} requests/s × headroom {plan.scenario.traffic.headroom:g} = "
         f"{plan.peak_rps * plan.scenario.traffic.headroom:,.2f} requests/s, context limit {plan.context_limit:,} tokens, "
-        f"model `{plan.model.id}`. Solver: {sol.solver}, status {sol.status}.",
+        f"model `{plan.model.id}`. Solver: {sol.solver}, status {sol.status}."
+        + (f" **{rejected_text(plan)} of requests ({plan.rejected_requests:,} of the histogram's {plan.hist.requests:,}) "
+           f"are longer than the limit and rejected**; the peak counts the rest." if plan.rejected_requests else ""),
         "",
         _verdict(plan),
         *_unverified_note(plan),
@@ -398,7 +408,8 @@ def _sensitivity(plan: Plan) -> str:
     # One outcome per planning.SENSITIVITY multiplier, in order (none when the plan was not explored).
     multipliers = SENSITIVITY if plan.sensitivity else ()
     for mult, o in zip(multipliers, plan.sensitivity, strict=True):
-        change = "as planned" if mult == 1 else f"{mult - 1:+.0%}".replace("-", "−")
+        # In a fleet the ×1 row is the service's plan alone (report._explored_in_fleet), not the fleet's.
+        change = ("as planned, alone" if plan.alone_differs else "as planned") if mult == 1 else f"{mult - 1:+.0%}".replace("-", "−")
         rate = plan.peak_rps * mult
         if o.feasible:
             lines.append(f"| {change} | {rate:,.2f} | {_usd(o.cost_per_hour)} | {_usd(o.cost_per_hour * HOURS_PER_MONTH)} "
@@ -438,13 +449,15 @@ def _pool_detail(plan: Plan, pool: PoolDetail) -> str:
         label = mode.replace("_", "-") + (f" ({quantile_label(plan.scenario.sizing.quantile)})" if mode == "percentile" else "")
         value = f"{cap.concurrency[mode]:,}"
         lines.append(f"| **{label}** | **{value}** |" if mode == cap.sizing else f"| {label} | {value} |")
-    lines += ["", f"Ceilings of one replica by the model (requests/s; binding: **{cap.binding}**):", "",
+    bound = cap.bound_kind or cap.binding
+    saturated = f", where throughput saturates below the {bound} ceiling" if bound not in (cap.binding, "roofline") else ""
+    lines += ["", f"Ceilings of one replica by the model (requests/s; binding: **{cap.binding}**{saturated}):", "",
               "| Ceiling | Requests/s |", "|---|---:|"]
     for name, rps in cap.ceilings_rps.items():
         label = "roofline (at the engine's batch limit)" if name == "roofline" else name
         lines.append(f"| {label} | {rps:,.3f} |")
     for name in cap.clamped:
-        lines.append(f"| {name} | holds up to the {cap.binding} ceiling (no bound of its own below it) |")
+        lines.append(f"| {name} | holds up to the {bound} ceiling (no bound of its own below it) |")
     lines.append(f"| **capacity: {KNEE_SHARE:.0%} of the lowest ceiling (the knee; the last {1 - KNEE_SHARE:.0%} of rate "
                  f"costs latency out of proportion)** | **{cap.max_rps:,.3f}** |")
     if pool.planned_rps != cap.max_rps:

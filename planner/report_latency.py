@@ -8,8 +8,12 @@ import math
 from planner.plan_objects import Plan
 from planner.pool_check import BandCheck, PoolCheck, TargetCheck
 from planner.sim_measures import COMPARE_KEYS
+from planner.targets import statistic_quantile
 
 _WHAT = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL (per token)"}
+# A simulated percentile with fewer requests than this beyond it is an order statistic near the
+# sample's maximum, not an estimate a verdict can lean on: the report says which one it is.
+FEW_BEYOND = 10
 
 
 def _value(seconds: float, kind: str) -> str:
@@ -34,10 +38,24 @@ def band_rows(bands: tuple[BandCheck, ...]) -> list[str]:
                     verdict = "no request of the band in this pool"
                 else:
                     verdict = "holds (model)" if c.predicted_s <= c.limit_s else "**misses** (model)"
+            if math.isfinite(c.simulated_s):
+                verdict += _few_requests(b.requests, c.stat)
             name = b.band.name if b.band.name == b.band.range_text else f"{b.band.name} ({b.band.range_text})"
             rows.append(f"| {name} | {b.requests:,} | {_WHAT[c.kind]} {_target(c)} | "
                         f"{_value(c.predicted_s, c.kind)} | {_value(c.simulated_s, c.kind)} | {verdict} |")
     return rows
+
+
+def _few_requests(requests: int, stat: str) -> str:
+    """', on few requests: ...' where a percentile of `requests` simulated ones rests on its few
+    largest values (fewer than FEW_BEYOND beyond it); else ''."""
+    q = statistic_quantile(stat)
+    beyond = requests * (1 - q) if q is not None else math.inf
+    if beyond >= FEW_BEYOND:
+        return ""
+    rank = round(beyond) + 1
+    largest = "largest" if rank == 1 else f"{rank}{ {2: 'nd', 3: 'rd'}.get(rank, 'th')} largest"
+    return f", on few requests (the {stat} of {requests:,} is about their {largest})"
 
 
 def _mean_rows(check: PoolCheck) -> list[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -324,6 +325,7 @@ def test_a_services_rows_compare_with_its_plan_alone_and_say_so(tmp_path):
         assert f"So solved, its plan is {plan.alone.summary}" in text
         assert "The fleet runs the plan above instead" in text
         assert f"| as stated | ${base:,.2f} | same | {alone.gpus} | {plan.alone.summary} |" in text
+        assert f"| as planned, alone | {plan.peak_rps:,.2f} | ${base:,.2f} |" in text  # not the fleet's plan
 
 
 def test_solve_fleet_json_has_services_and_a_budget_overrun_exits_3(tmp_path):
@@ -336,7 +338,11 @@ def test_solve_fleet_json_has_services_and_a_budget_overrun_exits_3(tmp_path):
         for key in ("plan", "cost_usd_per_hour", "cost_usd_per_million_tokens", "split_threshold", "solver_status", "candidates"):
             assert key in s
     assert doc["cost_usd_per_hour"] == pytest.approx(sum(s["cost_usd_per_hour"] for s in doc["services"]))
-    assert (tmp_path / "out" / "twin.md").read_text(encoding="utf-8").startswith("# Fleet plan: twin")
+    report = (tmp_path / "out" / "twin.md").read_text(encoding="utf-8")
+    assert report.startswith("# Fleet plan: twin")
+    assert "| Peak req/s served | Rejected (over its context limit) |" in report
+    for s in doc["services"]:  # every request of either service fits its limit
+        assert re.search(rf"\| {s['scenario']} \| `[^`]+` \| [\d.,]+ \| none \|", report)
     assert (tmp_path / "out" / "twin_alpha_traffic.png").is_file()
 
     poor = write_fleet(tmp_path, budget_usd_per_month=100.0)

@@ -123,3 +123,56 @@ def test_fractional_replicas_never_read_as_a_whole_number_they_round_up_from(nee
     from planner.report import _fractional_text
 
     assert _fractional_text(need) == text
+
+
+def test_requests_over_the_limit_are_named_in_the_decision_and_the_context_lever_counts_them(catalog):
+    """1,000 requests fit an 8,192-token limit, 100 more (10,000-token prompts) do not: the decision
+    says 9.1% are rejected; halving the limit (every request is 1,200 or 10,200 tokens: all but
+    the 100 still fit 4,096) rejects no more, and the lever counts the 9.1% already rejected."""
+    from test_planning import scenario, traffic
+
+    from planner.planning import make_plan
+    from planner.report import rejected_text, render
+
+    scn = scenario(context_limit=8192, gpus=["h100-sxm"])
+    plan = make_plan(scn, catalog, catalog.model("llama-3.1-8b"), traffic(1000, (1000, 200), 100, (10_000, 200)), 5.0)
+    assert plan.rejected_requests == 100 and rejected_text(plan) == "9.1%"
+    decision = render(plan).split("## Decision", 1)[1].split("\n## ", 1)[0]
+    assert ("**9.1% of requests (100 of the histogram's 1,100) are longer than the limit and rejected**; "
+            "the peak counts the rest.") in decision
+    assert [o.name for o in plan.levers if o.name.startswith("context limit")] == [
+        "context limit 4,096 (rejects 9.1% of requests, against 9.1% at 8,192)"]
+
+    whole = make_plan(scn, catalog, catalog.model("llama-3.1-8b"), traffic(1000, (1000, 200), 0, (1000, 200)), 5.0)
+    assert rejected_text(whole) == "none" and "rejected**" not in render(whole)
+
+
+def test_a_percentile_of_few_simulated_requests_says_which_order_statistic_it_is():
+    from planner.report_latency import FEW_BEYOND, _few_requests
+
+    assert _few_requests(127, "p99") == ", on few requests (the p99 of 127 is about their 2nd largest)"
+    assert _few_requests(196, "p99") == ", on few requests (the p99 of 196 is about their 3rd largest)"
+    assert _few_requests(40, "p99") == ", on few requests (the p99 of 40 is about their largest)"
+    assert _few_requests(FEW_BEYOND * 100, "p99") == ""  # ten requests beyond it: an estimate
+    assert _few_requests(127, "p50") == "" and _few_requests(5, "mean") == ""
+
+
+def test_a_capacity_where_throughput_saturates_names_the_bound_it_saturates_below(catalog):
+    """1,500 + 300 tokens on an fp8 H100 with TTFT p99 <= 2 s and TPOT p99 <= 50 ms: λ(N) flattens
+    well below the TPOT bound, so the capacity is compute's and the TTFT target, which holds at the
+    bound, holds 'up to the tpot ceiling' (no row of the table is called compute)."""
+    from test_planning import scenario, traffic
+
+    from planner.planning import make_plan
+    from planner.report import render
+
+    scn = scenario(context_limit=8192, gpus=["h100-sxm"], weight_dtypes=["fp8"], kv_dtypes=["fp8"],
+                   slo={"bands": [{"ttft_s": 2.0, "tpot_ms": 50}]})
+    plan = make_plan(scn, catalog, catalog.model("llama-3.1-8b"), traffic(1000, (1500, 300), 0, (1500, 300)), 50.0,
+                     explore=False)
+    cap = plan.pools[0].capacity
+    assert (cap.binding, cap.bound_kind, cap.clamped) == ("compute", "tpot", ("ttft",))
+    text = render(plan)
+    assert "(requests/s; binding: **compute**, where throughput saturates below the tpot ceiling):" in text
+    assert "| ttft | holds up to the tpot ceiling (no bound of its own below it) |" in text
+    assert "holds up to the compute ceiling" not in text
