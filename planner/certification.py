@@ -43,7 +43,8 @@ def pool_setting(pool: PoolDetail, scn: Scenario, pools: list[PoolDetail], trace
                        pool.rate_per_replica_rps, pool.model, pool.resident, scn.traffic.shared_prefix_tokens, mine)
 
 
-def certify_plans(parts, resolve, *, rounds: int) -> list[tuple[list[Evaluation], FleetSolution, list[PoolDetail], Certification]]:
+def certify_plans(parts, resolve, *, rounds: int,
+                  confirm: bool = True) -> list[tuple[list[Evaluation], FleetSolution, list[PoolDetail], Certification]]:
     """Replay every pool of every plan; where one misses, plan its config for that class at its
     simulated capacity and solve again, until every pool holds or `rounds` re-plans are spent.
 
@@ -51,7 +52,8 @@ def certify_plans(parts, resolve, *, rounds: int) -> list[tuple[list[Evaluation]
     services of a fleet) are re-solved together: resolve(evaluations per part, as they were before
     the re-plan) gives each part's new solution and the evaluations it rests on, read with the
     simulated capacities (refreshed). Returns each part's evaluations, solution, pools (with their
-    checks) and certification."""
+    checks) and certification. confirm: close calls are judged on several runs (pool_check); a
+    check kept from a run without it is run again where it was a close call."""
     state = [[st, evals, sol, pools, []] for st, evals, sol, pools in parts]
     spent = 0
     while True:
@@ -60,13 +62,14 @@ def certify_plans(parts, resolve, *, rounds: int) -> list[tuple[list[Evaluation]
         todo = []
         for st, _, _, pools, _ in state:
             keys = {_replay_key(pool, pools, st.trace): pool for pool in pools}
-            fresh = {k: pool for k, pool in keys.items() if k not in st.evaluator.checks}
+            fresh = {k: pool for k, pool in keys.items()
+                     if k not in st.evaluator.checks or (confirm and st.evaluator.checks[k].unconfirmed)}
             todo += [(st, k, pool_setting(pool, st.scn, pools, st.trace)) for k, pool in fresh.items()]
         # The simulator's loop releases the GIL: pools replay side by side, one thread each.
         done = []
         with (ThreadPoolExecutor(max_workers=max(1, min(len(todo), os.cpu_count() or 1))) as workers,
               stage("certification" if not spent else f"certification, re-plan {spent}", len(todo), " pools") as step):
-            started = [st.evaluator.replays.pop(k, None) or workers.submit(_replay, st, p) for st, k, p in todo]
+            started = [st.evaluator.replays.pop(k, None) or workers.submit(_replay, st, p, confirm) for st, k, p in todo]
             for future in started:
                 done.append(future.result())
                 step.advance()
@@ -117,7 +120,7 @@ def refreshed(evaluator, evals: list[Evaluation]) -> list[Evaluation]:
     return [e if e.dominated_by else evaluator.evaluate(e.config, e.traffic_class) for e in evals]
 
 
-def replay_ahead(parts) -> None:
+def replay_ahead(parts, *, confirm: bool = True) -> None:
     """Start now, in threads of their own, the replays certify_plans will ask of these plans first.
 
     parts: (setup, pool details) per plan. The simulator's loop releases the GIL, so the replays
@@ -133,7 +136,7 @@ def replay_ahead(parts) -> None:
         return
     workers = ThreadPoolExecutor(max_workers=max(1, min(len(todo), os.cpu_count() or 1)))
     for (_, k), (st, setting) in todo.items():
-        st.evaluator.replays[k] = workers.submit(_replay, st, setting)
+        st.evaluator.replays[k] = workers.submit(_replay, st, setting, confirm)
     workers.shutdown(wait=False)  # the threads end with their replays
 
 
@@ -155,9 +158,9 @@ def _replay_key(pool: PoolDetail, pools: list[PoolDetail], trace: Requests | Non
     return key if trace is None else (*key, *_log_share(pool, pools))
 
 
-def _replay(st: Setup, p: PoolSetting) -> PoolCheck:
+def _replay(st: Setup, p: PoolSetting, confirm: bool) -> PoolCheck:
     slo, sim = st.scn.slo.to_slo(), st.scn.simulation
-    return check_pool(p, slo, requests=_requests(p, slo, sim), seed=sim.seed)
+    return check_pool(p, slo, requests=_requests(p, slo, sim), seed=sim.seed, confirm=confirm)
 
 
 def _requests(p: PoolSetting, slo: SLO, sim) -> int:

@@ -365,7 +365,8 @@ def _per_gpu(plan: Plan) -> str:
         return ""
     return "\n".join([
         "## The best certified plan on each GPU type", "",
-        "The plan re-solved on one GPU type at a time and certified by simulation like the plan itself.", "",
+        "The plan re-solved on one GPU type at a time and certified by simulation like the plan itself, on one run "
+        "a pool (a close call is not run again, as the plan's are).", "",
         _outcomes_table(plan.per_gpu, plan.compared_usd_per_hour, "GPU type"), "", ""])
 
 

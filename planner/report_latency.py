@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from planner.plan_objects import Plan
-from planner.pool_check import BandCheck, PoolCheck, TargetCheck
+from planner.pool_check import CLOSE_SHARE, CONFIRM_RUNS, BandCheck, PoolCheck, TargetCheck
 from planner.sim_measures import COMPARE_KEYS
 from planner.targets import statistic_quantile
 
@@ -91,8 +91,9 @@ def latency_section(plan: Plan) -> str:
         "",
         f"Each pool's replica replayed at its rate at the peak (before headroom) through the paged-cache "
         f"scheduler simulator (planner/simulate.py; enough sampled requests for {cert.band_requests:,} measured in "
-        f"every band, at most {cert.requests:,} a run; seed {cert.seed}; the first 10% as warm-up), beside the "
-        "model's prediction (planner/latency.py) at the same rate. "
+        f"every band, at most {cert.requests:,} a run; seed {cert.seed}; the first 10% as warm-up; a value within "
+        f"{1 - CLOSE_SHARE:.0%} of its limit, either side, is judged again on {CONFIRM_RUNS} runs pooled, seeds "
+        f"{cert.seed} onwards), beside the model's prediction (planner/latency.py) at the same rate. "
         "TPOT is per request, (last token − first token) / (output tokens − 1); ITL is per token. "
         "The mean model's rows average over the run's time, idle moments included: resident_batch counts the "
         "sequences decoding; kv_utilisation is the cache held over the KV budget, where the simulator also holds "
@@ -105,8 +106,10 @@ def latency_section(plan: Plan) -> str:
     for pool in plan.pools:
         c = pool.check
         verdict = "every target holds" if c.holds else "misses: " + "; ".join(c.problems)
-        lines += ["", f"**{c.label}** — {c.config}, {c.rate_rps:,.3f} requests/s per replica, {c.requests:,} "
-                  f"requests simulated: {verdict}.", ""]
+        runs = (f" in {c.runs} runs (seeds {c.seed}–{c.seed + c.runs - 1}: the first came within "
+                f"{1 - CLOSE_SHARE:.0%} of a limit; the mean model's simulated column is the first run's)") if c.runs > 1 else ""
+        lines += ["", f"**{c.label}** — {c.config}, {c.rate_rps:,.3f} requests/s per replica, {c.requests * c.runs:,} "
+                  f"requests simulated{runs}: {verdict}.", ""]
         lines += band_rows(c.bands)
         if c.attainment is not None:
             goal, pred, sim = c.attainment

@@ -209,3 +209,44 @@ def test_a_replay_of_a_log_is_keyed_by_the_share_of_it_the_pool_is_dealt(catalog
     # Beside the sibling it takes the requests dealt to the replicas after the sibling's.
     turn = np.arange(n) % (sibling.replicas + pool.replicas)
     assert np.array_equal(dealt_beside, trace.arrival_s[turn >= sibling.replicas])
+
+
+def test_a_close_call_is_judged_on_four_runs_pooled_and_a_clear_one_on_one(catalog):
+    """The first run's TPOT p99 within 15% of the limit: the verdict is the p99 of seeds 0-3's
+    measured requests together; far from it, the first run decides alone."""
+    import numpy as np
+
+    from planner.certification import pool_setting
+    from planner.histogram import Histogram
+    from planner.planning import make_plan
+    from planner.pool_check import CONFIRM_RUNS, _run, check_pool
+    from planner.scenario import Scenario
+    from planner.sim_measures import merged_latencies
+    from planner.targets import SLO
+
+    scn = Scenario.model_validate({
+        "name": "close", "model": "llama-3.1-8b", "context_limit": 8192,
+        "traffic": {"source": {"constant": {"prompt_tokens": 1000, "output_tokens": 200}},
+                    "peak": {"method": "explicit", "rps": 30}, "headroom": 1.0},
+        "slo": {"bands": [{"tpot_ms": 50}]}, "gpus": ["h100-sxm"], "tp": [1], "weight_dtypes": ["bf16"],
+        "kv_dtypes": ["bf16"], "sizing": {"mode": "expected"}, "verify": False,
+    })
+    hist = Histogram.from_arrays(np.random.default_rng(3).integers(100, 4000, 2000), np.random.default_rng(4).integers(2, 600, 2000))
+    plan = make_plan(scn, catalog, catalog.model("llama-3.1-8b"), hist, 30.0, explore=False)
+    p = pool_setting(plan.pools[0], scn, plan.pools, None)
+    first = _run(p, 3000, 0).latencies
+    (band,) = SLO.single(tpot_ms=50).bands
+    p99 = first.statistic(band, "tpot", "p99")
+
+    close = check_pool(p, SLO.single(tpot_ms=p99 * 1e3 / 0.95), requests=3000, seed=0)
+    pooled = merged_latencies([_run(p, 3000, s).latencies for s in range(CONFIRM_RUNS)])
+    assert close.runs == CONFIRM_RUNS and close.bands[0].requests == pooled.requests_in(band)
+    assert close.bands[0].checks[0].simulated_s == pooled.statistic(band, "tpot", "p99") != p99
+
+    clear = check_pool(p, SLO.single(tpot_ms=p99 * 1e3 / 0.5), requests=3000, seed=0)
+    assert clear.runs == 1 and clear.bands[0].checks[0].simulated_s == p99 and clear.holds
+    assert not clear.close and not clear.unconfirmed and close.close and not close.unconfirmed
+
+    # an explored plan's check (confirm=False) keeps its one run, and says it was a close call
+    once = check_pool(p, SLO.single(tpot_ms=p99 * 1e3 / 0.95), requests=3000, seed=0, confirm=False)
+    assert once.runs == 1 and once.unconfirmed and once.bands[0].checks[0].simulated_s == p99
