@@ -376,7 +376,9 @@ class LatencyModel:
         rest), short prompts packed several to a step. Which prompt tokens is a draw weighted by
         prefill work (a long prompt's late chunks cost most a token, its early ones little): a
         request whose every step is full sees their work-weighted mean cost a token, not the
-        costliest one. No request's TPOT exceeds t_dec + this (LatencyPoint.tpot_exceed)."""
+        costliest one. No request's TPOT exceeds t_dec + this (LatencyPoint.tpot_exceed). The whole
+        budget, not the budget less the decoders' tokens, and a cost a token weighted by work, not by
+        tokens: both put the cut a little higher, where it can only let more of the tail through."""
         if self._full_step_prefill_s is None:
             owner, start, end = chunk_spans(self.cells, np.arange(self.cells.weight.size), self.chunk_tokens)
             tokens = end - start

@@ -72,6 +72,8 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             "rate_per_replica_rps": pool.rate_per_replica_rps,
             "bands": _pool_bands(pool),
             "holds": pool.check.holds if pool.check is not None else None,
+            # runs pooled for the verdict: more than one where the first came close to a limit
+            "simulation_runs": pool.check.runs if pool.check is not None else None,
         }
         for pool in plan.pools
     ]

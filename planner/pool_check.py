@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.bounds import MIN_RPS
+from planner.bounds import MAX_SEED, MIN_RPS
 from planner.capacity import ReplicaModel
 from planner.deployment import Deployment
 from planner.histogram import LENGTH_EDGES, Histogram
@@ -45,7 +45,7 @@ from planner.sim_measures import RequestLatencies, SimResult, merged_latencies
 from planner.simulate import simulate_replica
 from planner.targets import SLO, Band
 
-CLOSE_SHARE = 0.85  # a simulated value between 85% of its limit and limit / 0.85 is a close call
+CLOSE_SHARE = 0.85  # a simulated value within 15% of its limit, either side, is a close call
 CONFIRM_RUNS = 4  # runs pooled to judge a close call
 KINDS = ("ttft", "tpot", "itl")
 
@@ -202,9 +202,9 @@ def check_pool(p: PoolSetting, slo: SLO, *, requests: int, seed: int, confirm: b
     sims = [_run(p, requests, seed)]
     lat = sims[0].latencies
     bands = band_checks(slo, p.model, p.resident, lat)
-    close = close_call(bands)
+    close = close_call(bands) or _close_attainment(slo, lat)
     if close and confirm:
-        sims += [_run(p, requests, seed + k) for k in range(1, CONFIRM_RUNS)]
+        sims += [_run(p, requests, s) for s in confirm_seeds(seed)[1:]]
         lat = merged_latencies([s.latencies for s in sims])
         bands = band_checks(slo, p.model, p.resident, lat)
     sim = sims[0]
@@ -230,9 +230,24 @@ def _run(p: PoolSetting, requests: int, seed: int) -> SimResult:
     return simulate_replica(p.deployment, reqs, shared_prefix_tokens=p.shared_prefix_tokens)
 
 
+def confirm_seeds(seed: int) -> list[int]:
+    """The seeds of a close call's CONFIRM_RUNS runs: `seed` and the next ones, within the seeds a
+    scenario or `planner simulate --seed` can name (so each run can be replayed on its own)."""
+    return [(seed + k) % (MAX_SEED + 1) for k in range(CONFIRM_RUNS)]
+
+
+def _close(value: float, limit: float) -> bool:
+    return CLOSE_SHARE * limit <= value <= (2 - CLOSE_SHARE) * limit
+
+
 def close_call(bands: tuple[BandCheck, ...]) -> bool:
-    """Whether a simulated value lies within CLOSE_SHARE of its limit, either side."""
-    return any(CLOSE_SHARE * c.limit_s <= c.simulated_s <= c.limit_s / CLOSE_SHARE for b in bands for c in b.checks)
+    """Whether a simulated value lies within 1 - CLOSE_SHARE of its limit, either side."""
+    return any(_close(c.simulated_s, c.limit_s) for b in bands for c in b.checks)
+
+
+def _close_attainment(slo: SLO, lat: RequestLatencies) -> bool:
+    """Whether the share of requests missing a target lies within 1 - CLOSE_SHARE of the share allowed."""
+    return slo.attainment is not None and _close(1.0 - lat.attainment(slo), 1.0 - slo.attainment)
 
 
 def simulated_capacity(p: PoolSetting, slo: SLO, *, requests: int, seed: int) -> SustainableRate:

@@ -82,6 +82,8 @@ def test_solve_json_carries_bands_and_the_verdict(tmp_path):
     assert set(band) == {"band", "requests_simulated", "ttft_s", "tpot_ms", "holds"}
     assert set(band["tpot_ms"]) == {"stat", "target", "predicted", "simulated"}
     assert band["tpot_ms"]["target"] == 60
+    pool = out["plan"][0]
+    assert pool["simulation_runs"] in (1, 4) and pool["holds"] is True
 
 
 def test_a_pool_that_misses_in_simulation_is_replanned_at_its_simulated_capacity(catalog):
@@ -250,3 +252,59 @@ def test_a_close_call_is_judged_on_four_runs_pooled_and_a_clear_one_on_one(catal
     # an explored plan's check (confirm=False) keeps its one run, and says it was a close call
     once = check_pool(p, SLO.single(tpot_ms=p99 * 1e3 / 0.95), requests=3000, seed=0, confirm=False)
     assert once.runs == 1 and once.unconfirmed and once.bands[0].checks[0].simulated_s == p99
+
+
+def _near_capacity(catalog, seed: int, max_rounds: int = 2):
+    """8B on an H100 (TensorRT-LLM), 1,000 + 200 tokens, TPOT p99 <= 50 ms, one replica planned at
+    99.9% of the model's capacity: the simulator's verdict there is a close call."""
+    from planner.histogram import Histogram
+    from planner.scenario import Scenario
+
+    def scn(rps, verify):
+        return Scenario.model_validate({
+            "name": "near", "model": "llama-3.1-8b", "context_limit": 8192, "engine": "trtllm",
+            "traffic": {"source": {"constant": {"prompt_tokens": 1000, "output_tokens": 200}},
+                        "peak": {"method": "explicit", "rps": rps}, "headroom": 1.0},
+            "slo": {"bands": [{"tpot_ms": 50}]}, "gpus": ["h100-sxm"], "tp": [1], "weight_dtypes": ["bf16"],
+            "kv_dtypes": ["bf16"], "sizing": {"mode": "expected"}, "verify": verify,
+            "simulation": {"requests": 3000, "band_requests": 2000, "max_rounds": max_rounds, "seed": seed},
+        })
+
+    from planner.planning import make_plan
+
+    hist, model = Histogram.constant(1000, 200), catalog.model("llama-3.1-8b")
+    cap = make_plan(scn(18.9, False), catalog, model, hist, 18.9, explore=False).pools[0].capacity.max_rps
+    return scn(cap * 0.999, True), hist, model, cap * 0.999
+
+
+def test_a_pool_that_misses_on_the_pooled_runs_is_replanned_below_the_rate_that_missed(catalog):
+    """Seed 3: the first run holds at the planned rate, the four runs pooled do not. The re-plan's
+    capacity must hold on each of those runs and lie below the rate that missed; planned at that
+    rate again, the pool met the same check every round and certification ran out of rounds."""
+    from planner.planning import make_plan
+
+    scn, hist, model, rps = _near_capacity(catalog, seed=3)
+    plan = make_plan(scn, catalog, model, hist, rps, explore=False)
+    cert = plan.certification
+    assert cert.certified and cert.rounds == 1
+    planned = float(cert.changes[0].split("planned at ")[1].split(" ")[0])
+    assert planned <= rps * 0.98 + 1e-9
+    assert all(pool.check.holds for pool in plan.pools)
+
+
+def test_a_replay_started_without_confirmation_is_run_again_when_the_plan_asks_for_one(catalog):
+    from planner.certification import _replay_key, certify_plans, replay_ahead
+    from planner.plan_search import LazySearch, Resolver
+    from planner.plan_setup import pool_details, setup_plan
+
+    scn, hist, model, rps = _near_capacity(catalog, seed=0)
+    st = setup_plan(scn, catalog, model, hist, rps)
+    search = LazySearch(st.evaluator, Resolver(scn), st.classes, st.configs)
+    sol = search.solve()
+    pools = pool_details(st.evaluator, search.evaluations(), sol)
+    replay_ahead([(st, pools)], confirm=False)
+    (ahead,) = [future.result() for future in st.evaluator.replays.values()]
+    assert ahead.unconfirmed  # a close call, on one run
+    certify_plans([(st, search.evaluations(), sol, pools)], lambda _: [(search.solve(), search.evaluations())], rounds=2)
+    kept = st.evaluator.checks[_replay_key(pools[0], pools, None)]
+    assert kept.runs == 4 and not kept.unconfirmed and kept.bands[0].requests == 4 * ahead.bands[0].requests
