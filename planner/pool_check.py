@@ -184,13 +184,16 @@ class PoolSetting:
     notes: tuple[str, ...] = field(default=())
 
 
+def band_requests(hist: Histogram, band: Band) -> int:
+    """The histogram's requests whose prompt falls in the band (exact: band edges are prompt-bin edges)."""
+    return int(hist.count[band.holds(LENGTH_EDGES[hist.prompt_bin])].sum())
+
+
 def requests_for(hist: Histogram, slo: SLO, *, most: int, per_band: int, warmup_fraction: float = 0.1) -> int:
     """Requests to sample so that every band with a target and with requests in the pool gets
     `per_band` measured ones (after the warm-up), at most `most`: a p99 read off 5,000
     requests rests on its 50 slowest. Band shares are exact: band edges are prompt-bin edges."""
-    prompt_low = LENGTH_EDGES[hist.prompt_bin]
-    shares = [float(hist.count[b.holds(prompt_low)].sum()) / hist.requests for b in slo.bands
-              if (b.ttft or b.tpot or b.itl)]
+    shares = [band_requests(hist, b) / hist.requests for b in slo.bands if (b.ttft or b.tpot or b.itl)]
     smallest = min((x for x in shares if x > 0), default=1.0)
     return int(min(most, math.ceil(per_band / smallest / (1 - warmup_fraction))))
 

@@ -24,6 +24,7 @@ from planner.plan_objects import (
     class_capacity_rps,
     classes_short_of_capacity,
 )
+from planner.pool_check import band_requests
 from planner.report_latency import latency_section
 from planner.roofline import StepModel
 from planner.units import HOURS_PER_MONTH, GiB, gpus_text, quantile_label
@@ -84,6 +85,9 @@ def render(plan: Plan, *, figures: dict[str, str] | None = None, sections: tuple
         w(_explored_in_fleet(plan))
         w("")
     w(_outcomes_table(plan.split_analysis, base, "Option"))
+    if few := _few_of_a_band(plan):
+        w("")
+        w(few)
     if "split" in figures:
         w("")
         w(f"![Cost by split option]({figures['split']})")
@@ -358,6 +362,36 @@ def _finance(plan: Plan) -> str:
         + (" No price per token (—): the fleet cannot carry the peak, so it would not serve these tokens."
            if math.isnan(cpm["blended"]) and plan.tokens_per_hour else ""),
     ])
+
+
+# A pool serving under this share of a band's requests, a minor part of its own, is named under the
+# split analysis: it is held to that band's targets all the same (see _few_of_a_band).
+FEW_OF_A_BAND = 0.05
+
+
+def _few_of_a_band(plan: Plan) -> str:
+    """Split options whose pool serves a few requests of a band served mostly elsewhere: bands go by
+    prompt length, pools by total tokens, and every pool is held to the targets of every band it
+    serves, so those few requests bring their band's targets into the pool (a split at 8,192 in the
+    128k rollout sends 45 short-band requests to its long pool, which then keeps 50 ms TPOT at p99)."""
+    lines = []
+    for option, tcs in plan.classes.items():
+        if len(tcs) < 2:
+            continue
+        for band in tcs[0].slo.bands:
+            if not (band.ttft or band.tpot or band.itl):
+                continue
+            counts = [band_requests(tc.hist, band) for tc in tcs]
+            for tc, n in zip(tcs, counts, strict=True):
+                if 0 < n < FEW_OF_A_BAND * sum(counts) and n < tc.hist.requests / 2:
+                    name = f"'{band.name}'" + ("" if band.name == band.range_text else f" ({band.range_text})")
+                    lines.append(f"- {_split_text(int(option))}: its pool {tc.label} serves {n:,} requests of band "
+                                 f"{name}, {n / tc.hist.requests:.1%} of the pool, so it is held to that band's "
+                                 f"{band.targets_text()} too.")
+    if not lines:
+        return ""
+    return "\n".join(["Every pool is held to the targets of every band it serves; bands go by prompt length, pools "
+                      "by total tokens, so a split can send a few requests of one band to a pool that serves another:", "", *lines])
 
 
 def _per_gpu(plan: Plan) -> str:

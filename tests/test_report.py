@@ -176,3 +176,28 @@ def test_a_capacity_where_throughput_saturates_names_the_bound_it_saturates_belo
     assert "(requests/s; binding: **compute**, where throughput saturates below the tpot ceiling):" in text
     assert "| ttft | holds up to the tpot ceiling (no bound of its own below it) |" in text
     assert "holds up to the compute ceiling" not in text
+
+
+def test_a_split_that_sends_a_few_requests_of_a_band_to_another_pool_says_it_holds_them_to_that_band(catalog):
+    """Bands go by prompt, pools by total tokens: 20 requests of 7,000 + 2,000 tokens are in the short
+    band (prompt < 8,192) but the long pool of a split at 8,192, which then keeps the short band's
+    targets; the report names them under the split analysis, and nothing when no pool does."""
+    import numpy as np
+    from test_planning import scenario
+
+    from planner.histogram import Histogram
+    from planner.planning import make_plan
+    from planner.report import render
+
+    scn = scenario(context_limit=32768, gpus=["h100-sxm"], split_thresholds=[8192])
+    hist = Histogram.from_arrays(np.r_[np.full(1000, 1000), np.full(20, 7000), np.full(30, 20_000)],
+                                 np.r_[np.full(1000, 200), np.full(20, 2000), np.full(30, 200)])
+    plan = make_plan(scn, catalog, catalog.model("llama-3.1-8b"), hist, 5.0, explore=False)
+    text = render(plan)
+    assert ("- split at 8,192 tokens: its pool long (8,192 < tokens ≤ 32,768) serves 20 requests of band "
+            "'prompt < 8,192 tokens', 40.0% of the pool, so it is held to that band's TTFT p99 ≤ 3 s, "
+            "TPOT p99 ≤ 60 ms too.") in text
+
+    plain = make_plan(scn, catalog, catalog.model("llama-3.1-8b"), Histogram.from_arrays(
+        np.r_[np.full(1000, 1000), np.full(30, 20_000)], np.r_[np.full(1000, 200), np.full(30, 200)]), 5.0, explore=False)
+    assert "Every pool is held to the targets of every band it serves" not in render(plain)
