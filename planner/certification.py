@@ -37,6 +37,7 @@ from planner.targets import SLO
 # meet the same check again.
 REPLAN_STEP = 0.02
 
+
 def pool_setting(pool: PoolDetail, scn: Scenario, pools: list[PoolDetail], trace: Requests | None) -> PoolSetting:
     """What certification needs of a pool: its replica, traffic, rate, model, and its share of the log."""
     tc = pool.traffic_class
