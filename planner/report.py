@@ -566,6 +566,10 @@ def _assumptions(plan: Plan) -> str:
         "- KV bytes per token = 2 × layers × KV heads × head_dim × bytes per element (seed 000); paged blocks and "
         "Little's law for residency (planner/paged.py); step times from the roofline with calibrated efficiencies "
         "(planner/roofline.py, bench/calibration.py).",
+        *(["- Split routing: a request goes to the pool whose context limit holds its prompt and its output, the "
+           "tokens it holds at its end. A router sees the prompt and the request's max_tokens, not its output: "
+           "routed by prompt + max_tokens, more requests reach the long pool than planned here."]
+          if len(plan.classes) > 1 else []),
         "",
         "| GPU | Memory (GiB, as reported) | HBM GB/s | Dense TFLOP/s | $/GPU-hour | Price source | Efficiency (bandwidth, compute, step overhead, all-reduce latency, link) |",
         "|---|---:|---:|---|---:|---|---|",

@@ -201,3 +201,8 @@ def test_a_split_that_sends_a_few_requests_of_a_band_to_another_pool_says_it_hol
     plain = make_plan(scn, catalog, catalog.model("llama-3.1-8b"), Histogram.from_arrays(
         np.r_[np.full(1000, 1000), np.full(30, 20_000)], np.r_[np.full(1000, 200), np.full(30, 200)]), 5.0, explore=False)
     assert "Every pool is held to the targets of every band it serves" not in render(plain)
+    assert "- Split routing: a request goes to the pool whose context limit holds its prompt and its output" in text
+
+    one_pool = make_plan(scenario(context_limit=8192, gpus=["h100-sxm"]), catalog, catalog.model("llama-3.1-8b"),
+                         Histogram.from_arrays(np.full(100, 1000), np.full(100, 200)), 5.0, explore=False)
+    assert list(one_pool.classes) == ["none"] and "Split routing" not in render(one_pool)
