@@ -385,8 +385,9 @@ def _few_of_a_band(plan: Plan) -> str:
             for tc, n in zip(tcs, counts, strict=True):
                 if 0 < n < FEW_OF_A_BAND * sum(counts) and n < tc.hist.requests / 2:
                     name = f"'{band.name}'" + ("" if band.name == band.range_text else f" ({band.range_text})")
-                    lines.append(f"- {_split_text(int(option))}: its pool {tc.label} serves {n:,} requests of band "
-                                 f"{name}, {n / tc.hist.requests:.1%} of the pool, so it is held to that band's "
+                    lines.append(f"- {_split_text(int(option))}: its pool {tc.label} serves {n:,} of the "
+                                 f"{plan.served.requests:,} requests served, from band {name}: "
+                                 f"{n / tc.hist.requests:.1%} of the pool, held to that band's "
                                  f"{band.targets_text()} too.")
     if not lines:
         return ""
@@ -400,7 +401,7 @@ def _per_gpu(plan: Plan) -> str:
     return "\n".join([
         "## The best certified plan on each GPU type", "",
         "The plan re-solved on one GPU type at a time and certified by simulation like the plan itself, on one run "
-        "a pool (a close call is not run again, as the plan's are).", "",
+        "a pool: unlike the plan's own pools, a close call here is not judged again on pooled runs.", "",
         _outcomes_table(plan.per_gpu, plan.compared_usd_per_hour, "GPU type"), "", ""])
 
 
@@ -566,9 +567,9 @@ def _assumptions(plan: Plan) -> str:
         "- KV bytes per token = 2 × layers × KV heads × head_dim × bytes per element (seed 000); paged blocks and "
         "Little's law for residency (planner/paged.py); step times from the roofline with calibrated efficiencies "
         "(planner/roofline.py, bench/calibration.py).",
-        *(["- Split routing: a request goes to the pool whose context limit holds its prompt and its output, the "
-           "tokens it holds at its end. A router sees the prompt and the request's max_tokens, not its output: "
-           "routed by prompt + max_tokens, more requests reach the long pool than planned here."]
+        *(["- Split routing: the split options send a request to the pool whose context limit holds its prompt and "
+           "its output, the tokens it holds at its end. A router sees the prompt and the request's max_tokens, not its "
+           "output: routed by prompt + max_tokens, more requests would reach a split's long pool than planned here."]
           if len(plan.classes) > 1 else []),
         "",
         "| GPU | Memory (GiB, as reported) | HBM GB/s | Dense TFLOP/s | $/GPU-hour | Price source | Efficiency (bandwidth, compute, step overhead, all-reduce latency, link) |",

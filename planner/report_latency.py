@@ -34,7 +34,7 @@ def _target(c: TargetCheck) -> str:
 
 
 def band_rows(bands: tuple[BandCheck, ...]) -> list[str]:
-    rows = ["| Band | Requests simulated | Target | Predicted | Simulated | Verdict |", "|---|---:|---|---:|---:|---|"]
+    rows = ["| Band | Requests measured | Target | Predicted | Simulated | Verdict |", "|---|---:|---|---:|---:|---|"]
     for b in bands:
         if not b.checks:
             continue

@@ -194,14 +194,14 @@ def test_a_split_that_sends_a_few_requests_of_a_band_to_another_pool_says_it_hol
                                  np.r_[np.full(1000, 200), np.full(20, 2000), np.full(30, 200)])
     plan = make_plan(scn, catalog, catalog.model("llama-3.1-8b"), hist, 5.0, explore=False)
     text = render(plan)
-    assert ("- split at 8,192 tokens: its pool long (8,192 < tokens ≤ 32,768) serves 20 requests of band "
-            "'prompt < 8,192 tokens', 40.0% of the pool, so it is held to that band's TTFT p99 ≤ 3 s, "
+    assert ("- split at 8,192 tokens: its pool long (8,192 < tokens ≤ 32,768) serves 20 of the 1,050 requests "
+            "served, from band 'prompt < 8,192 tokens': 40.0% of the pool, held to that band's TTFT p99 ≤ 3 s, "
             "TPOT p99 ≤ 60 ms too.") in text
 
     plain = make_plan(scn, catalog, catalog.model("llama-3.1-8b"), Histogram.from_arrays(
         np.r_[np.full(1000, 1000), np.full(30, 20_000)], np.r_[np.full(1000, 200), np.full(30, 200)]), 5.0, explore=False)
     assert "Every pool is held to the targets of every band it serves" not in render(plain)
-    assert "- Split routing: a request goes to the pool whose context limit holds its prompt and its output" in text
+    assert "- Split routing: the split options send a request to the pool whose context limit holds its prompt" in text
 
     one_pool = make_plan(scenario(context_limit=8192, gpus=["h100-sxm"]), catalog, catalog.model("llama-3.1-8b"),
                          Histogram.from_arrays(np.full(100, 1000), np.full(100, 200)), 5.0, explore=False)
