@@ -56,7 +56,7 @@ def pool_setting(pool: PoolDetail, scn: Scenario, pools: list[PoolDetail], trace
 
 
 def certify_plans(parts, resolve, *, rounds: int,
-                  confirm: bool = True) -> list[tuple[list[Evaluation], FleetSolution, list[PoolDetail], Certification]]:
+                  confirm_steps: int | None = None) -> list[tuple[list[Evaluation], FleetSolution, list[PoolDetail], Certification]]:
     """Replay every pool of every plan; where one misses, plan its config for that class at its
     simulated capacity and solve again, until every pool holds or `rounds` re-plans are spent.
 
@@ -64,8 +64,9 @@ def certify_plans(parts, resolve, *, rounds: int,
     services of a fleet) are re-solved together: resolve(evaluations per part, as they were before
     the re-plan) gives each part's new solution and the evaluations it rests on, read with the
     simulated capacities (refreshed). Returns each part's evaluations, solution, pools (with their
-    checks) and certification. confirm: close calls are judged on several runs (pool_check); a
-    check kept from a run without it is run again where it was a close call."""
+    checks) and certification. confirm_steps: which close calls are judged on several runs
+    (pool_check.check_pool; None: all, and a one-run close call kept from a replay started ahead is
+    run again)."""
     state = [[st, evals, sol, pools, []] for st, evals, sol, pools in parts]
     spent = 0
     while True:
@@ -75,17 +76,17 @@ def certify_plans(parts, resolve, *, rounds: int,
         for st, _, _, pools, _ in state:
             keys = {_replay_key(pool, pools, st.trace): pool for pool in pools}
             fresh = {k: pool for k, pool in keys.items()
-                     if k not in st.evaluator.checks or (confirm and st.evaluator.checks[k].unconfirmed)}
+                     if k not in st.evaluator.checks or (confirm_steps is None and st.evaluator.checks[k].unconfirmed)}
             todo += [(st, k, pool_setting(pool, st.scn, pools, st.trace)) for k, pool in fresh.items()]
         # The simulator's loop releases the GIL: pools replay side by side, one thread each.
         done = []
         with (ThreadPoolExecutor(max_workers=max(1, min(len(todo), os.cpu_count() or 1))) as workers,
               stage("certification" if not spent else f"certification, re-plan {spent}", len(todo), " pools") as step):
-            started = [st.evaluator.replays.pop(k, None) or workers.submit(_replay, st, p, confirm) for st, k, p in todo]
+            started = [st.evaluator.replays.pop(k, None) or workers.submit(_replay, st, p, confirm_steps) for st, k, p in todo]
             for future, (st, _, p) in zip(started, todo, strict=True):
                 check = future.result()
-                # a replay started ahead without confirmation (replay_ahead) is run again where it is asked with it
-                done.append(_replay(st, p, True) if confirm and check.unconfirmed else check)
+                # a one-run close call started ahead (replay_ahead) is run again where every close call is confirmed
+                done.append(_replay(st, p, None) if confirm_steps is None and check.unconfirmed else check)
                 step.advance()
         for (st, k, _), check in zip(todo, done, strict=True):
             st.evaluator.checks[k] = check
@@ -139,7 +140,7 @@ def refreshed(evaluator, evals: list[Evaluation]) -> list[Evaluation]:
     return [e if e.dominated_by else evaluator.evaluate(e.config, e.traffic_class) for e in evals]
 
 
-def replay_ahead(parts, *, confirm: bool = True) -> None:
+def replay_ahead(parts, *, confirm_steps: int | None = None) -> None:
     """Start now, in threads of their own, the replays certify_plans will ask of these plans first.
 
     parts: (setup, pool details) per plan. The simulator's loop releases the GIL, so the replays
@@ -155,7 +156,7 @@ def replay_ahead(parts, *, confirm: bool = True) -> None:
         return
     workers = ThreadPoolExecutor(max_workers=max(1, min(len(todo), os.cpu_count() or 1)))
     for (_, k), (st, setting) in todo.items():
-        st.evaluator.replays[k] = workers.submit(_replay, st, setting, confirm)
+        st.evaluator.replays[k] = workers.submit(_replay, st, setting, confirm_steps)
     workers.shutdown(wait=False)  # the threads end with their replays
 
 
@@ -177,9 +178,9 @@ def _replay_key(pool: PoolDetail, pools: list[PoolDetail], trace: Requests | Non
     return key if trace is None else (*key, *_log_share(pool, pools))
 
 
-def _replay(st: Setup, p: PoolSetting, confirm: bool) -> PoolCheck:
+def _replay(st: Setup, p: PoolSetting, confirm_steps: int | None) -> PoolCheck:
     slo, sim = st.scn.slo.to_slo(), st.scn.simulation
-    return check_pool(p, slo, requests=_requests(p, slo, sim), seed=sim.seed, confirm=confirm)
+    return check_pool(p, slo, requests=_requests(p, slo, sim), seed=sim.seed, confirm_steps=confirm_steps)
 
 
 def _requests(p: PoolSetting, slo: SLO, sim) -> int:

@@ -19,8 +19,9 @@ was 34.8, 25.2, 29.4, 26.5 and 28.1 ms over seeds 0-4 of 5,556 sampled requests 
 over 100,000), for a queue's slow requests come in bursts, not one by one. A verdict within
 CLOSE_SHARE of its limit, either side, is therefore read again on CONFIRM_RUNS runs of as
 many requests (seeds seed, seed + 1, ...) pooled, which the report says. Plans explored beside the
-plan (one GPU type each) are checked on one run: confirming their close calls would add a second
-to a certified 128k rollout (long-context pools simulate slowly), against a 3 s budget.
+plan (one GPU type each) confirm only close calls whose first run took at most EXPLORED_CONFIRM_STEPS
+simulated steps: confirming a long-context pool (over a million steps a run) would add a second to
+a certified 128k rollout, against a 3 s budget.
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ from planner.targets import SLO, Band
 
 CLOSE_SHARE = 0.85  # a simulated value within 15% of its limit, either side, is a close call
 CONFIRM_RUNS = 4  # runs pooled to judge a close call
+# An explored plan's close call is confirmed when its first run took at most this many simulated
+# steps: short-context pools (16,000-100,000 steps a run in the shipped scenarios), not
+# long-context ones (1.1 million, 0.6-1.0 s a run).
+EXPLORED_CONFIRM_STEPS = 200_000
 KINDS = ("ttft", "tpot", "itl")
 
 
@@ -99,7 +104,7 @@ class PoolCheck:
 
     @property
     def unconfirmed(self) -> bool:
-        """A close call judged on one run (check_pool with confirm=False)."""
+        """A close call judged on one run (check_pool with a confirm_steps its run took more than)."""
         return self.close and self.runs == 1
 
     @property
@@ -198,15 +203,16 @@ def requests_for(hist: Histogram, slo: SLO, *, most: int, per_band: int, warmup_
     return int(min(most, math.ceil(per_band / smallest / (1 - warmup_fraction))))
 
 
-def check_pool(p: PoolSetting, slo: SLO, *, requests: int, seed: int, confirm: bool = True) -> PoolCheck:
+def check_pool(p: PoolSetting, slo: SLO, *, requests: int, seed: int, confirm_steps: int | None = None) -> PoolCheck:
     """Simulate one replica of the pool at its rate (`requests` sampled requests); compare with
-    the model, band by band. With confirm, a close call (close_call) is judged on CONFIRM_RUNS
-    runs pooled; the mean model's simulated view is the first run's."""
+    the model, band by band. A close call (close_call) is judged on CONFIRM_RUNS runs pooled, where
+    the first run took at most confirm_steps simulated steps (None: always); the mean model's
+    simulated view is the first run's."""
     sims = [_run(p, requests, seed)]
     lat = sims[0].latencies
     bands = band_checks(slo, p.model, p.resident, lat)
     close = close_call(bands) or _close_attainment(slo, lat)
-    if close and confirm:
+    if close and (confirm_steps is None or sims[0].steps <= confirm_steps):
         sims += [_run(p, requests, s) for s in confirm_seeds(seed)[1:]]
         lat = merged_latencies([s.latencies for s in sims])
         bands = band_checks(slo, p.model, p.resident, lat)

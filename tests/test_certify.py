@@ -249,9 +249,13 @@ def test_a_close_call_is_judged_on_four_runs_pooled_and_a_clear_one_on_one(catal
     assert clear.runs == 1 and clear.bands[0].checks[0].simulated_s == p99 and clear.holds
     assert not clear.close and not clear.unconfirmed and close.close and not close.unconfirmed
 
-    # an explored plan's check (confirm=False) keeps its one run, and says it was a close call
-    once = check_pool(p, SLO.single(tpot_ms=p99 * 1e3 / 0.95), requests=3000, seed=0, confirm=False)
+    # an explored plan's check keeps its one run where that run took more steps than it confirms, and
+    # says it was a close call; within the steps it confirms, it is the plan's check
+    steps = _run(p, 3000, 0).steps
+    once = check_pool(p, SLO.single(tpot_ms=p99 * 1e3 / 0.95), requests=3000, seed=0, confirm_steps=steps - 1)
     assert once.runs == 1 and once.unconfirmed and once.bands[0].checks[0].simulated_s == p99
+    within = check_pool(p, SLO.single(tpot_ms=p99 * 1e3 / 0.95), requests=3000, seed=0, confirm_steps=steps)
+    assert within.runs == CONFIRM_RUNS and within.bands[0].checks[0].simulated_s == close.bands[0].checks[0].simulated_s
 
 
 def _near_capacity(catalog, seed: int, max_rounds: int = 2):
@@ -302,7 +306,7 @@ def test_a_replay_started_without_confirmation_is_run_again_when_the_plan_asks_f
     search = LazySearch(st.evaluator, Resolver(scn), st.classes, st.configs)
     sol = search.solve()
     pools = pool_details(st.evaluator, search.evaluations(), sol)
-    replay_ahead([(st, pools)], confirm=False)
+    replay_ahead([(st, pools)], confirm_steps=0)  # no run is that short: every close call stays on one run
     (ahead,) = [future.result() for future in st.evaluator.replays.values()]
     assert ahead.unconfirmed  # a close call, on one run
     certify_plans([(st, search.evaluations(), sol, pools)], lambda _: [(search.solve(), search.evaluations())], rounds=2)
