@@ -23,7 +23,6 @@ from planner.pool_check import (
     PoolCheck,
     PoolSetting,
     check_pool,
-    confirm_seeds,
     requests_for,
     simulated_capacity,
 )
@@ -68,15 +67,19 @@ def certify_plans(parts, resolve, *, rounds: int,
     (pool_check.check_pool; None: all, and a one-run close call kept from a replay started ahead is
     run again)."""
     state = [[st, evals, sol, pools, []] for st, evals, sol, pools in parts]
+
+    def stale(check: PoolCheck) -> bool:
+        """A one-run close call (kept, or started ahead by replay_ahead) where every close call is confirmed."""
+        return confirm_steps is None and check.unconfirmed
+
     spent = 0
     while True:
-        # Replays already run for a scenario are kept (the plan's, the per-GPU plans'), and those
-        # started ahead (replay_ahead) are waited for.
+        # Each plan's pools with their replay keys, this round. Replays already run for a scenario
+        # are kept (the plan's, the per-GPU plans'), and those started ahead are waited for.
+        keyed = [[(pool, _replay_key(pool, pools, st.trace)) for pool in pools] for st, _, _, pools, _ in state]
         todo = []
-        for st, _, _, pools, _ in state:
-            keys = {_replay_key(pool, pools, st.trace): pool for pool in pools}
-            fresh = {k: pool for k, pool in keys.items()
-                     if k not in st.evaluator.checks or (confirm_steps is None and st.evaluator.checks[k].unconfirmed)}
+        for (st, _, _, pools, _), pairs in zip(state, keyed, strict=True):
+            fresh = {k: pool for pool, k in pairs if k not in st.evaluator.checks or stale(st.evaluator.checks[k])}
             todo += [(st, k, pool_setting(pool, st.scn, pools, st.trace)) for k, pool in fresh.items()]
         # The simulator's loop releases the GIL: pools replay side by side, one thread each.
         done = []
@@ -85,20 +88,18 @@ def certify_plans(parts, resolve, *, rounds: int,
             started = [st.evaluator.replays.pop(k, None) or workers.submit(_replay, st, p, confirm_steps) for st, k, p in todo]
             for future, (st, _, p) in zip(started, todo, strict=True):
                 check = future.result()
-                # a one-run close call started ahead (replay_ahead) is run again where every close call is confirmed
-                done.append(_replay(st, p, None) if confirm_steps is None and check.unconfirmed else check)
+                done.append(_replay(st, p, None) if stale(check) else check)
                 step.advance()
         for (st, k, _), check in zip(todo, done, strict=True):
             st.evaluator.checks[k] = check
-        missing = [[pool for pool in pools if not st.evaluator.checks[_replay_key(pool, pools, st.trace)].holds]
-                   for st, _, _, pools, _ in state]
+        missing = [[(pool, st.evaluator.checks[k]) for pool, k in pairs if not st.evaluator.checks[k].holds]
+                   for (st, *_), pairs in zip(state, keyed, strict=True)]
         if not any(missing) or spent == rounds:
             break
         spent += 1
         for (st, evals, _, pools, changes), miss in zip(state, missing, strict=True):
             slo, sim = st.scn.slo.to_slo(), st.scn.simulation
-            for pool in miss:
-                check = st.evaluator.checks[_replay_key(pool, pools, st.trace)]
+            for pool, check in miss:
                 tc = pool.traffic_class
                 config = pool.config.label(tc.max_model_len)
                 if not check.problems:  # held at the planned peak with Poisson arrivals, not under the log's bursts
@@ -110,7 +111,7 @@ def certify_plans(parts, resolve, *, rounds: int,
                     # worse than the worst run's), and below the rate that missed, so a round changes the plan.
                     n = _requests(setting, slo, sim)
                     new = min([*(simulated_capacity(setting, slo, requests=n, seed=s).rate_rps
-                                 for s in confirm_seeds(sim.seed)[:check.runs]),
+                                 for s in check.seeds),
                                pool.rate_per_replica_rps * (1 - REPLAN_STEP)])
                     why = "; ".join(check.problems)
                 st.evaluator.record_simulated(next(e for e in evals if e.key == (tc.option, tc.name, config)), new)
@@ -123,9 +124,9 @@ def certify_plans(parts, resolve, *, rounds: int,
         for part, (sol, evals) in zip(state, answers, strict=True):
             part[1], part[2], part[3] = evals, sol, pool_details(part[0].evaluator, evals, sol)
     out = []
-    for st, evals, sol, pools, changes in state:
+    for (st, evals, sol, pools, changes), pairs in zip(state, keyed, strict=True):
         sim = st.scn.simulation
-        checks = [st.evaluator.checks[_replay_key(pool, pools, st.trace)] for pool in pools]
+        checks = [st.evaluator.checks[k] for _, k in pairs]
         certified = all(check.holds for check in checks)
         pools = [dataclasses.replace(pool, check=check) for pool, check in zip(pools, checks, strict=True)]
         out.append((evals, sol, pools, Certification(certified, spent, tuple(changes), sim.requests, sim.band_requests,

@@ -103,6 +103,11 @@ class PoolCheck:
     close: bool = False  # the first run's verdict was a close call (confirmed when runs > 1)
 
     @property
+    def seeds(self) -> list[int]:
+        """The seeds of the runs pooled for the verdict."""
+        return confirm_seeds(self.seed)[:self.runs]
+
+    @property
     def unconfirmed(self) -> bool:
         """A close call judged on one run (check_pool with a confirm_steps its run took more than)."""
         return self.close and self.runs == 1

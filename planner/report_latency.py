@@ -12,7 +12,6 @@ from planner.pool_check import (
     BandCheck,
     PoolCheck,
     TargetCheck,
-    confirm_seeds,
 )
 from planner.sim_measures import COMPARE_KEYS
 from planner.targets import statistic_quantile
@@ -113,7 +112,7 @@ def latency_section(plan: Plan) -> str:
     for pool in plan.pools:
         c = pool.check
         verdict = "every target holds" if c.holds else "misses: " + "; ".join(c.problems)
-        runs = (f" in {c.runs} runs (seeds {', '.join(map(str, confirm_seeds(c.seed)[:c.runs]))}: the first came within "
+        runs = (f" in {c.runs} runs (seeds {', '.join(map(str, c.seeds))}: the first came within "
                 f"{1 - CLOSE_SHARE:.0%} of a limit; the mean model's simulated column is the first run's)") if c.runs > 1 else ""
         lines += ["", f"**{c.label}** — {c.config}, {c.rate_rps:,.3f} requests/s per replica, {c.requests * c.runs:,} "
                   f"requests simulated{runs}: {verdict}.", ""]

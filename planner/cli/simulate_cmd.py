@@ -32,7 +32,6 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
     from planner.cli.progress_bars import terminal_progress
     from planner.errors import located
     from planner.plan_json import bands_json
-    from planner.pool_check import confirm_seeds
 
     with located(scenario), terminal_progress():
         scn, slo, checks, certified = _checks(scenario, pool, n_requests, seed, catalog_files)
@@ -42,7 +41,7 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
             "certified": certified,
             "pools": [
                 {"pool": c.pool, "config": c.config, "replicas": c.replicas, "rate_per_replica_rps": c.rate_rps,
-                 "runs": c.runs, "seeds": confirm_seeds(c.seed)[:c.runs], "requests_per_run": c.requests,
+                 "runs": c.runs, "seeds": c.seeds, "requests_per_run": c.requests,
                  "predicted": c.predicted, "simulated": c.simulated, "bands": _bands(c, slo),
                  "targets": bands_json(c.bands), "holds": c.holds, "problems": list(c.problems)}
                 for c in checks
@@ -50,7 +49,7 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
         })
         return
     for c in checks:
-        runs = (f"; a close call, {c.runs} runs pooled (seeds {', '.join(map(str, confirm_seeds(c.seed)[:c.runs]))})"
+        runs = (f"; a close call, {c.runs} runs pooled (seeds {', '.join(map(str, c.seeds))})"
                 if c.runs > 1 else "")
         click.echo(f"{c.label} — {c.config}, {c.replicas} replicas at {c.rate_rps:,.3f} req/s each{runs}: "
                    + ("holds" if c.holds else "misses: " + "; ".join(c.problems)))
