@@ -14,6 +14,11 @@ file; the next write into the same folder does, once the process that made it is
 While a command runs inside `inputs_guard()`, every file it reads is remembered, and an
 output path equal to one of them (or inside a folder read as input) is refused: writing
 a histogram over the log it came from would destroy the log.
+
+Inside `outputs_together()` (every command, planner.cli), the renames wait until the block
+ends without an error: a command that fails after writing some of its files (a report's
+figures, then its Markdown refused; the first of two scenarios' reports, then the second's)
+leaves none of them (design.md: "a failed run writes nothing").
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ _TMP_NAME = re.compile(r"^\..*\.(?P<host>[A-Za-z0-9-]+)\.(?P<pid>[0-9]+)\.[A-Za-
 _NAME_ROOM = 255 - 80  # most filesystems allow 255 bytes a name; keep room for the decorations
 
 _inputs: contextvars.ContextVar[set[Path] | None] = contextvars.ContextVar("planner_inputs", default=None)
+# (temporary, destination) pairs written but not yet renamed, in the order written
+_pending: contextvars.ContextVar[list[tuple[Path, Path]] | None] = contextvars.ContextVar("planner_pending", default=None)
 
 
 # ---- outputs -------------------------------------------------------------------------------
@@ -73,13 +80,46 @@ def atomic_output(path: str | os.PathLike) -> Iterator[Path]:
         yield tmp
         # mkstemp makes the file private (0600); give it the mode a plain open() would
         os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, target)
+        pending = _pending.get()
+        if pending is None:
+            os.replace(tmp, target)
+        else:
+            pending.append((tmp, target))
+            tmp = None  # renamed, or removed, when outputs_together's block ends
     except OSError as exc:
         raise output_error(exc, target) from None
     finally:
         if tmp is not None:
             with contextlib.suppress(OSError):
                 tmp.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def outputs_together() -> Iterator[None]:
+    """Within the block, atomic_output's files are renamed into place only when the block ends
+    without an error, all together; on an error they are removed, and the destinations are untouched.
+    A file written twice in the block ends as its last writing."""
+    pending: list[tuple[Path, Path]] = []
+    token = _pending.set(pending)
+    try:
+        yield
+    except BaseException:
+        _pending.reset(token)
+        _discard(pending)
+        raise
+    _pending.reset(token)
+    for i, (tmp, target) in enumerate(pending):
+        try:
+            os.replace(tmp, target)
+        except OSError as exc:
+            _discard(pending[i:])
+            raise output_error(exc, target) from None
+
+
+def _discard(pending: list[tuple[Path, Path]]) -> None:
+    for tmp, _ in pending:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
 
 
 def output_folder(path: str | os.PathLike) -> Path:

@@ -159,17 +159,19 @@ def load_fleet(path: str | Path, *, catalog_files: tuple[str, ...] = ()) -> Flee
         if svc.inputs.scenario.forecast is not None:
             raise InputError("forecast: a service of a fleet has no forecast of its own (it would be ignored); state "
                              "the quarters in the fleet's forecast section", where=svc.where)
-    _one_definition_per_gpu(services)
+    _one_definition_per_gpu(services, spec.inventory)
     return _with_shared_prices(FleetInputs(path, spec, catalog, tuple(services), tuple(services)))
 
 
 _PRICE_FIELDS = {"price_usd_per_hour", "price_source", "price_date"}
 
 
-def _one_definition_per_gpu(services: list[Service]) -> None:
+def _one_definition_per_gpu(services: list[Service], inventory) -> None:
     """A GPU type is one piece of hardware at one price across the fleet: a service's catalog
     override may not give it other memory, bandwidth or speed (3,746 GPUs of 'the same' type), and
-    two services may not pay two on-demand prices for it (state a shared price in the inventory)."""
+    two services may not pay two on-demand prices for it (state a shared price in the inventory).
+    The price of a type in the inventory is the fleet's, checked against each service's by
+    _with_shared_prices: a service may state that price again."""
     first: dict[str, tuple[Service, dict, float]] = {}
     for svc in services:
         for cand in svc.inputs.scenario.gpu_candidates:
@@ -185,7 +187,7 @@ def _one_definition_per_gpu(services: list[Service]) -> None:
                 raise InputError(f"GPU type '{cand.id}' is defined differently here and in service '{other.name}' "
                                  f"({', '.join(changed)}); one type is one piece of hardware across the fleet",
                                  where=svc.where)
-            if abs(price - other_price) > 1e-9:
+            if cand.id not in inventory and abs(price - other_price) > 1e-9:
                 raise InputError(f"GPU type '{cand.id}' costs {price:g} $/hour here but {other_price:g} in service "
                                  f"'{other.name}'; a type the services share has one on-demand price: set it in the "
                                  "fleet's inventory", where=svc.where)
@@ -199,6 +201,9 @@ def _service(spec: FleetSpec, catalog: Catalog, path: Path, i: int, entry, catal
         if not file.is_file():
             raise InputError(f"services[{i}]: no scenario file {entry} (paths are relative to the fleet file)",
                              where=str(path))
+        if is_fleet_file(file):
+            itself = "this fleet file itself" if file.resolve() == path.resolve() else "a fleet file"
+            raise InputError(f"services[{i}]: {entry} is {itself}; a service is one scenario file", where=str(path))
         scn, base = load_scenario(file)
         return Service(i, scenario_inputs(scn, file, base, catalog_files=catalog_files), str(file))
     where = f"{path}: services[{i}]"

@@ -60,6 +60,11 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
         if src.histogram is not None:
             paths = [src.histogram]
         files = [resolve(base, p) for p in paths]
+        field = "histogram" if src.histogram is not None else "log"
+        for written, file in zip(paths, files, strict=True):
+            if not file.exists():  # named by the scenario's field: the reader knows only the path
+                raise InputError(f"source.{field}: '{written}' does not exist (paths are relative to the "
+                                 "scenario's folder)")
         cols = src.columns
         spec = resolve_columns(
             src.preset, cols.prompt if cols else None, cols.output if cols else None,
@@ -69,7 +74,7 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
         hist = result.histogram
         requests = _replayable(result.requests)
         names = ", ".join(_display(p, base) for p in files)
-        kind = "histogram file" if src.histogram is not None else "log"
+        kind = "histogram file" if field == "histogram" else "log"
         notes.append(f"Source: {kind} {names} ({spec.name} columns).")
         excluded = {k: v for k, v in result.excluded_rows.items() if v}
         if excluded:

@@ -56,6 +56,25 @@ def test_simulate_json_has_band_percentiles_and_the_verdict(tmp_path):
     assert json.loads(again.output) == out  # same seed, same result
 
 
+def test_simulate_shows_the_certification_s_runs_and_replays_the_reported_plan_at_another_seed(tmp_path):
+    """Without --requests and --seed, simulate shows the runs the report's verdict rests on; a seed
+    given replays the plan the report shows (it does not plan again with that seed)."""
+    # (at the default simulation settings a run samples fewer requests than simulation.requests, the cap)
+    path = str(write(tmp_path, SCENARIO.replace("simulation: {requests: 3000}\n", "")))
+    solved = json.loads(CliRunner().invoke(main, ["solve", path, "--json", "--no-report"]).output)
+    (planned,) = solved["plan"]
+    (band,) = planned["bands"]
+    (shown,) = json.loads(CliRunner().invoke(main, ["simulate", path, "--json"]).output)["pools"]
+    config = "h100-sxm tp1 w:bf16 kv:bf16 ctx:8192"
+    assert (shown["config"], shown["replicas"], shown["runs"]) == (config, planned["replicas"], planned["simulation_runs"])
+    assert shown["targets"][0]["tpot_ms"]["simulated"] == band["tpot_ms"]["simulated"]
+    assert shown["bands"][0]["requests"] == band["requests_simulated"]
+    (replayed,) = json.loads(CliRunner().invoke(main, ["simulate", path, "--seed", "9", "--json"]).output)["pools"]
+    assert (replayed["config"], replayed["replicas"]) == (config, planned["replicas"])
+    assert replayed["seeds"][0] == 9 and replayed["requests_per_run"] == shown["requests_per_run"]
+    assert replayed["targets"][0]["tpot_ms"]["simulated"] != band["tpot_ms"]["simulated"]
+
+
 def test_unknown_pool_is_a_usage_error(tmp_path):
     r = CliRunner().invoke(main, ["simulate", str(write(tmp_path)), "--pool", "long"])
     assert r.exit_code == 2

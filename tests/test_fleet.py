@@ -369,6 +369,8 @@ def test_solve_fleet_json_has_services_and_a_budget_overrun_exits_3(tmp_path):
      "services[1]: GPU type 'h100-sxm' costs 2.99 $/hour here but 1.5 in service 'alpha'; a type the services share "
      "has one on-demand price: set it in the fleet's inventory"),
     ({"services": [{**service("alpha", 3.0), "modle": "x"}]}, "services[0].modle: unknown key; did you mean 'model'?"),
+    ({"services": ["fleet.yaml"]}, "fleet.yaml: services[0]: fleet.yaml is this fleet file itself; a service is one "
+                                   "scenario file"),
 ])
 def test_a_wrong_fleet_file_gets_one_line_naming_the_place(tmp_path, change, message):
     path = write_fleet(tmp_path, **change)
@@ -413,6 +415,18 @@ def test_a_fleet_quarter_pricing_a_type_nobody_runs_is_refused(tmp_path):
     assert r.output.strip() == (f"error: {path}: forecast.quarters[0].prices.b200: no service may run b200 and the "
                                 "inventory has none, so this would change nothing; add it to a service's gpus or the "
                                 "inventory")
+
+
+def test_a_service_may_state_the_inventory_s_own_price_again(tmp_path):
+    """A type priced in the inventory has the fleet's price; a service that states the same one
+    (say, a scenario file shared with a single-service plan) is not told to state it there."""
+    shared = {"gpus": [{"id": "h100-sxm", "price_usd_per_hour": 2.2}], "kv_dtypes": ["bf16"]}
+    path = write_fleet(tmp_path, services=[service("alpha", 3.0, **shared), service("beta", 3.0, **shared)],
+                       inventory={"h100-sxm": {"price_usd_per_hour": 2.2}})
+    r = CliRunner().invoke(main, ["solve", str(path), "--no-report", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert doc["cost_usd_per_hour"] == pytest.approx(2.2 * doc["gpus"])
 
 
 def test_a_fleet_file_where_a_scenario_is_expected_is_named_as_such(tmp_path):

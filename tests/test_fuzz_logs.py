@@ -87,8 +87,9 @@ def write_log(folder: Path, fmt: str, rows: list[dict], with_time: bool) -> tupl
 
 
 # ---- the oracle ------------------------------------------------------------------------------
-NULL, NON_NUMERIC, NEGATIVE = "null", "non_numeric", "negative"
-RANK = {None: 0, NEGATIVE: 1, NON_NUMERIC: 2, NULL: 3}  # a row counts under its worst problem
+NULL, NON_NUMERIC, NEGATIVE, TOO_LONG = "null", "non_numeric", "negative", "too_long"
+RANK = {None: 0, TOO_LONG: 1, NEGATIVE: 2, NON_NUMERIC: 3, NULL: 4}  # a row counts under its worst problem
+MAX_TOKENS = 2**24  # longer than any context window
 
 
 def _number(text: str) -> float | int | None:
@@ -125,12 +126,16 @@ def token(v, fmt: str, kind: str) -> tuple[str | None, int]:
     if kind == "float" and isinstance(v, int):
         v = float(v)  # (a Parquet float64 column: the writer made it a float)
     if isinstance(v, float):
-        if not math.isfinite(v) or v != math.floor(v) or abs(v) >= 2**53:
+        if not math.isfinite(v):
+            return NON_NUMERIC, 0
+        if abs(v) >= 2**53:  # a float this large says nothing of wholeness, only of size
+            return (NEGATIVE, 0) if v < 0 else (TOO_LONG, 0)
+        if v != math.floor(v):
             return NON_NUMERIC, 0
         v = int(v)
-    if not -(2**63) <= v <= INT64_MAX:
-        return NON_NUMERIC, 0
-    return (NEGATIVE, 0) if v < 0 else (None, v)
+    if v < 0:
+        return NEGATIVE, 0
+    return (TOO_LONG, 0) if v > MAX_TOKENS else (None, v)
 
 
 def time_kind(values: list, fmt: str, kind: str) -> str:
@@ -161,7 +166,7 @@ def arrival(v, fmt: str, kind: str, column_kind: str) -> tuple[str | None, Fract
 
 
 def expected(fmt: str, rows: list[dict], kinds: dict[str, str], with_time: bool) -> dict:
-    excluded = {NULL: 0, NEGATIVE: 0, NON_NUMERIC: 0}
+    excluded = {NULL: 0, NEGATIVE: 0, NON_NUMERIC: 0, TOO_LONG: 0}
     kept: list[tuple[int, int, Fraction | None]] = []
     column_kind = time_kind([r["timestamp_ms"] for r in rows], fmt, kinds["timestamp_ms"]) if with_time else None
     for r in rows:

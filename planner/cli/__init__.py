@@ -1,9 +1,10 @@
 """The `planner` command line: a thin layer that parses, calls one library function, formats.
 
 Library errors (planner.errors) become one line on stderr and the documented exit
-code: 2 bad input, 3 infeasible. `planner --debug ...` shows the traceback instead.
+code: 2 bad input, 3 infeasible. `planner --debug ...` shows the traceback instead (with the same exit code).
 Usage errors (an unknown option, a value out of range) are one line too, exit 2.
-While a command runs, the files it reads may not be written (planner.files.inputs_guard).
+While a command runs, the files it reads may not be written (planner.files.inputs_guard), and the
+files it writes appear only when it succeeds (planner.files.outputs_together).
 """
 
 from __future__ import annotations
@@ -11,23 +12,25 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import traceback
 
 import click
 
 from planner import __version__
 from planner.errors import PlannerError
-from planner.files import inputs_guard
+from planner.files import inputs_guard, outputs_together
 
 
 class PlannerGroup(click.Group):
     def invoke(self, ctx: click.Context):
         try:
-            with inputs_guard():
+            with inputs_guard(), outputs_together():
                 return super().invoke(ctx)
         except PlannerError as exc:
             if ctx.obj and ctx.obj.get("debug"):
-                raise
-            click.echo(f"error: {one_line(str(exc))}", err=True)
+                traceback.print_exc()  # the traceback asked for, and the exit code documented for the error
+            else:
+                click.echo(f"error: {one_line(str(exc))}", err=True)
             sys.exit(exc.exit_code)
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
@@ -60,8 +63,8 @@ def run() -> None:
     without an active exception", exit 134; apache/arrow#34314), after the one-line error
     was printed. Measured: 1 in 200 runs of a command failing that way. Leaving with
     os._exit once the output is flushed skips that teardown; a command's own work
-    (atomic writes, solver files) is complete by then. Uncaught exceptions (--debug) leave
-    the normal way, with their traceback.
+    (atomic writes, solver files) is complete by then. Uncaught exceptions (a fault in planner)
+    leave the normal way, with their traceback.
     """
     try:
         main()

@@ -113,6 +113,7 @@ def capacity(
         max_model_len=max_model_len, engine=engine, memory_fraction=gpu_memory_utilization,
         overhead_gib_per_gpu=overhead_gib,
     )
+    _one_traffic_source(typical_tokens, histogram_file, prompt_tokens, shared_prefix, ttft_s, tpot_ms, itl_ms)
     if typical_tokens is not None and typical_tokens > dep.max_model_len:
         raise click.BadParameter(f"{typical_tokens:,} tokens is longer than the context limit {dep.max_model_len:,}",
                                  param_hint="--typical-tokens")
@@ -134,6 +135,22 @@ def capacity(
     click.echo(ladder_text(catalog, dep, ladder, payload))
     if view is not None:
         click.echo(capacity_text(view))
+
+
+def _one_traffic_source(typical_tokens, histogram_file, prompt_tokens, shared_prefix, ttft_s, tpot_ms, itl_ms) -> None:
+    """Options that would be ignored, or answer two questions at once, are refused: --typical-tokens
+    sizes the ladder's paged users, a traffic class sizes them from its own lengths (and the two
+    disagree in one answer), and a shared prefix or a latency target means something only for a class."""
+    if typical_tokens is not None and (histogram_file or prompt_tokens is not None):
+        raise click.UsageError("give one of --typical-tokens, --histogram or --prompt-tokens/--output-tokens: "
+                               "a traffic class sets the users' lengths itself")
+    if histogram_file or prompt_tokens is not None:
+        return
+    given = [name for name, value in (("--shared-prefix-tokens", shared_prefix or None), ("--ttft-s", ttft_s),
+                                      ("--tpot-ms", tpot_ms), ("--itl-ms", itl_ms)) if value is not None]
+    if given:
+        raise click.UsageError(f"{', '.join(given)} needs a traffic class (--histogram or "
+                               "--prompt-tokens/--output-tokens)")
 
 
 def _traffic_class(dep, histogram_file, prompt_tokens, output_tokens, shared_prefix):

@@ -55,6 +55,8 @@ def _solve_all(scenarios, out_dir, no_report, write_lp, verify, catalog_files, a
         with located(str(path)), terminal_progress():
             first_lp = bool(write_lp) and i == 0
             planned.append((path, kind, _plan(kind, inputs, first_lp, verify, draw_ahead=not no_report)))
+    # Nothing is printed until every file is written: a report refused late (its name is an input's)
+    # must not follow a line saying an earlier one was written (the files appear together, or none).
     results = []
     for i, (path, kind, plan) in enumerate(planned):
         with located(str(path)):
@@ -64,6 +66,9 @@ def _solve_all(scenarios, out_dir, no_report, write_lp, verify, catalog_files, a
                            else _write_fleet(plan, no_report, out_dir, as_json))
     if as_json:
         echo_json(results if len(results) > 1 else results[0])
+        return
+    for lines in results:
+        click.echo("\n".join(lines))
 
 
 def _load(path, catalog_files):
@@ -166,12 +171,9 @@ def _write_one(planned, no_report, out_dir, as_json):
     sol = plan.solution
     pools = ", ".join(f"{p.traffic_class}: {p.replicas} x {p.config}" for p in sol.pools)
     verdict = f" [{problem}]" if problem else ""
-    click.echo(
-        f"{plan.scenario.name}: ${plan.cost_per_hour:,.2f}/hour, {gpus_text(sol.gpus)}, "
-        f"{'no split' if sol.threshold is None else f'split at {sol.threshold:,}'} — {pools}{verdict}"
-        + (f" -> {written}" if written else "")
-    )
-    return None
+    return [f"{plan.scenario.name}: ${plan.cost_per_hour:,.2f}/hour, {gpus_text(sol.gpus)}, "
+            f"{'no split' if sol.threshold is None else f'split at {sol.threshold:,}'} — {pools}{verdict}"
+            + (f" -> {written}" if written else "")]
 
 
 def _write_fleet(fleet_plan, no_report, out_dir, as_json):
@@ -182,14 +184,14 @@ def _write_fleet(fleet_plan, no_report, out_dir, as_json):
     if as_json:
         return fleet_json(fleet_plan)
     types = ", ".join(f"{n} {g}" for g, n in fleet_plan.joint.gpus_by_type.items())
-    click.echo(f"{fleet_plan.fleet.spec.name}: ${fleet_plan.cost_per_hour:,.2f}/hour, {gpus_text(fleet_plan.gpus)} ({types}), "
-               f"{len(fleet_plan.plans)} services" + (f" -> {written}" if written else ""))
+    lines = [f"{fleet_plan.fleet.spec.name}: ${fleet_plan.cost_per_hour:,.2f}/hour, {gpus_text(fleet_plan.gpus)} ({types}), "
+             f"{len(fleet_plan.plans)} services" + (f" -> {written}" if written else "")]
     for plan in fleet_plan.plans:
         sol = plan.solution
         pools = ", ".join(f"{p.traffic_class}: {p.replicas} x {p.config}" for p in sol.pools)
-        click.echo(f"  {plan.scenario.name}: {gpus_text(sol.gpus)}, "
-                   f"{'no split' if sol.threshold is None else f'split at {sol.threshold:,}'} — {pools}")
-    return None
+        lines.append(f"  {plan.scenario.name}: {gpus_text(sol.gpus)}, "
+                     f"{'no split' if sol.threshold is None else f'split at {sol.threshold:,}'} — {pools}")
+    return lines
 
 
 def _write_lp(text: str, path: Path) -> None:

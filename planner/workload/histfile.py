@@ -281,6 +281,8 @@ def read_histogram_and_metadata(path: str | os.PathLike) -> tuple[Histogram, dic
     import pyarrow.dataset as ds
 
     where = str(path)
+    if not os.path.exists(where):
+        raise InputError("no such file", where=where)
     try:
         dataset = ds.dataset(where, format="parquet")
         table = dataset.to_table()

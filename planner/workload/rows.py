@@ -4,9 +4,12 @@ A row is excluded, and counted under one reason, when a column it needs is
 - 'null':        missing (null, NaN, an empty string or 'nan', a field absent from the line);
 - 'non_numeric': not a whole number (text, 12.5, inf, true, a list, an unparsable
                  timestamp, a line that is not a JSON object);
-- 'negative':    a token count below zero.
+- 'negative':    a token count below zero;
+- 'too_long':    a token count above MAX_TOKENS (2**24 = 16,777,216: longer than any model's
+                 context window, and so long that one such row's square could pass the int64
+                 range of a histogram cell's sums).
 A row with several problems counts once, under the first of null, non_numeric,
-negative (design.md, "Bad input": counted and reported, never silently dropped).
+negative, too_long (design.md, "Bad input": counted and reported, never silently dropped).
 
 Columns arrive as Arrow arrays of whatever type the reader produced. The fast path
 (integer columns, no nulls) is zero-copy; anything else is coerced value by value.
@@ -22,12 +25,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-NULL, NON_NUMERIC, NEGATIVE = "null", "non_numeric", "negative"
-EXCLUSION_REASONS = (NULL, NEGATIVE, NON_NUMERIC)  # the order reports list them in
+from planner.bounds import MAX_TOKENS
+
+NULL, NON_NUMERIC, NEGATIVE, TOO_LONG = "null", "non_numeric", "negative", "too_long"
+EXCLUSION_REASONS = (NULL, NEGATIVE, NON_NUMERIC, TOO_LONG)  # the order reports list them in
 
 # Per-row codes; the larger code wins when a row has several problems.
-OK, CODE_NEGATIVE, CODE_NON_NUMERIC, CODE_NULL = 0, 1, 2, 3
-CODE_REASON = {CODE_NEGATIVE: NEGATIVE, CODE_NON_NUMERIC: NON_NUMERIC, CODE_NULL: NULL}
+OK, CODE_TOO_LONG, CODE_NEGATIVE, CODE_NON_NUMERIC, CODE_NULL = 0, 1, 2, 3, 4
+CODE_REASON = {CODE_TOO_LONG: TOO_LONG, CODE_NEGATIVE: NEGATIVE, CODE_NON_NUMERIC: NON_NUMERIC, CODE_NULL: NULL}
 
 # Beyond 2**53 a float no longer holds every integer, so "whole number" cannot be checked.
 _LARGEST_EXACT_FLOAT_INT = float(2**53)
@@ -66,10 +71,21 @@ def count_reasons(codes: np.ndarray | None) -> dict[str, int]:
 
 
 def token_counts(array: pa.Array | pa.ChunkedArray | np.ndarray) -> Coerced:
-    """Token counts as int64: whole numbers >= 0 are kept, everything else gets a code.
+    """Token counts as int64: whole numbers from 0 to MAX_TOKENS are kept, everything else gets a code.
 
     `array` is an Arrow array, or an object array from the JSON line-by-line fallback.
     """
+    coerced = _whole_numbers(array)
+    if not coerced.values.size or coerced.values.max() <= MAX_TOKENS:
+        return coerced
+    long = coerced.values > MAX_TOKENS  # (rows with another problem hold 0)
+    codes = np.zeros(long.size, np.uint8) if coerced.codes is None else coerced.codes.copy()
+    codes[long] = CODE_TOO_LONG
+    return Coerced(np.where(long, 0, coerced.values), codes)
+
+
+def _whole_numbers(array: pa.Array | pa.ChunkedArray | np.ndarray) -> Coerced:
+    """Whole numbers >= 0 as int64 (those too large for int64 coded too_long); the rest coded."""
     if isinstance(array, np.ndarray):
         return from_objects(array)
     if isinstance(array, pa.ChunkedArray):
@@ -126,7 +142,7 @@ def _from_integers(array: pa.Array) -> Coerced:
     if values.dtype == np.uint64 and values.size and values.max() > np.iinfo(np.int64).max:
         big = values > np.iinfo(np.int64).max
         values = np.where(big, 0, values).astype(np.int64)
-        codes = np.where(big, CODE_NON_NUMERIC, OK).astype(np.uint8)
+        codes = np.where(big, CODE_TOO_LONG, OK).astype(np.uint8)
         return _merge(Coerced(values, codes), nulls)
     values = values.astype(np.int64, copy=False)
     codes = None
@@ -154,14 +170,17 @@ def _classify_floats(
     values: np.ndarray, nulls: np.ndarray, non_numeric: np.ndarray | None = None
 ) -> Coerced:
     with np.errstate(invalid="ignore"):
+        # a finite count of 2**53 or more is too long whether or not a float can say it is whole
+        huge = np.isfinite(values) & (values >= _LARGEST_EXACT_FLOAT_INT)
         whole = (
             np.isfinite(values)
             & (np.floor(values) == values)
             & (np.abs(values) < _LARGEST_EXACT_FLOAT_INT)
         )
-        negative = whole & (values < 0)
+        negative = (whole | np.isfinite(values) & (values <= -_LARGEST_EXACT_FLOAT_INT)) & (values < 0)
     codes = np.where(
-        nulls, CODE_NULL, np.where(~whole, CODE_NON_NUMERIC, np.where(negative, CODE_NEGATIVE, OK))
+        nulls, CODE_NULL, np.where(negative, CODE_NEGATIVE, np.where(huge, CODE_TOO_LONG,
+                                                                     np.where(~whole, CODE_NON_NUMERIC, OK)))
     ).astype(np.uint8)
     if non_numeric is not None:
         codes[non_numeric & ~nulls] = CODE_NON_NUMERIC
@@ -190,8 +209,8 @@ def from_objects(values: np.ndarray) -> Coerced:
     codes = np.zeros(values_out.size, np.uint8) if coerced.codes is None else coerced.codes.copy()
     for i in rows:
         n = exact[i]
-        if not _INT64_MIN <= n <= _INT64_MAX:
-            values_out[i], codes[i] = 0, CODE_NON_NUMERIC
+        if n > _INT64_MAX:
+            values_out[i], codes[i] = 0, CODE_TOO_LONG
         else:
             values_out[i], codes[i] = (0, CODE_NEGATIVE) if n < 0 else (n, OK)
     return Coerced(values_out, codes if codes.any() else None)
