@@ -38,12 +38,24 @@ from planner.units import HOURS_PER_MONTH, HOURS_PER_QUARTER
 
 
 @dataclass(frozen=True)
+class Commitment:
+    """GPUs of one type committed from a quarter on, at the terms of the quarter they were priced in."""
+
+    gpu: str
+    gpus: int
+    usd_per_gpu_hour: float
+    terms_quarter: str  # the quarter whose prices set usd_per_gpu_hour
+    basis: str  # how: "on-demand $2.99 x (1 - 0.3)" or "reserved_prices"
+
+
+@dataclass(frozen=True)
 class FleetQuarter:
     quarter: str
     demand_multiplier: float  # on every service's base peak
     plan: FleetPlan
     added_commitments: dict[str, int]  # GPUs committed this quarter (stated or carried forward), per type
     change_by_type: dict[str, int]  # GPUs in use against the previous quarter
+    commitments: tuple[Commitment, ...] = ()  # the lots behind added_commitments
 
     @property
     def cost_per_hour(self) -> float:
@@ -93,17 +105,17 @@ def run_fleet_forecast(fleet: FleetInputs) -> list[FleetQuarter]:
         types = sorted(set(base) | set(lots) | set(q.prices) | set(q.availability) | set(q.reserved)
                        | {g for g, n in carried.items() if n > 0})
         price = {g: q.prices.get(g, fleet.on_demand_price(g)) for g in types}
-        added: dict[str, int] = {}
-        if carried:
-            for gpu, extra in carried.items():
-                if extra > 0:
-                    lots.setdefault(gpu, []).append((extra, _commit_price(fleet, fc, fc.quarters[i - 1], gpu)))
-                    added[gpu] = added.get(gpu, 0) + extra
-        for gpu, n in q.reserved.items():
+        made: list[Commitment] = []
+        for gpu, extra in carried.items():  # at the terms of the quarter they ran in
+            if extra > 0:
+                made.append(_commit(lots, _commitment(fleet, fc, fc.quarters[i - 1], gpu, extra)))
+        for gpu, n in q.reserved.items():  # at this quarter's
             extra = n - _committed(base, lots, gpu)
             if extra > 0:
-                lots.setdefault(gpu, []).append((extra, _commit_price(fleet, fc, q, gpu)))
-                added[gpu] = added.get(gpu, 0) + extra
+                made.append(_commit(lots, _commitment(fleet, fc, q, gpu, extra)))
+        added: dict[str, int] = {}
+        for lot in made:
+            added[lot.gpu] = added.get(lot.gpu, 0) + lot.gpus
         inventory = _quarter_inventory(base, lots, price, q.availability, types, where, fleet)
         try:
             plan = make_fleet_plan(fleet.with_inventory(inventory), explore=False, growth=multiplier)
@@ -113,16 +125,27 @@ def run_fleet_forecast(fleet: FleetInputs) -> list[FleetQuarter]:
         before = previous.plan.joint.gpus_by_type if previous else {}
         change = {} if previous is None else {g: by_type.get(g, 0) - before.get(g, 0)
                                               for g in sorted(set(by_type) | set(before))}
-        out.append(FleetQuarter(q.quarter, multiplier, plan, added, change))
+        out.append(FleetQuarter(q.quarter, multiplier, plan, added, change, tuple(made)))
         previous = out[-1]
         if not fc.carry_forward:
             lots = {}
     return out
 
 
-def _commit_price(fleet: FleetInputs, fc, q, gpu: str) -> float:
-    """What a GPU committed in quarter q costs an hour, for as long as the forecast runs."""
-    return fc.reserved_prices.get(gpu, q.prices.get(gpu, fleet.on_demand_price(gpu)) * (1 - fc.reserved_discount))
+def _commitment(fleet: FleetInputs, fc, q, gpu: str, gpus: int) -> Commitment:
+    """`gpus` of `gpu` committed at quarter q's terms: what one costs an hour, for as long as the
+    forecast runs (reserved_prices, else q's on-demand price less reserved_discount)."""
+    if gpu in fc.reserved_prices:
+        return Commitment(gpu, gpus, fc.reserved_prices[gpu], q.quarter, "reserved_prices")
+    on_demand = q.prices.get(gpu, fleet.on_demand_price(gpu))
+    return Commitment(gpu, gpus, on_demand * (1 - fc.reserved_discount), q.quarter,
+                      f"on demand ${on_demand:,.2f} × (1 − {fc.reserved_discount:g})")
+
+
+def _commit(lots: dict[str, list[tuple[int, float]]], lot: Commitment) -> Commitment:
+    """Add `lot` to the commitments held (GPUs and price per type); returns it."""
+    lots.setdefault(lot.gpu, []).append((lot.gpus, lot.usd_per_gpu_hour))
+    return lot
 
 
 def _committed(base, lots, gpu: str) -> int:
@@ -197,13 +220,16 @@ SERVICE_COLUMNS: tuple[Column, ...] = (
         f"{p.traffic_class}: {p.replicas} x {p.config}" for p in x[1].solution.pools)),
     Column("gpus", "integer", "GPUs it runs", lambda x: x[1].solution.gpus),
     item_column("own_usd_per_hour", "number", "its GPUs at its candidates' on-demand prices, USD per hour", "cost_per_hour"),
-    Column("paid_usd_per_hour", "number", "its GPUs at the prices the fleet pays (committed GPUs at their type's "
-           "committed price); with the types table's idle commitments they add up to quarters.total_usd_per_hour",
+    Column("paid_usd_per_hour", "number", "its GPUs at what a GPU in use of each type costs the fleet on average "
+           "(types.paid_usd_per_gpu_hour: the type's committed and on-demand GPUs together, its idle commitments "
+           "aside); with the types table's idle commitments they add up to quarters.total_usd_per_hour",
            lambda x: x[0].plan.paid_usd_per_hour(x[1])),
     Column("tokens_per_hour_at_peak", "number", "prompt + output tokens per hour at its peak rate",
            lambda x: x[1].tokens_per_hour, digits=0),
     Column("paid_usd_per_million_tokens_at_peak", "number", "paid cost / its tokens at its peak rate, USD per million",
            lambda x: x[0].plan.paid_usd_per_hour(x[1]) / x[1].tokens_per_hour * 1e6),
+    Column("rejected_share", "number", "share of its requests longer than its context limit: not served, so not in "
+           "its peak, tokens or cost", lambda x: x[1].rejected_share),
 )
 
 TYPE_COLUMNS: tuple[Column, ...] = (
@@ -214,8 +240,12 @@ TYPE_COLUMNS: tuple[Column, ...] = (
     item_column("on_demand_gpus", "integer", "of those, beyond the committed ones", "on_demand"),
     item_column("idle_committed_gpus", "integer", "committed GPUs no service uses", "idle_committed"),
     item_column("cap", "integer", "most GPUs of the type the fleet may run (empty: no cap)"),
+    Column("cap_binds", "boolean", "the fleet runs as many GPUs of the type as the cap allows",
+           lambda x: _binds(x[1])),
     item_column("on_demand_usd_per_gpu_hour", "number", "the quarter's on-demand price, USD per GPU-hour"),
     item_column("committed_usd_per_hour", "number", "all committed GPUs of the type, used or not, USD per hour"),
+    item_column("paid_usd_per_gpu_hour", "number", "what a GPU of the type in use costs the fleet on average: committed "
+           "and on-demand GPUs together, idle commitments aside, USD per GPU-hour"),
     item_column("usd_per_hour", "number", "committed + on-demand GPUs of the type, USD per hour; a quarter's rows add up "
            "to quarters.total_usd_per_hour"),
 )
@@ -232,6 +262,10 @@ def fleet_forecast_tables(results: list[FleetQuarter]) -> dict[str, str]:
     return {name: _csv(_table(TABLES[name], rows[name])) for name in TABLES}
 
 
+def _binds(t: TypeUse) -> bool:
+    return t.cap is not None and t.used >= t.cap
+
+
 def _usd(x: float) -> str:
     return f"${x:,.2f}"
 
@@ -240,7 +274,14 @@ def _gpus(t: TypeUse) -> str:
     return f"{t.used} {t.gpu}"
 
 
-def fleet_forecast_markdown(name: str, results: list[FleetQuarter]) -> str:
+def _multiplier(x: float) -> str:
+    """A demand multiplier as the growths make it (1.15 x 1.15 = 1.3225), not rounded to three places."""
+    return f"{x:.5f}".rstrip("0").rstrip(".")
+
+
+def fleet_forecast_markdown(name: str, results: list[FleetQuarter], fleet: FleetInputs) -> str:
+    """The forecast for a person: the quarters' totals first, then the commitments and their terms,
+    the GPU types (caps that bind), and what each service costs as paid, with what that means."""
     first, last = results[0], results[-1]
     total = sum(r.cost_per_hour * HOURS_PER_QUARTER for r in results)
     lines = [
@@ -250,11 +291,12 @@ def fleet_forecast_markdown(name: str, results: list[FleetQuarter]) -> str:
         f"{_usd(first.cost_per_hour * HOURS_PER_QUARTER)} → {_usd(last.cost_per_hour * HOURS_PER_QUARTER)} per quarter; "
         f"{len(results)} quarters cost {_usd(total)}.**",
         "",
-        "Every quarter is one ILP over every service, commitments shared; " + _carry(results) + ".",
+        "Every quarter is one ILP over every service, commitments shared, planned afresh: a service may move to other "
+        "GPU types from one quarter to the next.",
         "",
         "| Quarter | Demand × base | GPUs in use (change) | Committed: in use / idle | $/hour: on demand + committed in use "
-        "+ idle = total | $/quarter | Per service, $/hour as paid |",
-        "|---|---:|---|---|---|---:|---|",
+        "+ idle = total | $/quarter | $/M tokens at peak |",
+        "|---|---:|---|---|---|---:|---:|",
     ]
     for r in results:
         gpus = ", ".join(_gpus(t) + (f" ({r.change_by_type[t.gpu]:+d})" if r.change_by_type.get(t.gpu) else "")
@@ -262,11 +304,11 @@ def fleet_forecast_markdown(name: str, results: list[FleetQuarter]) -> str:
         committed = ", ".join(f"{t.committed - t.idle_committed} / {t.idle_committed} {t.gpu}"
                               for t in r.plan.types if t.committed) or "—"
         k = r.usd_per_hour_by_kind
-        services = "; ".join(f"{p.scenario.name} {_usd(r.plan.paid_usd_per_hour(p))}" for p in r.plan.plans)
+        tokens = sum(p.tokens_per_hour for p in r.plan.plans)
         lines.append(
-            f"| {r.quarter} | {r.demand_multiplier:.3f} | {gpus} | {committed} | {_usd(k['on_demand'])} + "
+            f"| {r.quarter} | {_multiplier(r.demand_multiplier)} | {gpus} | {committed} | {_usd(k['on_demand'])} + "
             f"{_usd(k['committed_used'])} + {_usd(k['committed_idle'])} = {_usd(r.cost_per_hour)} | "
-            f"{_usd(r.cost_per_hour * HOURS_PER_QUARTER)} | {services} |"
+            f"{_usd(r.cost_per_hour * HOURS_PER_QUARTER)} | ${r.cost_per_hour / tokens * 1e6:,.4f} |"
         )
     lines.append(f"| **Total** | | | | | **{_usd(total)}** | |")
     idle = [f"- **{r.quarter}: " + ", ".join(f"{t.idle_committed} {t.gpu}" for t in r.plan.types if t.idle_committed)
@@ -274,6 +316,8 @@ def fleet_forecast_markdown(name: str, results: list[FleetQuarter]) -> str:
             for r in results if r.usd_per_hour_by_kind["committed_idle"] > 0]
     if idle:
         lines += ["", *idle]
+    lines += ["", *_commitments_section(results, fleet), "", *_types_section(results), "",
+              *_services_section(results)]
     lines += [
         "",
         f"A quarter is {HOURS_PER_QUARTER:,} hours ({HOURS_PER_MONTH} a month). Each service is planned at its peak as "
@@ -285,15 +329,81 @@ def fleet_forecast_markdown(name: str, results: list[FleetQuarter]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _carry(results: list[FleetQuarter]) -> str:
-    added = [f"{r.quarter}: " + ", ".join(f"+{n} {g}" for g, n in sorted(r.added_commitments.items()))
-             for r in results if r.added_commitments]
-    return "commitments made: " + "; ".join(added) if added else "no commitments beyond the inventory's"
+def _commitments_section(results: list[FleetQuarter], fleet: FleetInputs) -> list[str]:
+    """The commitments the forecast makes, each at its price and the terms it was priced at, and
+    what the total leaves out: a commitment's term beyond the last quarter."""
+    out = ["## Commitments", ""]
+    held = [f"{s.owned} {g} owned at ${s.owned_usd_per_hour:,.2f}" for g, s in fleet.spec.inventory.items() if s.owned]
+    held += [f"{s.reserved} {g} reserved at ${s.reserved_usd_per_hour:,.2f}"
+             for g, s in fleet.spec.inventory.items() if s.reserved]
+    if held:
+        out += ["Held in every quarter (the fleet's inventory), per GPU-hour: " + ", ".join(held) + ".", ""]
+    lots = [(r.quarter, c) for r in results for c in r.commitments]
+    if not lots:
+        return [*out, "No commitments beyond the inventory's."]
+    out += [
+        "Made by the forecast: from the quarter it starts, a commitment is paid in every quarter to the forecast's "
+        "end, used or not. With carry_forward a quarter commits, from the next quarter on, the GPUs the fleet ran "
+        "beyond its commitments, at the terms of the quarter they ran in.",
+        "",
+        "| From | GPUs committed | $/GPU-hour | Priced at | Terms of |",
+        "|---|---|---:|---|---|",
+    ]
+    out += [f"| {quarter} | +{c.gpus} {c.gpu} | ${c.usd_per_gpu_hour:,.4f} | {c.basis} | {c.terms_quarter} |"
+            for quarter, c in lots]
+    out += ["", f"The total counts each commitment to {results[-1].quarter} only: whatever term it runs beyond "
+            "(a one-year reservation made late in the forecast) is spend this forecast does not show."]
+    return out
 
 
-def write_fleet_forecast(name: str, results: list[FleetQuarter], out_dir: Path) -> list[Path]:
+def _types_section(results: list[FleetQuarter]) -> list[str]:
+    out = ["## GPU types", "",
+           "| Quarter | Type | Committed | In use | On demand | Cap | $/GPU-hour on demand | $/GPU-hour as paid |",
+           "|---|---|---:|---:|---:|---|---:|---:|"]
+    for r in results:
+        for t in r.plan.types:
+            cap = "—" if t.cap is None else f"{t.cap:,}" + (" (binds)" if _binds(t) else "")
+            paid = _usd(t.paid_usd_per_gpu_hour) if t.used else "—"
+            out.append(f"| {r.quarter} | {t.gpu} | {t.committed:,} | {t.used:,} | {t.on_demand:,} | {cap} | "
+                       f"{_usd(t.on_demand_usd_per_gpu_hour)} | {paid} |")
+    binding = [f"{r.quarter} {t.gpu}" for r in results for t in r.plan.types if _binds(t)]
+    if binding:
+        out += ["", "At its cap (" + ", ".join(binding) + "), the fleet runs no more GPUs of the type and serves the "
+                "rest on other types: a higher cap may make that quarter cheaper (`planner solve` on the fleet prices "
+                "each shared cap for its first quarter)."]
+    return out
+
+
+def _services_section(results: list[FleetQuarter]) -> list[str]:
+    names = [p.scenario.name for p in results[0].plan.plans]
+    out = ["## Services, as paid", "",
+           "| Service | " + " | ".join(r.quarter for r in results) + " | Requests over its context limit |",
+           "|---|" + "---|" * len(results) + "---:|"]
+    for i, service in enumerate(names):
+        cells = []
+        for r in results:
+            plan = r.plan.plans[i]
+            by_type: dict[str, int] = {}
+            for pool in plan.pools:
+                by_type[pool.config.gpu.id] = by_type.get(pool.config.gpu.id, 0) + pool.gpus
+            gpus = " + ".join(f"{n} {g}" for g, n in sorted(by_type.items()))
+            cells.append(f"{_usd(r.plan.paid_usd_per_hour(plan))} ({gpus})")
+        share = results[0].plan.plans[i].rejected_share
+        rejected = "none" if not share else (f"{share:.1%}" if share >= 0.0005 else "<0.1%")
+        out.append(f"| {service} | " + " | ".join(cells) + f" | {rejected} |")
+    out += ["", "$/hour as paid: a service's GPUs at what a GPU of each type in use costs the fleet on average (the "
+            "type's committed and on-demand GPUs together, its idle commitments aside; the types table's last "
+            "column). The services and the idle commitments add up to the quarter's total. It is an allocation: it "
+            "moves with the types the fleet gives a service each quarter and with their average price, which falls as "
+            "more of a type is committed, so a service's figure can fall while its demand grows. Peaks, tokens and "
+            "costs count served requests only: those over a service's context limit are not served."]
+    return out
+
+
+def write_fleet_forecast(fleet: FleetInputs, results: list[FleetQuarter], out_dir: Path) -> list[Path]:
     """Every output is made before the first is written, so a failure leaves none half-made."""
-    texts = {f"{name}_forecast.md": fleet_forecast_markdown(name, results)}
+    name = fleet.spec.name
+    texts = {f"{name}_forecast.md": fleet_forecast_markdown(name, results, fleet)}
     texts.update({table_file(name, t): text for t, text in fleet_forecast_tables(results).items()})
     package = datapackage(name, TABLES, description="Quarterly fleet forecast (planner forecast on a fleet file). "
                           "quarters: one row per quarter; services: one row per service per quarter; types: one row "

@@ -95,9 +95,9 @@ class FleetPlan:
         return sum(t.idle_committed * t.committed_usd_per_hour / t.committed for t in self.types if t.committed)
 
     def paid_usd_per_hour(self, plan: Plan) -> float:
-        """A service's GPUs at the prices the fleet pays for them (committed GPUs at their type's
-        committed price, the rest on demand); the services' figures and the idle commitments add
-        up to the fleet's cost."""
+        """A service's GPUs at what a GPU in use of each type costs the fleet on average
+        (TypeUse.paid_usd_per_gpu_hour: the type's committed and on-demand GPUs together, its idle
+        commitments aside); the services' figures and the idle commitments add up to the fleet's cost."""
         paid = {t.gpu: t.paid_usd_per_gpu_hour for t in self.types}
         return sum(pool.gpus * paid[pool.config.gpu.id] for pool in plan.pools)
 

@@ -36,7 +36,7 @@ DAYS_PER_QUARTER = HOURS_PER_QUARTER / 24
 @dataclass(frozen=True)
 class Column:
     name: str
-    type: str  # Table Schema: string, integer, number
+    type: str  # Table Schema: string, integer, number, boolean
     description: str  # "{period}" reads "quarter" in the quarters table and "forecast" in the total
     value: Callable[[Any], Any]
     digits: int | None = None  # numbers: decimals written [default: 8 for USD per million tokens, else 6]
@@ -233,6 +233,8 @@ def _per_million(t: dict, usd: str, tokens: str) -> float | None:
 def _cell(col: Column, value: Any) -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return ""
+    if col.type == "boolean":
+        return "true" if value else "false"
     if col.type == "integer":
         return str(int(value))
     if col.type == "number":

@@ -191,6 +191,11 @@ class Plan:
         return _pool_keys(self.solution.pools) != _pool_keys(pools)
 
     @property
+    def rejected_share(self) -> float:
+        """The share of the histogram's requests longer than the plan's context limit: not served."""
+        return self.rejected_requests / self.hist.requests if self.hist.requests else 0.0
+
+    @property
     def mean_rps(self) -> float | None:
         return None if self.measured_mean_rps is None else self.measured_mean_rps * self.scenario.traffic.growth
 

@@ -169,7 +169,7 @@ def rejected_text(plan: Plan) -> str:
     """The share of the histogram's requests longer than the plan's context limit, which it rejects."""
     if not plan.rejected_requests:
         return "none"
-    share = plan.rejected_requests / plan.hist.requests
+    share = plan.rejected_share
     return f"{share:.1%}" if share >= 0.0005 else "<0.1%"
 
 

@@ -406,6 +406,17 @@ def test_fleet_forecast_carries_the_whole_fleet_forward(tmp_path):
     for suffix in ("forecast.md", "forecast_quarters.csv", "forecast_services.csv", "forecast_types.csv",
                    "forecast_datapackage.json"):
         assert (tmp_path / "out" / f"twin_{suffix}").is_file()
+    # The report prices every commitment it makes and names its terms; a service's cost as paid is
+    # its GPUs at its types' average price in use.
+    md = (tmp_path / "out" / "twin_forecast.md").read_text(encoding="utf-8")
+    (lot,) = q2.commitments
+    assert (lot.gpu, lot.gpus, lot.terms_quarter) == ("h100-sxm", q1.plan.joint.gpus_by_type["h100-sxm"], "2027Q1")
+    assert lot.usd_per_gpu_hour == pytest.approx(2.99 * 0.75)
+    assert f"| 2027Q2 | +{lot.gpus} h100-sxm | $2.2425 | on demand $2.99 × (1 − 0.25) | 2027Q1 |" in md
+    (h100,) = [t for t in q2.plan.types if t.gpu == "h100-sxm"]
+    for plan in q2.plan.plans:
+        assert q2.plan.paid_usd_per_hour(plan) == pytest.approx(plan.solution.gpus * h100.paid_usd_per_gpu_hour)
+    assert "| 2027Q2 | 1.5 |" in md
 
 
 def test_a_fleet_quarter_pricing_a_type_nobody_runs_is_refused(tmp_path):
@@ -492,3 +503,24 @@ def test_a_class_may_keep_a_pool_on_each_pool_type_as_on_committed_types():
     mixed = solve_fleet(options, cands, inventory=caps, backend="highs", pool_types=frozenset({"a", "b"}))
     assert sorted((p.gpu, p.replicas) for p in mixed.pools) == [("a", 6), ("b", 4)]
     assert mixed.cost_per_hour == pytest.approx(6 * 2.0 + 4 * 3.0)  # on-demand prices: no commitment priced
+
+
+def test_a_fleet_forecast_shows_a_cap_the_fleet_runs_up_against(tmp_path):
+    from planner.fleet import load_fleet
+    from planner.fleet_forecast import (
+        fleet_forecast_markdown,
+        fleet_forecast_tables,
+        run_fleet_forecast,
+    )
+
+    path = write_fleet(tmp_path, forecast={"quarters": [{"quarter": "2027Q1", "availability": {"h100-sxm": 1}}]})
+    fleet = load_fleet(path)
+    (q1,) = run_fleet_forecast(fleet)
+    (h100,) = [t for t in q1.plan.types if t.gpu == "h100-sxm"]
+    assert (h100.cap, h100.used) == (1, 1)
+    types = fleet_forecast_tables([q1])["types"].splitlines()
+    row = next(line for line in types if line.startswith("2027Q1,h100-sxm,"))
+    assert row.split(",")[types[0].split(",").index("cap_binds")] == "true"
+    md = fleet_forecast_markdown("twin", [q1], fleet)
+    assert "| 2027Q1 | h100-sxm | 0 | 1 | 1 | 1 (binds) | $2.99 | $2.99 |" in md
+    assert "At its cap (2027Q1 h100-sxm), the fleet runs no more GPUs of the type" in md

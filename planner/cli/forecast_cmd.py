@@ -87,7 +87,7 @@ def _fleet_forecast(path, out_dir, no_report, catalog_files, as_json) -> None:
 
     fleet = load_fleet(path, catalog_files=catalog_files)
     results = run_fleet_forecast(fleet)
-    written = None if no_report else write_fleet_forecast(fleet.spec.name, results, Path(out_dir))
+    written = None if no_report else write_fleet_forecast(fleet, results, Path(out_dir))
     _show(as_json, lambda: fleet_forecast_json(results), [_fleet_quarter_text(r) for r in results], written)
 
 
