@@ -13,14 +13,18 @@ _WITH_WORKERS = ("solve", "forecast")
 
 
 def run() -> None:
-    begin_imports()
-    if uses_workers(sys.argv[1:]):
-        from planner.worker_pool import prestart
+    try:
+        begin_imports()
+        if uses_workers(sys.argv[1:]):
+            from planner.worker_pool import prestart
 
-        prestart()
-    from planner.cli import run as run_command_line
+            prestart()
+        from planner.cli import run as run_command_line
 
-    end_imports()
+        end_imports()
+    except KeyboardInterrupt:  # Ctrl-C while the libraries load: as click says it later, not a traceback
+        print("Aborted!", file=sys.stderr)
+        sys.exit(1)
     run_command_line()
 
 

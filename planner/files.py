@@ -48,6 +48,8 @@ _NAME_ROOM = 255 - 80  # most filesystems allow 255 bytes a name; keep room for 
 _inputs: contextvars.ContextVar[set[Path] | None] = contextvars.ContextVar("planner_inputs", default=None)
 # (temporary, destination) pairs written but not yet renamed, in the order written
 _pending: contextvars.ContextVar[list[tuple[Path, Path]] | None] = contextvars.ContextVar("planner_pending", default=None)
+# folders output_folder made within outputs_together's block, the deepest of each call first
+_made: contextvars.ContextVar[list[Path] | None] = contextvars.ContextVar("planner_made_folders", default=None)
 
 
 # ---- outputs -------------------------------------------------------------------------------
@@ -97,17 +99,24 @@ def atomic_output(path: str | os.PathLike) -> Iterator[Path]:
 @contextlib.contextmanager
 def outputs_together() -> Iterator[None]:
     """Within the block, atomic_output's files are renamed into place only when the block ends
-    without an error, all together; on an error they are removed, and the destinations are untouched.
-    A file written twice in the block ends as its last writing."""
+    without an error, all together; on an error they are removed, and the destinations are untouched,
+    and the folders output_folder made for them are removed again. A file written twice in the block
+    ends as its last writing."""
     pending: list[tuple[Path, Path]] = []
-    token = _pending.set(pending)
+    made: list[Path] = []
+    token, made_token = _pending.set(pending), _made.set(made)
     try:
         yield
     except BaseException:
         _pending.reset(token)
+        _made.reset(made_token)
         _discard(pending)
+        for folder in made:  # a folder made for outputs that never came is taken away again
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # (only while empty)
         raise
     _pending.reset(token)
+    _made.reset(made_token)
     for i, (tmp, target) in enumerate(pending):
         try:
             os.replace(tmp, target)
@@ -125,10 +134,14 @@ def _discard(pending: list[tuple[Path, Path]]) -> None:
 def output_folder(path: str | os.PathLike) -> Path:
     """`path` as a folder for outputs, made (with its parents) if missing; InputError if it cannot be."""
     folder = Path(path)
+    missing = [f for f in (folder, *folder.parents) if not f.exists()]  # deepest first
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise output_error(exc, folder, what="cannot make the output folder") from None
+    made = _made.get()
+    if made is not None:
+        made.extend(missing)
     return folder
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from planner.errors import InfeasibleError, InputError
+from planner.files import output_folder
 from planner.fleet import FleetInputs, SharedGPU
 from planner.fleet_plan import FleetPlan, TypeUse, make_fleet_plan
 
@@ -34,7 +35,7 @@ from planner.forecast_outputs import (
     table_file,
     write_texts,
 )
-from planner.units import HOURS_PER_MONTH, HOURS_PER_QUARTER
+from planner.units import HOURS_PER_MONTH, HOURS_PER_QUARTER, multiplier_text
 
 
 @dataclass(frozen=True)
@@ -274,11 +275,6 @@ def _gpus(t: TypeUse) -> str:
     return f"{t.used} {t.gpu}"
 
 
-def _multiplier(x: float) -> str:
-    """A demand multiplier as the growths make it (1.15 x 1.15 = 1.3225), not rounded to three places."""
-    return f"{x:.5f}".rstrip("0").rstrip(".")
-
-
 def fleet_forecast_markdown(name: str, results: list[FleetQuarter], fleet: FleetInputs) -> str:
     """The forecast for a person: the quarters' totals first, then the commitments and their terms,
     the GPU types (caps that bind), and what each service costs as paid, with what that means."""
@@ -306,7 +302,7 @@ def fleet_forecast_markdown(name: str, results: list[FleetQuarter], fleet: Fleet
         k = r.usd_per_hour_by_kind
         tokens = sum(p.tokens_per_hour for p in r.plan.plans)
         lines.append(
-            f"| {r.quarter} | {_multiplier(r.demand_multiplier)} | {gpus} | {committed} | {_usd(k['on_demand'])} + "
+            f"| {r.quarter} | {multiplier_text(r.demand_multiplier)} | {gpus} | {committed} | {_usd(k['on_demand'])} + "
             f"{_usd(k['committed_used'])} + {_usd(k['committed_idle'])} = {_usd(r.cost_per_hour)} | "
             f"{_usd(r.cost_per_hour * HOURS_PER_QUARTER)} | ${r.cost_per_hour / tokens * 1e6:,.4f} |"
         )
@@ -341,18 +337,20 @@ def _commitments_section(results: list[FleetQuarter], fleet: FleetInputs) -> lis
     lots = [(r.quarter, c) for r in results for c in r.commitments]
     if not lots:
         return [*out, "No commitments beyond the inventory's."]
-    out += [
-        "Made by the forecast: from the quarter it starts, a commitment is paid in every quarter to the forecast's "
-        "end, used or not. With carry_forward a quarter commits, from the next quarter on, the GPUs the fleet ran "
-        "beyond its commitments, at the terms of the quarter they ran in.",
-        "",
-        "| From | GPUs committed | $/GPU-hour | Priced at | Terms of |",
-        "|---|---|---:|---|---|",
-    ]
+    carried = fleet.spec.forecast is not None and fleet.spec.forecast.carry_forward
+    if carried:
+        how = ("Made by the forecast: from the quarter it starts, a commitment is paid in every quarter to the "
+               "forecast's end, used or not. With carry_forward a quarter commits, from the next quarter on, the GPUs "
+               "the fleet ran beyond its commitments, at the terms of the quarter they ran in.")
+    else:
+        how = ("Made by the forecast: without carry_forward, a commitment a quarter states (`reserved`) holds in that "
+               "quarter only, paid used or not.")
+    out += [how, "", "| From | GPUs committed | $/GPU-hour | Priced at | Terms of |", "|---|---|---:|---|---|"]
     out += [f"| {quarter} | +{c.gpus} {c.gpu} | ${c.usd_per_gpu_hour:,.4f} | {c.basis} | {c.terms_quarter} |"
             for quarter, c in lots]
-    out += ["", f"The total counts each commitment to {results[-1].quarter} only: whatever term it runs beyond "
-            "(a one-year reservation made late in the forecast) is spend this forecast does not show."]
+    if carried:
+        out += ["", f"The total counts each commitment to {results[-1].quarter} only: whatever term it runs beyond "
+                "(a one-year reservation made late in the forecast) is spend this forecast does not show."]
     return out
 
 
@@ -409,7 +407,7 @@ def write_fleet_forecast(fleet: FleetInputs, results: list[FleetQuarter], out_di
                           "quarters: one row per quarter; services: one row per service per quarter; types: one row "
                           "per GPU type per quarter, adding up to the quarter's cost.")
     texts[f"{name}_forecast_datapackage.json"] = json.dumps(package, indent=2, ensure_ascii=False) + "\n"
-    out_dir.mkdir(parents=True, exist_ok=True)
+    output_folder(out_dir)
     return write_texts(out_dir, texts)
 
 

@@ -27,7 +27,7 @@ from planner.capacity import KNEE_SHARE
 from planner.daily import POLICIES, floor_text
 from planner.files import output_folder, write_bytes_atomic, write_text_atomic
 from planner.forecast import PoolRow, QuarterResult
-from planner.units import HOURS_PER_MONTH, HOURS_PER_QUARTER, usd_rate_text
+from planner.units import HOURS_PER_MONTH, HOURS_PER_QUARTER, multiplier_text, usd_rate_text
 from planner.worker_pool import draw
 
 DAYS_PER_QUARTER = HOURS_PER_QUARTER / 24
@@ -358,6 +358,23 @@ def _idle_lines(results: Sequence[QuarterResult]) -> list[str]:
     return lines
 
 
+def _short_lines(results: Sequence[QuarterResult]) -> list[str]:
+    """A stated fleet that cannot carry a quarter's peak, said where the quarter's numbers are: its
+    cost per token has no tokens to divide by, and a day's curve sized for the load costs more than it."""
+    from planner.plan_objects import classes_short_of_capacity
+
+    out = []
+    for r in results:
+        short = classes_short_of_capacity(r.plan.pools, 1.0 / r.plan.scenario.traffic.headroom) if r.plan.given_fleet else []
+        if short:
+            out.append(f"- **{r.quarter}: the stated fleet does NOT carry this quarter's peak** ("
+                       + "; ".join(f"{tc.label}: {rate:,.4g} req/s to cover, capacity {capacity:,.4g} req/s"
+                                   for tc, rate, capacity in short)
+                       + "): it cannot serve the load, so no cost per token is quoted for it, and the day's policies "
+                       "below, sized for the load, are no comparison with it.")
+    return out
+
+
 def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: str | None = None, heading: int = 1) -> str:
     h = "#" * heading
     total = _totals(_table(QUARTER_COLUMNS, results))
@@ -392,7 +409,7 @@ def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: st
         at_vol = " / ".join(_usd_m(vol[x]) for x in ("blended", "input", "output")) if vol else "—"
         util_mean = f"{r.utilisation['mean']:.0%}" if r.utilisation["mean"] is not None else "—"
         lines.append(
-            f"| {r.quarter} | {r.demand_multiplier:.3f} | {r.peak_rps:,.2f} | {gpus} | {reserved} | "
+            f"| {r.quarter} | {multiplier_text(r.demand_multiplier)} | {r.peak_rps:,.2f} | {gpus} | {reserved} | "
             f"{_usd(k['on_demand'])} + {_usd(k['reserved_used'])} + {_usd(k['reserved_idle'])} = {_usd(r.cost_per_hour)} | "
             f"{_usd(r.cost_per_hour * HOURS_PER_QUARTER)} | "
             f"{_usd_m(cpm['blended'])} / {_usd_m(cpm['input'])} / {_usd_m(cpm['output'])} | {at_vol} | "
@@ -406,6 +423,9 @@ def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: st
     idle = _idle_lines(results)
     if idle:
         lines += ["", *idle]
+    short = _short_lines(results)
+    if short:
+        lines += ["", *short]
     lines += ["", *_policies_markdown(results, total, heading + 1)]
     lines += [
         "",

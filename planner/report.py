@@ -230,7 +230,10 @@ def _pools_table(plan: Plan) -> str:
     class_capacity = class_capacity_rps(plan.pools)
     for pool in plan.pools:
         tc, cfg = pool.traffic_class, pool.config
-        part = pool.replicas * pool.planned_rps / class_capacity[tc.name]
+        if class_capacity[tc.name] > 0:
+            part = pool.replicas * pool.planned_rps / class_capacity[tc.name]
+        else:  # a stated fleet none of whose configs meets the class's targets: its pools by replicas
+            part = pool.replicas / sum(q.replicas for q in plan.pools if q.traffic_class.name == tc.name)
         requests = f"{tc.share:.1%}" if part > 0.9999 else f"{tc.share:.1%} ({part:.0%} of it here)"
         binding = pool.capacity.binding if pool.planned_rps == pool.capacity.max_rps else "simulated targets"
         rows.append(

@@ -29,3 +29,9 @@ def usd_rate_text(usd_per_hour: float) -> str:
     """A price per GPU-hour: to the cent, or to the tenth of a cent where cents would round it (a
     30% discount on $2.99 is $2.093, and 17 GPUs at '$2.09' would not multiply to their cost)."""
     return f"${usd_per_hour:,.2f}" if round(usd_per_hour, 2) == round(usd_per_hour, 3) else f"${usd_per_hour:,.3f}"
+
+
+def multiplier_text(x: float) -> str:
+    """A demand multiplier as the quarters' growths make it (1.15 × 1.15 = 1.3225, × 1.15 = 1.520875),
+    not rounded to three places, which reads 1.3225 as 1.322."""
+    return f"{x:.6f}".rstrip("0").rstrip(".")

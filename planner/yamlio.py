@@ -9,14 +9,12 @@ silently); nesting is at most MAX_DEPTH levels (deeper, PyYAML's recursive compo
 overflows the stack); aliases may not expand the document past MAX_EXPANDED_VALUES values
 (a "billion laughs" bomb is a few lines that expand to gigabytes once anything walks it)
 nor refer to themselves; a number in a YAML 1.1 form that reads as something else (036 is
-octal 30, 1:30 is 90 in base 60, 0x1E is 30) is refused; 1e3 and 1.5e3 are numbers, as in YAML 1.2
-(YAML 1.1 reads them as text); and a value PyYAML cannot build (a 5,000-digit integer, the
+octal 30, 1:30 is 90 in base 60, 0x1E is 30) is refused; and a value PyYAML cannot build (a 5,000-digit integer, the
 date 2027-13-45) is an error naming its line.
 """
 
 from __future__ import annotations
 
-import re
 import types
 import typing
 from pathlib import Path
@@ -121,15 +119,9 @@ def _construct_number(loader: yaml.BaseLoader, node: Node) -> Any:
     return constructor(loader, node)
 
 
-# YAML 1.1 (PyYAML) reads 1e3 and 1.5e3 as text: its floats need a dot and a signed exponent
-# (1.5e+3). YAML 1.2, JSON and every other reader take them as numbers, and so does a user writing a
-# target; so they are numbers here.
-_EXPONENT_FLOAT = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9][0-9_]*)[eE][-+]?[0-9]+$")
-
 for _loader in {_Loader, _BuiltinLoader}:
     _loader.add_constructor("tag:yaml.org,2002:int", _construct_number)
     _loader.add_constructor("tag:yaml.org,2002:float", _construct_number)
-    _loader.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT_FLOAT, list("-+.0123456789"))
 
 
 def _children(node: Node) -> list[Node]:

@@ -184,6 +184,27 @@ def test_a_fleet_with_two_limits_is_a_split_and_pools_can_be_simulated_by_name(t
     assert pool["pool"] == "long" and pool["replicas"] == 2
 
 
+def test_a_stated_split_fleet_whose_long_configs_cannot_meet_the_target_is_audited_not_a_crash(tmp_path):
+    """No config of the long pool meets the 1 s TTFT on 8k-32k prompts: its class has no capacity, and
+    its requests are dealt to the pools by replicas (it divided by the class's capacity, 0)."""
+    text = SCENARIO.replace("context_limit: 8192", "context_limit: 32768").replace(
+        "source: {constant: {prompt_tokens: 1000, output_tokens: 200}}",
+        "source: {synthetic: {name: chat_long_tail, requests: 20000, seed: 1, rate_rps: 3}}",
+    ).replace("rps: 6}", "rps: 3}").replace("tpot_ms: 60", "tpot_ms: 50") + (
+        "fleet: [{gpu: h100-sxm, replicas: 1, context_limit: 8192}, {gpu: h100-sxm, replicas: 1}]\n")
+    path = str(write(tmp_path, text))
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["solve", path, "--out-dir", str(out), "--no-verify"])
+    assert r.exit_code == 0, r.output
+    report = (out / "sim.md").read_text(encoding="utf-8")
+    assert "**This fleet does NOT carry its peak**" in report and "capacity 0 req/s" in report
+    assert "| long (8,192 < tokens ≤ 32,768) | 0.9% | h100-sxm |" in report
+    sim = CliRunner().invoke(main, ["simulate", path, "--pool", "long", "--json"])
+    assert sim.exit_code == 0, sim.output
+    (pool,) = json.loads(sim.output)["pools"]
+    assert pool["holds"] is False
+
+
 def test_a_fleet_with_three_limits_is_refused(tmp_path):
     text = SCENARIO.replace("context_limit: 8192", "context_limit: 16384") + (
         "fleet: [{gpu: h100-sxm, replicas: 1, context_limit: 4096}, {gpu: h100-sxm, replicas: 1, context_limit: 8192},"

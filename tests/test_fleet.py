@@ -524,3 +524,19 @@ def test_a_fleet_forecast_shows_a_cap_the_fleet_runs_up_against(tmp_path):
     md = fleet_forecast_markdown("twin", [q1], fleet)
     assert "| 2027Q1 | h100-sxm | 0 | 1 | 1 | 1 (binds) | $2.99 | $2.99 |" in md
     assert "At its cap (2027Q1 h100-sxm), the fleet runs no more GPUs of the type" in md
+
+
+def test_without_carry_forward_a_stated_commitment_holds_its_quarter_only_and_the_report_says_so(tmp_path):
+    from planner.fleet import load_fleet
+    from planner.fleet_forecast import fleet_forecast_markdown, run_fleet_forecast
+
+    forecast = {"carry_forward": False, "reserved_discount": 0.25,
+                "quarters": [{"quarter": "2027Q1", "reserved": {"h100-sxm": 4}}, {"quarter": "2027Q2", "growth": 0.1}]}
+    fleet = load_fleet(write_fleet(tmp_path, forecast=forecast))
+    q1, q2 = run_fleet_forecast(fleet)
+    assert [t.committed for t in q1.plan.types if t.gpu == "h100-sxm"] == [4]
+    assert all(t.committed == 0 for t in q2.plan.types)
+    md = fleet_forecast_markdown("twin", [q1, q2], fleet)
+    assert "a commitment a quarter states (`reserved`) holds in that quarter only" in md
+    assert "| 2027Q1 | +4 h100-sxm | $2.2425 | on demand $2.99 × (1 − 0.25) | 2027Q1 |" in md
+    assert "to the forecast's end" not in md

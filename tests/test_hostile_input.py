@@ -806,6 +806,38 @@ def test_a_stated_fleet_that_cannot_carry_its_peak_quotes_no_price_per_token(tmp
     assert "**This fleet does NOT carry its peak** (all (≤ 8,192 tokens): 40 req/s to cover (peak), capacity " in report
 
 
+def test_a_forecast_of_a_stated_fleet_that_cannot_carry_its_peak_says_so_and_quotes_no_nan(tmp_path):
+    text = BASE.replace("rps: 4}", "rps: 40}") + (
+        "verify: false\nforecast: {quarters: [{quarter: 2027Q1}]}\n"
+        "fleet:\n  - {gpu: h100-sxm, tp: 1, weight_dtype: bf16, kv_dtype: bf16, replicas: 1}\n")
+    r = run("forecast", scenario(tmp_path, text), "--out-dir", tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    assert "nan" not in r.stdout and "no cost per token (the stated fleet cannot carry the peak)" in r.stdout
+    report = (tmp_path / "out" / "tiny_forecast.md").read_text()
+    assert "- **2027Q1: the stated fleet does NOT carry this quarter's peak** (all (≤ 8,192 tokens): 40 req/s to cover" in report
+
+
+def test_a_file_in_a_log_folder_that_is_not_of_its_format_is_refused_not_read(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    assert run("synth", "chat", "-n", 300, "-o", logs / "p1.csv").exit_code == 0
+    (logs / "notes.txt").write_text("prompt_tokens,output_tokens\n50000,10\n")  # a header like the logs'
+    one_line_error(run("histogram", logs, "--json"), 2, f"{logs}: folder holds notes.txt, which is not a log file by its name")
+    (logs / "notes.txt").rename(logs / "_notes.txt")  # skipped, as Spark's _SUCCESS is
+    r = run("histogram", logs, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["requests"] == 300
+    one_line_error(run("histogram", logs, "--format", "jsonl", "--json"), 2,
+                   f"{logs}: folder holds p1.csv, a csv file, where --format says jsonl")
+
+
+@pytest.mark.parametrize("name", ["a: b\nc", "", "-x", "x y"])
+def test_import_hf_refuses_a_name_that_is_no_catalog_id(tmp_path, name):
+    r = run("catalog", "import-hf", HF / "llama-3.1-8b.json", "--name", name, "-o", tmp_path / "m.yaml")
+    one_line_error(r, 2, "is not a catalog id")
+    assert leftovers(tmp_path) == []
+
+
 def test_a_stated_fleet_that_carries_its_peak_but_not_the_headroom_says_so(tmp_path):
     text = BASE.replace("rps: 4}", "rps: 20}") + (
         "verify: false\nfleet:\n  - {gpu: h100-sxm, tp: 1, weight_dtype: bf16, kv_dtype: bf16, replicas: 1}\n")
@@ -865,6 +897,18 @@ def test_a_report_refused_late_leaves_none_of_the_run_s_files_and_prints_no_succ
     assert leftovers(tmp_path) == ["clash.md", "first.yaml"]  # no report, no figure, no temporary file
 
 
+def test_an_output_folder_made_for_a_run_that_fails_is_taken_away(tmp_path):
+    # the reports would go inside the folder of logs the scenario reads: refused when the first is
+    # written, after the output folder was made for them
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    assert run("synth", "chat", "-n", 2000, "--seed", 1, "-o", logs / "part-0.csv").exit_code == 0
+    path = scenario(tmp_path, BASE.replace("{constant: {prompt_tokens: 1000, output_tokens: 200}}", "{log: logs}"))
+    r = run("solve", path, "--out-dir", logs / "out" / "deeper", "--no-verify")
+    one_line_error(r, 2, "is inside the input folder 'logs'")
+    assert leftovers(logs) == ["part-0.csv"]
+
+
 def test_debug_shows_the_traceback_and_keeps_the_documented_exit_code(tmp_path):
     r = run("--debug", "solve", scenario(tmp_path, BASE.replace("tp: [1]", "tp: [3]")), "--no-report")
     assert r.exit_code == 2 and "Traceback" in r.output and "power of two" in r.output
@@ -885,6 +929,13 @@ def test_a_target_in_exponent_form_is_a_number(tmp_path, written, seconds):
     assert load_scenario(path)[0].slo.to_slo().bands[0].ttft.limit_s == seconds
     r = run("solve", path, "--no-report", "--no-verify")
     assert r.exit_code == 0, r.output
+
+
+def test_a_name_written_like_a_number_in_exponent_form_stays_a_name(tmp_path):
+    # only targets read 1e3 as a number: a scenario (or a model imported under --name 8e1) keeps its name
+    r = run("solve", scenario(tmp_path, BASE.replace("name: tiny", "name: 8e1")), "--no-report", "--no-verify", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["scenario"] == "8e1"
 
 
 def test_a_refused_target_says_once_what_it_got(tmp_path):

@@ -3,6 +3,7 @@ and import a model from a Hugging Face config.json."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -175,9 +176,23 @@ def engines_cmd(as_json: bool, catalog_files: tuple[str, ...]) -> None:
           lambda e: [e.id, e.rule, e.memory_fraction, e.block_size, e.max_num_batched_tokens, e.name])
 
 
+# A catalog id is a word a command line and a YAML key take as they are (a letter or digit, then
+# letters, digits and . _ / + -): a name with a colon, a newline or nothing at all would write a
+# catalog file its own loader refuses, or an id no one can type.
+_CATALOG_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/+-]{0,99}")
+
+
+def _catalog_id(value: str) -> str:
+    if not _CATALOG_ID.fullmatch(value):
+        raise click.BadParameter(f"{value!r} is not a catalog id: a letter or digit, then letters, digits and . _ / + - "
+                                 "(at most 100), e.g. qwen2.5-7b")
+    return value
+
+
 @catalog.command("import-hf")
 @click.argument("config_json", metavar="CONFIG.json", type=click.Path(dir_okay=False))
-@click.option("--name", required=True, help="Catalog id for the model, e.g. qwen2.5-7b.")
+@click.option("--name", required=True, callback=lambda ctx, param, value: _catalog_id(value),
+              help="Catalog id for the model, e.g. qwen2.5-7b.")
 @click.option("-o", "--output", "--out", "out", type=click.Path(dir_okay=False), help="Write the YAML here instead of printing it.")
 @click.option("--weights", type=click.Path(), help="The checkpoint: a model folder (.safetensors files) or its "
               "model.safetensors.index.json; parameters and bytes are then read from it, exactly.")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import click
@@ -64,8 +65,11 @@ def _quarter_text(r) -> str:
     from planner.units import gpus_text
 
     mix = r.day.policy("mixed")
+    blended = r.cost_per_million["blended"]
+    per_token = (f"${blended:,.4f} per million tokens at peak" if math.isfinite(blended)
+                 else "no cost per token (the stated fleet cannot carry the peak)")
     return (f"{r.quarter}: {gpus_text(r.gpus)}, ${r.cost_per_hour:,.2f}/hour, "
-            f"${r.cost_per_million['blended']:,.4f} per million tokens at peak; the day's curve: "
+            f"{per_token}; the day's curve: "
             f"${r.day.policy('peak_on_demand').usd_per_day:,.2f}/day peak-sized on demand, "
             f"${r.day.policy('autoscaled').usd_per_day:,.2f} autoscaled, ${mix.usd_per_day:,.2f} reserved + on demand")
 

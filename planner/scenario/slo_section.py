@@ -43,11 +43,23 @@ def _target(value: Any, unit: str, most: float) -> tuple[str | None, float] | No
 
 
 def _positive(value: Any, unit: str, most: float) -> float:
+    if isinstance(value, str):
+        # YAML 1.1 reads 1e3 and 1.5e3 as text (its floats need a dot and a signed exponent); read as
+        # a number, as a typed field (a rate) reads it, and as YAML 1.2 and JSON would. Only here: a
+        # name or an id written 8e1 must stay text.
+        value = _number_text(value)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(f"a target is a number of {unit} or one {{statistic: {unit}}} pair (got {value!r})")
     if not (0 < value <= most):
         raise ValueError(f"a target must be a number of {unit} above 0 and at most {most:,g}")
     return float(value)
+
+
+def _number_text(text: str) -> float | str:
+    try:
+        return float(text)
+    except ValueError:
+        return text
 
 
 class BandSpec(Strict):

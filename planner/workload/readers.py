@@ -40,7 +40,7 @@ import pyarrow.dataset as ds
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from planner.errors import InputError
+from planner.errors import InputError, shorten
 from planner.files import note_input
 from planner.workload.columns import FORMATS
 
@@ -72,21 +72,38 @@ _OPENINGS_AND_BREAKS = bytes(b for b in range(256) if b not in b"[{\n")
 
 
 def detect_format(path: Path, fmt: str = "auto") -> str:
-    """The log format of `path`: `fmt` unless 'auto', else from the extension(s)."""
+    """The log format of `path`: `fmt` unless 'auto', else from the extension(s).
+
+    Every file of a folder is read (but names starting with '.' or '_'), so a file that is not
+    of the folder's format is refused, not read as rows: a notes.txt with a CSV header would be
+    planned for, a Parquet part read as CSV prints its bytes. With --format, files without an
+    extension of another format (Hadoop's part-00000) are read as that format."""
     if fmt != "auto":
         if fmt not in FORMATS:
             raise InputError(
                 f"format '{fmt}': expected one of auto, {', '.join(FORMATS)}", where=str(path)
             )
+        if path.is_dir():
+            other = [f for f in _data_files(path) if EXTENSIONS.get(f.suffix.lower(), fmt) != fmt]
+            if other:
+                raise InputError(f"folder holds {other[0].relative_to(path)}, a {EXTENSIONS[other[0].suffix.lower()]} "
+                                 f"file, where --format says {fmt}; give a folder of one format", where=str(path))
         return fmt
     if path.is_dir():
-        found = {EXTENSIONS.get(f.suffix.lower()) for f in _data_files(path)}
-        found.discard(None)
+        kinds = {f: EXTENSIONS.get(f.suffix.lower()) for f in _data_files(path)}
+        unknown = [f for f, kind in kinds.items() if kind is None]
+        if unknown and len(unknown) < len(kinds):
+            raise InputError(
+                f"folder holds {unknown[0].relative_to(path)}, which is not a log file by its name "
+                f"({', '.join(EXTENSIONS)}); move it out, or start its name with '_' or '.' to have it skipped",
+                where=str(path),
+            )
+        found = set(kinds.values()) - {None}
         if len(found) != 1:
             what = "no log files" if not found else f"mixed formats ({', '.join(sorted(found))})"
             raise InputError(
-                f"folder holds {what}; expected files of one format ({', '.join(EXTENSIONS)})",
-                where=str(path),
+                f"folder holds {what}; expected files of one format ({', '.join(EXTENSIONS)}, or any names with "
+                "--format)", where=str(path),
             )
         return found.pop()
     if not path.exists():
@@ -410,8 +427,13 @@ _PYARROW_PREAMBLE = re.compile(
 
 
 def _first_line(exc: BaseException) -> str:
+    """The reader's error, its first line, with what a terminal cannot show (a binary file's bytes
+    quoted by pyarrow) as escapes, and no longer than a line."""
     text = str(exc).strip()
-    return _PYARROW_PREAMBLE.sub("", text.splitlines()[0]) if text else type(exc).__name__
+    if not text:
+        return type(exc).__name__
+    line = _PYARROW_PREAMBLE.sub("", text.splitlines()[0])
+    return shorten("".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in line), 300)
 
 
 def _line_chunks(path: Path, size: int) -> Iterator[bytes]:
