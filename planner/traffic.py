@@ -78,7 +78,9 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
         notes.append(f"Source: {kind} {names} ({spec.name} columns).")
         excluded = {k: v for k, v in result.excluded_rows.items() if v}
         if excluded:
-            notes.append("Excluded rows: " + ", ".join(f"{n:,} {k}" for k, n in excluded.items()) + ".")
+            notes.append("Excluded rows: " + ", ".join(f"{n:,} {k}" for k, n in excluded.items()) + "."
+                         + "".join(f" {_display(Path(f.path), base)}: {f.problems_text}." for f in result.files
+                                   if f.problems_text))
         if result.time_unit_assumed:
             notes.append(f"Timestamps read as {result.time_unit_assumed}.")
         notes += list(result.notes)

@@ -159,6 +159,8 @@ def test_forecast_cli_writes_markdown_tables_dictionary_and_json(tmp_path):
     [
         ("forecast: {quarters: [{quarter: 2027Q2}, {quarter: 2027Q1}]}\n", "forecast.quarters: Value error, quarters out of order"),
         ("forecast: {quarters: [{quarter: 2027Q1}, {quarter: 2027Q1}]}\n", "quarter 2027Q1 appears twice"),
+        ("forecast: {quarters: [{quarter: 2027Q4}, {quarter: 2028Q3}]}\n",
+         "forecast.quarters: Value error, quarters must follow one another: 2028Q3 after 2027Q4 leaves 2 out"),
         ("forecast: {quarters: [{quarter: 2027Q1, growth: -1.5}]}\n", "forecast.quarters[0].growth: Input should be greater than -1"),
         ("forecast: {quarters: [{quarter: 2027Q5}]}\n", "forecast.quarters[0].quarter: String should match pattern"),
         ("forecast: {quarters: [{quarter: 2027Q1, prices: {h100-sxmm: 2.0}}]}\n",

@@ -474,7 +474,8 @@ def test_token_counts_are_exact_and_decimal(tmp_path, text, requests, excluded, 
     path.write_text(text)
     r = run("histogram", path, "--json")
     if requests == 0:
-        one_line_error(r, 2, "no usable row (excluded rows: null 0, negative 0, non_numeric 1, too_long 0)")
+        one_line_error(r, 2, "no usable row (excluded rows: null 0, negative 0, non_numeric 1, too_long 0; "
+                             "by column: prompt_tokens 1)")
         return
     out = json.loads(r.stdout)
     assert (out["requests"], out["excluded_rows"], out["prompt_tokens"]["max"]) == (requests, excluded, prompt_max)
@@ -960,3 +961,15 @@ def test_capacity_refuses_options_it_would_ignore_or_answer_twice(args, expected
 def test_a_missing_histogram_file_is_missing_not_unreadable(tmp_path):
     r = run("capacity", "llama-3.1-8b", "h100-sxm", "--histogram", tmp_path / "nope.parquet")
     one_line_error(r, 2, f"{tmp_path / 'nope.parquet'}: no such file")
+
+
+def test_rows_excluded_for_their_time_alone_are_named_by_column_with_the_way_to_keep_their_lengths(tmp_path):
+    log = tmp_path / "log.csv"
+    log.write_text("prompt_tokens,output_tokens,timestamp_ms\n"
+                   "100,10,1700000000000\n50000,10,\n100,10,1700000060000\n50000,10,\n100,10,1700000120000\n")
+    r = run("histogram", log, "--json")
+    assert r.exit_code == 0, r.output
+    assert (f"warning: {log}: excluded 2 rows (null 2); by column: timestamp_ms 2; a row without a usable time is "
+            "left out of the lengths too (`planner histogram --no-time` reads every row's lengths)") in r.stderr
+    kept = run("histogram", log, "--no-time", "--json")
+    assert json.loads(kept.stdout)["prompt_tokens"]["max"] == 50000

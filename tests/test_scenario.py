@@ -38,6 +38,8 @@ def solve(*args):
         ("tp: [3]\n", "tp: Value error, tensor-parallel degree 3 must be a power of two"),
         ("split_thresholds: [10000]\n", "split_thresholds: Value error, split threshold 10000 is not a histogram edge"),
         ("sizing: {mode: p99}\n", "sizing.mode: Input should be 'worst_case', 'expected' or 'percentile'"),
+        ("sizing: {mode: worst_case, quantile: 0.9}\n",
+         "sizing: Value error, quantile is read only with mode: percentile (mode is worst_case)"),
         ("slo: {bands: [{tpot_ms: -5}]}\n",
          "slo.bands[0].tpot_ms: Value error, a target must be a number of milliseconds above 0 and at most 60,000 (got -5)"),
         ("slo: {bands: [{ttft_s: {p90: 5000}}]}\n",

@@ -121,7 +121,7 @@ BAD_INPUTS = {
     ),
     "only garbage rows": (
         lambda d: _write(d / "log.csv", b"prompt_tokens,output_tokens\n-1,2\nx,3\n,4\n"),
-        "no usable row (excluded rows: null 1, negative 1, non_numeric 1, too_long 0)",
+        "no usable row (excluded rows: null 1, negative 1, non_numeric 1, too_long 0; by column: prompt_tokens 3)",
     ),
     "no such file": (lambda d: d / "missing.csv", "no such file"),
     "unknown extension": (

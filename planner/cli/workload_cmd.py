@@ -94,8 +94,9 @@ def histogram(
         dropped = {r: n for r, n in report.excluded_rows.items() if n}
         if dropped:
             detail = ", ".join(f"{r} {n:,}" for r, n in dropped.items())
+            columns = f"; {report.problems_text}" if report.problems_text else ""
             click.echo(
-                f"warning: {report.path}: excluded {sum(dropped.values()):,} rows ({detail})",
+                f"warning: {report.path}: excluded {sum(dropped.values()):,} rows ({detail}){columns}",
                 err=True,
             )
     for note in result.notes:

@@ -66,7 +66,17 @@ class Forecast(Strict):
                 raise ValueError(f"quarter {keys[i]} appears twice")
             if keys[i] < keys[i - 1]:
                 raise ValueError(f"quarters out of order: {keys[i]} after {keys[i - 1]}")
+            # every quarter of the span is costed, and carried commitments run through it: a gap would
+            # leave quarters out of the total without a word
+            if _index(keys[i]) != _index(keys[i - 1]) + 1:
+                raise ValueError(f"quarters must follow one another: {keys[i]} after {keys[i - 1]} leaves "
+                                 f"{_index(keys[i]) - _index(keys[i - 1]) - 1} out")
         return v
+
+
+def _index(quarter: str) -> int:
+    """2027Q1 -> 4 x 2027: quarters counted from year 0, so that consecutive quarters differ by one."""
+    return int(quarter[:4]) * 4 + int(quarter[5]) - 1
 
 
 class Autoscaling(Strict):

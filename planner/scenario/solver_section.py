@@ -5,15 +5,25 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from planner.bounds import MAX_SIMULATED_REQUESTS, MAX_SOLVER_SECONDS, Seed, real
 from planner.scenario.fields import Strict
 
+DEFAULT_SIZING_QUANTILE = 0.99
+
 
 class Sizing(Strict):
     mode: Literal["worst_case", "expected", "percentile"] = "percentile"
-    quantile: real(gt=0.5, lt=1) = 0.99
+    quantile: real(gt=0.5, lt=1) = DEFAULT_SIZING_QUANTILE
+
+    @model_validator(mode="after")
+    def _quantile_read(self) -> Sizing:
+        # a quantile of its own beside another mode would be ignored without a word (the default is
+        # no one's choice: a scenario's model_dump carries it, and must validate again)
+        if self.mode != "percentile" and self.quantile != DEFAULT_SIZING_QUANTILE:
+            raise ValueError(f"quantile is read only with mode: percentile (mode is {self.mode})")
+        return self
 
 
 class Solver(Strict):

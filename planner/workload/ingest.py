@@ -46,6 +46,21 @@ class FileReport:
     time: TimeAssumption | None
     # files of a folder without some of the columns read (their rows count as null)
     files_missing_columns: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # rows each column could not give a usable value for (a row may count under two columns)
+    problems_by_column: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def problems_text(self) -> str:
+        """Which columns the excluded rows fail on, e.g. "timestamp_ms 300"; and, when the time
+        column is one, that those rows' lengths are left out too (so a warning says how to keep them)."""
+        named = ", ".join(f"{c} {n:,}" for c, n in self.problems_by_column.items() if n)
+        if not named:
+            return ""
+        text = f"by column: {named}"
+        if self.problems_by_column.get(self.time_column or ""):
+            text += ("; a row without a usable time is left out of the lengths too (`planner histogram "
+                     "--no-time` reads every row's lengths)")
+        return text
 
 
 @dataclass(frozen=True)
@@ -113,7 +128,8 @@ def ingest(
     names = ", ".join(str(p) for p in paths)
     if histogram.is_empty:
         excluded = ", ".join(f"{r} {n}" for r, n in result.excluded_rows.items())
-        raise InputError(f"no usable row (excluded rows: {excluded})", where=names)
+        columns = "; ".join(text for f in result.files if (text := f.problems_text))
+        raise InputError(f"no usable row (excluded rows: {excluded}{'; ' + columns if columns else ''})", where=names)
     check_span(histogram, names)
     return result
 
@@ -180,6 +196,9 @@ def _add_log(
         if when is not None and kept is not None:
             values = when.values if keep is None else when.values[keep]
             seconds = values.astype(np.float64) * (60.0 / when.per_minute)
+        problems = {name: 0 if c is None else int(np.count_nonzero(c))
+                    for name, c in ((spec.prompt, prompt.codes), (spec.output, output.codes),
+                                    (time_col, when.codes if when else None)) if name}
         return _Prepared(
             prompt=p,
             output=o,
@@ -187,9 +206,11 @@ def _add_log(
             excluded=count_reasons(codes),
             rows=prompt.values.size,
             seconds=seconds,
+            problems=problems,
         )
 
     excluded = dict.fromkeys(EXCLUSION_REASONS, 0)
+    problems = dict.fromkeys(names, 0)
     rows = requests = 0
     extent = log_extent(reader.format, reader.data_files()) if progress else None
     if progress:
@@ -202,6 +223,8 @@ def _add_log(
             minutes.add_counts(*prepared.minute_counts)
         for reason, count in prepared.excluded.items():
             excluded[reason] += count
+        for name, count in prepared.problems.items():
+            problems[name] += count
         rows += prepared.rows
         requests += prepared.prompt.size
         if progress:
@@ -221,6 +244,7 @@ def _add_log(
         time_column=time_col,
         time=converter.assumption if converter else None,
         files_missing_columns=dict(reader.files_missing_columns),
+        problems_by_column=problems,
     )
 
 
@@ -234,6 +258,7 @@ class _Prepared:
     excluded: dict[str, int]
     rows: int
     seconds: np.ndarray | None = None  # arrival times of the usable rows, when kept
+    problems: dict[str, int] = field(default_factory=dict)  # rows without a usable value, per column
 
 
 def _check_columns(reader: LogReader, spec: ColumnSpec) -> str | None:
