@@ -134,9 +134,11 @@ def _discard(pending: list[tuple[Path, Path]]) -> None:
 def output_folder(path: str | os.PathLike) -> Path:
     """`path` as a folder for outputs, made (with its parents) if missing; InputError if it cannot be."""
     folder = Path(path)
-    missing = [f for f in (folder, *folder.parents) if not f.exists()]  # deepest first
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        # deepest first; from the absolute path, so that 'new/../reports' never names reports/
+        absolute = Path(os.path.abspath(folder))
+        missing = [f for f in (absolute, *absolute.parents) if not f.exists()]
+        absolute.mkdir(parents=True, exist_ok=True)  # (folder's own 'new/..' would make new/ on the way)
     except OSError as exc:
         raise output_error(exc, folder, what="cannot make the output folder") from None
     made = _made.get()

@@ -475,7 +475,7 @@ def test_token_counts_are_exact_and_decimal(tmp_path, text, requests, excluded, 
     r = run("histogram", path, "--json")
     if requests == 0:
         one_line_error(r, 2, "no usable row (excluded rows: null 0, negative 0, non_numeric 1, too_long 0; "
-                             "by column: prompt_tokens 1)")
+                             f"{path}: by column: prompt_tokens 1)")
         return
     out = json.loads(r.stdout)
     assert (out["requests"], out["excluded_rows"], out["prompt_tokens"]["max"]) == (requests, excluded, prompt_max)
@@ -908,6 +908,11 @@ def test_an_output_folder_made_for_a_run_that_fails_is_taken_away(tmp_path):
     r = run("solve", path, "--out-dir", logs / "out" / "deeper", "--no-verify")
     one_line_error(r, 2, "is inside the input folder 'logs'")
     assert leftovers(logs) == ["part-0.csv"]
+    # a folder that was there before is not one the run made, however the path reaches it
+    (logs / "kept").mkdir()
+    r = run("solve", path, "--out-dir", logs / "new" / ".." / "kept", "--no-verify")
+    one_line_error(r, 2, "is inside the input folder 'logs'")
+    assert leftovers(logs) == ["kept", "part-0.csv"]
 
 
 def test_debug_shows_the_traceback_and_keeps_the_documented_exit_code(tmp_path):
@@ -969,7 +974,25 @@ def test_rows_excluded_for_their_time_alone_are_named_by_column_with_the_way_to_
                    "100,10,1700000000000\n50000,10,\n100,10,1700000060000\n50000,10,\n100,10,1700000120000\n")
     r = run("histogram", log, "--json")
     assert r.exit_code == 0, r.output
-    assert (f"warning: {log}: excluded 2 rows (null 2); by column: timestamp_ms 2; a row without a usable time is "
-            "left out of the lengths too (`planner histogram --no-time` reads every row's lengths)") in r.stderr
+    assert (f"warning: {log}: excluded 2 rows (null 2); by column: timestamp_ms 2; 2 of them fail on their time "
+            "alone, and their lengths are left out too (`planner histogram --no-time` reads every row's lengths)") in r.stderr
     kept = run("histogram", log, "--no-time", "--json")
     assert json.loads(kept.stdout)["prompt_tokens"]["max"] == 50000
+    # a row whose length fails too gets no such promise: --no-time would not bring it back
+    log.write_text("prompt_tokens,output_tokens,timestamp_ms\n100,10,1700000000000\nx,10,\n100,10,1700000060000\n")
+    r = run("histogram", log, "--json")
+    assert f"warning: {log}: excluded 1 rows (null 1); by column: prompt_tokens 1, timestamp_ms 1\n" in r.stderr
+
+
+def test_an_output_folder_that_cannot_be_looked_at_is_a_one_line_error(tmp_path, monkeypatch):
+    # (as a user without search permission on a parent: Path.exists raises for EACCES; root cannot
+    # be refused, so the refusal is stood in for)
+    from planner.errors import InputError
+    from planner.files import output_folder
+
+    def refused(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "exists", refused)
+    with pytest.raises(InputError, match="cannot make the output folder: permission denied"):
+        output_folder(tmp_path / "locked" / "out")

@@ -48,18 +48,19 @@ class FileReport:
     files_missing_columns: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # rows each column could not give a usable value for (a row may count under two columns)
     problems_by_column: dict[str, int] = field(default_factory=dict)
+    rows_failing_time_only: int = 0  # excluded for their time alone: their lengths are fine
 
     @property
     def problems_text(self) -> str:
-        """Which columns the excluded rows fail on, e.g. "timestamp_ms 300"; and, when the time
-        column is one, that those rows' lengths are left out too (so a warning says how to keep them)."""
+        """Which columns the excluded rows fail on, e.g. "timestamp_ms 300"; and how many fail on
+        their time alone, whose lengths are left out too (so a warning says how to keep them)."""
         named = ", ".join(f"{c} {n:,}" for c, n in self.problems_by_column.items() if n)
         if not named:
             return ""
         text = f"by column: {named}"
-        if self.problems_by_column.get(self.time_column or ""):
-            text += ("; a row without a usable time is left out of the lengths too (`planner histogram "
-                     "--no-time` reads every row's lengths)")
+        if self.rows_failing_time_only:
+            text += (f"; {self.rows_failing_time_only:,} of them fail on their time alone, and their lengths are "
+                     "left out too (`planner histogram --no-time` reads every row's lengths)")
         return text
 
 
@@ -128,7 +129,7 @@ def ingest(
     names = ", ".join(str(p) for p in paths)
     if histogram.is_empty:
         excluded = ", ".join(f"{r} {n}" for r, n in result.excluded_rows.items())
-        columns = "; ".join(text for f in result.files if (text := f.problems_text))
+        columns = "; ".join(f"{f.path}: {text}" for f in result.files if (text := f.problems_text))
         raise InputError(f"no usable row (excluded rows: {excluded}{'; ' + columns if columns else ''})", where=names)
     check_span(histogram, names)
     return result
@@ -199,6 +200,10 @@ def _add_log(
         problems = {name: 0 if c is None else int(np.count_nonzero(c))
                     for name, c in ((spec.prompt, prompt.codes), (spec.output, output.codes),
                                     (time_col, when.codes if when else None)) if name}
+        time_only = 0
+        if when is not None and when.codes is not None:
+            lengths = combine_codes(prompt.codes, output.codes)
+            time_only = int(np.count_nonzero((when.codes != OK) & (True if lengths is None else lengths == OK)))
         return _Prepared(
             prompt=p,
             output=o,
@@ -207,11 +212,12 @@ def _add_log(
             rows=prompt.values.size,
             seconds=seconds,
             problems=problems,
+            time_only=time_only,
         )
 
     excluded = dict.fromkeys(EXCLUSION_REASONS, 0)
     problems = dict.fromkeys(names, 0)
-    rows = requests = 0
+    rows = requests = time_only = 0
     extent = log_extent(reader.format, reader.data_files()) if progress else None
     if progress:
         progress.start(Path(reader.where).name, extent.total, extent.unit)
@@ -225,6 +231,7 @@ def _add_log(
             excluded[reason] += count
         for name, count in prepared.problems.items():
             problems[name] += count
+        time_only += prepared.time_only
         rows += prepared.rows
         requests += prepared.prompt.size
         if progress:
@@ -245,6 +252,7 @@ def _add_log(
         time=converter.assumption if converter else None,
         files_missing_columns=dict(reader.files_missing_columns),
         problems_by_column=problems,
+        rows_failing_time_only=time_only,
     )
 
 
@@ -259,6 +267,7 @@ class _Prepared:
     rows: int
     seconds: np.ndarray | None = None  # arrival times of the usable rows, when kept
     problems: dict[str, int] = field(default_factory=dict)  # rows without a usable value, per column
+    time_only: int = 0  # rows whose time alone is unusable
 
 
 def _check_columns(reader: LogReader, spec: ColumnSpec) -> str | None:
