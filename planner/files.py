@@ -189,13 +189,15 @@ def remove_stale_temporaries(folder: Path) -> None:
         return
     for name in names:
         match = _TMP_NAME.match(name)
-        if match is None or match["host"] != _HOST or _alive(int(match["pid"])):
+        if match is None or match["host"] != _HOST or process_alive(int(match["pid"])):
             continue
         with contextlib.suppress(OSError):
             (folder / name).unlink()
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` of this host still runs (this process does; so, when asking is not
+    allowed, does someone else's)."""
     if pid == os.getpid():
         return True
     try:

@@ -277,11 +277,31 @@ _claims: list[str] = []  # the block's folder of claims for start_claimable, mad
 _claim_ids = itertools.count()
 
 
+def _claims_prefix() -> str:
+    """Claims folders are named for their process, so that a later run can remove those of a
+    process that was killed (its `finally` never ran) once that process is gone."""
+    return f"planner-claims-{os.getpid()}-"
+
+
+def _remove_stale_claims() -> None:
+    from planner.files import process_alive
+
+    try:
+        names = [e.name for e in os.scandir(tempfile.gettempdir()) if e.name.startswith("planner-claims-")]
+    except OSError:
+        return
+    for name in names:
+        pid = name.removeprefix("planner-claims-").split("-", 1)[0]
+        if pid.isdigit() and not process_alive(int(pid)):
+            shutil.rmtree(os.path.join(tempfile.gettempdir(), name), ignore_errors=True)
+
+
 def _claim_path() -> str | None:
     """A fresh claim's path in this block's claims folder (None: no folder can be made here)."""
     if not _claims:
+        _remove_stale_claims()
         try:
-            folder = tempfile.mkdtemp(prefix="planner-claims-")
+            folder = tempfile.mkdtemp(prefix=_claims_prefix())
             os.mkdir(os.path.join(folder, "claims"))
         except OSError:
             return None
@@ -324,7 +344,8 @@ def shared_map(job: str, items: Sequence[dict], here: Callable[[dict], Any], *,
         yield from map(here, items)
         return
     worker = _least_behind(live)  # no new worker: its imports would cost more than it shares
-    with tempfile.TemporaryDirectory(prefix="planner-claims-") as folder:
+    _remove_stale_claims()
+    with tempfile.TemporaryDirectory(prefix=_claims_prefix()) as folder:
         claims = os.path.join(folder, "claims")
         os.mkdir(claims)
         try:

@@ -3,8 +3,12 @@ once without a stall, a worker's failure raised here, a dead worker's figures dr
 
 from __future__ import annotations
 
+import os
 import pickle
+import shutil
+import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -568,3 +572,16 @@ def test_claimable_jobs_without_a_worker_run_here(monkeypatch):
     with worker_processes():
         job = worker_pool.start_claimable("figures:cost_figure", **_rows(2))
         assert job() == draw("cost_figure", **_rows(2))()
+
+
+def test_a_killed_runs_claims_folder_is_removed_by_the_next_run_and_a_live_ones_is_kept():
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])  # a process that has ended, as a killed run's has
+    ended.wait()
+    stale = tempfile.mkdtemp(prefix=f"planner-claims-{ended.pid}-")
+    live = tempfile.mkdtemp(prefix=worker_pool._claims_prefix())
+    try:
+        worker_pool._remove_stale_claims()
+        assert not os.path.exists(stale) and os.path.isdir(live)
+    finally:
+        shutil.rmtree(stale, ignore_errors=True)
+        shutil.rmtree(live, ignore_errors=True)
