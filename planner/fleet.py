@@ -27,7 +27,15 @@ from planner.bounds import (
 from planner.catalog import Catalog, load_catalog
 from planner.errors import InputError
 from planner.inputs import Inputs, scenario_inputs
-from planner.scenario import Forecast, GPUCandidate, Scenario, Solver, resolve
+from planner.scenario import (
+    Forecast,
+    GPUCandidate,
+    Scenario,
+    Solver,
+    is_fleet_document,
+    resolve,
+    scenario_from_document,
+)
 from planner.scenario.fields import Strict
 from planner.yamlio import load_yaml, validate
 
@@ -129,9 +137,7 @@ class FleetInputs:
 
 
 def is_fleet_file(path: str | Path) -> bool:
-    """A fleet file is a YAML mapping with `services:` (a scenario has `model:` and `traffic:`)."""
-    raw = load_yaml(path)
-    return isinstance(raw, dict) and "services" in raw
+    return is_fleet_document(load_yaml(path))
 
 
 def load_fleet(path: str | Path, *, catalog_files: tuple[str, ...] = ()) -> FleetInputs:
@@ -194,18 +200,17 @@ def _one_definition_per_gpu(services: list[Service], inventory) -> None:
 
 
 def _service(spec: FleetSpec, catalog: Catalog, path: Path, i: int, entry, catalog_files) -> Service:
-    from planner.scenario import load_scenario
-
     if isinstance(entry, str):
         file = resolve(path.parent, entry)
         if not file.is_file():
             raise InputError(f"services[{i}]: no scenario file {entry} (paths are relative to the fleet file)",
                              where=str(path))
-        if is_fleet_file(file):
+        raw = load_yaml(file)
+        if is_fleet_document(raw):
             itself = "this fleet file itself" if file.resolve() == path.resolve() else "a fleet file"
             raise InputError(f"services[{i}]: {entry} is {itself}; a service is one scenario file", where=str(path))
-        scn, base = load_scenario(file)
-        return Service(i, scenario_inputs(scn, file, base, catalog_files=catalog_files), str(file))
+        scn = scenario_from_document(raw, file)
+        return Service(i, scenario_inputs(scn, file, file.parent, catalog_files=catalog_files), str(file))
     where = f"{path}: services[{i}]"
     scn = validate(Scenario, entry, where=str(path), prefix=f"services[{i}]")
     return Service(i, scenario_inputs(scn, path, path.parent, catalog_files=catalog_files, where=where), where)

@@ -35,6 +35,7 @@ from planner.forecast_outputs import (
     table_file,
     write_texts,
 )
+from planner.report import rejected_text
 from planner.units import HOURS_PER_MONTH, HOURS_PER_QUARTER, multiplier_text
 
 
@@ -386,9 +387,7 @@ def _services_section(results: list[FleetQuarter]) -> list[str]:
                 by_type[pool.config.gpu.id] = by_type.get(pool.config.gpu.id, 0) + pool.gpus
             gpus = " + ".join(f"{n} {g}" for g, n in sorted(by_type.items()))
             cells.append(f"{_usd(r.plan.paid_usd_per_hour(plan))} ({gpus})")
-        share = results[0].plan.plans[i].rejected_share
-        rejected = "none" if not share else (f"{share:.1%}" if share >= 0.0005 else "<0.1%")
-        out.append(f"| {service} | " + " | ".join(cells) + f" | {rejected} |")
+        out.append(f"| {service} | " + " | ".join(cells) + f" | {rejected_text(results[0].plan.plans[i])} |")
     out += ["", "$/hour as paid: a service's GPUs at what a GPU of each type in use costs the fleet on average (the "
             "type's committed and on-demand GPUs together, its idle commitments aside; the types table's last "
             "column). The services and the idle commitments add up to the quarter's total. It is an allocation: it "

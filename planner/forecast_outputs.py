@@ -27,6 +27,7 @@ from planner.capacity import KNEE_SHARE
 from planner.daily import POLICIES, floor_text
 from planner.files import output_folder, write_bytes_atomic, write_text_atomic
 from planner.forecast import PoolRow, QuarterResult
+from planner.report import peak_shortfall_text
 from planner.units import HOURS_PER_MONTH, HOURS_PER_QUARTER, multiplier_text, usd_rate_text
 from planner.worker_pool import draw
 
@@ -361,17 +362,12 @@ def _idle_lines(results: Sequence[QuarterResult]) -> list[str]:
 def _short_lines(results: Sequence[QuarterResult]) -> list[str]:
     """A stated fleet that cannot carry a quarter's peak, said where the quarter's numbers are: its
     cost per token has no tokens to divide by, and a day's curve sized for the load costs more than it."""
-    from planner.plan_objects import classes_short_of_capacity
-
     out = []
     for r in results:
-        short = classes_short_of_capacity(r.plan.pools, 1.0 / r.plan.scenario.traffic.headroom) if r.plan.given_fleet else []
-        if short:
-            out.append(f"- **{r.quarter}: the stated fleet does NOT carry this quarter's peak** ("
-                       + "; ".join(f"{tc.label}: {rate:,.4g} req/s to cover, capacity {capacity:,.4g} req/s"
-                                   for tc, rate, capacity in short)
-                       + "): it cannot serve the load, so no cost per token is quoted for it, and the day's policies "
-                       "below, sized for the load, are no comparison with it.")
+        if short := peak_shortfall_text(r.plan) if r.plan.given_fleet else "":
+            out.append(f"- **{r.quarter}: the stated fleet does NOT carry this quarter's peak** ({short}): it cannot "
+                       "serve the load, so no cost per token is quoted for it, and the day's policies below, sized for "
+                       "the load, are no comparison with it.")
     return out
 
 

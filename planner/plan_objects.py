@@ -269,6 +269,16 @@ def candidate_configs(scn: Scenario, catalog: Catalog, model: Model, weight_dtyp
     return out
 
 
+def class_share(replicas: int, rps_per_replica: float, members: list[tuple[int, float]]) -> float:
+    """The share of its class's requests a pool carries, among the class's pools `members`
+    ((replicas, requests/s per replica) each): by capacity, or by replicas where no pool of the class
+    has any (a stated fleet whose configs cannot meet the class's targets at all)."""
+    capacity = sum(n * rps for n, rps in members)
+    if capacity > 0:
+        return replicas * rps_per_replica / capacity
+    return replicas / sum(n for n, _ in members)
+
+
 def class_capacity_rps(pools) -> dict[str, float]:
     """Each traffic class's capacity (by class name): its pools' replicas x the capacity each
     replica is planned at, requests/s."""

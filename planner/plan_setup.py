@@ -19,6 +19,7 @@ from planner.plan_objects import (
     PoolDetail,
     TrafficClass,
     candidate_configs,
+    class_share,
     edge_at_most,
     traffic_classes,
 )
@@ -85,18 +86,11 @@ def pool_details(evaluator: Evaluator, evals, sol: FleetSolution) -> list[PoolDe
         tc, cfg = e.traffic_class, e.config
         dep = evaluator.deployment(cfg, tc.max_model_len)
         rm = ReplicaModel(dep, evaluator.profile(tc, dep), tc.slo, e.capacity.ladder)
-        share = _pool_share(p, [q for q in sol.pools if q.traffic_class == p.traffic_class])
+        share = class_share(p.replicas, p.capacity_rps,
+                            [(q.replicas, q.capacity_rps) for q in sol.pools if q.traffic_class == p.traffic_class])
         per_replica = tc.peak_rps * share / p.replicas
         n = rm.resident_for_rate(per_replica, float(dep.engine.max_num_seqs))
         out.append(PoolDetail(tc, cfg, dep, p.replicas, p.gpus, p.cost_per_hour, e.capacity, rm.point(n or 0.0),
                               per_replica, rm, n, e.capacity_rps))
     return out
 
-
-def _pool_share(pool, pools) -> float:
-    """The share of its class's requests a pool carries: by capacity, or by replicas where no pool
-    of the class has any (a stated fleet whose configs cannot meet the class's targets at all)."""
-    capacity = sum(q.replicas * q.capacity_rps for q in pools)
-    if capacity > 0:
-        return pool.replicas * pool.capacity_rps / capacity
-    return pool.replicas / sum(q.replicas for q in pools)

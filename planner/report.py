@@ -21,7 +21,7 @@ from planner.plan_objects import (
     Outcome,
     Plan,
     PoolDetail,
-    class_capacity_rps,
+    class_share,
     classes_short_of_capacity,
 )
 from planner.pool_check import EXPLORED_CONFIRM_STEPS, band_requests
@@ -127,10 +127,15 @@ def render(plan: Plan, *, figures: dict[str, str] | None = None, sections: tuple
 def _verdict(plan: Plan) -> str:
     """One line: whether the plan's targets hold in simulation, and what they are; a stated fleet
     that covers its peak but not peak x headroom says so (the optimiser always covers both)."""
-    short = _short_text(classes_short_of_capacity(plan.pools, 1.0 / plan.scenario.traffic.headroom), "peak")
+    short = peak_shortfall_text(plan)
     thin = _short_text(classes_short_of_capacity(plan.pools), "peak × headroom")
     note = f" The fleet carries its peak but not the headroom asked for ({thin})." if thin and not short else ""
     return _verdict_line(plan, short) + note
+
+
+def peak_shortfall_text(plan: Plan) -> str:
+    """The classes whose pools cannot carry their peak (a stated fleet's; the optimiser's never), or ""."""
+    return _short_text(classes_short_of_capacity(plan.pools, 1.0 / plan.scenario.traffic.headroom), "peak")
 
 
 def _short_text(short, what: str) -> str:
@@ -227,13 +232,10 @@ def _pools_table(plan: Plan) -> str:
         "| Pool | Requests | GPU | TP | Weights | KV cache | Context limit | Replicas | GPUs | Capacity / replica (req/s) | Rate to cover (req/s) | Binding ceiling | $/hour |",
         "|---|---:|---|---:|---|---|---:|---:|---:|---:|---:|---|---:|",
     ]
-    class_capacity = class_capacity_rps(plan.pools)
     for pool in plan.pools:
         tc, cfg = pool.traffic_class, pool.config
-        if class_capacity[tc.name] > 0:
-            part = pool.replicas * pool.planned_rps / class_capacity[tc.name]
-        else:  # a stated fleet none of whose configs meets the class's targets: its pools by replicas
-            part = pool.replicas / sum(q.replicas for q in plan.pools if q.traffic_class.name == tc.name)
+        part = class_share(pool.replicas, pool.planned_rps,
+                           [(q.replicas, q.planned_rps) for q in plan.pools if q.traffic_class.name == tc.name])
         requests = f"{tc.share:.1%}" if part > 0.9999 else f"{tc.share:.1%} ({part:.0%} of it here)"
         binding = pool.capacity.binding if pool.planned_rps == pool.capacity.max_rps else "simulated targets"
         rows.append(

@@ -19,6 +19,7 @@ so that it raises here the error it raises in process.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import itertools
 import json
@@ -283,6 +284,7 @@ def _claims_prefix() -> str:
     return f"planner-claims-{os.getpid()}-"
 
 
+@functools.cache  # once a process: the temporary folder is scanned by the first block that claims
 def _remove_stale_claims() -> None:
     from planner.files import process_alive
 

@@ -579,6 +579,7 @@ def test_a_killed_runs_claims_folder_is_removed_by_the_next_run_and_a_live_ones_
     ended.wait()
     stale = tempfile.mkdtemp(prefix=f"planner-claims-{ended.pid}-")
     live = tempfile.mkdtemp(prefix=worker_pool._claims_prefix())
+    worker_pool._remove_stale_claims.cache_clear()  # (once a process: an earlier test may have run it)
     try:
         worker_pool._remove_stale_claims()
         assert not os.path.exists(stale) and os.path.isdir(live)

@@ -55,8 +55,9 @@ def _solve_all(scenarios, out_dir, no_report, write_lp, verify, catalog_files, a
         with located(str(path)), terminal_progress():
             first_lp = bool(write_lp) and i == 0
             planned.append((path, kind, _plan(kind, inputs, first_lp, verify, draw_ahead=not no_report)))
-    # Nothing is printed until every file is written: a report refused late (its name is an input's)
-    # must not follow a line saying an earlier one was written (the files appear together, or none).
+    # Nothing is printed until every file is made: a report refused late (its name is an input's)
+    # must not follow a line saying an earlier one was written (files.outputs_together renames them
+    # into place together when the command succeeds, or none).
     results = []
     for i, (path, kind, plan) in enumerate(planned):
         with located(str(path)):

@@ -228,14 +228,23 @@ class Scenario(Strict):
 def load_scenario(path: str | Path) -> tuple[Scenario, Path]:
     """Read and validate a scenario file; returns it and the folder its relative paths start from."""
     path = Path(path)
-    raw = load_yaml(path)
+    return scenario_from_document(load_yaml(path), path), path.parent
+
+
+def is_fleet_document(raw: Any) -> bool:
+    """A fleet file is a YAML mapping with `services:` (a scenario has `model:` and `traffic:`)."""
+    return isinstance(raw, dict) and "services" in raw
+
+
+def scenario_from_document(raw: Any, path: Path) -> Scenario:
+    """The scenario a file's parsed YAML states; InputError naming the file when it is none."""
     if not isinstance(raw, dict):
         raise InputError("a scenario is a YAML mapping (name:, model:, traffic:, ...)", where=str(path))
-    if "services" in raw:
+    if is_fleet_document(raw):
         raise InputError("this is a fleet file (it lists services:), where one scenario is expected: give one of its "
                          "services' scenario files, or use `planner solve` / `planner forecast` on the fleet",
                          where=str(path))
-    return validate(Scenario, raw, where=str(path)), path.parent
+    return validate(Scenario, raw, where=str(path))
 
 
 def resolve(base: Path, p: str) -> Path:
