@@ -13,6 +13,12 @@ Derivation (continuous batching with chunked prefill, one replica):
   increasing in N (t_dec(N)/N falls as the weight read is shared), saturating at
   the roofline throughput. Every ceiling is therefore a bound on N:
     memory   N ≤ N_mem (budget / footprint, in the sizing mode),
+    token_budget
+             the step's token budget C (the engine's max_num_batched_tokens): a step carries
+             the N decodes and at most C - N prompt tokens, so the prefill queue's load
+             (prefill_load) reaches 1 at a finite N, past which prompts queue without end
+             (without it, MLPerf's C = 1,024 on the Azure trace planned 8% above the
+             simulator's saturation; tests/test_capacity.py),
     ttft     each band's TTFT target at its statistic, from the latency distributions
              of planner.latency (the prefill queue's waiting time by FFT, plus the
              request's own prefill): head-of-line blocking behind long prompts shows here,
@@ -58,7 +64,7 @@ NO_TARGETS = SLO()
 
 __all__ = ["NO_TARGETS", "SLO", "Capacity", "OperatingPoint", "ReplicaModel", "replica_capacity"]
 
-CEILINGS = ("memory", "bandwidth", "compute", "itl", "tpot", "ttft", "attainment")
+CEILINGS = ("memory", "token_budget", "bandwidth", "compute", "itl", "tpot", "ttft", "attainment")
 LATENCY_CEILINGS = ("ttft", "tpot", "itl", "attainment")
 _COST_ORDER = ("ttft", "itl", "tpot", "attainment")  # cheapest to check first
 KNEE_SHARE = 0.99  # a replica is planned at 99% of the rate its binding bound allows
@@ -265,18 +271,40 @@ class ReplicaModel:
         rho = lam * self.prefill_mean_s
         return self.decode_s(n) / (1.0 - rho) if rho < 1 else math.inf
 
+    def _decode_per_prompt_token_s(self, n: float) -> float:
+        """The decode time a prompt token holds the prefill queue for: a step's decode part t_dec
+        shared by the C' = C - N prompt tokens the step's token budget C leaves after the decodes."""
+        return self.decode_s(n) / max(self.dep.engine.max_num_batched_tokens - n, 1.0)
+
+    def prefill_load(self, n: float) -> float:
+        """ρ_S = λ·E[S], the prefill queue's load at mean resident count n, S = prefill compute +
+        (new prompt tokens / C')·t_dec the time a prompt holds the queue (planner.latency). At 1
+        the steps the prompts need, each carrying at most C' of their tokens, fill the GPU's time."""
+        return self.rate(n) * (self.prefill_mean_s + self._decode_per_prompt_token_s(n) * self._new_tokens_mean)
+
     def prefill_wait_s(self, n: float) -> float:
         """Mean wait of the FCFS prefill queue (Pollaczek-Khinchine): λ·E[S²] / (2(1 - ρ_S)), with
-        S = prefill compute + (new prompt tokens / C')·t_dec the time a prompt holds the queue
-        (planner.latency), C' = C - N the budget left after the decodes. The second moment of
-        prefill *time* (quadratic in attention) sets it, not that of prompt length."""
-        lam = self.rate(n)
-        per_token = self.decode_s(n) / max(self.dep.engine.max_num_batched_tokens - n, 1.0)
-        rho = lam * (self.prefill_mean_s + per_token * self._new_tokens_mean)
+        S and ρ_S as in prefill_load. The second moment of prefill *time* (quadratic in
+        attention) sets it, not that of prompt length."""
+        rho = self.prefill_load(n)
         if rho >= 1:
             return math.inf
+        per_token = self._decode_per_prompt_token_s(n)
         second = self._prefill_sq_mean + 2 * per_token * self._prefill_cross + per_token**2 * self._new_tokens_sq
-        return lam * second / (2.0 * (1.0 - rho))
+        return self.rate(n) * second / (2.0 * (1.0 - rho))
+
+    @cached_property
+    def budget_bound(self) -> float:
+        """The resident batch where the prefill queue's load reaches 1 (the token-budget ceiling):
+        past it the steps cannot carry the prompts that arrive. Below C - 1, where the decodes
+        alone leave one token a step; the load increases with N (λ(N), t_dec(N) and 1/(C - N) do)."""
+        hi = max(float(self.dep.engine.max_num_batched_tokens) - 1.0, 1e-6)
+        tiny = min(1e-6, hi)
+        if self.prefill_load(hi) < 1.0:
+            return hi
+        if self.prefill_load(tiny) >= 1.0:
+            return 0.0
+        return increasing_root(lambda n: self.prefill_load(n) - 1.0, tiny, hi)
 
     def itl_s(self, n: float) -> float:
         """Mean inter-token latency a token sees, which exceeds the mean step.
@@ -447,7 +475,7 @@ def replica_capacity(
     n_mem = conc[sizing]
     n_batch = float(dep.engine.max_num_seqs)
     n_cap = min(n_mem, n_batch)
-    bounds: dict[str, float] = {"memory": n_mem}
+    bounds: dict[str, float] = {"memory": n_mem, "token_budget": rm.budget_bound}
     clamped: list[str] = []
     floors = rm.floors()
     kinds = tuple(k for k in LATENCY_CEILINGS if _has_target(slo, k))
@@ -509,7 +537,8 @@ def capacity_below(model: ReplicaModel, rate_rps: float, *, sizing: SizingMode, 
     """Whether replica_capacity(model) is certainly below `rate_rps`, from one latency point at most.
 
     Capacity is the rate at a resident batch no larger than the binding bound, and the rate
-    increases with N, so it is below λ(n_cap) (the memory and batch ceilings); and when a latency
+    increases with N, so it is below λ(n_cap) (the memory and batch ceilings) and λ at the
+    token-budget ceiling; and when a latency
     target misses at the grid point N_x at or below the N where the replica runs at `rate_rps`, the
     latency bound (the largest grid point that holds, for a margin increasing with N) lies below
     N_x, so capacity is below rate_rps too. Returns (True, None) when so; else (False, N_x or None),
@@ -526,7 +555,7 @@ def capacity_below(model: ReplicaModel, rate_rps: float, *, sizing: SizingMode, 
 
 def _capacity_below(rm: ReplicaModel, rate_rps: float, sizing: SizingMode, quantile: float) -> tuple[bool, float | None]:
     n_cap = rm.batch_bound(sizing, quantile)  # an upper bound serves as well as the ceiling itself
-    if n_cap <= 0 or rm.rate(n_cap) < rate_rps:
+    if n_cap <= 0 or rm.rate(n_cap) < rate_rps or rm.rate(rm.budget_bound) < rate_rps:
         return True, None
     kinds = tuple(k for k in LATENCY_CEILINGS if _has_target(rm.slo, k))
     if not kinds or rate_rps <= 0:

@@ -496,7 +496,8 @@ def _pool_detail(plan: Plan, pool: PoolDetail) -> str:
     lines += ["", f"Ceilings of one replica by the model (requests/s; binding: **{cap.binding}**{saturated}):", "",
               "| Ceiling | Requests/s |", "|---|---:|"]
     for name, rps in cap.ceilings_rps.items():
-        label = "roofline (at the engine's batch limit)" if name == "roofline" else name
+        label = {"roofline": "roofline (at the engine's batch limit)",
+                 "token_budget": f"token budget ({dep.engine.max_num_batched_tokens:,} tokens a step)"}.get(name, name)
         lines.append(f"| {label} | {rps:,.3f} |")
     for name in cap.clamped:
         lines.append(f"| {name} | holds up to the {bound} ceiling (no bound of its own below it) |")

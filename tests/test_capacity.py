@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import statistics
+from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,13 +13,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy.stats import norm
 
-from planner.capacity import ReplicaModel, capacity_below, replica_capacity
+from planner.capacity import KNEE_SHARE, ReplicaModel, capacity_below, replica_capacity
 from planner.deployment import make_deployment
 from planner.histogram import Histogram
 from planner.memory import budget_ladder, kv_bytes_for_tokens
 from planner.paged import _CompoundPoisson, _tilt, compound_poisson_quantile, token_profile
 from planner.roofline import StepModel, ridge_point
+from planner.sim_capacity import max_sustainable_rate, profile_for
 from planner.targets import SLO
+from planner.workload.histfile import read_histogram
+
+SAMPLES = Path(__file__).resolve().parent.parent / "data" / "samples"
 
 
 def tpot(ms, stat="p99"):
@@ -319,3 +326,50 @@ def test_ridge_batch_is_where_the_weight_read_equals_the_gemm_compute(catalog):
     # At b* the GEMM phase's two roofline terms meet.
     t_mem, t_flop = step.decode_parts_s(b, 0.0, 0.0)
     assert float(t_mem) == pytest.approx(float(t_flop))
+
+
+def _mlperf_redhat_8b(catalog):
+    """Llama 3.1 8B on one H100 with the engine flags of Red Hat's MLPerf v5.1 server run
+    (data/measured/serving_percentiles.csv): token budget 1,024, θ = 256, 512 sequences."""
+    engine = catalog.engine("vllm").model_copy(
+        update={"max_num_batched_tokens": 1024, "long_prefill_token_threshold": 256, "max_num_seqs": 512})
+    return replace(dep8b(catalog, kv_dtype="fp8"), engine=engine)
+
+
+def test_a_small_token_budget_binds_where_the_simulated_prefill_queue_saturates(catalog):
+    """With C = 1,024 a step carries the decodes and at most C - N prompt tokens. The model's
+    capacity without targets is then where the prefill queue's load reaches 1, and the simulator
+    (which enforces the budget step by step) saturates there: the memory and batch ceilings alone
+    put capacity 6% above it."""
+    dep = _mlperf_redhat_8b(catalog)
+    hist = read_histogram(SAMPLES / "azure_conv_2023_sample.hist.parquet").select_total(at_most=8192)
+    rm = ReplicaModel(dep, profile_for(dep, hist), SLO())
+    cap = replica_capacity(dep, rm.prof, model=rm)
+    assert cap.binding == "token_budget"
+    assert cap.bound_batch == rm.budget_bound
+    assert rm.prefill_load(rm.budget_bound) == pytest.approx(1.0, rel=1e-9)
+    assert rm.prefill_wait_s(rm.budget_bound * 0.999) < math.inf == rm.prefill_wait_s(rm.budget_bound * 1.001)
+    assert cap.ceilings_rps["token_budget"] == pytest.approx(rm.rate(rm.budget_bound), rel=1e-12)
+    assert cap.max_rps == pytest.approx(KNEE_SHARE * cap.ceilings_rps["token_budget"], rel=1e-6)
+    simulated = statistics.median(
+        max_sustainable_rate(dep, hist, SLO(), n_requests=20000, seed=seed, rel_tol=0.01,
+                             initial_rate_rps=cap.max_rps).rate_rps for seed in range(3))
+    assert 0.95 * simulated <= cap.max_rps <= 1.01 * simulated
+    without_budget = KNEE_SHARE * min(cap.ceilings_rps["memory"], cap.ceilings_rps["roofline"])
+    assert without_budget > 1.05 * simulated
+
+
+@SETTINGS
+@given(spec=classes, budget=st.sampled_from([256, 1024, 2048]), ttft=st.sampled_from([None, 1.0]))
+def test_capacity_stays_below_the_token_budget_ceiling_and_capacity_below_knows_it(catalog, spec, budget, ttft):
+    engine = catalog.engine("vllm").model_copy(update={"max_num_batched_tokens": budget})
+    dep = replace(dep8b(catalog), engine=engine)
+    prof = token_profile(_hist(spec), chunk_tokens=budget)
+    slo = SLO() if ttft is None else SLO.single(ttft_s=ttft)
+    rm = ReplicaModel(dep, prof, slo)
+    cap = replica_capacity(dep, prof, slo, model=rm)
+    ceiling = rm.rate(rm.budget_bound)
+    assert cap.max_rps <= ceiling * (1 + 1e-12)
+    if rm.budget_bound < budget - 1:
+        assert rm.prefill_load(rm.budget_bound) == pytest.approx(1.0, rel=1e-6)
+    assert capacity_below(rm, ceiling * 1.001, sizing="expected", quantile=0.99) == (True, None)
