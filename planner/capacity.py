@@ -462,12 +462,15 @@ def replica_capacity(
     ladder: BudgetLadder | None = None,
     model: ReplicaModel | None = None,
     guess: float | None = None,
+    token_budget: bool = True,
 ) -> Capacity:
     """The largest arrival rate (requests/s) one replica serves for this class, and the binding ceiling.
 
     model: a ReplicaModel of this deployment and class already built (for other targets, say),
     whose memory and step tables are then reused. guess: a resident batch near the latency bound
-    (the bound for nearby targets), where its search starts; the answer is the same without it."""
+    (the bound for nearby targets), where its search starts; the answer is the same without it.
+    token_budget=False leaves the token-budget ceiling out, for runs whose budget was tuned to
+    their batch rather than set to the profile's (trtllm-bench's offline runs, in calibration)."""
     if sizing not in SIZING_MODES:
         raise ValueError(f"unknown sizing mode {sizing!r}; choose from {SIZING_MODES}")
     rm = ReplicaModel(dep, prof, slo, ladder) if model is None else model.with_slo(slo)
@@ -475,7 +478,9 @@ def replica_capacity(
     n_mem = conc[sizing]
     n_batch = float(dep.engine.max_num_seqs)
     n_cap = min(n_mem, n_batch)
-    bounds: dict[str, float] = {"memory": n_mem, "token_budget": rm.budget_bound}
+    bounds: dict[str, float] = {"memory": n_mem}
+    if token_budget:
+        bounds["token_budget"] = rm.budget_bound
     clamped: list[str] = []
     floors = rm.floors()
     kinds = tuple(k for k in LATENCY_CEILINGS if _has_target(slo, k))

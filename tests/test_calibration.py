@@ -331,3 +331,18 @@ def test_rewrite_touches_only_efficiency_blocks():
     assert out.endswith(text[text.index("  notes: keep") :])
     with pytest.raises(ValueError, match="c"):
         rewrite_efficiency_blocks(text, {"c": eff})
+
+
+def test_offline_throughput_cases_are_not_held_to_the_profiles_token_budget(catalog):
+    """trtllm-bench sets each offline run's max_num_tokens for its batch, so the trtllm-offline
+    profile's 8,192 (a middle value) is not a budget those runs had: their resident batch is
+    the memory or batch ceiling's. The profile's budget would cut 18 of them (the 8B on an
+    H200 from 929 to 482 sequences)."""
+    cases = trtllm_cases(catalog, load_trtllm_rows())
+    cut = 0
+    for case in cases:
+        assert case.resident_batch == replica_capacity(case.dep, case.prof, SLO(), sizing="worst_case",
+                                                       token_budget=False).bound_batch
+        with_budget = replica_capacity(case.dep, case.prof, SLO(), sizing="worst_case").bound_batch
+        cut += with_budget < case.resident_batch * (1 - 1e-9)
+    assert cut == 18

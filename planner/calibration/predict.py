@@ -74,7 +74,9 @@ class TrtllmCase:
     def of(cls, catalog: Catalog, row: TrtllmRow) -> TrtllmCase:
         dep = trtllm_deployment(catalog, row)
         prof = trtllm_profile(dep, row)
-        cap = replica_capacity(dep, prof, SLO(), sizing="worst_case")
+        # trtllm-bench sets each run's max_num_tokens for its batch (data/engines.yaml,
+        # trtllm-offline): the profile's budget is not the run's, so it sets no ceiling here.
+        cap = replica_capacity(dep, prof, SLO(), sizing="worst_case", token_budget=False)
         return cls(row, dep, prof, cap.ladder, cap.bound_batch, cap.binding)
 
     @property
