@@ -16,9 +16,9 @@ How a row is replayed (every departure from the published run is printed beside 
   source does not name, as trtllm, flagged), copied with model_copy(update=...) where the
   row states max_num_batched_tokens or max_num_seqs, or its notes give vLLM flags
   (--long-prefill-token-threshold, --gpu-memory-utilization, --max-model-len). vLLM >= 0.8
-  (the V1 engine) with no stated budget gets its defaults for a GPU under 70 GiB, 2,048
-  tokens and 256 sequences (vllm/engine/arg_utils.py, get_batch_defaults,
-  OPENAI_API_SERVER).
+  (the V1 engine) with no stated budget gets the API server's defaults for its GPU (the
+  profile's gpu_tiers: 2,048 tokens and 256 sequences on a GPU under 70 GiB or an A100;
+  vllm/engine/arg_utils.py, get_batch_defaults, OPENAI_API_SERVER).
 - Context limit: --max-model-len from the notes, else the model's.
 - Lengths: 'fixed' rows as Histogram.constant(prompt, output). MLPerf rows draw prompt
   and output lengths from the benchmark's dataset (data/samples/mlperf/, see its README;
@@ -93,8 +93,6 @@ STATS = ("mean", "p50", "p90", "p95", "p99")
 KINDS = ("ttft", "tpot")
 ALL = Band("all", 0, None)
 VLLM_V1 = (0, 8)  # vLLM's V1 engine (chunked prefill always on) is the default from 0.8.0
-SMALL_GPU_GIB = 70  # vLLM V1 picks smaller batching defaults below 70 GiB of device memory
-VLLM_V1_SMALL_GPU = {"max_num_batched_tokens": 2048, "max_num_seqs": 256}
 ENGINE_PROFILE = {"vllm": "vllm", "trtllm": "trtllm", "nim": "trtllm"}
 ITL_IS_TPOT_MEAN = {"nim_benchmarking_llm_1.0"}  # AIPerf's per-request ITL average (data/measured/README.md)
 LLAMA2_70B = "meta-llama/Llama-2-70b-chat-hf"
@@ -242,12 +240,12 @@ def _deployment(row, cat: Catalog, model, approx: list[str], reasons: list[str])
     profile = ENGINE_PROFILE[row["engine"]]
     if row["engine"] == "nim":
         approx.append("NIM backend not named: TensorRT-LLM profile")
-    engine = cat.engine(profile)
-    update: dict[str, int] = {}
     version = engine_version(row)
-    if (row["engine"] == "vllm" and version is not None and version >= VLLM_V1
-            and cat.gpu(row["gpu"]).memory_gib < SMALL_GPU_GIB):
-        update.update(VLLM_V1_SMALL_GPU)
+    # vLLM V1's batching defaults by GPU are the catalog profile's gpu_tiers; other engines and
+    # older vLLM keep the profile's own values.
+    v1 = row["engine"] == "vllm" and version is not None and version >= VLLM_V1
+    engine = cat.engine(profile).for_gpu(cat.gpu(row["gpu"])) if v1 else cat.engine(profile)
+    update: dict[str, int] = {}
     for column in ("max_num_batched_tokens", "max_num_seqs"):
         if number(row, column) is not None:
             update[column] = int(number(row, column))

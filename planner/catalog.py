@@ -239,8 +239,24 @@ class Model(_Frozen):
         return self
 
 
+class SchedulerTier(_Frozen):
+    """The scheduler defaults an engine picks for a class of GPU (vLLM's get_batch_defaults):
+    a GPU is in the tier when it reports at least `min_memory_gib` and its name does not
+    contain `unless_named`."""
+
+    min_memory_gib: real(ge=0, le=MAX_GPU_MEMORY_GIB) = 0.0
+    unless_named: str | None = Field(None, min_length=1, description="text (any case) a GPU's name must not hold")
+    # None: the profile's own value (a catalog override that states it sets it on every GPU)
+    max_num_batched_tokens: PositiveTokens | None = None
+    max_num_seqs: whole(gt=0, le=MAX_TOKENS) | None = None
+
+    def holds(self, gpu: GPU) -> bool:
+        return gpu.memory_gib >= self.min_memory_gib and not (
+            self.unless_named is not None and self.unless_named.lower() in gpu.name.lower())
+
+
 class Engine(_Frozen):
-    """How a serving engine sizes its KV cache (data/engines.yaml)."""
+    """How a serving engine sizes its KV cache and batches its steps (data/engines.yaml)."""
 
     id: str
     name: str
@@ -255,9 +271,21 @@ class Engine(_Frozen):
         None, description="most prompt tokens one request takes in a step (vLLM's setting; 0: off); "
         "absent where the engine has no such setting"
     )
+    # Defaults that depend on the GPU, first match wins; the fields above are the profile's own
+    # (a GPU no tier holds keeps them).
+    gpu_tiers: tuple[SchedulerTier, ...] = ()
     source: str
 
+    def for_gpu(self, gpu: GPU) -> Engine:
+        """The profile as it runs on `gpu`: the scheduler defaults of the first tier that holds it."""
+        tier = next((t for t in self.gpu_tiers if t.holds(gpu)), None)
+        if tier is None:
+            return self
+        return self.model_copy(update={"max_num_batched_tokens": tier.max_num_batched_tokens or self.max_num_batched_tokens,
+                                       "max_num_seqs": tier.max_num_seqs or self.max_num_seqs, "gpu_tiers": ()})
 
+
+_STEP_LIMITS = {"max_num_batched_tokens", "max_num_seqs"}  # what an Engine's gpu_tiers set
 _SECTIONS = {"gpus": GPU, "models": Model, "dtypes": Dtype, "engines": Engine}
 
 
@@ -313,6 +341,9 @@ class Catalog:
                 base = sections[section].get(entry_id)
                 merged = _merge(base.model_dump() if base else {}, dict(fields))
                 merged["id"] = entry_id
+                if section == "engines" and "gpu_tiers" not in fields:  # a stated flag holds on every GPU
+                    stated = dict.fromkeys(_STEP_LIMITS & set(fields))
+                    merged["gpu_tiers"] = [{**tier, **stated} for tier in merged.get("gpu_tiers", ())]
                 sections[section][entry_id] = validate(
                     _SECTIONS[section], merged, where=where, prefix=f"{section}.{entry_id}"
                 )

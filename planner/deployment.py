@@ -82,7 +82,7 @@ def make_deployment(
     """Look names up in the catalog and validate the combination (InputError if it cannot run)."""
     m = catalog.model(model) if isinstance(model, str) else model
     g = catalog.gpu(gpu) if isinstance(gpu, str) else gpu
-    w, kv, eng = catalog.dtype(weight_dtype), catalog.dtype(kv_dtype), catalog.engine(engine)
+    w, kv, eng = catalog.dtype(weight_dtype), catalog.dtype(kv_dtype), catalog.engine(engine).for_gpu(g)
     problem = supported_problem(g, tp, w, kv, m)
     if problem:
         raise InputError(problem)

@@ -556,6 +556,21 @@ def _peak_text(scn) -> str:
     return f"{quantile_label(peak.quantile)} of per-minute rates"
 
 
+def _step_limits_text(plan: Plan) -> str:
+    """The token budget and sequence limit of a step, per GPU type where the engine's defaults
+    differ between the plan's GPUs (catalog Engine.gpu_tiers)."""
+    by_limits: dict[tuple[int, int], list[str]] = {}
+    for pool in plan.pools:
+        eng = pool.deployment.engine
+        gpus = by_limits.setdefault((eng.max_num_batched_tokens, eng.max_num_seqs), [])
+        if pool.deployment.gpu.id not in gpus:
+            gpus.append(pool.deployment.gpu.id)
+    parts = [f"prefill chunks of {tokens:,} tokens, at most {seqs:,} sequences per step"
+             + (f" on {', '.join(gpus)}" if len(by_limits) > 1 else "")
+             for (tokens, seqs), gpus in by_limits.items()]
+    return "; ".join(parts)
+
+
 def _assumptions(plan: Plan) -> str:
     scn, m = plan.scenario, plan.model
     engine = plan.pools[0].deployment.engine
@@ -563,8 +578,7 @@ def _assumptions(plan: Plan) -> str:
         "## Assumptions and sources",
         "",
         f"- Engine: {engine.name} — {engine.rule.replace('_', ' ')} {plan.pools[0].deployment.memory_fraction:.2f}, "
-        f"blocks of {engine.block_size} tokens, prefill chunks of {engine.max_num_batched_tokens:,} tokens, at most "
-        f"{engine.max_num_seqs:,} sequences per step. Source: {engine.source}",
+        f"blocks of {engine.block_size} tokens, {_step_limits_text(plan)}. Source: {engine.source}",
         f"- Runtime overhead {scn.overhead_gib:g} GiB per GPU (seed 000: activations, CUDA graphs, logits).",
         f"- Sizing: {scn.sizing.mode.replace('_', '-')}"
         + (f" at {quantile_label(scn.sizing.quantile)}" if scn.sizing.mode == "percentile" else "")

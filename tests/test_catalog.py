@@ -11,6 +11,7 @@ import yaml
 from clirun import run
 from scenario_files import config_variant
 
+from planner.deployment import make_deployment
 from planner.errors import InputError
 from planner.hf_import import model_from_hf_config
 from planner.params.blocks import DecoderShape, ParamCount
@@ -400,3 +401,37 @@ def test_the_builtin_catalog_reads_the_same_with_libyaml_and_keeps_the_value_che
         parse_yaml("a: 1\na: 2\n", "data.yaml", builtin=True)
     with pytest.raises(InputError, match="'036' has a leading zero"):
         parse_yaml("a: 036\n", "data.yaml", builtin=True)
+
+
+def test_vllm_takes_its_step_limits_from_the_gpu_as_vllm_does(catalog):
+    """vLLM's API server picks its token budget and sequence limit by GPU (get_batch_defaults):
+    8,192 and 1,024 on a GPU reporting at least 70 GiB that is not an A100, else 2,048 and 256.
+    The profiles without such a rule keep one value on every GPU."""
+    limits = {}
+    for gpu in catalog.gpus.values():
+        large = gpu.memory_gib >= 70 and "a100" not in gpu.name.lower()
+        dep = make_deployment(catalog, model="llama-3.1-8b", gpu=gpu.id)
+        limits[gpu.id] = (dep.engine.max_num_batched_tokens, dep.engine.max_num_seqs)
+        assert limits[gpu.id] == ((8192, 1024) if large else (2048, 256)), gpu.id
+        trt = make_deployment(catalog, model="llama-3.1-8b", gpu=gpu.id, engine="trtllm").engine
+        assert (trt.max_num_batched_tokens, trt.max_num_seqs) == (8192, 1024)
+    assert limits["h100-sxm"] == limits["h200"] == limits["mi300x"] == (8192, 1024)
+    assert limits["a100-80gb"] == limits["a100-40gb"] == limits["l40s"] == limits["l4"] == (2048, 256)
+
+
+def test_an_override_of_one_step_limit_holds_on_every_gpu_and_the_tiers_keep_the_other(catalog):
+    stated = catalog.with_overrides({"engines": {"vllm": {"max_num_batched_tokens": 4096}}}, where="o.yaml")
+    for gpu, seqs in (("l40s", 256), ("h100-sxm", 1024)):
+        eng = make_deployment(stated, model="llama-3.1-8b", gpu=gpu).engine
+        assert (eng.max_num_batched_tokens, eng.max_num_seqs) == (4096, seqs), gpu
+    tiers = [{"min_memory_gib": 100, "max_num_seqs": 64}]
+    own = catalog.with_overrides({"engines": {"vllm": {"gpu_tiers": tiers}}}, where="o.yaml")
+    assert make_deployment(own, model="llama-3.1-8b", gpu="h200").engine.max_num_seqs == 64
+    assert make_deployment(own, model="llama-3.1-8b", gpu="h100-sxm").engine.max_num_seqs == 1024
+
+
+def test_cli_engines_lists_the_tiers():
+    table = run("catalog", "engines").output
+    assert ">= 70 GiB and not named a100: 8192/1024; other GPUs: 2048/256" in table
+    [vllm] = [e for e in json.loads(run("catalog", "engines", "--json").output) if e["id"] == "vllm"]
+    assert [t["max_num_batched_tokens"] for t in vllm["gpu_tiers"]] == [8192, 2048]

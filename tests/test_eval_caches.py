@@ -104,12 +104,12 @@ def test_band_cells_are_read_only(catalog):
 
 
 def test_remembered_tpot_tables_are_fresh_ones_on_every_gpu(catalog):
-    """The TPOT statics are in FLOPs: another GPU's model of the class gets the remembered ones,
-    which equal a fresh computation for it."""
+    """The TPOT statics are in FLOPs: another GPU's model of the class (with the same token budget,
+    which sets the tables' cap) gets the remembered ones, which equal a fresh computation for it."""
     from planner.latency import _band_ranges, _band_tpot_static
 
     rm = _rm(catalog)
-    other = ReplicaModel(make_deployment(catalog, model="llama-3.1-8b", gpu="a100-80gb", max_model_len=8192),
+    other = ReplicaModel(make_deployment(catalog, model="llama-3.1-8b", gpu="h200", max_model_len=8192),
                          rm.prof, rm.slo)
     for band in (0, 1):
         mine, theirs = rm.latency.tpot_static(band), other.latency.tpot_static(band)

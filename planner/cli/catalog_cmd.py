@@ -165,15 +165,28 @@ def dtypes_cmd(as_json: bool, catalog_files: tuple[str, ...]) -> None:
 @catalog_option
 def engines_cmd(as_json: bool, catalog_files: tuple[str, ...]) -> None:
     """Serving-engine profiles: how each sizes the KV cache (rule and memory
-    fraction) and its block size.
+    fraction), its block size, and its step limits (token budget and sequences),
+    by GPU where the engine's defaults depend on it (tokens/sequences).
 
     \b
     Example:
       planner catalog engines
     """
     cat = get_catalog(catalog_files)
-    _show(cat.engines.values(), as_json, ["id", "rule", "fraction", "block_size", "max_batched_tokens", "name"],
-          lambda e: [e.id, e.rule, e.memory_fraction, e.block_size, e.max_num_batched_tokens, e.name])
+    _show(cat.engines.values(), as_json,
+          ["id", "rule", "fraction", "block_size", "max_batched_tokens", "max_seqs", "by_gpu", "name"],
+          lambda e: [e.id, e.rule, e.memory_fraction, e.block_size, e.max_num_batched_tokens, e.max_num_seqs,
+                     _tiers(e), e.name])
+
+
+def _tiers(engine: Any) -> str:
+    """Engine.gpu_tiers as 'tokens/sequences' per tier, first match first."""
+    def when(t: Any) -> str:
+        held = [f">= {t.min_memory_gib:g} GiB" if t.min_memory_gib else "",
+                f"not named {t.unless_named}" if t.unless_named else ""]
+        return " and ".join(h for h in held if h) or "other GPUs"
+    return "; ".join(f"{when(t)}: {t.max_num_batched_tokens or engine.max_num_batched_tokens}/"
+                     f"{t.max_num_seqs or engine.max_num_seqs}" for t in engine.gpu_tiers) or "-"
 
 
 # A catalog id is a word a command line and a YAML key take as they are (a letter or digit, then
