@@ -326,9 +326,9 @@ def _error(model_s: float, sim_s: float) -> float:
 
 
 def pool_deployment(cat, pool: Pool):
-    engine = cat.engine("vllm").model_copy(update=dict(pool.engine))
-    return replace(make_deployment(cat, model=pool.model, gpu=pool.gpu, tp=pool.tp, kv_dtype=pool.kv,
-                                   max_model_len=pool.ctx), engine=engine)
+    """The pool's deployment on the vLLM profile as it runs on its GPU, with the pool's engine overrides."""
+    dep = make_deployment(cat, model=pool.model, gpu=pool.gpu, tp=pool.tp, kv_dtype=pool.kv, max_model_len=pool.ctx)
+    return replace(dep, engine=dep.engine.model_copy(update=dict(pool.engine)))
 
 
 def run_percentile_pool(cat, pool: Pool, hist: Histogram, args) -> list[PercentilePoint]:

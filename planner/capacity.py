@@ -17,7 +17,7 @@ Derivation (continuous batching with chunked prefill, one replica):
              the step's token budget C (the engine's max_num_batched_tokens): a step carries
              the N decodes and at most C - N prompt tokens, so the prefill queue's load
              (prefill_load) reaches 1 at a finite N, past which prompts queue without end
-             (without it, MLPerf's C = 1,024 on the Azure trace planned 8% above the
+             (without it, MLPerf's C = 1,024 on the Azure trace planned 4-6% above the
              simulator's saturation; tests/test_capacity.py),
     ttft     each band's TTFT target at its statistic, from the latency distributions
              of planner.latency (the prefill queue's waiting time by FFT, plus the

@@ -101,6 +101,10 @@ def _at_rate(model: ReplicaModel, dep: Deployment, cap: Capacity, rate_rps: floa
     if n is None:
         return {"rate_rps": rate_rps, "beyond_capacity": True, "stable": False,
                 "why": "the roofline throughput ceiling is below this rate"}
+    if n >= model.budget_bound:
+        return {"rate_rps": rate_rps, "beyond_capacity": True, "stable": False,
+                "why": f"the steps' token budget of {dep.engine.max_num_batched_tokens:,} tokens cannot carry the "
+                       f"prompts at this rate (token-budget ceiling {model.rate(model.budget_bound):.3f} requests/s)"}
     pt = model.point(n)
     return {
         "rate_rps": rate_rps,

@@ -32,7 +32,11 @@ def increasing_root(f: Callable[[float], float], lo: float, hi: float, *, xtol: 
     for _ in range(max_iter):
         if (hi - lo <= 1) if integer else (hi - lo <= xtol + rtol * abs(lo)):
             break
-        x = lo + (hi - lo) * (-f_lo) / (f_hi - f_lo) if f_hi > f_lo else 0.5 * (lo + hi)
+        # An infinite end (a latency target past the token-budget ceiling, where the prefill queue
+        # never empties) gives no slope: interpolating would creep from the other end one step at
+        # a time and run out of iterations far below the root. Bisect until both ends are finite.
+        finite = math.isfinite(f_lo) and math.isfinite(f_hi)
+        x = lo + (hi - lo) * (-f_lo) / (f_hi - f_lo) if finite and f_hi > f_lo else 0.5 * (lo + hi)
         if integer:
             x = min(max(round(x), lo + 1), hi - 1)
         elif not lo < x < hi:  # degenerate interpolation: bisect

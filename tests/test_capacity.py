@@ -373,3 +373,22 @@ def test_capacity_stays_below_the_token_budget_ceiling_and_capacity_below_knows_
     if rm.budget_bound < budget - 1:
         assert rm.prefill_load(rm.budget_bound) == pytest.approx(1.0, rel=1e-6)
     assert capacity_below(rm, ceiling * 1.001, sizing="expected", quantile=0.99) == (True, None)
+
+
+def test_a_mean_ttft_target_binds_below_the_token_budget_on_every_search_path(catalog):
+    """On an L40S (vLLM's 2,048-token budget) 4,000-token prompts hit the budget ceiling soon after
+    their mean TTFT target; past the ceiling the mean never settles. The latency bound is found
+    below it whatever the search starts from, and the planned point meets the target."""
+    dep = make_deployment(catalog, model="llama-3.1-8b", gpu="l40s", kv_dtype="fp8", max_model_len=8192)
+    assert dep.engine.max_num_batched_tokens == 2048
+    prof = token_profile(Histogram.constant(4000, 100, requests=10), block_size=dep.block_size, chunk_tokens=2048)
+    slo = SLO.single(ttft_s=10.0, stat="mean")
+    rm = ReplicaModel(dep, prof, slo)
+    caps = [replica_capacity(dep, prof, slo, model=rm, guess=guess) for guess in (None, 20.0, 40.0, 45.0)]
+    assert len({c.max_rps for c in caps}) == 1
+    cap = caps[0]
+    assert cap.binding == "ttft" and cap.clamped == ()
+    assert rm.failing(cap.point.resident_batch, ("ttft",)) == []
+    assert cap.ceilings_rps["ttft"] < cap.ceilings_rps["token_budget"]
+    assert capacity_below(rm, cap.ceilings_rps["ttft"] * 1.01, sizing="expected", quantile=0.99) == (True, None)
+    assert capacity_below(rm, cap.max_rps * 0.999, sizing="expected", quantile=0.99)[0] is False

@@ -93,6 +93,17 @@ def test_rate_beyond_capacity_is_flagged():
     assert json.loads(r.output)["at_rate"]["beyond_capacity"] is True
 
 
+def test_a_rate_past_the_token_budget_ceiling_is_unstable():
+    """Below the roofline but past the token-budget ceiling the prompts queue without end."""
+    args = ("capacity", "llama-3.1-8b", "l40s", "--kv-dtype", "fp8", "--context-limit", "8192",
+            "--prompt-tokens", "4000", "--output-tokens", "100", "--ttft-s", "10", "--stat", "mean", "--rate-rps", "2.3")
+    at = json.loads(run(*args, "--json").output)["at_rate"]
+    assert (at["stable"], at["beyond_capacity"]) == (False, True)
+    assert at["why"].startswith("the steps' token budget of 2,048 tokens cannot carry the prompts at this rate")
+    text = run(*args).output
+    assert "at 2.3 requests/s: unstable — the steps' token budget of 2,048 tokens" in text
+
+
 def test_every_command_has_help_with_an_example():
     from planner.cli import main as group
 

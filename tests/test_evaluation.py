@@ -88,6 +88,25 @@ def test_a_guess_changes_the_search_not_the_bound(seed):
 
 
 @pytest.mark.parametrize("seed", range(20))
+def test_a_margin_infinite_past_a_wall_still_gives_the_grid_crossing(seed):
+    """Past the token-budget ceiling a mean latency never settles (margin inf). The search must still
+    land on the crossing's grid point: interpolating towards an infinite end used to creep one grid
+    point a step and stop 200 steps up, far below the crossing, where the target holds."""
+    rng = np.random.default_rng(500 + seed)
+    root = float(np.exp(rng.uniform(-2, 4)))
+    wall, n_hi = root * float(rng.uniform(1.05, 50)), root * float(rng.uniform(60, 5000))
+
+    def margin(n):
+        return math.inf if n >= wall else math.log(n / root)
+
+    log_r = math.log1p(BOUND_REL_TOL)
+    expected = math.exp(math.floor(math.log(root) / log_r) * log_r)
+    assert largest_on_grid(margin, n_hi, BOUND_REL_TOL) == pytest.approx(expected, rel=1e-12)
+    for guess in (root * 0.3, root, wall * 1.5, n_hi * 0.9):
+        assert largest_on_grid(margin, n_hi, BOUND_REL_TOL, guess=guess) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(20))
 def test_dropping_dominated_candidates_keeps_the_optimum(seed):
     """Candidates beaten on the same GPU type (capacity, cost and GPUs per replica) never change
     the ILP's optimum, with or without inventory caps and reservations."""
