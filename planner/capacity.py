@@ -271,27 +271,29 @@ class ReplicaModel:
         rho = lam * self.prefill_mean_s
         return self.decode_s(n) / (1.0 - rho) if rho < 1 else math.inf
 
-    def _decode_per_prompt_token_s(self, n: float) -> float:
-        """The decode time a prompt token holds the prefill queue for: a step's decode part t_dec
-        shared by the C' = C - N prompt tokens the step's token budget C leaves after the decodes."""
-        return self.decode_s(n) / max(self.dep.engine.max_num_batched_tokens - n, 1.0)
+    def _prefill_queue(self, n: float) -> tuple[float, float, float]:
+        """(λ, the decode time a prompt token holds the prefill queue for, ρ_S) at mean resident
+        count n: a step's decode part t_dec is shared by the C' = C - N prompt tokens the step's
+        token budget C leaves after the decodes, and ρ_S = λ·E[S] (prefill_load)."""
+        lam = self.rate(n)
+        per_token = self.decode_s(n) / max(self.dep.engine.max_num_batched_tokens - n, 1.0)
+        return lam, per_token, lam * (self.prefill_mean_s + per_token * self._new_tokens_mean)
 
     def prefill_load(self, n: float) -> float:
         """ρ_S = λ·E[S], the prefill queue's load at mean resident count n, S = prefill compute +
         (new prompt tokens / C')·t_dec the time a prompt holds the queue (planner.latency). At 1
         the steps the prompts need, each carrying at most C' of their tokens, fill the GPU's time."""
-        return self.rate(n) * (self.prefill_mean_s + self._decode_per_prompt_token_s(n) * self._new_tokens_mean)
+        return self._prefill_queue(n)[2]
 
     def prefill_wait_s(self, n: float) -> float:
         """Mean wait of the FCFS prefill queue (Pollaczek-Khinchine): λ·E[S²] / (2(1 - ρ_S)), with
         S and ρ_S as in prefill_load. The second moment of prefill *time* (quadratic in
         attention) sets it, not that of prompt length."""
-        rho = self.prefill_load(n)
+        lam, per_token, rho = self._prefill_queue(n)
         if rho >= 1:
             return math.inf
-        per_token = self._decode_per_prompt_token_s(n)
         second = self._prefill_sq_mean + 2 * per_token * self._prefill_cross + per_token**2 * self._new_tokens_sq
-        return self.rate(n) * second / (2.0 * (1.0 - rho))
+        return lam * second / (2.0 * (1.0 - rho))
 
     @cached_property
     def budget_bound(self) -> float:

@@ -250,6 +250,10 @@ class SchedulerTier(_Frozen):
     max_num_batched_tokens: PositiveTokens | None = None
     max_num_seqs: whole(gt=0, le=MAX_TOKENS) | None = None
 
+    def limits(self, engine: Engine) -> tuple[int, int]:
+        """(max_num_batched_tokens, max_num_seqs) of `engine` in this tier: the tier's, else the profile's."""
+        return (self.max_num_batched_tokens or engine.max_num_batched_tokens, self.max_num_seqs or engine.max_num_seqs)
+
     def holds(self, gpu: GPU) -> bool:
         return gpu.memory_gib >= self.min_memory_gib and not (
             self.unless_named is not None and self.unless_named.lower() in gpu.name.lower())
@@ -285,8 +289,8 @@ class Engine(_Frozen):
 @functools.lru_cache(maxsize=256)
 def _in_tier(engine: Engine, tier: SchedulerTier) -> Engine:
     """`engine` with `tier`'s limits, made once per pair (a plan builds a deployment per candidate)."""
-    return engine.model_copy(update={"max_num_batched_tokens": tier.max_num_batched_tokens or engine.max_num_batched_tokens,
-                                     "max_num_seqs": tier.max_num_seqs or engine.max_num_seqs, "gpu_tiers": ()})
+    tokens, seqs = tier.limits(engine)
+    return engine.model_copy(update={"max_num_batched_tokens": tokens, "max_num_seqs": seqs, "gpu_tiers": ()})
 
 
 _STEP_LIMITS = {"max_num_batched_tokens", "max_num_seqs"}  # what an Engine's gpu_tiers set

@@ -185,8 +185,7 @@ def _tiers(engine: Any) -> str:
         held = [f">= {t.min_memory_gib:g} GiB" if t.min_memory_gib else "",
                 f"not named {t.unless_named}" if t.unless_named else ""]
         return " and ".join(h for h in held if h) or "other GPUs"
-    return "; ".join(f"{when(t)}: {t.max_num_batched_tokens or engine.max_num_batched_tokens}/"
-                     f"{t.max_num_seqs or engine.max_num_seqs}" for t in engine.gpu_tiers) or "-"
+    return "; ".join(f"{when(t)}: {'/'.join(map(str, t.limits(engine)))}" for t in engine.gpu_tiers) or "-"
 
 
 # A catalog id is a word a command line and a YAML key take as they are (a letter or digit, then

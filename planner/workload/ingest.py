@@ -186,7 +186,8 @@ def _add_log(
     def prepare_batch(batch: dict) -> _Prepared:
         prompt, output = token_counts(batch[spec.prompt]), token_counts(batch[spec.output])
         when = converter.times(batch[time_col]) if converter else None
-        codes = combine_codes(prompt.codes, output.codes, when.codes if when else None)
+        lengths = combine_codes(prompt.codes, output.codes)
+        codes = combine_codes(lengths, when.codes if when else None)
         keep = None if codes is None else codes == OK
         p, o = (
             (prompt.values, output.values)
@@ -202,7 +203,6 @@ def _add_log(
                                     (time_col, when.codes if when else None)) if name}
         time_only = 0
         if when is not None and when.codes is not None:
-            lengths = combine_codes(prompt.codes, output.codes)
             time_only = int(np.count_nonzero((when.codes != OK) & (True if lengths is None else lengths == OK)))
         return _Prepared(
             prompt=p,
