@@ -13,10 +13,10 @@ import numpy as np
 
 W_GRID = 1 << 12  # points of the waiting-time grid
 TILT_DECADES = 20.0  # the tilt damps the wrapped-around tail by e^-20
-# Probability intervals that represent W when it is mixed with the TPOT tail, finer towards
-# the tail that percentiles read, each represented by W's mean inside it.
-_W_EDGES = np.array([0.0, 0.5, 0.75, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 1.0])
-W_LEVEL_WEIGHTS = np.diff(_W_EDGES)
+# Probability intervals that represent W when it is mixed with the TPOT tail or the TTFT riders,
+# finer towards the tail that percentiles read, each represented by W's mean inside it.
+W_LEVEL_EDGES = np.array([0.0, 0.5, 0.75, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 1.0])
+W_LEVEL_WEIGHTS = np.diff(W_LEVEL_EDGES)
 
 
 def _split_mass(values: np.ndarray, weights: np.ndarray, unit: float, size: int,
@@ -110,16 +110,16 @@ class WaitDistribution:
         return float(np.searchsorted(self.cdf, q - 1e-12) * self.dt_s)
 
     def levels(self) -> tuple[np.ndarray, np.ndarray]:
-        """Representative values and their probabilities (the _W_EDGES intervals)."""
+        """Representative values and their probabilities (the W_LEVEL_EDGES intervals)."""
         return self._interval_means, W_LEVEL_WEIGHTS
 
     @cached_property
     def _interval_means(self) -> np.ndarray:
-        """E[W | q_a < F(W) <= q_b] for each interval [q_a, q_b] of _W_EDGES on the cdf linear between
+        """E[W | q_a < F(W) <= q_b] for each interval [q_a, q_b] of W_LEVEL_EDGES on the cdf linear between
         grid points: ∫ Q(u) du over it is b·Q(b) - a·Q(a) - ∫ F(x) dx from Q(a) to Q(b), with
         ∫ F exact for the piecewise-linear F. Unlike the quantile at an interval's middle, it moves
         continuously with the operating point even where W has a gap (a flat cdf), and keeps E[W]."""
-        q = self._inverse(_W_EDGES)
+        q = self._inverse(W_LEVEL_EDGES)
         cdf, dt = self.cdf, self.dt_s
         i = np.minimum(np.maximum(np.floor(q / dt).astype(np.int64), 0), cdf.size - 2)
         frac = np.minimum(np.maximum(q / dt - i, 0.0), 1.0)
@@ -128,7 +128,7 @@ class WaitDistribution:
         f_at = cdf[i] + (cdf[i + 1] - cdf[i]) * frac
         integral = area[i] + 0.5 * (cdf[i] + f_at) * frac * dt
         # at the top edge the cdf may stop short of 1 on the grid: Q(1) is the grid's end
-        uq = _W_EDGES * q
+        uq = W_LEVEL_EDGES * q
         return (np.diff(uq) - np.diff(integral)) / W_LEVEL_WEIGHTS
 
     def _inverse(self, q: np.ndarray) -> np.ndarray:
