@@ -171,7 +171,8 @@ def _work_tables(cells: _Cells, chunk_cap: int, params_active: float, attn: floa
 @lru_cache(maxsize=128)
 def _rider_tables(cells: _Cells, chunk_cap: int, params_active: float, attn: float) -> _WorkTables:
     """_work_tables' first bucket alone (D = 1: each prompt at most one step's `chunk_cap` tokens),
-    the riders' work of LatencyPoint.ttft_survival, for classes whose TPOT tables are not built."""
+    the riders' work of LatencyPoint.ttft_survival, built on its own: a class asked for a TTFT
+    share may never need its TPOT tables, whose other buckets cost more."""
     return _compound_tables(cells, np.ones(1), chunk_cap, params_active, attn)
 
 
@@ -632,10 +633,7 @@ class LatencyPoint:
         if cells.size == 0:
             return 0.0
         w, total = self.m.band_weights[band]
-        p = self.ttft_survival(cells, limit_s)
-        if self.spread is not None:
-            p = np.where(self.cell_wait[cells] == 0, self._capped_ttft_exceed(cells, limit_s), p)
-        return float(np.dot(w, p)) / total
+        return float(np.dot(w, self.ttft_survival(cells, limit_s))) / total
 
     def _capped_ttft_exceed(self, cells: np.ndarray, limit_s: float) -> np.ndarray:
         """P(W + H·F > x) for capped cells: H the stay's mean, F = (a + Z) / (a + E[Z]) its spread
@@ -652,29 +650,38 @@ class LatencyPoint:
         return np.minimum(free + waiting, 1.0)
 
     def ttft_survival(self, cells: np.ndarray, limit_s: float) -> np.ndarray:
-        """P(TTFT > limit_s) for each cell (under θ, the capped cells' is _capped_ttft_exceed's).
+        """P(TTFT > limit_s) for each cell; 1 where the queue never clears.
 
         A request's first token waits W, its own prefill, and the riders: prompts that arrive after
         it, before the step that prefills it starts, and are packed into that step behind it (vLLM
         fills a step's budget first come first served). Their mean, at most the room the request's
-        own last chunk leaves, is in own_s (_add_packed); without θ the tail takes them as they come, because a
-        mean misses the tail they make. The riders arrive while the request waits: W, and the decode
+        own last chunk leaves, is in own_s (_add_packed). Where every prompt waits in the one FCFS
+        queue (no prompt capped by θ at this point) the tail takes them as they come, because a mean
+        misses the tail they make; under θ the capped prompts' queue (_capped_ttft_exceed for the
+        capped cells) keeps the mean. The riders arrive while the request waits: W, and the decode
         part of the step in flight, t_dec / 2 on average, so given W = w they are compound Poisson
         with λ·(w + t_dec / 2) expected prompts, each its prefill (at most one step's tokens: the
         D = 1 row of the TPOT tables). Then
-            P(TTFT > x + own) = P(W > x) + E[P(R_W > x - W); W <= x],
-        the second term taken at W's levels (WaitDistribution.levels). The room r caps the riders:
-        min(R, r) > x - W needs x - r < W <= x, so each level counts its share of that range of W, at
-        its mean clipped into the range; the shares are read off W's cdf, so they move continuously
-        with x and with the load, as the capacity searches need.
+            P(TTFT > x + own) = P(W > x) + E[P(min(R_W, r) > x - W); W <= x],
+        r the room. min(R, r) > x - W needs x - r < W <= x: the second term is taken at W's levels
+        (WaitDistribution.levels), each counting its share of that range of W (read off W's cdf),
+        with the riders expected at the level itself and the threshold x - W at the level clipped
+        into the range. Every level's term then falls as x grows while its mass moves to P(W > x),
+        so the share falls with the limit and, the levels and the room moving with N, rises with the
+        load, as the capacity searches need (tests/test_latency.py holds both).
         In the replayed Azure conversation trace, 86-94% of the requests in the TTFT p99 tail had a
         rider, most of them a short prompt behind a long one, and the model with the riders' mean
         alone was 17-26% under the simulator's TTFT p99 (bench/accuracy.py, 2026-12-02). The mean
         TTFT keeps one mean step's arrivals (own_s): against the simulator's mean, on that trace on
         an H100, an A100 and an L40S and with constant prompts at 50-95% load, it is the closer of
         the two windows (the riders' tie to W matters in the tail, where W is long)."""
+        if not self.stable:
+            return np.ones(len(cells))
         if not self.random_riders:
-            return self._wait_survival(cells, limit_s - self.own_s[cells])
+            p = self._wait_survival(cells, limit_s - self.own_s[cells])
+            if self.spread is not None:
+                p = np.where(self.cell_wait[cells] == 0, self._capped_ttft_exceed(cells, limit_s), p)
+            return p
         x = limit_s - self.own_alone_s[cells]
         n = x.size
         lo = x - self.room_s[cells]
@@ -689,7 +696,7 @@ class LatencyPoint:
         levels, _ = self.wait.levels()
         at = np.minimum(np.maximum(levels[level], lo[cell]), x[cell])
         np.maximum(at, 0.0, out=at)
-        ride = _table_survival(self.m.rider_tables, _ONE_STEP, self.rate * (at + 0.5 * self.t_dec),
+        ride = _table_survival(self.m.rider_tables, _ONE_STEP, self.rate * (levels[level] + 0.5 * self.t_dec),
                                np.maximum(x[cell] - at, 1e-300) * self.m.flops_per_s)
         ride *= share[cell, level]
         return np.minimum(waited[:n] + np.bincount(cell, ride, minlength=n), 1.0)
