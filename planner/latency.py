@@ -596,7 +596,7 @@ class LatencyPoint:
         and room_s the most the riders can add, in seconds of prefill."""
         c, m = self.m.cells, self.m
         self.packed_s, self.room_s = np.zeros(c.weight.size), np.zeros(c.weight.size)
-        self.own_alone_s = self.own_s
+        self.own_alone_s = self.own_s  # own_s without the riders' mean, which replaces own_s below
         rho = self.rate * m.mean_prefill_s
         if rho >= 1:
             return
@@ -606,7 +606,6 @@ class LatencyPoint:
         room = np.maximum(budget - last_chunk, 0.0)
         per_token_s = m.mean_prefill_s / m.mean_new_tokens
         self.packed_s, self.room_s = np.minimum(tokens, room) * per_token_s, room * per_token_s
-        self.own_alone_s = self.own_s
         self.own_s = self.own_s + self.packed_s
 
     def _residual_step(self, steps_own: np.ndarray) -> float:
