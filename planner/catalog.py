@@ -254,6 +254,14 @@ class SchedulerTier(_Frozen):
         """(max_num_batched_tokens, max_num_seqs) of `engine` in this tier: the tier's, else the profile's."""
         return (self.max_num_batched_tokens or engine.max_num_batched_tokens, self.max_num_seqs or engine.max_num_seqs)
 
+    def gpus_text(self, first: bool) -> str:
+        """The GPUs in this tier, in words (for an error message); first: no tier comes before it."""
+        rules = ([f"with at least {self.min_memory_gib:g} GiB"] if self.min_memory_gib else []) + (
+            [f"not named '{self.unless_named}'"] if self.unless_named is not None else [])
+        if rules:
+            return "GPUs " + " and ".join(rules)
+        return "every GPU" if first else "the GPUs no earlier tier holds"
+
     def holds(self, gpu: GPU) -> bool:
         return gpu.memory_gib >= self.min_memory_gib and not (
             self.unless_named is not None and self.unless_named.lower() in gpu.name.lower())
@@ -279,6 +287,21 @@ class Engine(_Frozen):
     # (a GPU no tier holds keeps them).
     gpu_tiers: tuple[SchedulerTier, ...] = ()
     source: str
+
+    @model_validator(mode="after")
+    def _starts(self) -> Engine:
+        """vLLM refuses to start when a step's tokens are fewer than its sequences
+        (SchedulerConfig's check: "max_num_batched_tokens (…) must be greater than or equal to
+        max_num_seqs (…)"): a plan for such a profile could not be deployed. vLLM's profiles are
+        the ones with long_prefill_token_threshold (other engines let a batch outgrow a step's tokens)."""
+        if self.long_prefill_token_threshold is None:
+            return self
+        for where, tier in (("", None), *((f" on {t.gpus_text(i == 0)} (gpu_tiers[{i}])", t) for i, t in enumerate(self.gpu_tiers))):
+            tokens, seqs = (self.max_num_batched_tokens, self.max_num_seqs) if tier is None else tier.limits(self)
+            if tokens < seqs:
+                raise ValueError(f"max_num_batched_tokens {tokens} is below max_num_seqs {seqs}{where}: "
+                                 "vLLM refuses to start with fewer step tokens than sequences")
+        return self
 
     def for_gpu(self, gpu: GPU) -> Engine:
         """The profile as it runs on `gpu`: the scheduler defaults of the first tier that holds it."""

@@ -858,6 +858,32 @@ def test_a_cache_block_longer_than_any_engine_offers_is_refused(tmp_path):
                    f"{path}: catalog: engines.vllm.block_size: Input should be less than or equal to 1024 (got 100000)")
 
 
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("{max_num_batched_tokens: 900}", "max_num_batched_tokens 900 is below max_num_seqs 1024:"),
+        # a stated max_num_seqs holds on every GPU; the small GPUs' default 2048 tokens stay
+        ("{max_num_seqs: 4096}", "max_num_batched_tokens 2048 is below max_num_seqs 4096 on the GPUs no earlier tier "
+                                 "holds (gpu_tiers[1]):"),
+        ("{gpu_tiers: [{min_memory_gib: 70, unless_named: a100, max_num_seqs: 9000}]}",
+         "max_num_batched_tokens 8192 is below max_num_seqs 9000 on GPUs with at least 70 GiB and not named 'a100' "
+         "(gpu_tiers[0]):"),
+    ],
+)
+def test_a_vllm_profile_with_fewer_step_tokens_than_sequences_is_refused(tmp_path, override, expected):
+    path = scenario(tmp_path, BASE + f"catalog: {{engines: {{vllm: {override}}}}}\n")
+    one_line_error(run("solve", path, "--out-dir", tmp_path / "out"), 2, f"{path}: catalog: engines.vllm: Value error, "
+                   f"{expected} vLLM refuses to start with fewer step tokens than sequences")
+    assert leftovers(tmp_path / "out") == []
+
+
+def test_a_batch_may_outgrow_the_step_tokens_of_an_engine_that_allows_it(tmp_path):
+    path = scenario(tmp_path, BASE.replace("gpus:", "engine: trtllm\ngpus:")
+                    + "catalog: {engines: {trtllm: {max_num_batched_tokens: 900}}}\n")
+    r = run("solve", path, "--no-report")
+    assert r.exit_code == 0, r.output
+
+
 def test_a_config_whose_cache_holds_no_sequence_at_the_limit_is_not_planned(tmp_path):
     path = scenario(tmp_path, BASE.replace("rps: 4}", "rps: 0.1}") + "catalog: {gpus: {h100-sxm: {memory_gib: 20}}}\n")
     one_line_error(run("solve", path, "--no-report"), 3,
