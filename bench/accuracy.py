@@ -366,7 +366,7 @@ def run_percentile_pool(cat, pool: Pool, hist: Histogram, args) -> list[Percenti
         busy_n = statistics.fmean(float(tr.step_decoding[tr.step_prefill_tokens > 0].mean()) for _, tr in traced)
         lat = _pooled([r.latencies for r in runs])
         sim_n = statistics.fmean(r.resident_batch for r in runs)
-        at_sim_n = rm.latency.at(rate, rm.decode_s(sim_n), sim_n, rm.backlog(sim_n, rate))
+        at_sim_n = rm.latency.at(rate, rm.decode_s(sim_n), sim_n, rm.backlog(sim_n, rate), rm.decode_seen_s(sim_n))
         regime = rm.backlog(n) if n is not None else None
         regime_text = "none"
         if regime is not None:

@@ -37,19 +37,21 @@ flight ride it (the rest are admitted beside it and pass it): their share of the
 the capped prompts' share of prefill work times E[min(T, o)] / o. Each prompt's share of a
 step is capped at θ in the TPOT and gap tables.
 
-TPOT. A request's TPOT is t_dec plus the prefill compute that rides in its D = o - 1 decode
-steps, divided by D. FCFS puts every prompt that arrived before it ahead of its own
+TPOT. A request's TPOT is its own decode step t_own plus the prefill compute that rides in its
+D = o - 1 decode steps, divided by D. t_own is t_dec at the batch a decoding request sees, itself
+and the others (planner.capacity.ReplicaModel.decode_seen_s), not at the time-average N: in a
+long-context pool of N = 0.12 the two differ by a sequence's whole cache read, a fifth of the step. FCFS puts every prompt that arrived before it ahead of its own
 prefill, so only prompts arriving after it meet its decode: those that queued while it
 waited and prefilled (W + own), and those arriving during its D steps. Their work Y in
-the window [arrival, decode start + D·t_dec] is compound Poisson, each prompt capped at
+the window [arrival, decode start + D·t_own] is compound Poisson, each prompt capped at
 the compute of its first D·k tokens (no prompt can take more than k tokens of each of
 the D steps); and each second of it stretches the life by the prompts arriving
 meanwhile, which are served before the life ends too: the busy period an amount of work
 Y starts in an M/G/1 queue of load ρ lasts about Y / (1 - ρ) (its mean exactly; its tail
 for heavy-tailed work, Zwart, "Tail asymptotics for the busy period in the GI/G/1
 queue", 2001). So
-    TPOT > x  <=>  Y > (1 - ρ)·D·(x - t_dec),
-and never above t_dec plus a full step's prefill: a busy step carries a budget of prompt
+    TPOT > x  <=>  Y > (1 - ρ)·D·(x - t_own),
+and never above t_own plus a full step's prefill: a busy step carries a budget of prompt
 tokens, packed from as many prompts as it takes (LatencyModel.full_step_prefill_s; a cap
 at one prompt's chunk put the p99 below the mean where prompts are short beside the
 budget, bench/accuracy.py 2026-12-02). This is evaluated per histogram cell (its
@@ -58,9 +60,9 @@ grid of expected arrivals, in FLOPs, so one table serves every GPU, tensor-paral
 and dtype of a model and class. The simulator is the judge: bench/accuracy.py compares
 both per percentile.
 
-Per-token gaps. A step's gap is t_dec plus the chunk it carries; the share of steps
+Per-token gaps. A step's gap is t_own plus the chunk it carries; the share of a decoder's steps
 carrying a chunk costlier than y is λ·t̄·Σ w_c·#{chunks of c costing more than y}
-(t̄ the mean step), which gives the token-weighted gap distribution.
+(t̄ = t_own / (1 - ρ) the mean step it sees), which gives the token-weighted gap distribution.
 """
 
 from __future__ import annotations
@@ -471,8 +473,9 @@ class LatencyModel:
         self._fcfs_waits[key] = wait
         return wait
 
-    def at(self, rate_rps: float, decode_s: float, resident: float, backlog: Backlog | None = None) -> LatencyPoint:
-        return LatencyPoint(self, rate_rps, decode_s, resident, backlog)
+    def at(self, rate_rps: float, decode_s: float, resident: float, backlog: Backlog | None = None,
+           own_decode_s: float | None = None) -> LatencyPoint:
+        return LatencyPoint(self, rate_rps, decode_s, resident, backlog, own_decode_s)
 
 
 @lru_cache(maxsize=64)
@@ -487,11 +490,14 @@ def _fcfs_cells(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 class LatencyPoint:
     """The distributions at arrival rate λ, decode part t_dec and mean resident batch N; with a
-    Backlog, the FCFS wait's tail is the backlog regime's (planner.backlog)."""
+    Backlog, the FCFS wait's tail is the backlog regime's (planner.backlog). own_decode_s: the
+    decode part of the steps a decoding request sees, with its own sequence in them (t_own, for
+    TPOT and gaps) [default: t_dec]."""
 
     def __init__(self, model: LatencyModel, rate_rps: float, decode_s: float, resident: float,
-                 backlog: Backlog | None = None):
+                 backlog: Backlog | None = None, own_decode_s: float | None = None):
         self.m, self.rate, self.t_dec = model, float(rate_rps), float(decode_s)
+        self.t_own = self.t_dec if own_decode_s is None else float(own_decode_s)
         c = model.cells
         budget = max(model.chunk_tokens - resident, 1.0)
         k = min(model.table_cap, budget)
@@ -522,6 +528,7 @@ class LatencyPoint:
             self.random_riders = True
         self.stable = self.wait is not None
         self.mean_step = self.t_dec / (1 - self.rho) if self.rho < 1 else math.inf
+        self.own_mean_step = self.t_own / (1 - self.rho) if self.rho < 1 else math.inf  # as a decoder sees it
         self.full_step_prefill_s = model.full_step_prefill_s
 
     def _capped_waits(self, budget: float, k: float, steps_own: np.ndarray, capped: np.ndarray,
@@ -717,7 +724,7 @@ class LatencyPoint:
 
     def _tpot_terms(self, band: int):
         """Per (cell with a decode step, W level): probability weight, D, expected arrivals in the
-        window [arrival, decode start + D·t_dec], and the table bucket of D ([cells, 1] where the
+        window [arrival, decode start + D·t_own], and the table bucket of D ([cells, 1] where the
         same at every level)."""
         static = self.m.tpot_static(band)
         if static is None:
@@ -727,12 +734,12 @@ class LatencyPoint:
             # One FCFS wait for every cell, every window open, nothing looked back on: the
             # general form below with its unit factors and zero terms left out (the same floats).
             levels = self.wait.levels()[0]
-            window = self.rate * ((levels[None, :] + self.own_s[cells][:, None]) + (d * self.t_dec)[:, None])
+            window = self.rate * ((levels[None, :] + self.own_s[cells][:, None]) + (d * self.t_own)[:, None])
             return (prob, d[:, None], window, bucket[:, None]), tables, total
         levels, _ = self._wait_levels(cells)
         open_ = self.window_open[cells]
         window = self.rate * (open_[:, None] * (levels + self.own_s[cells][:, None])
-                              + (self.lookback_s[cells] + d * self.t_dec)[:, None])
+                              + (self.lookback_s[cells] + d * self.t_own)[:, None])
         return (prob, d[:, None], window, bucket[:, None]), tables, total
 
     def _wait_levels(self, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -746,13 +753,13 @@ class LatencyPoint:
         """Share of the band's requests (with two or more output tokens) whose TPOT exceeds limit_s."""
         if not self.stable or self.rho >= 1:
             return 1.0
-        if limit_s >= self.t_dec + self.full_step_prefill_s:
+        if limit_s >= self.t_own + self.full_step_prefill_s:
             return 0.0
         terms = self._tpot_terms(band)
         if terms is None:
             return 0.0
         (prob, d, window, bucket), tables, total = terms
-        threshold_s = (1 - self.rho) * d * (limit_s - self.t_dec)
+        threshold_s = (1 - self.rho) * d * (limit_s - self.t_own)
         p = _table_survival(tables, bucket, window, threshold_s * self.m.flops_per_s)
         return float((prob * p).sum()) / total
 
@@ -764,20 +771,20 @@ class LatencyPoint:
             return math.nan
         (prob, d, window, bucket), tables, total = terms
         work_s = window * tables.mean_flops[bucket] / self.m.flops_per_s
-        return float((prob * (self.t_dec + work_s / ((1 - self.rho) * d))).sum()) / total
+        return float((prob * (self.t_own + work_s / ((1 - self.rho) * d))).sum()) / total
 
     def itl_exceed(self, limit_s: float) -> float:
         """Share of decode tokens whose gap (their step) exceeds limit_s."""
         if not self.stable:
             return 1.0
-        if limit_s <= self.t_dec:
+        if limit_s <= self.t_own:
             return 1.0
         m = self.m
         ch = _chunks(m.cells, self.k, m.step.params_active, m.step.attn_flops_per_ctx_token)
-        y = (limit_s - self.t_dec) * m.flops_per_s
+        y = (limit_s - self.t_own) * m.flops_per_s
         i = int(np.searchsorted(-ch.flops_desc, -y, side="left"))
         heavier = float(ch.cum_weight[i - 1]) if i > 0 else 0.0
-        return min(1.0, self.rate * self.mean_step * heavier)
+        return min(1.0, self.rate * self.own_mean_step * heavier)
 
     # ---- statistics
     def value(self, band: int, kind: str, stat: str) -> float:
@@ -792,7 +799,7 @@ class LatencyPoint:
                 return self.ttft_mean(band)
             if kind == "tpot":
                 return self.tpot_mean(band)
-            return self.mean_step
+            return self.own_mean_step
         exceed = {"ttft": lambda x: self.ttft_exceed(band, x), "tpot": lambda x: self.tpot_exceed(band, x),
                   "itl": self.itl_exceed}[kind]
         if not self.stable:
@@ -855,13 +862,13 @@ class LatencyPoint:
 
     def _tpot_cell_exceed(self, cell: int, limit_s: float) -> float:
         m = self.m
-        if limit_s >= self.t_dec + self.full_step_prefill_s:
+        if limit_s >= self.t_own + self.full_step_prefill_s:
             return 0.0
         tables = _work_tables(m.cells, self.k, m.step.params_active, m.step.attn_flops_per_ctx_token)
         levels, probs = self._wait_levels(np.array([cell]))
         levels = levels[0]
         d = float(m.cells.decode_steps[cell])
-        window = self.rate * (self.window_open[cell] * (levels + self.own_s[cell]) + self.lookback_s[cell] + d * self.t_dec)
+        window = self.rate * (self.window_open[cell] * (levels + self.own_s[cell]) + self.lookback_s[cell] + d * self.t_own)
         bucket = np.full(levels.shape, int(np.clip(np.searchsorted(tables.bucket_d, d, side="right") - 1, 0, None)))
-        threshold = np.full(levels.shape, (1 - self.rho) * d * (limit_s - self.t_dec) * m.flops_per_s)
+        threshold = np.full(levels.shape, (1 - self.rho) * d * (limit_s - self.t_own) * m.flops_per_s)
         return float(np.dot(probs, _table_survival(tables, bucket, window, threshold)))

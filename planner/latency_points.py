@@ -151,7 +151,8 @@ class LatencyCase:
         if self.row.metric == "batch_e2e_ms":
             return batch_e2e_s(dep, self.row.concurrency, self.row.input_len, self.row.output_len) * 1e3
         rm = ReplicaModel(dep, self.prof, SLO(), budget_ladder(dep))
-        return rm.itl_s(float(self.row.concurrency)) * 1e3
+        c = float(self.row.concurrency)
+        return rm.itl_s(c, seen=c) * 1e3  # a closed loop: c sequences, the request's own among them
 
 
 def batch_e2e_s(dep: Deployment, batch: int, prompt_tokens: int, output_tokens: int) -> float:

@@ -57,8 +57,8 @@ def test_latencies_grow_with_load_and_start_at_the_empty_replica(catalog):
         pt = rm.latency_at(n)
         values.append([pt.value(0, k, s) for k in ("ttft", "tpot") for s in ("p50", "p90", "p99")])
     assert np.all(np.diff(np.array(values), axis=0) >= -1e-9)
-    empty = rm.latency_at(1e-6)
-    assert empty.value(0, "tpot", "p99") == pytest.approx(rm.decode_s(1e-6), rel=0.05)
+    empty = rm.latency_at(1e-6)  # one request alone: every step decodes it and nothing else
+    assert empty.value(0, "tpot", "p99") == pytest.approx(rm.decode_s(1.0), rel=1e-3)
 
 
 def test_head_of_line_blocking_shows_in_the_short_band(catalog):
@@ -229,3 +229,26 @@ def test_attainment_reads_the_capped_prompts_ttft_tail_under_theta(catalog):
     assert pt.spread is not None  # the capped path
     assert 1.0 - pt.attainment() == pytest.approx(pt.ttft_exceed(0, 0.6), rel=1e-12)
     assert pt.ttft_exceed(0, 0.6) > 0.01
+
+
+@pytest.mark.parametrize(("tp", "rate"), [(2, 0.02), (1, 0.05)])
+def test_a_decoding_request_pays_for_its_own_cache_read_in_a_nearly_idle_long_context_pool(catalog, tp, rate):
+    """A long-context pool at a few requests a minute holds N = 0.02-0.1 sequences on average, but
+    every decode step a request is timed on holds the request itself: its TPOT median and the mean
+    ITL are the step at N + 1 (ReplicaModel.decode_seen_s), which the simulator confirms; the step
+    at the time-average N left out a whole 20k-100k-token cache read, a sixth of the step and more."""
+    dep = make_deployment(catalog, model="llama-3.1-8b", gpu="h100-sxm", tp=tp, max_model_len=131072, kv_dtype="fp8")
+    rng = np.random.default_rng(0)
+    hist = Histogram.from_arrays(rng.integers(20_000, 100_000, 4000), rng.integers(50, 400, 4000))
+    slo = SLO((Band("all", 0, None, tpot=Target("p99", 1.0)),))
+    rm = ReplicaModel(dep, token_profile(hist), slo)
+    n = rm.resident_for_rate(rate, 1024)
+    assert n < 0.2
+    runs = [simulate_replica(dep, sample_requests(hist, rate, 3000, seed=seed)) for seed in (0, 1)]
+    sim_p50 = merged_latencies([r.latencies for r in runs]).statistic(slo.bands[0], "tpot", "p50")
+    sim_itl_s = np.mean([r.itl_ms_mean for r in runs]) / 1e3
+    at_mean_n = rm.latency.at(rm.rate(n), rm.decode_s(n), n, rm.backlog(n), own_decode_s=rm.decode_s(n))
+    assert rm.latency_at(n).value(0, "tpot", "p50") == pytest.approx(sim_p50, rel=0.05)
+    assert at_mean_n.value(0, "tpot", "p50") < 0.87 * sim_p50
+    assert rm.itl_s(n) == pytest.approx(sim_itl_s, rel=0.06)
+    assert rm.itl_s(n, seen=n) < 0.88 * sim_itl_s
