@@ -235,15 +235,38 @@ def traffic_classes(scn: Scenario, served: Histogram, limit: int, peak_rps: floa
 
     out = {"none": [make("none", "all", f"all (≤ {limit:,} tokens)", served, limit)]}
     for t in scn.thresholds:
-        if t >= limit:
+        pools = split_pools(served, t, limit)
+        if isinstance(pools, str):
             continue
-        short, long = served.select_total(at_most=t), served.select_total(above=t)
-        if short.is_empty or long.is_empty:
-            continue
+        short, long = pools
         out[str(t)] = [
             make(str(t), "short", f"short (≤ {t:,} tokens)", short, t),
             make(str(t), "long", f"long ({t:,} < tokens ≤ {limit:,})", long, limit),
         ]
+    return out
+
+
+def split_pools(served: Histogram, threshold: int, limit: int) -> tuple[Histogram, Histogram] | str:
+    """The short (≤ threshold total tokens) and long requests of a split, or why the threshold
+    makes no two pools of the served requests."""
+    if threshold >= limit:
+        return f"at or above the context limit {limit:,}"
+    short, long = served.select_total(at_most=threshold), served.select_total(above=threshold)
+    if long.is_empty:
+        return f"no served request has more than {threshold:,} tokens, prompt and output together"
+    if short.is_empty:
+        return f"every served request has more than {threshold:,} tokens, prompt and output together"
+    return short, long
+
+
+def thresholds_left_out(scn: Scenario, served: Histogram, limit: int) -> list[tuple[int, str]]:
+    """The split thresholds the plan did not try, each with why (split_pools): the scenario's own,
+    and the standard ones below the limit (those at or above it are not offered by default)."""
+    out = []
+    for t in scn.thresholds:
+        why = split_pools(served, t, limit)
+        if isinstance(why, str) and (scn.split_thresholds is not None or t < limit):
+            out.append((t, why))
     return out
 
 

@@ -23,6 +23,7 @@ from planner.plan_objects import (
     PoolDetail,
     class_share,
     classes_short_of_capacity,
+    thresholds_left_out,
 )
 from planner.pool_check import EXPLORED_CONFIRM_STEPS, band_requests
 from planner.report_latency import latency_section
@@ -49,6 +50,12 @@ def _delta(x: float, base: float) -> str:
     if abs(d) < 0.005:
         return "same"
     return f"{'+' if d > 0 else '−'}${abs(d):,.2f} ({d / base:+.0%})".replace("(-", "(−")
+
+
+def _left_out_text(plan: Plan) -> str:
+    """The split thresholds the plan did not try, and why (plan_objects.thresholds_left_out)."""
+    left = thresholds_left_out(plan.scenario, plan.served, plan.context_limit)
+    return "; ".join(f"split at {t:,}: {why}" for t, why in left)
 
 
 def _split_text(threshold: int | None) -> str:
@@ -85,6 +92,9 @@ def render(plan: Plan, *, figures: dict[str, str] | None = None, sections: tuple
         w(_explored_in_fleet(plan))
         w("")
     w(_outcomes_table(plan.split_analysis, base, "Option"))
+    if left := _left_out_text(plan):
+        w("")
+        w(f"Not analysed: {left}.")
     if few := _few_of_a_band(plan):
         w("")
         w(few)
@@ -260,7 +270,11 @@ def _why(plan: Plan) -> str:
 def _why_of(plan: Plan, sol) -> str:
     feasible = [o for o in plan.split_analysis if o.feasible]
     if len(plan.split_analysis) <= 1:
-        return "Why one pool: no split threshold was offered (or none leaves both pools non-empty)."
+        if left := _left_out_text(plan):
+            return f"Why one pool: no split threshold makes two pools — {left}."
+        if plan.scenario.split_thresholds == []:
+            return "Why one pool: the scenario offers no split threshold (split_thresholds is empty)."
+        return f"Why one pool: no standard split threshold lies below the context limit ({plan.context_limit:,} tokens)."
     binding = {(e.traffic_class.option, e.traffic_class.name, e.config.label(e.traffic_class.max_model_len)):
                e.capacity.binding for e in plan.evaluations if e.capacity is not None}
 

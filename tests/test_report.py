@@ -206,3 +206,37 @@ def test_a_split_that_sends_a_few_requests_of_a_band_to_another_pool_says_it_hol
     one_pool = make_plan(scenario(context_limit=8192, gpus=["h100-sxm"]), catalog, catalog.model("llama-3.1-8b"),
                          Histogram.from_arrays(np.full(100, 1000), np.full(100, 200)), 5.0, explore=False)
     assert list(one_pool.classes) == ["none"] and "Split routing" not in render(one_pool)
+
+
+def test_split_thresholds_the_plan_did_not_try_are_named_with_why(catalog):
+    """Requests of 1,200 and 3,200 tokens under an 8,192-token limit: a split at 2,048 makes two
+    pools; at 1,024 every request is long, at 4,096 every one short, and 16,384 is past the limit.
+    The standard thresholds at or above the limit are not offered by default, so not named."""
+    from test_planning import scenario, traffic
+
+    from planner.plan_objects import thresholds_left_out
+    from planner.planning import make_plan
+    from planner.report import render
+
+    served = traffic(900, (1000, 200), 100, (3000, 200))
+    stated = scenario(context_limit=8192, split_thresholds=[1024, 2048, 4096, 16384])
+    assert thresholds_left_out(stated, served, 8192) == [
+        (1024, "every served request has more than 1,024 tokens, prompt and output together"),
+        (4096, "no served request has more than 4,096 tokens, prompt and output together"),
+        (16384, "at or above the context limit 8,192"),
+    ]
+    assert thresholds_left_out(scenario(context_limit=8192), served, 8192) == [
+        (4096, "no served request has more than 4,096 tokens, prompt and output together")]
+
+    short_only = traffic(1000, (1000, 200), 0, (1000, 200))
+    plan = make_plan(scenario(context_limit=8192, gpus=["h100-sxm"], split_thresholds=[4096, 16384]), catalog,
+                     catalog.model("llama-3.1-8b"), short_only, 5.0)
+    text = render(plan)
+    left = ("split at 4,096: no served request has more than 4,096 tokens, prompt and output together; "
+            "split at 16,384: at or above the context limit 8,192")
+    assert f"Why one pool: no split threshold makes two pools — {left}." in text
+    assert f"Not analysed: {left}." in text
+    none = make_plan(scenario(context_limit=8192, gpus=["h100-sxm"], split_thresholds=[]), catalog,
+                     catalog.model("llama-3.1-8b"), short_only, 5.0)
+    assert "Why one pool: the scenario offers no split threshold (split_thresholds is empty)." in render(none)
+    assert "Not analysed" not in render(none)
