@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
+from functools import cached_property, lru_cache, partial
 
 import numpy as np
 
@@ -250,12 +250,19 @@ class ReplicaModel:
         M/G/∞ system, Poisson with the time-average mean n; E[N²]/E[N] = n + 1), at most the
         decoders the cache and max_num_seqs hold. TPOT and per-token gaps are timed on these
         steps. In a long-context pool of n = 0.02-0.2, t_dec(n) leaves out a whole sequence's
-        cache read: the model's TPOT p50 was 15-18% under the simulator's and its mean ITL 12-17%
-        (tests/test_latency.py), the 128k rollout's long pool's mean ITL 8.81 ms against 10.09."""
+        cache read: timed at t_dec(n), the model's TPOT p50 was 15-21% under the simulator's and
+        its mean ITL 15-16% (tests/test_latency.py's cases; 1-5% with this step), and the 128k
+        rollout's long pool's mean ITL 8.81 ms against 10.09 simulated (9.96 with it)."""
         return self.decode_s(max(n, min(n + 1.0, self._decoder_cap[0])))
 
     def rate(self, n: float) -> float:
-        """λ(N) = N / (s·t_dec(N) + N·E[T_pf])."""
+        """λ(N) = N / (s·t_dec(N) + N·E[T_pf]).
+
+        Little's law over the time-average step, not over a request's own (decode_seen_s): where
+        every slot is full (an offline throughput run, the calibration's), the batch a request
+        sees is N itself, and N + 1 would miscount it. So in a nearly idle pool the model's N is
+        under the simulator's (the 128k rollout's long pool: 0.12 against 0.19), which moves
+        nothing a plan is sized on there (the weights' read sets the step)."""
         if n <= 0:
             return 0.0
         return n / (self.prof.steps_per_request * self.decode_s(n) + n * self.prefill_mean_s)
@@ -360,7 +367,8 @@ class ReplicaModel:
     def latency_at(self, n: float) -> LatencyPoint:
         """The latency distributions at mean resident count n (cached: bisections revisit points)."""
         if n not in self._points:
-            self._points[n] = self.latency.at(self.rate(n), self.decode_s(n), n, self.backlog(n), self.decode_seen_s(n))
+            self._points[n] = self.latency.at(self.rate(n), self.decode_s(n), n, self.backlog(n), self.decode_seen_s(n),
+                                              partial(self.itl_s, n))
         return self._points[n]
 
     def backlog(self, n: float, rate_rps: float | None = None) -> Backlog | None:

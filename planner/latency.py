@@ -40,7 +40,8 @@ step is capped at θ in the TPOT and gap tables.
 TPOT. A request's TPOT is its own decode step t_own plus the prefill compute that rides in its
 D = o - 1 decode steps, divided by D. t_own is t_dec at the batch a decoding request sees, itself
 and the others (planner.capacity.ReplicaModel.decode_seen_s), not at the time-average N: in a
-long-context pool of N = 0.12 the two differ by a sequence's whole cache read, a fifth of the step. FCFS puts every prompt that arrived before it ahead of its own
+long-context pool of N = 0.02-0.2 the two differ by a whole sequence's cache read, 17-20% of
+t_dec in tests/test_latency.py's cases. FCFS puts every prompt that arrived before it ahead of its own
 prefill, so only prompts arriving after it meet its decode: those that queued while it
 waited and prefilled (W + own), and those arriving during its D steps. Their work Y in
 the window [arrival, decode start + D·t_own] is compound Poisson, each prompt capped at
@@ -69,6 +70,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
@@ -395,7 +397,7 @@ class LatencyModel:
         rest), short prompts packed several to a step. Which prompt tokens is a draw weighted by
         prefill work (a long prompt's late chunks cost most a token, its early ones little): a
         request whose every step is full sees their work-weighted mean cost a token, not the
-        costliest one. No request's TPOT exceeds t_dec + this (LatencyPoint.tpot_exceed). The whole
+        costliest one. No request's TPOT exceeds t_own + this (LatencyPoint.tpot_exceed). The whole
         budget, not the budget less the decoders' tokens, and a cost a token weighted by work, not by
         tokens: both put the cut a little higher, where it can only let more of the tail through."""
         if self._full_step_prefill_s is None:
@@ -474,8 +476,8 @@ class LatencyModel:
         return wait
 
     def at(self, rate_rps: float, decode_s: float, resident: float, backlog: Backlog | None = None,
-           own_decode_s: float | None = None) -> LatencyPoint:
-        return LatencyPoint(self, rate_rps, decode_s, resident, backlog, own_decode_s)
+           own_decode_s: float | None = None, itl_mean: Callable[[], float] | None = None) -> LatencyPoint:
+        return LatencyPoint(self, rate_rps, decode_s, resident, backlog, own_decode_s, itl_mean)
 
 
 @lru_cache(maxsize=64)
@@ -492,12 +494,16 @@ class LatencyPoint:
     """The distributions at arrival rate λ, decode part t_dec and mean resident batch N; with a
     Backlog, the FCFS wait's tail is the backlog regime's (planner.backlog). own_decode_s: the
     decode part of the steps a decoding request sees, with its own sequence in them (t_own, for
-    TPOT and gaps) [default: t_dec]."""
+    TPOT and gaps) [default: t_dec]. itl_mean: the mean per-token gap, computed when asked
+    (planner.capacity.ReplicaModel.itl_s, which adds the prompts queued behind a request to the
+    mean step it sees) [default: that mean step alone]."""
 
     def __init__(self, model: LatencyModel, rate_rps: float, decode_s: float, resident: float,
-                 backlog: Backlog | None = None, own_decode_s: float | None = None):
+                 backlog: Backlog | None = None, own_decode_s: float | None = None,
+                 itl_mean: Callable[[], float] | None = None):
         self.m, self.rate, self.t_dec = model, float(rate_rps), float(decode_s)
         self.t_own = self.t_dec if own_decode_s is None else float(own_decode_s)
+        self._itl_mean = itl_mean
         c = model.cells
         budget = max(model.chunk_tokens - resident, 1.0)
         k = min(model.table_cap, budget)
@@ -730,17 +736,32 @@ class LatencyPoint:
         if static is None:
             return None
         cells, d, bucket, tables, total, prob = static
-        if self.spread is None and len(self.waits) == 1:
-            # One FCFS wait for every cell, every window open, nothing looked back on: the
-            # general form below with its unit factors and zero terms left out (the same floats).
-            levels = self.wait.levels()[0]
-            window = self.rate * ((levels[None, :] + self.own_s[cells][:, None]) + (d * self.t_own)[:, None])
-            return (prob, d[:, None], window, bucket[:, None]), tables, total
-        levels, _ = self._wait_levels(cells)
+        levels = self.wait.levels()[0][None, :] if self._one_open_wait else self._wait_levels(cells)[0]
+        return (prob, d[:, None], self._tpot_window(cells, levels, d), bucket[:, None]), tables, total
+
+    @property
+    def _one_open_wait(self) -> bool:
+        """One FCFS wait for every cell, every TPOT window open, nothing looked back on."""
+        return self.spread is None and len(self.waits) == 1
+
+    def _tpot_window(self, cells: np.ndarray, levels: np.ndarray, d: np.ndarray) -> np.ndarray:
+        """Expected arrivals in each cell's TPOT window [arrival, decode start + D·t_own] at each
+        W level ([cells, levels]; levels [1, levels] where every cell shares them)."""
+        if self._one_open_wait:  # the general form with its unit factors and zero terms left out (the same floats)
+            return self.rate * ((levels + self.own_s[cells][:, None]) + (d * self.t_own)[:, None])
         open_ = self.window_open[cells]
-        window = self.rate * (open_[:, None] * (levels + self.own_s[cells][:, None])
-                              + (self.lookback_s[cells] + d * self.t_own)[:, None])
-        return (prob, d[:, None], window, bucket[:, None]), tables, total
+        return self.rate * (open_[:, None] * (levels + self.own_s[cells][:, None])
+                            + (self.lookback_s[cells] + d * self.t_own)[:, None])
+
+    def _riding_flops_allowed(self, d, limit_s: float):
+        """The prefill work (FLOPs) riding a request of D decode steps before its TPOT passes
+        limit_s: TPOT > x <=> Y > (1 - ρ)·D·(x - t_own) (module docstring)."""
+        return (1 - self.rho) * d * (limit_s - self.t_own) * self.m.flops_per_s
+
+    @property
+    def tpot_most_s(self) -> float:
+        """No request's TPOT exceeds its own step and a full step's prefill (full_step_prefill_s)."""
+        return self.t_own + self.full_step_prefill_s
 
     def _wait_levels(self, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each cell's wait at the representative levels ([cells, levels], from the wait its cell
@@ -753,14 +774,13 @@ class LatencyPoint:
         """Share of the band's requests (with two or more output tokens) whose TPOT exceeds limit_s."""
         if not self.stable or self.rho >= 1:
             return 1.0
-        if limit_s >= self.t_own + self.full_step_prefill_s:
+        if limit_s >= self.tpot_most_s:
             return 0.0
         terms = self._tpot_terms(band)
         if terms is None:
             return 0.0
         (prob, d, window, bucket), tables, total = terms
-        threshold_s = (1 - self.rho) * d * (limit_s - self.t_own)
-        p = _table_survival(tables, bucket, window, threshold_s * self.m.flops_per_s)
+        p = _table_survival(tables, bucket, window, self._riding_flops_allowed(d, limit_s))
         return float((prob * p).sum()) / total
 
     def tpot_mean(self, band: int) -> float:
@@ -799,7 +819,7 @@ class LatencyPoint:
                 return self.ttft_mean(band)
             if kind == "tpot":
                 return self.tpot_mean(band)
-            return self.own_mean_step
+            return self.own_mean_step if self._itl_mean is None or not self.stable else self._itl_mean()
         exceed = {"ttft": lambda x: self.ttft_exceed(band, x), "tpot": lambda x: self.tpot_exceed(band, x),
                   "itl": self.itl_exceed}[kind]
         if not self.stable:
@@ -862,13 +882,13 @@ class LatencyPoint:
 
     def _tpot_cell_exceed(self, cell: int, limit_s: float) -> float:
         m = self.m
-        if limit_s >= self.t_own + self.full_step_prefill_s:
+        if limit_s >= self.tpot_most_s:
             return 0.0
         tables = _work_tables(m.cells, self.k, m.step.params_active, m.step.attn_flops_per_ctx_token)
-        levels, probs = self._wait_levels(np.array([cell]))
-        levels = levels[0]
-        d = float(m.cells.decode_steps[cell])
-        window = self.rate * (self.window_open[cell] * (levels + self.own_s[cell]) + self.lookback_s[cell] + d * self.t_own)
-        bucket = np.full(levels.shape, int(np.clip(np.searchsorted(tables.bucket_d, d, side="right") - 1, 0, None)))
-        threshold = np.full(levels.shape, (1 - self.rho) * d * (limit_s - self.t_own) * m.flops_per_s)
+        cells = np.array([cell])
+        levels, probs = self._wait_levels(cells)
+        d = m.cells.decode_steps[cells].astype(float)
+        window = self._tpot_window(cells, levels, d)[0]
+        bucket = np.full(window.shape, int(np.clip(np.searchsorted(tables.bucket_d, d[0], side="right") - 1, 0, None)))
+        threshold = np.full(window.shape, self._riding_flops_allowed(float(d[0]), limit_s))
         return float(np.dot(probs, _table_survival(tables, bucket, window, threshold)))

@@ -12,10 +12,11 @@ what the planner itself uses, so the fit checks the planner and not a side model
   output_len - 1 decode steps of c sequences whose context grows from p + 1 to p + o - 1.
 - `mean_itl_ms`: a serving benchmark's mean inter-token latency at a fixed number of
   concurrent requests (closed loop: each user sends its next request when the last one
-  ends), constant prompt and output lengths. Predicted as capacity.ReplicaModel.itl_s(c) of
-  Histogram.constant(input_len, output_len): the mean step at c resident sequences,
-  stretched by the prefills of new requests that ride in decode steps, plus the prefill
-  backlog a request meets, exactly as the planner sizes ITL-bound replicas.
+  ends), constant prompt and output lengths. Predicted as capacity.ReplicaModel.itl_s(c, seen=c)
+  of Histogram.constant(input_len, output_len): the mean step at c resident sequences (the
+  request among them), stretched by the prefills of new requests that ride in decode steps,
+  plus the prefill backlog a request meets, as the planner sizes replicas for a mean-ITL target
+  (there with Poisson arrivals: the request's own step at N + 1).
 """
 
 from __future__ import annotations
