@@ -258,9 +258,13 @@ class SchedulerTier(_Frozen):
         """The GPUs in this tier, in words (for an error message); first: no tier comes before it."""
         rules = ([f"with at least {self.min_memory_gib:g} GiB"] if self.min_memory_gib else []) + (
             [f"not named '{self.unless_named}'"] if self.unless_named is not None else [])
-        if rules:
-            return "GPUs " + " and ".join(rules)
-        return "every GPU" if first else "the GPUs no earlier tier holds"
+        if not rules:
+            return "every GPU" if first else "the GPUs no earlier tier holds"
+        return "GPUs " + " and ".join(rules) + ("" if first else " that no earlier tier holds")
+
+    @property
+    def holds_every_gpu(self) -> bool:
+        return not self.min_memory_gib and self.unless_named is None
 
     def holds(self, gpu: GPU) -> bool:
         return gpu.memory_gib >= self.min_memory_gib and not (
@@ -293,10 +297,12 @@ class Engine(_Frozen):
         """vLLM refuses to start when a step's tokens are fewer than its sequences
         (SchedulerConfig's check: "max_num_batched_tokens (…) must be greater than or equal to
         max_num_seqs (…)"): a plan for such a profile could not be deployed. vLLM's profiles are
-        the ones with long_prefill_token_threshold (other engines let a batch outgrow a step's tokens)."""
+        the ones with long_prefill_token_threshold (the check is vLLM's; other engines' profiles are
+        not held to it). The profile's own limits apply where no tier holds a GPU."""
         if self.long_prefill_token_threshold is None:
             return self
-        for where, tier in (("", None), *((f" on {t.gpus_text(i == 0)} (gpu_tiers[{i}])", t) for i, t in enumerate(self.gpu_tiers))):
+        own = [] if any(t.holds_every_gpu for t in self.gpu_tiers) else [("", None)]
+        for where, tier in (*own, *((f" on {t.gpus_text(i == 0)} (gpu_tiers[{i}])", t) for i, t in enumerate(self.gpu_tiers))):
             tokens, seqs = (self.max_num_batched_tokens, self.max_num_seqs) if tier is None else tier.limits(self)
             if tokens < seqs:
                 raise ValueError(f"max_num_batched_tokens {tokens} is below max_num_seqs {seqs}{where}: "

@@ -53,7 +53,10 @@ def _delta(x: float, base: float) -> str:
 
 
 def _left_out_text(plan: Plan) -> str:
-    """The split thresholds the plan did not try, and why (plan_objects.thresholds_left_out)."""
+    """The split thresholds the plan did not try, and why (plan_objects.thresholds_left_out); none
+    for a stated fleet, which is checked as it stands, not explored."""
+    if plan.given_fleet:
+        return ""
     left = thresholds_left_out(plan.scenario, plan.served, plan.context_limit)
     return "; ".join(f"split at {t:,}: {why}" for t, why in left)
 

@@ -167,6 +167,7 @@ def test_a_given_fleet_is_checked_and_reported_beside_the_cheapest_plan(tmp_path
     report = (out / "sim.md").read_text(encoding="utf-8")
     assert "## The fleet as given" in report
     assert "For comparison, the cheapest plan the model finds for the same targets" in report
+    assert "Not analysed" not in report  # a given fleet is checked, not explored: no split was tried
     sim = CliRunner().invoke(main, ["simulate", str(write(tmp_path, text)), "--json"])
     assert sim.exit_code == 0, sim.output
     (pool,) = json.loads(sim.output)["pools"]

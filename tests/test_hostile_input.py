@@ -861,7 +861,13 @@ def test_a_cache_block_longer_than_any_engine_offers_is_refused(tmp_path):
 @pytest.mark.parametrize(
     ("override", "expected"),
     [
-        ("{max_num_batched_tokens: 900}", "max_num_batched_tokens 900 is below max_num_seqs 1024:"),
+        # a stated flag holds on every tier, and the tiers hold every GPU
+        ("{max_num_batched_tokens: 900}", "max_num_batched_tokens 900 is below max_num_seqs 1024 on GPUs with at "
+                                          "least 70 GiB and not named 'a100' (gpu_tiers[0]):"),
+        ("{max_num_batched_tokens: 900, gpu_tiers: []}", "max_num_batched_tokens 900 is below max_num_seqs 1024:"),
+        ("{gpu_tiers: [{min_memory_gib: 100}, {min_memory_gib: 70, max_num_seqs: 9000}]}",
+         "max_num_batched_tokens 8192 is below max_num_seqs 9000 on GPUs with at least 70 GiB that no earlier tier "
+         "holds (gpu_tiers[1]):"),
         # a stated max_num_seqs holds on every GPU; the small GPUs' default 2048 tokens stay
         ("{max_num_seqs: 4096}", "max_num_batched_tokens 2048 is below max_num_seqs 4096 on the GPUs no earlier tier "
                                  "holds (gpu_tiers[1]):"),
@@ -875,6 +881,14 @@ def test_a_vllm_profile_with_fewer_step_tokens_than_sequences_is_refused(tmp_pat
     one_line_error(run("solve", path, "--out-dir", tmp_path / "out"), 2, f"{path}: catalog: engines.vllm: Value error, "
                    f"{expected} vLLM refuses to start with fewer step tokens than sequences")
     assert leftovers(tmp_path / "out") == []
+
+
+def test_a_vllm_profiles_own_limits_are_not_checked_where_a_tier_holds_every_gpu(tmp_path):
+    # Its last tier states no rule, so every GPU takes a tier's limits and never the profile's 900.
+    path = scenario(tmp_path, BASE + "catalog: {engines: {vllm: {max_num_batched_tokens: 900, "
+                                     "gpu_tiers: [{max_num_batched_tokens: 8192}]}}}\n")
+    r = run("solve", path, "--no-report")
+    assert r.exit_code == 0, r.output
 
 
 def test_a_batch_may_outgrow_the_step_tokens_of_an_engine_that_allows_it(tmp_path):
