@@ -87,8 +87,8 @@ def write_log(folder: Path, fmt: str, rows: list[dict], with_time: bool) -> tupl
 
 
 # ---- the oracle ------------------------------------------------------------------------------
-NULL, NON_NUMERIC, NEGATIVE, TOO_LONG = "null", "non_numeric", "negative", "too_long"
-RANK = {None: 0, TOO_LONG: 1, NEGATIVE: 2, NON_NUMERIC: 3, NULL: 4}  # a row counts under its worst problem
+NULL, NON_NUMERIC, NEGATIVE, TOO_LONG, EMPTY_PROMPT = "null", "non_numeric", "negative", "too_long", "empty_prompt"
+RANK = {None: 0, EMPTY_PROMPT: 1, TOO_LONG: 2, NEGATIVE: 3, NON_NUMERIC: 4, NULL: 5}  # a row counts under its worst problem
 MAX_TOKENS = 2**24  # longer than any context window
 
 
@@ -166,12 +166,14 @@ def arrival(v, fmt: str, kind: str, column_kind: str) -> tuple[str | None, Fract
 
 
 def expected(fmt: str, rows: list[dict], kinds: dict[str, str], with_time: bool) -> dict:
-    excluded = {NULL: 0, NEGATIVE: 0, NON_NUMERIC: 0, TOO_LONG: 0}
+    excluded = {NULL: 0, NEGATIVE: 0, NON_NUMERIC: 0, TOO_LONG: 0, EMPTY_PROMPT: 0}
     kept: list[tuple[int, int, Fraction | None]] = []
     column_kind = time_kind([r["timestamp_ms"] for r in rows], fmt, kinds["timestamp_ms"]) if with_time else None
     for r in rows:
         (p_problem, p), (o_problem, o) = token(r["prompt_tokens"], fmt, kinds["prompt_tokens"]), token(
             r["output_tokens"], fmt, kinds["output_tokens"])
+        if p_problem is None and p == 0:  # no engine serves an empty prompt
+            p_problem = EMPTY_PROMPT
         t_problem, t = arrival(r["timestamp_ms"], fmt, kinds["timestamp_ms"], column_kind) if with_time else (None, None)
         worst = max((p_problem, o_problem, t_problem), key=RANK.__getitem__)
         if worst is None:

@@ -75,7 +75,7 @@ def test_a_bad_timestamp_in_the_first_row_excludes_that_row_only(tmp_path, fmt):
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     assert out["requests"] == 3
-    assert out["excluded_rows"] == {"null": 0, "negative": 0, "non_numeric": 1, "too_long": 0}
+    assert out["excluded_rows"] == {"null": 0, "negative": 0, "non_numeric": 1, "too_long": 0, "empty_prompt": 0}
     assert out["time_unit_assumed"] == "ms"
     assert out["rate_rps"]["minutes"] == 3  # one arrival in each of three minutes
 
@@ -402,7 +402,7 @@ def test_a_jsonl_line_nested_past_pyarrows_stack_is_one_excluded_row(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     out = json.loads(done.stdout)
     assert out["requests"] == 1
-    assert out["excluded_rows"] == {"null": 0, "negative": 0, "non_numeric": 2, "too_long": 0}
+    assert out["excluded_rows"] == {"null": 0, "negative": 0, "non_numeric": 2, "too_long": 0, "empty_prompt": 0}
 
 
 @pytest.mark.parametrize("values", [["10", "20", "10"], [10, 20, 10]])
@@ -461,11 +461,11 @@ def test_the_infeasible_message_names_the_class_and_never_empty_caps(tmp_path):
 @pytest.mark.parametrize(
     ("text", "requests", "excluded", "prompt_max"),
     [
-        ("prompt_tokens,output_tokens\n16777216,5\n", 1, {"null": 0, "negative": 0, "non_numeric": 0, "too_long": 0}, 16_777_216),
+        ("prompt_tokens,output_tokens\n16777216,5\n", 1, {"null": 0, "negative": 0, "non_numeric": 0, "too_long": 0, "empty_prompt": 0}, 16_777_216),
         # longer than any context window: one such row's square alone would overflow a cell's sums
         ("prompt_tokens,output_tokens\n5000000000,5\n16777217,5\n9,5\n", 1,
-         {"null": 0, "negative": 0, "non_numeric": 0, "too_long": 2}, 9),
-        ("prompt_tokens,output_tokens\n0x10,5\n7,5\n", 1, {"null": 0, "negative": 0, "non_numeric": 1, "too_long": 0}, 7),
+         {"null": 0, "negative": 0, "non_numeric": 0, "too_long": 2, "empty_prompt": 0}, 9),
+        ("prompt_tokens,output_tokens\n0x10,5\n7,5\n", 1, {"null": 0, "negative": 0, "non_numeric": 1, "too_long": 0, "empty_prompt": 0}, 7),
         ("prompt_tokens,output_tokens\n0x10,5\n", 0, None, None),  # hex alone: no decimal integer
     ],
 )
@@ -474,7 +474,7 @@ def test_token_counts_are_exact_and_decimal(tmp_path, text, requests, excluded, 
     path.write_text(text)
     r = run("histogram", path, "--json")
     if requests == 0:
-        one_line_error(r, 2, "no usable row (excluded rows: null 0, negative 0, non_numeric 1, too_long 0; "
+        one_line_error(r, 2, "no usable row (excluded rows: null 0, negative 0, non_numeric 1, too_long 0, empty_prompt 0; "
                              f"{path}: by column: prompt_tokens 1)")
         return
     out = json.loads(r.stdout)
@@ -488,7 +488,7 @@ def test_jsonl_integers_past_2_53_stay_exact_beside_fractions(tmp_path):
     # (the exact integer is fine, so the row counts under its negative output, not as non_numeric)
     path.write_text('{"prompt_tokens": 9007199254740993, "output_tokens": -1}\n{"prompt_tokens": 12.0, "output_tokens": 1}\n')
     r = run("histogram", path, "--json")
-    assert json.loads(r.stdout)["excluded_rows"] == {"null": 0, "negative": 1, "non_numeric": 0, "too_long": 0}, r.output
+    assert json.loads(r.stdout)["excluded_rows"] == {"null": 0, "negative": 1, "non_numeric": 0, "too_long": 0, "empty_prompt": 0}, r.output
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
@@ -501,7 +501,7 @@ def test_nan_text_is_missing_in_every_format(tmp_path, fmt):
     else:
         pq.write_table(pa.table(rows), path)
     out = json.loads(run("histogram", path, "--json").stdout)
-    assert out["excluded_rows"] == {"null": 2, "negative": 0, "non_numeric": 0, "too_long": 0}
+    assert out["excluded_rows"] == {"null": 2, "negative": 0, "non_numeric": 0, "too_long": 0, "empty_prompt": 0}
 
 
 def test_a_time_too_large_to_have_a_minute_is_one_excluded_row(tmp_path):
@@ -509,16 +509,31 @@ def test_a_time_too_large_to_have_a_minute_is_one_excluded_row(tmp_path):
     path.write_text("prompt_tokens,output_tokens,timestamp_ms\n1,1,1e300\n1,1,1700000000000\n")
     r = run("histogram", path, "--json")
     assert r.exit_code == 0, r.output
-    assert json.loads(r.stdout)["excluded_rows"] == {"null": 0, "negative": 0, "non_numeric": 1, "too_long": 0}
+    assert json.loads(r.stdout)["excluded_rows"] == {"null": 0, "negative": 0, "non_numeric": 1, "too_long": 0, "empty_prompt": 0}
+
+
+def test_a_row_with_an_empty_prompt_is_excluded_and_counted_not_planned(tmp_path):
+    """No engine serves a prompt of zero tokens (vLLM: "The decoder prompt cannot be empty"): a log's
+    row with one is a failed or mislogged request, counted under empty_prompt. A row with another
+    problem as well counts under that one; an empty output stays a request."""
+    path = tmp_path / "log.csv"
+    path.write_text("prompt_tokens,output_tokens\n0,5\n0,-1\n10,0\n12,3\n")
+    out = json.loads(run("histogram", path, "--json").stdout)
+    assert out["requests"] == 2
+    assert out["excluded_rows"] == {"null": 0, "negative": 1, "non_numeric": 0, "too_long": 0, "empty_prompt": 1}
+    only = tmp_path / "only.csv"
+    only.write_text("prompt_tokens,output_tokens\n0,5\n")
+    one_line_error(run("histogram", only, "--json"), 2, "no usable row (excluded rows: null 0, negative 0, "
+                   "non_numeric 0, too_long 0, empty_prompt 1")
 
 
 def test_a_histogram_file_with_a_zero_length_and_the_open_bin_reads_back(tmp_path):
     log, hist = tmp_path / "log.csv", tmp_path / "h.parquet"
-    log.write_text("prompt_tokens,output_tokens\n0,16777216\n")
+    log.write_text("prompt_tokens,output_tokens\n16777216,0\n")
     assert run("histogram", log, "-o", hist).exit_code == 0
     r = run("histogram", hist, "--json")
     assert r.exit_code == 0, repr(r.exception)
-    assert json.loads(r.stdout)["output_tokens"]["max"] == 16_777_216
+    assert json.loads(r.stdout)["prompt_tokens"]["max"] == 16_777_216
 
 
 def test_an_infeasible_scenario_among_several_is_named(tmp_path):
@@ -638,7 +653,7 @@ def test_a_csv_value_that_is_not_utf8_is_one_excluded_row(tmp_path):
     path.write_bytes(b"prompt_tokens,output_tokens\n1,2\n3,\xca\xfe\n5,6\n")
     r = run("histogram", path, "--json")
     assert r.exit_code == 0, r.output
-    assert json.loads(r.stdout)["excluded_rows"] == {"null": 0, "negative": 0, "non_numeric": 1, "too_long": 0}
+    assert json.loads(r.stdout)["excluded_rows"] == {"null": 0, "negative": 0, "non_numeric": 1, "too_long": 0, "empty_prompt": 0}
 
 
 def test_a_malformed_csv_row_that_is_not_utf8_prints_no_traceback(tmp_path):

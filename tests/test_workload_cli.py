@@ -35,10 +35,10 @@ def test_histogram_json_has_exactly_the_contract_keys(tmp_path):
         "time_unit_assumed",
     ]
     assert summary["requests"] == 6
-    assert summary["excluded_rows"] == {"null": 0, "negative": 0, "non_numeric": 0, "too_long": 0}
+    assert summary["excluded_rows"] == {"null": 0, "negative": 0, "non_numeric": 0, "too_long": 0, "empty_prompt": 0}
     for key in ("prompt_tokens", "output_tokens", "total_tokens"):
         assert list(summary[key]) == ["mean", "p50", "p90", "p99", "max"]
-    assert summary["prompt_tokens"]["mean"] == pytest.approx(45_207 / 6, abs=1e-3)
+    assert summary["prompt_tokens"]["mean"] == pytest.approx(45_208 / 6, abs=1e-3)
     assert summary["prompt_tokens"]["max"] == 40_000  # one request in the top bin: exact
     assert summary["share_above"] == {
         "8192": pytest.approx(1 / 6, abs=1e-6),
@@ -74,7 +74,7 @@ def test_histogram_text_summary_and_merge_of_histogram_files(tmp_path):
 def test_garbage_rows_are_reported_on_stderr_and_in_json():
     r = run("histogram", LOGS / "garbage.csv", "--json")
     assert r.exit_code == 0, r.output
-    assert json.loads(r.stdout)["excluded_rows"] == {"null": 3, "negative": 2, "non_numeric": 3, "too_long": 0}
+    assert json.loads(r.stdout)["excluded_rows"] == {"null": 3, "negative": 2, "non_numeric": 3, "too_long": 0, "empty_prompt": 0}
     assert (
         "warning: " in r.stderr
         and "excluded 8 rows (null 3, negative 2, non_numeric 3)" in r.stderr
@@ -117,11 +117,11 @@ BAD_INPUTS = {
     "empty file": (lambda d: _write(d / "log.csv", b""), "file is empty"),
     "header only": (
         lambda d: LOGS / "header_only.csv",
-        "no usable row (excluded rows: null 0, negative 0, non_numeric 0, too_long 0)",
+        "no usable row (excluded rows: null 0, negative 0, non_numeric 0, too_long 0, empty_prompt 0)",
     ),
     "only garbage rows": (
         lambda d: _write(d / "log.csv", b"prompt_tokens,output_tokens\n-1,2\nx,3\n,4\n"),
-        "no usable row (excluded rows: null 1, negative 1, non_numeric 1, too_long 0; ",
+        "no usable row (excluded rows: null 1, negative 1, non_numeric 1, too_long 0, empty_prompt 0; ",
     ),
     "no such file": (lambda d: d / "missing.csv", "no such file"),
     "unknown extension": (

@@ -42,7 +42,7 @@ def test_handmade_log_exact_counts_sums_and_minutes():
     result = ingest([LOGS / "handmade.csv"], PLANNER)
     hist = result.histogram
     assert hist.requests == 6
-    assert result.excluded_rows == {"null": 0, "negative": 0, "non_numeric": 0, "too_long": 0}
+    assert result.excluded_rows == {"null": 0, "negative": 0, "non_numeric": 0, "too_long": 0, "empty_prompt": 0}
     # the two (100, 20) requests share a cell; sums are exact, not bin centres
     got = cells(hist)
     assert got[int(length_bin(100)), int(length_bin(20))] == {
@@ -61,7 +61,7 @@ def test_handmade_log_exact_counts_sums_and_minutes():
         "sum_prompt_output": 40_000_000,
         "sum_output_sq": 1_000_000,
     }
-    assert int(hist.sum_prompt.sum()) == 100 + 100 + 5000 + 0 + 40_000 + 7
+    assert int(hist.sum_prompt.sum()) == 100 + 100 + 5000 + 1 + 40_000 + 7
     assert int(hist.sum_output.sum()) == 20 + 20 + 300 + 1 + 1000 + 7
     # bins follow the documented rules
     assert LENGTH_EDGES[length_bin(100)] <= 100 < LENGTH_EDGES[length_bin(100) + 1]
@@ -120,7 +120,7 @@ def test_folder_file_lacking_the_time_column_counts_its_rows_as_null(tmp_path):
         np.array(timed["output_tokens"]),
         np.array(timed["timestamp_ms"]) / 1000,
     )
-    assert result.excluded_rows == {"null": 500, "negative": 0, "non_numeric": 0, "too_long": 0}
+    assert result.excluded_rows == {"null": 500, "negative": 0, "non_numeric": 0, "too_long": 0, "empty_prompt": 0}
     assert any(
         "b.parquet: no column timestamp_ms; its rows are counted as null" in n for n in result.notes
     )
@@ -142,7 +142,7 @@ def test_folder_files_are_read_in_their_own_column_types(tmp_path):
         pq.write_table(part, tmp_path / "parts" / f"{name}.parquet")
     result = ingest([tmp_path / "parts"], PLANNER)
     # b: "" null, "x" and "1.5" non_numeric; c: every row null (no time, which outranks)
-    assert result.excluded_rows == {"null": 1 + 500, "negative": 0, "non_numeric": 2, "too_long": 0}
+    assert result.excluded_rows == {"null": 1 + 500, "negative": 0, "non_numeric": 2, "too_long": 0, "empty_prompt": 0}
     assert result.histogram.requests == 1000 + 497
 
 
@@ -151,7 +151,7 @@ def test_csv_garbage_rows_are_counted_per_reason():
     assert result.histogram.requests == 2
     # null: an empty count, a row with too few fields, an empty timestamp;
     # negative: -5 and -1; non_numeric: 'abc', 12.5, 'notatime'
-    assert result.excluded_rows == {"null": 3, "negative": 2, "non_numeric": 3, "too_long": 0}
+    assert result.excluded_rows == {"null": 3, "negative": 2, "non_numeric": 3, "too_long": 0, "empty_prompt": 0}
     assert result.files[0].rows_read == 10
 
 
@@ -162,7 +162,7 @@ def test_jsonl_garbage_rows_are_counted_per_reason():
     assert int(result.histogram.sum_prompt.sum()) == 400
     # null: null, a missing key; negative: -5, -2;
     # non_numeric: "abc", 12.5, true, a list, a broken line
-    assert result.excluded_rows == {"null": 2, "negative": 2, "non_numeric": 5, "too_long": 0}
+    assert result.excluded_rows == {"null": 2, "negative": 2, "non_numeric": 5, "too_long": 0, "empty_prompt": 0}
 
 
 def test_log_split_in_parts_histogrammed_and_merged_equals_one_pass(tmp_path):
@@ -251,7 +251,7 @@ def test_explicit_time_column_must_exist():
 
 
 def test_lengths_beyond_the_lookup_tables_bin_like_the_definition(tmp_path):
-    prompt = np.array([0, 1, 131_072, 131_073, 2**24 - 1, 2**24, 2**24 + 5, 50_000_000])
+    prompt = np.array([2, 1, 131_072, 131_073, 2**24 - 1, 2**24, 2**24 + 5, 50_000_000])
     output = np.array([1, 0, 131_072, 5, 2**20, 0, 3, 3])
     path = tmp_path / "long.parquet"
     pq.write_table(pa.table({"prompt_tokens": prompt, "output_tokens": output}), path)

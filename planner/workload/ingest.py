@@ -28,7 +28,14 @@ from planner.workload.histfile import (
 from planner.workload.peaks import check_span
 from planner.workload.progress import ProgressSink, log_extent
 from planner.workload.readers import LogReader
-from planner.workload.rows import EXCLUSION_REASONS, OK, combine_codes, count_reasons, token_counts
+from planner.workload.rows import (
+    EXCLUSION_REASONS,
+    OK,
+    combine_codes,
+    count_reasons,
+    prompt_counts,
+    token_counts,
+)
 from planner.workload.timestamps import MinuteConverter, TimeAssumption
 
 
@@ -184,7 +191,7 @@ def _add_log(
     converter = MinuteConverter(spec.time_unit) if time_col else None
 
     def prepare_batch(batch: dict) -> _Prepared:
-        prompt, output = token_counts(batch[spec.prompt]), token_counts(batch[spec.output])
+        prompt, output = prompt_counts(batch[spec.prompt]), token_counts(batch[spec.output])
         when = converter.times(batch[time_col]) if converter else None
         lengths = combine_codes(prompt.codes, output.codes)
         codes = combine_codes(lengths, when.codes if when else None)

@@ -7,9 +7,12 @@ A row is excluded, and counted under one reason, when a column it needs is
 - 'negative':    a token count below zero;
 - 'too_long':    a token count above MAX_TOKENS (2**24 = 16,777,216: longer than any model's
                  context window, and so long that one such row's square could pass the int64
-                 range of a histogram cell's sums).
+                 range of a histogram cell's sums);
+- 'empty_prompt': a prompt of zero tokens, which no engine serves (vLLM: "The decoder prompt
+                 cannot be empty"): a failed or mislogged request, not traffic to plan for.
 A row with several problems counts once, under the first of null, non_numeric,
-negative, too_long (design.md, "Bad input": counted and reported, never silently dropped).
+negative, too_long, empty_prompt (design.md, "Bad input": counted and reported, never
+silently dropped).
 
 Columns arrive as Arrow arrays of whatever type the reader produced. The fast path
 (integer columns, no nulls) is zero-copy; anything else is coerced value by value.
@@ -27,12 +30,13 @@ import pyarrow.compute as pc
 
 from planner.bounds import MAX_TOKENS
 
-NULL, NON_NUMERIC, NEGATIVE, TOO_LONG = "null", "non_numeric", "negative", "too_long"
-EXCLUSION_REASONS = (NULL, NEGATIVE, NON_NUMERIC, TOO_LONG)  # the order reports list them in
+NULL, NON_NUMERIC, NEGATIVE, TOO_LONG, EMPTY_PROMPT = "null", "non_numeric", "negative", "too_long", "empty_prompt"
+EXCLUSION_REASONS = (NULL, NEGATIVE, NON_NUMERIC, TOO_LONG, EMPTY_PROMPT)  # the order reports list them in
 
 # Per-row codes; the larger code wins when a row has several problems.
-OK, CODE_TOO_LONG, CODE_NEGATIVE, CODE_NON_NUMERIC, CODE_NULL = 0, 1, 2, 3, 4
-CODE_REASON = {CODE_TOO_LONG: TOO_LONG, CODE_NEGATIVE: NEGATIVE, CODE_NON_NUMERIC: NON_NUMERIC, CODE_NULL: NULL}
+OK, CODE_EMPTY_PROMPT, CODE_TOO_LONG, CODE_NEGATIVE, CODE_NON_NUMERIC, CODE_NULL = 0, 1, 2, 3, 4, 5
+CODE_REASON = {CODE_EMPTY_PROMPT: EMPTY_PROMPT, CODE_TOO_LONG: TOO_LONG, CODE_NEGATIVE: NEGATIVE,
+               CODE_NON_NUMERIC: NON_NUMERIC, CODE_NULL: NULL}
 
 # Beyond 2**53 a float no longer holds every integer, so "whole number" cannot be checked.
 _LARGEST_EXACT_FLOAT_INT = float(2**53)
@@ -68,6 +72,19 @@ def count_reasons(codes: np.ndarray | None) -> dict[str, int]:
         for code, reason in CODE_REASON.items():
             counts[reason] = int(tally[code])
     return counts
+
+
+def prompt_counts(array: pa.Array | pa.ChunkedArray | np.ndarray) -> Coerced:
+    """token_counts of a prompt column, a prompt of zero tokens coded empty_prompt."""
+    coerced = token_counts(array)
+    empty = coerced.values == 0
+    if coerced.codes is not None:
+        empty &= coerced.codes == OK  # (rows with another problem hold 0 too)
+    if not empty.any():
+        return coerced
+    codes = np.zeros(empty.size, np.uint8) if coerced.codes is None else coerced.codes.copy()
+    codes[empty] = CODE_EMPTY_PROMPT
+    return Coerced(coerced.values, codes)
 
 
 def token_counts(array: pa.Array | pa.ChunkedArray | np.ndarray) -> Coerced:
