@@ -278,7 +278,7 @@ class ReplicaModel:
             rate_rps=lam,
             resident_batch=n,
             step_ms=t_step * 1e3,
-            itl_ms=self.itl_s(n) * 1e3 if n > 0 else t_step * 1e3,
+            itl_ms=self.itl_s(n) * 1e3,  # at n = 0, the step a first request would see: t_dec(1)
             decode_ms=t_dec * 1e3,
             kv_utilisation=held / self.ladder.kv_budget_bytes,
             output_tokens_per_s=lam * self.prof.mean_output,

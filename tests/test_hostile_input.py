@@ -21,6 +21,7 @@ from scenario_files import write_scenario
 from planner.files import atomic_output
 from planner.histogram import Histogram
 from planner.requests import sample_requests, shortest_prompt_tokens
+from planner.workload.histfile import write_histogram
 
 ROOT = Path(__file__).resolve().parent.parent
 HF = Path(__file__).resolve().parent / "fixtures" / "hf"
@@ -525,6 +526,12 @@ def test_a_row_with_an_empty_prompt_is_excluded_and_counted_not_planned(tmp_path
     only.write_text("prompt_tokens,output_tokens\n0,5\n")
     one_line_error(run("histogram", only, "--json"), 2, "no usable row (excluded rows: null 0, negative 0, "
                    "non_numeric 0, too_long 0, empty_prompt 1")
+    # A histogram file written before (or by another producer) may hold them: refused, not planned.
+    hist = tmp_path / "old.hist.parquet"
+    write_histogram(Histogram.from_arrays(np.array([0, 0, 12]), np.array([5, 6, 3])), hist)
+    one_line_error(run("histogram", hist, "--json"), 2, f"{hist}: 2 request(s) with an empty prompt (0 tokens), "
+                   "which no engine serves; rebuild the file from the logs with planner histogram")
+    one_line_error(run("capacity", "llama-3.1-8b", "h100-sxm", "--histogram", hist), 2, "2 request(s) with an empty prompt")
 
 
 def test_a_histogram_file_with_a_zero_length_and_the_open_bin_reads_back(tmp_path):

@@ -146,6 +146,10 @@ def histogram_from_table(table, where: str = "histogram table") -> Histogram:
     minute, minute_count = ints("minute", "minute"), ints("minute", "count")
     _check_cells(bins, sums, where)
     _check_marginals(bins, sums["count"], fine, where)
+    empty = int(sums["count"][bins["prompt_bin"] == 0].sum())
+    if empty:  # a file written before logs' empty prompts were excluded, or by another producer
+        raise InputError(f"{empty:,} request(s) with an empty prompt (0 tokens), which no engine serves; rebuild "
+                         "the file from the logs with planner histogram, which excludes and counts them", where=where)
     if (minute_count < 1).any():
         raise InputError("a 'minute' row has count < 1", where=where)
     # Arrivals are requests with a time: a merge with an untimed log may count fewer, never more.
