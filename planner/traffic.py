@@ -72,7 +72,7 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
         )
         result = ingest(files, spec, keep_requests=REPLAY_MAX_REQUESTS)
         hist = result.histogram
-        requests = _replayable(result.requests)
+        requests, unreplayable = _replayable(result.requests)
         names = ", ".join(_display(p, base) for p in files)
         kind = "histogram file" if field == "histogram" else "log"
         notes.append(f"Source: {kind} {names} ({spec.name} columns).")
@@ -81,6 +81,9 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
             notes.append("Excluded rows: " + ", ".join(f"{n:,} {k}" for k, n in excluded.items()) + "."
                          + "".join(f" {_display(Path(f.path), base)}: {f.problems_text}." for f in result.files
                                    if f.problems_text))
+        if unreplayable:
+            notes.append(f"{unreplayable:,} request(s) with no output token are planned, but left out of the "
+                         "replay of the log's own arrivals (the simulator replays requests that decode).")
         if result.time_unit_assumed:
             notes.append(f"Timestamps read as {result.time_unit_assumed}.")
         notes += list(result.notes)
@@ -100,17 +103,18 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
     return Traffic(hist, measured, mean, tuple(notes), profile, requests)
 
 
-def _replayable(rows) -> Requests | None:
+def _replayable(rows) -> tuple[Requests | None, int]:
     """A log's usable rows as requests the simulator can replay (at least one prompt and one
-    output token each; arrivals from the first one), or None."""
+    output token each; arrivals from the first one), or None; and how many rows it leaves out."""
     if rows is None:
-        return None
+        return None, 0
     prompt, output, seconds = rows
     ok = (prompt >= 1) & (output >= 1) & np.isfinite(seconds)
+    left_out = int(ok.size - np.count_nonzero(ok))
     if not ok.any():
-        return None
+        return None, left_out
     arrival = seconds[ok] - seconds[ok].min()
-    return Requests(arrival, prompt[ok], output[ok])
+    return Requests(arrival, prompt[ok], output[ok]), left_out
 
 
 def _display(path: Path, base: Path) -> str:

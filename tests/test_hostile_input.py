@@ -960,6 +960,26 @@ def test_a_report_refused_late_leaves_none_of_the_run_s_files_and_prints_no_succ
     assert leftovers(tmp_path) == ["clash.md", "first.yaml"]  # no report, no figure, no temporary file
 
 
+def test_requests_with_no_output_token_are_planned_and_said_to_be_left_out_of_the_log_replay(tmp_path):
+    # The simulator replays requests that decode: a log's rows with an empty output stay in the
+    # histogram (their prefill is work) and the report says the replay leaves them out.
+    assert run("synth", "chat", "-n", 2000, "--seed", 1, "-o", tmp_path / "full.csv").exit_code == 0
+    lines = (tmp_path / "full.csv").read_text().splitlines()
+    header = lines[0].split(",")
+    out_col = header.index('"output_tokens"')
+    for i in (5, 6, 7):
+        fields = lines[i].split(",")
+        fields[out_col] = "0"
+        lines[i] = ",".join(fields)
+    (tmp_path / "log.csv").write_text("\n".join(lines) + "\n")
+    path = scenario(tmp_path, BASE.replace("{constant: {prompt_tokens: 1000, output_tokens: 200}}", "{log: log.csv}"))
+    r = run("solve", path, "--out-dir", tmp_path / "out", "--no-verify")
+    assert r.exit_code == 0, r.output
+    report = (tmp_path / "out" / "tiny.md").read_text()
+    assert ("3 request(s) with no output token are planned, but left out of the replay of the log's own arrivals "
+            "(the simulator replays requests that decode).") in report
+
+
 def test_an_output_folder_made_for_a_run_that_fails_is_taken_away(tmp_path):
     # the reports would go inside the folder of logs the scenario reads: refused when the first is
     # written, after the output folder was made for them
