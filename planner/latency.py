@@ -41,8 +41,8 @@ TPOT. A request's TPOT is its own decode step t_own plus the prefill compute tha
 D = o - 1 decode steps, divided by D. t_own is t_dec at the batch a decoding request sees, itself
 and the others (planner.capacity.ReplicaModel.decode_seen_s), not at the time-average N: in a
 long-context pool of N = 0.02-0.2 the two differ by a whole sequence's cache read, 17-20% of
-t_dec in tests/test_latency.py's cases. FCFS puts every prompt that arrived before it ahead of its own
-prefill, so only prompts arriving after it meet its decode: those that queued while it
+t_dec in tests/test_latency.py's cases. FCFS puts every prompt that arrived before it ahead of
+its own prefill, so only prompts arriving after it meet its decode: those that queued while it
 waited and prefilled (W + own), and those arriving during its D steps. Their work Y in
 the window [arrival, decode start + D·t_own] is compound Poisson, each prompt capped at
 the compute of its first D·k tokens (no prompt can take more than k tokens of each of
