@@ -406,9 +406,8 @@ def _few_of_a_band(plan: Plan) -> str:
             counts = [band_requests(tc.hist, band) for tc in tcs]
             for tc, n in zip(tcs, counts, strict=True):
                 if 0 < n < FEW_OF_A_BAND * sum(counts) and n < tc.hist.requests / 2:
-                    name = f"'{band.name}'" + ("" if band.name == band.range_text else f" ({band.range_text})")
                     lines.append(f"- {_split_text(int(option))}: its pool {tc.label} serves {n:,} of the "
-                                 f"{plan.served.requests:,} requests served, from band {name}: "
+                                 f"{plan.served.requests:,} requests served, from band {band.label(quoted=True)}: "
                                  f"{n / tc.hist.requests:.1%} of the pool, held to that band's "
                                  f"{band.targets_text()} too.")
     if not lines:

@@ -46,8 +46,7 @@ def band_rows(bands: tuple[BandCheck, ...]) -> list[str]:
                     verdict = "holds (model)" if c.predicted_s <= c.limit_s else "**misses** (model)"
             if math.isfinite(c.simulated_s):
                 verdict += _few_requests(b.requests, c.stat)
-            name = b.band.name if b.band.name == b.band.range_text else f"{b.band.name} ({b.band.range_text})"
-            rows.append(f"| {name} | {b.requests:,} | {_WHAT[c.kind]} {_target(c)} | "
+            rows.append(f"| {b.band.label()} | {b.requests:,} | {_WHAT[c.kind]} {_target(c)} | "
                         f"{_value(c.predicted_s, c.kind)} | {_value(c.simulated_s, c.kind)} | {verdict} |")
     return rows
 

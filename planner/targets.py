@@ -93,6 +93,11 @@ class Band:
             return "every prompt" if lo == 0 else f"prompt ≥ {lo:,} tokens"
         return f"prompt < {hi:,} tokens" if lo == 0 else f"{lo:,} ≤ prompt < {hi:,} tokens"
 
+    def label(self, quoted: bool = False) -> str:
+        """The band's name for a reader, its prompt range beside it unless the name is that range."""
+        name = f"'{self.name}'" if quoted else self.name
+        return name if self.name == self.range_text else f"{name} ({self.range_text})"
+
     def targets_text(self) -> str:
         parts = [t.text(what, unit) for t, what, unit in
                  ((self.ttft, "TTFT", "s"), (self.tpot, "TPOT", "ms"), (self.itl, "ITL", "ms")) if t is not None]
