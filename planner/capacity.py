@@ -251,7 +251,7 @@ class ReplicaModel:
         decoders the cache and max_num_seqs hold. TPOT and per-token gaps are timed on these
         steps. In a long-context pool of n = 0.02-0.2, t_dec(n) leaves out a whole sequence's
         cache read: timed at t_dec(n), the model's TPOT p50 was 15-21% under the simulator's and
-        its mean ITL 15-16% (tests/test_latency.py's cases; 1-5% with this step), and the 128k
+        its mean ITL 15-16% (tests/test_latency.py's cases; 1-6% with this step), and the 128k
         rollout's long pool's mean ITL 8.81 ms against 10.09 simulated (9.96 with it)."""
         return self.decode_s(max(n, min(n + 1.0, self._decoder_cap[0])))
 
