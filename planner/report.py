@@ -80,10 +80,11 @@ def render(plan: Plan, *, figures: dict[str, str] | None = None, sections: tuple
     w("")
     w(_pools_table(plan))
     w("")
+    left = _left_out_text(plan)  # the split thresholds not tried: the reason for one pool, and a note below
     if plan.given_fleet:
         w(_given_fleet(plan))
     else:
-        w(_why(plan))
+        w(_why(plan, left))
     w("")
     w(_finance(plan))
     w("")
@@ -95,7 +96,7 @@ def render(plan: Plan, *, figures: dict[str, str] | None = None, sections: tuple
         w(_explored_in_fleet(plan))
         w("")
     w(_outcomes_table(plan.split_analysis, base, "Option"))
-    if left := _left_out_text(plan):
+    if left:
         w("")
         w(f"Not analysed: {left}.")
     if few := _few_of_a_band(plan):
@@ -260,21 +261,22 @@ def _pools_table(plan: Plan) -> str:
     return "\n".join(rows)
 
 
-def _why(plan: Plan) -> str:
+def _why(plan: Plan, left_out: str) -> str:
     """Why the plan splits or not, from the numbers: each option's replicas before and after
     rounding up, and what binds its pools. A fleet service's split analysis is of the service alone
-    (Plan.alone): where alone it plans otherwise than the fleet does, this says why for that plan."""
-    why = _why_of(plan, plan.solution if plan.alone is None else plan.alone.solution)
+    (Plan.alone): where alone it plans otherwise than the fleet does, this says why for that plan.
+    left_out: the split thresholds not tried, and why (_left_out_text)."""
+    why = _why_of(plan, plan.solution if plan.alone is None else plan.alone.solution, left_out)
     if plan.alone_differs and not why.startswith("Why one pool"):
         return "Alone (see the split analysis below): " + why[0].lower() + why[1:]
     return why
 
 
-def _why_of(plan: Plan, sol) -> str:
+def _why_of(plan: Plan, sol, left_out: str) -> str:
     feasible = [o for o in plan.split_analysis if o.feasible]
     if len(plan.split_analysis) <= 1:
-        if left := _left_out_text(plan):
-            return f"Why one pool: no split threshold makes two pools — {left}."
+        if left_out:
+            return f"Why one pool: no split threshold makes two pools — {left_out}."
         if plan.scenario.split_thresholds == []:
             return "Why one pool: the scenario offers no split threshold (split_thresholds is empty)."
         return f"Why one pool: no standard split threshold lies below the context limit ({plan.context_limit:,} tokens)."

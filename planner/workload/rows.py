@@ -80,11 +80,7 @@ def prompt_counts(array: pa.Array | pa.ChunkedArray | np.ndarray) -> Coerced:
     empty = coerced.values == 0
     if coerced.codes is not None:
         empty &= coerced.codes == OK  # (rows with another problem hold 0 too)
-    if not empty.any():
-        return coerced
-    codes = np.zeros(empty.size, np.uint8) if coerced.codes is None else coerced.codes.copy()
-    codes[empty] = CODE_EMPTY_PROMPT
-    return Coerced(coerced.values, codes)
+    return _coded(coerced, empty, CODE_EMPTY_PROMPT) if empty.any() else coerced
 
 
 def token_counts(array: pa.Array | pa.ChunkedArray | np.ndarray) -> Coerced:
@@ -95,10 +91,14 @@ def token_counts(array: pa.Array | pa.ChunkedArray | np.ndarray) -> Coerced:
     coerced = _whole_numbers(array)
     if not coerced.values.size or coerced.values.max() <= MAX_TOKENS:
         return coerced
-    long = coerced.values > MAX_TOKENS  # (rows with another problem hold 0)
-    codes = np.zeros(long.size, np.uint8) if coerced.codes is None else coerced.codes.copy()
-    codes[long] = CODE_TOO_LONG
-    return Coerced(np.where(long, 0, coerced.values), codes)
+    return _coded(coerced, coerced.values > MAX_TOKENS, CODE_TOO_LONG)  # (rows with another problem hold 0)
+
+
+def _coded(coerced: Coerced, rows: np.ndarray, code: int) -> Coerced:
+    """`coerced` with `code` at `rows` (their values set to 0, as at every row with a problem)."""
+    codes = np.zeros(rows.size, np.uint8) if coerced.codes is None else coerced.codes.copy()
+    codes[rows] = code
+    return Coerced(np.where(rows, 0, coerced.values), codes)
 
 
 def _whole_numbers(array: pa.Array | pa.ChunkedArray | np.ndarray) -> Coerced:
@@ -173,9 +173,7 @@ def _from_integers(array: pa.Array) -> Coerced:
 def _merge(coerced: Coerced, nulls: np.ndarray | None) -> Coerced:
     if nulls is None or not nulls.any():
         return coerced
-    codes = np.zeros(nulls.size, np.uint8) if coerced.codes is None else coerced.codes.copy()
-    codes[nulls] = CODE_NULL
-    return Coerced(np.where(nulls, 0, coerced.values), codes)
+    return _coded(coerced, nulls, CODE_NULL)
 
 
 def _from_floats(array: pa.Array) -> Coerced:
