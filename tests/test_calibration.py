@@ -51,7 +51,7 @@ def full_path_prediction(catalog, row, eff):
     dep = with_efficiency(trtllm_deployment(catalog, row), eff)
     prof = trtllm_profile(dep, row)
     cap = replica_capacity(dep, prof, SLO(), sizing="worst_case")
-    return ReplicaModel(dep, prof, SLO(), cap.ladder).rate(cap.bound_batch) * prof.mean_output / dep.tp
+    return ReplicaModel(dep, prof, SLO(), cap.ladder).rate(cap.bound_batch, seen=cap.bound_batch) * prof.mean_output / dep.tp
 
 
 @pytest.fixture(scope="module")

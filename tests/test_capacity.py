@@ -84,6 +84,28 @@ def test_exact_sums_make_mixed_cells_exact_without_paging():
     assert prof.mean_paged_tokens == pytest.approx(token_steps / steps, rel=1e-12)
 
 
+def test_a_requests_residence_is_timed_on_its_own_steps(catalog):
+    """Little's law over the steps a request's own decodes hold: itself beside N others (Poisson
+    arrivals), at most the decoders the cache holds; a closed loop of N sequences holds N."""
+    rng = np.random.default_rng(0)
+    prof = token_profile(Histogram.from_arrays(rng.integers(50, 4000, 2000), rng.integers(10, 1000, 2000)))
+    dep = dep8b(catalog)
+    rm = ReplicaModel(dep, prof, SLO())
+    s, prefill_s = prof.steps_per_request, rm.prefill_mean_s
+    cap = rm.fp.budget_bytes / rm.fp.mean_bytes  # the decoders the cache holds, fewer than max_num_seqs here
+    assert 100 < cap < dep.engine.max_num_seqs
+
+    def little(n, seen):
+        return n / (s * rm.decode_s(seen) + n * prefill_s)
+
+    for n in (0.05, 1.0, 40.0, cap - 1.0):
+        assert rm.rate(n) == pytest.approx(little(n, n + 1.0), rel=1e-12)
+        assert rm.rate(n, seen=n) == pytest.approx(little(n, n), rel=1e-12)
+        assert rm.rate(n) < rm.rate(n, seen=n)
+    for n in (cap - 0.5, cap):  # no further sequence fits
+        assert rm.rate(n) == pytest.approx(little(n, cap), rel=1e-12)
+
+
 def test_littles_law_holds_at_the_operating_point(catalog):
     dep = dep8b(catalog)
     rng = np.random.default_rng(0)
@@ -92,11 +114,14 @@ def test_littles_law_holds_at_the_operating_point(catalog):
     for slo in (SLO(), SLO.single(tpot_ms=30), SLO.single(ttft_s=0.5), SLO.single(itl_ms=40, stat="mean")):
         cap = replica_capacity(dep, prof, slo)
         pt = cap.point
-        # N = λ · (steps per request) · (step time)
-        assert pt.resident_batch == pytest.approx(cap.max_rps * prof.steps_per_request * pt.step_ms / 1e3, rel=1e-9)
+        # N = λ · (steps per request) · (the step a request's own decodes hold, N + 1 sequences)
+        rm = ReplicaModel(dep, prof, slo)
+        n = pt.resident_batch
+        own_step_s = rm.decode_s(n + 1) / (1 - pt.prefill_share)
+        assert n == pytest.approx(cap.max_rps * prof.steps_per_request * own_step_s, rel=1e-9)
+        assert pt.step_ms / 1e3 < own_step_s
         assert pt.step_ms <= pt.itl_ms
         # At the capacity every target holds in the model that set it.
-        rm = ReplicaModel(dep, prof, slo)
         assert rm.failing(pt.resident_batch) == []
 
 

@@ -84,10 +84,11 @@ class TrtllmCase:
         return self.dep.gpu.id
 
     def predict(self, efficiency: Efficiency | None = None) -> float:
-        """Output tokens/s per GPU = λ(N) x mean output / tp, λ(N) from capacity.ReplicaModel."""
+        """Output tokens/s per GPU = λ(N) x mean output / tp, λ(N) from capacity.ReplicaModel: a
+        closed loop, every one of the N slots full, so a request's steps hold N (not N + 1)."""
         dep = self.dep if efficiency is None else with_efficiency(self.dep, efficiency)
         rm = ReplicaModel(dep, self.prof, SLO(), self.ladder)
-        return rm.rate(self.resident_batch) * self.prof.mean_output / dep.tp
+        return rm.rate(self.resident_batch, seen=self.resident_batch) * self.prof.mean_output / dep.tp
 
 
 def trtllm_cases(catalog: Catalog, rows: Iterable[TrtllmRow]) -> list[TrtllmCase]:
