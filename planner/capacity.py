@@ -49,7 +49,7 @@ import numpy as np
 from planner.backlog import Backlog, backlog_regime
 from planner.deployment import Deployment
 from planner.footprint import Footprint, footprint, memory_concurrency, percentile_count_bound
-from planner.latency import LatencyModel, LatencyPoint
+from planner.latency import LatencyModel, LatencyPoint, stretched_step_s
 from planner.memo import shallow_copy
 from planner.memory import (
     BudgetLadder,
@@ -294,7 +294,7 @@ class ReplicaModel:
     def step_s(self, n: float) -> float:
         lam = self.rate(n)
         rho = lam * self.prefill_mean_s
-        return self.decode_s(n) / (1.0 - rho) if rho < 1 else math.inf
+        return stretched_step_s(self.decode_s(n), rho)
 
     def _prefill_queue(self, n: float) -> tuple[float, float, float]:
         """(λ, the decode time a prompt token holds the prefill queue for, ρ_S) at mean resident
@@ -353,7 +353,7 @@ class ReplicaModel:
         """
         rho = self.rate(n) * self.prefill_mean_s
         own_s = self.decode_seen_s(n) if seen is None else self.decode_s(seen)
-        t = own_s / (1.0 - rho) if rho < 1 else math.inf
+        t = stretched_step_s(own_s, rho)
         if not math.isfinite(t) or self.mean_decode_steps <= 0:
             return t
         sojourn = self.prefill_mean_s + self.prof.prefill_steps_per_request * self.decode_s(n)

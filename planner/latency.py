@@ -365,6 +365,13 @@ def _prefill_rates(step: StepModel, cells: _Cells) -> tuple[np.ndarray, float, f
 _PREFILL_RATES = ObjectMemo(_prefill_rates)
 
 
+def stretched_step_s(decode_s: float, prefill_share: float) -> float:
+    """The mean length of a step whose decode part takes decode_s, when prefill chunks ride in
+    the steps and take the share ρ = prefill_share of GPU time (λ·E[T_pf]; planner.capacity's
+    module docstring): decode_s / (1 - ρ); inf from ρ = 1, where the prefill queue never empties."""
+    return decode_s / (1.0 - prefill_share) if prefill_share < 1 else math.inf
+
+
 class LatencyModel:
     """Latency distributions of one (deployment, class) pair; `at` gives them at one operating point."""
 
@@ -533,8 +540,8 @@ class LatencyPoint:
             self.waits = (self.wait,)
             self.random_riders = True
         self.stable = self.wait is not None
-        self.mean_step = self.t_dec / (1 - self.rho) if self.rho < 1 else math.inf
-        self.own_mean_step = self.t_own / (1 - self.rho) if self.rho < 1 else math.inf  # as a decoder sees it
+        self.mean_step = stretched_step_s(self.t_dec, self.rho)
+        self.own_mean_step = stretched_step_s(self.t_own, self.rho)  # as a decoder sees it
         self.full_step_prefill_s = model.full_step_prefill_s
 
     def _capped_waits(self, budget: float, k: float, steps_own: np.ndarray, capped: np.ndarray,
@@ -613,7 +620,7 @@ class LatencyPoint:
         rho = self.rate * m.mean_prefill_s
         if rho >= 1:
             return
-        mean_step = self.t_dec / (1 - rho)
+        mean_step = stretched_step_s(self.t_dec, rho)
         tokens = self.rate * m.mean_new_tokens * mean_step
         last_chunk = c.new_tokens - (steps_own - 1) * per_step
         room = np.maximum(budget - last_chunk, 0.0)
@@ -629,7 +636,7 @@ class LatencyPoint:
         rho = self.rate * self.m.mean_prefill_s
         if rho >= 1:
             return math.inf
-        mean = self.t_dec / (1 - rho)
+        mean = stretched_step_s(self.t_dec, rho)
         f = min(1.0, self.rate * float(np.dot(c.weight, steps_own)) * mean)
         if f <= 0:
             return 0.5 * self.t_dec
