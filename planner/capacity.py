@@ -14,7 +14,7 @@ Derivation (continuous batching with chunked prefill, one replica):
 - A request is resident for s = E[steps per request] of its own steps (prefill chunks plus
   one per output token), so Little's law gives N = λ·s·t_own / (1 - ρ). Solving for λ:
         λ(N) = N / (s·t_own + N·E[T_pf]),
-  increasing in N (t_dec(N)/N falls as the weight read is shared), saturating at
+  increasing in N (t_own/N falls as the weight read is shared), saturating at
   the roofline throughput. Every ceiling is therefore a bound on N:
     memory   N ≤ N_mem (budget / footprint, in the sizing mode),
     token_budget
@@ -253,7 +253,7 @@ class ReplicaModel:
         steps. In a long-context pool of n = 0.02-0.2, t_dec(n) leaves out a whole sequence's
         cache read: timed at t_dec(n), the model's TPOT p50 was 15-21% under the simulator's and
         its mean ITL 15-16% (tests/test_latency.py's cases; 1-6% with this step), and the 128k
-        rollout's long pool's mean ITL 8.81 ms against 10.09 simulated (9.96 with it)."""
+        rollout's long pool's mean ITL 8.81 ms against 10.09 simulated (9.98 with it)."""
         return self.decode_s(max(n, min(n + 1.0, self._decoder_count)))
 
     def rate(self, n: float, seen: float | None = None) -> float:
@@ -264,13 +264,17 @@ class ReplicaModel:
         throughput run (the calibration's) holds its N sequences, the request among them, so seen = N.
 
         Over the time-average step t_dec(N) instead, the model's N ran under the simulator's in
-        every shipped pool, most where N is small: the 128k rollout's long pool 0.12 against 0.18
+        most shipped pools, most where N is small: the 128k rollout's long pool 0.12 against 0.18
         simulated (0.14 with t_own), its short pool 45.00 against 46.64 (45.22), finance_2027's
-        pool 64.96 against 69.72 (65.55). Capacities fall by 0.1% or less."""
+        pool 64.96 against 69.72 (65.55). Capacities moved by 0.2% or less, most down.
+        """
         if n <= 0:
             return 0.0
-        own_s = self.decode_seen_s(n) if seen is None else self.decode_s(seen)
-        return n / (self.prof.steps_per_request * own_s + n * self.prefill_mean_s)
+        return n / (self.prof.steps_per_request * self._own_step_s(n, seen) + n * self.prefill_mean_s)
+
+    def _own_step_s(self, n: float, seen: float | None) -> float:
+        """The decode step a request's own decodes hold: decode_seen_s(n) in an open loop, t_dec(seen) in a closed one."""
+        return self.decode_seen_s(n) if seen is None else self.decode_s(seen)
 
     def point(self, n: float) -> OperatingPoint:
         lam = self.rate(n)
@@ -296,11 +300,11 @@ class ReplicaModel:
         rho = lam * self.prefill_mean_s
         return stretched_step_s(self.decode_s(n), rho)
 
-    def _prefill_queue(self, n: float) -> tuple[float, float, float]:
+    def _prefill_queue(self, n: float, seen: float | None = None) -> tuple[float, float, float]:
         """(λ, the decode time a prompt token holds the prefill queue for, ρ_S) at mean resident
-        count n: a step's decode part t_dec is shared by the C' = C - N prompt tokens the step's
-        token budget C leaves after the decodes, and ρ_S = λ·E[S] (prefill_load)."""
-        lam = self.rate(n)
+        count n (seen: as for rate): a step's decode part t_dec is shared by the C' = C - N prompt
+        tokens the step's token budget C leaves after the decodes, and ρ_S = λ·E[S] (prefill_load)."""
+        lam = self.rate(n, seen)
         per_token = self.decode_s(n) / max(self.dep.engine.max_num_batched_tokens - n, 1.0)
         return lam, per_token, lam * (self.prefill_mean_s + per_token * self._new_tokens_mean)
 
@@ -310,11 +314,11 @@ class ReplicaModel:
         the steps the prompts need, each carrying at most C' of their tokens, fill the GPU's time."""
         return self._prefill_queue(n)[2]
 
-    def prefill_wait_s(self, n: float) -> float:
+    def prefill_wait_s(self, n: float, seen: float | None = None) -> float:
         """Mean wait of the FCFS prefill queue (Pollaczek-Khinchine): λ·E[S²] / (2(1 - ρ_S)), with
-        S and ρ_S as in prefill_load. The second moment of prefill *time* (quadratic in
-        attention) sets it, not that of prompt length."""
-        lam, per_token, rho = self._prefill_queue(n)
+        S and ρ_S as in prefill_load (seen: as for rate). The second moment of prefill *time*
+        (quadratic in attention) sets it, not that of prompt length."""
+        lam, per_token, rho = self._prefill_queue(n, seen)
         if rho >= 1:
             return math.inf
         second = self._prefill_sq_mean + 2 * per_token * self._prefill_cross + per_token**2 * self._new_tokens_sq
@@ -337,7 +341,7 @@ class ReplicaModel:
     def itl_s(self, n: float, seen: float | None = None) -> float:
         """Mean inter-token latency a token sees, which exceeds the mean step. seen: the batch a
         decoding request's steps hold [default: decode_seen_s's, for Poisson arrivals; a closed
-        loop of c users holds c, the request among them].
+        loop of c users holds c, the request among them, and its rate is rate(c, seen=c)].
 
         A request starts decoding when its prefill ends; the prompts that queued behind it
         meanwhile (work B = ρ·(W_q + S), W_q the prefill queue's wait and S its own prefill
@@ -351,13 +355,12 @@ class ReplicaModel:
         heavy-tailed (long prompts make W_q large): the simulator (bench/accuracy.py)
         showed the mean step alone understating the per-token ITL by up to half there.
         """
-        rho = self.rate(n) * self.prefill_mean_s
-        own_s = self.decode_seen_s(n) if seen is None else self.decode_s(seen)
-        t = stretched_step_s(own_s, rho)
+        rho = self.rate(n, seen) * self.prefill_mean_s
+        t = stretched_step_s(self._own_step_s(n, seen), rho)
         if not math.isfinite(t) or self.mean_decode_steps <= 0:
             return t
         sojourn = self.prefill_mean_s + self.prof.prefill_steps_per_request * self.decode_s(n)
-        backlog = rho * (self.prefill_wait_s(n) + sojourn)
+        backlog = rho * (self.prefill_wait_s(n, seen) + sojourn)
         return t + self._backlog_met(backlog) / ((1.0 - rho) * self.mean_decode_steps)
 
     def _backlog_met(self, backlog_s: float) -> float:

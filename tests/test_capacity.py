@@ -104,6 +104,14 @@ def test_a_requests_residence_is_timed_on_its_own_steps(catalog):
         assert rm.rate(n) < rm.rate(n, seen=n)
     for n in (cap - 0.5, cap):  # no further sequence fits
         assert rm.rate(n) == pytest.approx(little(n, cap), rel=1e-12)
+    assert rm.rate(cap + 5.0) == pytest.approx(little(cap + 5.0, cap + 5.0), rel=1e-12)  # past the cap: N itself
+    # A closed loop (the calibration's latency rows: c clients) never asks for the open loop's
+    # step, in its rate or in its mean ITL's prefill share and backlog.
+    closed = ReplicaModel(dep, prof, SLO())
+    closed.decode_seen_s = None  # called, it would raise
+    c = 40.0
+    assert closed.rate(c, seen=c) == pytest.approx(little(c, c), rel=1e-12)
+    assert closed.itl_s(c, seen=c) > closed.decode_s(c)
 
 
 def test_littles_law_holds_at_the_operating_point(catalog):

@@ -31,8 +31,9 @@ What is predicted, per source
   sizing would credit the engine with about twice the batch it runs on long
   outputs.) Prediction = λ(N) x mean output tokens / tp, with λ(N) =
   `capacity.ReplicaModel.rate` at N = `Capacity.bound_batch`, the resident count where
-  memory or the engine's sequence cap binds: an offline benchmark runs at its full batch,
-  not at the knee the planner plans at. Weights in the row's dtype, the KV cache in fp8 for
+  memory or the engine's sequence cap binds, a closed loop (seen = N: every slot full, the
+  request among them): an offline benchmark runs at its full batch, not at the knee the
+  planner plans at. Weights in the row's dtype, the KV cache in fp8 for
   fp8 and fp4 checkpoints (NVIDIA's ModelOpt fp4 checkpoints quantise the cache to fp8)
   and fp16 otherwise.
 - Splitwise-sim's perf model (`splitwise_perf_model_summary.csv`, Llama 2 70B and
