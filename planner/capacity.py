@@ -383,12 +383,11 @@ class ReplicaModel:
         """The prefill queue's backlog regime at mean resident count n and the rate λ(n) (or
         `rate_rps`) (planner.backlog): the decoders bounded by the cache's mean-footprint count
         and max_num_seqs."""
-        n_cap, rate_at_cap_rps = self._decoder_cap
         return backlog_regime(rate_rps=self.rate(n) if rate_rps is None else rate_rps, resident=n,
                               chunk_tokens=float(self.dep.engine.max_num_batched_tokens),
                               decode_s=self.decode_s, mean_prefill_s=self.latency.mean_prefill_s,
                               mean_new_tokens=self.latency.mean_new_tokens, mean_decode_steps=self.mean_decode_steps,
-                              cap_decoders=n_cap, rate_at_cap_rps=rate_at_cap_rps)
+                              cap_decoders=self._decoder_count, rate_at_cap_rps=self._rate_at_decoder_count)
 
     @cached_property
     def _decoder_count(self) -> float:
@@ -397,11 +396,10 @@ class ReplicaModel:
                    float(self.dep.engine.max_num_seqs))
 
     @cached_property
-    def _decoder_cap(self) -> tuple[float, float]:
-        """The most decoders (_decoder_count) and the rate there (what the backlog needs at every
-        latency point; it does not depend on the targets)."""
-        n_cap = self._decoder_count
-        return n_cap, self.rate(n_cap) if math.isfinite(n_cap) else 0.0
+    def _rate_at_decoder_count(self) -> float:
+        """The rate where the most decoders run (what the backlog needs at every latency point; it
+        does not depend on the targets)."""
+        return self.rate(self._decoder_count)
 
     def failing(self, n: float, kinds: tuple[str, ...] = LATENCY_CEILINGS, *, first: bool = False) -> list[str]:
         """The kinds of target (of `kinds`) that miss at n; with `first`, stop at the first miss
