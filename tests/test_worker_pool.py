@@ -29,12 +29,13 @@ def test_worker_figures_are_the_bytes_drawn_in_process():
     assert there == here and there.startswith(b"\x89PNG")
 
 
-def test_many_figures_sent_before_any_is_read_all_come_back():
+def test_many_figures_sent_before_any_is_read_all_come_back(monkeypatch):
     # Two dozen answers of ~30 kB each overflow any pipe buffer: the writer must never wait on a
     # worker that waits on its own answers (a fleet report sends three figures per service).
+    monkeypatch.setattr(worker_pool, "MAX_WORKERS", 2)  # as on 3 cores or more, whatever this machine has
     with worker_processes():
         started = [draw("cost_figure", **_rows(i)) for i in range(24)]
-        assert len(worker_pool._workers) == worker_pool.MAX_WORKERS  # a queue that long gets a second
+        assert len(worker_pool._workers) == 2  # a queue that long gets a second
         pngs = [result() for result in started]
     assert pngs == [draw("cost_figure", **_rows(i))() for i in range(24)]
 
