@@ -406,7 +406,8 @@ def test_the_builtin_catalog_reads_the_same_with_libyaml_and_keeps_the_value_che
 def test_vllm_takes_its_step_limits_from_the_gpu_as_vllm_does(catalog):
     """vLLM's API server picks its token budget and sequence limit by GPU (get_batch_defaults):
     8,192 and 1,024 on a GPU reporting at least 70 GiB that is not an A100, else 2,048 and 256.
-    The profiles without such a rule keep one value on every GPU."""
+    The profiles without such a rule keep one value on every GPU: TensorRT-LLM's BuildConfig
+    defaults, 8,192 tokens and 2,048 requests (data/SOURCES.md)."""
     limits = {}
     for gpu in catalog.gpus.values():
         large = gpu.memory_gib >= 70 and "a100" not in gpu.name.lower()
@@ -414,7 +415,7 @@ def test_vllm_takes_its_step_limits_from_the_gpu_as_vllm_does(catalog):
         limits[gpu.id] = (dep.engine.max_num_batched_tokens, dep.engine.max_num_seqs)
         assert limits[gpu.id] == ((8192, 1024) if large else (2048, 256)), gpu.id
         trt = make_deployment(catalog, model="llama-3.1-8b", gpu=gpu.id, engine="trtllm").engine
-        assert (trt.max_num_batched_tokens, trt.max_num_seqs) == (8192, 1024)
+        assert (trt.max_num_batched_tokens, trt.max_num_seqs) == (8192, 2048)
     assert limits["h100-sxm"] == limits["h200"] == limits["mi300x"] == (8192, 1024)
     assert limits["a100-80gb"] == limits["a100-40gb"] == limits["l40s"] == limits["l4"] == (2048, 256)
 
