@@ -406,6 +406,24 @@ def test_a_jsonl_line_nested_past_pyarrows_stack_is_one_excluded_row(tmp_path):
     assert out["excluded_rows"] == {"null": 0, "negative": 0, "non_numeric": 2, "too_long": 0, "empty_prompt": 0}
 
 
+def test_a_jsonl_row_naming_a_column_twice_is_excluded_not_read_as_its_last_value(tmp_path):
+    # The json module would keep the last value (a 999,999-token prompt here); pyarrow refuses the
+    # chunk. A key the planner does not read, named twice, leaves its row usable.
+    path = tmp_path / "log.jsonl"
+    path.write_text(
+        '{"prompt_tokens": 10, "output_tokens": 5}\n'
+        '{"prompt_tokens": 12, "output_tokens": 5, "prompt_tokens": 999999}\n'
+        '{"prompt_tokens": 14, "output_tokens": 5, "user": "a", "user": "b"}\n'
+        '{"prompt_tokens": 16, "output_tokens": 5, "meta": {"k": 1, "k": 2}}\n'
+    )
+    r = run("histogram", path, "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["requests"] == 3
+    assert out["excluded_rows"] == {"null": 0, "negative": 0, "non_numeric": 1, "too_long": 0, "empty_prompt": 0}
+    assert out["prompt_tokens"]["max"] == 16
+
+
 @pytest.mark.parametrize("values", [["10", "20", "10"], [10, 20, 10]])
 def test_a_dictionary_encoded_parquet_token_column_is_numeric(tmp_path, values):
     path = tmp_path / "log.parquet"

@@ -8,8 +8,9 @@ Formats (chosen by extension, or `fmt`):
   deep in the file cannot abort the scan (rows.py and timestamps.py parse them); a row
   with too few or too many fields is skipped by the parser and counted.
 - JSON Lines (.jsonl, .ndjson, .json): read in chunks of lines with `pyarrow.json`; a chunk
-  that pyarrow refuses (a type changing mid-chunk, a broken line) is re-read line by line
-  with the standard json module, so its good rows still count and its bad ones are counted.
+  that pyarrow refuses (a type changing mid-chunk, a broken line, a key named twice in an
+  object) is re-read line by line with the standard json module, so its good rows still count
+  and its bad ones are counted (a row whose column's key is named twice among them).
   So is a chunk with a line of more than _ARROW_MAX_OPENINGS brackets: pyarrow's parser
   recurses per level of nesting and overflows the stack (a segmentation fault, measured
   at 10,000 levels with pyarrow 26), where the json module stops at its recursion limit
@@ -489,12 +490,32 @@ def _read_json_chunk(chunk: bytes) -> pa.Table:
     )
 
 
+class _RepeatedKeys(dict):
+    """A JSON object that names some key more than once (`repeated`): the json module keeps the
+    last value without a word, pyarrow refuses the chunk, and RFC 8259 leaves the meaning to the
+    reader. A column read from a repeated key has no one value, so the row counts as non_numeric
+    (a line with a stray second "prompt_tokens" would otherwise enter the histogram as whichever
+    came last); a repeated key the planner does not read leaves the row as it is."""
+
+    repeated: frozenset[str] = frozenset()
+
+
+def _object(pairs: list[tuple[str, object]]) -> dict:
+    obj = dict(pairs)
+    if len(obj) == len(pairs):
+        return obj
+    seen: set[str] = set()
+    marked = _RepeatedKeys(obj)
+    marked.repeated = frozenset(k for k, _ in pairs if k in seen or seen.add(k))
+    return marked
+
+
 def _json_objects(chunk: bytes) -> Iterator[object]:
     for line in chunk.splitlines():
         if not line.strip():
             continue  # pyarrow skips blank lines too, so both paths count the same rows
         try:
-            yield json.loads(line)
+            yield json.loads(line, object_pairs_hook=_object)
         except (ValueError, RecursionError):  # broken, a 5,000-digit number, nested too deeply
             yield MALFORMED_LINE
 
@@ -504,6 +525,7 @@ def _python_json_batch(chunk: bytes, names: tuple[str, ...]) -> dict[str, np.nda
     out: dict[str, np.ndarray] = {}
     for name in names:
         column = np.empty(len(rows), dtype=object)
-        column[:] = [row.get(name) if isinstance(row, dict) else MALFORMED_LINE for row in rows]
+        column[:] = [row.get(name) if isinstance(row, dict) and name not in getattr(row, "repeated", ())
+                     else MALFORMED_LINE for row in rows]
         out[name] = column
     return out

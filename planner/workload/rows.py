@@ -3,7 +3,7 @@
 A row is excluded, and counted under one reason, when a column it needs is
 - 'null':        missing (null, NaN, an empty string or 'nan', a field absent from the line);
 - 'non_numeric': not a whole number (text, 12.5, inf, true, a list, an unparsable
-                 timestamp, a line that is not a JSON object);
+                 timestamp, a line that is not a JSON object, a JSON key named twice);
 - 'negative':    a token count below zero;
 - 'too_long':    a token count above MAX_TOKENS (2**24 = 16,777,216: longer than any model's
                  context window, and so long that one such row's square could pass the int64
