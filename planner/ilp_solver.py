@@ -143,12 +143,12 @@ if hasattr(pulp, "HiGHS") and pulp.HiGHS().available():
                 with _quiet_stdout():
                     super().createAndConfigureSolver(lp)
                 _HIGHS_BANNER_SILENCED = True
-            # highspy installs a Python dispatcher for HiGHS's callbacks on every solver object, and
-            # HiGHS calls it at every check for an interrupt, taking the GIL each time: while another
-            # thread of the planner runs Python (a replay's bookkeeping, a worker's answers read in),
-            # a solve waits for the GIL at each of them. The planner sets no callback. Measured on
-            # the catalog-wide fleet's joint ILP beside one busy Python thread: 4.85 s with the
-            # dispatcher, 2.76 s without (2.72 s alone either way; the same optimum, the same nodes).
+            # highspy registers a Python dispatcher as HiGHS's callback on every solver object, and a
+            # solve then keeps entering Python, taking the GIL each time: while another thread of the
+            # planner runs Python (a replay's bookkeeping, a worker's answers read in), the solve
+            # waits for it. The planner sets no callback. Measured on the catalog-wide fleet's joint
+            # ILP beside one busy Python thread: 4.85 s with the dispatcher, 2.76 s without (2.72 s
+            # alone either way; the same optimum, the same nodes).
             lp.solverModel.disableCallbacks()
 
         def buildSolverModel(self, lp):

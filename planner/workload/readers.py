@@ -28,7 +28,7 @@ import io
 import json
 import re
 import sys
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -501,12 +501,12 @@ class _RepeatedKeys(dict):
 
 
 def _object(pairs: list[tuple[str, object]]) -> dict:
+    """A JSON object's pairs as a dict, marked (_RepeatedKeys) when a key comes twice."""
     obj = dict(pairs)
     if len(obj) == len(pairs):
         return obj
-    seen: set[str] = set()
     marked = _RepeatedKeys(obj)
-    marked.repeated = frozenset(k for k, _ in pairs if k in seen or seen.add(k))
+    marked.repeated = frozenset(k for k, n in Counter(k for k, _ in pairs).items() if n > 1)
     return marked
 
 
