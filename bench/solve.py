@@ -248,6 +248,11 @@ def main() -> None:
           f"{os.environ.get('PYTHONDONTWRITEBYTECODE', '')!r}")
     print(f"machine speed, before: a fixed reference workload takes {reference_s():.3f} s (reference_s; lower is faster; "
           "printed again after each case)")
+    from planner.worker_pool import MAX_WORKERS, usable_cores
+
+    # The workers a run may start depend on the cores (planner.worker_pool): figures from machines
+    # with different counts compare different parallelism, not only different speeds.
+    print(f"cores this process may use: {usable_cores()}; worker processes a run may start: {MAX_WORKERS}")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         case("1. 128k rollout (shipped), without simulation", rollout, 1.0, args.runs)

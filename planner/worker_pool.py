@@ -38,7 +38,7 @@ from contextlib import contextmanager, suppress
 from typing import Any
 
 
-def _cores() -> int:
+def usable_cores() -> int:
     """The cores this process may run on (its affinity, which a container's CPU set narrows)."""
     with suppress(AttributeError, OSError):
         return len(os.sched_getaffinity(0))
@@ -51,7 +51,7 @@ def _cores() -> int:
 # drawing saved. Measured on 2 cores, fresh processes alternating: the catalog-wide fleet of
 # bench/solve.py 20.4 s with a second worker, 18.6 s without; the shipped fleet 14.5 and 14.0 s;
 # the 128k rollout 3.03 s either way.
-MAX_WORKERS = 2 if _cores() >= 3 else 1
+MAX_WORKERS = 2 if usable_cores() >= 3 else 1
 QUEUE_FOR_ANOTHER = 3
 
 
