@@ -420,6 +420,17 @@ def test_vllm_takes_its_step_limits_from_the_gpu_as_vllm_does(catalog):
     assert limits["a100-80gb"] == limits["a100-40gb"] == limits["l40s"] == limits["l4"] == (2048, 256)
 
 
+def test_sglang_takes_its_step_budget_from_the_gpu_memory_as_sglang_does(catalog):
+    """SGLang 0.5.23 sets chunked_prefill_size by the GPU's memory (memory_hook.py): 2,048 tokens
+    below 20 GiB, 4,096 below 60, 8,192 below 160, 16,384 from 160; its request limit's floor,
+    2,048, on every GPU (data/SOURCES.md)."""
+    expected = {"l4": 4096, "a10g": 4096, "l40s": 4096, "a100-40gb": 4096, "a100-80gb": 8192, "h100-sxm": 8192,
+                "h200": 8192, "rtx-pro-6000": 8192, "b200": 16384, "mi300x": 16384, "mi325x": 16384}
+    for gpu_id, tokens in expected.items():
+        engine = make_deployment(catalog, model="llama-3.1-8b", gpu=gpu_id, engine="sglang").engine
+        assert (engine.max_num_batched_tokens, engine.max_num_seqs) == (tokens, 2048), gpu_id
+
+
 def test_an_override_of_one_step_limit_holds_on_every_gpu_and_the_tiers_keep_the_other(catalog):
     stated = catalog.with_overrides({"engines": {"vllm": {"max_num_batched_tokens": 4096}}}, where="o.yaml")
     for gpu, seqs in (("l40s", 256), ("h100-sxm", 1024)):
