@@ -280,7 +280,7 @@ class ReplicaModel:
         lam = self.rate(n)
         t_dec = self.decode_s(n)
         rho = lam * self.prefill_mean_s
-        t_step = self.step_s(n)
+        t_step = stretched_step_s(t_dec, rho)
         t_mem, t_flop = self.step.decode_parts_s(n, n * self.fp.read_bytes, n * self.prof.mean_context_tokens)
         held = n * self.fp.mean_bytes + self.fp.shared_prefix_bytes
         return OperatingPoint(
