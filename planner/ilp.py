@@ -73,6 +73,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -409,7 +410,7 @@ class _JointProblem:
         return [(part, i) for part, i in self.members if part.cands[i].gpu == g]
 
     def gpus_of(self, pairs):
-        return pulp.LpAffineExpression(self.gpu_terms(pairs))
+        return _affine(self.gpu_terms(pairs))
 
     @staticmethod
     def gpu_terms(pairs) -> list[tuple]:
@@ -447,8 +448,8 @@ class _JointProblem:
                   for rank, o in enumerate(sorted(part.servable, key=lambda o: -1 if o.threshold is None else o.threshold))]
         per_pool = ranks + 1
         per_gpu = (len(all_z) + 1) * per_pool
-        return pulp.LpAffineExpression([*((v, n * per_gpu) for v, n in self.gpu_terms(self.members)),
-                                        *((z, per_pool) for z in all_z), *((y, rank) for rank, y in ranked if rank)])
+        return _affine([*((v, n * per_gpu) for v, n in self.gpu_terms(self.members)),
+                        *((z, per_pool) for z in all_z), *((y, rank) for rank, y in ranked if rank)])
 
     def solution(self, status: str, solve_s: float, build_s: float, solver: str, lp: str) -> JointSolution:
         """Each service's plan, priced at its candidates' prices; the commitments are the fleet's."""
@@ -572,7 +573,17 @@ def _row(prob, terms: list[tuple], sense: int, rhs: float, name: str) -> None:
     same row PuLP's operators build (terms in that order, no variable twice), built in one step. The
     operators copy an expression for every term; the re-solves of a plan build thousands of rows
     (the 128k rollout: 6,300 in 50 ILPs), and building them was half the time of a small ILP."""
-    prob.addConstraint(pulp.LpConstraint(pulp.LpAffineExpression(terms), sense, name, rhs), name)
+    prob.addConstraint(pulp.LpConstraint(_affine(terms), sense, name, rhs), name)
+
+
+def _affine(terms: list[tuple]) -> pulp.LpAffineExpression:
+    """sum(coefficient x variable over terms), refusing a variable named twice: PuLP keeps only the
+    last coefficient of a repeated variable, where the sum would add them, and says nothing."""
+    expression = pulp.LpAffineExpression(terms)
+    if len(expression) != len(terms):
+        seen = Counter(variable.name for variable, _ in terms)
+        raise ValueError(f"ILP row names {', '.join(n for n, k in seen.items() if k > 1)} more than once")
+    return expression
 
 
 def _oversized(option: SplitOption, candidates: Sequence[Candidate], by_class) -> str:

@@ -248,6 +248,20 @@ def test_lp_names_every_constraint_family():
         assert family in lp
 
 
+def test_a_row_naming_a_variable_twice_is_refused_not_cut_to_its_last_coefficient():
+    import pulp
+
+    from planner.ilp import _affine
+
+    prob = pulp.LpProblem("rows")
+    x, y = prob.add_variable("x"), prob.add_variable("y")
+    assert dict(_affine([(x, 1), (y, 2)])) == {x: 1, y: 2}
+    # PuLP's own constructor keeps the last coefficient where the sum would be 3.
+    assert dict(pulp.LpAffineExpression([(x, 1), (x, 2)])) == {x: 2}
+    with pytest.raises(ValueError, match="names x more than once"):
+        _affine([(x, 1), (y, 1), (x, 2)])
+
+
 def test_inventory_infeasible_is_reported_as_a_status():
     opts = [SplitOption("none", None, {"all": 10.0})]
     cands = [Candidate("none", "all", "c", "h", 1, 3.0, 1.0)]
