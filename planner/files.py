@@ -261,6 +261,19 @@ def _refuse_input(target: Path) -> None:
             )
 
 
+def path_is(path: Path, kind: str) -> bool:
+    """Whether `path` is a file (kind 'file'), a folder ('folder') or either ('any'). A name the
+    system refuses as too long (over 255 bytes a part) is no file, as a missing one is: Python
+    3.11's exists, is_file and is_dir return False for a missing path but raise for that one."""
+    ask = {"file": path.is_file, "folder": path.is_dir, "any": path.exists}[kind]
+    try:
+        return ask()
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            return False
+        raise
+
+
 def read_text(path: str | os.PathLike, kind: str, *, max_bytes: int | None = None) -> str:
     """The UTF-8 text of `path`; a missing, unreadable, binary or oversized file is an InputError naming it."""
     path = Path(path)

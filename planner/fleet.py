@@ -25,7 +25,8 @@ from planner.bounds import (
     whole,
 )
 from planner.catalog import Catalog, load_catalog
-from planner.errors import InputError
+from planner.errors import InputError, closest, did_you_mean, shorten
+from planner.files import path_is
 from planner.inputs import Inputs, scenario_inputs
 from planner.scenario import (
     Forecast,
@@ -36,7 +37,7 @@ from planner.scenario import (
     resolve,
     scenario_from_document,
 )
-from planner.scenario.fields import Strict
+from planner.scenario.fields import OutputName, Strict
 from planner.yamlio import load_yaml, validate
 
 
@@ -77,7 +78,7 @@ class SharedGPU(Strict):
 
 
 class FleetSpec(Strict):
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    name: OutputName
     description: str = ""
     services: list[str | dict[str, Any]] = Field(
         min_length=1, description="each a scenario file (relative to the fleet file) or a scenario written inline"
@@ -137,7 +138,20 @@ class FleetInputs:
 
 
 def is_fleet_file(path: str | Path) -> bool:
-    return is_fleet_document(load_yaml(path))
+    """Whether `path` is a fleet file; InputError where it is a fleet file whose services: is
+    misspelt or missing (read as a scenario, it would be told its model: is missing)."""
+    raw = load_yaml(path)
+    if isinstance(raw, dict) and not is_fleet_document(raw) and "model" not in raw:
+        unknown = [k for k in raw if isinstance(k, str) and k not in Scenario.model_fields]
+        typo = next((k for k in unknown if closest(k, ["services"]) is not None), None)
+        if typo is not None:
+            raise InputError(f"{typo}: unknown key; did you mean 'services'? (a fleet file lists its services under "
+                             "services:, a scenario states model: and traffic:)", where=str(path))
+        fleet_keys = [k for k in unknown if k in FleetSpec.model_fields]
+        if fleet_keys:
+            raise InputError(f"services: required field is missing ({fleet_keys[0]}: is a fleet file's key; a fleet "
+                             "file lists its services under services:)", where=str(path))
+    return is_fleet_document(raw)
 
 
 def load_fleet(path: str | Path, *, catalog_files: tuple[str, ...] = ()) -> FleetInputs:
@@ -166,7 +180,35 @@ def load_fleet(path: str | Path, *, catalog_files: tuple[str, ...] = ()) -> Flee
             raise InputError("forecast: a service of a fleet has no forecast of its own (it would be ignored); state "
                              "the quarters in the fleet's forecast section", where=svc.where)
     _one_definition_per_gpu(services, spec.inventory)
+    if spec.forecast is not None:
+        _check_forecast(spec.forecast, catalog, services, spec.inventory, path)
     return _with_shared_prices(FleetInputs(path, spec, catalog, tuple(services), tuple(services)))
+
+
+def _check_forecast(fc: Forecast, catalog: Catalog, services: list[Service], inventory, path: Path) -> None:
+    """The fleet's forecast section, refused where it names a GPU type nobody may run, or a context
+    limit, when the fleet is read: `planner solve` on the fleet does not run the quarters, and would
+    otherwise take a section that `planner forecast` refuses."""
+    used = set(inventory) | {c.id for svc in services for c in svc.inputs.scenario.gpu_candidates}
+    for gpu in fc.reserved_prices:  # (a scenario refuses such a price in its schema, against its gpus)
+        if gpu not in used:
+            raise InputError(f"forecast.reserved_prices: {did_you_mean(gpu, used, what='GPU')} (a committed price "
+                             "needs the GPU among a service's gpus or the inventory)", where=str(path))
+    for i, q in enumerate(fc.quarters):
+        where = f"forecast.quarters[{i}]"
+        if q.context_limit is not None:
+            raise InputError(f"{where}.context_limit: a fleet's quarters change demand, prices, availability and "
+                             "commitments; a context limit belongs to each service's scenario", where=str(path))
+        for field_name in ("prices", "availability", "reserved"):
+            for gpu in getattr(q, field_name):
+                try:
+                    catalog.gpu(gpu)
+                except InputError as exc:
+                    raise InputError(f"{where}.{field_name}: {exc}", where=str(path)) from None
+                if gpu not in used and field_name != "reserved":
+                    raise InputError(f"{where}.{field_name}.{gpu}: no service may run {gpu} and the inventory has none, "
+                                     "so this would change nothing; add it to a service's gpus or the inventory",
+                                     where=str(path))
 
 
 _PRICE_FIELDS = {"price_usd_per_hour", "price_source", "price_date"}
@@ -202,8 +244,9 @@ def _one_definition_per_gpu(services: list[Service], inventory) -> None:
 def _service(spec: FleetSpec, catalog: Catalog, path: Path, i: int, entry, catalog_files) -> Service:
     if isinstance(entry, str):
         file = resolve(path.parent, entry)
-        if not file.is_file():
-            raise InputError(f"services[{i}]: no scenario file {entry} (paths are relative to the fleet file)",
+        if not path_is(file, "file"):
+            shown = entry if entry.strip() and entry.isprintable() else repr(entry)  # a blank or a control character
+            raise InputError(f"services[{i}]: no scenario file {shorten(shown)} (paths are relative to the fleet file)",
                              where=str(path))
         raw = load_yaml(file)
         if is_fleet_document(raw):

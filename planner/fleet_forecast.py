@@ -82,22 +82,8 @@ def run_fleet_forecast(fleet: FleetInputs) -> list[FleetQuarter]:
     multiplier = 1.0
     lots: dict[str, list[tuple[int, float]]] = {}  # commitments beyond the inventory's: (GPUs, price) per type
     previous: FleetQuarter | None = None
-    used = set(fleet.spec.inventory) | {c.id for svc in fleet.services for c in svc.inputs.scenario.gpu_candidates}
     for i, q in enumerate(fc.quarters):
         where = f"forecast.quarters[{i}]"
-        if q.context_limit is not None:
-            raise InputError(f"{where}.context_limit: a fleet's quarters change demand, prices, availability and "
-                             "commitments; a context limit belongs to each service's scenario", where=str(fleet.path))
-        for field_name in ("prices", "availability", "reserved"):
-            for gpu in getattr(q, field_name):
-                try:
-                    fleet.catalog.gpu(gpu)
-                except InputError as exc:
-                    raise InputError(f"{where}.{field_name}: {exc}", where=str(fleet.path)) from None
-                if gpu not in used and field_name != "reserved":
-                    raise InputError(f"{where}.{field_name}.{gpu}: no service may run {gpu} and the inventory has none, "
-                                     "so this would change nothing; add it to a service's gpus or the inventory",
-                                     where=str(fleet.path))
         multiplier = multiplier * (1 + q.growth) if fc.growth_mode == "compound" else 1 + q.growth
         if fc.carry_forward and previous is not None:
             carried = {g: n - _committed(base, lots, g) for g, n in previous.plan.joint.gpus_by_type.items()}

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from planner.catalog import Catalog, Model, load_catalog
 from planner.errors import InputError
+from planner.files import path_is
 from planner.plan_objects import Plan
 from planner.planning import make_plan
 from planner.scenario import Scenario, load_scenario, resolve
@@ -49,8 +50,12 @@ def scenario_model(scn: Scenario, catalog: Catalog, base: Path, where: str) -> M
         unknown = set(extra) - {"name", "params_total", "params_active", "hf_id"}
         if unknown:
             raise InputError(f"model: unknown keys {sorted(unknown)} beside config_json", where=where)
+        config = resolve(base, spec["config_json"])
+        if not path_is(config, "file"):  # named by the scenario's field: the reader knows only the path
+            raise InputError(f"model.config_json: '{spec['config_json']}' is no file (paths are relative to the "
+                             "scenario's folder)", where=where)
         return model_from_hf_config(
-            resolve(base, spec["config_json"]), name=str(extra.get("name", "custom-model")),
+            config, name=str(extra.get("name", "custom-model")),
             params_total=extra.get("params_total"), params_active=extra.get("params_active"), hf_id=extra.get("hf_id"),
         )
     return validate(Model, {"id": spec.get("id", "inline-model"), **spec}, where=where, prefix="model")

@@ -641,21 +641,27 @@ def write_report(plan: Plan, out_dir: Path, *, sections: tuple[str, ...] = ()) -
     return path
 
 
+# A plan's figures by kind: the file of each is <stem><suffix>, where the stem is the scenario's
+# name, or <fleet>_<service> in a fleet's report.
+FIGURE_SUFFIXES = {"ttft": "_ttft_target.png", "traffic": "_traffic.png", "split": "_split.png"}
+
+
 def start_figures(plan: Plan, *, prefix: str = "") -> dict[str, tuple[str, Callable[[], bytes]]]:
     """The plan's figures, started (planner.worker_pool): kind -> (file name
-    <prefix><name>_<kind>.png, a call that returns its PNG bytes)."""
+    <prefix><name><FIGURE_SUFFIXES[kind]>, a call that returns its PNG bytes)."""
     name = plan.scenario.name
+    stem = f"{prefix}{name}"
     started = {}
     if plan.ttft_sweep:
         first = next(b for b in plan.scenario.slo.to_slo().bands if b.ttft)
-        started["ttft"] = (f"{prefix}{name}_ttft_target.png", draw(
+        started["ttft"] = (stem + FIGURE_SUFFIXES["ttft"], draw(
             "target_figure", points=[(first.ttft.limit_s, plan.compared_usd_per_hour)]
             + [(first.ttft.limit_s * m, o.cost_per_hour) for m, o in plan.ttft_sweep],
             xlabel=f"{first.name}: TTFT {first.ttft.stat} limit (s; other bands scaled alike)",
             title=f"{name}: cost per hour against the TTFT target"))
-    started["traffic"] = (f"{prefix}{name}_traffic.png",
+    started["traffic"] = (stem + FIGURE_SUFFIXES["traffic"],
                           start_traffic_figure(plan.served, plan.context_limit, plan.scenario.thresholds))
-    started["split"] = (f"{prefix}{name}_split.png", draw(
+    started["split"] = (stem + FIGURE_SUFFIXES["split"], draw(
         "cost_figure", rows=[(o.name, o.cost_per_hour) for o in plan.split_analysis + plan.levers],
         title=f"{name}: cost per hour by split option and lever"))
     return started

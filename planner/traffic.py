@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from planner.errors import InputError
+from planner.files import path_is
 from planner.histogram import Histogram
 from planner.load_profile import FLAT, DailyProfile, traffic_profile
 from planner.requests import Requests
@@ -53,7 +54,7 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
         notes.append(f"Source: synthetic distribution '{syn.name}', {syn.requests:,} requests, seed {syn.seed}.")
     else:
         # pyarrow's readers load only for logs and histogram files, not for synthetic traffic.
-        from planner.workload.columns import resolve_columns
+        from planner.workload.columns import read_for_a_scenario, resolve_columns
         from planner.workload.ingest import ingest
 
         paths = [src.log] if isinstance(src.log, str) else list(src.log or [])
@@ -62,7 +63,7 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
         files = [resolve(base, p) for p in paths]
         field = "histogram" if src.histogram is not None else "log"
         for written, file in zip(paths, files, strict=True):
-            if not file.exists():  # named by the scenario's field: the reader knows only the path
+            if not path_is(file, "any"):  # named by the scenario's field: the reader knows only the path
                 raise InputError(f"source.{field}: '{written}' does not exist (paths are relative to the "
                                  "scenario's folder)")
         cols = src.columns
@@ -70,7 +71,8 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
             src.preset, cols.prompt if cols else None, cols.output if cols else None,
             cols.time if cols else None, src.time_unit,
         )
-        result = ingest(files, spec, keep_requests=REPLAY_MAX_REQUESTS)
+        with read_for_a_scenario():
+            result = ingest(files, spec, keep_requests=REPLAY_MAX_REQUESTS)
         hist = result.histogram
         requests, unreplayable = _replayable(result.requests)
         names = ", ".join(_display(p, base) for p in files)

@@ -360,6 +360,10 @@ def test_solve_fleet_json_has_services_and_a_budget_overrun_exits_3(tmp_path):
       "inventory": {"h100-sxm": {"price_usd_per_hour": 2.2}}},
      "services[0]: gpus[0]: price of the shared GPU type 'h100-sxm' is 2.5 $/hour here but 2.2 in the fleet"),
     ({"services": ["missing.yaml"]}, "services[0]: no scenario file missing.yaml"),
+    # a name longer than a file system allows: no file either (Python 3.11's is_file raised for it)
+    ({"services": ["x" * 300 + ".yaml"]}, f"services[0]: no scenario file {'x' * 60}... (305 characters)"),
+    ({"services": ["  "]}, "services[0]: no scenario file ' ' (paths"),  # (one line: spaces run together)
+    ({"services": ["a\x00b.yaml"]}, "services[0]: no scenario file 'a\\x00b.yaml' (paths"),
     ({"services": [service("alpha", 3.0, forecast={"quarters": [{"quarter": "2027Q1"}]})]},
      "services[0]: forecast: a service of a fleet has no forecast of its own (it would be ignored)"),
     ({"services": [service("alpha", 3.0, catalog={"gpus": {"h100-sxm": {"memory_gib": 20}}}), service("beta", 3.0)]},
@@ -371,6 +375,14 @@ def test_solve_fleet_json_has_services_and_a_budget_overrun_exits_3(tmp_path):
     ({"services": [{**service("alpha", 3.0), "modle": "x"}]}, "services[0].modle: unknown key; did you mean 'model'?"),
     ({"services": ["fleet.yaml"]}, "fleet.yaml: services[0]: fleet.yaml is this fleet file itself; a service is one "
                                    "scenario file"),
+    # `solve` runs no quarters, yet refuses the forecast section `forecast` would refuse
+    ({"forecast": {"quarters": [{"quarter": "2027Q1", "prices": {"zz9000": 3.0}}]}},
+     "fleet.yaml: forecast.quarters[0].prices: unknown GPU 'zz9000'"),
+    ({"forecast": {"quarters": [{"quarter": "2027Q1", "context_limit": 4096}]}},
+     "fleet.yaml: forecast.quarters[0].context_limit: a fleet's quarters change demand"),
+    ({"forecast": {"reserved_prices": {"b200": 1.0}, "quarters": [{"quarter": "2027Q1"}]}},
+     "fleet.yaml: forecast.reserved_prices: unknown GPU 'b200'; known: h100-sxm, l40s (a committed price needs the GPU "
+     "among a service's gpus or the inventory)"),
 ])
 def test_a_wrong_fleet_file_gets_one_line_naming_the_place(tmp_path, change, message):
     path = write_fleet(tmp_path, **change)
@@ -379,6 +391,23 @@ def test_a_wrong_fleet_file_gets_one_line_naming_the_place(tmp_path, change, mes
     assert message in r.output
     assert len(r.output.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", ["solve", "forecast"])
+@pytest.mark.parametrize(("key", "message"), [
+    ("service", "service: unknown key; did you mean 'services'? (a fleet file lists its services under services:, a "
+                "scenario states model: and traffic:)"),
+    ("inventory", "services: required field is missing (inventory: is a fleet file's key; a fleet file lists its "
+                  "services under services:)"),
+])
+def test_a_fleet_file_without_its_services_key_is_told_so_not_that_a_scenario_lacks_its_model(tmp_path, command, key,
+                                                                                               message):
+    path = tmp_path / "fleet.yaml"
+    value = [service("alpha", 3.0)] if key == "service" else {"h100-sxm": {"max_new": 4}}
+    path.write_text(yaml.safe_dump({"name": "twin", key: value}), encoding="utf-8")
+    r = CliRunner().invoke(main, [command, str(path), "--out-dir", str(tmp_path / "out")])
+    assert r.exit_code == 2, r.output
+    assert r.output.strip() == f"error: {path}: {message}"
 
 
 def test_fleet_forecast_carries_the_whole_fleet_forward(tmp_path):

@@ -151,11 +151,12 @@ def test_an_out_dir_under_a_file_is_bad_input(tmp_path):
     one_line_error(r, 2, "afile/reports: cannot make the output folder: a part of the path is a file")
 
 
-def test_a_report_name_too_long_for_the_file_system_is_bad_input(tmp_path):
-    name = "n" * 250  # a valid scenario name; '<name>_traffic.png' is longer than 255 bytes
-    r = run("solve", scenario(tmp_path, BASE.replace("name: tiny", f"name: {name}")), "--out-dir", tmp_path / "out")
-    one_line_error(r, 2, f"{name}_", "png: cannot write: the file name is too long")
-    assert leftovers(tmp_path / "out") == []
+def test_an_output_folder_name_too_long_for_the_file_system_is_bad_input(tmp_path):
+    # (a scenario's name is refused long before: test_a_name_that_cannot_start_the_report_files...)
+    folder = tmp_path / ("d" * 300)
+    r = run("solve", scenario(tmp_path), "--out-dir", folder)
+    one_line_error(r, 2, f"{folder}: cannot make the output folder: the file name is too long")
+    assert leftovers(tmp_path) == ["s.yaml"]
 
 
 @pytest.mark.parametrize("command", ["solve", "forecast"])
@@ -577,11 +578,35 @@ def test_an_infeasible_scenario_after_a_good_one_leaves_no_report(tmp_path):
     assert leftovers(tmp_path / "out") == []
 
 
-def test_two_scenarios_of_one_name_are_refused_before_one_report_overwrites_the_other(tmp_path):
+# Compared without case: a case-insensitive file system (macOS, Windows) would merge Tiny.md and tiny.md.
+@pytest.mark.parametrize("second_name", ["tiny", "Tiny"])
+def test_two_scenarios_of_one_name_are_refused_before_one_report_overwrites_the_other(tmp_path, second_name):
     first = scenario(tmp_path, name="a.yaml")
-    second = scenario(tmp_path, BASE.replace("rps: 4", "rps: 8"), name="b.yaml")
+    second = scenario(tmp_path, BASE.replace("rps: 4", "rps: 8").replace("name: tiny", f"name: {second_name}"),
+                      name="b.yaml")
     r = run("solve", first, second, "--out-dir", tmp_path / "out")
-    one_line_error(r, 2, f"{second}: name 'tiny' is also the name of {first}; its report would overwrite that one")
+    one_line_error(r, 2, f"{second}: writes {second_name}.md, as {first} does; one report's files would overwrite the "
+                         "other's: rename one")
+    assert leftovers(tmp_path / "out") == []
+
+
+def test_a_scenario_named_like_a_fleet_service_is_refused_before_its_figures_overwrite_the_services(tmp_path):
+    """Fleet m's service a draws m_a_*.png, the names of scenario m_a's figures."""
+    service = BASE.replace("name: tiny", "name: a").replace("\n", "\n    ").rstrip()
+    fleet = scenario(tmp_path, f"name: m\nservices:\n  - {service}\n", name="m.yaml")
+    alone = scenario(tmp_path, BASE.replace("name: tiny", "name: m_a"), name="m_a.yaml")
+    r = run("solve", fleet, alone, "--out-dir", tmp_path / "out")
+    one_line_error(r, 2, f"{alone}: writes m_a_ttft_target.png, as service 'a' of {fleet} does; one report's files "
+                         "would overwrite the other's: rename one")
+    assert leftovers(tmp_path / "out") == []
+
+
+@pytest.mark.parametrize("name", ["..", ".hidden", "x" * 101, "a/b"])
+def test_a_name_that_cannot_start_the_report_files_is_refused_where_the_scenario_says_it(tmp_path, name):
+    path = scenario(tmp_path, BASE.replace("name: tiny", f"name: '{name}'"))
+    r = run("solve", path, "--out-dir", tmp_path / "out")
+    one_line_error(r, 2, f"{path}: name: Value error, expected letters, digits, '_', '-' and '.', not starting with "
+                         "'.', at most 100 characters: the name starts the report's file names")
     assert leftovers(tmp_path / "out") == []
 
 
@@ -1024,6 +1049,54 @@ def test_a_missing_log_is_named_by_the_scenario_and_its_field(tmp_path):
     path = scenario(tmp_path, BASE.replace("{constant: {prompt_tokens: 1000, output_tokens: 200}}", "{log: nolog.csv}"))
     one_line_error(run("solve", path, "--no-report"), 2,
                    f"{path}: traffic: source.log: 'nolog.csv' does not exist (paths are relative to the scenario's folder)")
+
+
+@pytest.mark.parametrize(("log", "text", "fragment"), [
+    ("log.csv", "a\n1\n", "no column 'prompt_tokens' (prompt tokens); the file has: a — name the columns with "
+                          "traffic.source.columns (prompt, output, time)"),
+    ("log.txt", "prompt_tokens,output_tokens\n10,5\n",
+     "unknown log extension '.txt'; expected one of .parquet, .pq, .csv, .jsonl, .ndjson, .json"),
+])
+def test_a_scenario_s_log_is_told_what_to_set_in_the_scenario_not_on_a_command_line(tmp_path, log, text, fragment):
+    (tmp_path / log).write_text(text)
+    path = scenario(tmp_path, BASE.replace("{constant: {prompt_tokens: 1000, output_tokens: 200}}", f"{{log: {log}}}"))
+    line = one_line_error(run("solve", path, "--no-report"), 2, f"{tmp_path / log}: {fragment}")
+    assert "--" not in line.replace(" — ", "")  # no option of `planner histogram`
+    # the same log given to `planner histogram` is told its options
+    line = one_line_error(run("histogram", tmp_path / log, "--output", tmp_path / "h.parquet"), 2)
+    assert "--prompt-col/--output-col/--time-col" in line or "(or pass --format)" in line
+
+
+def test_a_missing_config_json_is_named_by_the_scenario_and_its_field(tmp_path):
+    path = scenario(tmp_path, BASE.replace("model: llama-3.1-8b", "model: {config_json: none.json}"))
+    one_line_error(run("solve", path, "--no-report"), 2,
+                   f"{path}: model.config_json: 'none.json' is no file (paths are relative to the scenario's folder)")
+
+
+@pytest.mark.parametrize("command", ["solve", "histogram"])
+def test_a_log_name_longer_than_the_file_system_allows_is_a_missing_log(tmp_path, command):
+    # Python 3.11's exists() raises for such a name (ENAMETOOLONG) where it returns False for a missing one.
+    log = "x" * 300 + ".csv"
+    if command == "solve":
+        path = scenario(tmp_path, BASE.replace("{constant: {prompt_tokens: 1000, output_tokens: 200}}", f"{{log: {log}}}"))
+        one_line_error(run("solve", path, "--no-report"), 2, f"{path}: traffic: source.log: '{log}' does not exist")
+    else:
+        for fmt in ("auto", "csv"):
+            one_line_error(run("histogram", tmp_path / log, "--format", fmt, "--output", tmp_path / "h.parquet"), 2,
+                           f"{tmp_path / log}: no such file")
+
+
+def test_a_path_the_system_refuses_where_no_check_asked_first_is_one_line_of_bad_input(tmp_path, monkeypatch):
+    log = tmp_path / "log.csv"
+    log.write_text("prompt_tokens,output_tokens,timestamp_ms\n10,5,1\n")
+
+    def refuse(path, kind):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr("planner.workload.readers.path_is", refuse)
+    one_line_error(run("histogram", log, "--output", tmp_path / "h.parquet"), 2,
+                   f"{log}: cannot use the path: permission denied")
+    assert leftovers(tmp_path) == [log.name]
 
 
 @pytest.mark.parametrize(("written", "seconds"), [("1e3", 1000.0), ("2.5e1", 25.0), ("1.5E+1", 15.0)])

@@ -13,12 +13,13 @@ import contextlib
 import os
 import sys
 import traceback
+from pathlib import Path
 
 import click
 
 from planner import __version__
 from planner.errors import PlannerError
-from planner.files import inputs_guard, outputs_together
+from planner.files import inputs_guard, output_error, outputs_together
 
 
 class PlannerGroup(click.Group):
@@ -32,6 +33,14 @@ class PlannerGroup(click.Group):
             else:
                 click.echo(f"error: {one_line(str(exc))}", err=True)
             sys.exit(exc.exit_code)
+        except OSError as exc:
+            # A path the system refused where no check of ours asked first (the checks ask through
+            # planner.files): still bad input, in one line naming the path.
+            if exc.filename is None or (ctx.obj and ctx.obj.get("debug")):
+                raise
+            refusal = output_error(exc, Path(os.fsdecode(exc.filename)), what="cannot use the path")
+            click.echo(f"error: {one_line(str(refusal))}", err=True)
+            sys.exit(refusal.exit_code)
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         """click's main, but a usage error is one line (click prints the usage, a hint and the error)."""

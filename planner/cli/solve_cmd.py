@@ -105,16 +105,29 @@ def _draw_traffic_ahead(scenarios) -> None:
 
 
 def _refuse_same_names(loaded) -> None:
-    """Two scenarios of one name would write one report over the other."""
+    """Two inputs whose reports write a file of one name would write one over the other: two
+    scenarios of one name, or a scenario named m_a beside fleet m's service a (whose figures are
+    m_a_*.png). Names are compared without case, as a case-insensitive file system (macOS,
+    Windows) would."""
     from planner.errors import InputError
+    from planner.report import FIGURE_SUFFIXES
 
-    first: dict[str, str] = {}
+    first: dict[str, str] = {}  # a file's name, without case -> whose report writes it
     for path, kind, inputs in loaded:
-        name = inputs.scenario.name if kind == "scenario" else inputs.spec.name
-        if name in first:
-            raise InputError(f"name '{name}' is also the name of {first[name]}; its report would overwrite that one",
-                             where=str(path))
-        first[name] = str(path)
+        if kind == "scenario":
+            stems = [(inputs.scenario.name, "")]
+            name = inputs.scenario.name
+        else:
+            name = inputs.spec.name
+            stems = [(f"{name}_{svc.inputs.scenario.name}", f"service '{svc.inputs.scenario.name}' ")
+                     for svc in inputs.services]
+        files = [(f"{name}.md", ""), *((stem + suffix, who) for stem, who in stems for suffix in FIGURE_SUFFIXES.values())]
+        for file, who in files:
+            whose = f"{who}of {path}" if who else str(path)
+            other = first.setdefault(file.casefold(), whose)
+            if other != whose:
+                raise InputError(f"{who}writes {file}, as {other} does; one report's files would overwrite the "
+                                 "other's: rename one", where=str(path))
 
 
 def _fleet_figures_ahead():

@@ -29,7 +29,7 @@ from planner.bounds import (
     whole,
 )
 from planner.errors import InputError, did_you_mean
-from planner.scenario.fields import Strict, histogram_edge
+from planner.scenario.fields import OutputName, Strict, histogram_edge
 from planner.scenario.fleet_section import FleetPool, GPUCandidate
 from planner.scenario.forecast_section import Autoscaling, Forecast, QuarterSpec
 from planner.scenario.slo_section import STATISTIC_NAMES, BandSpec, SLOSpec
@@ -85,7 +85,7 @@ class ConfigJsonModel(Strict):
 
 
 class Scenario(Strict):
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    name: OutputName
     description: str = ""
     model: str | dict[str, Any] = Field(description="catalog id, an inline model entry, or {config_json: path}")
     catalog: dict[str, Any] | None = Field(None, description="catalog overrides: {gpus: {id: {field: value}}, ...}")

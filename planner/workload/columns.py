@@ -14,12 +14,38 @@ PRESETS or one built from `--prompt-col/--output-col/--time-col` (or a scenario'
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from planner.errors import InputError, did_you_mean
 
 FORMATS = ("parquet", "csv", "jsonl")  # log formats the readers take
 TIME_UNITS = ("s", "ms", "us", "ns")  # units of numeric timestamps; datetimes carry their own
+
+# Whether the log being read is a scenario's (traffic.source), whose settings are fields of the
+# scenario, not options of the command line: messages suggest the one the user can set.
+_FOR_A_SCENARIO = contextvars.ContextVar("planner_log_of_a_scenario", default=False)
+
+
+@contextlib.contextmanager
+def read_for_a_scenario() -> Iterator[None]:
+    """Within the block, messages about a log suggest a scenario's fields, not `planner histogram`'s options."""
+    token = _FOR_A_SCENARIO.set(True)
+    try:
+        yield
+    finally:
+        _FOR_A_SCENARIO.reset(token)
+
+
+def suggested(setting: str, value: str = "") -> str | None:
+    """How a message suggests `setting` ('preset', 'columns' or 'format'): the command line's option,
+    or the scenario's field; None where a scenario has none (it reads a log by its extension)."""
+    if _FOR_A_SCENARIO.get():
+        return {"preset": f"traffic.source.preset: {value}", "columns": "traffic.source.columns (prompt, output, time)",
+                "format": None}[setting]
+    return {"preset": f"--preset {value}", "columns": "--prompt-col/--output-col/--time-col", "format": "--format"}[setting]
 
 
 @dataclass(frozen=True)

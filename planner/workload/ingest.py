@@ -19,7 +19,7 @@ import numpy as np
 from planner.errors import InputError, shorten
 from planner.histogram import Histogram
 from planner.workload.accumulate import CellAccumulator, MinuteCounter, to_histogram
-from planner.workload.columns import ColumnSpec, matching_presets
+from planner.workload.columns import ColumnSpec, matching_presets, suggested
 from planner.workload.histfile import (
     HISTOGRAM_FILE_CORE_COLUMNS,
     read_histogram_and_metadata,
@@ -296,9 +296,9 @@ def _missing(name: str, role: str, have: list[str]) -> str:
     message = f"no column '{shorten(name)}' ({role}); the file has: {shorten(', '.join(have), 300) or '(no columns)'}"
     presets = matching_presets(have)
     if presets:
-        message += f" — try --preset {presets[0]}"
+        message += f" — try {suggested('preset', presets[0])}"
     else:
-        message += " — name the columns with --prompt-col/--output-col/--time-col"
+        message += f" — name the columns with {suggested('columns')}"
     return message
 
 

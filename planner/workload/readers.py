@@ -42,8 +42,8 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from planner.errors import InputError, shorten
-from planner.files import note_input
-from planner.workload.columns import FORMATS
+from planner.files import note_input, path_is
+from planner.workload.columns import FORMATS, suggested
 
 EXTENSIONS = {
     ".parquet": "parquet",
@@ -79,18 +79,18 @@ def detect_format(path: Path, fmt: str = "auto") -> str:
     of the folder's format is refused, not read as rows: a notes.txt with a CSV header would be
     planned for, a Parquet part read as CSV prints its bytes. With --format, files without an
     extension of another format (Hadoop's part-00000) are read as that format."""
+    if fmt != "auto" and fmt not in FORMATS:
+        raise InputError(f"format '{fmt}': expected one of auto, {', '.join(FORMATS)}", where=str(path))
+    if not path_is(path, "any"):
+        raise InputError("no such file", where=str(path))
     if fmt != "auto":
-        if fmt not in FORMATS:
-            raise InputError(
-                f"format '{fmt}': expected one of auto, {', '.join(FORMATS)}", where=str(path)
-            )
-        if path.is_dir():
+        if path_is(path, "folder"):
             other = [f for f in _data_files(path) if EXTENSIONS.get(f.suffix.lower(), fmt) != fmt]
             if other:
                 raise InputError(f"folder holds {other[0].relative_to(path)}, a {EXTENSIONS[other[0].suffix.lower()]} "
                                  f"file, where --format says {fmt}; give a folder of one format", where=str(path))
         return fmt
-    if path.is_dir():
+    if path_is(path, "folder"):
         kinds = {f: EXTENSIONS.get(f.suffix.lower()) for f in _data_files(path)}
         unknown = [f for f, kind in kinds.items() if kind is None]
         if unknown and len(unknown) < len(kinds):
@@ -103,19 +103,23 @@ def detect_format(path: Path, fmt: str = "auto") -> str:
         if len(found) != 1:
             what = "no log files" if not found else f"mixed formats ({', '.join(sorted(found))})"
             raise InputError(
-                f"folder holds {what}; expected files of one format ({', '.join(EXTENSIONS)}, or any names with "
-                "--format)", where=str(path),
+                f"folder holds {what}; expected files of one format ({', '.join(EXTENSIONS)}"
+                f"{_with_format(', or any names with {}')})", where=str(path),
             )
         return found.pop()
-    if not path.exists():
-        raise InputError("no such file", where=str(path))
     fmt = EXTENSIONS.get(path.suffix.lower())
     if fmt is None:
         raise InputError(
-            f"unknown log extension '{path.suffix}'; expected one of {', '.join(EXTENSIONS)} (or pass --format)",
+            f"unknown log extension '{path.suffix}'; expected one of {', '.join(EXTENSIONS)}{_with_format(' (or pass {})')}",
             where=str(path),
         )
     return fmt
+
+
+def _with_format(hint: str) -> str:
+    """`hint` naming the --format option, where the reader has one (a scenario's log has none)."""
+    option = suggested("format")
+    return "" if option is None else hint.format(option)
 
 
 def _data_files(folder: Path) -> list[Path]:
