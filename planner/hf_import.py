@@ -75,7 +75,9 @@ def parse_layer_kinds(text: str) -> dict[str, int]:
             raise InputError(
                 f"--layer-kinds: expected KIND=COUNT,... with KIND one of {', '.join(LAYER_KINDS)} (got '{part}')"
             )
-        out[kind] = out.get(kind, 0) + int(count)
+        if kind in out:
+            raise InputError(f"--layer-kinds: {kind} is given twice (give each kind once, with its count)")
+        out[kind] = int(count)
     if not out:
         raise InputError("--layer-kinds: no KIND=COUNT given")
     return out
@@ -202,6 +204,10 @@ def _architecture_fields(r: FamilyReader, name: str, hub_id: str | None) -> dict
         kv_heads = heads
         r.note(f"{cfg.name('num_key_value_heads')} not in the config: num_attention_heads ({heads}), multi-head attention")
     experts = _num_experts(r)
+    if r.family.routed_experts and not experts:
+        key = next((k for k in _EXPERT_KEYS if cfg.has(k)), _EXPERT_KEYS[0])
+        raise cfg.error(key, f"a {r.family.name} model routes every token to experts: expected their count (>= 1) "
+                             f"in {', '.join(_EXPERT_KEYS)} (got {cfg.get(key)!r})")
     if cfg.has("intermediate_size") or not experts or not cfg.has("moe_intermediate_size"):
         intermediate = cfg.integer("intermediate_size")
     else:
@@ -218,7 +224,7 @@ def _architecture_fields(r: FamilyReader, name: str, hub_id: str | None) -> dict
         "vocab_size": cfg.integer("vocab_size"),
         "max_position_embeddings": cfg.integer("max_position_embeddings"),
     }
-    if cfg.has("kv_lora_rank") and "kv_lora_rank" in r.family.layout_keys:  # latent attention (DeepSeek-V2/V3)
+    if "kv_lora_rank" in r.family.layout_keys:  # latent attention (DeepSeek-V2/V3): its count needs the rank
         entry["kv_lora_rank"] = cfg.integer("kv_lora_rank")
         entry["qk_rope_head_dim"] = r.integer("qk_rope_head_dim", minimum=0)
         entry["head_dim"] = r.integer("qk_nope_head_dim") + entry["qk_rope_head_dim"]
@@ -247,8 +253,11 @@ def _architecture_fields(r: FamilyReader, name: str, hub_id: str | None) -> dict
     return entry
 
 
+_EXPERT_KEYS = ("num_local_experts", "n_routed_experts", "num_experts")  # the names configs give the count
+
+
 def _num_experts(r: FamilyReader) -> int | None:
-    for key in ("num_local_experts", "n_routed_experts", "num_experts"):
+    for key in _EXPERT_KEYS:
         if r.cfg.has(key):
             return r.cfg.integer(key, minimum=0) or None
     for key in ("num_local_experts", "num_experts"):
@@ -286,6 +295,8 @@ def _layout_from_cli(r: FamilyReader, kinds: Mapping[str, int], state_bytes: int
         raise InputError("--layer-kinds: linear_attention and mamba layers in one model are not modelled")
     if stateful and not state_bytes:
         raise InputError(f"--layer-kinds: {stateful[0]} layers need --state-bytes-per-layer (their state per sequence)")
+    if state_bytes and not stateful:
+        raise InputError("--state-bytes-per-layer: no linear_attention or mamba layer in --layer-kinds holds a state")
     r.note(f"layer kinds given on the command line: {', '.join(f'{k}={n}' for k, n in kinds.items())}")
     return Layout(dict(kinds), sliding_window=window, attention_chunk_size=chunk, state_bytes_per_layer=state_bytes)
 

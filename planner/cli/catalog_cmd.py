@@ -247,7 +247,7 @@ def import_hf_cmd(
           --out qwen.yaml
       planner capacity qwen2.5-7b h100-sxm --catalog qwen.yaml
     """
-    if state_bytes_per_layer and not layer_kinds:
+    if state_bytes_per_layer and layer_kinds is None:
         raise click.UsageError("--state-bytes-per-layer goes with --layer-kinds")
     model = model_from_hf_config(
         config_json,
@@ -257,7 +257,7 @@ def import_hf_cmd(
         hf_id=hf_id,
         config_source=config_source,
         weights=weights,
-        layer_kinds=parse_layer_kinds(layer_kinds) if layer_kinds else None,
+        layer_kinds=parse_layer_kinds(layer_kinds) if layer_kinds is not None else None,
         state_bytes_per_layer=state_bytes_per_layer,
     )
     for line in filter(None, model.notes.split("; ")):
