@@ -112,8 +112,8 @@ class GPU(_Frozen):
     memory_source: str
     hbm_bandwidth_gb_s: BandwidthGBs = Field(description="datasheet HBM bandwidth, GB/s (10^9)")
     dense_tflops: dict[str, Tflops] = Field(description="dense (no sparsity) tensor TFLOP/s per compute dtype")
-    weight_dtypes: list[str]
-    kv_dtypes: list[str]
+    weight_dtypes: list[str] = Field(min_length=1, description="dtypes it serves weights in")
+    kv_dtypes: list[str] = Field(min_length=1, description="dtypes it holds the KV cache in")
     gpus_per_node: whole(ge=1, le=MAX_TP)
     interconnect: str
     interconnect_gb_s: BandwidthGBs = Field(description="per-GPU scale-up bandwidth, one direction, GB/s")

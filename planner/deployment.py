@@ -47,6 +47,11 @@ def supported_problem(gpu: GPU, tp: int, weight_dtype: Dtype, kv_dtype: Dtype, m
         return f"tensor-parallel degree {tp} must be a power of two"
     if tp > gpu.gpus_per_node:
         return f"tensor-parallel degree {tp} exceeds the {gpu.gpus_per_node} GPUs of one '{gpu.id}' node"
+    return model_tp_problem(model, tp)
+
+
+def model_tp_problem(model: Model, tp: int) -> str | None:
+    """Why `model`'s attention cannot be split over `tp` GPUs, or None (`planner kv` asks this alone)."""
     if model.num_attention_heads % tp:
         return f"tensor-parallel degree {tp} does not divide the {model.num_attention_heads} attention heads of '{model.id}'"
     if not model.kv_lora_rank and tp < model.num_key_value_heads and model.num_key_value_heads % tp:

@@ -821,6 +821,8 @@ class LatencyPoint:
         q = statistic_quantile(stat)
         if kind != "itl" and self.m.band_cells[band].size == 0:
             return math.nan
+        if kind == "tpot" and self.m.tpot_static(band) is None:  # no request has a second token: no TPOT
+            return math.nan
         if q is None:
             if kind == "ttft":
                 return self.ttft_mean(band)

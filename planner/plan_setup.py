@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from planner.capacity import ReplicaModel
 from planner.catalog import Catalog, Model
+from planner.deployment import supported_problem
 from planner.errors import InputError
 from planner.evaluator import Evaluator
 from planner.histogram import Histogram
@@ -48,6 +49,25 @@ class Setup:
     trace: Requests | None = None
 
 
+def _why_unsupported(scn: Scenario, catalog: Catalog, model: Model) -> str:
+    """The reasons the scenario's combinations cannot run (deployment.supported_problem), the most
+    common first, so that `tp: [64]` is told which limit it passes."""
+    reasons: dict[str, int] = {}
+    for cand in scn.gpu_candidates:
+        gpu = catalog.gpu(cand.id)
+        if scn.verified_only and not gpu.verified:
+            reasons["verified_only: no GPU candidate has measured efficiency factors"] = 1
+            continue
+        for tp in scn.tp:
+            for w in scn.weight_dtypes:
+                for kv in scn.kv_dtypes:
+                    why = supported_problem(gpu, tp, catalog.dtype(w), catalog.dtype(kv), model)
+                    reasons[why] = reasons.get(why, 0) + 1
+    ranked = sorted(reasons, key=lambda r: -reasons[r])
+    more = f" (and {len(ranked) - 1} other reason{'s' if len(ranked) > 2 else ''})" if len(ranked) > 1 else ""
+    return ranked[0] + more
+
+
 def setup_plan(scn: Scenario, catalog: Catalog, model: Model, hist: Histogram, measured_peak_rps: float, *,
                traffic_notes: Iterable[str] = (), measured_mean_rps: float | None = None,
                trace: Requests | None = None, evaluate: bool = True) -> Setup:
@@ -57,7 +77,8 @@ def setup_plan(scn: Scenario, catalog: Catalog, model: Model, hist: Histogram, m
     evaluator = Evaluator(scn, catalog, model)
     configs = candidate_configs(scn, catalog, model, scn.weight_dtypes, scn.kv_dtypes)
     if not configs:
-        raise InputError("no candidate config: every GPU x tp x dtype combination is unsupported for this model")
+        raise InputError("no candidate config: every GPU x tp x dtype combination is unsupported for this model: "
+                         + _why_unsupported(scn, catalog, model))
     classes = traffic_classes(scn, served, limit, peak)
     evals = evaluator.evaluate_all(classes, configs) if evaluate else []
     return Setup(scn, catalog, model, hist, measured_peak_rps, limit, served, peak, evaluator, configs, classes, evals,

@@ -6,6 +6,7 @@ options and the same numbers can be asked for from Python."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from planner.capacity import Capacity, ReplicaModel, replica_capacity
 from planner.catalog import Catalog
@@ -185,6 +186,11 @@ def _prefix_note(payload: dict) -> str:
     return f" (the {n:,}-token shared prefix held once, unlike step 8)" if n else ""
 
 
+def _tpot_text(tpot_ms: float, digits: int) -> str:
+    """A TPOT in ms; a class whose requests all have one output token has none (NaN)."""
+    return "n/a (no request has a second output token)" if math.isnan(tpot_ms) else f"{tpot_ms:,.{digits}f} ms"
+
+
 def capacity_text(view: ReplicaView) -> str:
     """The replica's capacity for its class, each ceiling alone, and the state at a stated rate."""
     cap, payload = view.capacity, view.payload
@@ -198,7 +204,7 @@ def capacity_text(view: ReplicaView) -> str:
         f"  resident batch    {pt.resident_batch:10.1f} sequences",
         f"  mean ITL          {pt.itl_ms:10.2f} ms   (mean step {pt.step_ms:.2f} ms; {pt.regime}-bound decode "
         f"{pt.decode_ms:.2f} ms, prefill share {pt.prefill_share:.0%})",
-        f"  {lat['stat']} latency       TTFT {lat['ttft_ms']:,.1f} ms, TPOT {lat['tpot_ms']:,.2f} ms, "
+        f"  {lat['stat']} latency       TTFT {lat['ttft_ms']:,.1f} ms, TPOT {_tpot_text(lat['tpot_ms'], 2)}, "
         f"per-token gap {lat['itl_ms']:,.2f} ms",
         f"  KV utilisation    {pt.kv_utilisation:10.1%}",
         f"  output tokens/s   {pt.output_tokens_per_s:10.1f}",
@@ -216,7 +222,7 @@ def capacity_text(view: ReplicaView) -> str:
             lines.append(
                 f"  at {a['rate_rps']:g} requests/s ({verdict}): batch {a['resident_batch']:.1f}, mean ITL "
                 f"{a['itl_ms']:.2f} ms, {a['latency']['stat']} TTFT {a['latency']['ttft_ms']:,.0f} ms, "
-                f"{a['latency']['stat']} TPOT {a['latency']['tpot_ms']:,.1f} ms, KV {a['kv_utilisation']:.0%}, "
+                f"{a['latency']['stat']} TPOT {_tpot_text(a['latency']['tpot_ms'], 1)}, KV {a['kv_utilisation']:.0%}, "
                 f"{a['output_tokens_per_s']:.0f} output tokens/s"
             )
     return "\n".join(lines)

@@ -166,8 +166,11 @@ def _verdict_line(plan: Plan, short: str) -> str:
         return f"Targets ({bands}) are met by the model's prediction; simulation was not asked for (`verify: false`)."
     if cert.certified:
         again = f", after {cert.rounds} re-plan{'s' if cert.rounds > 1 else ''} at simulated capacities" if cert.rounds else ""
+        empty = [b.name for b in plan.scenario.slo.to_slo().bands if not band_requests(plan.served, b)]
+        untested = (f" No request of the traffic falls in {', '.join(empty)}: {'its' if len(empty) == 1 else 'their'} "
+                    "targets were not tested." if empty else "")
         return (f"Certified by simulation: every pool meets every band's targets ({bands}) when replayed at its peak "
-                f"rate{again}.")
+                f"rate{again}.{untested}")
     failing = "; ".join(f"{pool.traffic_class.label}: {', '.join(pool.check.problems or pool.check.replay.problems)}"
                         for pool in plan.pools if not pool.check.holds)
     return f"**This plan does NOT hold its targets in simulation** ({failing}); targets: {bands}."

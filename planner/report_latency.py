@@ -40,7 +40,9 @@ def band_rows(bands: tuple[BandCheck, ...]) -> list[str]:
         for c in b.checks:
             verdict = "holds" if c.holds else "**misses**"
             if not math.isfinite(c.simulated_s):
-                if not math.isfinite(c.predicted_s):
+                if not math.isfinite(c.predicted_s) and c.kind == "tpot" and b.requests:
+                    verdict = "no TPOT: no request of the band has a second output token"
+                elif not math.isfinite(c.predicted_s):
                     verdict = "no request of the band in this pool"
                 else:
                     verdict = "holds (model)" if c.predicted_s <= c.limit_s else "**misses** (model)"

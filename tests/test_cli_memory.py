@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from clirun import run
 from golden_files import assert_matches_golden
 
@@ -145,3 +146,35 @@ def test_a_name_typed_as_a_prefix_suggests_the_full_name():
     assert r.stderr == (
         f"error: unknown GPU 'h100'; did you mean 'h100-pcie'? known: {known} (list them with `planner catalog gpus`)\n"
     )
+
+
+def test_a_class_of_one_output_token_has_no_tpot_rather_than_a_tpot_of_zero():
+    """TPOT is (last token - first token) / (output tokens - 1): undefined for one token. It read
+    0.00 ms, and the TPOT target read as met with room to spare."""
+    r = run("capacity", "llama-3.1-8b", "h100-sxm", "--context-limit", "8192", "--prompt-tokens", "1000",
+            "--output-tokens", "1", "--tpot-ms", "10", "--rate", "5")
+    assert r.exit_code == 0, r.output
+    assert "TPOT n/a (no request has a second output token)" in r.output
+    assert "p99 TPOT n/a (no request has a second output token)" in r.output
+    r = run("capacity", "llama-3.1-8b", "h100-sxm", "--context-limit", "8192", "--prompt-tokens", "1000",
+            "--output-tokens", "1", "--tpot-ms", "10", "--json")
+    assert json.loads(r.output)["latency"]["tpot_ms"] is None
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--tp", "64"], "Invalid value for --tp: tensor-parallel degree 64 does not divide the 32 attention heads of "
+                     "'llama-3.1-8b'"),
+    (["--tokens", "200000"], "Invalid value for --tokens: 200,000 exceeds the 131,072 tokens 'llama-3.1-8b' takes "
+                             "(max_position_embeddings)"),
+])
+def test_kv_refuses_what_capacity_refuses_for_the_same_model(args, message):
+    r = run("kv", "llama-3.1-8b", *args)
+    assert r.exit_code == 2, r.output
+    assert message in r.output and len(r.output.strip().splitlines()) == 1
+
+
+def test_capacity_refuses_a_quantile_its_sizing_does_not_read_as_a_scenario_does():
+    r = run("capacity", "llama-3.1-8b", "h100-sxm", "--prompt-tokens", "100", "--output-tokens", "10",
+            "--sizing", "worst_case", "--quantile", "0.7")
+    assert r.exit_code == 2, r.output
+    assert "Invalid value for --quantile: is read only with --sizing percentile (sizing is worst_case)" in r.output

@@ -135,6 +135,7 @@ def test_reserved_prices_are_validated(tmp_path, prices, expected):
         ("gpus: {h100-sxm: {dense_tflops: {bf16: -5}}}", "gpus.h100-sxm.dense_tflops.bf16: Input should be greater than or equal to 0.1"),
         ("gpus: {h100-sxm: {dense_tflops: {bf16: .inf}}}", "gpus.h100-sxm.dense_tflops.bf16: Input should be a finite number"),
         ("gpus: {h100-sxm: {weight_dtypes: [bf16, fp9]}}", "gpus.h100-sxm.weight_dtypes: unknown dtype 'fp9'"),
+        ("gpus: {h100-sxm: {kv_dtypes: []}}", "gpus.h100-sxm.kv_dtypes: List should have at least 1 item"),
         ("gpus: {h100-sxm: {price_usd_per_hour: 1e300}}", "price_usd_per_hour: Input should be less than or equal to 1000"),
         ("dtypes: {bf16: {compute_dtype: fp6}}", "dense_tflops: no rate for 'fp6', which weight dtype 'bf16' computes in"),
     ],
@@ -578,6 +579,13 @@ def test_an_infeasible_scenario_after_a_good_one_leaves_no_report(tmp_path):
     assert leftovers(tmp_path / "out") == []
 
 
+def test_a_histogram_of_which_nothing_fits_the_context_limit_is_one_line_saying_so(tmp_path):
+    hist = tmp_path / "long.hist.parquet"
+    write_histogram(Histogram.from_arrays(np.array([200_000, 150_000]), np.array([10, 10])), hist)
+    one_line_error(run("capacity", "llama-3.1-8b", "h100-sxm", "--histogram", hist), 2,
+                   "the traffic class has no request within the context limit: all 2 exceed 131,072 tokens")
+
+
 # Compared without case: a case-insensitive file system (macOS, Windows) would merge Tiny.md and tiny.md.
 @pytest.mark.parametrize("second_name", ["tiny", "Tiny"])
 def test_two_scenarios_of_one_name_are_refused_before_one_report_overwrites_the_other(tmp_path, second_name):
@@ -587,6 +595,13 @@ def test_two_scenarios_of_one_name_are_refused_before_one_report_overwrites_the_
     r = run("solve", first, second, "--out-dir", tmp_path / "out")
     one_line_error(r, 2, f"{second}: writes {second_name}.md, as {first} does; one report's files would overwrite the "
                          "other's: rename one")
+    assert leftovers(tmp_path / "out") == []
+
+
+def test_one_scenario_given_twice_is_refused_before_its_report_is_written_twice(tmp_path):
+    path = scenario(tmp_path)
+    r = run("solve", path, tmp_path / "." / path.name, "--out-dir", tmp_path / "out")
+    one_line_error(r, 2, f"{tmp_path / '.' / path.name}: is given twice on the command line")
     assert leftovers(tmp_path / "out") == []
 
 
@@ -799,6 +814,10 @@ def test_microsecond_times_read_as_milliseconds_are_refused_with_the_unit_hint(t
     one_line_error(r, 2, f"{log}: arrival times fall after 2200", "microseconds read as milliseconds? (see --time-unit)")
     assert leftovers(tmp_path) == ["us.csv"]
     assert run("histogram", log, "--time-unit", "us", "-o", tmp_path / "h.parquet").exit_code == 0
+    # the same log as a scenario's is pointed at the scenario's field
+    path = scenario(tmp_path, BASE.replace("{constant: {prompt_tokens: 1000, output_tokens: 200}}", "{log: us.csv}"))
+    one_line_error(run("solve", path, "--no-report"), 2, "microseconds read as milliseconds? (see "
+                   "traffic.source.time_unit)")
 
 
 def test_a_log_given_twice_is_refused_rather_than_counted_twice(tmp_path):
@@ -1134,6 +1153,14 @@ def test_a_refused_target_says_once_what_it_got(tmp_path):
 )
 def test_capacity_refuses_options_it_would_ignore_or_answer_twice(args, expected):
     one_line_error(run("capacity", "llama-3.1-8b", "h100-sxm", *args), 2, expected)
+
+
+def test_a_log_given_as_a_histogram_file_is_told_what_a_histogram_file_is(tmp_path):
+    log = tmp_path / "chat.csv"
+    log.write_text("prompt_tokens,output_tokens\n100,10\n")
+    one_line_error(run("capacity", "llama-3.1-8b", "h100-sxm", "--histogram", log), 2,
+                   f"{log}: is not a Parquet file; a histogram file is what `planner histogram LOG... -o FILE.parquet` "
+                   "writes from logs")
 
 
 def test_a_missing_histogram_file_is_missing_not_unreadable(tmp_path):

@@ -240,3 +240,22 @@ def test_split_thresholds_the_plan_did_not_try_are_named_with_why(catalog):
                      catalog.model("llama-3.1-8b"), short_only, 5.0)
     assert "Why one pool: the scenario offers no split threshold (split_thresholds is empty)." in render(none)
     assert "Not analysed" not in render(none)
+
+
+def test_a_band_without_requests_or_without_second_tokens_is_not_reported_as_tested(tmp_path):
+    """A band no request falls in, and a TPOT target over requests of one output token, hold only
+    vacuously: the verdict says their targets were not tested, and TPOT shows no number."""
+    from clirun import run
+    from scenario_files import write_scenario
+
+    text = (
+        "name: vacuous\nmodel: llama-3.1-8b\ncontext_limit: 8192\n"
+        "traffic:\n  source: {constant: {prompt_tokens: 1000, output_tokens: 1}}\n  peak: {method: explicit, rps: 4}\n"
+        "slo: {bands: [{name: tiny, prompt_below: 16, ttft_s: 0.01}, {name: rest, ttft_s: 2, tpot_ms: 1}]}\n"
+        "gpus: [h100-sxm]\ntp: [1]\nweight_dtypes: [bf16]\nkv_dtypes: [bf16]\n"
+    )
+    r = run("solve", write_scenario(tmp_path, text), "--out-dir", tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    report = (tmp_path / "out" / "vacuous.md").read_text(encoding="utf-8")
+    assert "when replayed at its peak rate. No request of the traffic falls in tiny: its targets were not tested." in report
+    assert "| TPOT p99 ≤ 1.0 ms | — | — | no TPOT: no request of the band has a second output token |" in report

@@ -63,9 +63,17 @@ def solve(*args):
         ("traffic: {source: {constant: {prompt_tokens: 10, output_tokens: 5}}, peak: {method: explicit, rps: -1}}\n",
          "traffic.peak.rps: Input should be greater than or equal to 0.000001"),
         ("traffic: {source: {}}\n", "traffic.source: Value error, give exactly one of log, histogram, synthetic, constant"),
+        # (they were ignored: a preset, columns or a time unit of a source that is no log)
+        ("traffic: {source: {constant: {prompt_tokens: 10, output_tokens: 5}, preset: azure}}\n",
+         "traffic.source: Value error, preset is read only with a log (the source is constant)"),
+        ("traffic: {source: {histogram: h.parquet, time_unit: ms}}\n",
+         "traffic.source: Value error, time_unit is read only with a log (the source is histogram)"),
         ("traffic: {source: {constant: {prompt_tokens: 10, output_tokens: 5}}, headroom: 0.5}\n",
          "traffic.headroom: Input should be greater than or equal to 1"),
         ("min_replicas_per_pool: 0\n", "min_replicas_per_pool: Input should be greater than or equal to 1"),
+        # no combination runs: the message says why (it said only that none does)
+        ("tp: [64]\n", "no candidate config: every GPU x tp x dtype combination is unsupported for this model: "
+                       "tensor-parallel degree 64 exceeds the 8 GPUs of one 'h100-sxm' node"),
     ],
 )
 def test_schema_errors_exit_2_with_the_yaml_path(tmp_path, patch, expected):

@@ -105,6 +105,9 @@ def capacity(
     from planner.replica_view import capacity_text, capacity_view, ladder_payload, ladder_text
     from planner.targets import SLO
 
+    given = click.get_current_context().get_parameter_source("quantile") is click.core.ParameterSource.COMMANDLINE
+    if given and sizing != "percentile":  # as a scenario's sizing: section refuses it
+        raise click.BadParameter(f"is read only with --sizing percentile (sizing is {sizing})", param_hint="--quantile")
     catalog = get_catalog(catalog_files)
     if weight_dtype is None:
         weight_dtype = catalog.model(model).checkpoint_dtype or "bf16"
@@ -167,6 +170,9 @@ def _traffic_class(dep, histogram_file, prompt_tokens, output_tokens, shared_pre
         hist = _load_histogram(histogram_file)
         served = hist.select_total(at_most=edge_at_most(dep.max_model_len))
         too_long = hist.requests - served.requests
+        if too_long and served.is_empty:  # the error alone, one line, says why
+            raise click.UsageError(f"the traffic class has no request within the context limit: all {too_long:,} "
+                                   f"exceed {dep.max_model_len:,} tokens")
         if too_long:
             click.echo(f"note: {too_long:,} request(s) exceed the {dep.max_model_len:,}-token limit and are left out", err=True)
             hist = served

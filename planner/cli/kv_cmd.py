@@ -8,6 +8,7 @@ import click
 
 from planner.bounds import MAX_TOKENS, MAX_TP
 from planner.cli.options import PowerOfTwoRange, catalog_option, echo_json, get_catalog, json_option
+from planner.deployment import model_tp_problem
 from planner.memory import (
     kv_bytes_per_sequence,
     kv_bytes_per_token,
@@ -37,6 +38,12 @@ def kv(model: str, kv_dtype: str, tokens: int | None, tp: int, catalog_files, as
     if not dtype.kv:
         kv_ok = ", ".join(sorted(d for d, v in catalog.dtypes.items() if v.kv))
         raise click.UsageError(f"'{kv_dtype}' is not a KV-cache dtype; choose from {kv_ok}")
+    problem = model_tp_problem(m, tp)
+    if problem:
+        raise click.BadParameter(problem, param_hint="--tp")
+    if tokens is not None and tokens > m.max_position_embeddings:
+        raise click.BadParameter(f"{tokens:,} exceeds the {m.max_position_embeddings:,} tokens '{m.id}' takes "
+                                 "(max_position_embeddings)", param_hint="--tokens")
     n = tokens or m.max_position_embeddings
     per_token = kv_bytes_per_token(m, dtype, tp)
     per_request = kv_bytes_per_sequence(m, n, dtype, tp)

@@ -113,7 +113,11 @@ def _refuse_same_names(loaded) -> None:
     from planner.report import FIGURE_SUFFIXES
 
     first: dict[str, str] = {}  # a file's name, without case -> whose report writes it
+    given: set[Path] = set()
     for path, kind, inputs in loaded:
+        if Path(path).resolve() in given:
+            raise InputError("is given twice on the command line; its report would be written twice", where=str(path))
+        given.add(Path(path).resolve())
         if kind == "scenario":
             stems = [(inputs.scenario.name, "")]
             name = inputs.scenario.name

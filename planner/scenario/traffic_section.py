@@ -61,6 +61,11 @@ class TrafficSource(Strict):
         given = [k for k in ("log", "histogram", "synthetic", "constant") if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError(f"give exactly one of log, histogram, synthetic, constant (got {given or 'none'})")
+        # (values, not the keys given: a scenario dumped and read again states every default)
+        read_from_a_log = [k for k, unset in (("preset", None), ("columns", None), ("time_unit", "auto"))
+                           if getattr(self, k) != unset]
+        if read_from_a_log and self.log is None:
+            raise ValueError(f"{read_from_a_log[0]} is read only with a log (the source is {given[0]})")
         return self
 
 

@@ -278,6 +278,15 @@ def read_histogram_metadata(path) -> dict:
     return json.loads(raw) if raw else {}
 
 
+def _starts_as_parquet(path: str) -> bool:
+    """Whether the file starts with Parquet's magic bytes (the format puts PAR1 at both ends)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"PAR1"
+    except OSError:
+        return True  # let the reader say what is wrong
+
+
 def read_histogram_and_metadata(path: str | os.PathLike) -> tuple[Histogram, dict]:
     """`read_histogram`, and the JSON metadata planner wrote into the file (sources,
     excluded rows, time unit; {} if none), from one reading."""
@@ -287,6 +296,9 @@ def read_histogram_and_metadata(path: str | os.PathLike) -> tuple[Histogram, dic
     where = str(path)
     if not os.path.exists(where):
         raise InputError("no such file", where=where)
+    if os.path.isfile(where) and not _starts_as_parquet(where):  # (a log given where its histogram belongs)
+        raise InputError("is not a Parquet file; a histogram file is what `planner histogram LOG... -o FILE.parquet` "
+                         "writes from logs", where=where)
     try:
         dataset = ds.dataset(where, format="parquet")
         table = dataset.to_table()

@@ -334,7 +334,7 @@ def _notes(reports: list[FileReport]) -> tuple[str, ...]:
         if r.time and r.time.reason.startswith("magnitude") and r.time.unit == "s":
             notes.append(
                 f"{r.path}: timestamps read as seconds ({r.time.reason}); "
-                "if they are milliseconds, pass --time-unit ms"
+                f"if they are milliseconds, say so ({suggested('time_unit', 'ms')})"
             )
     return tuple(notes)
 

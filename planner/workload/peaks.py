@@ -17,6 +17,7 @@ import numpy as np
 
 from planner.errors import InputError, did_you_mean
 from planner.histogram import Histogram
+from planner.workload.columns import suggested
 
 SECONDS_PER_MINUTE = 60
 PEAK_METHODS = ("quantile", "max", "explicit")
@@ -57,13 +58,13 @@ def check_span(hist: Histogram, where: str | None = None) -> None:
     if span > MAX_SPAN_MINUTES:
         raise InputError(
             f"arrival times span {span / 525_960:.0f} years ({_when(first)} to {_when(last)}); do the logs mix "
-            "relative and epoch timestamps, or seconds and milliseconds? (see --time-unit)",
+            f"relative and epoch timestamps, or seconds and milliseconds? (see {suggested('time_unit')})",
             where=where,
         )
     if last > LAST_PLAUSIBLE_MINUTE:
         raise InputError(
             f"arrival times fall after {_when(LAST_PLAUSIBLE_MINUTE)[:4]} (up to {_when(last)}); are they in a finer "
-            "unit than they were read in, microseconds read as milliseconds? (see --time-unit)",
+            f"unit than they were read in, microseconds read as milliseconds? (see {suggested('time_unit')})",
             where=where,
         )
 
