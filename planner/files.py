@@ -159,22 +159,33 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
         tmp.write_bytes(data)
 
 
+_REASONS = {
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.EROFS: "the file system is read-only",
+    errno.ENAMETOOLONG: "the file name is too long",
+    errno.ENOTDIR: "a part of the path is a file, not a folder",
+    errno.EEXIST: "a file of that name is in the way",
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EISDIR: "the path is a folder",
+    errno.ENOENT: "a folder on the path does not exist",
+    errno.ELOOP: "too many levels of symbolic links",
+}
+# What the system says of a path a command reads (not of the machine: a full disk is no bad input).
+INPUT_ERRNOS = frozenset({errno.ENOENT, errno.EACCES, errno.EPERM, errno.ENAMETOOLONG, errno.ENOTDIR, errno.ELOOP,
+                          errno.EISDIR})
+
+
 def output_error(exc: OSError, path: Path, *, what: str = "cannot write") -> InputError:
     """An OSError on output as the one-line error the command line prints."""
-    reasons = {
-        errno.EACCES: "permission denied",
-        errno.EPERM: "permission denied",
-        errno.EROFS: "the file system is read-only",
-        errno.ENAMETOOLONG: "the file name is too long",
-        errno.ENOTDIR: "a part of the path is a file, not a folder",
-        errno.EEXIST: "a file of that name is in the way",
-        errno.ENOSPC: "no space left on the device",
-        errno.EDQUOT: "disk quota exceeded",
-        errno.EISDIR: "the path is a folder",
-        errno.ENOENT: "a folder on the path does not exist",
-    }
-    reason = reasons.get(exc.errno, exc.strerror or type(exc).__name__)
-    return InputError(f"{what}: {reason}", where=str(path))
+    return InputError(f"{what}: {_REASONS.get(exc.errno, exc.strerror or type(exc).__name__)}", where=str(path))
+
+
+def input_error(exc: OSError, path: Path) -> InputError:
+    """An OSError (of INPUT_ERRNOS) on a path read as input, as the one-line error the command line prints."""
+    reason = "no such file" if exc.errno == errno.ENOENT else _REASONS.get(exc.errno, exc.strerror)
+    return InputError(f"cannot read: {reason}", where=str(path))
 
 
 def remove_stale_temporaries(folder: Path) -> None:

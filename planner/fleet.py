@@ -25,7 +25,7 @@ from planner.bounds import (
     whole,
 )
 from planner.catalog import Catalog, load_catalog
-from planner.errors import InputError, closest, did_you_mean, shorten
+from planner.errors import InputError, did_you_mean, shorten
 from planner.files import path_is
 from planner.inputs import Inputs, scenario_inputs
 from planner.scenario import (
@@ -131,27 +131,21 @@ class FleetInputs:
                 for g, s in self.spec.inventory.items() if s.committed}
 
     def on_demand_price(self, gpu: str) -> float:
+        """The fleet's on-demand $/GPU-hour of a type: the inventory's; else the one its services
+        state (load_fleet checks that they agree; a type a service defines in its catalog overrides
+        has no other), which a forecast quarter's inventory must keep; else the catalog's."""
         shared = self.spec.inventory.get(gpu)
         if shared is not None and shared.price_usd_per_hour is not None:
             return shared.price_usd_per_hour
+        for svc in self.stated:
+            for cand in svc.inputs.scenario.gpu_candidates:
+                if cand.id == gpu:
+                    return cand.price_per_hour(svc.inputs.catalog.gpu(gpu).price_usd_per_hour)
         return self.catalog.gpu(gpu).price_usd_per_hour
 
 
 def is_fleet_file(path: str | Path) -> bool:
-    """Whether `path` is a fleet file; InputError where it is a fleet file whose services: is
-    misspelt or missing (read as a scenario, it would be told its model: is missing)."""
-    raw = load_yaml(path)
-    if isinstance(raw, dict) and not is_fleet_document(raw) and "model" not in raw:
-        unknown = [k for k in raw if isinstance(k, str) and k not in Scenario.model_fields]
-        typo = next((k for k in unknown if closest(k, ["services"]) is not None), None)
-        if typo is not None:
-            raise InputError(f"{typo}: unknown key; did you mean 'services'? (a fleet file lists its services under "
-                             "services:, a scenario states model: and traffic:)", where=str(path))
-        fleet_keys = [k for k in unknown if k in FleetSpec.model_fields]
-        if fleet_keys:
-            raise InputError(f"services: required field is missing ({fleet_keys[0]}: is a fleet file's key; a fleet "
-                             "file lists its services under services:)", where=str(path))
-    return is_fleet_document(raw)
+    return is_fleet_document(load_yaml(path))
 
 
 def load_fleet(path: str | Path, *, catalog_files: tuple[str, ...] = ()) -> FleetInputs:
@@ -170,11 +164,13 @@ def load_fleet(path: str | Path, *, catalog_files: tuple[str, ...] = ()) -> Flee
     services = []
     for i, entry in enumerate(spec.services):
         services.append(_service(spec, catalog, path, i, entry, catalog_files))
-    names = [s.name for s in services]
+    # Compared without case: a service's name starts its figures' file names, which a case-insensitive
+    # file system (macOS, Windows) would merge.
+    names = [s.name.casefold() for s in services]
     for i, name in enumerate(names):
         if name in names[:i]:
-            raise InputError(f"services[{i}]: a second service named '{name}' (service names name report sections)",
-                             where=str(path))
+            raise InputError(f"services[{i}]: a second service named '{services[i].name}' (service names name report "
+                             "sections and figure files, compared without case)", where=str(path))
     for svc in services:
         if svc.inputs.scenario.forecast is not None:
             raise InputError("forecast: a service of a fleet has no forecast of its own (it would be ignored); state "
@@ -201,11 +197,13 @@ def _check_forecast(fc: Forecast, catalog: Catalog, services: list[Service], inv
                              "commitments; a context limit belongs to each service's scenario", where=str(path))
         for field_name in ("prices", "availability", "reserved"):
             for gpu in getattr(q, field_name):
+                if gpu in used:  # (a service may define its own type in its catalog overrides)
+                    continue
                 try:
                     catalog.gpu(gpu)
                 except InputError as exc:
                     raise InputError(f"{where}.{field_name}: {exc}", where=str(path)) from None
-                if gpu not in used and field_name != "reserved":
+                if field_name != "reserved":
                     raise InputError(f"{where}.{field_name}.{gpu}: no service may run {gpu} and the inventory has none, "
                                      "so this would change nothing; add it to a service's gpus or the inventory",
                                      where=str(path))
@@ -244,8 +242,10 @@ def _one_definition_per_gpu(services: list[Service], inventory) -> None:
 def _service(spec: FleetSpec, catalog: Catalog, path: Path, i: int, entry, catalog_files) -> Service:
     if isinstance(entry, str):
         file = resolve(path.parent, entry)
+        if not entry.strip():
+            raise InputError(f"services[{i}]: a blank path, where a scenario file is expected", where=str(path))
         if not path_is(file, "file"):
-            shown = entry if entry.strip() and entry.isprintable() else repr(entry)  # a blank or a control character
+            shown = entry if entry.isprintable() else repr(entry)  # (a control character would reach the terminal)
             raise InputError(f"services[{i}]: no scenario file {shorten(shown)} (paths are relative to the fleet file)",
                              where=str(path))
         raw = load_yaml(file)
@@ -275,7 +275,8 @@ def _with_shared_prices(fleet: FleetInputs) -> FleetInputs:
             if abs(own - price) <= 1e-9:
                 gpus.append(cand)
                 continue
-            if cand.price_usd_per_hour is not None or own != fleet.catalog.gpu(cand.id).price_usd_per_hour:
+            base = fleet.catalog.gpus.get(cand.id)  # (None: a type the service defines in its catalog overrides)
+            if cand.price_usd_per_hour is not None or base is None or own != base.price_usd_per_hour:
                 raise InputError(
                     f"gpus[{j}]: price of the shared GPU type '{cand.id}' is {own:g} $/hour here but {price:g} in the "
                     "fleet; a shared type has one on-demand price: set it in the fleet's inventory", where=svc.where)

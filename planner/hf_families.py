@@ -74,7 +74,7 @@ class Family:
     layout_keys: frozenset[str] = frozenset()
     layout: Callable[[Any], Layout] | None = None  # reader -> Layout; None: every layer full attention
     count: Callable[[Any, Mapping[str, Any]], ParamCount | None] | None = None  # None: no formula
-    routed_experts: bool = False  # every model of the family routes tokens to experts (its count needs them)
+    experts_key: str | None = None  # where every model of the family routes tokens to experts: their count's key
 
 
 _GDN_DEFAULTS = {
@@ -127,18 +127,18 @@ FAMILIES: tuple[Family, ...] = (
     Family(
         "mixtral", ("mixtral",), "transformers 4.36.0 models/mixtral/configuration_mixtral.py",
         {"tie_word_embeddings": False, "sliding_window": 4096, "num_local_experts": 8, "num_experts_per_tok": 2},
-        frozenset({"sliding_window"}), mistral_layout, count_moe(qk_norm=False, sparse_step=False), routed_experts=True,
+        frozenset({"sliding_window"}), mistral_layout, count_moe(qk_norm=False, sparse_step=False), experts_key="num_local_experts",
     ),
     Family(
         "granitemoe", ("granitemoe",), "transformers 4.45.0 models/granitemoe/configuration_granitemoe.py",
         {"tie_word_embeddings": False, "attention_bias": False, "num_local_experts": 8, "num_experts_per_tok": 2},
-        count=count_moe(qk_norm=False, sparse_step=False), routed_experts=True,
+        count=count_moe(qk_norm=False, sparse_step=False), experts_key="num_local_experts",
     ),
     Family(
         "qwen3_moe", ("qwen3_moe",), "transformers 4.51.0 models/qwen3_moe/configuration_qwen3_moe.py",
         {"tie_word_embeddings": False, "attention_bias": False, "head_dim": 128, "decoder_sparse_step": 1,
          "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8, **_QWEN_WINDOW},
-        _QWEN_LAYOUT, qwen_layout, count_moe(qk_norm=True, sparse_step=True), routed_experts=True,
+        _QWEN_LAYOUT, qwen_layout, count_moe(qk_norm=True, sparse_step=True), experts_key="num_experts",
     ),
     Family(
         "deepseek_v3", ("deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32", "glm_moe_dsa"),
@@ -146,7 +146,7 @@ FAMILIES: tuple[Family, ...] = (
         {"tie_word_embeddings": False, "q_lora_rank": 1536, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
          "v_head_dim": 128, "n_shared_experts": 1, "first_k_dense_replace": 3, "moe_layer_freq": 1},
         frozenset({"kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "qk_head_dim"}),
-        count=count_deepseek, routed_experts=True,
+        count=count_deepseek, experts_key="n_routed_experts",
     ),
     Family(
         "llama4", ("llama4", "llama4_text"), "transformers 4.51.0 models/llama4/configuration_llama4.py",
@@ -154,14 +154,14 @@ FAMILIES: tuple[Family, ...] = (
          "interleave_moe_layer_step": 1, "intermediate_size_mlp": 16384, "num_local_experts": 16,
          "num_experts_per_tok": 1},
         frozenset({"attention_chunk_size", "no_rope_layers", "no_rope_layer_interval"}), llama4_layout, count_llama4,
-        routed_experts=True,
+        experts_key="num_local_experts",
     ),
     Family(
         "gpt_oss", ("gpt_oss",), "transformers 4.55.0 models/gpt_oss/configuration_gpt_oss.py",
         {"tie_word_embeddings": False, "head_dim": 64, "sliding_window": 128, "num_local_experts": 128,
          "num_experts_per_tok": 4},
         frozenset({"sliding_window", "layer_types"}), even_layers_sliding, count_gpt_oss,
-        routed_experts=True,
+        experts_key="num_local_experts",
     ),
     Family(
         "qwen3_next", ("qwen3_next",), "transformers 4.57.0 models/qwen3_next/configuration_qwen3_next.py",
@@ -178,7 +178,7 @@ FAMILIES: tuple[Family, ...] = (
         "glm4_moe", ("glm4_moe",), "transformers 4.54.0 models/glm4_moe/configuration_glm4_moe.py",
         {"tie_word_embeddings": False, "attention_bias": False, "use_qk_norm": False, "first_k_dense_replace": 1,
          "n_shared_experts": 1, "head_dim": 128},
-        count=count_glm4_moe, routed_experts=True,
+        count=count_glm4_moe, experts_key="n_routed_experts",
     ),
     Family(
         "nemotron_h", ("nemotron_h",), "the config's own NemotronHConfig (auto_map; remote code)",

@@ -204,10 +204,12 @@ def _architecture_fields(r: FamilyReader, name: str, hub_id: str | None) -> dict
         kv_heads = heads
         r.note(f"{cfg.name('num_key_value_heads')} not in the config: num_attention_heads ({heads}), multi-head attention")
     experts = _num_experts(r)
-    if r.family.routed_experts and not experts:
-        key = next((k for k in _EXPERT_KEYS if cfg.has(k)), _EXPERT_KEYS[0])
-        raise cfg.error(key, f"a {r.family.name} model routes every token to experts: expected their count (>= 1) "
-                             f"in {', '.join(_EXPERT_KEYS)} (got {cfg.get(key)!r})")
+    if r.family.experts_key and not experts:
+        given = next((k for k in _EXPERT_KEYS if cfg.has(k)), None)
+        why = f"a {r.family.name} model routes every token to experts"
+        if given is None:
+            raise cfg.error(r.family.experts_key, f"required field is missing ({why})")
+        raise cfg.error(given, f"{why}: expected their count, at least 1 (got {cfg.get(given)!r})")
     if cfg.has("intermediate_size") or not experts or not cfg.has("moe_intermediate_size"):
         intermediate = cfg.integer("intermediate_size")
     else:

@@ -778,24 +778,26 @@ class LatencyPoint:
         return levels, per_wait[0][1]
 
     def tpot_exceed(self, band: int, limit_s: float) -> float:
-        """Share of the band's requests (with two or more output tokens) whose TPOT exceeds limit_s."""
+        """Share of the band's requests (with two or more output tokens) whose TPOT exceeds limit_s:
+        none where no request has a second token, whatever the load (the TTFT bounds that)."""
+        if self.m.tpot_static(band) is None:
+            return 0.0
         if not self.stable or self.rho >= 1:
             return 1.0
         if limit_s >= self.tpot_most_s:
             return 0.0
         terms = self._tpot_terms(band)
-        if terms is None:
-            return 0.0
         (prob, d, window, bucket), tables, total = terms
         p = _table_survival(tables, bucket, window, self._riding_flops_allowed(d, limit_s))
         return float((prob * p).sum()) / total
 
     def tpot_mean(self, band: int) -> float:
+        """NaN where no request of the band has a second output token (TPOT is undefined)."""
+        if self.m.tpot_static(band) is None:
+            return math.nan
         if not self.stable or self.rho >= 1:
             return math.inf
         terms = self._tpot_terms(band)
-        if terms is None:
-            return math.nan
         (prob, d, window, bucket), tables, total = terms
         work_s = window * tables.mean_flops[bucket] / self.m.flops_per_s
         return float((prob * (self.t_own + work_s / ((1 - self.rho) * d))).sum()) / total
@@ -854,6 +856,8 @@ class LatencyPoint:
         for ITL) above the limit / share allowed). Increasing with load; the log makes the
         exponential tails of waiting times close to linear, which a root search likes."""
         allowed = target.exceed_share
+        if kind == "tpot" and self.m.tpot_static(band) is None:  # no TPOT, so no bound: holds, by far
+            return math.log(1e-12)
         if allowed is None:
             return math.log(max(self.value(band, kind, "mean"), 1e-300) / target.limit_s)
         if kind == "ttft":

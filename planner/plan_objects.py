@@ -10,6 +10,7 @@ deployment, replica model and operating point, for certification and the report.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from planner.capacity import Capacity, ReplicaModel
@@ -278,7 +279,14 @@ def precision_bits(catalog: Catalog, weight_dtype: str, kv_dtype: str) -> tuple[
 def candidate_configs(scn: Scenario, catalog: Catalog, model: Model, weight_dtypes, kv_dtypes) -> list[Config]:
     """Every supported config of the scenario's GPU candidates and tp degrees with these dtypes
     (only GPUs with their own measured efficiency factors when the scenario says verified_only)."""
-    out = []
+    return [Config(gpu, tp, w, kv, price, precision_bits(catalog, w, kv))
+            for gpu, price, tp, w, kv, problem in combinations(scn, catalog, model, weight_dtypes, kv_dtypes)
+            if problem is None]
+
+
+def combinations(scn: Scenario, catalog: Catalog, model: Model, weight_dtypes, kv_dtypes) -> Iterator[tuple]:
+    """(gpu, its price, tp, weight dtype, KV dtype, why it cannot run or None) for every combination
+    the scenario offers; a GPU without measured factors under verified_only is left out."""
     for cand in scn.gpu_candidates:
         gpu = catalog.gpu(cand.id)
         if scn.verified_only and not gpu.verified:
@@ -287,9 +295,7 @@ def candidate_configs(scn: Scenario, catalog: Catalog, model: Model, weight_dtyp
         for tp in scn.tp:
             for w in weight_dtypes:
                 for kv in kv_dtypes:
-                    if supported_problem(gpu, tp, catalog.dtype(w), catalog.dtype(kv), model) is None:
-                        out.append(Config(gpu, tp, w, kv, price, precision_bits(catalog, w, kv)))
-    return out
+                    yield gpu, price, tp, w, kv, supported_problem(gpu, tp, catalog.dtype(w), catalog.dtype(kv), model)
 
 
 def class_share(replicas: int, rps_per_replica: float, members: list[tuple[int, float]]) -> float:

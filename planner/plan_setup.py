@@ -4,12 +4,12 @@ candidate's evaluation; and a solution's pools with their replica models (PoolDe
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from planner.capacity import ReplicaModel
 from planner.catalog import Catalog, Model
-from planner.deployment import supported_problem
 from planner.errors import InputError
 from planner.evaluator import Evaluator
 from planner.histogram import Histogram
@@ -21,6 +21,7 @@ from planner.plan_objects import (
     TrafficClass,
     candidate_configs,
     class_share,
+    combinations,
     edge_at_most,
     traffic_classes,
 )
@@ -50,20 +51,12 @@ class Setup:
 
 
 def _why_unsupported(scn: Scenario, catalog: Catalog, model: Model) -> str:
-    """The reasons the scenario's combinations cannot run (deployment.supported_problem), the most
-    common first, so that `tp: [64]` is told which limit it passes."""
-    reasons: dict[str, int] = {}
-    for cand in scn.gpu_candidates:
-        gpu = catalog.gpu(cand.id)
-        if scn.verified_only and not gpu.verified:
-            reasons["verified_only: no GPU candidate has measured efficiency factors"] = 1
-            continue
-        for tp in scn.tp:
-            for w in scn.weight_dtypes:
-                for kv in scn.kv_dtypes:
-                    why = supported_problem(gpu, tp, catalog.dtype(w), catalog.dtype(kv), model)
-                    reasons[why] = reasons.get(why, 0) + 1
-    ranked = sorted(reasons, key=lambda r: -reasons[r])
+    """Why none of the scenario's combinations can run, the most common reason first (`tp: [64]`
+    passes a node's GPUs), or that verified_only leaves no GPU."""
+    reasons = Counter(problem for *_, problem in combinations(scn, catalog, model, scn.weight_dtypes, scn.kv_dtypes))
+    if not reasons:
+        return "verified_only: no GPU candidate has measured efficiency factors"
+    ranked = [reason for reason, _ in reasons.most_common()]
     more = f" (and {len(ranked) - 1} other reason{'s' if len(ranked) > 2 else ''})" if len(ranked) > 1 else ""
     return ranked[0] + more
 

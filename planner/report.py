@@ -166,14 +166,34 @@ def _verdict_line(plan: Plan, short: str) -> str:
         return f"Targets ({bands}) are met by the model's prediction; simulation was not asked for (`verify: false`)."
     if cert.certified:
         again = f", after {cert.rounds} re-plan{'s' if cert.rounds > 1 else ''} at simulated capacities" if cert.rounds else ""
-        empty = [b.name for b in plan.scenario.slo.to_slo().bands if not band_requests(plan.served, b)]
-        untested = (f" No request of the traffic falls in {', '.join(empty)}: {'its' if len(empty) == 1 else 'their'} "
-                    "targets were not tested." if empty else "")
         return (f"Certified by simulation: every pool meets every band's targets ({bands}) when replayed at its peak "
-                f"rate{again}.{untested}")
+                f"rate{again}.{_untested(plan)}")
     failing = "; ".join(f"{pool.traffic_class.label}: {', '.join(pool.check.problems or pool.check.replay.problems)}"
                         for pool in plan.pools if not pool.check.holds)
     return f"**This plan does NOT hold its targets in simulation** ({failing}); targets: {bands}."
+
+
+def _untested(plan: Plan) -> str:
+    """What certification could not test, which holds only vacuously: a band no request of the
+    traffic falls in, and a TPOT target over requests that all have one output token (no pool
+    measured or predicted a TPOT for a band it holds requests of)."""
+    bands = plan.scenario.slo.to_slo().bands
+    empty = [b.name for b in bands if not band_requests(plan.served, b)]
+    measured = [bc for pool in plan.pools if pool.check for bc in pool.check.bands if bc.requests]
+    no_tpot = [b.name for b in bands if b.tpot and b.name not in empty
+               and not any(bc.band.name == b.name and math.isfinite(c.simulated_s)
+                           for bc in measured for c in bc.checks if c.kind == "tpot")]
+    text = ""
+    if empty:
+        text += f" No request of the traffic falls in {_bands_named(empty)}: its targets were not tested."
+    if no_tpot:
+        text += f" No request of {_bands_named(no_tpot)} has a second output token: its TPOT target was not tested."
+    return text
+
+
+def _bands_named(names: list[str]) -> str:
+    quoted = ", ".join(f"'{n}'" for n in names)
+    return f"the band {quoted}" if len(names) == 1 else f"each of the bands {quoted}"
 
 
 def pools_text(sol) -> str:

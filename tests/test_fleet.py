@@ -356,13 +356,16 @@ def test_solve_fleet_json_has_services_and_a_budget_overrun_exits_3(tmp_path):
     ({"inventory": {"h100": {"max_new": 4}}}, "fleet.yaml: inventory.h100: unknown GPU 'h100'; did you mean 'h100-pcie'?"),
     ({"inventory": {"l40s": {"owned": 4}}}, "inventory.l40s: Value error, owned: 4 GPUs need owned_usd_per_hour"),
     ({"services": [service("alpha", 3.0), service("alpha", 4.0)]}, "services[1]: a second service named 'alpha'"),
+    ({"services": [service("alpha", 3.0), service("Alpha", 4.0)]}, "services[1]: a second service named 'Alpha' "
+                                                                  "(service names name report sections and figure "
+                                                                  "files, compared without case)"),
     ({"services": [service("alpha", 3.0, gpus=[{"id": "h100-sxm", "price_usd_per_hour": 2.5}])],
       "inventory": {"h100-sxm": {"price_usd_per_hour": 2.2}}},
      "services[0]: gpus[0]: price of the shared GPU type 'h100-sxm' is 2.5 $/hour here but 2.2 in the fleet"),
     ({"services": ["missing.yaml"]}, "services[0]: no scenario file missing.yaml"),
     # a name longer than a file system allows: no file either (Python 3.11's is_file raised for it)
     ({"services": ["x" * 300 + ".yaml"]}, f"services[0]: no scenario file {'x' * 60}... (305 characters)"),
-    ({"services": ["  "]}, "services[0]: no scenario file ' ' (paths"),  # (one line: spaces run together)
+    ({"services": ["  "]}, "services[0]: a blank path, where a scenario file is expected"),
     ({"services": ["a\x00b.yaml"]}, "services[0]: no scenario file 'a\\x00b.yaml' (paths"),
     ({"services": [service("alpha", 3.0, forecast={"quarters": [{"quarter": "2027Q1"}]})]},
      "services[0]: forecast: a service of a fleet has no forecast of its own (it would be ignored)"),
@@ -393,7 +396,13 @@ def test_a_wrong_fleet_file_gets_one_line_naming_the_place(tmp_path, change, mes
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("command", ["solve", "forecast"])
+def test_the_keys_only_a_fleet_file_has_are_the_fleet_schema_s_beyond_a_scenario_s():
+    from planner.fleet import FleetSpec
+    from planner.scenario import FLEET_ONLY_KEYS, Scenario
+    assert set(FLEET_ONLY_KEYS) == set(FleetSpec.model_fields) - set(Scenario.model_fields)
+
+
+@pytest.mark.parametrize("command", ["solve", "forecast", "simulate"])
 @pytest.mark.parametrize(("key", "message"), [
     ("service", "service: unknown key; did you mean 'services'? (a fleet file lists its services under services:, a "
                 "scenario states model: and traffic:)"),
@@ -405,7 +414,8 @@ def test_a_fleet_file_without_its_services_key_is_told_so_not_that_a_scenario_la
     path = tmp_path / "fleet.yaml"
     value = [service("alpha", 3.0)] if key == "service" else {"h100-sxm": {"max_new": 4}}
     path.write_text(yaml.safe_dump({"name": "twin", key: value}), encoding="utf-8")
-    r = CliRunner().invoke(main, [command, str(path), "--out-dir", str(tmp_path / "out")])
+    out = ["--out-dir", str(tmp_path / "out")] if command != "simulate" else []
+    r = CliRunner().invoke(main, [command, str(path), *out])
     assert r.exit_code == 2, r.output
     assert r.output.strip() == f"error: {path}: {message}"
 
@@ -569,3 +579,18 @@ def test_without_carry_forward_a_stated_commitment_holds_its_quarter_only_and_th
     assert "a commitment a quarter states (`reserved`) holds in that quarter only" in md
     assert "| 2027Q1 | +4 h100-sxm | $2.2425 | on demand $2.99 × (1 − 0.25) | 2027Q1 |" in md
     assert "to the forecast's end" not in md
+
+
+def test_a_quarter_that_names_a_type_the_services_price_themselves_keeps_their_price(tmp_path):
+    """Both services price the H100 at $2.00 (no inventory): a quarter's availability put the type in
+    the quarter's inventory at the catalog's $2.99, and the services' own price was then refused
+    as a second one ("2 $/hour here but 2.99 in the fleet")."""
+    from planner.fleet import load_fleet
+    from planner.fleet_forecast import run_fleet_forecast
+
+    own = {"gpus": [{"id": "h100-sxm", "price_usd_per_hour": 2.0}], "kv_dtypes": ["bf16"]}
+    path = write_fleet(tmp_path, services=[service("alpha", 3.0, **own), service("beta", 3.0, **own)],
+                       forecast={"quarters": [{"quarter": "2027Q1", "availability": {"h100-sxm": 100}}]})
+    (q1,) = run_fleet_forecast(load_fleet(path))
+    gpus = q1.plan.joint.gpus_by_type["h100-sxm"]
+    assert gpus > 0 and q1.usd_per_hour_by_kind["on_demand"] == pytest.approx(2.0 * gpus)

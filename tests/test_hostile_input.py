@@ -583,7 +583,7 @@ def test_a_histogram_of_which_nothing_fits_the_context_limit_is_one_line_saying_
     hist = tmp_path / "long.hist.parquet"
     write_histogram(Histogram.from_arrays(np.array([200_000, 150_000]), np.array([10, 10])), hist)
     one_line_error(run("capacity", "llama-3.1-8b", "h100-sxm", "--histogram", hist), 2,
-                   "the traffic class has no request within the context limit: all 2 exceed 131,072 tokens")
+                   f"{hist}: no request within the context limit: all 2 exceed 131,072 tokens")
 
 
 # Compared without case: a case-insensitive file system (macOS, Windows) would merge Tiny.md and tiny.md.
@@ -1070,20 +1070,21 @@ def test_a_missing_log_is_named_by_the_scenario_and_its_field(tmp_path):
                    f"{path}: traffic: source.log: 'nolog.csv' does not exist (paths are relative to the scenario's folder)")
 
 
-@pytest.mark.parametrize(("log", "text", "fragment"), [
+@pytest.mark.parametrize(("log", "text", "fragment", "option"), [
     ("log.csv", "a\n1\n", "no column 'prompt_tokens' (prompt tokens); the file has: a — name the columns with "
-                          "traffic.source.columns (prompt, output, time)"),
+                          "traffic.source.columns (prompt, output, time)", "--prompt-col/--output-col/--time-col"),
     ("log.txt", "prompt_tokens,output_tokens\n10,5\n",
-     "unknown log extension '.txt'; expected one of .parquet, .pq, .csv, .jsonl, .ndjson, .json"),
+     "unknown log extension '.txt'; expected one of .parquet, .pq, .csv, .jsonl, .ndjson, .json (rename it to one of "
+     "them)", "(or pass --format)"),
 ])
-def test_a_scenario_s_log_is_told_what_to_set_in_the_scenario_not_on_a_command_line(tmp_path, log, text, fragment):
+def test_a_scenario_s_log_is_told_what_to_set_in_the_scenario_not_on_a_command_line(tmp_path, log, text, fragment,
+                                                                                    option):
     (tmp_path / log).write_text(text)
     path = scenario(tmp_path, BASE.replace("{constant: {prompt_tokens: 1000, output_tokens: 200}}", f"{{log: {log}}}"))
     line = one_line_error(run("solve", path, "--no-report"), 2, f"{tmp_path / log}: {fragment}")
     assert "--" not in line.replace(" — ", "")  # no option of `planner histogram`
-    # the same log given to `planner histogram` is told its options
-    line = one_line_error(run("histogram", tmp_path / log, "--output", tmp_path / "h.parquet"), 2)
-    assert "--prompt-col/--output-col/--time-col" in line or "(or pass --format)" in line
+    # the same log given to `planner histogram` is told its option
+    one_line_error(run("histogram", tmp_path / log, "--output", tmp_path / "h.parquet"), 2, option)
 
 
 def test_a_missing_config_json_is_named_by_the_scenario_and_its_field(tmp_path):
@@ -1113,9 +1114,10 @@ def test_a_path_the_system_refuses_where_no_check_asked_first_is_one_line_of_bad
         raise PermissionError(13, "Permission denied", str(path))
 
     monkeypatch.setattr("planner.workload.readers.path_is", refuse)
-    one_line_error(run("histogram", log, "--output", tmp_path / "h.parquet"), 2,
-                   f"{log}: cannot use the path: permission denied")
+    one_line_error(run("histogram", log, "--output", tmp_path / "h.parquet"), 2, f"{log}: cannot read: permission denied")
     assert leftovers(tmp_path) == [log.name]
+    r = run("--debug", "histogram", log, "--output", tmp_path / "h.parquet")
+    assert r.exit_code == 2 and "Traceback" in r.output and "PermissionError" in r.output
 
 
 @pytest.mark.parametrize(("written", "seconds"), [("1e3", 1000.0), ("2.5e1", 25.0), ("1.5E+1", 15.0)])

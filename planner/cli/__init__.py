@@ -19,7 +19,7 @@ import click
 
 from planner import __version__
 from planner.errors import PlannerError
-from planner.files import inputs_guard, output_error, outputs_together
+from planner.files import INPUT_ERRNOS, input_error, inputs_guard, outputs_together
 
 
 class PlannerGroup(click.Group):
@@ -34,12 +34,16 @@ class PlannerGroup(click.Group):
                 click.echo(f"error: {one_line(str(exc))}", err=True)
             sys.exit(exc.exit_code)
         except OSError as exc:
-            # A path the system refused where no check of ours asked first (the checks ask through
-            # planner.files): still bad input, in one line naming the path.
-            if exc.filename is None or (ctx.obj and ctx.obj.get("debug")):
+            # An input path the system refused where no check of ours asked first (they ask through
+            # planner.files): still bad input, one line naming the path. Faults of the machine (a
+            # full disk) or of planner keep their traceback.
+            if exc.filename is None or exc.errno not in INPUT_ERRNOS:
                 raise
-            refusal = output_error(exc, Path(os.fsdecode(exc.filename)), what="cannot use the path")
-            click.echo(f"error: {one_line(str(refusal))}", err=True)
+            refusal = input_error(exc, Path(os.fsdecode(exc.filename)))
+            if ctx.obj and ctx.obj.get("debug"):
+                traceback.print_exc()
+            else:
+                click.echo(f"error: {one_line(str(refusal))}", err=True)
             sys.exit(refusal.exit_code)
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):

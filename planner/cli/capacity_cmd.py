@@ -21,6 +21,7 @@ from planner.cli.options import (
     json_option,
 )
 from planner.deployment import DEFAULT_OVERHEAD_GIB, make_deployment
+from planner.errors import InputError
 from planner.histogram import Histogram
 from planner.memory import (
     budget_ladder,
@@ -171,8 +172,8 @@ def _traffic_class(dep, histogram_file, prompt_tokens, output_tokens, shared_pre
         served = hist.select_total(at_most=edge_at_most(dep.max_model_len))
         too_long = hist.requests - served.requests
         if too_long and served.is_empty:  # the error alone, one line, says why
-            raise click.UsageError(f"the traffic class has no request within the context limit: all {too_long:,} "
-                                   f"exceed {dep.max_model_len:,} tokens")
+            raise InputError(f"no request within the context limit: all {too_long:,} exceed {dep.max_model_len:,} "
+                             "tokens", where=str(histogram_file))
         if too_long:
             click.echo(f"note: {too_long:,} request(s) exceed the {dep.max_model_len:,}-token limit and are left out", err=True)
             hist = served

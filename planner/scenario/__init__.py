@@ -28,7 +28,7 @@ from planner.bounds import (
     real,
     whole,
 )
-from planner.errors import InputError, did_you_mean
+from planner.errors import InputError, closest, did_you_mean
 from planner.scenario.fields import OutputName, Strict, histogram_edge
 from planner.scenario.fleet_section import FleetPool, GPUCandidate
 from planner.scenario.forecast_section import Autoscaling, Forecast, QuarterSpec
@@ -208,7 +208,7 @@ class Scenario(Strict):
                 raise ValueError(f"tensor-parallel degree {t} must be a power of two")
         return sorted(set(v))
 
-    @field_validator("gpus", "weight_dtypes", "kv_dtypes")
+    @field_validator("gpus", "tp", "weight_dtypes", "kv_dtypes")
     @classmethod
     def _nonempty(cls, v: list) -> list:
         if not v:
@@ -236,6 +236,10 @@ def is_fleet_document(raw: Any) -> bool:
     return isinstance(raw, dict) and "services" in raw
 
 
+# Keys only a fleet file has (planner.fleet.FleetSpec's beyond a scenario's; a test keeps them equal).
+FLEET_ONLY_KEYS = ("services", "inventory", "max_gpu_types", "budget_usd_per_month")
+
+
 def scenario_from_document(raw: Any, path: Path) -> Scenario:
     """The scenario a file's parsed YAML states; InputError naming the file when it is none."""
     if not isinstance(raw, dict):
@@ -244,7 +248,23 @@ def scenario_from_document(raw: Any, path: Path) -> Scenario:
         raise InputError("this is a fleet file (it lists services:), where one scenario is expected: give one of its "
                          "services' scenario files, or use `planner solve` / `planner forecast` on the fleet",
                          where=str(path))
+    if "model" not in raw:
+        _refuse_a_fleet_without_services(raw, path)
     return validate(Scenario, raw, where=str(path))
+
+
+def _refuse_a_fleet_without_services(raw: dict, path: Path) -> None:
+    """A fleet file whose services: is misspelt or missing is read as a scenario, which would be told
+    its model: is missing: it is told about services: instead."""
+    unknown = [k for k in raw if isinstance(k, str) and k not in Scenario.model_fields]
+    typo = next((k for k in unknown if closest(k, ["services"]) is not None), None)
+    if typo is not None:
+        raise InputError(f"{typo}: unknown key; did you mean 'services'? (a fleet file lists its services under "
+                         "services:, a scenario states model: and traffic:)", where=str(path))
+    fleet_keys = [k for k in unknown if k in FLEET_ONLY_KEYS]
+    if fleet_keys:
+        raise InputError(f"services: required field is missing ({fleet_keys[0]}: is a fleet file's key; a fleet "
+                         "file lists its services under services:)", where=str(path))
 
 
 def resolve(base: Path, p: str) -> Path:

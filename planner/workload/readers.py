@@ -110,16 +110,17 @@ def detect_format(path: Path, fmt: str = "auto") -> str:
     fmt = EXTENSIONS.get(path.suffix.lower())
     if fmt is None:
         raise InputError(
-            f"unknown log extension '{path.suffix}'; expected one of {', '.join(EXTENSIONS)}{_with_format(' (or pass {})')}",
+            f"unknown log extension '{path.suffix}'; expected one of {', '.join(EXTENSIONS)}{_with_format(' (or pass {})', ' (rename it to one of them)')}",
             where=str(path),
         )
     return fmt
 
 
-def _with_format(hint: str) -> str:
-    """`hint` naming the --format option, where the reader has one (a scenario's log has none)."""
+def _with_format(hint: str, otherwise: str = "") -> str:
+    """`hint` naming the --format option, where the reader has one; else `otherwise` (a scenario's
+    log is read by its extension)."""
     option = suggested("format")
-    return "" if option is None else hint.format(option)
+    return otherwise if option is None else hint.format(option)
 
 
 def _data_files(folder: Path) -> list[Path]:
