@@ -209,3 +209,13 @@ def test_help_carries_real_examples():
         r = run(command, "--help")
         assert r.exit_code == 0
         assert f"planner {command} " in r.stdout
+
+
+@pytest.mark.parametrize(("option", "value"), [("--time-col", "t"), ("--time-unit", "ms")])
+def test_no_time_beside_an_option_that_reads_the_times_is_refused_not_one_of_them_ignored(tmp_path, option, value):
+    log = tmp_path / "log.csv"
+    log.write_text("prompt_tokens,output_tokens,t\n100,10,1\n")
+    r = run("histogram", log, "--no-time", option, value)
+    assert r.exit_code == 2, r.output
+    assert r.output.strip() == (f"error: --no-time ignores arrival times; {option} names how to read them: give one or "
+                                "the other (see 'planner histogram --help')")

@@ -87,6 +87,9 @@ def histogram(
         raise click.BadParameter(
             f"{output}: a histogram file is Parquet; name it with .parquet (a {output.suffix} name "
             "would hide the format)", param_hint="-o/--output")
+    if no_time and (time_col is not None or time_unit != "auto"):  # one would be ignored
+        raise click.UsageError(f"--no-time ignores arrival times; {'--time-col' if time_col else '--time-unit'} "
+                               "names how to read them: give one or the other")
     columns = resolve_columns(preset, prompt_col, output_col, time_col, time_unit, no_time)
     with _progress_bar() as progress:
         result = ingest(logs, columns, fmt=fmt, progress=progress)
