@@ -127,7 +127,8 @@ FAMILIES: tuple[Family, ...] = (
     Family(
         "mixtral", ("mixtral",), "transformers 4.36.0 models/mixtral/configuration_mixtral.py",
         {"tie_word_embeddings": False, "sliding_window": 4096, "num_local_experts": 8, "num_experts_per_tok": 2},
-        frozenset({"sliding_window"}), mistral_layout, count_moe(qk_norm=False, sparse_step=False), experts_key="num_local_experts",
+        frozenset({"sliding_window"}), mistral_layout, count_moe(qk_norm=False, sparse_step=False),
+        experts_key="num_local_experts",
     ),
     Family(
         "granitemoe", ("granitemoe",), "transformers 4.45.0 models/granitemoe/configuration_granitemoe.py",

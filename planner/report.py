@@ -175,8 +175,8 @@ def _verdict_line(plan: Plan, short: str) -> str:
 
 def _untested(plan: Plan) -> str:
     """What certification could not test, which holds only vacuously: a band no request of the
-    traffic falls in, and a TPOT target over requests that all have one output token (no pool
-    measured or predicted a TPOT for a band it holds requests of)."""
+    traffic falls in, and a TPOT target over requests that all have one output token (no pool's
+    replay measured a TPOT in a band it holds requests of)."""
     bands = plan.scenario.slo.to_slo().bands
     empty = [b.name for b in bands if not band_requests(plan.served, b)]
     measured = [bc for pool in plan.pools if pool.check for bc in pool.check.bands if bc.requests]
