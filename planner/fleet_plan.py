@@ -20,7 +20,13 @@ from planner.fleet import FleetInputs, Service
 from planner.ilp import JointSolution, cost_bound_using_more, solve_services
 from planner.ilp_solver import COST_TOLERANCE_USD
 from planner.plan_objects import Plan
-from planner.plan_search import Resolver, no_plan_message, scenario_caps, service_model
+from planner.plan_search import (
+    Resolver,
+    no_plan_message,
+    prefer_precise,
+    scenario_caps,
+    service_model,
+)
 from planner.plan_setup import Setup, pool_details, setup_plan
 from planner.planning import assemble_plan
 from planner.progress import stage
@@ -131,13 +137,15 @@ def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool |
         step.advance()
     if not joint.services[0].pools:
         raise InfeasibleError(_no_fleet_message(fleet, setups, solvers, joint), where=str(fleet.path))
-    parts = [(st, st.evals, sol, pool_details(st.evaluator, st.evals, sol)) for st, sol in zip(setups, joint.services, strict=True)]
+    joint, evals_per_service = _precise(setups, joint, [st.evals for st in setups])
+    parts = [(st, evals, sol, pool_details(st.evaluator, evals, sol))
+             for st, evals, sol in zip(setups, evals_per_service, joint.services, strict=True)]
     wants = [st.scn.verify if certify is None else certify for st in setups]
     if any(wants):
         def resolve(evals_per_service):
             nonlocal joint
             evals_per_service = [refreshed(st.evaluator, evals) for st, evals in zip(setups, evals_per_service, strict=True)]
-            joint = solve(evals_per_service)
+            joint, evals_per_service = _precise(setups, solve(evals_per_service), evals_per_service)
             return list(zip(joint.services, evals_per_service, strict=True))
 
         try:
@@ -162,6 +170,17 @@ def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool |
             f"budget_usd_per_month: the cheapest fleet costs ${result.cost_per_month:,.2f} per month, "
             f"${result.cost_per_month - budget:,.2f} over the budget of ${budget:,.2f}", where=str(fleet.path))
     return result
+
+
+def _precise(setups: list[Setup], joint: JointSolution, evals_per_service):
+    """The joint plan with each service's pools on their most precise tied dtype variants
+    (plan_search.prefer_precise), and each service's evaluations with those variants searched."""
+    services, evals_out = [], []
+    for st, sol, evals in zip(setups, joint.services, evals_per_service, strict=True):
+        precise, found = prefer_precise(sol, st.evaluator, st.classes, st.configs, st.scn.min_replicas_per_pool)
+        services.append(precise)
+        evals_out.append([found.get(st.evaluator.pair_key(e.config, e.traffic_class), e) for e in evals])
+    return dataclasses.replace(joint, services=tuple(services)), evals_out
 
 
 def _setup(svc: Service, growth: float) -> Setup:

@@ -7,7 +7,9 @@ The ILP itself is planner.ilp (the only solver code); this module decides what i
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections import Counter
 from collections.abc import Sequence
 
 from planner.capacity import ReplicaModel, capacity_below
@@ -150,6 +152,8 @@ class LazySearch:
         sizing, quantile, m = scn.sizing.mode, scn.sizing.quantile, scn.min_replicas_per_pool
         self._sizing, self._quantile, self._m = sizing, quantile, m
         self._answers: dict[tuple, FleetSolution] = {}
+        # (option, class, label) of a precise twin a plan took -> the label the ILP chose (prefer_precise)
+        self._chosen_as: dict[tuple[str, str, str], str] = {}
         self._calibration = evaluator.class_calibration(classes)
         self.exact: dict[tuple, Evaluation] = {}
         self.bound: dict[tuple, tuple[float, Config, TrafficClass, ReplicaModel, float]] = {}
@@ -277,6 +281,9 @@ class LazySearch:
         """solve(classes, every pair's evaluation, **question): options, forbid, rate_scale, reserved,
         use_reserved (keep_lp: the LP text is the last round's, where bounds stand in)."""
         self._recalibrate()
+        if question.get("forbid"):  # a plan to exclude names the configs its pools run; the ILP knows their twins
+            question["forbid"] = tuple(frozenset((o, k, self._chosen_as.get((o, k, c), c)) for o, k, c in plan)
+                                       for plan in question["forbid"])
         key = tuple(sorted((k, repr(v)) for k, v in question.items()))
         if key in self._answers:
             return self._answers[key]
@@ -292,10 +299,54 @@ class LazySearch:
                 continue
             used = _bounded(sol, by_label, bound)
             if not used:
-                self._answers[key] = sol
-                return sol
+                precise, found = prefer_precise(sol, self.evaluator, classes, self.configs, self._m)
+                for pair, evaluation in found.items():
+                    self.bound.pop(pair, None)
+                    self.exact[pair] = evaluation
+                for ilp_pool, pool in zip(sol.pools, precise.pools, strict=True):
+                    if pool.config != ilp_pool.config:
+                        self._chosen_as[(sol.option, pool.traffic_class, pool.config)] = ilp_pool.config
+                self._answers[key] = precise
+                return precise
             self._search(_with_rivals(sol, used, by_label, bound, self._m))
             self._tighten()
+
+
+def prefer_precise(sol: FleetSolution, evaluator: Evaluator, classes, configs: Sequence[Config], min_replicas: int
+                   ) -> tuple[FleetSolution, dict[tuple, Evaluation]]:
+    """The solution with each pool on the most precise dtype variant of its GPUs that covers the
+    pool's rate with the same replicas; and the evaluations that searched (by pair key).
+
+    Dtype variants on the same GPUs (GPU type, price, tp) cost the same, so the ILP sees only the
+    one of highest capacity (undominated_evaluations) and the evaluator does not search one proved
+    below it. A more precise variant that needs no more replicas is then an exact tie the ILP cannot
+    see, and a tie is no reason to quantise (ilp.canonical_ties' rule): weights first, then the KV
+    cache. The pool keeps its GPUs, replicas and cost, so caps, commitments and the objective are
+    untouched; a class served by several pools is left as solved, as canonical_ties leaves it."""
+    if not sol.pools:
+        return sol, {}
+    per_class = Counter(p.traffic_class for p in sol.pools)
+    by_name = {tc.name: tc for tc in classes.get(sol.option, [])}
+    found: dict[tuple, Evaluation] = {}
+    pools = []
+    for pool in sol.pools:
+        tc = by_name.get(pool.traffic_class)
+        cfg = None if tc is None else next((c for c in configs if c.label(tc.max_model_len) == pool.config), None)
+        if cfg is None or per_class[pool.traffic_class] > 1:
+            pools.append(pool)
+            continue
+        precise = sorted((c for c in configs if c.gpu.id == cfg.gpu.id and c.tp == cfg.tp
+                          and c.price_usd_per_hour == cfg.price_usd_per_hour and c.precision_bits > cfg.precision_bits),
+                         key=lambda c: (tuple(-b for b in c.precision_bits), c.label(0)))
+        for c in precise:
+            evaluation = evaluator.evaluate(c, tc)
+            found[evaluator.pair_key(c, tc)] = evaluation
+            rps = evaluation.capacity_rps
+            if rps > 0 and max(min_replicas, math.ceil(pool.rate_rps / rps - 1e-12)) <= pool.replicas:
+                pool = dataclasses.replace(pool, config=c.label(tc.max_model_len), capacity_rps=rps)
+                break
+        pools.append(pool)
+    return dataclasses.replace(sol, pools=tuple(pools)), found
 
 
 def _bounded(sol: FleetSolution, by_label, bound) -> list[tuple]:

@@ -251,9 +251,12 @@ def test_a_recalibrated_search_keeps_variants_proved_below_a_sibling_unsearched(
     its pairs again with the new calibration, and a dtype variant evaluate_all proved below its
     sibling stays proved (the class scales as a whole), not searched after all."""
     import planner.evaluator as evaluator_module
+    import planner.plan_search as plan_search
     from planner.plan_search import LazySearch, Resolver
     from planner.plan_setup import setup_plan
 
+    # The lazy search's own searches: prefer_precise sizes the plan's more precise twins on purpose.
+    monkeypatch.setattr(plan_search, "prefer_precise", lambda sol, *_: (sol, {}))
     scn = Scenario.model_validate({
         "name": "t", "model": "llama-3.1-8b", "context_limit": 65536,
         "traffic": {"source": {"constant": {"prompt_tokens": 1, "output_tokens": 1}}},
@@ -277,3 +280,29 @@ def test_a_recalibrated_search_keeps_variants_proved_below_a_sibling_unsearched(
              and e.capacity is not None and e.capacity.max_rps > 0]
     assert sized and all(e.capacity_rps == pytest.approx(e.capacity.max_rps * 0.5, rel=1e-12) for e in sized)
     assert after is not before and after.cost_per_hour >= before.cost_per_hour  # asked again, capacities lower
+
+
+@pytest.mark.parametrize("peak_rps", [4.0, 30.0, 90.0])
+def test_a_plan_quantises_the_kv_cache_only_where_that_saves(catalog, peak_rps):
+    """Dtype variants on the same GPUs cost the same, and the ILP sees only the one of highest
+    capacity; where the more precise KV cache covers the pool with the same replicas, the plan runs
+    it (a tie is no reason to quantise), and only where it would cost more does the plan quantise.
+    Each pool's cache is checked against every variant's own capacity."""
+    from planner.planning import make_plan
+
+    def plan(kv_dtypes):
+        scn = Scenario.model_validate({
+            "name": "t", "model": "llama-3.1-8b", "context_limit": 16384,
+            "traffic": {"source": {"constant": {"prompt_tokens": 1, "output_tokens": 1}}},
+            "slo": {"bands": [{"ttft_s": 2.0, "tpot_ms": 50}]}, "sizing": {"mode": "percentile"},
+            "gpus": ["h100-sxm"], "tp": [1], "weight_dtypes": ["fp8"], "kv_dtypes": kv_dtypes,
+            "split_thresholds": [], "verify": False,
+        })
+        return make_plan(scn, catalog, catalog.model("llama-3.1-8b"), mixed_traffic(), peak_rps, explore=False)
+
+    both, precise_only, quantised_only = plan(["bf16", "fp8"]), plan(["bf16"]), plan(["fp8"])
+    assert both.cost_per_hour == min(precise_only.cost_per_hour, quantised_only.cost_per_hour)
+    [pool] = both.pools
+    ties = precise_only.cost_per_hour == both.cost_per_hour
+    assert pool.config.kv_dtype == ("bf16" if ties else "fp8")
+    assert pool.replicas == (precise_only if ties else quantised_only).pools[0].replicas

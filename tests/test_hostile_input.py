@@ -996,9 +996,15 @@ def test_a_candidate_the_search_did_not_size_has_no_capacity_in_the_json(tmp_pat
     text = BASE.replace("weight_dtypes: [bf16]", "weight_dtypes: [bf16, fp8]").replace("kv_dtypes: [bf16]", "kv_dtypes: [bf16, fp8]")
     r = run("solve", scenario(tmp_path, text + "verify: false\n"), "--no-report", "--json")
     assert r.exit_code == 0, r.output
-    rows = {(c["weight_dtype"], c["kv_dtype"]): c for c in json.loads(r.stdout)["candidates"]}
+    out = json.loads(r.stdout)
+    rows = {(c["weight_dtype"], c["kv_dtype"]): c for c in out["candidates"]}
     assert rows[("fp8", "fp8")]["capacity_rps"] > 0 and rows[("fp8", "fp8")]["dominated_by"] is None
-    for key in (("bf16", "bf16"), ("bf16", "fp8"), ("fp8", "bf16")):
+    # One replica of the most precise variant covers 4.8 req/s: the plan runs it, so it was sized;
+    # the two variants between were never asked.
+    [pool] = out["plan"]
+    assert (pool["weight_dtype"], pool["kv_dtype"], pool["replicas"]) == ("bf16", "bf16", 1)
+    assert rows[("bf16", "bf16")]["capacity_rps"] == pool["capacity_rps"] >= pool["rate_rps"]
+    for key in (("bf16", "fp8"), ("fp8", "bf16")):
         assert rows[key]["capacity_rps"] is None and rows[key]["model_capacity_rps"] is None
         assert rows[key]["dominated_by"] == "h100-sxm tp1 w:fp8 kv:fp8 ctx:8192"
 
