@@ -24,6 +24,7 @@ from planner.errors import InfeasibleError, InputError
 from planner.files import output_folder
 from planner.fleet import FleetInputs, SharedGPU
 from planner.fleet_plan import FleetPlan, TypeUse, make_fleet_plan
+from planner.fleet_report import not_served
 
 # One table format for both forecasts: the Column type, its cells and CSV writing.
 from planner.forecast_outputs import (
@@ -270,10 +271,11 @@ def fleet_forecast_markdown(name: str, results: list[FleetQuarter], fleet: Fleet
     lines = [
         f"# Forecast: {name}",
         "",
-        f"**{first.quarter} → {last.quarter}: fleet {first.plan.gpus} → {last.plan.gpus} GPUs, "
+        f"**{first.quarter} → {last.quarter}: fleet {_fleet_gpus(first)} → {_fleet_gpus(last)}, "
         f"{_usd(first.cost_per_hour * HOURS_PER_QUARTER)} → {_usd(last.cost_per_hour * HOURS_PER_QUARTER)} per quarter; "
         f"{len(results)} quarters cost {_usd(total)}.**",
         "",
+        *not_served(first.plan.plans),
         "Every quarter is one ILP over every service, commitments shared, planned afresh: a service may move to other "
         "GPU types from one quarter to the next.",
         "",
@@ -301,11 +303,16 @@ def fleet_forecast_markdown(name: str, results: list[FleetQuarter], fleet: Fleet
         lines += ["", *idle]
     lines += ["", *_commitments_section(results, fleet), "", *_types_section(results), "",
               *_services_section(results)]
+    growth = "compounded" if fleet.spec.forecast is None or fleet.spec.forecast.growth_mode == "compound" else \
+        "each against the base"
     lines += [
         "",
-        f"A quarter is {HOURS_PER_QUARTER:,} hours ({HOURS_PER_MONTH} a month). Each service is planned at its peak as "
-        "in `planner solve` (certification by simulation as its scenario asks); a service's day curve is priced by "
-        "`planner forecast` on its own scenario. The tables are in "
+        f"A quarter is {HOURS_PER_QUARTER:,} hours ({HOURS_PER_MONTH} a month); amounts are US dollars. Demand × base "
+        f"multiplies every service's base peak by the quarters' growth, {growth}. Each service is planned at its peak "
+        "as in `planner solve` (certification by simulation as its scenario asks). $/M tokens at peak divides the "
+        "quarter's cost by the tokens of every service at its peak at once: a floor on the price per token, since no "
+        "service runs at its peak all day. A fleet file prices no day curve; `planner forecast` on a scenario of one "
+        "service alone prices its day. The tables are in "
         + ", ".join(f"`{table_file(name, t)}`" for t in TABLES) + f", their columns described in "
         f"`{name}_forecast_datapackage.json`.",
     ]
@@ -338,7 +345,33 @@ def _commitments_section(results: list[FleetQuarter], fleet: FleetInputs) -> lis
     if carried:
         out += ["", f"The total counts each commitment to {results[-1].quarter} only: whatever term it runs beyond "
                 "(a one-year reservation made late in the forecast) is spend this forecast does not show."]
-    return out
+    return [*out, "", _held_at_the_end(results, fleet)]
+
+
+def _held_at_the_end(results: list[FleetQuarter], fleet: FleetInputs) -> str:
+    """What the last quarter leaves committed (the inventory's and the forecast's), and what
+    carry_forward would commit next at the last quarter's terms: spend past the forecast's end."""
+    last = results[-1]
+    held = [t for t in last.plan.types if t.committed]
+    usd = sum(t.committed_usd_per_hour for t in held)
+    text = (f"Held at the end of {last.quarter}: " + ", ".join(f"{t.committed} {t.gpu}" for t in held)
+            + f", {_usd(usd)}/hour ({_usd(usd * HOURS_PER_QUARTER)} a quarter), owned and reserved together."
+            if held else f"Nothing is committed at the end of {last.quarter}.")
+    fc = fleet.spec.forecast
+    beyond = [t for t in last.plan.types if t.on_demand]
+    if fc is not None and fc.carry_forward and beyond:
+        lots = [_commitment(fleet, fc, fc.quarters[-1], t.gpu, t.on_demand) for t in beyond]
+        more = sum(c.gpus * c.usd_per_gpu_hour for c in lots)
+        text += (" With carry_forward, the " + ", ".join(f"{c.gpus} {c.gpu}" for c in lots) + f" that {last.quarter} "
+                 "runs on demand would be committed from the next quarter at its terms ("
+                 + ", ".join(f"${c.usd_per_gpu_hour:,.4f}" for c in lots) + f"): {_usd(usd + more)}/hour in all.")
+    return text
+
+
+def _fleet_gpus(r: FleetQuarter) -> str:
+    """GPUs in use, and those paid for where committed ones stand idle."""
+    idle = sum(t.idle_committed for t in r.plan.types)
+    return f"{r.plan.gpus} GPUs in use" + (f" ({r.plan.gpus + idle} paid for)" if idle else "")
 
 
 def _types_section(results: list[FleetQuarter]) -> list[str]:
@@ -362,7 +395,7 @@ def _types_section(results: list[FleetQuarter]) -> list[str]:
 def _services_section(results: list[FleetQuarter]) -> list[str]:
     names = [p.scenario.name for p in results[0].plan.plans]
     out = ["## Services, as paid", "",
-           "| Service | " + " | ".join(r.quarter for r in results) + " | Requests over its context limit |",
+           "| Service | " + " | ".join(f"{r.quarter} $/hour" for r in results) + " | Requests over its context limit |",
            "|---|" + "---|" * len(results) + "---:|"]
     for i, service in enumerate(names):
         cells = []

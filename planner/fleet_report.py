@@ -52,6 +52,16 @@ def _verdict(fp: FleetPlan) -> str:
     return "**This fleet does NOT hold every target in simulation**: see the services' sections."
 
 
+def not_served(plans) -> list[str]:
+    """The services that turn requests away (over their context limit), which no cost or token
+    figure counts: a line and a blank one, or nothing."""
+    rejecting = sorted((p for p in plans if p.rejected_requests), key=lambda p: -p.rejected_share)
+    if not rejecting:
+        return []
+    return ["Not served, so in neither the costs nor the tokens: the requests over a service's context limit ("
+            + ", ".join(f"{p.scenario.name} {rejected_text(p)}" for p in rejecting) + ").", ""]
+
+
 def _totals(fp: FleetPlan) -> str:
     spec, joint = fp.fleet.spec, fp.joint
     by_type = ", ".join(f"{t.used} {t.gpu}" for t in fp.types if t.used)
@@ -61,6 +71,7 @@ def _totals(fp: FleetPlan) -> str:
         f"**{len(fp.plans)} services on {gpus_text(fp.gpus)} ({by_type}): {_usd(fp.cost_per_hour)} per hour, "
         f"{_usd(fp.cost_per_month)} per month.**",
         "",
+        *not_served(fp.plans),
         f"One ILP over every service (solver: {joint.solver}, status {joint.status}); each service keeps its own split "
         "decision, levers and targets, and shares the GPU types below. " + _verdict(fp),
         "",
@@ -74,7 +85,9 @@ def _totals(fp: FleetPlan) -> str:
         cap = "—" if t.cap is None else f"{t.cap:,}"
         lines.append(
             f"| {t.gpu} | {committed} | {t.used} | {t.used - t.on_demand} / {t.on_demand} | {t.idle_committed or '—'} | {cap} "
-            f"| {_usd(t.on_demand_usd_per_gpu_hour)} | {_usd(t.committed_usd_per_hour) if t.committed else '—'} "
+            f"| {_usd(t.on_demand_usd_per_gpu_hour)} | "
+            + (f"{_usd(t.committed_usd_per_hour)} ({_usd(t.committed_usd_per_hour / t.committed)}/GPU-hour)"
+               if t.committed else "—") + " "
             f"| {_usd(t.usd_per_hour)} |"
         )
     lines.append(f"| **Total** | {sum(t.committed for t in fp.types)} | **{fp.gpus}** | | "
@@ -106,7 +119,8 @@ def _totals(fp: FleetPlan) -> str:
         "The peak counts the requests a service serves; those longer than its context limit are rejected, not "
         "planned for. As the fleet pays, a GPU of a committed type costs its share of the type's commitments "
         "and on-demand GPUs; committed GPUs no service uses are the fleet's, so the services and the idle line add "
-        f"up to the fleet's cost. A month is {HOURS_PER_MONTH} hours.",
+        f"up to the fleet's cost (before each is rounded to the cent). A month is {HOURS_PER_MONTH} hours; amounts "
+        "are US dollars.",
     ]
     notes = []
     if spec.max_gpu_types is not None:

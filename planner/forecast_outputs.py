@@ -419,6 +419,7 @@ def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: st
     idle = _idle_lines(results)
     if idle:
         lines += ["", *idle]
+    lines += ["", _held_at_the_end(results)]
     short = _short_lines(results)
     if short:
         lines += ["", *short]
@@ -430,13 +431,48 @@ def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: st
         "paid whether used or not; idle ones are priced at their type's mean committed price. Utilisation is the arrival "
         f"rate over the fleet's planned capacity, each replica at {KNEE_SHARE:.0%} of its lowest ceiling (headroom keeps "
         "the peak below 100%). A quarter is "
-        f"{HOURS_PER_QUARTER:,} hours ({HOURS_PER_MONTH} a month). The tables are in `{table_file(name, 'quarters')}`, "
+        f"{HOURS_PER_QUARTER:,} hours ({HOURS_PER_MONTH} a month); amounts are US dollars. Demand × base is the base "
+        "peak's multiplier, the quarters' growth " + ("compounded" if _compounded(results) else "each against the base")
+        + f". The tables are in `{table_file(name, 'quarters')}`, "
         f"`{table_file(name, 'pools')}` and `{table_file(name, 'total')}`, their columns described in "
         f"`{name}_forecast_datapackage.json`.",
     ]
     if figure:
         lines += ["", f"![Forecast]({figure})"]
     return "\n".join(lines) + "\n"
+
+
+def _compounded(results: Sequence[QuarterResult]) -> bool:
+    fc = results[0].plan.scenario.forecast
+    return fc is None or fc.growth_mode == "compound"
+
+
+def _held_at_the_end(results: Sequence[QuarterResult]) -> str:
+    """What the last quarter leaves committed, and what carry_forward would commit next: spend that
+    runs past the forecast, which its total does not count."""
+    last = results[-1]
+    held = {g: n for g, n in last.reserved_gpus.items() if n}
+    usd = sum(n * last.reserved_price[g] for g, n in held.items())
+    fc = last.plan.scenario.forecast
+    carried = fc is not None and fc.carry_forward
+    if held:
+        text = (f"Held at the end of {last.quarter}: " + ", ".join(
+            f"{n} {g} at {usd_rate_text(last.reserved_price[g])}" for g, n in held.items())
+            + f", {_usd(usd)}/hour ({_usd(usd * HOURS_PER_QUARTER)} a quarter). "
+            + ("A commitment, once made, is paid in every later quarter of the forecast, used or not; "
+               if carried else "Without carry_forward a quarter's reservations are priced in that quarter only; ")
+            + f"the total above counts none past {last.quarter}, so whatever term one runs beyond it is spend this "
+            "forecast does not show.")
+    else:
+        text = f"Nothing is committed at the end of {last.quarter}."
+    beyond = {g: n - held.get(g, 0) for g, n in last.gpus_by_type.items() if n > held.get(g, 0)}
+    if carried and beyond:
+        price = last.day.terms.reserved_usd_per_gpu_hour
+        more = sum(n * price[g] for g, n in beyond.items())
+        text += (" With carry_forward, the " + ", ".join(f"{n} {g}" for g, n in beyond.items()) + " that"
+                 + f" {last.quarter} runs on demand would be committed from the next quarter at its terms ("
+                 + ", ".join(f"{usd_rate_text(price[g])}" for g in beyond) + f"): {_usd(usd + more)}/hour in all.")
+    return text
 
 
 def _policies_markdown(results: Sequence[QuarterResult], total: dict, heading: int) -> list[str]:
@@ -448,8 +484,9 @@ def _policies_markdown(results: Sequence[QuarterResult], total: dict, heading: i
         "",
         f"Profile: {prof.source}"
         + ("" if flat else f" (busiest hour {prof.peak_to_trough:,.2f}× the quietest, mean {prof.mean_multiplier:.0%} of the busiest)")
-        + f". Each quarter's fleet, its configs and targets priced four ways over the curve, as if chosen afresh "
-        f"that quarter (the commitments carried forward are in the table above): scale-up lead time {terms.lead_min:g} min, "
+        + f". Each quarter's pools priced four ways over the curve, each as if the quarter carried no commitment in: "
+        "what the four ways of buying the same fleet would cost, not what the plan pays (the table above, with the "
+        f"commitments it carries): scale-up lead time {terms.lead_min:g} min, "
         f"{floor_text(terms.min_replicas, [(f'{r.quarter} {p.name}', p) for r in results for p in r.day.pools])}, "
         f"reserved at {terms.reserved_terms}. Each cell: USD over the "
         "quarter · USD per million tokens at the day's volume.",

@@ -206,6 +206,12 @@ class Histogram:
         (one request, say), otherwise an upper bound within its fine bin."""
         return max_of_groups(_length_groups(self, of)[2])
 
+    def max_is_exact(self, of: str) -> bool:
+        """Whether max_tokens(of) is the longest request's own length, not the top of its range."""
+        _, low, high = _length_groups(self, of)
+        top = int(np.argmax(high))
+        return bool(low[top] == high[top])
+
     def quantiles_and_max(self, of: str, qs) -> tuple[np.ndarray, int]:
         """`quantiles(of, qs)` and `max_tokens(of)` from one grouping of the cells."""
         groups = _length_groups(self, of)

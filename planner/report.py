@@ -30,6 +30,7 @@ from planner.report_latency import latency_section
 from planner.roofline import StepModel
 from planner.units import HOURS_PER_MONTH, GiB, gpus_text, quantile_label
 from planner.worker_pool import draw
+from planner.workload.peaks import per_minute_counts, whole_minutes
 
 
 def _usd(x: float) -> str:
@@ -405,7 +406,9 @@ def _finance(plan: Plan) -> str:
         f"| Output (decode share of GPU time) | {plan.output_tokens_per_hour:,.0f} | {_usd(cpm['output'] * plan.output_tokens_per_hour / 1e6)} | {_usd_per_million(cpm['output'])} |",
         f"| Blended | {plan.tokens_per_hour:,.0f} | {_usd(plan.cost_per_hour)} | {_usd_per_million(cpm['blended'])} |",
         "",
-        f"A month is {HOURS_PER_MONTH} hours. Input and output split each pool's cost by the share of its GPU time spent in prefill at the peak."
+        f"A month is {HOURS_PER_MONTH} hours. Input and output split each pool's cost by the share of its GPU time spent in prefill at the peak: "
+        "output carries the rest, decode and idle time alike, so a pool that often stands idle (a long-context pool of few "
+        "requests) shows a high output price."
         + (" No price per token (—): the fleet cannot carry the peak, so it would not serve these tokens."
            if math.isnan(cpm["blended"]) and plan.tokens_per_hour else ""),
     ])
@@ -571,16 +574,23 @@ def _traffic(plan: Plan, figure: str | None) -> str:
     lines += [
         f"- Requests in the histogram: {plan.hist.requests:,}; served within the {plan.context_limit:,}-token limit: "
         f"{h.requests:,}; above the limit (rejected): {plan.rejected_requests:,}.",
-        f"- Peak: {plan.measured_peak_rps:,.3f} requests/s ({_peak_text(scn)}) × growth {scn.traffic.growth:g}"
+        f"- Peak: {plan.measured_peak_rps:,.3f} requests/s ({_peak_text(plan)}) × growth {scn.traffic.growth:g}"
         + (f" × {h.requests / plan.hist.requests:.2%} served" if plan.rejected_requests else "")
         + f" = {plan.peak_rps:,.3f} requests/s; capacity is planned for × headroom {scn.traffic.headroom:g}.",
     ]
     if scn.traffic.shared_prefix_tokens:
         lines.append(f"- Shared prefix: {scn.traffic.shared_prefix_tokens:,} tokens per request (prefix caching).")
     lines += ["", "| Tokens | Mean | p50 | p90 | p99 | Max |", "|---|---:|---:|---:|---:|---:|"]
+    bounded = False
     for of in ("prompt", "output", "total"):
         q = h.quantiles(of, qs)
-        lines.append(f"| {of} | {h.mean_tokens(of):,.0f} | " + " | ".join(f"{v:,.0f}" for v in q) + f" | {h.max_tokens(of):,} |")
+        exact = h.max_is_exact(of)
+        bounded = bounded or not exact
+        lines.append(f"| {of} | {h.mean_tokens(of):,.0f} | " + " | ".join(f"{v:,.0f}" for v in q)
+                     + f" | {'' if exact else '≤ '}{h.max_tokens(of):,} |")
+    if bounded:
+        lines += ["", "A maximum marked ≤ is the top of the length range the longest request falls in: the histogram "
+                      "keeps counts per range, and the exact length only where a range holds one."]
     shares = [(t, h.share_above(t)) for t in (8192, 32768, 131072) if t < plan.context_limit or t == 8192]
     lines += ["", "Share of served requests above: " + ", ".join(f"{t:,} tokens {s:.2%}" for t, s in shares) + "."]
     if figure:
@@ -588,13 +598,19 @@ def _traffic(plan: Plan, figure: str | None) -> str:
     return "\n".join(lines)
 
 
-def _peak_text(scn) -> str:
-    peak = scn.traffic.peak
+def _peak_text(plan: Plan) -> str:
+    """How the measured peak was taken, over how many minutes; a quantile that few minutes cannot
+    resolve is said to be about their largest."""
+    peak = plan.scenario.traffic.peak
     if peak.method == "explicit":
         return "explicit"
+    minutes = whole_minutes(per_minute_counts(plan.hist)).size
     if peak.method == "max":
-        return "the busiest minute"
-    return f"{quantile_label(peak.quantile)} of per-minute rates"
+        return f"the busiest of {minutes:,} whole minutes"
+    text = f"{quantile_label(peak.quantile)} of the rates of {minutes:,} whole minutes"
+    if minutes * (1 - peak.quantile) < 1:
+        text += ": too few minutes for that quantile, which is about their largest"
+    return text
 
 
 def _step_limits_text(plan: Plan) -> str:

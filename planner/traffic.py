@@ -47,11 +47,13 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
         hist = Histogram.constant(c.prompt_tokens, c.output_tokens)
         notes.append(f"Source: constant lengths, {c.prompt_tokens:,} prompt + {c.output_tokens:,} output tokens per request.")
     elif src.synthetic is not None:
-        from planner.workload.synth import synthetic_histogram
+        from planner.workload.synth import distribution, synthetic_histogram
 
         syn = src.synthetic
         hist = synthetic_histogram(syn.name, syn.requests, seed=syn.seed, rate_rps=syn.rate_rps)
-        notes.append(f"Source: synthetic distribution '{syn.name}', {syn.requests:,} requests, seed {syn.seed}.")
+        rate = distribution(syn.name).rate_rps if syn.rate_rps is None else syn.rate_rps
+        notes.append(f"Source: synthetic distribution '{syn.name}', {syn.requests:,} requests, Poisson arrivals at "
+                     f"{rate:g} requests/s ({syn.requests / rate / 60:,.1f} minutes), seed {syn.seed}.")
     else:
         # pyarrow's readers load only for logs and histogram files, not for synthetic traffic.
         from planner.workload.columns import read_for_a_scenario, resolve_columns

@@ -456,6 +456,30 @@ def test_fleet_forecast_carries_the_whole_fleet_forward(tmp_path):
     for plan in q2.plan.plans:
         assert q2.plan.paid_usd_per_hour(plan) == pytest.approx(plan.solution.gpus * h100.paid_usd_per_gpu_hour)
     assert "| 2027Q2 | 1.5 |" in md
+    # What the last quarter leaves committed runs past the forecast: the report prices it, and what
+    # carry_forward would commit next at the last quarter's terms (on demand × 0.75).
+    held = [t for t in q2.plan.types if t.committed]
+    usd = sum(t.committed_usd_per_hour for t in held)
+    after = usd + sum(t.on_demand * t.on_demand_usd_per_gpu_hour * 0.75 for t in q2.plan.types)
+    assert ("Held at the end of 2027Q2: " + ", ".join(f"{t.committed} {t.gpu}" for t in held)
+            + f", ${usd:,.2f}/hour (${usd * 2190:,.2f} a quarter)") in md
+    assert any(t.on_demand for t in q2.plan.types)  # growth 0.5 outruns what Q1 committed
+    assert "would be committed from the next quarter at its terms" in md and f"${after:,.2f}/hour in all." in md
+
+
+def test_the_fleet_headline_names_the_services_that_turn_requests_away():
+    from types import SimpleNamespace
+
+    from planner.fleet_report import not_served
+
+    def plan(name, rejected, requests):
+        return SimpleNamespace(scenario=SimpleNamespace(name=name), rejected_requests=rejected,
+                               rejected_share=rejected / requests)
+
+    assert not_served([plan("a", 0, 100)]) == []
+    assert not_served([plan("a", 1, 100), plan("b", 0, 100), plan("c", 30, 100)]) == [
+        "Not served, so in neither the costs nor the tokens: the requests over a service's context limit (c 30.0%, "
+        "a 1.0%).", ""]
 
 
 def test_a_fleet_quarter_pricing_a_type_nobody_runs_is_refused(tmp_path):

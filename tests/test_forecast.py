@@ -205,3 +205,29 @@ def test_autoscaling_reserved_discount_prices_the_forecast_as_it_prices_the_day(
     (q1,) = run_forecast(load_inputs(path))
     assert q1.day.terms.reserved_usd_per_gpu_hour["h100-sxm"] == pytest.approx(2.99 * 0.5)
     assert "on-demand × (1 − 0.5)" in q1.day.terms.reserved_terms
+
+
+def test_the_report_says_what_stays_committed_past_the_last_quarter(tmp_path):
+    """Commitments run past the forecast's end, which its total does not count: the report says
+    what is held at the end, and what carry_forward would commit next at the last quarter's terms."""
+    from planner.forecast_outputs import forecast_markdown
+
+    base = BASE.replace("gpus: [h100-sxm, l40s]", "gpus: [h100-sxm]")
+    path = scenario(tmp_path, """
+        forecast:
+          carry_forward: true
+          reserved_discount: 0.5
+          quarters:
+            - {quarter: 2027Q1}
+            - {quarter: 2027Q2, growth: 1.0}
+    """, base)
+    q1, q2 = run_forecast(load_inputs(path))
+    n1, n2 = q1.gpus_by_type["h100-sxm"], q2.gpus_by_type["h100-sxm"]
+    assert n2 > n1 and q2.reserved_gpus == {"h100-sxm": n1}
+    held, price = n1 * 2.99 * 0.5, 2.99 * 0.5
+    text = forecast_markdown("fc", [q1, q2])
+    assert (f"Held at the end of 2027Q2: {n1} h100-sxm at $1.495, ${held:,.2f}/hour (${held * 2190:,.2f} a quarter). "
+            "A commitment, once made, is paid in every later quarter of the forecast, used or not; the total above "
+            "counts none past 2027Q2") in text
+    assert (f"With carry_forward, the {n2 - n1} h100-sxm that 2027Q2 runs on demand would be committed from the next "
+            f"quarter at its terms ($1.495): ${n2 * price:,.2f}/hour in all.") in text

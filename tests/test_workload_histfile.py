@@ -250,6 +250,8 @@ def _assert_within_fine_bin(hist: Histogram, prompt: np.ndarray, output: np.ndar
         estimate = hist.quantiles(of, qs)
         assert np.all(np.abs(estimate - exact) <= FINE_RELATIVE_WIDTH * exact), (of, estimate, exact)
         assert raw.max() <= hist.max_tokens(of) <= raw.max() * (1 + FINE_RELATIVE_WIDTH)
+        if hist.max_is_exact(of):  # what a report then prints without "≤"
+            assert hist.max_tokens(of) == raw.max()
         assert hist.mean_tokens(of) == pytest.approx(raw.mean(), rel=1e-12)
 
 
@@ -290,6 +292,13 @@ def test_groups_of_identical_lengths_give_exact_quantiles_and_max():
     assert hist.max_tokens("prompt") == 9000
     assert hist.max_tokens("total") == 9500
     assert hist.quantiles("prompt", [0.0, 1.0]).tolist() == [1000.0, 9000.0]
+    assert hist.max_is_exact("prompt") and hist.max_is_exact("total")
+
+
+def test_a_maximum_among_several_lengths_of_one_fine_bin_is_an_upper_bound_and_says_so():
+    hist = Histogram.from_arrays(np.array([1000, 9000, 9050]), np.array([500, 500, 500]))
+    assert not hist.max_is_exact("prompt")
+    assert 9050 <= hist.max_tokens("prompt") <= 9050 * (1 + FINE_RELATIVE_WIDTH)
 
 
 def test_groups_too_large_for_int64_products_stay_exact():
