@@ -13,7 +13,14 @@ from planner.files import write_text_atomic
 from planner.fleet_plan import FleetPlan
 from planner.inputs import report_sections
 from planner.plan_json import plan_json
-from planner.report import pools_text, rejected_text, render, start_figures, write_figures
+from planner.report import (
+    REPLAY_TESTS,
+    pools_text,
+    rejected_text,
+    render,
+    start_figures,
+    write_figures,
+)
 from planner.units import HOURS_PER_MONTH, gpus_text
 
 
@@ -48,7 +55,8 @@ def _verdict(fp: FleetPlan) -> str:
     if certified is None:
         return "Not every service asked for certification by simulation (`verify: false`): their pools rest on the model."
     if certified:
-        return "Certified by simulation: every pool of every service meets its bands' targets when replayed at its peak rate."
+        return ("Certified by simulation: every pool of every service meets its bands' targets when replayed at its "
+                f"peak rate. {REPLAY_TESTS}")
     return "**This fleet does NOT hold every target in simulation**: see the services' sections."
 
 

@@ -125,6 +125,9 @@ def render(plan: Plan, *, figures: dict[str, str] | None = None, sections: tuple
     w(_sensitivity(plan))
     w("")
     w("## Pools in detail")
+    w("")
+    w("Mean ITL is the gap a token sees: above the mean step, since a decoding request also waits on the prompts that "
+      "arrived during its own prefill, prefilled a chunk per step during its decode (ReplicaModel.itl_s).")
     for pool in plan.pools:
         w("")
         w(_pool_detail(plan, pool))
@@ -158,6 +161,11 @@ def _short_text(short, what: str) -> str:
                      for tc, rate, capacity in short)
 
 
+# What certification can and cannot catch: the replay times every step with the plan's own GPU model.
+REPLAY_TESTS = ("The replay times each step with the same GPU speed model as the plan: it tests the queueing, the "
+                "cache and the tail, not the GPU's speed.")
+
+
 def _verdict_line(plan: Plan, short: str) -> str:
     bands = "; ".join(f"{b.name}: {b.targets_text()}" for b in plan.scenario.slo.to_slo().bands)
     cert = plan.certification
@@ -168,7 +176,7 @@ def _verdict_line(plan: Plan, short: str) -> str:
     if cert.certified:
         again = f", after {cert.rounds} re-plan{'s' if cert.rounds > 1 else ''} at simulated capacities" if cert.rounds else ""
         return (f"Certified by simulation: every pool meets every band's targets ({bands}) when replayed at its peak "
-                f"rate{again}.{_untested(plan)}")
+                f"rate{again}.{_untested(plan)} {REPLAY_TESTS}")
     failing = "; ".join(f"{pool.traffic_class.label}: {', '.join(pool.check.problems or pool.check.replay.problems)}"
                         for pool in plan.pools if not pool.check.holds)
     return f"**This plan does NOT hold its targets in simulation** ({failing}); targets: {bands}."
@@ -231,13 +239,35 @@ def _decision(plan: Plan) -> str:
         "",
         f"Sized for a peak of {plan.peak_rps:,.2f} requests/s × headroom {plan.scenario.traffic.headroom:g} = "
         f"{plan.peak_rps * plan.scenario.traffic.headroom:,.2f} requests/s, context limit {plan.context_limit:,} tokens, "
-        f"model `{plan.model.id}`. Solver: {sol.solver}, status {sol.status}."
+        f"model `{plan.model.id}`. Solver: {sol.solver}, status {sol.status}." + _redundancy_text(plan)
         + (f" **{rejected_text(plan)} of requests ({plan.rejected_requests:,} of the histogram's {plan.hist.requests:,}) "
            f"are longer than the limit and rejected**; the peak counts the rest." if plan.rejected_requests else ""),
         "",
         _verdict(plan),
         *_unverified_note(plan),
     ])
+
+
+def _past_windows_text(kinds) -> str:
+    """Where some layers cap their cache at a window, the bytes a token costs past it: only the
+    uncapped layers grow with the sequence (the per-token figure holds inside the window)."""
+    windows = sorted({k.token_cap for k in kinds if k.bytes_per_token and k.token_cap is not None})
+    if not windows:
+        return ""
+    past = sum(k.bytes_per_token for k in kinds if k.bytes_per_token and k.token_cap is None)
+    return f" for each of the first {windows[0]:,} tokens; {past:,.0f} bytes for each past {windows[-1]:,}"
+
+
+def _redundancy_text(plan: Plan) -> str:
+    """The replicas a pool keeps at least, and the pools one failure stops."""
+    least = plan.scenario.min_replicas_per_pool
+    single = [pool.traffic_class.name for pool in plan.pools if pool.replicas == 1]
+    text = f" Every pool keeps at least {least} replicas (min_replicas_per_pool)." if least > 1 else ""
+    if single:
+        one = len(single) == 1
+        text += (f" **Pool{'' if one else 's'} {', '.join(single)} run{'s' if one else ''} one replica**: a single "
+                 f"failure stops {'it' if one else 'each'} (min_replicas_per_pool: 2 buys a spare).")
+    return text
 
 
 def _given_fleet(plan: Plan) -> str:
@@ -275,10 +305,12 @@ def _pools_table(plan: Plan) -> str:
         part = class_share(pool.replicas, pool.planned_rps,
                            [(q.replicas, q.planned_rps) for q in plan.pools if q.traffic_class.name == tc.name])
         requests = f"{tc.share:.1%}" if part > 0.9999 else f"{tc.share:.1%} ({part:.0%} of it here)"
+        # A class served by several pools: each covers its share, which the rows add up to.
+        cover = f"{tc.rate_rps:,.3f}" if part > 0.9999 else f"{tc.rate_rps * part:,.3f} of {tc.rate_rps:,.3f}"
         binding = pool.capacity.binding if pool.planned_rps == pool.capacity.max_rps else "simulated targets"
         rows.append(
             f"| {tc.label} | {requests} | {cfg.gpu.id} | {cfg.tp} | {cfg.weight_dtype} | {cfg.kv_dtype} | "
-            f"{tc.max_model_len:,} | {pool.replicas} | {pool.gpus} | {pool.planned_rps:,.3f} | {tc.rate_rps:,.3f} | "
+            f"{tc.max_model_len:,} | {pool.replicas} | {pool.gpus} | {pool.planned_rps:,.3f} | {cover} | "
             f"{binding} | {_usd(pool.cost_per_hour)} |"
         )
     rows.append(f"| **Total** | | | | | | | | **{plan.solution.gpus}** | | | | **{_usd(plan.cost_per_hour)}** |")
@@ -521,7 +553,7 @@ def _pool_detail(plan: Plan, pool: PoolDetail) -> str:
         lines.append(f"| {step.label} | {'' if step.gib is None else f'{step.gib:,.2f} GiB'} |")
     lines += [
         f"| = KV budget | {lad.kv_budget_gib:,.2f} GiB |",
-        f"| Cache per token ({cfg.kv_dtype}) | {lad.kv_bytes_per_token:,} bytes |",
+        f"| Cache per token ({cfg.kv_dtype}) | {lad.kv_bytes_per_token:,} bytes{_past_windows_text(lad.kv_layout.kinds)} |",
         *([f"| Cache by layer kind | {'<br>'.join(layer_kind_lines(plan.model, dep.kv_dtype, dep.tp))} |"]
           if len(lad.kv_layout.kinds) > 1 else []),
         f"| Per sequence at the {tc.max_model_len:,}-token limit | {lad.kv_gib_per_user:,.2f} GiB |",

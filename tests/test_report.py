@@ -260,3 +260,36 @@ def test_a_band_without_requests_or_without_second_tokens_is_not_reported_as_tes
     assert ("when replayed at its peak rate. No request of the traffic falls in the band 'tiny': its targets were not "
             "tested. No request of the band 'rest' has a second output token: its TPOT target was not tested.") in report
     assert "| TPOT p99 ≤ 1.0 ms | — | — | no TPOT: no request of the band has a second output token |" in report
+
+
+def test_the_decision_says_which_pools_a_single_failure_stops():
+    from types import SimpleNamespace
+
+    from planner.report import _redundancy_text
+
+    def plan(least, *replicas):
+        pools = [SimpleNamespace(traffic_class=SimpleNamespace(name=f"p{i}"), replicas=r) for i, r in enumerate(replicas)]
+        return SimpleNamespace(scenario=SimpleNamespace(min_replicas_per_pool=least), pools=pools)
+
+    assert _redundancy_text(plan(1, 2, 3)) == ""
+    assert _redundancy_text(plan(2, 2, 3)) == " Every pool keeps at least 2 replicas (min_replicas_per_pool)."
+    assert _redundancy_text(plan(1, 1, 4)) == (" **Pool p0 runs one replica**: a single failure stops it "
+                                               "(min_replicas_per_pool: 2 buys a spare).")
+    assert _redundancy_text(plan(1, 1, 1)).startswith(" **Pools p0, p1 run one replica**: a single failure stops each")
+
+
+def test_a_model_with_sliding_layers_says_what_a_token_costs_past_the_window():
+    from planner.catalog import load_catalog
+    from planner.memory import kv_bytes_per_token_by_layer_kind
+    from planner.report import _past_windows_text
+
+    catalog = load_catalog()
+    m = catalog.model("gpt-oss-120b")
+    bf16 = catalog.dtype("bf16")
+    kinds = kv_bytes_per_token_by_layer_kind(m, bf16, 1).kinds
+    # Past the window only the full-attention layers grow: 2 (K, V) x KV heads x head_dim x 2 bytes each.
+    full_layers = m.num_hidden_layers - m.num_sliding_window_layers
+    past = full_layers * 2 * m.num_key_value_heads * m.head_dim * 2
+    assert _past_windows_text(kinds) == (f" for each of the first {m.sliding_window:,} tokens; {past:,} bytes for each "
+                                         f"past {m.sliding_window:,}")
+    assert _past_windows_text(kv_bytes_per_token_by_layer_kind(catalog.model("llama-3.1-8b"), bf16, 1).kinds) == ""
