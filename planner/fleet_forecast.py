@@ -32,6 +32,7 @@ from planner.forecast_outputs import (
     _csv,
     _table,
     datapackage,
+    growth_text,
     item_column,
     table_file,
     write_texts,
@@ -303,12 +304,10 @@ def fleet_forecast_markdown(name: str, results: list[FleetQuarter], fleet: Fleet
         lines += ["", *idle]
     lines += ["", *_commitments_section(results, fleet), "", *_types_section(results), "",
               *_services_section(results)]
-    growth = "compounded" if fleet.spec.forecast is None or fleet.spec.forecast.growth_mode == "compound" else \
-        "each against the base"
     lines += [
         "",
         f"A quarter is {HOURS_PER_QUARTER:,} hours ({HOURS_PER_MONTH} a month); amounts are US dollars. Demand × base "
-        f"multiplies every service's base peak by the quarters' growth, {growth}. Each service is planned at its peak "
+        f"multiplies every service's base peak by the quarters' growth, {growth_text(fleet.spec.forecast)}. Each service is planned at its peak "
         "as in `planner solve` (certification by simulation as its scenario asks). $/M tokens at peak divides the "
         "quarter's cost by the tokens of every service at its peak at once: a floor on the price per token, since no "
         "service runs at its peak all day. A fleet file prices no day curve; `planner forecast` on a scenario of one "
@@ -330,7 +329,7 @@ def _commitments_section(results: list[FleetQuarter], fleet: FleetInputs) -> lis
         out += ["Held in every quarter (the fleet's inventory), per GPU-hour: " + ", ".join(held) + ".", ""]
     lots = [(r.quarter, c) for r in results for c in r.commitments]
     if not lots:
-        return [*out, "No commitments beyond the inventory's."]
+        return [*out, "No commitments beyond the inventory's.", "", _held_at_the_end(results, fleet)]
     carried = fleet.spec.forecast is not None and fleet.spec.forecast.carry_forward
     if carried:
         how = ("Made by the forecast: from the quarter it starts, a commitment is paid in every quarter to the "

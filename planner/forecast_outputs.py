@@ -432,8 +432,7 @@ def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: st
         f"rate over the fleet's planned capacity, each replica at {KNEE_SHARE:.0%} of its lowest ceiling (headroom keeps "
         "the peak below 100%). A quarter is "
         f"{HOURS_PER_QUARTER:,} hours ({HOURS_PER_MONTH} a month); amounts are US dollars. Demand × base is the base "
-        "peak's multiplier, the quarters' growth " + ("compounded" if _compounded(results) else "each against the base")
-        + f". The tables are in `{table_file(name, 'quarters')}`, "
+        f"peak's multiplier, the quarters' growth {growth_text(results[0].plan.scenario.forecast)}. The tables are in `{table_file(name, 'quarters')}`, "
         f"`{table_file(name, 'pools')}` and `{table_file(name, 'total')}`, their columns described in "
         f"`{name}_forecast_datapackage.json`.",
     ]
@@ -442,9 +441,9 @@ def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: st
     return "\n".join(lines) + "\n"
 
 
-def _compounded(results: Sequence[QuarterResult]) -> bool:
-    fc = results[0].plan.scenario.forecast
-    return fc is None or fc.growth_mode == "compound"
+def growth_text(forecast) -> str:
+    """How a forecast's quarters' growth makes their demand multiplier (a scenario's or a fleet's)."""
+    return "compounded" if forecast is None or forecast.growth_mode == "compound" else "each against the base"
 
 
 def _held_at_the_end(results: Sequence[QuarterResult]) -> str:

@@ -152,8 +152,6 @@ class LazySearch:
         sizing, quantile, m = scn.sizing.mode, scn.sizing.quantile, scn.min_replicas_per_pool
         self._sizing, self._quantile, self._m = sizing, quantile, m
         self._answers: dict[tuple, FleetSolution] = {}
-        # (option, class, label) of a precise twin a plan took -> the label the ILP chose (prefer_precise)
-        self._chosen_as: dict[tuple[str, str, str], str] = {}
         self._calibration = evaluator.class_calibration(classes)
         self.exact: dict[tuple, Evaluation] = {}
         self.bound: dict[tuple, tuple[float, Config, TrafficClass, ReplicaModel, float]] = {}
@@ -281,9 +279,8 @@ class LazySearch:
         """solve(classes, every pair's evaluation, **question): options, forbid, rate_scale, reserved,
         use_reserved (keep_lp: the LP text is the last round's, where bounds stand in)."""
         self._recalibrate()
-        if question.get("forbid"):  # a plan to exclude names the configs its pools run; the ILP knows their twins
-            question["forbid"] = tuple(frozenset((o, k, self._chosen_as.get((o, k, c), c)) for o, k, c in plan)
-                                       for plan in question["forbid"])
+        if question.get("forbid"):
+            question["forbid"] = self._as_the_ilp_sees(question["forbid"])
         key = tuple(sorted((k, repr(v)) for k, v in question.items()))
         if key in self._answers:
             return self._answers[key]
@@ -300,16 +297,31 @@ class LazySearch:
             used = _bounded(sol, by_label, bound)
             if not used:
                 precise, found = prefer_precise(sol, self.evaluator, classes, self.configs, self._m)
-                for pair, evaluation in found.items():
-                    self.bound.pop(pair, None)
-                    self.exact[pair] = evaluation
-                for ilp_pool, pool in zip(sol.pools, precise.pools, strict=True):
-                    if pool.config != ilp_pool.config:
-                        self._chosen_as[(sol.option, pool.traffic_class, pool.config)] = ilp_pool.config
+                was_bound = sum(self.bound.pop(pair, None) is not None for pair in found)
+                self.exact.update(found)
+                self.progress(was_bound)
                 self._answers[key] = precise
                 return precise
             self._search(_with_rivals(sol, used, by_label, bound, self._m))
             self._tighten()
+
+
+    def _as_the_ilp_sees(self, forbid):
+        """Each plan to exclude, and the same plan named by the configs the ILP sees in its pools'
+        places: a pool runs the precise twin of the dtype variant the ILP chose (prefer_precise), and
+        the ILP holds only the variant of highest capacity on those GPUs (undominated_evaluations)."""
+        seen = {}
+        for e in undominated_evaluations(self.evaluations()):
+            tc, cfg = e.traffic_class, e.config
+            seen[(tc.option, tc.name, cfg.gpu.id, cfg.price_usd_per_hour, cfg.tp)] = cfg.label(tc.max_model_len)
+        group = {(tc.option, tc.name, cfg.label(tc.max_model_len)): (tc.option, tc.name, cfg.gpu.id,
+                                                                     cfg.price_usd_per_hour, cfg.tp)
+                 for tcs in self.classes.values() for tc in tcs for cfg in self.configs}
+        out = []
+        for plan in forbid:
+            out.append(plan)
+            out.append(frozenset((o, k, seen.get(group.get((o, k, c)), c)) for o, k, c in plan))
+        return tuple(dict.fromkeys(out))
 
 
 def prefer_precise(sol: FleetSolution, evaluator: Evaluator, classes, configs: Sequence[Config], min_replicas: int
@@ -339,6 +351,8 @@ def prefer_precise(sol: FleetSolution, evaluator: Evaluator, classes, configs: S
                           and c.price_usd_per_hour == cfg.price_usd_per_hour and c.precision_bits > cfg.precision_bits),
                          key=lambda c: (tuple(-b for b in c.precision_bits), c.label(0)))
         for c in precise:
+            if _below(evaluator, c, tc, pool.rate_rps / pool.replicas):
+                continue
             evaluation = evaluator.evaluate(c, tc)
             found[evaluator.pair_key(c, tc)] = evaluation
             rps = evaluation.capacity_rps
@@ -347,6 +361,21 @@ def prefer_precise(sol: FleetSolution, evaluator: Evaluator, classes, configs: S
                 break
         pools.append(pool)
     return dataclasses.replace(sol, pools=tuple(pools)), found
+
+
+def _below(evaluator: Evaluator, cfg: Config, tc: TrafficClass, rps: float) -> bool:
+    """Whether one latency point proves the pair's planned capacity below `rps` (capacity_below, at
+    the class's calibration), so that it needs no search."""
+    key = evaluator.pair_key(cfg, tc)
+    if key in evaluator._cache or key in evaluator._simulated:
+        return False  # already known: reading it costs nothing
+    try:
+        rm = evaluator.replica_model(key, evaluator.deployment(cfg, tc.max_model_len), tc)
+    except InputError:
+        return False
+    cal = evaluator._calibration.get(evaluator._class_key(tc), 1.0)
+    scn = evaluator.scn
+    return capacity_below(rm, rps / cal, sizing=scn.sizing.mode, quantile=scn.sizing.quantile)[0]
 
 
 def _bounded(sol: FleetSolution, by_label, bound) -> list[tuple]:

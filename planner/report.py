@@ -248,25 +248,26 @@ def _decision(plan: Plan) -> str:
     ])
 
 
-def _past_windows_text(kinds) -> str:
+def _past_windows_text(layout) -> str:
     """Where some layers cap their cache at a window, the bytes a token costs past it: only the
     uncapped layers grow with the sequence (the per-token figure holds inside the window)."""
-    windows = sorted({k.token_cap for k in kinds if k.bytes_per_token and k.token_cap is not None})
-    if not windows:
+    cap = layout.token_cap
+    if cap is None:
         return ""
-    past = sum(k.bytes_per_token for k in kinds if k.bytes_per_token and k.token_cap is None)
-    return f" for each of the first {windows[0]:,} tokens; {past:,.0f} bytes for each past {windows[-1]:,}"
+    return f" for each of the first {cap:,} tokens; {layout.uncapped_bytes_per_token:,.0f} bytes for each past {cap:,}"
 
 
 def _redundancy_text(plan: Plan) -> str:
     """The replicas a pool keeps at least, and the pools one failure stops."""
     least = plan.scenario.min_replicas_per_pool
-    single = [pool.traffic_class.name for pool in plan.pools if pool.replicas == 1]
-    text = f" Every pool keeps at least {least} replicas (min_replicas_per_pool)." if least > 1 else ""
+    single = list(dict.fromkeys(pool.traffic_class.name for pool in plan.pools if pool.replicas == 1))
+    # A fleet the scenario states is checked as given: the rule is the optimiser's, not the fleet's.
+    text = f" Every pool keeps at least {least} replicas (min_replicas_per_pool)." if least > 1 and not plan.given_fleet else ""
     if single:
         one = len(single) == 1
         text += (f" **Pool{'' if one else 's'} {', '.join(single)} run{'s' if one else ''} one replica**: a single "
-                 f"failure stops {'it' if one else 'each'} (min_replicas_per_pool: 2 buys a spare).")
+                 f"failure stops {'it' if one else 'each'}"
+                 + (" (give it two)." if plan.given_fleet else " (min_replicas_per_pool: 2 buys a spare)."))
     return text
 
 
@@ -553,7 +554,7 @@ def _pool_detail(plan: Plan, pool: PoolDetail) -> str:
         lines.append(f"| {step.label} | {'' if step.gib is None else f'{step.gib:,.2f} GiB'} |")
     lines += [
         f"| = KV budget | {lad.kv_budget_gib:,.2f} GiB |",
-        f"| Cache per token ({cfg.kv_dtype}) | {lad.kv_bytes_per_token:,} bytes{_past_windows_text(lad.kv_layout.kinds)} |",
+        f"| Cache per token ({cfg.kv_dtype}) | {lad.kv_bytes_per_token:,} bytes{_past_windows_text(lad.kv_layout)} |",
         *([f"| Cache by layer kind | {'<br>'.join(layer_kind_lines(plan.model, dep.kv_dtype, dep.tp))} |"]
           if len(lad.kv_layout.kinds) > 1 else []),
         f"| Per sequence at the {tc.max_model_len:,}-token limit | {lad.kv_gib_per_user:,.2f} GiB |",
@@ -639,9 +640,11 @@ def _peak_text(plan: Plan) -> str:
     minutes = whole_minutes(per_minute_counts(plan.hist)).size
     if peak.method == "max":
         return f"the busiest of {minutes:,} whole minutes"
+    if peak.quantile == 1:
+        return f"the busiest of {minutes:,} whole minutes"
     text = f"{quantile_label(peak.quantile)} of the rates of {minutes:,} whole minutes"
-    if minutes * (1 - peak.quantile) < 1:
-        text += ": too few minutes for that quantile, which is about their largest"
+    if (minutes - 1) * (1 - peak.quantile) < 1:  # numpy's linear quantile then lies between the two largest
+        text += ": too few minutes for that quantile, which lies between their two largest"
     return text
 
 

@@ -306,3 +306,24 @@ def test_a_plan_quantises_the_kv_cache_only_where_that_saves(catalog, peak_rps):
     ties = precise_only.cost_per_hour == both.cost_per_hour
     assert pool.config.kv_dtype == ("bf16" if ties else "fp8")
     assert pool.replicas == (precise_only if ties else quantised_only).pools[0].replicas
+
+
+def test_a_next_best_plan_is_never_the_plan_itself_on_another_dtype(catalog):
+    """The plan runs the precise twin of the variant the ILP chose; excluding the plan for the
+    next-best ones must exclude what the ILP sees in its place, or the next best is the plan again."""
+    from planner.plan_search import outcome_of
+    from planner.planning import make_plan
+
+    scn = Scenario.model_validate({
+        "name": "t", "model": "llama-3.1-8b", "context_limit": 16384,
+        "traffic": {"source": {"constant": {"prompt_tokens": 1, "output_tokens": 1}}},
+        "slo": {"bands": [{"ttft_s": 2.0, "tpot_ms": 50}]}, "sizing": {"mode": "percentile"},
+        "gpus": ["h100-sxm", "h200"], "tp": [1], "weight_dtypes": ["fp8"], "kv_dtypes": ["bf16", "fp8"],
+        "split_thresholds": [], "verify": False,
+    })
+    plan = make_plan(scn, catalog, catalog.model("llama-3.1-8b"), mixed_traffic(), 4.0)
+    [pool] = plan.pools
+    assert pool.config.kv_dtype == "bf16"  # one replica of either cache covers 4.8 req/s
+    mine = outcome_of("plan", plan.solution).summary
+    assert plan.alternatives and all(o.summary != mine for o in plan.alternatives)
+    assert all(o.cost_per_hour >= plan.cost_per_hour for o in plan.alternatives)

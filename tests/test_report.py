@@ -267,15 +267,18 @@ def test_the_decision_says_which_pools_a_single_failure_stops():
 
     from planner.report import _redundancy_text
 
-    def plan(least, *replicas):
+    def plan(least, *replicas, given=False):
         pools = [SimpleNamespace(traffic_class=SimpleNamespace(name=f"p{i}"), replicas=r) for i, r in enumerate(replicas)]
-        return SimpleNamespace(scenario=SimpleNamespace(min_replicas_per_pool=least), pools=pools)
+        return SimpleNamespace(scenario=SimpleNamespace(min_replicas_per_pool=least), pools=pools, given_fleet=given)
 
     assert _redundancy_text(plan(1, 2, 3)) == ""
     assert _redundancy_text(plan(2, 2, 3)) == " Every pool keeps at least 2 replicas (min_replicas_per_pool)."
     assert _redundancy_text(plan(1, 1, 4)) == (" **Pool p0 runs one replica**: a single failure stops it "
                                                "(min_replicas_per_pool: 2 buys a spare).")
     assert _redundancy_text(plan(1, 1, 1)).startswith(" **Pools p0, p1 run one replica**: a single failure stops each")
+    # A fleet the scenario states is checked as given: the optimiser's rule says nothing about it.
+    assert _redundancy_text(plan(2, 1, 3, given=True)) == (" **Pool p0 runs one replica**: a single failure stops it "
+                                                           "(give it two).")
 
 
 def test_a_model_with_sliding_layers_says_what_a_token_costs_past_the_window():
@@ -286,10 +289,32 @@ def test_a_model_with_sliding_layers_says_what_a_token_costs_past_the_window():
     catalog = load_catalog()
     m = catalog.model("gpt-oss-120b")
     bf16 = catalog.dtype("bf16")
-    kinds = kv_bytes_per_token_by_layer_kind(m, bf16, 1).kinds
+    layout = kv_bytes_per_token_by_layer_kind(m, bf16, 1)
     # Past the window only the full-attention layers grow: 2 (K, V) x KV heads x head_dim x 2 bytes each.
     full_layers = m.num_hidden_layers - m.num_sliding_window_layers
     past = full_layers * 2 * m.num_key_value_heads * m.head_dim * 2
-    assert _past_windows_text(kinds) == (f" for each of the first {m.sliding_window:,} tokens; {past:,} bytes for each "
+    assert _past_windows_text(layout) == (f" for each of the first {m.sliding_window:,} tokens; {past:,} bytes for each "
                                          f"past {m.sliding_window:,}")
-    assert _past_windows_text(kv_bytes_per_token_by_layer_kind(catalog.model("llama-3.1-8b"), bf16, 1).kinds) == ""
+    assert _past_windows_text(kv_bytes_per_token_by_layer_kind(catalog.model("llama-3.1-8b"), bf16, 1)) == ""
+
+
+@pytest.mark.parametrize(("minutes", "quantile", "expected"), [
+    (6, 0.99, "p99 of the rates of 4 whole minutes: too few minutes for that quantile, which lies between their two "
+              "largest"),
+    (300, 0.99, "p99 of the rates of 298 whole minutes"),
+    (300, 1.0, "the busiest of 298 whole minutes"),
+])
+def test_the_peak_says_how_many_minutes_its_quantile_is_taken_over(minutes, quantile, expected):
+    """A log's first and last minutes are partial and left out; a p99 of a few minutes is no p99."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from planner.histogram import Histogram
+    from planner.report import _peak_text
+
+    arrivals = np.arange(minutes * 10) * 6.0 + 1.0  # ten requests a minute
+    hist = Histogram.from_arrays(np.full(arrivals.size, 100), np.full(arrivals.size, 10), arrivals)
+    peak = SimpleNamespace(method="quantile", quantile=quantile)
+    plan = SimpleNamespace(hist=hist, scenario=SimpleNamespace(traffic=SimpleNamespace(peak=peak)))
+    assert _peak_text(plan) == expected
