@@ -305,7 +305,6 @@ class LazySearch:
             self._search(_with_rivals(sol, used, by_label, bound, self._m))
             self._tighten()
 
-
     def _as_the_ilp_sees(self, forbid):
         """Each plan to exclude, and the same plan named by the configs the ILP sees in its pools'
         places: a pool runs the precise twin of the dtype variant the ILP chose (prefer_precise), and
