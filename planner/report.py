@@ -568,6 +568,10 @@ def _pool_detail(plan: Plan, pool: PoolDetail) -> str:
         label = mode.replace("_", "-") + (f" ({quantile_label(plan.scenario.sizing.quantile)})" if mode == "percentile" else "")
         value = f"{cap.concurrency[mode]:,}"
         lines.append(f"| **{label}** | **{value}** |" if mode == cap.sizing else f"| {label} | {value} |")
+    seqs = dep.engine.max_num_seqs
+    if cap.concurrency[cap.sizing] > seqs:
+        lines += ["", f"The engine runs at most {seqs:,} sequences a step (max_num_seqs): the batch the model plans "
+                      "for stops there, whatever more the cache holds."]
     bound = cap.bound_kind or cap.binding
     saturated = f", where throughput saturates below the {bound} ceiling" if bound not in (cap.binding, "roofline") else ""
     lines += ["", f"Ceilings of one replica by the model (requests/s; binding: **{cap.binding}**{saturated}):", "",

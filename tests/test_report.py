@@ -318,3 +318,19 @@ def test_the_peak_says_how_many_minutes_its_quantile_is_taken_over(minutes, quan
     peak = SimpleNamespace(method="quantile", quantile=quantile)
     plan = SimpleNamespace(hist=hist, scenario=SimpleNamespace(traffic=SimpleNamespace(peak=peak)))
     assert _peak_text(plan) == expected
+
+
+def test_a_cache_that_holds_more_than_the_engine_runs_says_where_the_batch_stops(tmp_path):
+    """vLLM on a GPU under 70 GiB runs at most 256 sequences a step (data/engines.yaml); a small
+    model's cache on an L40S holds far more short requests than that."""
+    from planner.catalog import load_catalog
+
+    seqs = load_catalog().engine("vllm").for_gpu(load_catalog().gpu("l40s")).max_num_seqs
+    (tmp_path / "small.yaml").write_text(
+        "name: small\nmodel: llama-3.2-3b\ncontext_limit: 4096\n"
+        "traffic:\n  source: {constant: {prompt_tokens: 300, output_tokens: 100}}\n  peak: {method: explicit, rps: 20}\n"
+        "gpus: [l40s]\ntp: [1]\nweight_dtypes: [fp8]\nkv_dtypes: [fp8]\nverify: false\n", encoding="utf-8")
+    solve_into(tmp_path / "out", tmp_path / "small.yaml")
+    text = (tmp_path / "out" / "small.md").read_text(encoding="utf-8")
+    assert (f"The engine runs at most {seqs:,} sequences a step (max_num_seqs): the batch the model plans for stops "
+            "there, whatever more the cache holds.") in text
