@@ -59,6 +59,10 @@ class Evaluator:
             ck = self._class_key(e.traffic_class)
             self._calibration[ck] = min(self._calibration.get(ck, 1.0), rps / e.capacity.max_rps)
 
+    def calibration_of(self, tc: TrafficClass) -> float:
+        """The simulated / model capacity ratio certification measured for this class (1 before any)."""
+        return self._calibration.get(self._class_key(tc), 1.0)
+
     def class_calibration(self, classes: dict[str, list[TrafficClass]]) -> dict[tuple[str, str, int], float]:
         """The calibration of `classes` keyed by (option, name, context limit), which copies of the
         classes (another evaluator's, a worker's) share, where this evaluator's keys hold ids."""
@@ -133,7 +137,7 @@ class Evaluator:
     def evaluate(self, cfg: Config, tc: TrafficClass) -> Evaluation:
         key = self.pair_key(cfg, tc)
         evaluation = self._model_evaluation(key, cfg, tc)
-        simulated, factor = self._simulated.get(key), self._calibration.get(self._class_key(tc), 1.0)
+        simulated, factor = self._simulated.get(key), self.calibration_of(tc)
         if simulated is None and factor == 1.0:
             return evaluation
         return dataclasses.replace(evaluation, simulated_rps=simulated, calibration=factor)
@@ -167,7 +171,7 @@ class Evaluator:
         pairs = [(cfg, tc) for tcs in classes.values() for tc in tcs for cfg in configs]
         groups: dict[tuple, list[tuple[Config, TrafficClass]]] = {}
         for cfg, tc in pairs:
-            groups.setdefault((self._class_key(tc), cfg.gpu.id, cfg.price_usd_per_hour, cfg.tp), []).append((cfg, tc))
+            groups.setdefault((self._class_key(tc), *cfg.same_gpus), []).append((cfg, tc))
         with stage("candidates evaluated", len(pairs), " pairs") as step:
             found = self._evaluate_groups(list(groups.values()), step.advance)
         return [found[self.pair_key(cfg, tc)] for cfg, tc in pairs]

@@ -34,6 +34,7 @@ from planner.forecast_outputs import (
     datapackage,
     growth_text,
     item_column,
+    next_commitments_text,
     table_file,
     write_texts,
 )
@@ -361,9 +362,8 @@ def _held_at_the_end(results: list[FleetQuarter], fleet: FleetInputs) -> str:
     if fc is not None and fc.carry_forward and beyond:
         lots = [_commitment(fleet, fc, fc.quarters[-1], t.gpu, t.on_demand) for t in beyond]
         more = sum(c.gpus * c.usd_per_gpu_hour for c in lots)
-        text += (" With carry_forward, the " + ", ".join(f"{c.gpus} {c.gpu}" for c in lots) + f" that {last.quarter} "
-                 "runs on demand would be committed from the next quarter at its terms ("
-                 + ", ".join(f"${c.usd_per_gpu_hour:,.4f}" for c in lots) + f"): {_usd(usd + more)}/hour in all.")
+        text += next_commitments_text(last.quarter, [(c.gpus, c.gpu, f"${c.usd_per_gpu_hour:,.4f}") for c in lots],
+                                      usd + more)
     return text
 
 

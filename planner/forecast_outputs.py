@@ -468,10 +468,17 @@ def _held_at_the_end(results: Sequence[QuarterResult]) -> str:
     if carried and beyond:
         price = last.day.terms.reserved_usd_per_gpu_hour
         more = sum(n * price[g] for g, n in beyond.items())
-        text += (" With carry_forward, the " + ", ".join(f"{n} {g}" for g, n in beyond.items()) + " that"
-                 + f" {last.quarter} runs on demand would be committed from the next quarter at its terms ("
-                 + ", ".join(f"{usd_rate_text(price[g])}" for g in beyond) + f"): {_usd(usd + more)}/hour in all.")
+        text += next_commitments_text(last.quarter, [(n, g, usd_rate_text(price[g])) for g, n in beyond.items()],
+                                      usd + more)
     return text
+
+
+def next_commitments_text(quarter: str, lots: Sequence[tuple[int, str, str]], usd_per_hour: float) -> str:
+    """What carry_forward commits after the last quarter: lots of (GPUs, type, price per GPU-hour as
+    printed), and the committed $/hour they bring the total to."""
+    return (" With carry_forward, the " + ", ".join(f"{n} {g}" for n, g, _ in lots) + f" that {quarter} runs on "
+            "demand would be committed from the next quarter at its terms (" + ", ".join(p for *_, p in lots)
+            + f"): {_usd(usd_per_hour)}/hour in all.")
 
 
 def _policies_markdown(results: Sequence[QuarterResult], total: dict, heading: int) -> list[str]:

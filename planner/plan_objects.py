@@ -60,6 +60,11 @@ class Config:
     def key(self) -> tuple:
         return (self.gpu.id, self.tp, self.weight_dtype, self.kv_dtype)
 
+    @property
+    def same_gpus(self) -> tuple:
+        """What its dtype variants share: the same GPUs at the same cost (type, price, tp)."""
+        return (self.gpu.id, self.price_usd_per_hour, self.tp)
+
 
 @dataclass(frozen=True)
 class Evaluation:

@@ -172,7 +172,7 @@ class LazySearch:
         exact, bound = self.exact, self.bound
         for tcs in classes.values():
             for tc in tcs:
-                cal = evaluator._calibration.get(evaluator._class_key(tc), 1.0)
+                cal = evaluator.calibration_of(tc)
                 for cfg in configs:
                     key = evaluator.pair_key(cfg, tc)
                     if key in evaluator._cache or key in evaluator._simulated:
@@ -260,7 +260,7 @@ class LazySearch:
         for key, e in self.exact.items():  # a variant proved below a sibling stays below it (the class scales)
             self.exact[key] = e if e.dominated_by else ev.evaluate(e.config, e.traffic_class)
         for key, (u, cfg, tc, rm, cal) in self.bound.items():
-            new = ev._calibration.get(ev._class_key(tc), 1.0)
+            new = ev.calibration_of(tc)
             self.bound[key] = (u / cal * new, cfg, tc, rm, new)
 
     def evaluations(self) -> list[Evaluation]:
@@ -312,9 +312,8 @@ class LazySearch:
         seen = {}
         for e in undominated_evaluations(self.evaluations()):
             tc, cfg = e.traffic_class, e.config
-            seen[(tc.option, tc.name, cfg.gpu.id, cfg.price_usd_per_hour, cfg.tp)] = cfg.label(tc.max_model_len)
-        group = {(tc.option, tc.name, cfg.label(tc.max_model_len)): (tc.option, tc.name, cfg.gpu.id,
-                                                                     cfg.price_usd_per_hour, cfg.tp)
+            seen[(tc.option, tc.name, *cfg.same_gpus)] = cfg.label(tc.max_model_len)
+        group = {(tc.option, tc.name, cfg.label(tc.max_model_len)): (tc.option, tc.name, *cfg.same_gpus)
                  for tcs in self.classes.values() for tc in tcs for cfg in self.configs}
         out = []
         for plan in forbid:
@@ -346,8 +345,7 @@ def prefer_precise(sol: FleetSolution, evaluator: Evaluator, classes, configs: S
         if cfg is None or per_class[pool.traffic_class] > 1:
             pools.append(pool)
             continue
-        precise = sorted((c for c in configs if c.gpu.id == cfg.gpu.id and c.tp == cfg.tp
-                          and c.price_usd_per_hour == cfg.price_usd_per_hour and c.precision_bits > cfg.precision_bits),
+        precise = sorted((c for c in configs if c.same_gpus == cfg.same_gpus and c.precision_bits > cfg.precision_bits),
                          key=lambda c: (tuple(-b for b in c.precision_bits), c.label(0)))
         for c in precise:
             if _below(evaluator, c, tc, pool.rate_rps / pool.replicas):
@@ -372,7 +370,7 @@ def _below(evaluator: Evaluator, cfg: Config, tc: TrafficClass, rps: float) -> b
         rm = evaluator.replica_model(key, evaluator.deployment(cfg, tc.max_model_len), tc)
     except InputError:
         return False
-    cal = evaluator._calibration.get(evaluator._class_key(tc), 1.0)
+    cal = evaluator.calibration_of(tc)
     scn = evaluator.scn
     return capacity_below(rm, rps / cal, sizing=scn.sizing.mode, quantile=scn.sizing.quantile)[0]
 
@@ -415,7 +413,7 @@ def undominated_evaluations(evals: Sequence[Evaluation]) -> list[Evaluation]:
     for evaluation in sorted(evals, key=lambda e: e.config.label(e.traffic_class.max_model_len)):
         if evaluation.capacity_rps <= 0:
             continue
-        key = (evaluation.traffic_class.option, evaluation.traffic_class.name, evaluation.config.gpu.id, evaluation.config.price_usd_per_hour, evaluation.config.tp)
+        key = (evaluation.traffic_class.option, evaluation.traffic_class.name, *evaluation.config.same_gpus)
         if key not in best or evaluation.capacity_rps > best[key].capacity_rps:
             best[key] = evaluation
     return list(best.values())

@@ -31,6 +31,8 @@ weight_dtypes: [bf16]
 kv_dtypes: [bf16]
 """
 
+H100_ONLY = BASE.replace("gpus: [h100-sxm, l40s]", "gpus: [h100-sxm]")
+
 
 def scenario(tmp_path, forecast: str, base: str = BASE):
     return write_scenario(tmp_path, base, forecast, name="fc.yaml")
@@ -109,7 +111,7 @@ def test_reserved_capacity_is_paid_whether_used_or_not(tmp_path):
 
 
 def test_committed_gpus_keep_the_price_they_were_committed_at(tmp_path):
-    base = BASE.replace("gpus: [h100-sxm, l40s]", "gpus: [h100-sxm]")
+    base = H100_ONLY
     path = scenario(tmp_path, """
         forecast:
           carry_forward: true
@@ -181,7 +183,7 @@ def test_bad_forecast_input_exits_2_with_the_yaml_path(tmp_path, forecast, expec
 
 
 def test_a_carried_commitment_above_a_later_availability_names_carry_forward(tmp_path):
-    base = BASE.replace("gpus: [h100-sxm, l40s]", "gpus: [h100-sxm]")
+    base = H100_ONLY
     path = scenario(tmp_path, """
         forecast:
           carry_forward: true
@@ -196,7 +198,7 @@ def test_a_carried_commitment_above_a_later_availability_names_carry_forward(tmp
 
 
 def test_autoscaling_reserved_discount_prices_the_forecast_as_it_prices_the_day(tmp_path):
-    base = BASE.replace("gpus: [h100-sxm, l40s]", "gpus: [h100-sxm]") + "autoscaling: {reserved_discount: 0.5}\n"
+    base = H100_ONLY + "autoscaling: {reserved_discount: 0.5}\n"
     path = scenario(tmp_path, """
         forecast:
           quarters:
@@ -212,7 +214,6 @@ def test_the_report_says_what_stays_committed_past_the_last_quarter(tmp_path):
     what is held at the end, and what carry_forward would commit next at the last quarter's terms."""
     from planner.forecast_outputs import forecast_markdown
 
-    base = BASE.replace("gpus: [h100-sxm, l40s]", "gpus: [h100-sxm]")
     path = scenario(tmp_path, """
         forecast:
           carry_forward: true
@@ -220,14 +221,15 @@ def test_the_report_says_what_stays_committed_past_the_last_quarter(tmp_path):
           quarters:
             - {quarter: 2027Q1}
             - {quarter: 2027Q2, growth: 1.0}
-    """, base)
+    """, H100_ONLY)
     q1, q2 = run_forecast(load_inputs(path))
     n1, n2 = q1.gpus_by_type["h100-sxm"], q2.gpus_by_type["h100-sxm"]
     assert n2 > n1 and q2.reserved_gpus == {"h100-sxm": n1}
-    held, price = n1 * 2.99 * 0.5, 2.99 * 0.5
+    price = 2.99 * 0.5  # the catalog's on-demand price, less the reserved discount
+    held = n1 * price
     text = forecast_markdown("fc", [q1, q2])
-    assert (f"Held at the end of 2027Q2: {n1} h100-sxm at $1.495, ${held:,.2f}/hour (${held * 2190:,.2f} a quarter). "
+    assert (f"Held at the end of 2027Q2: {n1} h100-sxm at ${price:.3f}, ${held:,.2f}/hour (${held * 2190:,.2f} a quarter). "
             "A commitment, once made, is paid in every later quarter of the forecast, used or not; the total above "
             "counts none past 2027Q2") in text
     assert (f"With carry_forward, the {n2 - n1} h100-sxm that 2027Q2 runs on demand would be committed from the next "
-            f"quarter at its terms ($1.495): ${n2 * price:,.2f}/hour in all.") in text
+            f"quarter at its terms (${price:.3f}): ${n2 * price:,.2f}/hour in all.") in text
