@@ -9,8 +9,10 @@ Prints every measured row with its in-sample and held-out prediction, the factor
 with what each was fitted on, the all-reduce latency per interconnect family beside its
 published range and the straggler term of tensor parallelism beside it, and the held-out error by tensor-parallel degree, by model and for the
 mixture-of-experts rows, against the targets (median <= 10%, worst <= 25%), the worst
-held-out rows one by one, and how far the same configuration measured by two TensorRT-LLM
-releases disagrees (a floor no model of the hardware can go below). Held out means
+held-out rows one by one, how far the same configuration measured by two TensorRT-LLM
+releases disagrees (a floor no model of the hardware can go below), and the published offline
+throughput of mixtures of experts against the model, fitted on by nothing (--write also writes that
+check's summary to data/measured/moe_check.yaml, which a plan's warning quotes). Held out means
 predicted by a fit that saw no row of that (model, GPU, tp) configuration. The
 method is in planner/calibration/__init__.py's docstring; the data and their licences in
 data/measured/README.md. Deterministic: no timings, no randomness.
@@ -69,6 +71,13 @@ from planner.calibration.measured import (
     VIDUR_FILE,
     load_trtllm_rows,
     measured_dir,
+)
+from planner.calibration.moe_check import (
+    CHECK_FILE,
+    MOE_FILE,
+    MoeCheck,
+    committed_moe_check,
+    moe_predictions,
 )
 from planner.calibration.predict import trtllm_cases
 from planner.catalog import Catalog, load_catalog
@@ -450,6 +459,27 @@ def corner_check(rows: list[dict[str, str]], gpu) -> str:
     return " | ".join(out)
 
 
+def print_moe_check(catalog: Catalog) -> MoeCheck:
+    """The MoE rows, fitted on by nothing (planner/calibration/moe_check.py), by configuration."""
+    predictions = moe_predictions(catalog)
+    check = MoeCheck.of(predictions)
+    print(f"== Mixtures of experts, fitted on by nothing ({MOE_FILE}): predicted / measured - 1, "
+          "positive = the model overstates the throughput")
+    configs: dict[tuple[str, str, str, int], list[float]] = {}
+    for p in predictions:
+        configs.setdefault((p.row.model, p.row.gpu, p.row.dtype, p.row.tp), []).append(p.error_pct)
+    for (model, gpu, dtype, tp), errors in configs.items():
+        where = "one GPU" if tp == 1 else "expert / attention data parallelism likely (the page's MoE command)"
+        print(f"   {model:<17} {gpu:<12} {dtype} tp{tp}: {len(errors):2d} rows, median {np.median(errors):+6.1f}% "
+              f"({min(errors):+.1f}% to {max(errors):+.1f}%)  [{where}]")
+    committed = committed_moe_check()
+    state = "in step with this check" if committed == check else "NOT in step with this check: run with --write"
+    print(f"   one-GPU rows (what a plan's warning quotes): {check.finding()}")
+    print(f"   data/measured/{CHECK_FILE}: {state}")
+    print()
+    return check
+
+
 def print_committed(cal: Calibration, catalog: Catalog) -> None:
     blocks, _ = catalog_efficiencies(cal, catalog)
     keys = (
@@ -508,9 +538,16 @@ def main(argv: list[str] | None = None) -> int:
     print_release_spread(cal)
     if args.compare_forms:
         print_forms(catalog)
+    moe = print_moe_check(catalog)
     print_committed(cal, catalog)
     if args.write:
         write_catalog(cal, catalog)
+        path = measured_dir() / CHECK_FILE
+        if path.exists() and path.read_text(encoding="utf-8") == moe.yaml_text():
+            print(f"--write: data/measured/{CHECK_FILE} already holds this check")
+        else:
+            path.write_text(moe.yaml_text(), encoding="utf-8")
+            print(f"--write: data/measured/{CHECK_FILE} rewritten")
     return 0
 
 

@@ -51,6 +51,11 @@ How a row is replayed (every departure from the published run is printed beside 
 The simulator's ± is half the difference between the statistic on the first and the
 second half of the run's measured requests (about its sampling error).
 
+Last, the model's capacity against MLPerf Offline throughput of the same systems
+(data/measured/mlperf_offline_throughput.csv, print_offline_capacity): the most a replica
+serves, which a Server replay bounds only from below, for two dense runs and two mixtures of
+experts.
+
 Usage:
     python bench/published.py            # every row (about a minute on 2 cores)
     python bench/published.py --quick    # fewer requests per run
@@ -503,6 +508,39 @@ def print_summary(results: list[tuple[str, str, str, float | None, float | None]
             print("    " + summary_line(f"{'overall':26s}", [r[index] for r in rows]))
 
 
+OFFLINE_FILE = ROOT / "data" / "measured" / "mlperf_offline_throughput.csv"
+
+
+def print_offline_capacity(cat: Catalog, rows_by_id: dict[str, dict[str, str]], args) -> None:
+    """The model's capacity (replica_capacity, no targets) against MLPerf Offline throughput of the
+    same systems (data/measured/mlperf_offline_throughput.csv): the most a replica serves, which the
+    Server replays above only bound from below. Each Offline run is its Server row's deployment and
+    lengths with the Offline configuration's batch and token budget, in the replays' expected sizing
+    (worst-case sizing would reserve the model's whole context for every sequence); dense rows are
+    the control for the mixtures of experts (planner/calibration/moe_check.py)."""
+    with OFFLINE_FILE.open(newline="", encoding="utf-8") as f:
+        offline = list(csv.DictReader(f))
+    print(f"Capacity against MLPerf Offline ({OFFLINE_FILE.relative_to(ROOT)}): the model's most requests/s a "
+          "replica serves, no targets, against the Offline run's samples/s / replicas; positive = optimistic")
+    for o in offline:
+        plan = plan_row(rows_by_id[o["server_point_id"]], cat)
+        if plan.dep is None:
+            print(f"  {o['point_id']}: not representable ({'; '.join(plan.reasons)})")
+            continue
+        engine = plan.dep.engine.model_copy(update={"max_num_seqs": int(o["max_num_seqs"]),
+                                                    "max_num_batched_tokens": int(o["max_num_batched_tokens"])})
+        dep = replace(plan.dep, engine=engine)
+        prompt, output = row_lengths(plan, args.requests, args.seed)
+        prof = profile_for(dep, Histogram.from_arrays(prompt, output))
+        measured = float(o["throughput_req_s"]) / int(o["replicas"])
+        cap = replica_capacity(dep, prof)
+        kind = "MoE" if dep.model.num_experts else "dense"
+        print(f"  {o['point_id']} [{kind}]: {dep.gpu.id} tp{dep.tp} w:{dep.weight_dtype.id}, batch <= "
+              f"{engine.max_num_seqs}, {engine.max_num_batched_tokens:,} tokens a step; measured {measured:.2f} rps "
+              f"a replica; model {cap.max_rps:.2f} ({cap.max_rps / measured - 1:+.0%}, {cap.binding} ceiling)")
+    print()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--requests", type=int, default=20_000, help="requests per Poisson replay (default 20,000)")
@@ -533,6 +571,7 @@ def main(argv=None) -> int:
             print(f"  {plan.row['point_id']}: {'; '.join(plan.reasons)}")
     print_summary(results)
     print()
+    print_offline_capacity(cat, {p.row["point_id"]: p.row for p in plans}, args)
     print(f"total runtime {time.perf_counter() - t_start:.0f} s")
     return 0
 

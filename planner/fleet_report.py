@@ -22,6 +22,7 @@ from planner.report import (
     write_figures,
 )
 from planner.units import HOURS_PER_MONTH, gpus_text
+from planner.verification import unverified_speed
 
 
 def _usd(x: float) -> str:
@@ -70,6 +71,18 @@ def not_served(plans) -> list[str]:
             + ", ".join(f"{p.scenario.name} {rejected_text(p)}" for p in rejecting) + ").", ""]
 
 
+def unverified_services(plans) -> list[str]:
+    """The services whose speed no measurement backs (planner.verification): a line and a blank one,
+    or nothing; their sections say why."""
+    found = [(p.scenario.name, u) for p in plans for u in unverified_speed(p)]
+    if not found:
+        return []
+    what = {"gpu": "GPU with borrowed efficiency factors", "model": "a mixture of experts"}
+    return ["**Speed not backed by a measurement of its own**: "
+            + ", ".join(f"{name} ({u.id}, {what[u.kind]})" for name, u in found)
+            + "; their sections say how far the model may be off.", ""]
+
+
 def _totals(fp: FleetPlan) -> str:
     spec, joint = fp.fleet.spec, fp.joint
     by_type = ", ".join(f"{t.used} {t.gpu}" for t in fp.types if t.used)
@@ -80,6 +93,7 @@ def _totals(fp: FleetPlan) -> str:
         f"{_usd(fp.cost_per_month)} per month.**",
         "",
         *not_served(fp.plans),
+        *unverified_services(fp.plans),
         f"One ILP over every service (solver: {joint.solver}, status {joint.status}); each service keeps its own split "
         "decision, levers and targets, and shares the GPU types below. " + _verdict(fp),
         "",

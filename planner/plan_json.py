@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from planner.plan_objects import Plan
+from planner.verification import unverified_speed
 
 
 def uncertified_message(plan: Plan) -> str | None:
@@ -117,5 +118,6 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "certification_rounds": plan.certification.rounds if plan.certification else None,
         "certification_changes": list(plan.certification.changes) if plan.certification else [],
         "given_fleet": plan.given_fleet,
+        "speed_unverified": [u.as_json() for u in unverified_speed(plan)],
         "candidates": candidates,
     }

@@ -29,6 +29,7 @@ from planner.pool_check import EXPLORED_CONFIRM_STEPS, band_requests
 from planner.report_latency import latency_section
 from planner.roofline import StepModel
 from planner.units import HOURS_PER_MONTH, GiB, gpus_text, quantile_label
+from planner.verification import unverified_speed
 from planner.worker_pool import draw
 from planner.workload.peaks import per_minute_counts, whole_minutes
 
@@ -281,19 +282,8 @@ def _given_fleet(plan: Plan) -> str:
 
 
 def _unverified_note(plan: Plan) -> list[str]:
-    """A warning line per chosen GPU whose efficiency factors are borrowed from another GPU."""
-    gpus = {pool.config.gpu.id: pool.config.gpu for pool in plan.pools}
-    return [
-        "",
-        *(
-            f"**UNVERIFIED: {g.id}'s speed is not measured** — its efficiency factors are borrowed from "
-            f"{g.efficiency.borrowed_from} (data/gpus.yaml), so its capacity, and this plan's cost, rest on "
-            f"another GPU's measurements"
-            + (f"; checked {g.efficiency.borrowed_check}" if g.efficiency.borrowed_check else "")
-            + ". Benchmark it, or set `verified_only: true` to plan without it."
-            for g in sorted((g for g in gpus.values() if not g.verified), key=lambda g: g.id)
-        ),
-    ] if any(not g.verified for g in gpus.values()) else []
+    """A warning line per part of the plan's speed no measurement backs (planner.verification)."""
+    return [line for u in unverified_speed(plan) for line in ("", f"**{u.headline}** — {u.detail}")]
 
 
 def _pools_table(plan: Plan) -> str:

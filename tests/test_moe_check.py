@@ -1,0 +1,77 @@
+"""The MoE speed check: published MoE throughput predicted and fitted on by nothing, its committed
+summary in step with the data, and the warning a plan on a mixture of experts carries."""
+
+from __future__ import annotations
+
+import json
+
+from planner.calibration.measured import load_trtllm_rows, measured_dir
+from planner.calibration.moe_check import (
+    CHECK_FILE,
+    MOE_FILE,
+    MoeCheck,
+    committed_moe_check,
+    moe_predictions,
+)
+
+
+def test_every_moe_row_is_built_and_none_is_in_the_fitted_file(catalog):
+    rows = load_trtllm_rows(measured_dir() / MOE_FILE)
+    assert len(rows) == 110 and all(r.skip_reason is None for r in rows)
+    assert len(moe_predictions(catalog)) == len(rows)
+    moe_ids = {r.model for r in rows}
+    assert all(catalog.model(m).num_experts for m in {"qwen3-30b-a3b", "qwen3-235b-a22b", "llama-4-scout",
+                                                       "llama-4-maverick"})
+    # the efficiency factors stay fitted on dense models only: no MoE label in the fitted file
+    assert not moe_ids & {r.model for r in load_trtllm_rows()}
+
+
+def test_per_gpu_column_is_the_total_over_the_gpus():
+    for r in load_trtllm_rows(measured_dir() / MOE_FILE):
+        assert r.line and r.measured_tok_s_per_gpu > 0
+    text = (measured_dir() / MOE_FILE).read_text(encoding="utf-8").splitlines()[1:]
+    for line in text:
+        fields = line.split(",")
+        total, per_gpu, tp = float(fields[10]), float(fields[11]), int(fields[4])
+        assert per_gpu == round(total / tp, 2)
+
+
+def test_the_committed_summary_is_this_data_predicted_by_this_catalog(catalog):
+    """data/measured/moe_check.yaml is what bench/calibration.py --write computes now: new rows or new
+    factors without --write fail here."""
+    fresh = MoeCheck.of(moe_predictions(catalog))
+    assert committed_moe_check() == fresh
+    assert (measured_dir() / CHECK_FILE).read_text(encoding="utf-8") == fresh.yaml_text()
+    # one-GPU rows only: expert and attention data parallelism are not the replica the planner models
+    assert fresh.rows == sum(1 for r in load_trtllm_rows(measured_dir() / MOE_FILE) if r.tp == 1)
+
+
+def test_summary_is_the_median_and_range_of_the_one_gpu_errors(catalog):
+    preds = moe_predictions(catalog)
+    one = sorted(p.error_pct for p in preds if p.row.tp == 1)
+    check = MoeCheck.of(preds)
+    assert check.low_error_pct == round(one[0], 1) and check.high_error_pct == round(one[-1], 1)
+    middle = len(one) // 2
+    assert check.median_error_pct == round((one[middle - 1] + one[middle]) / 2 if len(one) % 2 == 0 else one[middle], 1)
+    # the rows show the model optimistic for MoE on one GPU, which is what the warning says
+    assert check.median_error_pct > 0 and "more throughput than measured" in check.finding()
+
+
+def test_a_plan_on_a_mixture_of_experts_warns_and_a_dense_one_does_not(catalog):
+    from test_planning import scenario, traffic
+
+    from planner.plan_json import plan_json
+    from planner.planning import make_plan
+    from planner.report import render
+
+    scn = scenario(context_limit=8192, gpus=["h100-sxm"], tp=[1])
+    load = traffic(1000, (1000, 200), 0, (1000, 200))
+    moe = make_plan(scn, catalog, catalog.model("qwen3-30b-a3b"), load, 5.0)
+    decision = render(moe).split("## Decision", 1)[1].split("\n## ", 1)[0]
+    assert "**UNVERIFIED: qwen3-30b-a3b is a mixture of experts, whose speed is not calibrated**" in decision
+    assert committed_moe_check().finding() in decision
+    entries = json.loads(json.dumps(plan_json(moe)))["speed_unverified"]
+    assert [(e["kind"], e["id"]) for e in entries] == [("model", "qwen3-30b-a3b")]
+
+    dense = make_plan(scn, catalog, catalog.model("llama-3.1-8b"), load, 5.0)
+    assert "UNVERIFIED" not in render(dense) and plan_json(dense)["speed_unverified"] == []
