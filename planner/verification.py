@@ -35,11 +35,13 @@ def unverified_speed(plan: Plan) -> list[Unverified]:
         for g in sorted((g for g in gpus.values() if not g.verified), key=lambda g: g.id)
     ]
     if plan.model.num_experts and plan.pools:
+        check = committed_moe_check()
+        capacity, cost = ("overstated", "understated") if check.optimistic else ("understated", "overstated")
         found.append(Unverified(
             "model", plan.model.id, f"UNVERIFIED: {plan.model.id} is a mixture of experts, whose speed is not calibrated",
-            f"the efficiency factors are fitted on dense models; {committed_moe_check().finding()}; MLPerf v4.1 "
-            "Offline runs of Mixtral 8x7B on one H100 or H200 point the same way, well beyond their dense control "
-            "(`python bench/published.py`). This plan's capacity is likely overstated and its cost understated: "
+            f"the efficiency factors are fitted on dense models; {check.finding()}; MLPerf v4.1 Offline runs of "
+            "Mixtral 8x7B on one H100 or H200 point the same way, well beyond their dense control "
+            f"(`python bench/published.py`). This plan's capacity is likely {capacity} and its cost {cost}: "
             "benchmark the model on the engine you run, or raise `traffic.headroom` to cover the gap.",
         ))
     return found

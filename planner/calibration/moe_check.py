@@ -14,6 +14,7 @@ data/measured/moe_check.yaml and a test recomputes it (tests/test_moe_check.py).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import statistics
 from dataclasses import dataclass
@@ -71,9 +72,12 @@ class MoeCheck:
         )
 
     def as_yaml_fields(self) -> dict:
-        return {"rows": self.rows, "models": list(self.models), "gpus": list(self.gpus),
-                "median_error_pct": self.median_error_pct, "low_error_pct": self.low_error_pct,
-                "high_error_pct": self.high_error_pct}
+        return {**dataclasses.asdict(self), "models": list(self.models), "gpus": list(self.gpus)}
+
+    @property
+    def optimistic(self) -> bool:
+        """The model predicts more throughput than was measured, at the median."""
+        return self.median_error_pct > 0
 
     def yaml_text(self) -> str:
         """data/measured/moe_check.yaml as bench/calibration.py --write writes it."""
@@ -84,7 +88,7 @@ class MoeCheck:
 
     def finding(self) -> str:
         """The check in one clause, for a plan's warning."""
-        direction = "more" if self.median_error_pct >= 0 else "less"
+        direction = "more" if self.optimistic else "less"
         return (f"on {self.rows} published offline-throughput rows of MoE models on one GPU "
                 f"({', '.join(self.models)} on {', '.join(self.gpus)}: TensorRT-LLM's perf overview, "
                 f"data/measured/{MOE_FILE}; fitted on by nothing) the speed model predicts a median "
@@ -96,6 +100,4 @@ class MoeCheck:
 def committed_moe_check() -> MoeCheck:
     """The summary bench/calibration.py --write last wrote (data/measured/moe_check.yaml)."""
     raw = load_yaml(measured_dir() / CHECK_FILE, builtin=True)
-    return MoeCheck(rows=int(raw["rows"]), models=tuple(raw["models"]), gpus=tuple(raw["gpus"]),
-                    median_error_pct=float(raw["median_error_pct"]), low_error_pct=float(raw["low_error_pct"]),
-                    high_error_pct=float(raw["high_error_pct"]))
+    return MoeCheck(**{**raw, "models": tuple(raw["models"]), "gpus": tuple(raw["gpus"])})
