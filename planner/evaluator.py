@@ -59,6 +59,10 @@ class Evaluator:
             ck = self._class_key(e.traffic_class)
             self._calibration[ck] = min(self._calibration.get(ck, 1.0), rps / e.capacity.max_rps)
 
+    def knows(self, key: tuple) -> bool:
+        """Whether the pair's capacity is at hand (searched, or simulated): reading it costs nothing."""
+        return key in self._cache or key in self._simulated
+
     def calibration_of(self, tc: TrafficClass) -> float:
         """The simulated / model capacity ratio certification measured for this class (1 before any)."""
         return self._calibration.get(self._class_key(tc), 1.0)

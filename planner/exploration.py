@@ -90,9 +90,8 @@ def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, alone: bool = False,
         swept = sweep()
         step.advance()
         # A re-solve's pool may run a dtype variant the plan's evaluations hold unsized (plan_search.prefer_precise).
-        sized = {e.key: e for e in search.evaluations() if e.capacity is not None and not e.dominated_by}
-        evaluations = [sized.get(e.key, e) if e.capacity is None and (e.dominated_by or e.optimistic_rps is not None)
-                       else e for e in plan.evaluations]
+        sized = {e.key: e for e in search.evaluations() if e.capacity is not None}
+        evaluations = [sized.get(e.key, e) if e.unsized else e for e in plan.evaluations]
         explored = dataclasses.replace(plan, evaluations=evaluations, split_analysis=split, alternatives=alternatives,
                                        sensitivity=sensitivity, levers=levers, ttft_sweep=swept,
                                        alone=outcome_of("alone", sol) if alone else None,

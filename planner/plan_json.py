@@ -88,11 +88,11 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             "kv_dtype": evaluation.config.kv_dtype,
             "context_limit": evaluation.traffic_class.max_model_len,
             "price_usd_per_gpu_hour": evaluation.config.price_usd_per_hour,
-            # null where the search did not size this one: a variant on the same GPUs proved to serve
-            # more (dominated_by names it), or a proven upper bound that keeps it out of every cheapest
-            # plan (capacity_bound_rps; planner.plan_search.LazySearch); 0 would read as "serves nothing"
-            "capacity_rps": None if unsized else evaluation.capacity_rps,
-            "model_capacity_rps": None if unsized else (evaluation.capacity.max_rps if evaluation.capacity else 0.0),
+            # null where the search did not size this one (Evaluation.unsized: dominated_by names the
+            # variant that serves more, capacity_bound_rps is the bound; planner.plan_search.LazySearch)
+            "capacity_rps": None if evaluation.unsized else evaluation.capacity_rps,
+            "model_capacity_rps": (None if evaluation.unsized
+                                   else evaluation.capacity.max_rps if evaluation.capacity else 0.0),
             "capacity_bound_rps": evaluation.optimistic_rps,
             "dominated_by": evaluation.dominated_by or None,
             "binding": evaluation.capacity.binding if evaluation.capacity else None,
@@ -100,7 +100,6 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             "class_rate_rps": evaluation.traffic_class.rate_rps,
         }
         for evaluation in plan.evaluations
-        for unsized in [bool(evaluation.dominated_by) or evaluation.optimistic_rps is not None]
     ]
     return {
         "scenario": plan.scenario.name,

@@ -91,6 +91,12 @@ class Evaluation:
         return self.capacity.max_rps * self.calibration if self.capacity else 0.0
 
     @property
+    def unsized(self) -> bool:
+        """Not searched: a variant on the same GPUs proved to serve more (dominated_by), or a proven
+        upper bound stands in (optimistic_rps); its capacity is not known, which 0 would misstate."""
+        return bool(self.dominated_by) or self.optimistic_rps is not None
+
+    @property
     def key(self) -> tuple:
         tc = self.traffic_class
         return (tc.option, tc.name, self.config.label(tc.max_model_len))

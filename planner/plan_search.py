@@ -175,7 +175,7 @@ class LazySearch:
                 cal = evaluator.calibration_of(tc)
                 for cfg in configs:
                     key = evaluator.pair_key(cfg, tc)
-                    if key in evaluator._cache or key in evaluator._simulated:
+                    if evaluator.knows(key):
                         exact[key] = evaluator.evaluate(cfg, tc)
                         continue
                     try:
@@ -364,8 +364,8 @@ def _below(evaluator: Evaluator, cfg: Config, tc: TrafficClass, rps: float) -> b
     """Whether one latency point proves the pair's planned capacity below `rps` (capacity_below, at
     the class's calibration), so that it needs no search."""
     key = evaluator.pair_key(cfg, tc)
-    if key in evaluator._cache or key in evaluator._simulated:
-        return False  # already known: reading it costs nothing
+    if evaluator.knows(key):
+        return False
     try:
         rm = evaluator.replica_model(key, evaluator.deployment(cfg, tc.max_model_len), tc)
     except InputError:

@@ -632,9 +632,7 @@ def _peak_text(plan: Plan) -> str:
     if peak.method == "explicit":
         return "explicit"
     minutes = whole_minutes(per_minute_counts(plan.hist)).size
-    if peak.method == "max":
-        return f"the busiest of {minutes:,} whole minutes"
-    if peak.quantile == 1:
+    if peak.method == "max" or peak.quantile == 1:
         return f"the busiest of {minutes:,} whole minutes"
     text = f"{quantile_label(peak.quantile)} of the rates of {minutes:,} whole minutes"
     if (minutes - 1) * (1 - peak.quantile) < 1:  # numpy's linear quantile then lies between the two largest
