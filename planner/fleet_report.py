@@ -78,9 +78,16 @@ def unverified_services(plans) -> list[str]:
     if not found:
         return []
     what = {"gpu": "GPU with borrowed efficiency factors", "model": "a mixture of experts"}
+    exposures = [u.exposure for _, u in found if u.exposure is not None]
+    more = ""
+    if exposures:
+        gpus, usd = sum(e.extra_gpus for e in exposures), sum(e.extra_usd_per_hour for e in exposures)
+        more = ("; if the model overstates their throughput by the median error measured on published "
+                f"mixture-of-experts rows ({exposures[0].overstated_pct:.0f}%), they need at least {gpus_text(gpus)} "
+                f"more (+{_usd(usd)}/hour at on-demand prices) on throughput alone")
     return ["**Speed not backed by a measurement of its own**: "
             + ", ".join(f"{name} ({u.id}, {what[u.kind]})" for name, u in found)
-            + "; their sections say how far the model may be off.", ""]
+            + more + "; their sections say how far the model may be off.", ""]
 
 
 def _totals(fp: FleetPlan) -> str:

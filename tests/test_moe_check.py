@@ -3,7 +3,11 @@ summary in step with the data, and the warning a plan on a mixture of experts ca
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
+
+import pytest
 
 from planner.calibration.measured import load_trtllm_rows, measured_dir
 from planner.calibration.moe_check import (
@@ -75,3 +79,52 @@ def test_a_plan_on_a_mixture_of_experts_warns_and_a_dense_one_does_not(catalog):
 
     dense = make_plan(scn, catalog, catalog.model("llama-3.1-8b"), load, 5.0)
     assert "UNVERIFIED" not in render(dense) and plan_json(dense)["speed_unverified"] == []
+
+
+def _moe_plan(catalog):
+    from test_planning import scenario, traffic
+
+    from planner.planning import make_plan
+
+    scn = scenario(context_limit=8192, gpus=["h100-sxm"], tp=[1])
+    return make_plan(scn, catalog, catalog.model("qwen3-30b-a3b"), traffic(1000, (1000, 200), 0, (1000, 200)), 40.0)
+
+
+def test_the_exposure_is_the_replicas_each_pool_needs_at_the_slower_speed(catalog):
+    """Each pool carries its class's rate at 1 / (1 + e) of its planned requests/s: the replicas that
+    takes beyond the plan's, their GPUs, and their price at the plan's on-demand price per GPU-hour."""
+    from planner.plan_json import plan_json
+    from planner.report import render
+    from planner.verification import throughput_exposure, unverified_speed
+
+    moe = _moe_plan(catalog)
+    e = committed_moe_check().median_error_pct
+    (pool,) = moe.pools
+    more = math.ceil(pool.traffic_class.rate_rps * (1 + e / 100) / pool.planned_rps) - pool.replicas
+    assert more > 0  # an 81% slower replica: this plan's headroom does not cover it
+    exposure = throughput_exposure(moe, e)
+    assert (exposure.extra_replicas, exposure.extra_gpus) == (more, more * pool.config.tp)
+    assert exposure.extra_usd_per_hour == pytest.approx(more * pool.config.tp * catalog.gpu("h100-sxm").price_usd_per_hour)
+    assert unverified_speed(moe)[0].exposure == exposure
+    assert f"need at least {more} more replica" in render(moe)
+    entry = json.loads(json.dumps(plan_json(moe)))["speed_unverified"][0]
+    assert entry["exposure"] == {"speed_overstated_pct": e, "extra_replicas": more, "extra_gpus": more * pool.config.tp,
+                                 "extra_usd_per_hour": round(exposure.extra_usd_per_hour, 2)}
+    # a speed model that is right needs nothing more; a worse error never needs less
+    assert throughput_exposure(moe, 0.0).extra_replicas == 0
+    assert throughput_exposure(moe, 0.0).text().startswith("At the median error the pools' headroom still carries")
+    needs = [throughput_exposure(moe, pct).extra_replicas for pct in (0.0, 20.0, e, 200.0, 545.0)]
+    assert needs == sorted(needs) and needs[-1] > more
+
+
+def test_the_fleet_headline_adds_up_the_exposure_of_its_mixtures_of_experts(catalog):
+    from planner.fleet_report import unverified_services
+    from planner.verification import unverified_speed
+
+    moe = _moe_plan(catalog)
+    plans = [dataclasses.replace(moe, scenario=moe.scenario.model_copy(update={"name": name})) for name in ("a", "b")]
+    one = unverified_speed(moe)[0].exposure
+    (line, _) = unverified_services(plans)
+    assert line.startswith("**Speed not backed by a measurement of its own**: a (qwen3-30b-a3b, a mixture of experts), "
+                           "b (qwen3-30b-a3b, a mixture of experts); if the model overstates")
+    assert f"they need at least {2 * one.extra_gpus} GPUs more (+${2 * one.extra_usd_per_hour:,.2f}/hour" in line
