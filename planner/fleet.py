@@ -116,9 +116,11 @@ class FleetInputs:
     stated: tuple[Service, ...] = ()  # as their scenarios state them
 
     def with_inventory(self, inventory: dict[str, SharedGPU]) -> FleetInputs:
-        """The same services with another inventory (a forecast quarter's commitments and prices)."""
+        """The same services with another inventory (a forecast quarter's commitments and prices): the
+        quarter's price of a type is the fleet's, over what a service states (checked against the
+        fleet's own when it was loaded), a type a service defines in its catalog overrides included."""
         spec = self.spec.model_copy(update={"inventory": inventory})
-        return _with_shared_prices(FleetInputs(self.path, spec, self.catalog, self.stated, self.stated))
+        return _with_shared_prices(FleetInputs(self.path, spec, self.catalog, self.stated, self.stated), check=False)
 
     @property
     def shared_caps(self) -> dict[str, int]:
@@ -131,12 +133,14 @@ class FleetInputs:
                 for g, s in self.spec.inventory.items() if s.committed}
 
     def on_demand_price(self, gpu: str) -> float:
-        """The fleet's on-demand $/GPU-hour of a type: the inventory's; else the one its services
-        state (load_fleet checks that they agree; a type a service defines in its catalog overrides
-        has no other), which a forecast quarter's inventory must keep; else the catalog's."""
+        """The fleet's on-demand $/GPU-hour of a type: for a type of the inventory, the price it states,
+        else the catalog's (a service that states another is refused: _with_shared_prices); for a
+        type only services run, the one they state (load_fleet checks that they agree; a type a
+        service defines in its catalog overrides has no other), which a forecast quarter's inventory
+        must keep; else the catalog's."""
         shared = self.spec.inventory.get(gpu)
-        if shared is not None and shared.price_usd_per_hour is not None:
-            return shared.price_usd_per_hour
+        if shared is not None:
+            return self.catalog.gpu(gpu).price_usd_per_hour if shared.price_usd_per_hour is None else shared.price_usd_per_hour
         for svc in self.stated:
             for cand in svc.inputs.scenario.gpu_candidates:
                 if cand.id == gpu:
@@ -259,9 +263,9 @@ def _service(spec: FleetSpec, catalog: Catalog, path: Path, i: int, entry, catal
     return Service(i, scenario_inputs(scn, path, path.parent, catalog_files=catalog_files, where=where), where)
 
 
-def _with_shared_prices(fleet: FleetInputs) -> FleetInputs:
-    """Every service pays the fleet's one on-demand price for a shared GPU type; a service that
-    states another price for one is told to state it once, in the fleet's inventory."""
+def _with_shared_prices(fleet: FleetInputs, *, check: bool = True) -> FleetInputs:
+    """Every service pays the fleet's one on-demand price for a shared GPU type; with `check`, a
+    service that states another price for one is told to state it once, in the fleet's inventory."""
     services = []
     for svc in fleet.services:
         scn, catalog = svc.inputs.scenario, svc.inputs.catalog
@@ -276,7 +280,7 @@ def _with_shared_prices(fleet: FleetInputs) -> FleetInputs:
                 gpus.append(cand)
                 continue
             base = fleet.catalog.gpus.get(cand.id)  # (None: a type the service defines in its catalog overrides)
-            if cand.price_usd_per_hour is not None or base is None or own != base.price_usd_per_hour:
+            if check and (cand.price_usd_per_hour is not None or base is None or own != base.price_usd_per_hour):
                 raise InputError(
                     f"gpus[{j}]: price of the shared GPU type '{cand.id}' is {own:g} $/hour here but {price:g} in the "
                     "fleet; a shared type has one on-demand price: set it in the fleet's inventory", where=svc.where)

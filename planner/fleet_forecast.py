@@ -39,7 +39,13 @@ from planner.forecast_outputs import (
     write_texts,
 )
 from planner.report import rejected_text
-from planner.units import HOURS_PER_MONTH, HOURS_PER_QUARTER, multiplier_text
+from planner.units import (
+    HOURS_PER_MONTH,
+    HOURS_PER_QUARTER,
+    multiplier_text,
+    usd_per_million_tokens,
+    usd_rate_text,
+)
 
 
 @dataclass(frozen=True)
@@ -171,6 +177,10 @@ def _quarter_inventory(base, lots, price, availability, types, where, fleet) -> 
 # ------------------------------------------------------------------ tables
 
 
+def _per_million_text(usd: float | None) -> str:
+    return "—" if usd is None else f"${usd:,.4f}"
+
+
 def _kind(kind: str, per: float = 1.0):
     return lambda r: r.usd_per_hour_by_kind[kind] * per
 
@@ -197,7 +207,7 @@ QUARTER_COLUMNS: tuple[Column, ...] = (
     Column("tokens_per_hour_at_peak", "number", "prompt + output tokens per hour, every service at its peak rate",
            lambda r: sum(p.tokens_per_hour for p in r.plan.plans), digits=0),
     Column("usd_per_million_tokens_at_peak", "number", "total cost / all services' tokens at their peak rates, USD per million",
-           lambda r: r.cost_per_hour / sum(p.tokens_per_hour for p in r.plan.plans) * 1e6),
+           lambda r: usd_per_million_tokens(r.cost_per_hour, sum(p.tokens_per_hour for p in r.plan.plans))),
 )
 
 SERVICE_COLUMNS: tuple[Column, ...] = (
@@ -218,7 +228,7 @@ SERVICE_COLUMNS: tuple[Column, ...] = (
     Column("tokens_per_hour_at_peak", "number", "prompt + output tokens per hour at its peak rate",
            lambda x: x[1].tokens_per_hour, digits=0),
     Column("paid_usd_per_million_tokens_at_peak", "number", "paid cost / its tokens at its peak rate, USD per million",
-           lambda x: x[0].plan.paid_usd_per_hour(x[1]) / x[1].tokens_per_hour * 1e6),
+           lambda x: usd_per_million_tokens(x[0].plan.paid_usd_per_hour(x[1]), x[1].tokens_per_hour)),
     Column("rejected_share", "number", "share of its requests longer than its context limit: not served, so not in "
            "its peak, tokens or cost", lambda x: x[1].rejected_share),
 )
@@ -295,7 +305,7 @@ def fleet_forecast_markdown(name: str, results: list[FleetQuarter], fleet: Fleet
         lines.append(
             f"| {r.quarter} | {multiplier_text(r.demand_multiplier)} | {gpus} | {committed} | {_usd(k['on_demand'])} + "
             f"{_usd(k['committed_used'])} + {_usd(k['committed_idle'])} = {_usd(r.cost_per_hour)} | "
-            f"{_usd(r.cost_per_hour * HOURS_PER_QUARTER)} | ${r.cost_per_hour / tokens * 1e6:,.4f} |"
+            f"{_usd(r.cost_per_hour * HOURS_PER_QUARTER)} | {_per_million_text(usd_per_million_tokens(r.cost_per_hour, tokens))} |"
         )
     lines.append(f"| **Total** | | | | | **{_usd(total)}** | |")
     idle = [f"- **{r.quarter}: " + ", ".join(f"{t.idle_committed} {t.gpu}" for t in r.plan.types if t.idle_committed)
@@ -323,8 +333,8 @@ def _commitments_section(results: list[FleetQuarter], fleet: FleetInputs) -> lis
     """The commitments the forecast makes, each at its price and the terms it was priced at, and
     what the total leaves out: a commitment's term beyond the last quarter."""
     out = ["## Commitments", ""]
-    held = [f"{s.owned} {g} owned at ${s.owned_usd_per_hour:,.2f}" for g, s in fleet.spec.inventory.items() if s.owned]
-    held += [f"{s.reserved} {g} reserved at ${s.reserved_usd_per_hour:,.2f}"
+    held = [f"{s.owned} {g} owned at {usd_rate_text(s.owned_usd_per_hour)}" for g, s in fleet.spec.inventory.items() if s.owned]
+    held += [f"{s.reserved} {g} reserved at {usd_rate_text(s.reserved_usd_per_hour)}"
              for g, s in fleet.spec.inventory.items() if s.reserved]
     if held:
         out += ["Held in every quarter (the fleet's inventory), per GPU-hour: " + ", ".join(held) + ".", ""]
@@ -340,7 +350,7 @@ def _commitments_section(results: list[FleetQuarter], fleet: FleetInputs) -> lis
         how = ("Made by the forecast: without carry_forward, a commitment a quarter states (`reserved`) holds in that "
                "quarter only, paid used or not.")
     out += [how, "", "| From | GPUs committed | $/GPU-hour | Priced at | Terms of |", "|---|---|---:|---|---|"]
-    out += [f"| {quarter} | +{c.gpus} {c.gpu} | ${c.usd_per_gpu_hour:,.4f} | {c.basis} | {c.terms_quarter} |"
+    out += [f"| {quarter} | +{c.gpus} {c.gpu} | {usd_rate_text(c.usd_per_gpu_hour)} | {c.basis} | {c.terms_quarter} |"
             for quarter, c in lots]
     if carried:
         out += ["", f"The total counts each commitment to {results[-1].quarter} only: whatever term it runs beyond "
@@ -362,14 +372,14 @@ def _held_at_the_end(results: list[FleetQuarter], fleet: FleetInputs) -> str:
     if fc is not None and fc.carry_forward and beyond:
         lots = [_commitment(fleet, fc, fc.quarters[-1], t.gpu, t.on_demand) for t in beyond]
         more = sum(c.gpus * c.usd_per_gpu_hour for c in lots)
-        text += next_commitments_text(last.quarter, [(c.gpus, c.gpu, f"${c.usd_per_gpu_hour:,.4f}") for c in lots],
+        text += next_commitments_text(last.quarter, [(c.gpus, c.gpu, usd_rate_text(c.usd_per_gpu_hour)) for c in lots],
                                       usd + more)
     return text
 
 
 def _fleet_gpus(r: FleetQuarter) -> str:
     """GPUs in use, and those paid for where committed ones stand idle."""
-    idle = sum(t.idle_committed for t in r.plan.types)
+    idle = r.plan.idle_committed
     return f"{r.plan.gpus} GPUs in use" + (f" ({r.plan.gpus + idle} paid for)" if idle else "")
 
 
@@ -408,8 +418,8 @@ def _services_section(results: list[FleetQuarter]) -> list[str]:
         out.append(f"| {service} | " + " | ".join(cells) + f" | {rejected_text(results[0].plan.plans[i])} |")
     out += ["", "$/hour as paid: a service's GPUs at what a GPU of each type in use costs the fleet on average (the "
             "type's committed and on-demand GPUs together, its idle commitments aside; the types table's last "
-            "column). The services and the idle commitments add up to the quarter's total. It is an allocation: it "
-            "moves with the types the fleet gives a service each quarter and with their average price, which falls as "
+            "column). The services and the idle commitments add up to the quarter's total (before each is rounded to "
+            "the cent). It is an allocation: it moves with the types the fleet gives a service each quarter and with their average price, which falls as "
             "more of a type is committed, so a service's figure can fall while its demand grows. Peaks, tokens and "
             "costs count served requests only: those over a service's context limit are not served."]
     return out

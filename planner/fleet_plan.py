@@ -97,6 +97,11 @@ class FleetPlan:
         return sum(t.used for t in self.types)
 
     @property
+    def idle_committed(self) -> int:
+        """Committed GPUs no service uses: paid for, not in use."""
+        return sum(t.idle_committed for t in self.types)
+
+    @property
     def idle_committed_usd_per_hour(self) -> float:
         return sum(t.idle_committed * t.committed_usd_per_hour / t.committed for t in self.types if t.committed)
 

@@ -21,7 +21,7 @@ from planner.report import (
     start_figures,
     write_figures,
 )
-from planner.units import HOURS_PER_MONTH, gpus_text
+from planner.units import HOURS_PER_MONTH, gpus_text, usd_rate_text
 from planner.verification import unverified_speed
 
 
@@ -96,7 +96,9 @@ def _totals(fp: FleetPlan) -> str:
     lines = [
         "## Fleet totals",
         "",
-        f"**{len(fp.plans)} services on {gpus_text(fp.gpus)} ({by_type}): {_usd(fp.cost_per_hour)} per hour, "
+        f"**{len(fp.plans)} services on {gpus_text(fp.gpus)} in use ({by_type}"
+        + (f"; {fp.gpus + fp.idle_committed:,} paid for" if fp.idle_committed else "")
+        + f"): {_usd(fp.cost_per_hour)} per hour, "
         f"{_usd(fp.cost_per_month)} per month.**",
         "",
         *not_served(fp.plans),
@@ -115,7 +117,7 @@ def _totals(fp: FleetPlan) -> str:
         lines.append(
             f"| {t.gpu} | {committed} | {t.used} | {t.used - t.on_demand} / {t.on_demand} | {t.idle_committed or '—'} | {cap} "
             f"| {_usd(t.on_demand_usd_per_gpu_hour)} | "
-            + (f"{_usd(t.committed_usd_per_hour)} ({_usd(t.committed_usd_per_hour / t.committed)}/GPU-hour)"
+            + (f"{_usd(t.committed_usd_per_hour)} ({usd_rate_text(t.committed_usd_per_hour / t.committed)}/GPU-hour)"
                if t.committed else "—") + " "
             f"| {_usd(t.usd_per_hour)} |"
         )

@@ -359,6 +359,25 @@ def _idle_lines(results: Sequence[QuarterResult]) -> list[str]:
     return lines
 
 
+def _stated_prices_lines(results: Sequence[QuarterResult]) -> list[str]:
+    """The on-demand prices the quarters state (forecast.quarters[].prices), against the price the
+    others pay: a change of price moves the table's costs, so the report says which and when."""
+    spec = {q.quarter: q for q in results[0].plan.scenario.forecast.quarters}
+    quarters = [spec[r.quarter] for r in results]
+    gpus = sorted({g for q in quarters for g in q.prices})
+    if not gpus:
+        return []
+    parts = []
+    for g in gpus:
+        stated = "; ".join(f"{q.quarter} {usd_rate_text(q.prices[g])}" for q in quarters if g in q.prices)
+        other = next((r for r, q in zip(results, quarters, strict=True) if g not in q.prices), None)
+        cand = None if other is None else next((c for c in other.plan.scenario.gpu_candidates if c.id == g), None)
+        if cand is not None:
+            stated += f" (other quarters {usd_rate_text(cand.price_per_hour(other.plan.catalog.gpu(g).price_usd_per_hour))})"
+        parts.append(f"{g}: {stated}")
+    return ["", "On-demand prices the quarters state, per GPU-hour: " + "; ".join(parts) + "."]
+
+
 def _short_lines(results: Sequence[QuarterResult]) -> list[str]:
     """A stated fleet that cannot carry a quarter's peak, said where the quarter's numbers are: its
     cost per token has no tokens to divide by, and a day's curve sized for the load costs more than it."""
@@ -416,6 +435,7 @@ def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: st
     lines.append(f"| **Total** | | | | | {_usd(total['on_demand_usd'])} + {_usd(total['reserved_used_usd'])} + "
                  f"{_usd(total['reserved_idle_usd'])} over {total['quarters']} quarters | **{_usd(total['total_usd'])}** | | "
                  f"{tot_vol} | |")
+    lines += _stated_prices_lines(results)
     idle = _idle_lines(results)
     if idle:
         lines += ["", *idle]

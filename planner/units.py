@@ -26,9 +26,16 @@ def gpus_text(n: int) -> str:
 
 
 def usd_rate_text(usd_per_hour: float) -> str:
-    """A price per GPU-hour: to the cent, or to the tenth of a cent where cents would round it (a
-    30% discount on $2.99 is $2.093, and 17 GPUs at '$2.09' would not multiply to their cost)."""
-    return f"${usd_per_hour:,.2f}" if round(usd_per_hour, 2) == round(usd_per_hour, 3) else f"${usd_per_hour:,.3f}"
+    """A price per GPU-hour: to the cent, or to the tenth or hundredth of a cent where fewer digits would
+    round it (a 30% discount on $2.99 is $2.093, a 25% one $2.2425, and 17 GPUs at '$2.09' would not
+    multiply to their cost)."""
+    digits = next((d for d in (2, 3) if round(usd_per_hour, d) == round(usd_per_hour, d + 1)), 4)
+    return f"${usd_per_hour:,.{digits}f}"
+
+
+def usd_per_million_tokens(usd_per_hour: float, tokens_per_hour: float) -> float | None:
+    """Cost per million tokens; None where no token is served (a demand grown down to nothing)."""
+    return usd_per_hour / tokens_per_hour * 1e6 if tokens_per_hour else None
 
 
 def multiplier_text(x: float) -> str:

@@ -298,6 +298,12 @@ def test_committed_gpus_are_paid_used_or_not_and_the_services_add_up(tmp_path):
     paid = sum(fp.paid_usd_per_hour(p) for p in fp.plans) + fp.idle_committed_usd_per_hour
     assert paid == pytest.approx(fp.cost_per_hour)
     assert fp.cost_per_hour == pytest.approx(20.0 + sum(t.on_demand * t.on_demand_usd_per_gpu_hour for t in fp.types))
+    # the headline counts the GPUs in use and, where commitments stand idle, those paid for
+    from planner.fleet_report import render_fleet
+
+    idle = sum(t.idle_committed for t in fp.types)
+    assert idle == fp.idle_committed > 0
+    assert f"on {fp.gpus} GPUs in use (" in render_fleet(fp) and f"; {fp.gpus + idle} paid for): " in render_fleet(fp)
 
 
 def test_a_services_rows_compare_with_its_plan_alone_and_say_so(tmp_path):
@@ -375,6 +381,13 @@ def test_solve_fleet_json_has_services_and_a_budget_overrun_exits_3(tmp_path):
     ({"services": [service("alpha", 3.0, gpus=[{"id": "h100-sxm", "price_usd_per_hour": 1.5}]), service("beta", 3.0)]},
      "services[1]: GPU type 'h100-sxm' costs 2.99 $/hour here but 1.5 in service 'alpha'; a type the services share "
      "has one on-demand price: set it in the fleet's inventory"),
+    # an inventory type without a price of its own has the catalog's, whichever service comes first
+    ({"services": [service("alpha", 3.0, gpus=[{"id": "h100-sxm", "price_usd_per_hour": 1.5}]), service("beta", 3.0)],
+      "inventory": {"h100-sxm": {"max_new": 10}}},
+     "services[0]: gpus[0]: price of the shared GPU type 'h100-sxm' is 1.5 $/hour here but 2.99 in the fleet"),
+    ({"services": [service("beta", 3.0), service("alpha", 3.0, gpus=[{"id": "h100-sxm", "price_usd_per_hour": 1.5}])],
+      "inventory": {"h100-sxm": {"max_new": 10}}},
+     "services[1]: gpus[0]: price of the shared GPU type 'h100-sxm' is 1.5 $/hour here but 2.99 in the fleet"),
     ({"services": [{**service("alpha", 3.0), "modle": "x"}]}, "services[0].modle: unknown key; did you mean 'model'?"),
     ({"services": ["fleet.yaml"]}, "fleet.yaml: services[0]: fleet.yaml is this fleet file itself; a service is one "
                                    "scenario file"),
@@ -618,3 +631,29 @@ def test_a_quarter_that_names_a_type_the_services_price_themselves_keeps_their_p
     (q1,) = run_fleet_forecast(load_fleet(path))
     gpus = q1.plan.joint.gpus_by_type["h100-sxm"]
     assert gpus > 0 and q1.usd_per_hour_by_kind["on_demand"] == pytest.approx(2.0 * gpus)
+
+
+def test_a_quarter_reprices_a_type_a_service_states_or_defines_itself(tmp_path):
+    """The quarter's price is the fleet's, over the price a service states (checked against the
+    fleet's when the fleet is read) and for a type a service defines in its catalog overrides."""
+    from planner.catalog import load_catalog
+    from planner.fleet import load_fleet
+    from planner.fleet_forecast import run_fleet_forecast
+
+    mine = load_catalog().gpu("h100-sxm").model_dump(mode="json", exclude={"id"})
+    quarters = [{"quarter": "2027Q1"}, {"quarter": "2027Q2", "prices": {"myh100": 1.0, "h100-sxm": 3.5}}]
+    path = write_fleet(tmp_path, services=[
+        service("alpha", 3.0, gpus=["myh100"], kv_dtypes=["bf16"], catalog={"gpus": {"myh100": mine}}),
+        service("beta", 3.0, gpus=[{"id": "h100-sxm", "price_usd_per_hour": 2.2}], kv_dtypes=["bf16"]),
+    ], inventory={"h100-sxm": {"price_usd_per_hour": 2.2}}, forecast={"quarters": quarters})
+    q1, q2 = run_fleet_forecast(load_fleet(path))
+    for q, prices in ((q1, {"myh100": 2.99, "h100-sxm": 2.2}), (q2, {"myh100": 1.0, "h100-sxm": 3.5})):
+        assert {t.gpu: t.on_demand_usd_per_gpu_hour for t in q.plan.types} == prices
+        assert q.cost_per_hour == pytest.approx(sum(t.used * prices[t.gpu] for t in q.plan.types))
+
+
+def test_a_cost_per_token_with_no_token_is_blank_not_a_division_by_zero():
+    from planner.units import usd_per_million_tokens
+
+    assert usd_per_million_tokens(3.0, 1.5e6) == pytest.approx(2.0)
+    assert usd_per_million_tokens(3.0, 0.0) is None

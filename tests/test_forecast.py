@@ -85,6 +85,12 @@ def test_cost_per_token_falls_with_demand_at_fixed_prices_and_rises_with_price(t
     assert q2.utilisation["peak"] > q1.utilisation["peak"]
     assert q3.cost_per_hour > q2.cost_per_hour
     assert q3.cost_per_million["blended"] > q2.cost_per_million["blended"]
+    # the report says which quarter pays which price, and what the others pay
+    from planner.forecast_outputs import forecast_markdown
+
+    assert ("On-demand prices the quarters state, per GPU-hour: h100-sxm: 2027Q3 $4.50 (other quarters $2.99); "
+            "l40s: 2027Q3 $2.10 (other quarters $1.40).") in forecast_markdown("t", [q1, q2, q3])
+    assert "On-demand prices the quarters state" not in forecast_markdown("t", [q1, q2])
 
 
 def test_reserved_capacity_is_paid_whether_used_or_not(tmp_path):
