@@ -52,6 +52,14 @@ def shorten(text: str, most: int = 80) -> str:
     return text if len(text) <= most else f"{text[: most - 20]}... ({len(text):,} characters)"
 
 
+def shown_value(value: object) -> str:
+    """A value as a message quotes it (repr), cut like `shorten`; a cut string says how many
+    characters it has, not its quoted form."""
+    if isinstance(value, str) and len(repr(value)) > 80:
+        return f"{value[:58]!r}... ({len(value):,} characters)"
+    return shorten(repr(value))
+
+
 def closest(name: str, known: Iterable[str]) -> str | None:
     """The known name nearest to `name` by edit similarity, or None when none is close."""
     close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.5)

@@ -26,7 +26,7 @@ from yaml.composer import ComposerError
 from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode, Node, SequenceNode
 
-from planner.errors import InputError, closest, shorten
+from planner.errors import InputError, closest, shorten, shown_value
 from planner.files import read_text
 
 MAX_DEPTH = 64  # scenarios and catalogs nest 5 levels deep
@@ -185,12 +185,18 @@ def load_yaml(path: str | Path, *, builtin: bool = False) -> Any:
 
 
 def dotted(loc: tuple[Any, ...]) -> str:
+    """A pydantic location as a path: 'gpus[0].id'; a mapping's key that is itself wrong (pydantic
+    puts '[key]' after it) as 'inventory.null (as a key)', not 'inventory.None.[key]'."""
     out = ""
-    for part in loc:
-        if isinstance(part, int):
+    for i, part in enumerate(loc):
+        if part == "[key]":
+            out += " (as a key)"
+        elif isinstance(part, int) and loc[i + 1:i + 2] != ("[key]",):
             out += f"[{part}]"
         else:
-            out += ("." if out else "") + str(part)
+            # (pydantic writes a null key as 'None'; a key 'None' itself is a valid string, never an error)
+            null = part is None or (part == "None" and loc[i + 1:i + 2] == ("[key]",))
+            out += ("." if out else "") + ("null" if null else str(part))
     return out or "(top level)"
 
 
@@ -309,7 +315,7 @@ def validation_message(exc: ValidationError, model: type[BaseModel], prefix: str
         hint = f"; did you mean '{close}'?" if close is not None else ""
         return f"{path}: unknown key{hint} (valid keys: {', '.join(known)})"
     value = err.get("input")
-    shown = f" (got {shorten(repr(value))})" if value is not None and not isinstance(value, dict | list) else ""
+    shown = f" (got {shown_value(value)})" if value is not None and not isinstance(value, dict | list) else ""
     if err["type"] == "union":
         got = f" (got a {type(value).__name__})" if isinstance(value, dict | list) else shown or " (got null)"
         return f"{path}: expected {' or '.join(_kind(m) for m in err['members'])}{got}"

@@ -388,6 +388,8 @@ def test_solve_fleet_json_has_services_and_a_budget_overrun_exits_3(tmp_path):
     ({"services": [service("beta", 3.0), service("alpha", 3.0, gpus=[{"id": "h100-sxm", "price_usd_per_hour": 1.5}])],
       "inventory": {"h100-sxm": {"max_new": 10}}},
      "services[1]: gpus[0]: price of the shared GPU type 'h100-sxm' is 1.5 $/hour here but 2.99 in the fleet"),
+    ({"inventory": {None: {"owned": 2, "owned_usd_per_hour": 0.7}}},
+     "fleet.yaml: inventory.null (as a key): Input should be a valid string"),
     ({"services": [{**service("alpha", 3.0), "modle": "x"}]}, "services[0].modle: unknown key; did you mean 'model'?"),
     ({"services": ["fleet.yaml"]}, "fleet.yaml: services[0]: fleet.yaml is this fleet file itself; a service is one "
                                    "scenario file"),

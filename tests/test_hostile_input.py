@@ -1204,3 +1204,8 @@ def test_an_output_folder_that_cannot_be_looked_at_is_a_one_line_error(tmp_path,
     monkeypatch.setattr(Path, "exists", refused)
     with pytest.raises(InputError, match="cannot make the output folder: permission denied"):
         output_folder(tmp_path / "locked" / "out")
+
+
+def test_a_long_value_in_a_message_counts_its_characters_not_its_quotes(tmp_path):
+    path = scenario(tmp_path, BASE.replace("name: tiny", "name: " + "é" * 100))
+    one_line_error(run("solve", path, "--no-report"), 2, f"(got {'é' * 58!r}... (100 characters))")
