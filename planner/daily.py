@@ -32,7 +32,12 @@ from planner.errors import InfeasibleError
 from planner.load_profile import HOURS_PER_DAY, MINUTES_PER_HOUR, DailyProfile, day_mean_rps
 from planner.plan_objects import Plan, PoolDetail
 from planner.scenario import Scenario
-from planner.units import HOURS_PER_MONTH
+from planner.units import (
+    HOURS_PER_MONTH,
+    usd_per_million_text,
+    usd_per_million_tokens,
+    usd_rate_text,
+)
 
 SECONDS_PER_DAY = 86_400
 _COVER_TOLERANCE = 1e-9  # relative: a replica count that covers the load up to float rounding
@@ -80,7 +85,7 @@ def scenario_terms(scn: Scenario, on_demand_usd_per_gpu_hour: Mapping[str, float
     prices = {g: reserved_prices.get(g, p * (1 - discount)) for g, p in on_demand_usd_per_gpu_hour.items()}
     terms = f"on-demand × (1 − {discount:g}) ({where})"
     if reserved_prices:
-        terms += "; " + ", ".join(f"{g} ${p:,.2f}" for g, p in sorted(reserved_prices.items())) + " (forecast.reserved_prices)"
+        terms += "; " + ", ".join(f"{g} {usd_rate_text(p)}" for g, p in sorted(reserved_prices.items())) + " (forecast.reserved_prices)"
     return DayTerms(a.scale_up_lead_min, a.min_replicas or scn.min_replicas_per_pool, prices, terms)
 
 
@@ -144,7 +149,7 @@ class DayCosts:
     def usd_per_million_tokens(self, key: str) -> float | None:
         """The policy's cost over the period's real token volume."""
         tokens = self.tokens_per_day
-        return None if not tokens else self.policy(key).usd_per_day / tokens * 1e6
+        return usd_per_million_tokens(self.policy(key).usd_per_day, tokens)
 
     def capacity_rps(self, key: str, traffic_class: str, hour: int) -> float:
         """What the policy's serving replicas of a class hold in an hour."""
@@ -311,7 +316,7 @@ def day_markdown(costs: DayCosts, *, heading: int = 2) -> str:
         vs = pol.usd_per_day / base.usd_per_day - 1
         lines.append(
             f"| {pol.name} | {_usd(pol.usd_per_day)} | {_usd(pol.usd_per_month)} | {pol.gpu_hours_per_day:,.1f} | "
-            + ("—" if cpm is None else f"${cpm:,.4f}") + f" | {_versus(vs) if pol.key != base.key else '—'} |"
+            + usd_per_million_text(cpm) + f" | {_versus(vs) if pol.key != base.key else '—'} |"
         )
     volume = (
         f"The day's volume: {tokens:,.0f} tokens ({costs.mean_rps:,.2f} requests/s on average)."

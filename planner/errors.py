@@ -47,17 +47,17 @@ def located(where: str) -> Iterator[None]:
         raise type(exc)(str(exc), where=where) from None
 
 
-def shorten(text: str, most: int = 80) -> str:
-    """`text` cut to a readable length for a one-line message (a 5,000-character value is no name)."""
-    return text if len(text) <= most else f"{text[: most - 20]}... ({len(text):,} characters)"
+def shorten(text: str, most: int = 80, *, characters: int | None = None) -> str:
+    """`text` cut to a readable length for a one-line message (a 5,000-character value is no name),
+    saying how long it was: `characters` of it, or of what it quotes (a string's repr)."""
+    count = len(text) if characters is None else characters
+    return text if len(text) <= most else f"{text[: most - 20]}... ({count:,} characters)"
 
 
 def shown_value(value: object) -> str:
     """A value as a message quotes it (repr), cut like `shorten`; a cut string says how many
     characters it has, not its quoted form."""
-    if isinstance(value, str) and len(repr(value)) > 80:
-        return f"{value[:58]!r}... ({len(value):,} characters)"
-    return shorten(repr(value))
+    return shorten(repr(value), characters=len(value) if isinstance(value, str) else None)
 
 
 def closest(name: str, known: Iterable[str]) -> str | None:

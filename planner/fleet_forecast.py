@@ -43,6 +43,7 @@ from planner.units import (
     HOURS_PER_MONTH,
     HOURS_PER_QUARTER,
     multiplier_text,
+    usd_per_million_text,
     usd_per_million_tokens,
     usd_rate_text,
 )
@@ -136,7 +137,7 @@ def _commitment(fleet: FleetInputs, fc, q, gpu: str, gpus: int) -> Commitment:
         return Commitment(gpu, gpus, fc.reserved_prices[gpu], q.quarter, "reserved_prices")
     on_demand = q.prices.get(gpu, fleet.on_demand_price(gpu))
     return Commitment(gpu, gpus, on_demand * (1 - fc.reserved_discount), q.quarter,
-                      f"on demand ${on_demand:,.2f} × (1 − {fc.reserved_discount:g})")
+                      f"on demand {usd_rate_text(on_demand)} × (1 − {fc.reserved_discount:g})")
 
 
 def _commit(lots: dict[str, list[tuple[int, float]]], lot: Commitment) -> Commitment:
@@ -175,10 +176,6 @@ def _quarter_inventory(base, lots, price, availability, types, where, fleet) -> 
 
 
 # ------------------------------------------------------------------ tables
-
-
-def _per_million_text(usd: float | None) -> str:
-    return "—" if usd is None else f"${usd:,.4f}"
 
 
 def _kind(kind: str, per: float = 1.0):
@@ -305,7 +302,7 @@ def fleet_forecast_markdown(name: str, results: list[FleetQuarter], fleet: Fleet
         lines.append(
             f"| {r.quarter} | {multiplier_text(r.demand_multiplier)} | {gpus} | {committed} | {_usd(k['on_demand'])} + "
             f"{_usd(k['committed_used'])} + {_usd(k['committed_idle'])} = {_usd(r.cost_per_hour)} | "
-            f"{_usd(r.cost_per_hour * HOURS_PER_QUARTER)} | {_per_million_text(usd_per_million_tokens(r.cost_per_hour, tokens))} |"
+            f"{_usd(r.cost_per_hour * HOURS_PER_QUARTER)} | {usd_per_million_text(usd_per_million_tokens(r.cost_per_hour, tokens))} |"
         )
     lines.append(f"| **Total** | | | | | **{_usd(total)}** | |")
     idle = [f"- **{r.quarter}: " + ", ".join(f"{t.idle_committed} {t.gpu}" for t in r.plan.types if t.idle_committed)
@@ -392,7 +389,7 @@ def _types_section(results: list[FleetQuarter]) -> list[str]:
             cap = "—" if t.cap is None else f"{t.cap:,}" + (" (binds)" if _binds(t) else "")
             paid = _usd(t.paid_usd_per_gpu_hour) if t.used else "—"
             out.append(f"| {r.quarter} | {t.gpu} | {t.committed:,} | {t.used:,} | {t.on_demand:,} | {cap} | "
-                       f"{_usd(t.on_demand_usd_per_gpu_hour)} | {paid} |")
+                       f"{usd_rate_text(t.on_demand_usd_per_gpu_hour)} | {paid} |")
     binding = [f"{r.quarter} {t.gpu}" for r in results for t in r.plan.types if _binds(t)]
     if binding:
         out += ["", "At its cap (" + ", ".join(binding) + "), the fleet runs no more GPUs of the type and serves the "

@@ -21,7 +21,13 @@ from planner.report import (
     start_figures,
     write_figures,
 )
-from planner.units import HOURS_PER_MONTH, gpus_text, usd_rate_text
+from planner.units import (
+    HOURS_PER_MONTH,
+    gpus_text,
+    usd_per_million_text,
+    usd_per_million_tokens,
+    usd_rate_text,
+)
 from planner.verification import unverified_speed
 
 
@@ -78,13 +84,16 @@ def unverified_services(plans) -> list[str]:
     if not found:
         return []
     what = {"gpu": "GPU with borrowed efficiency factors", "model": "a mixture of experts"}
-    exposures = [u.exposure for _, u in found if u.exposure is not None]
+    exposed = [(name, u.exposure) for name, u in found if u.exposure is not None]
     more = ""
-    if exposures:
-        gpus, usd = sum(e.extra_gpus for e in exposures), sum(e.extra_usd_per_hour for e in exposures)
-        more = ("; if the model overstates their throughput by the median error measured on published "
-                f"mixture-of-experts rows ({exposures[0].overstated_pct:.0f}%), they need at least {gpus_text(gpus)} "
-                f"more (+{_usd(usd)}/hour at on-demand prices) on throughput alone")
+    if exposed:
+        names = ", ".join(name for name, _ in exposed)
+        gpus, usd = sum(e.extra_gpus for _, e in exposed), sum(e.extra_usd_per_hour for _, e in exposed)
+        more = (f"; if the speed model overstates the throughput of {names} by the median error measured on published "
+                f"mixture-of-experts rows ({exposed[0][1].overstated_pct:.0f}%), "
+                + (f"covering the rates they plan for takes {gpus_text(gpus)} more (+{_usd(usd)}/hour at on-demand "
+                   "prices) on throughput alone" if gpus else
+                   "their spare capacity still covers the rates they plan for on throughput alone"))
     return ["**Speed not backed by a measurement of its own**: "
             + ", ".join(f"{name} ({u.id}, {what[u.kind]})" for name, u in found)
             + more + "; their sections say how far the model may be off.", ""]
@@ -116,7 +125,7 @@ def _totals(fp: FleetPlan) -> str:
         cap = "—" if t.cap is None else f"{t.cap:,}"
         lines.append(
             f"| {t.gpu} | {committed} | {t.used} | {t.used - t.on_demand} / {t.on_demand} | {t.idle_committed or '—'} | {cap} "
-            f"| {_usd(t.on_demand_usd_per_gpu_hour)} | "
+            f"| {usd_rate_text(t.on_demand_usd_per_gpu_hour)} | "
             + (f"{_usd(t.committed_usd_per_hour)} ({usd_rate_text(t.committed_usd_per_hour / t.committed)}/GPU-hour)"
                if t.committed else "—") + " "
             f"| {_usd(t.usd_per_hour)} |"
@@ -137,7 +146,7 @@ def _totals(fp: FleetPlan) -> str:
         cert = plan.certification
         lines.append(
             f"| {plan.scenario.name} | `{plan.model.id}` | {plan.peak_rps:,.2f} | {rejected_text(plan)} | {split}: {pools} | {sol.gpus} "
-            f"| {_usd(plan.cost_per_hour)} | {_usd(paid)} | ${paid / plan.tokens_per_hour * 1e6:,.4f} "
+            f"| {_usd(plan.cost_per_hour)} | {_usd(paid)} | {usd_per_million_text(usd_per_million_tokens(paid, plan.tokens_per_hour))} "
             f"| {'—' if cert is None else ('yes' if cert.certified else '**no**')} |"
         )
     idle = fp.idle_committed_usd_per_hour

@@ -28,7 +28,14 @@ from planner.daily import POLICIES, floor_text
 from planner.files import output_folder, write_bytes_atomic, write_text_atomic
 from planner.forecast import PoolRow, QuarterResult
 from planner.report import peak_shortfall_text
-from planner.units import HOURS_PER_MONTH, HOURS_PER_QUARTER, multiplier_text, usd_rate_text
+from planner.units import (
+    HOURS_PER_MONTH,
+    HOURS_PER_QUARTER,
+    multiplier_text,
+    usd_per_million_text,
+    usd_per_million_tokens,
+    usd_rate_text,
+)
 from planner.worker_pool import draw
 
 DAYS_PER_QUARTER = HOURS_PER_QUARTER / 24
@@ -225,7 +232,7 @@ TOTAL_COLUMNS: tuple[Column, ...] = (
 
 
 def _per_million(t: dict, usd: str, tokens: str) -> float | None:
-    return None if t[usd] is None or not t[tokens] else t[usd] / t[tokens] * 1e6
+    return None if t[usd] is None else usd_per_million_tokens(t[usd], t[tokens])
 
 
 # ------------------------------------------------------------------ writing
@@ -332,10 +339,6 @@ def _usd(x: float | None) -> str:
     return "—" if x is None or not math.isfinite(x) else f"${x:,.2f}"
 
 
-def _usd_m(x: float | None) -> str:
-    return "—" if x is None or not math.isfinite(x) else f"${x:,.4f}"
-
-
 def _idle_lines(results: Sequence[QuarterResult]) -> list[str]:
     lines = []
     for r in results:
@@ -402,7 +405,7 @@ def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: st
         f"**{span}: fleet {first.gpus} → {last.gpus} GPUs, {_usd(first.cost_per_hour * HOURS_PER_QUARTER)} → "
         f"{_usd(last.cost_per_hour * HOURS_PER_QUARTER)} per quarter; {total['quarters']} quarters cost "
         f"{_usd(total['total_usd'])}"
-        + (f", {_usd_m(cpm_total)} per million tokens at the day's real volume" if cpm_total is not None else "")
+        + (f", {usd_per_million_text(cpm_total)} per million tokens at the day's real volume" if cpm_total is not None else "")
         + ".**",
         "",
         "| Quarter | Demand × base | Peak req/s | GPUs (change) | Reserved: in use / idle | $/hour: on demand + reserved + idle = total "
@@ -421,16 +424,16 @@ def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: st
         ) or "—"
         k = r.usd_per_hour_by_kind
         cpm, vol = r.cost_per_million, r.cost_per_million_at_volume
-        at_vol = " / ".join(_usd_m(vol[x]) for x in ("blended", "input", "output")) if vol else "—"
+        at_vol = " / ".join(usd_per_million_text(vol[x]) for x in ("blended", "input", "output")) if vol else "—"
         util_mean = f"{r.utilisation['mean']:.0%}" if r.utilisation["mean"] is not None else "—"
         lines.append(
             f"| {r.quarter} | {multiplier_text(r.demand_multiplier)} | {r.peak_rps:,.2f} | {gpus} | {reserved} | "
             f"{_usd(k['on_demand'])} + {_usd(k['reserved_used'])} + {_usd(k['reserved_idle'])} = {_usd(r.cost_per_hour)} | "
             f"{_usd(r.cost_per_hour * HOURS_PER_QUARTER)} | "
-            f"{_usd_m(cpm['blended'])} / {_usd_m(cpm['input'])} / {_usd_m(cpm['output'])} | {at_vol} | "
+            f"{usd_per_million_text(cpm['blended'])} / {usd_per_million_text(cpm['input'])} / {usd_per_million_text(cpm['output'])} | {at_vol} | "
             f"{r.utilisation['peak']:.0%} / {util_mean} |"
         )
-    tot_vol = " / ".join(_usd_m(_per_million(total, u, t)) for u, t in
+    tot_vol = " / ".join(usd_per_million_text(_per_million(total, u, t)) for u, t in
                          (("total_usd", "tokens"), ("input_usd", "input_tokens"), ("output_usd", "output_tokens")))
     lines.append(f"| **Total** | | | | | {_usd(total['on_demand_usd'])} + {_usd(total['reserved_used_usd'])} + "
                  f"{_usd(total['reserved_idle_usd'])} over {total['quarters']} quarters | **{_usd(total['total_usd'])}** | | "
@@ -525,13 +528,13 @@ def _policies_markdown(results: Sequence[QuarterResult], total: dict, heading: i
         for key, _ in POLICIES:
             pol = r.day.policy(key)
             cpm = r.day.usd_per_million_tokens(key)
-            cell = f"{_usd(pol.usd_per_day * DAYS_PER_QUARTER)} · {_usd_m(cpm)}"
+            cell = f"{_usd(pol.usd_per_day * DAYS_PER_QUARTER)} · {usd_per_million_text(cpm)}"
             if key == "mixed":
                 cell += f" ({sum(pol.reserved.values())} reserved replicas)"
             cells.append(cell)
         lines.append(f"| {r.quarter} | " + " | ".join(cells) + " |")
     lines.append("| **Total** | " + " | ".join(
-        f"{_usd(total[f'{k}_usd'])} · {_usd_m(_per_million(total, f'{k}_usd', 'tokens'))}" for k, _ in POLICIES) + " |")
+        f"{_usd(total[f'{k}_usd'])} · {usd_per_million_text(_per_million(total, f'{k}_usd', 'tokens'))}" for k, _ in POLICIES) + " |")
     return lines
 
 

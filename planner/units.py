@@ -7,6 +7,8 @@ datasheets and seed 003 print).
 
 from __future__ import annotations
 
+import math
+
 KiB = 1024
 MiB = 1024**2
 GiB = 1024**3
@@ -33,9 +35,15 @@ def usd_rate_text(usd_per_hour: float) -> str:
     return f"${usd_per_hour:,.{digits}f}"
 
 
-def usd_per_million_tokens(usd_per_hour: float, tokens_per_hour: float) -> float | None:
-    """Cost per million tokens; None where no token is served (a demand grown down to nothing)."""
-    return usd_per_hour / tokens_per_hour * 1e6 if tokens_per_hour else None
+def usd_per_million_tokens(usd: float, tokens: float) -> float | None:
+    """Cost per million tokens, of a cost and the tokens served in the same time; None where no token
+    is served (a demand grown down to nothing)."""
+    return usd / tokens * 1e6 if tokens else None
+
+
+def usd_per_million_text(usd: float | None) -> str:
+    """A cost per million tokens to the hundredth of a cent (small figures need the digits); '—' for none."""
+    return "—" if usd is None or not math.isfinite(usd) else f"${usd:,.4f}"
 
 
 def multiplier_text(x: float) -> str:

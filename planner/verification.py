@@ -9,56 +9,94 @@ import math
 from dataclasses import dataclass
 
 from planner.calibration.moe_check import committed_moe_check
-from planner.plan_objects import Plan, class_share
+from planner.plan_objects import Plan
 from planner.units import gpus_text
 
 
 @dataclass(frozen=True)
 class Exposure:
-    """What a plan's pools would need more to carry their rates if every replica served
-    1 / (1 + overstated_pct / 100) of the requests/s it is planned at."""
+    """What a plan would need more to cover the rates it plans for if every replica served
+    1 / (1 + overstated_pct / 100) of the requests/s it is planned at (throughput_exposure)."""
 
     overstated_pct: float
     extra_replicas: int
     extra_gpus: int
     extra_usd_per_hour: float  # at the plan's on-demand price per GPU-hour of each pool's type
+    unsized_classes: int = 0  # classes whose pools are planned at no capacity (a stated fleet's): left out
 
     def as_json(self) -> dict[str, float | int]:
         return {"speed_overstated_pct": self.overstated_pct, "extra_replicas": self.extra_replicas,
-                "extra_gpus": self.extra_gpus, "extra_usd_per_hour": round(self.extra_usd_per_hour, 2)}
+                "extra_gpus": self.extra_gpus, "extra_usd_per_hour": self.extra_usd_per_hour,
+                "unsized_classes": self.unsized_classes}
 
     def text(self) -> str:
+        slower = f"At the median error (each replica carrying 1/{1 + self.overstated_pct / 100:.2f} of its planned requests/s),"
+        left_out = (f" ({self.unsized_classes} class{'' if self.unsized_classes == 1 else 'es'} planned at no capacity "
+                    "left out)") if self.unsized_classes else ""
         if not self.extra_replicas:
-            return (f"At the median error the pools' headroom still carries their rates on throughput alone "
-                    f"(each replica at 1/{1 + self.overstated_pct / 100:.2f} of its planned requests/s)")
+            return (f"{slower} the plan's spare capacity still covers the rates it plans for (peak × traffic.headroom) "
+                    f"on throughput alone{left_out}")
         one = self.extra_replicas == 1
-        return (f"At the median error (each replica carrying 1/{1 + self.overstated_pct / 100:.2f} of its planned "
-                f"requests/s) the pools need at least {self.extra_replicas} more replica{'' if one else 's'} to carry "
-                "their rates: "
+        return (f"{slower} covering the rates it plans for (peak × traffic.headroom) takes {self.extra_replicas} more "
+                f"replica{'' if one else 's'} of each class's cheapest pool per request/s{left_out}: "
                 f"+{gpus_text(self.extra_gpus)}, +${self.extra_usd_per_hour:,.2f}/hour at on-demand prices; that is "
-                "throughput alone, and slower steps also lengthen TTFT and TPOT, which can need more")
+                "throughput alone, a floor: slower steps also lengthen TTFT and TPOT, which can need more")
+
+
+@dataclass(frozen=True)
+class PoolSupply:
+    """One pool of a class as the exposure counts it."""
+
+    replicas: int
+    capacity_rps: float  # per replica, as planned
+    gpus_per_replica: int
+    usd_per_gpu_hour: float
+
+    @property
+    def usd_per_rps_hour(self) -> float:
+        return self.gpus_per_replica * self.usd_per_gpu_hour / self.capacity_rps
+
+
+def replicas_short(rate_rps: float, pools: list[PoolSupply], factor: float) -> tuple[PoolSupply, int]:
+    """The class's pool that adds a request/s most cheaply, and the replicas of it that a slowdown
+    by `factor` makes the class lack beyond what it lacked already (a stated fleet can be short
+    before any slowdown): with every replica at capacity / factor, k more of pool b cover the rate
+    when sum(n·c) / factor + k·c_b / factor >= rate, k >= (rate·factor - sum(n·c)) / c_b.
+    `pools` are those with capacity."""
+    best = min(pools, key=lambda p: p.usd_per_rps_hour)
+    capacity_rps = sum(p.replicas * p.capacity_rps for p in pools)
+
+    def lacking(f: float) -> int:
+        return max(0, math.ceil((rate_rps * f - capacity_rps) / best.capacity_rps - 1e-9))
+
+    return best, lacking(factor) - lacking(1.0)
 
 
 def throughput_exposure(plan: Plan, overstated_pct: float) -> Exposure:
-    """The replicas each pool needs to carry its share of its class's rate (the rate the plan covers,
-    headroom included) when a replica serves its planned requests/s divided by 1 + overstated_pct/100:
-    throughput is the reciprocal of step time at
+    """The replicas, GPUs and on-demand $/hour that each class of the plan needs more to cover the
+    rate the plan covers for it (peak × headroom) when a replica serves its planned requests/s
+    divided by 1 + overstated_pct/100 (replicas_short): throughput is the reciprocal of step time at
     a given batch (seed 000's roofline), so a speed model that overstates throughput by e% plans
     replicas 1 + e/100 times too fast. A floor on the shortfall: latency targets bind sooner on
-    slower steps. Pools planned at no capacity (a stated fleet's unsized configs) are left out."""
+    slower steps. Classes whose pools are planned at no capacity (a stated fleet's configs that
+    cannot meet the targets) are left out and counted."""
     factor = 1.0 + overstated_pct / 100.0
-    extra_replicas = extra_gpus = 0
+    extra_replicas = extra_gpus = unsized = 0
     extra_usd = 0.0
+    by_class: dict[str, list] = {}
     for pool in plan.pools:
-        if pool.planned_rps <= 0:
+        by_class.setdefault(pool.traffic_class.name, []).append(pool)
+    for pools in by_class.values():
+        supply = [PoolSupply(p.replicas, p.planned_rps, p.config.tp, p.config.price_usd_per_hour)
+                  for p in pools if p.planned_rps > 0]
+        if not supply:
+            unsized += 1
             continue
-        members = [(q.replicas, q.planned_rps) for q in plan.pools if q.traffic_class.name == pool.traffic_class.name]
-        rate_rps = pool.traffic_class.rate_rps * class_share(pool.replicas, pool.planned_rps, members)
-        more = max(0, math.ceil(rate_rps * factor / pool.planned_rps - 1e-9) - pool.replicas)
+        best, more = replicas_short(pools[0].traffic_class.rate_rps, supply, factor)
         extra_replicas += more
-        extra_gpus += more * pool.config.tp
-        extra_usd += more * pool.config.tp * pool.config.price_usd_per_hour
-    return Exposure(overstated_pct, extra_replicas, extra_gpus, extra_usd)
+        extra_gpus += more * best.gpus_per_replica
+        extra_usd += more * best.gpus_per_replica * best.usd_per_gpu_hour
+    return Exposure(overstated_pct, extra_replicas, extra_gpus, extra_usd, unsized)
 
 
 @dataclass(frozen=True)

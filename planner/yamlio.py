@@ -194,9 +194,7 @@ def dotted(loc: tuple[Any, ...]) -> str:
         elif isinstance(part, int) and loc[i + 1:i + 2] != ("[key]",):
             out += f"[{part}]"
         else:
-            # (pydantic writes a null key as 'None'; a key 'None' itself is a valid string, never an error)
-            null = part is None or (part == "None" and loc[i + 1:i + 2] == ("[key]",))
-            out += ("." if out else "") + ("null" if null else str(part))
+            out += ("." if out else "") + ("null" if part is None else str(part))
     return out or "(top level)"
 
 
@@ -306,6 +304,8 @@ def _kind(member: Any) -> str:
 def validation_message(exc: ValidationError, model: type[BaseModel], prefix: str = "") -> str:
     """The first validation error as 'path.to.field: problem', with 'did you mean' for unknown keys."""
     err, loc = _chosen_error(exc, model)
+    if loc[-1:] == ("[key]",) and err.get("input") is None:  # pydantic writes a null key as the text 'None'
+        loc = (*loc[:-2], None, "[key]")
     path = dotted(loc)
     if prefix:
         path = f"{prefix}.{path}" if path != "(top level)" else prefix

@@ -81,18 +81,37 @@ def test_a_plan_on_a_mixture_of_experts_warns_and_a_dense_one_does_not(catalog):
     assert "UNVERIFIED" not in render(dense) and plan_json(dense)["speed_unverified"] == []
 
 
-def _moe_plan(catalog):
+def _moe_plan(catalog, peak_rps: float = 40.0):
     from test_planning import scenario, traffic
 
     from planner.planning import make_plan
 
     scn = scenario(context_limit=8192, gpus=["h100-sxm"], tp=[1])
-    return make_plan(scn, catalog, catalog.model("qwen3-30b-a3b"), traffic(1000, (1000, 200), 0, (1000, 200)), 40.0)
+    return make_plan(scn, catalog, catalog.model("qwen3-30b-a3b"), traffic(1000, (1000, 200), 0, (1000, 200)), peak_rps)
 
 
-def test_the_exposure_is_the_replicas_each_pool_needs_at_the_slower_speed(catalog):
-    """Each pool carries its class's rate at 1 / (1 + e) of its planned requests/s: the replicas that
-    takes beyond the plan's, their GPUs, and their price at the plan's on-demand price per GPU-hour."""
+def test_the_exposure_is_what_the_slowdown_adds_at_the_cheapest_pool_per_request():
+    """k more replicas of the pool that adds a request/s most cheaply cover the rate when
+    sum(n·c)/f + k·c_b/f >= rate; what the class lacked before any slowdown is not the error's."""
+    from planner.verification import PoolSupply, replicas_short
+
+    one = PoolSupply(replicas=1, capacity_rps=14.41, gpus_per_replica=1, usd_per_gpu_hour=2.99)
+    assert replicas_short(48.0, [one], 1.0) == (one, 0)
+    # a stated fleet already 3 short (48 / 14.41 = 3.33 replicas over the one it has): 6 short at
+    # 1.809 (48 x 1.809 / 14.41 = 6.03 replicas), so the error adds 3, not 6
+    assert replicas_short(48.0, [one], 1.809) == (one, 3)
+    # two pools of a class: one more replica of either covers 10 req/s at 1.2 (12 needed, 11 held);
+    # the 2.5 req/s pool adds a request/s more cheaply at the same price per replica
+    small = PoolSupply(replicas=3, capacity_rps=2.0, gpus_per_replica=1, usd_per_gpu_hour=1.0)
+    large = PoolSupply(replicas=2, capacity_rps=2.5, gpus_per_replica=1, usd_per_gpu_hour=1.0)
+    assert replicas_short(10.0, [small, large], 1.2) == (large, 1)
+    # ... unless its GPUs cost more per request/s
+    dear = PoolSupply(replicas=2, capacity_rps=2.5, gpus_per_replica=2, usd_per_gpu_hour=1.0)
+    assert replicas_short(10.0, [small, dear], 1.2) == (small, 1)
+    assert replicas_short(10.0, [small, dear], 1.5) == (small, 2)  # 15 needed, 11 held: 2 x 2.0
+
+
+def test_a_plan_on_a_mixture_of_experts_carries_its_exposure_in_report_and_json(catalog):
     from planner.plan_json import plan_json
     from planner.report import render
     from planner.verification import throughput_exposure, unverified_speed
@@ -100,31 +119,39 @@ def test_the_exposure_is_the_replicas_each_pool_needs_at_the_slower_speed(catalo
     moe = _moe_plan(catalog)
     e = committed_moe_check().median_error_pct
     (pool,) = moe.pools
-    more = math.ceil(pool.traffic_class.rate_rps * (1 + e / 100) / pool.planned_rps) - pool.replicas
-    assert more > 0  # an 81% slower replica: this plan's headroom does not cover it
+    held_rps = pool.replicas * pool.planned_rps
+    more = math.ceil((pool.traffic_class.rate_rps * (1 + e / 100) - held_rps) / pool.planned_rps)
+    assert more > 0  # an 81% slower replica: this plan's spare capacity does not cover it
     exposure = throughput_exposure(moe, e)
-    assert (exposure.extra_replicas, exposure.extra_gpus) == (more, more * pool.config.tp)
+    assert (exposure.extra_replicas, exposure.extra_gpus, exposure.unsized_classes) == (more, more * pool.config.tp, 0)
     assert exposure.extra_usd_per_hour == pytest.approx(more * pool.config.tp * catalog.gpu("h100-sxm").price_usd_per_hour)
     assert unverified_speed(moe)[0].exposure == exposure
-    assert f"need at least {more} more replica" in render(moe)
+    assert f"takes {more} more replicas of each class's cheapest pool per request/s" in render(moe)
     entry = json.loads(json.dumps(plan_json(moe)))["speed_unverified"][0]
     assert entry["exposure"] == {"speed_overstated_pct": e, "extra_replicas": more, "extra_gpus": more * pool.config.tp,
-                                 "extra_usd_per_hour": round(exposure.extra_usd_per_hour, 2)}
+                                 "extra_usd_per_hour": exposure.extra_usd_per_hour, "unsized_classes": 0}
     # a speed model that is right needs nothing more; a worse error never needs less
     assert throughput_exposure(moe, 0.0).extra_replicas == 0
-    assert throughput_exposure(moe, 0.0).text().startswith("At the median error the pools' headroom still carries")
+    assert "the plan's spare capacity still covers the rates it plans for" in throughput_exposure(moe, 0.0).text()
     needs = [throughput_exposure(moe, pct).extra_replicas for pct in (0.0, 20.0, e, 200.0, 545.0)]
     assert needs == sorted(needs) and needs[-1] > more
 
 
 def test_the_fleet_headline_adds_up_the_exposure_of_its_mixtures_of_experts(catalog):
     from planner.fleet_report import unverified_services
-    from planner.verification import unverified_speed
+    from planner.verification import throughput_exposure, unverified_speed
 
     moe = _moe_plan(catalog)
     plans = [dataclasses.replace(moe, scenario=moe.scenario.model_copy(update={"name": name})) for name in ("a", "b")]
     one = unverified_speed(moe)[0].exposure
     (line, _) = unverified_services(plans)
     assert line.startswith("**Speed not backed by a measurement of its own**: a (qwen3-30b-a3b, a mixture of experts), "
-                           "b (qwen3-30b-a3b, a mixture of experts); if the model overstates")
-    assert f"they need at least {2 * one.extra_gpus} GPUs more (+${2 * one.extra_usd_per_hour:,.2f}/hour" in line
+                           "b (qwen3-30b-a3b, a mixture of experts); if the speed model overstates the throughput of a, b")
+    assert (f"covering the rates they plan for takes {2 * one.extra_gpus} GPUs more "
+            f"(+${2 * one.extra_usd_per_hour:,.2f}/hour at on-demand prices)") in line
+    # where their spare capacity covers the slowdown, the line says so rather than "0 GPUs more"
+    at_ease = _moe_plan(catalog, 5.0)
+    assert throughput_exposure(at_ease, committed_moe_check().median_error_pct).extra_gpus == 0
+    (line, _) = unverified_services([at_ease])
+    assert "their spare capacity still covers the rates they plan for on throughput alone" in line
+    assert "0 GPUs" not in line
