@@ -179,6 +179,12 @@ def load_fleet(path: str | Path, *, catalog_files: tuple[str, ...] = ()) -> Flee
         if svc.inputs.scenario.forecast is not None:
             raise InputError("forecast: a service of a fleet has no forecast of its own (it would be ignored); state "
                              "the quarters in the fleet's forecast section", where=svc.where)
+    run = {c.id for svc in services for c in svc.inputs.scenario.gpu_candidates}
+    for gpu, shared in spec.inventory.items():
+        # (committed GPUs no service runs are paid all the same: the plan shows them idle)
+        if gpu not in run and not shared.committed:
+            raise InputError(f"inventory.{gpu}: no service may run {gpu} and none is owned or reserved, so this would "
+                             "change nothing; add it to a service's gpus or drop it", where=str(path))
     _one_definition_per_gpu(services, spec.inventory)
     if spec.forecast is not None:
         _check_forecast(spec.forecast, catalog, services, spec.inventory, path)

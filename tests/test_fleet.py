@@ -388,6 +388,9 @@ def test_solve_fleet_json_has_services_and_a_budget_overrun_exits_3(tmp_path):
     ({"services": [service("beta", 3.0), service("alpha", 3.0, gpus=[{"id": "h100-sxm", "price_usd_per_hour": 1.5}])],
       "inventory": {"h100-sxm": {"max_new": 10}}},
      "services[1]: gpus[0]: price of the shared GPU type 'h100-sxm' is 1.5 $/hour here but 2.99 in the fleet"),
+    ({"inventory": {"h200": {"max_new": 8}}},
+     "fleet.yaml: inventory.h200: no service may run h200 and none is owned or reserved, so this would change "
+     "nothing; add it to a service's gpus or drop it"),
     ({"inventory": {None: {"owned": 2, "owned_usd_per_hour": 0.7}}},
      "fleet.yaml: inventory.null (as a key): Input should be a valid string"),
     ({"services": [{**service("alpha", 3.0), "modle": "x"}]}, "services[0].modle: unknown key; did you mean 'model'?"),
@@ -659,3 +662,17 @@ def test_a_cost_per_token_with_no_token_is_blank_not_a_division_by_zero():
 
     assert usd_per_million_tokens(3.0, 1.5e6) == pytest.approx(2.0)
     assert usd_per_million_tokens(3.0, 0.0) is None
+
+
+def test_committed_gpus_no_service_runs_are_paid_idle(tmp_path):
+    """An inventory entry for a type no service may run is refused unless it holds GPUs: owned ones
+    are paid whether used or not, and the plan shows them idle."""
+    from planner.fleet import load_fleet
+    from planner.fleet_plan import make_fleet_plan
+
+    path = write_fleet(tmp_path, inventory={"h200": {"owned": 2, "owned_usd_per_hour": 1.25}})
+    fp = make_fleet_plan(load_fleet(path), explore=False)
+    h200 = next(t for t in fp.types if t.gpu == "h200")
+    assert (h200.committed, h200.used, h200.idle_committed) == (2, 0, 2)
+    assert fp.idle_committed_usd_per_hour == pytest.approx(2.5)
+    assert fp.cost_per_hour == pytest.approx(2.5 + sum(t.on_demand * t.on_demand_usd_per_gpu_hour for t in fp.types))
