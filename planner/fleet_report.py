@@ -84,19 +84,29 @@ def unverified_services(plans) -> list[str]:
     if not found:
         return []
     what = {"gpu": "GPU with borrowed efficiency factors", "model": "a mixture of experts"}
-    exposed = [(name, u.exposure) for name, u in found if u.exposure is not None]
+    exposed = fleet_exposure(plans)
     more = ""
     if exposed:
-        names = ", ".join(name for name, _ in exposed)
-        gpus, usd = sum(e.extra_gpus for _, e in exposed), sum(e.extra_usd_per_hour for _, e in exposed)
-        more = (f"; if the speed model overstates the throughput of {names} by the median error measured on published "
-                f"mixture-of-experts rows ({exposed[0][1].overstated_pct:.0f}%), "
+        gpus, usd = exposed["extra_gpus"], exposed["extra_usd_per_hour"]
+        more = (f"; if the speed model overstates the throughput of {', '.join(exposed['services'])} by the median error "
+                f"measured on published mixture-of-experts rows ({exposed['speed_overstated_pct']:.0f}%), "
                 + (f"covering the rates they plan for takes {gpus_text(gpus)} more (+{_usd(usd)}/hour at on-demand "
                    "prices) on throughput alone" if gpus else
                    "their spare capacity still covers the rates they plan for on throughput alone"))
     return ["**Speed not backed by a measurement of its own**: "
             + ", ".join(f"{name} ({u.id}, {what[u.kind]})" for name, u in found)
             + more + "; their sections say how far the model may be off.", ""]
+
+
+def fleet_exposure(plans) -> dict[str, Any] | None:
+    """The services on a mixture of experts and what their plans lack, summed, if the speed model is
+    as optimistic as the published MoE rows' median (verification.throughput_exposure); None without one."""
+    exposed = [(p.scenario.name, u.exposure) for p in plans for u in unverified_speed(p) if u.exposure is not None]
+    if not exposed:
+        return None
+    return {"services": [name for name, _ in exposed], "speed_overstated_pct": exposed[0][1].overstated_pct,
+            "extra_gpus": sum(e.extra_gpus for _, e in exposed),
+            "extra_usd_per_hour": sum(e.extra_usd_per_hour for _, e in exposed)}
 
 
 def _totals(fp: FleetPlan) -> str:
@@ -218,6 +228,7 @@ def fleet_json(fp: FleetPlan) -> dict[str, Any]:
         "cost_usd_per_hour": fp.cost_per_hour,
         "cost_usd_per_month": fp.cost_per_month,
         "gpus": fp.gpus,
+        "gpus_paid_for": fp.gpus + fp.idle_committed,
         "gpus_by_type": dict(fp.joint.gpus_by_type),
         "gpu_types": [
             {"gpu": t.gpu, "committed": t.committed, "used": t.used, "on_demand": t.on_demand,
@@ -229,6 +240,7 @@ def fleet_json(fp: FleetPlan) -> dict[str, Any]:
         "solver": fp.joint.solver,
         "solver_status": fp.joint.status,
         "certified": fp.certified,
+        "moe_exposure": fleet_exposure(fp.plans),
         "constraints": [
             {"constraint": c.name, "limit": c.limit, "used": c.used, "binds": c.binds,
              "plus_one_usd_per_hour": _finite(c.plus_one_usd_per_hour), "removed_usd_per_hour": _finite(c.removed_usd_per_hour)}

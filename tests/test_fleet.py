@@ -344,6 +344,9 @@ def test_solve_fleet_json_has_services_and_a_budget_overrun_exits_3(tmp_path):
         for key in ("plan", "cost_usd_per_hour", "cost_usd_per_million_tokens", "split_threshold", "solver_status", "candidates"):
             assert key in s
     assert doc["cost_usd_per_hour"] == pytest.approx(sum(s["cost_usd_per_hour"] for s in doc["services"]))
+    # nothing committed, so nothing idle; two dense services, so no MoE exposure
+    assert doc["gpus_paid_for"] == doc["gpus"] == sum(doc["gpus_by_type"].values())
+    assert doc["moe_exposure"] is None
     report = (tmp_path / "out" / "twin.md").read_text(encoding="utf-8")
     assert report.startswith("# Fleet plan: twin")
     assert "| Peak req/s served | Rejected (over its context limit) |" in report

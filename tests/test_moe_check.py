@@ -138,7 +138,7 @@ def test_a_plan_on_a_mixture_of_experts_carries_its_exposure_in_report_and_json(
 
 
 def test_the_fleet_headline_adds_up_the_exposure_of_its_mixtures_of_experts(catalog):
-    from planner.fleet_report import unverified_services
+    from planner.fleet_report import fleet_exposure, unverified_services
     from planner.verification import throughput_exposure, unverified_speed
 
     moe = _moe_plan(catalog)
@@ -147,6 +147,8 @@ def test_the_fleet_headline_adds_up_the_exposure_of_its_mixtures_of_experts(cata
     (line, _) = unverified_services(plans)
     assert line.startswith("**Speed not backed by a measurement of its own**: a (qwen3-30b-a3b, a mixture of experts), "
                            "b (qwen3-30b-a3b, a mixture of experts); if the speed model overstates the throughput of a, b")
+    assert fleet_exposure(plans) == {"services": ["a", "b"], "speed_overstated_pct": one.overstated_pct,
+                                     "extra_gpus": 2 * one.extra_gpus, "extra_usd_per_hour": 2 * one.extra_usd_per_hour}
     assert (f"covering the rates they plan for takes {2 * one.extra_gpus} GPUs more "
             f"(+${2 * one.extra_usd_per_hour:,.2f}/hour at on-demand prices)") in line
     # where their spare capacity covers the slowdown, the line says so rather than "0 GPUs more"
