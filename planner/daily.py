@@ -37,6 +37,7 @@ from planner.units import (
     usd_per_million_text,
     usd_per_million_tokens,
     usd_rate_text,
+    usd_text,
 )
 
 SECONDS_PER_DAY = 86_400
@@ -267,10 +268,6 @@ def day_section(plan: Plan, profile: DailyProfile) -> str:
 # ------------------------------------------------------------------ report
 
 
-def _usd(x: float) -> str:
-    return f"${x:,.2f}"
-
-
 def _versus(change: float) -> str:
     """A relative change as the report prints it: "same" when it rounds to zero (never "−0.0%")."""
     return "same" if abs(change) < 0.0005 else f"{change:+.1%}".replace("-", "−")
@@ -315,7 +312,7 @@ def day_markdown(costs: DayCosts, *, heading: int = 2) -> str:
         cpm = costs.usd_per_million_tokens(pol.key)
         vs = pol.usd_per_day / base.usd_per_day - 1
         lines.append(
-            f"| {pol.name} | {_usd(pol.usd_per_day)} | {_usd(pol.usd_per_month)} | {pol.gpu_hours_per_day:,.1f} | "
+            f"| {pol.name} | {usd_text(pol.usd_per_day)} | {usd_text(pol.usd_per_month)} | {pol.gpu_hours_per_day:,.1f} | "
             + usd_per_million_text(cpm) + f" | {_versus(vs) if pol.key != base.key else '—'} |"
         )
     volume = (

@@ -46,6 +46,7 @@ from planner.units import (
     usd_per_million_text,
     usd_per_million_tokens,
     usd_rate_text,
+    usd_text,
 )
 
 
@@ -264,10 +265,6 @@ def _binds(t: TypeUse) -> bool:
     return t.cap is not None and t.used >= t.cap
 
 
-def _usd(x: float) -> str:
-    return f"${x:,.2f}"
-
-
 def _gpus(t: TypeUse) -> str:
     return f"{t.used} {t.gpu}"
 
@@ -281,8 +278,8 @@ def fleet_forecast_markdown(name: str, results: list[FleetQuarter], fleet: Fleet
         f"# Forecast: {name}",
         "",
         f"**{first.quarter} → {last.quarter}: fleet {_fleet_gpus(first)} → {_fleet_gpus(last)}, "
-        f"{_usd(first.cost_per_hour * HOURS_PER_QUARTER)} → {_usd(last.cost_per_hour * HOURS_PER_QUARTER)} per quarter; "
-        f"{len(results)} quarters cost {_usd(total)}.**",
+        f"{usd_text(first.cost_per_hour * HOURS_PER_QUARTER)} → {usd_text(last.cost_per_hour * HOURS_PER_QUARTER)} per quarter; "
+        f"{len(results)} quarters cost {usd_text(total)}.**",
         "",
         *not_served(first.plan.plans),
         "Every quarter is one ILP over every service, commitments shared, planned afresh: a service may move to other "
@@ -300,13 +297,13 @@ def fleet_forecast_markdown(name: str, results: list[FleetQuarter], fleet: Fleet
         k = r.usd_per_hour_by_kind
         tokens = sum(p.tokens_per_hour for p in r.plan.plans)
         lines.append(
-            f"| {r.quarter} | {multiplier_text(r.demand_multiplier)} | {gpus} | {committed} | {_usd(k['on_demand'])} + "
-            f"{_usd(k['committed_used'])} + {_usd(k['committed_idle'])} = {_usd(r.cost_per_hour)} | "
-            f"{_usd(r.cost_per_hour * HOURS_PER_QUARTER)} | {usd_per_million_text(usd_per_million_tokens(r.cost_per_hour, tokens))} |"
+            f"| {r.quarter} | {multiplier_text(r.demand_multiplier)} | {gpus} | {committed} | {usd_text(k['on_demand'])} + "
+            f"{usd_text(k['committed_used'])} + {usd_text(k['committed_idle'])} = {usd_text(r.cost_per_hour)} | "
+            f"{usd_text(r.cost_per_hour * HOURS_PER_QUARTER)} | {usd_per_million_text(usd_per_million_tokens(r.cost_per_hour, tokens))} |"
         )
-    lines.append(f"| **Total** | | | | | **{_usd(total)}** | |")
+    lines.append(f"| **Total** | | | | | **{usd_text(total)}** | |")
     idle = [f"- **{r.quarter}: " + ", ".join(f"{t.idle_committed} {t.gpu}" for t in r.plan.types if t.idle_committed)
-            + f" committed GPU(s) idle**, {_usd(r.usd_per_hour_by_kind['committed_idle'])}/hour paid whether used or not."
+            + f" committed GPU(s) idle**, {usd_text(r.usd_per_hour_by_kind['committed_idle'])}/hour paid whether used or not."
             for r in results if r.usd_per_hour_by_kind["committed_idle"] > 0]
     if idle:
         lines += ["", *idle]
@@ -362,7 +359,7 @@ def _held_at_the_end(results: list[FleetQuarter], fleet: FleetInputs) -> str:
     held = [t for t in last.plan.types if t.committed]
     usd = sum(t.committed_usd_per_hour for t in held)
     text = (f"Held at the end of {last.quarter}: " + ", ".join(f"{t.committed} {t.gpu}" for t in held)
-            + f", {_usd(usd)}/hour ({_usd(usd * HOURS_PER_QUARTER)} a quarter), owned and reserved together."
+            + f", {usd_text(usd)}/hour ({usd_text(usd * HOURS_PER_QUARTER)} a quarter), owned and reserved together."
             if held else f"Nothing is committed at the end of {last.quarter}.")
     fc = fleet.spec.forecast
     beyond = [t for t in last.plan.types if t.on_demand]
@@ -387,7 +384,7 @@ def _types_section(results: list[FleetQuarter]) -> list[str]:
     for r in results:
         for t in r.plan.types:
             cap = "—" if t.cap is None else f"{t.cap:,}" + (" (binds)" if _binds(t) else "")
-            paid = _usd(t.paid_usd_per_gpu_hour) if t.used else "—"
+            paid = usd_text(t.paid_usd_per_gpu_hour) if t.used else "—"
             out.append(f"| {r.quarter} | {t.gpu} | {t.committed:,} | {t.used:,} | {t.on_demand:,} | {cap} | "
                        f"{usd_rate_text(t.on_demand_usd_per_gpu_hour)} | {paid} |")
     binding = [f"{r.quarter} {t.gpu}" for r in results for t in r.plan.types if _binds(t)]
@@ -411,7 +408,7 @@ def _services_section(results: list[FleetQuarter]) -> list[str]:
             for pool in plan.pools:
                 by_type[pool.config.gpu.id] = by_type.get(pool.config.gpu.id, 0) + pool.gpus
             gpus = " + ".join(f"{n} {g}" for g, n in sorted(by_type.items()))
-            cells.append(f"{_usd(r.plan.paid_usd_per_hour(plan))} ({gpus})")
+            cells.append(f"{usd_text(r.plan.paid_usd_per_hour(plan))} ({gpus})")
         out.append(f"| {service} | " + " | ".join(cells) + f" | {rejected_text(results[0].plan.plans[i])} |")
     out += ["", "$/hour as paid: a service's GPUs at what a GPU of each type in use costs the fleet on average (the "
             "type's committed and on-demand GPUs together, its idle commitments aside; the types table's last "

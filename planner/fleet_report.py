@@ -27,12 +27,9 @@ from planner.units import (
     usd_per_million_text,
     usd_per_million_tokens,
     usd_rate_text,
+    usd_text,
 )
 from planner.verification import unverified_speed
-
-
-def _usd(x: float) -> str:
-    return f"${x:,.2f}" if math.isfinite(x) else "—"
 
 
 def demote(markdown: str) -> str:
@@ -90,7 +87,7 @@ def unverified_services(plans) -> list[str]:
         gpus, usd = exposed["extra_gpus"], exposed["extra_usd_per_hour"]
         more = (f"; if the speed model overstates the throughput of {', '.join(exposed['services'])} by the median error "
                 f"measured on published mixture-of-experts rows ({exposed['speed_overstated_pct']:.0f}%), "
-                + (f"covering the rates they plan for takes {gpus_text(gpus)} more (+{_usd(usd)}/hour at on-demand "
+                + (f"covering the rates they plan for takes {gpus_text(gpus)} more (+{usd_text(usd)}/hour at on-demand "
                    "prices) on throughput alone" if gpus else
                    "their spare capacity still covers the rates they plan for on throughput alone"))
     return ["**Speed not backed by a measurement of its own**: "
@@ -117,8 +114,8 @@ def _totals(fp: FleetPlan) -> str:
         "",
         f"**{len(fp.plans)} services on {gpus_text(fp.gpus)} in use ({by_type}"
         + (f"; {fp.gpus + fp.idle_committed:,} paid for" if fp.idle_committed else "")
-        + f"): {_usd(fp.cost_per_hour)} per hour, "
-        f"{_usd(fp.cost_per_month)} per month.**",
+        + f"): {usd_text(fp.cost_per_hour)} per hour, "
+        f"{usd_text(fp.cost_per_month)} per month.**",
         "",
         *not_served(fp.plans),
         *unverified_services(fp.plans),
@@ -136,12 +133,12 @@ def _totals(fp: FleetPlan) -> str:
         lines.append(
             f"| {t.gpu} | {committed} | {t.used} | {t.used - t.on_demand} / {t.on_demand} | {t.idle_committed or '—'} | {cap} "
             f"| {usd_rate_text(t.on_demand_usd_per_gpu_hour)} | "
-            + (f"{_usd(t.committed_usd_per_hour)} ({usd_rate_text(t.committed_usd_per_hour / t.committed)}/GPU-hour)"
+            + (f"{usd_text(t.committed_usd_per_hour)} ({usd_rate_text(t.committed_usd_per_hour / t.committed)}/GPU-hour)"
                if t.committed else "—") + " "
-            f"| {_usd(t.usd_per_hour)} |"
+            f"| {usd_text(t.usd_per_hour)} |"
         )
     lines.append(f"| **Total** | {sum(t.committed for t in fp.types)} | **{fp.gpus}** | | "
-                 f"{sum(t.idle_committed for t in fp.types)} | | | | **{_usd(fp.cost_per_hour)}** |")
+                 f"{sum(t.idle_committed for t in fp.types)} | | | | **{usd_text(fp.cost_per_hour)}** |")
     lines += [
         "",
         "| Service | Model | Peak req/s served | Rejected (over its context limit) | Decision | GPUs "
@@ -156,12 +153,12 @@ def _totals(fp: FleetPlan) -> str:
         cert = plan.certification
         lines.append(
             f"| {plan.scenario.name} | `{plan.model.id}` | {plan.peak_rps:,.2f} | {rejected_text(plan)} | {split}: {pools} | {sol.gpus} "
-            f"| {_usd(plan.cost_per_hour)} | {_usd(paid)} | {usd_per_million_text(usd_per_million_tokens(paid, plan.tokens_per_hour))} "
+            f"| {usd_text(plan.cost_per_hour)} | {usd_text(paid)} | {usd_per_million_text(usd_per_million_tokens(paid, plan.tokens_per_hour))} "
             f"| {'—' if cert is None else ('yes' if cert.certified else '**no**')} |"
         )
     idle = fp.idle_committed_usd_per_hour
-    lines.append(f"| Idle committed GPUs | | | | | | | {_usd(idle)} | | |")
-    lines.append(f"| **Fleet** | | | | | **{fp.gpus}** | | **{_usd(fp.cost_per_hour)}** | | |")
+    lines.append(f"| Idle committed GPUs | | | | | | | {usd_text(idle)} | | |")
+    lines.append(f"| **Fleet** | | | | | **{fp.gpus}** | | **{usd_text(fp.cost_per_hour)}** | | |")
     lines += [
         "",
         "A service's own prices are its candidates' on-demand prices: its GPUs above at those prices, as its "
@@ -176,8 +173,8 @@ def _totals(fp: FleetPlan) -> str:
     if spec.max_gpu_types is not None:
         notes.append(f"Rule: at most {spec.max_gpu_types} GPU types across the fleet ({len(fp.joint.gpus_by_type)} used).")
     if spec.budget_usd_per_month is not None:
-        notes.append(f"Budget: {_usd(spec.budget_usd_per_month)} per month; the plan leaves "
-                     f"{_usd(spec.budget_usd_per_month - fp.cost_per_month)} of it.")
+        notes.append(f"Budget: {usd_text(spec.budget_usd_per_month)} per month; the plan leaves "
+                     f"{usd_text(spec.budget_usd_per_month - fp.cost_per_month)} of it.")
     if notes:
         lines += ["", *notes]
     return "\n".join(lines)
@@ -200,8 +197,8 @@ def _constraints(fp: FleetPlan) -> str:
         unit = "" if c.name == "GPU types" else " GPUs"
         lines.append(
             f"| {c.name} | ≤ {c.limit:,}{unit} ({c.limit_text}) | {c.used:,} | {'yes' if c.binds else 'no'} "
-            f"| {_usd(c.plus_one_usd_per_hour)} | {_usd(base - c.plus_one_usd_per_hour)} "
-            f"| {_usd(c.removed_usd_per_hour)} | {_usd(base - c.removed_usd_per_hour)} |"
+            f"| {usd_text(c.plus_one_usd_per_hour)} | {usd_text(base - c.plus_one_usd_per_hour)} "
+            f"| {usd_text(c.removed_usd_per_hour)} | {usd_text(base - c.removed_usd_per_hour)} |"
         )
     return "\n".join(lines)
 

@@ -35,6 +35,7 @@ from planner.units import (
     usd_per_million_text,
     usd_per_million_tokens,
     usd_rate_text,
+    usd_text,
 )
 from planner.worker_pool import draw
 
@@ -335,10 +336,6 @@ def datapackage_json(name: str) -> str:
 # ------------------------------------------------------------------ report and JSON
 
 
-def _usd(x: float | None) -> str:
-    return "—" if x is None or not math.isfinite(x) else f"${x:,.2f}"
-
-
 def _idle_lines(results: Sequence[QuarterResult]) -> list[str]:
     lines = []
     for r in results:
@@ -346,8 +343,8 @@ def _idle_lines(results: Sequence[QuarterResult]) -> list[str]:
             continue
         idle = r.idle
         gpus = ", ".join(f"{n} {g}" for g, n in idle.gpus.items())
-        text = (f"- **{r.quarter}: {gpus} reserved GPU(s) idle**, {_usd(idle.usd_per_hour)}/hour "
-                f"({_usd(idle.usd_per_hour * HOURS_PER_QUARTER)} over the quarter), paid whether used or not. ")
+        text = (f"- **{r.quarter}: {gpus} reserved GPU(s) idle**, {usd_text(idle.usd_per_hour)}/hour "
+                f"({usd_text(idle.usd_per_hour * HOURS_PER_QUARTER)} over the quarter), paid whether used or not. ")
         if idle.use_them_usd_per_hour is None:
             text += f"No plan runs them all: {idle.use_them_summary}."
         else:
@@ -355,8 +352,8 @@ def _idle_lines(results: Sequence[QuarterResult]) -> list[str]:
             if abs(d) < 0.005:
                 vs = "the same as the plan: they are surplus to this quarter's demand"
             else:
-                vs = f"{_usd(abs(d))}/hour {'more' if d > 0 else 'less'} than the plan"
-            text += (f"The cheapest plan that runs them all costs {_usd(idle.use_them_usd_per_hour)}/hour ({vs}): "
+                vs = f"{usd_text(abs(d))}/hour {'more' if d > 0 else 'less'} than the plan"
+            text += (f"The cheapest plan that runs them all costs {usd_text(idle.use_them_usd_per_hour)}/hour ({vs}): "
                      f"{idle.use_them_summary}.")
         lines.append(text)
     return lines
@@ -402,9 +399,9 @@ def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: st
     lines = [
         f"{h} Forecast: {name}",
         "",
-        f"**{span}: fleet {first.gpus} → {last.gpus} GPUs, {_usd(first.cost_per_hour * HOURS_PER_QUARTER)} → "
-        f"{_usd(last.cost_per_hour * HOURS_PER_QUARTER)} per quarter; {total['quarters']} quarters cost "
-        f"{_usd(total['total_usd'])}"
+        f"**{span}: fleet {first.gpus} → {last.gpus} GPUs, {usd_text(first.cost_per_hour * HOURS_PER_QUARTER)} → "
+        f"{usd_text(last.cost_per_hour * HOURS_PER_QUARTER)} per quarter; {total['quarters']} quarters cost "
+        f"{usd_text(total['total_usd'])}"
         + (f", {usd_per_million_text(cpm_total)} per million tokens at the day's real volume" if cpm_total is not None else "")
         + ".**",
         "",
@@ -428,15 +425,15 @@ def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: st
         util_mean = f"{r.utilisation['mean']:.0%}" if r.utilisation["mean"] is not None else "—"
         lines.append(
             f"| {r.quarter} | {multiplier_text(r.demand_multiplier)} | {r.peak_rps:,.2f} | {gpus} | {reserved} | "
-            f"{_usd(k['on_demand'])} + {_usd(k['reserved_used'])} + {_usd(k['reserved_idle'])} = {_usd(r.cost_per_hour)} | "
-            f"{_usd(r.cost_per_hour * HOURS_PER_QUARTER)} | "
+            f"{usd_text(k['on_demand'])} + {usd_text(k['reserved_used'])} + {usd_text(k['reserved_idle'])} = {usd_text(r.cost_per_hour)} | "
+            f"{usd_text(r.cost_per_hour * HOURS_PER_QUARTER)} | "
             f"{usd_per_million_text(cpm['blended'])} / {usd_per_million_text(cpm['input'])} / {usd_per_million_text(cpm['output'])} | {at_vol} | "
             f"{r.utilisation['peak']:.0%} / {util_mean} |"
         )
     tot_vol = " / ".join(usd_per_million_text(_per_million(total, u, t)) for u, t in
                          (("total_usd", "tokens"), ("input_usd", "input_tokens"), ("output_usd", "output_tokens")))
-    lines.append(f"| **Total** | | | | | {_usd(total['on_demand_usd'])} + {_usd(total['reserved_used_usd'])} + "
-                 f"{_usd(total['reserved_idle_usd'])} over {total['quarters']} quarters | **{_usd(total['total_usd'])}** | | "
+    lines.append(f"| **Total** | | | | | {usd_text(total['on_demand_usd'])} + {usd_text(total['reserved_used_usd'])} + "
+                 f"{usd_text(total['reserved_idle_usd'])} over {total['quarters']} quarters | **{usd_text(total['total_usd'])}** | | "
                  f"{tot_vol} | |")
     lines += _stated_prices_lines(results)
     idle = _idle_lines(results)
@@ -480,7 +477,7 @@ def _held_at_the_end(results: Sequence[QuarterResult]) -> str:
     if held:
         text = (f"Held at the end of {last.quarter}: " + ", ".join(
             f"{n} {g} at {usd_rate_text(last.reserved_price[g])}" for g, n in held.items())
-            + f", {_usd(usd)}/hour ({_usd(usd * HOURS_PER_QUARTER)} a quarter). "
+            + f", {usd_text(usd)}/hour ({usd_text(usd * HOURS_PER_QUARTER)} a quarter). "
             + ("A commitment, once made, is paid in every later quarter of the forecast, used or not; "
                if carried else "Without carry_forward a quarter's reservations are priced in that quarter only; ")
             + f"the total above counts none past {last.quarter}, so whatever term one runs beyond it is spend this "
@@ -501,7 +498,7 @@ def next_commitments_text(quarter: str, lots: Sequence[tuple[int, str, str]], us
     printed), and the committed $/hour they bring the total to."""
     return (" With carry_forward, the " + ", ".join(f"{n} {g}" for n, g, _ in lots) + f" that {quarter} runs on "
             "demand would be committed from the next quarter at its terms (" + ", ".join(p for *_, p in lots)
-            + f"): {_usd(usd_per_hour)}/hour in all.")
+            + f"): {usd_text(usd_per_hour)}/hour in all.")
 
 
 def _policies_markdown(results: Sequence[QuarterResult], total: dict, heading: int) -> list[str]:
@@ -528,13 +525,13 @@ def _policies_markdown(results: Sequence[QuarterResult], total: dict, heading: i
         for key, _ in POLICIES:
             pol = r.day.policy(key)
             cpm = r.day.usd_per_million_tokens(key)
-            cell = f"{_usd(pol.usd_per_day * DAYS_PER_QUARTER)} · {usd_per_million_text(cpm)}"
+            cell = f"{usd_text(pol.usd_per_day * DAYS_PER_QUARTER)} · {usd_per_million_text(cpm)}"
             if key == "mixed":
                 cell += f" ({sum(pol.reserved.values())} reserved replicas)"
             cells.append(cell)
         lines.append(f"| {r.quarter} | " + " | ".join(cells) + " |")
     lines.append("| **Total** | " + " | ".join(
-        f"{_usd(total[f'{k}_usd'])} · {usd_per_million_text(_per_million(total, f'{k}_usd', 'tokens'))}" for k, _ in POLICIES) + " |")
+        f"{usd_text(total[f'{k}_usd'])} · {usd_per_million_text(_per_million(total, f'{k}_usd', 'tokens'))}" for k, _ in POLICIES) + " |")
     return lines
 
 

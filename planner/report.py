@@ -28,14 +28,10 @@ from planner.plan_objects import (
 from planner.pool_check import EXPLORED_CONFIRM_STEPS, band_requests
 from planner.report_latency import latency_section
 from planner.roofline import StepModel
-from planner.units import HOURS_PER_MONTH, GiB, gpus_text, quantile_label
+from planner.units import HOURS_PER_MONTH, GiB, gpus_text, quantile_label, usd_text
 from planner.verification import unverified_speed
 from planner.worker_pool import draw
 from planner.workload.peaks import per_minute_counts, whole_minutes
-
-
-def _usd(x: float) -> str:
-    return f"${x:,.2f}" if math.isfinite(x) else "—"
 
 
 def _usd_per_million(x: float) -> str:
@@ -233,7 +229,7 @@ def _decision(plan: Plan) -> str:
         head,
         "",
         f"**{_split_text(sol.threshold).capitalize()}: {pools_text(sol)} — {gpus_text(sol.gpus)}, "
-        f"{_usd(plan.cost_per_hour)} per hour, {_usd(plan.cost_per_month)} per month, "
+        f"{usd_text(plan.cost_per_hour)} per hour, {usd_text(plan.cost_per_month)} per month, "
         f"{_usd_per_million(cpm['blended'])} per million tokens** (input {_usd_per_million(cpm['input'])}, "
         f"output {_usd_per_million(cpm['output'])}; "
         f"at the peak rate, {plan.scenario.sizing.mode.replace('_', '-')} sizing).",
@@ -277,7 +273,7 @@ def _given_fleet(plan: Plan) -> str:
     o = plan.optimised
     if o is None or not o.feasible:
         return "For comparison, the optimiser finds no plan for the same targets" + (f": {o.why_not}." if o else ".")
-    return (f"For comparison, the cheapest plan the model finds for the same targets: {_usd(o.cost_per_hour)} per hour "
+    return (f"For comparison, the cheapest plan the model finds for the same targets: {usd_text(o.cost_per_hour)} per hour "
             f"({_delta(o.cost_per_hour, plan.cost_per_hour)} against this fleet), {gpus_text(o.gpus)} — {o.summary}.")
 
 
@@ -302,9 +298,9 @@ def _pools_table(plan: Plan) -> str:
         rows.append(
             f"| {tc.label} | {requests} | {cfg.gpu.id} | {cfg.tp} | {cfg.weight_dtype} | {cfg.kv_dtype} | "
             f"{tc.max_model_len:,} | {pool.replicas} | {pool.gpus} | {pool.planned_rps:,.3f} | {cover} | "
-            f"{binding} | {_usd(pool.cost_per_hour)} |"
+            f"{binding} | {usd_text(pool.cost_per_hour)} |"
         )
-    rows.append(f"| **Total** | | | | | | | | **{plan.solution.gpus}** | | | | **{_usd(plan.cost_per_hour)}** |")
+    rows.append(f"| **Total** | | | | | | | | **{plan.solution.gpus}** | | | | **{usd_text(plan.cost_per_hour)}** |")
     return "\n".join(rows)
 
 
@@ -361,7 +357,7 @@ def _why_of(plan: Plan, sol, left_out: str) -> str:
         else:
             verdict = (f"splitting does not make capacity cheaper here (${theirs_frac:,.2f} against ${mine_frac:,.2f} "
                        "per hour of fractional replicas)")
-        return (f"Why no split: the cheapest split ({rival.name}) costs {_usd(rival.cost_per_hour)} per hour "
+        return (f"Why no split: the cheapest split ({rival.name}) costs {usd_text(rival.cost_per_hour)} per hour "
                 f"({_delta(rival.cost_per_hour, base)}); {verdict}. One pool — {mine}. "
                 f"The {rival.name} — {theirs}.")
     chosen = next(o for o in plan.split_analysis if o.solution is not None and o.solution.option == sol.option)
@@ -372,7 +368,7 @@ def _why_of(plan: Plan, sol, left_out: str) -> str:
         reason = none.why_not if none is not None else ""
         return text + f"One pool at the {plan.context_limit:,}-token limit is infeasible{': ' + reason if reason else ''}; the split — {mine}."
     theirs, _ = describe(none)
-    return (text + f"One pool costs {_usd(none.cost_per_hour)} per hour ({_delta(none.cost_per_hour, base)} "
+    return (text + f"One pool costs {usd_text(none.cost_per_hour)} per hour ({_delta(none.cost_per_hour, base)} "
             f"against the split) — {theirs}. The split — {mine}.")
 
 
@@ -410,7 +406,7 @@ def _explored_in_fleet(plan: Plan) -> str:
     caps = ", ".join(f"{g} ≤ {gpus_text(n)}" for g, n in sorted((plan.alone_caps or {}).items())) or "none"
     text = (f"In the fleet, the rows below re-solve this service alone, the other services as planned: at its "
             f"on-demand prices, within what they leave of the GPU caps ({caps}). So solved, its plan is "
-            f"{plan.alone.summary}, {_usd(plan.alone.cost_per_hour)} per hour: the base of every 'vs plan' here "
+            f"{plan.alone.summary}, {usd_text(plan.alone.cost_per_hour)} per hour: the base of every 'vs plan' here "
             "and of 'Why split' above.")
     if plan.alone_differs:
         text += (" The fleet runs the plan above instead: its committed GPUs are paid whether used or not and its "
@@ -425,9 +421,9 @@ def _finance(plan: Plan) -> str:
         "",
         "| | Tokens per hour | Cost per hour | Cost per million tokens |",
         "|---|---:|---:|---:|",
-        f"| Input (prefill share of GPU time) | {plan.input_tokens_per_hour:,.0f} | {_usd(cpm['input'] * plan.input_tokens_per_hour / 1e6)} | {_usd_per_million(cpm['input'])} |",
-        f"| Output (decode share of GPU time) | {plan.output_tokens_per_hour:,.0f} | {_usd(cpm['output'] * plan.output_tokens_per_hour / 1e6)} | {_usd_per_million(cpm['output'])} |",
-        f"| Blended | {plan.tokens_per_hour:,.0f} | {_usd(plan.cost_per_hour)} | {_usd_per_million(cpm['blended'])} |",
+        f"| Input (prefill share of GPU time) | {plan.input_tokens_per_hour:,.0f} | {usd_text(cpm['input'] * plan.input_tokens_per_hour / 1e6)} | {_usd_per_million(cpm['input'])} |",
+        f"| Output (decode share of GPU time) | {plan.output_tokens_per_hour:,.0f} | {usd_text(cpm['output'] * plan.output_tokens_per_hour / 1e6)} | {_usd_per_million(cpm['output'])} |",
+        f"| Blended | {plan.tokens_per_hour:,.0f} | {usd_text(plan.cost_per_hour)} | {_usd_per_million(cpm['blended'])} |",
         "",
         f"A month is {HOURS_PER_MONTH} hours. Input and output split each pool's cost by the share of its GPU time spent in prefill at the peak: "
         "output carries the rest, decode and idle time alike, so a pool that often stands idle (a long-context pool of few "
@@ -493,7 +489,7 @@ def _sweep(plan: Plan, figure: str | None) -> str:
     for m, o in sorted(rows, key=lambda r: r[0]):
         label = "as stated" if m == 1.0 else f"× {m:g}"
         if o.feasible:
-            lines.append(f"| {label} | {_usd(o.cost_per_hour)} | {_delta(o.cost_per_hour, base)} | {o.gpus} | "
+            lines.append(f"| {label} | {usd_text(o.cost_per_hour)} | {_delta(o.cost_per_hour, base)} | {o.gpus} | "
                          f"{o.summary} |")
         else:
             lines.append(f"| {label} | infeasible | — | — | {o.why_not} |")
@@ -506,7 +502,7 @@ def _outcomes_table(rows: list[Outcome], base: float, head: str) -> str:
     lines = [f"| {head} | $/hour | vs plan | GPUs | Plan |", "|---|---:|---:|---:|---|"]
     for o in rows:
         if o.feasible:
-            lines.append(f"| {o.name} | {_usd(o.cost_per_hour)} | {_delta(o.cost_per_hour, base)} | {o.gpus} | {o.summary} |")
+            lines.append(f"| {o.name} | {usd_text(o.cost_per_hour)} | {_delta(o.cost_per_hour, base)} | {o.gpus} | {o.summary} |")
         else:
             lines.append(f"| {o.name} | infeasible | — | — | {o.why_not} |")
     return "\n".join(lines)
@@ -521,7 +517,7 @@ def _sensitivity(plan: Plan) -> str:
         change = ("as planned, alone" if plan.alone_differs else "as planned") if mult == 1 else f"{mult - 1:+.0%}".replace("-", "−")
         rate = plan.peak_rps * mult
         if o.feasible:
-            lines.append(f"| {change} | {rate:,.2f} | {_usd(o.cost_per_hour)} | {_usd(o.cost_per_hour * HOURS_PER_MONTH)} "
+            lines.append(f"| {change} | {rate:,.2f} | {usd_text(o.cost_per_hour)} | {usd_text(o.cost_per_hour * HOURS_PER_MONTH)} "
                          f"| {o.gpus} | {o.summary} |")
         else:
             lines.append(f"| {change} | {rate:,.2f} | infeasible | — | — | {o.why_not} |")
@@ -687,7 +683,7 @@ def _assumptions(plan: Plan) -> str:
         tflops = ", ".join(f"{k} {v:g}" for k, v in g.dense_tflops.items())
         e = g.efficiency
         lines.append(
-            f"| {g.id} | {g.memory_gib:.2f} | {g.hbm_bandwidth_gb_s:,.0f} | {tflops} | {_usd(price)} | {src} | "
+            f"| {g.id} | {g.memory_gib:.2f} | {g.hbm_bandwidth_gb_s:,.0f} | {tflops} | {usd_text(price)} | {src} | "
             f"{e.bandwidth:.2f}, {e.compute:.2f}, {e.step_overhead_ms:g} ms, {e.allreduce_latency_us:g} µs, "
             f"{e.interconnect:.2f} — {e.source} |"
         )

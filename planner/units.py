@@ -27,6 +27,11 @@ def gpus_text(n: int) -> str:
     return f"{n:,} GPU" if n == 1 else f"{n:,} GPUs"
 
 
+def usd_text(usd: float | None) -> str:
+    """An amount of US dollars to the cent; '—' for none (a cost no plan has, or nothing to price)."""
+    return "—" if usd is None or not math.isfinite(usd) else f"${usd:,.2f}"
+
+
 def usd_rate_text(usd_per_hour: float) -> str:
     """A price per GPU-hour: to the cent, or to the tenth or hundredth of a cent where fewer digits would
     round it (a 30% discount on $2.99 is $2.093, a 25% one $2.2425, and 17 GPUs at '$2.09' would not

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from planner.calibration.moe_check import committed_moe_check
 from planner.plan_objects import Plan
-from planner.units import gpus_text
+from planner.units import gpus_text, usd_text
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class Exposure:
         one = self.extra_replicas == 1
         return (f"{slower} covering the rates it plans for (peak × traffic.headroom) takes {self.extra_replicas} more "
                 f"replica{'' if one else 's'} of each class's cheapest pool per request/s{left_out}: "
-                f"+{gpus_text(self.extra_gpus)}, +${self.extra_usd_per_hour:,.2f}/hour at on-demand prices; that is "
+                f"+{gpus_text(self.extra_gpus)}, +{usd_text(self.extra_usd_per_hour)}/hour at on-demand prices; that is "
                 "throughput alone, a floor: slower steps also lengthen TTFT and TPOT, which can need more")
 
 
