@@ -51,7 +51,7 @@ def pool_setting(pool: PoolDetail, scn: Scenario, pools: list[PoolDetail], trace
         if take.size:
             mine = Requests(trace.arrival_s[take], trace.prompt_tokens[take], trace.output_tokens[take])
     return PoolSetting(tc.name, tc.label, pool.config.label(tc.max_model_len), pool.deployment, tc.hist, pool.replicas,
-                       pool.rate_per_replica_rps, pool.model, pool.resident, scn.traffic.shared_prefix_tokens, mine)
+                       pool.replay_rps, pool.model, pool.replay_resident, scn.traffic.shared_prefix_tokens, mine)
 
 
 def certify_plans(parts, resolve, *, rounds: int,
@@ -102,7 +102,7 @@ def certify_plans(parts, resolve, *, rounds: int,
             for pool, check in miss:
                 tc = pool.traffic_class
                 config = pool.config.label(tc.max_model_len)
-                if not check.problems:  # held at the planned peak with Poisson arrivals, not under the log's bursts
+                if not check.problems:  # held at its planned rate with Poisson arrivals, not under the log's bursts
                     new = pool.planned_rps * pool.replicas / (pool.replicas + 1)
                     why = "the log's own arrivals: " + "; ".join(check.replay.problems)
                 else:
@@ -112,7 +112,7 @@ def certify_plans(parts, resolve, *, rounds: int,
                     n = _requests(setting, slo, sim)
                     new = min([*(simulated_capacity(setting, slo, requests=n, seed=s).rate_rps
                                  for s in check.seeds),
-                               pool.rate_per_replica_rps * (1 - REPLAN_STEP)])
+                               pool.replay_rps * (1 - REPLAN_STEP)])
                     why = "; ".join(check.problems)
                 st.evaluator.record_simulated(next(e for e in evals if e.key == (tc.option, tc.name, config)), new)
                 changes.append(f"round {spent}: {tc.label} on {config} missed ({why}); planned at {new:,.3f} instead "
@@ -175,7 +175,7 @@ def _replay_key(pool: PoolDetail, pools: list[PoolDetail], trace: Requests | Non
     plan's pool beside another config, the same pool alone in a per-GPU plan) take different
     requests of the log, so they do not share a replay."""
     tc = pool.traffic_class
-    key = (tc.option, tc.name, pool.config.label(tc.max_model_len), pool.replicas, round(pool.rate_per_replica_rps, 9))
+    key = (tc.option, tc.name, pool.config.label(tc.max_model_len), pool.replicas, round(pool.replay_rps, 9))
     return key if trace is None else (*key, *_log_share(pool, pools))
 
 

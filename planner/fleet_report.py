@@ -59,8 +59,8 @@ def _verdict(fp: FleetPlan) -> str:
     if certified is None:
         return "Not every service asked for certification by simulation (`verify: false`): their pools rest on the model."
     if certified:
-        return ("Certified by simulation: every pool of every service meets its bands' targets when replayed at its "
-                f"peak rate. {REPLAY_TESTS}")
+        return ("Certified by simulation: every pool of every service meets its bands' targets when replayed at the "
+                f"rate it is planned to carry (its share of its service's peak × headroom). {REPLAY_TESTS}")
     return "**This fleet does NOT hold every target in simulation**: see the services' sections."
 
 

@@ -71,6 +71,8 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             "cost_usd_per_hour": pool.cost_per_hour,
             "planned_rps": pool.planned_rps,
             "rate_per_replica_rps": pool.rate_per_replica_rps,
+            # what certification replayed a replica at: the rate the plan covers (a stated fleet: the peak)
+            "replay_rps_per_replica": pool.replay_rps,
             "bands": _pool_bands(pool),
             "holds": pool.check.holds if pool.check is not None else None,
             # runs pooled for the verdict: more than one where the first came close to a limit

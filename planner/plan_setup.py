@@ -92,7 +92,10 @@ def served_traffic(scn: Scenario, model: Model, hist: Histogram, measured_peak_r
     return limit, served, measured_peak_rps * scn.traffic.growth * served.requests / hist.requests
 
 
-def pool_details(evaluator: Evaluator, evals, sol: FleetSolution) -> list[PoolDetail]:
+def pool_details(evaluator: Evaluator, evals, sol: FleetSolution, *, replay_covered: bool = True) -> list[PoolDetail]:
+    """Each pool of the solution with its replica model, its operating point at the peak, and the
+    rate its replay is judged at (PoolDetail.replay_rps): the rate the plan covers, peak × headroom,
+    or with replay_covered=False (a stated fleet, audited as it stands) the peak itself."""
     by_label = {e.key: e for e in evals}
     out = []
     for p in sol.pools:
@@ -104,7 +107,9 @@ def pool_details(evaluator: Evaluator, evals, sol: FleetSolution) -> list[PoolDe
                             [(q.replicas, q.capacity_rps) for q in sol.pools if q.traffic_class == p.traffic_class])
         per_replica = tc.peak_rps * share / p.replicas
         n = rm.resident_for_rate(per_replica, float(dep.engine.max_num_seqs))
+        replay = tc.rate_rps * share / p.replicas if replay_covered else per_replica
+        replay_n = n if replay == per_replica else rm.resident_for_rate(replay, float(dep.engine.max_num_seqs))
         out.append(PoolDetail(tc, cfg, dep, p.replicas, p.gpus, p.cost_per_hour, e.capacity, rm.point(n or 0.0),
-                              per_replica, rm, n, e.capacity_rps))
+                              per_replica, rm, n, e.capacity_rps, replay, replay_n))
     return out
 

@@ -180,7 +180,7 @@ def _given_fleet_plan(scn, catalog, model, hist, measured_peak_rps, *, traffic_n
                           tc.rate_rps, fp.replicas * fp.tp * cfg.price_usd_per_hour))
     sol = FleetSolution("Given (the scenario's fleet, not optimised)", option, None if one_class else limits[0],
                         tuple(pools), sum(p.cost_per_hour for p in pools), sum(p.gpus for p in pools), 0.0, 0.0, "—")
-    details = pool_details(evaluator, evals, sol)
+    details = pool_details(evaluator, evals, sol, replay_covered=False)  # an audit: does it hold at the peak
     certification = None
     if scn.verify if certify is None else certify:
         setup = Setup(scn, catalog, model, hist, measured_peak_rps, limit, served, peak, evaluator, [], classes, evals,

@@ -3,8 +3,10 @@
 The analytical model (planner.capacity, planner.latency) sizes every candidate; the
 simulator (planner.simulate) is the judge of the plan the solver returns. A pool is
 certified when one of its replicas, fed the pool's own traffic class with Poisson
-arrivals at the rate it carries at the peak (before headroom), keeps every band's TTFT,
-TPOT and ITL at their statistics within their limits, meets the attainment goal, stays
+arrivals at the rate the plan has it carry (its share of the peak × headroom: the headroom a
+plan states is then there in simulation, not only in the model, which overstated capacity by
+3-14% in the shipped plans' replays; a stated fleet's, of the peak itself), keeps every band's
+TTFT, TPOT and ITL at their statistics within their limits, meets the attainment goal, stays
 stable and preempts within budget. A pool that misses gets its simulated capacity (the
 highest rate that holds, by bisection over the same requests rescaled: common random
 numbers) and planner.planning solves again with it.
@@ -186,7 +188,7 @@ class PoolSetting:
     deployment: Deployment
     hist: Histogram
     replicas: int
-    rate_rps: float  # per replica at the peak
+    rate_rps: float  # per replica, the rate replayed (PoolDetail.replay_rps)
     model: ReplicaModel
     resident: float | None  # the model's N at that rate (None: beyond the model's roofline)
     shared_prefix_tokens: int = 0

@@ -26,7 +26,7 @@ from planner.plan_objects import (
     thresholds_left_out,
 )
 from planner.pool_check import EXPLORED_CONFIRM_STEPS, band_requests
-from planner.report_latency import latency_section
+from planner.report_latency import latency_section, replayed_rate_text
 from planner.roofline import StepModel
 from planner.units import HOURS_PER_MONTH, GiB, gpus_text, quantile_label, usd_text
 from planner.verification import unverified_speed
@@ -172,8 +172,8 @@ def _verdict_line(plan: Plan, short: str) -> str:
         return f"Targets ({bands}) are met by the model's prediction; simulation was not asked for (`verify: false`)."
     if cert.certified:
         again = f", after {cert.rounds} re-plan{'s' if cert.rounds > 1 else ''} at simulated capacities" if cert.rounds else ""
-        return (f"Certified by simulation: every pool meets every band's targets ({bands}) when replayed at its peak "
-                f"rate{again}.{_untested(plan)} {REPLAY_TESTS}")
+        return (f"Certified by simulation: every pool meets every band's targets ({bands}) when replayed at "
+                f"{replayed_rate_text(plan)}{again}.{_untested(plan)} {REPLAY_TESTS}")
     failing = "; ".join(f"{pool.traffic_class.label}: {', '.join(pool.check.problems or pool.check.replay.problems)}"
                         for pool in plan.pools if not pool.check.holds)
     return f"**This plan does NOT hold its targets in simulation** ({failing}); targets: {bands}."

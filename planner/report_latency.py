@@ -22,6 +22,13 @@ _WHAT = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL (per token)"}
 FEW_BEYOND = 10
 
 
+def replayed_rate_text(plan: Plan) -> str:
+    """The rate certification replayed each pool at (plan_setup.pool_details), in words."""
+    if plan.given_fleet:
+        return "its share of the peak rate"
+    return f"the rate it is planned to carry (its share of the peak × headroom {plan.scenario.traffic.headroom:g})"
+
+
 def _value(seconds: float, kind: str) -> str:
     if not math.isfinite(seconds):
         return "—"
@@ -96,7 +103,7 @@ def latency_section(plan: Plan) -> str:
     lines = [
         "## Latency targets, certified by simulation",
         "",
-        f"Each pool's replica replayed at its rate at the peak (before headroom) through the paged-cache "
+        f"Each pool's replica replayed at {replayed_rate_text(plan)} through the paged-cache "
         f"scheduler simulator (planner/simulate.py; enough sampled requests for {cert.band_requests:,} measured in "
         f"every band, at most {cert.requests:,} a run; seed {cert.seed}; the first 10% as warm-up; a value within "
         f"{1 - CLOSE_SHARE:.0%} of its limit, either side, is judged again on {CONFIRM_RUNS} runs pooled, seeds "

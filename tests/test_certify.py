@@ -56,6 +56,26 @@ def test_simulate_json_has_band_percentiles_and_the_verdict(tmp_path):
     assert json.loads(again.output) == out  # same seed, same result
 
 
+def test_a_plan_is_replayed_at_the_rate_it_covers_with_headroom_and_a_given_fleet_at_its_peak(tmp_path):
+    """A plan sized for peak × headroom is certified at that rate per replica, so the headroom a
+    report states is there in simulation (the model put capacity 3-14% above the simulator's in the
+    shipped plans, which a replay at the bare peak hid); a stated fleet is audited at the peak."""
+    text = SCENARIO.replace("peak: {method: explicit, rps: 6}", "peak: {method: explicit, rps: 6}\n  headroom: 1.5")
+    r = CliRunner().invoke(main, ["solve", str(write(tmp_path, text)), "--no-report", "--json"])
+    assert r.exit_code == 0, r.output
+    (pool,) = json.loads(r.output)["plan"]
+    assert pool["rate_rps"] == pytest.approx(9.0) and pool["rate_per_replica_rps"] == pytest.approx(6.0 / pool["replicas"])
+    assert pool["replay_rps_per_replica"] == pytest.approx(9.0 / pool["replicas"])
+    sim = CliRunner().invoke(main, ["simulate", str(write(tmp_path, text)), "--json"])
+    (checked,) = json.loads(sim.output)["pools"]
+    assert checked["rate_per_replica_rps"] == pytest.approx(9.0 / pool["replicas"])
+    assert checked["predicted"]["rate_rps"] == pytest.approx(9.0 / pool["replicas"], rel=0.02)  # the model at that rate
+    given = text + f"fleet: [{{gpu: h100-sxm, replicas: {pool['replicas']}}}]\n"
+    sim = CliRunner().invoke(main, ["simulate", str(write(tmp_path, given)), "--json"])
+    (checked,) = json.loads(sim.output)["pools"]
+    assert checked["rate_per_replica_rps"] == pytest.approx(6.0 / pool["replicas"])
+
+
 def test_simulate_shows_the_certification_s_runs_and_replays_the_reported_plan_at_another_seed(tmp_path):
     """Without --requests and --seed, simulate shows the runs the report's verdict rests on; a seed
     given replays the plan the report shows (it does not plan again with that seed)."""

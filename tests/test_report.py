@@ -257,7 +257,8 @@ def test_a_band_without_requests_or_without_second_tokens_is_not_reported_as_tes
     r = run("solve", write_scenario(tmp_path, text), "--out-dir", tmp_path / "out")
     assert r.exit_code == 0, r.output
     report = (tmp_path / "out" / "vacuous.md").read_text(encoding="utf-8")
-    assert ("when replayed at its peak rate. No request of the traffic falls in the band 'tiny': its targets were not "
+    assert ("when replayed at the rate it is planned to carry (its share of the peak × headroom 1.2). No request of the "
+            "traffic falls in the band 'tiny': its targets were not "
             "tested. No request of the band 'rest' has a second output token: its TPOT target was not tested.") in report
     assert "| TPOT p99 ≤ 1.0 ms | — | — | no TPOT: no request of the band has a second output token |" in report
 

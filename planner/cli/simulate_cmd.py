@@ -20,7 +20,7 @@ _STATS = ("p50", "p90", "p99")
 @catalog_option
 @json_option
 def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
-    """Plan SCENARIO (or take the fleet it states), then simulate one replica of each pool at its peak rate.
+    """Plan SCENARIO (or take the fleet it states), then simulate one replica of each pool at its planned rate.
 
     Prints each band's targets beside the model's prediction and the simulated TTFT and TPOT
     percentiles, and the verdict. The plan is certified first, with the scenario's simulation
