@@ -22,9 +22,9 @@ from planner.plan_setup import Setup, pool_details
 from planner.pool_check import (
     PoolCheck,
     PoolSetting,
+    capacity_on_every_run,
     check_pool,
     requests_for,
-    simulated_capacity,
 )
 from planner.progress import stage
 from planner.requests import Requests
@@ -32,7 +32,7 @@ from planner.scenario import Scenario
 from planner.targets import SLO
 
 # A pool that missed at its rate is planned at least this share below it: the simulated capacity
-# is bisected to 2% (pool_check.simulated_capacity), and a re-plan at the rate that missed would
+# is bisected to 2% (pool_check.capacity_on_every_run), and a re-plan at the rate that missed would
 # meet the same check again.
 REPLAN_STEP = 0.02
 
@@ -110,9 +110,8 @@ def certify_plans(parts, resolve, *, rounds: int,
                     # The capacity on the runs the verdict pooled: each must hold (the pooled p99 is no
                     # worse than the worst run's), and below the rate that missed, so a round changes the plan.
                     n = _requests(setting, slo, sim)
-                    new = min([*(simulated_capacity(setting, slo, requests=n, seed=s).rate_rps
-                                 for s in check.seeds),
-                               pool.replay_rps * (1 - REPLAN_STEP)])
+                    new = min(capacity_on_every_run(setting, slo, requests=n, seeds=check.seeds),
+                              pool.replay_rps * (1 - REPLAN_STEP))
                     why = "; ".join(check.problems)
                 st.evaluator.record_simulated(next(e for e in evals if e.key == (tc.option, tc.name, config)), new)
                 changes.append(f"round {spent}: {tc.label} on {config} missed ({why}); planned at {new:,.3f} instead "

@@ -138,14 +138,17 @@ def max_sustainable_rate(
     warmup_fraction: float = DEFAULT_WARMUP_FRACTION,
     max_evaluations: int = 24,
     simulate: Callable[..., SimResult] | None = None,
+    search_above: bool = True,
+    widen: float = 1.5,
 ) -> SustainableRate:
     """Bisection on the simulator for the highest rate that meets the Criterion.
 
     One set of requests is sampled (seed) and its Poisson arrivals rescaled to each rate
     tried (common random numbers), so the pass/fail outcome is close to monotone in the
     rate. The bracket starts at the analytical capacity (or `initial_rate_rps`) and is
-    widened by factors of 1.5 until it holds a pass and a fail; bisection stops when
-    its width is below rel_tol of the upper end.
+    widened by factors of `widen` until it holds a pass and a fail; bisection stops when
+    its width is below rel_tol of the upper end. search_above=False: a pass at the initial rate
+    is the answer (a caller that needs no rate above it is spared the search upwards).
     """
     slo = slo or NO_TARGETS
     crit = Criterion(slo, preemption_budget_per_1000)
@@ -169,12 +172,14 @@ def max_sustainable_rate(
     lo, hi = guess, guess
     if evaluate(guess):
         while evaluate(lo) and len(order) < max_evaluations:
-            hi, lo = lo, lo / 1.5
+            hi, lo = lo, lo / widen
         if evaluate(lo):
             return SustainableRate(0.0, None, ",".join(cache[lo][1]), tuple(order), (0.0, lo))
+    elif not search_above:
+        return SustainableRate(guess, cache[guess][0], "not searched above", tuple(order), (guess, guess))
     else:
         while not evaluate(hi) and len(order) < max_evaluations:
-            lo, hi = hi, hi * 1.5
+            lo, hi = hi, hi * widen
     while hi - lo > rel_tol * hi and len(order) < max_evaluations:
         mid = 0.5 * (lo + hi)
         if evaluate(mid):

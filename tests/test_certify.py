@@ -353,7 +353,7 @@ def test_a_pool_that_misses_on_the_pooled_runs_is_replanned_below_the_rate_that_
     cert = plan.certification
     assert cert.certified and cert.rounds == 1
     planned = float(cert.changes[0].split("planned at ")[1].split(" ")[0])
-    assert planned <= rps * 0.98 + 1e-9
+    assert planned <= rps * 0.98 + 5e-4  # the text rounds to 3 decimals (18.50861 shows as 18.509)
     assert all(pool.check.holds for pool in plan.pools)
 
 
