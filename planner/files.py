@@ -286,7 +286,10 @@ def path_is(path: Path, kind: str) -> bool:
 
 
 def read_text(path: str | os.PathLike, kind: str, *, max_bytes: int | None = None) -> str:
-    """The UTF-8 text of `path`; a missing, unreadable, binary or oversized file is an InputError naming it."""
+    """The UTF-8 text of `path`; a missing, unreadable, binary or oversized file is an InputError naming it.
+
+    The limit is kept by reading at most one byte past it, not by the file's stated size: a device or
+    a pipe (/dev/zero, a shell's <(...)) states 0 bytes, and read whole it would fill the memory."""
     path = Path(path)
     note_input(path)
     try:
@@ -294,7 +297,12 @@ def read_text(path: str | os.PathLike, kind: str, *, max_bytes: int | None = Non
             raise InputError(
                 f"file is {path.stat().st_size:,} bytes; a {kind} file here is at most {max_bytes:,}", where=str(path)
             )
-        return path.read_text(encoding="utf-8")
+        with path.open("rb") as f:
+            raw = f.read() if max_bytes is None else f.read(max_bytes + 1)
+        if max_bytes is not None and len(raw) > max_bytes:
+            raise InputError(f"more than {max_bytes:,} bytes; a {kind} file here is at most {max_bytes:,}",
+                             where=str(path))
+        return raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")  # text mode's universal newlines
     except FileNotFoundError:
         raise InputError("file not found", where=str(path)) from None
     except (IsADirectoryError, UnicodeDecodeError) as exc:

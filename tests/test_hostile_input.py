@@ -241,6 +241,34 @@ def test_solve_write_lp_onto_the_scenario_is_refused(tmp_path):
     assert path.read_text() == before
 
 
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")
+def test_a_device_read_as_an_input_file_is_refused_at_the_limit_not_read_whole():
+    """A device states 0 bytes: the size limit holds by reading one byte past it (it filled the
+    memory before: 6 GB in 8 s)."""
+    r = run("kv", "llama-3.1-8b", "--catalog", "/dev/zero")
+    one_line_error(r, 2, "/dev/zero: more than 16,777,216 bytes; a YAML file here is at most 16,777,216")
+
+
+@pytest.mark.parametrize("value", ['"off"', '"n"', "0", '"false"'])
+def test_a_boolean_is_true_or_false_not_a_string_or_number(tmp_path, value):
+    """verify: "off" was read as false and switched certification off without a word."""
+    r = run("solve", scenario(tmp_path, BASE + f"verify: {value}\n"), "--no-report")
+    one_line_error(r, 2, "s.yaml: verify: Input should be a valid boolean")
+
+
+def test_capacity_of_a_histogram_at_a_limit_inside_a_bin_is_refused(tmp_path):
+    """--context-limit 6143 left out the whole (4096, 6144] bin (1,612 requests, not the 23 above
+    6,143) while memory was sized at 6,143; a scenario's context_limit is refused the same way."""
+    hist = tmp_path / "conv.hist.parquet"
+    assert run("histogram", ROOT / "data" / "samples" / "azure_conv_2023_sample.csv", "--preset", "azure",
+               "-o", hist).exit_code == 0
+    r = run("capacity", "llama-3.1-8b", "h100-sxm", "--histogram", hist, "--context-limit", "6143")
+    one_line_error(r, 2, "'--context-limit': with --histogram, the context limit 6143 is not a histogram edge; "
+                   "nearest: 4096, 6144, 8192")
+    r = run("capacity", "llama-3.1-8b", "h100-sxm", "--histogram", hist, "--context-limit", "6144")
+    assert r.exit_code == 0 and "note: 23 request(s) exceed the 6,144-token limit" in r.stderr
+
+
 def test_histogram_output_inside_an_input_folder_is_refused(tmp_path):
     folder = tmp_path / "logs"
     folder.mkdir()

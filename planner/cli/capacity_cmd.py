@@ -168,6 +168,14 @@ def _traffic_class(dep, histogram_file, prompt_tokens, output_tokens, shared_pre
     if histogram_file and prompt_tokens is not None:
         raise click.UsageError("give either --histogram or --prompt-tokens/--output-tokens, not both")
     if histogram_file:
+        from planner.scenario.fields import histogram_edge
+
+        # A limit inside a bin would leave out the whole bin's requests while memory is sized at the
+        # limit; a scenario's context_limit is refused the same way.
+        try:
+            histogram_edge(dep.max_model_len, "with --histogram, the context limit")
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="'--context-limit'") from None
         hist = _load_histogram(histogram_file)
         served = hist.select_total(at_most=edge_at_most(dep.max_model_len))
         too_long = hist.requests - served.requests

@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, StrictBool, ValidationError, field_validator, model_validator
 
 from planner.bounds import (
     MAX_GPU_MEMORY_GIB,
@@ -94,7 +94,7 @@ class Scenario(Strict):
     slo: SLOSpec = SLOSpec()
     sizing: Sizing = Sizing()
     gpus: list[str | GPUCandidate] = Field(default_factory=lambda: ["h100-sxm", "h200", "a100-80gb", "l40s"])
-    verified_only: bool = Field(
+    verified_only: StrictBool = Field(
         False, description="consider only GPUs whose efficiency factors were fitted on their own measurements"
     )
     weight_dtypes: list[str] = Field(default_factory=lambda: ["bf16", "fp8"])
@@ -111,10 +111,10 @@ class Scenario(Strict):
         "64k below the limit]; [] for no split"
     )
     min_replicas_per_pool: whole(ge=1, le=MAX_MIN_REPLICAS) = Field(1, description="2 or more for N+1 redundancy")
-    homogeneous_pools: bool = Field(True, description="one config per pool")
+    homogeneous_pools: StrictBool = Field(True, description="one config per pool")
     lower_context_limit: PositiveTokens | None = Field(None, description="the 'lower limit' lever [default: half the limit]")
     solver: Solver = Solver()
-    verify: bool = Field(
+    verify: StrictBool = Field(
         True, description="certify the plan: replay every pool through the simulator against its band targets, "
         "and re-plan a pool that misses at its simulated capacity"
     )

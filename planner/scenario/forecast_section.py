@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, StrictBool, field_validator
 
 from planner.bounds import (
     MAX_GROWTH,
@@ -41,7 +41,7 @@ class Forecast(Strict):
     growth_mode: Literal["compound", "relative"] = Field(
         "compound", description="compound: each quarter's growth applies to the previous quarter; relative: to the base"
     )
-    carry_forward: bool = Field(
+    carry_forward: StrictBool = Field(
         False,
         description="each quarter's fleet is committed (reserved) from the next quarter on, at the terms of the "
         "quarter it was committed in; commitments last to the end of the forecast",
@@ -50,7 +50,7 @@ class Forecast(Strict):
     reserved_prices: dict[str, PriceUsdPerGpuHour] = Field(
         default_factory=dict, description="committed $/GPU-hour per GPU type"
     )
-    reserved_pools: bool = Field(
+    reserved_pools: StrictBool = Field(
         True,
         description="reserved GPUs are already paid: each reserved type may hold a pool of its own beside a "
         "homogeneous pool's type, so that a new type never strands them",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, StrictBool, model_validator
 
 from planner.bounds import (
     MAX_GROWTH,
@@ -92,10 +92,10 @@ class Peak(Strict):
 class LoadProfileSpec(Strict):
     """The day's load curve: exactly one of measured (from the log), hourly (stated) or shape (named)."""
 
-    measured: bool | None = Field(
+    measured: StrictBool | None = Field(
         None, description="true: arrivals per hour of day from the log's timestamps (the log must span a day)"
     )
-    by_weekday: bool = Field(False, description="measured: one curve per hour of the week (the log must span a week)")
+    by_weekday: StrictBool = Field(False, description="measured: one curve per hour of the week (the log must span a week)")
     hourly: list[real(ge=0, le=MAX_GROWTH)] | None = Field(
         None, description="24 multipliers, hour 0 first (or 168, Monday 00:00 first); scaled so the busiest hour is 1"
     )
