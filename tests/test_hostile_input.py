@@ -267,6 +267,8 @@ def test_capacity_of_a_histogram_at_a_limit_inside_a_bin_is_refused(tmp_path):
                    "nearest: 4096, 6144, 8192")
     r = run("capacity", "llama-3.1-8b", "h100-sxm", "--histogram", hist, "--context-limit", "6144")
     assert r.exit_code == 0 and "note: 23 request(s) exceed the 6,144-token limit" in r.stderr
+    # the model's own limit, taken by default, is no stated cut: Qwen3's 40,960 serves the bins below it
+    assert run("capacity", "qwen3-32b", "h100-sxm", "--tp", "2", "--histogram", hist).exit_code == 0
 
 
 def test_histogram_output_inside_an_input_folder_is_refused(tmp_path):

@@ -123,7 +123,7 @@ def capacity(
                                  param_hint="--typical-tokens")
     ladder = budget_ladder(dep)
     payload = ladder_payload(dep, ladder, typical_tokens)
-    prof = _traffic_class(dep, histogram_file, prompt_tokens, output_tokens, shared_prefix)
+    prof = _traffic_class(dep, histogram_file, prompt_tokens, output_tokens, shared_prefix, max_model_len)
     view = None
     if prof is not None:
         slo = SLO.single(ttft_s=ttft_s, tpot_ms=tpot_ms, itl_ms=itl_ms, stat=stat)
@@ -157,7 +157,7 @@ def _one_traffic_source(typical_tokens, histogram_file, prompt_tokens, shared_pr
                                "--prompt-tokens/--output-tokens)")
 
 
-def _traffic_class(dep, histogram_file, prompt_tokens, output_tokens, shared_prefix):
+def _traffic_class(dep, histogram_file, prompt_tokens, output_tokens, shared_prefix, stated_limit=None):
     """The token profile of --histogram or --prompt-tokens/--output-tokens within the context
     limit, or None without a class; usage errors name the option."""
     from planner.paged import prefix_disagreement, token_profile
@@ -170,10 +170,11 @@ def _traffic_class(dep, histogram_file, prompt_tokens, output_tokens, shared_pre
     if histogram_file:
         from planner.scenario.fields import histogram_edge
 
-        # A limit inside a bin would leave out the whole bin's requests while memory is sized at the
-        # limit; a scenario's context_limit is refused the same way.
+        # A stated limit inside a bin would leave out the whole bin's requests while memory is sized at
+        # the limit; a scenario's context_limit is refused the same way. The model's own limit (40,960
+        # for Qwen3), taken by default, serves the bins below it, as a scenario without one does.
         try:
-            histogram_edge(dep.max_model_len, "with --histogram, the context limit")
+            histogram_edge(stated_limit, "with --histogram, the context limit")
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="'--context-limit'") from None
         hist = _load_histogram(histogram_file)
