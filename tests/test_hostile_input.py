@@ -271,6 +271,13 @@ def test_capacity_of_a_histogram_at_a_limit_inside_a_bin_is_refused(tmp_path):
     assert run("capacity", "qwen3-32b", "h100-sxm", "--tp", "2", "--histogram", hist).exit_code == 0
 
 
+def test_a_command_started_with_stdout_closed_ends_without_a_traceback():
+    """planner ... >&- : Python's sys.stdout is None, and the final flush raised AttributeError."""
+    done = subprocess.run([sys.executable, "-m", "planner", "kv", "llama-3.1-8b"], cwd=ROOT, capture_output=False,
+                          stderr=subprocess.PIPE, text=True, preexec_fn=lambda: os.close(1), check=False)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+
+
 def test_histogram_output_inside_an_input_folder_is_refused(tmp_path):
     folder = tmp_path / "logs"
     folder.mkdir()

@@ -90,6 +90,8 @@ def run() -> None:
             print(code, file=sys.stderr)
         code = 0 if code is None else 1
     for stream in (sys.stdout, sys.stderr):
+        if stream is None:  # started with the descriptor closed (planner ... >&-): Python gives None
+            continue
         with contextlib.suppress(OSError, ValueError):  # a closed pipe (planner ... | head)
             stream.flush()
     os._exit(code)
