@@ -116,9 +116,8 @@ class PoolDetail:
     model: ReplicaModel
     resident: float | None  # the model's mean resident batch at that rate (None: beyond its roofline)
     planned_rps: float  # per replica in the ILP: the simulated capacity if certification measured one
-    # Per replica, what certification replays it at: the rate the plan covers (peak × headroom), so
-    # that the headroom a report states is there in simulation too, not only in the model; a stated
-    # fleet's peak (plan_setup.pool_details). And the model's mean resident batch at that rate.
+    # Per replica, the rate certification replays (plan_setup.pool_details; why: planner.pool_check),
+    # and the model's mean resident batch at that rate.
     replay_rps: float
     replay_resident: float | None
     check: PoolCheck | None = None
