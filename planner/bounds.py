@@ -108,6 +108,21 @@ def whole(*, gt: int | None = None, ge: int | None = None, lt: int | None = None
     return Annotated[int, _PLAIN, Field(gt=gt, ge=ge, lt=lt, le=le)]
 
 
+MAX_LABEL_CHARS = 200  # a catalog id or a band's name: a cell of the report's tables
+
+
+def _label(value: Any) -> Any:
+    """A name the reports print in a Markdown table cell and in one-line summaries: a '|' there
+    adds a column, a newline ends the row, and other control characters reach the terminal."""
+    if isinstance(value, str) and ("|" in value or any(ord(ch) < 32 or ord(ch) == 127 for ch in value)):
+        raise PydanticCustomError("label_chars", "a name the reports print in their tables may not hold '|', a "
+                                  "newline or another control character (got {value})", {"value": repr(value)})
+    return value
+
+
+# A name the reports print (a catalog id, a band's name): no '|' or control characters.
+Label = Annotated[str, BeforeValidator(_label), Field(min_length=1, max_length=MAX_LABEL_CHARS)]
+
 # ---- named types, one per kind of quantity ------------------------------------------------
 Tokens = whole(ge=0, le=MAX_TOKENS)
 PositiveTokens = whole(ge=1, le=MAX_TOKENS)

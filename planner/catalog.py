@@ -26,6 +26,7 @@ from planner.bounds import (
     BandwidthGBs,
     BitsPerElement,
     Fraction,
+    Label,
     Layers,
     Params,
     PositiveTokens,
@@ -46,7 +47,7 @@ class _Frozen(BaseModel):
 class Dtype(_Frozen):
     """A number format for weights or KV cache (data/dtypes.yaml)."""
 
-    id: str
+    id: Label
     bits_per_element: BitsPerElement = Field(description="storage bits per element, scale overhead included")
     compute_dtype: str = Field(description="dtype whose tensor-core rate a matmul with these weights runs at")
     weight: bool = True
@@ -104,7 +105,7 @@ class Efficiency(_Frozen):
 class GPU(_Frozen):
     """One accelerator type (data/gpus.yaml)."""
 
-    id: str
+    id: Label
     name: str
     vendor: str
     arch: str
@@ -142,7 +143,7 @@ class GPU(_Frozen):
 class Model(_Frozen):
     """One model's architecture, as in its published config.json, plus parameter counts."""
 
-    id: str
+    id: Label
     hf_id: str
     architecture: str
     num_hidden_layers: Layers
@@ -274,7 +275,7 @@ class SchedulerTier(_Frozen):
 class Engine(_Frozen):
     """How a serving engine sizes its KV cache and batches its steps (data/engines.yaml)."""
 
-    id: str
+    id: Label
     name: str
     rule: Literal["fraction_of_total", "fraction_of_free_after_weights", "static_fraction_weights_and_kv"]
     memory_fraction: Fraction

@@ -235,8 +235,8 @@ def _quarter_plan(inputs: Inputs, qscn: Scenario, q: QuarterSpec, reserved, pric
             )
     try:
         return plan_inputs(inputs, qscn, explore=False, reserved={g: (n, price[g]) for g, n in reserved.items()})
-    except InfeasibleError as exc:
-        raise InfeasibleError(f"forecast quarter {q.quarter}: {exc.message}", where=exc.where) from None
+    except (InfeasibleError, InputError) as exc:  # a quarter's own context limit or demand: name the quarter
+        raise type(exc)(f"forecast quarter {q.quarter}: {exc.message}", where=exc.where or str(inputs.path)) from None
 
 
 def _gpus_by_type(plan: Plan) -> dict[str, int]:

@@ -116,9 +116,12 @@ def model_from_hf_config(
     family = BY_MODEL_TYPE.get(model_type or "")
     if family is None:
         if not (layer_kinds and params_total):
+            what = (f"'{model_type}' is not a family planner reads" if model_type else
+                    f"required field is missing (architectures: {', '.join(architectures)}); planner reads a "
+                    "model's layers by its family")
             raise ConfigFields(outer, where).error(
                 "model_type",
-                f"'{model_type}' is not a family planner reads (covered: {', '.join(COVERED_MODEL_TYPES)}); "
+                f"{what} (covered: {', '.join(COVERED_MODEL_TYPES)}); "
                 "its layers and parameters cannot be read safely: give --layer-kinds KIND=N,... and --params-total "
                 "(and --params-active for MoE) to import it anyway",
             )

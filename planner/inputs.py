@@ -54,10 +54,16 @@ def scenario_model(scn: Scenario, catalog: Catalog, base: Path, where: str) -> M
         if not path_is(config, "file"):  # named by the scenario's field: the reader knows only the path
             raise InputError(f"model.config_json: '{spec['config_json']}' is no file (paths are relative to the "
                              "scenario's folder)", where=where)
-        return model_from_hf_config(
-            config, name=str(extra.get("name", "custom-model")),
-            params_total=extra.get("params_total"), params_active=extra.get("params_active"), hf_id=extra.get("hf_id"),
-        )
+        try:
+            return model_from_hf_config(
+                config, name=str(extra.get("name", "custom-model")),
+                params_total=extra.get("params_total"), params_active=extra.get("params_active"),
+                hf_id=extra.get("hf_id"),
+            )
+        except InputError as exc:  # named by the scenario's field; the reader names only the file
+            hint = (" (a scenario's config_json takes no layer kinds: import the model with `planner catalog "
+                    "import-hf` and give its entry in a catalog file)") if "--layer-kinds" in exc.message else ""
+            raise InputError(f"model.config_json ({spec['config_json']}): {exc.message}{hint}", where=where) from None
     return validate(Model, {"id": spec.get("id", "inline-model"), **spec}, where=where, prefix="model")
 
 
@@ -87,6 +93,9 @@ def scenario_inputs(scn: Scenario, path: Path, base: Path, *, catalog_files: tup
     where = where or str(path)
     catalog = scenario_catalog(scn, Path(where), catalog_files)
     model = scenario_model(scn, catalog, base, where)
+    conflict = limit_conflict(scn, model)
+    if conflict:
+        raise InputError(conflict, where=where)
     try:
         traffic = load_traffic(scn, base)
     except InputError as exc:
@@ -94,6 +103,29 @@ def scenario_inputs(scn: Scenario, path: Path, base: Path, *, catalog_files: tup
             raise
         raise InputError(f"traffic: {exc}", where=where) from None
     return Inputs(path, scn, catalog, model, traffic)
+
+
+def limit_conflict(scn: Scenario, model: Model) -> str:
+    """A setting that means something only below the context limit (the stated one, or the model's
+    max_position_embeddings), stated at or above it; '' when there is none. Each was obeyed or
+    dropped without a word: a lower-limit lever at or above the limit left its row out of the
+    report, a split threshold past it was never analysed, and a running pool with a longer limit
+    than the scenario's had its whole plan made at the pool's limit."""
+    limit = scn.context_limit or model.max_position_embeddings
+    limit_text = (f"context_limit {limit}" if scn.context_limit else
+                  f"the context limit {limit} ('{model.id}' max_position_embeddings)")
+    if scn.lower_context_limit is not None and scn.lower_context_limit >= limit:
+        return (f"lower_context_limit {scn.lower_context_limit} must be below {limit_text}: it is the lower "
+                "limit whose plan the report prices as a lever")
+    past = [t for t in scn.split_thresholds or () if t >= limit]
+    if past:
+        return (f"split_thresholds: {', '.join(map(str, past))} {'is' if len(past) == 1 else 'are'} at or above "
+                f"{limit_text}; a split threshold must lie below the limit (requests longer than it are rejected)")
+    for i, pool in enumerate(scn.fleet or ()):
+        if pool.context_limit is not None and pool.context_limit > limit:
+            return (f"fleet[{i}].context_limit {pool.context_limit} is above {limit_text}: the scenario rejects "
+                    "longer requests; lower the pool's limit or raise the scenario's")
+    return ""
 
 
 def plan_inputs(

@@ -57,7 +57,7 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
     else:
         # pyarrow's readers load only for logs and histogram files, not for synthetic traffic.
         from planner.workload.columns import read_for_a_scenario, resolve_columns
-        from planner.workload.ingest import ingest
+        from planner.workload.ingest import ingest, is_histogram_file
 
         paths = [src.log] if isinstance(src.log, str) else list(src.log or [])
         if src.histogram is not None:
@@ -68,6 +68,12 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
             if not path_is(file, "any"):  # named by the scenario's field: the reader knows only the path
                 raise InputError(f"source.{field}: '{written}' does not exist (paths are relative to the "
                                  "scenario's folder)")
+            # ingest reads logs and histogram files alike: a log here would be planned from, and
+            # the report would call it a histogram file
+            if field == "histogram" and not is_histogram_file(file):
+                raise InputError(f"source.histogram: '{written}' is a request log, not a histogram file; give it as "
+                                 "source.log (with its preset or columns), or write its histogram with "
+                                 "`planner histogram LOG -o FILE.parquet`")
         cols = src.columns
         spec = resolve_columns(
             src.preset, cols.prompt if cols else None, cols.output if cols else None,

@@ -792,7 +792,12 @@ def test_a_source_shorter_than_four_minutes_is_refused_not_planned_for_a_third_o
 
 def test_synth_refuses_a_log_longer_than_a_log_may_span(tmp_path):
     r = run("synth", "chat", "-n", 1000, "--rate-rps", 1e-6, "-o", tmp_path / "slow.csv")
-    one_line_error(r, 2, "1,000 requests at 1e-06 req/s span 33 years, more than a log may (16 years)")
+    one_line_error(r, 2, "1,000 requests at 1e-06 req/s span about 32 years, more than a log may (16 years): raise the "
+                   "rate above 2.01e-06 req/s or lower the count")
+    assert leftovers(tmp_path) == []
+    # near the limit (19 years expected, 11 at ten standard deviations) the drawn arrivals decide
+    r = run("synth", "chat", "-n", 600, "--rate-rps", 1e-6, "-o", tmp_path / "slow.csv")
+    one_line_error(r, 2, "600 requests at 1e-06 req/s span 19 years, more than a log may (16 years)")
     assert leftovers(tmp_path) == []
 
 
@@ -1246,3 +1251,104 @@ def test_an_output_folder_that_cannot_be_looked_at_is_a_one_line_error(tmp_path,
 def test_a_long_value_in_a_message_counts_its_characters_not_its_quotes(tmp_path):
     path = scenario(tmp_path, BASE.replace("name: tiny", "name: " + "é" * 100))
     one_line_error(run("solve", path, "--no-report"), 2, f"(got '{'é' * 59}... (100 characters))")
+
+
+# ---- settings that mean something only below the context limit ------------------------------
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ("lower_context_limit: 16384\n", "lower_context_limit 16384 must be below context_limit 8192: it is the lower "
+                                         "limit whose plan the report prices as a lever"),
+        ("lower_context_limit: 8192\n", "lower_context_limit 8192 must be below context_limit 8192"),
+        ("split_thresholds: [4096, 8192, 16384]\n",
+         "split_thresholds: 8192, 16384 are at or above context_limit 8192; a split threshold must lie below the limit"),
+        ("fleet: [{gpu: h100-sxm, context_limit: 32768, replicas: 2}]\n",
+         "fleet[0].context_limit 32768 is above context_limit 8192: the scenario rejects longer requests"),
+    ],
+)
+def test_a_setting_at_or_past_the_context_limit_is_refused_not_dropped(tmp_path, extra, expected):
+    path = scenario(tmp_path, BASE + extra)
+    out = tmp_path / "out"
+    one_line_error(run("solve", path, "--out-dir", out), 2, f"{path}: {expected}")
+    assert leftovers(out) == []
+
+
+def test_a_setting_past_the_models_own_limit_names_that_limit(tmp_path):
+    path = scenario(tmp_path, BASE.replace("context_limit: 8192\n", "") + "lower_context_limit: 131072\n")
+    one_line_error(run("solve", path, "--no-report"), 2,
+                   "lower_context_limit 131072 must be below the context limit 131072 ('llama-3.1-8b' "
+                   "max_position_embeddings)")
+
+
+# ---- names the reports print in their tables -------------------------------------------------
+@pytest.mark.parametrize("name", ["chat|x", "docs\nlong", "tab\there"])
+def test_a_band_name_that_would_break_the_reports_tables_is_refused(tmp_path, name):
+    path = scenario(tmp_path, BASE + f"slo:\n  bands:\n    - {{name: {json.dumps(name)}, ttft_s: 2.0, tpot_ms: 50}}\n")
+    one_line_error(run("solve", path, "--no-report"), 2,
+                   "slo.bands[0].name: a name the reports print in their tables may not hold '|', a newline or "
+                   f"another control character (got {name!r})")
+
+
+def test_a_catalog_id_that_would_break_the_reports_tables_is_refused(tmp_path):
+    path = scenario(tmp_path, BASE.replace("gpus: [h100-sxm]", "gpus: [h100-sxm]\ncatalog:\n  dtypes:\n"
+                                           "    'fp|4': {bits_per_element: 4, source: test}"))
+    one_line_error(run("solve", path, "--no-report"), 2, "a name the reports print in their tables may not hold '|'")
+
+
+# ---- --write-lp onto a report's own file ----------------------------------------------------
+@pytest.mark.parametrize("file", ["tiny.md", "TINY_split.png"])
+def test_write_lp_onto_a_file_the_report_writes_is_refused_before_planning(tmp_path, file):
+    path, out = scenario(tmp_path), tmp_path / "out"
+    one_line_error(run("solve", path, "--out-dir", out, "--write-lp", out / file), 2,
+                   f"--write-lp {out / file}: is also {file.lower() if file.startswith('TINY') else file}, a file the "
+                   f"report of {path} writes; write the LP to another file")
+    assert leftovers(out) == []
+
+
+# ---- a log where a histogram file belongs -----------------------------------------------------
+def test_a_request_log_given_as_the_scenarios_histogram_is_refused_with_the_way_to_use_it(tmp_path):
+    log = tmp_path / "chat.csv"
+    log.write_text("prompt_tokens,output_tokens\n100,10\n200,20\n")
+    path = scenario(tmp_path, BASE.replace("source: {constant: {prompt_tokens: 1000, output_tokens: 200}}",
+                                           "source: {histogram: chat.csv}"))
+    one_line_error(run("solve", path, "--no-report"), 2,
+                   f"{path}: traffic: source.histogram: 'chat.csv' is a request log, not a histogram file; give it as "
+                   "source.log (with its preset or columns), or write its histogram with `planner histogram LOG -o "
+                   "FILE.parquet`")
+
+
+# ---- a forecast quarter's own problem names the quarter -----------------------------------------
+def test_a_forecast_quarters_context_limit_past_the_model_names_the_quarter(tmp_path):
+    path = scenario(tmp_path, BASE + "verify: false\nforecast:\n  quarters:\n    - {quarter: 2027Q1}\n"
+                                     "    - {quarter: 2027Q2, context_limit: 262144}\n")
+    out = tmp_path / "out"
+    one_line_error(run("forecast", path, "--out-dir", out), 2,
+                   f"{path}: forecast quarter 2027Q2: context_limit 262144 exceeds 'llama-3.1-8b' "
+                   "max_position_embeddings 131072")
+    assert leftovers(out) == []
+
+
+# ---- a config.json without model_type ------------------------------------------------------------
+def test_a_config_json_without_model_type_says_the_field_is_missing_and_names_the_scenarios_field(tmp_path):
+    config = json.loads((HF / "llama-3.1-8b.json").read_text())
+    del config["model_type"]
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "config.json").write_text(json.dumps(config))
+    r = run("catalog", "import-hf", tmp_path / "cfg" / "config.json", "--name", "mine")
+    one_line_error(r, 2, "model_type: required field is missing (architectures: LlamaForCausalLM)")
+    path = scenario(tmp_path, BASE.replace("model: llama-3.1-8b", "model: {config_json: cfg/config.json}"))
+    one_line_error(run("solve", path, "--no-report"), 2,
+                   f"{path}: model.config_json (cfg/config.json): model_type: required field is missing")
+    assert "a scenario's config_json takes no layer kinds" in run("solve", path, "--no-report").stderr
+
+
+# ---- a synthetic log that could never fit the span a log may have --------------------------------
+def test_an_impossible_synthetic_span_is_refused_before_anything_is_drawn(tmp_path, monkeypatch):
+    from planner.workload import synth
+
+    monkeypatch.setattr(synth.np.random, "default_rng", lambda *a: pytest.fail("drew before refusing"))
+    path = scenario(tmp_path, BASE.replace("source: {constant: {prompt_tokens: 1000, output_tokens: 200}}",
+                                           "source: {synthetic: {name: chat, requests: 100000000, rate_rps: 0.1}}"))
+    one_line_error(run("solve", path, "--no-report"), 2,
+                   "traffic: 100,000,000 requests at 0.1 req/s span about 32 years, more than a log may (16 years): "
+                   "raise the rate above 0.201 req/s or lower the count")

@@ -49,6 +49,8 @@ def _solve_all(scenarios, out_dir, no_report, write_lp, verify, catalog_files, a
     loaded = [_load(path, catalog_files) for path in scenarios]
     if not no_report:
         _refuse_same_names(loaded)
+        if write_lp:
+            _refuse_lp_over_report(Path(write_lp), Path(out_dir), loaded)
         _draw_traffic_ahead([inputs for _, kind, inputs in loaded if kind == "scenario"])
     planned = []
     for i, (path, kind, inputs) in enumerate(loaded):
@@ -110,7 +112,6 @@ def _refuse_same_names(loaded) -> None:
     m_a_*.png). Names are compared without case, as a case-insensitive file system (macOS,
     Windows) would."""
     from planner.errors import InputError
-    from planner.report import FIGURE_SUFFIXES
 
     first: dict[str, str] = {}  # a file's name, without case -> whose report writes it
     given: set[Path] = set()
@@ -118,20 +119,42 @@ def _refuse_same_names(loaded) -> None:
         if Path(path).resolve() in given:
             raise InputError("is given twice on the command line; its report would be written twice", where=str(path))
         given.add(Path(path).resolve())
-        if kind == "scenario":
-            stems = [(inputs.scenario.name, "")]
-            name = inputs.scenario.name
-        else:
-            name = inputs.spec.name
-            stems = [(f"{name}_{svc.inputs.scenario.name}", f"service '{svc.inputs.scenario.name}' ")
-                     for svc in inputs.services]
-        files = [(f"{name}.md", ""), *((stem + suffix, who) for stem, who in stems for suffix in FIGURE_SUFFIXES.values())]
-        for file, who in files:
+        for file, who in _report_files(kind, inputs):
             whose = f"{who}of {path}" if who else str(path)
             other = first.setdefault(file.casefold(), whose)
             if other != whose:
                 raise InputError(f"{who}writes {file}, as {other} does; one report's files would overwrite the "
                                  "other's: rename one", where=str(path))
+
+
+def _report_files(kind: str, inputs) -> list[tuple[str, str]]:
+    """The names of the files a scenario's or a fleet's report writes in the output folder, each
+    with whose they are ('' for the report's own, "service 'x' " for a fleet service's figures)."""
+    from planner.report import FIGURE_SUFFIXES
+
+    if kind == "scenario":
+        name = inputs.scenario.name
+        stems = [(name, "")]
+    else:
+        name = inputs.spec.name
+        stems = [(f"{name}_{svc.inputs.scenario.name}", f"service '{svc.inputs.scenario.name}' ")
+                 for svc in inputs.services]
+    return [(f"{name}.md", ""), *((stem + suffix, who) for stem, who in stems for suffix in FIGURE_SUFFIXES.values())]
+
+
+def _refuse_lp_over_report(lp: Path, out_dir: Path, loaded) -> None:
+    """--write-lp naming a file the reports write: the last write would win (files.outputs_together
+    renames every output into place together), and the LP or a report would be lost without a word.
+    Names are compared without case, as _refuse_same_names does."""
+    from planner.errors import InputError
+
+    if lp.resolve().parent != out_dir.resolve():
+        return
+    for path, kind, inputs in loaded:
+        for file, _ in _report_files(kind, inputs):
+            if file.casefold() == lp.name.casefold():
+                raise InputError(f"is also {file}, a file the report of {path} writes; write the LP to another "
+                                 "file", where=f"--write-lp {lp}")
 
 
 def _fleet_figures_ahead():

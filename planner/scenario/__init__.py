@@ -23,6 +23,7 @@ from planner.bounds import (
     MAX_TOKENS,
     MAX_TP,
     Fraction,
+    Label,
     Params,
     PositiveTokens,
     real,
@@ -78,7 +79,7 @@ class ConfigJsonModel(Strict):
     """`model: {config_json: path, ...}`: a model read from a Hugging Face config.json."""
 
     config_json: str = Field(min_length=1, description="path of the config.json, relative to the scenario")
-    name: str = Field("custom-model", min_length=1, max_length=200, description="catalog id to give the model")
+    name: Label = Field("custom-model", description="catalog id to give the model")
     params_total: Params | None = None
     params_active: Params | None = None
     hf_id: str | None = None

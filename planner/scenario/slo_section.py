@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from planner.bounds import MAX_LATENCY_MS, MAX_TTFT_S, PositiveTokens, real
+from planner.bounds import MAX_LATENCY_MS, MAX_TTFT_S, Label, PositiveTokens, real
 from planner.histogram import LENGTH_EDGES
 from planner.scenario.fields import Strict
 from planner.targets import DEFAULT_TPOT_MS, DEFAULT_TTFT_S, SLO, Band, Target
@@ -65,7 +65,7 @@ def _number_text(text: str) -> float | str:
 class BandSpec(Strict):
     """Requests whose prompt is shorter than `prompt_below` (and not in an earlier band)."""
 
-    name: str | None = Field(None, description="label in reports [default: the prompt range]")
+    name: Label | None = Field(None, description="label in reports [default: the prompt range]")
     prompt_below: PositiveTokens | None = Field(None, description="exclusive upper bound on prompt tokens; omit on the last band")
     ttft_s: Any = Field(None, description="time to first token, s: a number (at slo.statistic) or {p90: 1.5}")
     tpot_ms: Any = Field(None, description="time per output token of a request, ms")

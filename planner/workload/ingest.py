@@ -153,6 +153,11 @@ def _refuse_repeats(paths: Sequence[str | os.PathLike]) -> None:
         seen[key] = i
 
 
+def is_histogram_file(path: str | os.PathLike) -> bool:
+    """Whether `path` (a file, or a folder of parts) is a histogram file rather than a request log."""
+    return _is_histogram_file(LogReader(path, "auto"))
+
+
 def _is_histogram_file(reader: LogReader) -> bool:
     """Whether the input is a histogram file (or a folder of its parts) rather than a log.
 

@@ -14,6 +14,7 @@ count and seed ⇒ the same requests, on any machine (numpy's PCG64 Generator).
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -144,6 +145,16 @@ def generate(
     rate = model.rate_rps if rate_rps is None else rate_rps
     if not rate > 0:
         raise InputError(f"arrival rate {rate} req/s: expected > 0")
+    span_s = MAX_SPAN_MINUTES * 60.0
+    # The last arrival is a sum of n exponential gaps: mean n/rate, sd sqrt(n)/rate. Ten sd past the
+    # longest span a log may have, no draw can come back under it: refused before drawing, which for
+    # 10^8 requests took 15-30 s and 7 GB of memory.
+    if (requests - 10.0 * math.sqrt(requests)) / rate > span_s:
+        raise InputError(
+            f"{requests:,} requests at {rate:g} req/s span about {requests / rate / 3.15576e7:,.0f} years, more than "
+            f"a log may ({span_s / 3.15576e7:.0f} years): raise the rate above {requests / span_s * 1.01:.3g} req/s "
+            "or lower the count"
+        )
     rng = np.random.default_rng(seed)
     in_tail = rng.random(requests) < model.tail_share
     prompt = np.empty(requests, np.int64)
