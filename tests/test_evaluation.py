@@ -13,7 +13,7 @@ from planner.histogram import Histogram
 from planner.ilp import Candidate, solve_fleet, undominated_candidates
 from planner.plan_objects import candidate_configs, traffic_classes
 from planner.plan_search import undominated_evaluations
-from planner.roots import largest_on_grid
+from planner.roots import largest_holding, largest_on_grid
 from planner.scenario import Scenario
 
 
@@ -104,6 +104,32 @@ def test_a_margin_infinite_past_a_wall_still_gives_the_grid_crossing(seed):
     assert largest_on_grid(margin, n_hi, BOUND_REL_TOL) == pytest.approx(expected, rel=1e-12)
     for guess in (root * 0.3, root, wall * 1.5, n_hi * 0.9):
         assert largest_on_grid(margin, n_hi, BOUND_REL_TOL, guess=guess) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_largest_holding_is_the_brute_force_answer(seed):
+    """The integer regula falsi (Anderson-Björck) ends on the last integer whose f holds, for steep,
+    flat, cubic and walled increasing functions alike, trying only integers inside the bracket."""
+    rng = np.random.default_rng(700 + seed)
+    lo, hi = int(rng.integers(-5000, 0)), int(rng.integers(1, 5000))
+    root = float(rng.uniform(lo, hi))
+    kind = seed % 4
+    wall = float(rng.uniform(root, hi + 1))
+
+    def f(k):
+        assert isinstance(k, int) and lo <= k <= hi
+        if kind == 0:
+            return (k - root) * 3.0
+        if kind == 1:
+            return (k - root) ** 3
+        if kind == 2:  # nearly flat below the root, steep past it
+            return 1e-6 * (k - root) if k <= root else 1e3 * (k - root)
+        return math.inf if k >= wall else (k - root) / 1000.0
+
+    if f(lo) > 0 or f(hi) <= 0:
+        pytest.skip("no crossing inside the bracket for this draw")
+    expected = max(k for k in range(lo, hi + 1) if f(k) <= 0)
+    assert largest_holding(f, lo, hi, f(lo), f(hi)) == expected
 
 
 @pytest.mark.parametrize("seed", range(20))
