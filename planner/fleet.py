@@ -87,7 +87,7 @@ class FleetSpec(Strict):
     max_gpu_types: whole(ge=1, le=MAX_FLEET_GPUS) | None = Field(
         None, description="most GPU types the whole fleet may run (fewer types: fewer images, drivers, spares)"
     )
-    budget_usd_per_month: real(gt=0, le=1e15) | None = Field(
+    budget_usd_per_month: real(ge=1, le=1e15) | None = Field(
         None, description="the fleet's budget: a plan above it exits 3 (infeasible), naming the overrun"
     )
     solver: Solver = Field(Solver(), description="solves the fleet's ILP and every service's re-solves")
@@ -175,6 +175,16 @@ def load_fleet(path: str | Path, *, catalog_files: tuple[str, ...] = ()) -> Flee
         if name in names[:i]:
             raise InputError(f"services[{i}]: a second service named '{services[i].name}' (service names name report "
                              "sections and figure files, compared without case)", where=str(path))
+    # The joint ILP's rows and columns start with the service's name, written as an .lp file allows
+    # (every character but letters and digits becomes '_'): 'x-y' and 'x_y' would name the same rows.
+    from planner.ilp_solver import lp_name
+
+    rows = [lp_name(s.name).casefold() for s in services]
+    for i, row in enumerate(rows):
+        if row in rows[:i]:
+            other = services[rows.index(row)].name
+            raise InputError(f"services[{i}]: '{services[i].name}' and '{other}' differ only in '-', '_' or '.', which "
+                             "the ILP's names (and its .lp file) cannot tell apart: rename one", where=str(path))
     for svc in services:
         if svc.inputs.scenario.forecast is not None:
             raise InputError("forecast: a service of a fleet has no forecast of its own (it would be ignored); state "

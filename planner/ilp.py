@@ -421,10 +421,13 @@ class _JointProblem:
         prob, reserved, od = self.prob, self.reserved, self.od
         for part in self.parts:
             part.add_constraints()
+        # A fleet of one service names its rows without a prefix (its ILP is then the scenario's own),
+        # so its own cap on a type the fleet caps too would take the shared row's name.
+        own = {gpu for part in self.parts if not part.prefix for gpu in part.sv.inventory}
         for gpu, cap in sorted(inventory.items()):
             pairs = self.on_type(gpu)
             if pairs:
-                _row(prob, self.gpu_terms(pairs), LE, cap, lp_name("inventory", gpu))
+                _row(prob, self.gpu_terms(pairs), LE, cap, lp_name(*(["fleet"] if gpu in own else []), "inventory", gpu))
         for g in od:
             on_g = self.gpu_terms(self.on_type(g))
             _row(prob, [(od[g], 1), *((v, -n) for v, n in on_g)], GE, -reserved[g][0], lp_name("on_demand", g))

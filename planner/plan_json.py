@@ -24,6 +24,33 @@ def uncertified_message(plan: Plan) -> str | None:
     return f"{what} misses in simulation: {misses}" if plan.given_fleet else f"{what} {misses}"
 
 
+def unsimulated_fleet_message(plan: Plan) -> str | None:
+    """For a stated fleet that was not simulated: one line naming the classes it cannot carry at
+    their peak and the targets the model predicts it misses there, or None when the model finds
+    none. (Without it the one-line summary and --json said nothing of what the report shows.)"""
+    from planner.plan_objects import classes_short_of_capacity
+
+    if not plan.given_fleet or plan.certification is not None:
+        return None
+    short = [f"{tc.label}: {rate:,.4g} req/s at the peak, capacity {capacity:,.4g} req/s"
+             for tc, rate, capacity in classes_short_of_capacity(plan.pools, 1.0 / plan.scenario.traffic.headroom)]
+    misses = [f"{pool.traffic_class.label}: {text}" for pool in plan.pools for text in _predicted_misses(pool)]
+    parts = ([f"the fleet does not carry its peak ({'; '.join(short)})"] if short else []) + (
+        [f"the model predicts it misses ({'; '.join(misses)})"] if misses else [])
+    return "; ".join(parts) or None
+
+
+def _predicted_misses(pool) -> list[str]:
+    out = []
+    for b in _model_bands(pool):
+        for c in b.checks:
+            if c.predicted_s > c.limit_s:
+                unit, scale = ("s", 1.0) if c.kind == "ttft" else ("ms", 1e3)
+                out.append(f"{b.band.name}: {c.kind.upper()} {c.stat} {c.predicted_s * scale:,.3g} {unit} > "
+                           f"{c.limit_s * scale:g} {unit}")
+    return out
+
+
 def _target_json(check, unit_scale: float) -> dict[str, Any]:
     return {"stat": check.stat, "target": check.limit_s * unit_scale, "predicted": _finite(check.predicted_s * unit_scale),
             "simulated": _finite(check.simulated_s * unit_scale)}
@@ -33,25 +60,32 @@ def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def bands_json(bands) -> list[dict[str, Any]]:
-    """Per band: each target (TTFT in s, TPOT and ITL in ms) with predicted and simulated values."""
+def bands_json(bands, *, simulated: bool = True) -> list[dict[str, Any]]:
+    """Per band: each target (TTFT in s, TPOT and ITL in ms) with predicted and simulated values,
+    and whether the band holds, judged_by the simulation or, where none ran, the model's prediction."""
     out = []
     for b in bands:
         entry: dict[str, Any] = {"band": b.band.name, "requests_simulated": b.requests}
         for c in b.checks:
             key = {"ttft": "ttft_s", "tpot": "tpot_ms", "itl": "itl_ms"}[c.kind]
             entry[key] = _target_json(c, 1.0 if c.kind == "ttft" else 1e3)
-        entry["holds"] = b.holds
+        entry["holds"] = b.holds if simulated else all(c.predicted_s <= c.limit_s for c in b.checks)  # nan: no operating point
+        entry["judged_by"] = "simulation" if simulated else "model"
         out.append(entry)
     return out
 
 
-def _pool_bands(pool) -> list[dict[str, Any]]:
+def _model_bands(pool):
+    """The pool's band checks by the model alone, at its operating point at the peak."""
     from planner.pool_check import band_checks
 
+    return band_checks(pool.traffic_class.slo, pool.model, pool.resident, None)
+
+
+def _pool_bands(pool) -> list[dict[str, Any]]:
     if pool.check is not None:
         return bands_json(pool.check.bands)
-    return bands_json(band_checks(pool.traffic_class.slo, pool.model, pool.resident, None))
+    return bands_json(_model_bands(pool), simulated=False)
 
 
 def _labelled(fields: dict[str, Any], label: str) -> dict[str, Any]:
@@ -119,6 +153,8 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "certification_rounds": plan.certification.rounds if plan.certification else None,
         "certification_changes": list(plan.certification.changes) if plan.certification else [],
         "given_fleet": plan.given_fleet,
+        # a stated fleet not simulated: what the model finds it cannot carry or meet (null: nothing)
+        "given_fleet_problem": unsimulated_fleet_message(plan),
         "speed_unverified": [u.as_json() for u in unverified_speed(plan)],
         "candidates": candidates,
     }

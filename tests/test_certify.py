@@ -118,7 +118,8 @@ def test_solve_json_carries_bands_and_the_verdict(tmp_path):
     out = json.loads(r.output)
     assert out["certified"] is True and out["certification_rounds"] == 0
     (band,) = out["plan"][0]["bands"]
-    assert set(band) == {"band", "requests_simulated", "ttft_s", "tpot_ms", "holds"}
+    assert set(band) == {"band", "requests_simulated", "ttft_s", "tpot_ms", "holds", "judged_by"}
+    assert band["judged_by"] == "simulation"
     assert set(band["tpot_ms"]) == {"stat", "target", "predicted", "simulated"}
     assert band["tpot_ms"]["target"] == 60
     pool = out["plan"][0]

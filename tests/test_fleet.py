@@ -407,6 +407,10 @@ def test_solve_fleet_json_has_services_and_a_budget_overrun_exits_3(tmp_path):
     ({"forecast": {"reserved_prices": {"b200": 1.0}, "quarters": [{"quarter": "2027Q1"}]}},
      "fleet.yaml: forecast.reserved_prices: unknown GPU 'b200'; known: h100-sxm, l40s (a committed price needs the GPU "
      "among a service's gpus or the inventory)"),
+    ({"services": [service("x-y", 3.0), service("x_y", 3.0)]},
+     "fleet.yaml: services[1]: 'x_y' and 'x-y' differ only in '-', '_' or '.', which the ILP's names (and its .lp "
+     "file) cannot tell apart: rename one"),
+    ({"budget_usd_per_month": 0.0001}, "budget_usd_per_month: Input should be greater than or equal to 1"),
 ])
 def test_a_wrong_fleet_file_gets_one_line_naming_the_place(tmp_path, change, message):
     path = write_fleet(tmp_path, **change)
@@ -679,3 +683,18 @@ def test_committed_gpus_no_service_runs_are_paid_idle(tmp_path):
     assert (h200.committed, h200.used, h200.idle_committed) == (2, 0, 2)
     assert fp.idle_committed_usd_per_hour == pytest.approx(2.5)
     assert fp.cost_per_hour == pytest.approx(2.5 + sum(t.on_demand * t.on_demand_usd_per_gpu_hour for t in fp.types))
+
+
+def test_a_fleet_of_one_service_capping_a_type_the_fleet_caps_too_keeps_both_caps(tmp_path):
+    """A fleet of one service names its ILP rows as the scenario would (no prefix): its own cap and
+    the fleet's on the same type took one name, and PuLP refused the model with a traceback."""
+    one = service("alpha", 30.0, gpus=[{"id": "h100-sxm", "max_gpus": 20}])
+    path = write_fleet(tmp_path, services=[one], inventory={"h100-sxm": {"max_new": 50}})
+    lp = tmp_path / "fleet.lp"
+    r = CliRunner().invoke(main, ["solve", str(path), "--no-report", "--write-lp", str(lp)])
+    assert r.exit_code == 0, r.output
+    text = lp.read_text()
+    assert "inventory_h100_sxm:" in text and "fleet_inventory_h100_sxm:" in text
+    tight = write_fleet(tmp_path, services=[one], inventory={"h100-sxm": {"max_new": 2}})
+    r = CliRunner().invoke(main, ["solve", str(tight), "--no-report"])
+    assert r.exit_code == 3, r.output  # the fleet's cap still binds beside the service's own

@@ -1352,3 +1352,54 @@ def test_an_impossible_synthetic_span_is_refused_before_anything_is_drawn(tmp_pa
     one_line_error(run("solve", path, "--no-report"), 2,
                    "traffic: 100,000,000 requests at 0.1 req/s span about 32 years, more than a log may (16 years): "
                    "raise the rate above 0.201 req/s or lower the count")
+
+
+# ---- a stated fleet judged by the model alone -------------------------------------------------
+def test_a_stated_fleet_not_simulated_says_what_the_model_finds_it_misses(tmp_path):
+    path = scenario(tmp_path, BASE.replace("peak: {method: explicit, rps: 4}", "peak: {method: explicit, rps: 30}")
+                    + "slo: {bands: [{ttft_s: 1.0, tpot_ms: 8}]}\nfleet: [{gpu: h100-sxm, replicas: 2}]\n")
+    r = run("solve", path, "--no-verify", "--no-report")
+    assert r.exit_code == 0, r.output
+    assert "[the fleet does not carry its peak (all (≤ 8,192 tokens): 30 req/s at the peak, capacity " in r.stdout
+    assert "the model predicts it misses (all (≤ 8,192 tokens): every prompt: TPOT p99 " in r.stdout
+    out = json.loads(run("solve", path, "--no-verify", "--no-report", "--json").stdout)
+    assert out["given_fleet_problem"].startswith("the fleet does not carry its peak")
+    [band] = out["plan"][0]["bands"]
+    assert band["judged_by"] == "model" and band["holds"] is False and band["tpot_ms"]["predicted"] > 8.0
+
+
+# ---- forecast commitments past the scenario's own cap -----------------------------------------
+def test_a_forecast_commitment_past_the_scenarios_cap_is_bad_input_naming_the_cap(tmp_path):
+    path = scenario(tmp_path, BASE.replace("gpus: [h100-sxm]", "gpus: [{id: h100-sxm, max_gpus: 2}]")
+                    + "verify: false\nforecast:\n  quarters: [{quarter: 2027Q1, reserved: {h100-sxm: 10}}]\n")
+    out = tmp_path / "out"
+    one_line_error(run("forecast", path, "--out-dir", out), 2,
+                   "forecast quarter 2027Q1: 10 h100-sxm GPUs are committed but max_gpus is 2; a commitment is not "
+                   "given back: raise the scenario's max_gpus or reserve fewer")
+    assert leftovers(out) == []
+
+
+# ---- a GPU offering a dtype for a role the dtype refuses ----------------------------------------
+@pytest.mark.parametrize(("catalog", "expected"), [
+    ("{dtypes: {bf16: {kv: false}}}", "gpus.h100-sxm.kv_dtypes: 'bf16' is not a KV-cache dtype (dtypes.bf16.kv is false)"),
+    ("{gpus: {h100-sxm: {kv_dtypes: [int4]}}}", "gpus.h100-sxm.kv_dtypes: 'int4' is not a KV-cache dtype"),
+])
+def test_a_catalog_gpu_listing_a_dtype_for_a_role_it_cannot_fill_is_refused(tmp_path, catalog, expected):
+    path = scenario(tmp_path, BASE + f"catalog: {catalog}\n")
+    one_line_error(run("solve", path, "--no-report"), 2, f"{path}: catalog: {expected}")
+
+
+# ---- a per-token target no load meets -------------------------------------------------------------
+@pytest.mark.parametrize("option", ["--tpot-ms", "--itl-ms"])
+def test_capacity_says_when_a_per_token_target_is_missed_with_no_load(option):
+    r = run("capacity", "llama-3.1-8b", "h100-sxm", option, 0.001, "--prompt-tokens", 100, "--output-tokens", 10)
+    assert r.exit_code == 0, r.output
+    kind = option[2:].split("-")[0].upper()
+    assert (f"note: {kind} target missed even with no load: the config's own steps are slower than the target "
+            "allows") in r.stdout
+
+
+def test_a_usage_error_under_python_m_names_the_planner_command():
+    r = subprocess.run([sys.executable, "-m", "planner", "kv", "--bogus"], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 2
+    assert r.stderr.strip().endswith("(see 'planner kv --help')"), r.stderr

@@ -57,7 +57,7 @@ class PlannerGroup(click.Group):
             sys.exit(0)
         except click.ClickException as exc:
             ctx = getattr(exc, "ctx", None)
-            command = " ".join(["planner", *ctx.command_path.split()[1:]]) if ctx is not None else "planner"
+            command = " ".join(["planner", *_subcommands(ctx)])
             hint = f" (see '{command} --help')"
             click.echo(f"error: {one_line(exc.format_message())}{hint}", err=True)
             sys.exit(exc.exit_code)
@@ -95,6 +95,16 @@ def run() -> None:
         with contextlib.suppress(OSError, ValueError):  # a closed pipe (planner ... | head)
             stream.flush()
     os._exit(code)
+
+
+def _subcommands(ctx: click.Context | None) -> list[str]:
+    """The subcommands a usage error came from (the root's own name is 'python -m planner' when run
+    so, which the hint would repeat)."""
+    names = []
+    while ctx is not None and ctx.parent is not None:
+        names.append(ctx.info_name)
+        ctx = ctx.parent
+    return names[::-1]
 
 
 def one_line(message: str) -> str:

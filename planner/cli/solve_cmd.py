@@ -180,7 +180,7 @@ def _plan(kind, inputs, keep_lp, verify, *, draw_ahead=False):
     them while this process plans on, and the report finds them started."""
     from planner.errors import InfeasibleError
     from planner.inputs import plan_inputs, report_sections
-    from planner.plan_json import uncertified_message
+    from planner.plan_json import uncertified_message, unsimulated_fleet_message
 
     if kind == "fleet":
         from planner.fleet_plan import make_fleet_plan
@@ -197,7 +197,7 @@ def _plan(kind, inputs, keep_lp, verify, *, draw_ahead=False):
     problem = uncertified_message(plan)
     if problem and not plan.given_fleet:
         raise InfeasibleError(problem)
-    return plan, report_sections(plan, inputs), problem
+    return plan, report_sections(plan, inputs), problem or unsimulated_fleet_message(plan)
 
 
 def _write_one(planned, no_report, out_dir, as_json):
@@ -226,7 +226,7 @@ def _write_fleet(fleet_plan, no_report, out_dir, as_json):
         return fleet_json(fleet_plan)
     types = ", ".join(f"{n} {g}" for g, n in fleet_plan.joint.gpus_by_type.items())
     lines = [f"{fleet_plan.fleet.spec.name}: ${fleet_plan.cost_per_hour:,.2f}/hour, {gpus_text(fleet_plan.gpus)} ({types}), "
-             f"{len(fleet_plan.plans)} services" + (f" -> {written}" if written else "")]
+             f"{len(fleet_plan.plans)} service{'' if len(fleet_plan.plans) == 1 else 's'}" + (f" -> {written}" if written else "")]
     for plan in fleet_plan.plans:
         sol = plan.solution
         pools = ", ".join(f"{p.traffic_class}: {p.replicas} x {p.config}" for p in sol.pools)
