@@ -24,7 +24,7 @@ from planner.errors import InfeasibleError, InputError
 from planner.files import output_folder
 from planner.fleet import FleetInputs, SharedGPU
 from planner.fleet_plan import FleetPlan, TypeUse, make_fleet_plan
-from planner.fleet_report import not_served
+from planner.fleet_report import TIED_SPLIT_TEXT, not_served
 
 # One table format for both forecasts: the Column type, its cells and CSV writing.
 from planner.forecast_outputs import (
@@ -414,7 +414,7 @@ def _services_section(results: list[FleetQuarter]) -> list[str]:
             "type's committed and on-demand GPUs together, its idle commitments aside; the types table's last "
             "column). The services and the idle commitments add up to the quarter's total (before each is rounded to "
             "the cent). It is an allocation: it moves with the types the fleet gives a service each quarter and with their average price, which falls as "
-            "more of a type is committed, so a service's figure can fall while its demand grows. Peaks, tokens and "
+            f"more of a type is committed, so a service's figure can fall while its demand grows. {TIED_SPLIT_TEXT} Peaks, tokens and "
             "costs count served requests only: those over a service's context limit are not served."]
     return out
 

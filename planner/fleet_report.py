@@ -31,6 +31,14 @@ from planner.units import (
 )
 from planner.verification import unverified_speed
 
+# The joint ILP ranks equal-cost fleets by GPUs, then pools, then split thresholds; fleets equal on
+# all of these but dividing the types otherwise between services are the solver's pick, which its
+# path decides: the same code gave the shipped fleet forecast's 2027Q2 on two machines with 2
+# h100-sxm moved from chat_8b to 128k_rollout and 2 h200 back. A third solve to rank them took
+# 5 s on the catalog-wide fleet (bench/solve.py), more than the other two together.
+TIED_SPLIT_TEXT = ("Fleets of equal cost, GPUs and pools may divide the types otherwise between services; which one "
+                   "the solver returns sets each service's share, not the fleet's totals.")
+
 
 def demote(markdown: str) -> str:
     """Every heading one level down (a report becomes a section of another)."""
@@ -166,8 +174,8 @@ def _totals(fp: FleetPlan) -> str:
         "The peak counts the requests a service serves; those longer than its context limit are rejected, not "
         "planned for. As the fleet pays, a GPU of a committed type costs its share of the type's commitments "
         "and on-demand GPUs; committed GPUs no service uses are the fleet's, so the services and the idle line add "
-        f"up to the fleet's cost (before each is rounded to the cent). A month is {HOURS_PER_MONTH} hours; amounts "
-        "are US dollars.",
+        f"up to the fleet's cost (before each is rounded to the cent). {TIED_SPLIT_TEXT} A month is {HOURS_PER_MONTH} "
+        "hours; amounts are US dollars.",
     ]
     notes = []
     if spec.max_gpu_types is not None:
