@@ -301,8 +301,9 @@ def _chunks(cells: _Cells, chunk_cap: int, params_active: float, attn: float) ->
 
 
 def _min_mean(values: np.ndarray, weight: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """E[min(value, a)] for each a in `at` (weights normalised), by sorted prefix sums."""
-    order = np.argsort(values)
+    """E[min(value, a)] for each a in `at` (weights normalised), by sorted prefix sums (a stable
+    sort: the sums' order among equal values is then the same on every CPU, whose sort numpy picks)."""
+    order = np.argsort(values, kind="stable")
     v, w = values[order], weight[order] / weight.sum()
     below = np.concatenate([[0.0], np.cumsum(w * v)])
     mass = np.concatenate([[0.0], np.cumsum(w)])
@@ -311,8 +312,9 @@ def _min_mean(values: np.ndarray, weight: np.ndarray, at: np.ndarray) -> np.ndar
 
 
 def _past_square(values: np.ndarray, weight: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """Σ weight·(value - a)+² for each a in `at`, by suffix sums over the sorted values."""
-    order = np.argsort(values)
+    """Σ weight·(value - a)+² for each a in `at`, by suffix sums over the sorted values (stably, as
+    _min_mean)."""
+    order = np.argsort(values, kind="stable")
     v, w = values[order], weight[order]
     suffix = [np.concatenate([np.cumsum((w * v**k)[::-1])[::-1], [0.0]]) for k in (0, 1, 2)]
     i = np.searchsorted(v, at, side="right")
