@@ -41,14 +41,10 @@ def unsimulated_fleet_message(plan: Plan) -> str | None:
 
 
 def _predicted_misses(pool) -> list[str]:
-    out = []
-    for b in _model_bands(pool):
-        for c in b.checks:
-            if c.predicted_s > c.limit_s:
-                unit, scale = ("s", 1.0) if c.kind == "ttft" else ("ms", 1e3)
-                out.append(f"{b.band.name}: {c.kind.upper()} {c.stat} {c.predicted_s * scale:,.3g} {unit} > "
-                           f"{c.limit_s * scale:g} {unit}")
-    return out
+    from planner.pool_check import miss_text
+
+    return [miss_text(b.band.name, c, c.predicted_s) for b in _model_bands(pool) for c in b.checks
+            if c.predicted_s > c.limit_s]
 
 
 def _target_json(check, unit_scale: float) -> dict[str, Any]:
@@ -69,7 +65,8 @@ def bands_json(bands, *, simulated: bool = True) -> list[dict[str, Any]]:
         for c in b.checks:
             key = {"ttft": "ttft_s", "tpot": "tpot_ms", "itl": "itl_ms"}[c.kind]
             entry[key] = _target_json(c, 1.0 if c.kind == "ttft" else 1e3)
-        entry["holds"] = b.holds if simulated else all(c.predicted_s <= c.limit_s for c in b.checks)  # nan: no operating point
+        # by the model, a nan prediction (no operating point: the rate is past the roofline) misses
+        entry["holds"] = b.holds if simulated else all(c.predicted_s <= c.limit_s for c in b.checks)
         entry["judged_by"] = "simulation" if simulated else "model"
         out.append(entry)
     return out

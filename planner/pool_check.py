@@ -150,14 +150,14 @@ def band_checks(slo: SLO, rm: ReplicaModel | None, n: float | None, lat: Request
     return tuple(out)
 
 
+def miss_text(band: str, check: TargetCheck, value_s: float) -> str:
+    """A target missed, for people: "chat: TPOT p99 61.2 ms > 60 ms" (the simulated or the predicted value)."""
+    unit, scale = ("s", 1.0) if check.kind == "ttft" else ("ms", 1e3)
+    return f"{band}: {check.kind.upper()} {check.stat} {value_s * scale:,.3g} {unit} > {check.limit_s * scale:g} {unit}"
+
+
 def _problems(slo: SLO, bands: tuple[BandCheck, ...], sim: SimResult | None, lat: RequestLatencies | None) -> list[str]:
-    out = []
-    for b in bands:
-        for c in b.checks:
-            if not c.holds:
-                unit, scale = ("s", 1.0) if c.kind == "ttft" else ("ms", 1e3)
-                out.append(f"{b.band.name}: {c.kind.upper()} {c.stat} {c.simulated_s * scale:,.3g} {unit} > "
-                           f"{c.limit_s * scale:g} {unit}")
+    out = [miss_text(b.band.name, c, c.simulated_s) for b in bands for c in b.checks if not c.holds]
     if slo.attainment is not None and lat is not None:
         got = lat.attainment(slo)
         if got < slo.attainment:

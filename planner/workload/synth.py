@@ -127,6 +127,8 @@ class SyntheticLog:
         )
 
 
+_YEAR_S = 3.15576e7  # a Julian year (365.25 days), for the spans these messages give in years
+
 def generate(
     model: LengthModel | str,
     requests: int,
@@ -151,8 +153,8 @@ def generate(
     # 10^8 requests took 15-30 s and 7 GB of memory.
     if (requests - 10.0 * math.sqrt(requests)) / rate > span_s:
         raise InputError(
-            f"{requests:,} requests at {rate:g} req/s span about {requests / rate / 3.15576e7:,.0f} years, more than "
-            f"a log may ({span_s / 3.15576e7:.0f} years): raise the rate above {requests / span_s * 1.01:.3g} req/s "
+            f"{requests:,} requests at {rate:g} req/s span about {requests / rate / _YEAR_S:,.0f} years, more than "
+            f"a log may ({span_s / _YEAR_S:.0f} years): raise the rate above {requests / span_s * 1.01:.3g} req/s "
             "or lower the count"
         )
     rng = np.random.default_rng(seed)
@@ -167,8 +169,8 @@ def generate(
     arrival_ms = np.cumsum(gaps_ms)
     if arrival_ms.size and arrival_ms[-1] > MAX_SPAN_MINUTES * 60_000.0:
         raise InputError(
-            f"{requests:,} requests at {rate:g} req/s span {arrival_ms[-1] / 3.15576e10:,.0f} years, more than a log "
-            f"may ({MAX_SPAN_MINUTES * 60 / 3.15576e7:.0f} years): raise the rate or lower the count"
+            f"{requests:,} requests at {rate:g} req/s span {arrival_ms[-1] / 1e3 / _YEAR_S:,.0f} years, more than a log "
+            f"may ({MAX_SPAN_MINUTES * 60 / _YEAR_S:.0f} years): raise the rate or lower the count"
         )
     timestamp_ms = start_ms + np.floor(arrival_ms).astype(np.int64)
     return SyntheticLog(prompt, output, timestamp_ms)
