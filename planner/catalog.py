@@ -393,16 +393,12 @@ class Catalog:
         """Every dtype a GPU names must exist, and so must the compute rate each of its
         weight dtypes runs at (else the GPU would silently drop out of every plan)."""
         for gpu in self.gpus.values():
-            for field, names, role in (("weight_dtypes", gpu.weight_dtypes, "weight"), ("kv_dtypes", gpu.kv_dtypes, "kv")):
+            for field, names in (("weight_dtypes", gpu.weight_dtypes), ("kv_dtypes", gpu.kv_dtypes)):
                 for d in names:
                     if d not in self.dtypes:
                         raise InputError(
                             f"gpus.{gpu.id}.{field}: {did_you_mean(d, self.dtypes, what='dtype')}", where=where
                         )
-                    # else every plan on it would be refused with a list naming the dtype as supported
-                    if not getattr(self.dtypes[d], role):
-                        raise InputError(f"gpus.{gpu.id}.{field}: '{d}' is not a {'weight' if role == 'weight' else 'KV-cache'} "
-                                         f"dtype (dtypes.{d}.{role} is false)", where=where)
         for model in self.models.values():
             if model.checkpoint_dtype and model.checkpoint_dtype not in self.dtypes:
                 raise InputError(f"models.{model.id}.checkpoint_dtype: unknown dtype '{model.checkpoint_dtype}'", where=where)

@@ -67,6 +67,9 @@ def _dtype_problem(gpu: GPU, dtype: Dtype, role_ok: bool, supported: list[str], 
     the GPU must list it for that role and the dtype must allow the role (`role_ok`)."""
     if dtype.id in supported and role_ok:
         return None
+    if not role_ok:  # the dtype's own entry refuses the role, whatever the GPU lists
+        role = "weight" if kind == "weight" else "kv"
+        return f"dtype '{dtype.id}' cannot serve as {use} (its catalog entry's `{role}` is false)"
     native = f" (needs native {dtype.needs_native}; {gpu.arch} has none)" if dtype.needs_native else ""
     return f"GPU '{gpu.id}' does not support {use}{native}; supported {kind} dtypes: {', '.join(supported)}"
 

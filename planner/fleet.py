@@ -176,10 +176,11 @@ def load_fleet(path: str | Path, *, catalog_files: tuple[str, ...] = ()) -> Flee
             raise InputError(f"services[{i}]: a second service named '{services[i].name}' (service names name report "
                              "sections and figure files, compared without case)", where=str(path))
     # The joint ILP's rows and columns start with the service's name, written as an .lp file allows
-    # (every character but letters and digits becomes '_'): 'x-y' and 'x_y' would name the same rows.
+    # (every character but letters and digits becomes '_'): 'x-y' and 'x_y' would name the same rows
+    # ('A-b' and 'a_b' do not: the names keep their case).
     from planner.ilp_solver import lp_name
 
-    rows = [lp_name(s.name).casefold() for s in services]
+    rows = [lp_name(s.name) for s in services]
     for i, row in enumerate(rows):
         if row in rows[:i]:
             other = services[rows.index(row)].name

@@ -221,19 +221,16 @@ def run_forecast(inputs: Inputs) -> list[QuarterResult]:
 def _quarter_plan(inputs: Inputs, qscn: Scenario, q: QuarterSpec, reserved, price) -> Plan:
     """The quarter's plan; an infeasible quarter says which quarter, and flags reservations
     that the quarter's availability contradicts."""
-    caps = {c.id: c.max_gpus for c in qscn.gpu_candidates if c.max_gpus is not None}
     for gpu, n in reserved.items():
-        # the quarter's availability, else the scenario's own cap on the type: either way a plan
-        # may not hold the GPUs already committed (an infeasible quarter otherwise, blaming the cap)
-        cap, named = (q.availability[gpu], "availability") if gpu in q.availability else (caps.get(gpu), "max_gpus")
+        cap = q.availability.get(gpu)
         if cap is not None and n > cap:
             stated = q.reserved.get(gpu, 0)
             carried = (f" ({n - stated} carried forward from earlier quarters, forecast.carry_forward: true, and {stated} "
                        "reserved in this quarter)") if n > stated else ""
             raise InputError(
-                f"forecast quarter {q.quarter}: {n} {gpu} GPUs are committed{carried} but {named} is {cap}; "
-                f"a commitment is not given back: raise {'this quarter' if named == 'availability' else 'the scenario'}'s "
-                f"{named}" + (" or set forecast.carry_forward: false" if carried else " or reserve fewer"),
+                f"forecast quarter {q.quarter}: {n} {gpu} GPUs are committed{carried} but availability is {cap}; "
+                "a commitment is not given back: raise this quarter's availability"
+                + (" or set forecast.carry_forward: false" if carried else " or reserve fewer"),
                 where=str(inputs.path),
             )
     try:

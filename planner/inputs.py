@@ -107,7 +107,8 @@ def scenario_inputs(scn: Scenario, path: Path, base: Path, *, catalog_files: tup
 
 def limit_conflict(scn: Scenario, model: Model) -> str:
     """A setting that means something only below the context limit (the stated one, or the model's
-    max_position_embeddings), stated at or above it; '' when there is none. Each was obeyed or
+    max_position_embeddings; for split thresholds, the highest a forecast quarter sets), stated at
+    or above it; '' when there is none. Each was obeyed or
     dropped without a word: a lower-limit lever at or above the limit left its row out of the
     report, a split threshold past it was never analysed, and a running pool with a longer limit
     than the scenario's had its whole plan made at the pool's limit."""
@@ -117,10 +118,14 @@ def limit_conflict(scn: Scenario, model: Model) -> str:
     if scn.lower_context_limit is not None and scn.lower_context_limit >= limit:
         return (f"lower_context_limit {scn.lower_context_limit} must be below {limit_text}: it is the lower "
                 "limit whose plan the report prices as a lever")
-    past = [t for t in scn.split_thresholds or () if t >= limit]
+    # a forecast quarter may raise the limit, and a threshold below its limit splits its traffic
+    quarters = [q.context_limit for q in (scn.forecast.quarters if scn.forecast else ()) if q.context_limit]
+    highest = max([limit, *quarters])
+    past = [t for t in scn.split_thresholds or () if t >= highest]
     if past:
+        where = limit_text if highest == limit else f"the highest context limit of any forecast quarter ({highest})"
         return (f"split_thresholds: {', '.join(map(str, past))} {'is' if len(past) == 1 else 'are'} at or above "
-                f"{limit_text}; a split threshold must lie below the limit (requests longer than it are rejected)")
+                f"{where}; a split threshold must lie below the limit (requests longer than it are rejected)")
     for i, pool in enumerate(scn.fleet or ()):
         if pool.context_limit is not None and pool.context_limit > limit:
             return (f"fleet[{i}].context_limit {pool.context_limit} is above {limit_text}: the scenario rejects "

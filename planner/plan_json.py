@@ -56,17 +56,20 @@ def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def bands_json(bands, *, simulated: bool = True) -> list[dict[str, Any]]:
+def bands_json(bands, *, simulated: bool = True, past_roofline: bool = False) -> list[dict[str, Any]]:
     """Per band: each target (TTFT in s, TPOT and ITL in ms) with predicted and simulated values,
-    and whether the band holds, judged_by the simulation or, where none ran, the model's prediction."""
+    and whether the band holds, judged_by the simulation or, where none ran, the model's prediction
+    (past_roofline: the pool's rate has no operating point, so no band holds)."""
     out = []
     for b in bands:
         entry: dict[str, Any] = {"band": b.band.name, "requests_simulated": b.requests}
         for c in b.checks:
             key = {"ttft": "ttft_s", "tpot": "tpot_ms", "itl": "itl_ms"}[c.kind]
             entry[key] = _target_json(c, 1.0 if c.kind == "ttft" else 1e3)
-        # by the model, a nan prediction (no operating point: the rate is past the roofline) misses
-        entry["holds"] = b.holds if simulated else all(c.predicted_s <= c.limit_s for c in b.checks)
+        # by the model: a nan prediction (a band with no request in the pool, a TPOT no request
+        # has) holds vacuously, as an unmeasured band does in simulation; past_roofline misses
+        entry["holds"] = b.holds if simulated else not past_roofline and not any(
+            c.predicted_s > c.limit_s for c in b.checks)
         entry["judged_by"] = "simulation" if simulated else "model"
         out.append(entry)
     return out
@@ -82,7 +85,7 @@ def _model_bands(pool):
 def _pool_bands(pool) -> list[dict[str, Any]]:
     if pool.check is not None:
         return bands_json(pool.check.bands)
-    return bands_json(_model_bands(pool), simulated=False)
+    return bands_json(_model_bands(pool), simulated=False, past_roofline=pool.resident is None)
 
 
 def _labelled(fields: dict[str, Any], label: str) -> dict[str, Any]:
@@ -150,8 +153,9 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "certification_rounds": plan.certification.rounds if plan.certification else None,
         "certification_changes": list(plan.certification.changes) if plan.certification else [],
         "given_fleet": plan.given_fleet,
-        # a stated fleet not simulated: what the model finds it cannot carry or meet (null: nothing)
-        "given_fleet_problem": unsimulated_fleet_message(plan),
+        # a stated fleet: what simulation, or where none ran the model, finds it misses (null: nothing)
+        "given_fleet_problem": (uncertified_message(plan) or unsimulated_fleet_message(plan)) if plan.given_fleet
+        else None,
         "speed_unverified": [u.as_json() for u in unverified_speed(plan)],
         "candidates": candidates,
     }

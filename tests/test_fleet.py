@@ -410,6 +410,8 @@ def test_solve_fleet_json_has_services_and_a_budget_overrun_exits_3(tmp_path):
     ({"services": [service("x-y", 3.0), service("x_y", 3.0)]},
      "fleet.yaml: services[1]: 'x_y' and 'x-y' differ only in '-', '_' or '.', which the ILP's names (and its .lp "
      "file) cannot tell apart: rename one"),
+    ({"services": [service("a-b", 3.0), service("a_b", 3.0)]},
+     "fleet.yaml: services[1]: 'a_b' and 'a-b' differ only in '-', '_' or '.'"),
     ({"budget_usd_per_month": 0.0001}, "budget_usd_per_month: Input should be greater than or equal to 1"),
 ])
 def test_a_wrong_fleet_file_gets_one_line_naming_the_place(tmp_path, change, message):
@@ -698,3 +700,10 @@ def test_a_fleet_of_one_service_capping_a_type_the_fleet_caps_too_keeps_both_cap
     tight = write_fleet(tmp_path, services=[one], inventory={"h100-sxm": {"max_new": 2}})
     r = CliRunner().invoke(main, ["solve", str(tight), "--no-report"])
     assert r.exit_code == 3, r.output  # the fleet's cap still binds beside the service's own
+
+
+def test_services_whose_names_differ_in_case_keep_distinct_ilp_rows(tmp_path):
+    # 'A-b' and 'a_b' name different rows (A_b_*, a_b_*): only '-', '_' and '.' are merged
+    path = write_fleet(tmp_path, services=[service("A-b", 3.0), service("a_b", 3.0)])
+    r = CliRunner().invoke(main, ["solve", str(path), "--no-report"])
+    assert r.exit_code == 0, r.output

@@ -152,10 +152,11 @@ def generate(
     # longest span a log may have, no draw can come back under it: refused before drawing, which for
     # 10^8 requests took 15-30 s and 7 GB of memory.
     if (requests - 10.0 * math.sqrt(requests)) / rate > span_s:
+        # the rate suggested leaves ten sd of room below the span, so that a draw fits
         raise InputError(
-            f"{requests:,} requests at {rate:g} req/s span about {requests / rate / _YEAR_S:,.0f} years, more than "
-            f"a log may ({span_s / _YEAR_S:.0f} years): raise the rate above {requests / span_s * 1.01:.3g} req/s "
-            "or lower the count"
+            f"{requests:,} requests at {rate:g} req/s span about {requests / rate / _YEAR_S:,.1f} years, more than "
+            f"a log may ({span_s / _YEAR_S:.1f} years): raise the rate to "
+            f"{(requests + 10.0 * math.sqrt(requests)) / span_s:.3g} req/s or more, or lower the count"
         )
     rng = np.random.default_rng(seed)
     in_tail = rng.random(requests) < model.tail_share
@@ -169,8 +170,8 @@ def generate(
     arrival_ms = np.cumsum(gaps_ms)
     if arrival_ms.size and arrival_ms[-1] > MAX_SPAN_MINUTES * 60_000.0:
         raise InputError(
-            f"{requests:,} requests at {rate:g} req/s span {arrival_ms[-1] / 1e3 / _YEAR_S:,.0f} years, more than a log "
-            f"may ({MAX_SPAN_MINUTES * 60 / _YEAR_S:.0f} years): raise the rate or lower the count"
+            f"{requests:,} requests at {rate:g} req/s span {arrival_ms[-1] / 1e3 / _YEAR_S:,.1f} years, more than a log "
+            f"may ({MAX_SPAN_MINUTES * 60 / _YEAR_S:.1f} years): raise the rate or lower the count"
         )
     timestamp_ms = start_ms + np.floor(arrival_ms).astype(np.int64)
     return SyntheticLog(prompt, output, timestamp_ms)
