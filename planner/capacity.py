@@ -543,7 +543,7 @@ def replica_capacity(
     n_bound = min([n_cap, *bounds.values()])
     binding = min(bounds, key=lambda k: (bounds[k], CEILINGS.index(k)))
     notes = [f.text() for f in floors]
-    missed = [k for k in kinds if not floors and n_cap > 0 and bounds.get(k) == 0.0]
+    missed = [] if floors or n_cap <= 0 else [k for k in kinds if bounds.get(k) == 0.0]
     if missed:  # below what the config reaches unloaded: say so, as a TTFT floor does
         notes.append(f"{' and '.join(k.upper() if k != 'attainment' else k for k in missed)} "
                      f"target{'s' if len(missed) > 1 else ''} missed even with no load: the config's own steps are "
