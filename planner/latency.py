@@ -110,6 +110,8 @@ class _Cells:
     shared_prefix: int
 
 
+# The wait levels' probability intervals as columns, [level, 1]: each level's lower edge and width
+_LEVEL_FROM, _LEVEL_WIDTH = W_LEVEL_EDGES[:-1, None], W_LEVEL_WEIGHTS[:, None]
 _ONE_STEP = np.zeros(1, np.int64)  # the TPOT tables' bucket of D = 1: one step's share of each prompt
 _FCFS_WAITS_KEPT = 256  # FCFS waits a LatencyModel and its with_slo copies remember (LatencyModel.fcfs_wait)
 _MERGE_RATIO = 1.25  # cells whose prompt and decode steps agree within 25% are one cell to the latency model
@@ -707,19 +709,21 @@ class LatencyPoint:
         n = x.size
         lo = x - self.room_s[cells]
         waited = self.wait.survival(np.concatenate([x, lo]))  # P(W > x), then P(W > x - r)
-        edges, width = W_LEVEL_EDGES[:-1], W_LEVEL_WEIGHTS
-        # each level's share of x - r < W <= x: its probability interval cut at F(x - r) and F(x)
-        share = np.minimum(np.maximum((1.0 - waited[:n])[:, None] - edges, 0.0), width)
-        share -= np.minimum(np.maximum((1.0 - waited[n:])[:, None] - edges, 0.0), width)
-        cell, level = np.nonzero(share > 0)
-        if not cell.size:
+        # each level's share of x - r < W <= x: its probability interval cut at F(x - r) and F(x),
+        # laid out [level, cell] so that numpy's inner loops run along the cells, not the few levels
+        share = np.minimum(np.maximum((1.0 - waited[:n]) - _LEVEL_FROM, 0.0), _LEVEL_WIDTH)
+        share -= np.minimum(np.maximum((1.0 - waited[n:]) - _LEVEL_FROM, 0.0), _LEVEL_WIDTH)
+        pair = np.flatnonzero(share > 0)  # a 2-d nonzero costs several times this and the divmod
+        if not pair.size:
             return waited[:n]
+        level, cell = np.divmod(pair, n)
         levels, _ = self.wait.levels()
         at = np.minimum(np.maximum(levels[level], lo[cell]), x[cell])
         np.maximum(at, 0.0, out=at)
         ride = _table_survival(self.m.rider_tables, _ONE_STEP, self.rate * (levels[level] + 0.5 * self.t_dec),
                                np.maximum(x[cell] - at, 1e-300) * self.m.flops_per_s)
-        ride *= share[cell, level]
+        ride *= np.take(share, pair)
+        # bincount adds in the order given: each cell's terms level by level, as they always were
         return np.minimum(waited[:n] + np.bincount(cell, ride, minlength=n), 1.0)
 
     def _wait_survival(self, cells: np.ndarray, x_s: np.ndarray) -> np.ndarray:

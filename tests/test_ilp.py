@@ -126,7 +126,9 @@ def test_exact_ties_go_to_the_pool_that_carries_most_whatever_the_candidates():
     opts = [SplitOption("none", None, {"all": 14.4})]
     tp1 = Candidate("none", "all", "g tp1", "g", 1, 2.99, 9.536)
     tp2 = Candidate("none", "all", "g tp2", "g", 2, 5.98, 19.169)
-    other = Candidate("none", "all", "h tp1", "h", 1, 2.99, 7.3)  # another type, beaten on cost
+    # another type, beaten on cost: 2 replicas at $3.10 (at $2.99 it would tie on every term, and a
+    # tie across types is the solver's to break, canonical_ties)
+    other = Candidate("none", "all", "h tp1", "h", 1, 3.10, 7.3)
     for cands in ([tp1, tp2], [tp2, tp1], [tp1, other, tp2], [other, tp2, tp1]):
         sol = solve_fleet(opts, cands)
         assert [(p.config, p.replicas, p.gpus) for p in sol.pools] == [("g tp2", 1, 2)]
