@@ -545,7 +545,8 @@ class _ServiceVars:
                 _row(prob, [(x[i], cands[i].gpus_per_replica) for i in members], LE, cap, name("inventory", gpu))
         index = {(c.option, c.traffic_class, c.config): i for i, c in enumerate(cands)}
         for j, plan in enumerate(sv.forbid):
-            members = [index[key] for key in plan if key in index and index[key] in z]
+            # sorted: a frozenset's order follows the process's string-hash seed, and so would the row's
+            members = [index[key] for key in sorted(plan) if key in index and index[key] in z]
             if len(members) == len(plan):
                 _row(prob, [(z[i], 1) for i in members], LE, len(members) - 1, name("exclude", j))
 
