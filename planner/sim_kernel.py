@@ -8,7 +8,8 @@ The scheduler and the step-time composition are planner.simulate's (its module d
 states them); this module holds only the loop, over arrays: the running set and the
 prefilling set are doubly linked lists in admission order (append, remove, newest in
 O(1)), the waiting queue a ring buffer, and the completions a binary heap keyed by
-(finish step, request). Records grow by doubling.
+(finish step, request). The per-step records are arrays the caller allocates (planner.simulate
+sizes them); the rarer records (preemptions, resumptions) grow by doubling.
 
 Compiled on first use and cached on disk (beside this file, else the user's cache
 folder), so later processes only load it; where no cache folder is writable, each
@@ -122,8 +123,12 @@ def _heap_pop(hs, hr, he, size):
 
 @njit(cache=True, nogil=True)
 def run(arrival, prompt, output, block, total_blocks, watermark_blocks, shared, max_seqs, chunk_budget,
-        per_request, fixed_s, bw, fl, two_a, attn, block_bytes, shared_bytes, comm_per_token):
-    """Replay the requests; returns per-request and per-step records (see planner.sim_measures.Trace)."""
+        per_request, fixed_s, bw, fl, two_a, attn, block_bytes, shared_bytes, comm_per_token,
+        rec_start, rec_dt, rec_run, rec_dec, rec_used, rec_pf, rec_pf_s, rec_wait):
+    """Replay the requests; returns per-request records, the steps run, and the rarer per-event
+    records (see planner.sim_measures.Trace). The per-step records are written into the rec_*
+    arrays, as many steps as they hold: the run is the same whatever their size, and a caller
+    whose arrays were shorter than the steps returned runs it again with longer ones."""
     n = arrival.size
     gen = np.zeros(n, np.int64)  # tokens generated so far
     off = np.zeros(n, np.int64)  # decoding: cached tokens (beyond the shared prefix) = step + off
@@ -155,15 +160,7 @@ def run(arrival, prompt, output, block, total_blocks, watermark_blocks, shared, 
     completed = np.empty(n, np.int64)
     n_dec, sum_off, dec_blocks, used = 0, 0, 0, 0
 
-    rc = 1024
-    rec_start = np.empty(rc)
-    rec_dt = np.empty(rc)
-    rec_run = np.empty(rc, np.int64)
-    rec_dec = np.empty(rc, np.int64)
-    rec_used = np.empty(rc, np.int64)
-    rec_pf = np.empty(rc, np.int64)
-    rec_pf_s = np.empty(rc)
-    rec_wait = np.empty(rc, np.int64)
+    recorded = rec_start.size
     pre_steps = np.empty(64, np.int64)
     n_pre = 0
     res_gaps = np.empty(64)
@@ -276,17 +273,9 @@ def run(arrival, prompt, output, block, total_blocks, watermark_blocks, shared, 
             pf_s = pf_flops / fl + comm_per_token * pf_tokens
             dt += pf_s
         end = now + dt
-        if s == rec_start.size:
-            rec_start = _grow(rec_start, s)
-            rec_dt = _grow(rec_dt, s)
-            rec_run = _grow(rec_run, s)
-            rec_dec = _grow(rec_dec, s)
-            rec_used = _grow(rec_used, s)
-            rec_pf = _grow(rec_pf, s)
-            rec_pf_s = _grow(rec_pf_s, s)
-            rec_wait = _grow(rec_wait, s)
-        rec_start[s], rec_dt[s], rec_run[s], rec_dec[s] = now, dt, n_running, n_dec
-        rec_used[s], rec_pf[s], rec_pf_s[s], rec_wait[s] = used, pf_tokens, pf_s, wq_len
+        if s < recorded:
+            rec_start[s], rec_dt[s], rec_run[s], rec_dec[s] = now, dt, n_running, n_dec
+            rec_used[s], rec_pf[s], rec_pf_s[s], rec_wait[s] = used, pf_tokens, pf_s, wq_len
 
         # 4. Tokens out: decoders that finish this step, then prefills that completed.
         while heap_size > 0 and hs[0] == s:
@@ -340,6 +329,5 @@ def run(arrival, prompt, output, block, total_blocks, watermark_blocks, shared, 
             heap_size = _heap_push(hs, hr, he, heap_size, s + output[i] - gen[i], i, epoch[i])
         now = end
         s += 1
-    return (first_tok, finish, n_preempt, n_admit, rec_start[:s], rec_dt[:s], rec_run[:s], rec_dec[:s],
-            rec_used[:s], rec_pf[:s], rec_pf_s[:s], rec_wait[:s], pre_steps[:n_pre], res_gaps[:n_res],
+    return (first_tok, finish, n_preempt, n_admit, s, pre_steps[:n_pre], res_gaps[:n_res],
             res_steps[:n_res], total_blocks - used)

@@ -125,14 +125,20 @@ def test_preemption_exactly_when_free_blocks_run_out(catalog, blocks, preempted_
     assert tr.free_blocks_at_end == tr.total_blocks
 
 
-def test_conservation_under_memory_pressure(catalog):
-    """Every request finishes exactly once, tokens add up, all blocks come back."""
+def under_memory_pressure(catalog):
+    """400 requests over 2 s on a cache of 120 blocks of 16 tokens: a case that preempts."""
     dep = tiny_dep(catalog, block_size=16, chunk=512, max_seqs=64)
-    blk = kv_bytes_for_tokens(dep.model, 16, dep.kv_dtype)
     rng = np.random.default_rng(7)
     n = 400
     req = Requests(np.sort(rng.uniform(0, 2.0, n)), rng.integers(1, 300, n), rng.integers(1, 200, n))
-    res, tr = simulate_replica(dep, req, kv_budget_bytes=120 * blk, trace=True)
+    return dep, req, 120 * kv_bytes_for_tokens(dep.model, 16, dep.kv_dtype)
+
+
+def test_conservation_under_memory_pressure(catalog):
+    """Every request finishes exactly once, tokens add up, all blocks come back."""
+    dep, req, budget_bytes = under_memory_pressure(catalog)
+    n = req.n
+    res, tr = simulate_replica(dep, req, kv_budget_bytes=budget_bytes, trace=True)
     assert tr.preemption_steps.size > 0  # the case does exercise preemption
     assert np.isfinite(tr.finish_s).all() and np.isfinite(tr.first_token_s).all()
     assert (tr.finish_s >= tr.first_token_s).all()
@@ -152,6 +158,38 @@ def test_conservation_under_memory_pressure(catalog):
     window_s = max(req.arrival_s[-1] - req.arrival_s[40], tr.step_s[window].sum())
     assert res.running_batch == pytest.approx(np.dot(tr.step_running[window], tr.step_s[window]) / window_s, rel=1e-12)
     assert res.resident_batch == pytest.approx(np.dot(tr.step_decoding[window], tr.step_s[window]) / window_s, rel=1e-12)
+
+
+def test_a_replay_whose_records_were_sized_short_is_run_again_with_the_same_answer(catalog, monkeypatch):
+    """The per-step records are allocated before the loop runs; a replay that runs more steps than
+    they hold (here records first sized for 5 steps, preemptions included) is run again with records
+    for every step: the same trace and measures as records sized right at once."""
+    import planner.simulate as simulate
+
+    dep, req, budget_bytes = under_memory_pressure(catalog)
+    res, tr = simulate_replica(dep, req, kv_budget_bytes=budget_bytes, trace=True)
+    assert tr.preemption_steps.size > 0 and tr.step_s.size > 5
+    monkeypatch.setattr(simulate, "FIRST_RECORDS_MAX_STEPS", 5)
+    again, tr_again = simulate_replica(dep, req, kv_budget_bytes=budget_bytes, trace=True)
+    for f in dataclasses.fields(tr):
+        assert np.array_equal(getattr(tr, f.name), getattr(tr_again, f.name)), f.name
+    assert dataclasses.replace(again, wall_s=0.0, latencies=None) == dataclasses.replace(res, wall_s=0.0, latencies=None)
+
+
+def test_without_preemption_a_replay_runs_at_most_its_bound_of_steps(catalog):
+    """Every step gives a decoding sequence a token or runs a prefill chunk: a lone request takes
+    exactly its chunks and o - 1 decode steps, and requests sharing steps take fewer than the sum."""
+    import planner.simulate as simulate
+
+    dep = tiny_dep(catalog, block_size=4, chunk=8, max_seqs=8)
+    blk = kv_bytes_for_tokens(dep.model, 4, dep.kv_dtype)
+    _, lone = simulate_replica(dep, fixed([0.0], 21, 7), kv_budget_bytes=100 * blk, watermark=0.0, trace=True)
+    assert lone.step_s.size == simulate._steps_at_most(fixed([0.0], 21, 7), 8) == 3 + 6
+    rng = np.random.default_rng(11)
+    req = Requests(np.sort(rng.uniform(0, 5.0, 200)), rng.integers(1, 60, 200), rng.integers(1, 40, 200))
+    _, tr = simulate_replica(dep, req, kv_budget_bytes=10_000 * blk, trace=True)
+    assert tr.preemption_steps.size == 0
+    assert 0 < tr.step_s.size < simulate._steps_at_most(req, 8)
 
 
 def test_shared_prefix_is_held_once_and_skipped(catalog):
