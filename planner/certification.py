@@ -54,8 +54,7 @@ def pool_setting(pool: PoolDetail, scn: Scenario, pools: list[PoolDetail], trace
                        pool.replay_rps, pool.model, pool.replay_resident, scn.traffic.shared_prefix_tokens, mine)
 
 
-def certify_plans(parts, resolve, *, rounds: int,
-                  confirm_steps: int | None = None) -> list[tuple[list[Evaluation], FleetSolution, list[PoolDetail], Certification]]:
+def certify_plans(parts, resolve, *, rounds: int) -> list[tuple[list[Evaluation], FleetSolution, list[PoolDetail], Certification]]:
     """Replay every pool of every plan; where one misses, plan its config for that class at its
     simulated capacity and solve again, until every pool holds or `rounds` re-plans are spent.
 
@@ -63,14 +62,8 @@ def certify_plans(parts, resolve, *, rounds: int,
     services of a fleet) are re-solved together: resolve(evaluations per part, as they were before
     the re-plan) gives each part's new solution and the evaluations it rests on, read with the
     simulated capacities (refreshed). Returns each part's evaluations, solution, pools (with their
-    checks) and certification. confirm_steps: which close calls are judged on several runs
-    (pool_check.check_pool; None: all, and a one-run close call kept from a replay started ahead is
-    run again)."""
+    checks) and certification."""
     state = [[st, evals, sol, pools, []] for st, evals, sol, pools in parts]
-
-    def stale(check: PoolCheck) -> bool:
-        """A one-run close call (kept, or started ahead by replay_ahead) where every close call is confirmed."""
-        return confirm_steps is None and check.unconfirmed
 
     spent = 0
     while True:
@@ -79,16 +72,15 @@ def certify_plans(parts, resolve, *, rounds: int,
         keyed = [[(pool, _replay_key(pool, pools, st.trace)) for pool in pools] for st, _, _, pools, _ in state]
         todo = []
         for (st, _, _, pools, _), pairs in zip(state, keyed, strict=True):
-            fresh = {k: pool for pool, k in pairs if k not in st.evaluator.checks or stale(st.evaluator.checks[k])}
+            fresh = {k: pool for pool, k in pairs if k not in st.evaluator.checks}
             todo += [(st, k, pool_setting(pool, st.scn, pools, st.trace)) for k, pool in fresh.items()]
         # The simulator's loop releases the GIL: pools replay side by side, one thread each.
         done = []
         with (ThreadPoolExecutor(max_workers=max(1, min(len(todo), os.cpu_count() or 1))) as workers,
               stage("certification" if not spent else f"certification, re-plan {spent}", len(todo), " pools") as step):
-            started = [st.evaluator.replays.pop(k, None) or workers.submit(_replay, st, p, confirm_steps) for st, k, p in todo]
-            for future, (st, _, p) in zip(started, todo, strict=True):
-                check = future.result()
-                done.append(_replay(st, p, None) if stale(check) else check)
+            started = [st.evaluator.replays.pop(k, None) or workers.submit(_replay, st, p) for st, k, p in todo]
+            for future in started:
+                done.append(future.result())
                 step.advance()
         for (st, k, _), check in zip(todo, done, strict=True):
             st.evaluator.checks[k] = check
@@ -140,7 +132,7 @@ def refreshed(evaluator, evals: list[Evaluation]) -> list[Evaluation]:
     return [e if e.dominated_by else evaluator.evaluate(e.config, e.traffic_class) for e in evals]
 
 
-def replay_ahead(parts, *, confirm_steps: int | None = None) -> None:
+def replay_ahead(parts) -> None:
     """Start now, in threads of their own, the replays certify_plans will ask of these plans first.
 
     parts: (setup, pool details) per plan. The simulator's loop releases the GIL, so the replays
@@ -156,7 +148,7 @@ def replay_ahead(parts, *, confirm_steps: int | None = None) -> None:
         return
     workers = ThreadPoolExecutor(max_workers=max(1, min(len(todo), os.cpu_count() or 1)))
     for (_, k), (st, setting) in todo.items():
-        st.evaluator.replays[k] = workers.submit(_replay, st, setting, confirm_steps)
+        st.evaluator.replays[k] = workers.submit(_replay, st, setting)
     workers.shutdown(wait=False)  # the threads end with their replays
 
 
@@ -178,9 +170,9 @@ def _replay_key(pool: PoolDetail, pools: list[PoolDetail], trace: Requests | Non
     return key if trace is None else (*key, *_log_share(pool, pools))
 
 
-def _replay(st: Setup, p: PoolSetting, confirm_steps: int | None) -> PoolCheck:
+def _replay(st: Setup, p: PoolSetting) -> PoolCheck:
     slo, sim = st.scn.slo.to_slo(), st.scn.simulation
-    return check_pool(p, slo, requests=_requests(p, slo, sim), seed=sim.seed, confirm_steps=confirm_steps)
+    return check_pool(p, slo, requests=_requests(p, slo, sim), seed=sim.seed)
 
 
 def _requests(p: PoolSetting, slo: SLO, sim) -> int:

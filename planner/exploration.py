@@ -23,7 +23,6 @@ from planner.plan_objects import (
 )
 from planner.plan_search import LazySearch, Resolver, infeasible_message, lazy_solve, outcome_of
 from planner.plan_setup import Setup, pool_details
-from planner.pool_check import EXPLORED_CONFIRM_STEPS
 from planner.progress import stage
 from planner.worker_pool import start_claimable
 
@@ -83,7 +82,7 @@ def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, alone: bool = False,
         step.advance()
         # The per-GPU plans' replays run in threads while the levers are computed here.
         per_gpu_plans = _per_gpu_plans(st, solve) if plan.certification else []
-        replay_ahead([(st, details) for *_, details in per_gpu_plans], confirm_steps=EXPLORED_CONFIRM_STEPS)
+        replay_ahead([(st, details) for *_, details in per_gpu_plans])
         levers = _levers(scn, st.catalog, st.model, st.served, st.limit, st.peak_rps, st.evaluator, st.configs, classes,
                          search, sol, inventory, solve, context, st.hist.requests)
         step.advance()
@@ -137,7 +136,7 @@ def _per_gpu(st: Setup, plans: list[tuple], inventory, solve) -> list[Outcome]:
             [(_, res, _, cert)] = certify_plans(
                 [(st, search.evaluations(), res, details)],
                 lambda _, search=search: [(search.solve(), search.evaluations())],
-                rounds=st.scn.simulation.max_rounds, confirm_steps=EXPLORED_CONFIRM_STEPS)
+                rounds=st.scn.simulation.max_rounds)
         except InfeasibleError as exc:
             out.append(Outcome(name, False, math.inf, 0, "", str(exc)))
             continue

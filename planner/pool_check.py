@@ -20,10 +20,8 @@ A percentile read off one run moves with its seed: finance_2027's TPOT p99 at it
 was 34.8, 25.2, 29.4, 26.5 and 28.1 ms over seeds 0-4 of 5,556 sampled requests (27-29 ms
 over 100,000), for a queue's slow requests come in bursts, not one by one. A verdict within
 CLOSE_SHARE of its limit, either side, is therefore read again on CONFIRM_RUNS runs of as
-many requests (seeds seed, seed + 1, ...) pooled, which the report says. Plans explored beside the
-plan (one GPU type each) confirm only close calls whose first run took at most EXPLORED_CONFIRM_STEPS
-simulated steps: confirming a long-context pool (over a million steps a run) would add a second to
-a certified 128k rollout, against a 3 s budget.
+many requests (seeds seed, seed + 1, ...) pooled, which the report says; so for the plans explored
+beside the plan (one GPU type each), which are certified as the plan is.
 """
 
 from __future__ import annotations
@@ -49,10 +47,6 @@ from planner.targets import SLO, Band
 
 CLOSE_SHARE = 0.85  # a simulated value within 15% of its limit, either side, is a close call
 CONFIRM_RUNS = 4  # runs pooled to judge a close call
-# An explored plan's close call is confirmed when its first run took at most this many simulated
-# steps: short-context pools (16,000-100,000 steps a run in the shipped scenarios), not
-# long-context ones (1.1 million, 0.6-1.0 s a run).
-EXPLORED_CONFIRM_STEPS = 200_000
 KINDS = ("ttft", "tpot", "itl")
 
 
@@ -101,17 +95,12 @@ class PoolCheck:
     replay: TraceReplay | None = None
     latencies: RequestLatencies | None = field(default=None, repr=False, compare=False)
     runs: int = 1  # pooled for the verdict: CONFIRM_RUNS when the first run's was a close call
-    close: bool = False  # the first run's verdict was a close call (confirmed when runs > 1)
+    close: bool = False  # the first run's verdict was a close call
 
     @property
     def seeds(self) -> list[int]:
         """The seeds of the runs pooled for the verdict."""
         return confirm_seeds(self.seed)[:self.runs]
-
-    @property
-    def unconfirmed(self) -> bool:
-        """A close call judged on one run (check_pool with a confirm_steps its run took more than)."""
-        return self.close and self.runs == 1
 
     @property
     def holds(self) -> bool:
@@ -209,16 +198,15 @@ def requests_for(hist: Histogram, slo: SLO, *, most: int, per_band: int, warmup_
     return int(min(most, math.ceil(per_band / smallest / (1 - warmup_fraction))))
 
 
-def check_pool(p: PoolSetting, slo: SLO, *, requests: int, seed: int, confirm_steps: int | None = None) -> PoolCheck:
+def check_pool(p: PoolSetting, slo: SLO, *, requests: int, seed: int) -> PoolCheck:
     """Simulate one replica of the pool at its rate (`requests` sampled requests); compare with
-    the model, band by band. A close call (close_call) is judged on CONFIRM_RUNS runs pooled, where
-    the first run took at most confirm_steps simulated steps (None: always); the mean model's
-    simulated view is the first run's."""
+    the model, band by band. A close call (close_call) is judged on CONFIRM_RUNS runs pooled; the
+    mean model's simulated view is the first run's."""
     sims = [_run(p, requests, seed)]
     lat = sims[0].latencies
     bands = band_checks(slo, p.model, p.resident, lat)
     close = close_call(bands) or _close_attainment(slo, lat)
-    if close and (confirm_steps is None or sims[0].steps <= confirm_steps):
+    if close:
         sims += [_run(p, requests, s) for s in confirm_seeds(seed)[1:]]
         lat = merged_latencies([s.latencies for s in sims])
         bands = band_checks(slo, p.model, p.resident, lat)
@@ -270,8 +258,8 @@ def capacity_on_every_run(p: PoolSetting, slo: SLO, *, requests: int, seeds: tup
     the bisection's 2%): the least of the seeds' simulated capacities below that rate. The first seed
     is bisected; each next one is run once at the rate found so far and bisected below it only where
     it misses there: a seed that holds there cannot lower the least. A pooled verdict's four seeds
-    then cost about a bisection and three runs, not four bisections (a long-context pool's run takes
-    about a second: certifying the 128k rollout at its planned rate spent 24 of 30 s bisecting).
+    then cost about a bisection and three runs, not four bisections (when a long-context pool's run
+    took about a second, certifying the 128k rollout at its planned rate spent 24 of 30 s bisecting).
     The bracket widens down by 1 / CLOSE_SHARE a step: a miss is most often a close call, its value
     within 1 - CLOSE_SHARE of its limit, and a first bracket as narrow takes two runs fewer to bisect."""
     rate = p.rate_rps

@@ -25,7 +25,7 @@ from planner.plan_objects import (
     classes_short_of_capacity,
     thresholds_left_out,
 )
-from planner.pool_check import EXPLORED_CONFIRM_STEPS, band_requests
+from planner.pool_check import band_requests
 from planner.report_latency import latency_section, replayed_rate_text
 from planner.roofline import StepModel
 from planner.units import HOURS_PER_MONTH, GiB, gpus_text, quantile_label, usd_text
@@ -468,9 +468,7 @@ def _per_gpu(plan: Plan) -> str:
         return ""
     return "\n".join([
         "## The best certified plan on each GPU type", "",
-        "The plan re-solved on one GPU type at a time and certified by simulation like the plan itself, except that "
-        f"a close call is judged again on pooled runs only where a run takes at most {EXPLORED_CONFIRM_STEPS:,} "
-        "simulated steps (not long-context pools, whose runs are slow).", "",
+        "The plan re-solved on one GPU type at a time and certified by simulation like the plan itself.", "",
         _outcomes_table(plan.per_gpu, plan.compared_usd_per_hour, "GPU type"), "", ""])
 
 

@@ -245,9 +245,9 @@ def test_replays_started_ahead_are_the_ones_certification_would_run(catalog, mon
     replayed = []
     replay = certification._replay
 
-    def recording(st, setting, confirm_steps):
+    def recording(st, setting):
         replayed.append((setting.name, setting.config, setting.replicas, round(setting.rate_rps, 9)))
-        return replay(st, setting, confirm_steps)
+        return replay(st, setting)
 
     monkeypatch.setattr(certification, "_replay", recording)
 
@@ -266,7 +266,7 @@ def test_replays_started_ahead_are_the_ones_certification_would_run(catalog, mon
 
     ahead = per_gpu_rows()
     replayed_ahead, replayed[:] = sorted(replayed), []
-    monkeypatch.setattr(exploration, "replay_ahead", lambda parts, confirm_steps=None: None)
+    monkeypatch.setattr(exploration, "replay_ahead", lambda parts: None)
     assert per_gpu_rows() == ahead
     assert sorted(replayed) == replayed_ahead and len(set(replayed_ahead)) == len(replayed_ahead)
     assert len(ahead) == 2 and any(feasible for _, feasible, *_ in ahead)
