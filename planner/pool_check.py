@@ -20,8 +20,8 @@ A percentile read off one run moves with its seed: finance_2027's TPOT p99 at it
 was 34.8, 25.2, 29.4, 26.5 and 28.1 ms over seeds 0-4 of 5,556 sampled requests (27-29 ms
 over 100,000), for a queue's slow requests come in bursts, not one by one. A verdict within
 CLOSE_SHARE of its limit, either side, is therefore read again on CONFIRM_RUNS runs of as
-many requests (seeds seed, seed + 1, ...) pooled, which the report says; so for the plans explored
-beside the plan (one GPU type each), which are certified as the plan is.
+many requests (seeds seed, seed + 1, ...) pooled, which the report says. The plans explored beside
+the plan (one GPU type each) are certified in the same way.
 """
 
 from __future__ import annotations

@@ -245,10 +245,10 @@ def simulate_replica(
     batched_tokens = int(engine.max_num_batched_tokens)
     # vLLM's long_prefill_token_threshold: no request takes more prompt tokens than this in a step
     chunk_tokens = int(engine.long_prefill_token_threshold or batched_tokens)
-    wall0 = time.perf_counter()
     steps = min(_steps_at_most(requests, min(chunk_tokens, batched_tokens)), FIRST_RECORDS_MAX_STEPS)
     while True:
         records = _StepRecords.empty(steps)
+        wall0 = time.perf_counter()
         (first_tok, finish, n_preempt, n_admit, steps_run, preempt_steps, resume_gaps, resume_steps,
          free_at_end) = run(
             requests.arrival_s, requests.prompt_tokens, requests.output_tokens, int(dep.block_size), kv.total_blocks,
@@ -256,11 +256,11 @@ def simulate_replica(
             costs.fixed_s, costs.bandwidth, costs.flops_s, costs.two_active, costs.attn,
             kv.block_bytes, kv.shared_bytes, costs.comm_per_token_s, *records.arrays(),
         )
+        wall = time.perf_counter() - wall0  # the loop's own time, in the run whose records are kept
         if steps_run <= steps:
             break
         steps = steps_run  # the replay is deterministic: run again, recording every step
     rec_start, rec_dt, rec_run, rec_dec, rec_used, rec_pf, rec_pf_s, rec_wait = records.arrays(steps_run)
-    wall = time.perf_counter() - wall0
     tr = Trace(
         first_token_s=first_tok,
         finish_s=finish,

@@ -352,7 +352,7 @@ def test_a_pool_that_misses_on_the_pooled_runs_is_replanned_below_the_rate_that_
 
 def test_a_replay_started_ahead_confirms_its_close_call_and_is_the_one_certification_keeps(catalog):
     """Replays started ahead (the per-GPU plans') judge a close call on the pooled runs as the plan's
-    own do, long-context pools included, and certification keeps that answer without replaying."""
+    own do, and certification keeps that answer without replaying."""
     from planner.certification import _replay_key, certify_plans, replay_ahead
     from planner.plan_search import LazySearch, Resolver
     from planner.plan_setup import pool_details, setup_plan
