@@ -13,8 +13,9 @@ Each headline figure is the median of fresh processes running the command line, 
 with a baseline measured in the same run: the same command with every job in one process
 (PLANNER_WORKERS=0), so the gain of the worker process shows as a ratio.
 The breakdown comes from one more run in process: loading, capacity evaluation (with the plan's
-bookkeeping), ILP model build, solver, certification, report writing, and the work done in that
-process (capacity searches, latency points), which load does not change. Prints figures; asserts
+bookkeeping), ILP model build, solver, certification (with its replays: how many, their simulated
+steps, their time and their compiled loop's), report writing, and the work done in that process
+(capacity searches, latency points), which load does not change. Prints figures; asserts
 nothing. Machine load (os.getloadavg) is printed with every case: on a shared machine it inflates
 every time. A fixed reference workload is timed before the cases and after each (reference_s):
 the same code runs slower when the machine runs that workload slower (by a quarter or more between
@@ -93,6 +94,8 @@ class Breakdown:
     def __init__(self):
         self.build = self.solve = self.certify = self.report = 0.0
         self.ilps = self.capacities = self.points = 0
+        self.replays = self.steps = 0
+        self.replay_s = self.loop_s = 0.0
 
     def __enter__(self):
         from planner import (
@@ -103,7 +106,9 @@ class Breakdown:
             ilp,
             latency,
             planning,
+            pool_check,
             report,
+            sim_capacity,
         )
 
         self._saved = []
@@ -137,6 +142,16 @@ class Breakdown:
 
         def count(attr):
             return lambda *_: setattr(self, attr, getattr(self, attr) + 1)
+
+        def on_replay(result, dt):
+            run = result[0] if isinstance(result, tuple) else result  # (result, trace) when traced
+            self.replays, self.steps = self.replays + 1, self.steps + run.steps
+            self.replay_s, self.loop_s = self.replay_s + dt, self.loop_s + run.wall_s
+
+        # Certification's replays, where they are called by name: their count, simulated steps, and
+        # time (the whole replay, and its compiled loop alone; replays in threads overlap).
+        for module in (pool_check, sim_capacity):
+            wrap(module, "simulate_replica", on_replay)
 
         # The work itself, which a shared machine's load does not change: capacity searches and the
         # latency points (LatencyModel.at) they and the lazy search's proofs compute, in this process.
@@ -185,6 +200,9 @@ def case(title: str, path: Path, target: float | None, runs: int, verify: bool =
           f"solver {b.solve:.2f} ({b.ilps} ILPs) + certification {b.certify:.2f} + report {b.report:.2f} "
           f"(loading the inputs alone: {load_s:.2f} s); work: {b.capacities:,} capacity searches, "
           f"{b.points:,} latency points")
+    if b.replays:
+        print(f"  certification's replays: {b.replays} ({b.steps / 1e6:,.1f} million simulated steps), "
+              f"{b.replay_s:.2f} s replaying, of which {b.loop_s:.2f} s in the compiled loop")
 
 
 def full_candidate_set(tmp: Path) -> Path:

@@ -177,9 +177,15 @@ class GapDistribution:
         g, w = gaps_s[keep], weights[keep]
         if not g.size:
             return cls(np.zeros(0, np.int64), np.zeros(0), math.nan)
-        k = np.floor(np.log(g / 1e-6) / math.log(GAP_BIN_RATIO)).astype(np.int64)
+        # floor(log(g / 1 µs) / log(ratio)), each step in place: a long-context replay has a million gaps
+        x = g / 1e-6
+        np.log(x, out=x)
+        np.divide(x, math.log(GAP_BIN_RATIO), out=x)
+        np.floor(x, out=x)
+        k = x.astype(np.int64)
         low = int(k.min())
-        counts = np.bincount(k - low, weights=w)
+        k -= low
+        counts = np.bincount(k, weights=w)
         occupied = np.flatnonzero(counts)
         return cls(occupied + low, np.cumsum(counts[occupied]), float(np.dot(g, w) / w.sum()))
 
@@ -229,8 +235,10 @@ def measure(req: Requests, tr: Trace, warmup_fraction: float, wall: float, *,
         return (steps >= lo) & (steps < hi)
 
     dec = tr.step_decoding[win]
+    decoding = dec.astype(np.float64)
     resumed = tr.resume_gaps_s[in_window(tr.resume_steps)]
-    gaps = GapDistribution.of(np.concatenate([w, resumed]), np.concatenate([dec.astype(np.float64), np.ones(resumed.size)]))
+    gaps = (GapDistribution.of(np.concatenate([w, resumed]), np.concatenate([decoding, np.ones(resumed.size)]))
+            if resumed.size else GapDistribution.of(w, decoding))
     firsts = np.sum((tr.first_token_s >= t0) & (tr.first_token_s < t1))
     tokens_out = float(dec.sum()) + float(firsts) + float(resumed.size)
     ttft = (tr.first_token_s - req.arrival_s)[cut:]
@@ -247,7 +255,7 @@ def measure(req: Requests, tr: Trace, warmup_fraction: float, wall: float, *,
         rate_rps=arrived_in / span,
         throughput_rps=done_in / span,
         output_tokens_per_s=tokens_out / span,
-        resident_batch=tmean(dec.astype(np.float64)),
+        resident_batch=tmean(decoding),
         running_batch=tmean(tr.step_running[win].astype(np.float64)),
         waiting=tmean(tr.step_waiting[win].astype(np.float64)),
         kv_utilisation=(tmean(used_win.astype(np.float64)) * block_bytes + shared_bytes) / budget_bytes,
