@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import sys
 
-from planner.startup import begin_imports, end_imports
+from planner.startup import begin_imports, end_imports, one_blas_thread
 
 # The commands that write a report through worker_processes (solve, forecast).
 _WITH_WORKERS = ("solve", "forecast")
 
 
 def run() -> None:
+    one_blas_thread()
     try:
         begin_imports()
         if uses_workers(sys.argv[1:]):

@@ -1,8 +1,12 @@
 from __future__ import annotations
 
-import pytest
+from planner.startup import one_blas_thread
 
-from planner.catalog import load_catalog
+one_blas_thread()  # as the command line runs (planner.entry): before numpy loads
+
+import pytest  # noqa: E402
+
+from planner.catalog import load_catalog  # noqa: E402
 
 
 @pytest.fixture(scope="session")
