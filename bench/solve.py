@@ -36,6 +36,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -100,6 +101,7 @@ class Breakdown:
         self.ilps = self.capacities = self.points = 0
         self.replays = self.steps = 0
         self.replay_s = self.loop_s = 0.0
+        self._replay_lock = threading.Lock()  # certification replays pools in threads
 
     def __enter__(self):
         from planner import (
@@ -149,8 +151,9 @@ class Breakdown:
 
         def on_replay(result, dt):
             run = result[0] if isinstance(result, tuple) else result  # (result, trace) when traced
-            self.replays, self.steps = self.replays + 1, self.steps + run.steps
-            self.replay_s, self.loop_s = self.replay_s + dt, self.loop_s + run.wall_s
+            with self._replay_lock:
+                self.replays, self.steps = self.replays + 1, self.steps + run.steps
+                self.replay_s, self.loop_s = self.replay_s + dt, self.loop_s + run.wall_s
 
         # Certification's replays, where they are called by name: their count, simulated steps, and
         # time (the whole replay, and its compiled loop alone; replays in threads overlap).

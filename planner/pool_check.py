@@ -95,7 +95,6 @@ class PoolCheck:
     replay: TraceReplay | None = None
     latencies: RequestLatencies | None = field(default=None, repr=False, compare=False)
     runs: int = 1  # pooled for the verdict: CONFIRM_RUNS when the first run's was a close call
-    close: bool = False  # the first run's verdict was a close call
 
     @property
     def seeds(self) -> list[int]:
@@ -221,7 +220,7 @@ def check_pool(p: PoolSetting, slo: SLO, *, requests: int, seed: int) -> PoolChe
     for k, other in enumerate(sims[1:], start=1):
         problems += [f"run {k + 1}: {text}" for text in _run_problems(other)]
     return PoolCheck(p.name, p.label, p.config, p.replicas, p.rate_rps, bands, attainment, predicted_view,
-                     sim.compare_view(), tuple(problems), requests, seed, replay, lat, len(sims), close)
+                     sim.compare_view(), tuple(problems), requests, seed, replay, lat, len(sims))
 
 
 def _run(p: PoolSetting, requests: int, seed: int) -> SimResult:

@@ -31,7 +31,7 @@ def one_blas_thread() -> None:
     another number of cores (measured: the last bits of a million-term dot differ between one
     thread and two), so a report's simulated figures depended on where it ran; and OpenBLAS's idle
     threads spin: the certified 128k rollout spent 8.3 CPU-s on 2 cores, 4.4 on one BLAS thread,
-    5.5 s against 5.0 s end to end, every shipped report the same."""
+    5.6 s against 5.3 s end to end (alternating runs), every shipped report the same."""
     for name in BLAS_THREAD_VARIABLES:
         os.environ.setdefault(name, "1")
 
