@@ -101,26 +101,27 @@ def _steps_at_most(requests: Requests, chunk_tokens: int) -> int:
 
 @dataclass(frozen=True)
 class _StepRecords:
-    """The per-step records the simulator's loop writes (planner.sim_measures.Trace's step_* fields)."""
+    """The per-step records the simulator's loop writes, named as planner.sim_measures.Trace's fields
+    and in the loop's order."""
 
-    start_s: np.ndarray
+    step_start_s: np.ndarray
     step_s: np.ndarray
-    running: np.ndarray
-    decoding: np.ndarray
-    used_blocks: np.ndarray
-    prefill_tokens: np.ndarray
-    prefill_s: np.ndarray
-    waiting: np.ndarray
+    step_running: np.ndarray
+    step_decoding: np.ndarray
+    step_used_blocks: np.ndarray
+    step_prefill_tokens: np.ndarray
+    step_prefill_s: np.ndarray
+    step_waiting: np.ndarray
 
     @classmethod
     def empty(cls, steps: int) -> _StepRecords:
-        floats = {"start_s", "step_s", "prefill_s"}
+        floats = {"step_start_s", "step_s", "step_prefill_s"}
         return cls(**{f.name: np.empty(steps, np.float64 if f.name in floats else np.int64)
                       for f in fields(cls)})
 
-    def arrays(self, steps: int | None = None) -> tuple[np.ndarray, ...]:
-        """The records in the loop's order, the first `steps` of each (all when None)."""
-        return tuple(getattr(self, f.name)[:steps] for f in fields(self))
+    def first(self, steps: int | None = None) -> dict[str, np.ndarray]:
+        """The records by name, in the loop's order, the first `steps` of each (all when None)."""
+        return {f.name: getattr(self, f.name)[:steps] for f in fields(self)}
 
 
 @dataclass(frozen=True)
@@ -254,26 +255,18 @@ def simulate_replica(
             requests.arrival_s, requests.prompt_tokens, requests.output_tokens, int(dep.block_size), kv.total_blocks,
             kv.watermark_blocks, kv.shared_tokens, max_seqs, batched_tokens, chunk_tokens,
             costs.fixed_s, costs.bandwidth, costs.flops_s, costs.two_active, costs.attn,
-            kv.block_bytes, kv.shared_bytes, costs.comm_per_token_s, *records.arrays(),
+            kv.block_bytes, kv.shared_bytes, costs.comm_per_token_s, *records.first().values(),
         )
         wall = time.perf_counter() - wall0  # the loop's own time, in the run whose records are kept
         if steps_run <= steps:
             break
         steps = steps_run  # the replay is deterministic: run again, recording every step
-    rec_start, rec_dt, rec_run, rec_dec, rec_used, rec_pf, rec_pf_s, rec_wait = records.arrays(steps_run)
     tr = Trace(
         first_token_s=first_tok,
         finish_s=finish,
         preemptions=n_preempt,
         admissions=n_admit,
-        step_start_s=rec_start,
-        step_s=rec_dt,
-        step_running=rec_run,
-        step_decoding=rec_dec,
-        step_used_blocks=rec_used,
-        step_prefill_tokens=rec_pf,
-        step_prefill_s=rec_pf_s,
-        step_waiting=rec_wait,
+        **records.first(steps_run),
         preemption_steps=preempt_steps,
         resume_gaps_s=resume_gaps,
         resume_steps=resume_steps,
