@@ -64,6 +64,8 @@ def certify_plans(parts, resolve, *, rounds: int) -> list[tuple[list[Evaluation]
     simulated capacities (refreshed). Returns each part's evaluations, solution, pools (with their
     checks) and certification."""
     state = [[st, evals, sol, pools, []] for st, evals, sol, pools in parts]
+    # The re-plans each part's own pools caused (a fleet re-solves every service when one misses).
+    own_rounds = [0] * len(state)
 
     spent = 0
     while True:
@@ -89,6 +91,8 @@ def certify_plans(parts, resolve, *, rounds: int) -> list[tuple[list[Evaluation]
         if not any(missing) or spent == rounds:
             break
         spent += 1
+        for i, miss in enumerate(missing):
+            own_rounds[i] += bool(miss)
         for (st, evals, _, pools, changes), miss in zip(state, missing, strict=True):
             slo, sim = st.scn.slo.to_slo(), st.scn.simulation
             for pool, check in miss:
@@ -115,13 +119,13 @@ def certify_plans(parts, resolve, *, rounds: int) -> list[tuple[list[Evaluation]
         for part, (sol, evals) in zip(state, answers, strict=True):
             part[1], part[2], part[3] = evals, sol, pool_details(part[0].evaluator, evals, sol)
     out = []
-    for (st, evals, sol, pools, changes), pairs in zip(state, keyed, strict=True):
+    for (st, evals, sol, pools, changes), pairs, own in zip(state, keyed, own_rounds, strict=True):
         sim = st.scn.simulation
         checks = [st.evaluator.checks[k] for _, k in pairs]
         certified = all(check.holds for check in checks)
         pools = [dataclasses.replace(pool, check=check) for pool, check in zip(pools, checks, strict=True)]
-        out.append((evals, sol, pools, Certification(certified, spent, tuple(changes), sim.requests, sim.band_requests,
-                                                     sim.seed)))
+        out.append((evals, sol, pools, Certification(certified, own, tuple(changes), sim.requests, sim.band_requests,
+                                                     sim.seed, joint_rounds=spent)))
     return out
 
 

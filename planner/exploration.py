@@ -24,6 +24,7 @@ from planner.plan_objects import (
 from planner.plan_search import LazySearch, Resolver, infeasible_message, lazy_solve, outcome_of
 from planner.plan_setup import Setup, pool_details
 from planner.progress import stage
+from planner.units import share_text
 from planner.worker_pool import start_claimable
 
 SENSITIVITY = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
@@ -336,8 +337,8 @@ def context_lever(scn, catalog, model, served, limit, peak, configs, inventory, 
     res, evs = lazy_solve(evaluator, solve or Resolver(scn, reserved, pool_types), lower_classes, configs)
     total = all_requests or served.requests
     rejected_before = total - served.requests
-    name = f"context limit {lower:,} (rejects {(rejected_before + lost) / total:.1%} of requests" + (
-        f", against {rejected_before / total:.1%} at {limit:,})" if rejected_before else ")")
+    name = f"context limit {lower:,} (rejects {share_text((rejected_before + lost) / total)} of requests" + (
+        f", against {share_text(rejected_before / total)} at {limit:,})" if rejected_before else ")")
     return outcome_of(name, res, "" if res.pools else infeasible_message(lower_classes, evs, inventory))
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from planner.files import write_text_atomic
 from planner.fleet_plan import FleetPlan
+from planner.ilp_solver import COST_TOLERANCE_USD
 from planner.inputs import report_sections
 from planner.plan_json import plan_json
 from planner.report import (
@@ -67,8 +68,11 @@ def _verdict(fp: FleetPlan) -> str:
     if certified is None:
         return "Not every service asked for certification by simulation (`verify: false`): their pools rest on the model."
     if certified:
+        rounds = max(p.certification.joint_rounds for p in fp.plans)
+        again = (f", after {rounds} re-solve{'s' if rounds > 1 else ''} of the fleet at simulated capacities (each "
+                 "service's section names its own re-plans)") if rounds else ""
         return ("Certified by simulation: every pool of every service meets its bands' targets when replayed at the "
-                f"rate it is planned to carry (its share of its service's peak × headroom). {REPLAY_TESTS}")
+                f"rate it is planned to carry (its share of its service's peak × headroom){again}. {REPLAY_TESTS}")
     return "**This fleet does NOT hold every target in simulation**: see the services' sections."
 
 
@@ -208,7 +212,17 @@ def _constraints(fp: FleetPlan) -> str:
             f"| {usd_text(c.plus_one_usd_per_hour)} | {usd_text(base - c.plus_one_usd_per_hour)} "
             f"| {usd_text(c.removed_usd_per_hour)} | {usd_text(base - c.removed_usd_per_hour)} |"
         )
+    free = [c.name for c in fp.constraints if c.binds and base - c.removed_usd_per_hour < COST_TOLERANCE_USD]
+    if free:
+        one = len(free) == 1
+        lines += ["", f"Binds: the plan uses all the limit allows. {_names(free)} {'binds' if one else 'bind'} and "
+                  f"{'costs' if one else 'cost'} nothing: without {'it' if one else 'them'} the cheapest fleet costs the "
+                  "same (another plan of equal cost stays within the limit)."]
     return "\n".join(lines)
+
+
+def _names(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def write_fleet_report(fp: FleetPlan, out_dir: Path) -> Path:
@@ -245,6 +259,9 @@ def fleet_json(fp: FleetPlan) -> dict[str, Any]:
         "solver": fp.joint.solver,
         "solver_status": fp.joint.status,
         "certified": fp.certified,
+        # re-solves of the joint ILP at simulated capacities (each service's own: its certification_rounds)
+        "certification_rounds": (None if fp.certified is None
+                                 else max(p.certification.joint_rounds for p in fp.plans)),
         "moe_exposure": fleet_exposure(fp.plans),
         "constraints": [
             {"constraint": c.name, "limit": c.limit, "used": c.used, "binds": c.binds,

@@ -104,6 +104,10 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             "binding": pool.capacity.binding,
             "cost_usd_per_hour": pool.cost_per_hour,
             "planned_rps": pool.planned_rps,
+            # where planned_rps comes from: "model", "simulation" (this config's capacity searched in
+            # simulation) or "calibration" (the model's × planned_calibration, found on another config)
+            "planned_by": pool.planned_by,
+            "planned_calibration": pool.calibration,
             "rate_per_replica_rps": pool.rate_per_replica_rps,
             # what certification replayed a replica at: the rate the plan covers (a stated fleet: the peak)
             "replay_rps_per_replica": pool.replay_rps,

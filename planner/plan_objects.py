@@ -91,6 +91,14 @@ class Evaluation:
         return self.capacity.max_rps * self.calibration if self.capacity else 0.0
 
     @property
+    def planned_by(self) -> str:
+        """Where capacity_rps comes from: "simulation" (certification bisected this pair), "calibration"
+        (the model's, scaled by what simulation found on another config of the class) or "model"."""
+        if self.optimistic_rps is None and self.simulated_rps is not None:
+            return "simulation"
+        return "calibration" if self.capacity is not None and self.calibration != 1.0 else "model"
+
+    @property
     def unsized(self) -> bool:
         """Not searched: a variant on the same GPUs proved to serve more (dominated_by), or a proven
         upper bound stands in (optimistic_rps); its capacity is not known, which 0 would misstate."""
@@ -121,6 +129,8 @@ class PoolDetail:
     replay_rps: float
     replay_resident: float | None
     check: PoolCheck | None = None
+    planned_by: str = "model"  # where planned_rps comes from (Evaluation.planned_by)
+    calibration: float = 1.0  # with planned_by "calibration": the ratio the model's capacity is scaled by
 
     def fields(self) -> dict[str, str | int]:
         """What names the pool in every output (the plan's JSON, the forecast's pool rows, their
@@ -135,11 +145,14 @@ class Certification:
     """How the plan was certified by simulation (planner.certification)."""
 
     certified: bool
-    rounds: int  # re-plans after pools missed in simulation
+    rounds: int  # re-plans after pools of this plan missed in simulation
     changes: tuple[str, ...]  # what each round changed, for the report
     requests: int  # most sampled requests a run
     band_requests: int  # measured requests sought per band
     seed: int
+    # re-solves of every plan certified together (a fleet's services share one ILP, re-solved
+    # when a pool of any service misses); a plan certified alone: its own rounds
+    joint_rounds: int = 0
 
 
 @dataclass(frozen=True)

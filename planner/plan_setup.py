@@ -110,6 +110,7 @@ def pool_details(evaluator: Evaluator, evals, sol: FleetSolution, *, replay_cove
         replay = tc.rate_rps * share / p.replicas if replay_covered else per_replica
         replay_n = n if replay == per_replica else rm.resident_for_rate(replay, float(dep.engine.max_num_seqs))
         out.append(PoolDetail(tc, cfg, dep, p.replicas, p.gpus, p.cost_per_hour, e.capacity, rm.point(n or 0.0),
-                              per_replica, rm, n, e.capacity_rps, replay, replay_n))
+                              per_replica, rm, n, e.capacity_rps, replay, replay_n,
+                              planned_by=e.planned_by, calibration=e.calibration))
     return out
 

@@ -18,6 +18,7 @@ from planner.histogram import Histogram
 from planner.memory import ladder_rule_steps, layer_kind_lines
 from planner.paged import SIZING_MODES
 from planner.plan_objects import (
+    Evaluation,
     Outcome,
     Plan,
     PoolDetail,
@@ -28,7 +29,7 @@ from planner.plan_objects import (
 from planner.pool_check import band_requests
 from planner.report_latency import latency_section, replayed_rate_text
 from planner.roofline import StepModel
-from planner.units import HOURS_PER_MONTH, GiB, gpus_text, quantile_label, usd_text
+from planner.units import HOURS_PER_MONTH, GiB, gpus_text, quantile_label, share_text, usd_text
 from planner.verification import unverified_speed
 from planner.worker_pool import draw
 from planner.workload.peaks import per_minute_counts, whole_minutes
@@ -108,8 +109,10 @@ def render(plan: Plan, *, figures: dict[str, str] | None = None, sections: tuple
     w(_sweep(plan, figures.get("ttft")))
     w("## Levers")
     w("")
-    w("Each row re-solves the whole plan with one lever switched and the others as stated; two levers "
-      "switched together need a re-solve of their own (their savings do not simply add or multiply).")
+    w(f"Each row re-solves the whole plan {BY_THE_MODEL} with one lever switched and the others as stated; two "
+      "levers switched together need a re-solve of their own (their savings do not simply add or multiply)."
+      + (" Where a lever leaves a single GPU type, that type's certified plan above is the surer price." if plan.per_gpu
+         else ""))
     w("")
     w(_outcomes_table(plan.levers, base, "Lever"))
     w("")
@@ -172,6 +175,9 @@ def _verdict_line(plan: Plan, short: str) -> str:
         return f"Targets ({bands}) are met by the model's prediction; simulation was not asked for (`verify: false`)."
     if cert.certified:
         again = f", after {cert.rounds} re-plan{'s' if cert.rounds > 1 else ''} at simulated capacities" if cert.rounds else ""
+        if cert.joint_rounds > cert.rounds:  # a fleet's service: the joint ILP was re-solved for others' misses too
+            again += (f"; the fleet's ILP was re-solved {cert.joint_rounds} time{'s' if cert.joint_rounds > 1 else ''} "
+                      f"in all, as pools of {'this and ' if cert.rounds else ''}other services missed")
         return (f"Certified by simulation: every pool meets every band's targets ({bands}) when replayed at "
                 f"{replayed_rate_text(plan)}{again}.{_untested(plan)} {REPLAY_TESTS}")
     failing = "; ".join(f"{pool.traffic_class.label}: {', '.join(pool.check.problems or pool.check.replay.problems)}"
@@ -217,8 +223,7 @@ def rejected_text(plan: Plan) -> str:
     """The share of the histogram's requests longer than the plan's context limit, which it rejects."""
     if not plan.rejected_requests:
         return "none"
-    share = plan.rejected_share
-    return f"{share:.1%}" if share >= 0.0005 else "<0.1%"
+    return share_text(plan.rejected_share)
 
 
 def _decision(plan: Plan) -> str:
@@ -294,14 +299,42 @@ def _pools_table(plan: Plan) -> str:
         requests = f"{tc.share:.1%}" if part > 0.9999 else f"{tc.share:.1%} ({part:.0%} of it here)"
         # A class served by several pools: each covers its share, which the rows add up to.
         cover = f"{tc.rate_rps:,.3f}" if part > 0.9999 else f"{tc.rate_rps * part:,.3f} of {tc.rate_rps:,.3f}"
-        binding = pool.capacity.binding if pool.planned_rps == pool.capacity.max_rps else "simulated targets"
+        binding = planned_binding(pool.capacity.binding, pool.planned_by, pool.calibration)
         rows.append(
             f"| {tc.label} | {requests} | {cfg.gpu.id} | {cfg.tp} | {cfg.weight_dtype} | {cfg.kv_dtype} | "
             f"{tc.max_model_len:,} | {pool.replicas} | {pool.gpus} | {pool.planned_rps:,.3f} | {cover} | "
             f"{binding} | {usd_text(pool.cost_per_hour)} |"
         )
     rows.append(f"| **Total** | | | | | | | | **{plan.solution.gpus}** | | | | **{usd_text(plan.cost_per_hour)}** |")
+    if any(pool.planned_by == "calibration" for pool in plan.pools):
+        rows += ["", CALIBRATED_NOTE]
     return "\n".join(rows)
+
+
+# Why the planned capacity of a pool may be neither the model's nor simulated for its own config.
+CALIBRATED_NOTE = ("A ceiling × a factor: the model's capacity times the ratio of simulated to modelled capacity that "
+                   "certification found for the same requests on another config. This config's own capacity was not "
+                   "searched in simulation; its pool was replayed at the planned rate (below).")
+
+
+def planned_binding(binding: str, planned_by: str, calibration: float) -> str:
+    """What sets a config's planned capacity (Evaluation.planned_by): the model's binding ceiling;
+    the targets in simulation, where certification searched this config's capacity; or the
+    model's ceiling scaled by what simulation found on another config of the class."""
+    if planned_by == "simulation":
+        return "simulated targets"
+    if planned_by == "calibration":
+        return f"{binding} × {calibration:.3f}"
+    return binding
+
+
+def _bound_phrase(e: Evaluation) -> str:
+    """What bounds a config's planned capacity, in the words of the why-split sentence (planned_binding)."""
+    if e.planned_by == "simulation":
+        return "bound by its targets in simulation"
+    if e.planned_by == "calibration":
+        return f"{e.capacity.binding}-bound, × {e.calibration:.3f}"
+    return f"{e.capacity.binding}-bound"
 
 
 def _why(plan: Plan, left_out: str) -> str:
@@ -323,8 +356,7 @@ def _why_of(plan: Plan, sol, left_out: str) -> str:
         if plan.scenario.split_thresholds == []:
             return "Why one pool: the scenario offers no split threshold (split_thresholds is empty)."
         return f"Why one pool: no standard split threshold lies below the context limit ({plan.context_limit:,} tokens)."
-    binding = {(e.traffic_class.option, e.traffic_class.name, e.config.label(e.traffic_class.max_model_len)):
-               e.capacity.binding for e in plan.evaluations if e.capacity is not None}
+    binding = {e.key: _bound_phrase(e) for e in plan.evaluations if e.capacity is not None}
 
     def describe(o: Outcome) -> tuple[str, float]:
         s = o.solution
@@ -333,7 +365,7 @@ def _why_of(plan: Plan, sol, left_out: str) -> str:
             need = _replicas_needed(p, s.pools)
             fractional += need * p.cost_per_hour / p.replicas
             parts.append(f"{p.traffic_class}: {_fractional_text(need)} → {p.replicas} replicas of "
-                         f"{p.config.split(' ctx')[0]} ({binding.get((s.option, p.traffic_class, p.config), '?')}-bound)")
+                         f"{p.config.split(' ctx')[0]} ({binding.get((s.option, p.traffic_class, p.config), '?')})")
         return "; ".join(parts), fractional
 
     none = next((o for o in plan.split_analysis if o.name == "no split"), None)
@@ -398,7 +430,16 @@ def _fleet_rules_show(plan: Plan) -> bool:
         return False
     rows = [*plan.split_analysis, *plan.per_gpu, *plan.levers, *plan.alternatives, *plan.sensitivity,
             *(o for _, o in plan.ttft_sweep)]
-    return plan.alone_differs or any(not o.feasible for o in rows)
+    return plan.alone_differs or any(not o.feasible or _uses_all_left(o, plan.alone_caps or {}) for o in rows)
+
+
+def _uses_all_left(o: Outcome, caps: dict[str, int]) -> bool:
+    """Whether a row runs all the GPUs of a type that the other services leave: the cap may shape it
+    (a feasible row, yet not the one the service would make with more of that type)."""
+    used: dict[str, int] = {}
+    for pool in o.solution.pools if o.solution is not None else ():
+        used[pool.gpu] = used.get(pool.gpu, 0) + pool.gpus
+    return any(gpu in caps and n >= caps[gpu] for gpu, n in used.items())
 
 
 def _explored_in_fleet(plan: Plan) -> str:
@@ -472,6 +513,10 @@ def _per_gpu(plan: Plan) -> str:
         _outcomes_table(plan.per_gpu, plan.compared_usd_per_hour, "GPU type"), "", ""])
 
 
+# How the explorations' re-solves are priced: they are not certified as the plan is.
+BY_THE_MODEL = "by the model (calibrated where certification measured a class; these rows are not simulated themselves)"
+
+
 def _sweep(plan: Plan, figure: str | None) -> str:
     if not plan.ttft_sweep:
         return ""
@@ -481,8 +526,7 @@ def _sweep(plan: Plan, figure: str | None) -> str:
     rows = [(1.0, stated), *list(plan.ttft_sweep)]
     bands = "; ".join(f"{b.name}: {b.ttft.stat} ≤ {b.ttft.limit_s:g} s" for b in plan.scenario.slo.to_slo().bands if b.ttft)
     lines = ["## What the TTFT target costs", "",
-             f"Every band's TTFT limit ({bands}) scaled, and the plan re-solved by the model (calibrated where "
-             "certification measured a class; these rows are not simulated themselves).", "",
+             f"Every band's TTFT limit ({bands}) scaled, and the plan re-solved {BY_THE_MODEL}.", "",
              "| TTFT limits | $/hour | vs plan | GPUs | Plan |", "|---|---:|---:|---:|---|"]
     for m, o in sorted(rows, key=lambda r: r[0]):
         label = "as stated" if m == 1.0 else f"× {m:g}"
@@ -568,8 +612,11 @@ def _pool_detail(plan: Plan, pool: PoolDetail) -> str:
         lines.append(f"| {name} | holds up to the {bound} ceiling (no bound of its own below it) |")
     lines.append(f"| **capacity: {KNEE_SHARE:.0%} of the lowest ceiling (the knee; the last {1 - KNEE_SHARE:.0%} of rate "
                  f"costs latency out of proportion)** | **{cap.max_rps:,.3f}** |")
-    if pool.planned_rps != cap.max_rps:
+    if pool.planned_by == "simulation":
         lines.append(f"| **planned (simulated capacity)** | **{pool.planned_rps:,.3f}** |")
+    elif pool.planned_by == "calibration":
+        lines.append(f"| **planned (capacity × {pool.calibration:.3f}, the factor simulation found on another config "
+                     f"for these requests)** | **{pool.planned_rps:,.3f}** |")
     targets = [f"{b.name}: {b.targets_text()}" for b in tc.slo.bands]
     lines += [
         "",

@@ -22,6 +22,11 @@ def quantile_label(q: float) -> str:
     return f"p{round(100 * q, 3):g}"
 
 
+def share_text(share: float) -> str:
+    """A share as a percentage to 0.1%; one that is not zero never reads 0.0% ("<0.1%")."""
+    return "<0.1%" if 0 < share < 0.0005 else f"{share:.1%}"
+
+
 def gpus_text(n: int) -> str:
     """A count of GPUs in words: '1 GPU', '22 GPUs'."""
     return f"{n:,} GPU" if n == 1 else f"{n:,} GPUs"

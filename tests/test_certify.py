@@ -367,3 +367,47 @@ def test_a_replay_started_ahead_confirms_its_close_call_and_is_the_one_certifica
     assert ahead.runs == CONFIRM_RUNS  # a close call, confirmed
     certify_plans([(st, search.evaluations(), sol, pools)], lambda _: [(search.solve(), search.evaluations())], rounds=2)
     assert st.evaluator.checks[_replay_key(pools[0], pools, None)] is ahead
+
+
+def test_a_fleet_service_whose_pools_held_claims_no_re_plan_of_its_own(tmp_path, monkeypatch):
+    """Two services certified together: the model overstates alpha's capacity (x1.6), so its pool
+    misses and the fleet's ILP is re-solved; beta's pool holds at its model capacity. Each service
+    counts its own re-plans (beta none), both the joint re-solves, and beta's verdict says why the
+    fleet was re-solved rather than claiming re-plans of its own."""
+    import dataclasses
+
+    import yaml
+
+    from planner.evaluator import Evaluator
+    from planner.fleet import load_fleet
+    from planner.fleet_plan import make_fleet_plan
+    from planner.report import render
+
+    def svc(name, tpot_ms):
+        return {"name": name, "model": "llama-3.1-8b", "context_limit": 8192,
+                "traffic": {"source": {"constant": {"prompt_tokens": 1000, "output_tokens": 200}},
+                            "peak": {"method": "explicit", "rps": 20}, "headroom": 1.0},
+                "slo": {"bands": [{"tpot_ms": tpot_ms}]}, "gpus": ["h100-sxm"], "tp": [1], "weight_dtypes": ["bf16"],
+                "kv_dtypes": ["bf16"], "sizing": {"mode": "expected"}, "simulation": {"requests": 3000}}
+
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump({"name": "pair", "services": [svc("alpha", 40), svc("beta", 200)]}), encoding="utf-8")
+    original = Evaluator._model_evaluation
+
+    def optimistic_for_alpha(self, key, cfg, tc, **kw):
+        e = original(self, key, cfg, tc, **kw)
+        if self.scn.name != "alpha" or e.capacity is None:
+            return e
+        return dataclasses.replace(e, capacity=dataclasses.replace(e.capacity, max_rps=e.capacity.max_rps * 1.6))
+
+    monkeypatch.setattr(Evaluator, "_model_evaluation", optimistic_for_alpha)
+    fp = make_fleet_plan(load_fleet(path), explore=False, certify=True)
+    alpha, beta = (p.certification for p in fp.plans)
+    assert alpha.certified and beta.certified
+    assert alpha.rounds >= 1 and alpha.changes and beta.rounds == 0 and not beta.changes
+    assert alpha.joint_rounds == beta.joint_rounds == alpha.rounds
+    assert fp.plans[0].pools[0].planned_by == "simulation"  # alpha's capacity was searched in simulation
+    text = render(fp.plans[1])
+    assert "Certification re-planned" not in text and "re-plan at simulated" not in text
+    times = "time" if beta.joint_rounds == 1 else "times"
+    assert f"the fleet's ILP was re-solved {beta.joint_rounds} {times} in all, as pools of other services missed" in text

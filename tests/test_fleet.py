@@ -707,3 +707,28 @@ def test_services_whose_names_differ_in_case_keep_distinct_ilp_rows(tmp_path):
     path = write_fleet(tmp_path, services=[service("A-b", 3.0), service("a_b", 3.0)])
     r = CliRunner().invoke(main, ["solve", str(path), "--no-report"])
     assert r.exit_code == 0, r.output
+
+
+def test_a_limit_that_binds_but_costs_nothing_is_explained():
+    """A limit the plan uses in full may still cost nothing (another plan of the same cost stays
+    within it): the table's "Binds: yes" beside "$0.00" gets a sentence saying so, naming only
+    such limits; a binding limit that costs something, or one with room left, gets none."""
+    from types import SimpleNamespace
+
+    from planner.fleet_plan import SharedConstraint
+    from planner.fleet_report import _constraints
+
+    def fleet(*constraints):
+        return SimpleNamespace(constraints=constraints, cost_per_hour=100.0)
+
+    free = SharedConstraint("h100-sxm GPUs", 8, 8, "8 reserved", 100.0, 100.0)
+    dear = SharedConstraint("h200 GPUs", 4, 4, "4 new", 96.0, 90.0)
+    room = SharedConstraint("l40s GPUs", 16, 3, "16 owned", 100.0, 100.0)
+    text = _constraints(fleet(free, dear, room))
+    assert "| h100-sxm GPUs | ≤ 8 GPUs (8 reserved) | 8 | yes | $100.00 | $0.00 | $100.00 | $0.00 |" in text
+    assert ("h100-sxm GPUs binds and costs nothing: without it the cheapest fleet costs the same (another plan of "
+            "equal cost stays within the limit).") in text
+    assert "h200" not in text.split("Binds:", 1)[1] and "l40s" not in text.split("Binds:", 1)[1]
+    assert "Binds:" not in _constraints(fleet(dear, room))
+    both = _constraints(fleet(free, SharedConstraint("GPU types", 2, 2, "max_gpu_types", 100.0, 100.0)))
+    assert "h100-sxm GPUs and GPU types bind and cost nothing: without them" in both

@@ -335,3 +335,62 @@ def test_a_cache_that_holds_more_than_the_engine_runs_says_where_the_batch_stops
     text = (tmp_path / "out" / "small.md").read_text(encoding="utf-8")
     assert (f"The engine runs at most {seqs:,} sequences a step (max_num_seqs): the batch the model plans for stops "
             "there, whatever more the cache holds.") in text
+
+
+def test_a_pool_is_called_simulated_only_where_its_own_capacity_was_simulated(catalog):
+    """A pool's planned capacity comes from the model, from its own config's search in simulation,
+    or from the model scaled by the ratio simulation found on another config of the class: the
+    pools table, the why-split sentence and the pool's detail say which, and only the second is
+    called simulated."""
+    import dataclasses
+
+    from test_planning import scenario, traffic
+
+    from planner.planning import make_plan
+    from planner.report import CALIBRATED_NOTE, render
+
+    scn = scenario(context_limit=8192, gpus=["h100-sxm"], split_thresholds=[])
+    plan = make_plan(scn, catalog, catalog.model("llama-3.1-8b"), traffic(1000, (1000, 200), 0, (1000, 200)), 5.0)
+    e = plan.evaluations[0]
+    assert e.planned_by == "model"
+    assert dataclasses.replace(e, calibration=0.9).planned_by == "calibration"
+    assert dataclasses.replace(e, calibration=0.9, simulated_rps=1.0).planned_by == "simulation"
+    assert dataclasses.replace(e, simulated_rps=1.0, optimistic_rps=2.0).planned_by == "model"  # a bound, not sized
+
+    (pool,) = plan.pools
+    binding = pool.capacity.binding
+    text = render(plan)
+    assert f"| {binding} | $" in text and "simulated targets" not in text and CALIBRATED_NOTE not in text
+
+    def with_pool(**kw):
+        return render(dataclasses.replace(plan, pools=[dataclasses.replace(pool, **kw)]))
+
+    calibrated = with_pool(planned_by="calibration", calibration=0.9, planned_rps=pool.capacity.max_rps * 0.9)
+    assert f"| {binding} × 0.900 | $" in calibrated and CALIBRATED_NOTE in calibrated
+    assert "planned (capacity × 0.900, the factor simulation found on another config" in calibrated
+    assert "simulated targets" not in calibrated and "planned (simulated capacity)" not in calibrated
+    simulated = with_pool(planned_by="simulation", planned_rps=pool.capacity.max_rps * 0.9)
+    assert "| simulated targets | $" in simulated and "| **planned (simulated capacity)** |" in simulated
+    assert CALIBRATED_NOTE not in simulated
+
+
+@pytest.mark.skipif(not (ROOT / "reports").is_dir(), reason="no shipped reports in this tree")
+def test_readme_states_how_far_the_model_overstated_the_shipped_pools_that_missed():
+    """The README's range, model capacity over simulated capacity for the pools certification
+    re-planned, is the range of the shipped reports' re-plans (a stale range once read 3-14%)."""
+    import re
+
+    text = "".join(p.read_text(encoding="utf-8") for p in sorted((ROOT / "reports").glob("*.md")))
+    over = [float(planned.replace(",", "")) / float(simulated.replace(",", "")) - 1
+            for simulated, planned in re.findall(r"planned at ([\d,.]+) instead of ([\d,.]+) req/s", text)]
+    assert len(over) >= 5
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert f"that missed {min(over) * 100:.0f}-{max(over) * 100:.0f}% above their simulated capacity" in readme
+
+
+def test_a_share_that_is_not_zero_never_reads_zero():
+    """1 request of the Azure trace's 19,366 over a lower limit read "rejects 0.0% of requests"."""
+    from planner.units import share_text
+
+    assert share_text(1 / 19_366) == "<0.1%"
+    assert share_text(0.0) == "0.0%" and share_text(0.0005) == "0.1%" and share_text(0.219) == "21.9%"
