@@ -456,6 +456,7 @@ def load_catalog(*extra_files: str | Path) -> Catalog:
     """The built-in catalog, with each extra YAML file's entries merged over it in order."""
     catalog = _builtin()
     for path in extra_files:
-        catalog = catalog.with_overrides(load_yaml(path) or {}, where=str(path))
+        overrides = load_yaml(path)  # an empty file overrides nothing; `0` or `[]` is no mapping either
+        catalog = catalog.with_overrides({} if overrides is None else overrides, where=str(path))
     catalog.check_references()
     return catalog

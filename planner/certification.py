@@ -109,7 +109,8 @@ def certify_plans(parts, resolve, *, rounds: int) -> list[tuple[list[Evaluation]
                     new = min(capacity_on_every_run(setting, slo, requests=n, seeds=check.seeds),
                               pool.replay_rps * (1 - REPLAN_STEP))
                     why = "; ".join(check.problems)
-                st.evaluator.record_simulated(next(e for e in evals if e.key == (tc.option, tc.name, config)), new)
+                st.evaluator.record_simulated(next(e for e in evals if e.key == (tc.option, tc.name, config)), new,
+                                              calibrates=bool(check.problems))
                 changes.append(f"round {spent}: {tc.label} on {config} missed ({why}); planned at {new:,.3f} instead "
                                f"of {pool.planned_rps:,.3f} req/s per replica")
         answers = resolve([part[1] for part in state])

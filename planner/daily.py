@@ -54,7 +54,7 @@ POLICIES = (
 def replica_capacity_rps(pool: PoolDetail) -> float:
     """Requests/s one replica of the pool holds within every target: what the day's scaling
     sizes replicas by. The one place that reads it from the plan: the capacity the plan was
-    solved with, simulated where certification measured it."""
+    solved with, simulated or calibrated where certification measured less (PoolDetail.planned_by)."""
     return pool.planned_rps
 
 

@@ -51,11 +51,13 @@ class Evaluator:
     def _class_key(tc: TrafficClass) -> tuple:
         return (tc.option, tc.name, tc.max_model_len, id(tc.hist))
 
-    def record_simulated(self, e: Evaluation, rps: float) -> None:
+    def record_simulated(self, e: Evaluation, rps: float, *, calibrates: bool = True) -> None:
         """Certification measured this config's capacity for this class: use it from now on, and
-        scale the model's capacity of the class's other configs by the same ratio when below 1."""
+        (calibrates) scale the model's capacity of the class's other configs by the same ratio when
+        below 1. A rate lowered after the log's own arrivals missed is no simulated capacity: it
+        calibrates nothing."""
         self._simulated[(*e.config.key, *self._class_key(e.traffic_class))] = rps
-        if e.capacity is not None and e.capacity.max_rps > 0:
+        if calibrates and e.capacity is not None and e.capacity.max_rps > 0:
             ck = self._class_key(e.traffic_class)
             self._calibration[ck] = min(self._calibration.get(ck, 1.0), rps / e.capacity.max_rps)
 

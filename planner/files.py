@@ -29,6 +29,7 @@ import errno
 import json
 import os
 import re
+import shutil
 import socket
 import tempfile
 from collections.abc import Iterator
@@ -111,18 +112,75 @@ def outputs_together() -> Iterator[None]:
         _pending.reset(token)
         _made.reset(made_token)
         _discard(pending)
-        for folder in made:  # a folder made for outputs that never came is taken away again
-            with contextlib.suppress(OSError):
-                folder.rmdir()  # (only while empty)
+        _remove_folders(made)
         raise
     _pending.reset(token)
     _made.reset(made_token)
-    for i, (tmp, target) in enumerate(pending):
-        try:
+    # Each destination that exists is first kept under a temporary name (a second link to it, so that
+    # it stays in place for anyone reading it, and os.replace stays atomic), so that a rename refused
+    # part-way (a destination that cannot be replaced), or a Ctrl-C, puts every file back as it was:
+    # a failed run writes nothing, whichever of its files the system refuses. Killed instead, a run
+    # leaves each destination whole, old or new.
+    placed: list[tuple[Path, Path | None]] = []  # (destination, its former file kept, or None)
+    kept: Path | None = None
+    try:
+        for tmp, target in pending:
+            kept = _kept(target)
             os.replace(tmp, target)
-        except OSError as exc:
-            _discard(pending[i:])
+            placed.append((target, kept))
+            kept = None
+    except BaseException as exc:
+        if kept is not None:  # its destination was never replaced
+            with contextlib.suppress(OSError):
+                kept.unlink()
+        _put_back(placed)
+        _discard(pending)
+        _remove_folders(made)
+        if isinstance(exc, OSError):
             raise output_error(exc, target) from None
+        raise
+    for _, former in placed:
+        if former is not None:
+            with contextlib.suppress(OSError):
+                former.unlink()
+
+
+def _kept(target: Path) -> Path | None:
+    """A second name, a temporary one beside it (remove_stale_temporaries knows it), for an existing
+    destination: a hard link, or a copy where the file system has none; None when there is none."""
+    if not os.path.lexists(target):
+        return None
+    fd, name = tempfile.mkstemp(prefix=f".{_cut(target.name)}.{_HOST}.{os.getpid()}.", suffix=_TMP_SUFFIX,
+                                dir=target.parent)
+    os.close(fd)
+    os.unlink(name)  # os.link makes the name itself
+    try:
+        os.link(target, name)
+    except OSError:
+        try:
+            shutil.copy2(target, name)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(name)
+            raise
+    return Path(name)
+
+
+def _put_back(placed: list[tuple[Path, Path | None]]) -> None:
+    """Undo outputs_together's renames, the last first: each destination as it was before."""
+    for target, former in reversed(placed):
+        with contextlib.suppress(OSError):
+            if former is None:
+                target.unlink(missing_ok=True)
+            else:
+                os.replace(former, target)
+
+
+def _remove_folders(made: list[Path]) -> None:
+    """Folders output_folder made for outputs that never came, taken away again (only while empty)."""
+    for folder in made:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
 
 
 def _discard(pending: list[tuple[Path, Path]]) -> None:

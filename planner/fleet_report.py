@@ -16,6 +16,7 @@ from planner.inputs import report_sections
 from planner.plan_json import plan_json
 from planner.report import (
     REPLAY_TESTS,
+    block_quote,
     pools_text,
     rejected_text,
     render,
@@ -56,7 +57,7 @@ def render_fleet(fp: FleetPlan, *, figures: list[dict[str, str]] | None = None) 
     spec = fp.fleet.spec
     out: list[str] = [f"# Fleet plan: {spec.name}", ""]
     if spec.description:
-        out += [f"> {spec.description.strip()}", ""]
+        out += [block_quote(spec.description), ""]
     out += [_totals(fp), "", _constraints(fp), ""]
     for i in range(len(fp.plans)):
         out += [service_section(fp, i, figures[i] if figures else None).rstrip("\n"), ""]

@@ -121,11 +121,15 @@ def limit_conflict(scn: Scenario, model: Model) -> str:
     # a forecast quarter may raise the limit, and a threshold below its limit splits its traffic
     quarters = [q.context_limit for q in (scn.forecast.quarters if scn.forecast else ()) if q.context_limit]
     highest = max([limit, *quarters])
+    where = limit_text if highest == limit else f"the highest context limit of any forecast quarter ({highest})"
     past = [t for t in scn.split_thresholds or () if t >= highest]
     if past:
-        where = limit_text if highest == limit else f"the highest context limit of any forecast quarter ({highest})"
         return (f"split_thresholds: {', '.join(map(str, past))} {'is' if len(past) == 1 else 'are'} at or above "
                 f"{where}; a split threshold must lie below the limit (requests longer than it are rejected)")
+    for i, band in enumerate(scn.slo.bands):
+        if band.prompt_below is not None and band.prompt_below >= highest:
+            return (f"slo.bands[{i}].prompt_below {band.prompt_below} is at or above {where}: no request with so long "
+                    "a prompt is served, so the bands after it would hold none; a band's cut must lie below the limit")
     for i, pool in enumerate(scn.fleet or ()):
         if pool.context_limit is not None and pool.context_limit > limit:
             return (f"fleet[{i}].context_limit {pool.context_limit} is above {limit_text}: the scenario rejects "

@@ -20,7 +20,7 @@ def uncertified_message(plan: Plan) -> str | None:
         + ", ".join(pool.check.problems or (pool.check.replay.problems if pool.check.replay else ()))
         for pool in plan.pools if not pool.check.holds
     )
-    what = "the fleet" if plan.given_fleet else f"no plan holds its targets in simulation after {cert.rounds} re-plans;"
+    what = "the fleet" if plan.given_fleet else f"no plan holds its targets in simulation after {cert.joint_rounds} re-plans;"
     return f"{what} misses in simulation: {misses}" if plan.given_fleet else f"{what} {misses}"
 
 
@@ -104,10 +104,10 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             "binding": pool.capacity.binding,
             "cost_usd_per_hour": pool.cost_per_hour,
             "planned_rps": pool.planned_rps,
-            # where planned_rps comes from: "model", "simulation" (this config's capacity searched in
-            # simulation) or "calibration" (the model's × planned_calibration, found on another config)
+            # where planned_rps comes from (Evaluation.planned_by): "model", "simulation" (measured for this
+            # config) or "calibration" (the model's × planned_calibration, found on another config)
             "planned_by": pool.planned_by,
-            "planned_calibration": pool.calibration,
+            "planned_calibration": pool.calibration if pool.planned_by == "calibration" else None,
             "rate_per_replica_rps": pool.rate_per_replica_rps,
             # what certification replayed a replica at: the rate the plan covers (a stated fleet: the peak)
             "replay_rps_per_replica": pool.replay_rps,
@@ -161,5 +161,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "given_fleet_problem": (uncertified_message(plan) or unsimulated_fleet_message(plan)) if plan.given_fleet
         else None,
         "speed_unverified": [u.as_json() for u in unverified_speed(plan)],
+        # where the traffic came from, and a log's rows left out and why (the report's Sources)
+        "traffic_notes": list(plan.traffic_notes),
         "candidates": candidates,
     }

@@ -92,9 +92,13 @@ class Evaluation:
 
     @property
     def planned_by(self) -> str:
-        """Where capacity_rps comes from: "simulation" (certification bisected this pair), "calibration"
-        (the model's, scaled by what simulation found on another config of the class) or "model"."""
-        if self.optimistic_rps is None and self.simulated_rps is not None:
+        """Where capacity_rps comes from: "bound" (not searched: a proven upper bound stands in),
+        "simulation" (certification measured this pair: its capacity bisected, or its rate lowered
+        after the log's own arrivals missed), "calibration" (the model's, scaled by the simulated /
+        model ratio certification found on another config of the class) or "model"."""
+        if self.optimistic_rps is not None:
+            return "bound"
+        if self.simulated_rps is not None:
             return "simulation"
         return "calibration" if self.capacity is not None and self.calibration != 1.0 else "model"
 
@@ -123,7 +127,7 @@ class PoolDetail:
     rate_per_replica_rps: float  # the peak (before headroom) each replica of the pool carries
     model: ReplicaModel
     resident: float | None  # the model's mean resident batch at that rate (None: beyond its roofline)
-    planned_rps: float  # per replica in the ILP: the simulated capacity if certification measured one
+    planned_rps: float  # per replica in the ILP: Evaluation.capacity_rps (its source: planned_by)
     # Per replica, the rate certification replays (plan_setup.pool_details; why: planner.pool_check),
     # and the model's mean resident batch at that rate.
     replay_rps: float
@@ -231,7 +235,7 @@ class Plan:
     @property
     def capacity_rps(self) -> float:
         """Requests/s the fleet serves as planned, all pools together: each replica at its planned rate
-        (99% of its lowest ceiling, or its simulated capacity where certification measured less)."""
+        (the model's capacity, calibrated or simulated where certification measured less: PoolDetail.planned_by)."""
         return sum(pool.replicas * pool.planned_rps for pool in self.pools)
 
     @property

@@ -73,7 +73,7 @@ def render(plan: Plan, *, figures: dict[str, str] | None = None, sections: tuple
     w(f"# Capacity plan: {scn.name}")
     w("")
     if scn.description:
-        w(f"> {scn.description.strip()}")
+        w(block_quote(scn.description))
         w("")
     w(_decision(plan))
     w("")
@@ -219,6 +219,14 @@ def pools_text(sol) -> str:
     return "; ".join(f"{cls}: {' + '.join(pools)}" for cls, pools in by_class.items())
 
 
+def block_quote(text: str) -> str:
+    """A scenario's own words as a Markdown quote: every line quoted (a line of its own must not
+    end the quote and become a heading or a table of the report), control characters dropped."""
+    lines = ["".join(ch if ch.isprintable() else " " if ch.isspace() else "" for ch in line)
+             for line in text.strip().splitlines()]
+    return "\n".join(f"> {line}".rstrip() for line in lines)
+
+
 def rejected_text(plan: Plan) -> str:
     """The share of the histogram's requests longer than the plan's context limit, which it rejects."""
     if not plan.rejected_requests:
@@ -330,6 +338,8 @@ def planned_binding(binding: str, planned_by: str, calibration: float) -> str:
 
 def _bound_phrase(e: Evaluation) -> str:
     """What bounds a config's planned capacity, in the words of the why-split sentence (planned_binding)."""
+    if e.planned_by == "bound":
+        return "not searched: a proven bound"
     if e.planned_by == "simulation":
         return "bound by its targets in simulation"
     if e.planned_by == "calibration":

@@ -25,6 +25,7 @@ class Traffic:
     notes: tuple[str, ...]
     profile: DailyProfile = FLAT  # the day's load curve (planner.load_profile)
     requests: Requests | None = None  # a timestamped log's requests with their own arrivals (from 0 s)
+    excluded: str = ""  # the log's rows left out and why (one of the notes), for a warning on the command line
 
     def requests_at_growth(self, growth: float) -> Requests | None:
         """The log's requests with arrivals compressed by `growth` (1.5: 50% more requests a second)."""
@@ -42,6 +43,7 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
     src = scn.traffic.source
     notes: list[str] = []
     requests = None
+    excluded_note = ""
     if src.constant is not None:
         c = src.constant
         hist = Histogram.constant(c.prompt_tokens, c.output_tokens)
@@ -88,9 +90,11 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
         notes.append(f"Source: {kind} {names} ({spec.name} columns).")
         excluded = {k: v for k, v in result.excluded_rows.items() if v}
         if excluded:
-            notes.append("Excluded rows: " + ", ".join(f"{n:,} {k}" for k, n in excluded.items()) + "."
-                         + "".join(f" {_display(Path(f.path), base)}: {f.problems_text}." for f in result.files
-                                   if f.problems_text))
+            excluded_note = ("Excluded rows: " + ", ".join(f"{n:,} {k}" for k, n in excluded.items())
+                             + f" (of {sum(f.log_rows for f in result.files):,} read)." + "".join(
+                                 f" {_display(Path(f.path), base)}: {f.problems_text}." for f in result.files
+                                 if f.problems_text))
+            notes.append(excluded_note)
         if unreplayable:
             notes.append(f"{unreplayable:,} request(s) with no output token are planned, but left out of the "
                          "replay of the log's own arrivals (the simulator replays requests that decode).")
@@ -110,7 +114,7 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
         profile = traffic_profile(scn.traffic.profile, hist)
     except InputError as exc:
         raise InputError(f"profile: {exc}") from None
-    return Traffic(hist, measured, mean, tuple(notes), profile, requests)
+    return Traffic(hist, measured, mean, tuple(notes), profile, requests, excluded_note)
 
 
 def _replayable(rows) -> tuple[Requests | None, int]:

@@ -1353,10 +1353,10 @@ def test_an_impossible_synthetic_span_is_refused_before_anything_is_drawn(tmp_pa
 
     monkeypatch.setattr(synth.np.random, "default_rng", lambda *a: pytest.fail("drew before refusing"))
     path = scenario(tmp_path, BASE.replace("source: {constant: {prompt_tokens: 1000, output_tokens: 200}}",
-                                           "source: {synthetic: {name: chat, requests: 100000000, rate_rps: 0.1}}"))
+                                           "source: {synthetic: {name: chat, requests: 20000000, rate_rps: 0.03}}"))
     one_line_error(run("solve", path, "--no-report"), 2,
-                   "traffic: 100,000,000 requests at 0.1 req/s span about 31.7 years, more than a log may (15.9 "
-                   "years): raise the rate to 0.199 req/s or more, or lower the count")
+                   "traffic: 20,000,000 requests at 0.03 req/s span about 21.1 years, more than a log may (15.9 "
+                   "years): raise the rate to 0.0398 req/s or more, or lower the count")
 
 
 # ---- a stated fleet judged by the model alone -------------------------------------------------
@@ -1416,3 +1416,166 @@ def test_an_unsimulated_plans_empty_band_holds_in_json_as_an_unmeasured_one_does
     empty, full = out["plan"][0]["bands"]
     assert empty["ttft_s"]["predicted"] is None and empty["holds"] is True and empty["judged_by"] == "model"
     assert full["holds"] is True and out["given_fleet_problem"] is None
+
+
+# ---- a second audit (2026-12-04): one test per root cause ------------------------------------
+def test_a_refused_rename_puts_every_output_back_and_prints_no_success_line(tmp_path, monkeypatch):
+    """The report's Markdown cannot replace its destination (an immutable file, say): the figures
+    already renamed into place are taken back, an older figure is restored, and the line saying the
+    report was written is not printed before the error."""
+    import planner.files
+
+    path, out = scenario(tmp_path), tmp_path / "out"
+    out.mkdir()
+    (out / "tiny_split.png").write_bytes(b"an older figure")
+    replace = os.replace
+
+    def refusing(src, dst):
+        if Path(dst).name == "tiny.md":
+            raise PermissionError(13, "Permission denied", str(dst))
+        return replace(src, dst)
+
+    monkeypatch.setattr(planner.files.os, "replace", refusing)
+    r = run("solve", path, "--no-verify", "--out-dir", out)
+    one_line_error(r, 2, f"{out / 'tiny.md'}: cannot write")
+    assert r.stdout == ""
+    assert leftovers(out) == ["tiny_split.png"] and (out / "tiny_split.png").read_bytes() == b"an older figure"
+
+
+@pytest.mark.parametrize("interruption", [PermissionError(13, "Permission denied"), KeyboardInterrupt()])
+def test_outputs_put_in_place_are_put_back_when_a_later_one_fails(tmp_path, monkeypatch, interruption):
+    """Renames refused part-way, or interrupted: the file already replaced gets its former contents
+    back, the new one is taken away with the folder made for it, no temporary file stays; no
+    destination is ever missing meanwhile (the former file is kept by a second link, not moved)."""
+    from planner.files import InputError, output_folder, outputs_together, write_text_atomic
+
+    (tmp_path / "a.md").write_text("former")
+    replace = os.replace
+    seen_a = []
+
+    def refusing(src, dst):
+        if Path(dst).name == "b.md":
+            seen_a.append((tmp_path / "a.md").read_text())  # a is in place: new, and never missing
+            raise interruption
+        return replace(src, dst)
+
+    def write_both():
+        with outputs_together():
+            write_text_atomic(tmp_path / "a.md", "new a")
+            write_text_atomic(output_folder(tmp_path / "new" / "deep") / "b.md", "new b")
+
+    monkeypatch.setattr(os, "replace", refusing)
+    with pytest.raises(InputError if isinstance(interruption, OSError) else KeyboardInterrupt):
+        write_both()
+    assert seen_a == ["new a"]
+    assert leftovers(tmp_path) == ["a.md"] and (tmp_path / "a.md").read_text() == "former"
+
+
+@pytest.mark.parametrize(("text", "field"), [
+    ("simulation: {max_rounds: true}\n", "simulation.max_rounds"),
+    ("simulation: {requests: yes}\n", "simulation.requests"),
+    ("simulation: {band_requests: on}\n", "simulation.band_requests"),
+])
+def test_a_boolean_where_a_whole_number_belongs_is_refused(tmp_path, text, field):
+    one_line_error(run("solve", scenario(tmp_path, BASE + text), "--no-report"), 2,
+                   f"{field}: Input should be a number, not true")
+
+
+def test_a_boolean_peak_hour_is_refused(tmp_path):
+    text = BASE.replace("peak: {method: explicit, rps: 4}",
+                        "peak: {method: explicit, rps: 4}\n  profile: {shape: diurnal, peak_to_trough: 3, peak_hour: true}")
+    one_line_error(run("solve", scenario(tmp_path, text), "--no-report"), 2,
+                   "traffic.profile.peak_hour: Input should be a number, not true")
+
+
+def test_a_band_cut_at_the_context_limit_is_refused(tmp_path):
+    """Prompts of 8,192 tokens or more are never served at an 8,192-token limit: the band after the
+    cut would hold no request, and every prompt would be held to the first band's targets."""
+    text = BASE + "slo: {bands: [{prompt_below: 8192, ttft_s: 2.0}, {ttft_s: 20.0}]}\n"
+    one_line_error(run("solve", scenario(tmp_path, text), "--no-report"), 2,
+                   "slo.bands[0].prompt_below 8192 is at or above context_limit 8192: no request with so long a "
+                   "prompt is served")
+
+
+@pytest.mark.parametrize("text", ["0\n", "false\n", "[]\n"])
+def test_a_catalog_file_that_is_no_mapping_is_refused(tmp_path, text):
+    catalog = tmp_path / "c.yaml"
+    catalog.write_text(text)
+    one_line_error(run("kv", "llama-3.1-8b", "--catalog", catalog), 2,
+                   f"{catalog}: catalog overrides must be a mapping")
+
+
+def test_an_empty_catalog_file_overrides_nothing(tmp_path):
+    catalog = tmp_path / "c.yaml"
+    catalog.write_text("")
+    assert run("kv", "llama-3.1-8b", "--catalog", catalog).stdout == run("kv", "llama-3.1-8b").stdout
+
+
+def test_a_header_with_spaces_around_its_names_says_so(tmp_path):
+    log = tmp_path / "log.csv"
+    log.write_text("prompt_tokens, output_tokens\n100, 10\n")
+    one_line_error(run("histogram", log), 2,
+                   "no column 'output_tokens' (output tokens); the file has: prompt_tokens, ' output_tokens' "
+                   "('output_tokens' with spaces around it: a header's names are read as written)")
+
+
+def test_a_scenario_description_stays_inside_its_quote():
+    from planner.report import block_quote
+
+    assert block_quote("line one\n# a heading\n| a | b |\x1b[31m\n\nGPUs:\th100\n") == (
+        "> line one\n> # a heading\n> | a | b |[31m\n>\n> GPUs: h100")
+
+
+def test_write_lp_through_a_link_onto_a_report_file_is_refused(tmp_path):
+    path, out, links = scenario(tmp_path), tmp_path / "out", tmp_path / "links"
+    out.mkdir()
+    links.mkdir()
+    (links / "plan.lp").symlink_to(Path("..") / "out" / "tiny.md")
+    one_line_error(run("solve", path, "--out-dir", out, "--write-lp", links / "plan.lp"), 2,
+                   f"--write-lp {links / 'plan.lp'}: is also tiny.md, a file the report of {path} writes")
+    assert leftovers(out) == []
+
+
+def _small_log(path: Path) -> Path:
+    path.write_text("prompt_tokens,output_tokens\n" + "".join(f"{100 + i},10\n" for i in range(20)))
+    return path
+
+
+def test_a_log_given_again_by_a_hard_link_is_refused(tmp_path):
+    log = _small_log(tmp_path / "log.csv")
+    os.link(log, tmp_path / "again.csv")
+    one_line_error(run("histogram", log, tmp_path / "again.csv"), 2,
+                   f"{tmp_path / 'again.csv'}: is the same file as {log} (a link to it); its requests would count twice")
+
+
+def test_a_folder_holding_a_link_to_one_of_its_own_logs_is_refused(tmp_path):
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    _small_log(parts / "a.csv")
+    (parts / "b.csv").symlink_to("a.csv")
+    one_line_error(run("histogram", parts), 2, "b.csv: is the same file as ", "a.csv (a link to it)")
+    assert json.loads(run("histogram", parts / "a.csv", "--json").stdout)["requests"] == 20
+    (parts / "b.csv").unlink()
+    one_line_error(run("histogram", parts, parts / "a.csv"), 2,
+                   f"{parts / 'a.csv'}: is read twice, in {parts} and in {parts / 'a.csv'}; its requests would count twice")
+
+
+def test_a_log_with_excluded_rows_warns_on_the_command_line_and_in_the_json(tmp_path):
+    """A plan made from 2 of a log's 20 rows must not pass for one made from all of them where no
+    report is written to say so."""
+    log = tmp_path / "log.csv"
+    log.write_text("prompt_tokens,output_tokens\n" + "".join(f"{'x' if i % 10 else 100 + i},10\n" for i in range(20)))
+    path = scenario(tmp_path, BASE.replace("source: {constant: {prompt_tokens: 1000, output_tokens: 200}}",
+                                           f"source: {{log: {log.name}}}"))
+    r = run("solve", path, "--no-verify", "--no-report", "--json")
+    assert r.exit_code == 0, r.output
+    note = "Excluded rows: 18 non_numeric (of 20 read). log.csv: by column: prompt_tokens 18."
+    assert r.stderr == f"warning: {path}: {note}\n"
+    assert note in json.loads(r.stdout)["traffic_notes"]
+    # from the log's histogram file: the rows read when it was written
+    assert run("histogram", log, "-o", tmp_path / "h.parquet").exit_code == 0
+    path = scenario(tmp_path, BASE.replace("source: {constant: {prompt_tokens: 1000, output_tokens: 200}}",
+                                           "source: {histogram: h.parquet}"), name="h.yaml")
+    r = run("solve", path, "--no-verify", "--no-report")
+    assert r.exit_code == 0, r.output
+    assert r.stderr == f"warning: {path}: Excluded rows: 18 non_numeric (of 20 read).\n"

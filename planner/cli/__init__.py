@@ -10,6 +10,7 @@ files it writes appear only when it succeeds (planner.files.outputs_together).
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import sys
 import traceback
@@ -24,9 +25,17 @@ from planner.files import INPUT_ERRNOS, input_error, inputs_guard, outputs_toget
 
 class PlannerGroup(click.Group):
     def invoke(self, ctx: click.Context):
+        # What the command prints waits for its files too: a line saying a report was written must
+        # not stand before the error that a later file could not be put in place.
+        printed = io.StringIO()
         try:
-            with inputs_guard(), outputs_together():
-                return super().invoke(ctx)
+            with inputs_guard(), outputs_together(), contextlib.redirect_stdout(printed):
+                result = super().invoke(ctx)
+            _release(printed)
+            return result
+        except click.exceptions.Exit:  # a subcommand's --help: what it printed is its answer
+            _release(printed)
+            raise
         except PlannerError as exc:
             if ctx.obj and ctx.obj.get("debug"):
                 traceback.print_exc()  # the traceback asked for, and the exit code documented for the error
@@ -95,6 +104,12 @@ def run() -> None:
         with contextlib.suppress(OSError, ValueError):  # a closed pipe (planner ... | head)
             stream.flush()
     os._exit(code)
+
+
+def _release(printed: io.StringIO) -> None:
+    """Print what the command printed while its files waited (click.echo: no stdout, nothing written)."""
+    if text := printed.getvalue():
+        click.echo(text, nl=False)
 
 
 def _subcommands(ctx: click.Context | None) -> list[str]:

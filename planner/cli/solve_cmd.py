@@ -47,6 +47,7 @@ def _solve_all(scenarios, out_dir, no_report, write_lp, verify, catalog_files, a
     # Every scenario is read and checked before any is planned, and every plan is made before any
     # file is written: a bad or infeasible scenario late in the list leaves no reports behind.
     loaded = [_load(path, catalog_files) for path in scenarios]
+    _warn_excluded_rows(loaded)
     if not no_report:
         _refuse_same_names(loaded)
         if write_lp:
@@ -72,6 +73,17 @@ def _solve_all(scenarios, out_dir, no_report, write_lp, verify, catalog_files, a
         return
     for lines in results:
         click.echo("\n".join(lines))
+
+
+def _warn_excluded_rows(loaded) -> None:
+    """A log's rows left out (unparsable, negative, too long) on stderr as well as in the report: a
+    plan made from a small part of a log must not pass for one made from all of it (--json or
+    --no-report writes no report that would say so)."""
+    for path, kind, inputs in loaded:
+        services = [(s.where, s.inputs) for s in inputs.services] if kind == "fleet" else [(str(path), inputs)]
+        for where, service_inputs in services:
+            if service_inputs.traffic.excluded:
+                click.echo(f"warning: {where}: {service_inputs.traffic.excluded}", err=True)
 
 
 def _load(path, catalog_files):
@@ -148,11 +160,12 @@ def _refuse_lp_over_report(lp: Path, out_dir: Path, loaded) -> None:
     Names are compared without case, as _refuse_same_names does."""
     from planner.errors import InputError
 
-    if lp.resolve().parent != out_dir.resolve():
+    target = lp.resolve()  # a symbolic link is written through (files.atomic_output): compare where it lands
+    if target.parent != out_dir.resolve():
         return
     for path, kind, inputs in loaded:
         for file, _ in _report_files(kind, inputs):
-            if file.casefold() == lp.name.casefold():
+            if file.casefold() == target.name.casefold():
                 raise InputError(f"is also {file}, a file the report of {path} writes; write the LP to another "
                                  "file", where=f"--write-lp {lp}")
 

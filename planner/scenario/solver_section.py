@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from planner.bounds import MAX_SIMULATED_REQUESTS, MAX_SOLVER_SECONDS, Seed, real
+from planner.bounds import MAX_SIMULATED_REQUESTS, MAX_SOLVER_SECONDS, Seed, real, whole
 from planner.scenario.fields import Strict
 
 DEFAULT_SIZING_QUANTILE = 0.99
@@ -34,10 +34,10 @@ class Solver(Strict):
 class Simulation(Strict):
     """How plans are certified by simulation (planner.pool_check)."""
 
-    requests: int = Field(20_000, ge=1000, le=MAX_SIMULATED_REQUESTS, description="most sampled requests per pool and rate")
-    band_requests: int = Field(
-        5_000, ge=500, le=MAX_SIMULATED_REQUESTS,
+    requests: whole(ge=1000, le=MAX_SIMULATED_REQUESTS) = Field(20_000, description="most sampled requests per pool and rate")
+    band_requests: whole(ge=500, le=MAX_SIMULATED_REQUESTS) = Field(
+        5_000,
         description="measured requests sought in every band of a pool (fewer runs when one band fills the pool)",
     )
     seed: Seed = 0
-    max_rounds: int = Field(4, ge=1, le=20, description="re-plans after pools miss their targets in simulation")
+    max_rounds: whole(ge=1, le=20) = Field(4, description="re-plans after pools miss their targets in simulation")

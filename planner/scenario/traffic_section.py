@@ -101,7 +101,7 @@ class LoadProfileSpec(Strict):
     )
     shape: Literal["flat", "diurnal"] | None = Field(None, description="a named shape (diurnal: a cosine day)")
     peak_to_trough: real(ge=1, le=MAX_GROWTH) | None = Field(None, description="diurnal: busiest hour's load / quietest hour's")
-    peak_hour: int = Field(12, ge=0, le=23, description="diurnal: the busiest hour of the day (places the curve on the clock)")
+    peak_hour: whole(ge=0, le=23) = Field(12, description="diurnal: the busiest hour of the day (places the curve on the clock)")
 
     @model_validator(mode="after")
     def _one(self) -> LoadProfileSpec:

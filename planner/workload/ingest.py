@@ -58,6 +58,12 @@ class FileReport:
     rows_failing_time_only: int = 0  # excluded for their time alone: their lengths are fine
 
     @property
+    def log_rows(self) -> int:
+        """The log rows behind this input: read here, or for a histogram file read when it was
+        written (its requests and the rows it excluded)."""
+        return self.rows_read if self.kind != "histogram" else self.requests + sum(self.excluded_rows.values())
+
+    @property
     def problems_text(self) -> str:
         """Which columns the excluded rows fail on, e.g. "timestamp_ms 300"; and how many fail on
         their time alone, whose lengths are left out too (so a warning says how to keep them)."""
@@ -114,8 +120,10 @@ def ingest(
     cells, minutes = CellAccumulator(), MinuteCounter()
     reports = []
     kept: list | None = [] if keep_requests > 0 else None
+    read_files: dict[tuple[int, int], tuple[str, str]] = {}
     for path in paths:
         reader = LogReader(path, fmt)
+        _refuse_same_file(reader, read_files)
         try:
             if _is_histogram_file(reader):
                 reports.append(_add_histogram_file(Path(path), cells, minutes))
@@ -151,6 +159,27 @@ def _refuse_repeats(paths: Sequence[str | os.PathLike]) -> None:
             raise InputError(f"given twice (as input {seen[key] + 1} and input {i + 1}); its requests would count "
                              "twice", where=str(path))
         seen[key] = i
+
+
+def _refuse_same_file(reader: LogReader, read_files: dict[tuple[int, int], tuple[str, str]]) -> None:
+    """A file of this log that is a file already read (a hard link, a link inside a folder, or a file
+    also given within its folder, which the paths given do not show) would count its requests twice.
+    read_files: the files read so far, by device and inode, with the input each came in; this log's
+    are added."""
+    for file in reader.data_files():
+        try:
+            st = os.stat(file)
+        except OSError:
+            continue  # reading it says what is wrong with it
+        if not st.st_ino:  # a file system without inode numbers: nothing to compare
+            continue
+        key = (st.st_dev, st.st_ino)
+        if key in read_files:
+            first, given = read_files[key]
+            what = (f"is read twice, in {given} and in {reader.where}" if Path(first) == Path(file)
+                    else f"is the same file as {first} (a link to it)")
+            raise InputError(f"{what}; its requests would count twice", where=str(file))
+        read_files[key] = (str(file), reader.where)
 
 
 def is_histogram_file(path: str | os.PathLike) -> bool:
@@ -298,7 +327,12 @@ def _check_columns(reader: LogReader, spec: ColumnSpec) -> str | None:
 
 
 def _missing(name: str, role: str, have: list[str]) -> str:
-    message = f"no column '{shorten(name)}' ({role}); the file has: {shorten(', '.join(have), 300) or '(no columns)'}"
+    # A name with spaces around it (a header written "a, b") or a comma in it is quoted, so the
+    # list does not show the very name that is missing.
+    shown = [f"'{h}'" if h != h.strip() or "," in h else h for h in have]
+    message = f"no column '{shorten(name)}' ({role}); the file has: {shorten(', '.join(shown), 300) or '(no columns)'}"
+    if name in (h.strip() for h in have):
+        message += f" ('{shorten(name)}' with spaces around it: a header's names are read as written)"
     presets = matching_presets(have)
     if presets:
         message += f" — try {suggested('preset', presets[0])}"
