@@ -1579,3 +1579,23 @@ def test_a_log_with_excluded_rows_warns_on_the_command_line_and_in_the_json(tmp_
     r = run("solve", path, "--no-verify", "--no-report")
     assert r.exit_code == 0, r.output
     assert r.stderr == f"warning: {path}: Excluded rows: 18 non_numeric (of 20 read).\n"
+
+
+def test_datetimes_with_and_without_a_time_zone_in_one_column_are_refused(tmp_path):
+    """Half the rows at +02:00 and half without a zone (read as UTC): the log's span tripled and its
+    peak halved without a word. Every row zoned, or none, reads as before. (JSON Lines: pyarrow's
+    reader types the column itself and converts each zoned time to UTC before planner sees it.)"""
+    times = [f"2023-11-16 18:{m:02d}:00" for m in range(10)]
+
+    def write(rows: list[str]) -> Path:
+        path = tmp_path / f"log_{len(list(tmp_path.iterdir()))}.csv"
+        path.write_text("time,prompt_tokens,output_tokens\n" + "".join(f"{t},100,10\n" for t in rows))
+        return path
+
+    mixed = write([t + "+02:00" if i % 2 else t for i, t in enumerate(times)])
+    one_line_error(run("histogram", mixed, "--time-col", "time"), 2,
+                   f"{mixed}: the time column mixes datetimes with a time zone and datetimes without one")
+    for rows in ([t + "+02:00" for t in times], times, [t[:10] for t in times]):
+        r = run("histogram", write(rows), "--time-col", "time", "--json")
+        assert r.exit_code == 0, r.output
+        assert json.loads(r.stdout)["requests"] == 10

@@ -33,7 +33,12 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from planner.errors import InputError
 from planner.workload.rows import CODE_NON_NUMERIC, CODE_NULL, OK, decimal_int64, is_blank
+
+# An ISO 8601 time zone after a datetime's time of day: Z, or an offset (+02:00, -0530, +02); a
+# date alone (2023-11-16) has none.
+_ZONE_AT_END = r"\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?\s*(?:Z|[+-]\d{2}(?::?\d{2})?)\s*$"
 
 UNITS_PER_MINUTE = {"s": 60, "ms": 60_000, "us": 60_000_000, "ns": 60_000_000_000}
 DATETIME = "datetime"
@@ -119,6 +124,7 @@ class MinuteConverter:
     def __init__(self, unit: str | None = None):
         self._unit = unit
         self._text_kind: str | None = None  # 'numeric' or 'datetime' for text columns
+        self._zones: set[bool] = set()  # whether the datetimes read so far carry a time zone
         self.assumption: TimeAssumption | None = (
             TimeAssumption(unit, "preset/option") if unit else None
         )
@@ -153,6 +159,7 @@ class MinuteConverter:
     def _from_datetimes(self, array: pa.Array) -> Times:
         if self.assumption is None or self.assumption.unit != DATETIME:
             self.assumption = TimeAssumption(DATETIME, "column type")
+        self._saw_zones({pa.types.is_timestamp(array.type) and array.type.tz is not None})
         if pa.types.is_date(array.type):
             array = array.cast(pa.timestamp("s"))
         per_minute = UNITS_PER_MINUTE[array.type.unit]
@@ -242,6 +249,8 @@ class MinuteConverter:
             series.where(~nulls, None), utc=True, errors="coerce", format="ISO8601"
         )
         bad = parsed.isna().to_numpy() & ~nulls
+        read = series[~(nulls | bad)].astype(str)
+        self._saw_zones(set(read.str.contains(_ZONE_AT_END, regex=True).unique().tolist()))
         ns = parsed.dt.tz_convert(None).to_numpy(dtype="datetime64[ns]").astype(np.int64)
         ns = np.where(nulls | bad, 0, ns)
         self.assumption = TimeAssumption(DATETIME, "column type")
@@ -250,6 +259,14 @@ class MinuteConverter:
             UNITS_PER_MINUTE["ns"],
             _codes(nulls if nulls.any() else None, bad if bad.any() else None),
         )
+
+    def _saw_zones(self, zoned: set[bool]) -> None:
+        """Refuse a column of datetimes some with a time zone and some without: those without are
+        read as UTC, and most often they are local times (a log's span and peak would be wrong)."""
+        self._zones |= zoned
+        if len(self._zones) > 1:
+            raise InputError("the time column mixes datetimes with a time zone and datetimes without one, which "
+                             "would be read as UTC: give every time its zone, or none")
 
     def _numeric_unit(self, values: np.ndarray, unusable: np.ndarray | None) -> str:
         if self._unit is None:
