@@ -29,7 +29,7 @@ import json
 import re
 import sys
 from collections import Counter, deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -355,6 +355,10 @@ class LogReader:
             for chunk in _line_chunks(file, _JSONL_CHUNK_BYTES):
                 try:
                     table = _read_json_chunk(chunk)
+                    typed = [n for n in names if n in table.column_names
+                             and pa.types.is_timestamp(table.schema.field(n).type)]
+                    if typed:  # read again as text: arrow's own typing drops each time's zone
+                        table = _read_json_chunk(chunk, as_text=typed)
                     _check_exact(table, names)
                 except (pa.ArrowInvalid, _TooNested):
                     batch = _python_json_batch(chunk, names)
@@ -487,11 +491,16 @@ def _most_openings_per_line(chunk: bytes) -> int:
     return int((np.diff(bounds) - 1).max())
 
 
-def _read_json_chunk(chunk: bytes) -> pa.Table:
+def _read_json_chunk(chunk: bytes, as_text: Sequence[str] = ()) -> pa.Table:
+    """A chunk of JSON lines as a table; `as_text`: columns read as the text they hold (datetimes,
+    which arrow would convert to UTC, zone by zone, with no trace of which had a zone:
+    planner.workload.timestamps reads them, and refuses a column that mixes the two)."""
     if _most_openings_per_line(chunk) > _ARROW_MAX_OPENINGS:
         raise _TooNested
+    parse = pajson.ParseOptions(explicit_schema=pa.schema([pa.field(n, pa.string()) for n in as_text]),
+                                unexpected_field_behavior="infer") if as_text else None
     return pajson.read_json(
-        io.BytesIO(chunk), read_options=pajson.ReadOptions(block_size=_JSONL_BLOCK_BYTES)
+        io.BytesIO(chunk), read_options=pajson.ReadOptions(block_size=_JSONL_BLOCK_BYTES), parse_options=parse
     )
 
 
