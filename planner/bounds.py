@@ -88,7 +88,8 @@ MAX_LEAD_MIN = 1_440.0
 def _plain_number(value: Any) -> Any:
     """Refuse booleans where a number belongs (YAML 1.1 reads `on`, `yes`, `no` as booleans),
     and say "finite" first for nan and inf (pydantic would compare them with the bounds). Text is
-    left to pydantic, which reads "8192" as a number: YAML 1.1 reads 1e9 (no dot) as text."""
+    left to pydantic, which reads "8192" as a number, and for a float field "1e9", which YAML 1.1
+    (no dot) reads as text."""
     if isinstance(value, bool):
         raise PydanticCustomError("number_type", "Input should be a number, not {value}", {"value": str(value).lower()})
     if isinstance(value, float) and not math.isfinite(value):

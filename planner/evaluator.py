@@ -39,6 +39,7 @@ class Evaluator:
         self._slo_models: dict[tuple, ReplicaModel] = {}
         self._like = like
         self._simulated: dict[tuple, float] = {}  # (config, class) -> simulated capacity
+        self._from_log: set[tuple] = set()  # pairs of _simulated lowered after the log's own arrivals missed
         self.checks: dict[tuple, PoolCheck] = {}  # (config, class, replicas, rate) -> its replay
         self.replays: dict[tuple, Future] = {}  # replays started ahead (certification.replay_ahead), same keys
         self._calibration: dict[tuple, float] = {}  # class -> least simulated / model ratio seen
@@ -56,7 +57,9 @@ class Evaluator:
         (calibrates) scale the model's capacity of the class's other configs by the same ratio when
         below 1. A rate lowered after the log's own arrivals missed is no simulated capacity: it
         calibrates nothing."""
-        self._simulated[(*e.config.key, *self._class_key(e.traffic_class))] = rps
+        key = (*e.config.key, *self._class_key(e.traffic_class))
+        self._simulated[key] = rps
+        (self._from_log.discard if calibrates else self._from_log.add)(key)
         if calibrates and e.capacity is not None and e.capacity.max_rps > 0:
             ck = self._class_key(e.traffic_class)
             self._calibration[ck] = min(self._calibration.get(ck, 1.0), rps / e.capacity.max_rps)
@@ -146,7 +149,8 @@ class Evaluator:
         simulated, factor = self._simulated.get(key), self.calibration_of(tc)
         if simulated is None and factor == 1.0:
             return evaluation
-        return dataclasses.replace(evaluation, simulated_rps=simulated, calibration=factor)
+        return dataclasses.replace(evaluation, simulated_rps=simulated, calibration=factor,
+                                   simulated_from_log=key in self._from_log)
 
     def _model_evaluation(self, key: tuple, cfg: Config, tc: TrafficClass, guess: float | None = None) -> Evaluation:
         if key in self._cache:

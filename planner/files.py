@@ -120,26 +120,23 @@ def outputs_together() -> Iterator[None]:
     # it stays in place for anyone reading it, and os.replace stays atomic), so that a rename refused
     # part-way (a destination that cannot be replaced), or a Ctrl-C, puts every file back as it was:
     # a failed run writes nothing, whichever of its files the system refuses. Killed instead, a run
-    # leaves each destination whole, old or new.
-    placed: list[tuple[Path, Path | None]] = []  # (destination, its former file kept, or None)
-    kept: Path | None = None
+    # leaves each destination whole, old or new. A destination that can be replaced but neither
+    # linked nor read (another user's private file) is replaced as before, and stays replaced.
+    placed: list[tuple[Path, Path | None, bool]] = []  # (destination, its former file kept, whether it had one)
     try:
         for tmp, target in pending:
-            kept = _kept(target)
+            existed = os.path.lexists(target)
+            # listed before the rename: an interruption right after it still puts the former file back
+            placed.append((target, _kept(target) if existed else None, existed))
             os.replace(tmp, target)
-            placed.append((target, kept))
-            kept = None
     except BaseException as exc:
-        if kept is not None:  # its destination was never replaced
-            with contextlib.suppress(OSError):
-                kept.unlink()
         _put_back(placed)
         _discard(pending)
         _remove_folders(made)
         if isinstance(exc, OSError):
             raise output_error(exc, target) from None
         raise
-    for _, former in placed:
+    for _, former, _ in placed:
         if former is not None:
             with contextlib.suppress(OSError):
                 former.unlink()
@@ -147,9 +144,8 @@ def outputs_together() -> Iterator[None]:
 
 def _kept(target: Path) -> Path | None:
     """A second name, a temporary one beside it (remove_stale_temporaries knows it), for an existing
-    destination: a hard link, or a copy where the file system has none; None when there is none."""
-    if not os.path.lexists(target):
-        return None
+    destination: a hard link, or a copy where the file system has none; None where neither can be
+    made (a file this process may replace but not read)."""
     fd, name = tempfile.mkstemp(prefix=f".{_cut(target.name)}.{_HOST}.{os.getpid()}.", suffix=_TMP_SUFFIX,
                                 dir=target.parent)
     os.close(fd)
@@ -162,18 +158,24 @@ def _kept(target: Path) -> Path | None:
         except OSError:
             with contextlib.suppress(OSError):
                 os.unlink(name)
-            raise
+            return None
     return Path(name)
 
 
-def _put_back(placed: list[tuple[Path, Path | None]]) -> None:
-    """Undo outputs_together's renames, the last first: each destination as it was before."""
-    for target, former in reversed(placed):
+def _put_back(placed: list[tuple[Path, Path | None, bool]]) -> None:
+    """Undo outputs_together's renames, the last first: each destination as it was before (one whose
+    former file could not be kept stays as it is)."""
+    for target, former, existed in reversed(placed):
         with contextlib.suppress(OSError):
-            if former is None:
-                target.unlink(missing_ok=True)
-            else:
+            if former is not None:
+                # a link onto another link of the same file (the rename never happened) changes
+                # nothing and leaves the name: removed below
                 os.replace(former, target)
+            elif not existed:
+                target.unlink(missing_ok=True)
+        if former is not None:
+            with contextlib.suppress(OSError):
+                former.unlink(missing_ok=True)
 
 
 def _remove_folders(made: list[Path]) -> None:

@@ -117,6 +117,12 @@ class FleetPlan:
         certs = [p.certification for p in self.plans]
         return None if any(c is None for c in certs) else all(c.certified for c in certs)
 
+    @property
+    def certification_rounds(self) -> int | None:
+        """Re-solves of the joint ILP at simulated capacities (each service's own re-plans: its
+        certification's rounds); None where not every service was certified."""
+        return None if self.certified is None else max(p.certification.joint_rounds for p in self.plans)
+
 
 def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool | None = None,
                     keep_lp: bool = False, growth: float = 1.0,

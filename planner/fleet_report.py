@@ -69,7 +69,7 @@ def _verdict(fp: FleetPlan) -> str:
     if certified is None:
         return "Not every service asked for certification by simulation (`verify: false`): their pools rest on the model."
     if certified:
-        rounds = max(p.certification.joint_rounds for p in fp.plans)
+        rounds = fp.certification_rounds
         again = (f", after {rounds} re-solve{'s' if rounds > 1 else ''} of the fleet at simulated capacities (each "
                  "service's section names its own re-plans)") if rounds else ""
         return ("Certified by simulation: every pool of every service meets its bands' targets when replayed at the "
@@ -217,8 +217,7 @@ def _constraints(fp: FleetPlan) -> str:
     if free:
         one = len(free) == 1
         lines += ["", f"Binds: the plan uses all the limit allows. {_names(free)} {'binds' if one else 'bind'} and "
-                  f"{'costs' if one else 'cost'} nothing: without {'it' if one else 'them'} the cheapest fleet costs the "
-                  "same (another plan of equal cost stays within the limit)."]
+                  f"{'costs' if one else 'cost'} nothing: dropping {'it' if one else 'them'} finds no cheaper fleet."]
     return "\n".join(lines)
 
 
@@ -261,8 +260,7 @@ def fleet_json(fp: FleetPlan) -> dict[str, Any]:
         "solver_status": fp.joint.status,
         "certified": fp.certified,
         # re-solves of the joint ILP at simulated capacities (each service's own: its certification_rounds)
-        "certification_rounds": (None if fp.certified is None
-                                 else max(p.certification.joint_rounds for p in fp.plans)),
+        "certification_rounds": fp.certification_rounds,
         "moe_exposure": fleet_exposure(fp.plans),
         "constraints": [
             {"constraint": c.name, "limit": c.limit, "used": c.used, "binds": c.binds,

@@ -78,6 +78,7 @@ class Evaluation:
     dominated_by: str = ""  # a dtype variant on the same GPUs with certainly more capacity (not searched)
     calibration: float = 1.0  # the simulated / model capacity ratio measured on this class's other configs
     optimistic_rps: float | None = None  # a pair not searched: a proven upper bound standing in (lazy_solve)
+    simulated_from_log: bool = False  # simulated_rps is a rate lowered after the log's own arrivals missed
 
     @property
     def capacity_rps(self) -> float:
@@ -93,13 +94,14 @@ class Evaluation:
     @property
     def planned_by(self) -> str:
         """Where capacity_rps comes from: "bound" (not searched: a proven upper bound stands in),
-        "simulation" (certification measured this pair: its capacity bisected, or its rate lowered
-        after the log's own arrivals missed), "calibration" (the model's, scaled by the simulated /
-        model ratio certification found on another config of the class) or "model"."""
+        "simulation" (certification bisected this pair's capacity), "log" (certification lowered its
+        rate by a replica's share after the log's own arrivals missed), "calibration" (the model's,
+        scaled by the simulated / model ratio certification found on another config of the class)
+        or "model"."""
         if self.optimistic_rps is not None:
             return "bound"
         if self.simulated_rps is not None:
-            return "simulation"
+            return "log" if self.simulated_from_log else "simulation"
         return "calibration" if self.capacity is not None and self.calibration != 1.0 else "model"
 
     @property
@@ -155,7 +157,7 @@ class Certification:
     band_requests: int  # measured requests sought per band
     seed: int
     # re-solves of every plan certified together (a fleet's services share one ILP, re-solved
-    # when a pool of any service misses); a plan certified alone: its own rounds
+    # when a pool of any service misses); certify_plans sets it, for a plan certified alone to its rounds
     joint_rounds: int = 0
 
 

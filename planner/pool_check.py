@@ -4,9 +4,9 @@ The analytical model (planner.capacity, planner.latency) sizes every candidate; 
 simulator (planner.simulate) is the judge of the plan the solver returns. A pool is
 certified when one of its replicas, fed the pool's own traffic class with Poisson
 arrivals at the rate the plan has it carry (its share of the peak × headroom: the headroom a
-plan states is then there in simulation, not only in the model, which overstated the capacity of
-the shipped plans' pools that missed (README.md gives by how much); a stated fleet's, of the peak
-itself), keeps every band's
+plan states is then there in simulation, not only in the model: README.md gives how far above the
+rate certification re-planned them at the shipped plans' pools that missed had been planned; a stated
+fleet's, of the peak itself), keeps every band's
 TTFT, TPOT and ITL at their statistics within their limits, meets the attainment goal, stays
 stable and preempts within budget. A pool that misses gets its simulated capacity (the
 highest rate that holds, by bisection over the same requests rescaled: common random

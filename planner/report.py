@@ -111,8 +111,8 @@ def render(plan: Plan, *, figures: dict[str, str] | None = None, sections: tuple
     w("")
     w(f"Each row re-solves the whole plan {BY_THE_MODEL} with one lever switched and the others as stated; two "
       "levers switched together need a re-solve of their own (their savings do not simply add or multiply)."
-      + (" Where a lever leaves a single GPU type, that type's certified plan above is the surer price." if plan.per_gpu
-         else ""))
+      + (" Where a lever leaves a single GPU type, that type's certified plan above is the surer price."
+         if _lever_leaves_one_certified_type(plan) else ""))
     w("")
     w(_outcomes_table(plan.levers, base, "Lever"))
     w("")
@@ -326,11 +326,14 @@ CALIBRATED_NOTE = ("A ceiling × a factor: the model's capacity times the ratio 
 
 
 def planned_binding(binding: str, planned_by: str, calibration: float) -> str:
-    """What sets a config's planned capacity (Evaluation.planned_by): the model's binding ceiling;
-    the targets in simulation, where certification searched this config's capacity; or the
-    model's ceiling scaled by what simulation found on another config of the class."""
+    """What sets a config's planned capacity (Evaluation.planned_by), in a table cell: the model's
+    binding ceiling; the targets in simulation, where certification searched this config's capacity;
+    the log's own arrivals, which missed at the model's; or the model's ceiling scaled by what
+    simulation found on another config of the class."""
     if planned_by == "simulation":
         return "simulated targets"
+    if planned_by == "log":
+        return "the log's own arrivals"
     if planned_by == "calibration":
         return f"{binding} × {calibration:.3f}"
     return binding
@@ -338,10 +341,10 @@ def planned_binding(binding: str, planned_by: str, calibration: float) -> str:
 
 def _bound_phrase(e: Evaluation) -> str:
     """What bounds a config's planned capacity, in the words of the why-split sentence (planned_binding)."""
-    if e.planned_by == "bound":
-        return "not searched: a proven bound"
     if e.planned_by == "simulation":
         return "bound by its targets in simulation"
+    if e.planned_by == "log":
+        return "lowered after the log's own arrivals missed"
     if e.planned_by == "calibration":
         return f"{e.capacity.binding}-bound, × {e.calibration:.3f}"
     return f"{e.capacity.binding}-bound"
@@ -430,6 +433,20 @@ def _fractional_text(need: float) -> str:
         if need.is_integer() or not float(text).is_integer():
             break
     return text
+
+
+def _lever_leaves_one_certified_type(plan: Plan) -> bool:
+    """Whether a "without <GPU>" lever leaves one GPU type the plan may use (of its candidates, those
+    the fleet's caps leave it any of) whose own plan the per-GPU table certifies."""
+    caps = plan.alone_caps or {}
+    usable = {c.id for c in plan.scenario.gpu_candidates if caps.get(c.id, 1) > 0}
+    certified = {o.name for o in plan.per_gpu if o.feasible}
+    for lever in plan.levers:
+        if lever.name.startswith("without "):
+            left = usable - {lever.name.removeprefix("without ")}
+            if len(left) == 1 and f"{next(iter(left))} only" in certified:
+                return True
+    return False
 
 
 def _fleet_rules_show(plan: Plan) -> bool:
@@ -624,6 +641,9 @@ def _pool_detail(plan: Plan, pool: PoolDetail) -> str:
                  f"costs latency out of proportion)** | **{cap.max_rps:,.3f}** |")
     if pool.planned_by == "simulation":
         lines.append(f"| **planned (simulated capacity)** | **{pool.planned_rps:,.3f}** |")
+    elif pool.planned_by == "log":
+        lines.append(f"| **planned (a replica's share lower, after the log's own arrivals missed)** | "
+                     f"**{pool.planned_rps:,.3f}** |")
     elif pool.planned_by == "calibration":
         lines.append(f"| **planned (capacity × {pool.calibration:.3f}, the factor simulation found on another config "
                      f"for these requests)** | **{pool.planned_rps:,.3f}** |")

@@ -114,8 +114,11 @@ def latency_section(plan: Plan) -> str:
         "each prompt's blocks while it is prefilled and the model only the decoders'.",
     ]
     if cert.rounds:
+        replayed_log = any(pool.check is not None and pool.check.replay is not None for pool in plan.pools)
         lines += ["", f"Certification re-planned {cert.rounds} time{'s' if cert.rounds > 1 else ''}: a pool that missed "
-                  "in simulation was planned again at its simulated capacity (the highest rate that holds, by bisection)."]
+                  "in simulation was planned again at its simulated capacity (the highest rate that holds, by bisection)"
+                  + ("; one that held with Poisson arrivals but missed under the log's own, a replica's share lower."
+                     if replayed_log else ".")]
         lines += [f"- {c}" for c in cert.changes]
     for pool in plan.pools:
         c = pool.check

@@ -25,7 +25,7 @@ class Traffic:
     notes: tuple[str, ...]
     profile: DailyProfile = FLAT  # the day's load curve (planner.load_profile)
     requests: Requests | None = None  # a timestamped log's requests with their own arrivals (from 0 s)
-    excluded: str = ""  # the log's rows left out and why (one of the notes), for a warning on the command line
+    excluded_note: str = ""  # the log's rows left out and why (one of the notes), for a warning on the command line
 
     def requests_at_growth(self, growth: float) -> Requests | None:
         """The log's requests with arrivals compressed by `growth` (1.5: 50% more requests a second)."""

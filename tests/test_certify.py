@@ -407,6 +407,12 @@ def test_a_fleet_service_whose_pools_held_claims_no_re_plan_of_its_own(tmp_path,
     assert alpha.rounds >= 1 and alpha.changes and beta.rounds == 0 and not beta.changes
     assert alpha.joint_rounds == beta.joint_rounds == alpha.rounds
     assert fp.plans[0].pools[0].planned_by == "simulation"  # alpha's capacity was searched in simulation
+    from planner.plan_json import plan_json
+
+    assert fp.certification_rounds == alpha.joint_rounds
+    a_json, b_json = (plan_json(p) for p in fp.plans)
+    assert a_json["certification_rounds"] == alpha.rounds and b_json["certification_rounds"] == 0
+    assert a_json["plan"][0]["planned_by"] == "simulation" and a_json["plan"][0]["planned_calibration"] is None
     text = render(fp.plans[1])
     assert "Certification re-planned" not in text and "re-plan at simulated" not in text
     times = "time" if beta.joint_rounds == 1 else "times"

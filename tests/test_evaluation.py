@@ -353,3 +353,31 @@ def test_a_next_best_plan_is_never_the_plan_itself_on_another_dtype(catalog):
     mine = outcome_of("plan", plan.solution).summary
     assert plan.alternatives and all(o.summary != mine for o in plan.alternatives)
     assert all(o.cost_per_hour >= plan.cost_per_hour for o in plan.alternatives)
+
+
+def test_a_simulated_capacity_calibrates_the_class_and_a_log_lowered_rate_does_not(catalog):
+    """Certification bisects one config's capacity: that pair is planned by simulation, and the class's
+    other configs at the model's capacity times the ratio found (planned_by "calibration", the factor
+    the report and JSON show). A rate lowered after the log's own arrivals missed is no
+    simulated capacity: its pair says so ("log") and the class's other configs keep the model's."""
+    scn = Scenario.model_validate({
+        "name": "t", "model": "llama-3.1-8b", "context_limit": 8192,
+        "traffic": {"source": {"constant": {"prompt_tokens": 1, "output_tokens": 1}}},
+        "slo": {"bands": [{"ttft_s": 2.0, "tpot_ms": 50}]}, "gpus": ["h100-sxm"], "tp": [1, 2],
+        "weight_dtypes": ["bf16"], "kv_dtypes": ["bf16"], "split_thresholds": [],
+    })
+    model = catalog.model("llama-3.1-8b")
+    classes = traffic_classes(scn, Histogram.constant(1000, 200, 100), 8192, 20.0)
+    (tc,) = classes["none"]
+    one, two = candidate_configs(scn, catalog, model, ["bf16"], ["bf16"])
+    for calibrates, planned_by in ((True, "simulation"), (False, "log")):
+        ev = Evaluator(scn, catalog, model)
+        a, b = ev.evaluate(one, tc), ev.evaluate(two, tc)
+        ev.record_simulated(a, a.capacity.max_rps * 0.8, calibrates=calibrates)
+        a, b = ev.evaluate(one, tc), ev.evaluate(two, tc)
+        assert a.planned_by == planned_by and a.capacity_rps == pytest.approx(a.capacity.max_rps * 0.8)
+        if calibrates:
+            assert b.planned_by == "calibration" and b.calibration == pytest.approx(0.8)
+            assert b.capacity_rps == pytest.approx(b.capacity.max_rps * 0.8)
+        else:
+            assert b.planned_by == "model" and b.capacity_rps == b.capacity.max_rps

@@ -1599,8 +1599,54 @@ def test_datetimes_with_and_without_a_time_zone_in_one_column_are_refused(tmp_pa
 
     mixed = write([t + "+02:00" if i % 2 else t for i, t in enumerate(times)])
     one_line_error(run("histogram", mixed, "--time-col", "time"), 2,
-                   f"{mixed}: the time column mixes datetimes with a time zone and datetimes without one")
+                   f"{mixed}: datetimes with a time zone and datetimes without one, which would be read as UTC")
+    zoned, local = write([t + "+02:00" for t in times]), write(times)  # each alone is fine; together, mixed
+    one_line_error(run("histogram", zoned, local, "--time-col", "time"), 2,
+                   f"{local}: datetimes with a time zone and datetimes without one")
     for rows in ([t + "+02:00" for t in times], times, [t[:10] for t in times]):
         r = run("histogram", write(rows), "--time-col", "time", "--json")
         assert r.exit_code == 0, r.output
         assert json.loads(r.stdout)["requests"] == 10
+
+
+def test_a_destination_that_cannot_be_kept_is_still_replaced(tmp_path, monkeypatch):
+    """A destination this process may replace but neither link nor read (another user's private
+    file) is replaced as before the files were kept for a put-back; the run does not fail on it."""
+    import shutil
+
+    from planner.files import outputs_together, write_text_atomic
+
+    (tmp_path / "a.md").write_text("former")
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(os, "link", refuse)
+    monkeypatch.setattr(shutil, "copy2", refuse)
+    with outputs_together():
+        write_text_atomic(tmp_path / "a.md", "new a")
+    assert leftovers(tmp_path) == ["a.md"] and (tmp_path / "a.md").read_text() == "new a"
+
+
+def test_an_interruption_right_after_a_rename_still_puts_the_former_file_back(tmp_path, monkeypatch):
+    from planner.files import outputs_together, write_text_atomic
+
+    for name in ("a.md", "b.md"):
+        (tmp_path / name).write_text(f"former {name}")
+    replace = os.replace
+
+    def interrupted_after(src, dst):
+        replace(src, dst)
+        if Path(dst).name == "b.md" and Path(src).name != "b.md" and "former" not in Path(dst).read_text():
+            raise KeyboardInterrupt
+
+    def write_both():
+        with outputs_together():
+            write_text_atomic(tmp_path / "a.md", "new a")
+            write_text_atomic(tmp_path / "b.md", "new b")
+
+    monkeypatch.setattr(os, "replace", interrupted_after)
+    with pytest.raises(KeyboardInterrupt):
+        write_both()
+    assert leftovers(tmp_path) == ["a.md", "b.md"]
+    assert [(tmp_path / n).read_text() for n in ("a.md", "b.md")] == ["former a.md", "former b.md"]

@@ -82,8 +82,8 @@ def _warn_excluded_rows(loaded) -> None:
     for path, kind, inputs in loaded:
         services = [(s.where, s.inputs) for s in inputs.services] if kind == "fleet" else [(str(path), inputs)]
         for where, service_inputs in services:
-            if service_inputs.traffic.excluded:
-                click.echo(f"warning: {where}: {service_inputs.traffic.excluded}", err=True)
+            if service_inputs.traffic.excluded_note:
+                click.echo(f"warning: {where}: {service_inputs.traffic.excluded_note}", err=True)
 
 
 def _load(path, catalog_files):

@@ -121,6 +121,7 @@ def ingest(
     reports = []
     kept: list | None = [] if keep_requests > 0 else None
     read_files: dict[tuple[int, int], tuple[str, str]] = {}
+    zones: set[bool] = set()  # whether the logs' datetimes carry a time zone (MinuteConverter)
     for path in paths:
         reader = LogReader(path, fmt)
         _refuse_same_file(reader, read_files)
@@ -129,7 +130,7 @@ def ingest(
                 reports.append(_add_histogram_file(Path(path), cells, minutes))
                 kept = None
             else:
-                reports.append(_add_log(reader, columns, cells, minutes, progress, kept))
+                reports.append(_add_log(reader, columns, cells, minutes, progress, kept, zones))
                 if kept is not None and (reports[-1].time_column is None or sum(k[0].size for k in kept) > keep_requests):
                     kept = None
         except InputError as exc:
@@ -176,7 +177,7 @@ def _refuse_same_file(reader: LogReader, read_files: dict[tuple[int, int], tuple
         key = (st.st_dev, st.st_ino)
         if key in read_files:
             first, given = read_files[key]
-            what = (f"is read twice, in {given} and in {reader.where}" if Path(first) == Path(file)
+            what = (f"is read twice, in {given} and in {reader.where}" if os.path.abspath(first) == os.path.abspath(file)
                     else f"is the same file as {first} (a link to it)")
             raise InputError(f"{what}; its requests would count twice", where=str(file))
         read_files[key] = (str(file), reader.where)
@@ -219,10 +220,11 @@ def _add_log(
     minutes: MinuteCounter,
     progress: ProgressSink | None,
     kept: list | None = None,
+    zones: set[bool] | None = None,
 ) -> FileReport:
     time_col = _check_columns(reader, spec)
     names = (spec.prompt, spec.output) + ((time_col,) if time_col else ())
-    converter = MinuteConverter(spec.time_unit) if time_col else None
+    converter = MinuteConverter(spec.time_unit, zones) if time_col else None
 
     def prepare_batch(batch: dict) -> _Prepared:
         prompt, output = prompt_counts(batch[spec.prompt]), token_counts(batch[spec.output])

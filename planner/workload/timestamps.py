@@ -119,12 +119,14 @@ def _floor_minute(values: np.ndarray, per_minute: int) -> np.ndarray:
 
 
 class MinuteConverter:
-    """Reads one file's time column batch by batch; the unit is fixed by the first batch."""
+    """Reads one file's time column batch by batch; the unit is fixed by the first batch.
+    zones: whether the datetimes read so far carry a time zone, shared by the logs read together
+    (a zoned log beside an unzoned one mixes them as a mixed column does)."""
 
-    def __init__(self, unit: str | None = None):
+    def __init__(self, unit: str | None = None, zones: set[bool] | None = None):
         self._unit = unit
         self._text_kind: str | None = None  # 'numeric' or 'datetime' for text columns
-        self._zones: set[bool] = set()  # whether the datetimes read so far carry a time zone
+        self._zones = set() if zones is None else zones
         self.assumption: TimeAssumption | None = (
             TimeAssumption(unit, "preset/option") if unit else None
         )
@@ -265,8 +267,9 @@ class MinuteConverter:
         read as UTC, and most often they are local times (a log's span and peak would be wrong)."""
         self._zones |= zoned
         if len(self._zones) > 1:
-            raise InputError("the time column mixes datetimes with a time zone and datetimes without one, which "
-                             "would be read as UTC: give every time its zone, or none")
+            raise InputError("datetimes with a time zone and datetimes without one, which would be read as UTC, "
+                             "in this log's time column or between it and a log read before: give every time its "
+                             "zone, or none")
 
     def _numeric_unit(self, values: np.ndarray, unusable: np.ndarray | None) -> str:
         if self._unit is None:
