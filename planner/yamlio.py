@@ -119,9 +119,17 @@ def _construct_number(loader: yaml.BaseLoader, node: Node) -> Any:
     return constructor(loader, node)
 
 
+def _refuse_binary(loader: yaml.BaseLoader, node: Node) -> Any:
+    """!!binary gives bytes, which a text field reads decoded: `name: !!binary aGVsbG8=` named a
+    report hello.md. No field of a scenario or catalog holds bytes."""
+    raise ConstructorError(None, None, "a !!binary value where text or a number belongs; write it as text",
+                           node.start_mark)
+
+
 for _loader in {_Loader, _BuiltinLoader}:
     _loader.add_constructor("tag:yaml.org,2002:int", _construct_number)
     _loader.add_constructor("tag:yaml.org,2002:float", _construct_number)
+    _loader.add_constructor("tag:yaml.org,2002:binary", _refuse_binary)
 
 
 def _children(node: Node) -> list[Node]:

@@ -1650,3 +1650,10 @@ def test_an_interruption_right_after_a_rename_still_puts_the_former_file_back(tm
         write_both()
     assert leftovers(tmp_path) == ["a.md", "b.md"]
     assert [(tmp_path / n).read_text() for n in ("a.md", "b.md")] == ["former a.md", "former b.md"]
+
+
+def test_a_binary_value_is_refused_not_decoded(tmp_path):
+    """`name: !!binary aGVsbG8=` was read as the bytes of "hello", and the report named hello.md."""
+    path = scenario(tmp_path, BASE.replace("name: tiny", "name: !!binary aGVsbG8="))
+    one_line_error(run("solve", path, "--no-report"), 2, "line 1: invalid YAML: a !!binary value where text or a "
+                   "number belongs; write it as text")
