@@ -142,6 +142,11 @@ def outputs_together() -> Iterator[None]:
                 former.unlink()
 
 
+def outputs_waiting() -> bool:
+    """Whether files written in outputs_together's block wait for its end to be put in place."""
+    return bool(_pending.get())
+
+
 def _kept(target: Path) -> Path | None:
     """A second name, a temporary one beside it (remove_stale_temporaries knows it), for an existing
     destination: a hard link, or a copy where the file system has none; None where neither can be

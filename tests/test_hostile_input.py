@@ -1657,3 +1657,22 @@ def test_a_binary_value_is_refused_not_decoded(tmp_path):
     path = scenario(tmp_path, BASE.replace("name: tiny", "name: !!binary aGVsbG8="))
     one_line_error(run("solve", path, "--no-report"), 2, "line 1: invalid YAML: a !!binary value where text or a "
                    "number belongs; write it as text")
+
+
+def test_stdout_is_held_only_once_a_file_waits_to_be_put_in_place(tmp_path):
+    """Lines printed before any output file waits pass at once, in order with stderr's notes
+    (`planner simulate`'s "see above"); from the first waiting file on, they wait for the files."""
+    import io
+
+    from planner.cli import _HeldWithFiles
+    from planner.files import outputs_together, write_text_atomic
+
+    real = io.StringIO()
+    held = _HeldWithFiles(real)
+    with outputs_together():
+        held.write("at once\n")
+        assert real.getvalue() == "at once\n"
+        write_text_atomic(tmp_path / "a.md", "a")
+        held.write("report written\n")
+        assert real.getvalue() == "at once\n" and not (tmp_path / "a.md").exists()
+    assert held.held == ["report written\n"] and (tmp_path / "a.md").read_text() == "a"

@@ -20,21 +20,19 @@ import click
 
 from planner import __version__
 from planner.errors import PlannerError
-from planner.files import INPUT_ERRNOS, input_error, inputs_guard, outputs_together
+from planner.files import INPUT_ERRNOS, input_error, inputs_guard, outputs_together, outputs_waiting
 
 
 class PlannerGroup(click.Group):
     def invoke(self, ctx: click.Context):
-        # What the command prints waits for its files too: a line saying a report was written must
-        # not stand before the error that a later file could not be put in place.
-        printed = io.StringIO()
+        printed = _HeldWithFiles(sys.stdout)
         try:
             with inputs_guard(), outputs_together(), contextlib.redirect_stdout(printed):
                 result = super().invoke(ctx)
-            _release(printed)
+            printed.release()
             return result
         except click.exceptions.Exit:  # a subcommand's --help: what it printed is its answer
-            _release(printed)
+            printed.release()
             raise
         except PlannerError as exc:
             if ctx.obj and ctx.obj.get("debug"):
@@ -106,10 +104,38 @@ def run() -> None:
     os._exit(code)
 
 
-def _release(printed: io.StringIO) -> None:
-    """Print what the command printed while its files waited (click.echo: no stdout, nothing written)."""
-    if text := printed.getvalue():
-        click.echo(text, nl=False)
+class _HeldWithFiles(io.TextIOBase):
+    """The command's stdout, held from the moment a file it writes waits to be put in place
+    (planner.files.outputs_together) until the command succeeds: a line saying a report was written
+    must not stand before the error that a later file could not be put in place, and a failed run
+    prints nothing after its files are refused. Before any file waits, lines pass at once (and
+    keep their order with stderr's notes)."""
+
+    def __init__(self, stdout):
+        self.stdout = stdout  # None: started with the descriptor closed
+        self.held: list[str] = []
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        if not isinstance(text, str):  # a text stream's answer, which click's probe for a binary one expects
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        if self.held or outputs_waiting():
+            self.held.append(text)
+        elif self.stdout is not None:
+            self.stdout.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        if self.stdout is not None and not self.held:
+            self.stdout.flush()
+
+    def release(self) -> None:
+        """Print what was held (click.echo: with no stdout, nothing)."""
+        text, self.held = "".join(self.held), []
+        if text:
+            click.echo(text, nl=False)
 
 
 def _subcommands(ctx: click.Context | None) -> list[str]:
