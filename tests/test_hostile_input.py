@@ -1676,3 +1676,12 @@ def test_stdout_is_held_only_once_a_file_waits_to_be_put_in_place(tmp_path):
         held.write("report written\n")
         assert real.getvalue() == "at once\n" and not (tmp_path / "a.md").exists()
     assert held.held == ["report written\n"] and (tmp_path / "a.md").read_text() == "a"
+
+
+def test_a_stdout_that_says_ascii_still_gets_the_plan_in_utf8(tmp_path):
+    """click writes UTF-8 where stdout claims ASCII (a C locale); the held stdout passes lines through
+    click too, so the plan's "—" and "≤" do not end the command with a UnicodeEncodeError."""
+    done = subprocess.run([sys.executable, "-m", "planner", "solve", str(scenario(tmp_path)), "--no-verify", "--no-report"],
+                          cwd=ROOT, capture_output=True, env={**os.environ, "PYTHONIOENCODING": "ascii"}, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "—".encode() in done.stdout and b"Traceback" not in done.stderr

@@ -124,7 +124,9 @@ class _HeldWithFiles(io.TextIOBase):
         if self.held or outputs_waiting():
             self.held.append(text)
         elif self.stdout is not None:
-            self.stdout.write(text)
+            # through click, as before the holder: it writes UTF-8 where the stream says ASCII
+            with contextlib.redirect_stdout(self.stdout):
+                click.echo(text, nl=False)
         return len(text)
 
     def flush(self) -> None:
