@@ -119,17 +119,23 @@ def _construct_number(loader: yaml.BaseLoader, node: Node) -> Any:
     return constructor(loader, node)
 
 
-def _refuse_binary(loader: yaml.BaseLoader, node: Node) -> Any:
-    """!!binary gives bytes, which a text field reads decoded: `name: !!binary aGVsbG8=` named a
-    report hello.md. No field of a scenario or catalog holds bytes."""
-    raise ConstructorError(None, None, "a !!binary value where text or a number belongs; write it as text",
-                           node.start_mark)
+# Tags that build what no field of a scenario or catalog holds, which pydantic would read as
+# something else: !!binary bytes decoded into text (`name: !!binary aGVsbG8=` named a report hello.md),
+# a !!set's keys as a list in hash order, !!omap and !!pairs as lists of pairs.
+_REFUSED_TAGS = {"binary": "text or a number", "set": "a list", "omap": "a mapping", "pairs": "a mapping"}
+
+
+def _refuse_tag(loader: yaml.BaseLoader, node: Node) -> Any:
+    kind = node.tag.rsplit(":", 1)[-1]
+    raise ConstructorError(None, None, f"a !!{kind} value where {_REFUSED_TAGS[kind]} belongs; write it as "
+                           f"{_REFUSED_TAGS[kind]}", node.start_mark)
 
 
 for _loader in {_Loader, _BuiltinLoader}:
     _loader.add_constructor("tag:yaml.org,2002:int", _construct_number)
     _loader.add_constructor("tag:yaml.org,2002:float", _construct_number)
-    _loader.add_constructor("tag:yaml.org,2002:binary", _refuse_binary)
+    for _kind in _REFUSED_TAGS:
+        _loader.add_constructor(f"tag:yaml.org,2002:{_kind}", _refuse_tag)
 
 
 def _children(node: Node) -> list[Node]:

@@ -1652,11 +1652,15 @@ def test_an_interruption_right_after_a_rename_still_puts_the_former_file_back(tm
     assert [(tmp_path / n).read_text() for n in ("a.md", "b.md")] == ["former a.md", "former b.md"]
 
 
-def test_a_binary_value_is_refused_not_decoded(tmp_path):
-    """`name: !!binary aGVsbG8=` was read as the bytes of "hello", and the report named hello.md."""
-    path = scenario(tmp_path, BASE.replace("name: tiny", "name: !!binary aGVsbG8="))
-    one_line_error(run("solve", path, "--no-report"), 2, "line 1: invalid YAML: a !!binary value where text or a "
-                   "number belongs; write it as text")
+@pytest.mark.parametrize(("old", "new", "message"), [
+    ("name: tiny", "name: !!binary aGVsbG8=", "line 1: invalid YAML: a !!binary value where text or a number belongs"),
+    ("gpus: [h100-sxm]", "gpus: !!set {h100-sxm, l40s}", "line 7: invalid YAML: a !!set value where a list belongs"),
+    ("tp: [1]", "tp: !!omap [{a: 1}]", "line 8: invalid YAML: a !!omap value where a mapping belongs"),
+])
+def test_yaml_tags_that_build_what_no_field_holds_are_refused(tmp_path, old, new, message):
+    """`name: !!binary aGVsbG8=` was read as the bytes of "hello", and the report named hello.md; a
+    !!set of GPUs became a list in hash order."""
+    one_line_error(run("solve", scenario(tmp_path, BASE.replace(old, new)), "--no-report"), 2, message)
 
 
 def test_stdout_is_held_only_once_a_file_waits_to_be_put_in_place(tmp_path):
