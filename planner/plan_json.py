@@ -107,7 +107,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             # where planned_rps comes from (Evaluation.planned_by): "model", "simulation" (measured for this
             # config) or "calibration" (the model's × planned_calibration, found on another config)
             "planned_by": pool.planned_by,
-            "planned_calibration": pool.calibration if pool.planned_by == "calibration" else None,
+            "planned_calibration": pool.calibration,
             "rate_per_replica_rps": pool.rate_per_replica_rps,
             # what certification replayed a replica at: the rate the plan covers (a stated fleet: the peak)
             "replay_rps_per_replica": pool.replay_rps,

@@ -136,7 +136,7 @@ class PoolDetail:
     replay_resident: float | None
     check: PoolCheck | None = None
     planned_by: str = "model"  # where planned_rps comes from (Evaluation.planned_by)
-    calibration: float = 1.0  # with planned_by "calibration": the ratio the model's capacity is scaled by
+    calibration: float | None = None  # with planned_by "calibration": the ratio the model's capacity is scaled by
 
     def fields(self) -> dict[str, str | int]:
         """What names the pool in every output (the plan's JSON, the forecast's pool rows, their

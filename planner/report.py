@@ -325,7 +325,7 @@ CALIBRATED_NOTE = ("A ceiling × a factor: the model's capacity times the ratio 
                    "searched in simulation; its pool was replayed at the planned rate (below).")
 
 
-def planned_binding(binding: str, planned_by: str, calibration: float) -> str:
+def planned_binding(binding: str, planned_by: str, calibration: float | None) -> str:
     """What sets a config's planned capacity (Evaluation.planned_by), in a table cell: the model's
     binding ceiling; the targets in simulation, where certification searched this config's capacity;
     the log's own arrivals, which missed at the model's; or the model's ceiling scaled by what

@@ -91,7 +91,7 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
         excluded = {k: v for k, v in result.excluded_rows.items() if v}
         if excluded:
             excluded_note = ("Excluded rows: " + ", ".join(f"{n:,} {k}" for k, n in excluded.items())
-                             + f" (of {sum(f.log_rows for f in result.files):,} read)." + "".join(
+                             + f" (of {sum(f.rows_read for f in result.files):,} read)." + "".join(
                                  f" {_display(Path(f.path), base)}: {f.problems_text}." for f in result.files
                                  if f.problems_text))
             notes.append(excluded_note)

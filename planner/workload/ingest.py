@@ -46,7 +46,7 @@ class FileReport:
     path: str
     kind: str  # 'log' or 'histogram'
     format: str
-    rows_read: int
+    rows_read: int  # a histogram file's: the rows its logs had when it was written (requests and excluded)
     requests: int
     excluded_rows: dict[str, int]
     time_column: str | None
@@ -56,12 +56,6 @@ class FileReport:
     # rows each column could not give a usable value for (a row may count under two columns)
     problems_by_column: dict[str, int] = field(default_factory=dict)
     rows_failing_time_only: int = 0  # excluded for their time alone: their lengths are fine
-
-    @property
-    def log_rows(self) -> int:
-        """The log rows behind this input: read here, or for a histogram file read when it was
-        written (its requests and the rows it excluded)."""
-        return self.rows_read if self.kind != "histogram" else self.requests + sum(self.excluded_rows.values())
 
     @property
     def problems_text(self) -> str:
@@ -353,7 +347,7 @@ def _add_histogram_file(path: Path, cells: CellAccumulator, minutes: MinuteCount
         path=str(path),
         kind="histogram",
         format="parquet",
-        rows_read=hist.requests,
+        rows_read=hist.requests + sum(excluded.values()),
         requests=hist.requests,
         excluded_rows=excluded,
         time_column=None,
