@@ -9,6 +9,8 @@ from planner.plan_objects import Plan
 from planner.pool_check import (
     CLOSE_SHARE,
     CONFIRM_RUNS,
+    MOST_RUNS,
+    UNDECIDED_ERRORS,
     BandCheck,
     PoolCheck,
     TargetCheck,
@@ -35,6 +37,22 @@ def _value(seconds: float, kind: str) -> str:
     return f"{seconds:,.2f} s" if kind == "ttft" else f"{seconds * 1e3:,.1f} ms"
 
 
+def _simulated(c: TargetCheck) -> str:
+    """The simulated value, with its standard error where runs were pooled (pool_check)."""
+    if not math.isfinite(c.standard_error_s) or not math.isfinite(c.simulated_s):
+        return _value(c.simulated_s, c.kind)
+    if c.kind == "ttft":
+        return f"{c.simulated_s:,.2f} ± {c.standard_error_s:,.2f} s"
+    return f"{c.simulated_s * 1e3:,.1f} ± {c.standard_error_s * 1e3:,.1f} ms"
+
+
+def seeds_text(seeds: list[int]) -> str:
+    """'0, 1, 2, 3', or a run of more consecutive seeds as '0–15'."""
+    if len(seeds) > CONFIRM_RUNS and seeds == list(range(seeds[0], seeds[0] + len(seeds))):
+        return f"{seeds[0]}–{seeds[-1]}"
+    return ", ".join(map(str, seeds))
+
+
 def _target(c: TargetCheck) -> str:
     return f"{c.stat} ≤ {_value(c.limit_s, c.kind)}"
 
@@ -56,7 +74,7 @@ def band_rows(bands: tuple[BandCheck, ...]) -> list[str]:
             if math.isfinite(c.simulated_s):
                 verdict += _few_requests(b.requests, c.stat)
             rows.append(f"| {b.band.label()} | {b.requests:,} | {_WHAT[c.kind]} {_target(c)} | "
-                        f"{_value(c.predicted_s, c.kind)} | {_value(c.simulated_s, c.kind)} | {verdict} |")
+                        f"{_value(c.predicted_s, c.kind)} | {_simulated(c)} | {verdict} |")
     return rows
 
 
@@ -107,7 +125,9 @@ def latency_section(plan: Plan) -> str:
         f"scheduler simulator (planner/simulate.py; enough sampled requests for {cert.band_requests:,} measured in "
         f"every band, at most {cert.requests:,} a run; seed {cert.seed}; the first 10% as warm-up; a value within "
         f"{1 - CLOSE_SHARE:.0%} of its limit, either side, is judged again on {CONFIRM_RUNS} runs pooled, seeds "
-        f"{cert.seed} onwards), beside the model's prediction (planner/latency.py) at the same rate. "
+        f"{cert.seed} onwards, and on {CONFIRM_RUNS} more at a time, up to {MOST_RUNS}, while the pooled value lies "
+        f"within {UNDECIDED_ERRORS:g} standard errors of its limit; ± is that standard error, from the spread of the "
+        "runs' own values), beside the model's prediction (planner/latency.py) at the same rate. "
         "TPOT is per request, (last token − first token) / (output tokens − 1); ITL is per token. "
         "The mean model's rows average over the run's time, idle moments included: resident_batch counts the "
         "sequences decoding; kv_utilisation is the cache held over the KV budget, where the simulator also holds "
@@ -123,15 +143,19 @@ def latency_section(plan: Plan) -> str:
     for pool in plan.pools:
         c = pool.check
         verdict = "every target holds" if c.holds else "misses: " + "; ".join(c.problems)
-        runs = (f" in {c.runs} runs (seeds {', '.join(map(str, c.seeds))}: the first came within "
-                f"{1 - CLOSE_SHARE:.0%} of a limit; the mean model's simulated column is the first run's)") if c.runs > 1 else ""
+        undecided = (f", and {CONFIRM_RUNS} runs pooled left a value within {UNDECIDED_ERRORS:g} standard errors of "
+                     "its limit") if c.runs > CONFIRM_RUNS else ""
+        runs = (f" in {c.runs} runs (seeds {seeds_text(c.seeds)}: the first came within "
+                f"{1 - CLOSE_SHARE:.0%} of a limit{undecided}; the mean model's simulated column is the first run's)"
+                ) if c.runs > 1 else ""
         lines += ["", f"**{c.label}** — {c.config}, {c.rate_rps:,.3f} requests/s per replica, {c.requests * c.runs:,} "
                   f"requests simulated{runs}: {verdict}.", ""]
         lines += band_rows(c.bands)
         if c.attainment is not None:
             goal, pred, sim = c.attainment
+            error = f" ± {c.attainment_error:.1%}" if math.isfinite(c.attainment_error) else ""
             lines += ["", f"Attainment (requests meeting both their TTFT and TPOT targets): goal {goal:.1%}, predicted "
-                      f"{pred:.1%}, simulated {sim:.1%}."]
+                      f"{pred:.1%}, simulated {sim:.1%}{error}."]
         if c.replay is not None:
             r = c.replay
             growth = plan.scenario.traffic.growth

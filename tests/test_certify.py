@@ -120,10 +120,12 @@ def test_solve_json_carries_bands_and_the_verdict(tmp_path):
     (band,) = out["plan"][0]["bands"]
     assert set(band) == {"band", "requests_simulated", "ttft_s", "tpot_ms", "holds", "judged_by"}
     assert band["judged_by"] == "simulation"
-    assert set(band["tpot_ms"]) == {"stat", "target", "predicted", "simulated"}
+    assert set(band["tpot_ms"]) == {"stat", "target", "predicted", "simulated", "simulated_standard_error"}
     assert band["tpot_ms"]["target"] == 60
     pool = out["plan"][0]
-    assert pool["simulation_runs"] in (1, 4) and pool["holds"] is True
+    assert pool["simulation_runs"] in (1, 4, 8, 12, 16) and pool["holds"] is True
+    # one run has no spread to estimate a standard error from; pooled runs do
+    assert (band["tpot_ms"]["simulated_standard_error"] is None) == (pool["simulation_runs"] == 1)
 
 
 def test_a_pool_that_misses_in_simulation_is_replanned_at_its_simulated_capacity(catalog):
@@ -277,16 +279,112 @@ def test_a_replay_of_a_log_is_keyed_by_the_share_of_it_the_pool_is_dealt(catalog
 
 def test_a_close_call_is_judged_on_four_runs_pooled_and_a_clear_one_on_one(catalog):
     """The first run's TPOT p99 within 15% of the limit: the verdict is the p99 of seeds 0-3's
-    measured requests together; far from it, the first run decides alone."""
+    measured requests together, with its standard error from the four runs' own p99s; far from it,
+    the first run decides alone."""
+    import math
+
+    import numpy as np
+
+    from planner.pool_check import CONFIRM_RUNS, UNDECIDED_ERRORS, _run, check_pool
+    from planner.sim_measures import merged_latencies
+    from planner.targets import SLO
+
+    p = _close_pool(catalog)
+    (band,) = SLO.single(tpot_ms=50).bands
+    runs = [_run(p, 3000, s).latencies for s in range(CONFIRM_RUNS)]
+    first = runs[0].statistic(band, "tpot", "p99")
+    pooled = merged_latencies(runs).statistic(band, "tpot", "p99")
+    error = np.std([r.statistic(band, "tpot", "p99") for r in runs], ddof=1) / math.sqrt(CONFIRM_RUNS)
+    # a limit the first run comes within 15% of, and the pooled value lies clear of (three errors)
+    limit_s = pooled + (UNDECIDED_ERRORS + 1) * error
+    assert 0.85 * limit_s <= first <= 1.15 * limit_s
+
+    close = check_pool(p, SLO.single(tpot_ms=limit_s * 1e3), requests=3000, seed=0)
+    (check,) = close.bands[0].checks
+    assert close.runs == CONFIRM_RUNS and close.seeds == [0, 1, 2, 3]
+    assert close.bands[0].requests == merged_latencies(runs).requests_in(band)
+    assert check.simulated_s == pooled != first and check.holds
+    assert check.standard_error_s == pytest.approx(error, rel=1e-12) and not check.undecided
+
+    clear = check_pool(p, SLO.single(tpot_ms=first * 1e3 / 0.5), requests=3000, seed=0)
+    assert clear.runs == 1 and clear.bands[0].checks[0].simulated_s == first and clear.holds
+    assert math.isnan(clear.bands[0].checks[0].standard_error_s)
+
+
+def test_an_undecided_close_call_pools_four_more_runs_at_a_time_up_to_sixteen(catalog):
+    """Four runs pooled within two standard errors of the limit: four runs more at a time, until
+    the pooled value is clear of the limit by two of its (new) standard errors, or sixteen runs;
+    the verdict is then the pooled value's. A limit at the pooled value itself stays undecided to
+    the end (the value cannot be two errors from it), and the verdict takes sixteen runs."""
+    import math
+
+    import numpy as np
+
+    from planner.pool_check import CONFIRM_RUNS, MOST_RUNS, UNDECIDED_ERRORS, _run, check_pool
+    from planner.sim_measures import merged_latencies
+    from planner.targets import SLO
+
+    p = _close_pool(catalog)
+    (band,) = SLO.single(tpot_ms=50).bands
+    runs = [_run(p, 3000, s).latencies for s in range(MOST_RUNS)]
+    values = [r.statistic(band, "tpot", "p99") for r in runs]
+
+    def pooled(k):
+        return merged_latencies(runs[:k]).statistic(band, "tpot", "p99")
+
+    def error(k):
+        return np.std(values[:k], ddof=1) / math.sqrt(k)
+
+    # a limit one error above the four runs' pooled value: undecided after four
+    limit_s = pooled(CONFIRM_RUNS) + error(CONFIRM_RUNS)
+    expected = next((k for k in range(2 * CONFIRM_RUNS, MOST_RUNS + 1, CONFIRM_RUNS)
+                     if abs(pooled(k) - limit_s) > UNDECIDED_ERRORS * error(k)), MOST_RUNS)
+    check = check_pool(p, SLO.single(tpot_ms=limit_s * 1e3), requests=3000, seed=0)
+    (target,) = check.bands[0].checks
+    assert check.runs == expected > CONFIRM_RUNS and check.seeds == list(range(expected))
+    assert target.simulated_s == pooled(expected) and target.holds == (pooled(expected) <= limit_s)
+    assert target.standard_error_s == pytest.approx(error(expected), rel=1e-12)
+
+    at_the_value = check_pool(p, SLO.single(tpot_ms=pooled(MOST_RUNS) * 1e3), requests=3000, seed=0)
+    assert at_the_value.runs == MOST_RUNS and at_the_value.holds  # equal to its limit: it holds
+    assert at_the_value.bands[0].checks[0].undecided
+
+
+def test_runs_pooled_for_a_verdict_judge_the_queue_and_preemptions_on_their_mean(catalog):
+    """A queue is stable at a rate or not, whatever the seed: pooled runs are judged on their mean
+    backlog trend and preemptions, not failed by one run's reading over the tolerance; one run alone
+    is judged on its own."""
+    import dataclasses
+
+    from planner.pool_check import _pooled_run_problems, _run
+    from planner.sim_capacity import PREEMPTION_BUDGET_PER_1000
+    from planner.sim_measures import STABILITY_TOLERANCE
+
+    run = _run(_close_pool(catalog), 3000, 0)
+
+    def runs(*growths, preempted=0.0):
+        return [dataclasses.replace(run, backlog_growth=g, stable=g <= STABILITY_TOLERANCE,
+                                    preemptions_per_1000=preempted) for g in growths]
+
+    one_over = runs(1.5 * STABILITY_TOLERANCE, *[0.0] * 15)
+    assert _pooled_run_problems(one_over) == []  # their mean is under a tenth of it
+    assert _pooled_run_problems(one_over[:1]) == ["the queue grows: the replica cannot keep up"]
+    assert _pooled_run_problems(runs(*[1.1 * STABILITY_TOLERANCE] * 4)) == [
+        "the queue grows: the replica cannot keep up (the mean of 4 runs)"]
+    assert _pooled_run_problems(runs(0.0, 0.0, preempted=PREEMPTION_BUDGET_PER_1000 * 1.5)) == [
+        f"{PREEMPTION_BUDGET_PER_1000 * 1.5:.1f} preemptions per 1,000 requests > {PREEMPTION_BUDGET_PER_1000:g} "
+        "(the mean of 2 runs)"]
+
+
+def _close_pool(catalog):
+    """An 8B pool on an H100 with prompts of 100-4,000 and outputs of 2-600 tokens, planned at
+    30 req/s: its TPOT p99 moves from run to run by a few percent."""
     import numpy as np
 
     from planner.certification import pool_setting
     from planner.histogram import Histogram
     from planner.planning import make_plan
-    from planner.pool_check import CONFIRM_RUNS, _run, check_pool
     from planner.scenario import Scenario
-    from planner.sim_measures import merged_latencies
-    from planner.targets import SLO
 
     scn = Scenario.model_validate({
         "name": "close", "model": "llama-3.1-8b", "context_limit": 8192,
@@ -297,18 +395,7 @@ def test_a_close_call_is_judged_on_four_runs_pooled_and_a_clear_one_on_one(catal
     })
     hist = Histogram.from_arrays(np.random.default_rng(3).integers(100, 4000, 2000), np.random.default_rng(4).integers(2, 600, 2000))
     plan = make_plan(scn, catalog, catalog.model("llama-3.1-8b"), hist, 30.0, explore=False)
-    p = pool_setting(plan.pools[0], scn, plan.pools, None)
-    first = _run(p, 3000, 0).latencies
-    (band,) = SLO.single(tpot_ms=50).bands
-    p99 = first.statistic(band, "tpot", "p99")
-
-    close = check_pool(p, SLO.single(tpot_ms=p99 * 1e3 / 0.95), requests=3000, seed=0)
-    pooled = merged_latencies([_run(p, 3000, s).latencies for s in range(CONFIRM_RUNS)])
-    assert close.runs == CONFIRM_RUNS and close.bands[0].requests == pooled.requests_in(band)
-    assert close.bands[0].checks[0].simulated_s == pooled.statistic(band, "tpot", "p99") != p99
-
-    clear = check_pool(p, SLO.single(tpot_ms=p99 * 1e3 / 0.5), requests=3000, seed=0)
-    assert clear.runs == 1 and clear.bands[0].checks[0].simulated_s == p99 and clear.holds
+    return pool_setting(plan.pools[0], scn, plan.pools, None)
 
 
 def _near_capacity(catalog, seed: int, max_rounds: int = 2):

@@ -35,6 +35,7 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
     from planner.cli.progress_bars import terminal_progress
     from planner.errors import located
     from planner.plan_json import bands_json
+    from planner.report_latency import seeds_text
 
     with located(scenario), terminal_progress():
         scn, slo, checks, certified = _checks(scenario, pool, n_requests, seed, catalog_files)
@@ -52,7 +53,7 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
         })
         return
     for c in checks:
-        runs = (f"; a close call, {c.runs} runs pooled (seeds {', '.join(map(str, c.seeds))})"
+        runs = (f"; a close call, {c.runs} runs pooled (seeds {seeds_text(c.seeds)})"
                 if c.runs > 1 else "")
         click.echo(f"{c.label} — {c.config}, {c.replicas} replicas at {c.rate_rps:,.3f} req/s each{runs}: "
                    + ("holds" if c.holds else "misses: " + "; ".join(c.problems)))
