@@ -69,8 +69,11 @@ def closest(name: str, known: Iterable[str]) -> str | None:
 def did_you_mean(name: str, known: Iterable[str], *, what: str) -> str:
     """The message for an unknown name: the closest match if any, and the known names."""
     known = sorted(known)
-    # A name that starts the way it was typed ('h100' -> 'h100-sxm') beats an edit-distance neighbour ('h200').
-    prefixed = [k for k in known if k.startswith(name)]
-    close = prefixed[0] if prefixed else closest(name, known)
+    # The name in another case ('BF16' -> 'bf16') first: an edit-distance neighbour of the name as
+    # typed may be another name ('fp16'). Then a name that starts the way it was typed ('h100' ->
+    # 'h100-sxm'), which beats an edit-distance neighbour ('h200').
+    folded = [k for k in known if k.casefold() == name.casefold()]
+    prefixed = [k for k in known if k.casefold().startswith(name.casefold())]
+    close = (folded or prefixed or [closest(name, known)])[0]
     hint = f"did you mean '{close}'? " if close is not None else ""
     return f"unknown {what} '{shorten(name)}'; {hint}known: {', '.join(known)}"

@@ -190,6 +190,8 @@ def load_fleet(path: str | Path, *, catalog_files: tuple[str, ...] = ()) -> Flee
         if svc.inputs.scenario.forecast is not None:
             raise InputError("forecast: a service of a fleet has no forecast of its own (it would be ignored); state "
                              "the quarters in the fleet's forecast section", where=svc.where)
+        _refuse_own_solver(svc, spec.solver)
+    _refuse_mixed_verify(services)
     run = {c.id for svc in services for c in svc.inputs.scenario.gpu_candidates}
     for gpu, shared in spec.inventory.items():
         # (committed GPUs no service runs are paid all the same: the plan shows them idle)
@@ -200,6 +202,32 @@ def load_fleet(path: str | Path, *, catalog_files: tuple[str, ...] = ()) -> Flee
     if spec.forecast is not None:
         _check_forecast(spec.forecast, catalog, services, spec.inventory, path)
     return _with_shared_prices(FleetInputs(path, spec, catalog, tuple(services), tuple(services)))
+
+
+def _refuse_own_solver(svc: Service, fleet_solver: Solver) -> None:
+    """A service's own solver settings, where they differ from the fleet's, which solves every
+    service (one ILP, and each service's re-solves): they would be ignored without a word."""
+    own = svc.inputs.scenario.solver
+    if "solver" in svc.inputs.scenario.model_fields_set and own != fleet_solver:
+        raise InputError(f"solver: a fleet's services are solved by the fleet's solver ({_solver_text(fleet_solver)}), "
+                         f"so this service's ({_solver_text(own)}) would be ignored; state it in the fleet file",
+                         where=svc.where)
+
+
+def _solver_text(solver: Solver) -> str:
+    return f"{solver.backend}, time limit {solver.time_limit_s:g} s"
+
+
+def _refuse_mixed_verify(services: list[Service]) -> None:
+    """Services that disagree on `verify`: certification replays every pool of the fleet together
+    (a pool that misses re-solves the whole fleet's ILP), so it is all of them or none."""
+    for svc in services[1:]:
+        first = services[0]
+        if svc.inputs.scenario.verify != first.inputs.scenario.verify:
+            raise InputError(f"verify: {str(svc.inputs.scenario.verify).lower()} here and "
+                             f"{str(first.inputs.scenario.verify).lower()} for '{first.name}': a fleet's services are "
+                             "certified together (a pool that misses re-solves the whole fleet), so they state verify "
+                             "alike (`planner solve --no-verify` skips it for all)", where=svc.where)
 
 
 def _check_forecast(fc: Forecast, catalog: Catalog, services: list[Service], inventory, path: Path) -> None:
@@ -267,6 +295,9 @@ def _service(spec: FleetSpec, catalog: Catalog, path: Path, i: int, entry, catal
             raise InputError(f"services[{i}]: a blank path, where a scenario file is expected", where=str(path))
         if not path_is(file, "file"):
             shown = entry if entry.isprintable() else repr(entry)  # (a control character would reach the terminal)
+            if path_is(file, "folder"):
+                raise InputError(f"services[{i}]: {shorten(shown)} is a folder; a service is one scenario file",
+                                 where=str(path))
             raise InputError(f"services[{i}]: no scenario file {shorten(shown)} (paths are relative to the fleet file)",
                              where=str(path))
         raw = load_yaml(file)

@@ -10,6 +10,7 @@ own; ilp.solve_services is the only solver code; the plan comes back as data for
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -30,6 +31,7 @@ from planner.plan_search import (
 from planner.plan_setup import Setup, pool_details, setup_plan
 from planner.planning import assemble_plan
 from planner.progress import stage
+from planner.scenario import Scenario
 from planner.units import HOURS_PER_MONTH, gpus_text
 
 
@@ -138,7 +140,6 @@ def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool |
     setups = [_setup(svc, growth) for svc in fleet.services]
     if on_set_up is not None:
         on_set_up(setups)
-    solvers = [Resolver(st.scn) for st in setups]
 
     def solve(evals_per_service, **kw) -> JointSolution:
         return _solve(fleet, setups, evals_per_service, keep_lp=keep_lp, **kw)
@@ -147,7 +148,7 @@ def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool |
         joint = solve([st.evals for st in setups])
         step.advance()
     if not joint.services[0].pools:
-        raise InfeasibleError(_no_fleet_message(fleet, setups, solvers, joint), where=str(fleet.path))
+        raise InfeasibleError(_no_fleet_message(fleet, setups, joint), where=str(fleet.path))
     joint, evals_per_service = _precise(setups, joint, [st.evals for st in setups])
     parts = [(st, evals, sol, pool_details(st.evaluator, evals, sol))
              for st, evals, sol in zip(setups, evals_per_service, joint.services, strict=True)]
@@ -244,20 +245,44 @@ def _models(fleet: FleetInputs, setups: list[Setup], evals_per_service, caps, ma
             for svc, st, evals in zip(fleet.services, setups, evals_per_service, strict=True)]
 
 
-def _no_fleet_message(fleet: FleetInputs, setups, solvers, joint: JointSolution) -> str:
-    """Why the joint ILP has no plan: a service that cannot be served at all, or the shared rules."""
-    for svc, st, solve in zip(fleet.services, setups, solvers, strict=True):
-        alone = solve(st.classes, st.evals)
-        if not alone.pools:
-            return f"service '{svc.name}': " + no_plan_message(alone, st.scn, st.classes, st.evals, solve.inventory)
+def _no_fleet_message(fleet: FleetInputs, setups, joint: JointSolution) -> str:
+    """Why the joint ILP has no plan: a service that cannot be served even with every shared cap to
+    itself (named, with its class and ceiling), or the shared rules, with the GPUs each service's
+    cheapest plan alone within them takes."""
+    alone = []
+    for svc, st in zip(fleet.services, setups, strict=True):
+        solve = Resolver(_within_caps(st.scn, fleet.shared_caps))
+        sol = solve(st.classes, st.evals)
+        if not sol.pools:
+            return f"service '{svc.name}': " + no_plan_message(sol, st.scn, st.classes, st.evals, solve.inventory)
+        alone.append((svc.name, sol))
     if joint.status == "Not Solved":
         return (f"no fleet plan found within the solver's time limit of {fleet.spec.solver.time_limit_s:g} s; raise "
                 "solver.time_limit_s in the fleet file")
     rules = [f"{g} ≤ {gpus_text(n)}" for g, n in sorted(fleet.shared_caps.items())]
     if fleet.spec.max_gpu_types is not None:
-        rules.append(f"at most {fleet.spec.max_gpu_types} GPU types")
-    return (f"every service can be served alone, but the shared rules ({', '.join(rules)}) leave no fleet that covers "
-            "every service's peak")
+        n = fleet.spec.max_gpu_types
+        rules.append(f"at most {n} GPU type{'s' if n != 1 else ''}")
+    takes = []
+    for name, sol in alone:
+        used = Counter()
+        for pool in sol.pools:
+            used[pool.gpu] += pool.gpus
+        takes.append(f"{name} {' + '.join(f'{used[g]} {g}' for g in sorted(used))}")
+    return (f"every service can be served alone within the shared caps, but the shared rules ({', '.join(rules)}) "
+            f"leave no fleet that covers every service's peak; alone, the cheapest plans take {'; '.join(takes)}")
+
+
+def _within_caps(scn: Scenario, caps: dict[str, int]) -> Scenario:
+    """The scenario with each GPU candidate's max_gpus at most its type's cap in `caps`."""
+    gpus = []
+    for cand in scn.gpu_candidates:
+        if cand.id in caps:
+            left = caps[cand.id]
+            gpus.append(cand.model_copy(update={"max_gpus": left if cand.max_gpus is None else min(cand.max_gpus, left)}))
+        else:
+            gpus.append(cand)
+    return scn.model_copy(update={"gpus": gpus})
 
 
 def _types(fleet: FleetInputs, joint: JointSolution) -> tuple[TypeUse, ...]:
@@ -304,14 +329,7 @@ def _alone(setups: list[Setup], plans: list[Plan], i: int, caps: dict[str, int],
         if j != i:
             for pool in other.pools:
                 others[pool.config.gpu.id] = others.get(pool.config.gpu.id, 0) + pool.gpus
-    gpus = []
-    for cand in st.scn.gpu_candidates:
-        if cand.id in caps:
-            left = max(0, caps[cand.id] - others.get(cand.id, 0))
-            gpus.append(cand.model_copy(update={"max_gpus": left if cand.max_gpus is None else min(cand.max_gpus, left)}))
-        else:
-            gpus.append(cand)
-    scn = st.scn.model_copy(update={"gpus": gpus})
+    scn = _within_caps(st.scn, {g: max(0, cap - others.get(g, 0)) for g, cap in caps.items()})
     return dataclasses.replace(st, scn=scn), Resolver(scn, pool_types=committed)
 
 

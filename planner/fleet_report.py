@@ -67,7 +67,8 @@ def render_fleet(fp: FleetPlan, *, figures: list[dict[str, str]] | None = None) 
 def _verdict(fp: FleetPlan) -> str:
     certified = fp.certified
     if certified is None:
-        return "Not every service asked for certification by simulation (`verify: false`): their pools rest on the model."
+        return ("No service was certified by simulation (`verify: false` or `planner solve --no-verify`): every pool "
+                "rests on the model.")
     if certified:
         rounds = fp.certification_rounds
         again = (f", after {rounds} re-solve{'s' if rounds > 1 else ''} of the fleet at simulated capacities (each "

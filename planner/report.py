@@ -172,7 +172,7 @@ def _verdict_line(plan: Plan, short: str) -> str:
     if short:
         return f"**This fleet does NOT carry its peak** ({short}), so its targets cannot hold; targets: {bands}."
     if cert is None:
-        return f"Targets ({bands}) are met by the model's prediction; simulation was not asked for (`verify: false`)."
+        return f"Targets ({bands}) are met by the model's prediction; simulation was not asked for (`verify: false` or `planner solve --no-verify`)."
     if cert.certified:
         again = f", after {cert.rounds} re-plan{'s' if cert.rounds > 1 else ''} at simulated capacities" if cert.rounds else ""
         if cert.joint_rounds > cert.rounds:  # a fleet's service: the joint ILP was re-solved for others' misses too

@@ -113,8 +113,8 @@ def latency_section(plan: Plan) -> str:
         return "\n".join([
             "## Latency targets",
             "",
-            "Predicted by the model only (planner/latency.py); this scenario turns certification by simulation off "
-            "(`verify: false`).",
+            "Predicted by the model only (planner/latency.py); certification by simulation is off (`verify: false` "
+            "or `planner solve --no-verify`).",
             "",
             *[line for pool in plan.pools for line in _predicted_only(pool)],
         ])

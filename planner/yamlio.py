@@ -336,6 +336,9 @@ def validation_message(exc: ValidationError, model: type[BaseModel], prefix: str
     msg = err["msg"]
     if err["type"] == "missing":
         return f"{path}: required field is missing"
+    if err["type"] == "model_type":  # pydantic names the class ('instance of TrafficSpec'), which no file states
+        got = f" (got a {type(value).__name__})" if isinstance(value, list) else shown or " (got null)"
+        return f"{path}: expected a mapping of keys{got}"
     if path == "(top level)" and err["type"] == "value_error":
         # a check across fields: its message names the fields itself
         return msg.removeprefix("Value error, ")

@@ -148,6 +148,17 @@ def test_a_name_typed_as_a_prefix_suggests_the_full_name():
     )
 
 
+def test_a_name_typed_in_another_case_suggests_itself_before_a_neighbour():
+    """'BF16' is 'bf16' in capitals, one edit from 'fp16': the suggestion was 'fp16'. 'H100' then
+    starts as 'h100-pcie' does, whatever the case."""
+    r = run("kv", "llama-3.1-8b", "--kv-dtype", "BF16")
+    assert r.exit_code == 2
+    assert r.stderr.startswith("error: unknown dtype 'BF16'; did you mean 'bf16'? known: ")
+    r = run("capacity", "llama-3.1-8b", "H100")
+    assert r.exit_code == 2
+    assert r.stderr.startswith("error: unknown GPU 'H100'; did you mean 'h100-pcie'? known: ")
+
+
 def test_a_class_of_one_output_token_has_no_tpot_rather_than_a_tpot_of_zero():
     """TPOT is (last token - first token) / (output tokens - 1): undefined for one token. It read
     0.00 ms, and the TPOT target read as met with room to spare."""

@@ -361,6 +361,27 @@ def test_solve_fleet_json_has_services_and_a_budget_overrun_exits_3(tmp_path):
     assert not (tmp_path / "poor").exists()
 
 
+def test_a_fleet_with_no_plan_names_the_service_that_cannot_be_served_or_what_each_takes_alone(tmp_path):
+    """A service that no plan serves even with every shared cap to itself is named, with its class
+    and what the caps allow; where each fits alone but not together, the message says so and what
+    each one's cheapest plan alone takes (formerly: "every service can be served alone", also when
+    the caps left one of them nothing)."""
+    one_h100 = write_fleet(tmp_path, inventory={"h100-sxm": {"max_new": 1}, "l40s": {"max_new": 0}})
+    r = CliRunner().invoke(main, ["solve", str(one_h100), "--out-dir", str(tmp_path / "a")])
+    assert r.exit_code == 3
+    assert re.fullmatch(r"error: .*fleet\.yaml: service 'alpha': class 'all \(≤ 8,192 tokens\)' needs 36 req/s but the "
+                        r"inventory caps \(h100-sxm ≤ 1 GPU, l40s ≤ 0 GPUs\) allow at most [\d.]+ req/s\n", r.output)
+
+    apart = write_fleet(tmp_path, max_gpu_types=1, services=[service("alpha", 30.0, gpus=["h100-sxm"]),
+                                                             service("beta", 12.0, gpus=["l40s"])])
+    r = CliRunner().invoke(main, ["solve", str(apart), "--out-dir", str(tmp_path / "b")])
+    assert r.exit_code == 3
+    assert re.fullmatch(r"error: .*fleet\.yaml: every service can be served alone within the shared caps, but the shared "
+                        r"rules \(at most 1 GPU type\) leave no fleet that covers every service's peak; alone, the cheapest "
+                        r"plans take alpha \d+ h100-sxm; beta \d+ l40s\n", r.output)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
 @pytest.mark.parametrize(("change", "message"), [
     ({"inventory": {"h100": {"max_new": 4}}}, "fleet.yaml: inventory.h100: unknown GPU 'h100'; did you mean 'h100-pcie'?"),
     ({"inventory": {"l40s": {"owned": 4}}}, "inventory.l40s: Value error, owned: 4 GPUs need owned_usd_per_hour"),
@@ -375,9 +396,18 @@ def test_solve_fleet_json_has_services_and_a_budget_overrun_exits_3(tmp_path):
     # a name longer than a file system allows: no file either (Python 3.11's is_file raised for it)
     ({"services": ["x" * 300 + ".yaml"]}, f"services[0]: no scenario file {'x' * 60}... (305 characters)"),
     ({"services": ["  "]}, "services[0]: a blank path, where a scenario file is expected"),
+    ({"services": ["."]}, "fleet.yaml: services[0]: . is a folder; a service is one scenario file"),
     ({"services": ["a\x00b.yaml"]}, "services[0]: no scenario file 'a\\x00b.yaml' (paths"),
     ({"services": [service("alpha", 3.0, forecast={"quarters": [{"quarter": "2027Q1"}]})]},
      "services[0]: forecast: a service of a fleet has no forecast of its own (it would be ignored)"),
+    # the fleet's solver solves every service: another one stated for a service would be ignored
+    ({"services": [service("alpha", 3.0, solver={"backend": "cbc", "time_limit_s": 1})]},
+     "services[0]: solver: a fleet's services are solved by the fleet's solver (highs, time limit 60 s), so this "
+     "service's (cbc, time limit 1 s) would be ignored; state it in the fleet file"),
+    # certification replays the whole fleet: every service or none
+    ({"services": [service("alpha", 3.0, verify=True), service("beta", 3.0)]},
+     "services[1]: verify: false here and true for 'alpha': a fleet's services are certified together (a pool that "
+     "misses re-solves the whole fleet), so they state verify alike (`planner solve --no-verify` skips it for all)"),
     ({"services": [service("alpha", 3.0, catalog={"gpus": {"h100-sxm": {"memory_gib": 20}}}), service("beta", 3.0)]},
      "services[1]: GPU type 'h100-sxm' is defined differently here and in service 'alpha' (memory_gib); one type is "
      "one piece of hardware across the fleet"),

@@ -145,6 +145,16 @@ def test_catalog_overrides_are_validated(tmp_path, override, expected):
     one_line_error(r, 2, "s.yaml: catalog:", expected)
 
 
+@pytest.mark.parametrize(("value", "got"), [("null", "got null"), ("[1, 2]", "got a list"), ("5", "got 5")])
+def test_a_section_that_is_no_mapping_is_told_so_not_named_by_its_class(tmp_path, value, got):
+    """pydantic's message named the schema's class ('a valid dictionary or instance of TrafficSpec')."""
+    text = BASE.replace("traffic:\n  source: {constant: {prompt_tokens: 1000, output_tokens: 200}}\n"
+                        "  peak: {method: explicit, rps: 4}\n", f"traffic: {value}\n")
+    r = run("solve", scenario(tmp_path, text), "--out-dir", tmp_path / "out")
+    one_line_error(r, 2, "s.yaml", f"traffic: expected a mapping of keys ({got})")
+    assert "TrafficSpec" not in r.output
+
+
 # ---- writing ---------------------------------------------------------------------------------
 def test_an_out_dir_under_a_file_is_bad_input(tmp_path):
     (tmp_path / "afile").write_text("x")

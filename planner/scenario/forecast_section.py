@@ -34,7 +34,8 @@ class QuarterSpec(Strict):
         return histogram_edge(v, "context limit")
     prices: dict[str, PriceUsdPerGpuHour] = Field(default_factory=dict, description="on-demand $/GPU-hour per GPU type")
     availability: dict[str, GpuCount] = Field(default_factory=dict, description="most GPUs of a type that can be had")
-    reserved: dict[str, GpuCount] = Field(default_factory=dict, description="GPUs committed this quarter, per type")
+    reserved: dict[str, GpuCount] = Field(default_factory=dict, description="GPUs committed in total from this quarter on, per type: the quarter commits what earlier "
+        "commitments (and a fleet's inventory) lack of it; a count they already reach commits none")
 
 
 class Forecast(Strict):
