@@ -60,6 +60,9 @@ class SharedGPU(Strict):
         for kind in ("owned", "reserved"):
             if getattr(self, kind) and getattr(self, f"{kind}_usd_per_hour") is None:
                 raise ValueError(f"{kind}: {getattr(self, kind)} GPUs need {kind}_usd_per_hour (what one costs an hour)")
+        if self.committed + (self.max_new or 0) > MAX_FLEET_GPUS:
+            raise ValueError(f"owned + reserved + max_new = {self.committed + (self.max_new or 0):,} GPUs, more than "
+                             f"a fleet may hold ({MAX_FLEET_GPUS:,})")
         return self
 
     @property
@@ -234,7 +237,8 @@ def _check_forecast(fc: Forecast, catalog: Catalog, services: list[Service], inv
     """The fleet's forecast section, refused where it names a GPU type nobody may run, or a context
     limit, when the fleet is read: `planner solve` on the fleet does not run the quarters, and would
     otherwise take a section that `planner forecast` refuses."""
-    used = set(inventory) | {c.id for svc in services for c in svc.inputs.scenario.gpu_candidates}
+    run = {c.id for svc in services for c in svc.inputs.scenario.gpu_candidates}
+    used = set(inventory) | run
     for gpu in fc.reserved_prices:  # (a scenario refuses such a price in its schema, against its gpus)
         if gpu not in used:
             raise InputError(f"forecast.reserved_prices: {did_you_mean(gpu, used, what='GPU')} (a committed price "
@@ -244,7 +248,15 @@ def _check_forecast(fc: Forecast, catalog: Catalog, services: list[Service], inv
         if q.context_limit is not None:
             raise InputError(f"{where}.context_limit: a fleet's quarters change demand, prices, availability and "
                              "commitments; a context limit belongs to each service's scenario", where=str(path))
-        for field_name in ("prices", "availability", "reserved"):
+        for gpu in q.reserved:
+            if gpu not in run:  # as a scenario's quarter refuses it: commitments no service can use, idle from the start
+                try:
+                    catalog.gpu(gpu)
+                except InputError as exc:
+                    raise InputError(f"{where}.reserved: {exc}", where=str(path)) from None
+                raise InputError(f"{where}.reserved.{gpu}: no service may run {gpu}, so these GPUs would be paid for "
+                                 "and stand idle; add it to a service's gpus or drop it", where=str(path))
+        for field_name in ("prices", "availability"):
             for gpu in getattr(q, field_name):
                 if gpu in used:  # (a service may define its own type in its catalog overrides)
                     continue
@@ -252,10 +264,9 @@ def _check_forecast(fc: Forecast, catalog: Catalog, services: list[Service], inv
                     catalog.gpu(gpu)
                 except InputError as exc:
                     raise InputError(f"{where}.{field_name}: {exc}", where=str(path)) from None
-                if field_name != "reserved":
-                    raise InputError(f"{where}.{field_name}.{gpu}: no service may run {gpu} and the inventory has none, "
-                                     "so this would change nothing; add it to a service's gpus or the inventory",
-                                     where=str(path))
+                raise InputError(f"{where}.{field_name}.{gpu}: no service may run {gpu} and the inventory has none, "
+                                 "so this would change nothing; add it to a service's gpus or the inventory",
+                                 where=str(path))
 
 
 _PRICE_FIELDS = {"price_usd_per_hour", "price_source", "price_date"}

@@ -10,7 +10,7 @@ import numpy as np
 from planner.errors import InputError
 from planner.files import path_is
 from planner.histogram import Histogram
-from planner.load_profile import FLAT, DailyProfile, traffic_profile
+from planner.load_profile import FLAT, DailyProfile, silence_note, traffic_profile
 from planner.requests import Requests
 from planner.scenario import Scenario, resolve
 
@@ -25,7 +25,9 @@ class Traffic:
     notes: tuple[str, ...]
     profile: DailyProfile = FLAT  # the day's load curve (planner.load_profile)
     requests: Requests | None = None  # a timestamped log's requests with their own arrivals (from 0 s)
-    excluded_note: str = ""  # the log's rows left out and why (one of the notes), for a warning on the command line
+    # notes a command also prints as warnings (the log's rows left out, a silence in a measured log):
+    # a plan made from a small part of a log, or from a day mostly idle, must not pass unnoticed
+    warnings: tuple[str, ...] = ()
 
     def requests_at_growth(self, growth: float) -> Requests | None:
         """The log's requests with arrivals compressed by `growth` (1.5: 50% more requests a second)."""
@@ -114,7 +116,12 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
         profile = traffic_profile(scn.traffic.profile, hist)
     except InputError as exc:
         raise InputError(f"profile: {exc}") from None
-    return Traffic(hist, measured, mean, tuple(notes), profile, requests, excluded_note)
+    warnings = [excluded_note] if excluded_note else []
+    silence = silence_note(hist) if profile.busiest_hour_rps is not None else ""  # a measured profile
+    if silence:
+        notes.append(silence)
+        warnings.append(silence)
+    return Traffic(hist, measured, mean, tuple(notes), profile, requests, tuple(warnings))
 
 
 def _replayable(rows) -> tuple[Requests | None, int]:

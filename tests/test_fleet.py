@@ -385,6 +385,11 @@ def test_a_fleet_with_no_plan_names_the_service_that_cannot_be_served_or_what_ea
 @pytest.mark.parametrize(("change", "message"), [
     ({"inventory": {"h100": {"max_new": 4}}}, "fleet.yaml: inventory.h100: unknown GPU 'h100'; did you mean 'h100-pcie'?"),
     ({"inventory": {"l40s": {"owned": 4}}}, "inventory.l40s: Value error, owned: 4 GPUs need owned_usd_per_hour"),
+    # each count is within the bound, their sum is not
+    ({"inventory": {"l40s": {"owned": 60_000_000, "owned_usd_per_hour": 1, "reserved": 60_000_000,
+                             "reserved_usd_per_hour": 1}}},
+     "inventory.l40s: Value error, owned + reserved + max_new = 120,000,000 GPUs, more than a fleet may hold "
+     "(100,000,000)"),
     ({"services": [service("alpha", 3.0), service("alpha", 4.0)]}, "services[1]: a second service named 'alpha'"),
     ({"services": [service("alpha", 3.0), service("Alpha", 4.0)]}, "services[1]: a second service named 'Alpha' "
                                                                   "(service names name report sections and figure "
@@ -432,6 +437,12 @@ def test_a_fleet_with_no_plan_names_the_service_that_cannot_be_served_or_what_ea
     # `solve` runs no quarters, yet refuses the forecast section `forecast` would refuse
     ({"forecast": {"quarters": [{"quarter": "2027Q1", "prices": {"zz9000": 3.0}}]}},
      "fleet.yaml: forecast.quarters[0].prices: unknown GPU 'zz9000'"),
+    # commitments no service can use: paid for and idle from the start, as a scenario's quarter refuses them
+    ({"forecast": {"quarters": [{"quarter": "2027Q1", "reserved": {"h200": 4}}]}},
+     "fleet.yaml: forecast.quarters[0].reserved.h200: no service may run h200, so these GPUs would be paid for and "
+     "stand idle; add it to a service's gpus or drop it"),
+    ({"forecast": {"quarters": [{"quarter": "2027Q1", "reserved": {"h2000": 4}}]}},
+     "fleet.yaml: forecast.quarters[0].reserved: unknown GPU 'h2000'; did you mean 'h200'?"),
     ({"forecast": {"quarters": [{"quarter": "2027Q1", "context_limit": 4096}]}},
      "fleet.yaml: forecast.quarters[0].context_limit: a fleet's quarters change demand"),
     ({"forecast": {"reserved_prices": {"b200": 1.0}, "quarters": [{"quarter": "2027Q1"}]}},

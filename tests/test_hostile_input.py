@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -1589,6 +1590,32 @@ def test_a_log_with_excluded_rows_warns_on_the_command_line_and_in_the_json(tmp_
     r = run("solve", path, "--no-verify", "--no-report")
     assert r.exit_code == 0, r.output
     assert r.stderr == f"warning: {path}: Excluded rows: 18 non_numeric (of 20 read).\n"
+
+
+def test_a_measured_day_with_hours_of_silence_warns_that_it_counts_them_idle(tmp_path):
+    """Rows over ten minutes and one stray row a day and a half later: the log spans a day, so its
+    day is measured, and 35 hours without a request count as idle hours (the audit's log: the cost
+    per million tokens at the day's volume went from about $0.05 to $29.77). A log without such a
+    silence says nothing."""
+    rows = [f"2023-11-16 18:{m // 6:02d}:{m % 6 * 10:02d},1000,200\n" for m in range(60)]
+    log = tmp_path / "log.csv"
+    log.write_text("timestamp,prompt_tokens,output_tokens\n" + "".join(rows) + "2023-11-18 06:00:00,100,10\n")
+    path = scenario(tmp_path, BASE.replace("source: {constant: {prompt_tokens: 1000, output_tokens: 200}}",
+                                           f"source: {{log: {log.name}, columns: {{prompt: prompt_tokens, "
+                                           "output: output_tokens, time: timestamp}}").replace(
+                                               "peak: {method: explicit, rps: 4}", "peak: {method: max}"))
+    r = run("solve", path, "--no-verify", "--no-report", "--json")
+    assert r.exit_code == 0, r.output
+    (warning,) = r.stderr.splitlines()
+    assert re.fullmatch(rf"warning: {re.escape(str(path))}: The log holds no request for 35\.\d hours in a row \(of "
+                        r"1\.5 days of whole minutes\); the measured day counts those hours as idle, which lowers the "
+                        r"day's volume and raises its cost per million tokens: if the log has a gap, state "
+                        r"traffic\.profile\.", warning)
+    assert warning.split(": ", 2)[2] in json.loads(r.stdout)["traffic_notes"]
+
+    log.write_text("timestamp,prompt_tokens,output_tokens\n" + "".join(rows))  # ten minutes: a flat day, no warning
+    r = run("solve", path, "--no-verify", "--no-report")
+    assert r.exit_code == 0 and r.stderr == "", r.output
 
 
 @pytest.mark.parametrize("fmt", ["csv", "jsonl"])

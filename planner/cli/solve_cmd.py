@@ -47,7 +47,7 @@ def _solve_all(scenarios, out_dir, no_report, write_lp, verify, catalog_files, a
     # Every scenario is read and checked before any is planned, and every plan is made before any
     # file is written: a bad or infeasible scenario late in the list leaves no reports behind.
     loaded = [_load(path, catalog_files) for path in scenarios]
-    _warn_excluded_rows(loaded)
+    _warn_traffic(loaded)
     if not no_report:
         _refuse_same_names(loaded)
         if write_lp:
@@ -75,15 +75,16 @@ def _solve_all(scenarios, out_dir, no_report, write_lp, verify, catalog_files, a
         click.echo("\n".join(lines))
 
 
-def _warn_excluded_rows(loaded) -> None:
-    """A log's rows left out (unparsable, negative, too long) on stderr as well as in the report: a
-    plan made from a small part of a log must not pass for one made from all of it (--json or
-    --no-report writes no report that would say so)."""
+def _warn_traffic(loaded) -> None:
+    """A log's rows left out (unparsable, negative, too long), or a long silence in a log whose day is
+    measured, on stderr as well as in the report: a plan made from a small part of a log, or priced
+    on a day mostly idle, must not pass unnoticed (--json or --no-report writes no report that would
+    say so)."""
     for path, kind, inputs in loaded:
         services = [(s.where, s.inputs) for s in inputs.services] if kind == "fleet" else [(str(path), inputs)]
         for where, service_inputs in services:
-            if service_inputs.traffic.excluded_note:
-                click.echo(f"warning: {where}: {service_inputs.traffic.excluded_note}", err=True)
+            for warning in service_inputs.traffic.warnings:
+                click.echo(f"warning: {where}: {warning}", err=True)
 
 
 def _load(path, catalog_files):
