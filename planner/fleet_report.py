@@ -226,6 +226,17 @@ def _names(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
+def gpus_in_use_text(fp: FleetPlan) -> str:
+    """The command line's words for a fleet's GPUs: '143 GPUs (96 h100-sxm, 16 h200, 31 l40s)'."""
+    return f"{gpus_text(fp.gpus)} ({', '.join(f'{t.used} {t.gpu}' for t in fp.types if t.used)})"
+
+
+def idle_committed_text(fp: FleetPlan) -> str:
+    """'; committed idle: 1 l40s' where the plan leaves committed GPUs idle (paid, in its cost), else ''."""
+    idle = ", ".join(f"{t.idle_committed} {t.gpu}" for t in fp.types if t.idle_committed)
+    return f"; committed idle: {idle}" if idle else ""
+
+
 def write_fleet_report(fp: FleetPlan, out_dir: Path) -> Path:
     """Write reports/<fleet>.md and every service's figures (named <fleet>_<service>_*.png)."""
     prefix = f"{fp.fleet.spec.name}_"

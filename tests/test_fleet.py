@@ -361,6 +361,23 @@ def test_solve_fleet_json_has_services_and_a_budget_overrun_exits_3(tmp_path):
     assert not (tmp_path / "poor").exists()
 
 
+def test_the_command_line_names_committed_gpus_left_idle_whose_cost_it_counts(tmp_path):
+    """Eight owned L40S, one small service: the line's $/hour pays all eight, so it names the idle
+    ones, as the report and `planner forecast` do; a fleet that uses what it committed says nothing."""
+    path = write_fleet(tmp_path, services=[service("alpha", 3.0)],
+                       inventory={"l40s": {"owned": 8, "owned_usd_per_hour": 0.7}})
+    r = CliRunner().invoke(main, ["solve", str(path), "--no-report"])
+    assert r.exit_code == 0, r.output
+    first = r.output.splitlines()[0]
+    used = int(re.fullmatch(r"twin: \$5\.60/hour, (\d) GPUs? \(\1 l40s\), 1 service; committed idle: (\d) l40s",
+                            first).group(1))
+    assert first.endswith(f"committed idle: {8 - used} l40s")
+    path = write_fleet(tmp_path, services=[service("alpha", 3.0)],
+                       inventory={"l40s": {"owned": used, "owned_usd_per_hour": 0.7}})
+    r = CliRunner().invoke(main, ["solve", str(path), "--no-report"])
+    assert r.exit_code == 0 and "idle" not in r.output, r.output
+
+
 def test_a_fleet_with_no_plan_names_the_service_that_cannot_be_served_or_what_each_takes_alone(tmp_path):
     """A service that no plan serves even with every shared cap to itself is named, with its class
     and what the caps allow; where each fits alone but not together, the message says so and what

@@ -96,12 +96,9 @@ def _fleet_forecast(path, out_dir, no_report, catalog_files, as_json) -> None:
 
 
 def _fleet_quarter_text(r) -> str:
-    from planner.units import gpus_text
+    from planner.fleet_report import gpus_in_use_text, idle_committed_text
 
-    types = ", ".join(f"{t.used} {t.gpu}" for t in r.plan.types if t.used)
-    idle = ", ".join(f"{t.idle_committed} {t.gpu}" for t in r.plan.types if t.idle_committed)
-    return f"{r.quarter}: {gpus_text(r.plan.gpus)} ({types}), ${r.cost_per_hour:,.2f}/hour" + (
-        f"; committed idle: {idle}" if idle else "")
+    return f"{r.quarter}: {gpus_in_use_text(r.plan)}, ${r.cost_per_hour:,.2f}/hour{idle_committed_text(r.plan)}"
 
 
 COMMANDS = [forecast]

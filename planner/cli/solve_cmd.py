@@ -232,15 +232,21 @@ def _write_one(planned, no_report, out_dir, as_json):
 
 
 def _write_fleet(fleet_plan, no_report, out_dir, as_json):
-    from planner.fleet_report import fleet_json, write_fleet_report
+    from planner.fleet_report import (
+        fleet_json,
+        gpus_in_use_text,
+        idle_committed_text,
+        write_fleet_report,
+    )
     from planner.units import gpus_text
 
     written = None if no_report else write_fleet_report(fleet_plan, Path(out_dir))
     if as_json:
         return fleet_json(fleet_plan)
-    types = ", ".join(f"{n} {g}" for g, n in fleet_plan.joint.gpus_by_type.items())
-    lines = [f"{fleet_plan.fleet.spec.name}: ${fleet_plan.cost_per_hour:,.2f}/hour, {gpus_text(fleet_plan.gpus)} ({types}), "
-             f"{len(fleet_plan.plans)} service{'' if len(fleet_plan.plans) == 1 else 's'}" + (f" -> {written}" if written else "")]
+    # the cost includes committed GPUs left idle: the line names them, as the report does
+    lines = [f"{fleet_plan.fleet.spec.name}: ${fleet_plan.cost_per_hour:,.2f}/hour, {gpus_in_use_text(fleet_plan)}, "
+             f"{len(fleet_plan.plans)} service{'' if len(fleet_plan.plans) == 1 else 's'}{idle_committed_text(fleet_plan)}"
+             + (f" -> {written}" if written else "")]
     for plan in fleet_plan.plans:
         sol = plan.solution
         pools = ", ".join(f"{p.traffic_class}: {p.replicas} x {p.config}" for p in sol.pools)
