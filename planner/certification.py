@@ -105,10 +105,12 @@ def certify_plans(parts, resolve, *, rounds: int) -> list[tuple[list[Evaluation]
                 else:
                     setting = pool_setting(pool, st.scn, pools, None)
                     # The capacity on the first runs the verdict pooled (CONFIRM_RUNS at most): each must
-                    # hold (the pooled p99 is no worse than the worst run's), which leaves the pooled value
-                    # about a run's spread below the limit, clear of a verdict on more runs (pool_check);
-                    # on every run of an undecided verdict's sixteen, the least of them would set it, far
-                    # below. And below the rate that missed, so a round changes the plan.
+                    # hold (the pooled p99 is no worse than the worst run's). The worst of four runs lies
+                    # about a run's spread above their mean, so the pooled value lands about two of four
+                    # runs' standard errors below the limit: at the edge of the undecided band, which the
+                    # next round's check may widen to more runs (pool_check). Every run of sixteen holding
+                    # would set it by the worst of sixteen, further below. And below the rate that missed,
+                    # so a round changes the plan.
                     n = _requests(setting, slo, sim)
                     new = min(capacity_on_every_run(setting, slo, requests=n, seeds=tuple(check.seeds[:CONFIRM_RUNS])),
                               pool.replay_rps * (1 - REPLAN_STEP))

@@ -10,6 +10,7 @@ run over the whole fleet. `planner solve FLEET.yaml` plans every service in one 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -194,7 +195,6 @@ def load_fleet(path: str | Path, *, catalog_files: tuple[str, ...] = ()) -> Flee
             raise InputError("forecast: a service of a fleet has no forecast of its own (it would be ignored); state "
                              "the quarters in the fleet's forecast section", where=svc.where)
         _refuse_own_solver(svc, spec.solver)
-    _refuse_mixed_verify(services)
     run = {c.id for svc in services for c in svc.inputs.scenario.gpu_candidates}
     for gpu, shared in spec.inventory.items():
         # (committed GPUs no service runs are paid all the same: the plan shows them idle)
@@ -211,19 +211,23 @@ def _refuse_own_solver(svc: Service, fleet_solver: Solver) -> None:
     """A service's own solver settings, where they differ from the fleet's, which solves every
     service (one ILP, and each service's re-solves): they would be ignored without a word."""
     own = svc.inputs.scenario.solver
-    if "solver" in svc.inputs.scenario.model_fields_set and own != fleet_solver:
+    stated = own.model_fields_set if "solver" in svc.inputs.scenario.model_fields_set else set()
+    differ = [f for f in type(own).model_fields if f in stated and getattr(own, f) != getattr(fleet_solver, f)]
+    if differ:
         raise InputError(f"solver: a fleet's services are solved by the fleet's solver ({_solver_text(fleet_solver)}), "
-                         f"so this service's ({_solver_text(own)}) would be ignored; state it in the fleet file",
+                         f"so this service's ({_solver_text(own, differ)}) would be ignored; state it in the fleet file",
                          where=svc.where)
 
 
-def _solver_text(solver: Solver) -> str:
-    return f"{solver.backend}, time limit {solver.time_limit_s:g} s"
+def _solver_text(solver: Solver, fields=("backend", "time_limit_s")) -> str:
+    words = {"backend": solver.backend, "time_limit_s": f"time limit {solver.time_limit_s:g} s"}
+    return ", ".join(words[f] for f in fields)
 
 
-def _refuse_mixed_verify(services: list[Service]) -> None:
-    """Services that disagree on `verify`: certification replays every pool of the fleet together
-    (a pool that misses re-solves the whole fleet's ILP), so it is all of them or none."""
+def refuse_mixed_verify(services: Sequence[Service]) -> None:
+    """Services that disagree on `verify`, where no command-line flag settles it: certification
+    replays every pool of the fleet together (a pool that misses re-solves the whole fleet's ILP),
+    so it is all of them or none."""
     for svc in services[1:]:
         first = services[0]
         if svc.inputs.scenario.verify != first.inputs.scenario.verify:

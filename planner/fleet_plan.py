@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from planner.certification import certify_plans, refreshed
 from planner.errors import InfeasibleError, InputError, PlannerError
 from planner.exploration import explore_plan, start_ttft_sweep
-from planner.fleet import FleetInputs, Service
+from planner.fleet import FleetInputs, Service, refuse_mixed_verify
 from planner.ilp import JointSolution, cost_bound_using_more, solve_services
 from planner.ilp_solver import COST_TOLERANCE_USD
 from planner.plan_objects import Plan
@@ -137,6 +137,8 @@ def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool |
     on_set_up: called with every service's setup, before the joint ILP; figures_ready: with each
     service's plan as soon as what its figures show is known (explore_plan; the CLI starts the
     report's figures then, in the worker, while this process plans on)."""
+    if certify is None:
+        refuse_mixed_verify(fleet.services)
     setups = [_setup(svc, growth) for svc in fleet.services]
     if on_set_up is not None:
         on_set_up(setups)

@@ -130,8 +130,9 @@ def measured_profile(hist: Histogram, *, by_weekday: bool = False) -> DailyProfi
                         busiest_hour_rps=float(rates.max()))
 
 
-# A log silent this long, among its whole minutes, is more likely a gap in the logging (or a stray
-# row far from the rest) than a service idle: a measured day counts those hours as idle.
+# A log silent this long among its whole minutes: a gap in the logging, a stray row far from the
+# rest, or a service that idles for hours, which only its owner can tell apart; a measured day counts
+# those hours as idle, so the command says so.
 SILENCE_WARNING_HOURS = 6
 
 
@@ -147,13 +148,14 @@ def silence_note(hist: Histogram) -> str:
     # the longest run of empty minutes: between the minutes that hold requests (and the ends)
     busy = np.flatnonzero(counts > 0)
     edges = np.concatenate([[-1], busy, [counts.size]])
-    longest = int(np.diff(edges).max()) - 1
-    if longest < SILENCE_WARNING_HOURS * MINUTES_PER_HOUR:
+    longest_minutes = int(np.diff(edges).max()) - 1
+    if longest_minutes < SILENCE_WARNING_HOURS * MINUTES_PER_HOUR:
         return ""
     days = counts.size / (HOURS_PER_DAY * MINUTES_PER_HOUR)
-    return (f"The log holds no request for {longest / MINUTES_PER_HOUR:,.1f} hours in a row (of {days:,.1f} days of "
-            "whole minutes); the measured day counts those hours as idle, which lowers the day's volume and raises "
-            "its cost per million tokens: if the log has a gap, state traffic.profile.")
+    return (f"The log holds no request for {longest_minutes / MINUTES_PER_HOUR:,.1f} hours in a row (of {days:,.1f} "
+            "days of whole minutes); the measured day counts those hours as idle, which lowers the day's volume and "
+            "raises its cost per million tokens: if the log has a gap, state the day's curve (traffic.profile: "
+            "hourly or a shape).")
 
 
 def traffic_profile(spec: LoadProfileSpec | None, hist: Histogram) -> DailyProfile:

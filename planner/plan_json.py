@@ -50,7 +50,9 @@ def _predicted_misses(pool) -> list[str]:
 def _target_json(check, unit_scale: float) -> dict[str, Any]:
     return {"stat": check.stat, "target": check.limit_s * unit_scale, "predicted": _finite(check.predicted_s * unit_scale),
             "simulated": _finite(check.simulated_s * unit_scale),
-            "simulated_standard_error": _finite(check.standard_error_s * unit_scale)}
+            "simulated_standard_error": _finite(check.standard_error_s * unit_scale),
+            # within two standard errors of the target after the most runs pooled (pool_check.MOST_RUNS)
+            "undecided": check.undecided}
 
 
 def _finite(x: float) -> float | None:

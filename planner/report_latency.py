@@ -14,6 +14,7 @@ from planner.pool_check import (
     BandCheck,
     PoolCheck,
     TargetCheck,
+    undecided,
 )
 from planner.sim_measures import COMPARE_KEYS
 from planner.targets import statistic_quantile
@@ -31,19 +32,14 @@ def replayed_rate_text(plan: Plan) -> str:
     return f"the rate it is planned to carry (its share of the peak × headroom {plan.scenario.traffic.headroom:g})"
 
 
-def _value(seconds: float, kind: str) -> str:
+def _value(seconds: float, kind: str, error_s: float = math.nan) -> str:
+    """A latency in the report's units ('2.22 s', '94.8 ms'), with its standard error where known
+    ('94.8 ± 2.4 ms')."""
     if not math.isfinite(seconds):
         return "—"
-    return f"{seconds:,.2f} s" if kind == "ttft" else f"{seconds * 1e3:,.1f} ms"
-
-
-def _simulated(c: TargetCheck) -> str:
-    """The simulated value, with its standard error where runs were pooled (pool_check)."""
-    if not math.isfinite(c.standard_error_s) or not math.isfinite(c.simulated_s):
-        return _value(c.simulated_s, c.kind)
-    if c.kind == "ttft":
-        return f"{c.simulated_s:,.2f} ± {c.standard_error_s:,.2f} s"
-    return f"{c.simulated_s * 1e3:,.1f} ± {c.standard_error_s * 1e3:,.1f} ms"
+    digits, scale, unit = (2, 1.0, "s") if kind == "ttft" else (1, 1e3, "ms")
+    error = f" ± {error_s * scale:,.{digits}f}" if math.isfinite(error_s) else ""
+    return f"{seconds * scale:,.{digits}f}{error} {unit}"
 
 
 def seeds_text(seeds: list[int]) -> str:
@@ -64,6 +60,8 @@ def band_rows(bands: tuple[BandCheck, ...]) -> list[str]:
             continue
         for c in b.checks:
             verdict = "holds" if c.holds else "**misses**"
+            if c.undecided:  # only after MOST_RUNS runs: the verdict is the pooled value's all the same
+                verdict += f", within {UNDECIDED_ERRORS:g} standard errors of its limit after {MOST_RUNS} runs"
             if not math.isfinite(c.simulated_s):
                 if not math.isfinite(c.predicted_s) and c.kind == "tpot" and b.requests:
                     verdict = "no TPOT: no request of the band has a second output token"
@@ -74,7 +72,7 @@ def band_rows(bands: tuple[BandCheck, ...]) -> list[str]:
             if math.isfinite(c.simulated_s):
                 verdict += _few_requests(b.requests, c.stat)
             rows.append(f"| {b.band.label()} | {b.requests:,} | {_WHAT[c.kind]} {_target(c)} | "
-                        f"{_value(c.predicted_s, c.kind)} | {_simulated(c)} | {verdict} |")
+                        f"{_value(c.predicted_s, c.kind)} | {_value(c.simulated_s, c.kind, c.standard_error_s)} | {verdict} |")
     return rows
 
 
@@ -143,10 +141,15 @@ def latency_section(plan: Plan) -> str:
     for pool in plan.pools:
         c = pool.check
         verdict = "every target holds" if c.holds else "misses: " + "; ".join(c.problems)
-        undecided = (f", and {CONFIRM_RUNS} runs pooled left a value within {UNDECIDED_ERRORS:g} standard errors of "
-                     "its limit") if c.runs > CONFIRM_RUNS else ""
+        still_close = ""
+        if c.undecided:
+            still_close = (f", and {c.runs} runs pooled, the most, still leave a value within {UNDECIDED_ERRORS:g} "
+                         "standard errors of its limit: the verdict is the pooled value's")
+        elif c.runs > CONFIRM_RUNS:
+            still_close = (f", and {c.runs - CONFIRM_RUNS} runs pooled left a value within {UNDECIDED_ERRORS:g} standard "
+                         "errors of its limit")
         runs = (f" in {c.runs} runs (seeds {seeds_text(c.seeds)}: the first came within "
-                f"{1 - CLOSE_SHARE:.0%} of a limit{undecided}; the mean model's simulated column is the first run's)"
+                f"{1 - CLOSE_SHARE:.0%} of a limit{still_close}; the mean model's simulated column is the first run's)"
                 ) if c.runs > 1 else ""
         lines += ["", f"**{c.label}** — {c.config}, {c.rate_rps:,.3f} requests/s per replica, {c.requests * c.runs:,} "
                   f"requests simulated{runs}: {verdict}.", ""]
@@ -154,6 +157,8 @@ def latency_section(plan: Plan) -> str:
         if c.attainment is not None:
             goal, pred, sim = c.attainment
             error = f" ± {c.attainment_error:.1%}" if math.isfinite(c.attainment_error) else ""
+            if undecided(sim, goal, c.attainment_error):
+                error += f", within {UNDECIDED_ERRORS:g} standard errors of the goal after {MOST_RUNS} runs"
             lines += ["", f"Attainment (requests meeting both their TTFT and TPOT targets): goal {goal:.1%}, predicted "
                       f"{pred:.1%}, simulated {sim:.1%}{error}."]
         if c.replay is not None:

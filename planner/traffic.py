@@ -117,7 +117,9 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
     except InputError as exc:
         raise InputError(f"profile: {exc}") from None
     warnings = [excluded_note] if excluded_note else []
-    silence = silence_note(hist) if profile.busiest_hour_rps is not None else ""  # a measured profile
+    # a measured day (the week's, stated as such, may idle on its weekend)
+    weekly = scn.traffic.profile is not None and scn.traffic.profile.by_weekday
+    silence = silence_note(hist) if profile.busiest_hour_rps is not None and not weekly else ""
     if silence:
         notes.append(silence)
         warnings.append(silence)

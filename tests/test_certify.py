@@ -120,7 +120,8 @@ def test_solve_json_carries_bands_and_the_verdict(tmp_path):
     (band,) = out["plan"][0]["bands"]
     assert set(band) == {"band", "requests_simulated", "ttft_s", "tpot_ms", "holds", "judged_by"}
     assert band["judged_by"] == "simulation"
-    assert set(band["tpot_ms"]) == {"stat", "target", "predicted", "simulated", "simulated_standard_error"}
+    assert set(band["tpot_ms"]) == {"stat", "target", "predicted", "simulated", "simulated_standard_error",
+                                    "undecided"}
     assert band["tpot_ms"]["target"] == 60
     pool = out["plan"][0]
     assert pool["simulation_runs"] in (1, 4, 8, 12, 16) and pool["holds"] is True
@@ -314,8 +315,9 @@ def test_a_close_call_is_judged_on_four_runs_pooled_and_a_clear_one_on_one(catal
 def test_an_undecided_close_call_pools_four_more_runs_at_a_time_up_to_sixteen(catalog):
     """Four runs pooled within two standard errors of the limit: four runs more at a time, until
     the pooled value is clear of the limit by two of its (new) standard errors, or sixteen runs;
-    the verdict is then the pooled value's. A limit at the pooled value itself stays undecided to
-    the end (the value cannot be two errors from it), and the verdict takes sixteen runs."""
+    the verdict is then the pooled value's. A limit at sixteen runs' pooled value leaves that value
+    undecided: the verdict takes sixteen runs where the fewer runs' values lay within two of their
+    errors of it too, and says it is still undecided."""
     import math
 
     import numpy as np
@@ -345,9 +347,35 @@ def test_an_undecided_close_call_pools_four_more_runs_at_a_time_up_to_sixteen(ca
     assert target.simulated_s == pooled(expected) and target.holds == (pooled(expected) <= limit_s)
     assert target.standard_error_s == pytest.approx(error(expected), rel=1e-12)
 
-    at_the_value = check_pool(p, SLO.single(tpot_ms=pooled(MOST_RUNS) * 1e3), requests=3000, seed=0)
-    assert at_the_value.runs == MOST_RUNS and at_the_value.holds  # equal to its limit: it holds
+    limit_s = pooled(MOST_RUNS)
+    expected = next((k for k in range(CONFIRM_RUNS, MOST_RUNS, CONFIRM_RUNS)
+                     if abs(pooled(k) - limit_s) > UNDECIDED_ERRORS * error(k)), MOST_RUNS)
+    at_the_value = check_pool(p, SLO.single(tpot_ms=limit_s * 1e3), requests=3000, seed=0)
+    # (this pool's runs: each pooled value lies within two of its errors of the sixteen runs')
+    assert at_the_value.runs == expected == MOST_RUNS
+    assert at_the_value.holds and at_the_value.undecided  # equal to its limit: it holds, undecided
     assert at_the_value.bands[0].checks[0].undecided
+
+
+def test_the_report_shows_a_pooled_value_s_error_and_a_verdict_still_undecided_after_the_most_runs():
+    """'79.0 ± 1.6 ms' against 80 ms after sixteen runs read as a plain 'holds'; the row now says the
+    value is still within two standard errors. Seeds of more than four runs read as a range."""
+    from planner.bounds import MAX_SEED
+    from planner.pool_check import BandCheck, TargetCheck, confirm_seeds
+    from planner.report_latency import band_rows, seeds_text
+    from planner.targets import SLO
+
+    (band,) = SLO.single(tpot_ms=80).bands
+    close = TargetCheck("tpot", "p99", 0.080, 0.070, 0.079, 0.0016)
+    clear = TargetCheck("tpot", "p99", 0.080, 0.070, 0.070, 0.0016)
+    one_run = TargetCheck("tpot", "p99", 0.080, 0.070, 0.079)
+    rows = band_rows((BandCheck(band, 80_000, (close, clear, one_run)),))[2:]
+    assert rows[0].endswith("| 70.0 ms | 79.0 ± 1.6 ms | holds, within 2 standard errors of its limit after 16 runs |")
+    assert rows[1].endswith("| 70.0 ms | 70.0 ± 1.6 ms | holds |")
+    assert rows[2].endswith("| 70.0 ms | 79.0 ms | holds |")
+    assert seeds_text([0, 1, 2, 3]) == "0, 1, 2, 3" and seeds_text(list(range(5, 21))) == "5–20"
+    wrapped = confirm_seeds(MAX_SEED - 1, 8)  # seeds wrap within what a scenario may name: listed
+    assert seeds_text(wrapped) == f"{MAX_SEED - 1}, {MAX_SEED}, 0, 1, 2, 3, 4, 5"
 
 
 def test_runs_pooled_for_a_verdict_judge_the_queue_and_preemptions_on_their_mean(catalog):

@@ -426,6 +426,10 @@ def test_a_fleet_with_no_plan_names_the_service_that_cannot_be_served_or_what_ea
     ({"services": [service("alpha", 3.0, solver={"backend": "cbc", "time_limit_s": 1})]},
      "services[0]: solver: a fleet's services are solved by the fleet's solver (highs, time limit 60 s), so this "
      "service's (cbc, time limit 1 s) would be ignored; state it in the fleet file"),
+    # only what the service states counts, not its defaults
+    ({"services": [service("alpha", 3.0, solver={"time_limit_s": 5})], "solver": {"backend": "cbc"}},
+     "services[0]: solver: a fleet's services are solved by the fleet's solver (cbc, time limit 60 s), so this "
+     "service's (time limit 5 s) would be ignored"),
     # certification replays the whole fleet: every service or none
     ({"services": [service("alpha", 3.0, verify=True), service("beta", 3.0)]},
      "services[1]: verify: false here and true for 'alpha': a fleet's services are certified together (a pool that "
@@ -479,6 +483,20 @@ def test_a_wrong_fleet_file_gets_one_line_naming_the_place(tmp_path, change, mes
     assert message in r.output
     assert len(r.output.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_a_service_solver_or_verify_the_fleet_settles_anyway_is_accepted(tmp_path):
+    """A scenario file shared between standalone and fleet use: its `solver: {backend: highs}` states
+    nothing the fleet's solver (with another time limit) contradicts; services that disagree on
+    `verify` are refused only where no flag settles it for all."""
+    path = write_fleet(tmp_path, services=[service("alpha", 3.0, solver={"backend": "highs"}), service("beta", 3.0)],
+                       solver={"backend": "highs", "time_limit_s": 120})
+    assert CliRunner().invoke(main, ["solve", str(path), "--no-report"]).exit_code == 0
+    path = write_fleet(tmp_path, services=[service("alpha", 3.0, verify=True), service("beta", 3.0)])
+    r = CliRunner().invoke(main, ["solve", str(path), "--no-report", "--no-verify", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["certified"] is None
+    assert CliRunner().invoke(main, ["solve", str(path), "--no-report"]).exit_code == 2
 
 
 def test_the_keys_only_a_fleet_file_has_are_the_fleet_schema_s_beyond_a_scenario_s():

@@ -1609,9 +1609,13 @@ def test_a_measured_day_with_hours_of_silence_warns_that_it_counts_them_idle(tmp
     (warning,) = r.stderr.splitlines()
     assert re.fullmatch(rf"warning: {re.escape(str(path))}: The log holds no request for 35\.\d hours in a row \(of "
                         r"1\.5 days of whole minutes\); the measured day counts those hours as idle, which lowers the "
-                        r"day's volume and raises its cost per million tokens: if the log has a gap, state "
-                        r"traffic\.profile\.", warning)
+                        r"day's volume and raises its cost per million tokens: if the log has a gap, state the day's curve \("
+                        r"traffic\.profile: hourly or a shape\)\.", warning)
     assert warning.split(": ", 2)[2] in json.loads(r.stdout)["traffic_notes"]
+    # a forecast prices the measured day too, and says so as well
+    path.write_text(path.read_text(encoding="utf-8") + "forecast: {quarters: [{quarter: 2027Q1}]}\n", encoding="utf-8")
+    r = run("forecast", path, "--no-report")
+    assert r.exit_code == 0 and r.stderr == warning + "\n", r.output
 
     log.write_text("timestamp,prompt_tokens,output_tokens\n" + "".join(rows))  # ten minutes: a flat day, no warning
     r = run("solve", path, "--no-verify", "--no-report")

@@ -69,3 +69,13 @@ def finite(obj: Any) -> Any:
 def echo_json(payload: Any) -> None:
     """Print `payload` as the --json output of a command (non-finite numbers as null)."""
     click.echo(json.dumps(finite(payload), indent=2, sort_keys=False, allow_nan=False))
+
+
+def warn_traffic(services) -> None:
+    """Each (where, inputs)'s traffic warnings on stderr as well as in the report (traffic.Traffic.warnings:
+    a log's rows left out, a long silence in a log whose day is measured): a plan made from a small part
+    of a log, or priced on a day mostly idle, must not pass unnoticed (--json or --no-report writes no
+    report that would say so)."""
+    for where, inputs in services:
+        for warning in inputs.traffic.warnings:
+            click.echo(f"warning: {where}: {warning}", err=True)

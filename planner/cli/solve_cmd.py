@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from planner.cli.options import catalog_option, echo_json, json_option
+from planner.cli.options import catalog_option, echo_json, json_option, warn_traffic
 
 
 @click.command()
@@ -76,15 +76,8 @@ def _solve_all(scenarios, out_dir, no_report, write_lp, verify, catalog_files, a
 
 
 def _warn_traffic(loaded) -> None:
-    """A log's rows left out (unparsable, negative, too long), or a long silence in a log whose day is
-    measured, on stderr as well as in the report: a plan made from a small part of a log, or priced
-    on a day mostly idle, must not pass unnoticed (--json or --no-report writes no report that would
-    say so)."""
     for path, kind, inputs in loaded:
-        services = [(s.where, s.inputs) for s in inputs.services] if kind == "fleet" else [(str(path), inputs)]
-        for where, service_inputs in services:
-            for warning in service_inputs.traffic.warnings:
-                click.echo(f"warning: {where}: {warning}", err=True)
+        warn_traffic([(s.where, s.inputs) for s in inputs.services] if kind == "fleet" else [(str(path), inputs)])
 
 
 def _load(path, catalog_files):
