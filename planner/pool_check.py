@@ -275,7 +275,10 @@ def check_pool(p: PoolSetting, slo: SLO, *, requests: int, seed: int) -> PoolChe
     lat = sims[0].latencies
     bands = band_checks(slo, p.model, p.resident, lat)
     attainment_error = math.nan
-    if close_call(bands) or _close_attainment(slo, lat):
+    # A run's own problems (a growing queue, preemptions) are noisy readings of the rate too, pooled
+    # as a close value is (_pooled_run_problems): a stable replica's backlog trend over one run passes
+    # the tolerance now and then (one run of sixteen did in two of inventory_mixed's pools).
+    if close_call(bands) or _close_attainment(slo, lat) or _run_problems(sims[0]):
         runs = CONFIRM_RUNS
         while True:
             sims += [_run(p, requests, s) for s in confirm_seeds(seed, runs)[len(sims):]]

@@ -404,6 +404,34 @@ def test_runs_pooled_for_a_verdict_judge_the_queue_and_preemptions_on_their_mean
         "(the mean of 2 runs)"]
 
 
+def test_a_first_run_whose_queue_seems_to_grow_is_judged_on_runs_pooled(catalog, monkeypatch):
+    """Targets far from their limits, but the first run's backlog trend over the tolerance: the
+    verdict pools four runs and judges the queue on their mean trend, as it would a close value,
+    rather than failing the pool on one run's reading."""
+    import dataclasses
+
+    from planner import pool_check
+    from planner.sim_measures import STABILITY_TOLERANCE
+    from planner.targets import SLO
+
+    p = _close_pool(catalog)
+    run = pool_check._run
+
+    def noisy(setting, requests, seed):  # seed 0's run reads a growing queue; the others as they are
+        sim = run(setting, requests, seed)
+        return dataclasses.replace(sim, backlog_growth=2 * STABILITY_TOLERANCE, stable=False) if seed == 0 else sim
+
+    monkeypatch.setattr(pool_check, "_run", noisy)
+    far = SLO.single(tpot_ms=1000)
+    check = pool_check.check_pool(p, far, requests=3000, seed=0)
+    assert check.runs == pool_check.CONFIRM_RUNS and check.holds and not check.problems
+    # a queue that grows in every run fails on their mean
+    monkeypatch.setattr(pool_check, "_run", lambda setting, requests, seed: dataclasses.replace(
+        run(setting, requests, seed), backlog_growth=2 * STABILITY_TOLERANCE, stable=False))
+    check = pool_check.check_pool(p, far, requests=3000, seed=0)
+    assert check.problems == ("the queue grows: the replica cannot keep up (the mean of 4 runs)",)
+
+
 def _close_pool(catalog):
     """An 8B pool on an H100 with prompts of 100-4,000 and outputs of 2-600 tokens, planned at
     30 req/s: its TPOT p99 moves from run to run by a few percent."""
