@@ -183,6 +183,14 @@ def _totals(fp: FleetPlan) -> str:
         f"up to the fleet's cost (before each is rounded to the cent). {TIED_SPLIT_TEXT} A month is {HOURS_PER_MONTH} "
         "hours; amounts are US dollars.",
     ]
+    own = sum(plan.cost_per_hour for plan in fp.plans)
+    if abs(own - fp.cost_per_hour) > COST_TOLERANCE_USD:
+        # a budget summed from the sections would price commitments at on-demand prices, idle ones not at all
+        side = "above" if own > fp.cost_per_hour else "below"
+        lines += ["", f"The services' sections below price their GPUs at their own prices, as their own reports "
+                  f"would: summed, {usd_text(own)} per hour ({usd_text(own * HOURS_PER_MONTH)} per month), "
+                  f"{usd_text(abs(own - fp.cost_per_hour))} per hour {side} what the fleet pays. For a budget, take "
+                  "the fleet's cost or the column as the fleet pays."]
     notes = []
     if spec.max_gpu_types is not None:
         notes.append(f"Rule: at most {spec.max_gpu_types} GPU types across the fleet ({len(fp.joint.gpus_by_type)} used).")

@@ -484,6 +484,9 @@ def _explored_in_fleet(plan: Plan) -> str:
 
 def _finance(plan: Plan) -> str:
     cpm = plan.cost_per_million
+    # tokens an hour are expected values; the blended row shows the sum of the rows above as shown,
+    # which rounding each on its own could leave a token off
+    shown_tokens = round(plan.input_tokens_per_hour) + round(plan.output_tokens_per_hour)
     return "\n".join([
         "Cost per million tokens, at the peak rate (the fleet is sized for the peak; at lower load each token costs more):",
         "",
@@ -491,7 +494,7 @@ def _finance(plan: Plan) -> str:
         "|---|---:|---:|---:|",
         f"| Input (prefill share of GPU time) | {plan.input_tokens_per_hour:,.0f} | {usd_text(cpm['input'] * plan.input_tokens_per_hour / 1e6)} | {_usd_per_million(cpm['input'])} |",
         f"| Output (decode share of GPU time) | {plan.output_tokens_per_hour:,.0f} | {usd_text(cpm['output'] * plan.output_tokens_per_hour / 1e6)} | {_usd_per_million(cpm['output'])} |",
-        f"| Blended | {plan.tokens_per_hour:,.0f} | {usd_text(plan.cost_per_hour)} | {_usd_per_million(cpm['blended'])} |",
+        f"| Blended | {shown_tokens:,} | {usd_text(plan.cost_per_hour)} | {_usd_per_million(cpm['blended'])} |",
         "",
         f"A month is {HOURS_PER_MONTH} hours. Input and output split each pool's cost by the share of its GPU time spent in prefill at the peak: "
         "output carries the rest, decode and idle time alike, so a pool that often stands idle (a long-context pool of few "

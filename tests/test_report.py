@@ -396,3 +396,41 @@ def test_a_share_that_is_not_zero_never_reads_zero():
 
     assert share_text(1 / 19_366) == "<0.1%"
     assert share_text(0.0) == "0.0%" and share_text(0.0005) == "0.1%" and share_text(0.219) == "21.9%"
+
+
+def test_every_shipped_cost_per_token_table_adds_up_as_shown():
+    """Input + output tokens an hour, as shown, make the blended row (each rounded on its own left
+    finance_2027's a token off: 2,128,539,689 shown as 2,128,539,688); their costs make the total
+    within a cent."""
+    import re
+
+    tables = 0
+    for path in sorted((ROOT / "reports").glob("*.md")):
+        text = path.read_text(encoding="utf-8")
+        for m in re.finditer(r"\| Input \(prefill share of GPU time\) \| ([\d,]+) \| \$([\d,.]+) \|.*\n"
+                             r"\| Output \(decode share of GPU time\) \| ([\d,]+) \| \$([\d,.]+) \|.*\n"
+                             r"\| Blended \| ([\d,]+) \| \$([\d,.]+) \|", text):
+            tokens_in, usd_in, tokens_out, usd_out, tokens, usd = (float(g.replace(",", "")) for g in m.groups())
+            assert tokens_in + tokens_out == tokens, (path.name, m.group(0))
+            assert abs(usd_in + usd_out - usd) <= 0.01 + 1e-9, (path.name, m.group(0))
+            tables += 1
+    assert tables >= 14  # every scenario's report and every fleet service's section
+
+
+def test_the_fleet_report_says_what_its_sections_own_prices_sum_to_against_what_it_pays():
+    """The services' sections quote their own (on-demand) prices: summed, they came to a third more
+    than the fleet's bill, with nothing saying so where a budget might be copied from."""
+    import re
+
+    text = (ROOT / "reports" / "fleet_2027q1.md").read_text(encoding="utf-8")
+    totals = text.split("## What the shared constraints cost")[0]
+    rows = [float(m.group(1).replace(",", "")) for m in re.finditer(
+        r"^\| [a-z0-9_]+ \| `[^`]+` \|(?:[^|]*\|){3} \d+ \| \$([\d,.]+) \|", totals, flags=re.M)]
+    assert len(rows) == 8  # one per service
+    own = sum(rows)
+    fleet = float(re.search(r"\*\*8 services on .*: \$([\d,.]+) per hour", totals).group(1).replace(",", ""))
+    m = re.search(r"summed, \$([\d,.]+) per hour \(\$[\d,.]+ per month\), \$([\d,.]+) per hour above what the "
+                  r"fleet pays\. For a budget, take the fleet's cost", totals)
+    assert m is not None
+    assert abs(float(m.group(1).replace(",", "")) - own) <= 0.05  # the rows are rounded to the cent
+    assert abs(float(m.group(2).replace(",", "")) - (own - fleet)) <= 0.05
