@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from planner.daily import DayCosts, DayTerms, day_costs, reserved_discount
 from planner.errors import InfeasibleError, InputError
+from planner.ilp import FleetSolution
 from planner.inputs import Inputs, plan_inputs
 from planner.load_profile import HOURS_PER_DAY
 from planner.plan_objects import Plan
@@ -60,6 +62,19 @@ class IdleReserved:
 
 
 @dataclass(frozen=True)
+class UnusedPrice:
+    """A price a quarter states for a GPU type its plan does not run, and why by the model: the
+    cheapest plan on that type alone for the quarter's load at its on-demand prices, beside the
+    cheapest plan of all at the same prices (both with no commitment and not simulated)."""
+
+    gpu: str
+    usd_per_gpu_hour: float
+    alone: FleetSolution | None  # None: no plan on the type alone carries the load
+    why_none: str  # where alone is None: why
+    cheapest: FleetSolution
+
+
+@dataclass(frozen=True)
 class QuarterResult:
     """One quarter: its plan, what was committed, its pools at the prices paid, what stays
     idle, and the day's load curve priced four ways (planner.daily)."""
@@ -74,6 +89,7 @@ class QuarterResult:
     pool_rows: tuple[PoolRow, ...]
     idle: IdleReserved | None
     day: DayCosts
+    unused_prices: tuple[UnusedPrice, ...] = ()
 
     @property
     def gpus(self) -> int:
@@ -210,7 +226,9 @@ def run_forecast(inputs: Inputs) -> list[QuarterResult]:
         )
         day = day_costs(plan, inputs.traffic.profile, terms)
         idle = _idle_reserved(inputs, qscn, plan, reserved, price)
-        results.append(_quarter_result(q.quarter, multiplier, plan, reserved, price, previous, day, idle))
+        result = _quarter_result(q.quarter, multiplier, plan, reserved, price, previous, day, idle)
+        unused = _unused_prices(inputs, qscn, q, result.gpus_by_type)
+        results.append(dataclasses.replace(result, unused_prices=unused) if unused else result)
         previous = results[-1]
         commit_price_before = commit_price
         if not fc.carry_forward:
@@ -237,6 +255,22 @@ def _quarter_plan(inputs: Inputs, qscn: Scenario, q: QuarterSpec, reserved, pric
         return plan_inputs(inputs, qscn, explore=False, reserved={g: (n, price[g]) for g, n in reserved.items()})
     except (InfeasibleError, InputError) as exc:  # a quarter's own context limit or demand: name the quarter
         raise type(exc)(f"forecast quarter {q.quarter}: {exc.message}", where=exc.where or str(inputs.path)) from None
+
+
+def _unused_prices(inputs: Inputs, qscn: Scenario, q: QuarterSpec, used: dict[str, int]) -> tuple[UnusedPrice, ...]:
+    """Each price the quarter states for a GPU type its plan leaves out (UnusedPrice): a price cut
+    that changes nothing would otherwise read as a premise the forecast ignored (finance_2027's H200
+    at half price from 2027Q3, still dearer for its load than the H100s)."""
+    out = []
+    for gpu in sorted(g for g in q.prices if g not in used):
+        cheapest = plan_inputs(inputs, qscn, explore=False, certify=False).solution
+        on_it = qscn.model_copy(update={"gpus": [c for c in qscn.gpu_candidates if c.id == gpu]})
+        try:
+            alone, why = plan_inputs(inputs, on_it, explore=False, certify=False).solution, ""
+        except InfeasibleError as exc:
+            alone, why = None, exc.message
+        out.append(UnusedPrice(gpu, q.prices[gpu], alone, why, cheapest))
+    return tuple(out)
 
 
 def _gpus_by_type(plan: Plan) -> dict[str, int]:

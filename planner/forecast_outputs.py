@@ -27,7 +27,7 @@ from planner.capacity import KNEE_SHARE
 from planner.daily import POLICIES, floor_text
 from planner.files import output_folder, write_bytes_atomic, write_text_atomic
 from planner.forecast import PoolRow, QuarterResult
-from planner.report import peak_shortfall_text
+from planner.report import peak_shortfall_text, pools_text
 from planner.units import (
     HOURS_PER_MONTH,
     HOURS_PER_QUARTER,
@@ -375,7 +375,28 @@ def _stated_prices_lines(results: Sequence[QuarterResult]) -> list[str]:
         if cand is not None:
             stated += f" (other quarters {usd_rate_text(cand.price_per_hour(other.plan.catalog.gpu(g).price_usd_per_hour))})"
         parts.append(f"{g}: {stated}")
-    return ["", "On-demand prices the quarters state, per GPU-hour: " + "; ".join(parts) + "."]
+    return ["", "On-demand prices the quarters state, per GPU-hour: " + "; ".join(parts) + ".", *_unused_price_lines(results)]
+
+
+def _unused_price_lines(results: Sequence[QuarterResult]) -> list[str]:
+    """Why a stated price changes no plan (forecast.UnusedPrice), quarter by quarter, by the model."""
+    rows = []
+    for r in results:
+        for u in r.unused_prices:
+            if u.alone is None:
+                alone = f"no plan on {u.gpu} alone carries it ({u.why_none})"
+            else:
+                d = u.alone.cost_per_hour - u.cheapest.cost_per_hour
+                than = ("the same" if abs(d) < 0.005 else
+                        f"{usd_text(abs(d))}/hour {'more' if d > 0 else 'less'}")
+                alone = (f"{u.gpu} alone takes {pools_text(u.alone)}, {usd_text(u.alone.cost_per_hour)}/hour ({than} "
+                         f"than the cheapest plan, {pools_text(u.cheapest)}, {usd_text(u.cheapest.cost_per_hour)}/hour)")
+            rows.append(f"- {r.quarter}, {u.gpu} at {usd_rate_text(u.usd_per_gpu_hour)}: not in the plan. For this "
+                        f"quarter's load at its on-demand prices, with no commitment, {alone}.")
+    if not rows:
+        return []
+    return ["", "A stated price the plan does not use, and why, by the model (not simulated; the commitments a "
+            "quarter carries tip it further towards the types already committed):", "", *rows]
 
 
 def _short_lines(results: Sequence[QuarterResult]) -> list[str]:

@@ -156,3 +156,30 @@ def test_every_column_is_in_the_data_dictionary_and_the_check_fails_when_one_is_
     assert undescribed_columns(out, package) == ["quarters.reserved_idle_usd: not in the dictionary"]
     dictionary.write_text(json.dumps(package), encoding="utf-8")
     assert not Package(str(dictionary)).validate().valid
+
+
+def test_a_stated_price_the_plan_leaves_unused_says_why_by_the_model(tmp_path):
+    """finance_2027 halves H200's price from 2027Q3, and no quarter's plan runs an H200: the report
+    said which prices the quarters state and nothing of why the cut changed nothing. Each such
+    quarter now names the cheapest plan on the type alone beside the cheapest of all, by the model
+    at the quarter's prices with no commitment."""
+    from planner.forecast_outputs import _unused_price_lines
+    from planner.units import usd_text
+
+    raw = yaml.safe_load((ROOT / "scenarios" / "finance_2027.yaml").read_text(encoding="utf-8"))
+    raw["verify"] = False  # the comparison is the model's either way
+    path = tmp_path / "finance.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    results = run_forecast(load_inputs(path))
+    assert [r.unused_prices for r in results[:2]] == [(), ()]  # no price stated there
+    lines = _unused_price_lines(results)
+    for r in results[2:]:
+        assert "h200" not in r.gpus_by_type
+        (u,) = r.unused_prices
+        assert (u.gpu, u.usd_per_gpu_hour) == ("h200", 3.2)
+        assert {p.gpu for p in u.alone.pools} == {"h200"}
+        # the cheapest plan of all may run h200 too: it costs no more than the plan on h200 alone
+        assert u.cheapest.cost_per_hour <= u.alone.cost_per_hour + 1e-9
+        line = next(x for x in lines if x.startswith(f"- {r.quarter}, h200 at $3.20: not in the plan."))
+        more = usd_text(u.alone.cost_per_hour - u.cheapest.cost_per_hour)
+        assert f"{usd_text(u.alone.cost_per_hour)}/hour ({more}/hour more than the cheapest plan" in line
