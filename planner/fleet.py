@@ -234,7 +234,7 @@ def refuse_mixed_verify(services: Sequence[Service]) -> None:
             raise InputError(f"verify: {str(svc.inputs.scenario.verify).lower()} here and "
                              f"{str(first.inputs.scenario.verify).lower()} for '{first.name}': a fleet's services are "
                              "certified together (a pool that misses re-solves the whole fleet), so they state verify "
-                             "alike (`planner solve --no-verify` skips it for all)", where=svc.where)
+                             "alike (or --verify or --no-verify settles it for all)", where=svc.where)
 
 
 def _check_forecast(fc: Forecast, catalog: Catalog, services: list[Service], inventory, path: Path) -> None:

@@ -261,9 +261,12 @@ def _unused_prices(inputs: Inputs, qscn: Scenario, q: QuarterSpec, used: dict[st
     """Each price the quarter states for a GPU type its plan leaves out (UnusedPrice): a price cut
     that changes nothing would otherwise read as a premise the forecast ignored (finance_2027's H200
     at half price from 2027Q3, still dearer for its load than the H100s)."""
+    unused = sorted(g for g in q.prices if g not in used)
+    if not unused:
+        return ()
+    cheapest = plan_inputs(inputs, qscn, explore=False, certify=False).solution
     out = []
-    for gpu in sorted(g for g in q.prices if g not in used):
-        cheapest = plan_inputs(inputs, qscn, explore=False, certify=False).solution
+    for gpu in unused:
         on_it = qscn.model_copy(update={"gpus": [c for c in qscn.gpu_candidates if c.id == gpu]})
         try:
             alone, why = plan_inputs(inputs, on_it, explore=False, certify=False).solution, ""

@@ -139,7 +139,7 @@ SILENCE_WARNING_HOURS = 6
 def silence_note(hist: Histogram) -> str:
     """A warning where the log's whole minutes hold a run of SILENCE_WARNING_HOURS or more without a
     request: a measured profile counts those hours as idle, which lowers the day's volume and raises
-    the cost per million tokens at it (in a log of 1,500 rows over five minutes, one more row a day
+    the cost per million tokens at it (in a log of 1,499 rows over five minutes, one more row a day
     and a half later took the cost per million tokens at the day's volume from about $0.05 to
     $29.77); else ''."""
     counts = whole_minutes(per_minute_counts(hist))

@@ -32,8 +32,7 @@ up to MOST_RUNS; the verdict is then the pooled value's, and the report shows it
 (three degrees of freedom) hold the pooled value's true one about 86% of the time (Student's t),
 from sixteen about 94%: a wide band at four runs only asks for more runs. On a pool 4% over its
 limit the rule passed 3-5% of seeds, against 19-25% for four runs pooled (the tests' 8B pool, over
-1,024 seeds). The plans explored
-beside the plan (one GPU type each) are certified in the same way.
+1,024 seeds). The plans explored beside the plan (one GPU type each) are certified in the same way.
 """
 
 from __future__ import annotations
@@ -124,6 +123,8 @@ class PoolCheck:
     # pooled for the verdict: CONFIRM_RUNS when the first run's was a close call, more while undecided
     runs: int = 1
     attainment_error: float = math.nan  # the standard error of the simulated attainment, as TargetCheck's
+    # why more runs were pooled, for people: the first run's value near a limit, or its own problems
+    pooled_because: str = ""
 
     @property
     def seeds(self) -> list[int]:
@@ -139,8 +140,7 @@ class PoolCheck:
         """Whether a target's (or the attainment's) pooled value still lies within UNDECIDED_ERRORS
         standard errors of its limit: after MOST_RUNS runs, the verdict is the pooled value's all the same."""
         return any(c.undecided for b in self.bands for c in b.checks) or (
-            self.attainment is not None and undecided(1.0 - self.attainment[2], 1.0 - self.attainment[0],
-                                                      self.attainment_error))
+            self.attainment is not None and undecided(self.attainment[2], self.attainment[0], self.attainment_error))
 
 
 @dataclass(frozen=True)
@@ -182,7 +182,8 @@ def standard_error(values: list[float]) -> float:
     """The standard error of a statistic pooled over runs, from the runs' own values: their sample
     standard deviation over the square root of their number (NaN with fewer than two values). A
     percentile of k runs pooled has about the variance of the mean of the runs' percentiles (each
-    run's estimate is asymptotically normal around the same quantile, Serfling 1980, 2.3.3)."""
+    run's estimate is asymptotically normal around the same quantile: Serfling 1980, section 2.3,
+    the sample quantiles)."""
     finite = [v for v in values if math.isfinite(v)]
     if len(finite) < 2:
         return math.nan
@@ -274,11 +275,15 @@ def check_pool(p: PoolSetting, slo: SLO, *, requests: int, seed: int) -> PoolChe
     sims = [_run(p, requests, seed)]
     lat = sims[0].latencies
     bands = band_checks(slo, p.model, p.resident, lat)
-    attainment_error = math.nan
-    # A run's own problems (a growing queue, preemptions) are noisy readings of the rate too, pooled
-    # as a close value is (_pooled_run_problems): a stable replica's backlog trend over one run passes
-    # the tolerance now and then (one run of sixteen did in two of inventory_mixed's pools).
-    if close_call(bands) or _close_attainment(slo, lat) or _run_problems(sims[0]):
+    attainment_error, because = math.nan, ""
+    if close_call(bands) or _close_attainment(slo, lat):
+        because = f"the first came within {1 - CLOSE_SHARE:.0%} of a limit"
+    elif first_problems := _run_problems(sims[0]):
+        # A run's own problems (a growing queue, preemptions) are noisy readings of the rate too, pooled
+        # as a close value is (_pooled_run_problems): a stable replica's backlog trend over one run
+        # passes the tolerance now and then (one run of sixteen did in two of inventory_mixed's pools).
+        because = f"the first run read {'; '.join(first_problems)}"
+    if because:
         runs = CONFIRM_RUNS
         while True:
             sims += [_run(p, requests, s) for s in confirm_seeds(seed, runs)[len(sims):]]
@@ -300,7 +305,8 @@ def check_pool(p: PoolSetting, slo: SLO, *, requests: int, seed: int) -> PoolChe
     replay = replay_trace(p, slo) if p.trace is not None else None
     problems = _problems(slo, bands, None, lat) + _pooled_run_problems(sims)
     return PoolCheck(p.name, p.label, p.config, p.replicas, p.rate_rps, bands, attainment, predicted_view,
-                     sim.compare_view(), tuple(problems), requests, seed, replay, lat, len(sims), attainment_error)
+                     sim.compare_view(), tuple(problems), requests, seed, replay, lat, len(sims), attainment_error,
+                     because)
 
 
 def _run(p: PoolSetting, requests: int, seed: int) -> SimResult:

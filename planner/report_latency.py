@@ -148,9 +148,8 @@ def latency_section(plan: Plan) -> str:
         elif c.runs > CONFIRM_RUNS:
             still_close = (f", and {c.runs - CONFIRM_RUNS} runs pooled left a value within {UNDECIDED_ERRORS:g} standard "
                          "errors of its limit")
-        runs = (f" in {c.runs} runs (seeds {seeds_text(c.seeds)}: the first came within "
-                f"{1 - CLOSE_SHARE:.0%} of a limit{still_close}; the mean model's simulated column is the first run's)"
-                ) if c.runs > 1 else ""
+        runs = (f" in {c.runs} runs (seeds {seeds_text(c.seeds)}: {c.pooled_because}{still_close}; the mean model's "
+                "simulated column is the first run's)") if c.runs > 1 else ""
         lines += ["", f"**{c.label}** — {c.config}, {c.rate_rps:,.3f} requests/s per replica, {c.requests * c.runs:,} "
                   f"requests simulated{runs}: {verdict}.", ""]
         lines += band_rows(c.bands)

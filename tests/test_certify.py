@@ -303,6 +303,7 @@ def test_a_close_call_is_judged_on_four_runs_pooled_and_a_clear_one_on_one(catal
     close = check_pool(p, SLO.single(tpot_ms=limit_s * 1e3), requests=3000, seed=0)
     (check,) = close.bands[0].checks
     assert close.runs == CONFIRM_RUNS and close.seeds == [0, 1, 2, 3]
+    assert close.pooled_because == "the first came within 15% of a limit"
     assert close.bands[0].requests == merged_latencies(runs).requests_in(band)
     assert check.simulated_s == pooled != first and check.holds
     assert check.standard_error_s == pytest.approx(error, rel=1e-12) and not check.undecided
@@ -425,6 +426,7 @@ def test_a_first_run_whose_queue_seems_to_grow_is_judged_on_runs_pooled(catalog,
     far = SLO.single(tpot_ms=1000)
     check = pool_check.check_pool(p, far, requests=3000, seed=0)
     assert check.runs == pool_check.CONFIRM_RUNS and check.holds and not check.problems
+    assert check.pooled_because == "the first run read the queue grows: the replica cannot keep up"
     # a queue that grows in every run fails on their mean
     monkeypatch.setattr(pool_check, "_run", lambda setting, requests, seed: dataclasses.replace(
         run(setting, requests, seed), backlog_growth=2 * STABILITY_TOLERANCE, stable=False))

@@ -433,7 +433,7 @@ def test_a_fleet_with_no_plan_names_the_service_that_cannot_be_served_or_what_ea
     # certification replays the whole fleet: every service or none
     ({"services": [service("alpha", 3.0, verify=True), service("beta", 3.0)]},
      "services[1]: verify: false here and true for 'alpha': a fleet's services are certified together (a pool that "
-     "misses re-solves the whole fleet), so they state verify alike (`planner solve --no-verify` skips it for all)"),
+     "misses re-solves the whole fleet), so they state verify alike (or --verify or --no-verify settles it for all)"),
     ({"services": [service("alpha", 3.0, catalog={"gpus": {"h100-sxm": {"memory_gib": 20}}}), service("beta", 3.0)]},
      "services[1]: GPU type 'h100-sxm' is defined differently here and in service 'alpha' (memory_gib); one type is "
      "one piece of hardware across the fleet"),

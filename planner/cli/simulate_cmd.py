@@ -53,7 +53,7 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
         })
         return
     for c in checks:
-        runs = (f"; a close call, {c.runs} runs pooled (seeds {seeds_text(c.seeds)})"
+        runs = (f"; {c.runs} runs pooled (seeds {seeds_text(c.seeds)}: {c.pooled_because})"
                 if c.runs > 1 else "")
         click.echo(f"{c.label} — {c.config}, {c.replicas} replicas at {c.rate_rps:,.3f} req/s each{runs}: "
                    + ("holds" if c.holds else "misses: " + "; ".join(c.problems)))
