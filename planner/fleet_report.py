@@ -184,13 +184,14 @@ def _totals(fp: FleetPlan) -> str:
         "hours; amounts are US dollars.",
     ]
     own = sum(plan.cost_per_hour for plan in fp.plans)
-    if abs(own - fp.cost_per_hour) > COST_TOLERANCE_USD:
+    if abs(own - fp.cost_per_hour) >= 0.005:  # a cent, as the rows show
         # a budget summed from the sections would price commitments at on-demand prices, idle ones not at all
-        side = "above" if own > fp.cost_per_hour else "below"
-        lines += ["", f"The services' sections below price their GPUs at their own prices, as their own reports "
+        side = "more" if own > fp.cost_per_hour else "less"
+        lines += ["", f"Each service's section quotes its GPUs at its own (on-demand) prices, as its own report "
                   f"would: summed, {usd_text(own)} per hour ({usd_text(own * HOURS_PER_MONTH)} per month), "
-                  f"{usd_text(abs(own - fp.cost_per_hour))} per hour {side} what the fleet pays. For a budget, take "
-                  "the fleet's cost or the column as the fleet pays."]
+                  f"{usd_text(abs(own - fp.cost_per_hour))} per hour {side} than the fleet pays "
+                  f"({usd_text(fp.cost_per_hour)}, at its commitments' prices and with its idle commitments). For a "
+                  "budget, take the fleet's cost."]
     notes = []
     if spec.max_gpu_types is not None:
         notes.append(f"Rule: at most {spec.max_gpu_types} GPU types across the fleet ({len(fp.joint.gpus_by_type)} used).")

@@ -63,9 +63,9 @@ class IdleReserved:
 
 @dataclass(frozen=True)
 class UnusedPrice:
-    """A price a quarter states for a GPU type its plan does not run, and why by the model: the
-    cheapest plan on that type alone for the quarter's load at its on-demand prices, beside the
-    cheapest plan of all at the same prices (both with no commitment and not simulated)."""
+    """A price a quarter states for a GPU type its plan does not run, and why: the cheapest plan on
+    that type alone for the quarter's load at its on-demand prices, beside the cheapest plan of all
+    at the same prices, both with no commitment and certified as the quarter's plan is."""
 
     gpu: str
     usd_per_gpu_hour: float
@@ -260,17 +260,24 @@ def _quarter_plan(inputs: Inputs, qscn: Scenario, q: QuarterSpec, reserved, pric
 def _unused_prices(inputs: Inputs, qscn: Scenario, q: QuarterSpec, used: dict[str, int]) -> tuple[UnusedPrice, ...]:
     """Each price the quarter states for a GPU type its plan leaves out (UnusedPrice): a price cut
     that changes nothing would otherwise read as a premise the forecast ignored (finance_2027's H200
-    at half price from 2027Q3, still dearer for its load than the H100s)."""
+    at half price from 2027Q3, whose plan keeps the H100s it has committed). Both plans are
+    certified as the quarter's own is (the scenario's verify): by the model alone, 2027Q3's cheapest
+    plan was 22 H100s, which the quarter's own certification found to miss its TPOT target, and the
+    H200 read as the dearer type where simulation finds it the cheaper."""
     unused = sorted(g for g in q.prices if g not in used)
     if not unused:
         return ()
-    cheapest = plan_inputs(inputs, qscn, explore=False, certify=False).solution
+    free = qscn.model_copy(update={"fleet": None})  # a stated fleet's quarter too: the cheapest plans, not its own
+    try:
+        cheapest = plan_inputs(inputs, free, explore=False).solution
+    except (InfeasibleError, InputError):  # (the quarter's own plan was found: a safeguard)
+        return ()
     out = []
     for gpu in unused:
-        on_it = qscn.model_copy(update={"gpus": [c for c in qscn.gpu_candidates if c.id == gpu]})
+        on_it = free.model_copy(update={"gpus": [c for c in free.gpu_candidates if c.id == gpu]})
         try:
-            alone, why = plan_inputs(inputs, on_it, explore=False, certify=False).solution, ""
-        except InfeasibleError as exc:
+            alone, why = plan_inputs(inputs, on_it, explore=False).solution, ""
+        except (InfeasibleError, InputError) as exc:  # no config of the type, or none that carries the load
             alone, why = None, exc.message
         out.append(UnusedPrice(gpu, q.prices[gpu], alone, why, cheapest))
     return tuple(out)

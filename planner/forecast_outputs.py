@@ -375,11 +375,12 @@ def _stated_prices_lines(results: Sequence[QuarterResult]) -> list[str]:
         if cand is not None:
             stated += f" (other quarters {usd_rate_text(cand.price_per_hour(other.plan.catalog.gpu(g).price_usd_per_hour))})"
         parts.append(f"{g}: {stated}")
-    return ["", "On-demand prices the quarters state, per GPU-hour: " + "; ".join(parts) + ".", *_unused_price_lines(results)]
+    return ["", "On-demand prices the quarters state, per GPU-hour: " + "; ".join(parts) + "."]
 
 
 def _unused_price_lines(results: Sequence[QuarterResult]) -> list[str]:
-    """Why a stated price changes no plan (forecast.UnusedPrice), quarter by quarter, by the model."""
+    """Why a stated price changes no plan (forecast.UnusedPrice), quarter by quarter: the cheapest
+    plans with no commitment, beside what the quarter's plan pays with the commitments it carries."""
     rows = []
     for r in results:
         for u in r.unused_prices:
@@ -387,16 +388,25 @@ def _unused_price_lines(results: Sequence[QuarterResult]) -> list[str]:
                 alone = f"no plan on {u.gpu} alone carries it ({u.why_none})"
             else:
                 d = u.alone.cost_per_hour - u.cheapest.cost_per_hour
-                than = ("the same" if abs(d) < 0.005 else
-                        f"{usd_text(abs(d))}/hour {'more' if d > 0 else 'less'}")
+                than = ("the same as" if abs(d) < 0.005 else
+                        f"{usd_text(abs(d))}/hour {'more' if d > 0 else 'less'} than")
                 alone = (f"{u.gpu} alone takes {pools_text(u.alone)}, {usd_text(u.alone.cost_per_hour)}/hour ({than} "
-                         f"than the cheapest plan, {pools_text(u.cheapest)}, {usd_text(u.cheapest.cost_per_hour)}/hour)")
+                         f"the cheapest plan, {pools_text(u.cheapest)}, {usd_text(u.cheapest.cost_per_hour)}/hour)")
+            committed = ", ".join(f"{n} {g}" for g, n in r.reserved_gpus.items() if n)
+            if r.plan.given_fleet:
+                why = "the quarter runs the fleet the scenario states"
+            elif committed and any(p.gpu == u.gpu for p in u.cheapest.pools):
+                why = (f"with no commitment {u.gpu} would be chosen, but the quarter's plan keeps the {committed} it "
+                       f"has committed (paid whether used or not), {usd_text(r.cost_per_hour)}/hour in all")
+            elif committed:
+                why = f"the quarter's plan, with the {committed} it has committed, costs {usd_text(r.cost_per_hour)}/hour"
+            else:
+                why = f"the quarter's plan costs {usd_text(r.cost_per_hour)}/hour"
             rows.append(f"- {r.quarter}, {u.gpu} at {usd_rate_text(u.usd_per_gpu_hour)}: not in the plan. For this "
-                        f"quarter's load at its on-demand prices, with no commitment, {alone}.")
+                        f"quarter's load at its on-demand prices, with no commitment, {alone}; {why}.")
     if not rows:
         return []
-    return ["", "A stated price the plan does not use, and why, by the model (not simulated; the commitments a "
-            "quarter carries tip it further towards the types already committed):", "", *rows]
+    return ["", "A stated price the plan does not use, and why (each plan certified as the quarter's is):", "", *rows]
 
 
 def _short_lines(results: Sequence[QuarterResult]) -> list[str]:
@@ -456,7 +466,7 @@ def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: st
     lines.append(f"| **Total** | | | | | {usd_text(total['on_demand_usd'])} + {usd_text(total['reserved_used_usd'])} + "
                  f"{usd_text(total['reserved_idle_usd'])} over {total['quarters']} quarters | **{usd_text(total['total_usd'])}** | | "
                  f"{tot_vol} | |")
-    lines += _stated_prices_lines(results)
+    lines += _stated_prices_lines(results) + _unused_price_lines(results)
     idle = _idle_lines(results)
     if idle:
         lines += ["", *idle]

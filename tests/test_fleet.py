@@ -378,6 +378,21 @@ def test_the_command_line_names_committed_gpus_left_idle_whose_cost_it_counts(tm
     assert r.exit_code == 0 and "idle" not in r.output, r.output
 
 
+def test_the_fleet_totals_say_when_the_sections_own_prices_sum_below_the_fleet_s_cost(tmp_path):
+    """Twenty owned H100s at $2/hour for one small service: its section quotes its own on-demand
+    price, far less than the fleet pays for all twenty, and the totals say so and why."""
+    path = write_fleet(tmp_path, services=[service("alpha", 3.0)],
+                       inventory={"h100-sxm": {"owned": 20, "owned_usd_per_hour": 2.0}})
+    r = CliRunner().invoke(main, ["solve", str(path), "--out-dir", str(tmp_path / "out")])
+    assert r.exit_code == 0, r.output
+    text = (tmp_path / "out" / "twin.md").read_text(encoding="utf-8")
+    m = re.search(r"summed, \$([\d,.]+) per hour \(\$[\d,.]+ per month\), \$([\d,.]+) per hour less than the fleet "
+                  r"pays \(\$40\.00, at its commitments' prices and with its idle commitments\)\. For a budget, take the "
+                  r"fleet's cost\.", text)
+    assert m is not None, text[:3000]
+    assert float(m.group(1)) + float(m.group(2)) == pytest.approx(40.0, abs=0.011)
+
+
 def test_a_fleet_with_no_plan_names_the_service_that_cannot_be_served_or_what_each_takes_alone(tmp_path):
     """A service that no plan serves even with every shared cap to itself is named, with its class
     and what the caps allow; where each fits alone but not together, the message says so and what

@@ -183,3 +183,24 @@ def test_a_stated_price_the_plan_leaves_unused_says_why_by_the_model(tmp_path):
         line = next(x for x in lines if x.startswith(f"- {r.quarter}, h200 at $3.20: not in the plan."))
         more = usd_text(u.alone.cost_per_hour - u.cheapest.cost_per_hour)
         assert f"{usd_text(u.alone.cost_per_hour)}/hour ({more}/hour more than the cheapest plan" in line
+
+
+def test_a_stated_fleet_s_unused_price_is_explained_by_the_cheapest_plans_not_its_own_pools(tmp_path):
+    """A scenario that states the fleet it runs (30 H100s): its quarters' plans are those pools, and
+    the explanation solved for them too, reading "h200 alone takes 30 × h100-sxm". Both plans it
+    names are the model's cheapest, whatever fleet the scenario states."""
+    from planner.forecast_outputs import _unused_price_lines
+
+    raw = yaml.safe_load((ROOT / "scenarios" / "finance_2027.yaml").read_text(encoding="utf-8"))
+    raw["verify"] = False
+    raw["fleet"] = [{"gpu": "h100-sxm", "tp": 1, "weight_dtype": "fp8", "kv_dtype": "fp8", "replicas": 30}]
+    path = tmp_path / "stated.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    results = run_forecast(load_inputs(path))
+    q3 = results[2]
+    assert q3.gpus_by_type == {"h100-sxm": 30}  # the stated fleet
+    (u,) = q3.unused_prices
+    assert {p.gpu for p in u.alone.pools} == {"h200"}
+    assert u.cheapest.gpus < 30 and u.cheapest.cost_per_hour <= u.alone.cost_per_hour + 1e-9
+    assert any(line.startswith("- 2027Q3, h200 at $3.20: not in the plan.") and "h200 alone takes " in line
+               and " × h200 " in line for line in _unused_price_lines(results))

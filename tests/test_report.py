@@ -429,8 +429,10 @@ def test_the_fleet_report_says_what_its_sections_own_prices_sum_to_against_what_
     assert len(rows) == 8  # one per service
     own = sum(rows)
     fleet = float(re.search(r"\*\*8 services on .*: \$([\d,.]+) per hour", totals).group(1).replace(",", ""))
-    m = re.search(r"summed, \$([\d,.]+) per hour \(\$[\d,.]+ per month\), \$([\d,.]+) per hour above what the "
-                  r"fleet pays\. For a budget, take the fleet's cost", totals)
+    m = re.search(r"summed, \$([\d,.]+) per hour \(\$[\d,.]+ per month\), \$([\d,.]+) per hour more than the "
+                  r"fleet pays \(\$([\d,.]+), at its commitments' prices and with its idle commitments\)\. For a budget, "
+                  r"take the fleet's cost\.", totals)
     assert m is not None
     assert abs(float(m.group(1).replace(",", "")) - own) <= 0.05  # the rows are rounded to the cent
     assert abs(float(m.group(2).replace(",", "")) - (own - fleet)) <= 0.05
+    assert float(m.group(3).replace(",", "")) == fleet
