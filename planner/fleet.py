@@ -228,8 +228,8 @@ def refuse_mixed_verify(services: Sequence[Service]) -> None:
     """Services that disagree on `verify`, where no command-line flag settles it: certification
     replays every pool of the fleet together (a pool that misses re-solves the whole fleet's ILP),
     so it is all of them or none."""
+    first = services[0]
     for svc in services[1:]:
-        first = services[0]
         if svc.inputs.scenario.verify != first.inputs.scenario.verify:
             raise InputError(f"verify: {str(svc.inputs.scenario.verify).lower()} here and "
                              f"{str(first.inputs.scenario.verify).lower()} for '{first.name}': a fleet's services are "

@@ -10,7 +10,6 @@ own; ilp.solve_services is the only solver code; the plan comes back as data for
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -265,12 +264,7 @@ def _no_fleet_message(fleet: FleetInputs, setups, joint: JointSolution) -> str:
     if fleet.spec.max_gpu_types is not None:
         n = fleet.spec.max_gpu_types
         rules.append(f"at most {n} GPU type{'s' if n != 1 else ''}")
-    takes = []
-    for name, sol in alone:
-        used = Counter()
-        for pool in sol.pools:
-            used[pool.gpu] += pool.gpus
-        takes.append(f"{name} {' + '.join(f'{used[g]} {g}' for g in sorted(used))}")
+    takes = [f"{name} {' + '.join(f'{n} {g}' for g, n in sol.gpus_by_type.items())}" for name, sol in alone]
     return (f"every service can be served alone within the shared caps, but the shared rules ({', '.join(rules)}) "
             f"leave no fleet that covers every service's peak; alone, the cheapest plans take {'; '.join(takes)}")
 

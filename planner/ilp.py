@@ -143,6 +143,14 @@ class FleetSolution:
     on_demand_gpus: Mapping[str, int] = field(default_factory=dict)  # per GPU type, beyond the reserved ones
     problem: str = ""  # why there is no plan, when the solver was not asked (BEYOND_ANY_FLEET)
 
+    @property
+    def gpus_by_type(self) -> dict[str, int]:
+        """The pools' GPUs per GPU type, by type name."""
+        used: dict[str, int] = {}
+        for pool in self.pools:
+            used[pool.gpu] = used.get(pool.gpu, 0) + pool.gpus
+        return dict(sorted(used.items()))
+
 
 def undominated_candidates(candidates: Sequence[Candidate], *, free_types: frozenset[str] = frozenset(),
                            protected: frozenset[tuple[str, str, str]] = frozenset()) -> list[Candidate]:

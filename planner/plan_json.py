@@ -108,7 +108,8 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             "cost_usd_per_hour": pool.cost_per_hour,
             "planned_rps": pool.planned_rps,
             # where planned_rps comes from (Evaluation.planned_by): "model", "simulation" (measured for this
-            # config) or "calibration" (the model's × planned_calibration, found on another config)
+            # config), "log" (a replica's share lower after the log's own arrivals missed), "calibration"
+            # (the model's × planned_calibration, found on another config) or "bound"
             "planned_by": pool.planned_by,
             "planned_calibration": pool.calibration,
             "rate_per_replica_rps": pool.rate_per_replica_rps,

@@ -139,8 +139,15 @@ class PoolCheck:
     def undecided(self) -> bool:
         """Whether a target's (or the attainment's) pooled value still lies within UNDECIDED_ERRORS
         standard errors of its limit: after MOST_RUNS runs, the verdict is the pooled value's all the same."""
-        return any(c.undecided for b in self.bands for c in b.checks) or (
-            self.attainment is not None and undecided(self.attainment[2], self.attainment[0], self.attainment_error))
+        goal, _, simulated = self.attainment or (None, None, None)
+        return _any_undecided(self.bands, goal, simulated, self.attainment_error)
+
+
+def _any_undecided(bands: tuple[BandCheck, ...], goal: float | None, attained: float | None, error: float) -> bool:
+    """Whether a target's pooled value, or the attainment's (against its goal, where one is set),
+    lies within UNDECIDED_ERRORS standard errors of its limit."""
+    return any(c.undecided for b in bands for c in b.checks) or (
+        goal is not None and undecided(attained, goal, error))
 
 
 @dataclass(frozen=True)
@@ -292,8 +299,8 @@ def check_pool(p: PoolSetting, slo: SLO, *, requests: int, seed: int) -> PoolChe
             bands = band_checks(slo, p.model, p.resident, lat, parts)
             if slo.attainment is not None:
                 attainment_error = standard_error([part.attainment(slo) for part in parts])
-            if runs >= MOST_RUNS or not (any(c.undecided for b in bands for c in b.checks) or (
-                    slo.attainment is not None and undecided(lat.attainment(slo), slo.attainment, attainment_error))):
+            attained = lat.attainment(slo) if slo.attainment is not None else None
+            if runs >= MOST_RUNS or not _any_undecided(bands, slo.attainment, attained, attainment_error):
                 break
             runs += CONFIRM_RUNS
     sim = sims[0]

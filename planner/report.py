@@ -463,9 +463,7 @@ def _fleet_rules_show(plan: Plan) -> bool:
 def _uses_all_left(o: Outcome, caps: dict[str, int]) -> bool:
     """Whether a row runs all the GPUs of a type that the other services leave: the cap may shape it
     (a feasible row, yet not the one the service would make with more of that type)."""
-    used: dict[str, int] = {}
-    for pool in o.solution.pools if o.solution is not None else ():
-        used[pool.gpu] = used.get(pool.gpu, 0) + pool.gpus
+    used = o.solution.gpus_by_type if o.solution is not None else {}
     return any(gpu in caps and n >= caps[gpu] for gpu, n in used.items())
 
 
