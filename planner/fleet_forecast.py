@@ -404,10 +404,7 @@ def _services_section(results: list[FleetQuarter]) -> list[str]:
         cells = []
         for r in results:
             plan = r.plan.plans[i]
-            by_type: dict[str, int] = {}
-            for pool in plan.pools:
-                by_type[pool.config.gpu.id] = by_type.get(pool.config.gpu.id, 0) + pool.gpus
-            gpus = " + ".join(f"{n} {g}" for g, n in sorted(by_type.items()))
+            gpus = " + ".join(f"{n} {g}" for g, n in plan.solution.gpus_by_type.items())
             cells.append(f"{usd_text(r.plan.paid_usd_per_hour(plan))} ({gpus})")
         out.append(f"| {service} | " + " | ".join(cells) + f" | {rejected_text(results[0].plan.plans[i])} |")
     out += ["", "$/hour as paid: a service's GPUs at what a GPU of each type in use costs the fleet on average (the "

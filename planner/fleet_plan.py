@@ -10,6 +10,7 @@ own; ilp.solve_services is the only solver code; the plan comes back as data for
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -320,11 +321,10 @@ def _alone(setups: list[Setup], plans: list[Plan], i: int, caps: dict[str, int],
     commitments the others leave instead made their ILPs ten times slower (a weak relaxation: sunk
     GPUs fill fractional replicas for nothing): the catalog-wide fleet took 17.6 s against 12.3."""
     st = setups[i]
-    others: dict[str, int] = {}
+    others: Counter[str] = Counter()
     for j, other in enumerate(plans):
         if j != i:
-            for pool in other.pools:
-                others[pool.config.gpu.id] = others.get(pool.config.gpu.id, 0) + pool.gpus
+            others.update(other.solution.gpus_by_type)
     scn = _within_caps(st.scn, {g: max(0, cap - others.get(g, 0)) for g, cap in caps.items()})
     return dataclasses.replace(st, scn=scn), Resolver(scn, pool_types=committed)
 

@@ -283,17 +283,10 @@ def _unused_prices(inputs: Inputs, qscn: Scenario, q: QuarterSpec, used: dict[st
     return tuple(out)
 
 
-def _gpus_by_type(plan: Plan) -> dict[str, int]:
-    by_type: dict[str, int] = {}
-    for pool in plan.pools:
-        by_type[pool.config.gpu.id] = by_type.get(pool.config.gpu.id, 0) + pool.gpus
-    return dict(sorted(by_type.items()))
-
-
 def _idle_reserved(inputs: Inputs, qscn: Scenario, plan: Plan, reserved, price) -> IdleReserved | None:
     """The reserved GPUs the plan leaves idle, what they cost, and the cheapest plan that runs
     every one of them (each reserved type may then hold a pool of its own)."""
-    used = _gpus_by_type(plan)
+    used = plan.solution.gpus_by_type
     idle = {g: n - used.get(g, 0) for g, n in reserved.items() if n > used.get(g, 0)}
     if not idle:
         return None
@@ -333,7 +326,7 @@ def _pool_rows(plan: Plan, reserved, price, day: DayCosts) -> tuple[PoolRow, ...
 
 
 def _quarter_result(quarter, multiplier, plan: Plan, reserved, price, previous, day, idle) -> QuarterResult:
-    by_type = _gpus_by_type(plan)
+    by_type = plan.solution.gpus_by_type
     if previous is None:  # the first quarter is the baseline: nothing to compare with
         change = {}
     else:
