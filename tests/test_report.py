@@ -62,6 +62,24 @@ def test_shipped_reports_are_in_step_with_the_code(tmp_path):
         assert fresh == (ROOT / "reports" / f"{name}.md").read_text(encoding="utf-8"), f"reports/{name}.md is stale"
 
 
+@pytest.mark.skipif(not (ROOT / "reports").is_dir(), reason="no shipped reports in this tree")
+@pytest.mark.parametrize("name", ["finance_2027", "fleet_2027q1"])
+def test_shipped_forecasts_are_in_step_with_the_code(tmp_path, name):
+    """`planner forecast` on the two shipped forecast scenarios regenerates their committed report and
+    the tables an analyst loads (CSV, data package) with no diff: the solve reports have their own
+    test, and a change to the forecast's arithmetic could otherwise leave stale numbers in reports/."""
+    shutil.copytree(ROOT / "scenarios", tmp_path / "scenarios")
+    if (ROOT / "data").is_dir():
+        shutil.copytree(ROOT / "data", tmp_path / "data")
+    out = tmp_path / "reports"
+    r = CliRunner().invoke(main, ["forecast", str(tmp_path / "scenarios" / f"{name}.yaml"), "--out-dir", str(out)])
+    assert r.exit_code == 0, r.output
+    shipped = sorted(p.name for p in (ROOT / "reports").glob(f"{name}_forecast*") if p.suffix != ".png")
+    assert f"{name}_forecast.md" in shipped and any(n.endswith(".csv") for n in shipped)
+    for file in shipped:
+        assert (out / file).read_bytes() == (ROOT / "reports" / file).read_bytes(), f"reports/{file} is stale"
+
+
 def test_decision_flags_a_gpu_with_borrowed_factors_and_verified_only_drops_it(catalog):
     """MI300X borrows H100's factors: a plan on it says so in its Decision; verified_only plans without it."""
     from test_planning import scenario, traffic
