@@ -42,6 +42,7 @@ from planner.report import rejected_text
 from planner.units import (
     HOURS_PER_MONTH,
     HOURS_PER_QUARTER,
+    HOURS_TEXT,
     multiplier_text,
     usd_per_million_text,
     usd_per_million_tokens,
@@ -311,7 +312,7 @@ def fleet_forecast_markdown(name: str, results: list[FleetQuarter], fleet: Fleet
               *_services_section(results)]
     lines += [
         "",
-        f"A quarter is {HOURS_PER_QUARTER:,} hours ({HOURS_PER_MONTH} a month); amounts are US dollars. Demand × base "
+        f"{HOURS_TEXT} Amounts are US dollars. Demand × base "
         f"multiplies every service's base peak by the quarters' growth, {growth_text(fleet.spec.forecast)}. Each service is planned at its peak "
         "as in `planner solve` (certification by simulation as its scenario asks). $/M tokens at peak divides the "
         "quarter's cost by the tokens of every service at its peak at once: a floor on the price per token, since no "

@@ -14,6 +14,7 @@ from planner.fleet_plan import FleetPlan
 from planner.ilp_solver import COST_TOLERANCE_USD
 from planner.inputs import report_sections
 from planner.plan_json import plan_json
+from planner.plan_objects import Plan
 from planner.report import (
     REPLAY_TESTS,
     block_quote,
@@ -25,6 +26,7 @@ from planner.report import (
 )
 from planner.units import (
     HOURS_PER_MONTH,
+    HOURS_TEXT,
     gpus_text,
     usd_per_million_text,
     usd_per_million_tokens,
@@ -86,6 +88,17 @@ def not_served(plans) -> list[str]:
         return []
     return ["Not served, so in neither the costs nor the tokens: the requests over a service's context limit ("
             + ", ".join(f"{p.scenario.name} {rejected_text(p)}" for p in rejecting) + ").", ""]
+
+
+def _certified_cell(plan: Plan) -> str:
+    """The service's certification, qualified where the simulator replays a speed no measurement
+    backs: it replays the model's step times, so it cannot catch the speed model's own error."""
+    cert = plan.certification
+    if cert is None:
+        return "—"
+    if not cert.certified:
+        return "**no**"
+    return "yes, on unverified speed" if unverified_speed(plan) else "yes"
 
 
 def unverified_services(plans) -> list[str]:
@@ -164,11 +177,10 @@ def _totals(fp: FleetPlan) -> str:
         split = "no split" if sol.threshold is None else f"split at {sol.threshold:,}"
         pools = pools_text(sol)
         paid = fp.paid_usd_per_hour(plan)
-        cert = plan.certification
         lines.append(
             f"| {plan.scenario.name} | `{plan.model.id}` | {plan.peak_rps:,.2f} | {rejected_text(plan)} | {split}: {pools} | {sol.gpus} "
             f"| {usd_text(plan.cost_per_hour)} | {usd_text(paid)} | {usd_per_million_text(usd_per_million_tokens(paid, plan.tokens_per_hour))} "
-            f"| {'—' if cert is None else ('yes' if cert.certified else '**no**')} |"
+            f"| {_certified_cell(plan)} |"
         )
     idle = fp.idle_committed_usd_per_hour
     lines.append(f"| Idle committed GPUs | | | | | | | {usd_text(idle)} | | |")
@@ -180,8 +192,8 @@ def _totals(fp: FleetPlan) -> str:
         "The peak counts the requests a service serves; those longer than its context limit are rejected, not "
         "planned for. As the fleet pays, a GPU of a committed type costs its share of the type's commitments "
         "and on-demand GPUs; committed GPUs no service uses are the fleet's, so the services and the idle line add "
-        f"up to the fleet's cost (before each is rounded to the cent). {TIED_SPLIT_TEXT} A month is {HOURS_PER_MONTH} "
-        "hours; amounts are US dollars.",
+        f"up to the fleet's cost (before each is rounded to the cent). {TIED_SPLIT_TEXT} {HOURS_TEXT} Amounts are US "
+        "dollars.",
     ]
     own = sum(plan.cost_per_hour for plan in fp.plans)
     if abs(own - fp.cost_per_hour) >= 0.005:  # a cent, as the rows show

@@ -31,6 +31,7 @@ from planner.report import peak_shortfall_text, pools_text
 from planner.units import (
     HOURS_PER_MONTH,
     HOURS_PER_QUARTER,
+    HOURS_TEXT,
     multiplier_text,
     usd_per_million_text,
     usd_per_million_tokens,
@@ -421,6 +422,13 @@ def _short_lines(results: Sequence[QuarterResult]) -> list[str]:
     return out
 
 
+def _deployment_text(plan) -> str:
+    """How the quarter deploys its traffic: one pool per class, split at a threshold or not (a
+    quarter may split where the one before did not, which its GPU counts alone do not show)."""
+    threshold = plan.solution.threshold
+    return "no split" if threshold is None else f"split at {threshold:,}"
+
+
 def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: str | None = None, heading: int = 1) -> str:
     h = "#" * heading
     total = _totals(_table(QUARTER_COLUMNS, results))
@@ -436,10 +444,10 @@ def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: st
         + (f", {usd_per_million_text(cpm_total)} per million tokens at the day's real volume" if cpm_total is not None else "")
         + ".**",
         "",
-        "| Quarter | Demand × base | Peak req/s | GPUs (change) | Reserved: in use / idle | $/hour: on demand + reserved + idle = total "
-        "| $/quarter | $/M tokens at peak (blended / input / output) | $/M tokens at the day's volume (blended / input / output) "
-        "| Utilisation peak / mean |",
-        "|---|---:|---:|---|---|---|---:|---|---|---|",
+        "| Quarter | Demand × base | Peak req/s | Deployment | GPUs (change) | Reserved: in use / idle | $/hour: on demand + "
+        "reserved + idle = total | $/quarter | $/M tokens at peak (blended / input / output) | $/M tokens at the day's "
+        "volume (blended / input / output) | Utilisation peak / mean |",
+        "|---|---:|---:|---|---|---|---|---:|---|---|---|",
     ]
     for r in results:
         gpus = ", ".join(f"{n} {g}" + (f" ({r.change_by_type[g]:+d})" if r.change_by_type.get(g) else "")
@@ -455,7 +463,8 @@ def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: st
         at_vol = " / ".join(usd_per_million_text(vol[x]) for x in ("blended", "input", "output")) if vol else "—"
         util_mean = f"{r.utilisation['mean']:.0%}" if r.utilisation["mean"] is not None else "—"
         lines.append(
-            f"| {r.quarter} | {multiplier_text(r.demand_multiplier)} | {r.peak_rps:,.2f} | {gpus} | {reserved} | "
+            f"| {r.quarter} | {multiplier_text(r.demand_multiplier)} | {r.peak_rps:,.2f} | {_deployment_text(r.plan)} | "
+            f"{gpus} | {reserved} | "
             f"{usd_text(k['on_demand'])} + {usd_text(k['reserved_used'])} + {usd_text(k['reserved_idle'])} = {usd_text(r.cost_per_hour)} | "
             f"{usd_text(r.cost_per_hour * HOURS_PER_QUARTER)} | "
             f"{usd_per_million_text(cpm['blended'])} / {usd_per_million_text(cpm['input'])} / {usd_per_million_text(cpm['output'])} | {at_vol} | "
@@ -463,7 +472,7 @@ def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: st
         )
     tot_vol = " / ".join(usd_per_million_text(_per_million(total, u, t)) for u, t in
                          (("total_usd", "tokens"), ("input_usd", "input_tokens"), ("output_usd", "output_tokens")))
-    lines.append(f"| **Total** | | | | | {usd_text(total['on_demand_usd'])} + {usd_text(total['reserved_used_usd'])} + "
+    lines.append(f"| **Total** | | | | | | {usd_text(total['on_demand_usd'])} + {usd_text(total['reserved_used_usd'])} + "
                  f"{usd_text(total['reserved_idle_usd'])} over {total['quarters']} quarters | **{usd_text(total['total_usd'])}** | | "
                  f"{tot_vol} | |")
     lines += _stated_prices_lines(results) + _unused_price_lines(results)
@@ -481,8 +490,7 @@ def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: st
         "real volume (what a quarter of traffic really pays per token: the load profile's mean rate). Reserved GPUs are "
         "paid whether used or not; idle ones are priced at their type's mean committed price. Utilisation is the arrival "
         f"rate over the fleet's planned capacity, each replica at {KNEE_SHARE:.0%} of its lowest ceiling (headroom keeps "
-        "the peak below 100%). A quarter is "
-        f"{HOURS_PER_QUARTER:,} hours ({HOURS_PER_MONTH} a month); amounts are US dollars. Demand × base is the base "
+        f"the peak below 100%). {HOURS_TEXT} Amounts are US dollars. Demand × base is the base "
         f"peak's multiplier, the quarters' growth {growth_text(results[0].plan.scenario.forecast)}. The tables are in `{table_file(name, 'quarters')}`, "
         f"`{table_file(name, 'pools')}` and `{table_file(name, 'total')}`, their columns described in "
         f"`{name}_forecast_datapackage.json`.",

@@ -60,8 +60,9 @@ def band_rows(bands: tuple[BandCheck, ...]) -> list[str]:
             continue
         for c in b.checks:
             verdict = "holds" if c.holds else "**misses**"
-            if c.undecided:  # only after MOST_RUNS runs: the verdict is the pooled value's all the same
-                verdict += f", within {UNDECIDED_ERRORS:g} standard errors of its limit after {MOST_RUNS} runs"
+            if c.undecided:  # only after MOST_RUNS runs: a miss, on either side (pool_check)
+                verdict = (f"{'**undecided**' if c.holds else verdict}: within {UNDECIDED_ERRORS:g} standard errors "
+                           f"of its limit after {MOST_RUNS} runs" + (", counted as a miss" if c.holds else ""))
             if not math.isfinite(c.simulated_s):
                 if not math.isfinite(c.predicted_s) and c.kind == "tpot" and b.requests:
                     verdict = "no TPOT: no request of the band has a second output token"
@@ -125,8 +126,11 @@ def latency_section(plan: Plan) -> str:
         f"{1 - CLOSE_SHARE:.0%} of its limit, either side, is judged again on {CONFIRM_RUNS} runs pooled, seeds "
         f"{cert.seed} onwards, and on {CONFIRM_RUNS} more at a time, up to {MOST_RUNS}, while the pooled value lies "
         f"within {UNDECIDED_ERRORS:g} standard errors of its limit; ± is that standard error, from the spread of the "
-        "runs' own values), beside the model's prediction (planner/latency.py) at the same rate. "
-        "TPOT is per request, (last token − first token) / (output tokens − 1); ITL is per token. "
+        f"runs' own values; a value still that close after {MOST_RUNS} runs cannot be told from its limit and counts "
+        "as a miss), beside the model's prediction (planner/latency.py) at the same rate. "
+        "TTFT (time to first token) is per request, from its arrival to its first output token; TPOT (time per "
+        "output token) is per request, (last token − first token) / (output tokens − 1); ITL (inter-token latency) "
+        "is per token. "
         "The mean model's rows average over the run's time, idle moments included: resident_batch counts the "
         "sequences decoding; kv_utilisation is the cache held over the KV budget, where the simulator also holds "
         "each prompt's blocks while it is prefilled and the model only the decoders'.",
@@ -144,7 +148,7 @@ def latency_section(plan: Plan) -> str:
         still_close = ""
         if c.undecided:
             still_close = (f", and {c.runs} runs pooled, the most, still leave a value within {UNDECIDED_ERRORS:g} "
-                         "standard errors of its limit: the verdict is the pooled value's")
+                         "standard errors of its limit: a miss")
         elif c.runs > CONFIRM_RUNS:
             still_close = (f", and {c.runs - CONFIRM_RUNS} runs pooled left a value within {UNDECIDED_ERRORS:g} standard "
                          "errors of its limit")
@@ -157,7 +161,8 @@ def latency_section(plan: Plan) -> str:
             goal, pred, sim = c.attainment
             error = f" ± {c.attainment_error:.1%}" if math.isfinite(c.attainment_error) else ""
             if undecided(sim, goal, c.attainment_error):
-                error += f", within {UNDECIDED_ERRORS:g} standard errors of the goal after {MOST_RUNS} runs"
+                error += (f", within {UNDECIDED_ERRORS:g} standard errors of the goal after {MOST_RUNS} runs"
+                          + (": counted as a miss" if sim >= goal else ""))
             lines += ["", f"Attainment (requests meeting both their TTFT and TPOT targets): goal {goal:.1%}, predicted "
                       f"{pred:.1%}, simulated {sim:.1%}{error}."]
         if c.replay is not None:

@@ -15,6 +15,12 @@ GiB = 1024**3
 GB = 10**9
 HOURS_PER_MONTH = 730  # 8,760 hours a year / 12, the convention of cloud price sheets
 HOURS_PER_QUARTER = 3 * HOURS_PER_MONTH  # 2,190: four quarters make the price sheets' 8,760-hour year
+# Said wherever amounts per month or quarter are shown: a reader multiplies the hourly figure shown,
+# rounded to the cent, and finds a few dollars' difference (fleet_2027q1: $323.15 x 730 = $235,899.50
+# against $235,900.96 from the unrounded $323.152...).
+HOURS_TEXT = (f"A month is {HOURS_PER_MONTH} hours and a quarter {HOURS_PER_QUARTER:,}: every hour of an 8,760-hour "
+              "year billed, the price sheets' convention. Amounts per month and per quarter are the hourly cost before "
+              "rounding times those hours, so they can differ by a few dollars from the rounded hourly amount times them.")
 
 
 def quantile_label(q: float) -> str:
