@@ -108,9 +108,11 @@ def certify_plans(parts, resolve, *, rounds: int) -> list[tuple[list[Evaluation]
                     # hold (the pooled p99 is no worse than the worst run's). The worst of four runs lies
                     # about a run's spread above their mean, so the pooled value lands about two of four
                     # runs' standard errors below the limit: at the edge of the undecided band, which the
-                    # next round's check may widen to more runs (pool_check). Every run of sixteen holding
-                    # would set it by the worst of sixteen, further below. And below the rate that missed,
-                    # so a round changes the plan.
+                    # next round's check may widen to more runs (pool_check), and where sixteen runs leave
+                    # it undecided, miss again, so the round after plans lower still (each round at least
+                    # REPLAN_STEP lower, up to max_rounds). Every run of sixteen holding would set it by
+                    # the worst of sixteen, further below. And below the rate that missed, so a round
+                    # changes the plan.
                     n = _requests(setting, slo, sim)
                     new = min(capacity_on_every_run(setting, slo, requests=n, seeds=tuple(check.seeds[:CONFIRM_RUNS])),
                               pool.replay_rps * (1 - REPLAN_STEP))

@@ -42,7 +42,7 @@ from planner.report import rejected_text
 from planner.units import (
     HOURS_PER_MONTH,
     HOURS_PER_QUARTER,
-    HOURS_TEXT,
+    hours_text,
     multiplier_text,
     usd_per_million_text,
     usd_per_million_tokens,
@@ -312,7 +312,7 @@ def fleet_forecast_markdown(name: str, results: list[FleetQuarter], fleet: Fleet
               *_services_section(results)]
     lines += [
         "",
-        f"{HOURS_TEXT} Amounts are US dollars. Demand × base "
+        f"{hours_text(quarters=True)} Amounts are US dollars. Demand × base "
         f"multiplies every service's base peak by the quarters' growth, {growth_text(fleet.spec.forecast)}. Each service is planned at its peak "
         "as in `planner solve` (certification by simulation as its scenario asks). $/M tokens at peak divides the "
         "quarter's cost by the tokens of every service at its peak at once: a floor on the price per token, since no "

@@ -26,8 +26,8 @@ from planner.report import (
 )
 from planner.units import (
     HOURS_PER_MONTH,
-    HOURS_TEXT,
     gpus_text,
+    hours_text,
     usd_per_million_text,
     usd_per_million_tokens,
     usd_rate_text,
@@ -174,7 +174,7 @@ def _totals(fp: FleetPlan) -> str:
     ]
     for plan in fp.plans:
         sol = plan.solution
-        split = "no split" if sol.threshold is None else f"split at {sol.threshold:,}"
+        split = sol.split_text
         pools = pools_text(sol)
         paid = fp.paid_usd_per_hour(plan)
         lines.append(
@@ -192,7 +192,7 @@ def _totals(fp: FleetPlan) -> str:
         "The peak counts the requests a service serves; those longer than its context limit are rejected, not "
         "planned for. As the fleet pays, a GPU of a committed type costs its share of the type's commitments "
         "and on-demand GPUs; committed GPUs no service uses are the fleet's, so the services and the idle line add "
-        f"up to the fleet's cost (before each is rounded to the cent). {TIED_SPLIT_TEXT} {HOURS_TEXT} Amounts are US "
+        f"up to the fleet's cost (before each is rounded to the cent). {TIED_SPLIT_TEXT} {hours_text(quarters=False)} Amounts are US "
         "dollars.",
     ]
     own = sum(plan.cost_per_hour for plan in fp.plans)

@@ -31,7 +31,7 @@ from planner.report import peak_shortfall_text, pools_text
 from planner.units import (
     HOURS_PER_MONTH,
     HOURS_PER_QUARTER,
-    HOURS_TEXT,
+    hours_text,
     multiplier_text,
     usd_per_million_text,
     usd_per_million_tokens,
@@ -422,13 +422,6 @@ def _short_lines(results: Sequence[QuarterResult]) -> list[str]:
     return out
 
 
-def _deployment_text(plan) -> str:
-    """How the quarter deploys its traffic: one pool per class, split at a threshold or not (a
-    quarter may split where the one before did not, which its GPU counts alone do not show)."""
-    threshold = plan.solution.threshold
-    return "no split" if threshold is None else f"split at {threshold:,}"
-
-
 def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: str | None = None, heading: int = 1) -> str:
     h = "#" * heading
     total = _totals(_table(QUARTER_COLUMNS, results))
@@ -463,7 +456,7 @@ def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: st
         at_vol = " / ".join(usd_per_million_text(vol[x]) for x in ("blended", "input", "output")) if vol else "—"
         util_mean = f"{r.utilisation['mean']:.0%}" if r.utilisation["mean"] is not None else "—"
         lines.append(
-            f"| {r.quarter} | {multiplier_text(r.demand_multiplier)} | {r.peak_rps:,.2f} | {_deployment_text(r.plan)} | "
+            f"| {r.quarter} | {multiplier_text(r.demand_multiplier)} | {r.peak_rps:,.2f} | {r.plan.solution.split_text} | "
             f"{gpus} | {reserved} | "
             f"{usd_text(k['on_demand'])} + {usd_text(k['reserved_used'])} + {usd_text(k['reserved_idle'])} = {usd_text(r.cost_per_hour)} | "
             f"{usd_text(r.cost_per_hour * HOURS_PER_QUARTER)} | "
@@ -490,7 +483,7 @@ def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: st
         "real volume (what a quarter of traffic really pays per token: the load profile's mean rate). Reserved GPUs are "
         "paid whether used or not; idle ones are priced at their type's mean committed price. Utilisation is the arrival "
         f"rate over the fleet's planned capacity, each replica at {KNEE_SHARE:.0%} of its lowest ceiling (headroom keeps "
-        f"the peak below 100%). {HOURS_TEXT} Amounts are US dollars. Demand × base is the base "
+        f"the peak below 100%). {hours_text(quarters=True)} Amounts are US dollars. Demand × base is the base "
         f"peak's multiplier, the quarters' growth {growth_text(results[0].plan.scenario.forecast)}. The tables are in `{table_file(name, 'quarters')}`, "
         f"`{table_file(name, 'pools')}` and `{table_file(name, 'total')}`, their columns described in "
         f"`{name}_forecast_datapackage.json`.",

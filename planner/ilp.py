@@ -144,6 +144,11 @@ class FleetSolution:
     problem: str = ""  # why there is no plan, when the solver was not asked (BEYOND_ANY_FLEET)
 
     @property
+    def split_text(self) -> str:
+        """The deployment in words: "no split", or "split at 16,384" (the threshold in tokens)."""
+        return "no split" if self.threshold is None else f"split at {self.threshold:,}"
+
+    @property
     def gpus_by_type(self) -> dict[str, int]:
         """The pools' GPUs per GPU type, by type name."""
         used: dict[str, int] = {}

@@ -485,7 +485,7 @@ def _best_failed(evals: Sequence[Evaluation]) -> Evaluation | None:
 
 
 def _summary(sol: FleetSolution) -> str:
-    split = "no split" if sol.threshold is None else f"split at {sol.threshold:,}"
+    split = sol.split_text
     pools = "; ".join(f"{p.traffic_class}: {p.replicas} x {p.config}" for p in sol.pools)
     return f"{split} — {pools}"
 

@@ -86,7 +86,13 @@ class TargetCheck:
 
     @property
     def holds(self) -> bool:
+        """The simulated value is not over its limit (NaN: no value, nothing missed)."""
         return not self.simulated_s > self.limit_s
+
+    @property
+    def passes(self) -> bool:
+        """The target is met as certification judges it: not over its limit, nor undecided there."""
+        return self.holds and not self.undecided
 
 
 def undecided(value: float, limit: float, standard_error: float) -> bool:
@@ -103,7 +109,7 @@ class BandCheck:
 
     @property
     def holds(self) -> bool:
-        return all(c.holds for c in self.checks)
+        return all(c.passes for c in self.checks)
 
 
 @dataclass(frozen=True)
@@ -201,20 +207,34 @@ def standard_error(values: list[float]) -> float:
     return float(np.std(finite, ddof=1)) / math.sqrt(len(finite))
 
 
+def latency_text(seconds: float, kind: str, error_s: float = math.nan) -> str:
+    """A latency for people, in its kind's unit: TTFT in s to 0.01, TPOT and ITL in ms to 0.1, with
+    its standard error where known ("79.0 ± 1.6 ms")."""
+    digits, scale, unit = (2, 1.0, "s") if kind == "ttft" else (1, 1e3, "ms")
+    error = f" ± {error_s * scale:,.{digits}f}" if math.isfinite(error_s) else ""
+    return f"{seconds * scale:,.{digits}f}{error} {unit}"
+
+
 def miss_text(band: str, check: TargetCheck, value_s: float) -> str:
-    """A target missed, for people: "chat: TPOT p99 61.24 ms > 60 ms" (the simulated or the predicted
-    value), to four figures: three read a miss of 50.04 ms as "50 ms > 50 ms"."""
+    """A target missed, for people: "chat: TPOT p99 61.2 ms > 60 ms" (the simulated or the predicted
+    value), with as many more digits as it takes to tell it from the limit (50.04 ms had read
+    "50 ms > 50 ms")."""
     unit, scale = ("s", 1.0) if check.kind == "ttft" else ("ms", 1e3)
-    return f"{band}: {check.kind.upper()} {check.stat} {value_s * scale:,.4g} {unit} > {check.limit_s * scale:g} {unit}"
+    value, limit = value_s * scale, check.limit_s * scale
+    digits = next((d for d in range(1, 7) if f"{value:,.{d}f}" != f"{limit:,.{d}f}"), 6)
+    return f"{band}: {check.kind.upper()} {check.stat} {value:,.{digits}f} {unit} > {limit:g} {unit}"
+
+
+UNDECIDED_TEXT = f"within {UNDECIDED_ERRORS:g} standard errors of it after {MOST_RUNS} runs"
 
 
 def undecided_text(band: str, check: TargetCheck) -> str:
     """A target held by a value that MOST_RUNS runs leave within UNDECIDED_ERRORS standard errors of
-    its limit, for people: "chat: TPOT p99 79.0 ± 1.6 ms cannot be told from its 80 ms limit ..."."""
-    unit, scale, digits = ("s", 1.0, 2) if check.kind == "ttft" else ("ms", 1e3, 1)
-    return (f"{band}: {check.kind.upper()} {check.stat} {check.simulated_s * scale:,.{digits}f} ± "
-            f"{check.standard_error_s * scale:,.{digits}f} {unit} cannot be told from its {check.limit_s * scale:g} "
-            f"{unit} limit (within {UNDECIDED_ERRORS:g} standard errors after {MOST_RUNS} runs)")
+    its limit, for people: "chat: TPOT p99 79.0 ± 1.6 ms cannot be told from its 80 ms limit, ..."."""
+    unit = "s" if check.kind == "ttft" else "ms"
+    limit = check.limit_s * (1.0 if check.kind == "ttft" else 1e3)
+    return (f"{band}: {check.kind.upper()} {check.stat} {latency_text(check.simulated_s, check.kind, check.standard_error_s)} "
+            f"cannot be told from its {limit:g} {unit} limit, {UNDECIDED_TEXT}")
 
 
 def _problems(slo: SLO, bands: tuple[BandCheck, ...], sim: SimResult | None, lat: RequestLatencies | None,
@@ -228,7 +248,7 @@ def _problems(slo: SLO, bands: tuple[BandCheck, ...], sim: SimResult | None, lat
             out.append(f"attainment {got:.1%} < {slo.attainment:.1%}")
         elif undecided(got, slo.attainment, attainment_error):
             out.append(f"attainment {got:.1%} ± {attainment_error:.1%} cannot be told from its {slo.attainment:.1%} "
-                       f"goal (within {UNDECIDED_ERRORS:g} standard errors after {MOST_RUNS} runs)")
+                       f"goal, {UNDECIDED_TEXT}")
     if sim is not None:
         out += _run_problems(sim)
     return out

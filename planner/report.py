@@ -31,9 +31,9 @@ from planner.report_latency import latency_section, replayed_rate_text
 from planner.roofline import StepModel
 from planner.units import (
     HOURS_PER_MONTH,
-    HOURS_TEXT,
     GiB,
     gpus_text,
+    hours_text,
     quantile_label,
     share_text,
     usd_text,
@@ -502,7 +502,7 @@ def _finance(plan: Plan) -> str:
         f"| Output (decode share of GPU time) | {plan.output_tokens_per_hour:,.0f} | {usd_text(cpm['output'] * plan.output_tokens_per_hour / 1e6)} | {_usd_per_million(cpm['output'])} |",
         f"| Blended | {shown_tokens:,} | {usd_text(plan.cost_per_hour)} | {_usd_per_million(cpm['blended'])} |",
         "",
-        f"{HOURS_TEXT} Input and output split each pool's cost by the share of its GPU time spent in prefill at the peak: "
+        f"{hours_text(quarters=False)} Input and output split each pool's cost by the share of its GPU time spent in prefill at the peak: "
         "output carries the rest, decode and idle time alike, so a pool that often stands idle (a long-context pool of few "
         "requests) shows a high output price."
         + (" No price per token (—): the fleet cannot carry the peak, so it would not serve these tokens."

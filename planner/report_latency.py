@@ -14,6 +14,7 @@ from planner.pool_check import (
     BandCheck,
     PoolCheck,
     TargetCheck,
+    latency_text,
     undecided,
 )
 from planner.sim_measures import COMPARE_KEYS
@@ -35,11 +36,7 @@ def replayed_rate_text(plan: Plan) -> str:
 def _value(seconds: float, kind: str, error_s: float = math.nan) -> str:
     """A latency in the report's units ('2.22 s', '94.8 ms'), with its standard error where known
     ('94.8 ± 2.4 ms')."""
-    if not math.isfinite(seconds):
-        return "—"
-    digits, scale, unit = (2, 1.0, "s") if kind == "ttft" else (1, 1e3, "ms")
-    error = f" ± {error_s * scale:,.{digits}f}" if math.isfinite(error_s) else ""
-    return f"{seconds * scale:,.{digits}f}{error} {unit}"
+    return latency_text(seconds, kind, error_s) if math.isfinite(seconds) else "—"
 
 
 def seeds_text(seeds: list[int]) -> str:
@@ -146,10 +143,7 @@ def latency_section(plan: Plan) -> str:
         c = pool.check
         verdict = "every target holds" if c.holds else "misses: " + "; ".join(c.problems)
         still_close = ""
-        if c.undecided:
-            still_close = (f", and {c.runs} runs pooled, the most, still leave a value within {UNDECIDED_ERRORS:g} "
-                         "standard errors of its limit: a miss")
-        elif c.runs > CONFIRM_RUNS:
+        if c.runs > CONFIRM_RUNS and not c.undecided:  # an undecided value's miss says so itself
             still_close = (f", and {c.runs - CONFIRM_RUNS} runs pooled left a value within {UNDECIDED_ERRORS:g} standard "
                          "errors of its limit")
         runs = (f" in {c.runs} runs (seeds {seeds_text(c.seeds)}: {c.pooled_because}{still_close}; the mean model's "

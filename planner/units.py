@@ -15,12 +15,6 @@ GiB = 1024**3
 GB = 10**9
 HOURS_PER_MONTH = 730  # 8,760 hours a year / 12, the convention of cloud price sheets
 HOURS_PER_QUARTER = 3 * HOURS_PER_MONTH  # 2,190: four quarters make the price sheets' 8,760-hour year
-# Said wherever amounts per month or quarter are shown: a reader multiplies the hourly figure shown,
-# rounded to the cent, and finds a few dollars' difference (fleet_2027q1: $323.15 x 730 = $235,899.50
-# against $235,900.96 from the unrounded $323.152...).
-HOURS_TEXT = (f"A month is {HOURS_PER_MONTH} hours and a quarter {HOURS_PER_QUARTER:,}: every hour of an 8,760-hour "
-              "year billed, the price sheets' convention. Amounts per month and per quarter are the hourly cost before "
-              "rounding times those hours, so they can differ by a few dollars from the rounded hourly amount times them.")
 
 
 def quantile_label(q: float) -> str:
@@ -66,3 +60,18 @@ def multiplier_text(x: float) -> str:
     """A demand multiplier as the quarters' growths make it (1.15 × 1.15 = 1.3225, × 1.15 = 1.520875),
     not rounded to three places, which reads 1.3225 as 1.322."""
     return f"{x:.6f}".rstrip("0").rstrip(".")
+
+
+def hours_text(*, quarters: bool) -> str:
+    """The hours behind amounts per month (and per quarter), said wherever they are shown: a reader
+    multiplies the hourly figure shown, rounded to the cent, and finds a difference (fleet_2027q1:
+    $323.15 x 730 = $235,899.50 against $235,900.96 from the unrounded hourly cost), at most half a
+    cent times the hours."""
+    if not quarters:
+        return (f"A month is {HOURS_PER_MONTH} hours: every hour of an 8,760-hour year billed, the price sheets' "
+                "convention. A month's amount is the hourly cost before rounding times those hours, so it can differ "
+                f"from the rounded hourly amount times them by up to {usd_text(0.005 * HOURS_PER_MONTH)}.")
+    return (f"A month is {HOURS_PER_MONTH} hours and a quarter {HOURS_PER_QUARTER:,}: every hour of an 8,760-hour "
+            "year billed, the price sheets' convention. Amounts per month and per quarter are the hourly cost before "
+            "rounding times those hours, so they can differ from the rounded hourly amount times them by up to "
+            f"{usd_text(0.005 * HOURS_PER_MONTH)} a month and {usd_text(0.005 * HOURS_PER_QUARTER)} a quarter.")

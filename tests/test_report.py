@@ -76,6 +76,8 @@ def test_shipped_forecasts_are_in_step_with_the_code(tmp_path, name):
     assert r.exit_code == 0, r.output
     shipped = sorted(p.name for p in (ROOT / "reports").glob(f"{name}_forecast*") if p.suffix != ".png")
     assert f"{name}_forecast.md" in shipped and any(n.endswith(".csv") for n in shipped)
+    # a table the code now writes and reports/ lacks (or one it no longer writes) is stale too
+    assert sorted(p.name for p in out.glob(f"{name}_forecast*") if p.suffix != ".png") == shipped
     for file in shipped:
         assert (out / file).read_bytes() == (ROOT / "reports" / file).read_bytes(), f"reports/{file} is stale"
 

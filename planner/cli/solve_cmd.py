@@ -220,7 +220,7 @@ def _write_one(planned, no_report, out_dir, as_json):
     pools = ", ".join(f"{p.traffic_class}: {p.replicas} x {p.config}" for p in sol.pools)
     verdict = f" [{problem}]" if problem else ""
     return [f"{plan.scenario.name}: ${plan.cost_per_hour:,.2f}/hour, {gpus_text(sol.gpus)}, "
-            f"{'no split' if sol.threshold is None else f'split at {sol.threshold:,}'} — {pools}{verdict}"
+            f"{sol.split_text} — {pools}{verdict}"
             + (f" -> {written}" if written else "")]
 
 
@@ -244,7 +244,7 @@ def _write_fleet(fleet_plan, no_report, out_dir, as_json):
         sol = plan.solution
         pools = ", ".join(f"{p.traffic_class}: {p.replicas} x {p.config}" for p in sol.pools)
         lines.append(f"  {plan.scenario.name}: {gpus_text(sol.gpus)}, "
-                     f"{'no split' if sol.threshold is None else f'split at {sol.threshold:,}'} — {pools}")
+                     f"{sol.split_text} — {pools}")
     return lines
 
 
