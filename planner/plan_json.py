@@ -59,6 +59,17 @@ def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
+def log_replay_json(check) -> dict[str, Any] | None:
+    """The pool's share of a timestamped log replayed with its own arrivals, dealt to its replicas in
+    turn (pool_check.TraceReplay), whose verdict counts in the pool's `holds`; None where the traffic
+    had no timestamps (or no certification ran)."""
+    if check is None or check.replay is None:
+        return None
+    r = check.replay
+    return {"requests": r.requests, "span_s": r.span_s, "targets": bands_json(r.bands), "holds": r.holds,
+            "problems": list(r.problems)}
+
+
 def bands_json(bands, *, simulated: bool = True, past_roofline: bool = False) -> list[dict[str, Any]]:
     """Per band: each target (TTFT in s, TPOT and ITL in ms) with predicted and simulated values,
     and whether the band holds, judged_by the simulation or, where none ran, the model's prediction
@@ -119,6 +130,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             "holds": pool.check.holds if pool.check is not None else None,
             # runs pooled for the verdict: more than one where the first came close to a limit
             "simulation_runs": pool.check.runs if pool.check is not None else None,
+            "log_replay": log_replay_json(pool.check),
         }
         for pool in plan.pools
     ]

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 from scenario_files import write_scenario
 
 from planner.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
 
 SCENARIO = """
 name: sim
@@ -99,6 +102,34 @@ def test_unknown_pool_is_a_usage_error(tmp_path):
     r = CliRunner().invoke(main, ["simulate", str(write(tmp_path)), "--pool", "long"])
     assert r.exit_code == 2
     assert "not a pool of this plan" in r.output
+
+
+def test_simulate_shows_the_replay_of_the_log_s_own_arrivals_that_certification_judges(tmp_path):
+    """A timestamped log's pool is also replayed with the log's own arrivals, and that verdict counts
+    in the pool's: `planner simulate` prints it and --json gives it (log_replay), as solve's does."""
+    rows = (ROOT / "data" / "samples" / "azure_conv_2023_sample.csv").read_text(encoding="utf-8").splitlines()[:3001]
+    (tmp_path / "log.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "name: s\nmodel: llama-3.1-8b\ncontext_limit: 8192\n"
+        "traffic: {source: {log: log.csv, preset: azure}, peak: {method: quantile, quantile: 0.99}}\n"
+        "slo: {statistic: p99, bands: [{ttft_s: 2.0, tpot_ms: 50}]}\n"
+        "gpus: [h100-sxm]\ntp: [1]\nweight_dtypes: [fp8]\nkv_dtypes: [fp8]\nsplit_thresholds: []\n"
+        "simulation: {requests: 2000, band_requests: 1000}\n", encoding="utf-8")
+    r = CliRunner().invoke(main, ["simulate", str(path), "--json"])
+    assert r.exit_code == 0, r.output
+    (pool,) = json.loads(r.output)["pools"]
+    replay = pool["log_replay"]
+    assert replay["requests"] > 0 and replay["span_s"] > 0 and replay["targets"][0]["band"] == pool["targets"][0]["band"]
+    assert pool["holds"] == (not pool["problems"] and replay["holds"])
+    solved = CliRunner().invoke(main, ["solve", str(path), "--json", "--no-report"])
+    assert solved.exit_code == 0, solved.output
+    assert json.loads(solved.output)["plan"][0]["log_replay"] == replay
+    text = CliRunner().invoke(main, ["simulate", str(path)])
+    assert text.exit_code == 0, text.output
+    line = next(x for x in text.output.splitlines() if "the log's own arrivals" in x)
+    assert f"({replay['requests']:,} requests over {replay['span_s'] / 60:,.1f} minutes, dealt in turn to its " in line
+    assert line.endswith("holds") == replay["holds"]
 
 
 def test_solve_reports_target_predicted_and_simulated_per_band(tmp_path):
