@@ -15,9 +15,9 @@ def uncertified_message(plan: Plan) -> str | None:
     cert = plan.certification
     if cert is None or cert.certified:
         return None
-    misses = "; ".join(
+    misses = " | ".join(
         f"{pool.traffic_class.label} on {pool.config.label(pool.traffic_class.max_model_len)}: "
-        + ", ".join(pool.check.problems or (pool.check.replay.problems if pool.check.replay else ()))
+        + "; ".join(pool.check.misses)
         for pool in plan.pools if not pool.check.holds
     )
     what = "the fleet" if plan.given_fleet else f"no plan holds its targets in simulation after {cert.joint_rounds} re-plans;"

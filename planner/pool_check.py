@@ -146,6 +146,12 @@ class PoolCheck:
         return not self.problems and (self.replay is None or self.replay.holds)
 
     @property
+    def misses(self) -> tuple[str, ...]:
+        """Everything that fails the pool: its runs' problems, then its log replay's, so named."""
+        replayed = () if self.replay is None else tuple(f"the log's own arrivals: {p}" for p in self.replay.problems)
+        return self.problems + replayed
+
+    @property
     def undecided(self) -> bool:
         """Whether a target's (or the attainment's) pooled value still lies within UNDECIDED_ERRORS
         standard errors of its limit after MOST_RUNS runs: a miss (problems says so), on either side."""
@@ -219,10 +225,13 @@ def miss_text(band: str, check: TargetCheck, value_s: float) -> str:
     """A target missed, for people: "chat: TPOT p99 61.2 ms > 60 ms" (the simulated or the predicted
     value), with as many more digits as it takes to tell it from the limit (50.04 ms had read
     "50 ms > 50 ms")."""
-    unit, scale = ("s", 1.0) if check.kind == "ttft" else ("ms", 1e3)
+    unit, scale, least = ("s", 1.0, 2) if check.kind == "ttft" else ("ms", 1e3, 1)
     value, limit = value_s * scale, check.limit_s * scale
-    digits = next((d for d in range(1, 7) if f"{value:,.{d}f}" != f"{limit:,.{d}f}"), 6)
-    return f"{band}: {check.kind.upper()} {check.stat} {value:,.{digits}f} {unit} > {limit:g} {unit}"
+    shown = f"{limit:g}"
+    least = max(least, len(shown.split(".")[1]) if "." in shown else 0)  # never fewer decimals than the limit's
+    digits = next((d for d in range(least, least + 6) if f"{value:,.{d}f}" != f"{limit:,.{d}f}"), None)
+    text = f"{value:,.{digits}f}" if digits is not None else f"just over {limit:g}"
+    return f"{band}: {check.kind.upper()} {check.stat} {text} {unit} > {shown} {unit}"
 
 
 UNDECIDED_TEXT = f"within {UNDECIDED_ERRORS:g} standard errors of it after {MOST_RUNS} runs"

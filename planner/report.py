@@ -188,8 +188,8 @@ def _verdict_line(plan: Plan, short: str) -> str:
                       f"in all, as pools of {'this and ' if cert.rounds else ''}other services missed")
         return (f"Certified by simulation: every pool meets every band's targets ({bands}) when replayed at "
                 f"{replayed_rate_text(plan)}{again}.{_untested(plan)} {REPLAY_TESTS}")
-    failing = "; ".join(f"{pool.traffic_class.label}: {', '.join(pool.check.problems or pool.check.replay.problems)}"
-                        for pool in plan.pools if not pool.check.holds)
+    failing = " | ".join(f"{pool.traffic_class.label}: {'; '.join(pool.check.misses)}"
+                         for pool in plan.pools if not pool.check.holds)
     return f"**This plan does NOT hold its targets in simulation** ({failing}); targets: {bands}."
 
 

@@ -39,6 +39,17 @@ def _value(seconds: float, kind: str, error_s: float = math.nan) -> str:
     return latency_text(seconds, kind, error_s) if math.isfinite(seconds) else "—"
 
 
+def replay_text(c: PoolCheck, growth: float) -> str:
+    """A pool's log replay (pool_check.TraceReplay) and its verdict, for the report and `planner
+    simulate`: "the log's own arrivals (19,366 requests over 38.7 minutes, its time compressed × 1.5
+    for the scenario's growth, dealt in turn to the pool's 4 replicas): every target holds"."""
+    r = c.replay
+    compressed = f", its time compressed × {growth:g} for the scenario's growth" if growth != 1 else ""
+    replicas = f"{c.replicas} replica{'s' if c.replicas != 1 else ''}"
+    return (f"the log's own arrivals ({r.requests:,} requests over {r.span_s / 60:,.1f} minutes{compressed}, dealt in "
+            f"turn to the pool's {replicas}): " + ("every target holds" if r.holds else "misses: " + "; ".join(r.problems)))
+
+
 def seeds_text(seeds: list[int]) -> str:
     """'0, 1, 2, 3', or a run of more consecutive seeds as '0–15'."""
     if len(seeds) > CONFIRM_RUNS and seeds == list(range(seeds[0], seeds[0] + len(seeds))):
@@ -141,7 +152,7 @@ def latency_section(plan: Plan) -> str:
         lines += [f"- {c}" for c in cert.changes]
     for pool in plan.pools:
         c = pool.check
-        verdict = "every target holds" if c.holds else "misses: " + "; ".join(c.problems)
+        verdict = "every target holds" if c.holds else "misses: " + "; ".join(c.misses)
         still_close = ""
         if c.runs > CONFIRM_RUNS and not c.undecided:  # an undecided value's miss says so itself
             still_close = (f", and {c.runs - CONFIRM_RUNS} runs pooled left a value within {UNDECIDED_ERRORS:g} standard "
@@ -160,13 +171,8 @@ def latency_section(plan: Plan) -> str:
             lines += ["", f"Attainment (requests meeting both their TTFT and TPOT targets): goal {goal:.1%}, predicted "
                       f"{pred:.1%}, simulated {sim:.1%}{error}."]
         if c.replay is not None:
-            r = c.replay
-            growth = plan.scenario.traffic.growth
-            compressed = f", its time compressed × {growth:g} for the scenario's growth" if growth != 1 else ""
-            lines += ["", f"Replayed with the log's own arrivals ({r.requests:,} requests over {r.span_s / 60:,.1f} "
-                      f"minutes{compressed}, dealt in turn to the pool's {c.replicas} replicas): "
-                      + ("every target holds." if r.holds else "misses: " + "; ".join(r.problems) + "."), ""]
-            lines += band_rows(r.bands)
+            lines += ["", f"Replayed with {replay_text(c, plan.scenario.traffic.growth)}.", ""]
+            lines += band_rows(c.replay.bands)
         lines += ["", *_mean_rows(c)]
     return "\n".join(lines) + "\n"
 

@@ -128,8 +128,9 @@ def test_simulate_shows_the_replay_of_the_log_s_own_arrivals_that_certification_
     text = CliRunner().invoke(main, ["simulate", str(path)])
     assert text.exit_code == 0, text.output
     line = next(x for x in text.output.splitlines() if "the log's own arrivals" in x)
-    assert f"({replay['requests']:,} requests over {replay['span_s'] / 60:,.1f} minutes, dealt in turn to its " in line
-    assert line.endswith("holds") == replay["holds"]
+    shown = f"({replay['requests']:,} requests over {replay['span_s'] / 60:,.1f} minutes, dealt in turn to the pool's 1 replica): "
+    assert shown in line
+    assert line.endswith("every target holds") == replay["holds"]
 
 
 def test_solve_reports_target_predicted_and_simulated_per_band(tmp_path):
@@ -450,6 +451,8 @@ def test_an_undecided_attainment_is_a_miss_and_a_miss_reads_apart_from_its_limit
     assert missed(50.04) == "chat: TPOT p99 50.04 ms > 50 ms"
     assert missed(154.3, 150) == "chat: TPOT p99 154.3 ms > 150 ms"
     assert missed(2.013, 2.0, "ttft") == "chat: TTFT p99 2.01 s > 2 s"
+    assert missed(0.2501, 0.25, "ttft") == "chat: TTFT p99 0.2501 s > 0.25 s"  # never fewer decimals than the limit
+    assert missed(50.0000001) == "chat: TPOT p99 just over 50 ms > 50 ms"
 
 
 def test_runs_pooled_for_a_verdict_judge_the_queue_and_preemptions_on_their_mean(catalog):

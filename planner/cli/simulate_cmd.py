@@ -23,7 +23,8 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
     """Plan SCENARIO (or take the fleet it states), then simulate one replica of each pool at its planned rate.
 
     Prints each band's targets beside the model's prediction and the simulated TTFT and TPOT
-    percentiles, and the verdict. The plan is certified first, with the scenario's simulation
+    percentiles, and the verdict (and, for a log with timestamps, the replay of its own arrivals,
+    which the verdict counts). The plan is certified first, with the scenario's simulation
     settings, so its pools are the ones `planner solve` reports; without --requests and --seed the
     runs shown are the certification's own, and with either, each pool of that plan is replayed once
     more on the requests and seed asked for (a close call pooled over four seeds from it).
@@ -35,7 +36,7 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
     from planner.cli.progress_bars import terminal_progress
     from planner.errors import located
     from planner.plan_json import bands_json, log_replay_json
-    from planner.report_latency import seeds_text
+    from planner.report_latency import replay_text, seeds_text
 
     with located(scenario), terminal_progress():
         scn, slo, checks, certified = _checks(scenario, pool, n_requests, seed, catalog_files)
@@ -56,20 +57,16 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
     for c in checks:
         runs = (f"; {c.runs} runs pooled (seeds {seeds_text(c.seeds)}: {c.pooled_because})"
                 if c.runs > 1 else "")
-        problems = list(c.problems) or (["under the log's own arrivals"] if c.replay is not None else [])
         replicas = f"{c.replicas} replica{'s' if c.replicas != 1 else ''}"
         click.echo(f"{c.label} — {c.config}, {replicas} at {c.rate_rps:,.3f} req/s each{runs}: "
-                   + ("holds" if c.holds else "misses: " + "; ".join(problems)))
+                   + ("holds" if c.holds else "misses: " + "; ".join(c.misses)))
         for band in _bands(c, slo):
             ttft = " ".join(f"{s} {band[f'ttft_ms_{s}']:,.0f}" for s in _STATS if band[f"ttft_ms_{s}"] is not None)
             tpot = " ".join(f"{s} {band[f'tpot_ms_{s}']:,.1f}" for s in _STATS if band[f"tpot_ms_{s}"] is not None)
             click.echo(f"  {band['band']:<28} {band['requests']:>7,} requests  TTFT ms {ttft or '—'}  TPOT ms {tpot or '—'}"
                        f"  {'holds' if band['holds'] else 'misses'}")
         if c.replay is not None:  # certification judges it too (PoolCheck.holds): shown, not only counted
-            r = c.replay
-            click.echo(f"  the log's own arrivals ({r.requests:,} requests over {r.span_s / 60:,.1f} minutes, dealt in "
-                       f"turn to its {replicas}): "
-                       + ("holds" if r.holds else "misses: " + "; ".join(r.problems)))
+            click.echo(f"  {replay_text(c, scn.traffic.growth)}")
     if any(not c.holds for c in checks):
         click.echo("note: at least one pool misses its targets in simulation; see above", err=True)
 
