@@ -213,10 +213,15 @@ def standard_error(values: list[float]) -> float:
     return float(np.std(finite, ddof=1)) / math.sqrt(len(finite))
 
 
+def _units(kind: str) -> tuple[int, float, str]:
+    """How a latency of this kind reads: (decimals, scale from seconds, unit): TTFT in s to 0.01,
+    TPOT and ITL in ms to 0.1."""
+    return (2, 1.0, "s") if kind == "ttft" else (1, 1e3, "ms")
+
+
 def latency_text(seconds: float, kind: str, error_s: float = math.nan) -> str:
-    """A latency for people, in its kind's unit: TTFT in s to 0.01, TPOT and ITL in ms to 0.1, with
-    its standard error where known ("79.0 ± 1.6 ms")."""
-    digits, scale, unit = (2, 1.0, "s") if kind == "ttft" else (1, 1e3, "ms")
+    """A latency for people, in its kind's unit, with its standard error where known ("79.0 ± 1.6 ms")."""
+    digits, scale, unit = _units(kind)
     error = f" ± {error_s * scale:,.{digits}f}" if math.isfinite(error_s) else ""
     return f"{seconds * scale:,.{digits}f}{error} {unit}"
 
@@ -225,25 +230,26 @@ def miss_text(band: str, check: TargetCheck, value_s: float) -> str:
     """A target missed, for people: "chat: TPOT p99 61.2 ms > 60 ms" (the simulated or the predicted
     value), with as many more digits as it takes to tell it from the limit (50.04 ms had read
     "50 ms > 50 ms")."""
-    unit, scale, least = ("s", 1.0, 2) if check.kind == "ttft" else ("ms", 1e3, 1)
+    least, scale, unit = _units(check.kind)
     value, limit = value_s * scale, check.limit_s * scale
     shown = f"{limit:g}"
     least = max(least, len(shown.split(".")[1]) if "." in shown else 0)  # never fewer decimals than the limit's
     digits = next((d for d in range(least, least + 6) if f"{value:,.{d}f}" != f"{limit:,.{d}f}"), None)
-    text = f"{value:,.{digits}f}" if digits is not None else f"just over {limit:g}"
+    text = f"{value:,.{digits}f}" if digits is not None else f"just over {shown}"
     return f"{band}: {check.kind.upper()} {check.stat} {text} {unit} > {shown} {unit}"
 
 
-UNDECIDED_TEXT = f"within {UNDECIDED_ERRORS:g} standard errors of it after {MOST_RUNS} runs"
+def undecided_phrase(of: str) -> str:
+    """Why a value counts as undecided, for people: "within 2 standard errors of {of} after 16 runs"."""
+    return f"within {UNDECIDED_ERRORS:g} standard errors of {of} after {MOST_RUNS} runs"
 
 
 def undecided_text(band: str, check: TargetCheck) -> str:
     """A target held by a value that MOST_RUNS runs leave within UNDECIDED_ERRORS standard errors of
     its limit, for people: "chat: TPOT p99 79.0 ± 1.6 ms cannot be told from its 80 ms limit, ..."."""
-    unit = "s" if check.kind == "ttft" else "ms"
-    limit = check.limit_s * (1.0 if check.kind == "ttft" else 1e3)
+    _, scale, unit = _units(check.kind)
     return (f"{band}: {check.kind.upper()} {check.stat} {latency_text(check.simulated_s, check.kind, check.standard_error_s)} "
-            f"cannot be told from its {limit:g} {unit} limit, {UNDECIDED_TEXT}")
+            f"cannot be told from its {check.limit_s * scale:g} {unit} limit, {undecided_phrase('it')}")
 
 
 def _problems(slo: SLO, bands: tuple[BandCheck, ...], sim: SimResult | None, lat: RequestLatencies | None,
@@ -257,7 +263,7 @@ def _problems(slo: SLO, bands: tuple[BandCheck, ...], sim: SimResult | None, lat
             out.append(f"attainment {got:.1%} < {slo.attainment:.1%}")
         elif undecided(got, slo.attainment, attainment_error):
             out.append(f"attainment {got:.1%} ± {attainment_error:.1%} cannot be told from its {slo.attainment:.1%} "
-                       f"goal, {UNDECIDED_TEXT}")
+                       f"goal, {undecided_phrase('it')}")
     if sim is not None:
         out += _run_problems(sim)
     return out

@@ -16,6 +16,7 @@ from planner.pool_check import (
     TargetCheck,
     latency_text,
     undecided,
+    undecided_phrase,
 )
 from planner.sim_measures import COMPARE_KEYS
 from planner.targets import statistic_quantile
@@ -69,8 +70,8 @@ def band_rows(bands: tuple[BandCheck, ...]) -> list[str]:
         for c in b.checks:
             verdict = "holds" if c.holds else "**misses**"
             if c.undecided:  # only after MOST_RUNS runs: a miss, on either side (pool_check)
-                verdict = (f"{'**undecided**' if c.holds else verdict}: within {UNDECIDED_ERRORS:g} standard errors "
-                           f"of its limit after {MOST_RUNS} runs" + (", counted as a miss" if c.holds else ""))
+                verdict = (f"{'**undecided**' if c.holds else verdict}: {undecided_phrase('its limit')}"
+                           + (", counted as a miss" if c.holds else ""))
             if not math.isfinite(c.simulated_s):
                 if not math.isfinite(c.predicted_s) and c.kind == "tpot" and b.requests:
                     verdict = "no TPOT: no request of the band has a second output token"
@@ -166,8 +167,7 @@ def latency_section(plan: Plan) -> str:
             goal, pred, sim = c.attainment
             error = f" ± {c.attainment_error:.1%}" if math.isfinite(c.attainment_error) else ""
             if undecided(sim, goal, c.attainment_error):
-                error += (f", within {UNDECIDED_ERRORS:g} standard errors of the goal after {MOST_RUNS} runs"
-                          + (": counted as a miss" if sim >= goal else ""))
+                error += f", {undecided_phrase('the goal')}" + (": counted as a miss" if sim >= goal else "")
             lines += ["", f"Attainment (requests meeting both their TTFT and TPOT targets): goal {goal:.1%}, predicted "
                       f"{pred:.1%}, simulated {sim:.1%}{error}."]
         if c.replay is not None:

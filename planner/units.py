@@ -67,11 +67,13 @@ def hours_text(*, quarters: bool) -> str:
     multiplies the hourly figure shown, rounded to the cent, and finds a difference (fleet_2027q1:
     $323.15 x 730 = $235,899.50 against $235,900.96 from the unrounded hourly cost), at most half a
     cent times the hours."""
+    month = usd_text(0.005 * HOURS_PER_MONTH)
     if not quarters:
-        return (f"A month is {HOURS_PER_MONTH} hours: every hour of an 8,760-hour year billed, the price sheets' "
-                "convention. A month's amount is the hourly cost before rounding times those hours, so it can differ "
-                f"from the rounded hourly amount times them by up to {usd_text(0.005 * HOURS_PER_MONTH)}.")
-    return (f"A month is {HOURS_PER_MONTH} hours and a quarter {HOURS_PER_QUARTER:,}: every hour of an 8,760-hour "
-            "year billed, the price sheets' convention. Amounts per month and per quarter are the hourly cost before "
-            "rounding times those hours, so they can differ from the rounded hourly amount times them by up to "
-            f"{usd_text(0.005 * HOURS_PER_MONTH)} a month and {usd_text(0.005 * HOURS_PER_QUARTER)} a quarter.")
+        hours, amounts, bound = f"A month is {HOURS_PER_MONTH} hours", "A month's amount is", month
+    else:
+        hours = f"A month is {HOURS_PER_MONTH} hours and a quarter {HOURS_PER_QUARTER:,}"
+        amounts, bound = "Amounts per month and per quarter are", (
+            f"{month} a month and {usd_text(0.005 * HOURS_PER_QUARTER)} a quarter")
+    return (f"{hours}: every hour of an 8,760-hour year billed, the price sheets' convention. {amounts} the hourly "
+            f"cost before rounding times those hours, so {'they' if quarters else 'it'} can differ from the rounded "
+            f"hourly amount times them by up to {bound}.")

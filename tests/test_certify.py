@@ -133,6 +133,26 @@ def test_simulate_shows_the_replay_of_the_log_s_own_arrivals_that_certification_
     assert line.endswith("every target holds") == replay["holds"]
 
 
+def test_a_pool_that_misses_only_under_the_log_s_arrivals_names_that_miss():
+    """A pool whose runs hold but whose log replay misses: its misses name the replay's problems (the
+    report's, --json's and simulate's "misses:" had been empty), and the replay's own line says so."""
+    from types import SimpleNamespace
+
+    from planner.pool_check import PoolCheck
+    from planner.report_latency import replay_text
+
+    replay = SimpleNamespace(requests=1200, span_s=600.0, holds=False,
+                             problems=("all: TPOT p99 61.2 ms > 50 ms", "replica 2: the queue grows"))
+    check = SimpleNamespace(problems=(), replay=replay, replicas=2)
+    assert PoolCheck.misses.fget(check) == ("the log's own arrivals: all: TPOT p99 61.2 ms > 50 ms",
+                                            "the log's own arrivals: replica 2: the queue grows")
+    assert replay_text(check, 1.5) == (
+        "the log's own arrivals (1,200 requests over 10.0 minutes, its time compressed × 1.5 for the scenario's "
+        "growth, dealt in turn to the pool's 2 replicas): misses: all: TPOT p99 61.2 ms > 50 ms; replica 2: the "
+        "queue grows")
+    assert PoolCheck.misses.fget(SimpleNamespace(problems=("x",), replay=None)) == ("x",)
+
+
 def test_solve_reports_target_predicted_and_simulated_per_band(tmp_path):
     out = tmp_path / "out"
     r = CliRunner().invoke(main, ["solve", str(write(tmp_path)), "--out-dir", str(out)])
