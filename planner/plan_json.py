@@ -70,6 +70,16 @@ def log_replay_json(check) -> dict[str, Any] | None:
             "problems": list(r.problems)}
 
 
+def queue_settling_json(check) -> dict[str, Any] | None:
+    """The longer run that decided a growing queue the verdict's runs read (pool_check.QueueSettling):
+    trends as fractions of the arrival rate; None where the runs read none (or no certification ran)."""
+    if check is None or check.queue_settling is None:
+        return None
+    s = check.queue_settling
+    return {"runs_backlog_growth": s.read_growth, "longer_run_requests": s.requests, "backlog_growth": s.growth,
+            "grows": s.grows}
+
+
 def bands_json(bands, *, simulated: bool = True, past_roofline: bool = False) -> list[dict[str, Any]]:
     """Per band: each target (TTFT in s, TPOT and ITL in ms) with predicted and simulated values,
     and whether the band holds, judged_by the simulation or, where none ran, the model's prediction
@@ -130,6 +140,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             "holds": pool.check.holds if pool.check is not None else None,
             # runs pooled for the verdict: more than one where the first came close to a limit
             "simulation_runs": pool.check.runs if pool.check is not None else None,
+            "queue_settling": queue_settling_json(pool.check),
             "log_replay": log_replay_json(pool.check),
         }
         for pool in plan.pools

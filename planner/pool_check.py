@@ -37,6 +37,11 @@ degrees of freedom), and a replay 1% above its planned rate read 81.8 ms. A plan
 certified then holds with some margin, not on a coin toss. On a pool 4% over its
 limit the rule passed 3-5% of seeds, against 19-25% for four runs pooled (the tests' 8B pool, over
 1,024 seeds). The plans explored beside the plan (one GPU type each) are certified in the same way.
+
+A queue that the runs read as growing (their mean backlog trend over the tolerance) is read again
+on one run SETTLE_FACTOR times as long, which decides: a short run's warm-up can end before a replica
+started empty has filled, and pooling more runs as short would read the filling as often
+(planner.sim_measures gives the measurements).
 """
 
 from __future__ import annotations
@@ -56,7 +61,13 @@ from planner.sim_capacity import (
     max_sustainable_rate,
     point_view,
 )
-from planner.sim_measures import STABILITY_TOLERANCE, RequestLatencies, SimResult, merged_latencies
+from planner.sim_measures import (
+    SETTLE_FACTOR,
+    STABILITY_TOLERANCE,
+    RequestLatencies,
+    SimResult,
+    merged_latencies,
+)
 from planner.simulate import simulate_replica
 from planner.targets import SLO, Band
 
@@ -133,8 +144,9 @@ class PoolCheck:
     # pooled for the verdict: CONFIRM_RUNS when the first run's was a close call, more while undecided
     runs: int = 1
     attainment_error: float = math.nan  # the standard error of the simulated attainment, as TargetCheck's
-    # why more runs were pooled, for people: the first run's value near a limit, or its own problems
+    # why more runs were pooled, for people: the first run's value near a limit, or its preemptions
     pooled_because: str = ""
+    queue_settling: QueueSettling | None = None  # the longer run that decided a growing queue the runs read
 
     @property
     def seeds(self) -> list[int]:
@@ -252,7 +264,7 @@ def undecided_text(band: str, check: TargetCheck) -> str:
             f"cannot be told from its {check.limit_s * scale:g} {unit} limit, {undecided_phrase('it')}")
 
 
-def _problems(slo: SLO, bands: tuple[BandCheck, ...], sim: SimResult | None, lat: RequestLatencies | None,
+def _problems(slo: SLO, bands: tuple[BandCheck, ...], lat: RequestLatencies | None,
               attainment_error: float = math.nan) -> list[str]:
     """The targets missed, and those held by a value that cannot be told from its limit (undecided)."""
     out = [miss_text(b.band.name, c, c.simulated_s) if not c.holds else undecided_text(b.band.name, c)
@@ -264,37 +276,51 @@ def _problems(slo: SLO, bands: tuple[BandCheck, ...], sim: SimResult | None, lat
         elif undecided(got, slo.attainment, attainment_error):
             out.append(f"attainment {got:.1%} ± {attainment_error:.1%} cannot be told from its {slo.attainment:.1%} "
                        f"goal, {undecided_phrase('it')}")
-    if sim is not None:
-        out += _run_problems(sim)
     return out
 
 
-def _run_problems(sim: SimResult) -> list[str]:
-    """What a run shows of itself, whatever the targets: preemptions over budget, a growing queue."""
-    out = []
-    if sim.preemptions_per_1000 > PREEMPTION_BUDGET_PER_1000:
-        out.append(f"{sim.preemptions_per_1000:.1f} preemptions per 1,000 requests > {PREEMPTION_BUDGET_PER_1000:g}")
-    if not sim.stable:
-        out.append("the queue grows: the replica cannot keep up")
-    return out
-
-
-def _pooled_run_problems(sims: list[SimResult]) -> list[str]:
-    """_run_problems of runs pooled for one verdict, judged as their percentiles are: on the runs
-    together (preemptions per 1,000 arrivals, and the backlog's trend, averaged over the runs). A
-    queue is stable or not at a rate, whatever the seed; a run's trend is a noisy reading of it, and
-    a verdict that failed on any one run's would fail more often the more runs an undecided call
-    pools: two of inventory_mixed's failed on "run 15: the queue grows", one run of sixteen over the
-    tolerance, where the sixteen runs' trends averaged under a quarter of it."""
-    if len(sims) == 1:
-        return _run_problems(sims[0])
-    out, runs = [], f"(the mean of {len(sims)} runs)"
+def _preemption_problems(sims: list[SimResult]) -> list[str]:
+    """Preemptions over budget, judged on the runs pooled for a verdict together (their mean per
+    1,000 arrivals), as their percentiles are."""
     preempted = sum(s.preemptions_per_1000 for s in sims) / len(sims)
-    if preempted > PREEMPTION_BUDGET_PER_1000:
-        out.append(f"{preempted:.1f} preemptions per 1,000 requests > {PREEMPTION_BUDGET_PER_1000:g} {runs}")
-    if sum(s.backlog_growth for s in sims) / len(sims) > STABILITY_TOLERANCE:
-        out.append(f"the queue grows: the replica cannot keep up {runs}")
-    return out
+    if preempted <= PREEMPTION_BUDGET_PER_1000:
+        return []
+    runs = f" (the mean of {len(sims)} runs)" if len(sims) > 1 else ""
+    return [f"{preempted:.1f} preemptions per 1,000 requests > {PREEMPTION_BUDGET_PER_1000:g}{runs}"]
+
+
+@dataclass(frozen=True)
+class QueueSettling:
+    """A growing queue read by a verdict's runs, read again on a run SETTLE_FACTOR times as long,
+    which decides (planner.sim_measures: a short run's trend reads a replica still filling as growth).
+    Trends are the backlog's least-squares slope as a fraction of the arrival rate."""
+
+    read_growth: float  # the verdict's runs' trend: their mean
+    requests: int  # sampled for the longer run
+    growth: float  # the longer run's trend
+
+    @property
+    def grows(self) -> bool:
+        return self.growth > STABILITY_TOLERANCE
+
+    def text(self) -> str:
+        """For people: what was read, and what decided."""
+        return (f"the backlog rose at {self.read_growth:.1%} of the arrival rate, over the {STABILITY_TOLERANCE:.0%} "
+                f"allowed, as a replica still filling from empty can read; a run of {self.requests:,} requests, "
+                f"{SETTLE_FACTOR} times as long, read {self.growth:.1%}")
+
+
+def settle_queue(p: PoolSetting, requests: int, seed: int, sims: list[SimResult]) -> QueueSettling | None:
+    """Where the runs pooled for a verdict read a growing queue on their mean trend, a run of
+    SETTLE_FACTOR times the requests (the first run's seed) read again; None where they do not. A
+    queue is stable or not at a rate, whatever the seed: a verdict that failed on any one run's trend
+    would fail more often the more runs an undecided call pools (two of inventory_mixed's once failed
+    on one run of sixteen over the tolerance, where the sixteen averaged under a quarter of it)."""
+    read = sum(s.backlog_growth for s in sims) / len(sims)
+    if read <= STABILITY_TOLERANCE:
+        return None
+    longer = _run(p, SETTLE_FACTOR * requests, seed)
+    return QueueSettling(read, longer.requests, longer.backlog_growth)
 
 
 @dataclass(frozen=True)
@@ -333,17 +359,17 @@ def check_pool(p: PoolSetting, slo: SLO, *, requests: int, seed: int) -> PoolChe
     """Simulate one replica of the pool at its rate (`requests` sampled requests); compare with
     the model, band by band. A close call (close_call) is judged on CONFIRM_RUNS runs pooled, and
     CONFIRM_RUNS more at a time while a pooled value is undecided, up to MOST_RUNS (module
-    docstring); the mean model's simulated view is the first run's."""
+    docstring); a growing queue on a longer run (settle_queue); the mean model's simulated view is
+    the first run's."""
     sims = [_run(p, requests, seed)]
     lat = sims[0].latencies
     bands = band_checks(slo, p.model, p.resident, lat)
     attainment_error, because = math.nan, ""
     if close_call(bands) or _close_attainment(slo, lat):
         because = f"the first came within {1 - CLOSE_SHARE:.0%} of a limit"
-    elif first_problems := _run_problems(sims[0]):
-        # A run's own problems (a growing queue, preemptions) are noisy readings of the rate too, pooled
-        # as a close value is (_pooled_run_problems): a stable replica's backlog trend over one run
-        # passes the tolerance now and then (one run of sixteen did in two of inventory_mixed's pools).
+    elif first_problems := _preemption_problems(sims):
+        # Preemptions are a noisy reading of the rate too, pooled as a close value is; a growing queue
+        # is read again on a longer run instead (settle_queue), whose warm-up more runs would not lengthen.
         because = f"the first run read {'; '.join(first_problems)}"
     if because:
         runs = CONFIRM_RUNS
@@ -365,10 +391,14 @@ def check_pool(p: PoolSetting, slo: SLO, *, requests: int, seed: int) -> PoolChe
         attainment = (slo.attainment, predicted, lat.attainment(slo))
     predicted_view = point_view(p.model.point(p.resident)) if p.resident is not None else {}
     replay = replay_trace(p, slo) if p.trace is not None else None
-    problems = _problems(slo, bands, None, lat, attainment_error) + _pooled_run_problems(sims)
+    settling = settle_queue(p, requests, seed, sims)
+    problems = _problems(slo, bands, lat, attainment_error) + _preemption_problems(sims)
+    if settling is not None and settling.grows:
+        problems.append(f"the queue grows: the replica cannot keep up (a run of {settling.requests:,} requests "
+                        f"read {settling.growth:.1%} of the arrival rate, {STABILITY_TOLERANCE:.0%} allowed)")
     return PoolCheck(p.name, p.label, p.config, p.replicas, p.rate_rps, bands, attainment, predicted_view,
                      sim.compare_view(), tuple(problems), requests, seed, replay, lat, len(sims), attainment_error,
-                     because)
+                     because, settling)
 
 
 def _run(p: PoolSetting, requests: int, seed: int) -> SimResult:
@@ -433,7 +463,7 @@ def replay_trace(p: PoolSetting, slo: SLO) -> TraceReplay:
         parts.append(simulate_replica(p.deployment, mine, shared_prefix_tokens=p.shared_prefix_tokens, warmup_fraction=0.0))
     lat = merged_latencies([s.latencies for s in parts])
     bands = band_checks(slo, None, None, lat)
-    problems = _problems(slo, bands, None, lat)
+    problems = _problems(slo, bands, lat)
     problems += [f"replica {i + 1}: the queue grows" for i, s in enumerate(parts) if not s.stable]
     return TraceReplay(tr.n, float(tr.arrival_s[-1] - tr.arrival_s[0]), bands, tuple(problems))
 

@@ -162,6 +162,8 @@ def latency_section(plan: Plan) -> str:
                 "simulated column is the first run's)") if c.runs > 1 else ""
         lines += ["", f"**{c.label}** — {c.config}, {c.rate_rps:,.3f} requests/s per replica, {c.requests * c.runs:,} "
                   f"requests simulated{runs}: {verdict}.", ""]
+        if c.queue_settling is not None:
+            lines += [f"Queue: {c.queue_settling.text()}.", ""]
         lines += band_rows(c.bands)
         if c.attainment is not None:
             goal, pred, sim = c.attainment

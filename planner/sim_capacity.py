@@ -17,8 +17,8 @@ from planner.deployment import Deployment
 from planner.histogram import Histogram
 from planner.memory import budget_ladder, kv_token_cap
 from planner.paged import TokenProfile, token_profile
-from planner.requests import sample_requests, shortest_prompt_tokens
-from planner.sim_measures import COMPARE_KEYS, SimResult
+from planner.requests import Requests, sample_requests, shortest_prompt_tokens
+from planner.sim_measures import COMPARE_KEYS, SETTLE_FACTOR, SimResult
 from planner.simulate import DEFAULT_WARMUP_FRACTION, simulate_replica
 from planner.targets import SLO
 
@@ -82,7 +82,8 @@ class Criterion:
     - stable: the backlog (requests arrived, not finished) does not trend upwards by
       more than STABILITY_TOLERANCE of the arrival rate over the window - the
       throughput/roofline ceiling, and at a full cache the memory ceiling, where
-      admission waits for blocks and the queue grows;
+      admission waits for blocks and the queue grows (max_sustainable_rate reads a rate
+      that fails on this alone again on a run SETTLE_FACTOR times as long);
     - every band's TTFT, TPOT and ITL at its statistic within its limit (planner.targets);
     - the attainment goal, when the SLO states one;
     - preemptions per 1,000 requests <= the budget - the memory ceiling: expected sizing
@@ -149,24 +150,38 @@ def max_sustainable_rate(
     widened by factors of `widen` until it holds a pass and a fail; bisection stops when
     its width is below rel_tol of the upper end. search_above=False: a pass at the initial rate
     is the answer (a caller that needs no rate above it is spared the search upwards).
+    A rate whose run fails on a growing backlog alone is run again on SETTLE_FACTOR times the
+    requests (sampled once, with the same seed), and that run decides it: its result is the rate's.
     """
     slo = slo or NO_TARGETS
     crit = Criterion(slo, preemption_budget_per_1000)
     if initial_rate_rps is None:
         initial_rate_rps = replica_capacity(dep, profile_for(dep, hist, shared_prefix_tokens=shared_prefix_tokens), slo).max_rps
     guess = float(initial_rate_rps) if initial_rate_rps > 0 else 1.0  # the model found none: start at 1 rps
-    base = sample_requests(hist, 1.0, n_requests, seed, max_total_tokens=dep.max_model_len,
-                           min_prompt_tokens=shortest_prompt_tokens(shared_prefix_tokens, dep.block_size))
+
+    def sample(n: int) -> Requests:
+        return sample_requests(hist, 1.0, n, seed, max_total_tokens=dep.max_model_len,
+                               min_prompt_tokens=shortest_prompt_tokens(shared_prefix_tokens, dep.block_size))
+
+    base = sample(n_requests)
     run = simulate or simulate_replica
     cache: dict[float, tuple[SimResult, list[str]]] = {}
     order: list[tuple[float, tuple[str, ...]]] = []
+    longer: list[Requests] = []  # sampled once, when a run first reads only a growing queue
 
     def evaluate(rate: float) -> list[str]:
         if rate not in cache:
             r = run(dep, base.at_rate(rate), kv_budget_bytes=kv_budget_bytes,
                     shared_prefix_tokens=shared_prefix_tokens, warmup_fraction=warmup_fraction)
-            cache[rate] = (r, crit.failures(r))
-            order.append((rate, tuple(cache[rate][1])))
+            failed = crit.failures(r)
+            if failed == ["unstable"]:  # perhaps a replica still filling: a longer run decides (SETTLE_FACTOR)
+                if not longer:
+                    longer.append(sample(SETTLE_FACTOR * n_requests))
+                r = run(dep, longer[0].at_rate(rate), kv_budget_bytes=kv_budget_bytes,
+                        shared_prefix_tokens=shared_prefix_tokens, warmup_fraction=warmup_fraction)
+                failed = crit.failures(r)
+            cache[rate] = (r, failed)
+            order.append((rate, tuple(failed)))
         return cache[rate][1]
 
     lo, hi = guess, guess

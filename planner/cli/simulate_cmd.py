@@ -35,7 +35,7 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
     """
     from planner.cli.progress_bars import terminal_progress
     from planner.errors import located
-    from planner.plan_json import bands_json, log_replay_json
+    from planner.plan_json import bands_json, log_replay_json, queue_settling_json
     from planner.report_latency import replay_text, seeds_text
 
     with located(scenario), terminal_progress():
@@ -49,7 +49,7 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
                  "runs": c.runs, "seeds": c.seeds, "requests_per_run": c.requests,
                  "predicted": c.predicted, "simulated": c.simulated, "bands": _bands(c, slo),
                  "targets": bands_json(c.bands), "holds": c.holds, "problems": list(c.problems),
-                 "log_replay": log_replay_json(c)}
+                 "queue_settling": queue_settling_json(c), "log_replay": log_replay_json(c)}
                 for c in checks
             ],
         })
@@ -65,6 +65,8 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
             tpot = " ".join(f"{s} {band[f'tpot_ms_{s}']:,.1f}" for s in _STATS if band[f"tpot_ms_{s}"] is not None)
             click.echo(f"  {band['band']:<28} {band['requests']:>7,} requests  TTFT ms {ttft or '—'}  TPOT ms {tpot or '—'}"
                        f"  {'holds' if band['holds'] else 'misses'}")
+        if c.queue_settling is not None:
+            click.echo(f"  queue: {c.queue_settling.text()}")
         if c.replay is not None:  # certification judges it too (PoolCheck.holds): shown, not only counted
             click.echo(f"  {replay_text(c, scn.traffic.growth)}")
     if any(not c.holds for c in checks):
