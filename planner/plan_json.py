@@ -76,8 +76,8 @@ def queue_settling_json(check) -> dict[str, Any] | None:
     if check is None or check.queue_settling is None:
         return None
     s = check.queue_settling
-    return {"runs_backlog_growth": s.read_growth, "longer_run_requests": s.requests, "backlog_growth": s.growth,
-            "grows": s.grows}
+    return {"runs_backlog_growth": s.read_growth, "requests_per_run": s.read_requests, "longer_run_requests": s.requests,
+            "backlog_growth": s.growth, "grows": s.grows}
 
 
 def bands_json(bands, *, simulated: bool = True, past_roofline: bool = False) -> list[dict[str, Any]]:

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.bounds import MAX_SEED, MIN_RPS
+from planner.bounds import MAX_SEED, MAX_SIMULATED_REQUESTS, MIN_RPS
 from planner.capacity import ReplicaModel
 from planner.deployment import Deployment
 from planner.histogram import LENGTH_EDGES, Histogram
@@ -296,6 +296,7 @@ class QueueSettling:
     Trends are the backlog's least-squares slope as a fraction of the arrival rate."""
 
     read_growth: float  # the verdict's runs' trend: their mean
+    read_requests: int  # sampled for each of those runs
     requests: int  # sampled for the longer run
     growth: float  # the longer run's trend
 
@@ -307,20 +308,21 @@ class QueueSettling:
         """For people: what was read, and what decided."""
         return (f"the backlog rose at {self.read_growth:.1%} of the arrival rate, over the {STABILITY_TOLERANCE:.0%} "
                 f"allowed, as a replica still filling from empty can read; a run of {self.requests:,} requests, "
-                f"{SETTLE_FACTOR} times as long, read {self.growth:.1%}")
+                f"{self.requests / self.read_requests:.3g} times as long, read {self.growth:.1%}")
 
 
 def settle_queue(p: PoolSetting, requests: int, seed: int, sims: list[SimResult]) -> QueueSettling | None:
     """Where the runs pooled for a verdict read a growing queue on their mean trend, a run of
-    SETTLE_FACTOR times the requests (the first run's seed) read again; None where they do not. A
+    SETTLE_FACTOR times the requests (the first run's seed; at most MAX_SIMULATED_REQUESTS) read
+    again; None where they do not. A
     queue is stable or not at a rate, whatever the seed: a verdict that failed on any one run's trend
     would fail more often the more runs an undecided call pools (two of inventory_mixed's once failed
     on one run of sixteen over the tolerance, where the sixteen averaged under a quarter of it)."""
     read = sum(s.backlog_growth for s in sims) / len(sims)
     if read <= STABILITY_TOLERANCE:
         return None
-    longer = _run(p, SETTLE_FACTOR * requests, seed)
-    return QueueSettling(read, longer.requests, longer.backlog_growth)
+    longer = _run(p, min(SETTLE_FACTOR * requests, MAX_SIMULATED_REQUESTS), seed)
+    return QueueSettling(read, requests, longer.requests, longer.backlog_growth)
 
 
 @dataclass(frozen=True)

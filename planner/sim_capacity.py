@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from planner.bounds import MAX_SIMULATED_REQUESTS
 from planner.capacity import NO_TARGETS, OperatingPoint, ReplicaModel, replica_capacity
 from planner.deployment import Deployment
 from planner.histogram import Histogram
@@ -151,7 +152,8 @@ def max_sustainable_rate(
     its width is below rel_tol of the upper end. search_above=False: a pass at the initial rate
     is the answer (a caller that needs no rate above it is spared the search upwards).
     A rate whose run fails on a growing backlog alone is run again on SETTLE_FACTOR times the
-    requests (sampled once, with the same seed), and that run decides it: its result is the rate's.
+    requests (sampled once, with the same seed; at most MAX_SIMULATED_REQUESTS), and that run
+    decides it: its result is the rate's.
     """
     slo = slo or NO_TARGETS
     crit = Criterion(slo, preemption_budget_per_1000)
@@ -176,7 +178,7 @@ def max_sustainable_rate(
             failed = crit.failures(r)
             if failed == ["unstable"]:  # perhaps a replica still filling: a longer run decides (SETTLE_FACTOR)
                 if not longer:
-                    longer.append(sample(SETTLE_FACTOR * n_requests))
+                    longer.append(sample(min(SETTLE_FACTOR * n_requests, MAX_SIMULATED_REQUESTS)))
                 r = run(dep, longer[0].at_rate(rate), kv_budget_bytes=kv_budget_bytes,
                         shared_prefix_tokens=shared_prefix_tokens, warmup_fraction=warmup_fraction)
                 failed = crit.failures(r)

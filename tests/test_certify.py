@@ -538,7 +538,7 @@ def test_a_queue_a_short_run_reads_as_growing_is_decided_on_a_run_four_times_as_
     check = check_pool(p, slo, requests=5556, seed=seed)
     assert check.holds and check.runs == 1 and not check.pooled_because
     settled = check.queue_settling
-    assert settled.read_growth > STABILITY_TOLERANCE and settled.requests == SETTLE_FACTOR * 5556
+    assert settled.read_growth > STABILITY_TOLERANCE and (settled.read_requests, settled.requests) == (5556, SETTLE_FACTOR * 5556)
     assert settled.growth == longer.backlog_growth and not settled.grows
     assert settled.text() == (
         f"the backlog rose at {settled.read_growth:.1%} of the arrival rate, over the 2% allowed, as a replica "
@@ -575,7 +575,7 @@ def test_simulate_solve_and_the_report_show_the_longer_run_that_decided_the_queu
     settled = pool["queue_settling"]
     assert pool["holds"] and pool["requests_per_run"] == 5556 and pool["runs"] == 1
     assert settled["runs_backlog_growth"] > STABILITY_TOLERANCE >= settled["backlog_growth"] and not settled["grows"]
-    assert settled["longer_run_requests"] == 4 * 5556
+    assert settled["longer_run_requests"] == 4 * 5556 and settled["requests_per_run"] == 5556
     text = CliRunner().invoke(main, ["simulate", str(path)])
     assert f"  queue: the backlog rose at {settled['runs_backlog_growth']:.1%} of the arrival rate" in text.output
     solved = CliRunner().invoke(main, ["solve", str(path), "--json", "--out-dir", str(tmp_path / "out")])
