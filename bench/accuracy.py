@@ -345,7 +345,7 @@ def run_percentile_pool(cat, pool: Pool, hist: Histogram, args) -> list[Percenti
         sat = max_sustainable_rate(dep, hist, SLO(), n_requests=args.saturation_requests, seed=args.seed,
                                    rel_tol=args.rel_tol, initial_rate_rps=model_cap)
         basis = sat.rate_rps
-        sat_text = f", simulated saturation {basis:.3f} rps ({len(sat.evaluations)} runs, {time.perf_counter() - t0:.1f} s)"
+        sat_text = f", simulated saturation {basis:.3f} rps ({sat.runs} runs, {time.perf_counter() - t0:.1f} s)"
     print(f"{pool.label}: model capacity without targets {model_cap:.3f} rps{sat_text}", flush=True)
     shares = [s for s in band_shares(hist, bands) if s > 0]
     want = math.ceil(BAND_TARGET_REQUESTS / min(shares) / (1 - DEFAULT_WARMUP_FRACTION))
@@ -536,7 +536,7 @@ def capacity_cases(cat, raw, trace_desc, args) -> None:
                              f"{pt.kv_utilisation:.2f}|{r.kv_utilisation:.2f}")
                 print(f"{label:34s} {hname:14s} {sname:5s} {cap.max_rps:9.3f} {cap.binding:7s} {found.rate_rps:8.3f} "
                       f"{found.binding:22s} {err:+6.1f}%  {pairs[0]:>9s} {pairs[1]:>11s} {pairs[2]:>9s} "
-                      f"{len(found.evaluations):4d} {wall:4.1f}", flush=True)
+                      f"{found.runs:4d} {wall:4.1f}", flush=True)
     abs_err = [abs(e) for e, _ in errors]
     worst = max(errors, key=lambda e: abs(e[0]))
     print()

@@ -72,12 +72,15 @@ def log_replay_json(check) -> dict[str, Any] | None:
 
 def queue_settling_json(check) -> dict[str, Any] | None:
     """The longer run that decided a growing queue the verdict's runs read (pool_check.QueueSettling):
-    trends as fractions of the arrival rate; None where the runs read none (or no certification ran)."""
+    trends as fractions of the arrival rate, and what else the longer run missed (its targets,
+    preemptions), which counts in the pool's problems; None where the runs read none (or no
+    certification ran)."""
     if check is None or check.queue_settling is None:
         return None
     s = check.queue_settling
-    return {"runs_backlog_growth": s.read_growth, "requests_per_run": s.read_requests, "longer_run_requests": s.requests,
-            "backlog_growth": s.growth, "grows": s.grows}
+    return {"runs_backlog_growth": s.read_growth, "runs": s.runs, "requests_per_run": s.read_requests,
+            "longer_run_requests": s.requests, "backlog_growth": s.growth, "grows": s.grows,
+            "longer_run_misses": list(s.misses)}
 
 
 def bands_json(bands, *, simulated: bool = True, past_roofline: bool = False) -> list[dict[str, Any]]:

@@ -279,6 +279,12 @@ def _problems(slo: SLO, bands: tuple[BandCheck, ...], lat: RequestLatencies | No
     return out
 
 
+def _growing_text(growth: float, over: str = "") -> str:
+    """'the queue grows: the replica cannot keep up (its backlog rising at 7.3% of the arrival rate{over}; 2% allowed)'"""
+    return (f"the queue grows: the replica cannot keep up (its backlog rising at {growth:.1%} of the arrival rate{over}; "
+            f"{STABILITY_TOLERANCE:.0%} allowed)")
+
+
 def _preemption_problems(sims: list[SimResult]) -> list[str]:
     """Preemptions over budget, judged on the runs pooled for a verdict together (their mean per
     1,000 arrivals), as their percentiles are."""
@@ -293,36 +299,54 @@ def _preemption_problems(sims: list[SimResult]) -> list[str]:
 class QueueSettling:
     """A growing queue read by a verdict's runs, read again on a run SETTLE_FACTOR times as long,
     which decides (planner.sim_measures: a short run's trend reads a replica still filling as growth).
-    Trends are the backlog's least-squares slope as a fraction of the arrival rate."""
+    Its latencies and preemptions are judged too: where the short runs had not settled, neither had
+    their percentiles. Trends are the backlog's least-squares slope as a fraction of the arrival rate."""
 
     read_growth: float  # the verdict's runs' trend: their mean
+    runs: int  # pooled for the verdict
     read_requests: int  # sampled for each of those runs
     requests: int  # sampled for the longer run
     growth: float  # the longer run's trend
+    misses: tuple[str, ...]  # the longer run's targets missed and preemptions over budget
 
     @property
     def grows(self) -> bool:
         return self.growth > STABILITY_TOLERANCE
 
+    @property
+    def longer_text(self) -> str:
+        """'a run of 22,224 requests, 4 times as long'"""
+        return f"a run of {self.requests:,} requests, {self.requests / self.read_requests:.3g} times as long"
+
     def text(self) -> str:
         """For people: what was read, and what decided."""
-        return (f"the backlog rose at {self.read_growth:.1%} of the arrival rate, over the {STABILITY_TOLERANCE:.0%} "
-                f"allowed, as a replica still filling from empty can read; a run of {self.requests:,} requests, "
-                f"{self.requests / self.read_requests:.3g} times as long, read {self.growth:.1%}")
+        mean = f" (the mean of {self.runs} runs)" if self.runs > 1 else ""
+        verdict = ("the queue grows" if self.grows else "it levels off") + (
+            "; and there " + "; ".join(self.misses) if self.misses else "")
+        return (f"the backlog rose at {self.read_growth:.1%} of the arrival rate{mean}, over the {STABILITY_TOLERANCE:.0%} "
+                f"allowed, as a replica still filling from empty also reads; {self.longer_text}, read "
+                f"{_trend_text(self.growth)}: {verdict}")
 
 
-def settle_queue(p: PoolSetting, requests: int, seed: int, sims: list[SimResult]) -> QueueSettling | None:
+def _trend_text(growth: float) -> str:
+    return f"{growth:.1%}" if growth > 0 else f"no growth ({growth:.1%})"
+
+
+def settle_queue(p: PoolSetting, slo: SLO, requests: int, seed: int, sims: list[SimResult]) -> QueueSettling | None:
     """Where the runs pooled for a verdict read a growing queue on their mean trend, a run of
     SETTLE_FACTOR times the requests (the first run's seed; at most MAX_SIMULATED_REQUESTS) read
-    again; None where they do not. A
-    queue is stable or not at a rate, whatever the seed: a verdict that failed on any one run's trend
-    would fail more often the more runs an undecided call pools (two of inventory_mixed's once failed
-    on one run of sixteen over the tolerance, where the sixteen averaged under a quarter of it)."""
+    again; None where they do not, or where no longer run can be sampled (the mean trend decides).
+    A queue is stable or not at a rate, whatever the seed: a verdict that failed on any one run's
+    trend would fail more often the more runs an undecided call pools (two of inventory_mixed's once
+    failed on one run of sixteen over the tolerance, where the sixteen averaged under a quarter of it)."""
     read = sum(s.backlog_growth for s in sims) / len(sims)
-    if read <= STABILITY_TOLERANCE:
+    n = min(SETTLE_FACTOR * requests, MAX_SIMULATED_REQUESTS)
+    if read <= STABILITY_TOLERANCE or n <= requests:
         return None
-    longer = _run(p, min(SETTLE_FACTOR * requests, MAX_SIMULATED_REQUESTS), seed)
-    return QueueSettling(read, requests, longer.requests, longer.backlog_growth)
+    longer = _run(p, n, seed)
+    lat = longer.latencies
+    misses = _problems(slo, band_checks(slo, None, None, lat), lat) + _preemption_problems([longer])
+    return QueueSettling(read, len(sims), requests, longer.requests, longer.backlog_growth, tuple(misses))
 
 
 @dataclass(frozen=True)
@@ -393,11 +417,15 @@ def check_pool(p: PoolSetting, slo: SLO, *, requests: int, seed: int) -> PoolChe
         attainment = (slo.attainment, predicted, lat.attainment(slo))
     predicted_view = point_view(p.model.point(p.resident)) if p.resident is not None else {}
     replay = replay_trace(p, slo) if p.trace is not None else None
-    settling = settle_queue(p, requests, seed, sims)
+    settling = settle_queue(p, slo, requests, seed, sims)
     problems = _problems(slo, bands, lat, attainment_error) + _preemption_problems(sims)
-    if settling is not None and settling.grows:
-        problems.append(f"the queue grows: the replica cannot keep up (a run of {settling.requests:,} requests "
-                        f"read {settling.growth:.1%} of the arrival rate, {STABILITY_TOLERANCE:.0%} allowed)")
+    read = sum(s.backlog_growth for s in sims) / len(sims)
+    if settling is not None:
+        if settling.grows:
+            problems.append(_growing_text(settling.growth, f" over {settling.longer_text}"))
+        problems += [f"{settling.longer_text}: {miss}" for miss in settling.misses]
+    elif read > STABILITY_TOLERANCE:  # no longer run could be sampled: the runs' mean trend decides
+        problems.append(_growing_text(read, f", the mean of {len(sims)} runs" if len(sims) > 1 else ""))
     return PoolCheck(p.name, p.label, p.config, p.replicas, p.rate_rps, bands, attainment, predicted_view,
                      sim.compare_view(), tuple(problems), requests, seed, replay, lat, len(sims), attainment_error,
                      because, settling)
@@ -466,6 +494,7 @@ def replay_trace(p: PoolSetting, slo: SLO) -> TraceReplay:
     lat = merged_latencies([s.latencies for s in parts])
     bands = band_checks(slo, None, None, lat)
     problems = _problems(slo, bands, lat)
-    problems += [f"replica {i + 1}: the queue grows" for i, s in enumerate(parts) if not s.stable]
+    # A log cannot be run longer: each replica's whole share of it decides (settle_queue does not apply).
+    problems += [f"replica {i + 1}: {_growing_text(s.backlog_growth)}" for i, s in enumerate(parts) if not s.stable]
     return TraceReplay(tr.n, float(tr.arrival_s[-1] - tr.arrival_s[0]), bands, tuple(problems))
 

@@ -119,10 +119,12 @@ class SustainableRate:
     """The highest simulated rate that held (bisection), with the runs that decided it."""
 
     rate_rps: float
-    result: SimResult | None  # the run at rate_rps
+    result: SimResult | None  # the run that judged rate_rps (on the longer sample, where one was drawn)
     binding: str  # what failed just above it
     evaluations: tuple[tuple[float, tuple[str, ...]], ...]  # (rate, failures) in the order tried
     bracket: tuple[float, float]
+    runs: int = 0  # simulated: one a rate, and one more where a rate was read again on the longer sample
+    longer_requests: int = 0  # the longer sample's requests, where a rate failing on its backlog alone drew it
 
 
 def max_sustainable_rate(
@@ -151,9 +153,10 @@ def max_sustainable_rate(
     widened by factors of `widen` until it holds a pass and a fail; bisection stops when
     its width is below rel_tol of the upper end. search_above=False: a pass at the initial rate
     is the answer (a caller that needs no rate above it is spared the search upwards).
-    A rate whose run fails on a growing backlog alone is run again on SETTLE_FACTOR times the
-    requests (sampled once, with the same seed; at most MAX_SIMULATED_REQUESTS), and that run
-    decides it: its result is the rate's.
+    The first rate whose run fails on a growing backlog alone is run again on SETTLE_FACTOR times
+    the requests (sampled with the same seed; at most MAX_SIMULATED_REQUESTS), which decides it and
+    every rate tried after it: a short run's trend reads a replica still filling as growth
+    (planner.sim_measures), and its percentiles are as unsettled.
     """
     slo = slo or NO_TARGETS
     crit = Criterion(slo, preemption_budget_per_1000)
@@ -165,35 +168,43 @@ def max_sustainable_rate(
         return sample_requests(hist, 1.0, n, seed, max_total_tokens=dep.max_model_len,
                                min_prompt_tokens=shortest_prompt_tokens(shared_prefix_tokens, dep.block_size))
 
-    base = sample(n_requests)
+    # The longer sample joins once a rate fails on a growing backlog alone, and judges every rate
+    # after it: one sample for the rates that bracket the answer from then on (common random numbers).
+    samples = [sample(n_requests)]
+    longer_n = min(SETTLE_FACTOR * n_requests, MAX_SIMULATED_REQUESTS)
     run = simulate or simulate_replica
     cache: dict[float, tuple[SimResult, list[str]]] = {}
     order: list[tuple[float, tuple[str, ...]]] = []
-    longer: list[Requests] = []  # sampled once, when a run first reads only a growing queue
+    runs = [0]
+
+    def simulated(rate: float) -> tuple[SimResult, list[str]]:
+        runs[0] += 1
+        r = run(dep, samples[-1].at_rate(rate), kv_budget_bytes=kv_budget_bytes,
+                shared_prefix_tokens=shared_prefix_tokens, warmup_fraction=warmup_fraction)
+        return r, crit.failures(r)
 
     def evaluate(rate: float) -> list[str]:
         if rate not in cache:
-            r = run(dep, base.at_rate(rate), kv_budget_bytes=kv_budget_bytes,
-                    shared_prefix_tokens=shared_prefix_tokens, warmup_fraction=warmup_fraction)
-            failed = crit.failures(r)
-            if failed == ["unstable"]:  # perhaps a replica still filling: a longer run decides (SETTLE_FACTOR)
-                if not longer:
-                    longer.append(sample(min(SETTLE_FACTOR * n_requests, MAX_SIMULATED_REQUESTS)))
-                r = run(dep, longer[0].at_rate(rate), kv_budget_bytes=kv_budget_bytes,
-                        shared_prefix_tokens=shared_prefix_tokens, warmup_fraction=warmup_fraction)
-                failed = crit.failures(r)
+            r, failed = simulated(rate)
+            if failed == ["unstable"] and len(samples) == 1 and longer_n > n_requests:  # perhaps still filling
+                samples.append(sample(longer_n))
+                r, failed = simulated(rate)
             cache[rate] = (r, failed)
             order.append((rate, tuple(failed)))
         return cache[rate][1]
+
+    def found(rate: float, result: SimResult | None, binding: str, bracket: tuple[float, float]) -> SustainableRate:
+        return SustainableRate(rate, result, binding, tuple(order), bracket, runs[0],
+                               samples[-1].n if len(samples) > 1 else 0)
 
     lo, hi = guess, guess
     if evaluate(guess):
         while evaluate(lo) and len(order) < max_evaluations:
             hi, lo = lo, lo / widen
         if evaluate(lo):
-            return SustainableRate(0.0, None, ",".join(cache[lo][1]), tuple(order), (0.0, lo))
+            return found(0.0, None, ",".join(cache[lo][1]), (0.0, lo))
     elif not search_above:
-        return SustainableRate(guess, cache[guess][0], "not searched above", tuple(order), (guess, guess))
+        return found(guess, cache[guess][0], "not searched above", (guess, guess))
     else:
         while not evaluate(hi) and len(order) < max_evaluations:
             lo, hi = hi, hi * widen
@@ -203,10 +214,4 @@ def max_sustainable_rate(
             hi = mid
         else:
             lo = mid
-    return SustainableRate(
-        rate_rps=lo,
-        result=cache[lo][0],
-        binding=",".join(cache[hi][1]) if hi in cache and cache[hi][1] else "not bracketed",
-        evaluations=tuple(order),
-        bracket=(lo, hi),
-    )
+    return found(lo, cache[lo][0], ",".join(cache[hi][1]) if hi in cache and cache[hi][1] else "not bracketed", (lo, hi))

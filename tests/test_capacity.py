@@ -400,9 +400,12 @@ def test_a_small_token_budget_binds_where_the_simulated_prefill_queue_saturates(
     assert rm.prefill_wait_s(rm.budget_bound * 0.999) < math.inf == rm.prefill_wait_s(rm.budget_bound * 1.001)
     assert cap.ceilings_rps["token_budget"] == pytest.approx(rm.rate(rm.budget_bound), rel=1e-12)
     assert cap.max_rps == pytest.approx(KNEE_SHARE * cap.ceilings_rps["token_budget"], rel=1e-6)
-    simulated = statistics.median(
-        max_sustainable_rate(dep, hist, SLO(), n_requests=20000, seed=seed, rel_tol=0.01,
-                             initial_rate_rps=cap.max_rps).rate_rps for seed in range(3))
+    def saturation(requests):
+        return statistics.median(max_sustainable_rate(dep, hist, SLO(), n_requests=requests, seed=seed, rel_tol=0.01,
+                                                      initial_rate_rps=cap.max_rps).rate_rps for seed in range(3))
+
+    simulated = saturation(20000)
+    assert simulated == pytest.approx(saturation(80000), rel=0.01)
     assert 0.95 * simulated <= cap.max_rps <= 1.01 * simulated
     without_budget = KNEE_SHARE * min(cap.ceilings_rps["memory"], cap.ceilings_rps["roofline"])
     assert without_budget > 1.04 * simulated

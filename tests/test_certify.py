@@ -522,8 +522,8 @@ def _filling_pool(catalog, scale: float = 1.0):
 
 def test_a_queue_a_short_run_reads_as_growing_is_decided_on_a_run_four_times_as_long(catalog):
     """A replica started empty is still filling when a short run's warm-up ends: at its planned
-    rate (targets far from its latencies) a 5,556-request run reads its backlog rising over the tolerance on some seeds, a run four
-    times as long on none. The pool holds on the first run, read again on the longer one (no runs
+    rate (targets far from its latencies) a 5,556-request run reads its backlog rising over the
+    tolerance on some seeds, a run four times as long on none. The pool holds on the first run, read again on the longer one (no runs
     pooled: more runs as short would read the filling as often), and the report says so; at 1.5x the
     rate, past its saturation, the longer run reads the growth too and the pool misses on it."""
     from planner.pool_check import _run, check_pool
@@ -542,14 +542,65 @@ def test_a_queue_a_short_run_reads_as_growing_is_decided_on_a_run_four_times_as_
     assert settled.growth == longer.backlog_growth and not settled.grows
     assert settled.text() == (
         f"the backlog rose at {settled.read_growth:.1%} of the arrival rate, over the 2% allowed, as a replica "
-        f"still filling from empty can read; a run of 22,224 requests, 4 times as long, read {longer.backlog_growth:.1%}")
+        f"still filling from empty also reads; a run of 22,224 requests, 4 times as long, read {_reading(longer)}: it "
+        "levels off")
 
     past, _ = _filling_pool(catalog, 1.5)
     check = check_pool(past, slo, requests=5556, seed=0)
-    assert check.queue_settling.grows and not check.holds
-    assert check.problems[-1] == (f"the queue grows: the replica cannot keep up (a run of 22,224 requests read "
-                                  f"{check.queue_settling.growth:.1%} of the arrival rate, 2% allowed)")
-    assert check.queue_settling.growth > 5 * STABILITY_TOLERANCE
+    assert check.queue_settling.grows and not check.holds and check.queue_settling.growth > 5 * STABILITY_TOLERANCE
+    assert (f"the queue grows: the replica cannot keep up (its backlog rising at {check.queue_settling.growth:.1%} "
+            "of the arrival rate over a run of 22,224 requests, 4 times as long; 2% allowed)") in check.problems
+    assert check.queue_settling.text().endswith(": the queue grows" + (
+        "; and there " + "; ".join(check.queue_settling.misses) if check.queue_settling.misses else ""))
+
+
+def _reading(sim) -> str:
+    """A trend as the Queue line reads it: '0.3%', or 'no growth (-0.1%)'."""
+    return f"{sim.backlog_growth:.1%}" if sim.backlog_growth > 0 else f"no growth ({sim.backlog_growth:.1%})"
+
+
+def test_the_longer_run_that_settles_a_queue_judges_its_targets_too(catalog):
+    """At 1.15x the filling replica's rate, a short run that reads its queue as growing has not
+    settled its percentiles either: on a seed where its TTFT p99 lies clear of a limit (no close
+    call) and the run four times as long reads over it, the pool misses, and says on which run."""
+    from planner.pool_check import CLOSE_SHARE, _run, band_checks, check_pool
+    from planner.sim_measures import SETTLE_FACTOR, STABILITY_TOLERANCE
+    from planner.targets import SLO
+
+    p, _ = _filling_pool(catalog, 1.15)
+    far = SLO.single(ttft_s=60, tpot_ms=1000)
+
+    def ttft_p99(sim):
+        return band_checks(far, None, None, sim.latencies)[0].checks[0].simulated_s
+
+    def case(seed):
+        short = _run(p, 5556, seed)
+        limit_s = ttft_p99(short) / CLOSE_SHARE * 1.02
+        return short.backlog_growth > STABILITY_TOLERANCE and ttft_p99(_run(p, SETTLE_FACTOR * 5556, seed)) > limit_s
+
+    seed = next(s for s in range(16) if case(s))
+    limit_s = round(ttft_p99(_run(p, 5556, seed)) / CLOSE_SHARE * 1.02, 3)
+    check = check_pool(p, SLO.single(ttft_s=limit_s, tpot_ms=1000), requests=5556, seed=seed)
+    assert check.runs == 1 and all(c.holds for b in check.bands for c in b.checks)  # the short run holds, clear
+    assert not check.holds and not check.queue_settling.grows
+    (miss,) = check.queue_settling.misses
+    assert miss.startswith("all: TTFT p99 ") and miss.endswith(f" s > {limit_s:g} s")
+    assert check.problems == (f"a run of 22,224 requests, 4 times as long: {miss}",)
+
+
+def test_a_queue_no_longer_run_can_settle_is_judged_on_the_runs_mean(catalog, monkeypatch):
+    """At the simulator's request limit no longer run can be sampled: the verdict's runs' mean trend
+    decides, as it did before the longer run."""
+    from planner import pool_check
+    from planner.targets import SLO
+
+    past, _ = _filling_pool(catalog, 1.5)
+    monkeypatch.setattr(pool_check, "MAX_SIMULATED_REQUESTS", 5556)
+    check = pool_check.check_pool(past, SLO.single(ttft_s=60, tpot_ms=1000), requests=5556, seed=0)
+    assert check.queue_settling is None and not check.holds
+    growth = pool_check._run(past, 5556, 0).backlog_growth
+    assert check.problems[-1] == (f"the queue grows: the replica cannot keep up (its backlog rising at {growth:.1%} of "
+                                  "the arrival rate; 2% allowed)")
 
 
 def test_simulate_solve_and_the_report_show_the_longer_run_that_decided_the_queue(catalog, tmp_path):
@@ -583,7 +634,8 @@ def test_simulate_solve_and_the_report_show_the_longer_run_that_decided_the_queu
     assert json.loads(solved.output)["plan"][0]["queue_settling"] == settled
     report = (tmp_path / "out" / "moe.md").read_text(encoding="utf-8")
     assert f"Queue: the backlog rose at {settled['runs_backlog_growth']:.1%} of the arrival rate" in report
-    assert f"a run of 22,224 requests, 4 times as long, read {settled['backlog_growth']:.1%}." in report
+    reading = f"{settled['backlog_growth']:.1%}" if settled["backlog_growth"] > 0 else f"no growth ({settled['backlog_growth']:.1%})"
+    assert f"a run of 22,224 requests, 4 times as long, read {reading}: it levels off." in report
 
 
 def test_saturation_found_on_short_runs_is_found_on_long_ones(catalog):
@@ -606,6 +658,10 @@ def test_saturation_found_on_short_runs_is_found_on_long_ones(catalog):
     short, long = saturation(5556), saturation(8 * 5556)
     assert long > 1.25 * p.rate_rps
     assert short == pytest.approx(long, rel=0.03)
+    found = max_sustainable_rate(p.deployment, p.hist, SLO(), n_requests=5556, seed=0, rel_tol=0.01,
+                                 initial_rate_rps=p.rate_rps)
+    assert found.longer_requests == 4 * 5556 and found.result.requests == 4 * 5556  # the longer sample judged it
+    assert found.runs == len(found.evaluations) + 1  # one rate read twice, those after it on the longer sample
 
 
 def _close_pool(catalog):
