@@ -36,6 +36,8 @@ class Evaluator:
         self._cache: dict[tuple, Evaluation] = {}
         self._profiles: dict[tuple, object] = like._profiles if like is not None else {}
         self._models: dict[tuple, ReplicaModel] = like._models if like is not None else {}
+        # the same scenario's deployments: only its latency targets differ
+        self._deployments: dict[tuple, Deployment] = like._deployments if like is not None else {}
         self._slo_models: dict[tuple, ReplicaModel] = {}
         self._like = like
         self._simulated: dict[tuple, float] = {}  # (config, class) -> simulated capacity
@@ -115,6 +117,15 @@ class Evaluator:
                     yield self.pair_key(cfg, tc), (cfg.key, (tc.option, tc.name, tc.max_model_len)), cfg, tc
 
     def deployment(self, cfg: Config, limit: int) -> Deployment:
+        """The config's deployment at this context limit, built once: a lazy search asks it of every
+        pair each time one starts, and most pairs' replica models are known by then."""
+        key = (cfg.key, limit)
+        dep = self._deployments.get(key)
+        if dep is None:
+            dep = self._deployments[key] = self._new_deployment(cfg, limit)
+        return dep
+
+    def _new_deployment(self, cfg: Config, limit: int) -> Deployment:
         dep = make_deployment(
             self.catalog, model=self.model, gpu=cfg.gpu, tp=cfg.tp, weight_dtype=cfg.weight_dtype,
             kv_dtype=cfg.kv_dtype, max_model_len=limit, engine=self.scn.engine,

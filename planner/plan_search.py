@@ -154,6 +154,7 @@ class LazySearch:
         self._answers: dict[tuple, FleetSolution] = {}
         self._calibration = evaluator.class_calibration(classes)
         self.exact: dict[tuple, Evaluation] = {}
+        self._standing: dict[tuple, Evaluation] = {}  # evaluations() of the bounded pairs, kept while their bound is
         self.bound: dict[tuple, tuple[float, Config, TrafficClass, ReplicaModel, float]] = {}
         self._order = [evaluator.pair_key(cfg, tc) for tcs in classes.values() for tc in tcs for cfg in configs]
         self._class_pairs = {evaluator._class_key(tc): [evaluator.pair_key(cfg, tc) for cfg in configs]
@@ -195,11 +196,11 @@ class LazySearch:
         # round's bounds are already tightened against it.
         for tcs in classes.values():
             for tc in tcs:
-                ck = evaluator._class_key(tc)
-                if any(evaluator._class_key(e.traffic_class) == ck and e.capacity_rps > 0 for e in exact.values()):
+                keys = self._class_pairs[evaluator._class_key(tc)]
+                if any(key in exact and exact[key].capacity_rps > 0 for key in keys):
                     continue
                 mine = [(cfg.price_usd_per_hour * cfg.tp * max(m, math.ceil(tc.rate_rps / u - 1e-12)), cfg.label(0), key)
-                        for key, (u, cfg, other, _, _) in bound.items() if evaluator._class_key(other) == ck]
+                        for key in keys if key in bound for u, cfg, *_ in (bound[key],)]
                 if mine:
                     self._search([min(mine)[2]])
         self._tighten()
@@ -266,12 +267,14 @@ class LazySearch:
     def evaluations(self) -> list[Evaluation]:
         """Every pair's evaluation, class by class: the searched ones', and for the others their
         bounds (Evaluation.optimistic_rps)."""
-        out = []
+        out, standing = [], self._standing
         for key in self._order:
             found = self.exact.get(key)
             if found is None:
                 u, cfg, tc, _, _ = self.bound[key]
-                found = Evaluation(cfg, tc, None, optimistic_rps=u)
+                found = standing.get(key)
+                if found is None or found.optimistic_rps != u:  # a round's thousands, most unchanged since the last
+                    found = standing[key] = Evaluation(cfg, tc, None, optimistic_rps=u)
             out.append(found)
         return out
 
