@@ -1,0 +1,105 @@
+"""Replay every shipped plan on runs its certification never saw: does a plan the report calls good
+hold when replayed?
+
+Each shipped scenario (and each service of the shipped fleet) is planned and certified as `planner
+solve` plans it; then every pool's replica is replayed at the rate the plan has it carry (its share of
+the peak x headroom, as certification replays it) on --runs runs of --requests sampled requests,
+seeds from --seed (far from the seeds certification pools: the scenario's, and up to fifteen after).
+The runs are pooled as certification pools them (planner.pool_check): per band and target, the
+pooled value, its standard error from the runs' own values, and its limit. A value over its limit
+is a miss; one within two standard errors of it, on either side, is undecided (certification counts
+that as a miss); the backlog's trend is the runs' mean, as a fraction of the arrival rate (2% allowed).
+
+    python bench/replay_check.py [--runs 4] [--requests 40000] [--seed 1000] [FILE ...]
+
+Prints figures, one line a target, and a count of the targets that hold, miss and are undecided;
+asserts nothing. Where a plan misses here, certification's own runs read it otherwise: the seeds
+its verdict rests on, or the runs' length (fewer requests), made the difference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from planner.startup import one_blas_thread  # noqa: E402
+
+one_blas_thread()
+
+from planner.certification import pool_setting  # noqa: E402
+from planner.fleet import is_fleet_file, load_fleet  # noqa: E402
+from planner.fleet_plan import make_fleet_plan  # noqa: E402
+from planner.inputs import load_inputs, plan_inputs  # noqa: E402
+from planner.pool_check import _run, band_checks, undecided  # noqa: E402
+from planner.sim_measures import STABILITY_TOLERANCE, merged_latencies  # noqa: E402
+
+SHIPPED = sorted(p for p in (ROOT / "scenarios").glob("*.yaml"))
+
+
+def plans_of(path: Path):
+    """(name, scenario, plan, traffic) per plan the file's report shows: a scenario's, or each service's."""
+    if is_fleet_file(path):
+        fleet = load_fleet(path)
+        fp = make_fleet_plan(fleet, explore=False)
+        return [(f"{path.stem}/{svc.name}", svc.inputs.scenario, plan, svc.inputs.traffic)
+                for svc, plan in zip(fleet.services, fp.plans, strict=True)]
+    inputs = load_inputs(path)
+    return [(path.stem, inputs.scenario, plan_inputs(inputs, inputs.scenario, explore=False), inputs.traffic)]
+
+
+def replay(name, scn, plan, traffic, args) -> list[str]:
+    """Print each pool's targets replayed on the runs; the verdicts, one a target."""
+    slo = scn.slo.to_slo()
+    trace = traffic.requests_at_growth(scn.traffic.growth)
+    verdicts = []
+    certified = "certified" if plan.certification is not None and plan.certification.certified else "NOT certified"
+    print(f"{name}: {plan.cost_per_hour:,.2f} $/hour, {certified}")
+    for detail in plan.pools:
+        p = pool_setting(detail, scn, plan.pools, trace)
+        t0 = time.perf_counter()
+        sims = [_run(p, args.requests, seed) for seed in range(args.seed, args.seed + args.runs)]
+        parts = tuple(s.latencies for s in sims)
+        bands = band_checks(slo, p.model, p.resident, merged_latencies(list(parts)), parts)
+        growth = sum(s.backlog_growth for s in sims) / len(sims)
+        print(f"  {p.label} on {p.config}, {p.replicas} replica{'s' if p.replicas != 1 else ''} at {p.rate_rps:,.3f} "
+              f"req/s each: {args.runs} runs x "
+              f"{args.requests:,} requests ({time.perf_counter() - t0:.1f} s); backlog trend {growth:+.2%}"
+              + ("" if growth <= STABILITY_TOLERANCE else " GROWS"))
+        for b in bands:
+            for c in b.checks:
+                scale, unit = (1.0, "s") if c.kind == "ttft" else (1e3, "ms")
+                if c.simulated_s != c.simulated_s:
+                    continue  # no request of the band in the runs
+                verdict = ("undecided" if undecided(c.simulated_s, c.limit_s, c.standard_error_s)
+                           else "holds" if c.holds else "MISSES")
+                verdicts.append(verdict)
+                print(f"    {b.band.name}: {c.kind.upper()} {c.stat} {c.simulated_s * scale:,.4g} ± "
+                      f"{c.standard_error_s * scale:,.2g} {unit} against {c.limit_s * scale:g} {unit} "
+                      f"({c.simulated_s / c.limit_s:.0%} of it): {verdict}")
+    return verdicts
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("files", nargs="*", type=Path, help="scenario or fleet files (default: every shipped one)")
+    ap.add_argument("--runs", type=int, default=4, help="runs pooled per pool (default 4)")
+    ap.add_argument("--requests", type=int, default=40_000, help="requests per run (default 40,000)")
+    ap.add_argument("--seed", type=int, default=1000, help="the first run's seed (default 1000)")
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+    verdicts = []
+    for path in args.files or SHIPPED:
+        for name, scn, plan, traffic in plans_of(path):
+            verdicts += replay(name, scn, plan, traffic, args)
+    counts = {v: verdicts.count(v) for v in ("holds", "undecided", "MISSES")}
+    print(f"\n{len(verdicts)} targets: " + ", ".join(f"{n} {v}" for v, n in counts.items())
+          + f"; total runtime {time.perf_counter() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
