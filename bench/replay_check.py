@@ -6,13 +6,15 @@ solve` plans it; then every pool's replica is replayed at the rate the plan has 
 the peak x headroom, as certification replays it) on --runs runs of --requests sampled requests,
 seeds from --seed (far from the seeds certification pools: the scenario's, and up to fifteen after).
 The runs are pooled as certification pools them (planner.pool_check): per band and target, the
-pooled value, its standard error from the runs' own values, and its limit. A value over its limit
-is a miss; one within two standard errors of it, on either side, is undecided (certification counts
-that as a miss); the backlog's trend is the runs' mean, as a fraction of the arrival rate (2% allowed).
+pooled value, its standard error from the runs' own values, and its limit; the attainment against
+its goal where the SLO sets one; the runs' mean backlog trend (2% of the arrival rate allowed) and
+preemptions per 1,000 requests. A value over its limit is a miss; one within two standard errors of
+it, on either side, is undecided (certification counts that as a miss). The runs are as long as
+certification's longer run that settles a queue, or longer: their trend is read directly.
 
     python bench/replay_check.py [--runs 4] [--requests 40000] [--seed 1000] [FILE ...]
 
-Prints figures, one line a target, and a count of the targets that hold, miss and are undecided;
+Prints figures, one line a target, and a count of the verdicts that hold, miss and are undecided;
 asserts nothing. Where a plan misses here, certification's own runs read it otherwise: the seeds
 its verdict rests on, or the runs' length (fewer requests), made the difference.
 """
@@ -35,7 +37,8 @@ from planner.certification import pool_setting  # noqa: E402
 from planner.fleet import is_fleet_file, load_fleet  # noqa: E402
 from planner.fleet_plan import make_fleet_plan  # noqa: E402
 from planner.inputs import load_inputs, plan_inputs  # noqa: E402
-from planner.pool_check import _run, band_checks, undecided  # noqa: E402
+from planner.pool_check import _run, band_checks, standard_error, undecided  # noqa: E402
+from planner.sim_capacity import PREEMPTION_BUDGET_PER_1000  # noqa: E402
 from planner.sim_measures import STABILITY_TOLERANCE, merged_latencies  # noqa: E402
 
 SHIPPED = sorted(p for p in (ROOT / "scenarios").glob("*.yaml"))
@@ -66,10 +69,20 @@ def replay(name, scn, plan, traffic, args) -> list[str]:
         parts = tuple(s.latencies for s in sims)
         bands = band_checks(slo, p.model, p.resident, merged_latencies(list(parts)), parts)
         growth = sum(s.backlog_growth for s in sims) / len(sims)
+        preempted = sum(s.preemptions_per_1000 for s in sims) / len(sims)
+        runs_verdict = "holds" if growth <= STABILITY_TOLERANCE and preempted <= PREEMPTION_BUDGET_PER_1000 else "MISSES"
+        verdicts.append(runs_verdict)
         print(f"  {p.label} on {p.config}, {p.replicas} replica{'s' if p.replicas != 1 else ''} at {p.rate_rps:,.3f} "
-              f"req/s each: {args.runs} runs x "
-              f"{args.requests:,} requests ({time.perf_counter() - t0:.1f} s); backlog trend {growth:+.2%}"
-              + ("" if growth <= STABILITY_TOLERANCE else " GROWS"))
+              f"req/s each: {args.runs} runs x {args.requests:,} requests ({time.perf_counter() - t0:.1f} s)")
+        print(f"    backlog trend {growth:+.2%} of the arrival rate ({STABILITY_TOLERANCE:.0%} allowed), {preempted:.1f} "
+              f"preemptions per 1,000 requests ({PREEMPTION_BUDGET_PER_1000:g} allowed): {runs_verdict}")
+        if slo.attainment is not None:
+            got = merged_latencies(list(parts)).attainment(slo)
+            error = standard_error([part.attainment(slo) for part in parts])
+            verdict = ("undecided" if undecided(got, slo.attainment, error) else "holds" if got >= slo.attainment
+                       else "MISSES")
+            verdicts.append(verdict)
+            print(f"    attainment {got:.2%} ± {error:.2%} against a {slo.attainment:.1%} goal: {verdict}")
         for b in bands:
             for c in b.checks:
                 scale, unit = (1.0, "s") if c.kind == "ttft" else (1e3, "ms")
@@ -78,8 +91,9 @@ def replay(name, scn, plan, traffic, args) -> list[str]:
                 verdict = ("undecided" if undecided(c.simulated_s, c.limit_s, c.standard_error_s)
                            else "holds" if c.holds else "MISSES")
                 verdicts.append(verdict)
-                print(f"    {b.band.name}: {c.kind.upper()} {c.stat} {c.simulated_s * scale:,.4g} ± "
-                      f"{c.standard_error_s * scale:,.2g} {unit} against {c.limit_s * scale:g} {unit} "
+                error = f" ± {c.standard_error_s * scale:,.2g}" if c.standard_error_s == c.standard_error_s else ""
+                print(f"    {b.band.name}: {c.kind.upper()} {c.stat} {c.simulated_s * scale:,.4g}{error} {unit} "
+                      f"against {c.limit_s * scale:g} {unit} "
                       f"({c.simulated_s / c.limit_s:.0%} of it): {verdict}")
     return verdicts
 
@@ -97,7 +111,7 @@ def main() -> None:
         for name, scn, plan, traffic in plans_of(path):
             verdicts += replay(name, scn, plan, traffic, args)
     counts = {v: verdicts.count(v) for v in ("holds", "undecided", "MISSES")}
-    print(f"\n{len(verdicts)} targets: " + ", ".join(f"{n} {v}" for v, n in counts.items())
+    print(f"\n{len(verdicts)} verdicts (targets, and each pool's queue and preemptions): " + ", ".join(f"{n} {v}" for v, n in counts.items())
           + f"; total runtime {time.perf_counter() - t0:.0f} s")
 
 

@@ -322,7 +322,8 @@ class QueueSettling:
         """For people: what was read, and what decided."""
         mean = f" (the mean of {self.runs} runs)" if self.runs > 1 else ""
         verdict = ("the queue grows" if self.grows else "it levels off") + (
-            "; and there " + "; ".join(self.misses) if self.misses else "")
+            (", and that run also misses: " if self.grows else ", but that run misses: ") + "; ".join(self.misses)
+            if self.misses else "")
         return (f"the backlog rose at {self.read_growth:.1%} of the arrival rate{mean}, over the {STABILITY_TOLERANCE:.0%} "
                 f"allowed, as a replica still filling from empty also reads; {self.longer_text}, read "
                 f"{_trend_text(self.growth)}: {verdict}")

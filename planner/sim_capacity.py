@@ -155,8 +155,9 @@ def max_sustainable_rate(
     is the answer (a caller that needs no rate above it is spared the search upwards).
     The first rate whose run fails on a growing backlog alone is run again on SETTLE_FACTOR times
     the requests (sampled with the same seed; at most MAX_SIMULATED_REQUESTS), which decides it and
-    every rate tried after it: a short run's trend reads a replica still filling as growth
-    (planner.sim_measures), and its percentiles are as unsettled.
+    every rate tried after it, and the answer is read on it too (a rate that passed on the short
+    sample is read again, and the search goes on below it where it fails there): a short run's trend
+    reads a replica still filling as growth (planner.sim_measures), and its percentiles are as unsettled.
     """
     slo = slo or NO_TARGETS
     crit = Criterion(slo, preemption_budget_per_1000)
@@ -169,11 +170,11 @@ def max_sustainable_rate(
                                min_prompt_tokens=shortest_prompt_tokens(shared_prefix_tokens, dep.block_size))
 
     # The longer sample joins once a rate fails on a growing backlog alone, and judges every rate
-    # after it: one sample for the rates that bracket the answer from then on (common random numbers).
+    # after it; the answer is read on it too (a pass read before it was drawn is read again).
     samples = [sample(n_requests)]
     longer_n = min(SETTLE_FACTOR * n_requests, MAX_SIMULATED_REQUESTS)
     run = simulate or simulate_replica
-    cache: dict[float, tuple[SimResult, list[str]]] = {}
+    cache: dict[float, tuple[SimResult, list[str], int]] = {}  # rate -> (run, failures, the sample's index)
     order: list[tuple[float, tuple[str, ...]]] = []
     runs = [0]
 
@@ -189,7 +190,7 @@ def max_sustainable_rate(
             if failed == ["unstable"] and len(samples) == 1 and longer_n > n_requests:  # perhaps still filling
                 samples.append(sample(longer_n))
                 r, failed = simulated(rate)
-            cache[rate] = (r, failed)
+            cache[rate] = (r, failed, len(samples) - 1)
             order.append((rate, tuple(failed)))
         return cache[rate][1]
 
@@ -197,10 +198,24 @@ def max_sustainable_rate(
         return SustainableRate(rate, result, binding, tuple(order), bracket, runs[0],
                                samples[-1].n if len(samples) > 1 else 0)
 
-    lo, hi = guess, guess
-    if evaluate(guess):
+    def down(lo: float, hi: float) -> tuple[float, float]:
+        """From a failing lo, widen down to a pass (or the evaluations' budget)."""
         while evaluate(lo) and len(order) < max_evaluations:
             hi, lo = lo, lo / widen
+        return lo, hi
+
+    def bisect(lo: float, hi: float) -> tuple[float, float]:
+        while hi - lo > rel_tol * hi and len(order) < max_evaluations:
+            mid = 0.5 * (lo + hi)
+            if evaluate(mid):
+                hi = mid
+            else:
+                lo = mid
+        return lo, hi
+
+    lo, hi = guess, guess
+    if evaluate(guess):
+        lo, hi = down(lo, hi)
         if evaluate(lo):
             return found(0.0, None, ",".join(cache[lo][1]), (0.0, lo))
     elif not search_above:
@@ -208,10 +223,13 @@ def max_sustainable_rate(
     else:
         while not evaluate(hi) and len(order) < max_evaluations:
             lo, hi = hi, hi * widen
-    while hi - lo > rel_tol * hi and len(order) < max_evaluations:
-        mid = 0.5 * (lo + hi)
-        if evaluate(mid):
-            hi = mid
-        else:
-            lo = mid
+    lo, hi = bisect(lo, hi)
+    while not evaluate(lo) and cache[lo][2] < len(samples) - 1 and len(order) < max_evaluations:
+        del cache[lo]  # passed on the short sample: read again on the longer one
+        if not evaluate(lo):
+            break
+        lo, hi = down(lo, lo)
+        if evaluate(lo):
+            return found(0.0, None, ",".join(cache[lo][1]), (0.0, lo))
+        lo, hi = bisect(lo, hi)
     return found(lo, cache[lo][0], ",".join(cache[hi][1]) if hi in cache and cache[hi][1] else "not bracketed", (lo, hi))

@@ -551,7 +551,7 @@ def test_a_queue_a_short_run_reads_as_growing_is_decided_on_a_run_four_times_as_
     assert (f"the queue grows: the replica cannot keep up (its backlog rising at {check.queue_settling.growth:.1%} "
             "of the arrival rate over a run of 22,224 requests, 4 times as long; 2% allowed)") in check.problems
     assert check.queue_settling.text().endswith(": the queue grows" + (
-        "; and there " + "; ".join(check.queue_settling.misses) if check.queue_settling.misses else ""))
+        ", and that run also misses: " + "; ".join(check.queue_settling.misses) if check.queue_settling.misses else ""))
 
 
 def _reading(sim) -> str:
@@ -586,6 +586,7 @@ def test_the_longer_run_that_settles_a_queue_judges_its_targets_too(catalog):
     (miss,) = check.queue_settling.misses
     assert miss.startswith("all: TTFT p99 ") and miss.endswith(f" s > {limit_s:g} s")
     assert check.problems == (f"a run of 22,224 requests, 4 times as long: {miss}",)
+    assert check.queue_settling.text().endswith(f": it levels off, but that run misses: {miss}")
 
 
 def test_a_queue_no_longer_run_can_settle_is_judged_on_the_runs_mean(catalog, monkeypatch):

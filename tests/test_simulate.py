@@ -285,6 +285,28 @@ def test_max_sustainable_rate_brackets_and_respects_the_criterion(catalog):
     assert found.result.latencies.statistic(slo.bands[0], "tpot", "p99") <= 0.030
 
 
+def test_a_rate_read_before_the_longer_sample_was_drawn_is_read_again_on_it(catalog):
+    """A stub replica whose backlog reads stable up to 10 rps on 1,000-request runs and up to 8 on
+    runs four times as long (a short run's filling read as growth above 8): the search passes 6 and
+    9 on the short sample, draws the longer one at 13.5 and fails every rate above 8 on it. The
+    answer must hold on the longer sample: 9 is read again there, and the search goes on below it."""
+    from types import SimpleNamespace
+
+    dep = make_deployment(catalog, model="llama-3.1-8b", gpu="h100-sxm", max_model_len=8192)
+
+    def stub(_dep, reqs, **_):
+        holds_up_to = 10.0 if reqs.n == 1000 else 8.0
+        return SimpleNamespace(stable=reqs.poisson_rate_rps <= holds_up_to, latencies=None, preemptions_per_1000=0.0,
+                               requests=reqs.n)
+
+    found = max_sustainable_rate(dep, Histogram.constant(1000, 250), n_requests=1000, rel_tol=0.01,
+                                 initial_rate_rps=6.0, simulate=stub)
+    assert found.longer_requests == 4000 and found.result.requests == 4000
+    assert 8.0 * 0.99 <= found.rate_rps <= 8.0
+    assert [rate for rate, _ in found.evaluations][:3] == [6.0, 9.0, 13.5]
+    assert (9.0, ("unstable",)) in found.evaluations  # read again on the longer sample, where it fails
+
+
 @pytest.mark.parametrize(("model", "tp"), [("llama-3.1-8b", 1), ("llama-3.1-70b", 4), ("mixtral-8x7b", 2)])
 def test_tabulated_step_time_is_the_step_model(catalog, model, tp):
     """The simulator's fast step-time form reproduces StepModel.decode_step_s exactly."""
