@@ -9,8 +9,9 @@ The runs are pooled as certification pools them (planner.pool_check): per band a
 pooled value, its standard error from the runs' own values, and its limit; the attainment against
 its goal where the SLO sets one; the runs' mean backlog trend (2% of the arrival rate allowed) and
 preemptions per 1,000 requests. A value over its limit is a miss; one within two standard errors of
-it, on either side, is undecided (certification counts that as a miss). The runs are as long as
-certification's longer run that settles a queue, or longer: their trend is read directly.
+it, on either side, is undecided (certification counts that as a miss). The runs' mean backlog
+trend is read as it is, with no longer run to settle it: at 40,000 requests a run, mostly several
+times certification's own, a replica has filled long before the run ends.
 
     python bench/replay_check.py [--runs 4] [--requests 40000] [--seed 1000] [FILE ...]
 
@@ -22,6 +23,7 @@ its verdict rests on, or the runs' length (fewer requests), made the difference.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -37,7 +39,9 @@ from planner.certification import pool_setting  # noqa: E402
 from planner.fleet import is_fleet_file, load_fleet  # noqa: E402
 from planner.fleet_plan import make_fleet_plan  # noqa: E402
 from planner.inputs import load_inputs, plan_inputs  # noqa: E402
-from planner.pool_check import _run, band_checks, standard_error, undecided  # noqa: E402
+
+# _run and _mean_growth: a pool's replica on sampled requests, and its runs' trend, as certification has them
+from planner.pool_check import _mean_growth, _run, band_checks, standard_error, undecided  # noqa: E402
 from planner.sim_capacity import PREEMPTION_BUDGET_PER_1000  # noqa: E402
 from planner.sim_measures import STABILITY_TOLERANCE, merged_latencies  # noqa: E402
 
@@ -56,7 +60,8 @@ def plans_of(path: Path):
 
 
 def replay(name, scn, plan, traffic, args) -> list[str]:
-    """Print each pool's targets replayed on the runs; the verdicts, one a target."""
+    """Print each pool's targets replayed on the runs; the verdicts: one a target, the attainment's
+    where the SLO sets a goal, and one a pool for its queue and preemptions."""
     slo = scn.slo.to_slo()
     trace = traffic.requests_at_growth(scn.traffic.growth)
     verdicts = []
@@ -68,7 +73,7 @@ def replay(name, scn, plan, traffic, args) -> list[str]:
         sims = [_run(p, args.requests, seed) for seed in range(args.seed, args.seed + args.runs)]
         parts = tuple(s.latencies for s in sims)
         bands = band_checks(slo, p.model, p.resident, merged_latencies(list(parts)), parts)
-        growth = sum(s.backlog_growth for s in sims) / len(sims)
+        growth = _mean_growth(sims)
         preempted = sum(s.preemptions_per_1000 for s in sims) / len(sims)
         runs_verdict = "holds" if growth <= STABILITY_TOLERANCE and preempted <= PREEMPTION_BUDGET_PER_1000 else "MISSES"
         verdicts.append(runs_verdict)
@@ -86,12 +91,12 @@ def replay(name, scn, plan, traffic, args) -> list[str]:
         for b in bands:
             for c in b.checks:
                 scale, unit = (1.0, "s") if c.kind == "ttft" else (1e3, "ms")
-                if c.simulated_s != c.simulated_s:
+                if math.isnan(c.simulated_s):
                     continue  # no request of the band in the runs
                 verdict = ("undecided" if undecided(c.simulated_s, c.limit_s, c.standard_error_s)
                            else "holds" if c.holds else "MISSES")
                 verdicts.append(verdict)
-                error = f" ± {c.standard_error_s * scale:,.2g}" if c.standard_error_s == c.standard_error_s else ""
+                error = f" ± {c.standard_error_s * scale:,.2g}" if math.isfinite(c.standard_error_s) else ""
                 print(f"    {b.band.name}: {c.kind.upper()} {c.stat} {c.simulated_s * scale:,.4g}{error} {unit} "
                       f"against {c.limit_s * scale:g} {unit} "
                       f"({c.simulated_s / c.limit_s:.0%} of it): {verdict}")

@@ -78,9 +78,9 @@ def queue_settling_json(check) -> dict[str, Any] | None:
     if check is None or check.queue_settling is None:
         return None
     s = check.queue_settling
-    return {"runs_backlog_growth": s.read_growth, "runs": s.runs, "requests_per_run": s.read_requests,
-            "longer_run_requests": s.requests, "backlog_growth": s.growth, "grows": s.grows,
-            "longer_run_misses": list(s.misses)}
+    return {"runs": s.runs, "requests_per_run": s.runs_requests, "runs_backlog_growth": s.runs_growth,
+            "longer_run_requests": s.longer_requests, "longer_run_backlog_growth": s.longer_growth,
+            "longer_run_grows": s.grows, "longer_run_misses": list(s.misses)}
 
 
 def bands_json(bands, *, simulated: bool = True, past_roofline: bool = False) -> list[dict[str, Any]]:
@@ -141,7 +141,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             "replay_rps_per_replica": pool.replay_rps,
             "bands": _pool_bands(pool),
             "holds": pool.check.holds if pool.check is not None else None,
-            # runs pooled for the verdict: more than one where the first came close to a limit
+            # runs pooled for the verdict: more than one where the first came close to a limit or preempted over budget
             "simulation_runs": pool.check.runs if pool.check is not None else None,
             "queue_settling": queue_settling_json(pool.check),
             "log_replay": log_replay_json(pool.check),

@@ -121,7 +121,8 @@ class SustainableRate:
     rate_rps: float
     result: SimResult | None  # the run that judged rate_rps (on the longer sample, where one was drawn)
     binding: str  # what failed just above it
-    evaluations: tuple[tuple[float, tuple[str, ...]], ...]  # (rate, failures) in the order tried
+    # (rate, failures) in the order tried; a rate read again on the longer sample appears twice
+    evaluations: tuple[tuple[float, tuple[str, ...]], ...]
     bracket: tuple[float, float]
     runs: int = 0  # simulated: one a rate, and one more where a rate was read again on the longer sample
     longer_requests: int = 0  # the longer sample's requests, where a rate failing on its backlog alone drew it
@@ -169,9 +170,7 @@ def max_sustainable_rate(
         return sample_requests(hist, 1.0, n, seed, max_total_tokens=dep.max_model_len,
                                min_prompt_tokens=shortest_prompt_tokens(shared_prefix_tokens, dep.block_size))
 
-    # The longer sample joins once a rate fails on a growing backlog alone, and judges every rate
-    # after it; the answer is read on it too (a pass read before it was drawn is read again).
-    samples = [sample(n_requests)]
+    samples = [sample(n_requests)]  # and the longer one, once drawn (docstring)
     longer_n = min(SETTLE_FACTOR * n_requests, MAX_SIMULATED_REQUESTS)
     run = simulate or simulate_replica
     cache: dict[float, tuple[SimResult, list[str], int]] = {}  # rate -> (run, failures, the sample's index)

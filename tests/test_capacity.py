@@ -389,7 +389,7 @@ def test_a_small_token_budget_binds_where_the_simulated_prefill_queue_saturates(
     """With C = 1,024 a step carries the decodes and at most C - N prompt tokens. The model's
     capacity without targets is then where the prefill queue's load reaches 1, and the simulator
     (which enforces the budget step by step) saturates there, on runs of 20,000 requests as on runs
-    of 80,000 (19.8 rps): the memory and roofline ceilings alone put capacity 4.5% above it."""
+    of 80,000: the memory and roofline ceilings alone put capacity 4-5% above it."""
     dep = _mlperf_redhat_8b(catalog)
     hist = read_histogram(SAMPLES / "azure_conv_2023_sample.hist.parquet").select_total(at_most=8192)
     rm = ReplicaModel(dep, profile_for(dep, hist), SLO())
@@ -408,7 +408,7 @@ def test_a_small_token_budget_binds_where_the_simulated_prefill_queue_saturates(
     assert simulated == pytest.approx(saturation(80000), rel=0.01)
     assert 0.95 * simulated <= cap.max_rps <= 1.01 * simulated
     without_budget = KNEE_SHARE * min(cap.ceilings_rps["memory"], cap.ceilings_rps["roofline"])
-    assert without_budget > 1.04 * simulated
+    assert 1.04 * simulated < without_budget < 1.05 * simulated
 
 
 @SETTINGS
