@@ -40,10 +40,12 @@ from planner.fleet import is_fleet_file, load_fleet  # noqa: E402
 from planner.fleet_plan import make_fleet_plan  # noqa: E402
 from planner.inputs import load_inputs, plan_inputs  # noqa: E402
 
-# _run and _mean_growth: a pool's replica on sampled requests, and its runs' trend, as certification has them
-from planner.pool_check import _mean_growth, _run, band_checks, standard_error, undecided  # noqa: E402
+# _run, _mean_growth and _units: a pool's replica on sampled requests, its runs' trend and a latency's unit,
+# as certification has them
+from planner.pool_check import _mean_growth, _run, _units, band_checks, standard_error, undecided  # noqa: E402
 from planner.sim_capacity import PREEMPTION_BUDGET_PER_1000  # noqa: E402
 from planner.sim_measures import STABILITY_TOLERANCE, merged_latencies  # noqa: E402
+from planner.units import replicas_text  # noqa: E402
 
 SHIPPED = sorted(p for p in (ROOT / "scenarios").glob("*.yaml"))
 
@@ -72,17 +74,18 @@ def replay(name, scn, plan, traffic, args) -> list[str]:
         t0 = time.perf_counter()
         sims = [_run(p, args.requests, seed) for seed in range(args.seed, args.seed + args.runs)]
         parts = tuple(s.latencies for s in sims)
-        bands = band_checks(slo, p.model, p.resident, merged_latencies(list(parts)), parts)
+        pooled = merged_latencies(list(parts))
+        bands = band_checks(slo, p.model, p.resident, pooled, parts)
         growth = _mean_growth(sims)
         preempted = sum(s.preemptions_per_1000 for s in sims) / len(sims)
         runs_verdict = "holds" if growth <= STABILITY_TOLERANCE and preempted <= PREEMPTION_BUDGET_PER_1000 else "MISSES"
         verdicts.append(runs_verdict)
-        print(f"  {p.label} on {p.config}, {p.replicas} replica{'s' if p.replicas != 1 else ''} at {p.rate_rps:,.3f} "
+        print(f"  {p.label} on {p.config}, {replicas_text(p.replicas)} at {p.rate_rps:,.3f} "
               f"req/s each: {args.runs} runs x {args.requests:,} requests ({time.perf_counter() - t0:.1f} s)")
         print(f"    backlog trend {growth:+.2%} of the arrival rate ({STABILITY_TOLERANCE:.0%} allowed), {preempted:.1f} "
               f"preemptions per 1,000 requests ({PREEMPTION_BUDGET_PER_1000:g} allowed): {runs_verdict}")
         if slo.attainment is not None:
-            got = merged_latencies(list(parts)).attainment(slo)
+            got = pooled.attainment(slo)
             error = standard_error([part.attainment(slo) for part in parts])
             verdict = ("undecided" if undecided(got, slo.attainment, error) else "holds" if got >= slo.attainment
                        else "MISSES")
@@ -90,7 +93,7 @@ def replay(name, scn, plan, traffic, args) -> list[str]:
             print(f"    attainment {got:.2%} ± {error:.2%} against a {slo.attainment:.1%} goal: {verdict}")
         for b in bands:
             for c in b.checks:
-                scale, unit = (1.0, "s") if c.kind == "ttft" else (1e3, "ms")
+                _, scale, unit = _units(c.kind)
                 if math.isnan(c.simulated_s):
                     continue  # no request of the band in the runs
                 verdict = ("undecided" if undecided(c.simulated_s, c.limit_s, c.standard_error_s)

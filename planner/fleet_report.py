@@ -174,11 +174,10 @@ def _totals(fp: FleetPlan) -> str:
     ]
     for plan in fp.plans:
         sol = plan.solution
-        split = sol.split_text
         pools = pools_text(sol)
         paid = fp.paid_usd_per_hour(plan)
         lines.append(
-            f"| {plan.scenario.name} | `{plan.model.id}` | {plan.peak_rps:,.2f} | {rejected_text(plan)} | {split}: {pools} | {sol.gpus} "
+            f"| {plan.scenario.name} | `{plan.model.id}` | {plan.peak_rps:,.2f} | {rejected_text(plan)} | {sol.split_text}: {pools} | {sol.gpus} "
             f"| {usd_text(plan.cost_per_hour)} | {usd_text(paid)} | {usd_per_million_text(usd_per_million_tokens(paid, plan.tokens_per_hour))} "
             f"| {_certified_cell(plan)} |"
         )

@@ -494,9 +494,8 @@ def _best_failed(evals: Sequence[Evaluation]) -> Evaluation | None:
 
 
 def _summary(sol: FleetSolution) -> str:
-    split = sol.split_text
     pools = "; ".join(f"{p.traffic_class}: {p.replicas} x {p.config}" for p in sol.pools)
-    return f"{split} — {pools}"
+    return f"{sol.split_text} — {pools}"
 
 
 def outcome_of(name: str, sol: FleetSolution, why: str = "") -> Outcome:

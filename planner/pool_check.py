@@ -288,7 +288,6 @@ def _rising_text(growth: float, over: str = "") -> str:
     return f"its backlog rising at {_trend_text(growth)} of the arrival rate{over}; {STABILITY_TOLERANCE:.0%} allowed"
 
 
-
 def _preemption_problems(sims: list[SimResult]) -> list[str]:
     """Preemptions over budget, judged on the runs pooled for a verdict together (their mean per
     1,000 arrivals), as their percentiles are."""
@@ -332,6 +331,12 @@ class QueueSettling:
                 f"{STABILITY_TOLERANCE:.0%} allowed, which a replica still filling from empty can also show; "
                 f"{self.longer_text}, read {_trend_text(self.longer_growth)}: {verdict}")
 
+    @property
+    def problems(self) -> list[str]:
+        """What the longer run fails the pool on: a growing queue, and its own misses, so named."""
+        grows = [_growing_text(self.longer_growth, f" over {self.longer_text}")] if self.grows else []
+        return grows + [f"{self.longer_text}: {miss}" for miss in self.misses]
+
 
 def _trend_text(growth: float) -> str:
     """A trend with the digits that tell it from the tolerance ('2.01%', not '2.0%'), or 'no growth (-0.1%)'."""
@@ -339,8 +344,10 @@ def _trend_text(growth: float) -> str:
 
 
 def _mean_growth(sims: list[SimResult]) -> float:
-    """The backlog trend of runs pooled for one verdict: their mean (a queue grows at a rate or not,
-    whatever the seed)."""
+    """The backlog trend of runs pooled for one verdict: their mean. A queue is stable or not at a
+    rate, whatever the seed: a verdict that failed on any one run's trend would fail more often the
+    more runs an undecided call pools (two of inventory_mixed's once failed on one run of sixteen over
+    the tolerance, where the sixteen averaged under a quarter of it)."""
     return sum(s.backlog_growth for s in sims) / len(sims)
 
 
@@ -348,9 +355,6 @@ def settle_queue(p: PoolSetting, slo: SLO, requests: int, seed: int, sims: list[
     """Where the runs pooled for a verdict read a growing queue on their mean trend, a run of
     SETTLE_FACTOR times the requests (the first run's seed; at most MAX_SIMULATED_REQUESTS) read
     again; None where they do not, or where no longer run can be sampled (the mean trend decides).
-    A queue is stable or not at a rate, whatever the seed: a verdict that failed on any one run's
-    trend would fail more often the more runs an undecided call pools (two of inventory_mixed's once
-    failed on one run of sixteen over the tolerance, where the sixteen averaged under a quarter of it).
     The longer run's targets are judged on it alone, without a close call's pooling: it errs strict
     (a value near its limit there is a miss that more runs might have cleared), and it runs only where
     the short runs read a growing queue."""
@@ -362,6 +366,15 @@ def settle_queue(p: PoolSetting, slo: SLO, requests: int, seed: int, sims: list[
     lat = longer.latencies
     misses = _problems(slo, band_checks(slo, None, None, lat), lat) + _preemption_problems([longer])
     return QueueSettling(read, len(sims), requests, longer.requests, longer.backlog_growth, tuple(misses))
+
+
+def _queue_problems(settling: QueueSettling | None, sims: list[SimResult]) -> list[str]:
+    """A growing queue and the longer run's misses where one settled the runs' reading; else the
+    runs' mean trend decides (no longer run could be sampled)."""
+    if settling is not None:
+        return settling.problems
+    read = _mean_growth(sims)
+    return [_growing_text(read, f", the mean of {len(sims)} runs" if len(sims) > 1 else "")] if read > STABILITY_TOLERANCE else []
 
 
 @dataclass(frozen=True)
@@ -433,13 +446,7 @@ def check_pool(p: PoolSetting, slo: SLO, *, requests: int, seed: int) -> PoolChe
     predicted_view = point_view(p.model.point(p.resident)) if p.resident is not None else {}
     replay = replay_trace(p, slo) if p.trace is not None else None
     settling = settle_queue(p, slo, requests, seed, sims)
-    problems = _problems(slo, bands, lat, attainment_error) + _preemption_problems(sims)
-    if settling is not None:
-        if settling.grows:
-            problems.append(_growing_text(settling.longer_growth, f" over {settling.longer_text}"))
-        problems += [f"{settling.longer_text}: {miss}" for miss in settling.misses]
-    elif (read := _mean_growth(sims)) > STABILITY_TOLERANCE:  # no longer run could be sampled: the mean decides
-        problems.append(_growing_text(read, f", the mean of {len(sims)} runs" if len(sims) > 1 else ""))
+    problems = _problems(slo, bands, lat, attainment_error) + _preemption_problems(sims) + _queue_problems(settling, sims)
     return PoolCheck(p.name, p.label, p.config, p.replicas, p.rate_rps, bands, attainment, predicted_view,
                      sim.compare_view(), tuple(problems), requests, seed, replay, lat, len(sims), attainment_error,
                      because, settling)

@@ -20,6 +20,7 @@ from planner.pool_check import (
 )
 from planner.sim_measures import COMPARE_KEYS
 from planner.targets import statistic_quantile
+from planner.units import replicas_text
 
 _WHAT = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL (per token)"}
 # A simulated percentile with fewer requests than this beyond it is an order statistic near the
@@ -46,9 +47,8 @@ def replay_text(c: PoolCheck, growth: float) -> str:
     for the scenario's growth, dealt in turn to the pool's 4 replicas): every target holds"."""
     r = c.replay
     compressed = f", its time compressed × {growth:g} for the scenario's growth" if growth != 1 else ""
-    replicas = f"{c.replicas} replica{'s' if c.replicas != 1 else ''}"
     return (f"the log's own arrivals ({r.requests:,} requests over {r.span_s / 60:,.1f} minutes{compressed}, dealt in "
-            f"turn to the pool's {replicas}): " + ("every target holds" if r.holds else "misses: " + "; ".join(r.problems)))
+            f"turn to the pool's {replicas_text(c.replicas)}): " + ("every target holds" if r.holds else "misses: " + "; ".join(r.problems)))
 
 
 def seeds_text(seeds: list[int]) -> str:

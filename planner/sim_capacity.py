@@ -175,10 +175,11 @@ def max_sustainable_rate(
     run = simulate or simulate_replica
     cache: dict[float, tuple[SimResult, list[str], int]] = {}  # rate -> (run, failures, the sample's index)
     order: list[tuple[float, tuple[str, ...]]] = []
-    runs = [0]
+    runs = 0
 
     def simulated(rate: float) -> tuple[SimResult, list[str]]:
-        runs[0] += 1
+        nonlocal runs
+        runs += 1
         r = run(dep, samples[-1].at_rate(rate), kv_budget_bytes=kv_budget_bytes,
                 shared_prefix_tokens=shared_prefix_tokens, warmup_fraction=warmup_fraction)
         return r, crit.failures(r)
@@ -194,7 +195,7 @@ def max_sustainable_rate(
         return cache[rate][1]
 
     def found(rate: float, result: SimResult | None, binding: str, bracket: tuple[float, float]) -> SustainableRate:
-        return SustainableRate(rate, result, binding, tuple(order), bracket, runs[0],
+        return SustainableRate(rate, result, binding, tuple(order), bracket, runs,
                                samples[-1].n if len(samples) > 1 else 0)
 
     def down(lo: float, hi: float) -> tuple[float, float]:
@@ -223,8 +224,8 @@ def max_sustainable_rate(
         while not evaluate(hi) and len(order) < max_evaluations:
             lo, hi = hi, hi * widen
     lo, hi = bisect(lo, hi)
-    while not evaluate(lo) and cache[lo][2] < len(samples) - 1 and len(order) < max_evaluations:
-        del cache[lo]  # passed on the short sample: read again on the longer one
+    while cache[lo][2] < len(samples) - 1 and len(order) < max_evaluations:  # lo passed, on the short sample
+        del cache[lo]  # read it again on the longer one
         if not evaluate(lo):
             break
         lo, hi = down(lo, lo)

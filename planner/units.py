@@ -32,6 +32,11 @@ def gpus_text(n: int) -> str:
     return f"{n:,} GPU" if n == 1 else f"{n:,} GPUs"
 
 
+def replicas_text(n: int) -> str:
+    """A count of replicas in words: '1 replica', '4 replicas'."""
+    return f"{n:,} replica" if n == 1 else f"{n:,} replicas"
+
+
 def usd_text(usd: float | None) -> str:
     """An amount of US dollars to the cent; '—' for none (a cost no plan has, or nothing to price)."""
     return "—" if usd is None or not math.isfinite(usd) else f"${usd:,.2f}"
@@ -65,8 +70,8 @@ def multiplier_text(x: float) -> str:
 def hours_text(*, quarters: bool) -> str:
     """The hours behind amounts per month (and per quarter), said wherever they are shown: a reader
     multiplies the hourly figure shown, rounded to the cent, and finds a difference (fleet_2027q1:
-    $323.15 x 730 = $235,899.50 against $235,900.96 from the unrounded hourly cost), at most half a
-    cent times the hours."""
+    $324.55 x 730 = $236,921.50 against $236,922.96 from the unrounded $324.552 an hour), at most half
+    a cent times the hours."""
     month = usd_text(0.005 * HOURS_PER_MONTH)
     if not quarters:
         hours, amounts, bound = f"A month is {HOURS_PER_MONTH} hours", "A month's amount is", month

@@ -47,14 +47,19 @@ def test_regeneration_is_byte_identical(tmp_path):
         assert f.read_bytes() == (b / f.name).read_bytes(), f.name
 
 
+def _shipped_tree(tmp_path) -> Path:
+    """The shipped scenarios (and the data they read) copied under tmp_path: their scenarios folder."""
+    shutil.copytree(ROOT / "scenarios", tmp_path / "scenarios")
+    if (ROOT / "data").is_dir():
+        shutil.copytree(ROOT / "data", tmp_path / "data")
+    return tmp_path / "scenarios"
+
+
 @pytest.mark.skipif(not (ROOT / "reports").is_dir(), reason="no shipped reports in this tree")
 def test_shipped_reports_are_in_step_with_the_code(tmp_path):
     """`planner solve scenarios/*.yaml` regenerates every committed Markdown report with no diff."""
     scenarios = sorted((ROOT / "scenarios").glob("*.yaml"))
-    work = tmp_path / "scenarios"
-    shutil.copytree(ROOT / "scenarios", work)
-    if (ROOT / "data").is_dir():
-        shutil.copytree(ROOT / "data", tmp_path / "data")
+    work = _shipped_tree(tmp_path)
     solve_into(tmp_path / "reports", *(work / s.name for s in scenarios))
     for s in scenarios:
         name = s.stem
@@ -68,11 +73,8 @@ def test_shipped_forecasts_are_in_step_with_the_code(tmp_path, name):
     """`planner forecast` on the two shipped forecast scenarios regenerates their committed report and
     the tables an analyst loads (CSV, data package) with no diff: the solve reports have their own
     test, and a change to the forecast's arithmetic could otherwise leave stale numbers in reports/."""
-    shutil.copytree(ROOT / "scenarios", tmp_path / "scenarios")
-    if (ROOT / "data").is_dir():
-        shutil.copytree(ROOT / "data", tmp_path / "data")
     out = tmp_path / "reports"
-    r = CliRunner().invoke(main, ["forecast", str(tmp_path / "scenarios" / f"{name}.yaml"), "--out-dir", str(out)])
+    r = CliRunner().invoke(main, ["forecast", str(_shipped_tree(tmp_path) / f"{name}.yaml"), "--out-dir", str(out)])
     assert r.exit_code == 0, r.output
     shipped = sorted(p.name for p in (ROOT / "reports").glob(f"{name}_forecast*") if p.suffix != ".png")
     assert f"{name}_forecast.md" in shipped and any(n.endswith(".csv") for n in shipped)

@@ -37,6 +37,7 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
     from planner.errors import located
     from planner.plan_json import bands_json, log_replay_json, queue_settling_json
     from planner.report_latency import replay_text, seeds_text
+    from planner.units import replicas_text
 
     with located(scenario), terminal_progress():
         scn, slo, checks, certified = _checks(scenario, pool, n_requests, seed, catalog_files)
@@ -57,8 +58,7 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
     for c in checks:
         runs = (f"; {c.runs} runs pooled (seeds {seeds_text(c.seeds)}: {c.pooled_because})"
                 if c.runs > 1 else "")
-        replicas = f"{c.replicas} replica{'s' if c.replicas != 1 else ''}"
-        click.echo(f"{c.label} — {c.config}, {replicas} at {c.rate_rps:,.3f} req/s each{runs}: "
+        click.echo(f"{c.label} — {c.config}, {replicas_text(c.replicas)} at {c.rate_rps:,.3f} req/s each{runs}: "
                    + ("holds" if c.holds else "misses: " + "; ".join(c.misses)))
         for band in _bands(c, slo):
             ttft = " ".join(f"{s} {band[f'ttft_ms_{s}']:,.0f}" for s in _STATS if band[f"ttft_ms_{s}"] is not None)
