@@ -75,7 +75,7 @@ def replay(name, scn, plan, traffic, args) -> list[str]:
         sims = [_run(p, args.requests, seed) for seed in range(args.seed, args.seed + args.runs)]
         parts = tuple(s.latencies for s in sims)
         pooled = merged_latencies(list(parts))
-        bands = band_checks(slo, p.model, p.resident, pooled, parts)
+        bands = band_checks(slo, None, None, pooled, parts)  # the simulated values only: no model is printed
         growth = _mean_growth(sims)
         preempted = sum(s.preemptions_per_1000 for s in sims) / len(sims)
         runs_verdict = "holds" if growth <= STABILITY_TOLERANCE and preempted <= PREEMPTION_BUDGET_PER_1000 else "MISSES"
@@ -96,8 +96,7 @@ def replay(name, scn, plan, traffic, args) -> list[str]:
                 _, scale, unit = _units(c.kind)
                 if math.isnan(c.simulated_s):
                     continue  # no request of the band in the runs
-                verdict = ("undecided" if undecided(c.simulated_s, c.limit_s, c.standard_error_s)
-                           else "holds" if c.holds else "MISSES")
+                verdict = "undecided" if c.undecided else "holds" if c.holds else "MISSES"
                 verdicts.append(verdict)
                 error = f" ± {c.standard_error_s * scale:,.2g}" if math.isfinite(c.standard_error_s) else ""
                 print(f"    {b.band.name}: {c.kind.upper()} {c.stat} {c.simulated_s * scale:,.4g}{error} {unit} "

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.bounds import MAX_SEED, MAX_SIMULATED_REQUESTS, MIN_RPS
+from planner.bounds import MAX_SEED, MIN_RPS
 from planner.capacity import ReplicaModel
 from planner.deployment import Deployment
 from planner.histogram import LENGTH_EDGES, Histogram
@@ -62,11 +62,11 @@ from planner.sim_capacity import (
     point_view,
 )
 from planner.sim_measures import (
-    SETTLE_FACTOR,
     STABILITY_TOLERANCE,
     RequestLatencies,
     SimResult,
     merged_latencies,
+    settle_requests,
 )
 from planner.simulate import simulate_replica
 from planner.targets import SLO, Band
@@ -339,7 +339,7 @@ class QueueSettling:
 
 
 def _trend_text(growth: float) -> str:
-    """A trend with the digits that tell it from the tolerance ('2.01%', not '2.0%'), or 'no growth (-0.1%)'."""
+    """A trend to 0.01% ('2.01%', not '2.0%': the tolerance is 2%), or 'no growth (-0.1%)'."""
     return f"{growth:.2%}" if growth > 0 else f"no growth ({growth:.1%})"
 
 
@@ -359,8 +359,8 @@ def settle_queue(p: PoolSetting, slo: SLO, requests: int, seed: int, sims: list[
     (a value near its limit there is a miss that more runs might have cleared), and it runs only where
     the short runs read a growing queue."""
     read = _mean_growth(sims)
-    n = min(SETTLE_FACTOR * requests, MAX_SIMULATED_REQUESTS)
-    if read <= STABILITY_TOLERANCE or n <= requests:
+    n = settle_requests(requests)
+    if read <= STABILITY_TOLERANCE or n is None:
         return None
     longer = _run(p, n, seed)
     lat = longer.latencies

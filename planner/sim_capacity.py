@@ -12,14 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from planner.bounds import MAX_SIMULATED_REQUESTS
 from planner.capacity import NO_TARGETS, OperatingPoint, ReplicaModel, replica_capacity
 from planner.deployment import Deployment
 from planner.histogram import Histogram
 from planner.memory import budget_ladder, kv_token_cap
 from planner.paged import TokenProfile, token_profile
 from planner.requests import Requests, sample_requests, shortest_prompt_tokens
-from planner.sim_measures import COMPARE_KEYS, SETTLE_FACTOR, SimResult
+from planner.sim_measures import COMPARE_KEYS, SimResult, settle_requests
 from planner.simulate import DEFAULT_WARMUP_FRACTION, simulate_replica
 from planner.targets import SLO
 
@@ -121,11 +120,17 @@ class SustainableRate:
     rate_rps: float
     result: SimResult | None  # the run that judged rate_rps (on the longer sample, where one was drawn)
     binding: str  # what failed just above it
-    # (rate, failures) in the order tried; a rate read again on the longer sample appears twice
+    # (rate, failures) in the order tried; a rate that passed on the short sample and is read again on
+    # the longer one appears twice (the rate that drew the longer sample once, with the longer run's failures)
     evaluations: tuple[tuple[float, tuple[str, ...]], ...]
     bracket: tuple[float, float]
-    runs: int = 0  # simulated: one a rate, and one more where a rate was read again on the longer sample
     longer_requests: int = 0  # the longer sample's requests, where a rate failing on its backlog alone drew it
+
+    @property
+    def runs(self) -> int:
+        """Runs simulated: one an evaluation, and one more for the rate that drew the longer sample
+        (run on both samples within one evaluation)."""
+        return len(self.evaluations) + (1 if self.longer_requests else 0)
 
 
 def max_sustainable_rate(
@@ -171,15 +176,12 @@ def max_sustainable_rate(
                                min_prompt_tokens=shortest_prompt_tokens(shared_prefix_tokens, dep.block_size))
 
     samples = [sample(n_requests)]  # and the longer one, once drawn (docstring)
-    longer_n = min(SETTLE_FACTOR * n_requests, MAX_SIMULATED_REQUESTS)
+    longer_n = settle_requests(n_requests)
     run = simulate or simulate_replica
     cache: dict[float, tuple[SimResult, list[str], int]] = {}  # rate -> (run, failures, the sample's index)
     order: list[tuple[float, tuple[str, ...]]] = []
-    runs = 0
 
     def simulated(rate: float) -> tuple[SimResult, list[str]]:
-        nonlocal runs
-        runs += 1
         r = run(dep, samples[-1].at_rate(rate), kv_budget_bytes=kv_budget_bytes,
                 shared_prefix_tokens=shared_prefix_tokens, warmup_fraction=warmup_fraction)
         return r, crit.failures(r)
@@ -187,7 +189,7 @@ def max_sustainable_rate(
     def evaluate(rate: float) -> list[str]:
         if rate not in cache:
             r, failed = simulated(rate)
-            if failed == ["unstable"] and len(samples) == 1 and longer_n > n_requests:  # perhaps still filling
+            if failed == ["unstable"] and len(samples) == 1 and longer_n is not None:  # perhaps still filling
                 samples.append(sample(longer_n))
                 r, failed = simulated(rate)
             cache[rate] = (r, failed, len(samples) - 1)
@@ -195,8 +197,7 @@ def max_sustainable_rate(
         return cache[rate][1]
 
     def found(rate: float, result: SimResult | None, binding: str, bracket: tuple[float, float]) -> SustainableRate:
-        return SustainableRate(rate, result, binding, tuple(order), bracket, runs,
-                               samples[-1].n if len(samples) > 1 else 0)
+        return SustainableRate(rate, result, binding, tuple(order), bracket, samples[-1].n if len(samples) > 1 else 0)
 
     def down(lo: float, hi: float) -> tuple[float, float]:
         """From a failing lo, widen down to a pass (or the evaluations' budget)."""

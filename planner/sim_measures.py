@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from planner.bounds import MAX_SIMULATED_REQUESTS
 from planner.requests import Requests
 from planner.targets import SLO, Band, statistic_quantile
 
@@ -32,6 +33,13 @@ STABILITY_TOLERANCE = 0.02  # the backlog may grow by 2% of the arrival rate (le
 # 1.3x, and on 95% at 1.35x, where the backlog truly grows by 4%. So a run that reads a growing queue
 # is read again on one SETTLE_FACTOR times as long (a warm-up as many times longer), which decides.
 SETTLE_FACTOR = 4
+
+
+def settle_requests(requests: int) -> int | None:
+    """The requests of the run that reads a growing queue again: SETTLE_FACTOR times as many, at
+    most MAX_SIMULATED_REQUESTS; None where that is no longer (the short runs' trend then decides)."""
+    n = min(SETTLE_FACTOR * requests, MAX_SIMULATED_REQUESTS)
+    return n if n > requests else None
 
 # Keys a report shows side by side: predicted (planner.capacity) and simulated.
 COMPARE_KEYS = (

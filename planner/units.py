@@ -79,6 +79,6 @@ def hours_text(*, quarters: bool) -> str:
         hours = f"A month is {HOURS_PER_MONTH} hours and a quarter {HOURS_PER_QUARTER:,}"
         amounts, bound = "Amounts per month and per quarter are", (
             f"{month} a month and {usd_text(0.005 * HOURS_PER_QUARTER)} a quarter")
-    return (f"{hours}: every hour of an 8,760-hour year billed, the price sheets' convention. {amounts} the hourly "
+    return (f"{hours}: every hour of an {12 * HOURS_PER_MONTH:,}-hour year billed, the price sheets' convention. {amounts} the hourly "
             f"cost before rounding times those hours, so {'they' if quarters else 'it'} can differ from the rounded "
             f"hourly amount times them by up to {bound}.")

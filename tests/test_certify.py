@@ -604,11 +604,11 @@ def test_the_longer_run_that_settles_a_queue_judges_its_targets_too(catalog):
 def test_a_queue_no_longer_run_can_settle_is_judged_on_the_runs_mean(catalog, monkeypatch):
     """At the simulator's request limit no longer run can be sampled: the verdict's runs' mean trend
     decides, as it did before the longer run."""
-    from planner import pool_check
+    from planner import pool_check, sim_measures
     from planner.targets import SLO
 
     past = _filling_pool(catalog, 1.5)
-    monkeypatch.setattr(pool_check, "MAX_SIMULATED_REQUESTS", 5556)
+    monkeypatch.setattr(sim_measures, "MAX_SIMULATED_REQUESTS", 5556)
     check = pool_check.check_pool(past, SLO.single(ttft_s=60, tpot_ms=1000), requests=5556, seed=0)
     assert check.queue_settling is None and not check.holds
     growth = pool_check._run(past, 5556, 0).backlog_growth
