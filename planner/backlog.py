@@ -44,13 +44,20 @@ Evidence (bench/accuracy.py, the simulator as judge). With the cache unbounded, 
 recursion whose service uses the decoders present when each prompt is served reproduces the
 simulator's TTFT p50/p90/p99 within 2% (8B on one H100, the long-tail mix at 6.5 req/s; the
 simulator's requests waiting past their p90 met about 500 decoders against the mean model's 81):
-the mechanism this module approximates. On the percentile cases without θ it takes the median
-|error| from 11.5% to 7.4% and the long-tail mixes at 95% of the simulated saturation from
-33-62% under to within 40%, without a 50%-load case past 50%. What it does not capture: under θ
-the simulator shows rare long episodes in which the in-flight slots fill with long prompts and
-everything queues behind them (a metastable state the processor-sharing reading of
-planner.prefill_cap cannot produce, even read at this regime); with θ = 512 (16 slots) those
-cases stay under-predicted.
+the mechanism this module approximates. When this regime came in, it took the median |error| of
+the percentile cases without θ from 11.5% to 7.4%, and the long-tail mixes at 95% of the simulated
+saturation from 33-62% under to within 40%. The latency model has grown since (the TTFT riders'
+tail, a decoder's own sequence in its steps), and the same bench reads today (2026-12-04): median
+|error| 8.3% without θ; at 50% and 80% load every long-tail point within 25%; at 95% the TTFT p99 of
+the long-tail mixes over by 60-71% and their p90 by 15-29%, and the worst point of all +306% (the
+short pool of a split at 32k, 8B on one H100: 18.6 s against the simulator's 4.6 s, where admission
+waits for a full cache 5.5% of the time). So next to saturation this reading is pessimistic: a plan
+sized there buys more than the simulator needs, and certification, which replays at the planned
+rate, does not catch an over-estimate. What it does not capture: under θ the simulator shows rare
+long episodes in which the in-flight slots fill with long prompts and everything queues behind
+them (a metastable state the processor-sharing reading of planner.prefill_cap cannot produce, even
+read at this regime); with θ = 512 (16 slots) the short band's TTFT p90 stays under-predicted
+(-10% to -35%).
 """
 
 from __future__ import annotations

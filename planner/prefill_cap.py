@@ -68,8 +68,13 @@ saturation: the short band's TTFT p90 went from -86% to -22% and its p99 from -6
 decoders came to follow the slots (every slot taken 15.6% of the time in the model, 18-20% in the
 simulator, against 4.3% at a fixed decode part); with the stay's spread besides, the same pool at 80%
 went from -55% to -22% (short band TTFT p99) and its long band's p99 from -30%/-42%/-48% to
-+28%/+20%/-2% at 50/80/95%; every θ point is within 50% (worst -44%, the 8B on one H100 with
-θ = 2,048 at 80%, where admission waits for the cache 8% of the time).
++28%/+20%/-2% at 50/80/95%. Those were the figures when each term came in; the latency model has
+grown since (the TTFT riders' tail, a decoder's own sequence in its steps), and the same bench reads
+today (2026-12-04), on that pool: short band TTFT p90 -27%/-35%/-10% and p99 -25%/+5%/+31% at
+50/80/95%, long band p99 +27%/+13%/+7%. Over the 81 θ points: median |error| about 17%, worst under
+-44% (the 8B on one H100 with θ = 2,048 at 80%, short band TTFT p90, where admission waits for the
+cache 12% of the time), worst over +226% (a split's short pool at θ = 1,024 and 95%, TTFT p99); the
+long-tail mixes' points are within 50% save four TTFT p99 at 95% load (+52% to +75%), pessimistic.
 
 Where this departs from vLLM v1: with more than c capped prompts waiting, the ones in flight are
 served in admission order, and a step's decode part moves with the decoders present; processor
