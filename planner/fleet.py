@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from planner.bounds import (
     MAX_FLEET_GPUS,
@@ -61,6 +61,12 @@ class SharedGPU(Strict):
         for kind in ("owned", "reserved"):
             if getattr(self, kind) and getattr(self, f"{kind}_usd_per_hour") is None:
                 raise ValueError(f"{kind}: {getattr(self, kind)} GPUs need {kind}_usd_per_hour (what one costs an hour)")
+            # A price of no GPUs prices nothing: the type's GPUs would all run on demand, at its on-demand price.
+            if not getattr(self, kind) and getattr(self, f"{kind}_usd_per_hour") is not None:
+                later = ("; the price of commitments a forecast makes is forecast.reserved_prices"
+                         if kind == "reserved" else "")
+                raise ValueError(f"{kind}_usd_per_hour: a price for no {kind} GPUs would price nothing; state "
+                                 f"{kind}: N, the GPUs it prices{later}")
         if self.committed + (self.max_new or 0) > MAX_FLEET_GPUS:
             raise ValueError(f"owned + reserved + max_new = {self.committed + (self.max_new or 0):,} GPUs, more than "
                              f"a fleet may hold ({MAX_FLEET_GPUS:,})")
@@ -96,6 +102,16 @@ class FleetSpec(Strict):
     )
     solver: Solver = Field(Solver(), description="solves the fleet's ILP and every service's re-solves")
     forecast: Forecast | None = Field(None, description="quarters over the whole fleet (planner forecast)")
+
+    @field_validator("inventory")
+    @classmethod
+    def _within_a_fleet(cls, inventory: dict[str, SharedGPU]) -> dict[str, SharedGPU]:
+        """The bound on a fleet's GPUs holds across its types, not only within each."""
+        total = sum(t.committed + (t.max_new or 0) for t in inventory.values())
+        if total > MAX_FLEET_GPUS:
+            raise ValueError(f"owned + reserved + max_new over every type = {total:,} GPUs, more than a fleet may "
+                             f"hold ({MAX_FLEET_GPUS:,})")
+        return inventory
 
 
 @dataclass(frozen=True)
@@ -243,10 +259,17 @@ def _check_forecast(fc: Forecast, catalog: Catalog, services: list[Service], inv
     otherwise take a section that `planner forecast` refuses."""
     run = {c.id for svc in services for c in svc.inputs.scenario.gpu_candidates}
     used = set(inventory) | run
+    if not fc.reserved_pools:
+        raise InputError("forecast.reserved_pools: false would be ignored: in a fleet a class may always keep a pool "
+                         "of its own on a committed type (the fleet's ILP and each service's re-solves), so that "
+                         "commitments are never stranded; drop it", where=str(path))
     for gpu in fc.reserved_prices:  # (a scenario refuses such a price in its schema, against its gpus)
         if gpu not in used:
             raise InputError(f"forecast.reserved_prices: {did_you_mean(gpu, used, what='GPU')} (a committed price "
                              "needs the GPU among a service's gpus or the inventory)", where=str(path))
+        if gpu not in run:  # the forecast commits only what services run: no commitment would take this price
+            raise InputError(f"forecast.reserved_prices.{gpu}: no service may run {gpu}, so the forecast commits none "
+                             "and this would change nothing; add it to a service's gpus or drop it", where=str(path))
     for i, q in enumerate(fc.quarters):
         where = f"forecast.quarters[{i}]"
         if q.context_limit is not None:
@@ -262,8 +285,12 @@ def _check_forecast(fc: Forecast, catalog: Catalog, services: list[Service], inv
                                  "and stand idle; add it to a service's gpus or drop it", where=str(path))
         for field_name in ("prices", "availability"):
             for gpu in getattr(q, field_name):
-                if gpu in used:  # (a service may define its own type in its catalog overrides)
+                if gpu in run:  # (a service may define its own type in its catalog overrides)
                     continue
+                if gpu in used:  # the inventory's GPUs of a type nobody runs stand idle whatever it costs or caps
+                    raise InputError(f"{where}.{field_name}.{gpu}: no service may run {gpu} (the inventory's stand "
+                                     "idle), so this would change nothing; add it to a service's gpus or drop it",
+                                     where=str(path))
                 try:
                     catalog.gpu(gpu)
                 except InputError as exc:

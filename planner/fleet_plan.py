@@ -253,7 +253,9 @@ def _no_fleet_message(fleet: FleetInputs, setups, joint: JointSolution) -> str:
     cheapest plan alone within them takes."""
     alone = []
     for svc, st in zip(fleet.services, setups, strict=True):
-        solve = Resolver(_within_caps(st.scn, fleet.shared_caps))
+        # The fleet's rule for committed types, as its ILP and the services' re-solves have it: without it
+        # a service that the fleet could serve read as one that cannot be served at all.
+        solve = Resolver(_within_caps(st.scn, fleet.shared_caps), pool_types=frozenset(fleet.commitments))
         sol = solve(st.classes, st.evals)
         if not sol.pools:
             return f"service '{svc.name}': " + no_plan_message(sol, st.scn, st.classes, st.evals, solve.inventory)

@@ -411,7 +411,25 @@ def test_a_fleet_with_no_plan_names_the_service_that_cannot_be_served_or_what_ea
     assert re.fullmatch(r"error: .*fleet\.yaml: every service can be served alone within the shared caps, but the shared "
                         r"rules \(at most 1 GPU type\) leave no fleet that covers every service's peak; alone, the cheapest "
                         r"plans take alpha \d+ h100-sxm; beta \d+ l40s\n", r.output)
-    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    # Each fits alone only with a pool on each committed type (the fleet's rule, which its ILP has too):
+    # without that rule the message blamed alpha, which the same inventory serves on its own.
+    svc = {"traffic": {"source": {"constant": {"prompt_tokens": 2000, "output_tokens": 300}},
+                       "peak": {"method": "explicit", "rps": 30.0}},
+           "slo": {"statistic": "p99", "bands": [{"ttft_s": 1.0, "tpot_ms": 50}]}, "kv_dtypes": ["bf16"]}
+    committed = {"h100-sxm": {"reserved": 4, "reserved_usd_per_hour": 2.0, "max_new": 0},
+                 "l40s": {"owned": 2, "owned_usd_per_hour": 0.7, "max_new": 0}}
+    alone = write_fleet(tmp_path, services=[service("alpha", 30.0, **svc)], inventory=committed)
+    r = CliRunner().invoke(main, ["solve", str(alone), "--no-verify", "--no-report", "--out-dir", str(tmp_path / "c")])
+    assert r.exit_code == 0, r.output
+    both = write_fleet(tmp_path, services=[service("alpha", 30.0, **svc),
+                                           service("beta", 30.0, **{**svc, "model": "llama-3.2-3b"})],
+                       inventory=committed)
+    r = CliRunner().invoke(main, ["solve", str(both), "--out-dir", str(tmp_path / "d")])
+    assert r.exit_code == 3
+    assert re.fullmatch(r"error: .*fleet\.yaml: every service can be served alone within the shared caps, but the shared "
+                        r"rules \(h100-sxm ≤ 4 GPUs, l40s ≤ 2 GPUs\) leave no fleet that covers every service's peak; "
+                        r"alone, the cheapest plans take alpha 4 h100-sxm \+ 2 l40s; beta \d+ h100-sxm( \+ \d+ l40s)?\n", r.output)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists() and not (tmp_path / "d").exists()
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -422,6 +440,18 @@ def test_a_fleet_with_no_plan_names_the_service_that_cannot_be_served_or_what_ea
                              "reserved_usd_per_hour": 1}}},
      "inventory.l40s: Value error, owned + reserved + max_new = 120,000,000 GPUs, more than a fleet may hold "
      "(100,000,000)"),
+    # ... and across the types too
+    ({"inventory": {"h100-sxm": {"reserved": 60_000_000, "reserved_usd_per_hour": 1},
+                    "l40s": {"owned": 60_000_000, "owned_usd_per_hour": 1}}},
+     "inventory: Value error, owned + reserved + max_new over every type = 120,000,000 GPUs, more than a fleet may "
+     "hold (100,000,000)"),
+    # a price of no GPUs would price nothing (every GPU of the type ran on demand at its on-demand price)
+    ({"inventory": {"h100-sxm": {"reserved_usd_per_hour": 2.0, "max_new": 8}}},
+     "inventory.h100-sxm: Value error, reserved_usd_per_hour: a price for no reserved GPUs would price nothing; state "
+     "reserved: N, the GPUs it prices; the price of commitments a forecast makes is forecast.reserved_prices"),
+    ({"inventory": {"l40s": {"owned_usd_per_hour": 0.7}}},
+     "inventory.l40s: Value error, owned_usd_per_hour: a price for no owned GPUs would price nothing; state owned: N, "
+     "the GPUs it prices"),
     ({"services": [service("alpha", 3.0), service("alpha", 4.0)]}, "services[1]: a second service named 'alpha'"),
     ({"services": [service("alpha", 3.0), service("Alpha", 4.0)]}, "services[1]: a second service named 'Alpha' "
                                                                   "(service names name report sections and figure "
@@ -477,6 +507,22 @@ def test_a_fleet_with_no_plan_names_the_service_that_cannot_be_served_or_what_ea
     ({"forecast": {"quarters": [{"quarter": "2027Q1", "reserved": {"h200": 4}}]}},
      "fleet.yaml: forecast.quarters[0].reserved.h200: no service may run h200, so these GPUs would be paid for and "
      "stand idle; add it to a service's gpus or drop it"),
+    # a fleet's committed types always may hold a pool of their own: the setting would be ignored
+    ({"forecast": {"reserved_pools": False, "quarters": [{"quarter": "2027Q1"}]}},
+     "fleet.yaml: forecast.reserved_pools: false would be ignored: in a fleet a class may always keep a pool of its "
+     "own on a committed type"),
+    # committed GPUs of a type no service runs stand idle: a price or cap for them would change nothing
+    ({"inventory": {"h200": {"reserved": 2, "reserved_usd_per_hour": 4.4}},
+      "forecast": {"quarters": [{"quarter": "2027Q1", "prices": {"h200": 3.0}}]}},
+     "fleet.yaml: forecast.quarters[0].prices.h200: no service may run h200 (the inventory's stand idle), so this "
+     "would change nothing; add it to a service's gpus or drop it"),
+    ({"inventory": {"h200": {"reserved": 2, "reserved_usd_per_hour": 4.4}},
+      "forecast": {"quarters": [{"quarter": "2027Q1", "availability": {"h200": 8}}]}},
+     "fleet.yaml: forecast.quarters[0].availability.h200: no service may run h200 (the inventory's stand idle)"),
+    ({"inventory": {"h200": {"reserved": 2, "reserved_usd_per_hour": 4.4}},
+      "forecast": {"reserved_prices": {"h200": 4.0}, "quarters": [{"quarter": "2027Q1"}]}},
+     "fleet.yaml: forecast.reserved_prices.h200: no service may run h200, so the forecast commits none and this "
+     "would change nothing"),
     ({"forecast": {"quarters": [{"quarter": "2027Q1", "reserved": {"h2000": 4}}]}},
      "fleet.yaml: forecast.quarters[0].reserved: unknown GPU 'h2000'; did you mean 'h200'?"),
     ({"forecast": {"quarters": [{"quarter": "2027Q1", "context_limit": 4096}]}},
