@@ -83,6 +83,8 @@ MAX_LATENCY_MS = 60_000.0
 MAX_TTFT_S = 3_600.0
 # Minutes from asking for a replica to its serving: a day (a node from a cold cloud region takes under an hour).
 MAX_LEAD_MIN = 1_440.0
+# A commitment's term in quarters: ten years, past any reservation a cloud sells and any depreciation schedule.
+MAX_TERM_QUARTERS = 40
 
 
 def _plain_number(value: Any) -> Any:

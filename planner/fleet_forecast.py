@@ -20,6 +20,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from planner.commitments import Lot, after_end_usd, held, in_force, quarter_after
 from planner.errors import InfeasibleError, InputError
 from planner.files import output_folder
 from planner.fleet import FleetInputs, SharedGPU
@@ -31,6 +32,7 @@ from planner.forecast_outputs import (
     Column,
     _csv,
     _table,
+    after_end_text,
     datapackage,
     growth_text,
     item_column,
@@ -70,6 +72,7 @@ class FleetQuarter:
     added_commitments: dict[str, int]  # GPUs committed this quarter (stated or carried forward), per type
     change_by_type: dict[str, int]  # GPUs in use against the previous quarter
     commitments: tuple[Commitment, ...] = ()  # the lots behind added_commitments
+    lots: tuple[Lot, ...] = ()  # the commitments beyond the inventory's paid in the quarter, in the order made
 
     @property
     def cost_per_hour(self) -> float:
@@ -92,27 +95,29 @@ def run_fleet_forecast(fleet: FleetInputs) -> list[FleetQuarter]:
     base = fleet.spec.inventory
     out: list[FleetQuarter] = []
     multiplier = 1.0
-    lots: dict[str, list[tuple[int, float]]] = {}  # commitments beyond the inventory's: (GPUs, price) per type
+    lots: list[Lot] = []  # commitments beyond the inventory's, each for its term (planner.commitments)
+    term = fc.commitment_term_quarters
     previous: FleetQuarter | None = None
     for i, q in enumerate(fc.quarters):
         where = f"forecast.quarters[{i}]"
         multiplier = multiplier * (1 + q.growth) if fc.growth_mode == "compound" else 1 + q.growth
+        lots = in_force(lots, i)  # those whose term ended last quarter are no longer paid
         if fc.carry_forward and previous is not None:
             carried = {g: n - _committed(base, lots, g) for g, n in previous.plan.joint.gpus_by_type.items()}
         else:
             carried = {}
         # A quarter's prices hold in that quarter (as in a scenario's forecast).
-        types = sorted(set(base) | set(lots) | set(q.prices) | set(q.availability) | set(q.reserved)
+        types = sorted(set(base) | {lot.gpu for lot in lots} | set(q.prices) | set(q.availability) | set(q.reserved)
                        | {g for g, n in carried.items() if n > 0})
         price = {g: q.prices.get(g, fleet.on_demand_price(g)) for g in types}
         made: list[Commitment] = []
         for gpu, extra in carried.items():  # at the terms of the quarter they ran in
             if extra > 0:
-                made.append(_commit(lots, _commitment(fleet, fc, fc.quarters[i - 1], gpu, extra)))
+                made.append(_commit(lots, _commitment(fleet, fc, fc.quarters[i - 1], gpu, extra), i, term))
         for gpu, n in q.reserved.items():  # at this quarter's
             extra = n - _committed(base, lots, gpu)
             if extra > 0:
-                made.append(_commit(lots, _commitment(fleet, fc, q, gpu, extra)))
+                made.append(_commit(lots, _commitment(fleet, fc, q, gpu, extra), i, term))
         added: dict[str, int] = {}
         for lot in made:
             added[lot.gpu] = added.get(lot.gpu, 0) + lot.gpus
@@ -125,10 +130,10 @@ def run_fleet_forecast(fleet: FleetInputs) -> list[FleetQuarter]:
         before = previous.plan.joint.gpus_by_type if previous else {}
         change = {} if previous is None else {g: by_type.get(g, 0) - before.get(g, 0)
                                               for g in sorted(set(by_type) | set(before))}
-        out.append(FleetQuarter(q.quarter, multiplier, plan, added, change, tuple(made)))
+        out.append(FleetQuarter(q.quarter, multiplier, plan, added, change, tuple(made), tuple(lots)))
         previous = out[-1]
-        if not fc.carry_forward:
-            lots = {}
+        if not fc.carry_forward and term is None:  # a quarter's reservations, without a term, are its own
+            lots = []
     return out
 
 
@@ -142,15 +147,15 @@ def _commitment(fleet: FleetInputs, fc, q, gpu: str, gpus: int) -> Commitment:
                       f"on demand {usd_rate_text(on_demand)} × (1 − {fc.reserved_discount:g})")
 
 
-def _commit(lots: dict[str, list[tuple[int, float]]], lot: Commitment) -> Commitment:
-    """Add `lot` to the commitments held (GPUs and price per type); returns it."""
-    lots.setdefault(lot.gpu, []).append((lot.gpus, lot.usd_per_gpu_hour))
-    return lot
+def _commit(lots: list[Lot], made: Commitment, start: int, term: int | None) -> Commitment:
+    """Add what `made` commits to the lots held, from the quarter of index `start` for `term`; returns it."""
+    lots.append(Lot(made.gpu, made.gpus, made.usd_per_gpu_hour, start, term))
+    return made
 
 
-def _committed(base, lots, gpu: str) -> int:
+def _committed(base, lots: list[Lot], gpu: str) -> int:
     shared = base.get(gpu)
-    return (shared.committed if shared else 0) + sum(n for n, _ in lots.get(gpu, []))
+    return (shared.committed if shared else 0) + held(lots, gpu)
 
 
 def _quarter_inventory(base, lots, price, availability, types, where, fleet) -> dict[str, SharedGPU]:
@@ -159,9 +164,10 @@ def _quarter_inventory(base, lots, price, availability, types, where, fleet) -> 
     out = {}
     for g in types:
         shared = base.get(g, SharedGPU())
-        extra = lots.get(g, [])
-        reserved = shared.reserved + sum(n for n, _ in extra)
-        reserved_cost = shared.reserved * (shared.reserved_usd_per_hour or 0.0) + sum(n * p for n, p in extra)
+        extra = [lot for lot in lots if lot.gpu == g]
+        reserved = shared.reserved + held(extra, g)
+        reserved_cost = shared.reserved * (shared.reserved_usd_per_hour or 0.0) + sum(lot.gpus * lot.usd_per_gpu_hour
+                                                                                        for lot in extra)
         committed = shared.owned + reserved
         cap = shared.cap
         if g in availability:
@@ -336,20 +342,38 @@ def _commitments_section(results: list[FleetQuarter], fleet: FleetInputs) -> lis
     lots = [(r.quarter, c) for r in results for c in r.commitments]
     if not lots:
         return [*out, "No commitments beyond the inventory's.", "", _held_at_the_end(results, fleet)]
-    carried = fleet.spec.forecast is not None and fleet.spec.forecast.carry_forward
-    if carried:
+    fc = fleet.spec.forecast
+    carried = fc is not None and fc.carry_forward
+    term = None if fc is None else fc.commitment_term_quarters
+    if term is not None:
+        how = (f"Made by the forecast: from the quarter it starts, a commitment is paid for {term} "
+               f"quarter{'s' if term != 1 else ''}, used or not (forecast.commitment_term_quarters); the inventory's "
+               "are held in every quarter." + (" With carry_forward a quarter commits, from the next quarter on, the "
+                                               "GPUs the fleet ran beyond its commitments, at the terms of the quarter "
+                                               "they ran in." if carried else ""))
+    elif carried:
         how = ("Made by the forecast: from the quarter it starts, a commitment is paid in every quarter to the "
                "forecast's end, used or not. With carry_forward a quarter commits, from the next quarter on, the GPUs "
                "the fleet ran beyond its commitments, at the terms of the quarter they ran in.")
     else:
         how = ("Made by the forecast: without carry_forward, a commitment a quarter states (`reserved`) holds in that "
                "quarter only, paid used or not.")
-    out += [how, "", "| From | GPUs committed | $/GPU-hour | Priced at | Terms of |", "|---|---|---:|---|---|"]
-    out += [f"| {quarter} | +{c.gpus} {c.gpu} | {usd_rate_text(c.usd_per_gpu_hour)} | {c.basis} | {c.terms_quarter} |"
-            for quarter, c in lots]
-    if carried:
+    quarters = [r.quarter for r in results]
+    if term is None:
+        out += [how, "", "| From | GPUs committed | $/GPU-hour | Priced at | Terms of |", "|---|---|---:|---|---|"]
+        out += [f"| {quarter} | +{c.gpus} {c.gpu} | {usd_rate_text(c.usd_per_gpu_hour)} | {c.basis} | {c.terms_quarter} |"
+                for quarter, c in lots]
+    else:
+        out += [how, "", "| From | Through | GPUs committed | $/GPU-hour | Priced at | Terms of |",
+                "|---|---|---|---:|---|---|"]
+        out += [f"| {quarter} | {quarter_after(quarter, term - 1)} | +{c.gpus} {c.gpu} | "
+                f"{usd_rate_text(c.usd_per_gpu_hour)} | {c.basis} | {c.terms_quarter} |" for quarter, c in lots]
+    if term is not None:
+        out += ["", after_end_text(quarters, results[-1].lots, term)]
+    elif carried:
         out += ["", f"The total counts each commitment to {results[-1].quarter} only: whatever term it runs beyond "
-                "(a one-year reservation made late in the forecast) is spend this forecast does not show."]
+                "(a one-year reservation made late in the forecast) is spend this forecast does not show "
+                "(forecast.commitment_term_quarters states the term and prices it)."]
     return [*out, "", _held_at_the_end(results, fleet)]
 
 
@@ -434,8 +458,10 @@ def fleet_forecast_json(results: list[FleetQuarter]) -> dict:
     def row(columns, item) -> dict:
         return {c.name: c.value(item) for c in columns}
 
+    fc = results[-1].plan.fleet.spec.forecast
     return {"quarters": [
         {**row(QUARTER_COLUMNS, r), "services": [row(SERVICE_COLUMNS, (r, p)) for p in r.plan.plans],
          "types": [row(TYPE_COLUMNS, (r, t)) for t in r.plan.types]}
         for r in results
-    ]}
+    ], "committed_after_end_usd": None if fc is None or fc.commitment_term_quarters is None else
+        after_end_usd(results[-1].lots, len(results) - 1)}

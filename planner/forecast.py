@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from planner.commitments import Lot, held, in_force
 from planner.daily import DayCosts, DayTerms, day_costs, reserved_discount
 from planner.errors import InfeasibleError, InputError
 from planner.ilp import FleetSolution
@@ -90,6 +91,7 @@ class QuarterResult:
     idle: IdleReserved | None
     day: DayCosts
     unused_prices: tuple[UnusedPrice, ...] = ()
+    lots: tuple[Lot, ...] = ()  # the commitments paid in the quarter, in the order made (planner.commitments)
 
     @property
     def gpus(self) -> int:
@@ -195,9 +197,9 @@ def run_forecast(inputs: Inputs) -> list[QuarterResult]:
         raise InputError("the scenario has no forecast section", where=str(inputs.path))
     results: list[QuarterResult] = []
     multiplier, previous = 1.0, None
-    # Commitments as lots of (GPUs, price per GPU-hour): a lot keeps the price it was
-    # committed at, whatever on-demand prices do later.
-    lots: dict[str, list[tuple[int, float]]] = {}
+    # A lot keeps the price it was committed at, whatever on-demand prices do later, for its term.
+    lots: list[Lot] = []
+    term = fc.commitment_term_quarters
     commit_price_before: dict[str, float] = {}
     discount, _ = reserved_discount(scn)
     for i, q in enumerate(fc.quarters):
@@ -206,18 +208,20 @@ def run_forecast(inputs: Inputs) -> list[QuarterResult]:
         qscn = quarter_scenario(scn, q, multiplier)
         od_price = {g.id: g.price_per_hour(inputs.catalog.gpu(g.id).price_usd_per_hour) for g in qscn.gpu_candidates}
         commit_price = {g: fc.reserved_prices.get(g, od_price[g] * (1 - discount)) for g in od_price}
+        lots = in_force(lots, i)  # those whose term ended last quarter are no longer paid
         if fc.carry_forward and previous is not None:
             # Last quarter's fleet is committed: what ran on demand joins at last quarter's terms.
             for gpu, n in previous.gpus_by_type.items():
-                extra = n - sum(k for k, _ in lots.get(gpu, []))
+                extra = n - held(lots, gpu)
                 if extra > 0:
-                    lots.setdefault(gpu, []).append((extra, commit_price_before[gpu]))
+                    lots.append(Lot(gpu, extra, commit_price_before[gpu], i, term))
         for gpu, n in q.reserved.items():
-            extra = n - sum(k for k, _ in lots.get(gpu, []))
+            extra = n - held(lots, gpu)
             if extra > 0:
-                lots.setdefault(gpu, []).append((extra, commit_price[gpu]))
-        reserved = {g: sum(k for k, _ in ls) for g, ls in sorted(lots.items())}
-        price = {g: sum(k * p for k, p in ls) / reserved[g] for g, ls in sorted(lots.items())}
+                lots.append(Lot(gpu, extra, commit_price[gpu], i, term))
+        types = sorted({lot.gpu for lot in lots})
+        reserved = {g: held(lots, g) for g in types}
+        price = {g: sum(lot.gpus * lot.usd_per_gpu_hour for lot in lots if lot.gpu == g) / reserved[g] for g in types}
         plan = _quarter_plan(inputs, qscn, q, reserved, price)
         terms = DayTerms(
             scn.autoscaling.scale_up_lead_min, scn.autoscaling.min_replicas or scn.min_replicas_per_pool, commit_price,
@@ -228,11 +232,11 @@ def run_forecast(inputs: Inputs) -> list[QuarterResult]:
         idle = _idle_reserved(inputs, qscn, plan, reserved, price)
         result = _quarter_result(q.quarter, multiplier, plan, reserved, price, previous, day, idle)
         unused = _unused_prices(inputs, qscn, q, result.gpus_by_type)
-        results.append(dataclasses.replace(result, unused_prices=unused) if unused else result)
+        results.append(dataclasses.replace(result, unused_prices=unused, lots=tuple(lots)))
         previous = results[-1]
         commit_price_before = commit_price
-        if not fc.carry_forward:
-            lots = {}
+        if not fc.carry_forward and term is None:  # a quarter's reservations, without a term, are its own
+            lots = []
     return results
 
 

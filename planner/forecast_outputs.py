@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.capacity import KNEE_SHARE
+from planner.commitments import Lot, after_end, after_end_usd, quarter_after
 from planner.daily import POLICIES, floor_text
 from planner.files import output_folder, write_bytes_atomic, write_text_atomic
 from planner.forecast import PoolRow, QuarterResult
@@ -222,6 +223,10 @@ TOTAL_COLUMNS: tuple[Column, ...] = (
     Column("quarters", "integer", "quarters summed (four quarters of one year: the year's total)", lambda t: t["quarters"]),
     Column("hours", "number", f"hours summed ({HOURS_PER_QUARTER:,} a quarter)", lambda t: t["hours"], digits=0),
     *(Column(c.name, c.type, c.description, lambda t, n=c.name: t[n], c.digits, True) for c in QUARTER_COLUMNS if c.total),
+    Column("committed_after_end_usd", "number",
+           "what the commitments held in the last quarter still cost after it, each at its own price for the "
+           "quarters its term has left (forecast.commitment_term_quarters), USD; not in total_usd (empty: no term "
+           "stated)", lambda t: t["committed_after_end_usd"]),
     Column("usd_per_million_tokens_blended", "number", "total_usd / tokens, USD per million tokens",
            lambda t: _per_million(t, "total_usd", "tokens")),
     Column("usd_per_million_input_tokens", "number", "input_usd / input_tokens, USD per million",
@@ -265,11 +270,15 @@ def _csv(rows: list[list[str]]) -> str:
     return buf.getvalue()
 
 
-def _totals(quarter_rows: list[list[str]]) -> dict[str, Any]:
-    """Sums of the additive columns as written (so the file's rows add up to the total exactly)."""
+def _totals(quarter_rows: list[list[str]], results: Sequence[QuarterResult]) -> dict[str, Any]:
+    """Sums of the additive columns as written (so the file's rows add up to the total exactly), and
+    what the commitments cost after the last quarter (None without a stated term)."""
     head, body = quarter_rows[0], quarter_rows[1:]
+    fc = results[-1].plan.scenario.forecast
     t: dict[str, Any] = {
         "first_quarter": body[0][0], "last_quarter": body[-1][0], "quarters": len(body), "hours": len(body) * HOURS_PER_QUARTER,
+        "committed_after_end_usd": None if fc is None or fc.commitment_term_quarters is None else
+        after_end_usd(results[-1].lots, len(results) - 1),
     }
     for c in QUARTER_COLUMNS:
         if c.total:
@@ -285,7 +294,7 @@ def forecast_tables(results: Sequence[QuarterResult]) -> dict[str, str]:
     return {
         "quarters": _csv(quarters),
         "pools": _csv(_table(POOL_COLUMNS, pools)),
-        "total": _csv(_table(TOTAL_COLUMNS, [_totals(quarters)])),
+        "total": _csv(_table(TOTAL_COLUMNS, [_totals(quarters, results)])),
     }
 
 
@@ -424,7 +433,7 @@ def _short_lines(results: Sequence[QuarterResult]) -> list[str]:
 
 def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: str | None = None, heading: int = 1) -> str:
     h = "#" * heading
-    total = _totals(_table(QUARTER_COLUMNS, results))
+    total = _totals(_table(QUARTER_COLUMNS, results), results)
     first, last = results[0], results[-1]
     span = f"{first.quarter} → {last.quarter}"
     cpm_total = _per_million(total, "total_usd", "tokens")
@@ -509,11 +518,14 @@ def _held_at_the_end(results: Sequence[QuarterResult]) -> str:
     if held:
         text = (f"Held at the end of {last.quarter}: " + ", ".join(
             f"{n} {g} at {usd_rate_text(last.reserved_price[g])}" for g, n in held.items())
-            + f", {usd_text(usd)}/hour ({usd_text(usd * HOURS_PER_QUARTER)} a quarter). "
-            + ("A commitment, once made, is paid in every later quarter of the forecast, used or not; "
-               if carried else "Without carry_forward a quarter's reservations are priced in that quarter only; ")
-            + f"the total above counts none past {last.quarter}, so whatever term one runs beyond it is spend this "
-            "forecast does not show.")
+            + f", {usd_text(usd)}/hour ({usd_text(usd * HOURS_PER_QUARTER)} a quarter). ")
+        if fc is not None and fc.commitment_term_quarters is not None:
+            text += after_end_text([r.quarter for r in results], last.lots, fc.commitment_term_quarters)
+        else:
+            text += (("A commitment, once made, is paid in every later quarter of the forecast, used or not; "
+                      if carried else "Without carry_forward a quarter's reservations are priced in that quarter only; ")
+                     + f"the total above counts none past {last.quarter}, so whatever term one runs beyond it is spend "
+                     "this forecast does not show (forecast.commitment_term_quarters states the term and prices it).")
     else:
         text = f"Nothing is committed at the end of {last.quarter}."
     beyond = {g: n - held.get(g, 0) for g, n in last.gpus_by_type.items() if n > held.get(g, 0)}
@@ -523,6 +535,22 @@ def _held_at_the_end(results: Sequence[QuarterResult]) -> str:
         text += next_commitments_text(last.quarter, [(n, g, usd_rate_text(price[g])) for g, n in beyond.items()],
                                       usd + more)
     return text
+
+
+def after_end_text(quarters: Sequence[str], lots: Sequence[Lot], term: int) -> str:
+    """The commitments' term, and what the lots held in the last of `quarters` still cost after it:
+    each lot's GPUs at its own price for the quarters its term has left (planner.commitments)."""
+    last = quarters[-1]
+    running = after_end(lots, len(quarters) - 1)
+    text = (f"Each commitment the forecast makes is paid for {term} quarter{'s' if term != 1 else ''} from the quarter "
+            "it starts, used or not (forecast.commitment_term_quarters)")
+    if not running:
+        return text + f"; none runs past {last}."
+    parts = [f"{lot.gpus} {lot.gpu} at {usd_rate_text(lot.usd_per_gpu_hour)} from {quarters[lot.start]} to "
+             f"{quarter_after(last, more)} ({more} quarter{'s' if more != 1 else ''} more)" for lot, more in running]
+    return (text + f"; after {last} these still run: " + ", ".join(parts)
+            + f": {usd_text(after_end_usd(lots, len(quarters) - 1))} committed after {last}, which the total above "
+            "does not count.")
 
 
 def next_commitments_text(quarter: str, lots: Sequence[tuple[int, str, str]], usd_per_hour: float) -> str:
@@ -584,7 +612,7 @@ def forecast_json(results: Sequence[QuarterResult]) -> dict:
             "use_them_usd_per_hour": r.idle.use_them_usd_per_hour, "use_them": r.idle.use_them_summary,
         }
         quarters.append(q)
-    return {"quarters": quarters, "total": row(TOTAL_COLUMNS, _totals(_table(QUARTER_COLUMNS, results)))}
+    return {"quarters": quarters, "total": row(TOTAL_COLUMNS, _totals(_table(QUARTER_COLUMNS, results), results))}
 
 
 def write_texts(out_dir: Path, texts: dict[str, str]) -> list[Path]:

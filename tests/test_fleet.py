@@ -868,3 +868,37 @@ def test_a_limit_that_binds_but_costs_nothing_is_explained():
     assert "Binds:" not in _constraints(fleet(dear, room))
     both = _constraints(fleet(free, SharedConstraint("GPU types", 2, 2, "max_gpu_types", 100.0, 100.0)))
     assert "h100-sxm GPUs and GPU types bind and cost nothing: dropping them finds no cheaper fleet." in both
+
+
+def test_a_fleet_forecast_s_commitments_last_their_term_and_what_runs_past_the_end_is_priced(tmp_path):
+    """commitment_term_quarters: a lot the forecast makes is paid for its term and then no longer
+    held (carry_forward commits the fleet again at the terms of its day); the report gives each lot
+    its last quarter and prices what runs past the forecast, as --json does."""
+    from planner.commitments import after_end_usd
+    from planner.fleet import load_fleet
+    from planner.fleet_forecast import run_fleet_forecast
+
+    forecast = {"carry_forward": True, "reserved_discount": 0.25, "commitment_term_quarters": 2,
+                "quarters": [{"quarter": "2027Q1"}, {"quarter": "2027Q2", "growth": 0.3},
+                             {"quarter": "2027Q3", "growth": 0.3}, {"quarter": "2027Q4", "growth": 0.3}]}
+    path = write_fleet(tmp_path, forecast=forecast)
+    results = run_fleet_forecast(load_fleet(path))
+    for i, q in enumerate(results):
+        assert all(lot.held_in(i) and lot.term_quarters == 2 for lot in q.lots)
+        for t in q.plan.types:  # no inventory: what the forecast's lots hold is all that is committed
+            assert t.committed == sum(lot.gpus for lot in q.lots if lot.gpu == t.gpu)
+    first = [lot for lot in results[1].lots if lot.start == 1]
+    assert first and all(lot in results[2].lots and lot not in results[3].lots for lot in first)
+    after = after_end_usd(results[-1].lots, 3)
+    expected = sum(lot.gpus * lot.usd_per_gpu_hour * 2190 for lot in results[-1].lots if lot.start == 3)
+    assert after == pytest.approx(expected) and after > 0
+
+    r = CliRunner().invoke(main, ["forecast", str(path), "--out-dir", str(tmp_path / "out"), "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["committed_after_end_usd"] == pytest.approx(after)
+    md = (tmp_path / "out" / "twin_forecast.md").read_text(encoding="utf-8")
+    assert "a commitment is paid for 2 quarters, used or not (forecast.commitment_term_quarters)" in md
+    assert "| From | Through | GPUs committed | $/GPU-hour | Priced at | Terms of |" in md
+    lot = results[1].commitments[0]
+    assert f"| 2027Q2 | 2027Q3 | +{lot.gpus} {lot.gpu} | $2.2425 |" in md
+    assert f": ${after:,.2f} committed after 2027Q4, which the total above does not count." in md

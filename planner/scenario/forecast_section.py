@@ -12,6 +12,7 @@ from planner.bounds import (
     MAX_GROWTH,
     MAX_LEAD_MIN,
     MAX_MIN_REPLICAS,
+    MAX_TERM_QUARTERS,
     GpuCount,
     PositiveTokens,
     PriceUsdPerGpuHour,
@@ -45,7 +46,14 @@ class Forecast(Strict):
     carry_forward: StrictBool = Field(
         False,
         description="each quarter's fleet is committed (reserved) from the next quarter on, at the terms of the "
-        "quarter it was committed in; commitments last to the end of the forecast",
+        "quarter it was committed in; commitments last their term (commitment_term_quarters), else to the end of "
+        "the forecast",
+    )
+    commitment_term_quarters: whole(ge=1, le=MAX_TERM_QUARTERS) | None = Field(
+        None,
+        description="quarters each commitment the forecast makes is paid for, from the quarter it starts (4: a "
+        "one-year reservation); the report prices what runs past the last quarter [default: no term: to the "
+        "forecast's end, and its cost after it not shown]",
     )
     reserved_discount: real(ge=0, lt=1) = Field(0.0, description="committed price = on-demand x (1 - discount)")
     reserved_prices: dict[str, PriceUsdPerGpuHour] = Field(

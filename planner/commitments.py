@@ -1,0 +1,70 @@
+"""The commitments a forecast makes: lots of GPUs paid from a quarter on, for a term.
+
+A lot is paid in every quarter of its term, used or not, from the quarter it starts in:
+`forecast.commitment_term_quarters` quarters (four for a one-year reservation, twelve for three
+years), or, with no term stated, to the forecast's end and no further as far as the forecast can
+say. A lot whose term ends inside the forecast is no longer held after it: the GPUs a quarter then
+runs beyond what is held run on demand, and with carry_forward are committed again from the next
+quarter at that quarter's terms (a renewal at the price of its day). A lot whose term runs past the
+last quarter is spend the forecast has already committed to: `after_end` prices it, quarter by
+quarter at its own price, so that a finance reader sees the obligation a forecast's total leaves out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from planner.units import HOURS_PER_QUARTER
+
+
+@dataclass(frozen=True)
+class Lot:
+    """GPUs of one type committed from a quarter of the forecast on, at one price."""
+
+    gpu: str
+    gpus: int
+    usd_per_gpu_hour: float
+    start: int  # the index, among the forecast's quarters, of the first quarter it is paid in
+    term_quarters: int | None  # None: no term stated (held to the forecast's end)
+
+    def held_in(self, quarter: int) -> bool:
+        """Whether the lot is paid in the forecast's quarter of this index."""
+        return self.start <= quarter and (self.term_quarters is None or quarter < self.start + self.term_quarters)
+
+    def quarters_after(self, last: int) -> int:
+        """Quarters of its term after the forecast's quarter `last` (0 with no term stated)."""
+        if self.term_quarters is None:
+            return 0
+        return max(0, self.start + self.term_quarters - 1 - last)
+
+    @property
+    def usd_per_hour(self) -> float:
+        return self.gpus * self.usd_per_gpu_hour
+
+
+def held(lots: Iterable[Lot], gpu: str) -> int:
+    """GPUs of `gpu` the lots commit."""
+    return sum(lot.gpus for lot in lots if lot.gpu == gpu)
+
+
+def in_force(lots: Iterable[Lot], quarter: int) -> list[Lot]:
+    """The lots paid in the forecast's quarter of this index, in the order they were made."""
+    return [lot for lot in lots if lot.held_in(quarter)]
+
+
+def after_end(lots: Sequence[Lot], last: int) -> list[tuple[Lot, int]]:
+    """The lots held in the last quarter whose term runs past it, each with its quarters after it."""
+    return [(lot, lot.quarters_after(last)) for lot in lots if lot.held_in(last) and lot.quarters_after(last) > 0]
+
+
+def after_end_usd(lots: Sequence[Lot], last: int) -> float:
+    """What the lots still cost after the forecast's last quarter: each lot's GPUs at its own price
+    for every hour of its term's remaining quarters (HOURS_PER_QUARTER each)."""
+    return sum(lot.usd_per_hour * HOURS_PER_QUARTER * quarters for lot, quarters in after_end(lots, last))
+
+
+def quarter_after(quarter: str, quarters: int) -> str:
+    """The calendar quarter `quarters` after `quarter` ("2027Q4", 2 -> "2028Q2")."""
+    index = int(quarter[:4]) * 4 + int(quarter[5]) - 1 + quarters
+    return f"{index // 4}Q{index % 4 + 1}"

@@ -1,0 +1,130 @@
+"""A commitment's term (forecast.commitment_term_quarters): lots paid for their term and then no
+longer held, renewed by carry_forward at the terms of their day, and what they still cost after
+the forecast's last quarter priced, in a scenario's forecast and in a fleet's."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+import yaml
+from clirun import run
+
+from planner.commitments import Lot, after_end, after_end_usd, in_force, quarter_after
+from planner.forecast import run_forecast
+from planner.inputs import load_inputs
+
+HOURS_PER_QUARTER = 2190  # the price sheets' 8,760-hour year over four quarters
+
+
+def test_a_lot_is_paid_for_its_term_from_the_quarter_it_starts():
+    lot = Lot("h100-sxm", 3, 2.0, start=1, term_quarters=2)
+    assert [lot.held_in(i) for i in range(5)] == [False, True, True, False, False]
+    assert [lot.quarters_after(last) for last in range(4)] == [2, 1, 0, 0]
+    forever = Lot("h100-sxm", 3, 2.0, start=1, term_quarters=None)
+    assert [forever.held_in(i) for i in range(5)] == [False, True, True, True, True]
+    assert forever.quarters_after(3) == 0  # no term stated: nothing known past the end
+
+
+def test_what_lots_cost_after_the_last_quarter_is_each_at_its_own_price_for_its_remaining_quarters():
+    lots = [Lot("h100-sxm", 17, 2.093, 1, 4), Lot("h100-sxm", 2, 2.093, 2, 4), Lot("h200", 3, 4.445, 3, 4),
+            Lot("l40s", 5, 0.7, 0, 4)]  # the last ends with the forecast's last quarter (index 3)
+    assert [(lot.gpu, more) for lot, more in after_end(lots, 3)] == [("h100-sxm", 1), ("h100-sxm", 2), ("h200", 3)]
+    assert after_end_usd(lots, 3) == pytest.approx(HOURS_PER_QUARTER * (17 * 2.093 * 1 + 2 * 2.093 * 2 + 3 * 4.445 * 3))
+    assert [lot.gpus for lot in in_force(lots, 1)] == [17, 5]
+    assert quarter_after("2027Q4", 2) == "2028Q2" and quarter_after("2027Q1", 0) == "2027Q1"
+    assert quarter_after("2027Q3", 5) == "2028Q4"
+
+
+def small_forecast(tmp_path: Path, term: int | None, *, carry_forward: bool = True, name: str = "terms") -> Path:
+    """An 8B chat service on H100s alone, growing 20% a quarter for five quarters, unverified (fast)."""
+    raw = {
+        "name": name, "model": "llama-3.1-8b", "context_limit": 8192,
+        "traffic": {"source": {"constant": {"prompt_tokens": 1500, "output_tokens": 200}},
+                    "peak": {"method": "explicit", "rps": 40.0}},
+        "slo": {"bands": [{"ttft_s": 2.0, "tpot_ms": 60}]}, "sizing": {"mode": "expected"},
+        "gpus": ["h100-sxm"], "tp": [1], "weight_dtypes": ["fp8"], "kv_dtypes": ["fp8"], "split_thresholds": [],
+        "verify": False, "solver": {"backend": "highs"},
+        "forecast": {"carry_forward": carry_forward, "reserved_discount": 0.3,
+                     "quarters": [{"quarter": "2027Q1"}, *({"quarter": f"2027Q{q}", "growth": 0.2} for q in (2, 3, 4)),
+                                  {"quarter": "2028Q1", "growth": 0.2}]},
+    }
+    if term is not None:
+        raw["forecast"]["commitment_term_quarters"] = term
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def test_a_lot_ends_with_its_term_and_carry_forward_commits_again_at_that_quarter_s_terms(tmp_path):
+    results = run_forecast(load_inputs(small_forecast(tmp_path, term=2)))
+    for i, r in enumerate(results):
+        assert all(lot.held_in(i) for lot in r.lots)
+        assert sum(lot.gpus for lot in r.lots) == sum(r.reserved_gpus.values())
+        if i:  # carry_forward: last quarter's whole fleet is committed now
+            assert r.reserved_gpus == results[i - 1].gpus_by_type
+    # The lot 2027Q2 made (Q1's fleet) is paid in Q2 and Q3; in Q4 it is gone and Q3's fleet is
+    # committed again beside what Q3 added (a renewal, at Q3's terms).
+    q2_lot = next(lot for lot in results[1].lots if lot.start == 1)
+    assert q2_lot.gpus == results[0].gpus
+    assert q2_lot in results[2].lots and q2_lot not in results[3].lots
+    renewed = [lot for lot in results[3].lots if lot.start == 3]
+    assert sum(lot.gpus for lot in renewed) == results[2].gpus - sum(lot.gpus for lot in results[3].lots if lot.start == 2)
+    # Without a term every lot is held to the forecast's end.
+    forever = run_forecast(load_inputs(small_forecast(tmp_path, term=None, name="forever")))
+    made = {lot for r in forever for lot in r.lots}
+    assert set(forever[-1].lots) == made and any(lot.start == 1 for lot in made)
+
+
+def test_the_report_and_the_total_table_price_what_runs_past_the_last_quarter(tmp_path):
+    out = tmp_path / "out"
+    r = run("forecast", small_forecast(tmp_path, term=3), "--out-dir", out)
+    assert r.exit_code == 0, r.output
+    results = run_forecast(load_inputs(small_forecast(tmp_path, term=3)))
+    last = results[-1]
+    expected = sum(lot.gpus * lot.usd_per_gpu_hour * HOURS_PER_QUARTER * (lot.start + 3 - 1 - 4) for lot in last.lots
+                   if lot.start + 3 - 1 > 4)
+    assert expected > 0
+    with open(out / "terms_forecast_total.csv", encoding="utf-8") as f:
+        (total,) = csv.DictReader(f)
+    assert float(total["committed_after_end_usd"]) == pytest.approx(expected, abs=1e-6)
+    assert float(total["total_usd"]) == pytest.approx(sum(q.cost_per_hour for q in results) * HOURS_PER_QUARTER, abs=0.05)
+    md = (out / "terms_forecast.md").read_text(encoding="utf-8")
+    assert ("Each commitment the forecast makes is paid for 3 quarters from the quarter it starts, used or not "
+            "(forecast.commitment_term_quarters); after 2028Q1 these still run: ") in md
+    for lot, more in after_end(last.lots, 4):
+        start = results[lot.start].quarter
+        assert (f"{lot.gpus} h100-sxm at ${lot.usd_per_gpu_hour:,.3f} from {start} to {quarter_after('2028Q1', more)} "
+                f"({more} quarter{'s' if more != 1 else ''} more)") in md
+    assert f": ${expected:,.2f} committed after 2028Q1, which the total above does not count." in md
+    # Without a term the cell is empty and the report says the term is not known.
+    r = run("forecast", small_forecast(tmp_path, term=None, name="forever"), "--out-dir", out)
+    assert r.exit_code == 0, r.output
+    with open(out / "forever_forecast_total.csv", encoding="utf-8") as f:
+        (total,) = csv.DictReader(f)
+    assert total["committed_after_end_usd"] == ""
+    assert "whatever term one runs beyond it is spend this forecast does not show" in (
+        out / "forever_forecast.md").read_text(encoding="utf-8")
+
+
+def test_with_a_term_and_no_carry_forward_a_stated_reservation_is_paid_for_its_term(tmp_path):
+    path = small_forecast(tmp_path, term=2, carry_forward=False)
+    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    raw["forecast"]["quarters"][1]["reserved"] = {"h100-sxm": 4}
+    path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    results = run_forecast(load_inputs(path))
+    assert [r.reserved_gpus.get("h100-sxm", 0) for r in results] == [0, 4, 4, 0, 0]
+
+
+def test_a_term_out_of_bounds_is_refused_naming_the_field(tmp_path):
+    path = small_forecast(tmp_path, term=2)
+    for bad, words in ((0, "greater than or equal to 1"), (41, "less than or equal to 40"), (2.5, "integer")):
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw["forecast"]["commitment_term_quarters"] = bad
+        path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+        r = run("forecast", path, "--out-dir", tmp_path / "out")
+        assert r.exit_code == 2, r.output
+        assert "forecast.commitment_term_quarters" in r.output and words in r.output
+        assert len(r.output.strip().splitlines()) == 1
+        assert not (tmp_path / "out").exists()
