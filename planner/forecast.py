@@ -202,8 +202,9 @@ def run_forecast(inputs: Inputs) -> list[QuarterResult]:
     term = fc.commitment_term_quarters
     commit_price_before: dict[str, float] = {}
     discount, _ = reserved_discount(scn)
-    for i, q in enumerate(fc.quarters):
+    for i, q in enumerate(fc.quarters):  # every quarter's GPU names, before the first is planned
         _check_gpus(scn, inputs, q, i)
+    for i, q in enumerate(fc.quarters):
         multiplier = multiplier * (1 + q.growth) if fc.growth_mode == "compound" else 1 + q.growth
         qscn = quarter_scenario(scn, q, multiplier)
         od_price = {g.id: g.price_per_hour(inputs.catalog.gpu(g.id).price_usd_per_hour) for g in qscn.gpu_candidates}
@@ -242,17 +243,31 @@ def run_forecast(inputs: Inputs) -> list[QuarterResult]:
 
 def _quarter_plan(inputs: Inputs, qscn: Scenario, q: QuarterSpec, reserved, price) -> Plan:
     """The quarter's plan; an infeasible quarter says which quarter, and flags reservations
-    that the quarter's availability contradicts."""
+    that the quarter's cap on their type contradicts (its availability, else the scenario's
+    max_gpus): committed GPUs the cap keeps idle would be paid while the plan buys others."""
+    caps = {c.id: c.max_gpus for c in qscn.gpu_candidates if c.max_gpus is not None}
+    fc = qscn.forecast
     for gpu, n in reserved.items():
-        cap = q.availability.get(gpu)
+        cap = caps.get(gpu)
         if cap is not None and n > cap:
             stated = q.reserved.get(gpu, 0)
-            carried = (f" ({n - stated} carried forward from earlier quarters, forecast.carry_forward: true, and {stated} "
-                       "reserved in this quarter)") if n > stated else ""
+            if n <= stated:
+                earlier = ""
+            elif fc.carry_forward:
+                earlier = (f" ({n - stated} carried forward from earlier quarters, forecast.carry_forward: true, and "
+                           f"{stated} reserved in this quarter)")
+            else:
+                earlier = (f" ({n - stated} committed in earlier quarters and still in their term, "
+                           f"forecast.commitment_term_quarters: {fc.commitment_term_quarters}, and {stated} reserved in "
+                           "this quarter)")
+            what = "availability is" if gpu in q.availability else "its max_gpus (the scenario's gpus) is"
+            fix = ("raise this quarter's availability" if gpu in q.availability else
+                   f"raise {gpu}'s max_gpus or state this quarter's availability")
             raise InputError(
-                f"forecast quarter {q.quarter}: {n} {gpu} GPUs are committed{carried} but availability is {cap}; "
-                "a commitment is not given back: raise this quarter's availability"
-                + (" or set forecast.carry_forward: false" if carried else " or reserve fewer"),
+                f"forecast quarter {q.quarter}: {n} {gpu} GPUs are committed{earlier} but {what} {cap}; "
+                f"a commitment is not given back: {fix}"
+                + ((" or set forecast.carry_forward: false" if fc.carry_forward else " or shorten the term")
+                   if earlier else " or reserve fewer"),
                 where=str(inputs.path),
             )
     try:
@@ -295,6 +310,9 @@ def _idle_reserved(inputs: Inputs, qscn: Scenario, plan: Plan, reserved, price) 
     if not idle:
         return None
     cost = sum(n * price[g] for g, n in idle.items())
+    if qscn.fleet:  # planned as stated: a plan that runs them is another fleet, which is not asked for
+        return IdleReserved(idle, cost, None, "the scenario states its fleet (fleet:), which leaves them idle; no "
+                                              "other plan is sought")
     own_pools = qscn.model_copy(update={"forecast": qscn.forecast.model_copy(update={"reserved_pools": True})})
     try:
         alt = plan_inputs(inputs, own_pools, explore=False, reserved={g: (n, price[g]) for g, n in reserved.items()},

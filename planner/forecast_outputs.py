@@ -28,7 +28,7 @@ from planner.commitments import Lot, after_end, after_end_usd, quarter_after
 from planner.daily import POLICIES, floor_text
 from planner.files import output_folder, write_bytes_atomic, write_text_atomic
 from planner.forecast import PoolRow, QuarterResult
-from planner.report import peak_shortfall_text, pools_text
+from planner.report import peak_shortfall_text, pools_text, rejected_text
 from planner.units import (
     HOURS_PER_MONTH,
     HOURS_PER_QUARTER,
@@ -355,7 +355,9 @@ def _idle_lines(results: Sequence[QuarterResult]) -> list[str]:
         gpus = ", ".join(f"{n} {g}" for g, n in idle.gpus.items())
         text = (f"- **{r.quarter}: {gpus} reserved GPU(s) idle**, {usd_text(idle.usd_per_hour)}/hour "
                 f"({usd_text(idle.usd_per_hour * HOURS_PER_QUARTER)} over the quarter), paid whether used or not. ")
-        if idle.use_them_usd_per_hour is None:
+        if idle.use_them_usd_per_hour is None and r.plan.given_fleet:
+            text += f"{idle.use_them_summary[:1].upper()}{idle.use_them_summary[1:]}."
+        elif idle.use_them_usd_per_hour is None:
             text += f"No plan runs them all: {idle.use_them_summary}."
         else:
             d = idle.use_them_usd_per_hour - r.cost_per_hour
@@ -367,6 +369,18 @@ def _idle_lines(results: Sequence[QuarterResult]) -> list[str]:
                      f"{idle.use_them_summary}.")
         lines.append(text)
     return lines
+
+
+def _rejected_lines(results: Sequence[QuarterResult]) -> list[str]:
+    """The requests each quarter turns away (longer than its context limit): served traffic only is
+    in the costs and tokens, so a quarter that lowers the limit would otherwise read as cheaper
+    demand without a word."""
+    rejected = [f"{r.quarter} {rejected_text(r.plan)} (limit {r.plan.context_limit:,} tokens)"
+                for r in results if r.plan.rejected_requests]
+    if not rejected:
+        return []
+    return ["", "Not served, so in neither the costs nor the tokens: the requests over a quarter's context limit ("
+            + ", ".join(rejected) + ")."]
 
 
 def _stated_prices_lines(results: Sequence[QuarterResult]) -> list[str]:
@@ -477,7 +491,7 @@ def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: st
     lines.append(f"| **Total** | | | | | | {usd_text(total['on_demand_usd'])} + {usd_text(total['reserved_used_usd'])} + "
                  f"{usd_text(total['reserved_idle_usd'])} over {total['quarters']} quarters | **{usd_text(total['total_usd'])}** | | "
                  f"{tot_vol} | |")
-    lines += _stated_prices_lines(results) + _unused_price_lines(results)
+    lines += _rejected_lines(results) + _stated_prices_lines(results) + _unused_price_lines(results)
     idle = _idle_lines(results)
     if idle:
         lines += ["", *idle]

@@ -222,6 +222,35 @@ class JointSolution:
     lp_text: str = field(default="", repr=False)
 
 
+@dataclass(frozen=True)
+class Paid:
+    """What pools cost an hour with commitments (paid_per_hour)."""
+
+    cost_per_hour: float
+    reserved_cost_per_hour: float  # every committed GPU, used or not
+    used: dict[str, int]  # GPUs the pools run per type (each committed type listed, 0 where unused)
+    on_demand: dict[str, int]  # of those, beyond the type's commitment
+
+
+def paid_per_hour(pools: Sequence[Pool], reserved: Mapping[str, tuple[int, float]],
+                  on_demand_usd_per_gpu_hour: Mapping[str, float]) -> Paid:
+    """The hourly cost of pools where some GPU types are committed ({type: (GPUs, price per
+    GPU-hour)}): every committed GPU at its committed price, used or not; a committed type's GPUs
+    beyond its commitment at the type's on-demand price; the pools of other types at their own
+    (on-demand) cost. The ILP's objective (this module's docstring) read back at a solution, and
+    the price of a fleet a scenario states."""
+    used: dict[str, int] = {}
+    for p in pools:
+        used[p.gpu] = used.get(p.gpu, 0) + p.gpus
+    for g in reserved:
+        used.setdefault(g, 0)
+    on_demand = {g: max(0, used[g] - reserved.get(g, (0, 0.0))[0]) for g in sorted(used)}
+    reserved_cost = sum(n * price for n, price in reserved.values())
+    on_demand_cost = sum(p.cost_per_hour for p in pools if p.gpu not in reserved) + sum(
+        on_demand_usd_per_gpu_hour.get(g, 0.0) * on_demand[g] for g in reserved)
+    return Paid(reserved_cost + on_demand_cost, reserved_cost, used, on_demand)
+
+
 def solve_fleet(
     options: Sequence[SplitOption],
     candidates: Sequence[Candidate],
@@ -469,26 +498,17 @@ class _JointProblem:
 
     def solution(self, status: str, solve_s: float, build_s: float, solver: str, lp: str) -> JointSolution:
         """Each service's plan, priced at its candidates' prices; the commitments are the fleet's."""
-        reserved = self.reserved
         pools = [part.pools() for part in self.parts]
-        used = {}
-        for ps in pools:
-            for p in ps[1]:
-                used[p.gpu] = used.get(p.gpu, 0) + p.gpus
-        for g in reserved:
-            used.setdefault(g, 0)
-        on_demand = {g: max(0, used[g] - reserved.get(g, (0, 0.0))[0]) for g in sorted(used)}
-        on_demand_cost = sum(p.cost_per_hour for _, ps in pools for p in ps if p.gpu not in reserved) + sum(
-            self.od_price.get(g, 0.0) * on_demand[g] for g in reserved)
+        paid = paid_per_hour([p for _, ps in pools for p in ps], self.reserved, self.od_price)
         solutions = [
             FleetSolution(status=status, option=option.key, threshold=option.threshold, pools=tuple(ps),
                           cost_per_hour=sum(p.cost_per_hour for p in ps), gpus=sum(p.gpus for p in ps), solve_s=solve_s,
                           build_s=build_s, solver=solver, lp_text=lp)
             for option, ps in pools
         ]
-        return JointSolution(status, tuple(solutions), self.reserved_cost + on_demand_cost, sum(used.values()),
-                             {g: n for g, n in sorted(used.items()) if n}, on_demand, self.reserved_cost, solve_s,
-                             build_s, solver, lp)
+        return JointSolution(status, tuple(solutions), paid.cost_per_hour, sum(paid.used.values()),
+                             {g: n for g, n in sorted(paid.used.items()) if n}, paid.on_demand, paid.reserved_cost_per_hour,
+                             solve_s, build_s, solver, lp)
 
 
 class _ServiceVars:

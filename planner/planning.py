@@ -20,7 +20,7 @@ from planner.errors import InfeasibleError, InputError
 from planner.evaluator import Evaluator
 from planner.exploration import explore_plan, start_context_lever, start_ttft_sweep
 from planner.histogram import Histogram
-from planner.ilp import FleetSolution, Pool
+from planner.ilp import FleetSolution, Pool, paid_per_hour
 from planner.plan_objects import (
     Config,
     Outcome,
@@ -59,7 +59,7 @@ def make_plan(
     """
     if scn.fleet:
         return _given_fleet_plan(scn, catalog, model, hist, measured_peak_rps, traffic_notes=traffic_notes,
-                                 measured_mean_rps=measured_mean_rps, certify=certify, trace=trace)
+                                 measured_mean_rps=measured_mean_rps, certify=certify, trace=trace, reserved=reserved)
     # The plan every pair's evaluation would give, evaluating only the pairs it may need (LazySearch):
     # on the full candidate set of the 128k rollout, 4.3 of 4.8 CPU-s went to evaluating every pair.
     # A certified plan's explorations plan each GPU type alone, which asks for nearly every pair:
@@ -152,9 +152,11 @@ def _assemble(scn, model, catalog, hist, served, limit, measured_peak_rps, peak,
 
 
 def _given_fleet_plan(scn, catalog, model, hist, measured_peak_rps, *, traffic_notes, measured_mean_rps, certify,
-                      trace) -> Plan:
+                      trace, reserved=None) -> Plan:
     """The scenario's own fleet, evaluated and checked as it stands (no solving), beside the
-    cheapest plan the model finds for the same targets."""
+    cheapest plan the model finds for the same targets. reserved: committed GPUs (a forecast
+    quarter's), {type: (count, price per GPU-hour)}, which its cost counts as a solved plan's does
+    (ilp.paid_per_hour): every committed GPU at its price, used or not, and GPUs beyond on demand."""
     base_limit = scn.context_limit or model.max_position_embeddings
     limits = sorted({p.context_limit or base_limit for p in scn.fleet})
     if len(limits) > 2:
@@ -187,6 +189,10 @@ def _given_fleet_plan(scn, catalog, model, hist, measured_peak_rps, *, traffic_n
                           tc.rate_rps, fp.replicas * fp.tp * cfg.price_usd_per_hour))
     sol = FleetSolution("Given (the scenario's fleet, not optimised)", option, None if one_class else limits[0],
                         tuple(pools), sum(p.cost_per_hour for p in pools), sum(p.gpus for p in pools), 0.0, 0.0, "—")
+    if reserved:
+        paid = paid_per_hour(pools, reserved, prices)
+        sol = dataclasses.replace(sol, cost_per_hour=paid.cost_per_hour, reserved_cost_per_hour=paid.reserved_cost_per_hour,
+                                  on_demand_gpus=paid.on_demand)
     details = pool_details(evaluator, evals, sol, replay_covered=False)  # an audit: does it hold at the peak
     certification = None
     if scn.verify if certify is None else certify:

@@ -176,6 +176,14 @@ def test_forecast_cli_writes_markdown_tables_dictionary_and_json(tmp_path):
         ("forecast: {quarters: [{quarter: 2027Q1, prices: {h200: 2.0}}]}\n",
          "forecast.quarters[0].prices: GPU 'h200' is not among the scenario's candidate gpus"),
         ("forecast: {quarters: []}\n", "forecast.quarters: List should have at least 1 item"),
+        # each quarter's growth within its bound, compounded past it (peaks past any bound otherwise)
+        ("forecast: {quarters: [{quarter: 2027Q1, growth: 999}, {quarter: 2027Q2, growth: 999}]}\n",
+         "forecast: Value error, quarters: growth compounds to 1e+06 × the base demand by 2027Q2, above the bound of "
+         "1,001 × (planner.bounds)"),
+        # a later quarter's unknown GPU is named before the earlier quarters are planned (here the first
+        # is infeasible, which would have exited 3 first)
+        ("forecast: {quarters: [{quarter: 2027Q1, availability: {h100-sxm: 0, l40s: 0}}, "
+         "{quarter: 2027Q2, prices: {h999: 1.0}}]}\n", "forecast.quarters[1].prices: unknown GPU 'h999'"),
     ],
 )
 def test_bad_forecast_input_exits_2_with_the_yaml_path(tmp_path, forecast, expected):
@@ -239,3 +247,53 @@ def test_the_report_says_what_stays_committed_past_the_last_quarter(tmp_path):
             "counts none past 2027Q2") in text
     assert (f"With carry_forward, the {n2 - n1} h100-sxm that 2027Q2 runs on demand would be committed from the next "
             f"quarter at its terms (${price:.3f}): ${n2 * price:,.2f}/hour in all.") in text
+
+
+def test_commitments_above_the_scenario_s_own_cap_are_refused_naming_it(tmp_path):
+    """Committed GPUs a type's max_gpus keeps idle would be paid while the plan buys others on demand:
+    refused, as commitments above a quarter's availability are."""
+    base = BASE.replace("gpus: [h100-sxm, l40s]", "gpus: [{id: h100-sxm, max_gpus: 2}, l40s]")
+    path = scenario(tmp_path, "forecast: {quarters: [{quarter: 2027Q1, reserved: {h100-sxm: 5}}]}\n", base)
+    one_line_error(run("forecast", path, "--out-dir", tmp_path / "out"), 2, f"{path}: forecast quarter 2027Q1:",
+                   "5 h100-sxm GPUs are committed but its max_gpus (the scenario's gpus) is 2; a commitment is not "
+                   "given back: raise h100-sxm's max_gpus or state this quarter's availability or reserve fewer")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_stated_fleet_s_quarter_is_priced_with_its_commitments_and_its_parts_add_up(tmp_path):
+    """A scenario that states its fleet, with reservations: the quarter's cost is its committed GPUs at
+    their committed price (idle ones too) and the rest on demand, as its pool rows and the table's parts
+    say (the total counted every GPU at its on-demand price and left the idle ones out)."""
+    base = BASE + "fleet: [{gpu: h100-sxm, tp: 1, weight_dtype: bf16, kv_dtype: bf16, replicas: 3}]\n"
+    path = scenario(tmp_path, """
+        forecast:
+          reserved_discount: 0.3
+          quarters: [{quarter: 2027Q1, reserved: {h100-sxm: 2, l40s: 1}}]
+    """, base)
+    (q,) = run_forecast(load_inputs(path))
+    h100, l40s = 2.99, 1.40  # the catalog's on-demand prices
+    expected = 2 * h100 * 0.7 + 1 * l40s * 0.7 + 1 * h100
+    assert q.cost_per_hour == pytest.approx(expected)
+    k = q.usd_per_hour_by_kind
+    assert k["on_demand"] + k["reserved_used"] + k["reserved_idle"] == pytest.approx(q.cost_per_hour)
+    assert sum(row.usd_per_hour for row in q.pool_rows) == pytest.approx(q.cost_per_hour)
+    assert q.idle is not None and q.idle.gpus == {"l40s": 1} and q.idle.use_them_usd_per_hour is None
+    assert "states its fleet" in q.idle.use_them_summary
+
+
+def test_the_report_names_the_requests_a_quarter_s_context_limit_turns_away(tmp_path):
+    from planner.forecast_outputs import forecast_markdown
+
+    base = BASE.replace("source: {constant: {prompt_tokens: 1000, output_tokens: 200}}",
+                        "source: {synthetic: {name: chat, requests: 20000, seed: 5}}").replace("context_limit: 8192",
+                                                                                               "context_limit: 16384")
+    path = scenario(tmp_path, """
+        forecast:
+          quarters: [{quarter: 2027Q1}, {quarter: 2027Q2, context_limit: 2048}]
+    """, base)
+    q1, q2 = run_forecast(load_inputs(path))
+    assert q2.plan.rejected_requests > q1.plan.rejected_requests
+    text = forecast_markdown("fc", [q1, q2])
+    share = q2.plan.rejected_requests / q2.plan.hist.requests
+    assert "Not served, so in neither the costs nor the tokens: the requests over a quarter's context limit (" in text
+    assert share > 0.001 and f"2027Q2 {share:.1%} (limit 2,048 tokens)" in text

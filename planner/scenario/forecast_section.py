@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, StrictBool, field_validator
+from pydantic import Field, StrictBool, field_validator, model_validator
 
 from planner.bounds import (
     MAX_GROWTH,
@@ -36,7 +36,9 @@ class QuarterSpec(Strict):
     prices: dict[str, PriceUsdPerGpuHour] = Field(default_factory=dict, description="on-demand $/GPU-hour per GPU type")
     availability: dict[str, GpuCount] = Field(default_factory=dict, description="most GPUs of a type that can be had")
     reserved: dict[str, GpuCount] = Field(default_factory=dict, description="GPUs committed in total from this quarter on, per type: the quarter commits what earlier "
-        "commitments (and a fleet's inventory) lack of it; a count they already reach commits none")
+        "commitments (and a fleet's inventory) lack of it; a count they already reach commits none. A commitment "
+        "lasts its term (commitment_term_quarters), else to the forecast's end with carry_forward and this quarter "
+        "alone without it")
 
 
 class Forecast(Strict):
@@ -65,6 +67,17 @@ class Forecast(Strict):
         "homogeneous pool's type, so that a new type never strands them",
     )
     quarters: list[QuarterSpec] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _bounded_demand(self) -> Forecast:
+        """Each quarter's growth is bounded; compounded, the quarters' demand must be too."""
+        multiplier = 1.0
+        for q in self.quarters:
+            multiplier = multiplier * (1 + q.growth) if self.growth_mode == "compound" else 1 + q.growth
+            if multiplier > 1 + MAX_GROWTH:
+                raise ValueError(f"quarters: growth compounds to {multiplier:,.6g} × the base demand by {q.quarter}, "
+                                 f"above the bound of {1 + MAX_GROWTH:,.6g} × (planner.bounds)")
+        return self
 
     @field_validator("quarters")
     @classmethod
