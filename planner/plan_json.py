@@ -181,6 +181,11 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "gpus": sol.gpus,
         "peak_rps": plan.peak_rps,
         "headroom": plan.scenario.traffic.headroom,
+        # requests longer than the context limit: rejected, in neither the costs nor the tokens (the
+        # report's Decision says so in bold)
+        "context_limit": plan.context_limit,
+        "rejected_requests": plan.rejected_requests,
+        "rejected_share": plan.rejected_share,
         "solver_status": sol.status,
         "solver": sol.solver,
         "certified": plan.certification.certified if plan.certification else None,

@@ -428,10 +428,12 @@ def undominated_evaluations(evals: Sequence[Evaluation]) -> list[Evaluation]:
     return list(best.values())
 
 
-def infeasible_message(classes, evals: Sequence[Evaluation], inventory: dict, *, rate_scale: float = 1.0) -> str:
+def infeasible_message(classes, evals: Sequence[Evaluation], inventory: dict, *, rate_scale: float = 1.0,
+                       min_replicas: int = 1) -> str:
     """Why no plan covers `classes` (every split option of a scenario, or the ones a re-solve asked)
     with these evaluations under these caps; rate_scale: the classes' rates were asked scaled (the
-    peak's sensitivity)."""
+    peak's sensitivity); min_replicas: the scenario's min_replicas_per_pool, which the caps may not
+    leave room for whatever the load."""
     for key in ["none", *[k for k in classes if k != "none"]]:
         for tc in classes.get(key, []):
             mine = [evaluation for evaluation in evals if evaluation.traffic_class is tc]
@@ -455,6 +457,15 @@ def infeasible_message(classes, evals: Sequence[Evaluation], inventory: dict, *,
     # Only the caps of GPU types that could serve some class play a part; the others would mislead.
     serving = {evaluation.config.gpu.id for evaluation in evals if evaluation.capacity_rps > 0}
     caps = ", ".join(f"{g} ≤ {gpus_text(n)}" for g, n in sorted(inventory.items()) if g in serving) or "none that serve"
+    if min_replicas > 1:
+        for tc in asked:
+            # the most replicas of one config that serves the class the caps allow (None: an uncapped type)
+            room = [None if evaluation.config.gpu.id not in inventory else inventory[evaluation.config.gpu.id] // evaluation.config.tp
+                    for evaluation in evals if evaluation.traffic_class is tc and evaluation.capacity_rps > 0]
+            if room and None not in room and max(room) < min_replicas:
+                return (f"class '{tc.label}': min_replicas_per_pool {min_replicas} asks for {min_replicas} replicas in "
+                        f"a pool, but the inventory caps ({caps}) allow at most {max(room)} of any config that serves "
+                        "it; lower min_replicas_per_pool or raise the caps")
     for tc in asked:
         # the most this class gets from every capped GPU type at once (None: some type is uncapped)
         most: dict[str, float] = {}
@@ -475,7 +486,7 @@ def no_plan_message(sol: FleetSolution, scn: Scenario, classes, evals, inventory
     if sol.problem:  # decided before the solver ran (a fleet larger than any that exists)
         return sol.problem
     if sol.status == "Infeasible":
-        return infeasible_message(classes, evals, inventory)
+        return infeasible_message(classes, evals, inventory, min_replicas=scn.min_replicas_per_pool)
     if sol.status == "Not Solved":
         return (f"no plan found within the solver's time limit of {scn.solver.time_limit_s:g} s; "
                 "raise solver.time_limit_s or offer fewer candidates")

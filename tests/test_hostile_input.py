@@ -1289,6 +1289,32 @@ def test_a_setting_at_or_past_the_context_limit_is_refused_not_dropped(tmp_path,
     assert leftovers(out) == []
 
 
+def test_caps_too_small_for_min_replicas_name_that_setting_not_the_load(tmp_path):
+    """Three H100s carry the load; a pool of at least four replicas does not fit them. The message
+    blamed the caps and the load, which they do carry."""
+    text = BASE.replace("gpus: [h100-sxm]", "gpus: [{id: h100-sxm, max_gpus: 3}]") + "min_replicas_per_pool: 4\n"
+    path = scenario(tmp_path, text)
+    one_line_error(run("solve", path, "--no-verify", "--out-dir", tmp_path / "out"), 3,
+                   f"{path}: class 'all (≤ 8,192 tokens)': min_replicas_per_pool 4 asks for 4 replicas in a pool, but "
+                   "the inventory caps (h100-sxm ≤ 3 GPUs) allow at most 3 of any config that serves it; lower "
+                   "min_replicas_per_pool or raise the caps")
+    assert leftovers(tmp_path / "out") == []
+    assert run("solve", scenario(tmp_path, text.replace("min_replicas_per_pool: 4", "min_replicas_per_pool: 3"),
+                                 name="three.yaml"), "--no-verify", "--no-report").exit_code == 0
+
+
+@pytest.mark.parametrize(("entry", "expected"), [
+    ("{gpu: h900, replicas: 1}", "fleet[1].gpu: unknown GPU 'h900'; did you mean 'h200'?"),
+    ("{gpu: h100-sxm, weight_dtype: bf17, replicas: 1}", "fleet[1].weight_dtype: unknown dtype 'bf17'; did you mean 'bf16'?"),
+    ("{gpu: h100-sxm, kv_dtype: fp9, replicas: 1}", "fleet[1].kv_dtype: unknown dtype 'fp9'"),
+])
+def test_an_unknown_name_in_a_stated_fleet_names_its_entry_and_field(tmp_path, entry, expected):
+    """With several entries, 'unknown GPU' alone does not say which one is wrong."""
+    path = scenario(tmp_path, BASE + f"fleet: [{{gpu: h100-sxm, replicas: 2}}, {entry}]\n")
+    one_line_error(run("solve", path, "--out-dir", tmp_path / "out"), 2, f"{path}: {expected}")
+    assert leftovers(tmp_path / "out") == []
+
+
 def test_a_setting_past_the_models_own_limit_names_that_limit(tmp_path):
     path = scenario(tmp_path, BASE.replace("context_limit: 8192\n", "") + "lower_context_limit: 131072\n")
     one_line_error(run("solve", path, "--no-report"), 2,
@@ -1590,6 +1616,10 @@ def test_a_log_with_excluded_rows_warns_on_the_command_line_and_in_the_json(tmp_
     r = run("solve", path, "--no-verify", "--no-report")
     assert r.exit_code == 0, r.output
     assert r.stderr == f"warning: {path}: Excluded rows: 18 non_numeric (of 20 read).\n"
+    # a run that fails says one line, its error: the warning belongs to a plan, and none was made
+    failing = scenario(tmp_path, path.read_text(encoding="utf-8") + "slo: {bands: [{ttft_s: 0.001}]}\n", name="f.yaml")
+    one_line_error(run("solve", failing, "--no-verify", "--out-dir", tmp_path / "out"), 3, f"{failing}: ")
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_measured_day_with_hours_of_silence_warns_that_it_counts_them_idle(tmp_path):

@@ -213,6 +213,8 @@ def test_requests_above_the_limit_are_not_planned_for(tmp_path):
     out = json.loads(r.output)
     assert out["peak_rps"] == pytest.approx(2.0)
     assert out["plan"][0]["rate_rps"] == pytest.approx(2.0 * 1.2)
+    # the JSON says so, as the report's decision does
+    assert (out["context_limit"], out["rejected_requests"], out["rejected_share"]) == (8192, 50, 0.5)
 
 
 def test_write_lp_prints_the_model_with_named_constraints(tmp_path):

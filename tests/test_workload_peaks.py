@@ -63,6 +63,10 @@ def test_no_times_negative_counts_and_zero_rates_are_refused():
     with pytest.raises(InputError, match=r"peak rate is 0 req/s: the 0.5 quantile of 3 whole minutes has no arrival "
                                          r"\(arrivals fall in 1 of them\); use a higher quantile or method 'max'"):
         peak_rate_rps([5, 0, 0, 60, 5], "quantile", quantile=0.5)
+    # with method max, no quantile to raise: the whole minutes hold no arrival at all
+    with pytest.raises(InputError, match=r"peak rate is 0 req/s: none of the log's 3 whole minutes has an arrival "
+                                         r"\(the partial first and last minutes are not measured\)"):
+        peak_rate_rps([5, 0, 0, 0, 5], "max")
 
 
 @pytest.mark.parametrize("counts", [[20000], [10, 60, 3]])

@@ -55,9 +55,9 @@ def forecast(scenario, out_dir, no_report, catalog_files, as_json) -> None:
             _fleet_forecast(scenario, out_dir, no_report, catalog_files, as_json)
             return
         inputs = load_inputs(scenario, catalog_files=catalog_files)
-        warn_traffic([(str(scenario), inputs)])
         results = run_forecast(inputs)
         written = None if no_report else write_forecast(inputs.scenario.name, results, Path(out_dir))
+    warn_traffic([(str(scenario), inputs)])  # once it has succeeded: a failed run says one line, its error
     lines = [_quarter_text(r) for r in results] + [_idle_text(r) for r in results if r.idle is not None]
     _show(as_json, lambda: forecast_json(results), lines, written)
 
@@ -91,9 +91,9 @@ def _fleet_forecast(path, out_dir, no_report, catalog_files, as_json) -> None:
     from planner.fleet_forecast import fleet_forecast_json, run_fleet_forecast, write_fleet_forecast
 
     fleet = load_fleet(path, catalog_files=catalog_files)
-    warn_traffic([(s.where, s.inputs) for s in fleet.services])
     results = run_fleet_forecast(fleet)
     written = None if no_report else write_fleet_forecast(fleet, results, Path(out_dir))
+    warn_traffic([(s.where, s.inputs) for s in fleet.services])  # once it has succeeded
     _show(as_json, lambda: fleet_forecast_json(results), [_fleet_quarter_text(r) for r in results], written)
 
 

@@ -47,7 +47,6 @@ def _solve_all(scenarios, out_dir, no_report, write_lp, verify, catalog_files, a
     # Every scenario is read and checked before any is planned, and every plan is made before any
     # file is written: a bad or infeasible scenario late in the list leaves no reports behind.
     loaded = [_load(path, catalog_files) for path in scenarios]
-    _warn_traffic(loaded)
     if not no_report:
         _refuse_same_names(loaded)
         if write_lp:
@@ -68,6 +67,8 @@ def _solve_all(scenarios, out_dir, no_report, write_lp, verify, catalog_files, a
                 _write_lp(plan[0].solution.lp_text if kind == "scenario" else plan.joint.lp_text, Path(write_lp))
             results.append(_write_one(plan, no_report, out_dir, as_json) if kind == "scenario"
                            else _write_fleet(plan, no_report, out_dir, as_json))
+    # The logs' warnings once the command has succeeded: a failed run says one line, its error.
+    _warn_traffic(loaded)
     if as_json:
         echo_json(results if len(results) > 1 else results[0])
         return

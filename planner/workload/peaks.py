@@ -150,6 +150,12 @@ def peak_rate_rps(
     rate = float(base) / SECONDS_PER_MINUTE * growth
     if rate <= 0:
         busy = int(np.count_nonzero(counts))
+        if method == "max":  # every arrival fell in the partial first and last minutes, which are not measured
+            raise InputError(
+                f"peak rate is 0 req/s: none of the log's {counts.size:,} whole minutes has an arrival (the partial "
+                "first and last minutes are not measured); give a log with arrivals between them, or state the peak "
+                "with peak: {method: explicit, rps: ...}"
+            )
         raise InputError(
             f"peak rate is 0 req/s: the {quantile:g} quantile of {counts.size:,} whole minutes has no arrival "
             f"(arrivals fall in {busy:,} of them); use a higher quantile or method 'max'"
