@@ -902,3 +902,31 @@ def test_a_fleet_forecast_s_commitments_last_their_term_and_what_runs_past_the_e
     lot = results[1].commitments[0]
     assert f"| 2027Q2 | 2027Q3 | +{lot.gpus} {lot.gpu} | $2.2425 |" in md
     assert f": ${after:,.2f} committed after 2027Q4, which the total above does not count." in md
+
+
+def test_a_limit_the_plan_stays_under_that_still_costs_is_explained(tmp_path):
+    """Two services, three GPU types, at most two of them: the H200 cap is not reached (the plan runs
+    none), yet dropping it saves, because the cheaper fleet it rules out runs more H200s than it
+    allows. The report says why beside its table, where 'Binds: no' and a saving would contradict."""
+    svc = {"traffic": {"source": {"constant": {"prompt_tokens": 2000, "output_tokens": 300}},
+                       "peak": {"method": "explicit", "rps": 30.0}, "headroom": 1.2},
+           "slo": {"statistic": "p99", "bands": [{"ttft_s": 1.0, "tpot_ms": 50}]},
+           "gpus": ["h100-sxm", "h200", "l40s"], "kv_dtypes": ["bf16"]}
+    other = {**svc, "traffic": {"source": {"constant": {"prompt_tokens": 4000, "output_tokens": 200}},
+                                "peak": {"method": "explicit", "rps": 12.0}, "headroom": 1.2},
+             "slo": {"statistic": "p99", "bands": [{"ttft_s": 1.5, "tpot_ms": 40}]}}
+    path = write_fleet(tmp_path, services=[service("sa", 30.0, **svc), service("sb", 12.0, **other)], max_gpu_types=2,
+                       inventory={"h100-sxm": {"reserved": 2, "reserved_usd_per_hour": 2.0, "max_new": 2},
+                                  "h200": {"reserved": 2, "reserved_usd_per_hour": 4.0, "max_new": 1,
+                                           "price_usd_per_hour": 5.5},
+                                  "l40s": {"owned": 4, "owned_usd_per_hour": 0.7}})
+    r = CliRunner().invoke(main, ["solve", str(path), "--out-dir", str(tmp_path / "out"), "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    (h200,) = [c for c in doc["constraints"] if c["constraint"] == "h200 GPUs"]
+    assert h200["used"] < h200["limit"] and not h200["binds"]
+    assert doc["cost_usd_per_hour"] - h200["removed_usd_per_hour"] > 1.0  # it costs, though not reached
+    md = (tmp_path / "out" / "twin.md").read_text(encoding="utf-8")
+    assert ("The h200 GPUs limit does not bind, yet dropping it saves: the plan uses less than the limit allows, and "
+            "the cheaper fleet it rules out uses more than it allows (a pool of one type that would take more of it, "
+            "or another choice of GPU types under the most number of types).") in md
