@@ -2,12 +2,13 @@
 
 A lot is paid in every quarter of its term, used or not, from the quarter it starts in:
 `forecast.commitment_term_quarters` quarters (four for a one-year reservation, twelve for three
-years), or, with no term stated, to the forecast's end and no further as far as the forecast can
-say. A lot whose term ends inside the forecast is no longer held after it: the GPUs a quarter then
-runs beyond what is held run on demand, and with carry_forward are committed again from the next
-quarter at that quarter's terms (a renewal at the price of its day). A lot whose term runs past the
-last quarter is spend the forecast has already committed to: `after_end` prices it, quarter by
-quarter at its own price, so that a finance reader sees the obligation a forecast's total leaves out.
+years). With no term stated, a lot is held to the forecast's end with carry_forward, and in its own
+quarter alone without it, and nothing is known of it after the end. A lot whose term ends inside
+the forecast is no longer held after it: with carry_forward the GPUs the quarter before ran are
+committed again at once, at that quarter's terms (a renewal at the price of its day); without it,
+what a quarter runs beyond what is held runs on demand. A lot whose term runs past the last quarter
+is spend the forecast has already committed to: `after_end` prices it, quarter by quarter at its
+own price, so that a finance reader sees the obligation a forecast's total leaves out.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from planner.scenario.forecast_section import quarter_index
 from planner.units import HOURS_PER_QUARTER
 
 
@@ -26,7 +28,7 @@ class Lot:
     gpus: int
     usd_per_gpu_hour: float
     start: int  # the index, among the forecast's quarters, of the first quarter it is paid in
-    term_quarters: int | None  # None: no term stated (held to the forecast's end)
+    term_quarters: int | None  # None: no term stated (the forecast decides how long it is held)
 
     def held_in(self, quarter: int) -> bool:
         """Whether the lot is paid in the forecast's quarter of this index."""
@@ -66,5 +68,5 @@ def after_end_usd(lots: Sequence[Lot], last: int) -> float:
 
 def quarter_after(quarter: str, quarters: int) -> str:
     """The calendar quarter `quarters` after `quarter` ("2027Q4", 2 -> "2028Q2")."""
-    index = int(quarter[:4]) * 4 + int(quarter[5]) - 1 + quarters
+    index = quarter_index(quarter) + quarters
     return f"{index // 4}Q{index % 4 + 1}"

@@ -46,6 +46,7 @@ def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, alone: bool = False,
     with the plan as soon as what its report's figures show is known, before the per-GPU plans are
     certified (the command then starts drawing them in a worker while those replays run here)."""
     scn, classes, inventory = st.scn, st.classes, solve.inventory
+    least = scn.min_replicas_per_pool  # what a re-solve's no-plan message may blame
     search = search or LazySearch(st.evaluator, solve, classes, st.configs)
     # In a worker, while the others run here; the context lever first (the levers read it before
     # the sweep is read), each run here instead when the worker has not begun it by then.
@@ -65,7 +66,7 @@ def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, alone: bool = False,
             res = sol if k == sol.option else search.solve(options=[k])
             split.append(outcome_of("no split" if k == "none" else f"split at {int(k):,}", res,
                                     "" if res.pools else infeasible_message({k: classes[k]}, search.evaluations(),
-                                                                            inventory)))
+                                                                            inventory, min_replicas=least)))
         step.advance()
         alternatives, forbid, last = [], [], sol
         for i in range(2):
@@ -79,7 +80,7 @@ def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, alone: bool = False,
         for m in SENSITIVITY:
             res = sol if m == 1 else search.solve(rate_scale=m)
             sensitivity.append(outcome_of(f"peak x {m:g}", res, "" if res.pools else infeasible_message(
-                classes, search.evaluations(), inventory, rate_scale=m)))
+                classes, search.evaluations(), inventory, rate_scale=m, min_replicas=least)))
         step.advance()
         # The per-GPU plans' replays run in threads while the levers are computed here.
         per_gpu_plans = _per_gpu_plans(st, solve) if plan.certification else []
@@ -131,7 +132,8 @@ def _per_gpu(st: Setup, plans: list[tuple], inventory, solve) -> list[Outcome]:
             out.append(Outcome(name, False, math.inf, 0, "", "no supported config on it"))
             continue
         if not res.pools:
-            out.append(Outcome(name, False, math.inf, 0, "", infeasible_message(classes, search.evaluations(), inventory)))
+            out.append(Outcome(name, False, math.inf, 0, "", infeasible_message(classes, search.evaluations(), inventory,
+                                                                  min_replicas=st.scn.min_replicas_per_pool)))
             continue
         try:
             [(_, res, _, cert)] = certify_plans(
@@ -227,7 +229,8 @@ def _ttft_sweep(scn, catalog, model, configs, classes, inventory, evaluator, cal
             prior = _bound_from(above) if m < above_m else None
             res, evs = lazy_solve(swept, Resolver(scaled, reserved, pool_types), scaled_classes, configs, prior=prior)
             out[m] = outcome_of(f"TTFT targets x {m:g}", res, "" if res.pools else
-                              infeasible_message(scaled_classes, evs, inventory))
+                              infeasible_message(scaled_classes, evs, inventory,
+                                                 min_replicas=scn.min_replicas_per_pool))
             above, above_m = swept, m
     return [(m, out[m]) for m in TTFT_SWEEP if m in out]
 
@@ -257,7 +260,7 @@ def _bound_from(looser: Evaluator):
 def _levers(scn, catalog, model, served, limit, peak, evaluator, configs, classes, search: LazySearch, sol, inventory,
             solve, context, all_requests: int) -> list[Outcome]:
     """Re-solve with each lever switched (design.md, "The optimisation"); the levers multiply."""
-    out = []
+    out, least = [], scn.min_replicas_per_pool
 
     def with_dtypes(name: str, weights, kvs) -> None:
         cfgs = candidate_configs(scn, catalog, model, weights, kvs)
@@ -265,7 +268,8 @@ def _levers(scn, catalog, model, served, limit, peak, evaluator, configs, classe
             out.append(Outcome(name, False, math.inf, 0, "", "no GPU candidate supports it"))
             return
         res, evs = lazy_solve(evaluator, solve, classes, cfgs)
-        out.append(outcome_of(name, res, "" if res.pools else infeasible_message(classes, evs, inventory)))
+        out.append(outcome_of(name, res, "" if res.pools else infeasible_message(classes, evs, inventory,
+                                                                                 min_replicas=least)))
 
     for kind, allowed in (("KV cache", scn.kv_dtypes), ("weights", scn.weight_dtypes)):
         if "fp8" in allowed:
@@ -279,14 +283,16 @@ def _levers(scn, catalog, model, served, limit, peak, evaluator, configs, classe
     if len(classes) > 1:
         res = search.solve(options=["none"])
         out.append(outcome_of("split forced off", res, "" if res.pools else
-                              infeasible_message({"none": classes["none"]}, search.evaluations(), inventory)))
+                              infeasible_message({"none": classes["none"]}, search.evaluations(), inventory,
+                                                 min_replicas=least)))
     for gpu_id in sorted({p.gpu for p in sol.pools}):
         keep = [c for c in configs if c.gpu.id != gpu_id]
         if not keep:
             out.append(Outcome(f"without {gpu_id}", False, math.inf, 0, "", "no other GPU candidate"))
             continue
         res, evs = lazy_solve(evaluator, solve, classes, keep)
-        out.append(outcome_of(f"without {gpu_id}", res, "" if res.pools else infeasible_message(classes, evs, inventory)))
+        out.append(outcome_of(f"without {gpu_id}", res, "" if res.pools else infeasible_message(
+            classes, evs, inventory, min_replicas=least)))
     lowered = context() if context is not None else context_lever(scn, catalog, model, served, limit, peak, configs,
                                                                     inventory, evaluator=evaluator, solve=solve,
                                                                     all_requests=all_requests)
@@ -339,7 +345,8 @@ def context_lever(scn, catalog, model, served, limit, peak, configs, inventory, 
     rejected_before = total - served.requests
     name = f"context limit {lower:,} (rejects {share_text((rejected_before + lost) / total)} of requests" + (
         f", against {share_text(rejected_before / total)} at {limit:,})" if rejected_before else ")")
-    return outcome_of(name, res, "" if res.pools else infeasible_message(lower_classes, evs, inventory))
+    return outcome_of(name, res, "" if res.pools else infeasible_message(lower_classes, evs, inventory,
+                                                                         min_replicas=scn.min_replicas_per_pool))
 
 
 def _same_classes(classes, others) -> dict[str, list[TrafficClass]]:

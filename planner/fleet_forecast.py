@@ -175,6 +175,10 @@ def _quarter_inventory(base, lots, price, availability, types, where, fleet) -> 
                 raise InputError(f"{where}.availability: {committed} {g} GPUs are committed but availability is "
                                  f"{availability[g]}", where=str(fleet.path))
             cap = availability[g]  # the quarter's availability replaces the inventory's cap
+        elif cap is not None and committed > cap:  # committed GPUs the cap would keep idle, paid all the same
+            raise InputError(f"{where}: {committed} {g} GPUs are committed but the inventory allows {cap} (owned + "
+                             "reserved + max_new); a commitment is not given back: state this quarter's availability "
+                             f"of {g} or raise its max_new", where=str(fleet.path))
         out[g] = SharedGPU(
             owned=shared.owned, owned_usd_per_hour=shared.owned_usd_per_hour, reserved=reserved,
             reserved_usd_per_hour=reserved_cost / reserved if reserved else None,
@@ -369,7 +373,10 @@ def _commitments_section(results: list[FleetQuarter], fleet: FleetInputs) -> lis
         out += [f"| {quarter} | {quarter_after(quarter, term - 1)} | +{c.gpus} {c.gpu} | "
                 f"{usd_rate_text(c.usd_per_gpu_hour)} | {c.basis} | {c.terms_quarter} |" for quarter, c in lots]
     if term is not None:
-        out += ["", after_end_text(quarters, results[-1].lots, term)]
+        out += ["", after_end_text(quarters, results[-1].lots, term)
+                + (" The inventory's own commitments have no term in the fleet file: they are held in every quarter, "
+                   "and what they cost after the forecast is not in this figure." if any(
+                       s.committed for s in fleet.spec.inventory.values()) else "")]
     elif carried:
         out += ["", f"The total counts each commitment to {results[-1].quarter} only: whatever term it runs beyond "
                 "(a one-year reservation made late in the forecast) is spend this forecast does not show "
@@ -381,18 +388,28 @@ def _held_at_the_end(results: list[FleetQuarter], fleet: FleetInputs) -> str:
     """What the last quarter leaves committed (the inventory's and the forecast's), and what
     carry_forward would commit next at the last quarter's terms: spend past the forecast's end."""
     last = results[-1]
-    held = [t for t in last.plan.types if t.committed]
-    usd = sum(t.committed_usd_per_hour for t in held)
-    text = (f"Held at the end of {last.quarter}: " + ", ".join(f"{t.committed} {t.gpu}" for t in held)
-            + f", {usd_text(usd)}/hour ({usd_text(usd * HOURS_PER_QUARTER)} a quarter), owned and reserved together."
-            if held else f"Nothing is committed at the end of {last.quarter}.")
+    committed = [t for t in last.plan.types if t.committed]
+    usd = sum(t.committed_usd_per_hour for t in committed)
     fc = fleet.spec.forecast
-    beyond = [t for t in last.plan.types if t.on_demand]
+    term = None if fc is None else fc.commitment_term_quarters
+    # With a term the forecast's lots fall away after the end: no quarter's run rate to quote.
+    text = (f"Held at the end of {last.quarter}: " + ", ".join(f"{t.committed} {t.gpu}" for t in committed)
+            + f", {usd_text(usd)}/hour" + ("" if term else f" ({usd_text(usd * HOURS_PER_QUARTER)} a quarter)")
+            + ", owned and reserved together." if committed else f"Nothing is committed at the end of {last.quarter}.")
+    if term is None:
+        beyond = {t.gpu: t.on_demand for t in last.plan.types if t.on_demand}
+        kept_usd = usd
+    else:  # what stays committed into the next quarter: the inventory's, and the lots still in their term
+        staying = in_force(last.lots, len(results))
+        base = fleet.spec.inventory
+        kept = {t.gpu: (base[t.gpu].committed if t.gpu in base else 0) + held(staying, t.gpu) for t in last.plan.types}
+        beyond = {t.gpu: t.used - kept[t.gpu] for t in last.plan.types if t.used > kept[t.gpu]}
+        kept_usd = sum(s.committed_usd_per_hour for s in base.values()) + sum(lot.usd_per_hour for lot in staying)
     if fc is not None and fc.carry_forward and beyond:
-        lots = [_commitment(fleet, fc, fc.quarters[-1], t.gpu, t.on_demand) for t in beyond]
+        lots = [_commitment(fleet, fc, fc.quarters[-1], gpu, n) for gpu, n in beyond.items()]
         more = sum(c.gpus * c.usd_per_gpu_hour for c in lots)
         text += next_commitments_text(last.quarter, [(c.gpus, c.gpu, usd_rate_text(c.usd_per_gpu_hour)) for c in lots],
-                                      usd + more)
+                                      kept_usd + more, renewing=term is not None)
     return text
 
 

@@ -240,16 +240,18 @@ def _constraints(fp: FleetPlan) -> str:
         lines += ["", f"Binds: the plan uses all the limit allows. {_names(free)} {'binds' if one else 'bind'} and "
                   f"{'costs' if one else 'cost'} nothing: dropping {'it' if one else 'them'} finds no cheaper fleet."]
     # A limit the plan stays under can still cost: what it rules out is a plan with more of the type
-    # than it allows, not the plan's own use of it.
-    unreached = [c.name for c in fp.constraints if not c.binds and base - c.removed_usd_per_hour >= COST_TOLERANCE_USD]
-    if unreached:
-        one = len(unreached) == 1
-        lines += ["", f"The {_names(unreached)} limit{'' if one else 's'} {'does' if one else 'do'} not bind, yet dropping "
-                  f"{'it' if one else 'them'} "
-                  "saves: the plan uses less than the limit allows, and the cheaper fleet it rules out uses more than "
-                  "it allows (a pool of one type that would take more of it" + (
-                      ", or another choice of GPU types under the most number of types" if fp.fleet.spec.max_gpu_types
-                      else "") + ")."]
+    # (or more types) than it allows, not the plan's own use of it.
+    for c in fp.constraints:
+        if c.binds or base - c.removed_usd_per_hour < COST_TOLERANCE_USD:
+            continue
+        if c.name == "GPU types":
+            why = "the cheaper fleet it rules out runs more GPU types than it allows"
+        else:
+            why = ("the cheaper fleet it rules out runs more of the type than it allows (a pool on it larger than the "
+                   "cap" + (", or another choice of types within the most GPU types allowed"
+                            if fp.fleet.spec.max_gpu_types else "") + ")")
+        lines += ["", f"The {c.name} limit does not bind, yet dropping it saves: the plan uses less than it allows, "
+                  f"and {why}."]
     return "\n".join(lines)
 
 

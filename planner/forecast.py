@@ -251,23 +251,25 @@ def _quarter_plan(inputs: Inputs, qscn: Scenario, q: QuarterSpec, reserved, pric
         cap = caps.get(gpu)
         if cap is not None and n > cap:
             stated = q.reserved.get(gpu, 0)
+            # Earlier quarters' GPUs: still in their term where one is stated (carried forward or
+            # reserved then), else carried forward (without either, a quarter's reservations are its own).
             if n <= stated:
                 earlier = ""
-            elif fc.carry_forward:
-                earlier = (f" ({n - stated} carried forward from earlier quarters, forecast.carry_forward: true, and "
-                           f"{stated} reserved in this quarter)")
-            else:
+            elif fc.commitment_term_quarters is not None:
                 earlier = (f" ({n - stated} committed in earlier quarters and still in their term, "
                            f"forecast.commitment_term_quarters: {fc.commitment_term_quarters}, and {stated} reserved in "
                            "this quarter)")
+            else:
+                earlier = (f" ({n - stated} carried forward from earlier quarters, forecast.carry_forward: true, and "
+                           f"{stated} reserved in this quarter)")
             what = "availability is" if gpu in q.availability else "its max_gpus (the scenario's gpus) is"
             fix = ("raise this quarter's availability" if gpu in q.availability else
                    f"raise {gpu}'s max_gpus or state this quarter's availability")
             raise InputError(
                 f"forecast quarter {q.quarter}: {n} {gpu} GPUs are committed{earlier} but {what} {cap}; "
                 f"a commitment is not given back: {fix}"
-                + ((" or set forecast.carry_forward: false" if fc.carry_forward else " or shorten the term")
-                   if earlier else " or reserve fewer"),
+                + ((" or shorten the term" if fc.commitment_term_quarters is not None else
+                    " or set forecast.carry_forward: false") if earlier else " or reserve fewer"),
                 where=str(inputs.path),
             )
     try:

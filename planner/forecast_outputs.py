@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from planner.capacity import KNEE_SHARE
-from planner.commitments import Lot, after_end, after_end_usd, quarter_after
+from planner.commitments import Lot, after_end, after_end_usd, in_force, quarter_after
+from planner.commitments import held as held_gpus
 from planner.daily import POLICIES, floor_text
 from planner.files import output_folder, write_bytes_atomic, write_text_atomic
 from planner.forecast import PoolRow, QuarterResult
@@ -223,10 +224,6 @@ TOTAL_COLUMNS: tuple[Column, ...] = (
     Column("quarters", "integer", "quarters summed (four quarters of one year: the year's total)", lambda t: t["quarters"]),
     Column("hours", "number", f"hours summed ({HOURS_PER_QUARTER:,} a quarter)", lambda t: t["hours"], digits=0),
     *(Column(c.name, c.type, c.description, lambda t, n=c.name: t[n], c.digits, True) for c in QUARTER_COLUMNS if c.total),
-    Column("committed_after_end_usd", "number",
-           "what the commitments held in the last quarter still cost after it, each at its own price for the "
-           "quarters its term has left (forecast.commitment_term_quarters), USD; not in total_usd (empty: no term "
-           "stated)", lambda t: t["committed_after_end_usd"]),
     Column("usd_per_million_tokens_blended", "number", "total_usd / tokens, USD per million tokens",
            lambda t: _per_million(t, "total_usd", "tokens")),
     Column("usd_per_million_input_tokens", "number", "input_usd / input_tokens, USD per million",
@@ -235,6 +232,11 @@ TOTAL_COLUMNS: tuple[Column, ...] = (
            lambda t: _per_million(t, "output_usd", "output_tokens")),
     *(Column(f"{k}_usd_per_million_tokens", "number", f"{k}_usd / tokens: {name}, USD per million tokens",
              lambda t, k=k: _per_million(t, f"{k}_usd", "tokens")) for k, name in POLICIES),
+    # last, so that the columns before it keep the places they had before it came
+    Column("committed_after_end_usd", "number",
+           "what the commitments held in the last quarter still cost after it, each at its own price for the "
+           "quarters its term has left (forecast.commitment_term_quarters), USD; not in total_usd (empty: no term "
+           "stated)", lambda t: t["committed_after_end_usd"]),
 )
 
 
@@ -529,12 +531,14 @@ def _held_at_the_end(results: Sequence[QuarterResult]) -> str:
     usd = sum(n * last.reserved_price[g] for g, n in held.items())
     fc = last.plan.scenario.forecast
     carried = fc is not None and fc.carry_forward
+    term = None if fc is None else fc.commitment_term_quarters
     if held:
+        # With a term the holding falls away lot by lot after the end: no quarter's run rate to quote.
         text = (f"Held at the end of {last.quarter}: " + ", ".join(
             f"{n} {g} at {usd_rate_text(last.reserved_price[g])}" for g, n in held.items())
-            + f", {usd_text(usd)}/hour ({usd_text(usd * HOURS_PER_QUARTER)} a quarter). ")
-        if fc is not None and fc.commitment_term_quarters is not None:
-            text += after_end_text([r.quarter for r in results], last.lots, fc.commitment_term_quarters)
+            + f", {usd_text(usd)}/hour" + ("" if term else f" ({usd_text(usd * HOURS_PER_QUARTER)} a quarter)") + ". ")
+        if term is not None:
+            text += after_end_text([r.quarter for r in results], last.lots, term)
         else:
             text += (("A commitment, once made, is paid in every later quarter of the forecast, used or not; "
                       if carried else "Without carry_forward a quarter's reservations are priced in that quarter only; ")
@@ -542,12 +546,16 @@ def _held_at_the_end(results: Sequence[QuarterResult]) -> str:
                      "this forecast does not show (forecast.commitment_term_quarters states the term and prices it).")
     else:
         text = f"Nothing is committed at the end of {last.quarter}."
-    beyond = {g: n - held.get(g, 0) for g, n in last.gpus_by_type.items() if n > held.get(g, 0)}
+    # What stays committed into the next quarter: every lot without a term, those still in theirs with one.
+    staying = last.lots if term is None else in_force(last.lots, len(results))
+    kept = {g: held_gpus(staying, g) for g in held} if term is not None else held
+    beyond = {g: n - kept.get(g, 0) for g, n in last.gpus_by_type.items() if n > kept.get(g, 0)}
     if carried and beyond:
         price = last.day.terms.reserved_usd_per_gpu_hour
         more = sum(n * price[g] for g, n in beyond.items())
+        kept_usd = usd if term is None else sum(lot.usd_per_hour for lot in staying)
         text += next_commitments_text(last.quarter, [(n, g, usd_rate_text(price[g])) for g, n in beyond.items()],
-                                      usd + more)
+                                      kept_usd + more, renewing=term is not None)
     return text
 
 
@@ -567,11 +575,15 @@ def after_end_text(quarters: Sequence[str], lots: Sequence[Lot], term: int) -> s
             "does not count.")
 
 
-def next_commitments_text(quarter: str, lots: Sequence[tuple[int, str, str]], usd_per_hour: float) -> str:
+def next_commitments_text(quarter: str, lots: Sequence[tuple[int, str, str]], usd_per_hour: float, *,
+                          renewing: bool = False) -> str:
     """What carry_forward commits after the last quarter: lots of (GPUs, type, price per GPU-hour as
-    printed), and the committed $/hour they bring the total to."""
-    return (" With carry_forward, the " + ", ".join(f"{n} {g}" for n, g, _ in lots) + f" that {quarter} runs on "
-            "demand would be committed from the next quarter at its terms (" + ", ".join(p for *_, p in lots)
+    printed), and the committed $/hour they bring the total to. renewing: commitments have a term, so
+    the lots are what the quarter runs beyond those still in their term after it (the ones whose term
+    ends with it renewed, and what it ran on demand)."""
+    what = "runs beyond the commitments still in their term after it" if renewing else "runs on demand"
+    return (" With carry_forward, the " + ", ".join(f"{n} {g}" for n, g, _ in lots) + f" that {quarter} {what} "
+            "would be committed from the next quarter at its terms (" + ", ".join(p for *_, p in lots)
             + f"): {usd_text(usd_per_hour)}/hour in all.")
 
 

@@ -128,3 +128,37 @@ def test_a_term_out_of_bounds_is_refused_naming_the_field(tmp_path):
         assert "forecast.commitment_term_quarters" in r.output and words in r.output
         assert len(r.output.strip().splitlines()) == 1
         assert not (tmp_path / "out").exists()
+
+
+def test_what_carry_forward_commits_next_counts_the_lots_whose_term_ends_with_the_last_quarter(tmp_path):
+    """After the last quarter, carry_forward commits what it ran beyond the lots still in their term:
+    the ones ending with it are renewed too, not only what it ran on demand."""
+    from planner.commitments import in_force
+    from planner.forecast_outputs import forecast_markdown
+
+    results = run_forecast(load_inputs(small_forecast(tmp_path, term=2)))
+    last = results[-1]
+    staying = in_force(last.lots, len(results))
+    renewed = last.gpus - sum(lot.gpus for lot in staying)
+    assert renewed > last.gpus - sum(last.reserved_gpus.values())  # more than what ran on demand
+    price = 2.99 * 0.7  # the last quarter's terms: the catalog's on-demand price less the discount
+    in_all = sum(lot.usd_per_hour for lot in staying) + renewed * price
+    text = forecast_markdown("terms", results)
+    assert (f"With carry_forward, the {renewed} h100-sxm that 2028Q1 runs beyond the commitments still in their term "
+            f"after it would be committed from the next quarter at its terms (${price:.3f}): ${in_all:,.2f}/hour in all."
+            ) in text
+    assert "a quarter)" not in text.split("Held at the end of 2028Q1:")[1].split(".")[0]  # no run rate to quote
+
+
+def test_a_commitment_still_in_its_term_above_a_later_cap_names_the_term(tmp_path):
+    path = small_forecast(tmp_path, term=3, carry_forward=False)
+    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    raw["forecast"]["quarters"][1]["reserved"] = {"h100-sxm": 6}
+    raw["forecast"]["quarters"][2]["availability"] = {"h100-sxm": 4}
+    path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    r = run("forecast", path, "--out-dir", tmp_path / "out")
+    assert r.exit_code == 2, r.output
+    assert ("forecast quarter 2027Q3: 6 h100-sxm GPUs are committed (6 committed in earlier quarters and still in "
+            "their term, forecast.commitment_term_quarters: 3, and 0 reserved in this quarter) but availability is 4; "
+            "a commitment is not given back: raise this quarter's availability or shorten the term") in r.output
+    assert not (tmp_path / "out").exists()

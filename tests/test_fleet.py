@@ -927,6 +927,19 @@ def test_a_limit_the_plan_stays_under_that_still_costs_is_explained(tmp_path):
     assert h200["used"] < h200["limit"] and not h200["binds"]
     assert doc["cost_usd_per_hour"] - h200["removed_usd_per_hour"] > 1.0  # it costs, though not reached
     md = (tmp_path / "out" / "twin.md").read_text(encoding="utf-8")
-    assert ("The h200 GPUs limit does not bind, yet dropping it saves: the plan uses less than the limit allows, and "
-            "the cheaper fleet it rules out uses more than it allows (a pool of one type that would take more of it, "
-            "or another choice of GPU types under the most number of types).") in md
+    assert ("The h200 GPUs limit does not bind, yet dropping it saves: the plan uses less than it allows, and the "
+            "cheaper fleet it rules out runs more of the type than it allows (a pool on it larger than the cap, or "
+            "another choice of types within the most GPU types allowed).") in md
+
+
+def test_a_fleet_forecast_refuses_commitments_above_the_inventory_s_cap(tmp_path):
+    """Committed GPUs a cap keeps idle would be paid while the fleet buys others: refused, as a
+    scenario's forecast refuses them above its max_gpus (the cap was quietly raised to them)."""
+    path = write_fleet(tmp_path, inventory={"h100-sxm": {"max_new": 10}},
+                       forecast={"quarters": [{"quarter": "2027Q1", "reserved": {"h100-sxm": 50}}]})
+    r = CliRunner().invoke(main, ["forecast", str(path), "--out-dir", str(tmp_path / "out")])
+    assert r.exit_code == 2, r.output
+    assert ("fleet.yaml: forecast.quarters[0]: 50 h100-sxm GPUs are committed but the inventory allows 10 (owned + "
+            "reserved + max_new); a commitment is not given back: state this quarter's availability of h100-sxm or "
+            "raise its max_new") in r.output
+    assert len(r.output.strip().splitlines()) == 1 and not (tmp_path / "out").exists()

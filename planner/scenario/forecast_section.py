@@ -55,7 +55,7 @@ class Forecast(Strict):
         None,
         description="quarters each commitment the forecast makes is paid for, from the quarter it starts (4: a "
         "one-year reservation); the report prices what runs past the last quarter [default: no term: to the "
-        "forecast's end, and its cost after it not shown]",
+        "forecast's end with carry_forward, the quarter alone without it, and no cost shown after the end]",
     )
     reserved_discount: real(ge=0, lt=1) = Field(0.0, description="committed price = on-demand x (1 - discount)")
     reserved_prices: dict[str, PriceUsdPerGpuHour] = Field(
@@ -90,13 +90,13 @@ class Forecast(Strict):
                 raise ValueError(f"quarters out of order: {keys[i]} after {keys[i - 1]}")
             # every quarter of the span is costed, and carried commitments run through it: a gap would
             # leave quarters out of the total without a word
-            if _index(keys[i]) != _index(keys[i - 1]) + 1:
+            if quarter_index(keys[i]) != quarter_index(keys[i - 1]) + 1:
                 raise ValueError(f"quarters must follow one another: {keys[i]} after {keys[i - 1]} leaves "
-                                 f"{_index(keys[i]) - _index(keys[i - 1]) - 1} out")
+                                 f"{quarter_index(keys[i]) - quarter_index(keys[i - 1]) - 1} out")
         return v
 
 
-def _index(quarter: str) -> int:
+def quarter_index(quarter: str) -> int:
     """2027Q1 -> 4 x 2027: quarters counted from year 0, so that consecutive quarters differ by one."""
     return int(quarter[:4]) * 4 + int(quarter[5]) - 1
 

@@ -150,7 +150,7 @@ def peak_rate_rps(
     rate = float(base) / SECONDS_PER_MINUTE * growth
     if rate <= 0:
         busy = int(np.count_nonzero(counts))
-        if method == "max":  # every arrival fell in the partial first and last minutes, which are not measured
+        if method == "max" or not busy:  # every arrival fell in the partial first and last minutes: none measured
             raise InputError(
                 f"peak rate is 0 req/s: none of the log's {counts.size:,} whole minutes has an arrival (the partial "
                 "first and last minutes are not measured); give a log with arrivals between them, or state the peak "
