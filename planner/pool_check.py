@@ -114,7 +114,7 @@ class TargetCheck:
 def undecided(value: float, limit: float, standard_error: float) -> bool:
     """Whether a pooled value lies within UNDECIDED_ERRORS standard errors of its limit (never
     where the error is unknown: one run, or fewer than two with a value)."""
-    return abs(value - limit) <= UNDECIDED_ERRORS * standard_error
+    return bool(abs(value - limit) <= UNDECIDED_ERRORS * standard_error)  # (numpy scalars in: --json needs a bool)
 
 
 @dataclass(frozen=True)

@@ -221,7 +221,7 @@ class GapDistribution:
         if not self.bins.size:
             return math.nan
         i = min(int(np.searchsorted(self.cum_weight, q * self.cum_weight[-1], side="left")), self.bins.size - 1)
-        return 1e-6 * GAP_BIN_RATIO ** (self.bins[i] + 0.5)
+        return float(1e-6 * GAP_BIN_RATIO ** (self.bins[i] + 0.5))  # a Python float: it reaches --json
 
 
 def measure(req: Requests, tr: Trace, warmup_fraction: float, wall: float, *,

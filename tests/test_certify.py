@@ -59,6 +59,19 @@ def test_simulate_json_has_band_percentiles_and_the_verdict(tmp_path):
     assert json.loads(again.output) == out  # same seed, same result
 
 
+def test_an_itl_target_s_verdict_is_json_in_simulate_and_solve(tmp_path):
+    """The per-token gap's simulated percentile came out a numpy float, its undecided flag a numpy
+    bool, and --json stopped on it with a traceback (no shipped scenario has an ITL target)."""
+    path = write(tmp_path, SCENARIO.replace("tpot_ms: 60}", "tpot_ms: 60, itl_ms: 200}"))
+    r = CliRunner().invoke(main, ["simulate", str(path), "--requests", "3000", "--seed", "3", "--json"])
+    assert r.exit_code == 0, r.output
+    (target,) = json.loads(r.output)["pools"][0]["targets"]
+    assert target["itl_ms"]["undecided"] is False and target["itl_ms"]["simulated"] > 0
+    r = CliRunner().invoke(main, ["solve", str(path), "--no-report", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["certified"] is True
+
+
 def test_a_plan_is_replayed_at_the_rate_it_covers_with_headroom_and_a_given_fleet_at_its_peak(tmp_path):
     """A plan sized for peak × headroom is certified at that rate per replica, so the headroom a
     report states is there in simulation (the model put capacity 3-14% above the simulator's in the
