@@ -99,10 +99,12 @@ def read_weights(path: str | Path, *, num_hidden_layers: int, dtype_bytes: float
     an index's total_size into parameters when no tensor header is at hand (None: pre-quantized)."""
     path = Path(path)
     if path.is_dir():
-        files = sorted(path.glob("*.safetensors"))
+        index = path / INDEX_NAME
+        files = _indexed_shards(index) if index.is_file() else None
+        if files is None:  # no index, or one naming a shard the folder lacks: every file there
+            files = sorted(path.glob("*.safetensors"))
         if files:
             return _from_headers(files, num_hidden_layers)
-        index = path / INDEX_NAME
         if index.is_file():
             return _from_index(index, num_hidden_layers, dtype_bytes)
         raise InputError(f"no .safetensors file and no {INDEX_NAME} in the folder", where=str(path))
@@ -111,6 +113,23 @@ def read_weights(path: str | Path, *, num_hidden_layers: int, dtype_bytes: float
     if path.is_file():
         return _from_index(path, num_hidden_layers, dtype_bytes)
     raise InputError("file not found", where=str(path))
+
+
+def _indexed_shards(index: Path) -> list[Path] | None:
+    """The shard files an index's weight_map names, where the folder holds every one of them: a
+    folder may hold the same weights twice (Mistral's repositories ship consolidated.safetensors
+    beside the transformers shards, 47 GB each for Devstral-Small-2507), and counting every file
+    there read them at twice the weights. None: an index that names none, or names a file the
+    folder lacks (the index is then read on its own, or every file, as without one)."""
+    raw = load_json(index, "safetensors index", max_bytes=MAX_HEADER_BYTES)
+    weight_map = raw.get("weight_map") if isinstance(raw, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        return None
+    names = {name for name in weight_map.values() if isinstance(name, str)}
+    files = sorted(index.parent / name for name in names if Path(name).name == name)
+    if len(files) != len(names) or not all(f.is_file() for f in files):
+        return None
+    return files
 
 
 def safetensors_header(path: Path) -> tuple[dict[str, Any], int]:

@@ -98,7 +98,8 @@ FAMILIES: tuple[Family, ...] = (
     ),
     Family(
         "mistral", ("mistral",), "transformers 4.34.0 models/mistral/configuration_mistral.py",
-        {"tie_word_embeddings": False, "sliding_window": 4096}, frozenset({"sliding_window"}), mistral_layout, count_dense(),
+        {"tie_word_embeddings": False, "sliding_window": 4096, "num_key_value_heads": 8}, frozenset({"sliding_window"}),
+        mistral_layout, count_dense(),
     ),
     Family(
         "qwen2", ("qwen2",), "transformers 4.37.0 models/qwen2/configuration_qwen2.py",
@@ -126,7 +127,8 @@ FAMILIES: tuple[Family, ...] = (
     ),
     Family(
         "mixtral", ("mixtral",), "transformers 4.36.0 models/mixtral/configuration_mixtral.py",
-        {"tie_word_embeddings": False, "sliding_window": 4096, "num_local_experts": 8, "num_experts_per_tok": 2},
+        {"tie_word_embeddings": False, "sliding_window": 4096, "num_local_experts": 8, "num_experts_per_tok": 2,
+         "num_key_value_heads": 8},
         frozenset({"sliding_window"}), mistral_layout, count_moe(qk_norm=False, sparse_step=False),
         experts_key="num_local_experts",
     ),
@@ -138,7 +140,8 @@ FAMILIES: tuple[Family, ...] = (
     Family(
         "qwen3_moe", ("qwen3_moe",), "transformers 4.51.0 models/qwen3_moe/configuration_qwen3_moe.py",
         {"tie_word_embeddings": False, "attention_bias": False, "head_dim": 128, "decoder_sparse_step": 1,
-         "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8, **_QWEN_WINDOW},
+         "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8, "num_key_value_heads": 4,
+         **_QWEN_WINDOW},
         _QWEN_LAYOUT, qwen_layout, count_moe(qk_norm=True, sparse_step=True), experts_key="num_experts",
     ),
     Family(

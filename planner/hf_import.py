@@ -34,6 +34,7 @@ planner.params); `params_source` says which, and what the other would have said
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,10 @@ from planner.hf_weights import note_uncounted, quantized_dtype, resolve_params, 
 from planner.yamlio import validate
 
 _GENERIC = Family("generic", (), "none: no defaults for a model_type planner does not know")
+# Keys a release of transformers wrote beside the one the family reads, with the same value: a repeat,
+# not a setting of its own (google/gemma-2-9b-it's config.json, transformers 4.42, carries
+# "sliding_window_size": 4096 next to "sliding_window": 4096). Another value is refused as unread.
+REPEATED_KEYS = {"sliding_window_size": "sliding_window"}
 
 
 def parse_layer_kinds(text: str) -> dict[str, int]:
@@ -71,7 +76,8 @@ def parse_layer_kinds(text: str) -> dict[str, int]:
     for part in filter(None, (p.strip() for p in text.split(","))):
         kind, sep, count = part.partition("=")
         kind = kind.strip()
-        if not sep or kind not in LAYER_KINDS or not count.strip().isdigit():
+        # ASCII digits: str.isdigit() takes '²', which int() then refuses with a traceback
+        if not sep or kind not in LAYER_KINDS or not re.fullmatch(r"[0-9]+", count.strip()):
             raise InputError(
                 f"--layer-kinds: expected KIND=COUNT,... with KIND one of {', '.join(LAYER_KINDS)} (got '{part}')"
             )
@@ -181,6 +187,8 @@ def _refuse_unread_attention_keys(r: FamilyReader, outer: Mapping[str, Any]) -> 
             continue
         if value in (None, False, 0, [], {}, ""):
             continue
+        if key in REPEATED_KEYS and cfg.raw.get(REPEATED_KEYS[key]) == value:
+            continue
         raise cfg.error(
             key,
             f"attention setting {_short(value)} that planner does not model for {r.model_type}; "
@@ -199,6 +207,11 @@ def _architecture_fields(r: FamilyReader, name: str, hub_id: str | None) -> dict
     heads = cfg.integer("num_attention_heads")
     if cfg.has("num_key_value_heads"):
         kv_heads = cfg.integer("num_key_value_heads")
+    elif "num_key_value_heads" in cfg.raw and "num_key_value_heads" in r.family.defaults:
+        # transformers reads an explicit null as num_attention_heads ("for backward compatibility"),
+        # where an absent key takes the class default
+        kv_heads = heads
+        r.note(f"{cfg.name('num_key_value_heads')} is null: num_attention_heads ({heads}), multi-head attention")
     elif "num_key_value_heads" in r.family.defaults:
         kv_heads = r.integer("num_key_value_heads")
     elif r.family is _GENERIC:

@@ -122,9 +122,22 @@ def store_checkpoint(
         entry["checkpoint_dtype"] = dtype
         r.note(f"weights published in {dtype} ({r.cfg.name('quantization_config')}): the default weight dtype")
     if read is not None:
+        published = {r.cfg.text("torch_dtype"), r.cfg.text("dtype")}
         if not dtype:
-            dtype = "fp16" if r.cfg.text("torch_dtype") == "float16" or r.cfg.text("dtype") == "float16" else "bf16"
+            # vLLM's --dtype auto serves float32 and float16 checkpoints in fp16, bfloat16 ones in bf16
+            # (vLLM engine arguments, --dtype)
+            dtype = "fp16" if published & {"float16", "float32"} else "bf16"
             entry["checkpoint_dtype"] = dtype
+        if "float32" in published and dtype == "fp16":
+            # The files hold 4 bytes a weight; the engine loads 2. Their bytes are not what it serves.
+            if read.params is not None:
+                entry["checkpoint_weight_bytes"] = 2 * read.params
+                r.note(f"checkpoint weights published in float32 ({read.weight_bytes:,} bytes: {read.source}), "
+                       f"served in fp16 (vLLM --dtype auto): {2 * read.params:,} bytes")
+            else:
+                r.note(f"checkpoint weights published in float32 ({read.weight_bytes:,} bytes: {read.source}), served "
+                       "in fp16: their parameters are not known from these files, so the formula's count is used")
+            return
         entry["checkpoint_weight_bytes"] = read.weight_bytes
         r.note(f"checkpoint weights {read.weight_bytes:,} bytes: {read.source}")
     elif dtype == "mxfp4" and r.family.name == "gpt_oss" and counted is not None:

@@ -221,7 +221,10 @@ def test_import_gemma2_implicit_alternation(tmp_path):
     assert (m.sliding_window, m.num_sliding_window_layers) == (4096, 23)
 
 
-def test_import_mistral_v01_window_on_every_layer_and_mha_default(tmp_path):
+def test_import_mistral_v01_window_on_every_layer_and_the_class_default_kv_heads(tmp_path):
+    """An absent num_key_value_heads takes MistralConfig's default, 8 (transformers 4.34.0, as every
+    release since: "If it is not specified, will default to 8"); it read as multi-head attention,
+    four times the KV bytes. An explicit null is multi-head attention, as transformers reads it."""
     path = _variant(
         tmp_path, "mixtral-8x7b.json", sliding_window=4096, num_key_value_heads=None,
         num_local_experts=None, num_experts_per_tok=None, model_type="mistral",
@@ -229,8 +232,14 @@ def test_import_mistral_v01_window_on_every_layer_and_mha_default(tmp_path):
     )
     m = model_from_hf_config(path, name="m")
     assert (m.sliding_window, m.num_sliding_window_layers) == (4096, 32)
-    assert m.num_key_value_heads == m.num_attention_heads == 32
+    assert (m.num_attention_heads, m.num_key_value_heads) == (32, 8)
     assert m.num_experts is None
+    raw = json.loads(path.read_text())
+    raw["num_key_value_heads"] = None
+    path.write_text(json.dumps(raw))
+    m = model_from_hf_config(path, name="m")
+    assert m.num_key_value_heads == m.num_attention_heads == 32
+    assert "num_key_value_heads is null: num_attention_heads (32), multi-head attention" in m.notes
 
 
 def test_import_qwen_use_sliding_window_false(tmp_path):

@@ -348,6 +348,60 @@ def test_weights_folder_counts_tensors_exactly_and_leaves_out_mtp(tmp_path):
     assert packed.params is None
 
 
+def test_a_folder_with_an_index_reads_only_the_shards_it_names(tmp_path):
+    """Mistral's repositories ship consolidated.safetensors beside the transformers shards (the
+    same weights twice, 47 GB each for Devstral-Small-2507): counting every file in the folder read
+    twice the weights, which the 0.9-2x check let through."""
+    shard = {"model.embed_tokens.weight": ("BF16", [1000, 64]), "lm_head.weight": ("BF16", [1000, 64])}
+    _safetensors(tmp_path / "model-00001-of-00001.safetensors", shard)
+    _safetensors(tmp_path / "consolidated.safetensors", {"tok_embeddings.weight": ("BF16", [1000, 64]),
+                                                          "output.weight": ("BF16", [1000, 64])})
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({
+        "metadata": {"total_size": 2 * 1000 * 64 * 2},
+        "weight_map": dict.fromkeys(shard, "model-00001-of-00001.safetensors")}))
+    w = read_weights(tmp_path, num_hidden_layers=1, dtype_bytes=2)
+    assert (w.params, w.weight_bytes, w.tensors) == (2 * 1000 * 64, 2 * 1000 * 64 * 2, 2)
+    # an index naming a shard the folder lacks: every file there, as without an index
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({
+        "metadata": {"total_size": 1}, "weight_map": {"x": "model-00002-of-00002.safetensors"}}))
+    assert read_weights(tmp_path, num_hidden_layers=1, dtype_bytes=2).tensors == 4
+
+
+def test_a_float32_checkpoint_is_served_in_fp16_at_two_bytes_a_weight(tmp_path):
+    """vLLM's --dtype auto serves a float32 checkpoint in fp16 (engine arguments): the entry took its
+    files' 4 bytes a weight as the bf16 weights the engine loads, doubling them in the ladder."""
+    cfg = json.loads((CONFIGS / "gemma-2-27b-it.json").read_text())
+    cfg.update(num_hidden_layers=1, hidden_size=64, intermediate_size=128, num_attention_heads=2,
+               num_key_value_heads=1, head_dim=32, vocab_size=1000, torch_dtype="float32")
+    cfg.pop("layer_types", None)  # one layer now: the 46-layer layout would not fit it
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(cfg))
+    n = model_from_hf_config(folder / "config.json", name="f32").params_total  # the formula's count
+    _safetensors(folder / "model.safetensors", {"model.embed_tokens.weight": ("F32", [n])})
+    model = model_from_hf_config(folder / "config.json", name="f32", weights=folder)
+    assert model.checkpoint_dtype == "fp16" and model.checkpoint_weight_bytes == 2 * n
+    assert f"bytes: 1 tensors in 1 safetensors file(s) (headers read)), served in fp16 (vLLM --dtype auto): {2 * n:,} bytes" in model.notes
+
+
+def test_a_key_that_repeats_one_the_family_reads_is_not_an_unread_setting(tmp_path):
+    """google/gemma-2-9b-it's config.json (transformers 4.42) carries sliding_window_size beside
+    sliding_window, the same 4096: it was refused as an attention setting planner does not model."""
+    same = config_variant(tmp_path, CONFIGS / "gemma-2-27b-it.json", sliding_window_size=4096)
+    model = model_from_hf_config(same, name="g")
+    assert model.sliding_window == 4096
+    other = config_variant(tmp_path, CONFIGS / "gemma-2-27b-it.json", sliding_window_size=2048)
+    with pytest.raises(InputError, match="sliding_window_size: attention setting 2048 that planner does not model"):
+        model_from_hf_config(other, name="g")
+
+
+def test_a_layer_count_that_is_a_digit_only_to_unicode_is_refused_in_one_line():
+    r = run("catalog", "import-hf", CONFIGS / "gemma-2-27b-it.json", "--name", "x", "--layer-kinds",
+            "full_attention=²", "-o", "unused.yaml")
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert "--layer-kinds: expected KIND=COUNT,... with KIND one of" in r.output and "(got 'full_attention=²')" in r.output
+
+
 def test_weights_that_are_not_safetensors_are_refused(tmp_path):
     bad = tmp_path / "model.safetensors"
     bad.write_bytes(b"\x05\x00\x00\x00\x00\x00\x00\x00nope!")
@@ -396,3 +450,11 @@ def test_capacity_json_carries_the_layer_kinds():
     assert payload["kv_state_bytes_per_sequence"] == 36 * 1_097_728
     assert [(k["kind"], k["layers"]) for k in payload["kv_layer_kinds"]] == [("full_attention", 12), ("linear_attention", 36)]
     assert payload["kv_gib_per_user"] == (24_576 * 131_072 + 36 * 1_097_728) / 2**30
+
+
+@pytest.mark.parametrize(("config", "kv_heads"), [("qwen3-30b-a3b.json", 4), ("mixtral-8x7b-v0.1.json", 8)])
+def test_an_absent_kv_head_count_takes_the_family_s_class_default(tmp_path, config, kv_heads):
+    """Qwen3MoeConfig defaults to 4 KV heads, MixtralConfig to 8 (transformers configuration files):
+    an absent key read as multi-head attention put 8x and 4x the KV bytes a token in the entry."""
+    model = model_from_hf_config(config_variant(tmp_path, CONFIGS / config, num_key_value_heads=None), name="x")
+    assert model.num_key_value_heads == kv_heads
