@@ -156,8 +156,7 @@ def ladder_text(catalog: Catalog, dep: Deployment, ladder: BudgetLadder, payload
         f"compute-bound past {payload['ridge_batch']:.0f} sequences per step (at calibrated efficiencies)"
     )
     lines += ["", "Levers (independent, so they multiply):"]
-    lower = max(dep.max_model_len // 2, dep.block_size)
-    for lever in memory_levers(dep, catalog.dtype("fp8"), lower):
+    for lever in levers(catalog, dep):
         if not lever.available:
             lines.append(f"  {lever.lever:<44} not available: {lever.why_not}")
             continue
@@ -167,6 +166,17 @@ def ladder_text(catalog: Catalog, dep: Deployment, ladder: BudgetLadder, payload
             f"  {lever.lever:<44} {lever.kv_gib_per_user:6.2f} GiB/user -> {lever.worst_case_users} users worst case{extra}"
         )
     return "\n".join(lines)
+
+
+def levers(catalog: Catalog, dep: Deployment) -> list:
+    """The memory levers the ladder lists (memory.memory_levers): an fp8 cache, half the context
+    limit (at least a block), fp8 weights."""
+    return memory_levers(dep, catalog.dtype("fp8"), max(dep.max_model_len // 2, dep.block_size))
+
+
+def levers_payload(catalog: Catalog, dep: Deployment) -> list[dict]:
+    """The levers as `planner capacity --json` prints them, as the text lists them."""
+    return [dataclasses.asdict(lever) for lever in levers(catalog, dep)]
 
 
 def _per_user_note(ladder: BudgetLadder) -> str:

@@ -21,6 +21,11 @@ def test_capacity_json_reproduces_53_and_191():
                 "kv_bytes_per_token", "kv_gib_per_user", "ridge_point"):
         assert key in out
     assert round(out["ridge_point"]) == 295
+    # the levers the text lists (seed 000: fp8 cache 107 users; all three stack), which --json lacked
+    levers = {lever["lever"]: lever for lever in out["levers"]}
+    assert levers["fp8 KV cache"]["worst_case_users"] == 107 and levers["fp8 KV cache"]["available"]
+    assert list(levers) == ["fp8 KV cache", "context limit 4,096", "fp8 weights",
+                            "all three (fp8 cache + 4,096 + fp8 weights)"]
 
 
 def test_capacity_table_walks_the_ladder_and_names_levers():

@@ -103,7 +103,13 @@ def capacity(
       planner capacity llama-3.1-8b h100-sxm --prompt-tokens 1000 --output-tokens 200 --tpot-ms 50 --json
     """
     # The capacity model loads only when a command needs it.
-    from planner.replica_view import capacity_text, capacity_view, ladder_payload, ladder_text
+    from planner.replica_view import (
+        capacity_text,
+        capacity_view,
+        ladder_payload,
+        ladder_text,
+        levers_payload,
+    )
     from planner.targets import SLO
 
     given = click.get_current_context().get_parameter_source("quantile") is click.core.ParameterSource.COMMANDLINE
@@ -123,6 +129,7 @@ def capacity(
                                  param_hint="--typical-tokens")
     ladder = budget_ladder(dep)
     payload = ladder_payload(dep, ladder, typical_tokens)
+    payload["levers"] = levers_payload(catalog, dep)
     prof = _traffic_class(dep, histogram_file, prompt_tokens, output_tokens, shared_prefix, max_model_len)
     view = None
     if prof is not None:
