@@ -6,9 +6,9 @@ That header is all this module needs, so it reads it directly: the `safetensors`
 add a compiled dependency to parse eight bytes and a JSON object, and it reads the same header.
 
 Two inputs, two levels of exactness:
-- the `.safetensors` files (a model folder): every tensor's dtype and shape, so the bytes and
-  the element counts are exact, and tensors the engine does not serve (a multi-token-prediction
-  layer) can be left out by name;
+- the `.safetensors` files (a model folder: those its index names, where it has one): every
+  tensor's dtype and shape, so the bytes and the element counts are exact, and tensors the
+  engine does not serve (a multi-token-prediction layer) can be left out by name;
 - `model.safetensors.index.json` alone: `metadata.total_size` is the bytes of every tensor
   (bytes, not parameters: a bf16 weight is 2 of them, an fp8 weight 1), and the weight map
   names the tensors but not their sizes. Parameters follow only when every tensor has the
@@ -94,14 +94,15 @@ def not_served(name: str, num_hidden_layers: int) -> bool:
 
 
 def read_weights(path: str | Path, *, num_hidden_layers: int, dtype_bytes: float | None) -> CheckpointWeights:
-    """The weights at `path`: a model folder (its .safetensors files, else its index), an index
-    file, or one .safetensors file. `dtype_bytes` is the config's dtype (2 for bf16), used to turn
-    an index's total_size into parameters when no tensor header is at hand (None: pre-quantized)."""
+    """The weights at `path`: a model folder (the .safetensors files its index names, every one
+    there without an index, else the index alone), an index file, or one .safetensors file.
+    `dtype_bytes` is the config's dtype (2 for bf16), used to turn an index's total_size into
+    parameters when no tensor header is at hand (None: pre-quantized)."""
     path = Path(path)
     if path.is_dir():
         index = path / INDEX_NAME
         files = _indexed_shards(index) if index.is_file() else None
-        if files is None:  # no index, or one naming a shard the folder lacks: every file there
+        if files is None:  # no index (or one without a weight map): every file there
             files = sorted(path.glob("*.safetensors"))
         if files:
             return _from_headers(files, num_hidden_layers)
@@ -116,20 +117,29 @@ def read_weights(path: str | Path, *, num_hidden_layers: int, dtype_bytes: float
 
 
 def _indexed_shards(index: Path) -> list[Path] | None:
-    """The shard files an index's weight_map names, where the folder holds every one of them: a
-    folder may hold the same weights twice (Mistral's repositories ship consolidated.safetensors
-    beside the transformers shards, 47 GB each for Devstral-Small-2507), and counting every file
-    there read them at twice the weights. None: an index that names none, or names a file the
-    folder lacks (the index is then read on its own, or every file, as without one)."""
+    """The .safetensors files of the folder that the index's weight_map names: a folder may hold the
+    same weights twice (Mistral's repositories ship consolidated.safetensors beside the transformers
+    shards, 47 GB each for Devstral-Small-2507), and counting every file there read them at twice the
+    weights (vLLM too loads the indexed shards alone). [] where the folder holds no .safetensors file
+    (the index is then read on its own); None: an index without a weight map. A shard the folder
+    lacks is refused, naming it: the files there would count another set of weights."""
     raw = load_json(index, "safetensors index", max_bytes=MAX_HEADER_BYTES)
     weight_map = raw.get("weight_map") if isinstance(raw, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:
         return None
-    names = {name for name in weight_map.values() if isinstance(name, str)}
-    files = sorted(index.parent / name for name in names if Path(name).name == name)
-    if len(files) != len(names) or not all(f.is_file() for f in files):
-        return None
-    return files
+    for tensor, name in weight_map.items():
+        if not isinstance(name, str) or not name.strip():
+            raise InputError(f"weight_map: {shorten(json.dumps(tensor))} names no file "
+                             f"(got {shorten(json.dumps(name))})", where=str(index))
+    present = {p.name: p for p in index.parent.glob("*.safetensors")}
+    if not present:
+        return []
+    names = sorted(set(weight_map.values()))
+    missing = [name for name in names if name not in present]
+    if missing:
+        raise InputError(f"weight_map names {len(missing)} shard(s) the folder lacks ({shorten(', '.join(missing))}); "
+                         "give the folder with every shard, or the index alone", where=str(index))
+    return [present[name] for name in names]
 
 
 def safetensors_header(path: Path) -> tuple[dict[str, Any], int]:

@@ -68,6 +68,9 @@ _GENERIC = Family("generic", (), "none: no defaults for a model_type planner doe
 # not a setting of its own (google/gemma-2-9b-it's config.json, transformers 4.42, carries
 # "sliding_window_size": 4096 next to "sliding_window": 4096). Another value is refused as unread.
 REPEATED_KEYS = {"sliding_window_size": "sliding_window"}
+# Families with a num_key_value_heads default whose transformers config turns an explicit null into
+# num_attention_heads (multi-head attention), read in their configuration files.
+_NULL_KV_HEADS_IS_MHA = frozenset({"mistral", "mixtral"})
 
 
 def parse_layer_kinds(text: str) -> dict[str, int]:
@@ -207,9 +210,10 @@ def _architecture_fields(r: FamilyReader, name: str, hub_id: str | None) -> dict
     heads = cfg.integer("num_attention_heads")
     if cfg.has("num_key_value_heads"):
         kv_heads = cfg.integer("num_key_value_heads")
-    elif "num_key_value_heads" in cfg.raw and "num_key_value_heads" in r.family.defaults:
-        # transformers reads an explicit null as num_attention_heads ("for backward compatibility"),
-        # where an absent key takes the class default
+    elif "num_key_value_heads" in cfg.raw and r.family.name in _NULL_KV_HEADS_IS_MHA:
+        # MistralConfig and MixtralConfig read an explicit null as num_attention_heads ("for backward
+        # compatibility"), where an absent key takes the class default; Gemma3TextConfig and
+        # Qwen3MoeConfig keep a null as given (the model then does not load), so there it stays the default
         kv_heads = heads
         r.note(f"{cfg.name('num_key_value_heads')} is null: num_attention_heads ({heads}), multi-head attention")
     elif "num_key_value_heads" in r.family.defaults:

@@ -136,7 +136,8 @@ def store_checkpoint(
                        f"served in fp16 (vLLM --dtype auto): {2 * read.params:,} bytes")
             else:
                 r.note(f"checkpoint weights published in float32 ({read.weight_bytes:,} bytes: {read.source}), served "
-                       "in fp16: their parameters are not known from these files, so the formula's count is used")
+                       "in fp16: their parameters are not known from these files, so the parameter count (the "
+                       "formula's, or --params-total) sets the weights")
             return
         entry["checkpoint_weight_bytes"] = read.weight_bytes
         r.note(f"checkpoint weights {read.weight_bytes:,} bytes: {read.source}")

@@ -361,10 +361,16 @@ def test_a_folder_with_an_index_reads_only_the_shards_it_names(tmp_path):
         "weight_map": dict.fromkeys(shard, "model-00001-of-00001.safetensors")}))
     w = read_weights(tmp_path, num_hidden_layers=1, dtype_bytes=2)
     assert (w.params, w.weight_bytes, w.tensors) == (2 * 1000 * 64, 2 * 1000 * 64 * 2, 2)
-    # an index naming a shard the folder lacks: every file there, as without an index
-    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({
-        "metadata": {"total_size": 1}, "weight_map": {"x": "model-00002-of-00002.safetensors"}}))
-    assert read_weights(tmp_path, num_hidden_layers=1, dtype_bytes=2).tensors == 4
+    # an index naming a shard the folder lacks, or naming none: refused, naming it (every file there
+    # would count consolidated.safetensors again)
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text(json.dumps({"metadata": {"total_size": 1}, "weight_map": {"x": "model-00002-of-00002.safetensors"}}))
+    with pytest.raises(InputError, match=re.escape(f"{index}: weight_map names 1 shard(s) the folder lacks "
+                                                   "(model-00002-of-00002.safetensors)")):
+        read_weights(tmp_path, num_hidden_layers=1, dtype_bytes=2)
+    index.write_text(json.dumps({"metadata": {"total_size": 1}, "weight_map": {"x": 5}}))
+    with pytest.raises(InputError, match=re.escape(f'{index}: weight_map: "x" names no file (got 5)')):
+        read_weights(tmp_path, num_hidden_layers=1, dtype_bytes=2)
 
 
 def test_a_float32_checkpoint_is_served_in_fp16_at_two_bytes_a_weight(tmp_path):
@@ -458,3 +464,18 @@ def test_an_absent_kv_head_count_takes_the_family_s_class_default(tmp_path, conf
     an absent key read as multi-head attention put 8x and 4x the KV bytes a token in the entry."""
     model = model_from_hf_config(config_variant(tmp_path, CONFIGS / config, num_key_value_heads=None), name="x")
     assert model.num_key_value_heads == kv_heads
+
+
+def test_an_explicit_null_kv_head_count_is_read_as_its_transformers_class_reads_it(tmp_path):
+    """MistralConfig turns a null into num_attention_heads; Gemma3TextConfig keeps it as given (the
+    model would not load), so there the class default holds, as before."""
+    gemma = json.loads((CONFIGS / "medgemma-27b-it.json").read_text())
+    gemma["text_config"]["num_key_value_heads"] = None
+    (tmp_path / "config.json").write_text(json.dumps(gemma))
+    assert model_from_hf_config(tmp_path / "config.json", name="g").num_key_value_heads == 4
+    mistral = config_variant(tmp_path, CONFIGS / "mixtral-8x7b-v0.1.json", num_key_value_heads=None)
+    raw = json.loads(mistral.read_text())
+    raw["num_key_value_heads"] = None
+    mistral.write_text(json.dumps(raw))
+    model = model_from_hf_config(mistral, name="m")
+    assert model.num_key_value_heads == model.num_attention_heads == 32
