@@ -68,6 +68,11 @@ MAX_WIDTH = 2**24
 MAX_SYNTHETIC_REQUESTS = 2 * 10**7
 # Requests one simulation replays per pool: ten million, minutes of simulated scheduler steps.
 MAX_SIMULATED_REQUESTS = 10**7
+# Measured requests certification seeks in a band, at the least (simulation.band_requests); a run
+# then replays at least ceil(500 / (1 - 0.1)) = 556, its first tenth the warm-up
+# (planner.simulate.DEFAULT_WARMUP_FRACTION): the fewest `planner simulate --requests` takes.
+MIN_BAND_REQUESTS = 500
+MIN_RUN_REQUESTS = 556
 # Bits a number format stores per element, scales included: at least one (the narrowest
 # formats published are binary and ternary weights, 1 and 1.58 bits: BitNet, arXiv 2310.11453
 # and 2402.17764), at most 64 (fp64). Below one bit a model's weights and cache weigh nothing.

@@ -810,3 +810,23 @@ def test_a_fleet_service_whose_pools_held_claims_no_re_plan_of_its_own(tmp_path,
     assert "Certification re-planned" not in text and "re-plan at simulated" not in text
     times = "time" if beta.joint_rounds == 1 else "times"
     assert f"the fleet's ILP was re-solved {beta.joint_rounds} {times} in all, as pools of other services missed" in text
+
+
+def test_simulate_takes_the_fewest_requests_a_certification_run_can_use(tmp_path):
+    """simulation.band_requests may be 500, and a pool whose one band holds every request then runs
+    556 a seed: the count the report shows must be one --requests takes (it refused under 1,000)."""
+    from planner.bounds import MIN_BAND_REQUESTS, MIN_RUN_REQUESTS
+    from planner.histogram import Histogram
+    from planner.pool_check import requests_for
+    from planner.simulate import DEFAULT_WARMUP_FRACTION
+    from planner.targets import SLO
+
+    slo = SLO.single(ttft_s=1.0, stat="p99")
+    assert requests_for(Histogram.constant(1000, 200), slo, most=10**7, per_band=MIN_BAND_REQUESTS,
+                        warmup_fraction=DEFAULT_WARMUP_FRACTION) == MIN_RUN_REQUESTS
+    path = write(tmp_path)
+    r = CliRunner().invoke(main, ["simulate", str(path), "--requests", str(MIN_RUN_REQUESTS), "--seed", "3", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["pools"][0]["requests_per_run"] == MIN_RUN_REQUESTS
+    r = CliRunner().invoke(main, ["simulate", str(path), "--requests", str(MIN_RUN_REQUESTS - 1)])
+    assert r.exit_code == 2 and f"{MIN_RUN_REQUESTS - 1} is not in the range {MIN_RUN_REQUESTS}<=x" in r.output

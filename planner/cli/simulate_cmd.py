@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from planner.bounds import MAX_SEED, MAX_SIMULATED_REQUESTS
+from planner.bounds import MAX_SEED, MAX_SIMULATED_REQUESTS, MIN_RUN_REQUESTS
 from planner.cli.options import catalog_option, echo_json, json_option
 
 _STATS = ("p50", "p90", "p99")
@@ -13,7 +13,7 @@ _STATS = ("p50", "p90", "p99")
 @click.command()
 @click.argument("scenario", type=click.Path(dir_okay=False))
 @click.option("--pool", default=None, help="Only this pool (all, short or long).")
-@click.option("--requests", "n_requests", type=click.IntRange(1000, MAX_SIMULATED_REQUESTS), default=None,
+@click.option("--requests", "n_requests", type=click.IntRange(MIN_RUN_REQUESTS, MAX_SIMULATED_REQUESTS), default=None,
               help="Sampled requests per pool, to replay the plan again [default: the certification's runs].")
 @click.option("--seed", type=click.IntRange(0, MAX_SEED), default=None,
               help="Seed of that replay [default: the certification's].")

@@ -7,7 +7,14 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from planner.bounds import MAX_SIMULATED_REQUESTS, MAX_SOLVER_SECONDS, Seed, real, whole
+from planner.bounds import (
+    MAX_SIMULATED_REQUESTS,
+    MAX_SOLVER_SECONDS,
+    MIN_BAND_REQUESTS,
+    Seed,
+    real,
+    whole,
+)
 from planner.scenario.fields import Strict
 
 DEFAULT_SIZING_QUANTILE = 0.99
@@ -35,7 +42,7 @@ class Simulation(Strict):
     """How plans are certified by simulation (planner.pool_check)."""
 
     requests: whole(ge=1000, le=MAX_SIMULATED_REQUESTS) = Field(20_000, description="most sampled requests per pool and rate")
-    band_requests: whole(ge=500, le=MAX_SIMULATED_REQUESTS) = Field(
+    band_requests: whole(ge=MIN_BAND_REQUESTS, le=MAX_SIMULATED_REQUESTS) = Field(
         5_000,
         description="measured requests sought in every band of a pool (fewer runs when one band fills the pool)",
     )
