@@ -42,7 +42,16 @@ from planner.inputs import load_inputs, plan_inputs  # noqa: E402
 
 # _run, _mean_growth and _units: a pool's replica on sampled requests, its runs' trend and a latency's unit,
 # as certification has them
-from planner.pool_check import _mean_growth, _run, _units, band_checks, standard_error, undecided  # noqa: E402
+from planner.pool_check import (  # noqa: E402
+    _mean_growth,
+    _preemption_problems,
+    _queue_problems,
+    _run,
+    _units,
+    band_checks,
+    standard_error,
+    undecided,
+)
 from planner.sim_capacity import PREEMPTION_BUDGET_PER_1000  # noqa: E402
 from planner.sim_measures import STABILITY_TOLERANCE, merged_latencies  # noqa: E402
 from planner.units import replicas_text  # noqa: E402
@@ -78,7 +87,8 @@ def replay(name, scn, plan, traffic, args) -> list[str]:
         bands = band_checks(slo, None, None, pooled, parts)  # the simulated values only: no model is printed
         growth = _mean_growth(sims)
         preempted = sum(s.preemptions_per_1000 for s in sims) / len(sims)
-        runs_verdict = "holds" if growth <= STABILITY_TOLERANCE and preempted <= PREEMPTION_BUDGET_PER_1000 else "MISSES"
+        # judged by certification's own rules for runs pooled for a verdict (their mean trend, their mean preemptions)
+        runs_verdict = "MISSES" if _queue_problems(None, sims) or _preemption_problems(sims) else "holds"
         verdicts.append(runs_verdict)
         print(f"  {p.label} on {p.config}, {replicas_text(p.replicas)} at {p.rate_rps:,.3f} "
               f"req/s each: {args.runs} runs x {args.requests:,} requests ({time.perf_counter() - t0:.1f} s)")

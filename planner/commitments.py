@@ -66,6 +66,11 @@ def after_end_usd(lots: Sequence[Lot], last: int) -> float:
     return sum(lot.usd_per_hour * HOURS_PER_QUARTER * quarters for lot, quarters in after_end(lots, last))
 
 
+def committed_after_end_usd(lots: Sequence[Lot], last: int, term: int | None) -> float | None:
+    """after_end_usd where a term is stated; None without one (nothing is known past the end)."""
+    return None if term is None else after_end_usd(lots, last)
+
+
 def quarter_after(quarter: str, quarters: int) -> str:
     """The calendar quarter `quarters` after `quarter` ("2027Q4", 2 -> "2028Q2")."""
     index = quarter_index(quarter) + quarters

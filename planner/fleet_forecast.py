@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from planner.commitments import Lot, after_end_usd, held, in_force, quarter_after
+from planner.commitments import Lot, committed_after_end_usd, held, in_force, quarter_after
 from planner.errors import InfeasibleError, InputError
 from planner.files import output_folder
 from planner.fleet import FleetInputs, SharedGPU
@@ -94,13 +94,11 @@ def run_fleet_forecast(fleet: FleetInputs) -> list[FleetQuarter]:
         raise InputError("the fleet file has no forecast section", where=str(fleet.path))
     base = fleet.spec.inventory
     out: list[FleetQuarter] = []
-    multiplier = 1.0
     lots: list[Lot] = []  # commitments beyond the inventory's, each for its term (planner.commitments)
     term = fc.commitment_term_quarters
     previous: FleetQuarter | None = None
-    for i, q in enumerate(fc.quarters):
+    for i, (q, multiplier) in enumerate(zip(fc.quarters, fc.demand_multipliers(), strict=True)):
         where = f"forecast.quarters[{i}]"
-        multiplier = multiplier * (1 + q.growth) if fc.growth_mode == "compound" else 1 + q.growth
         lots = in_force(lots, i)  # those whose term ended last quarter are no longer paid
         if fc.carry_forward and previous is not None:
             carried = {g: n - _committed(base, lots, g) for g, n in previous.plan.joint.gpus_by_type.items()}
@@ -362,7 +360,6 @@ def _commitments_section(results: list[FleetQuarter], fleet: FleetInputs) -> lis
     else:
         how = ("Made by the forecast: without carry_forward, a commitment a quarter states (`reserved`) holds in that "
                "quarter only, paid used or not.")
-    quarters = [r.quarter for r in results]
     if term is None:
         out += [how, "", "| From | GPUs committed | $/GPU-hour | Priced at | Terms of |", "|---|---|---:|---|---|"]
         out += [f"| {quarter} | +{c.gpus} {c.gpu} | {usd_rate_text(c.usd_per_gpu_hour)} | {c.basis} | {c.terms_quarter} |"
@@ -372,12 +369,11 @@ def _commitments_section(results: list[FleetQuarter], fleet: FleetInputs) -> lis
                 "|---|---|---|---:|---|---|"]
         out += [f"| {quarter} | {quarter_after(quarter, term - 1)} | +{c.gpus} {c.gpu} | "
                 f"{usd_rate_text(c.usd_per_gpu_hour)} | {c.basis} | {c.terms_quarter} |" for quarter, c in lots]
-    if term is not None:
-        out += ["", after_end_text(quarters, results[-1].lots, term)
+        out += ["", after_end_text([r.quarter for r in results], results[-1].lots, term)
                 + (" The inventory's own commitments have no term in the fleet file: they are held in every quarter, "
                    "and what they cost after the forecast is not in this figure." if any(
                        s.committed for s in fleet.spec.inventory.values()) else "")]
-    elif carried:
+    if term is None and carried:
         out += ["", f"The total counts each commitment to {results[-1].quarter} only: whatever term it runs beyond "
                 "(a one-year reservation made late in the forecast) is spend this forecast does not show "
                 "(forecast.commitment_term_quarters states the term and prices it)."]
@@ -396,15 +392,13 @@ def _held_at_the_end(results: list[FleetQuarter], fleet: FleetInputs) -> str:
     text = (f"Held at the end of {last.quarter}: " + ", ".join(f"{t.committed} {t.gpu}" for t in committed)
             + f", {usd_text(usd)}/hour" + ("" if term else f" ({usd_text(usd * HOURS_PER_QUARTER)} a quarter)")
             + ", owned and reserved together." if committed else f"Nothing is committed at the end of {last.quarter}.")
-    if term is None:
-        beyond = {t.gpu: t.on_demand for t in last.plan.types if t.on_demand}
-        kept_usd = usd
-    else:  # what stays committed into the next quarter: the inventory's, and the lots still in their term
-        staying = in_force(last.lots, len(results))
-        base = fleet.spec.inventory
-        kept = {t.gpu: (base[t.gpu].committed if t.gpu in base else 0) + held(staying, t.gpu) for t in last.plan.types}
-        beyond = {t.gpu: t.used - kept[t.gpu] for t in last.plan.types if t.used > kept[t.gpu]}
-        kept_usd = sum(s.committed_usd_per_hour for s in base.values()) + sum(lot.usd_per_hour for lot in staying)
+    # What stays committed into the next quarter: the inventory's, and the forecast's lots (every one
+    # without a term, those still in theirs with one).
+    staying = in_force(last.lots, len(results))
+    base = fleet.spec.inventory
+    kept = {t.gpu: _committed(base, staying, t.gpu) for t in last.plan.types}
+    beyond = {t.gpu: t.used - kept[t.gpu] for t in last.plan.types if t.used > kept[t.gpu]}
+    kept_usd = sum(s.committed_usd_per_hour for s in base.values()) + sum(lot.usd_per_hour for lot in staying)
     if fc is not None and fc.carry_forward and beyond:
         lots = [_commitment(fleet, fc, fc.quarters[-1], gpu, n) for gpu, n in beyond.items()]
         more = sum(c.gpus * c.usd_per_gpu_hour for c in lots)
@@ -480,5 +474,5 @@ def fleet_forecast_json(results: list[FleetQuarter]) -> dict:
         {**row(QUARTER_COLUMNS, r), "services": [row(SERVICE_COLUMNS, (r, p)) for p in r.plan.plans],
          "types": [row(TYPE_COLUMNS, (r, t)) for t in r.plan.types]}
         for r in results
-    ], "committed_after_end_usd": None if fc is None or fc.commitment_term_quarters is None else
-        after_end_usd(results[-1].lots, len(results) - 1)}
+    ], "committed_after_end_usd": committed_after_end_usd(results[-1].lots, len(results) - 1,
+                                                          None if fc is None else fc.commitment_term_quarters)}

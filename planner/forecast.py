@@ -196,7 +196,7 @@ def run_forecast(inputs: Inputs) -> list[QuarterResult]:
     if fc is None:
         raise InputError("the scenario has no forecast section", where=str(inputs.path))
     results: list[QuarterResult] = []
-    multiplier, previous = 1.0, None
+    previous = None
     # A lot keeps the price it was committed at, whatever on-demand prices do later, for its term.
     lots: list[Lot] = []
     term = fc.commitment_term_quarters
@@ -204,8 +204,7 @@ def run_forecast(inputs: Inputs) -> list[QuarterResult]:
     discount, _ = reserved_discount(scn)
     for i, q in enumerate(fc.quarters):  # every quarter's GPU names, before the first is planned
         _check_gpus(scn, inputs, q, i)
-    for i, q in enumerate(fc.quarters):
-        multiplier = multiplier * (1 + q.growth) if fc.growth_mode == "compound" else 1 + q.growth
+    for i, (q, multiplier) in enumerate(zip(fc.quarters, fc.demand_multipliers(), strict=True)):
         qscn = quarter_scenario(scn, q, multiplier)
         od_price = {g.id: g.price_per_hour(inputs.catalog.gpu(g.id).price_usd_per_hour) for g in qscn.gpu_candidates}
         commit_price = {g: fc.reserved_prices.get(g, od_price[g] * (1 - discount)) for g in od_price}

@@ -24,8 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from planner.capacity import KNEE_SHARE
-from planner.commitments import Lot, after_end, after_end_usd, in_force, quarter_after
-from planner.commitments import held as held_gpus
+from planner.commitments import (
+    Lot,
+    after_end,
+    after_end_usd,
+    committed_after_end_usd,
+    held,
+    in_force,
+    quarter_after,
+)
 from planner.daily import POLICIES, floor_text
 from planner.files import output_folder, write_bytes_atomic, write_text_atomic
 from planner.forecast import PoolRow, QuarterResult
@@ -279,8 +286,8 @@ def _totals(quarter_rows: list[list[str]], results: Sequence[QuarterResult]) -> 
     fc = results[-1].plan.scenario.forecast
     t: dict[str, Any] = {
         "first_quarter": body[0][0], "last_quarter": body[-1][0], "quarters": len(body), "hours": len(body) * HOURS_PER_QUARTER,
-        "committed_after_end_usd": None if fc is None or fc.commitment_term_quarters is None else
-        after_end_usd(results[-1].lots, len(results) - 1),
+        "committed_after_end_usd": committed_after_end_usd(results[-1].lots, len(results) - 1,
+                                                           None if fc is None else fc.commitment_term_quarters),
     }
     for c in QUARTER_COLUMNS:
         if c.total:
@@ -527,15 +534,15 @@ def _held_at_the_end(results: Sequence[QuarterResult]) -> str:
     """What the last quarter leaves committed, and what carry_forward would commit next: spend that
     runs past the forecast, which its total does not count."""
     last = results[-1]
-    held = {g: n for g, n in last.reserved_gpus.items() if n}
-    usd = sum(n * last.reserved_price[g] for g, n in held.items())
+    holding = {g: n for g, n in last.reserved_gpus.items() if n}
+    usd = sum(n * last.reserved_price[g] for g, n in holding.items())
     fc = last.plan.scenario.forecast
     carried = fc is not None and fc.carry_forward
     term = None if fc is None else fc.commitment_term_quarters
-    if held:
+    if holding:
         # With a term the holding falls away lot by lot after the end: no quarter's run rate to quote.
         text = (f"Held at the end of {last.quarter}: " + ", ".join(
-            f"{n} {g} at {usd_rate_text(last.reserved_price[g])}" for g, n in held.items())
+            f"{n} {g} at {usd_rate_text(last.reserved_price[g])}" for g, n in holding.items())
             + f", {usd_text(usd)}/hour" + ("" if term else f" ({usd_text(usd * HOURS_PER_QUARTER)} a quarter)") + ". ")
         if term is not None:
             text += after_end_text([r.quarter for r in results], last.lots, term)
@@ -547,15 +554,13 @@ def _held_at_the_end(results: Sequence[QuarterResult]) -> str:
     else:
         text = f"Nothing is committed at the end of {last.quarter}."
     # What stays committed into the next quarter: every lot without a term, those still in theirs with one.
-    staying = last.lots if term is None else in_force(last.lots, len(results))
-    kept = {g: held_gpus(staying, g) for g in held} if term is not None else held
-    beyond = {g: n - kept.get(g, 0) for g, n in last.gpus_by_type.items() if n > kept.get(g, 0)}
+    staying = in_force(last.lots, len(results))
+    beyond = {g: n - held(staying, g) for g, n in last.gpus_by_type.items() if n > held(staying, g)}
     if carried and beyond:
         price = last.day.terms.reserved_usd_per_gpu_hour
         more = sum(n * price[g] for g, n in beyond.items())
-        kept_usd = usd if term is None else sum(lot.usd_per_hour for lot in staying)
         text += next_commitments_text(last.quarter, [(n, g, usd_rate_text(price[g])) for g, n in beyond.items()],
-                                      kept_usd + more, renewing=term is not None)
+                                      sum(lot.usd_per_hour for lot in staying) + more, renewing=term is not None)
     return text
 
 

@@ -173,13 +173,14 @@ def _given_fleet_plan(scn, catalog, model, hist, measured_peak_rps, *, traffic_n
     prices = {c.id: c.price_per_hour(catalog.gpu(c.id).price_usd_per_hour) for c in scn.gpu_candidates}
     evals, pools = [], []
     for i, fp in enumerate(scn.fleet):
+        found = {}
         for field_name, look_up in (("gpu", catalog.gpu), ("weight_dtype", catalog.dtype), ("kv_dtype", catalog.dtype)):
             try:  # the entry and field named: with several entries, an unknown name alone does not say which
-                look_up(getattr(fp, field_name))
+                found[field_name] = look_up(getattr(fp, field_name))
             except InputError as exc:
                 raise InputError(f"fleet[{i}].{field_name}: {exc.message}") from None
-        gpu = catalog.gpu(fp.gpu)
-        problem = supported_problem(gpu, fp.tp, catalog.dtype(fp.weight_dtype), catalog.dtype(fp.kv_dtype), model)
+        gpu = found["gpu"]
+        problem = supported_problem(gpu, fp.tp, found["weight_dtype"], found["kv_dtype"], model)
         if problem:
             raise InputError(f"fleet[{i}]: {problem}")
         cfg = Config(gpu, fp.tp, fp.weight_dtype, fp.kv_dtype, prices.get(gpu.id, gpu.price_usd_per_hour),

@@ -214,11 +214,15 @@ def max_sustainable_rate(
                 lo = mid
         return lo, hi
 
+    def nothing_holds(lo: float) -> SustainableRate:
+        """Every rate tried down to lo failed (the evaluations' budget spent widening): none holds."""
+        return found(0.0, None, ",".join(cache[lo][1]), (0.0, lo))
+
     lo, hi = guess, guess
     if evaluate(guess):
         lo, hi = down(lo, hi)
         if evaluate(lo):
-            return found(0.0, None, ",".join(cache[lo][1]), (0.0, lo))
+            return nothing_holds(lo)
     elif not search_above:
         return found(guess, cache[guess][0], "not searched above", (guess, guess))
     else:
@@ -231,6 +235,6 @@ def max_sustainable_rate(
             break
         lo, hi = down(lo, lo)
         if evaluate(lo):
-            return found(0.0, None, ",".join(cache[lo][1]), (0.0, lo))
+            return nothing_holds(lo)
         lo, hi = bisect(lo, hi)
     return found(lo, cache[lo][0], ",".join(cache[hi][1]) if hi in cache and cache[hi][1] else "not bracketed", (lo, hi))

@@ -68,12 +68,19 @@ class Forecast(Strict):
     )
     quarters: list[QuarterSpec] = Field(min_length=1)
 
+    def demand_multipliers(self) -> list[float]:
+        """Each quarter's demand over the base: its growth compounded on the quarter before's
+        (growth_mode compound), or applied to the base (relative)."""
+        out, multiplier = [], 1.0
+        for q in self.quarters:
+            multiplier = multiplier * (1 + q.growth) if self.growth_mode == "compound" else 1 + q.growth
+            out.append(multiplier)
+        return out
+
     @model_validator(mode="after")
     def _bounded_demand(self) -> Forecast:
         """Each quarter's growth is bounded; compounded, the quarters' demand must be too."""
-        multiplier = 1.0
-        for q in self.quarters:
-            multiplier = multiplier * (1 + q.growth) if self.growth_mode == "compound" else 1 + q.growth
+        for q, multiplier in zip(self.quarters, self.demand_multipliers(), strict=True):
             if multiplier > 1 + MAX_GROWTH:
                 raise ValueError(f"quarters: growth compounds to {multiplier:,.6g} × the base demand by {q.quarter}, "
                                  f"above the bound of {1 + MAX_GROWTH:,.6g} × (planner.bounds)")
