@@ -103,20 +103,24 @@ FAMILIES: tuple[Family, ...] = (
     ),
     Family(
         "qwen2", ("qwen2",), "transformers 4.37.0 models/qwen2/configuration_qwen2.py",
-        {"tie_word_embeddings": False, **_QWEN_WINDOW}, _QWEN_LAYOUT, qwen_layout, count_dense(qkv_bias=True),
+        {"tie_word_embeddings": False, "num_key_value_heads": 32, **_QWEN_WINDOW}, _QWEN_LAYOUT, qwen_layout,
+        count_dense(qkv_bias=True),
     ),
     Family(
         "qwen3", ("qwen3",), "transformers 4.51.0 models/qwen3/configuration_qwen3.py",
-        {"tie_word_embeddings": False, "attention_bias": False, "head_dim": 128, **_QWEN_WINDOW},
+        {"tie_word_embeddings": False, "attention_bias": False, "head_dim": 128, "num_key_value_heads": 32,
+         **_QWEN_WINDOW},
         _QWEN_LAYOUT, qwen_layout, count_dense(qk_norm=True),
     ),
     Family(
         "qwen3_vl", ("qwen3_vl", "qwen3_vl_text"), "transformers 4.57.0 models/qwen3_vl/configuration_qwen3_vl.py",
-        {"tie_word_embeddings": False, "attention_bias": False, "head_dim": 128}, count=count_dense(qk_norm=True),
+        {"tie_word_embeddings": False, "attention_bias": False, "head_dim": 128, "num_key_value_heads": 32},
+        count=count_dense(qk_norm=True),
     ),
     Family(
         "gemma2", ("gemma2",), "transformers 4.42.0 models/gemma2/configuration_gemma2.py",
-        {"tie_word_embeddings": True, "head_dim": 256, "sliding_window": 4096, "attention_bias": False},
+        {"tie_word_embeddings": True, "head_dim": 256, "sliding_window": 4096, "attention_bias": False,
+         "num_key_value_heads": 4},
         frozenset({"sliding_window", "layer_types"}), even_layers_sliding, count_gemma2,
     ),
     Family(
@@ -156,20 +160,20 @@ FAMILIES: tuple[Family, ...] = (
         "llama4", ("llama4", "llama4_text"), "transformers 4.51.0 models/llama4/configuration_llama4.py",
         {"tie_word_embeddings": False, "head_dim": 128, "attention_chunk_size": 8192, "no_rope_layer_interval": 4,
          "interleave_moe_layer_step": 1, "intermediate_size_mlp": 16384, "num_local_experts": 16,
-         "num_experts_per_tok": 1},
+         "num_experts_per_tok": 1, "num_key_value_heads": 8},
         frozenset({"attention_chunk_size", "no_rope_layers", "no_rope_layer_interval"}), llama4_layout, count_llama4,
         experts_key="num_local_experts",
     ),
     Family(
         "gpt_oss", ("gpt_oss",), "transformers 4.55.0 models/gpt_oss/configuration_gpt_oss.py",
         {"tie_word_embeddings": False, "head_dim": 64, "sliding_window": 128, "num_local_experts": 128,
-         "num_experts_per_tok": 4},
+         "num_experts_per_tok": 4, "num_key_value_heads": 8},
         frozenset({"sliding_window", "layer_types"}), even_layers_sliding, count_gpt_oss,
         experts_key="num_local_experts",
     ),
     Family(
         "qwen3_next", ("qwen3_next",), "transformers 4.57.0 models/qwen3_next/configuration_qwen3_next.py",
-        {"tie_word_embeddings": False, **_GDN_DEFAULTS, "decoder_sparse_step": 1},
+        {"tie_word_embeddings": False, **_GDN_DEFAULTS, "decoder_sparse_step": 1, "num_key_value_heads": 2},
         _GDN_LAYOUT, linear_hybrid_layout, count_qwen3_next,
     ),
     Family(
@@ -181,7 +185,7 @@ FAMILIES: tuple[Family, ...] = (
     Family(
         "glm4_moe", ("glm4_moe",), "transformers 4.54.0 models/glm4_moe/configuration_glm4_moe.py",
         {"tie_word_embeddings": False, "attention_bias": False, "use_qk_norm": False, "first_k_dense_replace": 1,
-         "n_shared_experts": 1, "head_dim": 128},
+         "n_shared_experts": 1, "head_dim": 128, "num_key_value_heads": 8},
         count=count_glm4_moe, experts_key="n_routed_experts",
     ),
     Family(

@@ -69,8 +69,14 @@ _GENERIC = Family("generic", (), "none: no defaults for a model_type planner doe
 # "sliding_window_size": 4096 next to "sliding_window": 4096). Another value is refused as unread.
 REPEATED_KEYS = {"sliding_window_size": "sliding_window"}
 # Families with a num_key_value_heads default whose transformers config turns an explicit null into
-# num_attention_heads (multi-head attention), read in their configuration files.
-_NULL_KV_HEADS_IS_MHA = frozenset({"mistral", "mixtral"})
+# num_attention_heads (multi-head attention) "for backward compatibility", read in their configuration
+# files (huggingface/transformers: MistralConfig, MixtralConfig, Qwen2Config, Qwen3Config,
+# Qwen3VLTextConfig, Llama4TextConfig, GptOssConfig). Gemma2Config, Gemma3TextConfig, Qwen3MoeConfig,
+# Qwen3NextConfig and Glm4MoeConfig keep a null as given (the model then does not load).
+_NULL_KV_HEADS_IS_MHA = frozenset({"mistral", "mixtral", "qwen2", "qwen3", "qwen3_vl", "llama4", "gpt_oss"})
+# Families whose transformers classes default num_key_value_heads differently by model_type: an absent
+# key has no one reading (Qwen3_5TextConfig 4, Qwen3_5MoeTextConfig 2, from Qwen3NextConfig).
+_KV_HEADS_REQUIRED = {"qwen3_5": "Qwen3.5's dense and MoE configs default it differently (4 and 2)"}
 
 
 def parse_layer_kinds(text: str) -> dict[str, int]:
@@ -211,13 +217,18 @@ def _architecture_fields(r: FamilyReader, name: str, hub_id: str | None) -> dict
     if cfg.has("num_key_value_heads"):
         kv_heads = cfg.integer("num_key_value_heads")
     elif "num_key_value_heads" in cfg.raw and r.family.name in _NULL_KV_HEADS_IS_MHA:
-        # MistralConfig and MixtralConfig read an explicit null as num_attention_heads ("for backward
-        # compatibility"), where an absent key takes the class default; Gemma3TextConfig and
-        # Qwen3MoeConfig keep a null as given (the model then does not load), so there it stays the default
+        # An explicit null as its class reads it (_NULL_KV_HEADS_IS_MHA), where an absent key takes the
+        # class default; the classes that keep a null (the model then does not load) get the default
         kv_heads = heads
         r.note(f"{cfg.name('num_key_value_heads')} is null: num_attention_heads ({heads}), multi-head attention")
     elif "num_key_value_heads" in r.family.defaults:
         kv_heads = r.integer("num_key_value_heads")
+        if heads % kv_heads:  # Qwen2Config's 32 beside a 40-head model: the config cannot be loaded as given
+            given = "null" if "num_key_value_heads" in cfg.raw else "not in the config"
+            raise cfg.error("num_key_value_heads", f"{given}, and the {r.family.name} class default {kv_heads} "
+                            f"does not divide num_attention_heads {heads}")
+    elif r.family.name in _KV_HEADS_REQUIRED:
+        raise cfg.error("num_key_value_heads", f"required field is missing or null: {_KV_HEADS_REQUIRED[r.family.name]}")
     elif r.family is _GENERIC:
         raise cfg.error("num_key_value_heads", "required field is missing (no defaults for an unknown model_type)")
     else:

@@ -458,24 +458,57 @@ def test_capacity_json_carries_the_layer_kinds():
     assert payload["kv_gib_per_user"] == (24_576 * 131_072 + 36 * 1_097_728) / 2**30
 
 
-@pytest.mark.parametrize(("config", "kv_heads"), [("qwen3-30b-a3b.json", 4), ("mixtral-8x7b-v0.1.json", 8)])
-def test_an_absent_kv_head_count_takes_the_family_s_class_default(tmp_path, config, kv_heads):
-    """Qwen3MoeConfig defaults to 4 KV heads, MixtralConfig to 8 (transformers configuration files):
-    an absent key read as multi-head attention put 8x and 4x the KV bytes a token in the entry."""
-    model = model_from_hf_config(config_variant(tmp_path, CONFIGS / config, num_key_value_heads=None), name="x")
-    assert model.num_key_value_heads == kv_heads
+# (config, the class default an absent key takes, what an explicit null reads as), from each family's
+# transformers configuration file: MHA where the class turns a null into num_attention_heads.
+_KV_HEAD_DEFAULTS = [
+    ("qwen3-30b-a3b.json", 4, 4),  # Qwen3MoeConfig keeps a null; the default stands
+    ("mixtral-8x7b-v0.1.json", 8, "MHA"),
+    ("qwen3-8b.json", 32, "MHA"),  # Qwen3Config: 32 whatever the head count
+    ("qwen3-vl-8b-instruct.json", 32, "MHA"),
+    ("gemma-2-27b-it.json", 4, 4),
+    ("medgemma-27b-it.json", 4, 4),  # Gemma3TextConfig
+    ("gpt-oss-20b.json", 8, "MHA"),
+    ("llama-4-scout-17b-16e-instruct.json", 8, "MHA"),
+    ("qwen3-next-80b-a3b-thinking.json", 2, 2),
+    ("glm-4.7-fp8.json", 8, 8),
+    ("llama-3.1-8b.json", "MHA", "MHA"),  # LlamaConfig's default is None: num_attention_heads
+]
 
 
-def test_an_explicit_null_kv_head_count_is_read_as_its_transformers_class_reads_it(tmp_path):
-    """MistralConfig turns a null into num_attention_heads; Gemma3TextConfig keeps it as given (the
-    model would not load), so there the class default holds, as before."""
-    gemma = json.loads((CONFIGS / "medgemma-27b-it.json").read_text())
-    gemma["text_config"]["num_key_value_heads"] = None
-    (tmp_path / "config.json").write_text(json.dumps(gemma))
-    assert model_from_hf_config(tmp_path / "config.json", name="g").num_key_value_heads == 4
-    mistral = config_variant(tmp_path, CONFIGS / "mixtral-8x7b-v0.1.json", num_key_value_heads=None)
-    raw = json.loads(mistral.read_text())
-    raw["num_key_value_heads"] = None
-    mistral.write_text(json.dumps(raw))
-    model = model_from_hf_config(mistral, name="m")
-    assert model.num_key_value_heads == model.num_attention_heads == 32
+def _kv_heads_variant(tmp_path: Path, config: str, value) -> Path:
+    """config.json with num_key_value_heads removed (value "absent") or null, in its text_config if nested."""
+    cfg = json.loads((CONFIGS / config).read_text())
+    target = cfg.get("text_config", cfg)
+    target.pop("num_key_value_heads")
+    if value == "null":
+        target["num_key_value_heads"] = None
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+@pytest.mark.parametrize(("config", "absent", "null"), _KV_HEAD_DEFAULTS)
+def test_an_absent_or_null_kv_head_count_is_read_as_its_transformers_class_reads_it(tmp_path, config, absent, null):
+    """An absent key takes the class default (Qwen3MoeConfig 4, MixtralConfig 8, Qwen3Config 32, ...),
+    where it read as multi-head attention (8x and 4x the KV bytes a token of Qwen3-30B-A3B and Mixtral);
+    an explicit null is num_attention_heads where the class says so "for backward compatibility", and
+    the default where the class keeps the null (the model would not load)."""
+    for given, want in (("absent", absent), ("null", null)):
+        model = model_from_hf_config(_kv_heads_variant(tmp_path, config, given), name="x")
+        assert model.num_key_value_heads == (model.num_attention_heads if want == "MHA" else want), given
+
+
+@pytest.mark.parametrize("config", ["qwen3.5-27b.json", "qwen3.5-35b-a3b.json"])
+def test_qwen3_5_needs_its_kv_head_count(tmp_path, config):
+    """Qwen3_5TextConfig defaults to 4 KV heads, Qwen3_5MoeTextConfig to 2: one family, no one default."""
+    for given in ("absent", "null"):
+        with pytest.raises(InputError, match=r"^.*config\.json: text_config\.num_key_value_heads: required field is "
+                                             r"missing or null: Qwen3\.5's dense and MoE configs default it differently"):
+            model_from_hf_config(_kv_heads_variant(tmp_path, config, given), name="x")
+
+
+def test_a_class_default_that_does_not_divide_the_heads_is_refused_naming_it(tmp_path):
+    """Qwen2Config's 32 beside a 40-head model (cogito's Qwen2.5-14B) would not load: refused, the default named."""
+    with pytest.raises(InputError, match="num_key_value_heads: not in the config, and the qwen2 class default 32 "
+                                         "does not divide num_attention_heads 40"):
+        model_from_hf_config(_kv_heads_variant(tmp_path, "cogito-v1-preview-qwen-14b.json", "absent"), name="x")
