@@ -456,3 +456,16 @@ def test_cli_engines_lists_the_tiers():
     assert ">= 70 GiB and not named a100: 8192/1024; other GPUs: 2048/256" in table
     [vllm] = [e for e in json.loads(run("catalog", "engines", "--json").output) if e["id"] == "vllm"]
     assert [t["max_num_batched_tokens"] for t in vllm["gpu_tiers"]] == [8192, 2048]
+
+
+@pytest.mark.parametrize(("engine", "gpu", "limits"), [
+    ("vllm-0.20", "l40s", (2048, 256)), ("vllm-0.20", "a100-80gb", (2048, 256)), ("vllm-0.20", "h100-sxm", (8192, 1024)),
+    ("vllm-0.20", "b200", (8192, 1024)),
+    ("vllm-0.28", "l40s", (2048, 256)), ("vllm-0.28", "a100-80gb", (2048, 256)), ("vllm-0.28", "h200", (8192, 1024)),
+    ("vllm-0.28", "b200", (16384, 1024)), ("vllm-0.28", "mi300x", (16384, 1024)),
+])
+def test_vllm_0_20_on_takes_the_api_server_s_batch_defaults_by_gpu(catalog, engine, gpu, limits):
+    """EngineArgs.get_batch_defaults: 2048 tokens and 256 sequences below 70 GiB or on an A100, in
+    every release (the vllm-0.20 profile gave every GPU 8192 and 1024); from v0.28, 16384 at >= 160 GiB."""
+    e = catalog.engine(engine).for_gpu(catalog.gpu(gpu))
+    assert (e.max_num_batched_tokens, e.max_num_seqs) == limits

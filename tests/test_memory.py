@@ -150,7 +150,8 @@ def test_kv_heads_replicate_when_tp_exceeds_them(catalog):
 
 def test_int4_weights_carry_their_scale_overhead(catalog):
     m = catalog.model("llama-3.1-8b")
-    assert weight_bytes(m, catalog.dtype("int4")) == math.ceil(m.params_total * 4.125 / 8)
+    # a 4-bit weight, a 16-bit scale and a 4-bit zero point per group of 128 (AWQ/GPTQ's qweight, scales, qzeros)
+    assert weight_bytes(m, catalog.dtype("int4")) == math.ceil(m.params_total * (4 + 16 / 128 + 4 / 128) / 8)
 
 
 def test_engine_rules_differ(catalog):
