@@ -124,8 +124,10 @@ def traffic_figure(hist: Histogram, *, limit: int, thresholds: list[int]) -> byt
         ax1.text(0.5, 0.5, "no request with both lengths > 0", ha="center", va="center", transform=ax1.transAxes)
     totals = (hist.sum_prompt + hist.sum_output) / hist.count
     order = np.argsort(totals, kind="stable")  # cells of equal mean drawn in one order on every CPU
-    cdf = np.cumsum(hist.count[order]) / hist.requests
-    ax2.step(totals[order], cdf, where="post", color="tab:blue")
+    # From 0 at the shortest length: a step of one point (every request the same length) draws nothing
+    cdf = np.concatenate([[0.0], np.cumsum(hist.count[order]) / hist.requests])
+    ax2.step(np.concatenate([totals[order][:1], totals[order]]), cdf, where="post", color="tab:blue")
+    ax2.set_ylim(0.0, 1.02)
     ax2.set_xscale("log")
     _plain_log_ticks(ax2.xaxis)
     ax2.set_xlabel("prompt + output tokens (cell means)")
@@ -213,6 +215,12 @@ def cost_figure(rows: list[tuple[str, float]], *, title: str) -> bytes:
     renderer = fig.canvas.get_renderer()
     names_px = max((label.get_window_extent(renderer).width for label in ax.get_yticklabels()), default=0.0)
     left_in = (names_px / fig.dpi) + _TICK_IN + _PAD_IN
+    # The title is centred over the bars: long plan names leave them too narrow for it, so the figure
+    # widens until it fits (70b_enterprise's title ran off the right edge at 8 inches).
+    title_in = ax.title.get_window_extent(renderer).width / fig.dpi
+    if left_in + title_in + _RIGHT_IN > width_in:
+        width_in = left_in + title_in + _RIGHT_IN
+        fig.set_size_inches(width_in, height_in)
     fig.subplots_adjust(left=left_in / width_in, right=1 - _RIGHT_IN / width_in,
                         bottom=_BOTTOM_IN / height_in, top=1 - _TOP_IN / height_in)
     return _png(fig)

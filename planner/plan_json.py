@@ -41,9 +41,9 @@ def unsimulated_fleet_message(plan: Plan) -> str | None:
 
 
 def _predicted_misses(pool) -> list[str]:
-    from planner.pool_check import miss_text
+    from planner.pool_check import miss_text, predicted_bands
 
-    return [miss_text(b.band.name, c, c.predicted_s) for b in _model_bands(pool) for c in b.checks
+    return [miss_text(b.band.name, c, c.predicted_s) for b in predicted_bands(pool) for c in b.checks
             if c.predicted_s > c.limit_s]
 
 
@@ -102,17 +102,12 @@ def bands_json(bands, *, simulated: bool = True, past_roofline: bool = False) ->
     return out
 
 
-def _model_bands(pool):
-    """The pool's band checks by the model alone, at its operating point at the peak."""
-    from planner.pool_check import band_checks
-
-    return band_checks(pool.traffic_class.slo, pool.model, pool.resident, None)
-
-
 def _pool_bands(pool) -> list[dict[str, Any]]:
     if pool.check is not None:
         return bands_json(pool.check.bands)
-    return bands_json(_model_bands(pool), simulated=False, past_roofline=pool.resident is None)
+    from planner.pool_check import predicted_bands
+
+    return bands_json(predicted_bands(pool), simulated=False, past_roofline=pool.replay_resident is None)
 
 
 def _labelled(fields: dict[str, Any], label: str) -> dict[str, Any]:
@@ -126,12 +121,14 @@ def plan_json(plan: Plan) -> dict[str, Any]:
     pools = [
         {
             **_labelled(pool.fields(), pool.traffic_class.label),
-            "capacity_rps": pool.capacity.max_rps,
+            # what a replica is planned to carry, as the report's "Capacity / replica" and the candidates'
+            # capacity_rps: the ILP's figure (Evaluation.capacity_rps); model_capacity_rps is the model's
+            "capacity_rps": pool.planned_rps,
+            "model_capacity_rps": pool.capacity.max_rps,
             "rate_rps": pool.traffic_class.rate_rps,
             "binding": pool.capacity.binding,
             "cost_usd_per_hour": pool.cost_per_hour,
-            "planned_rps": pool.planned_rps,
-            # where planned_rps comes from (Evaluation.planned_by): "model", "simulation" (measured for this
+            # where capacity_rps comes from (Evaluation.planned_by): "model", "simulation" (measured for this
             # config), "log" (a replica's share lower after the log's own arrivals missed), "calibration"
             # (the model's × planned_calibration, found on another config) or "bound"
             "planned_by": pool.planned_by,

@@ -218,6 +218,13 @@ def band_checks(slo: SLO, rm: ReplicaModel | None, n: float | None, lat: Request
     return tuple(out)
 
 
+def predicted_bands(pool) -> tuple[BandCheck, ...]:
+    """A planned pool's (plan_objects.PoolDetail) band checks by the model alone, at the rate
+    certification replays it at (its replay_rps: the rate it is planned to carry), so that a plan
+    predicts the same numbers with certification on or off."""
+    return band_checks(pool.traffic_class.slo, pool.model, pool.replay_resident, None)
+
+
 def standard_error(values: list[float]) -> float:
     """The standard error of a statistic pooled over runs, from the runs' own values: their sample
     standard deviation over the square root of their number (NaN with fewer than two values). A

@@ -757,7 +757,7 @@ def _assumptions(plan: Plan) -> str:
            "output: routed by prompt + max_tokens, more requests would reach a split's long pool than planned here."]
           if len(plan.classes) > 1 else []),
         "",
-        "| GPU | Memory (GiB, as reported) | HBM GB/s | Dense TFLOP/s | $/GPU-hour | Price source | Efficiency (bandwidth, compute, step overhead, all-reduce latency, link) |",
+        "| GPU | Memory (GiB, as reported) | HBM GB/s | Dense TFLOP/s | $/GPU-hour | Price source | Efficiency: every parameter of the step model (planner/roofline.py), as fitted |",
         "|---|---:|---:|---|---:|---|---|",
     ]
     for cand in scn.gpu_candidates:
@@ -768,14 +768,24 @@ def _assumptions(plan: Plan) -> str:
         e = g.efficiency
         lines.append(
             f"| {g.id} | {g.memory_gib:.2f} | {g.hbm_bandwidth_gb_s:,.0f} | {tflops} | {usd_text(price)} | {src} | "
-            f"{e.bandwidth:.2f}, {e.compute:.2f}, {e.step_overhead_ms:g} ms, {e.allreduce_latency_us:g} µs, "
-            f"{e.interconnect:.2f} — {e.source} |"
+            f"{efficiency_text(e)} — {e.source} |"
         )
     lines += ["", "GPU specification sources:", ""]
     for cand in scn.gpu_candidates:
         g = plan.catalog.gpu(cand.id)
         lines.append(f"- `{g.id}`: {g.spec_source}; memory: {g.memory_source}")
     return "\n".join(lines)
+
+
+def efficiency_text(e) -> str:
+    """Every factor of a GPU's catalog Efficiency the step model reads, unrounded, so that the report's
+    step times can be recomputed from the report: 'bandwidth 0.792, compute 0.559, ...'."""
+    bulk = "" if e.allreduce_bulk_latency_us is None else f", large-message all-reduce latency {e.allreduce_bulk_latency_us:g} µs"
+    if e.allreduce_bulk_latency_by_tp_us:
+        bulk += " (" + ", ".join(f"{us:g} µs at tp {tp}" for tp, us in sorted(e.allreduce_bulk_latency_by_tp_us.items())) + ")"
+    return (f"bandwidth {e.bandwidth:g}, compute {e.compute:g}, step overhead {e.step_overhead_ms:g} ms, layer overhead "
+            f"{e.layer_overhead_us:g} µs, all-reduce latency {e.allreduce_latency_us:g} µs{bulk}, link {e.interconnect:g}, "
+            f"straggler cv {e.straggler_cv:g}")
 
 
 def write_report(plan: Plan, out_dir: Path, *, sections: tuple[str, ...] = ()) -> Path:

@@ -62,7 +62,15 @@ def _target(c: TargetCheck) -> str:
     return f"{c.stat} ≤ {_value(c.limit_s, c.kind)}"
 
 
-def band_rows(bands: tuple[BandCheck, ...]) -> list[str]:
+def band_rows(bands: tuple[BandCheck, ...], *, simulated: bool = True) -> list[str]:
+    """The bands' targets, predicted and (where `simulated`) simulated values and verdicts, as table rows."""
+    if not simulated:
+        rows = ["| Band | Target | Predicted | Verdict |", "|---|---|---:|---|"]
+        for b in bands:
+            for c in b.checks:
+                rows.append(f"| {b.band.label()} | {_WHAT[c.kind]} {_target(c)} | {_value(c.predicted_s, c.kind)} | "
+                            f"{_model_verdict(b, c)} |")
+        return rows
     rows = ["| Band | Requests measured | Target | Predicted | Simulated | Verdict |", "|---|---:|---|---:|---:|---|"]
     for b in bands:
         if not b.checks:
@@ -73,17 +81,21 @@ def band_rows(bands: tuple[BandCheck, ...]) -> list[str]:
                 verdict = (f"{'**undecided**' if c.holds else verdict}: {undecided_phrase('its limit')}"
                            + (", counted as a miss" if c.holds else ""))
             if not math.isfinite(c.simulated_s):
-                if not math.isfinite(c.predicted_s) and c.kind == "tpot" and b.requests:
-                    verdict = "no TPOT: no request of the band has a second output token"
-                elif not math.isfinite(c.predicted_s):
-                    verdict = "no request of the band in this pool"
-                else:
-                    verdict = "holds (model)" if c.predicted_s <= c.limit_s else "**misses** (model)"
+                verdict = _model_verdict(b, c)
             if math.isfinite(c.simulated_s):
                 verdict += _few_requests(b.requests, c.stat)
             rows.append(f"| {b.band.label()} | {b.requests:,} | {_WHAT[c.kind]} {_target(c)} | "
                         f"{_value(c.predicted_s, c.kind)} | {_value(c.simulated_s, c.kind, c.standard_error_s)} | {verdict} |")
     return rows
+
+
+def _model_verdict(b: BandCheck, c) -> str:
+    """A target's verdict by the model's prediction alone."""
+    if not math.isfinite(c.predicted_s) and c.kind == "tpot" and b.requests:
+        return "no TPOT: no request of the band has a second output token"
+    if not math.isfinite(c.predicted_s):
+        return "no request of the band in this pool"
+    return "holds (model)" if c.predicted_s <= c.limit_s else "**misses** (model)"
 
 
 def _few_requests(requests: int, stat: str) -> str:
@@ -121,11 +133,11 @@ def latency_section(plan: Plan) -> str:
         return "\n".join([
             "## Latency targets",
             "",
-            "Predicted by the model only (planner/latency.py); certification by simulation is off (`verify: false` "
-            "or `planner solve --no-verify`).",
-            "",
+            f"Predicted by the model only (planner/latency.py), each pool's replica at {replayed_rate_text(plan)}, "
+            "the rate certification would replay it at; certification by simulation is off (`verify: false` or "
+            "`planner solve --no-verify`).",
             *[line for pool in plan.pools for line in _predicted_only(pool)],
-        ])
+        ]) + "\n"
     lines = [
         "## Latency targets, certified by simulation",
         "",
@@ -180,8 +192,7 @@ def latency_section(plan: Plan) -> str:
 
 
 def _predicted_only(pool) -> list[str]:
-    from planner.pool_check import band_checks
+    from planner.pool_check import predicted_bands
 
-    bands = band_checks(pool.traffic_class.slo, pool.model, pool.resident, None)
-    return ["", f"**{pool.traffic_class.label}** — {pool.config.label(pool.traffic_class.max_model_len)}:", "",
-            *band_rows(bands)]
+    return ["", f"**{pool.traffic_class.label}** — {pool.config.label(pool.traffic_class.max_model_len)}, "
+                f"{pool.replay_rps:,.3f} requests/s a replica:", "", *band_rows(predicted_bands(pool), simulated=False)]

@@ -806,6 +806,13 @@ def test_a_fleet_service_whose_pools_held_claims_no_re_plan_of_its_own(tmp_path,
     a_json, b_json = (plan_json(p) for p in fp.plans)
     assert a_json["certification_rounds"] == alpha.rounds and b_json["certification_rounds"] == 0
     assert a_json["plan"][0]["planned_by"] == "simulation" and a_json["plan"][0]["planned_calibration"] is None
+    # The pool's capacity_rps is what the ILP planned, as the candidates' and the report's; the model's apart
+    pool, simulated = fp.plans[0].pools[0], a_json["plan"][0]
+    assert simulated["capacity_rps"] == pool.planned_rps < simulated["model_capacity_rps"] == pool.capacity.max_rps
+    [candidate] = [c for c in a_json["candidates"] if c["capacity_rps"] is not None and c["class"] == pool.traffic_class.name]
+    assert (candidate["capacity_rps"], candidate["model_capacity_rps"]) == (simulated["capacity_rps"],
+                                                                           simulated["model_capacity_rps"])
+    assert f"| {pool.planned_rps:,.3f} |" in render(fp.plans[0])
     text = render(fp.plans[1])
     assert "Certification re-planned" not in text and "re-plan at simulated" not in text
     times = "time" if beta.joint_rounds == 1 else "times"

@@ -150,3 +150,24 @@ def test_titles_sit_where_matplotlib_places_them(monkeypatch):
                 ax._autotitlepos = True  # matplotlib's own placement, which lays the tick labels out again
             with matplotlib.rc_context(figures._RC):
                 assert redraw(fig) == png, kind
+
+
+def test_every_request_of_one_length_draws_a_step_from_0_to_1(monkeypatch):
+    """One cell (seed 000's 2,000 + 300 tokens): the total-length curve was a single point, which
+    draws nothing; it rises from 0 to 1 at 2,300 on a 0-1 axis."""
+    one = Histogram.from_arrays(np.full(10, 2000), np.full(10, 300))
+    [(fig, _)] = _drawn(monkeypatch, lambda: figures.traffic_figure(one, limit=8192, thresholds=[4096]))
+    [ax] = [ax for ax in fig.axes if ax.get_title() == "total length"]
+    [curve] = [line for line in ax.get_lines() if line.get_color() == "tab:blue"]
+    assert list(curve.get_ydata()) == [0.0, 1.0] and list(curve.get_xdata()) == [2300.0, 2300.0]
+    assert ax.get_ylim() == (0.0, 1.02)
+
+
+def test_a_cost_figure_widens_until_its_title_fits(monkeypatch):
+    """A long plan name leaves the bars too narrow for the title centred over them (70b_enterprise's
+    title ran off the right edge): the figure widens instead."""
+    rows = [("context limit 16,384 (rejects 21.9% of requests, against 8.3% at 32,768)", 51.8), ("no split", 111.0)]
+    [(fig, _)] = _drawn(monkeypatch, lambda: figures.cost_figure(rows, title="70b_enterprise: cost per hour by split "
+                                                                            "option and lever"))
+    title = fig.axes[0].title.get_window_extent(fig.canvas.get_renderer())
+    assert fig.get_size_inches()[0] > 8 and title.x0 >= 0 and title.x1 <= fig.bbox.width

@@ -986,7 +986,7 @@ def test_a_stated_fleet_that_carries_its_peak_but_not_the_headroom_says_so(tmp_p
         "verify: false\nfleet:\n  - {gpu: h100-sxm, tp: 1, weight_dtype: bf16, kv_dtype: bf16, replicas: 1}\n")
     r = run("solve", scenario(tmp_path, text), "--out-dir", tmp_path / "out", "--json")
     assert r.exit_code == 0, r.output
-    capacity = json.loads(r.stdout)["plan"][0]["planned_rps"]
+    capacity = json.loads(r.stdout)["plan"][0]["capacity_rps"]
     assert 20 <= capacity < 24  # the test's premise: one replica covers the peak, not peak x headroom 1.2
     report = (tmp_path / "out" / "tiny.md").read_text()
     assert (f"The fleet carries its peak but not the headroom asked for (all (≤ 8,192 tokens): 24 req/s to cover "

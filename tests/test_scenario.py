@@ -246,3 +246,27 @@ def test_write_lp_that_cannot_be_written_exits_2_with_one_line(tmp_path):
     r = solve(write(tmp_path, BASE), "--no-report", "--write-lp", lp)
     assert r.exit_code == 2, r.output
     assert "cannot write: the file name is too long" in r.output and "Traceback" not in r.output
+
+
+def test_the_model_predicts_the_same_numbers_with_certification_on_or_off(tmp_path):
+    """Without simulation the report and --json predict each pool at the rate certification replays it
+    at (peak × headroom a replica), not at the bare peak: the same predictions either way, the rate named."""
+    text = BASE + "slo: {bands: [{ttft_s: 2, tpot_ms: 60}]}\nsimulation: {requests: 1000}\n"
+    path = write(tmp_path, text)
+    runs = {}
+    for flag in ("--verify", "--no-verify"):
+        r = solve(path, flag, "--json", "--out-dir", tmp_path / flag)
+        assert r.exit_code == 0, r.output
+        [pool] = json.loads(r.output)["plan"]
+        runs[flag] = pool
+    certified, modelled = runs["--verify"], runs["--no-verify"]
+    assert certified["replay_rps_per_replica"] == modelled["replay_rps_per_replica"] > modelled["rate_per_replica_rps"]
+    [band_c], [band_m] = certified["bands"], modelled["bands"]
+    assert (band_m["judged_by"], band_c["judged_by"]) == ("model", "simulation")
+    for key in ("ttft_s", "tpot_ms"):
+        assert band_m[key]["predicted"] == band_c[key]["predicted"]
+    report = (tmp_path / "--no-verify" / "tiny.md").read_text()
+    assert f", {modelled['replay_rps_per_replica']:,.3f} requests/s a replica:" in report
+    assert "| Band | Target | Predicted | Verdict |" in report and "Requests measured" not in report
+    ttft = band_m["ttft_s"]["predicted"]
+    assert f"| every prompt | TTFT p99 ≤ 2.00 s | {ttft:.2f} s | holds (model) |" in report
