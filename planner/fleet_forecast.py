@@ -475,4 +475,6 @@ def fleet_forecast_json(results: list[FleetQuarter]) -> dict:
          "types": [row(TYPE_COLUMNS, (r, t)) for t in r.plan.types]}
         for r in results
     ], "committed_after_end_usd": committed_after_end_usd(results[-1].lots, len(results) - 1,
-                                                          None if fc is None else fc.commitment_term_quarters)}
+                                                          None if fc is None else fc.commitment_term_quarters),
+        # each service's traffic notes, as `planner solve --json` gives them
+        "traffic_notes": {p.scenario.name: list(p.traffic_notes) for p in results[0].plan.plans}}

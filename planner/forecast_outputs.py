@@ -643,7 +643,9 @@ def forecast_json(results: Sequence[QuarterResult]) -> dict:
             "use_them_usd_per_hour": r.idle.use_them_usd_per_hour, "use_them": r.idle.use_them_summary,
         }
         quarters.append(q)
-    return {"quarters": quarters, "total": row(TOTAL_COLUMNS, _totals(_table(QUARTER_COLUMNS, results), results))}
+    return {"quarters": quarters, "total": row(TOTAL_COLUMNS, _totals(_table(QUARTER_COLUMNS, results), results)),
+            # what the traffic's source left out or counts as idle, as `planner solve --json` gives it
+            "traffic_notes": list(results[0].plan.traffic_notes)}
 
 
 def write_texts(out_dir: Path, texts: dict[str, str]) -> list[Path]:

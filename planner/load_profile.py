@@ -130,34 +130,6 @@ def measured_profile(hist: Histogram, *, by_weekday: bool = False) -> DailyProfi
                         busiest_hour_rps=float(rates.max()))
 
 
-# A log silent this long among its whole minutes: a gap in the logging, a stray row far from the
-# rest, or a service that idles for hours, which only its owner can tell apart; a measured day counts
-# those hours as idle, so the command says so.
-SILENCE_WARNING_HOURS = 6
-
-
-def silence_note(hist: Histogram) -> str:
-    """A warning where the log's whole minutes hold a run of SILENCE_WARNING_HOURS or more without a
-    request: a measured profile counts those hours as idle, which lowers the day's volume and raises
-    the cost per million tokens at it (in a log of 1,499 rows over five minutes, one more row a day
-    and a half later took the cost per million tokens at the day's volume from about $0.05 to
-    $29.77); else ''."""
-    counts = whole_minutes(per_minute_counts(hist))
-    if not counts.size:
-        return ""
-    # the longest run of empty minutes: between the minutes that hold requests (and the ends)
-    busy = np.flatnonzero(counts > 0)
-    edges = np.concatenate([[-1], busy, [counts.size]])
-    longest_minutes = int(np.diff(edges).max()) - 1
-    if longest_minutes < SILENCE_WARNING_HOURS * MINUTES_PER_HOUR:
-        return ""
-    days = counts.size / (HOURS_PER_DAY * MINUTES_PER_HOUR)
-    return (f"The log holds no request for {longest_minutes / MINUTES_PER_HOUR:,.1f} hours in a row (of {days:,.1f} "
-            "days of whole minutes); the measured day counts those hours as idle, which lowers the day's volume and "
-            "raises its cost per million tokens: if the log has a gap, state the day's curve (traffic.profile: "
-            "hourly or a shape).")
-
-
 def traffic_profile(spec: LoadProfileSpec | None, hist: Histogram) -> DailyProfile:
     """The traffic's profile: as stated, measured, or — when the scenario states none —
     measured if the log spans a day, else flat."""

@@ -10,9 +10,10 @@ import numpy as np
 from planner.errors import InputError
 from planner.files import path_is
 from planner.histogram import Histogram
-from planner.load_profile import FLAT, DailyProfile, silence_note, traffic_profile
+from planner.load_profile import FLAT, DailyProfile, traffic_profile
 from planner.requests import Requests
 from planner.scenario import Scenario, resolve
+from planner.silence import silence_note
 
 REPLAY_MAX_REQUESTS = 200_000  # a log longer than this is planned from its histogram but not replayed
 
@@ -25,8 +26,9 @@ class Traffic:
     notes: tuple[str, ...]
     profile: DailyProfile = FLAT  # the day's load curve (planner.load_profile)
     requests: Requests | None = None  # a timestamped log's requests with their own arrivals (from 0 s)
-    # notes a command also prints as warnings (the log's rows left out, a silence in a measured log):
-    # a plan made from a small part of a log, or from a day mostly idle, must not pass unnoticed
+    # notes a command also prints as warnings (the log's rows left out, a long silence in a log whose span
+    # sets the day's mean rate): a plan made from a small part of a log, or from a day mostly idle, must
+    # not pass unnoticed
     warnings: tuple[str, ...] = ()
 
     def requests_at_growth(self, growth: float) -> Requests | None:
@@ -117,9 +119,13 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
     except InputError as exc:
         raise InputError(f"profile: {exc}") from None
     warnings = [excluded_note] if excluded_note else []
-    # a measured day (the week's, stated as such, may idle on its weekend)
+    # Hours without a request lower the day's volume wherever the log's span sets its mean rate: a
+    # measured day (the week's, stated as such, may idle on its weekend), or the source's own mean
+    # rate under a stated or flat profile (unless the scenario states traffic.mean_rps).
     weekly = scn.traffic.profile is not None and scn.traffic.profile.by_weekday
-    silence = silence_note(hist) if profile.busiest_hour_rps is not None and not weekly else ""
+    measured_day = profile.busiest_hour_rps is not None and not weekly
+    span_mean = profile.busiest_hour_rps is None and scn.traffic.mean_rps is None
+    silence = silence_note(hist, measured_day=measured_day) if measured_day or span_mean else ""
     if silence:
         notes.append(silence)
         warnings.append(silence)

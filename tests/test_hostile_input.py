@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -1622,34 +1621,78 @@ def test_a_log_with_excluded_rows_warns_on_the_command_line_and_in_the_json(tmp_
     assert not (tmp_path / "out").exists()
 
 
-def test_a_measured_day_with_hours_of_silence_warns_that_it_counts_them_idle(tmp_path):
-    """Rows over ten minutes and one stray row a day and a half later: the log spans a day, so its
-    day is measured, and 35 hours without a request count as idle hours (the audit's log: the cost
-    per million tokens at the day's volume went from about $0.05 to $29.77). A log without such a
-    silence says nothing."""
+SILENCE = ("The log holds no request for 35.8 hours in a row, from 2023-11-16 18:10 to 2023-11-18 06:00 UTC (of 1.5 "
+           "days of whole minutes): its mean rate is 0.0004169 requests/s over its whole minutes, 0.1 requests/s "
+           "without those hours.")
+
+
+def _stray_row_scenario(tmp_path: Path, traffic: str = "") -> tuple[Path, Path, list[str]]:
+    """Rows over ten minutes and one stray row a day and a half later; the scenario, its log and the rows."""
     rows = [f"2023-11-16 18:{m // 6:02d}:{m % 6 * 10:02d},1000,200\n" for m in range(60)]
     log = tmp_path / "log.csv"
     log.write_text("timestamp,prompt_tokens,output_tokens\n" + "".join(rows) + "2023-11-18 06:00:00,100,10\n")
     path = scenario(tmp_path, BASE.replace("source: {constant: {prompt_tokens: 1000, output_tokens: 200}}",
                                            f"source: {{log: {log.name}, columns: {{prompt: prompt_tokens, "
                                            "output: output_tokens, time: timestamp}}").replace(
-                                               "peak: {method: explicit, rps: 4}", "peak: {method: max}"))
+                                               "peak: {method: explicit, rps: 4}", "peak: {method: max}" + traffic)
+                    + "forecast: {quarters: [{quarter: 2027Q1}]}\n")
+    return path, log, rows
+
+
+def test_a_measured_day_with_hours_of_silence_warns_that_it_counts_them_idle(tmp_path):
+    """The log spans a day, so its day is measured, and 35 hours without a request count as idle hours
+    (the audit's log: the cost per million tokens at the day's volume went from about $0.05 to $29.77).
+    The warning says where the silence lies and the mean rate with and without it. A log without such
+    a silence says nothing."""
+    path, log, rows = _stray_row_scenario(tmp_path)
     r = run("solve", path, "--no-verify", "--no-report", "--json")
     assert r.exit_code == 0, r.output
-    (warning,) = r.stderr.splitlines()
-    assert re.fullmatch(rf"warning: {re.escape(str(path))}: The log holds no request for 35\.\d hours in a row \(of "
-                        r"1\.5 days of whole minutes\); the measured day counts those hours as idle, which lowers the "
-                        r"day's volume and raises its cost per million tokens: if the log has a gap, state the day's curve \("
-                        r"traffic\.profile: hourly or a shape\)\.", warning)
-    assert warning.split(": ", 2)[2] in json.loads(r.stdout)["traffic_notes"]
+    note = (f"{SILENCE} The measured day counts them as idle, which lowers the day's volume and raises its cost per "
+            "million tokens; if the log has a gap or a stray row, plan from the log without it, or state the busiest "
+            "hour's mean rate (traffic.mean_rps) with the day's curve (traffic.profile: hourly or a shape).")
+    assert r.stderr == f"warning: {path}: {note}\n"
+    assert note in json.loads(r.stdout)["traffic_notes"]
     # a forecast prices the measured day too, and says so as well
-    path.write_text(path.read_text(encoding="utf-8") + "forecast: {quarters: [{quarter: 2027Q1}]}\n", encoding="utf-8")
-    r = run("forecast", path, "--no-report")
-    assert r.exit_code == 0 and r.stderr == warning + "\n", r.output
+    r = run("forecast", path, "--no-report", "--json")
+    assert r.exit_code == 0 and r.stderr == f"warning: {path}: {note}\n", r.output
+    assert note in json.loads(r.stdout)["traffic_notes"]
 
     log.write_text("timestamp,prompt_tokens,output_tokens\n" + "".join(rows))  # ten minutes: a flat day, no warning
     r = run("solve", path, "--no-verify", "--no-report")
     assert r.exit_code == 0 and r.stderr == "", r.output
+
+
+@pytest.mark.parametrize(("profile", "mean_multiplier"), [
+    ("{shape: flat}", 1.0),
+    ("{shape: diurnal, peak_to_trough: 3, peak_hour: 14}", 2 / 3),  # 1/3 + (1 - 1/3)/2: the cosine averages 0
+    ("{hourly: [" + ", ".join(["2"] * 12 + ["1"] * 12) + "]}", 0.75),
+])
+def test_a_stated_day_whose_mean_rate_spans_hours_of_silence_warns_too(tmp_path, profile, mean_multiplier):
+    """A stated profile takes the day's volume from the log's mean rate over its span, which the stray
+    row dilutes 240-fold (0.1 requests/s to 0.0004169), as it did the measured day's; it said nothing.
+    Advising a stated profile was wrong here: the scenario states one. traffic.mean_rps, stated, sets
+    the volume instead of the span, and the warning goes."""
+    path, _, _ = _stray_row_scenario(tmp_path, f"\n  profile: {profile}")
+    note = (f"{SILENCE} The day's volume is read from that mean rate, so it counts them as idle too, which lowers "
+            "the day's volume and raises its cost per million tokens; if the log has a gap or a stray row, plan from "
+            "the log without it, or state the busiest hour's mean rate (traffic.mean_rps).")
+    r = run("solve", path, "--no-verify", "--no-report", "--json")
+    assert r.exit_code == 0, r.output
+    assert r.stderr == f"warning: {path}: {note}\n"
+    assert note in json.loads(r.stdout)["traffic_notes"]
+    r = run("forecast", path, "--no-report", "--json")
+    assert r.exit_code == 0 and r.stderr == f"warning: {path}: {note}\n", r.output
+    forecast = json.loads(r.stdout)
+    assert note in forecast["traffic_notes"]
+    assert forecast["quarters"][0]["mean_rps"] == pytest.approx(54 / 2159 / 60 * mean_multiplier, rel=1e-9)
+
+    stated = path.read_text(encoding="utf-8").replace("peak: {method: max}", "peak: {method: max}\n  mean_rps: 0.1")
+    path.write_text(stated, encoding="utf-8")
+    r = run("forecast", path, "--no-report", "--json")
+    assert r.exit_code == 0 and r.stderr == "", r.output
+    forecast = json.loads(r.stdout)
+    assert not any("no request for" in n for n in forecast["traffic_notes"])
+    assert forecast["quarters"][0]["mean_rps"] == pytest.approx(0.1 * mean_multiplier, rel=1e-9)
 
 
 @pytest.mark.parametrize("fmt", ["csv", "jsonl"])

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from clirun import run
+from contract import one_line_error
 
 from planner.workload.histfile import read_histogram
 
@@ -219,3 +220,65 @@ def test_no_time_beside_an_option_that_reads_the_times_is_refused_not_one_of_the
     assert r.exit_code == 2, r.output
     assert r.output.strip() == (f"error: --no-time ignores arrival times; {option} names how to read them: give one or "
                                 "the other (see 'planner histogram --help')")
+
+
+def test_a_failed_run_says_one_line_its_error_not_the_warnings_before_it(tmp_path):
+    """A log with a row left out, written over itself or into a missing folder: the warning about the
+    row belongs to a histogram that was made, and none was (as `solve` does)."""
+    log = tmp_path / "log.parquet"
+    pq.write_table(pa.table({"prompt_tokens": ["x", "100", "200"], "output_tokens": ["1", "2", "3"]}), log)
+    one_line_error(run("histogram", log, "-o", log), 2, f"{log}: is also an input of this command")
+    one_line_error(run("histogram", log, "-o", tmp_path / "nope" / "h.parquet"), 2, "output folder")
+    r = run("histogram", log, "-o", tmp_path / "h.parquet")  # a run that succeeds warns
+    assert r.exit_code == 0, r.output
+    assert r.stderr == f"warning: {log}: excluded 1 rows (non_numeric 1); by column: prompt_tokens 1\n"
+
+
+def test_the_summary_keeps_its_columns_apart_at_ten_million_tokens(tmp_path):
+    """Fixed widths ran p99 and max together ("49816,777,216") past 9,999,999 tokens: each line
+    must split into its six fields, and those are the JSON's numbers."""
+    log = tmp_path / "log.csv"
+    log.write_text("prompt_tokens,output_tokens\n16777216,16777216\n42000,300\n45000,461\n")
+    r = run("histogram", log)
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    assert lines[1].split() == ["tokens", "mean", "p50", "p90", "p99", "max"]
+    summary = json.loads(run("histogram", log, "--json").stdout)
+    for line, key in zip(lines[2:5], ("prompt_tokens", "output_tokens", "total_tokens"), strict=True):
+        fields = line.split()
+        stats = summary[key]
+        assert len(fields) == 6, line
+        assert [float(f.replace(",", "")) for f in fields[1:]] == pytest.approx(
+            [stats[k] for k in ("mean", "p50", "p90", "p99", "max")], abs=0.5)
+        assert "  " + fields[5] in line  # two spaces at least before the max
+    assert lines[2].split()[4:] == ["16,442,570", "16,777,216"]
+
+
+def test_the_summary_marks_a_max_that_is_an_upper_bound():
+    """Azure conv's longest output is 1,000 tokens: its fine bin's top, 1,001, is what the summary can
+    say, so it says "≤ 1,001" (the JSON's max is the same number); the longest prompt, alone in its
+    bin, is exact."""
+    sample = Path(__file__).resolve().parent.parent / "data" / "samples" / "azure_conv_2023_sample.hist.parquet"
+    r = run("histogram", sample)
+    assert r.exit_code == 0, r.output
+    rows = {line.split()[0]: line for line in r.stdout.splitlines()[2:5]}
+    assert rows["output"].endswith("  ≤ 1,001")
+    assert rows["prompt"].endswith(" 14,050") and "≤" not in rows["prompt"]
+    summary = json.loads(run("histogram", sample, "--json").stdout)
+    assert (summary["output_tokens"]["max"], summary["prompt_tokens"]["max"]) == (1_001, 14_050)
+
+
+def test_a_missing_column_suggests_only_a_preset_that_would_find_it(tmp_path):
+    """--time-col timestamp_ms on a log without it suggested "--preset planner", the preset in use,
+    whose time column is that one."""
+    log = tmp_path / "log.csv"
+    log.write_text("prompt_tokens,output_tokens\n100,10\n")
+    line = one_line_error(run("histogram", log, "--time-col", "timestamp_ms"), 2,
+                          f"{log}: no column 'timestamp_ms' (arrival time)")
+    assert "--preset" not in line and line.endswith("name the columns with --prompt-col/--output-col/--time-col")
+    one_line_error(run("histogram", log, "--preset", "azure"), 2,
+                   "no column 'ContextTokens' (prompt tokens)", "try --preset planner")
+    azure = tmp_path / "azure.csv"  # azure's length columns, but no TIMESTAMP: azure is in use and cannot help
+    azure.write_text("ContextTokens,GeneratedTokens\n100,10\n")
+    line = one_line_error(run("histogram", azure, "--preset", "azure"), 2, "no column 'TIMESTAMP' (arrival time)")
+    assert "--preset" not in line

@@ -60,7 +60,7 @@ def test_parquet_round_trip_is_exact(tmp_path, log):
     back = read_histogram(tmp_path / "h.parquet")
     assert back == hist
     assert back.prompt_bin.dtype == np.int32 and back.sum_prompt_sq.dtype == np.int64
-    assert read_histogram_and_metadata(tmp_path / "h.parquet")[1]["sources"] == ["synthetic"]
+    assert read_histogram_and_metadata(tmp_path / "h.parquet")[1].sources == ["synthetic"]
     table = pq.read_table(tmp_path / "h.parquet")
     assert tuple(table.column_names) == HISTOGRAM_FILE_COLUMNS
     assert table.schema.equals(histogram_file_schema())

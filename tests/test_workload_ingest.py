@@ -106,8 +106,8 @@ def test_csv_parquet_jsonl_and_partitioned_folder_give_identical_histograms(tmp_
 
 
 def test_folder_file_lacking_the_time_column_counts_its_rows_as_null(tmp_path):
-    # The first file sets the folder's columns; a later file without the time column is
-    # read through the dataset's own scan, which fills the column with nulls.
+    # The folder's columns are its files' together; a file without the time column has it
+    # read as nulls.
     rows = _rows()
     table = pa.table(rows)
     (tmp_path / "parts").mkdir()
@@ -124,6 +124,68 @@ def test_folder_file_lacking_the_time_column_counts_its_rows_as_null(tmp_path):
     assert any(
         "b.parquet: no column timestamp_ms; its rows are counted as null" in n for n in result.notes
     )
+
+
+def _write_part(table: pa.Table, path: Path) -> None:
+    if path.suffix == ".parquet":
+        pq.write_table(table, path)
+    elif path.suffix == ".csv":
+        pacsv.write_csv(table, path)
+    else:
+        path.write_text("".join(json.dumps(row) + "\n" for row in table.to_pylist()))
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
+@pytest.mark.parametrize("untimed", ["a", "b"])
+def test_a_folder_reads_the_same_whichever_of_its_files_lacks_the_time_column(tmp_path, fmt, untimed):
+    """400 rows with times and 400 without, in a.EXT and b.EXT either way round: the folder's columns
+    were its first file's, so one order read the times and counted the untimed file's rows as null,
+    and the other read no times at all, without a word. Now both orders give the first answer, and
+    a note names the file without the column."""
+    rows = pa.table(_rows()).slice(0, 800)
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    timed = "b" if untimed == "a" else "a"
+    _write_part(rows.slice(0, 400), folder / f"{timed}.{fmt}")
+    _write_part(rows.slice(400, 400).drop(["timestamp_ms"]), folder / f"{untimed}.{fmt}")
+    result = ingest([folder], PLANNER)
+    first = rows.slice(0, 400).to_pydict()
+    assert result.histogram == Histogram.from_arrays(
+        np.array(first["prompt_tokens"]), np.array(first["output_tokens"]), np.array(first["timestamp_ms"]) / 1000
+    )
+    assert result.excluded_rows == {"null": 400, "negative": 0, "non_numeric": 0, "too_long": 0, "empty_prompt": 0}
+    assert result.notes == (f"{folder / f'{untimed}.{fmt}'}: no column timestamp_ms; its rows are counted as null "
+                            "(excluded)",)
+    # without times, every row of both files counts
+    assert ingest([folder], resolve_columns(no_time=True)).histogram.requests == 800
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
+def test_a_column_only_a_later_file_has_is_read(tmp_path, fmt):
+    """The prompt column named by --prompt-col is in b only: the folder has it (a's rows count as
+    null), where the first file's columns alone refused the folder for lacking it."""
+    rows = pa.table(_rows()).slice(0, 200).drop(["timestamp_ms"])
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    _write_part(rows.slice(0, 100), folder / f"a.{fmt}")
+    _write_part(rows.slice(100, 100).rename_columns(["prompt", "output_tokens"]), folder / f"b.{fmt}")
+    result = ingest([folder], resolve_columns(prompt_col="prompt"))
+    assert result.histogram.requests == 100
+    assert result.excluded_rows["null"] == 100
+    assert result.notes == (f"{folder / f'a.{fmt}'}: no column prompt; its rows are counted as null (excluded)",)
+
+
+def test_a_jsonl_file_of_broken_lines_in_a_folder_is_counted_not_said_to_lack_columns(tmp_path):
+    """No line of b.jsonl is an object: its rows are non_numeric, and it lacks no column (it has none
+    to lack); a.jsonl's rows count."""
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    (folder / "a.jsonl").write_text('{"prompt_tokens": 100, "output_tokens": 10}\n')
+    (folder / "b.jsonl").write_text("not json\n{broken\n")
+    result = ingest([folder], PLANNER)
+    assert result.histogram.requests == 1
+    assert result.excluded_rows == {"null": 0, "negative": 0, "non_numeric": 2, "too_long": 0, "empty_prompt": 0}
+    assert result.notes == ()
 
 
 def test_folder_files_are_read_in_their_own_column_types(tmp_path):

@@ -73,7 +73,7 @@ def echo_json(payload: Any) -> None:
 
 def warn_traffic(services) -> None:
     """Each (where, inputs)'s traffic warnings on stderr as well as in the report (traffic.Traffic.warnings:
-    a log's rows left out, a long silence in a log whose day is measured): a plan made from a small part
+    a log's rows left out, a long silence in a log whose span sets the day's mean rate): a plan made from a small part
     of a log, or priced on a day mostly idle, must not pass unnoticed (--json or --no-report writes no
     report that would say so)."""
     for where, inputs in services:

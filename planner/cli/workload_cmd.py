@@ -70,9 +70,11 @@ def histogram(
     """Histogram request logs (Parquet, CSV, JSON Lines) or histogram files into one file.
 
     Prints the request count, excluded rows per reason, mean/p50/p90/p99/max of prompt,
-    output and total tokens, the share above 8k/32k/128k total tokens and the arrival
-    rate (mean, p99 minute, max minute). Inputs may be histogram files too: the result
-    equals one pass over all the logs behind them.
+    output and total tokens (max is an upper bound, within 1.1%: the top of the longest
+    request's fine bin, shown as "≤ N" unless that bin holds one length), the share above
+    8k/32k/128k total tokens and the arrival rate (mean, p99 minute, max minute). Inputs
+    may be histogram files (or folders of their parts) too: the result equals one pass
+    over all the logs behind them. Warnings (rows excluded) follow a run that succeeds.
 
     \b
     Examples:
@@ -93,6 +95,25 @@ def histogram(
     columns = resolve_columns(preset, prompt_col, output_col, time_col, time_unit, no_time)
     with _progress_bar() as progress:
         result = ingest(logs, columns, fmt=fmt, progress=progress)
+    # Summarised before writing: a summary that fails (arrival times spanning centuries)
+    # must leave no output behind.
+    summary = summarize(result.histogram, result.excluded_rows, result.time_unit_assumed)
+    if output is not None:
+        write_histogram_file(result, output)
+    _warn(result)  # once the run has succeeded: a failed run says one line, its error
+    if as_json:
+        echo_json(summary.model_dump())
+    else:
+        click.echo(format_summary(summary))
+        if output is not None:
+            hist = result.histogram
+            click.echo(
+                f"wrote {output} ({hist.count.size:,} cells, {hist.minute.size:,} minutes with arrivals)"
+            )
+
+
+def _warn(result) -> None:
+    """The inputs' excluded rows (a `warning:` line per input) and notes, on stderr."""
     for report in result.files:
         dropped = {r: n for r, n in report.excluded_rows.items() if n}
         if dropped:
@@ -104,20 +125,6 @@ def histogram(
             )
     for note in result.notes:
         click.echo(f"note: {note}", err=True)
-    # Summarised before writing: a summary that fails (arrival times spanning centuries)
-    # must leave no output behind.
-    summary = summarize(result.histogram, result.excluded_rows, result.time_unit_assumed)
-    if output is not None:
-        write_histogram_file(result, output)
-    if as_json:
-        echo_json(summary.model_dump())
-    else:
-        click.echo(format_summary(summary))
-        if output is not None:
-            hist = result.histogram
-            click.echo(
-                f"wrote {output} ({hist.count.size:,} cells, {hist.minute.size:,} minutes with arrivals)"
-            )
 
 
 class _progress_bar:

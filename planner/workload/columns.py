@@ -59,6 +59,7 @@ class ColumnSpec:
     `time` None: the log has no usable arrival times (no per-minute rates).
     `time_required` False: use `time` only if the file has it (the default spec).
     `time_unit` None: decide from the values' magnitude (planner.workload.timestamps).
+    `preset` the preset it starts from, overridden or not (None: none).
     """
 
     prompt: str
@@ -67,6 +68,7 @@ class ColumnSpec:
     time_unit: str | None = None
     time_required: bool = True
     name: str = "custom"
+    preset: str | None = None
 
     def __post_init__(self) -> None:
         if self.time_unit is not None and self.time_unit not in TIME_UNITS:
@@ -91,10 +93,10 @@ class ColumnSpec:
 
 
 PRESETS: dict[str, ColumnSpec] = {
-    "planner": ColumnSpec("prompt_tokens", "output_tokens", "timestamp_ms", "ms", False, "planner"),
-    "azure": ColumnSpec("ContextTokens", "GeneratedTokens", "TIMESTAMP", None, True, "azure"),
-    "mooncake": ColumnSpec("input_length", "output_length", "timestamp", "ms", True, "mooncake"),
-    "burstgpt": ColumnSpec("Request tokens", "Response tokens", "Timestamp", "s", True, "burstgpt"),
+    "planner": ColumnSpec("prompt_tokens", "output_tokens", "timestamp_ms", "ms", False, "planner", "planner"),
+    "azure": ColumnSpec("ContextTokens", "GeneratedTokens", "TIMESTAMP", None, True, "azure", "azure"),
+    "mooncake": ColumnSpec("input_length", "output_length", "timestamp", "ms", True, "mooncake", "mooncake"),
+    "burstgpt": ColumnSpec("Request tokens", "Response tokens", "Timestamp", "s", True, "burstgpt", "burstgpt"),
 }
 DEFAULT_PRESET = "planner"
 
@@ -132,7 +134,10 @@ def resolve_columns(
     return replace(spec, **changes)
 
 
-def matching_presets(columns: list[str]) -> list[str]:
-    """Presets whose prompt and output columns a file has (for 'did you mean --preset X')."""
+def matching_presets(columns: list[str], *, role: str = "prompt", in_use: str | None = None) -> list[str]:
+    """Presets whose prompt and output columns a file has, and its column for `role` ('prompt',
+    'output' or 'time': the one found missing), but for the preset `in_use` (for 'did you mean
+    --preset X'): a preset that names the missing column too, or the one in use, would not help."""
     have = set(columns)
-    return [n for n, s in PRESETS.items() if {s.prompt, s.output} <= have]
+    return [n for n, s in PRESETS.items()
+            if n != in_use and {s.prompt, s.output, getattr(s, role)} <= have]

@@ -13,8 +13,9 @@ HISTOGRAM_FILE_COLUMNS, schema `histogram_file_schema()` (Spark: `histogram_file
 A cell, fine bin or minute may repeat (one row per partition): readers add the rows.
 Schema metadata under HISTOGRAM_FILE_METADATA_KEY (optional; planner writes it) is JSON:
 {"format": HISTOGRAM_FILE_FORMAT, "length_edges": [...], "total_edges": [...],
-"fine_edges": [...], ...}; a file built with other edges is refused rather than misread,
-and so is a file of the first format (no fine marginals), with a line saying to rebuild it.
+"fine_edges": [...], ...}, validated as a whole, part by part (histmeta.py); a file built with
+other edges is refused rather than misread, and so is a file of the first format (no fine
+marginals), with a line saying to rebuild it.
 """
 
 from __future__ import annotations
@@ -47,9 +48,14 @@ from planner.histogram import (
     total_bin_range,
 )
 from planner.order_stats import exact_group_sums
+from planner.workload.histmeta import (
+    HISTOGRAM_FILE_METADATA_KEY,
+    HistogramFileMetadata,
+    combined,
+    read_file_metadata,
+)
 
 HISTOGRAM_FILE_FORMAT = "planner.histogram/2"
-HISTOGRAM_FILE_METADATA_KEY = "planner.histogram"
 HISTOGRAM_FILE_KINDS = ("cell", *LENGTH_OF, "minute")
 HISTOGRAM_FILE_COLUMNS = ("kind", *CELL_KEYS, *SUM_COLUMNS, "minute", "fine_bin")
 # The columns of every format so far: a Parquet file with these is a histogram file (of
@@ -270,14 +276,6 @@ def read_histogram(path: str | os.PathLike) -> Histogram:
     return read_histogram_and_metadata(path)[0]
 
 
-def read_histogram_metadata(path) -> dict:
-    """The JSON metadata in a histogram file's schema ({} when its producer wrote none)."""
-    import pyarrow.parquet as pq
-
-    raw = (pq.read_schema(path).metadata or {}).get(HISTOGRAM_FILE_METADATA_KEY.encode())
-    return json.loads(raw) if raw else {}
-
-
 def _starts_as_parquet(path: str) -> bool:
     """Whether the file starts with Parquet's magic bytes (the format puts PAR1 at both ends)."""
     try:
@@ -287,9 +285,10 @@ def _starts_as_parquet(path: str) -> bool:
         return True  # let the reader say what is wrong
 
 
-def read_histogram_and_metadata(path: str | os.PathLike) -> tuple[Histogram, dict]:
-    """`read_histogram`, and the JSON metadata planner wrote into the file (sources,
-    excluded rows, time unit; {} if none), from one reading."""
+def read_histogram_and_metadata(path: str | os.PathLike) -> tuple[Histogram, HistogramFileMetadata]:
+    """`read_histogram`, and the metadata planner wrote into the file (sources, excluded rows,
+    time unit; empty if none), from one reading. Every part file's metadata is read and
+    validated (a folder's excluded rows add up; a part built with other edges is refused by name)."""
     import pyarrow as pa
     import pyarrow.dataset as ds
 
@@ -302,15 +301,10 @@ def read_histogram_and_metadata(path: str | os.PathLike) -> tuple[Histogram, dic
     try:
         dataset = ds.dataset(where, format="parquet")
         table = dataset.to_table()
-        meta = read_histogram_metadata(dataset.files[0]) if dataset.files else {}
+        parts = {file: read_file_metadata(file) for file in dataset.files}
     except (pa.ArrowInvalid, OSError, ValueError) as exc:
         raise InputError(f"cannot read as a Parquet histogram file: {exc}", where=where) from None
-    for key, edges in (("length_edges", LENGTH_EDGES), ("total_edges", TOTAL_EDGES), ("fine_edges", FINE_EDGES)):
-        if key in meta and list(meta[key]) != edges.tolist():
-            raise InputError(
-                f"built with other bin edges ({key}) than planner.histogram has; rebuild it from the logs",
-                where=where,
-            )
+    meta = combined(parts) if parts else HistogramFileMetadata()
     return histogram_from_table(table, where), meta
 
 

@@ -310,26 +310,30 @@ class _Prepared:
 def _check_columns(reader: LogReader, spec: ColumnSpec) -> str | None:
     """Raise InputError for a missing column (listing those that exist); the time column to use."""
     have = reader.columns
-    for name, role in ((spec.prompt, "prompt tokens"), (spec.output, "output tokens")):
+    for name, role in ((spec.prompt, "prompt"), (spec.output, "output")):
         if name not in have:
-            raise InputError(_missing(name, role, have), where=reader.where)
+            raise InputError(_missing(name, role, have, spec), where=reader.where)
     if spec.time is None:
         return None
     if spec.time in have:
         return spec.time
     if spec.time_required:
-        raise InputError(_missing(spec.time, "arrival time", have), where=reader.where)
+        raise InputError(_missing(spec.time, "time", have, spec), where=reader.where)
     return None
 
 
-def _missing(name: str, role: str, have: list[str]) -> str:
+_ROLE_TEXT = {"prompt": "prompt tokens", "output": "output tokens", "time": "arrival time"}
+
+
+def _missing(name: str, role: str, have: list[str], spec: ColumnSpec) -> str:
     # A name with spaces around it (a header written "a, b") or a comma in it is quoted, so the
     # list does not show the very name that is missing.
     shown = [f"'{h}'" if h != h.strip() or "," in h else h for h in have]
-    message = f"no column '{shorten(name)}' ({role}); the file has: {shorten(', '.join(shown), 300) or '(no columns)'}"
+    message = (f"no column '{shorten(name)}' ({_ROLE_TEXT[role]}); the file has: "
+               f"{shorten(', '.join(shown), 300) or '(no columns)'}")
     if name in (h.strip() for h in have):
         message += f" ('{shorten(name)}' with spaces around it: a header's names are read as written)"
-    presets = matching_presets(have)
+    presets = matching_presets(have, role=role, in_use=spec.preset)
     if presets:
         message += f" — try {suggested('preset', presets[0])}"
     else:
@@ -341,8 +345,8 @@ def _add_histogram_file(path: Path, cells: CellAccumulator, minutes: MinuteCount
     hist, meta = read_histogram_and_metadata(path)
     cells.add_histogram(hist)
     minutes.add_counts(hist.minute, hist.minute_count)
-    excluded = {r: int(meta.get("excluded_rows", {}).get(r, 0)) for r in EXCLUSION_REASONS}
-    unit = meta.get("time_unit_assumed")
+    excluded = meta.excluded()
+    unit = meta.time_unit_assumed
     return FileReport(
         path=str(path),
         kind="histogram",

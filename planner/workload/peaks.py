@@ -57,20 +57,21 @@ def check_span(hist: Histogram, where: str | None = None) -> None:
     span = last - first + 1
     if span > MAX_SPAN_MINUTES:
         raise InputError(
-            f"arrival times span {span / 525_960:.0f} years ({_when(first)} to {_when(last)}); do the logs mix "
-            f"relative and epoch timestamps, or seconds and milliseconds? (see {suggested('time_unit')})",
+            f"arrival times span {span / 525_960:.0f} years ({minute_text(first)} to {minute_text(last)}); do the "
+            f"logs mix relative and epoch timestamps, or seconds and milliseconds? (see {suggested('time_unit')})",
             where=where,
         )
     if last > LAST_PLAUSIBLE_MINUTE:
         raise InputError(
-            f"arrival times fall after {_when(LAST_PLAUSIBLE_MINUTE)[:4]} (up to {_when(last)}); are they in a finer "
-            f"unit than they were read in, microseconds read as milliseconds? (see {suggested('time_unit')})",
+            f"arrival times fall after {minute_text(LAST_PLAUSIBLE_MINUTE)[:4]} (up to {minute_text(last)}); are they "
+            f"in a finer unit than they were read in, microseconds read as milliseconds? (see {suggested('time_unit')})",
             where=where,
         )
 
 
-def _when(minute: int) -> str:
-    """A minute since the epoch as a UTC date and time, or as minutes when no calendar holds it."""
+def minute_text(minute: int) -> str:
+    """A minute since the epoch as a UTC date and time ('2023-11-16 18:10'), or as minutes when no
+    calendar holds it."""
     try:
         return (datetime.datetime(1970, 1, 1) + datetime.timedelta(minutes=minute)).strftime("%Y-%m-%d %H:%M")
     except OverflowError:

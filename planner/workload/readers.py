@@ -204,63 +204,58 @@ class LogReader:
         self.format = detect_format(self.path, fmt)
         sniff(self.path, self.format)
         self.skipped = {"null": 0, "non_numeric": 0}
-        # files of a folder that lack columns the folder's first file has (read as nulls)
+        # files of a folder that lack columns the others have (read as nulls), filled in as they are read
         self.files_missing_columns: dict[str, tuple[str, ...]] = {}
         self.columns = self._discover_columns()
 
     # ---- columns ----------------------------------------------------------------
     def _discover_columns(self) -> list[str]:
+        """Every column some file of the log has (a folder's: the union over its files, each file's
+        own columns first to last, then hive partition keys). Not the first file's alone: a column
+        that some files lack (a time column, say) would then be read or ignored by which file sorts
+        first. A file without a column that is read has its rows counted as null (excluded) and is
+        named in `files_missing_columns`, whatever the format."""
+        names = [name for columns in self.file_columns().values() for name in columns]
+        if self.format == "parquet":
+            names += self._parquet_dataset.schema.names  # (its partition keys, for a hive folder)
+        return list(dict.fromkeys(names))
+
+    def file_columns(self) -> dict[str, list[str]]:
+        """The column names of each file of the log (one entry for a single file); a JSON Lines
+        file's are the keys of its first chunk of lines."""
+        return self._file_columns
+
+    @functools.cached_property
+    def _file_columns(self) -> dict[str, list[str]]:
         try:
             if self.format == "parquet":
-                return list(self._parquet_dataset.schema.names)
+                return {
+                    fragment.path: list(pq.read_schema(fragment.open()).names)
+                    for fragment in self._parquet_dataset.get_fragments()
+                }
             if self.format == "csv":
                 quiet = pacsv.ParseOptions(invalid_row_handler=lambda row: "skip")
                 with _undecodable_rows_fail_quietly():
-                    return list(
-                        ds.dataset(
-                            self.where, format=ds.CsvFileFormat(parse_options=quiet)
-                        ).schema.names
-                    )
-            return self._jsonl_columns()
+                    dataset = ds.dataset(self.where, format=ds.CsvFileFormat(parse_options=quiet))
+                    return {fragment.path: list(fragment.physical_schema.names) for fragment in dataset.get_fragments()}
+            return {str(file): _jsonl_columns(file) for file in self._files}
         except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
-            raise InputError(
-                f"cannot read as {self.format}: {_first_line(exc)}", where=self.where
-            ) from None
-
-    def file_columns(self) -> dict[str, list[str]]:
-        """The column names of each Parquet file of the log (one entry for a single file)."""
-        try:
-            return {
-                fragment.path: list(pq.read_schema(fragment.open()).names)
-                for fragment in self._parquet_dataset.get_fragments()
-            }
-        except (pa.ArrowException, OSError) as exc:
-            raise InputError(f"cannot read as parquet: {_first_line(exc)}", where=self.where) from None
+            raise InputError(f"cannot read as {self.format}: {_first_line(exc)}", where=self.where) from None
 
     def data_files(self) -> list[str]:
         """The files the log's rows come from (one for a single file)."""
         if self.format == "parquet":
             return list(self._parquet_dataset.files)
-        return [str(f) for f in (_data_files(self.path) if self.path.is_dir() else [self.path])]
+        return [str(f) for f in self._files]
+
+    @property
+    def _files(self) -> list[Path]:
+        return _data_files(self.path) if self.path.is_dir() else [self.path]
 
     @functools.cached_property
     def _parquet_dataset(self) -> ds.Dataset:
         partitioning = "hive" if self.path.is_dir() else None
         return ds.dataset(self.where, format="parquet", partitioning=partitioning)
-
-    def _jsonl_columns(self) -> list[str]:
-        """The keys of the first chunk of lines (of the first file, for a folder)."""
-        files = _data_files(self.path) if self.path.is_dir() else [self.path]
-        for chunk in _line_chunks(files[0], _JSONL_CHUNK_BYTES) if files else ():
-            try:
-                return list(_read_json_chunk(chunk).column_names)
-            except (pa.ArrowInvalid, _TooNested):
-                keys: dict[str, None] = {}
-                for obj in _json_objects(chunk):
-                    if isinstance(obj, dict):
-                        keys.update(dict.fromkeys(obj))
-                return list(keys)
-        return []
 
     # ---- rows -------------------------------------------------------------------
     def batches(self, names: tuple[str, ...]) -> Iterator[dict[str, pa.Array | np.ndarray]]:
@@ -341,6 +336,10 @@ class LogReader:
             ),
             read_options=pacsv.ReadOptions(block_size=_CSV_BLOCK_BYTES),
         )
+        for file, columns in self.file_columns().items():  # the dataset reads their values as nulls
+            missing = tuple(n for n in names if n not in columns)
+            if missing:
+                self.files_missing_columns[file] = missing
         # An explicit schema stops pyarrow inferring types (and re-parsing the first block).
         dataset = ds.dataset(self.where, format=file_format, schema=pa.schema(text))
         for batch in dataset.to_batches(
@@ -350,8 +349,11 @@ class LogReader:
                 yield {name: _utf8(batch.column(name)) for name in names}
 
     def _jsonl_batches(self, names: tuple[str, ...]) -> Iterator[dict[str, pa.Array | np.ndarray]]:
-        files = _data_files(self.path) if self.path.is_dir() else [self.path]
-        for file in files:
+        """Chunk by chunk; a file none of whose objects has a column read is named in
+        `files_missing_columns` (its rows count as null, as a CSV or Parquet file's would)."""
+        for file in self._files:
+            seen: set[str] = set()  # the columns read that some object of the file has
+            has_objects = False
             for chunk in _line_chunks(file, _JSONL_CHUNK_BYTES):
                 try:
                     table = _read_json_chunk(chunk)
@@ -361,15 +363,36 @@ class LogReader:
                         table = _read_json_chunk(chunk, as_text=typed)
                     _check_exact(table, names)
                 except (pa.ArrowInvalid, _TooNested):
-                    batch = _python_json_batch(chunk, names)
+                    batch, keys = _python_json_batch(chunk, names)
+                    seen.update(keys or ())
+                    has_objects = has_objects or keys is not None
                 else:
                     n = table.num_rows
                     batch = {
                         name: table.column(name) if name in table.column_names else pa.nulls(n)
                         for name in names
                     }
+                    seen.update(name for name in names if name in table.column_names)
+                    has_objects = has_objects or n > 0
                 if len(next(iter(batch.values()))):
                     yield batch
+            missing = tuple(n for n in names if n not in seen)
+            if has_objects and missing:
+                self.files_missing_columns[str(file)] = missing
+
+
+def _jsonl_columns(file: Path) -> list[str]:
+    """The keys of a JSON Lines file's first chunk of lines."""
+    for chunk in _line_chunks(file, _JSONL_CHUNK_BYTES):
+        try:
+            return list(_read_json_chunk(chunk).column_names)
+        except (pa.ArrowInvalid, _TooNested):
+            keys: dict[str, None] = {}
+            for obj in _json_objects(chunk):
+                if isinstance(obj, dict):
+                    keys.update(dict.fromkeys(obj))
+            return list(keys)
+    return []
 
 
 def _utf8(column: pa.Array) -> pa.Array:
@@ -534,7 +557,9 @@ def _json_objects(chunk: bytes) -> Iterator[object]:
             yield MALFORMED_LINE
 
 
-def _python_json_batch(chunk: bytes, names: tuple[str, ...]) -> dict[str, np.ndarray]:
+def _python_json_batch(chunk: bytes, names: tuple[str, ...]) -> tuple[dict[str, np.ndarray], set[str] | None]:
+    """The chunk's `names` columns, read line by line; and which of them some object has (None: no
+    line is an object)."""
     rows = list(_json_objects(chunk))
     out: dict[str, np.ndarray] = {}
     for name in names:
@@ -542,4 +567,5 @@ def _python_json_batch(chunk: bytes, names: tuple[str, ...]) -> dict[str, np.nda
         column[:] = [row.get(name) if isinstance(row, dict) and name not in getattr(row, "repeated", ())
                      else MALFORMED_LINE for row in rows]
         out[name] = column
-    return out
+    objects = [row for row in rows if isinstance(row, dict)]
+    return out, ({n for n in names if any(n in row for row in objects)} if objects else None)

@@ -4,14 +4,15 @@ exactly like the logs it came from).
 
 Lengths: means are exact (per-cell sums); p50/p90/p99 follow `Histogram.quantiles`
 (within one fine bin, 1.1%, of numpy's on the raw rows); max is exact when the top group
-holds one distinct length, otherwise an upper bound within its fine bin. Shares above 8k/32k/128k
+holds one distinct length, otherwise an upper bound within its fine bin (the text shows it
+as "≤ N"; the JSON's `max` is the same number). Shares above 8k/32k/128k
 total tokens are exact (those are TOTAL_EDGES). Rates are per wall-clock minute
 (peaks.py): the mean over the minutes spanned, the p99 minute and the busiest minute.
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from planner.histogram import Histogram
 from planner.workload.peaks import (
@@ -33,7 +34,8 @@ class LengthStats(BaseModel):
     p50: float
     p90: float
     p99: float
-    max: int
+    max: int  # the longest length, or an upper bound on it within its fine bin (max_exact)
+    max_exact: bool = Field(default=True, exclude=True)  # (the text's "≤"; not a key of the JSON)
 
 
 class RateStats(BaseModel):
@@ -69,6 +71,7 @@ def _length_stats(hist: Histogram, of: str) -> LengthStats:
         mean=round(hist.mean_tokens(of), 3),
         **{name: round(float(v), 1) for name, v in zip(QUANTILES, values, strict=True)},
         max=largest,
+        max_exact=hist.max_is_exact(of),
     )
 
 
@@ -113,16 +116,8 @@ def format_summary(summary: WorkloadSummary) -> str:
             if dropped
             else "  (no rows excluded)"
         ),
-        f"{'tokens':<8}{'mean':>12}{'p50':>10}{'p90':>10}{'p99':>10}{'max':>10}",
+        *_length_table(summary),
     ]
-    for name, stats in (
-        ("prompt", summary.prompt_tokens),
-        ("output", summary.output_tokens),
-        ("total", summary.total_tokens),
-    ):
-        lines.append(
-            f"{name:<8}{stats.mean:>12,.1f}{stats.p50:>10,.0f}{stats.p90:>10,.0f}{stats.p99:>10,.0f}{stats.max:>10,}"
-        )
     shares = ", ".join(f"> {int(t):,}: {100 * s:.2f}%" for t, s in summary.share_above.items())
     lines.append(f"share of requests by total tokens: {shares}")
     r = summary.rate_rps
@@ -139,3 +134,23 @@ def format_summary(summary: WorkloadSummary) -> str:
             + (f"  (timestamps read as {unit})" if unit else "  (per-minute counts of histogram files)")
         )
     return "\n".join(lines)
+
+
+# The narrowest each column of the length table is (its header and values right-aligned in it, the
+# names left-aligned), as wide as typical lengths need; a column widens for longer values, and always
+# keeps two spaces before them.
+_MIN_WIDTHS = (8, 12, 10, 10, 10, 10)
+_GAP = 2
+
+
+def _length_table(summary: WorkloadSummary) -> list[str]:
+    """The lengths table: mean, p50, p90, p99 and max of prompt, output and total tokens ("≤ N" where
+    max is an upper bound, the top of the longest request's fine bin)."""
+    rows = [("tokens", "mean", "p50", "p90", "p99", "max")]
+    for name, stats in (("prompt", summary.prompt_tokens), ("output", summary.output_tokens),
+                        ("total", summary.total_tokens)):
+        rows.append((name, f"{stats.mean:,.1f}", f"{stats.p50:,.0f}", f"{stats.p90:,.0f}", f"{stats.p99:,.0f}",
+                     f"{'' if stats.max_exact else '≤ '}{stats.max:,}"))
+    widths = [max(least, *(len(row[i]) + (_GAP if i else 0) for row in rows)) for i, least in enumerate(_MIN_WIDTHS)]
+    return [f"{row[0]:<{widths[0]}}" + "".join(f"{v:>{w}}" for v, w in zip(row[1:], widths[1:], strict=True))
+            for row in rows]

@@ -1,0 +1,85 @@
+"""A long silence in a log whose span sets the day's mean rate, and the warning it gets.
+
+The day's volume (what cost per million tokens "at the day's volume" divides by) is a mean
+rate over the log's whole minutes: the measured day's busiest hour (planner.load_profile), or,
+under a stated or flat profile, the source's mean rate (planner.workload.peaks.mean_rate_rps).
+Either way, hours without a request count as idle hours. A run of SILENCE_WARNING_HOURS or
+more is a gap in the logging, a stray row far from the rest, or a service that idles for
+hours, which only its owner can tell apart; so it is not dropped, but named (where it lies,
+and the mean rate with and without it), with what would change the number: the log without
+the gap, or a stated mean rate. A measured week is left alone (its weekend may idle).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.histogram import Histogram
+from planner.load_profile import HOURS_PER_DAY, MINUTES_PER_HOUR
+from planner.workload.peaks import SECONDS_PER_MINUTE, minute_text, per_minute_counts, whole_minutes
+
+# In a log of 1,499 rows over five minutes, one more row a day and a half later took the cost per
+# million tokens at the day's volume from about $0.05 to $29.77: six idle hours in a row already
+# take a quarter off a day's volume.
+SILENCE_WARNING_HOURS = 6
+
+
+@dataclass(frozen=True)
+class Silence:
+    """The longest run of whole minutes without a request, and the log's mean rate with and without it."""
+
+    start_minute: int  # the first silent minute (minutes since the epoch, or the trace's start)
+    end_minute: int  # the minute the next request arrives in (or the log's last, partial, minute)
+    log_minutes: int  # the log's whole minutes
+    mean_rps: float  # over the log's whole minutes
+    mean_without_rps: float  # over them, the silent ones left out
+
+    @property
+    def hours(self) -> float:
+        return (self.end_minute - self.start_minute) / MINUTES_PER_HOUR
+
+
+def longest_silence(hist: Histogram) -> Silence | None:
+    """The log's longest silence among its whole minutes, when it lasts SILENCE_WARNING_HOURS or
+    more; else None (and None without arrival times)."""
+    counts = whole_minutes(per_minute_counts(hist))
+    if not counts.size:
+        return None
+    first = int(hist.minute[0]) + 1  # the first whole minute (whole_minutes drops the partial first)
+    busy = np.flatnonzero(counts > 0)
+    edges = np.concatenate([[-1], busy, [counts.size]])
+    runs = np.diff(edges) - 1  # silent minutes before each busy minute (and after the last)
+    i = int(np.argmax(runs))
+    silent = int(runs[i])
+    if silent < SILENCE_WARNING_HOURS * MINUTES_PER_HOUR:
+        return None
+    arrivals = float(counts.sum())
+    return Silence(
+        start_minute=first + int(edges[i]) + 1,
+        end_minute=first + int(edges[i + 1]),
+        log_minutes=int(counts.size),
+        mean_rps=arrivals / counts.size / SECONDS_PER_MINUTE,
+        mean_without_rps=arrivals / max(counts.size - silent, 1) / SECONDS_PER_MINUTE,
+    )
+
+
+def silence_note(hist: Histogram, *, measured_day: bool) -> str:
+    """A warning naming the log's longest silence (SILENCE_WARNING_HOURS or more) and what it does
+    to the day's volume; '' when there is none. `measured_day`: the day's curve is measured from
+    the log (else the source's mean rate sets the day's volume)."""
+    silence = longest_silence(hist)
+    if silence is None:
+        return ""
+    where = (f"The log holds no request for {silence.hours:,.1f} hours in a row, from {minute_text(silence.start_minute)} "
+             f"to {minute_text(silence.end_minute)} UTC (of {silence.log_minutes / (HOURS_PER_DAY * MINUTES_PER_HOUR):,.1f} "
+             f"days of whole minutes): its mean rate is {silence.mean_rps:,.4g} requests/s over its whole minutes, "
+             f"{silence.mean_without_rps:,.4g} requests/s without those hours.")
+    if measured_day:
+        return (f"{where} The measured day counts them as idle, which lowers the day's volume and raises its cost per "
+                "million tokens; if the log has a gap or a stray row, plan from the log without it, or state the "
+                "busiest hour's mean rate (traffic.mean_rps) with the day's curve (traffic.profile: hourly or a shape).")
+    return (f"{where} The day's volume is read from that mean rate, so it counts them as idle too, which lowers the "
+            "day's volume and raises its cost per million tokens; if the log has a gap or a stray row, plan from the "
+            "log without it, or state the busiest hour's mean rate (traffic.mean_rps).")

@@ -1,0 +1,106 @@
+"""The histogram file's schema metadata: what its producer recorded beside the counts.
+
+planner writes, under HISTOGRAM_FILE_METADATA_KEY, a JSON object: the format, the bin
+edges, the logs it came from, the rows they excluded per reason and how their timestamps
+were read (planner.workload.ingest.write_histogram_file). Spark, Dask or SQL parts written
+with `histogram_table` carry the format and the edges only, and a file written by SQL may
+carry none. Every key is optional; a key that is present must hold what planner writes,
+or the file is refused naming the file and the key: the counts are read into reports
+(a count of -5 excluded rows, or "lots", would be printed or crash the summary).
+
+A folder of part files is read as one histogram, so every part's metadata counts: the
+excluded rows add up, every part's edges are checked, and the time units combine.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from planner.errors import InputError
+from planner.histogram import FINE_EDGES, LENGTH_EDGES, TOTAL_EDGES
+from planner.workload.rows import EXCLUSION_REASONS
+from planner.yamlio import validation_message
+
+HISTOGRAM_FILE_METADATA_KEY = "planner.histogram"
+ExclusionReason = Literal[EXCLUSION_REASONS]  # type: ignore[valid-type]
+RowCount = Annotated[int, Field(ge=0, le=2**63 - 1)]  # rows of the logs, counted in int64
+
+
+class HistogramFileMetadata(BaseModel):
+    """The JSON object under HISTOGRAM_FILE_METADATA_KEY. Strict: JSON has ints and strings, so
+    "5" where a count belongs is a wrong file, not a count. Keys planner does not know are kept
+    (another producer may record more)."""
+
+    model_config = ConfigDict(strict=True, frozen=True, extra="allow")
+
+    format: str | None = None
+    length_edges: list[int] | None = None
+    total_edges: list[int] | None = None
+    fine_edges: list[int] | None = None
+    sources: list[str] = []
+    excluded_rows: dict[ExclusionReason, RowCount] = Field(default_factory=dict)
+    time_unit_assumed: str | None = None
+
+    def excluded(self) -> dict[str, int]:
+        """Excluded rows for every reason (0 where none was recorded), in EXCLUSION_REASONS order."""
+        return {r: self.excluded_rows.get(r, 0) for r in EXCLUSION_REASONS}
+
+
+def parse_metadata(raw: bytes | None, where: str) -> HistogramFileMetadata:
+    """The metadata of one file from its schema's raw value (None: the producer wrote none).
+
+    Raises InputError naming `where` and the key for metadata that is not JSON, not an object,
+    has a key of the wrong type or a negative count, or was built with other bin edges."""
+    prefix = f"schema metadata '{HISTOGRAM_FILE_METADATA_KEY}'"
+    if raw is None:
+        return HistogramFileMetadata()
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:  # not JSON, or not UTF-8
+        raise InputError(f"{prefix} is not JSON ({exc})", where=where) from None
+    if not isinstance(data, dict):
+        kind = {list: "an array", str: "a string", bool: "true or false", type(None): "null"}.get(type(data), "a number")
+        raise InputError(f"{prefix} is {kind}, not a JSON object of keys", where=where)
+    try:
+        meta = HistogramFileMetadata.model_validate(data)
+    except ValidationError as exc:
+        raise InputError(f"{prefix}: {validation_message(exc, HistogramFileMetadata)}", where=where) from None
+    for key, edges in (("length_edges", LENGTH_EDGES), ("total_edges", TOTAL_EDGES), ("fine_edges", FINE_EDGES)):
+        value = getattr(meta, key)
+        if value is not None and value != edges.tolist():
+            raise InputError(f"built with other bin edges ({key}) than planner.histogram has; rebuild it from the "
+                             "logs", where=where)
+    return meta
+
+
+def read_file_metadata(path: str) -> HistogramFileMetadata:
+    """The validated metadata in one Parquet file's schema (InputError naming the file)."""
+    import pyarrow.parquet as pq
+
+    raw = (pq.read_schema(path).metadata or {}).get(HISTOGRAM_FILE_METADATA_KEY.encode())
+    return parse_metadata(raw, str(path))
+
+
+def combined(parts: dict[str, HistogramFileMetadata]) -> HistogramFileMetadata:
+    """The metadata of a histogram read from several part files: their sources in turn, their
+    excluded rows summed, and their time unit ('mixed (...)' naming each part's where they differ)."""
+    if len(parts) == 1:
+        return next(iter(parts.values()))
+    excluded = {r: sum(m.excluded_rows.get(r, 0) for m in parts.values()) for r in EXCLUSION_REASONS}
+    units = {path: m.time_unit_assumed for path, m in parts.items() if m.time_unit_assumed is not None}
+    if len(set(units.values())) <= 1:
+        unit = next(iter(units.values()), None)
+    else:
+        unit = "mixed (" + "; ".join(f"{Path(p).name}: {u}" for p, u in units.items()) + ")"
+    formats = {m.format for m in parts.values()} - {None}
+    # (constructed, not validated: each part's counts were, and their sum may pass one log's bound)
+    return HistogramFileMetadata.model_construct(
+        format=formats.pop() if len(formats) == 1 else None,
+        sources=[s for m in parts.values() for s in m.sources],
+        excluded_rows={r: n for r, n in excluded.items() if n},
+        time_unit_assumed=unit,
+    )
