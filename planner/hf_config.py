@@ -111,7 +111,8 @@ class FamilyReader:
         if key not in self.family.defaults:
             return _MISSING
         value = self.family.defaults[key]
-        self.note(f"{self.cfg.name(key)} not in the config: {value!r}, the {self.model_type} default ({self.family.source})")
+        given = "null" if key in self.cfg.raw else "not in the config"  # an explicit null the class keeps
+        self.note(f"{self.cfg.name(key)} {given}: {value!r}, the {self.model_type} default ({self.family.source})")
         return value
 
     def integer(self, key: str, *, nullable: bool = False, minimum: int = 1) -> Any:

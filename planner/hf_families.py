@@ -176,10 +176,16 @@ FAMILIES: tuple[Family, ...] = (
         {"tie_word_embeddings": False, **_GDN_DEFAULTS, "decoder_sparse_step": 1, "num_key_value_heads": 2},
         _GDN_LAYOUT, linear_hybrid_layout, count_qwen3_next,
     ),
+    # Qwen3.5's dense and MoE classes are one architecture with their own num_key_value_heads default
     Family(
-        "qwen3_5", ("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"),
-        "transformers 5.2.0 models/qwen3_5/configuration_qwen3_5.py, models/qwen3_5_moe/configuration_qwen3_5_moe.py",
-        {"tie_word_embeddings": False, **_GDN_DEFAULTS},
+        "qwen3_5", ("qwen3_5", "qwen3_5_text"), "transformers 5.2.0 models/qwen3_5/configuration_qwen3_5.py",
+        {"tie_word_embeddings": False, **_GDN_DEFAULTS, "num_key_value_heads": 4},
+        _GDN_LAYOUT, linear_hybrid_layout, count_qwen3_next,
+    ),
+    Family(
+        "qwen3_5_moe", ("qwen3_5_moe", "qwen3_5_moe_text"),
+        "transformers 5.2.0 models/qwen3_5_moe/configuration_qwen3_5_moe.py (Qwen3NextConfig's defaults)",
+        {"tie_word_embeddings": False, **_GDN_DEFAULTS, "num_key_value_heads": 2},
         _GDN_LAYOUT, linear_hybrid_layout, count_qwen3_next,
     ),
     Family(

@@ -74,9 +74,6 @@ REPEATED_KEYS = {"sliding_window_size": "sliding_window"}
 # Qwen3VLTextConfig, Llama4TextConfig, GptOssConfig). Gemma2Config, Gemma3TextConfig, Qwen3MoeConfig,
 # Qwen3NextConfig and Glm4MoeConfig keep a null as given (the model then does not load).
 _NULL_KV_HEADS_IS_MHA = frozenset({"mistral", "mixtral", "qwen2", "qwen3", "qwen3_vl", "llama4", "gpt_oss"})
-# Families whose transformers classes default num_key_value_heads differently by model_type: an absent
-# key has no one reading (Qwen3_5TextConfig 4, Qwen3_5MoeTextConfig 2, from Qwen3NextConfig).
-_KV_HEADS_REQUIRED = {"qwen3_5": "Qwen3.5's dense and MoE configs default it differently (4 and 2)"}
 
 
 def parse_layer_kinds(text: str) -> dict[str, int]:
@@ -227,13 +224,12 @@ def _architecture_fields(r: FamilyReader, name: str, hub_id: str | None) -> dict
             given = "null" if "num_key_value_heads" in cfg.raw else "not in the config"
             raise cfg.error("num_key_value_heads", f"{given}, and the {r.family.name} class default {kv_heads} "
                             f"does not divide num_attention_heads {heads}")
-    elif r.family.name in _KV_HEADS_REQUIRED:
-        raise cfg.error("num_key_value_heads", f"required field is missing or null: {_KV_HEADS_REQUIRED[r.family.name]}")
     elif r.family is _GENERIC:
         raise cfg.error("num_key_value_heads", "required field is missing (no defaults for an unknown model_type)")
     else:
         kv_heads = heads
-        r.note(f"{cfg.name('num_key_value_heads')} not in the config: num_attention_heads ({heads}), multi-head attention")
+        given = "is null" if "num_key_value_heads" in cfg.raw else "not in the config"
+        r.note(f"{cfg.name('num_key_value_heads')} {given}: num_attention_heads ({heads}), multi-head attention")
     experts = _num_experts(r)
     if r.family.experts_key and not experts:
         given = next((k for k in _EXPERT_KEYS if cfg.has(k)), None)

@@ -36,7 +36,8 @@ def quantized_dtype(r: FamilyReader) -> str | None:
             return "int4"
         raise InputError(
             f"{key}: {method} with bits {qc.get('bits')} / group_size {qc.get('group_size')} is not a catalog dtype "
-            "(int4 is 4-bit with a 16-bit scale per 128 weights); give --weights FOLDER to read its bytes",
+            "(int4 is 4-bit in groups of 128, each with a 16-bit scale and a 4-bit zero point); give --weights FOLDER to "
+            "read its bytes",
             where=r.cfg.where,
         )
     if method == "compressed-tensors":

@@ -778,14 +778,22 @@ def _assumptions(plan: Plan) -> str:
 
 
 def efficiency_text(e) -> str:
-    """Every factor of a GPU's catalog Efficiency the step model reads, unrounded, so that the report's
-    step times can be recomputed from the report: 'bandwidth 0.792, compute 0.559, ...'."""
-    bulk = "" if e.allreduce_bulk_latency_us is None else f", large-message all-reduce latency {e.allreduce_bulk_latency_us:g} µs"
+    """Every factor of a GPU's catalog Efficiency the step model reads, as the catalog (or an
+    override) states it, so that the report's step times can be recomputed from the report:
+    'bandwidth 0.792, compute 0.559, ...'."""
+    bulk = "" if e.allreduce_bulk_latency_us is None else f", large-message all-reduce latency {_exact(e.allreduce_bulk_latency_us)} µs"
     if e.allreduce_bulk_latency_by_tp_us:
-        bulk += " (" + ", ".join(f"{us:g} µs at tp {tp}" for tp, us in sorted(e.allreduce_bulk_latency_by_tp_us.items())) + ")"
-    return (f"bandwidth {e.bandwidth:g}, compute {e.compute:g}, step overhead {e.step_overhead_ms:g} ms, layer overhead "
-            f"{e.layer_overhead_us:g} µs, all-reduce latency {e.allreduce_latency_us:g} µs{bulk}, link {e.interconnect:g}, "
-            f"straggler cv {e.straggler_cv:g}")
+        bulk += " (" + ", ".join(f"{_exact(us)} µs at tp {tp}" for tp, us in sorted(e.allreduce_bulk_latency_by_tp_us.items())) + ")"
+    return (f"bandwidth {_exact(e.bandwidth)}, compute {_exact(e.compute)}, step overhead {_exact(e.step_overhead_ms)} ms, "
+            f"layer overhead {_exact(e.layer_overhead_us)} µs, all-reduce latency {_exact(e.allreduce_latency_us)} µs{bulk}, "
+            f"link {_exact(e.interconnect)}, straggler cv {_exact(e.straggler_cv)}")
+
+
+def _exact(x: float) -> str:
+    """A number as short as it is written ('0.792', '0'), every digit kept where more are stated
+    ('0.79234567', where :g would print 0.792346)."""
+    short = f"{x:g}"
+    return short if float(short) == x else repr(float(x))
 
 
 def write_report(plan: Plan, out_dir: Path, *, sections: tuple[str, ...] = ()) -> Path:

@@ -62,14 +62,16 @@ def _target(c: TargetCheck) -> str:
     return f"{c.stat} ≤ {_value(c.limit_s, c.kind)}"
 
 
-def band_rows(bands: tuple[BandCheck, ...], *, simulated: bool = True) -> list[str]:
-    """The bands' targets, predicted and (where `simulated`) simulated values and verdicts, as table rows."""
+def band_rows(bands: tuple[BandCheck, ...], *, simulated: bool = True, past_roofline: bool = False) -> list[str]:
+    """The bands' targets, predicted and (where `simulated`) simulated values and verdicts, as table
+    rows. past_roofline: the model has no operating point at the pool's rate, so every target misses."""
     if not simulated:
         rows = ["| Band | Target | Predicted | Verdict |", "|---|---|---:|---|"]
         for b in bands:
             for c in b.checks:
+                verdict = "**misses** (model): past the roofline at this rate" if past_roofline else _model_verdict(b, c)
                 rows.append(f"| {b.band.label()} | {_WHAT[c.kind]} {_target(c)} | {_value(c.predicted_s, c.kind)} | "
-                            f"{_model_verdict(b, c)} |")
+                            f"{verdict} |")
         return rows
     rows = ["| Band | Requests measured | Target | Predicted | Simulated | Verdict |", "|---|---:|---|---:|---:|---|"]
     for b in bands:
@@ -195,4 +197,5 @@ def _predicted_only(pool) -> list[str]:
     from planner.pool_check import predicted_bands
 
     return ["", f"**{pool.traffic_class.label}** — {pool.config.label(pool.traffic_class.max_model_len)}, "
-                f"{pool.replay_rps:,.3f} requests/s a replica:", "", *band_rows(predicted_bands(pool), simulated=False)]
+                f"{pool.replay_rps:,.3f} requests/s a replica:", "",
+            *band_rows(predicted_bands(pool), simulated=False, past_roofline=pool.replay_resident is None)]

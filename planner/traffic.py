@@ -121,11 +121,13 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
     warnings = [excluded_note] if excluded_note else []
     # Hours without a request lower the day's volume wherever the log's span sets its mean rate: a
     # measured day (the week's, stated as such, may idle on its weekend), or the source's own mean
-    # rate under a stated or flat profile (unless the scenario states traffic.mean_rps).
+    # rate under a stated or flat profile (unless the scenario states traffic.mean_rps); and a peak
+    # read as a quantile of the log's minutes.
     weekly = scn.traffic.profile is not None and scn.traffic.profile.by_weekday
     measured_day = profile.busiest_hour_rps is not None and not weekly
     span_mean = profile.busiest_hour_rps is None and scn.traffic.mean_rps is None
-    silence = silence_note(hist, measured_day=measured_day) if measured_day or span_mean else ""
+    silence = silence_note(hist, measured_day=measured_day, mean_from_span=span_mean,
+                           peak_quantile=peak.quantile if peak.method == "quantile" and not weekly else None)
     if silence:
         notes.append(silence)
         warnings.append(silence)

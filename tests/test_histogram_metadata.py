@@ -68,6 +68,12 @@ MALFORMED = [
     ({"length_edges": 5}, "length_edges: Input should be a valid list (got 5)"),
     ({"time_unit_assumed": 5}, "time_unit_assumed: Input should be a valid string (got 5)"),
     ({"sources": "x.csv"}, "sources: Input should be a valid list (got 'x.csv')"),
+    # a traceback (RecursionError), then strings that printed lines of their own or an unknown unit
+    (b"[" * 100_000, "is nested too deeply to be planner's metadata"),
+    ({"time_unit_assumed": "ms\nerror: fake"}, "time_unit_assumed: Value error, expected one of datetime, s, ms, us"),
+    ({"time_unit_assumed": "parsecs"}, "time_unit_assumed: Value error, expected one of datetime, s, ms, us, ns or "
+                                       "'mixed (...)'"),
+    ({"sources": ["a.csv\nerror: fake"]}, "sources[0]: Value error, must be one line of printable text"),
 ]
 
 
@@ -141,6 +147,17 @@ def test_parts_that_read_their_times_in_other_units_say_so(tmp_path, written):
     r = run("histogram", parts, "--json")
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["time_unit_assumed"] == "mixed (a.parquet: ms; b.parquet: s)"
+
+
+def test_hive_parts_of_one_name_are_told_apart_by_their_folders(tmp_path, written):
+    """day=1/part-0.parquet and day=2/part-0.parquet both read as 'part-0.parquet: ...' before."""
+    base = metadata(written)
+    for day, unit in ((1, "ms"), (2, "s")):
+        (tmp_path / "hive" / f"day={day}").mkdir(parents=True)
+        with_metadata(written, tmp_path / "hive" / f"day={day}" / "part-0.parquet", {**base, "time_unit_assumed": unit})
+    r = run("histogram", tmp_path / "hive", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["time_unit_assumed"] == "mixed (day=1/part-0.parquet: ms; day=2/part-0.parquet: s)"
 
 
 def test_capacity_takes_a_folder_of_histogram_parts(tmp_path, written):

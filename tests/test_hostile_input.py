@@ -980,6 +980,22 @@ def test_import_hf_refuses_a_name_that_is_no_catalog_id(tmp_path, name):
     assert leftovers(tmp_path) == []
 
 
+def test_a_stated_fleet_past_its_roofline_misses_every_target_by_the_model(tmp_path):
+    """No operating point at 200 req/s on one replica: the model predicts nothing, and the report said
+    "no request of the band in this pool" where the same plan's JSON says the band does not hold."""
+    text = BASE.replace("rps: 4}", "rps: 200}") + (
+        "slo: {bands: [{ttft_s: 2, tpot_ms: 100}]}\nverify: false\n"
+        "fleet:\n  - {gpu: h100-sxm, tp: 1, weight_dtype: bf16, kv_dtype: bf16, replicas: 1}\n")
+    r = run("solve", scenario(tmp_path, text), "--out-dir", tmp_path / "out", "--json")
+    assert r.exit_code == 0, r.output
+    [band] = json.loads(r.stdout)["plan"][0]["bands"]
+    assert band["holds"] is False and band["judged_by"] == "model"
+    report = (tmp_path / "out" / "tiny.md").read_text()
+    for target in ("TTFT p99 ≤ 2.00 s", "TPOT p99 ≤ 100.0 ms"):
+        assert f"| every prompt | {target} | — | **misses** (model): past the roofline at this rate |" in report
+    assert "no request of the band" not in report
+
+
 def test_a_stated_fleet_that_carries_its_peak_but_not_the_headroom_says_so(tmp_path):
     text = BASE.replace("rps: 4}", "rps: 20}") + (
         "verify: false\nfleet:\n  - {gpu: h100-sxm, tp: 1, weight_dtype: bf16, kv_dtype: bf16, replicas: 1}\n")
@@ -1621,8 +1637,8 @@ def test_a_log_with_excluded_rows_warns_on_the_command_line_and_in_the_json(tmp_
     assert not (tmp_path / "out").exists()
 
 
-SILENCE = ("The log holds no request for 35.8 hours in a row, from 2023-11-16 18:10 to 2023-11-18 06:00 UTC (of 1.5 "
-           "days of whole minutes): its mean rate is 0.0004169 requests/s over its whole minutes, 0.1 requests/s "
+SILENCE = ("The log holds no request for 35.8 hours in a row, from 2023-11-16 18:10 to 2023-11-18 06:00 UTC, of its "
+           "1.5 days of whole minutes: its mean rate is 0.0004169 requests/s over its whole minutes, 0.1 requests/s "
            "without those hours.")
 
 
@@ -1693,6 +1709,41 @@ def test_a_stated_day_whose_mean_rate_spans_hours_of_silence_warns_too(tmp_path,
     forecast = json.loads(r.stdout)
     assert not any("no request for" in n for n in forecast["traffic_notes"])
     assert forecast["quarters"][0]["mean_rps"] == pytest.approx(0.1 * mean_multiplier, rel=1e-9)
+
+
+def test_a_peak_quantile_that_counts_hours_of_silence_says_so_with_the_peak_without_them(tmp_path):
+    """Twenty busy minutes around seven silent hours, the day's volume stated (traffic.mean_rps), so
+    only the peak reads the span: its 0.99 quantile of per-minute rates takes the silent minutes as
+    minutes of no traffic and lands lower among the busy ones. A gap in the logging would size the
+    fleet for less than the service's peak: the warning gives the peak with and without the silence."""
+    per_minute = {m: 30 + m for m in range(10)} | {m: 40 + m - 430 for m in range(430, 440)}
+    rows = [f"{m * 60_000 + 60_000 * i // n},1000,200\n" for m, n in per_minute.items() for i in range(n)]
+    (tmp_path / "log.csv").write_text("t_ms,prompt_tokens,output_tokens\n" + "".join(rows))
+    path = scenario(tmp_path, BASE.replace("source: {constant: {prompt_tokens: 1000, output_tokens: 200}}",
+                                           "source: {log: log.csv, columns: {prompt: prompt_tokens, output: "
+                                           "output_tokens, time: t_ms}, time_unit: ms}").replace(
+                                               "peak: {method: explicit, rps: 4}",
+                                               "peak: {method: quantile, quantile: 0.99}\n  profile: {shape: flat}"
+                                               "\n  mean_rps: 0.5"))
+    whole = [per_minute.get(m, 0) for m in range(1, 439)]  # the log's whole minutes: not its first and last
+    busy = [c for c in whole if c]
+    peak, without = np.quantile(whole, 0.99) / 60, np.quantile(busy, 0.99) / 60
+    r = run("solve", path, "--no-verify", "--no-report", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["peak_rps"] == pytest.approx(peak, rel=1e-12) and peak < without
+    note = (f"The peak, the 0.99 quantile of its per-minute rates, counts them too: {peak:,.4g} requests/s, "
+            f"{without:,.4g} without those hours; if they are a gap in the logging, the fleet is sized for less than "
+            "the service's peak: plan from the log without it, or state the peak (traffic.peak: {method: explicit, "
+            "rps: ...}).")
+    # relative timestamps: where the silence lies on the log's own clock, not as a date in January 1970
+    assert r.stderr.startswith(f"warning: {path}: The log holds no request for 7.0 hours in a row, from 0:10 to 7:10 "
+                               "on its own clock (h:mm from its start), of its 0.3 days") and r.stderr.endswith(
+        note + "\n") and "day's volume" not in r.stderr
+    assert json.loads(r.stdout)["traffic_notes"][-1].endswith(note)
+    # the busiest minute is no quantile of them: nothing to say
+    path.write_text(path.read_text().replace("{method: quantile, quantile: 0.99}", "{method: max}"))
+    r = run("solve", path, "--no-verify", "--no-report")
+    assert r.exit_code == 0 and r.stderr == "", r.output
 
 
 @pytest.mark.parametrize("fmt", ["csv", "jsonl"])

@@ -458,3 +458,17 @@ def test_the_fleet_report_says_what_its_sections_own_prices_sum_to_against_what_
     assert abs(float(m.group(1).replace(",", "")) - own) <= 0.05  # the rows are rounded to the cent
     assert abs(float(m.group(2).replace(",", "")) - (own - fleet)) <= 0.05
     assert float(m.group(3).replace(",", "")) == fleet
+
+
+def test_the_efficiency_column_prints_every_step_model_factor_as_stated():
+    """The column rounded 0.792 to 0.79 (the ridge batch then recomputed to 209, not the printed 208)
+    and left out the layer overhead, straggler cv and large-message all-reduce latency; :g would also
+    round an override's 0.79234567 to 0.792346."""
+    from planner.catalog import load_catalog
+    from planner.report import efficiency_text
+
+    e = load_catalog().gpu("h100-sxm").efficiency.model_copy(update={"bandwidth": 0.79234567})
+    text = efficiency_text(e)
+    assert text.startswith("bandwidth 0.79234567, compute 0.559, step overhead 0 ms, layer overhead 40.8 µs, "
+                           "all-reduce latency 3.7 µs, large-message all-reduce latency 12.1 µs (36.4 µs at tp 8), ")
+    assert text.endswith(f"link {e.interconnect!r}, straggler cv {e.straggler_cv!r}")

@@ -15,19 +15,55 @@ excluded rows add up, every part's edges are checked, and the time units combine
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from planner.errors import InputError
 from planner.histogram import FINE_EDGES, LENGTH_EDGES, TOTAL_EDGES
+from planner.workload.columns import TIME_UNITS
 from planner.workload.rows import EXCLUSION_REASONS
+from planner.workload.timestamps import DATETIME
 from planner.yamlio import validation_message
 
 HISTOGRAM_FILE_METADATA_KEY = "planner.histogram"
 ExclusionReason = Literal[EXCLUSION_REASONS]  # type: ignore[valid-type]
 RowCount = Annotated[int, Field(ge=0, le=2**63 - 1)]  # rows of the logs, counted in int64
+_MIXED = "mixed ("
+
+
+def _one_line(text: str) -> str:
+    """Text printed in a note or summary line: one line, no control characters (a crafted
+    "ms\nerror: fake" printed a line of its own)."""
+    if not text.isprintable():
+        raise ValueError("must be one line of printable text")
+    return text
+
+
+def _time_unit(text: str) -> str:
+    """A unit timestamps were read in, or several parts' 'mixed (...)' (combined_time_unit)."""
+    if text in (DATETIME, *TIME_UNITS) or (text.startswith(_MIXED) and text.endswith(")") and text.isprintable()):
+        return text
+    raise ValueError(f"expected one of {', '.join((DATETIME, *TIME_UNITS))} or 'mixed (...)'")
+
+
+OneLine = Annotated[str, AfterValidator(_one_line)]
+
+
+def combined_time_unit(units: Mapping[str, str]) -> str | None:
+    """The unit several inputs' timestamps were read in (by path): theirs where they agree, else
+    'mixed (a.csv: ms; b.csv: s)', each named by its file name, or by its path below the folder
+    the inputs share where two names are the same (hive parts: day=1/part-0.parquet)."""
+    if len(set(units.values())) <= 1:
+        return next(iter(units.values()), None)
+    names = [Path(p).name for p in units]
+    if len(set(names)) < len(names):
+        common = os.path.commonpath([os.path.abspath(p) for p in units])
+        names = [os.path.relpath(os.path.abspath(p), common) for p in units]
+    return _MIXED + "; ".join(f"{name}: {u}" for name, u in zip(names, units.values(), strict=True)) + ")"
 
 
 class HistogramFileMetadata(BaseModel):
@@ -37,13 +73,13 @@ class HistogramFileMetadata(BaseModel):
 
     model_config = ConfigDict(strict=True, frozen=True, extra="allow")
 
-    format: str | None = None
+    format: OneLine | None = None
     length_edges: list[int] | None = None
     total_edges: list[int] | None = None
     fine_edges: list[int] | None = None
-    sources: list[str] = []
+    sources: list[OneLine] = []
     excluded_rows: dict[ExclusionReason, RowCount] = Field(default_factory=dict)
-    time_unit_assumed: str | None = None
+    time_unit_assumed: Annotated[str, AfterValidator(_time_unit)] | None = None
 
     def excluded(self) -> dict[str, int]:
         """Excluded rows for every reason (0 where none was recorded), in EXCLUSION_REASONS order."""
@@ -62,6 +98,8 @@ def parse_metadata(raw: bytes | None, where: str) -> HistogramFileMetadata:
         data = json.loads(raw)
     except ValueError as exc:  # not JSON, or not UTF-8
         raise InputError(f"{prefix} is not JSON ({exc})", where=where) from None
+    except RecursionError:  # arrays nested deeper than the parser recurses
+        raise InputError(f"{prefix} is nested too deeply to be planner's metadata", where=where) from None
     if not isinstance(data, dict):
         kind = {list: "an array", str: "a string", bool: "true or false", type(None): "null"}.get(type(data), "a number")
         raise InputError(f"{prefix} is {kind}, not a JSON object of keys", where=where)
@@ -91,11 +129,7 @@ def combined(parts: dict[str, HistogramFileMetadata]) -> HistogramFileMetadata:
     if len(parts) == 1:
         return next(iter(parts.values()))
     excluded = {r: sum(m.excluded_rows.get(r, 0) for m in parts.values()) for r in EXCLUSION_REASONS}
-    units = {path: m.time_unit_assumed for path, m in parts.items() if m.time_unit_assumed is not None}
-    if len(set(units.values())) <= 1:
-        unit = next(iter(units.values()), None)
-    else:
-        unit = "mixed (" + "; ".join(f"{Path(p).name}: {u}" for p, u in units.items()) + ")"
+    unit = combined_time_unit({path: m.time_unit_assumed for path, m in parts.items() if m.time_unit_assumed is not None})
     formats = {m.format for m in parts.values()} - {None}
     # (constructed, not validated: each part's counts were, and their sum may pass one log's bound)
     return HistogramFileMetadata.model_construct(

@@ -25,6 +25,7 @@ from planner.workload.histfile import (
     read_histogram_and_metadata,
     write_histogram,
 )
+from planner.workload.histmeta import combined_time_unit
 from planner.workload.peaks import check_span
 from planner.workload.progress import ProgressSink, log_extent
 from planner.workload.readers import LogReader
@@ -89,10 +90,7 @@ class IngestResult:
     @property
     def time_unit_assumed(self) -> str | None:
         """The unit timestamps were read in; 'mixed (...)' when the inputs differ."""
-        units = {f.path: f.time.unit for f in self.files if f.time is not None}
-        if len(set(units.values())) <= 1:
-            return next(iter(units.values()), None)
-        return "mixed (" + "; ".join(f"{Path(p).name}: {u}" for p, u in units.items()) + ")"
+        return combined_time_unit({f.path: f.time.unit for f in self.files if f.time is not None})
 
 
 def ingest(
