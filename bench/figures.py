@@ -37,8 +37,13 @@ KINDS = ("traffic_figure", "cost_figure", "target_figure")  # what `planner solv
 
 def baseline_module(rev: str, folder: Path):
     """planner/figures.py at `rev`, as a module of its own."""
-    source = subprocess.run(["git", "show", f"{rev}:planner/figures.py"], cwd=ROOT, check=True,
-                            capture_output=True, text=True).stdout
+    shown = subprocess.run(["git", "show", f"{rev}:planner/figures.py"], cwd=ROOT, check=False,
+                           capture_output=True, text=True)
+    if shown.returncode != 0:  # a checkout without history (an archive, a shallow clone) has no baseline to time
+        raise SystemExit(f"bench/figures.py: the baseline is planner/figures.py at git revision {rev}, which this "
+                         f"checkout cannot show ({shown.stderr.strip() or 'no git history'}); run it from a full clone, "
+                         "or name another revision with --baseline")
+    source = shown.stdout
     path = folder / "figures_baseline.py"
     path.write_text(source, encoding="utf-8")
     spec = importlib.util.spec_from_file_location("figures_baseline", path)

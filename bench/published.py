@@ -57,7 +57,7 @@ serves, which a Server replay bounds only from below, for two dense runs and two
 experts.
 
 Usage:
-    python bench/published.py            # every row (about a minute on 2 cores)
+    python bench/published.py            # every row (about 5 s on 2 cores)
     python bench/published.py --quick    # fewer requests per run
 """
 

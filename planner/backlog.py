@@ -35,7 +35,7 @@ regime's. Where the regime's queue never clears, a backlog once formed never dra
 unstable. Each level's wait is the queue at N's wait rescaled to the level's P(W > 0) = ρ_φ and
 mean wait of those that wait (backlog_wait: exact in those, and in heavy traffic, where the
 levels matter), so a level costs no transform of its own: one FFT per operating point, as
-without the backlog (the 1.3x limit on a capacity evaluation, bench/capacity_speed.py).
+without the backlog (bench/capacity_speed.py times a capacity evaluation against its 10 ms target).
 Under vLLM's long-prefill cap θ the capped queue is not an M/G/1 queue; planner.prefill_cap reads
 its wait at the state a wait reaches the same way, level by level (φ(x) = min(1, x / τ)), with the
 levels' works, short load and in-flight slots taken from this regime.

@@ -456,9 +456,12 @@ def _knee(rm: ReplicaModel, n_bound: float) -> float:
 
     Near a bound λ(N) is often nearly flat (prefill-heavy classes: halving N can cost
     1% of throughput), so the last 1% of rate costs a disproportionate share of
-    latency and memory; and the simulator (bench/accuracy.py) finds the analytical
-    rate about 2% optimistic there. Planning at the knee is the roofline's "second
-    ceiling" (seed 000: past the ridge point more users raise latency, not throughput).
+    latency and memory. (When the knee came in, the simulator found the analytical rate about
+    2% optimistic there; `python bench/accuracy.py --part capacity` reads today (2026-12-04)
+    the model pessimistic on most cases without targets, a mean of -1.9% with 26 of 34 at -2.3%
+    to -3.8%, and optimistic by +0.5% to +3.8% on the constant-length histograms.) Planning at the
+    knee is the roofline's "second ceiling" (seed 000: past the ridge point more users raise
+    latency, not throughput).
     """
     if n_bound <= 0:
         return 0.0

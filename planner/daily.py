@@ -319,6 +319,9 @@ def day_markdown(costs: DayCosts, *, heading: int = 2) -> str:
         f"The day's volume: {tokens:,.0f} tokens ({costs.mean_rps:,.2f} requests/s on average)."
         if tokens else "The day's volume is unknown (no timestamps and no traffic.mean_rps), so no cost per token."
     )
+    if tokens and prof.is_flat:  # a stated mean under a flat day: the hours below hold the peak, not the mean
+        volume += (" A flat day reaches its peak in every hour, so each hour below holds the planned peak; the "
+                   "volume is the mean rate's.")
     mix = costs.policy("mixed")
     reserved = ", ".join(f"{n} × {name}" for name, n in mix.reserved.items() if n) or "none"
     lines += ["", f"{volume} The ILP reserves {reserved}; a month is {HOURS_PER_MONTH} hours.", ""]

@@ -156,9 +156,11 @@ def plan_inputs(
 
 def report_sections(plan: Plan, inputs: Inputs, *, forecast: bool = True) -> tuple[str, ...]:
     """The sections a plan's report adds after its pools: the day's load curve priced (a profile that
-    is not flat) and, with `forecast`, the scenario's forecast."""
+    is not flat, or a stated traffic.mean_rps: finance's mean load, at which a token of a fleet sized
+    for the peak costs more than the decision's price at the peak) and, with `forecast`, the
+    scenario's forecast."""
     sections = []
-    if not inputs.traffic.profile.is_flat:
+    if not inputs.traffic.profile.is_flat or inputs.scenario.traffic.mean_rps is not None:
         from planner.daily import day_section
 
         sections.append(day_section(plan, inputs.traffic.profile))

@@ -74,7 +74,8 @@ today (2026-12-04), on that pool: short band TTFT p90 -27%/-35%/-10% and p99 -25
 50/80/95%, long band p99 +27%/+13%/+7%. Over the 81 θ points: median |error| about 17%, worst under
 -44% (the 8B on one H100 with θ = 2,048 at 80%, short band TTFT p90, where admission waits for the
 cache 12% of the time), worst over +226% (a split's short pool at θ = 1,024 and 95%, TTFT p99); the
-long-tail mixes' points are within 50% save four TTFT p99 at 95% load (+52% to +75%), pessimistic.
+long-tail mixes' points are within 50% save five at 95% load, all pessimistic: four TTFT p99 (+52%
+to +75%) and the TPOT p99 of the 8B on one H100's long band at θ = 2,048 (+50.3%).
 
 Where this departs from vLLM v1: with more than c capped prompts waiting, the ones in flight are
 served in admission order, and a step's decode part moves with the decoders present; processor

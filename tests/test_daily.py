@@ -237,10 +237,14 @@ def test_the_solve_report_prices_the_day(tmp_path):
     for key in ("peak_on_demand", "peak_reserved", "autoscaled", "mixed"):
         pol = c.policy(key)
         assert f"| {pol.name} | ${pol.usd_per_day:,.2f} | ${pol.usd_per_month:,.2f} |" in md
-    # A flat day (no profile) has nothing to add.
-    flat = scenario(tmp_path, "")
+    # A flat day (no profile) has nothing to add, unless a mean rate below the peak is stated: finance's
+    # mean load, at which a token costs more than at the peak (tests/test_scenario.py checks the price)
+    flat = scenario(tmp_path, "", BASE.replace("  mean_rps: 50\n", ""))
     assert run("solve", flat, "--out-dir", tmp_path / "flat").exit_code == 0
     assert "The day's load curve" not in (tmp_path / "flat" / "day.md").read_text(encoding="utf-8")
+    stated = scenario(tmp_path, "")
+    assert run("solve", stated, "--out-dir", tmp_path / "stated").exit_code == 0
+    assert "A flat day reaches its peak in every hour" in (tmp_path / "stated" / "day.md").read_text(encoding="utf-8")
 
 
 def test_an_equal_cost_reads_same_not_minus_zero():

@@ -270,3 +270,23 @@ def test_the_model_predicts_the_same_numbers_with_certification_on_or_off(tmp_pa
     assert "| Band | Target | Predicted | Verdict |" in report and "Requests measured" not in report
     ttft = band_m["ttft_s"]["predicted"]
     assert f"| every prompt | TTFT p99 ≤ 2.00 s | {ttft:.2f} s | holds (model) |" in report
+
+
+def test_a_stated_mean_rate_prices_a_token_at_the_day_s_volume_in_the_report(tmp_path):
+    """traffic.mean_rps is finance's mean load: a flat day at it. The decision prices a token at the
+    peak rate; the report gave no price at the day's volume, which a flat profile left out, 2.5x
+    the decision's on chat_8b_h100 (12 of 30 requests/s)."""
+    path = write(tmp_path, BASE.replace("rps: 4}", "rps: 4}\n  mean_rps: 1") + "verify: false\n")
+    r = solve(path, "--json", "--out-dir", tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    cost = json.loads(r.output)["cost_usd_per_hour"]
+    report = (tmp_path / "out" / "tiny.md").read_text()
+    day_tokens = 1 * 86_400 * (1000 + 200)
+    assert "## The day's load curve" in report
+    assert f"The day's volume: {day_tokens:,.0f} tokens (1.00 requests/s on average)." in report
+    assert (f"| peak-sized fleet all day, on demand | ${cost * 24:,.2f} | ${cost * 730:,.2f} | "
+            f"{24 * json.loads(r.output)['gpus']:.1f} | ${cost * 24 / day_tokens * 1e6:.4f} | — |") in report
+    # without it, the source's mean is the peak's: no day to price
+    path.write_text(path.read_text().replace("\n  mean_rps: 1", ""))
+    assert solve(path, "--out-dir", tmp_path / "out2").exit_code == 0
+    assert "## The day's load curve" not in (tmp_path / "out2" / "tiny.md").read_text()
