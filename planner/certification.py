@@ -31,11 +31,16 @@ from planner.progress import stage
 from planner.requests import Requests
 from planner.scenario import Scenario
 from planner.targets import SLO
+from planner.units import usd_text
 
 # A pool that missed at its rate is planned at least this share below it: the simulated capacity
 # is bisected to 2% (pool_check.capacity_on_every_run), and a re-plan at the rate that missed would
 # meet the same check again.
 REPLAN_STEP = 0.02
+# A plan without the class's ratio that saves less than this an hour is no reason to measure its configs.
+CHALLENGER_MIN_SAVING_USD = 0.005
+# Rounds of challengers a certified plan meets at most (each measures configs not measured before).
+CHALLENGER_ROUNDS = 3
 
 
 def pool_setting(pool: PoolDetail, scn: Scenario, pools: list[PoolDetail], trace: Requests | None) -> PoolSetting:
@@ -70,25 +75,7 @@ def certify_plans(parts, resolve, *, rounds: int) -> list[tuple[list[Evaluation]
 
     spent = 0
     while True:
-        # Each plan's pools with their replay keys, this round. Replays already run for a scenario
-        # are kept (the plan's, the per-GPU plans'), and those started ahead are waited for.
-        keyed = [[(pool, _replay_key(pool, pools, st.trace)) for pool in pools] for st, _, _, pools, _ in state]
-        todo = []
-        for (st, _, _, pools, _), pairs in zip(state, keyed, strict=True):
-            fresh = {k: pool for pool, k in pairs if k not in st.evaluator.checks}
-            todo += [(st, k, pool_setting(pool, st.scn, pools, st.trace)) for k, pool in fresh.items()]
-        # The simulator's loop releases the GIL: pools replay side by side, one thread each.
-        done = []
-        with (ThreadPoolExecutor(max_workers=max(1, min(len(todo), os.cpu_count() or 1))) as workers,
-              stage("certification" if not spent else f"certification, re-plan {spent}", len(todo), " pools") as step):
-            started = [st.evaluator.replays.pop(k, None) or workers.submit(_replay, st, p) for st, k, p in todo]
-            for future in started:
-                done.append(future.result())
-                step.advance()
-        for (st, k, _), check in zip(todo, done, strict=True):
-            st.evaluator.checks[k] = check
-        missing = [[(pool, st.evaluator.checks[k]) for pool, k in pairs if not st.evaluator.checks[k].holds]
-                   for (st, *_), pairs in zip(state, keyed, strict=True)]
+        keyed, missing = _replay_all(state, "certification" if not spent else f"certification, re-plan {spent}")
         if not any(missing) or spent == rounds:
             break
         spent += 1
@@ -121,12 +108,9 @@ def certify_plans(parts, resolve, *, rounds: int) -> list[tuple[list[Evaluation]
                                               calibrates=bool(check.problems))
                 changes.append(f"round {spent}: {tc.label} on {config} missed ({why}); planned at {new:,.3f} instead "
                                f"of {pool.planned_rps:,.3f} req/s per replica")
-        answers = resolve([part[1] for part in state])
-        if any(not sol.pools for sol, _ in answers):
-            raise InfeasibleError("no plan holds its targets in simulation: "
-                                  + " | ".join(c for part in state for c in part[4]))
-        for part, (sol, evals) in zip(state, answers, strict=True):
-            part[1], part[2], part[3] = evals, sol, pool_details(part[0].evaluator, evals, sol)
+        _resolve_into(state, resolve)
+    if resolve is not None and not any(missing):
+        keyed = _challenge(state, resolve, keyed)
     out = []
     for (st, evals, sol, pools, changes), pairs, own in zip(state, keyed, own_rounds, strict=True):
         sim = st.scn.simulation
@@ -136,6 +120,149 @@ def certify_plans(parts, resolve, *, rounds: int) -> list[tuple[list[Evaluation]
         out.append((evals, sol, pools, Certification(certified, own, tuple(changes), sim.requests, sim.band_requests,
                                                      sim.seed, joint_rounds=spent)))
     return out
+
+
+def _replay_all(state, label: str):
+    """Replay every part's pools not replayed before (the plan's, the per-GPU plans' and those started
+    ahead are kept); returns each part's (pool, replay key) pairs and its pools that miss."""
+    keyed = [[(pool, _replay_key(pool, pools, st.trace)) for pool in pools] for st, _, _, pools, _ in state]
+    todo = []
+    for (st, _, _, pools, _), pairs in zip(state, keyed, strict=True):
+        fresh = {k: pool for pool, k in pairs if k not in st.evaluator.checks}
+        todo += [(st, k, pool_setting(pool, st.scn, pools, st.trace)) for k, pool in fresh.items()]
+    # The simulator's loop releases the GIL: pools replay side by side, one thread each.
+    done = []
+    with (ThreadPoolExecutor(max_workers=max(1, min(len(todo), os.cpu_count() or 1))) as workers,
+          stage(label, len(todo), " pools") as step):
+        started = [st.evaluator.replays.pop(k, None) or workers.submit(_replay, st, p) for st, k, p in todo]
+        for future in started:
+            done.append(future.result())
+            step.advance()
+    for (st, k, _), check in zip(todo, done, strict=True):
+        st.evaluator.checks[k] = check
+    missing = [[(pool, st.evaluator.checks[k]) for pool, k in pairs if not st.evaluator.checks[k].holds]
+               for (st, *_), pairs in zip(state, keyed, strict=True)]
+    return keyed, missing
+
+
+def _challenge(state, resolve, keyed):
+    """Certified plans against the configs their classes' ratios priced.
+
+    A pool that misses calibrates its class: every other config of it is planned at its model
+    capacity times the least simulated / model ratio found (Evaluator.record_simulated), and no
+    simulation checks those unless they are planned. Where the model is optimistic on one GPU type
+    and not on another, that prices the second too high, and the certified plan need not be the
+    cheapest certifiable one (finance_2027's 2027Q3 with H200 at $3.20: 23 x H100 at $68.77/hour
+    certified, where 21 x H200 at $67.20/hour certified planned alone). So the parts are solved
+    again with no ratio (each config at its model capacity, or its own simulated one), and where
+    that plan costs less, with a ratio-priced pool on a GPU type its class was not measured on
+    (_priced_across_gpus), it is replayed as any plan is. If every pool holds, each pool's rate is
+    recorded as its config's simulated capacity (calibrating nothing else) and the parts are solved
+    again with their ratios: the plan is now feasible at its cost, which no plan with ratios can
+    beat, so it stands certified. If a pool misses, its capacity is measured as a miss's is, and the
+    parts are solved with the ratios and what was measured: a plan cheaper than the certified one is
+    replayed and kept where every pool holds (the explorations read the same measurements, and
+    would otherwise show plans cheaper than the plan); else the certified plan stands. Each round measures configs not measured before, up to
+    CHALLENGER_ROUNDS. Returns the replay keys of the plans that stand."""
+    for challenge in range(1, CHALLENGER_ROUNDS + 1):
+        before = [(part[1], part[2], part[3]) for part in state]
+        saved = [st.evaluator.calibration_state() for st, *_ in state]
+        for st, *_ in state:
+            st.evaluator.calibrate_none()
+        try:
+            bounds = resolve([part[1] for part in state])
+        finally:
+            for (st, *_), cal in zip(state, saved, strict=True):
+                st.evaluator.restore_calibration(cal)
+        if not any(b.pools and b.cost_per_hour < part[2].cost_per_hour - CHALLENGER_MIN_SAVING_USD
+                   and _priced_across_gpus(part[0].evaluator, b, evals)
+                   for part, (b, evals) in zip(state, bounds, strict=True)):
+            break
+        for part, (b, evals) in zip(state, bounds, strict=True):
+            if b.pools:
+                part[1], part[2], part[3] = evals, b, pool_details(part[0].evaluator, evals, b)
+        new_keyed, missing = _replay_all(state, f"certification, challenger {challenge}")
+        for part, (_, old_sol, _), miss in zip(state, before, missing, strict=True):
+            st, evals, sol, pools, changes = part
+            if sol is old_sol:
+                continue
+            slo, sim = st.scn.slo.to_slo(), st.scn.simulation
+            for pool, check in miss:
+                tc, config = pool.traffic_class, pool.config.label(pool.traffic_class.max_model_len)
+                setting = pool_setting(pool, st.scn, pools, None)
+                new = min(capacity_on_every_run(setting, slo, requests=_requests(setting, slo, sim),
+                                                seeds=tuple(check.seeds[:CONFIRM_RUNS])),
+                          pool.replay_rps * (1 - REPLAN_STEP))
+                st.evaluator.record_simulated(_evaluation(evals, pool), new, calibrates=False, from_log=False)
+                changes.append(f"challenger {challenge}: {tc.label} on {config} missed at its model capacity "
+                               f"({'; '.join(check.problems) or 'the log replay'}); measured {new:,.3f} req/s per "
+                               "replica; the certified plan stands")
+            if not any(missing):
+                for pool in pools:
+                    if st.evaluator.calibration_of(pool.traffic_class) < 1.0 and not st.evaluator.knows_simulated(
+                            pool.config, pool.traffic_class):
+                        st.evaluator.record_simulated(_evaluation(evals, pool), pool.replay_rps, calibrates=False,
+                                                      from_log=False)
+                changes.append(f"challenger {challenge}: with no class's simulated / model ratio the plan costs "
+                               f"{usd_text(sol.cost_per_hour)}/hour against {usd_text(old_sol.cost_per_hour)}/hour, and "
+                               "every pool holds in simulation at its rate: it replaces the plan")
+        if any(missing):
+            # With what was measured, the ratios back: a plan cheaper than the certified one is
+            # replayed too (else the explorations, which read the same measurements, would show
+            # plans cheaper than the plan), and kept where every pool holds.
+            _resolve_into(state, resolve)
+            cheaper = any(part[2].cost_per_hour < sol.cost_per_hour - CHALLENGER_MIN_SAVING_USD
+                          for part, (_, sol, _) in zip(state, before, strict=True))
+            measured_keyed, missing = _replay_all(state, f"certification, challenger {challenge}") if cheaper else (None, [[1]])
+            if any(missing):
+                for part, (evals, sol, pools) in zip(state, before, strict=True):
+                    part[1], part[2], part[3] = evals, sol, pools
+            else:
+                for part, (_, sol, _) in zip(state, before, strict=True):
+                    part[4].append(f"challenger {challenge}: with what was measured the plan costs "
+                                   f"{usd_text(part[2].cost_per_hour)}/hour against {usd_text(sol.cost_per_hour)}/hour, "
+                                   "and every pool holds in simulation at its rate: it replaces the plan")
+                keyed = measured_keyed
+            continue
+        held = [(part[1], part[2], part[3]) for part in state]
+        _resolve_into(state, resolve)  # with the ratios again, and the challenger's pools at the rates they held
+        keyed, missing = _replay_all(state, f"certification, challenger {challenge}")
+        if any(missing):  # a plan of the same cost that the re-solve preferred and that missed: the one that held stands
+            for part, (evals, sol, pools) in zip(state, held, strict=True):
+                part[1], part[2], part[3] = evals, sol, pools
+            keyed = new_keyed
+    return keyed
+
+
+def _priced_across_gpus(evaluator, sol: FleetSolution, evals: list[Evaluation]) -> bool:
+    """Whether a pool of `sol` is planned at its class's ratio on a GPU type where no config of the
+    class was measured: there the ratio, found on another type, is least likely to hold. On a type
+    already measured (another dtype of the same GPU) the model's error is mostly the same, and a
+    challenge there costs seconds of replays for little (the 128k rollout's long pool: two rounds,
+    both undecided, doubled its certified run)."""
+    by_key = {e.key: e for e in evals}
+    for pool in sol.pools:
+        e = by_key[(sol.option, pool.traffic_class, pool.config)]
+        tc = e.traffic_class
+        if (evaluator.calibration_of(tc) < 1.0 and not evaluator.knows_simulated(e.config, tc)
+                and e.config.gpu.id not in evaluator.simulated_gpus(tc)):
+            return True
+    return False
+
+
+def _evaluation(evals, pool) -> Evaluation:
+    tc = pool.traffic_class
+    return next(e for e in evals if e.key == (tc.option, tc.name, pool.config.label(tc.max_model_len)))
+
+
+def _resolve_into(state, resolve) -> None:
+    """Solve every part again (resolve reads the simulated capacities recorded) and take the answers."""
+    answers = resolve([part[1] for part in state])
+    if any(not sol.pools for sol, _ in answers):
+        raise InfeasibleError("no plan holds its targets in simulation: "
+                              + " | ".join(c for part in state for c in part[4]))
+    for part, (sol, evals) in zip(state, answers, strict=True):
+        part[1], part[2], part[3] = evals, sol, pool_details(part[0].evaluator, evals, sol)
 
 
 def refreshed(evaluator, evals: list[Evaluation]) -> list[Evaluation]:

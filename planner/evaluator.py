@@ -45,6 +45,7 @@ class Evaluator:
         self.checks: dict[tuple, PoolCheck] = {}  # (config, class, replicas, rate) -> its replay
         self.replays: dict[tuple, Future] = {}  # replays started ahead (certification.replay_ahead), same keys
         self._calibration: dict[tuple, float] = {}  # class -> least simulated / model ratio seen
+        self.simulated_version = 0  # record_simulated calls so far: what a LazySearch reads again after
         self.upper: dict[tuple, float] = {}  # (config, class) -> a proven upper bound on the model's capacity
         self.dominated: dict[tuple, tuple] = {}  # (config, class) -> the sibling evaluate_all proved it below
         self._token = uuid.uuid4().hex  # names this evaluator to a worker that stands in for it
@@ -54,17 +55,41 @@ class Evaluator:
     def _class_key(tc: TrafficClass) -> tuple:
         return (tc.option, tc.name, tc.max_model_len, id(tc.hist))
 
-    def record_simulated(self, e: Evaluation, rps: float, *, calibrates: bool = True) -> None:
+    def record_simulated(self, e: Evaluation, rps: float, *, calibrates: bool = True, from_log: bool | None = None) -> None:
         """Certification measured this config's capacity for this class: use it from now on, and
         (calibrates) scale the model's capacity of the class's other configs by the same ratio when
-        below 1. A rate lowered after the log's own arrivals missed is no simulated capacity: it
-        calibrates nothing."""
+        below 1. A rate lowered after the log's own arrivals missed (from_log; the default where it
+        calibrates nothing) is no simulated capacity: it calibrates nothing. A challenger's capacity
+        (certification._measure_challengers) is simulated and calibrates nothing either: it was
+        measured because the class's ratio may not hold for it."""
         key = (*e.config.key, *self._class_key(e.traffic_class))
         self._simulated[key] = rps
-        (self._from_log.discard if calibrates else self._from_log.add)(key)
+        self.simulated_version += 1
+        (self._from_log.add if (not calibrates if from_log is None else from_log) else self._from_log.discard)(key)
         if calibrates and e.capacity is not None and e.capacity.max_rps > 0:
             ck = self._class_key(e.traffic_class)
             self._calibration[ck] = min(self._calibration.get(ck, 1.0), rps / e.capacity.max_rps)
+
+    def knows_simulated(self, cfg: Config, tc: TrafficClass) -> bool:
+        """Whether certification measured this config's capacity for this class itself."""
+        return (*cfg.key, *self._class_key(tc)) in self._simulated
+
+    def simulated_gpus(self, tc: TrafficClass) -> set[str]:
+        """The GPU types on which certification measured a config of this class."""
+        ck = self._class_key(tc)
+        return {key[0] for key in self._simulated if key[4:] == ck}
+
+    def calibration_state(self) -> dict[tuple, float]:
+        """The classes' ratios as they stand, for restore_calibration."""
+        return dict(self._calibration)
+
+    def calibrate_none(self) -> None:
+        """Plan every config at its own capacity, the model's or its simulated one, no class's ratio
+        applied (certification's challengers: what a ratio-priced config could do at best)."""
+        self._calibration = {}
+
+    def restore_calibration(self, state: dict[tuple, float]) -> None:
+        self._calibration = dict(state)
 
     def knows(self, key: tuple) -> bool:
         """Whether the pair's capacity is at hand (searched, or simulated): reading it costs nothing."""

@@ -152,7 +152,7 @@ class LazySearch:
         sizing, quantile, m = scn.sizing.mode, scn.sizing.quantile, scn.min_replicas_per_pool
         self._sizing, self._quantile, self._m = sizing, quantile, m
         self._answers: dict[tuple, FleetSolution] = {}
-        self._calibration = evaluator.class_calibration(classes)
+        self._calibration = (evaluator.class_calibration(classes), evaluator.simulated_version)
         self.exact: dict[tuple, Evaluation] = {}
         self._standing: dict[tuple, Evaluation] = {}  # evaluations() of the bounded pairs, kept while their bound holds still
         self.bound: dict[tuple, tuple[float, Config, TrafficClass, ReplicaModel, float]] = {}
@@ -257,7 +257,8 @@ class LazySearch:
 
     def _recalibrate(self) -> None:
         """Read the searched pairs and the bounds again where certification changed a calibration."""
-        now = self.evaluator.class_calibration(self.classes)
+        # a simulated capacity recorded without a ratio (a challenger's, a log's) changes no calibration
+        now = (self.evaluator.class_calibration(self.classes), self.evaluator.simulated_version)
         if now == self._calibration:
             return
         self._calibration, self._answers = now, {}

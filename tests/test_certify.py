@@ -837,3 +837,32 @@ def test_simulate_takes_the_fewest_requests_a_certification_run_can_use(tmp_path
     assert json.loads(r.output)["pools"][0]["requests_per_run"] == MIN_RUN_REQUESTS
     r = CliRunner().invoke(main, ["simulate", str(path), "--requests", str(MIN_RUN_REQUESTS - 1)])
     assert r.exit_code == 2 and f"{MIN_RUN_REQUESTS - 1} is not in the range {MIN_RUN_REQUESTS}<=x" in r.output
+
+
+def test_a_config_priced_by_another_s_ratio_is_challenged_and_the_cheaper_certified_plan_wins(tmp_path):
+    """finance_2027's third quarter with H200s at $3.20: an H100 pool misses (the model optimistic on
+    it), and the class's ratio (0.91) then priced every H200 config too, which the model was not
+    optimistic on. The plan certified at 23 x H100 for $68.77/hour, where 21 x H200 at $67.20/hour
+    certifies planned alone (with gpus [h200]). Certification now solves again without the ratio,
+    replays that plan, and keeps it where every pool holds: the plan costs no more than the H200
+    plan certified alone, and says why it changed."""
+    import yaml
+
+    scn = yaml.safe_load((ROOT / "scenarios" / "finance_2027.yaml").read_text(encoding="utf-8"))
+    scn.pop("forecast")
+    scn["traffic"]["growth"] = 1.3225  # 1.15 a quarter, two quarters on
+    scn["gpus"] = ["h100-sxm", {"id": "h200", "price_usd_per_hour": 3.20}, "l40s"]
+    costs = {}
+    for name, gpus in (("mixed", scn["gpus"]), ("alone", [{"id": "h200", "price_usd_per_hour": 3.20}])):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump({**scn, "name": name, "gpus": gpus}), encoding="utf-8")
+        r = CliRunner().invoke(main, ["solve", str(path), "--json", "--out-dir", str(tmp_path / name)])
+        assert r.exit_code == 0, r.output
+        out = json.loads(r.output)
+        assert all(pool["holds"] for pool in out["plan"])
+        costs[name] = out["cost_usd_per_hour"]
+    assert costs["mixed"] <= costs["alone"] + 1e-9
+    assert costs["mixed"] == pytest.approx(67.20)
+    report = (tmp_path / "mixed" / "mixed.md").read_text(encoding="utf-8")
+    assert ("challenger 1: with no class's simulated / model ratio the plan costs $67.20/hour against $68.77/hour, "
+            "and every pool holds in simulation at its rate: it replaces the plan") in report
