@@ -165,7 +165,7 @@ def _challenge(state, resolve, keyed):
     would otherwise show plans cheaper than the plan); else the certified plan stands. Each round measures configs not measured before, up to
     CHALLENGER_ROUNDS. Returns the replay keys of the plans that stand."""
     for challenge in range(1, CHALLENGER_ROUNDS + 1):
-        before = [(part[1], part[2], part[3]) for part in state]
+        before, keyed_before = [(part[1], part[2], part[3]) for part in state], keyed
         saved = [st.evaluator.calibration_state() for st, *_ in state]
         for st, *_ in state:
             st.evaluator.calibrate_none()
@@ -181,7 +181,7 @@ def _challenge(state, resolve, keyed):
         for part, (b, evals) in zip(state, bounds, strict=True):
             if b.pools:
                 part[1], part[2], part[3] = evals, b, pool_details(part[0].evaluator, evals, b)
-        new_keyed, missing = _replay_all(state, f"certification, challenger {challenge}")
+        _, missing = _replay_all(state, f"certification, challenger {challenge}")
         for part, (_, old_sol, _), miss in zip(state, before, missing, strict=True):
             st, evals, sol, pools, changes = part
             if sol is old_sol:
@@ -224,13 +224,17 @@ def _challenge(state, resolve, keyed):
                                    "and every pool holds in simulation at its rate: it replaces the plan")
                 keyed = measured_keyed
             continue
-        held = [(part[1], part[2], part[3]) for part in state]
         _resolve_into(state, resolve)  # with the ratios again, and the challenger's pools at the rates they held
         keyed, missing = _replay_all(state, f"certification, challenger {challenge}")
-        if any(missing):  # a plan of the same cost that the re-solve preferred and that missed: the one that held stands
-            for part, (evals, sol, pools) in zip(state, held, strict=True):
+        if any(missing):
+            # A plan of the same cost that the re-solve preferred, and that missed: the certified plan
+            # stands (the challenger's, which held, rests on evaluations read with no ratio, which the
+            # report and the explorations must not take for the plan's).
+            for part, (evals, sol, pools) in zip(state, before, strict=True):
                 part[1], part[2], part[3] = evals, sol, pools
-            keyed = new_keyed
+                part[4].append(f"challenger {challenge}: solved again with the ratios, the plan chosen missed; "
+                               "the certified plan stands")
+            keyed = keyed_before
     return keyed
 
 

@@ -156,16 +156,23 @@ def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool |
              for st, evals, sol in zip(setups, evals_per_service, joint.services, strict=True)]
     wants = [st.scn.verify if certify is None else certify for st in setups]
     if any(wants):
+        # Every joint solution certification was given, by its services' plans: certification may keep
+        # an earlier one than its last re-solve (a challenger that missed, certification._challenge),
+        # and the fleet's totals, types and constraints are those of the plans it keeps.
+        solved = {id(joint.services[0]): joint}
+
         def resolve(evals_per_service):
-            nonlocal joint
             evals_per_service = [refreshed(st.evaluator, evals) for st, evals in zip(setups, evals_per_service, strict=True)]
-            joint, evals_per_service = _precise(setups, solve(evals_per_service), evals_per_service)
-            return list(zip(joint.services, evals_per_service, strict=True))
+            answer, evals_per_service = _precise(setups, solve(evals_per_service), evals_per_service)
+            solved[id(answer.services[0])] = answer
+            return list(zip(answer.services, evals_per_service, strict=True))
 
         try:
             done = certify_plans(parts, resolve, rounds=max(st.scn.simulation.max_rounds for st in setups))
         except InfeasibleError as exc:
             raise InfeasibleError(str(exc), where=str(fleet.path)) from None
+        joint = solved[id(done[0][1])]
+        assert all(sol is kept for (_, sol, _, _), kept in zip(done, joint.services, strict=True))
     else:
         done = [(evals, sol, pools, None) for _, evals, sol, pools in parts]
     plans = [assemble_plan(st, evals, sol, pools, cert) for st, (evals, sol, pools, cert) in zip(setups, done, strict=True)]
