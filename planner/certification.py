@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 
 import numpy as np
 
@@ -82,7 +83,6 @@ def certify_plans(parts, resolve, *, rounds: int) -> list[tuple[list[Evaluation]
         for i, miss in enumerate(missing):
             own_rounds[i] += bool(miss)
         for (st, evals, _, pools, changes), miss in zip(state, missing, strict=True):
-            slo, sim = st.scn.slo.to_slo(), st.scn.simulation
             for pool, check in miss:
                 tc = pool.traffic_class
                 config = pool.config.label(tc.max_model_len)
@@ -90,7 +90,6 @@ def certify_plans(parts, resolve, *, rounds: int) -> list[tuple[list[Evaluation]
                     new = pool.planned_rps * pool.replicas / (pool.replicas + 1)
                     why = "the log's own arrivals: " + "; ".join(check.replay.problems)
                 else:
-                    setting = pool_setting(pool, st.scn, pools, None)
                     # The capacity on the first runs the verdict pooled (CONFIRM_RUNS at most): each must
                     # hold (the pooled p99 is no worse than the worst run's). The worst of four runs lies
                     # about a run's spread above their mean, so the pooled value lands about two of four
@@ -100,12 +99,9 @@ def certify_plans(parts, resolve, *, rounds: int) -> list[tuple[list[Evaluation]
                     # REPLAN_STEP lower, up to max_rounds). Every run of sixteen holding would set it by
                     # the worst of sixteen, further below. And below the rate that missed, so a round
                     # changes the plan.
-                    n = _requests(setting, slo, sim)
-                    new = min(capacity_on_every_run(setting, slo, requests=n, seeds=tuple(check.seeds[:CONFIRM_RUNS])),
-                              pool.replay_rps * (1 - REPLAN_STEP))
+                    new = _measured_capacity(st, pool, pools, check)
                     why = "; ".join(check.problems)
-                st.evaluator.record_simulated(next(e for e in evals if e.key == (tc.option, tc.name, config)), new,
-                                              calibrates=bool(check.problems))
+                st.evaluator.record_simulated(_evaluation(evals, pool), new, calibrates=bool(check.problems))
                 changes.append(f"round {spent}: {tc.label} on {config} missed ({why}); planned at {new:,.3f} instead "
                                f"of {pool.planned_rps:,.3f} req/s per replica")
         _resolve_into(state, resolve)
@@ -162,18 +158,14 @@ def _challenge(state, resolve, keyed):
     beat, so it stands certified. If a pool misses, its capacity is measured as a miss's is, and the
     parts are solved with the ratios and what was measured: a plan cheaper than the certified one is
     replayed and kept where every pool holds (the explorations read the same measurements, and
-    would otherwise show plans cheaper than the plan); else the certified plan stands. Each round measures configs not measured before, up to
-    CHALLENGER_ROUNDS. Returns the replay keys of the plans that stand."""
+    would otherwise show plans cheaper than the plan); else the certified plan stands. Each round
+    measures configs not measured before, up to CHALLENGER_ROUNDS. Returns the replay keys of the plans that stand."""
     for challenge in range(1, CHALLENGER_ROUNDS + 1):
         before, keyed_before = [(part[1], part[2], part[3]) for part in state], keyed
-        saved = [st.evaluator.calibration_state() for st, *_ in state]
-        for st, *_ in state:
-            st.evaluator.calibrate_none()
-        try:
+        with ExitStack() as ratios_off:
+            for st, *_ in state:
+                ratios_off.enter_context(st.evaluator.without_ratios())
             bounds = resolve([part[1] for part in state])
-        finally:
-            for (st, *_), cal in zip(state, saved, strict=True):
-                st.evaluator.restore_calibration(cal)
         if not any(b.pools and b.cost_per_hour < part[2].cost_per_hour - CHALLENGER_MIN_SAVING_USD
                    and _priced_across_gpus(part[0].evaluator, b, evals)
                    for part, (b, evals) in zip(state, bounds, strict=True)):
@@ -186,13 +178,9 @@ def _challenge(state, resolve, keyed):
             st, evals, sol, pools, changes = part
             if sol is old_sol:
                 continue
-            slo, sim = st.scn.slo.to_slo(), st.scn.simulation
             for pool, check in miss:
                 tc, config = pool.traffic_class, pool.config.label(pool.traffic_class.max_model_len)
-                setting = pool_setting(pool, st.scn, pools, None)
-                new = min(capacity_on_every_run(setting, slo, requests=_requests(setting, slo, sim),
-                                                seeds=tuple(check.seeds[:CONFIRM_RUNS])),
-                          pool.replay_rps * (1 - REPLAN_STEP))
+                new = _measured_capacity(st, pool, pools, check)
                 st.evaluator.record_simulated(_evaluation(evals, pool), new, calibrates=False, from_log=False)
                 changes.append(f"challenger {challenge}: {tc.label} on {config} missed at its model capacity "
                                f"({'; '.join(check.problems) or 'the log replay'}); measured {new:,.3f} req/s per "
@@ -213,10 +201,10 @@ def _challenge(state, resolve, keyed):
             _resolve_into(state, resolve)
             cheaper = any(part[2].cost_per_hour < sol.cost_per_hour - CHALLENGER_MIN_SAVING_USD
                           for part, (_, sol, _) in zip(state, before, strict=True))
-            measured_keyed, missing = _replay_all(state, f"certification, challenger {challenge}") if cheaper else (None, [[1]])
-            if any(missing):
-                for part, (evals, sol, pools) in zip(state, before, strict=True):
-                    part[1], part[2], part[3] = evals, sol, pools
+            if cheaper:
+                measured_keyed, missing = _replay_all(state, f"certification, challenger {challenge}")
+            if not cheaper or any(missing):
+                _restore(state, before)
             else:
                 for part, (_, sol, _) in zip(state, before, strict=True):
                     part[4].append(f"challenger {challenge}: with what was measured the plan costs "
@@ -230,8 +218,8 @@ def _challenge(state, resolve, keyed):
             # A plan of the same cost that the re-solve preferred, and that missed: the certified plan
             # stands (the challenger's, which held, rests on evaluations read with no ratio, which the
             # report and the explorations must not take for the plan's).
-            for part, (evals, sol, pools) in zip(state, before, strict=True):
-                part[1], part[2], part[3] = evals, sol, pools
+            _restore(state, before)
+            for part in state:
                 part[4].append(f"challenger {challenge}: solved again with the ratios, the plan chosen missed; "
                                "the certified plan stands")
             keyed = keyed_before
@@ -254,7 +242,24 @@ def _priced_across_gpus(evaluator, sol: FleetSolution, evals: list[Evaluation]) 
     return False
 
 
+def _restore(state, plans) -> None:
+    """Put each part's (evaluations, solution, pool details) back."""
+    for part, (evals, sol, pools) in zip(state, plans, strict=True):
+        part[1], part[2], part[3] = evals, sol, pools
+
+
+def _measured_capacity(st: Setup, pool: PoolDetail, pools: list[PoolDetail], check: PoolCheck) -> float:
+    """A missed pool's simulated capacity on the runs its verdict pooled (CONFIRM_RUNS at most), below
+    the rate that missed by REPLAN_STEP at least, so that planning at it changes the plan."""
+    slo, sim = st.scn.slo.to_slo(), st.scn.simulation
+    setting = pool_setting(pool, st.scn, pools, None)
+    return min(capacity_on_every_run(setting, slo, requests=_requests(setting, slo, sim),
+                                     seeds=tuple(check.seeds[:CONFIRM_RUNS])),
+               pool.replay_rps * (1 - REPLAN_STEP))
+
+
 def _evaluation(evals, pool) -> Evaluation:
+    """The evaluation of a pool's config for its class among `evals`."""
     tc = pool.traffic_class
     return next(e for e in evals if e.key == (tc.option, tc.name, pool.config.label(tc.max_model_len)))
 

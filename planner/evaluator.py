@@ -8,6 +8,7 @@ import pickle
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from contextlib import contextmanager
 
 from planner.capacity import ReplicaModel, capacity_below, replica_capacity
 from planner.catalog import Catalog, Model
@@ -79,17 +80,16 @@ class Evaluator:
         ck = self._class_key(tc)
         return {key[0] for key in self._simulated if key[4:] == ck}
 
-    def calibration_state(self) -> dict[tuple, float]:
-        """The classes' ratios as they stand, for restore_calibration."""
-        return dict(self._calibration)
-
-    def calibrate_none(self) -> None:
+    @contextmanager
+    def without_ratios(self):
         """Plan every config at its own capacity, the model's or its simulated one, no class's ratio
-        applied (certification's challengers: what a ratio-priced config could do at best)."""
-        self._calibration = {}
-
-    def restore_calibration(self, state: dict[tuple, float]) -> None:
-        self._calibration = dict(state)
+        applied, inside the block (certification's challengers: what a ratio-priced config could do
+        at best); the ratios come back after it, even on an error."""
+        saved, self._calibration = self._calibration, {}
+        try:
+            yield
+        finally:
+            self._calibration = saved
 
     def knows(self, key: tuple) -> bool:
         """Whether the pair's capacity is at hand (searched, or simulated): reading it costs nothing."""

@@ -861,8 +861,7 @@ def test_a_config_priced_by_another_s_ratio_is_challenged_and_the_cheaper_certif
         out = json.loads(r.output)
         assert all(pool["holds"] for pool in out["plan"])
         costs[name] = out["cost_usd_per_hour"]
-    assert costs["mixed"] <= costs["alone"] + 1e-9
-    assert costs["mixed"] == pytest.approx(67.20)
+    assert costs["mixed"] == pytest.approx(costs["alone"], abs=1e-9)  # no more than the H200 plan certified alone
     report = (tmp_path / "mixed" / "mixed.md").read_text(encoding="utf-8")
     assert ("challenger 1: with no class's simulated / model ratio the plan costs $67.20/hour against $68.77/hour, "
             "and every pool holds in simulation at its rate: it replaces the plan") in report
