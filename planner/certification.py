@@ -198,7 +198,17 @@ def _challenge(state, resolve, keyed):
             # With what was measured, the ratios back: a plan cheaper than the certified one is
             # replayed too (else the explorations, which read the same measurements, would show
             # plans cheaper than the plan), and kept where every pool holds.
-            _resolve_into(state, resolve)
+            try:
+                _resolve_into(state, resolve)
+            except InfeasibleError:
+                # A challenger measured on a pair the certified plan runs, below the rate it holds
+                # there, can leave no plan under an inventory cap: the certified plan, replayed and
+                # holding, stands.
+                _restore(state, before)
+                for part in state:
+                    part[4].append(f"challenger {challenge}: with what was measured no plan is found; "
+                                   "the certified plan stands")
+                break
             cheaper = any(part[2].cost_per_hour < sol.cost_per_hour - CHALLENGER_MIN_SAVING_USD
                           for part, (_, sol, _) in zip(state, before, strict=True))
             if cheaper:

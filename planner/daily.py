@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from planner.day_mix_ilp import DayPool, ScaleSegment, solve_day_mix
 from planner.errors import InfeasibleError
@@ -128,7 +128,7 @@ class DayCosts:
     profile: DailyProfile
     terms: DayTerms
     pools: tuple[DayPool, ...]
-    peak_replicas: Mapping[str, int]  # pool -> replicas in the plan
+    peak_replicas: Mapping[str, int]  # pool -> replicas in the plan (or its busiest hour's need, where more)
     class_loads_rps: Mapping[str, tuple[float, ...]]  # traffic class -> load per hour, headroom included
     loads_rps: Mapping[str, tuple[float, ...]]  # pool -> its share of its class's load per hour
     headroom: float
@@ -137,6 +137,8 @@ class DayCosts:
     output_tokens_per_request: float
     policies: tuple[Policy, ...]
     solver_status: str
+    # pool -> (replicas in the plan, its busiest hour's need) where a stated fleet has fewer than it needs
+    short_pools: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def tokens_per_day(self) -> float | None:
@@ -219,7 +221,6 @@ def day_costs(plan: Plan, profile: DailyProfile, terms: DayTerms) -> DayCosts:
         )
         for pool in plan.pools
     )
-    peak = {names[id(pool)]: pool.replicas for pool in plan.pools}
     rates = {pool.traffic_class.name: pool.traffic_class.rate_rps for pool in plan.pools}
     class_loads = {k: tuple(rate * m for m in profile.multipliers) for k, rate in rates.items()}
     held = {k: sum(replica_capacity_rps(pool) * pool.replicas for pool in plan.pools if pool.traffic_class.name == k) for k in rates}
@@ -235,8 +236,12 @@ def day_costs(plan: Plan, profile: DailyProfile, terms: DayTerms) -> DayCosts:
         return Policy(key, dict(POLICIES)[key], dict(reserved), dict(on_demand), usd, gpu_hours, profile.days)
 
     none = {p.name: (0,) * hours for p in pools}
-    all_day = {p.name: (peak[p.name],) * hours for p in pools}
     scaled = {p.name: tuple(_needed(load, p.capacity_rps, p.min_replicas) for load in loads[p.name]) for p in pools}
+    # A plan covers its busiest hour, so its pools hold what any hour needs; a stated fleet (fleet:) may
+    # not, and a peak-sized policy at its size would price a day it cannot serve below those that serve it.
+    stated = {names[id(pool)]: pool.replicas for pool in plan.pools}
+    peak = {name: max(n, *scaled[name]) for name, n in stated.items()}
+    all_day = {p.name: (peak[p.name],) * hours for p in pools}
     inventory = {g.id: g.max_gpus for g in scn.gpu_candidates if g.max_gpus is not None}
     mix = solve_day_mix(pools, loads, segments, inventory=inventory, backend=scn.solver.backend,
                         time_limit_s=scn.solver.time_limit_s)
@@ -256,6 +261,7 @@ def day_costs(plan: Plan, profile: DailyProfile, terms: DayTerms) -> DayCosts:
         mean_rps=None if mean is None else mean * scn.traffic.growth * served,
         input_tokens_per_request=plan.served.mean("sum_prompt"), output_tokens_per_request=plan.served.mean("sum_output"),
         policies=policies, solver_status=mix.status,
+        short_pools={name: (n, peak[name]) for name, n in stated.items() if peak[name] > n},
     )
 
 
@@ -297,11 +303,16 @@ def day_markdown(costs: DayCosts, *, heading: int = 2) -> str:
         if math.isfinite(prof.peak_to_trough) else f"Profile: {prof.source}; the quietest hour has no load",
     ]
     lines[-1] += (
-        f", and the period's mean is {prof.mean_multiplier:.0%} of the busiest hour. The plan is sized for the busiest "
-        f"hour; every policy below holds each hour's load × headroom {costs.headroom:g} with the plan's configs and "
+        f", and the period's mean is {prof.mean_multiplier:.0%} of the busiest hour. "
+        + ("Every" if costs.short_pools else "The plan is sized for the busiest hour; every")
+        + f" policy below holds each hour's load × headroom {costs.headroom:g} with the plan's configs and "
         f"targets. Scale-up lead time {terms.lead_min:g} min (replicas are paid from when they are asked for), "
         f"{floor_text(terms.min_replicas, [(p.name, p) for p in costs.pools])} in every hour; reserved prices: {terms.reserved_terms}."
     )
+    if costs.short_pools:
+        lines[-1] += (" The stated fleet cannot carry the busiest hour: the peak-sized policies hold what it needs ("
+                      + "; ".join(f"{name}: {need} replicas where the fleet states {n}"
+                                  for name, (n, need) in costs.short_pools.items()) + ").")
     tokens = costs.tokens_per_day
     lines += [
         "",

@@ -46,6 +46,7 @@ class Evaluator:
         self.checks: dict[tuple, PoolCheck] = {}  # (config, class, replicas, rate) -> its replay
         self.replays: dict[tuple, Future] = {}  # replays started ahead (certification.replay_ahead), same keys
         self._calibration: dict[tuple, float] = {}  # class -> least simulated / model ratio seen
+        self._pair_calibration: dict[tuple, float] = {}  # (config, class) -> its own ratio (a TTFT sweep's, calibrate)
         self.simulated_version = 0  # record_simulated calls so far: what a LazySearch reads again after
         self.upper: dict[tuple, float] = {}  # (config, class) -> a proven upper bound on the model's capacity
         self.dominated: dict[tuple, tuple] = {}  # (config, class) -> the sibling evaluate_all proved it below
@@ -105,13 +106,31 @@ class Evaluator:
         return {(tc.option, tc.name, tc.max_model_len): self._calibration[self._class_key(tc)]
                 for tcs in classes.values() for tc in tcs if self._class_key(tc) in self._calibration}
 
-    def calibrate(self, calibration: dict[tuple[str, str, int], float], classes: dict[str, list[TrafficClass]]) -> None:
-        """Take a class_calibration for these classes (what simulation showed of the model there)."""
+    def measured_ratios(self, configs: Sequence[Config], classes: dict[str, list[TrafficClass]]) -> dict[tuple, float]:
+        """The simulated / model capacity ratio of each pair certification measured itself, keyed as
+        `known` is (config, and the class's option, name and context limit)."""
+        out = {}
+        for key, shared, _, _ in self._pairs(configs, classes):
+            found, simulated = self._cache.get(key), self._simulated.get(key)
+            if simulated is not None and found is not None and found.capacity is not None and found.capacity.max_rps > 0:
+                out[shared] = simulated / found.capacity.max_rps
+        return out
+
+    def calibrate(self, calibration: dict[tuple[str, str, int], float], classes: dict[str, list[TrafficClass]],
+                  measured: dict[tuple, float] | None = None, configs: Sequence[Config] = ()) -> None:
+        """Take a class_calibration for these classes (what simulation showed of the model there),
+        and the measured_ratios of `configs`' pairs: a pair certification measured is scaled by its
+        own ratio, not by its class's least. Under other targets (a TTFT sweep) a plan's pool then
+        keeps the share of its model capacity it held in simulation, so a looser target never
+        prices the plan's own pools below the capacities it was certified at."""
         for tcs in classes.values():
             for tc in tcs:
                 factor = calibration.get((tc.option, tc.name, tc.max_model_len))
                 if factor is not None:
                     self._calibration[self._class_key(tc)] = factor
+        for key, shared, _, _ in self._pairs(configs, classes) if measured else ():
+            if shared in measured:
+                self._pair_calibration[key] = measured[shared]
 
     def known(self, configs: Sequence[Config], classes: dict[str, list[TrafficClass]]) -> dict[tuple, tuple]:
         """The model evaluations and proven upper bounds held for the pairs of `configs` and
@@ -182,7 +201,7 @@ class Evaluator:
     def evaluate(self, cfg: Config, tc: TrafficClass) -> Evaluation:
         key = self.pair_key(cfg, tc)
         evaluation = self._model_evaluation(key, cfg, tc)
-        simulated, factor = self._simulated.get(key), self.calibration_of(tc)
+        simulated, factor = self._simulated.get(key), self._pair_calibration.get(key) or self.calibration_of(tc)
         if simulated is None and factor == 1.0:
             return evaluation
         return dataclasses.replace(evaluation, simulated_rps=simulated, calibration=factor,

@@ -96,7 +96,9 @@ def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, alone: bool = False,
         explored = dataclasses.replace(plan, evaluations=evaluations, split_analysis=split, alternatives=alternatives,
                                        sensitivity=sensitivity, levers=levers, ttft_sweep=swept,
                                        alone=outcome_of("alone", sol) if alone else None,
-                                       alone_caps=dict(inventory) if alone else None)
+                                       alone_caps=dict(inventory) if alone else None,
+                                       alone_committed=solve.pool_types if alone else frozenset(),
+                                       alone_type_rule=solve.type_rule if alone else None)
         if figures_ready is not None:
             figures_ready(explored)
         per_gpu = _per_gpu(st, per_gpu_plans, inventory, solve)
@@ -157,8 +159,10 @@ def start_ttft_sweep(st: Setup, solve: Resolver) -> Callable[[], list[tuple[floa
     The sweep is calibrated by what the plan's own certification measured: the calibration is
     taken now, before the per-GPU plans' certifications add to it, so the sweep's answer does not
     depend on which explorations ran first or where it runs. A class's calibration travels keyed
-    by its option, name and context limit (Evaluator.class_calibration)."""
+    by its option, name and context limit (Evaluator.class_calibration), and a measured pair's own
+    ratio by its config too (Evaluator.measured_ratios)."""
     calibration = st.evaluator.class_calibration(st.classes)
+    measured = st.evaluator.measured_ratios(st.configs, st.classes)
     if not any(b.ttft_s for b in st.scn.slo.bands):
         return list
     known = st.evaluator.known(st.configs, st.classes)
@@ -166,11 +170,13 @@ def start_ttft_sweep(st: Setup, solve: Resolver) -> Callable[[], list[tuple[floa
     # here when the worker has not begun them by the time the sweep is read.
     chains = [start_claimable("exploration:ttft_sweep", scn=st.scn, catalog=st.catalog, model=st.model,
                               configs=st.configs, classes=st.classes, inventory=solve.inventory,
-                              calibration=calibration, known=known, multipliers=chain, token=st.evaluator._token,
-                              reserved=solve.reserved, pool_types=solve.pool_types,
+                              calibration=calibration, measured=measured, known=known, multipliers=chain,
+                              token=st.evaluator._token, reserved=solve.reserved, pool_types=solve.pool_types,
+                              type_rule=solve.type_rule,
                               here=lambda chain=chain: _ttft_sweep(st.scn, st.catalog, st.model, st.configs, st.classes,
-                                                                   solve.inventory, st.evaluator, calibration, chain,
-                                                                   solve.reserved, solve.pool_types))
+                                                                   solve.inventory, st.evaluator, calibration, measured,
+                                                                   chain, solve.reserved, solve.pool_types,
+                                                                   solve.type_rule))
               for chain in _SWEEP_CHAINS]
 
     def sweep() -> list[tuple[float, Outcome]]:
@@ -180,15 +186,15 @@ def start_ttft_sweep(st: Setup, solve: Resolver) -> Callable[[], list[tuple[floa
     return sweep
 
 
-def ttft_sweep(scn, catalog, model, configs, classes, inventory, calibration, known=None,
+def ttft_sweep(scn, catalog, model, configs, classes, inventory, calibration, measured=None, known=None,
                multipliers=TTFT_SWEEP, token: str | None = None, reserved=None,
-               pool_types=frozenset()) -> list[tuple[float, Outcome]]:
+               pool_types=frozenset(), type_rule=None) -> list[tuple[float, Outcome]]:
     """_ttft_sweep from the scenario alone (a worker's job): its own evaluator, with the plan's
-    calibration per class, and holding the plan's evaluations and bounds (Evaluator.known) where
+    calibration per class and per measured pair, and holding the plan's evaluations and bounds (Evaluator.known) where
     given. Those only steer the lazy searches (their guesses and bounds), never the answer: without
     them the worker found the same plans with a sixth more latency points (the 128k rollout's sweep:
     972 against 846, 0.4 CPU-s). token: the plan's evaluator's, whose profiles and replica models
-    the worker's jobs share (evaluator.job_evaluator). reserved, pool_types: the rules of its
+    the worker's jobs share (evaluator.job_evaluator). reserved, pool_types, type_rule: the rules of its
     re-solves (Resolver)."""
     if token is None:
         evaluator = Evaluator(scn, catalog, model)
@@ -196,14 +202,15 @@ def ttft_sweep(scn, catalog, model, configs, classes, inventory, calibration, kn
         evaluator, classes = job_evaluator(token, scn, catalog, model, classes)
     if known:
         evaluator.take_known(known, configs, classes)
-    return _ttft_sweep(scn, catalog, model, configs, classes, inventory, evaluator, calibration, multipliers, reserved,
-                       pool_types)
+    return _ttft_sweep(scn, catalog, model, configs, classes, inventory, evaluator, calibration, measured, multipliers,
+                       reserved, pool_types, type_rule)
 
 
-def _ttft_sweep(scn, catalog, model, configs, classes, inventory, evaluator, calibration,
-                multipliers=TTFT_SWEEP, reserved=None, pool_types=frozenset()) -> list[tuple[float, Outcome]]:
+def _ttft_sweep(scn, catalog, model, configs, classes, inventory, evaluator, calibration, measured=None,
+                multipliers=TTFT_SWEEP, reserved=None, pool_types=frozenset(),
+                type_rule=None) -> list[tuple[float, Outcome]]:
     """The plan re-solved with every band's TTFT limit scaled (by `multipliers` of TTFT_SWEEP), by
-    the model (calibrated where certification measured a class): what a stricter or looser TTFT
+    the model (calibrated where certification measured a class or a config): what a stricter or looser TTFT
     target costs."""
     slo = scn.slo
     if not any(b.ttft_s for b in slo.bands):
@@ -225,9 +232,9 @@ def _ttft_sweep(scn, catalog, model, configs, classes, inventory, evaluator, cal
             swept = Evaluator(scaled, catalog, model, like=above)
             scaled_classes = {k: [dataclasses.replace(tc, slo=scaled.slo.to_slo()) for tc in tcs]
                               for k, tcs in classes.items()}
-            swept.calibrate(calibration, scaled_classes)  # what simulation showed of the model applies here too
+            swept.calibrate(calibration, scaled_classes, measured, configs)  # what simulation showed of the model applies here too
             prior = _bound_from(above) if m < above_m else None
-            res, evs = lazy_solve(swept, Resolver(scaled, reserved, pool_types), scaled_classes, configs, prior=prior)
+            res, evs = lazy_solve(swept, Resolver(scaled, reserved, pool_types, type_rule), scaled_classes, configs, prior=prior)
             out[m] = outcome_of(f"TTFT targets x {m:g}", res, "" if res.pools else
                               infeasible_message(scaled_classes, evs, inventory,
                                                  min_replicas=scn.min_replicas_per_pool))
@@ -307,16 +314,18 @@ def start_context_lever(st: Setup, solve: Resolver) -> Callable[[], Outcome | No
     return start_claimable("exploration:context_lever", scn=st.scn, catalog=st.catalog, model=st.model,
                            served=st.served, limit=st.limit, peak=st.peak_rps, configs=st.configs,
                            inventory=solve.inventory, classes=st.classes, known=known, token=st.evaluator._token,
-                           reserved=solve.reserved, pool_types=solve.pool_types, all_requests=st.hist.requests,
+                           reserved=solve.reserved, pool_types=solve.pool_types, type_rule=solve.type_rule,
+                           all_requests=st.hist.requests,
                            here=lambda: context_lever(st.scn, st.catalog, st.model, st.served, st.limit, st.peak_rps,
                                                       st.configs, solve.inventory, classes=st.classes, known=known,
                                                       evaluator=st.evaluator, all_requests=st.hist.requests,
-                                                      solve=Resolver(st.scn, solve.reserved, solve.pool_types)))
+                                                      solve=Resolver(st.scn, solve.reserved, solve.pool_types,
+                                                                     solve.type_rule)))
 
 
 def context_lever(scn, catalog, model, served, limit, peak, configs, inventory, *, classes=None, known=None,
                   token: str | None = None, evaluator: Evaluator | None = None,
-                  solve: Resolver | None = None, reserved=None, pool_types=frozenset(),
+                  solve: Resolver | None = None, reserved=None, pool_types=frozenset(), type_rule=None,
                   all_requests: int | None = None) -> Outcome | None:
     """The plan re-solved at the lower context limit (the scenario's, or half the limit), its
     rejected requests named; None when no lower limit serves any request. Without `evaluator` and
@@ -324,7 +333,7 @@ def context_lever(scn, catalog, model, served, limit, peak, configs, inventory, 
     the plan's, so the answer is the same. known: the plan's model evaluations and bounds
     (Evaluator.known) for its `classes`; a lower class with the same requests, limit and targets as
     a plan's class (a short class of a threshold below the lower limit) starts from them, which
-    steers the search and never its answer. token, reserved, pool_types: as for ttft_sweep.
+    steers the search and never its answer. token, reserved, pool_types, type_rule: as for ttft_sweep.
     all_requests: the histogram's requests, the served ones and those the limit already rejects
     (default: the served ones); the lever's name gives the share of them it would reject."""
     lower = scn.lower_context_limit or edge_at_most(max(limit // 2, int(TOTAL_EDGES[0])))
@@ -340,7 +349,7 @@ def context_lever(scn, catalog, model, served, limit, peak, configs, inventory, 
     evaluator = evaluator or Evaluator(scn, catalog, model)
     if known:
         evaluator.take_known(known, configs, _same_classes(lower_classes, classes or {}))
-    res, evs = lazy_solve(evaluator, solve or Resolver(scn, reserved, pool_types), lower_classes, configs)
+    res, evs = lazy_solve(evaluator, solve or Resolver(scn, reserved, pool_types, type_rule), lower_classes, configs)
     total = all_requests or served.requests
     rejected_before = total - served.requests
     name = f"context limit {lower:,} (rejects {share_text((rejected_before + lost) / total)} of requests" + (

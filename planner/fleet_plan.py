@@ -178,7 +178,8 @@ def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool |
     plans = [assemble_plan(st, evals, sol, pools, cert) for st, (evals, sol, pools, cert) in zip(setups, done, strict=True)]
     types = _types(fleet, joint)
     if explore:
-        alone = [_alone(setups, plans, i, fleet.shared_caps, frozenset(fleet.commitments)) for i in range(len(plans))]
+        alone = [_alone(setups, plans, i, fleet.shared_caps, frozenset(fleet.commitments), fleet.spec.max_gpu_types)
+                 for i in range(len(plans))]
         # Every service's TTFT sweep goes to the worker at once, while the others run here.
         sweeps = [start_ttft_sweep(st, solve) for st, solve in alone]
         plans = [explore_plan(st, plan, solve, alone=True, sweep=sweep, figures_ready=figures_ready)
@@ -320,7 +321,7 @@ def _price(fleet: FleetInputs, gpu: str) -> float:
 
 
 def _alone(setups: list[Setup], plans: list[Plan], i: int, caps: dict[str, int],
-           committed: frozenset[str]) -> tuple[Setup, Resolver]:
+           committed: frozenset[str], max_gpu_types: int | None = None) -> tuple[Setup, Resolver]:
     """The service alone with the rest of the fleet as planned, for its explorations: a shared
     type's cap is what the other services leave of it, at its candidates' on-demand prices, and a
     class may keep a pool of its own on each of the fleet's committed types, as in the fleet's ILP
@@ -328,14 +329,17 @@ def _alone(setups: list[Setup], plans: list[Plan], i: int, caps: dict[str, int],
     may choose otherwise than the fleet does for it (the fleet's committed GPUs are paid whether used
     or not); its section says so (report.render, Plan.alone). Pricing its re-solves with the
     commitments the others leave instead made their ILPs ten times slower (a weak relaxation: sunk
-    GPUs fill fractional replicas for nothing): the catalog-wide fleet took 17.6 s against 12.3."""
+    GPUs fill fractional replicas for nothing): the catalog-wide fleet took 17.6 s against 12.3.
+    A fleet's max_gpu_types holds too: alone, the service may run the types the others run and as
+    many more as the rule leaves (else its section compared with a plan the fleet could not run)."""
     st = setups[i]
     others: Counter[str] = Counter()
     for j, other in enumerate(plans):
         if j != i:
             others.update(other.solution.gpus_by_type)
     scn = _within_caps(st.scn, {g: max(0, cap - others.get(g, 0)) for g, cap in caps.items()})
-    return dataclasses.replace(st, scn=scn), Resolver(scn, pool_types=committed)
+    rule = None if max_gpu_types is None else (max_gpu_types, frozenset(g for g, n in others.items() if n > 0))
+    return dataclasses.replace(st, scn=scn), Resolver(scn, pool_types=committed, type_rule=rule)
 
 
 def _constraints(fleet: FleetInputs, setups, evals_per_service, joint: JointSolution, types) -> tuple[SharedConstraint, ...]:

@@ -205,7 +205,8 @@ def _totals(fp: FleetPlan) -> str:
                   "budget, take the fleet's cost."]
     notes = []
     if spec.max_gpu_types is not None:
-        notes.append(f"Rule: at most {spec.max_gpu_types} GPU types across the fleet ({len(fp.joint.gpus_by_type)} used).")
+        notes.append(f"Rule: at most {spec.max_gpu_types} GPU type{'s' if spec.max_gpu_types != 1 else ''} across the fleet "
+                     f"({len(fp.joint.gpus_by_type)} used).")
     if spec.budget_usd_per_month is not None:
         notes.append(f"Budget: {usd_text(spec.budget_usd_per_month)} per month; the plan leaves "
                      f"{usd_text(spec.budget_usd_per_month - fp.cost_per_month)} of it.")
@@ -217,6 +218,11 @@ def _totals(fp: FleetPlan) -> str:
 def _constraints(fp: FleetPlan) -> str:
     lines = ["## What the shared constraints cost", ""]
     if not fp.constraints:
+        if fp.fleet.commitments:
+            # Sunk GPUs are shared too: a service runs on them where alone it would buy others.
+            return "\n".join([*lines, "No shared cap: no shared GPU type has a cap and no fleet-wide rule is set. The "
+                              "fleet's committed GPUs are paid whether used or not, so a service's plan may differ "
+                              "from the one it would make alone; its section says where it does."])
         return "\n".join([*lines, "No shared limit: no shared GPU type has a cap and no fleet-wide rule is set, so "
                           "every service's plan is the one it would make alone."])
     lines += [

@@ -190,8 +190,11 @@ def quarter_scenario(scn: Scenario, q: QuarterSpec, multiplier: float) -> Scenar
     return scn.model_copy(update=update)
 
 
-def run_forecast(inputs: Inputs) -> list[QuarterResult]:
-    scn = inputs.scenario
+def run_forecast(inputs: Inputs, *, certify: bool | None = None) -> list[QuarterResult]:
+    """Each quarter of the scenario's forecast planned, priced and carried into the next. certify:
+    the quarters' plans certified by simulation or not [default: the scenario's `verify`], as the
+    plan whose report embeds the forecast was (solve --verify/--no-verify)."""
+    scn = inputs.scenario if certify is None else inputs.scenario.model_copy(update={"verify": certify})
     fc = scn.forecast
     if fc is None:
         raise InputError("the scenario has no forecast section", where=str(inputs.path))

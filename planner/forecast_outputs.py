@@ -90,13 +90,17 @@ def _input_share(r: QuarterResult) -> float:
     return r.cost_per_million["input"] * r.plan.input_tokens_per_hour / 1e6 / r.cost_per_hour
 
 
-def _tokens(r: QuarterResult, kind: str) -> float | None:
+def _tokens(r: QuarterResult, kind: str) -> int | None:
+    """A quarter's tokens at the day's volume, whole: input and output each rounded, and "all" their
+    sum, so that tokens = input_tokens + output_tokens in every row and in the totals (rounded on its
+    own, the sum was a token or two off the two parts)."""
     day = r.day
     if day.mean_rps is None:
         return None
-    per_request = {"input": day.input_tokens_per_request, "output": day.output_tokens_per_request}
-    per_request["all"] = per_request["input"] + per_request["output"]
-    return day.mean_rps * HOURS_PER_QUARTER * 3600 * per_request[kind]
+    if kind == "all":
+        return _tokens(r, "input") + _tokens(r, "output")
+    per_request = {"input": day.input_tokens_per_request, "output": day.output_tokens_per_request}[kind]
+    return round(day.mean_rps * HOURS_PER_QUARTER * 3600 * per_request)
 
 
 def _at_volume(kind: str) -> Callable[[QuarterResult], float | None]:
@@ -231,8 +235,9 @@ TOTAL_COLUMNS: tuple[Column, ...] = (
     Column("quarters", "integer", "quarters summed (four quarters of one year: the year's total)", lambda t: t["quarters"]),
     Column("hours", "number", f"hours summed ({HOURS_PER_QUARTER:,} a quarter)", lambda t: t["hours"], digits=0),
     *(Column(c.name, c.type, c.description, lambda t, n=c.name: t[n], c.digits, True) for c in QUARTER_COLUMNS if c.total),
-    Column("usd_per_million_tokens_blended", "number", "total_usd / tokens, USD per million tokens",
-           lambda t: _per_million(t, "total_usd", "tokens")),
+    Column("usd_per_million_tokens_blended", "number",
+           "total_usd / tokens, USD per million tokens (empty where a quarter's fleet cannot carry its peak: it does "
+           "not serve those tokens)", lambda t: _blended_per_million(t)),
     Column("usd_per_million_input_tokens", "number", "input_usd / input_tokens, USD per million",
            lambda t: _per_million(t, "input_usd", "input_tokens")),
     Column("usd_per_million_output_tokens", "number", "output_usd / output_tokens, USD per million",
@@ -249,6 +254,12 @@ TOTAL_COLUMNS: tuple[Column, ...] = (
 
 def _per_million(t: dict, usd: str, tokens: str) -> float | None:
     return None if t[usd] is None else usd_per_million_tokens(t[usd], t[tokens])
+
+
+def _blended_per_million(t: dict) -> float | None:
+    """The plans' cost over every quarter's tokens; none where a quarter's fleet cannot carry its peak
+    (a stated fleet), whose own price per token is none: its cost does not buy its quarter's tokens."""
+    return None if t["unpriced"] else _per_million(t, "total_usd", "tokens")
 
 
 # ------------------------------------------------------------------ writing
@@ -288,6 +299,7 @@ def _totals(quarter_rows: list[list[str]], results: Sequence[QuarterResult]) -> 
         "first_quarter": body[0][0], "last_quarter": body[-1][0], "quarters": len(body), "hours": len(body) * HOURS_PER_QUARTER,
         "committed_after_end_usd": committed_after_end_usd(results[-1].lots, len(results) - 1,
                                                            None if fc is None else fc.commitment_term_quarters),
+        "unpriced": any(not math.isfinite(r.cost_per_million["blended"]) for r in results),
     }
     for c in QUARTER_COLUMNS:
         if c.total:
@@ -459,7 +471,7 @@ def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: st
     total = _totals(_table(QUARTER_COLUMNS, results), results)
     first, last = results[0], results[-1]
     span = f"{first.quarter} → {last.quarter}"
-    cpm_total = _per_million(total, "total_usd", "tokens")
+    cpm_total = _blended_per_million(total)
     lines = [
         f"{h} Forecast: {name}",
         "",
@@ -600,7 +612,8 @@ def _policies_markdown(results: Sequence[QuarterResult], total: dict, heading: i
         f"{'#' * heading} The day's load curve, by quarter",
         "",
         f"Profile: {prof.source}"
-        + ("" if flat else f" (busiest hour {prof.peak_to_trough:,.2f}× the quietest, mean {prof.mean_multiplier:.0%} of the busiest)")
+        + ("" if flat else f" (busiest hour {prof.peak_to_trough:,.2f}× the quietest, mean {prof.mean_multiplier:.0%} of the busiest)"
+           if math.isfinite(prof.peak_to_trough) else f" (the quietest hour has no load; mean {prof.mean_multiplier:.0%} of the busiest)")
         + f". Each quarter's pools priced four ways over the curve, each as if the quarter carried no commitment in: "
         "what the four ways of buying the same fleet would cost, not what the plan pays (the table above, with the "
         f"commitments it carries): scale-up lead time {terms.lead_min:g} min, "
@@ -623,6 +636,12 @@ def _policies_markdown(results: Sequence[QuarterResult], total: dict, heading: i
         lines.append(f"| {r.quarter} | " + " | ".join(cells) + " |")
     lines.append("| **Total** | " + " | ".join(
         f"{usd_text(total[f'{k}_usd'])} · {usd_per_million_text(_per_million(total, f'{k}_usd', 'tokens'))}" for k, _ in POLICIES) + " |")
+    short = [f"{r.quarter} " + "; ".join(f"{name}: {need} replicas where the fleet states {n}"
+                                         for name, (n, need) in r.day.short_pools.items())
+             for r in results if r.day.short_pools]
+    if short:
+        lines += ["", "The stated fleet cannot carry the busiest hour of some quarters: their peak-sized policies hold "
+                  "what it needs (" + "; ".join(short) + ")."]
     return lines
 
 

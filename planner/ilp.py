@@ -66,6 +66,8 @@ Constraints shared by the services
   use_reserved_{g}:     sum_{c on g} g[c] x[c] >= R[g]          (use_reserved: every committed GPU runs;
                         M[c] then also admits ceil(R[g] / g[c]) replicas)
   uses_type_{c}:        z[c] <= t[g(c)];   gpu_types:  sum_g t[g] <= D   (with D)
+                        (a fleet service re-solved alone: g over the types the other services do
+                        not run, and D less the types they run, which count whatever it chooses)
 """
 
 from __future__ import annotations
@@ -267,13 +269,17 @@ def solve_fleet(
     keep_lp: bool = False,
     tie_break: bool | Callable[[JointSolution], bool] = True,
     pool_types: frozenset[str] = frozenset(),
+    max_gpu_types: int | None = None,
+    types_in_use: frozenset[str] = frozenset(),
 ) -> FleetSolution:
     """The cheapest plan of one service (solve_services with one service and its caps as the
-    shared ones); the formulation is the module's docstring."""
+    shared ones); the formulation is the module's docstring. max_gpu_types, types_in_use: a fleet's
+    rule on GPU types, with the types its other services run (a fleet service re-solved alone)."""
     joint = solve_services(
         [ServiceModel("", options, candidates, {}, min_replicas, homogeneous, forbid, pool_types)], inventory=inventory,
         backend=backend, time_limit_s=time_limit_s, reserved=reserved, reserved_pools=reserved_pools,
-        use_reserved=use_reserved, keep_lp=keep_lp, tie_break=tie_break,
+        use_reserved=use_reserved, keep_lp=keep_lp, tie_break=tie_break, max_gpu_types=max_gpu_types,
+        types_in_use=types_in_use,
     )
     sol = joint.services[0]
     if not sol.pools:
@@ -295,15 +301,17 @@ def solve_services(
     time_limit_s: float = 60.0,
     keep_lp: bool = False,
     tie_break: bool | Callable[[JointSolution], bool] = True,
+    types_in_use: frozenset[str] = frozenset(),
 ) -> JointSolution:
     """Minimise the cost per hour of a fleet of services that share GPU inventory and commitments;
     the formulation (sets, data, variables, objective, constraints) is the module's docstring.
+    types_in_use: GPU types that count against max_gpu_types whatever the plan runs.
     tie_break: break ties (the objective's second solve, then canonical_ties), or not; or a test of
     the cost-optimal solution that says whether to. The test's answer equals a second call with
     tie_break=True without building and solving the cost ILP again: that solve is deterministic, so
     it would find the same cost optimum on the same model."""
     t0 = time.perf_counter()
-    prob, parts, joint = _build(services, inventory, reserved, reserved_pools, use_reserved, max_gpu_types)
+    prob, parts, joint = _build(services, inventory, reserved, reserved_pools, use_reserved, max_gpu_types, types_in_use)
     if joint is None:  # no config for some class of every option, or too many GPUs
         return _unservable(parts, backend, t0)
     lp = lp_text(prob) if keep_lp else ""
@@ -376,7 +384,7 @@ def canonical_ties(sol: FleetSolution, candidates: Sequence[Candidate], min_repl
     return sol if all(a is b for a, b in zip(pools, sol.pools, strict=True)) else replace(sol, pools=tuple(pools))
 
 
-def _build(services, inventory, reserved, reserved_pools, use_reserved, max_gpu_types):
+def _build(services, inventory, reserved, reserved_pools, use_reserved, max_gpu_types, types_in_use=frozenset()):
     """The problem, each service's part of it, and what they share (None when some service cannot
     be served: the parts then say why)."""
     prob = pulp.LpProblem("fleet", pulp.LpMinimize)
@@ -385,7 +393,7 @@ def _build(services, inventory, reserved, reserved_pools, use_reserved, max_gpu_
     if any(not part.servable for part in parts):
         return prob, parts, None
     joint = _JointProblem(prob, parts, reserved)
-    joint.add_constraints(dict(inventory or {}), use_reserved, max_gpu_types)
+    joint.add_constraints(dict(inventory or {}), use_reserved, max_gpu_types, types_in_use)
     return prob, parts, joint
 
 
@@ -459,7 +467,8 @@ class _JointProblem:
         """The GPUs the (service, candidate) pairs' replicas hold, as (variable, GPUs a replica) terms."""
         return [(part.x[i], part.cands[i].gpus_per_replica) for part, i in pairs]
 
-    def add_constraints(self, inventory: Mapping[str, int], use_reserved: bool, max_gpu_types: int | None) -> None:
+    def add_constraints(self, inventory: Mapping[str, int], use_reserved: bool, max_gpu_types: int | None,
+                        types_in_use: frozenset[str] = frozenset()) -> None:
         prob, reserved, od = self.prob, self.reserved, self.od
         for part in self.parts:
             part.add_constraints()
@@ -476,12 +485,14 @@ class _JointProblem:
             if use_reserved:
                 _row(prob, on_g, GE, reserved[g][0], lp_name("use_reserved", g))
         if max_gpu_types is not None:
-            types = sorted({part.cands[i].gpu for part, i in self.members})
+            types = sorted({part.cands[i].gpu for part, i in self.members} - types_in_use)
             used = {g: prob.add_variable(lp_name("uses", g), cat="Binary") for g in types}
             for part, i in self.members:
-                _row(prob, [(part.z[i], 1), (used[part.cands[i].gpu], -1)], LE, 0,
-                     lp_name("uses_type", part.prefix, *part.label[i]))
-            _row(prob, [(t, 1) for t in used.values()], LE, max_gpu_types, "gpu_types")
+                if part.cands[i].gpu in used:
+                    _row(prob, [(part.z[i], 1), (used[part.cands[i].gpu], -1)], LE, 0,
+                         lp_name("uses_type", part.prefix, *part.label[i]))
+            if used:
+                _row(prob, [(t, 1) for t in used.values()], LE, max_gpu_types - len(types_in_use), "gpu_types")
 
     def ties(self):
         """The second objective: fewer GPUs, then fewer pools, then no split or the lowest threshold,

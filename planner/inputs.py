@@ -154,11 +154,11 @@ def plan_inputs(
     )
 
 
-def report_sections(plan: Plan, inputs: Inputs, *, forecast: bool = True) -> tuple[str, ...]:
+def report_sections(plan: Plan, inputs: Inputs, *, forecast: bool = True, certify: bool | None = None) -> tuple[str, ...]:
     """The sections a plan's report adds after its pools: the day's load curve priced (a profile that
     is not flat, or a stated traffic.mean_rps: finance's mean load, at which a token of a fleet sized
     for the peak costs more than the decision's price at the peak) and, with `forecast`, the
-    scenario's forecast."""
+    scenario's forecast, its quarters certified as the plan was (`certify`, as for plan_inputs)."""
     sections = []
     if not inputs.traffic.profile.is_flat or inputs.scenario.traffic.mean_rps is not None:
         from planner.daily import day_section
@@ -169,7 +169,7 @@ def report_sections(plan: Plan, inputs: Inputs, *, forecast: bool = True) -> tup
         from planner.forecast_outputs import forecast_markdown
 
         sections.append(
-            forecast_markdown(inputs.scenario.name, run_forecast(inputs), heading=2)
+            forecast_markdown(inputs.scenario.name, run_forecast(inputs, certify=certify), heading=2)
             + "\nThe quarter-by-quarter CSV and figure come from `planner forecast` on this scenario.\n"
         )
     return tuple(sections)

@@ -210,6 +210,10 @@ class Plan:
     # of its rows, and those caps; None outside a fleet
     alone: Outcome | None = None
     alone_caps: dict[str, int] | None = None
+    # and the fleet's other rules those re-solves keep: its committed GPU types, and its rule on GPU
+    # types with the types the other services run (plan_search.Resolver)
+    alone_committed: frozenset[str] = frozenset()
+    alone_type_rule: tuple[int, frozenset[str]] | None = None
 
     @property
     def compared_usd_per_hour(self) -> float:

@@ -65,7 +65,8 @@ def scenario_caps(scn: Scenario) -> dict[str, int]:
 
 
 def _solve(scn, inventory: dict[str, int], classes, evals: Sequence[Evaluation], *, options=None, rate_scale=1.0,
-           forbid=(), keep_lp=False, reserved=None, use_reserved=False, tie_break=True, pool_types=frozenset()):
+           forbid=(), keep_lp=False, reserved=None, use_reserved=False, tie_break=True, pool_types=frozenset(),
+           max_gpu_types=None, types_in_use=frozenset()):
     sm = service_model(scn, classes, evals, options=options, rate_scale=rate_scale, forbid=forbid,
                        use_reserved=use_reserved, bound_types={*inventory, *(reserved or {}), *pool_types})
     return solve_fleet(
@@ -73,7 +74,7 @@ def _solve(scn, inventory: dict[str, int], classes, evals: Sequence[Evaluation],
         backend=scn.solver.backend, time_limit_s=scn.solver.time_limit_s, forbid=sm.forbid, keep_lp=keep_lp,
         reserved=reserved, use_reserved=use_reserved,
         reserved_pools=scn.forecast.reserved_pools if scn.forecast is not None else True, tie_break=tie_break,
-        pool_types=pool_types,
+        pool_types=pool_types, max_gpu_types=max_gpu_types, types_in_use=types_in_use,
     )
 
 
@@ -85,14 +86,17 @@ class Resolver:
     reserved: committed GPUs, {type: (count, price per GPU-hour)}, that every re-solve is priced
     with unless its question states its own (a scenario's own commitments). pool_types: GPU types on
     which a class may keep a pool of its own (ilp.ServiceModel.pool_types): a fleet service re-solved
-    alone keeps the fleet's rule for its committed types, so the fleet's plan stays one it can make."""
+    alone keeps the fleet's rule for its committed types, so the fleet's plan stays one it can make.
+    type_rule: a fleet's max_gpu_types and the GPU types its other services run, which a service
+    re-solved alone may add to only while the fleet stays within the rule."""
 
     def __init__(self, scn: Scenario, reserved: dict[str, tuple[int, float]] | None = None,
-                 pool_types: frozenset[str] = frozenset()):
+                 pool_types: frozenset[str] = frozenset(), type_rule: tuple[int, frozenset[str]] | None = None):
         self.scn = scn
         self.inventory = scenario_caps(scn)
         self.reserved = dict(reserved or {})
         self.pool_types = frozenset(pool_types)
+        self.type_rule = type_rule
         self._answers: dict[tuple, FleetSolution] = {}
         self._keep: list = []  # the keyed objects stay alive, so their ids stay unique
 
@@ -101,6 +105,8 @@ class Resolver:
             kw = {**kw, "reserved": self.reserved}
         if self.pool_types:
             kw = {**kw, "pool_types": self.pool_types}
+        if self.type_rule is not None:
+            kw = {**kw, "max_gpu_types": self.type_rule[0], "types_in_use": self.type_rule[1]}
         key = (id(classes), id(evals), tuple(kw.get("options") or ()), kw.get("rate_scale", 1.0),
                tuple(kw.get("forbid", ())), tuple(sorted((kw.get("reserved") or {}).items())),
                kw.get("use_reserved", False), kw.get("tie_break", True))

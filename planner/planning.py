@@ -97,17 +97,22 @@ def make_plan(
     # change (no pool re-planned): the sweep starts now and starts again if it does.
     if certifying and explore:
         context = start_context_lever(st, solve)
-        calibration, sweep = st.evaluator.class_calibration(st.classes), start_ttft_sweep(st, solve)
+        calibration, sweep = _sweep_calibration(st), start_ttft_sweep(st, solve)
     if certifying:
         [(evals, sol, pools, certification)] = certify_plans(
             [(st, evals, sol, pools)], lambda _: [(search.solve(**question), search.evaluations())],
             rounds=scn.simulation.max_rounds,
         )
-        if sweep is not None and st.evaluator.class_calibration(st.classes) != calibration:
+        if sweep is not None and _sweep_calibration(st) != calibration:
             sweep = None
     plan = assemble_plan(st, evals, sol, pools, certification)
     return (explore_plan(st, plan, solve, sweep=sweep, context=context, search=search,
                          figures_ready=figures_ready) if explore else plan)
+
+
+def _sweep_calibration(st: Setup) -> tuple[dict, dict]:
+    """What the TTFT sweep takes of certification: each class's ratio and each measured pair's."""
+    return st.evaluator.class_calibration(st.classes), st.evaluator.measured_ratios(st.configs, st.classes)
 
 
 def assemble_plan(st: Setup, evals, sol: FleetSolution, pools: list[PoolDetail], certification) -> Plan:

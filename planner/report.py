@@ -478,13 +478,23 @@ def _uses_all_left(o: Outcome, caps: dict[str, int]) -> bool:
 def _explored_in_fleet(plan: Plan) -> str:
     """How a fleet service's explorations are solved (fleet_plan._alone) and what they compare with."""
     caps = ", ".join(f"{g} ≤ {gpus_text(n)}" for g, n in sorted((plan.alone_caps or {}).items())) or "none"
+    rule = ""
+    if plan.alone_type_rule is not None:
+        limit, others = plan.alone_type_rule
+        rule = (f", and within the fleet's rule of at most {limit} GPU type{'s' if limit != 1 else ''} "
+                f"(the others run {', '.join(sorted(others)) or 'none'})")
     text = (f"In the fleet, the rows below re-solve this service alone, the other services as planned: at its "
-            f"on-demand prices, within what they leave of the GPU caps ({caps}). So solved, its plan is "
+            f"on-demand prices, within what they leave of the GPU caps ({caps}){rule}. So solved, its plan is "
             f"{plan.alone.summary}, {usd_text(plan.alone.cost_per_hour)} per hour: the base of every 'vs plan' here "
             "and of 'Why split' above.")
     if plan.alone_differs:
-        text += (" The fleet runs the plan above instead: its committed GPUs are paid whether used or not and its "
-                 "caps are shared, so what is cheapest for the fleet need not be for this service alone.")
+        reasons = [*([f"its committed GPUs ({', '.join(sorted(plan.alone_committed))}) are paid whether used or not"]
+                     if plan.alone_committed else []),
+                   *(["its caps are shared"] if plan.alone_caps else []),
+                   *(["its rule on GPU types binds the services together"] if plan.alone_type_rule is not None else [])]
+        why = (" and ".join([", ".join(reasons[:-1]), reasons[-1]] if len(reasons) > 1 else reasons)
+               or "its ILP chose among plans of equal cost for the whole fleet")
+        text += f" The fleet runs the plan above instead: {why}, so what is cheapest for the fleet need not be for this service alone."
     return text
 
 
@@ -550,7 +560,8 @@ def _per_gpu(plan: Plan) -> str:
 
 
 # How the explorations' re-solves are priced: they are not certified as the plan is.
-BY_THE_MODEL = "by the model (calibrated where certification measured a class; these rows are not simulated themselves)"
+BY_THE_MODEL = ("by the model (each config scaled by what certification measured: its own simulated / model capacity "
+                "ratio, else its class's least; these rows are not simulated themselves)")
 
 
 def _sweep(plan: Plan, figure: str | None) -> str:

@@ -118,6 +118,11 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
         profile = traffic_profile(scn.traffic.profile, hist)
     except InputError as exc:
         raise InputError(f"profile: {exc}") from None
+    if scn.traffic.mean_rps is not None and profile.busiest_hour_rps is not None:
+        # The measured day's busiest hour sets the mean; a stated one would be read nowhere.
+        raise InputError(f"mean_rps: the profile is measured from the log, whose busiest hour sets the day's mean "
+                         f"({profile.busiest_hour_rps:,.4g} req/s); state the profile too (hourly or shape) for "
+                         "mean_rps to be the busiest hour's rate, or drop mean_rps")
     warnings = [excluded_note] if excluded_note else []
     # Hours without a request lower the day's volume wherever the log's span sets its mean rate: a
     # measured day (the week's, stated as such, may idle on its weekend), or the source's own mean

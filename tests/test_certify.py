@@ -865,3 +865,55 @@ def test_a_config_priced_by_another_s_ratio_is_challenged_and_the_cheaper_certif
     report = (tmp_path / "mixed" / "mixed.md").read_text(encoding="utf-8")
     assert ("challenger 1: with no class's simulated / model ratio the plan costs $67.20/hour against $68.77/hour, "
             "and every pool holds in simulation at its rate: it replaces the plan") in report
+
+
+def test_a_challenger_that_leaves_no_plan_keeps_the_certified_plan(monkeypatch):
+    """A challenger's pool misses and is measured on a pair the certified plan runs too, and the
+    re-solve with that measurement finds no plan (an inventory cap): the certified plan, which held
+    in simulation, stands, and the report says why, rather than the run failing with "no plan
+    holds"."""
+    from contextlib import nullcontext
+    from types import SimpleNamespace
+
+    import planner.certification as cert
+
+    recorded = []
+    evaluator = SimpleNamespace(without_ratios=nullcontext, record_simulated=lambda e, rps, **kw: recorded.append(rps))
+    st = SimpleNamespace(evaluator=evaluator)
+    tc = SimpleNamespace(label="class 'all'", max_model_len=8192)
+    pool = SimpleNamespace(traffic_class=tc, config=SimpleNamespace(label=lambda limit: "h200 tp1"))
+    certified = SimpleNamespace(pools=["certified pool"], cost_per_hour=10.0)
+    challenger = SimpleNamespace(pools=[pool], cost_per_hour=9.0)
+    nothing = SimpleNamespace(pools=[], cost_per_hour=0.0)
+    answers = iter([[(challenger, ["challenger evals"])], [(nothing, ["no evals"])]])
+    monkeypatch.setattr(cert, "_priced_across_gpus", lambda *a: True)
+    monkeypatch.setattr(cert, "pool_details", lambda ev, evals, sol: [pool] if sol is challenger else [])
+    monkeypatch.setattr(cert, "_replay_all", lambda state, label: ([[]], [[(pool, SimpleNamespace(problems=["TTFT p99"]))]]))
+    monkeypatch.setattr(cert, "_measured_capacity", lambda *a: 0.5)
+    monkeypatch.setattr(cert, "_evaluation", lambda evals, p: "evaluation")
+    state = [[st, ["certified evals"], certified, ["certified pools"], []]]
+    keyed = [[("certified pool", "its replay")]]
+
+    assert cert._challenge(state, lambda evals: next(answers), keyed) is keyed
+    assert state[0][:4] == [st, ["certified evals"], certified, ["certified pools"]]
+    assert recorded == [0.5]
+    assert state[0][4][-1] == "challenger 1: with what was measured no plan is found; the certified plan stands"
+
+
+def test_a_looser_ttft_target_never_costs_more_than_the_certified_plan(tmp_path):
+    """inventory_mixed certifies pools on three GPU types, each measured at its own simulated /
+    model ratio (0.86 to 0.98). The TTFT sweep scaled every config by its class's least ratio, so
+    the plan's own H100 and H200 pools lost capacity they held in simulation, and the rows x 1.5
+    and x 2 priced one more L40S than the plan ($111.12 against $105.52), though a looser target
+    is met by the plan itself. A measured config now keeps its own ratio."""
+    import re
+
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["solve", str(ROOT / "scenarios" / "inventory_mixed.yaml"), "--json", "--out-dir", str(out)])
+    assert r.exit_code == 0, r.output
+    cost = json.loads(r.output)["cost_usd_per_hour"]
+    report = (out / "inventory_mixed.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| × ([\d.]+) \| \$([\d,.]+) \|", report, flags=re.M))
+    assert set(rows) == {"0.5", "0.75", "1.5", "2"}
+    for m in ("1.5", "2"):
+        assert float(rows[m].replace(",", "")) <= round(cost, 2), (m, rows[m], cost)

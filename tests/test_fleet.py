@@ -943,3 +943,38 @@ def test_a_fleet_forecast_refuses_commitments_above_the_inventory_s_cap(tmp_path
             "reserved + max_new); a commitment is not given back: state this quarter's availability of h100-sxm or "
             "raise its max_new") in r.output
     assert len(r.output.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+def test_a_service_alone_keeps_the_fleet_s_rule_on_gpu_types(tmp_path):
+    """At most one GPU type, and 3 new H100s for a fleet that would need 4: the fleet runs L40S only.
+    Alone, beta (one H100's load) took an H100 from the cap the others leave, a plan the fleet could
+    not run beside alpha's L40S, and its section compared every row with it and blamed commitments
+    the fleet does not have. Its re-solves now keep the rule: the others run L40S, so it does too."""
+    from planner.fleet import load_fleet
+    from planner.fleet_plan import make_fleet_plan
+    from planner.fleet_report import render_fleet, service_section
+
+    fp = make_fleet_plan(load_fleet(write_fleet(tmp_path, inventory={"h100-sxm": {"max_new": 3}}, max_gpu_types=1)))
+    assert [dict(p.solution.gpus_by_type) for p in fp.plans] == [{"l40s": 15}, {"l40s": 6}]
+    for i, plan in enumerate(fp.plans):
+        assert set(plan.alone.solution.gpus_by_type) == {"l40s"}
+        assert not plan.alone_differs
+        text = service_section(fp, i)
+        assert "within the fleet's rule of at most 1 GPU type (the others run l40s)" in text
+        assert "The fleet runs the plan above instead" not in text
+    assert "Rule: at most 1 GPU type across the fleet (1 used)." in render_fleet(fp)
+
+
+def test_committed_gpus_without_a_cap_are_not_called_no_shared_limit(tmp_path):
+    """Owned L40S and no cap: the services' plans differ from those they make alone (the sunk GPUs
+    are the fleet's), so the constraints section must not say every plan is the one made alone."""
+    from planner.fleet import load_fleet
+    from planner.fleet_plan import make_fleet_plan
+    from planner.fleet_report import render_fleet
+
+    fp = make_fleet_plan(load_fleet(write_fleet(tmp_path, inventory={"l40s": {"owned": 40, "owned_usd_per_hour": 0.5}})))
+    assert not fp.constraints and any(p.alone_differs for p in fp.plans)
+    text = render_fleet(fp)
+    assert "every service's plan is the one it would make alone" not in text
+    assert ("The fleet's committed GPUs are paid whether used or not, so a service's plan may differ from the one it "
+            "would make alone; its section says where it does.") in text

@@ -297,3 +297,131 @@ def test_the_report_names_the_requests_a_quarter_s_context_limit_turns_away(tmp_
     share = q2.plan.rejected_requests / q2.plan.hist.requests
     assert "Not served, so in neither the costs nor the tokens: the requests over a quarter's context limit (" in text
     assert share > 0.001 and f"2027Q2 {share:.1%} (limit 2,048 tokens)" in text
+
+
+def test_a_solve_report_s_forecast_is_certified_as_its_plan_is(tmp_path):
+    """`solve --no-verify` on finance_2027 (verify by default) embedded the forecast its quarters
+    give certified ($451,818.90 over four quarters), under an uncertified plan; `--verify` on a copy
+    with verify: false embedded the uncertified one. The embedded forecast now follows the flag: it
+    is the forecast of the same scenario with `verify` set as the flag says."""
+    from pathlib import Path
+
+    import yaml
+
+    scn = yaml.safe_load((Path(__file__).resolve().parent.parent / "scenarios" / "finance_2027.yaml").read_text(encoding="utf-8"))
+    given = tmp_path / "given.yaml"
+    given.write_text(yaml.safe_dump(scn), encoding="utf-8")
+    unverified = tmp_path / "unverified.yaml"
+    unverified.write_text(yaml.safe_dump({**scn, "verify": False}), encoding="utf-8")
+    r = CliRunner().invoke(main, ["solve", str(given), "--no-verify", "--out-dir", str(tmp_path / "solved")])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["forecast", str(unverified), "--out-dir", str(tmp_path / "forecast")])
+    assert r.exit_code == 0, r.output
+
+    def headline(path):
+        return next(line for line in path.read_text(encoding="utf-8").splitlines() if " quarters cost " in line)
+
+    expected = headline(next((tmp_path / "forecast").glob("*.md")))
+    assert headline(tmp_path / "solved" / f"{scn['name']}.md") == expected
+
+
+def test_a_quarter_s_tokens_are_its_input_and_output_tokens(tmp_path):
+    """finance_2027 with a quarter that loses nearly all its traffic: the CSVs' `tokens` was rounded
+    on its own and came out a token under input_tokens + output_tokens (307,681,535 against
+    261,732,767 + 45,948,769), and the total two under, where the data dictionary defines it as their sum."""
+    from pathlib import Path
+
+    import yaml
+
+    scn = yaml.safe_load((Path(__file__).resolve().parent.parent / "scenarios" / "finance_2027.yaml").read_text(encoding="utf-8"))
+    scn.update(name="tiny", verify=False)
+    scn["forecast"] = {"carry_forward": True, "commitment_term_quarters": 2, "reserved_discount": 0.30,
+                       "quarters": [{"quarter": "2027Q1"}, {"quarter": "2027Q2", "growth": -0.9999},
+                                    {"quarter": "2027Q3", "growth": 0}]}
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(scn), encoding="utf-8")
+    r = CliRunner().invoke(main, ["forecast", str(path), "--out-dir", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    checked = 0
+    for name in ("tiny_forecast_quarters.csv", "tiny_forecast_total.csv"):
+        for row in csv.DictReader(io.StringIO((tmp_path / name).read_text(encoding="utf-8"))):
+            assert int(row["tokens"]) == int(row["input_tokens"]) + int(row["output_tokens"]), row
+            checked += 1
+    assert checked == 4
+
+
+STATED_SHORT = """
+name: short
+model: llama-3.1-8b
+context_limit: 32768
+traffic:
+  source:
+    synthetic: {name: chat, requests: 100000, seed: 5, rate_rps: 400}
+  peak: {method: quantile, quantile: 0.99}
+  headroom: 1.2
+  profile: {shape: diurnal, peak_to_trough: 3, peak_hour: 14}
+slo:
+  statistic: p99
+  bands:
+    - {ttft_s: 2.0, tpot_ms: 50}
+sizing: {mode: percentile, quantile: 0.99}
+gpus: [h100-sxm, h200, l40s]
+tp: [1, 2]
+weight_dtypes: [bf16, fp8]
+kv_dtypes: [bf16, fp8]
+autoscaling: {scale_up_lead_min: 10, min_replicas: 2}
+verify: false
+fleet:
+  - {gpu: h100-sxm, tp: 1, weight_dtype: fp8, kv_dtype: fp8, replicas: 17}
+forecast:
+  carry_forward: true
+  commitment_term_quarters: 4
+  reserved_discount: 0.30
+  quarters:
+    - {quarter: 2027Q1, growth: 0.0}
+    - {quarter: 2027Q2, growth: 0.5}
+"""
+
+
+def test_a_stated_fleet_short_of_a_quarter_s_peak_prices_no_token_and_sizes_the_peak_policies_to_it(tmp_path):
+    """17 stated H100s carry 2027Q1 and not 2027Q2 (503.8 req/s against 607.3). Q2 had no price per
+    token, but the total divided the whole cost by Q2's tokens too ($0.0246 per million), and the day's
+    peak-sized policies priced the 17 GPUs all day, below the autoscaled and mixed policies that carry
+    each hour (the mix "never costs more than either" failed). The total's blended price is now blank,
+    and a peak-sized policy holds the busiest hour's need, which the report names."""
+    path = tmp_path / "short.yaml"
+    path.write_text(STATED_SHORT, encoding="utf-8")
+    r = CliRunner().invoke(main, ["forecast", str(path), "--json", "--out-dir", str(tmp_path / "json")])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    q1, q2 = out["quarters"]
+    assert q1["usd_per_million_tokens_blended"] is not None and q2["usd_per_million_tokens_blended"] is None
+    assert out["total"]["usd_per_million_tokens_blended"] is None
+    for q in (q1, q2):
+        assert q["mixed_usd"] <= min(q["peak_on_demand_usd"], q["peak_reserved_usd"]) + 1e-6
+    assert q2["peak_on_demand_usd_per_day"] > 17 * 2.99 * 24  # more than the stated 17 GPUs all day
+    r = CliRunner().invoke(main, ["forecast", str(path), "--out-dir", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    text = (tmp_path / "short_forecast.md").read_text(encoding="utf-8")
+    assert "per million tokens at the day's real volume" not in text.splitlines()[2]
+    assert "The stated fleet cannot carry the busiest hour of some quarters" in text
+    assert "replicas where the fleet states 17" in text
+
+
+def test_a_profile_with_an_idle_hour_is_not_called_infinitely_peaked(tmp_path):
+    """An hourly profile with idle hours: the forecast said "busiest hour inf× the quietest"."""
+    from pathlib import Path
+
+    import yaml
+
+    scn = yaml.safe_load((Path(__file__).resolve().parent.parent / "scenarios" / "finance_2027.yaml").read_text(encoding="utf-8"))
+    scn.update(name="idle", verify=False)
+    scn["traffic"]["profile"] = {"hourly": [0] * 6 + [0.5] * 6 + [1] * 6 + [0.5] * 6}
+    scn["forecast"]["quarters"] = [{"quarter": "2027Q1"}]
+    path = tmp_path / "idle.yaml"
+    path.write_text(yaml.safe_dump(scn), encoding="utf-8")
+    r = CliRunner().invoke(main, ["forecast", str(path), "--out-dir", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    text = (tmp_path / "idle_forecast.md").read_text(encoding="utf-8")
+    assert "inf×" not in text
+    assert "(the quietest hour has no load; mean 50% of the busiest)" in text

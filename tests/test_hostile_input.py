@@ -1855,3 +1855,28 @@ def test_a_stdout_that_says_ascii_still_gets_the_plan_in_utf8(tmp_path):
                           cwd=ROOT, capture_output=True, env={**os.environ, "PYTHONIOENCODING": "ascii"}, check=False)
     assert done.returncode == 0, done.stderr
     assert "—".encode() in done.stdout and b"Traceback" not in done.stderr
+
+
+def test_a_stated_mean_rate_beside_a_measured_day_is_refused_not_ignored(tmp_path):
+    """A log spanning two days, its day measured, and traffic.mean_rps stated: the measured busiest
+    hour set the day's mean and the stated rate was read nowhere, without a word."""
+    log = tmp_path / "log.csv"
+    start = 1_704_067_200  # 2024-01-01 00:00 UTC
+    log.write_text("prompt,output,time\n" + "".join(f"1000,200,{start + 30 * i}\n" for i in range(2 * 24 * 120)))
+    path = tmp_path / "s.yaml"
+    path.write_text(f"""
+name: s
+model: llama-3.1-8b
+context_limit: 8192
+traffic:
+  source: {{log: {log.name}, columns: {{prompt: prompt, output: output, time: time}}, time_unit: s}}
+  profile: {{measured: true}}
+  mean_rps: 0.03
+slo:
+  bands:
+    - {{ttft_s: 2.0, tpot_ms: 50}}
+gpus: [h100-sxm]
+verify: false
+""", encoding="utf-8")
+    one_line_error(run("solve", path, "--no-report"), 2, str(path), "mean_rps: the profile is measured from the log",
+                   "state the profile too (hourly or shape)")

@@ -205,7 +205,7 @@ def _plan(kind, inputs, keep_lp, verify, *, draw_ahead=False):
     problem = uncertified_message(plan)
     if problem and not plan.given_fleet:
         raise InfeasibleError(problem)
-    return plan, report_sections(plan, inputs), problem or unsimulated_fleet_message(plan)
+    return plan, report_sections(plan, inputs, certify=verify), problem or unsimulated_fleet_message(plan)
 
 
 def _write_one(planned, no_report, out_dir, as_json):
