@@ -404,7 +404,7 @@ def run_percentile_pool(cat, pool: Pool, hist: Histogram, args) -> list[Percenti
 def _blocked_share(dep, req, tr) -> float:
     """Share of the measured time (after the warm-up's arrivals) in steps where requests wait, the
     step's prompt budget is not used up and fewer than max_num_seqs run: the head of the queue
-    does not fit in the free cache (the watermark), a loss of prefill capacity the model does
+    does not find the blocks of its first chunk free, a loss of prefill capacity the model does
     not have (a diagnostic)."""
     start = req.arrival_s[int(req.n * DEFAULT_WARMUP_FRACTION)]
     win = (tr.step_start_s >= start) & (tr.step_start_s < req.arrival_s[-1])
@@ -501,7 +501,7 @@ def capacity_cases(cat, raw, trace_desc, args) -> None:
     """The mean model's capacity against the simulated maximum rate, per config x histogram x SLO."""
     print("Analytical capacity (planner.capacity, sizing 'expected') vs simulated maximum rate (planner.simulate)")
     print(f"requests per run {args.requests:,}; bisection to {args.rel_tol:.0%}; preemption budget "
-          f"{args.preemption_budget:g} per 1,000; warm-up 10% of requests; watermark 1% of blocks; seed {args.seed}")
+          f"{args.preemption_budget:g} per 1,000; warm-up 10% of requests; blocks allocated chunk by chunk (vLLM V1); seed {args.seed}")
     print(f"trace histogram: {trace_desc}")
     print("slo: none = no latency target; itl50 = mean per-token ITL <= 50 ms (SLO.single(itl_ms=50, stat='mean'))")
     print("error = (model - sim) / sim: positive when the model promises more than the simulated replica holds; "

@@ -47,13 +47,20 @@ simulator's requests waiting past their p90 met about 500 decoders against the m
 the mechanism this module approximates. When this regime came in, it took the median |error| of
 the percentile cases without θ from 11.5% to 7.4%, and the long-tail mixes at 95% of the simulated
 saturation from 33-62% under to within 40%. The latency model has grown since (the TTFT riders'
-tail, a decoder's own sequence in its steps), and the same bench reads today (2026-12-04): median
-|error| 8.3% without θ; at 50% and 80% load every long-tail point within 25%; at 95% the TTFT p99 of
-the long-tail mixes over by 60-71% and their p90 by 15-29%, and the worst point of all +306% (the
-short pool of a split at 32k, 8B on one H100: 18.6 s against the simulator's 4.6 s, where admission
-waits for a full cache 5.5% of the time). So next to saturation this reading is pessimistic: a plan
-sized there buys more than the simulator needs, and certification, which replays at the planned
-rate, does not catch an over-estimate. What it does not capture: under θ the simulator shows rare
+tail, a decoder's own sequence in its steps), and the same bench reads today (2026-12-04, the
+simulator allocating blocks chunk by chunk as vLLM V1 does): median |error| 7.5% without θ, the
+worst point +155% (8B on one A100 at 8k, the Azure conversations at 95% load: TTFT p99 17.0 s
+against the simulator's 6.7 s). Where the cache does not fill, next to saturation this reading is
+pessimistic (the 128k pools on H200 at 95%: TTFT p99 over by 60-65%): a plan sized there buys more
+than the simulator needs, and certification, which replays at the planned rate, does not catch an
+over-estimate. Where it fills (the 128k pools on H100, KV p99 100%), V1 admits a long prompt on its
+first chunk's blocks and preempts when the cache runs out, and the recomputation is a load this
+module does not see: at 80% of the simulated saturation the long-tail mixes' TTFT p99 is 62-66%
+under the simulator's, and at 95% the simulator's queue does not settle (TTFT p99 over 800 s,
+27-50 preemptions per 1,000 requests). There the reading is optimistic, and certification, which
+replays every planned pool, is what catches it. (With a prompt's blocks all allocated at
+admission, as the simulator did before, the median was 8.3% and the worst +306%, a pool whose
+admission waited for a full cache.) What it does not capture: under θ the simulator shows rare
 long episodes in which the in-flight slots fill with long prompts and everything queues behind
 them (a metastable state the processor-sharing reading of planner.prefill_cap cannot produce, even
 read at this regime); with θ = 512 (16 slots) the short band's TTFT p90 stays under-predicted

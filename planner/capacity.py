@@ -457,9 +457,13 @@ def _knee(rm: ReplicaModel, n_bound: float) -> float:
     Near a bound λ(N) is often nearly flat (prefill-heavy classes: halving N can cost
     1% of throughput), so the last 1% of rate costs a disproportionate share of
     latency and memory. (When the knee came in, the simulator found the analytical rate about
-    2% optimistic there; `python bench/accuracy.py --part capacity` reads today (2026-12-04)
-    the model pessimistic on most cases without targets, a mean of -1.9% with 26 of 34 at -2.3%
-    to -3.8%, and optimistic by +0.5% to +3.8% on the constant-length histograms.) Planning at the
+    2% optimistic there. `python bench/accuracy.py --part capacity` reads today (2026-12-04),
+    with the simulator allocating blocks chunk by chunk as vLLM V1 does, a mean of +1.5% on the
+    34 cases without targets: -3.8% to +2.7% where the cache is not what stops the replica, and
+    up to +15.7% optimistic where it is (19 of the 34 reach the preemption budget: V1 admits a
+    prompt on its first chunk's blocks and preempts when decodes fill the cache, churn the mean
+    footprint does not see; certification measures it). With the whole prompt's blocks
+    allocated at admission, as before, the mean was -1.9%.) Planning at the
     knee is the roofline's "second ceiling" (seed 000: past the ridge point more users raise
     latency, not throughput).
     """

@@ -1,6 +1,6 @@
 """The prefill queue under vLLM's long-prefill cap θ (long_prefill_token_threshold).
 
-Scheduler (vLLM v1, vllm/v1/core/sched/scheduler.py, whose chunking planner.simulate follows): each
+Scheduler (vLLM v1, vllm/v1/core/sched/scheduler.py, which planner.simulate follows): each
 step the prompts already prefilling take min(remaining, θ, budget left) tokens in admission
 order, then waiting requests are admitted first come first served while budget is left. So
 a prompt longer than θ never holds the whole budget: c = ceil(C'/θ) of them (C' = C - N, the

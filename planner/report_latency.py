@@ -156,7 +156,7 @@ def latency_section(plan: Plan) -> str:
         "is per token. "
         "The mean model's rows average over the run's time, idle moments included: resident_batch counts the "
         "sequences decoding; kv_utilisation is the cache held over the KV budget, where the simulator also holds "
-        "each prompt's blocks while it is prefilled and the model only the decoders'.",
+        "the blocks of each prompt's chunks prefilled so far and the model only the decoders'.",
     ]
     if cert.rounds:
         replayed_log = any(pool.check is not None and pool.check.replay is not None for pool in plan.pools)

@@ -122,7 +122,7 @@ def _heap_pop(hs, hr, he, size):
 
 
 @njit(cache=True, nogil=True)
-def run(arrival, prompt, output, block, total_blocks, watermark_blocks, shared, max_seqs, chunk_budget,
+def run(arrival, prompt, output, block, total_blocks, shared, max_seqs, chunk_budget,
         per_request, fixed_s, bw, fl, two_a, attn, block_bytes, shared_bytes, comm_per_token,
         rec_start, rec_dt, rec_run, rec_dec, rec_used, rec_pf, rec_pf_s, rec_wait):
     """Replay the requests; returns per-request records, the steps run, and the rarer per-event
@@ -132,7 +132,7 @@ def run(arrival, prompt, output, block, total_blocks, watermark_blocks, shared, 
     n = arrival.size
     gen = np.zeros(n, np.int64)  # tokens generated so far
     off = np.zeros(n, np.int64)  # decoding: cached tokens (beyond the shared prefix) = step + off
-    held = np.zeros(n, np.int64)  # prefilling: blocks allocated at admission
+    held = np.zeros(n, np.int64)  # prefilling: blocks allocated so far (those its scheduled chunks fill)
     pf_pos = np.zeros(n, np.int64)  # prefilling: tokens of its (re)prefill computed so far
     pf_len = np.zeros(n, np.int64)  # prefilling: tokens to hold when done (prompt + generated)
     epoch = np.zeros(n, np.int64)  # invalidates heap entries of preempted sequences
@@ -218,7 +218,9 @@ def run(arrival, prompt, output, block, total_blocks, watermark_blocks, shared, 
         dec_blocks += need
         budget = chunk_budget - n_dec
 
-        # 3. Prefill chunks: running prefills first, then FCFS admissions.
+        # 3. Prefill chunks: running prefills first, each allocating the blocks its chunk fills and
+        # preempting the newest running request while they do not fit (itself last), then FCFS
+        # admissions, each needing the blocks of its first chunk.
         pf_tokens = 0
         pf_flops = 0.0
         n_completed = 0
@@ -227,6 +229,43 @@ def run(arrival, prompt, output, block, total_blocks, watermark_blocks, shared, 
             a = pf_pos[i]
             c = min(pf_len[i] - a, budget, per_request)
             b = a + c
+            extra = max(-(-(b - shared) // block), 0) - held[i]
+            stopped = False
+            while extra > total_blocks - used:
+                v = run_tail
+                run_head, run_tail = _unlink(run_prev, run_next, v, run_head, run_tail)
+                n_running -= 1
+                if decoding[v]:  # scheduled this step: its token's block and budget come back
+                    c_v = s + off[v]
+                    blocks_v = -(-(c_v + 1) // block)
+                    gen[v] = c_v - (prompt[v] - shared) + 1
+                    decoding[v] = False
+                    n_dec -= 1
+                    sum_off -= off[v]
+                    residue[off[v] % block] -= 1
+                    dec_blocks -= blocks_v
+                    epoch[v] += 1
+                    last_emit[v] = now
+                    budget += 1
+                else:  # a prefill not yet scheduled this step (newer than i), or i itself
+                    blocks_v = held[v]
+                    pf_head, pf_tail = _unlink(pf_prev, pf_next, v, pf_head, pf_tail)
+                used -= blocks_v
+                wq_head = (wq_head - 1) % n
+                wq[wq_head] = v
+                wq_len += 1
+                n_preempt[v] += 1
+                pre_steps = _grow(pre_steps, n_pre)
+                pre_steps[n_pre] = s
+                n_pre += 1
+                preempted = True
+                if v == i:
+                    stopped = True
+                    break
+            if stopped:
+                break
+            used += extra
+            held[i] += extra
             pf_flops += two_a * c + attn * (b * b - a * a) * 0.5
             pf_pos[i] = b
             budget -= c
@@ -239,8 +278,11 @@ def run(arrival, prompt, output, block, total_blocks, watermark_blocks, shared, 
             while wq_len > 0 and budget > 0 and n_running < max_seqs:
                 h = wq[wq_head]
                 length = prompt[h] + gen[h]
-                req = -(-(length - shared) // block)
-                if total_blocks - used - req < watermark_blocks:
+                a = min(shared, length - 1)  # a full prefix hit still computes the last token
+                c = min(length - a, budget, per_request)
+                b = a + c
+                req = max(-(-(b - shared) // block), 0)
+                if req > total_blocks - used:
                     break
                 wq_head = (wq_head + 1) % n
                 wq_len -= 1
@@ -251,9 +293,6 @@ def run(arrival, prompt, output, block, total_blocks, watermark_blocks, shared, 
                 used += req
                 held[h] = req
                 pf_len[h] = length
-                a = min(shared, length - 1)  # a full prefix hit still computes the last token
-                c = min(length - a, budget, per_request)
-                b = a + c
                 pf_flops += two_a * c + attn * (b * b - a * a) * 0.5
                 pf_pos[h] = b
                 budget -= c

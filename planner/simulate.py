@@ -10,8 +10,8 @@ sampled from a Histogram with Poisson arrivals (`sample_requests`) or taken from
 log as they are (`Requests(arrival_s, prompt_tokens, output_tokens)`, trace-timed);
 the KV budget is the ladder's (or given), in blocks of `engine.block_size` tokens.
 
-Scheduler (one iteration = one engine step; vLLM v0 chunked-prefill scheduler,
-vllm/core/scheduler.py `_schedule_chunked_prefill`, with recompute preemption):
+Scheduler (one iteration = one engine step; vLLM V1's, vllm/v1/core/sched/scheduler.py
+`Scheduler.schedule`, with recompute preemption, the only kind V1 has):
 1. Decode. Every running sequence whose prompt is fully prefilled decodes one
    token; each takes one token of the step's budget (`max_num_batched_tokens`)
    first. A sequence holding c cached tokens needs block ceil((c+1)/B) for the
@@ -21,15 +21,19 @@ vllm/core/scheduler.py `_schedule_chunked_prefill`, with recompute preemption):
    its blocks are freed and it goes back to the head of the waiting queue; its
    generated tokens become part of its prompt, recomputed when it is admitted
    again (vLLM's PreemptionMode.RECOMPUTE). No new request is admitted in a step
-   that preempted (as vLLM v0).
+   that preempted (as V1: its waiting requests wait while `preempted_reqs` is not empty).
 3. Prefill. Sequences admitted earlier and still prefilling get the remaining
    budget in admission order, in chunks of at most the engine's
    long_prefill_token_threshold when it sets one (vLLM, v1/core/sched/scheduler.py:
-   `if 0 < long_prefill_token_threshold < num_new_tokens`); then waiting requests are admitted
-   FCFS (no skipping) while the budget lasts, fewer than `max_num_seqs` run, and
-   the free blocks minus the whole prompt's blocks stay at or above the
-   watermark (vLLM v0 BlockSpaceManager: allocation of the full prompt at
-   admission, watermark 1% of blocks by default).
+   `if 0 < long_prefill_token_threshold < num_new_tokens`). Each chunk takes the blocks
+   the tokens it computes fill (KVCacheManager.allocate_slots: blocks are allocated as
+   chunks are scheduled, never a whole prompt ahead); where they are not free, the
+   newest running sequence is preempted as in 2 (one scheduled this step gives its token
+   and its block back), until they are, or until the sequence itself is the one
+   preempted, which ends the step's prefills. Then, in a step that preempted nothing,
+   waiting requests are admitted FCFS (no skipping) while the budget lasts, fewer
+   than `max_num_seqs` run, and the blocks of a request's first chunk are free (V1 keeps
+   no watermark).
 4. The step that computes the last prompt chunk emits the first output token
    (TTFT = its end - arrival); a request of o output tokens then decodes o - 1
    steps. Its blocks are freed at its last token.
@@ -54,15 +58,14 @@ itself is compiled (planner.sim_kernel).
 
 Measures: planner.sim_measures (the window, time-weighted means, per-token gaps).
 
+Departure from V1's order: V1 walks its running requests in admission order, decodes and
+prefills alike, each taking its tokens and blocks in turn; here every decode goes first (1-2),
+then the prefills. The two differ only where a prefill admitted before a decoder leaves that
+decoder no budget or no block, which V1 then skips or preempts for the step.
 Not modelled: sliding-window layers are charged as full-attention layers (one block
 pool); swapping to CPU; speculative decoding; prefix caching beyond one shared prefix.
-vLLM V1's block allocation (the only one from vLLM 0.11, which removed the V0 engine): V1 allocates a
-prompt's blocks chunk by chunk as its chunks are scheduled, keeps no watermark, and when a
-running request's next chunk or token finds no block, preempts the last running request. The
-whole-prompt allocation above holds a long prompt's blocks from its first chunk and admits it
-only when all fit, so under a full cache it admits later than V1 and preempts less; with the
-cache far from full (the shipped reports' pools replay with at most 28% of the KV budget held) the
-two schedule the same steps.
+(Until 2026-12 the blocks of a whole prompt were allocated at its admission, above a 1%
+watermark: vLLM V0's BlockSpaceManager, which vLLM 0.11 removed with the V0 engine.)
 """
 
 from __future__ import annotations
@@ -84,7 +87,6 @@ from planner.roofline import StepModel
 from planner.sim_measures import SimResult, Trace, measure
 
 DEFAULT_WARMUP_FRACTION = 0.1
-DEFAULT_WATERMARK = 0.01  # vLLM v0 BlockSpaceManager watermark: 1% of the blocks kept free at admission
 
 
 # A replay's per-step records are allocated before its loop runs, for at most this many steps
@@ -180,18 +182,17 @@ class _Costs:
 
 @dataclass(frozen=True)
 class _CacheBlocks:
-    """The KV budget in blocks: what the shared prefix holds once, what is left, the watermark."""
+    """The KV budget in blocks: what the shared prefix holds once, and what is left."""
 
     budget_bytes: int
     block_bytes: int
     shared_tokens: int  # the prefix's full blocks, in tokens
     shared_bytes: int
     total_blocks: int  # blocks beyond the shared prefix
-    watermark_blocks: int
 
 
-def _cache_blocks(dep: Deployment, requests: Requests, kv_budget_bytes: int | None, shared_prefix_tokens: int,
-                  watermark: float) -> _CacheBlocks:
+def _cache_blocks(dep: Deployment, requests: Requests, kv_budget_bytes: int | None,
+                  shared_prefix_tokens: int) -> _CacheBlocks:
     """The budget in blocks; refuses requests the cache can never hold or that skip the prefix."""
     block = int(dep.block_size)
     budget_bytes = int(budget_ladder(dep).kv_budget_bytes if kv_budget_bytes is None else kv_budget_bytes)
@@ -199,7 +200,6 @@ def _cache_blocks(dep: Deployment, requests: Requests, kv_budget_bytes: int | No
     shared_blocks = max(int(shared_prefix_tokens), 0) // block
     shared = shared_blocks * block
     total_blocks = budget_bytes // block_bytes - shared_blocks
-    watermark_blocks = int(watermark * (budget_bytes // block_bytes))
     if shared and int(requests.prompt_tokens.min()) <= shared:
         raise ValueError(
             f"a prompt of {int(requests.prompt_tokens.min())} tokens is not longer than the shared prefix "
@@ -207,14 +207,13 @@ def _cache_blocks(dep: Deployment, requests: Requests, kv_budget_bytes: int | No
         )
     longest = int(np.max(requests.prompt_tokens + requests.output_tokens - 1))
     need_max = -(-max(longest - shared, 1) // block)
-    if need_max > total_blocks - watermark_blocks:
+    if need_max > total_blocks:
         raise ValueError(
-            f"a request of {longest + 1} tokens needs {need_max} blocks; the KV budget holds "
-            f"{total_blocks} (watermark {watermark_blocks})"
+            f"a request of {longest + 1} tokens needs {need_max} blocks; the KV budget holds {total_blocks}"
         )
     if total_blocks <= 0:
         raise ValueError("the KV budget holds no block beyond the shared prefix")
-    return _CacheBlocks(budget_bytes, block_bytes, shared, shared_blocks * block_bytes, total_blocks, watermark_blocks)
+    return _CacheBlocks(budget_bytes, block_bytes, shared, shared_blocks * block_bytes, total_blocks)
 
 
 def simulate_replica(
@@ -223,7 +222,6 @@ def simulate_replica(
     *,
     kv_budget_bytes: int | None = None,
     shared_prefix_tokens: int = 0,
-    watermark: float = DEFAULT_WATERMARK,
     warmup_fraction: float = DEFAULT_WARMUP_FRACTION,
     trace: bool = False,
 ) -> SimResult | tuple[SimResult, Trace]:
@@ -239,7 +237,7 @@ def simulate_replica(
     if not 0.0 <= warmup_fraction < 1.0:
         raise ValueError("warmup_fraction must be in [0, 1)")
     engine = dep.engine
-    kv = _cache_blocks(dep, requests, kv_budget_bytes, shared_prefix_tokens, watermark)
+    kv = _cache_blocks(dep, requests, kv_budget_bytes, shared_prefix_tokens)
     notes = []
     if kv_token_cap(dep.model):
         notes.append("sliding-window and chunked layers are charged as full-attention layers (the simulator pages one pool)")
@@ -260,7 +258,7 @@ def simulate_replica(
         (first_tok, finish, n_preempt, n_admit, steps_run, preempt_steps, resume_gaps, resume_steps,
          free_at_end) = run(
             requests.arrival_s, requests.prompt_tokens, requests.output_tokens, int(dep.block_size), kv.total_blocks,
-            kv.watermark_blocks, kv.shared_tokens, max_seqs, batched_tokens, chunk_tokens,
+            kv.shared_tokens, max_seqs, batched_tokens, chunk_tokens,
             costs.fixed_s, costs.bandwidth, costs.flops_s, costs.two_active, costs.attn,
             kv.block_bytes, kv.shared_bytes, costs.comm_per_token_s, *records.first().values(),
         )

@@ -35,10 +35,10 @@ def fixed(arrivals, prompt, output):
 def test_tiny_case_matches_hand_computation(catalog):
     """Three requests at t = 0, prompt 6, output 3; blocks of 4, chunks of 8 tokens, 2 sequences.
 
-    step 0: admit r0 (2 blocks, 6-token chunk, done -> token 1), admit r1 (2 blocks, chunk
-            [0, 2)); budget spent. used 4.
-    step 1: r0 decodes (cache 6 -> 7, no new block); r1 chunk [2, 6) done -> token 1; r2 not
-            admitted (2 running = max_num_seqs). used 4.
+    step 0: admit r0 (2 blocks, 6-token chunk, done -> token 1), admit r1 (chunk [0, 2): the
+            1 block it fills, vLLM V1 allocating as chunks are scheduled); budget spent. used 3.
+    step 1: r0 decodes (cache 6 -> 7, no new block); r1 chunk [2, 6) takes its second block,
+            done -> token 1; r2 not admitted (2 running = max_num_seqs). used 4.
     step 2: r0 (cache 7) and r1 (cache 6) decode; r0 emits token 3 and finishes (frees 2).
     step 3: r1 decodes (cache 7); r2 admitted (2 blocks), 6-token chunk done -> token 1;
             r1 emits token 3 and finishes.
@@ -65,10 +65,10 @@ def test_tiny_case_matches_hand_computation(catalog):
         dec(1, 2, 8),
     ]
     end = np.cumsum(t)
-    res, tr = simulate_replica(dep, fixed([0, 0, 0], 6, 3), kv_budget_bytes=100 * blk, watermark=0.0, trace=True)
+    res, tr = simulate_replica(dep, fixed([0, 0, 0], 6, 3), kv_budget_bytes=100 * blk, trace=True)
     assert res.steps == 6
     assert tr.step_s == pytest.approx(t, rel=1e-12)
-    assert tr.step_used_blocks.tolist() == [4, 4, 4, 4, 2, 2]
+    assert tr.step_used_blocks.tolist() == [3, 4, 4, 4, 2, 2]
     assert tr.step_decoding.tolist() == [0, 1, 2, 1, 1, 1]
     assert tr.step_running.tolist() == [2, 2, 2, 2, 1, 1]
     assert tr.step_prefill_tokens.tolist() == [8, 4, 0, 6, 0, 0]
@@ -85,7 +85,7 @@ def test_arrival_after_idle_starts_at_arrival(catalog):
     blk = kv_bytes_for_tokens(dep.model, 4, dep.kv_dtype)
     t = [float(sm.decode_step_s(0, 0, 0)) + float(sm.prefill_flops(5, 25)) / sm.flops_s]
     t += [float(sm.decode_step_s(1, 2 * blk, 6)), float(sm.decode_step_s(1, 2 * blk, 7))]
-    _, tr = simulate_replica(dep, fixed([5.0], 5, 3), kv_budget_bytes=100 * blk, watermark=0.0, trace=True)
+    _, tr = simulate_replica(dep, fixed([5.0], 5, 3), kv_budget_bytes=100 * blk, trace=True)
     assert tr.step_start_s[0] == 5.0
     assert tr.finish_s[0] == pytest.approx(5.0 + sum(t), rel=1e-12)
     # cache 5 -> 6 needs no block; 6 -> 7 neither: blocks stay at ceil(5/4) = 2.
@@ -107,7 +107,7 @@ def test_preemption_exactly_when_free_blocks_run_out(catalog, blocks, preempted_
     """
     dep = tiny_dep(catalog, chunk=16, max_seqs=8)
     blk = kv_bytes_for_tokens(dep.model, 4, dep.kv_dtype)
-    res, tr = simulate_replica(dep, fixed([0, 0], 4, 6), kv_budget_bytes=blocks * blk, watermark=0.0, trace=True)
+    res, tr = simulate_replica(dep, fixed([0, 0], 4, 6), kv_budget_bytes=blocks * blk, trace=True)
     if preempted_at is None:
         assert tr.preemption_steps.size == 0
         assert tr.step_used_blocks.tolist() == [2, 4, 4, 4, 4, 6]
@@ -123,6 +123,50 @@ def test_preemption_exactly_when_free_blocks_run_out(catalog, blocks, preempted_
         assert tr.resume_gaps_s == pytest.approx([tr.step_s[5] + tr.step_s[6]])
         assert tr.finish_s[1] == pytest.approx(tr.step_s.sum())
     assert tr.free_blocks_at_end == tr.total_blocks
+
+
+def test_blocks_are_allocated_chunk_by_chunk_as_vllm_v1_does(catalog):
+    """One prompt of 20 tokens, output 2; blocks of 4, chunks of 8, a cache of 6 blocks. vLLM V1
+    allocates the blocks a chunk fills as it schedules it (KVCacheManager.allocate_slots), not the
+    whole prompt at admission: 2, 4, then 5 blocks as [0, 8), [8, 16) and [16, 20) are prefilled
+    (token 1 at the third), and the 6th for token 2, whose cache of 20 fills the 5th."""
+    dep = tiny_dep(catalog, max_seqs=8)
+    blk = kv_bytes_for_tokens(dep.model, 4, dep.kv_dtype)
+    _, tr = simulate_replica(dep, fixed([0.0], 20, 2), kv_budget_bytes=6 * blk, trace=True)
+    assert tr.step_used_blocks.tolist() == [2, 4, 5, 6]
+    assert tr.step_prefill_tokens.tolist() == [8, 8, 4, 0]
+    assert tr.preemption_steps.size == 0
+
+
+def test_a_prefill_short_of_blocks_preempts_the_newest_running_request(catalog):
+    """Blocks of 4, 8 tokens a step, at most 4 a prompt (long_prefill_token_threshold), a cache of 5
+    blocks. r0 (prompt 16, output 1) and r1 (prompt 4, output 8) arrive at t = 0.
+
+    step 0: r0 admitted with chunk [0, 4) (1 block), r1 with its whole prompt (1 block): token 1.
+    step 1: r1 decodes (cache 4: a new block); r0 [4, 8) takes its 2nd block. used 4.
+    step 2: r1 decodes (cache 5); r0 [8, 12), its 3rd block. used 5: the cache is full.
+    step 3: r1 has its slot (cache 6); r0's [12, 16) needs a 4th block and none is free, so the
+            newest running request, r1, is preempted (V1: running.pop()), giving back its 2 blocks
+            and its token; r0 completes and finishes (output 1). Nothing is admitted in a step that
+            preempted.
+    step 4: r1 readmitted with 4 + 3 generated = 7 tokens to recompute: [0, 4), 1 block.
+    step 5: [4, 7), its 2nd block: token 4. steps 6-9: tokens 5-8 (cache 8 takes a 3rd block at step 7).
+    """
+    dep = tiny_dep(catalog, max_seqs=8)
+    dep = dataclasses.replace(dep, engine=dep.engine.model_copy(update={"long_prefill_token_threshold": 4}))
+    blk = kv_bytes_for_tokens(dep.model, 4, dep.kv_dtype)
+    req = Requests(np.zeros(2), np.array([16, 4]), np.array([1, 8]))
+    _, tr = simulate_replica(dep, req, kv_budget_bytes=5 * blk, trace=True)
+    assert tr.preemption_steps.tolist() == [3]
+    assert tr.preemptions.tolist() == [0, 1] and tr.admissions.tolist() == [1, 2]
+    assert tr.step_used_blocks.tolist() == [2, 4, 5, 4, 1, 2, 2, 3, 3, 3]
+    assert tr.step_prefill_tokens.tolist() == [8, 4, 4, 4, 4, 3, 0, 0, 0, 0]
+    assert tr.step_decoding.tolist() == [0, 1, 1, 0, 0, 0, 1, 1, 1, 1]
+    end = np.cumsum(tr.step_s)
+    assert tr.first_token_s == pytest.approx([end[3], end[0]], rel=1e-12)
+    assert tr.finish_s == pytest.approx([end[3], end[9]], rel=1e-12)
+    assert tr.resume_gaps_s == pytest.approx([end[5] - end[2]], rel=1e-12)
+    assert tr.free_blocks_at_end == tr.total_blocks == 5
 
 
 def under_memory_pressure(catalog):
@@ -183,7 +227,7 @@ def test_without_preemption_a_replay_runs_at_most_its_bound_of_steps(catalog):
 
     dep = tiny_dep(catalog, block_size=4, chunk=8, max_seqs=8)
     blk = kv_bytes_for_tokens(dep.model, 4, dep.kv_dtype)
-    _, lone = simulate_replica(dep, fixed([0.0], 21, 7), kv_budget_bytes=100 * blk, watermark=0.0, trace=True)
+    _, lone = simulate_replica(dep, fixed([0.0], 21, 7), kv_budget_bytes=100 * blk, trace=True)
     assert lone.step_s.size == simulate._steps_at_most(fixed([0.0], 21, 7), 8) == 3 + 6
     rng = np.random.default_rng(11)
     req = Requests(np.sort(rng.uniform(0, 5.0, 200)), rng.integers(1, 60, 200), rng.integers(1, 40, 200))
@@ -198,7 +242,7 @@ def test_shared_prefix_is_held_once_and_skipped(catalog):
     blk = kv_bytes_for_tokens(dep.model, 4, dep.kv_dtype)
     # prefix of 9 tokens -> 2 full blocks (8 tokens) shared; prompt 10: 2 new tokens, 1 own block.
     res, tr = simulate_replica(
-        dep, fixed([0.0], 10, 2), kv_budget_bytes=10 * blk, shared_prefix_tokens=9, watermark=0.0, trace=True
+        dep, fixed([0.0], 10, 2), kv_budget_bytes=10 * blk, shared_prefix_tokens=9, trace=True
     )
     assert tr.total_blocks == 8
     assert tr.step_used_blocks.tolist() == [1, 1]
