@@ -122,6 +122,44 @@ def _heap_pop(hs, hr, he, size):
 
 
 @njit(cache=True, nogil=True)
+def _preempt_newest(s, now, block, shared, n, prompt, off, gen, held, decoding, epoch, last_emit, residue, n_preempt,
+                    run_prev, run_next, pf_prev, pf_next, wq, pre_steps, n_pre, run_head, run_tail, n_running, pf_head,
+                    pf_tail, n_dec, sum_off, dec_blocks, used, wq_head, wq_len):
+    """Preempt the newest running request (vLLM's running.pop(), recompute): its blocks freed, back to
+    the head of the waiting queue. A decoder counts as scheduled this step: it holds the block of the
+    token it was to write, which is freed with the rest (its token is not emitted). Returns the
+    request, whether it was decoding, and the updated state."""
+    v = run_tail
+    run_head, run_tail = _unlink(run_prev, run_next, v, run_head, run_tail)
+    n_running -= 1
+    was_decoding = decoding[v]
+    if was_decoding:
+        c = s + off[v]  # cached before this step's token
+        blocks_v = -(-(c + 1) // block)
+        gen[v] = c - (prompt[v] - shared) + 1
+        decoding[v] = False
+        n_dec -= 1
+        sum_off -= off[v]
+        residue[off[v] % block] -= 1
+        dec_blocks -= blocks_v
+        epoch[v] += 1
+        last_emit[v] = now
+    else:  # prefilling: the blocks its chunks took so far
+        blocks_v = held[v]
+        pf_head, pf_tail = _unlink(pf_prev, pf_next, v, pf_head, pf_tail)
+    used -= blocks_v
+    wq_head = (wq_head - 1) % n
+    wq[wq_head] = v
+    wq_len += 1
+    n_preempt[v] += 1
+    pre_steps = _grow(pre_steps, n_pre)
+    pre_steps[n_pre] = s
+    n_pre += 1
+    return (v, was_decoding, pre_steps, n_pre, run_head, run_tail, n_running, pf_head, pf_tail, n_dec, sum_off,
+            dec_blocks, used, wq_head, wq_len)
+
+
+@njit(cache=True, nogil=True)
 def run(arrival, prompt, output, block, total_blocks, shared, max_seqs, chunk_budget,
         per_request, fixed_s, bw, fl, two_a, attn, block_bytes, shared_bytes, comm_per_token,
         rec_start, rec_dt, rec_run, rec_dec, rec_used, rec_pf, rec_pf_s, rec_wait):
@@ -182,40 +220,16 @@ def run(arrival, prompt, output, block, total_blocks, shared, max_seqs, chunk_bu
 
         # 1-2. Decode blocks, preempting the newest until they fit.
         need = residue[(-s) % block]
-        free = total_blocks - used
-        preempted = False
-        while need > free:
-            v = run_tail  # the newest running request
-            run_head, run_tail = _unlink(run_prev, run_next, v, run_head, run_tail)
-            n_running -= 1
-            if decoding[v]:
-                c = s + off[v]
-                if c % block == 0:
-                    need -= 1
-                blocks_v = -(-c // block)
-                gen[v] = c - (prompt[v] - shared) + 1
-                decoding[v] = False
-                n_dec -= 1
-                sum_off -= off[v]
-                residue[off[v] % block] -= 1
-                dec_blocks -= blocks_v
-                epoch[v] += 1
-                last_emit[v] = now
-            else:
-                blocks_v = held[v]
-                pf_head, pf_tail = _unlink(pf_prev, pf_next, v, pf_head, pf_tail)
-            used -= blocks_v
-            free += blocks_v
-            wq_head = (wq_head - 1) % n
-            wq[wq_head] = v
-            wq_len += 1
-            n_preempt[v] += 1
-            pre_steps = _grow(pre_steps, n_pre)
-            pre_steps[n_pre] = s
-            n_pre += 1
-            preempted = True
         used += need
         dec_blocks += need
+        preempted = False
+        while used > total_blocks:
+            (v, _, pre_steps, n_pre, run_head, run_tail, n_running, pf_head, pf_tail, n_dec, sum_off, dec_blocks,
+             used, wq_head, wq_len) = _preempt_newest(
+                s, now, block, shared, n, prompt, off, gen, held, decoding, epoch, last_emit, residue, n_preempt,
+                run_prev, run_next, pf_prev, pf_next, wq, pre_steps, n_pre, run_head, run_tail, n_running, pf_head,
+                pf_tail, n_dec, sum_off, dec_blocks, used, wq_head, wq_len)
+            preempted = True
         budget = chunk_budget - n_dec
 
         # 3. Prefill chunks: running prefills first, each allocating the blocks its chunk fills and
@@ -232,33 +246,14 @@ def run(arrival, prompt, output, block, total_blocks, shared, max_seqs, chunk_bu
             extra = max(-(-(b - shared) // block), 0) - held[i]
             stopped = False
             while extra > total_blocks - used:
-                v = run_tail
-                run_head, run_tail = _unlink(run_prev, run_next, v, run_head, run_tail)
-                n_running -= 1
-                if decoding[v]:  # scheduled this step: its token's block and budget come back
-                    c_v = s + off[v]
-                    blocks_v = -(-(c_v + 1) // block)
-                    gen[v] = c_v - (prompt[v] - shared) + 1
-                    decoding[v] = False
-                    n_dec -= 1
-                    sum_off -= off[v]
-                    residue[off[v] % block] -= 1
-                    dec_blocks -= blocks_v
-                    epoch[v] += 1
-                    last_emit[v] = now
-                    budget += 1
-                else:  # a prefill not yet scheduled this step (newer than i), or i itself
-                    blocks_v = held[v]
-                    pf_head, pf_tail = _unlink(pf_prev, pf_next, v, pf_head, pf_tail)
-                used -= blocks_v
-                wq_head = (wq_head - 1) % n
-                wq[wq_head] = v
-                wq_len += 1
-                n_preempt[v] += 1
-                pre_steps = _grow(pre_steps, n_pre)
-                pre_steps[n_pre] = s
-                n_pre += 1
+                (v, was_decoding, pre_steps, n_pre, run_head, run_tail, n_running, pf_head, pf_tail, n_dec, sum_off,
+                 dec_blocks, used, wq_head, wq_len) = _preempt_newest(
+                    s, now, block, shared, n, prompt, off, gen, held, decoding, epoch, last_emit, residue, n_preempt,
+                    run_prev, run_next, pf_prev, pf_next, wq, pre_steps, n_pre, run_head, run_tail, n_running, pf_head,
+                    pf_tail, n_dec, sum_off, dec_blocks, used, wq_head, wq_len)
                 preempted = True
+                if was_decoding:  # its slot's token of budget comes back
+                    budget += 1
                 if v == i:
                     stopped = True
                     break
