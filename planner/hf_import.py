@@ -60,7 +60,13 @@ from planner.hf_families import (
     Family,
 )
 from planner.hf_layouts import LAYER_KINDS, SLIDING_NAMES, STATE_KINDS, Layout, from_layer_types
-from planner.hf_weights import note_uncounted, quantized_dtype, resolve_params, store_checkpoint
+from planner.hf_weights import (
+    note_uncounted,
+    quantized_dtype,
+    resolve_params,
+    store_checkpoint,
+    towers_of,
+)
 from planner.yamlio import validate
 
 _GENERIC = Family("generic", (), "none: no defaults for a model_type planner does not know")
@@ -153,7 +159,8 @@ def model_from_hf_config(
     if read is not None and (params_total or counted):
         reference = "--params-total" if params_total else f"planner.params ({family.name})"
         check_count(read, params_total or counted.total, reference, where=str(weights))
-    total, active, how = resolve_params(r, counted, read, params_total, params_active, bool(entry.get("num_experts")))
+    total, active, how = resolve_params(r, counted, read, params_total, params_active, bool(entry.get("num_experts")),
+                                        towers_of(outer))
     if active > total:
         raise InputError(f"params_active {active} exceeds params_total {total} (check --params-total/--params-active)", where=where)
     entry.update(params_total=total, params_active=active, params_source=how)

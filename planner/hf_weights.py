@@ -5,7 +5,7 @@ they are known exactly, and notes for what a count leaves out."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from planner.checkpoint import CheckpointWeights
@@ -82,8 +82,12 @@ def resolve_params(
     params_total: int | None,
     params_active: int | None,
     is_moe: bool,
+    towers: Sequence[str] = (),
 ) -> tuple[int, int, str]:
-    """(total, active, params_source): given counts win, then the checkpoint's, then the formula's."""
+    """(total, active, params_source): given counts win, then the checkpoint's, then the formula's.
+    towers: the config's vision or audio towers (vision_config, audio_config). A checkpoint holds
+    their weights, which are loaded (total), but a text token runs through the language model
+    alone: where the formula counts it, that count is the active one."""
     formula = f"planner.params ({r.family.name})"
     if params_total:
         given = ["--params-total"] + (["--params-active"] if params_active else [])
@@ -94,6 +98,10 @@ def resolve_params(
         return params_total, active, f"{', '.join(given)} given on the command line{other}"
     if read is not None and read.params is not None:
         total = read.params
+        if towers and counted is not None and not params_active and counted.active < total:
+            tower = " and ".join(t.removesuffix("_config") for t in towers)
+            return total, counted.active, (f"exact: {read.source} (active: the language model by {formula}, "
+                                           f"{counted.active:,}; the {tower} tower computes no text token)")
         if is_moe and not params_active:
             if counted is None:
                 raise r.cfg.error("num_experts_per_tok", "MoE model without a parameter-count formula: give --params-active")
@@ -168,12 +176,17 @@ def mxfp4_checkpoint_bytes(params_total: int, mxfp4_params: int) -> int:
     return 2 * (params_total - mxfp4_params) + mxfp4_params // 32 * 17
 
 
+def towers_of(outer: Mapping[str, Any]) -> list[str]:
+    """The vision and audio towers a multimodal config declares beside its text model."""
+    return [k for k in ("vision_config", "audio_config") if outer.get(k)]
+
+
 def note_uncounted(
     r: FamilyReader, outer: Mapping[str, Any], counted: ParamCount | None, read: CheckpointWeights | None, given: int | None
 ) -> None:
     """Lines for what the count leaves out: a vision/audio tower, a multi-token-prediction module."""
     from_formula = counted is not None and not given and (read is None or read.params is None)
-    towers = [k for k in ("vision_config", "audio_config") if outer.get(k)]
+    towers = towers_of(outer)
     if towers and from_formula:
         r.note(f"the {' and '.join(t.removesuffix('_config') for t in towers)} tower is not counted (text model only): "
                "give --weights or --params-total to count it")

@@ -146,6 +146,9 @@ def test_parameter_count_against_the_safetensors_index(name):
         assert formula.params_total == 27_009_346_304
         assert exact.params_total - formula.params_total == 423_060_336
         assert "the vision tower is not counted" in formula.notes
+        # The tower's weights are loaded; a text token runs through the language model alone.
+        assert exact.params_active == formula.params_active == 27_009_346_304
+        assert "(active: the language model by planner.params (gemma3), 27,009,346,304; the vision tower computes no text token)" in exact.params_source
     else:
         assert formula.params_total == exact.params_total  # the formula is exact for these families
 
