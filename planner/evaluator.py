@@ -100,6 +100,11 @@ class Evaluator:
         """The simulated / model capacity ratio certification measured for this class (1 before any)."""
         return self._calibration.get(self._class_key(tc), 1.0)
 
+    def factor_of(self, cfg: Config, tc: TrafficClass) -> float:
+        """The ratio a pair's model capacity is planned at: its own measured one where calibrate gave
+        it one (a TTFT sweep), else its class's."""
+        return self._pair_calibration.get(self.pair_key(cfg, tc)) or self.calibration_of(tc)
+
     def class_calibration(self, classes: dict[str, list[TrafficClass]]) -> dict[tuple[str, str, int], float]:
         """The calibration of `classes` keyed by (option, name, context limit), which copies of the
         classes (another evaluator's, a worker's) share, where this evaluator's keys hold ids."""
@@ -201,7 +206,7 @@ class Evaluator:
     def evaluate(self, cfg: Config, tc: TrafficClass) -> Evaluation:
         key = self.pair_key(cfg, tc)
         evaluation = self._model_evaluation(key, cfg, tc)
-        simulated, factor = self._simulated.get(key), self._pair_calibration.get(key) or self.calibration_of(tc)
+        simulated, factor = self._simulated.get(key), self.factor_of(cfg, tc)
         if simulated is None and factor == 1.0:
             return evaluation
         return dataclasses.replace(evaluation, simulated_rps=simulated, calibration=factor,
@@ -325,9 +330,15 @@ class Evaluator:
     def _evaluate_group(self, group: list[tuple[Config, TrafficClass]]) -> dict[tuple, Evaluation]:
         keyed = [(self.pair_key(cfg, tc), cfg, tc) for cfg, tc in group]
         out = {key: self.evaluate(cfg, tc) for key, cfg, tc in keyed if key in self._cache}
-        best = max((e.capacity.max_rps for e in out.values() if e.capacity is not None), default=0.0)
+        # Compared at the rates they are planned at: the variants of a group share their class's
+        # ratio, save those a TTFT sweep gives their own (Evaluator.factor_of), and a model capacity
+        # below best / factor is then planned below the best.
+        best = max((e.capacity.max_rps * self.factor_of(e.config, e.traffic_class) for e in out.values()
+                    if e.capacity is not None), default=0.0)
         best_key, best_label = next(((key, e.config.label(e.traffic_class.max_model_len)) for key, e in out.items()
-                                     if e.capacity is not None and e.capacity.max_rps == best), (None, ""))
+                                     if e.capacity is not None
+                                     and e.capacity.max_rps * self.factor_of(e.config, e.traffic_class) == best),
+                                    (None, ""))
         todo = [(key, cfg, tc) for key, cfg, tc in keyed if key not in self._cache]
         models = {}
         for key, cfg, tc in todo:
@@ -343,18 +354,19 @@ class Evaluator:
 
         for key, cfg, tc in sorted(todo, key=lambda t: -ceiling(t[0])):
             guess = None
+            factor = self.factor_of(cfg, tc)
             if models[key] is not None and best > 0:
-                below, guess = capacity_below(models[key], best, sizing=sizing, quantile=quantile)
+                below, guess = capacity_below(models[key], best / factor, sizing=sizing, quantile=quantile)
                 if below:
-                    self.upper[key] = min(self.upper.get(key, math.inf), best)
+                    self.upper[key] = min(self.upper.get(key, math.inf), best / factor)
                     self.dominated[key] = best_key
                     out[key] = Evaluation(cfg, tc, None, f"capacity below {best_label}'s {best:,.3f} req/s on the "
                                           "same GPUs", dominated_by=best_label)
                     continue
             evaluation = self._model_evaluation(key, cfg, tc, guess=guess)
             out[key] = self.evaluate(cfg, tc)
-            if evaluation.capacity is not None and evaluation.capacity.max_rps > best:
-                best, best_key, best_label = evaluation.capacity.max_rps, key, cfg.label(tc.max_model_len)
+            if evaluation.capacity is not None and evaluation.capacity.max_rps * factor > best:
+                best, best_key, best_label = evaluation.capacity.max_rps * factor, key, cfg.label(tc.max_model_len)
         return out
 
 # Evaluations shared with a worker: at least this many fresh groups (fewer cost more to send than

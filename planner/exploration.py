@@ -66,7 +66,8 @@ def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, alone: bool = False,
             res = sol if k == sol.option else search.solve(options=[k])
             split.append(outcome_of("no split" if k == "none" else f"split at {int(k):,}", res,
                                     "" if res.pools else infeasible_message({k: classes[k]}, search.evaluations(),
-                                                                            inventory, min_replicas=least)))
+                                                                            inventory, min_replicas=least,
+                                                                            type_rule=solve.type_rule)))
         step.advance()
         alternatives, forbid, last = [], [], sol
         for i in range(2):
@@ -80,7 +81,8 @@ def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, alone: bool = False,
         for m in SENSITIVITY:
             res = sol if m == 1 else search.solve(rate_scale=m)
             sensitivity.append(outcome_of(f"peak x {m:g}", res, "" if res.pools else infeasible_message(
-                classes, search.evaluations(), inventory, rate_scale=m, min_replicas=least)))
+                classes, search.evaluations(), inventory, rate_scale=m, min_replicas=least,
+                type_rule=solve.type_rule)))
         step.advance()
         # The per-GPU plans' replays run in threads while the levers are computed here.
         per_gpu_plans = _per_gpu_plans(st, solve) if plan.certification else []
@@ -134,8 +136,9 @@ def _per_gpu(st: Setup, plans: list[tuple], inventory, solve) -> list[Outcome]:
             out.append(Outcome(name, False, math.inf, 0, "", "no supported config on it"))
             continue
         if not res.pools:
-            out.append(Outcome(name, False, math.inf, 0, "", infeasible_message(classes, search.evaluations(), inventory,
-                                                                  min_replicas=st.scn.min_replicas_per_pool)))
+            out.append(Outcome(name, False, math.inf, 0, "", infeasible_message(
+                classes, search.evaluations(), inventory, min_replicas=st.scn.min_replicas_per_pool,
+                type_rule=solve.type_rule)))
             continue
         try:
             [(_, res, _, cert)] = certify_plans(
@@ -237,7 +240,7 @@ def _ttft_sweep(scn, catalog, model, configs, classes, inventory, evaluator, cal
             res, evs = lazy_solve(swept, Resolver(scaled, reserved, pool_types, type_rule), scaled_classes, configs, prior=prior)
             out[m] = outcome_of(f"TTFT targets x {m:g}", res, "" if res.pools else
                               infeasible_message(scaled_classes, evs, inventory,
-                                                 min_replicas=scn.min_replicas_per_pool))
+                                                 min_replicas=scn.min_replicas_per_pool, type_rule=type_rule))
             above, above_m = swept, m
     return [(m, out[m]) for m in TTFT_SWEEP if m in out]
 
@@ -276,7 +279,8 @@ def _levers(scn, catalog, model, served, limit, peak, evaluator, configs, classe
             return
         res, evs = lazy_solve(evaluator, solve, classes, cfgs)
         out.append(outcome_of(name, res, "" if res.pools else infeasible_message(classes, evs, inventory,
-                                                                                 min_replicas=least)))
+                                                                                 min_replicas=least,
+                                                                                 type_rule=solve.type_rule)))
 
     for kind, allowed in (("KV cache", scn.kv_dtypes), ("weights", scn.weight_dtypes)):
         if "fp8" in allowed:
@@ -291,7 +295,7 @@ def _levers(scn, catalog, model, served, limit, peak, evaluator, configs, classe
         res = search.solve(options=["none"])
         out.append(outcome_of("split forced off", res, "" if res.pools else
                               infeasible_message({"none": classes["none"]}, search.evaluations(), inventory,
-                                                 min_replicas=least)))
+                                                 min_replicas=least, type_rule=solve.type_rule)))
     for gpu_id in sorted({p.gpu for p in sol.pools}):
         keep = [c for c in configs if c.gpu.id != gpu_id]
         if not keep:
@@ -299,7 +303,7 @@ def _levers(scn, catalog, model, served, limit, peak, evaluator, configs, classe
             continue
         res, evs = lazy_solve(evaluator, solve, classes, keep)
         out.append(outcome_of(f"without {gpu_id}", res, "" if res.pools else infeasible_message(
-            classes, evs, inventory, min_replicas=least)))
+            classes, evs, inventory, min_replicas=least, type_rule=solve.type_rule)))
     lowered = context() if context is not None else context_lever(scn, catalog, model, served, limit, peak, configs,
                                                                     inventory, evaluator=evaluator, solve=solve,
                                                                     all_requests=all_requests)
@@ -354,8 +358,10 @@ def context_lever(scn, catalog, model, served, limit, peak, configs, inventory, 
     rejected_before = total - served.requests
     name = f"context limit {lower:,} (rejects {share_text((rejected_before + lost) / total)} of requests" + (
         f", against {share_text(rejected_before / total)} at {limit:,})" if rejected_before else ")")
+    rule = solve.type_rule if solve is not None else type_rule
     return outcome_of(name, res, "" if res.pools else infeasible_message(lower_classes, evs, inventory,
-                                                                         min_replicas=scn.min_replicas_per_pool))
+                                                                         min_replicas=scn.min_replicas_per_pool,
+                                                                         type_rule=rule))
 
 
 def _same_classes(classes, others) -> dict[str, list[TrafficClass]]:

@@ -284,9 +284,10 @@ def _unused_prices(inputs: Inputs, qscn: Scenario, q: QuarterSpec, used: dict[st
     """Each price the quarter states for a GPU type its plan leaves out (UnusedPrice): a price cut
     that changes nothing would otherwise read as a premise the forecast ignored (finance_2027's H200
     at half price from 2027Q3, whose plan keeps the H100s it has committed). Both plans are
-    certified as the quarter's own is (the scenario's verify): by the model alone, 2027Q3's cheapest
-    plan was 22 H100s, which the quarter's own certification found to miss its TPOT target, and the
-    H200 read as the dearer type where simulation finds it the cheaper."""
+    certified as the quarter's own is (qscn's verify, which run_forecast's certify sets): by the
+    model alone, 2027Q3's cheapest plan was 22 H100s, which the quarter's own certification found
+    to miss its TPOT target, and the H200 read as the dearer type where simulation finds it the
+    cheaper."""
     unused = sorted(g for g in q.prices if g not in used)
     if not unused:
         return ()

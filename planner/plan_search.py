@@ -67,8 +67,11 @@ def scenario_caps(scn: Scenario) -> dict[str, int]:
 def _solve(scn, inventory: dict[str, int], classes, evals: Sequence[Evaluation], *, options=None, rate_scale=1.0,
            forbid=(), keep_lp=False, reserved=None, use_reserved=False, tie_break=True, pool_types=frozenset(),
            max_gpu_types=None, types_in_use=frozenset()):
+    # Under a rule on GPU types every type is told apart (fleet_plan._models): a candidate beaten on a
+    # type the rule then leaves out may be the one the rule needs.
+    bound = None if max_gpu_types is not None else {*inventory, *(reserved or {}), *pool_types}
     sm = service_model(scn, classes, evals, options=options, rate_scale=rate_scale, forbid=forbid,
-                       use_reserved=use_reserved, bound_types={*inventory, *(reserved or {}), *pool_types})
+                       use_reserved=use_reserved, bound_types=bound)
     return solve_fleet(
         sm.options, sm.candidates, inventory=inventory, min_replicas=sm.min_replicas, homogeneous=sm.homogeneous,
         backend=scn.solver.backend, time_limit_s=scn.solver.time_limit_s, forbid=sm.forbid, keep_lp=keep_lp,
@@ -145,8 +148,9 @@ class LazySearch:
     (capacity.capacity_below) proves most pairs below it, which becomes their bound. What one
     question searched, the next starts from.
 
-    Bounds and searched pairs are read with the evaluator's calibration of the moment: certification
-    only lowers a class's calibration (simulated below modelled), so a bound stays a bound, and a
+    Bounds and searched pairs are read with each pair's calibration of the moment (Evaluator.factor_of:
+    its own measured ratio where a TTFT sweep carries one, else its class's): certification only
+    lowers a class's calibration (simulated below modelled), so a bound stays a bound, and a
     searched pair's evaluation is read again when it changed."""
 
     def __init__(self, evaluator: Evaluator, solve: Resolver, classes, configs: Sequence[Config], *, prior=None,
@@ -179,8 +183,8 @@ class LazySearch:
         exact, bound = self.exact, self.bound
         for tcs in classes.values():
             for tc in tcs:
-                cal = evaluator.calibration_of(tc)
                 for cfg in configs:
+                    cal = evaluator.factor_of(cfg, tc)
                     key = evaluator.pair_key(cfg, tc)
                     if evaluator.knows(key):
                         exact[key] = evaluator.evaluate(cfg, tc)
@@ -272,7 +276,7 @@ class LazySearch:
         for key, e in self.exact.items():  # a variant proved below a sibling stays below it (the class scales)
             self.exact[key] = e if e.dominated_by else ev.evaluate(e.config, e.traffic_class)
         for key, (u, cfg, tc, rm, cal) in self.bound.items():
-            new = ev.calibration_of(tc)
+            new = ev.factor_of(cfg, tc)
             self.bound[key] = (u / cal * new, cfg, tc, rm, new)
 
     def evaluations(self) -> list[Evaluation]:
@@ -386,7 +390,7 @@ def _below(evaluator: Evaluator, cfg: Config, tc: TrafficClass, rps: float) -> b
         rm = evaluator.replica_model(key, evaluator.deployment(cfg, tc.max_model_len), tc)
     except InputError:
         return False
-    cal = evaluator.calibration_of(tc)
+    cal = evaluator.factor_of(cfg, tc)
     scn = evaluator.scn
     return capacity_below(rm, rps / cal, sizing=scn.sizing.mode, quantile=scn.sizing.quantile)[0]
 
@@ -436,11 +440,12 @@ def undominated_evaluations(evals: Sequence[Evaluation]) -> list[Evaluation]:
 
 
 def infeasible_message(classes, evals: Sequence[Evaluation], inventory: dict, *, rate_scale: float = 1.0,
-                       min_replicas: int = 1) -> str:
+                       min_replicas: int = 1, type_rule: tuple[int, frozenset[str]] | None = None) -> str:
     """Why no plan covers `classes` (every split option of a scenario, or the ones a re-solve asked)
     with these evaluations under these caps; rate_scale: the classes' rates were asked scaled (the
     peak's sensitivity); min_replicas: the scenario's min_replicas_per_pool, which the caps may not
-    leave room for whatever the load."""
+    leave room for whatever the load; type_rule: a fleet's rule on GPU types, with the types its
+    other services run (Resolver.type_rule), which then shares the blame."""
     for key in ["none", *[k for k in classes if k != "none"]]:
         for tc in classes.get(key, []):
             mine = [evaluation for evaluation in evals if evaluation.traffic_class is tc]
@@ -458,7 +463,14 @@ def infeasible_message(classes, evals: Sequence[Evaluation], inventory: dict, *,
     # The no-split class where it was asked, else the classes of the options asked.
     asked = classes.get("none") or [tc for tcs in classes.values() for tc in tcs]
     rates = ", ".join(f"'{tc.label}' {tc.rate_rps * rate_scale:,.4g} req/s" for tc in asked)
+    rule = ""
+    if type_rule is not None:
+        limit, others = type_rule
+        rule = (f"the fleet's rule of at most {limit} GPU type{'s' if limit != 1 else ''} (the other services run "
+                f"{', '.join(sorted(others)) or 'none'})")
     if not inventory:
+        if rule:
+            return f"{rule} leaves no fleet that covers every class at once ({rates})"
         return (f"the solver found no fleet that covers the peak ({rates}), though each class has configs "
                 "that serve it; check the traffic rates and solver.time_limit_s")
     # Only the caps of GPU types that could serve some class play a part; the others would mislead.
@@ -485,7 +497,7 @@ def infeasible_message(classes, evals: Sequence[Evaluation], inventory: dict, *,
             if sum(most.values()) < tc.rate_rps * rate_scale:
                 return (f"class '{tc.label}' needs {tc.rate_rps * rate_scale:,.4g} req/s but the inventory caps ({caps}) "
                         f"allow at most {sum(most.values()):,.4g} req/s")
-    return f"the inventory caps ({caps}) leave no fleet that covers every class at once ({rates})"
+    return f"the inventory caps ({caps}){f' and {rule}' if rule else ''} leave no fleet that covers every class at once ({rates})"
 
 
 def no_plan_message(sol: FleetSolution, scn: Scenario, classes, evals, inventory) -> str:

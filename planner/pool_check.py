@@ -38,6 +38,16 @@ certified then holds with some margin, not on a coin toss. On a pool 4% over its
 limit the rule passed 3-5% of seeds, against 19-25% for four runs pooled (the tests' 8B pool, over
 1,024 seeds). The plans explored beside the plan (one GPU type each) are certified in the same way.
 
+Where that holds least: a pool whose slow requests come in long bursts. finance_2027's (28.6 req/s
+a replica, 5,556 requests a run, TPOT p99 limit 50 ms, long-run value 49.5 ms) reads a run's p99 7%
+low on average with a 16% spread from seed to seed, and four runs pooled 2.8% low; the runs' own
+spread then understates the pooled value's by 1.3-1.5x, and two errors cover the long-run value
+73-75% of the time. Over 1,024 blocks of seeds the rule certified such a pool 24-45% of the time
+when its long-run value lay 3-8% over the limit; four runs always, with Student's t, still 7-22%.
+A run's bias is what misleads, and only longer runs narrow it; within-run batch means read a
+run's spread at half its seed-to-seed spread (the replica starts empty, and a run's level moves as
+a whole), so they cannot stand in for more runs.
+
 A queue that the runs read as growing (their mean backlog trend over the tolerance) is read again
 on one run SETTLE_FACTOR times as long, which decides: a short run's warm-up can end before a replica
 started empty has filled, and pooling more runs as short would read the filling as often

@@ -381,3 +381,45 @@ def test_a_simulated_capacity_calibrates_the_class_and_a_log_lowered_rate_does_n
             assert b.capacity_rps == pytest.approx(b.capacity.max_rps * 0.8)
         else:
             assert b.planned_by == "model" and b.capacity_rps == b.capacity.max_rps
+
+
+@pytest.mark.parametrize(("class_ratio", "pair", "pair_ratio"), [
+    (0.8, ("h100-sxm", 2, "fp8", "fp8"), 0.98),
+    (0.6, ("l40s", 1, "fp8", "bf16"), 1.0),
+])
+def test_a_pair_s_own_ratio_keeps_both_searches_exact(monkeypatch, class_ratio, pair, pair_ratio):
+    """A TTFT sweep plans a measured pair at its own simulated / model ratio, above its class's least
+    (Evaluator.calibrate). The lazy search's bounds took the class's ratio, so a bound could sit below
+    the pair's planned capacity ($132.12 lazily against $130.72 with every pair searched, on
+    inventory_mixed); and evaluate_all compared a group's dtype variants by model capacity, proving
+    a variant below its sibling that is planned above it ($186.72 against $163.92). Both now read each
+    pair at its own ratio (Evaluator.factor_of): either search costs what evaluating every pair costs."""
+    from pathlib import Path
+
+    import planner.plan_search as plan_search
+    from planner.inputs import load_inputs
+    from planner.plan_search import LazySearch, Resolver
+    from planner.plan_setup import setup_plan
+
+    inputs = load_inputs(Path(__file__).resolve().parent.parent / "scenarios" / "inventory_mixed.yaml")
+    scn, traffic = inputs.scenario, inputs.traffic
+    st = setup_plan(scn, inputs.catalog, inputs.model, traffic.hist, traffic.peak_rps, evaluate=False)
+    classes, configs = st.classes, st.configs
+    ratios = {(tc.option, tc.name, tc.max_model_len): class_ratio for tcs in classes.values() for tc in tcs}
+    tc = classes["none"][0]
+    measured = {(pair, (tc.option, tc.name, tc.max_model_len)): pair_ratio}
+    assert any(cfg.key == pair for cfg in configs)
+
+    def evaluator():
+        ev = Evaluator(scn, inputs.catalog, inputs.model)
+        ev.calibrate(ratios, classes, measured, configs)
+        return ev
+
+    costs = []
+    for threshold in (0, 10**9):  # searched lazily; every pair evaluated at once (evaluate_all)
+        monkeypatch.setattr(plan_search, "LAZY_MIN_PAIRS", threshold)
+        costs.append(LazySearch(evaluator(), Resolver(scn), classes, configs).solve().cost_per_hour)
+    ev = evaluator()
+    every = [ev.evaluate(cfg, t) for tcs in classes.values() for t in tcs for cfg in configs]  # no pair proved below another
+    costs.append(Resolver(scn)(classes, every).cost_per_hour)
+    assert costs[0] == pytest.approx(costs[2], abs=1e-9) and costs[1] == pytest.approx(costs[2], abs=1e-9), costs

@@ -978,3 +978,38 @@ def test_committed_gpus_without_a_cap_are_not_called_no_shared_limit(tmp_path):
     assert "every service's plan is the one it would make alone" not in text
     assert ("The fleet's committed GPUs are paid whether used or not, so a service's plan may differ from the one it "
             "would make alone; its section says where it does.") in text
+
+
+def _rule_fleet(tmp_path) -> Path:
+    """alpha runs L40S only; beta may run H100 (a negotiated price, no cap) or L40S; one GPU type."""
+    alpha = service("alpha", 30.0, gpus=["l40s"], kv_dtypes=["bf16"])
+    beta = service("beta", 12.0, kv_dtypes=["bf16"])
+    return write_fleet(tmp_path, services=[alpha, beta], max_gpu_types=1,
+                       inventory={"h100-sxm": {"price_usd_per_hour": 1.2}})
+
+
+def test_a_service_alone_under_the_type_rule_keeps_the_candidates_the_rule_needs(tmp_path):
+    """With no cap or commitment on them, the alone re-solves pruned beta's L40S candidate as beaten
+    by a cheaper H100 one, though the rule (alpha runs L40S) left beta only L40S: beta alone had no
+    plan, and every sensitivity and sweep row read infeasible. Under the rule every type is told
+    apart, as in the fleet's own ILP."""
+    from planner.fleet import load_fleet
+    from planner.fleet_plan import make_fleet_plan
+
+    beta = make_fleet_plan(load_fleet(_rule_fleet(tmp_path))).plans[1]
+    assert beta.alone is not None and dict(beta.alone.solution.gpus_by_type) == {"l40s": 7}
+    assert beta.alone.cost_per_hour == pytest.approx(9.80)
+    assert all(math.isfinite(o.cost_per_hour) for o in beta.sensitivity)
+    assert all(math.isfinite(o.cost_per_hour) for _, o in beta.ttft_sweep)
+
+
+def test_an_infeasible_row_under_the_type_rule_names_the_rule(tmp_path):
+    """beta's 'without l40s' lever: alone it could run H100 (3 new ones are left it), but the rule of
+    one GPU type with alpha on L40S forbids it; the row blamed the inventory caps alone."""
+    from planner.fleet import load_fleet
+    from planner.fleet_plan import make_fleet_plan
+    from planner.fleet_report import service_section
+
+    fp = make_fleet_plan(load_fleet(write_fleet(tmp_path, inventory={"h100-sxm": {"max_new": 3}}, max_gpu_types=1)))
+    row = next(line for line in service_section(fp, 1).splitlines() if line.startswith("| without l40s |"))
+    assert "the inventory caps (h100-sxm ≤ 3 GPUs) and the fleet's rule of at most 1 GPU type (the other services run l40s) leave no fleet" in row
