@@ -182,7 +182,8 @@ def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool |
                  for i in range(len(plans))]
         # Every service's TTFT sweep goes to the worker at once, while the others run here.
         sweeps = [start_ttft_sweep(st, solve) for st, solve in alone]
-        plans = [explore_plan(st, plan, solve, alone=True, sweep=sweep, figures_ready=figures_ready)
+        plans = [dataclasses.replace(explore_plan(st, plan, solve, alone=True, sweep=sweep, figures_ready=figures_ready),
+                                     alone_shared_caps=frozenset(fleet.shared_caps))
                  for (st, solve), plan, sweep in zip(alone, plans, sweeps, strict=True)]
     constraints = _constraints(fleet, setups, [p.evaluations for p in plans], joint, types) if explore else ()
     result = FleetPlan(fleet, tuple(plans), joint, types, constraints)

@@ -214,6 +214,7 @@ class Plan:
     # types with the types the other services run (plan_search.Resolver)
     alone_committed: frozenset[str] = frozenset()
     alone_type_rule: tuple[int, frozenset[str]] | None = None
+    alone_shared_caps: frozenset[str] = frozenset()  # the GPU types whose caps the fleet shares (its inventory)
 
     @property
     def compared_usd_per_hour(self) -> float:

@@ -490,7 +490,7 @@ def _explored_in_fleet(plan: Plan) -> str:
     if plan.alone_differs:
         reasons = [*([f"its committed GPUs ({', '.join(sorted(plan.alone_committed))}) are paid whether used or not"]
                      if plan.alone_committed else []),
-                   *(["its caps are shared"] if plan.alone_caps else []),
+                   *(["its caps are shared"] if plan.alone_shared_caps else []),
                    *(["its rule on GPU types binds the services together"] if plan.alone_type_rule is not None else [])]
         why = (" and ".join([", ".join(reasons[:-1]), reasons[-1]] if len(reasons) > 1 else reasons)
                or "its ILP chose among plans of equal cost for the whole fleet")

@@ -1013,3 +1013,19 @@ def test_an_infeasible_row_under_the_type_rule_names_the_rule(tmp_path):
     fp = make_fleet_plan(load_fleet(write_fleet(tmp_path, inventory={"h100-sxm": {"max_new": 3}}, max_gpu_types=1)))
     row = next(line for line in service_section(fp, 1).splitlines() if line.startswith("| without l40s |"))
     assert "the inventory caps (h100-sxm ≤ 3 GPUs) and the fleet's rule of at most 1 GPU type (the other services run l40s) leave no fleet" in row
+
+
+def test_a_service_s_own_cap_is_not_called_shared(tmp_path):
+    """alpha caps its own H100s (max_gpus), the fleet caps nothing and owns L40S: alone alpha would
+    buy H100s, and its section said the fleet's "caps are shared", which it has none of."""
+    from planner.fleet import load_fleet
+    from planner.fleet_plan import make_fleet_plan
+    from planner.fleet_report import service_section
+
+    alpha = service("alpha", 30.0, gpus=[{"id": "h100-sxm", "max_gpus": 64}, "l40s"])
+    fp = make_fleet_plan(load_fleet(write_fleet(tmp_path, services=[alpha, service("beta", 12.0)],
+                                                inventory={"l40s": {"owned": 40, "owned_usd_per_hour": 0.5}})))
+    assert fp.plans[0].alone_caps == {"h100-sxm": 64} and fp.plans[0].alone_differs
+    text = service_section(fp, 0)
+    assert "The fleet runs the plan above instead: its committed GPUs (l40s) are paid whether used or not, so" in text
+    assert "its caps are shared" not in text
