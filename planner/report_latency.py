@@ -47,7 +47,8 @@ def replay_text(c: PoolCheck, growth: float) -> str:
     for the scenario's growth, dealt in turn to the pool's 4 replicas): every target holds"."""
     r = c.replay
     compressed = f", its time compressed × {growth:g} for the scenario's growth" if growth != 1 else ""
-    return (f"the log's own arrivals ({r.requests:,} requests over {r.span_s / 60:,.1f} minutes{compressed}, dealt in "
+    return (f"the log's own arrivals ({r.requests:,} request{'s' if r.requests != 1 else ''} over "
+            f"{r.span_s / 60:,.1f} minutes{compressed}, dealt in "
             f"turn to the pool's {replicas_text(c.replicas)}): " + ("every target holds" if r.holds else "misses: " + "; ".join(r.problems)))
 
 

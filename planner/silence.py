@@ -88,8 +88,14 @@ def _span_text(silence: Silence) -> str:
     """Where the silence lies: UTC dates and times, or hours:minutes on a relative log's own clock."""
     if silence.start_minute >= _CALENDAR_FROM_MINUTE:
         return f"from {minute_text(silence.start_minute)} to {minute_text(silence.end_minute)} UTC"
-    start, end = (f"{m // MINUTES_PER_HOUR}:{m % MINUTES_PER_HOUR:02d}" for m in (silence.start_minute, silence.end_minute))
-    return f"from {start} to {end} on its own clock (h:mm from its start)"
+    start, end = (_clock_text(m) for m in (silence.start_minute, silence.end_minute))
+    return f"from {start} to {end} on its own clock (h:mm from its time 0)"
+
+
+def _clock_text(minute: int) -> str:
+    """A minute of a relative log's clock as h:mm, signed (a stray row before its time 0 is at -h:mm)."""
+    hours, minutes = divmod(abs(minute), MINUTES_PER_HOUR)
+    return f"{'-' if minute < 0 else ''}{hours}:{minutes:02d}"
 
 
 def silence_note(hist: Histogram, *, measured_day: bool, mean_from_span: bool,

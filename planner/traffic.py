@@ -89,6 +89,10 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
             result = ingest(files, spec, keep_requests=REPLAY_MAX_REQUESTS)
         hist = result.histogram
         requests, unreplayable = _replayable(result.requests)
+        coarse = _coarse_clock(requests)
+        if coarse:
+            notes.append(coarse)
+            requests = None
         names = ", ".join(_display(p, base) for p in files)
         kind = "histogram file" if field == "histogram" else "log"
         notes.append(f"Source: {kind} {names} ({spec.name} columns).")
@@ -151,6 +155,22 @@ def _replayable(rows) -> tuple[Requests | None, int]:
         return None, left_out
     arrival = seconds[ok] - seconds[ok].min()
     return Requests(arrival, prompt[ok], output[ok]), left_out
+
+
+def _coarse_clock(requests: Requests | None) -> str:
+    """Why a log's arrivals cannot be replayed as they came, or "": its timestamps all fall on
+    whole minutes (or on one instant), so each minute's requests would arrive at once, a burst the
+    service never saw (the quantile peak reads the same per-minute counts either way)."""
+    if requests is None or requests.n < 2:
+        return ""
+    t = requests.arrival_s
+    span = float(t[-1] - t[0]) if t.size else 0.0
+    if span > 0 and not (np.allclose(t / 60.0, np.round(t / 60.0), rtol=0.0, atol=1e-6)
+                         and np.unique(t).size < t.size):
+        return ""
+    what = "one instant" if span == 0 else "whole minutes"
+    return (f"The log's timestamps fall on {what}: its own arrivals are not replayed (each minute's requests "
+            "would arrive at once); the pools are judged on Poisson arrivals at their planned rates.")
 
 
 def _display(path: Path, base: Path) -> str:

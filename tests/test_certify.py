@@ -917,3 +917,53 @@ def test_a_looser_ttft_target_never_costs_more_than_the_certified_plan(tmp_path)
     assert set(rows) == {"0.5", "0.75", "1.5", "2"}
     for m in ("1.5", "2"):
         assert float(rows[m].replace(",", "")) <= round(cost, 2), (m, rows[m], cost)
+
+
+def _azure_slice(tmp_path, name, keep):
+    """The Azure conversation log's sample cut or altered by `keep` (rows -> rows), as a scenario."""
+    import pandas as pd
+
+    rows = pd.read_csv(ROOT / "data" / "samples" / "azure_conv_2023_sample.csv")
+    keep(rows).to_csv(tmp_path / f"{name}.csv", index=False)
+    text = (ROOT / "scenarios" / "azure_conv_trace.yaml").read_text(encoding="utf-8")
+    text = text.replace("log: ../data/samples/azure_conv_2023_sample.csv", f"log: {name}.csv")
+    assert f"log: {name}.csv" in text
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_a_log_of_minutes_is_certified_on_its_latencies_not_its_filling(tmp_path):
+    """The first three minutes of the Azure log (785 requests; its peak check accepts four clock
+    minutes): each replica's share of the log's own arrivals was judged on its queue's trend from
+    its empty start, whose filling read as growth at any number of replicas, and solve exited 3.
+    The trend is now read past the share's first tenth, and on shares of 1,000 requests or more."""
+    import pandas as pd
+
+    def first_minutes(rows):
+        t = pd.to_datetime(rows.TIMESTAMP)
+        return rows[(t - t.min()).dt.total_seconds() < 180]
+
+    path = _azure_slice(tmp_path, "az3", first_minutes)
+    r = CliRunner().invoke(main, ["solve", str(path), "--json", "--no-report"])
+    assert r.exit_code == 0, r.output
+    (pool,) = json.loads(r.output)["plan"]
+    assert pool["holds"] and pool["log_replay"]["holds"] and pool["log_replay"]["requests"] == 785
+
+
+def test_a_log_stamped_in_whole_minutes_is_not_replayed_as_bursts(tmp_path):
+    """Timestamps floored to the minute: the log's own arrivals put each minute's requests at one
+    instant (333 on average), a burst the service never saw, and solve exited 3 on it. Such a log
+    is not replayed, and the report says why; its per-minute peak is the same either way."""
+    import pandas as pd
+
+    def by_minute(rows):
+        return rows.assign(TIMESTAMP=pd.to_datetime(rows.TIMESTAMP).dt.floor("min").astype(str))
+
+    path = _azure_slice(tmp_path, "azmin", by_minute)
+    r = CliRunner().invoke(main, ["solve", str(path), "--json", "--out-dir", str(tmp_path / "out")])
+    assert r.exit_code == 0, r.output
+    (pool,) = json.loads(r.output)["plan"]
+    assert pool["log_replay"] is None and pool["holds"]
+    report = (tmp_path / "out" / "azure_conv_trace.md").read_text(encoding="utf-8")
+    assert "The log's timestamps fall on whole minutes: its own arrivals are not replayed" in report

@@ -1737,7 +1737,7 @@ def test_a_peak_quantile_that_counts_hours_of_silence_says_so_with_the_peak_with
             "rps: ...}).")
     # relative timestamps: where the silence lies on the log's own clock, not as a date in January 1970
     assert r.stderr.startswith(f"warning: {path}: The log holds no request for 7.0 hours in a row, from 0:10 to 7:10 "
-                               "on its own clock (h:mm from its start), of its 0.3 days") and r.stderr.endswith(
+                               "on its own clock (h:mm from its time 0), of its 0.3 days") and r.stderr.endswith(
         note + "\n") and "day's volume" not in r.stderr
     assert json.loads(r.stdout)["traffic_notes"][-1].endswith(note)
     # the busiest minute is no quantile of them: nothing to say
@@ -1880,3 +1880,11 @@ verify: false
 """, encoding="utf-8")
     one_line_error(run("solve", path, "--no-report"), 2, str(path), "mean_rps: the profile is measured from the log",
                    "state the profile too (hourly or shape)")
+
+
+def test_a_relative_log_s_clock_before_its_time_0_reads_signed():
+    """A stray row 5,000,000 s before a relative log's time 0 fell in minute -83,334, which the
+    silence warning printed as -1389:06 (floor division and remainder of a negative minute)."""
+    from planner.silence import _clock_text
+
+    assert [_clock_text(m) for m in (-83_334, -5, 0, 430)] == ["-1388:54", "-0:05", "0:00", "7:10"]
