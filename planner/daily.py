@@ -149,6 +149,11 @@ class DayCosts:
     def policy(self, key: str) -> Policy:
         return next(p for p in self.policies if p.key == key)
 
+    @property
+    def short_pools_text(self) -> str:
+        """The pools a stated fleet has fewer replicas in than its busiest hour needs, as the report says them."""
+        return "; ".join(f"{name}: {need} replicas where the fleet states {n}" for name, (n, need) in self.short_pools.items())
+
     def usd_per_million_tokens(self, key: str) -> float | None:
         """The policy's cost over the period's real token volume."""
         tokens = self.tokens_per_day
@@ -311,8 +316,7 @@ def day_markdown(costs: DayCosts, *, heading: int = 2) -> str:
     )
     if costs.short_pools:
         lines[-1] += (" The stated fleet cannot carry the busiest hour: the peak-sized policies hold what it needs ("
-                      + "; ".join(f"{name}: {need} replicas where the fleet states {n}"
-                                  for name, (n, need) in costs.short_pools.items()) + ").")
+                      f"{costs.short_pools_text}).")
     tokens = costs.tokens_per_day
     lines += [
         "",

@@ -164,8 +164,7 @@ def start_ttft_sweep(st: Setup, solve: Resolver) -> Callable[[], list[tuple[floa
     depend on which explorations ran first or where it runs. A class's calibration travels keyed
     by its option, name and context limit (Evaluator.class_calibration), and a measured pair's own
     ratio by its config too (Evaluator.measured_ratios)."""
-    calibration = st.evaluator.class_calibration(st.classes)
-    measured = st.evaluator.measured_ratios(st.configs, st.classes)
+    calibration, measured = sweep_calibration(st)
     if not any(b.ttft_s for b in st.scn.slo.bands):
         return list
     known = st.evaluator.known(st.configs, st.classes)
@@ -187,6 +186,11 @@ def start_ttft_sweep(st: Setup, solve: Resolver) -> Callable[[], list[tuple[floa
         return [(m, rows[m]) for m in TTFT_SWEEP if m in rows]
 
     return sweep
+
+
+def sweep_calibration(st: Setup) -> tuple[dict, dict]:
+    """What the TTFT sweep takes of certification: each class's ratio and each measured pair's."""
+    return st.evaluator.class_calibration(st.classes), st.evaluator.measured_ratios(st.configs, st.classes)
 
 
 def ttft_sweep(scn, catalog, model, configs, classes, inventory, calibration, measured=None, known=None,
@@ -353,15 +357,15 @@ def context_lever(scn, catalog, model, served, limit, peak, configs, inventory, 
     evaluator = evaluator or Evaluator(scn, catalog, model)
     if known:
         evaluator.take_known(known, configs, _same_classes(lower_classes, classes or {}))
-    res, evs = lazy_solve(evaluator, solve or Resolver(scn, reserved, pool_types, type_rule), lower_classes, configs)
+    solve = solve or Resolver(scn, reserved, pool_types, type_rule)
+    res, evs = lazy_solve(evaluator, solve, lower_classes, configs)
     total = all_requests or served.requests
     rejected_before = total - served.requests
     name = f"context limit {lower:,} (rejects {share_text((rejected_before + lost) / total)} of requests" + (
         f", against {share_text(rejected_before / total)} at {limit:,})" if rejected_before else ")")
-    rule = solve.type_rule if solve is not None else type_rule
     return outcome_of(name, res, "" if res.pools else infeasible_message(lower_classes, evs, inventory,
                                                                          min_replicas=scn.min_replicas_per_pool,
-                                                                         type_rule=rule))
+                                                                         type_rule=solve.type_rule))
 
 
 def _same_classes(classes, others) -> dict[str, list[TrafficClass]]:

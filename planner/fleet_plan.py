@@ -32,7 +32,7 @@ from planner.plan_setup import Setup, pool_details, setup_plan
 from planner.planning import assemble_plan
 from planner.progress import stage
 from planner.scenario import Scenario
-from planner.units import HOURS_PER_MONTH, gpus_text
+from planner.units import HOURS_PER_MONTH, gpu_types_text, gpus_text
 
 
 @dataclass(frozen=True)
@@ -275,7 +275,7 @@ def _no_fleet_message(fleet: FleetInputs, setups, joint: JointSolution) -> str:
     rules = [f"{g} ≤ {gpus_text(n)}" for g, n in sorted(fleet.shared_caps.items())]
     if fleet.spec.max_gpu_types is not None:
         n = fleet.spec.max_gpu_types
-        rules.append(f"at most {n} GPU type{'s' if n != 1 else ''}")
+        rules.append(f"at most {gpu_types_text(n)}")
     takes = [f"{name} {' + '.join(f'{n} {g}' for g, n in sol.gpus_by_type.items())}" for name, sol in alone]
     return (f"every service can be served alone within the shared caps, but the shared rules ({', '.join(rules)}) "
             f"leave no fleet that covers every service's peak; alone, the cheapest plans take {'; '.join(takes)}")

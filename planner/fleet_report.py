@@ -26,6 +26,7 @@ from planner.report import (
 )
 from planner.units import (
     HOURS_PER_MONTH,
+    gpu_types_text,
     gpus_text,
     hours_text,
     usd_per_million_text,
@@ -205,8 +206,7 @@ def _totals(fp: FleetPlan) -> str:
                   "budget, take the fleet's cost."]
     notes = []
     if spec.max_gpu_types is not None:
-        notes.append(f"Rule: at most {spec.max_gpu_types} GPU type{'s' if spec.max_gpu_types != 1 else ''} across the fleet "
-                     f"({len(fp.joint.gpus_by_type)} used).")
+        notes.append(f"Rule: at most {gpu_types_text(spec.max_gpu_types)} across the fleet ({len(fp.joint.gpus_by_type)} used).")
     if spec.budget_usd_per_month is not None:
         notes.append(f"Budget: {usd_text(spec.budget_usd_per_month)} per month; the plan leaves "
                      f"{usd_text(spec.budget_usd_per_month - fp.cost_per_month)} of it.")

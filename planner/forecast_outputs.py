@@ -636,9 +636,7 @@ def _policies_markdown(results: Sequence[QuarterResult], total: dict, heading: i
         lines.append(f"| {r.quarter} | " + " | ".join(cells) + " |")
     lines.append("| **Total** | " + " | ".join(
         f"{usd_text(total[f'{k}_usd'])} · {usd_per_million_text(_per_million(total, f'{k}_usd', 'tokens'))}" for k, _ in POLICIES) + " |")
-    short = [f"{r.quarter} " + "; ".join(f"{name}: {need} replicas where the fleet states {n}"
-                                         for name, (n, need) in r.day.short_pools.items())
-             for r in results if r.day.short_pools]
+    short = [f"{r.quarter} {r.day.short_pools_text}" for r in results if r.day.short_pools]
     if short:
         lines += ["", "The stated fleet cannot carry the busiest hour of some quarters: their peak-sized policies hold "
                   "what it needs (" + "; ".join(short) + ")."]

@@ -85,7 +85,7 @@ def resolve_params(
     towers: Sequence[str] = (),
 ) -> tuple[int, int, str]:
     """(total, active, params_source): given counts win, then the checkpoint's, then the formula's.
-    towers: the config's vision or audio towers (vision_config, audio_config). A checkpoint holds
+    towers: the config's vision or audio towers (towers_of). A checkpoint holds
     their weights, which are loaded (total), but a text token runs through the language model
     alone: where the formula counts it, that count is the active one."""
     formula = f"planner.params ({r.family.name})"
@@ -99,9 +99,8 @@ def resolve_params(
     if read is not None and read.params is not None:
         total = read.params
         if towers and counted is not None and not params_active and counted.active < total:
-            tower = " and ".join(t.removesuffix("_config") for t in towers)
             return total, counted.active, (f"exact: {read.source} (active: the language model by {formula}, "
-                                           f"{counted.active:,}; the {tower} tower computes no text token)")
+                                           f"{counted.active:,}; the {' and '.join(towers)} tower computes no text token)")
         if is_moe and not params_active:
             if counted is None:
                 raise r.cfg.error("num_experts_per_tok", "MoE model without a parameter-count formula: give --params-active")
@@ -177,8 +176,9 @@ def mxfp4_checkpoint_bytes(params_total: int, mxfp4_params: int) -> int:
 
 
 def towers_of(outer: Mapping[str, Any]) -> list[str]:
-    """The vision and audio towers a multimodal config declares beside its text model."""
-    return [k for k in ("vision_config", "audio_config") if outer.get(k)]
+    """The vision and audio towers a multimodal config declares beside its text model (its
+    vision_config, audio_config): "vision", "audio"."""
+    return [k.removesuffix("_config") for k in ("vision_config", "audio_config") if outer.get(k)]
 
 
 def note_uncounted(
@@ -188,7 +188,7 @@ def note_uncounted(
     from_formula = counted is not None and not given and (read is None or read.params is None)
     towers = towers_of(outer)
     if towers and from_formula:
-        r.note(f"the {' and '.join(t.removesuffix('_config') for t in towers)} tower is not counted (text model only): "
+        r.note(f"the {' and '.join(towers)} tower is not counted (text model only): "
                "give --weights or --params-total to count it")
     for key in MTP_KEYS:
         if from_formula and r.cfg.get(key):

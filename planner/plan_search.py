@@ -30,7 +30,7 @@ from planner.plan_objects import (
     TrafficClass,
 )
 from planner.scenario import Scenario
-from planner.units import gpus_text
+from planner.units import gpu_types_text, gpus_text
 
 
 def service_model(scn: Scenario, classes, evals: Sequence[Evaluation], *, name: str = "", inventory=None,
@@ -466,7 +466,7 @@ def infeasible_message(classes, evals: Sequence[Evaluation], inventory: dict, *,
     rule = ""
     if type_rule is not None:
         limit, others = type_rule
-        rule = (f"the fleet's rule of at most {limit} GPU type{'s' if limit != 1 else ''} (the other services run "
+        rule = (f"the fleet's rule of at most {gpu_types_text(limit)} (the other services run "
                 f"{', '.join(sorted(others)) or 'none'})")
     if not inventory:
         if rule:

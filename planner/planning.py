@@ -18,7 +18,12 @@ from planner.certification import certify_plans
 from planner.deployment import supported_problem
 from planner.errors import InfeasibleError, InputError
 from planner.evaluator import Evaluator
-from planner.exploration import explore_plan, start_context_lever, start_ttft_sweep
+from planner.exploration import (
+    explore_plan,
+    start_context_lever,
+    start_ttft_sweep,
+    sweep_calibration,
+)
 from planner.histogram import Histogram
 from planner.ilp import FleetSolution, Pool, paid_per_hour
 from planner.plan_objects import (
@@ -97,22 +102,17 @@ def make_plan(
     # change (no pool re-planned): the sweep starts now and starts again if it does.
     if certifying and explore:
         context = start_context_lever(st, solve)
-        calibration, sweep = _sweep_calibration(st), start_ttft_sweep(st, solve)
+        calibration, sweep = sweep_calibration(st), start_ttft_sweep(st, solve)
     if certifying:
         [(evals, sol, pools, certification)] = certify_plans(
             [(st, evals, sol, pools)], lambda _: [(search.solve(**question), search.evaluations())],
             rounds=scn.simulation.max_rounds,
         )
-        if sweep is not None and _sweep_calibration(st) != calibration:
+        if sweep is not None and sweep_calibration(st) != calibration:
             sweep = None
     plan = assemble_plan(st, evals, sol, pools, certification)
     return (explore_plan(st, plan, solve, sweep=sweep, context=context, search=search,
                          figures_ready=figures_ready) if explore else plan)
-
-
-def _sweep_calibration(st: Setup) -> tuple[dict, dict]:
-    """What the TTFT sweep takes of certification: each class's ratio and each measured pair's."""
-    return st.evaluator.class_calibration(st.classes), st.evaluator.measured_ratios(st.configs, st.classes)
 
 
 def assemble_plan(st: Setup, evals, sol: FleetSolution, pools: list[PoolDetail], certification) -> Plan:

@@ -78,10 +78,11 @@ from planner.sim_measures import (
     STABILITY_TOLERANCE,
     RequestLatencies,
     SimResult,
+    backlog_growth,
     merged_latencies,
     settle_requests,
 )
-from planner.simulate import simulate_replica
+from planner.simulate import DEFAULT_WARMUP_FRACTION, simulate_replica
 from planner.targets import SLO, Band
 from planner.worker_pool import usable_cores
 
@@ -557,16 +558,19 @@ def replay_trace(p: PoolSetting, slo: SLO) -> TraceReplay:
         prompt = np.maximum(tr.prompt_tokens[idx], shortest_prompt_tokens(p.shared_prefix_tokens, p.deployment.block_size))
         output = np.clip(tr.output_tokens[idx], 1, np.maximum(p.deployment.max_model_len - prompt, 1))
         mine = Requests(tr.arrival_s[idx] - tr.arrival_s[idx[0]], prompt, output)
-        parts.append(simulate_replica(p.deployment, mine, shared_prefix_tokens=p.shared_prefix_tokens, warmup_fraction=0.0))
+        sim, trace = simulate_replica(p.deployment, mine, shared_prefix_tokens=p.shared_prefix_tokens, warmup_fraction=0.0,
+                                      trace=True)
+        parts.append(sim)
         # The queue's trend past the first tenth of the share's requests, as a Poisson run reads it:
         # a replica starts empty, and on a log of minutes its filling alone read as growth (a 3-minute
         # slice of the Azure log failed at any number of replicas).
-        trends.append(simulate_replica(p.deployment, mine, shared_prefix_tokens=p.shared_prefix_tokens))
+        if mine.n >= MIN_TREND_REQUESTS:
+            trends.append((len(parts), backlog_growth(mine, trace, DEFAULT_WARMUP_FRACTION)))
     lat = merged_latencies([s.latencies for s in parts])
     bands = band_checks(slo, None, None, lat)
     problems = _problems(slo, bands, lat)
     # A log cannot be run longer: each replica's share of it decides (settle_queue does not apply).
-    problems += [f"replica {i + 1}'s queue grows ({_rising_text(s.backlog_growth)})" for i, s in enumerate(trends)
-                 if not s.stable and s.requests >= MIN_TREND_REQUESTS]
+    problems += [f"replica {i}'s queue grows ({_rising_text(growth)})" for i, growth in trends
+                 if growth > STABILITY_TOLERANCE]
     return TraceReplay(tr.n, float(tr.arrival_s[-1] - tr.arrival_s[0]), bands, tuple(problems))
 

@@ -32,6 +32,7 @@ from planner.roofline import StepModel
 from planner.units import (
     HOURS_PER_MONTH,
     GiB,
+    gpu_types_text,
     gpus_text,
     hours_text,
     quantile_label,
@@ -481,7 +482,7 @@ def _explored_in_fleet(plan: Plan) -> str:
     rule = ""
     if plan.alone_type_rule is not None:
         limit, others = plan.alone_type_rule
-        rule = (f", and within the fleet's rule of at most {limit} GPU type{'s' if limit != 1 else ''} "
+        rule = (f", and within the fleet's rule of at most {gpu_types_text(limit)} "
                 f"(the others run {', '.join(sorted(others)) or 'none'})")
     text = (f"In the fleet, the rows below re-solve this service alone, the other services as planned: at its "
             f"on-demand prices, within what they leave of the GPU caps ({caps}){rule}. So solved, its plan is "

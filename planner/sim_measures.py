@@ -224,20 +224,34 @@ class GapDistribution:
         return float(1e-6 * GAP_BIN_RATIO ** (self.bins[i] + 0.5))  # a Python float: it reaches --json
 
 
-def measure(req: Requests, tr: Trace, warmup_fraction: float, wall: float, *,
-             block_bytes: int, shared_bytes: int, budget_bytes: int, notes: tuple[str, ...]) -> SimResult:
-    n = req.n
-    cut = min(math.ceil(warmup_fraction * n), n - 1)
+def _window(req: Requests, tr: Trace, warmup_fraction: float) -> tuple[int, float, float, float, slice, np.ndarray]:
+    """The measured window past the warm-up's arrivals: (requests cut, start, end, span, the window's
+    steps as a slice, their durations)."""
+    cut = min(math.ceil(warmup_fraction * req.n), req.n - 1)
     t0 = float(req.arrival_s[cut])
     t1 = float(req.arrival_s[-1])
     if t1 <= t0:  # a single burst: measure over all steps
         t1 = float(tr.step_start_s[-1] + tr.step_s[-1]) if tr.step_s.size else t0
-    span = max(t1 - t0, 1e-12)
     # Steps start in time order, so the window's steps are a slice: views, where a mask would copy
     # each of a long-context replay's million-step records.
     lo, hi = np.searchsorted(tr.step_start_s, [t0, t1], side="left")
     win = slice(int(lo), int(hi))
-    w = tr.step_s[win]
+    return cut, t0, t1, max(t1 - t0, 1e-12), win, tr.step_s[win]
+
+
+def backlog_growth(req: Requests, tr: Trace, warmup_fraction: float) -> float:
+    """The backlog's trend over the window past the warm-up (SimResult.backlog_growth of a run measured
+    with that warm-up), from a trace measured with another one."""
+    _, t0, t1, span, win, w = _window(req, tr, warmup_fraction)
+    arrived_in = int(np.sum((req.arrival_s >= t0) & (req.arrival_s <= t1)))
+    return _backlog_growth(req, tr, win, w, arrived_in / span)
+
+
+def measure(req: Requests, tr: Trace, warmup_fraction: float, wall: float, *,
+             block_bytes: int, shared_bytes: int, budget_bytes: int, notes: tuple[str, ...]) -> SimResult:
+    n = req.n
+    cut, t0, t1, span, win, w = _window(req, tr, warmup_fraction)
+    lo, hi = win.start, win.stop
     wsum = float(w.sum())
     # The window's time: its steps and the idle gaps between them (a saturated replica's last step may
     # run past the window's end, so never less than the steps' own time).

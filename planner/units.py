@@ -32,6 +32,11 @@ def gpus_text(n: int) -> str:
     return f"{n:,} GPU" if n == 1 else f"{n:,} GPUs"
 
 
+def gpu_types_text(n: int) -> str:
+    """A count of GPU types in words: '1 GPU type', '2 GPU types'."""
+    return f"{n:,} GPU type" if n == 1 else f"{n:,} GPU types"
+
+
 def replicas_text(n: int) -> str:
     """A count of replicas in words: '1 replica', '4 replicas'."""
     return f"{n:,} replica" if n == 1 else f"{n:,} replicas"

@@ -399,7 +399,10 @@ def test_a_stated_fleet_short_of_a_quarter_s_peak_prices_no_token_and_sizes_the_
     assert out["total"]["usd_per_million_tokens_blended"] is None
     for q in (q1, q2):
         assert q["mixed_usd"] <= min(q["peak_on_demand_usd"], q["peak_reserved_usd"]) + 1e-6
-    assert q2["peak_on_demand_usd_per_day"] > 17 * 2.99 * 24  # more than the stated 17 GPUs all day
+    from planner.catalog import load_catalog
+
+    h100_usd_per_hour = load_catalog().gpu("h100-sxm").price_usd_per_hour
+    assert q2["peak_on_demand_usd_per_day"] > 17 * h100_usd_per_hour * 24  # more than the stated 17 GPUs all day
     r = CliRunner().invoke(main, ["forecast", str(path), "--out-dir", str(tmp_path)])
     assert r.exit_code == 0, r.output
     text = (tmp_path / "short_forecast.md").read_text(encoding="utf-8")
