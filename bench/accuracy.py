@@ -85,7 +85,7 @@ from planner.deployment import make_deployment
 from planner.histogram import Histogram
 from planner.requests import sample_requests
 from planner.sim_capacity import max_sustainable_rate, profile_for
-from planner.sim_measures import RequestLatencies
+from planner.sim_measures import RequestLatencies, settled_window
 from planner.simulate import DEFAULT_WARMUP_FRACTION, simulate_replica
 from planner.targets import SLO, Band
 from planner.workload.histfile import read_histogram
@@ -402,12 +402,12 @@ def run_percentile_pool(cat, pool: Pool, hist: Histogram, args) -> list[Percenti
 
 
 def _blocked_share(dep, req, tr) -> float:
-    """Share of the measured time (after the warm-up's arrivals) in steps where requests wait, the
-    step's prompt budget is not used up and fewer than max_num_seqs run: the head of the queue
-    does not find the blocks of its first chunk free, a loss of prefill capacity the model does
-    not have (a diagnostic)."""
-    start = req.arrival_s[int(req.n * DEFAULT_WARMUP_FRACTION)]
-    win = (tr.step_start_s >= start) & (tr.step_start_s < req.arrival_s[-1])
+    """Share of the measured time (the run's settled window: planner.sim_measures.settled_window) in
+    steps where requests wait, the step's prompt budget is not used up and fewer than max_num_seqs
+    run: the head of the queue does not find the blocks of its first chunk free, a loss of prefill
+    capacity the model does not have (a diagnostic)."""
+    first, last = settled_window(req, tr, DEFAULT_WARMUP_FRACTION)
+    win = (tr.step_start_s >= req.arrival_s[first]) & (tr.step_start_s < req.arrival_s[last])
     budget = dep.engine.max_num_batched_tokens - tr.step_decoding[win]
     idle = ((tr.step_waiting[win] > 0) & (tr.step_prefill_tokens[win] < budget - dep.block_size)
             & (tr.step_running[win] < dep.engine.max_num_seqs))

@@ -3,17 +3,18 @@ hold when replayed?
 
 Each shipped scenario (and each service of the shipped fleet) is planned and certified as `planner
 solve` plans it; then every pool's replica is replayed at the rate the plan has it carry (its share of
-the peak x headroom, as certification replays it) on --runs runs of --requests sampled requests,
-seeds from --seed (far from the seeds certification pools: the scenario's, and up to fifteen after).
+the peak x headroom, as certification replays it) on --runs runs of --requests sampled requests or
+--hours of arrivals at that rate, whichever is more (certification's own runs span an hour), seeds
+from --seed (far from the seeds certification pools: the scenario's, and up to fifteen after).
 The runs are pooled as certification pools them (planner.pool_check): per band and target, the
 pooled value, its standard error from the runs' own values, and its limit; the attainment against
 its goal where the SLO sets one; the runs' mean backlog trend (2% of the arrival rate allowed) and
 preemptions per 1,000 requests. A value over its limit is a miss; one within two standard errors of
 it, on either side, is undecided (certification counts that as a miss). The runs' mean backlog
-trend is read as it is, with no longer run to settle it: at 40,000 requests a run, mostly several
-times certification's own, a replica has filled long before the run ends.
+trend is read as it is, with no longer run to settle it: at four hours of arrivals or 40,000
+requests a run, several times certification's own, a replica has filled long before the run ends.
 
-    python bench/replay_check.py [--runs 4] [--requests 40000] [--seed 1000] [FILE ...]
+    python bench/replay_check.py [--runs 4] [--requests 40000] [--hours 4] [--seed 1000] [FILE ...]
 
 Prints figures, one line a target, and a count of the verdicts that hold, miss and are undecided;
 asserts nothing. Where a plan misses here, certification's own runs read it otherwise: the seeds
@@ -35,6 +36,7 @@ from planner.startup import one_blas_thread  # noqa: E402
 
 one_blas_thread()
 
+from planner.bounds import MAX_SIMULATED_REQUESTS  # noqa: E402
 from planner.certification import pool_setting  # noqa: E402
 from planner.fleet import is_fleet_file, load_fleet  # noqa: E402
 from planner.fleet_plan import make_fleet_plan  # noqa: E402
@@ -81,7 +83,8 @@ def replay(name, scn, plan, traffic, args) -> list[str]:
     for detail in plan.pools:
         p = pool_setting(detail, scn, plan.pools, trace)
         t0 = time.perf_counter()
-        sims = [_run(p, args.requests, seed) for seed in range(args.seed, args.seed + args.runs)]
+        requests = min(max(args.requests, math.ceil(args.hours * 3600 * p.rate_rps)), MAX_SIMULATED_REQUESTS)
+        sims = [_run(p, requests, seed) for seed in range(args.seed, args.seed + args.runs)]
         parts = tuple(s.latencies for s in sims)
         pooled = merged_latencies(list(parts))
         bands = band_checks(slo, None, None, pooled, parts)  # the simulated values only: no model is printed
@@ -91,7 +94,7 @@ def replay(name, scn, plan, traffic, args) -> list[str]:
         runs_verdict = "MISSES" if _queue_problems(None, sims) or _preemption_problems(sims) else "holds"
         verdicts.append(runs_verdict)
         print(f"  {p.label} on {p.config}, {replicas_text(p.replicas)} at {p.rate_rps:,.3f} "
-              f"req/s each: {args.runs} runs x {args.requests:,} requests ({time.perf_counter() - t0:.1f} s)")
+              f"req/s each: {args.runs} runs x {requests:,} requests ({time.perf_counter() - t0:.1f} s)")
         print(f"    backlog trend {growth:+.2%} of the arrival rate ({STABILITY_TOLERANCE:.0%} allowed), {preempted:.1f} "
               f"preemptions per 1,000 requests ({PREEMPTION_BUDGET_PER_1000:g} allowed): {runs_verdict}")
         if slo.attainment is not None:
@@ -119,7 +122,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("files", nargs="*", type=Path, help="scenario or fleet files (default: every shipped one)")
     ap.add_argument("--runs", type=int, default=4, help="runs pooled per pool (default 4)")
-    ap.add_argument("--requests", type=int, default=40_000, help="requests per run (default 40,000)")
+    ap.add_argument("--requests", type=int, default=40_000, help="requests per run at least (default 40,000)")
+    ap.add_argument("--hours", type=float, default=4.0, help="hours of arrivals per run at least (default 4)")
     ap.add_argument("--seed", type=int, default=1000, help="the first run's seed (default 1000)")
     args = ap.parse_args()
     t0 = time.perf_counter()

@@ -10,6 +10,7 @@ from planner.pool_check import (
     CLOSE_SHARE,
     CONFIRM_RUNS,
     MOST_RUNS,
+    RUN_SPAN_S,
     UNDECIDED_ERRORS,
     BandCheck,
     PoolCheck,
@@ -18,7 +19,8 @@ from planner.pool_check import (
     undecided,
     undecided_phrase,
 )
-from planner.sim_measures import COMPARE_KEYS
+from planner.sim_measures import COMPARE_KEYS, SETTLING_DEFICIT
+from planner.simulate import DEFAULT_WARMUP_FRACTION
 from planner.targets import statistic_quantile
 from planner.units import replicas_text
 
@@ -146,7 +148,10 @@ def latency_section(plan: Plan) -> str:
         "",
         f"Each pool's replica replayed at {replayed_rate_text(plan)} through the paged-cache "
         f"scheduler simulator (planner/simulate.py; enough sampled requests for {cert.band_requests:,} measured in "
-        f"every band, at most {cert.requests:,} a run; seed {cert.seed}; the first 10% as warm-up; a value within "
+        f"every band and for {RUN_SPAN_S / 60:g} minutes of arrivals, at most {cert.requests:,} a run; seed {cert.seed}; measured are the requests that arrive past "
+        f"the first {DEFAULT_WARMUP_FRACTION:.0%} and once the replica has settled (its batch within "
+        f"{SETTLING_DEFICIT:.1%} of its settled level, from the run's own request lifetimes), and no later than as long "
+        "before the last arrival, so that none decodes on into the drain after it; a value within "
         f"{1 - CLOSE_SHARE:.0%} of its limit, either side, is judged again on {CONFIRM_RUNS} runs pooled, seeds "
         f"{cert.seed} onwards, and on {CONFIRM_RUNS} more at a time, up to {MOST_RUNS}, while the pooled value lies "
         f"within {UNDECIDED_ERRORS:g} standard errors of its limit; ± is that standard error, from the spread of the "

@@ -223,6 +223,7 @@ def simulate_replica(
     kv_budget_bytes: int | None = None,
     shared_prefix_tokens: int = 0,
     warmup_fraction: float = DEFAULT_WARMUP_FRACTION,
+    settled: bool = True,
     trace: bool = False,
 ) -> SimResult | tuple[SimResult, Trace]:
     """Replay `requests` through one replica of `dep` (module docstring: scheduler, step time, measures).
@@ -232,6 +233,9 @@ def simulate_replica(
     shared_prefix_tokens: a prefix every prompt shares (system prompt); its full blocks are
     held once and skipped in prefill (prefix caching), as in planner.paged.
     The scheduler is deterministic given the requests; randomness lives in `sample_requests`.
+    warmup_fraction, settled: which requests are measured (planner.sim_measures.settled_window):
+    past that share of them, and where `settled`, only those that arrive once the replica has
+    settled and live their whole life before arrivals end (a log's own requests are all judged).
     trace: also return a Trace of per-request and per-step records.
     """
     if not 0.0 <= warmup_fraction < 1.0:
@@ -281,5 +285,6 @@ def simulate_replica(
     result = measure(
         requests, tr, warmup_fraction, wall,
         block_bytes=kv.block_bytes, shared_bytes=kv.shared_bytes, budget_bytes=kv.budget_bytes, notes=tuple(notes),
+        settled=settled,
     )
     return (result, tr) if trace else result

@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CENT = 0.01
 
 
-def finance_scenario(tmp_path: Path, *, reserved_pools: bool | None = None, h100_cap: int | None = 17) -> Path:
-    """The shipped finance scenario with an H100 cap at 2027Q1's need (17 H100s): 2027Q2 outgrows it."""
+def finance_scenario(tmp_path: Path, *, reserved_pools: bool | None = None, h100_cap: int | None = 18) -> Path:
+    """The shipped finance scenario with an H100 cap at 2027Q1's need (18 H100s): 2027Q2 outgrows it."""
     raw = yaml.safe_load((ROOT / "scenarios" / "finance_2027.yaml").read_text(encoding="utf-8"))
     raw["split_thresholds"] = []  # one pool per quarter: a homogeneous pool that outgrows the cap must switch types
     if h100_cap is not None:
@@ -44,7 +44,7 @@ def test_reserved_gpus_stay_in_service_beside_a_new_type(strict_and_default):
     (n1,) = q1.gpus_by_type.values()
     assert q1.gpus_by_type == {"h100-sxm": n1}  # Q1's fleet, committed from Q2 on
     assert q2.reserved_gpus == {"h100-sxm": n1}
-    # Q2 outgrows the 16-H100 cap: the plan keeps every reserved H100 and adds a pool of another type.
+    # Q2 outgrows the 18-H100 cap: the plan keeps every reserved H100 and adds a pool of another type.
     assert q2.gpus_by_type["h100-sxm"] >= n1
     assert len(q2.gpus_by_type) == 2
     assert q2.idle is None

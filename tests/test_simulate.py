@@ -13,7 +13,7 @@ from planner.memory import kv_bytes_for_tokens
 from planner.requests import Requests, sample_requests
 from planner.roofline import StepModel
 from planner.sim_capacity import Criterion, max_sustainable_rate, predicted_point, profile_for
-from planner.sim_measures import COMPARE_KEYS, _count_at_or_before
+from planner.sim_measures import COMPARE_KEYS
 from planner.simulate import simulate_replica
 from planner.targets import SLO
 
@@ -182,7 +182,8 @@ def test_conservation_under_memory_pressure(catalog):
     """Every request finishes exactly once, tokens add up, all blocks come back."""
     dep, req, budget_bytes = under_memory_pressure(catalog)
     n = req.n
-    res, tr = simulate_replica(dep, req, kv_budget_bytes=budget_bytes, trace=True)
+    # the window past the first tenth alone (settled=False), which the time-weighted means below are read over
+    res, tr = simulate_replica(dep, req, kv_budget_bytes=budget_bytes, settled=False, trace=True)
     assert tr.preemption_steps.size > 0  # the case does exercise preemption
     assert np.isfinite(tr.finish_s).all() and np.isfinite(tr.first_token_s).all()
     assert (tr.finish_s >= tr.first_token_s).all()
@@ -393,12 +394,71 @@ def test_kernel_loads_without_scipy_and_leaves_blas_importable():
     assert out.stdout.split("\n")[:2] == ["[]", "5.0"]
 
 
-def test_counts_at_or_before_the_steps_are_those_of_a_search_among_the_times():
-    """The backlog's requests in the system count arrivals and finishes at or before each step's
-    start: the same integers as searching each start among the sorted times, ties and times
-    before the first step or after the last included."""
-    rng = np.random.default_rng(3)
-    start = np.cumsum(rng.choice([0.0, 0.5, 1.0], 5000))  # repeated starts: zero-length steps
-    for times in (rng.choice(start, 700), rng.uniform(-10, start[-1] + 10, 700), np.array([]), np.full(5, start[-1])):
-        expected = np.searchsorted(np.sort(times), start, side="right")
-        assert np.array_equal(_count_at_or_before(times, start), expected)
+def test_the_requests_in_the_system_at_each_step_are_its_running_and_its_waiting(catalog):
+    """The backlog trend reads the requests arrived and not finished at each step's start off the
+    step's records (running + waiting): the same integers as counting arrivals and finishes at or
+    before each start among the sorted times, with preemptions (recomputed requests wait again)
+    and without."""
+    dep, req, budget_bytes = under_memory_pressure(catalog)
+    for kv_budget_bytes in (budget_bytes, None):
+        _, tr = simulate_replica(dep, req, kv_budget_bytes=kv_budget_bytes, trace=True)
+        start = tr.step_start_s
+        counted = (np.searchsorted(np.sort(req.arrival_s), start, side="right")
+                   - np.searchsorted(np.sort(tr.finish_s), start, side="right"))
+        assert np.array_equal(tr.step_running + tr.step_waiting, counted)
+    assert tr.preemption_steps.size == 0
+
+
+def test_settling_time_is_where_the_mean_lifetime_past_it_falls_to_the_deficit():
+    """E[(L - t)+] <= deficit · E[L]: exact on hand cases, e^(-t/μ) for exponential lifetimes
+    (t = μ·ln(1/deficit)), weights counting as repeats, and nothing to settle without a lifetime."""
+    from planner.sim_measures import settling_time_s
+
+    # [1, 2, 3]: E[L] = 2. Half of it left: (0 + 1 + 2) / 3 = 1 at t = 1.
+    assert settling_time_s(np.array([1.0, 2.0, 3.0]), 0.5) == pytest.approx(1.0, rel=1e-12)
+    # Below the shortest: E[(L - t)+] = 1.5 - t for [1, 2]; three quarters of 1.5 left at t = 0.375.
+    assert settling_time_s(np.array([2.0, 1.0]), 0.75) == pytest.approx(0.375, rel=1e-12)
+    assert settling_time_s(np.array([1.0, 2.0, 3.0]), 0.0) == 3.0  # nothing left: the longest
+    assert settling_time_s(np.array([1.0, 2.0, 2.0, 5.0]), 0.1) == pytest.approx(
+        settling_time_s(np.array([1.0, 2.0, 5.0]), 0.1, weights=np.array([1.0, 2.0, 1.0])), rel=1e-12)
+    lifetimes = np.random.default_rng(0).exponential(4.0, 200_000)
+    t = settling_time_s(lifetimes, 0.001)
+    assert np.maximum(lifetimes - t, 0).mean() == pytest.approx(0.001 * lifetimes.mean(), rel=1e-9)
+    assert t == pytest.approx(4.0 * np.log(1000), rel=0.02)
+    assert settling_time_s(np.array([np.inf, np.nan])) == 0.0
+
+
+def test_the_measured_requests_arrive_once_settled_and_a_settling_time_before_the_last():
+    """100 arrivals a second apart, each living 10 s: settled 9.99 s after the first arrival (0.1%
+    of the mean lifetime left), so the tenth cut alone decides the start, and the last measured
+    arrives by 99 - 9.99 s. Living 50 s, either end trims at most 30% of the requests."""
+    from types import SimpleNamespace
+
+    from planner.sim_measures import settled_window
+
+    arrival = np.arange(100.0)
+    req = SimpleNamespace(n=100, arrival_s=arrival)
+    for life, window in ((10.0, (10, 89)), (50.0, (30, 69))):
+        tr = SimpleNamespace(finish_s=arrival + life)
+        assert settled_window(req, tr, 0.1) == window
+        assert settled_window(req, tr, 0.1, settled=False) == (10, 99)
+    early = SimpleNamespace(finish_s=arrival + 3.0)  # settled at 2.997 s: the tenth decides, the end trims 3
+    assert settled_window(req, early, 0.1) == (10, 96)
+
+
+def test_requests_that_decode_on_into_the_drain_read_faster_and_are_not_measured(catalog):
+    """After the last arrival nobody joins the batch: the requests that arrived shortly before it
+    decode in a thinning batch and read TPOT below the run's settled middle. The settled window
+    leaves them out, so its TPOT mean sits above that of the run measured to its last arrival."""
+    from planner.sim_measures import settled_window
+
+    dep = make_deployment(catalog, model="llama-3.1-8b", gpu="h100-sxm", max_model_len=8192)
+    req = sample_requests(Histogram.constant(1000, 600), 8.0, 3000, seed=1)  # about 80 decoding, settled
+    settled, tr = simulate_replica(dep, req, trace=True)
+    whole = simulate_replica(dep, req, settled=False)
+    first, last = settled_window(req, tr, 0.1)
+    tpot = (tr.finish_s - tr.first_token_s) / (req.output_tokens - 1)
+    assert last < req.n - 1 and (tr.finish_s[first:last + 1] <= req.arrival_s[-1]).mean() > 0.99
+    assert tpot[last + 1:].mean() < 0.95 * tpot[first:last + 1].mean()
+    assert settled.latencies.tpot_s.mean() > whole.latencies.tpot_s.mean()
+    assert settled.measured_requests == last + 1 - first < whole.measured_requests

@@ -77,7 +77,7 @@ def _checks(scenario, pool, n_requests, seed, catalog_files):
     """The certified plan's pool checks: the certification's, or replays with the options' requests and
     seed. The plan is always the one certified with the scenario's own settings (a seed given here
     must not re-plan: the point is another look at the plan the report shows)."""
-    from planner.certification import pool_setting
+    from planner.certification import pool_setting, run_requests
     from planner.inputs import load_inputs, plan_inputs
     from planner.pool_check import check_pool
     from planner.progress import stage
@@ -97,9 +97,10 @@ def _checks(scenario, pool, n_requests, seed, catalog_files):
         for detail in chosen:
             c = detail.check
             if c is None or n_requests is not None or seed is not None:
-                requests = n_requests or (c.requests if c is not None else scn.simulation.requests)
-                c = check_pool(pool_setting(detail, scn, plan.pools, trace), slo, requests=requests,
-                               seed=scn.simulation.seed if seed is None else seed)
+                setting = pool_setting(detail, scn, plan.pools, trace)
+                # the certification's first run, whose close calls may run longer (PoolCheck.requests)
+                requests = n_requests or run_requests(setting, slo, scn.simulation)
+                c = check_pool(setting, slo, requests=requests, seed=scn.simulation.seed if seed is None else seed)
             checks.append(c)
             step.advance()
     return scn, slo, checks, plan.certification.certified

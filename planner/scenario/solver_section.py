@@ -41,7 +41,7 @@ class Solver(Strict):
 class Simulation(Strict):
     """How plans are certified by simulation (planner.pool_check)."""
 
-    requests: whole(ge=1000, le=MAX_SIMULATED_REQUESTS) = Field(20_000, description="most sampled requests per pool and rate")
+    requests: whole(ge=1000, le=MAX_SIMULATED_REQUESTS) = Field(100_000, description="most sampled requests per pool and rate")
     band_requests: whole(ge=MIN_BAND_REQUESTS, le=MAX_SIMULATED_REQUESTS) = Field(
         5_000,
         description="measured requests sought in every band of a pool (fewer runs when one band fills the pool)",
