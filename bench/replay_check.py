@@ -4,7 +4,7 @@ hold when replayed?
 Each shipped scenario (and each service of the shipped fleet) is planned and certified as `planner
 solve` plans it; then every pool's replica is replayed at the rate the plan has it carry (its share of
 the peak x headroom, as certification replays it) on --runs runs of --requests sampled requests or
---hours of arrivals at that rate, whichever is more (certification's own runs span an hour), seeds
+--hours of arrivals at that rate, whichever is more (certification's own span half an hour), seeds
 from --seed (far from the seeds certification pools: the scenario's, and up to fifteen after).
 The runs are pooled as certification pools them (planner.pool_check): per band and target, the
 pooled value, its standard error from the runs' own values, and its limit; the attainment against

@@ -264,9 +264,6 @@ def _measured_capacity(st: Setup, pool: PoolDetail, pools: list[PoolDetail], che
     the rate that missed by REPLAN_STEP at least, so that planning at it changes the plan."""
     slo, sim = st.scn.slo.to_slo(), st.scn.simulation
     setting = pool_setting(pool, st.scn, pools, None)
-    # On first runs' lengths, though a verdict's close call may have run longer: the bisection only
-    # guides the re-plan, whose pools are judged again, and on runs sixteen times as long it was most
-    # of a fleet forecast's time.
     return min(capacity_on_every_run(setting, slo, requests=run_requests(setting, slo, sim),
                                      seeds=tuple(check.seeds[:CONFIRM_RUNS])),
                pool.replay_rps * (1 - REPLAN_STEP))

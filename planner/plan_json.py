@@ -140,7 +140,8 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             "holds": pool.check.holds if pool.check is not None else None,
             # runs pooled for the verdict: more than one where the first came close to a limit or preempted over budget
             "simulation_runs": pool.check.runs if pool.check is not None else None,
-            # requests sampled a run (an hour of arrivals at least, enough for every band's measured requests)
+            # requests sampled a run: enough for every band's measured requests and half an hour of arrivals,
+            # at most the scenario's simulation.requests
             "simulation_requests_per_run": pool.check.requests if pool.check is not None else None,
             "queue_settling": queue_settling_json(pool.check),
             "log_replay": log_replay_json(pool.check),

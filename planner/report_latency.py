@@ -19,7 +19,7 @@ from planner.pool_check import (
     undecided,
     undecided_phrase,
 )
-from planner.sim_measures import COMPARE_KEYS, SETTLING_DEFICIT
+from planner.sim_measures import COMPARE_KEYS, MOST_SETTLING_SHARE, SETTLING_DEFICIT
 from planner.simulate import DEFAULT_WARMUP_FRACTION
 from planner.targets import statistic_quantile
 from planner.units import replicas_text
@@ -151,7 +151,8 @@ def latency_section(plan: Plan) -> str:
         f"every band and for {RUN_SPAN_S / 60:g} minutes of arrivals, at most {cert.requests:,} a run; seed {cert.seed}; measured are the requests that arrive past "
         f"the first {DEFAULT_WARMUP_FRACTION:.0%} and once the replica has settled (its batch within "
         f"{SETTLING_DEFICIT:.1%} of its settled level, from the run's own request lifetimes), and no later than as long "
-        "before the last arrival, so that none decodes on into the drain after it; a value within "
+        "before the last arrival, so that they decode while arrivals go on (either end trims at most "
+        f"{MOST_SETTLING_SHARE:.0%} of a run's requests); a value within "
         f"{1 - CLOSE_SHARE:.0%} of its limit, either side, is judged again on {CONFIRM_RUNS} runs pooled, seeds "
         f"{cert.seed} onwards, and on {CONFIRM_RUNS} more at a time, up to {MOST_RUNS}, while the pooled value lies "
         f"within {UNDECIDED_ERRORS:g} standard errors of its limit; ± is that standard error, from the spread of the "

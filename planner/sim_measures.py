@@ -42,7 +42,7 @@ SETTLE_FACTOR = 4
 # finance_2027's pool (28.6 req/s, 4.4 s mean lifetime, one request in a hundred living over 21 s),
 # the share of requests over the TPOT p99 of 2-million-request runs, read by 5% slices of 1,500 runs
 # of 5,556 requests, was 0.27-0.78% of them until 19-39 s in and 0.59% in the last 5%, where the
-# settled middle read about 1%: a run's p99 read 7% low on average. Settled here at 54 s, the
+# settled middle read about 1% (with the tenth cut alone, a run's p99 read 7% low). Settled here at 54 s, the
 # share over the long runs' p99 read 1.02%, against 0.97% with the tenth cut alone (600 runs of 8,000).
 SETTLING_DEFICIT = 0.001
 MOST_SETTLING_SHARE = 0.3  # of a run's requests, either end trims at most this many
@@ -241,7 +241,7 @@ def settling_time_s(lifetimes_s: np.ndarray, deficit: float = SETTLING_DEFICIT,
                     weights: np.ndarray | None = None) -> float:
     """The time a replica started empty takes to settle: the least t with E[(L - t)+] <= deficit ·
     E[L], L a request's lifetime (arrival to last token), over the finite ones given, each counted
-    by its weight [default: once] (0 for none).
+    by its weight [default: once; a weight that is not finite and positive does not count] (0 for none).
 
     Requests arriving at rate λ to a system that holds each for its lifetime L, started empty, number
     λ·(E[L] - E[(L - t)+]) on average at time t: the M/G/∞ queue's transient (Eick, Massey and Whitt,
@@ -250,11 +250,12 @@ def settling_time_s(lifetimes_s: np.ndarray, deficit: float = SETTLING_DEFICIT,
     arriving within t of the last arrival shares its decode, that far, with as few arrivals behind it.
     The decoders of a replica are such a system (each holds its slot for its lifetime); the prefill
     queue's wait settles within it (a lifetime counts the wait)."""
-    finite = np.isfinite(lifetimes_s)
-    life = lifetimes_s[finite]
+    lifetimes_s = np.asarray(lifetimes_s, float)
+    w = np.ones(lifetimes_s.size) if weights is None else np.asarray(weights, float)
+    counted = np.isfinite(lifetimes_s) & np.isfinite(w) & (w > 0)
+    life, w = lifetimes_s[counted], w[counted]
     if life.size == 0:
         return 0.0
-    w = np.ones(life.size) if weights is None else np.asarray(weights, float)[finite]
     allowed = deficit * float(np.dot(w, life))
     # The answer lies among the longest lifetimes: sort only the longest few percent where they hold
     # it (what lies above the shortest of them is more than allowed), not a million-request run's all.
@@ -282,13 +283,14 @@ def settled_window(req: Requests, tr: Trace, warmup_fraction: float, settled: bo
     warmup_fraction of them; where `settled`, also past settling_time_s of the run's lifetimes from
     the first arrival and no later than as long before the last arrival, each end trimming at most
     MOST_SETTLING_SHARE of the requests (a replica that never settles, its queue growing, keeps the
-    middle of its run, which shows it)."""
+    middle of its run, which shows it). The settled window is one of arrival times: requests that all
+    arrive at one instant have none, and keep the warm-up share alone."""
     n = req.n
     first = min(math.ceil(warmup_fraction * n), n - 1)
     last = n - 1
-    if settled and n > 1:
-        settle_s = settling_time_s(tr.finish_s - req.arrival_s)
-        arrival = req.arrival_s
+    arrival = req.arrival_s
+    if settled and n > 1 and arrival[-1] > arrival[0]:
+        settle_s = settling_time_s(tr.finish_s - arrival)
         most = math.floor(MOST_SETTLING_SHARE * n)
         first = max(first, min(int(np.searchsorted(arrival, arrival[0] + settle_s, side="left")), most))
         last = max(int(np.searchsorted(arrival, arrival[-1] - settle_s, side="right")) - 1, n - 1 - most, first)

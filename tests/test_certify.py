@@ -746,6 +746,33 @@ def test_a_pool_that_misses_on_the_pooled_runs_is_replanned_below_the_rate_that_
     assert all(pool.check.holds for pool in plan.pools)
 
 
+def test_a_log_whose_load_rises_at_its_end_is_judged_on_its_trend_past_the_first_tenth(catalog):
+    """A log's load need not be steady: 6,000 requests at 10 req/s, then 4,000 at 60 (the replica
+    carries about 30). Its replay reads the backlog's trend past the share's first tenth, which
+    grows 11.6% of the arrival rate; the settled window a Poisson run is read over leaves the busy
+    end out and would have read 1.7%, under the 2% allowed."""
+    import dataclasses
+
+    import numpy as np
+
+    from planner.pool_check import replay_trace
+    from planner.requests import Requests
+    from planner.sim_measures import STABILITY_TOLERANCE, backlog_growth
+    from planner.simulate import simulate_replica
+    from planner.targets import SLO
+
+    p = _close_pool(catalog)
+    rng = np.random.default_rng(0)
+    arrival = np.cumsum(np.concatenate([rng.exponential(1 / 10, 6000), rng.exponential(1 / 60, 4000)]))
+    log = Requests(arrival - arrival[0], np.full(10_000, 1000), np.full(10_000, 200))
+    _, trace = simulate_replica(p.deployment, log, warmup_fraction=0.0, settled=False, trace=True)
+    past_tenth = backlog_growth(log, trace, 0.1, settled=False)
+    assert backlog_growth(log, trace, 0.1) < STABILITY_TOLERANCE < past_tenth
+    replay = replay_trace(dataclasses.replace(p, trace=log, replicas=1), SLO.single(tpot_ms=1000))
+    assert replay.problems == (f"replica 1's queue grows (its backlog rising at {past_tenth:.2%} of the arrival rate; "
+                               f"{STABILITY_TOLERANCE:.0%} allowed)",)
+
+
 def test_a_replay_started_ahead_confirms_its_close_call_and_is_the_one_certification_keeps(catalog):
     """Replays started ahead (the per-GPU plans') judge a close call on the pooled runs as the plan's
     own do, and certification keeps that answer without replaying."""

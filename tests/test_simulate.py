@@ -426,6 +426,10 @@ def test_settling_time_is_where_the_mean_lifetime_past_it_falls_to_the_deficit()
     assert np.maximum(lifetimes - t, 0).mean() == pytest.approx(0.001 * lifetimes.mean(), rel=1e-9)
     assert t == pytest.approx(4.0 * np.log(1000), rel=0.02)
     assert settling_time_s(np.array([np.inf, np.nan])) == 0.0
+    # a weight that is not finite and positive does not count; none left: nothing to settle
+    assert settling_time_s(np.array([1.0, 2.0, 3.0]), 0.5, weights=np.zeros(3)) == 0.0
+    assert settling_time_s(np.array([1.0, np.inf]), 0.5, weights=np.array([0.0, 1.0])) == 0.0
+    assert settling_time_s(np.array([1.0, 2.0, 3.0, 9.0]), 0.5, weights=np.array([1.0, 1.0, 1.0, np.nan])) == 1.0
 
 
 def test_the_measured_requests_arrive_once_settled_and_a_settling_time_before_the_last():
@@ -444,6 +448,9 @@ def test_the_measured_requests_arrive_once_settled_and_a_settling_time_before_th
         assert settled_window(req, tr, 0.1, settled=False) == (10, 99)
     early = SimpleNamespace(finish_s=arrival + 3.0)  # settled at 2.997 s: the tenth decides, the end trims 3
     assert settled_window(req, early, 0.1) == (10, 96)
+    # arrivals at one instant span no time to settle in: the warm-up share alone
+    burst = SimpleNamespace(n=100, arrival_s=np.zeros(100))
+    assert settled_window(burst, SimpleNamespace(finish_s=np.linspace(1.0, 50.0, 100)), 0.1) == (10, 99)
 
 
 def test_requests_that_decode_on_into_the_drain_read_faster_and_are_not_measured(catalog):

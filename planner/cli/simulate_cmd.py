@@ -98,7 +98,7 @@ def _checks(scenario, pool, n_requests, seed, catalog_files):
             c = detail.check
             if c is None or n_requests is not None or seed is not None:
                 setting = pool_setting(detail, scn, plan.pools, trace)
-                # the certification's first run, whose close calls may run longer (PoolCheck.requests)
+                # as long as the certification's runs
                 requests = n_requests or run_requests(setting, slo, scn.simulation)
                 c = check_pool(setting, slo, requests=requests, seed=scn.simulation.seed if seed is None else seed)
             checks.append(c)
