@@ -479,8 +479,9 @@ def percentile_cases(cat, args) -> list[PercentilePoint]:
     print(f"loads: {', '.join(f'{x:.0%}' for x in LOADS)} of {basis}")
     print(f"vLLM profile unless overridden (C = max_num_batched_tokens, θ = long_prefill_token_threshold); bands "
           f"short = prompt < 8,192 tokens, long = the rest, all = one band; each run sized for >= "
-          f"{BAND_TARGET_REQUESTS:,} measured requests in every band, between {args.min_requests:,} and "
-          f"{args.max_requests:,} requests (the same requests at every load); warm-up 10%; seed {args.seed}")
+          f"{BAND_TARGET_REQUESTS:,} requests in every band past the warm-up tenth, between {args.min_requests:,} and "
+          f"{args.max_requests:,} requests (the same requests at every load); measured over each run's settled "
+          f"window (planner.sim_measures.settled_window); seed {args.seed}")
     print(f"simulator: {args.seeds} runs per load (seeds {args.seed}..{args.seed + args.seeds - 1}, the same requests "
           "rescaled at every load: common random numbers), their measured requests pooled")
     print("± = the simulator's own noise (half the range of the statistic across the seeds' runs); @N = the error of "
@@ -503,7 +504,8 @@ def capacity_cases(cat, raw, trace_desc, args) -> None:
     """The mean model's capacity against the simulated maximum rate, per config x histogram x SLO."""
     print("Analytical capacity (planner.capacity, sizing 'expected') vs simulated maximum rate (planner.simulate)")
     print(f"requests per run {args.requests:,}; bisection to {args.rel_tol:.0%}; preemption budget "
-          f"{args.preemption_budget:g} per 1,000; warm-up 10% of requests; blocks allocated chunk by chunk (vLLM V1); seed {args.seed}")
+          f"{args.preemption_budget:g} per 1,000; measured over each run's settled window; blocks allocated chunk by chunk "
+          f"(vLLM V1); seed {args.seed}")
     print(f"trace histogram: {trace_desc}")
     print("slo: none = no latency target; itl50 = mean per-token ITL <= 50 ms (SLO.single(itl_ms=50, stat='mean'))")
     print("error = (model - sim) / sim: positive when the model promises more than the simulated replica holds; "
