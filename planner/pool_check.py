@@ -597,7 +597,7 @@ def replay_trace(p: PoolSetting, slo: SLO) -> TraceReplay:
         if mine.n >= MIN_TREND_REQUESTS:
             # Not the settled window: a log's load need not be steady, and its busiest stretch may be its
             # end, which the settled window leaves out (a share whose rate rose sixfold in its last 40%
-            # read a 1.9% trend there, against 11.9% past its first tenth).
+            # read a 1.7% trend there, against 11.6% past its first tenth: tests/test_certify.py).
             trends.append((len(parts), backlog_growth(mine, trace, DEFAULT_WARMUP_FRACTION, settled=False)))
     lat = merged_latencies([s.latencies for s in parts])
     bands = band_checks(slo, None, None, lat)

@@ -3,9 +3,10 @@
 Measures (`SimResult`): the requests measured are those that arrive once the replica has
 settled and before arrivals thin out (`settled_window`): past the first `warmup_fraction` of
 requests and past the settling time from the first arrival (settling_time_s, from the run's own
-request lifetimes), and no later than the settling time before the last arrival, so that every
-measured request lives its whole life in a replica as full as it stays (requests whose decode ran
-on into the drain after the last arrival, with no one arriving behind them, had read TPOT low).
+request lifetimes), and no later than the settling time before the last arrival, so that the
+measured requests decode while arrivals go on (requests whose decode ran on into the drain after
+the last arrival, with no one arriving behind them, had read TPOT low); either end trims at most
+MOST_SETTLING_SHARE of the run's requests.
 The measurement window runs from the arrival of the first measured request to that of the last
 one. Time-weighted means
 (sequences decoding and running, the waiting queue, KV utilisation, the prefill share)
