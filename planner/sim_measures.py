@@ -319,7 +319,7 @@ def backlog_growth(req: Requests, tr: Trace, warmup_fraction: float, settled: bo
     that warm-up), from a trace measured with another one."""
     _, _, t0, t1, span, win, w = _window(req, tr, warmup_fraction, settled)
     arrived_in = int(np.sum((req.arrival_s >= t0) & (req.arrival_s <= t1)))
-    return _backlog_growth(req, tr, win, w, arrived_in / span)
+    return _backlog_growth(tr, win, w, arrived_in / span)
 
 
 def measure(req: Requests, tr: Trace, warmup_fraction: float, wall: float, *,
@@ -351,7 +351,7 @@ def measure(req: Requests, tr: Trace, warmup_fraction: float, wall: float, *,
     ttft = ttft[np.isfinite(ttft)]
     arrived_in = int(np.sum((req.arrival_s >= t0) & (req.arrival_s <= t1)))
     done_in = int(np.sum((tr.finish_s >= t0) & (tr.finish_s < t1)))
-    growth = _backlog_growth(req, tr, win, w, arrived_in / span)
+    growth = _backlog_growth(tr, win, w, arrived_in / span)
     preempt_in = int(np.sum(in_window(tr.preemption_steps)))
     used_win = tr.step_used_blocks[win]
     used_weight = np.bincount(used_win, weights=w) if used_win.size else np.zeros(1)
@@ -403,7 +403,7 @@ def _request_latencies(req: Requests, tr: Trace, measured: slice, gaps: GapDistr
     )
 
 
-def _backlog_growth(req: Requests, tr: Trace, win: slice, w: np.ndarray, arrival_rps: float) -> float:
+def _backlog_growth(tr: Trace, win: slice, w: np.ndarray, arrival_rps: float) -> float:
     """Least-squares slope of requests in the system (arrived - finished) against time over the
     window's steps (weighted by their durations), as a fraction of the arrival rate."""
     start = tr.step_start_s[win]

@@ -235,7 +235,8 @@ def simulate_replica(
     The scheduler is deterministic given the requests; randomness lives in `sample_requests`.
     warmup_fraction, settled: which requests are measured (planner.sim_measures.settled_window):
     past that share of them, and where `settled`, only those that arrive once the replica has
-    settled and live their whole life before arrivals end (a log's own requests are all judged).
+    settled and no later than as long before the last arrival, so that they decode while arrivals
+    go on (a log's own requests are all judged).
     trace: also return a Trace of per-request and per-step records.
     """
     if not 0.0 <= warmup_fraction < 1.0:

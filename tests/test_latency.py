@@ -119,6 +119,21 @@ def test_requests_for_samples_enough_of_the_smallest_band():
     assert requests_for(hist, one, most=20_000, per_band=5000) == math.ceil(5000 / 0.9)
 
 
+def test_a_run_spans_half_an_hour_of_arrivals_and_its_settling_beside_the_band_s_requests():
+    """The requests a certification run samples: a band's 5,000 past the warm-up tenth plus those the
+    settled window is expected to trim, or half an hour of arrivals at the pool's rate, whichever
+    is more, and never over the scenario's most."""
+    from planner.pool_check import RUN_SPAN_S
+
+    one = SLO((Band("all", 0, None, Target("p99", 1.0)),))
+    hist = Histogram.constant(1000, 100)
+    banded = math.ceil(5000 / 0.9)
+    assert RUN_SPAN_S == 1800.0
+    assert requests_for(hist, one, most=10**9, per_band=5000, settling=300, rate_rps=1.0) == banded + 300
+    assert requests_for(hist, one, most=10**9, per_band=5000, settling=300, rate_rps=28.5) == math.ceil(28.5 * 1800)
+    assert requests_for(hist, one, most=40_000, per_band=5000, settling=300, rate_rps=28.5) == 40_000
+
+
 def test_remembered_band_weights_equal_the_cells_weights_and_a_ttft_share_reads_them(catalog):
     # _band_weights is remembered per class and bands, and its copies under with_slo follow new
     # bands: each band's (weights, total) equals the weights of its cells and their sum, recomputed.
