@@ -15,7 +15,7 @@ numbers) and planner.planning solves again with it.
 When the traffic came from a log with timestamps, the pool is also replayed with the
 log's own arrivals (time compressed by the scenario's growth), its requests dealt to the
 pool's replicas in turn (round robin, what a Kubernetes Service or a plain load balancer
-does): bursts above the planned peak count there.
+does): bursts above the planned peak count there, on the latencies and on the preemption budget.
 
 A percentile read off one run moves with its seed: finance_2027's TPOT p99 at its peak rate
 was 34.8, 25.2, 29.4, 26.5 and 28.1 ms over seeds 0-4 of 5,556 sampled requests (27-29 ms
@@ -334,6 +334,16 @@ def _preemption_problems(sims: list[SimResult]) -> list[str]:
     return [f"{preempted:.1f} preemptions per 1,000 requests > {PREEMPTION_BUDGET_PER_1000:g}{runs}"]
 
 
+def _log_preemption_problems(parts: list[SimResult]) -> list[str]:
+    """Preemptions over budget in a log's replay: its replicas' preemptions per 1,000 of their
+    requests together, the budget a Poisson run is held to (a log's bursts fill a cache that the
+    planned rate's steady arrivals leave room in, and a preempted request recomputes its prompt)."""
+    preempted = 1000.0 * sum(s.preemptions for s in parts) / max(sum(s.measured_requests for s in parts), 1)
+    if preempted <= PREEMPTION_BUDGET_PER_1000:
+        return []
+    return [f"{preempted:.1f} preemptions per 1,000 requests > {PREEMPTION_BUDGET_PER_1000:g}"]
+
+
 @dataclass(frozen=True)
 class QueueSettling:
     """A growing queue read by a verdict's runs, read again on a run SETTLE_FACTOR times as long,
@@ -601,7 +611,7 @@ def replay_trace(p: PoolSetting, slo: SLO) -> TraceReplay:
             trends.append((len(parts), backlog_growth(mine, trace, DEFAULT_WARMUP_FRACTION, settled=False)))
     lat = merged_latencies([s.latencies for s in parts])
     bands = band_checks(slo, None, None, lat)
-    problems = _problems(slo, bands, lat)
+    problems = _problems(slo, bands, lat) + _log_preemption_problems(parts)
     # A log cannot be run longer: each replica's share of it decides (settle_queue does not apply).
     problems += [f"replica {i}'s queue grows ({_rising_text(growth)})" for i, growth in trends
                  if growth > STABILITY_TOLERANCE]

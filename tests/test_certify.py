@@ -769,8 +769,45 @@ def test_a_log_whose_load_rises_at_its_end_is_judged_on_its_trend_past_the_first
     past_tenth = backlog_growth(log, trace, 0.1, settled=False)
     assert backlog_growth(log, trace, 0.1) < STABILITY_TOLERANCE < past_tenth
     replay = replay_trace(dataclasses.replace(p, trace=log, replicas=1), SLO.single(tpot_ms=1000))
-    assert replay.problems == (f"replica 1's queue grows (its backlog rising at {past_tenth:.2%} of the arrival rate; "
-                               f"{STABILITY_TOLERANCE:.0%} allowed)",)
+    # The overload preempts too: the budget is judged first, as a Poisson run's is.
+    assert replay.problems[1:] == (f"replica 1's queue grows (its backlog rising at {past_tenth:.2%} of the arrival "
+                                   f"rate; {STABILITY_TOLERANCE:.0%} allowed)",)
+    assert replay.problems[0].endswith(" preemptions per 1,000 requests > 10")
+
+
+def test_a_log_whose_bursts_preempt_over_the_budget_misses_though_its_latencies_hold(catalog):
+    """The log replay holds a pool to the preemption budget its Poisson runs are held to: 600
+    requests of 4,000 + 4,000 tokens at 20 req/s fill the 8B replica's cache, and their preemptions
+    per 1,000 requests over the budget fail the replay, while a TPOT limit of 10 s holds and the
+    share is too short for its queue's trend to be judged (it passed before)."""
+    import dataclasses
+
+    import numpy as np
+
+    from planner.pool_check import MIN_TREND_REQUESTS, replay_trace
+    from planner.requests import Requests
+    from planner.sim_capacity import PREEMPTION_BUDGET_PER_1000
+    from planner.simulate import simulate_replica
+    from planner.targets import SLO
+
+    p = _close_pool(catalog)
+    arrival = np.cumsum(np.random.default_rng(0).exponential(1 / 20, 600))
+    log = Requests(arrival - arrival[0], np.full(600, 4000), np.full(600, 4000))
+    assert log.n < MIN_TREND_REQUESTS
+    alone = simulate_replica(p.deployment, log, warmup_fraction=0.0, settled=False)
+    per_1000 = 1000.0 * alone.preemptions / log.n
+    assert per_1000 > PREEMPTION_BUDGET_PER_1000
+    replay = replay_trace(dataclasses.replace(p, trace=log, replicas=1), SLO.single(tpot_ms=10_000))
+    assert all(c.holds for b in replay.bands for c in b.checks)
+    assert replay.problems == (f"{per_1000:.1f} preemptions per 1,000 requests > {PREEMPTION_BUDGET_PER_1000:g}",)
+    # Two replicas share the log in turn: their preemptions together, per request of the log.
+    halves = [simulate_replica(p.deployment, Requests(log.arrival_s[i::2] - log.arrival_s[i], log.prompt_tokens[i::2],
+                                                      log.output_tokens[i::2]), warmup_fraction=0.0, settled=False)
+              for i in (0, 1)]
+    pooled = 1000.0 * sum(h.preemptions for h in halves) / log.n
+    two = replay_trace(dataclasses.replace(p, trace=log, replicas=2), SLO.single(tpot_ms=10_000))
+    assert pooled > PREEMPTION_BUDGET_PER_1000
+    assert two.problems == (f"{pooled:.1f} preemptions per 1,000 requests > {PREEMPTION_BUDGET_PER_1000:g}",)
 
 
 def test_a_replay_started_ahead_confirms_its_close_call_and_is_the_one_certification_keeps(catalog):
