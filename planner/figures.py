@@ -16,6 +16,7 @@ from matplotlib.transforms import offset_copy
 from PIL import Image
 
 from planner.histogram import LENGTH_EDGES, Histogram
+from planner.units import rounded_usd, usd_text
 
 _DPI = 100
 # A title placed at the axes' top, where matplotlib's automatic placement puts it when no tick
@@ -207,7 +208,7 @@ def cost_figure(rows: list[tuple[str, float]], *, title: str) -> bytes:
     ax.set_xlabel("cost per hour (USD)")
     ax.set_title(title, y=_TITLE_Y)
     for i, (_, c) in enumerate(rows):
-        ax.text(c, i, f" ${c:,.2f}", va="center")
+        ax.text(c, i, f" {usd_text(c)}", va="center")
     ax.set_xlim(0, max((c for _, c in rows), default=1) * 1.25)
     ax.xaxis.set_major_locator(_coarse_ticks())  # each bar's cost is written beside it
     # Margins from the widest plan name instead of tight_layout, which draws the figure once more
@@ -238,7 +239,7 @@ def target_figure(points: list[tuple[float, float]], *, xlabel: str, title: str)
     ax.plot([x for x, _ in points], [c for _, c in points], marker="o", color="tab:blue")
     above = offset_copy(ax.transData, fig=fig, y=7, units="points")  # annotate's offset, as a plain Text
     for x, c in points:
-        ax.text(x, c, f"${c:,.0f}", transform=above, ha="center", fontsize="small")
+        ax.text(x, c, f"${rounded_usd(c, 0):,}", transform=above, ha="center", fontsize="small")
     if points:
         ax.set_xticks(sorted({x for x, _ in points}))
     ax.set_xlabel(xlabel)

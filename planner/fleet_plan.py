@@ -32,7 +32,7 @@ from planner.plan_setup import Setup, pool_details, setup_plan
 from planner.planning import assemble_plan
 from planner.progress import stage
 from planner.scenario import Scenario
-from planner.units import HOURS_PER_MONTH, gpu_types_text, gpus_text
+from planner.units import HOURS_PER_MONTH, gpu_types_text, gpus_text, usd_text
 
 
 @dataclass(frozen=True)
@@ -190,8 +190,8 @@ def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool |
     budget = fleet.spec.budget_usd_per_month
     if budget is not None and result.cost_per_month > budget + 1e-6:
         raise InfeasibleError(
-            f"budget_usd_per_month: the cheapest fleet costs ${result.cost_per_month:,.2f} per month, "
-            f"${result.cost_per_month - budget:,.2f} over the budget of ${budget:,.2f}", where=str(fleet.path))
+            f"budget_usd_per_month: the cheapest fleet costs {usd_text(result.cost_per_month)} per month, "
+            f"{usd_text(result.cost_per_month - budget)} over the budget of {usd_text(budget)}", where=str(fleet.path))
     return result
 
 

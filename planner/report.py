@@ -36,6 +36,7 @@ from planner.units import (
     gpus_text,
     hours_text,
     quantile_label,
+    rounded_usd,
     share_text,
     usd_text,
 )
@@ -48,7 +49,7 @@ def _usd_per_million(x: float) -> str:
     """Cost per million tokens: cents matter, and small figures need more digits."""
     if not math.isfinite(x):
         return "—"
-    return f"${x:,.4f}" if x < 1 else f"${x:,.2f}"
+    return f"${rounded_usd(x, 4):,}" if x < 1 else usd_text(x)
 
 
 def _delta(x: float, base: float) -> str:
@@ -57,7 +58,7 @@ def _delta(x: float, base: float) -> str:
     d = x - base
     if abs(d) < 0.005:
         return "same"
-    return f"{'+' if d > 0 else '−'}${abs(d):,.2f} ({d / base:+.0%})".replace("(-", "(−")
+    return f"{'+' if d > 0 else '−'}{usd_text(abs(d))} ({d / base:+.0%})".replace("(-", "(−")
 
 
 def _left_out_text(plan: Plan) -> str:
@@ -405,11 +406,11 @@ def _why_of(plan: Plan, sol, left_out: str) -> str:
         if math.isclose(rival.cost_per_hour, base, abs_tol=0.005):
             verdict = "it costs the same, and with equal cost the planner keeps fewer GPUs, then fewer pools"
         elif theirs_frac < mine_frac:
-            verdict = (f"splitting would need less capacity (${theirs_frac:,.2f} against ${mine_frac:,.2f} per hour of "
+            verdict = (f"splitting would need less capacity ({usd_text(theirs_frac)} against {usd_text(mine_frac)} per hour of "
                        f"fractional replicas), but rounding two pools up to whole replicas (at least "
                        f"{plan.scenario.min_replicas_per_pool} each) costs more than it saves")
         else:
-            verdict = (f"splitting does not make capacity cheaper here (${theirs_frac:,.2f} against ${mine_frac:,.2f} "
+            verdict = (f"splitting does not make capacity cheaper here ({usd_text(theirs_frac)} against {usd_text(mine_frac)} "
                        "per hour of fractional replicas)")
         return (f"Why no split: the cheapest split ({rival.name}) costs {usd_text(rival.cost_per_hour)} per hour "
                 f"({_delta(rival.cost_per_hour, base)}); {verdict}. One pool — {mine}. "

@@ -8,6 +8,7 @@ datasheets and seed 003 print).
 from __future__ import annotations
 
 import math
+from decimal import ROUND_HALF_UP, Decimal
 
 KiB = 1024
 MiB = 1024**2
@@ -42,17 +43,32 @@ def replicas_text(n: int) -> str:
     return f"{n:,} replica" if n == 1 else f"{n:,} replicas"
 
 
+# Significant digits a dollar figure is read to before it is rounded for display: a float's noise
+# lies in its 16th or 17th, an amount to the cent below $10 billion needs 12.
+_MONEY_DIGITS = 12
+
+
+def rounded_usd(usd: float, digits: int = 2) -> Decimal:
+    """A dollar amount to `digits` decimals, half a unit away from zero, as a person rounds the
+    amount the arithmetic denotes. Python's rounding reads the binary float instead: 115 GPUs at
+    $2.093 plus 30 at $4.445 (133.35 / 30) and the rest make $404.285, held as 404.28499999999997,
+    which '{:.2f}' shows as $404.28 where a hand calculation gives $404.29, and one price showed as
+    $4.45 in one quarter and $4.44 in the next. The float's last digits are dropped first."""
+    exact = Decimal(f"{usd:.{_MONEY_DIGITS}g}")
+    return exact.quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP)
+
+
 def usd_text(usd: float | None) -> str:
-    """An amount of US dollars to the cent; '—' for none (a cost no plan has, or nothing to price)."""
-    return "—" if usd is None or not math.isfinite(usd) else f"${usd:,.2f}"
+    """An amount of US dollars to the cent (rounded_usd); '—' for none (a cost no plan has, or nothing to price)."""
+    return "—" if usd is None or not math.isfinite(usd) else f"${rounded_usd(usd):,}"
 
 
 def usd_rate_text(usd_per_hour: float) -> str:
     """A price per GPU-hour: to the cent, or to the tenth or hundredth of a cent where fewer digits would
     round it (a 30% discount on $2.99 is $2.093, a 25% one $2.2425, and 17 GPUs at '$2.09' would not
     multiply to their cost)."""
-    digits = next((d for d in (2, 3) if round(usd_per_hour, d) == round(usd_per_hour, d + 1)), 4)
-    return f"${usd_per_hour:,.{digits}f}"
+    digits = next((d for d in (2, 3) if rounded_usd(usd_per_hour, d) == rounded_usd(usd_per_hour, d + 1)), 4)
+    return f"${rounded_usd(usd_per_hour, digits):,}"
 
 
 def usd_per_million_tokens(usd: float, tokens: float) -> float | None:
@@ -63,7 +79,7 @@ def usd_per_million_tokens(usd: float, tokens: float) -> float | None:
 
 def usd_per_million_text(usd: float | None) -> str:
     """A cost per million tokens to the hundredth of a cent (small figures need the digits); '—' for none."""
-    return "—" if usd is None or not math.isfinite(usd) else f"${usd:,.4f}"
+    return "—" if usd is None or not math.isfinite(usd) else f"${rounded_usd(usd, 4):,}"
 
 
 def multiplier_text(x: float) -> str:

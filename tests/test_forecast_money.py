@@ -204,3 +204,24 @@ def test_a_stated_fleet_s_unused_price_is_explained_by_the_cheapest_plans_not_it
     assert u.cheapest.gpus < 30 and u.cheapest.cost_per_hour <= u.alone.cost_per_hour + 1e-9
     assert any(line.startswith("- 2027Q3, h200 at $3.20: not in the plan.") and "h200 alone takes " in line
                and " × h200 " in line for line in _unused_price_lines(results))
+
+
+def test_dollar_figures_round_the_amount_the_arithmetic_denotes_half_a_cent_up():
+    """115 GPUs at $2.093, 30 at $4.445, 32 at $0.70 and 8 at $0.98 cost $404.285 an hour, held as
+    404.28499999999997: shown as $404.29, the cent a hand calculation gives, not $404.28 (the
+    fleet forecast's "held at the end" read so). A price of 133.35 / 30 reads $4.445 every
+    quarter, and a half cent rounds away from zero, a negative amount too."""
+    from decimal import Decimal
+
+    from planner.units import rounded_usd, usd_per_million_text, usd_rate_text, usd_text
+
+    held = 115 * 2.093 + 30 * 4.445 + 32 * 0.70 + 8 * 0.98
+    assert f"{held:.2f}" == "404.28"  # Python rounds the binary float
+    assert usd_text(held) == "$404.29"
+    assert usd_rate_text(133.35 / 30) == "$4.445" and usd_text(133.35 / 30) == "$4.45"
+    assert rounded_usd(449.135) == Decimal("449.14") and rounded_usd(-0.125) == Decimal("-0.13")
+    assert usd_text(1_234_567.891) == "$1,234,567.89" and usd_text(0.0) == "$0.00"
+    assert usd_rate_text(2.093) == "$2.093" and usd_rate_text(2.2425) == "$2.2425" and usd_rate_text(2.99) == "$2.99"
+    assert f"{0.10035:.4f}" == "0.1003" and usd_per_million_text(0.10035) == "$0.1004"
+    assert f"{2.675:.2f}" == "2.67" and usd_text(2.675) == "$2.68"
+    assert usd_text(float("nan")) == usd_text(None) == "—"

@@ -8,15 +8,16 @@ from pathlib import Path
 import click
 
 from planner.cli.options import catalog_option, echo_json, json_option, warn_traffic
+from planner.units import usd_per_million_text, usd_text
 
 
 def _idle_text(r) -> str:
     idle = r.idle
     gpus = ", ".join(f"{n} {g}" for g, n in idle.gpus.items())
-    text = f"  {r.quarter}: {gpus} reserved GPU(s) idle, ${idle.usd_per_hour:,.2f}/hour paid while idle; "
+    text = f"  {r.quarter}: {gpus} reserved GPU(s) idle, {usd_text(idle.usd_per_hour)}/hour paid while idle; "
     if idle.use_them_usd_per_hour is None:
         return text + idle.use_them_summary
-    return text + f"the cheapest plan that runs them all: ${idle.use_them_usd_per_hour:,.2f}/hour ({idle.use_them_summary})"
+    return text + f"the cheapest plan that runs them all: {usd_text(idle.use_them_usd_per_hour)}/hour ({idle.use_them_summary})"
 
 
 @click.command()
@@ -67,12 +68,12 @@ def _quarter_text(r) -> str:
 
     mix = r.day.policy("mixed")
     blended = r.cost_per_million["blended"]
-    per_token = (f"${blended:,.4f} per million tokens at peak" if math.isfinite(blended)
+    per_token = (f"{usd_per_million_text(blended)} per million tokens at peak" if math.isfinite(blended)
                  else "no cost per token (the stated fleet cannot carry the peak)")
-    return (f"{r.quarter}: {gpus_text(r.gpus)}, ${r.cost_per_hour:,.2f}/hour, "
+    return (f"{r.quarter}: {gpus_text(r.gpus)}, {usd_text(r.cost_per_hour)}/hour, "
             f"{per_token}; the day's curve: "
-            f"${r.day.policy('peak_on_demand').usd_per_day:,.2f}/day peak-sized on demand, "
-            f"${r.day.policy('autoscaled').usd_per_day:,.2f} autoscaled, ${mix.usd_per_day:,.2f} reserved + on demand")
+            f"{usd_text(r.day.policy('peak_on_demand').usd_per_day)}/day peak-sized on demand, "
+            f"{usd_text(r.day.policy('autoscaled').usd_per_day)} autoscaled, {usd_text(mix.usd_per_day)} reserved + on demand")
 
 
 def _show(as_json: bool, data, lines: list[str], written) -> None:
@@ -100,7 +101,7 @@ def _fleet_forecast(path, out_dir, no_report, catalog_files, as_json) -> None:
 def _fleet_quarter_text(r) -> str:
     from planner.fleet_report import gpus_in_use_text, idle_committed_text
 
-    return f"{r.quarter}: {gpus_in_use_text(r.plan)}, ${r.cost_per_hour:,.2f}/hour{idle_committed_text(r.plan)}"
+    return f"{r.quarter}: {gpus_in_use_text(r.plan)}, {usd_text(r.cost_per_hour)}/hour{idle_committed_text(r.plan)}"
 
 
 COMMANDS = [forecast]

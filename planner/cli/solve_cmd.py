@@ -211,7 +211,7 @@ def _plan(kind, inputs, keep_lp, verify, *, draw_ahead=False):
 def _write_one(planned, no_report, out_dir, as_json):
     from planner.plan_json import plan_json
     from planner.report import write_report
-    from planner.units import gpus_text
+    from planner.units import gpus_text, usd_text
 
     plan, sections, problem = planned
     written = None if no_report else write_report(plan, Path(out_dir), sections=sections)
@@ -220,7 +220,7 @@ def _write_one(planned, no_report, out_dir, as_json):
     sol = plan.solution
     pools = ", ".join(f"{p.traffic_class}: {p.replicas} x {p.config}" for p in sol.pools)
     verdict = f" [{problem}]" if problem else ""
-    return [f"{plan.scenario.name}: ${plan.cost_per_hour:,.2f}/hour, {gpus_text(sol.gpus)}, "
+    return [f"{plan.scenario.name}: {usd_text(plan.cost_per_hour)}/hour, {gpus_text(sol.gpus)}, "
             f"{sol.split_text} — {pools}{verdict}"
             + (f" -> {written}" if written else "")]
 
@@ -232,13 +232,13 @@ def _write_fleet(fleet_plan, no_report, out_dir, as_json):
         idle_committed_text,
         write_fleet_report,
     )
-    from planner.units import gpus_text
+    from planner.units import gpus_text, usd_text
 
     written = None if no_report else write_fleet_report(fleet_plan, Path(out_dir))
     if as_json:
         return fleet_json(fleet_plan)
     # the cost includes committed GPUs left idle: the line names them, as the report does
-    lines = [f"{fleet_plan.fleet.spec.name}: ${fleet_plan.cost_per_hour:,.2f}/hour, {gpus_in_use_text(fleet_plan)}, "
+    lines = [f"{fleet_plan.fleet.spec.name}: {usd_text(fleet_plan.cost_per_hour)}/hour, {gpus_in_use_text(fleet_plan)}, "
              f"{len(fleet_plan.plans)} service{'' if len(fleet_plan.plans) == 1 else 's'}{idle_committed_text(fleet_plan)}"
              + (f" -> {written}" if written else "")]
     for plan in fleet_plan.plans:
