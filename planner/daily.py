@@ -139,6 +139,9 @@ class DayCosts:
     solver_status: str
     # pool -> (replicas in the plan, its busiest hour's need) where a stated fleet has fewer than it needs
     short_pools: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    # GPU type -> (its cap, the GPUs its pools' busiest hour needs) where a stated fleet needs more than
+    # the scenario's max_gpus: every policy prices what it needs, the cap set aside
+    caps_set_aside: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def tokens_per_day(self) -> float | None:
@@ -247,7 +250,10 @@ def day_costs(plan: Plan, profile: DailyProfile, terms: DayTerms) -> DayCosts:
     stated = {names[id(pool)]: pool.replicas for pool in plan.pools}
     peak = {name: max(n, *scaled[name]) for name, n in stated.items()}
     all_day = {p.name: (peak[p.name],) * hours for p in pools}
-    inventory = {g.id: g.max_gpus for g in scn.gpu_candidates if g.max_gpus is not None}
+    # A stated fleet short of its busiest hour is priced at what it needs, as its peak-sized policies
+    # are, caps aside: under a cap its mix had no answer and the audit failed. One that carries its
+    # peak within the caps needs no more than them in any hour, so nothing changes for it.
+    inventory = {} if plan.given_fleet else {g.id: g.max_gpus for g in scn.gpu_candidates if g.max_gpus is not None}
     mix = solve_day_mix(pools, loads, segments, inventory=inventory, backend=scn.solver.backend,
                         time_limit_s=scn.solver.time_limit_s)
     if not mix.reserved:
@@ -267,12 +273,27 @@ def day_costs(plan: Plan, profile: DailyProfile, terms: DayTerms) -> DayCosts:
         input_tokens_per_request=plan.served.mean("sum_prompt"), output_tokens_per_request=plan.served.mean("sum_output"),
         policies=policies, solver_status=mix.status,
         short_pools={name: (n, peak[name]) for name, n in stated.items() if peak[name] > n},
+        caps_set_aside=_caps_set_aside(scn, pools, peak) if plan.given_fleet else {},
     )
+
+
+CAPS_SET_ASIDE = "The stated fleet's busiest hour takes more GPUs than the scenario's cap, which its policies set aside"
+
+
+def _caps_set_aside(scn, pools: tuple[DayPool, ...], peak: Mapping[str, int]) -> dict[str, tuple[int, int]]:
+    """The GPU types whose max_gpus a stated fleet's busiest hour needs more of: (cap, GPUs needed)."""
+    needed: dict[str, int] = {}
+    for p in pools:
+        needed[p.gpu] = needed.get(p.gpu, 0) + peak[p.name] * p.gpus_per_replica
+    return {g.id: (g.max_gpus, needed[g.id]) for g in scn.gpu_candidates
+            if g.max_gpus is not None and needed.get(g.id, 0) > g.max_gpus}
 
 
 def day_section(plan: Plan, profile: DailyProfile) -> str:
     """The report's section for a plan at the scenario's own prices and terms."""
     on_demand = {c.id: c.price_per_hour(plan.catalog.gpu(c.id).price_usd_per_hour) for c in plan.scenario.gpu_candidates}
+    for pool in plan.pools:  # a stated fleet may run a type the scenario does not plan with: at the price it is costed at
+        on_demand.setdefault(pool.config.gpu.id, pool.config.price_usd_per_hour)
     return day_markdown(day_costs(plan, profile, scenario_terms(plan.scenario, on_demand)))
 
 
@@ -315,8 +336,11 @@ def day_markdown(costs: DayCosts, *, heading: int = 2) -> str:
         f"{floor_text(terms.min_replicas, [(p.name, p) for p in costs.pools])} in every hour; reserved prices: {terms.reserved_terms}."
     )
     if costs.short_pools:
-        lines[-1] += (" The stated fleet cannot carry the busiest hour: the peak-sized policies hold what it needs ("
+        lines[-1] += (" The stated fleet cannot carry the busiest hour: every policy holds what it needs ("
                       f"{costs.short_pools_text}).")
+    if costs.caps_set_aside:
+        lines[-1] += f" {CAPS_SET_ASIDE}: " + "; ".join(
+            f"{need} {gpu} against max_gpus {cap}" for gpu, (cap, need) in costs.caps_set_aside.items()) + "."
     tokens = costs.tokens_per_day
     lines += [
         "",

@@ -121,7 +121,8 @@ def run_fleet_forecast(fleet: FleetInputs) -> list[FleetQuarter]:
             added[lot.gpu] = added.get(lot.gpu, 0) + lot.gpus
         inventory = _quarter_inventory(base, lots, price, q.availability, types, where, fleet)
         try:
-            plan = make_fleet_plan(fleet.with_inventory(inventory), explore=False, growth=multiplier)
+            plan = make_fleet_plan(fleet.with_inventory(inventory), explore=False, growth=multiplier,
+                                   verify_flags=False)
         except InfeasibleError as exc:
             raise InfeasibleError(f"forecast quarter {q.quarter}: {exc.message}", where=exc.where) from None
         by_type = dict(plan.joint.gpus_by_type)

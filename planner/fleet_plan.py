@@ -127,18 +127,19 @@ class FleetPlan:
 
 
 def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool | None = None,
-                    keep_lp: bool = False, growth: float = 1.0,
+                    keep_lp: bool = False, growth: float = 1.0, verify_flags: bool = True,
                     on_set_up: Callable[[Sequence[Setup]], None] | None = None,
                     figures_ready: Callable[[Plan], None] | None = None) -> FleetPlan:
     """Solve every service of the fleet in one ILP, certify every pool of every service by
     simulation (each service's `verify`, or `certify` for all), explore each service alone with the
     rest of the fleet as planned, and price each shared constraint by re-solving without it.
-    growth: a multiplier on every service's demand (the fleet's forecast quarters).
+    growth: a multiplier on every service's demand (the fleet's forecast quarters). verify_flags:
+    whether the command has --verify / --no-verify, which a refusal of mixed `verify` then names.
     on_set_up: called with every service's setup, before the joint ILP; figures_ready: with each
     service's plan as soon as what its figures show is known (explore_plan; the CLI starts the
     report's figures then, in the worker, while this process plans on)."""
     if certify is None:
-        refuse_mixed_verify(fleet.services)
+        refuse_mixed_verify(fleet.services, flags=verify_flags)
     setups = [_setup(svc, growth) for svc in fleet.services]
     if on_set_up is not None:
         on_set_up(setups)

@@ -33,7 +33,7 @@ from planner.commitments import (
     in_force,
     quarter_after,
 )
-from planner.daily import POLICIES, floor_text
+from planner.daily import CAPS_SET_ASIDE, POLICIES, floor_text
 from planner.files import output_folder, write_bytes_atomic, write_text_atomic
 from planner.forecast import PoolRow, QuarterResult
 from planner.report import peak_shortfall_text, pools_text, rejected_text
@@ -638,8 +638,12 @@ def _policies_markdown(results: Sequence[QuarterResult], total: dict, heading: i
         f"{usd_text(total[f'{k}_usd'])} · {usd_per_million_text(_per_million(total, f'{k}_usd', 'tokens'))}" for k, _ in POLICIES) + " |")
     short = [f"{r.quarter} {r.day.short_pools_text}" for r in results if r.day.short_pools]
     if short:
-        lines += ["", "The stated fleet cannot carry the busiest hour of some quarters: their peak-sized policies hold "
+        lines += ["", "The stated fleet cannot carry the busiest hour of some quarters: their policies hold "
                   "what it needs (" + "; ".join(short) + ")."]
+    over = [f"{r.quarter} {need} {gpu} against max_gpus {cap}" for r in results
+            for gpu, (cap, need) in r.day.caps_set_aside.items()]
+    if over:
+        lines += ["", f"{CAPS_SET_ASIDE}: " + "; ".join(over) + "."]
     return lines
 
 

@@ -558,6 +558,12 @@ def test_a_service_solver_or_verify_the_fleet_settles_anyway_is_accepted(tmp_pat
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["certified"] is None
     assert CliRunner().invoke(main, ["solve", str(path), "--no-report"]).exit_code == 2
+    # `planner forecast` has no such flag, and its refusal names none
+    path = write_fleet(tmp_path, services=[service("alpha", 3.0, verify=True), service("beta", 3.0)],
+                       forecast={"quarters": [{"quarter": "2027Q1"}]})
+    r = CliRunner().invoke(main, ["forecast", str(path), "--no-report"])
+    assert r.exit_code == 2, r.output
+    assert r.output.strip().endswith("so they state verify alike") and "--verify" not in r.output
 
 
 def test_the_keys_only_a_fleet_file_has_are_the_fleet_schema_s_beyond_a_scenario_s():

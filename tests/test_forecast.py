@@ -16,6 +16,7 @@ from planner.cli import main
 from planner.forecast import run_forecast
 from planner.forecast_outputs import POOL_COLUMNS, QUARTER_COLUMNS, forecast_tables
 from planner.inputs import load_inputs, plan_inputs
+from planner.units import usd_text
 
 BASE = """
 name: fc
@@ -428,3 +429,75 @@ def test_a_profile_with_an_idle_hour_is_not_called_infinitely_peaked(tmp_path):
     text = (tmp_path / "idle_forecast.md").read_text(encoding="utf-8")
     assert "inf×" not in text
     assert "(the quietest hour has no load; mean 50% of the busiest)" in text
+
+
+def _chat_8b_stated(tmp_path, fleet: list[dict], **update):
+    """The shipped chat_8b_h100 scenario (its mean_rps prices the day's curve) with a stated fleet."""
+    from pathlib import Path
+
+    import yaml
+
+    raw = yaml.safe_load((Path(__file__).resolve().parent.parent / "scenarios" / "chat_8b_h100.yaml").read_text(encoding="utf-8"))
+    raw.update(verify=False, fleet=fleet, **update)
+    path = tmp_path / "stated.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    return path
+
+
+L40S_FLEET = {"gpu": "l40s", "tp": 1, "weight_dtype": "bf16", "kv_dtype": "bf16", "replicas": 8}
+H100_FLEET = {"gpu": "h100-sxm", "tp": 1, "weight_dtype": "bf16", "kv_dtype": "bf16", "replicas": 2}
+
+
+def test_a_stated_fleet_on_a_type_the_scenario_does_not_plan_with_prices_its_day_at_that_type_s_price(tmp_path):
+    """chat_8b_h100 plans with H100s; a stated fleet of 8 L40S is audited, and its day's curve (and a
+    forecast's) priced the L40S by the scenario's GPU list, which has none: a KeyError. The day is now
+    priced at the L40S's own price, the one the fleet's cost uses."""
+    from planner.catalog import load_catalog
+
+    l40s = load_catalog().gpu("l40s").price_usd_per_hour
+    path = _chat_8b_stated(tmp_path, [L40S_FLEET], forecast={"quarters": [{"quarter": "2027Q1"}]})
+    for command in ("solve", "forecast"):
+        r = CliRunner().invoke(main, [command, str(path), "--json", "--out-dir", str(tmp_path / command)])
+        assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["solve", str(path), "--out-dir", str(tmp_path / "md")])
+    assert r.exit_code == 0, r.output
+    text = (tmp_path / "md" / "chat_8b_h100.md").read_text(encoding="utf-8")
+    need = int(text.split("l40s tp1 w:bf16 kv:bf16 ctx:8192: ")[1].split(" replicas where the fleet states 8")[0])
+    assert need > 8
+    row = next(line for line in text.splitlines() if line.startswith("| peak-sized fleet all day, on demand |"))
+    assert row.split(" | ")[1] == usd_text(need * l40s * 24)
+
+
+def test_a_stated_fleet_over_a_cap_is_audited_with_the_cap_set_aside_in_its_day(tmp_path):
+    """Two H100s stated under a cap of two cannot carry the peak: the day's reserved + on-demand mix,
+    held to the cap, had no answer and the audit exited 3 naming no key. A stated fleet is an
+    audit (exit 0): every policy prices what the busiest hour needs, and the report says the cap
+    was set aside."""
+    from planner.daily import CAPS_SET_ASIDE
+
+    path = _chat_8b_stated(tmp_path, [H100_FLEET], gpus=[{"id": "h100-sxm", "max_gpus": 2}])
+    r = CliRunner().invoke(main, ["solve", str(path), "--out-dir", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    text = (tmp_path / "chat_8b_h100.md").read_text(encoding="utf-8")
+    need = int(text.split("h100-sxm tp1 w:bf16 kv:bf16 ctx:8192: ")[1].split(" replicas where the fleet states 2")[0])
+    assert f"{CAPS_SET_ASIDE}: {need} h100-sxm against max_gpus 2." in text
+    # a forecast of it says so per quarter
+    path = _chat_8b_stated(tmp_path, [H100_FLEET], gpus=[{"id": "h100-sxm", "max_gpus": 2}],
+                           forecast={"quarters": [{"quarter": "2027Q1"}]})
+    r = CliRunner().invoke(main, ["forecast", str(path), "--out-dir", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    text = (tmp_path / "chat_8b_h100_forecast.md").read_text(encoding="utf-8")
+    assert f"{CAPS_SET_ASIDE}: 2027Q1 {need} h100-sxm against max_gpus 2." in text
+
+
+def test_two_stated_pools_of_one_config_are_one_pool_and_told_so(tmp_path):
+    """Two identical entries in fleet: made two pools whose day-mix variables clashed (a PuLP
+    traceback); they are one pool, and the error says so, naming the entry."""
+    path = _chat_8b_stated(tmp_path, [H100_FLEET, {**H100_FLEET, "replicas": 3}])
+    r = CliRunner().invoke(main, ["solve", str(path), "--out-dir", str(tmp_path / "out")])
+    assert r.exit_code == 2, r.output
+    assert r.output.strip() == (f"error: {path}: fleet[1]: the same GPU, tp, dtypes and context limit as fleet[0]; "
+                                "give one entry with 5 replicas")
+    assert not (tmp_path / "out").exists()
+    different = _chat_8b_stated(tmp_path, [H100_FLEET, {**H100_FLEET, "kv_dtype": "fp8"}])
+    assert CliRunner().invoke(main, ["solve", str(different), "--no-report"]).exit_code == 0
