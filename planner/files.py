@@ -253,6 +253,14 @@ def input_error(exc: OSError, path: Path) -> InputError:
     return InputError(f"cannot read: {reason}", where=str(path))
 
 
+def missing_text(path: str | os.PathLike) -> str:
+    """Why an input path names nothing to read: no such file, or a symbolic link that leads nowhere
+    (a loop of links, or a link whose target is gone), which 'no such file' would misstate."""
+    if os.path.islink(path):
+        return "a symbolic link that leads nowhere (a loop of links, or its target is missing)"
+    return "no such file"
+
+
 def remove_stale_temporaries(folder: Path) -> None:
     """Remove temporary files that a killed run of this host left in `folder`.
 

@@ -10,6 +10,7 @@ run over the whole fleet. `planner solve FLEET.yaml` plans every service in one 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,7 @@ from planner.bounds import (
 )
 from planner.catalog import Catalog, load_catalog
 from planner.errors import InputError, did_you_mean, shorten
-from planner.files import path_is
+from planner.files import missing_text, path_is
 from planner.inputs import Inputs, scenario_inputs
 from planner.scenario import (
     Forecast,
@@ -342,6 +343,8 @@ def _service(spec: FleetSpec, catalog: Catalog, path: Path, i: int, entry, catal
             if path_is(file, "folder"):
                 raise InputError(f"services[{i}]: {shorten(shown)} is a folder; a service is one scenario file",
                                  where=str(path))
+            if os.path.islink(file):  # (False, not an error, for a name too long)
+                raise InputError(f"services[{i}]: {shorten(shown)} is {missing_text(file)}", where=str(path))
             raise InputError(f"services[{i}]: no scenario file {shorten(shown)} (paths are relative to the fleet file)",
                              where=str(path))
         raw = load_yaml(file)

@@ -55,6 +55,9 @@ class _ValueChecks:
                 if key_node.tag == _MERGE_TAG:
                     continue  # '<<: *base' merges; keys given here override the merged ones
                 key = self.construct_object(key_node, deep=True)
+                if key is None:  # pydantic would name it 'None', with no line
+                    raise ConstructorError(None, None, "a null key (~, null, or nothing before the colon): give "
+                                           "the key's name", key_node.start_mark)
                 try:
                     first = seen.setdefault(key, key_node)
                 except TypeError:
@@ -339,9 +342,10 @@ def validation_message(exc: ValidationError, model: type[BaseModel], prefix: str
     if err["type"] == "model_type":  # pydantic names the class ('instance of TrafficSpec'), which no file states
         got = f" (got a {type(value).__name__})" if isinstance(value, list) else shown or " (got null)"
         return f"{path}: expected a mapping of keys{got}"
-    if path == "(top level)" and err["type"] == "value_error":
-        # a check across fields: its message names the fields itself
-        return msg.removeprefix("Value error, ")
+    if err["type"] == "value_error":  # a check of ours: pydantic's "Value error, " says nothing to a reader
+        msg = msg.removeprefix("Value error, ")
+        if path == "(top level)":  # a check across fields: its message names the fields itself
+            return msg
     if shown and msg.endswith(shown):  # a check of ours that already says what it got
         shown = ""
     return f"{path}: {msg}{shown}"

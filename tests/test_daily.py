@@ -202,9 +202,9 @@ def test_a_weekday_profile_needs_a_week_of_log(tmp_path):
 @pytest.mark.parametrize(
     ("profile", "expected"),
     [
-        ("{hourly: [1, 2, 3]}", "traffic.profile: Value error, hourly needs 24 values (or 168, a week), got 3"),
-        ("{shape: diurnal}", "traffic.profile: Value error, shape 'diurnal' needs peak_to_trough"),
-        ("{shape: flat, hourly: [1]}", "traffic.profile: Value error, give exactly one of measured: true, hourly, shape"),
+        ("{hourly: [1, 2, 3]}", "traffic.profile: hourly needs 24 values (or 168, a week), got 3"),
+        ("{shape: diurnal}", "traffic.profile: shape 'diurnal' needs peak_to_trough"),
+        ("{shape: flat, hourly: [1]}", "traffic.profile: give exactly one of measured: true, hourly, shape"),
         ("{shape: weekly}", "traffic.profile.shape: Input should be 'flat' or 'diurnal'"),
         ("{measured: true}", "traffic: profile: a measured profile needs a log spanning a day or more (no timestamps"),
     ],

@@ -434,23 +434,23 @@ def test_a_fleet_with_no_plan_names_the_service_that_cannot_be_served_or_what_ea
 
 @pytest.mark.parametrize(("change", "message"), [
     ({"inventory": {"h100": {"max_new": 4}}}, "fleet.yaml: inventory.h100: unknown GPU 'h100'; did you mean 'h100-pcie'?"),
-    ({"inventory": {"l40s": {"owned": 4}}}, "inventory.l40s: Value error, owned: 4 GPUs need owned_usd_per_hour"),
+    ({"inventory": {"l40s": {"owned": 4}}}, "inventory.l40s: owned: 4 GPUs need owned_usd_per_hour"),
     # each count is within the bound, their sum is not
     ({"inventory": {"l40s": {"owned": 60_000_000, "owned_usd_per_hour": 1, "reserved": 60_000_000,
                              "reserved_usd_per_hour": 1}}},
-     "inventory.l40s: Value error, owned + reserved + max_new = 120,000,000 GPUs, more than a fleet may hold "
+     "inventory.l40s: owned + reserved + max_new = 120,000,000 GPUs, more than a fleet may hold "
      "(100,000,000)"),
     # ... and across the types too
     ({"inventory": {"h100-sxm": {"reserved": 60_000_000, "reserved_usd_per_hour": 1},
                     "l40s": {"owned": 60_000_000, "owned_usd_per_hour": 1}}},
-     "inventory: Value error, owned + reserved + max_new over every type = 120,000,000 GPUs, more than a fleet may "
+     "inventory: owned + reserved + max_new over every type = 120,000,000 GPUs, more than a fleet may "
      "hold (100,000,000)"),
     # a price of no GPUs would price nothing (every GPU of the type ran on demand at its on-demand price)
     ({"inventory": {"h100-sxm": {"reserved_usd_per_hour": 2.0, "max_new": 8}}},
-     "inventory.h100-sxm: Value error, reserved_usd_per_hour: a price for no reserved GPUs would price nothing; state "
+     "inventory.h100-sxm: reserved_usd_per_hour: a price for no reserved GPUs would price nothing; state "
      "reserved: N, the GPUs it prices; the price of commitments a forecast makes is forecast.reserved_prices"),
     ({"inventory": {"l40s": {"owned_usd_per_hour": 0.7}}},
-     "inventory.l40s: Value error, owned_usd_per_hour: a price for no owned GPUs would price nothing; state owned: N, "
+     "inventory.l40s: owned_usd_per_hour: a price for no owned GPUs would price nothing; state owned: N, "
      "the GPUs it prices"),
     ({"services": [service("alpha", 3.0), service("alpha", 4.0)]}, "services[1]: a second service named 'alpha'"),
     ({"services": [service("alpha", 3.0), service("Alpha", 4.0)]}, "services[1]: a second service named 'Alpha' "
@@ -496,7 +496,7 @@ def test_a_fleet_with_no_plan_names_the_service_that_cannot_be_served_or_what_ea
      "fleet.yaml: inventory.h200: no service may run h200 and none is owned or reserved, so this would change "
      "nothing; add it to a service's gpus or drop it"),
     ({"inventory": {None: {"owned": 2, "owned_usd_per_hour": 0.7}}},
-     "fleet.yaml: inventory.null (as a key): Input should be a valid string"),
+     "invalid YAML: a null key (~, null, or nothing before the colon): give the key's name"),
     ({"services": [{**service("alpha", 3.0), "modle": "x"}]}, "services[0].modle: unknown key; did you mean 'model'?"),
     ({"services": ["fleet.yaml"]}, "fleet.yaml: services[0]: fleet.yaml is this fleet file itself; a service is one "
                                    "scenario file"),

@@ -70,10 +70,10 @@ MALFORMED = [
     ({"sources": "x.csv"}, "sources: Input should be a valid list (got 'x.csv')"),
     # a traceback (RecursionError), then strings that printed lines of their own or an unknown unit
     (b"[" * 100_000, "is nested too deeply to be planner's metadata"),
-    ({"time_unit_assumed": "ms\nerror: fake"}, "time_unit_assumed: Value error, expected one of datetime, s, ms, us"),
-    ({"time_unit_assumed": "parsecs"}, "time_unit_assumed: Value error, expected one of datetime, s, ms, us, ns or "
+    ({"time_unit_assumed": "ms\nerror: fake"}, "time_unit_assumed: expected one of datetime, s, ms, us"),
+    ({"time_unit_assumed": "parsecs"}, "time_unit_assumed: expected one of datetime, s, ms, us, ns or "
                                        "'mixed (...)'"),
-    ({"sources": ["a.csv\nerror: fake"]}, "sources[0]: Value error, must be one line of printable text"),
+    ({"sources": ["a.csv\nerror: fake"]}, "sources[0]: must be one line of printable text"),
 ]
 
 

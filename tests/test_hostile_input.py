@@ -416,9 +416,9 @@ def test_a_yaml_alias_bomb_is_refused_before_it_expands(tmp_path):
 @pytest.mark.parametrize(
     ("spec", "expected"),
     [
-        ("{config_json: null}", "model: Value error, config_json: Input should be a valid string"),
-        ("{config_json: c.json, name: [a, b]}", "model: Value error, name: Input should be a valid string"),
-        ("{config_json: c.json, params_total: -3}", "model: Value error, params_total: Input should be greater than 0"),
+        ("{config_json: null}", "model: config_json: Input should be a valid string"),
+        ("{config_json: c.json, name: [a, b]}", "model: name: Input should be a valid string"),
+        ("{config_json: c.json, params_total: -3}", "model: params_total: Input should be greater than 0"),
     ],
 )
 def test_a_config_json_model_spec_is_validated(tmp_path, spec, expected):
@@ -667,7 +667,7 @@ def test_a_scenario_named_like_a_fleet_service_is_refused_before_its_figures_ove
 def test_a_name_that_cannot_start_the_report_files_is_refused_where_the_scenario_says_it(tmp_path, name):
     path = scenario(tmp_path, BASE.replace("name: tiny", f"name: '{name}'"))
     r = run("solve", path, "--out-dir", tmp_path / "out")
-    one_line_error(r, 2, f"{path}: name: Value error, expected letters, digits, '_', '-' and '.', not starting with "
+    one_line_error(r, 2, f"{path}: name: expected letters, digits, '_', '-' and '.', not starting with "
                          "'.', at most 100 characters: the name starts the report's file names")
     assert leftovers(tmp_path / "out") == []
 
@@ -821,7 +821,7 @@ def test_a_gpu_listed_twice_is_refused_whatever_the_order(tmp_path):
     for gpus in ("[{id: h100-sxm, max_gpus: 1}, {id: h100-sxm, max_gpus: 100, price_usd_per_hour: 0.5}]",
                  "[h100-sxm, {id: h100-sxm, max_gpus: 1}]"):
         r = run("solve", scenario(tmp_path, BASE.replace("gpus: [h100-sxm]", f"gpus: {gpus}")), "--no-report")
-        one_line_error(r, 2, "gpus: Value error, gpus[1]: h100-sxm is listed twice (first as gpus[0])")
+        one_line_error(r, 2, "gpus: gpus[1]: h100-sxm is listed twice (first as gpus[0])")
 
 
 def test_a_mean_rate_above_the_peak_is_refused(tmp_path):
@@ -899,15 +899,15 @@ def test_a_catalog_override_with_too_few_parameters_for_its_layers_is_refused(tm
     text = BASE + "catalog: {models: {llama-3.1-8b: {params_total: 1, params_active: 1}}}\n"
     path = scenario(tmp_path, text)
     r = run("solve", path, "--out-dir", tmp_path / "out")
-    one_line_error(r, 2, f"{path}: catalog: models.llama-3.1-8b: Value error, params_active 1 is below "
+    one_line_error(r, 2, f"{path}: catalog: models.llama-3.1-8b: params_active 1 is below "
                          "num_hidden_layers x hidden_size^2 = 536,870,912")
     assert leftovers(tmp_path / "out") == []
 
 
 @pytest.mark.parametrize(("change", "expected"), [
     ("  peak: {method: explicit, rps: 4, quantile: 0.5}",
-     "traffic.peak: Value error, quantile is read with method 'quantile' only (method is 'explicit')"),
-    ("  peak: {method: max, rps: 4}", "traffic.peak: Value error, rps is read with method 'explicit' only (method is 'max')"),
+     "traffic.peak: quantile is read with method 'quantile' only (method is 'explicit')"),
+    ("  peak: {method: max, rps: 4}", "traffic.peak: rps is read with method 'explicit' only (method is 'max')"),
 ])
 def test_a_peak_field_its_method_does_not_read_is_refused(tmp_path, change, expected):
     path = scenario(tmp_path, BASE.replace("  peak: {method: explicit, rps: 4}", change))
@@ -919,7 +919,7 @@ def test_two_bands_of_one_name_are_refused(tmp_path):
                    "    - {name: chat, ttft_s: 5}\n")
     path = scenario(tmp_path, text)
     one_line_error(run("solve", path, "--no-report"), 2,
-                   f"{path}: slo: Value error, band name 'chat' is given to two bands")
+                   f"{path}: slo: band name 'chat' is given to two bands")
 
 
 def test_a_config_json_with_a_key_given_twice_is_refused(tmp_path):
@@ -1035,7 +1035,7 @@ def test_a_cache_block_longer_than_any_engine_offers_is_refused(tmp_path):
 )
 def test_a_vllm_profile_with_fewer_step_tokens_than_sequences_is_refused(tmp_path, override, expected):
     path = scenario(tmp_path, BASE + f"catalog: {{engines: {{vllm: {override}}}}}\n")
-    one_line_error(run("solve", path, "--out-dir", tmp_path / "out"), 2, f"{path}: catalog: engines.vllm: Value error, "
+    one_line_error(run("solve", path, "--out-dir", tmp_path / "out"), 2, f"{path}: catalog: engines.vllm: "
                    f"{expected} vLLM refuses to start with fewer step tokens than sequences")
     assert leftovers(tmp_path / "out") == []
 
@@ -1612,6 +1612,37 @@ def test_a_folder_holding_a_link_to_one_of_its_own_logs_is_refused(tmp_path):
                    f"{parts / 'a.csv'}: is read twice, in {parts} and in {parts / 'a.csv'}; its requests would count twice")
 
 
+def test_a_log_counted_already_by_a_copy_or_by_a_histogram_built_from_it_is_refused(tmp_path):
+    """The same requests by two routes: a copy of a log beside it, or last quarter's histogram given
+    again with a log it was built from, counted its requests twice (a reviewer's 2,000-row log read
+    as 4,000). A histogram records its logs' content fingerprints; either order is refused, and a
+    histogram of other logs is summed as before."""
+    from planner.workload.fingerprint import file_fingerprint
+    from planner.workload.histfile import read_histogram_and_metadata
+
+    log = _small_log(tmp_path / "jan.csv")
+    copy = tmp_path / "copy.csv"
+    copy.write_bytes(log.read_bytes())
+    one_line_error(run("histogram", log, copy), 2,
+                   f"{copy}: holds the same contents as {log}; its requests would count twice")
+    last = tmp_path / "last.parquet"
+    assert run("histogram", log, "-o", last).exit_code == 0
+    assert read_histogram_and_metadata(last)[1].source_fingerprints == [file_fingerprint(log)]
+    one_line_error(run("histogram", last, copy), 2,
+                   f"{copy}: holds the same contents as a log {last} was built from; its requests would count twice")
+    one_line_error(run("histogram", copy, last), 2,
+                   f"{last}: was built from a log with the same contents as {copy}; its requests would count twice")
+    other = tmp_path / "feb.csv"
+    other.write_text("prompt_tokens,output_tokens\n" + "".join(f"{300 + i},20\n" for i in range(20)))
+    both = tmp_path / "both.parquet"
+    r = run("histogram", last, other, "--json", "-o", both)
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["requests"] == 40
+    # the chain: a histogram built from a histogram keeps the fingerprints of the logs under it
+    assert read_histogram_and_metadata(both)[1].source_fingerprints == [file_fingerprint(log), file_fingerprint(other)]
+    one_line_error(run("histogram", both, log), 2, f"{log}: holds the same contents as a log {both} was built from")
+
+
 def test_a_log_with_excluded_rows_warns_on_the_command_line_and_in_the_json(tmp_path):
     """A plan made from 2 of a log's 20 rows must not pass for one made from all of them where no
     report is written to say so."""
@@ -1888,3 +1919,49 @@ def test_a_relative_log_s_clock_before_its_time_0_reads_signed():
     from planner.silence import _clock_text
 
     assert [_clock_text(m) for m in (-83_334, -5, 0, 430)] == ["-1388:54", "-0:05", "0:00", "7:10"]
+
+
+@pytest.mark.parametrize(("log", "expected"), [
+    ("''", "traffic.source.log: a blank path: give a file or folder (got '')"),
+    ("[]", "traffic.source.log: no path in the list: give at least one file or folder"),
+    ("[a.csv, ' ']", "traffic.source.log: a blank path: give a file or folder"),
+])
+def test_a_blank_log_path_is_told_so_not_read_as_the_scenario_s_folder(tmp_path, log, expected):
+    """`log: ''` read the scenario's own folder as a folder of log parts, and complained of the
+    scenario's YAML in it."""
+    text = BASE.replace("source: {constant: {prompt_tokens: 1000, output_tokens: 200}}", f"source: {{log: {log}}}")
+    r = run("solve", scenario(tmp_path, text), "--out-dir", tmp_path / "out")
+    assert one_line_error(r, 2, "s.yaml").endswith(expected)
+    assert leftovers(tmp_path / "out") == []
+
+
+def test_a_null_key_is_named_by_its_line(tmp_path):
+    """A key of ~ read as None, which pydantic named 'None: Keys should be strings', with no line."""
+    text = BASE.replace("  peak: {method: explicit, rps: 4}\n", "  peak: {method: explicit, rps: 4}\n  ~: 3\n")
+    line = text.splitlines().index("  ~: 3") + 1
+    r = run("solve", scenario(tmp_path, text), "--out-dir", tmp_path / "out")
+    one_line_error(r, 2, f"s.yaml: line {line}: invalid YAML: a null key (~, null, or nothing before the colon)")
+
+
+def test_a_link_that_leads_nowhere_is_named_so_not_a_missing_file(tmp_path):
+    """A symbolic link in a loop (or to a file gone) was 'no such file' as a log and 'no scenario
+    file' as a fleet's service, which sent the user looking for a file that is there."""
+    loop = tmp_path / "loop.csv"
+    loop.symlink_to(loop.name)
+    r = run("histogram", loop, "-o", tmp_path / "h.parquet")
+    one_line_error(r, 2, f"{loop}: a symbolic link that leads nowhere (a loop of links, or its target is missing)")
+    gone = tmp_path / "gone.yaml"
+    gone.symlink_to(tmp_path / "deleted.yaml")
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text("name: f\nservices: [gone.yaml]\n", encoding="utf-8")
+    r = run("solve", fleet, "--out-dir", tmp_path / "out")
+    one_line_error(r, 2, "services[0]: gone.yaml is a symbolic link that leads nowhere")
+
+
+def test_capacity_of_an_empty_histogram_names_the_file(tmp_path):
+    """A histogram of no request was 'the traffic class has no request within the context limit',
+    naming neither the file nor the real reason."""
+    path = tmp_path / "empty.parquet"
+    write_histogram(Histogram.from_arrays(np.array([], dtype=np.int64), np.array([], dtype=np.int64)), path)
+    r = run("capacity", "llama-3.1-8b", "h100-sxm", "--histogram", path)
+    one_line_error(r, 2, f"{path}: holds no request: there is no traffic class to size")

@@ -35,39 +35,39 @@ def solve(*args):
     ("patch", "expected"),
     [
         ("gpuz: [h100-sxm]\n", "gpuz: unknown key; did you mean 'gpus'?"),
-        ("tp: [3]\n", "tp: Value error, tensor-parallel degree 3 must be a power of two"),
-        ("split_thresholds: [10000]\n", "split_thresholds: Value error, split threshold 10000 is not a histogram edge"),
+        ("tp: [3]\n", "tp: tensor-parallel degree 3 must be a power of two"),
+        ("split_thresholds: [10000]\n", "split_thresholds: split threshold 10000 is not a histogram edge"),
         ("sizing: {mode: p99}\n", "sizing.mode: Input should be 'worst_case', 'expected' or 'percentile'"),
         ("sizing: {mode: worst_case, quantile: 0.9}\n",
-         "sizing: Value error, quantile is read only with mode: percentile (mode is worst_case)"),
+         "sizing: quantile is read only with mode: percentile (mode is worst_case)"),
         ("slo: {bands: [{tpot_ms: -5}]}\n",
-         "slo.bands[0].tpot_ms: Value error, a target must be a number of milliseconds above 0 and at most 60,000 (got -5)"),
+         "slo.bands[0].tpot_ms: a target must be a number of milliseconds above 0 and at most 60,000 (got -5)"),
         ("slo: {bands: [{ttft_s: {p90: 5000}}]}\n",
-         "slo.bands[0].ttft_s: Value error, a target must be a number of seconds above 0 and at most 3,600"),
+         "slo.bands[0].ttft_s: a target must be a number of seconds above 0 and at most 3,600"),
         ("simulation: {requests: 100000000}\n",
          "simulation.requests: Input should be less than or equal to 10000000"),
         ("slo: {bands: [{ttft_s: {p98: 2}}]}\n",
-         "slo.bands[0].ttft_s: Value error, write one {statistic: seconds} pair, statistic one of mean, p50, p90, p95, p99"),
+         "slo.bands[0].ttft_s: write one {statistic: seconds} pair, statistic one of mean, p50, p90, p95, p99"),
         ("slo: {bands: [{prompt_below: 8192, ttft_s: 1}]}\n",
-         "slo: Value error, the last band has no prompt_below (it holds the longest prompts); got 8192"),
+         "slo: the last band has no prompt_below (it holds the longest prompts); got 8192"),
         ("slo: {bands: [{prompt_below: 8192}, {prompt_below: 4096}, {}]}\n",
-         "slo: Value error, bands must be in increasing prompt_below order (got [8192, 4096])"),
+         "slo: bands must be in increasing prompt_below order (got [8192, 4096])"),
         ("slo: {bands: [{prompt_below: 8000}, {}]}\n",
-         "slo.bands[0].prompt_below: Value error, prompt_below 8000 is not a prompt-length histogram edge; nearest: 6889, 8192, 9742"),
-        ("slo: {itl_ms: 50}\n", "slo: Value error, 'itl_ms' (a mean inter-token latency) is no longer read: targets are per "
+         "slo.bands[0].prompt_below: prompt_below 8000 is not a prompt-length histogram edge; nearest: 6889, 8192, 9742"),
+        ("slo: {itl_ms: 50}\n", "slo: 'itl_ms' (a mean inter-token latency) is no longer read: targets are per "
          "band of prompt length, at a percentile, e.g. slo: {statistic: p99, bands: [{prompt_below: 8192, ttft_s: 2.0, "
          "tpot_ms: 50}, {ttft_s: 15, tpot_ms: 50}]}"),
         ("slo: {long_context: {above_tokens: 8192, ttft_s: 15}}\n",
-         "slo: Value error, 'long_context' (a TTFT target for long requests) is no longer read"),
+         "slo: 'long_context' (a TTFT target for long requests) is no longer read"),
         ("fleet: [{gpu: h100-sxm, replicas: 0}]\n", "fleet[0].replicas: Input should be greater than or equal to 1"),
         ("traffic: {source: {constant: {prompt_tokens: 10, output_tokens: 5}}, peak: {method: explicit, rps: -1}}\n",
          "traffic.peak.rps: Input should be greater than or equal to 0.000001"),
-        ("traffic: {source: {}}\n", "traffic.source: Value error, give exactly one of log, histogram, synthetic, constant"),
+        ("traffic: {source: {}}\n", "traffic.source: give exactly one of log, histogram, synthetic, constant"),
         # (they were ignored: a preset, columns or a time unit of a source that is no log)
         ("traffic: {source: {constant: {prompt_tokens: 10, output_tokens: 5}, preset: azure}}\n",
-         "traffic.source: Value error, preset is read only with a log (the source is constant)"),
+         "traffic.source: preset is read only with a log (the source is constant)"),
         ("traffic: {source: {histogram: h.parquet, time_unit: ms}}\n",
-         "traffic.source: Value error, time_unit is read only with a log (the source is histogram)"),
+         "traffic.source: time_unit is read only with a log (the source is histogram)"),
         ("traffic: {source: {constant: {prompt_tokens: 10, output_tokens: 5}}, headroom: 0.5}\n",
          "traffic.headroom: Input should be greater than or equal to 1"),
         ("min_replicas_per_pool: 0\n", "min_replicas_per_pool: Input should be greater than or equal to 1"),
@@ -172,7 +172,7 @@ def test_solve_json_has_the_contract_keys(tmp_path):
 @pytest.mark.parametrize(
     ("extra", "expected"),
     [
-        ("lower_context_limit: 5000\n", "lower_context_limit: Value error, context limit 5000 is not a histogram edge; nearest"),
+        ("lower_context_limit: 5000\n", "lower_context_limit: context limit 5000 is not a histogram edge; nearest"),
     ],
 )
 def test_total_length_cuts_must_be_histogram_edges(tmp_path, extra, expected):
@@ -184,7 +184,7 @@ def test_total_length_cuts_must_be_histogram_edges(tmp_path, extra, expected):
 def test_context_limit_must_be_a_histogram_edge(tmp_path):
     r = solve(write(tmp_path, BASE.replace("context_limit: 8192", "context_limit: 10000")))
     assert r.exit_code == 2
-    assert "context_limit: Value error, context limit 10000 is not a histogram edge; nearest: 6144, 8192, 12288" in r.output
+    assert "context_limit: context limit 10000 is not a histogram edge; nearest: 6144, 8192, 12288" in r.output
 
 
 def test_shared_prefix_must_be_below_the_limit(tmp_path):

@@ -186,6 +186,8 @@ def _traffic_class(dep, histogram_file, prompt_tokens, output_tokens, shared_pre
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="'--context-limit'") from None
         hist = _load_histogram(histogram_file)
+        if hist.is_empty:
+            raise InputError("holds no request: there is no traffic class to size", where=str(histogram_file))
         served = hist.select_total(at_most=edge_at_most(dep.max_model_len))
         too_long = hist.requests - served.requests
         if too_long and served.is_empty:  # the error alone, one line, says why

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, StrictBool, model_validator
+from pydantic import Field, StrictBool, field_validator, model_validator
 
 from planner.bounds import (
     MAX_GROWTH,
@@ -55,6 +55,17 @@ class TrafficSource(Strict):
     preset: str | None = Field(None, description="column preset of a public trace: azure, mooncake, burstgpt")
     columns: Columns | None = Field(None, description="column names of the log, overriding the preset")
     time_unit: Literal["auto", "s", "ms", "us", "ns"] = Field("auto", description="unit of numeric timestamps")
+
+    @field_validator("log", "histogram")
+    @classmethod
+    def _paths_named(cls, v: list[str] | str | None) -> list[str] | str | None:
+        """A blank path would read the scenario's own folder as the log (and complain of its YAML)."""
+        if isinstance(v, list) and not v:
+            raise ValueError("no path in the list: give at least one file or folder")
+        for path in v if isinstance(v, list) else [v]:
+            if path is not None and not path.strip():
+                raise ValueError("a blank path: give a file or folder")
+        return v
 
     @model_validator(mode="after")
     def _one(self) -> TrafficSource:

@@ -26,7 +26,7 @@ import os
 import numpy as np
 
 from planner.errors import InputError
-from planner.files import atomic_output
+from planner.files import atomic_output, missing_text
 from planner.histogram import (
     CELL_KEYS,
     FINE_EDGES,
@@ -294,7 +294,7 @@ def read_histogram_and_metadata(path: str | os.PathLike) -> tuple[Histogram, His
 
     where = str(path)
     if not os.path.exists(where):
-        raise InputError("no such file", where=where)
+        raise InputError(missing_text(where), where=where)
     if os.path.isfile(where) and not _starts_as_parquet(where):  # (a log given where its histogram belongs)
         raise InputError("is not a Parquet file; a histogram file is what `planner histogram LOG... -o FILE.parquet` "
                          "writes from logs", where=where)

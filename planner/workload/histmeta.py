@@ -51,6 +51,8 @@ def _time_unit(text: str) -> str:
 
 
 OneLine = Annotated[str, AfterValidator(_one_line)]
+# A source file's content fingerprint (planner.workload.fingerprint): 64 lowercase hex digits.
+Fingerprint = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 
 
 def combined_time_unit(units: Mapping[str, str]) -> str | None:
@@ -78,6 +80,9 @@ class HistogramFileMetadata(BaseModel):
     total_edges: list[int] | None = None
     fine_edges: list[int] | None = None
     sources: list[OneLine] = []
+    # the content fingerprints of the log files it was built from (and of those its histogram inputs
+    # were): a log or histogram combined with it later that holds the same requests is refused
+    source_fingerprints: list[Fingerprint] = []
     excluded_rows: dict[ExclusionReason, RowCount] = Field(default_factory=dict)
     time_unit_assumed: Annotated[str, AfterValidator(_time_unit)] | None = None
 
@@ -135,6 +140,7 @@ def combined(parts: dict[str, HistogramFileMetadata]) -> HistogramFileMetadata:
     return HistogramFileMetadata.model_construct(
         format=formats.pop() if len(formats) == 1 else None,
         sources=[s for m in parts.values() for s in m.sources],
+        source_fingerprints=[f for m in parts.values() for f in m.source_fingerprints],
         excluded_rows={r: n for r, n in excluded.items() if n},
         time_unit_assumed=unit,
     )

@@ -9,6 +9,7 @@ histogram of one pass over the union of all inputs, however they were split.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from planner.errors import InputError, shorten
 from planner.histogram import Histogram
 from planner.workload.accumulate import CellAccumulator, MinuteCounter, to_histogram
 from planner.workload.columns import ColumnSpec, matching_presets, suggested
+from planner.workload.fingerprint import file_fingerprint
 from planner.workload.histfile import (
     HISTOGRAM_FILE_CORE_COLUMNS,
     read_histogram_and_metadata,
@@ -57,6 +59,9 @@ class FileReport:
     # rows each column could not give a usable value for (a row may count under two columns)
     problems_by_column: dict[str, int] = field(default_factory=dict)
     rows_failing_time_only: int = 0  # excluded for their time alone: their lengths are fine
+    # content fingerprints of the log files its requests come from (planner.workload.fingerprint): a
+    # log's own files', a histogram file's recorded ones
+    fingerprints: tuple[str, ...] = ()
 
     @property
     def problems_text(self) -> str:
@@ -113,16 +118,19 @@ def ingest(
     reports = []
     kept: list | None = [] if keep_requests > 0 else None
     read_files: dict[tuple[int, int], tuple[str, str]] = {}
+    counted: dict[str, str] = {}  # a log file's content fingerprint -> where its requests were counted
     zones: set[bool] = set()  # whether the logs' datetimes carry a time zone (MinuteConverter)
     for path in paths:
         reader = LogReader(path, fmt)
         _refuse_same_file(reader, read_files)
         try:
             if _is_histogram_file(reader):
-                reports.append(_add_histogram_file(Path(path), cells, minutes))
+                reports.append(_add_histogram_file(Path(path), cells, minutes, counted))
                 kept = None
             else:
-                reports.append(_add_log(reader, columns, cells, minutes, progress, kept, zones))
+                fingerprints = _count_once(reader, counted)
+                reports.append(dataclasses.replace(_add_log(reader, columns, cells, minutes, progress, kept, zones),
+                                                   fingerprints=fingerprints))
                 if kept is not None and (reports[-1].time_column is None or sum(k[0].size for k in kept) > keep_requests):
                     kept = None
         except InputError as exc:
@@ -173,6 +181,24 @@ def _refuse_same_file(reader: LogReader, read_files: dict[tuple[int, int], tuple
                     else f"is the same file as {first} (a link to it)")
             raise InputError(f"{what}; its requests would count twice", where=str(file))
         read_files[key] = (str(file), reader.where)
+
+
+def _count_once(reader: LogReader, counted: dict[str, str]) -> tuple[str, ...]:
+    """The content fingerprints of the log's files, each refused where a file of the same contents
+    was counted already (a copy of a log given beside it, or a log a histogram given was built
+    from); they are added to `counted`."""
+    out = []
+    for file in reader.data_files():
+        try:
+            fingerprint = file_fingerprint(file)
+        except OSError:
+            continue  # reading it says what is wrong with it
+        if fingerprint in counted:
+            raise InputError(f"holds the same contents as {counted[fingerprint]}; its requests would count twice",
+                             where=str(file))
+        counted[fingerprint] = str(file)
+        out.append(fingerprint)
+    return tuple(out)
 
 
 def is_histogram_file(path: str | os.PathLike) -> bool:
@@ -339,8 +365,15 @@ def _missing(name: str, role: str, have: list[str], spec: ColumnSpec) -> str:
     return message
 
 
-def _add_histogram_file(path: Path, cells: CellAccumulator, minutes: MinuteCounter) -> FileReport:
+def _add_histogram_file(path: Path, cells: CellAccumulator, minutes: MinuteCounter,
+                        counted: dict[str, str]) -> FileReport:
     hist, meta = read_histogram_and_metadata(path)
+    for fingerprint in meta.source_fingerprints:  # the logs it was built from, against those counted already
+        if fingerprint in counted:
+            raise InputError(f"was built from a log with the same contents as {counted[fingerprint]}; its "
+                             "requests would count twice", where=str(path))
+    for fingerprint in meta.source_fingerprints:
+        counted[fingerprint] = f"a log {path} was built from"
     cells.add_histogram(hist)
     minutes.add_counts(hist.minute, hist.minute_count)
     excluded = meta.excluded()
@@ -354,6 +387,7 @@ def _add_histogram_file(path: Path, cells: CellAccumulator, minutes: MinuteCount
         excluded_rows=excluded,
         time_column=None,
         time=TimeAssumption(unit, "histogram file") if unit and hist.minute.size else None,
+        fingerprints=tuple(meta.source_fingerprints),
     )
 
 
@@ -380,6 +414,7 @@ def write_histogram_file(result: IngestResult, path: str | os.PathLike) -> None:
     """Write the histogram file atomically, recording its sources and exclusions in its metadata."""
     metadata = {
         "sources": [Path(f.path).name for f in result.files],
+        "source_fingerprints": [fingerprint for f in result.files for fingerprint in f.fingerprints],
         "excluded_rows": result.excluded_rows,
         "time_unit_assumed": result.time_unit_assumed,
     }

@@ -42,7 +42,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from planner.errors import InputError, shorten
-from planner.files import note_input, path_is
+from planner.files import missing_text, note_input, path_is
 from planner.workload.columns import FORMATS, suggested
 
 EXTENSIONS = {
@@ -82,7 +82,7 @@ def detect_format(path: Path, fmt: str = "auto") -> str:
     if fmt != "auto" and fmt not in FORMATS:
         raise InputError(f"format '{fmt}': expected one of auto, {', '.join(FORMATS)}", where=str(path))
     if not path_is(path, "any"):
-        raise InputError("no such file", where=str(path))
+        raise InputError(missing_text(path), where=str(path))
     if fmt != "auto":
         if path_is(path, "folder"):
             other = [f for f in _data_files(path) if EXTENSIONS.get(f.suffix.lower(), fmt) != fmt]
