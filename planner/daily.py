@@ -273,18 +273,20 @@ def day_costs(plan: Plan, profile: DailyProfile, terms: DayTerms) -> DayCosts:
         input_tokens_per_request=plan.served.mean("sum_prompt"), output_tokens_per_request=plan.served.mean("sum_output"),
         policies=policies, solver_status=mix.status,
         short_pools={name: (n, peak[name]) for name, n in stated.items() if peak[name] > n},
-        caps_set_aside=_caps_set_aside(scn, pools, peak) if plan.given_fleet else {},
+        caps_set_aside=_caps_set_aside(scn, pools, {name: max(need) for name, need in scaled.items()})
+        if plan.given_fleet else {},
     )
 
 
-CAPS_SET_ASIDE = "The stated fleet's busiest hour takes more GPUs than the scenario's cap, which its policies set aside"
+CAPS_SET_ASIDE = "The stated fleet's busiest hour needs more GPUs of a type than its cap, which the policies set aside"
 
 
-def _caps_set_aside(scn, pools: tuple[DayPool, ...], peak: Mapping[str, int]) -> dict[str, tuple[int, int]]:
-    """The GPU types whose max_gpus a stated fleet's busiest hour needs more of: (cap, GPUs needed)."""
+def _caps_set_aside(scn, pools: tuple[DayPool, ...], busiest: Mapping[str, int]) -> dict[str, tuple[int, int]]:
+    """The GPU types whose cap (max_gpus, or a forecast quarter's availability) is below what a stated
+    fleet's busiest hour needs of them: (cap, GPUs needed). busiest: each pool's replicas then."""
     needed: dict[str, int] = {}
     for p in pools:
-        needed[p.gpu] = needed.get(p.gpu, 0) + peak[p.name] * p.gpus_per_replica
+        needed[p.gpu] = needed.get(p.gpu, 0) + busiest[p.name] * p.gpus_per_replica
     return {g.id: (g.max_gpus, needed[g.id]) for g in scn.gpu_candidates
             if g.max_gpus is not None and needed.get(g.id, 0) > g.max_gpus}
 
@@ -340,7 +342,7 @@ def day_markdown(costs: DayCosts, *, heading: int = 2) -> str:
                       f"{costs.short_pools_text}).")
     if costs.caps_set_aside:
         lines[-1] += f" {CAPS_SET_ASIDE}: " + "; ".join(
-            f"{need} {gpu} against max_gpus {cap}" for gpu, (cap, need) in costs.caps_set_aside.items()) + "."
+            f"{need} {gpu} against a cap of {cap}" for gpu, (cap, need) in costs.caps_set_aside.items()) + "."
     tokens = costs.tokens_per_day
     lines += [
         "",

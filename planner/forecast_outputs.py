@@ -640,7 +640,7 @@ def _policies_markdown(results: Sequence[QuarterResult], total: dict, heading: i
     if short:
         lines += ["", "The stated fleet cannot carry the busiest hour of some quarters: their policies hold "
                   "what it needs (" + "; ".join(short) + ")."]
-    over = [f"{r.quarter} {need} {gpu} against max_gpus {cap}" for r in results
+    over = [f"{r.quarter} {need} {gpu} against a cap of {cap}" for r in results
             for gpu, (cap, need) in r.day.caps_set_aside.items()]
     if over:
         lines += ["", f"{CAPS_SET_ASIDE}: " + "; ".join(over) + "."]

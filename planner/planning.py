@@ -182,8 +182,10 @@ def _given_fleet_plan(scn, catalog, model, hist, measured_peak_rps, *, traffic_n
         same = (fp.gpu, fp.tp, fp.weight_dtype, fp.kv_dtype, fp.context_limit or base_limit)
         if same in seen:  # two pools of one config and limit: their ILP variables (the day's mix) would clash
             j = seen[same]
+            alike = sum(q.replicas for q in scn.fleet
+                        if (q.gpu, q.tp, q.weight_dtype, q.kv_dtype, q.context_limit or base_limit) == same)
             raise InputError(f"fleet[{i}]: the same GPU, tp, dtypes and context limit as fleet[{j}]; give one entry "
-                             f"with {scn.fleet[j].replicas + fp.replicas} replicas")
+                             f"with {alike} replicas")
         seen[same] = i
         found = {}
         for field_name, look_up in (("gpu", catalog.gpu), ("weight_dtype", catalog.dtype), ("kv_dtype", catalog.dtype)):

@@ -8,7 +8,7 @@ datasheets and seed 003 print).
 from __future__ import annotations
 
 import math
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import ROUND_HALF_UP, Context, Decimal
 
 KiB = 1024
 MiB = 1024**2
@@ -43,9 +43,11 @@ def replicas_text(n: int) -> str:
     return f"{n:,} replica" if n == 1 else f"{n:,} replicas"
 
 
-# Significant digits a dollar figure is read to before it is rounded for display: a float's noise
-# lies in its 16th or 17th, an amount to the cent below $10 billion needs 12.
+# Significant digits a dollar figure is read to before it is rounded for display, at least: a
+# float's noise lies in its 16th or 17th digit; an amount to the cent below $10 billion needs 12,
+# and a larger one is read to a digit past the one shown.
 _MONEY_DIGITS = 12
+_MONEY_CONTEXT = Context(prec=80)  # room for any float's digits: quantize fails past the context's precision
 
 
 def rounded_usd(usd: float, digits: int = 2) -> Decimal:
@@ -54,8 +56,9 @@ def rounded_usd(usd: float, digits: int = 2) -> Decimal:
     $2.093 plus 30 at $4.445 (133.35 / 30) and the rest make $404.285, held as 404.28499999999997,
     which '{:.2f}' shows as $404.28 where a hand calculation gives $404.29, and one price showed as
     $4.45 in one quarter and $4.44 in the next. The float's last digits are dropped first."""
-    exact = Decimal(f"{usd:.{_MONEY_DIGITS}g}")
-    return exact.quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP)
+    significant = max(_MONEY_DIGITS, len(f"{abs(usd):.0f}") + digits + 1)
+    exact = Decimal(f"{usd:.{significant}g}")
+    return exact.quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP, context=_MONEY_CONTEXT)
 
 
 def usd_text(usd: float | None) -> str:
@@ -66,7 +69,9 @@ def usd_text(usd: float | None) -> str:
 def usd_rate_text(usd_per_hour: float) -> str:
     """A price per GPU-hour: to the cent, or to the tenth or hundredth of a cent where fewer digits would
     round it (a 30% discount on $2.99 is $2.093, a 25% one $2.2425, and 17 GPUs at '$2.09' would not
-    multiply to their cost)."""
+    multiply to their cost); '—' for none."""
+    if not math.isfinite(usd_per_hour):
+        return "—"
     digits = next((d for d in (2, 3) if rounded_usd(usd_per_hour, d) == rounded_usd(usd_per_hour, d + 1)), 4)
     return f"${rounded_usd(usd_per_hour, digits):,}"
 

@@ -35,6 +35,9 @@ MAX_YAML_BYTES = 16 * 2**20
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
+_NULL_KEY = "a null key (~, null, or nothing before the colon): give the key's name"
+
+
 class _ValueChecks:
     """The constructor's checks (keys given twice, values PyYAML cannot build, YAML 1.1 number
     forms), for a loader of either parser."""
@@ -56,8 +59,7 @@ class _ValueChecks:
                     continue  # '<<: *base' merges; keys given here override the merged ones
                 key = self.construct_object(key_node, deep=True)
                 if key is None:  # pydantic would name it 'None', with no line
-                    raise ConstructorError(None, None, "a null key (~, null, or nothing before the colon): give "
-                                           "the key's name", key_node.start_mark)
+                    raise ConstructorError(None, None, _NULL_KEY, key_node.start_mark)
                 try:
                     first = seen.setdefault(key, key_node)
                 except TypeError:
@@ -68,7 +70,10 @@ class _ValueChecks:
                         f"key '{key}' appears twice in one mapping (first on line {first.start_mark.line + 1})",
                         key_node.start_mark,
                     )
-        return super().construct_mapping(node, deep=deep)
+        mapping = super().construct_mapping(node, deep=deep)
+        if None in mapping:  # merged in ('<<: {~: 1}'): the mapping's own line
+            raise ConstructorError(None, None, _NULL_KEY + " (merged in with <<)", node.start_mark)
+        return mapping
 
 
 class _Loader(_ValueChecks, yaml.SafeLoader):
@@ -345,6 +350,8 @@ def validation_message(exc: ValidationError, model: type[BaseModel], prefix: str
     if err["type"] == "value_error":  # a check of ours: pydantic's "Value error, " says nothing to a reader
         msg = msg.removeprefix("Value error, ")
         if path == "(top level)":  # a check across fields: its message names the fields itself
+            return msg
+        if msg.startswith((f"{path}[", f"{path}.")):  # a list's check naming the entry: 'gpus[1]: ...'
             return msg
     if shown and msg.endswith(shown):  # a check of ours that already says what it got
         shown = ""

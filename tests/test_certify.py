@@ -776,10 +776,11 @@ def test_a_log_whose_load_rises_at_its_end_is_judged_on_its_trend_past_the_first
 
 
 def test_a_log_whose_bursts_preempt_over_the_budget_misses_though_its_latencies_hold(catalog):
-    """The log replay holds a pool to the preemption budget its Poisson runs are held to: 600
-    requests of 4,000 + 4,000 tokens at 20 req/s fill the 8B replica's cache, and their preemptions
-    per 1,000 requests over the budget fail the replay, while a TPOT limit of 10 s holds and the
-    share is too short for its queue's trend to be judged (it passed before)."""
+    """The log replay holds a pool to the preemption budget its Poisson runs are held to: requests of
+    4,000 + 4,000 tokens arriving fast fill the 8B replica's cache, and their preemptions per 1,000
+    requests over the budget fail the replay, while a TPOT limit of 10 s holds and the share is too
+    short for its queue's trend to be judged (both passed before). Every preemption counts, those
+    while the backlog drains after the last arrival too: 300 requests at 40 req/s preempt only then."""
     import dataclasses
 
     import numpy as np
@@ -791,23 +792,34 @@ def test_a_log_whose_bursts_preempt_over_the_budget_misses_though_its_latencies_
     from planner.targets import SLO
 
     p = _close_pool(catalog)
-    arrival = np.cumsum(np.random.default_rng(0).exponential(1 / 20, 600))
-    log = Requests(arrival - arrival[0], np.full(600, 4000), np.full(600, 4000))
-    assert log.n < MIN_TREND_REQUESTS
-    alone = simulate_replica(p.deployment, log, warmup_fraction=0.0, settled=False)
-    per_1000 = 1000.0 * alone.preemptions / log.n
-    assert per_1000 > PREEMPTION_BUDGET_PER_1000
-    replay = replay_trace(dataclasses.replace(p, trace=log, replicas=1), SLO.single(tpot_ms=10_000))
-    assert all(c.holds for b in replay.bands for c in b.checks)
-    assert replay.problems == (f"{per_1000:.1f} preemptions per 1,000 requests > {PREEMPTION_BUDGET_PER_1000:g}",)
-    # Two replicas share the log in turn: their preemptions together, per request of the log.
-    halves = [simulate_replica(p.deployment, Requests(log.arrival_s[i::2] - log.arrival_s[i], log.prompt_tokens[i::2],
-                                                      log.output_tokens[i::2]), warmup_fraction=0.0, settled=False)
-              for i in (0, 1)]
-    pooled = 1000.0 * sum(h.preemptions for h in halves) / log.n
+
+    def log_of(n: int, rate_rps: float) -> Requests:
+        arrival = np.cumsum(np.random.default_rng(0).exponential(1 / rate_rps, n))
+        return Requests(arrival - arrival[0], np.full(n, 4000), np.full(n, 4000))
+
+    def preemptions(log: Requests) -> tuple[int, int]:
+        """(every preemption of the replay, those up to the last arrival)"""
+        sim, trace = simulate_replica(p.deployment, log, warmup_fraction=0.0, settled=False, trace=True)
+        return int(trace.preemption_steps.size), sim.preemptions
+
+    def text(per_1000: float) -> str:
+        return f"{per_1000:.1f} preemptions per 1,000 requests > {PREEMPTION_BUDGET_PER_1000:g}"
+
+    for n, rate in ((600, 20.0), (300, 40.0)):
+        log = log_of(n, rate)
+        assert log.n < MIN_TREND_REQUESTS
+        every, windowed = preemptions(log)
+        assert 1000.0 * every / n > PREEMPTION_BUDGET_PER_1000
+        replay = replay_trace(dataclasses.replace(p, trace=log, replicas=1), SLO.single(tpot_ms=10_000))
+        assert all(c.holds for b in replay.bands for c in b.checks)
+        assert replay.problems == (text(1000.0 * every / n),)
+    assert windowed == 0  # the 300 requests preempt only once arrivals have stopped
+    # Two replicas share a log in turn: their preemptions together, per request of the log.
+    log = log_of(600, 20.0)
+    halves = [preemptions(Requests(log.arrival_s[i::2] - log.arrival_s[i], log.prompt_tokens[i::2],
+                                   log.output_tokens[i::2]))[0] for i in (0, 1)]
     two = replay_trace(dataclasses.replace(p, trace=log, replicas=2), SLO.single(tpot_ms=10_000))
-    assert pooled > PREEMPTION_BUDGET_PER_1000
-    assert two.problems == (f"{pooled:.1f} preemptions per 1,000 requests > {PREEMPTION_BUDGET_PER_1000:g}",)
+    assert two.problems == (text(1000.0 * sum(halves) / log.n),)
 
 
 def test_a_replay_started_ahead_confirms_its_close_call_and_is_the_one_certification_keeps(catalog):

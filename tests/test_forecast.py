@@ -480,24 +480,31 @@ def test_a_stated_fleet_over_a_cap_is_audited_with_the_cap_set_aside_in_its_day(
     assert r.exit_code == 0, r.output
     text = (tmp_path / "chat_8b_h100.md").read_text(encoding="utf-8")
     need = int(text.split("h100-sxm tp1 w:bf16 kv:bf16 ctx:8192: ")[1].split(" replicas where the fleet states 2")[0])
-    assert f"{CAPS_SET_ASIDE}: {need} h100-sxm against max_gpus 2." in text
+    assert f"{CAPS_SET_ASIDE}: {need} h100-sxm against a cap of 2." in text
     # a forecast of it says so per quarter
     path = _chat_8b_stated(tmp_path, [H100_FLEET], gpus=[{"id": "h100-sxm", "max_gpus": 2}],
                            forecast={"quarters": [{"quarter": "2027Q1"}]})
     r = CliRunner().invoke(main, ["forecast", str(path), "--out-dir", str(tmp_path)])
     assert r.exit_code == 0, r.output
     text = (tmp_path / "chat_8b_h100_forecast.md").read_text(encoding="utf-8")
-    assert f"{CAPS_SET_ASIDE}: 2027Q1 {need} h100-sxm against max_gpus 2." in text
+    assert f"{CAPS_SET_ASIDE}: 2027Q1 {need} h100-sxm against a cap of 2." in text
+    # twelve stated over a cap of six, whose busiest hour needs fewer than six: no cap is set aside
+    path = _chat_8b_stated(tmp_path, [{**H100_FLEET, "replicas": 12}], gpus=[{"id": "h100-sxm", "max_gpus": 6}])
+    r = CliRunner().invoke(main, ["solve", str(path), "--out-dir", str(tmp_path / "twelve")])
+    assert r.exit_code == 0, r.output
+    text = (tmp_path / "twelve" / "chat_8b_h100.md").read_text(encoding="utf-8")
+    assert "cannot carry the busiest hour" not in text and CAPS_SET_ASIDE not in text
 
 
 def test_two_stated_pools_of_one_config_are_one_pool_and_told_so(tmp_path):
     """Two identical entries in fleet: made two pools whose day-mix variables clashed (a PuLP
     traceback); they are one pool, and the error says so, naming the entry."""
-    path = _chat_8b_stated(tmp_path, [H100_FLEET, {**H100_FLEET, "replicas": 3}])
+    path = _chat_8b_stated(tmp_path, [H100_FLEET, {**H100_FLEET, "replicas": 3}, {**H100_FLEET, "context_limit": 8192}])
     r = CliRunner().invoke(main, ["solve", str(path), "--out-dir", str(tmp_path / "out")])
     assert r.exit_code == 2, r.output
+    # the third states the scenario's own limit: the same pool; the replicas to give are all three's
     assert r.output.strip() == (f"error: {path}: fleet[1]: the same GPU, tp, dtypes and context limit as fleet[0]; "
-                                "give one entry with 5 replicas")
+                                "give one entry with 7 replicas")
     assert not (tmp_path / "out").exists()
     different = _chat_8b_stated(tmp_path, [H100_FLEET, {**H100_FLEET, "kv_dtype": "fp8"}])
     assert CliRunner().invoke(main, ["solve", str(different), "--no-report"]).exit_code == 0

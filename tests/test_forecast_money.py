@@ -224,4 +224,7 @@ def test_dollar_figures_round_the_amount_the_arithmetic_denotes_half_a_cent_up()
     assert usd_rate_text(2.093) == "$2.093" and usd_rate_text(2.2425) == "$2.2425" and usd_rate_text(2.99) == "$2.99"
     assert f"{0.10035:.4f}" == "0.1003" and usd_per_million_text(0.10035) == "$0.1004"
     assert f"{2.675:.2f}" == "2.67" and usd_text(2.675) == "$2.68"
-    assert usd_text(float("nan")) == usd_text(None) == "—"
+    assert usd_text(float("nan")) == usd_text(None) == usd_rate_text(float("inf")) == "—"
+    # past $10 billion every cent shown is the amount's (12 significant digits would invent them)
+    assert usd_text(1_234_567_890_123.45) == "$1,234,567,890,123.45" and usd_text(12_345_678_901.23) == "$12,345,678,901.23"
+    assert usd_text(1e30).startswith("$1,000,000,000,000,000,0")  # past Decimal's default 28 digits: no error

@@ -821,7 +821,8 @@ def test_a_gpu_listed_twice_is_refused_whatever_the_order(tmp_path):
     for gpus in ("[{id: h100-sxm, max_gpus: 1}, {id: h100-sxm, max_gpus: 100, price_usd_per_hour: 0.5}]",
                  "[h100-sxm, {id: h100-sxm, max_gpus: 1}]"):
         r = run("solve", scenario(tmp_path, BASE.replace("gpus: [h100-sxm]", f"gpus: {gpus}")), "--no-report")
-        one_line_error(r, 2, "gpus: gpus[1]: h100-sxm is listed twice (first as gpus[0])")
+        line = one_line_error(r, 2, "s.yaml: gpus[1]: h100-sxm is listed twice (first as gpus[0])")
+        assert "gpus: gpus" not in line  # the entry named once
 
 
 def test_a_mean_rate_above_the_peak_is_refused(tmp_path):
@@ -1617,7 +1618,7 @@ def test_a_log_counted_already_by_a_copy_or_by_a_histogram_built_from_it_is_refu
     again with a log it was built from, counted its requests twice (a reviewer's 2,000-row log read
     as 4,000). A histogram records its logs' content fingerprints; either order is refused, and a
     histogram of other logs is summed as before."""
-    from planner.workload.fingerprint import file_fingerprint
+    from planner.workload.fingerprint import log_fingerprint
     from planner.workload.histfile import read_histogram_and_metadata
 
     log = _small_log(tmp_path / "jan.csv")
@@ -1627,7 +1628,7 @@ def test_a_log_counted_already_by_a_copy_or_by_a_histogram_built_from_it_is_refu
                    f"{copy}: holds the same contents as {log}; its requests would count twice")
     last = tmp_path / "last.parquet"
     assert run("histogram", log, "-o", last).exit_code == 0
-    assert read_histogram_and_metadata(last)[1].source_fingerprints == [file_fingerprint(log)]
+    assert read_histogram_and_metadata(last)[1].source_fingerprints == [log_fingerprint(log, "csv")]
     one_line_error(run("histogram", last, copy), 2,
                    f"{copy}: holds the same contents as a log {last} was built from; its requests would count twice")
     one_line_error(run("histogram", copy, last), 2,
@@ -1639,7 +1640,7 @@ def test_a_log_counted_already_by_a_copy_or_by_a_histogram_built_from_it_is_refu
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["requests"] == 40
     # the chain: a histogram built from a histogram keeps the fingerprints of the logs under it
-    assert read_histogram_and_metadata(both)[1].source_fingerprints == [file_fingerprint(log), file_fingerprint(other)]
+    assert read_histogram_and_metadata(both)[1].source_fingerprints == [log_fingerprint(f, "csv") for f in (log, other)]
     one_line_error(run("histogram", both, log), 2, f"{log}: holds the same contents as a log {both} was built from")
 
 
@@ -1941,6 +1942,11 @@ def test_a_null_key_is_named_by_its_line(tmp_path):
     line = text.splitlines().index("  ~: 3") + 1
     r = run("solve", scenario(tmp_path, text), "--out-dir", tmp_path / "out")
     one_line_error(r, 2, f"s.yaml: line {line}: invalid YAML: a null key (~, null, or nothing before the colon)")
+    for merged in ("{~: 3}", "[{~: 3}]"):  # merged into a mapping, which PyYAML builds without its own keys
+        text = BASE.replace("  peak: {method: explicit, rps: 4}\n", f"  peak: {{method: explicit, rps: 4, <<: {merged}}}\n")
+        line = next(i for i, t in enumerate(text.splitlines(), 1) if t.startswith("  peak:"))
+        r = run("solve", scenario(tmp_path, text), "--out-dir", tmp_path / "out")
+        one_line_error(r, 2, f"s.yaml: line {line}: invalid YAML: a null key", "(merged in with <<)")
 
 
 def test_a_link_that_leads_nowhere_is_named_so_not_a_missing_file(tmp_path):
@@ -1965,3 +1971,35 @@ def test_capacity_of_an_empty_histogram_names_the_file(tmp_path):
     write_histogram(Histogram.from_arrays(np.array([], dtype=np.int64), np.array([], dtype=np.int64)), path)
     r = run("capacity", "llama-3.1-8b", "h100-sxm", "--histogram", path)
     one_line_error(r, 2, f"{path}: holds no request: there is no traffic class to size")
+
+
+def test_parts_that_hold_no_request_are_alike_and_are_not_refused_as_counted_twice(tmp_path):
+    """Byte-identical parts of one folder that hold no row (empty Parquet parts of one schema, CSVs of
+    their header alone: hours with no traffic) count nothing, and were refused as the same requests
+    twice; two sorted logs that share their first and last stretches but not their middle are two."""
+    from planner.workload.fingerprint import WHOLE_BYTES, log_fingerprint
+
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    _small_log(parts / "h00.csv")
+    for hour in ("h01.csv", "h02.csv"):
+        (parts / hour).write_text("prompt_tokens,output_tokens\n")
+    assert json.loads(run("histogram", parts, "--json").stdout)["requests"] == 20
+    table = pa.table({"prompt_tokens": pa.array([], pa.int64()), "output_tokens": pa.array([], pa.int64())})
+    pq_parts = tmp_path / "pq"
+    pq_parts.mkdir()
+    pq.write_table(pa.table({"prompt_tokens": [100, 200], "output_tokens": [10, 20]}), pq_parts / "part-0.parquet")
+    for name in ("part-1.parquet", "part-2.parquet"):
+        pq.write_table(table, pq_parts / name)
+    assert (pq_parts / "part-1.parquet").read_bytes() == (pq_parts / "part-2.parquet").read_bytes()
+    assert json.loads(run("histogram", pq_parts, "--json").stdout)["requests"] == 2
+    # two logs past WHOLE_BYTES, sorted alike, equal in their first and last thirds (a sample's
+    # spacing is a fifteenth of the file: a stretch longer than that is read)
+    rows = [f"{100 + i // 1000},{10 + i % 7}\n" for i in range(2 * WHOLE_BYTES // 8)]
+    a, b = tmp_path / "a.csv", tmp_path / "b.csv"
+    a.write_text("prompt_tokens,output_tokens\n" + "".join(rows))
+    third = len(rows) // 3
+    rows[third:2 * third] = [row.replace(",1", ",2") for row in rows[third:2 * third]]
+    b.write_text("prompt_tokens,output_tokens\n" + "".join(rows))
+    assert a.stat().st_size == b.stat().st_size > WHOLE_BYTES
+    assert log_fingerprint(a, "csv") != log_fingerprint(b, "csv")

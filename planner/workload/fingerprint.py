@@ -4,10 +4,14 @@ again with that log (`planner histogram last_quarter.parquet jan.csv ...` where 
 built from jan.csv). Paths and inodes (planner.workload.ingest) catch a log given twice by two
 names of one file; a copy or a histogram is another file.
 
-The fingerprint is SHA-256 over the file's size and its first and last FINGERPRINT_BYTES: two
-different logs agree in neither their first rows nor their last, and a log of many gigabytes
-is fingerprinted without reading it twice (a file no longer than 2 × FINGERPRINT_BYTES is read
-whole).
+The fingerprint is SHA-256 over the file's size and its bytes: all of them up to WHOLE_BYTES,
+beyond that SAMPLES evenly spaced runs of SAMPLE_BYTES, first and last included (a log of many
+gigabytes is not read twice). Two logs sorted alike (by prompt length, say) that share their first
+and last rows still differ in the middle runs, unless they differ only within less than a sample's
+spacing (a fifteenth of the file): a log edited in one place, which no one gives beside the
+original. A file that holds no request (an empty Parquet part
+of a dataset, a CSV of its header alone: an hour with no traffic) has none: such files are often
+byte for byte alike, and count nothing either way.
 """
 
 from __future__ import annotations
@@ -15,17 +19,42 @@ from __future__ import annotations
 import hashlib
 import os
 
-FINGERPRINT_BYTES = 1 << 16
+WHOLE_BYTES = 16 << 20
+SAMPLES = 16
+SAMPLE_BYTES = 1 << 16
 
 
-def file_fingerprint(path: str | os.PathLike) -> str:
-    """The file's content fingerprint: 64 hex digits (module docstring)."""
+def log_fingerprint(path: str | os.PathLike, fmt: str) -> str | None:
+    """The log file's content fingerprint, 64 hex digits; None where it holds no row (module
+    docstring). fmt: its format (planner.workload.readers: parquet, csv or jsonl)."""
+    if fmt == "parquet" and _parquet_rows(path) == 0:
+        return None
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         digest.update(size.to_bytes(8, "little"))
-        digest.update(f.read(FINGERPRINT_BYTES))
-        if size > 2 * FINGERPRINT_BYTES:
-            f.seek(size - FINGERPRINT_BYTES)
-        digest.update(f.read(FINGERPRINT_BYTES))
+        if size <= WHOLE_BYTES:
+            data = f.read()
+            if fmt != "parquet" and _text_rows_at_most(data, 1 if fmt == "csv" else 0):
+                return None
+            digest.update(data)
+        else:
+            for k in range(SAMPLES):
+                f.seek((size - SAMPLE_BYTES) * k // (SAMPLES - 1))
+                digest.update(f.read(SAMPLE_BYTES))
     return digest.hexdigest()
+
+
+def _parquet_rows(path: str | os.PathLike) -> int | None:
+    """Rows the Parquet file's footer states; None where it cannot be read (reading the log says why)."""
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.ParquetFile(path).metadata.num_rows
+    except (OSError, ValueError):  # (pyarrow's ArrowInvalid is a ValueError) the log's reader reports it
+        return None
+
+
+def _text_rows_at_most(data: bytes, header_lines: int) -> bool:
+    """Whether a text log's bytes hold no more non-blank lines than its header."""
+    return sum(1 for line in data.splitlines() if line.strip()) <= header_lines

@@ -21,7 +21,7 @@ from planner.errors import InputError, shorten
 from planner.histogram import Histogram
 from planner.workload.accumulate import CellAccumulator, MinuteCounter, to_histogram
 from planner.workload.columns import ColumnSpec, matching_presets, suggested
-from planner.workload.fingerprint import file_fingerprint
+from planner.workload.fingerprint import log_fingerprint
 from planner.workload.histfile import (
     HISTOGRAM_FILE_CORE_COLUMNS,
     read_histogram_and_metadata,
@@ -190,9 +190,11 @@ def _count_once(reader: LogReader, counted: dict[str, str]) -> tuple[str, ...]:
     out = []
     for file in reader.data_files():
         try:
-            fingerprint = file_fingerprint(file)
+            fingerprint = log_fingerprint(file, reader.format)
         except OSError:
             continue  # reading it says what is wrong with it
+        if fingerprint is None:  # no row: nothing to count twice
+            continue
         if fingerprint in counted:
             raise InputError(f"holds the same contents as {counted[fingerprint]}; its requests would count twice",
                              where=str(file))
