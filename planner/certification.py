@@ -147,14 +147,14 @@ def _challenge(state, resolve, keyed):
 
     A pool that misses calibrates its class: every other config of it is planned at its model
     capacity times the least simulated / model ratio found (Evaluator.record_simulated), and no
-    simulation checks those unless they are planned. Where the model is optimistic on one GPU type
+    simulation checks those unless they are planned. Where the model is optimistic on one config
     and not on another, that prices the second too high, and the certified plan need not be the
     cheapest certifiable one (finance_2027's 2027Q3 with H200 at $3.20: 23 x H100 at $68.77/hour
     certified, where 21 x H200 at $67.20/hour certified planned alone). So the parts are solved
     again with no ratio (each config at its model capacity, or its own simulated one), and where
-    that plan costs less, with a ratio-priced pool on a GPU type its class was not measured on
-    (_priced_across_gpus), it is replayed as any plan is. If every pool holds, each pool's rate is
-    recorded as its config's simulated capacity (calibrating nothing else) and the parts are solved
+    that plan costs less, with a ratio-priced pool (_priced_by_ratio), it is replayed as any plan
+    is. If every pool holds, each pool's rate is recorded as the rate its config held at
+    (Evaluator.record_simulated's held: calibrating nothing else) and the parts are solved
     again with their ratios: the plan is now feasible at its cost, which no plan with ratios can
     beat, so it stands certified. If a pool misses, its capacity is measured as a miss's is, and the
     parts are solved with the ratios and what was measured: a plan cheaper than the certified one is
@@ -168,7 +168,7 @@ def _challenge(state, resolve, keyed):
                 ratios_off.enter_context(st.evaluator.without_ratios())
             bounds = resolve([part[1] for part in state])
         if not any(b.pools and b.cost_per_hour < part[2].cost_per_hour - CHALLENGER_MIN_SAVING_USD
-                   and _priced_across_gpus(part[0].evaluator, b, evals)
+                   and _priced_by_ratio(part[0].evaluator, b, evals)
                    for part, (b, evals) in zip(state, bounds, strict=True)):
             break
         for part, (b, evals) in zip(state, bounds, strict=True):
@@ -191,7 +191,7 @@ def _challenge(state, resolve, keyed):
                     if st.evaluator.calibration_of(pool.traffic_class) < 1.0 and not st.evaluator.knows_simulated(
                             pool.config, pool.traffic_class):
                         st.evaluator.record_simulated(_evaluation(evals, pool), pool.replay_rps, calibrates=False,
-                                                      from_log=False)
+                                                      from_log=False, held=True)
                 changes.append(f"challenger {challenge}: with no class's simulated / model ratio the plan costs "
                                f"{usd_text(sol.cost_per_hour)}/hour against {usd_text(old_sol.cost_per_hour)}/hour, and "
                                "every pool holds in simulation at its rate: it replaces the plan")
@@ -237,18 +237,19 @@ def _challenge(state, resolve, keyed):
     return keyed
 
 
-def _priced_across_gpus(evaluator, sol: FleetSolution, evals: list[Evaluation]) -> bool:
-    """Whether a pool of `sol` is planned at its class's ratio on a GPU type where no config of the
-    class was measured: there the ratio, found on another type, is least likely to hold. On a type
-    already measured (another dtype of the same GPU) the model's error is mostly the same, and a
-    challenge there costs seconds of replays for little (the 128k rollout's long pool: two rounds,
-    both undecided, doubled its certified run)."""
+def _priced_by_ratio(evaluator, sol: FleetSolution, evals: list[Evaluation]) -> bool:
+    """Whether a pool of `sol` is planned at its class's ratio, on a config certification did not
+    measure. The ratio was found on another config, and need not hold for this one, on another GPU
+    type or on the same one: the 128k rollout's long pool missed on a bf16 cache (ratio 0.86), and
+    the fp8 cache, priced by that ratio, held at its model capacity, which a challenge limited to
+    other GPU types never tried (28 H100s at $83.72/hour certified alone, 26 at $77.74 in the fleet,
+    where another service's challenge re-solved it). The challenge costs its plan's replays (the
+    certified 128k rollout: 7.2 s to 10.5 s)."""
     by_key = {e.key: e for e in evals}
     for pool in sol.pools:
         e = by_key[(sol.option, pool.traffic_class, pool.config)]
         tc = e.traffic_class
-        if (evaluator.calibration_of(tc) < 1.0 and not evaluator.knows_simulated(e.config, tc)
-                and e.config.gpu.id not in evaluator.simulated_gpus(tc)):
+        if evaluator.calibration_of(tc) < 1.0 and not evaluator.knows_simulated(e.config, tc):
             return True
     return False
 

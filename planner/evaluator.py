@@ -43,6 +43,7 @@ class Evaluator:
         self._like = like
         self._simulated: dict[tuple, float] = {}  # (config, class) -> simulated capacity
         self._from_log: set[tuple] = set()  # pairs of _simulated lowered after the log's own arrivals missed
+        self._held: set[tuple] = set()  # pairs of _simulated that are a rate their pool held at, not a searched limit
         self.checks: dict[tuple, PoolCheck] = {}  # (config, class, replicas, rate) -> its replay
         self.replays: dict[tuple, Future] = {}  # replays started ahead (certification.replay_ahead), same keys
         self._calibration: dict[tuple, float] = {}  # class -> least simulated / model ratio seen
@@ -57,17 +58,21 @@ class Evaluator:
     def _class_key(tc: TrafficClass) -> tuple:
         return (tc.option, tc.name, tc.max_model_len, id(tc.hist))
 
-    def record_simulated(self, e: Evaluation, rps: float, *, calibrates: bool = True, from_log: bool | None = None) -> None:
+    def record_simulated(self, e: Evaluation, rps: float, *, calibrates: bool = True, from_log: bool | None = None,
+                         held: bool = False) -> None:
         """Certification measured this config's capacity for this class: use it from now on, and
         (calibrates) scale the model's capacity of the class's other configs by the same ratio when
         below 1. A rate lowered after the log's own arrivals missed (from_log; the default where it
         calibrates nothing) is no simulated capacity: it calibrates nothing. A challenger's capacity
         (certification._measure_challengers) is simulated and calibrates nothing either: it was
-        measured because the class's ratio may not hold for it."""
+        measured because the class's ratio may not hold for it. held: `rps` is a rate the config's pool
+        held its targets at (a challenger that replaced the plan), not the limit a bisection found: it
+        plans the config there, and the report says so rather than call it the config's limit."""
         key = (*e.config.key, *self._class_key(e.traffic_class))
         self._simulated[key] = rps
         self.simulated_version += 1
         (self._from_log.add if (not calibrates if from_log is None else from_log) else self._from_log.discard)(key)
+        (self._held.add if held else self._held.discard)(key)
         if calibrates and e.capacity is not None and e.capacity.max_rps > 0:
             ck = self._class_key(e.traffic_class)
             self._calibration[ck] = min(self._calibration.get(ck, 1.0), rps / e.capacity.max_rps)
@@ -75,11 +80,6 @@ class Evaluator:
     def knows_simulated(self, cfg: Config, tc: TrafficClass) -> bool:
         """Whether certification measured this config's capacity for this class itself."""
         return (*cfg.key, *self._class_key(tc)) in self._simulated
-
-    def simulated_gpus(self, tc: TrafficClass) -> set[str]:
-        """The GPU types on which certification measured a config of this class."""
-        ck = self._class_key(tc)
-        return {key[0] for key in self._simulated if key[4:] == ck}
 
     @contextmanager
     def without_ratios(self):
@@ -210,7 +210,7 @@ class Evaluator:
         if simulated is None and factor == 1.0:
             return evaluation
         return dataclasses.replace(evaluation, simulated_rps=simulated, calibration=factor,
-                                   simulated_from_log=key in self._from_log)
+                                   simulated_from_log=key in self._from_log, simulated_held=key in self._held)
 
     def _model_evaluation(self, key: tuple, cfg: Config, tc: TrafficClass, guess: float | None = None) -> Evaluation:
         if key in self._cache:

@@ -192,7 +192,8 @@ QUARTER_COLUMNS: tuple[Column, ...] = (
     Column("usd_per_million_input_tokens", "number", "input_usd / input_tokens, USD per million", _at_volume("input")),
     Column("usd_per_million_output_tokens", "number", "output_usd / output_tokens, USD per million", _at_volume("output")),
     Column("utilisation_at_peak", "number",
-           f"peak rate / the fleet's planned capacity (each replica at {KNEE_SHARE:.0%} of its lowest ceiling)",
+           f"peak rate / the fleet's planned capacity (each replica at its planned capacity: {KNEE_SHARE:.0%} of its "
+           "lowest ceiling by the model, or what certification measured it holds)",
            lambda r: r.utilisation["peak"]),
     Column("utilisation_at_mean", "number", "the day's mean rate / the fleet's capacity", lambda r: r.utilisation["mean"]),
     *_policy_columns(),
@@ -526,8 +527,8 @@ def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: st
         "Cost per million tokens is quoted at the peak rate (the fleet is sized for the busiest hour) and at the day's "
         "real volume (what a quarter of traffic really pays per token: the load profile's mean rate). Reserved GPUs are "
         "paid whether used or not; idle ones are priced at their type's mean committed price. Utilisation is the arrival "
-        f"rate over the fleet's planned capacity, each replica at {KNEE_SHARE:.0%} of its lowest ceiling (headroom keeps "
-        f"the peak below 100%). {hours_text(quarters=True)} Amounts are US dollars. Demand × base is the base "
+        f"rate over the fleet's planned capacity, each replica at its planned capacity ({KNEE_SHARE:.0%} of its lowest "
+        f"ceiling by the model, or what certification measured it holds; headroom keeps the peak below 100%). {hours_text(quarters=True)} Amounts are US dollars. Demand × base is the base "
         f"peak's multiplier, the quarters' growth {growth_text(results[0].plan.scenario.forecast)}. The tables are in `{table_file(name, 'quarters')}`, "
         f"`{table_file(name, 'pools')}` and `{table_file(name, 'total')}`, their columns described in "
         f"`{name}_forecast_datapackage.json`.",

@@ -129,7 +129,8 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             "binding": pool.capacity.binding,
             "cost_usd_per_hour": pool.cost_per_hour,
             # where capacity_rps comes from (Evaluation.planned_by): "model", "simulation" (measured for this
-            # config), "log" (a replica's share lower after the log's own arrivals missed), "calibration"
+            # config), "held" (a rate its pool held at in simulation, its limit not searched), "log" (a
+            # replica's share lower after the log's own arrivals missed), "calibration"
             # (the model's × planned_calibration, found on another config) or "bound"
             "planned_by": pool.planned_by,
             "planned_calibration": pool.calibration,

@@ -79,6 +79,7 @@ class Evaluation:
     calibration: float = 1.0  # the simulated / model capacity ratio measured on this class's other configs
     optimistic_rps: float | None = None  # a pair not searched: a proven upper bound standing in (lazy_solve)
     simulated_from_log: bool = False  # simulated_rps is a rate lowered after the log's own arrivals missed
+    simulated_held: bool = False  # simulated_rps is a rate its pool held at (a challenger's), not a searched limit
 
     @property
     def capacity_rps(self) -> float:
@@ -94,14 +95,15 @@ class Evaluation:
     @property
     def planned_by(self) -> str:
         """Where capacity_rps comes from: "bound" (not searched: a proven upper bound stands in),
-        "simulation" (certification bisected this pair's capacity), "log" (certification lowered its
+        "simulation" (certification bisected this pair's capacity), "held" (its pool held its targets
+        in simulation at this rate, a challenger's: its limit was not searched), "log" (certification lowered its
         rate by a replica's share after the log's own arrivals missed), "calibration" (the model's,
         scaled by the simulated / model ratio certification found on another config of the class)
         or "model"."""
         if self.optimistic_rps is not None:
             return "bound"
         if self.simulated_rps is not None:
-            return "log" if self.simulated_from_log else "simulation"
+            return "log" if self.simulated_from_log else "held" if self.simulated_held else "simulation"
         return "calibration" if self.capacity is not None and self.calibration != 1.0 else "model"
 
     @property

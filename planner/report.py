@@ -342,6 +342,8 @@ def planned_binding(binding: str, planned_by: str, calibration: float | None) ->
     simulation found on another config of the class."""
     if planned_by == "simulation":
         return "simulated targets"
+    if planned_by == "held":
+        return "held in simulation"
     if planned_by == "log":
         return "the log's own arrivals"
     if planned_by == "calibration":
@@ -353,6 +355,8 @@ def _bound_phrase(e: Evaluation) -> str:
     """What bounds a config's planned capacity, in the words of the why-split sentence (planned_binding)."""
     if e.planned_by == "simulation":
         return "bound by its targets in simulation"
+    if e.planned_by == "held":
+        return "at the rate it held its targets in simulation"
     if e.planned_by == "log":
         return "lowered after the log's own arrivals missed"
     if e.planned_by == "calibration":
@@ -663,6 +667,9 @@ def _pool_detail(plan: Plan, pool: PoolDetail) -> str:
                  f"costs latency out of proportion)** | **{cap.max_rps:,.3f}** |")
     if pool.planned_by == "simulation":
         lines.append(f"| **planned (simulated capacity)** | **{pool.planned_rps:,.3f}** |")
+    elif pool.planned_by == "held":
+        lines.append(f"| **planned (the rate it held its targets at in simulation; its limit was not searched)** | "
+                     f"**{pool.planned_rps:,.3f}** |")
     elif pool.planned_by == "log":
         lines.append(f"| **planned (a replica's share lower, after the log's own arrivals missed)** | "
                      f"**{pool.planned_rps:,.3f}** |")

@@ -966,7 +966,7 @@ def test_a_challenger_that_leaves_no_plan_keeps_the_certified_plan(monkeypatch):
     challenger = SimpleNamespace(pools=[pool], cost_per_hour=9.0)
     nothing = SimpleNamespace(pools=[], cost_per_hour=0.0)
     answers = iter([[(challenger, ["challenger evals"])], [(nothing, ["no evals"])]])
-    monkeypatch.setattr(cert, "_priced_across_gpus", lambda *a: True)
+    monkeypatch.setattr(cert, "_priced_by_ratio", lambda *a: True)
     monkeypatch.setattr(cert, "pool_details", lambda ev, evals, sol: [pool] if sol is challenger else [])
     monkeypatch.setattr(cert, "_replay_all", lambda state, label: ([[]], [[(pool, SimpleNamespace(problems=["TTFT p99"]))]]))
     monkeypatch.setattr(cert, "_measured_capacity", lambda *a: 0.5)
