@@ -1047,3 +1047,37 @@ def test_a_log_stamped_in_whole_minutes_is_not_replayed_as_bursts(tmp_path):
     assert pool["log_replay"] is None and pool["holds"]
     report = (tmp_path / "out" / "azure_conv_trace.md").read_text(encoding="utf-8")
     assert "The log's timestamps fall on whole minutes: its own arrivals are not replayed" in report
+
+
+def test_a_rate_a_challenger_s_pool_held_at_is_planned_there_and_not_called_its_limit(catalog):
+    """A challenger that replaces the plan records each ratio-priced pool's rate as the rate its config
+    held at: the config is planned there, and the pools table says "held in simulation", not
+    "simulated targets", which a bisection's limit earns (the 128k rollout's long pool, and the fleet's,
+    read "simulated targets" at exactly their replay rates). Recorded again as a searched capacity, it is one."""
+    import numpy as np
+
+    from planner.histogram import Histogram
+    from planner.plan_setup import setup_plan
+    from planner.report import _bound_phrase, planned_binding
+    from planner.scenario import Scenario
+
+    scn = Scenario.model_validate({
+        "name": "held", "model": "llama-3.1-8b", "context_limit": 8192,
+        "traffic": {"source": {"constant": {"prompt_tokens": 1000, "output_tokens": 200}},
+                    "peak": {"method": "explicit", "rps": 30}, "headroom": 1.0},
+        "slo": {"bands": [{"tpot_ms": 50}]}, "gpus": ["h100-sxm"], "tp": [1], "weight_dtypes": ["bf16"],
+        "kv_dtypes": ["bf16"], "sizing": {"mode": "expected"}, "verify": False,
+    })
+    hist = Histogram.from_arrays(np.random.default_rng(3).integers(100, 4000, 2000), np.random.default_rng(4).integers(2, 600, 2000))
+    st = setup_plan(scn, catalog, catalog.model("llama-3.1-8b"), hist, 30.0)
+    (cfg,), (tc,) = st.configs, st.classes["none"]
+    ev = st.evaluator
+    model = ev.evaluate(cfg, tc)
+    assert model.planned_by == "model"
+    ev.record_simulated(model, 12.5, calibrates=False, from_log=False, held=True)
+    held = ev.evaluate(cfg, tc)
+    assert (held.planned_by, held.capacity_rps) == ("held", 12.5)
+    assert planned_binding("tpot", "held", None) == "held in simulation"
+    assert _bound_phrase(held) == "at the rate it held its targets in simulation"
+    ev.record_simulated(model, 11.0, calibrates=False, from_log=False)  # a bisection's: no longer a held rate
+    assert ev.evaluate(cfg, tc).planned_by == "simulation"
