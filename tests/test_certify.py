@@ -686,14 +686,11 @@ def test_saturation_found_on_short_runs_is_found_on_long_ones(catalog):
     assert found.longer_requests == 4 * 5556 and found.result.requests == 4 * 5556  # the longer sample judged it
 
 
-def _close_pool(catalog):
-    """An 8B pool on an H100 with prompts of 100-4,000 and outputs of 2-600 tokens, planned at
-    30 req/s: its TPOT p99 moves from run to run by a few percent."""
+def _close_inputs():
+    """_close_pool's scenario and histogram."""
     import numpy as np
 
-    from planner.certification import pool_setting
     from planner.histogram import Histogram
-    from planner.planning import make_plan
     from planner.scenario import Scenario
 
     scn = Scenario.model_validate({
@@ -704,6 +701,16 @@ def _close_pool(catalog):
         "kv_dtypes": ["bf16"], "sizing": {"mode": "expected"}, "verify": False,
     })
     hist = Histogram.from_arrays(np.random.default_rng(3).integers(100, 4000, 2000), np.random.default_rng(4).integers(2, 600, 2000))
+    return scn, hist
+
+
+def _close_pool(catalog):
+    """An 8B pool on an H100 with prompts of 100-4,000 and outputs of 2-600 tokens, planned at
+    30 req/s: its TPOT p99 moves from run to run by a few percent."""
+    from planner.certification import pool_setting
+    from planner.planning import make_plan
+
+    scn, hist = _close_inputs()
     plan = make_plan(scn, catalog, catalog.model("llama-3.1-8b"), hist, 30.0, explore=False)
     return pool_setting(plan.pools[0], scn, plan.pools, None)
 
@@ -1054,21 +1061,10 @@ def test_a_rate_a_challenger_s_pool_held_at_is_planned_there_and_not_called_its_
     held at: the config is planned there, and the pools table says "held in simulation", not
     "simulated targets", which a bisection's limit earns (the 128k rollout's long pool, and the fleet's,
     read "simulated targets" at exactly their replay rates). Recorded again as a searched capacity, it is one."""
-    import numpy as np
-
-    from planner.histogram import Histogram
     from planner.plan_setup import setup_plan
     from planner.report import _bound_phrase, planned_binding
-    from planner.scenario import Scenario
 
-    scn = Scenario.model_validate({
-        "name": "held", "model": "llama-3.1-8b", "context_limit": 8192,
-        "traffic": {"source": {"constant": {"prompt_tokens": 1000, "output_tokens": 200}},
-                    "peak": {"method": "explicit", "rps": 30}, "headroom": 1.0},
-        "slo": {"bands": [{"tpot_ms": 50}]}, "gpus": ["h100-sxm"], "tp": [1], "weight_dtypes": ["bf16"],
-        "kv_dtypes": ["bf16"], "sizing": {"mode": "expected"}, "verify": False,
-    })
-    hist = Histogram.from_arrays(np.random.default_rng(3).integers(100, 4000, 2000), np.random.default_rng(4).integers(2, 600, 2000))
+    scn, hist = _close_inputs()
     st = setup_plan(scn, catalog, catalog.model("llama-3.1-8b"), hist, 30.0)
     (cfg,), (tc,) = st.configs, st.classes["none"]
     ev = st.evaluator
