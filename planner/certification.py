@@ -192,9 +192,7 @@ def _challenge(state, resolve, keyed):
                             pool.config, pool.traffic_class):
                         st.evaluator.record_simulated(_evaluation(evals, pool), pool.replay_rps, calibrates=False,
                                                       from_log=False, held=True)
-                changes.append(f"challenger {challenge}: with no class's simulated / model ratio the plan costs "
-                               f"{usd_text(sol.cost_per_hour)}/hour against {usd_text(old_sol.cost_per_hour)}/hour, and "
-                               "every pool holds in simulation at its rate: it replaces the plan")
+                changes.append(_replaced_text(challenge, sol.cost_per_hour, old_sol.cost_per_hour))
         if any(missing):
             # With what was measured, the ratios back: a plan cheaper than the certified one is
             # replayed too (else the explorations, which read the same measurements, would show
@@ -235,6 +233,20 @@ def _challenge(state, resolve, keyed):
                                "the certified plan stands")
             keyed = keyed_before
     return keyed
+
+
+def _replaced_text(challenge: int, new_usd: float, old_usd: float) -> str:
+    """The change a challenger that replaced a part's plan makes. In a fleet every service is solved
+    again together when one's plan gets cheaper, and another's may cost the same or more (the fleet
+    less): "$37.80/hour against $37.80/hour ... it replaces the plan" read as a change for nothing."""
+    tail = "and every pool holds in simulation at its rate: it replaces the plan"
+    if new_usd < old_usd - CHALLENGER_MIN_SAVING_USD:
+        return (f"challenger {challenge}: with no class's simulated / model ratio the plan costs {usd_text(new_usd)}/hour "
+                f"against {usd_text(old_usd)}/hour, {tail}")
+    how = (f"the same, {usd_text(new_usd)}/hour" if abs(new_usd - old_usd) <= CHALLENGER_MIN_SAVING_USD
+           else f"{usd_text(new_usd)}/hour against {usd_text(old_usd)}/hour")
+    return (f"challenger {challenge}: the fleet was solved again with no class's simulated / model ratio, for another "
+            f"service's cheaper plan; this one's plan costs {how}, {tail}")
 
 
 def _priced_by_ratio(evaluator, sol: FleetSolution, evals: list[Evaluation]) -> bool:

@@ -1077,3 +1077,19 @@ def test_a_rate_a_challenger_s_pool_held_at_is_planned_there_and_not_called_its_
     assert _bound_phrase(held) == "at the rate it held its targets in simulation"
     ev.record_simulated(model, 11.0, calibrates=False, from_log=False)  # a bisection's: no longer a held rate
     assert ev.evaluate(cfg, tc).planned_by == "simulation"
+
+
+def test_a_fleet_challenger_that_leaves_a_service_s_cost_as_it_was_says_so():
+    """A fleet's services are solved again together when one's plan gets cheaper without the ratios:
+    summarise_3b's section read "the plan costs $37.80/hour against $37.80/hour ... it replaces the
+    plan", a change for nothing; a service whose cost stays, or rises while the fleet's falls, is
+    told why its plan changed."""
+    from planner.certification import _replaced_text
+
+    tail = "and every pool holds in simulation at its rate: it replaces the plan"
+    assert _replaced_text(1, 77.74, 83.72) == ("challenger 1: with no class's simulated / model ratio the plan costs "
+                                               f"$77.74/hour against $83.72/hour, {tail}")
+    fleet = ("challenger 2: the fleet was solved again with no class's simulated / model ratio, for another service's "
+             "cheaper plan; this one's plan costs ")
+    assert _replaced_text(2, 37.8, 37.8) == fleet + f"the same, $37.80/hour, {tail}"
+    assert _replaced_text(2, 40.0, 37.8) == fleet + f"$40.00/hour against $37.80/hour, {tail}"
