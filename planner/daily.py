@@ -291,12 +291,20 @@ def _caps_set_aside(scn, pools: tuple[DayPool, ...], busiest: Mapping[str, int])
             if g.max_gpus is not None and needed.get(g.id, 0) > g.max_gpus}
 
 
+def with_pool_prices(usd_per_gpu_hour: Mapping[str, float], plan: Plan, factor: float = 1.0) -> dict[str, float]:
+    """The prices of the scenario's GPU types, and of each other type the plan's pools run at its
+    pools' price × factor: a stated fleet may run a type the scenario does not plan with, priced as its
+    cost prices it (factor: 1 - the reserved discount, for a committed price)."""
+    out = dict(usd_per_gpu_hour)
+    for pool in plan.pools:
+        out.setdefault(pool.config.gpu.id, pool.config.price_usd_per_hour * factor)
+    return out
+
+
 def day_section(plan: Plan, profile: DailyProfile) -> str:
     """The report's section for a plan at the scenario's own prices and terms."""
     on_demand = {c.id: c.price_per_hour(plan.catalog.gpu(c.id).price_usd_per_hour) for c in plan.scenario.gpu_candidates}
-    for pool in plan.pools:  # a stated fleet may run a type the scenario does not plan with: at the price it is costed at
-        on_demand.setdefault(pool.config.gpu.id, pool.config.price_usd_per_hour)
-    return day_markdown(day_costs(plan, profile, scenario_terms(plan.scenario, on_demand)))
+    return day_markdown(day_costs(plan, profile, scenario_terms(plan.scenario, with_pool_prices(on_demand, plan))))
 
 
 # ------------------------------------------------------------------ report

@@ -42,8 +42,9 @@ class Evaluator:
         self._slo_models: dict[tuple, ReplicaModel] = {}
         self._like = like
         self._simulated: dict[tuple, float] = {}  # (config, class) -> simulated capacity
-        self._from_log: set[tuple] = set()  # pairs of _simulated lowered after the log's own arrivals missed
-        self._held: set[tuple] = set()  # pairs of _simulated that are a rate their pool held at, not a searched limit
+        # (config, class) -> what its _simulated rate is: "simulation" (a searched limit), "log" (lowered after
+        # the log's own arrivals missed) or "held" (a rate its pool held at, not a searched limit)
+        self._simulated_by: dict[tuple, str] = {}
         self.checks: dict[tuple, PoolCheck] = {}  # (config, class, replicas, rate) -> its replay
         self.replays: dict[tuple, Future] = {}  # replays started ahead (certification.replay_ahead), same keys
         self._calibration: dict[tuple, float] = {}  # class -> least simulated / model ratio seen
@@ -71,8 +72,8 @@ class Evaluator:
         key = (*e.config.key, *self._class_key(e.traffic_class))
         self._simulated[key] = rps
         self.simulated_version += 1
-        (self._from_log.add if (not calibrates if from_log is None else from_log) else self._from_log.discard)(key)
-        (self._held.add if held else self._held.discard)(key)
+        self._simulated_by[key] = ("log" if (not calibrates if from_log is None else from_log)
+                                   else "held" if held else "simulation")
         if calibrates and e.capacity is not None and e.capacity.max_rps > 0:
             ck = self._class_key(e.traffic_class)
             self._calibration[ck] = min(self._calibration.get(ck, 1.0), rps / e.capacity.max_rps)
@@ -210,7 +211,7 @@ class Evaluator:
         if simulated is None and factor == 1.0:
             return evaluation
         return dataclasses.replace(evaluation, simulated_rps=simulated, calibration=factor,
-                                   simulated_from_log=key in self._from_log, simulated_held=key in self._held)
+                                   simulated_by=self._simulated_by.get(key, "simulation"))
 
     def _model_evaluation(self, key: tuple, cfg: Config, tc: TrafficClass, guess: float | None = None) -> Evaluation:
         if key in self._cache:

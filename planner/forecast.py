@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from planner.commitments import Lot, held, in_force
-from planner.daily import DayCosts, DayTerms, day_costs, reserved_discount
+from planner.daily import DayCosts, DayTerms, day_costs, reserved_discount, with_pool_prices
 from planner.errors import InfeasibleError, InputError
 from planner.ilp import FleetSolution
 from planner.inputs import Inputs, plan_inputs
@@ -226,8 +226,7 @@ def run_forecast(inputs: Inputs, *, certify: bool | None = None) -> list[Quarter
         reserved = {g: held(lots, g) for g in types}
         price = {g: sum(lot.gpus * lot.usd_per_gpu_hour for lot in lots if lot.gpu == g) / reserved[g] for g in types}
         plan = _quarter_plan(inputs, qscn, q, reserved, price)
-        for pool in plan.pools:  # a stated fleet may run a type the scenario does not plan with: its own price
-            commit_price.setdefault(pool.config.gpu.id, pool.config.price_usd_per_hour * (1 - discount))
+        commit_price = with_pool_prices(commit_price, plan, 1 - discount)
         terms = DayTerms(
             scn.autoscaling.scale_up_lead_min, scn.autoscaling.min_replicas or scn.min_replicas_per_pool, commit_price,
             f"this quarter's commitment price, on-demand × (1 − {discount:g})"

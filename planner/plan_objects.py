@@ -78,8 +78,8 @@ class Evaluation:
     dominated_by: str = ""  # a dtype variant on the same GPUs with certainly more capacity (not searched)
     calibration: float = 1.0  # the simulated / model capacity ratio measured on this class's other configs
     optimistic_rps: float | None = None  # a pair not searched: a proven upper bound standing in (lazy_solve)
-    simulated_from_log: bool = False  # simulated_rps is a rate lowered after the log's own arrivals missed
-    simulated_held: bool = False  # simulated_rps is a rate its pool held at (a challenger's), not a searched limit
+    # what simulated_rps is (planned_by's words): "simulation", "log" or "held"
+    simulated_by: str = "simulation"
 
     @property
     def capacity_rps(self) -> float:
@@ -103,7 +103,7 @@ class Evaluation:
         if self.optimistic_rps is not None:
             return "bound"
         if self.simulated_rps is not None:
-            return "log" if self.simulated_from_log else "held" if self.simulated_held else "simulation"
+            return self.simulated_by
         return "calibration" if self.capacity is not None and self.calibration != 1.0 else "model"
 
     @property

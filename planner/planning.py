@@ -177,16 +177,13 @@ def _given_fleet_plan(scn, catalog, model, hist, measured_peak_rps, *, traffic_n
     evaluator = Evaluator(scn, catalog, model)
     prices = {c.id: c.price_per_hour(catalog.gpu(c.id).price_usd_per_hour) for c in scn.gpu_candidates}
     evals, pools = [], []
-    seen: dict[tuple, int] = {}  # a pool's config and limit -> its first entry
+    # each entry's config and limit: two pools of one would clash (the day's mix names its variables by them)
+    keys = [(q.gpu, q.tp, q.weight_dtype, q.kv_dtype, q.context_limit or base_limit) for q in scn.fleet]
     for i, fp in enumerate(scn.fleet):
-        same = (fp.gpu, fp.tp, fp.weight_dtype, fp.kv_dtype, fp.context_limit or base_limit)
-        if same in seen:  # two pools of one config and limit: their ILP variables (the day's mix) would clash
-            j = seen[same]
-            alike = sum(q.replicas for q in scn.fleet
-                        if (q.gpu, q.tp, q.weight_dtype, q.kv_dtype, q.context_limit or base_limit) == same)
-            raise InputError(f"fleet[{i}]: the same GPU, tp, dtypes and context limit as fleet[{j}]; give one entry "
-                             f"with {alike} replicas")
-        seen[same] = i
+        if keys[i] in keys[:i]:
+            alike = sum(q.replicas for q, key in zip(scn.fleet, keys, strict=True) if key == keys[i])
+            raise InputError(f"fleet[{i}]: the same GPU, tp, dtypes and context limit as fleet[{keys.index(keys[i])}]; "
+                             f"give one entry with {alike} replicas")
         found = {}
         for field_name, look_up in (("gpu", catalog.gpu), ("weight_dtype", catalog.dtype), ("kv_dtype", catalog.dtype)):
             try:  # the entry and field named: with several entries, an unknown name alone does not say which

@@ -327,11 +327,8 @@ def _rising_text(growth: float, over: str = "") -> str:
 def _preemption_problems(sims: list[SimResult]) -> list[str]:
     """Preemptions over budget, judged on the runs pooled for a verdict together (their mean per
     1,000 arrivals), as their percentiles are."""
-    preempted = sum(s.preemptions_per_1000 for s in sims) / len(sims)
-    if preempted <= PREEMPTION_BUDGET_PER_1000:
-        return []
     runs = f" (the mean of {len(sims)} runs)" if len(sims) > 1 else ""
-    return [f"{preempted:.1f} preemptions per 1,000 requests > {PREEMPTION_BUDGET_PER_1000:g}{runs}"]
+    return _over_preemption_budget(sum(s.preemptions_per_1000 for s in sims) / len(sims), runs)
 
 
 def _log_preemption_problems(preemptions: int, requests: int) -> list[str]:
@@ -341,10 +338,14 @@ def _log_preemption_problems(preemptions: int, requests: int) -> list[str]:
     Every preemption counts, those after the last arrival too, as every request's latencies do: a
     burst at the log's end preempts while its backlog drains (a run's window stops at the last
     arrival, and read 0 of 290 such preemptions)."""
-    per_1000 = 1000.0 * preemptions / max(requests, 1)
+    return _over_preemption_budget(1000.0 * preemptions / max(requests, 1))
+
+
+def _over_preemption_budget(per_1000: float, how: str = "") -> list[str]:
+    """The problem of preemptions per 1,000 requests over PREEMPTION_BUDGET_PER_1000 (how: how they were read)."""
     if per_1000 <= PREEMPTION_BUDGET_PER_1000:
         return []
-    return [f"{per_1000:.1f} preemptions per 1,000 requests > {PREEMPTION_BUDGET_PER_1000:g}"]
+    return [f"{per_1000:.1f} preemptions per 1,000 requests > {PREEMPTION_BUDGET_PER_1000:g}{how}"]
 
 
 @dataclass(frozen=True)
@@ -521,7 +522,6 @@ def check_pool(p: PoolSetting, slo: SLO, *, requests: int, seed: int) -> PoolChe
                      because, settling)
 
 
-
 def _run(p: PoolSetting, requests: int, seed: int) -> SimResult:
     """One replica of the pool simulated on `requests` sampled with `seed`."""
     # Below MIN_RPS (a request every 11 days) requests never overlap, so the replica's latencies
@@ -615,7 +615,7 @@ def replay_trace(p: PoolSetting, slo: SLO) -> TraceReplay:
             trends.append((len(parts), backlog_growth(mine, trace, DEFAULT_WARMUP_FRACTION, settled=False)))
     lat = merged_latencies([s.latencies for s in parts])
     bands = band_checks(slo, None, None, lat)
-    problems = _problems(slo, bands, lat) + _log_preemption_problems(preempted, sum(s.requests for s in parts))
+    problems = _problems(slo, bands, lat) + _log_preemption_problems(preempted, tr.n)
     # A log cannot be run longer: each replica's share of it decides (settle_queue does not apply).
     problems += [f"replica {i}'s queue grows ({_rising_text(growth)})" for i, growth in trends
                  if growth > STABILITY_TOLERANCE]
