@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from planner.plan_objects import Plan
+from planner.plan_objects import Plan, class_parts
 from planner.verification import unverified_speed
 
 
@@ -125,7 +125,11 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             # capacity_rps: the ILP's figure (Evaluation.capacity_rps); model_capacity_rps is the model's
             "capacity_rps": pool.planned_rps,
             "model_capacity_rps": pool.capacity.max_rps,
-            "rate_rps": pool.traffic_class.rate_rps,
+            # the requests/s (peak x headroom) this pool covers: its part of its class's, which
+            # class_rate_rps gives whole (a class planned on several pools has a row for each)
+            "rate_rps": pool.traffic_class.rate_rps * part,
+            "class_rate_rps": pool.traffic_class.rate_rps,
+            "class_part": part,
             "binding": pool.capacity.binding,
             "cost_usd_per_hour": pool.cost_per_hour,
             # where capacity_rps comes from (Evaluation.planned_by): "model", "simulation" (measured for this
@@ -147,7 +151,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             "queue_settling": queue_settling_json(pool.check),
             "log_replay": log_replay_json(pool.check),
         }
-        for pool in plan.pools
+        for pool, part in zip(plan.pools, class_parts(plan.pools), strict=True)
     ]
     candidates = [
         {

@@ -349,6 +349,16 @@ def class_share(replicas: int, rps_per_replica: float, members: list[tuple[int, 
     return replicas / sum(n for n, _ in members)
 
 
+def class_parts(pools) -> list[float]:
+    """Each pool's share of its traffic class's requests (class_share among the pools of the same
+    class, by the capacity each replica is planned at): what its rows of the report and the JSON
+    cover of the class's rate."""
+    members: dict[str, list[tuple[int, float]]] = {}
+    for pool in pools:
+        members.setdefault(pool.traffic_class.name, []).append((pool.replicas, pool.planned_rps))
+    return [class_share(p.replicas, p.planned_rps, members[p.traffic_class.name]) for p in pools]
+
+
 def class_capacity_rps(pools) -> dict[str, float]:
     """Each traffic class's capacity (by class name): its pools' replicas x the capacity each
     replica is planned at, requests/s."""

@@ -175,7 +175,7 @@ def _covers_every_class(plan: dict) -> None:
         assert pool["replicas"] >= 1 and pool["cost_usd_per_hour"] > 0
         served[pool["pool"]] = served.get(pool["pool"], 0.0) + pool["replicas"] * pool["capacity_rps"]
     for pool in plan["plan"]:
-        assert served[pool["pool"]] >= pool["rate_rps"] * (1 - 1e-9), (pool, served)
+        assert served[pool["pool"]] >= pool["class_rate_rps"] * (1 - 1e-9), (pool, served)
 
 
 @settings(FUZZ, max_examples=150)

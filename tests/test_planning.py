@@ -76,3 +76,30 @@ def test_plan_covers_every_class_and_quotes_consistent_costs(catalog):
     assert same.cost_per_hour == pytest.approx(fresh.cost_per_hour, abs=1e-9)
     assert [o.cost_per_hour for o in plan.sensitivity] == sorted(o.cost_per_hour for o in plan.sensitivity)
     assert all(a.cost_per_hour >= plan.cost_per_hour - 1e-9 for a in plan.alternatives)
+
+
+def test_a_class_on_several_pools_gives_each_pool_its_part_of_the_rate(catalog):
+    """A cap of 2 H100s leaves the rest of the class to L40S: two pools of one class. `--json`'s pool
+    rate_rps was the whole class's rate on both rows (the pair read as twice the traffic); each row
+    now gives the part its pool covers, as the report's 'X of Y' does, and the parts add up to the class."""
+    import re
+
+    from planner.plan_json import plan_json
+    from planner.report import render
+
+    scn = scenario(context_limit=8192, gpus=[{"id": "h100-sxm", "max_gpus": 2}, "l40s"], homogeneous_pools=False,
+                   slo={"bands": [{"ttft_s": 3.0, "tpot_ms": 60}]})
+    plan = make_plan(scn, catalog, catalog.model("llama-3.1-8b"), traffic(1000, (1000, 200), 0, (1, 1)), 60.0,
+                     explore=False)
+    assert sorted(pd.config.gpu.id for pd in plan.pools) == ["h100-sxm", "l40s"]
+    tc = plan.pools[0].traffic_class
+    assert all(pd.traffic_class.name == tc.name for pd in plan.pools)
+    rows = plan_json(plan)["plan"]
+    assert sum(r["rate_rps"] for r in rows) == pytest.approx(tc.rate_rps, rel=1e-12)
+    covered = re.findall(r"\| ([\d,.]+) of ([\d,.]+) \|", render(plan))
+    assert len(covered) == 2
+    for row, (part, whole), pool in zip(rows, covered, plan.pools, strict=True):
+        assert row["class_rate_rps"] == tc.rate_rps and float(whole.replace(",", "")) == round(tc.rate_rps, 3)
+        assert float(part.replace(",", "")) == round(row["rate_rps"], 3)
+        assert 0 < row["rate_rps"] < tc.rate_rps
+        assert row["rate_rps"] <= pool.replicas * pool.planned_rps * (1 + 1e-12)  # a pool covers its own part
