@@ -171,7 +171,13 @@ def latency_section(plan: Plan) -> str:
                   "in simulation was planned again at its simulated capacity (the highest rate that holds, by bisection)"
                   + ("; one that held with Poisson arrivals but missed under the log's own, a replica's share lower."
                      if replayed_log else ".")]
-        lines += [f"- {c}" for c in cert.changes]
+        lines += [f"- {c}" for c in cert.replans]
+    if cert.challenges:
+        # shown whether or not a round re-planned: a plan whose replays all held is challenged too
+        lines += ["", "Certification then challenged the plan: solved again with no class's simulated / model ratio "
+                  "(a ratio measured on one config need not hold on another), a plan cheaper with a pool priced by "
+                  "such a ratio was replayed, and kept where every pool held at its rate."]
+        lines += [f"- {c}" for c in cert.challenges]
     for pool in plan.pools:
         c = pool.check
         verdict = "every target holds" if c.holds else "misses: " + "; ".join(c.misses)

@@ -858,6 +858,7 @@ def test_a_fleet_service_whose_pools_held_claims_no_re_plan_of_its_own(tmp_path,
 
     import yaml
 
+    from planner.certification import _replaced_text
     from planner.evaluator import Evaluator
     from planner.fleet import load_fleet
     from planner.fleet_plan import make_fleet_plan
@@ -904,6 +905,18 @@ def test_a_fleet_service_whose_pools_held_claims_no_re_plan_of_its_own(tmp_path,
     assert "Certification re-planned" not in text and "re-plan at simulated" not in text
     times = "time" if beta.joint_rounds == 1 else "times"
     assert f"the fleet's ILP was re-solved {beta.joint_rounds} {times} in all, as pools of other services missed" in text
+    # A challenger's line is shown in a section with no round of its own, as --json's certification_changes
+    # shows it: six services of the shipped fleet had one there and none in their report.
+    line = _replaced_text(2, 37.8, 37.8)
+    challenged = dataclasses.replace(fp.plans[1], certification=dataclasses.replace(beta, changes=(line,)))
+    assert plan_json(challenged)["certification_changes"] == [line]
+    text = render(challenged)
+    assert f"\n- {line}\n" in text and "Certification then challenged the plan" in text
+    assert "Certification re-planned" not in text
+    both = dataclasses.replace(fp.plans[0], certification=dataclasses.replace(alpha, changes=(*alpha.changes, line)))
+    text = render(both)
+    assert text.index("Certification re-planned") < text.index(f"- {alpha.changes[0]}") < text.index(
+        "Certification then challenged the plan") < text.index(f"- {line}")
 
 
 def test_simulate_takes_the_fewest_requests_a_certification_run_can_use(tmp_path):
