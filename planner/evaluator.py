@@ -27,12 +27,32 @@ from planner.scenario import Scenario
 from planner.worker_pool import shared_map
 
 
+@dataclasses.dataclass
+class Measurements:
+    """What certification measured of (config, class) pairs, kept across the plans of one forecast:
+    each quarter's plan starts from what the quarters before it measured (Evaluator.take_measurements).
+
+    A config's simulated capacity for a class depends on the config, the class's requests, targets and
+    context limit, none of which a quarter's demand or prices change. Each quarter bisected its own,
+    from the rate its own plan missed at, and found another rate within the bisection's 2%:
+    finance_2027's H100 pool was planned at 28.006, 28.302, 28.120 and 28.447 req/s per replica in its
+    four quarters, so a GPU more or less in a quarter came from where a search started, not from the
+    quarter. Keyed by config and the class's (option, name, context limit), which every quarter's
+    copy of a class shares. A rate lowered after a log's own arrivals missed is left out: it depends
+    on the quarter's replicas and its share of the log."""
+
+    rates: dict[tuple, tuple[float, str]] = dataclasses.field(default_factory=dict)  # -> (req/s, simulated_by)
+    ratios: dict[tuple, float] = dataclasses.field(default_factory=dict)  # class -> least simulated / model ratio
+
+
 class Evaluator:
     """Capacities of (config, class) pairs, computed once and reused by every variant."""
 
-    def __init__(self, scn: Scenario, catalog: Catalog, model: Model, *, like: Evaluator | None = None):
+    def __init__(self, scn: Scenario, catalog: Catalog, model: Model, *, like: Evaluator | None = None,
+                 measurements: Measurements | None = None):
         """like: an evaluator of the same scenario but for other latency targets, whose token
-        profiles and replica models (memory, step and latency tables) this one shares."""
+        profiles and replica models (memory, step and latency tables) this one shares. measurements:
+        what earlier plans of a forecast measured (take_measurements), and where this one's go."""
         self.scn, self.catalog, self.model = scn, catalog, model
         self._cache: dict[tuple, Evaluation] = {}
         self._profiles: dict[tuple, object] = like._profiles if like is not None else {}
@@ -53,6 +73,7 @@ class Evaluator:
         self.upper: dict[tuple, float] = {}  # (config, class) -> a proven upper bound on the model's capacity
         self.dominated: dict[tuple, tuple] = {}  # (config, class) -> the sibling evaluate_all proved it below
         self._token = uuid.uuid4().hex  # names this evaluator to a worker that stands in for it
+        self.measurements = measurements
         self._pickled: bytes | None = None
 
     @staticmethod
@@ -77,6 +98,33 @@ class Evaluator:
         if calibrates and e.capacity is not None and e.capacity.max_rps > 0:
             ck = self._class_key(e.traffic_class)
             self._calibration[ck] = min(self._calibration.get(ck, 1.0), rps / e.capacity.max_rps)
+        kept = self.measurements
+        if kept is not None and self._simulated_by[key] != "log":
+            shared = self._shared_class_key(e.traffic_class)
+            kept.rates[(e.config.key, shared)] = (rps, self._simulated_by[key])
+            if calibrates and e.capacity is not None and e.capacity.max_rps > 0:
+                kept.ratios[shared] = min(kept.ratios.get(shared, 1.0), rps / e.capacity.max_rps)
+
+    def take_measurements(self, configs: Sequence[Config], classes: dict[str, list[TrafficClass]]) -> None:
+        """Hold what earlier plans measured (self.measurements) of these pairs and classes as measured
+        here: their simulated capacities, and each class's ratio."""
+        kept = self.measurements
+        if kept is None:
+            return
+        for tcs in classes.values():
+            for tc in tcs:
+                ratio = kept.ratios.get(self._shared_class_key(tc))
+                if ratio is not None:
+                    self._calibration[self._class_key(tc)] = ratio
+        for key, shared, _, _ in self._pairs(configs, classes):
+            if shared in kept.rates:
+                self._simulated[key], self._simulated_by[key] = kept.rates[shared]
+                self.simulated_version += 1
+
+    @staticmethod
+    def _shared_class_key(tc: TrafficClass) -> tuple:
+        """A class's key that its copies share (another quarter's, a worker's), where _class_key holds an id."""
+        return (tc.option, tc.name, tc.max_model_len)
 
     def knows_simulated(self, cfg: Config, tc: TrafficClass) -> bool:
         """Whether certification measured this config's capacity for this class itself."""
@@ -109,7 +157,7 @@ class Evaluator:
     def class_calibration(self, classes: dict[str, list[TrafficClass]]) -> dict[tuple[str, str, int], float]:
         """The calibration of `classes` keyed by (option, name, context limit), which copies of the
         classes (another evaluator's, a worker's) share, where this evaluator's keys hold ids."""
-        return {(tc.option, tc.name, tc.max_model_len): self._calibration[self._class_key(tc)]
+        return {self._shared_class_key(tc): self._calibration[self._class_key(tc)]
                 for tcs in classes.values() for tc in tcs if self._class_key(tc) in self._calibration}
 
     def measured_ratios(self, configs: Sequence[Config], classes: dict[str, list[TrafficClass]]) -> dict[tuple, float]:
@@ -131,7 +179,7 @@ class Evaluator:
         prices the plan's own pools below the capacities it was certified at."""
         for tcs in classes.values():
             for tc in tcs:
-                factor = calibration.get((tc.option, tc.name, tc.max_model_len))
+                factor = calibration.get(self._shared_class_key(tc))
                 if factor is not None:
                     self._calibration[self._class_key(tc)] = factor
         for key, shared, _, _ in self._pairs(configs, classes) if measured else ():
@@ -164,7 +212,7 @@ class Evaluator:
         for tcs in classes.values():
             for tc in tcs:
                 for cfg in configs:
-                    yield self.pair_key(cfg, tc), (cfg.key, (tc.option, tc.name, tc.max_model_len)), cfg, tc
+                    yield self.pair_key(cfg, tc), (cfg.key, self._shared_class_key(tc)), cfg, tc
 
     def deployment(self, cfg: Config, limit: int) -> Deployment:
         """The config's deployment at this context limit, built once: a lazy search asks it of every

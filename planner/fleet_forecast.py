@@ -22,6 +22,7 @@ from pathlib import Path
 
 from planner.commitments import Lot, committed_after_end_usd, held, in_force, quarter_after
 from planner.errors import InfeasibleError, InputError
+from planner.evaluator import Measurements
 from planner.files import output_folder
 from planner.fleet import FleetInputs, SharedGPU
 from planner.fleet_plan import FleetPlan, TypeUse, make_fleet_plan
@@ -29,6 +30,7 @@ from planner.fleet_report import TIED_SPLIT_TEXT, not_served
 
 # One table format for both forecasts: the Column type, its cells and CSV writing.
 from planner.forecast_outputs import (
+    MEASURED_ONCE_TEXT,
     Column,
     _csv,
     _table,
@@ -97,6 +99,8 @@ def run_fleet_forecast(fleet: FleetInputs) -> list[FleetQuarter]:
     lots: list[Lot] = []  # commitments beyond the inventory's, each for its term (planner.commitments)
     term = fc.commitment_term_quarters
     previous: FleetQuarter | None = None
+    # each quarter's services start from what the quarters before measured (planner.evaluator.Measurements)
+    measured: dict[int, Measurements] = {}
     for i, (q, multiplier) in enumerate(zip(fc.quarters, fc.demand_multipliers(), strict=True)):
         where = f"forecast.quarters[{i}]"
         lots = in_force(lots, i)  # those whose term ended last quarter are no longer paid
@@ -122,7 +126,7 @@ def run_fleet_forecast(fleet: FleetInputs) -> list[FleetQuarter]:
         inventory = _quarter_inventory(base, lots, price, q.availability, types, where, fleet)
         try:
             plan = make_fleet_plan(fleet.with_inventory(inventory), explore=False, growth=multiplier,
-                                   verify_flags=False)
+                                   verify_flags=False, measurements=measured)
         except InfeasibleError as exc:
             raise InfeasibleError(f"forecast quarter {q.quarter}: {exc.message}", where=exc.where) from None
         by_type = dict(plan.joint.gpus_by_type)
@@ -323,7 +327,9 @@ def fleet_forecast_markdown(name: str, results: list[FleetQuarter], fleet: Fleet
         "",
         f"{hours_text(quarters=True)} Amounts are US dollars. Demand × base "
         f"multiplies every service's base peak by the quarters' growth, {growth_text(fleet.spec.forecast)}. Each service is planned at its peak "
-        "as in `planner solve` (certification by simulation as its scenario asks). $/M tokens at peak divides the "
+        "as in `planner solve` (certification by simulation as its scenario asks)."
+        + (f" {MEASURED_ONCE_TEXT}" if any(p.certification is not None for p in results[0].plan.plans) else "")
+        + " $/M tokens at peak divides the "
         "quarter's cost by the tokens of every service at its peak at once: a floor on the price per token, since no "
         "service runs at its peak all day. A fleet file prices no day curve; `planner forecast` on a scenario of one "
         "service alone prices its day. The tables are in "

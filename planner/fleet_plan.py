@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from planner.certification import certify_plans, refreshed
 from planner.errors import InfeasibleError, InputError, PlannerError
+from planner.evaluator import Measurements
 from planner.exploration import explore_plan, start_ttft_sweep
 from planner.fleet import FleetInputs, Service, refuse_mixed_verify
 from planner.ilp import JointSolution, cost_bound_using_more, solve_services
@@ -129,7 +130,8 @@ class FleetPlan:
 def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool | None = None,
                     keep_lp: bool = False, growth: float = 1.0, verify_flags: bool = True,
                     on_set_up: Callable[[Sequence[Setup]], None] | None = None,
-                    figures_ready: Callable[[Plan], None] | None = None) -> FleetPlan:
+                    figures_ready: Callable[[Plan], None] | None = None,
+                    measurements: dict[int, Measurements] | None = None) -> FleetPlan:
     """Solve every service of the fleet in one ILP, certify every pool of every service by
     simulation (each service's `verify`, or `certify` for all), explore each service alone with the
     rest of the fleet as planned, and price each shared constraint by re-solving without it.
@@ -137,10 +139,13 @@ def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool |
     whether the command has --verify / --no-verify, which a refusal of mixed `verify` then names.
     on_set_up: called with every service's setup, before the joint ILP; figures_ready: with each
     service's plan as soon as what its figures show is known (explore_plan; the CLI starts the
-    report's figures then, in the worker, while this process plans on)."""
+    report's figures then, in the worker, while this process plans on). measurements: what
+    certification measured for a forecast's earlier quarters, by service index, and where this plan's
+    go (planner.evaluator.Measurements)."""
     if certify is None:
         refuse_mixed_verify(fleet.services, flags=verify_flags)
-    setups = [_setup(svc, growth) for svc in fleet.services]
+    setups = [_setup(svc, growth, None if measurements is None else measurements.setdefault(svc.index, Measurements()))
+              for svc in fleet.services]
     if on_set_up is not None:
         on_set_up(setups)
 
@@ -207,7 +212,7 @@ def _precise(setups: list[Setup], joint: JointSolution, evals_per_service):
     return dataclasses.replace(joint, services=tuple(services)), evals_out
 
 
-def _setup(svc: Service, growth: float) -> Setup:
+def _setup(svc: Service, growth: float, measurements: Measurements | None) -> Setup:
     inputs = svc.inputs
     scn = inputs.scenario
     if scn.fleet:
@@ -219,7 +224,7 @@ def _setup(svc: Service, growth: float) -> Setup:
     trace = t.requests_at_growth(scn.traffic.growth) if t.requests is not None else None
     try:
         return setup_plan(scn, inputs.catalog, inputs.model, t.hist, t.peak_rps, traffic_notes=t.notes,
-                          measured_mean_rps=t.mean_rps, trace=trace)
+                          measured_mean_rps=t.mean_rps, trace=trace, measurements=measurements)
     except PlannerError as exc:
         if exc.where is not None:
             raise

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from planner.commitments import Lot, held, in_force
 from planner.daily import DayCosts, DayTerms, day_costs, reserved_discount, with_pool_prices
 from planner.errors import InfeasibleError, InputError
+from planner.evaluator import Measurements
 from planner.ilp import FleetSolution
 from planner.inputs import Inputs, plan_inputs
 from planner.load_profile import HOURS_PER_DAY
@@ -205,6 +206,7 @@ def run_forecast(inputs: Inputs, *, certify: bool | None = None) -> list[Quarter
     term = fc.commitment_term_quarters
     commit_price_before: dict[str, float] = {}
     discount, _ = reserved_discount(scn)
+    measured = Measurements()  # each quarter's plans start from what the quarters before measured
     for i, q in enumerate(fc.quarters):  # every quarter's GPU names, before the first is planned
         _check_gpus(scn, inputs, q, i)
     for i, (q, multiplier) in enumerate(zip(fc.quarters, fc.demand_multipliers(), strict=True)):
@@ -225,7 +227,7 @@ def run_forecast(inputs: Inputs, *, certify: bool | None = None) -> list[Quarter
         types = sorted({lot.gpu for lot in lots})
         reserved = {g: held(lots, g) for g in types}
         price = {g: sum(lot.gpus * lot.usd_per_gpu_hour for lot in lots if lot.gpu == g) / reserved[g] for g in types}
-        plan = _quarter_plan(inputs, qscn, q, reserved, price)
+        plan = _quarter_plan(inputs, qscn, q, reserved, price, measured)
         commit_price = with_pool_prices(commit_price, plan, 1 - discount)
         terms = DayTerms(
             scn.autoscaling.scale_up_lead_min, scn.autoscaling.min_replicas or scn.min_replicas_per_pool, commit_price,
@@ -233,9 +235,9 @@ def run_forecast(inputs: Inputs, *, certify: bool | None = None) -> list[Quarter
             + (" or forecast.reserved_prices" if fc.reserved_prices else ""),
         )
         day = day_costs(plan, inputs.traffic.profile, terms)
-        idle = _idle_reserved(inputs, qscn, plan, reserved, price)
+        idle = _idle_reserved(inputs, qscn, plan, reserved, price, measured)
         result = _quarter_result(q.quarter, multiplier, plan, reserved, price, previous, day, idle)
-        unused = _unused_prices(inputs, qscn, q, result.gpus_by_type)
+        unused = _unused_prices(inputs, qscn, q, result.gpus_by_type, measured)
         results.append(dataclasses.replace(result, unused_prices=unused, lots=tuple(lots)))
         previous = results[-1]
         commit_price_before = commit_price
@@ -244,7 +246,7 @@ def run_forecast(inputs: Inputs, *, certify: bool | None = None) -> list[Quarter
     return results
 
 
-def _quarter_plan(inputs: Inputs, qscn: Scenario, q: QuarterSpec, reserved, price) -> Plan:
+def _quarter_plan(inputs: Inputs, qscn: Scenario, q: QuarterSpec, reserved, price, measured: Measurements) -> Plan:
     """The quarter's plan; an infeasible quarter says which quarter, and flags reservations
     that the quarter's cap on their type contradicts (its availability, else the scenario's
     max_gpus): committed GPUs the cap keeps idle would be paid while the plan buys others."""
@@ -276,12 +278,14 @@ def _quarter_plan(inputs: Inputs, qscn: Scenario, q: QuarterSpec, reserved, pric
                 where=str(inputs.path),
             )
     try:
-        return plan_inputs(inputs, qscn, explore=False, reserved={g: (n, price[g]) for g, n in reserved.items()})
+        return plan_inputs(inputs, qscn, explore=False, reserved={g: (n, price[g]) for g, n in reserved.items()},
+                           measurements=measured)
     except (InfeasibleError, InputError) as exc:  # a quarter's own context limit or demand: name the quarter
         raise type(exc)(f"forecast quarter {q.quarter}: {exc.message}", where=exc.where or str(inputs.path)) from None
 
 
-def _unused_prices(inputs: Inputs, qscn: Scenario, q: QuarterSpec, used: dict[str, int]) -> tuple[UnusedPrice, ...]:
+def _unused_prices(inputs: Inputs, qscn: Scenario, q: QuarterSpec, used: dict[str, int],
+                   measured: Measurements) -> tuple[UnusedPrice, ...]:
     """Each price the quarter states for a GPU type its plan leaves out (UnusedPrice): a price cut
     that changes nothing would otherwise read as a premise the forecast ignored (finance_2027's H200
     at half price from 2027Q3, whose plan keeps the H100s it has committed). Both plans are
@@ -294,21 +298,22 @@ def _unused_prices(inputs: Inputs, qscn: Scenario, q: QuarterSpec, used: dict[st
         return ()
     free = qscn.model_copy(update={"fleet": None})  # a stated fleet's quarter too: the cheapest plans, not its own
     try:
-        cheapest = plan_inputs(inputs, free, explore=False).solution
+        cheapest = plan_inputs(inputs, free, explore=False, measurements=measured).solution
     except (InfeasibleError, InputError):  # (the quarter's own plan was found: a safeguard)
         return ()
     out = []
     for gpu in unused:
         on_it = free.model_copy(update={"gpus": [c for c in free.gpu_candidates if c.id == gpu]})
         try:
-            alone, why = plan_inputs(inputs, on_it, explore=False).solution, ""
+            alone, why = plan_inputs(inputs, on_it, explore=False, measurements=measured).solution, ""
         except (InfeasibleError, InputError) as exc:  # no config of the type, or none that carries the load
             alone, why = None, exc.message
         out.append(UnusedPrice(gpu, q.prices[gpu], alone, why, cheapest))
     return tuple(out)
 
 
-def _idle_reserved(inputs: Inputs, qscn: Scenario, plan: Plan, reserved, price) -> IdleReserved | None:
+def _idle_reserved(inputs: Inputs, qscn: Scenario, plan: Plan, reserved, price,
+                   measured: Measurements) -> IdleReserved | None:
     """The reserved GPUs the plan leaves idle, what they cost, and the cheapest plan that runs
     every one of them (each reserved type may then hold a pool of its own)."""
     used = plan.solution.gpus_by_type
@@ -322,7 +327,7 @@ def _idle_reserved(inputs: Inputs, qscn: Scenario, plan: Plan, reserved, price) 
     own_pools = qscn.model_copy(update={"forecast": qscn.forecast.model_copy(update={"reserved_pools": True})})
     try:
         alt = plan_inputs(inputs, own_pools, explore=False, reserved={g: (n, price[g]) for g, n in reserved.items()},
-                          use_reserved=True)
+                          use_reserved=True, measurements=measured)
     except InfeasibleError:
         return IdleReserved(idle, cost, None, "no plan can run them all (no config of their type serves the traffic "
                                               "within the targets and caps)")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from planner.catalog import Catalog, Model, load_catalog
 from planner.errors import InputError
+from planner.evaluator import Measurements
 from planner.files import path_is
 from planner.plan_objects import Plan
 from planner.planning import make_plan
@@ -140,17 +141,18 @@ def limit_conflict(scn: Scenario, model: Model) -> str:
 def plan_inputs(
     inputs: Inputs, scn: Scenario | None = None, *, explore: bool = True, reserved=None, keep_lp: bool = False,
     certify: bool | None = None, use_reserved: bool = False, figures_ready: Callable[[Plan], None] | None = None,
+    measurements: Measurements | None = None,
 ) -> Plan:
     """keep_lp: the plan's solution keeps the ILP's text (`plan.solution.lp_text`).
     certify: certify by simulation [default: the scenario's `verify`].
-    use_reserved: every reserved GPU must run. figures_ready: as for make_plan."""
+    use_reserved: every reserved GPU must run. figures_ready, measurements: as for make_plan."""
     t = inputs.traffic
     scn = scn or inputs.scenario
     return make_plan(
         scn, inputs.catalog, inputs.model, t.hist, t.peak_rps, explore=explore,
         traffic_notes=t.notes, measured_mean_rps=t.mean_rps, reserved=reserved, keep_lp=keep_lp,
         certify=certify, trace=t.requests_at_growth(scn.traffic.growth) if t.requests is not None else None,
-        use_reserved=use_reserved, figures_ready=figures_ready,
+        use_reserved=use_reserved, figures_ready=figures_ready, measurements=measurements,
     )
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from planner.capacity import ReplicaModel
 from planner.catalog import Catalog, Model
 from planner.errors import InputError
-from planner.evaluator import Evaluator
+from planner.evaluator import Evaluator, Measurements
 from planner.histogram import Histogram
 from planner.ilp import FleetSolution
 from planner.plan_objects import (
@@ -63,16 +63,19 @@ def _why_unsupported(scn: Scenario, catalog: Catalog, model: Model) -> str:
 
 def setup_plan(scn: Scenario, catalog: Catalog, model: Model, hist: Histogram, measured_peak_rps: float, *,
                traffic_notes: Iterable[str] = (), measured_mean_rps: float | None = None,
-               trace: Requests | None = None, evaluate: bool = True) -> Setup:
+               trace: Requests | None = None, evaluate: bool = True,
+               measurements: Measurements | None = None) -> Setup:
     """The served traffic, its classes per split option, and every candidate config's capacity for
-    each (none with evaluate=False: a lazy search (planner.plan_search.LazySearch) finds those it needs)."""
+    each (none with evaluate=False: a lazy search (planner.plan_search.LazySearch) finds those it needs).
+    measurements: what certification measured for earlier plans of a forecast (Measurements)."""
     limit, served, peak = served_traffic(scn, model, hist, measured_peak_rps, scn.context_limit)
-    evaluator = Evaluator(scn, catalog, model)
+    evaluator = Evaluator(scn, catalog, model, measurements=measurements)
     configs = candidate_configs(scn, catalog, model, scn.weight_dtypes, scn.kv_dtypes)
     if not configs:
         raise InputError("no candidate config: every GPU x tp x dtype combination is unsupported for this model: "
                          + _why_unsupported(scn, catalog, model))
     classes = traffic_classes(scn, served, limit, peak)
+    evaluator.take_measurements(configs, classes)
     evals = evaluator.evaluate_all(classes, configs) if evaluate else []
     return Setup(scn, catalog, model, hist, measured_peak_rps, limit, served, peak, evaluator, configs, classes, evals,
                  tuple(traffic_notes), measured_mean_rps, trace)

@@ -17,7 +17,7 @@ from planner.catalog import Catalog, Model
 from planner.certification import certify_plans
 from planner.deployment import supported_problem
 from planner.errors import InfeasibleError, InputError
-from planner.evaluator import Evaluator
+from planner.evaluator import Evaluator, Measurements
 from planner.exploration import (
     explore_plan,
     start_context_lever,
@@ -47,7 +47,7 @@ def make_plan(
     *, explore: bool = True, traffic_notes: Iterable[str] = (),
     reserved: dict[str, tuple[int, float]] | None = None, measured_mean_rps: float | None = None,
     keep_lp: bool = False, certify: bool | None = None, trace: Requests | None = None, use_reserved: bool = False,
-    figures_ready: Callable[[Plan], None] | None = None,
+    figures_ready: Callable[[Plan], None] | None = None, measurements: Measurements | None = None,
 ) -> Plan:
     """Evaluate, solve, certify by simulation, and (with explore) add split analysis, levers,
     alternatives and sensitivity.
@@ -58,6 +58,8 @@ def make_plan(
     the scenario's `verify`). trace: the log's requests with their own arrivals (time already
     compressed by growth), replayed across each pool's replicas as well.
     A scenario that states its `fleet` gets that fleet checked and reported, not a new one.
+    measurements: what certification measured for a forecast's earlier quarters, and where this
+    plan's measurements go (planner.evaluator.Measurements); a stated fleet is audited as it stands.
     use_reserved: every reserved GPU must run (the cheapest plan that strands none).
     figures_ready: called with the explored plan once what its report's figures show is known
     (explore_plan).
@@ -72,7 +74,8 @@ def make_plan(
     # less than searched type by type (the 128k rollout: 455 latency points against 662).
     certifying = scn.verify if certify is None else certify
     st = setup_plan(scn, catalog, model, hist, measured_peak_rps, traffic_notes=traffic_notes,
-                    measured_mean_rps=measured_mean_rps, trace=trace, evaluate=certifying and explore)
+                    measured_mean_rps=measured_mean_rps, trace=trace, evaluate=certifying and explore,
+                    measurements=measurements)
     solve = Resolver(scn, reserved)
     question = {"use_reserved": use_reserved}  # the commitments: the resolver's own
     pairs = sum(len(tcs) for tcs in st.classes.values()) * len(st.configs)
