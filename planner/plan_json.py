@@ -117,6 +117,8 @@ def _labelled(fields: dict[str, Any], label: str) -> dict[str, Any]:
 
 def plan_json(plan: Plan) -> dict[str, Any]:
     """The plan as data: pools, totals, status, and every evaluated candidate (to check it independently)."""
+    from planner.pool_check import missing_tail_parts
+
     sol = plan.solution
     pools = [
         {
@@ -149,6 +151,14 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             # at most the scenario's simulation.requests
             "simulation_requests_per_run": pool.check.requests if pool.check is not None else None,
             "queue_settling": queue_settling_json(pool.check),
+            # a band's requests at or over a split threshold that miss its percentile target on their own
+            # (pool_check.missing_tail_parts): the band's verdict is over all its requests
+            "band_parts_missing": [
+                {"band": t.band.name, "prompt_min_tokens": t.part.prompt_min_tokens,
+                 "prompt_below_tokens": t.part.prompt_below_tokens, "share_of_band": t.share, "kind": t.kind,
+                 "stat": t.stat, "limit_s": t.limit_s, "predicted_s": _finite(t.predicted_s),
+                 "simulated_s": _finite(t.simulated_s)}
+                for t in missing_tail_parts(pool, plan.scenario.thresholds)],
             "log_replay": log_replay_json(pool.check),
         }
         for pool, part in zip(plan.pools, class_parts(plan.pools), strict=True)

@@ -249,6 +249,72 @@ def predicted_bands(pool) -> tuple[BandCheck, ...]:
     return band_checks(pool.traffic_class.slo, pool.model, pool.replay_resident, None)
 
 
+@dataclass(frozen=True)
+class TailPart:
+    """A band's requests with prompts at or over a split threshold, in a pool that serves prompts on
+    both sides of it: a percentile target is over the band's requests together, so a minority of long
+    prompts can sit in the share it lets through and miss the limit on their own (code_32b's one band,
+    TTFT p99 <= 1.5 s, held by a pool whose 8,192-token-and-longer prompts no pool of their own could
+    serve within it). Their value at the pool's replayed rate, by the model and, where the pool was
+    certified, in the same simulation."""
+
+    band: Band  # the band the target is stated for
+    part: Band  # its requests with prompts at or over the threshold
+    share: float  # of the band's requests in the pool
+    kind: str
+    stat: str
+    limit_s: float
+    predicted_s: float
+    simulated_s: float  # NaN: no simulation
+
+    @property
+    def misses(self) -> bool:
+        return any(v > self.limit_s for v in (self.predicted_s, self.simulated_s) if math.isfinite(v))
+
+
+def tail_parts(pool, thresholds: Iterable[int]) -> list[TailPart]:
+    """The TailPart of each band, percentile target and split threshold inside the band's prompt
+    range that has prompts of the pool on both sides of it (plan_objects.PoolDetail; the shares from
+    the latency model's cells, the predicted values from the pool's replica model with the band cut
+    at the threshold, each part keeping the band's targets)."""
+    slo, rm, check = pool.traffic_class.slo, pool.model, pool.check
+    cells = rm.latency.cells
+    out = []
+    for threshold in sorted(set(thresholds)):
+        for index, band in enumerate(slo.bands):
+            hi = band.prompt_below_tokens
+            if not band.prompt_min_tokens < threshold < (hi if hi is not None else math.inf):
+                continue
+            below = Band(band.name, band.prompt_min_tokens, threshold, band.ttft, band.tpot, band.itl)
+            part = Band(band.name, threshold, hi, band.ttft, band.tpot, band.itl)
+            weight = float(cells.weight[band.holds(cells.prompt)].sum())
+            share = float(cells.weight[part.holds(cells.prompt)].sum()) / weight if weight > 0 else 0.0
+            targets = [(kind, getattr(band, kind)) for kind in ("ttft", "tpot")]
+            targets = [(kind, t) for kind, t in targets if t is not None and t.exceed_share is not None]
+            if not 0 < share < 1 or not targets or pool.replay_resident is None:
+                continue
+            cut = SLO((*slo.bands[:index], below, part, *slo.bands[index + 1:]), slo.attainment)
+            point = rm.with_slo(cut).latency_at(pool.replay_resident)
+            lat = check.latencies if check is not None else None
+            for kind, target in targets:
+                simulated = lat.statistic(part, kind, target.stat) if lat is not None else math.nan
+                out.append(TailPart(band, part, share, kind, target.stat, target.limit_s,
+                                    point.value(index + 1, kind, target.stat), simulated))
+    return out
+
+
+def missing_tail_parts(pool, thresholds: Iterable[int]) -> list[TailPart]:
+    """The tail parts that miss (TailPart.misses), one per band and kind of target: the lowest
+    threshold's, whose part holds the most requests (a band that spans the standard edges, 4,096 to
+    65,536, would otherwise name each edge's part in turn)."""
+    seen, out = set(), []
+    for t in tail_parts(pool, thresholds):
+        if t.misses and (t.band.name, t.kind) not in seen:
+            seen.add((t.band.name, t.kind))
+            out.append(t)
+    return out
+
+
 def standard_error(values: list[float]) -> float:
     """The standard error of a statistic pooled over runs, from the runs' own values: their sample
     standard deviation over the square root of their number (NaN with fewer than two values). A

@@ -16,6 +16,7 @@ from planner.pool_check import (
     PoolCheck,
     TargetCheck,
     latency_text,
+    missing_tail_parts,
     undecided,
     undecided_phrase,
 )
@@ -141,7 +142,7 @@ def latency_section(plan: Plan) -> str:
             f"Predicted by the model only (planner/latency.py), each pool's replica at {replayed_rate_text(plan)}, "
             "the rate certification would replay it at; certification by simulation is off (`verify: false` or "
             "`planner solve --no-verify`).",
-            *[line for pool in plan.pools for line in _predicted_only(pool)],
+            *[line for pool in plan.pools for line in _predicted_only(pool, plan.scenario.thresholds)],
         ]) + "\n"
     lines = [
         "## Latency targets, certified by simulation",
@@ -202,13 +203,31 @@ def latency_section(plan: Plan) -> str:
         if c.replay is not None:
             lines += ["", f"Replayed with {replay_text(c, plan.scenario.traffic.growth)}.", ""]
             lines += band_rows(c.replay.bands)
+        lines += tail_lines(pool, plan.scenario.thresholds)
         lines += ["", *_mean_rows(c)]
     return "\n".join(lines) + "\n"
 
 
-def _predicted_only(pool) -> list[str]:
+def tail_lines(pool, thresholds) -> list[str]:
+    """A line for each part of a band that misses its percentile target on its own (missing_tail_parts):
+    the band's own verdict is over all its requests, and does not say so."""
+    out = []
+    for t in missing_tail_parts(pool, thresholds):
+        read = (f"{_value(t.simulated_s, t.kind)} simulated ({_value(t.predicted_s, t.kind)} predicted)"
+                if math.isfinite(t.simulated_s) else f"{_value(t.predicted_s, t.kind)} predicted")
+        allowed = 1 - statistic_quantile(t.stat)
+        out += ["", f"**Requests with {t.part.range_text} ({t.share:.1%} of this pool's requests in band "
+                f"{t.band.label(quoted=True)}) miss {_WHAT[t.kind]} {t.stat} ≤ {_value(t.limit_s, t.kind)} on their own:** "
+                f"{read}. The band's {t.stat} is over all its requests, and those of these over the limit are within "
+                f"the {allowed:.0%} of the band it lets past. To hold them to a limit of their own, give them a band "
+                f"(`slo.bands`: one ending at `prompt_below: {t.part.prompt_min_tokens}`, then one for them)."]
+    return out
+
+
+def _predicted_only(pool, thresholds) -> list[str]:
     from planner.pool_check import predicted_bands
 
     return ["", f"**{pool.traffic_class.label}** — {pool.config.label(pool.traffic_class.max_model_len)}, "
                 f"{pool.replay_rps:,.3f} requests/s a replica:", "",
-            *band_rows(predicted_bands(pool), simulated=False, past_roofline=pool.replay_resident is None)]
+            *band_rows(predicted_bands(pool), simulated=False, past_roofline=pool.replay_resident is None),
+            *tail_lines(pool, thresholds)]

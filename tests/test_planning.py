@@ -103,3 +103,41 @@ def test_a_class_on_several_pools_gives_each_pool_its_part_of_the_rate(catalog):
         assert float(part.replace(",", "")) == round(row["rate_rps"], 3)
         assert 0 < row["rate_rps"] < tc.rate_rps
         assert row["rate_rps"] <= pool.replicas * pool.planned_rps * (1 + 1e-12)  # a pool covers its own part
+
+
+def test_long_prompts_that_miss_a_shared_band_s_target_on_their_own_are_named(catalog):
+    """code_32b's one band (TPOT p99 <= 50 ms) held over its whole pool, while the 6% of its prompts of
+    8,192 tokens or more, which a split would have given a pool and a verdict of their own, read a TPOT
+    p99 of 60 ms in simulation: the band's p99 let them through and the report said nothing. Here 2% of
+    the requests are 20,000-token prompts with 20-token outputs, each decode step of theirs stretched
+    by other prompts' chunks; the report and --json name the part that misses, and only that one."""
+    from planner.plan_json import plan_json
+    from planner.pool_check import tail_parts
+    from planner.report import render
+
+    def plan_for(thresholds):
+        scn = scenario(context_limit=32768, gpus=["h100-sxm"], split_thresholds=thresholds, min_replicas_per_pool=2,
+                       slo={"bands": [{"ttft_s": 3.0, "tpot_ms": 60}]})
+        return make_plan(scn, catalog, catalog.model("llama-3.1-8b"), traffic(9800, (1000, 200), 200, (20000, 20)),
+                         20.0, explore=False)
+
+    plan = plan_for([8192])
+    [pool] = plan.pools
+    assert plan.solution.option == "none"  # two replicas of a long pool cost more than they save
+    parts = {t.kind: t for t in tail_parts(pool, [8192])}
+    assert set(parts) == {"ttft", "tpot"} and all(t.share == pytest.approx(0.02) for t in parts.values())
+    assert parts["tpot"].misses and not parts["ttft"].misses
+    text = render(plan)
+    lines = [line for line in text.splitlines() if "on their own" in line]
+    assert lines == [f"**Requests with prompt ≥ 8,192 tokens (2.0% of this pool's requests in band 'every prompt') miss "
+                     f"TPOT p99 ≤ 60.0 ms on their own:** {parts['tpot'].predicted_s * 1e3:.1f} ms predicted. The band's "
+                     "p99 is over all its requests, and those of these over the limit are within the 1% of the band it "
+                     "lets past. To hold them to a limit of their own, give them a band (`slo.bands`: one ending at "
+                     "`prompt_below: 8192`, then one for them)."]
+    assert "| every prompt | TPOT p99 ≤ 60.0 ms |" in text and "**misses**" not in text  # the band itself holds
+    [missing] = plan_json(plan)["plan"][0]["band_parts_missing"]
+    assert (missing["prompt_min_tokens"], missing["kind"], missing["limit_s"]) == (8192, "tpot", 0.06)
+    assert missing["predicted_s"] == parts["tpot"].predicted_s > 0.06 and missing["simulated_s"] is None
+    # with no threshold to split at, the scenario names no part
+    alone = plan_for([])
+    assert "on their own" not in render(alone) and plan_json(alone)["plan"][0]["band_parts_missing"] == []
