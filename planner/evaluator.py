@@ -38,8 +38,11 @@ class Measurements:
     finance_2027's H100 pool was planned at 28.006, 28.302, 28.120 and 28.447 req/s per replica in its
     four quarters, so a GPU more or less in a quarter came from where a search started, not from the
     quarter. Keyed by config and the class's (option, name, context limit), which every quarter's
-    copy of a class shares. A rate lowered after a log's own arrivals missed is left out: it depends
-    on the quarter's replicas and its share of the log."""
+    copy of a class shares (a quarter with another context limit has other classes). Only searched
+    capacities are kept: a rate lowered after a log's own arrivals missed, or a rate a challenger's
+    pool held at, is the quarter's own (its replicas, its share of the rate).
+    A searched capacity is kept as certification planned it: at most REPLAN_STEP under the rate that
+    missed (certification._measured_capacity), so it can sit up to 2% under the bisection's value."""
 
     rates: dict[tuple, tuple[float, str]] = dataclasses.field(default_factory=dict)  # -> (req/s, simulated_by)
     ratios: dict[tuple, float] = dataclasses.field(default_factory=dict)  # class -> least simulated / model ratio
@@ -99,7 +102,7 @@ class Evaluator:
             ck = self._class_key(e.traffic_class)
             self._calibration[ck] = min(self._calibration.get(ck, 1.0), rps / e.capacity.max_rps)
         kept = self.measurements
-        if kept is not None and self._simulated_by[key] != "log":
+        if kept is not None and self._simulated_by[key] == "simulation":
             shared = self._shared_class_key(e.traffic_class)
             kept.rates[(e.config.key, shared)] = (rps, self._simulated_by[key])
             if calibrates and e.capacity is not None and e.capacity.max_rps > 0:

@@ -52,10 +52,10 @@ from planner.worker_pool import draw
 DAYS_PER_QUARTER = HOURS_PER_QUARTER / 24
 
 # A forecast's quarters share what certification measured (planner.evaluator.Measurements).
-MEASURED_ONCE_TEXT = ("A capacity certification measured in one quarter (a config for a traffic class, whose requests "
-                      "and targets no quarter changes) is kept by the quarters after it, which measure again only what "
-                      "their own replays miss: a config's capacity does not move between quarters with where a "
-                      "search started.")
+MEASURED_ONCE_TEXT = ("A capacity certification searched in one quarter (a config for a traffic class at one "
+                      "context limit), and each class's simulated / model ratio, are kept by the quarters after it, "
+                      "which search again only where their own replays miss: a config's planned capacity does not "
+                      "move between quarters with where a search started.")
 
 
 @dataclass(frozen=True)
@@ -535,7 +535,8 @@ def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: st
         "paid whether used or not; idle ones are priced at their type's mean committed price. Utilisation is the arrival "
         f"rate over the fleet's planned capacity, each replica at its planned capacity ({KNEE_SHARE:.0%} of its lowest "
         f"ceiling by the model, or what certification measured it holds; headroom keeps the peak below 100%)."
-        + (f" {MEASURED_ONCE_TEXT}" if results[0].plan.certification is not None else "")
+        + (f" {MEASURED_ONCE_TEXT}" if results[0].plan.certification is not None and not results[0].plan.given_fleet
+           else "")
         + f" {hours_text(quarters=True)} Amounts are US dollars. Demand × base is the base "
         f"peak's multiplier, the quarters' growth {growth_text(results[0].plan.scenario.forecast)}. The tables are in `{table_file(name, 'quarters')}`, "
         f"`{table_file(name, 'pools')}` and `{table_file(name, 'total')}`, their columns described in "
