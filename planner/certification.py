@@ -14,7 +14,6 @@ import numpy as np
 from planner.errors import InfeasibleError
 from planner.ilp import FleetSolution
 from planner.plan_objects import (
-    CHALLENGER_LINE,
     Certification,
     Evaluation,
     PoolDetail,
@@ -107,16 +106,19 @@ def certify_plans(parts, resolve, *, rounds: int) -> list[tuple[list[Evaluation]
                 changes.append(f"round {spent}: {tc.label} on {config} missed ({why}); planned at {new:,.3f} instead "
                                f"of {pool.planned_rps:,.3f} req/s per replica")
         _resolve_into(state, resolve)
+    replanned = [len(part[4]) for part in state]  # the rounds' changes; a challenger's follow
     if resolve is not None and not any(missing):
         keyed = _challenge(state, resolve, keyed)
     out = []
-    for (st, evals, sol, pools, changes), pairs, own in zip(state, keyed, own_rounds, strict=True):
+    for (st, evals, sol, pools, changes), pairs, own, rounds_told in zip(state, keyed, own_rounds, replanned,
+                                                                          strict=True):
         sim = st.scn.simulation
         checks = [st.evaluator.checks[k] for _, k in pairs]
         certified = all(check.holds for check in checks)
         pools = [dataclasses.replace(pool, check=check) for pool, check in zip(pools, checks, strict=True)]
-        out.append((evals, sol, pools, Certification(certified, own, tuple(changes), sim.requests, sim.band_requests,
-                                                     sim.seed, joint_rounds=spent)))
+        out.append((evals, sol, pools, Certification(certified, own, tuple(changes[:rounds_told]), sim.requests,
+                                                     sim.band_requests, sim.seed, joint_rounds=spent,
+                                                     challenges=tuple(changes[rounds_told:]))))
     return out
 
 
@@ -184,7 +186,7 @@ def _challenge(state, resolve, keyed):
                 tc, config = pool.traffic_class, pool.config.label(pool.traffic_class.max_model_len)
                 new = _measured_capacity(st, pool, pools, check)
                 st.evaluator.record_simulated(_evaluation(evals, pool), new, calibrates=False, from_log=False)
-                changes.append(f"{CHALLENGER_LINE}{challenge}: {tc.label} on {config} missed at its model capacity "
+                changes.append(f"challenger {challenge}: {tc.label} on {config} missed at its model capacity "
                                f"({'; '.join(check.problems) or 'the log replay'}); measured {new:,.3f} req/s per "
                                "replica; the certified plan stands")
             if not any(missing):
@@ -206,7 +208,7 @@ def _challenge(state, resolve, keyed):
                 # holding, stands.
                 _restore(state, before)
                 for part in state:
-                    part[4].append(f"{CHALLENGER_LINE}{challenge}: with what was measured no plan is found; "
+                    part[4].append(f"challenger {challenge}: with what was measured no plan is found; "
                                    "the certified plan stands")
                 break
             cheaper = any(part[2].cost_per_hour < sol.cost_per_hour - CHALLENGER_MIN_SAVING_USD
@@ -217,7 +219,7 @@ def _challenge(state, resolve, keyed):
                 _restore(state, before)
             else:
                 for part, (_, sol, _) in zip(state, before, strict=True):
-                    part[4].append(f"{CHALLENGER_LINE}{challenge}: with what was measured the plan costs "
+                    part[4].append(f"challenger {challenge}: with what was measured the plan costs "
                                    f"{usd_text(part[2].cost_per_hour)}/hour against {usd_text(sol.cost_per_hour)}/hour, "
                                    "and every pool holds in simulation at its rate: it replaces the plan")
                 keyed = measured_keyed
@@ -230,7 +232,7 @@ def _challenge(state, resolve, keyed):
             # report and the explorations must not take for the plan's).
             _restore(state, before)
             for part in state:
-                part[4].append(f"{CHALLENGER_LINE}{challenge}: solved again with the ratios, the plan chosen missed; "
+                part[4].append(f"challenger {challenge}: solved again with the ratios, the plan chosen missed; "
                                "the certified plan stands")
             keyed = keyed_before
     return keyed
@@ -242,11 +244,11 @@ def _replaced_text(challenge: int, new_usd: float, old_usd: float) -> str:
     less): "$37.80/hour against $37.80/hour ... it replaces the plan" read as a change for nothing."""
     tail = "and every pool holds in simulation at its rate: it replaces the plan"
     if new_usd < old_usd - CHALLENGER_MIN_SAVING_USD:
-        return (f"{CHALLENGER_LINE}{challenge}: with no class's simulated / model ratio the plan costs {usd_text(new_usd)}/hour "
+        return (f"challenger {challenge}: with no class's simulated / model ratio the plan costs {usd_text(new_usd)}/hour "
                 f"against {usd_text(old_usd)}/hour, {tail}")
     how = (f"the same, {usd_text(new_usd)}/hour" if abs(new_usd - old_usd) <= CHALLENGER_MIN_SAVING_USD
            else f"{usd_text(new_usd)}/hour against {usd_text(old_usd)}/hour")
-    return (f"{CHALLENGER_LINE}{challenge}: the fleet was solved again with no class's simulated / model ratio, for another "
+    return (f"challenger {challenge}: the fleet was solved again with no class's simulated / model ratio, for another "
             f"service's cheaper plan; this one's plan costs {how}, {tail}")
 
 

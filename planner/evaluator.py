@@ -44,7 +44,7 @@ class Measurements:
     A searched capacity is kept as certification planned it: at most REPLAN_STEP under the rate that
     missed (certification._measured_capacity), so it can sit up to 2% under the bisection's value."""
 
-    rates: dict[tuple, tuple[float, str]] = dataclasses.field(default_factory=dict)  # -> (req/s, simulated_by)
+    rates: dict[tuple, float] = dataclasses.field(default_factory=dict)  # (config, class) -> searched req/s
     ratios: dict[tuple, float] = dataclasses.field(default_factory=dict)  # class -> least simulated / model ratio
 
 
@@ -98,15 +98,16 @@ class Evaluator:
         self.simulated_version += 1
         self._simulated_by[key] = ("log" if (not calibrates if from_log is None else from_log)
                                    else "held" if held else "simulation")
-        if calibrates and e.capacity is not None and e.capacity.max_rps > 0:
+        ratio = calibrates and e.capacity is not None and e.capacity.max_rps > 0
+        if ratio:
             ck = self._class_key(e.traffic_class)
             self._calibration[ck] = min(self._calibration.get(ck, 1.0), rps / e.capacity.max_rps)
         kept = self.measurements
         if kept is not None and self._simulated_by[key] == "simulation":
             shared = self._shared_class_key(e.traffic_class)
-            kept.rates[(e.config.key, shared)] = (rps, self._simulated_by[key])
-            if calibrates and e.capacity is not None and e.capacity.max_rps > 0:
-                kept.ratios[shared] = min(kept.ratios.get(shared, 1.0), rps / e.capacity.max_rps)
+            kept.rates[(e.config.key, shared)] = rps
+            if ratio:  # the class's least ratio here, which started from the one kept (take_measurements)
+                kept.ratios[shared] = self._calibration[ck]
 
     def take_measurements(self, configs: Sequence[Config], classes: dict[str, list[TrafficClass]]) -> None:
         """Hold what earlier plans measured (self.measurements) of these pairs and classes as measured
@@ -114,14 +115,10 @@ class Evaluator:
         kept = self.measurements
         if kept is None:
             return
-        for tcs in classes.values():
-            for tc in tcs:
-                ratio = kept.ratios.get(self._shared_class_key(tc))
-                if ratio is not None:
-                    self._calibration[self._class_key(tc)] = ratio
+        self.calibrate(kept.ratios, classes)
         for key, shared, _, _ in self._pairs(configs, classes):
             if shared in kept.rates:
-                self._simulated[key], self._simulated_by[key] = kept.rates[shared]
+                self._simulated[key], self._simulated_by[key] = kept.rates[shared], "simulation"
                 self.simulated_version += 1
 
     @staticmethod

@@ -205,7 +205,9 @@ def plan_json(plan: Plan) -> dict[str, Any]:
         "solver": sol.solver,
         "certified": plan.certification.certified if plan.certification else None,
         "certification_rounds": plan.certification.rounds if plan.certification else None,
-        "certification_changes": list(plan.certification.changes) if plan.certification else [],
+        # the rounds' re-plans, then what each challenger did (the report gives each its own lead sentence)
+        "certification_changes": [*plan.certification.changes, *plan.certification.challenges] if plan.certification
+        else [],
         "given_fleet": plan.given_fleet,
         # a stated fleet: what simulation, or where none ran the model, finds it misses (null: nothing)
         "given_fleet_problem": (uncertified_message(plan) or unsimulated_fleet_message(plan)) if plan.given_fleet

@@ -24,8 +24,6 @@ from planner.scenario import Scenario
 from planner.targets import SLO
 from planner.units import HOURS_PER_MONTH
 
-CHALLENGER_LINE = "challenger "  # starts each change a certification challenger made (Certification.challenges)
-
 
 @dataclass(frozen=True)
 class TrafficClass:
@@ -156,24 +154,16 @@ class Certification:
 
     certified: bool
     rounds: int  # re-plans after pools of this plan missed in simulation
-    changes: tuple[str, ...]  # what each round changed, then what each challenger did, for the report
+    changes: tuple[str, ...]  # what each round changed, for the report
     requests: int  # most sampled requests a run
     band_requests: int  # measured requests sought per band
     seed: int
     # re-solves of every plan certified together (a fleet's services share one ILP, re-solved
     # when a pool of any service misses); certify_plans sets it, for a plan certified alone to its rounds
     joint_rounds: int = 0
-
-    @property
-    def challenges(self) -> tuple[str, ...]:
-        """The changes a challenger made or tried (planner.certification._challenge): a plan
-        whose replays all held has no rounds and may still have these."""
-        return tuple(c for c in self.changes if c.startswith(CHALLENGER_LINE))
-
-    @property
-    def replans(self) -> tuple[str, ...]:
-        """The changes of the rounds: a pool that missed, planned again at its simulated capacity."""
-        return tuple(c for c in self.changes if not c.startswith(CHALLENGER_LINE))
+    # what each challenger made or tried, after the rounds (planner.certification._challenge): a plan
+    # whose replays all held has no round and may still have these
+    challenges: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -172,7 +172,7 @@ def latency_section(plan: Plan) -> str:
                   "in simulation was planned again at its simulated capacity (the highest rate that holds, by bisection)"
                   + ("; one that held with Poisson arrivals but missed under the log's own, a replica's share lower."
                      if replayed_log else ".")]
-        lines += [f"- {c}" for c in cert.replans]
+        lines += [f"- {c}" for c in cert.changes]
     if cert.challenges:
         # shown whether or not a round re-planned: a plan whose replays all held is challenged too
         lines += ["", "Certification then challenged the plan: solved again with no class's simulated / model ratio "

@@ -908,12 +908,12 @@ def test_a_fleet_service_whose_pools_held_claims_no_re_plan_of_its_own(tmp_path,
     # A challenger's line is shown in a section with no round of its own, as --json's certification_changes
     # shows it: six services of the shipped fleet had one there and none in their report.
     line = _replaced_text(2, 37.8, 37.8)
-    challenged = dataclasses.replace(fp.plans[1], certification=dataclasses.replace(beta, changes=(line,)))
+    challenged = dataclasses.replace(fp.plans[1], certification=dataclasses.replace(beta, challenges=(line,)))
     assert plan_json(challenged)["certification_changes"] == [line]
     text = render(challenged)
     assert f"\n- {line}\n" in text and "Certification then challenged the plan" in text
     assert "Certification re-planned" not in text
-    both = dataclasses.replace(fp.plans[0], certification=dataclasses.replace(alpha, changes=(*alpha.changes, line)))
+    both = dataclasses.replace(fp.plans[0], certification=dataclasses.replace(alpha, challenges=(line,)))
     text = render(both)
     assert text.index("Certification re-planned") < text.index(f"- {alpha.changes[0]}") < text.index(
         "Certification then challenged the plan") < text.index(f"- {line}")
@@ -1106,3 +1106,42 @@ def test_a_fleet_challenger_that_leaves_a_service_s_cost_as_it_was_says_so():
              "cheaper plan; this one's plan costs ")
     assert _replaced_text(2, 37.8, 37.8) == fleet + f"the same, $37.80/hour, {tail}"
     assert _replaced_text(2, 40.0, 37.8) == fleet + f"$40.00/hour against $37.80/hour, {tail}"
+
+
+def test_a_fleet_forecast_s_quarters_keep_each_service_s_measured_capacity(tmp_path, monkeypatch):
+    """make_fleet_plan with the forecast's store (planner.evaluator.Measurements, one per service): a
+    quarter after the one that measured a service's pool plans it at that capacity, with no round."""
+    import dataclasses
+
+    import yaml
+
+    from planner.evaluator import Evaluator
+    from planner.fleet import load_fleet
+    from planner.fleet_plan import make_fleet_plan
+
+    def svc(name, tpot_ms):
+        return {"name": name, "model": "llama-3.1-8b", "context_limit": 8192,
+                "traffic": {"source": {"constant": {"prompt_tokens": 1000, "output_tokens": 200}},
+                            "peak": {"method": "explicit", "rps": 20}, "headroom": 1.0},
+                "slo": {"bands": [{"tpot_ms": tpot_ms}]}, "gpus": ["h100-sxm"], "tp": [1], "weight_dtypes": ["bf16"],
+                "kv_dtypes": ["bf16"], "sizing": {"mode": "expected"}, "simulation": {"requests": 3000}}
+
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump({"name": "pair", "services": [svc("alpha", 40), svc("beta", 200)]}), encoding="utf-8")
+    original = Evaluator._model_evaluation
+
+    def optimistic_for_alpha(self, key, cfg, tc, **kw):
+        e = original(self, key, cfg, tc, **kw)
+        if self.scn.name != "alpha" or e.capacity is None:
+            return e
+        return dataclasses.replace(e, capacity=dataclasses.replace(e.capacity, max_rps=e.capacity.max_rps * 1.6))
+
+    monkeypatch.setattr(Evaluator, "_model_evaluation", optimistic_for_alpha)
+    fleet, kept = load_fleet(path), {}
+    first = make_fleet_plan(fleet, explore=False, certify=True, measurements=kept)
+    assert first.plans[0].certification.rounds >= 1 and set(kept) == {0, 1} and kept[0].rates and not kept[1].rates
+    [measured] = first.plans[0].pools
+    later = make_fleet_plan(fleet, explore=False, certify=True, growth=1.5, measurements=kept)
+    [pool] = later.plans[0].pools
+    assert later.plans[0].certification.rounds == 0 and later.plans[0].certification.certified
+    assert (pool.planned_by, pool.planned_rps) == ("simulation", measured.planned_rps)

@@ -550,3 +550,45 @@ def test_a_capacity_measured_in_one_quarter_is_kept_by_the_quarters_after_it(tmp
         assert quarter.plan.certification.certified and quarter.plan.certification.rounds == 0
         assert (kept.planned_by, kept.planned_rps) == ("simulation", pool.planned_rps)
     assert later[-1].plan.pools[0].replicas > pool.replicas  # the demand grew; the capacity a replica carries did not
+
+
+def test_a_forecast_keeps_searched_capacities_and_ratios_only(catalog):
+    """What a later quarter starts from: a searched capacity and its class's ratio. A rate lowered
+    after a log's own arrivals missed, or one a challenger's pool held at, is its quarter's own (its
+    replicas, its part of the rate); a quarter at another context limit has other classes."""
+    import numpy as np
+
+    from planner.evaluator import Measurements
+    from planner.histogram import Histogram
+    from planner.plan_setup import setup_plan
+    from planner.scenario import Scenario
+
+    def scn(limit: int, growth: float = 1.0) -> Scenario:
+        return Scenario.model_validate({
+            "name": "kept", "model": "llama-3.1-8b", "context_limit": limit,
+            "traffic": {"source": {"constant": {"prompt_tokens": 1000, "output_tokens": 200}},
+                        "peak": {"method": "explicit", "rps": 30}, "headroom": 1.0, "growth": growth},
+            "slo": {"bands": [{"tpot_ms": 50}]}, "gpus": ["h100-sxm"], "tp": [1], "weight_dtypes": ["bf16"],
+            "kv_dtypes": ["bf16"], "sizing": {"mode": "expected"}, "verify": False})
+
+    hist = Histogram.from_arrays(np.random.default_rng(3).integers(100, 3000, 2000),
+                                 np.random.default_rng(4).integers(2, 600, 2000))
+    model, kept = catalog.model("llama-3.1-8b"), Measurements()
+
+    def pair(limit: int, growth: float = 1.0):
+        st = setup_plan(scn(limit, growth), catalog, model, hist, 30.0, measurements=kept)
+        (cfg,), (tc,) = st.configs, st.classes["none"]
+        return st.evaluator, st.evaluator.evaluate(cfg, tc)
+
+    ev, e = pair(8192)
+    assert e.planned_by == "model" and e.capacity.max_rps > 8
+    ev.record_simulated(e, 8.0)  # a bisection's capacity: kept, with the class's ratio
+    ev.record_simulated(e, 7.0, calibrates=False, from_log=True)  # the log's arrivals: this quarter's
+    ev.record_simulated(e, 6.0, calibrates=False, from_log=False, held=True)  # a held rate: this quarter's
+    key = (e.config.key, ("none", e.traffic_class.name, 8192))
+    assert kept.rates == {key: 8.0}
+    assert kept.ratios == {key[1]: pytest.approx(8.0 / e.capacity.max_rps)}
+    later, e2 = pair(8192, growth=1.5)
+    assert (e2.planned_by, e2.capacity_rps) == ("simulation", 8.0) and later.knows_simulated(e2.config, e2.traffic_class)
+    other, e3 = pair(4096)  # another context limit: nothing measured applies
+    assert e3.planned_by == "model" and e3.calibration == 1.0 and not other.knows_simulated(e3.config, e3.traffic_class)
