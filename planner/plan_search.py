@@ -445,8 +445,15 @@ def infeasible_message(classes, evals: Sequence[Evaluation], inventory: dict, *,
     with these evaluations under these caps; rate_scale: the classes' rates were asked scaled (the
     peak's sensitivity); min_replicas: the scenario's min_replicas_per_pool, which the caps may not
     leave room for whatever the load; type_rule: a fleet's rule on GPU types, with the types its
-    other services run (Resolver.type_rule), which then shares the blame."""
-    for key in ["none", *[k for k in classes if k != "none"]]:
+    other services run (Resolver.type_rule), which then shares the blame. A split option's class that
+    no config serves is named only where the no-split class is not asked or not served either: where
+    it is, what stops the plan is below (the caps, min_replicas, a fleet's rule), not the split."""
+
+    def served(tc) -> bool:
+        return any(evaluation.capacity_rps > 0 for evaluation in evals if evaluation.traffic_class is tc)
+
+    unsplit_served = bool(classes.get("none")) and all(served(tc) for tc in classes["none"])
+    for key in ["none", *[k for k in classes if k != "none" and not unsplit_served]]:
         for tc in classes.get(key, []):
             mine = [evaluation for evaluation in evals if evaluation.traffic_class is tc]
             if any(evaluation.capacity_rps > 0 for evaluation in mine):

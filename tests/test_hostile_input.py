@@ -2003,3 +2003,35 @@ def test_parts_that_hold_no_request_are_alike_and_are_not_refused_as_counted_twi
     b.write_text("prompt_tokens,output_tokens\n" + "".join(rows))
     assert a.stat().st_size == b.stat().st_size > WHOLE_BYTES
     assert log_fingerprint(a, "csv") != log_fingerprint(b, "csv")
+
+
+def test_a_capped_plan_that_no_split_can_rescue_blames_the_cap(tmp_path):
+    """With H100s capped at 8, the no-split class needs more than the cap allows; a split option's
+    long class cannot meet its 1 s TTFT on any config. The error named that split class's TTFT floor,
+    though the cap is what stops the plan (20 GPUs solve it with 9)."""
+    body = """
+        name: capped
+        model: llama-3.1-8b
+        context_limit: 32768
+        traffic:
+          source:
+            synthetic: {name: chat_long_tail, requests: 50000, seed: 1, rate_rps: 40}
+          peak: {method: max}
+          growth: 1.44
+        slo:
+          statistic: p99
+          bands:
+            - {name: short, prompt_below: 4096, ttft_s: 0.6, tpot_ms: 25}
+            - {name: long, ttft_s: 1.0, tpot_ms: 28}
+        gpus: [{id: h100-sxm, max_gpus: %d}]
+        tp: [1]
+        weight_dtypes: [bf16]
+        kv_dtypes: [bf16]
+        split_thresholds: [2048, 8192, 16384]
+        verify: false
+    """
+    path = write_scenario(tmp_path, body % 8)
+    line = one_line_error(run("solve", path, "--no-report"), 3, "class 'all (≤ 32,768 tokens)' needs",
+                          "the inventory caps (h100-sxm ≤ 8 GPUs) allow at most")
+    assert "under split" not in line and "floor" not in line
+    assert run("solve", write_scenario(tmp_path, body % 20, name="wider.yaml"), "--no-report").exit_code == 0
