@@ -151,13 +151,15 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             # at most the scenario's simulation.requests
             "simulation_requests_per_run": pool.check.requests if pool.check is not None else None,
             "queue_settling": queue_settling_json(pool.check),
-            # a band's requests at or over a split threshold that miss its percentile target on their own
-            # (pool_check.missing_tail_parts): the band's verdict is over all its requests
+            # a band's requests at or over a split threshold (at the next prompt edge) that miss its
+            # percentile target on their own where the band holds it (pool_check.missing_tail_parts)
             "band_parts_missing": [
                 {"band": t.band.name, "prompt_min_tokens": t.part.prompt_min_tokens,
                  "prompt_below_tokens": t.part.prompt_below_tokens, "share_of_band": t.share, "kind": t.kind,
                  "stat": t.stat, "limit_s": t.limit_s, "predicted_s": _finite(t.predicted_s),
-                 "simulated_s": _finite(t.simulated_s)}
+                 "simulated_s": _finite(t.simulated_s), "simulated_requests": t.requests,
+                 # the simulated value where it rests on enough requests, else the model's (TailPart.misses)
+                 "judged_by": "simulation" if t.measured else "model", "close_call": t.close_call}
                 for t in missing_tail_parts(pool, plan.scenario.thresholds)],
             "log_replay": log_replay_json(pool.check),
         }

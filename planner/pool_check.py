@@ -85,7 +85,7 @@ from planner.sim_measures import (
     settling_time_s,
 )
 from planner.simulate import DEFAULT_WARMUP_FRACTION, simulate_replica
-from planner.targets import SLO, Band
+from planner.targets import SLO, Band, statistic_quantile
 from planner.worker_pool import usable_cores
 
 CLOSE_SHARE = 0.85  # a simulated value within 15% of its limit, either side, is a close call
@@ -249,57 +249,95 @@ def predicted_bands(pool) -> tuple[BandCheck, ...]:
     return band_checks(pool.traffic_class.slo, pool.model, pool.replay_resident, None)
 
 
+# A simulated percentile with fewer requests than this beyond it is an order statistic near the
+# sample's maximum, not an estimate a verdict can lean on: the report says which one it is.
+FEW_BEYOND = 10
+
+
+def few_beyond(requests: int, stat: str) -> bool:
+    """Whether a percentile `stat` of `requests` simulated values rests on fewer than FEW_BEYOND of
+    them beyond it (a mean never does)."""
+    q = statistic_quantile(stat)
+    return q is not None and requests * (1 - q) < FEW_BEYOND
+
+
 @dataclass(frozen=True)
 class TailPart:
     """A band's requests with prompts at or over a split threshold, in a pool that serves prompts on
     both sides of it: a percentile target is over the band's requests together, so a minority of long
     prompts can sit in the share it lets through and miss the limit on their own (code_32b's one band,
-    TTFT p99 <= 1.5 s, held by a pool whose 8,192-token-and-longer prompts no pool of their own could
-    serve within it). Their value at the pool's replayed rate, by the model and, where the pool was
-    certified, in the same simulation."""
+    TPOT p99 <= 50 ms, held by a pool whose prompts of 8,192 tokens and more read 60 ms in simulation).
+    Their value at the pool's replayed rate, by the model and, where the pool was certified, in the
+    same simulation, on `requests` of them."""
 
     band: Band  # the band the target is stated for
-    part: Band  # its requests with prompts at or over the threshold
-    share: float  # of the band's requests in the pool
+    part: Band  # its requests with prompts at or over the threshold's prompt edge
+    share: float  # of the band's requests in the pool (the class histogram's prompt bins)
     kind: str
     stat: str
     limit_s: float
     predicted_s: float
     simulated_s: float  # NaN: no simulation
+    requests: int  # the part's simulated requests measured (0: no simulation)
+    band_holds: bool  # the band's own verdict on this target (simulated where certified)
+
+    @property
+    def measured(self) -> bool:
+        """The simulated value rests on enough requests to judge by (few_beyond)."""
+        return math.isfinite(self.simulated_s) and not few_beyond(self.requests, self.stat)
+
+    @property
+    def close_call(self) -> bool:
+        """The simulated value it is judged by lies within 1 - CLOSE_SHARE of the limit, either side:
+        the part's requests are not run again as a band's are, so another seed may read the other way."""
+        return self.measured and _close(self.simulated_s, self.limit_s)
 
     @property
     def misses(self) -> bool:
-        return any(v > self.limit_s for v in (self.predicted_s, self.simulated_s) if math.isfinite(v))
+        """The part misses where the band holds: the simulated value judges where it is measured on
+        enough requests, else the model's. A band that misses says so itself, in its own row."""
+        value = self.simulated_s if self.measured else self.predicted_s
+        return self.band_holds and value > self.limit_s
 
 
 def tail_parts(pool, thresholds: Iterable[int]) -> list[TailPart]:
     """The TailPart of each band, percentile target and split threshold inside the band's prompt
-    range that has prompts of the pool on both sides of it (plan_objects.PoolDetail; the shares from
-    the latency model's cells, the predicted values from the pool's replica model with the band cut
-    at the threshold, each part keeping the band's targets)."""
-    slo, rm, check = pool.traffic_class.slo, pool.model, pool.check
-    cells = rm.latency.cells
+    range that has prompts of the pool on both sides of it (plan_objects.PoolDetail). A threshold
+    between prompt edges (bands end at prompt-length histogram edges) is taken at the next edge up,
+    so that the band the report suggests can be stated. The predicted values come from the pool's
+    replica model with the band cut there, each part keeping the band's targets."""
+    slo, rm, check, hist = pool.traffic_class.slo, pool.model, pool.check, pool.traffic_class.hist
     out = []
-    for threshold in sorted(set(thresholds)):
+    if pool.replay_resident is None:
+        return out
+    own = rm.latency_at(pool.replay_resident)
+    for edge in sorted({int(LENGTH_EDGES[np.searchsorted(LENGTH_EDGES, t)]) for t in thresholds
+                        if t <= LENGTH_EDGES[-1]}):
         for index, band in enumerate(slo.bands):
             hi = band.prompt_below_tokens
-            if not band.prompt_min_tokens < threshold < (hi if hi is not None else math.inf):
+            if not band.prompt_min_tokens < edge < (hi if hi is not None else math.inf):
                 continue
-            below = Band(band.name, band.prompt_min_tokens, threshold, band.ttft, band.tpot, band.itl)
-            part = Band(band.name, threshold, hi, band.ttft, band.tpot, band.itl)
-            weight = float(cells.weight[band.holds(cells.prompt)].sum())
-            share = float(cells.weight[part.holds(cells.prompt)].sum()) / weight if weight > 0 else 0.0
+            below = Band(band.name, band.prompt_min_tokens, edge, band.ttft, band.tpot, band.itl)
+            part = Band(band.name, edge, hi, band.ttft, band.tpot, band.itl)
+            starts = LENGTH_EDGES[hist.prompt_bin]  # each cell's prompt bin begins at an edge
+            in_band = float(hist.count[band.holds(starts)].sum())
+            share = float(hist.count[part.holds(starts)].sum()) / in_band if in_band else 0.0
             targets = [(kind, getattr(band, kind)) for kind in ("ttft", "tpot")]
             targets = [(kind, t) for kind, t in targets if t is not None and t.exceed_share is not None]
-            if not 0 < share < 1 or not targets or pool.replay_resident is None:
+            if not 0 < share < 1 or not targets:
                 continue
             cut = SLO((*slo.bands[:index], below, part, *slo.bands[index + 1:]), slo.attainment)
             point = rm.with_slo(cut).latency_at(pool.replay_resident)
             lat = check.latencies if check is not None else None
             for kind, target in targets:
-                simulated = lat.statistic(part, kind, target.stat) if lat is not None else math.nan
+                if check is not None:
+                    band_holds = next(c.passes for c in check.bands[index].checks if c.kind == kind)
+                else:
+                    band_holds = not own.value(index, kind, target.stat) > target.limit_s
                 out.append(TailPart(band, part, share, kind, target.stat, target.limit_s,
-                                    point.value(index + 1, kind, target.stat), simulated))
+                                    point.value(index + 1, kind, target.stat),
+                                    lat.statistic(part, kind, target.stat) if lat is not None else math.nan,
+                                    lat.requests_in(part) if lat is not None else 0, band_holds))
     return out
 
 
@@ -313,6 +351,17 @@ def missing_tail_parts(pool, thresholds: Iterable[int]) -> list[TailPart]:
             seen.add((t.band.name, t.kind))
             out.append(t)
     return out
+
+
+def apart_text(value_s: float, limit_s: float, kind: str) -> str:
+    """A latency beside its limit with as many more digits as it takes to tell the two apart
+    ("50.04 ms" had read "50.0 ms" against a 50 ms limit), in the kind's unit."""
+    least, scale, unit = _units(kind)
+    value, limit = value_s * scale, limit_s * scale
+    shown = f"{limit:g}"
+    least = max(least, len(shown.split(".")[1]) if "." in shown else 0)  # never fewer decimals than the limit's
+    digits = next((d for d in range(least, least + 6) if f"{value:,.{d}f}" != f"{limit:,.{d}f}"), None)
+    return (f"{value:,.{digits}f}" if digits is not None else f"just over {shown}") + f" {unit}"
 
 
 def standard_error(values: list[float]) -> float:
@@ -342,15 +391,10 @@ def latency_text(seconds: float, kind: str, error_s: float = math.nan) -> str:
 
 def miss_text(band: str, check: TargetCheck, value_s: float) -> str:
     """A target missed, for people: "chat: TPOT p99 61.2 ms > 60 ms" (the simulated or the predicted
-    value), with as many more digits as it takes to tell it from the limit (50.04 ms had read
-    "50 ms > 50 ms")."""
-    least, scale, unit = _units(check.kind)
-    value, limit = value_s * scale, check.limit_s * scale
-    shown = f"{limit:g}"
-    least = max(least, len(shown.split(".")[1]) if "." in shown else 0)  # never fewer decimals than the limit's
-    digits = next((d for d in range(least, least + 6) if f"{value:,.{d}f}" != f"{limit:,.{d}f}"), None)
-    text = f"{value:,.{digits}f}" if digits is not None else f"just over {shown}"
-    return f"{band}: {check.kind.upper()} {check.stat} {text} {unit} > {shown} {unit}"
+    value), with as many more digits as it takes to tell it from the limit (apart_text)."""
+    _, scale, unit = _units(check.kind)
+    return (f"{band}: {check.kind.upper()} {check.stat} {apart_text(value_s, check.limit_s, check.kind)} > "
+            f"{check.limit_s * scale:g} {unit}")
 
 
 def undecided_phrase(of: str) -> str:

@@ -9,12 +9,14 @@ from planner.plan_objects import Plan
 from planner.pool_check import (
     CLOSE_SHARE,
     CONFIRM_RUNS,
+    FEW_BEYOND,
     MOST_RUNS,
     RUN_SPAN_S,
     UNDECIDED_ERRORS,
     BandCheck,
     PoolCheck,
     TargetCheck,
+    apart_text,
     latency_text,
     missing_tail_parts,
     undecided,
@@ -26,9 +28,6 @@ from planner.targets import statistic_quantile
 from planner.units import replicas_text
 
 _WHAT = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL (per token)"}
-# A simulated percentile with fewer requests than this beyond it is an order statistic near the
-# sample's maximum, not an estimate a verdict can lean on: the report says which one it is.
-FEW_BEYOND = 10
 
 
 def replayed_rate_text(plan: Plan) -> str:
@@ -209,12 +208,18 @@ def latency_section(plan: Plan) -> str:
 
 
 def tail_lines(pool, thresholds) -> list[str]:
-    """A line for each part of a band that misses its percentile target on its own (missing_tail_parts):
-    the band's own verdict is over all its requests, and does not say so."""
+    """A line for each part of a band that misses its percentile target on its own where the band
+    holds it (missing_tail_parts): the band's own verdict is over all its requests, and does not say so."""
     out = []
     for t in missing_tail_parts(pool, thresholds):
-        read = (f"{_value(t.simulated_s, t.kind)} simulated ({_value(t.predicted_s, t.kind)} predicted)"
-                if math.isfinite(t.simulated_s) else f"{_value(t.predicted_s, t.kind)} predicted")
+        predicted = f"{apart_text(t.predicted_s, t.limit_s, t.kind)} predicted"
+        if not math.isfinite(t.simulated_s):
+            read = predicted
+        elif t.measured:
+            close = f", within {1 - CLOSE_SHARE:.0%} of the limit: a close call" if t.close_call else ""
+            read = f"{apart_text(t.simulated_s, t.limit_s, t.kind)} simulated on {t.requests:,} of them{close} ({predicted})"
+        else:  # too few to judge by: the model's value decides, the simulated one is shown for what it is
+            read = f"{predicted} ({_value(t.simulated_s, t.kind)} simulated{_few_requests(t.requests, t.stat)})"
         allowed = 1 - statistic_quantile(t.stat)
         out += ["", f"**Requests with {t.part.range_text} ({t.share:.1%} of this pool's requests in band "
                 f"{t.band.label(quoted=True)}) miss {_WHAT[t.kind]} {t.stat} ≤ {_value(t.limit_s, t.kind)} on their own:** "

@@ -849,20 +849,15 @@ def test_a_replay_started_ahead_confirms_its_close_call_and_is_the_one_certifica
     assert st.evaluator.checks[_replay_key(pools[0], pools, None)] is ahead
 
 
-def test_a_fleet_service_whose_pools_held_claims_no_re_plan_of_its_own(tmp_path, monkeypatch):
-    """Two services certified together: the model overstates alpha's capacity (x1.6), so its pool
-    misses and the fleet's ILP is re-solved; beta's pool holds at its model capacity. Each service
-    counts its own re-plans (beta none), both the joint re-solves, and beta's verdict says why the
-    fleet was re-solved rather than claiming re-plans of its own."""
+def _alpha_beta_fleet(tmp_path, monkeypatch):
+    """Two 8B services on an H100, certified together, the model overstating alpha's capacity (x1.6):
+    alpha's pool misses in simulation and beta's holds. The fleet's inputs."""
     import dataclasses
 
     import yaml
 
-    from planner.certification import _replaced_text
     from planner.evaluator import Evaluator
     from planner.fleet import load_fleet
-    from planner.fleet_plan import make_fleet_plan
-    from planner.report import render
 
     def svc(name, tpot_ms):
         return {"name": name, "model": "llama-3.1-8b", "context_limit": 8192,
@@ -882,7 +877,21 @@ def test_a_fleet_service_whose_pools_held_claims_no_re_plan_of_its_own(tmp_path,
         return dataclasses.replace(e, capacity=dataclasses.replace(e.capacity, max_rps=e.capacity.max_rps * 1.6))
 
     monkeypatch.setattr(Evaluator, "_model_evaluation", optimistic_for_alpha)
-    fp = make_fleet_plan(load_fleet(path), explore=False, certify=True)
+    return load_fleet(path)
+
+
+def test_a_fleet_service_whose_pools_held_claims_no_re_plan_of_its_own(tmp_path, monkeypatch):
+    """Two services certified together: the model overstates alpha's capacity (x1.6), so its pool
+    misses and the fleet's ILP is re-solved; beta's pool holds at its model capacity. Each service
+    counts its own re-plans (beta none), both the joint re-solves, and beta's verdict says why the
+    fleet was re-solved rather than claiming re-plans of its own."""
+    import dataclasses
+
+    from planner.certification import _replaced_text
+    from planner.fleet_plan import make_fleet_plan
+    from planner.report import render
+
+    fp = make_fleet_plan(_alpha_beta_fleet(tmp_path, monkeypatch), explore=False, certify=True)
     alpha, beta = (p.certification for p in fp.plans)
     assert alpha.certified and beta.certified
     assert alpha.rounds >= 1 and alpha.changes and beta.rounds == 0 and not beta.changes
@@ -1111,33 +1120,11 @@ def test_a_fleet_challenger_that_leaves_a_service_s_cost_as_it_was_says_so():
 def test_a_fleet_forecast_s_quarters_keep_each_service_s_measured_capacity(tmp_path, monkeypatch):
     """make_fleet_plan with the forecast's store (planner.evaluator.Measurements, one per service): a
     quarter after the one that measured a service's pool plans it at that capacity, with no round."""
-    import dataclasses
 
-    import yaml
 
-    from planner.evaluator import Evaluator
-    from planner.fleet import load_fleet
     from planner.fleet_plan import make_fleet_plan
 
-    def svc(name, tpot_ms):
-        return {"name": name, "model": "llama-3.1-8b", "context_limit": 8192,
-                "traffic": {"source": {"constant": {"prompt_tokens": 1000, "output_tokens": 200}},
-                            "peak": {"method": "explicit", "rps": 20}, "headroom": 1.0},
-                "slo": {"bands": [{"tpot_ms": tpot_ms}]}, "gpus": ["h100-sxm"], "tp": [1], "weight_dtypes": ["bf16"],
-                "kv_dtypes": ["bf16"], "sizing": {"mode": "expected"}, "simulation": {"requests": 3000}}
-
-    path = tmp_path / "fleet.yaml"
-    path.write_text(yaml.safe_dump({"name": "pair", "services": [svc("alpha", 40), svc("beta", 200)]}), encoding="utf-8")
-    original = Evaluator._model_evaluation
-
-    def optimistic_for_alpha(self, key, cfg, tc, **kw):
-        e = original(self, key, cfg, tc, **kw)
-        if self.scn.name != "alpha" or e.capacity is None:
-            return e
-        return dataclasses.replace(e, capacity=dataclasses.replace(e.capacity, max_rps=e.capacity.max_rps * 1.6))
-
-    monkeypatch.setattr(Evaluator, "_model_evaluation", optimistic_for_alpha)
-    fleet, kept = load_fleet(path), {}
+    fleet, kept = _alpha_beta_fleet(tmp_path, monkeypatch), {}
     first = make_fleet_plan(fleet, explore=False, certify=True, measurements=kept)
     assert first.plans[0].certification.rounds >= 1 and set(kept) == {0, 1} and kept[0].rates and not kept[1].rates
     [measured] = first.plans[0].pools

@@ -111,6 +111,8 @@ def test_long_prompts_that_miss_a_shared_band_s_target_on_their_own_are_named(ca
     p99 of 60 ms in simulation: the band's p99 let them through and the report said nothing. Here 2% of
     the requests are 20,000-token prompts with 20-token outputs, each decode step of theirs stretched
     by other prompts' chunks; the report and --json name the part that misses, and only that one."""
+    import dataclasses
+
     from planner.plan_json import plan_json
     from planner.pool_check import tail_parts
     from planner.report import render
@@ -138,6 +140,25 @@ def test_long_prompts_that_miss_a_shared_band_s_target_on_their_own_are_named(ca
     [missing] = plan_json(plan)["plan"][0]["band_parts_missing"]
     assert (missing["prompt_min_tokens"], missing["kind"], missing["limit_s"]) == (8192, "tpot", 0.06)
     assert missing["predicted_s"] == parts["tpot"].predicted_s > 0.06 and missing["simulated_s"] is None
+    assert missing["judged_by"] == "model" and missing["simulated_requests"] == 0
     # with no threshold to split at, the scenario names no part
     alone = plan_for([])
     assert "on their own" not in render(alone) and plan_json(alone)["plan"][0]["band_parts_missing"] == []
+    # a threshold between prompt edges is taken at the next edge up, where a band can end (6,144: 6,889)
+    assert {t.part.prompt_min_tokens for t in tail_parts(pool, [6144])} == {6889}
+    # a band that misses a target itself says so in its own row: no part of it is named for that target
+    assert not dataclasses.replace(parts["tpot"], band_holds=False).misses
+    # a simulated value on few requests (79: the p99 is about their 2nd largest) does not judge; the model's does
+    few = dataclasses.replace(parts["tpot"], simulated_s=0.01, requests=79)
+    assert not few.measured and few.misses
+    assert not dataclasses.replace(few, requests=5000).misses  # on enough requests the simulator judges
+    near = dataclasses.replace(few, simulated_s=0.0612, requests=5000)  # 2% over the 60 ms limit
+    assert near.misses and near.close_call and not dataclasses.replace(near, simulated_s=0.08).close_call
+
+
+def test_a_latency_beside_its_limit_shows_the_digits_that_tell_them_apart():
+    from planner.pool_check import apart_text
+
+    assert apart_text(0.6039, 0.6, "ttft") == "0.604 s"
+    assert apart_text(0.05004, 0.05, "tpot") == "50.04 ms"
+    assert apart_text(0.0612, 0.06, "tpot") == "61.2 ms"
