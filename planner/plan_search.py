@@ -455,9 +455,9 @@ def infeasible_message(classes, evals: Sequence[Evaluation], inventory: dict, *,
     unsplit_served = bool(classes.get("none")) and all(served(tc) for tc in classes["none"])
     for key in ["none", *[k for k in classes if k != "none" and not unsplit_served]]:
         for tc in classes.get(key, []):
-            mine = [evaluation for evaluation in evals if evaluation.traffic_class is tc]
-            if any(evaluation.capacity_rps > 0 for evaluation in mine):
+            if served(tc):
                 continue
+            mine = [evaluation for evaluation in evals if evaluation.traffic_class is tc]
             best = _best_failed(mine)
             where = "without a split" if key == "none" else f"under split {int(key):,}"
             if best is None:

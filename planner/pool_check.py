@@ -119,6 +119,9 @@ class TargetCheck:
     # of simulated_s, from the spread of the pooled runs' own values (NaN: one run, or fewer than
     # two runs with a value)
     standard_error_s: float = math.nan
+    # the simulated values it rests on: a TPOT only the requests with a second output token give
+    # (None: ITL, over the pool's decode tokens, or no simulation)
+    samples: int | None = None
 
     @property
     def undecided(self) -> bool:
@@ -236,7 +239,8 @@ def band_checks(slo: SLO, rm: ReplicaModel | None, n: float | None, lat: Request
             predicted = pt.value(index, kind, target.stat) if pt is not None else math.nan
             simulated = lat.statistic(band, kind, target.stat) if lat is not None else math.nan
             error = standard_error([run.statistic(band, kind, target.stat) for run in runs])
-            checks.append(TargetCheck(kind, target.stat, target.limit_s, predicted, simulated, error))
+            samples = lat.of(band, kind).size if lat is not None and kind != "itl" else None
+            checks.append(TargetCheck(kind, target.stat, target.limit_s, predicted, simulated, error, samples))
         requests = lat.requests_in(band) if lat is not None else 0
         out.append(BandCheck(band, requests, tuple(checks)))
     return tuple(out)
@@ -258,7 +262,7 @@ def few_beyond(requests: int, stat: str) -> bool:
     """Whether a percentile `stat` of `requests` simulated values rests on fewer than FEW_BEYOND of
     them beyond it (a mean never does)."""
     q = statistic_quantile(stat)
-    return q is not None and requests * (1 - q) < FEW_BEYOND
+    return q is not None and round(requests * (1 - q), 9) < FEW_BEYOND  # 100 x (1 - 0.9) reads 9.999...
 
 
 @dataclass(frozen=True)
@@ -278,7 +282,7 @@ class TailPart:
     limit_s: float
     predicted_s: float
     simulated_s: float  # NaN: no simulation
-    requests: int  # the part's simulated requests measured (0: no simulation)
+    requests: int  # the part's simulated values of this kind (a TPOT needs a second token; 0: no simulation)
     band_holds: bool  # the band's own verdict on this target (simulated where certified)
 
     @property
@@ -330,14 +334,15 @@ def tail_parts(pool, thresholds: Iterable[int]) -> list[TailPart]:
             point = rm.with_slo(cut).latency_at(pool.replay_resident)
             lat = check.latencies if check is not None else None
             for kind, target in targets:
-                if check is not None:
-                    band_holds = next(c.passes for c in check.bands[index].checks if c.kind == kind)
-                else:
+                c = next((c for c in check.bands[index].checks if c.kind == kind), None) if check is not None else None
+                if c is not None and math.isfinite(c.simulated_s):
+                    band_holds = c.passes
+                else:  # no simulation, or no simulated request of the band: the model's verdict, as its row's
                     band_holds = not own.value(index, kind, target.stat) > target.limit_s
                 out.append(TailPart(band, part, share, kind, target.stat, target.limit_s,
                                     point.value(index + 1, kind, target.stat),
                                     lat.statistic(part, kind, target.stat) if lat is not None else math.nan,
-                                    lat.requests_in(part) if lat is not None else 0, band_holds))
+                                    lat.of(part, kind).size if lat is not None else 0, band_holds))
     return out
 
 
@@ -355,13 +360,18 @@ def missing_tail_parts(pool, thresholds: Iterable[int]) -> list[TailPart]:
 
 def apart_text(value_s: float, limit_s: float, kind: str) -> str:
     """A latency beside its limit with as many more digits as it takes to tell the two apart
-    ("50.04 ms" had read "50.0 ms" against a 50 ms limit), in the kind's unit."""
+    ("50.04 ms" had read "50.0 ms" against a 50 ms limit), in the kind's unit; "—" for no value."""
+    if not math.isfinite(value_s):
+        return "—"
     least, scale, unit = _units(kind)
     value, limit = value_s * scale, limit_s * scale
     shown = f"{limit:g}"
     least = max(least, len(shown.split(".")[1]) if "." in shown else 0)  # never fewer decimals than the limit's
     digits = next((d for d in range(least, least + 6) if f"{value:,.{d}f}" != f"{limit:,.{d}f}"), None)
-    return (f"{value:,.{digits}f}" if digits is not None else f"just over {shown}") + f" {unit}"
+    if digits is None:  # equal to six more digits
+        side = "just over" if value > limit else "just under" if value < limit else "at"
+        return f"{side} {shown} {unit}"
+    return f"{value:,.{digits}f} {unit}"
 
 
 def standard_error(values: list[float]) -> float:

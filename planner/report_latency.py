@@ -9,7 +9,6 @@ from planner.plan_objects import Plan
 from planner.pool_check import (
     CLOSE_SHARE,
     CONFIRM_RUNS,
-    FEW_BEYOND,
     MOST_RUNS,
     RUN_SPAN_S,
     UNDECIDED_ERRORS,
@@ -17,6 +16,7 @@ from planner.pool_check import (
     PoolCheck,
     TargetCheck,
     apart_text,
+    few_beyond,
     latency_text,
     missing_tail_parts,
     undecided,
@@ -88,7 +88,7 @@ def band_rows(bands: tuple[BandCheck, ...], *, simulated: bool = True, past_roof
             if not math.isfinite(c.simulated_s):
                 verdict = _model_verdict(b, c)
             if math.isfinite(c.simulated_s):
-                verdict += _few_requests(b.requests, c.stat)
+                verdict += _few_requests(b.requests if c.samples is None else c.samples, c.stat)
             rows.append(f"| {b.band.label()} | {b.requests:,} | {_WHAT[c.kind]} {_target(c)} | "
                         f"{_value(c.predicted_s, c.kind)} | {_value(c.simulated_s, c.kind, c.standard_error_s)} | {verdict} |")
     return rows
@@ -104,13 +104,11 @@ def _model_verdict(b: BandCheck, c) -> str:
 
 
 def _few_requests(requests: int, stat: str) -> str:
-    """', on few requests: ...' where a percentile of `requests` simulated ones rests on its few
-    largest values (fewer than FEW_BEYOND beyond it); else ''."""
-    q = statistic_quantile(stat)
-    beyond = requests * (1 - q) if q is not None else math.inf
-    if beyond >= FEW_BEYOND:
+    """', on few requests: ...' where a percentile of `requests` simulated values rests on its few
+    largest (few_beyond); else ''."""
+    if not few_beyond(requests, stat):
         return ""
-    rank = round(beyond) + 1
+    rank = round(requests * (1 - statistic_quantile(stat))) + 1
     largest = "largest" if rank == 1 else f"{rank}{ {2: 'nd', 3: 'rd'}.get(rank, 'th')} largest"
     return f", on few requests (the {stat} of {requests:,} is about their {largest})"
 

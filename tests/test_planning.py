@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -157,8 +159,55 @@ def test_long_prompts_that_miss_a_shared_band_s_target_on_their_own_are_named(ca
 
 
 def test_a_latency_beside_its_limit_shows_the_digits_that_tell_them_apart():
-    from planner.pool_check import apart_text
+    from planner.pool_check import apart_text, few_beyond
 
     assert apart_text(0.6039, 0.6, "ttft") == "0.604 s"
     assert apart_text(0.05004, 0.05, "tpot") == "50.04 ms"
     assert apart_text(0.0612, 0.06, "tpot") == "61.2 ms"
+    assert apart_text(0.0499999999, 0.05, "tpot") == "just under 50 ms"
+    assert apart_text(0.05, 0.05, "tpot") == "at 50 ms" and apart_text(math.nan, 0.05, "tpot") == "—"
+    # 100 x (1 - 0.9) is 9.999... in floating point: ten values beyond the p90 are not 'few'
+    assert not few_beyond(100, "p90") and few_beyond(99, "p90") and not few_beyond(3, "mean")
+
+
+def test_a_long_part_of_the_second_band_is_read_from_the_histogram_s_prompt_bins(catalog):
+    """Two bands, the threshold inside the second: the part is the second band's. Its share comes from
+    the class histogram's prompt bins, exact at an edge: 3,000 prompts of 8,300 tokens beside 7,000 of
+    8,000 are 30% of the band at 8,192, where the latency model merges them into one cell (mean 8,090)
+    and has no cell above the edge, so it predicts nothing there and names no part."""
+    from planner.pool_check import missing_tail_parts, tail_parts
+
+    scn = scenario(context_limit=32768, gpus=["h100-sxm"], split_thresholds=[8192], min_replicas_per_pool=2,
+                   slo={"bands": [{"prompt_below": 4096, "ttft_s": 3.0, "tpot_ms": 60}, {"ttft_s": 5.0, "tpot_ms": 60}]})
+    p = np.r_[np.full(10_000, 1000), np.full(7000, 8000), np.full(3000, 8300)]
+    o = np.full(p.size, 100)
+    plan = make_plan(scn, catalog, catalog.model("llama-3.1-8b"), Histogram.from_arrays(p, o), 10.0, explore=False)
+    [pool] = plan.pools
+    parts = tail_parts(pool, [8192])
+    assert {(t.band.prompt_min_tokens, t.part.prompt_min_tokens, t.kind) for t in parts} == {
+        (4096, 8192, "ttft"), (4096, 8192, "tpot")}
+    assert all(t.share == pytest.approx(0.3) and math.isnan(t.predicted_s) and not t.misses for t in parts)
+    assert missing_tail_parts(pool, [8192]) == []
+
+
+def test_a_long_part_s_tpot_is_judged_on_the_requests_that_have_one(catalog):
+    """2,000 of the long prompts ask for one output token (no TPOT) and 20 for twenty: the part's TPOT
+    p99 rests on the few with a second token, not on every request of the part, so certification's
+    value does not judge it (an outside tester read '192.2 ms simulated on 4,026 of them' where 33
+    values lay behind it)."""
+    from planner.pool_check import tail_parts
+
+    scn = scenario(context_limit=32768, gpus=["h100-sxm"], split_thresholds=[8192], min_replicas_per_pool=2,
+                   slo={"bands": [{"ttft_s": 5.0, "tpot_ms": 60}]}, verify=True, simulation={"requests": 3000})
+    p = np.r_[np.full(7980, 1000), np.full(2000, 20_000), np.full(20, 20_000)]
+    o = np.r_[np.full(7980, 200), np.full(2000, 1), np.full(20, 20)]
+    plan = make_plan(scn, catalog, catalog.model("llama-3.1-8b"), Histogram.from_arrays(p, o), 20.0, explore=False)
+    [pool] = plan.pools
+    lat = pool.check.latencies
+    parts = {t.kind: t for t in tail_parts(pool, [8192])}
+    assert parts["tpot"].requests == lat.of(parts["tpot"].part, "tpot").size < lat.requests_in(parts["tpot"].part)
+    assert parts["ttft"].requests == lat.requests_in(parts["ttft"].part)
+    assert not parts["tpot"].measured  # too few TPOT values beyond the p99: the model's value judges
+    band = pool.check.bands[0]
+    [tpot] = [c for c in band.checks if c.kind == "tpot"]
+    assert tpot.samples == lat.of(band.band, "tpot").size < band.requests

@@ -170,7 +170,8 @@ def test_requests_over_the_limit_are_named_in_the_decision_and_the_context_lever
 
 
 def test_a_percentile_of_few_simulated_requests_says_which_order_statistic_it_is():
-    from planner.report_latency import FEW_BEYOND, _few_requests
+    from planner.pool_check import FEW_BEYOND
+    from planner.report_latency import _few_requests
 
     assert _few_requests(127, "p99") == ", on few requests (the p99 of 127 is about their 2nd largest)"
     assert _few_requests(196, "p99") == ", on few requests (the p99 of 196 is about their 3rd largest)"
