@@ -174,8 +174,12 @@ def _covers_every_class(plan: dict) -> None:
     for pool in plan["plan"]:
         assert pool["replicas"] >= 1 and pool["cost_usd_per_hour"] > 0
         served[pool["pool"]] = served.get(pool["pool"], 0.0) + pool["replicas"] * pool["capacity_rps"]
+    parts: dict[str, float] = {}
     for pool in plan["plan"]:
         assert served[pool["pool"]] >= pool["class_rate_rps"] * (1 - 1e-9), (pool, served)
+        parts[pool["pool"]] = parts.get(pool["pool"], 0.0) + pool["rate_rps"]
+    for pool in plan["plan"]:  # a class's pools cover its rate between them, each its own part
+        assert math.isclose(parts[pool["pool"]], pool["class_rate_rps"], rel_tol=1e-9), (pool, parts)
 
 
 @settings(FUZZ, max_examples=150)
