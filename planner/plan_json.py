@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from planner.plan_objects import Plan, class_parts
+from planner.plan_objects import Plan
 from planner.verification import unverified_speed
 
 
@@ -129,9 +129,9 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             "model_capacity_rps": pool.capacity.max_rps,
             # the requests/s (peak x headroom) this pool covers: its part of its class's, which
             # class_rate_rps gives whole (a class planned on several pools has a row for each)
-            "rate_rps": pool.traffic_class.rate_rps * part,
+            "rate_rps": pool.traffic_class.rate_rps * pool.class_part,
             "class_rate_rps": pool.traffic_class.rate_rps,
-            "class_part": part,
+            "class_part": pool.class_part,
             "binding": pool.capacity.binding,
             "cost_usd_per_hour": pool.cost_per_hour,
             # where capacity_rps comes from (Evaluation.planned_by): "model", "simulation" (measured for this
@@ -163,7 +163,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
                 for t in missing_tail_parts(pool, plan.scenario.thresholds)],
             "log_replay": log_replay_json(pool.check),
         }
-        for pool, part in zip(plan.pools, class_parts(plan.pools), strict=True)
+        for pool in plan.pools
     ]
     candidates = [
         {

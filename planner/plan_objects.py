@@ -139,6 +139,9 @@ class PoolDetail:
     check: PoolCheck | None = None
     planned_by: str = "model"  # where planned_rps comes from (Evaluation.planned_by)
     calibration: float | None = None  # with planned_by "calibration": the ratio the model's capacity is scaled by
+    # its share of its class's requests (class_share among the class's pools): the part of the class's
+    # rate its rows of the report and the JSON cover
+    class_part: float = 1.0
 
     def fields(self) -> dict[str, str | int]:
         """What names the pool in every output (the plan's JSON, the forecast's pool rows, their
@@ -350,16 +353,6 @@ def class_share(replicas: int, rps_per_replica: float, members: list[tuple[int, 
     if capacity > 0:
         return replicas * rps_per_replica / capacity
     return replicas / sum(n for n, _ in members)
-
-
-def class_parts(pools) -> list[float]:
-    """Each pool's share of its traffic class's requests (class_share among the pools of the same
-    class, by the capacity each replica is planned at): what its rows of the report and the JSON
-    cover of the class's rate."""
-    members: dict[str, list[tuple[int, float]]] = {}
-    for pool in pools:
-        members.setdefault(pool.traffic_class.name, []).append((pool.replicas, pool.planned_rps))
-    return [class_share(p.replicas, p.planned_rps, members[p.traffic_class.name]) for p in pools]
 
 
 def class_capacity_rps(pools) -> dict[str, float]:

@@ -114,6 +114,7 @@ def pool_details(evaluator: Evaluator, evals, sol: FleetSolution, *, replay_cove
         replay_n = n if replay == per_replica else rm.resident_for_rate(replay, float(dep.engine.max_num_seqs))
         out.append(PoolDetail(tc, cfg, dep, p.replicas, p.gpus, p.cost_per_hour, e.capacity, rm.point(n or 0.0),
                               per_replica, rm, n, e.capacity_rps, replay, replay_n,
-                              planned_by=e.planned_by, calibration=e.calibration if e.planned_by == "calibration" else None))
+                              planned_by=e.planned_by, calibration=e.calibration if e.planned_by == "calibration" else None,
+                              class_part=share))
     return out
 

@@ -315,6 +315,7 @@ def tail_parts(pool, thresholds: Iterable[int]) -> list[TailPart]:
     if pool.replay_resident is None:
         return out
     own = rm.latency_at(pool.replay_resident)
+    starts = LENGTH_EDGES[hist.prompt_bin]  # each cell's prompt bin begins at an edge
     for edge in sorted({int(LENGTH_EDGES[np.searchsorted(LENGTH_EDGES, t)]) for t in thresholds
                         if t <= LENGTH_EDGES[-1]}):
         for index, band in enumerate(slo.bands):
@@ -323,7 +324,6 @@ def tail_parts(pool, thresholds: Iterable[int]) -> list[TailPart]:
                 continue
             below = Band(band.name, band.prompt_min_tokens, edge, band.ttft, band.tpot, band.itl)
             part = Band(band.name, edge, hi, band.ttft, band.tpot, band.itl)
-            starts = LENGTH_EDGES[hist.prompt_bin]  # each cell's prompt bin begins at an edge
             in_band = float(hist.count[band.holds(starts)].sum())
             share = float(hist.count[part.holds(starts)].sum()) / in_band if in_band else 0.0
             targets = [(kind, getattr(band, kind)) for kind in ("ttft", "tpot")]

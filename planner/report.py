@@ -22,7 +22,6 @@ from planner.plan_objects import (
     Outcome,
     Plan,
     PoolDetail,
-    class_parts,
     classes_short_of_capacity,
     thresholds_left_out,
 )
@@ -310,8 +309,8 @@ def _pools_table(plan: Plan) -> str:
         "| Pool | Requests | GPU | TP | Weights | KV cache | Context limit | Replicas | GPUs | Capacity / replica (req/s) | Rate to cover (req/s) | Binding ceiling | $/hour |",
         "|---|---:|---|---:|---|---|---:|---:|---:|---:|---:|---|---:|",
     ]
-    for pool, part in zip(plan.pools, class_parts(plan.pools), strict=True):
-        tc, cfg = pool.traffic_class, pool.config
+    for pool in plan.pools:
+        tc, cfg, part = pool.traffic_class, pool.config, pool.class_part
         requests = f"{tc.share:.1%}" if part > 0.9999 else f"{tc.share:.1%} ({part:.0%} of it here)"
         # A class served by several pools: each covers its share, which the rows add up to.
         cover = f"{tc.rate_rps:,.3f}" if part > 0.9999 else f"{tc.rate_rps * part:,.3f} of {tc.rate_rps:,.3f}"
