@@ -28,9 +28,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from planner.startup import one_blas_thread  # noqa: E402
+from planner.startup import one_blas_thread, reuse_array_memory  # noqa: E402
 
 one_blas_thread()
+reuse_array_memory()
 
 from planner.certification import pool_setting, run_requests  # noqa: E402
 from planner.inputs import load_inputs, plan_inputs  # noqa: E402

@@ -1,8 +1,9 @@
 from __future__ import annotations
 
-from planner.startup import one_blas_thread
+from planner.startup import one_blas_thread, reuse_array_memory
 
 one_blas_thread()  # as the command line runs (planner.entry): before numpy loads
+reuse_array_memory()
 
 import pytest  # noqa: E402
 

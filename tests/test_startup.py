@@ -1,4 +1,5 @@
-"""How a planner process starts (planner.startup): numpy's BLAS on one thread."""
+"""How a planner process starts (planner.startup): numpy's BLAS on one thread, and large arrays that reuse
+their memory."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from planner.startup import BLAS_THREAD_VARIABLES, one_blas_thread
 
@@ -41,3 +43,84 @@ def test_numpy_loaded_after_it_sums_as_on_one_stated_thread_and_so_do_the_tests(
     rng = np.random.default_rng(0)
     a, b = rng.random(1_000_000), rng.random(1_000_000)
     assert repr(float(np.dot(a, b))) + "\n" == _dot_in_a_fresh_process(after, **as_stated_here)
+
+
+class _Mallopt:
+    """Stands in for the C library's mallopt: records what it is told."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, parameter, value):
+        self.calls.append((parameter, value))
+        return 1
+
+
+def test_the_allocator_settings_are_set_unless_the_environment_states_them(monkeypatch):
+    from planner import startup
+
+    mallopt = _Mallopt()
+    monkeypatch.setattr(startup.ctypes, "CDLL", lambda name: type("libc", (), {"mallopt": mallopt})())
+    monkeypatch.setattr(startup.sys, "platform", "linux")
+    for _, _, variable in startup.ALLOCATOR_SETTINGS:
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    monkeypatch.delenv("NUMPY_MADVISE_HUGEPAGE", raising=False)
+    startup.reuse_array_memory()
+    assert mallopt.calls == [(-8, 1), (-3, 32 * 2**20), (-1, 256 * 2**20)]
+    assert os.environ["NUMPY_MADVISE_HUGEPAGE"] == "0"
+    mallopt.calls.clear()
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
+    monkeypatch.setenv("NUMPY_MADVISE_HUGEPAGE", "1")
+    startup.reuse_array_memory()
+    assert mallopt.calls == [(-3, 32 * 2**20), (-1, 256 * 2**20)]  # the user's arena count stands
+    assert os.environ["NUMPY_MADVISE_HUGEPAGE"] == "1"
+    mallopt.calls.clear()
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.trim_threshold=1000000")
+    startup.reuse_array_memory()
+    assert mallopt.calls == []  # tuned through glibc's own tunables: all the user's
+    monkeypatch.setattr(startup.sys, "platform", "darwin")
+    monkeypatch.delenv("GLIBC_TUNABLES")
+    startup.reuse_array_memory()
+    assert mallopt.calls == []
+
+
+_REPLAYS = """
+import resource, sys, threading
+if sys.argv[1] == "planner":
+    from planner.startup import reuse_array_memory
+    reuse_array_memory()
+import numpy as np
+import pytest
+
+def replays():
+    for _ in range(20):
+        records = [np.ones(1_000_000) for _ in range(6)]  # a replay's step records, 8 MB each
+        del records
+
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+threads = [threading.Thread(target=replays) for _ in range(2)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator settings")
+def test_arrays_made_again_and_again_in_threads_reuse_their_memory():
+    """Two threads each make and drop six 8 MB arrays twenty times, as certification's replays do:
+    as glibc comes (and numpy without huge-page advice, which would count a 2 MB page as one fault),
+    every round faults its pages in again; with reuse_array_memory only the first round does."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"} | {"NUMPY_MADVISE_HUGEPAGE": "0"}
+
+    def faults(how: str) -> int:
+        run = subprocess.run([sys.executable, "-c", _REPLAYS, how], capture_output=True, text=True, check=True, env=env)
+        return int(run.stdout)
+
+    first_round_pages = 2 * 6 * 8_000_000 // os.sysconf("SC_PAGE_SIZE")
+    reused, plain = faults("planner"), faults("plain")
+    assert reused < 1.5 * first_round_pages
+    assert plain > 5 * first_round_pages
