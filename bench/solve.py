@@ -246,7 +246,7 @@ def joint_ilp(path: Path, backends: list[str]) -> None:
     from planner.plan_search import scenario_caps, service_model
 
     fleet = load_fleet(path)
-    setups = [_setup(svc, 1.0) for svc in fleet.services]
+    setups = [_setup(svc, 1.0, None) for svc in fleet.services]
     models = [service_model(st.scn, st.classes, st.evals, name=svc.name, inventory=scenario_caps(st.scn))
               for svc, st in zip(fleet.services, setups, strict=True)]
     print(f"  the fleet's ILP alone ({sum(len(m.candidates) for m in models)} candidates after dominance):")
