@@ -1,7 +1,6 @@
 """The `planner` command's entry point: a command that draws its report's figures in a worker
-process (planner.worker_pool) has that worker started early. On Linux it is forked once the
-command line is imported, so that it starts with the planner loaded; elsewhere it is started
-before, so that its imports overlap the planner's own."""
+process (planner.worker_pool) has that worker started before the command line is imported, so
+that the worker's imports overlap the planner's own."""
 
 from __future__ import annotations
 
@@ -18,17 +17,11 @@ def run() -> None:
     reuse_array_memory()
     try:
         begin_imports()
-        workers = uses_workers(sys.argv[1:])
-        if workers:
-            from planner.worker_pool import fork_workers, prestart
+        if uses_workers(sys.argv[1:]):
+            from planner.worker_pool import prestart
 
-            forked = fork_workers()
-            if not forked:  # a new process: started first, so that its imports overlap this one's
-                prestart()
+            prestart()
         from planner.cli import run as run_command_line
-
-        if workers and forked:  # a copy of this one: once the planner is imported, before any thread
-            prestart(forked=True)
 
         end_imports()
     except KeyboardInterrupt:  # Ctrl-C while the libraries load: as click says it later, not a traceback

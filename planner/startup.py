@@ -63,8 +63,8 @@ def reuse_array_memory() -> None:
     """Large arrays are carved from memory the process keeps, not mapped fresh from the kernel
     each time; before numpy is imported and before any thread starts (NUMPY_MADVISE_HUGEPAGE, where
     the environment states no setting of its own, is inherited by a worker process; the allocator's
-    settings are set in each). A setting the environment states (its MALLOC_ variable, or any in
-    GLIBC_TUNABLES) is the user's, and kept.
+    settings are set in each). A setting the environment states (its MALLOC_ variable, or any
+    glibc.malloc tunable in GLIBC_TUNABLES) is the user's, and kept.
 
     A certification replay makes a few dozen arrays of its million steps (8 MB each) and drops them,
     several replays at once in threads. glibc maps every allocation above its mmap threshold (128 KiB,

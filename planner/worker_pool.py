@@ -10,10 +10,8 @@ is written; the report writers write the PNG bytes themselves, after every plan 
 
 A worker is a Python process running `_serve` on the parent's import path: jobs and answers are
 pickled over its stdin and stdout, and a thread per worker reads its answers, so neither side
-ever waits on a full pipe. The first worker of a command is, on Linux, a fork of the planner made
-once the command line is imported, while the planner runs one thread (prestart); any other is a new
-process. (multiprocessing's fork server would re-import the caller's __main__ in each worker, and a
-fork of the planner mid-run is unsafe once the solver and the workers' readers have threads.) Outside
+ever waits on a full pipe. (multiprocessing's fork server would re-import the caller's __main__
+in each worker, and a fork of the planner mid-run is unsafe once the solver has threads.) Outside
 `worker_processes`, or when a worker cannot start, dies, sends anything but answers or is stuck,
 a job runs in this process, with the same answer; a job that fails in a worker runs again here,
 so that it raises here the error it raises in process.
@@ -29,7 +27,6 @@ import os
 import pickle
 import queue
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -71,15 +68,10 @@ _SERVE = "import sys, json; sys.path[:] = json.loads(sys.argv[1]); from planner.
 class _Worker:
     """One worker process, its jobs in the order sent, and the thread that reads its answers."""
 
-    def __init__(self, *, forked: bool = False):
-        """forked: a copy of this process (_Forked), which must have no thread but its main one yet;
-        else a new Python process that imports the planner."""
-        if forked:
-            self.proc = _Forked()
-        else:
-            paths = [p for p in sys.path if p]
-            self.proc = subprocess.Popen([sys.executable, "-P", "-c", _SERVE, json.dumps(paths)],
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    def __init__(self):
+        paths = [p for p in sys.path if p]
+        self.proc = subprocess.Popen([sys.executable, "-P", "-c", _SERVE, json.dumps(paths)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         self.pending: list[Future] = []
         self.gone = False  # its answers have ended: later jobs run in the caller
         self.answered_at = time.monotonic()  # its last answer (or its start)
@@ -163,74 +155,6 @@ class _Worker:
         threading.Thread(target=self.proc.wait, daemon=True).start()
 
 
-class _Forked:
-    """A worker forked from this process once the planner is imported: it starts with the planner
-    loaded, where a new process spends 0.2-0.3 CPU-s importing it again (on 2 cores, time taken from
-    the plan). A fork is safe only while this process runs one thread (no solver, no reader thread,
-    no Arrow I/O yet: prestart's moment), and only where fork is the platform's own way to start a
-    process (fork_workers). The part of subprocess.Popen that _Worker uses."""
-
-    def __init__(self):
-        for stream in (sys.stdout, sys.stderr):  # nothing buffered here is written twice
-            with suppress(AttributeError, OSError, ValueError):
-                stream.flush()
-        jobs_read, jobs_write = os.pipe()
-        answers_read, answers_write = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the worker: it never returns into the planner's command
-            try:
-                os.close(jobs_write)
-                os.close(answers_read)
-                # What a library prints goes nowhere, as a spawned worker's stderr does.
-                null = os.open(os.devnull, os.O_WRONLY)
-                os.dup2(null, 1)
-                os.dup2(null, 2)
-                _serve(os.fdopen(jobs_read, "rb"), os.fdopen(answers_write, "wb"))
-            finally:
-                os._exit(0)
-        os.close(jobs_read)
-        os.close(answers_write)
-        self.pid, self.returncode, self._reaping = pid, None, threading.Lock()
-        self.stdin = os.fdopen(jobs_write, "wb")
-        self.stdout = os.fdopen(answers_read, "rb")
-
-    def kill(self) -> None:
-        with suppress(OSError):
-            os.kill(self.pid, signal.SIGKILL)
-
-    def wait(self, timeout: float | None = None) -> int:
-        """Its exit status, as Popen.wait gives it, to every thread that asks (close() reaps it in
-        a thread of its own); timeout, for the tests: polled."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            with self._reaping:
-                if self.returncode is None:
-                    pid, status = os.waitpid(self.pid, os.WNOHANG)
-                    if pid:
-                        self.returncode = os.waitstatus_to_exitcode(status)
-                if self.returncode is not None:
-                    return self.returncode
-            if deadline is not None and time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired("worker", timeout)
-            time.sleep(0.01)
-
-
-def fork_workers() -> bool:
-    """Whether a prestarted worker is forked: on Linux, where fork is how processes start (macOS's
-    system libraries are not safe to use in a forked child, and Windows has no fork)."""
-    return sys.platform.startswith("linux") and hasattr(os, "fork")
-
-
-def _one_thread() -> bool:
-    """Whether this process runs its main thread alone, native threads counted (a library's own,
-    which `threading` does not see): a fork copies only the thread that forks, and a lock another
-    held stays locked in the copy."""
-    try:
-        return threading.active_count() == 1 and len(os.listdir("/proc/self/task")) == 1
-    except OSError:
-        return False
-
-
 class _WorkerGone(Exception):
     pass
 
@@ -246,22 +170,17 @@ _prestarted: list[_Worker] = []  # started by prestart(), for the next worker_pr
 _started: dict[bytes, Callable[[], Any]] = {}
 
 
-def prestart(*, forked: bool = False) -> None:
-    """Start the worker of the next worker_processes block now. forked (planner.entry, on Linux: once
-    the command line is imported, before it starts a thread): a fork of this process, which has the
-    planner loaded and imports only matplotlib. Else before the command line imports the planner: the
-    worker's own imports (the planner and matplotlib, 0.6 s) then overlap those (0.2 s). Measured on
-    2 cores, the 128k rollout without simulation, 8 fresh processes each, alternating: 2.68 CPU-s in
-    all forked against 2.86 spawned (perf stat), and 1.61 s end to end against 1.63 (medians): the
-    worker is ready no sooner (matplotlib's import is most of its wait), and on an idle second core
-    the imports it saves had run beside the planner's own; a busier machine, or a single core, gains
-    them in time. One the block does not take (the command wants no worker) is told to end; one left when the command ends first (a bad file, a usage error) ends at
+def prestart() -> None:
+    """Start the worker of the next worker_processes block now, before the command line imports the
+    planner: the worker's own imports (the planner and matplotlib, 0.6 s) then overlap those (0.2 s),
+    and it takes its first job that much sooner. One the block does not take (the command wants no
+    worker) is told to end; one left when the command ends first (a bad file, a usage error) ends at
     the end of its stdin, when this process exits; either ends once its imports are done. (No exit
     hook: Python 3.12 starts no thread at shutdown, and close() starts one to reap the process.)"""
     if _prestarted or _workers or os.environ.get("PLANNER_WORKERS") == "0":
         return
     with suppress(Exception):  # no process can be started: the block starts its own, or none
-        _prestarted.append(_Worker(forked=forked and _one_thread()))
+        _prestarted.append(_Worker())
 
 
 def _end_prestarted() -> None:
@@ -498,25 +417,24 @@ def _run(job: str, kwargs: dict):
     return getattr(importlib.import_module(f"planner.{module}"), function)(**kwargs)
 
 
-def _serve(jobs=None, answers=None) -> None:
-    """The worker: matplotlib first (figures are most of its jobs), then each job read from `jobs`
-    answered on `answers` [default: stdin and stdout, a spawned worker's pipes]."""
-    if answers is None:
-        # Answers get their own copy of stdout; anything a library prints goes to stderr instead.
-        answers = os.fdopen(os.dup(1), "wb")
-        os.dup2(2, 1)
+def _serve() -> None:
+    """The worker: matplotlib first (figures are most of its jobs), then each job read from stdin
+    answered on stdout."""
+    # Answers get their own copy of stdout; anything a library prints goes to stderr instead.
+    answers = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
     # The slow imports, before the first job arrives: matplotlib, and what the planner's jobs
     # are made of (unpickling a job imports it otherwise, while the planner waits).
     from planner.startup import begin_imports, end_imports, reuse_array_memory
 
-    reuse_array_memory()  # a spawned worker's allocator (a forked one has the planner's already)
+    reuse_array_memory()  # the allocator's settings are each process's own (the planner's are set in planner.entry)
     begin_imports()
     import planner.exploration
     import planner.figures  # noqa: F401
 
     end_imports()
 
-    jobs = sys.stdin.buffer if jobs is None else jobs
+    jobs = sys.stdin.buffer
     while True:
         try:
             job, kwargs = pickle.load(jobs)

@@ -209,60 +209,6 @@ def test_a_prestarted_worker_is_the_next_blocks_and_one_no_block_takes_ends(monk
     assert unused.proc.wait(timeout=60) == 0  # its stdin closed: it ends once its imports are done
 
 
-_FORKED_RUN = """
-import sys
-from planner.startup import one_blas_thread
-one_blas_thread()
-import planner.cli  # noqa: F401  (as planner.entry has imported it when it forks)
-from planner import worker_pool
-from planner.worker_pool import draw, worker_processes
-rows = {"rows": [(f"option {j}", 10.0 + j) for j in range(12)], "title": "forked"}
-worker_pool.prestart(forked=True)
-[worker] = worker_pool._prestarted
-assert type(worker.proc).__name__ == "_Forked", type(worker.proc)
-with worker_processes():
-    there = draw("cost_figure", **rows)()
-    assert not worker.gone
-here = draw("cost_figure", **rows)()
-assert there == here and there.startswith(b"\\x89PNG")
-worker_pool.prestart(forked=True)
-unused = worker_pool._prestarted[0]
-with worker_processes(False):
-    pass
-assert unused.proc.wait(timeout=60) == 0
-print("forked worker ok")
-"""
-
-
-@pytest.mark.skipif(not worker_pool.fork_workers(), reason="workers are forked on Linux only")
-def test_a_forked_worker_draws_the_bytes_drawn_here_and_ends_with_its_stdin(tmp_path):
-    """The entry point's worker on Linux is a fork of the planner, made once the command line is
-    imported (in a fresh process: this one runs pytest's threads, and a fork needs one thread)."""
-    run = subprocess.run([sys.executable, "-c", _FORKED_RUN], capture_output=True, text=True, timeout=120,
-                         cwd=tmp_path, env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
-    assert run.returncode == 0, run.stderr
-    assert run.stdout.strip() == "forked worker ok"
-
-
-def test_no_worker_is_forked_while_another_thread_runs(monkeypatch):
-    """A fork copies only the thread that forks: with another running, prestart starts a new process."""
-    import threading
-
-    monkeypatch.delenv("PLANNER_WORKERS", raising=False)
-    release = threading.Event()
-    other = threading.Thread(target=release.wait)
-    other.start()
-    try:
-        assert not worker_pool._one_thread()
-        worker_pool.prestart(forked=True)
-        [worker] = worker_pool._prestarted
-        assert isinstance(worker.proc, subprocess.Popen)
-    finally:
-        release.set()
-        other.join()
-        worker_pool._end_prestarted()
-
-
 @pytest.mark.parametrize(("args", "starts"), [
     (["solve", "scenarios/a.yaml"], True), (["--debug", "forecast", "a.yaml"], True),
     (["solve", "a.yaml", "--no-report"], False), (["solve", "--help"], False), (["workload", "show", "x"], False),
@@ -283,8 +229,7 @@ def test_the_entry_point_imports_without_collections_and_freezes_what_they_made(
     from planner import entry
 
     seen = {}
-    monkeypatch.setattr(worker_pool, "prestart",
-                        lambda **_: seen.setdefault("collecting while importing", gc.isenabled()))
+    monkeypatch.setattr(worker_pool, "prestart", lambda: seen.setdefault("collecting while importing", gc.isenabled()))
     monkeypatch.setattr(planner.cli, "run", lambda: seen.update(collecting=gc.isenabled(), frozen=gc.get_freeze_count()))
     monkeypatch.setattr(sys, "argv", ["planner", "solve", "a.yaml"])
     try:
