@@ -25,7 +25,8 @@ def run() -> None:
 
         end_imports()
     except KeyboardInterrupt:  # Ctrl-C while the libraries load: as click says it later, not a traceback
-        print("Aborted!", file=sys.stderr)
+        if sys.stderr is not None:  # print(file=None) would write it to stdout
+            print("Aborted!", file=sys.stderr)
         sys.exit(1)
     run_command_line()
 

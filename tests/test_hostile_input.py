@@ -288,6 +288,37 @@ def test_a_command_started_with_stdout_closed_ends_without_a_traceback():
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
 
 
+def test_a_command_started_with_stderr_closed_writes_its_report_and_keeps_errors_off_stdout(tmp_path):
+    """planner ... 2>&- : Python's sys.stderr is None. The progress bars asked it whether it is a
+    terminal (AttributeError: exit 1, no report), and print(..., file=None) writes to stdout."""
+    def closed_stderr(*args):
+        return subprocess.run([sys.executable, "-m", "planner", *args], cwd=ROOT, capture_output=False,
+                              stdout=subprocess.PIPE, text=True, preexec_fn=lambda: os.close(2), check=False)
+
+    done = closed_stderr("solve", "scenarios/chat_8b_h100.yaml", "--no-verify", "--out-dir", str(tmp_path))
+    assert done.returncode == 0 and (tmp_path / "chat_8b_h100.md").is_file()
+    assert done.stdout.startswith("chat_8b_h100: $")
+    bad = closed_stderr("solve", str(tmp_path / "missing.yaml"))
+    assert bad.returncode == 2 and bad.stdout == ""
+
+
+def test_a_ctrl_c_outside_clicks_handling_ends_as_one_inside_it(monkeypatch, capsys):
+    """A Ctrl-C before click parses the command line (or after the command) printed a traceback."""
+    import planner.cli
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    def leave(code):
+        raise SystemExit(code)
+
+    monkeypatch.setattr(planner.cli, "main", interrupted)
+    monkeypatch.setattr(planner.cli.os, "_exit", leave)
+    with pytest.raises(SystemExit) as ended:
+        planner.cli.run()
+    assert ended.value.code == 1 and capsys.readouterr().err == "Aborted!\n"
+
+
 def test_histogram_output_inside_an_input_folder_is_refused(tmp_path):
     folder = tmp_path / "logs"
     folder.mkdir()

@@ -84,16 +84,19 @@ def run() -> None:
     was printed. Measured: 1 in 200 runs of a command failing that way. Leaving with
     os._exit once the output is flushed skips that teardown; a command's own work
     (atomic writes, solver files) is complete by then. Uncaught exceptions (a fault in planner)
-    leave the normal way, with their traceback.
+    leave the normal way, with their traceback. A Ctrl-C that lands outside click's own handling
+    (before it parses the command line, or after the command) ends as click ends one inside it.
     """
     try:
         main()
     except SystemExit as exc:
         code = exc.code
+    except KeyboardInterrupt:
+        code = "Aborted!"
     else:
         code = 0
     if not isinstance(code, int):
-        if code is not None:
+        if code is not None and sys.stderr is not None:  # print(file=None) would write it to stdout
             print(code, file=sys.stderr)
         code = 0 if code is None else 1
     for stream in (sys.stdout, sys.stderr):
