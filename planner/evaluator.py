@@ -93,7 +93,7 @@ class Evaluator:
         measured because the class's ratio may not hold for it. held: `rps` is a rate the config's pool
         held its targets at (a challenger that replaced the plan), not the limit a bisection found: it
         plans the config there, and the report says so rather than call it the config's limit."""
-        key = (*e.config.key, *self._class_key(e.traffic_class))
+        key = self.pair_key(e.config, e.traffic_class)
         self._simulated[key] = rps
         self.simulated_version += 1
         self._simulated_by[key] = ("log" if (not calibrates if from_log is None else from_log)
@@ -128,7 +128,7 @@ class Evaluator:
 
     def knows_simulated(self, cfg: Config, tc: TrafficClass) -> bool:
         """Whether certification measured this config's capacity for this class itself."""
-        return (*cfg.key, *self._class_key(tc)) in self._simulated
+        return self.pair_key(cfg, tc) in self._simulated
 
     @contextmanager
     def without_ratios(self):
