@@ -28,10 +28,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from planner.startup import one_blas_thread, reuse_array_memory  # noqa: E402
+from planner.startup import prepare_process  # noqa: E402
 
-one_blas_thread()
-reuse_array_memory()
+prepare_process()
 
 from planner.certification import pool_setting, run_requests  # noqa: E402
 from planner.inputs import load_inputs, plan_inputs  # noqa: E402

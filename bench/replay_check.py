@@ -32,10 +32,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from planner.startup import one_blas_thread, reuse_array_memory  # noqa: E402
+from planner.startup import prepare_process  # noqa: E402
 
-one_blas_thread()
-reuse_array_memory()
+prepare_process()
 
 from planner.bounds import MAX_SIMULATED_REQUESTS  # noqa: E402
 from planner.certification import pool_setting  # noqa: E402

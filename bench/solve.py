@@ -45,10 +45,9 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from planner.startup import one_blas_thread, reuse_array_memory  # noqa: E402
+from planner.startup import prepare_process  # noqa: E402
 
-one_blas_thread()  # the in-process breakdown runs as the command line does (planner.entry)
-reuse_array_memory()
+prepare_process()  # the in-process breakdown runs as the command line does (planner.entry)
 
 ISSUE_GPUS = ["h100-sxm", "h100-pcie", "h200", "b200", "a100-80gb", "a100-40gb", "l40s", "l4", "a10g", "mi300x"]
 

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import sys
 
-from planner.startup import begin_imports, end_imports, one_blas_thread, reuse_array_memory
+from planner.startup import begin_imports, end_imports, prepare_process, standard_streams
 
 # The commands that write a report through worker_processes (solve, forecast).
 _WITH_WORKERS = ("solve", "forecast")
 
 
 def run() -> None:
-    one_blas_thread()
-    reuse_array_memory()
+    standard_streams()
+    prepare_process()
     try:
         begin_imports()
         if uses_workers(sys.argv[1:]):
@@ -25,8 +25,7 @@ def run() -> None:
 
         end_imports()
     except KeyboardInterrupt:  # Ctrl-C while the libraries load: as click says it later, not a traceback
-        if sys.stderr is not None:  # print(file=None) would write it to stdout
-            print("Aborted!", file=sys.stderr)
+        print("Aborted!", file=sys.stderr)
         sys.exit(1)
     run_command_line()
 

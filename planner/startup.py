@@ -34,7 +34,8 @@ def one_blas_thread() -> None:
     another number of cores (measured: the last bits of a million-term dot differ between one
     thread and two), so a report's simulated figures depended on where it ran; and OpenBLAS's idle
     threads spin: the certified 128k rollout spent 8.3 CPU-s on 2 cores, 4.4 on one BLAS thread,
-    5.6 s against 5.3 s end to end (alternating runs), every shipped report the same."""
+    5.6 s against 5.3 s end to end (alternating runs, 2026-12-04, before certification's half-hour
+    runs made that command about twice as long), every shipped report the same."""
     for name in BLAS_THREAD_VARIABLES:
         os.environ.setdefault(name, "1")
 
@@ -50,12 +51,38 @@ def end_imports() -> None:
     gc.enable()
 
 
-# glibc's mallopt settings (reuse_array_memory): (the parameter's number in malloc.h, its value, the
-# environment variable that states it at start-up, which a user's own setting keeps)
+def standard_streams() -> None:
+    """A descriptor 0, 1 or 2 the command was started without (`planner ... 2>&-`) is opened on the
+    null device, and Python's stream for it (None then) writes there: else the next file opened
+    takes the number, and what a library writes to "stderr" lands in it (a report, a font file);
+    and print(..., file=sys.stderr), traceback.print_exc and click's Ctrl-C line, given None,
+    write to stdout."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            opened = os.open(os.devnull, os.O_RDWR)  # the lowest free number: this one, once those below are open
+            if opened != fd:
+                os.dup2(opened, fd)
+                os.close(opened)
+    for name, mode in (("stdin", "r"), ("stdout", "w"), ("stderr", "w")):
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(os.devnull, mode, encoding="utf-8"))  # noqa: SIM115 (the process's own)
+
+
+def prepare_process() -> None:
+    """What every planner process that plans does first, before numpy loads: the command line
+    (planner.entry), the tests (tests/conftest.py) and the benches that time or replay as it does."""
+    one_blas_thread()
+    reuse_array_memory()
+
+
+# glibc's mallopt settings (reuse_array_memory): (the parameter's number in malloc.h, its value, and
+# the environment variable and the glibc tunable that state it, either of which a user's own setting keeps)
 ALLOCATOR_SETTINGS = (
-    (-8, 1, "MALLOC_ARENA_MAX"),  # M_ARENA_MAX: one arena
-    (-3, 32 * 2**20, "MALLOC_MMAP_THRESHOLD_"),  # M_MMAP_THRESHOLD: glibc's most on 64-bit (HEAP_MAX_SIZE / 2)
-    (-1, 256 * 2**20, "MALLOC_TRIM_THRESHOLD_"),  # M_TRIM_THRESHOLD
+    (-8, 1, "MALLOC_ARENA_MAX", "glibc.malloc.arena_max"),  # M_ARENA_MAX: one arena
+    (-3, 32 * 2**20, "MALLOC_MMAP_THRESHOLD_", "glibc.malloc.mmap_threshold"),  # M_MMAP_THRESHOLD: glibc's most on 64-bit
+    (-1, 256 * 2**20, "MALLOC_TRIM_THRESHOLD_", "glibc.malloc.trim_threshold"),  # M_TRIM_THRESHOLD
 )
 
 
@@ -63,8 +90,8 @@ def reuse_array_memory() -> None:
     """Large arrays are carved from memory the process keeps, not mapped fresh from the kernel
     each time; before numpy is imported and before any thread starts (NUMPY_MADVISE_HUGEPAGE, where
     the environment states no setting of its own, is inherited by a worker process; the allocator's
-    settings are set in each). A setting the environment states (its MALLOC_ variable, or any
-    glibc.malloc tunable in GLIBC_TUNABLES) is the user's, and kept.
+    settings are set in each). An allocator setting the environment states (its MALLOC_ variable or
+    its glibc.malloc tunable in GLIBC_TUNABLES) is the user's, and kept.
 
     A certification replay makes a few dozen arrays of its million steps (8 MB each) and drops them,
     several replays at once in threads. glibc maps every allocation above its mmap threshold (128 KiB,
@@ -72,18 +99,24 @@ def reuse_array_memory() -> None:
     each thread an arena of 64 MiB heaps that it unmaps once they empty; either way each array's
     pages are faulted in and zeroed by the kernel again. numpy also asks for transparent huge pages
     on arrays of 4 MB and more, which a kernel that compacts memory on such faults ('defrag: madvise',
-    Debian's default) pays for again at every fault. So: the mmap threshold at 32 MiB, freed memory
-    kept up to 256 MiB, one arena for every thread (they allocate large arrays, a few a replay, not
-    often enough to contend for it), and no huge-page advice.
+    the kernel's default) pays for again at every fault. So: the mmap threshold at 32 MiB, freed
+    memory kept up to 256 MiB, one arena for every thread, and no huge-page advice. The replay
+    threads, one a core, then share the arena's lock; they allocate a few large arrays a replay,
+    and on 2 cores that cost nothing measurable (more cores are not measured).
 
     Measured on 2 cores, the certified 128k rollout (`planner solve`, default flags), three runs each,
-    the reports byte for byte the same:
-    - as glibc and numpy come: 11.1-12.3 s end to end, 5.0-6.6 CPU-s in the kernel, 0.9-1.1 million
-      page faults, peak memory 660-750 MB;
-    - all four settings: 8.4-8.5 s, 0.4-0.5 CPU-s in the kernel, 0.13-0.19 million faults, 550-580 MB;
-    - without the one arena: 8.4-9.9 s and 0.3-1.1 million faults, as the threads' heaps come and go;
-    - the one arena without the thresholds: 9.5-10.7 s (10.1-10.4 s without huge-page advice).
-    Other C libraries (macOS, musl) are left as they are."""
+    alternating, the reports byte for byte the same:
+    - as glibc and numpy come (the commit before these settings): 12.1-12.8 s end to end, 5.9-6.7
+      CPU-s in the kernel, 0.86-1.09 million page faults, peak memory 720-780 MB;
+    - all four (the three allocator settings, and no huge-page advice): 8.5-9.1 s, 0.4-0.5 CPU-s in
+      the kernel, 0.12-0.18 million faults, 555-586 MB;
+    - with numpy's huge-page advice left on: 8.6-8.8 s, 1.0-1.3 CPU-s in the kernel (0.06-0.08
+      million faults, of 2 MB pages), 544-599 MB;
+    - with glibc's own count of arenas (MALLOC_ARENA_MAX=16, eight a core): 8.6-9.1 s, 0.7-1.5
+      CPU-s in the kernel, 0.25-0.65 million faults, 744-802 MB.
+    The thresholds make the time; the one arena and no advice spare the kernel's work and memory,
+    which a busier machine would feel. The allocator settings are glibc's: other C libraries (macOS,
+    musl) keep their own, and only numpy's advice is turned off there."""
     os.environ.setdefault("NUMPY_MADVISE_HUGEPAGE", "0")
     if not sys.platform.startswith("linux"):
         return
@@ -92,6 +125,7 @@ def reuse_array_memory() -> None:
     except (AttributeError, OSError):  # a C library without mallopt
         return
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    for parameter, value, variable in ALLOCATOR_SETTINGS:
-        if variable not in os.environ and "glibc.malloc." not in os.environ.get("GLIBC_TUNABLES", ""):
+    tunables = os.environ.get("GLIBC_TUNABLES", "")
+    for parameter, value, variable, tunable in ALLOCATOR_SETTINGS:
+        if variable not in os.environ and tunable + "=" not in tunables:
             mallopt(parameter, value)

@@ -1,9 +1,8 @@
 from __future__ import annotations
 
-from planner.startup import one_blas_thread, reuse_array_memory
+from planner.startup import prepare_process
 
-one_blas_thread()  # as the command line runs (planner.entry): before numpy loads
-reuse_array_memory()
+prepare_process()  # as the command line runs (planner.entry): before numpy loads
 
 import pytest  # noqa: E402
 

@@ -290,7 +290,8 @@ def test_a_command_started_with_stdout_closed_ends_without_a_traceback():
 
 def test_a_command_started_with_stderr_closed_writes_its_report_and_keeps_errors_off_stdout(tmp_path):
     """planner ... 2>&- : Python's sys.stderr is None. The progress bars asked it whether it is a
-    terminal (AttributeError: exit 1, no report), and print(..., file=None) writes to stdout."""
+    terminal (AttributeError: exit 1, no report), and print(..., file=None) and
+    traceback.print_exc write to stdout (planner.startup.standard_streams)."""
     def closed_stderr(*args):
         return subprocess.run([sys.executable, "-m", "planner", *args], cwd=ROOT, capture_output=False,
                               stdout=subprocess.PIPE, text=True, preexec_fn=lambda: os.close(2), check=False)
@@ -300,6 +301,8 @@ def test_a_command_started_with_stderr_closed_writes_its_report_and_keeps_errors
     assert done.stdout.startswith("chat_8b_h100: $")
     bad = closed_stderr("solve", str(tmp_path / "missing.yaml"))
     assert bad.returncode == 2 and bad.stdout == ""
+    traced = closed_stderr("--debug", "solve", str(tmp_path / "missing.yaml"))  # the traceback asked for
+    assert traced.returncode == 2 and traced.stdout == ""
 
 
 def test_a_ctrl_c_outside_clicks_handling_ends_as_one_inside_it(monkeypatch, capsys):
@@ -316,7 +319,7 @@ def test_a_ctrl_c_outside_clicks_handling_ends_as_one_inside_it(monkeypatch, cap
     monkeypatch.setattr(planner.cli.os, "_exit", leave)
     with pytest.raises(SystemExit) as ended:
         planner.cli.run()
-    assert ended.value.code == 1 and capsys.readouterr().err == "Aborted!\n"
+    assert ended.value.code == 1 and capsys.readouterr().err == "\nAborted!\n"
 
 
 def test_histogram_output_inside_an_input_folder_is_refused(tmp_path):

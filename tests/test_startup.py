@@ -63,7 +63,7 @@ def test_the_allocator_settings_are_set_unless_the_environment_states_them(monke
     mallopt = _Mallopt()
     monkeypatch.setattr(startup.ctypes, "CDLL", lambda name: type("libc", (), {"mallopt": mallopt})())
     monkeypatch.setattr(startup.sys, "platform", "linux")
-    for _, _, variable in startup.ALLOCATOR_SETTINGS:
+    for _, _, variable, _ in startup.ALLOCATOR_SETTINGS:
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
     monkeypatch.delenv("NUMPY_MADVISE_HUGEPAGE", raising=False)
@@ -77,13 +77,17 @@ def test_the_allocator_settings_are_set_unless_the_environment_states_them(monke
     assert mallopt.calls == [(-3, 32 * 2**20), (-1, 256 * 2**20)]  # the user's arena count stands
     assert os.environ["NUMPY_MADVISE_HUGEPAGE"] == "1"
     mallopt.calls.clear()
-    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.trim_threshold=1000000")
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.tcache_count=7:glibc.malloc.trim_threshold=1000000")
     startup.reuse_array_memory()
-    assert mallopt.calls == []  # tuned through glibc's own tunables: all the user's
+    assert mallopt.calls == [(-3, 32 * 2**20)]  # the user's trim threshold (and arena count) stand, and no other
+    mallopt.calls.clear()
     monkeypatch.setattr(startup.sys, "platform", "darwin")
     monkeypatch.delenv("GLIBC_TUNABLES")
     startup.reuse_array_memory()
     assert mallopt.calls == []
+    monkeypatch.setattr(startup.sys, "platform", "linux")
+    monkeypatch.setattr(startup.ctypes, "CDLL", lambda name: object())  # a C library without mallopt
+    startup.reuse_array_memory()
 
 
 _REPLAYS = """
@@ -92,7 +96,6 @@ if sys.argv[1] == "planner":
     from planner.startup import reuse_array_memory
     reuse_array_memory()
 import numpy as np
-import pytest
 
 def replays():
     for _ in range(20):
@@ -119,8 +122,8 @@ def _huge_pages_always() -> bool:
         return False
 
 
-@pytest.mark.skipif(platform.libc_ver()[0] != "glibc" or _huge_pages_always(),
-                    reason="glibc's allocator, on 4 KB pages")
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc" or _huge_pages_always() or "LD_PRELOAD" in os.environ,
+                    reason="glibc's own allocator, with transparent huge pages not 'always'")
 def test_arrays_made_again_and_again_in_threads_reuse_their_memory():
     """Two threads each make and drop six 8 MB arrays twenty times, as certification's replays do:
     as glibc comes (and numpy without huge-page advice, which would count a 2 MB page as one fault),

@@ -86,17 +86,18 @@ def run() -> None:
     (atomic writes, solver files) is complete by then. Uncaught exceptions (a fault in planner)
     leave the normal way, with their traceback. A Ctrl-C that lands outside click's own handling
     (before it parses the command line, or after the command) ends as click ends one inside it.
+    (Streams the command was started without are the null device's by now: planner.entry.)
     """
     try:
         main()
     except SystemExit as exc:
         code = exc.code
     except KeyboardInterrupt:
-        code = "Aborted!"
+        code = "\nAborted!"  # click's words: a new line after the terminal's ^C, then its message
     else:
         code = 0
     if not isinstance(code, int):
-        if code is not None and sys.stderr is not None:  # print(file=None) would write it to stdout
+        if code is not None:
             print(code, file=sys.stderr)
         code = 0 if code is None else 1
     for stream in (sys.stdout, sys.stderr):

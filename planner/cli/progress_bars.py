@@ -38,6 +38,6 @@ class _Bar:
 
 @contextmanager
 def terminal_progress() -> Iterator[None]:
-    """Draw the stages run inside the block, when stderr is a terminal (None: started with it closed)."""
-    with listening(_Bars() if sys.stderr is not None and sys.stderr.isatty() else None):
+    """Draw the stages run inside the block, when stderr is a terminal."""
+    with listening(_Bars() if sys.stderr.isatty() else None):
         yield

@@ -133,7 +133,7 @@ class _progress_bar:
 
     def __enter__(self):
         self._bar = None
-        return self if sys.stderr is not None and sys.stderr.isatty() else None
+        return self if sys.stderr.isatty() else None
 
     def start(self, label: str, total: int | None, unit: str) -> None:
         from tqdm import tqdm
