@@ -37,9 +37,8 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import pulp
-
 from planner.ilp_solver import DEFAULT_BACKEND, break_ties, lp_name, solution_status, solver_for
+from planner.pulp_import import pulp
 
 
 @dataclass(frozen=True)

@@ -79,8 +79,6 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-import pulp
-
 from planner.bounds import MAX_FLEET_GPUS
 from planner.ilp_solver import (
     DEFAULT_BACKEND,
@@ -90,6 +88,7 @@ from planner.ilp_solver import (
     solution_status,
     solver_for,
 )
+from planner.pulp_import import pulp
 
 BEYOND_ANY_FLEET = "Beyond any fleet"  # status: every option needs more GPUs than exist
 

@@ -13,9 +13,8 @@ import warnings
 from contextlib import contextmanager
 from functools import lru_cache
 
-import pulp
-
 from planner.errors import InputError
+from planner.pulp_import import pulp
 
 COST_TOLERANCE_USD = 1e-6  # plans within this of the optimum's cost per hour count as equal
 FIX_FROM_INTEGER_VARIABLES = 1000  # break_ties fixes variables by reduced costs from this size of problem

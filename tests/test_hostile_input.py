@@ -322,6 +322,46 @@ def test_a_ctrl_c_outside_clicks_handling_ends_as_one_inside_it(monkeypatch, cap
     assert ended.value.code == 1 and capsys.readouterr().err == "\nAborted!\n"
 
 
+_CTRL_C_IN_HIGHSPY = """
+import importlib.machinery
+import sys
+
+
+class CtrlC:  # one Ctrl-C, landing while highspy's module runs (as its import takes a while)
+    pressed = False
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "highspy":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        load = spec.loader.exec_module
+
+        def interrupted(module):
+            if not CtrlC.pressed:
+                CtrlC.pressed = True
+                raise KeyboardInterrupt
+            load(module)
+
+        spec.loader.exec_module = interrupted
+        return spec
+
+
+sys.meta_path.insert(0, CtrlC())
+sys.argv = ["planner", "solve", "scenarios/chat_8b_h100.yaml", "--no-verify", "--out-dir", sys.argv[1]]
+from planner.entry import run
+run()
+"""
+
+
+def test_a_ctrl_c_while_highspy_loads_ends_the_run_not_blames_a_missing_package(tmp_path):
+    """PuLP imports highspy under a bare except: a Ctrl-C there read as "needs the highspy package"
+    (exit 2). planner.pulp_import loads highspy first."""
+    done = subprocess.run([sys.executable, "-c", _CTRL_C_IN_HIGHSPY, str(tmp_path / "out")], cwd=ROOT,
+                          capture_output=True, text=True, check=False, env={**os.environ, "PLANNER_WORKERS": "0"})
+    assert done.returncode == 1 and done.stderr.endswith("Aborted!\n") and "highspy" not in done.stderr, done.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_histogram_output_inside_an_input_folder_is_refused(tmp_path):
     folder = tmp_path / "logs"
     folder.mkdir()
