@@ -315,6 +315,7 @@ def tail_parts(pool, thresholds: Iterable[int]) -> list[TailPart]:
     if pool.replay_resident is None:
         return out
     own = rm.latency_at(pool.replay_resident)
+    lat = check.latencies if check is not None else None
     starts = LENGTH_EDGES[hist.prompt_bin]  # each cell's prompt bin begins at an edge
     for edge in sorted({int(LENGTH_EDGES[np.searchsorted(LENGTH_EDGES, t)]) for t in thresholds
                         if t <= LENGTH_EDGES[-1]}):
@@ -332,7 +333,6 @@ def tail_parts(pool, thresholds: Iterable[int]) -> list[TailPart]:
                 continue
             cut = SLO((*slo.bands[:index], below, part, *slo.bands[index + 1:]), slo.attainment)
             point = rm.with_slo(cut).latency_at(pool.replay_resident)
-            lat = check.latencies if check is not None else None
             for kind, target in targets:
                 c = next((c for c in check.bands[index].checks if c.kind == kind), None) if check is not None else None
                 if c is not None and math.isfinite(c.simulated_s):

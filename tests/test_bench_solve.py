@@ -3,26 +3,14 @@ fleet's joint ILP, solved by each backend on the same candidates."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
-from pathlib import Path
 
+from bench_scripts import load_bench
 from test_fleet import write_fleet
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("bench_solve", ROOT / "bench" / "solve.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_the_joint_ilp_alone_is_solved_by_each_backend_at_the_same_cost(tmp_path, capsys):
-    _bench().joint_ilp(write_fleet(tmp_path), ["highs", "cbc"])
+    load_bench("solve").joint_ilp(write_fleet(tmp_path), ["highs", "cbc"])
     out = capsys.readouterr().out
     assert re.search(r"the fleet's ILP alone \(\d+ candidates after dominance\)", out)
     costs = dict(re.findall(r"^\s+(highs|cbc)\s*: median .* \$([\d,.]+)/hour", out, re.M))

@@ -10,25 +10,17 @@ the logs print: the formula is vLLM's, whatever the catalog's defaults make of i
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
-import sys
-from pathlib import Path
 
 import pytest
+from bench_scripts import load_bench
 
 from planner.catalog import load_catalog
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_kv_budget", ROOT / "bench" / "kv_budget.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("kv_budget")
 
 
 def test_the_ladder_given_a_log_s_own_figures_gives_its_kv_cache(bench):

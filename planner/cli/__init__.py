@@ -100,9 +100,7 @@ def run() -> None:
         if code is not None:
             print(code, file=sys.stderr)
         code = 0 if code is None else 1
-    for stream in (sys.stdout, sys.stderr):
-        if stream is None:  # started with the descriptor closed (planner ... >&-): Python gives None
-            continue
+    for stream in (sys.stdout, sys.stderr):  # never None: planner.entry opened any the command lacked
         with contextlib.suppress(OSError, ValueError):  # a closed pipe (planner ... | head)
             stream.flush()
     os._exit(code)
