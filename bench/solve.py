@@ -1,7 +1,9 @@
 """Time `planner solve` end to end in fresh processes, with a breakdown, on three cases (issue 15):
 
 1. the shipped 128k rollout without simulation (--no-verify): target 1 s; and certified by
-   simulation as shipped (issue 11: 3 s);
+   simulation as shipped (issue 11: 3 s); and, as its floor, the same scenario narrowed to one
+   config (one_config): what the command costs beyond evaluating many configs (the imports, the
+   worker's matplotlib, loading, the report and its figures), which no faster evaluation removes;
 2. its full candidate set: 10 GPUs x tp 1-8 x 3 weight dtypes x 2 KV dtypes x 4 split thresholds,
    without simulation: target 3 s;
 3. the shipped fleet (8 services) with every service offered every catalog GPU, without
@@ -221,6 +223,17 @@ def full_candidate_set(tmp: Path) -> Path:
     return path
 
 
+def one_config(tmp: Path) -> Path:
+    """The 128k rollout with only the first of its GPUs, tp degrees, dtypes and split thresholds: the
+    same command, traffic, targets and explorations over one config (and the fp8 levers' variants)."""
+    scn = yaml.safe_load((ROOT / "scenarios" / "128k_rollout.yaml").read_text(encoding="utf-8"))
+    scn.update({key: scn[key][:1] for key in ("gpus", "tp", "weight_dtypes", "kv_dtypes", "split_thresholds")})
+    scn["name"] = "rollout_one_config"
+    path = tmp / "rollout_one_config.yaml"
+    path.write_text(yaml.safe_dump(scn, sort_keys=False), encoding="utf-8")
+    return path
+
+
 def fleet_full_catalog(tmp: Path, backend: str) -> Path:
     from planner.catalog import load_catalog
 
@@ -281,6 +294,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         case("1. 128k rollout (shipped), without simulation", rollout, 1.0, args.runs)
+        case("   floor: the 128k rollout narrowed to one config, without simulation", one_config(tmp), None, args.runs)
         case("   128k rollout (shipped), certified by simulation (issue 11)", rollout, 3.0, args.runs, verify=True)
         case("2. its full candidate set (10 GPUs x tp 1-8 x 3 weight x 2 KV dtypes x 4 thresholds), without simulation",
              full_candidate_set(tmp), 3.0, args.runs)
