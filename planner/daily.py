@@ -29,7 +29,13 @@ from dataclasses import dataclass, field
 
 from planner.day_mix_ilp import DayPool, ScaleSegment, solve_day_mix
 from planner.errors import InfeasibleError
-from planner.load_profile import HOURS_PER_DAY, MINUTES_PER_HOUR, DailyProfile, day_mean_rps
+from planner.load_profile import (
+    HOURS_PER_DAY,
+    MINUTES_PER_HOUR,
+    DailyProfile,
+    busiest_hour_mean_rps,
+    day_mean_rps,
+)
 from planner.plan_objects import Plan, PoolDetail
 from planner.scenario import Scenario
 from planner.units import (
@@ -142,6 +148,12 @@ class DayCosts:
     # GPU type -> (its cap, the GPUs its pools' busiest hour needs) where a stated fleet needs more than
     # the scenario's max_gpus: every policy prices what it needs, the cap set aside
     caps_set_aside: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    # What mean_rps is made of (the report shows the product): the busiest hour's mean arrival rate
+    # (requests/s, before growth) and where it comes from, the scenario's growth, the share served
+    busiest_hour_rps: float | None = None
+    busiest_hour_from: str = ""
+    growth: float = 1.0
+    served_share: float = 1.0
 
     @property
     def tokens_per_day(self) -> float | None:
@@ -151,6 +163,19 @@ class DayCosts:
 
     def policy(self, key: str) -> Policy:
         return next(p for p in self.policies if p.key == key)
+
+    @property
+    def mean_rps_text(self) -> str:
+        """mean_rps as the product the report can be checked by: the busiest hour's mean rate (which
+        the sizing peak, a short-term peak, need not equal), the profile's mean multiplier, and the
+        growth and served share where they are not 1."""
+        text = (f"the busiest hour's mean rate, {self.busiest_hour_rps:,.2f} requests/s ({self.busiest_hour_from}), "
+                f"× {self.profile.mean_multiplier:.4g}, the period's mean over its busiest hour")
+        if self.growth != 1:
+            text += f", × growth {self.growth:g}"
+        if self.served_share < 1:
+            text += f", × {self.served_share:.2%} of requests served (the rest are past the context limit)"
+        return text
 
     @property
     def short_pools_text(self) -> str:
@@ -270,6 +295,11 @@ def day_costs(plan: Plan, profile: DailyProfile, terms: DayTerms) -> DayCosts:
         profile=profile, terms=terms, pools=pools, peak_replicas=peak, class_loads_rps=class_loads, loads_rps=loads,
         headroom=scn.traffic.headroom,
         mean_rps=None if mean is None else mean * scn.traffic.growth * served,
+        busiest_hour_rps=busiest_hour_mean_rps(profile, plan.measured_mean_rps),
+        busiest_hour_from=("the log's busiest hour" if profile.busiest_hour_rps is not None
+                           else "traffic.mean_rps" if scn.traffic.mean_rps is not None
+                           else "the source's mean rate over its span"),
+        growth=scn.traffic.growth, served_share=served,
         input_tokens_per_request=plan.served.mean("sum_prompt"), output_tokens_per_request=plan.served.mean("sum_output"),
         policies=policies, solver_status=mix.status,
         short_pools={name: (n, peak[name]) for name, n in stated.items() if peak[name] > n},
@@ -365,7 +395,7 @@ def day_markdown(costs: DayCosts, *, heading: int = 2) -> str:
             + usd_per_million_text(cpm) + f" | {_versus(vs) if pol.key != base.key else '—'} |"
         )
     volume = (
-        f"The day's volume: {tokens:,.0f} tokens ({costs.mean_rps:,.2f} requests/s on average)."
+        f"The day's volume: {tokens:,.0f} tokens ({costs.mean_rps:,.2f} requests/s on average: {costs.mean_rps_text})."
         if tokens else "The day's volume is unknown (no timestamps and no traffic.mean_rps), so no cost per token."
     )
     if tokens and prof.is_flat:  # a stated mean under a flat day: the hours below hold the peak, not the mean

@@ -140,6 +140,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             # (the model's × planned_calibration, found on another config) or "bound"
             "planned_by": pool.planned_by,
             "planned_calibration": pool.calibration,
+            # the peak before headroom each replica carries (rate_rps / replicas = this x headroom)
             "rate_per_replica_rps": pool.rate_per_replica_rps,
             # what certification replayed a replica at: the rate the plan covers (a stated fleet: the peak)
             "replay_rps_per_replica": pool.replay_rps,

@@ -137,6 +137,27 @@ def test_cost_per_token_is_at_the_days_real_volume(tmp_path):
         assert pol.usd_per_month == pytest.approx(pol.usd_per_day / 24 * 730, rel=1e-12)
 
 
+def test_the_days_mean_rate_is_printed_as_the_product_it_is(tmp_path):
+    """The volume line shows the busiest hour's mean rate and the multipliers, so that a reader can
+    multiply them back to the mean (finance_2027's 267.22 req/s came from a 400.83 it did not print)."""
+    import re
+
+    from planner.daily import day_markdown
+
+    grown = three_to_one(tmp_path).read_text(encoding="utf-8").replace("  headroom: 1.2\n", "  headroom: 1.2\n  growth: 1.5\n")
+    path = tmp_path / "grown.yaml"
+    path.write_text(grown, encoding="utf-8")
+    _, c = costs_of(path)
+    line = next(x for x in day_markdown(c).splitlines() if x.startswith("The day's volume:"))
+    found = re.search(r"\(([\d.,]+) requests/s on average: the busiest hour's mean rate, ([\d.,]+) requests/s "
+                      r"\(traffic\.mean_rps\), × ([\d.]+), the period's mean over its busiest hour, × growth ([\d.]+)\)",
+                      line)
+    assert found, line
+    mean, busiest, multiplier, growth = (float(g.replace(",", "")) for g in found.groups())
+    assert (busiest, growth) == (50.0, 1.5)
+    assert mean == pytest.approx(busiest * multiplier * growth, abs=0.01) and mean == round(c.mean_rps, 2)
+
+
 def test_a_weekly_profile_prices_a_week_and_quotes_a_day(tmp_path):
     week = [1.0] * 120 + [0.25] * 48  # weekdays busy, the weekend at a quarter
     base = BASE.split("traffic:")[0] + "gpus:" + BASE.split("gpus:")[1]
