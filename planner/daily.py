@@ -235,7 +235,16 @@ def period_cost(pools: Sequence[DayPool], reserved: Mapping[str, int], on_demand
     return usd, gpu_hours
 
 
+class UncarriedClassError(InfeasibleError):
+    """A stated fleet carries none of a class within the targets: no policy holds its hours (exit 3
+    where the day must be priced, a forecast; a note in an audit's report)."""
+
+
 def _needed(load_rps: float, capacity_rps: float, floor: int) -> int:
+    """Replicas of capacity_rps each that hold load_rps (the floor at least). A pool that carries
+    nothing within the targets (a stated fleet's) takes no share of the load (day_costs)."""
+    if load_rps <= 0:
+        return floor
     return max(floor, math.ceil(load_rps / capacity_rps * (1 - _COVER_TOLERANCE)))
 
 
@@ -257,6 +266,11 @@ def day_costs(plan: Plan, profile: DailyProfile, terms: DayTerms) -> DayCosts:
     rates = {pool.traffic_class.name: pool.traffic_class.rate_rps for pool in plan.pools}
     class_loads = {k: tuple(rate * m for m in profile.multipliers) for k, rate in rates.items()}
     held = {k: sum(replica_capacity_rps(pool) * pool.replicas for pool in plan.pools if pool.traffic_class.name == k) for k in rates}
+    carried_by_none = [k for k, rps in held.items() if rps <= 0 and rates[k] > 0]
+    if carried_by_none:  # a stated fleet whose every pool of a class holds nothing: no replica count carries an hour
+        raise UncarriedClassError(f"the day's policies cannot be priced: no replica of the fleet carries any of class "
+                              f"{', '.join(repr(k) for k in carried_by_none)} within the targets (capacity 0 req/s), "
+                              "so no number of them holds an hour's load")
     loads = {
         names[id(pool)]: tuple(load * replica_capacity_rps(pool) * pool.replicas / held[pool.traffic_class.name]
                              for load in class_loads[pool.traffic_class.name])
@@ -282,7 +296,10 @@ def day_costs(plan: Plan, profile: DailyProfile, terms: DayTerms) -> DayCosts:
     mix = solve_day_mix(pools, loads, segments, inventory=inventory, backend=scn.solver.backend,
                         time_limit_s=scn.solver.time_limit_s)
     if not mix.reserved:
-        raise InfeasibleError(f"the day's reserved + on-demand mix: the solver ended with status '{mix.status}'")
+        # Every hour's need is within the plan's (or priced past a stated fleet's caps), so a mix exists:
+        # a solve that ends without one ran out of time (CBC then says Infeasible, HiGHS Not Solved).
+        raise InfeasibleError(f"the day's reserved + on-demand mix: the solver ended with status '{mix.status}' "
+                              f"within solver.time_limit_s = {scn.solver.time_limit_s:g} s; raise solver.time_limit_s")
     policies = (
         policy("peak_on_demand", {}, all_day),
         policy("peak_reserved", peak, none),
@@ -332,9 +349,14 @@ def with_pool_prices(usd_per_gpu_hour: Mapping[str, float], plan: Plan, factor: 
 
 
 def day_section(plan: Plan, profile: DailyProfile) -> str:
-    """The report's section for a plan at the scenario's own prices and terms."""
+    """The report's section for a plan at the scenario's own prices and terms; a note in its place
+    where a stated fleet carries none of a class (the audit itself is reported: exit 0)."""
     on_demand = {c.id: c.price_per_hour(plan.catalog.gpu(c.id).price_usd_per_hour) for c in plan.scenario.gpu_candidates}
-    return day_markdown(day_costs(plan, profile, scenario_terms(plan.scenario, with_pool_prices(on_demand, plan))))
+    try:
+        costs = day_costs(plan, profile, scenario_terms(plan.scenario, with_pool_prices(on_demand, plan)))
+    except UncarriedClassError as exc:
+        return f"## The day's load curve\n\n{exc.message[0].upper()}{exc.message[1:]}.\n"
+    return day_markdown(costs)
 
 
 # ------------------------------------------------------------------ report

@@ -167,13 +167,17 @@ def report_sections(plan: Plan, inputs: Inputs, *, forecast: bool = True, certif
 
         sections.append(day_section(plan, inputs.traffic.profile))
     if forecast and inputs.scenario.forecast is not None:
+        from planner.daily import UncarriedClassError
         from planner.forecast import run_forecast
         from planner.forecast_outputs import forecast_markdown
 
-        sections.append(
-            forecast_markdown(inputs.scenario.name, run_forecast(inputs, certify=certify), heading=2)
-            + "\nThe quarter-by-quarter CSV and figure come from `planner forecast` on this scenario.\n"
-        )
+        try:
+            quarters = run_forecast(inputs, certify=certify)
+        except UncarriedClassError as exc:  # a stated fleet's audit is reported all the same (exit 0)
+            sections.append(f"## Forecast: {inputs.scenario.name}\n\nNot run: {exc.message}.\n")
+        else:
+            sections.append(forecast_markdown(inputs.scenario.name, quarters, heading=2)
+                            + "\nThe quarter-by-quarter CSV and figure come from `planner forecast` on this scenario.\n")
     return tuple(sections)
 
 

@@ -272,3 +272,43 @@ def test_an_equal_cost_reads_same_not_minus_zero():
     from planner.daily import _versus
 
     assert [_versus(x) for x in (-1e-9, 0.0, 0.1234, -0.25)] == ["same", "same", "+12.3%", "−25.0%"]
+
+
+def test_a_stated_fleet_that_carries_none_of_a_class_is_audited_without_a_day_or_forecast(tmp_path):
+    """A stated fleet whose every replica holds nothing within the targets (capacity 0) under a priced
+    day divided by zero; its audit is reported (exit 0) with the day and the forecast named as not
+    priced, and `planner forecast`, which must price them, says why in one line (exit 3). A pool of
+    capacity 0 beside one that carries the class takes no share of the load."""
+    fleet = ("slo: {bands: [{ttft_s: 0.001}]}\nverify: false\n"
+             "fleet:\n  - {gpu: l4, tp: 1, weight_dtype: bf16, kv_dtype: bf16, replicas: 4}\n"
+             "forecast:\n  quarters:\n    - {quarter: 2027Q1, growth: 0.0}\n")
+    path = scenario(tmp_path, fleet, BASE.replace("gpus: [h100-sxm, l40s]", "gpus: [h100-sxm, l40s, l4]"))
+    r = run("solve", path, "--out-dir", tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    report = (tmp_path / "out" / "day.md").read_text(encoding="utf-8")
+    why = ("no replica of the fleet carries any of class 'all' within the targets (capacity 0 req/s), so no number "
+           "of them holds an hour's load")
+    assert f"## The day's load curve\n\nThe day's policies cannot be priced: {why}." in report
+    assert f"## Forecast: day\n\nNot run: the day's policies cannot be priced: {why}." in report
+    r = run("forecast", path, "--out-dir", tmp_path / "fc")
+    assert r.exit_code == 3 and r.output.strip().endswith(f"the day's policies cannot be priced: {why}"), r.output
+    assert len(r.output.strip().splitlines()) == 1 and not (tmp_path / "fc").exists()
+
+    from planner.daily import _needed
+
+    assert _needed(0.0, 0.0, 2) == 2 and _needed(10.0, 4.0, 1) == 3
+
+
+def test_a_day_mix_without_an_answer_names_the_time_limit(tmp_path, monkeypatch):
+    """The mix always exists (every hour needs no more than the plan's peak): a solve that ends
+    without one ran out of time, whatever status the solver gives (CBC's reads 'Infeasible')."""
+    import planner.daily as daily
+    from planner.day_mix_ilp import DayMixSolution
+    from planner.errors import InfeasibleError
+
+    path = three_to_one(tmp_path)
+    monkeypatch.setattr(daily, "solve_day_mix",
+                        lambda *a, **k: DayMixSolution("Infeasible", {}, {}, math.inf, 0.0, "PULP_CBC_CMD"))
+    with pytest.raises(InfeasibleError, match=r"ended with status 'Infeasible' within solver.time_limit_s = 60 s; "
+                                              r"raise solver.time_limit_s$"):
+        costs_of(path)
