@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field
+from pydantic import AfterValidator, BeforeValidator, Field
 from pydantic_core import PydanticCustomError
 
 # ---- the bounds, each with why it is safe -----------------------------------------------
@@ -78,6 +78,8 @@ MIN_RUN_REQUESTS = 556
 # and 2402.17764), at most 64 (fp64). Below one bit a model's weights and cache weigh nothing.
 MIN_BITS_PER_ELEMENT = 1.0
 MAX_BITS_PER_ELEMENT = 64.0
+# The least achieved share of a datasheet peak a GPU may state (EfficiencyShare).
+MIN_EFFICIENCY = 0.01
 # Seeds: numpy takes any non-negative integer; 64 bits is plenty.
 MAX_SEED = 2**64 - 1
 # Seconds of solver time one solve may take: a day.
@@ -119,6 +121,14 @@ def whole(*, gt: int | None = None, ge: int | None = None, lt: int | None = None
     return Annotated[int, _PLAIN, Field(gt=gt, ge=ge, lt=lt, le=le)]
 
 
+def _at_most_seed(value: int) -> int:
+    """MAX_SEED as a bound, said in whole digits: pydantic prints an integer bound this large as a
+    float (18446744073709552000), which is not the limit."""
+    if value > MAX_SEED:
+        raise PydanticCustomError("less_than_equal", "Input should be less than or equal to {le}", {"le": f"{MAX_SEED:,}"})
+    return value
+
+
 MAX_LABEL_CHARS = 200  # a catalog id or a band's name: a cell of the report's tables
 
 
@@ -144,8 +154,11 @@ Tflops = real(ge=MIN_TFLOPS, le=MAX_TFLOPS)
 BandwidthGBs = real(ge=MIN_BANDWIDTH_GB_S, le=MAX_BANDWIDTH_GB_S)
 GpuCount = whole(ge=0, le=MAX_FLEET_GPUS)
 Fraction = real(gt=0, le=1)  # a share of something: (0, 1]
+# A GPU's achieved share of a datasheet peak (catalog.Efficiency): at least 1%. Published ones lie
+# between 0.3 and 0.95; a share near zero makes step times overflow (1e-300 did, with numpy's warnings).
+EfficiencyShare = real(ge=MIN_EFFICIENCY, le=1)
 Probability = real(gt=0, lt=1)  # a quantile strictly inside (0, 1)
-Seed = whole(ge=0, le=MAX_SEED)
+Seed = Annotated[whole(ge=0), AfterValidator(_at_most_seed)]
 Params = whole(gt=0, le=MAX_PARAMS)
 Layers = whole(gt=0, le=MAX_LAYERS)
 Width = whole(gt=0, le=MAX_WIDTH)

@@ -25,6 +25,7 @@ from planner.bounds import (
     MAX_WIDTH,
     BandwidthGBs,
     BitsPerElement,
+    EfficiencyShare,
     Fraction,
     Label,
     Layers,
@@ -63,13 +64,13 @@ class Dtype(_Frozen):
 class Efficiency(_Frozen):
     """Achievable fractions of datasheet peaks, calibrated on published measurements."""
 
-    bandwidth: Fraction = Field(description="achieved / datasheet HBM bandwidth on decode")
-    compute: Fraction = Field(description="achieved / datasheet dense FLOP/s on prefill GEMMs")
+    bandwidth: EfficiencyShare = Field(description="achieved / datasheet HBM bandwidth on decode")
+    compute: EfficiencyShare = Field(description="achieved / datasheet dense FLOP/s on prefill GEMMs")
     step_overhead_ms: real(ge=0, le=MAX_LATENCY_MS) = Field(description="fixed per decode step: launches, sampling, scheduler")
     allreduce_latency_us: real(ge=0, le=MAX_LATENCY_MS * 1000) = Field(
         10.0, description="fixed latency of one all-reduce at tp 2 (an override means the latency at tp 2); log2(tp) times it at larger tp (roofline.allreduce_call_latency)"
     )
-    interconnect: Fraction = Field(
+    interconnect: EfficiencyShare = Field(
         1.0, description="achieved / datasheet per-GPU link bandwidth in tensor-parallel all-reduces"
     )
     allreduce_bulk_latency_us: real(ge=0, le=MAX_LATENCY_MS * 1000) | None = Field(

@@ -32,7 +32,7 @@ import re
 import shutil
 import socket
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -316,6 +316,20 @@ def inputs_guard() -> Iterator[None]:
         yield
     finally:
         _inputs.reset(token)
+
+
+def arrow_readable_names(path: str | os.PathLike, members: Iterable[str | os.PathLike] = ()) -> None:
+    """Refuse, naming it, a log or histogram (or one of a folder's `members`) whose path is not
+    UTF-8: pyarrow's readers take paths as UTF-8 text, and failed on such a name with a traceback
+    or a codec error about a file that is fine (planner's writers hand pyarrow open files instead)."""
+    for name in (path, *members):
+        text = os.fsdecode(name)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            raise InputError("its name is not UTF-8, and the log and histogram readers (pyarrow) open only "
+                             "UTF-8 names: rename it", where=shown) from None
 
 
 def note_input(path: str | os.PathLike) -> None:

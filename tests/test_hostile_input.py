@@ -138,6 +138,11 @@ def test_reserved_prices_are_validated(tmp_path, prices, expected):
         ("gpus: {h100-sxm: {kv_dtypes: []}}", "gpus.h100-sxm.kv_dtypes: List should have at least 1 item"),
         ("gpus: {h100-sxm: {price_usd_per_hour: 1e300}}", "price_usd_per_hour: Input should be less than or equal to 1000"),
         ("dtypes: {bf16: {compute_dtype: fp6}}", "dense_tflops: no rate for 'fp6', which weight dtype 'bf16' computes in"),
+        # a share near zero overflowed the step times, with numpy's warnings on stderr before the error
+        ("gpus: {h100-sxm: {efficiency: {bandwidth: 1.0e-300}}}",
+         "gpus.h100-sxm.efficiency.bandwidth: Input should be greater than or equal to 0.01"),
+        ("gpus: {h100-sxm: {efficiency: {compute: 0.001}}}",
+         "gpus.h100-sxm.efficiency.compute: Input should be greater than or equal to 0.01"),
     ],
 )
 def test_catalog_overrides_are_validated(tmp_path, override, expected):
@@ -153,6 +158,13 @@ def test_a_section_that_is_no_mapping_is_told_so_not_named_by_its_class(tmp_path
     r = run("solve", scenario(tmp_path, text), "--out-dir", tmp_path / "out")
     one_line_error(r, 2, "s.yaml", f"traffic: expected a mapping of keys ({got})")
     assert "TrafficSpec" not in r.output
+
+
+def test_a_seed_past_64_bits_is_told_its_limit_in_whole_digits(tmp_path):
+    """pydantic printed the bound 2**64 - 1 as a float, 18446744073709552000: not the limit."""
+    r = run("solve", scenario(tmp_path, BASE + "simulation: {seed: 18446744073709551616}\n"), "--out-dir", tmp_path / "out")
+    one_line_error(r, 2, "s.yaml", "simulation.seed: Input should be less than or equal to 18,446,744,073,709,551,615")
+    assert leftovers(tmp_path / "out") == []
 
 
 # ---- writing ---------------------------------------------------------------------------------
@@ -206,6 +218,37 @@ def test_atomic_output_turns_a_full_disk_into_bad_input(tmp_path):
     with pytest.raises(InputError, match="cannot write: no space left on the device"), atomic_output(tmp_path / "x.csv"):
         raise OSError(28, "No space left on device")
     assert leftovers(tmp_path) == []
+
+
+def test_a_name_that_is_not_utf8_is_written_or_refused_by_name(tmp_path):
+    """pyarrow takes paths as UTF-8 text: a log named with a Latin-1 byte failed with a traceback
+    (UnicodeEncodeError), and so did writing a histogram or a synthetic log under such a name."""
+    odd = os.fsdecode(b"\xfe")
+    log = _small_log(tmp_path / "plain.csv")
+    try:
+        named = tmp_path / f"log{odd}.csv"
+        named.write_bytes(log.read_bytes())
+    except (OSError, UnicodeEncodeError):
+        pytest.skip("the file system takes only UTF-8 names")
+    one_line_error(run("histogram", named), 2, str(tmp_path / "log\\xfe.csv"),
+                   "its name is not UTF-8, and the log and histogram readers (pyarrow) open only UTF-8 names: rename it")
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    (folder / f"b{odd}.csv").write_bytes(log.read_bytes())
+    one_line_error(run("histogram", folder), 2, str(folder / "b\\xfe.csv"), "its name is not UTF-8")
+
+    def planner(*args):  # a real process: its "wrote ..." line prints the name as the terminal takes it
+        return subprocess.run([sys.executable, "-m", "planner", *map(str, args)], cwd=ROOT, capture_output=True,
+                              check=False)
+
+    out = tmp_path / f"h{odd}.parquet"
+    assert planner("histogram", log, "-o", out).returncode == 0
+    renamed = tmp_path / "h.parquet"
+    out.rename(renamed)
+    assert json.loads(run("histogram", renamed, "--json").stdout)["requests"] == 20
+    for suffix in ("parquet", "csv"):
+        done = planner("synth", "chat", "-n", "10", "-o", tmp_path / f"s{odd}.{suffix}")
+        assert done.returncode == 0 and (tmp_path / f"s{odd}.{suffix}").stat().st_size > 0, done.stderr
 
 
 def test_histogram_output_equal_to_its_input_is_refused(tmp_path):
@@ -286,6 +329,21 @@ def test_a_command_started_with_stdout_closed_ends_without_a_traceback():
     done = subprocess.run([sys.executable, "-m", "planner", "kv", "llama-3.1-8b"], cwd=ROOT, capture_output=False,
                           stderr=subprocess.PIPE, text=True, preexec_fn=lambda: os.close(1), check=False)
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (a device whose writes fail: disk full)")
+def test_a_full_standard_output_is_one_line_and_the_written_reports_stay_whole(tmp_path):
+    """`solve --json > plan.json` on a full disk ended in a traceback (OSError, exit 1)."""
+    def into_full(*args):
+        with open("/dev/full", "w") as full:
+            return subprocess.run([sys.executable, "-m", "planner", *args], cwd=ROOT, stdout=full,
+                                  stderr=subprocess.PIPE, text=True, check=False)
+
+    done = into_full("solve", "scenarios/chat_8b_h100.yaml", "--no-verify", "--json", "--out-dir", str(tmp_path))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == "error: standard output: cannot write what the command prints (No space left on device)\n"
+    assert (tmp_path / "chat_8b_h100.md").read_text(encoding="utf-8").startswith("# Capacity plan: chat_8b_h100")
+    assert into_full("kv", "llama-3.1-8b").returncode == 2
 
 
 def test_a_command_started_with_stderr_closed_writes_its_report_and_keeps_errors_off_stdout(tmp_path):

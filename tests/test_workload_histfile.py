@@ -229,9 +229,16 @@ def test_the_readme_sql_builds_the_same_histogram(log):
 
 
 def test_shipped_sample_histogram_equals_a_fresh_build():
+    """Its metadata too: a sample built before histograms recorded their logs' fingerprints let
+    `planner histogram SAMPLE.hist.parquet SAMPLE.csv` count the log's requests twice."""
+    from planner.workload.fingerprint import log_fingerprint
+    from planner.workload.histfile import read_histogram_and_metadata
+
     fresh = ingest([SAMPLES / "azure_conv_2023_sample.csv"], resolve_columns("azure")).histogram
     assert fresh.requests == 19_366
-    assert read_histogram(SAMPLES / "azure_conv_2023_sample.hist.parquet") == fresh
+    shipped, meta = read_histogram_and_metadata(SAMPLES / "azure_conv_2023_sample.hist.parquet")
+    assert shipped == fresh
+    assert meta.source_fingerprints == [log_fingerprint(SAMPLES / "azure_conv_2023_sample.csv", "csv")]
     assert (SAMPLES / "azure_conv_2023_sample.csv").stat().st_size <= 2 * 2**20
 
 

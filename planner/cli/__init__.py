@@ -10,6 +10,7 @@ files it writes appear only when it succeeds (planner.files.outputs_together).
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import os
 import sys
@@ -19,7 +20,7 @@ from pathlib import Path
 import click
 
 from planner import __version__
-from planner.errors import PlannerError
+from planner.errors import InputError, PlannerError
 from planner.files import INPUT_ERRNOS, input_error, inputs_guard, outputs_together, outputs_waiting
 
 
@@ -127,19 +128,35 @@ class _HeldWithFiles(io.TextIOBase):
             self.held.append(text)
         elif self.stdout is not None:
             # through click, as before the holder: it writes UTF-8 where the stream says ASCII
-            with contextlib.redirect_stdout(self.stdout):
+            with contextlib.redirect_stdout(self.stdout), _printing():
                 click.echo(text, nl=False)
         return len(text)
 
     def flush(self) -> None:
         if self.stdout is not None and not self.held:
-            self.stdout.flush()
+            with _printing():
+                self.stdout.flush()
 
     def release(self) -> None:
         """Print what was held (click.echo: with no stdout, nothing)."""
         text, self.held = "".join(self.held), []
         if text:
-            click.echo(text, nl=False)
+            with _printing():
+                click.echo(text, nl=False)
+
+
+@contextlib.contextmanager
+def _printing():
+    """Standard output that refuses what the command prints (`--json > plan.json` on a full disk) is
+    told in one line, exit 2, as a report file that cannot be written is (planner.files); the files
+    the command put in place stay, each whole. A closed pipe (`planner ... | head`) is not an error:
+    it ends the command as before."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno == errno.EPIPE:
+            raise
+        raise InputError(f"standard output: cannot write what the command prints ({exc.strerror or exc})") from None
 
 
 def _subcommands(ctx: click.Context | None) -> list[str]:

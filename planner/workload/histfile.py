@@ -26,7 +26,7 @@ import os
 import numpy as np
 
 from planner.errors import InputError
-from planner.files import atomic_output, missing_text
+from planner.files import arrow_readable_names, atomic_output, missing_text
 from planner.histogram import (
     CELL_KEYS,
     FINE_EDGES,
@@ -295,6 +295,8 @@ def read_histogram_and_metadata(path: str | os.PathLike) -> tuple[Histogram, His
     where = str(path)
     if not os.path.exists(where):
         raise InputError(missing_text(where), where=where)
+    arrow_readable_names(where, (os.path.join(top, f) for top, _, files in os.walk(where) for f in files)
+                         if os.path.isdir(where) else ())
     if os.path.isfile(where) and not _starts_as_parquet(where):  # (a log given where its histogram belongs)
         raise InputError("is not a Parquet file; a histogram file is what `planner histogram LOG... -o FILE.parquet` "
                          "writes from logs", where=where)
@@ -312,9 +314,10 @@ def write_histogram(hist: Histogram, path: str | os.PathLike, metadata: dict | N
     """Write `hist` as a histogram file, all or nothing (temporary file, then rename)."""
     import pyarrow.parquet as pq
 
-    with atomic_output(path) as tmp:
+    # An open file, not the path: pyarrow takes a path only as UTF-8 text
+    with atomic_output(path) as tmp, open(tmp, "wb") as sink:
         # dictionary pages pay only for the text column; for the numbers they cost time and size
-        pq.write_table(histogram_table(hist, metadata), tmp, compression="zstd", use_dictionary=["kind"])
+        pq.write_table(histogram_table(hist, metadata), sink, compression="zstd", use_dictionary=["kind"])
 
 
 def bin_tables() -> dict:

@@ -42,7 +42,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from planner.errors import InputError, shorten
-from planner.files import missing_text, note_input, path_is
+from planner.files import arrow_readable_names, missing_text, note_input, path_is
 from planner.workload.columns import FORMATS, suggested
 
 EXTENSIONS = {
@@ -203,6 +203,7 @@ class LogReader:
         note_input(self.path)
         self.format = detect_format(self.path, fmt)
         sniff(self.path, self.format)
+        arrow_readable_names(self.path, _data_files(self.path) if self.path.is_dir() else ())
         self.skipped = {"null": 0, "non_numeric": 0}
         # files of a folder that lack columns the others have (read as nulls), filled in as they are read
         self.files_missing_columns: dict[str, tuple[str, ...]] = {}

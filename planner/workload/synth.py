@@ -247,10 +247,12 @@ def write_log(log: SyntheticLog, path: str | os.PathLike) -> None:
         if fmt == "parquet":
             import pyarrow.parquet as pq
 
-            pq.write_table(table, tmp, compression="zstd")
+            with open(tmp, "wb") as sink:  # an open file: pyarrow takes a path only as UTF-8 text
+                pq.write_table(table, sink, compression="zstd")
         elif fmt == "csv":
             import pyarrow.csv as pacsv
 
-            pacsv.write_csv(table, tmp)
+            with open(tmp, "wb") as sink:
+                pacsv.write_csv(table, sink)
         else:
             table.to_pandas().to_json(tmp, orient="records", lines=True)
