@@ -167,6 +167,22 @@ def test_a_seed_past_64_bits_is_told_its_limit_in_whole_digits(tmp_path):
     assert leftovers(tmp_path / "out") == []
 
 
+@pytest.mark.parametrize(("args", "name"), [
+    (("solve", ""), "SCENARIOS..."),
+    (("solve", "scenarios/chat_8b_h100.yaml", "--no-verify", "--out-dir", ""), "--out-dir"),
+    (("forecast", ""), "SCENARIO"),
+    (("histogram", ""), "LOGS..."),
+    (("capacity", "llama-3.1-8b", "h100-sxm", "--histogram", ""), "--histogram"),
+])
+def test_an_empty_path_is_refused_not_read_as_the_current_folder(args, name, tmp_path, monkeypatch):
+    """click reads '' as '.': `--out-dir ''` wrote the report into the current folder, and `solve ''`
+    was told '.: cannot read as YAML text (IsADirectoryError)'."""
+    monkeypatch.chdir(tmp_path)
+    args = tuple(str(ROOT / a) if a.startswith("scenarios/") else a for a in args)
+    one_line_error(run(*args), 2, f"Invalid value for '{name}'", "an empty path: give a file or folder name.")
+    assert leftovers(tmp_path) == []
+
+
 # ---- writing ---------------------------------------------------------------------------------
 def test_an_out_dir_under_a_file_is_bad_input(tmp_path):
     (tmp_path / "afile").write_text("x")

@@ -14,6 +14,7 @@ from planner.bounds import (
 )
 from planner.cli.options import (
     FiniteFloatRange,
+    GivenPath,
     PowerOfTwoRange,
     catalog_option,
     echo_json,
@@ -65,7 +66,7 @@ def _load_histogram(path: str) -> Histogram:
 @click.option("--gpu-memory-utilization", type=FiniteFloatRange(0, 1, min_open=True), default=None, help="Fraction of memory the engine takes [default: the engine's].")
 @click.option("--overhead-gib", type=FiniteFloatRange(0, MAX_GPU_MEMORY_GIB), default=DEFAULT_OVERHEAD_GIB, show_default=True, help="Activations, CUDA graphs, logits, per GPU.")
 @click.option("--typical-tokens", type=click.IntRange(1, MAX_TOKENS), default=None, help="Typical conversation length for paged users.")
-@click.option("--histogram", "histogram_file", type=click.Path(), default=None,
+@click.option("--histogram", "histogram_file", type=GivenPath(), default=None,
               help="Traffic class from a histogram file, or a folder of its part files (planner histogram).")
 @click.option("--prompt-tokens", type=click.IntRange(1, MAX_TOKENS), default=None,
               help="Every request has this prompt length (at least 1: engines refuse an empty prompt).")

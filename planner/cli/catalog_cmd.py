@@ -11,7 +11,7 @@ import click
 
 from planner.bounds import MAX_PARAMS
 from planner.catalog import Catalog
-from planner.cli.options import catalog_option, echo_json, get_catalog, json_option
+from planner.cli.options import GivenPath, catalog_option, echo_json, get_catalog, json_option
 from planner.files import write_text_atomic
 from planner.hf_import import catalog_yaml, model_from_hf_config, parse_layer_kinds
 
@@ -202,11 +202,11 @@ def _catalog_id(value: str) -> str:
 
 
 @catalog.command("import-hf")
-@click.argument("config_json", metavar="CONFIG.json", type=click.Path(dir_okay=False))
+@click.argument("config_json", metavar="CONFIG.json", type=GivenPath(dir_okay=False))
 @click.option("--name", required=True, callback=lambda ctx, param, value: _catalog_id(value),
               help="Catalog id for the model, e.g. qwen2.5-7b.")
-@click.option("-o", "--output", "--out", "out", type=click.Path(dir_okay=False), help="Write the YAML here instead of printing it.")
-@click.option("--weights", type=click.Path(), help="The checkpoint: a model folder (.safetensors files) or its "
+@click.option("-o", "--output", "--out", "out", type=GivenPath(dir_okay=False), help="Write the YAML here instead of printing it.")
+@click.option("--weights", type=GivenPath(), help="The checkpoint: a model folder (.safetensors files) or its "
               "model.safetensors.index.json; parameters and bytes are then read from it, exactly.")
 @click.option("--params-total", type=click.IntRange(1, MAX_PARAMS), help="Total parameter count (overrides the counted one).")
 @click.option("--params-active", type=click.IntRange(1, MAX_PARAMS), help="Active parameters per token (MoE; overrides).")

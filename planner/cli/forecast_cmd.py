@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from planner.cli.options import catalog_option, echo_json, json_option, warn_traffic
+from planner.cli.options import GivenPath, catalog_option, echo_json, json_option, warn_traffic
 from planner.units import usd_per_million_text, usd_text
 
 
@@ -21,8 +21,8 @@ def _idle_text(r) -> str:
 
 
 @click.command()
-@click.argument("scenario", type=click.Path(dir_okay=False))
-@click.option("--out-dir", type=click.Path(file_okay=False), default="reports", show_default=True)
+@click.argument("scenario", type=GivenPath(dir_okay=False))
+@click.option("--out-dir", type=GivenPath(file_okay=False), default="reports", show_default=True)
 @click.option("--no-report", is_flag=True, help="Print only; write no files.")
 @catalog_option
 @json_option

@@ -24,6 +24,16 @@ class FiniteFloatRange(click.FloatRange):
         return number
 
 
+class GivenPath(click.Path):
+    """click.Path that refuses an empty argument, which it reads as the current folder: `--out-dir ''`
+    wrote the report there, and `solve ''` was told '.: cannot read as YAML text'."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, (str, bytes)) and not value:
+            self.fail("an empty path: give a file or folder name.", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 class PowerOfTwoRange(click.IntRange):
     """click.IntRange of powers of two (tensor-parallel degrees)."""
 
@@ -45,7 +55,7 @@ def catalog_option(f: Callable) -> Callable:
         "--catalog",
         "catalog_files",
         multiple=True,
-        type=click.Path(dir_okay=False),
+        type=GivenPath(dir_okay=False),
         help="YAML file adding or overriding catalog entries (repeatable).",
     )(f)
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import click
 
 from planner.bounds import MAX_SEED, MAX_SIMULATED_REQUESTS, MIN_RUN_REQUESTS
-from planner.cli.options import catalog_option, echo_json, json_option
+from planner.cli.options import GivenPath, catalog_option, echo_json, json_option
 
 _STATS = ("p50", "p90", "p99")
 
 
 @click.command()
-@click.argument("scenario", type=click.Path(dir_okay=False))
+@click.argument("scenario", type=GivenPath(dir_okay=False))
 @click.option("--pool", default=None, help="Only this pool (all, short or long).")
 @click.option("--requests", "n_requests", type=click.IntRange(MIN_RUN_REQUESTS, MAX_SIMULATED_REQUESTS), default=None,
               help="Sampled requests per pool, to replay the plan again [default: the certification's runs].")

@@ -6,15 +6,15 @@ from pathlib import Path
 
 import click
 
-from planner.cli.options import catalog_option, echo_json, json_option, warn_traffic
+from planner.cli.options import GivenPath, catalog_option, echo_json, json_option, warn_traffic
 
 
 @click.command()
-@click.argument("scenarios", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option("--out-dir", type=click.Path(file_okay=False), default="reports", show_default=True,
+@click.argument("scenarios", nargs=-1, required=True, type=GivenPath(dir_okay=False))
+@click.option("--out-dir", type=GivenPath(file_okay=False), default="reports", show_default=True,
               help="Where reports (Markdown and PNG figures) are written.")
 @click.option("--no-report", is_flag=True, help="Solve and print only; write no files.")
-@click.option("--write-lp", type=click.Path(dir_okay=False), default=None,
+@click.option("--write-lp", type=GivenPath(dir_okay=False), default=None,
               help="Also write the ILP (the first scenario's) as an .lp file a person can read.")
 @click.option("--verify/--no-verify", default=None,
               help="Certify the plan by simulation (every pool replayed against its band targets; pools that miss "

@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from planner.bounds import MAX_RPS, MAX_SEED, MAX_SYNTHETIC_REQUESTS, MIN_RPS
-from planner.cli.options import FiniteFloatRange, echo_json, json_option
+from planner.cli.options import FiniteFloatRange, GivenPath, echo_json, json_option
 from planner.workload.columns import FORMATS, PRESETS, TIME_UNITS, resolve_columns
 from planner.workload.synth import DISTRIBUTIONS, distribution, generate, write_log
 
@@ -20,11 +20,11 @@ _TEXT_SUFFIXES = (".csv", ".tsv", ".txt", ".json", ".jsonl", ".ndjson", ".yaml",
 
 
 @click.command("histogram")
-@click.argument("logs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("logs", nargs=-1, required=True, type=GivenPath(path_type=Path))
 @click.option(
     "-o",
     "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=GivenPath(dir_okay=False, path_type=Path),
     help="Histogram file to write (Parquet; written only if every input reads).",
 )
 @click.option(
@@ -178,7 +178,7 @@ class _progress_bar:
 @click.option(
     "-o",
     "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=GivenPath(dir_okay=False, path_type=Path),
     required=True,
     help="Log to write: .parquet, .csv or .jsonl (columns prompt_tokens, output_tokens, timestamp_ms).",
 )
