@@ -3,7 +3,8 @@
 1. the shipped 128k rollout without simulation (--no-verify): target 1 s; and certified by
    simulation as shipped (issue 11: 3 s); and, as its floor, the same scenario narrowed to one
    config (one_config): what the command costs beyond evaluating many configs (the imports, the
-   worker's matplotlib, loading, the report and its figures), which no faster evaluation removes;
+   worker's matplotlib, loading, the report and its figures), an upper bound on what no faster
+   evaluation removes (it still evaluates that config and its explorations: about 180 latency points);
 2. its full candidate set: 10 GPUs x tp 1-8 x 3 weight dtypes x 2 KV dtypes x 4 split thresholds,
    without simulation: target 3 s;
 3. the shipped fleet (8 services) with every service offered every catalog GPU, without

@@ -32,7 +32,7 @@ import re
 import shutil
 import socket
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -318,11 +318,23 @@ def inputs_guard() -> Iterator[None]:
         _inputs.reset(token)
 
 
-def arrow_readable_names(path: str | os.PathLike, members: Iterable[str | os.PathLike] = ()) -> None:
-    """Refuse, naming it, a log or histogram (or one of a folder's `members`) whose path is not
-    UTF-8: pyarrow's readers take paths as UTF-8 text, and failed on such a name with a traceback
-    or a codec error about a file that is fine (planner's writers hand pyarrow open files instead)."""
-    for name in (path, *members):
+def arrow_data_files(folder: Path) -> list[Path]:
+    """The files of a folder that pyarrow's dataset readers read, sorted: every file under it, but
+    names starting with '.' or '_' (_SUCCESS, .crc), which pyarrow.dataset skips, and so do we."""
+    return sorted(
+        f
+        for f in folder.rglob("*")
+        if f.is_file() and not any(part[0] in "._" for part in f.relative_to(folder).parts)
+    )
+
+
+def arrow_readable_names(path: str | os.PathLike) -> None:
+    """Refuse, naming it, a log or histogram (or a file of its folder that pyarrow reads) whose path
+    is not UTF-8: pyarrow's readers take paths as UTF-8 text, and failed on such a name with a
+    traceback or a codec error about a file that is fine (planner's writers hand pyarrow open files
+    instead)."""
+    folder = Path(path)
+    for name in (path, *(arrow_data_files(folder) if folder.is_dir() else ())):
         text = os.fsdecode(name)
         try:
             text.encode("utf-8")

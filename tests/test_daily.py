@@ -139,23 +139,24 @@ def test_cost_per_token_is_at_the_days_real_volume(tmp_path):
 
 def test_the_days_mean_rate_is_printed_as_the_product_it_is(tmp_path):
     """The volume line shows the busiest hour's mean rate and the multipliers, so that a reader can
-    multiply them back to the mean (finance_2027's 267.22 req/s came from a 400.83 it did not print)."""
+    multiply them back to the mean (finance_2027's 267.22 req/s came from a 400.83 it did not print).
+    The factors carry six digits: here 50 × 0.6667 × 1.3 would read 43.34 where the mean is 43.33."""
     import re
 
     from planner.daily import day_markdown
 
-    grown = three_to_one(tmp_path).read_text(encoding="utf-8").replace("  headroom: 1.2\n", "  headroom: 1.2\n  growth: 1.5\n")
+    grown = three_to_one(tmp_path).read_text(encoding="utf-8").replace("  headroom: 1.2\n", "  headroom: 1.2\n  growth: 1.3\n")
     path = tmp_path / "grown.yaml"
     path.write_text(grown, encoding="utf-8")
     _, c = costs_of(path)
     line = next(x for x in day_markdown(c).splitlines() if x.startswith("The day's volume:"))
     found = re.search(r"\(([\d.,]+) requests/s on average: the busiest hour's mean rate, ([\d.,]+) requests/s "
-                      r"\(traffic\.mean_rps\), × ([\d.]+), the period's mean over its busiest hour, × growth ([\d.]+)\)",
-                      line)
+                      r"\(traffic\.mean_rps\), × ([\d.]+) \(the period's mean ÷ its busiest hour's\), × growth "
+                      r"([\d.]+)\)", line)
     assert found, line
     mean, busiest, multiplier, growth = (float(g.replace(",", "")) for g in found.groups())
-    assert (busiest, growth) == (50.0, 1.5)
-    assert mean == pytest.approx(busiest * multiplier * growth, abs=0.01) and mean == round(c.mean_rps, 2)
+    assert (busiest, growth) == (50.0, 1.3) and mean == round(c.mean_rps, 2) == 43.33
+    assert round(busiest * multiplier * growth, 2) == mean  # the printed factors give the printed mean
 
 
 def test_a_weekly_profile_prices_a_week_and_quotes_a_day(tmp_path):

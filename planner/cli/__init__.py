@@ -4,7 +4,9 @@ Library errors (planner.errors) become one line on stderr and the documented exi
 code: 2 bad input, 3 infeasible. `planner --debug ...` shows the traceback instead (with the same exit code).
 Usage errors (an unknown option, a value out of range) are one line too, exit 2.
 While a command runs, the files it reads may not be written (planner.files.inputs_guard), and the
-files it writes appear only when it succeeds (planner.files.outputs_together).
+files it writes appear only when it succeeds (planner.files.outputs_together); a standard output
+that then refuses what the command prints (a full disk) is an error of its own (_printing), the files
+staying in place, whole.
 """
 
 from __future__ import annotations
@@ -154,7 +156,8 @@ def _printing():
     try:
         yield
     except OSError as exc:
-        if exc.errno == errno.EPIPE:
+        # Windows says a closed pipe with EINVAL
+        if exc.errno == errno.EPIPE or (sys.platform == "win32" and exc.errno == errno.EINVAL):
             raise
         raise InputError(f"standard output: cannot write what the command prints ({exc.strerror or exc})") from None
 

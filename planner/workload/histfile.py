@@ -295,11 +295,10 @@ def read_histogram_and_metadata(path: str | os.PathLike) -> tuple[Histogram, His
     where = str(path)
     if not os.path.exists(where):
         raise InputError(missing_text(where), where=where)
-    arrow_readable_names(where, (os.path.join(top, f) for top, _, files in os.walk(where) for f in files)
-                         if os.path.isdir(where) else ())
     if os.path.isfile(where) and not _starts_as_parquet(where):  # (a log given where its histogram belongs)
         raise InputError("is not a Parquet file; a histogram file is what `planner histogram LOG... -o FILE.parquet` "
                          "writes from logs", where=where)
+    arrow_readable_names(where)
     try:
         dataset = ds.dataset(where, format="parquet")
         table = dataset.to_table()

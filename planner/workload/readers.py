@@ -42,7 +42,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from planner.errors import InputError, shorten
-from planner.files import arrow_readable_names, missing_text, note_input, path_is
+from planner.files import arrow_data_files, arrow_readable_names, missing_text, note_input, path_is
 from planner.workload.columns import FORMATS, suggested
 
 EXTENSIONS = {
@@ -85,13 +85,13 @@ def detect_format(path: Path, fmt: str = "auto") -> str:
         raise InputError(missing_text(path), where=str(path))
     if fmt != "auto":
         if path_is(path, "folder"):
-            other = [f for f in _data_files(path) if EXTENSIONS.get(f.suffix.lower(), fmt) != fmt]
+            other = [f for f in arrow_data_files(path) if EXTENSIONS.get(f.suffix.lower(), fmt) != fmt]
             if other:
                 raise InputError(f"folder holds {other[0].relative_to(path)}, a {EXTENSIONS[other[0].suffix.lower()]} "
                                  f"file, where --format says {fmt}; give a folder of one format", where=str(path))
         return fmt
     if path_is(path, "folder"):
-        kinds = {f: EXTENSIONS.get(f.suffix.lower()) for f in _data_files(path)}
+        kinds = {f: EXTENSIONS.get(f.suffix.lower()) for f in arrow_data_files(path)}
         unknown = [f for f, kind in kinds.items() if kind is None]
         if unknown and len(unknown) < len(kinds):
             raise InputError(
@@ -121,15 +121,6 @@ def _with_format(hint: str, otherwise: str = "") -> str:
     log is read by its extension)."""
     option = suggested("format")
     return otherwise if option is None else hint.format(option)
-
-
-def _data_files(folder: Path) -> list[Path]:
-    # pyarrow.dataset skips names starting with '.' or '_' (_SUCCESS, .crc): so do we.
-    return sorted(
-        f
-        for f in folder.rglob("*")
-        if f.is_file() and not any(part[0] in "._" for part in f.relative_to(folder).parts)
-    )
 
 
 def sniff(path: Path, fmt: str) -> None:
@@ -203,7 +194,7 @@ class LogReader:
         note_input(self.path)
         self.format = detect_format(self.path, fmt)
         sniff(self.path, self.format)
-        arrow_readable_names(self.path, _data_files(self.path) if self.path.is_dir() else ())
+        arrow_readable_names(self.path)
         self.skipped = {"null": 0, "non_numeric": 0}
         # files of a folder that lack columns the others have (read as nulls), filled in as they are read
         self.files_missing_columns: dict[str, tuple[str, ...]] = {}
@@ -251,7 +242,7 @@ class LogReader:
 
     @property
     def _files(self) -> list[Path]:
-        return _data_files(self.path) if self.path.is_dir() else [self.path]
+        return arrow_data_files(self.path) if self.path.is_dir() else [self.path]
 
     @functools.cached_property
     def _parquet_dataset(self) -> ds.Dataset:
