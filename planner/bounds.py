@@ -154,8 +154,9 @@ Tflops = real(ge=MIN_TFLOPS, le=MAX_TFLOPS)
 BandwidthGBs = real(ge=MIN_BANDWIDTH_GB_S, le=MAX_BANDWIDTH_GB_S)
 GpuCount = whole(ge=0, le=MAX_FLEET_GPUS)
 Fraction = real(gt=0, le=1)  # a share of something: (0, 1]
-# A GPU's achieved share of a datasheet peak (catalog.Efficiency): at least 1%. Published ones lie
-# between 0.3 and 0.95; a share near zero makes step times overflow (1e-300 did, with numpy's warnings).
+# A GPU's achieved share of a datasheet peak (catalog.Efficiency): at least 1%. The catalog's, calibrated
+# on published measurements, lie between 0.397 and 0.91; a share near zero makes step times overflow
+# (1e-300 did, with numpy's warnings).
 EfficiencyShare = real(ge=MIN_EFFICIENCY, le=1)
 Probability = real(gt=0, lt=1)  # a quantile strictly inside (0, 1)
 Seed = Annotated[whole(ge=0), AfterValidator(_at_most_seed)]

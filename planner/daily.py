@@ -171,7 +171,7 @@ class DayCosts:
         growth and served share where they are not 1, each to six significant digits, so that the
         printed factors give the printed mean to its cent (finance_2027's 400.83 × 0.6667 read
         267.23 where the mean is 267.22)."""
-        text = (f"the busiest hour's mean rate, {self.busiest_hour_rps:,.2f} requests/s ({self.busiest_hour_from}), "
+        text = (f"the busiest hour's mean rate, {self.busiest_hour_rps:,.6g} requests/s ({self.busiest_hour_from}), "
                 f"× {self.profile.mean_multiplier:.6g} (the period's mean ÷ its busiest hour's)")
         if self.growth != 1:
             text += f", × growth {self.growth:g}"
@@ -271,8 +271,8 @@ def day_costs(plan: Plan, profile: DailyProfile, terms: DayTerms) -> DayCosts:
     carried_by_none = [k for k, rps in held.items() if rps <= 0 and rates[k] > 0]
     if carried_by_none:  # a stated fleet whose every pool of a class holds nothing: no replica count carries an hour
         raise UncarriedClassError(f"the day's policies cannot be priced: no replica of the fleet carries any of class "
-                              f"{', '.join(repr(k) for k in carried_by_none)} within the targets (capacity 0 req/s), "
-                              "so no number of them holds an hour's load")
+                                  f"{', '.join(repr(k) for k in carried_by_none)} within the targets (capacity 0 "
+                                  "req/s), so no number of them holds an hour's load")
     loads = {
         names[id(pool)]: tuple(load * replica_capacity_rps(pool) * pool.replicas / held[pool.traffic_class.name]
                              for load in class_loads[pool.traffic_class.name])

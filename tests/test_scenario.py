@@ -284,7 +284,7 @@ def test_a_stated_mean_rate_prices_a_token_at_the_day_s_volume_in_the_report(tmp
     day_tokens = 1 * 86_400 * (1000 + 200)
     assert "## The day's load curve" in report
     assert (f"The day's volume: {day_tokens:,.0f} tokens (1.00 requests/s on average: the busiest hour's mean rate, "
-            "1.00 requests/s (traffic.mean_rps), × 1 (the period's mean ÷ its busiest hour's)).") in report
+            "1 requests/s (traffic.mean_rps), × 1 (the period's mean ÷ its busiest hour's)).") in report
     assert (f"| peak-sized fleet all day, on demand | ${cost * 24:,.2f} | ${cost * 730:,.2f} | "
             f"{24 * json.loads(r.output)['gpus']:.1f} | ${cost * 24 / day_tokens * 1e6:.4f} | — |") in report
     # without it, the source's mean is the peak's: no day to price
