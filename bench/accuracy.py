@@ -62,9 +62,9 @@ requests, seed 7); data/samples/azure_conv_2023_sample.hist.parquet; and, with
 output_length), whose pool is skipped otherwise.
 
 Usage:
-    python bench/accuracy.py                       # both parts (about 2 minutes on 2 cores)
-    python bench/accuracy.py --part percentiles    # the percentile cases only (about 70 s)
-    python bench/accuracy.py --quick               # fewer requests per run (about 30 s)
+    python bench/accuracy.py                       # both parts (about 40 s on 2 cores)
+    python bench/accuracy.py --part percentiles    # the percentile cases only (about 30 s)
+    python bench/accuracy.py --quick               # fewer requests per run (about 15 s)
 """
 
 from __future__ import annotations
@@ -88,12 +88,15 @@ from planner.requests import sample_requests
 from planner.sim_capacity import max_sustainable_rate, profile_for
 from planner.sim_measures import RequestLatencies, settled_window
 from planner.simulate import DEFAULT_WARMUP_FRACTION, simulate_replica
+from planner.startup import prepare_process
 from planner.targets import SLO, Band
 from planner.workload.histfile import read_histogram
 from planner.workload.synth import generate, synthetic_histogram
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "data" / "samples"
+
+prepare_process()  # one BLAS thread and the allocator's settings, as the command line runs (planner.entry)
 
 # (model, gpu, tp, kv dtype, context limit); weights bf16 everywhere.
 CONFIGS = [
