@@ -215,24 +215,27 @@ def case(title: str, path: Path, target: float | None, runs: int, verify: bool =
               f"{b.replay_s:.2f} s replaying, of which {b.loop_s:.2f} s in the compiled loop")
 
 
-def full_candidate_set(tmp: Path) -> Path:
+def _rollout_variant(tmp: Path, name: str, levers) -> Path:
+    """The shipped 128k rollout with its candidate lists changed by `levers` (the scenario's dict to
+    its new lists), written as `name`.yaml in tmp."""
     scn = yaml.safe_load((ROOT / "scenarios" / "128k_rollout.yaml").read_text(encoding="utf-8"))
-    scn.update(name="rollout_full_set", gpus=ISSUE_GPUS, tp=[1, 2, 4, 8], weight_dtypes=["bf16", "fp8", "int4"],
-               kv_dtypes=["bf16", "fp8"], split_thresholds=[8192, 16384, 32768, 65536])
-    path = tmp / "rollout_full_set.yaml"
+    scn.update(levers(scn), name=name)
+    path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(scn, sort_keys=False), encoding="utf-8")
     return path
+
+
+def full_candidate_set(tmp: Path) -> Path:
+    return _rollout_variant(tmp, "rollout_full_set", lambda _: {
+        "gpus": ISSUE_GPUS, "tp": [1, 2, 4, 8], "weight_dtypes": ["bf16", "fp8", "int4"], "kv_dtypes": ["bf16", "fp8"],
+        "split_thresholds": [8192, 16384, 32768, 65536]})
 
 
 def one_config(tmp: Path) -> Path:
     """The 128k rollout with only the first of its GPUs, tp degrees, dtypes and split thresholds: the
     same command, traffic, targets and explorations over one config (and the fp8 levers' variants)."""
-    scn = yaml.safe_load((ROOT / "scenarios" / "128k_rollout.yaml").read_text(encoding="utf-8"))
-    scn.update({key: scn[key][:1] for key in ("gpus", "tp", "weight_dtypes", "kv_dtypes", "split_thresholds")})
-    scn["name"] = "rollout_one_config"
-    path = tmp / "rollout_one_config.yaml"
-    path.write_text(yaml.safe_dump(scn, sort_keys=False), encoding="utf-8")
-    return path
+    return _rollout_variant(tmp, "rollout_one_config", lambda scn: {
+        key: scn[key][:1] for key in ("gpus", "tp", "weight_dtypes", "kv_dtypes", "split_thresholds")})
 
 
 def fleet_full_catalog(tmp: Path, backend: str) -> Path:

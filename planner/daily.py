@@ -34,7 +34,6 @@ from planner.load_profile import (
     MINUTES_PER_HOUR,
     DailyProfile,
     busiest_hour_mean_rps,
-    day_mean_rps,
 )
 from planner.plan_objects import Plan, PoolDetail
 from planner.scenario import Scenario
@@ -138,7 +137,6 @@ class DayCosts:
     class_loads_rps: Mapping[str, tuple[float, ...]]  # traffic class -> load per hour, headroom included
     loads_rps: Mapping[str, tuple[float, ...]]  # pool -> its share of its class's load per hour
     headroom: float
-    mean_rps: float | None  # the period's mean served arrival rate (growth included), requests/s
     input_tokens_per_request: float
     output_tokens_per_request: float
     policies: tuple[Policy, ...]
@@ -149,11 +147,19 @@ class DayCosts:
     # the scenario's max_gpus: every policy prices what it needs, the cap set aside
     caps_set_aside: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     # What mean_rps is made of (the report shows the product): the busiest hour's mean arrival rate
-    # (requests/s, before growth) and where it comes from, the scenario's growth, the share served
+    # (requests/s, before growth; None: unknown) and where it comes from, the scenario's growth, the
+    # share served
     busiest_hour_rps: float | None = None
     busiest_hour_from: str = ""
     growth: float = 1.0
     served_share: float = 1.0
+
+    @property
+    def mean_rps(self) -> float | None:
+        """The period's mean served arrival rate (growth included), requests/s; None when unknown."""
+        if self.busiest_hour_rps is None:
+            return None
+        return self.busiest_hour_rps * self.profile.mean_multiplier * self.growth * self.served_share
 
     @property
     def tokens_per_day(self) -> float | None:
@@ -308,12 +314,10 @@ def day_costs(plan: Plan, profile: DailyProfile, terms: DayTerms) -> DayCosts:
         policy("autoscaled", {}, scaled),
         policy("mixed", mix.reserved, mix.on_demand),
     )
-    mean = day_mean_rps(profile, plan.measured_mean_rps)
     served = plan.served.requests / plan.hist.requests
     return DayCosts(
         profile=profile, terms=terms, pools=pools, peak_replicas=peak, class_loads_rps=class_loads, loads_rps=loads,
         headroom=scn.traffic.headroom,
-        mean_rps=None if mean is None else mean * scn.traffic.growth * served,
         busiest_hour_rps=busiest_hour_mean_rps(profile, plan.measured_mean_rps),
         busiest_hour_from=("the log's busiest hour" if profile.busiest_hour_rps is not None
                            else "traffic.mean_rps" if scn.traffic.mean_rps is not None

@@ -144,10 +144,3 @@ def busiest_hour_mean_rps(profile: DailyProfile, source_mean_rps: float | None) 
     """The busiest hour's mean arrival rate (requests/s, before growth). A measured profile knows its
     busiest hour; otherwise the source's mean rate is the busiest hour's (flat: every hour's)."""
     return profile.busiest_hour_rps if profile.busiest_hour_rps is not None else source_mean_rps
-
-
-def day_mean_rps(profile: DailyProfile, source_mean_rps: float | None) -> float | None:
-    """The period's mean arrival rate (requests/s, before growth): the busiest hour's mean
-    (busiest_hour_mean_rps) × the profile's mean multiplier."""
-    busiest = busiest_hour_mean_rps(profile, source_mean_rps)
-    return None if busiest is None else busiest * profile.mean_multiplier

@@ -47,6 +47,12 @@ def leftovers(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.rglob("*")) if folder.exists() else []
 
 
+def planner_process(*args, **streams) -> subprocess.CompletedProcess:
+    """`python -m planner ARGS` in a process of its own, run from the checkout: what the command line
+    does where CliRunner's streams differ from a real one's (closed, full, or a name's bytes)."""
+    return subprocess.run([sys.executable, "-m", "planner", *map(str, args)], cwd=ROOT, check=False, **streams)
+
+
 # ---- timestamps: per row, not by the first row's luck --------------------------------------
 TIMES = ["garbage", "1700000000000", "1700000060000", "1700000120000"]
 
@@ -253,12 +259,9 @@ def test_a_name_that_is_not_utf8_is_written_or_refused_by_name(tmp_path):
     (folder / f"b{odd}.csv").write_bytes(log.read_bytes())
     one_line_error(run("histogram", folder), 2, str(folder / "b\\xfe.csv"), "its name is not UTF-8")
 
-    def planner(*args):  # a real process: its "wrote ..." line prints the name as the terminal takes it
-        return subprocess.run([sys.executable, "-m", "planner", *map(str, args)], cwd=ROOT, capture_output=True,
-                              check=False)
-
+    # real processes: their "wrote ..." line prints the name as a terminal takes it
     out = tmp_path / f"h{odd}.parquet"
-    assert planner("histogram", log, "-o", out).returncode == 0
+    assert planner_process("histogram", log, "-o", out, capture_output=True).returncode == 0
     parts = tmp_path / "parts"
     parts.mkdir()
     out.rename(parts / "part0.parquet")
@@ -268,7 +271,7 @@ def test_a_name_that_is_not_utf8_is_written_or_refused_by_name(tmp_path):
     one_line_error(run("capacity", "llama-3.1-8b", "h100-sxm", "--histogram", named), 2, str(tmp_path),
                    "is not a Parquet file")
     for suffix in ("parquet", "csv"):
-        done = planner("synth", "chat", "-n", "10", "-o", tmp_path / f"s{odd}.{suffix}")
+        done = planner_process("synth", "chat", "-n", "10", "-o", tmp_path / f"s{odd}.{suffix}", capture_output=True)
         assert done.returncode == 0 and (tmp_path / f"s{odd}.{suffix}").stat().st_size > 0, done.stderr
 
 
@@ -357,8 +360,7 @@ def test_a_full_standard_output_is_one_line_and_the_written_reports_stay_whole(t
     """`solve --json > plan.json` on a full disk ended in a traceback (OSError, exit 1)."""
     def into_full(*args):
         with open("/dev/full", "w") as full:
-            return subprocess.run([sys.executable, "-m", "planner", *args], cwd=ROOT, stdout=full,
-                                  stderr=subprocess.PIPE, text=True, check=False)
+            return planner_process(*args, stdout=full, stderr=subprocess.PIPE, text=True)
 
     done = into_full("solve", "scenarios/chat_8b_h100.yaml", "--no-verify", "--json", "--out-dir", str(tmp_path))
     assert done.returncode == 2, done.stderr
@@ -372,8 +374,7 @@ def test_a_command_started_with_stderr_closed_writes_its_report_and_keeps_errors
     terminal (AttributeError: exit 1, no report), and print(..., file=None) and
     traceback.print_exc write to stdout (planner.startup.standard_streams)."""
     def closed_stderr(*args):
-        return subprocess.run([sys.executable, "-m", "planner", *args], cwd=ROOT, capture_output=False,
-                              stdout=subprocess.PIPE, text=True, preexec_fn=lambda: os.close(2), check=False)
+        return planner_process(*args, stdout=subprocess.PIPE, text=True, preexec_fn=lambda: os.close(2))
 
     done = closed_stderr("solve", "scenarios/chat_8b_h100.yaml", "--no-verify", "--out-dir", str(tmp_path))
     assert done.returncode == 0 and (tmp_path / "chat_8b_h100.md").is_file()
