@@ -141,6 +141,14 @@ class GPU(_Frozen):
             ) from None
 
 
+def grouped_heads_problem(kv_heads: int, heads: int) -> str | None:
+    """Why `kv_heads` key/value heads cannot serve `heads` query heads, or None."""
+    if kv_heads <= heads and not heads % kv_heads:
+        return None
+    return (f"must divide num_attention_heads {heads}: the query heads share the key/value heads in equal groups "
+            "(grouped-query attention, arXiv 2305.13245; one each in multi-head and latent attention)")
+
+
 class Model(_Frozen):
     """One model's architecture, as in its published config.json, plus parameter counts."""
 
@@ -218,12 +226,9 @@ class Model(_Frozen):
                     f"{name} {getattr(self, name):,} is below num_hidden_layers x hidden_size^2 = {floor:,}: each of "
                     "the layers holds at least one hidden x hidden projection; check the parameter counts"
                 )
-        if self.num_key_value_heads > self.num_attention_heads or self.num_attention_heads % self.num_key_value_heads:
-            raise ValueError(
-                f"num_key_value_heads {self.num_key_value_heads} must divide num_attention_heads "
-                f"{self.num_attention_heads}: the query heads share the key/value heads in equal groups "
-                "(grouped-query attention, arXiv 2305.13245; one each in multi-head and latent attention)"
-            )
+        problem = grouped_heads_problem(self.num_key_value_heads, self.num_attention_heads)
+        if problem:
+            raise ValueError(f"num_key_value_heads {self.num_key_value_heads} {problem}")
         if self.num_sliding_window_layers and not self.sliding_window:
             raise ValueError("num_sliding_window_layers given without sliding_window")
         if self.num_chunked_attention_layers and not self.attention_chunk_size:

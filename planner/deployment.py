@@ -59,6 +59,13 @@ def model_tp_problem(model: Model, tp: int) -> str | None:
             f"tensor-parallel degree {tp} does not divide the {model.num_key_value_heads} KV heads of '{model.id}' "
             "(engines shard KV heads evenly or replicate them when tp exceeds them)"
         )
+    # Past the KV heads each is replicated on tp / heads GPUs, a whole number (vLLM's QKVParallelLinear:
+    # num_kv_head_replicas = divide(tp_size, total_num_kv_heads), which asserts it).
+    if not model.kv_lora_rank and tp > model.num_key_value_heads and tp % model.num_key_value_heads:
+        return (
+            f"tensor-parallel degree {tp} is not a multiple of the {model.num_key_value_heads} KV heads of "
+            f"'{model.id}' (engines replicate each KV head on the same number of GPUs when tp exceeds them)"
+        )
     return None
 
 

@@ -401,7 +401,8 @@ def read_text(path: str | os.PathLike, kind: str, *, max_bytes: int | None = Non
         if max_bytes is not None and len(raw) > max_bytes:
             raise InputError(f"more than {max_bytes:,} bytes; a {kind} file here is at most {max_bytes:,}",
                              where=str(path))
-        return raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")  # text mode's universal newlines
+        # utf-8-sig: a leading byte-order mark (Windows editors write one) is no part of the text
+        return raw.decode("utf-8-sig").replace("\r\n", "\n").replace("\r", "\n")  # text mode's universal newlines
     except FileNotFoundError:
         raise InputError("file not found", where=str(path)) from None
     except (IsADirectoryError, UnicodeDecodeError) as exc:

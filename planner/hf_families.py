@@ -60,6 +60,10 @@ HARMLESS_KEYS = frozenset({
     "attn_temperature_tuning", "attn_scale", "attention_multiplier", "use_qk_norm", "qk_norm_type",
     "partial_rotary_factor", "cache_implementation", "max_window_layers", "use_sliding_window",
     "layer_types",  # read for every family: hf_import._read_layout checks it against the family's layout
+    # Which attention kernel transformers runs (eager, sdpa, flash_attention_2): saved into real
+    # config.json files (transformers 4.46-4.48 wrote `_attn_implementation_autoset`), and no
+    # part of the cache or the parameter count.
+    "_attn_implementation", "_attn_implementation_autoset", "attn_implementation",
 })
 
 
@@ -89,6 +93,7 @@ _GDN_LAYOUT = frozenset({
 _LLAMA_DEFAULTS = {"tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False}
 _QWEN_WINDOW = {"use_sliding_window": False, "sliding_window": 4096, "max_window_layers": 28}
 _QWEN_LAYOUT = frozenset({"use_sliding_window", "sliding_window", "max_window_layers", "layer_types"})
+_DEEPSEEK_LAYOUT = frozenset({"kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "qk_head_dim"})
 
 FAMILIES: tuple[Family, ...] = (
     Family(
@@ -149,12 +154,21 @@ FAMILIES: tuple[Family, ...] = (
         _QWEN_LAYOUT, qwen_layout, count_moe(qk_norm=True, sparse_step=True), experts_key="num_experts",
     ),
     Family(
-        "deepseek_v3", ("deepseek_v2", "deepseek_v3", "kimi_k2", "deepseek_v32", "glm_moe_dsa"),
+        # DeepSeek-V2's class has defaults of its own (no leading dense layer, two shared experts, where
+        # V3's has three and one): V2-Lite's config without those two keys counts 16.21B parameters by
+        # them, 14.49B by V3's.
+        "deepseek_v2", ("deepseek_v2",),
+        "transformers commit 008e574 models/deepseek_v2/configuration_deepseek_v2.py",
+        {"tie_word_embeddings": False, "q_lora_rank": 1536, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
+         "v_head_dim": 128, "n_shared_experts": 2, "first_k_dense_replace": 0, "moe_layer_freq": 1},
+        _DEEPSEEK_LAYOUT, count=count_deepseek, experts_key="n_routed_experts",
+    ),
+    Family(
+        "deepseek_v3", ("deepseek_v3", "kimi_k2", "deepseek_v32", "glm_moe_dsa"),
         "transformers 4.51.0 models/deepseek_v3/configuration_deepseek_v3.py",
         {"tie_word_embeddings": False, "q_lora_rank": 1536, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
          "v_head_dim": 128, "n_shared_experts": 1, "first_k_dense_replace": 3, "moe_layer_freq": 1},
-        frozenset({"kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "qk_head_dim"}),
-        count=count_deepseek, experts_key="n_routed_experts",
+        _DEEPSEEK_LAYOUT, count=count_deepseek, experts_key="n_routed_experts",
     ),
     Family(
         "llama4", ("llama4", "llama4_text"), "transformers 4.51.0 models/llama4/configuration_llama4.py",

@@ -41,7 +41,7 @@ from typing import Any
 
 import yaml
 
-from planner.catalog import Model
+from planner.catalog import Model, grouped_heads_problem
 from planner.checkpoint import check_count, read_weights
 from planner.errors import InputError
 from planner.hf_config import (
@@ -220,6 +220,9 @@ def _architecture_fields(r: FamilyReader, name: str, hub_id: str | None) -> dict
     heads = cfg.integer("num_attention_heads")
     if cfg.has("num_key_value_heads"):
         kv_heads = cfg.integer("num_key_value_heads")
+        problem = grouped_heads_problem(kv_heads, heads)
+        if problem:  # here, where a nested config's key is named with its prefix
+            raise InputError(f"{cfg.name('num_key_value_heads')} {kv_heads} {problem}", where=cfg.where)
     elif "num_key_value_heads" in cfg.raw and r.family.name in _NULL_KV_HEADS_IS_MHA:
         # An explicit null as its class reads it (_NULL_KV_HEADS_IS_MHA), where an absent key takes the
         # class default; the classes that keep a null (the model then does not load) get the default
@@ -283,6 +286,10 @@ def _architecture_fields(r: FamilyReader, name: str, hub_id: str | None) -> dict
         entry["num_experts"] = experts
         per_tok = next((k for k in ("num_experts_per_tok", "experts_per_token", "top_k_experts") if cfg.has(k)), None)
         entry["num_experts_per_tok"] = cfg.integer(per_tok) if per_tok else r.integer("num_experts_per_tok")
+        if entry["num_experts_per_tok"] > experts:  # else only the parameter counts would clash, later
+            counted = next((cfg.name(k) for k in _EXPERT_KEYS if cfg.has(k)), f"the {r.family.name} default")
+            raise cfg.error(per_tok or "num_experts_per_tok", f"{entry['num_experts_per_tok']} experts a token, more "
+                            f"than the {experts} there are ({counted})")
         entry["moe_intermediate_size"] = (
             cfg.integer("moe_intermediate_size") if cfg.has("moe_intermediate_size") else entry["intermediate_size"]
         )

@@ -27,6 +27,12 @@ def quantized_dtype(r: FamilyReader) -> str | None:
     if not isinstance(qc, dict):
         raise InputError(f"{key}: expected an object (got {qc!r})", where=r.cfg.where)
     method = qc.get("quant_method")
+    producer = qc.get("producer")
+    if method is None and isinstance(producer, dict) and producer.get("name") == "modelopt":
+        method = "modelopt"  # ModelOpt's own quantization config names its producer, not a method
+    if method is None:
+        raise InputError(f"{key}.quant_method: required field is missing (the weights' format: fp8, mxfp4, awq, "
+                         "gptq, compressed-tensors or modelopt)", where=r.cfg.where)
     if method == "fp8":
         return "fp8"
     if method == "mxfp4":

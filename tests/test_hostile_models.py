@@ -388,3 +388,105 @@ def test_a_moe_config_without_experts_or_an_mla_one_without_its_rank_is_refused_
 ])
 def test_layer_kinds_that_would_be_summed_or_ignored_are_refused(args, message):
     assert message in error_line(import_hf(*args))
+
+
+# ---- what real configs carry, read as the engines read it ----------------------------------
+def _config(tmp_path: Path, doc: dict, name: str = "config.json") -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("_attn_implementation", "eager"),  # the original google/gemma-2-27b config.json (transformers 4.42)
+    ("_attn_implementation_autoset", True),  # written by transformers 4.46-4.48 into saved configs
+    ("attn_implementation", "flash_attention_2"),
+])
+def test_a_key_that_only_picks_the_attention_kernel_is_no_reason_to_refuse(tmp_path, key, value):
+    """They choose eager, sdpa or flash kernels: neither the cache nor the parameter count changes.
+    Before, the import refused them as attention settings it did not model."""
+    from planner.hf_import import model_from_hf_config
+
+    doc = {**json.loads(LLAMA.read_text(encoding="utf-8")), key: value}
+    model = model_from_hf_config(_config(tmp_path, doc), name="m")
+    assert model.params_total == LLAMA_PARAMS
+    assert model.num_key_value_heads == 8
+
+
+# DeepSeek-V2-Lite's config.json as published (huggingface.co/deepseek-ai/DeepSeek-V2-Lite): no query
+# compression (q_lora_rank null), one leading dense layer, two shared experts.
+DEEPSEEK_V2_LITE = {
+    "architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2", "hidden_size": 2048,
+    "intermediate_size": 10944, "kv_lora_rank": 512, "q_lora_rank": None, "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64, "v_head_dim": 128, "max_position_embeddings": 163840, "moe_intermediate_size": 1408,
+    "moe_layer_freq": 1, "first_k_dense_replace": 1, "n_routed_experts": 64, "n_shared_experts": 2,
+    "num_experts_per_tok": 6, "num_attention_heads": 16, "num_key_value_heads": 16, "num_hidden_layers": 27,
+    "topk_method": "greedy", "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": 102400,
+}
+
+
+def test_deepseek_v2_counts_its_published_size_and_takes_its_own_class_defaults(tmp_path):
+    """15.7B parameters (DeepSeek-V2 paper, arXiv 2405.04434, appendix: DeepSeek-V2-Lite). A V2 config
+    without first_k_dense_replace and n_shared_experts takes DeepseekV2Config's 0 and 2, where V3's
+    class (3 and 1) once gave V2-Lite 14.49B and a note that named V3's file as V2's."""
+    from planner.hf_import import model_from_hf_config
+
+    published = model_from_hf_config(_config(tmp_path, DEEPSEEK_V2_LITE), name="m")
+    assert round(published.params_total / 1e9, 1) == 15.7
+    bare = {k: v for k, v in DEEPSEEK_V2_LITE.items() if k not in ("first_k_dense_replace", "n_shared_experts")}
+    defaulted = model_from_hf_config(_config(tmp_path, bare, "bare.json"), name="m")
+    stated = model_from_hf_config(_config(tmp_path, {**bare, "first_k_dense_replace": 0, "n_shared_experts": 2},
+                                          "stated.json"), name="m")
+    assert defaulted.params_total == stated.params_total != published.params_total
+    assert "first_k_dense_replace not in the config: 0, the deepseek_v2 default" in defaulted.notes
+    assert "models/deepseek_v2/configuration_deepseek_v2.py" in defaulted.notes
+
+
+def test_more_experts_a_token_than_experts_is_named_by_its_keys(tmp_path):
+    """Before, the parameter counts clashed later, with advice about command-line flags not given."""
+    doc = {**json.loads((CONFIGS / "mixtral-8x7b-v0.1.json").read_text(encoding="utf-8")), "num_experts_per_tok": 10}
+    assert error_line(run("catalog", "import-hf", _config(tmp_path, doc), "--name", "m")).endswith(
+        "num_experts_per_tok: 10 experts a token, more than the 8 there are (num_local_experts)")
+
+
+def test_kv_heads_that_do_not_divide_the_heads_are_named_with_the_nested_prefix(tmp_path):
+    text = {**json.loads(LLAMA.read_text(encoding="utf-8")), "num_key_value_heads": 5}
+    doc = {"model_type": "llava", "architectures": ["LlavaForConditionalGeneration"], "text_config": text}
+    assert f"text_config.{HEADS.format(kv=5)}" in error_line(
+        run("catalog", "import-hf", _config(tmp_path, doc), "--name", "m"))
+
+
+def test_tp_past_the_kv_heads_must_be_a_multiple_of_them(tmp_path):
+    """vLLM replicates each KV head on tp / heads GPUs (QKVParallelLinear's divide() asserts a whole
+    number): 12 KV heads run on tp 4 or tp 12's multiples, never tp 16, which was planned as 16 heads."""
+    doc = {**json.loads(LLAMA.read_text(encoding="utf-8")), "num_attention_heads": 48, "num_key_value_heads": 12,
+           "head_dim": 128}
+    catalog = tmp_path / "m.yaml"
+    assert run("catalog", "import-hf", _config(tmp_path, doc), "--name", "m", "-o", catalog).exit_code == 0
+    assert run("kv", "m", "--catalog", catalog, "--tp", 4, "--tokens", 1000).exit_code == 0
+    assert "tensor-parallel degree 16 is not a multiple of the 12 KV heads of 'm'" in error_line(
+        run("kv", "m", "--catalog", catalog, "--tp", 16, "--tokens", 1000))
+
+
+def test_a_byte_order_mark_is_no_part_of_the_text(tmp_path):
+    """Windows editors start a UTF-8 file with one; json refused it with Python's own hint."""
+    from planner.hf_import import model_from_hf_config
+
+    path = tmp_path / "config.json"
+    path.write_bytes(b"\xef\xbb\xbf" + LLAMA.read_bytes())
+    assert model_from_hf_config(path, name="m").params_total == LLAMA_PARAMS
+
+
+def test_a_modelopt_quantization_config_is_read_by_its_producer_and_one_without_a_method_is_named(tmp_path):
+    """NVIDIA ModelOpt's own config names its producer and algorithm, no quant_method (as in
+    nvidia's Qwen3-32B-FP8-Static-PerTensor); one that names neither was told "'None' is not a format"."""
+    from planner.hf_import import model_from_hf_config
+
+    llama = json.loads(LLAMA.read_text(encoding="utf-8"))
+    modelopt = {"quant_algo": "FP8", "ignore": ["lm_head"], "producer": {"name": "modelopt", "version": "0.31.0"}}
+    model = model_from_hf_config(_config(tmp_path, {**llama, "quantization_config": modelopt}), name="m")
+    assert model.checkpoint_dtype == "fp8"
+    r = run("catalog", "import-hf", _config(tmp_path, {**llama, "quantization_config": {"bits": 8}}, "bare.json"),
+            "--name", "m")
+    assert error_line(r).endswith("quantization_config.quant_method: required field is missing (the weights' format: "
+                                  "fp8, mxfp4, awq, gptq, compressed-tensors or modelopt)")
