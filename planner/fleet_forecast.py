@@ -216,8 +216,11 @@ QUARTER_COLUMNS: tuple[Column, ...] = (
            lambda r: r.cost_per_hour * HOURS_PER_MONTH),
     Column("total_usd", "number", f"the fleet's cost over the quarter ({HOURS_PER_QUARTER:,} hours), USD",
            lambda r: r.cost_per_hour * HOURS_PER_QUARTER),
-    Column("tokens_per_hour_at_peak", "number", "prompt + output tokens per hour, every service at its peak rate",
-           lambda r: sum(p.tokens_per_hour for p in r.plan.plans), digits=0),
+    # The services' whole tokens summed, so that the services table adds up to this column (each
+    # rounded on its own, the total rounded on its own was a token off their sum).
+    Column("tokens_per_hour_at_peak", "number", "prompt + output tokens per hour, every service at its peak rate "
+           "(services.tokens_per_hour_at_peak summed)", lambda r: sum(round(p.tokens_per_hour) for p in r.plan.plans),
+           digits=0),
     Column("usd_per_million_tokens_at_peak", "number", "total cost / all services' tokens at their peak rates, USD per million",
            lambda r: usd_per_million_tokens(r.cost_per_hour, sum(p.tokens_per_hour for p in r.plan.plans))),
 )
@@ -410,7 +413,7 @@ def _held_at_the_end(results: list[FleetQuarter], fleet: FleetInputs) -> str:
         lots = [_commitment(fleet, fc, fc.quarters[-1], gpu, n) for gpu, n in beyond.items()]
         more = sum(c.gpus * c.usd_per_gpu_hour for c in lots)
         text += next_commitments_text(last.quarter, [(c.gpus, c.gpu, usd_rate_text(c.usd_per_gpu_hour)) for c in lots],
-                                      kept_usd + more, renewing=term is not None)
+                                      more, kept_usd + more, term=term)
     return text
 
 

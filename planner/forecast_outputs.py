@@ -36,7 +36,7 @@ from planner.commitments import (
 from planner.daily import CAPS_SET_ASIDE, POLICIES, floor_text
 from planner.files import output_folder, write_bytes_atomic, write_text_atomic
 from planner.forecast import PoolRow, QuarterResult
-from planner.report import peak_shortfall_text, pools_text, rejected_text
+from planner.report import peak_shortfall_text, peak_text, pools_text, rejected_text
 from planner.units import (
     HOURS_PER_MONTH,
     HOURS_PER_QUARTER,
@@ -170,9 +170,9 @@ QUARTER_COLUMNS: tuple[Column, ...] = (
            _by_kind("reserved_idle", HOURS_PER_QUARTER), total=True),
     Column("total_usd", "number", "the fleet's cost over the {period}, USD",
            lambda r: r.cost_per_hour * HOURS_PER_QUARTER, total=True),
-    Column("input_usd", "number", "the part of total_usd charged to input tokens (prefill's share of GPU time), USD",
-           lambda r: r.cost_per_hour * HOURS_PER_QUARTER * _input_share(r), total=True),
-    Column("output_usd", "number", "the part charged to output tokens (decode's share), USD",
+    Column("input_usd", "number", "the part of total_usd charged to input tokens (each pool's share of GPU time in "
+           "prefill, at the peak), USD", lambda r: r.cost_per_hour * HOURS_PER_QUARTER * _input_share(r), total=True),
+    Column("output_usd", "number", "the part charged to output tokens (the rest of GPU time: decode and idle alike), USD",
            lambda r: r.cost_per_hour * HOURS_PER_QUARTER * (1 - _input_share(r)), total=True),
     Column("use_reserved_usd_per_hour", "number",
            "when committed GPUs sit idle: the cheapest plan that runs them all, USD per hour (empty otherwise, or when none can)",
@@ -399,6 +399,25 @@ def _idle_lines(results: Sequence[QuarterResult]) -> list[str]:
     return lines
 
 
+def _peak_lines(results: Sequence[QuarterResult]) -> list[str]:
+    """Where each quarter's peak comes from, as its plan's report says it (Traffic): the measured
+    peak, how it was taken (a quantile of few minutes said so), and what multiplies it."""
+    out = []
+    for r in results:
+        plan = r.plan
+        text = f"{plan.measured_peak_rps:,.3f} requests/s ({peak_text(plan)})"
+        if out and out[-1][1] == text:
+            out[-1][0].append(r.quarter)
+        else:
+            out.append(([r.quarter], text))
+    said = "; ".join((f"{', '.join(qs)}: " if len(out) > 1 else "") + text for qs, text in out)
+    first = results[0].plan
+    served = " × the share of requests served" if any(r.plan.rejected_requests for r in results) else ""
+    growth = first.scenario.traffic.growth / results[0].demand_multiplier  # the base scenario's
+    return ["", f"Peak req/s is the measured peak, {said}, × growth {growth:g} × the quarter's Demand × base"
+            f"{served}; capacity is planned for × headroom {first.scenario.traffic.headroom:g}."]
+
+
 def _rejected_lines(results: Sequence[QuarterResult]) -> list[str]:
     """The requests each quarter turns away (longer than its context limit): served traffic only is
     in the costs and tokens, so a quarter that lowers the limit would otherwise read as cheaper
@@ -500,7 +519,8 @@ def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: st
         gpus = ", ".join([gpus, *removed]) if removed else gpus
         idle = r.idle.gpus if r.idle else {}
         reserved = ", ".join(
-            f"{n - idle.get(g, 0)} / {idle.get(g, 0)} {g} @ {usd_rate_text(r.reserved_price[g])}" for g, n in r.reserved_gpus.items() if n
+            f"{n - idle.get(g, 0)} / {idle.get(g, 0)} {g} @ {usd_rate_text(r.reserved_price[g])}/GPU-hour"
+            for g, n in r.reserved_gpus.items() if n
         ) or "—"
         k = r.usd_per_hour_by_kind
         cpm, vol = r.cost_per_million, r.cost_per_million_at_volume
@@ -516,10 +536,12 @@ def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: st
         )
     tot_vol = " / ".join(usd_per_million_text(_per_million(total, u, t)) for u, t in
                          (("total_usd", "tokens"), ("input_usd", "input_tokens"), ("output_usd", "output_tokens")))
-    lines.append(f"| **Total** | | | | | | {usd_text(total['on_demand_usd'])} + {usd_text(total['reserved_used_usd'])} + "
-                 f"{usd_text(total['reserved_idle_usd'])} over {total['quarters']} quarters | **{usd_text(total['total_usd'])}** | | "
-                 f"{tot_vol} | |")
-    lines += _rejected_lines(results) + _stated_prices_lines(results) + _unused_price_lines(results)
+    # The parts go with the total, in the $/quarter column: under $/hour they read as an hourly rate.
+    lines.append(f"| **Total** ({total['quarters']} quarters) | | | | | | | **{usd_text(total['total_usd'])}** = "
+                 f"{usd_text(total['on_demand_usd'])} on demand + {usd_text(total['reserved_used_usd'])} reserved + "
+                 f"{usd_text(total['reserved_idle_usd'])} idle | | {tot_vol} | |")
+    lines += (_peak_lines(results) + _rejected_lines(results) + _stated_prices_lines(results)
+              + _unused_price_lines(results))
     idle = _idle_lines(results)
     if idle:
         lines += ["", *idle]
@@ -531,7 +553,9 @@ def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: st
     lines += [
         "",
         "Cost per million tokens is quoted at the peak rate (the fleet is sized for the busiest hour) and at the day's "
-        "real volume (what a quarter of traffic really pays per token: the load profile's mean rate). Reserved GPUs are "
+        "real volume (what a quarter of traffic really pays per token: the load profile's mean rate). Input and output "
+        "split each pool's cost by its share of GPU time in prefill at the peak: output carries the rest, decode and "
+        "idle time alike. Reserved GPUs are "
         "paid whether used or not; idle ones are priced at their type's mean committed price. Utilisation is the arrival "
         f"rate over the fleet's planned capacity, each replica at its planned capacity ({KNEE_SHARE:.0%} of its lowest "
         f"ceiling by the model, or what certification measured it holds; headroom keeps the peak below 100%)."
@@ -582,7 +606,7 @@ def _held_at_the_end(results: Sequence[QuarterResult]) -> str:
         price = last.day.terms.reserved_usd_per_gpu_hour
         more = sum(n * price[g] for g, n in beyond.items())
         text += next_commitments_text(last.quarter, [(n, g, usd_rate_text(price[g])) for g, n in beyond.items()],
-                                      sum(lot.usd_per_hour for lot in staying) + more, renewing=term is not None)
+                                      more, sum(lot.usd_per_hour for lot in staying) + more, term=term)
     return text
 
 
@@ -602,16 +626,21 @@ def after_end_text(quarters: Sequence[str], lots: Sequence[Lot], term: int) -> s
             "does not count.")
 
 
-def next_commitments_text(quarter: str, lots: Sequence[tuple[int, str, str]], usd_per_hour: float, *,
-                          renewing: bool = False) -> str:
+def next_commitments_text(quarter: str, lots: Sequence[tuple[int, str, str]], added_usd_per_hour: float,
+                          usd_per_hour: float, *, term: int | None = None) -> str:
     """What carry_forward commits after the last quarter: lots of (GPUs, type, price per GPU-hour as
-    printed), and the committed $/hour they bring the total to. renewing: commitments have a term, so
-    the lots are what the quarter runs beyond those still in their term after it (the ones whose term
-    ends with it renewed, and what it ran on demand)."""
-    what = "runs beyond the commitments still in their term after it" if renewing else "runs on demand"
+    printed), what they add per hour, and the committed $/hour they bring the total to. term: the
+    commitments' term in quarters (None: no term), so the lots are what the quarter runs beyond those
+    still in their term after it (the ones whose term ends with it renewed, and what it ran on
+    demand), and they are paid for that term."""
+    what = "runs beyond the commitments still in their term after it" if term is not None else "runs on demand"
+    over = (f", {usd_text(added_usd_per_hour * HOURS_PER_QUARTER * term)} over a {term}-quarter term"
+            if term is not None else "")
+    # The last quarter's terms: a price stated for a later quarter is outside the forecast.
     return (" With carry_forward, the " + ", ".join(f"{n} {g}" for n, g, _ in lots) + f" that {quarter} {what} "
-            "would be committed from the next quarter at its terms (" + ", ".join(p for *_, p in lots)
-            + f"): {usd_text(usd_per_hour)}/hour in all.")
+            f"would be committed from the next quarter at {quarter}'s terms (" + ", ".join(p for *_, p in lots)
+            + f" per GPU-hour): {usd_text(added_usd_per_hour)}/hour more{over}; {usd_text(usd_per_hour)}/hour "
+            "committed in all.")
 
 
 def _policies_markdown(results: Sequence[QuarterResult], total: dict, heading: int) -> list[str]:

@@ -512,7 +512,7 @@ def _finance(plan: Plan) -> str:
         "| | Tokens per hour | Cost per hour | Cost per million tokens |",
         "|---|---:|---:|---:|",
         f"| Input (prefill share of GPU time) | {plan.input_tokens_per_hour:,.0f} | {usd_text(cpm['input'] * plan.input_tokens_per_hour / 1e6)} | {_usd_per_million(cpm['input'])} |",
-        f"| Output (decode share of GPU time) | {plan.output_tokens_per_hour:,.0f} | {usd_text(cpm['output'] * plan.output_tokens_per_hour / 1e6)} | {_usd_per_million(cpm['output'])} |",
+        f"| Output (the rest of GPU time: decode and idle) | {plan.output_tokens_per_hour:,.0f} | {usd_text(cpm['output'] * plan.output_tokens_per_hour / 1e6)} | {_usd_per_million(cpm['output'])} |",
         f"| Blended | {shown_tokens:,} | {usd_text(plan.cost_per_hour)} | {_usd_per_million(cpm['blended'])} |",
         "",
         f"{hours_text(quarters=False)} Input and output split each pool's cost by the share of its GPU time spent in prefill at the peak: "
@@ -698,7 +698,7 @@ def _traffic(plan: Plan, figure: str | None) -> str:
     lines += [
         f"- Requests in the histogram: {plan.hist.requests:,}; served within the {plan.context_limit:,}-token limit: "
         f"{h.requests:,}; above the limit (rejected): {plan.rejected_requests:,}.",
-        f"- Peak: {plan.measured_peak_rps:,.3f} requests/s ({_peak_text(plan)}) × growth {scn.traffic.growth:g}"
+        f"- Peak: {plan.measured_peak_rps:,.3f} requests/s ({peak_text(plan)}) × growth {scn.traffic.growth:g}"
         + (f" × {h.requests / plan.hist.requests:.2%} served" if plan.rejected_requests else "")
         + f" = {plan.peak_rps:,.3f} requests/s; capacity is planned for × headroom {scn.traffic.headroom:g}.",
     ]
@@ -722,7 +722,7 @@ def _traffic(plan: Plan, figure: str | None) -> str:
     return "\n".join(lines)
 
 
-def _peak_text(plan: Plan) -> str:
+def peak_text(plan: Plan) -> str:
     """How the measured peak was taken, over how many minutes; a quantile that few minutes cannot
     resolve is said to be about their largest."""
     peak = plan.scenario.traffic.peak

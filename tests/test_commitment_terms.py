@@ -145,8 +145,9 @@ def test_what_carry_forward_commits_next_counts_the_lots_whose_term_ends_with_th
     in_all = sum(lot.usd_per_hour for lot in staying) + renewed * price
     text = forecast_markdown("terms", results)
     assert (f"With carry_forward, the {renewed} h100-sxm that 2028Q1 runs beyond the commitments still in their term "
-            f"after it would be committed from the next quarter at its terms (${price:.3f}): ${in_all:,.2f}/hour in all."
-            ) in text
+            f"after it would be committed from the next quarter at 2028Q1's terms (${price:.3f} per GPU-hour): "
+            f"${renewed * price:,.2f}/hour more, ${renewed * price * 2190 * 2:,.2f} over a 2-quarter term; "
+            f"${in_all:,.2f}/hour committed in all.") in text
     assert "a quarter)" not in text.split("Held at the end of 2028Q1:")[1].split(".")[0]  # no run rate to quote
 
 

@@ -634,7 +634,30 @@ def test_fleet_forecast_carries_the_whole_fleet_forward(tmp_path):
     assert ("Held at the end of 2027Q2: " + ", ".join(f"{t.committed} {t.gpu}" for t in held)
             + f", ${usd:,.2f}/hour (${usd * 2190:,.2f} a quarter)") in md
     assert any(t.on_demand for t in q2.plan.types)  # growth 0.5 outruns what Q1 committed
-    assert "would be committed from the next quarter at its terms" in md and f"${after:,.2f}/hour in all." in md
+    assert ("would be committed from the next quarter at 2027Q2's terms" in md
+            and f"${after - usd:,.2f}/hour more; ${after:,.2f}/hour committed in all." in md)
+
+
+def test_the_shipped_fleet_forecast_s_services_and_types_add_up_to_its_quarters():
+    """Each quarter's tokens are its services' whole tokens summed (each rounded on its own, the
+    quarter's total rounded on its own was a token off them in every quarter), and its cost its
+    types' cost."""
+    import csv
+
+    reports = Path(__file__).resolve().parent.parent / "reports"
+
+    def rows(table):
+        text = (reports / f"fleet_2027q1_forecast_{table}.csv").read_text(encoding="utf-8")
+        return list(csv.DictReader(text.splitlines()))
+
+    quarters, services, types = rows("quarters"), rows("services"), rows("types")
+    assert len(quarters) == 4
+    for q in quarters:
+        mine = [s for s in services if s["quarter"] == q["quarter"]]
+        assert len(mine) == int(q["services"])
+        assert sum(int(s["tokens_per_hour_at_peak"]) for s in mine) == int(q["tokens_per_hour_at_peak"])
+        assert sum(float(t["usd_per_hour"]) for t in types if t["quarter"] == q["quarter"]) == pytest.approx(
+            float(q["total_usd_per_hour"]))
 
 
 def test_the_fleet_headline_names_the_services_that_turn_requests_away():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 
 import pytest
 from click.testing import CliRunner
@@ -163,6 +164,32 @@ def test_forecast_cli_writes_markdown_tables_dictionary_and_json(tmp_path):
         assert (out / f"fc_forecast_{table}.csv").read_text() == text
 
 
+def test_the_forecast_says_where_its_peak_comes_from_and_keeps_hourly_and_summed_dollars_apart(tmp_path):
+    """The Peak req/s column is traced to the measured peak as the plan's report takes it; the Total
+    row's parts (dollars over the quarters) stand with its total, not under the $/hour header."""
+    from planner.forecast_outputs import forecast_markdown
+
+    path = scenario(tmp_path, """
+        forecast:
+          quarters: [{quarter: 2027Q1}, {quarter: 2027Q2, growth: 0.2}]
+    """)
+    results = run_forecast(load_inputs(path))
+    md = forecast_markdown("fc", results)
+    plan = results[0].plan
+    assert (f"Peak req/s is the measured peak, {plan.measured_peak_rps:,.3f} requests/s (" in md
+            and "× growth 1 × the quarter's Demand × base; capacity is planned for × headroom" in md)
+    assert [f"{r.peak_rps:,.2f}" for r in results] == [
+        f"{plan.measured_peak_rps * r.demand_multiplier:,.2f}" for r in results]
+    def cells(start):
+        return [c.strip() for c in next(line for line in md.splitlines() if line.startswith(start))[1:-1].split("|")]
+
+    header, total = cells("| Quarter |"), cells("| **Total**")
+    assert header[6].startswith("$/hour") and total[6] == ""
+    assert header[7] == "$/quarter" and total[7].startswith("**$") and " on demand + " in total[7]
+    usd = [float(x) for x in re.findall(r"\$([\d,.]+)", total[7].replace(",", ""))]
+    assert usd[0] == pytest.approx(sum(usd[1:]), abs=0.015)  # the total is its three parts, to the cent
+
+
 @pytest.mark.parametrize(
     ("forecast", "expected"),
     [
@@ -247,7 +274,8 @@ def test_the_report_says_what_stays_committed_past_the_last_quarter(tmp_path):
             "A commitment, once made, is paid in every later quarter of the forecast, used or not; the total above "
             "counts none past 2027Q2") in text
     assert (f"With carry_forward, the {n2 - n1} h100-sxm that 2027Q2 runs on demand would be committed from the next "
-            f"quarter at its terms (${price:.3f}): ${n2 * price:,.2f}/hour in all.") in text
+            f"quarter at 2027Q2's terms (${price:.3f} per GPU-hour): ${(n2 - n1) * price:,.2f}/hour more; "
+            f"${n2 * price:,.2f}/hour committed in all.") in text
 
 
 def test_commitments_above_the_scenario_s_own_cap_are_refused_naming_it(tmp_path):

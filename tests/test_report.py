@@ -335,13 +335,13 @@ def test_the_peak_says_how_many_minutes_its_quantile_is_taken_over(minutes, quan
     import numpy as np
 
     from planner.histogram import Histogram
-    from planner.report import _peak_text
+    from planner.report import peak_text
 
     arrivals = np.arange(minutes * 10) * 6.0 + 1.0  # ten requests a minute
     hist = Histogram.from_arrays(np.full(arrivals.size, 100), np.full(arrivals.size, 10), arrivals)
     peak = SimpleNamespace(method="quantile", quantile=quantile)
     plan = SimpleNamespace(hist=hist, scenario=SimpleNamespace(traffic=SimpleNamespace(peak=peak)))
-    assert _peak_text(plan) == expected
+    assert peak_text(plan) == expected
 
 
 def test_a_cache_that_holds_more_than_the_engine_runs_says_where_the_batch_stops(tmp_path):
@@ -431,7 +431,7 @@ def test_every_shipped_cost_per_token_table_adds_up_as_shown():
     for path in sorted((ROOT / "reports").glob("*.md")):
         text = path.read_text(encoding="utf-8")
         for m in re.finditer(r"\| Input \(prefill share of GPU time\) \| ([\d,]+) \| \$([\d,.]+) \|.*\n"
-                             r"\| Output \(decode share of GPU time\) \| ([\d,]+) \| \$([\d,.]+) \|.*\n"
+                             r"\| Output \(the rest of GPU time: decode and idle\) \| ([\d,]+) \| \$([\d,.]+) \|.*\n"
                              r"\| Blended \| ([\d,]+) \| \$([\d,.]+) \|", text):
             tokens_in, usd_in, tokens_out, usd_out, tokens, usd = (float(g.replace(",", "")) for g in m.groups())
             assert tokens_in + tokens_out == tokens, (path.name, m.group(0))
