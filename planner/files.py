@@ -31,6 +31,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -384,6 +385,11 @@ def path_is(path: Path, kind: str) -> bool:
         raise
 
 
+# What each pipe given as a file (a shell's <(...), /dev/stdin) held when first read: a command reads
+# a scenario twice (planner.fleet.is_fleet_file, then its loader), and a pipe's second reading is empty.
+_PIPES_READ: dict[str, bytes] = {}
+
+
 def read_text(path: str | os.PathLike, kind: str, *, max_bytes: int | None = None) -> str:
     """The UTF-8 text of `path`; a missing, unreadable, binary or oversized file is an InputError naming it.
 
@@ -396,8 +402,14 @@ def read_text(path: str | os.PathLike, kind: str, *, max_bytes: int | None = Non
             raise InputError(
                 f"file is {path.stat().st_size:,} bytes; a {kind} file here is at most {max_bytes:,}", where=str(path)
             )
-        with path.open("rb") as f:
-            raw = f.read() if max_bytes is None else f.read(max_bytes + 1)
+        piped = stat.S_ISFIFO(path.stat().st_mode)
+        if piped and str(path) in _PIPES_READ:  # a pipe reads once: a second reading gets what the first did
+            raw = _PIPES_READ[str(path)]
+        else:
+            with path.open("rb") as f:
+                raw = f.read() if max_bytes is None else f.read(max_bytes + 1)
+            if piped:
+                _PIPES_READ[str(path)] = raw
         if max_bytes is not None and len(raw) > max_bytes:
             raise InputError(f"more than {max_bytes:,} bytes; a {kind} file here is at most {max_bytes:,}",
                              where=str(path))

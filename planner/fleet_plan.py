@@ -47,6 +47,9 @@ class SharedConstraint:
     limit_text: str  # how the limit is made up
     plus_one_usd_per_hour: float  # the limit raised by one (inf: still no plan)
     removed_usd_per_hour: float  # the limit dropped
+    # Every solve the two costs rest on (the plan's too) reached a proven optimum: else one stopped at
+    # solver.time_limit_s, and the difference is partly the gap to the optimum, not the limit's price.
+    proven: bool = True
 
     @property
     def binds(self) -> bool:
@@ -195,9 +198,14 @@ def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool |
     result = FleetPlan(fleet, tuple(plans), joint, types, constraints)
     budget = fleet.spec.budget_usd_per_month
     if budget is not None and result.cost_per_month > budget + 1e-6:
+        over = result.cost_per_month - budget
+        # A budget stated past the cent is shown as stated, and a shortfall under a cent said so: both
+        # to the cent read "$0.00 over the budget of" the fleet's own cost.
+        stated = usd_text(budget) if abs(budget * 100 - round(budget * 100)) < 1e-6 else f"${budget:,}"
         raise InfeasibleError(
             f"budget_usd_per_month: the cheapest fleet costs {usd_text(result.cost_per_month)} per month, "
-            f"{usd_text(result.cost_per_month - budget)} over the budget of {usd_text(budget)}", where=str(fleet.path))
+            f"{usd_text(over) if over >= 0.005 else 'less than a cent'} over the budget of {stated}",
+            where=str(fleet.path))
     return result
 
 
@@ -273,7 +281,8 @@ def _no_fleet_message(fleet: FleetInputs, setups, joint: JointSolution) -> str:
         solve = Resolver(_within_caps(st.scn, fleet.shared_caps), pool_types=frozenset(fleet.commitments))
         sol = solve(st.classes, st.evals)
         if not sol.pools:
-            return f"service '{svc.name}': " + no_plan_message(sol, st.scn, st.classes, st.evals, solve.inventory)
+            return (f"service '{svc.name}': " + no_plan_message(sol, st.scn, st.classes, st.evals, solve.inventory)
+                    + _caps_source(scenario_caps(st.scn), fleet.shared_caps, solve.inventory))
         alone.append((svc.name, sol))
     if joint.status == "Not Solved":
         return (f"no fleet plan found within the solver's time limit of {fleet.spec.solver.time_limit_s:g} s; raise "
@@ -285,6 +294,16 @@ def _no_fleet_message(fleet: FleetInputs, setups, joint: JointSolution) -> str:
     takes = [f"{name} {' + '.join(f'{n} {g}' for g, n in sol.gpus_by_type.items())}" for name, sol in alone]
     return (f"every service can be served alone within the shared caps, but the shared rules ({', '.join(rules)}) "
             f"leave no fleet that covers every service's peak; alone, the cheapest plans take {'; '.join(takes)}")
+
+
+def _caps_source(own: dict[str, int], shared: dict[str, int], caps: dict[str, int]) -> str:
+    """Which of a fleet service's caps are its own (its gpus' max_gpus) rather than the fleet's
+    inventory: a message naming "the inventory caps" did not say which file to change."""
+    mine = [f"{g} ≤ {gpus_text(n)}" + (f" (the fleet's inventory allows {gpus_text(shared[g])})" if g in shared else "")
+            for g, n in sorted(caps.items()) if g in own and own[g] <= shared.get(g, own[g])]
+    if not mine:
+        return ""
+    return f"; of those caps, {', '.join(mine)} {'is' if len(mine) == 1 else 'are'} the service's own (its gpus' max_gpus)"
 
 
 def _within_caps(scn: Scenario, caps: dict[str, int]) -> Scenario:
@@ -361,26 +380,30 @@ def _constraints(fleet: FleetInputs, setups, evals_per_service, joint: JointSolu
     used = {t.gpu: t.used for t in types}
     caps = fleet.shared_caps
 
-    def relaxed(plus: dict, free: dict, over: tuple[str, int] | None = None) -> tuple[float, float]:
-        cost = joint.cost_per_hour
+    def relaxed(plus: dict, free: dict, over: tuple[str, int] | None = None) -> tuple[float, float, bool]:
+        cost, planned = joint.cost_per_hour, joint.status == "Optimal"
         if over is not None and _bound_over(fleet, setups, evals_per_service, *over) >= cost - COST_TOLERANCE_USD:
-            return cost, cost
+            return cost, cost, planned
         without = _solve(fleet, setups, evals_per_service, tie_break=False, **free)
-        dropped = without.cost_per_hour
-        if without.status == "Optimal" and dropped >= cost - COST_TOLERANCE_USD:
-            return cost, dropped
-        return _solve(fleet, setups, evals_per_service, tie_break=False, **plus).cost_per_hour, dropped
+        # The plan stays within a relaxed limit, so a re-solve stopped by its time limit on a dearer
+        # plan has not found the relaxed optimum: the plan's cost is nearer it.
+        dropped = min(without.cost_per_hour, cost)
+        if without.status == "Optimal" and without.cost_per_hour >= cost - COST_TOLERANCE_USD:
+            return cost, dropped, planned
+        one_more = _solve(fleet, setups, evals_per_service, tie_break=False, **plus)
+        proven = planned and without.status == "Optimal" and one_more.status == "Optimal"
+        return min(one_more.cost_per_hour, cost), dropped, proven
 
     for g, cap in sorted(caps.items()):
         s = fleet.spec.inventory[g]
         parts = [f"{s.owned} owned"] if s.owned else []
         parts += [f"{s.reserved} reserved"] if s.reserved else []
         parts.append(f"{s.max_new} new")
-        plus, free = relaxed({"caps": {**caps, g: cap + 1}}, {"caps": {k: v for k, v in caps.items() if k != g}},
-                             (g, cap + 1))
-        out.append(SharedConstraint(f"{g} GPUs", cap, used.get(g, 0), " + ".join(parts), plus, free))
+        plus, free, proven = relaxed({"caps": {**caps, g: cap + 1}}, {"caps": {k: v for k, v in caps.items() if k != g}},
+                                     (g, cap + 1))
+        out.append(SharedConstraint(f"{g} GPUs", cap, used.get(g, 0), " + ".join(parts), plus, free, proven))
     limit = fleet.spec.max_gpu_types
     if limit is not None:
-        plus, free = relaxed({"max_gpu_types": limit + 1}, {"max_gpu_types": None})
-        out.append(SharedConstraint("GPU types", limit, len(joint.gpus_by_type), "max_gpu_types", plus, free))
+        plus, free, proven = relaxed({"max_gpu_types": limit + 1}, {"max_gpu_types": None})
+        out.append(SharedConstraint("GPU types", limit, len(joint.gpus_by_type), "max_gpu_types", plus, free, proven))
     return tuple(out)

@@ -140,7 +140,7 @@ def _totals(fp: FleetPlan) -> str:
     lines = [
         "## Fleet totals",
         "",
-        f"**{len(fp.plans)} services on {gpus_text(fp.gpus)} in use ({by_type}"
+        f"**{len(fp.plans)} service{'' if len(fp.plans) == 1 else 's'} on {gpus_text(fp.gpus)} in use ({by_type}"
         + (f"; {fp.gpus + fp.idle_committed:,} paid for" if fp.idle_committed else "")
         + f"): {usd_text(fp.cost_per_hour)} per hour, "
         f"{usd_text(fp.cost_per_month)} per month.**",
@@ -235,19 +235,28 @@ def _constraints(fp: FleetPlan) -> str:
     base = fp.cost_per_hour
     for c in fp.constraints:
         unit = "" if c.name == "GPU types" else " GPUs"
+        mark = "" if c.proven else " †"
         lines.append(
             f"| {c.name} | ≤ {c.limit:,}{unit} ({c.limit_text}) | {c.used:,} | {'yes' if c.binds else 'no'} "
-            f"| {usd_text(c.plus_one_usd_per_hour)} | {usd_text(base - c.plus_one_usd_per_hour)} "
-            f"| {usd_text(c.removed_usd_per_hour)} | {usd_text(base - c.removed_usd_per_hour)} |"
+            f"| {usd_text(c.plus_one_usd_per_hour)}{mark} | {usd_text(base - c.plus_one_usd_per_hour)}{mark} "
+            f"| {usd_text(c.removed_usd_per_hour)}{mark} | {usd_text(base - c.removed_usd_per_hour)}{mark} |"
         )
-    free = [c.name for c in fp.constraints if c.binds and base - c.removed_usd_per_hour < COST_TOLERANCE_USD]
+    if not all(c.proven for c in fp.constraints):
+        lines += ["", f"† Not proven: the plan's solve or a re-solve stopped at `solver.time_limit_s` "
+                  f"({fp.fleet.spec.solver.time_limit_s:g} s) before proving its optimum (the plan: {fp.joint.status}). "
+                  "Each cost is the best plan found in time (a re-solve never above the plan, which every relaxed "
+                  "limit still allows), so a saving shown is partly the gap to the optimum, not the limit's price; "
+                  "raise the time limit to price the limit."]
+    # Only what proven costs show is explained: an unproven saving may be the solver's gap alone.
+    proven = [c for c in fp.constraints if c.proven]
+    free = [c.name for c in proven if c.binds and base - c.removed_usd_per_hour < COST_TOLERANCE_USD]
     if free:
         one = len(free) == 1
         lines += ["", f"Binds: the plan uses all the limit allows. {_names(free)} {'binds' if one else 'bind'} and "
                   f"{'costs' if one else 'cost'} nothing: dropping {'it' if one else 'them'} finds no cheaper fleet."]
     # A limit the plan stays under can still cost: what it rules out is a plan with more of the type
     # (or more types) than it allows, not the plan's own use of it.
-    for c in fp.constraints:
+    for c in proven:
         if c.binds or base - c.removed_usd_per_hour < COST_TOLERANCE_USD:
             continue
         if c.name == "GPU types":
@@ -315,7 +324,8 @@ def fleet_json(fp: FleetPlan) -> dict[str, Any]:
         "moe_exposure": fleet_exposure(fp.plans),
         "constraints": [
             {"constraint": c.name, "limit": c.limit, "used": c.used, "binds": c.binds,
-             "plus_one_usd_per_hour": _finite(c.plus_one_usd_per_hour), "removed_usd_per_hour": _finite(c.removed_usd_per_hour)}
+             "plus_one_usd_per_hour": _finite(c.plus_one_usd_per_hour), "removed_usd_per_hour": _finite(c.removed_usd_per_hour),
+             "proven": c.proven}
             for c in fp.constraints
         ],
         "services": services,

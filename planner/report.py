@@ -466,9 +466,15 @@ def _fleet_rules_show(plan: Plan) -> bool:
     the section is the service's own report (tests/test_fleet.py holds them equal)."""
     if plan.alone is None:
         return False
+    if plan.alone_differs:
+        return True
+    # With no cap, commitment or rule of the fleet on it, its rows are its own report's, infeasible
+    # ones too ("without h100-sxm" where it has no other GPU): nothing of the fleet to say.
+    if not plan.alone_caps and plan.alone_type_rule is None and not plan.alone_committed:
+        return False
     rows = [*plan.split_analysis, *plan.per_gpu, *plan.levers, *plan.alternatives, *plan.sensitivity,
             *(o for _, o in plan.ttft_sweep)]
-    return plan.alone_differs or any(not o.feasible or _uses_all_left(o, plan.alone_caps or {}) for o in rows)
+    return any(not o.feasible or _uses_all_left(o, plan.alone_caps or {}) for o in rows)
 
 
 def _uses_all_left(o: Outcome, caps: dict[str, int]) -> bool:

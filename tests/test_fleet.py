@@ -218,6 +218,25 @@ def test_each_service_section_is_its_own_report_when_no_shared_constraint_binds(
     assert fp.cost_per_hour == pytest.approx(sum(p.cost_per_hour for p in fp.plans))
 
 
+def test_a_service_of_a_fleet_without_limits_is_its_own_report_with_an_infeasible_row_too(tmp_path):
+    """On one GPU type, "without h100-sxm" is infeasible in the service's own report; with no cap,
+    commitment or rule in the fleet that row once added a paragraph on how the fleet re-solves it."""
+    from planner.fleet import load_fleet
+    from planner.fleet_plan import make_fleet_plan
+    from planner.fleet_report import _totals, demote, service_section
+    from planner.inputs import plan_inputs, report_sections
+    from planner.report import render
+
+    fleet = load_fleet(write_fleet(tmp_path, services=[service("solo", 20.0, gpus=["h100-sxm"])]))
+    fp = make_fleet_plan(fleet)
+    figures = {"traffic": "t.png", "split": "s.png", "ttft": "x.png"}
+    alone = plan_inputs(fleet.services[0].inputs)
+    assert any(not o.feasible for o in alone.levers)  # the row that set it off
+    own = demote(render(alone, figures=figures, sections=report_sections(alone, fleet.services[0].inputs)))
+    assert service_section(fp, 0, figures) == own
+    assert "**1 service on " in _totals(fp)
+
+
 def test_a_fleets_figures_are_started_while_it_is_planned_and_its_report_starts_no_job(tmp_path, monkeypatch):
     """`planner solve FLEET` starts each service's traffic figure once every service is set up (the
     worker shares their evaluations first) and its other figures once what they show is known, with the
@@ -283,6 +302,42 @@ def test_a_binding_cap_moves_a_service_and_its_cost_is_the_saving_without_it(tmp
     assert fp.cost_per_hour > alone
     assert cap.removed_usd_per_hour <= cap.plus_one_usd_per_hour <= fp.cost_per_hour
     assert sum(pd.gpus for p in fp.plans for pd in p.pools if pd.config.gpu.id == "h100-sxm") == limit
+
+
+def test_a_re_solve_stopped_by_its_time_limit_is_never_priced_above_the_plan_and_is_marked(tmp_path, monkeypatch):
+    """A relaxed limit still allows the plan, so a re-solve that stops at solver.time_limit_s on a
+    dearer fleet has not found the relaxed optimum: its cost is clamped to the plan's and the row is
+    marked unproven. A 100-service fleet had shown one more H100 allowed costing $11.39/hour more, and
+    a cap the plan stayed under "saving" $28/hour, both the solver's gap."""
+    import dataclasses
+
+    import planner.fleet_plan as fleet_plan
+    from planner.fleet import load_fleet
+    from planner.fleet_report import _constraints, fleet_json
+
+    real = fleet_plan._solve
+
+    def stopped(*args, **kw):  # the re-solves (no tie-break) stop on a plan $50/hour dearer
+        joint = real(*args, **kw)
+        if kw.get("tie_break", True):
+            return joint
+        return dataclasses.replace(joint, status="Feasible (time limit, not proven optimal)",
+                                   cost_per_hour=joint.cost_per_hour + 50.0)
+
+    monkeypatch.setattr(fleet_plan, "_solve", stopped)
+    fleet = load_fleet(write_fleet(tmp_path, inventory={"h100-sxm": {"max_new": 3}}, max_gpu_types=1))
+    fp = fleet_plan.make_fleet_plan(fleet)
+    assert fp.joint.status == "Optimal" and fp.constraints
+    for c in fp.constraints:
+        assert c.plus_one_usd_per_hour <= fp.cost_per_hour and c.removed_usd_per_hour <= fp.cost_per_hour
+    unproven = [c for c in fp.constraints if not c.proven]
+    assert unproven  # each limit here binds, so each is re-solved
+    text = _constraints(fp)
+    assert "† Not proven: the plan's solve or a re-solve stopped at `solver.time_limit_s`" in text
+    assert all(f"| {c.name} |" in line and line.count("†") == 4
+               for c in unproven for line in text.splitlines() if line.startswith(f"| {c.name} |"))
+    assert "Binds: the plan uses all" not in text and "yet dropping it saves" not in text
+    assert [c["proven"] for c in fleet_json(fp)["constraints"]] == [c.proven for c in fp.constraints]
 
 
 def test_committed_gpus_are_paid_used_or_not_and_the_services_add_up(tmp_path):
@@ -359,6 +414,34 @@ def test_solve_fleet_json_has_services_and_a_budget_overrun_exits_3(tmp_path):
     assert r.exit_code == 3
     assert "budget_usd_per_month: the cheapest fleet costs $" in r.output and "over the budget of $100.00" in r.output
     assert not (tmp_path / "poor").exists()
+
+
+def test_a_service_stopped_by_its_own_cap_is_told_the_cap_is_its_own(tmp_path):
+    """Its gpus' max_gpus and the fleet's inventory both read "the inventory caps": which to raise?"""
+    capped = service("alpha", 30.0, gpus=[{"id": "h100-sxm", "max_gpus": 1}])
+    path = write_fleet(tmp_path, services=[capped], inventory={"h100-sxm": {"max_new": 20}})
+    r = CliRunner().invoke(main, ["solve", str(path), "--no-verify", "--no-report"])
+    assert r.exit_code == 3
+    assert r.output.strip().endswith("; of those caps, h100-sxm ≤ 1 GPU (the fleet's inventory allows 20 GPUs) is the "
+                                     "service's own (its gpus' max_gpus)"), r.output
+    fleet_capped = write_fleet(tmp_path, services=[service("alpha", 30.0, gpus=["h100-sxm"])],
+                               inventory={"h100-sxm": {"max_new": 1}})
+    r = CliRunner().invoke(main, ["solve", str(fleet_capped), "--no-verify", "--no-report"])
+    assert r.exit_code == 3 and "inventory caps (h100-sxm ≤ 1 GPU)" in r.output and "service's own" not in r.output
+
+
+def test_a_budget_short_by_less_than_a_cent_is_told_so_as_stated(tmp_path):
+    """Both to the cent, a budget of $10,913.499 against a $10,913.50 fleet read "$0.00 over the budget
+    of $10,913.50"."""
+    from planner.fleet import load_fleet
+    from planner.fleet_plan import make_fleet_plan
+
+    cost = make_fleet_plan(load_fleet(write_fleet(tmp_path)), explore=False, certify=False).cost_per_month
+    budget = math.floor(cost * 1000 - 1) / 1000
+    r = CliRunner().invoke(main, ["solve", str(write_fleet(tmp_path, budget_usd_per_month=budget)), "--no-verify",
+                                  "--no-report"])
+    assert r.exit_code == 3
+    assert r.output.strip().endswith(f"less than a cent over the budget of ${budget:,}"), r.output
 
 
 def test_the_command_line_names_committed_gpus_left_idle_whose_cost_it_counts(tmp_path):
@@ -701,8 +784,9 @@ def test_a_fleet_file_where_a_scenario_is_expected_is_named_as_such(tmp_path):
     r = CliRunner().invoke(main, ["simulate", str(path)])
     assert r.exit_code == 2, r.output
     assert r.output.strip() == (f"error: {path}: this is a fleet file (it lists services:), where one scenario is "
-                                "expected: give one of its services' scenario files, or use `planner solve` / "
-                                "`planner forecast` on the fleet")
+                                "expected: give one of its services' scenario files (which plans that service alone, "
+                                "not its share of the fleet), or use `planner solve` / `planner forecast` on the fleet "
+                                "(`solve` certifies the fleet's own pools in simulation)")
 
 
 

@@ -402,6 +402,52 @@ def test_a_ctrl_c_outside_clicks_handling_ends_as_one_inside_it(monkeypatch, cap
     assert ended.value.code == 1 and capsys.readouterr().err == "\nAborted!\n"
 
 
+@pytest.mark.skipif(not Path("/dev/stdin").exists(), reason="no /dev/stdin here")
+def test_a_scenario_read_through_a_pipe_is_read_once():
+    """`planner solve <(...)` and `... | planner solve /dev/stdin`: the command asks whether the file
+    is a fleet file, then loads it; the pipe's second reading was empty ("a scenario is a YAML
+    mapping"). A pipe's bytes are kept from its first reading."""
+    done = planner_process("solve", "/dev/stdin", "--no-verify", "--no-report", input=BASE,
+                           capture_output=True, text=True, env={**os.environ, "PLANNER_WORKERS": "0"})
+    assert done.returncode == 0 and done.stdout.startswith("tiny: $"), done.stderr
+
+
+def test_a_ctrl_c_inside_compiled_code_ends_as_any_ctrl_c_does(monkeypatch, capsys):
+    """numba reports a Ctrl-C inside the simulator's kernel as a SystemError raised from the
+    KeyboardInterrupt: it printed sixty lines of traceback before exit 1."""
+    import planner.cli
+    import planner.cli.kv_cmd
+
+    def kernel(*args, **kwargs):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as exc:
+            raise SystemError("CPUDispatcher(<function run>) returned a result with an exception set") from exc
+
+    def leave(code):
+        raise SystemExit(code)
+
+    monkeypatch.setattr(planner.cli.kv_cmd, "model_tp_problem", kernel)
+    monkeypatch.setattr(planner.cli.os, "_exit", leave)
+    monkeypatch.setattr(sys, "argv", ["planner", "kv", "llama-3.1-8b", "--tokens", "1000"])
+    with pytest.raises(SystemExit) as ended:
+        planner.cli.run()
+    err = capsys.readouterr().err
+    assert ended.value.code == 1 and err.endswith("Aborted!\n") and "Traceback" not in err, err
+
+
+def test_a_system_error_of_another_cause_keeps_its_traceback(monkeypatch):
+    """Only an interrupt is read so: any other SystemError is a fault, and keeps its traceback."""
+    import planner.cli.kv_cmd
+
+    def broken(*args, **kwargs):
+        raise SystemError("a fault")
+
+    monkeypatch.setattr(planner.cli.kv_cmd, "model_tp_problem", broken)
+    with pytest.raises(SystemError, match="a fault"):
+        planner.cli.main(["kv", "llama-3.1-8b", "--tokens", "1000"])
+
+
 _CTRL_C_IN_HIGHSPY = """
 import importlib.machinery
 import sys

@@ -37,6 +37,12 @@ class PlannerGroup(click.Group):
         except click.exceptions.Exit:  # a subcommand's --help: what it printed is its answer
             printed.release()
             raise
+        except SystemError as exc:
+            # A Ctrl-C inside compiled code (the simulator's numba kernel) surfaces as a SystemError
+            # raised from the KeyboardInterrupt: it ends as any Ctrl-C does ("Aborted!", exit 1).
+            if _interrupt_in(exc):
+                raise KeyboardInterrupt from None
+            raise
         except PlannerError as exc:
             if ctx.obj and ctx.obj.get("debug"):
                 traceback.print_exc()  # the traceback asked for, and the exit code documented for the error
@@ -75,6 +81,17 @@ class PlannerGroup(click.Group):
             click.echo("Aborted!", err=True)
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)
+
+
+def _interrupt_in(exc: BaseException) -> bool:
+    """Whether a KeyboardInterrupt is among the exceptions `exc` was raised from or during."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def run() -> None:

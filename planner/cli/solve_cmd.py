@@ -238,8 +238,10 @@ def _write_fleet(fleet_plan, no_report, out_dir, as_json):
     if as_json:
         return fleet_json(fleet_plan)
     # the cost includes committed GPUs left idle: the line names them, as the report does
+    status = fleet_plan.joint.status
     lines = [f"{fleet_plan.fleet.spec.name}: {usd_text(fleet_plan.cost_per_hour)}/hour, {gpus_in_use_text(fleet_plan)}, "
              f"{len(fleet_plan.plans)} service{'' if len(fleet_plan.plans) == 1 else 's'}{idle_committed_text(fleet_plan)}"
+             + ("" if status == "Optimal" else f" ({status}: raise solver.time_limit_s)")
              + (f" -> {written}" if written else "")]
     for plan in fleet_plan.plans:
         sol = plan.solution

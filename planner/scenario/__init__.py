@@ -247,8 +247,9 @@ def scenario_from_document(raw: Any, path: Path) -> Scenario:
         raise InputError("a scenario is a YAML mapping (name:, model:, traffic:, ...)", where=str(path))
     if is_fleet_document(raw):
         raise InputError("this is a fleet file (it lists services:), where one scenario is expected: give one of its "
-                         "services' scenario files, or use `planner solve` / `planner forecast` on the fleet",
-                         where=str(path))
+                         "services' scenario files (which plans that service alone, not its share of the fleet), or "
+                         "use `planner solve` / `planner forecast` on the fleet (`solve` certifies the fleet's own "
+                         "pools in simulation)", where=str(path))
     if "model" not in raw:
         _refuse_a_fleet_without_services(raw, path)
     return validate(Scenario, raw, where=str(path))
