@@ -311,12 +311,14 @@ def _umask() -> int:
 # ---- inputs --------------------------------------------------------------------------------
 @contextlib.contextmanager
 def inputs_guard() -> Iterator[None]:
-    """Within the block, files read through this module (and `note_input`) may not be written."""
-    token = _inputs.set(set())
+    """Within the block, files read through this module (and `note_input`) may not be written, and a
+    pipe read through read_text gives the same bytes each time it is read."""
+    token, pipes = _inputs.set(set()), _pipes_read.set({})
     try:
         yield
     finally:
         _inputs.reset(token)
+        _pipes_read.reset(pipes)
 
 
 def arrow_data_files(folder: Path) -> list[Path]:
@@ -385,9 +387,12 @@ def path_is(path: Path, kind: str) -> bool:
         raise
 
 
-# What each pipe given as a file (a shell's <(...), /dev/stdin) held when first read: a command reads
-# a scenario twice (planner.fleet.is_fleet_file, then its loader), and a pipe's second reading is empty.
-_PIPES_READ: dict[str, bytes] = {}
+# What each pipe given as a file (a shell's <(...), /dev/stdin) held when first read in this command
+# (inputs_guard): a command reads a scenario twice (planner.fleet.is_fleet_file, then its loader), and
+# a pipe's second reading is empty. Keyed by the pipe itself, and forgotten with the command: a later
+# command in the same process (a test's, a notebook's) may be given other bytes by the same name.
+_pipes_read: contextvars.ContextVar[dict[tuple[int, int], bytes] | None] = contextvars.ContextVar(
+    "pipes_read", default=None)
 
 
 def read_text(path: str | os.PathLike, kind: str, *, max_bytes: int | None = None) -> str:
@@ -402,14 +407,15 @@ def read_text(path: str | os.PathLike, kind: str, *, max_bytes: int | None = Non
             raise InputError(
                 f"file is {path.stat().st_size:,} bytes; a {kind} file here is at most {max_bytes:,}", where=str(path)
             )
-        piped = stat.S_ISFIFO(path.stat().st_mode)
-        if piped and str(path) in _PIPES_READ:  # a pipe reads once: a second reading gets what the first did
-            raw = _PIPES_READ[str(path)]
+        status, kept = path.stat(), _pipes_read.get()
+        pipe = (status.st_dev, status.st_ino) if kept is not None and stat.S_ISFIFO(status.st_mode) else None
+        if pipe is not None and pipe in kept:  # a pipe reads once: read again, it gives what it gave
+            raw = kept[pipe]
         else:
             with path.open("rb") as f:
                 raw = f.read() if max_bytes is None else f.read(max_bytes + 1)
-            if piped:
-                _PIPES_READ[str(path)] = raw
+            if pipe is not None:
+                kept[pipe] = raw
         if max_bytes is not None and len(raw) > max_bytes:
             raise InputError(f"more than {max_bytes:,} bytes; a {kind} file here is at most {max_bytes:,}",
                              where=str(path))

@@ -281,8 +281,11 @@ def _no_fleet_message(fleet: FleetInputs, setups, joint: JointSolution) -> str:
         solve = Resolver(_within_caps(st.scn, fleet.shared_caps), pool_types=frozenset(fleet.commitments))
         sol = solve(st.classes, st.evals)
         if not sol.pools:
-            return (f"service '{svc.name}': " + no_plan_message(sol, st.scn, st.classes, st.evals, solve.inventory)
-                    + _caps_source(scenario_caps(st.scn), fleet.shared_caps, solve.inventory))
+            why = no_plan_message(sol, st.scn, st.classes, st.evals, solve.inventory)
+            # (only where the message blames the caps: a latency target's, say, does not)
+            return (f"service '{svc.name}': {why}"
+                    + (_caps_source(scenario_caps(st.scn), fleet.shared_caps, solve.inventory)
+                       if "inventory caps (" in why else ""))
         alone.append((svc.name, sol))
     if joint.status == "Not Solved":
         return (f"no fleet plan found within the solver's time limit of {fleet.spec.solver.time_limit_s:g} s; raise "

@@ -49,10 +49,17 @@ def quantized_dtype(r: FamilyReader) -> str | None:
     if method == "compressed-tensors":
         return _compressed_tensors_dtype(qc, key, r.cfg.where)
     if method == "modelopt":
-        algo = str(qc.get("quant_algo", "")).upper()
+        # hf_quant_config.json's shape nests it (quantization.quant_algo); a config.json's is flat
+        nested = qc.get("quantization") if isinstance(qc.get("quantization"), dict) else {}
+        name = "quant_algo" if "quant_algo" in qc else "quantization.quant_algo"
+        given = qc.get("quant_algo", nested.get("quant_algo"))
+        if given is None:
+            raise InputError(f"{key}.quant_algo: required field is missing (ModelOpt's algorithm: FP8 or NVFP4)",
+                             where=r.cfg.where)
+        algo = str(given).upper()
         if algo in ("FP8", "NVFP4"):
             return "fp8" if algo == "FP8" else "fp4"
-        raise InputError(f"{key}.quant_algo: '{qc.get('quant_algo')}' is not a catalog dtype (known: FP8, NVFP4)", where=r.cfg.where)
+        raise InputError(f"{key}.{name}: '{given}' is not a catalog dtype (known: FP8, NVFP4)", where=r.cfg.where)
     raise InputError(
         f"{key}.quant_method: '{method}' is not a format planner knows (fp8, mxfp4, awq, gptq, compressed-tensors, modelopt); "
         "the weights' size cannot be read from it",

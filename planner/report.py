@@ -468,13 +468,15 @@ def _fleet_rules_show(plan: Plan) -> bool:
         return False
     if plan.alone_differs:
         return True
-    # With no cap, commitment or rule of the fleet on it, its rows are its own report's, infeasible
-    # ones too ("without h100-sxm" where it has no other GPU): nothing of the fleet to say.
-    if not plan.alone_caps and plan.alone_type_rule is None and not plan.alone_committed:
+    # Only the fleet's caps, commitments and rule can make its rows differ from its own report's: its
+    # own gpus' max_gpus bind there too. Without them its rows are its own report's, infeasible ones
+    # too ("without h100-sxm" where it has no other GPU): nothing of the fleet to say.
+    shared = {g: n for g, n in (plan.alone_caps or {}).items() if g in plan.alone_shared_caps}
+    if not shared and plan.alone_type_rule is None and not plan.alone_committed:
         return False
     rows = [*plan.split_analysis, *plan.per_gpu, *plan.levers, *plan.alternatives, *plan.sensitivity,
             *(o for _, o in plan.ttft_sweep)]
-    return any(not o.feasible or _uses_all_left(o, plan.alone_caps or {}) for o in rows)
+    return any(not o.feasible or _uses_all_left(o, shared) for o in rows)
 
 
 def _uses_all_left(o: Outcome, caps: dict[str, int]) -> bool:

@@ -218,16 +218,18 @@ def test_each_service_section_is_its_own_report_when_no_shared_constraint_binds(
     assert fp.cost_per_hour == pytest.approx(sum(p.cost_per_hour for p in fp.plans))
 
 
-def test_a_service_of_a_fleet_without_limits_is_its_own_report_with_an_infeasible_row_too(tmp_path):
+@pytest.mark.parametrize("gpus", [["h100-sxm"], [{"id": "h100-sxm", "max_gpus": 100}]])
+def test_a_service_of_a_fleet_without_limits_is_its_own_report_with_an_infeasible_row_too(tmp_path, gpus):
     """On one GPU type, "without h100-sxm" is infeasible in the service's own report; with no cap,
-    commitment or rule in the fleet that row once added a paragraph on how the fleet re-solves it."""
+    commitment or rule in the fleet that row once added a paragraph on how the fleet re-solves it (and
+    still did where the service caps the type itself, a cap its own report has too)."""
     from planner.fleet import load_fleet
     from planner.fleet_plan import make_fleet_plan
     from planner.fleet_report import _totals, demote, service_section
     from planner.inputs import plan_inputs, report_sections
     from planner.report import render
 
-    fleet = load_fleet(write_fleet(tmp_path, services=[service("solo", 20.0, gpus=["h100-sxm"])]))
+    fleet = load_fleet(write_fleet(tmp_path, services=[service("solo", 20.0, gpus=gpus)]))
     fp = make_fleet_plan(fleet)
     figures = {"traffic": "t.png", "split": "s.png", "ttft": "x.png"}
     alone = plan_inputs(fleet.services[0].inputs)
@@ -331,13 +333,47 @@ def test_a_re_solve_stopped_by_its_time_limit_is_never_priced_above_the_plan_and
     for c in fp.constraints:
         assert c.plus_one_usd_per_hour <= fp.cost_per_hour and c.removed_usd_per_hour <= fp.cost_per_hour
     unproven = [c for c in fp.constraints if not c.proven]
-    assert unproven  # each limit here binds, so each is re-solved
+    assert unproven  # the limits a bound does not price out are re-solved
     text = _constraints(fp)
     assert "† Not proven: the plan's solve or a re-solve stopped at `solver.time_limit_s`" in text
     assert all(f"| {c.name} |" in line and line.count("†") == 4
                for c in unproven for line in text.splitlines() if line.startswith(f"| {c.name} |"))
     assert "Binds: the plan uses all" not in text and "yet dropping it saves" not in text
     assert [c["proven"] for c in fleet_json(fp)["constraints"]] == [c.proven for c in fp.constraints]
+
+
+def test_a_plan_stopped_by_its_time_limit_proves_no_limit_s_price_and_says_so(tmp_path, monkeypatch):
+    """The plan's own solve not proven optimal: every row is unproven, whatever its re-solves did,
+    and the command's line names the status."""
+    import dataclasses
+
+    import planner.fleet_plan as fleet_plan
+    from planner.fleet import load_fleet
+
+    real = fleet_plan._solve
+    status = "Feasible (time limit, not proven optimal)"
+
+    def stopped(*args, **kw):  # the plan's solve (with its tie-break) stops; the re-solves do not
+        joint = real(*args, **kw)
+        return dataclasses.replace(joint, status=status) if kw.get("tie_break", True) else joint
+
+    monkeypatch.setattr(fleet_plan, "_solve", stopped)
+    path = write_fleet(tmp_path, inventory={"h100-sxm": {"max_new": 3}}, max_gpu_types=1)
+    fp = fleet_plan.make_fleet_plan(load_fleet(path))
+    assert fp.constraints and not any(c.proven for c in fp.constraints)
+    r = CliRunner().invoke(main, ["solve", str(path), "--no-verify", "--no-report"])
+    assert r.exit_code == 0 and f"({status}: raise solver.time_limit_s)" in r.output.splitlines()[0], r.output
+
+
+def test_a_fleet_quarter_s_tokens_are_its_services_whole_tokens_summed():
+    """Rounded on its own, the quarter's total was a token off its services' rounded values."""
+    from types import SimpleNamespace
+
+    from planner.fleet_forecast import QUARTER_COLUMNS
+
+    (column,) = [c for c in QUARTER_COLUMNS if c.name == "tokens_per_hour_at_peak"]
+    quarter = SimpleNamespace(plan=SimpleNamespace(plans=[SimpleNamespace(tokens_per_hour=1.4)] * 2))
+    assert column.value(quarter) == 2  # 1 + 1, where round(2.8) is 3
 
 
 def test_committed_gpus_are_paid_used_or_not_and_the_services_add_up(tmp_path):

@@ -412,6 +412,28 @@ def test_a_scenario_read_through_a_pipe_is_read_once():
     assert done.returncode == 0 and done.stdout.startswith("tiny: $"), done.stderr
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes here")
+def test_a_pipe_s_bytes_are_kept_for_one_command_only(tmp_path):
+    """Two commands in one process (a test's, a notebook's) reading the same named pipe each get what
+    was written for them: the bytes a command keeps are forgotten when it ends."""
+    import threading
+
+    from click.testing import CliRunner
+
+    from planner.cli import main
+
+    fifo = tmp_path / "scenario.yaml"
+    os.mkfifo(fifo)
+    outputs = []
+    for name in ("first", "second"):
+        writer = threading.Thread(target=fifo.write_text, args=(BASE.replace("name: tiny", f"name: {name}"),))
+        writer.start()
+        outputs.append(CliRunner().invoke(main, ["solve", str(fifo), "--no-verify", "--no-report"]))
+        writer.join(timeout=30)
+    assert [r.exit_code for r in outputs] == [0, 0], [r.output for r in outputs]
+    assert outputs[0].output.startswith("first: $") and outputs[1].output.startswith("second: $")
+
+
 def test_a_ctrl_c_inside_compiled_code_ends_as_any_ctrl_c_does(monkeypatch, capsys):
     """numba reports a Ctrl-C inside the simulator's kernel as a SystemError raised from the
     KeyboardInterrupt: it printed sixty lines of traceback before exit 1."""

@@ -483,9 +483,16 @@ def test_a_modelopt_quantization_config_is_read_by_its_producer_and_one_without_
     from planner.hf_import import model_from_hf_config
 
     llama = json.loads(LLAMA.read_text(encoding="utf-8"))
-    modelopt = {"quant_algo": "FP8", "ignore": ["lm_head"], "producer": {"name": "modelopt", "version": "0.31.0"}}
-    model = model_from_hf_config(_config(tmp_path, {**llama, "quantization_config": modelopt}), name="m")
-    assert model.checkpoint_dtype == "fp8"
+    producer = {"name": "modelopt", "version": "0.31.0"}
+    flat = {"quant_algo": "FP8", "ignore": ["lm_head"], "producer": producer}
+    nested = {"producer": producer, "quantization": {"quant_algo": "NVFP4", "exclude_modules": ["lm_head"]}}
+    for qc, dtype in ((flat, "fp8"), (nested, "fp4")):  # a config.json's shape, and hf_quant_config.json's
+        model = model_from_hf_config(_config(tmp_path, {**llama, "quantization_config": qc}), name="m")
+        assert model.checkpoint_dtype == dtype
+    r = run("catalog", "import-hf", _config(tmp_path, {**llama, "quantization_config": {"producer": producer}},
+                                            "no_algo.json"), "--name", "m")
+    assert error_line(r).endswith("quantization_config.quant_algo: required field is missing (ModelOpt's "
+                                  "algorithm: FP8 or NVFP4)")
     r = run("catalog", "import-hf", _config(tmp_path, {**llama, "quantization_config": {"bits": 8}}, "bare.json"),
             "--name", "m")
     assert error_line(r).endswith("quantization_config.quant_method: required field is missing (the weights' format: "
