@@ -430,7 +430,8 @@ def _types_section(results: list[FleetQuarter]) -> list[str]:
     for r in results:
         for t in r.plan.types:
             cap = "—" if t.cap is None else f"{t.cap:,}" + (" (binds)" if _binds(t) else "")
-            paid = usd_text(t.paid_usd_per_gpu_hour) if t.used else "—"
+            # as the prices it averages are shown (usd_rate_text): all committed h200s at $4.445 read $4.45
+            paid = usd_rate_text(t.paid_usd_per_gpu_hour) if t.used else "—"
             out.append(f"| {r.quarter} | {t.gpu} | {t.committed:,} | {t.used:,} | {t.on_demand:,} | {cap} | "
                        f"{usd_rate_text(t.on_demand_usd_per_gpu_hour)} | {paid} |")
     binding = [f"{r.quarter} {t.gpu}" for r in results for t in r.plan.types if _binds(t)]

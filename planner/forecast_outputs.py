@@ -670,7 +670,12 @@ def _policies_markdown(results: Sequence[QuarterResult], total: dict, heading: i
             cpm = r.day.usd_per_million_tokens(key)
             cell = f"{usd_text(pol.usd_per_day * DAYS_PER_QUARTER)} · {usd_per_million_text(cpm)}"
             if key == "mixed":
-                cell += f" ({sum(pol.reserved.values())} reserved replicas)"
+                by_gpu: dict[str, int] = {}
+                for pool in r.day.pools:  # the replicas by GPU type, where the pools run more than one
+                    by_gpu[pool.gpu] = by_gpu.get(pool.gpu, 0) + pol.reserved.get(pool.name, 0)
+                kinds = [f"{n} {g}" for g, n in by_gpu.items() if n]
+                cell += (f" ({sum(pol.reserved.values())} reserved replicas"
+                         + (f": {', '.join(kinds)}" if len(kinds) > 1 else "") + ")")
             cells.append(cell)
         lines.append(f"| {r.quarter} | " + " | ".join(cells) + " |")
     lines.append("| **Total** | " + " | ".join(

@@ -365,6 +365,16 @@ def test_a_plan_stopped_by_its_time_limit_proves_no_limit_s_price_and_says_so(tm
     assert r.exit_code == 0 and f"({status}: raise solver.time_limit_s)" in r.output.splitlines()[0], r.output
 
 
+def test_the_shipped_forecasts_show_each_price_and_count_one_way():
+    """A type's average price as paid is shown as its prices are ($4.445, not $4.45 beside the
+    commitments' $4.445), and reserved replicas of several GPU types are told apart."""
+    reports = Path(__file__).resolve().parent.parent / "reports"
+    fleet = (reports / "fleet_2027q1_forecast.md").read_text(encoding="utf-8")
+    assert "| 2027Q1 | h200 | 16 | 16 | 0 | 32 | $6.35 | $4.445 |" in fleet and "16 h200 reserved at $4.445" in fleet
+    finance = (reports / "finance_2027_forecast.md").read_text(encoding="utf-8")
+    assert "(16 reserved replicas: 14 h100-sxm, 2 l40s)" in finance and "(9 reserved replicas)" in finance
+
+
 def test_a_fleet_quarter_s_tokens_are_its_services_whole_tokens_summed():
     """Rounded on its own, the quarter's total was a token off its services' rounded values."""
     from types import SimpleNamespace
