@@ -403,11 +403,11 @@ def read_text(path: str | os.PathLike, kind: str, *, max_bytes: int | None = Non
     path = Path(path)
     note_input(path)
     try:
-        if max_bytes is not None and path.stat().st_size > max_bytes:
-            raise InputError(
-                f"file is {path.stat().st_size:,} bytes; a {kind} file here is at most {max_bytes:,}", where=str(path)
-            )
         status, kept = path.stat(), _pipes_read.get()
+        if max_bytes is not None and status.st_size > max_bytes:
+            raise InputError(
+                f"file is {status.st_size:,} bytes; a {kind} file here is at most {max_bytes:,}", where=str(path)
+            )
         pipe = (status.st_dev, status.st_ino) if kept is not None and stat.S_ISFIFO(status.st_mode) else None
         if pipe is not None and pipe in kept:  # a pipe reads once: read again, it gives what it gave
             raw = kept[pipe]

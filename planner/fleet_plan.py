@@ -23,6 +23,7 @@ from planner.ilp import JointSolution, cost_bound_using_more, solve_services
 from planner.ilp_solver import COST_TOLERANCE_USD
 from planner.plan_objects import Plan
 from planner.plan_search import (
+    CAPS_WORDS,
     Resolver,
     no_plan_message,
     prefer_precise,
@@ -285,7 +286,7 @@ def _no_fleet_message(fleet: FleetInputs, setups, joint: JointSolution) -> str:
             # (only where the message blames the caps: a latency target's, say, does not)
             return (f"service '{svc.name}': {why}"
                     + (_caps_source(scenario_caps(st.scn), fleet.shared_caps, solve.inventory)
-                       if "inventory caps (" in why else ""))
+                       if CAPS_WORDS in why else ""))
         alone.append((svc.name, sol))
     if joint.status == "Not Solved":
         return (f"no fleet plan found within the solver's time limit of {fleet.spec.solver.time_limit_s:g} s; raise "

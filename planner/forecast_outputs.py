@@ -36,7 +36,13 @@ from planner.commitments import (
 from planner.daily import CAPS_SET_ASIDE, POLICIES, floor_text
 from planner.files import output_folder, write_bytes_atomic, write_text_atomic
 from planner.forecast import PoolRow, QuarterResult
-from planner.report import peak_shortfall_text, peak_text, pools_text, rejected_text
+from planner.report import (
+    TOKEN_SPLIT_TEXT,
+    peak_shortfall_text,
+    peak_text,
+    pools_text,
+    rejected_text,
+)
 from planner.units import (
     HOURS_PER_MONTH,
     HOURS_PER_QUARTER,
@@ -400,22 +406,15 @@ def _idle_lines(results: Sequence[QuarterResult]) -> list[str]:
 
 
 def _peak_lines(results: Sequence[QuarterResult]) -> list[str]:
-    """Where each quarter's peak comes from, as its plan's report says it (Traffic): the measured
-    peak, how it was taken (a quantile of few minutes said so), and what multiplies it."""
-    out = []
-    for r in results:
-        plan = r.plan
-        text = f"{plan.measured_peak_rps:,.3f} requests/s ({peak_text(plan)})"
-        if out and out[-1][1] == text:
-            out[-1][0].append(r.quarter)
-        else:
-            out.append(([r.quarter], text))
-    said = "; ".join((f"{', '.join(qs)}: " if len(out) > 1 else "") + text for qs, text in out)
+    """Where the quarters' peak comes from, as the plan's report says it (Traffic): the measured peak,
+    how it was taken (a quantile of few minutes said so), and what multiplies it. A quarter changes
+    growth, context limit, prices and commitments, never the log: its measured peak is the first's."""
     first = results[0].plan
     served = " × the share of requests served" if any(r.plan.rejected_requests for r in results) else ""
     growth = first.scenario.traffic.growth / results[0].demand_multiplier  # the base scenario's
-    return ["", f"Peak req/s is the measured peak, {said}, × growth {growth:g} × the quarter's Demand × base"
-            f"{served}; capacity is planned for × headroom {first.scenario.traffic.headroom:g}."]
+    return ["", f"Peak req/s is the measured peak, {first.measured_peak_rps:,.3f} requests/s ({peak_text(first)}), "
+            f"× growth {growth:g} × the quarter's Demand × base{served}; capacity is planned for × headroom "
+            f"{first.scenario.traffic.headroom:g}."]
 
 
 def _rejected_lines(results: Sequence[QuarterResult]) -> list[str]:
@@ -553,9 +552,8 @@ def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: st
     lines += [
         "",
         "Cost per million tokens is quoted at the peak rate (the fleet is sized for the busiest hour) and at the day's "
-        "real volume (what a quarter of traffic really pays per token: the load profile's mean rate). Input and output "
-        "split each pool's cost by its share of GPU time in prefill at the peak: output carries the rest, decode and "
-        "idle time alike. Reserved GPUs are "
+        "real volume (what a quarter of traffic really pays per token: the load profile's mean rate). "
+        f"{TOKEN_SPLIT_TEXT}. Reserved GPUs are "
         "paid whether used or not; idle ones are priced at their type's mean committed price. Utilisation is the arrival "
         f"rate over the fleet's planned capacity, each replica at its planned capacity ({KNEE_SHARE:.0%} of its lowest "
         f"ceiling by the model, or what certification measured it holds; headroom keeps the peak below 100%)."

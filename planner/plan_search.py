@@ -59,6 +59,10 @@ def service_model(scn: Scenario, classes, evals: Sequence[Evaluation], *, name: 
                         scn.homogeneous_pools, forbid)
 
 
+# How a no-plan message names the caps it blames (a fleet's message adds which of them are a service's own).
+CAPS_WORDS = "the inventory caps"
+
+
 def scenario_caps(scn: Scenario) -> dict[str, int]:
     """The scenario's inventory caps per GPU type."""
     return {g.id: g.max_gpus for g in scn.gpu_candidates if g.max_gpus is not None}
@@ -490,7 +494,7 @@ def infeasible_message(classes, evals: Sequence[Evaluation], inventory: dict, *,
                     for evaluation in evals if evaluation.traffic_class is tc and evaluation.capacity_rps > 0]
             if room and None not in room and max(room) < min_replicas:
                 return (f"class '{tc.label}': min_replicas_per_pool {min_replicas} asks for {min_replicas} replicas in "
-                        f"a pool, but the inventory caps ({caps}) allow at most {max(room)} of any config that serves "
+                        f"a pool, but {CAPS_WORDS} ({caps}) allow at most {max(room)} of any config that serves "
                         "it; lower min_replicas_per_pool or raise the caps")
     for tc in asked:
         # the most this class gets from every capped GPU type at once (None: some type is uncapped)
@@ -502,9 +506,9 @@ def infeasible_message(classes, evals: Sequence[Evaluation], inventory: dict, *,
             most[evaluation.config.gpu.id] = max(most.get(evaluation.config.gpu.id, 0.0), cap // evaluation.config.tp * evaluation.capacity_rps)
         else:
             if sum(most.values()) < tc.rate_rps * rate_scale:
-                return (f"class '{tc.label}' needs {tc.rate_rps * rate_scale:,.4g} req/s but the inventory caps ({caps}) "
+                return (f"class '{tc.label}' needs {tc.rate_rps * rate_scale:,.4g} req/s but {CAPS_WORDS} ({caps}) "
                         f"allow at most {sum(most.values()):,.4g} req/s")
-    return f"the inventory caps ({caps}){f' and {rule}' if rule else ''} leave no fleet that covers every class at once ({rates})"
+    return f"{CAPS_WORDS} ({caps}){f' and {rule}' if rule else ''} leave no fleet that covers every class at once ({rates})"
 
 
 def no_plan_message(sol: FleetSolution, scn: Scenario, classes, evals, inventory) -> str:

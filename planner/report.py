@@ -509,6 +509,12 @@ def _explored_in_fleet(plan: Plan) -> str:
     return text
 
 
+# How a pool's cost is split between input and output tokens (planning._assemble), said wherever the
+# two prices are shown.
+TOKEN_SPLIT_TEXT = ("Input and output split each pool's cost by the share of its GPU time spent in prefill at the peak: "
+                    "output carries the rest, decode and idle time alike")
+
+
 def _finance(plan: Plan) -> str:
     cpm = plan.cost_per_million
     # tokens an hour are expected values; the blended row shows the sum of the rows above as shown,
@@ -523,8 +529,7 @@ def _finance(plan: Plan) -> str:
         f"| Output (the rest of GPU time: decode and idle) | {plan.output_tokens_per_hour:,.0f} | {usd_text(cpm['output'] * plan.output_tokens_per_hour / 1e6)} | {_usd_per_million(cpm['output'])} |",
         f"| Blended | {shown_tokens:,} | {usd_text(plan.cost_per_hour)} | {_usd_per_million(cpm['blended'])} |",
         "",
-        f"{hours_text(quarters=False)} Input and output split each pool's cost by the share of its GPU time spent in prefill at the peak: "
-        "output carries the rest, decode and idle time alike, so a pool that often stands idle (a long-context pool of few "
+        f"{hours_text(quarters=False)} {TOKEN_SPLIT_TEXT}, so a pool that often stands idle (a long-context pool of few "
         "requests) shows a high output price."
         + (" No price per token (—): the fleet cannot carry the peak, so it would not serve these tokens."
            if math.isnan(cpm["blended"]) and plan.tokens_per_hour else ""),

@@ -366,13 +366,34 @@ def test_a_plan_stopped_by_its_time_limit_proves_no_limit_s_price_and_says_so(tm
 
 
 def test_the_shipped_forecasts_show_each_price_and_count_one_way():
-    """A type's average price as paid is shown as its prices are ($4.445, not $4.45 beside the
-    commitments' $4.445), and reserved replicas of several GPU types are told apart."""
+    """A type's average price as paid is shown as its prices are (usd_rate_text: all-committed h200s
+    read $4.445, not $4.45 beside the commitments' $4.445), and reserved replicas of several GPU types
+    are told apart: each read against the forecasts' own CSVs."""
+    import csv
+
+    from planner.units import usd_rate_text
+
     reports = Path(__file__).resolve().parent.parent / "reports"
+
+    def rows(name):
+        return list(csv.DictReader((reports / name).read_text(encoding="utf-8").splitlines()))
+
     fleet = (reports / "fleet_2027q1_forecast.md").read_text(encoding="utf-8")
-    assert "| 2027Q1 | h200 | 16 | 16 | 0 | 32 | $6.35 | $4.445 |" in fleet and "16 h200 reserved at $4.445" in fleet
+    types = [t for t in rows("fleet_2027q1_forecast_types.csv") if int(t["gpus"])]
+    assert any(float(t["paid_usd_per_gpu_hour"]) == 4.445 for t in types)
+    for t in types:
+        assert re.search(rf"^\| {t['quarter']} \| {t['gpu']} \| .* \| {re.escape(usd_rate_text(float(t['paid_usd_per_gpu_hour'])))} \|$",
+                         fleet, re.M), t
     finance = (reports / "finance_2027_forecast.md").read_text(encoding="utf-8")
-    assert "(16 reserved replicas: 14 h100-sxm, 2 l40s)" in finance and "(9 reserved replicas)" in finance
+    by_quarter: dict[str, dict[str, int]] = {}
+    for pool in rows("finance_2027_forecast_pools.csv"):
+        if pool["mixed_reserved_replicas"]:
+            kinds = by_quarter.setdefault(pool["quarter"], {})
+            kinds[pool["gpu"]] = kinds.get(pool["gpu"], 0) + int(pool["mixed_reserved_replicas"])
+    assert any(len(kinds) > 1 for kinds in by_quarter.values())
+    for kinds in by_quarter.values():
+        named = f": {', '.join(f'{n} {g}' for g, n in kinds.items())}" if len(kinds) > 1 else ""
+        assert f"({sum(kinds.values())} reserved replicas{named})" in finance
 
 
 def test_a_fleet_quarter_s_tokens_are_its_services_whole_tokens_summed():
