@@ -58,10 +58,8 @@ started empty has filled, and pooling more runs as short would read the filling 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 import numpy as np
 
@@ -86,7 +84,7 @@ from planner.sim_measures import (
 )
 from planner.simulate import DEFAULT_WARMUP_FRACTION, simulate_replica
 from planner.targets import SLO, Band, statistic_quantile
-from planner.worker_pool import usable_cores
+from planner.worker_pool import side_by_side
 
 CLOSE_SHARE = 0.85  # a simulated value within 15% of its limit, either side, is a close call
 CONFIRM_RUNS = 4  # runs pooled to judge a close call, and added at a time while it stays undecided
@@ -104,7 +102,6 @@ MOST_RUNS = 16  # runs pooled at most: a value still within UNDECIDED_ERRORS of 
 # which the simulator replays in 0.1 s at most; an hour made certifying the shipped scenarios 2-4 times slower.
 RUN_SPAN_S = 1800.0
 KINDS = ("ttft", "tpot", "itl")
-_Item, _Answer = TypeVar("_Item"), TypeVar("_Answer")
 
 
 @dataclass(frozen=True)
@@ -696,18 +693,6 @@ def capacity_on_every_run(p: PoolSetting, slo: SLO, *, requests: int, seeds: tup
             break
         rate, rest = found[lowered], rest[lowered + 1:]
     return rate
-
-
-def side_by_side(job: Callable[[_Item], _Answer], items: Iterable[_Item]) -> list[_Answer]:
-    """job(item) for each item, in threads, the answers in the items' order. Simulated runs are
-    independent and the simulator's loop releases the GIL, so on a second core they run at once:
-    a close call's confirming runs and a missed pool's seeds were run one after another while the
-    worker process idled (the certified 128k rollout spent 2.7 s so, with one core free)."""
-    items = list(items)
-    if len(items) < 2:
-        return [job(item) for item in items]
-    with ThreadPoolExecutor(max_workers=min(len(items), usable_cores())) as threads:
-        return list(threads.map(job, items))
 
 
 def replay_trace(p: PoolSetting, slo: SLO) -> TraceReplay:

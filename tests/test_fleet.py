@@ -306,6 +306,29 @@ def test_a_binding_cap_moves_a_service_and_its_cost_is_the_saving_without_it(tmp
     assert sum(pd.gpus for p in fp.plans for pd in p.pools if pd.config.gpu.id == "h100-sxm") == limit
 
 
+def test_limits_priced_side_by_side_cost_what_they_cost_one_after_another(tmp_path, monkeypatch):
+    """The shared limits are priced in threads of their own (worker_pool.side_by_side): each limit's
+    answer is the one its re-solves give run one after another, in the limits' order."""
+    import planner.fleet_plan as fleet_plan
+    from planner.fleet import load_fleet
+    from planner.worker_pool import side_by_side
+
+    priced = []
+
+    def checked(job, items):
+        items = list(items)
+        answers = side_by_side(job, items)
+        assert answers == [job(item) for item in items]
+        priced.append(len(items))
+        return answers
+
+    monkeypatch.setattr(fleet_plan, "side_by_side", checked)
+    fleet = load_fleet(write_fleet(tmp_path, max_gpu_types=1,
+                                   inventory={"h100-sxm": {"max_new": 3}, "l40s": {"max_new": 40}}))
+    fp = fleet_plan.make_fleet_plan(fleet)
+    assert priced == [3] and [c.name for c in fp.constraints] == ["h100-sxm GPUs", "l40s GPUs", "GPU types"]
+
+
 def test_a_re_solve_stopped_by_its_time_limit_is_never_priced_above_the_plan_and_is_marked(tmp_path, monkeypatch):
     """A relaxed limit still allows the plan, so a re-solve that stops at solver.time_limit_s on a
     dearer fleet has not found the relaxed optimum: its cost is clamped to the plan's and the row is

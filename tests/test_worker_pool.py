@@ -587,3 +587,45 @@ def test_a_killed_runs_claims_folder_is_removed_by_the_next_run_and_a_live_ones_
     finally:
         shutil.rmtree(stale, ignore_errors=True)
         shutil.rmtree(live, ignore_errors=True)
+
+
+def test_jobs_side_by_side_answer_in_the_items_order_whoever_ends_first(monkeypatch):
+    """The first item's job waits for the second's to end: its answer still comes first."""
+    import threading
+
+    monkeypatch.setattr(worker_pool, "usable_cores", lambda: 2)
+    second_done = threading.Event()
+
+    def job(item: int) -> int:
+        if item == 0:
+            assert second_done.wait(30)
+        else:
+            second_done.set()
+        return item * 10
+
+    assert worker_pool.side_by_side(job, [0, 1]) == [0, 10]
+
+
+def test_an_interrupt_side_by_side_does_not_wait_for_the_jobs_still_running(monkeypatch):
+    """A Ctrl-C while jobs run (a fleet's re-solves, each allowed its time limit) ends the call at once:
+    a job still running is left to end by itself."""
+    import threading
+
+    monkeypatch.setattr(worker_pool, "usable_cores", lambda: 2)
+    running, release, ended = threading.Event(), threading.Event(), []
+
+    def job(item: int) -> int:
+        if item == 0:
+            assert running.wait(30)
+            raise KeyboardInterrupt
+        running.set()
+        release.wait(5)  # waited for, the call would return only after this
+        ended.append(item)
+        return item
+
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            worker_pool.side_by_side(job, [0, 1, 2])
+        assert ended == []
+    finally:
+        release.set()
