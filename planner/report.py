@@ -14,7 +14,7 @@ from pathlib import Path
 from planner.capacity import KNEE_SHARE
 from planner.exploration import SENSITIVITY
 from planner.files import output_folder, write_bytes_atomic, write_text_atomic
-from planner.histogram import Histogram
+from planner.histogram import FINE_RELATIVE_WIDTH, Histogram
 from planner.memory import ladder_rule_steps, layer_kind_lines
 from planner.paged import SIZING_MODES
 from planner.plan_objects import (
@@ -26,17 +26,19 @@ from planner.plan_objects import (
     thresholds_left_out,
 )
 from planner.pool_check import band_requests
-from planner.report_latency import latency_section, replayed_rate_text
+from planner.report_latency import latency_section, replayed_rate_text, tail_note
 from planner.roofline import StepModel
 from planner.units import (
     HOURS_PER_MONTH,
     GiB,
+    delta_text,
     gpu_types_text,
     gpus_text,
     hours_text,
     quantile_label,
     rounded_usd,
     share_text,
+    significant_text,
     usd_text,
 )
 from planner.verification import unverified_speed
@@ -49,15 +51,6 @@ def _usd_per_million(x: float) -> str:
     if not math.isfinite(x):
         return "—"
     return f"${rounded_usd(x, 4):,}" if x < 1 else usd_text(x)
-
-
-def _delta(x: float, base: float) -> str:
-    if not math.isfinite(x):
-        return "—"
-    d = x - base
-    if abs(d) < 0.005:
-        return "same"
-    return f"{'+' if d > 0 else '−'}{usd_text(abs(d))} ({d / base:+.0%})".replace("(-", "(−")
 
 
 def _left_out_text(plan: Plan) -> str:
@@ -181,14 +174,15 @@ def _verdict_line(plan: Plan, short: str) -> str:
     if short:
         return f"**This fleet does NOT carry its peak** ({short}), so its targets cannot hold; targets: {bands}."
     if cert is None:
-        return f"Targets ({bands}) are met by the model's prediction; simulation was not asked for (`verify: false` or `planner solve --no-verify`)."
+        return (f"Targets ({bands}) are met by the model's prediction; simulation was not asked for (`verify: false` or "
+                f"`planner solve --no-verify`).{tail_note(plan)}")
     if cert.certified:
         again = f", after {cert.rounds} re-plan{'s' if cert.rounds > 1 else ''} at simulated capacities" if cert.rounds else ""
         if cert.joint_rounds > cert.rounds:  # a fleet's service: the joint ILP was re-solved for others' misses too
             again += (f"; the fleet's ILP was re-solved {cert.joint_rounds} time{'s' if cert.joint_rounds > 1 else ''} "
                       f"in all, as pools of {'this and ' if cert.rounds else ''}other services missed")
         return (f"Certified by simulation: every pool meets every band's targets ({bands}) when replayed at "
-                f"{replayed_rate_text(plan)}{again}.{_untested(plan)} {REPLAY_TESTS}")
+                f"{replayed_rate_text(plan)}{again}.{tail_note(plan)}{_untested(plan)} {REPLAY_TESTS}")
     failing = " | ".join(f"{pool.traffic_class.label}: {'; '.join(pool.check.misses)}"
                          for pool in plan.pools if not pool.check.holds)
     return f"**This plan does NOT hold its targets in simulation** ({failing}); targets: {bands}."
@@ -296,7 +290,7 @@ def _given_fleet(plan: Plan) -> str:
     if o is None or not o.feasible:
         return "For comparison, the optimiser finds no plan for the same targets" + (f": {o.why_not}." if o else ".")
     return (f"For comparison, the cheapest plan the model finds for the same targets: {usd_text(o.cost_per_hour)} per hour "
-            f"({_delta(o.cost_per_hour, plan.cost_per_hour)} against this fleet), {gpus_text(o.gpus)} — {o.summary}.")
+            f"({delta_text(o.cost_per_hour, plan.cost_per_hour)} against this fleet), {gpus_text(o.gpus)} — {o.summary}.")
 
 
 def _unverified_note(plan: Plan) -> list[str]:
@@ -323,7 +317,33 @@ def _pools_table(plan: Plan) -> str:
     rows.append(f"| **Total** | | | | | | | | **{plan.solution.gpus}** | | | | **{usd_text(plan.cost_per_hour)}** |")
     if any(pool.planned_by == "calibration" for pool in plan.pools):
         rows += ["", CALIBRATED_NOTE]
+    rows += [line for note in _routing_notes(plan) for line in ("", note)]
     return "\n".join(rows)
+
+
+def _routing_notes(plan: Plan) -> list[str]:
+    """For each class served by several pools, the weights its requests must be routed by: each pool
+    carries the part of the class's rate the plan gives it (PoolDetail.class_part), which a router
+    spreading requests evenly over the class's replicas does not give where their capacities differ."""
+    by_class: dict[int, list] = {}
+    for pool in plan.pools:
+        by_class.setdefault(id(pool.traffic_class), []).append(pool)
+    notes = []
+    for pools in by_class.values():
+        if len(pools) < 2:
+            continue
+        tc = pools[0].traffic_class
+        replicas = sum(pool.replicas for pool in pools)
+        weights = ", ".join(f"{pool.class_part:.1%} to the {pool.replicas} replicas on {pool.config.gpu.id} "
+                            f"tp{pool.config.tp}" for pool in pools)
+        even = tc.rate_rps / replicas  # each replica's rate, spread evenly
+        over = max(pools, key=lambda pool: even / pool.planned_rps)
+        spread = (f"; spread evenly, each of its {replicas} replicas would take {even:,.3f} requests/s, "
+                  f"{even / over.planned_rps:,.1f}× what one on {over.config.gpu.id} is planned to carry"
+                  if even > over.planned_rps * (1 + 1e-9) else "")
+        notes.append(f"**Route the {tc.label} class to its pools by weight**: {weights} (each pool's part of the "
+                     f"class's rate){spread}.")
+    return notes
 
 
 # Why the planned capacity of a pool may be neither the model's nor simulated for its own config.
@@ -414,7 +434,7 @@ def _why_of(plan: Plan, sol, left_out: str) -> str:
             verdict = (f"splitting does not make capacity cheaper here ({usd_text(theirs_frac)} against {usd_text(mine_frac)} "
                        "per hour of fractional replicas)")
         return (f"Why no split: the cheapest split ({rival.name}) costs {usd_text(rival.cost_per_hour)} per hour "
-                f"({_delta(rival.cost_per_hour, base)}); {verdict}. One pool — {mine}. "
+                f"({delta_text(rival.cost_per_hour, base)}); {verdict}. One pool — {mine}. "
                 f"The {rival.name} — {theirs}.")
     chosen = next(o for o in plan.split_analysis if o.solution is not None and o.solution.option == sol.option)
     mine, _ = describe(chosen)
@@ -424,7 +444,7 @@ def _why_of(plan: Plan, sol, left_out: str) -> str:
         reason = none.why_not if none is not None else ""
         return text + f"One pool at the {plan.context_limit:,}-token limit is infeasible{': ' + reason if reason else ''}; the split — {mine}."
     theirs, _ = describe(none)
-    return (text + f"One pool costs {usd_text(none.cost_per_hour)} per hour ({_delta(none.cost_per_hour, base)} "
+    return (text + f"One pool costs {usd_text(none.cost_per_hour)} per hour ({delta_text(none.cost_per_hour, base)} "
             f"against the split) — {theirs}. The split — {mine}.")
 
 
@@ -594,7 +614,7 @@ def _sweep(plan: Plan, figure: str | None) -> str:
     for m, o in sorted(rows, key=lambda r: r[0]):
         label = "as stated" if m == 1.0 else f"× {m:g}"
         if o.feasible:
-            lines.append(f"| {label} | {usd_text(o.cost_per_hour)} | {_delta(o.cost_per_hour, base)} | {o.gpus} | "
+            lines.append(f"| {label} | {usd_text(o.cost_per_hour)} | {delta_text(o.cost_per_hour, base)} | {o.gpus} | "
                          f"{o.summary} |")
         else:
             lines.append(f"| {label} | infeasible | — | — | {o.why_not} |")
@@ -607,7 +627,7 @@ def _outcomes_table(rows: list[Outcome], base: float, head: str) -> str:
     lines = [f"| {head} | $/hour | vs plan | GPUs | Plan |", "|---|---:|---:|---:|---|"]
     for o in rows:
         if o.feasible:
-            lines.append(f"| {o.name} | {usd_text(o.cost_per_hour)} | {_delta(o.cost_per_hour, base)} | {o.gpus} | {o.summary} |")
+            lines.append(f"| {o.name} | {usd_text(o.cost_per_hour)} | {delta_text(o.cost_per_hour, base)} | {o.gpus} | {o.summary} |")
         else:
             lines.append(f"| {o.name} | infeasible | — | — | {o.why_not} |")
     return "\n".join(lines)
@@ -649,10 +669,12 @@ def _pool_detail(plan: Plan, pool: PoolDetail) -> str:
         *([f"| Cache by layer kind | {'<br>'.join(layer_kind_lines(plan.model, dep.kv_dtype, dep.tp))} |"]
           if len(lad.kv_layout.kinds) > 1 else []),
         f"| Per sequence at the {tc.max_model_len:,}-token limit | {lad.kv_gib_per_user:,.2f} GiB |",
-        f"| Time-weighted mean footprint of a resident request (paged, blocks of {dep.block_size}) | {fp.mean_bytes / GiB:,.3f} GiB |",
+        # to 4 significant digits: the expected concurrency below is the budget over it (0.094 GiB read 651 for 649)
+        f"| Time-weighted mean footprint of a resident request (paged, blocks of {dep.block_size}) | "
+        f"{significant_text(fp.mean_bytes / GiB)} GiB |",
     ]
     if fp.shared_prefix_bytes:
-        lines.append(f"| Shared prefix, held once | {fp.shared_prefix_bytes / GiB:,.3f} GiB |")
+        lines.append(f"| Shared prefix, held once | {significant_text(fp.shared_prefix_bytes / GiB)} GiB |")
     lines += ["", "Concurrency the cache holds, by sizing mode (the plan quotes the one in bold):", "",
               "| Sizing mode | Resident sequences |", "|---|---:|"]
     for mode in SIZING_MODES:
@@ -725,9 +747,11 @@ def _traffic(plan: Plan, figure: str | None) -> str:
         bounded = bounded or not exact
         lines.append(f"| {of} | {h.mean_tokens(of):,.0f} | " + " | ".join(f"{v:,.0f}" for v in q)
                      + f" | {'' if exact else '≤ '}{h.max_tokens(of):,} |")
-    if bounded:
-        lines += ["", "A maximum marked ≤ is the top of the length range the longest request falls in: the histogram "
-                      "keeps counts per range, and the exact length only where a range holds one."]
+    # Said always: an analyst checking them against the log's own percentiles finds them a few tokens apart.
+    lines += ["", f"Means are exact; percentiles are read from the histogram's length ranges, within "
+                  f"{FINE_RELATIVE_WIDTH:.1%} of the requests' own (numpy's linear definition)."
+              + (" A maximum marked ≤ is the top of the length range the longest request falls in: the histogram "
+                 "keeps counts per range, and the exact length only where a range holds one." if bounded else "")]
     shares = [(t, h.share_above(t)) for t in (8192, 32768, 131072) if t < plan.context_limit or t == 8192]
     lines += ["", "Share of served requests above: " + ", ".join(f"{t:,} tokens {s:.2%}" for t, s in shares) + "."]
     if figure:

@@ -45,13 +45,22 @@ def _value(seconds: float, kind: str, error_s: float = math.nan) -> str:
 
 def replay_text(c: PoolCheck, growth: float) -> str:
     """A pool's log replay (pool_check.TraceReplay) and its verdict, for the report and `planner
-    simulate`: "the log's own arrivals (19,366 requests over 38.7 minutes, its time compressed × 1.5
-    for the scenario's growth, dealt in turn to the pool's 4 replicas): every target holds"."""
+    simulate`: "the log's own arrivals (19,366 requests over 38.9 minutes, its time compressed × 1.5
+    for the scenario's growth, dealt in turn to the pool's 3 replicas: 2.765 requests/s a replica on
+    average, 56% of the 4.946 each is planned to carry): every target holds"."""
     r = c.replay
     compressed = f", its time compressed × {growth:g} for the scenario's growth" if growth != 1 else ""
+    # The log's own load, beside the rate the pool is planned to carry: a log quieter than the peak
+    # tests its bursts and lengths, not the planned load (the sampled replays above test that).
+    load = ""
+    if r.span_s > 0 and c.rate_rps > 0:
+        mean = r.requests / r.span_s / c.replicas
+        load = (f": {mean:,.3f} requests/s a replica on average, {mean / c.rate_rps:.0%} of the "
+                f"{c.rate_rps:,.3f} each is planned to carry")
     return (f"the log's own arrivals ({r.requests:,} request{'s' if r.requests != 1 else ''} over "
             f"{r.span_s / 60:,.1f} minutes{compressed}, dealt in "
-            f"turn to the pool's {replicas_text(c.replicas)}): " + ("every target holds" if r.holds else "misses: " + "; ".join(r.problems)))
+            f"turn to the pool's {replicas_text(c.replicas)}{load}): "
+            + ("every target holds" if r.holds else "misses: " + "; ".join(r.problems)))
 
 
 def seeds_text(seeds: list[int]) -> str:
@@ -225,6 +234,26 @@ def tail_lines(pool, thresholds) -> list[str]:
                 f"the {allowed:.0%} of the band it lets past. To hold them to a limit of their own, give them a band "
                 f"(`slo.bands`: one ending at `prompt_below: {t.part.prompt_min_tokens}`, then one for them)."]
     return out
+
+
+def tail_note(plan) -> str:
+    """The decision's word on the requests that miss a target on their own where their band holds it
+    (tail_lines says each in full under its pool): a third of a band's requests over its limit is part
+    of what is decided, not a detail of the latency section."""
+    several = len(plan.pools) > 1
+    found = []
+    for pool in plan.pools:
+        for t in missing_tail_parts(pool, plan.scenario.thresholds):
+            how = "simulated" if t.measured else "predicted"
+            value = t.simulated_s if t.measured else t.predicted_s
+            where = f" in the {pool.traffic_class.label} pool on {pool.config.gpu.id}" if several else ""
+            found.append(f"requests with {t.part.range_text}{where} miss {_WHAT[t.kind]} {t.stat} ≤ "
+                         f"{_value(t.limit_s, t.kind)} on their own ({t.share:.1%} of their band's requests"
+                         f"{' there' if several else ''}; {apart_text(value, t.limit_s, t.kind)} {how})")
+    if not found:
+        return ""
+    return (f" **Yet {'; and '.join(found)}**: a band's percentile is over all its requests, and lets them past; "
+            "the latency section says how to give them a target of their own.")
 
 
 def _predicted_only(pool, thresholds) -> list[str]:

@@ -66,6 +66,23 @@ def usd_text(usd: float | None) -> str:
     return "—" if usd is None or not math.isfinite(usd) else f"${rounded_usd(usd):,}"
 
 
+def delta_text(usd: float, base_usd: float) -> str:
+    """A cost against a base: '+$7.40 (+7%)', '−$53.82 (−69%)', 'same' within half a cent; '—' for none."""
+    if not math.isfinite(usd):
+        return "—"
+    d = usd - base_usd
+    if abs(d) < 0.005:
+        return "same"
+    return f"{'+' if d > 0 else '−'}{usd_text(abs(d))} ({d / base_usd:+.0%})".replace("(-", "(−")
+
+
+def significant_text(x: float, digits: int = 4) -> str:
+    """x to `digits` significant digits, never in exponent form: 0.09423, 0.2633, 2.828, 1,234."""
+    if x == 0 or not math.isfinite(x):
+        return f"{x:,.{digits - 1}f}"
+    return f"{x:,.{max(0, digits - 1 - math.floor(math.log10(abs(x))))}f}"
+
+
 def usd_rate_text(usd_per_hour: float) -> str:
     """A price per GPU-hour: to the cent, or to the tenth or hundredth of a cent where fewer digits would
     round it (a 30% discount on $2.99 is $2.093, a 25% one $2.2425, and 17 GPUs at '$2.09' would not

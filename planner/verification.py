@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from planner.calibration.moe_check import committed_moe_check
 from planner.plan_objects import Plan
-from planner.units import gpus_text, usd_text
+from planner.units import delta_text, gpus_text, usd_text
 
 
 @dataclass(frozen=True)
@@ -114,6 +114,19 @@ class Unverified:
         return out
 
 
+def _without_text(plan: Plan, gpu_id: str) -> str:
+    """What planning without the GPU costs, from its lever (the plan re-solved by the model without the
+    type), where the plan's levers were explored: the price of not trusting the borrowed factors."""
+    lever = next((o for o in plan.levers if o.name == f"without {gpu_id}"), None)
+    if lever is None:
+        return ""
+    if not lever.feasible:
+        return f"; without it no plan is found (the Levers' 'without {gpu_id}': {lever.why_not})"
+    return (f"; without it the plan costs {usd_text(lever.cost_per_hour)} per hour, "
+            f"{delta_text(lever.cost_per_hour, plan.compared_usd_per_hour)}, on {gpus_text(lever.gpus)} (the Levers' "
+            f"'without {gpu_id}', by the model)")
+
+
 def unverified_speed(plan: Plan) -> list[Unverified]:
     gpus = {pool.config.gpu.id: pool.config.gpu for pool in plan.pools}
     found = [
@@ -122,7 +135,7 @@ def unverified_speed(plan: Plan) -> list[Unverified]:
             f"its efficiency factors are borrowed from {g.efficiency.borrowed_from} (data/gpus.yaml), so its "
             f"capacity, and this plan's cost, rest on another GPU's measurements"
             + (f"; checked {g.efficiency.borrowed_check}" if g.efficiency.borrowed_check else "")
-            + ". Benchmark it, or set `verified_only: true` to plan without it.",
+            + ". Benchmark it, or set `verified_only: true` to plan without it" + _without_text(plan, g.id) + ".",
         )
         for g in sorted((g for g in gpus.values() if not g.verified), key=lambda g: g.id)
     ]

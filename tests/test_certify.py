@@ -142,8 +142,10 @@ def test_simulate_shows_the_replay_of_the_log_s_own_arrivals_that_certification_
     text = CliRunner().invoke(main, ["simulate", str(path)])
     assert text.exit_code == 0, text.output
     line = next(x for x in text.output.splitlines() if "the log's own arrivals" in x)
-    shown = f"({replay['requests']:,} requests over {replay['span_s'] / 60:,.1f} minutes, dealt in turn to the pool's 1 replica): "
-    assert shown in line
+    mean = replay["requests"] / replay["span_s"]  # one replica: the log's whole rate
+    shown = (f"({replay['requests']:,} requests over {replay['span_s'] / 60:,.1f} minutes, dealt in turn to the pool's "
+             f"1 replica: {mean:,.3f} requests/s a replica on average, ")
+    assert shown in line and " each is planned to carry): " in line
     assert line.endswith("every target holds") == replay["holds"]
 
 
@@ -157,13 +159,14 @@ def test_a_pool_that_misses_only_under_the_log_s_arrivals_names_that_miss():
 
     replay = SimpleNamespace(requests=1200, span_s=600.0, holds=False,
                              problems=("all: TPOT p99 61.2 ms > 50 ms", "replica 2: the queue grows"))
-    check = SimpleNamespace(problems=(), replay=replay, replicas=2)
+    check = SimpleNamespace(problems=(), replay=replay, replicas=2, rate_rps=1.25)
     assert PoolCheck.misses.fget(check) == ("the log's own arrivals: all: TPOT p99 61.2 ms > 50 ms",
                                             "the log's own arrivals: replica 2: the queue grows")
+    # 1,200 requests in 600 s over 2 replicas: 1 request/s each, against the 1.25 each is planned to carry
     assert replay_text(check, 1.5) == (
         "the log's own arrivals (1,200 requests over 10.0 minutes, its time compressed × 1.5 for the scenario's "
-        "growth, dealt in turn to the pool's 2 replicas): misses: all: TPOT p99 61.2 ms > 50 ms; replica 2: the "
-        "queue grows")
+        "growth, dealt in turn to the pool's 2 replicas: 1.000 requests/s a replica on average, 80% of the 1.250 "
+        "each is planned to carry): misses: all: TPOT p99 61.2 ms > 50 ms; replica 2: the queue grows")
     assert PoolCheck.misses.fget(SimpleNamespace(problems=("x",), replay=None)) == ("x",)
 
 

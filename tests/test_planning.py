@@ -107,6 +107,34 @@ def test_a_class_on_several_pools_gives_each_pool_its_part_of_the_rate(catalog):
         assert row["rate_rps"] <= pool.replicas * pool.planned_rps * (1 + 1e-12)  # a pool covers its own part
 
 
+def test_a_class_on_several_pools_is_routed_by_weight_and_says_what_an_even_spread_would_do(catalog):
+    """inventory_mixed's one class ran on H100, H200 and L40S replicas and its report gave each pool's
+    share only as '38% of it here': a router spreading requests evenly over the 38 replicas would have
+    sent each L40S three times what it carries. The pools table now says how to route the class."""
+    from planner.report import render
+
+    scn = scenario(context_limit=8192, gpus=[{"id": "h100-sxm", "max_gpus": 2}, "l40s"], homogeneous_pools=False,
+                   slo={"bands": [{"ttft_s": 3.0, "tpot_ms": 60}]})
+    plan = make_plan(scn, catalog, catalog.model("llama-3.1-8b"), traffic(1000, (1000, 200), 0, (1, 1)), 60.0,
+                     explore=False)
+    h100, l40s = sorted(plan.pools, key=lambda pd: pd.config.gpu.id)
+    assert (h100.config.gpu.id, l40s.config.gpu.id) == ("h100-sxm", "l40s")
+    assert h100.class_part + l40s.class_part == pytest.approx(1.0)
+    rate = h100.traffic_class.rate_rps
+    even = rate / (h100.replicas + l40s.replicas)
+    assert even > l40s.planned_rps  # an even spread overloads the L40S replicas
+    [note] = [line for line in render(plan).splitlines() if line.startswith("**Route")]
+    pools = [f"{pd.class_part:.1%} to the {pd.replicas} replicas on {pd.config.gpu.id} tp1" for pd in plan.pools]
+    assert note == (f"**Route the {h100.traffic_class.label} class to its pools by weight**: {', '.join(pools)} "
+                    f"(each pool's part of the class's rate); spread evenly, each of its "
+                    f"{h100.replicas + l40s.replicas} replicas would take {even:,.3f} requests/s, "
+                    f"{even / l40s.planned_rps:,.1f}× what one on l40s is planned to carry.")
+    # a class on one pool needs no routing
+    one = make_plan(scenario(context_limit=8192, gpus=["l40s"], slo={"bands": [{"ttft_s": 3.0, "tpot_ms": 60}]}),
+                    catalog, catalog.model("llama-3.1-8b"), traffic(1000, (1000, 200), 0, (1, 1)), 60.0, explore=False)
+    assert "**Route" not in render(one)
+
+
 def test_long_prompts_that_miss_a_shared_band_s_target_on_their_own_are_named(catalog):
     """code_32b's one band (TPOT p99 <= 50 ms) held over its whole pool, while the 6% of its prompts of
     8,192 tokens or more, which a split would have given a pool and a verdict of their own, read a TPOT
@@ -132,7 +160,13 @@ def test_long_prompts_that_miss_a_shared_band_s_target_on_their_own_are_named(ca
     assert set(parts) == {"ttft", "tpot"} and all(t.share == pytest.approx(0.02) for t in parts.values())
     assert parts["tpot"].misses and not parts["ttft"].misses
     text = render(plan)
-    lines = [line for line in text.splitlines() if "on their own" in line]
+    decision, *lines = [line for line in text.splitlines() if "on their own" in line]
+    # the decision names them too, after the verdict: a minority of the band over its limit is part of the decision
+    assert decision.endswith(f"(`verify: false` or `planner solve --no-verify`). **Yet requests with prompt ≥ 8,192 "
+                             f"tokens miss TPOT p99 ≤ 60.0 ms on their own (2.0% of their band's requests; "
+                             f"{parts['tpot'].predicted_s * 1e3:.1f} ms predicted)**: a band's percentile is over all "
+                             "its requests, and lets them past; the latency section says how to give them a target "
+                             "of their own.")
     assert lines == [f"**Requests with prompt ≥ 8,192 tokens (2.0% of this pool's requests in band 'every prompt') miss "
                      f"TPOT p99 ≤ 60.0 ms on their own:** {parts['tpot'].predicted_s * 1e3:.1f} ms predicted. The band's "
                      "p99 is over all its requests, and those of these over the limit are within the 1% of the band it "

@@ -96,12 +96,33 @@ def test_decision_flags_a_gpu_with_borrowed_factors_and_verified_only_drops_it(c
     plan = make_plan(scn, catalog, catalog.model("llama-3.1-8b"), traffic(1000, (1000, 200), 0, (1000, 200)), 5.0)
     decision = render(plan).split("## Decision", 1)[1].split("\n## ", 1)[0]
     assert "**UNVERIFIED: mi300x's speed is not measured** — its efficiency factors are borrowed from h100-sxm" in decision
-    assert "; checked against 9 published latency rows of this GPU" in decision and "(optimistic: " in decision
+    assert "; checked against 9 published latency rows of this GPU (llama-3.1-405b at tp 8; " in decision
+    assert "(optimistic: " in decision
+    # what planning without it costs: its lever, here none (no other GPU is offered)
+    assert ("Benchmark it, or set `verified_only: true` to plan without it; without it no plan is found (the Levers' "
+            "'without mi300x': no other GPU candidate).") in decision
 
     mixed = Scenario.model_validate({**scn.model_dump(exclude_none=True), "gpus": ["mi300x", "h100-sxm"], "verified_only": True})
     plan2 = make_plan(mixed, catalog, catalog.model("llama-3.1-8b"), traffic(1000, (1000, 200), 0, (1000, 200)), 5.0)
     assert {pd.config.gpu.id for pd in plan2.pools} == {"h100-sxm"}
     assert "UNVERIFIED" not in render(plan2).split("## Decision", 1)[1].split("\n## ", 1)[0]
+
+
+def test_a_gpu_with_borrowed_factors_names_what_planning_without_it_costs():
+    """70b_enterprise's plan rests on MI300X's borrowed factors, which its own published rows show 7-45%
+    optimistic; the plan without it ($251.16/hour against $111.00) was only in the Levers table. The
+    warning now gives it, from the 'without' lever, against what the levers are measured against."""
+    from types import SimpleNamespace
+
+    from planner.plan_objects import Outcome
+    from planner.verification import _without_text
+
+    lever = Outcome("without mi300x", True, 251.16, 84, "no split — all: 21 x h100-sxm tp4 w:fp8 kv:fp8 ctx:32768")
+    plan = SimpleNamespace(levers=[Outcome("fp8 weights on", True, 90.0, 50, ""), lever], compared_usd_per_hour=111.0)
+    assert _without_text(plan, "mi300x") == ("; without it the plan costs $251.16 per hour, +$140.16 (+126%), on 84 GPUs "
+                                             "(the Levers' 'without mi300x', by the model)")
+    assert _without_text(plan, "b200") == ""  # no such lever (a GPU the plan does not use)
+    assert _without_text(SimpleNamespace(levers=[], compared_usd_per_hour=111.0), "mi300x") == ""  # not explored
 
 
 def test_tiny_lp_file_matches_the_golden_file(tmp_path):
@@ -111,6 +132,16 @@ def test_tiny_lp_file_matches_the_golden_file(tmp_path):
     r = CliRunner().invoke(main, ["solve", str(GOLDEN / "tiny.yaml"), "--no-report", "--write-lp", str(lp)])
     assert r.exit_code == 0, r.output
     assert_matches_golden("tiny.lp", lp.read_text(encoding="utf-8"))
+
+
+def test_a_footprint_reads_to_four_significant_digits_never_in_exponent_form():
+    """inventory_mixed's footprint read 0.094 GiB on every pool, and its budget over that gave 651
+    sequences where the table said 649: four significant digits make the table recompute."""
+    from planner.units import significant_text
+
+    assert [significant_text(x) for x in (0.0942312, 0.26331, 2.8281, 1234.5, 12.3456, 0.0)] == [
+        "0.09423", "0.2633", "2.828", "1,234", "12.35", "0.000"]
+    assert int(61.21 / float(significant_text(0.094233))) == 649
 
 
 def test_a_count_of_gpus_reads_as_words():

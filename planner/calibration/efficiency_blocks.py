@@ -96,8 +96,10 @@ def catalog_efficiencies(cal: Calibration, catalog: Catalog) -> tuple[dict[str, 
         checked = [p for p in cal.borrowed_check if p.gpu == gpu_id]
         check, finding = "", None
         if checked:
-            finding = (f"against {len(checked)} published latency rows of this GPU (data/measured/{LATENCY_FILE}; "
-                       "fitted on by nothing), "
+            # which runs they are: a plan of another model and tp reads them as the nearest evidence there is
+            runs = ", ".join(f"{model} at tp {tp}" for model, tp in sorted({(p.model, p.tp) for p in checked}))
+            finding = (f"against {len(checked)} published latency rows of this GPU ({runs}; "
+                       f"data/measured/{LATENCY_FILE}; fitted on by nothing), "
                        f"{checked_text([p.signed_error_pct for p in checked])}")
             check = f"; CHECKED {finding}"
         out[gpu_id] = rounded(
