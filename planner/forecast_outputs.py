@@ -719,8 +719,8 @@ def write_texts(out_dir: Path, texts: dict[str, str]) -> list[Path]:
 
 
 def write_forecast(name: str, results: Sequence[QuarterResult], out_dir: Path) -> list[Path]:
-    """The forecast's report, tables, data dictionary and figure in out_dir; every output is made
-    before the first is written, so a failure leaves none half-made."""
+    """The forecast's report, tables, data dictionary and figure in out_dir, and their paths (the figure
+    last); every output is made before the first is written, so a failure leaves none half-made."""
     output_folder(out_dir)
     figure = f"{name}_forecast.png"
     texts = {f"{name}_forecast.md": forecast_markdown(name, results, figure=figure)}
@@ -735,4 +735,4 @@ def write_forecast(name: str, results: Sequence[QuarterResult], out_dir: Path) -
         gpus=[r.gpus for r in results], title=f"{name}: cost per token and fleet",
     )
     write_bytes_atomic(out_dir / figure, png())
-    return write_texts(out_dir, texts)
+    return [*write_texts(out_dir, texts), out_dir / figure]

@@ -87,20 +87,25 @@ def band_rows(bands: tuple[BandCheck, ...], *, simulated: bool = True, past_roof
         return rows
     rows = ["| Band | Requests measured | Target | Predicted | Simulated | Verdict |", "|---|---:|---|---:|---:|---|"]
     for b in bands:
-        if not b.checks:
-            continue
         for c in b.checks:
-            verdict = "holds" if c.holds else "**misses**"
-            if c.undecided:  # only after MOST_RUNS runs: a miss, on either side (pool_check)
-                verdict = (f"{'**undecided**' if c.holds else verdict}: {undecided_phrase('its limit')}"
-                           + (", counted as a miss" if c.holds else ""))
-            if not math.isfinite(c.simulated_s):
-                verdict = _model_verdict(b, c)
-            if math.isfinite(c.simulated_s):
-                verdict += _few_requests(b.requests if c.samples is None else c.samples, c.stat)
-            rows.append(f"| {b.band.label()} | {b.requests:,} | {_WHAT[c.kind]} {_target(c)} | "
-                        f"{_value(c.predicted_s, c.kind)} | {_value(c.simulated_s, c.kind, c.standard_error_s)} | {verdict} |")
+            target, predicted, simulated, verdict = target_cells(b, c)
+            rows.append(f"| {b.band.label()} | {b.requests:,} | {target} | {predicted} | {simulated} | {verdict} |")
     return rows
+
+
+def target_cells(b: BandCheck, c: TargetCheck) -> tuple[str, str, str, str]:
+    """A simulated target's target, predicted value, simulated value and verdict, as the report's
+    table and `planner simulate` print them."""
+    verdict = "holds" if c.holds else "**misses**"
+    if c.undecided:  # only after MOST_RUNS runs: a miss, on either side (pool_check)
+        verdict = (f"{'**undecided**' if c.holds else verdict}: {undecided_phrase('its limit')}"
+                   + (", counted as a miss" if c.holds else ""))
+    if not math.isfinite(c.simulated_s):
+        verdict = _model_verdict(b, c)
+    if math.isfinite(c.simulated_s):
+        verdict += _few_requests(b.requests if c.samples is None else c.samples, c.stat)
+    return (f"{_WHAT[c.kind]} {_target(c)}", _value(c.predicted_s, c.kind),
+            _value(c.simulated_s, c.kind, c.standard_error_s), verdict)
 
 
 def _model_verdict(b: BandCheck, c) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,7 +71,14 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
             paths = [src.histogram]
         files = [resolve(base, p) for p in paths]
         field = "histogram" if src.histogram is not None else "log"
-        for written, file in zip(paths, files, strict=True):
+        seen: dict[str, int] = {}
+        for i, (written, file) in enumerate(zip(paths, files, strict=True)):
+            # said here, in the scenario's words: ingest's own refusal names the log, not the field that lists it twice
+            key = os.path.realpath(file)
+            if key in seen:
+                raise InputError(f"source.{field}: '{written}' is the file of entry {seen[key] + 1} again (entry "
+                                 f"{i + 1}); its requests would count twice")
+            seen[key] = i
             if not path_is(file, "any"):  # named by the scenario's field: the reader knows only the path
                 raise InputError(f"source.{field}: '{written}' does not exist (paths are relative to the "
                                  "scenario's folder)")

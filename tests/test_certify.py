@@ -112,6 +112,25 @@ def test_simulate_shows_the_certification_s_runs_and_replays_the_reported_plan_a
     assert replayed["targets"][0]["tpot_ms"]["simulated"] != band["tpot_ms"]["simulated"]
 
 
+def test_simulate_prints_each_target_beside_the_model_s_prediction_and_the_simulated_value(tmp_path):
+    """The command's text gave the simulated percentiles and a verdict, while its help and the README
+    promised the targets beside the model's prediction (only --json had them): each target now has a
+    line of its own, with the values --json gives."""
+    path = str(write(tmp_path))
+    text = CliRunner().invoke(main, ["simulate", path])
+    assert text.exit_code == 0, text.output
+    (pool,) = json.loads(CliRunner().invoke(main, ["simulate", path, "--json"]).output)["pools"]
+    (band,) = pool["targets"]
+    ttft, tpot = band["ttft_s"], band["tpot_ms"]
+    lines = [line.strip() for line in text.output.splitlines() if line.startswith("    ")]
+    assert lines == [
+        f"TTFT {ttft['stat']} ≤ {ttft['target']:.2f} s: predicted {ttft['predicted']:.2f} s, simulated "
+        f"{ttft['simulated']:.2f} s: {'holds' if ttft['simulated'] <= ttft['target'] else 'misses'}",
+        f"TPOT {tpot['stat']} ≤ {tpot['target']:.1f} ms: predicted {tpot['predicted']:.1f} ms, simulated "
+        f"{tpot['simulated']:.1f} ms: {'holds' if tpot['simulated'] <= tpot['target'] else 'misses'}",
+    ]
+
+
 def test_unknown_pool_is_a_usage_error(tmp_path):
     r = CliRunner().invoke(main, ["simulate", str(write(tmp_path)), "--pool", "long"])
     assert r.exit_code == 2

@@ -158,6 +158,11 @@ def test_forecast_cli_writes_markdown_tables_dictionary_and_json(tmp_path):
     assert (out / "fc_forecast.md").read_text().startswith("# Forecast: fc")
     assert (out / "fc_forecast.png").stat().st_size > 0
     assert json.loads((out / "fc_forecast_datapackage.json").read_text())["resources"][0]["path"] == "fc_forecast_quarters.csv"
+    # without --json the command's last line lists every file it wrote, the figure too
+    r = CliRunner().invoke(main, ["forecast", str(path), "--out-dir", str(out)])
+    assert r.exit_code == 0, r.output
+    listed = r.output.splitlines()[-1].removeprefix("-> ").split(", ")
+    assert sorted(listed) == sorted(str(p) for p in out.iterdir())
     # The CSV files are what the library computes, not a re-formatting of the Markdown.
     tables = forecast_tables(run_forecast(load_inputs(path)))
     for table, text in tables.items():

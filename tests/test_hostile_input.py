@@ -1106,6 +1106,11 @@ def test_a_log_given_twice_is_refused_rather_than_counted_twice(tmp_path):
     r = run("histogram", log, tmp_path / "." / "log.csv", "-o", tmp_path / "h.parquet")
     one_line_error(r, 2, "log.csv: given twice (as input 1 and input 2); its requests would count twice")
     assert leftovers(tmp_path) == ["log.csv"]
+    # in a scenario, the line names the scenario and its field, as every other scenario error does
+    path = scenario(tmp_path, BASE.replace("{constant: {prompt_tokens: 1000, output_tokens: 200}}",
+                                           "{log: [log.csv, ./log.csv]}"))
+    one_line_error(run("solve", path, "--no-report"), 2, f"{path}: traffic: source.log: './log.csv' is the file of "
+                   "entry 1 again (entry 2); its requests would count twice")
 
 
 def test_a_replica_floor_above_the_peak_size_is_reported_as_applied(tmp_path):

@@ -22,7 +22,8 @@ def _idle_text(r) -> str:
 
 @click.command()
 @click.argument("scenario", type=GivenPath(dir_okay=False))
-@click.option("--out-dir", type=GivenPath(file_okay=False), default="reports", show_default=True)
+@click.option("--out-dir", type=GivenPath(file_okay=False), default="reports", show_default=True,
+              help="Where the forecast's Markdown, CSV tables, data package and figure are written.")
 @click.option("--no-report", is_flag=True, help="Print only; write no files.")
 @catalog_option
 @json_option

@@ -12,7 +12,9 @@ _STATS = ("p50", "p90", "p99")
 
 @click.command()
 @click.argument("scenario", type=GivenPath(dir_okay=False))
-@click.option("--pool", default=None, help="Only this pool (all, short or long).")
+@click.option("--pool", default=None,
+              help="Only the pool of this name, as the plan names its pools: 'all' without a split, 'short' and "
+              "'long' with one (a name it lacks is refused with the names it has).")
 @click.option("--requests", "n_requests", type=click.IntRange(MIN_RUN_REQUESTS, MAX_SIMULATED_REQUESTS), default=None,
               help="Sampled requests per pool, to replay the plan again [default: the certification's runs].")
 @click.option("--seed", type=click.IntRange(0, MAX_SEED), default=None,
@@ -36,7 +38,7 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
     from planner.cli.progress_bars import terminal_progress
     from planner.errors import located
     from planner.plan_json import bands_json, log_replay_json, queue_settling_json
-    from planner.report_latency import replay_text, seeds_text
+    from planner.report_latency import replay_text, seeds_text, target_cells
     from planner.units import replicas_text
 
     with located(scenario), terminal_progress():
@@ -60,11 +62,16 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
                 if c.runs > 1 else "")
         click.echo(f"{c.label} — {c.config}, {replicas_text(c.replicas)} at {c.rate_rps:,.3f} req/s each{runs}: "
                    + ("holds" if c.holds else "misses: " + "; ".join(c.misses)))
+        checked = {b.band.name: b for b in c.bands}
         for band in _bands(c, slo):
             ttft = " ".join(f"{s} {band[f'ttft_ms_{s}']:,.0f}" for s in _STATS if band[f"ttft_ms_{s}"] is not None)
             tpot = " ".join(f"{s} {band[f'tpot_ms_{s}']:,.1f}" for s in _STATS if band[f"tpot_ms_{s}"] is not None)
             click.echo(f"  {band['band']:<28} {band['requests']:>7,} requests  TTFT ms {ttft or '—'}  TPOT ms {tpot or '—'}"
                        f"  {'holds' if band['holds'] else 'misses'}")
+            b = checked.get(band["band"])
+            for target in b.checks if b is not None else ():  # each target beside the model's prediction
+                what, predicted, simulated, verdict = target_cells(b, target)
+                click.echo(f"    {what}: predicted {predicted}, simulated {simulated}: {verdict.replace('**', '')}")
         if c.queue_settling is not None:
             click.echo(f"  queue: {c.queue_settling.text()}")
         if c.replay is not None:  # certification judges it too (PoolCheck.holds): shown, not only counted
