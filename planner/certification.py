@@ -5,6 +5,7 @@ pools that miss re-planned at their simulated capacity until all hold or the rou
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
@@ -53,9 +54,8 @@ def pool_setting(pool: PoolDetail, scn: Scenario, pools: list[PoolDetail], trace
         total = trace.prompt_tokens + trace.output_tokens
         lo = 0 if tc.name != "long" else int(tc.option)
         in_class = np.flatnonzero((total > lo) & (total <= edge_at_most(tc.max_model_len)))
-        offset, class_replicas = _log_share(pool, pools)
-        replica = np.arange(in_class.size) % class_replicas
-        take = in_class[(replica >= offset) & (replica < offset + pool.replicas)]
+        index, parts = _log_share(pool, pools)
+        take = in_class[_dealt_to(in_class.size, parts) == index]
         if take.size:
             mine = Requests(trace.arrival_s[take], trace.prompt_tokens[take], trace.output_tokens[take])
     return PoolSetting(tc.name, tc.label, pool.config.label(tc.max_model_len), pool.deployment, tc.hist, pool.replicas,
@@ -328,12 +328,34 @@ def replay_ahead(parts) -> None:
     workers.shutdown(wait=False)  # the threads end with their replays
 
 
-def _log_share(pool: PoolDetail, pools: list[PoolDetail]) -> tuple[int, int]:
-    """Which of its class's requests a pool replays from a log: a plain load balancer deals them to
-    the class's replicas in turn, whatever each can carry, so the pool takes the replicas from
-    `offset` on, of `class_replicas` in all (its siblings in the class come first, in plan order)."""
+def _log_share(pool: PoolDetail, pools: list[PoolDetail]) -> tuple[int, tuple[float, ...]]:
+    """Which of its class's requests a pool replays from a log: the pool's place among its class's
+    pools (in plan order), and each one's part of the class's rate (PoolDetail.class_part), by which
+    the class's requests are dealt to them (_dealt_to).
+
+    Each pool is sized for its part, and the report tells the operator to route the class by these
+    weights. The requests were dealt evenly over the class's replicas before, whatever each can carry:
+    a mixed pool's slower replicas then missed under the log, and certification planned them lower
+    round after round (an H100 beside L40S replicas, at four times the Azure sample's rate: 4 L40S at
+    $8.59/hour, where 1 carries its part by weight, $4.39/hour)."""
     siblings = [q for q in pools if q.traffic_class is pool.traffic_class]
-    return sum(q.replicas for q in siblings[: siblings.index(pool)]), sum(q.replicas for q in siblings)
+    return siblings.index(pool), tuple(q.class_part for q in siblings)
+
+
+# The golden ratio's fractional part: j · φ mod 1 spreads requests j = 0, 1, ... over [0, 1) as evenly as
+# any sequence does at every length (Weyl; Kuipers & Niederreiter, Uniform Distribution of Sequences, 1974).
+_GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
+
+
+def _dealt_to(n: int, parts: tuple[float, ...]) -> np.ndarray:
+    """The pool each of n requests (in arrival order) goes to, the pools weighted by `parts`: request j
+    to the pool whose stretch of [0, 1), the parts laid end to end, holds j · φ mod 1. Interleaved
+    (no pool takes a run of consecutive requests), each pool's count within a few requests of its part,
+    and the same every run. A class on one pool takes all its requests."""
+    if len(parts) == 1:
+        return np.zeros(n, dtype=np.int64)
+    edges = np.cumsum(parts[:-1]) / sum(parts)
+    return np.searchsorted(edges, np.modf(np.arange(n) * _GOLDEN)[0], side="right")
 
 
 def _replay_key(pool: PoolDetail, pools: list[PoolDetail], trace: Requests | None) -> tuple:
@@ -343,7 +365,10 @@ def _replay_key(pool: PoolDetail, pools: list[PoolDetail], trace: Requests | Non
     requests of the log, so they do not share a replay."""
     tc = pool.traffic_class
     key = (tc.option, tc.name, pool.config.label(tc.max_model_len), pool.replicas, round(pool.replay_rps, 9))
-    return key if trace is None else (*key, *_log_share(pool, pools))
+    if trace is None:
+        return key
+    index, parts = _log_share(pool, pools)
+    return (*key, index, tuple(round(p, 12) for p in parts))
 
 
 def _replay(st: Setup, p: PoolSetting) -> PoolCheck:

@@ -9,6 +9,7 @@ import copy
 import math
 import os
 import sys
+import threading
 import warnings
 from contextlib import contextmanager
 from functools import lru_cache
@@ -116,6 +117,7 @@ def _relaxation_of(solver):
 
 
 _HIGHS_BANNER_SILENCED = False
+_BANNER_LOCK = threading.Lock()
 
 
 @contextmanager
@@ -144,12 +146,15 @@ if hasattr(pulp, "HiGHS") and pulp.HiGHS().available():
 
         def createAndConfigureSolver(self, lp):
             global _HIGHS_BANNER_SILENCED
-            if _HIGHS_BANNER_SILENCED:
-                super().createAndConfigureSolver(lp)
-            else:
-                with _quiet_stdout():
+            # Locked: two threads (worker_pool.side_by_side) silencing fd 1 at once could each save the
+            # other's /dev/null as stdout and leave it silenced.
+            with _BANNER_LOCK:
+                if _HIGHS_BANNER_SILENCED:
                     super().createAndConfigureSolver(lp)
-                _HIGHS_BANNER_SILENCED = True
+                else:
+                    with _quiet_stdout():
+                        super().createAndConfigureSolver(lp)
+                    _HIGHS_BANNER_SILENCED = True
             # highspy registers a Python dispatcher as HiGHS's callback on every solver object, and a
             # solve then keeps entering Python, taking the GIL each time: while another thread of the
             # planner runs Python (a replay's bookkeeping, a worker's answers read in), the solve

@@ -13,9 +13,10 @@ highest rate that holds, by bisection over the same requests rescaled: common ra
 numbers) and planner.planning solves again with it.
 
 When the traffic came from a log with timestamps, the pool is also replayed with the
-log's own arrivals (time compressed by the scenario's growth), its requests dealt to the
-pool's replicas in turn (round robin, what a Kubernetes Service or a plain load balancer
-does): bursts above the planned peak count there, on the latencies and on the preemption budget.
+log's own arrivals (time compressed by the scenario's growth): a class's requests dealt to its
+pools by their parts of its rate (certification._log_share), and each pool's to its replicas in
+turn (round robin, what a Kubernetes Service or a plain load balancer does): bursts above the
+planned peak count there, on the latencies and on the preemption budget.
 
 A percentile read off one run moves with its seed: finance_2027's TPOT p99 at its peak rate
 was 34.8, 25.2, 29.4, 26.5 and 28.1 ms over seeds 0-4 of 5,556 sampled requests (27-29 ms
@@ -294,11 +295,16 @@ class TailPart:
         return self.measured and _close(self.simulated_s, self.limit_s)
 
     @property
+    def judged_s(self) -> float:
+        """The value the part is judged by: the simulated one where it is measured on enough
+        requests, else the model's."""
+        return self.simulated_s if self.measured else self.predicted_s
+
+    @property
     def misses(self) -> bool:
-        """The part misses where the band holds: the simulated value judges where it is measured on
-        enough requests, else the model's. A band that misses says so itself, in its own row."""
-        value = self.simulated_s if self.measured else self.predicted_s
-        return self.band_holds and value > self.limit_s
+        """The part misses where the band holds (judged_s over the limit). A band that misses says so
+        itself, in its own row."""
+        return self.band_holds and self.judged_s > self.limit_s
 
 
 def tail_parts(pool, thresholds: Iterable[int]) -> list[TailPart]:

@@ -36,6 +36,7 @@ from planner.units import (
     gpus_text,
     hours_text,
     quantile_label,
+    replicas_text,
     rounded_usd,
     share_text,
     significant_text,
@@ -334,15 +335,15 @@ def _routing_notes(plan: Plan) -> list[str]:
             continue
         tc = pools[0].traffic_class
         replicas = sum(pool.replicas for pool in pools)
-        weights = ", ".join(f"{pool.class_part:.1%} to the {pool.replicas} replicas on {pool.config.gpu.id} "
+        weights = ", ".join(f"{pool.class_part:.1%} to the {replicas_text(pool.replicas)} on {pool.config.gpu.id} "
                             f"tp{pool.config.tp}" for pool in pools)
         even = tc.rate_rps / replicas  # each replica's rate, spread evenly
-        over = max(pools, key=lambda pool: even / pool.planned_rps)
+        weakest = min(pools, key=lambda pool: pool.planned_rps)
         spread = (f"; spread evenly, each of its {replicas} replicas would take {even:,.3f} requests/s, "
-                  f"{even / over.planned_rps:,.1f}× what one on {over.config.gpu.id} is planned to carry"
-                  if even > over.planned_rps * (1 + 1e-9) else "")
+                  f"{even / weakest.planned_rps:,.1f}× the {weakest.planned_rps:,.3f} one on {weakest.config.gpu.id} "
+                  "can carry" if even > weakest.planned_rps else "")
         notes.append(f"**Route the {tc.label} class to its pools by weight**: {weights} (each pool's part of the "
-                     f"class's rate){spread}.")
+                     f"class's rate, as certification replays it){spread}.")
     return notes
 
 
@@ -669,7 +670,8 @@ def _pool_detail(plan: Plan, pool: PoolDetail) -> str:
         *([f"| Cache by layer kind | {'<br>'.join(layer_kind_lines(plan.model, dep.kv_dtype, dep.tp))} |"]
           if len(lad.kv_layout.kinds) > 1 else []),
         f"| Per sequence at the {tc.max_model_len:,}-token limit | {lad.kv_gib_per_user:,.2f} GiB |",
-        # to 4 significant digits: the expected concurrency below is the budget over it (0.094 GiB read 651 for 649)
+        # to 4 significant digits, so that the budget over it gives the expected concurrency below to within
+        # one (both are rounded): inventory_mixed's 0.094 GiB gave 651 for 649
         f"| Time-weighted mean footprint of a resident request (paged, blocks of {dep.block_size}) | "
         f"{significant_text(fp.mean_bytes / GiB)} GiB |",
     ]

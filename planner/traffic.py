@@ -71,17 +71,19 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
             paths = [src.histogram]
         files = [resolve(base, p) for p in paths]
         field = "histogram" if src.histogram is not None else "log"
-        seen: dict[str, int] = {}
+        seen: dict[tuple[int, int], int] = {}
         for i, (written, file) in enumerate(zip(paths, files, strict=True)):
-            # said here, in the scenario's words: ingest's own refusal names the log, not the field that lists it twice
-            key = os.path.realpath(file)
+            if not path_is(file, "any"):  # named by the scenario's field: the reader knows only the path
+                raise InputError(f"source.{field}: '{written}' does not exist (paths are relative to the "
+                                 "scenario's folder)")
+            # said here, in the scenario's words: ingest's own refusal names the log, not the field that lists
+            # it twice (a copy, which only its contents tell apart, is still refused there)
+            st = os.stat(file)
+            key = (st.st_dev, st.st_ino)  # the same file by any path, a symbolic or a hard link
             if key in seen:
                 raise InputError(f"source.{field}: '{written}' is the file of entry {seen[key] + 1} again (entry "
                                  f"{i + 1}); its requests would count twice")
             seen[key] = i
-            if not path_is(file, "any"):  # named by the scenario's field: the reader knows only the path
-                raise InputError(f"source.{field}: '{written}' does not exist (paths are relative to the "
-                                 "scenario's folder)")
             # ingest reads logs and histogram files alike: a log here would be planned from, and
             # the report would call it a histogram file
             if field == "histogram" and not is_histogram_file(file):

@@ -77,10 +77,12 @@ def delta_text(usd: float, base_usd: float) -> str:
 
 
 def significant_text(x: float, digits: int = 4) -> str:
-    """x to `digits` significant digits, never in exponent form: 0.09423, 0.2633, 2.828, 1,234."""
+    """x rounded to `digits` significant digits, in fixed notation: 0.09423, 0.2633, 2.828, 10.00 (for
+    9.99996), 12,350 (for 12,345.6)."""
     if x == 0 or not math.isfinite(x):
         return f"{x:,.{digits - 1}f}"
-    return f"{x:,.{max(0, digits - 1 - math.floor(math.log10(abs(x))))}f}"
+    rounded = float(f"{x:.{digits - 1}e}")  # the rounding first: 9.99996 carries to 10.00, not "10.000"
+    return f"{rounded:,.{max(0, digits - 1 - math.floor(math.log10(abs(rounded))))}f}"
 
 
 def usd_rate_text(usd_per_hour: float) -> str:

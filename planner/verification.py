@@ -116,15 +116,19 @@ class Unverified:
 
 def _without_text(plan: Plan, gpu_id: str) -> str:
     """What planning without the GPU costs, from its lever (the plan re-solved by the model without the
-    type), where the plan's levers were explored: the price of not trusting the borrowed factors."""
+    type), where the plan's levers were explored: the price of not trusting the borrowed factors. A
+    lever that moves to another unverified GPU is named so: its price is no verified plan's."""
     lever = next((o for o in plan.levers if o.name == f"without {gpu_id}"), None)
     if lever is None:
         return ""
     if not lever.feasible:
         return f"; without it no plan is found (the Levers' 'without {gpu_id}': {lever.why_not})"
+    others = sorted({p.gpu for p in lever.solution.pools if not plan.catalog.gpu(p.gpu).verified}
+                    if lever.solution is not None else ())
+    also = f", {' and '.join(others)} among them, whose speed is not measured either" if others else ""
     return (f"; without it the plan costs {usd_text(lever.cost_per_hour)} per hour, "
-            f"{delta_text(lever.cost_per_hour, plan.compared_usd_per_hour)}, on {gpus_text(lever.gpus)} (the Levers' "
-            f"'without {gpu_id}', by the model)")
+            f"{delta_text(lever.cost_per_hour, plan.compared_usd_per_hour)}, on {gpus_text(lever.gpus)}{also} "
+            f"(the Levers' 'without {gpu_id}', by the model)")
 
 
 def unverified_speed(plan: Plan) -> list[Unverified]:

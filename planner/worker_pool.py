@@ -49,13 +49,15 @@ _Item, _Answer = TypeVar("_Item"), TypeVar("_Answer")
 
 
 def side_by_side(job: Callable[[_Item], _Answer], items: Iterable[_Item]) -> list[_Answer]:
-    """job(item) for each item, in threads of this process, the answers in the items' order: for
-    independent jobs whose work releases the GIL, which then run at once on the cores there are.
-    The simulator's loop does (a close call's confirming runs and a missed pool's seeds were run one
-    after another while the worker process idled: the certified 128k rollout spent 2.7 s so, with one
-    core free), and so does HiGHS's solve (a fleet's shared constraints, each priced by re-solves).
-    Interrupted (Ctrl-C), it returns at once: the jobs not begun are dropped, and those running
-    are not waited for, since a solve may run to its time limit; the command is ending anyway."""
+    """job(item) for each item, in threads of this process (as many as there are usable cores), the
+    answers in the items' order: for independent jobs whose work releases the GIL, which then run at
+    once. The simulator's loop does (a close call's confirming runs and a missed pool's seeds were run
+    one after another while the worker process idled: the certified 128k rollout spent 2.7 s so, with
+    one core free), and so does HiGHS's solve (a fleet's shared constraints, each priced by re-solves).
+    Interrupted (Ctrl-C), it raises at once, without waiting for the jobs running, since a solve may
+    run to its time limit: the `planner` command then ends at once (cli.run leaves by os._exit); a
+    program that called it in-process has those jobs finish in the background (Python joins the
+    threads at exit)."""
     items = list(items)
     if len(items) < 2:
         return [job(item) for item in items]

@@ -164,7 +164,7 @@ def test_simulate_shows_the_replay_of_the_log_s_own_arrivals_that_certification_
     mean = replay["requests"] / replay["span_s"]  # one replica: the log's whole rate
     shown = (f"({replay['requests']:,} requests over {replay['span_s'] / 60:,.1f} minutes, dealt in turn to the pool's "
              f"1 replica: {mean:,.3f} requests/s a replica on average, ")
-    assert shown in line and " each is planned to carry): " in line
+    assert shown in line and " its sampled runs replay): " in line
     assert line.endswith("every target holds") == replay["holds"]
 
 
@@ -181,11 +181,16 @@ def test_a_pool_that_misses_only_under_the_log_s_arrivals_names_that_miss():
     check = SimpleNamespace(problems=(), replay=replay, replicas=2, rate_rps=1.25)
     assert PoolCheck.misses.fget(check) == ("the log's own arrivals: all: TPOT p99 61.2 ms > 50 ms",
                                             "the log's own arrivals: replica 2: the queue grows")
-    # 1,200 requests in 600 s over 2 replicas: 1 request/s each, against the 1.25 each is planned to carry
+    # 1,200 requests in 600 s over 2 replicas: 1 request/s each, against the 1.25 its sampled runs replay
     assert replay_text(check, 1.5) == (
         "the log's own arrivals (1,200 requests over 10.0 minutes, its time compressed × 1.5 for the scenario's "
         "growth, dealt in turn to the pool's 2 replicas: 1.000 requests/s a replica on average, 80% of the 1.250 "
-        "each is planned to carry): misses: all: TPOT p99 61.2 ms > 50 ms; replica 2: the queue grows")
+        "its sampled runs replay): misses: all: TPOT p99 61.2 ms > 50 ms; replica 2: the queue grows")
+    # a log of one instant (a stated fleet's one request) has no rate to compare
+    instant = SimpleNamespace(problems=(), replay=SimpleNamespace(requests=1, span_s=0.0, holds=True, problems=()),
+                              replicas=9, rate_rps=2.0)
+    assert replay_text(instant, 1.0) == ("the log's own arrivals (1 request over 0.0 minutes, dealt in turn to the "
+                                         "pool's 9 replicas): every target holds")
     assert PoolCheck.misses.fget(SimpleNamespace(problems=("x",), replay=None)) == ("x",)
 
 
@@ -332,8 +337,11 @@ def test_a_fleet_with_three_limits_is_refused(tmp_path):
 
 def test_a_replay_of_a_log_is_keyed_by_the_share_of_it_the_pool_is_dealt(catalog):
     """The same pool (config, replicas, rate) alone in its class and beside a sibling takes
-    different requests of a log (the balancer deals the class's requests to every replica in
-    turn): the two must not share one replay. Without a log both replay the same Poisson sample."""
+    different requests of a log: the two must not share one replay. Beside it, the pool is dealt its
+    part of the class's rate (PoolDetail.class_part), interleaved with the sibling's, as the report
+    tells the operator to route: an even deal over every replica of the class had overloaded a mixed
+    class's slower pool and planned it lower round after round. Without a log both replay the same
+    Poisson sample."""
     import dataclasses
 
     import numpy as np
@@ -354,19 +362,21 @@ def test_a_replay_of_a_log_is_keyed_by_the_share_of_it_the_pool_is_dealt(catalog
     plan = make_plan(scn, catalog, catalog.model("llama-3.1-8b"), Histogram.constant(1000, 200, 100), 6.0,
                      explore=False, certify=False)
     (pool,) = plan.pools
-    sibling = dataclasses.replace(pool, replicas=pool.replicas + 1)  # another pool of the class, ahead of it
-    alone, beside = [pool], [sibling, pool]
+    # another pool of the class, ahead of it, sized for 70% of the class's rate
+    sibling = dataclasses.replace(pool, replicas=pool.replicas + 1, class_part=0.7)
+    mine = dataclasses.replace(pool, class_part=0.3)
+    alone, beside = [pool], [sibling, mine]
     n = 600
     trace = Requests(np.arange(n) * 0.1, np.full(n, 1000), np.full(n, 200))
 
-    assert _replay_key(pool, alone, None) == _replay_key(pool, beside, None)
-    assert _replay_key(pool, alone, trace) != _replay_key(pool, beside, trace)
-    dealt_alone = pool_setting(pool, scn, alone, trace).trace.arrival_s
-    dealt_beside = pool_setting(pool, scn, beside, trace).trace.arrival_s
-    assert dealt_alone.size == n  # every request of the class
-    # Beside the sibling it takes the requests dealt to the replicas after the sibling's.
-    turn = np.arange(n) % (sibling.replicas + pool.replicas)
-    assert np.array_equal(dealt_beside, trace.arrival_s[turn >= sibling.replicas])
+    assert _replay_key(pool, alone, None) == _replay_key(mine, beside, None)
+    assert _replay_key(pool, alone, trace) != _replay_key(mine, beside, trace)
+    assert pool_setting(pool, scn, alone, trace).trace.arrival_s.size == n  # every request of the class
+    dealt = np.rint(pool_setting(mine, scn, beside, trace).trace.arrival_s / 0.1).astype(int)
+    other = np.rint(pool_setting(sibling, scn, beside, trace).trace.arrival_s / 0.1).astype(int)
+    assert abs(dealt.size - 0.3 * n) <= 2 and dealt.size + other.size == n  # its part, each request once
+    assert not np.intersect1d(dealt, other).size
+    assert np.diff(dealt).max() <= 2 / 0.3  # interleaved: never a run of the sibling's twice its mean length
 
 
 def test_a_close_call_is_judged_on_four_runs_pooled_and_a_clear_one_on_one(catalog):

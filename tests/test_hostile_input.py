@@ -1111,6 +1111,11 @@ def test_a_log_given_twice_is_refused_rather_than_counted_twice(tmp_path):
                                            "{log: [log.csv, ./log.csv]}"))
     one_line_error(run("solve", path, "--no-report"), 2, f"{path}: traffic: source.log: './log.csv' is the file of "
                    "entry 1 again (entry 2); its requests would count twice")
+    os.link(log, tmp_path / "again.csv")  # a hard link is the same file too
+    path = scenario(tmp_path, BASE.replace("{constant: {prompt_tokens: 1000, output_tokens: 200}}",
+                                           "{log: [log.csv, again.csv]}"))
+    one_line_error(run("solve", path, "--no-report"), 2, f"{path}: traffic: source.log: 'again.csv' is the file of "
+                   "entry 1 again (entry 2); its requests would count twice")
 
 
 def test_a_replica_floor_above_the_peak_size_is_reported_as_applied(tmp_path):

@@ -145,6 +145,13 @@ def test_latency_rows_of_a_gpu_without_throughput_rows_check_its_borrowed_factor
     borrowed = cal.joint.efficiency["h100-sxm"]
     for p, c in zip(cal.borrowed_check, [c for c in latency_cases(catalog, lat_rows) if c.gpu_id == "mi300x"], strict=True):
         assert p.predicted == pytest.approx(c.predict_ms(borrowed), rel=1e-9)
+    # the check the catalog carries (and a plan on the GPU repeats) names the runs it rests on: a plan of
+    # another model or tp reads it as the nearest evidence there is, not as its own
+    from planner.calibration.efficiency_blocks import catalog_efficiencies
+
+    blocks, _ = catalog_efficiencies(cal, catalog)
+    assert blocks["mi300x"].borrowed_check.startswith(
+        "against 9 published latency rows of this GPU (llama-3.1-405b at tp 8; data/measured/latency_published.csv; ")
 
 
 def test_one_allreduce_number_per_interconnect_family(catalog):

@@ -124,11 +124,25 @@ def test_a_class_on_several_pools_is_routed_by_weight_and_says_what_an_even_spre
     even = rate / (h100.replicas + l40s.replicas)
     assert even > l40s.planned_rps  # an even spread overloads the L40S replicas
     [note] = [line for line in render(plan).splitlines() if line.startswith("**Route")]
-    pools = [f"{pd.class_part:.1%} to the {pd.replicas} replicas on {pd.config.gpu.id} tp1" for pd in plan.pools]
+    pools = [f"{pd.class_part:.1%} to the {pd.replicas} replica{'s' if pd.replicas > 1 else ''} on {pd.config.gpu.id} tp1"
+             for pd in plan.pools]
     assert note == (f"**Route the {h100.traffic_class.label} class to its pools by weight**: {', '.join(pools)} "
-                    f"(each pool's part of the class's rate); spread evenly, each of its "
+                    f"(each pool's part of the class's rate, as certification replays it); spread evenly, each of its "
                     f"{h100.replicas + l40s.replicas} replicas would take {even:,.3f} requests/s, "
-                    f"{even / l40s.planned_rps:,.1f}× what one on l40s is planned to carry.")
+                    f"{even / l40s.planned_rps:,.1f}× the {l40s.planned_rps:,.3f} one on l40s can carry.")
+    # where an even spread stays within every replica's capacity, the weights alone (fleet_2027q1's chat_8b)
+    from types import SimpleNamespace
+
+    from planner.report import _routing_notes
+
+    tc = SimpleNamespace(label="all (≤ 8,192 tokens)", rate_rps=100.0)
+    fake = [SimpleNamespace(traffic_class=tc, replicas=2, planned_rps=30.0, class_part=0.4,
+                            config=SimpleNamespace(gpu=SimpleNamespace(id="h100-sxm"), tp=1)),
+            SimpleNamespace(traffic_class=tc, replicas=3, planned_rps=25.0, class_part=0.6,
+                            config=SimpleNamespace(gpu=SimpleNamespace(id="h200"), tp=1))]
+    assert _routing_notes(SimpleNamespace(pools=fake)) == [
+        "**Route the all (≤ 8,192 tokens) class to its pools by weight**: 40.0% to the 2 replicas on h100-sxm tp1, "
+        "60.0% to the 3 replicas on h200 tp1 (each pool's part of the class's rate, as certification replays it)."]
     # a class on one pool needs no routing
     one = make_plan(scenario(context_limit=8192, gpus=["l40s"], slo={"bands": [{"ttft_s": 3.0, "tpot_ms": 60}]}),
                     catalog, catalog.model("llama-3.1-8b"), traffic(1000, (1000, 200), 0, (1, 1)), 60.0, explore=False)
@@ -163,9 +177,9 @@ def test_long_prompts_that_miss_a_shared_band_s_target_on_their_own_are_named(ca
     decision, *lines = [line for line in text.splitlines() if "on their own" in line]
     # the decision names them too, after the verdict: a minority of the band over its limit is part of the decision
     assert decision.endswith(f"(`verify: false` or `planner solve --no-verify`). **Yet requests with prompt ≥ 8,192 "
-                             f"tokens miss TPOT p99 ≤ 60.0 ms on their own (2.0% of their band's requests; "
-                             f"{parts['tpot'].predicted_s * 1e3:.1f} ms predicted)**: a band's percentile is over all "
-                             "its requests, and lets them past; the latency section says how to give them a target "
+                             f"tokens miss TPOT p99 ≤ 60 ms on their own (2.0% of their band's requests): "
+                             f"{parts['tpot'].predicted_s * 1e3:.1f} ms predicted**. A band's percentile is over all "
+                             "its requests, and lets these past; the latency section says how to give them a target "
                              "of their own.")
     assert lines == [f"**Requests with prompt ≥ 8,192 tokens (2.0% of this pool's requests in band 'every prompt') miss "
                      f"TPOT p99 ≤ 60.0 ms on their own:** {parts['tpot'].predicted_s * 1e3:.1f} ms predicted. The band's "

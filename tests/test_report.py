@@ -136,12 +136,25 @@ def test_tiny_lp_file_matches_the_golden_file(tmp_path):
 
 def test_a_footprint_reads_to_four_significant_digits_never_in_exponent_form():
     """inventory_mixed's footprint read 0.094 GiB on every pool, and its budget over that gave 651
-    sequences where the table said 649: four significant digits make the table recompute."""
+    sequences where the table said 649: at four significant digits every shipped ladder's budget over
+    its footprint gives its expected concurrency to within one (both are rounded)."""
+    import re
+
     from planner.units import significant_text
 
-    assert [significant_text(x) for x in (0.0942312, 0.26331, 2.8281, 1234.5, 12.3456, 0.0)] == [
-        "0.09423", "0.2633", "2.828", "1,234", "12.35", "0.000"]
-    assert int(61.21 / float(significant_text(0.094233))) == 649
+    assert [significant_text(x) for x in (0.0942312, 0.26331, 2.8281, 1234.5, 12.3456, 0.0, 9.99996, 0.0999996,
+                                          12345.6)] == [
+        "0.09423", "0.2633", "2.828", "1,234", "12.35", "0.000", "10.00", "0.1000", "12,350"]
+    ladders = 0
+    for report in sorted((ROOT / "reports").glob("*.md")):
+        text = report.read_text(encoding="utf-8")
+        for budget, footprint, expected in re.findall(
+                r"\| = KV budget \| ([\d,.]+) GiB \|.*?mean footprint of a resident request[^|]*\| ([\d.]+) GiB \|"
+                r".*?\| \**expected\** \| \**([\d,]+)\** \|", text, re.S):
+            ladders += 1
+            ratio = float(budget.replace(",", "")) / float(footprint)
+            assert abs(ratio - int(expected.replace(",", ""))) < 1.0 + 1e-9, (report.name, budget, footprint, expected)
+    assert ladders >= 20
 
 
 def test_a_count_of_gpus_reads_as_words():
@@ -504,3 +517,47 @@ def test_the_efficiency_column_prints_every_step_model_factor_as_stated():
     assert text.startswith("bandwidth 0.79234567, compute 0.559, step overhead 0 ms, layer overhead 40.8 µs, "
                            "all-reduce latency 3.7 µs, large-message all-reduce latency 12.1 µs (36.4 µs at tp 8), ")
     assert text.endswith(f"link {e.interconnect!r}, straggler cv {e.straggler_cv!r}")
+
+
+def test_the_decision_names_a_part_that_misses_on_its_own_once_with_each_pool_s_value(monkeypatch):
+    """fleet_2027q1's rag_70b had the same part (prompts of 16,384 tokens and more) over its TPOT limit
+    in its H100 and its H200 pool, and the Decision said the whole clause twice; it now names the part
+    once, each pool's value after it, and says which values are close calls."""
+    from types import SimpleNamespace
+
+    import planner.report_latency as report_latency
+    from planner.pool_check import TailPart
+    from planner.targets import Band, Target
+
+    band = Band("every prompt", 0, None, tpot=Target("p99", 0.1))
+    part = Band("every prompt", 16384, None, tpot=Target("p99", 0.1))
+
+    def tail(simulated_s: float) -> TailPart:
+        return TailPart(band, part, 0.138, "tpot", "p99", 0.1, 0.13, simulated_s, 5000, True)
+
+    pools = [SimpleNamespace(traffic_class=SimpleNamespace(name="all"), config=SimpleNamespace(gpu=SimpleNamespace(id=g)),
+                             tail=tail(s)) for g, s in (("h100-sxm", 0.1459), ("h200", 0.105))]
+    monkeypatch.setattr(report_latency, "missing_tail_parts", lambda pool, thresholds: [pool.tail])
+    plan = SimpleNamespace(pools=pools, scenario=SimpleNamespace(thresholds=[16384]))
+    assert report_latency.tail_note(plan) == (
+        " **Yet requests with prompt ≥ 16,384 tokens miss TPOT p99 ≤ 100 ms on their own (13.8% of their band's "
+        "requests): 145.9 ms simulated on h100-sxm, 105.0 ms simulated on h200 (a close call)**. A band's percentile "
+        "is over all its requests, and lets these past; the latency section says how to give them a target of their "
+        "own.")
+    monkeypatch.setattr(report_latency, "missing_tail_parts", lambda pool, thresholds: [])
+    assert report_latency.tail_note(plan) == ""
+
+
+def test_an_itl_verdict_is_not_judged_on_its_band_s_requests():
+    """An ITL is read over the pool's decode tokens: a band with no request of its own (the README's
+    'documents' band in a pool of short prompts) read 'holds, on few requests (the p99 of 0 ...)'."""
+    from planner.pool_check import BandCheck, TargetCheck
+    from planner.report_latency import target_cells
+    from planner.targets import Band, Target
+
+    band = Band("documents", 8192, None, itl=Target("p99", 0.3))
+    check = TargetCheck("itl", "p99", 0.3, 0.023, 0.0232)
+    assert target_cells(BandCheck(band, 0, (check,)), check) == ("ITL (per token) p99 ≤ 300.0 ms", "23.0 ms", "23.2 ms",
+                                                                 "holds")
+    tpot = TargetCheck("tpot", "p99", 0.05, 0.03, 0.031, samples=12)
+    assert target_cells(BandCheck(band, 12, (tpot,)), tpot)[3].startswith("holds, on few requests (the p99 of 12 ")
