@@ -342,16 +342,18 @@ def _log_share(pool: PoolDetail, pools: list[PoolDetail]) -> tuple[int, tuple[fl
     return siblings.index(pool), tuple(q.class_part for q in siblings)
 
 
-# The golden ratio's fractional part: j · φ mod 1 spreads requests j = 0, 1, ... over [0, 1) as evenly as
-# any sequence does at every length (Weyl; Kuipers & Niederreiter, Uniform Distribution of Sequences, 1974).
+# The golden ratio's fractional part: the points j · φ mod 1 (j = 0, 1, ...) fill [0, 1) evenly at every
+# length, the gaps between them taking at most three lengths (the three-distance theorem; of such
+# sequences the golden ratio's is the most even: Kuipers & Niederreiter, Uniform Distribution of
+# Sequences, 1974, chapter 1).
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
 
 
 def _dealt_to(n: int, parts: tuple[float, ...]) -> np.ndarray:
     """The pool each of n requests (in arrival order) goes to, the pools weighted by `parts`: request j
-    to the pool whose stretch of [0, 1), the parts laid end to end, holds j · φ mod 1. Interleaved
-    (no pool takes a run of consecutive requests), each pool's count within a few requests of its part,
-    and the same every run. A class on one pool takes all its requests."""
+    to the pool whose stretch of [0, 1), the parts laid end to end, holds j · φ mod 1. Each pool's
+    requests are spread through the log, not taken in runs, its count within a few requests of its
+    part, and the same every run. A class on one pool takes all its requests."""
     if len(parts) == 1:
         return np.zeros(n, dtype=np.int64)
     edges = np.cumsum(parts[:-1]) / sum(parts)

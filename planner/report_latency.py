@@ -251,8 +251,8 @@ def tail_note(plan) -> str:
     parts: dict[tuple, list[str]] = {}
     for pool in plan.pools:
         for t in missing_tail_parts(pool, plan.scenario.thresholds):
-            target = getattr(t.band, t.kind).text(_WHAT[t.kind].split()[0], "s" if t.kind == "ttft" else "ms")
-            what = f"requests with {t.part.range_text} miss {target} on their own ({t.share:.1%} of their band's requests)"
+            what = (f"requests with {t.part.range_text} miss {t.band.target_text(t.kind)} on their own ({t.share:.1%} "
+                    "of their band's requests)")
             where = f" on {pool.config.gpu.id}" if several else ""
             close = " (a close call)" if t.close_call else ""
             read = f"{apart_text(t.judged_s, t.limit_s, t.kind)} {'simulated' if t.measured else 'predicted'}{where}{close}"

@@ -98,9 +98,12 @@ class Band:
         name = f"'{self.name}'" if quoted else self.name
         return name if self.name == self.range_text else f"{name} ({self.range_text})"
 
+    def target_text(self, kind: str) -> str:
+        """One of its targets for people: 'TPOT p99 ≤ 100 ms' (kind: ttft, tpot or itl)."""
+        return getattr(self, kind).text(kind.upper(), "s" if kind == "ttft" else "ms")
+
     def targets_text(self) -> str:
-        parts = [t.text(what, unit) for t, what, unit in
-                 ((self.ttft, "TTFT", "s"), (self.tpot, "TPOT", "ms"), (self.itl, "ITL", "ms")) if t is not None]
+        parts = [self.target_text(kind) for kind in ("ttft", "tpot", "itl") if getattr(self, kind) is not None]
         return ", ".join(parts) if parts else "no target"
 
 
