@@ -21,9 +21,11 @@ from planner.report import (
     pools_text,
     rejected_text,
     render,
+    routing_notes,
     start_figures,
     write_figures,
 )
+from planner.report_latency import tail_note
 from planner.units import (
     HOURS_PER_MONTH,
     gpu_types_text,
@@ -102,6 +104,23 @@ def _certified_cell(plan: Plan) -> str:
     return "yes, on unverified speed" if unverified_speed(plan) else "yes"
 
 
+def to_act_on(plans) -> list[str]:
+    """What the services' sections ask of whoever runs the fleet, named where the fleet's totals lead:
+    the services whose classes must be routed by weight (report.routing_notes), and those whose long
+    prompts read over a target on their own (report_latency.tail_note). A line and a blank one, or
+    nothing."""
+    def names(found: list[str]) -> str:
+        return found[0] if len(found) == 1 else f"{', '.join(found[:-1])} and {found[-1]}"
+
+    routed = [p.scenario.name for p in plans if routing_notes(p)]
+    tails = [p.scenario.name for p in plans if tail_note(p)]
+    said = ([f"route the classes of {names(routed)} by weight (each runs on several GPU types; its pools table gives "
+             "the weights)"] if routed else [])
+    said += ([f"in {names(tails)}, requests past a prompt length miss a target on their own where their band holds it "
+              "(each decision says which)"] if tails else [])
+    return [f"**To act on, in the services' sections**: {'; '.join(said)}.", ""] if said else []
+
+
 def unverified_services(plans) -> list[str]:
     """The services whose speed no measurement backs (planner.verification): a line and a blank one,
     or nothing; their sections say why."""
@@ -150,6 +169,7 @@ def _totals(fp: FleetPlan) -> str:
         f"One ILP over every service (solver: {joint.solver}, status {joint.status}); each service keeps its own split "
         "decision, levers and targets, and shares the GPU types below. " + _verdict(fp),
         "",
+        *to_act_on(fp.plans),
         "| GPU type | Committed (owned + reserved) | In use | of which committed / on demand | Idle committed | Cap "
         "| On-demand $/GPU-hour | Committed $/hour (used or not) | $/hour |",
         "|---|---:|---:|---|---:|---:|---:|---:|---:|",

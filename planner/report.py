@@ -318,11 +318,11 @@ def _pools_table(plan: Plan) -> str:
     rows.append(f"| **Total** | | | | | | | | **{plan.solution.gpus}** | | | | **{usd_text(plan.cost_per_hour)}** |")
     if any(pool.planned_by == "calibration" for pool in plan.pools):
         rows += ["", CALIBRATED_NOTE]
-    rows += [line for note in _routing_notes(plan) for line in ("", note)]
+    rows += [line for note in routing_notes(plan) for line in ("", note)]
     return "\n".join(rows)
 
 
-def _routing_notes(plan: Plan) -> list[str]:
+def routing_notes(plan: Plan) -> list[str]:
     """For each class served by several pools, the weights its requests must be routed by: each pool
     carries the part of the class's rate the plan gives it (PoolDetail.class_part), which a router
     spreading requests evenly over the class's replicas does not give where their capacities differ."""

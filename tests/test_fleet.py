@@ -1232,3 +1232,22 @@ def test_a_service_s_own_cap_is_not_called_shared(tmp_path):
     text = service_section(fp, 0)
     assert "The fleet runs the plan above instead: its committed GPUs (l40s) are paid whether used or not, so" in text
     assert "its caps are shared" not in text
+
+
+def test_the_fleet_totals_name_what_the_services_sections_ask_to_act_on():
+    """The fleet's totals said every pool of every service holds, while three services' sections asked
+    the operator to route a class by weight or named prompts that miss a target on their own: the
+    totals now name those services, and only those (read from the shipped report, which a test keeps
+    in step with the code)."""
+    text = (Path(__file__).resolve().parent.parent / "reports" / "fleet_2027q1.md").read_text(encoding="utf-8")
+    totals, *sections = re.split(r"^## Capacity plan: ", text, flags=re.M)
+    asked = {kind: [s.split("\n", 1)[0] for s in sections if mark in s]
+             for kind, mark in (("routed", "**Route the "), ("tails", "**Yet requests with "))}
+    assert asked["routed"] and asked["tails"]
+
+    def names(found):
+        return found[0] if len(found) == 1 else f"{', '.join(found[:-1])} and {found[-1]}"
+
+    assert (f"**To act on, in the services' sections**: route the classes of {names(asked['routed'])} by weight (each "
+            f"runs on several GPU types; its pools table gives the weights); in {names(asked['tails'])}, requests past "
+            "a prompt length miss a target on their own where their band holds it (each decision says which).") in totals

@@ -133,14 +133,14 @@ def test_a_class_on_several_pools_is_routed_by_weight_and_says_what_an_even_spre
     # where an even spread stays within every replica's capacity, the weights alone (fleet_2027q1's chat_8b)
     from types import SimpleNamespace
 
-    from planner.report import _routing_notes
+    from planner.report import routing_notes
 
     tc = SimpleNamespace(label="all (≤ 8,192 tokens)", rate_rps=100.0)
     fake = [SimpleNamespace(traffic_class=tc, replicas=2, planned_rps=30.0, class_part=0.4,
                             config=SimpleNamespace(gpu=SimpleNamespace(id="h100-sxm"), tp=1)),
             SimpleNamespace(traffic_class=tc, replicas=3, planned_rps=25.0, class_part=0.6,
                             config=SimpleNamespace(gpu=SimpleNamespace(id="h200"), tp=1))]
-    assert _routing_notes(SimpleNamespace(pools=fake)) == [
+    assert routing_notes(SimpleNamespace(pools=fake)) == [
         "**Route the all (≤ 8,192 tokens) class to its pools by weight**: 40.0% to the 2 replicas on h100-sxm tp1, "
         "60.0% to the 3 replicas on h200 tp1 (each pool's part of the class's rate, as certification replays it)."]
     # a class on one pool needs no routing
