@@ -186,9 +186,7 @@ def _challenge(state, resolve, keyed):
                 tc, config = pool.traffic_class, pool.config.label(pool.traffic_class.max_model_len)
                 new = _measured_capacity(st, pool, pools, check)
                 st.evaluator.record_simulated(_evaluation(evals, pool), new, calibrates=False, from_log=False)
-                changes.append(f"challenger {challenge}: {tc.label} on {config} missed at its model capacity "
-                               f"({'; '.join(check.problems) or 'the log replay'}); measured {new:,.3f} req/s per "
-                               "replica; the certified plan stands")
+                changes.append(challenger_text(challenge, tc.label, config, check, new))
             if not any(missing):
                 for pool in pools:
                     if st.evaluator.calibration_of(pool.traffic_class) < 1.0 and not st.evaluator.knows_simulated(
@@ -326,6 +324,13 @@ def replay_ahead(parts) -> None:
     for (_, k), (st, setting) in todo.items():
         st.evaluator.replays[k] = workers.submit(_replay, st, setting)
     workers.shutdown(wait=False)  # the threads end with their replays
+
+
+def challenger_text(challenge: int, label: str, config: str, check, measured_rps: float) -> str:
+    """What a challenger's pool that missed tells the report: every miss named, its log replay's too
+    (PoolCheck.misses; a miss under the log alone had read "(the log replay)", naming no target)."""
+    return (f"challenger {challenge}: {label} on {config} missed at its model capacity ({'; '.join(check.misses)}); "
+            f"measured {measured_rps:,.3f} req/s per replica; the certified plan stands")
 
 
 def _log_share(pool: PoolDetail, pools: list[PoolDetail]) -> tuple[int, tuple[float, ...]]:

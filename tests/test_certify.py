@@ -1029,7 +1029,7 @@ def test_a_challenger_that_leaves_no_plan_keeps_the_certified_plan(monkeypatch):
     answers = iter([[(challenger, ["challenger evals"])], [(nothing, ["no evals"])]])
     monkeypatch.setattr(cert, "_priced_by_ratio", lambda *a: True)
     monkeypatch.setattr(cert, "pool_details", lambda ev, evals, sol: [pool] if sol is challenger else [])
-    monkeypatch.setattr(cert, "_replay_all", lambda state, label: ([[]], [[(pool, SimpleNamespace(problems=["TTFT p99"]))]]))
+    monkeypatch.setattr(cert, "_replay_all", lambda state, label: ([[]], [[(pool, SimpleNamespace(problems=["TTFT p99"], misses=("TTFT p99",)))]]))
     monkeypatch.setattr(cert, "_measured_capacity", lambda *a: 0.5)
     monkeypatch.setattr(cert, "_evaluation", lambda evals, p: "evaluation")
     state = [[st, ["certified evals"], certified, ["certified pools"], []]]
@@ -1164,3 +1164,21 @@ def test_a_fleet_forecast_s_quarters_keep_each_service_s_measured_capacity(tmp_p
     [pool] = later.plans[0].pools
     assert later.plans[0].certification.rounds == 0 and later.plans[0].certification.certified
     assert (pool.planned_by, pool.planned_rps) == ("simulation", measured.planned_rps)
+
+
+def test_a_challenger_that_misses_under_the_log_alone_names_the_target():
+    """A challenger's pool that held its Poisson runs but missed under the log's own arrivals read
+    "(the log replay)", naming no target, where a round's line names it; both now read the pool's
+    misses (PoolCheck.misses)."""
+    from types import SimpleNamespace
+
+    from planner.certification import challenger_text
+    from planner.pool_check import PoolCheck
+
+    replay = SimpleNamespace(problems=("every prompt: TPOT p99 50.4 ms > 50 ms",))
+    check = SimpleNamespace(problems=(), replay=replay)
+    check.misses = PoolCheck.misses.fget(check)
+    assert challenger_text(1, "long (2,048 < tokens ≤ 16,384)", "h100-sxm tp1 w:fp8 kv:fp8 ctx:16384", check, 3.693) == (
+        "challenger 1: long (2,048 < tokens ≤ 16,384) on h100-sxm tp1 w:fp8 kv:fp8 ctx:16384 missed at its model "
+        "capacity (the log's own arrivals: every prompt: TPOT p99 50.4 ms > 50 ms); measured 3.693 req/s per replica; "
+        "the certified plan stands")

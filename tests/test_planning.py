@@ -143,6 +143,11 @@ def test_a_class_on_several_pools_is_routed_by_weight_and_says_what_an_even_spre
     assert routing_notes(SimpleNamespace(pools=fake)) == [
         "**Route the all (≤ 8,192 tokens) class to its pools by weight**: 40.0% to the 2 replicas on h100-sxm tp1, "
         "60.0% to the 3 replicas on h200 tp1 (each pool's part of the class's rate, as certification replays it)."]
+    # a router's weights add up to 100.0%, each to a tenth (four parts rounded alone had made 100.1%)
+    from planner.report import _tenths_adding_to_100
+
+    assert _tenths_adding_to_100([0.143426, 0.15347, 0.23646, 0.46864]) == [14.3, 15.3, 23.6, 46.8]
+    assert _tenths_adding_to_100([1.0, 1.0, 1.0]) == [33.4, 33.3, 33.3]
     # a class on one pool needs no routing
     one = make_plan(scenario(context_limit=8192, gpus=["l40s"], slo={"bands": [{"ttft_s": 3.0, "tpot_ms": 60}]}),
                     catalog, catalog.model("llama-3.1-8b"), traffic(1000, (1000, 200), 0, (1, 1)), 60.0, explore=False)
