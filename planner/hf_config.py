@@ -98,6 +98,11 @@ class FamilyReader:
         self.family = family
         self.model_type = model_type
         self.notes: list[str] = []
+        if not cfg.has("num_hidden_layers") and cfg.has("layers_block_type"):
+            # Nemotron-3's configs list their blocks instead of counting them; said, rather than "missing"
+            raise cfg.error("num_hidden_layers", "required field is missing: this config lists its blocks in "
+                            "layers_block_type instead, a layout planner does not read (Nemotron-H's "
+                            "hybrid_override_pattern it does)")
         self.layers = cfg.integer("num_hidden_layers", maximum=MAX_LAYERS)
         dtype = cfg.text("torch_dtype") or cfg.text("dtype")
         self.dtype_bytes = DTYPE_BYTES.get(dtype) if dtype else None

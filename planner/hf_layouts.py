@@ -194,7 +194,9 @@ def nemotron_h_layout(r: Any) -> Layout:
     - MLP and E MoE (neither attention nor state)."""
     pattern = r.cfg.text("hybrid_override_pattern")
     if pattern is None:
-        raise r.cfg.error("hybrid_override_pattern", "required field is missing")
+        raise r.cfg.error("hybrid_override_pattern", "required field is missing" + (
+            ": this config lists its blocks in layers_block_type instead, a layout planner does not read"
+            if r.cfg.has("layers_block_type") else ""))
     if len(pattern) != r.layers:
         raise r.cfg.error("hybrid_override_pattern", f"has {len(pattern)} blocks for num_hidden_layers {r.layers}")
     unknown = sorted(set(pattern) - set("M*-E"))

@@ -497,3 +497,25 @@ def test_a_modelopt_quantization_config_is_read_by_its_producer_and_one_without_
             "--name", "m")
     assert error_line(r).endswith("quantization_config.quant_method: required field is missing (the weights' format: "
                                   "fp8, mxfp4, awq, gptq, compressed-tensors or modelopt)")
+
+
+def test_a_config_that_lists_its_blocks_instead_of_counting_them_is_told_so(tmp_path):
+    """Nemotron-3 Ultra's config has no num_hidden_layers, and Nemotron-3.5's no hybrid_override_pattern:
+    both list their blocks in layers_block_type, a layout the import does not read. The refusals said
+    only 'required field is missing'."""
+    config = json.loads((Path(__file__).parent / "data" / "hf_configs" / "nemotron-h-56b-base-8k.json").read_text())
+    blocks = len(config.pop("hybrid_override_pattern"))
+    del config["num_hidden_layers"]
+    config["layers_block_type"] = ["mamba", "moe"] * (blocks // 2)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    r = run("catalog", "import-hf", path, "--name", "n3")
+    assert error_line(r) == (f"{path}: num_hidden_layers: required field is missing: this config lists its blocks in "
+                             "layers_block_type instead, a layout planner does not read (Nemotron-H's "
+                             "hybrid_override_pattern it does)")
+    # Nemotron-3.5 counts its layers and lists its blocks the same way
+    config["num_hidden_layers"] = blocks
+    path.write_text(json.dumps(config))
+    r = run("catalog", "import-hf", path, "--name", "n3")
+    assert error_line(r) == (f"{path}: hybrid_override_pattern: required field is missing: this config lists its "
+                             "blocks in layers_block_type instead, a layout planner does not read")
