@@ -109,14 +109,11 @@ def to_act_on(plans) -> list[str]:
     the services whose classes must be routed by weight (report.routing_notes), and those whose long
     prompts read over a target on their own (report_latency.tail_note). A line and a blank one, or
     nothing."""
-    def names(found: list[str]) -> str:
-        return found[0] if len(found) == 1 else f"{', '.join(found[:-1])} and {found[-1]}"
-
     routed = [p.scenario.name for p in plans if routing_notes(p)]
     tails = [p.scenario.name for p in plans if tail_note(p)]
-    said = ([f"route the classes of {names(routed)} by weight (each runs on several GPU types; its pools table gives "
+    said = ([f"route the classes of {_names(routed)} by weight (each runs on several GPU types; its pools table gives "
              "the weights)"] if routed else [])
-    said += ([f"in {names(tails)}, requests past a prompt length miss a target on their own where their band holds it "
+    said += ([f"in {_names(tails)}, requests past a prompt length miss a target on their own where their band holds it "
               "(each decision says which)"] if tails else [])
     return [f"**To act on, in the services' sections**: {'; '.join(said)}.", ""] if said else []
 

@@ -13,7 +13,7 @@ from planner.bounds import MAX_LAYERS, MAX_WIDTH
 from planner.errors import InputError
 from planner.files import load_json
 from planner.hf_families import Family
-from planner.hf_layouts import Layout
+from planner.hf_layouts import BLOCK_LIST_TEXT, Layout
 
 NESTED_CONFIG_KEYS = ("text_config", "language_config", "llm_config")
 # Settings a multimodal config keeps at its top level, read there when the text config lacks them.
@@ -100,8 +100,7 @@ class FamilyReader:
         self.notes: list[str] = []
         if not cfg.has("num_hidden_layers") and cfg.has("layers_block_type"):
             # Nemotron-3's configs list their blocks instead of counting them; said, rather than "missing"
-            raise cfg.error("num_hidden_layers", "required field is missing: this config lists its blocks in "
-                            "layers_block_type instead, a layout planner does not read (Nemotron-H's "
+            raise cfg.error("num_hidden_layers", f"required field is missing: {BLOCK_LIST_TEXT} (Nemotron-H's "
                             "hybrid_override_pattern it does)")
         self.layers = cfg.integer("num_hidden_layers", maximum=MAX_LAYERS)
         dtype = cfg.text("torch_dtype") or cfg.text("dtype")

@@ -189,14 +189,18 @@ def linear_hybrid_layout(r: Any) -> Layout:
     return Layout(counts, state_bytes_per_layer=state if counts.get("linear_attention") else None)
 
 
+# Why a Nemotron-3 config is refused: its blocks are listed, not patterned (hf_config says it where its
+# layer count is missing, nemotron_h_layout where its pattern is).
+BLOCK_LIST_TEXT = "this config lists its blocks in layers_block_type instead, a layout planner does not read"
+
+
 def nemotron_h_layout(r: Any) -> Layout:
     """Nemotron-H: `hybrid_override_pattern`, one character per block: M Mamba-2, * attention,
     - MLP and E MoE (neither attention nor state)."""
     pattern = r.cfg.text("hybrid_override_pattern")
     if pattern is None:
-        raise r.cfg.error("hybrid_override_pattern", "required field is missing" + (
-            ": this config lists its blocks in layers_block_type instead, a layout planner does not read"
-            if r.cfg.has("layers_block_type") else ""))
+        raise r.cfg.error("hybrid_override_pattern", "required field is missing"
+                          + (f": {BLOCK_LIST_TEXT}" if r.cfg.has("layers_block_type") else ""))
     if len(pattern) != r.layers:
         raise r.cfg.error("hybrid_override_pattern", f"has {len(pattern)} blocks for num_hidden_layers {r.layers}")
     unknown = sorted(set(pattern) - set("M*-E"))
