@@ -143,7 +143,7 @@ def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool |
     growth: a multiplier on every service's demand (the fleet's forecast quarters). verify_flags:
     whether the command has --verify / --no-verify, which a refusal of mixed `verify` then names.
     on_set_up: called with every service's setup, before the joint ILP; figures_ready: with each
-    service's plan as soon as what its figures show is known (explore_plan; the CLI starts the
+    service's plan as what its figures show becomes known (explore_plan; the CLI starts the
     report's figures then, in the worker, while this process plans on). measurements: what
     certification measured for a forecast's earlier quarters, by service index, and where this plan's
     go (planner.evaluator.Measurements)."""

@@ -18,6 +18,7 @@ from planner.plan_objects import Plan
 from planner.report import (
     REPLAY_TESTS,
     block_quote,
+    figure_files,
     pools_text,
     rejected_text,
     render,
@@ -305,9 +306,11 @@ def idle_committed_text(fp: FleetPlan) -> str:
 def write_fleet_report(fp: FleetPlan, out_dir: Path) -> Path:
     """Write reports/<fleet>.md and every service's figures (named <fleet>_<service>_*.png)."""
     prefix = f"{fp.fleet.spec.name}_"
-    figures = write_figures(out_dir, *(start_figures(plan, prefix=prefix) for plan in fp.plans))
+    started = [start_figures(plan, prefix=prefix) for plan in fp.plans]
+    text = render_fleet(fp, figures=figure_files(*started))  # while the worker draws
+    write_figures(out_dir, *started)
     path = out_dir / f"{fp.fleet.spec.name}.md"
-    write_text_atomic(path, render_fleet(fp, figures=figures))
+    write_text_atomic(path, text)
     return path
 
 

@@ -61,7 +61,7 @@ def make_plan(
     measurements: what certification measured for a forecast's earlier quarters, and where this
     plan's measurements go (planner.evaluator.Measurements); a stated fleet is audited as it stands.
     use_reserved: every reserved GPU must run (the cheapest plan that strands none).
-    figures_ready: called with the explored plan once what its report's figures show is known
+    figures_ready: called with the plan as what its report's figures show becomes known
     (explore_plan).
     """
     if scn.fleet:

@@ -865,8 +865,9 @@ def _exact(x: float) -> str:
 
 def write_report(plan: Plan, out_dir: Path, *, sections: tuple[str, ...] = ()) -> Path:
     """Write reports/<name>.md and its figures atomically; returns the Markdown path."""
-    [figures] = write_figures(out_dir, start_figures(plan))
-    text = render(plan, figures=figures, sections=sections)
+    started = start_figures(plan)
+    text = render(plan, figures=figure_files(started)[0], sections=sections)  # while the worker draws
+    write_figures(out_dir, started)
     path = out_dir / f"{plan.scenario.name}.md"
     write_text_atomic(path, text)
     return path
@@ -905,12 +906,17 @@ def start_traffic_figure(served: Histogram, limit: int, thresholds: Sequence[int
     return draw("traffic_figure", hist=served, limit=limit, thresholds=[t for t in thresholds if t < limit])
 
 
-def write_figures(out_dir: Path, *started: dict[str, tuple[str, Callable[[], bytes]]]) -> list[dict[str, str]]:
+def figure_files(*started: dict[str, tuple[str, Callable[[], bytes]]]) -> list[dict[str, str]]:
+    """The file names of figures started by start_figures (one set per plan), by kind: what a
+    report's text needs of them, known before they are drawn (the text is rendered meanwhile)."""
+    return [{kind: file for kind, (file, _) in figures.items()} for figures in started]
+
+
+def write_figures(out_dir: Path, *started: dict[str, tuple[str, Callable[[], bytes]]]) -> None:
     """Write figures started by start_figures (one set per plan) into out_dir, every one drawn
-    before the first file is written; returns each set's file names by kind."""
-    drawn = [{kind: (file, png()) for kind, (file, png) in figures.items()} for figures in started]
+    before the first file is written."""
+    drawn = [[(file, png()) for file, png in figures.values()] for figures in started]
     output_folder(out_dir)
     for figures in drawn:
-        for file, data in figures.values():
+        for file, data in figures:
             write_bytes_atomic(out_dir / file, data)
-    return [{kind: file for kind, (file, _) in figures.items()} for figures in drawn]

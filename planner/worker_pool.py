@@ -194,6 +194,9 @@ _prestarted: list[_Worker] = []  # started by prestart(), for the next worker_pr
 # Jobs started in this block, by their pickled (job, kwargs): a job started again (a figure drawn
 # ahead of its report) shares the first one's answer.
 _started: dict[bytes, Callable[[], Any]] = {}
+# Claimable jobs started in this block (start_claimable), by their answer's call: the claim that
+# makes one this process's now, whether or not its answer is asked for yet (claim_unbegun).
+_claimers: dict[Callable[[], Any], Callable[[], bool]] = {}
 
 
 def prestart() -> None:
@@ -235,6 +238,7 @@ def worker_processes(enabled: bool = True) -> Iterator[None]:
     finally:
         workers, _workers = _workers, []
         _started.clear()
+        _claimers.clear()
         _end_claims()
         for worker in workers:
             worker.close(kill=not ok)
@@ -286,11 +290,17 @@ def _start(job: str, kwargs: dict, here: Callable[[], Any] | None, *, claimable:
     else:  # not queued work: this process takes it if the worker lags (no other worker starts for it)
         future = worker.submit(_claimed_payload(claim, payload), shared=True)
     answers: list = []  # asked for again (a job started twice): the first answer
+    mine: list[bool] = []  # the claim, once made: whether this process runs the job
+
+    def claim_here() -> bool:
+        if not mine:
+            mine.append(_claim(claim) is not False)  # not begun there (or no claim possible): here
+        return mine[0]
 
     def result():
         if answers:
             return answers[0]
-        if claim is not None and _claim(claim) is not False:  # not begun there (or no claim possible): here
+        if claim is not None and claim_here():
             answers.append(local())
             return answers[0]
         try:
@@ -303,7 +313,20 @@ def _start(job: str, kwargs: dict, here: Callable[[], Any] | None, *, claimable:
         return answer
 
     _started[payload] = result
+    if claim is not None:
+        _claimers[result] = claim_here
     return result
+
+
+def claim_unbegun(results: Iterable[Callable[[], Any]]) -> None:
+    """Make each job started by start_claimable that the worker has not begun this process's now,
+    before its answer is asked for: the worker skips them, and takes the jobs queued behind them
+    (figures, say) while this process runs them. Asked for one by one instead, the next one's claim
+    comes only after this process has run the last, and a worker that is free by then begins it: this
+    process then waits for it, with nothing of its own to do. Other jobs' calls are passed over."""
+    for result in results:
+        if result in _claimers:
+            _claimers[result]()
 
 
 def _least_behind(live: Sequence[_Worker]) -> _Worker:

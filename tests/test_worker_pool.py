@@ -253,6 +253,7 @@ def test_a_scenarios_figures_are_started_before_its_per_gpu_plans_are_certified(
 
     events = []
     submit, per_gpu, start_figures = worker_pool._Worker.submit, exploration._per_gpu, report.start_figures
+    claim_unbegun = exploration.claim_unbegun
 
     def sent(self, payload, **kw):
         events.append(pickle.loads(payload)[0])
@@ -260,6 +261,7 @@ def test_a_scenarios_figures_are_started_before_its_per_gpu_plans_are_certified(
 
     monkeypatch.setattr(worker_pool._Worker, "submit", sent)
     monkeypatch.setattr(exploration, "_per_gpu", lambda *a, **kw: events.append("per-GPU plans") or per_gpu(*a, **kw))
+    monkeypatch.setattr(exploration, "claim_unbegun", lambda *a: events.append("sweep read") or claim_unbegun(*a))
     monkeypatch.setattr(report, "start_figures", lambda *a, **kw: events.append("figures") or start_figures(*a, **kw))
     path = write_scenario(tmp_path, """
         name: ahead
@@ -280,7 +282,10 @@ def test_a_scenarios_figures_are_started_before_its_per_gpu_plans_are_certified(
     jobs = [e for e in events if e.startswith("figures:")]
     assert sorted(jobs) == ["figures:cost_figure", "figures:target_figure", "figures:traffic_figure"]
     assert events.index("figures") < events.index("per-GPU plans")  # started ahead of the replays
-    assert not [e for e in events[events.index("figures", events.index("figures") + 1):] if e.startswith("figures:")]
+    # the cost figure as soon as the levers are known, the TTFT figure once the sweep is read
+    assert events.index("figures:cost_figure") < events.index("sweep read") < events.index("figures:target_figure")
+    report_call = len(events) - events[::-1].index("figures") - 1
+    assert not [e for e in events[report_call:] if e.startswith("figures:")]  # the report's: all started
     monkeypatch.setenv("PLANNER_WORKERS", "0")
     r = CliRunner().invoke(main, ["solve", str(path), "--out-dir", str(tmp_path / "here")])
     assert r.exit_code == 0, r.output
@@ -551,6 +556,32 @@ def test_a_claimable_job_the_worker_has_not_begun_runs_here_once(tmp_path, monke
         worker = worker_pool._workers[0]
         assert not worker.gone
     assert os.listdir(tmp_path) == []
+
+
+def test_claimable_jobs_the_worker_has_not_begun_are_claimed_here_at_once(tmp_path, monkeypatch):
+    # Claimed together before either is asked for: the worker skips both, whichever is asked for
+    # first, and a job it has already answered, or one not claimable, is passed over.
+    import tempfile
+    import time
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    ran_here = []
+    with worker_processes():
+        done = worker_pool.start_claimable("figures:cost_figure", here=lambda: pytest.fail("run here"), **_rows(5))
+        worker = worker_pool._workers[0]
+        deadline = time.monotonic() + 120
+        while worker.pending and time.monotonic() < deadline:
+            time.sleep(0.05)
+        ahead = [draw("cost_figure", **_rows(i)) for i in range(3)]  # the worker's queue
+        mine = [worker_pool.start_claimable("figures:cost_figure", here=lambda i=i: ran_here.append(i) or b"here",
+                                            **_rows(10 + i)) for i in range(2)]
+        worker_pool.claim_unbegun([done, ahead[0], *mine])
+        assert [f() for f in ahead] == [draw("cost_figure", **_rows(i))() for i in range(3)]
+        while worker.pending and time.monotonic() < deadline:  # the worker has reached both claims
+            time.sleep(0.05)
+        assert ran_here == []  # neither begun by the worker: each is run here when asked for
+        assert mine[1]() == b"here" and mine[0]() == b"here" and ran_here == [1, 0]
+        assert done() == draw("cost_figure", **_rows(5))()
 
 
 def test_a_claimable_job_the_worker_has_done_is_its_answer(tmp_path, monkeypatch):
