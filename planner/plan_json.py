@@ -62,7 +62,8 @@ def _finite(x: float) -> float | None:
 def log_replay_json(check) -> dict[str, Any] | None:
     """The pool's share of a timestamped log replayed with its own arrivals, dealt to its replicas in
     turn (pool_check.TraceReplay), whose verdict counts in the pool's `holds`; None where the traffic
-    had no timestamps (or no certification ran)."""
+    had no timestamps, no certification ran, or none of the log fell to the pool (a small part of a
+    class's rate, report_latency.NOT_DEALT_TEXT)."""
     if check is None or check.replay is None:
         return None
     r = check.replay

@@ -91,6 +91,30 @@ def render(plan: Plan, *, figures: dict[str, str] | None = None, sections: tuple
     w(_finance(plan))
     w("")
     w(latency_section(plan))
+    w(_not_explored(plan) if plan.given_fleet else _explorations(plan, figures, left))
+    w("## Pools in detail")
+    w("")
+    w("Mean ITL is the gap a token sees: above the mean step, since a decoding request also waits on the prompts that "
+      "arrived during its own prefill, prefilled a chunk per step during its decode (ReplicaModel.itl_s).")
+    for pool in plan.pools:
+        w("")
+        w(_pool_detail(plan, pool))
+    for section in sections:
+        w("")
+        w(section.rstrip("\n"))
+    w("")
+    w(_traffic(plan, figures.get("traffic")))
+    w("")
+    w(_assumptions(plan))
+    w("")
+    return "\n".join(out)
+
+
+def _explorations(plan: Plan, figures: dict[str, str], left: str) -> str:
+    """The plans re-solved around the plan: split options, per-GPU plans, the TTFT target's cost,
+    levers, next-best plans, the peak's sensitivity (with the split and TTFT figures)."""
+    out: list[str] = []
+    w = out.append
     base = plan.compared_usd_per_hour
     w("## Split analysis")
     w("")
@@ -127,22 +151,19 @@ def render(plan: Plan, *, figures: dict[str, str] | None = None, sections: tuple
     w("")
     w(_sensitivity(plan))
     w("")
-    w("## Pools in detail")
-    w("")
-    w("Mean ITL is the gap a token sees: above the mean step, since a decoding request also waits on the prompts that "
-      "arrived during its own prefill, prefilled a chunk per step during its decode (ReplicaModel.itl_s).")
-    for pool in plan.pools:
-        w("")
-        w(_pool_detail(plan, pool))
-    for section in sections:
-        w("")
-        w(section.rstrip("\n"))
-    w("")
-    w(_traffic(plan, figures.get("traffic")))
-    w("")
-    w(_assumptions(plan))
-    w("")
     return "\n".join(out)
+
+
+def _not_explored(plan: Plan) -> str:
+    """In a stated fleet's report, where the explorations go: it is audited, not explored (its
+    split options, levers and sensitivity would be the optimiser's plans, which it is compared with)."""
+    lines = ["## Other plans", "",
+             "A stated fleet is audited as it stands: the report re-solves nothing around it. The cheapest plan the "
+             "model finds for the same targets is quoted above; the scenario planned without `fleet:` gets a report "
+             "of its own with that plan's split options, levers, next-best plans and sensitivity to the peak."]
+    if few := _few_of_a_band(plan):
+        lines += ["", few]
+    return "\n".join([*lines, ""])
 
 
 def _verdict(plan: Plan) -> str:
@@ -893,9 +914,10 @@ def start_figures(plan: Plan, *, prefix: str = "") -> dict[str, tuple[str, Calla
             title=f"{name}: cost per hour against the TTFT target"))
     started["traffic"] = (stem + FIGURE_SUFFIXES["traffic"],
                           start_traffic_figure(plan.served, plan.context_limit, plan.scenario.thresholds))
-    started["split"] = (stem + FIGURE_SUFFIXES["split"], draw(
-        "cost_figure", rows=[(o.name, o.cost_per_hour) for o in plan.split_analysis + plan.levers],
-        title=f"{name}: cost per hour by split option and lever"))
+    if not plan.given_fleet:  # a stated fleet's report explores no other plans: nothing to draw
+        started["split"] = (stem + FIGURE_SUFFIXES["split"], draw(
+            "cost_figure", rows=[(o.name, o.cost_per_hour) for o in plan.split_analysis + plan.levers],
+            title=f"{name}: cost per hour by split option and lever"))
     return started
 
 

@@ -63,6 +63,14 @@ def replay_text(c: PoolCheck, growth: float) -> str:
             + ("every target holds" if r.holds else "misses: " + "; ".join(r.problems)))
 
 
+# A pool of a plan whose other pools replay the log but which was dealt none of it: each of a class's
+# pools takes the log's requests by its part of the class's rate (certification._dealt_to), and a
+# small part of a class with few logged requests can round to none.
+NOT_DEALT_TEXT = ("the log's own arrivals: none of its class's logged requests fall to this pool (a class's pools are "
+                  "dealt them by their parts of its rate, and this pool's part comes to none of them); its sampled "
+                  "runs alone test it")
+
+
 def seeds_text(seeds: list[int]) -> str:
     """'0, 1, 2, 3', or a run of more consecutive seeds as '0–15'."""
     if len(seeds) > CONFIRM_RUNS and seeds == list(range(seeds[0], seeds[0] + len(seeds))):
@@ -177,8 +185,8 @@ def latency_section(plan: Plan) -> str:
         "sequences decoding; kv_utilisation is the cache held over the KV budget, where the simulator also holds "
         "the blocks of each prompt's chunks prefilled so far and the model only the decoders'.",
     ]
+    replayed_log = any(pool.check is not None and pool.check.replay is not None for pool in plan.pools)
     if cert.rounds:
-        replayed_log = any(pool.check is not None and pool.check.replay is not None for pool in plan.pools)
         lines += ["", f"Certification re-planned {cert.rounds} time{'s' if cert.rounds > 1 else ''}: a pool that missed "
                   "in simulation was planned again at its simulated capacity (the highest rate that holds, by bisection)"
                   + ("; one that held with Poisson arrivals but missed under the log's own, a replica's share lower."
@@ -214,6 +222,8 @@ def latency_section(plan: Plan) -> str:
         if c.replay is not None:
             lines += ["", f"Replayed with {replay_text(c, plan.scenario.traffic.growth)}.", ""]
             lines += band_rows(c.replay.bands)
+        elif replayed_log:
+            lines += ["", f"Not replayed with {NOT_DEALT_TEXT}."]
         lines += tail_lines(pool, plan.scenario.thresholds)
         lines += ["", *_mean_rows(c)]
     return "\n".join(lines) + "\n"

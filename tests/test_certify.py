@@ -137,18 +137,25 @@ def test_unknown_pool_is_a_usage_error(tmp_path):
     assert "not a pool of this plan" in r.output
 
 
-def test_simulate_shows_the_replay_of_the_log_s_own_arrivals_that_certification_judges(tmp_path):
-    """A timestamped log's pool is also replayed with the log's own arrivals, and that verdict counts
-    in the pool's: `planner simulate` prints it and --json gives it (log_replay), as solve's does."""
-    rows = (ROOT / "data" / "samples" / "azure_conv_2023_sample.csv").read_text(encoding="utf-8").splitlines()[:3001]
-    (tmp_path / "log.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+def _azure_log_scenario(tmp_path, rows: int, *, requests: int):
+    """A scenario of one H100 pool certified on the Azure sample's first `rows` requests, with their
+    timestamps (each pool also replayed with the log's own arrivals); its path."""
+    lines = (ROOT / "data" / "samples" / "azure_conv_2023_sample.csv").read_text(encoding="utf-8").splitlines()
+    (tmp_path / "log.csv").write_text("\n".join(lines[:rows + 1]) + "\n", encoding="utf-8")
     path = tmp_path / "s.yaml"
     path.write_text(
         "name: s\nmodel: llama-3.1-8b\ncontext_limit: 8192\n"
         "traffic: {source: {log: log.csv, preset: azure}, peak: {method: quantile, quantile: 0.99}}\n"
         "slo: {statistic: p99, bands: [{ttft_s: 2.0, tpot_ms: 50}]}\n"
         "gpus: [h100-sxm]\ntp: [1]\nweight_dtypes: [fp8]\nkv_dtypes: [fp8]\nsplit_thresholds: []\n"
-        "simulation: {requests: 2000, band_requests: 1000}\n", encoding="utf-8")
+        f"simulation: {{requests: {requests}, band_requests: 1000}}\n", encoding="utf-8")
+    return path
+
+
+def test_simulate_shows_the_replay_of_the_log_s_own_arrivals_that_certification_judges(tmp_path):
+    """A timestamped log's pool is also replayed with the log's own arrivals, and that verdict counts
+    in the pool's: `planner simulate` prints it and --json gives it (log_replay), as solve's does."""
+    path = _azure_log_scenario(tmp_path, 3000, requests=2000)
     r = CliRunner().invoke(main, ["simulate", str(path), "--json"])
     assert r.exit_code == 0, r.output
     (pool,) = json.loads(r.output)["pools"]
@@ -166,6 +173,25 @@ def test_simulate_shows_the_replay_of_the_log_s_own_arrivals_that_certification_
              f"1 replica: {mean:,.3f} requests/s a replica on average, ")
     assert shown in line and " its sampled runs replay): " in line
     assert line.endswith("every target holds") == replay["holds"]
+
+
+def test_a_pool_dealt_none_of_the_log_says_so_beside_a_pool_replayed_with_it(tmp_path):
+    """A class's pools are dealt the log by their parts of its rate: a small part of a class with few
+    logged requests can get none, and its replay is the sampled runs' alone. The report says so where a
+    sibling's log replay would be, rather than leaving the pool without a word of the log."""
+    import dataclasses
+
+    from planner.inputs import load_inputs, plan_inputs
+    from planner.report_latency import NOT_DEALT_TEXT, latency_section
+
+    plan = plan_inputs(load_inputs(_azure_log_scenario(tmp_path, 1000, requests=1000)), explore=False, certify=True)
+    (pool,) = plan.pools
+    assert pool.check.replay is not None and NOT_DEALT_TEXT not in latency_section(plan)
+    dealt_none = dataclasses.replace(pool, check=dataclasses.replace(pool.check, replay=None))
+    text = latency_section(dataclasses.replace(plan, pools=[pool, dealt_none]))
+    assert text.count("Replayed with the log's own arrivals") == 1
+    assert text.count(f"Not replayed with {NOT_DEALT_TEXT}.") == 1
+    assert text.index("Replayed with the log's own") < text.index(f"Not replayed with {NOT_DEALT_TEXT}")
 
 
 def test_a_pool_that_misses_only_under_the_log_s_arrivals_names_that_miss():
@@ -288,6 +314,13 @@ def test_a_given_fleet_is_checked_and_reported_beside_the_cheapest_plan(tmp_path
     assert "## The fleet as given" in report
     assert "For comparison, the cheapest plan the model finds for the same targets" in report
     assert "Not analysed" not in report  # a given fleet is checked, not explored: no split was tried
+    # nor anything else: no section of the explorations, and no table left with a header alone
+    assert "## Other plans" in report and "re-solves nothing around it" in report
+    assert not {"## Split analysis", "## Levers", "## Sensitivity to the peak rate"} & set(report.splitlines())
+    lines = report.splitlines()
+    headers = [i for i, line in enumerate(lines) if line.startswith("|---")]
+    assert headers and all(lines[i + 1].startswith("|") for i in headers)
+    assert sorted(p.name for p in out.iterdir()) == ["sim.md", "sim_traffic.png"]  # no cost figure of no plans
     sim = CliRunner().invoke(main, ["simulate", str(write(tmp_path, text)), "--json"])
     assert sim.exit_code == 0, sim.output
     (pool,) = json.loads(sim.output)["pools"]
@@ -377,6 +410,10 @@ def test_a_replay_of_a_log_is_keyed_by_the_share_of_it_the_pool_is_dealt(catalog
     assert abs(dealt.size - 0.3 * n) <= 2 and dealt.size + other.size == n  # its part, each request once
     assert not np.intersect1d(dealt, other).size
     assert np.diff(dealt).max() <= 2 / 0.3  # interleaved: never a run of the sibling's twice its mean length
+    # a log of two requests: the small part's share rounds to none, and it is replayed without the log
+    pair = Requests(np.array([0.0, 0.1]), np.full(2, 1000), np.full(2, 200))
+    assert pool_setting(mine, scn, beside, pair).trace is None
+    assert pool_setting(sibling, scn, beside, pair).trace.arrival_s.size == 2
 
 
 def test_a_close_call_is_judged_on_four_runs_pooled_and_a_clear_one_on_one(catalog):

@@ -38,7 +38,7 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
     from planner.cli.progress_bars import terminal_progress
     from planner.errors import located
     from planner.plan_json import bands_json, log_replay_json, queue_settling_json
-    from planner.report_latency import replay_text, seeds_text, target_cells
+    from planner.report_latency import NOT_DEALT_TEXT, replay_text, seeds_text, target_cells
     from planner.units import replicas_text
 
     with located(scenario), terminal_progress():
@@ -76,6 +76,8 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
             click.echo(f"  queue: {c.queue_settling.text()}")
         if c.replay is not None:  # certification judges it too (PoolCheck.holds): shown, not only counted
             click.echo(f"  {replay_text(c, scn.traffic.growth)}")
+        elif any(other.replay is not None for other in checks):
+            click.echo(f"  not replayed with {NOT_DEALT_TEXT}")
     if any(not c.holds for c in checks):
         click.echo("note: at least one pool misses its targets in simulation; see above", err=True)
 
