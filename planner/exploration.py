@@ -25,7 +25,7 @@ from planner.plan_search import LazySearch, Resolver, infeasible_message, lazy_s
 from planner.plan_setup import Setup, pool_details
 from planner.progress import stage
 from planner.units import share_text
-from planner.worker_pool import claim_unbegun, start_claimable
+from planner.worker_pool import claimed_here, start_claimable
 
 SENSITIVITY = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
 
@@ -172,8 +172,8 @@ def start_ttft_sweep(st: Setup, solve: Resolver) -> Callable[[], list[tuple[floa
     if not any(b.ttft_s for b in st.scn.slo.bands):
         return list
     known = st.evaluator.known(st.configs, st.classes)
-    # Its chains (_SWEEP_CHAINS) depend on nothing of each other: a job each, the later ones claimed
-    # here when the worker has not begun them by the time the sweep is read.
+    # Its chains (_SWEEP_CHAINS) depend on nothing of each other: a job each, those the worker has
+    # not begun by the time the sweep is read run here (sweep, below).
     chains = [start_claimable("exploration:ttft_sweep", scn=st.scn, catalog=st.catalog, model=st.model,
                               configs=st.configs, classes=st.classes, inventory=solve.inventory,
                               calibration=calibration, measured=measured, known=known, multipliers=chain,
@@ -186,10 +186,13 @@ def start_ttft_sweep(st: Setup, solve: Resolver) -> Callable[[], list[tuple[floa
               for chain in _SWEEP_CHAINS]
 
     def sweep() -> list[tuple[float, Outcome]]:
-        # The chains the worker has not begun by now are run here, all claimed at once: the worker
-        # draws the figures started meanwhile (the 128k rollout's solve: 0.02 s sooner).
-        claim_unbegun(chains)
-        rows = dict(row for chain in reversed(chains) for row in chain())  # the worker begins the first
+        # The first chain the worker has not begun is run here at once, while the worker takes the
+        # next; the others are read in order, each run here if the worker has not begun it by then.
+        # (Reading from the last, this process ran the shortest, then waited with nothing of its own to
+        # do for the next, which the worker had begun meanwhile.)
+        mine = next((chain for chain in chains if claimed_here(chain)), None)
+        ordered = [mine, *(chain for chain in chains if chain is not mine)] if mine is not None else chains
+        rows = dict(row for chain in ordered for row in chain())
         return [(m, rows[m]) for m in TTFT_SWEEP if m in rows]
 
     return sweep
@@ -260,7 +263,8 @@ def _ttft_sweep(scn, catalog, model, configs, classes, inventory, evaluator, cal
 # step bounds the next; and each tighter limit alone, bounded by the stated targets' capacities. A
 # tighter step bounded by the one above it instead knows only what that step searched (a bound priced
 # the rest out): the full candidate set's x0.5 took 1,525 latency points after x0.75, 350 alone.
-# The worker begins the first job, this process claims from the last: the longest goes first.
+# The worker begins the first job, the longest: the first step of the looser chain bounds from the
+# ceilings alone.
 _SWEEP_CHAINS = (tuple(x for x in TTFT_SWEEP if x > 1.0), *((x,) for x in sorted(x for x in TTFT_SWEEP if x < 1.0)))
 
 

@@ -195,7 +195,7 @@ _prestarted: list[_Worker] = []  # started by prestart(), for the next worker_pr
 # ahead of its report) shares the first one's answer.
 _started: dict[bytes, Callable[[], Any]] = {}
 # Claimable jobs started in this block (start_claimable), by their answer's call: the claim that
-# makes one this process's now, whether or not its answer is asked for yet (claim_unbegun).
+# makes one this process's now, whether or not its answer is asked for yet (claimed_here).
 _claimers: dict[Callable[[], Any], Callable[[], bool]] = {}
 
 
@@ -261,7 +261,8 @@ def start(job: str, /, *, here: Callable[[], Any] | None = None, **kwargs) -> Ca
 def start_claimable(job: str, /, *, here: Callable[[], Any] | None = None, **kwargs) -> Callable[[], Any]:
     """start(), except that when its answer is asked for before the worker has begun it (its
     worker still busy with the jobs queued ahead of it), this process claims it and runs it
-    here: a job this process would otherwise wait for while the worker works through its queue.
+    here: a job this process would otherwise wait for while the worker works through its queue
+    (or claims it sooner: claimed_here).
     Each is run once, by whichever process claims it first (shared_map's claims). An answer of
     None from the worker is taken as not done there, and computed here."""
     return _start(job, kwargs, here, claimable=True)
@@ -292,7 +293,7 @@ def _start(job: str, kwargs: dict, here: Callable[[], Any] | None, *, claimable:
     answers: list = []  # asked for again (a job started twice): the first answer
     mine: list[bool] = []  # the claim, once made: whether this process runs the job
 
-    def claim_here() -> bool:
+    def claim_once() -> bool:
         if not mine:
             mine.append(_claim(claim) is not False)  # not begun there (or no claim possible): here
         return mine[0]
@@ -300,7 +301,7 @@ def _start(job: str, kwargs: dict, here: Callable[[], Any] | None, *, claimable:
     def result():
         if answers:
             return answers[0]
-        if claim is not None and claim_here():
+        if claim is not None and claim_once():
             answers.append(local())
             return answers[0]
         try:
@@ -314,19 +315,17 @@ def _start(job: str, kwargs: dict, here: Callable[[], Any] | None, *, claimable:
 
     _started[payload] = result
     if claim is not None:
-        _claimers[result] = claim_here
+        _claimers[result] = claim_once
     return result
 
 
-def claim_unbegun(results: Iterable[Callable[[], Any]]) -> None:
-    """Make each job started by start_claimable that the worker has not begun this process's now,
-    before its answer is asked for: the worker skips them, and takes the jobs queued behind them
-    (figures, say) while this process runs them. Asked for one by one instead, the next one's claim
-    comes only after this process has run the last, and a worker that is free by then begins it: this
-    process then waits for it, with nothing of its own to do. Other jobs' calls are passed over."""
-    for result in results:
-        if result in _claimers:
-            _claimers[result]()
+def claimed_here(result: Callable[[], Any]) -> bool:
+    """Claim a job started by start_claimable for this process now, before its answer is asked for,
+    unless the worker has begun it: whether this process runs it (True for a job started with no
+    worker; False for one the worker has begun or done, whose answer is then waited for). The worker
+    skips a job claimed here and takes the next in its queue, while this process runs this one."""
+    claim = _claimers.get(result)
+    return True if claim is None else claim()
 
 
 def _least_behind(live: Sequence[_Worker]) -> _Worker:

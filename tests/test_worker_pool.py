@@ -253,7 +253,7 @@ def test_a_scenarios_figures_are_started_before_its_per_gpu_plans_are_certified(
 
     events = []
     submit, per_gpu, start_figures = worker_pool._Worker.submit, exploration._per_gpu, report.start_figures
-    claim_unbegun = exploration.claim_unbegun
+    claimed_here = exploration.claimed_here
 
     def sent(self, payload, **kw):
         events.append(pickle.loads(payload)[0])
@@ -261,7 +261,7 @@ def test_a_scenarios_figures_are_started_before_its_per_gpu_plans_are_certified(
 
     monkeypatch.setattr(worker_pool._Worker, "submit", sent)
     monkeypatch.setattr(exploration, "_per_gpu", lambda *a, **kw: events.append("per-GPU plans") or per_gpu(*a, **kw))
-    monkeypatch.setattr(exploration, "claim_unbegun", lambda *a: events.append("sweep read") or claim_unbegun(*a))
+    monkeypatch.setattr(exploration, "claimed_here", lambda *a: events.append("sweep read") or claimed_here(*a))
     monkeypatch.setattr(report, "start_figures", lambda *a, **kw: events.append("figures") or start_figures(*a, **kw))
     path = write_scenario(tmp_path, """
         name: ahead
@@ -558,11 +558,15 @@ def test_a_claimable_job_the_worker_has_not_begun_runs_here_once(tmp_path, monke
     assert os.listdir(tmp_path) == []
 
 
-def test_claimable_jobs_the_worker_has_not_begun_are_claimed_here_at_once(tmp_path, monkeypatch):
-    # Claimed together before either is asked for: the worker skips both, whichever is asked for
-    # first, and a job it has already answered, or one not claimable, is passed over.
+def test_a_claimable_job_claimed_before_it_is_asked_for_is_skipped_by_the_worker(tmp_path, monkeypatch):
+    # claimed_here: a job the worker has not begun is this process's at once (the worker, stopped
+    # meanwhile so that it cannot begin it, skips it and answers the job behind it); one the worker has
+    # answered is its; a job started with no worker runs here.
+    import signal
     import tempfile
     import time
+
+    from planner import figures
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     ran_here = []
@@ -572,16 +576,23 @@ def test_claimable_jobs_the_worker_has_not_begun_are_claimed_here_at_once(tmp_pa
         deadline = time.monotonic() + 120
         while worker.pending and time.monotonic() < deadline:
             time.sleep(0.05)
-        ahead = [draw("cost_figure", **_rows(i)) for i in range(3)]  # the worker's queue
-        mine = [worker_pool.start_claimable("figures:cost_figure", here=lambda i=i: ran_here.append(i) or b"here",
-                                            **_rows(10 + i)) for i in range(2)]
-        worker_pool.claim_unbegun([done, ahead[0], *mine])
-        assert [f() for f in ahead] == [draw("cost_figure", **_rows(i))() for i in range(3)]
-        while worker.pending and time.monotonic() < deadline:  # the worker has reached both claims
-            time.sleep(0.05)
-        assert ran_here == []  # neither begun by the worker: each is run here when asked for
-        assert mine[1]() == b"here" and mine[0]() == b"here" and ran_here == [1, 0]
-        assert done() == draw("cost_figure", **_rows(5))()
+        assert not worker.pending
+        os.kill(worker.proc.pid, signal.SIGSTOP)
+        try:
+            mine = worker_pool.start_claimable("figures:cost_figure", here=lambda: ran_here.append(1) or b"here",
+                                               **_rows(10))
+            behind = draw("cost_figure", **_rows(11))
+            assert worker_pool.claimed_here(mine) and worker_pool.claimed_here(mine)  # once claimed, mine
+            assert not worker_pool.claimed_here(done)  # answered by the worker: its
+        finally:
+            os.kill(worker.proc.pid, signal.SIGCONT)
+        assert behind() == figures.cost_figure(**_rows(11))  # the worker went on past the claimed job
+        assert ran_here == [] and mine() == b"here" and ran_here == [1]
+        assert done() == figures.cost_figure(**_rows(5))
+    monkeypatch.setenv("PLANNER_WORKERS", "0")
+    with worker_processes():
+        alone = worker_pool.start_claimable("figures:cost_figure", **_rows(2))
+        assert worker_pool.claimed_here(alone) and alone() == figures.cost_figure(**_rows(2))
 
 
 def test_a_claimable_job_the_worker_has_done_is_its_answer(tmp_path, monkeypatch):
