@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -85,6 +86,9 @@ def render(plan: Plan, *, figures: dict[str, str] | None = None, sections: tuple
     left = _left_out_text(plan)  # the split thresholds not tried: the reason for one pool, and a note below
     if plan.given_fleet:
         w(_given_fleet(plan))
+        if few := _few_of_a_band(plan):  # about the fleet's own split: it can be why the fleet misses
+            w("")
+            w(few)
     else:
         w(_why(plan, left))
     w("")
@@ -154,16 +158,24 @@ def _explorations(plan: Plan, figures: dict[str, str], left: str) -> str:
     return "\n".join(out)
 
 
+# What a stated fleet's report leaves out (_not_explored), as the README lists it.
+_EXPLORED = ("split options, best certified plan on each GPU type, TTFT targets' cost, levers, next-best plans and "
+             "sensitivity to the peak")
+
+
 def _not_explored(plan: Plan) -> str:
-    """In a stated fleet's report, where the explorations go: it is audited, not explored (its
-    split options, levers and sensitivity would be the optimiser's plans, which it is compared with)."""
-    lines = ["## Other plans", "",
-             "A stated fleet is audited as it stands: the report re-solves nothing around it. The cheapest plan the "
-             "model finds for the same targets is quoted above; the scenario planned without `fleet:` gets a report "
-             "of its own with that plan's split options, levers, next-best plans and sensitivity to the peak."]
-    if few := _few_of_a_band(plan):
-        lines += ["", few]
-    return "\n".join([*lines, ""])
+    """In a stated fleet's report, where the explorations go: it is audited, not explored (every row
+    of them would be an optimiser's plan, which it is compared with, above)."""
+    o = plan.optimised
+    if o is None or not o.feasible:
+        found = ("The optimiser finds no plan for the same targets (above), so there are no other plans to show: "
+                 "planned without `fleet:`, the scenario exits 3 (no plan) and writes no report.")
+    else:
+        found = ("The cheapest plan the model finds for the same targets is quoted above, by the model alone; the "
+                 "scenario planned without `fleet:` gets a report of its own, whose plan (certified by simulation "
+                 "there, unless `verify` is off) may differ, with that plan's " + _EXPLORED + ".")
+    return "\n".join(["## Other plans", "",
+                      "A stated fleet is audited as it stands: the report re-solves nothing around it. " + found, ""])
 
 
 def _verdict(plan: Plan) -> str:
@@ -295,7 +307,11 @@ def _past_windows_text(layout) -> str:
 def _redundancy_text(plan: Plan) -> str:
     """The replicas a pool keeps at least, and the pools one failure stops."""
     least = plan.scenario.min_replicas_per_pool
-    single = list(dict.fromkeys(pool.traffic_class.name for pool in plan.pools if pool.replicas == 1))
+    per_class = Counter(pool.traffic_class.name for pool in plan.pools)
+    single = list(dict.fromkeys(
+        pool.traffic_class.name if per_class[pool.traffic_class.name] == 1
+        else f"{pool.traffic_class.name} on {pool.config.gpu.id} tp{pool.config.tp}"  # a class of several pools
+        for pool in plan.pools if pool.replicas == 1))
     # A fleet the scenario states is checked as given: the rule is the optimiser's, not the fleet's.
     text = f" Every pool keeps at least {least} replicas (min_replicas_per_pool)." if least > 1 and not plan.given_fleet else ""
     if single:
@@ -840,7 +856,8 @@ def _assumptions(plan: Plan) -> str:
         "- KV bytes per token = 2 × layers × KV heads × head_dim × bytes per element (seed 000); paged blocks and "
         "Little's law for residency (planner/paged.py); step times from the roofline with calibrated efficiencies "
         "(planner/roofline.py, bench/calibration.py).",
-        *(["- Split routing: the split options send a request to the pool whose context limit holds its prompt and "
+        *([f"- Split routing: {'the fleet sends' if plan.given_fleet else 'the split options send'} a request to the "
+           "pool whose context limit holds its prompt and "
            "its output, the tokens it holds at its end. A router sees the prompt and the request's max_tokens, not its "
            "output: routed by prompt + max_tokens, more requests would reach a split's long pool than planned here."]
           if len(plan.classes) > 1 else []),

@@ -47,6 +47,8 @@ def _solve_all(scenarios, out_dir, no_report, write_lp, verify, catalog_files, a
     # Every scenario is read and checked before any is planned, and every plan is made before any
     # file is written: a bad or infeasible scenario late in the list leaves no reports behind.
     loaded = [_load(path, catalog_files) for path in scenarios]
+    if write_lp:
+        _refuse_lp_of_stated_fleet(loaded[0])
     if not no_report:
         _refuse_same_names(loaded)
         if write_lp:
@@ -135,18 +137,33 @@ def _refuse_same_names(loaded) -> None:
 
 
 def _report_files(kind: str, inputs) -> list[tuple[str, str]]:
-    """The names of the files a scenario's or a fleet's report writes in the output folder, each
-    with whose they are ('' for the report's own, "service 'x' " for a fleet service's figures)."""
+    """The names of the files a scenario's or a fleet's report may write in the output folder (a
+    TTFT figure only where a band states a TTFT target), each with whose they are ('' for the
+    report's own, "service 'x' " for a fleet service's figures)."""
     from planner.report import FIGURE_SUFFIXES
 
+    suffixes = list(FIGURE_SUFFIXES.values())
     if kind == "scenario":
         name = inputs.scenario.name
         stems = [(name, "")]
+        if inputs.scenario.fleet:  # audited, not explored: its traffic is its only figure (report.start_figures)
+            suffixes = [FIGURE_SUFFIXES["traffic"]]
     else:
         name = inputs.spec.name
         stems = [(f"{name}_{svc.inputs.scenario.name}", f"service '{svc.inputs.scenario.name}' ")
                  for svc in inputs.services]
-    return [(f"{name}.md", ""), *((stem + suffix, who) for stem, who in stems for suffix in FIGURE_SUFFIXES.values())]
+    return [(f"{name}.md", ""), *((stem + suffix, who) for stem, who in stems for suffix in suffixes)]
+
+
+def _refuse_lp_of_stated_fleet(first) -> None:
+    """--write-lp writes the first scenario's ILP: one that states its fleet is audited as it stands
+    and solves none of its own (the file was written empty, without a word)."""
+    from planner.errors import InputError
+
+    path, kind, inputs = first
+    if kind == "scenario" and inputs.scenario.fleet:
+        raise InputError("states its fleet (fleet:), which is audited as it stands, not solved: there is no ILP for "
+                         "--write-lp to write", where=str(path))
 
 
 def _refuse_lp_over_report(lp: Path, out_dir: Path, loaded) -> None:
