@@ -244,6 +244,9 @@ def test_a_stated_split_fleet_s_pool_dealt_none_of_the_log_says_so_in_the_report
     text = CliRunner().invoke(main, ["simulate", str(path)])
     assert text.exit_code == 0, text.output
     assert text.output.count(f"  not replayed with {NOT_DEALT_TEXT}") == 1
+    # each replay's targets with the report's verdicts: 10 requests' p99 is said to be about their largest
+    assert ("    every prompt, 10 requests: TTFT p99 ≤ 2.00 s: simulated " in text.output
+            and "holds, on few requests (the p99 of 10 is about their largest)" in text.output)
     pools = json.loads(CliRunner().invoke(main, ["simulate", str(path), "--json"]).output)["pools"]
     assert [p["log_replay"] is None for p in pools] == [False, False, True]
 

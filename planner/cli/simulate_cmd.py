@@ -76,6 +76,11 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
             click.echo(f"  queue: {c.queue_settling.text()}")
         if c.replay is not None:  # certification judges it too (PoolCheck.holds): shown, not only counted
             click.echo(f"  {replay_text(c, scn.traffic.growth)}")
+            for b in c.replay.bands:  # each target's verdict, with the report's caveats (few requests, say)
+                for target in b.checks:
+                    what, _, simulated, verdict = target_cells(b, target)
+                    click.echo(f"    {b.band.label()}, {b.requests:,} requests: {what}: simulated {simulated}: "
+                               f"{verdict.replace('**', '')}")
         elif any(other.replay is not None for other in checks):
             click.echo(f"  not replayed with {NOT_DEALT_TEXT}")
     if any(not c.holds for c in checks):
