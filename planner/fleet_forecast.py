@@ -34,6 +34,7 @@ from planner.forecast_outputs import (
     Column,
     _csv,
     _table,
+    after_end_headline,
     after_end_text,
     datapackage,
     growth_text,
@@ -286,6 +287,12 @@ def _gpus(t: TypeUse) -> str:
     return f"{t.used} {t.gpu}"
 
 
+def _term(fleet: FleetInputs) -> int | None:
+    """The forecast's commitment term in quarters (None: a commitment is held to the end, unpriced after it)."""
+    fc = fleet.spec.forecast
+    return None if fc is None else fc.commitment_term_quarters
+
+
 def fleet_forecast_markdown(name: str, results: list[FleetQuarter], fleet: FleetInputs) -> str:
     """The forecast for a person: the quarters' totals first, then the commitments and their terms,
     the GPU types (caps that bind), and what each service costs as paid, with what that means."""
@@ -296,7 +303,9 @@ def fleet_forecast_markdown(name: str, results: list[FleetQuarter], fleet: Fleet
         "",
         f"**{first.quarter} → {last.quarter}: fleet {_fleet_gpus(first)} → {_fleet_gpus(last)}, "
         f"{usd_text(first.cost_per_hour * HOURS_PER_QUARTER)} → {usd_text(last.cost_per_hour * HOURS_PER_QUARTER)} per quarter; "
-        f"{len(results)} quarters cost {usd_text(total)}.**",
+        f"{len(results)} quarters cost {usd_text(total)}"
+        + after_end_headline(committed_after_end_usd(results[-1].lots, len(results) - 1, _term(fleet)), last.quarter)
+        + ".**",
         "",
         *not_served(first.plan.plans),
         "Every quarter is one ILP over every service, commitments shared, planned afresh: a service may move to other "
@@ -356,7 +365,7 @@ def _commitments_section(results: list[FleetQuarter], fleet: FleetInputs) -> lis
         return [*out, "No commitments beyond the inventory's.", "", _held_at_the_end(results, fleet)]
     fc = fleet.spec.forecast
     carried = fc is not None and fc.carry_forward
-    term = None if fc is None else fc.commitment_term_quarters
+    term = _term(fleet)
     if term is not None:
         how = (f"Made by the forecast: from the quarter it starts, a commitment is paid for {term} "
                f"quarter{'s' if term != 1 else ''}, used or not (forecast.commitment_term_quarters); the inventory's "
@@ -396,8 +405,7 @@ def _held_at_the_end(results: list[FleetQuarter], fleet: FleetInputs) -> str:
     last = results[-1]
     committed = [t for t in last.plan.types if t.committed]
     usd = sum(t.committed_usd_per_hour for t in committed)
-    fc = fleet.spec.forecast
-    term = None if fc is None else fc.commitment_term_quarters
+    fc, term = fleet.spec.forecast, _term(fleet)
     # With a term the forecast's lots fall away after the end: no quarter's run rate to quote.
     text = (f"Held at the end of {last.quarter}: " + ", ".join(f"{t.committed} {t.gpu}" for t in committed)
             + f", {usd_text(usd)}/hour" + ("" if term else f" ({usd_text(usd * HOURS_PER_QUARTER)} a quarter)")
@@ -480,12 +488,11 @@ def fleet_forecast_json(results: list[FleetQuarter]) -> dict:
     def row(columns, item) -> dict:
         return {c.name: c.value(item) for c in columns}
 
-    fc = results[-1].plan.fleet.spec.forecast
     return {"quarters": [
         {**row(QUARTER_COLUMNS, r), "services": [row(SERVICE_COLUMNS, (r, p)) for p in r.plan.plans],
          "types": [row(TYPE_COLUMNS, (r, t)) for t in r.plan.types]}
         for r in results
     ], "committed_after_end_usd": committed_after_end_usd(results[-1].lots, len(results) - 1,
-                                                          None if fc is None else fc.commitment_term_quarters),
+                                                          _term(results[-1].plan.fleet)),
         # each service's traffic notes, as `planner solve --json` gives them
         "traffic_notes": {p.scenario.name: list(p.traffic_notes) for p in results[0].plan.plans}}

@@ -33,12 +33,13 @@ from planner.commitments import (
     in_force,
     quarter_after,
 )
-from planner.daily import CAPS_SET_ASIDE, POLICIES, floor_text
+from planner.daily import CAPS_SET_ASIDE, POLICIES, floor_text, reserved_discount
 from planner.files import output_folder, write_bytes_atomic, write_text_atomic
 from planner.forecast import PoolRow, QuarterResult
 from planner.report import (
     TOKEN_SPLIT_TEXT,
     peak_shortfall_text,
+    peak_source_text,
     peak_text,
     pools_text,
     rejected_text,
@@ -405,14 +406,22 @@ def _idle_lines(results: Sequence[QuarterResult]) -> list[str]:
     return lines
 
 
+def after_end_headline(usd: float | None, last_quarter: str) -> str:
+    """The headline's clause on what the forecast's reservations commit past its last quarter: an
+    amount signed for, which the quarters' total does not hold (the text below breaks it down)."""
+    return f"; its reservations commit {usd_text(usd)} more after {last_quarter}" if usd else ""
+
+
 def _peak_lines(results: Sequence[QuarterResult]) -> list[str]:
-    """Where the quarters' peak comes from, as the plan's report says it (Traffic): the measured peak,
-    how it was taken (a quantile of few minutes said so), and what multiplies it. A quarter changes
+    """Where the quarters' peak comes from, as the plan's report says it (Traffic): the peak (measured,
+    drawn or stated), how it was taken (a quantile of few minutes said so), and what multiplies it. A quarter changes
     growth, context limit, prices and commitments, never the log: its measured peak is the first's."""
     first = results[0].plan
     served = " × the share of requests served" if any(r.plan.rejected_requests for r in results) else ""
     growth = first.scenario.traffic.growth / results[0].demand_multiplier  # the base scenario's
-    return ["", f"Peak req/s is the measured peak, {first.measured_peak_rps:,.3f} requests/s ({peak_text(first)}), "
+    name, note = peak_source_text(first.scenario)
+    return ["", f"Peak req/s is {name}, {first.measured_peak_rps:,.3f} requests/s ({peak_text(first)}"
+            f"{'; ' + note if note else ''}), "
             f"× growth {growth:g} × the quarter's Demand × base{served}; capacity is planned for × headroom "
             f"{first.scenario.traffic.headroom:g}."]
 
@@ -446,6 +455,34 @@ def _stated_prices_lines(results: Sequence[QuarterResult]) -> list[str]:
             stated += f" (other quarters {usd_rate_text(cand.price_per_hour(other.plan.catalog.gpu(g).price_usd_per_hour))})"
         parts.append(f"{g}: {stated}")
     return ["", "On-demand prices the quarters state, per GPU-hour: " + "; ".join(parts) + "."]
+
+
+def _price_basis_lines(results: Sequence[QuarterResult]) -> list[str]:
+    """The prices behind the quarters' costs that no quarter states: each GPU type the quarters run
+    at its on-demand price (the scenario's, else the catalog's, whose sources the plan's report
+    lists), and how a commitment is priced. Without them the table's dollars cannot be traced."""
+    first = results[0].plan
+    scn, catalog = first.scenario, first.catalog
+    stated = {g for q in scn.forecast.quarters for g in q.prices}
+    run = sorted({p.config.gpu.id for r in results for p in r.plan.pools} - stated)
+    prices = []
+    for g in run:
+        cand = next((c for c in scn.gpu_candidates if c.id == g), None)
+        catalog_usd = catalog.gpu(g).price_usd_per_hour
+        usd = catalog_usd if cand is None else cand.price_per_hour(catalog_usd)
+        prices.append(f"{g} {usd_rate_text(usd)}" + ("" if usd == catalog_usd else " (the scenario's)"))
+    lines = []
+    if prices:
+        lines.append("On-demand prices, per GPU-hour, in every quarter: " + ", ".join(prices) + " (the catalog's, "
+                     "data/gpus.yaml, where the scenario states none; the plan's report lists their sources).")
+    if any(any(r.reserved_gpus.values()) for r in results) or scn.forecast.carry_forward:
+        discount, where = reserved_discount(scn)
+        rule = (f"on demand × (1 − {discount:g}) ({where}, the scenario's assumption)" if discount
+                else "at the on-demand price (no reserved discount stated)")
+        own = ", ".join(f"{g} {usd_rate_text(v)}" for g, v in sorted(scn.forecast.reserved_prices.items()))
+        lines.append(f"A committed GPU is priced {rule}" + (f"; forecast.reserved_prices states {own}" if own else "")
+                     + ", at the terms of the quarter it is committed in.")
+    return ["", " ".join(lines)] if lines else []
 
 
 def _unused_price_lines(results: Sequence[QuarterResult]) -> list[str]:
@@ -504,7 +541,7 @@ def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: st
         f"{usd_text(last.cost_per_hour * HOURS_PER_QUARTER)} per quarter; {total['quarters']} quarters cost "
         f"{usd_text(total['total_usd'])}"
         + (f", {usd_per_million_text(cpm_total)} per million tokens at the day's real volume" if cpm_total is not None else "")
-        + ".**",
+        + after_end_headline(total["committed_after_end_usd"], last.quarter) + ".**",
         "",
         "| Quarter | Demand × base | Peak req/s | Deployment | GPUs (change) | Reserved: in use / idle | $/hour: on demand + "
         "reserved + idle = total | $/quarter | $/M tokens at peak (blended / input / output) | $/M tokens at the day's "
@@ -539,8 +576,8 @@ def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: st
     lines.append(f"| **Total** ({total['quarters']} quarters) | | | | | | | **{usd_text(total['total_usd'])}** = "
                  f"{usd_text(total['on_demand_usd'])} on demand + {usd_text(total['reserved_used_usd'])} reserved + "
                  f"{usd_text(total['reserved_idle_usd'])} idle | | {tot_vol} | |")
-    lines += (_peak_lines(results) + _rejected_lines(results) + _stated_prices_lines(results)
-              + _unused_price_lines(results))
+    lines += (_peak_lines(results) + _rejected_lines(results) + _price_basis_lines(results)
+              + _stated_prices_lines(results) + _unused_price_lines(results))
     idle = _idle_lines(results)
     if idle:
         lines += ["", *idle]

@@ -809,6 +809,17 @@ def _traffic(plan: Plan, figure: str | None) -> str:
     return "\n".join(lines)
 
 
+def peak_source_text(scn) -> tuple[str, str]:
+    """What the quarters' peak is the peak of, in a forecast's words, and a note where it is no
+    measurement: a log's is measured, a synthetic source's is drawn near the rate it states (its
+    sampling noise carries into every quarter), an explicit one is stated."""
+    if scn.traffic.peak.method == "explicit":
+        return "the stated peak", ""
+    if scn.traffic.source.synthetic is not None:
+        return "the synthetic sample's peak", "drawn near the source's stated rate, not measured"
+    return "the measured peak", ""
+
+
 def peak_text(plan: Plan) -> str:
     """How the measured peak was taken, over how many minutes; a quantile that few minutes cannot
     resolve is said to be about their largest."""

@@ -91,7 +91,8 @@ def usd_rate_text(usd_per_hour: float) -> str:
     multiply to their cost); '—' for none."""
     if not math.isfinite(usd_per_hour):
         return "—"
-    digits = next((d for d in (2, 3) if rounded_usd(usd_per_hour, d) == rounded_usd(usd_per_hour, d + 1)), 4)
+    # The fewest digits that round to what four do: $2.1903 is not "$2.19", though three digits read 2.190.
+    digits = next((d for d in (2, 3) if rounded_usd(usd_per_hour, d) == rounded_usd(usd_per_hour, 4)), 4)
     return f"${rounded_usd(usd_per_hour, digits):,}"
 
 

@@ -388,6 +388,37 @@ def test_a_plan_stopped_by_its_time_limit_proves_no_limit_s_price_and_says_so(tm
     assert r.exit_code == 0 and f"({status}: raise solver.time_limit_s)" in r.output.splitlines()[0], r.output
 
 
+def test_the_shipped_finance_forecast_states_what_it_signs_and_what_its_dollars_rest_on():
+    """A finance analyst's reading of finance_2027's forecast (an outside audit found these
+    missing): the headline names what its reservations commit after the last quarter (the total
+    CSV's committed_after_end_usd); every GPU type no quarter prices is given its on-demand price,
+    the pools CSV's, with the discount that prices a commitment; and a synthetic sample's peak is
+    not called measured."""
+    import csv
+
+    import yaml
+
+    from planner.units import usd_rate_text, usd_text
+
+    root = Path(__file__).resolve().parent.parent
+    md = (root / "reports" / "finance_2027_forecast.md").read_text(encoding="utf-8")
+    (total,) = csv.DictReader((root / "reports" / "finance_2027_forecast_total.csv").read_text().splitlines())
+    headline = md.splitlines()[2]
+    after = float(total["committed_after_end_usd"])
+    assert after > 0 and headline.endswith(f"; its reservations commit {usd_text(after)} more after "
+                                           f"{total['last_quarter']}.**")
+    pools = list(csv.DictReader((root / "reports" / "finance_2027_forecast_pools.csv").read_text().splitlines()))
+    scn = yaml.safe_load((root / "scenarios" / "finance_2027.yaml").read_text(encoding="utf-8"))
+    stated = {g for q in scn["forecast"]["quarters"] for g in q.get("prices", {})}
+    basis = next(line for line in md.splitlines() if line.startswith("On-demand prices, per GPU-hour, in every quarter"))
+    unstated = {p["gpu"]: float(p["on_demand_usd_per_gpu_hour"]) for p in pools if p["gpu"] not in stated}
+    assert unstated and all(f"{g} {usd_rate_text(usd)}" in basis for g, usd in unstated.items())
+    discount = scn["forecast"]["reserved_discount"]
+    assert f"A committed GPU is priced on demand × (1 − {discount:g}) (forecast.reserved_discount" in basis
+    assert "synthetic" in scn["traffic"]["source"] and "Peak req/s is the synthetic sample's peak" in md
+    assert "measured peak" not in md
+
+
 def test_the_shipped_forecasts_show_each_price_and_count_one_way():
     """A type's average price as paid is shown as its prices are (usd_rate_text: all-committed h200s
     read $4.445, not $4.45 beside the commitments' $4.445), and reserved replicas of several GPU types

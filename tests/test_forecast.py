@@ -170,8 +170,9 @@ def test_forecast_cli_writes_markdown_tables_dictionary_and_json(tmp_path):
 
 
 def test_the_forecast_says_where_its_peak_comes_from_and_keeps_hourly_and_summed_dollars_apart(tmp_path):
-    """The Peak req/s column is traced to the measured peak as the plan's report takes it; the Total
-    row's parts (dollars over the quarters) stand with its total, not under the $/hour header."""
+    """The Peak req/s column is traced to the peak as the plan's report takes it (here stated: an
+    explicit peak is no measurement); the Total row's parts (dollars over the quarters) stand with
+    its total, not under the $/hour header."""
     from planner.forecast_outputs import forecast_markdown
 
     path = scenario(tmp_path, """
@@ -181,7 +182,8 @@ def test_the_forecast_says_where_its_peak_comes_from_and_keeps_hourly_and_summed
     results = run_forecast(load_inputs(path))
     md = forecast_markdown("fc", results)
     plan = results[0].plan
-    assert (f"Peak req/s is the measured peak, {plan.measured_peak_rps:,.3f} requests/s (" in md
+    assert plan.scenario.traffic.peak.method == "explicit"
+    assert (f"Peak req/s is the stated peak, {plan.measured_peak_rps:,.3f} requests/s (explicit)" in md
             and "× growth 1 × the quarter's Demand × base; capacity is planned for × headroom" in md)
     assert [f"{r.peak_rps:,.2f}" for r in results] == [
         f"{plan.measured_peak_rps * r.demand_multiplier:,.2f}" for r in results]
