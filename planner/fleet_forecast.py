@@ -333,7 +333,7 @@ def fleet_forecast_markdown(name: str, results: list[FleetQuarter], fleet: Fleet
             for r in results if r.usd_per_hour_by_kind["committed_idle"] > 0]
     if idle:
         lines += ["", *idle]
-    lines += ["", *_commitments_section(results, fleet), "", *_types_section(results), "",
+    lines += ["", *_commitments_section(results, fleet), "", *_types_section(results, fleet), "",
               *_services_section(results)]
     lines += [
         "",
@@ -431,7 +431,7 @@ def _fleet_gpus(r: FleetQuarter) -> str:
     return f"{r.plan.gpus} GPUs in use" + (f" ({r.plan.gpus + idle} paid for)" if idle else "")
 
 
-def _types_section(results: list[FleetQuarter]) -> list[str]:
+def _types_section(results: list[FleetQuarter], fleet: FleetInputs) -> list[str]:
     out = ["## GPU types", "",
            "| Quarter | Type | Committed | In use | On demand | Cap | $/GPU-hour on demand | $/GPU-hour as paid |",
            "|---|---|---:|---:|---:|---|---:|---:|"]
@@ -446,8 +446,32 @@ def _types_section(results: list[FleetQuarter]) -> list[str]:
     if binding:
         out += ["", "At its cap (" + ", ".join(binding) + "), the fleet runs no more GPUs of the type and serves the "
                 "rest on other types: a higher cap may make that quarter cheaper (`planner solve` on the fleet prices "
-                "each shared cap for its first quarter)."]
+                "each shared cap for its first quarter)." + _committed_at_caps(results, fleet)]
     return out
+
+
+def _committed_at_caps(results: list[FleetQuarter], fleet: FleetInputs) -> str:
+    """With carry_forward, what a quarter at a cap runs on demand is committed from the next quarter:
+    the cap's price reaches past that quarter, into commitments the analyst signs for (fleet_2027q1's
+    2027Q2 H100 cap: 14 H200s and 9 L40S held a year)."""
+    fc = fleet.spec.forecast
+    if fc is None or not fc.carry_forward:
+        return ""
+    term = _term(fleet)
+    parts = []
+    for r in results:
+        lots = [c for q in results for c in q.commitments if c.terms_quarter == r.quarter]
+        if not lots or not any(_binds(t) for t in r.plan.types):
+            continue
+        per_hour = sum(c.gpus * c.usd_per_gpu_hour for c in lots)
+        held_for = (f"{usd_text(per_hour * HOURS_PER_QUARTER * term)} over its {term}-quarter term" if term else
+                    f"{usd_text(per_hour * HOURS_PER_QUARTER)} a quarter to the forecast's end")
+        parts.append(f"{r.quarter}'s " + ", ".join(f"{c.gpus} {c.gpu}" for c in lots)
+                     + f", {usd_text(per_hour)}/hour, {held_for}")
+    if not parts:
+        return ""
+    return (" With carry_forward, what such a quarter runs on demand is committed from the next quarter on ("
+            + "; ".join(parts) + "): a higher cap there changes what is committed, not only that quarter's cost.")
 
 
 def _services_section(results: list[FleetQuarter]) -> list[str]:

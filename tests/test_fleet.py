@@ -388,6 +388,24 @@ def test_a_plan_stopped_by_its_time_limit_proves_no_limit_s_price_and_says_so(tm
     assert r.exit_code == 0 and f"({status}: raise solver.time_limit_s)" in r.output.splitlines()[0], r.output
 
 
+def test_the_shipped_fleet_forecast_ties_its_binding_cap_to_what_carry_forward_then_commits():
+    """fleet_2027q1's 2027Q2 H100 cap sends load to other types on demand, which carry_forward then
+    commits for a year: the cap's sentence names those commitments (the table's rows priced at the
+    capped quarter's terms) and what they cost over their term, so the analyst sees what the cap signs."""
+    from planner.units import usd_text
+
+    md = (Path(__file__).resolve().parent.parent / "reports" / "fleet_2027q1_forecast.md").read_text(encoding="utf-8")
+    cap = next(line for line in md.splitlines() if line.startswith("At its cap ("))
+    quarter = re.match(r"At its cap \((\d{4}Q\d) ", cap).group(1)
+    rows = [line.split("|")[1:-1] for line in md.splitlines() if re.match(r"^\| \d{4}Q\d \| \d{4}Q\d \| \+", line)]
+    lots = [(int(r[2].split()[0]), r[2].split()[1], float(r[3].strip().lstrip("$"))) for r in rows
+            if r[5].strip() == quarter]
+    assert len(lots) == 3 and {g for _, g, _ in lots} == {"h100-sxm", "h200", "l40s"}
+    per_hour = sum(n * usd for n, _, usd in lots)
+    assert (f"({quarter}'s " + ", ".join(f"{n} {g}" for n, g, _ in lots)
+            + f", {usd_text(per_hour)}/hour, {usd_text(per_hour * 2190 * 4)} over its 4-quarter term)") in cap
+
+
 def test_the_shipped_finance_forecast_states_what_it_signs_and_what_its_dollars_rest_on():
     """A finance analyst's reading of finance_2027's forecast (an outside audit found these
     missing): the headline names what its reservations commit after the last quarter (the total
