@@ -16,6 +16,7 @@ per quarter, adding up to the quarter's cost).
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -293,6 +294,15 @@ def _term(fleet: FleetInputs) -> int | None:
     return None if fc is None else fc.commitment_term_quarters
 
 
+def _unpriced_at_the_end(results: list[FleetQuarter], fleet: FleetInputs) -> float:
+    """What the forecast's own commitments cost per hour at its end where they run on unpriced:
+    with carry_forward and no term (the inventory's are the fleet's, said apart)."""
+    fc = fleet.spec.forecast
+    if fc is None or not fc.carry_forward or fc.commitment_term_quarters is not None:
+        return 0.0
+    return sum(lot.usd_per_hour for lot in results[-1].lots)
+
+
 def fleet_forecast_markdown(name: str, results: list[FleetQuarter], fleet: FleetInputs) -> str:
     """The forecast for a person: the quarters' totals first, then the commitments and their terms,
     the GPU types (caps that bind), and what each service costs as paid, with what that means."""
@@ -304,7 +314,8 @@ def fleet_forecast_markdown(name: str, results: list[FleetQuarter], fleet: Fleet
         f"**{first.quarter} → {last.quarter}: fleet {_fleet_gpus(first)} → {_fleet_gpus(last)}, "
         f"{usd_text(first.cost_per_hour * HOURS_PER_QUARTER)} → {usd_text(last.cost_per_hour * HOURS_PER_QUARTER)} per quarter; "
         f"{len(results)} quarters cost {usd_text(total)}"
-        + after_end_headline(committed_after_end_usd(results[-1].lots, len(results) - 1, _term(fleet)), last.quarter)
+        + after_end_headline(committed_after_end_usd(results[-1].lots, len(results) - 1, _term(fleet)), last.quarter,
+                             _unpriced_at_the_end(results, fleet))
         + ".**",
         "",
         *not_served(first.plan.plans),
@@ -451,16 +462,19 @@ def _types_section(results: list[FleetQuarter], fleet: FleetInputs) -> list[str]
 
 
 def _committed_at_caps(results: list[FleetQuarter], fleet: FleetInputs) -> str:
-    """With carry_forward, what a quarter at a cap runs on demand is committed from the next quarter:
-    the cap's price reaches past that quarter, into commitments the analyst signs for (fleet_2027q1's
-    2027Q2 H100 cap: 14 H200s and 9 L40S held a year)."""
+    """With carry_forward, what a quarter at a cap runs beyond the commitments still in their term
+    after it is committed from the next quarter on: the cap's price reaches past that quarter, into
+    commitments the analyst signs for (fleet_2027q1's 2027Q2 H100 cap: 2 H100s, 14 H200s and 9 L40S
+    held a year). Those are the next quarter's lots at the capped quarter's terms; a quarter's own
+    `reserved:` is not one of them. A cap in the last quarter commits nothing in the forecast: the
+    text on what is held at the end says what carry_forward would commit next."""
     fc = fleet.spec.forecast
     if fc is None or not fc.carry_forward:
         return ""
     term = _term(fleet)
     parts = []
-    for r in results:
-        lots = [c for q in results for c in q.commitments if c.terms_quarter == r.quarter]
+    for r, after in itertools.pairwise(results):
+        lots = [c for c in after.commitments if c.terms_quarter == r.quarter]
         if not lots or not any(_binds(t) for t in r.plan.types):
             continue
         per_hour = sum(c.gpus * c.usd_per_gpu_hour for c in lots)
@@ -470,8 +484,9 @@ def _committed_at_caps(results: list[FleetQuarter], fleet: FleetInputs) -> str:
                      + f", {usd_text(per_hour)}/hour, {held_for}")
     if not parts:
         return ""
-    return (" With carry_forward, what such a quarter runs on demand is committed from the next quarter on ("
-            + "; ".join(parts) + "): a higher cap there changes what is committed, not only that quarter's cost.")
+    return (" With carry_forward, what such a quarter runs beyond the commitments still in their term after it is "
+            "committed from the next quarter on (" + "; ".join(parts) + "): a higher cap there changes what is "
+            "committed, not only that quarter's cost.")
 
 
 def _services_section(results: list[FleetQuarter]) -> list[str]:

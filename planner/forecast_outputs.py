@@ -406,16 +406,34 @@ def _idle_lines(results: Sequence[QuarterResult]) -> list[str]:
     return lines
 
 
-def after_end_headline(usd: float | None, last_quarter: str) -> str:
-    """The headline's clause on what the forecast's reservations commit past its last quarter: an
-    amount signed for, which the quarters' total does not hold (the text below breaks it down)."""
-    return f"; its reservations commit {usd_text(usd)} more after {last_quarter}" if usd else ""
+def after_end_headline(usd: float | None, last_quarter: str, unpriced_usd_per_hour: float = 0.0) -> str:
+    """The headline's clause on what the forecast's own reservations commit past its last quarter:
+    spend already signed for, which the quarters' total does not hold (the text below breaks it down,
+    and adds what carry_forward would commit next). usd: priced over their terms; without a term,
+    unpriced_usd_per_hour is what they run at when the forecast ends (with neither, nothing is said)."""
+    if usd:
+        return f"; the forecast's reservations already commit {usd_text(usd)} more after {last_quarter}"
+    if unpriced_usd_per_hour:
+        return (f"; the forecast's reservations, {usd_text(unpriced_usd_per_hour)}/hour at the end of {last_quarter}, "
+                "run on past it, unpriced (no forecast.commitment_term_quarters)")
+    return ""
+
+
+def _unpriced_at_the_end(results: Sequence[QuarterResult]) -> float:
+    """What the forecast's reservations cost per hour at its end where they run on unpriced: with
+    carry_forward and no term (without carry_forward, a quarter's reservations are its own)."""
+    last = results[-1]
+    fc = last.plan.scenario.forecast
+    if fc is None or not fc.carry_forward or fc.commitment_term_quarters is not None:
+        return 0.0
+    return sum(n * last.reserved_price[g] for g, n in last.reserved_gpus.items() if n)
 
 
 def _peak_lines(results: Sequence[QuarterResult]) -> list[str]:
-    """Where the quarters' peak comes from, as the plan's report says it (Traffic): the peak (measured,
-    drawn or stated), how it was taken (a quantile of few minutes said so), and what multiplies it. A quarter changes
-    growth, context limit, prices and commitments, never the log: its measured peak is the first's."""
+    """Where the quarters' peak comes from: what it is a peak of (measured, drawn or stated), how it
+    was taken as the plan's report says it (Traffic; a quantile of few minutes said so), and what
+    multiplies it. A quarter changes growth, context limit, prices and commitments, never the
+    traffic source: its peak is the first's."""
     first = results[0].plan
     served = " × the share of requests served" if any(r.plan.rejected_requests for r in results) else ""
     growth = first.scenario.traffic.growth / results[0].demand_multiplier  # the base scenario's
@@ -459,29 +477,30 @@ def _stated_prices_lines(results: Sequence[QuarterResult]) -> list[str]:
 
 def _price_basis_lines(results: Sequence[QuarterResult]) -> list[str]:
     """The prices behind the quarters' costs that no quarter states: each GPU type the quarters run
-    at its on-demand price (the scenario's, else the catalog's, whose sources the plan's report
-    lists), and how a commitment is priced. Without them the table's dollars cannot be traced."""
+    at its on-demand price (the scenario's `gpus:`, else the catalog's as loaded, which the plan's
+    report sources), and how a commitment is priced. Without them the table's dollars cannot be traced."""
     first = results[0].plan
     scn, catalog = first.scenario, first.catalog
-    stated = {g for q in scn.forecast.quarters for g in q.prices}
-    run = sorted({p.config.gpu.id for r in results for p in r.plan.pools} - stated)
+    fc = scn.forecast
+    stated = {g for q in fc.quarters for g in q.prices}
     prices = []
-    for g in run:
+    for g in sorted({p.config.gpu.id for r in results for p in r.plan.pools} - stated):
         cand = next((c for c in scn.gpu_candidates if c.id == g), None)
         catalog_usd = catalog.gpu(g).price_usd_per_hour
         usd = catalog_usd if cand is None else cand.price_per_hour(catalog_usd)
-        prices.append(f"{g} {usd_rate_text(usd)}" + ("" if usd == catalog_usd else " (the scenario's)"))
+        prices.append(f"{g} {usd_rate_text(usd)} ({'the catalog' if usd == catalog_usd else 'the scenario'}'s)")
     lines = []
     if prices:
-        lines.append("On-demand prices, per GPU-hour, in every quarter: " + ", ".join(prices) + " (the catalog's, "
-                     "data/gpus.yaml, where the scenario states none; the plan's report lists their sources).")
-    if any(any(r.reserved_gpus.values()) for r in results) or scn.forecast.carry_forward:
+        lines.append("On-demand prices, per GPU-hour, in every quarter: " + ", ".join(prices)
+                     + "; the plan's report gives each catalog price's source.")
+    if any(any(r.reserved_gpus.values()) for r in results) or fc.carry_forward:
         discount, where = reserved_discount(scn)
-        rule = (f"on demand × (1 − {discount:g}) ({where}, the scenario's assumption)" if discount
-                else "at the on-demand price (no reserved discount stated)")
-        own = ", ".join(f"{g} {usd_rate_text(v)}" for g, v in sorted(scn.forecast.reserved_prices.items()))
-        lines.append(f"A committed GPU is priced {rule}" + (f"; forecast.reserved_prices states {own}" if own else "")
-                     + ", at the terms of the quarter it is committed in.")
+        rule = (f" × (1 − {discount:g}) ({where}, the scenario's assumption)" if where.endswith("reserved_discount")
+                else f", {where}")
+        own = "; ".join(f"{g} at {usd_rate_text(v)}" for g, v in sorted(fc.reserved_prices.items()))
+        lines.append("A committed GPU is priced " + (f"{own} (forecast.reserved_prices); any other type " if own else "")
+                     + "at the on-demand price of the quarter that commits it (the quarter whose fleet carry_forward "
+                     "carries, or the one that states `reserved:`)" + rule + ".")
     return ["", " ".join(lines)] if lines else []
 
 
@@ -541,7 +560,7 @@ def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: st
         f"{usd_text(last.cost_per_hour * HOURS_PER_QUARTER)} per quarter; {total['quarters']} quarters cost "
         f"{usd_text(total['total_usd'])}"
         + (f", {usd_per_million_text(cpm_total)} per million tokens at the day's real volume" if cpm_total is not None else "")
-        + after_end_headline(total["committed_after_end_usd"], last.quarter) + ".**",
+        + after_end_headline(total["committed_after_end_usd"], last.quarter, _unpriced_at_the_end(results)) + ".**",
         "",
         "| Quarter | Demand × base | Peak req/s | Deployment | GPUs (change) | Reserved: in use / idle | $/hour: on demand + "
         "reserved + idle = total | $/quarter | $/M tokens at peak (blended / input / output) | $/M tokens at the day's "

@@ -811,12 +811,18 @@ def _traffic(plan: Plan, figure: str | None) -> str:
 
 def peak_source_text(scn) -> tuple[str, str]:
     """What the quarters' peak is the peak of, in a forecast's words, and a note where it is no
-    measurement: a log's is measured, a synthetic source's is drawn near the rate it states (its
-    sampling noise carries into every quarter), an explicit one is stated."""
+    measurement: a log's is measured, a synthetic source's is a draw at its mean rate (stated, or the
+    distribution's default; its sampling noise carries into every quarter), an explicit one is stated."""
     if scn.traffic.peak.method == "explicit":
         return "the stated peak", ""
-    if scn.traffic.source.synthetic is not None:
-        return "the synthetic sample's peak", "drawn near the source's stated rate, not measured"
+    syn = scn.traffic.source.synthetic
+    if syn is not None:
+        from planner.workload.synth import distribution
+
+        rate = distribution(syn.name).rate_rps if syn.rate_rps is None else syn.rate_rps
+        default = "" if syn.rate_rps is not None else f", the '{syn.name}' distribution's default"
+        return ("the synthetic sample's peak",
+                f"a sample of Poisson arrivals at {rate:g} requests/s on average{default}, not a measurement")
     return "the measured peak", ""
 
 

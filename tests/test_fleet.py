@@ -406,6 +406,39 @@ def test_the_shipped_fleet_forecast_ties_its_binding_cap_to_what_carry_forward_t
             + f", {usd_text(per_hour)}/hour, {usd_text(per_hour * 2190 * 4)} over its 4-quarter term)") in cap
 
 
+def test_a_binding_caps_commitments_are_what_carry_forward_takes_from_it_not_a_quarters_own_reserved(tmp_path):
+    """The cap sentence names the next quarter's lots at the capped quarter's terms: what it ran beyond
+    the commitments still in their term. The capped 2027Q2 reserves 20 L40S of its own (priced at its
+    terms, from itself): an outside review found the first version counting them as "run on demand"."""
+    from planner.fleet import load_fleet
+    from planner.fleet_forecast import fleet_forecast_markdown, run_fleet_forecast
+    from planner.units import usd_text
+
+    slo = {"statistic": "p99", "bands": [{"ttft_s": 1.0, "tpot_ms": 50}]}
+    path = write_fleet(
+        tmp_path,
+        services=[service(n, 15.0, slo=slo, traffic={"source": {"constant": {"prompt_tokens": 2000, "output_tokens": 300}},
+                                                     "peak": {"method": "explicit", "rps": 15}}, kv_dtypes=["bf16"])
+                  for n in ("a", "b")],
+        inventory={"h100-sxm": {"reserved": 2, "reserved_usd_per_hour": 2.093, "max_new": 2}, "l40s": {"max_new": 200}},
+        forecast={"carry_forward": True, "commitment_term_quarters": 4, "reserved_discount": 0.3,
+                  "quarters": [{"quarter": "2027Q1"}, {"quarter": "2027Q2", "growth": 0.3, "reserved": {"l40s": 20}},
+                               {"quarter": "2027Q3", "growth": 0.3, "availability": {"h100-sxm": 40}}]})
+    fleet = load_fleet(path)
+    results = run_fleet_forecast(fleet)
+    md = fleet_forecast_markdown("twin", results, fleet)
+    capped = [r.quarter for r in results if any(t.cap is not None and t.used >= t.cap for t in r.plan.types)]
+    assert capped[:2] == ["2027Q1", "2027Q2"]
+    q2_own = [c for c in results[1].commitments if c.terms_quarter == "2027Q2"]
+    assert q2_own and sum(c.gpus for c in q2_own) > 0  # 2027Q2's own reserved, from 2027Q2 at its terms
+    carried = [c for c in results[1].commitments if c.terms_quarter == "2027Q1"]
+    per_hour = sum(c.gpus * c.usd_per_gpu_hour for c in carried)
+    sentence = next(line for line in md.splitlines() if line.startswith("At its cap ("))
+    assert ("(2027Q1's " + ", ".join(f"{c.gpus} {c.gpu}" for c in carried)
+            + f", {usd_text(per_hour)}/hour, {usd_text(per_hour * 2190 * 4)} over its 4-quarter term)") in sentence
+    assert "2027Q2's" not in sentence  # it ran nothing beyond its commitments: it carries nothing forward
+
+
 def test_the_shipped_finance_forecast_states_what_it_signs_and_what_its_dollars_rest_on():
     """A finance analyst's reading of finance_2027's forecast (an outside audit found these
     missing): the headline names what its reservations commit after the last quarter (the total
@@ -423,16 +456,17 @@ def test_the_shipped_finance_forecast_states_what_it_signs_and_what_its_dollars_
     (total,) = csv.DictReader((root / "reports" / "finance_2027_forecast_total.csv").read_text().splitlines())
     headline = md.splitlines()[2]
     after = float(total["committed_after_end_usd"])
-    assert after > 0 and headline.endswith(f"; its reservations commit {usd_text(after)} more after "
-                                           f"{total['last_quarter']}.**")
+    assert after > 0 and headline.endswith(f"; the forecast's reservations already commit {usd_text(after)} more "
+                                           f"after {total['last_quarter']}.**")
     pools = list(csv.DictReader((root / "reports" / "finance_2027_forecast_pools.csv").read_text().splitlines()))
     scn = yaml.safe_load((root / "scenarios" / "finance_2027.yaml").read_text(encoding="utf-8"))
     stated = {g for q in scn["forecast"]["quarters"] for g in q.get("prices", {})}
     basis = next(line for line in md.splitlines() if line.startswith("On-demand prices, per GPU-hour, in every quarter"))
     unstated = {p["gpu"]: float(p["on_demand_usd_per_gpu_hour"]) for p in pools if p["gpu"] not in stated}
-    assert unstated and all(f"{g} {usd_rate_text(usd)}" in basis for g, usd in unstated.items())
+    assert unstated and all(f"{g} {usd_rate_text(usd)} (the catalog's)" in basis for g, usd in unstated.items())
     discount = scn["forecast"]["reserved_discount"]
-    assert f"A committed GPU is priced on demand × (1 − {discount:g}) (forecast.reserved_discount" in basis
+    assert ("A committed GPU is priced at the on-demand price of the quarter that commits it" in basis
+            and f"× (1 − {discount:g}) (forecast.reserved_discount, the scenario's assumption)." in basis)
     assert "synthetic" in scn["traffic"]["source"] and "Peak req/s is the synthetic sample's peak" in md
     assert "measured peak" not in md
 

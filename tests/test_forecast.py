@@ -169,6 +169,44 @@ def test_forecast_cli_writes_markdown_tables_dictionary_and_json(tmp_path):
         assert (out / f"fc_forecast_{table}.csv").read_text() == text
 
 
+def test_a_forecast_says_how_it_prices_a_commitment_and_what_runs_on_unpriced_past_its_end(tmp_path):
+    """Cases an outside review found the first wording got wrong: reserved_prices replace the discount
+    for their types (and the line says so); carry_forward with no term commits GPUs that run on past the
+    end, unpriced, which the headline says (it had said nothing, as for a forecast committing nothing);
+    a scenario's own price is named as the scenario's; a synthetic source with no rate states the
+    distribution's default rate its peak was drawn at."""
+    from planner.forecast_outputs import forecast_markdown
+    from planner.units import usd_rate_text
+
+    base = (BASE.replace("source: {constant: {prompt_tokens: 1000, output_tokens: 200}}",
+                         "source: {synthetic: {name: chat, requests: 20000, seed: 1}}")
+            .replace("peak: {method: explicit, rps: 60}", "peak: {method: quantile, quantile: 0.99}")
+            .replace("  mean_rps: 30\n", "")
+            .replace("gpus: [h100-sxm, l40s]", "gpus: [{id: h100-sxm, price_usd_per_hour: 2.5}, l40s]"))
+    path = scenario(tmp_path, """
+        forecast:
+          carry_forward: true
+          reserved_discount: 0.3
+          reserved_prices: {h100-sxm: 2.0}
+          quarters: [{quarter: 2027Q1}, {quarter: 2027Q2, growth: 0.5}]
+    """, base=base)
+    results = run_forecast(load_inputs(path))
+    md = forecast_markdown("fc", results)
+    last = results[-1]
+    held = sum(n * last.reserved_price[g] for g, n in last.reserved_gpus.items() if n)
+    assert held > 0 and md.splitlines()[2].endswith(
+        f"; the forecast's reservations, {usd_text(held)}/hour at the end of 2027Q2, run on past it, unpriced "
+        "(no forecast.commitment_term_quarters).**")
+    assert set(last.reserved_price) == {"h100-sxm"} and last.reserved_price["h100-sxm"] == 2.0  # not 2.5 × 0.7
+    assert ("A committed GPU is priced h100-sxm at $2.00 (forecast.reserved_prices); any other type at the on-demand "
+            "price of the quarter that commits it" in md and "× (1 − 0.3) (forecast.reserved_discount" in md)
+    assert {p.config.gpu.id for r in results for p in r.plan.pools} == {"h100-sxm"}
+    assert f"in every quarter: h100-sxm {usd_rate_text(2.5)} (the scenario's);" in md
+    assert ("Peak req/s is the synthetic sample's peak" in md
+            and "a sample of Poisson arrivals at 5.4 requests/s on average, the 'chat' distribution's default, "
+                "not a measurement" in md)
+
+
 def test_the_forecast_says_where_its_peak_comes_from_and_keeps_hourly_and_summed_dollars_apart(tmp_path):
     """The Peak req/s column is traced to the peak as the plan's report takes it (here stated: an
     explicit peak is no measurement); the Total row's parts (dollars over the quarters) stand with

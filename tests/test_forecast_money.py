@@ -223,7 +223,8 @@ def test_dollar_figures_round_the_amount_the_arithmetic_denotes_half_a_cent_up()
     assert usd_text(1_234_567.891) == "$1,234,567.89" and usd_text(0.0) == "$0.00"
     assert usd_rate_text(2.093) == "$2.093" and usd_rate_text(2.2425) == "$2.2425" and usd_rate_text(2.99) == "$2.99"
     # fleet_2027q1's 2027Q4 H100s: 115 committed at $2.093 and 14 on demand at $2.99 average $2.190349, which
-    # three digits read 2.190 and two "$2.19": 129 GPUs at $2.19 would not multiply to their cost
+    # three digits read 2.190 and two "$2.19": shown to four digits, as its other rows are (129 GPUs times a
+    # rounded price can still miss their cost by a cent: the cost column is the sum, not that product)
     assert usd_rate_text((115 * 2.093 + 14 * 2.99) / 129) == "$2.1903" and usd_rate_text(2.1900004) == "$2.19"
     assert f"{0.10035:.4f}" == "0.1003" and usd_per_million_text(0.10035) == "$0.1004"
     assert f"{2.675:.2f}" == "2.67" and usd_text(2.675) == "$2.68"
