@@ -295,12 +295,10 @@ def _term(fleet: FleetInputs) -> int | None:
 
 
 def _unpriced_at_the_end(results: list[FleetQuarter], fleet: FleetInputs) -> float:
-    """What the forecast's own commitments cost per hour at its end where they run on unpriced:
-    with carry_forward and no term (the inventory's are the fleet's, said apart)."""
+    """What the forecast's own commitments cost per hour at its end where they run on unpriced
+    (Forecast.unpriced_after_end; the inventory's are the fleet's, said apart)."""
     fc = fleet.spec.forecast
-    if fc is None or not fc.carry_forward or fc.commitment_term_quarters is not None:
-        return 0.0
-    return sum(lot.usd_per_hour for lot in results[-1].lots)
+    return sum(lot.usd_per_hour for lot in results[-1].lots) if fc is not None and fc.unpriced_after_end else 0.0
 
 
 def fleet_forecast_markdown(name: str, results: list[FleetQuarter], fleet: FleetInputs) -> str:

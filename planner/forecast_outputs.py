@@ -419,14 +419,16 @@ def after_end_headline(usd: float | None, last_quarter: str, unpriced_usd_per_ho
     return ""
 
 
-def _unpriced_at_the_end(results: Sequence[QuarterResult]) -> float:
-    """What the forecast's reservations cost per hour at its end where they run on unpriced: with
-    carry_forward and no term (without carry_forward, a quarter's reservations are its own)."""
-    last = results[-1]
-    fc = last.plan.scenario.forecast
-    if fc is None or not fc.carry_forward or fc.commitment_term_quarters is not None:
-        return 0.0
+def _held_usd_per_hour(last: QuarterResult) -> float:
+    """What the commitments held in a quarter cost per hour."""
     return sum(n * last.reserved_price[g] for g, n in last.reserved_gpus.items() if n)
+
+
+def _unpriced_at_the_end(results: Sequence[QuarterResult]) -> float:
+    """What the forecast's reservations cost per hour at its end where they run on unpriced
+    (Forecast.unpriced_after_end)."""
+    fc = results[-1].plan.scenario.forecast
+    return _held_usd_per_hour(results[-1]) if fc is not None and fc.unpriced_after_end else 0.0
 
 
 def _peak_lines(results: Sequence[QuarterResult]) -> list[str]:
@@ -483,12 +485,9 @@ def _price_basis_lines(results: Sequence[QuarterResult]) -> list[str]:
     scn, catalog = first.scenario, first.catalog
     fc = scn.forecast
     stated = {g for q in fc.quarters for g in q.prices}
-    prices = []
-    for g in sorted({p.config.gpu.id for r in results for p in r.plan.pools} - stated):
-        cand = next((c for c in scn.gpu_candidates if c.id == g), None)
-        catalog_usd = catalog.gpu(g).price_usd_per_hour
-        usd = catalog_usd if cand is None else cand.price_per_hour(catalog_usd)
-        prices.append(f"{g} {usd_rate_text(usd)} ({'the catalog' if usd == catalog_usd else 'the scenario'}'s)")
+    paid = {p.config.gpu.id: p.config.price_usd_per_hour for r in results for p in r.plan.pools}  # as the pools CSV
+    prices = [f"{g} {usd_rate_text(usd)} ({'the catalog' if usd == catalog.gpu(g).price_usd_per_hour else 'the scenario'}'s)"
+              for g, usd in sorted(paid.items()) if g not in stated]
     lines = []
     if prices:
         lines.append("On-demand prices, per GPU-hour, in every quarter: " + ", ".join(prices)
@@ -635,7 +634,7 @@ def _held_at_the_end(results: Sequence[QuarterResult]) -> str:
     runs past the forecast, which its total does not count."""
     last = results[-1]
     holding = {g: n for g, n in last.reserved_gpus.items() if n}
-    usd = sum(n * last.reserved_price[g] for g, n in holding.items())
+    usd = _held_usd_per_hour(last)
     fc = last.plan.scenario.forecast
     carried = fc is not None and fc.carry_forward
     term = None if fc is None else fc.commitment_term_quarters

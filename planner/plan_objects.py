@@ -52,9 +52,14 @@ class Config:
     price_usd_per_hour: float
     precision_bits: tuple[float, float]  # (weights, KV cache) bits per element: which tied plan to keep
 
+    @property
+    def hardware(self) -> str:
+        """Its GPUs, 'h100-sxm tp2': how the report tells apart pools of one class."""
+        return f"{self.gpu.id} tp{self.tp}"
+
     def label(self, limit: int) -> str:
         """Its name in reports, the JSON and the ILP's variables, with the context limit it serves."""
-        return f"{self.gpu.id} tp{self.tp} w:{self.weight_dtype} kv:{self.kv_dtype} ctx:{limit}"
+        return f"{self.hardware} w:{self.weight_dtype} kv:{self.kv_dtype} ctx:{limit}"
 
     @property
     def key(self) -> tuple:

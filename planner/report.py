@@ -310,7 +310,7 @@ def _redundancy_text(plan: Plan) -> str:
     per_class = Counter(pool.traffic_class.name for pool in plan.pools)
     single = list(dict.fromkeys(
         pool.traffic_class.name if per_class[pool.traffic_class.name] == 1
-        else f"{pool.traffic_class.name} on {pool.config.gpu.id} tp{pool.config.tp}"  # a class of several pools
+        else f"{pool.traffic_class.name} on {pool.config.hardware}"  # a class of several pools
         for pool in plan.pools if pool.replicas == 1))
     # A fleet the scenario states is checked as given: the rule is the optimiser's, not the fleet's.
     text = f" Every pool keeps at least {least} replicas (min_replicas_per_pool)." if least > 1 and not plan.given_fleet else ""
@@ -372,7 +372,7 @@ def routing_notes(plan: Plan) -> list[str]:
             continue
         tc = pools[0].traffic_class
         replicas = sum(pool.replicas for pool in pools)
-        weights = ", ".join(f"{share:.1f}% to the {replicas_text(pool.replicas)} on {pool.config.gpu.id} tp{pool.config.tp}"
+        weights = ", ".join(f"{share:.1f}% to the {replicas_text(pool.replicas)} on {pool.config.hardware}"
                             for pool, share in zip(pools, _tenths_adding_to_100([p.class_part for p in pools]), strict=True))
         even = tc.rate_rps / replicas  # each replica's rate, spread evenly
         weakest = min(pools, key=lambda pool: pool.planned_rps)
@@ -933,6 +933,12 @@ def write_report(plan: Plan, out_dir: Path, *, sections: tuple[str, ...] = ()) -
 FIGURE_SUFFIXES = {"ttft": "_ttft_target.png", "traffic": "_traffic.png", "split": "_split.png"}
 
 
+def figure_kinds(stated_fleet: bool) -> tuple[str, ...]:
+    """The kinds of figure a report may draw (a TTFT figure only where a band states a TTFT target):
+    a stated fleet is audited, not explored, so its traffic is its only one."""
+    return ("traffic",) if stated_fleet else tuple(FIGURE_SUFFIXES)
+
+
 def start_figures(plan: Plan, *, prefix: str = "") -> dict[str, tuple[str, Callable[[], bytes]]]:
     """The plan's figures, started (planner.worker_pool): kind -> (file name
     <prefix><name><FIGURE_SUFFIXES[kind]>, a call that returns its PNG bytes)."""
@@ -948,7 +954,7 @@ def start_figures(plan: Plan, *, prefix: str = "") -> dict[str, tuple[str, Calla
             title=f"{name}: cost per hour against the TTFT target"))
     started["traffic"] = (stem + FIGURE_SUFFIXES["traffic"],
                           start_traffic_figure(plan.served, plan.context_limit, plan.scenario.thresholds))
-    if not plan.given_fleet:  # a stated fleet's report explores no other plans: nothing to draw
+    if "split" in figure_kinds(plan.given_fleet):
         started["split"] = (stem + FIGURE_SUFFIXES["split"], draw(
             "cost_figure", rows=[(o.name, o.cost_per_hour) for o in plan.split_analysis + plan.levers],
             title=f"{name}: cost per hour by split option and lever"))

@@ -392,9 +392,12 @@ def test_the_shipped_fleet_forecast_ties_its_binding_cap_to_what_carry_forward_t
     """fleet_2027q1's 2027Q2 H100 cap sends load to other types on demand, which carry_forward then
     commits for a year: the cap's sentence names those commitments (the table's rows priced at the
     capped quarter's terms) and what they cost over their term, so the analyst sees what the cap signs."""
-    from planner.units import usd_text
+    from planner.units import HOURS_PER_QUARTER, usd_text
 
-    md = (Path(__file__).resolve().parent.parent / "reports" / "fleet_2027q1_forecast.md").read_text(encoding="utf-8")
+    root = Path(__file__).resolve().parent.parent
+    md = (root / "reports" / "fleet_2027q1_forecast.md").read_text(encoding="utf-8")
+    term = yaml.safe_load((root / "scenarios" / "fleet_2027q1.yaml").read_text(encoding="utf-8"))["forecast"][
+        "commitment_term_quarters"]
     cap = next(line for line in md.splitlines() if line.startswith("At its cap ("))
     quarter = re.match(r"At its cap \((\d{4}Q\d) ", cap).group(1)
     rows = [line.split("|")[1:-1] for line in md.splitlines() if re.match(r"^\| \d{4}Q\d \| \d{4}Q\d \| \+", line)]
@@ -403,7 +406,8 @@ def test_the_shipped_fleet_forecast_ties_its_binding_cap_to_what_carry_forward_t
     assert len(lots) == 3 and {g for _, g, _ in lots} == {"h100-sxm", "h200", "l40s"}
     per_hour = sum(n * usd for n, _, usd in lots)
     assert (f"({quarter}'s " + ", ".join(f"{n} {g}" for n, g, _ in lots)
-            + f", {usd_text(per_hour)}/hour, {usd_text(per_hour * 2190 * 4)} over its 4-quarter term)") in cap
+            + f", {usd_text(per_hour)}/hour, {usd_text(per_hour * HOURS_PER_QUARTER * term)} over its {term}-quarter "
+            "term)") in cap
 
 
 def test_a_binding_caps_commitments_are_what_carry_forward_takes_from_it_not_a_quarters_own_reserved(tmp_path):
@@ -412,7 +416,7 @@ def test_a_binding_caps_commitments_are_what_carry_forward_takes_from_it_not_a_q
     terms, from itself): an outside review found the first version counting them as "run on demand"."""
     from planner.fleet import load_fleet
     from planner.fleet_forecast import fleet_forecast_markdown, run_fleet_forecast
-    from planner.units import usd_text
+    from planner.units import HOURS_PER_QUARTER, usd_text
 
     slo = {"statistic": "p99", "bands": [{"ttft_s": 1.0, "tpot_ms": 50}]}
     path = write_fleet(
@@ -435,7 +439,8 @@ def test_a_binding_caps_commitments_are_what_carry_forward_takes_from_it_not_a_q
     per_hour = sum(c.gpus * c.usd_per_gpu_hour for c in carried)
     sentence = next(line for line in md.splitlines() if line.startswith("At its cap ("))
     assert ("(2027Q1's " + ", ".join(f"{c.gpus} {c.gpu}" for c in carried)
-            + f", {usd_text(per_hour)}/hour, {usd_text(per_hour * 2190 * 4)} over its 4-quarter term)") in sentence
+            + f", {usd_text(per_hour)}/hour, {usd_text(per_hour * HOURS_PER_QUARTER * 4)} over its 4-quarter term)"
+            ) in sentence  # the term the test's forecast states
     assert "2027Q2's" not in sentence  # it ran nothing beyond its commitments: it carries nothing forward
 
 

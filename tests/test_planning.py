@@ -137,9 +137,9 @@ def test_a_class_on_several_pools_is_routed_by_weight_and_says_what_an_even_spre
 
     tc = SimpleNamespace(label="all (≤ 8,192 tokens)", rate_rps=100.0)
     fake = [SimpleNamespace(traffic_class=tc, replicas=2, planned_rps=30.0, class_part=0.4,
-                            config=SimpleNamespace(gpu=SimpleNamespace(id="h100-sxm"), tp=1)),
+                            config=SimpleNamespace(gpu=SimpleNamespace(id="h100-sxm"), tp=1, hardware="h100-sxm tp1")),
             SimpleNamespace(traffic_class=tc, replicas=3, planned_rps=25.0, class_part=0.6,
-                            config=SimpleNamespace(gpu=SimpleNamespace(id="h200"), tp=1))]
+                            config=SimpleNamespace(gpu=SimpleNamespace(id="h200"), tp=1, hardware="h200 tp1"))]
     assert routing_notes(SimpleNamespace(pools=fake)) == [
         "**Route the all (≤ 8,192 tokens) class to its pools by weight**: 40.0% to the 2 replicas on h100-sxm tp1, "
         "60.0% to the 3 replicas on h200 tp1 (each pool's part of the class's rate, as certification replays it)."]

@@ -140,14 +140,12 @@ def _report_files(kind: str, inputs) -> list[tuple[str, str]]:
     """The names of the files a scenario's or a fleet's report may write in the output folder (a
     TTFT figure only where a band states a TTFT target), each with whose they are ('' for the
     report's own, "service 'x' " for a fleet service's figures)."""
-    from planner.report import FIGURE_SUFFIXES
+    from planner.report import FIGURE_SUFFIXES, figure_kinds
 
-    suffixes = list(FIGURE_SUFFIXES.values())
+    suffixes = [FIGURE_SUFFIXES[k] for k in figure_kinds(kind == "scenario" and bool(inputs.scenario.fleet))]
     if kind == "scenario":
         name = inputs.scenario.name
         stems = [(name, "")]
-        if inputs.scenario.fleet:  # audited, not explored: its traffic is its only figure (report.start_figures)
-            suffixes = [FIGURE_SUFFIXES["traffic"]]
     else:
         name = inputs.spec.name
         stems = [(f"{name}_{svc.inputs.scenario.name}", f"service '{svc.inputs.scenario.name}' ")

@@ -68,6 +68,12 @@ class Forecast(Strict):
     )
     quarters: list[QuarterSpec] = Field(min_length=1)
 
+    @property
+    def unpriced_after_end(self) -> bool:
+        """Whether the commitments the forecast makes run on past its last quarter unpriced: carried
+        forward with no term (without carry_forward a quarter's reservations are its own)."""
+        return self.carry_forward and self.commitment_term_quarters is None
+
     def demand_multipliers(self) -> list[float]:
         """Each quarter's demand over the base: its growth compounded on the quarter before's
         (growth_mode compound), or applied to the base (relative)."""
