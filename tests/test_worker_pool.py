@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 
+import numpy as np
 import pytest
 
 from planner import worker_pool
@@ -21,12 +22,42 @@ def _rows(i: int) -> dict:
     return {"rows": [(f"option {j}", 10.0 + i + j) for j in range(12)], "title": f"figure {i}"}
 
 
+def _histogram():
+    from planner.histogram import Histogram
+
+    rng = np.random.default_rng(3)
+    return Histogram.from_arrays(np.exp(rng.normal(6.5, 1.5, 2000)).astype(np.int64) + 1,
+                                 np.exp(rng.normal(5.0, 1.0, 2000)).astype(np.int64) + 1)
+
+
+# Every kind of figure, with a legend, a colour bar, a twin axis, text and log axes among them: the
+# worker's matplotlib builds its artists' classes without their `set` help (worker_pool's
+# _artists_without_set_signatures), which must not change a pixel.
+_FIGURES = {
+    "traffic_figure": lambda: {"hist": _histogram(), "limit": 131072, "thresholds": [8192, 16384]},
+    "cost_figure": lambda: _rows(0),
+    "target_figure": lambda: {"points": [(2.0, 77.7), (1.0, 143.8), (0.5, float("inf"))], "xlabel": "TTFT p99 (s)",
+                              "title": "target"},
+    "forecast_figure": lambda: {"quarters": ["2027Q1", "2027Q2"], "cpm": {"list": [1.5, 1.25], "gap": [1.0, None]},
+                                "gpus": [8, 12], "title": "forecast"},
+}
+
+
 def test_worker_figures_are_the_bytes_drawn_in_process():
-    here = draw("cost_figure", **_rows(0))()
+    here = {kind: draw(kind, **args())() for kind, args in _FIGURES.items()}
     with worker_processes():
-        assert worker_pool._workers  # the figure below is a worker's
-        there = draw("cost_figure", **_rows(0))()
-    assert there == here and there.startswith(b"\x89PNG")
+        assert worker_pool._workers  # the figures below are a worker's
+        there = {kind: draw(kind, **args())() for kind, args in _FIGURES.items()}
+    assert there == here and all(png.startswith(b"\x89PNG") for png in there.values())
+
+
+def test_a_worker_builds_matplotlibs_artists_without_their_set_help_and_this_process_with_it():
+    code = ("from planner.worker_pool import _artists_without_set_signatures as skip; skip(); "
+            "from matplotlib.lines import Line2D; print(Line2D.set.__doc__ is None)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "True\n"
+    from matplotlib.lines import Line2D
+
+    assert "linewidth" in Line2D.set.__doc__  # this process (the tests') keeps matplotlib's own
 
 
 def test_many_figures_sent_before_any_is_read_all_come_back(monkeypatch):
