@@ -34,19 +34,27 @@ def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, alone: bool = False,
                  sweep: Callable[[], list[tuple[float, Outcome]]] | None = None,
                  context: Callable[[], Outcome | None] | None = None, search: LazySearch | None = None,
                  figures_ready: Callable[[Plan], None] | None = None) -> Plan:
-    """The plan's explorations: each split option, the next-best distinct plans, the peak's
-    sensitivity, the levers, the best certified plan per GPU type and the TTFT target's cost.
+    """The plan's explorations: the best certified plan per GPU type, each split option, the
+    next-best distinct plans, the peak's sensitivity, the levers and the TTFT target's cost.
     `solve` answers the re-solves (its scenario's inventory caps and its commitments apply). alone:
     the plan was made by other rules than `solve`'s (a fleet service's, by the fleet's ILP, which
     prices the fleet's commitments and shares its caps): the plan `solve` makes is found first, and
-    the rows are measured against it (Plan.alone), so that its own x1 rows read the same. sweep, context: the TTFT
-    sweep and the context-limit lever already started (start_ttft_sweep, start_context_lever)
-    [default: both started now]. search: the plan's own lazy search, whose searched pairs and
-    bounds the re-solves start from [default: one over the plan's evaluator]. figures_ready: called
-    with the plan as soon as what its report's figures show is known, so that the command starts
-    drawing them in a worker while this process plans on: once the split options and levers are
-    known (the TTFT sweep not yet), and again with the sweep, before the per-GPU plans are
-    certified (a figure started twice is drawn once: worker_pool.start)."""
+    the rows are measured against it (Plan.alone), so that its own x1 rows read the same.
+
+    A certified plan's per-GPU plans are certified first: every row after them is priced by the
+    model scaled by what certification measured, and their replays measure configs the plan does not
+    run (a GPU type's own limit, and its class's least ratio). Priced before them, a row could plan a
+    config at a capacity the per-GPU table beside it shows it does not hold (the shipped fleet's
+    chat_8b planned alone on 4 l40s at 5.8 requests/s each, while its certified l40s-only plan needed
+    27 for 145 requests/s: under 5.6 each).
+
+    sweep, context: the TTFT sweep and the context-limit lever already started (start_ttft_sweep,
+    start_context_lever) [default: started now; a certified plan's sweep, after its per-GPU
+    plans]. search: the plan's own lazy search, whose searched pairs and bounds the re-solves start
+    from [default: one over the plan's evaluator]. figures_ready: called with the plan as soon as
+    what its report's figures show is known, so that the command starts drawing them in a worker
+    while this process plans on: once the split options and levers are known (the TTFT sweep not
+    yet), and again with the sweep (a figure started twice is drawn once: worker_pool.start)."""
     scn, classes, inventory = st.scn, st.classes, solve.inventory
     least = scn.min_replicas_per_pool  # what a re-solve's no-plan message may blame
     search = search or LazySearch(st.evaluator, solve, classes, st.configs)
@@ -54,12 +62,20 @@ def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, alone: bool = False,
     # the sweep is read), each run here instead when the worker has not begun it by then.
     if context is None:
         context = start_context_lever(st, solve)
+    if plan.certification:
+        if sweep is not None:
+            raise ValueError("a certified plan's TTFT sweep starts after its per-GPU plans are certified")
+        per_gpu_plans = _per_gpu_plans(st, solve)
+        replay_ahead([(st, details) for *_, details in per_gpu_plans])  # every type's replays side by side
+        per_gpu = _per_gpu(st, per_gpu_plans, inventory, solve)
+    else:
+        per_gpu = []
     if sweep is None:
         sweep = start_ttft_sweep(st, solve)
     sol = search.solve() if alone else plan.solution
     if not sol.pools:  # the fleet's plan is one the service can make alone, so this is a safeguard
         alone, sol = False, plan.solution
-    with stage("explorations", 6, " steps") as step:
+    with stage("explorations", 5, " steps") as step:
         split = []
         for k in classes:
             # The chosen option's row is the plan itself: a re-solve restricted to it has the same
@@ -86,9 +102,6 @@ def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, alone: bool = False,
                 classes, search.evaluations(), inventory, rate_scale=m, min_replicas=least,
                 type_rule=solve.type_rule)))
         step.advance()
-        # The per-GPU plans' replays run in threads while the levers are computed here.
-        per_gpu_plans = _per_gpu_plans(st, solve) if plan.certification else []
-        replay_ahead([(st, details) for *_, details in per_gpu_plans])
         levers = _levers(scn, st.catalog, st.model, st.served, st.limit, st.peak_rps, st.evaluator, st.configs, classes,
                          search, sol, inventory, solve, context, st.hist.requests)
         step.advance()
@@ -96,20 +109,18 @@ def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, alone: bool = False,
             figures_ready(dataclasses.replace(plan, split_analysis=split, levers=levers))
         swept = sweep()
         step.advance()
-        # A re-solve's pool may run a dtype variant the plan's evaluations hold unsized (plan_search.prefer_precise).
-        sized = {e.key: e for e in search.evaluations() if e.capacity is not None}
-        evaluations = [sized.get(e.key, e) if e.unsized else e for e in plan.evaluations]
-        explored = dataclasses.replace(plan, evaluations=evaluations, split_analysis=split, alternatives=alternatives,
-                                       sensitivity=sensitivity, levers=levers, ttft_sweep=swept,
-                                       alone=outcome_of("alone", sol) if alone else None,
-                                       alone_caps=dict(inventory) if alone else None,
-                                       alone_committed=solve.pool_types if alone else frozenset(),
-                                       alone_type_rule=solve.type_rule if alone else None)
-        if figures_ready is not None:
-            figures_ready(explored)
-        per_gpu = _per_gpu(st, per_gpu_plans, inventory, solve)
-        step.advance()
-    return dataclasses.replace(explored, per_gpu=per_gpu)
+    # A re-solve's pool may run a dtype variant the plan's evaluations hold unsized (plan_search.prefer_precise).
+    sized = {e.key: e for e in search.evaluations() if e.capacity is not None}
+    evaluations = [sized.get(e.key, e) if e.unsized else e for e in plan.evaluations]
+    explored = dataclasses.replace(plan, evaluations=evaluations, split_analysis=split, alternatives=alternatives,
+                                   sensitivity=sensitivity, levers=levers, ttft_sweep=swept, per_gpu=per_gpu,
+                                   alone=outcome_of("alone", sol) if alone else None,
+                                   alone_caps=dict(inventory) if alone else None,
+                                   alone_committed=solve.pool_types if alone else frozenset(),
+                                   alone_type_rule=solve.type_rule if alone else None)
+    if figures_ready is not None:
+        figures_ready(explored)
+    return explored
 
 
 TTFT_SWEEP = (0.5, 0.75, 1.0, 1.5, 2.0)  # multipliers on every band's TTFT limit
@@ -163,11 +174,11 @@ def _per_gpu(st: Setup, plans: list[tuple], inventory, solve) -> list[Outcome]:
 def start_ttft_sweep(st: Setup, solve: Resolver) -> Callable[[], list[tuple[float, Outcome]]]:
     """ttft_sweep of the plan, started in a worker (planner.worker_pool).
 
-    The sweep is calibrated by what the plan's own certification measured: the calibration is
-    taken now, before the per-GPU plans' certifications add to it, so the sweep's answer does not
-    depend on which explorations ran first or where it runs. A class's calibration travels keyed
-    by its option, name and context limit (Evaluator.class_calibration), and a measured pair's own
-    ratio by its config too (Evaluator.measured_ratios)."""
+    The sweep is calibrated by what certification has measured when it starts (explore_plan starts a
+    certified plan's once its per-GPU plans are certified, as the other explorations are priced):
+    the calibration is taken now, so the sweep's answer does not depend on where it runs. A class's
+    calibration travels keyed by its option, name and context limit (Evaluator.class_calibration),
+    and a measured pair's own ratio by its config too (Evaluator.measured_ratios)."""
     calibration, measured = sweep_calibration(st)
     if not any(b.ttft_s for b in st.scn.slo.bands):
         return list

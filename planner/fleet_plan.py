@@ -191,8 +191,9 @@ def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool |
     if explore:
         alone = [_alone(setups, plans, i, fleet.shared_caps, frozenset(fleet.commitments), fleet.spec.max_gpu_types)
                  for i in range(len(plans))]
-        # Every service's TTFT sweep goes to the worker at once, while the others run here.
-        sweeps = [start_ttft_sweep(st, solve) for st, solve in alone]
+        # Every service's TTFT sweep goes to the worker at once, while the others run here; a
+        # certified service's once its per-GPU plans are certified (explore_plan).
+        sweeps = [None if plan.certification else start_ttft_sweep(st, solve) for (st, solve), plan in zip(alone, plans, strict=True)]
         plans = [dataclasses.replace(explore_plan(st, plan, solve, alone=True, sweep=sweep, figures_ready=figures_ready),
                                      alone_shared_caps=frozenset(fleet.shared_caps))
                  for (st, solve), plan, sweep in zip(alone, plans, sweeps, strict=True)]

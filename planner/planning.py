@@ -18,12 +18,7 @@ from planner.certification import certify_plans
 from planner.deployment import supported_problem
 from planner.errors import InfeasibleError, InputError
 from planner.evaluator import Evaluator, Measurements
-from planner.exploration import (
-    explore_plan,
-    start_context_lever,
-    start_ttft_sweep,
-    sweep_calibration,
-)
+from planner.exploration import explore_plan, start_context_lever
 from planner.histogram import Histogram
 from planner.ilp import FleetSolution, Pool, paid_per_hour
 from planner.plan_objects import (
@@ -84,7 +79,7 @@ def make_plan(
     # set's worker idled 0.6 s; the lever costs it 0.5 s from nothing, 0.4 s after the plan). The
     # TTFT sweep waits: its tighter steps start from the plan's capacities (without them its chains
     # took 0.1 CPU-s more on the 128k rollout and 0.6 more on the full set, and both ran slower).
-    context = sweep = None
+    context = None
     if explore and not certifying:
         context = start_context_lever(st, solve)
     # A pair is done when searched, or when the plan is found without it (its bound settles it).
@@ -100,21 +95,18 @@ def make_plan(
     if not sol.pools:
         raise InfeasibleError(no_plan_message(sol, scn, st.classes, evals, solve.inventory))
     pools = pool_details(st.evaluator, evals, sol)
-    # Certification's replays leave a core idle; the context-limit lever needs nothing they decide,
-    # and the TTFT sweep only the calibration certification leaves, which most often it does not
-    # change (no pool re-planned): the sweep starts now and starts again if it does.
+    # Certification's replays leave a core idle; the context-limit lever needs nothing they decide.
+    # (The TTFT sweep is priced by what certification measures, the per-GPU plans' included:
+    # explore_plan starts it after them.)
     if certifying and explore:
         context = start_context_lever(st, solve)
-        calibration, sweep = sweep_calibration(st), start_ttft_sweep(st, solve)
     if certifying:
         [(evals, sol, pools, certification)] = certify_plans(
             [(st, evals, sol, pools)], lambda _: [(search.solve(**question), search.evaluations())],
             rounds=scn.simulation.max_rounds,
         )
-        if sweep is not None and sweep_calibration(st) != calibration:
-            sweep = None
     plan = assemble_plan(st, evals, sol, pools, certification)
-    return (explore_plan(st, plan, solve, sweep=sweep, context=context, search=search,
+    return (explore_plan(st, plan, solve, context=context, search=search,
                          figures_ready=figures_ready) if explore else plan)
 
 

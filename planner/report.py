@@ -119,13 +119,12 @@ def _explorations(plan: Plan, figures: dict[str, str], left: str) -> str:
     levers, next-best plans, the peak's sensitivity (with the split and TTFT figures)."""
     out: list[str] = []
     w = out.append
-    base = plan.compared_usd_per_hour
     w("## Split analysis")
     w("")
     if _fleet_rules_show(plan):
         w(_explored_in_fleet(plan))
         w("")
-    w(_outcomes_table(plan.split_analysis, base, "Option"))
+    w(_outcomes_table(plan.split_analysis, plan, "Option"))
     if left:
         w("")
         w(f"Not analysed: {left}.")
@@ -145,11 +144,11 @@ def _explorations(plan: Plan, figures: dict[str, str], left: str) -> str:
       + (" Where a lever leaves a single GPU type, that type's certified plan above is the surer price."
          if _lever_leaves_one_certified_type(plan) else ""))
     w("")
-    w(_outcomes_table(plan.levers, base, "Lever"))
+    w(_outcomes_table(plan.levers, plan, "Lever"))
     w("")
     w("## Next-best distinct plans")
     w("")
-    w(_outcomes_table(plan.alternatives, base, "Plan") if plan.alternatives else "No other feasible plan.")
+    w(_outcomes_table(plan.alternatives, plan, "Plan") if plan.alternatives else "No other feasible plan.")
     w("")
     w("## Sensitivity to the peak rate")
     w("")
@@ -641,12 +640,13 @@ def _per_gpu(plan: Plan) -> str:
     return "\n".join([
         "## The best certified plan on each GPU type", "",
         "The plan re-solved on one GPU type at a time and certified by simulation like the plan itself.", "",
-        _outcomes_table(plan.per_gpu, plan.compared_usd_per_hour, "GPU type"), "", ""])
+        _outcomes_table(plan.per_gpu, plan, "GPU type"), "", ""])
 
 
 # How the explorations' re-solves are priced: they are not certified as the plan is.
-BY_THE_MODEL = ("by the model (each config scaled by what certification measured: its own simulated / model capacity "
-                "ratio, else its class's least; these rows are not simulated themselves)")
+BY_THE_MODEL = ("by the model (each config scaled by what certification measured, the per-GPU plans' replays included: "
+                "its own simulated / model capacity ratio, else its class's least; these rows are not simulated "
+                "themselves)")
 
 
 def _sweep(plan: Plan, figure: str | None) -> str:
@@ -672,7 +672,8 @@ def _sweep(plan: Plan, figure: str | None) -> str:
     return "\n".join(lines) + "\n\n"
 
 
-def _outcomes_table(rows: list[Outcome], base: float, head: str) -> str:
+def _outcomes_table(rows: list[Outcome], plan: Plan, head: str) -> str:
+    base = plan.compared_usd_per_hour
     lines = [f"| {head} | $/hour | vs plan | GPUs | Plan |", "|---|---:|---:|---:|---|"]
     for o in rows:
         if o.feasible:

@@ -272,6 +272,49 @@ def test_replays_started_ahead_are_the_ones_certification_would_run(catalog, mon
     assert len(ahead) == 2 and any(feasible for _, feasible, *_ in ahead)
 
 
+def test_a_certified_plans_explorations_are_priced_by_what_its_per_gpu_plans_measured(catalog, monkeypatch):
+    """The per-GPU plans are certified before the other explorations are solved, so a capacity their
+    replays measure prices every row after them. Solved before them, the shipped fleet's chat_8b alone
+    ran 4 l40s at 5.8 requests/s each beside its certified l40s-only plan of 27 for 145 requests/s (under
+    5.6 each). Here the l40s-only plan's certification is taken to measure every l40s pair at half its
+    model capacity: no row may then plan an l40s replica above that."""
+    import planner.exploration as exploration
+    from planner.planning import make_plan
+
+    halves = {}
+    per_gpu = exploration._per_gpu
+
+    def measuring(st, plans, inventory, solve):
+        out = per_gpu(st, plans, inventory, solve)
+        for e in st.evaluator.evaluate_all(st.classes, [c for c in st.configs if c.gpu.id == "l40s"]):
+            if e.capacity is not None and e.capacity.max_rps > 0:
+                half = e.capacity.max_rps / 2
+                st.evaluator.record_simulated(e, half)
+                halves[(e.traffic_class.option, e.traffic_class.name, e.config.label(e.traffic_class.max_model_len))] = half
+        return out
+
+    monkeypatch.setattr(exploration, "_per_gpu", measuring)
+    scn = Scenario.model_validate({
+        "name": "t", "model": "llama-3.1-8b", "context_limit": 16384,
+        "traffic": {"source": {"constant": {"prompt_tokens": 1, "output_tokens": 1}}},
+        "slo": {"bands": [{"ttft_s": 2.0, "tpot_ms": 60}]},
+        "gpus": [{"id": "h100-sxm", "max_gpus": 1}, "l40s"], "tp": [1], "weight_dtypes": ["bf16"], "kv_dtypes": ["fp8"],
+        "verify": True, "simulation": {"requests": 1000, "band_requests": 1000},
+    })
+    plan = make_plan(scn, catalog, catalog.model("llama-3.1-8b"),
+                     mixed_traffic().select_total(at_most=16384), 40.0)
+    # (the TTFT sweep's rows are other targets' capacities, each scaled by its pair's measured ratio;
+    # the plan's own rows are the plan, certified as it is)
+    rows = [o for o in (*plan.split_analysis, *plan.levers, *plan.alternatives, *plan.sensitivity)
+            if o.solution is not plan.solution]
+    l40s = [(o.name, o.solution.option, p) for o in rows if o.feasible for p in o.solution.pools if p.gpu == "l40s"]
+    assert halves and l40s  # the rows run l40s pools, priced at what was measured
+    for name, option, p in l40s:
+        measured = halves.get((option, p.traffic_class, p.config))
+        if measured is not None:  # (a lever's other dtypes or limit are other pairs)
+            assert p.capacity_rps <= measured * (1 + 1e-9), (name, option, p)
+
+
 def test_a_recalibrated_search_keeps_variants_proved_below_a_sibling_unsearched(catalog, monkeypatch):
     """Certification lowers a class's calibration and the plan is asked again: the lazy search reads
     its pairs again with the new calibration, and a dtype variant evaluate_all proved below its

@@ -272,10 +272,10 @@ def test_the_entry_point_imports_without_collections_and_freezes_what_they_made(
     assert seen["collecting"] is True and seen["frozen"] > 1000
 
 
-def test_a_scenarios_figures_are_started_before_its_per_gpu_plans_are_certified(tmp_path, monkeypatch):
-    """`planner solve` starts a scenario's figures once what they show is known, before the per-GPU
-    plans' certification, with the arguments its report gives them: the report sends the worker no
-    job, and its files are those drawn with no worker."""
+def test_a_scenarios_figures_are_started_as_its_explorations_are_known(tmp_path, monkeypatch):
+    """`planner solve` starts a scenario's figures once what they show is known, after the per-GPU
+    plans' certification (which prices the explorations they show), with the arguments its report
+    gives them: the report sends the worker no job, and its files are those drawn with no worker."""
     from click.testing import CliRunner
     from scenario_files import write_scenario
 
@@ -312,7 +312,7 @@ def test_a_scenarios_figures_are_started_before_its_per_gpu_plans_are_certified(
     assert r.exit_code == 0, r.output
     jobs = [e for e in events if e.startswith("figures:")]
     assert sorted(jobs) == ["figures:cost_figure", "figures:target_figure", "figures:traffic_figure"]
-    assert events.index("figures") < events.index("per-GPU plans")  # started ahead of the replays
+    assert events.index("per-GPU plans") < events.index("figures")  # their replays price what the figures show
     # the cost figure as soon as the levers are known, the TTFT figure once the sweep is read
     assert events.index("figures:cost_figure") < events.index("sweep read") < events.index("figures:target_figure")
     report_call = len(events) - events[::-1].index("figures") - 1
