@@ -31,7 +31,9 @@ from planner.fleet_report import TIED_SPLIT_TEXT, not_served
 
 # One table format for both forecasts: the Column type, its cells and CSV writing.
 from planner.forecast_outputs import (
+    COMMITTED_AFTER_END,
     MEASURED_ONCE_TEXT,
+    SPAN_COLUMNS,
     Column,
     _csv,
     _table,
@@ -41,6 +43,8 @@ from planner.forecast_outputs import (
     growth_text,
     item_column,
     next_commitments_text,
+    span_totals,
+    summed,
     table_file,
     write_texts,
 )
@@ -216,8 +220,8 @@ QUARTER_COLUMNS: tuple[Column, ...] = (
     Column("total_usd_per_hour", "number", "the fleet's cost: the three above together, USD per hour", lambda r: r.cost_per_hour),
     Column("total_usd_per_month", "number", f"the fleet's cost per month ({HOURS_PER_MONTH} hours), USD",
            lambda r: r.cost_per_hour * HOURS_PER_MONTH),
-    Column("total_usd", "number", f"the fleet's cost over the quarter ({HOURS_PER_QUARTER:,} hours), USD",
-           lambda r: r.cost_per_hour * HOURS_PER_QUARTER),
+    Column("total_usd", "number", f"the fleet's cost over the {{period}} ({HOURS_PER_QUARTER:,} hours a quarter), USD",
+           lambda r: r.cost_per_hour * HOURS_PER_QUARTER, total=True),
     # The services' whole tokens summed, so that the services table adds up to this column (each
     # rounded on its own, the total rounded on its own was a token off their sum).
     Column("tokens_per_hour_at_peak", "number", "prompt + output tokens per hour, every service at its peak rate "
@@ -268,16 +272,22 @@ TYPE_COLUMNS: tuple[Column, ...] = (
            "to quarters.total_usd_per_hour"),
 )
 
-TABLES = {"quarters": QUARTER_COLUMNS, "services": SERVICE_COLUMNS, "types": TYPE_COLUMNS}
+# One row: the quarters' cost summed as written, and what the forecast's commitments cost after its end,
+# which that sum leaves out (the Markdown's headline says both).
+TOTAL_COLUMNS: tuple[Column, ...] = (*SPAN_COLUMNS, *summed(QUARTER_COLUMNS), COMMITTED_AFTER_END)
+
+TABLES = {"quarters": QUARTER_COLUMNS, "services": SERVICE_COLUMNS, "types": TYPE_COLUMNS, "total": TOTAL_COLUMNS}
 
 
 def fleet_forecast_tables(results: list[FleetQuarter]) -> dict[str, str]:
+    quarters = _table(QUARTER_COLUMNS, results)
+    after = committed_after_end_usd(results[-1].lots, len(results) - 1, _term(results[-1].plan.fleet))
     rows: dict[str, list] = {
-        "quarters": results,
         "services": [(r, p) for r in results for p in r.plan.plans],
         "types": [(r, t) for r in results for t in r.plan.types],
+        "total": [span_totals(quarters, QUARTER_COLUMNS, after)],
     }
-    return {name: _csv(_table(TABLES[name], rows[name])) for name in TABLES}
+    return {"quarters": _csv(quarters), **{name: _csv(_table(TABLES[name], rows[name])) for name in rows}}
 
 
 def _binds(t: TypeUse) -> bool:
@@ -515,7 +525,8 @@ def write_fleet_forecast(fleet: FleetInputs, results: list[FleetQuarter], out_di
     texts.update({table_file(name, t): text for t, text in fleet_forecast_tables(results).items()})
     package = datapackage(name, TABLES, description="Quarterly fleet forecast (planner forecast on a fleet file). "
                           "quarters: one row per quarter; services: one row per service per quarter; types: one row "
-                          "per GPU type per quarter, adding up to the quarter's cost.")
+                          "per GPU type per quarter, adding up to the quarter's cost; total: the quarters' cost summed, "
+                          "and what the forecast's commitments cost after its last quarter.")
     texts[f"{name}_forecast_datapackage.json"] = json.dumps(package, indent=2, ensure_ascii=False) + "\n"
     output_folder(out_dir)
     return write_texts(out_dir, texts)

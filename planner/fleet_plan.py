@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from planner.bounds import MAX_FLEET_GPUS
 from planner.certification import certify_plans, refreshed
 from planner.errors import InfeasibleError, InputError, PlannerError
 from planner.evaluator import Measurements
@@ -162,6 +163,8 @@ def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool |
         step.advance()
     if not joint.services[0].pools:
         raise InfeasibleError(_no_fleet_message(fleet, setups, joint), where=str(fleet.path))
+    if joint.gpus > MAX_FLEET_GPUS:  # each service within the bound (ilp refuses one beyond it), together not
+        raise InfeasibleError(_oversized_fleet_message(fleet, joint), where=str(fleet.path))
     joint, evals_per_service = _precise(setups, joint, [st.evals for st in setups])
     parts = [(st, evals, sol, pool_details(st.evaluator, evals, sol))
              for st, evals, sol in zip(setups, evals_per_service, joint.services, strict=True)]
@@ -271,6 +274,15 @@ def _models(fleet: FleetInputs, setups: list[Setup], evals_per_service, caps, ma
     return [service_model(st.scn, st.classes, evals, name=svc.name if len(setups) > 1 else "",
                           inventory=scenario_caps(st.scn), bound_types=bound)
             for svc, st, evals in zip(fleet.services, setups, evals_per_service, strict=True)]
+
+
+def _oversized_fleet_message(fleet: FleetInputs, joint: JointSolution) -> str:
+    """Why a fleet whose services each fit the bound on a fleet's GPUs is refused: together they do not."""
+    largest = sorted(zip(fleet.services, joint.services, strict=True), key=lambda pair: -pair[1].gpus)[:3]
+    return (f"the fleet needs {joint.gpus:,} GPUs ({', '.join(f'{svc.name} {sol.gpus:,}' for svc, sol in largest)}"
+            f"{', ...' if len(fleet.services) > 3 else ''}), more than the {MAX_FLEET_GPUS:,} that bound any fleet "
+            "(26 times the data-center GPUs shipped in 2023); check its services' traffic.peak, traffic.growth and "
+            "traffic.headroom")
 
 
 def _no_fleet_message(fleet: FleetInputs, setups, joint: JointSolution) -> str:

@@ -188,7 +188,7 @@ def _totals(fp: FleetPlan) -> str:
     lines += [
         "",
         "| Service | Model | Peak req/s served | Rejected (over its context limit) | Decision | GPUs "
-        "| $/hour at its own prices | $/hour as the fleet pays | $/M tokens as paid | Certified |",
+        "| $/hour at its own prices | $/hour as the fleet pays | $/M tokens as paid, at the peak | Certified |",
         "|---|---|---:|---:|---|---:|---:|---:|---:|---|",
     ]
     for plan in fp.plans:
@@ -210,8 +210,11 @@ def _totals(fp: FleetPlan) -> str:
         "The peak counts the requests a service serves; those longer than its context limit are rejected, not "
         "planned for. As the fleet pays, a GPU of a committed type costs its share of the type's commitments "
         "and on-demand GPUs; committed GPUs no service uses are the fleet's, so the services and the idle line add "
-        f"up to the fleet's cost (before each is rounded to the cent). {TIED_SPLIT_TEXT} {hours_text(quarters=False)} Amounts are US "
-        "dollars.",
+        "up to the fleet's cost (before each is rounded to the cent). $/M tokens as paid, at the peak: that cost over "
+        "the tokens (input and output) the service serves in an hour at its peak rate: a floor on what its tokens "
+        "cost, since no service runs at its peak all day (a fleet file prices no day curve; `planner forecast` on a "
+        "scenario of one service alone prices its day). "
+        f"{TIED_SPLIT_TEXT} {hours_text(quarters=False)} Amounts are US dollars.",
     ]
     own = sum(plan.cost_per_hour for plan in fp.plans)
     if abs(own - fp.cost_per_hour) >= 0.005:  # a cent, as the rows show
@@ -243,9 +246,11 @@ def _constraints(fp: FleetPlan) -> str:
                               "from the one it would make alone; its section says where it does."])
         return "\n".join([*lines, "No shared limit: no shared GPU type has a cap and no fleet-wide rule is set, so "
                           "every service's plan is the one it would make alone."])
+    measured = ("capacities as certification measured them" if any(p.certification for p in fp.plans)
+                else "no service was certified by simulation")
     lines += [
-        "Each shared limit re-solved with one more GPU (or GPU type) allowed, and without it, by the model (capacities "
-        "as certification measured them; these re-solves are not simulated themselves).",
+        "Each shared limit re-solved with one more GPU (or GPU type) allowed, and without it, by the model "
+        f"({measured}; these re-solves are not simulated themselves).",
         "",
         "| Constraint | Limit | Used | Binds | Fleet $/hour, one more allowed | Saves | Fleet $/hour without it | Saves |",
         "|---|---|---:|---|---:|---:|---:|---:|",
@@ -294,7 +299,7 @@ def _names(items: list[str]) -> str:
 
 def gpus_in_use_text(fp: FleetPlan) -> str:
     """The command line's words for a fleet's GPUs: '143 GPUs (96 h100-sxm, 16 h200, 31 l40s)'."""
-    return f"{gpus_text(fp.gpus)} ({', '.join(f'{t.used} {t.gpu}' for t in fp.types if t.used)})"
+    return f"{gpus_text(fp.gpus)} ({', '.join(f'{t.used:,} {t.gpu}' for t in fp.types if t.used)})"
 
 
 def idle_committed_text(fp: FleetPlan) -> str:

@@ -243,12 +243,43 @@ POOL_COLUMNS: tuple[Column, ...] = (
 )
 
 
-TOTAL_COLUMNS: tuple[Column, ...] = (
+# A total table's first columns (a scenario's forecast's and a fleet's): the quarters it sums.
+SPAN_COLUMNS: tuple[Column, ...] = (
     Column("first_quarter", "string", "the forecast's first quarter", lambda t: t["first_quarter"]),
     Column("last_quarter", "string", "the forecast's last quarter", lambda t: t["last_quarter"]),
     Column("quarters", "integer", "quarters summed (four quarters of one year: the year's total)", lambda t: t["quarters"]),
     Column("hours", "number", f"hours summed ({HOURS_PER_QUARTER:,} a quarter)", lambda t: t["hours"], digits=0),
-    *(Column(c.name, c.type, c.description, lambda t, n=c.name: t[n], c.digits, True) for c in QUARTER_COLUMNS if c.total),
+)
+# A total table's last column: what its sums leave out.
+COMMITTED_AFTER_END = Column(
+    "committed_after_end_usd", "number",
+    "what the commitments held in the last quarter still cost after it, each at its own price for the quarters its "
+    "term has left (forecast.commitment_term_quarters), USD; not in total_usd (empty: no term stated)",
+    lambda t: t["committed_after_end_usd"])
+
+
+def span_totals(quarter_rows: list[list[str]], columns: Sequence[Column], after_end_usd: float | None) -> dict[str, Any]:
+    """A total table's row from a quarters table as written (its header first): the span, each of
+    `columns` (those marked total) summed from its written cells, so that the file's rows add up to
+    the total exactly (None where a quarter has no value), and what is committed after the end."""
+    head, body = quarter_rows[0], quarter_rows[1:]
+    t: dict[str, Any] = {"first_quarter": body[0][0], "last_quarter": body[-1][0], "quarters": len(body),
+                         "hours": len(body) * HOURS_PER_QUARTER, "committed_after_end_usd": after_end_usd}
+    for c in columns:
+        if c.total:
+            cells = [row[head.index(c.name)] for row in body]
+            t[c.name] = None if "" in cells else sum(float(x) for x in cells)
+    return t
+
+
+def summed(columns: Sequence[Column]) -> tuple[Column, ...]:
+    """The total table's column for each quarters column marked total: the sum of its cells."""
+    return tuple(Column(c.name, c.type, c.description, lambda t, n=c.name: t[n], c.digits, True) for c in columns if c.total)
+
+
+TOTAL_COLUMNS: tuple[Column, ...] = (
+    *SPAN_COLUMNS,
+    *summed(QUARTER_COLUMNS),
     Column("usd_per_million_tokens_blended", "number",
            "total_usd / tokens, USD per million tokens (empty where a quarter's fleet cannot carry its peak: it does "
            "not serve those tokens)", lambda t: _blended_per_million(t)),
@@ -258,11 +289,7 @@ TOTAL_COLUMNS: tuple[Column, ...] = (
            lambda t: _per_million(t, "output_usd", "output_tokens")),
     *(Column(f"{k}_usd_per_million_tokens", "number", f"{k}_usd / tokens: {name}, USD per million tokens",
              lambda t, k=k: _per_million(t, f"{k}_usd", "tokens")) for k, name in POLICIES),
-    # last, so that the columns before it keep the places they had before it came
-    Column("committed_after_end_usd", "number",
-           "what the commitments held in the last quarter still cost after it, each at its own price for the "
-           "quarters its term has left (forecast.commitment_term_quarters), USD; not in total_usd (empty: no term "
-           "stated)", lambda t: t["committed_after_end_usd"]),
+    COMMITTED_AFTER_END,  # last, so that the columns before it keep the places they had before it came
 )
 
 
@@ -305,21 +332,12 @@ def _csv(rows: list[list[str]]) -> str:
 
 
 def _totals(quarter_rows: list[list[str]], results: Sequence[QuarterResult]) -> dict[str, Any]:
-    """Sums of the additive columns as written (so the file's rows add up to the total exactly), and
-    what the commitments cost after the last quarter (None without a stated term)."""
-    head, body = quarter_rows[0], quarter_rows[1:]
+    """Sums of the additive columns as written, and what the commitments cost after the last
+    quarter (None without a stated term)."""
     fc = results[-1].plan.scenario.forecast
-    t: dict[str, Any] = {
-        "first_quarter": body[0][0], "last_quarter": body[-1][0], "quarters": len(body), "hours": len(body) * HOURS_PER_QUARTER,
-        "committed_after_end_usd": committed_after_end_usd(results[-1].lots, len(results) - 1,
-                                                           None if fc is None else fc.commitment_term_quarters),
-        "unpriced": any(not math.isfinite(r.cost_per_million["blended"]) for r in results),
-    }
-    for c in QUARTER_COLUMNS:
-        if c.total:
-            cells = [row[head.index(c.name)] for row in body]
-            t[c.name] = None if "" in cells else sum(float(x) for x in cells)
-    return t
+    after = committed_after_end_usd(results[-1].lots, len(results) - 1, None if fc is None else fc.commitment_term_quarters)
+    return {**span_totals(quarter_rows, QUARTER_COLUMNS, after),
+            "unpriced": any(not math.isfinite(r.cost_per_million["blended"]) for r in results)}
 
 
 def forecast_tables(results: Sequence[QuarterResult]) -> dict[str, str]:

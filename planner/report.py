@@ -564,8 +564,8 @@ def _explored_in_fleet(plan: Plan) -> str:
                 f"(the others run {', '.join(sorted(others)) or 'none'})")
     text = (f"In the fleet, the rows below re-solve this service alone, the other services as planned: at its "
             f"on-demand prices, within what they leave of the GPU caps ({caps}){rule}. So solved, its plan is "
-            f"{plan.alone.summary}, {usd_text(plan.alone.cost_per_hour)} per hour: the base of every 'vs plan' here "
-            "and of 'Why split' above.")
+            f"{plan.alone.summary}, {usd_text(plan.alone.cost_per_hour)} per hour: the base of every "
+            f"'{_versus(plan)}' here and of 'Why split' above.")
     if plan.alone_differs:
         reasons = [*([f"its committed GPUs ({', '.join(sorted(plan.alone_committed))}) are paid whether used or not"]
                      if plan.alone_committed else []),
@@ -659,7 +659,7 @@ def _sweep(plan: Plan, figure: str | None) -> str:
     bands = "; ".join(f"{b.name}: {b.ttft.stat} ≤ {b.ttft.limit_s:g} s" for b in plan.scenario.slo.to_slo().bands if b.ttft)
     lines = ["## What the TTFT target costs", "",
              f"Every band's TTFT limit ({bands}) scaled, and the plan re-solved {BY_THE_MODEL}.", "",
-             "| TTFT limits | $/hour | vs plan | GPUs | Plan |", "|---|---:|---:|---:|---|"]
+             f"| TTFT limits | $/hour | {_versus(plan)} | GPUs | Plan |", "|---|---:|---:|---:|---|"]
     for m, o in sorted(rows, key=lambda r: r[0]):
         label = "as stated" if m == 1.0 else f"× {m:g}"
         if o.feasible:
@@ -672,9 +672,15 @@ def _sweep(plan: Plan, figure: str | None) -> str:
     return "\n".join(lines) + "\n\n"
 
 
+def _versus(plan: Plan) -> str:
+    """The header of the explorations' column of differences: a fleet service's rows differ from
+    its plan alone where that is not the plan its Decision shows (Plan.compared_usd_per_hour)."""
+    return "vs plan alone" if plan.alone_differs else "vs plan"
+
+
 def _outcomes_table(rows: list[Outcome], plan: Plan, head: str) -> str:
     base = plan.compared_usd_per_hour
-    lines = [f"| {head} | $/hour | vs plan | GPUs | Plan |", "|---|---:|---:|---:|---|"]
+    lines = [f"| {head} | $/hour | {_versus(plan)} | GPUs | Plan |", "|---|---:|---:|---:|---|"]
     for o in rows:
         if o.feasible:
             lines.append(f"| {o.name} | {usd_text(o.cost_per_hour)} | {delta_text(o.cost_per_hour, base)} | {o.gpus} | {o.summary} |")

@@ -38,7 +38,8 @@ class Exposure:
                     f"on throughput alone{left_out}")
         one = self.extra_replicas == 1
         return (f"{slower} covering the rates it plans for (peak × traffic.headroom) takes {self.extra_replicas} more "
-                f"replica{'' if one else 's'} of each class's cheapest pool per request/s{left_out}: "
+                f"replica{'' if one else 's'} (where a class runs short, on its pool that costs least per request/s)"
+                f"{left_out}: "
                 f"+{gpus_text(self.extra_gpus)}, +{usd_text(self.extra_usd_per_hour)}/hour at on-demand prices; that is "
                 "throughput alone, a floor: slower steps also lengthen TTFT and TPOT, which can need more")
 

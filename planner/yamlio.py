@@ -351,8 +351,9 @@ def validation_message(exc: ValidationError, model: type[BaseModel], prefix: str
         msg = msg.removeprefix("Value error, ")
         if path == "(top level)":  # a check across fields: its message names the fields itself
             return msg
-        if msg.startswith((f"{path}[", f"{path}.")):  # a list's check naming the entry: 'gpus[1]: ...'
-            return msg
+        own = dotted(loc)  # the path as the model sees it, which a check's message names
+        if msg.startswith((f"{own}[", f"{own}.")):  # a list's check naming the entry: 'gpus[1]: ...'
+            return f"{prefix}.{msg}" if prefix else msg
     if shown and msg.endswith(shown):  # a check of ours that already says what it got
         shown = ""
     return f"{path}: {msg}{shown}"

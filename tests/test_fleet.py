@@ -304,6 +304,11 @@ def test_a_binding_cap_moves_a_service_and_its_cost_is_the_saving_without_it(tmp
     assert fp.cost_per_hour > alone
     assert cap.removed_usd_per_hour <= cap.plus_one_usd_per_hour <= fp.cost_per_hour
     assert sum(pd.gpus for p in fp.plans for pd in p.pools if pd.config.gpu.id == "h100-sxm") == limit
+    from planner.fleet_report import _constraints
+
+    # Nothing was certified here: the re-solves' capacities are the model's, and the report says so.
+    assert not any(p.certification for p in fp.plans)
+    assert "by the model (no service was certified by simulation; these re-solves" in _constraints(fp)
 
 
 def test_limits_priced_side_by_side_cost_what_they_cost_one_after_another(tmp_path, monkeypatch):
@@ -608,6 +613,28 @@ def test_a_service_stopped_by_its_own_cap_is_told_the_cap_is_its_own(tmp_path):
     assert r.exit_code == 3 and "inventory caps (h100-sxm ≤ 1 GPU)" in r.output and "service's own" not in r.output
 
 
+def test_a_fleet_over_the_bound_on_gpus_is_refused_though_each_service_is_within_it(tmp_path):
+    """Two services of some 65 million GPUs each: each within the bound ilp checks a service against,
+    the fleet not. `solve` reported a fleet of 130 million GPUs, and `forecast` carried them forward
+    into a next quarter's inventory past its own bound, ending in a validation traceback."""
+    services = [service(name, 1e7) for name in ("a", "b")]
+    for svc in services:
+        svc["traffic"]["growth"] = 80
+    path = write_fleet(tmp_path, services=services, forecast={"carry_forward": True,
+                                                              "quarters": [{"quarter": "2027Q1"}, {"quarter": "2027Q2"}]})
+    for command in (["solve", "--no-verify"], ["forecast"]):
+        out = tmp_path / command[0]
+        r = CliRunner().invoke(main, [*command, str(path), "--out-dir", str(out)])
+        assert r.exit_code == 3, r.output
+        m = re.fullmatch(r"error: \S+: (forecast quarter 2027Q1: )?the fleet needs ([\d,]+) GPUs \(a ([\d,]+), b ([\d,]+)\), "
+                         r"more than the 100,000,000 that bound any fleet .*; check its services' traffic\.peak, "
+                         r"traffic\.growth and traffic\.headroom\n", r.output)
+        assert m is not None, r.output
+        total, a, b = (int(g.replace(",", "")) for g in m.groups()[1:])
+        assert total == a + b > 100_000_000 and max(a, b) <= 100_000_000
+        assert not out.exists()
+
+
 def test_a_budget_short_by_less_than_a_cent_is_told_so_as_stated(tmp_path):
     """Both to the cent, a budget of $10,913.499 against a $10,913.50 fleet read "$0.00 over the budget
     of $10,913.50"."""
@@ -874,8 +901,26 @@ def test_fleet_forecast_carries_the_whole_fleet_forward(tmp_path):
     r = CliRunner().invoke(main, ["forecast", str(path), "--out-dir", str(tmp_path / "out")])
     assert r.exit_code == 0, r.output
     for suffix in ("forecast.md", "forecast_quarters.csv", "forecast_services.csv", "forecast_types.csv",
-                   "forecast_datapackage.json"):
+                   "forecast_total.csv", "forecast_datapackage.json"):
         assert (tmp_path / "out" / f"twin_{suffix}").is_file()
+    # The total row: the quarters' cost as written, summed, and the commitments the forecast leaves
+    # after its end, which the Markdown's headline names and the CSV tables had left out.
+    import csv
+
+    from frictionless import Package
+
+    from planner.commitments import committed_after_end_usd
+
+    def table(name):
+        return list(csv.DictReader((tmp_path / "out" / f"twin_forecast_{name}.csv").read_text(encoding="utf-8").splitlines()))
+
+    [total] = table("total")
+    assert (total["first_quarter"], total["last_quarter"], total["quarters"], total["hours"]) == ("2027Q1", "2027Q2", "2", "4380")
+    assert float(total["total_usd"]) == pytest.approx(sum(float(q["total_usd"]) for q in table("quarters")), abs=1e-6)
+    # no commitment term stated: nothing is known after the end (the shipped forecast states one)
+    assert committed_after_end_usd(q2.lots, 1, None) is None and total["committed_after_end_usd"] == ""
+    report = Package(str(tmp_path / "out" / "twin_forecast_datapackage.json")).validate()
+    assert report.valid, report.flatten(["rowNumber", "fieldName", "type", "note"])
     # The report prices every commitment it makes and names its terms; a service's cost as paid is
     # its GPUs at its types' average price in use.
     md = (tmp_path / "out" / "twin_forecast.md").read_text(encoding="utf-8")
@@ -919,6 +964,20 @@ def test_the_shipped_fleet_forecast_s_services_and_types_add_up_to_its_quarters(
         assert sum(int(s["tokens_per_hour_at_peak"]) for s in mine) == int(q["tokens_per_hour_at_peak"])
         assert sum(float(t["usd_per_hour"]) for t in types if t["quarter"] == q["quarter"]) == pytest.approx(
             float(q["total_usd_per_hour"]))
+
+
+def test_the_shipped_fleet_forecast_s_total_row_is_its_quarters_and_its_headline_s_commitments():
+    """The year's cost and what its commitments cost after it were in the Markdown only: a finance
+    reader loading the CSV tables got the year and nothing of the $0.7 million committed beyond it."""
+    import csv
+
+    reports = Path(__file__).resolve().parent.parent / "reports"
+    quarters, [total] = (list(csv.DictReader((reports / f"fleet_2027q1_forecast_{t}.csv").read_text(encoding="utf-8")
+                                             .splitlines())) for t in ("quarters", "total"))
+    assert float(total["total_usd"]) == pytest.approx(sum(float(q["total_usd"]) for q in quarters), abs=1e-6)
+    headline = (reports / "fleet_2027q1_forecast.md").read_text(encoding="utf-8").splitlines()[2]
+    after = float(re.search(r"commit \$([\d,.]+) more after 2027Q4", headline).group(1).replace(",", ""))
+    assert after > 0 and float(total["committed_after_end_usd"]) == pytest.approx(after, abs=0.005)
 
 
 def test_the_fleet_headline_names_the_services_that_turn_requests_away():
@@ -1147,7 +1206,7 @@ def test_a_limit_that_binds_but_costs_nothing_is_explained():
     from planner.fleet_report import _constraints
 
     def fleet(*constraints):
-        return SimpleNamespace(constraints=constraints, cost_per_hour=100.0)
+        return SimpleNamespace(constraints=constraints, cost_per_hour=100.0, plans=())
 
     free = SharedConstraint("h100-sxm GPUs", 8, 8, "8 reserved", 100.0, 100.0)
     dear = SharedConstraint("h200 GPUs", 4, 4, "4 new", 96.0, 90.0)

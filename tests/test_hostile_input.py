@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import yaml
 from clirun import run
 from contract import one_line_error
 from scenario_files import write_scenario
@@ -1045,6 +1046,15 @@ def test_a_gpu_listed_twice_is_refused_whatever_the_order(tmp_path):
         r = run("solve", scenario(tmp_path, BASE.replace("gpus: [h100-sxm]", f"gpus: {gpus}")), "--no-report")
         line = one_line_error(r, 2, "s.yaml: gpus[1]: h100-sxm is listed twice (first as gpus[0])")
         assert "gpus: gpus" not in line  # the entry named once
+
+
+def test_a_gpu_listed_twice_in_a_fleets_service_is_named_once_under_the_service(tmp_path):
+    # the path read "services[0].gpus: gpus[1]: ...": a list's own check was matched without the prefix
+    service = yaml.safe_load(BASE) | {"gpus": ["h100-sxm", "h100-sxm"]}
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(yaml.safe_dump({"name": "f", "services": [service]}), encoding="utf-8")
+    r = run("solve", fleet, "--no-report")
+    one_line_error(r, 2, "fleet.yaml: services[0].gpus[1]: h100-sxm is listed twice (first as gpus[0])")
 
 
 def test_a_mean_rate_above_the_peak_is_refused(tmp_path):

@@ -126,7 +126,8 @@ def test_a_plan_on_a_mixture_of_experts_carries_its_exposure_in_report_and_json(
     assert (exposure.extra_replicas, exposure.extra_gpus, exposure.unsized_classes) == (more, more * pool.config.tp, 0)
     assert exposure.extra_usd_per_hour == pytest.approx(more * pool.config.tp * catalog.gpu("h100-sxm").price_usd_per_hour)
     assert unverified_speed(moe)[0].exposure == exposure
-    assert f"takes {more} more replicas of each class's cheapest pool per request/s" in render(moe)
+    assert (f"takes {more} more replicas (where a class runs short, on its pool that costs least per request/s)"
+            in render(moe))
     entry = json.loads(json.dumps(plan_json(moe)))["speed_unverified"][0]
     assert entry["exposure"] == {"speed_overstated_pct": e, "extra_replicas": more, "extra_gpus": more * pool.config.tp,
                                  "extra_usd_per_hour": exposure.extra_usd_per_hour, "unsized_classes": 0}
