@@ -283,6 +283,24 @@ def _measured_capacity(st: Setup, pool: PoolDetail, pools: list[PoolDetail], che
                pool.replay_rps * (1 - REPLAN_STEP))
 
 
+def hold_certified_rates(st: Setup, evals: list[Evaluation], pools: list[PoolDetail]) -> None:
+    """A certified plan's pools held their targets at their replay rates; where a class's ratio,
+    lowered since by other configs' misses (the per-GPU plans'), would price a pool's config below
+    the rate it held at, that rate is recorded as the config's (held: calibrating nothing else). The
+    explorations priced after the per-GPU plans then never plan the plan's own config below what it
+    was certified at: the golden tiny plan's h100 held 14.4 requests/s a replica, and its l40s-only
+    plan's misses (ratio 0.82) priced it at 12.8, so a lever the plan already satisfies ("fp8 KV cache
+    off", the plan's cache being bf16) read 50% dearer than the plan. A config certification measured
+    itself keeps its measurement."""
+    for pool in pools:
+        tc = pool.traffic_class
+        if st.evaluator.knows_simulated(pool.config, tc):
+            continue
+        e = _evaluation(evals, pool)
+        if e.capacity is not None and e.capacity.max_rps * st.evaluator.factor_of(pool.config, tc) < pool.replay_rps:
+            st.evaluator.record_simulated(e, pool.replay_rps, calibrates=False, from_log=False, held=True)
+
+
 def _evaluation(evals, pool) -> Evaluation:
     """The evaluation of a pool's config for its class among `evals`."""
     tc = pool.traffic_class

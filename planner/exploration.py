@@ -8,7 +8,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 
-from planner.certification import certify_plans, replay_ahead
+from planner.certification import certify_plans, hold_certified_rates, replay_ahead
 from planner.errors import InfeasibleError
 from planner.evaluator import Evaluator, job_evaluator
 from planner.histogram import TOTAL_EDGES
@@ -49,8 +49,7 @@ def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, alone: bool = False,
     27 for 145 requests/s: under 5.6 each).
 
     sweep, context: the TTFT sweep and the context-limit lever already started (start_ttft_sweep,
-    start_context_lever) [default: started now; a certified plan's sweep, after its per-GPU
-    plans]. search: the plan's own lazy search, whose searched pairs and bounds the re-solves start
+    start_context_lever) [default: started now; a certified plan's, after its per-GPU plans]. search: the plan's own lazy search, whose searched pairs and bounds the re-solves start
     from [default: one over the plan's evaluator]. figures_ready: called with the plan as soon as
     what its report's figures show is known, so that the command starts drawing them in a worker
     while this process plans on: once the split options and levers are known (the TTFT sweep not
@@ -58,18 +57,19 @@ def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, alone: bool = False,
     scn, classes, inventory = st.scn, st.classes, solve.inventory
     least = scn.min_replicas_per_pool  # what a re-solve's no-plan message may blame
     search = search or LazySearch(st.evaluator, solve, classes, st.configs)
+    if plan.certification:
+        if sweep is not None or context is not None:
+            raise ValueError("a certified plan's TTFT sweep and context lever start after its per-GPU plans are certified")
+        per_gpu_plans = _per_gpu_plans(st, solve)
+        replay_ahead([(st, details) for *_, details in per_gpu_plans])  # every type's replays side by side
+        per_gpu = _per_gpu(st, per_gpu_plans, inventory, solve)
+        hold_certified_rates(st, plan.evaluations, plan.pools)
+    else:
+        per_gpu = []
     # In a worker, while the others run here; the context lever first (the levers read it before
     # the sweep is read), each run here instead when the worker has not begun it by then.
     if context is None:
         context = start_context_lever(st, solve)
-    if plan.certification:
-        if sweep is not None:
-            raise ValueError("a certified plan's TTFT sweep starts after its per-GPU plans are certified")
-        per_gpu_plans = _per_gpu_plans(st, solve)
-        replay_ahead([(st, details) for *_, details in per_gpu_plans])  # every type's replays side by side
-        per_gpu = _per_gpu(st, per_gpu_plans, inventory, solve)
-    else:
-        per_gpu = []
     if sweep is None:
         sweep = start_ttft_sweep(st, solve)
     sol = search.solve() if alone else plan.solution
@@ -337,18 +337,23 @@ def _levers(scn, catalog, model, served, limit, peak, evaluator, configs, classe
 
 
 def start_context_lever(st: Setup, solve: Resolver) -> Callable[[], Outcome | None]:
-    """context_lever of the plan, started in a worker: it depends on the scenario alone (its classes
-    are new), so a command can start it while certification leaves a core idle; run here instead
-    when its answer is asked for before the worker has begun it."""
+    """context_lever of the plan, started in a worker; run here instead when its answer is asked for
+    before the worker has begun it. Its classes are new, but a class of the lower limit with the
+    requests, limit and targets of one of the plan's (a short class below it) is that class, and
+    takes the calibration certification has measured for it when the lever starts (a certified
+    plan's, once its per-GPU plans are certified: explore_plan); a plan not certified has none, so
+    the lever can start while the plan is searched."""
     known = st.evaluator.known(st.configs, st.classes)
+    calibration, measured = sweep_calibration(st)
     return start_claimable("exploration:context_lever", scn=st.scn, catalog=st.catalog, model=st.model,
                            served=st.served, limit=st.limit, peak=st.peak_rps, configs=st.configs,
                            inventory=solve.inventory, classes=st.classes, known=known, token=st.evaluator._token,
                            reserved=solve.reserved, pool_types=solve.pool_types, type_rule=solve.type_rule,
-                           all_requests=st.hist.requests,
+                           all_requests=st.hist.requests, calibration=calibration, measured=measured,
                            here=lambda: context_lever(st.scn, st.catalog, st.model, st.served, st.limit, st.peak_rps,
                                                       st.configs, solve.inventory, classes=st.classes, known=known,
                                                       evaluator=st.evaluator, all_requests=st.hist.requests,
+                                                      calibration=calibration, measured=measured,
                                                       solve=Resolver(st.scn, solve.reserved, solve.pool_types,
                                                                      solve.type_rule)))
 
@@ -356,16 +361,18 @@ def start_context_lever(st: Setup, solve: Resolver) -> Callable[[], Outcome | No
 def context_lever(scn, catalog, model, served, limit, peak, configs, inventory, *, classes=None, known=None,
                   token: str | None = None, evaluator: Evaluator | None = None,
                   solve: Resolver | None = None, reserved=None, pool_types=frozenset(), type_rule=None,
-                  all_requests: int | None = None) -> Outcome | None:
+                  all_requests: int | None = None, calibration=None, measured=None) -> Outcome | None:
     """The plan re-solved at the lower context limit (the scenario's, or half the limit), its
     rejected requests named; None when no lower limit serves any request. Without `evaluator` and
-    `solve` (a worker's job), its own: the lower limit's traffic classes share no calibration with
-    the plan's, so the answer is the same. known: the plan's model evaluations and bounds
+    `solve` (a worker's job), its own. known: the plan's model evaluations and bounds
     (Evaluator.known) for its `classes`; a lower class with the same requests, limit and targets as
     a plan's class (a short class of a threshold below the lower limit) starts from them, which
-    steers the search and never its answer. token, reserved, pool_types, type_rule: as for ttft_sweep.
-    all_requests: the histogram's requests, the served ones and those the limit already rejects
-    (default: the served ones); the lever's name gives the share of them it would reject."""
+    steers the search and never its answer, and is priced by that class's calibration and measured
+    pairs (calibration, measured: sweep_calibration's), as the plan's other explorations are; the
+    other lower classes are new, and no simulation has measured them. token, reserved, pool_types,
+    type_rule: as for ttft_sweep. all_requests: the histogram's requests, the served ones and those
+    the limit already rejects (default: the served ones); the lever's name gives the share of them
+    it would reject."""
     lower = scn.lower_context_limit or edge_at_most(max(limit // 2, int(TOTAL_EDGES[0])))
     if lower >= limit:
         return None
@@ -379,6 +386,9 @@ def context_lever(scn, catalog, model, served, limit, peak, configs, inventory, 
     evaluator = evaluator or Evaluator(scn, catalog, model)
     if known:
         evaluator.take_known(known, configs, _same_classes(lower_classes, classes or {}))
+    if calibration or measured:
+        evaluator.calibrate(*_twins_measured(lower_classes, classes or {}, calibration or {}, measured or {}),
+                            configs)
     solve = solve or Resolver(scn, reserved, pool_types, type_rule)
     res, evs = lazy_solve(evaluator, solve, lower_classes, configs)
     total = all_requests or served.requests
@@ -388,6 +398,29 @@ def context_lever(scn, catalog, model, served, limit, peak, configs, inventory, 
     return outcome_of(name, res, "" if res.pools else infeasible_message(lower_classes, evs, inventory,
                                                                          min_replicas=scn.min_replicas_per_pool,
                                                                          type_rule=solve.type_rule))
+
+
+def _twins_measured(lower_classes, classes, calibration: dict, measured: dict):
+    """(calibration, classes, measured) for Evaluator.calibrate: the plan's class calibration and
+    measured pair ratios (sweep_calibration's), keyed for each class of the lower limit that is one
+    of the plan's classes in all but its option and name: the same requests, context limit and
+    targets, so the same capacities (the plan's short class of a split at the lower limit is the
+    lower limit's one class; inventory_mixed's lever had planned its l40s at 6.51 requests/s where
+    certification measured 5.99)."""
+    plan_classes = [tc for tcs in classes.values() for tc in tcs]
+    twin_calibration, twin_measured, twins = {}, {}, {}
+    for k, tcs in lower_classes.items():
+        for tc in tcs:
+            twin = next((o for o in plan_classes if o.max_model_len == tc.max_model_len and o.slo == tc.slo
+                         and o.hist == tc.hist), None)
+            if twin is None:
+                continue
+            mine, theirs = (tc.option, tc.name, tc.max_model_len), (twin.option, twin.name, twin.max_model_len)
+            twins.setdefault(k, []).append(tc)
+            if theirs in calibration:
+                twin_calibration[mine] = calibration[theirs]
+            twin_measured.update({(cfg, mine): ratio for (cfg, key), ratio in measured.items() if key == theirs})
+    return twin_calibration, twins, twin_measured
 
 
 def _same_classes(classes, others) -> dict[str, list[TrafficClass]]:

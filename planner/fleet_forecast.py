@@ -28,6 +28,7 @@ from planner.files import output_folder
 from planner.fleet import FleetInputs, SharedGPU
 from planner.fleet_plan import FleetPlan, TypeUse, make_fleet_plan
 from planner.fleet_report import TIED_SPLIT_TEXT, not_served
+from planner.forecast import quarter_error
 
 # One table format for both forecasts: the Column type, its cells and CSV writing.
 from planner.forecast_outputs import (
@@ -134,7 +135,10 @@ def run_fleet_forecast(fleet: FleetInputs) -> list[FleetQuarter]:
             plan = make_fleet_plan(fleet.with_inventory(inventory), explore=False, growth=multiplier,
                                    verify_flags=False, measurements=measured)
         except InfeasibleError as exc:
-            raise InfeasibleError(f"forecast quarter {q.quarter}: {exc.message}", where=exc.where) from None
+            # A quarter's availability replaces its types' inventory caps, which the message calls caps.
+            stated = (f" ({', '.join(sorted(q.availability))}: capped by {where}.availability)"
+                      if q.availability and "caps" in exc.message else "")
+            raise InfeasibleError(quarter_error(q.quarter, exc.message + stated), where=exc.where) from None
         by_type = dict(plan.joint.gpus_by_type)
         before = previous.plan.joint.gpus_by_type if previous else {}
         change = {} if previous is None else {g: by_type.get(g, 0) - before.get(g, 0)

@@ -163,8 +163,7 @@ def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool |
         step.advance()
     if not joint.services[0].pools:
         raise InfeasibleError(_no_fleet_message(fleet, setups, joint), where=str(fleet.path))
-    if joint.gpus > MAX_FLEET_GPUS:  # each service within the bound (ilp refuses one beyond it), together not
-        raise InfeasibleError(_oversized_fleet_message(fleet, joint), where=str(fleet.path))
+    _refuse_oversized(fleet, joint)  # before certifying a fleet no one can buy
     joint, evals_per_service = _precise(setups, joint, [st.evals for st in setups])
     parts = [(st, evals, sol, pool_details(st.evaluator, evals, sol))
              for st, evals, sol in zip(setups, evals_per_service, joint.services, strict=True)]
@@ -191,6 +190,7 @@ def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool |
         done = [(evals, sol, pools, None) for _, evals, sol, pools in parts]
     plans = [assemble_plan(st, evals, sol, pools, cert) for st, (evals, sol, pools, cert) in zip(setups, done, strict=True)]
     types = _types(fleet, joint)
+    _refuse_oversized(fleet, joint, types)  # certification plans at lower capacities: more GPUs
     if explore:
         alone = [_alone(setups, plans, i, fleet.shared_caps, frozenset(fleet.commitments), fleet.spec.max_gpu_types)
                  for i in range(len(plans))]
@@ -276,13 +276,21 @@ def _models(fleet: FleetInputs, setups: list[Setup], evals_per_service, caps, ma
             for svc, st, evals in zip(fleet.services, setups, evals_per_service, strict=True)]
 
 
-def _oversized_fleet_message(fleet: FleetInputs, joint: JointSolution) -> str:
-    """Why a fleet whose services each fit the bound on a fleet's GPUs is refused: together they do not."""
-    largest = sorted(zip(fleet.services, joint.services, strict=True), key=lambda pair: -pair[1].gpus)[:3]
-    return (f"the fleet needs {joint.gpus:,} GPUs ({', '.join(f'{svc.name} {sol.gpus:,}' for svc, sol in largest)}"
-            f"{', ...' if len(fleet.services) > 3 else ''}), more than the {MAX_FLEET_GPUS:,} that bound any fleet "
-            "(26 times the data-center GPUs shipped in 2023); check its services' traffic.peak, traffic.growth and "
-            "traffic.headroom")
+def _refuse_oversized(fleet: FleetInputs, joint: JointSolution, types: Sequence[TypeUse] = ()) -> None:
+    """Refuse a fleet past the bound on a fleet's GPUs (ilp refuses one service past it, not services
+    that pass it together): the GPUs its services run, and with `types`, those it holds committed and
+    idle besides (a quarter's reservations are bounded type by type only)."""
+    bound = f"more than the {MAX_FLEET_GPUS:,} that bound any fleet (26 times the data-center GPUs shipped in 2023)"
+    if joint.gpus > MAX_FLEET_GPUS:
+        largest = sorted(zip(fleet.services, joint.services, strict=True), key=lambda pair: -pair[1].gpus)[:3]
+        raise InfeasibleError(
+            f"the fleet needs {joint.gpus:,} GPUs ({', '.join(f'{svc.name} {sol.gpus:,}' for svc, sol in largest)}"
+            f"{', ...' if len(fleet.services) > 3 else ''}), {bound}; check its services' traffic.peak, "
+            "traffic.growth and traffic.headroom", where=str(fleet.path))
+    idle = sum(t.idle_committed for t in types)
+    if joint.gpus + idle > MAX_FLEET_GPUS:
+        raise InfeasibleError(f"the fleet holds {joint.gpus + idle:,} GPUs ({joint.gpus:,} in use and {idle:,} committed "
+                              f"and idle), {bound}; check the owned and reserved GPUs it states", where=str(fleet.path))
 
 
 def _no_fleet_message(fleet: FleetInputs, setups, joint: JointSolution) -> str:

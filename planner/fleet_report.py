@@ -304,7 +304,7 @@ def gpus_in_use_text(fp: FleetPlan) -> str:
 
 def idle_committed_text(fp: FleetPlan) -> str:
     """'; committed idle: 1 l40s' where the plan leaves committed GPUs idle (paid, in its cost), else ''."""
-    idle = ", ".join(f"{t.idle_committed} {t.gpu}" for t in fp.types if t.idle_committed)
+    idle = ", ".join(f"{t.idle_committed:,} {t.gpu}" for t in fp.types if t.idle_committed)
     return f"; committed idle: {idle}" if idle else ""
 
 

@@ -246,6 +246,14 @@ def run_forecast(inputs: Inputs, *, certify: bool | None = None) -> list[Quarter
     return results
 
 
+def quarter_error(quarter: str, message: str) -> str:
+    """A forecast quarter's planning error, the quarter named. Where it blames the traffic's growth,
+    the forecast's own growth is named too: a quarter's demand compounds the quarters' growth on the
+    scenario's, and either can be what took it past a bound."""
+    hint = " (in a forecast, the quarters' growth too: forecast.quarters[].growth)" if "traffic.growth" in message else ""
+    return f"forecast quarter {quarter}: {message}{hint}"
+
+
 def _quarter_plan(inputs: Inputs, qscn: Scenario, q: QuarterSpec, reserved, price, measured: Measurements) -> Plan:
     """The quarter's plan; an infeasible quarter says which quarter, and flags reservations
     that the quarter's cap on their type contradicts (its availability, else the scenario's
@@ -281,7 +289,7 @@ def _quarter_plan(inputs: Inputs, qscn: Scenario, q: QuarterSpec, reserved, pric
         return plan_inputs(inputs, qscn, explore=False, reserved={g: (n, price[g]) for g, n in reserved.items()},
                            measurements=measured)
     except (InfeasibleError, InputError) as exc:  # a quarter's own context limit or demand: name the quarter
-        raise type(exc)(f"forecast quarter {q.quarter}: {exc.message}", where=exc.where or str(inputs.path)) from None
+        raise type(exc)(quarter_error(q.quarter, exc.message), where=exc.where or str(inputs.path)) from None
 
 
 def _unused_prices(inputs: Inputs, qscn: Scenario, q: QuarterSpec, used: dict[str, int],

@@ -95,11 +95,8 @@ def make_plan(
     if not sol.pools:
         raise InfeasibleError(no_plan_message(sol, scn, st.classes, evals, solve.inventory))
     pools = pool_details(st.evaluator, evals, sol)
-    # Certification's replays leave a core idle; the context-limit lever needs nothing they decide.
-    # (The TTFT sweep is priced by what certification measures, the per-GPU plans' included:
-    # explore_plan starts it after them.)
-    if certifying and explore:
-        context = start_context_lever(st, solve)
+    # (A certified plan's TTFT sweep and context lever are priced by what certification measures, the
+    # per-GPU plans' included: explore_plan starts them after those.)
     if certifying:
         [(evals, sol, pools, certification)] = certify_plans(
             [(st, evals, sol, pools)], lambda _: [(search.solve(**question), search.evaluations())],

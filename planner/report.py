@@ -139,7 +139,7 @@ def _explorations(plan: Plan, figures: dict[str, str], left: str) -> str:
     w(_sweep(plan, figures.get("ttft")))
     w("## Levers")
     w("")
-    w(f"Each row re-solves the whole plan {BY_THE_MODEL} with one lever switched and the others as stated; two "
+    w(f"Each row re-solves the whole plan {by_the_model(plan)} with one lever switched and the others as stated; two "
       "levers switched together need a re-solve of their own (their savings do not simply add or multiply)."
       + (" Where a lever leaves a single GPU type, that type's certified plan above is the surer price."
          if _lever_leaves_one_certified_type(plan) else ""))
@@ -643,10 +643,14 @@ def _per_gpu(plan: Plan) -> str:
         _outcomes_table(plan.per_gpu, plan, "GPU type"), "", ""])
 
 
-# How the explorations' re-solves are priced: they are not certified as the plan is.
-BY_THE_MODEL = ("by the model (each config scaled by what certification measured, the per-GPU plans' replays included: "
-                "its own simulated / model capacity ratio, else its class's least; these rows are not simulated "
-                "themselves)")
+def by_the_model(plan: Plan) -> str:
+    """How the explorations' re-solves are priced: they are not certified as the plan is, and only a
+    certified plan's have measurements to be scaled by."""
+    if plan.certification is None:
+        return "by the model (the plan was not certified by simulation, so no capacity here is a measured one)"
+    return ("by the model (each config scaled by what certification measured, the per-GPU plans' replays included: "
+            "its own simulated / model capacity ratio, else its class's least; these rows are not simulated "
+            "themselves)")
 
 
 def _sweep(plan: Plan, figure: str | None) -> str:
@@ -658,7 +662,7 @@ def _sweep(plan: Plan, figure: str | None) -> str:
     rows = [(1.0, stated), *list(plan.ttft_sweep)]
     bands = "; ".join(f"{b.name}: {b.ttft.stat} ≤ {b.ttft.limit_s:g} s" for b in plan.scenario.slo.to_slo().bands if b.ttft)
     lines = ["## What the TTFT target costs", "",
-             f"Every band's TTFT limit ({bands}) scaled, and the plan re-solved {BY_THE_MODEL}.", "",
+             f"Every band's TTFT limit ({bands}) scaled, and the plan re-solved {by_the_model(plan)}.", "",
              f"| TTFT limits | $/hour | {_versus(plan)} | GPUs | Plan |", "|---|---:|---:|---:|---|"]
     for m, o in sorted(rows, key=lambda r: r[0]):
         label = "as stated" if m == 1.0 else f"× {m:g}"

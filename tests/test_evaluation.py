@@ -276,43 +276,78 @@ def test_a_certified_plans_explorations_are_priced_by_what_its_per_gpu_plans_mea
     """The per-GPU plans are certified before the other explorations are solved, so a capacity their
     replays measure prices every row after them. Solved before them, the shipped fleet's chat_8b alone
     ran 4 l40s at 5.8 requests/s each beside its certified l40s-only plan of 27 for 145 requests/s (under
-    5.6 each). Here the l40s-only plan's certification is taken to measure every l40s pair at half its
-    model capacity: no row may then plan an l40s replica above that."""
+    5.6 each). Here the per-GPU plans' certification is taken to measure every pair but the plan's own
+    at half its model capacity: no row may then plan such a pair above that, and none may plan the
+    plan's own configs below the rates they held at (the class's ratio, now a half, had priced them
+    there: certification.hold_certified_rates)."""
+    import planner.certification as certification
     import planner.exploration as exploration
     from planner.planning import make_plan
 
-    halves = {}
-    per_gpu = exploration._per_gpu
+    halves, held = {}, {}
+    hold = certification.hold_certified_rates
 
-    def measuring(st, plans, inventory, solve):
-        out = per_gpu(st, plans, inventory, solve)
-        for e in st.evaluator.evaluate_all(st.classes, [c for c in st.configs if c.gpu.id == "l40s"]):
-            if e.capacity is not None and e.capacity.max_rps > 0:
-                half = e.capacity.max_rps / 2
-                st.evaluator.record_simulated(e, half)
-                halves[(e.traffic_class.option, e.traffic_class.name, e.config.label(e.traffic_class.max_model_len))] = half
-        return out
+    def key(tc, cfg):
+        return tc.option, tc.name, cfg.label(tc.max_model_len)
 
-    monkeypatch.setattr(exploration, "_per_gpu", measuring)
+    def measured_then_held(st, evals, pools):
+        held.update({key(pd.traffic_class, pd.config): pd.replay_rps for pd in pools})
+        for e in st.evaluator.evaluate_all(st.classes, st.configs):
+            k = key(e.traffic_class, e.config)
+            if k not in held and e.capacity is not None and e.capacity.max_rps > 0:
+                halves[k] = e.capacity.max_rps / 2
+                st.evaluator.record_simulated(e, halves[k])
+        hold(st, evals, pools)
+
+    monkeypatch.setattr(exploration, "hold_certified_rates", measured_then_held)
     scn = Scenario.model_validate({
         "name": "t", "model": "llama-3.1-8b", "context_limit": 16384,
         "traffic": {"source": {"constant": {"prompt_tokens": 1, "output_tokens": 1}}},
         "slo": {"bands": [{"ttft_s": 2.0, "tpot_ms": 60}]},
-        "gpus": [{"id": "h100-sxm", "max_gpus": 1}, "l40s"], "tp": [1], "weight_dtypes": ["bf16"], "kv_dtypes": ["fp8"],
+        "gpus": ["h100-sxm", "l40s"], "tp": [1], "weight_dtypes": ["bf16"], "kv_dtypes": ["fp8"],
         "verify": True, "simulation": {"requests": 1000, "band_requests": 1000},
     })
-    plan = make_plan(scn, catalog, catalog.model("llama-3.1-8b"),
-                     mixed_traffic().select_total(at_most=16384), 40.0)
+    plan = make_plan(scn, catalog, catalog.model("llama-3.1-8b"), mixed_traffic().select_total(at_most=16384), 40.0)
     # (the TTFT sweep's rows are other targets' capacities, each scaled by its pair's measured ratio;
     # the plan's own rows are the plan, certified as it is)
-    rows = [o for o in (*plan.split_analysis, *plan.levers, *plan.alternatives, *plan.sensitivity)
-            if o.solution is not plan.solution]
-    l40s = [(o.name, o.solution.option, p) for o in rows if o.feasible for p in o.solution.pools if p.gpu == "l40s"]
-    assert halves and l40s  # the rows run l40s pools, priced at what was measured
-    for name, option, p in l40s:
-        measured = halves.get((option, p.traffic_class, p.config))
-        if measured is not None:  # (a lever's other dtypes or limit are other pairs)
-            assert p.capacity_rps <= measured * (1 + 1e-9), (name, option, p)
+    rows = [(o.name, o.solution.option, p) for o in (*plan.split_analysis, *plan.levers, *plan.alternatives,
+                                                     *plan.sensitivity)
+            if o.feasible and o.solution is not plan.solution for p in o.solution.pools]
+    seen = {"measured": 0, "held": 0}
+    for name, option, p in rows:
+        k = (option, p.traffic_class, p.config)
+        if k in halves:
+            assert p.capacity_rps <= halves[k] * (1 + 1e-9), (name, p)
+            seen["measured"] += 1
+        elif k in held:
+            assert p.capacity_rps >= held[k] * (1 - 1e-9), (name, p)
+            seen["held"] += 1
+    assert seen["measured"] and seen["held"]  # both kinds of pool are planned in the rows
+
+
+def test_the_context_lever_prices_a_class_it_shares_with_the_plan_by_that_class_s_measurements():
+    """The lower limit's one class (no split at 4,096) is the plan's short class of its split at 4,096:
+    the same requests, limit and targets. It is priced by that class's measured ratio and pairs, under
+    its own option and name; inventory_mixed's lever had planned such a class's l40s at the model's
+    6.51 requests/s where certification had measured 5.99. A class the plan has not (the lower limit's
+    long class of a split at 2,048 reaches 4,096, the plan's 16,384) takes nothing."""
+    from planner.exploration import _twins_measured
+
+    scn = Scenario.model_validate({
+        "name": "t", "model": "llama-3.1-8b", "context_limit": 16384,
+        "traffic": {"source": {"constant": {"prompt_tokens": 1, "output_tokens": 1}}},
+        "slo": {"bands": [{"ttft_s": 2.0, "tpot_ms": 60}]}, "gpus": ["l40s"], "split_thresholds": [2048, 4096],
+    })
+    served = mixed_traffic().select_total(at_most=16384)
+    plan_classes = traffic_classes(scn, served, 16384, 40.0)
+    lowered = served.select_total(at_most=4096)
+    lower_classes = traffic_classes(scn, lowered, 4096, 40.0 * lowered.requests / served.requests)
+    calibration = {("4096", "short", 4096): 0.9, ("2048", "short", 2048): 0.8, ("2048", "long", 16384): 0.7}
+    measured = {("l40s-cfg", ("4096", "short", 4096)): 0.85, ("l40s-cfg", ("2048", "long", 16384)): 0.6}
+    twin_calibration, twins, twin_measured = _twins_measured(lower_classes, plan_classes, calibration, measured)
+    assert twin_calibration == {("none", "all", 4096): 0.9, ("2048", "short", 2048): 0.8}
+    assert twin_measured == {("l40s-cfg", ("none", "all", 4096)): 0.85}
+    assert sorted((tc.option, tc.name) for tcs in twins.values() for tc in tcs) == [("2048", "short"), ("none", "all")]
 
 
 def test_a_recalibrated_search_keeps_variants_proved_below_a_sibling_unsearched(catalog, monkeypatch):

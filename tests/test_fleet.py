@@ -628,11 +628,45 @@ def test_a_fleet_over_the_bound_on_gpus_is_refused_though_each_service_is_within
         assert r.exit_code == 3, r.output
         m = re.fullmatch(r"error: \S+: (forecast quarter 2027Q1: )?the fleet needs ([\d,]+) GPUs \(a ([\d,]+), b ([\d,]+)\), "
                          r"more than the 100,000,000 that bound any fleet .*; check its services' traffic\.peak, "
-                         r"traffic\.growth and traffic\.headroom\n", r.output)
+                         r"traffic\.growth and traffic\.headroom( \(in a forecast, the quarters' growth too: "
+                         r"forecast\.quarters\[\]\.growth\))?\n", r.output)
         assert m is not None, r.output
-        total, a, b = (int(g.replace(",", "")) for g in m.groups()[1:])
+        assert (m.group(1) is None) == (m.group(5) is None) == (command[0] == "solve")  # a forecast names its growth
+        total, a, b = (int(g.replace(",", "")) for g in m.groups()[1:4])
         assert total == a + b > 100_000_000 and max(a, b) <= 100_000_000
         assert not out.exists()
+
+
+def test_a_fleet_that_certification_takes_past_the_bound_is_refused_and_idle_commitments_count(tmp_path):
+    """The bound was checked on the model's plan only: certification re-plans at the capacities it
+    measured, and two certified services of 48 million GPUs each by the model came to 102.6 million
+    (exit 0; `forecast` then carried them past an inventory's bound into a traceback). Committed GPUs
+    left idle are held too: 90 million reserved H100s beside 94 million L40S in use passed."""
+    from planner.fleet import load_fleet
+    from planner.fleet_plan import make_fleet_plan
+
+    chat = {"model": "llama-3.1-8b", "context_limit": 16384,
+            "traffic": {"source": {"synthetic": {"name": "chat", "requests": 100000, "seed": 3, "rate_rps": 500}},
+                        "peak": {"method": "explicit", "rps": 1e7}, "growth": 123},
+            "slo": {"statistic": "p99", "bands": [{"ttft_s": 2.0, "tpot_ms": 50}]},
+            "gpus": ["h100-sxm"], "tp": [1], "weight_dtypes": ["fp8"], "kv_dtypes": ["fp8"], "split_thresholds": [],
+            "verify": True}
+    path = write_fleet(tmp_path, services=[{"name": name, **chat} for name in ("a", "b")])
+    by_the_model = make_fleet_plan(load_fleet(path), explore=False, certify=False)
+    assert by_the_model.gpus <= 100_000_000  # within the bound until certification measures
+    r = CliRunner().invoke(main, ["solve", str(path), "--out-dir", str(tmp_path / "out")])
+    assert r.exit_code == 3 and re.search(r"the fleet needs ([\d,]+) GPUs \(a [\d,]+, b [\d,]+\), more than the "
+                                          r"100,000,000", r.output), r.output
+    assert not (tmp_path / "out").exists()
+
+    idle = write_fleet(tmp_path, services=[service("a", 10.0, gpus=["h100-sxm"]),
+                                           dict(service("b", 1e7, gpus=["l40s"]), traffic={
+                                               **service("b", 1e7)["traffic"], "growth": 20})],
+                       inventory={"h100-sxm": {"reserved": 90_000_000, "reserved_usd_per_hour": 2.0}})
+    r = CliRunner().invoke(main, ["solve", str(idle), "--no-verify", "--no-report"])
+    assert r.exit_code == 3, r.output
+    assert re.search(r"the fleet holds ([\d,]+) GPUs \(([\d,]+) in use and 89,999,999 committed and idle\), more than "
+                     r"the 100,000,000 that bound any fleet", r.output), r.output
 
 
 def test_a_budget_short_by_less_than_a_cent_is_told_so_as_stated(tmp_path):
@@ -1101,6 +1135,17 @@ def test_a_fleet_forecast_shows_a_cap_the_fleet_runs_up_against(tmp_path):
     md = fleet_forecast_markdown("twin", [q1], fleet)
     assert "| 2027Q1 | h100-sxm | 0 | 1 | 1 | 1 (binds) | $2.99 | $2.99 |" in md
     assert "At its cap (2027Q1 h100-sxm), the fleet runs no more GPUs of the type" in md
+
+
+def test_a_quarter_too_short_of_gpus_names_its_availability_as_the_caps_source(tmp_path):
+    """A quarter's availability replaces its types' inventory caps; the message blamed "the inventory
+    caps" alone, which the inventory's own numbers did not show."""
+    path = write_fleet(tmp_path, forecast={"quarters": [{"quarter": "2027Q1", "availability": {"h100-sxm": 1, "l40s": 1}}]})
+    r = CliRunner().invoke(main, ["forecast", str(path), "--out-dir", str(tmp_path / "out")])
+    assert r.exit_code == 3, r.output
+    assert "fleet.yaml: forecast quarter 2027Q1: " in r.output and "inventory caps (h100-sxm ≤ 1 GPU, l40s ≤ 1 GPU)" in r.output
+    assert r.output.rstrip().endswith("(h100-sxm, l40s: capped by forecast.quarters[0].availability)"), r.output
+    assert not (tmp_path / "out").exists()
 
 
 def test_without_carry_forward_a_stated_commitment_holds_its_quarter_only_and_the_report_says_so(tmp_path):

@@ -199,7 +199,7 @@ def _plan(kind, inputs, keep_lp, verify, *, draw_ahead=False):
     """The scenario's plan with its report sections and the line saying why it is not certified,
     or the fleet's plan; InfeasibleError when a plan cannot be certified. draw_ahead: the report's
     figures are started while the plan is made, as soon as what each shows is known (a scenario's
-    before its per-GPU plans are certified; a fleet's by _fleet_figures_ahead): the worker draws
+    as its explorations are solved; a fleet's by _fleet_figures_ahead): the worker draws
     them while this process plans on, and the report finds them started."""
     from planner.errors import InfeasibleError
     from planner.inputs import plan_inputs, report_sections
