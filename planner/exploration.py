@@ -63,7 +63,8 @@ def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, alone: bool = False,
         per_gpu_plans = _per_gpu_plans(st, solve)
         replay_ahead([(st, details) for *_, details in per_gpu_plans])  # every type's replays side by side
         per_gpu = _per_gpu(st, per_gpu_plans, inventory, solve)
-        hold_certified_rates(st, plan.evaluations, plan.pools)
+        if plan.certification.certified:  # (one that is not is refused, or a stated fleet's, never explored)
+            hold_certified_rates(st, plan.evaluations, plan.pools)
     else:
         per_gpu = []
     # In a worker, while the others run here; the context lever first (the levers read it before
@@ -339,7 +340,7 @@ def _levers(scn, catalog, model, served, limit, peak, evaluator, configs, classe
 def start_context_lever(st: Setup, solve: Resolver) -> Callable[[], Outcome | None]:
     """context_lever of the plan, started in a worker; run here instead when its answer is asked for
     before the worker has begun it. Its classes are new, but a class of the lower limit with the
-    requests, limit and targets of one of the plan's (a short class below it) is that class, and
+    requests, limit and targets of one of the plan's (a short class at the lower limit) is that class, and
     takes the calibration certification has measured for it when the lever starts (a certified
     plan's, once its per-GPU plans are certified: explore_plan); a plan not certified has none, so
     the lever can start while the plan is searched."""

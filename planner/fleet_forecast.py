@@ -136,8 +136,8 @@ def run_fleet_forecast(fleet: FleetInputs) -> list[FleetQuarter]:
                                    verify_flags=False, measurements=measured)
         except InfeasibleError as exc:
             # A quarter's availability replaces its types' inventory caps, which the message calls caps.
-            stated = (f" ({', '.join(sorted(q.availability))}: capped by {where}.availability)"
-                      if q.availability and "caps" in exc.message else "")
+            blamed = sorted(g for g in q.availability if f"{g} ≤ " in exc.message)
+            stated = f" ({', '.join(blamed)}: capped by {where}.availability)" if blamed else ""
             raise InfeasibleError(quarter_error(q.quarter, exc.message + stated), where=exc.where) from None
         by_type = dict(plan.joint.gpus_by_type)
         before = previous.plan.joint.gpus_by_type if previous else {}

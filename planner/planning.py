@@ -13,6 +13,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Iterable
 
+from planner.bounds import MAX_FLEET_GPUS
 from planner.catalog import Catalog, Model
 from planner.certification import certify_plans
 from planner.deployment import supported_problem
@@ -94,6 +95,7 @@ def make_plan(
     evals, certification = search.evaluations(), None
     if not sol.pools:
         raise InfeasibleError(no_plan_message(sol, scn, st.classes, evals, solve.inventory))
+    _refuse_oversized(sol)
     pools = pool_details(st.evaluator, evals, sol)
     # (A certified plan's TTFT sweep and context lever are priced by what certification measures, the
     # per-GPU plans' included: explore_plan starts them after those.)
@@ -102,9 +104,19 @@ def make_plan(
             [(st, evals, sol, pools)], lambda _: [(search.solve(**question), search.evaluations())],
             rounds=scn.simulation.max_rounds,
         )
+        _refuse_oversized(sol)  # certification re-plans at lower capacities: more GPUs
     plan = assemble_plan(st, evals, sol, pools, certification)
     return (explore_plan(st, plan, solve, context=context, search=search,
                          figures_ready=figures_ready) if explore else plan)
+
+
+def _refuse_oversized(sol: FleetSolution) -> None:
+    """A plan past the bound on a fleet's GPUs cannot be bought: refused, not reported. The ILP refuses
+    a class past it; a split's classes, each within it, can pass it together (111.7 million GPUs)."""
+    if sol.gpus > MAX_FLEET_GPUS:
+        raise InfeasibleError(f"the plan needs {sol.gpus:,} GPUs ({sol.split_text}), more than the {MAX_FLEET_GPUS:,} that "
+                              "bound any fleet (26 times the data-center GPUs shipped in 2023); check traffic.peak, "
+                              "traffic.growth and traffic.headroom")
 
 
 def assemble_plan(st: Setup, evals, sol: FleetSolution, pools: list[PoolDetail], certification) -> Plan:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -1046,6 +1047,30 @@ def test_a_gpu_listed_twice_is_refused_whatever_the_order(tmp_path):
         r = run("solve", scenario(tmp_path, BASE.replace("gpus: [h100-sxm]", f"gpus: {gpus}")), "--no-report")
         line = one_line_error(r, 2, "s.yaml: gpus[1]: h100-sxm is listed twice (first as gpus[0])")
         assert "gpus: gpus" not in line  # the entry named once
+
+
+def test_a_split_whose_classes_pass_the_bound_on_gpus_together_is_refused(tmp_path):
+    # each class within the bound the ILP checks a class against, the plan not: 111.7 million GPUs, exit 0
+    text = """\
+name: split_over
+model: llama-3.1-8b
+context_limit: 16384
+traffic:
+  source: {synthetic: {name: chat, requests: 100000, seed: 3, rate_rps: 500}}
+  peak: {method: explicit, rps: 1.0e7}
+  growth: 280
+slo: {statistic: p99, bands: [{ttft_s: 2.0, tpot_ms: 50}]}
+gpus: [h100-sxm]
+tp: [1]
+weight_dtypes: [fp8]
+kv_dtypes: [fp8]
+split_thresholds: [2048, 4096]
+verify: false
+"""
+    r = run("solve", scenario(tmp_path, text), "--out-dir", tmp_path / "out")
+    line = one_line_error(r, 3, "s.yaml: the plan needs ")
+    assert re.search(r"needs ([\d,]+) GPUs \(split at [\d,]+\), more than the 100,000,000 that bound any fleet", line)
+    assert leftovers(tmp_path / "out") == []
 
 
 def test_a_gpu_listed_twice_in_a_fleets_service_is_named_once_under_the_service(tmp_path):
