@@ -49,11 +49,12 @@ def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, alone: bool = False,
     27 for 145 requests/s: under 5.6 each).
 
     sweep, context: the TTFT sweep and the context-limit lever already started (start_ttft_sweep,
-    start_context_lever) [default: started now; a certified plan's, after its per-GPU plans]. search: the plan's own lazy search, whose searched pairs and bounds the re-solves start
-    from [default: one over the plan's evaluator]. figures_ready: called with the plan as soon as
-    what its report's figures show is known, so that the command starts drawing them in a worker
-    while this process plans on: once the split options and levers are known (the TTFT sweep not
-    yet), and again with the sweep (a figure started twice is drawn once: worker_pool.start)."""
+    start_context_lever) [default: started now; a certified plan's, after its per-GPU plans].
+    search: the plan's own lazy search, whose searched pairs and bounds the re-solves start from
+    [default: one over the plan's evaluator]. figures_ready: called with the plan as soon as what
+    its report's figures show is known, so that the command starts drawing them in a worker while
+    this process plans on: once the split options and levers are known (the TTFT sweep not yet),
+    and again with the sweep (a figure started twice is drawn once: worker_pool.start)."""
     scn, classes, inventory = st.scn, st.classes, solve.inventory
     least = scn.min_replicas_per_pool  # what a re-solve's no-plan message may blame
     search = search or LazySearch(st.evaluator, solve, classes, st.configs)
@@ -340,10 +341,10 @@ def _levers(scn, catalog, model, served, limit, peak, evaluator, configs, classe
 def start_context_lever(st: Setup, solve: Resolver) -> Callable[[], Outcome | None]:
     """context_lever of the plan, started in a worker; run here instead when its answer is asked for
     before the worker has begun it. Its classes are new, but a class of the lower limit with the
-    requests, limit and targets of one of the plan's (a short class at the lower limit) is that class, and
-    takes the calibration certification has measured for it when the lever starts (a certified
-    plan's, once its per-GPU plans are certified: explore_plan); a plan not certified has none, so
-    the lever can start while the plan is searched."""
+    requests, limit and targets of one of the plan's (a short class at the lower limit) is that
+    class, and takes the calibration certification has measured for it when the lever starts (a
+    certified plan's, once its per-GPU plans are certified: explore_plan); a plan not certified has
+    none, so the lever can start while the plan is searched."""
     known = st.evaluator.known(st.configs, st.classes)
     calibration, measured = sweep_calibration(st)
     return start_claimable("exploration:context_lever", scn=st.scn, catalog=st.catalog, model=st.model,
