@@ -53,6 +53,9 @@ MAX_GPU_MEMORY_GIB = 4096.0
 # vendors shipped in 2023 (TechInsights, via HPCwire, 2024-06). A plan needing more
 # cannot be bought; it is refused, not reported.
 MAX_FLEET_GPUS = 100_000_000
+# How a plan past it is refused (a class, a split, a fleet), and where its size comes from.
+OVER_FLEET_BOUND = f"more than the {MAX_FLEET_GPUS:,} that bound any fleet (26 times the data-center GPUs shipped in 2023)"
+DEMAND_FIELDS = "traffic.peak, traffic.growth and traffic.headroom"
 # Tensor-parallel degree and GPUs per node: the largest scale-up domains are 72 to 576 GPUs.
 MAX_TP = 1024
 # Replicas a pool must keep at least (N+1 redundancy is 2).

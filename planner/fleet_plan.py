@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from planner.bounds import MAX_FLEET_GPUS
+from planner.bounds import DEMAND_FIELDS, MAX_FLEET_GPUS, OVER_FLEET_BOUND
 from planner.certification import certify_plans, refreshed
 from planner.errors import InfeasibleError, InputError, PlannerError
 from planner.evaluator import Measurements
@@ -280,17 +280,16 @@ def _refuse_oversized(fleet: FleetInputs, joint: JointSolution, types: Sequence[
     """Refuse a fleet past the bound on a fleet's GPUs (ilp refuses one service past it, not services
     that pass it together): the GPUs its services run, and with `types`, those it holds committed and
     idle besides (a quarter's reservations are bounded type by type only)."""
-    bound = f"more than the {MAX_FLEET_GPUS:,} that bound any fleet (26 times the data-center GPUs shipped in 2023)"
     if joint.gpus > MAX_FLEET_GPUS:
         largest = sorted(zip(fleet.services, joint.services, strict=True), key=lambda pair: -pair[1].gpus)[:3]
         raise InfeasibleError(
             f"the fleet needs {joint.gpus:,} GPUs ({', '.join(f'{svc.name} {sol.gpus:,}' for svc, sol in largest)}"
-            f"{', ...' if len(fleet.services) > 3 else ''}), {bound}; check its services' traffic.peak, "
-            "traffic.growth and traffic.headroom", where=str(fleet.path))
+            f"{', ...' if len(fleet.services) > 3 else ''}), {OVER_FLEET_BOUND}; check its services' {DEMAND_FIELDS}",
+            where=str(fleet.path))
     idle = sum(t.idle_committed for t in types)
     if joint.gpus + idle > MAX_FLEET_GPUS:
         raise InfeasibleError(f"the fleet holds {joint.gpus + idle:,} GPUs ({joint.gpus:,} in use and {idle:,} committed "
-                              f"and idle), {bound}; check the owned and reserved GPUs it states", where=str(fleet.path))
+                              f"and idle), {OVER_FLEET_BOUND}; check the owned and reserved GPUs it states", where=str(fleet.path))
 
 
 def _no_fleet_message(fleet: FleetInputs, setups, joint: JointSolution) -> str:

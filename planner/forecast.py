@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from planner.bounds import DEMAND_FIELDS
 from planner.commitments import Lot, held, in_force
 from planner.daily import DayCosts, DayTerms, day_costs, reserved_discount, with_pool_prices
 from planner.errors import InfeasibleError, InputError
@@ -250,7 +251,7 @@ def quarter_error(quarter: str, message: str) -> str:
     """A forecast quarter's planning error, the quarter named. Where it blames the traffic's growth,
     the forecast's own growth is named too: a quarter's demand compounds the quarters' growth on the
     scenario's, and either can be what took it past a bound."""
-    hint = " (in a forecast, the quarters' growth too: forecast.quarters[].growth)" if "traffic.growth" in message else ""
+    hint = " (in a forecast, the quarters' growth too: forecast.quarters[].growth)" if DEMAND_FIELDS in message else ""
     return f"forecast quarter {quarter}: {message}{hint}"
 
 

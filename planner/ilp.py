@@ -79,7 +79,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from planner.bounds import MAX_FLEET_GPUS
+from planner.bounds import DEMAND_FIELDS, MAX_FLEET_GPUS, OVER_FLEET_BOUND
 from planner.ilp_solver import (
     DEFAULT_BACKEND,
     break_ties,
@@ -645,8 +645,7 @@ def _oversized(option: SplitOption, candidates: Sequence[Candidate], by_class) -
             shown = "infinitely many" if math.isinf(fewest[0]) else f"{fewest[0]:,}"
             return (
                 f"class '{k}' needs {shown} GPUs to serve {rate:,.4g} requests/s even on its best config "
-                f"({fewest[1]}), more than the {MAX_FLEET_GPUS:,} that bound any fleet (26 times the "
-                "data-center GPUs shipped in 2023); check traffic.peak, traffic.growth and traffic.headroom"
+                f"({fewest[1]}), {OVER_FLEET_BOUND}; check {DEMAND_FIELDS}"
             )
     return ""
 

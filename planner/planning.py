@@ -13,7 +13,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Iterable
 
-from planner.bounds import MAX_FLEET_GPUS
+from planner.bounds import DEMAND_FIELDS, MAX_FLEET_GPUS, OVER_FLEET_BOUND
 from planner.catalog import Catalog, Model
 from planner.certification import certify_plans
 from planner.deployment import supported_problem
@@ -114,9 +114,8 @@ def _refuse_oversized(sol: FleetSolution) -> None:
     """A plan past the bound on a fleet's GPUs cannot be bought: refused, not reported. The ILP refuses
     a class past it; a split's classes, each within it, can pass it together (111.7 million GPUs)."""
     if sol.gpus > MAX_FLEET_GPUS:
-        raise InfeasibleError(f"the plan needs {sol.gpus:,} GPUs ({sol.split_text}), more than the {MAX_FLEET_GPUS:,} that "
-                              "bound any fleet (26 times the data-center GPUs shipped in 2023); check traffic.peak, "
-                              "traffic.growth and traffic.headroom")
+        raise InfeasibleError(f"the plan needs {sol.gpus:,} GPUs ({sol.split_text}), {OVER_FLEET_BOUND}; check "
+                              f"{DEMAND_FIELDS}")
 
 
 def assemble_plan(st: Setup, evals, sol: FleetSolution, pools: list[PoolDetail], certification) -> Plan:

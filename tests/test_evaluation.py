@@ -235,6 +235,17 @@ def test_highs_prints_nothing(capfd):
     assert out.stdout == ""
 
 
+def _certified_on_two_types() -> Scenario:
+    """A scenario certified by short simulations, on an H100 and an L40S: its per-GPU plans replay both."""
+    return Scenario.model_validate({
+        "name": "t", "model": "llama-3.1-8b", "context_limit": 16384,
+        "traffic": {"source": {"constant": {"prompt_tokens": 1, "output_tokens": 1}}},
+        "slo": {"bands": [{"ttft_s": 2.0, "tpot_ms": 60}]},
+        "gpus": ["h100-sxm", "l40s"], "tp": [1], "weight_dtypes": ["bf16"], "kv_dtypes": ["fp8"],
+        "verify": True, "simulation": {"requests": 1000, "band_requests": 1000},
+    })
+
+
 def test_replays_started_ahead_are_the_ones_certification_would_run(catalog, monkeypatch):
     """The per-GPU plans' replays started in threads before the levers (certification.replay_ahead)
     are the ones certification would run, each run once, and give the same per-GPU rows."""
@@ -251,13 +262,7 @@ def test_replays_started_ahead_are_the_ones_certification_would_run(catalog, mon
 
     monkeypatch.setattr(certification, "_replay", recording)
 
-    scn = Scenario.model_validate({
-        "name": "t", "model": "llama-3.1-8b", "context_limit": 16384,
-        "traffic": {"source": {"constant": {"prompt_tokens": 1, "output_tokens": 1}}},
-        "slo": {"bands": [{"ttft_s": 2.0, "tpot_ms": 60}]},
-        "gpus": ["h100-sxm", "l40s"], "tp": [1], "weight_dtypes": ["bf16"], "kv_dtypes": ["fp8"],
-        "verify": True, "simulation": {"requests": 1000, "band_requests": 1000},
-    })
+    scn = _certified_on_two_types()
     model, hist = catalog.model("llama-3.1-8b"), mixed_traffic().select_total(at_most=16384)
 
     def per_gpu_rows():
@@ -300,13 +305,7 @@ def test_a_certified_plans_explorations_are_priced_by_what_its_per_gpu_plans_mea
         hold(st, evals, pools)
 
     monkeypatch.setattr(exploration, "hold_certified_rates", measured_then_held)
-    scn = Scenario.model_validate({
-        "name": "t", "model": "llama-3.1-8b", "context_limit": 16384,
-        "traffic": {"source": {"constant": {"prompt_tokens": 1, "output_tokens": 1}}},
-        "slo": {"bands": [{"ttft_s": 2.0, "tpot_ms": 60}]},
-        "gpus": ["h100-sxm", "l40s"], "tp": [1], "weight_dtypes": ["bf16"], "kv_dtypes": ["fp8"],
-        "verify": True, "simulation": {"requests": 1000, "band_requests": 1000},
-    })
+    scn = _certified_on_two_types()
     plan = make_plan(scn, catalog, catalog.model("llama-3.1-8b"), mixed_traffic().select_total(at_most=16384), 40.0)
     # (the TTFT sweep's rows are other targets' capacities, each scaled by its pair's measured ratio;
     # the plan's own rows are the plan, certified as it is)
