@@ -310,6 +310,10 @@ def _evaluation(evals, pool) -> Evaluation:
 def _resolve_into(state, resolve) -> None:
     """Solve every part again (resolve reads the simulated capacities recorded) and take the answers."""
     answers = resolve([part[1] for part in state])
+    for part, (sol, _) in zip(state, answers, strict=True):
+        if not sol.pools and sol.problem:  # at the measured capacities a class needs more GPUs than any fleet holds
+            service = f"service '{part[0].scn.name}': " if len(state) > 1 else ""  # (a fleet's services share class names)
+            raise InfeasibleError(f"at the capacities simulation measured, {service}{sol.problem}")
     if any(not sol.pools for sol, _ in answers):
         raise InfeasibleError("no plan holds its targets in simulation: "
                               + " | ".join(c for part in state for c in part[4]))

@@ -321,7 +321,7 @@ def day_costs(plan: Plan, profile: DailyProfile, terms: DayTerms) -> DayCosts:
         busiest_hour_rps=busiest_hour_mean_rps(profile, plan.measured_mean_rps),
         busiest_hour_from=("the log's busiest hour" if profile.busiest_hour_rps is not None
                            else "traffic.mean_rps" if scn.traffic.mean_rps is not None
-                           else "the source's mean rate over its span"),
+                           else "the source's mean rate over its whole minutes"),
         growth=scn.traffic.growth, served_share=served,
         input_tokens_per_request=plan.served.mean("sum_prompt"), output_tokens_per_request=plan.served.mean("sum_output"),
         policies=policies, solver_status=mix.status,

@@ -181,14 +181,23 @@ def load_fleet(path: str | Path, *, catalog_files: tuple[str, ...] = ()) -> Flee
         raise InputError("a fleet file is a YAML mapping (name:, services:, inventory:, ...)", where=str(path))
     spec = validate(FleetSpec, raw, where=str(path))
     catalog = load_catalog(*catalog_files)
+    unknown = {}
     for gpu in spec.inventory:
         try:
             catalog.gpu(gpu)
         except InputError as exc:
-            raise InputError(f"inventory.{gpu}: {exc}", where=str(path)) from None
+            unknown[gpu] = exc
     services = []
     for i, entry in enumerate(spec.services):
         services.append(_service(spec, catalog, path, i, entry, catalog_files))
+    for gpu, exc in unknown.items():
+        # the fleet prices and caps a shared type as one piece of hardware: its own catalog must know it
+        defining = [svc.name for svc in services if gpu in svc.inputs.catalog.gpus]
+        if defining:
+            raise InputError(f"inventory.{gpu}: '{gpu}' is defined only in the catalog overrides of service "
+                             f"'{defining[0]}'; a type the fleet shares must be known to the fleet: define it in a "
+                             "catalog file and give it with --catalog", where=str(path))
+        raise InputError(f"inventory.{gpu}: {exc}", where=str(path))
     # Compared without case: a service's name starts its figures' file names, which a case-insensitive
     # file system (macOS, Windows) would merge.
     names = [s.name.casefold() for s in services]
@@ -343,6 +352,9 @@ def _service(spec: FleetSpec, catalog: Catalog, path: Path, i: int, entry, catal
             if path_is(file, "folder"):
                 raise InputError(f"services[{i}]: {shorten(shown)} is a folder; a service is one scenario file",
                                  where=str(path))
+            if os.path.exists(file):  # a device or a pipe (/dev/null), or a link to one: there, but not a file to read
+                raise InputError(f"services[{i}]: {shorten(shown)} is not a regular file; a service is one scenario "
+                                 "file", where=str(path))
             if os.path.islink(file):  # (False, not an error, for a name too long)
                 raise InputError(f"services[{i}]: {shorten(shown)} is {missing_text(file)}", where=str(path))
             raise InputError(f"services[{i}]: no scenario file {shorten(shown)} (paths are relative to the fleet file)",

@@ -53,8 +53,10 @@ from planner.report import rejected_text
 from planner.units import (
     HOURS_PER_MONTH,
     HOURS_PER_QUARTER,
+    gpus_text,
     hours_text,
     multiplier_text,
+    quarters_text,
     usd_per_million_text,
     usd_per_million_tokens,
     usd_rate_text,
@@ -185,11 +187,11 @@ def _quarter_inventory(base, lots, price, availability, types, where, fleet) -> 
         cap = shared.cap
         if g in availability:
             if availability[g] < committed:
-                raise InputError(f"{where}.availability: {committed} {g} GPUs are committed but availability is "
-                                 f"{availability[g]}", where=str(fleet.path))
+                raise InputError(f"{where}.availability: {committed:,} {g} GPUs are committed but availability is "
+                                 f"{availability[g]:,}", where=str(fleet.path))
             cap = availability[g]  # the quarter's availability replaces the inventory's cap
         elif cap is not None and committed > cap:  # committed GPUs the cap would keep idle, paid all the same
-            raise InputError(f"{where}: {committed} {g} GPUs are committed but the inventory allows {cap} (owned + "
+            raise InputError(f"{where}: {committed:,} {g} GPUs are committed but the inventory allows {cap:,} (owned + "
                              "reserved + max_new); a commitment is not given back: state this quarter's availability "
                              f"of {g} or raise its max_new", where=str(fleet.path))
         out[g] = SharedGPU(
@@ -243,7 +245,7 @@ SERVICE_COLUMNS: tuple[Column, ...] = (
     Column("split_threshold", "integer", "total-token threshold of its long-context split (empty: one pool)",
            lambda x: x[1].solution.threshold),
     Column("pools", "string", "its pools: replicas × config", lambda x: "; ".join(
-        f"{p.traffic_class}: {p.replicas} x {p.config}" for p in x[1].solution.pools)),
+        f"{p.traffic_class}: {p.replicas:,} x {p.config}" for p in x[1].solution.pools)),
     Column("gpus", "integer", "GPUs it runs", lambda x: x[1].solution.gpus),
     item_column("own_usd_per_hour", "number", "its GPUs at its candidates' on-demand prices, USD per hour", "cost_per_hour"),
     Column("paid_usd_per_hour", "number", "its GPUs at what a GPU in use of each type costs the fleet on average "
@@ -299,7 +301,7 @@ def _binds(t: TypeUse) -> bool:
 
 
 def _gpus(t: TypeUse) -> str:
-    return f"{t.used} {t.gpu}"
+    return f"{t.used:,} {t.gpu}"
 
 
 def _term(fleet: FleetInputs) -> int | None:
@@ -323,9 +325,10 @@ def fleet_forecast_markdown(name: str, results: list[FleetQuarter], fleet: Fleet
     lines = [
         f"# Forecast: {name}",
         "",
-        f"**{first.quarter} → {last.quarter}: fleet {_fleet_gpus(first)} → {_fleet_gpus(last)}, "
-        f"{usd_text(first.cost_per_hour * HOURS_PER_QUARTER)} → {usd_text(last.cost_per_hour * HOURS_PER_QUARTER)} per quarter; "
-        f"{len(results)} quarters cost {usd_text(total)}"
+        (f"**{first.quarter}: fleet {_fleet_gpus(first)}, {usd_text(total)} for the quarter" if len(results) == 1 else
+         f"**{first.quarter} → {last.quarter}: fleet {_fleet_gpus(first)} → {_fleet_gpus(last)}, "
+         f"{usd_text(first.cost_per_hour * HOURS_PER_QUARTER)} → {usd_text(last.cost_per_hour * HOURS_PER_QUARTER)} per "
+         f"quarter; {quarters_text(len(results))} cost {usd_text(total)}")
         + after_end_headline(committed_after_end_usd(results[-1].lots, len(results) - 1, _term(fleet)), last.quarter,
                              _unpriced_at_the_end(results, fleet))
         + ".**",
@@ -339,9 +342,9 @@ def fleet_forecast_markdown(name: str, results: list[FleetQuarter], fleet: Fleet
         "|---|---:|---|---|---|---:|---:|",
     ]
     for r in results:
-        gpus = ", ".join(_gpus(t) + (f" ({r.change_by_type[t.gpu]:+d})" if r.change_by_type.get(t.gpu) else "")
+        gpus = ", ".join(_gpus(t) + (f" ({r.change_by_type[t.gpu]:+,d})" if r.change_by_type.get(t.gpu) else "")
                          for t in r.plan.types if t.used)
-        committed = ", ".join(f"{t.committed - t.idle_committed} / {t.idle_committed} {t.gpu}"
+        committed = ", ".join(f"{t.committed - t.idle_committed:,} / {t.idle_committed:,} {t.gpu}"
                               for t in r.plan.types if t.committed) or "—"
         k = r.usd_per_hour_by_kind
         tokens = sum(p.tokens_per_hour for p in r.plan.plans)
@@ -351,7 +354,7 @@ def fleet_forecast_markdown(name: str, results: list[FleetQuarter], fleet: Fleet
             f"{usd_text(r.cost_per_hour * HOURS_PER_QUARTER)} | {usd_per_million_text(usd_per_million_tokens(r.cost_per_hour, tokens))} |"
         )
     lines.append(f"| **Total** | | | | | **{usd_text(total)}** | |")
-    idle = [f"- **{r.quarter}: " + ", ".join(f"{t.idle_committed} {t.gpu}" for t in r.plan.types if t.idle_committed)
+    idle = [f"- **{r.quarter}: " + ", ".join(f"{t.idle_committed:,} {t.gpu}" for t in r.plan.types if t.idle_committed)
             + f" committed GPU(s) idle**, {usd_text(r.usd_per_hour_by_kind['committed_idle'])}/hour paid whether used or not."
             for r in results if r.usd_per_hour_by_kind["committed_idle"] > 0]
     if idle:
@@ -378,8 +381,8 @@ def _commitments_section(results: list[FleetQuarter], fleet: FleetInputs) -> lis
     """The commitments the forecast makes, each at its price and the terms it was priced at, and
     what the total leaves out: a commitment's term beyond the last quarter."""
     out = ["## Commitments", ""]
-    held = [f"{s.owned} {g} owned at {usd_rate_text(s.owned_usd_per_hour)}" for g, s in fleet.spec.inventory.items() if s.owned]
-    held += [f"{s.reserved} {g} reserved at {usd_rate_text(s.reserved_usd_per_hour)}"
+    held = [f"{s.owned:,} {g} owned at {usd_rate_text(s.owned_usd_per_hour)}" for g, s in fleet.spec.inventory.items() if s.owned]
+    held += [f"{s.reserved:,} {g} reserved at {usd_rate_text(s.reserved_usd_per_hour)}"
              for g, s in fleet.spec.inventory.items() if s.reserved]
     if held:
         out += ["Held in every quarter (the fleet's inventory), per GPU-hour: " + ", ".join(held) + ".", ""]
@@ -404,12 +407,12 @@ def _commitments_section(results: list[FleetQuarter], fleet: FleetInputs) -> lis
                "quarter only, paid used or not.")
     if term is None:
         out += [how, "", "| From | GPUs committed | $/GPU-hour | Priced at | Terms of |", "|---|---|---:|---|---|"]
-        out += [f"| {quarter} | +{c.gpus} {c.gpu} | {usd_rate_text(c.usd_per_gpu_hour)} | {c.basis} | {c.terms_quarter} |"
+        out += [f"| {quarter} | +{c.gpus:,} {c.gpu} | {usd_rate_text(c.usd_per_gpu_hour)} | {c.basis} | {c.terms_quarter} |"
                 for quarter, c in lots]
     else:
         out += [how, "", "| From | Through | GPUs committed | $/GPU-hour | Priced at | Terms of |",
                 "|---|---|---|---:|---|---|"]
-        out += [f"| {quarter} | {quarter_after(quarter, term - 1)} | +{c.gpus} {c.gpu} | "
+        out += [f"| {quarter} | {quarter_after(quarter, term - 1)} | +{c.gpus:,} {c.gpu} | "
                 f"{usd_rate_text(c.usd_per_gpu_hour)} | {c.basis} | {c.terms_quarter} |" for quarter, c in lots]
         out += ["", after_end_text([r.quarter for r in results], results[-1].lots, term)
                 + (" The inventory's own commitments have no term in the fleet file: they are held in every quarter, "
@@ -430,7 +433,7 @@ def _held_at_the_end(results: list[FleetQuarter], fleet: FleetInputs) -> str:
     usd = sum(t.committed_usd_per_hour for t in committed)
     fc, term = fleet.spec.forecast, _term(fleet)
     # With a term the forecast's lots fall away after the end: no quarter's run rate to quote.
-    text = (f"Held at the end of {last.quarter}: " + ", ".join(f"{t.committed} {t.gpu}" for t in committed)
+    text = (f"Held at the end of {last.quarter}: " + ", ".join(f"{t.committed:,} {t.gpu}" for t in committed)
             + f", {usd_text(usd)}/hour" + ("" if term else f" ({usd_text(usd * HOURS_PER_QUARTER)} a quarter)")
             + ", owned and reserved together." if committed else f"Nothing is committed at the end of {last.quarter}.")
     # What stays committed into the next quarter: the inventory's, and the forecast's lots (every one
@@ -451,7 +454,7 @@ def _held_at_the_end(results: list[FleetQuarter], fleet: FleetInputs) -> str:
 def _fleet_gpus(r: FleetQuarter) -> str:
     """GPUs in use, and those paid for where committed ones stand idle."""
     idle = r.plan.idle_committed
-    return f"{r.plan.gpus} GPUs in use" + (f" ({r.plan.gpus + idle} paid for)" if idle else "")
+    return f"{gpus_text(r.plan.gpus)} in use" + (f" ({r.plan.gpus + idle:,} paid for)" if idle else "")
 
 
 def _types_section(results: list[FleetQuarter], fleet: FleetInputs) -> list[str]:
@@ -492,7 +495,7 @@ def _committed_at_caps(results: list[FleetQuarter], fleet: FleetInputs) -> str:
         per_hour = sum(c.gpus * c.usd_per_gpu_hour for c in lots)
         held_for = (f"{usd_text(per_hour * HOURS_PER_QUARTER * term)} over its {term}-quarter term" if term else
                     f"{usd_text(per_hour * HOURS_PER_QUARTER)} a quarter to the forecast's end")
-        parts.append(f"{r.quarter}'s " + ", ".join(f"{c.gpus} {c.gpu}" for c in lots)
+        parts.append(f"{r.quarter}'s " + ", ".join(f"{c.gpus:,} {c.gpu}" for c in lots)
                      + f", {usd_text(per_hour)}/hour, {held_for}")
     if not parts:
         return ""
@@ -510,7 +513,7 @@ def _services_section(results: list[FleetQuarter]) -> list[str]:
         cells = []
         for r in results:
             plan = r.plan.plans[i]
-            gpus = " + ".join(f"{n} {g}" for g, n in plan.solution.gpus_by_type.items())
+            gpus = " + ".join(f"{n:,} {g}" for g, n in plan.solution.gpus_by_type.items())
             cells.append(f"{usd_text(r.plan.paid_usd_per_hour(plan))} ({gpus})")
         out.append(f"| {service} | " + " | ".join(cells) + f" | {rejected_text(results[0].plan.plans[i])} |")
     out += ["", "$/hour as paid: a service's GPUs at what a GPU of each type in use costs the fleet on average (the "

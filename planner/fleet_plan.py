@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from planner.bounds import DEMAND_FIELDS, MAX_FLEET_GPUS, OVER_FLEET_BOUND
+from planner.bounds import DEMAND_FIELDS, MAX_FLEET_GPUS, OVER_FLEET_BOUND, held_past_bound
 from planner.certification import certify_plans, refreshed
 from planner.errors import InfeasibleError, InputError, PlannerError
 from planner.evaluator import Measurements
@@ -286,10 +286,9 @@ def _refuse_oversized(fleet: FleetInputs, joint: JointSolution, types: Sequence[
             f"the fleet needs {joint.gpus:,} GPUs ({', '.join(f'{svc.name} {sol.gpus:,}' for svc, sol in largest)}"
             f"{', ...' if len(fleet.services) > 3 else ''}), {OVER_FLEET_BOUND}; check its services' {DEMAND_FIELDS}",
             where=str(fleet.path))
-    idle = sum(t.idle_committed for t in types)
-    if joint.gpus + idle > MAX_FLEET_GPUS:
-        raise InfeasibleError(f"the fleet holds {joint.gpus + idle:,} GPUs ({joint.gpus:,} in use and {idle:,} committed "
-                              f"and idle), {OVER_FLEET_BOUND}; check the owned and reserved GPUs it states", where=str(fleet.path))
+    held = held_past_bound(joint.gpus, sum(t.idle_committed for t in types))
+    if held:
+        raise InfeasibleError(f"the fleet {held}; check the owned and reserved GPUs it states", where=str(fleet.path))
 
 
 def _no_fleet_message(fleet: FleetInputs, setups, joint: JointSolution) -> str:
@@ -316,7 +315,7 @@ def _no_fleet_message(fleet: FleetInputs, setups, joint: JointSolution) -> str:
     if fleet.spec.max_gpu_types is not None:
         n = fleet.spec.max_gpu_types
         rules.append(f"at most {gpu_types_text(n)}")
-    takes = [f"{name} {' + '.join(f'{n} {g}' for g, n in sol.gpus_by_type.items())}" for name, sol in alone]
+    takes = [f"{name} {' + '.join(f'{n:,} {g}' for g, n in sol.gpus_by_type.items())}" for name, sol in alone]
     return (f"every service can be served alone within the shared caps, but the shared rules ({', '.join(rules)}) "
             f"leave no fleet that covers every service's peak; alone, the cheapest plans take {'; '.join(takes)}")
 
@@ -426,9 +425,9 @@ def _constraints(fleet: FleetInputs, setups, evals_per_service, joint: JointSolu
     rows, questions = [], []
     for g, cap in sorted(caps.items()):
         s = fleet.spec.inventory[g]
-        parts = [f"{s.owned} owned"] if s.owned else []
-        parts += [f"{s.reserved} reserved"] if s.reserved else []
-        parts.append(f"{s.max_new} new")
+        parts = [f"{s.owned:,} owned"] if s.owned else []
+        parts += [f"{s.reserved:,} reserved"] if s.reserved else []
+        parts.append(f"{s.max_new:,} new")
         rows.append((f"{g} GPUs", cap, used.get(g, 0), " + ".join(parts)))
         questions.append(({"caps": {**caps, g: cap + 1}}, {"caps": {k: v for k, v in caps.items() if k != g}}, (g, cap + 1)))
     limit = fleet.spec.max_gpu_types

@@ -153,7 +153,7 @@ def fleet_exposure(plans) -> dict[str, Any] | None:
 
 def _totals(fp: FleetPlan) -> str:
     spec, joint = fp.fleet.spec, fp.joint
-    by_type = ", ".join(f"{t.used} {t.gpu}" for t in fp.types if t.used)
+    by_type = ", ".join(f"{t.used:,} {t.gpu}" for t in fp.types if t.used)
     lines = [
         "## Fleet totals",
         "",
@@ -174,17 +174,17 @@ def _totals(fp: FleetPlan) -> str:
     ]
     for t in fp.types:
         s = spec.inventory.get(t.gpu)
-        committed = f"{t.committed} ({s.owned} + {s.reserved})" if s and t.committed else "—"
+        committed = f"{t.committed:,} ({s.owned:,} + {s.reserved:,})" if s and t.committed else "—"
         cap = "—" if t.cap is None else f"{t.cap:,}"
         lines.append(
-            f"| {t.gpu} | {committed} | {t.used} | {t.used - t.on_demand} / {t.on_demand} | {t.idle_committed or '—'} | {cap} "
+            f"| {t.gpu} | {committed} | {t.used:,} | {t.used - t.on_demand:,} / {t.on_demand:,} | {f'{t.idle_committed:,}' if t.idle_committed else '—'} | {cap} "
             f"| {usd_rate_text(t.on_demand_usd_per_gpu_hour)} | "
             + (f"{usd_text(t.committed_usd_per_hour)} ({usd_rate_text(t.committed_usd_per_hour / t.committed)}/GPU-hour)"
                if t.committed else "—") + " "
             f"| {usd_text(t.usd_per_hour)} |"
         )
-    lines.append(f"| **Total** | {sum(t.committed for t in fp.types)} | **{fp.gpus}** | | "
-                 f"{sum(t.idle_committed for t in fp.types)} | | | | **{usd_text(fp.cost_per_hour)}** |")
+    lines.append(f"| **Total** | {sum(t.committed for t in fp.types):,} | **{fp.gpus:,}** | | "
+                 f"{sum(t.idle_committed for t in fp.types):,} | | | | **{usd_text(fp.cost_per_hour)}** |")
     lines += [
         "",
         "| Service | Model | Peak req/s served | Rejected (over its context limit) | Decision | GPUs "
@@ -196,13 +196,13 @@ def _totals(fp: FleetPlan) -> str:
         pools = pools_text(sol)
         paid = fp.paid_usd_per_hour(plan)
         lines.append(
-            f"| {plan.scenario.name} | `{plan.model.id}` | {plan.peak_rps:,.2f} | {rejected_text(plan)} | {sol.split_text}: {pools} | {sol.gpus} "
+            f"| {plan.scenario.name} | `{plan.model.id}` | {plan.peak_rps:,.2f} | {rejected_text(plan)} | {sol.split_text}: {pools} | {sol.gpus:,} "
             f"| {usd_text(plan.cost_per_hour)} | {usd_text(paid)} | {usd_per_million_text(usd_per_million_tokens(paid, plan.tokens_per_hour))} "
             f"| {_certified_cell(plan)} |"
         )
     idle = fp.idle_committed_usd_per_hour
     lines.append(f"| Idle committed GPUs | | | | | | | {usd_text(idle)} | | |")
-    lines.append(f"| **Fleet** | | | | | **{fp.gpus}** | | **{usd_text(fp.cost_per_hour)}** | | |")
+    lines.append(f"| **Fleet** | | | | | **{fp.gpus:,}** | | **{usd_text(fp.cost_per_hour)}** | | |")
     lines += [
         "",
         "A service's own prices are its candidates' on-demand prices: its GPUs above at those prices, as its "
@@ -303,9 +303,10 @@ def gpus_in_use_text(fp: FleetPlan) -> str:
 
 
 def idle_committed_text(fp: FleetPlan) -> str:
-    """'; committed idle: 1 l40s' where the plan leaves committed GPUs idle (paid, in its cost), else ''."""
+    """'; committed idle: 1 l40s, $0.70/hour of it' where the plan leaves committed GPUs idle (paid, in
+    its cost), else ''."""
     idle = ", ".join(f"{t.idle_committed:,} {t.gpu}" for t in fp.types if t.idle_committed)
-    return f"; committed idle: {idle}" if idle else ""
+    return f"; committed idle: {idle}, {usd_text(fp.idle_committed_usd_per_hour)}/hour of it" if idle else ""
 
 
 def write_fleet_report(fp: FleetPlan, out_dir: Path) -> Path:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from planner.bounds import DEMAND_FIELDS
+from planner.bounds import DEMAND_FIELDS, held_past_bound
 from planner.commitments import Lot, held, in_force
 from planner.daily import DayCosts, DayTerms, day_costs, reserved_discount, with_pool_prices
 from planner.errors import InfeasibleError, InputError
@@ -35,6 +35,7 @@ class PoolRow:
     on_demand_usd_per_gpu_hour: float
     reserved_usd_per_gpu_hour: float | None  # the type's mean committed price (None: no commitment)
     capacity_rps_per_replica: float | None
+    capacity_planned_by: str | None  # where that capacity comes from (PoolDetail.planned_by)
     mixed_reserved_replicas: int | None  # the day's reserved + on-demand mix: replicas reserved all day
 
     @property
@@ -270,27 +271,35 @@ def _quarter_plan(inputs: Inputs, qscn: Scenario, q: QuarterSpec, reserved, pric
             if n <= stated:
                 earlier = ""
             elif fc.commitment_term_quarters is not None:
-                earlier = (f" ({n - stated} committed in earlier quarters and still in their term, "
-                           f"forecast.commitment_term_quarters: {fc.commitment_term_quarters}, and {stated} reserved in "
+                earlier = (f" ({n - stated:,} committed in earlier quarters and still in their term, "
+                           f"forecast.commitment_term_quarters: {fc.commitment_term_quarters}, and {stated:,} reserved in "
                            "this quarter)")
             else:
-                earlier = (f" ({n - stated} carried forward from earlier quarters, forecast.carry_forward: true, and "
-                           f"{stated} reserved in this quarter)")
+                earlier = (f" ({n - stated:,} carried forward from earlier quarters, forecast.carry_forward: true, and "
+                           f"{stated:,} reserved in this quarter)")
             what = "availability is" if gpu in q.availability else "its max_gpus (the scenario's gpus) is"
             fix = ("raise this quarter's availability" if gpu in q.availability else
                    f"raise {gpu}'s max_gpus or state this quarter's availability")
             raise InputError(
-                f"forecast quarter {q.quarter}: {n} {gpu} GPUs are committed{earlier} but {what} {cap}; "
+                f"forecast quarter {q.quarter}: {n:,} {gpu} GPUs are committed{earlier} but {what} {cap:,}; "
                 f"a commitment is not given back: {fix}"
                 + ((" or shorten the term" if fc.commitment_term_quarters is not None else
                     " or set forecast.carry_forward: false") if earlier else " or reserve fewer"),
                 where=str(inputs.path),
             )
     try:
-        return plan_inputs(inputs, qscn, explore=False, reserved={g: (n, price[g]) for g, n in reserved.items()},
+        plan = plan_inputs(inputs, qscn, explore=False, reserved={g: (n, price[g]) for g, n in reserved.items()},
                            measurements=measured)
     except (InfeasibleError, InputError) as exc:  # a quarter's own context limit or demand: name the quarter
         raise type(exc)(quarter_error(q.quarter, exc.message), where=exc.where or str(inputs.path)) from None
+    used = plan.solution.gpus_by_type
+    held = held_past_bound(plan.solution.gpus, sum(max(n - used.get(g, 0), 0) for g, n in reserved.items()))
+    if held:  # each type's reservations are within the bound; two of 90 million each held 180 million
+        carried = [f for f, on in (("forecast.carry_forward", fc.carry_forward),
+                                   ("forecast.commitment_term_quarters", fc.commitment_term_quarters)) if on]
+        raise InfeasibleError(quarter_error(q.quarter, f"the fleet {held}; check forecast.quarters[].reserved"
+                                            + "".join(f", {f}" for f in carried)), where=str(inputs.path))
+    return plan
 
 
 def _unused_prices(inputs: Inputs, qscn: Scenario, q: QuarterSpec, used: dict[str, int],
@@ -340,7 +349,7 @@ def _idle_reserved(inputs: Inputs, qscn: Scenario, plan: Plan, reserved, price,
     except InfeasibleError:
         return IdleReserved(idle, cost, None, "no plan can run them all (no config of their type serves the traffic "
                                               "within the targets and caps)")
-    summary = "; ".join(f"{pool.traffic_class.name}: {pool.replicas} × {pool.config.label(pool.traffic_class.max_model_len)}"
+    summary = "; ".join(f"{pool.traffic_class.name}: {pool.replicas:,} × {pool.config.label(pool.traffic_class.max_model_len)}"
                         for pool in alt.pools)
     return IdleReserved(idle, cost, alt.cost_per_hour, summary)
 
@@ -358,12 +367,13 @@ def _pool_rows(plan: Plan, reserved, price, day: DayCosts) -> tuple[PoolRow, ...
         rows.append(PoolRow(
             "serving", **pool.fields(), reserved_gpus=n_res, on_demand_usd_per_gpu_hour=pool.config.price_usd_per_hour,
             reserved_usd_per_gpu_hour=price.get(g), capacity_rps_per_replica=dp.capacity_rps,
+            capacity_planned_by=pool.planned_by,
             mixed_reserved_replicas=mix.reserved.get(dp.name, 0),
         ))
     od_price = {c.id: c.price_per_hour(plan.catalog.gpu(c.id).price_usd_per_hour) for c in plan.scenario.gpu_candidates}
     for g, n in sorted(left.items()):
         if n > 0:
-            rows.append(PoolRow("idle_reserved", "", g, None, "", "", None, 0, n, n, od_price[g], price[g], None, None))
+            rows.append(PoolRow("idle_reserved", "", g, None, "", "", None, 0, n, n, od_price[g], price[g], None, None, None))
     return tuple(rows)
 
 

@@ -47,8 +47,10 @@ from planner.report import (
 from planner.units import (
     HOURS_PER_MONTH,
     HOURS_PER_QUARTER,
+    gpus_text,
     hours_text,
     multiplier_text,
+    quarters_text,
     usd_per_million_text,
     usd_per_million_tokens,
     usd_rate_text,
@@ -229,14 +231,22 @@ POOL_COLUMNS: tuple[Column, ...] = (
         on_demand_usd_per_gpu_hour  number   the quarter's on-demand price of the GPU type, USD per GPU-hour
     """),
     Column("reserved_usd_per_gpu_hour", "number",
-           "mean committed price of the type's commitments, USD per GPU-hour (empty without commitments)",
-           lambda x: x[1].reserved_usd_per_gpu_hour),
+           "mean committed price of the type's commitments, USD per GPU-hour, where the row holds committed GPUs "
+           "(empty otherwise: its GPUs are paid on demand)",
+           lambda x: x[1].reserved_usd_per_gpu_hour if x[1].reserved_gpus else None),
     item_column("usd_per_hour", "number", "the row's GPUs at the prices they are paid, USD per hour; a quarter's rows add up "
            "to quarters.total_usd_per_hour"),
     Column("usd_per_month", "number", f"the same per month ({HOURS_PER_MONTH} hours), USD", lambda x: x[1].usd_per_hour * HOURS_PER_MONTH),
     Column("usd", "number", f"the same over the quarter ({HOURS_PER_QUARTER:,} hours), USD",
            lambda x: x[1].usd_per_hour * HOURS_PER_QUARTER),
-    item_column("capacity_rps_per_replica", "number", "requests/s one replica holds within every target"),
+    item_column("capacity_rps_per_replica", "number", "requests/s one replica is planned for, within every target "
+                "(where it comes from: capacity_planned_by)"),
+    item_column("capacity_planned_by", "string",
+                "model: the model's capacity; calibration: the model's, scaled by the simulated / model ratio "
+                "certification measured on another config of the class; simulation: certification searched this "
+                "config's capacity in simulation; held: the rate its pool held every target at in simulation (a "
+                "floor: its limit was not searched); log: a replica's share lowered after the log's own arrivals "
+                "missed; bound: a proven upper bound, not searched"),
     Column("mixed_reserved_replicas", "integer",
            "the day's reserved + on-demand mix: replicas of the pool reserved all day (the rest run on demand per hour)",
            lambda x: x[1].mixed_reserved_replicas),
@@ -247,7 +257,7 @@ POOL_COLUMNS: tuple[Column, ...] = (
 SPAN_COLUMNS: tuple[Column, ...] = (
     Column("first_quarter", "string", "the forecast's first quarter", lambda t: t["first_quarter"]),
     Column("last_quarter", "string", "the forecast's last quarter", lambda t: t["last_quarter"]),
-    Column("quarters", "integer", "quarters summed (four quarters of one year: the year's total)", lambda t: t["quarters"]),
+    Column("quarters", "integer", "quarters summed, first_quarter to last_quarter (four make a year)", lambda t: t["quarters"]),
     Column("hours", "number", f"hours summed ({HOURS_PER_QUARTER:,} a quarter)", lambda t: t["hours"], digits=0),
 )
 # A total table's last column: what its sums leave out.
@@ -405,7 +415,7 @@ def _idle_lines(results: Sequence[QuarterResult]) -> list[str]:
         if r.idle is None:
             continue
         idle = r.idle
-        gpus = ", ".join(f"{n} {g}" for g, n in idle.gpus.items())
+        gpus = ", ".join(f"{n:,} {g}" for g, n in idle.gpus.items())
         text = (f"- **{r.quarter}: {gpus} reserved GPU(s) idle**, {usd_text(idle.usd_per_hour)}/hour "
                 f"({usd_text(idle.usd_per_hour * HOURS_PER_QUARTER)} over the quarter), paid whether used or not. ")
         if idle.use_them_usd_per_hour is None and r.plan.given_fleet:
@@ -460,7 +470,7 @@ def _peak_lines(results: Sequence[QuarterResult]) -> list[str]:
     name, note = peak_source_text(first.scenario)
     return ["", f"Peak req/s is {name}, {first.measured_peak_rps:,.3f} requests/s ({peak_text(first)}"
             f"{'; ' + note if note else ''}), "
-            f"× growth {growth:g} × the quarter's Demand × base{served}; capacity is planned for × headroom "
+            f"× traffic.growth {growth:g} × the quarter's Demand × base{served}; capacity is planned for × headroom "
             f"{first.scenario.traffic.headroom:g}."]
 
 
@@ -516,8 +526,9 @@ def _price_basis_lines(results: Sequence[QuarterResult]) -> list[str]:
                 else f", {where}")
         own = "; ".join(f"{g} at {usd_rate_text(v)}" for g, v in sorted(fc.reserved_prices.items()))
         lines.append("A committed GPU is priced " + (f"{own} (forecast.reserved_prices); any other type " if own else "")
-                     + "at the on-demand price of the quarter that commits it (the quarter whose fleet carry_forward "
-                     "carries, or the one that states `reserved:`)" + rule + ".")
+                     + "at the on-demand price of the quarter that commits it ("
+                     + ("the quarter whose fleet carry_forward carries, or the one that states `reserved:`"
+                        if fc.carry_forward else "the one that states `reserved:`") + ")" + rule + ".")
     return ["", " ".join(lines)] if lines else []
 
 
@@ -535,7 +546,7 @@ def _unused_price_lines(results: Sequence[QuarterResult]) -> list[str]:
                         f"{usd_text(abs(d))}/hour {'more' if d > 0 else 'less'} than")
                 alone = (f"{u.gpu} alone takes {pools_text(u.alone)}, {usd_text(u.alone.cost_per_hour)}/hour ({than} "
                          f"the cheapest plan, {pools_text(u.cheapest)}, {usd_text(u.cheapest.cost_per_hour)}/hour)")
-            committed = ", ".join(f"{n} {g}" for g, n in r.reserved_gpus.items() if n)
+            committed = ", ".join(f"{n:,} {g}" for g, n in r.reserved_gpus.items() if n)
             if r.plan.given_fleet:
                 why = "the quarter runs the fleet the scenario states"
             elif committed and any(p.gpu == u.gpu for p in u.cheapest.pools):
@@ -573,9 +584,11 @@ def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: st
     lines = [
         f"{h} Forecast: {name}",
         "",
-        f"**{span}: fleet {first.gpus} → {last.gpus} GPUs, {usd_text(first.cost_per_hour * HOURS_PER_QUARTER)} → "
-        f"{usd_text(last.cost_per_hour * HOURS_PER_QUARTER)} per quarter; {total['quarters']} quarters cost "
-        f"{usd_text(total['total_usd'])}"
+        (f"**{first.quarter}: fleet {gpus_text(first.gpus)}, {usd_text(total['total_usd'])} for the quarter"
+         if len(results) == 1 else
+         f"**{span}: fleet {first.gpus:,} → {gpus_text(last.gpus)}, {usd_text(first.cost_per_hour * HOURS_PER_QUARTER)} → "
+         f"{usd_text(last.cost_per_hour * HOURS_PER_QUARTER)} per quarter; {quarters_text(total['quarters'])} cost "
+         f"{usd_text(total['total_usd'])}")
         + (f", {usd_per_million_text(cpm_total)} per million tokens at the day's real volume" if cpm_total is not None else "")
         + after_end_headline(total["committed_after_end_usd"], last.quarter, _unpriced_at_the_end(results)) + ".**",
         "",
@@ -585,9 +598,9 @@ def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: st
         "|---|---:|---:|---|---|---|---|---:|---|---|---|",
     ]
     for r in results:
-        gpus = ", ".join(f"{n} {g}" + (f" ({r.change_by_type[g]:+d})" if r.change_by_type.get(g) else "")
+        gpus = ", ".join(f"{n:,} {g}" + (f" ({r.change_by_type[g]:+,d})" if r.change_by_type.get(g) else "")
                          for g, n in r.gpus_by_type.items())
-        removed = [f"0 {g} ({d:+d})" for g, d in r.change_by_type.items() if d < 0 and g not in r.gpus_by_type]
+        removed = [f"0 {g} ({d:+,d})" for g, d in r.change_by_type.items() if d < 0 and g not in r.gpus_by_type]
         gpus = ", ".join([gpus, *removed]) if removed else gpus
         idle = r.idle.gpus if r.idle else {}
         reserved = ", ".join(
@@ -609,7 +622,7 @@ def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: st
     tot_vol = " / ".join(usd_per_million_text(_per_million(total, u, t)) for u, t in
                          (("total_usd", "tokens"), ("input_usd", "input_tokens"), ("output_usd", "output_tokens")))
     # The parts go with the total, in the $/quarter column: under $/hour they read as an hourly rate.
-    lines.append(f"| **Total** ({total['quarters']} quarters) | | | | | | | **{usd_text(total['total_usd'])}** = "
+    lines.append(f"| **Total** ({quarters_text(total['quarters'])}) | | | | | | | **{usd_text(total['total_usd'])}** = "
                  f"{usd_text(total['on_demand_usd'])} on demand + {usd_text(total['reserved_used_usd'])} reserved + "
                  f"{usd_text(total['reserved_idle_usd'])} idle | | {tot_vol} | |")
     lines += (_peak_lines(results) + _rejected_lines(results) + _price_basis_lines(results)
@@ -659,7 +672,7 @@ def _held_at_the_end(results: Sequence[QuarterResult]) -> str:
     if holding:
         # With a term the holding falls away lot by lot after the end: no quarter's run rate to quote.
         text = (f"Held at the end of {last.quarter}: " + ", ".join(
-            f"{n} {g} at {usd_rate_text(last.reserved_price[g])}" for g, n in holding.items())
+            f"{n:,} {g} at {usd_rate_text(last.reserved_price[g])}" for g, n in holding.items())
             + f", {usd_text(usd)}/hour" + ("" if term else f" ({usd_text(usd * HOURS_PER_QUARTER)} a quarter)") + ". ")
         if term is not None:
             text += after_end_text([r.quarter for r in results], last.lots, term)
@@ -690,7 +703,7 @@ def after_end_text(quarters: Sequence[str], lots: Sequence[Lot], term: int) -> s
             "it starts, used or not (forecast.commitment_term_quarters)")
     if not running:
         return text + f"; none runs past {last}."
-    parts = [f"{lot.gpus} {lot.gpu} at {usd_rate_text(lot.usd_per_gpu_hour)} from {quarters[lot.start]} to "
+    parts = [f"{lot.gpus:,} {lot.gpu} at {usd_rate_text(lot.usd_per_gpu_hour)} from {quarters[lot.start]} to "
              f"{quarter_after(last, more)} ({more} quarter{'s' if more != 1 else ''} more)" for lot, more in running]
     return (text + f"; after {last} these still run: " + ", ".join(parts)
             + f": {usd_text(after_end_usd(lots, len(quarters) - 1))} committed after {last}, which the total above "
@@ -708,7 +721,7 @@ def next_commitments_text(quarter: str, lots: Sequence[tuple[int, str, str]], ad
     over = (f", {usd_text(added_usd_per_hour * HOURS_PER_QUARTER * term)} over a {term}-quarter term"
             if term is not None else "")
     # The last quarter's terms: a price stated for a later quarter is outside the forecast.
-    return (" With carry_forward, the " + ", ".join(f"{n} {g}" for n, g, _ in lots) + f" that {quarter} {what} "
+    return (" With carry_forward, the " + ", ".join(f"{n:,} {g}" for n, g, _ in lots) + f" that {quarter} {what} "
             f"would be committed from the next quarter at {quarter}'s terms (" + ", ".join(p for *_, p in lots)
             + f" per GPU-hour): {usd_text(added_usd_per_hour)}/hour more{over}; {usd_text(usd_per_hour)}/hour "
             "committed in all.")
@@ -729,7 +742,9 @@ def _policies_markdown(results: Sequence[QuarterResult], total: dict, heading: i
         f"commitments it carries): scale-up lead time {terms.lead_min:g} min, "
         f"{floor_text(terms.min_replicas, [(f'{r.quarter} {p.name}', p) for r in results for p in r.day.pools])}, "
         f"reserved at {terms.reserved_terms}. Each cell: USD over the "
-        "quarter · USD per million tokens at the day's volume.",
+        "quarter · USD per million tokens at the day's volume"
+        + (" (the Total row sums the quarters' amounts before rounding: it can differ from the sum of the cents shown "
+           "by a cent or so)." if len(results) > 1 else "."),
         "",
         "| Quarter | " + " | ".join(name for _, name in POLICIES) + " |",
         "|---|" + "---:|" * len(POLICIES),
@@ -744,8 +759,8 @@ def _policies_markdown(results: Sequence[QuarterResult], total: dict, heading: i
                 by_gpu: dict[str, int] = {}
                 for pool in r.day.pools:  # the replicas by GPU type, where the pools run more than one
                     by_gpu[pool.gpu] = by_gpu.get(pool.gpu, 0) + pol.reserved.get(pool.name, 0)
-                kinds = [f"{n} {g}" for g, n in by_gpu.items() if n]
-                cell += (f" ({sum(pol.reserved.values())} reserved replicas"
+                kinds = [f"{n:,} {g}" for g, n in by_gpu.items() if n]
+                cell += (f" ({sum(pol.reserved.values()):,} reserved replicas"
                          + (f": {', '.join(kinds)}" if len(kinds) > 1 else "") + ")")
             cells.append(cell)
         lines.append(f"| {r.quarter} | " + " | ".join(cells) + " |")

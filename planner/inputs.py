@@ -100,8 +100,10 @@ def scenario_inputs(scn: Scenario, path: Path, base: Path, *, catalog_files: tup
     try:
         traffic = load_traffic(scn, base)
     except InputError as exc:
-        if exc.where is not None:  # already names its log file
-            raise
+        if exc.where is not None:  # a log's own problem, named by its file, and by the scenario's field: with
+            # `solve scenarios/*.yaml` the log alone did not say which scenario failed
+            field = "histogram" if scn.traffic.source.histogram is not None else "log"
+            raise InputError(f"traffic.source.{field}: {exc.where}: {exc.message}", where=where) from None
         raise InputError(f"traffic: {exc}", where=where) from None
     return Inputs(path, scn, catalog, model, traffic)
 

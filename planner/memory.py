@@ -270,6 +270,34 @@ class BudgetLadder:
         return users_that_fit(self.kv_budget_bytes, self.kv_bytes_per_user)
 
 
+def _no_budget_text(dep: Deployment, rule: str, memory_gib: float, f: float, weights_gib: float, overhead_gib: float,
+                    budget_gib: float) -> str:
+    """Why a deployment has no KV budget, with the engine rule's own arithmetic (budget_ladder), and the
+    settings that could give it one: the weights alone past the GPUs' memory can only be split, quantised
+    or moved; otherwise the fraction helps where the rule applies it to what the weights leave (vLLM's
+    up to 1, SGLang's), and the overhead where the rule subtracts it (vLLM's, TensorRT-LLM's)."""
+    if rule == "fraction_of_total":
+        arithmetic = (f"{memory_gib:.2f} GiB x {f:.2f} = {memory_gib * f:.2f} GiB usable - {weights_gib:.2f} GiB weights "
+                      f"- {overhead_gib:.2f} GiB overhead = {budget_gib:.2f} GiB KV budget")
+        fraction_helps, overhead_helps = weights_gib + overhead_gib < memory_gib, weights_gib < memory_gib * f
+    elif rule == "fraction_of_free_after_weights":
+        arithmetic = (f"({memory_gib:.2f} GiB - {weights_gib:.2f} GiB weights - {overhead_gib:.2f} GiB overhead) x "
+                      f"{f:.2f} = {budget_gib:.2f} GiB KV budget")
+        fraction_helps, overhead_helps = False, weights_gib < memory_gib
+    else:  # the engine keeps the rest of memory for itself: no overhead of the user's is subtracted
+        arithmetic = (f"{memory_gib:.2f} GiB x {f:.2f} = {memory_gib * f:.2f} GiB for weights and cache - "
+                      f"{weights_gib:.2f} GiB weights = {budget_gib:.2f} GiB KV budget")
+        fraction_helps, overhead_helps = weights_gib < memory_gib, False
+    remedies = "try more tensor parallelism, fp8/int4 weights or a larger GPU"
+    if weights_gib >= memory_gib:
+        return (f"'{dep.model.id}' {dep.weight_dtype.id} weights do not fit on {dep.tp} x {dep.gpu.id}: {arithmetic}; "
+                f"{remedies}")
+    settings = (["raise the memory fraction (gpu_memory_utilization, --gpu-memory-utilization)"] if fraction_helps
+                else []) + (["lower the overhead (overhead_gib, --overhead-gib)"] if overhead_helps else [])
+    return (f"'{dep.model.id}' on {dep.tp} x {dep.gpu.id}: no memory is left for a KV cache: {arithmetic}; "
+            + (" or ".join(settings) + f", or {remedies}" if settings else remedies))
+
+
 def budget_ladder(dep: Deployment) -> BudgetLadder:
     """Reported memory x utilisation - weights - overhead = KV budget (seed 000, steps 1-8).
 
@@ -297,12 +325,7 @@ def budget_ladder(dep: Deployment) -> BudgetLadder:
         overhead_gib = memory_gib - usable_gib
         budget_gib = usable_gib - weights_gib
     if budget_gib <= 0:
-        raise InputError(
-            f"'{dep.model.id}' {dep.weight_dtype.id} weights do not fit on {dep.tp} x {dep.gpu.id}: "
-            f"{memory_gib:.2f} GiB x {f:.2f} = {usable_gib:.2f} GiB usable - {weights_gib:.2f} GiB weights "
-            f"- {overhead_gib:.2f} GiB overhead = {budget_gib:.2f} GiB KV budget; "
-            "try more tensor parallelism, fp8/int4 weights or a larger GPU"
-        )
+        raise InputError(_no_budget_text(dep, rule, memory_gib, f, weights_gib, overhead_gib, budget_gib))
     ladder = BudgetLadder(
         engine=dep.engine.id,
         rule=rule,

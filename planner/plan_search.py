@@ -535,7 +535,7 @@ def _best_failed(evals: Sequence[Evaluation]) -> Evaluation | None:
 
 
 def _summary(sol: FleetSolution) -> str:
-    pools = "; ".join(f"{p.traffic_class}: {p.replicas} x {p.config}" for p in sol.pools)
+    pools = "; ".join(f"{p.traffic_class}: {p.replicas:,} x {p.config}" for p in sol.pools)
     return f"{sol.split_text} — {pools}"
 
 

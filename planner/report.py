@@ -249,7 +249,7 @@ def pools_text(sol) -> str:
     long: 8 × ... + 2 × ...'), so that two pools of one config in different classes read apart."""
     by_class: dict[str, list[str]] = {}
     for p in sol.pools:
-        by_class.setdefault(p.traffic_class, []).append(f"{p.replicas} × {p.config.split(' ctx')[0]}")
+        by_class.setdefault(p.traffic_class, []).append(f"{p.replicas:,} × {p.config.split(' ctx')[0]}")
     if len(by_class) == 1:
         return " + ".join(next(iter(by_class.values())))
     return "; ".join(f"{cls}: {' + '.join(pools)}" for cls, pools in by_class.items())
@@ -348,10 +348,10 @@ def _pools_table(plan: Plan) -> str:
         binding = planned_binding(pool.capacity.binding, pool.planned_by, pool.calibration)
         rows.append(
             f"| {tc.label} | {requests} | {cfg.gpu.id} | {cfg.tp} | {cfg.weight_dtype} | {cfg.kv_dtype} | "
-            f"{tc.max_model_len:,} | {pool.replicas} | {pool.gpus} | {pool.planned_rps:,.3f} | {cover} | "
+            f"{tc.max_model_len:,} | {pool.replicas:,} | {pool.gpus:,} | {pool.planned_rps:,.3f} | {cover} | "
             f"{binding} | {usd_text(pool.cost_per_hour)} |"
         )
-    rows.append(f"| **Total** | | | | | | | | **{plan.solution.gpus}** | | | | **{usd_text(plan.cost_per_hour)}** |")
+    rows.append(f"| **Total** | | | | | | | | **{plan.solution.gpus:,}** | | | | **{usd_text(plan.cost_per_hour)}** |")
     if any(pool.planned_by == "calibration" for pool in plan.pools):
         rows += ["", CALIBRATED_NOTE]
     rows += [line for note in routing_notes(plan) for line in ("", note)]
@@ -375,7 +375,7 @@ def routing_notes(plan: Plan) -> list[str]:
                             for pool, share in zip(pools, _tenths_adding_to_100([p.class_part for p in pools]), strict=True))
         even = tc.rate_rps / replicas  # each replica's rate, spread evenly
         weakest = min(pools, key=lambda pool: pool.planned_rps)
-        spread = (f"; spread evenly, each of its {replicas} replicas would take {even:,.3f} requests/s, "
+        spread = (f"; spread evenly, each of its {replicas:,} replicas would take {even:,.3f} requests/s, "
                   f"{even / weakest.planned_rps:,.1f}× the {weakest.planned_rps:,.3f} one on {weakest.config.gpu.id} "
                   "can carry" if even > weakest.planned_rps else "")
         notes.append(f"**Route the {tc.label} class to its pools by weight**: {weights} (each pool's part of the "
@@ -456,7 +456,7 @@ def _why_of(plan: Plan, sol, left_out: str) -> str:
         for p in s.pools:
             need = _replicas_needed(p, s.pools)
             fractional += need * p.cost_per_hour / p.replicas
-            parts.append(f"{p.traffic_class}: {_fractional_text(need)} → {p.replicas} replicas of "
+            parts.append(f"{p.traffic_class}: {_fractional_text(need)} → {p.replicas:,} replicas of "
                          f"{p.config.split(' ctx')[0]} ({binding.get((s.option, p.traffic_class, p.config), '?')})")
         return "; ".join(parts), fractional
 
@@ -667,7 +667,7 @@ def _sweep(plan: Plan, figure: str | None) -> str:
     for m, o in sorted(rows, key=lambda r: r[0]):
         label = "as stated" if m == 1.0 else f"× {m:g}"
         if o.feasible:
-            lines.append(f"| {label} | {usd_text(o.cost_per_hour)} | {delta_text(o.cost_per_hour, base)} | {o.gpus} | "
+            lines.append(f"| {label} | {usd_text(o.cost_per_hour)} | {delta_text(o.cost_per_hour, base)} | {o.gpus:,} | "
                          f"{o.summary} |")
         else:
             lines.append(f"| {label} | infeasible | — | — | {o.why_not} |")
@@ -687,7 +687,7 @@ def _outcomes_table(rows: list[Outcome], plan: Plan, head: str) -> str:
     lines = [f"| {head} | $/hour | {_versus(plan)} | GPUs | Plan |", "|---|---:|---:|---:|---|"]
     for o in rows:
         if o.feasible:
-            lines.append(f"| {o.name} | {usd_text(o.cost_per_hour)} | {delta_text(o.cost_per_hour, base)} | {o.gpus} | {o.summary} |")
+            lines.append(f"| {o.name} | {usd_text(o.cost_per_hour)} | {delta_text(o.cost_per_hour, base)} | {o.gpus:,} | {o.summary} |")
         else:
             lines.append(f"| {o.name} | infeasible | — | — | {o.why_not} |")
     return "\n".join(lines)
@@ -703,7 +703,7 @@ def _sensitivity(plan: Plan) -> str:
         rate = plan.peak_rps * mult
         if o.feasible:
             lines.append(f"| {change} | {rate:,.2f} | {usd_text(o.cost_per_hour)} | {usd_text(o.cost_per_hour * HOURS_PER_MONTH)} "
-                         f"| {o.gpus} | {o.summary} |")
+                         f"| {o.gpus:,} | {o.summary} |")
         else:
             lines.append(f"| {change} | {rate:,.2f} | infeasible | — | — | {o.why_not} |")
     return "\n".join(lines)
@@ -713,7 +713,7 @@ def _pool_detail(plan: Plan, pool: PoolDetail) -> str:
     tc, cfg, cap, dep = pool.traffic_class, pool.config, pool.capacity, pool.deployment
     lad, fp, pt = cap.ladder, cap.footprint, pool.at_peak
     lines = [
-        f"### {tc.label}: {pool.replicas} × {cfg.gpu.id}, tp {cfg.tp}, {cfg.weight_dtype} weights, {cfg.kv_dtype} cache",
+        f"### {tc.label}: {pool.replicas:,} × {cfg.gpu.id}, tp {cfg.tp}, {cfg.weight_dtype} weights, {cfg.kv_dtype} cache",
         "",
         f"Budget ladder of one replica ({lad.tp} GPU{'s' if lad.tp > 1 else ''}, {dep.engine.name}):",
         "",

@@ -128,6 +128,9 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
     if disagreement:
         raise InputError(f"shared_prefix_tokens: {disagreement}")
     mean = scn.traffic.mean_rps or mean_rate_rps(hist)
+    if src.constant is not None and scn.traffic.profile is not None and scn.traffic.profile.measured:
+        raise InputError("profile: measured: a constant source has no arrival times to measure a day from; state "
+                         "the day (profile: {hourly: [...]} or {shape: diurnal, ...}), or plan from a log")
     try:
         profile = traffic_profile(scn.traffic.profile, hist)
     except InputError as exc:

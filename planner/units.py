@@ -38,6 +38,11 @@ def gpu_types_text(n: int) -> str:
     return f"{n:,} GPU type" if n == 1 else f"{n:,} GPU types"
 
 
+def quarters_text(n: int) -> str:
+    """A count of quarters in words: '1 quarter', '4 quarters'."""
+    return f"{n:,} quarter" if n == 1 else f"{n:,} quarters"
+
+
 def replicas_text(n: int) -> str:
     """A count of replicas in words: '1 replica', '4 replicas'."""
     return f"{n:,} replica" if n == 1 else f"{n:,} replicas"

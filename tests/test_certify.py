@@ -1135,7 +1135,7 @@ def test_a_challenger_that_leaves_no_plan_keeps_the_certified_plan(monkeypatch):
     pool = SimpleNamespace(traffic_class=tc, config=SimpleNamespace(label=lambda limit: "h200 tp1"))
     certified = SimpleNamespace(pools=["certified pool"], cost_per_hour=10.0)
     challenger = SimpleNamespace(pools=[pool], cost_per_hour=9.0)
-    nothing = SimpleNamespace(pools=[], cost_per_hour=0.0)
+    nothing = SimpleNamespace(pools=[], cost_per_hour=0.0, problem="")
     answers = iter([[(challenger, ["challenger evals"])], [(nothing, ["no evals"])]])
     monkeypatch.setattr(cert, "_priced_by_ratio", lambda *a: True)
     monkeypatch.setattr(cert, "pool_details", lambda ev, evals, sol: [pool] if sol is challenger else [])

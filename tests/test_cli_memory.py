@@ -76,6 +76,39 @@ def test_weights_that_do_not_fit_exit_2_with_the_numbers():
     assert "do not fit" in r.output and "GiB weights" in r.output and "KV budget" in r.output
 
 
+@pytest.mark.parametrize(("option", "value", "shown"), [("--overhead-gib", "80", "80.00 GiB overhead"),
+                                                       ("--gpu-memory-utilization", "0.1", "x 0.10")])
+def test_an_overhead_or_memory_fraction_that_leaves_no_cache_is_blamed_not_the_weights(option, value, shown):
+    # it read "bf16 weights do not fit on 1 x h100-sxm" of 14.96 GiB of weights on an 80 GiB GPU
+    r = run("capacity", "llama-3.1-8b", "h100-sxm", option, value)
+    assert r.exit_code == 2
+    assert "'llama-3.1-8b' on 1 x h100-sxm: no memory is left for a KV cache: " in r.output and shown in r.output
+    assert "do not fit" not in r.output
+    advice = r.output.split("KV budget; ")[1]
+    # each setting that can give a cache, and only those: the fraction cannot help 80 GiB of overhead on
+    # an 80 GiB GPU, the overhead cannot help weights past a tenth of it
+    assert ("raise the memory fraction" in advice) == (option == "--gpu-memory-utilization")
+    assert ("lower the overhead" in advice) == (option == "--overhead-gib")
+
+
+@pytest.mark.parametrize(("args", "arithmetic", "advice"), [
+    # TensorRT-LLM's fraction applies to what weights and overhead leave: raising it never helps
+    (["l4", "--engine", "trtllm", "--overhead-gib", "8"],
+     "(22.49 GiB - 14.96 GiB weights - 8.00 GiB overhead) x 0.90 = -0.42 GiB KV budget",
+     "lower the overhead (overhead_gib, --overhead-gib), or try"),
+    # SGLang keeps what its fraction leaves for itself: no overhead of the user's is subtracted
+    (["l4", "--engine", "sglang", "--gpu-memory-utilization", "0.5"],
+     "22.49 GiB x 0.50 = 11.24 GiB for weights and cache - 14.96 GiB weights = -3.71 GiB KV budget",
+     "raise the memory fraction (gpu_memory_utilization, --gpu-memory-utilization), or try"),
+])
+def test_a_deployment_without_a_cache_shows_its_engine_s_arithmetic_and_the_settings_that_help(args, arithmetic,
+                                                                                                advice):
+    # both printed "22.49 GiB x 0.90 = 22.54 GiB usable - ..." whatever the engine's rule, and advised both settings
+    r = run("capacity", "llama-3.1-8b", *args)
+    assert r.exit_code == 2
+    assert f"no memory is left for a KV cache: {arithmetic}; {advice} more tensor parallelism" in r.output, r.output
+
+
 def test_capacity_with_a_class_adds_rate_and_binding():
     r = run("capacity", "llama-3.1-8b", "h100-sxm", "--context-limit", "8192", "--prompt-tokens", "1000",
             "--output-tokens", "200", "--tpot-ms", "40", "--rate-rps", "5", "--json")

@@ -228,7 +228,9 @@ def test_a_weekday_profile_needs_a_week_of_log(tmp_path):
         ("{shape: diurnal}", "traffic.profile: shape 'diurnal' needs peak_to_trough"),
         ("{shape: flat, hourly: [1]}", "traffic.profile: give exactly one of measured: true, hourly, shape"),
         ("{shape: weekly}", "traffic.profile.shape: Input should be 'flat' or 'diurnal'"),
-        ("{measured: true}", "traffic: profile: a measured profile needs a log spanning a day or more (no timestamps"),
+        # it read "a measured profile needs a log spanning a day or more": the source is no log
+        ("{measured: true}", "traffic: profile: measured: a constant source has no arrival times to measure a day "
+                             "from; state the day"),
     ],
 )
 def test_bad_profiles_exit_2_naming_the_field(tmp_path, profile, expected):

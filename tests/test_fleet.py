@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
 import re
 from pathlib import Path
 
@@ -637,6 +638,17 @@ def test_a_fleet_over_the_bound_on_gpus_is_refused_though_each_service_is_within
         assert not out.exists()
 
 
+def near_the_bound(name: str, *, growth: float) -> dict:
+    """A certified chat service of ten million requests/s times `growth`: at 123, 48 million H100s
+    by the model; at 246, 96.9 million, and past the bound on a fleet's GPUs once replays measure."""
+    return {"name": name, "model": "llama-3.1-8b", "context_limit": 16384,
+            "traffic": {"source": {"synthetic": {"name": "chat", "requests": 100000, "seed": 3, "rate_rps": 500}},
+                        "peak": {"method": "explicit", "rps": 1e7}, "growth": growth},
+            "slo": {"statistic": "p99", "bands": [{"ttft_s": 2.0, "tpot_ms": 50}]},
+            "gpus": ["h100-sxm"], "tp": [1], "weight_dtypes": ["fp8"], "kv_dtypes": ["fp8"], "split_thresholds": [],
+            "verify": True}
+
+
 def test_a_fleet_that_certification_takes_past_the_bound_is_refused_and_idle_commitments_count(tmp_path):
     """The bound was checked on the model's plan only: certification re-plans at the capacities it
     measured, and two certified services of 48 million GPUs each by the model came to 102.6 million
@@ -645,13 +657,7 @@ def test_a_fleet_that_certification_takes_past_the_bound_is_refused_and_idle_com
     from planner.fleet import load_fleet
     from planner.fleet_plan import make_fleet_plan
 
-    chat = {"model": "llama-3.1-8b", "context_limit": 16384,
-            "traffic": {"source": {"synthetic": {"name": "chat", "requests": 100000, "seed": 3, "rate_rps": 500}},
-                        "peak": {"method": "explicit", "rps": 1e7}, "growth": 123},
-            "slo": {"statistic": "p99", "bands": [{"ttft_s": 2.0, "tpot_ms": 50}]},
-            "gpus": ["h100-sxm"], "tp": [1], "weight_dtypes": ["fp8"], "kv_dtypes": ["fp8"], "split_thresholds": [],
-            "verify": True}
-    path = write_fleet(tmp_path, services=[{"name": name, **chat} for name in ("a", "b")])
+    path = write_fleet(tmp_path, services=[near_the_bound(name, growth=123) for name in ("a", "b")])
     by_the_model = make_fleet_plan(load_fleet(path), explore=False, certify=False)
     assert by_the_model.gpus <= 100_000_000  # within the bound until certification measures
     r = CliRunner().invoke(main, ["solve", str(path), "--out-dir", str(tmp_path / "out")])
@@ -667,6 +673,17 @@ def test_a_fleet_that_certification_takes_past_the_bound_is_refused_and_idle_com
     assert r.exit_code == 3, r.output
     assert re.search(r"the fleet holds ([\d,]+) GPUs \(([\d,]+) in use and 89,999,999 committed and idle\), more than "
                      r"the 100,000,000 that bound any fleet", r.output), r.output
+
+
+def test_a_service_that_certification_takes_past_the_bound_is_named(tmp_path):
+    """One service within the bound by the model (96.9 million GPUs), past it at the capacities its
+    replays measure: refused for the bound, naming the service (a fleet's services share class names),
+    where it read "no plan holds its targets in simulation"."""
+    path = write_fleet(tmp_path, services=[near_the_bound("b", growth=0.0001), near_the_bound("a", growth=246)])
+    r = CliRunner().invoke(main, ["solve", str(path), "--out-dir", str(tmp_path / "out")])
+    assert r.exit_code == 3 and re.search(r"fleet\.yaml: at the capacities simulation measured, service 'a': class "
+                                          r"'all' needs ([\d,]+) GPUs .* more than the 100,000,000", r.output), r.output
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_budget_short_by_less_than_a_cent_is_told_so_as_stated(tmp_path):
@@ -691,9 +708,12 @@ def test_the_command_line_names_committed_gpus_left_idle_whose_cost_it_counts(tm
     r = CliRunner().invoke(main, ["solve", str(path), "--no-report"])
     assert r.exit_code == 0, r.output
     first = r.output.splitlines()[0]
-    used = int(re.fullmatch(r"twin: \$5\.60/hour, (\d) GPUs? \(\1 l40s\), 1 service; committed idle: (\d) l40s",
+    used = int(re.fullmatch(r"twin: \$5\.60/hour, (\d) GPUs? \(\1 l40s\), 1 service; committed idle: (\d) l40s, "
+                            r"\$[\d.]+/hour of it",
                             first).group(1))
-    assert first.endswith(f"committed idle: {8 - used} l40s")
+    from planner.units import usd_text
+
+    assert first.endswith(f"committed idle: {8 - used} l40s, {usd_text((8 - used) * 0.7)}/hour of it")
     path = write_fleet(tmp_path, services=[service("alpha", 3.0)],
                        inventory={"l40s": {"owned": used, "owned_usd_per_hour": 0.7}})
     r = CliRunner().invoke(main, ["solve", str(path), "--no-report"])
@@ -786,6 +806,8 @@ def test_a_fleet_with_no_plan_names_the_service_that_cannot_be_served_or_what_ea
     ({"services": ["x" * 300 + ".yaml"]}, f"services[0]: no scenario file {'x' * 60}... (305 characters)"),
     ({"services": ["  "]}, "services[0]: a blank path, where a scenario file is expected"),
     ({"services": ["."]}, "fleet.yaml: services[0]: . is a folder; a service is one scenario file"),
+    # there, but a device: it read "no scenario file /dev/null"
+    ({"services": [os.devnull]}, f"services[0]: {os.devnull} is not a regular file; a service is one scenario file"),
     ({"services": ["a\x00b.yaml"]}, "services[0]: no scenario file 'a\\x00b.yaml' (paths"),
     ({"services": [service("alpha", 3.0, forecast={"quarters": [{"quarter": "2027Q1"}]})]},
      "services[0]: forecast: a service of a fleet has no forecast of its own (it would be ignored)"),
@@ -866,6 +888,15 @@ def test_a_wrong_fleet_file_gets_one_line_naming_the_place(tmp_path, change, mes
     assert message in r.output
     assert len(r.output.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_a_service_path_linked_to_a_device_is_not_called_a_link_to_nothing(tmp_path):
+    # the link check came first: "devnull.yaml is a symbolic link that leads nowhere", its target being there
+    (tmp_path / "devnull.yaml").symlink_to(os.devnull)
+    path = write_fleet(tmp_path, services=["devnull.yaml"])
+    r = CliRunner().invoke(main, ["solve", str(path), "--no-report"])
+    assert r.exit_code == 2 and r.output.strip().endswith(
+        "services[0]: devnull.yaml is not a regular file; a service is one scenario file"), r.output
 
 
 def test_a_service_solver_or_verify_the_fleet_settles_anyway_is_accepted(tmp_path):
@@ -1196,6 +1227,23 @@ def test_a_quarter_reprices_a_type_a_service_states_or_defines_itself(tmp_path):
     for q, prices in ((q1, {"myh100": 2.99, "h100-sxm": 2.2}), (q2, {"myh100": 1.0, "h100-sxm": 3.5})):
         assert {t.gpu: t.on_demand_usd_per_gpu_hour for t in q.plan.types} == prices
         assert q.cost_per_hour == pytest.approx(sum(t.used * prices[t.gpu] for t in q.plan.types))
+
+
+def test_an_inventory_type_only_a_service_s_catalog_defines_is_refused_saying_so(tmp_path):
+    """A shared type is priced and capped by the fleet, which knew nothing of a type a service defines
+    in its catalog overrides: "unknown GPU 'myh100'; known: ..." sent the user to the catalog list."""
+    from planner.catalog import load_catalog
+
+    mine = load_catalog().gpu("h100-sxm").model_dump(mode="json", exclude={"id"})
+    path = write_fleet(tmp_path, services=[service("alpha", 3.0, gpus=["myh100"], catalog={"gpus": {"myh100": mine}})],
+                       inventory={"myh100": {"owned": 2, "owned_usd_per_hour": 1.0}})
+    r = CliRunner().invoke(main, ["solve", str(path), "--no-report"])
+    assert r.exit_code == 2 and r.output.strip().endswith(
+        "fleet.yaml: inventory.myh100: 'myh100' is defined only in the catalog overrides of service 'alpha'; a type "
+        "the fleet shares must be known to the fleet: define it in a catalog file and give it with --catalog"), r.output
+    path = write_fleet(tmp_path, inventory={"h1000": {"owned": 2, "owned_usd_per_hour": 1.0}})
+    r = CliRunner().invoke(main, ["solve", str(path), "--no-report"])
+    assert r.exit_code == 2 and "fleet.yaml: inventory.h1000: unknown GPU 'h1000'" in r.output, r.output
 
 
 def test_a_cost_per_token_with_no_token_is_blank_not_a_division_by_zero():

@@ -207,6 +207,55 @@ def test_a_forecast_says_how_it_prices_a_commitment_and_what_runs_on_unpriced_pa
                 "not a measurement" in md)
 
 
+def test_a_forecast_of_one_quarter_or_without_carry_forward_says_only_what_holds_for_it(tmp_path):
+    """An outside finance review: one quarter read "2027Q1 → 2027Q1: fleet 2 → 2 GPUs ... 1 quarters cost";
+    a forecast without carry_forward priced its commitments at "the quarter whose fleet carry_forward carries,
+    or the one that states `reserved:`"; the total table's `quarters` column was "four quarters of one year:
+    the year's total" for any length; the day table's Total, summed before rounding, did not say why it can
+    differ from its cells by a cent."""
+    from planner.forecast_outputs import forecast_markdown
+
+    one = run_forecast(load_inputs(scenario(tmp_path, """
+        forecast:
+          quarters: [{quarter: 2027Q1}]
+    """)))
+    md = forecast_markdown("fc", one)
+    gpus = one[0].gpus
+    assert md.splitlines()[2].startswith(f"**2027Q1: fleet {gpus} GPU{'s' if gpus > 1 else ''}, "
+                                         f"{usd_text(one[0].cost_per_hour * 2190)} for the quarter")
+    assert "| **Total** (1 quarter) |" in md and "quarters" not in md.splitlines()[2]
+    assert "the Total row sums" not in md  # one quarter: its Total is its cells
+
+    reserved = tmp_path / "reserved"
+    reserved.mkdir()
+    results = run_forecast(load_inputs(scenario(reserved, """
+        forecast:
+          reserved_discount: 0.3
+          commitment_term_quarters: 4
+          quarters: [{quarter: 2027Q1}, {quarter: 2027Q2, growth: 0.5, reserved: {h100-sxm: 2}}]
+    """)))
+    md = forecast_markdown("fc", results)
+    assert "at the on-demand price of the quarter that commits it (the one that states `reserved:`) × (1 − 0.3)" in md
+    assert "carry_forward carries" not in md
+    assert "| **Total** (2 quarters) |" in md and " 2 quarters cost " in md.splitlines()[2]
+    assert ("(the Total row sums the quarters' amounts before rounding: it can differ from the sum of the cents "
+            "shown by a cent or so)") in md
+    r = CliRunner().invoke(main, ["forecast", str(reserved / "fc.yaml"), "--out-dir", str(tmp_path / "out")])
+    assert r.exit_code == 0, r.output
+    package = json.loads((tmp_path / "out" / "fc_forecast_datapackage.json").read_text(encoding="utf-8"))
+    total = next(res for res in package["resources"] if res["path"] == "fc_forecast_total.csv")
+    quarters = next(f for f in total["schema"]["fields"] if f["name"] == "quarters")
+    assert quarters["description"] == "quarters summed, first_quarter to last_quarter (four make a year)"
+    # a committed price only on rows that hold committed GPUs; each capacity says where it comes from
+    pools = list(csv.DictReader(io.StringIO((tmp_path / "out" / "fc_forecast_pools.csv").read_text(encoding="utf-8"))))
+    assert [(p["quarter"], p["reserved_gpus"] != "0", p["reserved_usd_per_gpu_hour"] != "") for p in pools] == [
+        (p["quarter"], p["reserved_gpus"] != "0", p["reserved_gpus"] != "0") for p in pools]
+    assert any(p["reserved_gpus"] != "0" for p in pools) and any(p["reserved_gpus"] == "0" for p in pools)
+    documented = next(res for res in package["resources"] if res["path"] == "fc_forecast_pools.csv")["schema"]["fields"]
+    words = next(f for f in documented if f["name"] == "capacity_planned_by")["description"]
+    assert all(p["capacity_planned_by"] and f"{p['capacity_planned_by']}: " in words for p in pools)
+
+
 def test_the_forecast_says_where_its_peak_comes_from_and_keeps_hourly_and_summed_dollars_apart(tmp_path):
     """The Peak req/s column is traced to the peak as the plan's report takes it (here stated: an
     explicit peak is no measurement); the Total row's parts (dollars over the quarters) stand with
@@ -222,7 +271,7 @@ def test_the_forecast_says_where_its_peak_comes_from_and_keeps_hourly_and_summed
     plan = results[0].plan
     assert plan.scenario.traffic.peak.method == "explicit"
     assert (f"Peak req/s is the stated peak, {plan.measured_peak_rps:,.3f} requests/s (explicit)" in md
-            and "× growth 1 × the quarter's Demand × base; capacity is planned for × headroom" in md)
+            and "× traffic.growth 1 × the quarter's Demand × base; capacity is planned for × headroom" in md)
     assert [f"{r.peak_rps:,.2f}" for r in results] == [
         f"{plan.measured_peak_rps * r.demand_multiplier:,.2f}" for r in results]
     def cells(start):

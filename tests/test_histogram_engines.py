@@ -92,6 +92,13 @@ def test_readme_duckdb_recipe_gives_the_single_machine_histogram(log_and_single,
     logs, single = log_and_single
     run_recipe("DuckDB", logs, tmp_path, sql=readme_sql())
     assert_merges_to_single(tmp_path / "duckdb.parquet", tmp_path, single)
+    # merged with a log that has times, its minute counts count too: the run said "no arrival times in
+    # duckdb.parquet", its metadata naming no time unit, while its minutes were in the rates
+    timed = tmp_path / "timed.csv"
+    timed.write_text("prompt_tokens,output_tokens,timestamp_ms\n" + "".join(f"{100 + i},10,{1_704_067_200_000 + i * 1000}\n" for i in range(60)))
+    result = run("histogram", tmp_path / "duckdb.parquet", timed)
+    assert result.exit_code == 0, result.output
+    assert "no arrival times" not in result.output, result.output
 
 
 # dask's Parquet reader and writer pass inplace=True, which pandas 3.1 deprecates: theirs, not ours

@@ -40,6 +40,12 @@ def with_metadata(source: Path, target: Path, raw: bytes | dict) -> Path:
     return target
 
 
+def of_another_log(base: dict, k: int) -> dict:
+    """Metadata as if the part were built from another log (its fingerprint k): parts of one log are
+    refused, their requests counted twice."""
+    return {**base, "source_fingerprints": [f"{k:064x}"]}
+
+
 def scenario_from(tmp_path: Path, histogram: Path) -> Path:
     return write_scenario(tmp_path, f"""\
         name: h
@@ -112,8 +118,8 @@ def test_every_part_of_a_folder_counts_its_excluded_rows(tmp_path, written):
     parts.mkdir()
     base = metadata(written)
     shutil.copy(written, parts / "a.parquet")
-    with_metadata(written, parts / "b.parquet", {**base, "excluded_rows": {"non_numeric": 4}})
-    with_metadata(written, parts / "c.parquet", {**base, "excluded_rows": {"negative": 2, "empty_prompt": 1}})
+    with_metadata(written, parts / "b.parquet", {**of_another_log(base, 1), "excluded_rows": {"non_numeric": 4}})
+    with_metadata(written, parts / "c.parquet", {**of_another_log(base, 2), "excluded_rows": {"negative": 2, "empty_prompt": 1}})
     r = run("histogram", parts, "--json")
     assert r.exit_code == 0, r.output
     summary = json.loads(r.stdout)
@@ -143,7 +149,7 @@ def test_parts_that_read_their_times_in_other_units_say_so(tmp_path, written):
     parts.mkdir()
     base = metadata(written)
     shutil.copy(written, parts / "a.parquet")
-    with_metadata(written, parts / "b.parquet", {**base, "time_unit_assumed": "s"})
+    with_metadata(written, parts / "b.parquet", {**of_another_log(base, 1), "time_unit_assumed": "s"})
     r = run("histogram", parts, "--json")
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["time_unit_assumed"] == "mixed (a.parquet: ms; b.parquet: s)"
@@ -154,7 +160,8 @@ def test_hive_parts_of_one_name_are_told_apart_by_their_folders(tmp_path, writte
     base = metadata(written)
     for day, unit in ((1, "ms"), (2, "s")):
         (tmp_path / "hive" / f"day={day}").mkdir(parents=True)
-        with_metadata(written, tmp_path / "hive" / f"day={day}" / "part-0.parquet", {**base, "time_unit_assumed": unit})
+        with_metadata(written, tmp_path / "hive" / f"day={day}" / "part-0.parquet",
+                      {**of_another_log(base, day), "time_unit_assumed": unit})
     r = run("histogram", tmp_path / "hive", "--json")
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["time_unit_assumed"] == "mixed (day=1/part-0.parquet: ms; day=2/part-0.parquet: s)"

@@ -1049,28 +1049,77 @@ def test_a_gpu_listed_twice_is_refused_whatever_the_order(tmp_path):
         assert "gpus: gpus" not in line  # the entry named once
 
 
-def test_a_split_whose_classes_pass_the_bound_on_gpus_together_is_refused(tmp_path):
-    # each class within the bound the ILP checks a class against, the plan not: 111.7 million GPUs, exit 0
-    text = """\
-name: split_over
+# A chat service near the bound on a fleet's GPUs: ten million requests/s, times its growth.
+NEAR_THE_BOUND = """\
+name: {name}
 model: llama-3.1-8b
 context_limit: 16384
 traffic:
-  source: {synthetic: {name: chat, requests: 100000, seed: 3, rate_rps: 500}}
-  peak: {method: explicit, rps: 1.0e7}
-  growth: 280
-slo: {statistic: p99, bands: [{ttft_s: 2.0, tpot_ms: 50}]}
+  source: {{synthetic: {{name: chat, requests: 100000, seed: 3, rate_rps: 500}}}}
+  peak: {{method: explicit, rps: 1.0e7}}
+  growth: {growth}
+slo: {{statistic: p99, bands: [{{ttft_s: 2.0, tpot_ms: 50}}]}}
 gpus: [h100-sxm]
 tp: [1]
 weight_dtypes: [fp8]
 kv_dtypes: [fp8]
-split_thresholds: [2048, 4096]
-verify: false
+split_thresholds: {thresholds}
+verify: {verify}
 """
+
+
+def test_a_split_whose_classes_pass_the_bound_on_gpus_together_is_refused(tmp_path):
+    # each class within the bound the ILP checks a class against, the plan not: 111.7 million GPUs, exit 0
+    text = NEAR_THE_BOUND.format(name="split_over", growth=280, thresholds="[2048, 4096]", verify="false")
     r = run("solve", scenario(tmp_path, text), "--out-dir", tmp_path / "out")
     line = one_line_error(r, 3, "s.yaml: the plan needs ")
     assert re.search(r"needs ([\d,]+) GPUs \(split at [\d,]+\), more than the 100,000,000 that bound any fleet", line)
     assert leftovers(tmp_path / "out") == []
+
+
+def test_a_plan_that_certification_takes_past_the_bound_is_refused_for_the_bound(tmp_path):
+    # within the bound by the model (96.9 million GPUs, reported with its digits grouped), past it at
+    # the capacities the replays measure: this read "no plan holds its targets in simulation"
+    text = NEAR_THE_BOUND.format(name="one_over", growth=246, thresholds="[]", verify="true")
+    path = scenario(tmp_path, text)
+    r = run("solve", path, "--no-verify", "--out-dir", tmp_path / "model")
+    assert r.exit_code == 0, r.output
+    gpus = re.search(r"all: ([\d,]+) x h100-sxm", r.stdout).group(1)
+    assert 90_000_000 < int(gpus.replace(",", "")) <= 100_000_000 and "," in gpus
+    assert f"| **{gpus}** |" in (tmp_path / "model" / "one_over.md").read_text(encoding="utf-8")
+    r = run("solve", path, "--out-dir", tmp_path / "out")
+    line = one_line_error(r, 3, "s.yaml: at the capacities simulation measured, class 'all' needs ")
+    assert re.search(r"needs ([\d,]+) GPUs to serve .* more than the 100,000,000 that bound any fleet", line), line
+    assert leftovers(tmp_path / "out") == []
+
+
+def test_a_forecast_quarter_holding_reservations_past_the_bound_together_is_refused(tmp_path):
+    # each type's count is within the bound, their sum is not: 180 million GPUs held, exit 0
+    text = BASE.replace("gpus: [h100-sxm]", "gpus: [h100-sxm, l40s]") + """\
+forecast:
+  reserved_discount: 0.3
+  quarters:
+    - {quarter: 2027Q1}
+    - {quarter: 2027Q2, reserved: {h100-sxm: 90000000, l40s: 90000000}}
+"""
+    r = run("forecast", scenario(tmp_path, text), "--out-dir", tmp_path / "out")
+    line = one_line_error(r, 3, "s.yaml: forecast quarter 2027Q2: the fleet holds 180,000,000 GPUs (",
+                          "committed and idle), more than the 100,000,000 that bound any fleet",
+                          "check forecast.quarters[].reserved")
+    in_use = int(re.search(r"\(([\d,]+) in use", line).group(1).replace(",", ""))
+    assert f"({in_use:,} in use and {180_000_000 - in_use:,} committed and idle)" in line
+    assert leftovers(tmp_path / "out") == []
+    # the earlier quarter's reservations still in their term hold the other half
+    text = BASE.replace("gpus: [h100-sxm]", "gpus: [h100-sxm, l40s]") + """\
+forecast:
+  commitment_term_quarters: 4
+  quarters:
+    - {quarter: 2027Q1, reserved: {h100-sxm: 60000000}}
+    - {quarter: 2027Q2, reserved: {l40s: 60000000}}
+"""
+    r = run("forecast", scenario(tmp_path, text), "--out-dir", tmp_path / "out")
+    one_line_error(r, 3, "forecast quarter 2027Q2: the fleet holds 120,000,000 GPUs (",
+                   "check forecast.quarters[].reserved, forecast.commitment_term_quarters")
 
 
 def test_a_gpu_listed_twice_in_a_fleets_service_is_named_once_under_the_service(tmp_path):
@@ -1187,7 +1236,11 @@ def test_two_bands_of_one_name_are_refused(tmp_path):
                    "    - {name: chat, ttft_s: 5}\n")
     path = scenario(tmp_path, text)
     one_line_error(run("solve", path, "--no-report"), 2,
-                   f"{path}: slo: band name 'chat' is given to two bands")
+                   f"{path}: slo: bands[1]: band name 'chat' is given to two bands (first to bands[0])")
+    text = BASE + ("slo:\n  bands:\n    - {name: a, prompt_below: 4096, ttft_s: 1}\n"
+                   "    - {name: b, ttft_s: 2}\n    - {name: c, ttft_s: 5}\n")
+    one_line_error(run("solve", scenario(tmp_path, text), "--no-report"), 2,
+                   "slo: bands[1]: every band but the last needs prompt_below")
 
 
 def test_a_config_json_with_a_key_given_twice_is_refused(tmp_path):
@@ -1859,6 +1912,22 @@ def test_write_lp_through_a_link_onto_a_report_file_is_refused(tmp_path):
 def _small_log(path: Path) -> Path:
     path.write_text("prompt_tokens,output_tokens\n" + "".join(f"{100 + i},10\n" for i in range(20)))
     return path
+
+
+def test_two_parts_of_a_histogram_folder_built_from_the_same_log_are_refused(tmp_path):
+    # a part copied into the folder counted every request twice (40 of 20), and sized for twice the peak
+    log = _small_log(tmp_path / "log.csv")
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    assert run("histogram", log, "-o", parts / "a.parquet").exit_code == 0
+    (parts / "b.parquet").write_bytes((parts / "a.parquet").read_bytes())
+    one_line_error(run("histogram", parts), 2, f"{parts}: part b.parquet was built from a log with the same contents "
+                   "as a log part a.parquet was built from; its requests would count twice")
+    other = tmp_path / "other.csv"
+    other.write_text("prompt_tokens,output_tokens\n" + "".join(f"{300 + i},20\n" for i in range(20)))
+    assert run("histogram", other, "-o", parts / "b.parquet").exit_code == 0
+    r = run("histogram", parts, "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["requests"] == 40, r.output
 
 
 def test_a_log_given_again_by_a_hard_link_is_refused(tmp_path):

@@ -28,7 +28,7 @@ def catalog() -> None:
     Examples:
       planner catalog gpus
       planner catalog models --json
-      planner catalog import-hf config.json --name my-model --out my-model.yaml
+      planner catalog import-hf config.json --name my-model -o my-model.yaml
     """
 
 
@@ -244,7 +244,7 @@ def import_hf_cmd(
       planner catalog import-hf Qwen2.5-7B-Instruct/config.json --name qwen2.5-7b \\
           --weights Qwen2.5-7B-Instruct/model.safetensors.index.json \\
           --source https://huggingface.co/Qwen/Qwen2.5-7B-Instruct/blob/main/config.json \\
-          --out qwen.yaml
+          -o qwen.yaml
       planner capacity qwen2.5-7b h100-sxm --catalog qwen.yaml
     """
     if state_bytes_per_layer and layer_kinds is None:

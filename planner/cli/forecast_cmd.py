@@ -13,7 +13,7 @@ from planner.units import usd_per_million_text, usd_text
 
 def _idle_text(r) -> str:
     idle = r.idle
-    gpus = ", ".join(f"{n} {g}" for g, n in idle.gpus.items())
+    gpus = ", ".join(f"{n:,} {g}" for g, n in idle.gpus.items())
     text = f"  {r.quarter}: {gpus} reserved GPU(s) idle, {usd_text(idle.usd_per_hour)}/hour paid while idle; "
     if idle.use_them_usd_per_hour is None:
         return text + idle.use_them_summary

@@ -233,7 +233,7 @@ def _write_one(planned, no_report, out_dir, as_json):
     if as_json:
         return plan_json(plan)
     sol = plan.solution
-    pools = ", ".join(f"{p.traffic_class}: {p.replicas} x {p.config}" for p in sol.pools)
+    pools = ", ".join(f"{p.traffic_class}: {p.replicas:,} x {p.config}" for p in sol.pools)
     verdict = f" [{problem}]" if problem else ""
     return [f"{plan.scenario.name}: {usd_text(plan.cost_per_hour)}/hour, {gpus_text(sol.gpus)}, "
             f"{sol.split_text} — {pools}{verdict}"
@@ -260,7 +260,7 @@ def _write_fleet(fleet_plan, no_report, out_dir, as_json):
              + (f" -> {written}" if written else "")]
     for plan in fleet_plan.plans:
         sol = plan.solution
-        pools = ", ".join(f"{p.traffic_class}: {p.replicas} x {p.config}" for p in sol.pools)
+        pools = ", ".join(f"{p.traffic_class}: {p.replicas:,} x {p.config}" for p in sol.pools)
         lines.append(f"  {plan.scenario.name}: {gpus_text(sol.gpus)}, "
                      f"{sol.split_text} — {pools}")
     return lines

@@ -127,13 +127,16 @@ class SLOSpec(Strict):
         if last is not None:
             raise ValueError(f"the last band has no prompt_below (it holds the longest prompts); got {last}")
         if None in cuts:
-            raise ValueError("every band but the last needs prompt_below")
+            raise ValueError(f"bands[{cuts.index(None)}]: every band but the last needs prompt_below (the prompt "
+                             "length below which a request is in that band)")
         if any(b <= a for a, b in itertools.pairwise(cuts)):
             raise ValueError(f"bands must be in increasing prompt_below order (got {cuts})")
         names = [b.name for b in self.bands if b.name is not None]
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
-            raise ValueError(f"band name '{twice[0]}' is given to two bands; reports and results name bands by it")
+            first, second = [i for i, b in enumerate(self.bands) if b.name == twice[0]][:2]
+            raise ValueError(f"bands[{second}]: band name '{twice[0]}' is given to two bands (first to bands[{first}]); "
+                             "reports and results name bands by it")
         return self
 
     def to_slo(self) -> SLO:

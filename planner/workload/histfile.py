@@ -305,7 +305,7 @@ def read_histogram_and_metadata(path: str | os.PathLike) -> tuple[Histogram, His
         parts = {file: read_file_metadata(file) for file in dataset.files}
     except (pa.ArrowInvalid, OSError, ValueError) as exc:
         raise InputError(f"cannot read as a Parquet histogram file: {exc}", where=where) from None
-    meta = combined(parts) if parts else HistogramFileMetadata()
+    meta = combined(parts, where) if parts else HistogramFileMetadata()
     return histogram_from_table(table, where), meta
 
 

@@ -128,11 +128,20 @@ def read_file_metadata(path: str) -> HistogramFileMetadata:
     return parse_metadata(raw, str(path))
 
 
-def combined(parts: dict[str, HistogramFileMetadata]) -> HistogramFileMetadata:
+def combined(parts: dict[str, HistogramFileMetadata], where: str) -> HistogramFileMetadata:
     """The metadata of a histogram read from several part files: their sources in turn, their
-    excluded rows summed, and their time unit ('mixed (...)' naming each part's where they differ)."""
+    excluded rows summed, and their time unit ('mixed (...)' naming each part's where they differ).
+    Two parts built from logs of the same contents are refused (InputError at `where`, the folder),
+    as two such inputs are: a copied part counted every request twice, and sized for twice the peak."""
     if len(parts) == 1:
         return next(iter(parts.values()))
+    first_from: dict[str, str] = {}
+    for path, m in parts.items():
+        for fingerprint in m.source_fingerprints:
+            if first_from.setdefault(fingerprint, path) != path:
+                raise InputError(f"part {os.path.relpath(path, where)} was built from a log with the same contents "
+                                 f"as a log part {os.path.relpath(first_from[fingerprint], where)} was built from; its "
+                                 "requests would count twice", where=where)
     excluded = {r: sum(m.excluded_rows.get(r, 0) for m in parts.values()) for r in EXCLUSION_REASONS}
     unit = combined_time_unit({path: m.time_unit_assumed for path, m in parts.items() if m.time_unit_assumed is not None})
     formats = {m.format for m in parts.values()} - {None}

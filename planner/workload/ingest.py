@@ -62,6 +62,14 @@ class FileReport:
     # content fingerprints of the log files its requests come from (planner.workload.fingerprint): a
     # log's own files', a histogram file's recorded ones
     fingerprints: tuple[str, ...] = ()
+    # a histogram file's per-minute arrival counts, which count whether or not its metadata names the
+    # unit its logs' times were read in (a DuckDB, Dask or Spark recipe's file names none)
+    minute_counts: bool = False
+
+    @property
+    def timed(self) -> bool:
+        """Whether its requests' arrivals count in the per-minute rates."""
+        return self.time is not None or self.minute_counts
 
     @property
     def problems_text(self) -> str:
@@ -390,14 +398,15 @@ def _add_histogram_file(path: Path, cells: CellAccumulator, minutes: MinuteCount
         time_column=None,
         time=TimeAssumption(unit, "histogram file") if unit and hist.minute.size else None,
         fingerprints=tuple(meta.source_fingerprints),
+        minute_counts=bool(hist.minute.size),
     )
 
 
 def _notes(reports: list[FileReport]) -> tuple[str, ...]:
     notes = []
-    timed = [r for r in reports if r.time is not None]
+    timed = [r for r in reports if r.timed]
     if timed and len(timed) < len(reports):
-        untimed = ", ".join(r.path for r in reports if r.time is None)
+        untimed = ", ".join(r.path for r in reports if not r.timed)
         notes.append(f"no arrival times in {untimed}: per-minute rates count only the other inputs")
     for r in reports:
         for file, columns in r.files_missing_columns.items():
