@@ -323,12 +323,21 @@ def inputs_guard() -> Iterator[None]:
 
 def arrow_data_files(folder: Path) -> list[Path]:
     """The files of a folder that pyarrow's dataset readers read, sorted: every file under it, but
-    names starting with '.' or '_' (_SUCCESS, .crc), which pyarrow.dataset skips, and so do we."""
-    return sorted(
-        f
-        for f in folder.rglob("*")
-        if f.is_file() and not any(part[0] in "._" for part in f.relative_to(folder).parts)
-    )
+    names starting with '.' or '_' (_SUCCESS, .crc), which pyarrow.dataset skips, and so do we.
+    A link to a folder inside it is refused (InputError): pyarrow's readers follow it where this list
+    does not, so the checks that no log is read twice never saw its files (a link back to the folder
+    read a CSV log 41 times over, and planned for 41 times its peak)."""
+    files = []
+    for f in folder.rglob("*"):
+        if any(part[0] in "._" for part in f.relative_to(folder).parts):
+            continue
+        if f.is_symlink() and f.is_dir():
+            raise InputError(f"holds {f.relative_to(folder)}, a link to a folder, which the readers would follow "
+                             "where the checks that no log is read twice do not; give the folder it leads to as "
+                             "an input of its own", where=str(folder))
+        if f.is_file():
+            files.append(f)
+    return sorted(files)
 
 
 def arrow_readable_names(path: str | os.PathLike) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from planner.histogram import Histogram
 from planner.load_profile import FLAT, DailyProfile, traffic_profile
 from planner.requests import Requests
 from planner.scenario import Scenario, resolve
-from planner.silence import silence_note
+from planner.silence import longest_silence, silence_note, silence_span_text
 
 REPLAY_MAX_REQUESTS = 200_000  # a log longer than this is planned from its histogram but not replayed
 
@@ -43,7 +44,12 @@ class Traffic:
 def load_traffic(scn: Scenario, base: Path) -> Traffic:
     """The histogram of all requests, the measured peak and mean rates, and notes for the report."""
     from planner.paged import prefix_disagreement
-    from planner.workload.peaks import mean_rate_rps, peak_rate_rps
+    from planner.workload.peaks import (
+        clock_step_minutes,
+        clock_step_text,
+        mean_rate_rps,
+        peak_rate_rps,
+    )
 
     src = scn.traffic.source
     notes: list[str] = []
@@ -103,9 +109,13 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
         if coarse:
             notes.append(coarse)
             requests = None
-        names = ", ".join(_display(p, base) for p in files)
-        kind = "histogram file" if field == "histogram" else "log"
-        notes.append(f"Source: {kind} {names} ({spec.name} columns).")
+        # (a log list may hold histogram files too, which ingest merges: each is named for what it is)
+        kinds = ["histogram file" if field == "histogram" or r.kind == "histogram" else "log" for r in result.files]
+        if len(set(kinds)) == 1:
+            source = f"{kinds[0]} " + ", ".join(_display(p, base) for p in files)
+        else:
+            source = ", ".join(f"{kind} {_display(p, base)}" for kind, p in zip(kinds, files, strict=True))
+        notes.append(f"Source: {source} ({spec.name} columns).")
         excluded = {k: v for k, v in result.excluded_rows.items() if v}
         if excluded:
             excluded_note = ("Excluded rows: " + ", ".join(f"{n:,} {k}" for k, n in excluded.items())
@@ -118,9 +128,22 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
                          "replay of the log's own arrivals (the simulator replays requests that decode).")
         if result.time_unit_assumed:
             notes.append(f"Timestamps read as {result.time_unit_assumed}.")
-        notes += list(result.notes)
+        # ingest's notes name files by the paths read: the report names them as the scenario does
+        shown = {p: _display(Path(p), base) for r in result.files for p in (r.path, *r.files_missing_columns)}
+        # in one pass, longest first: a path shown could hold another path as read (base 's': 'logs/x.csv' holds 's/x.csv')
+        paths = re.compile("|".join(re.escape(p) for p in sorted(shown, key=len, reverse=True))) if shown else None
+        notes += [paths.sub(lambda m: shown[m.group(0)], note) if paths else note for note in result.notes]
     peak = scn.traffic.peak
-    measured = peak_rate_rps(hist, method=peak.method, quantile=peak.quantile, explicit_rps=peak.rps, growth=1.0)
+    try:
+        measured = peak_rate_rps(hist, method=peak.method, quantile=peak.quantile, explicit_rps=peak.rps, growth=1.0)
+    except InputError as exc:
+        # a peak of 0 from a log mostly silent: the silence is the cause, which the warning would have named
+        silence = longest_silence(hist) if exc.message.startswith("peak rate is 0 req/s") else None
+        if silence is None:
+            raise
+        raise InputError(f"{exc.message}; but first: the log holds no request for {silence.hours:,.1f} hours in a "
+                         f"row, {silence_span_text(silence)}, a gap in the logging or a stray row far from the rest, "
+                         "which every peak of its minutes counts: plan from the log without it") from None
     if scn.traffic.mean_rps is not None and scn.traffic.mean_rps > measured * (1 + 1e-9):
         raise InputError(f"mean_rps: {scn.traffic.mean_rps:,g} req/s is above the peak, {measured:,.4g} req/s "
                          "(a mean cannot exceed the peak the plan is sized for)")
@@ -153,6 +176,13 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
     if silence:
         notes.append(silence)
         warnings.append(silence)
+    # per-minute rates read from a lattice of arrivals (a clock rounded to the hour, or bursts on a
+    # schedule): said where they set the peak or the day
+    clock = clock_step_text(clock_step_minutes(hist)) if peak.method != "explicit" or measured_day else ""
+    if clock:
+        clock = f"In the log, {clock}."
+        notes.append(clock)
+        warnings.append(clock)
     return Traffic(hist, measured, mean, tuple(notes), profile, requests, tuple(warnings))
 
 

@@ -2371,3 +2371,168 @@ def test_a_capped_plan_that_no_split_can_rescue_blames_the_cap(tmp_path):
                           "the inventory caps (h100-sxm ≤ 8 GPUs) allow at most")
     assert "under split" not in line and "floor" not in line
     assert run("solve", write_scenario(tmp_path, body % 20, name="wider.yaml"), "--no-report").exit_code == 0
+
+
+# ---------------------------------------------------------------- an outside probe of the log readers
+
+
+def _timed_log(path: Path, rows: int = 600, *, start_ms: int = 1_704_067_200_000, every_ms: int = 1_000) -> Path:
+    path.write_text("prompt_tokens,output_tokens,timestamp_ms\n"
+                    + "".join(f"{100 + i % 50},20,{start_ms + i * every_ms}\n" for i in range(rows)))
+    return path
+
+
+def test_a_link_to_a_folder_inside_a_log_folder_is_refused(tmp_path):
+    # pyarrow's CSV reader followed it where the checks that no log is read twice did not: a link back
+    # to the folder read a log 41 times over (246,000 requests of 6,000), a link to another input twice
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    _timed_log(logs / "a.csv")
+    (logs / "self").symlink_to(logs)
+    one_line_error(run("histogram", logs), 2, f"{logs}: holds self, a link to a folder, which the readers would "
+                   "follow where the checks that no log is read twice do not; give the folder it leads to")
+    (logs / "self").unlink()
+    r = run("histogram", logs, "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["requests"] == 600, r.output
+
+
+@pytest.mark.parametrize(("name", "content", "problem"), [
+    ("b.csv", b"\x1f\x8b\x08\x00gzip", "b.csv: file is gzip-compressed, not csv; decompress it first"),
+    ("b.csv", b"PAR1 not text PAR1", "b.csv: is a Parquet file, not CSV text; name it .parquet"),
+    ("b.csv", b"", "b.csv: file is empty"),
+])
+def test_a_bad_file_in_a_log_folder_is_named(tmp_path, name, content, problem):
+    # its bytes were printed under the folder's name ("cannot read as csv: ... Row #2: ...\x8b..."), or,
+    # in a JSON Lines folder, its lines were read as unusable rows, exit 0
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    _timed_log(logs / "a.csv")
+    (logs / name).write_bytes(content)
+    one_line_error(run("histogram", logs), 2, f"{logs / problem}")
+
+
+def test_a_json_lines_key_first_written_past_the_first_chunk_is_read(tmp_path, monkeypatch):
+    # the columns were the first chunk's keys (8 MiB): a time key logging began to write later was
+    # dropped without a word, or named as missing when asked for
+    import planner.workload.readers as readers
+
+    monkeypatch.setattr(readers, "_JSONL_CHUNK_BYTES", 2048)
+    log = tmp_path / "late.jsonl"
+    lines = [json.dumps({"prompt_tokens": 100 + i, "output_tokens": 20}) for i in range(300)]
+    lines += [json.dumps({"prompt_tokens": 100, "output_tokens": 20, "timestamp_ms": 1_704_067_200_000 + i * 1000})
+              for i in range(600)]
+    log.write_text("\n".join(lines) + "\n")
+    for args in ((), ("--time-col", "timestamp_ms")):
+        r = run("histogram", log, *args, "--json")
+        assert r.exit_code == 0, r.output
+        summary = json.loads(r.stdout)
+        assert summary["requests"] == 600 and summary["excluded_rows"]["null"] == 300  # as a small file reads
+        assert summary["rate_rps"]["minutes"] == 10
+
+
+def test_a_clock_rounded_to_the_hour_is_warned_of(tmp_path):
+    # each hour's requests fell in its first minute: a per-minute p99 of 11.9 requests/s for 0.35, and a
+    # date-only column planned 33.9 requests/s for 0.023, without a word. Traffic in bursts on a schedule
+    # falls on the same lattice and its minutes are right, so this warns and refuses nothing
+    log = _timed_log(tmp_path / "hourly.csv", rows=24 * 60, every_ms=60_000)
+    text = log.read_text().splitlines()
+    rounded = [text[0]] + [f"{line.rsplit(',', 1)[0]},{int(line.rsplit(',', 1)[1]) // 3_600_000 * 3_600_000}"
+                           for line in text[1:]]
+    log.write_text("\n".join(rounded) + "\n")
+    r = run("histogram", log, "--json")
+    assert r.exit_code == 0, r.output
+    rate = json.loads(r.stdout)["rate_rps"]
+    assert rate["clock_step_minutes"] == 60 and rate["max_minute"] == pytest.approx(1.0)  # 60 requests in a minute
+    note = ("every arrival time is a whole multiple of 60 minutes: if the log's clock was rounded, each step's "
+            "requests fall in one minute and its per-minute rates read up to 60 times the real ones")
+    assert f"note: {note}" in run("histogram", log).output
+    quantile = BASE.replace("source: {constant: {prompt_tokens: 1000, output_tokens: 200}}",
+                            f"source: {{log: {log}}}").replace("peak: {method: explicit, rps: 4}",
+                                                               "peak: {method: quantile, quantile: 0.99}")
+    r = run("solve", scenario(tmp_path, quantile), "--no-report", "--json")
+    assert r.exit_code == 0 and f"warning: {tmp_path / 's.yaml'}: In the log, {note}" in r.stderr, r.stderr
+    assert any(n.startswith(f"In the log, {note}") for n in json.loads(r.stdout)["traffic_notes"])
+    # a log at whole minutes (every minute busy) is on no lattice of a quarter hour: nothing to say
+    assert "note:" not in run("histogram", _timed_log(tmp_path / "minutes.csv", rows=600, every_ms=60_000)).output
+
+
+def test_a_scenario_s_notes_name_its_logs_as_it_does_not_by_this_machine_s_paths(tmp_path):
+    # "no arrival times in /home/.../logs/../notime.csv": the report promises never a path of this machine
+    (tmp_path / "logs").mkdir()
+    _timed_log(tmp_path / "logs" / "timed.csv")
+    (tmp_path / "logs" / "notime.csv").write_text("prompt_tokens,output_tokens\n" + "120,20\n" * 50)
+    text = BASE.replace("source: {constant: {prompt_tokens: 1000, output_tokens: 200}}",
+                        "source: {log: [logs/timed.csv, logs/notime.csv]}")
+    r = run("solve", scenario(tmp_path, text), "--no-report", "--json")
+    assert r.exit_code == 0, r.output
+    notes = json.loads(r.stdout)["traffic_notes"]
+    assert any(n.startswith("no arrival times in logs/notime.csv: ") for n in notes), notes
+    assert not any(str(tmp_path) in n for n in notes), notes
+
+
+def test_a_peak_of_nothing_from_a_mostly_silent_log_names_the_silence(tmp_path):
+    # one row three years before the rest: the quantile peak read 0 and advised method 'max', which plans
+    # from a log mostly idle; the silence, which the warning names where the peak is not 0, went unsaid
+    log = _timed_log(tmp_path / "stray.csv")
+    log.write_text(log.read_text() + "120,20,1600000000000\n")
+    text = BASE.replace("source: {constant: {prompt_tokens: 1000, output_tokens: 200}}",
+                        f"source: {{log: {log}}}").replace("peak: {method: explicit, rps: 4}",
+                                                           "peak: {method: quantile, quantile: 0.99}")
+    one_line_error(run("solve", scenario(tmp_path, text), "--no-report"), 2,
+                   "traffic: peak rate is 0 req/s: the 0.99 quantile of ",
+                   "; but first: the log holds no request for 28,", "hours in a row, from 2020-09-13 12:2",
+                   "a gap in the logging or a stray row far from the rest")
+
+
+@pytest.mark.parametrize(("header", "problem"), [
+    ("a,a,prompt_tokens,output_tokens", "its header names column 'a' twice; every column needs a name of its own"),
+    ("prompt_tokens,output_tokens,,", "its header has columns without a name (commas at the end of its line?)"),
+])
+def test_a_csv_header_naming_a_column_twice_says_which(tmp_path, header, problem):
+    # "CSV file contained multiple columns named " ended in nothing for Excel's blank trailing columns
+    log = tmp_path / "dup.csv"
+    width = header.count(",") + 1
+    log.write_text(header + "\n" + "".join(",".join(["120", "20"] + ["1"] * (width - 2)) + "\n" for _ in range(20)))
+    one_line_error(run("histogram", log), 2, f"dup.csv: cannot read as csv: {problem}")
+
+
+def test_a_csv_row_longer_than_the_reader_s_block_is_named_for_what_it_is(tmp_path):
+    # pyarrow's "straddling object straddles two block boundaries (try to increase block size?)"
+    log = tmp_path / "text.csv"
+    rows = [f"120,20,short{i}" for i in range(20)] + ["120,20," + "x" * (2 << 20)]
+    log.write_text("prompt_tokens,output_tokens,text\n" + "\n".join(rows) + "\n")
+    one_line_error(run("histogram", log), 2, "text.csv: cannot read as csv: a row is longer than the reader's 1 MiB "
+                   "blocks (a logged prompt text, say); drop that column, or give the log as Parquet or JSON Lines")
+
+
+def test_a_histogram_file_in_a_scenario_s_log_list_is_named_as_one(tmp_path):
+    # the report read "Source: log h.parquet" of a histogram file
+    _timed_log(tmp_path / "a.csv")
+    b = _timed_log(tmp_path / "b.csv", start_ms=1_704_067_200_000 + 700_000)
+    assert run("histogram", b, "-o", tmp_path / "h.parquet").exit_code == 0
+    text = BASE.replace("source: {constant: {prompt_tokens: 1000, output_tokens: 200}}", "source: {log: [a.csv, h.parquet]}")
+    r = run("solve", scenario(tmp_path, text), "--no-report", "--json")
+    assert r.exit_code == 0, r.output
+    assert "Source: log a.csv, histogram file h.parquet (planner columns)." in json.loads(r.stdout)["traffic_notes"]
+
+
+def test_a_pipe_named_as_a_log_is_refused_not_waited_on(tmp_path):
+    # opening a pipe waits for a writer: `planner histogram x.csv` hung
+    pipe = tmp_path / "x.csv"
+    os.mkfifo(pipe)
+    one_line_error(run("histogram", pipe), 2, "x.csv: is not a regular file (a pipe or a device); give the log as a file")
+
+
+def test_an_empty_json_lines_part_counts_nothing_and_a_broken_one_counts_its_lines(tmp_path):
+    # checking every part's bytes must not refuse what a folder read before: an empty part (log rotation
+    # leaves them) counts nothing; a part of broken lines counts them as unusable rows
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "a.jsonl").write_text("".join(json.dumps({"prompt_tokens": 100 + i, "output_tokens": 20}) + "\n"
+                                          for i in range(5)))
+    (logs / "b.jsonl").write_text("")
+    r = run("histogram", logs, "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["requests"] == 5, r.output
+    (logs / "c.jsonl").write_text("not json\n")
+    r = run("histogram", logs, "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["excluded_rows"]["non_numeric"] == 1, r.output

@@ -47,7 +47,8 @@ def test_histogram_json_has_exactly_the_contract_keys(tmp_path):
         "131072": 0.0,
     }
     # 3, 1, 2 arrivals in three minutes: the first and last are partial, one whole minute measures no rate
-    assert summary["rate_rps"] == {"minutes": 3, "mean": None, "p99_minute": None, "max_minute": None}
+    assert summary["rate_rps"] == {"minutes": 3, "mean": None, "p99_minute": None, "max_minute": None,
+                                   "clock_step_minutes": 1}
     assert summary["time_unit_assumed"] == "ms"
     assert read_histogram(out).requests == 6
 

@@ -345,11 +345,11 @@ def _check_columns(reader: LogReader, spec: ColumnSpec) -> str | None:
     """Raise InputError for a missing column (listing those that exist); the time column to use."""
     have = reader.columns
     for name, role in ((spec.prompt, "prompt"), (spec.output, "output")):
-        if name not in have:
+        if not reader.has_column(name):
             raise InputError(_missing(name, role, have, spec), where=reader.where)
     if spec.time is None:
         return None
-    if spec.time in have:
+    if reader.has_column(spec.time):
         return spec.time
     if spec.time_required:
         raise InputError(_missing(spec.time, "time", have, spec), where=reader.where)
@@ -367,6 +367,10 @@ def _missing(name: str, role: str, have: list[str], spec: ColumnSpec) -> str:
                f"{shorten(', '.join(shown), 300) or '(no columns)'}")
     if name in (h.strip() for h in have):
         message += f" ('{shorten(name)}' with spaces around it: a header's names are read as written)"
+    word = next((word for sep, word in ((";", "semicolons"), ("\t", "tabs"), ("|", "bars"))
+                 if len(have) == 1 and sep in have[0]), None)
+    if word is not None:  # one column whose name holds the others: another separator than the comma
+        return message + f" — its header is separated by {word}, and CSV is read comma-separated: convert it"
     presets = matching_presets(have, role=role, in_use=spec.preset)
     if presets:
         message += f" — try {suggested('preset', presets[0])}"

@@ -58,7 +58,8 @@ def check_span(hist: Histogram, where: str | None = None) -> None:
     if span > MAX_SPAN_MINUTES:
         raise InputError(
             f"arrival times span {span / 525_960:.0f} years ({minute_text(first)} to {minute_text(last)}); do the "
-            f"logs mix relative and epoch timestamps, or seconds and milliseconds? (see {suggested('time_unit')})",
+            f"logs mix relative and epoch timestamps, or seconds and milliseconds (see {suggested('time_unit')}), or "
+            "is one row far from the rest (a default time such as 1970-01-01)?",
             where=where,
         )
     if last > LAST_PLAUSIBLE_MINUTE:
@@ -67,6 +68,33 @@ def check_span(hist: Histogram, where: str | None = None) -> None:
             f"in a finer unit than they were read in, microseconds read as milliseconds? (see {suggested('time_unit')})",
             where=where,
         )
+
+
+COARSE_CLOCK_MINUTES = 15  # a clock rounded to a quarter hour or more (an hour, a day) measures no minute
+COARSE_CLOCK_MIN_STEPS = 4  # arrival minutes on one lattice by chance: 15^-3 at four; a log that sparse plans nothing
+
+
+def clock_step_minutes(hist: Histogram) -> int:
+    """The step in minutes of the lattice a log's arrivals all fall on, where it is
+    COARSE_CLOCK_MINUTES or more, else 1: the greatest common divisor of the minutes between them,
+    over COARSE_CLOCK_MIN_STEPS distinct minutes or more. A clock rounded to the hour puts each
+    hour's requests in one minute (a per-minute p99 of 11.9 requests/s for a log of 0.35); traffic
+    in bursts on a schedule (a job every hour) falls on such a lattice too, its minutes measured
+    right, which per-minute counts cannot tell apart: planner.traffic warns, and refuses nothing."""
+    minute = hist.minute[hist.minute_count > 0] if hist.minute.size else hist.minute
+    if minute.size < COARSE_CLOCK_MIN_STEPS:
+        return 1
+    step = int(np.gcd.reduce((minute[1:] - minute[0]).astype(np.int64)))
+    return step if step >= COARSE_CLOCK_MINUTES else 1
+
+
+def clock_step_text(step: int) -> str:
+    """What a lattice of arrivals means for per-minute rates, as a clause: '' for step 1."""
+    if step <= 1:
+        return ""
+    return (f"every arrival time is a whole multiple of {step:,} minutes: if the log's clock was rounded, each "
+            f"step's requests fall in one minute and its per-minute rates read up to {step:,} times the real ones "
+            "(state the peak with peak: {method: explicit, rps: ...}); traffic in bursts on a schedule reads so too")
 
 
 def minute_text(minute: int) -> str:
@@ -146,6 +174,8 @@ def peak_rate_rps(
             f"the arrivals span {touched.size} minute(s) of the clock, too short to measure a per-minute peak "
             f"(the first and last are partial; {MIN_WHOLE_MINUTES + 2} are needed): give a longer log, or state "
             "the peak with peak: {method: explicit, rps: ...}"
+            + (f" (or were its times read in too coarse a unit? see {suggested('time_unit')})"
+               if suggested("time_unit") else "")
         )
     base = counts.max() if method == "max" else np.quantile(counts, quantile)
     rate = float(base) / SECONDS_PER_MINUTE * growth

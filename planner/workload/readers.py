@@ -123,11 +123,19 @@ def _with_format(hint: str, otherwise: str = "") -> str:
     return otherwise if option is None else hint.format(option)
 
 
-def sniff(path: Path, fmt: str) -> None:
-    """Refuse a file whose first bytes contradict its format (InputError naming the file)."""
+def sniff(path: Path, fmt: str, *, part: bool = False) -> None:
+    """Refuse a file whose first bytes contradict its format (InputError naming the file); in a
+    folder, each of its files (`part`), by name, for what its bytes are (a gzip or Parquet part of
+    a CSV folder printed its bytes under the folder's name, and a gzip part of a JSON Lines folder
+    was read as unusable rows); a part's text whose shape is not its format's counts as unusable
+    rows, as a broken line does, and an empty JSON Lines part counts nothing (rotation leaves them)."""
     if path.is_dir():
+        for file in arrow_data_files(path):
+            sniff(file, fmt, part=True)
         return
     where = str(path)
+    if path.exists() and not path.is_file():  # a pipe or a device: opening a pipe would wait for a writer
+        raise InputError("is not a regular file (a pipe or a device); give the log as a file", where=where)
     try:
         with path.open("rb") as f:
             head = f.read(_SNIFF_BYTES)
@@ -139,7 +147,10 @@ def sniff(path: Path, fmt: str) -> None:
     except OSError as exc:
         raise InputError(f"cannot read: {exc.strerror or type(exc).__name__}", where=where) from None
     if not head:
-        raise InputError("file is empty", where=where)
+        if part and fmt == "jsonl":
+            return
+        raise InputError("file is empty" + ("; move it out of the folder, or start its name with '_' to have it "
+                                            "skipped" if part else ""), where=where)
     if head[:2] == b"\x1f\x8b":
         raise InputError(f"file is gzip-compressed, not {fmt}; decompress it first", where=where)
     if fmt == "parquet":
@@ -165,6 +176,8 @@ def sniff(path: Path, fmt: str) -> None:
                 f"is not UTF-8 text (byte {exc.start}), so not {fmt.upper()}", where=where
             ) from None
     first = head.removeprefix(_BOM).lstrip()[:1]
+    if part:
+        return
     if fmt == "csv" and first in (b"{", b"["):
         raise InputError("looks like JSON, not CSV; name it .jsonl", where=where)
     if fmt == "jsonl" and first != b"{":
@@ -212,6 +225,26 @@ class LogReader:
             names += self._parquet_dataset.schema.names  # (its partition keys, for a hive folder)
         return list(dict.fromkeys(names))
 
+    def has_column(self, name: str) -> bool:
+        """Whether some file of the log has the column. A JSON Lines file's columns are its first
+        chunk's keys (reading every key of a large log would parse it twice); a key the log begins to
+        write further down (a field logging started to record partway) is looked for in the rest of its
+        bytes, and a chunk holding it is parsed to be sure: the column is then read as one that some
+        rows lack. It was taken as missing: a time column silently dropped, or "no column" refused."""
+        if name in self.columns:
+            return True
+        if self.format != "jsonl":
+            return False
+        # as most writers write it (UTF-8), and as Python's json writes it (non-ASCII escaped)
+        needles = {json.dumps(name, ensure_ascii=False).encode(), json.dumps(name).encode()}
+        for file in self._files:
+            for i, chunk in enumerate(_line_chunks(file, _JSONL_CHUNK_BYTES)):
+                if i and any(needle in chunk for needle in needles) and name in _chunk_keys(chunk):
+                    self.columns.append(name)
+                    self._file_columns[str(file)].append(name)
+                    return True
+        return False
+
     def file_columns(self) -> dict[str, list[str]]:
         """The column names of each file of the log (one entry for a single file); a JSON Lines
         file's are the keys of its first chunk of lines."""
@@ -232,7 +265,7 @@ class LogReader:
                     return {fragment.path: list(fragment.physical_schema.names) for fragment in dataset.get_fragments()}
             return {str(file): _jsonl_columns(file) for file in self._files}
         except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
-            raise InputError(f"cannot read as {self.format}: {_first_line(exc)}", where=self.where) from None
+            raise InputError(_unreadable(self.format, exc), where=self.where) from None
 
     def data_files(self) -> list[str]:
         """The files the log's rows come from (one for a single file)."""
@@ -261,9 +294,7 @@ class LogReader:
             else:
                 yield from self._jsonl_batches(names)
         except (pa.ArrowException, OSError) as exc:
-            raise InputError(
-                f"cannot read as {self.format}: {_first_line(exc)}", where=self.where
-            ) from None
+            raise InputError(_unreadable(self.format, exc), where=self.where) from None
 
     def _parquet_batches(self, names: tuple[str, ...]) -> Iterator[dict[str, pa.Array]]:
         """Row group by row group, decoded in one helper thread while the caller works on
@@ -376,15 +407,20 @@ class LogReader:
 def _jsonl_columns(file: Path) -> list[str]:
     """The keys of a JSON Lines file's first chunk of lines."""
     for chunk in _line_chunks(file, _JSONL_CHUNK_BYTES):
-        try:
-            return list(_read_json_chunk(chunk).column_names)
-        except (pa.ArrowInvalid, _TooNested):
-            keys: dict[str, None] = {}
-            for obj in _json_objects(chunk):
-                if isinstance(obj, dict):
-                    keys.update(dict.fromkeys(obj))
-            return list(keys)
+        return _chunk_keys(chunk)
     return []
+
+
+def _chunk_keys(chunk: bytes) -> list[str]:
+    """The keys of a chunk of JSON lines, in order of first appearance."""
+    try:
+        return list(_read_json_chunk(chunk).column_names)
+    except (pa.ArrowInvalid, _TooNested):
+        keys: dict[str, None] = {}
+        for obj in _json_objects(chunk):
+            if isinstance(obj, dict):
+                keys.update(dict.fromkeys(obj))
+        return list(keys)
 
 
 def _utf8(column: pa.Array) -> pa.Array:
@@ -449,6 +485,23 @@ _PYARROW_PREAMBLE = re.compile(
     r"Error creating dataset\. Could not read schema from '[^']*'\. Is this a '\w+' file\?: "
     r"|Could not open \w+ input source '[^']*': "
 )
+
+
+def _unreadable(fmt: str, exc: BaseException) -> str:
+    """Why the log cannot be read: pyarrow's reason, in the log's terms where pyarrow's own words
+    send the user the wrong way (a block size they cannot set, a name that is blank)."""
+    text = _first_line(exc)
+    if "straddling object" in text:
+        return (f"cannot read as {fmt}: a row is longer than the reader's {_CSV_BLOCK_BYTES >> 20} MiB blocks (a "
+                "logged prompt text, say); drop that column, or give the log as Parquet or JSON Lines")
+    if "duplicate field names" in text:
+        return f"cannot read as {fmt}: two of its columns share a name; rename or drop one"
+    twice = re.search(r"multiple columns named ?(.*)$", text)
+    if twice:
+        what = (f"names column '{twice.group(1)}' twice" if twice.group(1).strip()
+                else "has columns without a name (commas at the end of its line?)")
+        return f"cannot read as {fmt}: its header {what}; every column needs a name of its own: rename or drop them"
+    return f"cannot read as {fmt}: {text}"
 
 
 def _first_line(exc: BaseException) -> str:

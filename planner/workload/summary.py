@@ -16,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from planner.histogram import Histogram
 from planner.workload.peaks import (
+    clock_step_minutes,
+    clock_step_text,
     mean_rate_rps,
     minute_rate_quantile_rps,
     per_minute_counts,
@@ -48,6 +50,9 @@ class RateStats(BaseModel):
     mean: float | None
     p99_minute: float | None
     max_minute: float | None
+    # the lattice every arrival falls on, where it is a quarter hour or more (peaks.clock_step_minutes): a
+    # rounded clock's per-minute rates read up to that many times too high
+    clock_step_minutes: int = 1
 
 
 class WorkloadSummary(BaseModel):
@@ -100,6 +105,7 @@ def summarize(
             mean=rate(mean_rate_rps(counts)),
             p99_minute=rate(minute_rate_quantile_rps(counts, 0.99)),
             max_minute=rate(float(whole.max()) / 60 if whole.size else None),
+            clock_step_minutes=clock_step_minutes(hist),
         ),
         time_unit_assumed=time_unit_assumed if has_times else None,
     )
@@ -133,6 +139,8 @@ def format_summary(summary: WorkloadSummary) -> str:
             f"arrival rate (req/s): mean {r.mean:.3f}, p99 minute {r.p99_minute:.3f}, max minute {r.max_minute:.3f}"
             + (f"  (timestamps read as {unit})" if unit else "  (per-minute counts of histogram files)")
         )
+        if r.clock_step_minutes > 1:
+            lines.append(f"note: {clock_step_text(r.clock_step_minutes)}")
     return "\n".join(lines)
 
 
