@@ -58,13 +58,14 @@ OVER_FLEET_BOUND = f"more than the {MAX_FLEET_GPUS:,} that bound any fleet (26 t
 DEMAND_FIELDS = "traffic.peak, traffic.growth and traffic.headroom"
 
 
-def held_past_bound(in_use: int, idle: int) -> str:
-    """What a fleet holding committed GPUs idle beside those in use is refused for, past the bound;
-    '' within it. Commitments are bounded type by type, so together they can pass it."""
+def held_past_bound(in_use: int, idle: int, check: str) -> str:
+    """Why a fleet holding committed GPUs idle beside those in use is refused, past the bound, naming
+    `check` (the fields that state its commitments); '' within it. Commitments are bounded type by
+    type, so together they can pass it."""
     if in_use + idle <= MAX_FLEET_GPUS:
         return ""
-    return (f"holds {in_use + idle:,} GPUs ({in_use:,} in use and {idle:,} committed and idle), "
-            f"{OVER_FLEET_BOUND}")
+    return (f"the fleet holds {in_use + idle:,} GPUs ({in_use:,} in use and {idle:,} committed and idle), "
+            f"{OVER_FLEET_BOUND}; check {check}")
 # Tensor-parallel degree and GPUs per node: the largest scale-up domains are 72 to 576 GPUs.
 MAX_TP = 1024
 # Replicas a pool must keep at least (N+1 redundancy is 2).

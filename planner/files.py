@@ -324,20 +324,28 @@ def inputs_guard() -> Iterator[None]:
 def arrow_data_files(folder: Path) -> list[Path]:
     """The files of a folder that pyarrow's dataset readers read, sorted: every file under it, but
     names starting with '.' or '_' (_SUCCESS, .crc), which pyarrow.dataset skips, and so do we.
-    A link to a folder inside it is refused (InputError): pyarrow's readers follow it where this list
-    does not, so the checks that no log is read twice never saw its files (a link back to the folder
-    read a CSV log 41 times over, and planned for 41 times its peak)."""
-    files = []
+    Links to folders are not followed (pyarrow's CSV reader follows them: refuse_folder_links)."""
+    return sorted(
+        f
+        for f in folder.rglob("*")
+        if f.is_file() and not any(part[0] in "._" for part in f.relative_to(folder).parts)
+    )
+
+
+def refuse_folder_links(folder: Path, fmt: str) -> None:
+    """Refuse (InputError naming it) a link to a folder inside a CSV or JSON Lines log folder, whose
+    files arrow_data_files lists: pyarrow's CSV reader follows the link where that list, which the
+    checks against reading a log twice use, does not (a link back to the folder read a CSV log 41
+    times over, and planned for 41 times its peak), and the JSON Lines reader, which reads that
+    list, left the linked logs out without a word. pyarrow's own Parquet listing, which its checks
+    use too, follows such links alike."""
     for f in folder.rglob("*"):
-        if any(part[0] in "._" for part in f.relative_to(folder).parts):
-            continue
-        if f.is_symlink() and f.is_dir():
-            raise InputError(f"holds {f.relative_to(folder)}, a link to a folder, which the readers would follow "
-                             "where the checks that no log is read twice do not; give the folder it leads to as "
-                             "an input of its own", where=str(folder))
-        if f.is_file():
-            files.append(f)
-    return sorted(files)
+        if f.is_symlink() and f.is_dir() and not any(part[0] in "._" for part in f.relative_to(folder).parts):
+            why = ("which the CSV reader would follow where the checks against reading a log twice do not"
+                   if fmt == "csv" else "whose logs would be left out (links to folders are not followed)")
+            raise InputError(f"holds '{f.relative_to(folder)}', a link to a folder, {why}: remove the link (or start "
+                             "its name with '_' to have it skipped), and give the folder it leads to as an input of "
+                             "its own if its logs belong here", where=str(folder))
 
 
 def arrow_readable_names(path: str | os.PathLike) -> None:

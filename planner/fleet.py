@@ -10,6 +10,7 @@ run over the whole fleet. `planner solve FLEET.yaml` plans every service in one 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -181,23 +182,21 @@ def load_fleet(path: str | Path, *, catalog_files: tuple[str, ...] = ()) -> Flee
         raise InputError("a fleet file is a YAML mapping (name:, services:, inventory:, ...)", where=str(path))
     spec = validate(FleetSpec, raw, where=str(path))
     catalog = load_catalog(*catalog_files)
-    unknown = {}
     for gpu in spec.inventory:
         try:
             catalog.gpu(gpu)
         except InputError as exc:
-            unknown[gpu] = exc
+            # the fleet prices and caps a shared type as one piece of hardware: its own catalog must know it
+            # (said before any service's logs are read, so a typo is not hidden behind them)
+            defining = _overriding_services(spec, path, gpu)
+            if defining:
+                raise InputError(f"inventory.{gpu}: '{gpu}' is defined only in the catalog overrides of service "
+                                 f"'{defining[0]}'; a type the fleet shares must be known to the fleet: define it in "
+                                 "a catalog file and give it with --catalog", where=str(path)) from None
+            raise InputError(f"inventory.{gpu}: {exc}", where=str(path)) from None
     services = []
     for i, entry in enumerate(spec.services):
         services.append(_service(spec, catalog, path, i, entry, catalog_files))
-    for gpu, exc in unknown.items():
-        # the fleet prices and caps a shared type as one piece of hardware: its own catalog must know it
-        defining = [svc.name for svc in services if gpu in svc.inputs.catalog.gpus]
-        if defining:
-            raise InputError(f"inventory.{gpu}: '{gpu}' is defined only in the catalog overrides of service "
-                             f"'{defining[0]}'; a type the fleet shares must be known to the fleet: define it in a "
-                             "catalog file and give it with --catalog", where=str(path))
-        raise InputError(f"inventory.{gpu}: {exc}", where=str(path))
     # Compared without case: a service's name starts its figures' file names, which a case-insensitive
     # file system (macOS, Windows) would merge.
     names = [s.name.casefold() for s in services]
@@ -231,6 +230,21 @@ def load_fleet(path: str | Path, *, catalog_files: tuple[str, ...] = ()) -> Flee
     if spec.forecast is not None:
         _check_forecast(spec.forecast, catalog, services, spec.inventory, path)
     return _with_shared_prices(FleetInputs(path, spec, catalog, tuple(services), tuple(services)))
+
+
+def _overriding_services(spec: FleetSpec, path: Path, gpu: str) -> list[str]:
+    """The names of the services whose catalog overrides define GPU type `gpu` (read from their
+    documents alone, before their traffic is loaded; a file that cannot be read is left to _service)."""
+    names = []
+    for entry in spec.services:
+        doc = entry
+        if isinstance(entry, str):
+            with contextlib.suppress(InputError, OSError):
+                doc = load_yaml(resolve(path.parent, entry))
+        gpus = doc.get("catalog", {}).get("gpus") if isinstance(doc, dict) and isinstance(doc.get("catalog"), dict) else None
+        if isinstance(gpus, dict) and gpu in gpus:
+            names.append(str(doc.get("name")))
+    return names
 
 
 def _refuse_own_solver(svc: Service, fleet_solver: Solver) -> None:

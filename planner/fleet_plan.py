@@ -286,9 +286,11 @@ def _refuse_oversized(fleet: FleetInputs, joint: JointSolution, types: Sequence[
             f"the fleet needs {joint.gpus:,} GPUs ({', '.join(f'{svc.name} {sol.gpus:,}' for svc, sol in largest)}"
             f"{', ...' if len(fleet.services) > 3 else ''}), {OVER_FLEET_BOUND}; check its services' {DEMAND_FIELDS}",
             where=str(fleet.path))
-    held = held_past_bound(joint.gpus, sum(t.idle_committed for t in types))
+    held = held_past_bound(joint.gpus, sum(t.idle_committed for t in types),
+                           "the inventory's owned and reserved GPUs (in a forecast, with what its quarters reserve: "
+                           "forecast.quarters[].reserved, carry_forward, commitment_term_quarters)")
     if held:
-        raise InfeasibleError(f"the fleet {held}; check the owned and reserved GPUs it states", where=str(fleet.path))
+        raise InfeasibleError(held, where=str(fleet.path))
 
 
 def _no_fleet_message(fleet: FleetInputs, setups, joint: JointSolution) -> str:

@@ -303,10 +303,10 @@ def gpus_in_use_text(fp: FleetPlan) -> str:
 
 
 def idle_committed_text(fp: FleetPlan) -> str:
-    """'; committed idle: 1 l40s, $0.70/hour of it' where the plan leaves committed GPUs idle (paid, in
-    its cost), else ''."""
+    """'; committed idle: 1 l40s, $0.70/hour of the cost' where the plan leaves committed GPUs idle (paid,
+    in its cost), else ''."""
     idle = ", ".join(f"{t.idle_committed:,} {t.gpu}" for t in fp.types if t.idle_committed)
-    return f"; committed idle: {idle}, {usd_text(fp.idle_committed_usd_per_hour)}/hour of it" if idle else ""
+    return f"; committed idle: {idle}, {usd_text(fp.idle_committed_usd_per_hour)}/hour of the cost" if idle else ""
 
 
 def write_fleet_report(fp: FleetPlan, out_dir: Path) -> Path:

@@ -293,12 +293,12 @@ def _quarter_plan(inputs: Inputs, qscn: Scenario, q: QuarterSpec, reserved, pric
     except (InfeasibleError, InputError) as exc:  # a quarter's own context limit or demand: name the quarter
         raise type(exc)(quarter_error(q.quarter, exc.message), where=exc.where or str(inputs.path)) from None
     used = plan.solution.gpus_by_type
-    held = held_past_bound(plan.solution.gpus, sum(max(n - used.get(g, 0), 0) for g, n in reserved.items()))
+    carried = [f for f, on in (("forecast.carry_forward", fc.carry_forward),
+                               ("forecast.commitment_term_quarters", fc.commitment_term_quarters)) if on]
+    held = held_past_bound(plan.solution.gpus, sum(max(n - used.get(g, 0), 0) for g, n in reserved.items()),
+                           ", ".join(["forecast.quarters[].reserved", *carried]))
     if held:  # each type's reservations are within the bound; two of 90 million each held 180 million
-        carried = [f for f, on in (("forecast.carry_forward", fc.carry_forward),
-                                   ("forecast.commitment_term_quarters", fc.commitment_term_quarters)) if on]
-        raise InfeasibleError(quarter_error(q.quarter, f"the fleet {held}; check forecast.quarters[].reserved"
-                                            + "".join(f", {f}" for f in carried)), where=str(inputs.path))
+        raise InfeasibleError(quarter_error(q.quarter, held), where=str(inputs.path))
     return plan
 
 

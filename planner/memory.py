@@ -274,8 +274,9 @@ def _no_budget_text(dep: Deployment, rule: str, memory_gib: float, f: float, wei
                     budget_gib: float) -> str:
     """Why a deployment has no KV budget, with the engine rule's own arithmetic (budget_ladder), and the
     settings that could give it one: the weights alone past the GPUs' memory can only be split, quantised
-    or moved; otherwise the fraction helps where the rule applies it to what the weights leave (vLLM's
-    up to 1, SGLang's), and the overhead where the rule subtracts it (vLLM's, TensorRT-LLM's)."""
+    or moved; otherwise raising the fraction helps where the rule applies it to the whole memory (vLLM's,
+    up to 1; SGLang's), not where it applies it to what weights and overhead leave (TensorRT-LLM's), and
+    lowering the overhead helps where the rule subtracts it (vLLM's, TensorRT-LLM's)."""
     if rule == "fraction_of_total":
         arithmetic = (f"{memory_gib:.2f} GiB x {f:.2f} = {memory_gib * f:.2f} GiB usable - {weights_gib:.2f} GiB weights "
                       f"- {overhead_gib:.2f} GiB overhead = {budget_gib:.2f} GiB KV budget")
@@ -306,7 +307,7 @@ def budget_ladder(dep: Deployment) -> BudgetLadder:
     - fraction_of_free_after_weights (TensorRT-LLM): budget = f x (memory - weights - overhead).
     - static_fraction_weights_and_kv (SGLang): weights + KV = memory x f; activations
       and graphs live in the remainder, so no separate overhead is subtracted.
-    Raises InputError, with the ladder's numbers, when the weights do not fit.
+    Raises InputError, with the ladder's numbers, when no memory is left for a KV cache (_no_budget_text).
     """
     memory_gib = dep.gpu.memory_gib * dep.tp
     weights_gib = weight_bytes(dep.model, dep.weight_dtype) / GiB

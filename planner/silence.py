@@ -84,7 +84,12 @@ def longest_silence(hist: Histogram, peak_quantile: float | None = None) -> Sile
 _CALENDAR_FROM_MINUTE = 10_957 * HOURS_PER_DAY * MINUTES_PER_HOUR
 
 
-def silence_span_text(silence: Silence) -> str:
+def silence_text(silence: Silence) -> str:
+    """'the log holds no request for 7.0 hours in a row, from ... to ...', the silence named."""
+    return f"the log holds no request for {silence.hours:,.1f} hours in a row, {_span_text(silence)}"
+
+
+def _span_text(silence: Silence) -> str:
     """Where the silence lies: UTC dates and times, or hours:minutes on a relative log's own clock."""
     if silence.start_minute >= _CALENDAR_FROM_MINUTE:
         return f"from {minute_text(silence.start_minute)} to {minute_text(silence.end_minute)} UTC"
@@ -111,7 +116,8 @@ def silence_note(hist: Histogram, *, measured_day: bool, mean_from_span: bool,
     lowers_peak = silence.peak_without_rps is not None and silence.peak_without_rps > silence.peak_rps
     if not (measured_day or mean_from_span or lowers_peak):
         return ""
-    parts = [f"The log holds no request for {silence.hours:,.1f} hours in a row, {silence_span_text(silence)}, of its "
+    text = silence_text(silence)
+    parts = [f"{text[0].upper()}{text[1:]}, of its "
              f"{silence.log_minutes / (HOURS_PER_DAY * MINUTES_PER_HOUR):,.1f} days of whole minutes: its mean rate is {silence.mean_rps:,.4g} requests/s over its whole minutes, "
              f"{silence.mean_without_rps:,.4g} requests/s without those hours."]
     if measured_day:

@@ -12,10 +12,10 @@ import numpy as np
 from planner.errors import InputError
 from planner.files import path_is
 from planner.histogram import Histogram
-from planner.load_profile import FLAT, DailyProfile, traffic_profile
+from planner.load_profile import FLAT, MINUTES_PER_HOUR, DailyProfile, traffic_profile
 from planner.requests import Requests
 from planner.scenario import Scenario, resolve
-from planner.silence import longest_silence, silence_note, silence_span_text
+from planner.silence import longest_silence, silence_note, silence_text
 
 REPLAY_MAX_REQUESTS = 200_000  # a log longer than this is planned from its histogram but not replayed
 
@@ -45,6 +45,7 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
     """The histogram of all requests, the measured peak and mean rates, and notes for the report."""
     from planner.paged import prefix_disagreement
     from planner.workload.peaks import (
+        NoPeakError,
         clock_step_minutes,
         clock_step_text,
         mean_rate_rps,
@@ -136,14 +137,14 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
     peak = scn.traffic.peak
     try:
         measured = peak_rate_rps(hist, method=peak.method, quantile=peak.quantile, explicit_rps=peak.rps, growth=1.0)
-    except InputError as exc:
-        # a peak of 0 from a log mostly silent: the silence is the cause, which the warning would have named
-        silence = longest_silence(hist) if exc.message.startswith("peak rate is 0 req/s") else None
+    except NoPeakError as exc:
+        # a peak of 0 from a log mostly silent: the silence, which the warning names where a peak is measured
+        silence = longest_silence(hist)
         if silence is None:
             raise
-        raise InputError(f"{exc.message}; but first: the log holds no request for {silence.hours:,.1f} hours in a "
-                         f"row, {silence_span_text(silence)}, a gap in the logging or a stray row far from the rest, "
-                         "which every peak of its minutes counts: plan from the log without it") from None
+        raise InputError(f"{exc.message}; but {silence_text(silence)}, which the peak counts as idle minutes: a gap "
+                         "in the logging or a stray row far from the rest (plan from the log without it), or a service "
+                         "that idles for hours (state its peak)") from None
     if scn.traffic.mean_rps is not None and scn.traffic.mean_rps > measured * (1 + 1e-9):
         raise InputError(f"mean_rps: {scn.traffic.mean_rps:,g} req/s is above the peak, {measured:,.4g} req/s "
                          "(a mean cannot exceed the peak the plan is sized for)")
@@ -176,13 +177,15 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
     if silence:
         notes.append(silence)
         warnings.append(silence)
-    # per-minute rates read from a lattice of arrivals (a clock rounded to the hour, or bursts on a
-    # schedule): said where they set the peak or the day
-    clock = clock_step_text(clock_step_minutes(hist)) if peak.method != "explicit" or measured_day else ""
-    if clock:
-        clock = f"In the log, {clock}."
-        notes.append(clock)
-        warnings.append(clock)
+    # arrivals on a lattice (a clock rounded to the hour, or bursts on a schedule), said where they are read
+    # by the minute (the peak's quantile or max) or by the hour (a measured day, from a lattice coarser)
+    step = clock_step_minutes(hist)
+    if peak.method != "explicit" or (measured_day and step > MINUTES_PER_HOUR):
+        clock = clock_step_text(step, "state the peak with peak: {method: explicit, rps: ...}" if peak.method != "explicit"
+                                else "state the day with profile: {hourly: [...]} or a shape")
+        if clock:
+            notes.append(f"In the log, {clock}.")
+            warnings.append(notes[-1])
     return Traffic(hist, measured, mean, tuple(notes), profile, requests, tuple(warnings))
 
 

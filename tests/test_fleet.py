@@ -675,6 +675,18 @@ def test_a_fleet_that_certification_takes_past_the_bound_is_refused_and_idle_com
                      r"the 100,000,000 that bound any fleet", r.output), r.output
 
 
+def test_a_fleet_forecast_quarter_holding_reservations_past_the_bound_names_where_they_come_from(tmp_path):
+    # "check the owned and reserved GPUs it states", of a fleet that states none: its quarters reserved them
+    quarters = [{"quarter": "2027Q1"}, {"quarter": "2027Q2", "reserved": {"h100-sxm": 90_000_000, "l40s": 90_000_000}}]
+    path = write_fleet(tmp_path, services=[service("alpha", 3.0)], forecast={"quarters": quarters})
+    r = CliRunner().invoke(main, ["forecast", str(path), "--out-dir", str(tmp_path / "out")])
+    assert r.exit_code == 3, r.output
+    assert re.search(r"forecast quarter 2027Q2: the fleet holds 180,000,000 GPUs \([\d,]+ in use and [\d,]+ committed "
+                     r"and idle\), more than the 100,000,000 .*; check the inventory's owned and reserved GPUs \(in a "
+                     r"forecast, with what its quarters reserve: forecast\.quarters\[\]\.reserved", r.output), r.output
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_service_that_certification_takes_past_the_bound_is_named(tmp_path):
     """One service within the bound by the model (96.9 million GPUs), past it at the capacities its
     replays measure: refused for the bound, naming the service (a fleet's services share class names),
@@ -709,11 +721,11 @@ def test_the_command_line_names_committed_gpus_left_idle_whose_cost_it_counts(tm
     assert r.exit_code == 0, r.output
     first = r.output.splitlines()[0]
     used = int(re.fullmatch(r"twin: \$5\.60/hour, (\d) GPUs? \(\1 l40s\), 1 service; committed idle: (\d) l40s, "
-                            r"\$[\d.]+/hour of it",
+                            r"\$[\d.]+/hour of the cost",
                             first).group(1))
     from planner.units import usd_text
 
-    assert first.endswith(f"committed idle: {8 - used} l40s, {usd_text((8 - used) * 0.7)}/hour of it")
+    assert first.endswith(f"committed idle: {8 - used} l40s, {usd_text((8 - used) * 0.7)}/hour of the cost")
     path = write_fleet(tmp_path, services=[service("alpha", 3.0)],
                        inventory={"l40s": {"owned": used, "owned_usd_per_hour": 0.7}})
     r = CliRunner().invoke(main, ["solve", str(path), "--no-report"])

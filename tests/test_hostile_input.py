@@ -2389,8 +2389,19 @@ def test_a_link_to_a_folder_inside_a_log_folder_is_refused(tmp_path):
     logs.mkdir()
     _timed_log(logs / "a.csv")
     (logs / "self").symlink_to(logs)
-    one_line_error(run("histogram", logs), 2, f"{logs}: holds self, a link to a folder, which the readers would "
-                   "follow where the checks that no log is read twice do not; give the folder it leads to")
+    one_line_error(run("histogram", logs), 2, f"{logs}: holds 'self', a link to a folder, which the CSV reader would "
+                   "follow where the checks against reading a log twice do not: remove the link (or start its name "
+                   "with '_' to have it skipped)")
+    # a Parquet folder's links are followed by pyarrow's listing, which its checks use too: a partition
+    # linked in from elsewhere reads, and a link back to the folder is refused as the same files
+    parts, elsewhere = tmp_path / "parts", tmp_path / "elsewhere"
+    parts.mkdir()
+    elsewhere.mkdir()
+    pq.write_table(pa.table({"prompt_tokens": [100] * 10, "output_tokens": [20] * 10}), parts / "a.parquet")
+    pq.write_table(pa.table({"prompt_tokens": [200] * 5, "output_tokens": [20] * 5}), elsewhere / "b.parquet")
+    (parts / "more").symlink_to(elsewhere)
+    r = run("histogram", parts, "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["requests"] == 15, r.output
     (logs / "self").unlink()
     r = run("histogram", logs, "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["requests"] == 600, r.output
@@ -2443,15 +2454,19 @@ def test_a_clock_rounded_to_the_hour_is_warned_of(tmp_path):
     assert r.exit_code == 0, r.output
     rate = json.loads(r.stdout)["rate_rps"]
     assert rate["clock_step_minutes"] == 60 and rate["max_minute"] == pytest.approx(1.0)  # 60 requests in a minute
-    note = ("every arrival time is a whole multiple of 60 minutes: if the log's clock was rounded, each step's "
-            "requests fall in one minute and its per-minute rates read up to 60 times the real ones")
-    assert f"note: {note}" in run("histogram", log).output
+    note = ("all arrivals fall on a lattice of 60 minutes (60, 120, ... minutes apart): if the log's clock was "
+            "rounded, each step's requests land in one minute, and its per-minute rates read up to 60 times too high")
+    assert f"note: {note}; if the traffic comes in bursts on that schedule, they are right" in run("histogram", log).output
     quantile = BASE.replace("source: {constant: {prompt_tokens: 1000, output_tokens: 200}}",
                             f"source: {{log: {log}}}").replace("peak: {method: explicit, rps: 4}",
                                                                "peak: {method: quantile, quantile: 0.99}")
     r = run("solve", scenario(tmp_path, quantile), "--no-report", "--json")
-    assert r.exit_code == 0 and f"warning: {tmp_path / 's.yaml'}: In the log, {note}" in r.stderr, r.stderr
+    assert r.exit_code == 0 and f"warning: {tmp_path / 's.yaml'}: In the log, {note} (state the peak with peak: " in r.stderr, r.stderr
     assert any(n.startswith(f"In the log, {note}") for n in json.loads(r.stdout)["traffic_notes"])
+    # an explicit peak reads no minute, and a day measured by the hour is the same on an hour's lattice
+    explicit = quantile.replace("peak: {method: quantile, quantile: 0.99}", "peak: {method: explicit, rps: 4}")
+    r = run("solve", scenario(tmp_path, explicit, name="e.yaml"), "--no-report")
+    assert r.exit_code == 0 and "lattice" not in r.stderr, r.stderr
     # a log at whole minutes (every minute busy) is on no lattice of a quarter hour: nothing to say
     assert "note:" not in run("histogram", _timed_log(tmp_path / "minutes.csv", rows=600, every_ms=60_000)).output
 
@@ -2480,8 +2495,8 @@ def test_a_peak_of_nothing_from_a_mostly_silent_log_names_the_silence(tmp_path):
                                                            "peak: {method: quantile, quantile: 0.99}")
     one_line_error(run("solve", scenario(tmp_path, text), "--no-report"), 2,
                    "traffic: peak rate is 0 req/s: the 0.99 quantile of ",
-                   "; but first: the log holds no request for 28,", "hours in a row, from 2020-09-13 12:2",
-                   "a gap in the logging or a stray row far from the rest")
+                   "; but the log holds no request for 28,", "hours in a row, from 2020-09-13 12:2",
+                   "which the peak counts as idle minutes: a gap in the logging or a stray row far from the rest")
 
 
 @pytest.mark.parametrize(("header", "problem"), [
@@ -2494,6 +2509,18 @@ def test_a_csv_header_naming_a_column_twice_says_which(tmp_path, header, problem
     width = header.count(",") + 1
     log.write_text(header + "\n" + "".join(",".join(["120", "20"] + ["1"] * (width - 2)) + "\n" for _ in range(20)))
     one_line_error(run("histogram", log), 2, f"dup.csv: cannot read as csv: {problem}")
+
+
+def test_a_csv_header_separated_by_semicolons_says_so(tmp_path):
+    # "no column 'prompt_tokens'; the file has: prompt_tokens;output_tokens — name the columns with ...":
+    # naming them could not help; a JSON Lines key with a semicolon in it is no header
+    log = tmp_path / "semi.csv"
+    log.write_text("prompt_tokens;output_tokens\n120;20\n")
+    one_line_error(run("histogram", log), 2, "semi.csv: no column 'prompt_tokens' (prompt tokens); the file has: "
+                   "prompt_tokens;output_tokens — its header is separated by semicolons, and CSV is read comma-separated")
+    other = tmp_path / "semi.jsonl"
+    other.write_text(json.dumps({"a;b": 1}) + "\n")
+    assert "separated by" not in one_line_error(run("histogram", other), 2, "semi.jsonl: no column 'prompt_tokens'")
 
 
 def test_a_csv_row_longer_than_the_reader_s_block_is_named_for_what_it_is(tmp_path):

@@ -346,20 +346,20 @@ def _check_columns(reader: LogReader, spec: ColumnSpec) -> str | None:
     have = reader.columns
     for name, role in ((spec.prompt, "prompt"), (spec.output, "output")):
         if not reader.has_column(name):
-            raise InputError(_missing(name, role, have, spec), where=reader.where)
+            raise InputError(_missing(name, role, have, spec, reader.format), where=reader.where)
     if spec.time is None:
         return None
     if reader.has_column(spec.time):
         return spec.time
     if spec.time_required:
-        raise InputError(_missing(spec.time, "time", have, spec), where=reader.where)
+        raise InputError(_missing(spec.time, "time", have, spec, reader.format), where=reader.where)
     return None
 
 
 _ROLE_TEXT = {"prompt": "prompt tokens", "output": "output tokens", "time": "arrival time"}
 
 
-def _missing(name: str, role: str, have: list[str], spec: ColumnSpec) -> str:
+def _missing(name: str, role: str, have: list[str], spec: ColumnSpec, fmt: str) -> str:
     # A name with spaces around it (a header written "a, b") or a comma in it is quoted, so the
     # list does not show the very name that is missing.
     shown = [f"'{h}'" if h != h.strip() or "," in h else h for h in have]
@@ -368,7 +368,7 @@ def _missing(name: str, role: str, have: list[str], spec: ColumnSpec) -> str:
     if name in (h.strip() for h in have):
         message += f" ('{shorten(name)}' with spaces around it: a header's names are read as written)"
     word = next((word for sep, word in ((";", "semicolons"), ("\t", "tabs"), ("|", "bars"))
-                 if len(have) == 1 and sep in have[0]), None)
+                 if fmt == "csv" and len(have) == 1 and sep in have[0]), None)
     if word is not None:  # one column whose name holds the others: another separator than the comma
         return message + f" — its header is separated by {word}, and CSV is read comma-separated: convert it"
     presets = matching_presets(have, role=role, in_use=spec.preset)

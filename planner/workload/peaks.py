@@ -71,30 +71,34 @@ def check_span(hist: Histogram, where: str | None = None) -> None:
 
 
 COARSE_CLOCK_MINUTES = 15  # a clock rounded to a quarter hour or more (an hour, a day) measures no minute
-COARSE_CLOCK_MIN_STEPS = 4  # arrival minutes on one lattice by chance: 15^-3 at four; a log that sparse plans nothing
+# Distinct minutes with arrivals a lattice is read from: by chance, four minutes fall on a lattice of 15 or
+# more about once in 500 (the sum over d >= 15 of d^-3, over zeta(3)); it only ever warns.
+COARSE_CLOCK_MIN_MINUTES = 4
 
 
 def clock_step_minutes(hist: Histogram) -> int:
     """The step in minutes of the lattice a log's arrivals all fall on, where it is
     COARSE_CLOCK_MINUTES or more, else 1: the greatest common divisor of the minutes between them,
-    over COARSE_CLOCK_MIN_STEPS distinct minutes or more. A clock rounded to the hour puts each
+    over COARSE_CLOCK_MIN_MINUTES distinct minutes or more. A clock rounded to the hour puts each
     hour's requests in one minute (a per-minute p99 of 11.9 requests/s for a log of 0.35); traffic
     in bursts on a schedule (a job every hour) falls on such a lattice too, its minutes measured
     right, which per-minute counts cannot tell apart: planner.traffic warns, and refuses nothing."""
     minute = hist.minute[hist.minute_count > 0] if hist.minute.size else hist.minute
-    if minute.size < COARSE_CLOCK_MIN_STEPS:
+    if minute.size < COARSE_CLOCK_MIN_MINUTES:
         return 1
     step = int(np.gcd.reduce((minute[1:] - minute[0]).astype(np.int64)))
     return step if step >= COARSE_CLOCK_MINUTES else 1
 
 
-def clock_step_text(step: int) -> str:
-    """What a lattice of arrivals means for per-minute rates, as a clause: '' for step 1."""
+def clock_step_text(step: int, advice: str = "") -> str:
+    """What a lattice of arrivals means for per-minute rates, as a clause, with `advice` on what to
+    state instead where the rates are used; '' for step 1."""
     if step <= 1:
         return ""
-    return (f"every arrival time is a whole multiple of {step:,} minutes: if the log's clock was rounded, each "
-            f"step's requests fall in one minute and its per-minute rates read up to {step:,} times the real ones "
-            "(state the peak with peak: {method: explicit, rps: ...}); traffic in bursts on a schedule reads so too")
+    return (f"all arrivals fall on a lattice of {step:,} minutes ({step:,}, {2 * step:,}, ... minutes apart): if the "
+            f"log's clock was rounded, each step's requests land in one minute, and its per-minute rates read up to "
+            f"{step:,} times too high{f' ({advice})' if advice else ''}; if the traffic comes in bursts on that "
+            "schedule, they are right")
 
 
 def minute_text(minute: int) -> str:
@@ -107,6 +111,10 @@ def minute_text(minute: int) -> str:
 
 
 MIN_WHOLE_MINUTES = 2  # a per-minute rate needs whole minutes to measure
+
+
+class NoPeakError(InputError):
+    """A per-minute peak of 0 requests/s: the log's measured minutes hold (almost) no arrival."""
 
 
 def whole_minutes(counts: np.ndarray) -> np.ndarray:
@@ -173,21 +181,20 @@ def peak_rate_rps(
         raise InputError(
             f"the arrivals span {touched.size} minute(s) of the clock, too short to measure a per-minute peak "
             f"(the first and last are partial; {MIN_WHOLE_MINUTES + 2} are needed): give a longer log, or state "
-            "the peak with peak: {method: explicit, rps: ...}"
-            + (f" (or were its times read in too coarse a unit? see {suggested('time_unit')})"
-               if suggested("time_unit") else "")
+            "the peak with peak: {method: explicit, rps: ...}; or are its times in a larger unit than they were "
+            f"read in, seconds read as milliseconds? (see {suggested('time_unit')})"
         )
     base = counts.max() if method == "max" else np.quantile(counts, quantile)
     rate = float(base) / SECONDS_PER_MINUTE * growth
     if rate <= 0:
         busy = int(np.count_nonzero(counts))
         if method == "max" or not busy:  # every arrival fell in the partial first and last minutes: none measured
-            raise InputError(
+            raise NoPeakError(
                 f"peak rate is 0 req/s: none of the log's {counts.size:,} whole minutes has an arrival (the partial "
                 "first and last minutes are not measured); give a log with arrivals between them, or state the peak "
                 "with peak: {method: explicit, rps: ...}"
             )
-        raise InputError(
+        raise NoPeakError(
             f"peak rate is 0 req/s: the {quantile:g} quantile of {counts.size:,} whole minutes has no arrival "
             f"(arrivals fall in {busy:,} of them); use a higher quantile or method 'max'"
         )

@@ -42,7 +42,14 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from planner.errors import InputError, shorten
-from planner.files import arrow_data_files, arrow_readable_names, missing_text, note_input, path_is
+from planner.files import (
+    arrow_data_files,
+    arrow_readable_names,
+    missing_text,
+    note_input,
+    path_is,
+    refuse_folder_links,
+)
 from planner.workload.columns import FORMATS, suggested
 
 EXTENSIONS = {
@@ -127,8 +134,9 @@ def sniff(path: Path, fmt: str, *, part: bool = False) -> None:
     """Refuse a file whose first bytes contradict its format (InputError naming the file); in a
     folder, each of its files (`part`), by name, for what its bytes are (a gzip or Parquet part of
     a CSV folder printed its bytes under the folder's name, and a gzip part of a JSON Lines folder
-    was read as unusable rows); a part's text whose shape is not its format's counts as unusable
-    rows, as a broken line does, and an empty JSON Lines part counts nothing (rotation leaves them)."""
+    was read as unusable rows); a JSON Lines part whose first line is not an object counts its
+    lines as unusable rows, as a broken line does, and an empty one counts nothing (rotation leaves
+    them)."""
     if path.is_dir():
         for file in arrow_data_files(path):
             sniff(file, fmt, part=True)
@@ -176,11 +184,9 @@ def sniff(path: Path, fmt: str, *, part: bool = False) -> None:
                 f"is not UTF-8 text (byte {exc.start}), so not {fmt.upper()}", where=where
             ) from None
     first = head.removeprefix(_BOM).lstrip()[:1]
-    if part:
-        return
     if fmt == "csv" and first in (b"{", b"["):
         raise InputError("looks like JSON, not CSV; name it .jsonl", where=where)
-    if fmt == "jsonl" and first != b"{":
+    if fmt == "jsonl" and first != b"{" and not part:
         kind = "a JSON array" if first == b"[" else "text whose first line is not a JSON object"
         raise InputError(f"is {kind}, not JSON Lines (one object per line)", where=where)
 
@@ -206,6 +212,8 @@ class LogReader:
         self.where = str(path)
         note_input(self.path)
         self.format = detect_format(self.path, fmt)
+        if self.format != "parquet" and self.path.is_dir():
+            refuse_folder_links(self.path, self.format)
         sniff(self.path, self.format)
         arrow_readable_names(self.path)
         self.skipped = {"null": 0, "non_numeric": 0}
