@@ -254,7 +254,8 @@ def target_figure(points: list[tuple[float, float]], *, xlabel: str, title: str)
 @_DRAWING
 def forecast_figure(quarters: list[str], cpm: dict[str, list[float | None]], gpus: list[int], *,
                     title: str) -> bytes:
-    """Cost per million tokens (one line per named series; a series with a gap is left out) and GPU count by quarter."""
+    """Cost per million tokens (one line per named series; a series with a gap is left out) and GPUs paid
+    for by quarter (reserved GPUs a quarter leaves idle are paid too)."""
     fig = _figure(figsize=(8, 4.8))
     ax1 = fig.subplots()
     x = np.arange(len(quarters))
@@ -265,8 +266,8 @@ def forecast_figure(quarters: list[str], cpm: dict[str, list[float | None]], gpu
     ax1.set_xticks(x, quarters)
     ax1.set_ylim(bottom=0)
     ax2 = ax1.twinx()
-    ax2.bar(x, gpus, alpha=0.25, color="tab:gray", label="GPUs")
-    ax2.set_ylabel("GPUs")
+    ax2.bar(x, gpus, alpha=0.25, color="tab:gray", label="GPUs paid for")
+    ax2.set_ylabel("GPUs paid for (idle reserved ones included)")
     ax2.set_ylim(0, max(gpus) * 1.3 if gpus else 1)
     lines = ax1.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
     labels = ax1.get_legend_handles_labels()[1] + ax2.get_legend_handles_labels()[1]

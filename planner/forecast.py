@@ -102,6 +102,11 @@ class QuarterResult:
         return sum(self.gpus_by_type.values())
 
     @property
+    def gpus_paid_for(self) -> int:
+        """GPUs the quarter pays for: its fleet's, and the reserved ones it leaves idle."""
+        return self.gpus + (sum(self.idle.gpus.values()) if self.idle is not None else 0)
+
+    @property
     def peak_rps(self) -> float:
         return self.plan.peak_rps
 

@@ -820,7 +820,7 @@ def write_forecast(name: str, results: Sequence[QuarterResult], out_dir: Path) -
              "plan, day's volume": [(r.cost_per_million_at_volume or {}).get("blended") for r in results],
              "autoscaled, day's volume": [r.day.usd_per_million_tokens("autoscaled") for r in results],
              "reserved + on demand, day's volume": [r.day.usd_per_million_tokens("mixed") for r in results]},
-        gpus=[r.gpus for r in results], title=f"{name}: cost per token and fleet",
+        gpus=[r.gpus_paid_for for r in results], title=f"{name}: cost per token and fleet",
     )
     write_bytes_atomic(out_dir / figure, png())
     return [*write_texts(out_dir, texts), out_dir / figure]

@@ -95,7 +95,7 @@ def test_cost_per_token_falls_with_demand_at_fixed_prices_and_rises_with_price(t
     assert "On-demand prices the quarters state" not in forecast_markdown("t", [q1, q2])
 
 
-def test_reserved_capacity_is_paid_whether_used_or_not(tmp_path):
+def test_reserved_capacity_is_paid_whether_used_or_not(tmp_path, monkeypatch):
     path = scenario(tmp_path, """
         forecast:
           carry_forward: true
@@ -110,6 +110,14 @@ def test_reserved_capacity_is_paid_whether_used_or_not(tmp_path):
     floor = sum(n * q2.reserved_price[g] for g, n in q2.reserved_gpus.items())
     assert q2.cost_per_hour >= floor - 1e-9  # never cheaper than the commitment
     assert q2.cost_per_hour == pytest.approx(floor)  # demand fell: the reserved GPUs cover it, and are paid in full
+    # The idle ones are paid, and the forecast's figure counts them: it drew the GPUs in use alone
+    assert q2.idle is not None and q2.gpus_paid_for == q2.gpus + sum(q2.idle.gpus.values()) == q1.gpus
+    import planner.forecast_outputs as outputs
+
+    drawn = {}
+    monkeypatch.setattr(outputs, "draw", lambda job, **kw: drawn.update(kw) or (lambda: b"png"))
+    outputs.write_forecast("fc", [q1, q2, q3], tmp_path / "out")
+    assert drawn["gpus"] == [q1.gpus, q1.gpus, q3.gpus_paid_for]
     # Commitments do not lapse when demand falls: Q3 still holds Q1's lot, at Q1's price.
     assert q3.reserved_gpus == q1.gpus_by_type
     # Growth beyond the commitment (twice the base demand) is paid on demand at the full price.
