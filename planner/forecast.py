@@ -297,10 +297,9 @@ def _quarter_plan(inputs: Inputs, qscn: Scenario, q: QuarterSpec, reserved, pric
                            measurements=measured)
     except (InfeasibleError, InputError) as exc:  # a quarter's own context limit or demand: name the quarter
         raise type(exc)(quarter_error(q.quarter, exc.message), where=exc.where or str(inputs.path)) from None
-    used = plan.solution.gpus_by_type
     carried = [f for f, on in (("forecast.carry_forward", fc.carry_forward),
                                ("forecast.commitment_term_quarters", fc.commitment_term_quarters)) if on]
-    held = held_past_bound(plan.solution.gpus, sum(max(n - used.get(g, 0), 0) for g, n in reserved.items()),
+    held = held_past_bound(plan.solution.gpus, sum(_idle_gpus(plan, reserved).values()),
                            ", ".join(["forecast.quarters[].reserved", *carried]))
     if held:  # each type's reservations are within the bound; two of 90 million each held 180 million
         raise InfeasibleError(quarter_error(q.quarter, held), where=str(inputs.path))
@@ -335,12 +334,17 @@ def _unused_prices(inputs: Inputs, qscn: Scenario, q: QuarterSpec, used: dict[st
     return tuple(out)
 
 
+def _idle_gpus(plan: Plan, reserved: dict[str, int]) -> dict[str, int]:
+    """The reserved GPUs of each type the plan leaves idle (types it leaves none of left out)."""
+    used = plan.solution.gpus_by_type
+    return {g: n - used.get(g, 0) for g, n in reserved.items() if n > used.get(g, 0)}
+
+
 def _idle_reserved(inputs: Inputs, qscn: Scenario, plan: Plan, reserved, price,
                    measured: Measurements) -> IdleReserved | None:
     """The reserved GPUs the plan leaves idle, what they cost, and the cheapest plan that runs
     every one of them (each reserved type may then hold a pool of its own)."""
-    used = plan.solution.gpus_by_type
-    idle = {g: n - used.get(g, 0) for g, n in reserved.items() if n > used.get(g, 0)}
+    idle = _idle_gpus(plan, reserved)
     if not idle:
         return None
     cost = sum(n * price[g] for g, n in idle.items())

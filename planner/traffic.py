@@ -111,7 +111,7 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
             notes.append(coarse)
             requests = None
         # (a log list may hold histogram files too, which ingest merges: each is named for what it is)
-        kinds = ["histogram file" if field == "histogram" or r.kind == "histogram" else "log" for r in result.files]
+        kinds = ["histogram file" if r.kind == "histogram" else "log" for r in result.files]
         if len(set(kinds)) == 1:
             source = f"{kinds[0]} " + ", ".join(_display(p, base) for p in files)
         else:

@@ -343,13 +343,14 @@ class _Prepared:
 
 def _check_columns(reader: LogReader, spec: ColumnSpec) -> str | None:
     """Raise InputError for a missing column (listing those that exist); the time column to use."""
+    reader.find_late_columns([n for n in (spec.prompt, spec.output, spec.time) if n is not None])
     have = reader.columns
     for name, role in ((spec.prompt, "prompt"), (spec.output, "output")):
-        if not reader.has_column(name):
+        if name not in have:
             raise InputError(_missing(name, role, have, spec, reader.format), where=reader.where)
     if spec.time is None:
         return None
-    if reader.has_column(spec.time):
+    if spec.time in have:
         return spec.time
     if spec.time_required:
         raise InputError(_missing(spec.time, "time", have, spec, reader.format), where=reader.where)

@@ -233,25 +233,28 @@ class LogReader:
             names += self._parquet_dataset.schema.names  # (its partition keys, for a hive folder)
         return list(dict.fromkeys(names))
 
-    def has_column(self, name: str) -> bool:
-        """Whether some file of the log has the column. A JSON Lines file's columns are its first
-        chunk's keys (reading every key of a large log would parse it twice); a key the log begins to
-        write further down (a field logging started to record partway) is looked for in the rest of its
-        bytes, and a chunk holding it is parsed to be sure: the column is then read as one that some
-        rows lack. It was taken as missing: a time column silently dropped, or "no column" refused."""
-        if name in self.columns:
-            return True
-        if self.format != "jsonl":
-            return False
-        # as most writers write it (UTF-8), and as Python's json writes it (non-ASCII escaped)
-        needles = {json.dumps(name, ensure_ascii=False).encode(), json.dumps(name).encode()}
+    def find_late_columns(self, names: Sequence[str]) -> None:
+        """Add to the columns those of `names` that a JSON Lines log first writes past a file's first
+        chunk, whose keys alone are its columns (reading every key of a large log would parse it twice):
+        a field logging started to record partway was taken as missing, a time column silently dropped,
+        or "no column" refused. The rest of the log's bytes are searched once, for every such name
+        together, and a chunk holding one is parsed to be sure; the column is then read as one that
+        some rows lack."""
+        missing = [name for name in dict.fromkeys(names) if name not in self.columns]
+        if self.format != "jsonl" or not missing:
+            return
+        # each key as most writers write it (UTF-8), and as Python's json does (non-ASCII escaped)
+        needles = {name: {json.dumps(name, ensure_ascii=False).encode(), json.dumps(name).encode()} for name in missing}
         for file in self._files:
             for i, chunk in enumerate(_line_chunks(file, _JSONL_CHUNK_BYTES)):
-                if i and any(needle in chunk for needle in needles) and name in _chunk_keys(chunk):
+                found = [n for n in missing if i and any(needle in chunk for needle in needles[n])]
+                keys = _chunk_keys(chunk) if found else ()
+                for name in (n for n in found if n in keys):
+                    missing.remove(name)
                     self.columns.append(name)
                     self._file_columns[str(file)].append(name)
-                    return True
-        return False
+                if not missing:
+                    return
 
     def file_columns(self) -> dict[str, list[str]]:
         """The column names of each file of the log (one entry for a single file); a JSON Lines
@@ -281,7 +284,7 @@ class LogReader:
             return list(self._parquet_dataset.files)
         return [str(f) for f in self._files]
 
-    @property
+    @functools.cached_property
     def _files(self) -> list[Path]:
         return arrow_data_files(self.path) if self.path.is_dir() else [self.path]
 
