@@ -273,9 +273,9 @@ def print_bulk_allreduce(cal: Calibration, catalog, nccl: Sequence[NcclRow]) -> 
     for g, e in j.efficiency.items():
         if e.allreduce_bulk_latency_us is None:
             continue
-        link = catalog.gpu(g).interconnect_gb_s * 1e9 * e.interconnect
         for key in sorted({r.table for r in nccl if r.gpu == g}):
             n = key[1]
+            link = catalog.gpu(g).scale_up_gb_s(n) * 1e9 * e.interconnect
             measured = {r.message_bytes: r.time_us for r in nccl if r.table == key}
             cells = []
             for size in sizes:

@@ -119,6 +119,10 @@ class GPU(_Frozen):
     gpus_per_node: whole(ge=1, le=MAX_TP)
     interconnect: str
     interconnect_gb_s: BandwidthGBs = Field(description="per-GPU scale-up bandwidth, one direction, GB/s")
+    interconnect_link_gb_s: BandwidthGBs | None = Field(
+        None, description="where a node's GPUs connect directly, one link to each peer and no switch (AMD's xGMI "
+        "mesh): one link's rate, one direction, GB/s; a tensor-parallel group drives only the links among its own GPUs "
+        "[default: none; a switch gives every GPU interconnect_gb_s whatever its group]")
     price_usd_per_hour: PriceUsdPerGpuHour = Field(description="on-demand price per GPU-hour")
     price_source: str
     price_date: str
@@ -130,6 +134,18 @@ class GPU(_Frozen):
     def verified(self) -> bool:
         """False when the efficiency factors are borrowed from another GPU (no measurements of this one)."""
         return self.efficiency.borrowed_from is None
+
+    def scale_up_gb_s(self, tp: int) -> float:
+        """The scale-up bandwidth one GPU of a tensor-parallel group of `tp` drives, one direction:
+        interconnect_gb_s behind a switch (NVSwitch gives every GPU its full rate to any peer); on a
+        mesh, its links to the group's other tp - 1 GPUs (an 8-GPU MI300X board joins each pair by
+        one xGMI link of 128 GB/s both ways, seven a GPU, no switch: Wheeler's Network, "AMD Looks to
+        Infinity for AI Interconnects", 2024-01). A two-shot all-reduce over such a group sends each
+        GPU's share on all its links at once, and takes 2 (tp - 1) / tp x message / this, the ring's
+        time at this rate (roofline.StepModel.allreduce_s)."""
+        if self.interconnect_link_gb_s is None or tp <= 1:  # (at tp 1 nothing crosses a link)
+            return self.interconnect_gb_s
+        return min(self.interconnect_gb_s, (tp - 1) * self.interconnect_link_gb_s)
 
     def tflops(self, compute_dtype: str) -> float:
         try:
@@ -241,6 +257,24 @@ class Model(_Frozen):
             raise ValueError("checkpoint_weight_bytes needs checkpoint_dtype (the dtype those bytes are in)")
         if self.params_active > self.params_total:
             raise ValueError("params_active exceeds params_total")
+        if (self.num_experts is None) != (self.num_experts_per_tok is None):
+            raise ValueError("num_experts and num_experts_per_tok go together (a mixture of experts states both)")
+        if self.num_experts is None and self.params_active < self.params_total / 2:
+            # The speed model runs a dense model's FLOPs at params_active: a dense llama-3.1-8b stated at 1B
+            # active planned 18.1 requests/s a replica against 8.7. A text token may skip a vision tower
+            # (gemma-3-27b's 1.5%, a Llama 3.2 Vision's fifth), never most of a dense model.
+            raise ValueError(f"params_active {self.params_active:,} is under half of params_total {self.params_total:,} "
+                             "in a dense model: only a mixture of experts (num_experts, num_experts_per_tok) leaves most "
+                             "parameters idle for a token; a vision tower is a small part of a model")
+        if self.num_experts is not None and self.num_experts_per_tok >= self.num_experts:
+            raise ValueError(f"num_experts_per_tok {self.num_experts_per_tok} is not below num_experts {self.num_experts}: "
+                             "a token would run every expert, which makes the model dense (leave both out)")
+        if self.sliding_window and not self.num_sliding_window_layers:
+            raise ValueError(f"sliding_window {self.sliding_window} given without num_sliding_window_layers: state how "
+                             f"many of the {self.num_hidden_layers} layers are windowed (all of them for a model whose "
+                             "config windows every layer, as Mistral 7B v0.1's does)")
+        if self.attention_chunk_size and not self.num_chunked_attention_layers:
+            raise ValueError(f"attention_chunk_size {self.attention_chunk_size} given without num_chunked_attention_layers")
         if self.kv_lora_rank and self.qk_rope_head_dim is None:
             raise ValueError("latent attention needs qk_rope_head_dim")
         return self

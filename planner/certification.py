@@ -88,7 +88,10 @@ def certify_plans(parts, resolve, *, rounds: int) -> list[tuple[list[Evaluation]
                 tc = pool.traffic_class
                 config = pool.config.label(tc.max_model_len)
                 if not check.problems:  # held at its planned rate with Poisson arrivals, not under the log's bursts
-                    new = pool.planned_rps * pool.replicas / (pool.replicas + 1)
+                    # a replica's share below the rate its replicas carried, so the class takes one more: a
+                    # share below the capacity left the count as it was where the pool had slack (an outside
+                    # probe: 2 replicas at 11.845 and at 7.897 alike, the same miss, a round lost)
+                    new = pool.replay_rps * pool.replicas / (pool.replicas + 1)
                     why = "the log's own arrivals: " + "; ".join(check.replay.problems)
                 else:
                     # The capacity on the first runs the verdict pooled (CONFIRM_RUNS at most): each must

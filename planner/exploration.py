@@ -365,8 +365,8 @@ def context_lever(scn, catalog, model, served, limit, peak, configs, inventory, 
                   solve: Resolver | None = None, reserved=None, pool_types=frozenset(), type_rule=None,
                   all_requests: int | None = None, calibration=None, measured=None) -> Outcome | None:
     """The plan re-solved at the lower context limit (the scenario's, or half the limit), its
-    rejected requests named; None when no lower limit serves any request. Without `evaluator` and
-    `solve` (a worker's job), its own. known: the plan's model evaluations and bounds
+    rejected requests named (an infeasible row where it serves none); None when the limit has no
+    lower edge. Without `evaluator` and `solve` (a worker's job), its own. known: the plan's model evaluations and bounds
     (Evaluator.known) for its `classes`; a lower class with the same requests, limit and targets as
     a plan's class (a short class of a threshold below the lower limit) starts from them, which
     steers the search and never its answer, and is priced by that class's calibration and measured
@@ -379,8 +379,9 @@ def context_lever(scn, catalog, model, served, limit, peak, configs, inventory, 
     if lower >= limit:
         return None
     lowered = served.select_total(at_most=lower)  # a histogram edge: the scenario's (validated) or edge_at_most's
-    if lowered.is_empty:
-        return None
+    if lowered.is_empty:  # a row that says so: a lever the scenario asks for does not vanish without a word
+        return Outcome(f"context limit {lower:,} (rejects every request)", False, math.inf, 0, "",
+                       f"no request fits {lower:,} tokens: every one served at {limit:,} is longer")
     lost = served.requests - lowered.requests
     lower_classes = traffic_classes(scn, lowered, lower, peak * lowered.requests / served.requests)
     if evaluator is None and token is not None:

@@ -11,7 +11,7 @@ from planner.catalog import Catalog, Model, load_catalog
 from planner.errors import InputError
 from planner.evaluator import Measurements
 from planner.files import path_is
-from planner.plan_objects import Plan
+from planner.plan_objects import Plan, default_context_limit, default_limit_text
 from planner.planning import make_plan
 from planner.scenario import Scenario, load_scenario, resolve
 from planner.traffic import Traffic
@@ -110,14 +110,14 @@ def scenario_inputs(scn: Scenario, path: Path, base: Path, *, catalog_files: tup
 
 def limit_conflict(scn: Scenario, model: Model) -> str:
     """A setting that means something only below the context limit (the stated one, or the model's
-    max_position_embeddings; for split thresholds, the highest a forecast quarter sets), stated at
+    default_context_limit; for split thresholds, the highest a forecast quarter sets), stated at
     or above it; '' when there is none. Each was obeyed or
     dropped without a word: a lower-limit lever at or above the limit left its row out of the
     report, a split threshold past it was never analysed, and a running pool with a longer limit
     than the scenario's had its whole plan made at the pool's limit."""
-    limit = scn.context_limit or model.max_position_embeddings
+    limit = scn.context_limit or default_context_limit(model)
     limit_text = (f"context_limit {limit}" if scn.context_limit else
-                  f"the context limit {limit} ('{model.id}' max_position_embeddings)")
+                  f"the context limit {limit} ({default_limit_text(model)})")
     if scn.lower_context_limit is not None and scn.lower_context_limit >= limit:
         return (f"lower_context_limit {scn.lower_context_limit} must be below {limit_text}: it is the lower "
                 "limit whose plan the report prices as a lever")

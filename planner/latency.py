@@ -84,7 +84,6 @@ from planner.prefill_wait import (
     W_LEVEL_EDGES,
     W_LEVEL_WEIGHTS,
     WaitDistribution,
-    mg1_grid,
     mg1_wait,
     split_mass_rows,
     tilt,
@@ -390,16 +389,10 @@ class LatencyModel:
         self.band_ranges = _band_ranges(slo)
         self.band_cells = _band_cells(c, self.band_ranges)
         self.band_weights = _band_weights(c, self.band_ranges)
-        self.horizon_s = self._horizon(slo)
         self._tpot_static: dict[int, tuple | None] = {}
         self._full_step_prefill_s: float | None = None
         self._capped: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._fcfs_waits: dict[tuple, WaitDistribution | None] = {}  # shared by the copies of with_slo
-
-    @staticmethod
-    def _horizon(slo: SLO) -> float:
-        """The waiting-time grid spans at least twice the longest TTFT limit."""
-        return 2.0 * max([b.ttft.limit_s for b in slo.bands if b.ttft] or [1.0])
 
     @property
     def full_step_prefill_s(self) -> float:
@@ -443,7 +436,6 @@ class LatencyModel:
             other.band_weights = _band_weights(self.cells, ranges)
             other._tpot_static = {}
         # else the bands hold the same cells, and tpot_static, which no limit enters, is shared
-        other.horizon_s = self._horizon(slo)
         return other
 
     def capped_chunks(self, cap: int) -> tuple[np.ndarray, np.ndarray]:
@@ -470,15 +462,12 @@ class LatencyModel:
         """The FCFS prefill queue's wait at an operating point (mg1_wait; with a Backlog, read in its
         regime by backlog_wait), service_s = prefill_s + new_tokens / budget · decode_s. Remembered
         across the copies of with_slo, which meet the same points again (a sweep of TTFT targets, other
-        targets with the same horizon): the targets enter only through the grid's span, in the key."""
-        grid = mg1_grid(rate_rps, service_s, self.cells.weight, self.horizon_s)
-        if grid is None:
-            return None
-        key = (rate_rps, budget, decode_s, grid.span_s, backlog)
+        targets): no target enters the wait (mg1_grid)."""
+        key = (rate_rps, budget, decode_s, backlog)
         if key in self._fcfs_waits:
             return self._fcfs_waits[key]
-        wait = mg1_wait(rate_rps, service_s, self.cells.weight, self.horizon_s, grid)
-        if backlog is not None and wait.mean_s > 0:
+        wait = mg1_wait(rate_rps, service_s, self.cells.weight)
+        if wait is not None and backlog is not None and wait.mean_s > 0:
             regime = regime_service_s(self.prefill_s, self.cells.new_tokens, self.chunk_tokens, backlog)
             wait = backlog_wait(wait, rate_rps, service_s, regime, self.cells.weight, backlog.fill_s)
         if len(self._fcfs_waits) >= _FCFS_WAITS_KEPT:  # the oldest goes: a search revisits recent points
@@ -578,7 +567,7 @@ class LatencyPoint:
         chunk_s = chunk_flops / m.flops_per_s
         waits = capped_waits(self.rate * float(share.sum()), work_s[capped], share, rho_short,
                              step, np.ceil(c.new_tokens[capped] / k),
-                             m.prefill_s[capped], chunk_s, c.weight[owner] * (chunk_s + self.t_dec), m.horizon_s, regime)
+                             m.prefill_s[capped], chunk_s, c.weight[owner] * (chunk_s + self.t_dec), regime)
         if waits is None:
             self.wait, self.waits = None, (None,)
             return

@@ -22,6 +22,8 @@ from planner.plan_objects import (
     candidate_configs,
     class_share,
     combinations,
+    default_context_limit,
+    default_limit_text,
     edge_at_most,
     traffic_classes,
 )
@@ -84,12 +86,13 @@ def setup_plan(scn: Scenario, catalog: Catalog, model: Model, hist: Histogram, m
 def served_traffic(scn: Scenario, model: Model, hist: Histogram, measured_peak_rps: float, limit: int | None):
     """The context limit, the requests it serves, and the peak they bring (requests above the
     limit are rejected, so they are not load to plan for)."""
-    limit = limit or model.max_position_embeddings
+    limit = limit or default_context_limit(model)
     if limit > model.max_position_embeddings:
         raise InputError(f"context_limit {limit} exceeds '{model.id}' max_position_embeddings {model.max_position_embeddings}")
     served = hist.select_total(at_most=edge_at_most(limit))
     if served.is_empty:
-        raise InputError(f"no request fits the {limit:,}-token context limit")
+        raise InputError(f"no request fits the {limit:,}-token context limit"
+                         + ("" if scn.context_limit else f" ({default_limit_text(model)})"))
     if scn.traffic.shared_prefix_tokens >= limit:
         raise InputError(f"traffic.shared_prefix_tokens {scn.traffic.shared_prefix_tokens} must be below the context limit {limit}")
     return limit, served, measured_peak_rps * scn.traffic.growth * served.requests / hist.requests

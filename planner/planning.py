@@ -27,7 +27,8 @@ from planner.plan_objects import (
     Outcome,
     Plan,
     PoolDetail,
-    classes_short_of_capacity,
+    default_context_limit,
+    peak_shortfall,
     precision_bits,
     traffic_classes,
 )
@@ -136,7 +137,7 @@ def _assemble(scn, model, catalog, hist, served, limit, measured_peak_rps, peak,
     # traffic asks for: a price per token on the asked-for tokens would be too low, and the input
     # share (prefill time at an operating point that does not exist) meaningless.
     overloaded = (any(pool.resident is None for pool in pools)
-                  or bool(classes_short_of_capacity(pools, 1.0 / scn.traffic.headroom)))
+                  or bool(peak_shortfall(pools, scn.traffic.headroom, certification)))
     if overloaded:
         input_tph_priced = output_tph_priced = 0.0
     else:
@@ -165,7 +166,7 @@ def _given_fleet_plan(scn, catalog, model, hist, measured_peak_rps, *, traffic_n
     cheapest plan the model finds for the same targets. reserved: committed GPUs (a forecast
     quarter's), {type: (count, price per GPU-hour)}, which its cost counts as a solved plan's does
     (ilp.paid_per_hour): every committed GPU at its price, used or not, and GPUs beyond on demand."""
-    base_limit = scn.context_limit or model.max_position_embeddings
+    base_limit = scn.context_limit or default_context_limit(model)
     limits = sorted({p.context_limit or base_limit for p in scn.fleet})
     if len(limits) > 2:
         raise InputError(f"fleet: pools have {len(limits)} context limits ({', '.join(map(str, limits))}); a fleet "

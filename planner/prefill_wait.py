@@ -151,12 +151,14 @@ class WaitGrid:
     span_s: float
 
 
-def mg1_grid(rate_rps: float, service_s: np.ndarray, weight: np.ndarray, horizon_s: float) -> WaitGrid | None:
+def mg1_grid(rate_rps: float, service_s: np.ndarray, weight: np.ndarray, min_span_s: float = 0.0) -> WaitGrid | None:
     """The load, mean wait and grid span of mg1_wait's queue, or None when ρ >= 1.
 
-    The grid spans the larger of `horizon_s` and E[W] + 12 sd(W) (moments from Takács'
-    formulas: E[W] = λE[S²] / 2(1-ρ), E[W²] = 2E[W]² + λE[S³] / 3(1-ρ)), and four times
-    the longest service."""
+    The grid spans E[W] + 12 sd(W) (moments from Takács' formulas: E[W] = λE[S²] / 2(1-ρ),
+    E[W²] = 2E[W]² + λE[S³] / 3(1-ρ)), and four times the longest service: the queue's own scale,
+    never the targets'. (A span of twice the longest TTFT limit made the grid coarser as a limit
+    grew, so a lax limit on one band inflated every band's predicted latency and looser targets
+    bought more GPUs.) min_span_s: at least this (a test's grid)."""
     ws = shares(weight)
     mean_s = float(np.dot(ws, service_s))
     rho = rate_rps * mean_s
@@ -167,18 +169,19 @@ def mg1_grid(rate_rps: float, service_s: np.ndarray, weight: np.ndarray, horizon
     m2, m3 = float(np.dot(ws, service_s**2)), float(np.dot(ws, service_s**3))
     mean_w = rate_rps * m2 / (2 * (1 - rho))
     sd_w = math.sqrt(max(2 * mean_w**2 + rate_rps * m3 / (3 * (1 - rho)) - mean_w**2, 0.0))
-    return WaitGrid(rho, mean_w, max(horizon_s, mean_w + 12 * sd_w, 4 * float(service_s.max())))
+    return WaitGrid(rho, mean_w, max(min_span_s, mean_w + 12 * sd_w, 4 * float(service_s.max())))
 
 
-def mg1_wait(rate_rps: float, service_s: np.ndarray, weight: np.ndarray, horizon_s: float,
-             grid: WaitGrid | None = None) -> WaitDistribution | None:
+def mg1_wait(rate_rps: float, service_s: np.ndarray, weight: np.ndarray,
+             min_span_s: float = 0.0) -> WaitDistribution | None:
     """Waiting time of an M/G/1 FCFS queue (Pollaczek-Khinchine), or None when ρ >= 1.
 
     The transform of W is (1 - ρ) / (1 - ρ·Ŝe(z)), Se the equilibrium distribution of the
     service time, P(Se = k) = P(S > k) / E[S] on the grid (exact for a grid-valued S), on
-    the grid of mg1_grid (`grid`: its answer for these arguments, when the caller has it).
+    the grid of mg1_grid. A reading past the grid's end is the mass left there, twelve standard
+    deviations past the mean: a limit beyond it holds.
     """
-    grid = mg1_grid(rate_rps, service_s, weight, horizon_s) if grid is None else grid
+    grid = mg1_grid(rate_rps, service_s, weight, min_span_s)
     if grid is None:
         return None
     rho = grid.load

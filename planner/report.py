@@ -24,6 +24,9 @@ from planner.plan_objects import (
     Plan,
     PoolDetail,
     classes_short_of_capacity,
+    default_context_limit,
+    default_limit_text,
+    peak_shortfall,
     thresholds_left_out,
 )
 from planner.pool_check import band_requests
@@ -121,6 +124,8 @@ def _explorations(plan: Plan, figures: dict[str, str], left: str) -> str:
     w = out.append
     w("## Split analysis")
     w("")
+    w(f"Each option re-solved {_short_by_the_model(plan)}.")
+    w("")
     if _fleet_rules_show(plan):
         w(_explored_in_fleet(plan))
         w("")
@@ -148,7 +153,8 @@ def _explorations(plan: Plan, figures: dict[str, str], left: str) -> str:
     w("")
     w("## Next-best distinct plans")
     w("")
-    w(_outcomes_table(plan.alternatives, plan, "Plan") if plan.alternatives else "No other feasible plan.")
+    w(f"Each re-solved {_short_by_the_model(plan)}, without the pools of the plans above it.\n\n"
+      + _outcomes_table(plan.alternatives, plan, "Plan") if plan.alternatives else "No other feasible plan.")
     w("")
     w("## Sensitivity to the peak rate")
     w("")
@@ -179,16 +185,29 @@ def _not_explored(plan: Plan) -> str:
 
 def _verdict(plan: Plan) -> str:
     """One line: whether the plan's targets hold in simulation, and what they are; a stated fleet
-    that covers its peak but not peak x headroom says so (the optimiser always covers both)."""
+    that covers its peak but not peak x headroom says so (the optimiser always covers both). A
+    stated fleet is replayed at its peak: where that held, the model's view of the peak is said as
+    the model's, and the headroom as the model's estimate."""
     short = peak_shortfall_text(plan)
     thin = _short_text(classes_short_of_capacity(plan.pools), "peak × headroom")
     note = f" The fleet carries its peak but not the headroom asked for ({thin})." if thin and not short else ""
+    cert = plan.certification
+    if plan.given_fleet and cert is not None and cert.certified:
+        by_model = _short_text(classes_short_of_capacity(plan.pools, 1.0 / plan.scenario.traffic.headroom), "peak")
+        note = (f" By the model's capacities alone it falls short of its peak ({by_model}); replayed at the peak, every "
+                "pool held its targets." if by_model else "")
+        headroom = plan.scenario.traffic.headroom
+        if headroom > 1:
+            note += (f" The replay was at the peak, not at peak × headroom {headroom:g}: "
+                     + (f"by the model the fleet does not carry the headroom asked for ({thin})." if thin else
+                        "that it carries the headroom asked for is the model's estimate, not simulated."))
     return _verdict_line(plan, short) + note
 
 
 def peak_shortfall_text(plan: Plan) -> str:
-    """The classes whose pools cannot carry their peak (a stated fleet's; the optimiser's never), or ""."""
-    return _short_text(classes_short_of_capacity(plan.pools, 1.0 / plan.scenario.traffic.headroom), "peak")
+    """The classes whose pools cannot carry their peak (a stated fleet's; the optimiser's never), or "":
+    by the model, unless simulation replayed them at the peak and they held (plan_objects.peak_shortfall)."""
+    return _short_text(peak_shortfall(plan.pools, plan.scenario.traffic.headroom, plan.certification), "peak")
 
 
 def _short_text(short, what: str) -> str:
@@ -693,8 +712,19 @@ def _outcomes_table(rows: list[Outcome], plan: Plan, head: str) -> str:
     return "\n".join(lines)
 
 
+def _short_by_the_model(plan: Plan) -> str:
+    """by_the_model in a few words, for the tables after the first that gives it whole."""
+    if plan.certification is None:
+        return "by the model"
+    return "by the model, scaled by what certification measured (not simulated themselves)"
+
+
 def _sensitivity(plan: Plan) -> str:
-    lines = ["| Peak rate | req/s | $/hour | $/month | GPUs | Plan |", "|---|---:|---:|---:|---:|---|"]
+    lines = [f"The plan re-solved at each peak {_short_by_the_model(plan)}"
+             + (": where certification checked a config only at the rate the plan puts on it, a higher peak plans it up "
+                "to the model's capacity, which no replay has checked, and its row can take fewer GPUs than certifying "
+                "it would." if plan.certification is not None else "."), "",
+             "| Peak rate | req/s | $/hour | $/month | GPUs | Plan |", "|---|---:|---:|---:|---:|---|"]
     # One outcome per planning.SENSITIVITY multiplier, in order (none when the plan was not explored).
     multipliers = SENSITIVITY if plan.sensitivity else ()
     for mult, o in zip(multipliers, plan.sensitivity, strict=True):
@@ -792,8 +822,10 @@ def _traffic(plan: Plan, figure: str | None) -> str:
     lines = ["## Traffic", ""]
     lines += [f"- {n}" for n in plan.traffic_notes]
     lines += [
-        f"- Requests in the histogram: {plan.hist.requests:,}; served within the {plan.context_limit:,}-token limit: "
-        f"{h.requests:,}; above the limit (rejected): {plan.rejected_requests:,}.",
+        f"- Requests in the histogram: {plan.hist.requests:,}; served within the {plan.context_limit:,}-token limit"
+        + (f" ({default_limit_text(plan.model)})" if not scn.context_limit and plan.context_limit
+           == default_context_limit(plan.model) != plan.model.max_position_embeddings else "")
+        + f": {h.requests:,}; above the limit (rejected): {plan.rejected_requests:,}.",
         f"- Peak: {plan.measured_peak_rps:,.3f} requests/s ({peak_text(plan)}) × growth {scn.traffic.growth:g}"
         + (f" × {h.requests / plan.hist.requests:.2%} served" if plan.rejected_requests else "")
         + f" = {plan.peak_rps:,.3f} requests/s; capacity is planned for × headroom {scn.traffic.headroom:g}.",

@@ -232,7 +232,7 @@ class StepModel:
         bytes at the link's full effective rate). The bytes are 2 (tp-1)/tp x message, the
         bandwidth term of reduce-scatter + all-gather (Thakur, Rabenseifner & Gropp, "Optimization
         of Collective Communication Operations in MPICH", IJHPCA 2005), over the datasheet
-        per-GPU link (GPU.interconnect_gb_s) times the calibrated `Efficiency.interconnect`.
+        per-GPU rate its group drives (GPU.scale_up_gb_s) times the calibrated `Efficiency.interconnect`.
         `with_latency=False` gives what extra tokens add to a pass that already carries a
         prompt chunk (prefill_s): its messages are large, so their bytes go at the large-message
         protocol's rate, linear in tokens. Zero at tp = 1."""
@@ -381,7 +381,7 @@ def _step_model(gpu: GPU, weight_dtype: Dtype, model: Model, tp: int) -> StepMod
         tp=tp,
         hidden_size=model.hidden_size,
         num_layers=model.num_hidden_layers,
-        interconnect_bytes_s=gpu.interconnect_gb_s * 1e9 * eff.interconnect,
+        interconnect_bytes_s=gpu.scale_up_gb_s(tp) * 1e9 * eff.interconnect,
         allreduce_latency_s=eff.allreduce_latency_us / 1e6,
         model=model,
         allreduce_bulk_latency_s=None if bulk_us is None else bulk_us / 1e6,

@@ -12,7 +12,13 @@ import numpy as np
 from planner.errors import InputError
 from planner.files import path_is
 from planner.histogram import Histogram
-from planner.load_profile import FLAT, MINUTES_PER_HOUR, DailyProfile, traffic_profile
+from planner.load_profile import (
+    FLAT,
+    MINUTES_PER_HOUR,
+    DailyProfile,
+    busiest_hour_mean_rps,
+    traffic_profile,
+)
 from planner.requests import Requests
 from planner.scenario import Scenario, resolve
 from planner.silence import longest_silence, silence_note, silence_text
@@ -164,6 +170,14 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
         raise InputError(f"mean_rps: the profile is measured from the log, whose busiest hour sets the day's mean "
                          f"({profile.busiest_hour_rps:,.4g} req/s); state the profile too (hourly or shape) for "
                          "mean_rps to be the busiest hour's rate, or drop mean_rps")
+    busiest = busiest_hour_mean_rps(profile, mean)
+    if peak.method == "explicit" and scn.traffic.mean_rps is None and busiest is not None and busiest > measured * (1 + 1e-9):
+        # The day's volume is read from the source, the plan sized for the stated peak: a day at the source's
+        # rate priced its tokens on traffic the plan cannot carry (a third of the peak's cost per token).
+        where = "its busiest hour's mean" if profile.busiest_hour_rps is not None else "its mean over its whole minutes"
+        raise InputError(f"peak: {measured:,.4g} req/s is below the source's own rate, {busiest:,.4g} req/s ({where}), "
+                         "which the day's volume is read from: state traffic.mean_rps (the busiest hour's mean at this "
+                         "peak), or a peak at or above the source's rate")
     warnings = [excluded_note] if excluded_note else []
     # Hours without a request lower the day's volume wherever the log's span sets its mean rate: a
     # measured day (the week's, stated as such, may idle on its weekend), or the source's own mean

@@ -105,6 +105,27 @@ def test_interconnect_is_one_direction(catalog):
     assert catalog.gpu("l40s").interconnect_gb_s == 32  # PCIe Gen4 x16
 
 
+def test_a_tensor_parallel_group_on_a_mesh_drives_only_its_own_links(catalog):
+    """An MI300X board joins each pair of its 8 GPUs by one xGMI link (64 GB/s one way), with no
+    switch: a group of tp GPUs drives tp - 1 links. The catalog's 448 GB/s, seven links, held at every
+    tp and priced a tp-4 group's all-reduces at 2.3 times their rate (an outside audit: the 70B
+    enterprise pool's capacity 1.232 requests/s a replica where 0.811 is the model's at 192 GB/s).
+    Behind NVSwitch every GPU has its full rate at any tp."""
+    from planner.deployment import make_deployment
+    from planner.roofline import StepModel
+
+    for gpu in ("mi300x", "mi325x"):
+        assert [catalog.gpu(gpu).scale_up_gb_s(tp) for tp in (2, 4, 8)] == [64, 192, 448]
+    assert {catalog.gpu("h100-sxm").scale_up_gb_s(tp) for tp in (2, 4, 8)} == {450}
+    mi300x, model = catalog.gpu("mi300x"), catalog.model("llama-3.1-70b")
+    step = StepModel.of(make_deployment(catalog, model="llama-3.1-70b", gpu="mi300x", tp=4, weight_dtype="fp8",
+                                        max_model_len=8192))
+    assert step.interconnect_bytes_s == 192e9 * mi300x.efficiency.interconnect
+    tokens = 8192
+    ring = 2 * 3 / 4 * tokens * model.hidden_size * 2 / step.interconnect_bytes_s  # bf16 activations
+    assert step.allreduce_s(tokens, with_latency=False) == pytest.approx(2 * model.num_hidden_layers * ring)
+
+
 def test_unknown_gpu_lists_the_closest_match(catalog):
     with pytest.raises(InputError, match=r"unknown GPU 'h100-sxm5'; did you mean 'h100-sxm'\?"):
         catalog.gpu("h100-sxm5")

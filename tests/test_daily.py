@@ -315,3 +315,26 @@ def test_a_day_mix_without_an_answer_names_the_time_limit(tmp_path, monkeypatch)
     with pytest.raises(InfeasibleError, match=r"ended with status 'Infeasible' within solver.time_limit_s = 60 s; "
                                               r"raise solver.time_limit_s$"):
         costs_of(path)
+
+
+def test_a_certified_plan_s_day_loads_no_replica_past_the_rate_it_held_in_simulation(tmp_path):
+    """Certification replays each pool at its share of the peak × headroom; where nothing simulated
+    the capacity itself, a quiet hour's replicas carry at most that rate, not the model's capacity
+    (an outside replay of a plan certified at 7.20 requests/s a replica put the model's 8.65 on a
+    replica in the busy hours of the day and missed TPOT p99 by a third)."""
+    from planner.daily import day_markdown
+
+    plan, c = costs_of(three_to_one(tmp_path))
+    assert plan.certification is not None and plan.certification.certified
+    for pd in plan.pools:
+        name = f"{pd.traffic_class.name}: {pd.config.label(pd.traffic_class.max_model_len)}"
+        [pool] = [p for p in c.pools if p.name == name]
+        if pd.planned_by in ("simulation", "held", "log"):
+            assert pool.capacity_rps == pd.planned_rps
+            continue
+        assert pd.replay_rps < pd.planned_rps  # the model's capacity is above what was replayed
+        assert pool.capacity_rps == pd.replay_rps
+        for hour, load in enumerate(c.loads_rps[name]):
+            assert load / c.policy("autoscaled").serving(name, hour) <= pd.replay_rps * (1 + 1e-9)
+        assert (f"{pd.replay_rps:,.2f} req/s per replica (the rate its replicas held their targets at in simulation; "
+                f"the model's {pd.planned_rps:,.2f} was not simulated)") in day_markdown(c)

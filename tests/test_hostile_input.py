@@ -1138,6 +1138,32 @@ def test_a_mean_rate_above_the_peak_is_refused(tmp_path):
     one_line_error(r, 2, "traffic: mean_rps: 100 req/s is above the peak, 4 req/s")
 
 
+def test_a_stated_peak_below_the_source_s_own_rate_is_refused(tmp_path):
+    """The day's volume is read from the source (its mean rate, 40 requests/s) while the plan is sized
+    for the stated peak of 10: the day's cost per token came out a third of the peak's, priced on
+    traffic the plan cannot carry (an outside probe). A stated mean above the peak was refused already."""
+    text = BASE.replace("  source: {constant: {prompt_tokens: 1000, output_tokens: 200}}",
+                        "  source: {synthetic: {name: chat, requests: 20000, seed: 1, rate_rps: 40}}")
+    text = text.replace("rps: 4}", "rps: 10}\n  profile: {shape: diurnal, peak_to_trough: 2, peak_hour: 14}")
+    r = run("solve", scenario(tmp_path, text), "--out-dir", tmp_path / "out")
+    one_line_error(r, 2, "traffic: peak: 10 req/s is below the source's own rate, 40.08 req/s (its mean over its whole "
+                   "minutes), which the day's volume is read from: state traffic.mean_rps (the busiest hour's mean at "
+                   "this peak), or a peak at or above the source's rate")
+    assert leftovers(tmp_path / "out") == []
+    stated = text.replace("rps: 10}", "rps: 10}\n  mean_rps: 8")
+    assert run("solve", scenario(tmp_path, stated, "m.yaml"), "--no-report", "--no-verify").exit_code == 0
+
+
+def test_a_lower_context_limit_no_request_fits_gets_a_row_that_says_so(tmp_path):
+    """The lever's row had vanished without a word when every request was longer than the lower limit."""
+    text = BASE.replace("context_limit: 8192", "context_limit: 8192\nlower_context_limit: 1024")
+    r = run("solve", scenario(tmp_path, text), "--no-verify", "--out-dir", tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    report = (tmp_path / "out" / "tiny.md").read_text(encoding="utf-8")
+    assert ("| context limit 1,024 (rejects every request) | infeasible | — | — | no request fits 1,024 tokens: every "
+            "one served at 8,192 is longer |") in report
+
+
 @pytest.mark.parametrize("prefix", [1000, 4000])
 def test_a_shared_prefix_as_long_as_the_prompts_is_refused(tmp_path, prefix):
     # capacity fell as the prefix grew past the prompts: 116 req/s at 999 tokens, 39 at 4,000
@@ -1330,6 +1356,48 @@ def test_a_stated_fleet_that_carries_its_peak_but_not_the_headroom_says_so(tmp_p
     assert "NOT carry its peak" not in report and "— per million tokens" not in report
 
 
+def test_a_stated_fleet_certified_at_its_peak_says_its_headroom_is_the_model_s(tmp_path):
+    """A stated fleet is replayed at its peak, not at peak x headroom: that it carries the headroom
+    is the model's estimate (an outside probe's fleet was certified with its headroom read from the
+    model, where the same config simulated at peak x headroom missed TPOT p99 by 30%)."""
+    text = BASE.replace("rps: 4}", "rps: 20}") + (
+        "fleet:\n  - {gpu: h100-sxm, tp: 1, weight_dtype: bf16, kv_dtype: bf16, replicas: 1}\n")
+    r = run("solve", scenario(tmp_path, text), "--out-dir", tmp_path / "out", "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert out["certified"]
+    report = (tmp_path / "out" / "tiny.md").read_text()
+    assert (f"The replay was at the peak, not at peak × headroom 1.2: by the model the fleet does not carry the "
+            f"headroom asked for (all (≤ 8,192 tokens): 24 req/s to cover (peak × headroom), capacity "
+            f"{out['plan'][0]['capacity_rps']:,.4g} req/s).") in report
+    one = text.replace("rps: 20}", "rps: 10}")  # one replica covers peak x headroom by the model
+    r = run("solve", scenario(tmp_path, one, "one.yaml"), "--out-dir", tmp_path / "one", "--no-report", "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["certified"], r.output
+
+
+def test_a_stated_fleet_short_by_the_model_but_holding_when_replayed_at_its_peak_carries_it(tmp_path):
+    """The model put this fleet 0.2% short of its peak (capacity 10.35 req/s against 10.37): the report
+    read "does NOT carry its peak ... its targets cannot hold" and priced no token beside "Certified by
+    simulation", whose replay at the peak held TPOT p99 at 54.6 ms against 60 (an outside probe)."""
+    text = ("name: s\nmodel: qwen3-32b\ncontext_limit: 16384\n"
+            "traffic: {source: {synthetic: {name: code, requests: 20000, seed: 35, rate_rps: 8}}, "
+            "peak: {method: explicit, rps: 10.5441}, headroom: 1.0}\n"
+            "slo: {statistic: p99, bands: [{ttft_s: 3.0, tpot_ms: 60, itl_ms: 120}]}\n"
+            "sizing: {mode: percentile, quantile: 0.99}\ngpus: [h100-sxm]\ntp: [2]\nweight_dtypes: [fp8]\n"
+            "kv_dtypes: [fp8]\nsplit_thresholds: []\n"
+            "fleet: [{gpu: h100-sxm, tp: 2, weight_dtype: fp8, kv_dtype: fp8, replicas: 6}]\n")
+    r = run("solve", scenario(tmp_path, text), "--out-dir", tmp_path / "out", "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    capacity = 6 * out["plan"][0]["capacity_rps"]
+    assert out["certified"] and capacity < out["peak_rps"]  # the premise: short by the model, held in simulation
+    report = (tmp_path / "out" / "s.md").read_text()
+    assert "NOT carry its peak" not in report and "No price per token" not in report
+    assert (f"By the model's capacities alone it falls short of its peak (all (≤ 16,384 tokens): "
+            f"{out['peak_rps']:,.4g} req/s to cover (peak), capacity {capacity:,.4g} req/s); replayed at the peak, "
+            "every pool held its targets.") in report
+
+
 def test_a_cache_block_longer_than_any_engine_offers_is_refused(tmp_path):
     path = scenario(tmp_path, BASE + "catalog: {engines: {vllm: {block_size: 100000}}}\n")
     one_line_error(run("solve", path, "--no-report"), 2,
@@ -1434,7 +1502,9 @@ def test_requests_with_no_output_token_are_planned_and_said_to_be_left_out_of_th
         fields[out_col] = "0"
         lines[i] = ",".join(fields)
     (tmp_path / "log.csv").write_text("\n".join(lines) + "\n")
-    path = scenario(tmp_path, BASE.replace("{constant: {prompt_tokens: 1000, output_tokens: 200}}", "{log: log.csv}"))
+    # (a peak above the log's mean rate, 5.3 requests/s: the day's volume is read from it)
+    path = scenario(tmp_path, BASE.replace("{constant: {prompt_tokens: 1000, output_tokens: 200}}", "{log: log.csv}")
+                    .replace("rps: 4}", "rps: 6}"))
     r = run("solve", path, "--out-dir", tmp_path / "out", "--no-verify")
     assert r.exit_code == 0, r.output
     report = (tmp_path / "out" / "tiny.md").read_text()
@@ -1448,7 +1518,8 @@ def test_an_output_folder_made_for_a_run_that_fails_is_taken_away(tmp_path):
     logs = tmp_path / "logs"
     logs.mkdir()
     assert run("synth", "chat", "-n", 2000, "--seed", 1, "-o", logs / "part-0.csv").exit_code == 0
-    path = scenario(tmp_path, BASE.replace("{constant: {prompt_tokens: 1000, output_tokens: 200}}", "{log: logs}"))
+    path = scenario(tmp_path, BASE.replace("{constant: {prompt_tokens: 1000, output_tokens: 200}}", "{log: logs}")
+                    .replace("rps: 4}", "rps: 6}"))
     r = run("solve", path, "--out-dir", logs / "out" / "deeper", "--no-verify")
     one_line_error(r, 2, "is inside the input folder 'logs'")
     assert leftovers(logs) == ["part-0.csv"]

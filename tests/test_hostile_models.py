@@ -519,3 +519,34 @@ def test_a_config_that_lists_its_blocks_instead_of_counting_them_is_told_so(tmp_
     r = run("catalog", "import-hf", path, "--name", "n3")
     assert error_line(r) == (f"{path}: hybrid_override_pattern: required field is missing: this config lists its "
                              "blocks in layers_block_type instead, a layout planner does not read")
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        # a dense model at a FLOP rate of 1B parameters planned 18.1 requests/s a replica against 8.7
+        ("llama-3.1-8b: {params_active: 1000000000}",
+         "models.llama-3.1-8b: params_active 1,000,000,000 is under half of params_total 8,030,261,248 in a dense "
+         "model: only a mixture of experts (num_experts, num_experts_per_tok) leaves most parameters idle for a "
+         "token; a vision tower is a small part of a model"),
+        # every expert active: the speed model divided by the experts left idle (ZeroDivisionError, exit 1)
+        ("mixtral-8x7b: {num_experts_per_tok: 8}",
+         "models.mixtral-8x7b: num_experts_per_tok 8 is not below num_experts 8: a token would run every expert, "
+         "which makes the model dense (leave both out)"),
+        ("mixtral-8x7b: {num_experts_per_tok: 9}",
+         "models.mixtral-8x7b: num_experts_per_tok 9 is not below num_experts 8: a token would run every expert, "
+         "which makes the model dense (leave both out)"),
+        # read as one windowed layer's worth of nothing: full attention on every layer, without a word
+        ("llama-3.1-8b: {sliding_window: 4096}",
+         "models.llama-3.1-8b: sliding_window 4096 given without num_sliding_window_layers: state how many of the "
+         "32 layers are windowed (all of them for a model whose config windows every layer, as Mistral 7B v0.1's "
+         "does)"),
+    ],
+)
+def test_a_catalog_model_whose_fields_contradict_each_other_is_refused(tmp_path, override, expected):
+    """Found by an outside probe: each was planned (or crashed) instead of being refused."""
+    catalog = tmp_path / "m.yaml"
+    catalog.write_text(f"models: {{{override}}}\n")
+    r = run("capacity", "mixtral-8x7b", "h100-sxm", "--tp", 2, "--prompt-tokens", 2000, "--output-tokens", 300,
+            "--catalog", catalog)
+    assert error_line(r) == f"{catalog}: {expected}"

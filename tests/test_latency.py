@@ -30,7 +30,7 @@ def test_mm1_waiting_time_matches_the_closed_form():
     mu, lam = 10.0, 7.0
     u = (np.arange(20_000) + 0.5) / 20_000
     service = -np.log1p(-u) / mu
-    wait = mg1_wait(lam, service, np.ones_like(service), horizon_s=5.0)
+    wait = mg1_wait(lam, service, np.ones_like(service), min_span_s=5.0)
     rho = lam / mu
     for x in (0.0, 0.1, 0.3, 0.6, 1.0):
         assert float(wait.survival(x)) == pytest.approx(rho * math.exp(-(mu - lam) * x), abs=0.01)
@@ -40,12 +40,12 @@ def test_mm1_waiting_time_matches_the_closed_form():
 def test_md1_mean_wait_is_pollaczek_khinchine():
     """Deterministic service s: E[W] = λs² / 2(1-ρ); the grid's mean agrees."""
     lam, s = 4.0, 0.2
-    wait = mg1_wait(lam, np.array([s]), np.array([1.0]), horizon_s=5.0)
+    wait = mg1_wait(lam, np.array([s]), np.array([1.0]), min_span_s=5.0)
     pk = lam * s * s / (2 * (1 - lam * s))
     grid_mean = float(np.sum(1.0 - wait.cdf) * wait.dt_s)
     assert wait.mean_s == pytest.approx(pk)
     assert grid_mean == pytest.approx(pk, rel=0.02)
-    assert mg1_wait(6.0, np.array([s]), np.array([1.0]), horizon_s=5.0) is None  # ρ ≥ 1
+    assert mg1_wait(6.0, np.array([s]), np.array([1.0]), min_span_s=5.0) is None  # ρ ≥ 1
 
 
 def test_latencies_grow_with_load_and_start_at_the_empty_replica(catalog):
@@ -216,7 +216,9 @@ def test_the_ttft_tail_with_riders_is_monotone_in_load_and_in_the_limit(catalog,
     capacity where there is none. Two forms that failed here: the room as an indicator at W's
     levels (its share fell with the load, and once priced a plan at a tighter TTFT limit below the
     plan itself), and riders expected at a level clipped into the room's range (on the 70B with
-    1,000-token prompts the share rose with the limit around its p95, 0.924 -> 0.938 s at N = 250)."""
+    1,000-token prompts the share rose with the limit around its p95, 0.924 -> 0.938 s at N = 250).
+    With the load, to within 1e-5: the waiting-time grid's step follows the queue's span, and its
+    discretisation moves a far tail (a share of 1e-6 at 1 s on the 70B) by a few parts in a million."""
     hist = (read_histogram(AZURE_CONV).select_total(at_most=8192) if lengths == "azure"
             else Histogram.constant(1000, 200))
     dep = make_deployment(catalog, model=model, gpu=gpu, tp=tp, max_model_len=8192)
@@ -225,7 +227,7 @@ def test_the_ttft_tail_with_riders_is_monotone_in_load_and_in_the_limit(catalog,
     points = [rm.latency_at(n) for n in np.linspace(1.0, 0.98 * top, 150)]
     for limit_s in (0.3, 0.6, 1.0):
         shares = np.array([pt.ttft_exceed(0, limit_s) for pt in points])
-        assert np.all(np.diff(shares) >= -1e-12)
+        assert np.all(np.diff(shares) >= -1e-5)
     limits = np.linspace(0.01, 4.0, 800)
     for pt in [*points[10::35], rm.latency_at(250.7)]:
         shares = np.array([pt.ttft_exceed(0, x) for x in limits])
@@ -272,3 +274,16 @@ def test_a_decoding_request_pays_for_its_own_cache_read_in_a_nearly_idle_long_co
     n_avg = increasing_root(lambda x: rm.rate(x, seen=x) - rate, 1e-9, 1024.0)
     assert n_avg < n
     assert rm.itl_s(n_avg, seen=n_avg) < 0.88 * sim_itl_s
+
+
+def test_a_looser_ttft_target_never_lowers_a_capacity(catalog):
+    """A replica's capacity under a TTFT limit of an hour is its capacity under 10 s, where the TPOT
+    target binds in both: the latency predicted at a load is the replica's, not the targets'. (An
+    outside probe found 8.652 requests/s at 10 s, 6.696 at 1,000 s and 4.576 at 3,600 s: the
+    waiting-time grid had spanned twice the longest limit, so a lax limit read every wait coarsely.)"""
+    dep = make_deployment(catalog, model="llama-3.1-8b", gpu="h100-sxm", tp=1, max_model_len=8192)
+    prof = token_profile(Histogram.constant(2000, 300))
+    capacities = [replica_capacity(dep, prof, SLO.single(ttft_s=ttft_s, tpot_ms=50), sizing="percentile")
+                  for ttft_s in (10.0, 1000.0, 3600.0)]
+    assert {c.binding for c in capacities} == {"tpot"}
+    assert capacities[0].max_rps == capacities[1].max_rps == capacities[2].max_rps

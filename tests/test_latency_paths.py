@@ -85,7 +85,7 @@ def _fresh_fcfs_wait(rm: ReplicaModel, n: float):
     lat = rm.latency
     rate, t_dec, backlog = rm.rate(n), rm.decode_s(n), rm.backlog(n)
     service = lat.prefill_s + lat.cells.new_tokens / max(lat.chunk_tokens - n, 1.0) * t_dec
-    base = mg1_wait(rate, service, lat.cells.weight, lat.horizon_s)
+    base = mg1_wait(rate, service, lat.cells.weight)
     regime = regime_service_s(lat.prefill_s, lat.cells.new_tokens, lat.chunk_tokens, backlog)
     return backlog_wait(base, rate, service, regime, lat.cells.weight, backlog.fill_s)
 
@@ -96,18 +96,27 @@ def _bands(short_ttft_s: float, long_ttft_s: float) -> SLO:
 
 
 def test_a_wait_remembered_for_other_targets_equals_a_fresh_one(long_tail):
-    """Copies of a model for other targets share the FCFS waits where the targets do not set the
-    grid (LatencyModel.fcfs_wait): a remembered wait is the one a fresh computation gives; where
-    the targets' horizon sets the grid, each keeps its own."""
+    """Copies of a model for other targets share the FCFS waits (LatencyModel.fcfs_wait): no target
+    enters a wait, and a remembered wait is the one a fresh computation gives."""
     n = long_tail.resident_for_rate(0.9 * long_tail.rate(long_tail.batch_bound("expected", 0.99)), 1024)
-    tight, tighter = long_tail.with_slo(_bands(0.5, 1.0)), long_tail.with_slo(_bands(0.25, 0.75))
-    assert tight.latency.horizon_s != tighter.latency.horizon_s
-    first, again = tight.latency_at(n).wait, tighter.latency_at(n).wait
-    assert again is first  # the queue's own tail sets the span, past both horizons
-    fresh = _fresh_fcfs_wait(tighter, n)
-    assert np.array_equal(again.cdf, fresh.cdf)
-    assert (again.dt_s, again.mean_s, again.load) == (fresh.dt_s, fresh.mean_s, fresh.load)
-    wide = long_tail.with_slo(_bands(2.0, 40.0))  # horizons of 80 s and 60 s: longer than the queue's tail
-    own, other = wide.latency_at(n).wait, long_tail.latency_at(n).wait
-    assert own is not other and own.dt_s != other.dt_s
-    assert np.array_equal(own.cdf, _fresh_fcfs_wait(wide, n).cdf)
+    first = long_tail.with_slo(_bands(0.5, 1.0)).latency_at(n).wait
+    for short_s, long_s in ((0.25, 0.75), (2.0, 40.0), (2.0, 3600.0)):
+        other = long_tail.with_slo(_bands(short_s, long_s))
+        again = other.latency_at(n).wait
+        assert again is first
+        fresh = _fresh_fcfs_wait(other, n)
+        assert np.array_equal(again.cdf, fresh.cdf)
+        assert (again.dt_s, again.mean_s, again.load) == (fresh.dt_s, fresh.mean_s, fresh.load)
+
+
+def test_a_lax_target_on_one_band_changes_no_prediction(long_tail):
+    """The latency predicted at an operating point is the replica's, whatever the targets: a TTFT
+    limit of an hour on the long band leaves every band's p99 TTFT and TPOT as they were. (The
+    waiting-time grid once spanned twice the longest limit: an outside probe's long band at 600 s
+    read the short band's p99 TTFT at 1.9 s where 15 s read 0.8 s, and planned 31 GPUs for 2.)"""
+    n = long_tail.resident_for_rate(0.9 * long_tail.rate(long_tail.batch_bound("expected", 0.99)), 1024)
+    strict, lax = long_tail.with_slo(_bands(2.0, 15.0)), long_tail.with_slo(_bands(2.0, 3600.0))
+    a, b = strict.latency_at(n), lax.latency_at(n)
+    for band in (0, 1):
+        for kind in ("ttft", "tpot"):
+            assert a.value(band, kind, "p99") == b.value(band, kind, "p99")

@@ -264,3 +264,20 @@ def test_a_long_part_s_tpot_is_judged_on_the_requests_that_have_one(catalog):
     band = pool.check.bands[0]
     [tpot] = [c for c in band.checks if c.kind == "tpot"]
     assert tpot.samples == lat.of(band.band, "tpot").size < band.requests
+
+
+def test_without_a_stated_limit_a_model_whose_own_lies_inside_a_bin_is_planned_at_the_edge_below(catalog):
+    """Qwen3's 40,960 positions lie inside the histogram's 32,768-49,152 bin, which cannot tell its
+    requests of 35,000 tokens from those of 45,000. The plan was labelled 40,960 while every request of
+    that bin was counted rejected; the limit is now the edge below, and the report says why."""
+    from planner.report import render
+
+    model = catalog.model("qwen3-32b")
+    scn = scenario(model="qwen3-32b", gpus=["h100-sxm"], tp=[2], split_thresholds=[],
+                   slo={"bands": [{"ttft_s": 30, "tpot_ms": 200}]})
+    plan = make_plan(scn, catalog, model, traffic(900, (1000, 200), 100, (35_000, 300)), 5.0, explore=False)
+    assert model.max_position_embeddings == 40_960
+    assert plan.context_limit == 32_768 == plan.pools[0].deployment.max_model_len
+    assert plan.rejected_requests == 100
+    assert ("served within the 32,768-token limit (the largest histogram edge within 'qwen3-32b' "
+            "max_position_embeddings 40,960: the histogram's bins cannot tell which longer requests fit)") in render(plan)

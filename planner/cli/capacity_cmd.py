@@ -120,6 +120,11 @@ def capacity(
     catalog = get_catalog(catalog_files)
     if weight_dtype is None:
         weight_dtype = catalog.model(model).checkpoint_dtype or "bf16"
+    stated_limit = max_model_len
+    if histogram_file and max_model_len is None:  # its bins are served up to an edge, as a scenario's are
+        from planner.plan_objects import default_context_limit
+
+        max_model_len = default_context_limit(catalog.model(model))
     dep = make_deployment(
         catalog, model=model, gpu=gpu, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
         max_model_len=max_model_len, engine=engine, memory_fraction=gpu_memory_utilization,
@@ -132,7 +137,7 @@ def capacity(
     ladder = budget_ladder(dep)
     payload = ladder_payload(dep, ladder, typical_tokens)
     payload["levers"] = levers_payload(catalog, dep)
-    prof = _traffic_class(dep, histogram_file, prompt_tokens, output_tokens, shared_prefix, max_model_len)
+    prof = _traffic_class(dep, histogram_file, prompt_tokens, output_tokens, shared_prefix, stated_limit)
     view = None
     if prof is not None:
         slo = SLO.single(ttft_s=ttft_s, tpot_ms=tpot_ms, itl_ms=itl_ms, stat=stat)
@@ -170,7 +175,7 @@ def _traffic_class(dep, histogram_file, prompt_tokens, output_tokens, shared_pre
     """The token profile of --histogram or --prompt-tokens/--output-tokens within the context
     limit, or None without a class; usage errors name the option."""
     from planner.paged import prefix_disagreement, token_profile
-    from planner.plan_objects import edge_at_most
+    from planner.plan_objects import default_limit_text, edge_at_most
 
     if (prompt_tokens is None) != (output_tokens is None):
         raise click.UsageError("--prompt-tokens and --output-tokens go together")
@@ -180,8 +185,8 @@ def _traffic_class(dep, histogram_file, prompt_tokens, output_tokens, shared_pre
         from planner.scenario.fields import histogram_edge
 
         # A stated limit inside a bin would leave out the whole bin's requests while memory is sized at
-        # the limit; a scenario's context_limit is refused the same way. The model's own limit (40,960
-        # for Qwen3), taken by default, serves the bins below it, as a scenario without one does.
+        # the limit; a scenario's context_limit is refused the same way. Without one, the limit is the
+        # largest edge within the model's (default_context_limit), as a scenario's is.
         try:
             histogram_edge(stated_limit, "with --histogram, the context limit")
         except ValueError as exc:
@@ -191,11 +196,14 @@ def _traffic_class(dep, histogram_file, prompt_tokens, output_tokens, shared_pre
             raise InputError("holds no request: there is no traffic class to size", where=str(histogram_file))
         served = hist.select_total(at_most=edge_at_most(dep.max_model_len))
         too_long = hist.requests - served.requests
+        source = ("" if stated_limit is not None or dep.max_model_len == dep.model.max_position_embeddings
+                  else f" ({default_limit_text(dep.model)})")
         if too_long and served.is_empty:  # the error alone, one line, says why
             raise InputError(f"no request within the context limit: all {too_long:,} exceed {dep.max_model_len:,} "
-                             "tokens", where=str(histogram_file))
+                             f"tokens{source}", where=str(histogram_file))
         if too_long:
-            click.echo(f"note: {too_long:,} request(s) exceed the {dep.max_model_len:,}-token limit and are left out", err=True)
+            click.echo(f"note: {too_long:,} request(s) exceed the {dep.max_model_len:,}-token limit{source} and are "
+                       "left out", err=True)
             hist = served
     elif prompt_tokens is not None:
         if prompt_tokens + output_tokens > dep.max_model_len:

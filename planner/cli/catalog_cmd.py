@@ -93,7 +93,8 @@ def gpus_cmd(names: tuple[str, ...], as_json: bool, catalog_files: tuple[str, ..
               g.dense_tflops.get("fp8"),
               g.weight_dtypes,
               g.kv_dtypes,
-              g.interconnect_gb_s,
+              g.interconnect_gb_s if g.interconnect_link_gb_s is None else
+              f"{g.interconnect_gb_s:g} ({g.interconnect_link_gb_s:g}/peer)",
               g.price_usd_per_hour,
           ])
 
