@@ -141,7 +141,8 @@ def backlog_regime(*, rate_rps: float, resident: float, chunk_tokens: float, dec
 
 BACKLOG_LEVELS = (0.25, 0.5, 1.0)  # shares of the way from the queue at N to the backlog regime, besides 0
 BACKLOG_GRID = 1 << 8  # points of the mixed wait's grid per span of the base's grid
-BACKLOG_SPANS = 8  # the mixed wait's grid spans at most this many of the base's
+BACKLOG_SPANS = 8  # spans of the base's grid the mixed wait's grid covers at BACKLOG_GRID points each
+_MAX_SPANS = 1e6  # a base whose waits are all but none: its levels are read over a million of its spans at most
 _ALL_LEVELS = np.array((0.0, *BACKLOG_LEVELS))
 
 
@@ -201,9 +202,13 @@ def backlog_wait(base: WaitDistribution, rate_rps: float, base_s: np.ndarray, re
     factor = np.concatenate([[1.0], rho / max(rho0, 1e-300)])
     grid_end = base.dt_s * (base.cdf.size - 1)
     # The grid reaches where the slowest level has decayed as far as the base has at the end of its
-    # grid, at BACKLOG_GRID points per span of the base's grid.
-    dt = grid_end / (BACKLOG_GRID - 1)
-    x = _index(math.ceil(grid_end / max(float(shrink.min()), 1.0 / BACKLOG_SPANS) / dt) + 1) * dt
+    # grid, at BACKLOG_GRID points per span of the base's grid up to BACKLOG_SPANS spans, and past
+    # them at a longer step: a level slower than that is read to its end, at its own scale. (Stopped
+    # at BACKLOG_SPANS, a slow level's grid ended with mass left where the base's own grid was short,
+    # and every limit past its end read that mass: a TTFT-bound capacity flat at any limit from 20 s.)
+    spans = min(1.0 / max(float(shrink.min()), 1e-300), _MAX_SPANS)
+    dt = grid_end / (BACKLOG_GRID - 1) * max(1.0, spans / BACKLOG_SPANS)
+    x = _index(math.ceil(grid_end * spans / dt) + 1) * dt
     grid = _index(base.cdf.size) * base.dt_s
     base_survival = 1.0 - base.cdf
 

@@ -68,20 +68,33 @@ def replica_capacity_rps(pool: PoolDetail, plan: Plan) -> float:
     itself. A quiet hour then runs fewer replicas, each at most as loaded as at the busiest hour:
     at the model's capacity an outside replay of a certified plan (7.20 requests/s a replica
     replayed, 8.65 the model's) missed TPOT p99 by a third in the hours that packed replicas to it.
-    A stated fleet (fleet:) is audited at its peak, not its headroom, and keeps the model's."""
-    if (plan.certification is not None and plan.certification.certified and not plan.scenario.fleet
-            and pool.planned_by not in _MEASURED):
-        return min(pool.planned_rps, pool.replay_rps)
-    return pool.planned_rps
+    A stated fleet (fleet:) is audited, replayed at its peak: it carries at least the rate that held
+    there (its verdict, plan_objects.peak_shortfall, says the same), and its headroom stays the
+    model's estimate, as the verdict says."""
+    if plan.certification is None or not plan.certification.certified or pool.planned_by in _MEASURED:
+        return pool.planned_rps
+    if plan.scenario.fleet:
+        return max(pool.planned_rps, pool.replay_rps)
+    return min(pool.planned_rps, pool.replay_rps)
+
+
+def capacity_planned_by(pool: PoolDetail, plan: Plan) -> str:
+    """Where replica_capacity_rps comes from, in PoolDetail.planned_by's words: "replayed" where it is
+    the rate certification replayed the pool at rather than the capacity the plan was solved with."""
+    return "replayed" if replica_capacity_rps(pool, plan) != pool.planned_rps else pool.planned_by
 
 
 def capacity_source(pool: PoolDetail, plan: Plan) -> str:
     """Where replica_capacity_rps comes from, when it is not the rate the plan was solved with."""
     rate = replica_capacity_rps(pool, plan)
-    if rate >= pool.planned_rps:
+    if rate == pool.planned_rps:
         return ""
-    return (f" (the rate its replicas held their targets at in simulation; the {pool.planned_by}'s "
-            f"{pool.planned_rps:,.2f} was not simulated)")
+    held = f" ({rate:,.3f}: the rate its replicas held their targets at in simulation"
+    solved_with = {"calibration": "the model's capacity scaled by certification's ratio",
+                   "bound": "the bound it was solved with"}.get(pool.planned_by, "the model's capacity")
+    if rate > pool.planned_rps:
+        return f"{held}, above {solved_with}, {pool.planned_rps:,.3f})"
+    return f"{held}; {solved_with}, {pool.planned_rps:,.3f}, was not simulated)"
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,14 @@ from dataclasses import dataclass
 
 from planner.bounds import DEMAND_FIELDS, held_past_bound
 from planner.commitments import Lot, held, in_force
-from planner.daily import DayCosts, DayTerms, day_costs, reserved_discount, with_pool_prices
+from planner.daily import (
+    DayCosts,
+    DayTerms,
+    capacity_planned_by,
+    day_costs,
+    reserved_discount,
+    with_pool_prices,
+)
 from planner.errors import InfeasibleError, InputError
 from planner.evaluator import Measurements
 from planner.ilp import FleetSolution
@@ -35,7 +42,7 @@ class PoolRow:
     on_demand_usd_per_gpu_hour: float
     reserved_usd_per_gpu_hour: float | None  # the type's mean committed price (None: no commitment)
     capacity_rps_per_replica: float | None
-    capacity_planned_by: str | None  # where that capacity comes from (PoolDetail.planned_by)
+    capacity_planned_by: str | None  # where that capacity comes from (daily.capacity_planned_by)
     mixed_reserved_replicas: int | None  # the day's reserved + on-demand mix: replicas reserved all day
 
     @property
@@ -376,7 +383,7 @@ def _pool_rows(plan: Plan, reserved, price, day: DayCosts) -> tuple[PoolRow, ...
         rows.append(PoolRow(
             "serving", **pool.fields(), reserved_gpus=n_res, on_demand_usd_per_gpu_hour=pool.config.price_usd_per_hour,
             reserved_usd_per_gpu_hour=price.get(g), capacity_rps_per_replica=dp.capacity_rps,
-            capacity_planned_by=pool.planned_by,
+            capacity_planned_by=capacity_planned_by(pool, plan),
             mixed_reserved_replicas=mix.reserved.get(dp.name, 0),
         ))
     od_price = {c.id: c.price_per_hour(plan.catalog.gpu(c.id).price_usd_per_hour) for c in plan.scenario.gpu_candidates}

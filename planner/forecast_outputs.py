@@ -246,7 +246,9 @@ POOL_COLUMNS: tuple[Column, ...] = (
                 "certification measured on another config of the class; simulation: certification searched this "
                 "config's capacity in simulation; held: the rate its pool held every target at in simulation (a "
                 "floor: its limit was not searched); log: a replica's share lowered after the log's own arrivals "
-                "missed; bound: a proven upper bound, not searched"),
+                "missed; bound: a proven upper bound, not searched; replayed: the rate its replicas held every target "
+                "at when certification replayed the plan, where the capacity it was solved with was not simulated (the "
+                "day's scaling plans no replica above it; a stated fleet's, at least it)"),
     Column("mixed_reserved_replicas", "integer",
            "the day's reserved + on-demand mix: replicas of the pool reserved all day (the rest run on demand per hour)",
            lambda x: x[1].mixed_reserved_replicas),

@@ -28,7 +28,7 @@ import numpy as np
 from planner.catalog import GPU, Dtype, Model
 from planner.deployment import Deployment
 from planner.memo import ObjectMemo
-from planner.memory import weight_bytes
+from planner.memory import moe_bytes_per_param, weight_bytes
 
 ACTIVATION_BYTES = 2  # bf16 activations cross the all-reduce
 # The exponent of gemm_phase_s's rounded corner: fitted to measured GEMMs, not to the end-to-end
@@ -146,14 +146,16 @@ def attention_flops_per_context_token(model: Model) -> float:
     return float(per_layer * model.num_hidden_layers)
 
 
-def moe_weight_bytes_read(model: Model, weight_bytes_total: float, batch: np.ndarray) -> np.ndarray:
+def moe_weight_bytes_read(model: Model, weight_bytes_total: float, batch: np.ndarray,
+                          bytes_per_param: tuple[float, float] | None = None) -> np.ndarray:
     """Weight bytes one decode step reads for `batch` sequences.
 
     Dense models read all weights. A mixture of experts reads the shared part plus
     the experts its tokens route to; with k of E experts chosen per token, uniformly,
     b tokens touch E x (1 - (1 - k/E)^b) distinct experts per layer in expectation.
     Per-expert and shared parameter counts follow from the catalog's totals:
-    total = shared + E x e, active = shared + k x e.
+    total = shared + E x e, active = shared + k x e. bytes_per_param: (a shared parameter's,
+    an expert's), memory.moe_bytes_per_param [default: the weights' mean for both].
     """
     batch = np.asarray(batch, dtype=float)
     if not model.num_experts or not model.num_experts_per_tok or model.params_active >= model.params_total:
@@ -162,8 +164,8 @@ def moe_weight_bytes_read(model: Model, weight_bytes_total: float, batch: np.nda
     per_expert = (model.params_total - model.params_active) / (n_exp - k)
     shared = model.params_total - n_exp * per_expert
     touched = n_exp * (1.0 - (1.0 - k / n_exp) ** np.maximum(batch, 1.0))
-    bytes_per_param = weight_bytes_total / model.params_total
-    return (shared + touched * per_expert) * bytes_per_param
+    shared_b, expert_b = bytes_per_param or (weight_bytes_total / model.params_total,) * 2
+    return shared * shared_b + touched * per_expert * expert_b
 
 
 def new_prompt_tokens(prompt_tokens, cached_prefix_tokens: int = 0) -> np.ndarray:
@@ -211,6 +213,8 @@ class StepModel:
     # of the large-message protocol (allreduce_call_s), at tp 2: bulk_latency_at_tp2_us
     allreduce_bulk_latency_s: float | None = None
     straggler: float = 1.0  # straggler_factor at this tp: the decode pass's weight GEMMs run at flops_s / it
+    # a mixture of experts': (bytes of a shared parameter, of an expert's), memory.moe_bytes_per_param
+    moe_bytes_per_param: tuple[float, float] | None = None
 
     @classmethod
     def of(cls, dep: Deployment) -> StepModel:
@@ -254,7 +258,7 @@ class StepModel:
         their cached tokens in total (for attention FLOPs)."""
         batch = np.asarray(batch, dtype=float)
         return DecodeWork(
-            weight_bytes=moe_weight_bytes_read(self.model, self.weight_bytes, batch),
+            weight_bytes=moe_weight_bytes_read(self.model, self.weight_bytes, batch, self.moe_bytes_per_param),
             gemm_flops=2.0 * self.params_active * batch,
             cache_bytes=np.asarray(cache_bytes, float),
             attn_flops=self.attn_flops_per_ctx_token * np.asarray(context_tokens, float),
@@ -295,8 +299,8 @@ class StepModel:
         if moe is None:
             weight = self.weight_bytes
         else:  # moe_weight_bytes_read
-            n_exp, miss_one, per_expert, shared, bytes_per_param = moe
-            weight = (shared + n_exp * (1.0 - miss_one ** max(batch, 1.0)) * per_expert) * bytes_per_param
+            n_exp, miss_one, per_expert, shared, shared_b, expert_b = moe
+            weight = shared * shared_b + n_exp * (1.0 - miss_one ** max(batch, 1.0)) * per_expert * expert_b
         gemm = float(gemm_phase_s(weight / self.bandwidth_bytes_s, 2.0 * self.params_active * batch / gemm_flops_s))
         attn = max(cache_bytes / self.bandwidth_bytes_s, self.attn_flops_per_ctx_token * context_tokens / self.flops_s)
         if self.tp == 1:
@@ -317,7 +321,7 @@ class StepModel:
             n_exp, k = m.num_experts, m.num_experts_per_tok
             per_expert = (m.params_total - m.params_active) / (n_exp - k)
             moe = (n_exp, 1.0 - k / n_exp, per_expert, m.params_total - n_exp * per_expert,
-                   self.weight_bytes / m.params_total)
+                   *(self.moe_bytes_per_param or (self.weight_bytes / m.params_total,) * 2))
         bulk = self.allreduce_bulk_latency_s
         return (moe, self.step_overhead_s + self.num_layers * self.layer_overhead_s, self.gemm_flops_s,
                 2 * (self.tp - 1) / self.tp, allreduce_call_latency(self.allreduce_latency_s, self.tp),
@@ -386,6 +390,7 @@ def _step_model(gpu: GPU, weight_dtype: Dtype, model: Model, tp: int) -> StepMod
         model=model,
         allreduce_bulk_latency_s=None if bulk_us is None else bulk_us / 1e6,
         straggler=straggler,
+        moe_bytes_per_param=moe_bytes_per_param(model, weight_dtype, weight_bytes(model, weight_dtype)),
     )
 
 

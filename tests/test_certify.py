@@ -403,7 +403,7 @@ def test_a_given_fleet_is_checked_and_reported_beside_the_cheapest_plan(tmp_path
 def test_a_fleet_with_two_limits_is_a_split_and_pools_can_be_simulated_by_name(tmp_path):
     text = SCENARIO.replace("context_limit: 8192", "context_limit: 16384").replace(
         "source: {constant: {prompt_tokens: 1000, output_tokens: 200}}",
-        "source: {synthetic: {name: chat, requests: 20000, seed: 1, rate_rps: 5.9}}",  # a mean below the peak
+        "source: {synthetic: {name: chat, requests: 20000, seed: 1, rate_rps: 6}}",
     ) + "fleet: [{gpu: h100-sxm, replicas: 2, context_limit: 4096}, {gpu: h100-sxm, replicas: 2}]\n"
     r = CliRunner().invoke(main, ["simulate", str(write(tmp_path, text)), "--pool", "long", "--json"])
     assert r.exit_code == 0, r.output
@@ -416,7 +416,7 @@ def test_a_stated_split_fleet_whose_long_configs_cannot_meet_the_target_is_audit
     its requests are dealt to the pools by replicas (it divided by the class's capacity, 0)."""
     text = SCENARIO.replace("context_limit: 8192", "context_limit: 32768").replace(
         "source: {constant: {prompt_tokens: 1000, output_tokens: 200}}",
-        "source: {synthetic: {name: chat_long_tail, requests: 20000, seed: 1, rate_rps: 2.9}}",
+        "source: {synthetic: {name: chat_long_tail, requests: 20000, seed: 1, rate_rps: 3}}",
     ).replace("rps: 6}", "rps: 3}").replace("tpot_ms: 60", "tpot_ms: 50") + (
         "fleet: [{gpu: h100-sxm, replicas: 1, context_limit: 8192}, {gpu: h100-sxm, replicas: 1}]\n")
     path = str(write(tmp_path, text))
@@ -1325,3 +1325,28 @@ def test_a_pool_that_misses_only_under_the_log_s_bursts_gets_a_replica_more_each
     assert sum(p["replicas"] for p in out["plan"]) > len(rounds)  # one replica at least, and one more a round
     misses = [c.split(" missed (")[1].split("); planned at")[0] for c in rounds]
     assert len(set(misses)) == len(misses)  # every round changed the plan, so its replay
+
+
+def test_a_log_far_busier_than_the_stated_peak_is_warned_of_and_simulate_says_its_plan_is_not_certified(tmp_path):
+    """The Azure code sample's own p99 minute is 3.1 times a stated peak of 3 requests/s: a plan made
+    without simulation was sized for the statement without a word; certification's replay of the
+    log's arrivals refuses every re-plan (solve exits 3), and `planner simulate` printed the last
+    re-plan's pools with exit 0 and nothing saying the plan is not certified (an outside probe)."""
+    log = ROOT / "data" / "samples" / "azure_code_2023_sample.csv"
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        f"name: s\nmodel: llama-3.1-8b\ncontext_limit: 8192\n"
+        f"traffic: {{source: {{log: {log}, preset: azure}}, peak: {{method: explicit, rps: 3.0}}, growth: 5.0, "
+        "headroom: 1.1}\nslo: {statistic: p99, bands: [{ttft_s: 0.6, tpot_ms: 20}]}\n"
+        "sizing: {mode: percentile, quantile: 0.99}\ngpus: [h100-sxm, l40s]\ntp: [1]\nweight_dtypes: [bf16, fp8]\n"
+        "kv_dtypes: [bf16, fp8]\nsplit_thresholds: []\n", encoding="utf-8")
+    r = CliRunner().invoke(main, ["solve", str(path), "--no-verify", "--no-report"])
+    assert r.exit_code == 0, r.output
+    assert re.search(r"warning: .*s\.yaml: The source's own p99 minute, 9\.\d+ req/s, is 3\.1× the stated peak, 3 req/s: "
+                     r"the plan is sized for the stated one", r.stderr)
+    assert CliRunner().invoke(main, ["solve", str(path), "--no-report"]).exit_code == 3
+    sim = CliRunner().invoke(main, ["simulate", str(path)])
+    assert sim.exit_code == 0, sim.output
+    assert sim.stdout.splitlines()[0].startswith(
+        "Not certified: no plan holds its targets in simulation after 4 re-plans (`planner solve` exits 3 and writes "
+        "no report); below, the last re-plan's pools")

@@ -336,5 +336,5 @@ def test_a_certified_plan_s_day_loads_no_replica_past_the_rate_it_held_in_simula
         assert pool.capacity_rps == pd.replay_rps
         for hour, load in enumerate(c.loads_rps[name]):
             assert load / c.policy("autoscaled").serving(name, hour) <= pd.replay_rps * (1 + 1e-9)
-        assert (f"{pd.replay_rps:,.2f} req/s per replica (the rate its replicas held their targets at in simulation; "
-                f"the model's {pd.planned_rps:,.2f} was not simulated)") in day_markdown(c)
+        assert (f"{pd.replay_rps:,.2f} req/s per replica ({pd.replay_rps:,.3f}: the rate its replicas held their targets "
+                f"at in simulation; the model's capacity, {pd.planned_rps:,.3f}, was not simulated)") in day_markdown(c)

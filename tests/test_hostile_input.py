@@ -1152,6 +1152,9 @@ def test_a_stated_peak_below_the_source_s_own_rate_is_refused(tmp_path):
     assert leftovers(tmp_path / "out") == []
     stated = text.replace("rps: 10}", "rps: 10}\n  mean_rps: 8")
     assert run("solve", scenario(tmp_path, stated, "m.yaml"), "--no-report", "--no-verify").exit_code == 0
+    # a flat day without a forecast reads no day's volume: nothing to refuse
+    flat = text.replace("\n  profile: {shape: diurnal, peak_to_trough: 2, peak_hour: 14}", "")
+    assert run("solve", scenario(tmp_path, flat, "f.yaml"), "--no-report", "--no-verify").exit_code == 0
 
 
 def test_a_lower_context_limit_no_request_fits_gets_a_row_that_says_so(tmp_path):
@@ -1386,6 +1389,7 @@ def test_a_stated_fleet_short_by_the_model_but_holding_when_replayed_at_its_peak
             "sizing: {mode: percentile, quantile: 0.99}\ngpus: [h100-sxm]\ntp: [2]\nweight_dtypes: [fp8]\n"
             "kv_dtypes: [fp8]\nsplit_thresholds: []\n"
             "fleet: [{gpu: h100-sxm, tp: 2, weight_dtype: fp8, kv_dtype: fp8, replicas: 6}]\n")
+    text = text.replace("headroom: 1.0}", "headroom: 1.0, profile: {shape: diurnal, peak_to_trough: 3, peak_hour: 14}}")
     r = run("solve", scenario(tmp_path, text), "--out-dir", tmp_path / "out", "--json")
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
@@ -1396,6 +1400,8 @@ def test_a_stated_fleet_short_by_the_model_but_holding_when_replayed_at_its_peak
     assert (f"By the model's capacities alone it falls short of its peak (all (≤ 16,384 tokens): "
             f"{out['peak_rps']:,.4g} req/s to cover (peak), capacity {capacity:,.4g} req/s); replayed at the peak, "
             "every pool held its targets.") in report
+    # the day's busiest hour (headroom 1) is the load that held: the fleet's own 6 replicas, at the rate replayed
+    assert "cannot carry the busiest hour" not in report and ", 6 replicas at the peak" in report
 
 
 def test_a_cache_block_longer_than_any_engine_offers_is_refused(tmp_path):
@@ -1502,9 +1508,7 @@ def test_requests_with_no_output_token_are_planned_and_said_to_be_left_out_of_th
         fields[out_col] = "0"
         lines[i] = ",".join(fields)
     (tmp_path / "log.csv").write_text("\n".join(lines) + "\n")
-    # (a peak above the log's mean rate, 5.3 requests/s: the day's volume is read from it)
-    path = scenario(tmp_path, BASE.replace("{constant: {prompt_tokens: 1000, output_tokens: 200}}", "{log: log.csv}")
-                    .replace("rps: 4}", "rps: 6}"))
+    path = scenario(tmp_path, BASE.replace("{constant: {prompt_tokens: 1000, output_tokens: 200}}", "{log: log.csv}"))
     r = run("solve", path, "--out-dir", tmp_path / "out", "--no-verify")
     assert r.exit_code == 0, r.output
     report = (tmp_path / "out" / "tiny.md").read_text()
@@ -1518,8 +1522,7 @@ def test_an_output_folder_made_for_a_run_that_fails_is_taken_away(tmp_path):
     logs = tmp_path / "logs"
     logs.mkdir()
     assert run("synth", "chat", "-n", 2000, "--seed", 1, "-o", logs / "part-0.csv").exit_code == 0
-    path = scenario(tmp_path, BASE.replace("{constant: {prompt_tokens: 1000, output_tokens: 200}}", "{log: logs}")
-                    .replace("rps: 4}", "rps: 6}"))
+    path = scenario(tmp_path, BASE.replace("{constant: {prompt_tokens: 1000, output_tokens: 200}}", "{log: logs}"))
     r = run("solve", path, "--out-dir", logs / "out" / "deeper", "--no-verify")
     one_line_error(r, 2, "is inside the input folder 'logs'")
     assert leftovers(logs) == ["part-0.csv"]

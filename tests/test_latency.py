@@ -287,3 +287,16 @@ def test_a_looser_ttft_target_never_lowers_a_capacity(catalog):
                   for ttft_s in (10.0, 1000.0, 3600.0)]
     assert {c.binding for c in capacities} == {"tpot"}
     assert capacities[0].max_rps == capacities[1].max_rps == capacities[2].max_rps
+
+
+def test_a_ttft_bound_capacity_in_the_backlog_regime_rises_with_a_looser_limit(catalog):
+    """12,000-token prompts on one H100: the capacity is bound by the TTFT limit, where a wait is read
+    in the backlog regime. Its grid stopped at eight spans of the base wait's: once the base no longer
+    spanned twice the limit, every limit from 20 s read the mass left at its end, and the capacity
+    stayed at 0.359 requests/s however loose the limit (a second reading of the grid's change)."""
+    dep = make_deployment(catalog, model="llama-3.1-8b", gpu="h100-sxm", tp=1, max_model_len=16384)
+    prof = token_profile(Histogram.constant(12_000, 2_000))
+    capacities = [replica_capacity(dep, prof, SLO.single(ttft_s=limit_s))
+                  for limit_s in (20.0, 60.0, 300.0)]
+    assert {c.binding for c in capacities} == {"ttft"}
+    assert capacities[0].max_rps < capacities[1].max_rps < capacities[2].max_rps

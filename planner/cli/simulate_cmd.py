@@ -42,7 +42,8 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
     from planner.units import replicas_text
 
     with located(scenario), terminal_progress():
-        scn, slo, checks, certified = _checks(scenario, pool, n_requests, seed, catalog_files)
+        scn, slo, checks, cert = _checks(scenario, pool, n_requests, seed, catalog_files)
+    certified = cert.certified
     if as_json:
         echo_json({
             "scenario": scn.name,
@@ -57,6 +58,11 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
             ],
         })
         return
+    if not certified:  # said first: solve refuses such a plan (exit 3), and the pools below are its last try
+        click.echo("Not certified: " + (
+            "the fleet the scenario states misses its targets in simulation (an audit: its pools below)" if scn.fleet
+            else f"no plan holds its targets in simulation after {cert.rounds} re-plan{'s' if cert.rounds != 1 else ''} "
+                 "(`planner solve` exits 3 and writes no report); below, the last re-plan's pools"))
     for c in checks:
         runs = (f"; {c.runs} runs pooled (seeds {seeds_text(c.seeds)}: {c.pooled_because})"
                 if c.runs > 1 else "")
@@ -117,7 +123,7 @@ def _checks(scenario, pool, n_requests, seed, catalog_files):
                 c = check_pool(setting, slo, requests=requests, seed=scn.simulation.seed if seed is None else seed)
             checks.append(c)
             step.advance()
-    return scn, slo, checks, plan.certification.certified
+    return scn, slo, checks, plan.certification
 
 
 def _bands(c, slo) -> list[dict]:
