@@ -68,14 +68,26 @@ def replica_capacity_rps(pool: PoolDetail, plan: Plan) -> float:
     itself. A quiet hour then runs fewer replicas, each at most as loaded as at the busiest hour:
     at the model's capacity an outside replay of a certified plan (7.20 requests/s a replica
     replayed, 8.65 the model's) missed TPOT p99 by a third in the hours that packed replicas to it.
-    A stated fleet (fleet:) is audited, replayed at its peak: it carries at least the rate that held
-    there (its verdict, plan_objects.peak_shortfall, says the same), and its headroom stays the
-    model's estimate, as the verdict says."""
+    A stated fleet (fleet:) is audited, replayed at its peak without the headroom: it carries at least
+    the rate that held there (its verdict, plan_objects.peak_shortfall, says the same), and up to that
+    rate × headroom where the model has room for it (the headroom is the model's estimate, as the
+    verdict says): an hour's real load, below its load × headroom, then puts no replica past what held."""
     if plan.certification is None or not plan.certification.certified or pool.planned_by in _MEASURED:
         return pool.planned_rps
     if plan.scenario.fleet:
-        return max(pool.planned_rps, pool.replay_rps)
+        return max(pool.replay_rps, min(pool.planned_rps, pool.replay_rps * plan.scenario.traffic.headroom))
     return min(pool.planned_rps, pool.replay_rps)
+
+
+def _busiest_hour_from(plan: Plan, profile: DailyProfile) -> str:
+    """Where the day's busiest-hour rate comes from, for the volume's sentence. An explicit peak the
+    source's own rate lies just above is the peak (traffic.load_traffic takes it so, and says why)."""
+    scn = plan.scenario
+    if scn.traffic.mean_rps is not None and profile.busiest_hour_rps is None:
+        return "traffic.mean_rps"
+    if scn.traffic.peak.method == "explicit" and busiest_hour_mean_rps(profile, plan.measured_mean_rps) == plan.measured_peak_rps:
+        return "the stated peak: the source's own rate lies within a sample's spread above it"
+    return "the log's busiest hour" if profile.busiest_hour_rps is not None else "the source's mean rate over its whole minutes"
 
 
 def capacity_planned_by(pool: PoolDetail, plan: Plan) -> str:
@@ -89,12 +101,15 @@ def capacity_source(pool: PoolDetail, plan: Plan) -> str:
     rate = replica_capacity_rps(pool, plan)
     if rate == pool.planned_rps:
         return ""
-    held = f" ({rate:,.3f}: the rate its replicas held their targets at in simulation"
     solved_with = {"calibration": "the model's capacity scaled by certification's ratio",
                    "bound": "the bound it was solved with"}.get(pool.planned_by, "the model's capacity")
+    held = f"the rate its replicas held their targets at in simulation, {pool.replay_rps:,.3f}"
     if rate > pool.planned_rps:
-        return f"{held}, above {solved_with}, {pool.planned_rps:,.3f})"
-    return f"{held}; {solved_with}, {pool.planned_rps:,.3f}, was not simulated)"
+        return f" ({held}, above {solved_with}, {pool.planned_rps:,.3f})"
+    if rate > pool.replay_rps:  # a stated fleet's: replayed at its peak, the headroom the model's
+        return (f" ({held} at the peak, × headroom {plan.scenario.traffic.headroom:g}, the model's estimate; "
+                f"{solved_with}, {pool.planned_rps:,.3f}, was not simulated)")
+    return f" ({held}; {solved_with}, {pool.planned_rps:,.3f}, was not simulated)"
 
 
 @dataclass(frozen=True)
@@ -355,9 +370,7 @@ def day_costs(plan: Plan, profile: DailyProfile, terms: DayTerms) -> DayCosts:
         profile=profile, terms=terms, pools=pools, peak_replicas=peak, class_loads_rps=class_loads, loads_rps=loads,
         headroom=scn.traffic.headroom,
         busiest_hour_rps=busiest_hour_mean_rps(profile, plan.measured_mean_rps),
-        busiest_hour_from=("the log's busiest hour" if profile.busiest_hour_rps is not None
-                           else "traffic.mean_rps" if scn.traffic.mean_rps is not None
-                           else "the source's mean rate over its whole minutes"),
+        busiest_hour_from=_busiest_hour_from(plan, profile),
         growth=scn.traffic.growth, served_share=served,
         capacity_sources={names[id(pool)]: capacity_source(pool, plan) for pool in plan.pools},
         input_tokens_per_request=plan.served.mean("sum_prompt"), output_tokens_per_request=plan.served.mean("sum_output"),

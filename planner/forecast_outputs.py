@@ -208,7 +208,8 @@ QUARTER_COLUMNS: tuple[Column, ...] = (
     Column("usd_per_million_output_tokens", "number", "output_usd / output_tokens, USD per million", _at_volume("output")),
     Column("utilisation_at_peak", "number",
            f"peak rate / the fleet's planned capacity (each replica at its planned capacity: {KNEE_SHARE:.0%} of its "
-           "lowest ceiling by the model, or what certification measured it holds)",
+           "lowest ceiling by the model, or what certification measured it holds; not the pools' "
+           "capacity_rps_per_replica where that is 'replayed', the rate simulation checked, below it)",
            lambda r: r.utilisation["peak"]),
     Column("utilisation_at_mean", "number", "the day's mean rate / the fleet's capacity", lambda r: r.utilisation["mean"]),
     *_policy_columns(),

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -24,7 +26,8 @@ from planner.requests import Requests
 from planner.scenario import Scenario, resolve
 from planner.silence import longest_silence, silence_note, silence_text
 
-LOG_PEAK_WARNING = 1.5  # a source's own p99 minute this many times a stated peak is warned of
+LOG_PEAK_WARNING = 1.5  # a source's own p99 minute this many times a stated peak's (Poisson) is warned of
+SAMPLED_MEAN_SPREAD = 0.02  # a source's mean within this share above a stated peak is taken as the peak's sample
 REPLAY_MAX_REQUESTS = 200_000  # a log longer than this is planned from its histogram but not replayed
 
 
@@ -174,25 +177,38 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
                          "mean_rps to be the busiest hour's rate, or drop mean_rps")
     busiest = busiest_hour_mean_rps(profile, mean)
     priced_day = not profile.is_flat or scn.forecast is not None  # where a day's volume is read (daily, forecast)
+    warnings = [excluded_note] if excluded_note else []
     if (peak.method == "explicit" and scn.traffic.mean_rps is None and priced_day and busiest is not None
             and busiest > measured * (1 + 1e-9)):
         # The day's volume is read from the source, the plan sized for the stated peak: a day at the source's
         # rate priced its tokens on traffic the plan cannot carry (a third of the peak's cost per token).
         where = "its busiest hour's mean" if profile.busiest_hour_rps is not None else "its mean over its whole minutes"
-        raise InputError(f"peak: {measured:,.4g} req/s is below the source's own rate, {busiest:,.4g} req/s ({where}), "
-                         "which the day's volume is read from: state traffic.mean_rps (the busiest hour's mean at this "
-                         "peak), or a peak at or above the source's rate")
-    warnings = [excluded_note] if excluded_note else []
+        if busiest > measured * (1 + SAMPLED_MEAN_SPREAD):
+            raise InputError(f"peak: {measured:,.4g} req/s is below the source's own rate, {busiest:,.4g} req/s ({where}), "
+                             "which the day's volume is read from: state traffic.mean_rps (the busiest hour's mean at "
+                             "this peak), or a peak at or above the source's rate")
+        # a peak stated at the source's own rate, which its sample reads a little above: the day at the peak
+        notes.append(f"The source's own rate, {busiest:,.4g} req/s ({where}), is {busiest / measured - 1:.1%} above the "
+                     f"stated peak, {measured:,.4g} req/s, within a sample's spread: the day's busiest hour is taken at "
+                     "the peak")
+        if profile.busiest_hour_rps is not None:
+            profile = dataclasses.replace(profile, busiest_hour_rps=measured)
+        else:
+            mean = measured
     if peak.method == "explicit" and src.constant is None:
-        # The log's own busiest minutes far above the stated peak: a plan sized for the statement, which
-        # certification's replay of the log's arrivals then refuses (a log at 9.26 req/s in its p99
-        # minute, planned for 3 without a word by --no-verify)
+        # The source's own busiest minutes far above the stated peak: a plan sized for the statement, which
+        # certification's replay of a log's arrivals then refuses (a log at 9.26 req/s in its p99 minute,
+        # planned for 3 without a word by --no-verify). Against the p99 minute of Poisson arrivals at the
+        # peak, which the capacity model plans for: at 0.1 req/s that alone is 2.2 times the peak.
         with contextlib.suppress(InputError):
             own = peak_rate_rps(hist, method="quantile", quantile=0.99)
-            if own > LOG_PEAK_WARNING * measured:
+            per_minute = measured * 60
+            poisson_p99 = (per_minute + 2.33 * math.sqrt(per_minute) + 1) / 60  # normal approximation, rounded up
+            if own > LOG_PEAK_WARNING * max(measured, poisson_p99):
                 notes.append(f"The source's own p99 minute, {own:,.4g} req/s, is {own / measured:,.1f}× the stated "
-                             f"peak, {measured:,.4g} req/s: the plan is sized for the stated one (a log of a busier "
-                             "period, or a peak stated too low?)")
+                             f"peak, {measured:,.4g} req/s, far past what Poisson arrivals at the peak reach in theirs "
+                             f"({poisson_p99:,.4g}): the plan is sized for the stated one (a source of a busier period, "
+                             "or a peak stated too low?)")
                 warnings.append(notes[-1])
     # Hours without a request lower the day's volume wherever the log's span sets its mean rate: a
     # measured day (the week's, stated as such, may idle on its weekend), or the source's own mean

@@ -430,6 +430,11 @@ def test_a_stated_split_fleet_whose_long_configs_cannot_meet_the_target_is_audit
     assert sim.exit_code == 0, sim.output
     (pool,) = json.loads(sim.output)["pools"]
     assert pool["holds"] is False
+    # shown alone, the pool that holds is not taken for the one that missed
+    short = CliRunner().invoke(main, ["simulate", path, "--pool", "short"])
+    assert short.exit_code == 0, short.output
+    assert short.stdout.splitlines()[0] == ("Not certified: the fleet the scenario states misses its targets in "
+                                            "simulation, in pool 'long' (an audit)")
 
 
 def test_a_fleet_with_three_limits_is_refused(tmp_path):
@@ -1342,9 +1347,17 @@ def test_a_log_far_busier_than_the_stated_peak_is_warned_of_and_simulate_says_it
         "kv_dtypes: [bf16, fp8]\nsplit_thresholds: []\n", encoding="utf-8")
     r = CliRunner().invoke(main, ["solve", str(path), "--no-verify", "--no-report"])
     assert r.exit_code == 0, r.output
-    assert re.search(r"warning: .*s\.yaml: The source's own p99 minute, 9\.\d+ req/s, is 3\.1× the stated peak, 3 req/s: "
-                     r"the plan is sized for the stated one", r.stderr)
+    assert re.search(r"warning: .*s\.yaml: The source's own p99 minute, 9\.\d+ req/s, is 3\.1× the stated peak, 3 req/s, "
+                     r"far past what Poisson arrivals at the peak reach in theirs \(3\.\d+\): the plan is sized for the "
+                     r"stated one", r.stderr)
     assert CliRunner().invoke(main, ["solve", str(path), "--no-report"]).exit_code == 3
+    # Poisson arrivals at 0.1 req/s reach 2.2 times that in their own p99 minute: planned for, not warned of
+    quiet = tmp_path / "q.yaml"
+    quiet.write_text(path.read_text(encoding="utf-8").replace(
+        f"{{log: {log}, preset: azure}}", "{synthetic: {name: chat, requests: 3000, seed: 1, rate_rps: 0.1}}").replace(
+        "rps: 3.0}", "rps: 0.1}"), encoding="utf-8")
+    r = CliRunner().invoke(main, ["solve", str(quiet), "--no-verify", "--no-report"])
+    assert r.exit_code == 0 and "p99 minute" not in r.stderr, r.output
     sim = CliRunner().invoke(main, ["simulate", str(path)])
     assert sim.exit_code == 0, sim.output
     assert sim.stdout.splitlines()[0].startswith(

@@ -322,7 +322,7 @@ def test_a_certified_plan_s_day_loads_no_replica_past_the_rate_it_held_in_simula
     the capacity itself, a quiet hour's replicas carry at most that rate, not the model's capacity
     (an outside replay of a plan certified at 7.20 requests/s a replica put the model's 8.65 on a
     replica in the busy hours of the day and missed TPOT p99 by a third)."""
-    from planner.daily import day_markdown
+    from planner.daily import capacity_planned_by, day_markdown
 
     plan, c = costs_of(three_to_one(tmp_path))
     assert plan.certification is not None and plan.certification.certified
@@ -336,5 +336,29 @@ def test_a_certified_plan_s_day_loads_no_replica_past_the_rate_it_held_in_simula
         assert pool.capacity_rps == pd.replay_rps
         for hour, load in enumerate(c.loads_rps[name]):
             assert load / c.policy("autoscaled").serving(name, hour) <= pd.replay_rps * (1 + 1e-9)
-        assert (f"{pd.replay_rps:,.2f} req/s per replica ({pd.replay_rps:,.3f}: the rate its replicas held their targets "
-                f"at in simulation; the model's capacity, {pd.planned_rps:,.3f}, was not simulated)") in day_markdown(c)
+        assert (f"{pd.replay_rps:,.2f} req/s per replica (the rate its replicas held their targets at in simulation, "
+                f"{pd.replay_rps:,.3f}; the model's capacity, {pd.planned_rps:,.3f}, was not simulated)") in day_markdown(c)
+        assert capacity_planned_by(pd, plan) == "replayed"  # the forecast's pools CSV says so
+
+
+def test_a_stated_fleet_s_quiet_hours_put_no_replica_past_the_rate_it_held_at_its_peak(tmp_path):
+    """A stated fleet is replayed at its peak, without the headroom: its day carries each hour's load
+    x headroom at up to that rate x headroom (the headroom the model's estimate, as its verdict
+    says), so an hour's real load puts no replica past what held. Its quiet hours had packed
+    replicas to the model's capacity, 40% past the replayed rate (a second reading of 3024180)."""
+    from planner.daily import day_markdown
+
+    text = BASE.replace("tp: [1]", "tp: [1]\nfleet: [{gpu: h100-sxm, tp: 1, weight_dtype: bf16, kv_dtype: bf16, replicas: 6}]")
+    plan, c = costs_of(scenario(tmp_path, THREE_TO_ONE, text.split("traffic:")[0] + "gpus:" + text.split("gpus:")[1]))
+    assert plan.certification is not None and plan.certification.certified and plan.scenario.fleet
+    (pd,) = plan.pools
+    (pool,) = c.pools
+    headroom = plan.scenario.traffic.headroom
+    assert pd.replay_rps * headroom < pd.planned_rps  # the premise: room past the headroom, by the model
+    assert pool.capacity_rps == pytest.approx(pd.replay_rps * headroom)
+    auto = c.policy("autoscaled")
+    for hour, load in enumerate(c.loads_rps[pool.name]):  # load x headroom: the real load is 1 / headroom of it
+        assert load / headroom / auto.serving(pool.name, hour) <= pd.replay_rps * (1 + 1e-9)
+    assert (f"(the rate its replicas held their targets at in simulation, {pd.replay_rps:,.3f} at the peak, × headroom "
+            f"{headroom:g}, the model's estimate; the model's capacity, {pd.planned_rps:,.3f}, was not simulated)"
+            ) in day_markdown(c)

@@ -1155,6 +1155,15 @@ def test_a_stated_peak_below_the_source_s_own_rate_is_refused(tmp_path):
     # a flat day without a forecast reads no day's volume: nothing to refuse
     flat = text.replace("\n  profile: {shape: diurnal, peak_to_trough: 2, peak_hour: 14}", "")
     assert run("solve", scenario(tmp_path, flat, "f.yaml"), "--no-report", "--no-verify").exit_code == 0
+    # a peak stated at the source's own rate, which its sample reads 0.8% above: the day is the peak's, said so
+    own = text.replace("rate_rps: 40}", "rate_rps: 10}")
+    r = run("solve", scenario(tmp_path, own, "o.yaml"), "--no-verify", "--out-dir", tmp_path / "own")
+    assert r.exit_code == 0, r.output
+    report = (tmp_path / "own" / "tiny.md").read_text(encoding="utf-8")
+    assert re.search(r"The source's own rate, 10\.\d+ req/s \(its mean over its whole minutes\), is 0\.\d% above the stated "
+                     r"peak, 10 req/s, within a sample's spread: the day's busiest hour is taken at the peak", report)
+    assert ("the busiest hour's mean rate, 10 requests/s (the stated peak: the source's own rate lies within a "
+            "sample's spread above it)") in report
 
 
 def test_a_lower_context_limit_no_request_fits_gets_a_row_that_says_so(tmp_path):

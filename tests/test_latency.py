@@ -289,7 +289,7 @@ def test_a_looser_ttft_target_never_lowers_a_capacity(catalog):
     assert capacities[0].max_rps == capacities[1].max_rps == capacities[2].max_rps
 
 
-def test_a_ttft_bound_capacity_in_the_backlog_regime_rises_with_a_looser_limit(catalog):
+def test_a_ttft_bound_capacity_in_the_backlog_regime_rises_with_a_looser_limit(catalog, monkeypatch):
     """12,000-token prompts on one H100: the capacity is bound by the TTFT limit, where a wait is read
     in the backlog regime. Its grid stopped at eight spans of the base wait's: once the base no longer
     spanned twice the limit, every limit from 20 s read the mass left at its end, and the capacity
@@ -297,6 +297,14 @@ def test_a_ttft_bound_capacity_in_the_backlog_regime_rises_with_a_looser_limit(c
     dep = make_deployment(catalog, model="llama-3.1-8b", gpu="h100-sxm", tp=1, max_model_len=16384)
     prof = token_profile(Histogram.constant(12_000, 2_000))
     capacities = [replica_capacity(dep, prof, SLO.single(ttft_s=limit_s))
-                  for limit_s in (20.0, 60.0, 300.0)]
+                  for limit_s in (20.0, 60.0, 300.0, 1000.0)]
     assert {c.binding for c in capacities} == {"ttft"}
-    assert capacities[0].max_rps < capacities[1].max_rps < capacities[2].max_rps
+    assert capacities[0].max_rps < capacities[1].max_rps < capacities[2].max_rps < capacities[3].max_rps
+    # a mean read to the grid's end: cut short there, a mean TTFT target of 60 s planned 0.463 requests/s
+    # where the wait's whole tail gives 0.455; the grid's answer is a finer grid's
+    import planner.backlog as backlog
+
+    mean = replica_capacity(dep, prof, SLO.single(ttft_s=60.0, stat="mean")).max_rps
+    monkeypatch.setattr(backlog, "BACKLOG_GRID", 4 * backlog.BACKLOG_GRID)
+    monkeypatch.setattr(backlog, "BACKLOG_SPANS", 4 * backlog.BACKLOG_SPANS)
+    assert mean == pytest.approx(replica_capacity(dep, prof, SLO.single(ttft_s=60.0, stat="mean")).max_rps, rel=0.005)

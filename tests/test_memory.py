@@ -216,6 +216,13 @@ def test_an_mxfp4_checkpoint_s_shared_weights_are_read_at_bf16(catalog):
     one = float(moe_weight_bytes_read(m, total, np.array([1.0]), (shared_b, expert_b))[0])
     assert one == pytest.approx(2 * shared + 4 * per_expert * expert_b, rel=1e-12)
     assert 6.0e9 < one < 6.3e9
+    # and the speed model reads them so (its decode step, the simulator's table of it)
+    from planner.roofline import StepModel
+
+    step = StepModel.of(make_deployment(catalog, model="gpt-oss-120b", gpu="h100-sxm", tp=1, weight_dtype="mxfp4",
+                                        max_model_len=8192))
+    assert step.moe_bytes_per_param == (shared_b, expert_b)
+    assert float(step.decode_work(np.array([1.0]), 0.0, 0.0).weight_bytes[0]) == pytest.approx(one, rel=1e-12)
     # served in another dtype, every parameter takes that dtype's bytes
     fp8 = catalog.dtype("fp8")
     assert moe_bytes_per_param(m, fp8, weight_bytes(m, fp8)) == (weight_bytes(m, fp8) / m.params_total,) * 2

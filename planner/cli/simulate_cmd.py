@@ -42,7 +42,7 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
     from planner.units import replicas_text
 
     with located(scenario), terminal_progress():
-        scn, slo, checks, cert = _checks(scenario, pool, n_requests, seed, catalog_files)
+        scn, slo, checks, cert, missed = _checks(scenario, pool, n_requests, seed, catalog_files)
     certified = cert.certified
     if as_json:
         echo_json({
@@ -60,8 +60,8 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
         return
     if not certified:  # said first: solve refuses such a plan (exit 3), and the pools below are its last try
         click.echo("Not certified: " + (
-            "the fleet the scenario states misses its targets in simulation (an audit: its pools below)" if scn.fleet
-            else f"no plan holds its targets in simulation after {cert.rounds} re-plan{'s' if cert.rounds != 1 else ''} "
+            f"the fleet the scenario states misses its targets in simulation, in pool {', '.join(missed)} (an audit)"
+            if scn.fleet else f"no plan holds its targets in simulation after {cert.rounds} re-plan{'s' if cert.rounds != 1 else ''} "
                  "(`planner solve` exits 3 and writes no report); below, the last re-plan's pools"))
     for c in checks:
         runs = (f"; {c.runs} runs pooled (seeds {seeds_text(c.seeds)}: {c.pooled_because})"
@@ -123,7 +123,9 @@ def _checks(scenario, pool, n_requests, seed, catalog_files):
                 c = check_pool(setting, slo, requests=requests, seed=scn.simulation.seed if seed is None else seed)
             checks.append(c)
             step.advance()
-    return scn, slo, checks, plan.certification
+    # the pools certification found missing, whichever --pool shows
+    missed = sorted({f"'{p.traffic_class.name}'" for p in plan.pools if p.check is not None and not p.check.holds})
+    return scn, slo, checks, plan.certification, missed
 
 
 def _bands(c, slo) -> list[dict]:
