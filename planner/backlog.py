@@ -140,9 +140,11 @@ def backlog_regime(*, rate_rps: float, resident: float, chunk_tokens: float, dec
 
 
 BACKLOG_LEVELS = (0.25, 0.5, 1.0)  # shares of the way from the queue at N to the backlog regime, besides 0
-BACKLOG_GRID = 1 << 8  # points of the mixed wait's grid per span of the base's grid
+BACKLOG_GRID = 1 << 8  # points of the mixed wait's grid per span of the base's, up to BACKLOG_SPANS (fewer past)
 BACKLOG_SPANS = 8  # spans of the base's grid the mixed wait's grid covers at BACKLOG_GRID points each
-_MAX_SPANS = 1e6  # a base whose waits are all but none: its levels are read over a million of its spans at most
+# a base whose waits are all but none: its levels are read over a million of its spans at most (a level
+# slower than that, read as far as the grid reaches, has mass left past it)
+_MAX_SPANS = 1e6
 _ALL_LEVELS = np.array((0.0, *BACKLOG_LEVELS))
 
 

@@ -209,6 +209,16 @@ class Model(_Frozen):
     def attention(self) -> Literal["mla", "gqa"]:
         return "mla" if self.kv_lora_rank else "gqa"
 
+    @property
+    def expert_split(self) -> tuple[float, float] | None:
+        """(shared parameters, parameters of one routed expert) of a mixture of experts, from the
+        totals: total = shared + E x e, active = shared + k x e, k of E experts a token; None for a
+        dense model (or one whose every parameter is active)."""
+        if not self.num_experts or not self.num_experts_per_tok or self.params_active >= self.params_total:
+            return None
+        per_expert = (self.params_total - self.params_active) / (self.num_experts - self.num_experts_per_tok)
+        return self.params_total - self.num_experts * per_expert, per_expert
+
     @model_validator(mode="after")
     def _consistent(self) -> Model:
         special = (

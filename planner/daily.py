@@ -39,6 +39,7 @@ from planner.plan_objects import Plan, PoolDetail
 from planner.scenario import Scenario
 from planner.units import (
     HOURS_PER_MONTH,
+    replicas_text,
     usd_per_million_text,
     usd_per_million_tokens,
     usd_rate_text,
@@ -92,7 +93,8 @@ def _busiest_hour_from(plan: Plan, profile: DailyProfile) -> str:
 
 def capacity_planned_by(pool: PoolDetail, plan: Plan) -> str:
     """Where replica_capacity_rps comes from, in PoolDetail.planned_by's words: "replayed" where it is
-    the rate certification replayed the pool at rather than the capacity the plan was solved with."""
+    set by the rate certification replayed the pool at (× headroom for a stated fleet, replayed at its
+    peak) rather than the capacity the plan was solved with."""
     return "replayed" if replica_capacity_rps(pool, plan) != pool.planned_rps else pool.planned_by
 
 
@@ -103,12 +105,12 @@ def capacity_source(pool: PoolDetail, plan: Plan) -> str:
         return ""
     solved_with = {"calibration": "the model's capacity scaled by certification's ratio",
                    "bound": "the bound it was solved with"}.get(pool.planned_by, "the model's capacity")
-    held = f"the rate its replicas held their targets at in simulation, {pool.replay_rps:,.3f}"
+    held = "the rate its replicas held their targets at in simulation"
     if rate > pool.planned_rps:
         return f" ({held}, above {solved_with}, {pool.planned_rps:,.3f})"
     if rate > pool.replay_rps:  # a stated fleet's: replayed at its peak, the headroom the model's
-        return (f" ({held} at the peak, × headroom {plan.scenario.traffic.headroom:g}, the model's estimate; "
-                f"{solved_with}, {pool.planned_rps:,.3f}, was not simulated)")
+        return (f" ({held} at the peak, {pool.replay_rps:,.3f}, × headroom {plan.scenario.traffic.headroom:g}, the "
+                f"model's estimate; {solved_with}, {pool.planned_rps:,.3f}, was not simulated)")
     return f" ({held}; {solved_with}, {pool.planned_rps:,.3f}, was not simulated)"
 
 
@@ -483,8 +485,8 @@ def day_markdown(costs: DayCosts, *, heading: int = 2) -> str:
     reserved = ", ".join(f"{n} × {name}" for name, n in mix.reserved.items() if n) or "none"
     lines += ["", f"{volume} The ILP reserves {reserved}; a month is {HOURS_PER_MONTH} hours.", ""]
     lines += ["Replicas serving each hour (load: the pool's share of its class's load × headroom):", ""]
-    lines += [f"- Pool {i}: {p.name} — {p.capacity_rps:,.2f} req/s per replica{costs.capacity_sources.get(p.name, '')}, "
-              f"{costs.peak_replicas[p.name]} replicas at the peak"
+    lines += [f"- Pool {i}: {p.name} — {p.capacity_rps:,.{3 if costs.capacity_sources.get(p.name) else 2}f} req/s per "
+              f"replica{costs.capacity_sources.get(p.name, '')}, {replicas_text(costs.peak_replicas[p.name])} at the peak"
               for i, p in enumerate(costs.pools, 1)]
     lines += ["", "| Hour | × busiest hour | " + " | ".join(
         f"Pool {i} load req/s | Pool {i} autoscaled | Pool {i} reserved + on demand" for i in range(1, len(costs.pools) + 1)) + " |",

@@ -209,7 +209,7 @@ QUARTER_COLUMNS: tuple[Column, ...] = (
     Column("utilisation_at_peak", "number",
            f"peak rate / the fleet's planned capacity (each replica at its planned capacity: {KNEE_SHARE:.0%} of its "
            "lowest ceiling by the model, or what certification measured it holds; not the pools' "
-           "capacity_rps_per_replica where that is 'replayed', the rate simulation checked, below it)",
+           "capacity_rps_per_replica where that is 'replayed': set by the rate certification replayed the pool at)",
            lambda r: r.utilisation["peak"]),
     Column("utilisation_at_mean", "number", "the day's mean rate / the fleet's capacity", lambda r: r.utilisation["mean"]),
     *_policy_columns(),
@@ -249,7 +249,8 @@ POOL_COLUMNS: tuple[Column, ...] = (
                 "floor: its limit was not searched); log: a replica's share lowered after the log's own arrivals "
                 "missed; bound: a proven upper bound, not searched; replayed: the rate its replicas held every target "
                 "at when certification replayed the plan, where the capacity it was solved with was not simulated (the "
-                "day's scaling plans no replica above it; a stated fleet's, at least it)"),
+                "day's scaling plans no replica above it; for a stated fleet, replayed at its peak, that rate × "
+                "headroom where the model has room for it, and at least that rate)"),
     Column("mixed_reserved_replicas", "integer",
            "the day's reserved + on-demand mix: replicas of the pool reserved all day (the rest run on demand per hour)",
            lambda x: x[1].mixed_reserved_replicas),
@@ -730,6 +731,16 @@ def next_commitments_text(quarter: str, lots: Sequence[tuple[int, str, str]], ad
             "committed in all.")
 
 
+
+def reserved_replicas_text(reserved, pools) -> str:
+    """The day mix's reserved replicas, counted by GPU type where its pools run more than one:
+    " (5 reserved replicas: 3 h100-sxm, 2 h200)"; reserved: pool name -> replicas."""
+    by_gpu: dict[str, int] = {}
+    for pool in pools:
+        by_gpu[pool.gpu] = by_gpu.get(pool.gpu, 0) + reserved.get(pool.name, 0)
+    kinds = [f"{n:,} {g}" for g, n in by_gpu.items() if n]
+    return f" ({sum(reserved.values()):,} reserved replicas" + (f": {', '.join(kinds)}" if len(kinds) > 1 else "") + ")"
+
 def _policies_markdown(results: Sequence[QuarterResult], total: dict, heading: int) -> list[str]:
     day = results[0].day
     prof, terms = day.profile, day.terms
@@ -759,12 +770,7 @@ def _policies_markdown(results: Sequence[QuarterResult], total: dict, heading: i
             cpm = r.day.usd_per_million_tokens(key)
             cell = f"{usd_text(pol.usd_per_day * DAYS_PER_QUARTER)} · {usd_per_million_text(cpm)}"
             if key == "mixed":
-                by_gpu: dict[str, int] = {}
-                for pool in r.day.pools:  # the replicas by GPU type, where the pools run more than one
-                    by_gpu[pool.gpu] = by_gpu.get(pool.gpu, 0) + pol.reserved.get(pool.name, 0)
-                kinds = [f"{n:,} {g}" for g, n in by_gpu.items() if n]
-                cell += (f" ({sum(pol.reserved.values()):,} reserved replicas"
-                         + (f": {', '.join(kinds)}" if len(kinds) > 1 else "") + ")")
+                cell += reserved_replicas_text(pol.reserved, r.day.pools)
             cells.append(cell)
         lines.append(f"| {r.quarter} | " + " | ".join(cells) + " |")
     lines.append("| **Total** | " + " | ".join(

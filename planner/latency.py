@@ -462,7 +462,7 @@ class LatencyModel:
         """The FCFS prefill queue's wait at an operating point (mg1_wait; with a Backlog, read in its
         regime by backlog_wait), service_s = prefill_s + new_tokens / budget · decode_s. Remembered
         across the copies of with_slo, which meet the same points again (a sweep of TTFT targets, other
-        targets): no target enters the wait (mg1_grid)."""
+        targets): no target enters the wait (prefill_wait.mg1_wait)."""
         key = (rate_rps, budget, decode_s, backlog)
         if key in self._fcfs_waits:
             return self._fcfs_waits[key]

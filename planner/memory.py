@@ -247,11 +247,11 @@ def moe_bytes_per_param(model: Model, weight_dtype: Dtype, weights_bytes: float)
     reads mostly shared weights: at the mean, gpt-oss-120b's read 3.2 GB a step where its files'
     split reads 6.2 GB (an outside audit: its TPOT at low load 21-30% low)."""
     mean = weights_bytes / model.params_total
-    if not (model.num_experts and model.num_experts_per_tok and model.params_active < model.params_total
-            and weight_dtype.id == "mxfp4" and model.checkpoint_dtype == "mxfp4" and model.checkpoint_weight_bytes):
+    split = model.expert_split
+    if split is None or not (weight_dtype.id == "mxfp4" and model.checkpoint_dtype == "mxfp4"
+                             and model.checkpoint_weight_bytes):
         return mean, mean
-    per_expert = (model.params_total - model.params_active) / (model.num_experts - model.num_experts_per_tok)
-    shared = model.params_total - model.num_experts * per_expert
+    shared, per_expert = split
     experts_bytes = weights_bytes - 2.0 * shared
     if experts_bytes <= 0:  # counts that do not split so: the mean, as for any other checkpoint
         return mean, mean

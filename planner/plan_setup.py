@@ -91,8 +91,9 @@ def served_traffic(scn: Scenario, model: Model, hist: Histogram, measured_peak_r
         raise InputError(f"context_limit {limit} exceeds '{model.id}' max_position_embeddings {model.max_position_embeddings}")
     served = hist.select_total(at_most=edge_at_most(limit))
     if served.is_empty:
+        from_model = not scn.context_limit and limit == default_context_limit(model)  # not a stated pool's
         raise InputError(f"no request fits the {limit:,}-token context limit"
-                         + ("" if scn.context_limit else f" ({default_limit_text(model)})"))
+                         + (f" ({default_limit_text(model)})" if from_model else ""))
     if scn.traffic.shared_prefix_tokens >= limit:
         raise InputError(f"traffic.shared_prefix_tokens {scn.traffic.shared_prefix_tokens} must be below the context limit {limit}")
     return limit, served, measured_peak_rps * scn.traffic.growth * served.requests / hist.requests

@@ -328,7 +328,7 @@ def stay_spread(below: np.ndarray, blocked: float, step: SlotStep, chunk_s: np.n
 
 def capped_waits(rate_rps: float, work_s: np.ndarray, weight: np.ndarray, rho_short: float, step: SlotStep,
                  steps: np.ndarray, compute_s: np.ndarray, chunk_s: np.ndarray, chunk_weight: np.ndarray,
-                 regime: CappedRegime | None = None, *, min_span_s: float = 0.0):
+                 regime: CappedRegime | None = None):
     """(wait of a capped prompt, wait of a prompt of at most θ tokens) as WaitDistributions, and the
     spread of a capped prompt's stay (stay_spread), or
     None when the capped prompts' load r reaches 1 (at N, or in the backlog regime when given).
@@ -349,7 +349,7 @@ def capped_waits(rate_rps: float, work_s: np.ndarray, weight: np.ndarray, rho_sh
     servers = step.servers
     jumps = CHUNKS_SEEN * chunk_s
     cw = chunk_weight / chunk_weight.sum()
-    span = max(min_span_s, servers * float(jumps.max()) + 14.0 * decay_s, 1e-6)
+    span = max(servers * float(jumps.max()) + 14.0 * decay_s, 1e-6)
     n = W_GRID
     dt = span / (n - 1)
     x = np.arange(n) * dt

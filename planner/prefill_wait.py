@@ -142,54 +142,31 @@ class WaitDistribution:
         return np.where(idx == 0, 0.0, below + np.minimum(np.maximum(frac, 0.0), 1.0)) * self.dt_s
 
 
-@dataclass(frozen=True)
-class WaitGrid:
-    """An M/G/1 FCFS queue's load, mean wait and the span of its waiting-time grid (mg1_grid)."""
-
-    load: float  # ρ
-    mean_s: float  # E[W]
-    span_s: float
-
-
-def mg1_grid(rate_rps: float, service_s: np.ndarray, weight: np.ndarray, min_span_s: float = 0.0) -> WaitGrid | None:
-    """The load, mean wait and grid span of mg1_wait's queue, or None when ρ >= 1.
-
-    The grid spans E[W] + 12 sd(W) (moments from Takács' formulas: E[W] = λE[S²] / 2(1-ρ),
-    E[W²] = 2E[W]² + λE[S³] / 3(1-ρ)), and four times the longest service: the queue's own scale,
-    never the targets'. (A span of twice the longest TTFT limit made the grid coarser as a limit
-    grew, so a lax limit on one band inflated every band's predicted latency and looser targets
-    bought more GPUs.) min_span_s: at least this (a test's grid)."""
-    ws = shares(weight)
-    mean_s = float(np.dot(ws, service_s))
-    rho = rate_rps * mean_s
-    if rho >= 1.0 or not math.isfinite(rho):
-        return None
-    if rho <= 0:
-        return WaitGrid(0.0, 0.0, 0.0)
-    m2, m3 = float(np.dot(ws, service_s**2)), float(np.dot(ws, service_s**3))
-    mean_w = rate_rps * m2 / (2 * (1 - rho))
-    sd_w = math.sqrt(max(2 * mean_w**2 + rate_rps * m3 / (3 * (1 - rho)) - mean_w**2, 0.0))
-    return WaitGrid(rho, mean_w, max(min_span_s, mean_w + 12 * sd_w, 4 * float(service_s.max())))
-
-
-def mg1_wait(rate_rps: float, service_s: np.ndarray, weight: np.ndarray,
-             min_span_s: float = 0.0) -> WaitDistribution | None:
+def mg1_wait(rate_rps: float, service_s: np.ndarray, weight: np.ndarray) -> WaitDistribution | None:
     """Waiting time of an M/G/1 FCFS queue (Pollaczek-Khinchine), or None when ρ >= 1.
 
     The transform of W is (1 - ρ) / (1 - ρ·Ŝe(z)), Se the equilibrium distribution of the
-    service time, P(Se = k) = P(S > k) / E[S] on the grid (exact for a grid-valued S), on
-    the grid of mg1_grid. A reading past the grid's end is the mass left there, twelve standard
-    deviations past the mean: a limit beyond it holds.
+    service time, P(Se = k) = P(S > k) / E[S] on the grid (exact for a grid-valued S). The grid
+    spans E[W] + 12 sd(W) (moments from Takács' formulas: E[W] = λE[S²] / 2(1-ρ), E[W²] = 2E[W]²
+    + λE[S³] / 3(1-ρ)), and four times the longest service: the queue's own scale, never the
+    targets'. (A span of twice the longest TTFT limit made the grid coarser as a limit grew, so a
+    lax limit on one band inflated every band's predicted latency and looser targets bought more
+    GPUs.) A reading past the grid's end is the mass left there, twelve standard deviations past
+    the mean: a limit beyond it holds.
     """
-    grid = mg1_grid(rate_rps, service_s, weight, min_span_s)
-    if grid is None:
+    ws = shares(weight)
+    mean_service_s = float(np.dot(ws, service_s))
+    rho = rate_rps * mean_service_s
+    if rho >= 1.0 or not math.isfinite(rho):
         return None
-    rho = grid.load
     if rho <= 0:
         return WaitDistribution(np.ones(2), 1.0, 0.0, 0.0)
-    ws = shares(weight)
+    m2, m3 = float(np.dot(ws, service_s**2)), float(np.dot(ws, service_s**3))
+    mean_w = rate_rps * m2 / (2 * (1 - rho))
+    sd_w = math.sqrt(max(2 * mean_w**2 + rate_rps * m3 / (3 * (1 - rho)) - mean_w**2, 0.0))
+    span_s = max(mean_w + 12 * sd_w, 4 * float(service_s.max()))
     n = W_GRID
-    dt = grid.span_s / (n - 1)
+    dt = span_s / (n - 1)
     # The cdf stops rising at the longest service (a quarter of the grid at most): the running sum
     # adds zeros past it, which leave it as it is, so it is summed up to there only. _split_mass
     # puts no mass past the point after the longest service's (a quotient rises with its dividend).
@@ -208,4 +185,4 @@ def mg1_wait(rate_rps: float, service_s: np.ndarray, weight: np.ndarray,
     w_pmf = np.fft.irfft(np.divide(1 - rho, transform, out=transform), n)
     w_pmf /= damp
     cdf = np.cumsum(np.maximum(w_pmf, 0.0, out=w_pmf), out=w_pmf)
-    return WaitDistribution(np.minimum(cdf, 1.0, out=cdf), dt, grid.mean_s, rho)
+    return WaitDistribution(np.minimum(cdf, 1.0, out=cdf), dt, mean_w, rho)

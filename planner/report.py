@@ -124,7 +124,7 @@ def _explorations(plan: Plan, figures: dict[str, str], left: str) -> str:
     w = out.append
     w("## Split analysis")
     w("")
-    w(f"Each option re-solved {_short_by_the_model(plan)}.")
+    w(f"Each option is re-solved {_short_by_the_model(plan)}.")
     w("")
     if _fleet_rules_show(plan):
         w(_explored_in_fleet(plan))
@@ -153,7 +153,7 @@ def _explorations(plan: Plan, figures: dict[str, str], left: str) -> str:
     w("")
     w("## Next-best distinct plans")
     w("")
-    w(f"Each re-solved {_short_by_the_model(plan)}, without the pools of the plans above it.\n\n"
+    w(f"Each is re-solved {_short_by_the_model(plan)}, without the pools of the plans above it.\n\n"
       + _outcomes_table(plan.alternatives, plan, "Plan") if plan.alternatives else "No other feasible plan.")
     w("")
     w("## Sensitivity to the peak rate")
@@ -713,14 +713,15 @@ def _outcomes_table(rows: list[Outcome], plan: Plan, head: str) -> str:
 
 
 def _short_by_the_model(plan: Plan) -> str:
-    """by_the_model in a few words, for the tables after the first that gives it whole."""
+    """by_the_model in a few words, for the tables that do not give it whole (the TTFT target's and the
+    levers' do)."""
     if plan.certification is None:
         return "by the model"
-    return "by the model, scaled by what certification measured (not simulated themselves)"
+    return "by the model, scaled by what certification measured (its rows are not simulated)"
 
 
 def _sensitivity(plan: Plan) -> str:
-    lines = [f"The plan re-solved at each peak {_short_by_the_model(plan)}"
+    lines = [f"The plan is re-solved at each peak {_short_by_the_model(plan)}"
              + (": where certification checked a config only at the rate the plan puts on it, a higher peak plans it up "
                 "to the model's capacity, which no replay has checked, and its row can take fewer GPUs than certifying "
                 "it would." if plan.certification is not None else "."), "",

@@ -158,11 +158,11 @@ def moe_weight_bytes_read(model: Model, weight_bytes_total: float, batch: np.nda
     an expert's), memory.moe_bytes_per_param [default: the weights' mean for both].
     """
     batch = np.asarray(batch, dtype=float)
-    if not model.num_experts or not model.num_experts_per_tok or model.params_active >= model.params_total:
+    split = model.expert_split
+    if split is None:
         return np.full_like(batch, weight_bytes_total)
+    shared, per_expert = split
     n_exp, k = model.num_experts, model.num_experts_per_tok
-    per_expert = (model.params_total - model.params_active) / (n_exp - k)
-    shared = model.params_total - n_exp * per_expert
     touched = n_exp * (1.0 - (1.0 - k / n_exp) ** np.maximum(batch, 1.0))
     shared_b, expert_b = bytes_per_param or (weight_bytes_total / model.params_total,) * 2
     return shared * shared_b + touched * per_expert * expert_b
@@ -317,10 +317,9 @@ class StepModel:
         """What decode_step_one_s takes of the model and the replica at every batch."""
         m = self.model
         moe = None
-        if m.num_experts and m.num_experts_per_tok and m.params_active < m.params_total:
-            n_exp, k = m.num_experts, m.num_experts_per_tok
-            per_expert = (m.params_total - m.params_active) / (n_exp - k)
-            moe = (n_exp, 1.0 - k / n_exp, per_expert, m.params_total - n_exp * per_expert,
+        if m.expert_split is not None:
+            shared, per_expert = m.expert_split
+            moe = (m.num_experts, 1.0 - m.num_experts_per_tok / m.num_experts, per_expert, shared,
                    *(self.moe_bytes_per_param or (self.weight_bytes / m.params_total,) * 2))
         bulk = self.allreduce_bulk_latency_s
         return (moe, self.step_overhead_s + self.num_layers * self.layer_overhead_s, self.gemm_flops_s,

@@ -188,7 +188,9 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
                              "which the day's volume is read from: state traffic.mean_rps (the busiest hour's mean at "
                              "this peak), or a peak at or above the source's rate")
         # a peak stated at the source's own rate, which its sample reads a little above: the day at the peak
-        notes.append(f"The source's own rate, {busiest:,.4g} req/s ({where}), is {busiest / measured - 1:.1%} above the "
+        above = busiest / measured - 1
+        notes.append(f"The source's own rate, {busiest:,.4g} req/s ({where}), is "
+                     f"{f'{above:.1%}' if above >= 0.001 else 'less than 0.1%'} above the "
                      f"stated peak, {measured:,.4g} req/s, within a sample's spread: the day's busiest hour is taken at "
                      "the peak")
         if profile.busiest_hour_rps is not None:
@@ -199,7 +201,7 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
         # The source's own busiest minutes far above the stated peak: a plan sized for the statement, which
         # certification's replay of a log's arrivals then refuses (a log at 9.26 req/s in its p99 minute,
         # planned for 3 without a word by --no-verify). Against the p99 minute of Poisson arrivals at the
-        # peak, which the capacity model plans for: at 0.1 req/s that alone is 2.2 times the peak.
+        # peak, which the capacity model plans for: at 0.1 req/s that alone is 2.1 times the peak.
         with contextlib.suppress(InputError):
             own = peak_rate_rps(hist, method="quantile", quantile=0.99)
             per_minute = measured * 60
@@ -207,7 +209,7 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
             if own > LOG_PEAK_WARNING * max(measured, poisson_p99):
                 notes.append(f"The source's own p99 minute, {own:,.4g} req/s, is {own / measured:,.1f}× the stated "
                              f"peak, {measured:,.4g} req/s, far past what Poisson arrivals at the peak reach in theirs "
-                             f"({poisson_p99:,.4g}): the plan is sized for the stated one (a source of a busier period, "
+                             f"({poisson_p99:,.4g} req/s): the plan is sized for the stated one (a source of a busier period, "
                              "or a peak stated too low?)")
                 warnings.append(notes[-1])
     # Hours without a request lower the day's volume wherever the log's span sets its mean rate: a

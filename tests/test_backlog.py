@@ -96,7 +96,7 @@ def test_short_waits_are_the_queue_at_n_and_the_tail_the_regime_rescaled():
     service = np.array([0.05, 0.2, 4.0])
     weight = np.array([0.7, 0.28, 0.02])
     rate = 2.0
-    base = mg1_wait(rate, service, weight, 30.0)
+    base = mg1_wait(rate, service, weight)
     regime = service * 1.3
     fill_s = 5.0
     w = backlog_wait(base, rate, service, regime, weight, fill_s)
@@ -115,9 +115,9 @@ def test_the_rescaled_wait_matches_the_regimes_own_transform_for_exponential_ser
     service = _exponential(0.1)
     weight = np.ones(service.size)
     rate = 5.0
-    base = mg1_wait(rate, service, weight, 30.0)
+    base = mg1_wait(rate, service, weight)
     w = backlog_wait(base, rate, service, 1.3 * service, weight, 1.0)
-    regime = mg1_wait(rate, 1.3 * service, weight, 30.0)
+    regime = mg1_wait(rate, 1.3 * service, weight)
     x = np.array([1.5, 2.0, 3.0])  # past the fill time: the regime
     assert w.survival(x) == pytest.approx(regime.survival(x), rel=3e-2)
 
@@ -125,7 +125,7 @@ def test_the_rescaled_wait_matches_the_regimes_own_transform_for_exponential_ser
 def test_a_regime_that_never_clears_leaves_no_stable_wait():
     service = np.array([0.1, 1.0])
     weight = np.array([0.5, 0.5])
-    base = mg1_wait(1.0, service, weight, 10.0)
+    base = mg1_wait(1.0, service, weight)
     assert backlog_wait(base, 1.0, service, service * 2.0, weight, 2.0) is None  # ρ_b = 1.1
     assert backlog_wait(base, 1.0, service, service * 1.5, weight, 2.0) is not None  # ρ_b = 0.825
 
@@ -135,7 +135,7 @@ def test_the_wait_grid_has_no_half_cell_bias():
     # left end put it 5% low.
     service = _exponential(0.05)
     rate = 0.9 / float(service.mean())
-    w = mg1_wait(rate, service, np.ones(service.size), 30.0)
+    w = mg1_wait(rate, service, np.ones(service.size))
     exact = math.log(0.9 / 0.01) * float(service.mean()) / 0.1
     assert w.quantile(0.99) == pytest.approx(exact, rel=0.02)
 
@@ -143,7 +143,7 @@ def test_the_wait_grid_has_no_half_cell_bias():
 def test_the_wait_levels_are_interval_means_that_keep_the_mean():
     service = np.array([0.05, 0.2, 4.0])
     weight = np.array([0.7, 0.28, 0.02])
-    w = mg1_wait(2.0, service, weight, 30.0)
+    w = mg1_wait(2.0, service, weight)
     values, probs = w.levels()
     grid = np.arange(w.cdf.size) * w.dt_s
     assert float(np.dot(values, probs)) == pytest.approx(float(np.trapezoid(1.0 - w.cdf, grid)), rel=1e-9)

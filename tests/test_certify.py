@@ -1348,10 +1348,10 @@ def test_a_log_far_busier_than_the_stated_peak_is_warned_of_and_simulate_says_it
     r = CliRunner().invoke(main, ["solve", str(path), "--no-verify", "--no-report"])
     assert r.exit_code == 0, r.output
     assert re.search(r"warning: .*s\.yaml: The source's own p99 minute, 9\.\d+ req/s, is 3\.1× the stated peak, 3 req/s, "
-                     r"far past what Poisson arrivals at the peak reach in theirs \(3\.\d+\): the plan is sized for the "
+                     r"far past what Poisson arrivals at the peak reach in theirs \(3\.\d+ req/s\): the plan is sized for the "
                      r"stated one", r.stderr)
     assert CliRunner().invoke(main, ["solve", str(path), "--no-report"]).exit_code == 3
-    # Poisson arrivals at 0.1 req/s reach 2.2 times that in their own p99 minute: planned for, not warned of
+    # Poisson arrivals at 0.1 req/s reach 2.1 times that in their own p99 minute: planned for, not warned of
     quiet = tmp_path / "q.yaml"
     quiet.write_text(path.read_text(encoding="utf-8").replace(
         f"{{log: {log}, preset: azure}}", "{synthetic: {name: chat, requests: 3000, seed: 1, rate_rps: 0.1}}").replace(

@@ -326,6 +326,7 @@ def test_a_certified_plan_s_day_loads_no_replica_past_the_rate_it_held_in_simula
 
     plan, c = costs_of(three_to_one(tmp_path))
     assert plan.certification is not None and plan.certification.certified
+    assert any(pd.planned_by not in ("simulation", "held", "log") for pd in plan.pools)  # the case tested
     for pd in plan.pools:
         name = f"{pd.traffic_class.name}: {pd.config.label(pd.traffic_class.max_model_len)}"
         [pool] = [p for p in c.pools if p.name == name]
@@ -336,8 +337,8 @@ def test_a_certified_plan_s_day_loads_no_replica_past_the_rate_it_held_in_simula
         assert pool.capacity_rps == pd.replay_rps
         for hour, load in enumerate(c.loads_rps[name]):
             assert load / c.policy("autoscaled").serving(name, hour) <= pd.replay_rps * (1 + 1e-9)
-        assert (f"{pd.replay_rps:,.2f} req/s per replica (the rate its replicas held their targets at in simulation, "
-                f"{pd.replay_rps:,.3f}; the model's capacity, {pd.planned_rps:,.3f}, was not simulated)") in day_markdown(c)
+        assert (f"{pd.replay_rps:,.3f} req/s per replica (the rate its replicas held their targets at in simulation; "
+                f"the model's capacity, {pd.planned_rps:,.3f}, was not simulated)") in day_markdown(c)
         assert capacity_planned_by(pd, plan) == "replayed"  # the forecast's pools CSV says so
 
 
@@ -359,6 +360,6 @@ def test_a_stated_fleet_s_quiet_hours_put_no_replica_past_the_rate_it_held_at_it
     auto = c.policy("autoscaled")
     for hour, load in enumerate(c.loads_rps[pool.name]):  # load x headroom: the real load is 1 / headroom of it
         assert load / headroom / auto.serving(pool.name, hour) <= pd.replay_rps * (1 + 1e-9)
-    assert (f"(the rate its replicas held their targets at in simulation, {pd.replay_rps:,.3f} at the peak, × headroom "
-            f"{headroom:g}, the model's estimate; the model's capacity, {pd.planned_rps:,.3f}, was not simulated)"
-            ) in day_markdown(c)
+    assert (f"{pool.capacity_rps:,.3f} req/s per replica (the rate its replicas held their targets at in simulation "
+            f"at the peak, {pd.replay_rps:,.3f}, × headroom {headroom:g}, the model's estimate; the model's capacity, "
+            f"{pd.planned_rps:,.3f}, was not simulated)") in day_markdown(c)

@@ -722,3 +722,17 @@ def test_a_forecast_keeps_searched_capacities_and_ratios_only(catalog):
     assert (e2.planned_by, e2.capacity_rps) == ("simulation", 8.0) and later.knows_simulated(e2.config, e2.traffic_class)
     other, e3 = pair(4096)  # another context limit: nothing measured applies
     assert e3.planned_by == "model" and e3.calibration == 1.0 and not other.knows_simulated(e3.config, e3.traffic_class)
+
+
+def test_the_day_mix_s_reserved_replicas_are_named_by_gpu_type_where_its_pools_run_several():
+    """The shipped forecasts reserve one GPU type a quarter: the cell that names several is tested here."""
+    from planner.day_mix_ilp import DayPool
+    from planner.forecast_outputs import reserved_replicas_text
+
+    def pool(name, gpu):
+        return DayPool(name, name, gpu, 1, 10.0, 1, 2.99, 2.09)
+
+    pools = [pool("short", "l40s"), pool("long", "h100-sxm"), pool("long2", "h100-sxm")]
+    assert reserved_replicas_text({"short": 2, "long": 3, "long2": 1}, pools) == (
+        " (6 reserved replicas: 2 l40s, 4 h100-sxm)")
+    assert reserved_replicas_text({"long": 3, "long2": 1}, pools) == " (4 reserved replicas)"

@@ -30,7 +30,7 @@ def test_mm1_waiting_time_matches_the_closed_form():
     mu, lam = 10.0, 7.0
     u = (np.arange(20_000) + 0.5) / 20_000
     service = -np.log1p(-u) / mu
-    wait = mg1_wait(lam, service, np.ones_like(service), min_span_s=5.0)
+    wait = mg1_wait(lam, service, np.ones_like(service))
     rho = lam / mu
     for x in (0.0, 0.1, 0.3, 0.6, 1.0):
         assert float(wait.survival(x)) == pytest.approx(rho * math.exp(-(mu - lam) * x), abs=0.01)
@@ -40,12 +40,12 @@ def test_mm1_waiting_time_matches_the_closed_form():
 def test_md1_mean_wait_is_pollaczek_khinchine():
     """Deterministic service s: E[W] = λs² / 2(1-ρ); the grid's mean agrees."""
     lam, s = 4.0, 0.2
-    wait = mg1_wait(lam, np.array([s]), np.array([1.0]), min_span_s=5.0)
+    wait = mg1_wait(lam, np.array([s]), np.array([1.0]))
     pk = lam * s * s / (2 * (1 - lam * s))
     grid_mean = float(np.sum(1.0 - wait.cdf) * wait.dt_s)
     assert wait.mean_s == pytest.approx(pk)
     assert grid_mean == pytest.approx(pk, rel=0.02)
-    assert mg1_wait(6.0, np.array([s]), np.array([1.0]), min_span_s=5.0) is None  # ρ ≥ 1
+    assert mg1_wait(6.0, np.array([s]), np.array([1.0])) is None  # ρ ≥ 1
 
 
 def test_latencies_grow_with_load_and_start_at_the_empty_replica(catalog):

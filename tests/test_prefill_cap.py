@@ -87,14 +87,13 @@ def test_capped_waits_follow_the_occupancy():
     weight = np.array([0.5, 0.5])
     r = rate * 0.3
     long_wait, short_wait, _ = capped_waits(rate, work, weight, 0.0, FREE, STEPS, COMPUTE, np.array([1e-9]),
-                                         np.array([1.0]), min_span_s=10.0)
+                                         np.array([1.0]))
     assert float(long_wait.survival(1e-9)) == pytest.approx(r**3, rel=1e-3)
     decay = blocked_decay_s(rate, r, slot_hold_s(FREE, STEPS, COMPUTE), weight)
     assert long_wait.mean_s == pytest.approx(r**3 * decay)
     grid_mean = float(np.sum(1.0 - short_wait.cdf) * short_wait.dt_s)
     assert grid_mean == pytest.approx(long_wait.mean_s, rel=0.02)
-    assert capped_waits(4.0, work, weight, 0.0, FREE, STEPS, COMPUTE, np.array([0.01]), np.array([1.0]),
-                        min_span_s=10.0) is None  # r >= 1
+    assert capped_waits(4.0, work, weight, 0.0, FREE, STEPS, COMPUTE, np.array([0.01]), np.array([1.0])) is None  # r >= 1
 
 
 def test_a_backlog_regime_equal_to_the_queue_at_n_changes_nothing():
@@ -102,8 +101,8 @@ def test_a_backlog_regime_equal_to_the_queue_at_n_changes_nothing():
     rate, work, weight = 2.0, np.array([0.2, 0.4]), np.array([0.5, 0.5])
     step = SlotStep(100, 300, 0.01, 1e-4)
     args = (rate, work, weight, 0.1, step, STEPS, COMPUTE, np.array([0.01, 0.03]), np.array([1.0, 2.0]))
-    plain = capped_waits(*args, min_span_s=10.0)
-    read = capped_waits(*args, CappedRegime(work, 0.1, step, 5.0), min_span_s=10.0)
+    plain = capped_waits(*args)
+    read = capped_waits(*args, CappedRegime(work, 0.1, step, 5.0))
     for a, b in zip(plain[:2], read[:2], strict=True):
         assert b.dt_s == pytest.approx(a.dt_s)
         assert np.allclose(b.cdf, a.cdf, atol=1e-6)
@@ -119,7 +118,7 @@ def test_a_long_wait_is_read_at_the_backlog_regime():
     step_b = SlotStep(100, 200, 0.0, 1e-4)
     regime = CappedRegime(slow, 0.05, step_b, 4.0)
     long_wait, _, _ = capped_waits(rate, work, weight, 0.0, FREE, STEPS, COMPUTE, np.array([1e-9]), np.array([1.0]),
-                                regime, min_span_s=30.0)
+                                regime)
     r_b = rate * 0.375 / 0.95
     decay_b = blocked_decay_s(rate, r_b, slot_hold_s(step_b, STEPS, COMPUTE), weight)
     for x in (4.0, 6.0, 9.0):
@@ -128,7 +127,7 @@ def test_a_long_wait_is_read_at_the_backlog_regime():
     at_n = r**3 * np.exp(-2.0 / blocked_decay_s(rate, r, slot_hold_s(FREE, STEPS, COMPUTE), weight))
     assert at_n < float(long_wait.survival(2.0)) < r_b**2 * np.exp(-2.0 / decay_b)
     assert capped_waits(rate, work, weight, 0.0, FREE, STEPS, COMPUTE, np.array([1e-9]), np.array([1.0]),
-                        CappedRegime(work * 2.0, 0.0, FREE, 4.0), min_span_s=30.0) is None  # r_b = 1.2
+                        CappedRegime(work * 2.0, 0.0, FREE, 4.0)) is None  # r_b = 1.2
 
 
 def test_under_the_cap_short_prompts_pass_long_ones_in_model_and_simulation(catalog):
@@ -226,8 +225,8 @@ def test_full_steps_that_hold_more_decoders_slow_the_tail_of_the_occupancy():
     work, weight = np.array([0.1, 0.3]), np.array([0.5, 0.5])
     rate = speeds[-1] / 0.2 * 1.001  # r = λ·E[S] just past φ(c): full steps never clear it
     chunks = np.array([0.01]), np.array([1.0])
-    assert capped_waits(rate, work, weight, 0.0, FOLLOWING, STEPS, COMPUTE, *chunks, min_span_s=10.0) is None
-    assert capped_waits(rate / 1.002 * 0.999, work, weight, 0.0, FOLLOWING, STEPS, COMPUTE, *chunks, min_span_s=10.0) is not None
+    assert capped_waits(rate, work, weight, 0.0, FOLLOWING, STEPS, COMPUTE, *chunks) is None
+    assert capped_waits(rate / 1.002 * 0.999, work, weight, 0.0, FOLLOWING, STEPS, COMPUTE, *chunks) is not None
 
 
 def test_the_stay_spread_counts_one_chunk_of_each_other_prompt_in_service():

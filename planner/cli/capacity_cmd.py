@@ -61,7 +61,8 @@ def _load_histogram(path: str) -> Histogram:
 @click.option("--weight-dtype", default=None, help="Weight dtype [default: the checkpoint's (catalog checkpoint_dtype), else bf16].")
 @click.option("--kv-dtype", default="bf16", show_default=True, help="KV-cache dtype (planner catalog dtypes).")
 @click.option("--context-limit", "--max-model-len", "max_model_len", type=click.IntRange(1, MAX_TOKENS), default=None,
-              help="Context limit, tokens: the scenario's context_limit, vLLM's --max-model-len [default: the model's].")
+              help="Context limit, tokens: the scenario's context_limit, vLLM's --max-model-len [default: the model's; "
+                   "with --histogram, the largest histogram edge within it].")
 @click.option("--engine", default="vllm", show_default=True, help="Engine profile (planner catalog engines).")
 @click.option("--gpu-memory-utilization", type=FiniteFloatRange(0, 1, min_open=True), default=None, help="Fraction of memory the engine takes [default: the engine's].")
 @click.option("--overhead-gib", type=FiniteFloatRange(0, MAX_GPU_MEMORY_GIB), default=DEFAULT_OVERHEAD_GIB, show_default=True, help="Activations, CUDA graphs, logits, per GPU.")

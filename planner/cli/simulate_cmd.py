@@ -60,7 +60,8 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
         return
     if not certified:  # said first: solve refuses such a plan (exit 3), and the pools below are its last try
         click.echo("Not certified: " + (
-            f"the fleet the scenario states misses its targets in simulation, in pool {', '.join(missed)} (an audit)"
+            f"the fleet the scenario states misses its targets in simulation, in pool{'s' if len(missed) > 1 else ''} "
+            f"{', '.join(missed)} (an audit)"
             if scn.fleet else f"no plan holds its targets in simulation after {cert.rounds} re-plan{'s' if cert.rounds != 1 else ''} "
                  "(`planner solve` exits 3 and writes no report); below, the last re-plan's pools"))
     for c in checks:

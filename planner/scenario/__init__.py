@@ -91,7 +91,7 @@ class Scenario(Strict):
     model: str | dict[str, Any] = Field(description="catalog id, an inline model entry, or {config_json: path}")
     catalog: dict[str, Any] | None = Field(None, description="catalog overrides: {gpus: {id: {field: value}}, ...}")
     traffic: TrafficSpec
-    context_limit: PositiveTokens | None = Field(None, description="longest prompt+output served [default: the model's]")
+    context_limit: PositiveTokens | None = Field(None, description="longest prompt+output served [default: the largest histogram edge within the model's]")
     slo: SLOSpec = SLOSpec()
     sizing: Sizing = Sizing()
     gpus: list[str | GPUCandidate] = Field(default_factory=lambda: ["h100-sxm", "h200", "a100-80gb", "l40s"])
