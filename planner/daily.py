@@ -314,10 +314,11 @@ def day_costs(plan: Plan, profile: DailyProfile, terms: DayTerms) -> DayCosts:
     scn = plan.scenario
     hours = profile.hours
     names = {id(pool): f"{pool.traffic_class.name}: {pool.config.label(pool.traffic_class.max_model_len)}" for pool in plan.pools}
+    per_replica = {id(pool): replica_capacity_rps(pool, plan) for pool in plan.pools}
     pools = tuple(
         DayPool(
             name=names[id(pool)], stream=names[id(pool)], gpu=pool.config.gpu.id,
-            gpus_per_replica=pool.config.tp, capacity_rps=replica_capacity_rps(pool, plan),
+            gpus_per_replica=pool.config.tp, capacity_rps=per_replica[id(pool)],
             min_replicas=min(terms.min_replicas, pool.replicas),
             on_demand_usd_per_replica_hour=pool.config.price_usd_per_hour * pool.config.tp,
             reserved_usd_per_replica_hour=terms.reserved_usd_per_gpu_hour[pool.config.gpu.id] * pool.config.tp,
@@ -326,14 +327,14 @@ def day_costs(plan: Plan, profile: DailyProfile, terms: DayTerms) -> DayCosts:
     )
     rates = {pool.traffic_class.name: pool.traffic_class.rate_rps for pool in plan.pools}
     class_loads = {k: tuple(rate * m for m in profile.multipliers) for k, rate in rates.items()}
-    held = {k: sum(replica_capacity_rps(pool, plan) * pool.replicas for pool in plan.pools if pool.traffic_class.name == k) for k in rates}
+    held = {k: sum(per_replica[id(pool)] * pool.replicas for pool in plan.pools if pool.traffic_class.name == k) for k in rates}
     carried_by_none = [k for k, rps in held.items() if rps <= 0 and rates[k] > 0]
     if carried_by_none:  # a stated fleet whose every pool of a class holds nothing: no replica count carries an hour
         raise UncarriedClassError(f"the day's policies cannot be priced: no replica of the fleet carries any of class "
                                   f"{', '.join(repr(k) for k in carried_by_none)} within the targets (capacity 0 "
                                   "req/s), so no number of them holds an hour's load")
     loads = {
-        names[id(pool)]: tuple(load * replica_capacity_rps(pool, plan) * pool.replicas / held[pool.traffic_class.name]
+        names[id(pool)]: tuple(load * per_replica[id(pool)] * pool.replicas / held[pool.traffic_class.name]
                              for load in class_loads[pool.traffic_class.name])
         for pool in plan.pools
     }

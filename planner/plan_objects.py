@@ -292,6 +292,14 @@ def default_limit_text(model: Model) -> str:
             "the histogram's bins cannot tell which longer requests fit")
 
 
+def default_limit_note(model: Model, limit: int, stated: bool) -> str:
+    """' (why the limit is what it is)' where `limit` is the default and below the model's own (the
+    report's, an error's, `capacity`'s); '' where it was stated, or is the model's own."""
+    if stated or limit != default_context_limit(model) or limit == model.max_position_embeddings:
+        return ""
+    return f" ({default_limit_text(model)})"
+
+
 def traffic_classes(scn: Scenario, served: Histogram, limit: int, peak_rps: float) -> dict[str, list[TrafficClass]]:
     """Classes per split option: 'none' -> [all]; 'T' -> [short (≤ T, limit T), long (> T, limit L)]."""
     total = served.requests

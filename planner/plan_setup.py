@@ -23,7 +23,7 @@ from planner.plan_objects import (
     class_share,
     combinations,
     default_context_limit,
-    default_limit_text,
+    default_limit_note,
     edge_at_most,
     traffic_classes,
 )
@@ -91,9 +91,8 @@ def served_traffic(scn: Scenario, model: Model, hist: Histogram, measured_peak_r
         raise InputError(f"context_limit {limit} exceeds '{model.id}' max_position_embeddings {model.max_position_embeddings}")
     served = hist.select_total(at_most=edge_at_most(limit))
     if served.is_empty:
-        from_model = not scn.context_limit and limit == default_context_limit(model)  # not a stated pool's
         raise InputError(f"no request fits the {limit:,}-token context limit"
-                         + (f" ({default_limit_text(model)})" if from_model else ""))
+                         + default_limit_note(model, limit, stated=bool(scn.context_limit)))
     if scn.traffic.shared_prefix_tokens >= limit:
         raise InputError(f"traffic.shared_prefix_tokens {scn.traffic.shared_prefix_tokens} must be below the context limit {limit}")
     return limit, served, measured_peak_rps * scn.traffic.growth * served.requests / hist.requests

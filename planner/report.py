@@ -24,8 +24,7 @@ from planner.plan_objects import (
     Plan,
     PoolDetail,
     classes_short_of_capacity,
-    default_context_limit,
-    default_limit_text,
+    default_limit_note,
     peak_shortfall,
     thresholds_left_out,
 )
@@ -824,8 +823,7 @@ def _traffic(plan: Plan, figure: str | None) -> str:
     lines += [f"- {n}" for n in plan.traffic_notes]
     lines += [
         f"- Requests in the histogram: {plan.hist.requests:,}; served within the {plan.context_limit:,}-token limit"
-        + (f" ({default_limit_text(plan.model)})" if not scn.context_limit and plan.context_limit
-           == default_context_limit(plan.model) != plan.model.max_position_embeddings else "")
+        + default_limit_note(plan.model, plan.context_limit, stated=bool(scn.context_limit))
         + f": {h.requests:,}; above the limit (rejected): {plan.rejected_requests:,}.",
         f"- Peak: {plan.measured_peak_rps:,.3f} requests/s ({peak_text(plan)}) × growth {scn.traffic.growth:g}"
         + (f" × {h.requests / plan.hist.requests:.2%} served" if plan.rejected_requests else "")

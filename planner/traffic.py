@@ -9,6 +9,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import NormalDist
 
 import numpy as np
 
@@ -27,6 +28,7 @@ from planner.scenario import Scenario, resolve
 from planner.silence import longest_silence, silence_note, silence_text
 
 LOG_PEAK_WARNING = 1.5  # a source's own p99 minute this many times a stated peak's (Poisson) is warned of
+_Z99 = NormalDist().inv_cdf(0.99)
 SAMPLED_MEAN_SPREAD = 0.02  # a source's mean within this share above a stated peak is taken as the peak's sample
 REPLAY_MAX_REQUESTS = 200_000  # a log longer than this is planned from its histogram but not replayed
 
@@ -204,8 +206,10 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
         # peak, which the capacity model plans for: at 0.1 req/s that alone is 2.1 times the peak.
         with contextlib.suppress(InputError):
             own = peak_rate_rps(hist, method="quantile", quantile=0.99)
+            # the normal approximation (z of 0.99, rounded up a request): paged.compound_poisson_quantile is
+            # exact but its grid grows with the mean, and a stated peak may be a billion requests/s
             per_minute = measured * 60
-            poisson_p99 = (per_minute + 2.33 * math.sqrt(per_minute) + 1) / 60  # normal approximation, rounded up
+            poisson_p99 = (per_minute + _Z99 * math.sqrt(per_minute) + 1) / 60
             if own > LOG_PEAK_WARNING * max(measured, poisson_p99):
                 notes.append(f"The source's own p99 minute, {own:,.4g} req/s, is {own / measured:,.1f}× the stated "
                              f"peak, {measured:,.4g} req/s, far past what Poisson arrivals at the peak reach in theirs "

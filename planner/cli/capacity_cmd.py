@@ -176,7 +176,7 @@ def _traffic_class(dep, histogram_file, prompt_tokens, output_tokens, shared_pre
     """The token profile of --histogram or --prompt-tokens/--output-tokens within the context
     limit, or None without a class; usage errors name the option."""
     from planner.paged import prefix_disagreement, token_profile
-    from planner.plan_objects import default_limit_text, edge_at_most
+    from planner.plan_objects import default_limit_note, edge_at_most
 
     if (prompt_tokens is None) != (output_tokens is None):
         raise click.UsageError("--prompt-tokens and --output-tokens go together")
@@ -197,8 +197,7 @@ def _traffic_class(dep, histogram_file, prompt_tokens, output_tokens, shared_pre
             raise InputError("holds no request: there is no traffic class to size", where=str(histogram_file))
         served = hist.select_total(at_most=edge_at_most(dep.max_model_len))
         too_long = hist.requests - served.requests
-        source = ("" if stated_limit is not None or dep.max_model_len == dep.model.max_position_embeddings
-                  else f" ({default_limit_text(dep.model)})")
+        source = default_limit_note(dep.model, dep.max_model_len, stated=stated_limit is not None)
         if too_long and served.is_empty:  # the error alone, one line, says why
             raise InputError(f"no request within the context limit: all {too_long:,} exceed {dep.max_model_len:,} "
                              f"tokens{source}", where=str(histogram_file))
