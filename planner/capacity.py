@@ -181,7 +181,7 @@ class ReplicaModel:
         self._concurrency: dict[float, dict[str, float]] = {}
         self._batch_bounds: dict[tuple, float] = {}  # batch_bound's answers (shared, like _concurrency, across targets)
         self._floors: tuple[TargetFloor, ...] | None = None
-        self._below: dict[tuple, tuple[bool, float | None]] = {}  # capacity_below's answers
+        self._below: dict[tuple, Below] = {}  # capacity_below's answers
         self._empty: list[np.ndarray] = []  # empty_own_s's answer (shared, like _decode, across targets)
 
     def with_slo(self, slo: SLO) -> ReplicaModel:
@@ -589,16 +589,31 @@ def replica_capacity(
     )
 
 
-def capacity_below(model: ReplicaModel, rate_rps: float, *, sizing: SizingMode, quantile: float) -> tuple[bool, float | None]:
-    """Whether replica_capacity(model) is certainly below `rate_rps`, from one latency point at most.
+@dataclass(frozen=True)
+class Below:
+    """capacity_below's answer. below: replica_capacity is certainly below the rate asked. upper_rps:
+    then a proven upper bound on that capacity, below the rate asked (the rate at the grid point
+    under the one that missed, or at the memory, batch or token-budget ceiling); else infinite.
+    start_n: when not below, a point known to hold where an exact search may start, or None."""
+
+    below: bool
+    upper_rps: float = math.inf
+    start_n: float | None = None
+
+
+def capacity_below(model: ReplicaModel, rate_rps: float, *, sizing: SizingMode, quantile: float) -> Below:
+    """Whether replica_capacity(model) is certainly below `rate_rps`, from one latency point at most,
+    and a bound on it below that rate when it is.
 
     Capacity is the rate at a resident batch no larger than the binding bound, and the rate
     increases with N, so it is below λ(n_cap) (the memory and batch ceilings) and λ at the
     token-budget ceiling; and when a latency
     target misses at the grid point N_x at or below the N where the replica runs at `rate_rps`, the
-    latency bound (the largest grid point that holds, for a margin increasing with N) lies below
-    N_x, so capacity is below rate_rps too. Returns (True, None) when so; else (False, N_x or None),
-    N_x a point known to hold, where an exact search may start.
+    latency bound (the largest grid point that holds, for a margin increasing with N) lies at the
+    grid point below N_x or lower, so capacity is at most λ there, below rate_rps. That bound, not
+    rate_rps itself, is what a pair proved below stands in with: at rate_rps a plan could cover a
+    class with replicas the pair cannot carry it with (the lazy search's rounds chose such pairs,
+    searched them and found them dearer, a round each).
 
     Remembered per model: the lazy search asks again of the pairs it proved below a rate in an
     earlier round (the same rate while its incumbent stands). The answer depends on whether the
@@ -609,23 +624,27 @@ def capacity_below(model: ReplicaModel, rate_rps: float, *, sizing: SizingMode, 
     return model._below[key]
 
 
-def _capacity_below(rm: ReplicaModel, rate_rps: float, sizing: SizingMode, quantile: float) -> tuple[bool, float | None]:
+def _capacity_below(rm: ReplicaModel, rate_rps: float, sizing: SizingMode, quantile: float) -> Below:
     n_cap = rm.batch_bound(sizing, quantile)  # an upper bound serves as well as the ceiling itself
-    if n_cap <= 0 or rm.rate(n_cap) < rate_rps or rm.rate(rm.budget_bound) < rate_rps:
-        return True, None
+    if n_cap <= 0:
+        return Below(True, 0.0)
+    ceiling_rps = min(rm.rate(n_cap), rm.rate(rm.budget_bound))
+    if ceiling_rps < rate_rps:
+        return Below(True, ceiling_rps)
     kinds = tuple(k for k in LATENCY_CEILINGS if _has_target(rm.slo, k))
     if not kinds or rate_rps <= 0:
-        return False, None
+        return Below(False)
     if rm.floors():
-        return True, None  # capacity 0
+        return Below(True, 0.0)  # capacity 0
     tiny = min(1e-6, n_cap)
     if rm.rate(tiny) >= rate_rps:
-        return False, None
+        return Below(False)
     log_r = math.log1p(BOUND_REL_TOL)
-    n_x = math.exp(math.floor(math.log(increasing_root(lambda n: rm.rate(n) - rate_rps, tiny, n_cap)) / log_r) * log_r)
+    k_x = math.floor(math.log(increasing_root(lambda n: rm.rate(n) - rate_rps, tiny, n_cap)) / log_r)
+    n_x = math.exp(k_x * log_r)
     if rm.margin(n_x, kinds, exact=False) > 0:
-        return True, None
-    return False, n_x
+        return Below(True, min(ceiling_rps, rm.rate(math.exp((k_x - 1) * log_r))))
+    return Below(False, start_n=n_x)
 
 
 def _has_target(slo: SLO, kind: str) -> bool:

@@ -405,9 +405,13 @@ class Evaluator:
             guess = None
             factor = self.factor_of(cfg, tc)
             if models[key] is not None and best > 0:
-                below, guess = capacity_below(models[key], best / factor, sizing=sizing, quantile=quantile)
-                if below:
-                    self.upper[key] = min(self.upper.get(key, math.inf), best / factor)
+                below = capacity_below(models[key], best / factor, sizing=sizing, quantile=quantile)
+                guess = below.start_n
+                if below.below:
+                    # A bound of 0 (a target missed unloaded) would have a lazy search evaluate the pair
+                    # at once, to no use: it is held below the sibling, and a search proves the 0 again.
+                    upper = below.upper_rps if below.upper_rps > 0 else best / factor
+                    self.upper[key] = min(self.upper.get(key, math.inf), upper)
                     self.dominated[key] = best_key
                     out[key] = Evaluation(cfg, tc, None, f"capacity below {best_label}'s {best:,.3f} req/s on the "
                                           "same GPUs", dominated_by=best_label)

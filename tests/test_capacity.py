@@ -264,19 +264,22 @@ def test_capacity_below_remembered_answers_are_fresh_answers(catalog):
     rm = ReplicaModel(dep, prof, slo)
     first = answers(rm)
     assert answers(rm) == first == answers(ReplicaModel(dep, prof, slo))
-    assert {below for below, _ in first} == {True, False}
+    assert {answer.below for answer in first} == {True, False}
     rm.concurrency(0.99)
     fresh = ReplicaModel(dep, prof, slo)
     fresh.concurrency(0.99)
     assert answers(rm) == answers(fresh)
-    assert answers(rm.with_slo(SLO.single(ttft_s=5.0))) == answers(ReplicaModel(dep, prof, SLO.single(ttft_s=5.0)))
+    looser = ReplicaModel(dep, prof, SLO.single(ttft_s=5.0))
+    looser.concurrency(0.99)  # the state rm.with_slo shares
+    assert answers(rm.with_slo(SLO.single(ttft_s=5.0))) == answers(looser)
     # Between the memory ceiling's rate and that of the looser bound used before the quantiles are
     # computed, the answer changes when they are: a remembered answer must not outlive that.
     loose = ReplicaModel(dep, prof, SLO())
     rate = loose.rate(loose.batch_bound("percentile", 0.99))
-    assert capacity_below(loose, rate * 0.99, sizing="percentile", quantile=0.99) == (False, None)
+    assert not capacity_below(loose, rate * 0.99, sizing="percentile", quantile=0.99).below
     loose.concurrency(0.99)
-    assert capacity_below(loose, rate * 0.99, sizing="percentile", quantile=0.99) == (True, None)
+    after = capacity_below(loose, rate * 0.99, sizing="percentile", quantile=0.99)
+    assert after.below and after.upper_rps == loose.rate(loose.batch_bound("percentile", 0.99)) < rate * 0.99
 
 
 classes = st.tuples(
@@ -424,7 +427,28 @@ def test_capacity_stays_below_the_token_budget_ceiling_and_capacity_below_knows_
     assert cap.max_rps <= ceiling * (1 + 1e-12)
     if rm.budget_bound < budget - 1:
         assert rm.prefill_load(rm.budget_bound) == pytest.approx(1.0, rel=1e-6)
-    assert capacity_below(rm, ceiling * 1.001, sizing="expected", quantile=0.99) == (True, None)
+    answer = capacity_below(rm, ceiling * 1.001, sizing="expected", quantile=0.99)
+    assert answer.below and cap.max_rps <= answer.upper_rps <= ceiling
+
+
+@SETTINGS
+@given(spec=classes, ttft=st.sampled_from([0.3, 1.0, 5.0]), tpot=st.sampled_from([None, 30.0]),
+       sizing=st.sampled_from(["expected", "percentile"]), ratio=st.floats(0.5, 2.0))
+def test_capacity_below_bounds_the_capacity_below_the_rate_asked(catalog, spec, ttft, tpot, sizing, ratio):
+    """What a pair proved below a rate stands in with in the lazy search's ILP: never below its
+    capacity (else a plan could be missed), and below the rate asked (at the rate itself the ILP
+    covers a class with replicas the pair cannot carry it with, and the search spends a round to
+    find that out)."""
+    dep = dep8b(catalog)
+    prof = token_profile(_hist(spec))
+    slo = SLO.single(ttft_s=ttft, tpot_ms=tpot)
+    cap = replica_capacity(dep, prof, slo, sizing=sizing).max_rps
+    rate = max(cap, 1e-3) * ratio
+    answer = capacity_below(ReplicaModel(dep, prof, slo), rate, sizing=sizing, quantile=0.99)
+    if answer.below:
+        assert cap <= answer.upper_rps < rate
+    else:
+        assert answer.upper_rps == math.inf
 
 
 def test_a_mean_ttft_target_binds_below_the_token_budget_on_every_search_path(catalog):
@@ -442,5 +466,6 @@ def test_a_mean_ttft_target_binds_below_the_token_budget_on_every_search_path(ca
     assert cap.binding == "ttft" and cap.clamped == ()
     assert rm.failing(cap.point.resident_batch, ("ttft",)) == []
     assert cap.ceilings_rps["ttft"] < cap.ceilings_rps["token_budget"]
-    assert capacity_below(rm, cap.ceilings_rps["ttft"] * 1.01, sizing="expected", quantile=0.99) == (True, None)
-    assert capacity_below(rm, cap.max_rps * 0.999, sizing="expected", quantile=0.99)[0] is False
+    above = capacity_below(rm, cap.ceilings_rps["ttft"] * 1.01, sizing="expected", quantile=0.99)
+    assert above.below and cap.max_rps <= above.upper_rps < cap.ceilings_rps["ttft"] * 1.01
+    assert capacity_below(rm, cap.max_rps * 0.999, sizing="expected", quantile=0.99).below is False

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from planner.ilp import Candidate, SplitOption, canonical_ties, solve_fleet
+from planner.ilp import Candidate, ServiceModel, SplitOption, _build, canonical_ties, solve_fleet
 
 
 def random_instance(seed: int):
@@ -240,6 +240,39 @@ def test_a_tie_break_decided_on_the_cost_optimum_equals_a_fresh_solve(seed, back
     assert len(seen) == 1 and seen[0].cost_per_hour == pytest.approx(fresh.cost_per_hour, abs=1e-6)
     key = ("status", "option", "threshold", "pools", "cost_per_hour", "gpus", "lp_text", "on_demand_gpus")
     assert [getattr(asked, k) for k in key] == [getattr(fresh, k) for k in key]
+
+
+@pytest.mark.parametrize("backend", ["highs", "cbc"])
+@pytest.mark.parametrize("seed", range(30))
+def test_the_cheapest_candidates_alone_give_the_whole_models_plan(seed, backend):
+    """Where only the split ties the classes together, the model keeps each class's cheapest
+    candidates (ilp.cheapest_of_class); --write-lp's model keeps them all. Both give a plan of the
+    same option, cost, GPUs, and cost and GPUs per class, ties broken alike (the instances tie often:
+    GPU types share prices, tp 2 costs twice tp 1), at every rate scale and with a minimum per pool;
+    and the one solved is the smaller. (Between pools of two GPU types at one price, GPUs and
+    replicas, the solver's pick follows its search path in either model: canonical_ties settles ties
+    on one GPU type only, since elsewhere a cap may tell the types apart.)"""
+    options, cands, _ = random_instance(seed)
+    scale = 1.0 + seed % 3
+    options = [dataclasses.replace(o, class_rates_rps={k: r * scale for k, r in o.class_rates_rps.items()})
+               for o in options]
+    for least in (1, 2):
+        whole = solve_fleet(options, cands, backend=backend, keep_lp=True, min_replicas=least)
+        cheapest = solve_fleet(options, cands, backend=backend, min_replicas=least)
+        key = ("status", "option", "threshold", "cost_per_hour", "gpus")
+        assert [getattr(cheapest, k) for k in key] == [getattr(whole, k) for k in key]
+        per_class = [sorted((p.traffic_class, p.cost_per_hour, p.gpus, p.replicas) for p in sol.pools)
+                     for sol in (cheapest, whole)]
+        assert per_class[0] == per_class[1]
+    _, parts, _ = _build([ServiceModel("", options, cands)], None, None, True, False, None, cheapest_only=True)
+    rates = {(o.key, k): r for o in options for k, r in o.class_rates_rps.items()}
+    kept = [parts[0].cands[i] for i in parts[0].keep]
+    for (option, k), rate in rates.items():
+        mine = [c for c in cands if (c.option, c.traffic_class) == (option, k)]
+        costs = [c.cost_per_replica_hour * max(1, math.ceil(rate / c.capacity_rps - 1e-12)) for c in mine]
+        assert sorted(c.config for c in kept if (c.option, c.traffic_class) == (option, k)) == sorted(
+            c.config for c, cost in zip(mine, costs, strict=True) if cost <= min(costs) + 1e-6)
+    assert len(kept) < len(cands)
 
 
 def test_lp_names_every_constraint_family():
