@@ -13,11 +13,11 @@ own price, so that a finance reader sees the obligation a forecast's total leave
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from planner.scenario.forecast_section import quarter_index
-from planner.units import HOURS_PER_QUARTER
+from planner.units import HOURS_PER_QUARTER, usd_rate_text
 
 
 @dataclass(frozen=True)
@@ -75,3 +75,25 @@ def quarter_after(quarter: str, quarters: int) -> str:
     """The calendar quarter `quarters` after `quarter` ("2027Q4", 2 -> "2028Q2")."""
     index = quarter_index(quarter) + quarters
     return f"{index // 4}Q{index % 4 + 1}"
+
+
+def above_on_demand_text(quarters: Sequence[tuple[str, Sequence[Lot], Mapping[str, float]]]) -> str:
+    """Where a quarter pays committed GPUs above its own on-demand price for them, or '': each
+    (quarter, the lots paid in it, its on-demand price per GPU type). The arithmetic is right, a
+    commitment is paid at its price for its term whatever on-demand prices do, but a committed price
+    above on-demand is most often a slip (forecast.reserved_prices) or a price cut the commitment
+    predates, and a finance reader should not find it out from the totals."""
+    phrases = []
+    for quarter, lots, on_demand in quarters:
+        above: dict[tuple[str, float], int] = {}
+        for lot in lots:
+            price = on_demand.get(lot.gpu)
+            if price is not None and lot.usd_per_gpu_hour > price + 1e-9:
+                above[(lot.gpu, lot.usd_per_gpu_hour)] = above.get((lot.gpu, lot.usd_per_gpu_hour), 0) + lot.gpus
+        phrases += [f"{quarter} pays {n:,} {gpu} at {usd_rate_text(usd)} against {usd_rate_text(on_demand[gpu])} on demand"
+                    for (gpu, usd), n in sorted(above.items())]
+    if not phrases:
+        return ""
+    return ("Committed above the on-demand price: " + "; ".join(phrases) + ". A commitment is paid at its own price "
+            "for its term, used or not, whatever on-demand prices do: on demand those GPUs would cost less (check "
+            "forecast.reserved_prices and the quarters' prices).")

@@ -66,8 +66,10 @@ def closest(name: str, known: Iterable[str]) -> str | None:
     return close[0] if close else None
 
 
-def did_you_mean(name: str, known: Iterable[str], *, what: str) -> str:
-    """The message for an unknown name: the closest match if any, and the known names."""
+def did_you_mean(name: str, known: Iterable[str], *, what: str, among: str = "") -> str:
+    """The message for an unknown name: the closest match if any, and the known names. among: the
+    names are a selection ("the scenario's gpus"), so the name is said to be missing from it, not
+    unknown (a GPU of the catalog that a scenario does not offer is not an unknown GPU)."""
     known = sorted(known)
     # The name in another case ('BF16' -> 'bf16') first: an edit-distance neighbour of the name as
     # typed may be another name ('fp16'). Then a name that starts the way it was typed ('h100' ->
@@ -76,4 +78,6 @@ def did_you_mean(name: str, known: Iterable[str], *, what: str) -> str:
     prefixed = [k for k in known if k.casefold().startswith(name.casefold())]
     close = (folded or prefixed or [closest(name, known)])[0]
     hint = f"did you mean '{close}'? " if close is not None else ""
+    if among:
+        return f"{what} '{shorten(name)}' is not among {among}; {hint}they are: {', '.join(known)}"
     return f"unknown {what} '{shorten(name)}'; {hint}known: {', '.join(known)}"

@@ -18,10 +18,17 @@ from __future__ import annotations
 
 import itertools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from planner.commitments import Lot, committed_after_end_usd, held, in_force, quarter_after
+from planner.commitments import (
+    Lot,
+    above_on_demand_text,
+    committed_after_end_usd,
+    held,
+    in_force,
+    quarter_after,
+)
 from planner.errors import InfeasibleError, InputError
 from planner.evaluator import Measurements
 from planner.files import output_folder
@@ -84,6 +91,7 @@ class FleetQuarter:
     change_by_type: dict[str, int]  # GPUs in use against the previous quarter
     commitments: tuple[Commitment, ...] = ()  # the lots behind added_commitments
     lots: tuple[Lot, ...] = ()  # the commitments beyond the inventory's paid in the quarter, in the order made
+    on_demand_price: dict[str, float] = field(default_factory=dict)  # per GPU-hour, each type's in the quarter
 
     @property
     def cost_per_hour(self) -> float:
@@ -145,7 +153,7 @@ def run_fleet_forecast(fleet: FleetInputs) -> list[FleetQuarter]:
         before = previous.plan.joint.gpus_by_type if previous else {}
         change = {} if previous is None else {g: by_type.get(g, 0) - before.get(g, 0)
                                               for g in sorted(set(by_type) | set(before))}
-        out.append(FleetQuarter(q.quarter, multiplier, plan, added, change, tuple(made), tuple(lots)))
+        out.append(FleetQuarter(q.quarter, multiplier, plan, added, change, tuple(made), tuple(lots), price))
         previous = out[-1]
         if not fc.carry_forward and term is None:  # a quarter's reservations, without a term, are its own
             lots = []
@@ -418,11 +426,20 @@ def _commitments_section(results: list[FleetQuarter], fleet: FleetInputs) -> lis
                 + (" The inventory's own commitments have no term in the fleet file: they are held in every quarter, "
                    "and what they cost after the forecast is not in this figure." if any(
                        s.committed for s in fleet.spec.inventory.values()) else "")]
+    above = committed_above_on_demand(results)
+    if above:
+        out += ["", above]
     if term is None and carried:
         out += ["", f"The total counts each commitment to {results[-1].quarter} only: whatever term it runs beyond "
                 "(a one-year reservation made late in the forecast) is spend this forecast does not show "
                 "(forecast.commitment_term_quarters states the term and prices it)."]
     return [*out, "", _held_at_the_end(results, fleet)]
+
+
+def committed_above_on_demand(results: list[FleetQuarter]) -> str:
+    """commitments.above_on_demand_text of the forecast's own commitments (the inventory's are the
+    fleet file's statement of what it holds): said in the report and on stderr."""
+    return above_on_demand_text([(r.quarter, r.lots, r.on_demand_price) for r in results])
 
 
 def _held_at_the_end(results: list[FleetQuarter], fleet: FleetInputs) -> str:

@@ -102,6 +102,7 @@ class QuarterResult:
     day: DayCosts
     unused_prices: tuple[UnusedPrice, ...] = ()
     lots: tuple[Lot, ...] = ()  # the commitments paid in the quarter, in the order made (planner.commitments)
+    on_demand_price: dict[str, float] = dataclasses.field(default_factory=dict)  # per GPU-hour, each type's in the quarter
 
     @property
     def gpus(self) -> int:
@@ -255,7 +256,7 @@ def run_forecast(inputs: Inputs, *, certify: bool | None = None) -> list[Quarter
         idle = _idle_reserved(inputs, qscn, plan, reserved, price, measured)
         result = _quarter_result(q.quarter, multiplier, plan, reserved, price, previous, day, idle)
         unused = _unused_prices(inputs, qscn, q, result.gpus_by_type, measured)
-        results.append(dataclasses.replace(result, unused_prices=unused, lots=tuple(lots)))
+        results.append(dataclasses.replace(result, unused_prices=unused, lots=tuple(lots), on_demand_price=od_price))
         previous = results[-1]
         commit_price_before = commit_price
         if not fc.carry_forward and term is None:  # a quarter's reservations, without a term, are its own

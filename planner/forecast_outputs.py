@@ -26,6 +26,7 @@ from typing import Any
 from planner.capacity import KNEE_SHARE
 from planner.commitments import (
     Lot,
+    above_on_demand_text,
     after_end,
     after_end_usd,
     committed_after_end_usd,
@@ -179,9 +180,10 @@ QUARTER_COLUMNS: tuple[Column, ...] = (
            _by_kind("reserved_idle", HOURS_PER_QUARTER), total=True),
     Column("total_usd", "number", "the fleet's cost over the {period}, USD",
            lambda r: r.cost_per_hour * HOURS_PER_QUARTER, total=True),
-    Column("input_usd", "number", "the part of total_usd charged to input tokens (each pool's share of GPU time in "
-           "prefill, at the peak), USD", lambda r: r.cost_per_hour * HOURS_PER_QUARTER * _input_share(r), total=True),
-    Column("output_usd", "number", "the part charged to output tokens (the rest of GPU time: decode and idle alike), USD",
+    Column("input_usd", "number", "the part of total_usd charged to input tokens: each pool's cost (idle committed GPUs "
+           "spread over the pools in proportion to their cost) times its share of GPU time in prefill at the peak, USD",
+           lambda r: r.cost_per_hour * HOURS_PER_QUARTER * _input_share(r), total=True),
+    Column("output_usd", "number", "the rest of total_usd, charged to output tokens (decode and idle time alike), USD",
            lambda r: r.cost_per_hour * HOURS_PER_QUARTER * (1 - _input_share(r)), total=True),
     Column("use_reserved_usd_per_hour", "number",
            "when committed GPUs sit idle: the cheapest plan that runs them all, USD per hour (empty otherwise, or when none can)",
@@ -533,7 +535,15 @@ def _price_basis_lines(results: Sequence[QuarterResult]) -> list[str]:
                      + "at the on-demand price of the quarter that commits it ("
                      + ("the quarter whose fleet carry_forward carries, or the one that states `reserved:`"
                         if fc.carry_forward else "the one that states `reserved:`") + ")" + rule + ".")
+    above = committed_above_on_demand(results)
+    if above:
+        lines.append(above)
     return ["", " ".join(lines)] if lines else []
+
+
+def committed_above_on_demand(results: Sequence[QuarterResult]) -> str:
+    """commitments.above_on_demand_text of the quarters: said in the report and on stderr."""
+    return above_on_demand_text([(r.quarter, r.lots, r.on_demand_price) for r in results])
 
 
 def _unused_price_lines(results: Sequence[QuarterResult]) -> list[str]:

@@ -11,7 +11,14 @@ import pytest
 import yaml
 from clirun import run
 
-from planner.commitments import Lot, after_end, after_end_usd, in_force, quarter_after
+from planner.commitments import (
+    Lot,
+    above_on_demand_text,
+    after_end,
+    after_end_usd,
+    in_force,
+    quarter_after,
+)
 from planner.forecast import run_forecast
 from planner.inputs import load_inputs
 
@@ -163,3 +170,16 @@ def test_a_commitment_still_in_its_term_above_a_later_cap_names_the_term(tmp_pat
             "their term, forecast.commitment_term_quarters: 3, and 0 reserved in this quarter) but availability is 4; "
             "a commitment is not given back: raise this quarter's availability or shorten the term") in r.output
     assert not (tmp_path / "out").exists()
+
+
+def test_a_lot_above_its_quarters_on_demand_price_is_named_with_its_gpus_and_prices():
+    """Lots paid above the quarter's own on-demand price are named, each quarter, summed by type and
+    price; a lot at or below it, or of a type the quarter has no on-demand price for, is not."""
+    lots = [Lot("h100-sxm", 4, 3.5, 0, 4), Lot("h100-sxm", 2, 3.5, 1, 4), Lot("h100-sxm", 3, 2.99, 1, 4),
+            Lot("l40s", 2, 1.0, 0, 4), Lot("b200", 1, 99.0, 0, 4)]
+    on_demand = {"h100-sxm": 2.99, "l40s": 1.40}
+    text = above_on_demand_text([("2027Q1", lots[:1], on_demand), ("2027Q2", lots, {**on_demand, "h100-sxm": 3.6}),
+                                 ("2027Q3", lots[:4], on_demand)])
+    assert text.startswith("Committed above the on-demand price: 2027Q1 pays 4 h100-sxm at $3.50 against $2.99 on "
+                           "demand; 2027Q3 pays 6 h100-sxm at $3.50 against $2.99 on demand. ")
+    assert above_on_demand_text([("2027Q1", lots[2:4], on_demand)]) == ""

@@ -4,6 +4,7 @@ wrong one. One test per root cause the campaign found."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -128,13 +129,36 @@ forecast:
         ("{h100-sxm: -1}", "forecast.reserved_prices.h100-sxm: Input should be greater than or equal to 0.001"),
         ("{h100-sxm: .nan}", "forecast.reserved_prices.h100-sxm: Input should be a finite number"),
         ("{h100-sxm: 1e9}", "forecast.reserved_prices.h100-sxm: Input should be less than or equal to 1000"),
-        ("{h100: 2.0}", "forecast.reserved_prices: unknown GPU 'h100'; did you mean 'h100-sxm'?"),
+        ("{h100: 2.0}", "forecast.reserved_prices: GPU 'h100' is not among the scenario gpus; did you mean 'h100-sxm'?"),
+        # a GPU of the catalog the scenario does not offer is not an unknown GPU
+        ("{b200: 2.0}", "forecast.reserved_prices: GPU 'b200' is not among the scenario gpus; they are: h100-sxm "
+                        "(a committed price needs the GPU among them)"),
     ],
 )
 def test_reserved_prices_are_validated(tmp_path, prices, expected):
     r = run("forecast", scenario(tmp_path, FORECAST.replace("{PRICES}", prices)), "--out-dir", tmp_path / "out")
     one_line_error(r, 2, "s.yaml", expected)
     assert leftovers(tmp_path / "out") == []
+
+
+def test_a_committed_price_above_on_demand_is_priced_as_stated_and_said(tmp_path):
+    """A committed price above the on-demand one is most often a slip: it is priced as stated (the
+    commitment is the user's), and the report and stderr say which quarters pay it and how much."""
+    out = tmp_path / "out"
+    r = run("forecast", scenario(tmp_path, FORECAST.replace("{PRICES}", "{h100-sxm: 3.5}")), "--out-dir", out)
+    assert r.exit_code == 0, r.output
+    said = ("Committed above the on-demand price: 2027Q2 pays 1 h100-sxm at $3.50 against $2.99 on demand. A "
+            "commitment is paid at its own price for its term, used or not")
+    assert f"warning: {tmp_path / 's.yaml'}: {said}" in r.stderr
+    assert said in (out / "tiny_forecast.md").read_text(encoding="utf-8")
+    with (out / "tiny_forecast_quarters.csv").open(encoding="utf-8") as f:
+        q2 = next(row for row in csv.DictReader(f) if row["quarter"] == "2027Q2")
+    assert float(q2["reserved_used_usd_per_hour"]) + float(q2["reserved_idle_usd_per_hour"]) == 3.5  # as stated
+    # at the on-demand price itself nothing is said
+    fair = run("forecast", scenario(tmp_path, FORECAST.replace("{PRICES}", "{h100-sxm: 2.99}"), name="f.yaml"),
+               "--out-dir", tmp_path / "fair")
+    assert fair.exit_code == 0 and "Committed above" not in fair.stderr
+    assert "Committed above" not in (tmp_path / "fair" / "tiny_forecast.md").read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize(

@@ -171,8 +171,8 @@ class Scenario(Strict):
         for gpu in self.forecast.reserved_prices:
             if gpu not in known:
                 raise ValueError(
-                    f"forecast.reserved_prices: {did_you_mean(gpu, known, what='GPU')} "
-                    "(a committed price needs the GPU among the scenario's gpus)"
+                    f"forecast.reserved_prices: {did_you_mean(gpu, known, what='GPU', among='the scenario gpus')} "
+                    "(a committed price needs the GPU among them)"
                 )
         return self
 
