@@ -610,7 +610,11 @@ def capacity_below(model: ReplicaModel, rate_rps: float, *, sizing: SizingMode, 
     token-budget ceiling; and when a latency
     target misses at the grid point N_x at or below the N where the replica runs at `rate_rps`, the
     latency bound (the largest grid point that holds, for a margin increasing with N) lies at the
-    grid point below N_x or lower, so capacity is at most λ there, below rate_rps. That bound, not
+    grid point below N_x or lower, so capacity is at most λ there, below rate_rps. (With percentile
+    sizing before its quantiles are computed, n_cap here is an upper bound on the replica's own, which
+    may lie between those two grid points and then be the latency bound itself; capacity is taken at
+    the knee, KNEE_SHARE of λ at the bound, and KNEE_SHARE x (1 + BOUND_REL_TOL) < 1 keeps it under
+    λ at the grid point below: tests/test_capacity.py checks both.) That bound, not
     rate_rps itself, is what a pair proved below stands in with: at rate_rps a plan could cover a
     class with replicas the pair cannot carry it with (the lazy search's rounds chose such pairs,
     searched them and found them dearer, a round each).

@@ -90,8 +90,8 @@ def above_on_demand_text(quarters: Sequence[tuple[str, Sequence[Lot], Mapping[st
             price = on_demand.get(lot.gpu)
             if price is not None and lot.usd_per_gpu_hour > price + 1e-9:
                 above[(lot.gpu, lot.usd_per_gpu_hour)] = above.get((lot.gpu, lot.usd_per_gpu_hour), 0) + lot.gpus
-        phrases += [f"{quarter} pays {n:,} {gpu} at {usd_rate_text(usd)} against {usd_rate_text(on_demand[gpu])} on demand"
-                    for (gpu, usd), n in sorted(above.items())]
+        phrases += [f"{quarter} pays {n:,} {gpu} at {usd_rate_text(usd)} per GPU-hour against {usd_rate_text(on_demand[gpu])} "
+                    "on demand" for (gpu, usd), n in sorted(above.items())]
     if not phrases:
         return ""
     return ("Committed above the on-demand price: " + "; ".join(phrases) + ". A commitment is paid at its own price "

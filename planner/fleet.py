@@ -291,8 +291,9 @@ def _check_forecast(fc: Forecast, catalog: Catalog, services: list[Service], inv
                          "commitments are never stranded; drop it", where=str(path))
     for gpu in fc.reserved_prices:  # (a scenario refuses such a price in its schema, against its gpus)
         if gpu not in used:
-            raise InputError(f"forecast.reserved_prices: {did_you_mean(gpu, used, what='GPU', among='the services gpus and the inventory')} "
-                             "(a committed price needs the GPU among them)", where=str(path))
+            missing = did_you_mean(gpu, used, what="GPU", among="the services' gpus and the inventory")
+            raise InputError(f"forecast.reserved_prices: {missing} (a committed price needs the GPU among them)",
+                             where=str(path))
         if gpu not in run:  # the forecast commits only what services run: no commitment would take this price
             raise InputError(f"forecast.reserved_prices.{gpu}: no service may run {gpu}, so the forecast commits none "
                              "and this would change nothing; add it to a service's gpus or drop it", where=str(path))

@@ -14,7 +14,9 @@ Sets
   C(o,k)   candidate configs with positive capacity for class k of option o; where nothing but
            the split ties the classes together (no caps, commitments, rule on GPU types or excluded
            plan, one pool a class), only those whose pool alone costs the class's least: every plan
-           at the optimum's cost takes such pools (cheapest_of_class). --write-lp writes them all.
+           at the optimum's cost takes such pools (cheapest_of_class). The model --write-lp writes
+           keeps them all (the same optimum; among plans tied on every term, the solver may pick
+           another GPU type of the same price there).
   G        GPU types
 Data
   r[o,k]   rate to cover (requests/s); u[c] capacity per replica (requests/s)
@@ -314,14 +316,16 @@ def solve_services(
     tie_break=True without building and solving the cost ILP again: that solve is deterministic, so
     it would find the same cost optimum on the same model."""
     t0 = time.perf_counter()
-    # Whole for a reader (--write-lp); a service's own rules are checked where its part is built.
-    cheapest_only = not keep_lp and not inventory and not any(n > 0 for n, _ in (reserved or {}).values()) \
+    # (a service's own rules are checked where its part is built)
+    cheapest_only = not inventory and not any(n > 0 for n, _ in (reserved or {}).values()) \
         and max_gpu_types is None and not types_in_use
-    prob, parts, joint = _build(services, inventory, reserved, reserved_pools, use_reserved, max_gpu_types, types_in_use,
-                                cheapest_only=cheapest_only)
+    model = (services, inventory, reserved, reserved_pools, use_reserved, max_gpu_types, types_in_use)
+    prob, parts, joint = _build(*model, cheapest_only=cheapest_only)
     if joint is None:  # no config for some class of every option, or too many GPUs
         return _unservable(parts, backend, t0)
-    lp = lp_text(prob) if keep_lp else ""
+    # The text is the model with every candidate, for a reader; the one solved is the same with only
+    # those an optimum can use, whether the text is kept or not (or the plan could change with it).
+    lp = lp_text(_build(*model)[0] if cheapest_only else prob) if keep_lp else ""
     build_s = time.perf_counter() - t0
     solver = solver_for(backend, time_limit_s)
     t1 = time.perf_counter()

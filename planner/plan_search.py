@@ -174,9 +174,11 @@ class LazySearch:
         # integral there, where at a rate just under it every such pair is a fraction of a replica from
         # the incumbent's cost and the solver branches on them all (the catalog-wide fleet's re-solves:
         # 23.3 s of ILPs against 10.9 s; the 128k rollout's full candidate set: 2.28 s in all against
-        # 2.76 with its rate).
-        self._tight = scn.homogeneous_pools and not (solve.inventory or solve.reserved or solve.pool_types
-                                                      or solve.type_rule is not None)
+        # 2.76 with its rate). The questions that exclude plans (the next-best ones) keep every
+        # candidate, and so does a search on the same evaluator that is not cut, which takes the
+        # bounds proved here from Evaluator.upper: a few ILPs, and every bound is a bound.
+        self._tight = scn.homogeneous_pools and not (solve.inventory or any(n > 0 for n, _ in solve.reserved.values())
+                                                      or solve.pool_types or solve.type_rule is not None)
         self._answers: dict[tuple, FleetSolution] = {}
         self._calibration = (evaluator.class_calibration(classes), evaluator.simulated_version)
         self.exact: dict[tuple, Evaluation] = {}

@@ -451,6 +451,16 @@ def test_capacity_below_bounds_the_capacity_below_the_rate_asked(catalog, spec, 
         assert answer.upper_rps == math.inf
 
 
+def test_the_knee_stays_under_a_grid_step():
+    """capacity_below's bound is λ at the grid point under the one that missed; where the replica's
+    own ceiling lies between the two (percentile sizing before its quantiles), the bound holds
+    because capacity is taken at the knee, KNEE_SHARE of λ at the ceiling, and λ grows no faster
+    than N: KNEE_SHARE x (1 + BOUND_REL_TOL) must stay under 1."""
+    from planner.capacity import BOUND_REL_TOL
+
+    assert KNEE_SHARE * (1 + BOUND_REL_TOL) < 1
+
+
 def test_a_mean_ttft_target_binds_below_the_token_budget_on_every_search_path(catalog):
     """On an L40S (vLLM's 2,048-token budget) 4,000-token prompts hit the budget ceiling soon after
     their mean TTFT target; past the ceiling the mean never settles. The latency bound is found

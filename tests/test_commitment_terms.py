@@ -180,6 +180,6 @@ def test_a_lot_above_its_quarters_on_demand_price_is_named_with_its_gpus_and_pri
     on_demand = {"h100-sxm": 2.99, "l40s": 1.40}
     text = above_on_demand_text([("2027Q1", lots[:1], on_demand), ("2027Q2", lots, {**on_demand, "h100-sxm": 3.6}),
                                  ("2027Q3", lots[:4], on_demand)])
-    assert text.startswith("Committed above the on-demand price: 2027Q1 pays 4 h100-sxm at $3.50 against $2.99 on "
-                           "demand; 2027Q3 pays 6 h100-sxm at $3.50 against $2.99 on demand. ")
+    assert text.startswith("Committed above the on-demand price: 2027Q1 pays 4 h100-sxm at $3.50 per GPU-hour "
+                           "against $2.99 on demand; 2027Q3 pays 6 h100-sxm at $3.50 per GPU-hour against $2.99 on demand. ")
     assert above_on_demand_text([("2027Q1", lots[2:4], on_demand)]) == ""

@@ -884,7 +884,7 @@ def test_a_fleet_with_no_plan_names_the_service_that_cannot_be_served_or_what_ea
     ({"forecast": {"quarters": [{"quarter": "2027Q1", "context_limit": 4096}]}},
      "fleet.yaml: forecast.quarters[0].context_limit: a fleet's quarters change demand"),
     ({"forecast": {"reserved_prices": {"b200": 1.0}, "quarters": [{"quarter": "2027Q1"}]}},
-     "fleet.yaml: forecast.reserved_prices: GPU 'b200' is not among the services gpus and the inventory; they are: "
+     "fleet.yaml: forecast.reserved_prices: GPU 'b200' is not among the services' gpus and the inventory; they are: "
      "h100-sxm, l40s (a committed price needs the GPU among them)"),
     ({"services": [service("x-y", 3.0), service("x_y", 3.0)]},
      "fleet.yaml: services[1]: 'x_y' and 'x-y' differ only in '-', '_' or '.', which the ILP's names (and its .lp "

@@ -129,9 +129,9 @@ forecast:
         ("{h100-sxm: -1}", "forecast.reserved_prices.h100-sxm: Input should be greater than or equal to 0.001"),
         ("{h100-sxm: .nan}", "forecast.reserved_prices.h100-sxm: Input should be a finite number"),
         ("{h100-sxm: 1e9}", "forecast.reserved_prices.h100-sxm: Input should be less than or equal to 1000"),
-        ("{h100: 2.0}", "forecast.reserved_prices: GPU 'h100' is not among the scenario gpus; did you mean 'h100-sxm'?"),
+        ("{h100: 2.0}", "forecast.reserved_prices: GPU 'h100' is not among the scenario's candidate gpus; did you mean 'h100-sxm'?"),
         # a GPU of the catalog the scenario does not offer is not an unknown GPU
-        ("{b200: 2.0}", "forecast.reserved_prices: GPU 'b200' is not among the scenario gpus; they are: h100-sxm "
+        ("{b200: 2.0}", "forecast.reserved_prices: GPU 'b200' is not among the scenario's candidate gpus; they are: h100-sxm "
                         "(a committed price needs the GPU among them)"),
     ],
 )
@@ -147,7 +147,7 @@ def test_a_committed_price_above_on_demand_is_priced_as_stated_and_said(tmp_path
     out = tmp_path / "out"
     r = run("forecast", scenario(tmp_path, FORECAST.replace("{PRICES}", "{h100-sxm: 3.5}")), "--out-dir", out)
     assert r.exit_code == 0, r.output
-    said = ("Committed above the on-demand price: 2027Q2 pays 1 h100-sxm at $3.50 against $2.99 on demand. A "
+    said = ("Committed above the on-demand price: 2027Q2 pays 1 h100-sxm at $3.50 per GPU-hour against $2.99 on demand. A "
             "commitment is paid at its own price for its term, used or not")
     assert f"warning: {tmp_path / 's.yaml'}: {said}" in r.stderr
     assert said in (out / "tiny_forecast.md").read_text(encoding="utf-8")

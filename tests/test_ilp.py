@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from planner.ilp import Candidate, ServiceModel, SplitOption, _build, canonical_ties, solve_fleet
+from planner.ilp_solver import lp_name
 
 
 def random_instance(seed: int):
@@ -244,26 +245,42 @@ def test_a_tie_break_decided_on_the_cost_optimum_equals_a_fresh_solve(seed, back
 
 @pytest.mark.parametrize("backend", ["highs", "cbc"])
 @pytest.mark.parametrize("seed", range(30))
-def test_the_cheapest_candidates_alone_give_the_whole_models_plan(seed, backend):
-    """Where only the split ties the classes together, the model keeps each class's cheapest
-    candidates (ilp.cheapest_of_class); --write-lp's model keeps them all. Both give a plan of the
-    same option, cost, GPUs, and cost and GPUs per class, ties broken alike (the instances tie often:
-    GPU types share prices, tp 2 costs twice tp 1), at every rate scale and with a minimum per pool;
-    and the one solved is the smaller. (Between pools of two GPU types at one price, GPUs and
+def test_the_cheapest_candidates_alone_give_the_whole_models_plan(seed, backend, monkeypatch):
+    """Where only the split ties the classes together, the model solved keeps each class's cheapest
+    candidates (ilp.cheapest_of_class); with caps that never bind it keeps them all. Both give a plan
+    of the same option, cost, GPUs, and cost and GPUs per class, ties broken alike (the instances tie
+    often: GPU types share prices, tp 2 costs twice tp 1), at every rate scale and with a minimum per
+    pool. The cut is made where nothing else binds, the LP text (--write-lp) keeps every candidate,
+    and keeping the text changes no plan. (Between pools of two GPU types at one price, GPUs and
     replicas, the solver's pick follows its search path in either model: canonical_ties settles ties
     on one GPU type only, since elsewhere a cap may tell the types apart.)"""
-    options, cands, _ = random_instance(seed)
+    import planner.ilp as ilp
+
+    options, cands, gpus = random_instance(seed)
     scale = 1.0 + seed % 3
     options = [dataclasses.replace(o, class_rates_rps={k: r * scale for k, r in o.class_rates_rps.items()})
                for o in options]
+    cuts = []
+    cheapest_of_class = ilp.cheapest_of_class
+    monkeypatch.setattr(ilp, "cheapest_of_class", lambda *a: cuts.append(1) or cheapest_of_class(*a))
+    never_binding = dict.fromkeys(gpus, 10 ** 6)
     for least in (1, 2):
-        whole = solve_fleet(options, cands, backend=backend, keep_lp=True, min_replicas=least)
+        cuts.clear()
+        whole = solve_fleet(options, cands, backend=backend, min_replicas=least, inventory=never_binding)
+        assert not cuts  # a cap, even one that never binds, ties the classes together: no cut
         cheapest = solve_fleet(options, cands, backend=backend, min_replicas=least)
+        assert cuts
         key = ("status", "option", "threshold", "cost_per_hour", "gpus")
         assert [getattr(cheapest, k) for k in key] == [getattr(whole, k) for k in key]
         per_class = [sorted((p.traffic_class, p.cost_per_hour, p.gpus, p.replicas) for p in sol.pools)
                      for sol in (cheapest, whole)]
         assert per_class[0] == per_class[1]
+        kept = solve_fleet(options, cands, backend=backend, min_replicas=least, keep_lp=True)
+        assert (kept.option, kept.pools) == (cheapest.option, cheapest.pools)
+    servable = {o.key for o in options if all(any((c.option, c.traffic_class) == (o.key, k) for c in cands)
+                                              for k in o.class_rates_rps)}
+    assert all(lp_name("replicas", c.option, c.traffic_class, c.config) in kept.lp_text
+               for c in cands if c.option in servable)
     _, parts, _ = _build([ServiceModel("", options, cands)], None, None, True, False, None, cheapest_only=True)
     rates = {(o.key, k): r for o in options for k, r in o.class_rates_rps.items()}
     kept = [parts[0].cands[i] for i in parts[0].keep]

@@ -170,10 +170,8 @@ class Scenario(Strict):
         known = [g.id for g in self.gpu_candidates]
         for gpu in self.forecast.reserved_prices:
             if gpu not in known:
-                raise ValueError(
-                    f"forecast.reserved_prices: {did_you_mean(gpu, known, what='GPU', among='the scenario gpus')} "
-                    "(a committed price needs the GPU among them)"
-                )
+                missing = did_you_mean(gpu, known, what="GPU", among="the scenario's candidate gpus")
+                raise ValueError(f"forecast.reserved_prices: {missing} (a committed price needs the GPU among them)")
         return self
 
     @field_validator("model")
