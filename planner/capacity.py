@@ -613,8 +613,9 @@ def capacity_below(model: ReplicaModel, rate_rps: float, *, sizing: SizingMode, 
     grid point below N_x or lower, so capacity is at most λ there, below rate_rps. (With percentile
     sizing before its quantiles are computed, n_cap here is an upper bound on the replica's own, which
     may lie between those two grid points and then be the latency bound itself; capacity is taken at
-    the knee, KNEE_SHARE of λ at the bound, and KNEE_SHARE x (1 + BOUND_REL_TOL) < 1 keeps it under
-    λ at the grid point below: tests/test_capacity.py checks both.) That bound, not
+    the knee, KNEE_SHARE of λ at the bound, and since λ/N does not rise with N (each sequence added
+    slows every step), KNEE_SHARE x (1 + BOUND_REL_TOL) < 1 keeps it under λ at the grid point below:
+    tests/test_capacity.py -k knee checks both.) That bound, not
     rate_rps itself, is what a pair proved below stands in with: at rate_rps a plan could cover a
     class with replicas the pair cannot carry it with (the lazy search's rounds chose such pairs,
     searched them and found them dearer, a round each).

@@ -451,14 +451,22 @@ def test_capacity_below_bounds_the_capacity_below_the_rate_asked(catalog, spec, 
         assert answer.upper_rps == math.inf
 
 
-def test_the_knee_stays_under_a_grid_step():
+@SETTINGS
+@given(spec=classes, budget=st.sampled_from([512, 2048, 8192]))
+def test_the_knee_stays_under_a_grid_step(catalog, spec, budget):
     """capacity_below's bound is λ at the grid point under the one that missed; where the replica's
     own ceiling lies between the two (percentile sizing before its quantiles), the bound holds
     because capacity is taken at the knee, KNEE_SHARE of λ at the ceiling, and λ grows no faster
-    than N: KNEE_SHARE x (1 + BOUND_REL_TOL) must stay under 1."""
+    than N (λ/N does not rise with N): KNEE_SHARE x (1 + BOUND_REL_TOL) must stay under 1, and λ/N
+    must fall, or stay, from each grid point to the next."""
     from planner.capacity import BOUND_REL_TOL
 
     assert KNEE_SHARE * (1 + BOUND_REL_TOL) < 1
+    engine = catalog.engine("vllm").model_copy(update={"max_num_batched_tokens": budget})
+    rm = ReplicaModel(replace(dep8b(catalog), engine=engine), token_profile(_hist(spec), chunk_tokens=budget), SLO())
+    n = np.geomspace(1e-3, 512, 400)
+    per_sequence = np.array([rm.rate(x) / x for x in n])
+    assert np.all(per_sequence[1:] <= per_sequence[:-1] * (1 + 1e-9))
 
 
 def test_a_mean_ttft_target_binds_below_the_token_budget_on_every_search_path(catalog):
