@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from planner.scenario.forecast_section import quarter_index
 from planner.units import HOURS_PER_QUARTER, usd_rate_text
@@ -77,16 +78,26 @@ def quarter_after(quarter: str, quarters: int) -> str:
     return f"{index // 4}Q{index % 4 + 1}"
 
 
-def above_on_demand_text(quarters: Sequence[tuple[str, Sequence[Lot], Mapping[str, float]]]) -> str:
-    """Where a quarter pays committed GPUs above its own on-demand price for them, or '': each
-    (quarter, the lots paid in it, its on-demand price per GPU type). The arithmetic is right, a
+class PaysLots(Protocol):
+    """A forecast's quarter as commitments reads it (forecast.QuarterResult, fleet_forecast.FleetQuarter)."""
+
+    quarter: str
+    lots: Sequence[Lot]  # the commitments the forecast made, paid in the quarter
+    on_demand_price: Mapping[str, float]  # per GPU-hour, each type's in the quarter
+
+
+def above_on_demand_text(quarters: Sequence[PaysLots]) -> str:
+    """Where a quarter pays committed GPUs above its own on-demand price for them, or '' (said in a
+    forecast's report and on stderr; a fleet's inventory is the fleet file's own statement of what
+    it holds, and is not among its quarters' lots). The arithmetic is right, a
     commitment is paid at its price for its term whatever on-demand prices do, but a committed price
     above on-demand is most often a slip (forecast.reserved_prices) or a price cut the commitment
     predates, and a finance reader should not find it out from the totals."""
     phrases = []
-    for quarter, lots, on_demand in quarters:
+    for q in quarters:
+        quarter, on_demand = q.quarter, q.on_demand_price
         above: dict[tuple[str, float], int] = {}
-        for lot in lots:
+        for lot in q.lots:
             price = on_demand.get(lot.gpu)
             if price is not None and lot.usd_per_gpu_hour > price + 1e-9:
                 above[(lot.gpu, lot.usd_per_gpu_hour)] = above.get((lot.gpu, lot.usd_per_gpu_hour), 0) + lot.gpus

@@ -426,7 +426,7 @@ def _commitments_section(results: list[FleetQuarter], fleet: FleetInputs) -> lis
                 + (" The inventory's own commitments have no term in the fleet file: they are held in every quarter, "
                    "and what they cost after the forecast is not in this figure." if any(
                        s.committed for s in fleet.spec.inventory.values()) else "")]
-    above = committed_above_on_demand(results)
+    above = above_on_demand_text(results)
     if above:
         out += ["", above]
     if term is None and carried:
@@ -434,12 +434,6 @@ def _commitments_section(results: list[FleetQuarter], fleet: FleetInputs) -> lis
                 "(a one-year reservation made late in the forecast) is spend this forecast does not show "
                 "(forecast.commitment_term_quarters states the term and prices it)."]
     return [*out, "", _held_at_the_end(results, fleet)]
-
-
-def committed_above_on_demand(results: list[FleetQuarter]) -> str:
-    """commitments.above_on_demand_text of the forecast's own commitments (the inventory's are the
-    fleet file's statement of what it holds): said in the report and on stderr."""
-    return above_on_demand_text([(r.quarter, r.lots, r.on_demand_price) for r in results])
 
 
 def _held_at_the_end(results: list[FleetQuarter], fleet: FleetInputs) -> str:

@@ -535,15 +535,10 @@ def _price_basis_lines(results: Sequence[QuarterResult]) -> list[str]:
                      + "at the on-demand price of the quarter that commits it ("
                      + ("the quarter whose fleet carry_forward carries, or the one that states `reserved:`"
                         if fc.carry_forward else "the one that states `reserved:`") + ")" + rule + ".")
-    above = committed_above_on_demand(results)
+    above = above_on_demand_text(results)
     if above:
         lines.append(above)
     return ["", " ".join(lines)] if lines else []
-
-
-def committed_above_on_demand(results: Sequence[QuarterResult]) -> str:
-    """commitments.above_on_demand_text of the quarters: said in the report and on stderr."""
-    return above_on_demand_text([(r.quarter, r.lots, r.on_demand_price) for r in results])
 
 
 def _unused_price_lines(results: Sequence[QuarterResult]) -> list[str]:

@@ -317,8 +317,7 @@ def solve_services(
     it would find the same cost optimum on the same model."""
     t0 = time.perf_counter()
     # (a service's own rules are checked where its part is built)
-    cheapest_only = not inventory and not any(n > 0 for n, _ in (reserved or {}).values()) \
-        and max_gpu_types is None and not types_in_use
+    cheapest_only = nothing_shared(inventory, reserved, max_gpu_types, types_in_use)
     model = (services, inventory, reserved, reserved_pools, use_reserved, max_gpu_types, types_in_use)
     prob, parts, joint = _build(*model, cheapest_only=cheapest_only)
     if joint is None:  # no config for some class of every option, or too many GPUs
@@ -631,6 +630,15 @@ class _ServiceVars:
             ))
         pools.sort(key=lambda p: (list(option.class_rates_rps).index(p.traffic_class), p.config))
         return option, pools
+
+
+def nothing_shared(inventory, reserved, max_gpu_types: int | None, types_in_use=frozenset()) -> bool:
+    """No rule ties the services, or one service's classes, together but the choice of a split: no
+    caps, no committed GPUs, no rule on GPU types. With one pool a class and no plan excluded (a
+    service's own rules, _ServiceVars), the ILP then keeps each class's cheapest candidates alone
+    (cheapest_of_class)."""
+    return (not inventory and not any(n > 0 for n, _ in (reserved or {}).values()) and max_gpu_types is None
+            and not types_in_use)
 
 
 def replicas_alone(c: Candidate, rate_rps: float, min_replicas: int) -> int:

@@ -20,6 +20,7 @@ from planner.ilp import (
     FleetSolution,
     ServiceModel,
     SplitOption,
+    nothing_shared,
     solve_fleet,
     undominated_candidates,
 )
@@ -177,8 +178,8 @@ class LazySearch:
         # 2.76 with its rate). The questions that exclude plans (the next-best ones) keep every
         # candidate, and so does a search on the same evaluator that is not cut, which takes the
         # bounds proved here from Evaluator.upper: a few ILPs, and every bound is a bound.
-        self._tight = scn.homogeneous_pools and not (solve.inventory or any(n > 0 for n, _ in solve.reserved.values())
-                                                      or solve.pool_types or solve.type_rule is not None)
+        self._tight = scn.homogeneous_pools and not solve.pool_types and nothing_shared(
+            solve.inventory, solve.reserved, None if solve.type_rule is None else solve.type_rule[0])
         self._answers: dict[tuple, FleetSolution] = {}
         self._calibration = (evaluator.class_calibration(classes), evaluator.simulated_version)
         self.exact: dict[tuple, Evaluation] = {}
@@ -289,9 +290,11 @@ class LazySearch:
                         price = cfg.price_usd_per_hour * cfg.tp
                         least = price * max(m, math.ceil(tc.rate_rps / u - 1e-12))  # its cost at its bound
                         most = math.floor(best / price + 1e-9)  # replicas affordable at the incumbent's cost
-                        if most < m or least > best or u <= tc.rate_rps / most:
-                            continue  # its bound already prices it out, or proves it below the rate
-                        window.append((least, cfg.label(0), key, tc.rate_rps / most))
+                        if most < m or least > best:
+                            continue  # its bound already prices it out
+                        need = tc.rate_rps / most
+                        if u > need:  # (at or below it, proved below it already)
+                            window.append((least, cfg.label(0), key, need))
                     unproved = None
                     for _, _, key, need in sorted(window):
                         u, cfg, other, rm, cal = bound[key]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -178,8 +179,12 @@ def test_a_lot_above_its_quarters_on_demand_price_is_named_with_its_gpus_and_pri
     lots = [Lot("h100-sxm", 4, 3.5, 0, 4), Lot("h100-sxm", 2, 3.5, 1, 4), Lot("h100-sxm", 3, 2.99, 1, 4),
             Lot("l40s", 2, 1.0, 0, 4), Lot("b200", 1, 99.0, 0, 4)]
     on_demand = {"h100-sxm": 2.99, "l40s": 1.40}
-    text = above_on_demand_text([("2027Q1", lots[:1], on_demand), ("2027Q2", lots, {**on_demand, "h100-sxm": 3.6}),
-                                 ("2027Q3", lots[:4], on_demand)])
+    def quarter(name, paid, prices):
+        return SimpleNamespace(quarter=name, lots=paid, on_demand_price=prices)
+
+    text = above_on_demand_text([quarter("2027Q1", lots[:1], on_demand),
+                                 quarter("2027Q2", lots, {**on_demand, "h100-sxm": 3.6}),
+                                 quarter("2027Q3", lots[:4], on_demand)])
     assert text.startswith("Committed above the on-demand price: 2027Q1 pays 4 h100-sxm at $3.50 per GPU-hour "
                            "against $2.99 on demand; 2027Q3 pays 6 h100-sxm at $3.50 per GPU-hour against $2.99 on demand. ")
-    assert above_on_demand_text([("2027Q1", lots[2:4], on_demand)]) == ""
+    assert above_on_demand_text([quarter("2027Q1", lots[2:4], on_demand)]) == ""

@@ -45,10 +45,11 @@ def forecast(scenario, out_dir, no_report, catalog_files, as_json) -> None:
       planner forecast scenarios/finance_2027.yaml
       planner forecast scenarios/fleet_2027q1.yaml
     """
+    from planner.commitments import above_on_demand_text
     from planner.errors import located
     from planner.fleet import is_fleet_file
     from planner.forecast import run_forecast
-    from planner.forecast_outputs import committed_above_on_demand, forecast_json, write_forecast
+    from planner.forecast_outputs import forecast_json, write_forecast
     from planner.inputs import load_inputs
     from planner.worker_pool import worker_processes
 
@@ -60,7 +61,7 @@ def forecast(scenario, out_dir, no_report, catalog_files, as_json) -> None:
         results = run_forecast(inputs)
         written = None if no_report else write_forecast(inputs.scenario.name, results, Path(out_dir))
     warn_traffic([(str(scenario), inputs)])  # once it has succeeded: a failed run says one line, its error
-    _warn_above_on_demand(str(scenario), committed_above_on_demand(results))
+    _warn_above_on_demand(str(scenario), above_on_demand_text(results))
     lines = [_quarter_text(r) for r in results] + [_idle_text(r) for r in results if r.idle is not None]
     _show(as_json, lambda: forecast_json(results), lines, written)
 
@@ -97,19 +98,15 @@ def _show(as_json: bool, data, lines: list[str], written) -> None:
 
 
 def _fleet_forecast(path, out_dir, no_report, catalog_files, as_json) -> None:
+    from planner.commitments import above_on_demand_text
     from planner.fleet import load_fleet
-    from planner.fleet_forecast import (
-        committed_above_on_demand,
-        fleet_forecast_json,
-        run_fleet_forecast,
-        write_fleet_forecast,
-    )
+    from planner.fleet_forecast import fleet_forecast_json, run_fleet_forecast, write_fleet_forecast
 
     fleet = load_fleet(path, catalog_files=catalog_files)
     results = run_fleet_forecast(fleet)
     written = None if no_report else write_fleet_forecast(fleet, results, Path(out_dir))
     warn_traffic([(s.where, s.inputs) for s in fleet.services])  # once it has succeeded
-    _warn_above_on_demand(str(path), committed_above_on_demand(results))
+    _warn_above_on_demand(str(path), above_on_demand_text(results))
     _show(as_json, lambda: fleet_forecast_json(results), [_fleet_quarter_text(r) for r in results], written)
 
 
