@@ -41,6 +41,7 @@ Derivation (continuous batching with chunked prefill, one replica):
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache, partial
 
@@ -99,18 +100,27 @@ class OperatingPoint:
 
 @dataclass(frozen=True)
 class TargetFloor:
-    """A target below what the config can do with no queueing at all: the band's own prefill
-    (and one decode step per chunk) at the target's statistic."""
+    """A target below what the config can do with no queueing at all. TTFT: the band's own prefill
+    (and one decode step per chunk) at the target's statistic (target_floors). TPOT, ITL: the
+    statistic with the replica all but empty, its own decode steps (unloaded_floors)."""
 
     band: str
-    kind: str  # "ttft"
+    kind: str  # "ttft", "tpot" or "itl"
     target_s: float
     floor_s: float
     stat: str
 
     def text(self) -> str:
-        return (f"band '{self.band}': TTFT {self.stat} ≤ {self.target_s:g} s is below the floor of "
-                f"{self.floor_s:.2f} s (the {self.stat} of the band's prefill time alone, with no queueing)")
+        if self.kind == "ttft":
+            return (f"band '{self.band}': TTFT {self.stat} ≤ {self.target_s:g} s is below the floor of "
+                    f"{self.floor_s:.2f} s (the {self.stat} of the band's prefill time alone, with no queueing)")
+        return (f"band '{self.band}': {self.kind.upper()} {self.stat} ≤ {self.target_s * 1e3:g} ms is below the floor of "
+                f"{self.floor_s * 1e3:.2f} ms (its {self.stat} with the replica all but empty: the config's own steps)")
+
+    @property
+    def shortfall(self) -> float:
+        """How many times the target the floor is: how far the config is from meeting it."""
+        return self.floor_s / self.target_s
 
 
 @dataclass(frozen=True)
@@ -498,6 +508,20 @@ def target_floors(rm: ReplicaModel) -> tuple[TargetFloor, ...]:
     return tuple(floors)
 
 
+def unloaded_floors(rm: ReplicaModel, kinds: Sequence[str], n: float) -> tuple[TargetFloor, ...]:
+    """The TPOT and ITL targets of `kinds` that miss at n resident sequences (a replica all but
+    empty, where replica_capacity finds a target no load meets), each with its value there: a
+    config's own steps, which no planning can shorten."""
+    pt = rm.latency_at(n)
+    floors = []
+    for kind in (k for k in kinds if k in ("tpot", "itl")):
+        for index, band in enumerate(rm.slo.bands):
+            target = getattr(band, kind)
+            if target is not None and pt.misses(index, kind, target):
+                floors.append(TargetFloor(band.name, kind, target.limit_s, pt.value(index, kind, target.stat), target.stat))
+    return tuple(floors)
+
+
 def replica_capacity(
     dep: Deployment,
     prof: TokenProfile,
@@ -549,9 +573,14 @@ def replica_capacity(
                 clamped.append(kind)
     n_bound = min([n_cap, *bounds.values()])
     binding = min(bounds, key=lambda k: (bounds[k], CEILINGS.index(k)))
-    notes = [f.text() for f in floors]
     missed = [] if floors or n_cap <= 0 else [k for k in kinds if bounds.get(k) == 0.0]
-    if missed:  # below what the config reaches unloaded: say so, as a TTFT floor does
+    if missed or (floors and n_cap > 0):
+        # Below what the config reaches unloaded: say so, with the value there, as a TTFT floor does;
+        # beside a TTFT floor too, so that the candidate a plan's error names as the closest is
+        # (a TPOT target in seconds had every TTFT-floored config named before the fastest).
+        floors = (*floors, *unloaded_floors(rm, missed or kinds, min(LEAST_RESIDENT_SEQS, n_cap)))
+    notes = [f.text() for f in floors]
+    if missed and not floors:  # the attainment goal, or a miss within the grid's tolerance of its limit
         notes.append(f"{' and '.join(k.upper() if k != 'attainment' else k for k in missed)} "
                      f"target{'s' if len(missed) > 1 else ''} missed even with no load: the config's own steps are "
                      "slower than the target allows")

@@ -429,6 +429,9 @@ class Catalog:
                 base = sections[section].get(entry_id)
                 merged = _merge(base.model_dump() if base else {}, dict(fields))
                 merged["id"] = entry_id
+                if section == "gpus" and base is not None and _price_restated(base, fields):
+                    # the quote the catalog cites is not the price now paid: name where this one comes from
+                    merged["price_source"], merged["price_date"] = f"override in {where}", "undated"
                 if section == "engines" and "gpu_tiers" not in fields:  # a stated flag holds on every GPU
                     stated = dict.fromkeys(_STEP_LIMITS & set(fields))
                     merged["gpu_tiers"] = [{**tier, **stated} for tier in merged.get("gpu_tiers", ())]
@@ -500,6 +503,13 @@ def _builtin() -> Catalog:
     )
     catalog.check_references()
     return catalog
+
+
+def _price_restated(base: GPU, fields: Mapping[str, Any]) -> bool:
+    """An override that changes a GPU's price without citing a source of its own."""
+    price = fields.get("price_usd_per_hour")
+    return (price is not None and price != base.price_usd_per_hour
+            and "price_source" not in fields and "price_date" not in fields)
 
 
 def load_catalog(*extra_files: str | Path) -> Catalog:

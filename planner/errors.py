@@ -75,7 +75,9 @@ def did_you_mean(name: str, known: Iterable[str], *, what: str, among: str = "")
     # typed may be another name ('fp16'). Then a name that starts the way it was typed ('h100' ->
     # 'h100-sxm'), which beats an edit-distance neighbour ('h200').
     folded = [k for k in known if k.casefold() == name.casefold()]
-    prefixed = [k for k in known if k.casefold().startswith(name.casefold())]
+    # (of those, the nearest: 'h100' is nearer 'h100-sxm' than 'h100-pcie', which sorts first)
+    starts = {k.casefold(): k for k in known if k.casefold().startswith(name.casefold())}
+    prefixed = [starts[k] for k in difflib.get_close_matches(name.casefold(), list(starts), n=1, cutoff=0.0)]
     close = (folded or prefixed or [closest(name, known)])[0]
     hint = f"did you mean '{close}'? " if close is not None else ""
     if among:

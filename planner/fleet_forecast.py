@@ -107,7 +107,9 @@ class FleetQuarter:
                 "committed_used": committed - idle, "committed_idle": idle}
 
 
-def run_fleet_forecast(fleet: FleetInputs) -> list[FleetQuarter]:
+def run_fleet_forecast(fleet: FleetInputs, *, certify: bool | None = None) -> list[FleetQuarter]:
+    """Each quarter of the fleet's forecast planned over the whole fleet, commitments shared. certify:
+    every quarter's plan certified by simulation or not [default: the services' `verify`]."""
     fc = fleet.spec.forecast
     if fc is None:
         raise InputError("the fleet file has no forecast section", where=str(fleet.path))
@@ -142,8 +144,8 @@ def run_fleet_forecast(fleet: FleetInputs) -> list[FleetQuarter]:
             added[lot.gpu] = added.get(lot.gpu, 0) + lot.gpus
         inventory = _quarter_inventory(base, lots, price, q.availability, types, where, fleet)
         try:
-            plan = make_fleet_plan(fleet.with_inventory(inventory), explore=False, growth=multiplier,
-                                   verify_flags=False, measurements=measured)
+            plan = make_fleet_plan(fleet.with_inventory(inventory), explore=False, growth=multiplier, certify=certify,
+                                   measurements=measured)
         except InfeasibleError as exc:
             # A quarter's availability replaces its types' inventory caps, which the message calls caps.
             blamed = sorted(g for g in q.availability if f"{g} ≤ " in exc.message)

@@ -56,7 +56,7 @@ def demote(markdown: str) -> str:
 def service_section(fp: FleetPlan, index: int, figures: dict[str, str] | None = None) -> str:
     """The service's own report (planner.report.render), one heading level down."""
     plan, svc = fp.plans[index], fp.fleet.services[index]
-    return demote(render(plan, figures=figures, sections=report_sections(plan, svc.inputs, forecast=False)))
+    return demote(render(plan, figures=figures, sections=report_sections(plan, svc.inputs, forecast=False).texts))
 
 
 def render_fleet(fp: FleetPlan, *, figures: list[dict[str, str]] | None = None) -> str:

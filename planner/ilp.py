@@ -294,6 +294,17 @@ def solve_fleet(
                    on_demand_gpus=joint.on_demand_gpus)
 
 
+# What a reader of --write-lp's file needs to rebuild the plan from it: the steps outside the model it
+# holds (a plan's kv:bf16 pool had no variable there, its kv:fp8 twin of equal cost had).
+LP_HEADER = """\\ planner's fleet ILP, its cost stage (the formulation: planner/ilp.py's docstring).
+\\ Candidates: each class's configs with positive capacity, less dominated ones (of dtype variants on the
+\\ same GPUs, only the one of highest capacity). Not in this file: the second solve, among plans of the
+\\ optimum's cost, for fewer GPUs, then fewer pools, then no split or the lowest threshold; and the dtype
+\\ variant each pool then runs, the most precise that covers it with the same replicas at the same cost
+\\ (plan_search.prefer_precise): the report may name kv:bf16 where this file's variable is kv:fp8.
+"""
+
+
 def solve_services(
     services: Sequence[ServiceModel],
     *,
@@ -324,7 +335,7 @@ def solve_services(
         return _unservable(parts, backend, t0)
     # The text is the model with every candidate, for a reader; the one solved is the same with only
     # those an optimum can use, whether the text is kept or not (or the plan could change with it).
-    lp = lp_text(_build(*model)[0] if cheapest_only else prob) if keep_lp else ""
+    lp = LP_HEADER + lp_text(_build(*model)[0] if cheapest_only else prob) if keep_lp else ""
     build_s = time.perf_counter() - t0
     solver = solver_for(backend, time_limit_s)
     t1 = time.perf_counter()

@@ -11,6 +11,7 @@ from planner.catalog import Catalog, Model, load_catalog
 from planner.errors import InputError
 from planner.evaluator import Measurements
 from planner.files import path_is
+from planner.memory import overhead_refusal
 from planner.plan_objects import Plan, default_context_limit, default_limit_text
 from planner.planning import make_plan
 from planner.scenario import Scenario, load_scenario, resolve
@@ -31,6 +32,9 @@ def scenario_catalog(scn: Scenario, path: Path, extra_files: tuple[str, ...] = (
             lookup(name)  # unknown name → InputError naming the closest match
         except InputError as exc:
             raise InputError(f"{field_path}: {exc}", where=str(path)) from None
+    refusal = overhead_refusal(catalog.engine(scn.engine)) if "overhead_gib" in scn.model_fields_set else None
+    if refusal:  # it was ignored without a word
+        raise InputError(f"overhead_gib: {refusal}", where=str(path))
     if scn.long_prefill_token_threshold is not None and catalog.engine(scn.engine).long_prefill_token_threshold is None:
         raise InputError(f"long_prefill_token_threshold: engine '{scn.engine}' has no such setting (vLLM's profiles do)",
                          where=str(path))
@@ -158,17 +162,28 @@ def plan_inputs(
     )
 
 
-def report_sections(plan: Plan, inputs: Inputs, *, forecast: bool = True, certify: bool | None = None) -> tuple[str, ...]:
+@dataclass(frozen=True)
+class ReportSections:
+    """The sections a plan's report adds after its pools, and what the command also says on stderr
+    of them (a report names a quarter that pays commitments above on demand; --json or --no-report
+    writes none that would)."""
+
+    texts: tuple[str, ...]
+    warnings: tuple[str, ...] = ()
+
+
+def report_sections(plan: Plan, inputs: Inputs, *, forecast: bool = True, certify: bool | None = None) -> ReportSections:
     """The sections a plan's report adds after its pools: the day's load curve priced (a profile that
     is not flat, or a stated traffic.mean_rps: finance's mean load, at which a token of a fleet sized
     for the peak costs more than the decision's price at the peak) and, with `forecast`, the
     scenario's forecast, its quarters certified as the plan was (`certify`, as for plan_inputs)."""
-    sections = []
+    sections, warnings = [], []
     if not inputs.traffic.profile.is_flat or inputs.scenario.traffic.mean_rps is not None:
         from planner.daily import day_section
 
         sections.append(day_section(plan, inputs.traffic.profile))
     if forecast and inputs.scenario.forecast is not None:
+        from planner.commitments import above_on_demand_text
         from planner.daily import UncarriedClassError
         from planner.forecast import run_forecast
         from planner.forecast_outputs import forecast_markdown
@@ -180,7 +195,8 @@ def report_sections(plan: Plan, inputs: Inputs, *, forecast: bool = True, certif
         else:
             sections.append(forecast_markdown(inputs.scenario.name, quarters, heading=2)
                             + "\nThe quarter-by-quarter CSV and figure come from `planner forecast` on this scenario.\n")
-    return tuple(sections)
+            warnings += [text for text in [above_on_demand_text(quarters)] if text]
+    return ReportSections(tuple(sections), tuple(warnings))
 
 
 def plan_scenario(path: str | Path, *, catalog_files: tuple[str, ...] = (), explore: bool = True) -> Plan:

@@ -319,6 +319,15 @@ def _no_budget_text(dep: Deployment, rule: str, memory_gib: float, f: float, wei
             + (" or ".join(settings) + f", or {remedies}" if settings else remedies))
 
 
+def overhead_refusal(engine, fraction_name: str = "gpu_memory_utilization") -> str | None:
+    """Why an overhead stated for this engine would be ignored, or None: under SGLang's rule the
+    memory fraction covers weights and cache, and the overhead is whatever it leaves (budget_ladder)."""
+    if engine.rule != "static_fraction_weights_and_kv":
+        return None
+    return (f"engine '{engine.id}' takes no overhead of its own: its memory fraction covers weights and KV cache, and "
+            f"the rest of the memory is the overhead; set {fraction_name} instead")
+
+
 def budget_ladder(dep: Deployment) -> BudgetLadder:
     """Reported memory x utilisation - weights - overhead = KV budget (seed 000, steps 1-8).
 
@@ -416,6 +425,9 @@ def paged_users(dep: Deployment, ladder: BudgetLadder, typical_tokens: int) -> i
     return users_that_fit(ladder.kv_budget_bytes, kv_bytes_per_sequence(dep.model, held, dep.kv_dtype, dep.tp))
 
 
+ALREADY_IN_USE = "already in use"  # a lever's why_not where the deployment has pulled it
+
+
 @dataclass(frozen=True)
 class LeverEffect:
     """What one memory lever would change (seed 000, "Drive every control")."""
@@ -445,6 +457,9 @@ def memory_levers(dep: Deployment, fp8: Dtype, lower_limit: int) -> list[LeverEf
     ]
     out = []
     for name, alt in options:
+        if alt == dep:  # an fp8 cache or fp8 weights already chosen: nothing to pull
+            out.append(LeverEffect(name, False, ALREADY_IN_USE, 0.0, 0.0, 0))
+            continue
         problem = supported_problem(alt.gpu, alt.tp, alt.weight_dtype, alt.kv_dtype, alt.model)
         if not problem and weight_bytes(alt.model, alt.weight_dtype) > weight_bytes(dep.model, dep.weight_dtype):
             # A checkpoint already below 8 bits (gpt-oss's MXFP4) grows in fp8: not a lever.

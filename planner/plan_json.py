@@ -21,7 +21,14 @@ def uncertified_message(plan: Plan) -> str | None:
         for pool in plan.pools if not pool.check.holds
     )
     what = "the fleet" if plan.given_fleet else f"no plan holds its targets in simulation after {cert.joint_rounds} re-plans;"
-    return f"{what} misses in simulation: {misses}" if plan.given_fleet else f"{what} {misses}"
+    if plan.given_fleet:
+        return f"{what} misses in simulation: {misses}"
+    missed = [pool.check for pool in plan.pools if not pool.check.holds]
+    if all(not c.problems and c.replay is not None for c in missed):  # Poisson arrivals held: the log's bursts did not
+        misses += (" (its Poisson runs held: the log's own arrivals come in bursts above the planned peak, and each "
+                   "re-plan adds one replica; raise the peak planned for, traffic.peak, or allow more re-plans, "
+                   "simulation.max_rounds)")
+    return f"{what} {misses}"
 
 
 def unsimulated_fleet_message(plan: Plan) -> str | None:

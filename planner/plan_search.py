@@ -568,14 +568,15 @@ def no_plan_message(sol: FleetSolution, scn: Scenario, classes, evals, inventory
 
 
 def _best_failed(evals: Sequence[Evaluation]) -> Evaluation | None:
-    """The candidate closest to serving the class: weights fit, then the fastest prefill."""
+    """The candidate closest to serving the class: weights fit, then the least shortfall of a target
+    no load meets (its floor over the target: the fastest prefill, or the fastest steps)."""
     if not evals:
         return None
     with_cap = [evaluation for evaluation in evals if evaluation.capacity is not None]
     if not with_cap:
         return evals[0]
-    return min(with_cap, key=lambda evaluation: (min((f.floor_s for f in evaluation.capacity.floors), default=0.0), -evaluation.config.tp,
-                                         evaluation.config.label(0)))
+    return min(with_cap, key=lambda evaluation: (max((f.shortfall for f in evaluation.capacity.floors), default=0.0),
+                                                 -evaluation.config.tp, evaluation.config.label(0)))
 
 
 def _summary(sol: FleetSolution) -> str:

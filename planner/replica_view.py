@@ -12,6 +12,7 @@ from planner.capacity import Capacity, ReplicaModel, replica_capacity
 from planner.catalog import Catalog
 from planner.deployment import Deployment
 from planner.memory import (
+    ALREADY_IN_USE,
     BudgetLadder,
     kv_bytes_per_sequence,
     ladder_rule_steps,
@@ -158,7 +159,7 @@ def ladder_text(catalog: Catalog, dep: Deployment, ladder: BudgetLadder, payload
     lines += ["", "Levers (independent, so they multiply):"]
     for lever in levers(catalog, dep):
         if not lever.available:
-            lines.append(f"  {lever.lever:<44} not available: {lever.why_not}")
+            lines.append(f"  {lever.lever:<44} {'' if lever.why_not == ALREADY_IN_USE else 'not available: '}{lever.why_not}")
             continue
         delta = lever.kv_budget_gib - ladder.kv_budget_gib
         extra = f", budget {delta:+.2f} GiB ({delta / ladder.kv_budget_gib:+.0%})" if abs(delta) > 1e-9 else ""

@@ -372,8 +372,27 @@ def _pools_table(plan: Plan) -> str:
     rows.append(f"| **Total** | | | | | | | | **{plan.solution.gpus:,}** | | | | **{usd_text(plan.cost_per_hour)}** |")
     if any(pool.planned_by == "calibration" for pool in plan.pools):
         rows += ["", CALIBRATED_NOTE]
+    rows += [line for note in [_untested_capacity_note(plan)] if note for line in ("", note)]
     rows += [line for note in routing_notes(plan) for line in ("", note)]
     return "\n".join(rows)
+
+
+def _untested_capacity_note(plan: Plan) -> str:
+    """Where a certified plan's pool is planned at the model's capacity and held at the lower rate it
+    carries, the capacity in its row is untested: chat_8b_h100's replica, planned at the model's 8.652
+    req/s and held at 7.2, read TPOT p99 70 ms against its 50 ms limit replayed at 8.652 (an outside
+    audit). An operator setting limits from the column would overload it."""
+    cert = plan.certification
+    if cert is None or not cert.certified:
+        return ""
+    untested = [pool for pool in plan.pools if pool.planned_by == "model" and pool.check is not None
+                and pool.replay_rps < pool.planned_rps]
+    if not untested:
+        return ""
+    held = "; ".join(f"{pool.traffic_class.label} on {pool.config.gpu.id}: {pool.replay_rps:,.3f}" for pool in untested)
+    return (f"Capacity / replica of {'this pool' if len(untested) == 1 else 'these pools'} is the model's, not tested in "
+            "simulation: certification replays a replica at the rate the plan has it carry, and it held there "
+            f"({held} req/s a replica). Take autoscaling or admission limits from the rate held.")
 
 
 def routing_notes(plan: Plan) -> list[str]:
@@ -474,7 +493,7 @@ def _why_of(plan: Plan, sol, left_out: str) -> str:
         for p in s.pools:
             need = _replicas_needed(p, s.pools)
             fractional += need * p.cost_per_hour / p.replicas
-            parts.append(f"{p.traffic_class}: {_fractional_text(need)} → {p.replicas:,} replicas of "
+            parts.append(f"{p.traffic_class}: {_fractional_text(need)} → {replicas_text(p.replicas)} of "
                          f"{p.config.split(' ctx')[0]} ({binding.get((s.option, p.traffic_class, p.config), '?')})")
         return "; ".join(parts), fractional
 

@@ -28,6 +28,9 @@ from planner.scenario import Scenario, resolve
 from planner.silence import longest_silence, silence_note, silence_text
 
 LOG_PEAK_WARNING = 1.5  # a source's own p99 minute this many times a stated peak's (Poisson) is warned of
+# A headroom above this is warned of: most likely a percentage written as the multiplier (20 for 1.2),
+# which plans 20 times the peak without a word.
+HEADROOM_WARNING = 3.0
 _Z99 = NormalDist().inv_cdf(0.99)
 SAMPLED_MEAN_SPREAD = 0.02  # a source's mean within this share above a stated peak is taken as the peak's sample
 REPLAY_MAX_REQUESTS = 200_000  # a log longer than this is planned from its histogram but not replayed
@@ -237,6 +240,11 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
         if clock:
             notes.append(f"In the log, {clock}.")
             warnings.append(notes[-1])
+    headroom = scn.traffic.headroom
+    if headroom > HEADROOM_WARNING:
+        notes.append(f"traffic.headroom {headroom:g} plans capacity for {headroom:g}× the peak: headroom is the capacity "
+                     f"planned per unit of peak (1.2 for 20% spare), not a percentage")
+        warnings.append(notes[-1])
     return Traffic(hist, measured, mean, tuple(notes), profile, requests, tuple(warnings))
 
 

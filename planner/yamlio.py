@@ -323,6 +323,25 @@ def _kind(member: Any) -> str:
     return kinds.get(typing.get_origin(member) or member, str(member))
 
 
+_UNITS = {"_ms": ("milliseconds", 1e-3), "_s": ("seconds", 1.0)}
+
+
+def _unit(key: str) -> str | None:
+    return next((suffix for suffix in _UNITS if key.endswith(suffix)), None)
+
+
+def _unit_hint(typed: str, close: str, value) -> str:
+    """Where the key suggested takes another unit than the one typed (ttft_ms for ttft_s), the value
+    in its unit: followed as written, the hint would read 2000 ms as 2000 s."""
+    have, want = _unit(typed), _unit(close)
+    if have is None or want is None or have == want or typed[: -len(have)] != close[: -len(want)]:
+        return ""
+    said = f" It is in {_UNITS[want][0]}"
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        said += f": {close}: {value * _UNITS[have][1] / _UNITS[want][1]:g}"
+    return said + "."
+
+
 def validation_message(exc: ValidationError, model: type[BaseModel], prefix: str = "") -> str:
     """The first validation error as 'path.to.field: problem', with 'did you mean' for unknown keys."""
     err, loc = _chosen_error(exc, model)
@@ -334,7 +353,7 @@ def validation_message(exc: ValidationError, model: type[BaseModel], prefix: str
     if err["type"] == "extra_forbidden":
         known = _field_names(model, loc[:-1])
         close = closest(str(loc[-1]), known)
-        hint = f"; did you mean '{close}'?" if close is not None else ""
+        hint = f"; did you mean '{close}'?{_unit_hint(str(loc[-1]), close, err.get('input'))}" if close is not None else ""
         return f"{path}: unknown key{hint} (valid keys: {', '.join(known)})"
     value = err.get("input")
     shown = f" (got {shown_value(value)})" if value is not None and not isinstance(value, dict | list) else ""

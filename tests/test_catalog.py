@@ -472,6 +472,22 @@ def test_an_override_of_one_step_limit_holds_on_every_gpu_and_the_tiers_keep_the
     assert make_deployment(own, model="llama-3.1-8b", gpu="h100-sxm").engine.max_num_seqs == 1024
 
 
+def test_a_price_override_is_sourced_where_it_is_stated_not_by_the_quote_it_replaces(catalog):
+    """A negotiated price in a scenario's `catalog:` or a --catalog file kept the catalog's source and
+    date, which quote another price: the report's price column could not be traced."""
+    h100 = catalog.gpu("h100-sxm")
+    cut = catalog.with_overrides({"gpus": {"h100-sxm": {"price_usd_per_hour": 2.10}}}, where="s.yaml: catalog").gpu("h100-sxm")
+    assert (cut.price_usd_per_hour, cut.price_source, cut.price_date) == (2.10, "override in s.yaml: catalog", "undated")
+    assert cut.model_dump(exclude={"price_usd_per_hour", "price_source", "price_date"}) == h100.model_dump(
+        exclude={"price_usd_per_hour", "price_source", "price_date"})
+    # the same price restated, or a price with its own source, keeps what it is given
+    same = catalog.with_overrides({"gpus": {"h100-sxm": {"price_usd_per_hour": h100.price_usd_per_hour}}}, where="o.yaml")
+    assert same.gpu("h100-sxm") == h100
+    cited = {"price_usd_per_hour": 2.5, "price_source": "our contract", "price_date": "2026-11"}
+    own = catalog.with_overrides({"gpus": {"h100-sxm": cited}}, where="o.yaml").gpu("h100-sxm")
+    assert (own.price_usd_per_hour, own.price_source, own.price_date) == (2.5, "our contract", "2026-11")
+
+
 def test_cli_engines_lists_the_tiers():
     table = run("catalog", "engines").output
     assert ">= 70 GiB and not named a100: 8192/1024; other GPUs: 2048/256" in table

@@ -182,7 +182,7 @@ def test_a_name_typed_as_a_prefix_suggests_the_full_name():
     assert r.exit_code == 2
     known = ", ".join(sorted(load_catalog().gpus))
     assert r.stderr == (
-        f"error: unknown GPU 'h100'; did you mean 'h100-pcie'? known: {known} (list them with `planner catalog gpus`)\n"
+        f"error: unknown GPU 'h100'; did you mean 'h100-sxm'? known: {known} (list them with `planner catalog gpus`)\n"
     )
 
 
@@ -194,7 +194,7 @@ def test_a_name_typed_in_another_case_suggests_itself_before_a_neighbour():
     assert r.stderr.startswith("error: unknown dtype 'BF16'; did you mean 'bf16'? known: ")
     r = run("capacity", "llama-3.1-8b", "H100")
     assert r.exit_code == 2
-    assert r.stderr.startswith("error: unknown GPU 'H100'; did you mean 'h100-pcie'? known: ")
+    assert r.stderr.startswith("error: unknown GPU 'H100'; did you mean 'h100-sxm'? known: ")
 
 
 def test_a_class_of_one_output_token_has_no_tpot_rather_than_a_tpot_of_zero():
@@ -220,6 +220,10 @@ def test_kv_refuses_what_capacity_refuses_for_the_same_model(args, message):
     r = run("kv", "llama-3.1-8b", *args)
     assert r.exit_code == 2, r.output
     assert message in r.output and len(r.output.strip().splitlines()) == 1
+    if args[0] == "--tokens":  # capacity says it of its own option (it named vLLM's max_model_len, no option of it)
+        r = run("capacity", "llama-3.1-8b", "h100-sxm", "--context-limit", args[1])
+        assert r.exit_code == 2, r.output
+        assert message.replace("--tokens", "--context-limit") in r.output and len(r.output.strip().splitlines()) == 1
 
 
 def test_capacity_refuses_a_quantile_its_sizing_does_not_read_as_a_scenario_does():

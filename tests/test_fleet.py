@@ -213,7 +213,7 @@ def test_each_service_section_is_its_own_report_when_no_shared_constraint_binds(
     for i, svc in enumerate(fleet.services):
         figures = {"traffic": "t.png", "split": "s.png", "ttft": "x.png"}
         alone = plan_inputs(svc.inputs)
-        own = demote(render(alone, figures=figures, sections=report_sections(alone, svc.inputs)))
+        own = demote(render(alone, figures=figures, sections=report_sections(alone, svc.inputs).texts))
         assert service_section(fp, i, figures) == own
         assert alone.cost_per_hour == pytest.approx(fp.plans[i].cost_per_hour)
     assert fp.cost_per_hour == pytest.approx(sum(p.cost_per_hour for p in fp.plans))
@@ -235,7 +235,7 @@ def test_a_service_of_a_fleet_without_limits_is_its_own_report_with_an_infeasibl
     figures = {"traffic": "t.png", "split": "s.png", "ttft": "x.png"}
     alone = plan_inputs(fleet.services[0].inputs)
     assert any(not o.feasible for o in alone.levers)  # the row that set it off
-    own = demote(render(alone, figures=figures, sections=report_sections(alone, fleet.services[0].inputs)))
+    own = demote(render(alone, figures=figures, sections=report_sections(alone, fleet.services[0].inputs).texts))
     assert service_section(fp, 0, figures) == own
     assert "**1 service on " in _totals(fp)
 
@@ -787,7 +787,7 @@ def test_a_fleet_with_no_plan_names_the_service_that_cannot_be_served_or_what_ea
 
 
 @pytest.mark.parametrize(("change", "message"), [
-    ({"inventory": {"h100": {"max_new": 4}}}, "fleet.yaml: inventory.h100: unknown GPU 'h100'; did you mean 'h100-pcie'?"),
+    ({"inventory": {"h100": {"max_new": 4}}}, "fleet.yaml: inventory.h100: unknown GPU 'h100'; did you mean 'h100-sxm'?"),
     ({"inventory": {"l40s": {"owned": 4}}}, "inventory.l40s: owned: 4 GPUs need owned_usd_per_hour"),
     # each count is within the bound, their sum is not
     ({"inventory": {"l40s": {"owned": 60_000_000, "owned_usd_per_hour": 1, "reserved": 60_000_000,
@@ -923,12 +923,16 @@ def test_a_service_solver_or_verify_the_fleet_settles_anyway_is_accepted(tmp_pat
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["certified"] is None
     assert CliRunner().invoke(main, ["solve", str(path), "--no-report"]).exit_code == 2
-    # `planner forecast` has no such flag, and its refusal names none
+    # `planner forecast` takes the flags too, and its refusal names them
     path = write_fleet(tmp_path, services=[service("alpha", 3.0, verify=True), service("beta", 3.0)],
                        forecast={"quarters": [{"quarter": "2027Q1"}]})
     r = CliRunner().invoke(main, ["forecast", str(path), "--no-report"])
     assert r.exit_code == 2, r.output
-    assert r.output.strip().endswith("so they state verify alike") and "--verify" not in r.output
+    assert r.output.strip().endswith("so they state verify alike (or --verify or --no-verify settles it for all)")
+    r = CliRunner().invoke(main, ["forecast", str(path), "--no-report", "--no-verify", "--json"])
+    assert r.exit_code == 0, r.output
+    [quarter] = json.loads(r.output)["quarters"]
+    assert quarter["quarter"] == "2027Q1"
 
 
 def test_the_keys_only_a_fleet_file_has_are_the_fleet_schema_s_beyond_a_scenario_s():

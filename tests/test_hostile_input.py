@@ -145,12 +145,19 @@ def test_a_committed_price_above_on_demand_is_priced_as_stated_and_said(tmp_path
     """A committed price above the on-demand one is most often a slip: it is priced as stated (the
     commitment is the user's), and the report and stderr say which quarters pay it and how much."""
     out = tmp_path / "out"
-    r = run("forecast", scenario(tmp_path, FORECAST.replace("{PRICES}", "{h100-sxm: 3.5}")), "--out-dir", out)
+    path = scenario(tmp_path, FORECAST.replace("{PRICES}", "{h100-sxm: 3.5}"))
+    r = run("forecast", path, "--out-dir", out)
     assert r.exit_code == 0, r.output
     said = ("Committed above the on-demand price: 2027Q2 pays 1 h100-sxm at $3.50 per GPU-hour against $2.99 on demand. A "
             "commitment is paid at its own price for its term, used or not")
-    assert f"warning: {tmp_path / 's.yaml'}: {said}" in r.stderr
+    assert f"warning: {path}: {said}" in r.stderr
     assert said in (out / "tiny_forecast.md").read_text(encoding="utf-8")
+    # planner solve reports the scenario's forecast too, and says it on stderr as well: --json writes
+    # no text that would
+    solved = run("solve", path, "--no-verify", "--json", "--out-dir", tmp_path / "solved")
+    assert solved.exit_code == 0, solved.output
+    assert solved.stderr.count(said) == 1 and f"warning: {path}: {said}" in solved.stderr
+    assert said in (tmp_path / "solved" / "tiny.md").read_text(encoding="utf-8")
     with (out / "tiny_forecast_quarters.csv").open(encoding="utf-8") as f:
         q2 = next(row for row in csv.DictReader(f) if row["quarter"] == "2027Q2")
     assert float(q2["reserved_used_usd_per_hour"]) + float(q2["reserved_idle_usd_per_hour"]) == 3.5  # as stated
@@ -158,7 +165,23 @@ def test_a_committed_price_above_on_demand_is_priced_as_stated_and_said(tmp_path
     fair = run("forecast", scenario(tmp_path, FORECAST.replace("{PRICES}", "{h100-sxm: 2.99}"), name="f.yaml"),
                "--out-dir", tmp_path / "fair")
     assert fair.exit_code == 0 and "Committed above" not in fair.stderr
+    fair_solved = run("solve", tmp_path / "f.yaml", "--no-verify", "--no-report")
+    assert fair_solved.exit_code == 0 and "Committed above" not in fair_solved.stderr
     assert "Committed above" not in (tmp_path / "fair" / "tiny_forecast.md").read_text(encoding="utf-8")
+
+
+def test_forecast_takes_verify_from_the_command_line_as_solve_does(tmp_path):
+    """`planner forecast` had no --no-verify: a scenario certified by default could only be forecast by
+    the model after editing its file (an outside probe)."""
+    path = scenario(tmp_path, FORECAST.replace("{PRICES}", "{}"))
+
+    def planned_by(*flags):
+        r = run("forecast", path, "--no-report", "--json", *flags)
+        assert r.exit_code == 0, r.output
+        return {p["capacity_planned_by"] for q in json.loads(r.stdout)["quarters"] for p in q["pools"]}
+
+    assert planned_by("--no-verify") == {"model"}
+    assert planned_by() == planned_by("--verify") == {"replayed"}  # the scenario's own verify: true
 
 
 @pytest.mark.parametrize(
@@ -1867,8 +1890,9 @@ def test_capacity_says_when_a_per_token_target_is_missed_with_no_load(option):
     r = run("capacity", "llama-3.1-8b", "h100-sxm", option, 0.001, "--prompt-tokens", 100, "--output-tokens", 10)
     assert r.exit_code == 0, r.output
     kind = option[2:].split("-")[0].upper()
-    assert (f"note: {kind} target missed even with no load: the config's own steps are slower than the target "
-            "allows") in r.stdout
+    said = f"note: band 'all': {kind} p99 ≤ 0.001 ms is below the floor of "
+    assert said in r.stdout and "ms (its p99 with the replica all but empty: the config's own steps)" in r.stdout
+    assert float(r.stdout.split(said)[1].split(" ms")[0]) > 1.0  # an 8B's decode step on an H100: milliseconds
 
 
 def test_a_usage_error_under_python_m_names_the_planner_command():
@@ -2670,3 +2694,33 @@ def test_an_empty_json_lines_part_counts_nothing_and_a_broken_one_counts_its_lin
     (logs / "c.jsonl").write_text("not json\n")
     r = run("histogram", logs, "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["excluded_rows"]["non_numeric"] == 1, r.output
+
+
+# ---- an overhead SGLang's memory rule has no place for ------------------------------------------
+def test_an_overhead_stated_for_sglang_is_refused_not_ignored(tmp_path):
+    """SGLang's memory fraction covers weights and cache, the rest being its overhead (memory.budget_ladder):
+    a stated overhead changed nothing, without a word (`capacity --overhead-gib`, a scenario's overhead_gib)."""
+    r = run("capacity", "llama-3.1-8b", "h100-sxm", "--engine", "sglang", "--overhead-gib", 5)
+    one_line_error(r, 2, "--overhead-gib: engine 'sglang' takes no overhead of its own: its memory fraction covers "
+                   "weights and KV cache, and the rest of the memory is the overhead; set --gpu-memory-utilization instead")
+    path = scenario(tmp_path, BASE + "engine: sglang\noverhead_gib: 5\n")
+    one_line_error(run("solve", path, "--out-dir", tmp_path / "out"), 2, "s.yaml",
+                   "overhead_gib: engine 'sglang' takes no overhead of its own", "set gpu_memory_utilization instead")
+    assert leftovers(tmp_path / "out") == []
+    # the engine's own default, and an overhead under vLLM, are planned as before
+    assert run("capacity", "llama-3.1-8b", "h100-sxm", "--engine", "sglang").exit_code == 0
+    vllm = run("capacity", "llama-3.1-8b", "h100-sxm", "--overhead-gib", 5, "--json")
+    assert vllm.exit_code == 0 and json.loads(vllm.stdout)["overhead_gib"] == 5
+
+
+# ---- a headroom written as a percentage ---------------------------------------------------------
+def test_a_headroom_that_reads_as_a_percentage_is_warned_of(tmp_path):
+    """`headroom: 20` (meant as 20%) planned 20 times the peak's capacity without a word (an outside probe)."""
+    text = BASE.replace("  peak: {method: explicit, rps: 4}\n", "  peak: {method: explicit, rps: 4}\n  headroom: 20\n")
+    r = run("solve", scenario(tmp_path, text), "--no-verify", "--no-report")
+    assert r.exit_code == 0, r.output
+    assert r.stderr == (f"warning: {tmp_path / 's.yaml'}: traffic.headroom 20 plans capacity for 20× the peak: headroom "
+                        "is the capacity planned per unit of peak (1.2 for 20% spare), not a percentage\n")
+    three = run("solve", scenario(tmp_path, text.replace("headroom: 20", "headroom: 3"), name="t.yaml"), "--no-verify",
+                "--no-report")
+    assert three.exit_code == 0 and three.stderr == ""

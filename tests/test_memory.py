@@ -11,6 +11,7 @@ from planner.catalog import Model
 from planner.deployment import make_deployment
 from planner.errors import InputError
 from planner.memory import (
+    ALREADY_IN_USE,
     budget_ladder,
     kv_bytes_for_tokens,
     kv_bytes_per_token,
@@ -176,6 +177,18 @@ def test_levers_multiply(catalog):
     assert levers["fp8 KV cache"].kv_gib_per_user == base.kv_gib_per_user / 2
     assert levers["context limit 4,096"].kv_gib_per_user == base.kv_gib_per_user / 2
     assert levers["all three"].kv_gib_per_user == base.kv_gib_per_user / 4
+
+
+def test_a_lever_already_pulled_is_said_to_be_in_use_not_offered(catalog):
+    """`planner capacity` of an fp8-cache, fp8-weight deployment listed both as levers, each 'giving'
+    what the deployment already has."""
+    fp8 = catalog.dtype("fp8")
+    dep = h100_8b(catalog, max_model_len=8192, kv_dtype="fp8", weight_dtype="fp8")
+    levers = {lv.lever.split(" (")[0]: lv for lv in memory_levers(dep, fp8, 4096)}
+    assert [(lv.available, lv.why_not) for lv in (levers["fp8 KV cache"], levers["fp8 weights"])] == [
+        (False, ALREADY_IN_USE)] * 2
+    assert levers["context limit 4,096"].kv_gib_per_user == budget_ladder(dep).kv_gib_per_user / 2
+    assert levers["all three"].kv_gib_per_user == levers["context limit 4,096"].kv_gib_per_user
 
 
 def test_ampere_has_no_fp8(catalog):

@@ -196,6 +196,18 @@ def test_long_prompts_that_miss_a_shared_band_s_target_on_their_own_are_named(ca
     assert (missing["prompt_min_tokens"], missing["kind"], missing["limit_s"]) == (8192, "tpot", 0.06)
     assert missing["predicted_s"] == parts["tpot"].predicted_s > 0.06 and missing["simulated_s"] is None
     assert missing["judged_by"] == "model" and missing["simulated_requests"] == 0
+    # a part no larger than the share the band's p99 lets past is said under its pool, not in the decision:
+    # the target as stated lets every one of them miss (one request of 19,366 in a probe's trace, "0.0%")
+    few = make_plan(scenario(context_limit=32768, gpus=["h100-sxm"], split_thresholds=[8192], min_replicas_per_pool=2,
+                             slo={"bands": [{"ttft_s": 3.0, "tpot_ms": 60}]}),
+                    catalog, catalog.model("llama-3.1-8b"), traffic(99980, (1000, 200), 20, (20000, 20)), 20.0,
+                    explore=False)
+    [part] = [t for t in tail_parts(few.pools[0], [8192]) if t.kind == "tpot"]
+    assert part.misses and part.share == pytest.approx(2e-4)
+    few_text = render(few)
+    [line] = [line for line in few_text.splitlines() if "on their own" in line]
+    assert line.startswith("**Requests with prompt ≥ 8,192 tokens (<0.1% of this pool's requests in band 'every prompt')")
+    assert "**Yet" not in few_text
     # with no threshold to split at, the scenario names no part
     alone = plan_for([])
     assert "on their own" not in render(alone) and plan_json(alone)["plan"][0]["band_parts_missing"] == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -134,6 +135,48 @@ def test_tiny_lp_file_matches_the_golden_file(tmp_path):
     assert_matches_golden("tiny.lp", lp.read_text(encoding="utf-8"))
 
 
+def test_a_capacity_certification_did_not_test_is_said_to_be_the_models(tmp_path):
+    """A certified pool's row showed the model's capacity beside the rate it held: replayed at the
+    model's 8.652 req/s, chat_8b_h100's replica read TPOT p99 70 ms against its 50 ms limit (an outside
+    audit). The table says which capacities simulation did not test, and only in a certified plan."""
+    said = "is the model's, not tested in simulation: certification replays a replica at the rate the plan has it carry"
+    certified, model_only = tmp_path / "certified", tmp_path / "model"
+    assert CliRunner().invoke(main, ["solve", str(GOLDEN / "tiny.yaml"), "--out-dir", str(certified)]).exit_code == 0
+    assert CliRunner().invoke(main, ["solve", str(GOLDEN / "tiny.yaml"), "--no-verify", "--out-dir",
+                                     str(model_only)]).exit_code == 0
+    text = (certified / "tiny.md").read_text(encoding="utf-8")
+    row = next(line for line in text.splitlines() if line.startswith("| all (≤ 8,192 tokens) |"))
+    capacity, rate = (float(cell) for cell in row.split(" | ")[9:11])
+    assert rate < capacity  # the replica carries less than the model's capacity: what was replayed
+    assert f"{said}, and it held there (all (≤ 8,192 tokens) on h100-sxm: {rate:.3f} req/s a replica)" in text
+    assert said not in (model_only / "tiny.md").read_text(encoding="utf-8")
+
+
+def test_the_lp_file_solves_to_the_plans_cost_and_says_why_its_variables_may_differ(tmp_path):
+    """A reader solving --write-lp's file found the plan's cost on another variable (kv:fp8 where the
+    report names kv:bf16): the dtype a pool runs is chosen after the solve. The file says so in a
+    comment, which both solvers read past."""
+    import highspy
+
+    lp = tmp_path / "tiny.lp"
+    r = CliRunner().invoke(main, ["solve", str(GOLDEN / "tiny.yaml"), "--no-report", "--write-lp", str(lp)])
+    assert r.exit_code == 0, r.output
+    assert "1 x h100-sxm tp2 w:bf16 kv:bf16" in r.stdout and "$5.98/hour" in r.stdout
+    text = lp.read_text(encoding="utf-8")
+    assert "the report may name kv:bf16 where this file's variable is kv:fp8" in text
+    assert "kv_bf16" not in text and "replicas_none_all_h100_sxm_tp2_w_bf16_kv_fp8_ctx_8192" in text
+    highs = highspy.Highs()
+    highs.setOptionValue("output_flag", False)
+    assert highs.readModel(str(lp)) == highspy.HighsStatus.kOk
+    highs.run()
+    assert highs.getInfo().objective_function_value == pytest.approx(5.98)
+    # CBC, the binary PuLP ships (PuLP itself reads MPS files only)
+    from planner.ilp_solver import solver_for
+
+    cbc = subprocess.run([solver_for("cbc", 10).path, str(lp), "solve"], capture_output=True, text=True, check=True)
+    assert "Objective value:                5.98" in cbc.stdout, cbc.stdout
+
+
 def test_a_footprint_reads_to_four_significant_digits_never_in_exponent_form():
     """inventory_mixed's footprint read 0.094 GiB on every pool, and its budget over that gave 651
     sequences where the table said 649: at four significant digits every shipped ladder's budget over
@@ -211,6 +254,16 @@ def test_requests_over_the_limit_are_named_in_the_decision_and_the_context_lever
 
     whole = make_plan(scn, catalog, catalog.model("llama-3.1-8b"), traffic(1000, (1000, 200), 0, (1000, 200)), 5.0)
     assert rejected_text(whole) == "none" and "rejected**" not in render(whole)
+
+
+def test_the_line_solve_prints_says_how_many_requests_the_plan_rejects():
+    """A limit that turned away 97% of a log's requests exited 0 with a one-line summary that did not say
+    so (an outside probe): a batch run reads that line, not the report."""
+    r = CliRunner().invoke(main, ["solve", str(ROOT / "scenarios" / "70b_enterprise.yaml"), "--no-verify", "--no-report"])
+    assert r.exit_code == 0, r.output
+    assert r.stdout.rstrip().endswith("; rejects 4,160 requests (8.3%) longer than the 32,768-token limit")
+    tiny = CliRunner().invoke(main, ["solve", str(GOLDEN / "tiny.yaml"), "--no-verify", "--no-report"])
+    assert tiny.exit_code == 0 and "rejects" not in tiny.stdout, tiny.output
 
 
 def test_a_percentile_of_few_simulated_requests_says_which_order_statistic_it_is():

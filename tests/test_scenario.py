@@ -139,6 +139,27 @@ def test_missing_scenario_file(tmp_path):
     assert r.exit_code == 2 and "file not found" in r.output
 
 
+def test_a_tpot_target_no_config_meets_names_the_fastest_candidate_and_its_floor(tmp_path):
+    """A TPOT target in seconds (0.06 for 60 ms) is met by no config even empty. Every candidate
+    tied at no TTFT floor, and the error named the first by tp and label (h200 tp2 w:bf16), not
+    the fastest, with no value beside the target."""
+    text = BASE.replace("gpus: [h100-sxm]\ntp: [1]", "gpus: [l40s, h100-sxm, h200]\ntp: [1, 2]") + (
+        "slo: {bands: [{ttft_s: 2, tpot_ms: 0.06}]}\n")
+    r = solve(write(tmp_path, text), "--no-report")
+    assert r.exit_code == 3, r.output
+    named = ("the best candidate, h100-sxm tp2 w:fp8 kv:fp8 ctx:8192, is stopped by tpot: band 'every prompt': "
+             "TPOT p99 ≤ 0.06 ms is below the floor of ")
+    assert named in r.output
+    floor_ms = float(r.output.split(named)[1].split(" ms")[0])
+    # each other candidate's floor, from `planner capacity`, is higher
+    for gpu, tp, dtype in [("h100-sxm", 1, "fp8"), ("h200", 2, "fp8"), ("h200", 2, "bf16"), ("l40s", 2, "fp8")]:
+        other = CliRunner().invoke(main, ["capacity", "llama-3.1-8b", gpu, "--tp", str(tp), "--weight-dtype", dtype,
+                                          "--kv-dtype", dtype, "--context-limit", "8192", "--prompt-tokens", "1000",
+                                          "--output-tokens", "200", "--tpot-ms", "0.06"])
+        assert other.exit_code == 0, other.output
+        assert float(other.output.split("is below the floor of ")[1].split(" ms")[0]) > floor_ms, (gpu, tp, dtype)
+
+
 def test_unreachable_ttft_target_exits_3_naming_band_target_and_floor(tmp_path):
     text = BASE.replace("context_limit: 8192", "context_limit: 131072").replace(
         "{constant: {prompt_tokens: 1000, output_tokens: 200}}", "{constant: {prompt_tokens: 120000, output_tokens: 200}}"
@@ -222,7 +243,7 @@ def test_write_lp_prints_the_model_with_named_constraints(tmp_path):
     r = solve(write(tmp_path, BASE), "--no-report", "--write-lp", lp)
     assert r.exit_code == 0, r.output
     text = lp.read_text(encoding="utf-8")
-    assert text.startswith("\\* fleet *\\")
+    assert text.startswith("\\ planner's fleet ILP, its cost stage") and "\n\\* fleet *\\\n" in text
     for name in ("cost_per_hour:", "one_split:", "cover_none_all:", "replicas_if_pool_none_all_h100_sxm_tp1"):
         assert name in text
 

@@ -27,6 +27,7 @@ from planner.histogram import Histogram
 from planner.memory import (
     budget_ladder,
     kv_token_cap,
+    overhead_refusal,
 )
 
 
@@ -119,6 +120,13 @@ def capacity(
     if given and sizing != "percentile":  # as a scenario's sizing: section refuses it
         raise click.BadParameter(f"is read only with --sizing percentile (sizing is {sizing})", param_hint="--quantile")
     catalog = get_catalog(catalog_files)
+    stated = click.get_current_context().get_parameter_source("overhead_gib") is click.core.ParameterSource.COMMANDLINE
+    if stated and (refusal := overhead_refusal(catalog.engine(engine), "--gpu-memory-utilization")):  # it was ignored without a word
+        raise click.BadParameter(refusal, param_hint="--overhead-gib")
+    taken = catalog.model(model).max_position_embeddings
+    if max_model_len is not None and max_model_len > taken:  # in the option's name, as `kv --tokens` is told
+        raise click.BadParameter(f"{max_model_len:,} exceeds the {taken:,} tokens '{model}' takes (max_position_embeddings)",
+                                 param_hint="--context-limit")
     if weight_dtype is None:
         weight_dtype = catalog.model(model).checkpoint_dtype or "bf16"
     stated_limit = max_model_len

@@ -7,7 +7,14 @@ from pathlib import Path
 
 import click
 
-from planner.cli.options import GivenPath, catalog_option, echo_json, json_option, warn_traffic
+from planner.cli.options import (
+    GivenPath,
+    catalog_option,
+    echo_json,
+    json_option,
+    warn_above_on_demand,
+    warn_traffic,
+)
 from planner.units import usd_per_million_text, usd_text
 
 
@@ -25,9 +32,12 @@ def _idle_text(r) -> str:
 @click.option("--out-dir", type=GivenPath(file_okay=False), default="reports", show_default=True,
               help="Where the forecast's Markdown, CSV tables, data package and figure are written.")
 @click.option("--no-report", is_flag=True, help="Print only; write no files.")
+@click.option("--verify/--no-verify", default=None,
+              help="Certify each quarter's plan by simulation, as `planner solve` does [default: the scenario's "
+                   "`verify`; a fleet's services'].")
 @catalog_option
 @json_option
-def forecast(scenario, out_dir, no_report, catalog_files, as_json) -> None:
+def forecast(scenario, out_dir, no_report, verify, catalog_files, as_json) -> None:
     """Per-quarter fleet and cost-per-token forecast of SCENARIO's forecast section.
 
     Writes <name>_forecast.md, <name>_forecast_quarters.csv (one row per quarter),
@@ -55,13 +65,13 @@ def forecast(scenario, out_dir, no_report, catalog_files, as_json) -> None:
 
     with located(scenario), worker_processes(not no_report):
         if is_fleet_file(scenario):
-            _fleet_forecast(scenario, out_dir, no_report, catalog_files, as_json)
+            _fleet_forecast(scenario, out_dir, no_report, verify, catalog_files, as_json)
             return
         inputs = load_inputs(scenario, catalog_files=catalog_files)
-        results = run_forecast(inputs)
+        results = run_forecast(inputs, certify=verify)
         written = None if no_report else write_forecast(inputs.scenario.name, results, Path(out_dir))
     warn_traffic([(str(scenario), inputs)])  # once it has succeeded: a failed run says one line, its error
-    _warn_above_on_demand(str(scenario), above_on_demand_text(results))
+    warn_above_on_demand(str(scenario), above_on_demand_text(results))
     lines = [_quarter_text(r) for r in results] + [_idle_text(r) for r in results if r.idle is not None]
     _show(as_json, lambda: forecast_json(results), lines, written)
 
@@ -79,13 +89,6 @@ def _quarter_text(r) -> str:
             f"{usd_text(r.day.policy('autoscaled').usd_per_day)} autoscaled, {usd_text(mix.usd_per_day)} reserved + on demand")
 
 
-def _warn_above_on_demand(where: str, text: str) -> None:
-    """Committed GPUs priced above on demand, on stderr as well as in the report (--json and
-    --no-report write none that would say so)."""
-    if text:
-        click.echo(f"warning: {where}: {text}", err=True)
-
-
 def _show(as_json: bool, data, lines: list[str], written) -> None:
     """The forecast as JSON (data() builds it), or its lines and the files written."""
     if as_json:
@@ -97,16 +100,16 @@ def _show(as_json: bool, data, lines: list[str], written) -> None:
         click.echo("-> " + ", ".join(str(p) for p in written))
 
 
-def _fleet_forecast(path, out_dir, no_report, catalog_files, as_json) -> None:
+def _fleet_forecast(path, out_dir, no_report, verify, catalog_files, as_json) -> None:
     from planner.commitments import above_on_demand_text
     from planner.fleet import load_fleet
     from planner.fleet_forecast import fleet_forecast_json, run_fleet_forecast, write_fleet_forecast
 
     fleet = load_fleet(path, catalog_files=catalog_files)
-    results = run_fleet_forecast(fleet)
+    results = run_fleet_forecast(fleet, certify=verify)
     written = None if no_report else write_fleet_forecast(fleet, results, Path(out_dir))
     warn_traffic([(s.where, s.inputs) for s in fleet.services])  # once it has succeeded
-    _warn_above_on_demand(str(path), above_on_demand_text(results))
+    warn_above_on_demand(str(path), above_on_demand_text(results))
     _show(as_json, lambda: fleet_forecast_json(results), [_fleet_quarter_text(r) for r in results], written)
 
 

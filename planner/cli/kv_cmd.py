@@ -68,7 +68,7 @@ def kv(model: str, kv_dtype: str, tokens: int | None, tp: int, catalog_files, as
         f"{m.id}, {dtype.id} cache" + (f", tp {tp}" if tp > 1 else ""),
         f"  per token   {per_token:,} bytes ({per_token / KiB:,.1f} KiB), by layer kind:",
         *(f"    {line}" for line in layer_kind_lines(m, dtype, tp)),
-        f"  per request {n:,} tokens -> {per_request:,} bytes = {per_request / GiB:,.2f} GiB = {per_request / GB:,.2f} GB",
+        f"  per request {n:,} token{'' if n == 1 else 's'} -> {per_request:,} bytes = {per_request / GiB:,.2f} GiB = {per_request / GB:,.2f} GB",
     ]
     click.echo("\n".join(lines))
 

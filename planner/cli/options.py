@@ -89,3 +89,10 @@ def warn_traffic(services) -> None:
     for where, inputs in services:
         for warning in inputs.traffic.warnings:
             click.echo(f"warning: {where}: {warning}", err=True)
+
+
+def warn_above_on_demand(where: str, text: str) -> None:
+    """Committed GPUs priced above on demand (commitments.above_on_demand_text), on stderr as well
+    as in the report (--json and --no-report write none that would say so)."""
+    if text:
+        click.echo(f"warning: {where}: {text}", err=True)

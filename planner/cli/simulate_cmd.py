@@ -57,6 +57,7 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
                 for c in checks
             ],
         })
+        _exit_uncertified(scenario, scn, certified)
         return
     if not certified:  # said first: solve refuses such a plan (exit 3), and the pools below are its last try
         click.echo("Not certified: " + (
@@ -92,6 +93,17 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
             click.echo(f"  not replayed with {NOT_DEALT_TEXT}")
     if any(not c.holds for c in checks):
         click.echo("note: at least one pool misses its targets in simulation; see above", err=True)
+    _exit_uncertified(scenario, scn, certified)
+
+
+def _exit_uncertified(scenario, scn, certified: bool) -> None:
+    """Exit 3, as `planner solve` does, where no plan can be certified, once the runs that show why
+    are printed (they are this command's answer); a fleet the scenario states is audited, not
+    planned, and its misses are reported with exit 0, as solve reports them."""
+    if not certified and not scn.fleet:
+        click.echo(f"error: {scenario}: no plan holds its targets in simulation (the runs above are the last "
+                   "re-plan's)", err=True)
+        raise click.exceptions.Exit(3)
 
 
 def _checks(scenario, pool, n_requests, seed, catalog_files):

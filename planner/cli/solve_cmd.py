@@ -6,7 +6,14 @@ from pathlib import Path
 
 import click
 
-from planner.cli.options import GivenPath, catalog_option, echo_json, json_option, warn_traffic
+from planner.cli.options import (
+    GivenPath,
+    catalog_option,
+    echo_json,
+    json_option,
+    warn_above_on_demand,
+    warn_traffic,
+)
 
 
 @click.command()
@@ -71,6 +78,9 @@ def _solve_all(scenarios, out_dir, no_report, write_lp, verify, catalog_files, a
                            else _write_fleet(plan, no_report, out_dir, as_json))
     # The logs' warnings once the command has succeeded: a failed run says one line, its error.
     _warn_traffic(loaded)
+    for path, kind, plan in planned:
+        for text in plan[1].warnings if kind == "scenario" else ():
+            warn_above_on_demand(str(path), text)
     if as_json:
         echo_json(results if len(results) > 1 else results[0])
         return
@@ -229,15 +239,26 @@ def _write_one(planned, no_report, out_dir, as_json):
     from planner.units import gpus_text, usd_text
 
     plan, sections, problem = planned
-    written = None if no_report else write_report(plan, Path(out_dir), sections=sections)
+    written = None if no_report else write_report(plan, Path(out_dir), sections=sections.texts)
     if as_json:
         return plan_json(plan)
     sol = plan.solution
     pools = ", ".join(f"{p.traffic_class}: {p.replicas:,} x {p.config}" for p in sol.pools)
     verdict = f" [{problem}]" if problem else ""
     return [f"{plan.scenario.name}: {usd_text(plan.cost_per_hour)}/hour, {gpus_text(sol.gpus)}, "
-            f"{sol.split_text} — {pools}{verdict}"
+            f"{sol.split_text} — {pools}{_rejected(plan)}{verdict}"
             + (f" -> {written}" if written else "")]
+
+
+def _rejected(plan) -> str:
+    """The requests the plan turns away, in the line a batch user reads: a context limit under most
+    of a log's prompts was said in the report alone (97% rejected, exit 0)."""
+    from planner.units import share_text
+
+    if not plan.rejected_requests:
+        return ""
+    return (f"; rejects {plan.rejected_requests:,} requests ({share_text(plan.rejected_share)}) longer than the "
+            f"{plan.context_limit:,}-token limit")
 
 
 def _write_fleet(fleet_plan, no_report, out_dir, as_json):
@@ -262,7 +283,7 @@ def _write_fleet(fleet_plan, no_report, out_dir, as_json):
         sol = plan.solution
         pools = ", ".join(f"{p.traffic_class}: {p.replicas:,} x {p.config}" for p in sol.pools)
         lines.append(f"  {plan.scenario.name}: {gpus_text(sol.gpus)}, "
-                     f"{sol.split_text} — {pools}")
+                     f"{sol.split_text} — {pools}{_rejected(plan)}")
     return lines
 
 

@@ -160,7 +160,7 @@ class _progress_bar:
 
 
 @click.command("synth")
-@click.argument("name", type=click.Choice(sorted(DISTRIBUTIONS)))
+@click.argument("name", type=click.Choice(sorted(DISTRIBUTIONS)), metavar="NAME")
 @click.option(
     "-n",
     "--requests",
