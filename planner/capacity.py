@@ -552,12 +552,17 @@ def replica_capacity(
     if token_budget:
         bounds["token_budget"] = rm.budget_bound
     clamped: list[str] = []
-    floors = rm.floors()
+    floors = ttft_floors = rm.floors()
     kinds = tuple(k for k in LATENCY_CEILINGS if _has_target(slo, k))
     if kinds:
         if floors or n_cap <= 0:
             n_lat = 0.0
-            failing = ["ttft"] if floors else list(kinds)
+            if floors and n_cap > 0:
+                # The per-token targets no load meets either, beside the TTFT floor: so that they are not
+                # said to hold, and the candidate a plan's error names as the closest is (a TPOT target in
+                # seconds had every TTFT-floored config named before the fastest).
+                floors = (*floors, *unloaded_floors(rm, kinds, min(LEAST_RESIDENT_SEQS, n_cap)))
+            failing = [k for k in kinds if k in {f.kind for f in floors}] if floors else list(kinds)
         else:
             n_lat = largest_on_grid(lambda n: rm.margin(n, kinds, exact=False), n_cap, BOUND_REL_TOL, guess=guess)
             if n_lat <= 0:  # no load meets them (a floor at the limit, within the grid): every miss binds at 0
@@ -573,16 +578,14 @@ def replica_capacity(
                 clamped.append(kind)
     n_bound = min([n_cap, *bounds.values()])
     binding = min(bounds, key=lambda k: (bounds[k], CEILINGS.index(k)))
-    missed = [] if floors or n_cap <= 0 else [k for k in kinds if bounds.get(k) == 0.0]
-    if missed or (floors and n_cap > 0):
-        # Below what the config reaches unloaded: say so, with the value there, as a TTFT floor does;
-        # beside a TTFT floor too, so that the candidate a plan's error names as the closest is
-        # (a TPOT target in seconds had every TTFT-floored config named before the fastest).
-        floors = (*floors, *unloaded_floors(rm, missed or kinds, min(LEAST_RESIDENT_SEQS, n_cap)))
+    missed = [] if ttft_floors or n_cap <= 0 else [k for k in kinds if bounds.get(k) == 0.0]
+    if missed:  # below what the config reaches unloaded: say so, with the value there, as a TTFT floor does
+        floors = unloaded_floors(rm, missed, min(LEAST_RESIDENT_SEQS, n_cap))
     notes = [f.text() for f in floors]
-    if missed and not floors:  # the attainment goal, or a miss within the grid's tolerance of its limit
-        notes.append(f"{' and '.join(k.upper() if k != 'attainment' else k for k in missed)} "
-                     f"target{'s' if len(missed) > 1 else ''} missed even with no load: the config's own steps are "
+    unvalued = [k for k in missed if k not in {f.kind for f in floors}]
+    if unvalued:  # the attainment goal, or a miss within the grid's tolerance of its limit
+        notes.append(f"{' and '.join(k.upper() if k != 'attainment' else k for k in unvalued)} "
+                     f"target{'s' if len(unvalued) > 1 else ''} missed even with no load: the config's own steps are "
                      "slower than the target allows")
     bound_kind = binding
     if n_batch < bounds[binding] or (n_batch <= n_bound and binding == "memory" and n_batch < n_mem):

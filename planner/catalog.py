@@ -431,7 +431,10 @@ class Catalog:
                 merged["id"] = entry_id
                 if section == "gpus" and base is not None and _price_restated(base, fields):
                     # the quote the catalog cites is not the price now paid: name where this one comes from
-                    merged["price_source"], merged["price_date"] = f"override in {where}", "undated"
+                    # (each of source and date the override does not state: neither is the catalog quote's)
+                    for key, stated in (("price_source", f"override in {where}"), ("price_date", "undated")):
+                        if key not in fields:
+                            merged[key] = stated
                 if section == "engines" and "gpu_tiers" not in fields:  # a stated flag holds on every GPU
                     stated = dict.fromkeys(_STEP_LIMITS & set(fields))
                     merged["gpu_tiers"] = [{**tier, **stated} for tier in merged.get("gpu_tiers", ())]
@@ -506,10 +509,9 @@ def _builtin() -> Catalog:
 
 
 def _price_restated(base: GPU, fields: Mapping[str, Any]) -> bool:
-    """An override that changes a GPU's price without citing a source of its own."""
+    """An override that changes a GPU's price."""
     price = fields.get("price_usd_per_hour")
-    return (price is not None and price != base.price_usd_per_hour
-            and "price_source" not in fields and "price_date" not in fields)
+    return price is not None and price != base.price_usd_per_hour
 
 
 def load_catalog(*extra_files: str | Path) -> Catalog:

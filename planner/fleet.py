@@ -264,18 +264,18 @@ def _solver_text(solver: Solver, fields=("backend", "time_limit_s")) -> str:
     return ", ".join(words[f] for f in fields)
 
 
-def refuse_mixed_verify(services: Sequence[Service], *, flags: bool = True) -> None:
+def refuse_mixed_verify(services: Sequence[Service]) -> None:
     """Services that disagree on `verify`, where no command-line flag settles it: certification
     replays every pool of the fleet together (a pool that misses re-solves the whole fleet's ILP),
-    so it is all of them or none. flags: whether the command has --verify / --no-verify to name
-    (`planner solve` does, `planner forecast` does not)."""
+    so it is all of them or none. `planner solve` and `planner forecast` both take --verify /
+    --no-verify, which the refusal names."""
     first = services[0]
     for svc in services[1:]:
         if svc.inputs.scenario.verify != first.inputs.scenario.verify:
             raise InputError(f"verify: {str(svc.inputs.scenario.verify).lower()} here and "
                              f"{str(first.inputs.scenario.verify).lower()} for '{first.name}': a fleet's services are "
                              "certified together (a pool that misses re-solves the whole fleet), so they state verify "
-                             "alike" + (" (or --verify or --no-verify settles it for all)" if flags else ""),
+                             "alike (or --verify or --no-verify settles it for all)",
                              where=svc.where)
 
 

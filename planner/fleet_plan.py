@@ -134,22 +134,20 @@ class FleetPlan:
 
 
 def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool | None = None,
-                    keep_lp: bool = False, growth: float = 1.0, verify_flags: bool = True,
+                    keep_lp: bool = False, growth: float = 1.0,
                     on_set_up: Callable[[Sequence[Setup]], None] | None = None,
                     figures_ready: Callable[[Plan], None] | None = None,
                     measurements: dict[int, Measurements] | None = None) -> FleetPlan:
     """Solve every service of the fleet in one ILP, certify every pool of every service by
     simulation (each service's `verify`, or `certify` for all), explore each service alone with the
     rest of the fleet as planned, and price each shared constraint by re-solving without it.
-    growth: a multiplier on every service's demand (the fleet's forecast quarters). verify_flags:
-    whether the command has --verify / --no-verify, which a refusal of mixed `verify` then names.
-    on_set_up: called with every service's setup, before the joint ILP; figures_ready: with each
+    growth: a multiplier on every service's demand (the fleet's forecast quarters). on_set_up: called with every service's setup, before the joint ILP; figures_ready: with each
     service's plan as what its figures show becomes known (explore_plan; the CLI starts the
     report's figures then, in the worker, while this process plans on). measurements: what
     certification measured for a forecast's earlier quarters, by service index, and where this plan's
     go (planner.evaluator.Measurements)."""
     if certify is None:
-        refuse_mixed_verify(fleet.services, flags=verify_flags)
+        refuse_mixed_verify(fleet.services)
     setups = [_setup(svc, growth, None if measurements is None else measurements.setdefault(svc.index, Measurements()))
               for svc in fleet.services]
     if on_set_up is not None:

@@ -296,12 +296,14 @@ def solve_fleet(
 
 # What a reader of --write-lp's file needs to rebuild the plan from it: the steps outside the model it
 # holds (a plan's kv:bf16 pool had no variable there, its kv:fp8 twin of equal cost had).
-LP_HEADER = """\\ planner's fleet ILP, its cost stage (the formulation: planner/ilp.py's docstring).
+LP_HEADER = """\\ planner's fleet ILP, its cost stage (the formulation: planner/ilp.py's docstring), at the capacities
+\\ known when the plan was made (certification's simulated ones, where it measured a config).
 \\ Candidates: each class's configs with positive capacity, less dominated ones (of dtype variants on the
 \\ same GPUs, only the one of highest capacity). Not in this file: the second solve, among plans of the
-\\ optimum's cost, for fewer GPUs, then fewer pools, then no split or the lowest threshold; and the dtype
-\\ variant each pool then runs, the most precise that covers it with the same replicas at the same cost
-\\ (plan_search.prefer_precise): the report may name kv:bf16 where this file's variable is kv:fp8.
+\\ optimum's cost, for fewer GPUs, then fewer pools, then no split or the lowest threshold; the rule that
+\\ breaks exact ties after it (canonical_ties); and the dtype variant each pool then runs, the most precise
+\\ that covers it with the same replicas at the same cost (plan_search.prefer_precise): the report may name
+\\ another config of this file's optimum cost than its solution does (kv:bf16 for its kv:fp8, say).
 """
 
 

@@ -90,9 +90,6 @@ def make_plan(
         sol = search.solve(**question)
         step.advance(len(search.bound))
         search.progress = lambda n: None  # what the explorations search is theirs
-    if keep_lp:  # the model with every pair's capacity, not the lazy search's bounds
-        every = st.evaluator.evaluate_all(st.classes, st.configs)
-        sol = dataclasses.replace(sol, lp_text=solve(st.classes, every, keep_lp=True, **question).lp_text)
     evals, certification = search.evaluations(), None
     if not sol.pools:
         raise InfeasibleError(no_plan_message(sol, scn, st.classes, evals, solve.inventory))
@@ -106,6 +103,11 @@ def make_plan(
             rounds=scn.simulation.max_rounds,
         )
         _refuse_oversized(sol)  # certification re-plans at lower capacities: more GPUs
+    if keep_lp:
+        # The model with every pair's capacity, not the lazy search's bounds; after certification, at the
+        # capacities the plan was last solved with (a re-plan's solution kept no text: an empty file)
+        every = st.evaluator.evaluate_all(st.classes, st.configs)
+        sol = dataclasses.replace(sol, lp_text=solve(st.classes, every, keep_lp=True, **question).lp_text)
     plan = assemble_plan(st, evals, sol, pools, certification)
     return (explore_plan(st, plan, solve, context=context, search=search,
                          figures_ready=figures_ready) if explore else plan)

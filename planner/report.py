@@ -16,7 +16,7 @@ from planner.capacity import KNEE_SHARE
 from planner.exploration import SENSITIVITY
 from planner.files import output_folder, write_bytes_atomic, write_text_atomic
 from planner.histogram import FINE_RELATIVE_WIDTH, Histogram
-from planner.memory import ladder_rule_steps, layer_kind_lines
+from planner.memory import ladder_rule_steps, layer_kind_lines, overhead_refusal
 from planner.paged import SIZING_MODES
 from planner.plan_objects import (
     Evaluation,
@@ -385,7 +385,8 @@ def _untested_capacity_note(plan: Plan) -> str:
     cert = plan.certification
     if cert is None or not cert.certified:
         return ""
-    untested = [pool for pool in plan.pools if pool.planned_by == "model" and pool.check is not None
+    # the model's capacity, or the model's scaled by another config's ratio: neither was replayed
+    untested = [pool for pool in plan.pools if pool.planned_by in ("model", "calibration") and pool.check is not None
                 and pool.replay_rps < pool.planned_rps]
     if not untested:
         return ""
@@ -925,7 +926,10 @@ def _assumptions(plan: Plan) -> str:
         "",
         f"- Engine: {engine.name} — {engine.rule.replace('_', ' ')} {plan.pools[0].deployment.memory_fraction:.2f}, "
         f"blocks of {engine.block_size} tokens, {_step_limits_text(plan)}. Source: {engine.source}",
-        f"- Runtime overhead {scn.overhead_gib:g} GiB per GPU (seed 000: activations, CUDA graphs, logits).",
+        (f"- Runtime overhead {scn.overhead_gib:g} GiB per GPU (seed 000: activations, CUDA graphs, logits)."
+         if overhead_refusal(engine) is None else
+         f"- Runtime overhead: what {engine.name}'s memory fraction leaves of each GPU's memory (its rule sets no "
+         "overhead of its own: the budget ladder shows it)."),
         f"- Sizing: {scn.sizing.mode.replace('_', '-')}"
         + (f" at {quantile_label(scn.sizing.quantile)}" if scn.sizing.mode == "percentile" else "")
         + "; all three modes are shown per pool.",

@@ -9,6 +9,7 @@ from planner.plan_objects import Plan
 from planner.pool_check import (
     CLOSE_SHARE,
     CONFIRM_RUNS,
+    MOST_CLOSE,
     MOST_RUNS,
     RUN_SPAN_S,
     TAIL_WINDOW,
@@ -26,6 +27,7 @@ from planner.pool_check import (
 from planner.sim_measures import COMPARE_KEYS, MOST_SETTLING_SHARE, SETTLING_DEFICIT
 from planner.simulate import DEFAULT_WARMUP_FRACTION
 from planner.targets import statistic_quantile
+from planner.traffic import REPLAY_MAX_REQUESTS
 from planner.units import replicas_text, share_text
 
 _WHAT = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL (per token)"}
@@ -175,7 +177,8 @@ def latency_section(plan: Plan) -> str:
         "before the last arrival, so that they decode while arrivals go on (either end trims at most "
         f"{MOST_SETTLING_SHARE:.0%} of a run's requests); a value within "
         f"{1 - CLOSE_SHARE:.0%} of its limit, either side (a percentile resting on the k requests beyond it: within "
-        f"{TAIL_WINDOW:g}/√k where that is wider, {TAIL_WINDOW / math.sqrt(50):.0%} at k = 50), is judged again on "
+        f"{TAIL_WINDOW:g}/√k where that is wider, {TAIL_WINDOW / math.sqrt(50):.0%} at k = 50, at most {MOST_CLOSE:.0%}), "
+        "is judged again on "
         f"{CONFIRM_RUNS} runs pooled, seeds "
         f"{cert.seed} onwards, and on {CONFIRM_RUNS} more at a time, up to {MOST_RUNS}, while the pooled value lies "
         f"within {UNDECIDED_ERRORS:g} standard errors of its limit; ± is that standard error, from the spread of the "
@@ -189,13 +192,15 @@ def latency_section(plan: Plan) -> str:
         "the blocks of each prompt's chunks prefilled so far and the model only the decoders'.",
     ]
     replayed_log = any(pool.check is not None and pool.check.replay is not None for pool in plan.pools)
-    if not replayed_log and not plan.given_fleet:
+    if not replayed_log:
         # Said where no log's own arrivals were replayed: a burst inside a minute the peak does not show
         # broke the 128k rollout's short pool (TPOT p99 52-59 ms against 50 ms) where the same requests in a
         # timestamped log were caught by its replay (an outside audit).
-        lines += ["", "Every run has Poisson arrivals at the pool's rate, and no log's own arrivals were replayed (a "
-                  "log with timestamps is; the Traffic section says why a log was not): bursts within a minute above "
-                  "the peak's rate are not tested."]
+        why = (f"a log is replayed where its timestamps are finer than whole minutes and it holds at most "
+               f"{REPLAY_MAX_REQUESTS:,} requests" if plan.scenario.traffic.source.log is not None
+               else "the source has no timestamps; a log with them is replayed")
+        lines += ["", f"Every run has Poisson arrivals at the pool's rate, and no log's own arrivals were replayed "
+                  f"({why}): bursts within a minute above the peak's rate are not tested."]
     if cert.rounds:
         lines += ["", f"Certification re-planned {cert.rounds} time{'s' if cert.rounds > 1 else ''}: a pool that missed "
                   "in simulation was planned again at its simulated capacity (the highest rate that holds, by bisection)"
@@ -248,12 +253,7 @@ def tail_lines(pool, thresholds) -> list[str]:
         if not math.isfinite(t.simulated_s):
             read = predicted
         elif t.measured:
-            close = ""
-            if t.close_call:
-                beyond = round(t.requests * (1 - statistic_quantile(t.stat)))
-                wide = (f" (the window for a {t.stat} that {beyond:,} of them lie beyond)"
-                        if t.close_window > 1 - CLOSE_SHARE + 1e-9 else "")
-                close = f", within {t.close_window:.0%} of the limit: a close call{wide}"
+            close = f", within {1 - CLOSE_SHARE:.0%} of the limit: a close call" if t.close_call else ""
             read = f"{apart_text(t.simulated_s, t.limit_s, t.kind)} simulated on {t.requests:,} of them{close} ({predicted})"
         else:  # too few to judge by: the model's value decides, the simulated one is shown for what it is
             read = f"{predicted} ({_value(t.simulated_s, t.kind)} simulated{_few_requests(t.requests, t.stat)})"

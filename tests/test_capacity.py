@@ -487,3 +487,25 @@ def test_a_mean_ttft_target_binds_below_the_token_budget_on_every_search_path(ca
     above = capacity_below(rm, cap.ceilings_rps["ttft"] * 1.01, sizing="expected", quantile=0.99)
     assert above.below and cap.max_rps <= above.upper_rps < cap.ceilings_rps["ttft"] * 1.01
     assert capacity_below(rm, cap.max_rps * 0.999, sizing="expected", quantile=0.99).below is False
+
+
+def test_targets_no_load_meets_are_each_named_with_their_floor_and_none_is_said_to_hold(catalog):
+    """A TPOT target below the config's own steps is measured as a floor, beside a TTFT floor too: it was
+    listed as holding up to the TTFT ceiling ('clamped') beside a note that no load meets it, and an
+    attainment goal missed with it lost its note once the TPOT floor was named (a second reading)."""
+    import dataclasses
+
+    dep = dep8b(catalog)
+    prof = token_profile(Histogram.constant(1000, 200), block_size=dep.block_size,
+                         chunk_tokens=dep.engine.max_num_batched_tokens)
+    both = replica_capacity(dep, prof, SLO.single(ttft_s=0.001, tpot_ms=0.06), sizing="expected")
+    assert [f.kind for f in both.floors] == ["ttft", "tpot"] and both.clamped == ()
+    assert both.max_rps == 0 and both.ceilings_rps["tpot"] == 0
+    tpot_floor = both.floors[1]
+    assert tpot_floor.floor_s > 1e-3 and tpot_floor.shortfall == pytest.approx(tpot_floor.floor_s / 0.06e-3)  # ms, not s
+    assert tpot_floor.text().startswith("band 'all': TPOT p99 ≤ 0.06 ms is below the floor of ")
+    goal = dataclasses.replace(SLO.single(tpot_ms=0.06), attainment=0.99)
+    with_goal = replica_capacity(dep, prof, goal, sizing="expected")
+    assert [f.kind for f in with_goal.floors] == ["tpot"]
+    assert with_goal.notes[-1] == ("attainment target missed even with no load: the config's own steps are slower "
+                                   "than the target allows")

@@ -486,6 +486,13 @@ def test_a_price_override_is_sourced_where_it_is_stated_not_by_the_quote_it_repl
     cited = {"price_usd_per_hour": 2.5, "price_source": "our contract", "price_date": "2026-11"}
     own = catalog.with_overrides({"gpus": {"h100-sxm": cited}}, where="o.yaml").gpu("h100-sxm")
     assert (own.price_usd_per_hour, own.price_source, own.price_date) == (2.5, "our contract", "2026-11")
+    # one of the two stated: the other is not the catalog quote's either
+    dated = catalog.with_overrides({"gpus": {"h100-sxm": {"price_usd_per_hour": 2.5, "price_date": "2026-11"}}},
+                                   where="o.yaml").gpu("h100-sxm")
+    assert (dated.price_source, dated.price_date) == ("override in o.yaml", "2026-11")
+    sourced = catalog.with_overrides({"gpus": {"h100-sxm": {"price_usd_per_hour": 2.5, "price_source": "our contract"}}},
+                                     where="o.yaml").gpu("h100-sxm")
+    assert (sourced.price_source, sourced.price_date) == ("our contract", "undated")
 
 
 def test_cli_engines_lists_the_tiers():

@@ -2707,8 +2707,15 @@ def test_an_overhead_stated_for_sglang_is_refused_not_ignored(tmp_path):
     one_line_error(run("solve", path, "--out-dir", tmp_path / "out"), 2, "s.yaml",
                    "overhead_gib: engine 'sglang' takes no overhead of its own", "set gpu_memory_utilization instead")
     assert leftovers(tmp_path / "out") == []
-    # the engine's own default, and an overhead under vLLM, are planned as before
+    # the engine's own default, and an overhead under vLLM, are planned as before; SGLang's report states
+    # no overhead it does not take (it read "Runtime overhead 3 GiB per GPU")
     assert run("capacity", "llama-3.1-8b", "h100-sxm", "--engine", "sglang").exit_code == 0
+    own = run("solve", scenario(tmp_path, BASE + "engine: sglang\n", name="own.yaml"), "--no-verify", "--out-dir",
+              tmp_path / "own")
+    assert own.exit_code == 0, own.output
+    report = (tmp_path / "own" / "tiny.md").read_text(encoding="utf-8")
+    assert "- Runtime overhead: what SGLang's memory fraction leaves of each GPU's memory" in report
+    assert "Runtime overhead 3 GiB" not in report
     vllm = run("capacity", "llama-3.1-8b", "h100-sxm", "--overhead-gib", 5, "--json")
     assert vllm.exit_code == 0 and json.loads(vllm.stdout)["overhead_gib"] == 5
 

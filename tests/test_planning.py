@@ -293,3 +293,22 @@ def test_without_a_stated_limit_a_model_whose_own_lies_inside_a_bin_is_planned_a
     assert plan.rejected_requests == 100
     assert ("served within the 32,768-token limit (the largest histogram edge within 'qwen3-32b' "
             "max_position_embeddings 40,960: the histogram's bins cannot tell which longer requests fit)") in render(plan)
+
+
+def test_the_candidate_a_no_plan_error_names_is_the_one_least_short_of_its_targets():
+    """Ranked by its floors' shortfall (floor over target), not by the smallest floor in seconds, which
+    put any config with a per-token floor (milliseconds) ahead of one a little short of a TTFT target."""
+    from types import SimpleNamespace
+
+    from planner.capacity import TargetFloor
+    from planner.plan_search import _best_failed
+
+    def candidate(label, *floors):
+        config = SimpleNamespace(tp=1, label=lambda _limit, label=label: label)
+        return SimpleNamespace(config=config, capacity=SimpleNamespace(floors=tuple(floors)))
+
+    a = candidate("a", TargetFloor("all", "ttft", 2.0, 3.0, "p99"))  # 1.5 times its target
+    b = candidate("b", TargetFloor("all", "tpot", 0.005, 0.008, "p99"))  # 1.6 times
+    c = candidate("c", TargetFloor("all", "ttft", 2.0, 2.2, "p99"), TargetFloor("all", "tpot", 0.005, 0.1, "p99"))
+    assert _best_failed([c, b, a]) is a
+    assert _best_failed([c, b]) is b  # c is 20 times short of its TPOT target

@@ -152,6 +152,26 @@ def test_a_capacity_certification_did_not_test_is_said_to_be_the_models(tmp_path
     assert said not in (model_only / "tiny.md").read_text(encoding="utf-8")
 
 
+def test_the_untested_capacity_note_names_only_capacities_no_run_tested():
+    """A capacity certification searched (or a rate a pool held at) was tested: no note; the model's,
+    or the model's scaled by another config's ratio, was not."""
+    import dataclasses
+
+    from planner.inputs import plan_scenario
+    from planner.report import _untested_capacity_note
+
+    plan = plan_scenario(GOLDEN / "tiny.yaml", explore=False)
+    [pool] = plan.pools
+    assert pool.planned_by == "model" and "not tested in simulation" in _untested_capacity_note(plan)
+    for planned_by, said in (("simulation", False), ("held", False), ("calibration", True)):
+        other = dataclasses.replace(plan, pools=[dataclasses.replace(pool, planned_by=planned_by)])
+        assert bool(_untested_capacity_note(other)) is said, planned_by
+    # nor where the pool carries its capacity, or the plan is not certified
+    full = dataclasses.replace(plan, pools=[dataclasses.replace(pool, replay_rps=pool.planned_rps)])
+    assert _untested_capacity_note(full) == ""
+    assert _untested_capacity_note(dataclasses.replace(plan, certification=None)) == ""
+
+
 def test_the_lp_file_solves_to_the_plans_cost_and_says_why_its_variables_may_differ(tmp_path):
     """A reader solving --write-lp's file found the plan's cost on another variable (kv:fp8 where the
     report names kv:bf16): the dtype a pool runs is chosen after the solve. The file says so in a
@@ -163,7 +183,7 @@ def test_the_lp_file_solves_to_the_plans_cost_and_says_why_its_variables_may_dif
     assert r.exit_code == 0, r.output
     assert "1 x h100-sxm tp2 w:bf16 kv:bf16" in r.stdout and "$5.98/hour" in r.stdout
     text = lp.read_text(encoding="utf-8")
-    assert "the report may name kv:bf16 where this file's variable is kv:fp8" in text
+    assert "the report may name\n\\ another config of this file's optimum cost than its solution does (kv:bf16 for its kv:fp8" in text
     assert "kv_bf16" not in text and "replicas_none_all_h100_sxm_tp2_w_bf16_kv_fp8_ctx_8192" in text
     highs = highspy.Highs()
     highs.setOptionValue("output_flag", False)
@@ -261,7 +281,8 @@ def test_the_line_solve_prints_says_how_many_requests_the_plan_rejects():
     so (an outside probe): a batch run reads that line, not the report."""
     r = CliRunner().invoke(main, ["solve", str(ROOT / "scenarios" / "70b_enterprise.yaml"), "--no-verify", "--no-report"])
     assert r.exit_code == 0, r.output
-    assert r.stdout.rstrip().endswith("; rejects 4,160 requests (8.3%) longer than the 32,768-token limit")
+    assert r.stdout.rstrip().endswith("; rejects 4,160 of the histogram's 50,000 requests (8.3%), longer than the "
+                                      "32,768-token limit")
     tiny = CliRunner().invoke(main, ["solve", str(GOLDEN / "tiny.yaml"), "--no-verify", "--no-report"])
     assert tiny.exit_code == 0 and "rejects" not in tiny.stdout, tiny.output
 

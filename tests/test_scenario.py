@@ -35,6 +35,13 @@ def solve(*args):
     ("patch", "expected"),
     [
         ("gpuz: [h100-sxm]\n", "gpuz: unknown key; did you mean 'gpus'?"),
+        # a key in the other unit: the hint gives the value in the key's own (ttft_s: 2000 was 33 minutes)
+        ("slo: {bands: [{ttft_ms: 2000}]}\n", "slo.bands[0].ttft_ms: unknown key; did you mean 'ttft_s'? It is in "
+         "seconds: ttft_s: 2. (valid keys:"),
+        ("slo: {bands: [{tpot_s: 0.05}]}\n", "slo.bands[0].tpot_s: unknown key; did you mean 'tpot_ms'? It is in "
+         "milliseconds: tpot_ms: 50. (valid keys:"),
+        ("slo: {bands: [{ttft_ms: {p95: 2000}}]}\n", "slo.bands[0].ttft_ms: unknown key; did you mean 'ttft_s'? It "
+         "is in seconds. (valid keys:"),
         ("tp: [3]\n", "tp: tensor-parallel degree 3 must be a power of two"),
         ("split_thresholds: [10000]\n", "split_thresholds: split threshold 10000 is not a histogram edge"),
         ("sizing: {mode: p99}\n", "sizing.mode: Input should be 'worst_case', 'expected' or 'percentile'"),

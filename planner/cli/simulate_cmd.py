@@ -97,12 +97,13 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
 
 
 def _exit_uncertified(scenario, scn, certified: bool) -> None:
-    """Exit 3, as `planner solve` does, where no plan can be certified, once the runs that show why
-    are printed (they are this command's answer); a fleet the scenario states is audited, not
+    """Exit 3, as `planner solve` does, where no plan can be certified, once the runs asked for are
+    printed (they are this command's answer; with --pool, --seed or --requests they need not be the
+    runs that missed); a fleet the scenario states is audited, not
     planned, and its misses are reported with exit 0, as solve reports them."""
     if not certified and not scn.fleet:
-        click.echo(f"error: {scenario}: no plan holds its targets in simulation (the runs above are the last "
-                   "re-plan's)", err=True)
+        click.echo(f"error: {scenario}: not certified: no plan holds its targets in simulation (`planner solve` "
+                   "refuses it)", err=True)
         raise click.exceptions.Exit(3)
 
 
