@@ -570,18 +570,20 @@ def replica_capacity(
             else:
                 failing = rm.failing(min(n_lat * (1 + 2 * BOUND_REL_TOL), n_cap), kinds) if n_lat < n_cap else []
         # The latency bound is shared by the targets that fail just above it; the others hold up
-        # to it (their own bound, if any, lies higher and is not searched).
+        # to it (their own bound, if any, lies higher and is not searched). Beside a floor, no load was
+        # tried: the targets without a floor are not said to hold (an attainment goal was, up to 0 req/s).
         for kind in kinds:
             if kind in failing:
                 bounds[kind] = n_lat
-            else:
+            elif not floors:
                 clamped.append(kind)
     n_bound = min([n_cap, *bounds.values()])
     binding = min(bounds, key=lambda k: (bounds[k], CEILINGS.index(k)))
     missed = [] if ttft_floors or n_cap <= 0 else [k for k in kinds if bounds.get(k) == 0.0]
     if missed:  # below what the config reaches unloaded: say so, with the value there, as a TTFT floor does
         floors = unloaded_floors(rm, missed, min(LEAST_RESIDENT_SEQS, n_cap))
-    notes = [f.text() for f in floors]
+    # the binding target's floor first: "stopped by tpot: band ...: TPOT ..." (tpot ties before ttft at 0)
+    notes = [f.text() for f in sorted(floors, key=lambda f: f.kind != binding)]
     unvalued = [k for k in missed if k not in {f.kind for f in floors}]
     if unvalued:  # the attainment goal, or a miss within the grid's tolerance of its limit
         notes.append(f"{' and '.join(k.upper() if k != 'attainment' else k for k in unvalued)} "

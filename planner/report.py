@@ -378,8 +378,8 @@ def _pools_table(plan: Plan) -> str:
 
 
 def _untested_capacity_note(plan: Plan) -> str:
-    """Where a certified plan's pool is planned at the model's capacity and held at the lower rate it
-    carries, the capacity in its row is untested: chat_8b_h100's replica, planned at the model's 8.652
+    """Where a certified plan's pool is planned at the model's capacity (or the model's scaled by
+    another config's ratio) and held at the lower rate it carries, the capacity in its row is untested: chat_8b_h100's replica, planned at the model's 8.652
     req/s and held at 7.2, read TPOT p99 70 ms against its 50 ms limit replayed at 8.652 (an outside
     audit). An operator setting limits from the column would overload it."""
     cert = plan.certification
@@ -391,8 +391,10 @@ def _untested_capacity_note(plan: Plan) -> str:
     if not untested:
         return ""
     held = "; ".join(f"{pool.traffic_class.label} on {pool.config.gpu.id}: {pool.replay_rps:,.3f}" for pool in untested)
-    return (f"Capacity / replica of {'this pool' if len(untested) == 1 else 'these pools'} is the model's, not tested in "
-            "simulation: certification replays a replica at the rate the plan has it carry, and it held there "
+    scaled = (", or the model's scaled by a ratio simulation measured on another config"
+              if any(pool.planned_by == "calibration" for pool in untested) else "")
+    return (f"Capacity / replica of {'this pool' if len(untested) == 1 else 'these pools'} is the model's{scaled}, not "
+            "tested in simulation: certification replays a replica at the rate the plan has it carry, and it held there "
             f"({held} req/s a replica). Take autoscaling or admission limits from the rate held.")
 
 

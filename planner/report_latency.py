@@ -196,9 +196,9 @@ def latency_section(plan: Plan) -> str:
         # Said where no log's own arrivals were replayed: a burst inside a minute the peak does not show
         # broke the 128k rollout's short pool (TPOT p99 52-59 ms against 50 ms) where the same requests in a
         # timestamped log were caught by its replay (an outside audit).
-        why = (f"a log is replayed where its timestamps are finer than whole minutes and it holds at most "
-               f"{REPLAY_MAX_REQUESTS:,} requests" if plan.scenario.traffic.source.log is not None
-               else "the source has no timestamps; a log with them is replayed")
+        why = (f"a log is replayed where it has timestamps finer than whole minutes and at most "
+               f"{REPLAY_MAX_REQUESTS:,} requests, each pool its part" if plan.scenario.traffic.source.log is not None
+               else "only a log's are, and the source is no log")
         lines += ["", f"Every run has Poisson arrivals at the pool's rate, and no log's own arrivals were replayed "
                   f"({why}): bursts within a minute above the peak's rate are not tested."]
     if cert.rounds:

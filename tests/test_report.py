@@ -166,6 +166,10 @@ def test_the_untested_capacity_note_names_only_capacities_no_run_tested():
     for planned_by, said in (("simulation", False), ("held", False), ("calibration", True)):
         other = dataclasses.replace(plan, pools=[dataclasses.replace(pool, planned_by=planned_by)])
         assert bool(_untested_capacity_note(other)) is said, planned_by
+    scaled = dataclasses.replace(plan, pools=[dataclasses.replace(pool, planned_by="calibration", calibration=0.86)])
+    assert "is the model's, or the model's scaled by a ratio simulation measured on another config, not tested" in (
+        _untested_capacity_note(scaled))
+    assert "scaled" not in _untested_capacity_note(plan)
     # nor where the pool carries its capacity, or the plan is not certified
     full = dataclasses.replace(plan, pools=[dataclasses.replace(pool, replay_rps=pool.planned_rps)])
     assert _untested_capacity_note(full) == ""
@@ -281,7 +285,7 @@ def test_the_line_solve_prints_says_how_many_requests_the_plan_rejects():
     so (an outside probe): a batch run reads that line, not the report."""
     r = CliRunner().invoke(main, ["solve", str(ROOT / "scenarios" / "70b_enterprise.yaml"), "--no-verify", "--no-report"])
     assert r.exit_code == 0, r.output
-    assert r.stdout.rstrip().endswith("; rejects 4,160 of the histogram's 50,000 requests (8.3%), longer than the "
+    assert r.stdout.rstrip().endswith("; rejects the 4,160 of the histogram's 50,000 requests (8.3%) longer than the "
                                       "32,768-token limit")
     tiny = CliRunner().invoke(main, ["solve", str(GOLDEN / "tiny.yaml"), "--no-verify", "--no-report"])
     assert tiny.exit_code == 0 and "rejects" not in tiny.stdout, tiny.output

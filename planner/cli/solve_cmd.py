@@ -257,8 +257,8 @@ def _rejected(plan) -> str:
 
     if not plan.rejected_requests:
         return ""
-    return (f"; rejects {plan.rejected_requests:,} of the histogram's {plan.hist.requests:,} requests "
-            f"({share_text(plan.rejected_share)}), longer than the {plan.context_limit:,}-token limit")
+    return (f"; rejects the {plan.rejected_requests:,} of the histogram's {plan.hist.requests:,} requests "
+            f"({share_text(plan.rejected_share)}) longer than the {plan.context_limit:,}-token limit")
 
 
 def _write_fleet(fleet_plan, no_report, out_dir, as_json):
