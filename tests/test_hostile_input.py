@@ -2731,3 +2731,16 @@ def test_a_headroom_that_reads_as_a_percentage_is_warned_of(tmp_path):
     three = run("solve", scenario(tmp_path, text.replace("headroom: 20", "headroom: 3"), name="t.yaml"), "--no-verify",
                 "--no-report")
     assert three.exit_code == 0 and three.stderr == ""
+
+
+def test_a_quarter_s_growth_that_reads_as_a_percentage_is_warned_of(tmp_path):
+    """`growth: 25` in a quarter (meant as 25%) planned demand 26 times the quarter before's without a
+    word: a quarter's growth is a fraction where traffic.growth is a multiplier (an outside probe)."""
+    path = scenario(tmp_path, FORECAST.replace("{PRICES}", "{}").replace("growth: 0.2", "growth: 25"))
+    r = run("forecast", path, "--no-verify", "--no-report")
+    assert r.exit_code == 0, r.output
+    assert (f"warning: {path}: forecast.quarters[1].growth 25 is +2,500% in one quarter: a quarter's growth is a "
+            "fraction (0.25 for +25%), where traffic.growth is a multiplier") in r.stderr
+    fair = run("forecast", scenario(tmp_path, FORECAST.replace("{PRICES}", "{}"), name="f.yaml"), "--no-verify",
+               "--no-report")
+    assert fair.exit_code == 0 and "growth" not in fair.stderr

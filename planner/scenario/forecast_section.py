@@ -41,6 +41,11 @@ class QuarterSpec(Strict):
         "alone without it")
 
 
+# A quarter's growth above this is warned of: +300% in one quarter is most likely a percentage written
+# where the fraction goes.
+GROWTH_WARNING = 3.0
+
+
 class Forecast(Strict):
     growth_mode: Literal["compound", "relative"] = Field(
         "compound", description="compound: each quarter's growth applies to the previous quarter; relative: to the base"
@@ -73,6 +78,13 @@ class Forecast(Strict):
         """Whether the commitments the forecast makes run on past its last quarter unpriced: carried
         forward with no term (without carry_forward a quarter's reservations are its own)."""
         return self.carry_forward and self.commitment_term_quarters is None
+
+    def growth_warnings(self) -> list[str]:
+        """Each quarter whose growth reads as a percentage written as the fraction (25 for 0.25): it plans
+        demand 26 times the quarter before's without a word (an outside probe)."""
+        return [f"forecast.quarters[{i}].growth {q.growth:g} is {q.growth:+,.0%} in one quarter: a quarter's growth "
+                "is a fraction (0.25 for +25%), where traffic.growth is a multiplier"
+                for i, q in enumerate(self.quarters) if q.growth > GROWTH_WARNING]
 
     def demand_multipliers(self) -> list[float]:
         """Each quarter's demand over the base: its growth compounded on the quarter before's
