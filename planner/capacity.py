@@ -34,8 +34,9 @@ Derivation (continuous batching with chunked prefill, one replica):
   Latencies grow with N, so each latency bound is the N where its target stops
   holding, found by bisection on the model's exact miss (planner.latency.excess).
   Capacity is λ at the knee: the smallest N reaching 99% of λ(min of the bounds)
-  (see _knee). A target the model never meets below the other ceilings is reported as
-  clamped, not as a tie.
+  (see _knee). A target the model never misses below the other ceilings is reported as
+  clamped, not as a tie. A target no load meets (its floor: TTFT's own prefill, a per-token
+  target's own steps) stops the config at 0 and is named with its floor.
 """
 
 from __future__ import annotations
@@ -137,7 +138,9 @@ class Capacity:
     footprint: Footprint
     bound_batch: float = 0.0  # resident sequences at the binding bound, before planning at the knee
     notes: tuple[str, ...] = field(default_factory=tuple)
-    clamped: tuple[str, ...] = ()  # latency targets that still hold at the other ceilings (no bound of their own)
+    # latency targets that still hold at the other ceilings (no bound of their own); beside a TTFT floor, the
+    # per-token ones met at no load (an attainment goal is then in neither: not judged, its note says)
+    clamped: tuple[str, ...] = ()
     floors: tuple[TargetFloor, ...] = ()  # targets no load can meet on this config
     # the ceiling the knee is taken below: `binding`, or the bound below which throughput saturated
     # (binding then names the resource: compute or bandwidth); "roofline" at the engine's batch limit
@@ -570,12 +573,13 @@ def replica_capacity(
             else:
                 failing = rm.failing(min(n_lat * (1 + 2 * BOUND_REL_TOL), n_cap), kinds) if n_lat < n_cap else []
         # The latency bound is shared by the targets that fail just above it; the others hold up
-        # to it (their own bound, if any, lies higher and is not searched). Beside a floor, no load was
-        # tried: the targets without a floor are not said to hold (an attainment goal was, up to 0 req/s).
+        # to it (their own bound, if any, lies higher and is not searched). Beside a floor only the
+        # per-token targets were tried (at no load, by unloaded_floors): an attainment goal is not said
+        # to hold there (it was, up to 0 req/s), and a note says it was not judged.
         for kind in kinds:
             if kind in failing:
                 bounds[kind] = n_lat
-            elif not floors:
+            elif not floors or (kind in ("tpot", "itl") and n_cap > 0):
                 clamped.append(kind)
     n_bound = min([n_cap, *bounds.values()])
     binding = min(bounds, key=lambda k: (bounds[k], CEILINGS.index(k)))
@@ -584,6 +588,8 @@ def replica_capacity(
         floors = unloaded_floors(rm, missed, min(LEAST_RESIDENT_SEQS, n_cap))
     # the binding target's floor first: "stopped by tpot: band ...: TPOT ..." (tpot ties before ttft at 0)
     notes = [f.text() for f in sorted(floors, key=lambda f: f.kind != binding)]
+    if ttft_floors and "attainment" in kinds:
+        notes.append("attainment goal not judged: a target no load meets stops the config before any load is tried")
     unvalued = [k for k in missed if k not in {f.kind for f in floors}]
     if unvalued:  # the attainment goal, or a miss within the grid's tolerance of its limit
         notes.append(f"{' and '.join(k.upper() if k != 'attainment' else k for k in unvalued)} "

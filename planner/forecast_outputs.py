@@ -665,8 +665,11 @@ def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: st
 
 
 def growth_text(forecast) -> str:
-    """How a forecast's quarters' growth makes their demand multiplier (a scenario's or a fleet's)."""
-    return "compounded" if forecast is None or forecast.growth_mode == "compound" else "each against the base"
+    """How a forecast's quarters' growth makes their demand multiplier (a scenario's or a fleet's), and
+    any growth that reads as a percentage written as the fraction (Forecast.growth_warnings)."""
+    mode = "compounded" if forecast is None or forecast.growth_mode == "compound" else "each against the base"
+    warnings = [] if forecast is None else forecast.growth_warnings()
+    return mode + (f" (note: {'; '.join(warnings)})" if warnings else "")
 
 
 def _held_at_the_end(results: Sequence[QuarterResult]) -> str:

@@ -298,7 +298,8 @@ def solve_fleet(
 # holds (a plan's kv:bf16 pool had no variable there, its kv:fp8 twin of equal cost had).
 LP_HEADER = """\\ planner's fleet ILP, its cost stage (the formulation: planner/ilp.py's docstring), at the capacities
 \\ known once the plan was made: certification's simulated ones, where it measured a config (a plan it kept
-\\ from before its last measurements, a challenger's that missed, may then cost other than this optimum).
+\\ from before its last measurements, a challenger's that missed, may then cost other than this optimum, or
+\\ this model have no solution).
 \\ Candidates: each class's configs with positive capacity, less dominated ones (of dtype variants on the
 \\ same GPUs, only the one of highest capacity). Not in this file: the second solve, among plans of the
 \\ optimum's cost, for fewer GPUs, then fewer pools, then no split or the lowest threshold; the rule that

@@ -195,6 +195,7 @@ def report_sections(plan: Plan, inputs: Inputs, *, forecast: bool = True, certif
         else:
             sections.append(forecast_markdown(inputs.scenario.name, quarters, heading=2)
                             + "\nThe quarter-by-quarter CSV and figure come from `planner forecast` on this scenario.\n")
+            warnings += inputs.scenario.forecast.growth_warnings()
             warnings += [text for text in [above_on_demand_text(quarters)] if text]
     return ReportSections(tuple(sections), tuple(warnings))
 

@@ -503,9 +503,13 @@ def test_targets_no_load_meets_are_each_named_with_their_floor_and_none_is_said_
     assert both.max_rps == 0 and both.ceilings_rps["tpot"] == 0
     # the binding target's floor is said first ("stopped by tpot: ... TTFT ..." read otherwise)
     assert both.binding == "tpot" and both.notes[0].startswith("band 'all': TPOT p99")
-    # beside a TTFT floor no load was tried: an attainment goal is not said to hold up to 0 req/s
-    ttft_goal = dataclasses.replace(SLO.single(ttft_s=0.001), attainment=0.99)
-    assert replica_capacity(dep, prof, ttft_goal, sizing="expected").clamped == ()
+    # beside a TTFT floor no load is tried: an attainment goal is not said to hold up to 0 req/s, but said
+    # not to be judged; a per-token target met at no load still holds
+    ttft_goal = dataclasses.replace(SLO.single(ttft_s=0.001, tpot_ms=50), attainment=0.99)
+    floored = replica_capacity(dep, prof, ttft_goal, sizing="expected")
+    assert floored.clamped == ("tpot",) and [f.kind for f in floored.floors] == ["ttft"]
+    assert floored.notes[-1] == ("attainment goal not judged: a target no load meets stops the config before any "
+                                 "load is tried")
     tpot_floor = both.floors[1]
     assert tpot_floor.floor_s > 1e-3 and tpot_floor.shortfall == pytest.approx(tpot_floor.floor_s / 0.06e-3)  # ms, not s
     assert tpot_floor.text().startswith("band 'all': TPOT p99 ≤ 0.06 ms is below the floor of ")

@@ -1507,3 +1507,16 @@ def test_the_fleet_totals_name_what_the_services_sections_ask_to_act_on():
     assert (f"**To act on, in the services' sections**: route the classes of {names(asked['routed'])} by weight (each "
             f"runs on several GPU types; its pools table gives the weights); in {names(asked['tails'])}, requests past "
             "a prompt length miss a target on their own where their band holds it (each decision says which).") in totals
+
+
+def test_a_fleet_forecast_warns_of_a_quarter_s_growth_that_reads_as_a_percentage(tmp_path):
+    """As a scenario's forecast does: `growth: 25` for +25% plans 26 times the demand (a second reading)."""
+    quarters = [{"quarter": "2027Q1"}, {"quarter": "2027Q2", "growth": 25}]
+    path = write_fleet(tmp_path, services=[service("alpha", 3.0)], forecast={"quarters": quarters})
+    r = CliRunner().invoke(main, ["forecast", str(path), "--no-verify", "--out-dir", str(tmp_path / "out")])
+    assert r.exit_code == 0, r.output
+    said = ("forecast.quarters[1].growth 25 takes demand to 26× the quarter before's: a quarter's growth is a fraction "
+            "(0.25 for +25%), where traffic.growth is a multiplier")
+    assert f"warning: {path}: {said}" in r.stderr
+    [report] = (tmp_path / "out").glob("*_forecast.md")
+    assert f"(note: {said})" in report.read_text(encoding="utf-8")

@@ -2737,10 +2737,27 @@ def test_a_quarter_s_growth_that_reads_as_a_percentage_is_warned_of(tmp_path):
     """`growth: 25` in a quarter (meant as 25%) planned demand 26 times the quarter before's without a
     word: a quarter's growth is a fraction where traffic.growth is a multiplier (an outside probe)."""
     path = scenario(tmp_path, FORECAST.replace("{PRICES}", "{}").replace("growth: 0.2", "growth: 25"))
-    r = run("forecast", path, "--no-verify", "--no-report")
+    r = run("forecast", path, "--no-verify", "--out-dir", tmp_path / "out")
     assert r.exit_code == 0, r.output
-    assert (f"warning: {path}: forecast.quarters[1].growth 25 is +2,500% in one quarter: a quarter's growth is a "
-            "fraction (0.25 for +25%), where traffic.growth is a multiplier") in r.stderr
+    said = ("forecast.quarters[1].growth 25 takes demand to 26× the quarter before's: a quarter's growth is a "
+            "fraction (0.25 for +25%), where traffic.growth is a multiplier")
+    assert f"warning: {path}: {said}" in r.stderr
+    assert f"the quarters' growth compounded (note: {said})" in (tmp_path / "out" / "tiny_forecast.md").read_text(
+        encoding="utf-8")
+    # and where `planner solve` reports the scenario's forecast
+    solved = run("solve", path, "--no-verify", "--json", "--out-dir", tmp_path / "solved")
+    assert solved.exit_code == 0 and solved.stderr.count(said) == 1, solved.output
     fair = run("forecast", scenario(tmp_path, FORECAST.replace("{PRICES}", "{}"), name="f.yaml"), "--no-verify",
                "--no-report")
     assert fair.exit_code == 0 and "growth" not in fair.stderr
+    # relative growth is against the base: a steady +50% a quarter reaches 4.06 by the fourth, not a warning
+    from planner.scenario.forecast_section import Forecast
+
+    steady = Forecast.model_validate({"growth_mode": "relative", "quarters": [
+        {"quarter": f"2027Q{i + 1}", "growth": 1.5 ** (i + 1) - 1} for i in range(4)]})
+    assert steady.growth_warnings() == []
+    typo = Forecast.model_validate({"growth_mode": "relative", "quarters": [
+        {"quarter": "2027Q1", "growth": 0.5}, {"quarter": "2027Q2", "growth": 25}]})
+    assert typo.growth_warnings() == ["forecast.quarters[1].growth 25 takes demand to 17.3× the quarter before's: a "
+                                      "quarter's growth is a fraction (0.25 for +25%), where traffic.growth is a "
+                                      "multiplier"]

@@ -12,7 +12,7 @@ from planner.cli.options import (
     catalog_option,
     echo_json,
     json_option,
-    warn_above_on_demand,
+    warn,
     warn_traffic,
 )
 from planner.units import usd_per_million_text, usd_text
@@ -71,8 +71,9 @@ def forecast(scenario, out_dir, no_report, verify, catalog_files, as_json) -> No
         results = run_forecast(inputs, certify=verify)
         written = None if no_report else write_forecast(inputs.scenario.name, results, Path(out_dir))
     warn_traffic([(str(scenario), inputs)])  # once it has succeeded: a failed run says one line, its error
-    _warn_growth(str(scenario), inputs.scenario.forecast)
-    warn_above_on_demand(str(scenario), above_on_demand_text(results))
+    for text in inputs.scenario.forecast.growth_warnings():
+        warn(str(scenario), text)
+    warn(str(scenario), above_on_demand_text(results))
     lines = [_quarter_text(r) for r in results] + [_idle_text(r) for r in results if r.idle is not None]
     _show(as_json, lambda: forecast_json(results), lines, written)
 
@@ -88,11 +89,6 @@ def _quarter_text(r) -> str:
             f"{per_token}; the day's curve: "
             f"{usd_text(r.day.policy('peak_on_demand').usd_per_day)}/day peak-sized on demand, "
             f"{usd_text(r.day.policy('autoscaled').usd_per_day)} autoscaled, {usd_text(mix.usd_per_day)} reserved + on demand")
-
-
-def _warn_growth(where: str, forecast) -> None:
-    for warning in forecast.growth_warnings():
-        click.echo(f"warning: {where}: {warning}", err=True)
 
 
 def _show(as_json: bool, data, lines: list[str], written) -> None:
@@ -115,8 +111,9 @@ def _fleet_forecast(path, out_dir, no_report, verify, catalog_files, as_json) ->
     results = run_fleet_forecast(fleet, certify=verify)
     written = None if no_report else write_fleet_forecast(fleet, results, Path(out_dir))
     warn_traffic([(s.where, s.inputs) for s in fleet.services])  # once it has succeeded
-    _warn_growth(str(path), fleet.spec.forecast)
-    warn_above_on_demand(str(path), above_on_demand_text(results))
+    for text in fleet.spec.forecast.growth_warnings():
+        warn(str(path), text)
+    warn(str(path), above_on_demand_text(results))
     _show(as_json, lambda: fleet_forecast_json(results), [_fleet_quarter_text(r) for r in results], written)
 
 

@@ -91,8 +91,8 @@ def warn_traffic(services) -> None:
             click.echo(f"warning: {where}: {warning}", err=True)
 
 
-def warn_above_on_demand(where: str, text: str) -> None:
-    """Committed GPUs priced above on demand (commitments.above_on_demand_text), on stderr as well
-    as in the report (--json and --no-report write none that would say so)."""
+def warn(where: str, text: str) -> None:
+    """A warning on stderr that the report says too (committed GPUs priced above on demand, a quarter's
+    growth that reads as a percentage): --json and --no-report write no report that would say it."""
     if text:
         click.echo(f"warning: {where}: {text}", err=True)

@@ -11,7 +11,7 @@ from planner.cli.options import (
     catalog_option,
     echo_json,
     json_option,
-    warn_above_on_demand,
+    warn,
     warn_traffic,
 )
 
@@ -80,7 +80,7 @@ def _solve_all(scenarios, out_dir, no_report, write_lp, verify, catalog_files, a
     _warn_traffic(loaded)
     for path, kind, plan in planned:
         for text in plan[1].warnings if kind == "scenario" else ():
-            warn_above_on_demand(str(path), text)
+            warn(str(path), text)
     if as_json:
         echo_json(results if len(results) > 1 else results[0])
         return

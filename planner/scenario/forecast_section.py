@@ -41,8 +41,8 @@ class QuarterSpec(Strict):
         "alone without it")
 
 
-# A quarter's growth above this is warned of: +300% in one quarter is most likely a percentage written
-# where the fraction goes.
+# A quarter whose demand grows more than this on the quarter before's is warned of: +300% in one quarter
+# is most likely a percentage written where the fraction goes.
 GROWTH_WARNING = 3.0
 
 
@@ -80,11 +80,18 @@ class Forecast(Strict):
         return self.carry_forward and self.commitment_term_quarters is None
 
     def growth_warnings(self) -> list[str]:
-        """Each quarter whose growth reads as a percentage written as the fraction (25 for 0.25): it plans
-        demand 26 times the quarter before's without a word (an outside probe)."""
-        return [f"forecast.quarters[{i}].growth {q.growth:g} is {q.growth:+,.0%} in one quarter: a quarter's growth "
-                "is a fraction (0.25 for +25%), where traffic.growth is a multiplier"
-                for i, q in enumerate(self.quarters) if q.growth > GROWTH_WARNING]
+        """Each quarter whose growth reads as a percentage written as the fraction (25 for 0.25), which
+        planned demand 26 times the quarter before's without a word (an outside probe): judged by the
+        step from the quarter before (relative growth is against the base, so a steady +50% a quarter
+        reaches 4.06 by its fourth)."""
+        out, before = [], 1.0
+        for i, (q, multiplier) in enumerate(zip(self.quarters, self.demand_multipliers(), strict=True)):
+            if multiplier / before - 1 > GROWTH_WARNING:
+                out.append(f"forecast.quarters[{i}].growth {q.growth:g} takes demand to {multiplier / before:,.3g}× the "
+                           "quarter before's: a quarter's growth is a fraction (0.25 for +25%), where traffic.growth is a "
+                           "multiplier")
+            before = multiplier
+        return out
 
     def demand_multipliers(self) -> list[float]:
         """Each quarter's demand over the base: its growth compounded on the quarter before's
