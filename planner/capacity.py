@@ -77,6 +77,7 @@ KNEE_SHARE = 0.99  # a replica is planned at 99% of the rate its binding bound a
 KNEE_FLAT = 0.9  # if 99% of that rate needs under 90% of the bound's batch, throughput has saturated
 BOUND_REL_TOL = 1e-3  # latency bounds are bisected to this relative width in N
 LEAST_RESIDENT_SEQS = 1e-6  # where a target no load meets is found to miss
+PER_TOKEN = ("tpot", "itl")  # the targets of a config's own steps, which a floor of its steps can miss
 
 
 @dataclass(frozen=True)
@@ -517,7 +518,7 @@ def unloaded_floors(rm: ReplicaModel, kinds: Sequence[str], n: float) -> tuple[T
     config's own steps, which no planning can shorten."""
     pt = rm.latency_at(n)
     floors = []
-    for kind in (k for k in kinds if k in ("tpot", "itl")):
+    for kind in (k for k in kinds if k in PER_TOKEN):
         for index, band in enumerate(rm.slo.bands):
             target = getattr(band, kind)
             if target is not None and pt.misses(index, kind, target):
@@ -579,7 +580,7 @@ def replica_capacity(
         for kind in kinds:
             if kind in failing:
                 bounds[kind] = n_lat
-            elif not floors or (kind in ("tpot", "itl") and n_cap > 0):
+            elif not floors or (kind in PER_TOKEN and n_cap > 0):
                 clamped.append(kind)
     n_bound = min([n_cap, *bounds.values()])
     binding = min(bounds, key=lambda k: (bounds[k], CEILINGS.index(k)))

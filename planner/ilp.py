@@ -393,7 +393,7 @@ def canonical_ties(sol: FleetSolution, candidates: Sequence[Candidate], min_repl
             for c in candidates:
                 if (c.option, c.traffic_class, c.gpu) != (sol.option, p.traffic_class, p.gpu) or c.capacity_rps <= 0:
                     continue
-                replicas = max(min_replicas, math.ceil(p.rate_rps / c.capacity_rps - 1e-12))
+                replicas = replicas_to_cover(p.rate_rps, c.capacity_rps, min_replicas)
                 cost = replicas * c.cost_per_replica_hour
                 if (c.config not in tied and replicas * c.gpus_per_replica == p.gpus
                         and math.isclose(cost, p.cost_per_hour, rel_tol=1e-12)):
@@ -610,7 +610,7 @@ class _ServiceVars:
                         _row(prob, [*((z[i], 1) for i in on_g), (chosen, -1)], LE, 0, name("homogeneous", o.key, k, g))
         for i in self.keep:
             c = cands[i]
-            big_m = replicas_alone(c, self.rates[(c.option, c.traffic_class)], sv.min_replicas)
+            big_m = replicas_to_cover(self.rates[(c.option, c.traffic_class)], c.capacity_rps, sv.min_replicas)
             if self.use_reserved and c.gpu in reserved:
                 big_m = max(big_m, math.ceil(reserved[c.gpu][0] / c.gpus_per_replica))
             label = self.label[i]
@@ -656,9 +656,10 @@ def nothing_shared(inventory, reserved, max_gpu_types: int | None, types_in_use=
             and not types_in_use)
 
 
-def replicas_alone(c: Candidate, rate_rps: float, min_replicas: int) -> int:
-    """The replicas of candidate c that cover `rate_rps` in a pool of their own, at least min_replicas."""
-    return max(min_replicas, math.ceil(rate_rps / c.capacity_rps - 1e-12))
+def replicas_to_cover(rate_rps: float, capacity_rps: float, min_replicas: int) -> int:
+    """The replicas of `capacity_rps` each that cover `rate_rps` in a pool of their own, at least
+    min_replicas (a capacity that covers the rate to a part in 10^12 counts as covering it)."""
+    return max(min_replicas, math.ceil(rate_rps / capacity_rps - 1e-12))
 
 
 def cheapest_of_class(members: Sequence[int], cands: Sequence[Candidate], rate_rps: float, min_replicas: int) -> list[int]:
@@ -671,7 +672,8 @@ def cheapest_of_class(members: Sequence[int], cands: Sequence[Candidate], rate_r
     the others can be left out of the model, which then has the same optimum and the same ties.
     The 128k rollout's full candidate set: a re-solve's 144 candidates become 7 to 14, and its 28
     ILPs took 0.13 s where they took 0.76 (the two that exclude plans keep all theirs)."""
-    cost = {i: cands[i].cost_per_replica_hour * replicas_alone(cands[i], rate_rps, min_replicas) for i in members}
+    cost = {i: cands[i].cost_per_replica_hour * replicas_to_cover(rate_rps, cands[i].capacity_rps, min_replicas)
+            for i in members}
     least = min(cost.values(), default=math.inf)
     return [i for i in members if cost[i] <= least + COST_TOLERANCE_USD]
 

@@ -319,10 +319,16 @@ def _no_budget_text(dep: Deployment, rule: str, memory_gib: float, f: float, wei
             + (" or ".join(settings) + f", or {remedies}" if settings else remedies))
 
 
+def takes_overhead(engine) -> bool:
+    """Whether the engine's memory rule subtracts an overhead of its own (vLLM's, TensorRT-LLM's): under
+    SGLang's the memory fraction covers weights and cache, and the overhead is whatever it leaves
+    (budget_ladder)."""
+    return engine.rule != "static_fraction_weights_and_kv"
+
+
 def overhead_refusal(engine, fraction_name: str = "gpu_memory_utilization") -> str | None:
-    """Why an overhead stated for this engine would be ignored, or None: under SGLang's rule the
-    memory fraction covers weights and cache, and the overhead is whatever it leaves (budget_ladder)."""
-    if engine.rule != "static_fraction_weights_and_kv":
+    """Why an overhead stated for this engine would be ignored, or None where it takes one."""
+    if takes_overhead(engine):
         return None
     return (f"engine '{engine.id}' takes no overhead of its own: its memory fraction covers weights and KV cache, and "
             f"the rest of the memory is the overhead; set {fraction_name} instead")

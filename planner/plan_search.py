@@ -21,6 +21,7 @@ from planner.ilp import (
     ServiceModel,
     SplitOption,
     nothing_shared,
+    replicas_to_cover,
     solve_fleet,
     undominated_candidates,
 )
@@ -236,7 +237,7 @@ class LazySearch:
                 for key in keys:
                     if key in bound:
                         u, cfg = bound[key][:2]
-                        mine.append((cfg.price_usd_per_hour * cfg.tp * max(m, math.ceil(tc.rate_rps / u - 1e-12)),
+                        mine.append((cfg.price_usd_per_hour * cfg.tp * replicas_to_cover(tc.rate_rps, u, m),
                                      cfg.label(0), key))
                 for *_, key in sorted(mine):
                     if bound[key][3].floors():
@@ -275,7 +276,7 @@ class LazySearch:
             for tc in tcs:
                 keys = self._class_pairs[ev._class_key(tc)]
                 while True:
-                    costs = [e.config.price_usd_per_hour * e.config.tp * max(m, math.ceil(tc.rate_rps / e.capacity_rps - 1e-12))
+                    costs = [e.config.price_usd_per_hour * e.config.tp * replicas_to_cover(tc.rate_rps, e.capacity_rps, m)
                              for e in (exact[k] for k in keys if k in exact) if e.capacity_rps > 0]
                     if not costs:
                         break
@@ -288,7 +289,7 @@ class LazySearch:
                         if u <= 0:
                             continue  # no plan uses it (the ILP takes no candidate of capacity 0)
                         price = cfg.price_usd_per_hour * cfg.tp
-                        least = price * max(m, math.ceil(tc.rate_rps / u - 1e-12))  # its cost at its bound
+                        least = price * replicas_to_cover(tc.rate_rps, u, m)  # its cost at its bound
                         most = math.floor(best / price + 1e-9)  # replicas affordable at the incumbent's cost
                         if most < m or least > best:
                             continue  # its bound already prices it out
@@ -421,7 +422,7 @@ def prefer_precise(sol: FleetSolution, evaluator: Evaluator, classes, configs: S
             evaluation = evaluator.evaluate(c, tc)
             found[evaluator.pair_key(c, tc)] = evaluation
             rps = evaluation.capacity_rps
-            if rps > 0 and max(min_replicas, math.ceil(pool.rate_rps / rps - 1e-12)) <= pool.replicas:
+            if rps > 0 and replicas_to_cover(pool.rate_rps, rps, min_replicas) <= pool.replicas:
                 pool = dataclasses.replace(pool, config=c.label(tc.max_model_len), capacity_rps=rps)
                 break
         pools.append(pool)
@@ -465,7 +466,7 @@ def _with_rivals(sol: FleetSolution, used: list[tuple], by_label, bound, m: int)
             if other in out or t.name != tc.name or c.gpu.id != cfg.gpu.id or u <= 0:
                 continue
             price = c.price_usd_per_hour * c.tp
-            if price * max(m, math.ceil(t.rate_rps / u - 1e-12)) <= cost[key] + 1e-9:
+            if price * replicas_to_cover(t.rate_rps, u, m) <= cost[key] + 1e-9:
                 out.append(other)
     return out
 

@@ -698,16 +698,21 @@ def _close(value: float, limit: float, window: float = 1 - CLOSE_SHARE) -> bool:
     return (1 - window) * limit <= value <= (1 + window) * limit
 
 
+def _close_windows(bands: tuple[BandCheck, ...]) -> list[float]:
+    """The close_window of each simulated value that lies within it of its limit, either side."""
+    windows = [(c, close_window(c.stat, c.samples)) for b in bands for c in b.checks]
+    return [w for c, w in windows if _close(c.simulated_s, c.limit_s, w)]
+
+
 def close_call(bands: tuple[BandCheck, ...]) -> bool:
     """Whether a simulated value lies within its close_window of its limit, either side."""
-    return any(_close(c.simulated_s, c.limit_s, close_window(c.stat, c.samples)) for b in bands for c in b.checks)
+    return bool(_close_windows(bands))
 
 
 def _widest_close(bands: tuple[BandCheck, ...], slo: SLO, lat: RequestLatencies) -> float:
     """The widest window among the readings that made the first run a close call, for the report's
     "within 21% of a limit"."""
-    windows = [close_window(c.stat, c.samples) for b in bands for c in b.checks
-               if _close(c.simulated_s, c.limit_s, close_window(c.stat, c.samples))]
+    windows = _close_windows(bands)
     if _close_attainment(slo, lat):
         windows.append(_attainment_window(slo, lat))
     return max(windows, default=1 - CLOSE_SHARE)

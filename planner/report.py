@@ -16,7 +16,7 @@ from planner.capacity import KNEE_SHARE
 from planner.exploration import SENSITIVITY
 from planner.files import output_folder, write_bytes_atomic, write_text_atomic
 from planner.histogram import FINE_RELATIVE_WIDTH, Histogram
-from planner.memory import ladder_rule_steps, layer_kind_lines, overhead_refusal
+from planner.memory import ladder_rule_steps, layer_kind_lines, takes_overhead
 from planner.paged import SIZING_MODES
 from planner.plan_objects import (
     Evaluation,
@@ -379,9 +379,10 @@ def _pools_table(plan: Plan) -> str:
 
 def _untested_capacity_note(plan: Plan) -> str:
     """Where a certified plan's pool is planned at the model's capacity (or the model's scaled by
-    another config's ratio) and held at the lower rate it carries, the capacity in its row is untested: chat_8b_h100's replica, planned at the model's 8.652
-    req/s and held at 7.2, read TPOT p99 70 ms against its 50 ms limit replayed at 8.652 (an outside
-    audit). An operator setting limits from the column would overload it."""
+    another config's ratio) and held at the lower rate it carries, the capacity in its row is
+    untested: chat_8b_h100's replica, planned at the model's 8.652 req/s and held at 7.2, read TPOT
+    p99 70 ms against its 50 ms limit replayed at 8.652 (an outside audit). An operator setting
+    limits from the column would overload it."""
     cert = plan.certification
     if cert is None or not cert.certified:
         return ""
@@ -929,7 +930,7 @@ def _assumptions(plan: Plan) -> str:
         f"- Engine: {engine.name} — {engine.rule.replace('_', ' ')} {plan.pools[0].deployment.memory_fraction:.2f}, "
         f"blocks of {engine.block_size} tokens, {_step_limits_text(plan)}. Source: {engine.source}",
         (f"- Runtime overhead {scn.overhead_gib:g} GiB per GPU (seed 000: activations, CUDA graphs, logits)."
-         if overhead_refusal(engine) is None else
+         if takes_overhead(engine) else
          f"- Runtime overhead: what {engine.name}'s memory fraction leaves of each GPU's memory (its rule sets no "
          "overhead of its own: the budget ladder shows it)."),
         f"- Sizing: {scn.sizing.mode.replace('_', '-')}"
