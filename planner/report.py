@@ -43,6 +43,7 @@ from planner.units import (
     rounded_usd,
     share_text,
     significant_text,
+    tokens_text,
     usd_text,
 )
 from planner.verification import unverified_speed
@@ -860,7 +861,7 @@ def _traffic(plan: Plan, figure: str | None) -> str:
         q = h.quantiles(of, qs)
         exact = h.max_is_exact(of)
         bounded = bounded or not exact
-        lines.append(f"| {of} | {h.mean_tokens(of):,.0f} | " + " | ".join(f"{v:,.0f}" for v in q)
+        lines.append(f"| {of} | {h.mean_tokens(of):,.0f} | " + " | ".join(tokens_text(v) for v in q)
                      + f" | {'' if exact else '≤ '}{h.max_tokens(of):,} |")
     # Said always: an analyst checking them against the log's own percentiles finds them a few tokens apart.
     lines += ["", f"Means are exact; percentiles are read from the histogram's length ranges, within "

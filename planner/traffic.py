@@ -72,6 +72,7 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
     notes: list[str] = []
     requests = None
     excluded_note = ""
+    unit_warnings: list[str] = []  # a log's times contradicting their stated unit (ingest warnings)
     if src.constant is not None:
         c = src.constant
         hist = Histogram.constant(c.prompt_tokens, c.output_tokens)
@@ -150,6 +151,8 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
         # in one pass, longest first: a path shown could hold another path as read (base 's': 'logs/x.csv' holds 's/x.csv')
         paths = re.compile("|".join(re.escape(p) for p in sorted(shown, key=len, reverse=True))) if shown else None
         notes += [paths.sub(lambda m: shown[m.group(0)], note) if paths else note for note in result.notes]
+        unit_warnings = [paths.sub(lambda m: shown[m.group(0)], w) if paths else w for w in result.warnings]
+        notes += unit_warnings
     peak = scn.traffic.peak
     try:
         measured = peak_rate_rps(hist, method=peak.method, quantile=peak.quantile, explicit_rps=peak.rps, growth=1.0)
@@ -182,7 +185,7 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
                          "mean_rps to be the busiest hour's rate, or drop mean_rps")
     busiest = busiest_hour_mean_rps(profile, mean)
     priced_day = not profile.is_flat or scn.forecast is not None  # where a day's volume is read (daily, forecast)
-    warnings = [excluded_note] if excluded_note else []
+    warnings = ([excluded_note] if excluded_note else []) + unit_warnings
     if (peak.method == "explicit" and scn.traffic.mean_rps is None and priced_day and busiest is not None
             and busiest > measured * (1 + 1e-9)):
         # The day's volume is read from the source, the plan sized for the stated peak: a day at the source's

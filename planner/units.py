@@ -23,6 +23,14 @@ def quantile_label(q: float) -> str:
     return f"p{round(100 * q, 3):g}"
 
 
+def tokens_text(tokens: float) -> str:
+    """A length percentile as whole tokens ('1,235'), the one way `planner histogram`'s table and a report's
+    traffic table print one: rounded once, half up, from the unrounded value. The table used to round
+    `histogram --json`'s tenth (600.5) again, with format's half-even: Azure conv's output p99, 600.51,
+    printed 600 there and 601 in the report."""
+    return f"{Decimal(float(tokens)).quantize(Decimal(1), rounding=ROUND_HALF_UP):,}"
+
+
 def share_text(share: float) -> str:
     """A share as a percentage to 0.1%; one that is not zero never reads 0.0% ("<0.1%")."""
     return "<0.1%" if 0 < share < 0.0005 else f"{share:.1%}"

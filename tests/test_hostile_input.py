@@ -94,8 +94,9 @@ def test_one_wild_timestamp_does_not_decide_the_unit_of_the_rest(tmp_path):
     # the largest value (1e18) would say nanoseconds; the median says milliseconds
     path = tmp_path / "log.csv"
     times = [1_000_000_000_000_000_000] + [1_700_000_000_000 + 60_000 * i for i in range(5)]
-    path.write_text("prompt_tokens,output_tokens,timestamp_ms\n" + "".join(f"10,5,{t}\n" for t in times))
-    r = run("histogram", path, "--time-col", "timestamp_ms")
+    # (a column no preset names: a preset's own time column keeps its unit, and nothing is guessed)
+    path.write_text("prompt_tokens,output_tokens,t\n" + "".join(f"10,5,{t}\n" for t in times))
+    r = run("histogram", path, "--time-col", "t")
     one_line_error(r, 2, str(path), "arrival times span")
 
 
@@ -2761,3 +2762,94 @@ def test_a_quarter_s_growth_that_reads_as_a_percentage_is_warned_of(tmp_path):
     assert typo.growth_warnings() == ["forecast.quarters[1].growth 25 takes demand to 17.3× the quarter before's: a "
                                       "quarter's growth is a fraction (0.25 for +25%), where traffic.growth is a "
                                       "multiplier"]
+
+
+# ---- the unit of a log's times (an outside probe: a 1000× plan, exit 0, nothing on stderr) ----------
+def _unit_scenario(tmp_path: Path, source: str, extra: str = "") -> Path:
+    """The base scenario planning from `source` at its p99 minute, with a quarter to forecast."""
+    return scenario(tmp_path, BASE.replace("source: {constant: {prompt_tokens: 1000, output_tokens: 200}}",
+                                           f"source: {source}").replace(
+                                               "peak: {method: explicit, rps: 4}",
+                                               "peak: {method: quantile, quantile: 0.99}" + extra)
+                    + "forecast: {quarters: [{quarter: 2027Q1}]}\n")
+
+
+def test_a_presets_own_time_column_named_again_keeps_its_milliseconds(tmp_path):
+    """`preset: mooncake` with `columns: {time: timestamp}` (and --preset mooncake --time-col timestamp)
+    read Mooncake's milliseconds as seconds: the real trace's hour as 41 days, its peak 25× too low, the
+    cost per token 25× too high. It plans as the preset alone does."""
+    log = tmp_path / "trace.jsonl"  # Mooncake's columns: 2 requests/s for 10 minutes, in ms from 0
+    log.write_text("".join(json.dumps({"timestamp": 500 * i, "input_length": 1000, "output_length": 200}) + "\n"
+                           for i in range(1200)))
+    for columns in ("", ", columns: {time: timestamp}"):
+        path = _unit_scenario(tmp_path, f"{{log: trace.jsonl, preset: mooncake{columns}}}")
+        r = run("solve", path, "--no-verify", "--no-report", "--json")
+        assert r.exit_code == 0 and r.stderr == "", r.output
+        assert json.loads(r.stdout)["peak_rps"] == 2.0
+        assert "Timestamps read as ms." in json.loads(r.stdout)["traffic_notes"]
+    alone = run("histogram", log, "--preset", "mooncake", "--json")
+    named = run("histogram", log, "--preset", "mooncake", "--time-col", "timestamp", "--json")
+    assert named.exit_code == 0 and named.stderr == "" and named.stdout == alone.stdout
+    assert json.loads(named.stdout)["rate_rps"] == {"minutes": 10, "mean": 2.0, "p99_minute": 2.0, "max_minute": 2.0,
+                                                    "clock_step_minutes": 1}
+
+
+def test_relative_times_without_a_unit_are_refused_with_both_readings(tmp_path):
+    """Milliseconds from 0 under a column no preset names were read as seconds by their magnitude (every
+    relative time is below 1e11): an hour's log as 41.6 days, the fleet sized for 1/1000 of its peak,
+    exit 0, a note in the report's last lines only. Relative times hold no sign of their unit, so a
+    capacity planner refuses to guess: one line with what each reading plans, and the setting to state;
+    nothing written. Stated, they plan."""
+    log = tmp_path / "rel.csv"  # 2 requests/s for 10 minutes, in ms from 0
+    log.write_text("ts,prompt_tokens,output_tokens\n" + "".join(f"{500 * i},1000,200\n" for i in range(1200)))
+    said = ("column 'ts': its times count from the log's start (median 3e+05, before 2000 as epoch seconds) and no "
+            "unit is stated, so they may be seconds or milliseconds, 1000× apart in every rate planned for: the "
+            "first 1,200 times read span 6.9 days (about 0.00200 requests/s) as seconds, 10.0 minutes (about 2.00 "
+            "requests/s) as milliseconds; state which ")
+    out = tmp_path / "out"
+    r = run("histogram", log, "--time-col", "ts", "-o", out / "h.parquet")
+    assert r.stderr == f"error: {log}: {said}(--time-unit s or --time-unit ms)\n"
+    one_line_error(r, 2)
+    assert not out.exists()
+    path = _unit_scenario(tmp_path, "{log: rel.csv, columns: {prompt: prompt_tokens, output: output_tokens, time: ts}}")
+    for command in ("solve", "forecast"):
+        r = run(command, path, "--out-dir", out)
+        one_line_error(r, 2, f"{said}(traffic.source.time_unit: s or traffic.source.time_unit: ms)")
+        assert not out.exists()
+    stated = path.read_text(encoding="utf-8").replace("time: ts}", "time: ts}, time_unit: ms")
+    path.write_text(stated, encoding="utf-8")
+    r = run("solve", path, "--no-verify", "--no-report", "--json")
+    assert r.exit_code == 0 and r.stderr == "", r.output
+    assert json.loads(r.stdout)["peak_rps"] == 2.0
+
+
+def test_epoch_seconds_stated_as_milliseconds_are_warned_of_with_both_readings(tmp_path):
+    """A stated unit (a preset's, --time-unit, time_unit) was never checked: epoch seconds in the planner
+    preset's timestamp_ms landed in January 1970, the peak 1000× too high, exit 0, no note at all.
+    histogram, solve and forecast warn on stderr (and in the notes) with both readings; the unit stated
+    right reads quietly."""
+    log = tmp_path / "log.csv"  # one request every 500 s for 3.5 days, in epoch seconds
+    log.write_text("prompt_tokens,output_tokens,timestamp_ms\n"
+                   + "".join(f"1000,200,{1_700_000_000 + 500 * i}\n" for i in range(600)))
+
+    def said(place: str, suggestion: str) -> str:
+        return (f"{place}: column 'timestamp_ms' is read in milliseconds, the unit stated (by the preset, or "
+                f"{suggestion}), which puts its times from 1970-01-20 16:13 to 1970-01-20 16:18 UTC, 5.0 minutes "
+                "(about 2.00 requests/s); but its values have the magnitude of epoch seconds (median 1.7e+09), which "
+                "put them from 2023-11-14 22:13 to 2023-11-18 09:25 UTC, 3.5 days (about 0.00200 requests/s). If "
+                f"they are seconds, state it ({suggestion}{' s' if suggestion[0] == '-' else ': s'})")
+
+    r = run("histogram", log, "--json")
+    assert r.exit_code == 0 and r.stderr == f"warning: {said(str(log), '--time-unit')}\n", r.output
+    assert json.loads(r.stdout)["rate_rps"]["p99_minute"] == 2.0  # read as stated: the warning says why not
+    path = _unit_scenario(tmp_path, "{log: log.csv}")
+    note = said("log.csv", "traffic.source.time_unit")
+    for command in ("solve", "forecast"):
+        r = run(command, path, *(("--no-verify",) if command == "solve" else ()), "--no-report", "--json")
+        assert r.exit_code == 0 and r.stderr == f"warning: {path}: {note}\n", r.output
+        assert note in json.loads(r.stdout)["traffic_notes"]
+    path.write_text(path.read_text(encoding="utf-8").replace("{log: log.csv}", "{log: log.csv, time_unit: s}"),
+                    encoding="utf-8")
+    r = run("solve", path, "--no-verify", "--no-report", "--json")
+    assert r.exit_code == 0 and r.stderr == "", r.output
+    assert json.loads(r.stdout)["peak_rps"] == pytest.approx(1 / 60)  # one request in its busiest minutes

@@ -12,7 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 from clirun import run
 from contract import one_line_error
+from scenario_files import write_scenario
 
+from planner.units import tokens_text
 from planner.workload.histfile import read_histogram
 
 LOGS = Path(__file__).parent / "fixtures" / "logs"
@@ -283,3 +285,36 @@ def test_a_missing_column_suggests_only_a_preset_that_would_find_it(tmp_path):
     azure.write_text("ContextTokens,GeneratedTokens\n100,10\n")
     line = one_line_error(run("histogram", azure, "--preset", "azure"), 2, "no column 'TIMESTAMP' (arrival time)")
     assert "--preset" not in line
+
+
+def test_a_length_percentile_prints_the_same_in_the_histogram_table_and_the_report(tmp_path):
+    """Azure conv's output p99 is 600.51 tokens: `histogram --json` gives 600.5, and its table printed
+    600 (format's half-even on that tenth) where the solve report printed 601. Both round the unrounded
+    value once, half up (planner.units.tokens_text)."""
+    sample = Path(__file__).parent.parent / "data" / "samples" / "azure_conv_2023_sample.csv"
+    r = run("histogram", sample, "--preset", "azure")
+    assert r.exit_code == 0, r.output
+    table = {line.split()[0]: line.split()[2:5] for line in r.stdout.splitlines()[2:5]}
+    assert table["output"] == ["129", "424", "601"]
+    assert json.loads(run("histogram", sample, "--preset", "azure", "--json").stdout)["output_tokens"]["p99"] == 600.5
+    path = write_scenario(tmp_path, f"""\
+        name: conv
+        model: llama-3.1-8b
+        context_limit: 16384
+        traffic: {{source: {{log: {sample}, preset: azure}}}}
+        gpus: [h100-sxm]
+        tp: [1]
+        weight_dtypes: [bf16]
+        kv_dtypes: [bf16]
+        split_thresholds: []
+        """)
+    r = run("solve", path, "--no-verify", "--out-dir", tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    rows = [line.strip("|").split("|") for line in (tmp_path / "out" / "conv.md").read_text().splitlines()
+            if line.startswith(("| prompt |", "| output |", "| total |"))]
+    assert {row[0].strip(): [v.strip() for v in row[2:5]] for row in rows} == table  # nothing rejected at 16,384
+
+
+def test_tokens_text_rounds_once_half_up():
+    assert [tokens_text(v) for v in (600.5, 600.4999, 600.51, 1_234.5, 0.5, 64_544.497)] == [
+        "601", "600", "601", "1,235", "1", "64,544"]

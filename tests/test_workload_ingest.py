@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from pathlib import Path
@@ -270,20 +271,86 @@ def test_presets_read_the_public_traces_columns_and_time_units():
     assert int(burst.histogram.sum_prompt.sum()) == 472 + 1087 + 417
 
 
-def test_magnitude_heuristic_says_what_it_assumed_and_the_option_overrides_it():
-    spec = resolve_columns("mooncake", time_unit="auto")
-    guessed = ingest(
-        [LOGS / "mooncake_head.jsonl"],
-        resolve_columns(None, "input_length", "output_length", "timestamp"),
-    )
-    assert guessed.time_unit_assumed == "s"  # 60000 < 1e11: read as seconds, and said so
-    assert any("--time-unit ms" in note for note in guessed.notes)
-    assert spec.time_unit == "ms"
+def test_naming_a_presets_own_time_column_keeps_its_unit():
+    """--preset mooncake --time-col timestamp (or a scenario's preset: mooncake with columns: {time:
+    timestamp}) dropped the preset's milliseconds and guessed seconds: the real trace's hour read as
+    41 days and its peak 25× too low, without a word. Naming the column a preset reads already is
+    the preset; another column is the magnitude's (which refuses relative times, below)."""
+    own = resolve_columns("mooncake", time_col="timestamp")
+    assert own == PRESETS["mooncake"]  # its unit, ms, and its name: no column differs
+    read = ingest([LOGS / "mooncake_head.jsonl"], own)
+    assert read.time_unit_assumed == "ms"
+    assert read.histogram.minute.tolist() == [0, 1] and read.histogram.minute_count.tolist() == [2, 1]
+    assert read.warnings == () and read.notes == ()
+    # the default preset's own time column, named: still its milliseconds, now required
+    assert resolve_columns(time_col="timestamp_ms") == dataclasses.replace(PRESETS["planner"], time_required=True)
+    other = resolve_columns("mooncake", time_col="arrival")
+    assert (other.time, other.time_unit, other.name) == ("arrival", None, "mooncake (overridden)")
+    assert resolve_columns("mooncake", time_col="arrival", time_unit="ms").time_unit == "ms"
+    assert resolve_columns("mooncake", time_col="timestamp", time_unit="s").time_unit == "s"  # stated wins
+
+
+def test_relative_numbers_without_a_unit_are_refused_with_both_readings():
+    """Relative times (median before 2000 as epoch seconds) carry no magnitude of their unit: Mooncake's
+    milliseconds read as seconds plan 1/1000 of the peak. The magnitude rule guessed seconds and said so
+    in a note; a plan made from it, or a histogram file written, kept the 1000× error. Refused, with
+    what each reading gives and how to state it; a stated unit reads them."""
+    columns = resolve_columns(None, "input_length", "output_length", "timestamp")
+    with pytest.raises(InputError) as err:
+        ingest([LOGS / "mooncake_head.jsonl"], columns)
+    assert str(err.value) == (
+        f"{LOGS / 'mooncake_head.jsonl'}: column 'timestamp': its times count from the log's start (median 6e+04, "
+        "before 2000 as epoch seconds) and no unit is stated, so they may be seconds or milliseconds, 1000× apart "
+        "in every rate planned for: the first 3 times read span 16.7 hours (about 0.0000500 requests/s) as seconds, "
+        "60 s (about 0.0500 requests/s) as milliseconds; state which (--time-unit s or --time-unit ms)")
     forced = ingest(
         [LOGS / "mooncake_head.jsonl"],
         resolve_columns(None, "input_length", "output_length", "timestamp", time_unit="ms"),
     )
     assert forced.histogram.minute.tolist() == [0, 1]
+    assert forced.time_unit_assumed == "ms" and forced.warnings == ()
+    # BurstGPT's relative seconds, stated by its preset: read, nothing to warn of
+    assert ingest([LOGS / "burstgpt_head.csv"], resolve_columns("burstgpt")).warnings == ()
+
+
+def test_epoch_numbers_are_read_in_their_magnitude_s_unit_without_a_note(tmp_path):
+    """Epoch times tell their unit by magnitude (~1.7e9 s, ~1.7e12 ms): guessed, and nothing is
+    doubted (another unit would put them in 1970 or past 2200, which is refused)."""
+    path = tmp_path / "epoch_s.csv"
+    path.write_text("p,o,t\n" + "".join(f"100,10,{1_700_000_000 + i}\n" for i in range(600)))
+    result = ingest([path], resolve_columns(None, "p", "o", "t"))
+    assert result.time_unit_assumed == "s"
+    assert result.files[0].time.reason == "magnitude: median value 1.7e+09 < 1e+11"
+    assert result.notes == () and result.warnings == ()
+    assert result.histogram.minute.tolist() == list(range(28_333_333, 28_333_344))  # 2023-11-14 22:13:20 on, 600 s
+
+
+@pytest.mark.parametrize(("unit", "values", "stated", "span", "rate", "dates", "other"), [
+    # epoch seconds in the planner preset's timestamp_ms: 1970-01-20, every rate 1000× too high
+    ("ms", [1_700_000_000 + i for i in range(600)], "milliseconds", "0.599 s", "1,000",
+     "1970-01-20 16:13 to 1970-01-20 16:13", "seconds"),
+    # epoch milliseconds stated as microseconds: the same 1000×
+    ("us", [1_700_000_000_000 + 1000 * i for i in range(600)], "microseconds", "0.599 s", "1,000",
+     "1970-01-20 16:13 to 1970-01-20 16:13", "milliseconds"),
+])
+def test_a_stated_unit_that_puts_epoch_times_in_1970_is_warned_of(tmp_path, unit, values, stated, span, rate, dates,
+                                                                   other):
+    """A unit stated by a preset or --time-unit was never checked: epoch seconds in a column stated as
+    milliseconds landed in January 1970 and planned 1000× the traffic, with no note at all. The file's
+    warning gives both readings over all its rows and the unit to state; the right unit reads quietly."""
+    path = tmp_path / "log.csv"
+    path.write_text("prompt_tokens,output_tokens,timestamp_ms\n" + "".join(f"100,10,{v}\n" for v in values))
+    result = ingest([path], resolve_columns(time_unit=unit))
+    assert result.time_unit_assumed == unit
+    assert result.warnings == (
+        f"{path}: column 'timestamp_ms' is read in {stated}, the unit stated (by the preset, or --time-unit), which "
+        f"puts its times from {dates} UTC, {span} (about {rate} requests/s); but its values have the magnitude of "
+        f"epoch {other} (median 1.7e+{'09' if other == 'seconds' else '12'}), which put them from 2023-11-14 22:13 "
+        f"to 2023-11-14 22:23 UTC, 10.0 minutes (about 1.00 requests/s). If they are {other}, state it "
+        f"(--time-unit {'s' if other == 'seconds' else 'ms'})",)
+    assert result.notes == ()
+    right = ingest([path], resolve_columns(time_unit="s" if other == "seconds" else "ms"))
+    assert right.warnings == () and right.histogram.minute[0] == 28_333_333
 
 
 def test_default_time_column_is_optional_and_no_time_drops_rates(tmp_path):

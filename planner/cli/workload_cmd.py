@@ -44,7 +44,8 @@ _TEXT_SUFFIXES = (".csv", ".tsv", ".txt", ".json", ".jsonl", ".ndjson", ".yaml",
     type=click.Choice(["auto", *TIME_UNITS]),
     default="auto",
     show_default=True,
-    help="Unit of numeric timestamps; auto: the preset's, else guessed from their magnitude.",
+    help="Unit of numeric timestamps; auto: the preset's for its own time column, else epoch times' "
+    "magnitude (relative times, from 0, must be stated).",
 )
 @click.option(
     "--format",
@@ -113,7 +114,8 @@ def histogram(
 
 
 def _warn(result) -> None:
-    """The inputs' excluded rows (a `warning:` line per input) and notes, on stderr."""
+    """The inputs' excluded rows (a `warning:` line per input), times that contradict their stated
+    unit (a `warning:` line each) and notes, on stderr."""
     for report in result.files:
         dropped = {r: n for r, n in report.excluded_rows.items() if n}
         if dropped:
@@ -123,6 +125,9 @@ def _warn(result) -> None:
                 f"warning: {report.path}: excluded {sum(dropped.values()):,} rows ({detail}){columns}",
                 err=True,
             )
+    # times that contradict their stated unit: every rate 1000× off, so a warning, not a note
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
     for note in result.notes:
         click.echo(f"note: {note}", err=True)
 

@@ -112,7 +112,11 @@ def resolve_columns(
     """The ColumnSpec for a preset (default: 'planner') with any column or unit overridden.
 
     An explicitly named time column is required to exist; the default preset's is optional.
-    `time_unit` 'auto' or None keeps the preset's unit (or the magnitude heuristic).
+    `time_unit` 'auto' or None keeps the preset's unit where the time column is the preset's own
+    (named or not): naming the column a trace uses is what a careful user does, and must not turn
+    Mooncake's milliseconds into a guess. Another column's unit is the magnitude heuristic's
+    (planner.workload.timestamps), which refuses relative times: the preset's unit belongs to its
+    column, not to whatever else a log holds.
     """
     name = preset or DEFAULT_PRESET
     if name not in PRESETS:
@@ -124,12 +128,16 @@ def resolve_columns(
     if output_col:
         changes["output"] = output_col
     if time_col:
-        changes.update(time=time_col, time_required=True, time_unit=None)
+        changes.update(time=time_col, time_required=True)
+        if time_col != spec.time:
+            changes["time_unit"] = None
     if time_unit and time_unit != "auto":
         changes["time_unit"] = time_unit
     if no_time:
         changes.update(time=None, time_unit=None)
-    if changes:
+    # named for what differs from the preset: its own columns named again are still its columns
+    # (requiring the default preset's optional time column changes no name)
+    if any(getattr(spec, k) != v for k, v in changes.items() if k != "time_required"):
         changes["name"] = f"{name} (overridden)" if preset else "custom"
     return replace(spec, **changes)
 

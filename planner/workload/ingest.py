@@ -101,6 +101,12 @@ class IngestResult:
         return {r: sum(f.excluded_rows[r] for f in self.files) for r in EXCLUSION_REASONS}
 
     @property
+    def warnings(self) -> tuple[str, ...]:
+        """Times whose values contradict the unit stated for them (timestamps.MinuteConverter), one per
+        log: a plan's rates would be 1000× off, so commands say it on stderr, not in a note only."""
+        return tuple(f"{f.path}: {f.time.doubt}" for f in self.files if f.time is not None and f.time.doubt)
+
+    @property
     def time_unit_assumed(self) -> str | None:
         """The unit timestamps were read in; 'mixed (...)' when the inputs differ."""
         return combined_time_unit({f.path: f.time.unit for f in self.files if f.time is not None})
@@ -252,7 +258,7 @@ def _add_log(
 ) -> FileReport:
     time_col = _check_columns(reader, spec)
     names = (spec.prompt, spec.output) + ((time_col,) if time_col else ())
-    converter = MinuteConverter(spec.time_unit, zones) if time_col else None
+    converter = MinuteConverter(spec.time_unit, zones, time_col) if time_col else None
 
     def prepare_batch(batch: dict) -> _Prepared:
         prompt, output = prompt_counts(batch[spec.prompt]), token_counts(batch[spec.output])
@@ -417,11 +423,6 @@ def _notes(reports: list[FileReport]) -> tuple[str, ...]:
         for file, columns in r.files_missing_columns.items():
             notes.append(
                 f"{file}: no column {', '.join(columns)}; its rows are counted as null (excluded)"
-            )
-        if r.time and r.time.reason.startswith("magnitude") and r.time.unit == "s":
-            notes.append(
-                f"{r.path}: timestamps read as seconds ({r.time.reason}); "
-                f"if they are milliseconds, say so ({suggested('time_unit', 'ms')})"
             )
     return tuple(notes)
 

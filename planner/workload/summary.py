@@ -15,6 +15,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.histogram import Histogram
+from planner.units import tokens_text
 from planner.workload.peaks import (
     clock_step_minutes,
     clock_step_text,
@@ -38,6 +39,9 @@ class LengthStats(BaseModel):
     p99: float
     max: int  # the longest length, or an upper bound on it within its fine bin (max_exact)
     max_exact: bool = Field(default=True, exclude=True)  # (the text's "≤"; not a key of the JSON)
+    # p50/p90/p99 before the JSON's rounding to a tenth, which the text rounds once (units.tokens_text), as
+    # a report rounds the same percentiles: rounded twice, 600.46 would print 601 here and 600 there
+    unrounded: dict[str, float] = Field(default_factory=dict, exclude=True)
 
 
 class RateStats(BaseModel):
@@ -75,6 +79,7 @@ def _length_stats(hist: Histogram, of: str) -> LengthStats:
     return LengthStats(
         mean=round(hist.mean_tokens(of), 3),
         **{name: round(float(v), 1) for name, v in zip(QUANTILES, values, strict=True)},
+        unrounded={name: float(v) for name, v in zip(QUANTILES, values, strict=True)},
         max=largest,
         max_exact=hist.max_is_exact(of),
     )
@@ -157,7 +162,8 @@ def _length_table(summary: WorkloadSummary) -> list[str]:
     rows = [("tokens", "mean", "p50", "p90", "p99", "max")]
     for name, stats in (("prompt", summary.prompt_tokens), ("output", summary.output_tokens),
                         ("total", summary.total_tokens)):
-        rows.append((name, f"{stats.mean:,.1f}", f"{stats.p50:,.0f}", f"{stats.p90:,.0f}", f"{stats.p99:,.0f}",
+        rows.append((name, f"{stats.mean:,.1f}",
+                     *(tokens_text(stats.unrounded.get(q, getattr(stats, q))) for q in QUANTILES),
                      f"{'' if stats.max_exact else '≤ '}{stats.max:,}"))
     widths = [max(least, *(len(row[i]) + (_GAP if i else 0) for row in rows)) for i, least in enumerate(_MIN_WIDTHS)]
     return [f"{row[0]:<{widths[0]}}" + "".join(f"{v:>{w}}" for v, w in zip(row[1:], widths[1:], strict=True))

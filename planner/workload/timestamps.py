@@ -9,9 +9,21 @@ otherwise it is guessed from the median magnitude in the first batch that has nu
 (the median, so that one wild value cannot decide for every row), since epoch times
 today are ~1.7e9 s, ~1.7e12 ms, ~1.7e15 µs, ~1.7e18 ns:
     < 1e11 → s,  < 1e14 → ms,  < 1e17 → us,  else ns.
-Relative times below 1e11 are therefore read as seconds: a trace in relative
-milliseconds needs `--time-unit ms` (or its preset). The summary says which was assumed
-and why.
+That holds for epoch times only. Numbers whose median is below EPOCH_FROM_S (2000-01-01
+as epoch seconds; no serving log is older) count from a trace's start, and relative
+times carry no magnitude of their unit: an hour is 3.6e3 in seconds and 3.6e6 in
+milliseconds, both below 1e11, and the two readings differ 1000× in every rate the fleet
+is sized for. So relative numbers without a stated unit are refused, with what each
+reading would give, rather than guessed (a warning would be lost where a histogram file
+is written: the file keeps the minutes, not the doubt).
+
+A stated unit is checked against the magnitude the same way: where the values are epoch
+times in another unit (between EPOCH_FROM_S and 2200 read in their magnitude's unit) and
+the stated unit puts them elsewhere, the file's TimeAssumption carries a warning with
+both readings (epoch seconds in a column stated as milliseconds land in January 1970,
+and every rate is 1000× too high). A stated unit coarser than the values' lands them
+after 2200, which planner.workload.peaks.check_span refuses; a finer one lands them in
+1970, which a relative log's times also are, so that is warned of, not refused.
 
 A text column (CSV, JSON values of mixed types, Parquet strings) holds numbers or
 datetimes. Which, is decided once per file by the majority of a sample of the first
@@ -26,6 +38,8 @@ per-row minute at all.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,6 +48,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from planner.errors import InputError
+from planner.units import significant_text
+from planner.workload.columns import suggested
+from planner.workload.peaks import LAST_PLAUSIBLE_MINUTE, minute_text
 from planner.workload.rows import CODE_NON_NUMERIC, CODE_NULL, OK, decimal_int64, is_blank
 
 # An ISO 8601 time zone after a datetime's time of day: Z, or an offset (+02:00, -0530, +02); a
@@ -44,6 +61,11 @@ UNITS_PER_MINUTE = {"s": 60, "ms": 60_000, "us": 60_000_000, "ns": 60_000_000_00
 DATETIME = "datetime"
 # (upper bound of the median |value|, unit): the magnitude heuristic above
 _MAGNITUDE_UNITS = ((1e11, "s"), (1e14, "ms"), (1e17, "us"), (float("inf"), "ns"))
+UNIT_WORDS = {"s": "seconds", "ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds"}
+# 2000-01-01 as epoch seconds: no serving log is dated before it, so a number below it (as
+# seconds; 11 days as milliseconds) counts from a trace's start, whatever its unit.
+EPOCH_FROM_S = 946_684_800
+_EPOCH_TO_S = LAST_PLAUSIBLE_MINUTE * 60  # 2200-01-01: no log is dated later
 _EXACT_IN_FLOAT = 2**53  # below it, floor(v / d) in float64 equals integer floor division
 _EMPTY = np.zeros(0, np.int64)
 
@@ -59,6 +81,8 @@ class TimeAssumption:
 
     unit: str
     reason: str  # 'column type', 'preset/option', 'histogram file' or 'magnitude: ...'
+    # what the values say against a stated unit (both readings), said as a warning; "" when nothing
+    doubt: str = ""
 
 
 @dataclass(frozen=True, eq=False)
@@ -123,16 +147,32 @@ class MinuteConverter:
     zones: whether the datetimes read so far carry a time zone, shared by the logs read together
     (a zoned log beside an unzoned one mixes them as a mixed column does)."""
 
-    def __init__(self, unit: str | None = None, zones: set[bool] | None = None):
+    def __init__(self, unit: str | None = None, zones: set[bool] | None = None, column: str | None = None):
         self._unit = unit
+        self._column = column  # its name, for messages
         self._text_kind: str | None = None  # 'numeric' or 'datetime' for text columns
         self._zones = set() if zones is None else zones
-        self.assumption: TimeAssumption | None = (
+        self._assumption: TimeAssumption | None = (
             TimeAssumption(unit, "preset/option") if unit else None
         )
+        self._magnitude_seen = False  # whether the numbers' magnitude was looked at (once, first batch)
+        self._doubt: _Doubt | None = None  # a stated unit the values contradict, and their extent
+
+    @property
+    def assumption(self) -> TimeAssumption | None:
+        """How the file's times were read, with the doubt about a stated unit over all its rows read."""
+        if self._assumption is None or self._doubt is None:
+            return self._assumption
+        return dataclasses.replace(self._assumption, doubt=self._doubt.text(self._column))
 
     def times(self, array: pa.Array | pa.ChunkedArray | np.ndarray) -> Times:
         """One batch's times; `array` may be an object array from the JSON fallback."""
+        times = self._times(array)
+        if self._doubt is not None:
+            self._doubt.add(times)
+        return times
+
+    def _times(self, array: pa.Array | pa.ChunkedArray | np.ndarray) -> Times:
         if isinstance(array, np.ndarray):
             # JSON values of mixed types: as text, numbers and datetimes parse as they would
             # in a CSV; anything else (true, a list, a broken line) is non_numeric there.
@@ -159,8 +199,8 @@ class MinuteConverter:
 
     # ---- by column type -------------------------------------------------------
     def _from_datetimes(self, array: pa.Array) -> Times:
-        if self.assumption is None or self.assumption.unit != DATETIME:
-            self.assumption = TimeAssumption(DATETIME, "column type")
+        if self._assumption is None or self._assumption.unit != DATETIME:
+            self._assumption = TimeAssumption(DATETIME, "column type")
         self._saw_zones({pa.types.is_timestamp(array.type) and array.type.tz is not None})
         if pa.types.is_date(array.type):
             array = array.cast(pa.timestamp("s"))
@@ -190,9 +230,8 @@ class MinuteConverter:
             and values.size
             and max(-values.min(), values.max()) < _far(self._unit)
         ):
-            return Times(
-                values, UNITS_PER_MINUTE[self._unit], None
-            )  # min/max propagate NaN, and inf is not below _far
+            # min/max propagate NaN, and inf is not below _far: every value is usable
+            return Times(values, UNITS_PER_MINUTE[self._numeric_unit(values, None)], None)
         return self._from_floats(
             values, np.isnan(values) if nulls is None else nulls | np.isnan(values)
         )
@@ -255,7 +294,7 @@ class MinuteConverter:
         self._saw_zones(set(read.str.contains(_ZONE_AT_END, regex=True).unique().tolist()))
         ns = parsed.dt.tz_convert(None).to_numpy(dtype="datetime64[ns]").astype(np.int64)
         ns = np.where(nulls | bad, 0, ns)
-        self.assumption = TimeAssumption(DATETIME, "column type")
+        self._assumption = TimeAssumption(DATETIME, "column type")
         return Times(
             ns,
             UNITS_PER_MINUTE["ns"],
@@ -272,17 +311,81 @@ class MinuteConverter:
                              "zone, or none")
 
     def _numeric_unit(self, values: np.ndarray, unusable: np.ndarray | None) -> str:
+        """The unit of the file's numbers: the stated one (checked against the first batch's
+        magnitude), or the one its magnitude implies; relative numbers without one are refused."""
+        if self._magnitude_seen:
+            return self._unit
+        usable = values if unusable is None else values[~unusable]
+        if not usable.size:
+            return self._unit or "s"  # nothing to convert in this batch; decide on the next one
+        self._magnitude_seen = True
+        typical = float(np.median(np.abs(usable)))
+        guessed = guess_unit(typical)
         if self._unit is None:
-            usable = values if unusable is None else values[~unusable]
-            if not usable.size:
-                return "s"  # nothing to convert in this batch; decide on the next one
-            typical = float(np.median(np.abs(usable)))
-            self._unit = guess_unit(typical)
+            if typical < EPOCH_FROM_S:
+                raise InputError(_relative_text(usable, typical, self._column))
+            self._unit = guessed
             bound = next(b for b, u in _MAGNITUDE_UNITS if u == self._unit)
-            self.assumption = TimeAssumption(
+            self._assumption = TimeAssumption(
                 self._unit, f"magnitude: median value {typical:.3g} < {bound:.0e}"
             )
+        elif guessed != self._unit and EPOCH_FROM_S <= typical * 60 / UNITS_PER_MINUTE[guessed] < _EPOCH_TO_S:
+            # epoch times in another unit than the one stated (the median, as the guess reads it)
+            self._doubt = _Doubt(self._unit, guessed, typical)
         return self._unit
+
+
+def _duration_text(seconds: float) -> str:
+    """A span in the largest unit that keeps it readable: '42 s', '43.2 minutes', '1.0 hours', '41.7 days'."""
+    for least, size, word in ((2 * 86_400, 86_400, "days"), (3_600, 3_600, "hours"), (120, 60, "minutes")):
+        if seconds >= least:
+            return f"{seconds / size:,.1f} {word}"
+    return f"{seconds:.3g} s"
+
+
+def _reading_text(count: int, low: float, high: float, unit: str) -> str:
+    """count times from low to high (numbers in `unit`) as one reading: their span and mean rate."""
+    span = (high - low) * 60 / UNITS_PER_MINUTE[unit]
+    if span <= 0:
+        return "all at one instant"
+    return f"{_duration_text(span)} (about {significant_text(count / span, 3)} requests/s)"
+
+
+def _relative_text(usable: np.ndarray, typical: float, column: str | None) -> str:
+    """Why relative numbers without a unit are refused, with both readings of the batch read."""
+    low, high = float(usable.min()), float(usable.max())
+    s, ms = (_reading_text(usable.size, low, high, unit) for unit in ("s", "ms"))
+    return (f"column '{column}': its times count from the log's start (median {typical:.3g}, before 2000 as "
+            "epoch seconds) and no unit is stated, so they may be seconds or milliseconds, 1000× apart in every "
+            f"rate planned for: the first {usable.size:,} times read span {s} as seconds, {ms} as milliseconds; state "
+            f"which ({suggested('time_unit', 's')} or {suggested('time_unit', 'ms')})")
+
+
+class _Doubt:
+    """Epoch-magnitude times read in another unit than theirs: the extent of every usable value
+    read, so that the warning gives both readings of the whole file."""
+
+    def __init__(self, stated: str, guessed: str, typical: float):
+        self.stated, self.guessed, self.typical = stated, guessed, typical
+        self.count, self.low, self.high = 0, math.inf, -math.inf
+
+    def add(self, times: Times) -> None:
+        values = times.values if times.codes is None else times.values[times.codes == OK]
+        if values.size:
+            self.count += values.size
+            self.low, self.high = min(self.low, float(values.min())), max(self.high, float(values.max()))
+
+    def text(self, column: str | None) -> str:
+        def dates(unit: str) -> str:
+            minutes = (math.floor(v / UNITS_PER_MINUTE[unit]) for v in (self.low, self.high))
+            return " to ".join(minute_text(m) for m in minutes)
+
+        return (f"column '{column}' is read in {UNIT_WORDS[self.stated]}, the unit stated (by the preset, or "
+                f"{suggested('time_unit')}), which puts its times from {dates(self.stated)} UTC, "
+                f"{_reading_text(self.count, self.low, self.high, self.stated)}; but its values have the magnitude of "
+                f"epoch {UNIT_WORDS[self.guessed]} (median {self.typical:.3g}), which put them from "
+                f"{dates(self.guessed)} UTC, {_reading_text(self.count, self.low, self.high, self.guessed)}. If they "
+                f"are {UNIT_WORDS[self.guessed]}, state it ({suggested('time_unit', self.guessed)})")
 
 
 _KIND_SAMPLE = 4096  # text values looked at to decide a column's kind
