@@ -283,7 +283,7 @@ TYPE_COLUMNS: tuple[Column, ...] = (
     item_column("on_demand_usd_per_gpu_hour", "number", "the quarter's on-demand price, USD per GPU-hour"),
     item_column("committed_usd_per_hour", "number", "all committed GPUs of the type, used or not, USD per hour"),
     item_column("paid_usd_per_gpu_hour", "number", "what a GPU of the type in use costs the fleet on average: committed "
-           "and on-demand GPUs together, idle commitments aside, USD per GPU-hour"),
+           "and on-demand GPUs together, idle commitments aside, USD per GPU-hour (empty: none in use)"),
     item_column("usd_per_hour", "number", "committed + on-demand GPUs of the type, USD per hour; a quarter's rows add up "
            "to quarters.total_usd_per_hour"),
 )
@@ -556,11 +556,13 @@ def fleet_forecast_json(results: list[FleetQuarter]) -> dict:
     def row(columns, item) -> dict:
         return {c.name: c.value(item) for c in columns}
 
+    after = committed_after_end_usd(results[-1].lots, len(results) - 1, _term(results[-1].plan.fleet))
     return {"quarters": [
         {**row(QUARTER_COLUMNS, r), "services": [row(SERVICE_COLUMNS, (r, p)) for p in r.plan.plans],
          "types": [row(TYPE_COLUMNS, (r, t)) for t in r.plan.types]}
         for r in results
-    ], "committed_after_end_usd": committed_after_end_usd(results[-1].lots, len(results) - 1,
-                                                          _term(results[-1].plan.fleet)),
+    ], "committed_after_end_usd": after,
+        # the total CSV's row, the Markdown's headline (an outside probe found it only there)
+        "total": row(TOTAL_COLUMNS, span_totals(_table(QUARTER_COLUMNS, results), QUARTER_COLUMNS, after)),
         # each service's traffic notes, as `planner solve --json` gives them
         "traffic_notes": {p.scenario.name: list(p.traffic_notes) for p in results[0].plan.plans}}

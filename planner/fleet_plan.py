@@ -77,10 +77,11 @@ class TypeUse:
         return self.committed_usd_per_hour + self.on_demand * self.on_demand_usd_per_gpu_hour
 
     @property
-    def paid_usd_per_gpu_hour(self) -> float:
-        """What a GPU in use costs the fleet, the type's idle commitments aside."""
+    def paid_usd_per_gpu_hour(self) -> float | None:
+        """What a GPU in use costs the fleet, the type's idle commitments aside; None where none is in use
+        (0 read as a free GPU in the forecast's CSV, where the type's idle commitments are paid)."""
         if not self.used:
-            return 0.0
+            return None
         idle = self.idle_committed * self.committed_usd_per_hour / self.committed if self.committed else 0.0
         return (self.usd_per_hour - idle) / self.used
 
@@ -118,7 +119,7 @@ class FleetPlan:
         """A service's GPUs at what a GPU in use of each type costs the fleet on average
         (TypeUse.paid_usd_per_gpu_hour: the type's committed and on-demand GPUs together, its idle
         commitments aside); the services' figures and the idle commitments add up to the fleet's cost."""
-        paid = {t.gpu: t.paid_usd_per_gpu_hour for t in self.types}
+        paid = {t.gpu: t.paid_usd_per_gpu_hour for t in self.types}  # a pool's type is in use: never None
         return sum(pool.gpus * paid[pool.config.gpu.id] for pool in plan.pools)
 
     @property

@@ -54,9 +54,24 @@ def demote(markdown: str) -> str:
 
 
 def service_section(fp: FleetPlan, index: int, figures: dict[str, str] | None = None) -> str:
-    """The service's own report (planner.report.render), one heading level down."""
+    """The service's own report (planner.report.render), one heading level down; where it prices its
+    day and the fleet commits GPUs of a type it runs, a note that its day is priced as if alone."""
     plan, svc = fp.plans[index], fp.fleet.services[index]
-    return demote(render(plan, figures=figures, sections=report_sections(plan, svc.inputs, forecast=False).texts))
+    sections = report_sections(plan, svc.inputs, forecast=False).texts
+    committed = sorted({t.gpu for t in fp.types if t.committed} & {pool.config.gpu.id for pool in plan.pools})
+    if sections and committed:
+        sections = (*sections, _day_alone_note(fp, plan, committed))
+    return demote(render(plan, figures=figures, sections=sections))
+
+
+def _day_alone_note(fp: FleetPlan, plan, committed: list[str]) -> str:
+    """Why a service's day curve in a fleet is not what the fleet pays for it (an outside probe: 8 reserved
+    H100s, 3 idle, and a section pricing its day on demand at $4,365.40 a month, recommending autoscaling
+    to save 22.6%, where the fleet pays $3,058.70 for it and autoscaling frees no committed GPU)."""
+    return (f"In this fleet, the day above is priced as if {plan.scenario.name} ran alone, at its own prices: the "
+            f"fleet holds committed {_names(committed)} GPUs, which this service runs on and which are paid all day "
+            "whether used or not (autoscaling saves nothing on them); as the fleet pays, the service costs "
+            f"{usd_text(fp.paid_usd_per_hour(plan))}/hour at its peak (the fleet's totals).\n")
 
 
 def render_fleet(fp: FleetPlan, *, figures: list[dict[str, str]] | None = None) -> str:
@@ -212,8 +227,8 @@ def _totals(fp: FleetPlan) -> str:
         "and on-demand GPUs; committed GPUs no service uses are the fleet's, so the services and the idle line add "
         "up to the fleet's cost (before each is rounded to the cent). $/M tokens as paid, at the peak: that cost over "
         "the tokens (input and output) the service serves in an hour at its peak rate: a floor on what its tokens "
-        "cost, since no service runs at its peak all day (a fleet file prices no day curve; `planner forecast` on a "
-        "scenario of one service alone prices its day). "
+        "cost, since no service runs at its peak all day (the fleet's totals price no day curve; a service's section "
+        "prices its own day, where it states a profile or a mean rate, as if it ran alone). "
         f"{TIED_SPLIT_TEXT} {hours_text(quarters=False)} Amounts are US dollars.",
     ]
     own = sum(plan.cost_per_hour for plan in fp.plans)

@@ -89,6 +89,11 @@ class Histogram:
     total bin, fine bin), indexed by `fine_index_of`, sorted; each of the three marginals
     counts every request once. `minute` / `minute_count`: arrivals per wall-clock minute
     (minute = floor(epoch s / 60)), sorted by minute; empty when the source had no timestamps.
+    `minute_bin_key` / `minute_bin_count`: the same arrivals per (minute, total bin), keyed by
+    `minute_bin_key_of`, sorted: what a traffic class's own busiest minutes are read from (a split
+    or a context limit selects whole total bins). Built with the minutes, they count every arrival
+    or none (empty: a source that counted minutes without lengths, a histogram file written before
+    they were kept); `select_total` keeps the selected bins' rows and the whole's `minute` arrays.
     """
 
     prompt_bin: np.ndarray
@@ -104,6 +109,9 @@ class Histogram:
     fine_count: np.ndarray
     minute: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     minute_count: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    minute_bin_key: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    minute_bin_count: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    minute_bins_kept: bool = False  # whether the minutes by bin count every arrival the minutes count
 
     def __post_init__(self) -> None:
         of, _, _ = fine_index_parts(self.fine_index)
@@ -130,8 +138,10 @@ class Histogram:
         minutes = np.zeros(0, np.int64)
         if timestamps_s is not None and len(timestamps_s):
             minutes = np.floor_divide(np.asarray(timestamps_s, dtype=np.float64), 60).astype(np.int64)
+        keys = minute_bin_key_of(minutes, t_bin) if minutes.size else minutes
         return histogram_from_rows(
-            index, sums, (fine, np.ones_like(fine)), (minutes, np.ones_like(minutes)), "requests"
+            index, sums, (fine, np.ones_like(fine)), (minutes, np.ones_like(minutes)), "requests",
+            minute_bins=(keys, np.ones_like(keys)),
         )
 
     @classmethod
@@ -148,6 +158,7 @@ class Histogram:
             tuple(np.concatenate([getattr(h, k) for h in both]) for k in ("fine_index", "fine_count")),
             tuple(np.concatenate([getattr(h, k) for h in both]) for k in ("minute", "minute_count")),
             "merged histograms",
+            minute_bins=tuple(np.concatenate([getattr(h, k) for h in both]) for k in ("minute_bin_key", "minute_bin_count")),
         )
 
     # ---- selection ----------------------------------------------------------
@@ -163,13 +174,28 @@ class Histogram:
             keep &= at_most >= TOTAL_EDGES
         cells = {name: getattr(self, name)[keep[self.total_bin]] for name in (*CELL_KEYS, *SUM_COLUMNS)}
         fine = keep[fine_index_parts(self.fine_index)[1]]
+        by_bin = keep[minute_bin_parts(self.minute_bin_key)[1]]
         return Histogram(
             **cells,
             fine_index=self.fine_index[fine],
             fine_count=self.fine_count[fine],
             minute=self.minute,
             minute_count=self.minute_count,
+            minute_bin_key=self.minute_bin_key[by_bin],
+            minute_bin_count=self.minute_bin_count[by_bin],
+            minute_bins_kept=self.minute_bins_kept,
         )
+
+    def own_minute_counts(self) -> np.ndarray | None:
+        """This histogram's own arrivals in every minute of `minute`'s span (its first minute's to its
+        last's, zeros included), where a selection (`select_total`) keeps the whole's span: a class's
+        quiet minutes count. None where the source kept no minutes by total bin."""
+        if not self.minute.size or not self.minute_bins_kept:
+            return None
+        minute, _ = minute_bin_parts(self.minute_bin_key)
+        first = int(self.minute[0])
+        return np.bincount(minute - first, weights=self.minute_bin_count,
+                           minlength=int(self.minute[-1]) - first + 1).astype(np.float64)
 
     # ---- moments ------------------------------------------------------------
     @property
@@ -225,7 +251,8 @@ class Histogram:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Histogram):
             return NotImplemented
-        names = (*CELL_KEYS, *SUM_COLUMNS, "fine_index", "fine_count", "minute", "minute_count")
+        names = (*CELL_KEYS, *SUM_COLUMNS, "fine_index", "fine_count", "minute", "minute_count", "minute_bin_key",
+                 "minute_bin_count")
         return all(np.array_equal(getattr(self, k), getattr(other, k)) for k in names)
 
     __hash__ = None  # type: ignore[assignment]
@@ -269,17 +296,42 @@ def fine_index_parts(index: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndar
     return of.astype(np.int32), total.astype(np.int32), fine.astype(np.int32)
 
 
+def minute_bin_key_of(minute: np.ndarray, total_bin: np.ndarray) -> np.ndarray:
+    """A (minute, total bin) entry's key, `minute * N_TOTAL_BINS + total_bin`: sorting by it is sorting
+    by minute, then bin (a minute before 1970 is negative; `minute_bin_parts` floors)."""
+    return np.asarray(minute, np.int64) * N_TOTAL_BINS + np.asarray(total_bin, np.int64)
+
+
+def minute_bin_parts(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Inverse of `minute_bin_key_of`: (minute as int64, total_bin as int32)."""
+    minute, total = np.divmod(np.asarray(key, np.int64), N_TOTAL_BINS)
+    return minute, total.astype(np.int32)
+
+
+def _minute_bins(minute_count: np.ndarray, minute_bins: tuple[np.ndarray, np.ndarray] | None) -> dict:
+    """The Histogram fields of minutes by bin (keys, counts, sorted unique) beside `minute_count`: kept
+    where they count the same arrivals, else dropped (a merge with a source that had none)."""
+    keys, counts = (np.zeros(0, np.int64),) * 2 if minute_bins is None else minute_bins
+    kept = exact_total(counts) == exact_total(minute_count)
+    if not kept:
+        keys, counts = np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return {"minute_bin_key": np.asarray(keys, np.int64), "minute_bin_count": np.asarray(counts, np.int64),
+            "minute_bins_kept": kept}
+
+
 def histogram_from_dense(
     dense: dict[str, np.ndarray],
     fine_count: np.ndarray,
     minutes: tuple[np.ndarray, np.ndarray],
     cells: np.ndarray | None = None,
+    minute_bins: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> Histogram:
     """A Histogram from dense per-cell arrays (SUM_COLUMNS, each of length N_CELLS, indexed
     by `cell_index`), a dense fine-marginal count (length N_FINE, indexed by `fine_index_of`)
     and sorted unique (minute, count). Empty cells and bins are dropped, so the result
     equals `Histogram.from_arrays` on the same requests. `cells` (sorted, unique) may name
-    the only cells that can be non-zero, to spare a pass over every cell."""
+    the only cells that can be non-zero, to spare a pass over every cell. `minute_bins`: sorted
+    unique (minute_bin_key, count), or None where the source kept none."""
     count = np.asarray(dense["count"])
     index = np.flatnonzero(count) if cells is None else cells[count[cells] != 0]
     fine = np.flatnonzero(fine_count)
@@ -292,6 +344,7 @@ def histogram_from_dense(
         fine_count=np.asarray(fine_count, np.int64)[fine],
         minute=np.asarray(minutes[0], np.int64),
         minute_count=np.asarray(minutes[1], np.int64),
+        **_minute_bins(np.asarray(minutes[1], np.int64), minute_bins),
         **{name: np.asarray(dense[name], np.int64)[index] for name in SUM_COLUMNS},
     )
 
@@ -302,9 +355,11 @@ def histogram_from_rows(
     fine: tuple[np.ndarray, np.ndarray],
     minutes: tuple[np.ndarray, np.ndarray],
     where: str,
+    minute_bins: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> Histogram:
-    """A Histogram from rows in which a cell (`index`, `sums`), a fine bin (index, count) or
-    a minute (minute, count) may repeat: repeats are added. Raises InputError naming
+    """A Histogram from rows in which a cell (`index`, `sums`), a fine bin (index, count), a
+    minute (minute, count) or a minute's bin (minute_bin_key, count; None: the source kept none)
+    may repeat: repeats are added. Raises InputError naming
     `where` if a sum of repeated rows passes int64, ValueError if the marginals do not
     count the cells' requests."""
     from planner.errors import InputError
@@ -324,6 +379,9 @@ def histogram_from_rows(
     uniq, cell_sums = added(index, sums)
     fine_index, fine_count = added(fine[0], {"fine count": fine[1]})
     minute, minute_count = added(minutes[0], {"minute count": minutes[1]})
+    if minute_bins is not None:
+        bin_key, bin_count = added(minute_bins[0], {"minute count": minute_bins[1]})
+        minute_bins = (bin_key, bin_count["minute count"])
     t, p, o = cell_bins(uniq)
     return Histogram(
         prompt_bin=p,
@@ -333,6 +391,7 @@ def histogram_from_rows(
         fine_count=fine_count["fine count"],
         minute=minute,
         minute_count=minute_count["minute count"],
+        **_minute_bins(minute_count["minute count"], minute_bins),
         **cell_sums,
     )
 

@@ -139,6 +139,9 @@ def plan_json(plan: Plan) -> dict[str, Any]:
             # class_rate_rps gives whole (a class planned on several pools has a row for each)
             "rate_rps": pool.traffic_class.rate_rps * pool.class_part,
             "class_rate_rps": pool.traffic_class.rate_rps,
+            # the class's peak × headroom at its share of the served peak: class_rate_rps unless its own
+            # bursts set it higher (plan_objects.class_peak_rps; the report's Traffic section)
+            "class_share_rate_rps": pool.traffic_class.share_peak_rps * plan.scenario.traffic.headroom,
             "class_part": pool.class_part,
             "binding": pool.capacity.binding,
             "cost_usd_per_hour": pool.cost_per_hour,

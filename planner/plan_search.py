@@ -489,14 +489,18 @@ def undominated_evaluations(evals: Sequence[Evaluation]) -> list[Evaluation]:
 
 
 def infeasible_message(classes, evals: Sequence[Evaluation], inventory: dict, *, rate_scale: float = 1.0,
-                       min_replicas: int = 1, type_rule: tuple[int, frozenset[str]] | None = None) -> str:
+                       min_replicas: int = 1, type_rule: tuple[int, frozenset[str]] | None = None,
+                       homogeneous: bool = False) -> str:
     """Why no plan covers `classes` (every split option of a scenario, or the ones a re-solve asked)
     with these evaluations under these caps; rate_scale: the classes' rates were asked scaled (the
     peak's sensitivity); min_replicas: the scenario's min_replicas_per_pool, which the caps may not
     leave room for whatever the load; type_rule: a fleet's rule on GPU types, with the types its
     other services run (Resolver.type_rule), which then shares the blame. A split option's class that
     no config serves is named only where the no-split class is not asked or not served either: where
-    it is, what stops the plan is below (the caps, min_replicas, a fleet's rule), not the split."""
+    it is, what stops the plan is below (the caps, min_replicas, a fleet's rule), not the split.
+    homogeneous: the scenario's homogeneous_pools, which, where the caps of several types together
+    would carry a class, is named beside them (an outside probe: "the caps leave no fleet" read as a
+    reason to buy GPUs, where 2 H100s and 2 L40S in one pool covered the load)."""
 
     def served(tc) -> bool:
         return any(evaluation.capacity_rps > 0 for evaluation in evals if evaluation.traffic_class is tc)
@@ -553,7 +557,12 @@ def infeasible_message(classes, evals: Sequence[Evaluation], inventory: dict, *,
             if sum(most.values()) < tc.rate_rps * rate_scale:
                 return (f"class '{tc.label}' needs {tc.rate_rps * rate_scale:,.4g} req/s but {CAPS_WORDS} ({caps}) "
                         f"allow at most {sum(most.values()):,.4g} req/s")
-    return f"{CAPS_WORDS} ({caps}){f' and {rule}' if rule else ''} leave no fleet that covers every class at once ({rates})"
+    mixed = ""
+    if homogeneous and len([g for g in inventory if g in serving]) > 1:
+        mixed = ("; a pool runs one config (homogeneous_pools: true): homogeneous_pools: false lets a class's pool mix "
+                 "the capped GPU types")
+    return (f"{CAPS_WORDS} ({caps}){f' and {rule}' if rule else ''} leave no fleet that covers every class at once "
+            f"({rates}){mixed}")
 
 
 def no_plan_message(sol: FleetSolution, scn: Scenario, classes, evals, inventory) -> str:
@@ -561,7 +570,8 @@ def no_plan_message(sol: FleetSolution, scn: Scenario, classes, evals, inventory
     if sol.problem:  # decided before the solver ran (a fleet larger than any that exists)
         return sol.problem
     if sol.status == "Infeasible":
-        return infeasible_message(classes, evals, inventory, min_replicas=scn.min_replicas_per_pool)
+        return infeasible_message(classes, evals, inventory, min_replicas=scn.min_replicas_per_pool,
+                                  homogeneous=scn.homogeneous_pools)
     if sol.status == "Not Solved":
         return (f"no plan found within the solver's time limit of {scn.solver.time_limit_s:g} s; "
                 "raise solver.time_limit_s or offer fewer candidates")

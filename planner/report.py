@@ -48,7 +48,7 @@ from planner.units import (
 )
 from planner.verification import unverified_speed
 from planner.worker_pool import draw
-from planner.workload.peaks import per_minute_counts, whole_minutes
+from planner.workload.peaks import BURST_SIGNIFICANCE, per_minute_counts, whole_minutes
 
 
 def _usd_per_million(x: float) -> str:
@@ -306,7 +306,8 @@ def _decision(plan: Plan) -> str:
         f"{plan.peak_rps * plan.scenario.traffic.headroom:,.2f} requests/s, context limit {plan.context_limit:,} tokens, "
         f"model `{plan.model.id}`. Solver: {sol.solver}, status {sol.status}." + _redundancy_text(plan)
         + (f" **{rejected_text(plan)} of requests ({plan.rejected_requests:,} of the histogram's {plan.hist.requests:,}) "
-           f"are longer than the limit and rejected**; the peak counts the rest." if plan.rejected_requests else ""),
+           f"are longer than the limit and rejected**; the peak counts the rest." if plan.rejected_requests else "")
+        + _own_bursts_text(plan),
         "",
         _verdict(plan),
         *_unverified_note(plan),
@@ -852,6 +853,7 @@ def _traffic(plan: Plan, figure: str | None) -> str:
         f"- Peak: {plan.measured_peak_rps:,.3f} requests/s ({peak_text(plan)}) × growth {scn.traffic.growth:g}"
         + (f" × {h.requests / plan.hist.requests:.2%} served" if plan.rejected_requests else "")
         + f" = {plan.peak_rps:,.3f} requests/s; capacity is planned for × headroom {scn.traffic.headroom:g}.",
+        *_class_peaks_lines(plan),
     ]
     if scn.traffic.shared_prefix_tokens:
         lines.append(f"- Shared prefix: {scn.traffic.shared_prefix_tokens:,} tokens per request (prefix caching).")
@@ -873,6 +875,42 @@ def _traffic(plan: Plan, figure: str | None) -> str:
     if figure:
         lines += ["", f"![Traffic]({figure})"]
     return "\n".join(lines)
+
+
+def _own_bursts_text(plan: Plan) -> str:
+    """' The long class is planned at ...': the plan's classes whose own bursts set their peak, above
+    their share of the peak the sentence before names (the Traffic section shows the arithmetic)."""
+    own = [tc for tc in plan.classes[plan.solution.option] if tc.own_bursts]
+    if not own:
+        return ""
+    each = "; ".join(f"{tc.label} at {tc.peak_rps:,.3f} requests/s, not its share, {tc.share_peak_rps:,.3f}" for tc in own)
+    return f" **Planned for its own bursts (the Traffic section): {each}.**"
+
+
+def _class_peaks_lines(plan: Plan) -> list[str]:
+    """How each traffic class's peak was set (plan_objects.class_peak_rps): its share of the served
+    peak, or its own bursts' rate; the classes its own bursts set are listed, with their figures
+    before growth, as the peak's are."""
+    peak, growth = plan.scenario.traffic.peak, plan.scenario.traffic.growth
+    classes = [tc for option in plan.classes.values() for tc in option if tc.name != "all" or plan.rejected_requests]
+    kept = [tc for tc in classes if tc.bursts is not None]
+    if peak.method == "explicit" or not kept:  # a histogram file without arrivals by length: a traffic note says so
+        return []
+    minute = "busiest minute" if peak.method == "max" else f"{quantile_label(peak.quantile)} minute"
+    rule = (f"- Each traffic class is planned at its share of the served peak, unless its own {minute} holds more "
+            f"arrivals than Poisson arrivals at that share reach in {1 - BURST_SIGNIFICANCE:.0%} of logs as long: "
+            "then at the Poisson rate whose own it is (a pool serves its class alone, whose bursts the whole's peak "
+            "minute need not hold; a thin class's own minute is otherwise mostly its Poisson noise, which the "
+            "simulation replays).")
+    own = [tc for tc in kept if tc.own_bursts]
+    if not own:
+        return [rule + " No class's own minutes are beyond its share: each is planned at its share."]
+    rows = [f"  - {_split_text(None if tc.option == 'none' else int(tc.option))}, {tc.label}: its own {minute} "
+            f"{tc.bursts.own_minute_rps:,.3f} requests/s, Poisson arrivals' at {tc.bursts.poisson_rps:,.3f} requests/s "
+            f"(at {tc.bursts.least_rps:,.3f} in {BURST_SIGNIFICANCE:.0%} of logs); its share of the peak "
+            f"{tc.share_peak_rps / growth:,.3f}: planned at {tc.bursts.poisson_rps:,.3f} × growth {growth:g} = "
+            f"{tc.peak_rps:,.3f} requests/s" for tc in own]
+    return [rule + " Set by their own bursts (before growth, as the peak):", *rows]
 
 
 def peak_source_text(scn) -> tuple[str, str]:

@@ -27,6 +27,7 @@ from planner.ilp import (
     solve_services,
 )
 from planner.ilp_solver import fix_by_reduced_costs, solver_for
+from planner.units import usd_text
 
 # ------------------------------------------------------------------ the joint ILP
 
@@ -217,6 +218,30 @@ def test_each_service_section_is_its_own_report_when_no_shared_constraint_binds(
         assert service_section(fp, i, figures) == own
         assert alone.cost_per_hour == pytest.approx(fp.plans[i].cost_per_hour)
     assert fp.cost_per_hour == pytest.approx(sum(p.cost_per_hour for p in fp.plans))
+
+
+@pytest.mark.parametrize("reserved", [0, 8])
+def test_a_services_day_in_a_fleet_with_commitments_says_it_is_priced_alone(tmp_path, reserved):
+    """(An outside probe: 8 reserved H100s, 3 idle, and a service's day priced on demand at $4,365.40 a month,
+    with autoscaling said to save 22.6%, where the fleet pays $3,058.70 a month for it.)"""
+    from planner.fleet import load_fleet
+    from planner.fleet_plan import make_fleet_plan
+    from planner.fleet_report import service_section
+
+    traffic = {"source": {"constant": {"prompt_tokens": 1500, "output_tokens": 200}},
+               "peak": {"method": "explicit", "rps": 12.0}, "mean_rps": 6.0,
+               "profile": {"shape": "diurnal", "peak_to_trough": 3, "peak_hour": 14}}
+    inventory = {"h100-sxm": {"reserved": reserved, "reserved_usd_per_hour": 2.093}} if reserved else {}
+    fp = make_fleet_plan(load_fleet(write_fleet(tmp_path, services=[service("alpha", 30.0), service(
+        "beta", 12.0, traffic=traffic, gpus=["h100-sxm"])], inventory=inventory)))
+    text = service_section(fp, 1)
+    assert "## The day's load curve" in text
+    note = (f"In this fleet, the day above is priced as if beta ran alone, at its own prices: the fleet holds committed "
+            f"h100-sxm GPUs, which this service runs on and which are paid all day whether used or not (autoscaling "
+            f"saves nothing on them); as the fleet pays, the service costs {usd_text(fp.paid_usd_per_hour(fp.plans[1]))}"
+            "/hour at its peak (the fleet's totals).")
+    assert (note in text) == bool(reserved)
+    assert note not in service_section(fp, 0)  # no day priced
 
 
 @pytest.mark.parametrize("gpus", [["h100-sxm"], [{"id": "h100-sxm", "max_gpus": 100}]])
@@ -959,6 +984,23 @@ def test_a_fleet_file_without_its_services_key_is_told_so_not_that_a_scenario_la
     assert r.output.strip() == f"error: {path}: {message}"
 
 
+def test_a_type_with_only_idle_commitments_has_no_paid_price_in_the_csv():
+    """(An outside probe: 4 reserved L40S, all idle, read $0.000000 a GPU-hour in the types CSV where the
+    Markdown shows "—": loaded into a spreadsheet, paid GPUs read as free.)"""
+    from types import SimpleNamespace
+
+    from planner.fleet_forecast import TYPE_COLUMNS
+    from planner.fleet_plan import TypeUse
+    from planner.forecast_outputs import _table
+
+    idle = TypeUse("l40s", committed=4, used=0, on_demand=0, idle_committed=4, cap=None,
+                   on_demand_usd_per_gpu_hour=1.4, committed_usd_per_hour=2.8)
+    assert idle.paid_usd_per_gpu_hour is None
+    header, row = _table(TYPE_COLUMNS, [(SimpleNamespace(quarter="2027Q1"), idle)])
+    assert dict(zip(header, row, strict=True))["paid_usd_per_gpu_hour"] == ""
+    assert dict(zip(header, row, strict=True))["usd_per_hour"] == "2.800000"
+
+
 def test_fleet_forecast_carries_the_whole_fleet_forward(tmp_path):
     """With carry_forward, a quarter commits what the whole fleet ran the quarter before; every
     quarter's type rows add up to its cost."""
@@ -1354,7 +1396,14 @@ def test_a_fleet_forecast_s_commitments_last_their_term_and_what_runs_past_the_e
 
     r = CliRunner().invoke(main, ["forecast", str(path), "--out-dir", str(tmp_path / "out"), "--json"])
     assert r.exit_code == 0, r.output
-    assert json.loads(r.output)["committed_after_end_usd"] == pytest.approx(after)
+    out = json.loads(r.output)
+    assert out["committed_after_end_usd"] == pytest.approx(after)
+    # the total CSV's row, as data (an outside probe found the forecast's total only in the Markdown and the CSV)
+    import csv
+    [total] = list(csv.DictReader((tmp_path / "out" / "twin_forecast_total.csv").read_text(encoding="utf-8").splitlines()))
+    assert set(out["total"]) == set(total)
+    assert out["total"]["total_usd"] == pytest.approx(float(total["total_usd"]), abs=1e-6)
+    assert out["total"]["total_usd"] == pytest.approx(sum(q["total_usd"] for q in out["quarters"]), abs=1e-6)
     md = (tmp_path / "out" / "twin_forecast.md").read_text(encoding="utf-8")
     assert "a commitment is paid for 2 quarters, used or not (forecast.commitment_term_quarters)" in md
     assert "| From | Through | GPUs committed | $/GPU-hour | Priced at | Terms of |" in md

@@ -2853,3 +2853,23 @@ def test_epoch_seconds_stated_as_milliseconds_are_warned_of_with_both_readings(t
     r = run("solve", path, "--no-verify", "--no-report", "--json")
     assert r.exit_code == 0 and r.stderr == "", r.output
     assert json.loads(r.stdout)["peak_rps"] == pytest.approx(1 / 60)  # one request in its busiest minutes
+
+
+def test_a_log_read_beside_a_histogram_built_from_a_log_of_its_name_is_warned_of(tmp_path):
+    """(An outside probe: last quarter's histogram merged with the log it was built from, appended to since,
+    counted its first half twice: 29,049 requests for 19,366, the p99 minute 15.4 requests/s for 8.2.)"""
+    rows = ["prompt_tokens,output_tokens,timestamp_ms"] + [f"{100 + i % 50},{20 + i % 7},{1_700_000_040_000 + 500 * i}"
+                                                           for i in range(600)]
+    log = tmp_path / "serving.csv"
+    log.write_text("\n".join(rows[:301]) + "\n")
+    assert run("histogram", log, "-o", tmp_path / "q1.hist.parquet").exit_code == 0
+    log.write_text("\n".join(rows) + "\n")  # appended to since
+    result = run("histogram", tmp_path / "q1.hist.parquet", log)
+    assert result.exit_code == 0, result.output
+    assert (f"warning: {tmp_path / 'q1.hist.parquet'} was built from a log named serving.csv, as is {log} read with it: "
+            "if that log has grown since, its requests up to then count twice; give the histogram file with only the "
+            "log's newer rows, or the log alone") in result.stderr
+    other = tmp_path / "other.csv"
+    other.write_text("\n".join([rows[0], *rows[301:]]) + "\n")
+    result = run("histogram", tmp_path / "q1.hist.parquet", other)
+    assert result.exit_code == 0 and "warning" not in result.stderr, result.stderr

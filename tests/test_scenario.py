@@ -181,6 +181,39 @@ def test_unreachable_ttft_target_exits_3_naming_band_target_and_floor(tmp_path):
     assert not out.exists()
 
 
+CAPPED_TWO_TYPES = """\
+name: capped
+model: llama-3.1-8b
+context_limit: 16384
+traffic:
+  source:
+    synthetic: {name: chat, requests: 20000, seed: 21, rate_rps: 60}
+  peak: {method: quantile, quantile: 0.99}
+slo: {bands: [{ttft_s: 2.0, tpot_ms: 50}]}
+gpus: [{id: h100-sxm, max_gpus: 2}, {id: l40s, max_gpus: 5}]
+tp: [1]
+weight_dtypes: [fp8]
+kv_dtypes: [fp8]
+split_thresholds: []
+verify: false
+"""
+
+
+def test_caps_that_one_config_per_pool_cannot_meet_name_homogeneous_pools(tmp_path):
+    """(An outside probe: "the caps leave no fleet" read as a reason to buy GPUs, where a pool mixing the two
+    capped types covers the load.)"""
+    out = tmp_path / "out"
+    r = solve(write(tmp_path, CAPPED_TWO_TYPES), "--out-dir", out)
+    assert r.exit_code == 3, r.output
+    assert r.output.strip().endswith("leave no fleet that covers every class at once ('all (≤ 16,384 tokens)' 71.87 "
+                                     "req/s); a pool runs one config (homogeneous_pools: true): homogeneous_pools: "
+                                     "false lets a class's pool mix the capped GPU types"), r.output
+    assert not out.exists()
+    r = solve(write(tmp_path, CAPPED_TWO_TYPES + "homogeneous_pools: false\n"), "--no-report")
+    assert r.exit_code == 0, r.output
+    assert "h100-sxm" in r.output and "l40s" in r.output
+
+
 def test_solve_json_has_the_contract_keys(tmp_path):
     r = solve(write(tmp_path, BASE), "--json", "--no-report")
     assert r.exit_code == 0, r.output

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from planner.errors import InputError
 from planner.histogram import Histogram
 from planner.workload import cell_kernel
-from planner.workload.accumulate import _LUT_MAX, CellAccumulator, MinuteCounter, to_histogram
+from planner.workload.accumulate import _LUT_MAX, ArrivalCounter, CellAccumulator, to_histogram
 
 # Lengths around every place the loop changes course: 0, the lookup tables' end, the
 # total table's end (twice that), and beyond the last length edge (2**24).
@@ -32,7 +32,7 @@ def _accumulated(parts: list[list[tuple[int, int]]]) -> Histogram:
         prompt = np.array([p for p, _ in rows], np.int64)
         output = np.array([o for _, o in rows], np.int64)
         cells.add(prompt, output)
-    return to_histogram(cells, MinuteCounter())
+    return to_histogram(cells, ArrivalCounter())
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)  # derandomized: same cases in CI
@@ -54,7 +54,7 @@ def test_rows_beyond_the_tables_and_histograms_mix_with_table_rows():
     cells.add(prompt[:500], output[:500])
     cells.add_histogram(Histogram.from_arrays(earlier_prompt, earlier_output))
     cells.add(prompt[500:], output[500:])
-    merged = to_histogram(cells, MinuteCounter())
+    merged = to_histogram(cells, ArrivalCounter())
     everything = Histogram.from_arrays(
         np.concatenate([prompt, earlier_prompt]), np.concatenate([output, earlier_output])
     )
@@ -70,7 +70,7 @@ def test_many_batches_of_long_requests_keep_every_cell():
     cells = CellAccumulator()
     for part in range(150):
         cells.add(prompt[part * 20 : (part + 1) * 20], output[part * 20 : (part + 1) * 20])
-    assert to_histogram(cells, MinuteCounter()) == Histogram.from_arrays(prompt, output)
+    assert to_histogram(cells, ArrivalCounter()) == Histogram.from_arrays(prompt, output)
 
 
 def test_read_only_arrays_and_other_integer_types_are_accepted():
@@ -82,7 +82,7 @@ def test_read_only_arrays_and_other_integer_types_are_accepted():
     cells.add(prompt, output)
     cells.add(frozen, output.astype(np.int64))
     doubled = Histogram.from_arrays(np.tile(frozen, 2), np.tile(output.astype(np.int64), 2))
-    assert to_histogram(cells, MinuteCounter()) == doubled
+    assert to_histogram(cells, ArrivalCounter()) == doubled
 
 
 def test_mismatched_arrays_are_refused():
@@ -126,7 +126,7 @@ def test_a_batch_whose_rough_bound_trips_but_exact_sums_fit_is_added():
     output = np.array([1, 2, 3, 4])
     cells = CellAccumulator()
     cells.add(prompt, output)
-    assert to_histogram(cells, MinuteCounter()) == Histogram.from_arrays(prompt, output)
+    assert to_histogram(cells, ArrivalCounter()) == Histogram.from_arrays(prompt, output)
 
 
 def test_a_refused_batch_adds_nothing():
@@ -134,7 +134,7 @@ def test_a_refused_batch_adds_nothing():
     with pytest.raises(ValueError, match="negative"):
         cells.add(np.array([5, 700_000, -1]), np.array([1, 1, 1]))
     cells.add(np.array([40]), np.array([9]))
-    assert to_histogram(cells, MinuteCounter()) == Histogram.from_arrays([40], [9])
+    assert to_histogram(cells, ArrivalCounter()) == Histogram.from_arrays([40], [9])
 
 
 def test_token_counts_that_do_not_convert_exactly_are_refused():

@@ -28,7 +28,7 @@ from planner.histogram import (
     fine_bin,
 )
 from planner.paged import token_profile
-from planner.workload.accumulate import CellAccumulator, MinuteCounter, to_histogram
+from planner.workload.accumulate import ArrivalCounter, CellAccumulator, to_histogram
 from planner.workload.columns import resolve_columns
 from planner.workload.histfile import (
     HISTOGRAM_FILE_COLUMNS,
@@ -186,12 +186,13 @@ def test_fine_rows_that_do_not_count_the_cells_are_refused(log):
 
 
 def test_minute_rows_that_count_more_arrivals_than_requests_are_refused():
-    # (found by the external campaign: one minute row set to 1,000 arrivals planned 16.67 req/s for 3 requests)
+    # (found by the external campaign: one minute row set to 1,000 arrivals planned 16.67 req/s for 3 requests;
+    # a minute row per total bin: three rows of one arrival, the first set to 1,000)
     hist = Histogram.from_arrays(np.array([100, 200, 3000]), np.array([10, 20, 30]), np.array([0.0, 30.0, 90.0]))
     table = histogram_table(hist)
     first_minute = table["kind"].to_pylist().index("minute")
     count = [1000 if i == first_minute else c for i, c in enumerate(table["count"].to_pylist())]
-    with pytest.raises(InputError, match="the 'minute' rows count 1,001 arrivals but the cells hold 3 requests"):
+    with pytest.raises(InputError, match="the 'minute' rows count 1,002 arrivals but the cells hold 3 requests"):
         histogram_from_table(_bad(table, "count", count))
 
 
@@ -316,7 +317,7 @@ def test_groups_too_large_for_int64_products_stay_exact():
     output = np.concatenate([np.full(n, 125_000), np.full(10, 500)])
     cells = CellAccumulator()  # (Histogram.from_arrays would take seconds on 3M rows)
     cells.add(prompt, output)
-    hist = to_histogram(cells, MinuteCounter())
+    hist = to_histogram(cells, ArrivalCounter())
     assert hist.quantiles("total", [0.0, 0.5, 1.0]).tolist() == [1_500.0, 250_001.0, 250_001.0]
     assert hist.max_tokens("total") == 250_001
     assert hist.max_tokens("prompt") == 125_001

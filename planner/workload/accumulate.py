@@ -228,5 +228,20 @@ class MinuteCounter:
         return self._minute, self._count
 
 
-def to_histogram(cells: CellAccumulator, minutes: MinuteCounter) -> Histogram:
-    return histogram_from_dense(cells.dense, cells.fine, minutes.arrays(), cells=cells.touched_cells)
+class ArrivalCounter:
+    """Arrivals per minute, and per (minute, total bin) (Histogram.minute_bin_key), kept sparse."""
+
+    def __init__(self) -> None:
+        self.by_minute, self.by_bin = MinuteCounter(), MinuteCounter()
+
+    def add(self, by_minute: tuple[np.ndarray, np.ndarray], by_bin: tuple[np.ndarray, np.ndarray] | None) -> None:
+        """A source's arrivals; by_bin None where it kept none by bin (an older histogram file): the
+        histogram then keeps none (histogram_from_dense), as its bins would miss these arrivals."""
+        self.by_minute.add_counts(*by_minute)
+        if by_bin is not None:
+            self.by_bin.add_counts(*by_bin)
+
+
+def to_histogram(cells: CellAccumulator, arrivals: ArrivalCounter) -> Histogram:
+    return histogram_from_dense(cells.dense, cells.fine, arrivals.by_minute.arrays(), cells=cells.touched_cells,
+                                minute_bins=arrivals.by_bin.arrays())

@@ -9,7 +9,11 @@ HISTOGRAM_FILE_COLUMNS, schema `histogram_file_schema()` (Spark: `histogram_file
                  total_bin, fine_bin (int32) and count = requests whose prompt, output or
                  total length lies in that fine bin, within that total bin; other columns null.
 - kind 'minute': minute (int64, floor(epoch seconds / 60)); count = arrivals in that
-                 minute; the other columns null.
+                 minute; total_bin (int32): the total bin of the arrivals counted, or null
+                 (arrivals of every length: files written before a traffic class's own
+                 minutes were kept, or a producer that keeps none); the other columns null.
+                 Either every minute row names its total bin or the file keeps no minutes
+                 by bin; a reader that ignores total_bin adds a minute's rows, as before.
 A cell, fine bin or minute may repeat (one row per partition): readers add the rows.
 Schema metadata under HISTOGRAM_FILE_METADATA_KEY (optional; planner writes it) is JSON:
 {"format": HISTOGRAM_FILE_FORMAT, "length_edges": [...], "total_edges": [...],
@@ -45,6 +49,8 @@ from planner.histogram import (
     histogram_from_rows,
     length_bin,
     length_bin_range,
+    minute_bin_key_of,
+    minute_bin_parts,
     total_bin_range,
 )
 from planner.order_stats import exact_group_sums
@@ -85,7 +91,12 @@ def histogram_table(hist: Histogram, metadata: dict | None = None):
     is stored beside the bin edges in the schema metadata under HISTOGRAM_FILE_METADATA_KEY."""
     import pyarrow as pa
 
-    n_rows = (hist.count.size, hist.fine_index.size, hist.minute.size)  # cells, marginal bins, minutes
+    # a minute's rows by total bin where the histogram kept them for every arrival, else one row a minute
+    by_bin = hist.minute_bins_kept and int(hist.minute_bin_count.sum()) == int(hist.minute_count.sum())
+    minute, minute_count = (minute_bin_parts(hist.minute_bin_key)[0], hist.minute_bin_count) if by_bin else (
+        hist.minute, hist.minute_count)
+    minute_total = minute_bin_parts(hist.minute_bin_key)[1] if by_bin else None
+    n_rows = (hist.count.size, hist.fine_index.size, minute.size)  # cells, marginal bins, minutes
 
     def column(dtype, *parts: np.ndarray | None) -> pa.Array:
         """A column from its values in the rows of each kind (cells, marginals, minutes); None: null."""
@@ -100,10 +111,10 @@ def histogram_table(hist: Histogram, metadata: dict | None = None):
         "kind": pa.array(np.array(HISTOGRAM_FILE_KINDS, object)[kinds], pa.string()),
         "prompt_bin": column(i32, hist.prompt_bin, None, None),
         "output_bin": column(i32, hist.output_bin, None, None),
-        "total_bin": column(i32, hist.total_bin, fine_total, None),
-        "count": column(i64, hist.count, hist.fine_count, hist.minute_count),
+        "total_bin": column(i32, hist.total_bin, fine_total, minute_total),
+        "count": column(i64, hist.count, hist.fine_count, minute_count),
         **{name: column(i64, getattr(hist, name), None, None) for name in SUM_COLUMNS[1:]},
-        "minute": column(i64, None, None, hist.minute),
+        "minute": column(i64, None, None, minute),
         "fine_bin": column(i32, None, fine, None),
     }
     meta = {
@@ -168,7 +179,32 @@ def histogram_from_table(table, where: str = "histogram table") -> Histogram:
         [fine_index_of(k, fine[of]["total_bin"], fine[of]["fine_bin"]) for k, of in enumerate(LENGTH_OF)]
     )
     fine_count = np.concatenate([fine[of]["count"] for of in LENGTH_OF])
-    return histogram_from_rows(index, sums, (fine_index, fine_count), (minute, minute_count), where)
+    minute_bins = _minute_bins(parts["minute"], minute, minute_count, bins["total_bin"], sums["count"], where)
+    return histogram_from_rows(index, sums, (fine_index, fine_count), (minute, minute_count), where,
+                               minute_bins=minute_bins)
+
+
+def _minute_bins(rows, minute: np.ndarray, count: np.ndarray, cell_total_bin: np.ndarray, cell_count: np.ndarray,
+                 where: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """The minute rows' (minute_bin_key, count) where every one names its total bin, None where none
+    does (a file that keeps no minutes by bin). A file in which some do and some do not (parts of two
+    producers) keeps none: its classes' own minutes would miss arrivals. Raises InputError naming
+    `where` for a bin out of range, or a bin that counts more arrivals than its cells hold requests."""
+    import pyarrow as pa
+
+    column = rows.column("total_bin")
+    if column.null_count:  # none names its bin, or only some do
+        return None
+    total = column.cast(pa.int64()).to_numpy()
+    if ((total < 0) | (total >= N_TOTAL_BINS)).any():
+        raise InputError(f"a 'minute' row's total_bin is outside 0-{N_TOTAL_BINS - 1}", where=where)
+    arrivals = exact_group_sums(total, count, N_TOTAL_BINS)
+    requests = exact_group_sums(np.asarray(cell_total_bin, np.int64), cell_count, N_TOTAL_BINS)
+    over = np.flatnonzero(arrivals > requests)
+    if over.size:
+        raise InputError(f"the 'minute' rows of total_bin {int(over[0])} count {int(arrivals[over[0]]):,} arrivals but "
+                         f"its cells hold {int(requests[over[0]]):,} requests", where=where)
+    return minute_bin_key_of(minute, total), count
 
 
 def _check_columns(names, where: str) -> None:

@@ -48,6 +48,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from planner.errors import InputError
+from planner.histogram import minute_bin_key_of
 from planner.units import significant_text
 from planner.workload.columns import suggested
 from planner.workload.peaks import LAST_PLAUSIBLE_MINUTE, minute_text
@@ -125,6 +126,14 @@ class Times:
             present = np.flatnonzero(counts)
             return present + low, counts[present]
         return np.unique(minutes, return_counts=True)
+
+    def minute_bin_counts(self, keep: np.ndarray | None, total_bin: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(minute_bin_key, arrivals) over the rows in `keep`, `total_bin` the kept rows' total bins:
+        arrivals per minute and total length, from which a traffic class's own minutes are read."""
+        values = self.values if keep is None else self.values[keep]
+        if not values.size:
+            return _EMPTY, _EMPTY
+        return np.unique(minute_bin_key_of(_floor_minute(values, self.per_minute), total_bin), return_counts=True)
 
 
 def _floor_minute(values: np.ndarray, per_minute: int) -> np.ndarray:
