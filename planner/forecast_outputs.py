@@ -474,10 +474,19 @@ def _peak_lines(results: Sequence[QuarterResult]) -> list[str]:
     served = " × the share of requests served" if any(r.plan.rejected_requests for r in results) else ""
     growth = first.scenario.traffic.growth / results[0].demand_multiplier  # the base scenario's
     name, note = peak_source_text(first.scenario)
+    # a pool planned at its class's own bursts (plan_objects.class_peak_rps), above its share of that peak
+    own: dict[str, list[str]] = {}
+    for r in results:
+        for tc in r.plan.classes[r.plan.solution.option]:
+            if tc.own_bursts:
+                own.setdefault(tc.label, []).append(r.quarter)
+    bursts = "".join(f" In {', '.join(quarters)}, the {label} pool is planned at its class's own bursts' rate, above "
+                     "its share of that peak (the scenario's report, Traffic section, shows how)."
+                     for label, quarters in own.items())
     return ["", f"Peak req/s is {name}, {first.measured_peak_rps:,.3f} requests/s ({peak_text(first)}"
             f"{'; ' + note if note else ''}), "
             f"× traffic.growth {growth:g} × the quarter's Demand × base{served}; capacity is planned for × headroom "
-            f"{first.scenario.traffic.headroom:g}."]
+            f"{first.scenario.traffic.headroom:g}.{bursts}"]
 
 
 def _rejected_lines(results: Sequence[QuarterResult]) -> list[str]:

@@ -897,18 +897,19 @@ def _class_peaks_lines(plan: Plan) -> list[str]:
     if peak.method == "explicit" or not kept:  # a histogram file without arrivals by length: a traffic note says so
         return []
     minute = "busiest minute" if peak.method == "max" else f"{quantile_label(peak.quantile)} minute"
-    rule = (f"- Each traffic class is planned at its share of the served peak, unless its own {minute} holds more "
-            f"arrivals than Poisson arrivals at that share reach in {1 - BURST_SIGNIFICANCE:.0%} of logs as long: "
-            "then at the Poisson rate whose own it is (a pool serves its class alone, whose bursts the whole's peak "
-            "minute need not hold; a thin class's own minute is otherwise mostly its Poisson noise, which the "
+    rule = (f"- Each traffic class is planned at its share of the served peak, unless Poisson arrivals at that share "
+            f"would reach its own {minute} in at most {BURST_SIGNIFICANCE:.0%} of logs as long: then at the Poisson "
+            "rate whose own it is (a pool serves its class alone, whose bursts the whole's peak minute need not "
+            "hold; a thin class's own minute above its share is otherwise mostly its Poisson noise, which the "
             "simulation replays).")
     own = [tc for tc in kept if tc.own_bursts]
     if not own:
-        return [rule + " No class's own minutes are beyond its share: each is planned at its share."]
+        return [rule + " No class's own minutes are beyond what Poisson arrivals at its share reach: each is planned "
+                "at its share."]
     rows = [f"  - {_split_text(None if tc.option == 'none' else int(tc.option))}, {tc.label}: its own {minute} "
             f"{tc.bursts.own_minute_rps:,.3f} requests/s, Poisson arrivals' at {tc.bursts.poisson_rps:,.3f} requests/s "
-            f"(at {tc.bursts.least_rps:,.3f} in {BURST_SIGNIFICANCE:.0%} of logs); its share of the peak "
-            f"{tc.share_peak_rps / growth:,.3f}: planned at {tc.bursts.poisson_rps:,.3f} × growth {growth:g} = "
+            f"(reached in at most {BURST_SIGNIFICANCE:.0%} of logs at {tc.bursts.least_rps:,.3f}); its share of the "
+            f"peak {tc.share_peak_rps / growth:,.3f}: planned at {tc.bursts.poisson_rps:,.3f} × growth {growth:g} = "
             f"{tc.peak_rps:,.3f} requests/s" for tc in own]
     return [rule + " Set by their own bursts (before growth, as the peak):", *rows]
 

@@ -243,13 +243,6 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
         if clock:
             notes.append(f"In the log, {clock}.")
             warnings.append(notes[-1])
-    if peak.method != "explicit" and hist.minute.size and not hist.minute_bins_kept:
-        # a split's pools, or the requests a context limit serves, then planned at their share of the peak
-        notes.append("The histogram file(s) count arrivals per minute without their lengths (written before "
-                     "planner kept them by length): each traffic class is planned at its share of the peak, and a "
-                     "class's own bursts (long documents sent together) are not seen; rebuild the file from the logs "
-                     "with `planner histogram`")
-        warnings.append(notes[-1])
     headroom = scn.traffic.headroom
     if headroom > HEADROOM_WARNING:
         notes.append(f"traffic.headroom {headroom:g} plans capacity for {headroom:g}× the peak: headroom is the capacity "

@@ -2802,7 +2802,7 @@ def test_relative_times_without_a_unit_are_refused_with_both_readings(tmp_path):
     nothing written. Stated, they plan."""
     log = tmp_path / "rel.csv"  # 2 requests/s for 10 minutes, in ms from 0
     log.write_text("ts,prompt_tokens,output_tokens\n" + "".join(f"{500 * i},1000,200\n" for i in range(1200)))
-    said = ("column 'ts': its times count from the log's start (median 3e+05, before 2000 as epoch seconds) and no "
+    said = ("column 'ts': its times count from the log's start (median 3e+05, before 2020 as epoch seconds, before any LLM serving log) and no "
             "unit is stated, so they may be seconds or milliseconds, 1000× apart in every rate planned for: the "
             "first 1,200 times read span 6.9 days (about 0.00200 requests/s) as seconds, 10.0 minutes (about 2.00 "
             "requests/s) as milliseconds; state which ")
@@ -2866,10 +2866,17 @@ def test_a_log_read_beside_a_histogram_built_from_a_log_of_its_name_is_warned_of
     log.write_text("\n".join(rows) + "\n")  # appended to since
     result = run("histogram", tmp_path / "q1.hist.parquet", log)
     assert result.exit_code == 0, result.output
-    assert (f"warning: {tmp_path / 'q1.hist.parquet'} was built from a log named serving.csv, as is {log} read with it: "
-            "if that log has grown since, its requests up to then count twice; give the histogram file with only the "
-            "log's newer rows, or the log alone") in result.stderr
+    assert (f"warning: {tmp_path / 'q1.hist.parquet'} was built from a log named serving.csv, as is {log} read with it, "
+            "and their arrivals share minutes: if that log has grown since, its requests up to then count twice; give "
+            "the histogram file with only the log's newer rows, or the log alone") in result.stderr
     other = tmp_path / "other.csv"
     other.write_text("\n".join([rows[0], *rows[301:]]) + "\n")
     result = run("histogram", tmp_path / "q1.hist.parquet", other)
+    assert result.exit_code == 0 and "warning" not in result.stderr, result.stderr
+    # the next day's log of the same name, in its own folder: no minute shared, nothing said (a reading: a
+    # date-partitioned layout, day2/serving.csv beside day 1's histogram, was warned of on every merge)
+    (tmp_path / "day2").mkdir()
+    later = ["prompt_tokens,output_tokens,timestamp_ms"] + [f"100,20,{1_700_086_440_000 + 500 * i}" for i in range(300)]
+    (tmp_path / "day2" / "serving.csv").write_text("\n".join(later) + "\n")
+    result = run("histogram", tmp_path / "q1.hist.parquet", tmp_path / "day2" / "serving.csv")
     assert result.exit_code == 0 and "warning" not in result.stderr, result.stderr

@@ -291,7 +291,7 @@ def test_naming_a_presets_own_time_column_keeps_its_unit():
 
 
 def test_relative_numbers_without_a_unit_are_refused_with_both_readings():
-    """Relative times (median before 2000 as epoch seconds) carry no magnitude of their unit: Mooncake's
+    """Relative times (median before 2020 as epoch seconds, before any LLM serving log) carry no magnitude of their unit: Mooncake's
     milliseconds read as seconds plan 1/1000 of the peak. The magnitude rule guessed seconds and said so
     in a note; a plan made from it, or a histogram file written, kept the 1000× error. Refused, with
     what each reading gives and how to state it; a stated unit reads them."""
@@ -300,7 +300,7 @@ def test_relative_numbers_without_a_unit_are_refused_with_both_readings():
         ingest([LOGS / "mooncake_head.jsonl"], columns)
     assert str(err.value) == (
         f"{LOGS / 'mooncake_head.jsonl'}: column 'timestamp': its times count from the log's start (median 6e+04, "
-        "before 2000 as epoch seconds) and no unit is stated, so they may be seconds or milliseconds, 1000× apart "
+        "before 2020 as epoch seconds, before any LLM serving log) and no unit is stated, so they may be seconds or milliseconds, 1000× apart "
         "in every rate planned for: the first 3 times read span 16.7 hours (about 0.0000500 requests/s) as seconds, "
         "60 s (about 0.0500 requests/s) as milliseconds; state which (--time-unit s or --time-unit ms)")
     forced = ingest(
@@ -313,16 +313,30 @@ def test_relative_numbers_without_a_unit_are_refused_with_both_readings():
     assert ingest([LOGS / "burstgpt_head.csv"], resolve_columns("burstgpt")).warnings == ()
 
 
-def test_epoch_numbers_are_read_in_their_magnitude_s_unit_without_a_note(tmp_path):
-    """Epoch times tell their unit by magnitude (~1.7e9 s, ~1.7e12 ms): guessed, and nothing is
-    doubted (another unit would put them in 1970 or past 2200, which is refused)."""
+def test_epoch_numbers_are_read_in_their_magnitude_s_unit_with_a_note(tmp_path):
+    """Epoch times tell their unit by magnitude (~1.7e9 s, ~1.7e12 ms): guessed, and nothing is doubted
+    (another unit would put them in 1970 or past 2200, which is refused); a note says seconds were read,
+    which milliseconds from a trace's start past its 18th day read as too."""
     path = tmp_path / "epoch_s.csv"
     path.write_text("p,o,t\n" + "".join(f"100,10,{1_700_000_000 + i}\n" for i in range(600)))
     result = ingest([path], resolve_columns(None, "p", "o", "t"))
     assert result.time_unit_assumed == "s"
     assert result.files[0].time.reason == "magnitude: median value 1.7e+09 < 1e+11"
-    assert result.notes == () and result.warnings == ()
+    assert result.notes == (f"{path}: timestamps read as epoch seconds (magnitude: median value 1.7e+09 < 1e+11); "
+                            "if they are milliseconds counted from the log's start, say so (--time-unit ms)",)
+    assert result.warnings == ()
     assert result.histogram.minute.tolist() == list(range(28_333_333, 28_333_344))  # 2023-11-14 22:13:20 on, 600 s
+
+
+def test_relative_milliseconds_past_a_traces_11th_day_are_refused_too(tmp_path):
+    """(A reading: 4 hours of relative milliseconds from day 12, 1.04e9, read as 5.5 months of 2002 at 1/1000
+    of their rate, with nothing said: the refusal stopped at 2000 as epoch seconds.)"""
+    path = tmp_path / "day12.csv"
+    path.write_text("p,o,t\n" + "".join(f"100,10,{1_036_800_000 + 720 * i}\n" for i in range(20_000)))
+    with pytest.raises(InputError, match=r"column 't': its times count from the log's start \(median 1\.04e\+09, "
+                                         r"before 2020 as epoch seconds, before any LLM serving log\)"):
+        ingest([path], resolve_columns(None, "p", "o", "t"))
+    assert ingest([path], resolve_columns(None, "p", "o", "t", time_unit="ms")).histogram.minute.size == 240
 
 
 @pytest.mark.parametrize(("unit", "values", "stated", "span", "rate", "dates", "other"), [

@@ -36,7 +36,8 @@ _TEXT_SUFFIXES = (".csv", ".tsv", ".txt", ".json", ".jsonl", ".ndjson", ".yaml",
 @click.option("--prompt-col", help="Column of prompt (input) token counts.")
 @click.option("--output-col", help="Column of output (generated) token counts.")
 @click.option(
-    "--time-col", help="Column of arrival times (datetime, or epoch/relative seconds or ms)."
+    "--time-col", help="Column of arrival times (datetimes, or numbers: epoch times tell their unit by "
+    "magnitude; times counted from the log's start need --time-unit)."
 )
 @click.option("--no-time", is_flag=True, help="Ignore arrival times (no per-minute rates).")
 @click.option(

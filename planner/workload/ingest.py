@@ -66,6 +66,8 @@ class FileReport:
     # unit its logs' times were read in (a DuckDB, Dask or Spark recipe's file names none)
     minute_counts: bool = False
     sources: tuple[str, ...] = ()  # a histogram file's: the names of the logs it was built from
+    minutes: tuple[int, int] | None = None  # its first and last arrival minutes, where it has times
+    minutes_by_length: bool = True  # a histogram file's: whether it counts its arrivals per minute by length
 
     @property
     def timed(self) -> bool:
@@ -106,7 +108,7 @@ class IngestResult:
         """Times whose values contradict the unit stated for them (timestamps.MinuteConverter), one per
         log: a plan's rates would be 1000× off, so commands say it on stderr, not in a note only."""
         doubts = [f"{f.path}: {f.time.doubt}" for f in self.files if f.time is not None and f.time.doubt]
-        return (*doubts, *_grown_logs(self.files))
+        return (*doubts, *_grown_logs(self.files), *_without_minutes_by_length(self.files, self.histogram))
 
     @property
     def time_unit_assumed(self) -> str | None:
@@ -298,6 +300,7 @@ def _add_log(
     excluded = dict.fromkeys(EXCLUSION_REASONS, 0)
     problems = dict.fromkeys(names, 0)
     rows = requests = time_only = 0
+    first_minute, last_minute = None, None
     extent = log_extent(reader.format, reader.data_files()) if progress else None
     if progress:
         progress.start(Path(reader.where).name, extent.total, extent.unit)
@@ -307,6 +310,10 @@ def _add_log(
             kept.append((prepared.prompt, prepared.output, prepared.seconds))
         if prepared.minute_counts is not None:
             arrivals.add(prepared.minute_counts, prepared.minute_bin_counts)
+            minute = prepared.minute_counts[0]
+            if minute.size:  # sorted in each batch; batches need not be
+                first_minute = int(minute[0]) if first_minute is None else min(first_minute, int(minute[0]))
+                last_minute = int(minute[-1]) if last_minute is None else max(last_minute, int(minute[-1]))
         for reason, count in prepared.excluded.items():
             excluded[reason] += count
         for name, count in prepared.problems.items():
@@ -333,6 +340,7 @@ def _add_log(
         files_missing_columns=dict(reader.files_missing_columns),
         problems_by_column=problems,
         rows_failing_time_only=time_only,
+        minutes=None if first_minute is None else (first_minute, last_minute),
     )
 
 
@@ -416,7 +424,22 @@ def _add_histogram_file(path: Path, cells: CellAccumulator, arrivals: ArrivalCou
         fingerprints=tuple(meta.source_fingerprints),
         minute_counts=bool(hist.minute.size),
         sources=tuple(meta.sources),
+        minutes=(int(hist.minute[0]), int(hist.minute[-1])) if hist.minute.size else None,
+        minutes_by_length=hist.minute_bins_kept,
     )
+
+
+def _without_minutes_by_length(reports: Sequence[FileReport], hist: Histogram) -> list[str]:
+    """Histogram files that count arrivals per minute without their lengths, where the result therefore
+    keeps none (Histogram.minute_bins_kept): said where the files are merged, where a user can still
+    rebuild them, and by every plan made from the result."""
+    old = [r.path for r in reports if r.kind == "histogram" and r.minute_counts and not r.minutes_by_length]
+    if not old or not hist.minute.size or hist.minute_bins_kept:
+        return []
+    return [f"{', '.join(old)} count{'s' if len(old) == 1 else ''} arrivals per minute without their lengths (written "
+            "before planner kept them by length): the histogram keeps none, so each traffic class is planned at its "
+            "share of the peak and a class's own bursts (long documents sent together) are not seen; rebuild "
+            f"{'it' if len(old) == 1 else 'them'} from the logs with `planner histogram`"]
 
 
 def _grown_logs(reports: Sequence[FileReport]) -> list[str]:
@@ -424,11 +447,15 @@ def _grown_logs(reports: Sequence[FileReport]) -> list[str]:
     same contents are refused): a log appended to since, the quarter's usual case ("last quarter's
     histogram and today's log"), whose earlier requests would count twice (an outside probe: 29,049
     requests for 19,366, the p99 minute 15.4 requests/s for 8.2)."""
+    def overlap(a: FileReport, b: FileReport) -> bool:  # their arrivals share minutes (a day's partition does not)
+        return a.minutes is not None and b.minutes is not None and a.minutes[0] <= b.minutes[1] and b.minutes[0] <= a.minutes[1]
+
     built = [(r, set(r.sources)) for r in reports if r.kind == "histogram" and r.sources]
-    return [f"{h.path} was built from a log named {Path(log.path).name}, as is {log.path} read with it: if that log "
-            "has grown since, its requests up to then count twice; give the histogram file with only the log's newer "
-            "rows, or the log alone"
-            for log in reports if log.kind == "log" for h, names in built if Path(log.path).name in names]
+    return [f"{h.path} was built from a log named {Path(log.path).name}, as is {log.path} read with it, and their "
+            "arrivals share minutes: if that log has grown since, its requests up to then count twice; give the "
+            "histogram file with only the log's newer rows, or the log alone"
+            for log in reports if log.kind == "log" for h, names in built
+            if Path(log.path).name in names and overlap(log, h)]
 
 
 def _notes(reports: list[FileReport]) -> tuple[str, ...]:
@@ -442,6 +469,11 @@ def _notes(reports: list[FileReport]) -> tuple[str, ...]:
             notes.append(
                 f"{file}: no column {', '.join(columns)}; its rows are counted as null (excluded)"
             )
+        if r.time and r.time.reason.startswith("magnitude") and r.time.unit == "s":
+            # epoch seconds from 2020 on, or milliseconds from a trace's start past its 18th day: the values
+            # cannot tell (timestamps.FIRST_SERVING_S)
+            notes.append(f"{r.path}: timestamps read as epoch seconds ({r.time.reason}); if they are milliseconds "
+                         f"counted from the log's start, say so ({suggested('time_unit', 'ms')})")
     return tuple(notes)
 
 

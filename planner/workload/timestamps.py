@@ -9,8 +9,8 @@ otherwise it is guessed from the median magnitude in the first batch that has nu
 (the median, so that one wild value cannot decide for every row), since epoch times
 today are ~1.7e9 s, ~1.7e12 ms, ~1.7e15 µs, ~1.7e18 ns:
     < 1e11 → s,  < 1e14 → ms,  < 1e17 → us,  else ns.
-That holds for epoch times only. Numbers whose median is below EPOCH_FROM_S (2000-01-01
-as epoch seconds; no serving log is older) count from a trace's start, and relative
+That holds for epoch times only. Numbers whose median is below FIRST_SERVING_S (2020-01-01
+as epoch seconds; no LLM serving log is older) count from a trace's start, and relative
 times carry no magnitude of their unit: an hour is 3.6e3 in seconds and 3.6e6 in
 milliseconds, both below 1e11, and the two readings differ 1000× in every rate the fleet
 is sized for. So relative numbers without a stated unit are refused, with what each
@@ -63,9 +63,13 @@ DATETIME = "datetime"
 # (upper bound of the median |value|, unit): the magnitude heuristic above
 _MAGNITUDE_UNITS = ((1e11, "s"), (1e14, "ms"), (1e17, "us"), (float("inf"), "ns"))
 UNIT_WORDS = {"s": "seconds", "ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds"}
-# 2000-01-01 as epoch seconds: no serving log is dated before it, so a number below it (as
-# seconds; 11 days as milliseconds) counts from a trace's start, whatever its unit.
+# 2000-01-01 as epoch seconds: no serving log is dated before it; a stated unit that puts the values'
+# own magnitude's reading between it and 2200 while it reads them elsewhere is doubted.
 EPOCH_FROM_S = 946_684_800
+# 2020-01-01 as epoch seconds: no LLM serving log is dated before it, so numbers below it without a stated
+# unit count from a trace's start (up to 18 days of milliseconds; a reading found 4 hours of relative
+# milliseconds from day 12, 1.04e9, read as 5.5 months of 2002 at 1/1000 of their rate, silently).
+FIRST_SERVING_S = 1_577_836_800
 _EPOCH_TO_S = LAST_PLAUSIBLE_MINUTE * 60  # 2200-01-01: no log is dated later
 _EXACT_IN_FLOAT = 2**53  # below it, floor(v / d) in float64 equals integer floor division
 _EMPTY = np.zeros(0, np.int64)
@@ -331,7 +335,7 @@ class MinuteConverter:
         typical = float(np.median(np.abs(usable)))
         guessed = guess_unit(typical)
         if self._unit is None:
-            if typical < EPOCH_FROM_S:
+            if typical < FIRST_SERVING_S:
                 raise InputError(_relative_text(usable, typical, self._column))
             self._unit = guessed
             bound = next(b for b, u in _MAGNITUDE_UNITS if u == self._unit)
@@ -364,8 +368,8 @@ def _relative_text(usable: np.ndarray, typical: float, column: str | None) -> st
     """Why relative numbers without a unit are refused, with both readings of the batch read."""
     low, high = float(usable.min()), float(usable.max())
     s, ms = (_reading_text(usable.size, low, high, unit) for unit in ("s", "ms"))
-    return (f"column '{column}': its times count from the log's start (median {typical:.3g}, before 2000 as "
-            "epoch seconds) and no unit is stated, so they may be seconds or milliseconds, 1000× apart in every "
+    return (f"column '{column}': its times count from the log's start (median {typical:.3g}, before 2020 as "
+            "epoch seconds, before any LLM serving log) and no unit is stated, so they may be seconds or milliseconds, 1000× apart in every "
             f"rate planned for: the first {usable.size:,} times read span {s} as seconds, {ms} as milliseconds; state "
             f"which ({suggested('time_unit', 's')} or {suggested('time_unit', 'ms')})")
 
