@@ -315,11 +315,11 @@ def class_peak_rps(share_peak_rps: float, bursts: ClassBursts | None, growth: fl
     A pool serves its class alone: long documents sent together in a quiet minute load it whatever the
     whole's peak minute holds (the Azure conversation log's requests over 4,096 tokens: 1.70 requests/s
     in their own p99 minute, reached by Poisson arrivals at 1.36, where the whole's p99 times their
-    share is 0.69, and Poisson arrivals at no more than 1.10 reach it in one log of 100). Against
+    share is 0.69, and Poisson arrivals at no more than 1.16 reach it in one log of 100). Against
     Poisson rates, not the minute itself: the simulation replays Poisson arrivals at the rate planned,
     whose own busy minutes a thin class's p99 minute mostly is (the 128k rollout's 2% over 16,384
     tokens: 1.03 requests/s in their p99 minute, 0.85 as the whole's share)."""
-    if bursts is None or bursts.least_rps * growth <= share_peak_rps:
+    if bursts is None or bursts.least_rps * growth <= share_peak_rps or bursts.own_minute_rps * growth <= share_peak_rps:
         return share_peak_rps
     return max(share_peak_rps, bursts.poisson_rps * growth)
 

@@ -897,15 +897,16 @@ def _class_peaks_lines(plan: Plan) -> list[str]:
     if peak.method == "explicit" or not kept:  # a histogram file without arrivals by length: a traffic note says so
         return []
     minute = "busiest minute" if peak.method == "max" else f"{quantile_label(peak.quantile)} minute"
-    rule = (f"- Each traffic class is planned at its share of the served peak, unless Poisson arrivals at that share "
-            f"would reach its own {minute} in at most {BURST_SIGNIFICANCE:.0%} of logs as long: then at the Poisson "
+    rule = (f"- Each traffic class is planned at its share of the served peak, unless its own {minute} is beyond what "
+            f"Poisson arrivals at that share reach in {1 - BURST_SIGNIFICANCE:.0%} of logs as long: then at the Poisson "
             "rate whose own it is (a pool serves its class alone, whose bursts the whole's peak minute need not "
             "hold; a thin class's own minute above its share is otherwise mostly its Poisson noise, which the "
-            "simulation replays).")
+            "simulation replays). The test counts the minutes that must reach the class's own for its quantile to, "
+            "a bound that calls fewer classes bursty.")
     own = [tc for tc in kept if tc.own_bursts]
     if not own:
-        return [rule + " No class's own minutes are beyond what Poisson arrivals at its share reach: each is planned "
-                "at its share."]
+        return [rule + f" No class's own minutes are beyond what Poisson arrivals at its share reach in "
+                f"{1 - BURST_SIGNIFICANCE:.0%} of logs: each is planned at its share."]
     rows = [f"  - {_split_text(None if tc.option == 'none' else int(tc.option))}, {tc.label}: its own {minute} "
             f"{tc.bursts.own_minute_rps:,.3f} requests/s, Poisson arrivals' at {tc.bursts.poisson_rps:,.3f} requests/s "
             f"(reached in at most {BURST_SIGNIFICANCE:.0%} of logs at {tc.bursts.least_rps:,.3f}); its share of the "

@@ -36,12 +36,12 @@ _WHAT = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL (per token)"}
 def replayed_rate_text(plan: Plan) -> str:
     """The rate certification replayed each pool at (plan_setup.pool_details), in words; a class its own
     bursts set is named (its peak is not its share of the whole's)."""
-    own = [tc.name for tc in plan.classes[plan.solution.option] if tc.own_bursts]
-    bursts = f"; the {' and '.join(own)} pool's, its class's own bursts' rate" if own else ""
+    own = [tc.label for tc in plan.classes[plan.solution.option] if tc.own_bursts]
+    instead = f"for the {' and '.join(own)} pool, its class's own bursts' rate instead of its share" if own else ""
     if plan.given_fleet:
-        return f"its share of the peak rate{f' ({bursts[2:]})' if own else ''}"
+        return f"its share of the peak rate{f' ({instead})' if own else ''}"
     return (f"the rate it is planned to carry (its share of the peak × headroom {plan.scenario.traffic.headroom:g}"
-            f"{bursts})")
+            f"{f'; {instead}' if own else ''})")
 
 
 def _value(seconds: float, kind: str, error_s: float = math.nan) -> str:

@@ -151,7 +151,9 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
         # in one pass, longest first: a path shown could hold another path as read (base 's': 'logs/x.csv' holds 's/x.csv')
         paths = re.compile("|".join(re.escape(p) for p in sorted(shown, key=len, reverse=True))) if shown else None
         notes += [paths.sub(lambda m: shown[m.group(0)], note) if paths else note for note in result.notes]
-        unit_warnings = [paths.sub(lambda m: shown[m.group(0)], w) if paths else w for w in result.warnings]
+        # a file without arrivals by length matters where the peak is measured (an explicit one is shared out)
+        said = [*result.warnings, *(result.length_warnings if scn.traffic.peak.method != "explicit" else ())]
+        unit_warnings = [paths.sub(lambda m: shown[m.group(0)], w) if paths else w for w in said]
         notes += unit_warnings
     peak = scn.traffic.peak
     try:

@@ -260,8 +260,8 @@ def test_documents_sent_together_size_their_own_pool(tmp_path):
     assert (f"**Planned for its own bursts (the Traffic section): {long.label} at {long.peak_rps:,.3f} requests/s, "
             f"not its share, {long.share_peak_rps:,.3f}.**") in decision
     # the rate each pool is judged at says so too (a reading: it said "its share of the peak" of every pool)
-    assert "(its share of the peak × headroom 1.2; the long pool's, its class's own bursts' rate)" in decision + (
-        tmp_path / "out" / "docs.md").read_text()
+    assert (f"(its share of the peak × headroom 1.2; for the {long.label} pool, its class's own bursts' rate instead of "
+            "its share)") in (tmp_path / "out" / "docs.md").read_text()
 
     # and a forecast of it, whose quarters plan the same class at its bursts
     path.write_text(path.read_text() + "forecast:\n  quarters:\n    - {quarter: 2027Q1}\n    - {quarter: 2027Q2, growth: 0.1}\n")
@@ -300,6 +300,10 @@ def test_a_histogram_file_without_minutes_by_length_is_warned_of(tmp_path):
     assert not read_histogram(tmp_path / "merged.hist.parquet").minute_bins_kept
     fresh = run("histogram", tmp_path / "log.csv", "-o", tmp_path / "new.hist.parquet")
     assert fresh.exit_code == 0 and "warning" not in fresh.stderr, fresh.stderr
+    # a stated peak is shared out whatever the file keeps: nothing to rebuild for
+    stated = _azure_scenario(tmp_path, "{histogram: old.hist.parquet}", "{method: explicit, rps: 8}")
+    result = run("solve", stated, "--no-verify", "--no-report")
+    assert result.exit_code == 0 and "without their lengths" not in result.stderr, result.stderr
 
 
 def test_class_bursts_of_a_busiest_minute_use_one_minute_in_n():
@@ -336,3 +340,14 @@ def test_a_class_held_above_its_share_for_hours_is_planned_at_its_own_rate():
     bursts = class_bursts(long, "quantile", 0.99)
     assert bursts.least_rps > share_peak  # its p99 minute is beyond Poisson arrivals at its share
     assert class_peak_rps(share_peak, bursts, 1.0) == bursts.poisson_rps == pytest.approx(1.0, rel=0.05)
+
+
+def test_a_peak_at_a_low_quantile_shares_out_to_every_class():
+    """(A reading: with peak quantile 0.3, a stationary Poisson day had nearly every class raised, the whole
+    too, one whose own minute was below its share: a low quantile of Poisson minutes lies under their mean.)"""
+    prompt, output, seconds = _timed(np.random.default_rng(6), 3 * 3600 * 2)
+    hist = Histogram.from_arrays(prompt, output, seconds)
+    for cut in ({"at_most": 4096}, {"above": 4096}, {}):
+        assert class_bursts(hist.select_total(**cut), "quantile", 0.3) is None
+        assert class_bursts(hist.select_total(**cut), "quantile", 0.89) is None
+        assert class_bursts(hist.select_total(**cut), "quantile", 0.9) is not None

@@ -2802,7 +2802,7 @@ def test_relative_times_without_a_unit_are_refused_with_both_readings(tmp_path):
     nothing written. Stated, they plan."""
     log = tmp_path / "rel.csv"  # 2 requests/s for 10 minutes, in ms from 0
     log.write_text("ts,prompt_tokens,output_tokens\n" + "".join(f"{500 * i},1000,200\n" for i in range(1200)))
-    said = ("column 'ts': its times count from the log's start (median 3e+05, before 2020 as epoch seconds, before any LLM serving log) and no "
+    said = ("column 'ts': its times count from the log's start (median 3e+05, before 2020 as epoch seconds, or epoch seconds older than any LLM serving log) and no "
             "unit is stated, so they may be seconds or milliseconds, 1000× apart in every rate planned for: the "
             "first 1,200 times read span 6.9 days (about 0.00200 requests/s) as seconds, 10.0 minutes (about 2.00 "
             "requests/s) as milliseconds; state which ")
@@ -2880,3 +2880,18 @@ def test_a_log_read_beside_a_histogram_built_from_a_log_of_its_name_is_warned_of
     (tmp_path / "day2" / "serving.csv").write_text("\n".join(later) + "\n")
     result = run("histogram", tmp_path / "q1.hist.parquet", tmp_path / "day2" / "serving.csv")
     assert result.exit_code == 0 and "warning" not in result.stderr, result.stderr
+    # a partition sharing one boundary minute with the file's last is no grown log either
+    (tmp_path / "day1b").mkdir()
+    last = 1_700_000_040_000 + 500 * 300 - 1  # the file's last row's minute, then on
+    (tmp_path / "day1b" / "serving.csv").write_text("\n".join(
+        [rows[0]] + [f"100,20,{last + 30_000 * i}" for i in range(100)]) + "\n")
+    result = run("histogram", tmp_path / "q1.hist.parquet", tmp_path / "day1b" / "serving.csv")
+    assert result.exit_code == 0 and "warning" not in result.stderr, result.stderr
+    # without times on either side nothing tells them apart: the name alone is warned of (a reading: --no-time
+    # counted 900 requests for 600, silently)
+    (tmp_path / "early").mkdir()
+    (tmp_path / "early" / "serving.csv").write_text("\n".join(rows[:301]) + "\n")  # the log as it was
+    assert run("histogram", tmp_path / "early" / "serving.csv", "--no-time", "-o",
+               tmp_path / "untimed.hist.parquet").exit_code == 0
+    result = run("histogram", tmp_path / "untimed.hist.parquet", log, "--no-time")
+    assert result.exit_code == 0 and "was built from a log named serving.csv" in result.stderr, result.stderr

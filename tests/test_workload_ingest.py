@@ -291,7 +291,7 @@ def test_naming_a_presets_own_time_column_keeps_its_unit():
 
 
 def test_relative_numbers_without_a_unit_are_refused_with_both_readings():
-    """Relative times (median before 2020 as epoch seconds, before any LLM serving log) carry no magnitude of their unit: Mooncake's
+    """Relative times (median before 2020 as epoch seconds) carry no magnitude of their unit: Mooncake's
     milliseconds read as seconds plan 1/1000 of the peak. The magnitude rule guessed seconds and said so
     in a note; a plan made from it, or a histogram file written, kept the 1000× error. Refused, with
     what each reading gives and how to state it; a stated unit reads them."""
@@ -300,7 +300,7 @@ def test_relative_numbers_without_a_unit_are_refused_with_both_readings():
         ingest([LOGS / "mooncake_head.jsonl"], columns)
     assert str(err.value) == (
         f"{LOGS / 'mooncake_head.jsonl'}: column 'timestamp': its times count from the log's start (median 6e+04, "
-        "before 2020 as epoch seconds, before any LLM serving log) and no unit is stated, so they may be seconds or milliseconds, 1000× apart "
+        "before 2020 as epoch seconds, or epoch seconds older than any LLM serving log) and no unit is stated, so they may be seconds or milliseconds, 1000× apart "
         "in every rate planned for: the first 3 times read span 16.7 hours (about 0.0000500 requests/s) as seconds, "
         "60 s (about 0.0500 requests/s) as milliseconds; state which (--time-unit s or --time-unit ms)")
     forced = ingest(
@@ -330,13 +330,18 @@ def test_epoch_numbers_are_read_in_their_magnitude_s_unit_with_a_note(tmp_path):
 
 def test_relative_milliseconds_past_a_traces_11th_day_are_refused_too(tmp_path):
     """(A reading: 4 hours of relative milliseconds from day 12, 1.04e9, read as 5.5 months of 2002 at 1/1000
-    of their rate, with nothing said: the refusal stopped at 2000 as epoch seconds.)"""
-    path = tmp_path / "day12.csv"
-    path.write_text("p,o,t\n" + "".join(f"100,10,{1_036_800_000 + 720 * i}\n" for i in range(20_000)))
-    with pytest.raises(InputError, match=r"column 't': its times count from the log's start \(median 1\.04e\+09, "
-                                         r"before 2020 as epoch seconds, before any LLM serving log\)"):
-        ingest([path], resolve_columns(None, "p", "o", "t"))
-    assert ingest([path], resolve_columns(None, "p", "o", "t", time_unit="ms")).histogram.minute.size == 240
+    of their rate, with nothing said: the refusal stopped at 2000 as epoch seconds. A second: stated as
+    milliseconds, as the refusal asks, they were doubted as 2002's seconds; from day 30, read as 2052.)"""
+    for day, when in ((12, r"before 2020 as epoch seconds, or epoch seconds older than any LLM serving log"),
+                      (30, r"after today as epoch seconds")):
+        path = tmp_path / f"day{day}.csv"
+        start = day * 86_400_000
+        path.write_text("p,o,t\n" + "".join(f"100,10,{start + 720 * i}\n" for i in range(20_000)))
+        with pytest.raises(InputError, match=rf"column 't': its times count from the log's start \(median "
+                                             rf"[0-9.e+]+, {when}\) and no unit is stated"):
+            ingest([path], resolve_columns(None, "p", "o", "t"))
+        stated = ingest([path], resolve_columns(None, "p", "o", "t", time_unit="ms"))
+        assert stated.histogram.minute.size == 240 and stated.warnings == ()
 
 
 @pytest.mark.parametrize(("unit", "values", "stated", "span", "rate", "dates", "other"), [

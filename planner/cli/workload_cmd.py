@@ -127,7 +127,7 @@ def _warn(result) -> None:
                 err=True,
             )
     # times that contradict their stated unit: every rate 1000× off, so a warning, not a note
-    for warning in result.warnings:
+    for warning in (*result.warnings, *result.length_warnings):
         click.echo(f"warning: {warning}", err=True)
     for note in result.notes:
         click.echo(f"note: {note}", err=True)

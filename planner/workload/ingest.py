@@ -108,7 +108,13 @@ class IngestResult:
         """Times whose values contradict the unit stated for them (timestamps.MinuteConverter), one per
         log: a plan's rates would be 1000× off, so commands say it on stderr, not in a note only."""
         doubts = [f"{f.path}: {f.time.doubt}" for f in self.files if f.time is not None and f.time.doubt]
-        return (*doubts, *_grown_logs(self.files), *_without_minutes_by_length(self.files, self.histogram))
+        return (*doubts, *_grown_logs(self.files))
+
+    @property
+    def length_warnings(self) -> tuple[str, ...]:
+        """Histogram files that drop the result's arrivals by length (_without_minutes_by_length): said by
+        `planner histogram`, and by a plan whose peak is measured (an explicit one is shared out anyway)."""
+        return tuple(_without_minutes_by_length(self.files, self.histogram))
 
     @property
     def time_unit_assumed(self) -> str | None:
@@ -447,8 +453,12 @@ def _grown_logs(reports: Sequence[FileReport]) -> list[str]:
     same contents are refused): a log appended to since, the quarter's usual case ("last quarter's
     histogram and today's log"), whose earlier requests would count twice (an outside probe: 29,049
     requests for 19,366, the p99 minute 15.4 requests/s for 8.2)."""
-    def overlap(a: FileReport, b: FileReport) -> bool:  # their arrivals share minutes (a day's partition does not)
-        return a.minutes is not None and b.minutes is not None and a.minutes[0] <= b.minutes[1] and b.minutes[0] <= a.minutes[1]
+    def overlap(a: FileReport, b: FileReport) -> bool:
+        """Their arrivals share minutes past one at a boundary (a day's partition, or an event at 23:59:59 in
+        the next one's, does not); where either has no times, nothing tells: the name alone is warned of."""
+        if a.minutes is None or b.minutes is None:
+            return True
+        return a.minutes[0] < b.minutes[1] and b.minutes[0] < a.minutes[1]
 
     built = [(r, set(r.sources)) for r in reports if r.kind == "histogram" and r.sources]
     return [f"{h.path} was built from a log named {Path(log.path).name}, as is {log.path} read with it, and their "

@@ -210,6 +210,11 @@ def peak_rate_rps(
 # Poisson noise (the 128k rollout's 2% over 16,384 tokens: 1.03 requests/s against 0.85 as its share, over
 # 19 whole minutes), which the simulation's Poisson replay already holds.
 BURST_SIGNIFICANCE = 0.01
+# A peak read at a lower quantile of the minutes is a level, not a burst: below the Poisson mean for a low
+# one, where a class's own quantile clears its share by noise alone (a reading: at quantile 0.3 nearly every
+# class of a stationary Poisson day, the whole too, was raised), and swayed by the day's shape near the
+# median. Below it, each class takes its share.
+BURST_QUANTILE_MIN = 0.9
 # Below this many arrivals a minute the Poisson rate is found from the gamma function's series: the
 # Wilson–Hilferty approximation, within 0.8% from 50 on at tails down to 1e-8, errs by up to 40% at 5.
 _EXACT_BELOW_COUNT = 50
@@ -297,8 +302,11 @@ def class_bursts(hist: Histogram, method: str, quantile: float) -> ClassBursts |
     the class's share does not see. The tail is 1 − quantile, or 1 / n for the busiest of n whole
     minutes (n minutes measure no tail thinner than 1 / n). The least rate is the one at which, in
     BURST_SIGNIFICANCE of logs of n minutes, as many minutes reach the class's own as its quantile
-    needs (minutes_at_or_above; the chance the quantile reaches it is at most that). None where the
-    class's own minutes were not kept (Histogram.own_minute_counts) or do not measure a rate."""
+    needs (minutes_at_or_above; the chance the quantile reaches it is at most that: a bound, which calls
+    fewer classes bursty). None where the class's own minutes were not kept (Histogram.own_minute_counts)
+    or do not measure a rate, and for a quantile below BURST_QUANTILE_MIN."""
+    if method != "max" and quantile < BURST_QUANTILE_MIN:
+        return None
     own = hist.own_minute_counts()
     if own is None:
         return None

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -335,15 +336,17 @@ class MinuteConverter:
         typical = float(np.median(np.abs(usable)))
         guessed = guess_unit(typical)
         if self._unit is None:
-            if typical < FIRST_SERVING_S:
+            if typical < FIRST_SERVING_S or (guessed == "s" and typical > _latest_epoch_s()):
                 raise InputError(_relative_text(usable, typical, self._column))
             self._unit = guessed
             bound = next(b for b, u in _MAGNITUDE_UNITS if u == self._unit)
             self._assumption = TimeAssumption(
                 self._unit, f"magnitude: median value {typical:.3g} < {bound:.0e}"
             )
-        elif guessed != self._unit and EPOCH_FROM_S <= typical * 60 / UNITS_PER_MINUTE[guessed] < _EPOCH_TO_S:
-            # epoch times in another unit than the one stated (the median, as the guess reads it)
+        elif guessed != self._unit and FIRST_SERVING_S <= typical * 60 / UNITS_PER_MINUTE[guessed] <= _latest_epoch_s():
+            # epoch times in another unit than the one stated (the median, as the guess reads it), where that
+            # reading is a serving log's date: not one refused above (relative milliseconds from day 12 read as
+            # seconds in 2002 were doubted, once the refusal had asked for milliseconds)
             self._doubt = _Doubt(self._unit, guessed, typical)
         return self._unit
 
@@ -364,12 +367,21 @@ def _reading_text(count: int, low: float, high: float, unit: str) -> str:
     return f"{_duration_text(span)} (about {significant_text(count / span, 3)} requests/s)"
 
 
+def _latest_epoch_s() -> float:
+    """The latest epoch second a log's time may be: now, and a day for clocks set ahead. Relative
+    milliseconds past a trace's 21st day read as seconds after today (a reading: day 30 read as 2052, at
+    1/1000 of its rate, with a note only)."""
+    return time.time() + 86_400
+
+
 def _relative_text(usable: np.ndarray, typical: float, column: str | None) -> str:
     """Why relative numbers without a unit are refused, with both readings of the batch read."""
     low, high = float(usable.min()), float(usable.max())
     s, ms = (_reading_text(usable.size, low, high, unit) for unit in ("s", "ms"))
-    return (f"column '{column}': its times count from the log's start (median {typical:.3g}, before 2020 as "
-            "epoch seconds, before any LLM serving log) and no unit is stated, so they may be seconds or milliseconds, 1000× apart in every "
+    when = ("before 2020 as epoch seconds, or epoch seconds older than any LLM serving log" if typical < FIRST_SERVING_S
+            else "after today as epoch seconds")
+    return (f"column '{column}': its times count from the log's start (median {typical:.3g}, {when}) and no unit is "
+            "stated, so they may be seconds or milliseconds, 1000× apart in every "
             f"rate planned for: the first {usable.size:,} times read span {s} as seconds, {ms} as milliseconds; state "
             f"which ({suggested('time_unit', 's')} or {suggested('time_unit', 'ms')})")
 
