@@ -295,13 +295,19 @@ TOTAL_COLUMNS: tuple[Column, ...] = (*SPAN_COLUMNS, *summed(QUARTER_COLUMNS), CO
 TABLES = {"quarters": QUARTER_COLUMNS, "services": SERVICE_COLUMNS, "types": TYPE_COLUMNS, "total": TOTAL_COLUMNS}
 
 
+def _total_row(results: list[FleetQuarter], quarters: list[list[str]]) -> dict:
+    """The total table's row: the quarters' cost summed as written (`quarters`: their table), and what
+    the commitments cost after the last quarter."""
+    after = committed_after_end_usd(results[-1].lots, len(results) - 1, _term(results[-1].plan.fleet))
+    return span_totals(quarters, QUARTER_COLUMNS, after)
+
+
 def fleet_forecast_tables(results: list[FleetQuarter]) -> dict[str, str]:
     quarters = _table(QUARTER_COLUMNS, results)
-    after = committed_after_end_usd(results[-1].lots, len(results) - 1, _term(results[-1].plan.fleet))
     rows: dict[str, list] = {
         "services": [(r, p) for r in results for p in r.plan.plans],
         "types": [(r, t) for r in results for t in r.plan.types],
-        "total": [span_totals(quarters, QUARTER_COLUMNS, after)],
+        "total": [_total_row(results, quarters)],
     }
     return {"quarters": _csv(quarters), **{name: _csv(_table(TABLES[name], rows[name])) for name in rows}}
 
@@ -556,13 +562,13 @@ def fleet_forecast_json(results: list[FleetQuarter]) -> dict:
     def row(columns, item) -> dict:
         return {c.name: c.value(item) for c in columns}
 
-    after = committed_after_end_usd(results[-1].lots, len(results) - 1, _term(results[-1].plan.fleet))
+    total = _total_row(results, _table(QUARTER_COLUMNS, results))
     return {"quarters": [
         {**row(QUARTER_COLUMNS, r), "services": [row(SERVICE_COLUMNS, (r, p)) for p in r.plan.plans],
          "types": [row(TYPE_COLUMNS, (r, t)) for t in r.plan.types]}
         for r in results
-    ], "committed_after_end_usd": after,
+    ], "committed_after_end_usd": total["committed_after_end_usd"],
         # the total CSV's row, the Markdown's headline (an outside probe found it only there)
-        "total": row(TOTAL_COLUMNS, span_totals(_table(QUARTER_COLUMNS, results), QUARTER_COLUMNS, after)),
+        "total": row(TOTAL_COLUMNS, total),
         # each service's traffic notes, as `planner solve --json` gives them
         "traffic_notes": {p.scenario.name: list(p.traffic_notes) for p in results[0].plan.plans}}

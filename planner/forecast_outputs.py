@@ -477,11 +477,12 @@ def _peak_lines(results: Sequence[QuarterResult]) -> list[str]:
     # a pool planned at its class's own bursts (plan_objects.class_peak_rps), above its share of that peak
     own: dict[str, list[str]] = {}
     for r in results:
-        for tc in r.plan.classes[r.plan.solution.option]:
-            if tc.own_bursts:
-                own.setdefault(tc.label, []).append(r.quarter)
-    bursts = "".join(f" In {', '.join(quarters)}, the {label} pool is planned at its class's own bursts' rate, above "
-                     "its share of that peak (the scenario's report, Traffic section, shows how)."
+        for tc in r.plan.own_burst_classes:
+            own.setdefault(tc.label, []).append(f"{r.quarter} {tc.peak_rps:,.3f} requests/s against "
+                                                f"{tc.share_peak_rps:,.3f}")
+    # each quarter's figures here: a quarter's own context limit makes classes the scenario's report has not
+    bursts = "".join(f" The {label} pool is planned at its class's own bursts' rate, above its share of that peak "
+                     f"({'; '.join(quarters)}; the rule is the scenario's report's, Traffic section)."
                      for label, quarters in own.items())
     return ["", f"Peak req/s is {name}, {first.measured_peak_rps:,.3f} requests/s ({peak_text(first)}"
             f"{'; ' + note if note else ''}), "

@@ -252,6 +252,11 @@ class Plan:
         return _pool_keys(self.solution.pools) != _pool_keys(pools)
 
     @property
+    def own_burst_classes(self) -> list[TrafficClass]:
+        """The plan's traffic classes planned at their own bursts' rate (class_peak_rps), above their share."""
+        return [tc for tc in self.classes[self.solution.option] if tc.own_bursts]
+
+    @property
     def rejected_share(self) -> float:
         """The share of the histogram's requests longer than the plan's context limit: not served."""
         return self.rejected_requests / self.hist.requests if self.hist.requests else 0.0
@@ -318,8 +323,9 @@ def class_peak_rps(share_peak_rps: float, bursts: ClassBursts | None, growth: fl
     share is 0.69, and Poisson arrivals at no more than 1.16 reach it in one log of 100). Against
     Poisson rates, not the minute itself: the simulation replays Poisson arrivals at the rate planned,
     whose own busy minutes a thin class's p99 minute mostly is (the 128k rollout's 2% over 16,384
-    tokens: 1.03 requests/s in their p99 minute, 0.85 as the whole's share)."""
-    if bursts is None or bursts.least_rps * growth <= share_peak_rps or bursts.own_minute_rps * growth <= share_peak_rps:
+    tokens: 1.03 requests/s in their p99 minute, 0.85 as the whole's share). No bursts (None) for a peak
+    stated, or measured below peaks.BURST_QUANTILE_MIN: each class takes its share."""
+    if bursts is None or bursts.least_rps * growth <= share_peak_rps:  # (the least rate is below the own minute)
         return share_peak_rps
     return max(share_peak_rps, bursts.poisson_rps * growth)
 

@@ -48,7 +48,12 @@ from planner.units import (
 )
 from planner.verification import unverified_speed
 from planner.worker_pool import draw
-from planner.workload.peaks import BURST_SIGNIFICANCE, per_minute_counts, whole_minutes
+from planner.workload.peaks import (
+    BURST_QUANTILE_MIN,
+    BURST_SIGNIFICANCE,
+    per_minute_counts,
+    whole_minutes,
+)
 
 
 def _usd_per_million(x: float) -> str:
@@ -880,7 +885,7 @@ def _traffic(plan: Plan, figure: str | None) -> str:
 def _own_bursts_text(plan: Plan) -> str:
     """' The long class is planned at ...': the plan's classes whose own bursts set their peak, above
     their share of the peak the sentence before names (the Traffic section shows the arithmetic)."""
-    own = [tc for tc in plan.classes[plan.solution.option] if tc.own_bursts]
+    own = plan.own_burst_classes
     if not own:
         return ""
     each = "; ".join(f"{tc.label} at {tc.peak_rps:,.3f} requests/s, not its share, {tc.share_peak_rps:,.3f}" for tc in own)
@@ -894,6 +899,10 @@ def _class_peaks_lines(plan: Plan) -> list[str]:
     peak, growth = plan.scenario.traffic.peak, plan.scenario.traffic.growth
     classes = [tc for option in plan.classes.values() for tc in option if tc.name != "all" or plan.rejected_requests]
     kept = [tc for tc in classes if tc.bursts is not None]
+    if peak.method == "quantile" and peak.quantile < BURST_QUANTILE_MIN and classes:
+        return [f"- Each traffic class is planned at its share of the served peak: a peak at the "
+                f"{quantile_label(peak.quantile)} minute is a level, not a burst, and a class's own minutes are tested "
+                f"against Poisson arrivals only for a peak at the {quantile_label(BURST_QUANTILE_MIN)} minute or above."]
     if peak.method == "explicit" or not kept:  # a histogram file without arrivals by length: a traffic note says so
         return []
     minute = "busiest minute" if peak.method == "max" else f"{quantile_label(peak.quantile)} minute"
@@ -901,8 +910,9 @@ def _class_peaks_lines(plan: Plan) -> list[str]:
             f"Poisson arrivals at that share reach in {1 - BURST_SIGNIFICANCE:.0%} of logs as long: then at the Poisson "
             "rate whose own it is (a pool serves its class alone, whose bursts the whole's peak minute need not "
             "hold; a thin class's own minute above its share is otherwise mostly its Poisson noise, which the "
-            "simulation replays). The test counts the minutes that must reach the class's own for its quantile to, "
-            "a bound that calls fewer classes bursty.")
+            "simulation replays)."
+            + (" The test counts the minutes that must reach the class's own for its quantile to, a bound that calls "
+               "fewer classes bursty." if peak.method != "max" else ""))
     own = [tc for tc in kept if tc.own_bursts]
     if not own:
         return [rule + f" No class's own minutes are beyond what Poisson arrivals at its share reach in "

@@ -36,7 +36,7 @@ _WHAT = {"ttft": "TTFT", "tpot": "TPOT", "itl": "ITL (per token)"}
 def replayed_rate_text(plan: Plan) -> str:
     """The rate certification replayed each pool at (plan_setup.pool_details), in words; a class its own
     bursts set is named (its peak is not its share of the whole's)."""
-    own = [tc.label for tc in plan.classes[plan.solution.option] if tc.own_bursts]
+    own = [tc.label for tc in plan.own_burst_classes]
     instead = f"for the {' and '.join(own)} pool, its class's own bursts' rate instead of its share" if own else ""
     if plan.given_fleet:
         return f"its share of the peak rate{f' ({instead})' if own else ''}"

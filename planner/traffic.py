@@ -61,6 +61,7 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
     """The histogram of all requests, the measured peak and mean rates, and notes for the report."""
     from planner.paged import prefix_disagreement
     from planner.workload.peaks import (
+        BURST_QUANTILE_MIN,
         NoPeakError,
         clock_step_minutes,
         clock_step_text,
@@ -72,7 +73,7 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
     notes: list[str] = []
     requests = None
     excluded_note = ""
-    unit_warnings: list[str] = []  # a log's times contradicting their stated unit (ingest warnings)
+    ingest_warnings: list[str] = []  # the logs' own (a time unit doubted, a grown log, minutes without lengths)
     if src.constant is not None:
         c = src.constant
         hist = Histogram.constant(c.prompt_tokens, c.output_tokens)
@@ -151,10 +152,13 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
         # in one pass, longest first: a path shown could hold another path as read (base 's': 'logs/x.csv' holds 's/x.csv')
         paths = re.compile("|".join(re.escape(p) for p in sorted(shown, key=len, reverse=True))) if shown else None
         notes += [paths.sub(lambda m: shown[m.group(0)], note) if paths else note for note in result.notes]
-        # a file without arrivals by length matters where the peak is measured (an explicit one is shared out)
-        said = [*result.warnings, *(result.length_warnings if scn.traffic.peak.method != "explicit" else ())]
-        unit_warnings = [paths.sub(lambda m: shown[m.group(0)], w) if paths else w for w in said]
-        notes += unit_warnings
+        # a file without arrivals by length matters where a class's own bursts are tested (an explicit peak, or
+        # one below BURST_QUANTILE_MIN, is shared out whatever the file keeps)
+        pk = scn.traffic.peak
+        tested = pk.method == "max" or (pk.method == "quantile" and pk.quantile >= BURST_QUANTILE_MIN)
+        said = [*result.warnings, *(result.length_warnings if tested else ())]
+        ingest_warnings = [paths.sub(lambda m: shown[m.group(0)], w) if paths else w for w in said]
+        notes += ingest_warnings
     peak = scn.traffic.peak
     try:
         measured = peak_rate_rps(hist, method=peak.method, quantile=peak.quantile, explicit_rps=peak.rps, growth=1.0)
@@ -187,7 +191,7 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
                          "mean_rps to be the busiest hour's rate, or drop mean_rps")
     busiest = busiest_hour_mean_rps(profile, mean)
     priced_day = not profile.is_flat or scn.forecast is not None  # where a day's volume is read (daily, forecast)
-    warnings = ([excluded_note] if excluded_note else []) + unit_warnings
+    warnings = ([excluded_note] if excluded_note else []) + ingest_warnings
     if (peak.method == "explicit" and scn.traffic.mean_rps is None and priced_day and busiest is not None
             and busiest > measured * (1 + 1e-9)):
         # The day's volume is read from the source, the plan sized for the stated peak: a day at the source's

@@ -2895,3 +2895,9 @@ def test_a_log_read_beside_a_histogram_built_from_a_log_of_its_name_is_warned_of
                tmp_path / "untimed.hist.parquet").exit_code == 0
     result = run("histogram", tmp_path / "untimed.hist.parquet", log, "--no-time")
     assert result.exit_code == 0 and "was built from a log named serving.csv" in result.stderr, result.stderr
+    # through a chain of files: q1 and another log merged into q2 pass on serving.csv's name (a reading: q2
+    # beside the grown log said nothing, 10,000 requests counted for 7,000)
+    assert run("histogram", tmp_path / "q1.hist.parquet", other, "-o", tmp_path / "q2.hist.parquet").exit_code == 0
+    result = run("histogram", tmp_path / "q2.hist.parquet", log)
+    assert result.exit_code == 0 and (f"{tmp_path / 'q2.hist.parquet'} was built from a log named serving.csv"
+                                      in result.stderr), result.stderr

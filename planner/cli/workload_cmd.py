@@ -126,7 +126,8 @@ def _warn(result) -> None:
                 f"warning: {report.path}: excluded {sum(dropped.values()):,} rows ({detail}){columns}",
                 err=True,
             )
-    # times that contradict their stated unit: every rate 1000× off, so a warning, not a note
+    # times that contradict their stated unit (every rate 1000× off), a grown log counted twice, and files
+    # that drop arrivals by length: warnings, not notes
     for warning in (*result.warnings, *result.length_warnings):
         click.echo(f"warning: {warning}", err=True)
     for note in result.notes:

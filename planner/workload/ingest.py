@@ -106,7 +106,8 @@ class IngestResult:
     @property
     def warnings(self) -> tuple[str, ...]:
         """Times whose values contradict the unit stated for them (timestamps.MinuteConverter), one per
-        log: a plan's rates would be 1000× off, so commands say it on stderr, not in a note only."""
+        log, and logs read beside a histogram file built from a log of their name (_grown_logs): a plan's
+        rates would be 1000× or twice off, so commands say it on stderr, not in a note only."""
         doubts = [f"{f.path}: {f.time.doubt}" for f in self.files if f.time is not None and f.time.doubt]
         return (*doubts, *_grown_logs(self.files))
 
@@ -490,7 +491,9 @@ def _notes(reports: list[FileReport]) -> tuple[str, ...]:
 def write_histogram_file(result: IngestResult, path: str | os.PathLike) -> None:
     """Write the histogram file atomically, recording its sources and exclusions in its metadata."""
     metadata = {
-        "sources": [Path(f.path).name for f in result.files],
+        # a histogram file merged in passes on the logs it was built from: a log grown since is told by name
+        # through a chain of files (a reading: q1 + other -> q2, then q2 beside the grown log, said nothing)
+        "sources": [name for f in result.files for name in (Path(f.path).name, *f.sources)],
         "source_fingerprints": [fingerprint for f in result.files for fingerprint in f.fingerprints],
         "excluded_rows": result.excluded_rows,
         "time_unit_assumed": result.time_unit_assumed,

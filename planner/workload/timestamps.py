@@ -17,8 +17,10 @@ is sized for. So relative numbers without a stated unit are refused, with what e
 reading would give, rather than guessed (a warning would be lost where a histogram file
 is written: the file keeps the minutes, not the doubt).
 
+Numbers read as epoch seconds after today are refused the same way (relative milliseconds
+past a trace's 21st day read so): which numbers are refused depends on the day of the run.
 A stated unit is checked against the magnitude the same way: where the values are epoch
-times in another unit (between EPOCH_FROM_S and 2200 read in their magnitude's unit) and
+times in another unit (from FIRST_SERVING_S to today read in their magnitude's unit) and
 the stated unit puts them elsewhere, the file's TimeAssumption carries a warning with
 both readings (epoch seconds in a column stated as milliseconds land in January 1970,
 and every rate is 1000× too high). A stated unit coarser than the values' lands them
@@ -52,7 +54,7 @@ from planner.errors import InputError
 from planner.histogram import minute_bin_key_of
 from planner.units import significant_text
 from planner.workload.columns import suggested
-from planner.workload.peaks import LAST_PLAUSIBLE_MINUTE, minute_text
+from planner.workload.peaks import minute_text
 from planner.workload.rows import CODE_NON_NUMERIC, CODE_NULL, OK, decimal_int64, is_blank
 
 # An ISO 8601 time zone after a datetime's time of day: Z, or an offset (+02:00, -0530, +02); a
@@ -64,14 +66,10 @@ DATETIME = "datetime"
 # (upper bound of the median |value|, unit): the magnitude heuristic above
 _MAGNITUDE_UNITS = ((1e11, "s"), (1e14, "ms"), (1e17, "us"), (float("inf"), "ns"))
 UNIT_WORDS = {"s": "seconds", "ms": "milliseconds", "us": "microseconds", "ns": "nanoseconds"}
-# 2000-01-01 as epoch seconds: no serving log is dated before it; a stated unit that puts the values'
-# own magnitude's reading between it and 2200 while it reads them elsewhere is doubted.
-EPOCH_FROM_S = 946_684_800
 # 2020-01-01 as epoch seconds: no LLM serving log is dated before it, so numbers below it without a stated
 # unit count from a trace's start (up to 18 days of milliseconds; a reading found 4 hours of relative
 # milliseconds from day 12, 1.04e9, read as 5.5 months of 2002 at 1/1000 of their rate, silently).
 FIRST_SERVING_S = 1_577_836_800
-_EPOCH_TO_S = LAST_PLAUSIBLE_MINUTE * 60  # 2200-01-01: no log is dated later
 _EXACT_IN_FLOAT = 2**53  # below it, floor(v / d) in float64 equals integer floor division
 _EMPTY = np.zeros(0, np.int64)
 
