@@ -38,8 +38,8 @@ class TrafficClass:
     share: float  # of served requests
     rate_rps: float  # to cover: peak_rps x headroom
     peak_rps: float  # at peak, without headroom: class_peak_rps
+    share_peak_rps: float  # the served peak x share (with growth): peak_rps unless its own bursts set it
     slo: SLO
-    share_peak_rps: float = 0.0  # the served peak x share (with growth): peak_rps unless its own bursts set it
     bursts: ClassBursts | None = None  # its own busiest minutes, before growth, where the source kept them
 
     @property
@@ -341,10 +341,10 @@ def traffic_classes(scn: Scenario, served: Histogram, limit: int, peak_rps: floa
 
     def make(option: str, name: str, label: str, hist: Histogram, class_limit: int) -> TrafficClass:
         share = hist.requests / total
-        bursts = None if peak.method == "explicit" else class_bursts(hist, peak.method, peak.quantile)
+        bursts = class_bursts(hist, peak.method, peak.quantile)
         rps = class_peak_rps(peak_rps * share, bursts, growth)
-        return TrafficClass(option, name, label, hist, class_limit, share, rps * headroom, rps, slo,
-                            peak_rps * share, bursts)
+        return TrafficClass(option, name, label, hist, class_limit, share, rps * headroom, rps, peak_rps * share,
+                            slo, bursts)
 
     out = {"none": [make("none", "all", f"all (≤ {limit:,} tokens)", served, limit)]}
     for t in scn.thresholds:

@@ -51,6 +51,7 @@ from planner.worker_pool import draw
 from planner.workload.peaks import (
     BURST_QUANTILE_MIN,
     BURST_SIGNIFICANCE,
+    bursts_tested,
     per_minute_counts,
     whole_minutes,
 )
@@ -899,7 +900,7 @@ def _class_peaks_lines(plan: Plan) -> list[str]:
     peak, growth = plan.scenario.traffic.peak, plan.scenario.traffic.growth
     classes = [tc for option in plan.classes.values() for tc in option if tc.name != "all" or plan.rejected_requests]
     kept = [tc for tc in classes if tc.bursts is not None]
-    if peak.method == "quantile" and peak.quantile < BURST_QUANTILE_MIN and classes:
+    if peak.method == "quantile" and not bursts_tested(peak.method, peak.quantile) and classes:
         return [f"- Each traffic class is planned at its share of the served peak: a peak at the "
                 f"{quantile_label(peak.quantile)} minute is a level, not a burst, and a class's own minutes are tested "
                 f"against Poisson arrivals only for a peak at the {quantile_label(BURST_QUANTILE_MIN)} minute or above."]

@@ -61,8 +61,8 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
     """The histogram of all requests, the measured peak and mean rates, and notes for the report."""
     from planner.paged import prefix_disagreement
     from planner.workload.peaks import (
-        BURST_QUANTILE_MIN,
         NoPeakError,
+        bursts_tested,
         clock_step_minutes,
         clock_step_text,
         mean_rate_rps,
@@ -154,8 +154,7 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
         notes += [paths.sub(lambda m: shown[m.group(0)], note) if paths else note for note in result.notes]
         # a file without arrivals by length matters where a class's own bursts are tested (an explicit peak, or
         # one below BURST_QUANTILE_MIN, is shared out whatever the file keeps)
-        pk = scn.traffic.peak
-        tested = pk.method == "max" or (pk.method == "quantile" and pk.quantile >= BURST_QUANTILE_MIN)
+        tested = bursts_tested(scn.traffic.peak.method, scn.traffic.peak.quantile)
         said = [*result.warnings, *(result.length_warnings if tested else ())]
         ingest_warnings = [paths.sub(lambda m: shown[m.group(0)], w) if paths else w for w in said]
         notes += ingest_warnings

@@ -202,12 +202,22 @@ verify: false
 def test_caps_that_one_config_per_pool_cannot_meet_name_homogeneous_pools(tmp_path):
     """(An outside probe: "the caps leave no fleet" read as a reason to buy GPUs, where a pool mixing the two
     capped types covers the load.)"""
+    from planner.inputs import load_inputs
+    from planner.plan_objects import traffic_classes
+    from planner.plan_setup import served_traffic
+
     out = tmp_path / "out"
-    r = solve(write(tmp_path, CAPPED_TWO_TYPES), "--out-dir", out)
+    path = write(tmp_path, CAPPED_TWO_TYPES)
+    inputs = load_inputs(path)
+    scn = inputs.scenario
+    limit, served, peak = served_traffic(scn, inputs.model, inputs.traffic.hist, inputs.traffic.peak_rps,
+                                         scn.context_limit)
+    [every] = traffic_classes(scn, served, limit, peak)["none"]
+    r = solve(path, "--out-dir", out)
     assert r.exit_code == 3, r.output
-    assert r.output.strip().endswith("leave no fleet that covers every class at once ('all (≤ 16,384 tokens)' 71.87 "
-                                     "req/s); a pool runs one config (homogeneous_pools: true): homogeneous_pools: "
-                                     "false lets a class's pool mix the capped GPU types"), r.output
+    assert r.output.strip().endswith(f"leave no fleet that covers every class at once ('{every.label}' "
+                                     f"{every.rate_rps:,.4g} req/s); a pool runs one config (homogeneous_pools: true): "
+                                     "homogeneous_pools: false lets a class's pool mix the capped GPU types"), r.output
     assert not out.exists()
     r = solve(write(tmp_path, CAPPED_TWO_TYPES + "homogeneous_pools: false\n"), "--no-report")
     assert r.exit_code == 0, r.output

@@ -21,6 +21,7 @@ import numpy as np
 
 from planner.errors import InputError, did_you_mean
 from planner.histogram import Histogram
+from planner.roots import increasing_root
 from planner.workload.columns import suggested
 
 SECONDS_PER_MINUTE = 60
@@ -250,7 +251,7 @@ def poisson_rate_reaching(count: float, tail: float) -> float:
     probability `tail`. For N ~ Poisson(λ), P(N ≥ c) = P(c, λ), the regularized lower incomplete gamma
     function (Abramowitz & Stegun 26.4.21: the Poisson sum as a chi-square, that is gamma, tail), so λ
     is the gamma distribution's `tail` quantile at shape c: below _EXACT_BELOW_COUNT by bisection on
-    the series (gamma_lower_regularized), above by the Wilson–Hilferty cube-root normal approximation
+    the series (gamma_lower_regularized; roots.increasing_root), above by the Wilson–Hilferty cube-root normal approximation
     (Wilson & Hilferty, "The distribution of chi-square", PNAS 17, 1931): c (1 − 1/(9c) + z/(3√c))³,
     z the standard normal's `tail` quantile. 0 for no arrivals."""
     if count <= 0:
@@ -258,11 +259,8 @@ def poisson_rate_reaching(count: float, tail: float) -> float:
     if count >= _EXACT_BELOW_COUNT:
         base = 1 - 1 / (9 * count) + NormalDist().inv_cdf(tail) / (3 * math.sqrt(count))
         return count * base**3 if base > 0 else 0.0
-    low, high = 0.0, count + 10 * math.sqrt(count) + 10
-    for _ in range(100):
-        mid = (low + high) / 2
-        low, high = (mid, high) if gamma_lower_regularized(count, mid) < tail else (low, mid)
-    return (low + high) / 2
+    return increasing_root(lambda rate: gamma_lower_regularized(count, rate) - tail, 0.0,
+                           count + 10 * math.sqrt(count) + 10, xtol=0.0, rtol=1e-10, f_lo=-tail)
 
 
 def minutes_at_or_above(n: int, method: str, quantile: float) -> int:
@@ -280,19 +278,23 @@ def minutes_at_or_above(n: int, method: str, quantile: float) -> int:
 def binomial_tail_reached(n: int, k: int, share: float) -> float:
     """The per-trial probability p at which k or more of n trials succeed with probability `share`:
     P(Bin(n, p) ≥ k) = share, by bisection on p over the binomial terms below k (their sum falls as p
-    grows); 1 − (1 − share)^(1/n) for k = 1."""
+    grows; roots.increasing_root); 1 − (1 − share)^(1/n) for k = 1."""
     if k <= 1:
         return 1 - (1 - share) ** (1 / n)
     log_choose = [math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1) for j in range(k)]
 
-    def below_k(p: float) -> float:
-        return sum(math.exp(c + j * math.log(p) + (n - j) * math.log1p(-p)) for j, c in enumerate(log_choose))
+    def at_least_k(p: float) -> float:
+        return 1 - sum(math.exp(c + j * math.log(p) + (n - j) * math.log1p(-p)) for j, c in enumerate(log_choose))
 
-    low, high = 0.0, 1.0
-    for _ in range(100):
-        mid = (low + high) / 2
-        low, high = (mid, high) if 1 - below_k(mid) < share else (low, mid)
-    return (low + high) / 2
+    # P = 0 at p = 0 and 1 at p = 1, where the logs are not defined: the ends are given
+    return increasing_root(lambda p: at_least_k(p) - share, 0.0, 1.0, xtol=0.0, rtol=1e-10, f_lo=-share,
+                           f_hi=1 - share)
+
+
+def bursts_tested(method: str, quantile: float) -> bool:
+    """Whether a class's own minutes are tested for bursts under this peak: read at its busiest minute or
+    at a quantile of BURST_QUANTILE_MIN or above; a lower quantile, or a stated peak, is shared out."""
+    return method == "max" or (method == "quantile" and quantile >= BURST_QUANTILE_MIN)
 
 
 def class_bursts(hist: Histogram, method: str, quantile: float) -> ClassBursts | None:
@@ -304,8 +306,8 @@ def class_bursts(hist: Histogram, method: str, quantile: float) -> ClassBursts |
     BURST_SIGNIFICANCE of logs of n minutes, as many minutes reach the class's own as its quantile
     needs (minutes_at_or_above; the chance the quantile reaches it is at most that: a bound, which calls
     fewer classes bursty). None where the class's own minutes were not kept (Histogram.own_minute_counts)
-    or do not measure a rate, and for a quantile below BURST_QUANTILE_MIN."""
-    if method != "max" and quantile < BURST_QUANTILE_MIN:
+    or do not measure a rate, and where the peak's method tests none (bursts_tested)."""
+    if not bursts_tested(method, quantile):
         return None
     own = hist.own_minute_counts()
     if own is None:
