@@ -63,7 +63,7 @@ from planner.paged import (
     TokenProfile,
 )
 from planner.roofline import StepModel
-from planner.roots import increasing_root, largest_on_grid
+from planner.roots import grid_point_above, increasing_root, largest_on_grid
 from planner.targets import SLO
 
 NO_TARGETS = SLO()
@@ -572,7 +572,9 @@ def replica_capacity(
             if n_lat <= 0:  # no load meets them (a floor at the limit, within the grid): every miss binds at 0
                 failing = rm.failing(min(LEAST_RESIDENT_SEQS, n_cap), kinds) or list(kinds)
             else:
-                failing = rm.failing(min(n_lat * (1 + 2 * BOUND_REL_TOL), n_cap), kinds) if n_lat < n_cap else []
+                # read where the search saw them miss: the grid's next point (or the ceiling), whose
+                # latency point the search built (a point of its own, 0.2% above, was one more a search)
+                failing = rm.failing(min(grid_point_above(n_lat, BOUND_REL_TOL), n_cap), kinds) if n_lat < n_cap else []
         # The latency bound is shared by the targets that fail just above it; the others hold up
         # to it (their own bound, if any, lies higher and is not searched). Beside a floor only the
         # per-token targets were tried (at no load, by unloaded_floors): an attainment goal is not said

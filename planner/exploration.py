@@ -199,12 +199,15 @@ def start_ttft_sweep(st: Setup, solve: Resolver) -> Callable[[], list[tuple[floa
               for chain in _SWEEP_CHAINS]
 
     def sweep() -> list[tuple[float, Outcome]]:
-        # The first chain the worker has not begun is run here at once, while the worker takes the
-        # next; the others are read in order, each run here if the worker has not begun it by then.
-        # (Reading from the last, this process ran the shortest, then waited with nothing of its own to
-        # do for the next, which the worker had begun meanwhile.)
-        mine = next((chain for chain in chains if claimed_here(chain)), None)
-        ordered = [mine, *(chain for chain in chains if chain is not mine)] if mine is not None else chains
+        # Every chain the worker has not begun is this process's now, run here one after another; the
+        # worker's, read after them. The worker goes on to the figures queued behind the chains (the
+        # cost figure, started before the sweep is read): claimed one at a time, the worker had begun
+        # the next chain while this process ran its first, and drew the figures only after it, while
+        # this process waited with nothing of its own to do (the 128k rollout without simulation:
+        # 1.030 s against 1.003 s, medians of 8 alternating fresh runs, 2026-12-06). (Reading from the
+        # last, this process ran the shortest, then waited for the next, which the worker had begun.)
+        mine = [chain for chain in chains if claimed_here(chain)]
+        ordered = [*mine, *(chain for chain in chains if chain not in mine)]
         rows = dict(row for chain in ordered for row in chain())
         return [(m, rows[m]) for m in TTFT_SWEEP if m in rows]
 

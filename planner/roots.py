@@ -97,7 +97,8 @@ def largest_on_grid(margin, n_hi: float, rel_tol: float, *, guess: float | None 
     margin holds, so the bound is the same whatever n_hi is and a config with more memory (a
     higher n_hi) never gets a lower latency bound from another search path. Without a guess the
     search steps down by factors of 64 to bracket the crossing; from a guess (a bound found for
-    nearby targets, or a point known to hold) it steps away from it by factors that grow from 2%.
+    nearby targets, or a point known to hold) it steps away from it by factors that grow from 2%
+    (upwards from a guess on the grid, the next grid point first).
     Either way it then finds the crossing by regula falsi in k (largest_holding), which needs a
     handful of evaluations where bisection needs a dozen. For a margin that increases with N every
     bracket gives the same grid point, so a guess changes the cost, never the answer."""
@@ -115,19 +116,27 @@ def largest_on_grid(margin, n_hi: float, rel_tol: float, *, guess: float | None 
         return n_hi if margin(n_hi) <= 0 else math.exp(top * log_r)
 
     if guess is not None and 0 < guess < n_hi:
-        k = min(max(math.floor(math.log(guess) / log_r), floor_k), top)
+        x = math.log(guess) / log_r
+        # A guess on the grid (a bound found before, N_k itself) is read as its own point: floored, the
+        # k of N_k came out k - 1 as often as not (log rounds), and the search tried the point below it.
+        on_grid = abs(x - round(x)) <= 1e-9 * max(1.0, abs(x))
+        k = min(max(round(x) if on_grid else math.floor(x), floor_k), top)
         step = math.ceil(math.log(1.02) / log_r)  # 2%, growing fourfold a step
         f = at(k)
         if f <= 0:
             lo, f_lo = k, f
+            # Above a bound found before, the next grid point first: most often that bound is this one
+            # too (the binding target is not the one that moved), which the next point proves.
+            up = 1 if on_grid else step
             while True:
                 if lo == top:
                     return at_top()
-                hi = min(lo + step, top)
+                hi = min(lo + up, top)
                 f_hi = at(hi)
                 if f_hi > 0:
                     break
-                lo, f_lo, step = hi, f_hi, step * 4
+                lo, f_lo = hi, f_hi
+                up = step if up == 1 else up * 4
         else:
             hi, f_hi = k, f
             while True:
@@ -152,3 +161,10 @@ def largest_on_grid(margin, n_hi: float, rel_tol: float, *, guess: float | None 
             return 0.0
         f_lo = at(lo)
     return math.exp(largest_holding(at, lo, hi, f_lo, f_hi) * log_r)
+
+
+def grid_point_above(n: float, rel_tol: float) -> float:
+    """N_(k+1) for a point N_k of largest_on_grid's grid: above a bound it found on the grid, the
+    point it tried and saw miss (the same float: the same k times the same log_r)."""
+    log_r = math.log1p(rel_tol)
+    return math.exp((round(math.log(n) / log_r) + 1) * log_r)

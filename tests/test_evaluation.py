@@ -7,14 +7,17 @@ import math
 import numpy as np
 import pytest
 
-from planner.capacity import BOUND_REL_TOL, replica_capacity
+from planner.capacity import BOUND_REL_TOL, ReplicaModel, replica_capacity
+from planner.deployment import make_deployment
 from planner.evaluator import Evaluator
 from planner.histogram import Histogram
 from planner.ilp import Candidate, solve_fleet, undominated_candidates
+from planner.paged import token_profile
 from planner.plan_objects import candidate_configs, traffic_classes
 from planner.plan_search import undominated_evaluations
-from planner.roots import largest_holding, largest_on_grid
+from planner.roots import grid_point_above, largest_holding, largest_on_grid
 from planner.scenario import Scenario
+from planner.targets import SLO
 
 
 def mixed_traffic() -> Histogram:
@@ -85,6 +88,49 @@ def test_a_guess_changes_the_search_not_the_bound(seed):
     if root < n_hi and root > 1e-6 * n_hi:
         k = math.floor(math.log(root) / math.log1p(BOUND_REL_TOL))
         assert plain == pytest.approx(math.exp(k * math.log1p(BOUND_REL_TOL)), rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_a_bound_found_before_is_proved_with_two_points(seed):
+    """A guess that is the bound itself (the grid point a search without a guess found: a sweep's
+    step whose binding target did not move) is read as its own point and proved by the next, which is
+    grid_point_above's float; a guess on the grid below the bound still finds it."""
+    rng = np.random.default_rng(900 + seed)
+    root, n_hi = float(np.exp(rng.uniform(-3, 6))), float(np.exp(rng.uniform(7, 9)))
+    calls = []
+
+    def margin(n):
+        calls.append(n)
+        return math.log(n / root)
+
+    bound = largest_on_grid(margin, n_hi, BOUND_REL_TOL)
+    calls.clear()
+    assert largest_on_grid(margin, n_hi, BOUND_REL_TOL, guess=bound) == bound
+    assert calls == [bound, grid_point_above(bound, BOUND_REL_TOL)]
+    assert margin(calls[1]) > 0 >= margin(bound)
+    below = math.exp((round(math.log(bound) / math.log1p(BOUND_REL_TOL)) - 37) * math.log1p(BOUND_REL_TOL))
+    assert largest_on_grid(margin, n_hi, BOUND_REL_TOL, guess=below) == bound
+
+
+def test_the_targets_missing_above_a_bound_are_read_at_a_point_the_search_built(catalog):
+    """replica_capacity names the targets that miss just above its latency bound from the grid point
+    its search saw miss, and builds no latency point of its own for it."""
+    rng = np.random.default_rng(0)
+    prof = token_profile(Histogram.from_arrays(rng.integers(50, 4000, 2000), rng.integers(10, 1000, 2000)))
+    dep = make_deployment(catalog, model="llama-3.1-8b", gpu="h100-sxm", max_model_len=8192)
+    for slo in (SLO.single(ttft_s=0.5), SLO.single(tpot_ms=30), SLO.single(ttft_s=0.8, tpot_ms=25)):
+        rm = ReplicaModel(dep, prof, slo)
+        searched = []
+
+        def margin(n, *a, searched=searched, margin=rm.margin, **kw):
+            searched.append(n)
+            return margin(n, *a, **kw)
+
+        rm.margin = margin
+        cap = replica_capacity(dep, prof, slo, model=rm)
+        assert cap.binding in ("ttft", "tpot")
+        assert cap.bound_batch in searched and grid_point_above(cap.bound_batch, BOUND_REL_TOL) in searched
+        assert set(rm._points) == set(searched)  # every latency point built, the search's own
 
 
 @pytest.mark.parametrize("seed", range(20))
