@@ -31,6 +31,7 @@ from planner.workload.histmeta import combined_time_unit
 from planner.workload.peaks import check_span
 from planner.workload.progress import ProgressSink, log_extent
 from planner.workload.readers import LogReader
+from planner.workload.repeats import RepeatCounter
 from planner.workload.rows import (
     EXCLUSION_REASONS,
     OK,
@@ -98,6 +99,8 @@ class IngestResult:
     # with keep_requests: every usable timestamped row as (prompt, output, arrival seconds), or
     # None when a log had no time column, an input was a histogram file, or there were too many
     requests: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    # rows of timed logs that repeat another's arrival time and token counts (planner.workload.repeats)
+    repeats: tuple[str, ...] = ()
 
     @property
     def excluded_rows(self) -> dict[str, int]:
@@ -106,10 +109,11 @@ class IngestResult:
     @property
     def warnings(self) -> tuple[str, ...]:
         """Times whose values contradict the unit stated for them (timestamps.MinuteConverter), one per
-        log, and logs read beside a histogram file built from a log of their name (_grown_logs): a plan's
-        rates would be 1000× or twice off, so commands say it on stderr, not in a note only."""
+        log, logs read beside a histogram file built from a log of their name (_grown_logs), and rows that
+        repeat others exactly (repeats): a plan's rates would be 1000× or twice off, so commands say it on
+        stderr, not in a note only."""
         doubts = [f"{f.path}: {f.time.doubt}" for f in self.files if f.time is not None and f.time.doubt]
-        return (*doubts, *_grown_logs(self.files))
+        return (*doubts, *_grown_logs(self.files), *self.repeats)
 
     @property
     def length_warnings(self) -> tuple[str, ...]:
@@ -142,6 +146,7 @@ def ingest(
     cells, arrivals = CellAccumulator(), ArrivalCounter()
     reports = []
     kept: list | None = [] if keep_requests > 0 else None
+    repeats = RepeatCounter()
     read_files: dict[tuple[int, int], tuple[str, str]] = {}
     counted: dict[str, str] = {}  # a log file's content fingerprint -> where its requests were counted
     zones: set[bool] = set()  # whether the logs' datetimes carry a time zone (MinuteConverter)
@@ -154,7 +159,8 @@ def ingest(
                 kept = None
             else:
                 fingerprints = _count_once(reader, counted)
-                reports.append(dataclasses.replace(_add_log(reader, columns, cells, arrivals, progress, kept, zones),
+                reports.append(dataclasses.replace(_add_log(reader, columns, cells, arrivals, progress, kept, zones,
+                                                            (repeats, len(reports))),
                                                    fingerprints=fingerprints))
                 if kept is not None and (reports[-1].time_column is None or sum(k[0].size for k in kept) > keep_requests):
                     kept = None
@@ -166,7 +172,8 @@ def ingest(
     requests = None
     if kept:
         requests = tuple(np.concatenate([k[i] for k in kept]) for i in range(3))
-    result = IngestResult(histogram, tuple(reports), _notes(reports), requests)
+    repeated = repeats.repeats([r.path for r in reports], [r.requests for r in reports])
+    result = IngestResult(histogram, tuple(reports), _notes(reports), requests, tuple(r.text() for r in repeated))
     names = ", ".join(str(p) for p in paths)
     if histogram.is_empty:
         excluded = ", ".join(f"{r} {n}" for r, n in result.excluded_rows.items())
@@ -266,7 +273,9 @@ def _add_log(
     progress: ProgressSink | None,
     kept: list | None = None,
     zones: set[bool] | None = None,
+    repeats: tuple[RepeatCounter, int] | None = None,
 ) -> FileReport:
+    """repeats: the counter of the timed rows read so far, and this log's number in it."""
     time_col = _check_columns(reader, spec)
     names = (spec.prompt, spec.output) + ((time_col,) if time_col else ())
     converter = MinuteConverter(spec.time_unit, zones, time_col) if time_col else None
@@ -282,10 +291,13 @@ def _add_log(
             if keep is None
             else (prompt.values[keep], output.values[keep])
         )
-        seconds = None
-        if when is not None and kept is not None:
+        seconds = times = None
+        if when is not None and (kept is not None or repeats is not None):
             values = when.values if keep is None else when.values[keep]
-            seconds = values.astype(np.float64) * (60.0 / when.per_minute)
+            if kept is not None:
+                seconds = values.astype(np.float64) * (60.0 / when.per_minute)
+            if repeats is not None:
+                times = values
         problems = {name: 0 if c is None else int(np.count_nonzero(c))
                     for name, c in ((spec.prompt, prompt.codes), (spec.output, output.codes),
                                     (time_col, when.codes if when else None)) if name}
@@ -300,6 +312,7 @@ def _add_log(
             excluded=count_reasons(codes),
             rows=prompt.values.size,
             seconds=seconds,
+            times=times,
             problems=problems,
             time_only=time_only,
         )
@@ -315,6 +328,8 @@ def _add_log(
         cells.add(prepared.prompt, prepared.output)
         if kept is not None and prepared.seconds is not None:
             kept.append((prepared.prompt, prepared.output, prepared.seconds))
+        if prepared.times is not None:
+            repeats[0].add(repeats[1], prepared.times, prepared.prompt, prepared.output)
         if prepared.minute_counts is not None:
             arrivals.add(prepared.minute_counts, prepared.minute_bin_counts)
             minute = prepared.minute_counts[0]
@@ -362,6 +377,7 @@ class _Prepared:
     excluded: dict[str, int]
     rows: int
     seconds: np.ndarray | None = None  # arrival times of the usable rows, when kept
+    times: np.ndarray | None = None  # the usable rows' arrival times as read, for the repeat counter
     problems: dict[str, int] = field(default_factory=dict)  # rows without a usable value, per column
     time_only: int = 0  # rows whose time alone is unusable
 
