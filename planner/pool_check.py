@@ -647,7 +647,7 @@ def check_pool(p: PoolSetting, slo: SLO, *, requests: int, seed: int) -> PoolChe
     if slo.attainment is not None:
         predicted = p.model.latency_at(p.resident).attainment() if p.resident is not None else math.nan
         attainment = (slo.attainment, predicted, lat.attainment(slo))
-    predicted_view = point_view(p.model.point(p.resident)) if p.resident is not None else {}
+    predicted_view = point_view(p.model, p.resident) if p.resident is not None else {}
     replay = replay_trace(p, slo) if p.trace is not None else None
     settling = settle_queue(p, slo, requests, seed, sims)
     problems = _problems(slo, bands, lat, attainment_error) + _preemption_problems(sims) + _queue_problems(settling, sims)

@@ -193,7 +193,9 @@ def latency_section(plan: Plan) -> str:
         "is per token. "
         "The mean model's rows average over the run's time, idle moments included: resident_batch counts the "
         "sequences decoding; kv_utilisation is the cache held over the KV budget, where the simulator also holds "
-        "the blocks of each prompt's chunks prefilled so far and the model only the decoders'.",
+        "the blocks of each prompt's chunks prefilled so far and the model only the decoders'; itl_ms_p99 is the "
+        "99th percentile of every decode token's gap, whether or not a target states it (a streamed answer's "
+        "longest pauses: the steps that carry a prompt's chunk).",
     ]
     replayed_log = any(pool.check is not None and pool.check.replay is not None for pool in plan.pools)
     if not replayed_log:

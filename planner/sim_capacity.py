@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from planner.capacity import NO_TARGETS, OperatingPoint, ReplicaModel, replica_capacity
+from planner.capacity import NO_TARGETS, ReplicaModel, replica_capacity
 from planner.deployment import Deployment
 from planner.histogram import Histogram
 from planner.memory import budget_ladder, kv_token_cap
@@ -61,16 +61,20 @@ def predicted_point(
     n = rm.resident_for_rate(rate_rps, float(dep.engine.max_num_seqs))
     if n is None:
         return {"rate_rps": rate_rps, **dict.fromkeys(COMPARE_KEYS[1:])}
-    return point_view(rm.point(n))
+    return point_view(rm, n)
 
 
-def point_view(pt: OperatingPoint) -> dict[str, float | None]:
-    """An analytical operating point as COMPARE_KEYS (None where the model predicts nothing)."""
+def point_view(rm: ReplicaModel, resident: float) -> dict[str, float | None]:
+    """The model's operating point at `resident` sequences as COMPARE_KEYS (None where it predicts
+    nothing): the mean model's, and the per-token gap's 99th percentile (planner.latency's, over every
+    decode token, as the simulator measures it)."""
+    pt = rm.point(resident)
     return {
         "rate_rps": pt.rate_rps,
         "resident_batch": pt.resident_batch,
         "kv_utilisation": pt.kv_utilisation,
         "itl_ms_mean": pt.itl_ms,
+        "itl_ms_p99": rm.latency_at(resident).value(0, "itl", "p99") * 1e3,
         "preemptions_per_1000": None,
     }
 

@@ -61,6 +61,7 @@ COMPARE_KEYS = (
     "resident_batch",
     "kv_utilisation",
     "itl_ms_mean",
+    "itl_ms_p99",
     "preemptions_per_1000",
 )
 

@@ -30,7 +30,7 @@ sizing: {mode: expected}
 simulation: {requests: 3000}
 """
 
-KEYS = {"rate_rps", "resident_batch", "kv_utilisation", "itl_ms_mean", "preemptions_per_1000"}
+KEYS = {"rate_rps", "resident_batch", "kv_utilisation", "itl_ms_mean", "itl_ms_p99", "preemptions_per_1000"}
 BAND_KEYS = {"band", "requests", "ttft_ms_p50", "ttft_ms_p90", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p90",
              "tpot_ms_p99", "itl_ms_p99", "attainment", "holds"}
 
