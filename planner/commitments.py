@@ -46,6 +46,18 @@ class Lot:
         return self.gpus * self.usd_per_gpu_hour
 
 
+def reserved_below_held(quarter: str, where: str, stated: Mapping[str, int], held_now: Mapping[str, int]) -> tuple[str, ...]:
+    """A sentence for each type a quarter states fewer GPUs reserved of (`where`: its field) than its
+    commitments already hold (`held_now`, by type, before the quarter commits anything of its own): a
+    commitment is not given back before its term ends, so the quarter commits none of that type and
+    pays for what is held. (An outside probe: a quarter's `reserved` below what was held committed
+    nothing, and the forecast said nothing of it.)"""
+    return tuple(f"{quarter} states {n:,} {gpu} reserved ({where}), fewer than the {h:,} its commitments already "
+                 f"hold: a commitment is not given back before its term ends, so the quarter commits no more {gpu} "
+                 f"and pays for the {h:,} held"
+                 for gpu, n in stated.items() if n < (h := held_now[gpu]))
+
+
 def held(lots: Iterable[Lot], gpu: str) -> int:
     """GPUs of `gpu` the lots commit."""
     return sum(lot.gpus for lot in lots if lot.gpu == gpu)

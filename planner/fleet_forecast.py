@@ -28,6 +28,7 @@ from planner.commitments import (
     held,
     in_force,
     quarter_after,
+    reserved_below_held,
 )
 from planner.errors import InfeasibleError, InputError
 from planner.evaluator import Measurements
@@ -92,6 +93,7 @@ class FleetQuarter:
     commitments: tuple[Commitment, ...] = ()  # the lots behind added_commitments
     lots: tuple[Lot, ...] = ()  # the commitments beyond the inventory's paid in the quarter, in the order made
     on_demand_price: dict[str, float] = field(default_factory=dict)  # per GPU-hour, each type's in the quarter
+    reserved_below: tuple[str, ...] = ()  # types it states fewer reserved of than are held (commitments.reserved_below_held)
 
     @property
     def cost_per_hour(self) -> float:
@@ -135,6 +137,8 @@ def run_fleet_forecast(fleet: FleetInputs, *, certify: bool | None = None) -> li
         for gpu, extra in carried.items():  # at the terms of the quarter they ran in
             if extra > 0:
                 made.append(_commit(lots, _commitment(fleet, fc, fc.quarters[i - 1], gpu, extra), i, term))
+        below = reserved_below_held(q.quarter, f"{where}.reserved", q.reserved,
+                                    {g: _committed(base, lots, g) for g in q.reserved})
         for gpu, n in q.reserved.items():  # at this quarter's
             extra = n - _committed(base, lots, gpu)
             if extra > 0:
@@ -155,7 +159,7 @@ def run_fleet_forecast(fleet: FleetInputs, *, certify: bool | None = None) -> li
         before = previous.plan.joint.gpus_by_type if previous else {}
         change = {} if previous is None else {g: by_type.get(g, 0) - before.get(g, 0)
                                               for g in sorted(set(by_type) | set(before))}
-        out.append(FleetQuarter(q.quarter, multiplier, plan, added, change, tuple(made), tuple(lots), price))
+        out.append(FleetQuarter(q.quarter, multiplier, plan, added, change, tuple(made), tuple(lots), price, below))
         previous = out[-1]
         if not fc.carry_forward and term is None:  # a quarter's reservations, without a term, are its own
             lots = []
@@ -375,6 +379,9 @@ def fleet_forecast_markdown(name: str, results: list[FleetQuarter], fleet: Fleet
             for r in results if r.usd_per_hour_by_kind["committed_idle"] > 0]
     if idle:
         lines += ["", *idle]
+    below = [f"- {text}." for r in results for text in r.reserved_below]
+    if below:
+        lines += ["", *below]
     lines += ["", *_commitments_section(results, fleet), "", *_types_section(results, fleet), "",
               *_services_section(results)]
     lines += [
@@ -565,7 +572,8 @@ def fleet_forecast_json(results: list[FleetQuarter]) -> dict:
     total = _total_row(results, _table(QUARTER_COLUMNS, results))
     return {"quarters": [
         {**row(QUARTER_COLUMNS, r), "services": [row(SERVICE_COLUMNS, (r, p)) for p in r.plan.plans],
-         "types": [row(TYPE_COLUMNS, (r, t)) for t in r.plan.types]}
+         "types": [row(TYPE_COLUMNS, (r, t)) for t in r.plan.types],
+         "reserved_notes": list(r.reserved_below)}  # a stated reservation below what is held (the Markdown's)
         for r in results
     ], "committed_after_end_usd": total["committed_after_end_usd"],
         # the total CSV's row, the Markdown's headline (an outside probe found it only there)

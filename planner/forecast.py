@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from planner.bounds import DEMAND_FIELDS, held_past_bound
-from planner.commitments import Lot, held, in_force
+from planner.commitments import Lot, held, in_force, reserved_below_held
 from planner.daily import (
     DayCosts,
     DayTerms,
@@ -103,6 +103,7 @@ class QuarterResult:
     unused_prices: tuple[UnusedPrice, ...] = ()
     lots: tuple[Lot, ...] = ()  # the commitments paid in the quarter, in the order made (planner.commitments)
     on_demand_price: dict[str, float] = dataclasses.field(default_factory=dict)  # per GPU-hour, each type's in the quarter
+    reserved_below: tuple[str, ...] = ()  # types it states fewer reserved of than are held (commitments.reserved_below_held)
 
     @property
     def gpus(self) -> int:
@@ -238,6 +239,8 @@ def run_forecast(inputs: Inputs, *, certify: bool | None = None) -> list[Quarter
                 extra = n - held(lots, gpu)
                 if extra > 0:
                     lots.append(Lot(gpu, extra, commit_price_before[gpu], i, term))
+        below = reserved_below_held(q.quarter, f"forecast.quarters[{i}].reserved", q.reserved,
+                                    {g: held(lots, g) for g in q.reserved})
         for gpu, n in q.reserved.items():
             extra = n - held(lots, gpu)
             if extra > 0:
@@ -256,7 +259,8 @@ def run_forecast(inputs: Inputs, *, certify: bool | None = None) -> list[Quarter
         idle = _idle_reserved(inputs, qscn, plan, reserved, price, measured)
         result = _quarter_result(q.quarter, multiplier, plan, reserved, price, previous, day, idle)
         unused = _unused_prices(inputs, qscn, q, result.gpus_by_type, measured)
-        results.append(dataclasses.replace(result, unused_prices=unused, lots=tuple(lots), on_demand_price=od_price))
+        results.append(dataclasses.replace(result, unused_prices=unused, lots=tuple(lots), on_demand_price=od_price,
+                                           reserved_below=below))
         previous = results[-1]
         commit_price_before = commit_price
         if not fc.carry_forward and term is None:  # a quarter's reservations, without a term, are its own

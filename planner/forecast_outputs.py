@@ -649,6 +649,9 @@ def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: st
     idle = _idle_lines(results)
     if idle:
         lines += ["", *idle]
+    below = [f"- {text}." for r in results for text in r.reserved_below]
+    if below:
+        lines += ["", *below]
     lines += ["", _held_at_the_end(results)]
     short = _short_lines(results)
     if short:
@@ -820,6 +823,7 @@ def forecast_json(results: Sequence[QuarterResult]) -> dict:
             "gpus": r.idle.gpus, "usd_per_hour": r.idle.usd_per_hour,
             "use_them_usd_per_hour": r.idle.use_them_usd_per_hour, "use_them": r.idle.use_them_summary,
         }
+        q["reserved_notes"] = list(r.reserved_below)  # a stated reservation below what is held (the Markdown's)
         quarters.append(q)
     return {"quarters": quarters, "total": row(TOTAL_COLUMNS, _totals(_table(QUARTER_COLUMNS, results), results)),
             # what the traffic's source left out or counts as idle, as `planner solve --json` gives it

@@ -1253,6 +1253,29 @@ def test_without_carry_forward_a_stated_commitment_holds_its_quarter_only_and_th
     assert "to the forecast's end" not in md
 
 
+def test_a_fleet_quarter_stating_fewer_reserved_than_the_inventory_holds_says_it_commits_none(tmp_path):
+    """The fleet's inventory reserves 8 H100s; a quarter stating 3 commits nothing (a commitment is not
+    given back), and the forecast says so, where it said nothing."""
+    from planner.fleet import load_fleet
+    from planner.fleet_forecast import (
+        fleet_forecast_json,
+        fleet_forecast_markdown,
+        run_fleet_forecast,
+    )
+
+    forecast = {"quarters": [{"quarter": "2027Q1", "reserved": {"h100-sxm": 3}}]}
+    inventory = {"h100-sxm": {"reserved": 8, "reserved_usd_per_hour": 2.0}}
+    fleet = load_fleet(write_fleet(tmp_path, forecast=forecast, inventory=inventory))
+    (q1,) = run_fleet_forecast(fleet)
+    said = ("2027Q1 states 3 h100-sxm reserved (forecast.quarters[0].reserved), fewer than the 8 its commitments "
+            "already hold: a commitment is not given back before its term ends, so the quarter commits no more "
+            "h100-sxm and pays for the 8 held")
+    assert q1.reserved_below == (said,) and q1.added_commitments == {}
+    assert [t.committed for t in q1.plan.types if t.gpu == "h100-sxm"] == [8]
+    assert f"- {said}." in fleet_forecast_markdown("twin", [q1], fleet).splitlines()
+    assert fleet_forecast_json([q1])["quarters"][0]["reserved_notes"] == [said]
+
+
 def test_a_quarter_that_names_a_type_the_services_price_themselves_keeps_their_price(tmp_path):
     """Both services price the H100 at $2.00 (no inventory): a quarter's availability put the type in
     the quarter's inventory at the catalog's $2.99, and the services' own price was then refused

@@ -736,3 +736,26 @@ def test_the_day_mix_s_reserved_replicas_are_named_by_gpu_type_where_its_pools_r
     assert reserved_replicas_text({"short": 2, "long": 3, "long2": 1}, pools) == (
         " (6 reserved replicas: 2 l40s, 4 h100-sxm)")
     assert reserved_replicas_text({"long": 3, "long2": 1}, pools) == " (4 reserved replicas)"
+
+
+def test_a_quarter_stating_fewer_reserved_than_are_held_says_it_commits_none_and_pays_for_them(tmp_path):
+    """A quarter's `reserved` tops its commitments up to the count stated; one below what earlier
+    quarters committed (a commitment is not given back before its term ends) commits nothing, and was
+    silent (an outside probe): the forecast says so in its Markdown and its JSON."""
+    from planner.forecast_outputs import forecast_json, forecast_markdown
+
+    results = run_forecast(load_inputs(scenario(tmp_path, """
+        forecast:
+          reserved_discount: 0.3
+          commitment_term_quarters: 4
+          quarters: [{quarter: 2027Q1, reserved: {h100-sxm: 12}}, {quarter: 2027Q2, reserved: {h100-sxm: 5}},
+                     {quarter: 2027Q3, reserved: {h100-sxm: 12}}]
+    """)))
+    held = results[1].reserved_gpus["h100-sxm"]
+    assert held >= 12 and results[0].reserved_below == results[2].reserved_below == ()
+    said = (f"2027Q2 states 5 h100-sxm reserved (forecast.quarters[1].reserved), fewer than the {held:,} its "
+            "commitments already hold: a commitment is not given back before its term ends, so the quarter commits "
+            f"no more h100-sxm and pays for the {held:,} held")
+    assert results[1].reserved_below == (said,)
+    assert f"- {said}." in forecast_markdown("fc", results).splitlines()
+    assert [q["reserved_notes"] for q in forecast_json(results)["quarters"]] == [[], [said], []]
