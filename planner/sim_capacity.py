@@ -66,15 +66,19 @@ def predicted_point(
 
 def point_view(rm: ReplicaModel, resident: float) -> dict[str, float | None]:
     """The model's operating point at `resident` sequences as COMPARE_KEYS (None where it predicts
-    nothing): the mean model's, and the per-token gap's 99th percentile (planner.latency's, over every
-    decode token, as the simulator measures it)."""
+    nothing). No ITL p99: the model's ITL tail (planner.latency, on which an ITL target is planned)
+    counts the chunks of prompts that arrive during a token's step, not the pauses right after a
+    request's own long prefill behind the prompts queued meanwhile, and leaves out the stretch its mean
+    has: it read 6 ms against a simulated 258 ms in the 128k rollout's long pool, below its own mean of
+    11 ms. Beside the simulation's p99 it would read as a prediction; certification judges an ITL
+    target by the simulation."""
     pt = rm.point(resident)
     return {
         "rate_rps": pt.rate_rps,
         "resident_batch": pt.resident_batch,
         "kv_utilisation": pt.kv_utilisation,
         "itl_ms_mean": pt.itl_ms,
-        "itl_ms_p99": rm.latency_at(resident).value(0, "itl", "p99") * 1e3,
+        "itl_ms_p99": None,
         "preemptions_per_1000": None,
     }
 

@@ -168,33 +168,40 @@ _PROMPT_MIX, _OUTPUT_MIX = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xD6E8FEB866
 _FINAL_1, _FINAL_2, _SHIFT = np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53), np.uint64(33)
 
 
-@_compiled(types.Tuple((types.uint64[::1], types.int64, types.uint64))(_U64_VECTOR, _I64_VECTOR, _I64_VECTOR,
-                                                                    types.uint64, types.uint64, types.boolean))
-def row_keys(time_bits, prompt, output, sample_mask, previous, has_previous):
-    """A 64-bit key per row (planner.workload.repeats): its time's 64 bits and its token counts,
-    mixed by splitmix64's finaliser; only the keys whose bits under `sample_mask` are all zero (every
-    key for a mask of 0), in row order, in an array of their own; how many rows have the key of the
-    row before them (`previous`: the key of the row before the first, where `has_previous`), counted
-    over every row; and the last row's key (the next batch's `previous`). One pass, where numpy took
-    a dozen and slowed the 5M-row `planner histogram` by a quarter."""
-    if prompt.size != time_bits.size or output.size != time_bits.size:
-        raise ValueError("time_bits, prompt and output must hold one entry per row")
-    keys = np.empty(time_bits.size, np.uint64)
+@njit(types.uint64(types.uint64), **_OPTIONS)
+def _mixed(k):
+    k ^= k >> _SHIFT
+    k *= _FINAL_1
+    k ^= k >> _SHIFT
+    k *= _FINAL_2
+    k ^= k >> _SHIFT
+    return k
+
+
+@_compiled(types.int64(_I64_VECTOR, _I64_VECTOR, _I64_VECTOR, types.uint64, types.int64[::1], types.uint64[::1]))
+def row_keys(instants, prompt, output, sample_mask, kept_instants, kept_keys):
+    """For each row whose instant's hash has its bits under `sample_mask` all zero (every row for a
+    mask of 0: a tick is kept whole or not at all), its instant into `kept_instants` and a 64-bit key
+    of its instant and token counts into `kept_keys` (planner.workload.repeats), in row order; returns
+    how many. One pass, where numpy took a dozen and slowed the 5M-row `planner histogram` by a quarter."""
+    if prompt.size != instants.size or output.size != instants.size or kept_keys.size < instants.size \
+            or kept_instants.size < instants.size:
+        raise ValueError("instants, prompt and output must hold one entry per row, and the outputs room for each")
     kept = 0
-    adjacent = 0
-    for i in range(time_bits.size):
-        k = time_bits[i] ^ (np.uint64(prompt[i]) * _PROMPT_MIX) ^ (np.uint64(output[i]) * _OUTPUT_MIX)
-        k ^= k >> _SHIFT
-        k *= _FINAL_1
-        k ^= k >> _SHIFT
-        k *= _FINAL_2
-        k ^= k >> _SHIFT
-        if has_previous and k == previous:
-            adjacent += 1
-        previous = k
-        has_previous = True
-        if k & sample_mask == 0:
-            keys[kept] = k
-            kept += 1
-    # a slice of `keys` would hold the whole batch's memory
-    return (keys if kept == keys.size else keys[:kept].copy()), adjacent, previous
+    for i in range(instants.size):
+        tick = _mixed(np.uint64(instants[i]))
+        if tick & sample_mask != 0:
+            continue
+        kept_instants[kept] = instants[i]
+        kept_keys[kept] = _mixed(tick ^ (np.uint64(prompt[i]) * _PROMPT_MIX) ^ (np.uint64(output[i]) * _OUTPUT_MIX))
+        kept += 1
+    return kept
+
+
+@_compiled(types.uint64[::1](_I64_VECTOR))
+def instant_hashes(instants):
+    """The hash of each instant that row_keys samples ticks by (its `sample_mask` bits all zero: kept)."""
+    out = np.empty(instants.size, np.uint64)
+    for i in range(instants.size):
+        out[i] = _mixed(np.uint64(instants[i]))
+    return out

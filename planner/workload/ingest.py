@@ -31,7 +31,7 @@ from planner.workload.histmeta import combined_time_unit
 from planner.workload.peaks import check_span
 from planner.workload.progress import ProgressSink, log_extent
 from planner.workload.readers import LogReader
-from planner.workload.repeats import RepeatCounter
+from planner.workload.repeats import RepeatCounter, instants_us
 from planner.workload.rows import (
     EXCLUSION_REASONS,
     OK,
@@ -297,7 +297,7 @@ def _add_log(
             if kept is not None:
                 seconds = values.astype(np.float64) * (60.0 / when.per_minute)
             if repeats is not None:
-                times = values
+                times = instants_us(values, when.per_minute)
         problems = {name: 0 if c is None else int(np.count_nonzero(c))
                     for name, c in ((spec.prompt, prompt.codes), (spec.output, output.codes),
                                     (time_col, when.codes if when else None)) if name}
@@ -377,7 +377,7 @@ class _Prepared:
     excluded: dict[str, int]
     rows: int
     seconds: np.ndarray | None = None  # arrival times of the usable rows, when kept
-    times: np.ndarray | None = None  # the usable rows' arrival times as read, for the repeat counter
+    times: np.ndarray | None = None  # the usable rows' arrival instants in µs, for the repeat counter
     problems: dict[str, int] = field(default_factory=dict)  # rows without a usable value, per column
     time_only: int = 0  # rows whose time alone is unusable
 

@@ -1,27 +1,31 @@
-"""Requests counted twice: rows of timed logs that repeat another row's arrival time and token
-counts exactly.
+"""Requests counted twice: rows of timed logs that repeat other rows' arrival instant and token
+counts exactly, in every tick of the clock they fall in.
 
 A log exported twice into one file, or two exports that overlap (a day's file and a week's that
 holds it, two daily exports cut at different hours), hold the same requests twice: every file's
 contents differ, so the checks on paths, links and contents (planner.workload.ingest) pass, and
 every rate read from them counts those requests twice. The peak is then twice what was served
-wherever the repeated stretch holds the busiest minute, and the plan buys for it. In real traces
-an exact repeat is all but absent: none in Azure's 2023 conversation (19,366 rows) and code (8,819)
-traces, whose times have 0.1 µs, and 1 in Mooncake's conversation trace (12,031 rows, milliseconds).
-Two requests alike in one tick of a coarse clock repeat a row by chance, and do so often where the
-clock is coarse: the Azure trace stamped in whole minutes repeats 3.4% of its rows, each a distinct
-request. Chance repeats come one at a time among other rows; copies come as copies do, in runs of
-rows that all repeat (a stretch copied), or each right after the row it repeats (a copy sorted by
-time beside its original). So repeats are said only where they come so (copied_rows), with their
-count, and never removed: a load test's identical requests, sent together, are the user's to judge.
+wherever the repeated stretch holds the busiest minute, and the plan buys for it.
 
-Each row is a 64-bit key (its time's bits and its two counts, mixed: splitmix64's finaliser,
-Steele, Lea & Flood, OOPSLA 2014), which two different rows share with probability 2^-64 (a
-collision among the kept keys: below 1e-6). Memory stays bounded: past KEYS_KEPT keys only those
-whose low bits are zero are kept, one more bit at a time, so that a kept row's repeats are kept
-with it (the same key) and the count of repeats among them, scaled, estimates the whole's, as a
-distinct-sampling sketch does (Gibbons, VLDB 2001); below that many rows, every row is kept and the
-count is exact.
+Two distinct requests can be alike too: the same token counts in the same tick of the log's clock.
+A fine clock all but never does so (Azure's 2023 conversation and code traces, stamped to 0.1 µs: no
+repeat in 28,185 rows; Mooncake's conversation trace: 1 in 12,031), a coarse one often does (the Azure
+trace stamped in whole minutes: 3.4% of its rows repeat another, each a distinct request). What tells
+a copy is that it copies every row of a tick: a tick whose every request comes two or more times
+over. Requests alike by chance leave the other requests of their tick single (a minute of 333
+requests is not all pairs), so rows are counted as repeats only in ticks where every row repeats
+(repeated_ticks): whatever the order of the rows or of the files, and however the copy was sorted.
+A copy that covers a tick partly (at its first and last tick) is not counted there; a load test's
+identical requests sent in one tick are, and the warning says to keep them if they are distinct.
+
+Instants are compared in whole microseconds, however each file states them (datetime text, a
+Parquet timestamp of any unit, epoch numbers integer or fractional): the same request exported by
+two tools is the same instant. Each row's key is a 64-bit hash of its instant and token counts
+(splitmix64's finaliser, Steele, Lea & Flood, OOPSLA 2014), which two different rows share with
+probability 2^-64. Memory stays bounded: past KEYS_KEPT rows only the ticks whose instant's hash has
+its low bits zero are kept, one more bit at a time, so a tick is kept whole or not at all, and the
+repeats counted in the kept ticks, scaled, estimate the whole's (as a distinct-sampling sketch does:
+Gibbons, VLDB 2001); below that many rows every row is kept and the count is exact.
 """
 
 from __future__ import annotations
@@ -30,146 +34,142 @@ from dataclasses import dataclass
 
 import numpy as np
 
-KEYS_KEPT = 1 << 20  # 8 MiB of keys (16 while they are sorted at the end): exact up to a million rows read
-# Said where the repeats are at least this share of a file's rows, and at least REPEATS_SAID rows: a
-# real log's chance repeats (Mooncake's 1 in 12,031) are not, a day's export overlapping a week's is.
+KEYS_KEPT = 1 << 19  # rows held (18 bytes each, about twice that while sorted at the end): exact up to 524,288 rows
+# Said where the repeats are at least this share of the rows of the files they fall in, and at least
+# REPEATS_SAID rows: a fine clock's chance repeats (Mooncake's 1 in 12,031) are not.
 SHARE_SAID = 0.001
 REPEATS_SAID = 20
-STRETCH_ROWS = 8  # consecutive kept rows that all repeat: a copied stretch (copied_rows)
+US_PER_MINUTE = 60_000_000
 
 
-def row_keys(times: np.ndarray, prompt: np.ndarray, output: np.ndarray, sample_bits: int = 0,
-             previous: int | None = None) -> tuple[np.ndarray, int, int]:
-    """cell_kernel.row_keys (compiled: the ingestion loop's module) on a batch: the keys of its rows
-    (their arrival time's 64 bits as read, int64 ticks or float64 seconds, and their token counts)
-    whose lowest `sample_bits` bits are zero, how many rows have the key of the row before them
-    (`previous`: the key of the row before the batch's first), and its last row's key."""
+def instants_us(values: np.ndarray, per_minute: int) -> np.ndarray:
+    """Arrival times read in units of 1/per_minute of a minute (int64 ticks or float64 seconds), as
+    whole microseconds (rounded half to even): one instant, however a file states it."""
+    if values.dtype.kind == "f":
+        return np.rint(values * (US_PER_MINUTE / per_minute)).astype(np.int64)
+    values = values.astype(np.int64, copy=False)
+    if per_minute <= US_PER_MINUTE:
+        return values * (US_PER_MINUTE // per_minute)
+    step = per_minute // US_PER_MINUTE  # nanoseconds: 1,000 to a microsecond
+    quotient, rest = np.divmod(values, step)
+    return quotient + ((2 * rest > step) | ((2 * rest == step) & (quotient % 2 == 1)))
+
+
+def row_keys(instants: np.ndarray, prompt: np.ndarray, output: np.ndarray,
+             sample_bits: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """cell_kernel.row_keys (compiled: the ingestion loop's module) on a batch: the rows kept by a
+    sample of ticks (those whose instant's hash has its lowest `sample_bits` bits zero), as (instants,
+    keys), each key a hash of the instant and the token counts."""
     from planner.workload import cell_kernel  # numba loads only when a log is read
 
-    bits = np.ascontiguousarray(times, dtype=times.dtype if times.dtype.itemsize == 8 else np.int64).view(np.uint64)
-    keys, adjacent, last = cell_kernel.row_keys(
-        bits, np.ascontiguousarray(prompt, np.int64), np.ascontiguousarray(output, np.int64),
-        np.uint64((1 << sample_bits) - 1), np.uint64(previous or 0), previous is not None)
-    return keys, int(adjacent), int(last)
+    kept_instants, kept_keys = np.empty(instants.size, np.int64), np.empty(instants.size, np.uint64)
+    kept = cell_kernel.row_keys(np.ascontiguousarray(instants, np.int64), np.ascontiguousarray(prompt, np.int64),
+                                np.ascontiguousarray(output, np.int64), np.uint64((1 << sample_bits) - 1),
+                                kept_instants, kept_keys)
+    # copies: a slice of the batch-sized arrays would hold the whole batch's memory
+    return (kept_instants, kept_keys) if kept == instants.size else (kept_instants[:kept].copy(), kept_keys[:kept].copy())
 
 
 @dataclass(frozen=True)
 class Repeats:
-    """Rows of one file that repeat rows read before them as copies do (copied_rows): rows, their
-    count (estimated where `sampled`); of: the files whose rows they repeat, most first (the file
-    itself where it holds its own rows twice)."""
+    """Rows of one file that repeat rows read before them (in it or in earlier files, `of`, most
+    first) in ticks where every row repeats: rows, their count (estimated where `sampled` > 1)."""
 
     path: str
     of: tuple[str, ...]
     rows: int
     file_rows: int
-    sampled: int = 1  # the share of keys kept is 1 / sampled
+    sampled: int = 1  # the share of ticks kept is 1 / sampled
 
     def text(self) -> str:
-        count = f"about {self.rows:,}" if self.sampled > 1 else f"{self.rows:,}"
-        share = self.rows / max(self.file_rows, 1)
+        share = min(self.rows / max(self.file_rows, 1), 1.0)
+        count = (f"about {self.rows:,} rows ({share:.1%}, estimated from the 1 in {self.sampled:,} of instants a "
+                 "log this long keeps)") if self.sampled > 1 else f"{self.rows:,} rows ({share:.1%})"
         where = " and ".join("another of its rows" if of == self.path else f"rows of {of}" for of in self.of)
-        how = ("a log exported or appended twice into one file holds" if self.of == (self.path,)
-               else "exports that overlap (or a log given beside one that holds it) hold")
-        estimate = (f" (estimated from the 1 in {self.sampled:,} of rows whose keys a log this long keeps)"
-                    if self.sampled > 1 else "")
-        return (f"{self.path}: {count} rows ({share:.1%}){estimate} repeat {where} exactly (arrival time and token "
-                f"counts), as copies do, in runs of rows or each right after its original: {how} those requests "
-                "twice, and every rate here, the peak's with them, counts them twice; if they are not distinct "
-                "requests, remove the repeats (SELECT DISTINCT) and plan again")
-
-
-@dataclass
-class _File:
-    """What the counter holds of one file besides its keys: the key of its last row read, and how many
-    of its rows had the key of the row before them."""
-
-    last: int | None = None
-    adjacent: int = 0
+        how = ("a log exported or appended twice" if self.of == (self.path,)
+               else "exports that overlap (or a log given beside one that holds it)")
+        return (f"{self.path}: {count} repeat {where} exactly (arrival instant and token counts), in ticks of its "
+                f"clock where every request comes twice or more, as copies do: {how} counts those requests twice, "
+                "and every rate here, the peak's with them; if they are not distinct requests, remove the repeats "
+                "(SELECT DISTINCT) and plan again")
 
 
 class RepeatCounter:
-    """The keys of the timed rows read so far, batch by batch, with the file each batch came in
-    (files numbered as read)."""
+    """The instants and keys of the timed rows read so far, batch by batch, with the file each
+    batch came in (files numbered as read)."""
 
     def __init__(self, keys_kept: int = KEYS_KEPT):
-        self._batches: list[tuple[int, np.ndarray]] = []
-        self._files: dict[int, _File] = {}
+        self._batches: list[tuple[int, np.ndarray, np.ndarray]] = []
         self._held = 0
-        self._bits = 0  # keys kept: those whose lowest _bits bits are zero
+        self._bits = 0  # ticks kept: those whose instant's hash has its lowest _bits bits zero
         self._keys_kept = keys_kept
 
-    def add(self, file: int, times: np.ndarray, prompt: np.ndarray, output: np.ndarray) -> None:
-        """A batch of a file's usable timed rows (the batches of a file in the order read)."""
-        state = self._files.setdefault(file, _File())
-        keys, adjacent, state.last = row_keys(times, prompt, output, self._bits, state.last) if times.size else (
-            times[:0].view(np.uint64), 0, state.last)
-        state.adjacent += adjacent
+    def add(self, file: int, instants: np.ndarray, prompt: np.ndarray, output: np.ndarray) -> None:
+        """A batch of a file's usable timed rows: their instants (instants_us) and token counts."""
+        if not instants.size:
+            return
+        kept_instants, keys = row_keys(instants, prompt, output, self._bits)
         if not keys.size:
             return
-        self._batches.append((file, keys))
+        self._batches.append((file, kept_instants, keys))
         self._held += keys.size
         while self._held > self._keys_kept:
             self._bits += 1
-            mask = np.uint64((1 << self._bits) - 1)
-            self._batches = [(f, k[(k & mask) == 0]) for f, k in self._batches]
-            self._held = sum(k.size for _, k in self._batches)
+            self._batches = [(f, t[m], k[m]) for f, t, k in self._batches
+                             if (m := _in_sample(t, self._bits)).any()]
+            self._held = sum(k.size for _, _, k in self._batches)
 
     def repeats(self, paths: list[str], rows: list[int]) -> list[Repeats]:
-        """Each file whose rows repeat others as copies do (copied_rows: in runs of STRETCH_ROWS kept
-        rows or more, or right after the row they repeat), at least REPEATS_SAID rows and SHARE_SAID of
-        its rows, with the files they repeat (each repeat counted against the file its key first came
-        in); paths and rows: each file's name and the rows it had (by file number).
-
-        The keys that come more than once are found by one sort of them all; then each batch, in the
-        order read, is matched against those alone: no array of a file number per key, and no more
-        memory at the end than the keys' own again."""
+        """Each file with rows that repeat rows read before them (in it or in earlier files) in ticks
+        where every row repeats (repeated_ticks), at least REPEATS_SAID and SHARE_SAID of its rows;
+        paths and rows: each file's name and the rows it had (by file number)."""
         if not self._batches:
             return []
-        keys = np.concatenate([k for _, k in self._batches])
-        keys.sort()
-        repeated = np.unique(keys[1:][keys[1:] == keys[:-1]])
-        del keys
-        if not repeated.size:
+        keys = np.concatenate([k for _, _, k in self._batches])
+        keys.sort()  # most logs repeat no row: one sort says so, and the rest is not done
+        if not (keys[1:] == keys[:-1]).any():
             return []
-        first = np.full(repeated.size, -1)  # the file each repeated key first came in
-        counted: dict[tuple[int, int], int] = {}
-        flags: dict[int, list[np.ndarray]] = {}  # each file's kept rows in order: whether each repeats
-        for file, batch in self._batches:
-            at = np.minimum(np.searchsorted(repeated, batch), repeated.size - 1)
-            hit = repeated[at] == batch
-            repeats = np.zeros(batch.size, bool)
-            flags.setdefault(file, []).append(repeats)
-            at = at[hit]
-            if not at.size:
-                continue
-            new, where = np.unique(at, return_index=True)
-            new_here = first[new] == -1
-            first[new[new_here]] = file  # each key's first row here is no repeat; every other row is
-            is_repeat = np.ones(at.size, bool)
-            is_repeat[where[new_here]] = False
-            repeats[np.flatnonzero(hit)[is_repeat]] = True
-            of, count = np.unique(first[at[is_repeat]], return_counts=True)
-            for earlier, n in zip(of.tolist(), count.tolist(), strict=True):
-                counted[file, earlier] = counted.get((file, earlier), 0) + n
+        instants = np.concatenate([t for _, t, _ in self._batches])
+        keys = np.concatenate([k for _, _, k in self._batches])
+        files = np.concatenate([np.full(k.size, f, np.int32) for f, _, k in self._batches])
+        order = np.argsort(keys, kind="stable")  # a key's rows in the order read: its first is no repeat
+        keys, instants, files = keys[order], instants[order], files[order]
+        del order
+        repeat = repeated_ticks(keys, instants)
+        if not repeat.any():
+            return []
+        first = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])  # each key's first row, read first
+        of = files[first[np.searchsorted(first, np.flatnonzero(repeat), side="right") - 1]]
         scale = 1 << self._bits
         out = []
-        for file, f in sorted(flags.items()):
-            copied = copied_rows(np.concatenate(f), scale, self._files[file].adjacent)
-            if copied < max(REPEATS_SAID, SHARE_SAID * rows[file]):
+        for file in np.unique(files[repeat]).tolist():
+            mine = files[repeat] == file
+            count = int(mine.sum()) * scale
+            if count < max(REPEATS_SAID, SHARE_SAID * rows[file]):
                 continue
-            of = sorted(((n, earlier) for (later, earlier), n in counted.items() if later == file), reverse=True)
-            out.append(Repeats(paths[file], tuple(paths[earlier] for _, earlier in of), copied, rows[file], scale))
+            earlier, n = np.unique(of[mine], return_counts=True)
+            named = tuple(paths[e] for _, e in sorted(zip((-n).tolist(), earlier.tolist(), strict=True)))
+            out.append(Repeats(paths[file], named, min(count, rows[file]), rows[file], scale))
         return out
 
 
-def copied_rows(repeats: np.ndarray, scale: int, adjacent: int) -> int:
-    """How many of a file's rows repeat others as copies do: in runs of STRETCH_ROWS or more kept rows
-    that all repeat (a copied stretch: a log appended to itself, an export overlapping another), scaled
-    by the sample, or right after the row they repeat (a copy sorted by time beside its original),
-    whichever is more. Repeats by chance (two requests alike in one tick of a coarse clock) come one at
-    a time, each among other rows: a log stamped in whole minutes repeats 3.4% of its rows so, in runs
-    of eight with a chance of 1e-12."""
-    edges = np.diff(np.concatenate([[0], repeats.astype(np.int8), [0]]))
-    runs = np.flatnonzero(edges == -1) - np.flatnonzero(edges == 1)
-    return max(int(runs[runs >= STRETCH_ROWS].sum()) * scale, adjacent)
+def _in_sample(instants: np.ndarray, bits: int) -> np.ndarray:
+    """Whether each row's tick is in the sample of `bits` (row_keys' rule, for the rows kept before)."""
+    from planner.workload import cell_kernel
+
+    return (cell_kernel.instant_hashes(np.ascontiguousarray(instants, np.int64)) & np.uint64((1 << bits) - 1)) == 0
+
+
+def repeated_ticks(keys: np.ndarray, instants: np.ndarray) -> np.ndarray:
+    """For rows sorted by key (a key's rows in the order read), whether each repeats an earlier row in
+    a tick where every row repeats: every key of its instant comes two or more times. A copy copies
+    each request of a tick; requests alike by chance leave the others of their tick single."""
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    counts = np.diff(np.r_[starts, keys.size])
+    tick_of_key = instants[starts]
+    ticks, tick_index = np.unique(tick_of_key, return_inverse=True)
+    # a tick holds a single key (one request, or a request and its copies) or several: every one repeated?
+    single = np.bincount(tick_index, counts == 1, minlength=ticks.size)
+    copied_key = single[tick_index] == 0
+    not_first = np.r_[False, keys[1:] == keys[:-1]]
+    return not_first & np.repeat(copied_key, counts)
