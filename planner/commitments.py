@@ -52,9 +52,9 @@ def reserved_below_held(quarter: str, where: str, stated: Mapping[str, int], hel
     commitment is not given back before its term ends, so the quarter commits none of that type and
     pays for what is held. (An outside probe: a quarter's `reserved` below what was held committed
     nothing, and the forecast said nothing of it.)"""
-    return tuple(f"{quarter} states {n:,} {gpu} reserved ({where}), fewer than the {h:,} its commitments already "
-                 f"hold: a commitment is not given back before its term ends, so the quarter commits no more {gpu} "
-                 f"and pays for the {h:,} held"
+    return tuple(f"{quarter} states {n:,} {gpu} reserved ({where}), fewer than the {h:,} already held (owned or "
+                 f"committed): a commitment is not given back before its term ends, so the quarter commits no more "
+                 f"{gpu} and pays for the {h:,} held"
                  for gpu, n in stated.items() if n < (h := held_now[gpu]))
 
 

@@ -1267,8 +1267,8 @@ def test_a_fleet_quarter_stating_fewer_reserved_than_the_inventory_holds_says_it
     inventory = {"h100-sxm": {"reserved": 8, "reserved_usd_per_hour": 2.0}}
     fleet = load_fleet(write_fleet(tmp_path, forecast=forecast, inventory=inventory))
     (q1,) = run_fleet_forecast(fleet)
-    said = ("2027Q1 states 3 h100-sxm reserved (forecast.quarters[0].reserved), fewer than the 8 its commitments "
-            "already hold: a commitment is not given back before its term ends, so the quarter commits no more "
+    said = ("2027Q1 states 3 h100-sxm reserved (forecast.quarters[0].reserved), fewer than the 8 already held "
+            "(owned or committed): a commitment is not given back before its term ends, so the quarter commits no more "
             "h100-sxm and pays for the 8 held")
     assert q1.reserved_below == (said,) and q1.added_commitments == {}
     assert [t.committed for t in q1.plan.types if t.gpu == "h100-sxm"] == [8]

@@ -753,8 +753,8 @@ def test_a_quarter_stating_fewer_reserved_than_are_held_says_it_commits_none_and
     """)))
     held = results[1].reserved_gpus["h100-sxm"]
     assert held >= 12 and results[0].reserved_below == results[2].reserved_below == ()
-    said = (f"2027Q2 states 5 h100-sxm reserved (forecast.quarters[1].reserved), fewer than the {held:,} its "
-            "commitments already hold: a commitment is not given back before its term ends, so the quarter commits "
+    said = (f"2027Q2 states 5 h100-sxm reserved (forecast.quarters[1].reserved), fewer than the {held:,} already "
+            "held (owned or committed): a commitment is not given back before its term ends, so the quarter commits "
             f"no more h100-sxm and pays for the {held:,} held")
     assert results[1].reserved_below == (said,)
     assert f"- {said}." in forecast_markdown("fc", results).splitlines()

@@ -166,6 +166,10 @@ def add_rows(
 # OOPSLA 2014).
 _PROMPT_MIX, _OUTPUT_MIX = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xD6E8FEB86659FD93)
 _FINAL_1, _FINAL_2, _SHIFT = np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53), np.uint64(33)
+# added to an instant before it is mixed: the finaliser maps 0 to 0, and the tick at instant 0 (a log whose
+# times count from its start) was then in every sample, however many bits (a reading: 530,000 requests at 0
+# raised OverflowError)
+_INSTANT_SEED = np.uint64(0x2545F4914F6CDD1D)
 
 
 @njit(types.uint64(types.uint64), **_OPTIONS)
@@ -189,7 +193,7 @@ def row_keys(instants, prompt, output, sample_mask, kept_instants, kept_keys):
         raise ValueError("instants, prompt and output must hold one entry per row, and the outputs room for each")
     kept = 0
     for i in range(instants.size):
-        tick = _mixed(np.uint64(instants[i]))
+        tick = _mixed(np.uint64(instants[i]) + _INSTANT_SEED)
         if tick & sample_mask != 0:
             continue
         kept_instants[kept] = instants[i]
@@ -203,5 +207,5 @@ def instant_hashes(instants):
     """The hash of each instant that row_keys samples ticks by (its `sample_mask` bits all zero: kept)."""
     out = np.empty(instants.size, np.uint64)
     for i in range(instants.size):
-        out[i] = _mixed(np.uint64(instants[i]))
+        out[i] = _mixed(np.uint64(instants[i]) + _INSTANT_SEED)
     return out

@@ -11,16 +11,19 @@ Two distinct requests can be alike too: the same token counts in the same tick o
 A fine clock all but never does so (Azure's 2023 conversation and code traces, stamped to 0.1 µs: no
 repeat in 28,185 rows; Mooncake's conversation trace: 1 in 12,031), a coarse one often does (the Azure
 trace stamped in whole minutes: 3.4% of its rows repeat another, each a distinct request). What tells
-a copy is that it copies every row of a tick: a tick whose every request comes two or more times
-over. Requests alike by chance leave the other requests of their tick single (a minute of 333
-requests is not all pairs), so rows are counted as repeats only in ticks where every row repeats
-(repeated_ticks): whatever the order of the rows or of the files, and however the copy was sorted.
-A copy that covers a tick partly (at its first and last tick) is not counted there; a load test's
-identical requests sent in one tick are, and the warning says to keep them if they are distinct.
+a copy is that it copies a file's requests of a tick whole: by itself (a log exported twice) or by
+another file (overlapping exports; the other file's part of the tick may hold more requests, a log
+given beside one that holds it). Requests alike by chance leave the other requests of their tick
+single (a minute of 333 requests is not all pairs), and a chance pair inside a copied tick is two
+requests, not one and its copy (copied_rows): whatever the order of the rows or of the files, and
+however the copy was sorted. A copy that covers a tick partly (at its first and last tick) is not
+counted there; a load test's identical requests sent in one tick are, and the warning says to keep
+them if they are distinct.
 
 Instants are compared in whole microseconds, however each file states them (datetime text, a
 Parquet timestamp of any unit, epoch numbers integer or fractional): the same request exported by
-two tools is the same instant. Each row's key is a 64-bit hash of its instant and token counts
+two tools is the same instant, unless one rounded it to coarser units (milliseconds beside
+microseconds: other instants). Each row's key is a 64-bit hash of its instant and token counts
 (splitmix64's finaliser, Steele, Lea & Flood, OOPSLA 2014), which two different rows share with
 probability 2^-64. Memory stays bounded: past KEYS_KEPT rows only the ticks whose instant's hash has
 its low bits zero are kept, one more bit at a time, so a tick is kept whole or not at all, and the
@@ -73,7 +76,7 @@ def row_keys(instants: np.ndarray, prompt: np.ndarray, output: np.ndarray,
 @dataclass(frozen=True)
 class Repeats:
     """Rows of one file that repeat rows read before them (in it or in earlier files, `of`, most
-    first) in ticks where every row repeats: rows, their count (estimated where `sampled` > 1)."""
+    first) copying whole ticks (copied_rows): rows, their count (estimated where `sampled` > 1)."""
 
     path: str
     of: tuple[str, ...]
@@ -88,8 +91,8 @@ class Repeats:
         where = " and ".join("another of its rows" if of == self.path else f"rows of {of}" for of in self.of)
         how = ("a log exported or appended twice" if self.of == (self.path,)
                else "exports that overlap (or a log given beside one that holds it)")
-        return (f"{self.path}: {count} repeat {where} exactly (arrival instant and token counts), in ticks of its "
-                f"clock where every request comes twice or more, as copies do: {how} counts those requests twice, "
+        return (f"{self.path}: {count} repeat {where} exactly (arrival instant and token counts), each tick of the "
+                f"clock copied whole, as copies are: {how} counts those requests twice, "
                 "and every rate here, the peak's with them; if they are not distinct requests, remove the repeats "
                 "(SELECT DISTINCT) and plan again")
 
@@ -113,16 +116,16 @@ class RepeatCounter:
             return
         self._batches.append((file, kept_instants, keys))
         self._held += keys.size
-        while self._held > self._keys_kept:
+        while self._held > self._keys_kept and self._bits < 62:  # (a tick is never split: one may stay)
             self._bits += 1
             self._batches = [(f, t[m], k[m]) for f, t, k in self._batches
                              if (m := _in_sample(t, self._bits)).any()]
             self._held = sum(k.size for _, _, k in self._batches)
 
     def repeats(self, paths: list[str], rows: list[int]) -> list[Repeats]:
-        """Each file with rows that repeat rows read before them (in it or in earlier files) in ticks
-        where every row repeats (repeated_ticks), at least REPEATS_SAID and SHARE_SAID of its rows;
-        paths and rows: each file's name and the rows it had (by file number)."""
+        """Each file with rows that copy rows read before them (in it or in earlier files: copied_rows),
+        at least REPEATS_SAID and SHARE_SAID of its rows; paths and rows: each file's name and the rows
+        it had (by file number)."""
         if not self._batches:
             return []
         keys = np.concatenate([k for _, _, k in self._batches])
@@ -135,7 +138,7 @@ class RepeatCounter:
         order = np.argsort(keys, kind="stable")  # a key's rows in the order read: its first is no repeat
         keys, instants, files = keys[order], instants[order], files[order]
         del order
-        repeat = repeated_ticks(keys, instants)
+        repeat = copied_rows(keys, instants, files)
         if not repeat.any():
             return []
         first = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])  # each key's first row, read first
@@ -160,16 +163,30 @@ def _in_sample(instants: np.ndarray, bits: int) -> np.ndarray:
     return (cell_kernel.instant_hashes(np.ascontiguousarray(instants, np.int64)) & np.uint64((1 << bits) - 1)) == 0
 
 
-def repeated_ticks(keys: np.ndarray, instants: np.ndarray) -> np.ndarray:
-    """For rows sorted by key (a key's rows in the order read), whether each repeats an earlier row in
-    a tick where every row repeats: every key of its instant comes two or more times. A copy copies
-    each request of a tick; requests alike by chance leave the others of their tick single."""
+def copied_rows(keys: np.ndarray, instants: np.ndarray, files: np.ndarray) -> np.ndarray:
+    """For rows sorted by key (a key's rows in the order read), whether each is a copy of rows read
+    before it.
+
+    A key is copied where a file's rows in its tick all come twice or more (that file's part of the
+    tick copied whole: by itself, a log exported twice; by another file, exports that overlap, the
+    other file's part may hold more requests, a log given beside one that holds it). In a tick copied
+    m times over (m: the fewest times any copied key of the tick comes), a copied key that comes c
+    times is ceil(c / m) requests, the first read, and the rest are their copies: two requests alike
+    by chance in a tick copied once are four rows, two of them copies. Requests alike by chance in a
+    tick no file copies whole leave others of their tick single, and are no copies."""
     starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
     counts = np.diff(np.r_[starts, keys.size])
+    row_count = np.repeat(counts, counts)
+    # each (tick, file) part: copied whole where every one of its rows' keys comes twice or more
+    _, part = np.unique(np.stack([instants, files.astype(np.int64)]), axis=1, return_inverse=True)
+    part = part.ravel()
+    part_single = np.bincount(part, row_count == 1)
+    copied_key = np.maximum.reduceat(part_single[part] == 0, starts)
+    # m, per tick: the fewest times a copied key of the tick comes
     tick_of_key = instants[starts]
     ticks, tick_index = np.unique(tick_of_key, return_inverse=True)
-    # a tick holds a single key (one request, or a request and its copies) or several: every one repeated?
-    single = np.bincount(tick_index, counts == 1, minlength=ticks.size)
-    copied_key = single[tick_index] == 0
-    not_first = np.r_[False, keys[1:] == keys[:-1]]
-    return not_first & np.repeat(copied_key, counts)
+    times_copied = np.full(ticks.size, np.iinfo(np.int64).max)
+    np.minimum.at(times_copied, tick_index[copied_key], counts[copied_key])
+    originals = -(-counts // np.maximum(times_copied[tick_index], 1))  # ceil(c / m)
+    position = np.arange(keys.size) - np.repeat(starts, counts)
+    return np.repeat(copied_key, counts) & (position >= np.repeat(originals, counts))
