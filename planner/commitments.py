@@ -58,6 +58,13 @@ def reserved_below_held(quarter: str, where: str, stated: Mapping[str, int], hel
                  for gpu, n in stated.items() if n < (h := held_now[gpu]))
 
 
+def reserved_below_lines(notes: Iterable[str]) -> list[str]:
+    """A forecast's Markdown lines for its quarters' reserved_below_held sentences (a blank line, then one
+    item each), or none."""
+    items = [f"- {text}." for text in notes]
+    return ["", *items] if items else []
+
+
 def held(lots: Iterable[Lot], gpu: str) -> int:
     """GPUs of `gpu` the lots commit."""
     return sum(lot.gpus for lot in lots if lot.gpu == gpu)

@@ -29,6 +29,7 @@ from planner.commitments import (
     in_force,
     quarter_after,
     reserved_below_held,
+    reserved_below_lines,
 )
 from planner.errors import InfeasibleError, InputError
 from planner.evaluator import Measurements
@@ -379,9 +380,7 @@ def fleet_forecast_markdown(name: str, results: list[FleetQuarter], fleet: Fleet
             for r in results if r.usd_per_hour_by_kind["committed_idle"] > 0]
     if idle:
         lines += ["", *idle]
-    below = [f"- {text}." for r in results for text in r.reserved_below]
-    if below:
-        lines += ["", *below]
+    lines += reserved_below_lines(text for r in results for text in r.reserved_below)
     lines += ["", *_commitments_section(results, fleet), "", *_types_section(results, fleet), "",
               *_services_section(results)]
     lines += [

@@ -33,6 +33,7 @@ from planner.commitments import (
     held,
     in_force,
     quarter_after,
+    reserved_below_lines,
 )
 from planner.daily import CAPS_SET_ASIDE, POLICIES, floor_text, reserved_discount
 from planner.files import output_folder, write_bytes_atomic, write_text_atomic
@@ -649,9 +650,7 @@ def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: st
     idle = _idle_lines(results)
     if idle:
         lines += ["", *idle]
-    below = [f"- {text}." for r in results for text in r.reserved_below]
-    if below:
-        lines += ["", *below]
+    lines += reserved_below_lines(text for r in results for text in r.reserved_below)
     lines += ["", _held_at_the_end(results)]
     short = _short_lines(results)
     if short:

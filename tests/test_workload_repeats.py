@@ -197,8 +197,8 @@ def test_past_the_rows_kept_the_repeats_are_estimated_from_a_sample_of_instants(
     small = RepeatCounter(keys_kept=kept)
     small.add(0, times, prompt, output)
     small.add(1, times[:600], prompt[:600], output[:600])
-    said = [r for r in small.repeats(["big.csv", "small.csv"], [times.size, 600]) if r.path == "small.csv"]
-    assert all(r.rows <= 600 and r.of == ("big.csv",) for r in said)
+    (said,) = [r for r in small.repeats(["big.csv", "small.csv"], [times.size, 600]) if r.path == "small.csv"]
+    assert said.sampled > 1 and 0 < said.rows <= 600 and said.of == ("big.csv",)
 
 
 def test_an_instant_is_one_key_however_it_is_written():

@@ -182,6 +182,12 @@ def _mixed(k):
     return k
 
 
+@_compiled(types.uint64(types.int64))
+def _tick_hash(instant):
+    """The hash of an instant that ticks are sampled by (row_keys, instant_hashes) and keys start from."""
+    return _mixed(np.uint64(instant) + _INSTANT_SEED)
+
+
 @_compiled(types.int64(_I64_VECTOR, _I64_VECTOR, _I64_VECTOR, types.uint64, types.int64[::1], types.uint64[::1]))
 def row_keys(instants, prompt, output, sample_mask, kept_instants, kept_keys):
     """For each row whose instant's hash has its bits under `sample_mask` all zero (every row for a
@@ -193,7 +199,7 @@ def row_keys(instants, prompt, output, sample_mask, kept_instants, kept_keys):
         raise ValueError("instants, prompt and output must hold one entry per row, and the outputs room for each")
     kept = 0
     for i in range(instants.size):
-        tick = _mixed(np.uint64(instants[i]) + _INSTANT_SEED)
+        tick = _tick_hash(instants[i])
         if tick & sample_mask != 0:
             continue
         kept_instants[kept] = instants[i]
@@ -207,5 +213,5 @@ def instant_hashes(instants):
     """The hash of each instant that row_keys samples ticks by (its `sample_mask` bits all zero: kept)."""
     out = np.empty(instants.size, np.uint64)
     for i in range(instants.size):
-        out[i] = _mixed(np.uint64(instants[i]) + _INSTANT_SEED)
+        out[i] = _tick_hash(instants[i])
     return out

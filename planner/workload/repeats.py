@@ -1,5 +1,5 @@
-"""Requests counted twice: rows of timed logs that repeat other rows' arrival instant and token
-counts exactly, in every tick of the clock they fall in.
+"""Requests counted twice: rows of timed logs that copy other rows' arrival instant and token counts
+exactly, a file's requests of a tick of the clock copied whole.
 
 A log exported twice into one file, or two exports that overlap (a day's file and a week's that
 holds it, two daily exports cut at different hours), hold the same requests twice: every file's
@@ -129,11 +129,11 @@ class RepeatCounter:
         if not self._batches:
             return []
         keys = np.concatenate([k for _, _, k in self._batches])
-        keys.sort()  # most logs repeat no row: one sort says so, and the rest is not done
-        if not (keys[1:] == keys[:-1]).any():
+        ordered = np.sort(keys)  # most logs repeat no row: one sort says so, and the rest is not done
+        if not (ordered[1:] == ordered[:-1]).any():
             return []
+        del ordered
         instants = np.concatenate([t for _, t, _ in self._batches])
-        keys = np.concatenate([k for _, _, k in self._batches])
         files = np.concatenate([np.full(k.size, f, np.int32) for f, _, k in self._batches])
         order = np.argsort(keys, kind="stable")  # a key's rows in the order read: its first is no repeat
         keys, instants, files = keys[order], instants[order], files[order]
