@@ -57,6 +57,7 @@ from planner.units import (
     usd_per_million_tokens,
     usd_rate_text,
     usd_text,
+    utilisation_text,
 )
 from planner.worker_pool import draw
 
@@ -66,7 +67,10 @@ DAYS_PER_QUARTER = HOURS_PER_QUARTER / 24
 MEASURED_ONCE_TEXT = ("A capacity certification searched in one quarter (a config for a traffic class at one "
                       "context limit), and each class's simulated / model ratio, are kept by the quarters after it, "
                       "which search again only where their own replays miss: a config's planned capacity does not "
-                      "move between quarters with where a search started.")
+                      "move between quarters with where a search started. A quarter planned on its own (`planner "
+                      "solve` at its demand) searches afresh, from another starting rate, and can land elsewhere "
+                      "within the search's 2%: its plan, and the GPU type a comparison with no commitment names, can "
+                      "then differ from that quarter's here.")
 
 
 @dataclass(frozen=True)
@@ -154,6 +158,9 @@ QUARTER_COLUMNS: tuple[Column, ...] = (
            lambda r: r.peak_rps),
     Column("mean_rps", "number", "the day's mean served arrival rate, requests/s (the load profile's mean; empty when unknown)",
            lambda r: r.mean_rps),
+    Column("context_limit_tokens", "integer", "the quarter's context limit, tokens", lambda r: r.plan.context_limit),
+    Column("rejected_share", "number", "share of the log's requests longer than the quarter's context limit: not served, "
+           "so in neither the peak, the tokens nor the cost", lambda r: r.plan.rejected_share),
     Column("profile_peak_to_trough", "number", "busiest hour's load over the quietest hour's (empty when the quietest has none)",
            lambda r: r.day.profile.peak_to_trough),
     Column("gpus", "integer", "GPUs the plan runs", lambda r: r.gpus),
@@ -630,17 +637,19 @@ def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: st
         k = r.usd_per_hour_by_kind
         cpm, vol = r.cost_per_million, r.cost_per_million_at_volume
         at_vol = " / ".join(usd_per_million_text(vol[x]) for x in ("blended", "input", "output")) if vol else "—"
-        util_mean = f"{r.utilisation['mean']:.0%}" if r.utilisation["mean"] is not None else "—"
+        util_mean = utilisation_text(r.utilisation["mean"]) if r.utilisation["mean"] is not None else "—"
         lines.append(
             f"| {r.quarter} | {multiplier_text(r.demand_multiplier)} | {r.peak_rps:,.2f} | {r.plan.solution.split_text} | "
             f"{gpus} | {reserved} | "
             f"{usd_text(k['on_demand'])} + {usd_text(k['reserved_used'])} + {usd_text(k['reserved_idle'])} = {usd_text(r.cost_per_hour)} | "
             f"{usd_text(r.cost_per_hour * HOURS_PER_QUARTER)} | "
             f"{usd_per_million_text(cpm['blended'])} / {usd_per_million_text(cpm['input'])} / {usd_per_million_text(cpm['output'])} | {at_vol} | "
-            f"{r.utilisation['peak']:.0%} / {util_mean} |"
+            f"{utilisation_text(r.utilisation['peak'])} / {util_mean} |"
         )
-    tot_vol = " / ".join(usd_per_million_text(_per_million(total, u, t)) for u, t in
-                         (("total_usd", "tokens"), ("input_usd", "input_tokens"), ("output_usd", "output_tokens")))
+    # as the total's CSV columns: none where a quarter's fleet cannot carry its peak (it would divide by tokens not served)
+    tot_vol = " / ".join(usd_per_million_text(x) for x in (_blended_per_million(total),
+                                                           _per_million(total, "input_usd", "input_tokens"),
+                                                           _per_million(total, "output_usd", "output_tokens")))
     # The parts go with the total, in the $/quarter column: under $/hour they read as an hourly rate.
     lines.append(f"| **Total** ({quarters_text(total['quarters'])}) | | | | | | | **{usd_text(total['total_usd'])}** = "
                  f"{usd_text(total['on_demand_usd'])} on demand + {usd_text(total['reserved_used_usd'])} reserved + "

@@ -436,47 +436,74 @@ ALREADY_IN_USE = "already in use"  # a lever's why_not where the deployment has 
 
 @dataclass(frozen=True)
 class LeverEffect:
-    """What one memory lever would change (seed 000, "Drive every control")."""
+    """What one memory lever would change (seed 000, "Drive every control"); the amounts are None
+    where the lever is not available (why_not says why), not zeros a script would read as 0 users.
+    kind names it whatever its label says: fp8_cache, lower_limit, fp8_weights, or together (the
+    levers that apply, at once)."""
 
+    kind: str
     lever: str
     available: bool
     why_not: str
-    kv_budget_gib: float
-    kv_gib_per_user: float
-    worst_case_users: int
+    kv_budget_gib: float | None
+    kv_gib_per_user: float | None
+    worst_case_users: int | None
 
 
 def memory_levers(dep: Deployment, fp8: Dtype, lower_limit: int) -> list[LeverEffect]:
-    """The ladder re-run with each serving-time lever: fp8 cache, a lower limit, fp8 weights.
+    """The ladder re-run with each serving-time lever: fp8 cache, a lower limit, fp8 weights; then
+    every one of them that applies, together.
 
-    They are independent, so they multiply (seed 000: "a stack rather than a menu")."""
+    They are independent, so they multiply (seed 000: "a stack rather than a menu"). A lever the
+    deployment has pulled, one its GPU cannot pull, a "lower" limit that is not lower (a limit of
+    one block) and fp8 weights larger than a checkpoint already below 8 bits are not available;
+    the stack then holds the others, and says which (with fp8 weights out, gpt-oss's MXFP4 had no
+    stack at all)."""
     from planner.deployment import supported_problem
 
-    options = [
-        ("fp8 KV cache", dataclasses.replace(dep, kv_dtype=fp8)),
-        (f"context limit {lower_limit:,}", dataclasses.replace(dep, max_model_len=lower_limit)),
-        ("fp8 weights", dataclasses.replace(dep, weight_dtype=fp8)),
-        (
-            f"all three (fp8 cache + {lower_limit:,} + fp8 weights)",
-            dataclasses.replace(dep, kv_dtype=fp8, weight_dtype=fp8, max_model_len=lower_limit),
-        ),
+    levers = [
+        ("fp8_cache", "fp8 cache", "fp8 KV cache", {"kv_dtype": fp8}),
+        ("lower_limit", f"{lower_limit:,}", f"context limit {lower_limit:,}", {"max_model_len": lower_limit}),
+        ("fp8_weights", "fp8 weights", "fp8 weights", {"weight_dtype": fp8}),
     ]
-    out = []
-    for name, alt in options:
+    out, pulled = [], []
+
+    def unavailable(kind: str, name: str, why: str) -> LeverEffect:
+        return LeverEffect(kind, name, False, why, None, None, None)
+
+    def effect(kind: str, name: str, alt: Deployment) -> LeverEffect:
+        try:
+            lad = budget_ladder(alt)
+        except InputError as exc:
+            return unavailable(kind, name, str(exc))
+        return LeverEffect(kind, name, True, "", lad.kv_budget_gib, lad.kv_gib_per_user, lad.worst_case_users)
+
+    for kind, short, name, change in levers:
+        alt = dataclasses.replace(dep, **change)
+        if kind == "lower_limit" and lower_limit >= dep.max_model_len:
+            tokens = f"{dep.max_model_len:,} token{'' if dep.max_model_len == 1 else 's'}"
+            out.append(unavailable(kind, "lower context limit",
+                                   f"the limit of {tokens} is one block already: none lower is offered"))
+            continue
         if alt == dep:  # an fp8 cache or fp8 weights already chosen: nothing to pull
-            out.append(LeverEffect(name, False, ALREADY_IN_USE, 0.0, 0.0, 0))
+            out.append(unavailable(kind, name, ALREADY_IN_USE))
             continue
         problem = supported_problem(alt.gpu, alt.tp, alt.weight_dtype, alt.kv_dtype, alt.model)
         if not problem and weight_bytes(alt.model, alt.weight_dtype) > weight_bytes(dep.model, dep.weight_dtype):
             # A checkpoint already below 8 bits (gpt-oss's MXFP4) grows in fp8: not a lever.
             problem = f"{alt.weight_dtype.id} weights are larger than the {dep.weight_dtype.id} weights already in use"
         if problem:
-            out.append(LeverEffect(name, False, problem, 0.0, 0.0, 0))
+            out.append(unavailable(kind, name, problem))
             continue
-        try:
-            lad = budget_ladder(alt)
-        except InputError as exc:
-            out.append(LeverEffect(name, False, str(exc), 0.0, 0.0, 0))
-            continue
-        out.append(LeverEffect(name, True, "", lad.kv_budget_gib, lad.kv_gib_per_user, lad.worst_case_users))
+        lever = effect(kind, name, alt)
+        out.append(lever)
+        if lever.available:
+            pulled.append((short, change))
+    if len(pulled) < 2:
+        out.append(unavailable("together", "all together", "fewer than two of the levers apply"))
+    else:
+        together = dataclasses.replace(dep, **{k: v for _, change in pulled for k, v in change.items()})
+        names = " + ".join(short for short, _ in pulled)
+        out.append(effect("together", f"all three ({names})" if len(pulled) == 3 else f"both that apply ({names})",
+                          together))
     return out

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from planner.capacity import Capacity, ReplicaModel, replica_capacity
+from planner.capacity import KNEE_SHARE, Capacity, ReplicaModel, replica_capacity
 from planner.catalog import Catalog
 from planner.deployment import Deployment
 from planner.memory import (
@@ -24,7 +24,7 @@ from planner.memory import (
 from planner.paged import TokenProfile
 from planner.roofline import StepModel, ridge_point
 from planner.targets import SLO
-from planner.units import GiB
+from planner.units import GiB, gib_text, significant_text, utilisation_text
 
 
 def ladder_payload(dep: Deployment, ladder: BudgetLadder, typical_tokens: int | None) -> dict:
@@ -73,6 +73,7 @@ def capacity_view(dep: Deployment, prof: TokenProfile, slo: SLO, ladder: BudgetL
     payload = {
         "shared_prefix_tokens": prof.shared_prefix_tokens,
         "sizing": sizing,
+        "quantile": quantile,
         "concurrency": cap.concurrency,
         "max_rps_per_replica": cap.max_rps,
         "binding": cap.binding,
@@ -87,7 +88,7 @@ def capacity_view(dep: Deployment, prof: TokenProfile, slo: SLO, ladder: BudgetL
         "notes": list(cap.notes),
     }
     if rate_rps is not None:
-        payload["at_rate"] = _at_rate(model, dep, cap, rate_rps, stat)
+        payload["at_rate"] = _at_rate(model, dep, cap, rate_rps, stat, quantile)
     return ReplicaView(cap, payload)
 
 
@@ -98,7 +99,7 @@ def _latency(model: ReplicaModel, resident_batch: float, stat: str) -> dict:
     return {"stat": stat, "ttft_ms": value["ttft"], "tpot_ms": value["tpot"], "itl_ms": value["itl"]}
 
 
-def _at_rate(model: ReplicaModel, dep: Deployment, cap: Capacity, rate_rps: float, stat: str) -> dict:
+def _at_rate(model: ReplicaModel, dep: Deployment, cap: Capacity, rate_rps: float, stat: str, quantile: float) -> dict:
     n = model.resident_for_rate(rate_rps, float(dep.engine.max_num_seqs) * 4)
     if n is None:
         return {"rate_rps": rate_rps, "beyond_capacity": True, "stable": False,
@@ -108,6 +109,17 @@ def _at_rate(model: ReplicaModel, dep: Deployment, cap: Capacity, rate_rps: floa
                 "why": f"the steps' token budget of {dep.engine.max_num_batched_tokens:,} tokens cannot carry the "
                        f"prompts at this rate (token-budget ceiling {model.rate(model.budget_bound):.3f} requests/s)"}
     pt = model.point(n)
+    if pt.kv_utilisation > 1.0:  # past the mean footprint's budget: the engine preempts, no steady state is left
+        full = model.rate(model.concurrency(quantile)["expected"])
+        return {"rate_rps": rate_rps, "beyond_capacity": True, "stable": False,
+                "why": f"its {n:,.0f} resident sequences would hold {utilisation_text(pt.kv_utilisation)} of the KV "
+                       f"budget: the engine preempts and recomputes, and no steady state is left to read latencies "
+                       f"from (the cache is full on average from {full:.3f} requests/s)"}
+    if n > dep.engine.max_num_seqs:
+        return {"rate_rps": rate_rps, "beyond_capacity": True, "stable": False,
+                "why": f"it needs {n:,.0f} sequences running where the engine runs at most max_num_seqs = "
+                       f"{dep.engine.max_num_seqs:,}: the rest wait, and the queue grows (batch ceiling "
+                       f"{cap.ceilings_rps['roofline']:.3f} requests/s)"}
     return {
         "rate_rps": rate_rps,
         "resident_batch": pt.resident_batch,
@@ -119,6 +131,27 @@ def _at_rate(model: ReplicaModel, dep: Deployment, cap: Capacity, rate_rps: floa
         "beyond_capacity": rate_rps > cap.max_rps * (1 + 1e-9),
         "stable": True,
     }
+
+
+def _division_text(budget_gib: float, per_user_gib: float, users: int) -> str:
+    """'budget / per user' to the fewest digits (two decimals at least, or three significant) whose
+    quotient floors to `users`, the count computed from the unrounded amounts: to two decimals,
+    floor(53.73 / 0.12) read 447 beside the 429 users printed, and floor(11.81 / 0.188) 62 beside 63."""
+    for digits in range(2, 8):
+        budget = f"{budget_gib:.{digits}f}"
+        per_user = f"{per_user_gib:.{digits}f}" if per_user_gib >= 1 else significant_text(per_user_gib, digits + 1)
+        if float(per_user) > 0 and math.floor(float(budget) / float(per_user)) == users:
+            break
+    return f"{budget} / {per_user}"
+
+
+def _users(n: int, dep: Deployment, what: str) -> str:
+    """A count of users the cache holds, saying `what` it is; where it passes the engine's max_num_seqs,
+    that no more than those run at once (the cache's count is still the memory's answer)."""
+    cap = dep.engine.max_num_seqs
+    if n <= cap:
+        return f"{n:,} user{'' if n == 1 else 's'} {what}"
+    return f"{n:,} users fit, {cap:,} run at once (max_num_seqs) {what}"
 
 
 def ladder_text(catalog: Catalog, dep: Deployment, ladder: BudgetLadder, payload: dict) -> str:
@@ -138,10 +171,10 @@ def ladder_text(catalog: Catalog, dep: Deployment, ladder: BudgetLadder, payload
         f"  5. {'= KV budget':<46} {ladder.kv_budget_gib:8.2f} GiB",
         f"  6. {'cache per token':<46} {ladder.kv_bytes_per_token:8,} bytes ({ladder.kv_bytes_per_token / 1024:,.1f} KiB)",
         *(f"       {line}" for line in layer_kind_lines(dep.model, dep.kv_dtype, dep.tp)),
-        f"  7. {f'per user at the {dep.max_model_len:,}-token limit':<46} {ladder.kv_gib_per_user:8.2f} GiB"
+        f"  7. {f'per user at the {dep.max_model_len:,}-token limit':<46} {gib_text(ladder.kv_gib_per_user):>8} GiB"
         + _per_user_note(ladder),
-        f"  8. worst case: floor({ladder.kv_budget_gib:.2f} / {ladder.kv_gib_per_user:.2f}) = "
-        f"{ladder.worst_case_users} users (the guarantee)",
+        f"  8. worst case: floor({_division_text(ladder.kv_budget_gib, ladder.kv_gib_per_user, ladder.worst_case_users)}) = "
+        f"{_users(ladder.worst_case_users, dep, '(the guarantee)')}",
     ]
     typical_tokens = payload["typical_tokens"]
     if typical_tokens:
@@ -149,8 +182,8 @@ def ladder_text(catalog: Catalog, dep: Deployment, ladder: BudgetLadder, payload
         gib = kv_bytes_per_sequence(dep.model, held, dep.kv_dtype, dep.tp) / GiB
         lines.append(
             f"     paged: a {typical_tokens:,}-token conversation holds {held:,} tokens "
-            f"({held // dep.block_size} blocks of {dep.block_size}) = {gib:.2f} GiB -> "
-            f"{payload['paged_users']} users (what we observe)"
+            f"({held // dep.block_size} blocks of {dep.block_size}) = {f'{gib:.2f}' if gib >= 0.01 else gib_text(gib)} GiB -> "
+            f"{_users(payload['paged_users'], dep, '(what we observe)')}"
         )
     lines.append(
         f"  ridge point ({dep.weight_dtype.compute_dtype}): {payload['ridge_point']:.0f} FLOP/byte; decode GEMMs turn "
@@ -164,7 +197,7 @@ def ladder_text(catalog: Catalog, dep: Deployment, ladder: BudgetLadder, payload
         delta = lever.kv_budget_gib - ladder.kv_budget_gib
         extra = f", budget {delta:+.2f} GiB ({delta / ladder.kv_budget_gib:+.0%})" if abs(delta) > 1e-9 else ""
         lines.append(
-            f"  {lever.lever:<44} {lever.kv_gib_per_user:6.2f} GiB/user -> {lever.worst_case_users} users worst case{extra}"
+            f"  {lever.lever:<44} {gib_text(lever.kv_gib_per_user):>6} GiB/user -> {_users(lever.worst_case_users, dep, 'worst case')}{extra}"
         )
     return "\n".join(lines)
 
@@ -211,6 +244,9 @@ def capacity_text(view: ReplicaView) -> str:
         f"Capacity of one replica ({cap.sizing} sizing):",
         f"  concurrency by memory{_prefix_note(payload)}: worst_case {c['worst_case']}, expected {c['expected']}, "
         f"percentile {c['percentile']}  (quoting {cap.sizing})",
+        "    (worst_case: sequences at the full limit, a hard count; expected and percentile: the mean resident "
+        f"count whose cache fits on average, or {payload['quantile'] * 100:g}% of the time, so percentile can read below "
+        "worst_case)",
         f"  max rate          {cap.max_rps:10.3f} requests/s   binding ceiling: {cap.binding}",
         f"  resident batch    {pt.resident_batch:10.1f} sequences",
         f"  mean ITL          {pt.itl_ms:10.2f} ms   (mean step {pt.step_ms:.2f} ms; {pt.regime}-bound decode "
@@ -223,6 +259,11 @@ def capacity_text(view: ReplicaView) -> str:
         + ", ".join(f"{k} {v:.3f}" for k, v in cap.ceilings_rps.items())
         + "".join(f", {k} holds up to the {cap.binding} ceiling" for k in cap.clamped),
     ]
+    ceiling = cap.ceilings_rps.get(cap.binding)
+    if ceiling is not None and 0 < cap.max_rps < ceiling * (1 - 1e-9):
+        lines.append(f"  note: the max rate is the knee below the {cap.binding} ceiling, {cap.max_rps / ceiling:.0%} of its "
+                     f"{ceiling:.3f} requests/s: the last {1 - KNEE_SHARE:.0%} of rate would cost far more batch and latency "
+                     "(latencies above are at the knee)")
     lines += [f"  note: {n}" for n in cap.notes]
     if "at_rate" in payload:
         a = payload["at_rate"]

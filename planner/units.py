@@ -98,6 +98,13 @@ def significant_text(x: float, digits: int = 4) -> str:
     return f"{rounded:,.{max(0, digits - 1 - math.floor(math.log10(abs(rounded))))}f}"
 
 
+def gib_text(gib: float) -> str:
+    """An amount of memory in GiB, without its unit: to the hundredth, or under 1 GiB to three
+    significant digits, so that an amount shown beside its quotient divides to it ('floor(53.73 /
+    0.125) = 429' where to the hundredth it read 0.12; a one-token request 0.0000119, not 0.00)."""
+    return f"{gib:,.2f}" if abs(gib) >= 1 or gib == 0 or not math.isfinite(gib) else significant_text(gib, 3)
+
+
 def usd_rate_text(usd_per_hour: float) -> str:
     """A price per GPU-hour: to the cent, or to the tenth or hundredth of a cent where fewer digits would
     round it (a 30% discount on $2.99 is $2.093, a 25% one $2.2425, and 17 GPUs at '$2.09' would not
@@ -116,8 +123,20 @@ def usd_per_million_tokens(usd: float, tokens: float) -> float | None:
 
 
 def usd_per_million_text(usd: float | None) -> str:
-    """A cost per million tokens to the hundredth of a cent (small figures need the digits); '—' for none."""
-    return "—" if usd is None or not math.isfinite(usd) else f"${rounded_usd(usd, 4):,}"
+    """A cost per million tokens to the hundredth of a cent (small figures need the digits), or under
+    half of one to two significant digits ($0.000042, not $0.0000: a cost is not rounded to none); '—'
+    for none."""
+    if usd is None or not math.isfinite(usd):
+        return "—"
+    if 0 < abs(usd) < 0.00005:
+        return f"${significant_text(usd, 2)}"
+    return f"${rounded_usd(usd, 4):,}"
+
+
+def utilisation_text(share: float) -> str:
+    """A utilisation in percent: whole, or to a tenth above 100% (a fleet over its peak by 0.4% is not
+    "100%", which reads as exactly full)."""
+    return f"{share:.0%}" if share <= 1.0 else f"{share:.1%}"
 
 
 def multiplier_text(x: float) -> str:

@@ -513,3 +513,24 @@ def test_vllm_0_20_on_takes_the_api_server_s_batch_defaults_by_gpu(catalog, engi
     every release (the vllm-0.20 profile gave every GPU 8192 and 1024); from v0.28, 16384 at >= 160 GiB."""
     e = catalog.engine(engine).for_gpu(catalog.gpu(gpu))
     assert (e.max_num_batched_tokens, e.max_num_seqs) == limits
+
+
+def test_a_model_override_that_names_its_source_keeps_nothing_of_the_entry(catalog):
+    """A config imported under a catalog id (`import-hf --name gemma-2-27b`) is another model: merged
+    field by field it kept Gemma's sliding-window layers, DeepSeek's latent attention, gpt-oss's
+    MXFP4 checkpoint (a KV budget 88% too large). A correction of a few fields still merges, the
+    catalog's own value restated included (a first rule, on the shape, dropped Gemma's windows for
+    its own vocabulary, and refused DeepSeek's corrected active parameters as a dense model's)."""
+    llama = catalog.model("llama-3.1-8b").model_dump(exclude={"id"})
+    for built_in in ("gemma-2-27b", "deepseek-v3", "gpt-oss-20b"):
+        twin = catalog.with_overrides({"models": {built_in: llama}}, where="o.yaml").model(built_in)
+        assert twin.model_dump(exclude={"id"}) == llama, built_in
+    gemma = catalog.model("gemma-2-27b")
+    same = catalog.with_overrides({"models": {"gemma-2-27b": {"vocab_size": gemma.vocab_size}}}, where="o.yaml")
+    assert same.model("gemma-2-27b") == gemma
+    dsv3 = catalog.model("deepseek-v3")
+    fixed = catalog.with_overrides({"models": {"deepseek-v3": {"params_active": dsv3.params_active + 1}}},
+                                   where="o.yaml").model("deepseek-v3")
+    assert (fixed.params_active, fixed.kv_lora_rank, fixed.num_experts) == (dsv3.params_active + 1, 512, 256)
+    with pytest.raises(InputError, match=r"models\.gpt-oss-20b\.architecture: required field is missing"):
+        catalog.with_overrides({"models": {"gpt-oss-20b": {"hf_id": "me/oss-bf16"}}}, where="o.yaml")

@@ -1131,6 +1131,23 @@ def test_a_fleet_service_whose_pools_held_claims_no_re_plan_of_its_own(tmp_path,
         "Certification then challenged the plan") < text.index(f"- {line}")
 
 
+def test_simulate_replays_the_plan_solve_reports_where_the_scenario_says_verify_false(tmp_path):
+    """With `verify: false`, solve reports the model's plan, uncertified; simulate certified another
+    (finance_2027: 18 replicas "hold", where solve planned 17, which certification rejects). It replays
+    the plan solve reports now, and says that nothing certified it."""
+    path = write(tmp_path, SCENARIO + "verify: false\n")
+    planned = json.loads(CliRunner().invoke(main, ["solve", str(path), "--no-report", "--json"]).output)
+    r = CliRunner().invoke(main, ["simulate", str(path), "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert (out["verify"], out["certified"]) == (False, None)
+    assert [p["replicas"] for p in out["pools"]] == [p["replicas"] for p in planned["plan"]]
+    assert [p["config"] for p in out["pools"]] == [f"{p['gpu']} tp{p['tp']} w:{p['weight_dtype']} kv:{p['kv_dtype']} "
+                                                   f"ctx:{p['context_limit']}" for p in planned["plan"]]
+    text = CliRunner().invoke(main, ["simulate", str(path)]).output
+    assert text.startswith("Not certified: the scenario says `verify: false`, so `planner solve` reports the model's plan")
+
+
 def test_simulate_takes_the_fewest_requests_a_certification_run_can_use(tmp_path):
     """simulation.band_requests may be 500, and a pool whose one band holds every request then runs
     556 a seed: the count the report shows must be one --requests takes (it refused under 1,000)."""

@@ -143,6 +143,24 @@ def test_a_rate_past_the_token_budget_ceiling_is_unstable():
     assert "at 2.3 requests/s: unstable — the steps' token budget of 2,048 tokens" in text
 
 
+@pytest.mark.parametrize(("rate", "stable"), [(21.26, True), (21.28, False), (21.45, False)])
+def test_a_rate_past_the_memory_ceiling_is_unstable(rate, stable):
+    """Past the cache's budget the engine preempts: the replica was said stable there with the cache at
+    104-192% and a p99 TTFT that fell 3,500-fold as the load rose (a probe's finding)."""
+    args = ("capacity", "llama-3.1-8b", "h100-sxm", "--prompt-tokens", "1000", "--output-tokens", "200",
+            "--rate-rps", str(rate))
+    out = json.loads(run(*args, "--json").output)
+    at = out["at_rate"]
+    assert at["stable"] is stable
+    assert out["ceilings_rps"]["memory"] == pytest.approx(21.261, abs=5e-4)
+    if stable:
+        assert at["kv_utilisation"] <= 1.0
+    else:
+        assert at["why"].endswith("of the KV budget: the engine preempts and recomputes, and no steady state is left "
+                                  "to read latencies from (the cache is full on average from 21.261 requests/s)")
+        assert f"at {rate:g} requests/s: unstable — its " in run(*args).output
+
+
 def test_every_command_has_help_with_an_example():
     from planner.cli import main as group
 

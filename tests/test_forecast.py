@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import re
 
 import pytest
@@ -412,8 +413,10 @@ def test_a_stated_fleet_s_quarter_is_priced_with_its_commitments_and_its_parts_a
     assert "states its fleet" in q.idle.use_them_summary
 
 
-def test_the_report_names_the_requests_a_quarter_s_context_limit_turns_away(tmp_path):
-    from planner.forecast_outputs import forecast_markdown
+def test_the_report_and_tables_name_the_requests_a_quarter_s_context_limit_turns_away(tmp_path):
+    """The Markdown names them; the CSV and JSON rows showed the peak falling at 'demand x 1.0' with
+    nothing to say why (a probe's finding): they carry each quarter's limit and the share it turns away."""
+    from planner.forecast_outputs import forecast_json, forecast_markdown
 
     base = BASE.replace("source: {constant: {prompt_tokens: 1000, output_tokens: 200}}",
                         "source: {synthetic: {name: chat, requests: 20000, seed: 5}}").replace("context_limit: 8192",
@@ -428,6 +431,27 @@ def test_the_report_names_the_requests_a_quarter_s_context_limit_turns_away(tmp_
     share = q2.plan.rejected_requests / q2.plan.hist.requests
     assert "Not served, so in neither the costs nor the tokens: the requests over a quarter's context limit (" in text
     assert share > 0.001 and f"2027Q2 {share:.1%} (limit 2,048 tokens)" in text
+    rows = forecast_json([q1, q2])["quarters"]
+    assert [r["context_limit_tokens"] for r in rows] == [16384, 2048]
+    assert [r["rejected_share"] for r in rows] == [q.plan.rejected_requests / q.plan.hist.requests for q in (q1, q2)]
+
+
+def test_a_stated_fleet_that_cannot_carry_a_quarter_quotes_no_total_cost_per_token(tmp_path):
+    """Its quarters over their peak quote no $/M, nor does the total's CSV; the Markdown's Total row
+    still divided the whole cost by tokens the fleet cannot serve ($0.0238/M for $0.0303 on the quarters
+    it serves), and printed a fleet 0.4% over its peak as '100%'."""
+    from planner.forecast_outputs import forecast_markdown
+
+    base = BASE + "fleet: [{gpu: h100-sxm, tp: 1, weight_dtype: bf16, kv_dtype: bf16, replicas: 3}]\n"
+    path = scenario(tmp_path, """
+        forecast:
+          quarters: [{quarter: 2027Q1}, {quarter: 2027Q2, growth: 2.0}]
+    """, base)
+    q1, q2 = run_forecast(load_inputs(path))
+    assert math.isfinite(q1.cost_per_million["blended"]) and not math.isfinite(q2.cost_per_million["blended"])
+    total_row = next(line for line in forecast_markdown("fc", [q1, q2]).splitlines() if line.startswith("| **Total**"))
+    assert total_row.endswith("| — / — / — | |")
+    assert q2.utilisation["peak"] > 1 and f"| {q2.utilisation['peak']:.1%} / " in forecast_markdown("fc", [q1, q2])
 
 
 def test_a_solve_report_s_forecast_is_certified_as_its_plan_is(tmp_path):

@@ -204,6 +204,36 @@ def test_prompts_packed_behind_a_request_set_the_ttft_tail_of_the_azure_trace(ca
         assert pt.value(0, "ttft", "p99") < 0.85 * sim.statistic(band, "ttft", "p99")
 
 
+@pytest.mark.parametrize(("lengths", "loads"), [("constant", (0.5, 0.8, 0.95)), ("azure", (0.5, 0.95))])
+def test_the_per_token_gap_tail_is_the_step_chain_s_and_lies_above_its_mean(catalog, lengths, loads):
+    """1,000-token prompts (and the Azure conversation trace) on an H100 in 8,192-token steps: a step
+    carries the prompts that arrived while the one before it ran, so a long step brings another.
+    Counted one prompt a step, the model's ITL p99 was 43-74% under the simulator's and below its
+    own mean at 95% load (`capacity --itl-ms 60 --stat p99` then allowed more load than a mean of
+    60 ms); from the stationary step chain it lies within 10% of it up to 80% load (within 20% at
+    95%, where the simulator's own p99 moves that much with the run's length), and a p99 target is
+    the stricter. At no load every step is t_own: so is every percentile."""
+    hist = (Histogram.constant(1000, 200) if lengths == "constant"
+            else read_histogram(AZURE_CONV).select_total(at_most=8192))
+    dep = make_deployment(catalog, model="llama-3.1-8b", gpu="h100-sxm", max_model_len=8192)
+    prof = token_profile(hist)
+    rm = ReplicaModel(dep, prof, SLO.single())
+    capacity = replica_capacity(dep, prof).max_rps
+    for load in loads:
+        rate = load * capacity
+        pt = rm.latency_at(rm.resident_for_rate(rate, float(dep.engine.max_num_seqs)))
+        sim = simulate_replica(dep, sample_requests(hist, rate, 20_000, seed=0, max_total_tokens=8192))
+        # near saturation the simulated p99 itself moves by a tenth between runs of 10,000 and 20,000
+        assert pt.value(0, "itl", "p99") * 1e3 == pytest.approx(sim.itl_ms_p99, rel=0.10 if load < 0.9 else 0.20), load
+        assert pt.value(0, "itl", "p99") > pt.value(0, "itl", "mean")
+        shares = [pt.itl_exceed(x) for x in np.linspace(pt.t_own, 0.3, 40)]
+        assert shares == sorted(shares, reverse=True)  # falls with the limit
+    targets = {stat: replica_capacity(dep, prof, SLO.single(itl_ms=60, stat=stat)).max_rps for stat in ("mean", "p99")}
+    assert targets["p99"] < targets["mean"]
+    idle = rm.latency_at(0.0)
+    assert [idle.value(0, "itl", stat) for stat in ("p50", "p90", "p99")] == [pytest.approx(idle.t_own, rel=1e-3)] * 3
+
+
 @pytest.mark.parametrize(("model", "gpu", "tp", "lengths"), [
     ("llama-3.1-8b", "a100-80gb", 1, "azure"),
     ("llama-3.1-8b", "h100-sxm", 1, "azure"),

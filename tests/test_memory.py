@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -188,7 +189,25 @@ def test_a_lever_already_pulled_is_said_to_be_in_use_not_offered(catalog):
     assert [(lv.available, lv.why_not) for lv in (levers["fp8 KV cache"], levers["fp8 weights"])] == [
         (False, ALREADY_IN_USE)] * 2
     assert levers["context limit 4,096"].kv_gib_per_user == budget_ladder(dep).kv_gib_per_user / 2
-    assert levers["all three"].kv_gib_per_user == levers["context limit 4,096"].kv_gib_per_user
+    # one lever left: no stack of them to offer, and no sentinel zeros for what is not available
+    assert (levers["all together"].available, levers["all together"].worst_case_users) == (False, None)
+
+
+def test_the_stack_holds_the_levers_that_apply(catalog):
+    """gpt-oss's MXFP4 weights grow in fp8: the stack was 'not available' though the fp8 cache and a
+    lower limit both apply; and a limit of one block offered a 'lower' limit above it."""
+    fp8 = catalog.dtype("fp8")
+    oss = make_deployment(catalog, model="gpt-oss-120b", gpu="h100-sxm", max_model_len=8192, weight_dtype="mxfp4")
+    levers = {lv.lever: lv for lv in memory_levers(oss, fp8, 4096)}
+    assert [lv.kind for lv in levers.values()] == ["fp8_cache", "lower_limit", "fp8_weights", "together"]  # labels vary
+    stack = levers["both that apply (fp8 cache + 4,096)"]
+    both = dataclasses.replace(oss, kv_dtype=fp8, max_model_len=4096)
+    assert stack.worst_case_users == budget_ladder(both).worst_case_users == 109
+    assert stack.worst_case_users > max(levers["fp8 KV cache"].worst_case_users, levers["context limit 4,096"].worst_case_users)
+    assert not levers["fp8 weights"].available and levers["fp8 weights"].kv_budget_gib is None
+    tiny = h100_8b(catalog, max_model_len=16)
+    lowered = {lv.lever.split(" (")[0]: lv for lv in memory_levers(tiny, fp8, 16)}["lower context limit"]
+    assert (lowered.available, lowered.why_not) == (False, "the limit of 16 tokens is one block already: none lower is offered")
 
 
 def test_ampere_has_no_fp8(catalog):

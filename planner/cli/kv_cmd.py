@@ -15,7 +15,7 @@ from planner.memory import (
     kv_bytes_per_token_by_layer_kind,
     layer_kind_lines,
 )
-from planner.units import GB, GiB, KiB
+from planner.units import GB, GiB, KiB, gib_text
 
 
 @click.command()
@@ -64,11 +64,13 @@ def kv(model: str, kv_dtype: str, tokens: int | None, tp: int, catalog_files, as
     if as_json:
         echo_json(payload)
         return
+    # with tp > 1 the bytes are the replica's, over its GPUs: each holds its share (latent attention: a whole copy)
+    summed = f" over the {tp} GPUs, {per_token / tp:,.0f} on each" if tp > 1 else ""
     lines = [
         f"{m.id}, {dtype.id} cache" + (f", tp {tp}" if tp > 1 else ""),
-        f"  per token   {per_token:,} bytes ({per_token / KiB:,.1f} KiB), by layer kind:",
+        f"  per token   {per_token:,} bytes ({per_token / KiB:,.1f} KiB){summed}, by layer kind:",
         *(f"    {line}" for line in layer_kind_lines(m, dtype, tp)),
-        f"  per request {n:,} token{'' if n == 1 else 's'} -> {per_request:,} bytes = {per_request / GiB:,.2f} GiB = {per_request / GB:,.2f} GB",
+        f"  per request {n:,} token{'' if n == 1 else 's'} -> {per_request:,} bytes = {gib_text(per_request / GiB)} GiB = {gib_text(per_request / GB)} GB",
     ]
     click.echo("\n".join(lines))
 

@@ -29,7 +29,8 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
     which the verdict counts). The plan is certified first, with the scenario's simulation
     settings, so its pools are the ones `planner solve` reports; without --requests and --seed the
     runs shown are the certification's own, and with either, each pool of that plan is replayed once
-    more on the requests and seed asked for (a close call pooled over four seeds from it).
+    more on the requests and seed asked for (a close call pooled over four seeds from it). A scenario
+    that says `verify: false` has its plan replayed as `planner solve` reports it, uncertified.
 
     \b
     Example:
@@ -43,10 +44,11 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
 
     with located(scenario), terminal_progress():
         scn, slo, checks, cert, missed = _checks(scenario, pool, n_requests, seed, catalog_files)
-    certified = cert.certified
+    certified = None if cert is None else cert.certified  # None: `verify: false`, the model's plan replayed
     if as_json:
         echo_json({
             "scenario": scn.name,
+            "verify": scn.verify,
             "certified": certified,
             "pools": [
                 {"pool": c.pool, "config": c.config, "replicas": c.replicas, "rate_per_replica_rps": c.rate_rps,
@@ -59,7 +61,13 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
         })
         _exit_uncertified(scenario, scn, certified)
         return
-    if not certified:  # said first: solve refuses such a plan (exit 3), and the pools below are its last try
+    if certified is None:
+        click.echo("Not certified: the scenario says `verify: false`, so `planner solve` reports "
+                   + ("the fleet it states unaudited; below, its pools replayed at the rates they carry"
+                      if scn.fleet else
+                      "the model's plan unreplayed; below, that plan's pools replayed at their planned rates (a pool "
+                      "that misses is not re-planned: `verify: true` would)"))
+    elif not certified:  # said first: solve refuses such a plan (exit 3), and the pools below are its last try
         click.echo("Not certified: " + (
             f"the fleet the scenario states misses its targets in simulation, in pool{'s' if len(missed) > 1 else ''} "
             f"{', '.join(missed)} (an audit)"
@@ -101,16 +109,18 @@ def _exit_uncertified(scenario, scn, certified: bool) -> None:
     printed (they are this command's answer; with --pool, --seed or --requests they need not be the
     runs that missed); a fleet the scenario states is audited, not
     planned, and its misses are reported with exit 0, as solve reports them."""
-    if not certified and not scn.fleet:
+    if certified is False and not scn.fleet:
         click.echo(f"error: {scenario}: not certified: no plan holds its targets in simulation (`planner solve` "
                    "refuses it)", err=True)
         raise click.exceptions.Exit(3)
 
 
 def _checks(scenario, pool, n_requests, seed, catalog_files):
-    """The certified plan's pool checks: the certification's, or replays with the options' requests and
-    seed. The plan is always the one certified with the scenario's own settings (a seed given here
-    must not re-plan: the point is another look at the plan the report shows)."""
+    """The plan's pool checks: the certification's, or replays with the options' requests and seed. The
+    plan is the one `planner solve` reports: certified with the scenario's own settings (a seed given
+    here must not re-plan: the point is another look at the plan the report shows), or, where the
+    scenario says `verify: false`, the model's plan, each pool replayed at its planned rate (a
+    certified plan shown there had 18 replicas where solve reported 17)."""
     from planner.certification import pool_setting, run_requests
     from planner.inputs import load_inputs, plan_inputs
     from planner.pool_check import check_pool
@@ -118,7 +128,7 @@ def _checks(scenario, pool, n_requests, seed, catalog_files):
 
     inputs = load_inputs(scenario, catalog_files=catalog_files)
     scn = inputs.scenario
-    plan = plan_inputs(inputs, scn, explore=False, certify=True)
+    plan = plan_inputs(inputs, scn, explore=False, certify=scn.verify)
     names = [detail.traffic_class.name for detail in plan.pools]
     if pool is not None and pool not in names:
         raise click.BadParameter(f"'{pool}' is not a pool of this plan (pools: {', '.join(sorted(set(names)))})",
