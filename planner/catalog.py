@@ -408,8 +408,8 @@ class Catalog:
         """A catalog with entries added or fields replaced, e.g. a negotiated price.
 
         `overrides` has the shape of the catalog files: {"gpus": {id: {field: value}}, ...}.
-        A known id merges field by field (a model's override that names its source replaces the
-        entry: _kept_of); an unknown id, or such an override, must be a complete entry.
+        A known id merges field by field (a whole model entry replaces the catalog's: _kept_of); an
+        unknown id must be a complete entry.
         """
         if not isinstance(overrides, Mapping):
             raise InputError("catalog overrides must be a mapping of gpus/models/dtypes/engines", where=where)
@@ -470,21 +470,20 @@ class Catalog:
                     )
 
 
-# What a model entry names its published source by: an override that states any of them is a model of its own.
-MODEL_SOURCE = frozenset({"hf_id", "architecture", "config_source"})
-
-
 def _kept_of(section: str, base: _Frozen | None, fields: Mapping[str, Any]) -> dict[str, Any]:
     """What an override keeps of the catalog's entry: every field it does not state, except where a
-    model's override names its source (MODEL_SOURCE: `catalog import-hf --name llama-3.1-8b` writes
-    them, as a whole entry does): that is a model of its own under the catalog's id, and it keeps
-    nothing of the entry, whose optional fields (the layer kinds: sliding windows, latent
-    attention, state layers; the published checkpoint's dtype and bytes; notes) would describe
-    another model. Merged field by field, a BF16 gpt-oss-20b imported under the catalog's id was
-    planned with the catalog's MXFP4 checkpoint (a KV budget 88% too large), and a Qwen config
-    imported as gemma-2-27b kept Gemma's sliding-window layers. A correction of a few fields (a
-    parameter count, the checkpoint's dtype) names no source, and merges."""
-    if base is None or (section == "models" and MODEL_SOURCE & set(fields)):
+    model's override is a whole entry (it states every required field, as `catalog import-hf --name
+    llama-3.1-8b` writes one): that is a model of its own under the catalog's id, and it keeps
+    nothing of the entry, whose optional fields (the layer kinds: sliding windows, latent attention,
+    state layers; the published checkpoint's dtype and bytes; notes) would describe another model.
+    Merged field by field, a BF16 gpt-oss-20b imported under the catalog's id was planned with the
+    catalog's MXFP4 checkpoint (a KV budget 88% too large), and a Qwen config imported as gemma-2-27b
+    kept Gemma's sliding-window layers. A correction of a few fields (a parameter count, the
+    checkpoint's dtype, a better config_source) is no whole entry, and merges."""
+    if base is None:
+        return {}
+    required = {name for name, field in type(base).model_fields.items() if field.is_required()} - {"id"}
+    if section == "models" and required <= set(fields):
         return {}
     return base.model_dump()
 

@@ -66,7 +66,8 @@ step runs ride the next one (their first chunks: compound Poisson with λ·T exp
 length T), so step lengths form a chain whose stationary distribution is the token-weighted gap
 distribution (LatencyPoint._step_chain); a prompt longer than a step's chunk fills steps of its own
 with its later chunks, λ·t̄·Σ w_c·#{later chunks of c costing more than y} of a decoder's steps
-(t̄ = t_own / (1 - ρ) the mean step it sees).
+(t̄ = t_own / (1 - ρ) the mean step it sees); and a request meets, right after its own prefill, the
+prompts that queued behind it meanwhile, the mean ITL's backlog in full steps (_queued_above).
 """
 
 from __future__ import annotations
@@ -297,6 +298,17 @@ def chunk_flops(cells: _Cells, which: np.ndarray, chunk_cap: int, params_active:
     """Every chunk of `chunk_cap` tokens of the cells `which`: the cell of each and its FLOPs."""
     owner, start, end = chunk_spans(cells, which, chunk_cap)
     return owner, span_flops(start, end, params_active, attn)
+
+
+@lru_cache(maxsize=128)
+def _chunks_by_work(cells: _Cells, chunk_cap: int, params_active: float, attn: float) -> _Chunks:
+    """Every chunk of the class by cost, each weighted by its share of all prefill work (cum_weight
+    ends at 1): a chunk drawn from a backlog of prefill seconds (LatencyPoint._queued_above)."""
+    owner, start, end = chunk_spans(cells, np.arange(cells.weight.size), chunk_cap)
+    flops = span_flops(start, end, params_active, attn)
+    work = cells.weight[owner] * flops
+    order = np.argsort(-flops, kind="stable")
+    return _Chunks(flops[order], np.cumsum(work[order]) / max(float(work.sum()), 1e-300))
 
 
 @lru_cache(maxsize=128)
@@ -809,17 +821,66 @@ class LatencyPoint:
     def itl_exceed(self, limit_s: float) -> float:
         """Share of decode tokens whose gap (their step) exceeds limit_s: the steps the arrivals'
         first chunks ride (_step_chain), and on top of them those a long prompt's later chunks fill
-        (each term rises with the load and falls with the limit, and so does their sum)."""
+        and those of the prompts queued behind a request's own prefill (_queued_above); each term
+        rises with the load and falls with the limit, and so does their sum."""
         if not self.stable:
             return 1.0
+        m = self.m
+        if not m.cells.decode_steps.any():  # no request has a second token: no gap to exceed
+            return 0.0
         if limit_s <= self.t_own:
             return 1.0
-        m = self.m
         later = _later_chunks(m.cells, self.k, m.step.params_active, m.step.attn_flops_per_ctx_token)
         y = (limit_s - self.t_own) * m.flops_per_s
         i = int(np.searchsorted(-later.flops_desc, -y, side="left"))
         heavier = float(later.cum_weight[i - 1]) if i > 0 else 0.0
-        return min(1.0, self._riding_above(limit_s) + self.rate * self.own_mean_step * heavier)
+        share = self._riding_above(limit_s) + self.rate * self.own_mean_step * heavier + self._queued_above(y)
+        if self._capped_share and limit_s < self.tpot_most_s:
+            share = max(share, self._capped_share)
+        return min(1.0, share)
+
+    @cached_property
+    def _capped_share(self) -> float:
+        """Under θ (a prompt's tokens a step capped below the budget), the share of steps that carry
+        prefill, each taken as full (t_own plus a full step's prefill: several prompts' capped chunks
+        share a step, which the chain, one first chunk a prompt, does not see), from the mean gap:
+        E[gap] - t_own = that share x a full step's prefill; a floor under the tail. 0 without θ.
+        It errs high, as a plan should: MLPerf's θ = 256 in 1,024-token steps on the Azure trace read
+        34-56% under the simulator's ITL p99 without it (below its own mean), 3-6% over with it; θ =
+        2,048 in 8,192-token steps on 'chat_long_tail' within 3% from 80% of capacity, 40% over at
+        half; θ = 1,024 in 8,192-token steps, where a step is full only with eight prompts in flight,
+        83-256% over below 80% (bench/itl_tail.py)."""
+        m = self.m
+        span = m.full_step_prefill_s
+        if not (m.cap and m.cap < m.chunk_tokens) or span <= 0 or not self.stable:
+            return 0.0
+        mean = self.own_mean_step if self._itl_mean is None else self._itl_mean()
+        return min(1.0, max(0.0, (mean - self.t_own) / span)) if math.isfinite(mean) else 1.0
+
+    def _queued_above(self, y_flops: float) -> float:
+        """Share of decode tokens in the steps a request meets right after its own prefill, full of
+        the prompts that queued behind it meanwhile: the mean gap's excess over the mean step
+        (ReplicaModel.itl_s, the backlog B a request meets) in steps of a full budget's prefill,
+        each as heavy as a chunk drawn by work (B is seconds of prefill), those heavier than y_flops.
+        Long-context pools were 10-46% under the simulator's ITL p99 without it (a request's own
+        long prefill lets prompts queue behind it, and its first gaps are theirs), 2-5% under with
+        it (bench/itl_tail.py); short-context pools, where B is small, move by 1% or less."""
+        steps = self._queued_steps
+        if steps <= 0:
+            return 0.0
+        m = self.m
+        chunks = _chunks_by_work(m.cells, self.k, m.step.params_active, m.step.attn_flops_per_ctx_token)
+        i = int(np.searchsorted(-chunks.flops_desc, -y_flops, side="left"))
+        return steps * (float(chunks.cum_weight[i - 1]) if i > 0 else 0.0)
+
+    @cached_property
+    def _queued_steps(self) -> float:
+        """Full-budget steps of queued prompts a decode token meets (_queued_above), 0 without the mean ITL."""
+        span = self.m.full_step_prefill_s
+        if self._itl_mean is None or not self.stable or span <= 0 or self.rho >= 1:
+            return 0.0
+        extra = self._itl_mean() - self.own_mean_step
+        return extra * (1.0 - self.rho) / span if extra > 0 and math.isfinite(extra) else 0.0
 
     def _riding_above(self, limit_s: float) -> float:
         """P(step > limit_s) in the stationary step chain (_step_chain), for limit_s > t_own: linear
@@ -848,12 +909,11 @@ class LatencyPoint:
         the chain: on constant 1,000-token prompts on an H100 the model's ITL p99 was 43-74% under the
         simulator's, and below its own mean at 95% load (a probe's `planner capacity --itl-ms`: a p99
         target looser than a mean one); with the chain it is within 11% of it on the short-context
-        pools of bench/itl_tail.py at 50-95% of capacity (20,000 requests a run). Long-context pools
-        stay 10-46% under: a request's first gaps after its own long prefill meet the prompts that
-        queued behind it, which this chain, fed by arrivals alone, leaves out; and under θ (a
-        prompt's tokens a step capped), where several prompts' capped chunks share a step, 34-56%
-        under (50-57% before; there the p99 can read below the mean). The report shows the simulated
-        ITL p99, not this one."""
+        pools of bench/itl_tail.py at 50-95% of capacity (20,000 requests a run), and with the
+        queued prompts a request meets after its own prefill (_queued_above) within 5% on the
+        long-context ones. Under θ (a prompt's tokens a step capped), where several prompts' capped
+        chunks share a step, the chain reads 34-56% under, and a floor of full steps
+        (_capped_share) takes its place."""
         m = self.m
         span = m.full_step_prefill_s
         n = _STEP_LEVELS

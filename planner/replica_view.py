@@ -182,7 +182,8 @@ def ladder_text(catalog: Catalog, dep: Deployment, ladder: BudgetLadder, payload
         gib = kv_bytes_per_sequence(dep.model, held, dep.kv_dtype, dep.tp) / GiB
         lines.append(
             f"     paged: a {typical_tokens:,}-token conversation holds {held:,} tokens "
-            f"({held // dep.block_size} blocks of {dep.block_size}) = {f'{gib:.2f}' if gib >= 0.01 else gib_text(gib)} GiB -> "
+            f"({held // dep.block_size} blocks of {dep.block_size}) = "
+            f"{_division_text(ladder.kv_budget_gib, gib, payload['paged_users']).split(' / ')[1]} GiB -> "
             f"{_users(payload['paged_users'], dep, '(what we observe)')}"
         )
     lines.append(
@@ -261,9 +262,9 @@ def capacity_text(view: ReplicaView) -> str:
     ]
     ceiling = cap.ceilings_rps.get(cap.binding)
     if ceiling is not None and 0 < cap.max_rps < ceiling * (1 - 1e-9):
-        lines.append(f"  note: the max rate is the knee below the {cap.binding} ceiling, {cap.max_rps / ceiling:.0%} of its "
-                     f"{ceiling:.3f} requests/s: the last {1 - KNEE_SHARE:.0%} of rate would cost far more batch and latency "
-                     "(latencies above are at the knee)")
+        lines.append(f"  note: the max rate is planned at {cap.max_rps / ceiling:.0%} of the {cap.binding} ceiling's "
+                     f"{ceiling:.3f} requests/s (a replica is planned at {KNEE_SHARE:.0%} of the rate its binding bound "
+                     "allows; the latencies above are there)")
     lines += [f"  note: {n}" for n in cap.notes]
     if "at_rate" in payload:
         a = payload["at_rate"]

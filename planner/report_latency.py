@@ -194,10 +194,11 @@ def latency_section(plan: Plan) -> str:
         "The mean model's rows average over the run's time, idle moments included: resident_batch counts the "
         "sequences decoding; kv_utilisation is the cache held over the KV budget, where the simulator also holds "
         "the blocks of each prompt's chunks prefilled so far and the model only the decoders'; itl_ms_p99 is the "
-        "simulated 99th percentile of every decode token's gap, whether or not a target states it (a streamed "
-        "answer's longest pauses: the steps that carry a prompt's chunk); the model's own ITL tail, on which an ITL "
-        "target is planned, leaves out the pauses right after a request's own long prefill and can read far below "
-        "it, so it is not shown, and certification judges an ITL target by the simulation.",
+        "99th percentile of every decode token's gap, whether or not a target states it (a streamed answer's longest "
+        "pauses: the steps that carry prompts' chunks); the model's is read from its chain of step lengths, on which "
+        "it plans an ITL target, except where θ caps a prompt's tokens a step (several prompts' chunks then share "
+        "one, and the model takes every such step as full, high by up to 3.5 times: not shown); certification "
+        "judges an ITL target by the simulation.",
     ]
     replayed_log = any(pool.check is not None and pool.check.replay is not None for pool in plan.pools)
     if not replayed_log:

@@ -124,11 +124,11 @@ def usd_per_million_tokens(usd: float, tokens: float) -> float | None:
 
 def usd_per_million_text(usd: float | None) -> str:
     """A cost per million tokens to the hundredth of a cent (small figures need the digits), or under
-    half of one to two significant digits ($0.000042, not $0.0000: a cost is not rounded to none); '—'
-    for none."""
+    a tenth of a cent to two significant digits ($0.000042, not $0.0000: a cost is not rounded to none,
+    nor doubled); '—' for none."""
     if usd is None or not math.isfinite(usd):
         return "—"
-    if 0 < abs(usd) < 0.00005:
+    if 0 < abs(usd) < 0.001:  # to the hundredth of a cent, $0.00005 would read $0.0001
         return f"${significant_text(usd, 2)}"
     return f"${rounded_usd(usd, 4):,}"
 
@@ -136,7 +136,15 @@ def usd_per_million_text(usd: float | None) -> str:
 def utilisation_text(share: float) -> str:
     """A utilisation in percent: whole, or to a tenth above 100% (a fleet over its peak by 0.4% is not
     "100%", which reads as exactly full)."""
-    return f"{share:.0%}" if share <= 1.0 else f"{share:.1%}"
+    if share < 1.0 and f"{share:.0%}" == "100%":  # nor one under 1 100%
+        return f"{share:.1%}" if f"{share:.1%}" != "100.0%" else "<100%"
+    if share <= 1.0:
+        return f"{share:.0%}"
+    for digits in (1, 2, 3):  # a share over 1 never reads 100.0%
+        text = f"{share:.{digits}%}"
+        if float(text[:-1]) > 100:
+            return text
+    return ">100%"
 
 
 def multiplier_text(x: float) -> str:

@@ -515,12 +515,13 @@ def test_vllm_0_20_on_takes_the_api_server_s_batch_defaults_by_gpu(catalog, engi
     assert (e.max_num_batched_tokens, e.max_num_seqs) == limits
 
 
-def test_a_model_override_that_names_its_source_keeps_nothing_of_the_entry(catalog):
+def test_a_whole_model_entry_under_a_catalog_id_keeps_nothing_of_the_entry(catalog):
     """A config imported under a catalog id (`import-hf --name gemma-2-27b`) is another model: merged
     field by field it kept Gemma's sliding-window layers, DeepSeek's latent attention, gpt-oss's
     MXFP4 checkpoint (a KV budget 88% too large). A correction of a few fields still merges, the
     catalog's own value restated included (a first rule, on the shape, dropped Gemma's windows for
-    its own vocabulary, and refused DeepSeek's corrected active parameters as a dense model's)."""
+    its own vocabulary, and refused DeepSeek's corrected active parameters as a dense model's; a
+    second, on naming a source, refused a corrected config_source)."""
     llama = catalog.model("llama-3.1-8b").model_dump(exclude={"id"})
     for built_in in ("gemma-2-27b", "deepseek-v3", "gpt-oss-20b"):
         twin = catalog.with_overrides({"models": {built_in: llama}}, where="o.yaml").model(built_in)
@@ -532,5 +533,6 @@ def test_a_model_override_that_names_its_source_keeps_nothing_of_the_entry(catal
     fixed = catalog.with_overrides({"models": {"deepseek-v3": {"params_active": dsv3.params_active + 1}}},
                                    where="o.yaml").model("deepseek-v3")
     assert (fixed.params_active, fixed.kv_lora_rank, fixed.num_experts) == (dsv3.params_active + 1, 512, 256)
-    with pytest.raises(InputError, match=r"models\.gpt-oss-20b\.architecture: required field is missing"):
-        catalog.with_overrides({"models": {"gpt-oss-20b": {"hf_id": "me/oss-bf16"}}}, where="o.yaml")
+    source = catalog.with_overrides({"models": {"gpt-oss-20b": {"config_source": "https://example.org/config.json",
+                                                                 "hf_id": "me/oss"}}}, where="o.yaml")
+    assert source.model("gpt-oss-20b").checkpoint_dtype == "mxfp4"  # a correction, not a whole entry

@@ -1131,6 +1131,18 @@ def test_a_fleet_service_whose_pools_held_claims_no_re_plan_of_its_own(tmp_path,
         "Certification then challenged the plan") < text.index(f"- {line}")
 
 
+def test_the_model_s_itl_p99_is_shown_beside_the_simulated_one_except_under_a_long_prefill_cap(tmp_path):
+    """The model's ITL tail read 6 ms against a simulated 258 ms in the 128k rollout's long pool, so
+    reports showed none; from the chain of step lengths it lies within 13% in every shipped pool, and
+    is shown, save where θ caps a prompt's tokens a step (there it takes every busy step as full)."""
+    out = json.loads(CliRunner().invoke(main, ["simulate", str(write(tmp_path)), "--json"]).output)
+    (pool,) = out["pools"]
+    assert pool["predicted"]["itl_ms_p99"] == pytest.approx(pool["simulated"]["itl_ms_p99"], rel=0.10)
+    capped = write(tmp_path, SCENARIO + "long_prefill_token_threshold: 256\n", name="capped.yaml")
+    out = json.loads(CliRunner().invoke(main, ["simulate", str(capped), "--json"]).output)
+    assert out["pools"][0]["predicted"]["itl_ms_p99"] is None
+
+
 def test_simulate_replays_the_plan_solve_reports_where_the_scenario_says_verify_false(tmp_path):
     """With `verify: false`, solve reports the model's plan, uncertified; simulate certified another
     (finance_2027: 18 replicas "hold", where solve planned 17, which certification rejects). It replays

@@ -216,22 +216,74 @@ def test_the_per_token_gap_tail_is_the_step_chain_s_and_lies_above_its_mean(cata
     hist = (Histogram.constant(1000, 200) if lengths == "constant"
             else read_histogram(AZURE_CONV).select_total(at_most=8192))
     dep = make_deployment(catalog, model="llama-3.1-8b", gpu="h100-sxm", max_model_len=8192)
+    for load, (pt, sim) in zip(loads, _gap_points_beside_the_simulator(dep, hist, loads), strict=True):
+        # near saturation the simulated p99 itself moves by a tenth between runs of 10,000 and 20,000
+        assert pt.value(0, "itl", "p99") * 1e3 == pytest.approx(sim.itl_ms_p99, rel=0.10 if load < 0.9 else 0.20), load
+        assert pt.value(0, "itl", "p99") > pt.value(0, "itl", "mean")
+        shares = [pt.itl_exceed(x) for x in np.linspace(pt.t_own, 0.3, 40)]
+        assert shares == sorted(shares, reverse=True)  # falls with the limit
+    prof = token_profile(hist)
+    rm = ReplicaModel(dep, prof, SLO.single())
+    targets = {stat: replica_capacity(dep, prof, SLO.single(itl_ms=60, stat=stat)).max_rps for stat in ("mean", "p99")}
+    assert targets["p99"] < targets["mean"]
+    # nearly idle (a hundredth of a request a second): most steps carry no prompt and last t_own exactly
+    quiet = rm.latency_at(rm.resident_for_rate(0.01, float(dep.engine.max_num_seqs)))
+    assert quiet._step_chain[0] < 0.01
+    assert [quiet.value(0, "itl", stat) for stat in ("p50", "p90")] == [pytest.approx(quiet.t_own, rel=1e-3)] * 2
+
+
+def _gap_points_beside_the_simulator(dep, hist, loads):
+    """(the model's latency point, a simulated run of 20,000 requests) at each share of the model's capacity."""
     prof = token_profile(hist)
     rm = ReplicaModel(dep, prof, SLO.single())
     capacity = replica_capacity(dep, prof).max_rps
     for load in loads:
         rate = load * capacity
         pt = rm.latency_at(rm.resident_for_rate(rate, float(dep.engine.max_num_seqs)))
-        sim = simulate_replica(dep, sample_requests(hist, rate, 20_000, seed=0, max_total_tokens=8192))
-        # near saturation the simulated p99 itself moves by a tenth between runs of 10,000 and 20,000
-        assert pt.value(0, "itl", "p99") * 1e3 == pytest.approx(sim.itl_ms_p99, rel=0.10 if load < 0.9 else 0.20), load
+        yield pt, simulate_replica(dep, sample_requests(hist, rate, 20_000, seed=0, max_total_tokens=dep.max_model_len))
+
+
+def test_under_a_long_prefill_cap_the_gap_tail_takes_busy_steps_as_full_and_lies_above_its_mean(catalog):
+    """MLPerf's vLLM settings (1,024-token steps, θ = 256) on the Azure trace: several prompts' capped
+    chunks share a step, which the chain (one first chunk a prompt) does not see; its ITL p99 read
+    34-56% under the simulator's, below its own mean (a p99 target of 28 ms allowed more than a mean
+    one). A floor of full busy steps puts it within 10% of the simulator's, above the mean."""
+    hist = read_histogram(AZURE_CONV).select_total(at_most=8192)
+    dep = make_deployment(catalog, model="llama-3.1-8b", gpu="h100-sxm", max_model_len=8192, kv_dtype="fp8")
+    dep = replace(dep, engine=dep.engine.model_copy(update={"max_num_batched_tokens": 1024,
+                                                             "long_prefill_token_threshold": 256,
+                                                             "max_num_seqs": 512}))
+    for pt, sim in _gap_points_beside_the_simulator(dep, hist, (0.5, 0.8)):
+        assert pt.value(0, "itl", "p99") * 1e3 == pytest.approx(sim.itl_ms_p99, rel=0.10)
         assert pt.value(0, "itl", "p99") > pt.value(0, "itl", "mean")
-        shares = [pt.itl_exceed(x) for x in np.linspace(pt.t_own, 0.3, 40)]
-        assert shares == sorted(shares, reverse=True)  # falls with the limit
-    targets = {stat: replica_capacity(dep, prof, SLO.single(itl_ms=60, stat=stat)).max_rps for stat in ("mean", "p99")}
+    prof = token_profile(hist)
+    targets = {stat: replica_capacity(dep, prof, SLO.single(itl_ms=28, stat=stat)).max_rps for stat in ("mean", "p99")}
     assert targets["p99"] < targets["mean"]
-    idle = rm.latency_at(0.0)
-    assert [idle.value(0, "itl", stat) for stat in ("p50", "p90", "p99")] == [pytest.approx(idle.t_own, rel=1e-3)] * 3
+
+
+def test_a_class_without_a_second_token_has_no_gap_to_miss(catalog):
+    """Every request one output token: no decode step, so no ITL; an ITL target capped such a class at
+    1.3 requests/s against about 33 its prefill allows."""
+    dep = make_deployment(catalog, model="llama-3.1-8b", gpu="h100-sxm", max_model_len=8192)
+    prof = token_profile(Histogram.constant(1000, 1))
+    capped = replica_capacity(dep, prof, SLO.single(itl_ms=10, stat="p99")).max_rps
+    assert capped == pytest.approx(replica_capacity(dep, prof).max_rps, rel=1e-3)  # to the latency grid's 0.1%
+
+
+def test_a_long_context_pool_s_gap_tail_holds_the_prompts_queued_behind_a_request_s_own_prefill(catalog):
+    """The long class of a 32k split of 'chat_long_tail' (32k-128k tokens) on two H100s: a request's
+    first gaps after its own long prefill are the chunks of the prompts that queued behind it
+    meanwhile. Without them the model's ITL p99 read 41% and 22% under the simulator's at 50% and
+    80% of capacity; with them (the mean ITL's backlog, in full steps), within 10%."""
+    from planner.workload.synth import synthetic_histogram
+
+    hist = synthetic_histogram("chat_long_tail", 200_000, seed=7).select_total(above=32768).select_total(at_most=131072)
+    dep = make_deployment(catalog, model="llama-3.1-8b", gpu="h100-sxm", tp=2, kv_dtype="fp8", max_model_len=131072)
+    for pt, sim in _gap_points_beside_the_simulator(dep, hist, (0.5, 0.8)):
+        assert pt.value(0, "itl", "p99") * 1e3 == pytest.approx(sim.itl_ms_p99, rel=0.10)
+        assert pt._queued_steps > 0
+        pt._queued_steps = 0.0  # the chain and the later chunks alone
+        assert pt.value(0, "itl", "p99") * 1e3 < 0.85 * sim.itl_ms_p99
 
 
 @pytest.mark.parametrize(("model", "gpu", "tp", "lengths"), [
