@@ -16,8 +16,9 @@ prompts, 12-45% on the trace) and within 5% on the long-context pools (10-46% un
 prompts queued behind a request's own long prefill). Under θ, where several prompts' capped chunks
 share a step, every step that carries prefill is taken as full: 3-6% over with θ = 256 in 1,024-token
 steps, within 3% from 80% load with θ = 2,048 in 8,192 (40% over at half), and 83-256% over below 80%
-with θ = 1,024 in 8,192 (a step full only with eight prompts in flight): high, as a plan should err,
-and reports show no model ITL p99 under θ. The simulator's own p99 near saturation moves by a tenth
+with θ = 1,024 in 8,192 (a step full only with eight prompts in flight), and about five times over
+with θ = 512 in 16,384 on 6,000-token prompts at 30% load (a reading's case): high, as a plan should
+err, and reports show no model ITL p99 under θ. The simulator's own p99 near saturation moves by a tenth
 with the run's length (10,000 against 20,000 requests at 95% load).
 """
 

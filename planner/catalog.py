@@ -408,8 +408,9 @@ class Catalog:
         """A catalog with entries added or fields replaced, e.g. a negotiated price.
 
         `overrides` has the shape of the catalog files: {"gpus": {id: {field: value}}, ...}.
-        A known id merges field by field (a whole model entry replaces the catalog's: _kept_of); an
-        unknown id must be a complete entry.
+        A known id merges field by field (`catalog import-hf` writes every field of its model, unset
+        ones as null or 0, so that an import under a catalog id keeps nothing of it); an unknown id
+        must be a complete entry.
         """
         if not isinstance(overrides, Mapping):
             raise InputError("catalog overrides must be a mapping of gpus/models/dtypes/engines", where=where)
@@ -428,7 +429,7 @@ class Catalog:
                 if not isinstance(fields, Mapping):
                     raise InputError(f"{section}.{entry_id}: expected a mapping of fields", where=where)
                 base = sections[section].get(entry_id)
-                merged = _merge(_kept_of(section, base, fields), dict(fields))
+                merged = _merge(base.model_dump() if base else {}, dict(fields))
                 merged["id"] = entry_id
                 if section == "gpus" and base is not None and _price_restated(base, fields):
                     # the quote the catalog cites is not the price now paid: name where this one comes from
@@ -468,24 +469,6 @@ class Catalog:
                         f"computes in (has: {', '.join(sorted(gpu.dense_tflops)) or 'none'})",
                         where=where,
                     )
-
-
-def _kept_of(section: str, base: _Frozen | None, fields: Mapping[str, Any]) -> dict[str, Any]:
-    """What an override keeps of the catalog's entry: every field it does not state, except where a
-    model's override is a whole entry (it states every required field, as `catalog import-hf --name
-    llama-3.1-8b` writes one): that is a model of its own under the catalog's id, and it keeps
-    nothing of the entry, whose optional fields (the layer kinds: sliding windows, latent attention,
-    state layers; the published checkpoint's dtype and bytes; notes) would describe another model.
-    Merged field by field, a BF16 gpt-oss-20b imported under the catalog's id was planned with the
-    catalog's MXFP4 checkpoint (a KV budget 88% too large), and a Qwen config imported as gemma-2-27b
-    kept Gemma's sliding-window layers. A correction of a few fields (a parameter count, the
-    checkpoint's dtype, a better config_source) is no whole entry, and merges."""
-    if base is None:
-        return {}
-    required = {name for name, field in type(base).model_fields.items() if field.is_required()} - {"id"}
-    if section == "models" and required <= set(fields):
-        return {}
-    return base.model_dump()
 
 
 def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:

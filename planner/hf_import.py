@@ -378,13 +378,18 @@ def model_entry(model: Model) -> dict[str, Any]:
 def catalog_yaml(model: Model) -> str:
     """A `--catalog` file adding the model: `models: {id: {...}}`.
 
-    The block under `models:` has the shape of a data/models.yaml entry.
+    The block under `models:` has the shape of a data/models.yaml entry, with every field stated,
+    those the config leaves unset as null or 0: an override merges field by field, and under a
+    catalog id an entry that left them out kept the catalog model's (a BF16 gpt-oss-20b imported as
+    `gpt-oss-20b` was planned with its MXFP4 checkpoint, a KV budget 88% too large; a Qwen config
+    imported as gemma-2-27b kept Gemma's sliding-window layers).
     """
     header = (
         f"# Catalog entry for {model.id}, from `planner catalog import-hf`.\n"
         "# Use with --catalog FILE; the block under `models:` can go into data/models.yaml.\n"
     )
-    return header + yaml.safe_dump({"models": model_entry(model)}, sort_keys=False, width=1000)
+    every_field = {model.id: model.model_dump(exclude={"id"})}
+    return header + yaml.safe_dump({"models": every_field}, sort_keys=False, width=1000)
 
 
 def _hub_id(outer: Mapping[str, Any]) -> str | None:

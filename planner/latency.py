@@ -845,11 +845,12 @@ class LatencyPoint:
         prefill, each taken as full (t_own plus a full step's prefill: several prompts' capped chunks
         share a step, which the chain, one first chunk a prompt, does not see), from the mean gap:
         E[gap] - t_own = that share x a full step's prefill; a floor under the tail. 0 without θ.
-        It errs high, as a plan should: MLPerf's θ = 256 in 1,024-token steps on the Azure trace read
-        34-56% under the simulator's ITL p99 without it (below its own mean), 3-6% over with it; θ =
-        2,048 in 8,192-token steps on 'chat_long_tail' within 3% from 80% of capacity, 40% over at
-        half; θ = 1,024 in 8,192-token steps, where a step is full only with eight prompts in flight,
-        83-256% over below 80% (bench/itl_tail.py)."""
+        It errs high, as a plan should, and by as much as a step holds capped chunks: MLPerf's θ = 256
+        in 1,024-token steps on the Azure trace read 34-56% under the simulator's ITL p99 without it
+        (below its own mean), 3-6% over with it; θ = 2,048 in 8,192-token steps on 'chat_long_tail'
+        within 3% from 80% of capacity, 40% over at half; θ = 1,024 in 8,192-token steps, a step full
+        only with eight prompts in flight, 83-256% over below 80% (bench/itl_tail.py); θ = 512 in
+        16,384-token steps on 6,000-token prompts about five times over at 30% (a reading's case)."""
         m = self.m
         span = m.full_step_prefill_s
         if not (m.cap and m.cap < m.chunk_tokens) or span <= 0 or not self.stable:
@@ -880,7 +881,8 @@ class LatencyPoint:
         if self._itl_mean is None or not self.stable or span <= 0 or self.rho >= 1:
             return 0.0
         extra = self._itl_mean() - self.own_mean_step
-        return extra * (1.0 - self.rho) / span if extra > 0 and math.isfinite(extra) else 0.0
+        # at most one a token (the mean model's chunk and a full step's prefill are not the same seconds)
+        return min(1.0, extra * (1.0 - self.rho) / span) if extra > 0 and math.isfinite(extra) else 0.0
 
     def _riding_above(self, limit_s: float) -> float:
         """P(step > limit_s) in the stationary step chain (_step_chain), for limit_s > t_own: linear
@@ -951,6 +953,8 @@ class LatencyPoint:
 
         q = statistic_quantile(stat)
         if kind != "itl" and self.m.band_cells[band].size == 0:
+            return math.nan
+        if kind == "itl" and not self.m.cells.decode_steps.any():  # no request has a second token: no gap
             return math.nan
         if kind == "tpot" and self.m.tpot_static(band) is None:  # no request has a second token: no TPOT
             return math.nan

@@ -197,8 +197,8 @@ def latency_section(plan: Plan) -> str:
         "99th percentile of every decode token's gap, whether or not a target states it (a streamed answer's longest "
         "pauses: the steps that carry prompts' chunks); the model's is read from its chain of step lengths, on which "
         "it plans an ITL target, except where θ caps a prompt's tokens a step (several prompts' chunks then share "
-        "one, and the model takes every such step as full, high by up to 3.5 times: not shown); certification "
-        "judges an ITL target by the simulation.",
+        "one, and the model takes every such step as full, high by as much as a step holds capped chunks: not "
+        "shown); certification judges an ITL target by the simulation.",
     ]
     replayed_log = any(pool.check is not None and pool.check.replay is not None for pool in plan.pools)
     if not replayed_log:

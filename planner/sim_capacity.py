@@ -9,6 +9,7 @@ same keys as a simulated run (planner.sim_measures.COMPARE_KEYS).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -69,18 +70,20 @@ def point_view(rm: ReplicaModel, resident: float) -> dict[str, float | None]:
     nothing). The ITL p99 is the model's gap tail (planner.latency: the chain of step lengths, a long
     prompt's later chunks, the prompts queued behind a request's own prefill), on which an ITL target
     is planned: within 13% of the simulated p99 in every shipped pool (it read 6 ms against 258 ms in
-    the 128k rollout's long pool before those terms, 246 ms now). None under θ (a prompt's tokens a
+    the 128k rollout's long pool before those terms, 230 ms now). None under θ (a prompt's tokens a
     step capped), where several prompts' capped chunks share a step and the model takes every such
-    step as full, 3-256% over the simulated value (bench/itl_tail.py): a floor that errs high for
-    planning, which beside the simulation's p99 would read as a prediction."""
+    step as full, up to five times the simulated value (bench/itl_tail.py): a floor that errs high
+    for planning, which beside the simulation's p99 would read as a prediction; None where no
+    request has a second token."""
     pt = rm.point(resident)
     capped = rm.latency.cap is not None and rm.latency.cap < rm.latency.chunk_tokens
+    itl_p99 = None if capped else rm.latency_at(resident).value(0, "itl", "p99") * 1e3
     return {
         "rate_rps": pt.rate_rps,
         "resident_batch": pt.resident_batch,
         "kv_utilisation": pt.kv_utilisation,
         "itl_ms_mean": pt.itl_ms,
-        "itl_ms_p99": None if capped else rm.latency_at(resident).value(0, "itl", "p99") * 1e3,
+        "itl_ms_p99": None if itl_p99 is None or math.isnan(itl_p99) else itl_p99,  # NaN: no second token, no gap
         "preemptions_per_1000": None,
     }
 

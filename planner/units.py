@@ -136,6 +136,8 @@ def usd_per_million_text(usd: float | None) -> str:
 def utilisation_text(share: float) -> str:
     """A utilisation in percent: whole, or to a tenth above 100% (a fleet over its peak by 0.4% is not
     "100%", which reads as exactly full)."""
+    if not math.isfinite(share):
+        return "—"
     if share < 1.0 and f"{share:.0%}" == "100%":  # nor one under 1 100%
         return f"{share:.1%}" if f"{share:.1%}" != "100.0%" else "<100%"
     if share <= 1.0:

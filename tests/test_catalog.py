@@ -515,24 +515,33 @@ def test_vllm_0_20_on_takes_the_api_server_s_batch_defaults_by_gpu(catalog, engi
     assert (e.max_num_batched_tokens, e.max_num_seqs) == limits
 
 
-def test_a_whole_model_entry_under_a_catalog_id_keeps_nothing_of_the_entry(catalog):
-    """A config imported under a catalog id (`import-hf --name gemma-2-27b`) is another model: merged
-    field by field it kept Gemma's sliding-window layers, DeepSeek's latent attention, gpt-oss's
-    MXFP4 checkpoint (a KV budget 88% too large). A correction of a few fields still merges, the
-    catalog's own value restated included (a first rule, on the shape, dropped Gemma's windows for
-    its own vocabulary, and refused DeepSeek's corrected active parameters as a dense model's; a
-    second, on naming a source, refused a corrected config_source)."""
-    llama = catalog.model("llama-3.1-8b").model_dump(exclude={"id"})
+def test_an_import_under_a_catalog_id_keeps_nothing_of_the_entry_and_an_override_merges(catalog):
+    """A config imported under a catalog id (`import-hf --name gemma-2-27b`) is another model: it left
+    its unset fields out, and merged field by field it kept Gemma's sliding-window layers, DeepSeek's
+    latent attention, gpt-oss's MXFP4 checkpoint (a KV budget 88% too large). The import states every
+    field now, unset ones null or 0. An override written by hand merges, whatever it restates: rules
+    that replaced the entry on a restated shape, a named source or a whole entry dropped Gemma's
+    windows for its own values, and refused DeepSeek's corrected active parameters or a better
+    config_source (three readings)."""
+    import yaml
+
+    from planner.hf_import import catalog_yaml, model_from_hf_config
+
+    llama = model_from_hf_config(FIXTURES / "llama-3.1-8b.json", name="x")
     for built_in in ("gemma-2-27b", "deepseek-v3", "gpt-oss-20b"):
-        twin = catalog.with_overrides({"models": {built_in: llama}}, where="o.yaml").model(built_in)
-        assert twin.model_dump(exclude={"id"}) == llama, built_in
+        entry = yaml.safe_load(catalog_yaml(llama.model_copy(update={"id": built_in})))
+        twin = catalog.with_overrides(entry, where="o.yaml").model(built_in)
+        assert twin.model_dump(exclude={"id"}) == llama.model_dump(exclude={"id"}), built_in
     gemma = catalog.model("gemma-2-27b")
-    same = catalog.with_overrides({"models": {"gemma-2-27b": {"vocab_size": gemma.vocab_size}}}, where="o.yaml")
-    assert same.model("gemma-2-27b") == gemma
+    restated = {k: v for k, v in gemma.model_dump().items() if type(gemma).model_fields[k].is_required() and k != "id"}
+    assert catalog.with_overrides({"models": {"gemma-2-27b": restated}}, where="o.yaml").model("gemma-2-27b") == gemma
     dsv3 = catalog.model("deepseek-v3")
     fixed = catalog.with_overrides({"models": {"deepseek-v3": {"params_active": dsv3.params_active + 1}}},
                                    where="o.yaml").model("deepseek-v3")
     assert (fixed.params_active, fixed.kv_lora_rank, fixed.num_experts) == (dsv3.params_active + 1, 512, 256)
-    source = catalog.with_overrides({"models": {"gpt-oss-20b": {"config_source": "https://example.org/config.json",
-                                                                 "hf_id": "me/oss"}}}, where="o.yaml")
-    assert source.model("gpt-oss-20b").checkpoint_dtype == "mxfp4"  # a correction, not a whole entry
+    source = catalog.with_overrides({"models": {"gpt-oss-20b": {"config_source": "https://example.org/config.json"}}},
+                                    where="o.yaml")
+    assert source.model("gpt-oss-20b").checkpoint_dtype == "mxfp4"
+    dropped = catalog.with_overrides({"models": {"gemma-2-27b": {"sliding_window": None, "num_sliding_window_layers": 0}}},
+                                     where="o.yaml")
+    assert dropped.model("gemma-2-27b").sliding_window is None

@@ -268,6 +268,11 @@ def test_a_class_without_a_second_token_has_no_gap_to_miss(catalog):
     prof = token_profile(Histogram.constant(1000, 1))
     capped = replica_capacity(dep, prof, SLO.single(itl_ms=10, stat="p99")).max_rps
     assert capped == pytest.approx(replica_capacity(dep, prof).max_rps, rel=1e-3)  # to the latency grid's 0.1%
+    from planner.sim_capacity import point_view
+
+    rm = ReplicaModel(dep, prof, SLO.single())
+    assert math.isnan(rm.latency_at(5.0).value(0, "itl", "p99"))  # it read 0.00 ms
+    assert point_view(rm, 5.0)["itl_ms_p99"] is None
 
 
 def test_a_long_context_pool_s_gap_tail_holds_the_prompts_queued_behind_a_request_s_own_prefill(catalog):
