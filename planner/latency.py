@@ -67,7 +67,9 @@ length T), so step lengths form a chain whose stationary distribution is the tok
 distribution (LatencyPoint._step_chain); a prompt longer than a step's chunk fills steps of its own
 with its later chunks, λ·t̄·Σ w_c·#{later chunks of c costing more than y} of a decoder's steps
 (t̄ = t_own / (1 - ρ) the mean step it sees); and a request meets, right after its own prefill, the
-prompts that queued behind it meanwhile, the mean ITL's backlog in full steps (_queued_above).
+prompts that queued behind it meanwhile, the mean ITL's backlog in full steps (_queued_above). Under
+θ, where several prompts' capped chunks share a step, every step that carries prefill is taken as
+full, a floor that errs high (_capped_share). bench/itl_tail.py compares the tail with the simulator.
 """
 
 from __future__ import annotations
