@@ -363,18 +363,6 @@ def _store_layout(entry: dict[str, Any], layout: Layout, r: FamilyReader) -> Non
         r.note("layer kinds: " + ", ".join(f"{k} {v}" for k, v in n.items() if v))
 
 
-def model_entry(model: Model) -> dict[str, Any]:
-    """The model's fields as in data/models.yaml: id as the key, empty/None/zero fields left out."""
-    fields = model.model_dump(exclude={"id"}, exclude_none=True)
-    for key in (
-        "num_sliding_window_layers", "num_chunked_attention_layers", "num_kv_shared_layers", "num_state_layers",
-        "num_cacheless_layers", "notes", "params_source",
-    ):
-        if not fields.get(key):
-            fields.pop(key, None)
-    return {model.id: fields}
-
-
 def catalog_yaml(model: Model) -> str:
     """A `--catalog` file adding the model: `models: {id: {...}}`.
 

@@ -302,26 +302,25 @@ def chunk_flops(cells: _Cells, which: np.ndarray, chunk_cap: int, params_active:
     return owner, span_flops(start, end, params_active, attn)
 
 
+def _by_cost(flops: np.ndarray, weight: np.ndarray) -> _Chunks:
+    """Chunks from the costliest, with the running sum of their weights."""
+    order = np.argsort(-flops, kind="stable")
+    return _Chunks(flops[order], np.cumsum(weight[order]))
+
+
 @lru_cache(maxsize=128)
-def _chunks_by_work(cells: _Cells, chunk_cap: int, params_active: float, attn: float) -> _Chunks:
-    """Every chunk of the class by cost, each weighted by its share of all prefill work (cum_weight
-    ends at 1): a chunk drawn from a backlog of prefill seconds (LatencyPoint._queued_above)."""
+def _gap_chunks(cells: _Cells, chunk_cap: int, params_active: float, attn: float) -> tuple[_Chunks, _Chunks]:
+    """The class's chunks for the per-token gap tail (LatencyPoint.itl_exceed), by cost: those after
+    each prompt's first, each weighted by its prompt's share of requests (the steps a prompt longer
+    than a step's chunk fills on its own once its first chunk has ridden in with the other arrivals);
+    and every chunk, weighted by its share of all prefill work, cum_weight ending at 1 (a chunk drawn
+    from a backlog of prefill seconds: LatencyPoint._queued_above)."""
     owner, start, end = chunk_spans(cells, np.arange(cells.weight.size), chunk_cap)
     flops = span_flops(start, end, params_active, attn)
-    work = cells.weight[owner] * flops
-    order = np.argsort(-flops, kind="stable")
-    return _Chunks(flops[order], np.cumsum(work[order]) / max(float(work.sum()), 1e-300))
-
-
-@lru_cache(maxsize=128)
-def _later_chunks(cells: _Cells, chunk_cap: int, params_active: float, attn: float) -> _Chunks:
-    """The chunks after each prompt's first, by cost: the steps a prompt longer than a step's chunk
-    fills on its own once its first chunk has ridden in with the other arrivals (LatencyPoint.itl_exceed)."""
-    owner, start, end = chunk_spans(cells, np.arange(cells.weight.size), chunk_cap)
     later = start > cells.shared_prefix  # a prompt's chunk j > 0
-    flops = span_flops(start[later], end[later], params_active, attn)
-    order = np.argsort(-flops, kind="stable")
-    return _Chunks(flops[order], np.cumsum(cells.weight[owner[later]][order]))
+    work = cells.weight[owner] * flops
+    return (_by_cost(flops[later], cells.weight[owner[later]]),
+            _by_cost(flops, work / max(float(work.sum()), 1e-300)))
 
 
 def _min_mean(values: np.ndarray, weight: np.ndarray, at: np.ndarray) -> np.ndarray:
@@ -832,7 +831,7 @@ class LatencyPoint:
             return 0.0
         if limit_s <= self.t_own:
             return 1.0
-        later = _later_chunks(m.cells, self.k, m.step.params_active, m.step.attn_flops_per_ctx_token)
+        later, _ = _gap_chunks(m.cells, self.k, m.step.params_active, m.step.attn_flops_per_ctx_token)
         y = (limit_s - self.t_own) * m.flops_per_s
         i = int(np.searchsorted(-later.flops_desc, -y, side="left"))
         heavier = float(later.cum_weight[i - 1]) if i > 0 else 0.0
@@ -857,7 +856,7 @@ class LatencyPoint:
         span = m.full_step_prefill_s
         if not (m.cap and m.cap < m.chunk_tokens) or span <= 0 or not self.stable:
             return 0.0
-        mean = self.own_mean_step if self._itl_mean is None else self._itl_mean()
+        mean = self._mean_gap_s
         return min(1.0, max(0.0, (mean - self.t_own) / span)) if math.isfinite(mean) else 1.0
 
     def _queued_above(self, y_flops: float) -> float:
@@ -872,7 +871,7 @@ class LatencyPoint:
         if steps <= 0:
             return 0.0
         m = self.m
-        chunks = _chunks_by_work(m.cells, self.k, m.step.params_active, m.step.attn_flops_per_ctx_token)
+        _, chunks = _gap_chunks(m.cells, self.k, m.step.params_active, m.step.attn_flops_per_ctx_token)
         i = int(np.searchsorted(-chunks.flops_desc, -y_flops, side="left"))
         return steps * (float(chunks.cum_weight[i - 1]) if i > 0 else 0.0)
 
@@ -882,9 +881,15 @@ class LatencyPoint:
         span = self.m.full_step_prefill_s
         if self._itl_mean is None or not self.stable or span <= 0 or self.rho >= 1:
             return 0.0
-        extra = self._itl_mean() - self.own_mean_step
+        extra = self._mean_gap_s - self.own_mean_step
         # at most one a token (the mean model's chunk and a full step's prefill are not the same seconds)
         return min(1.0, extra * (1.0 - self.rho) / span) if extra > 0 and math.isfinite(extra) else 0.0
+
+    @cached_property
+    def _mean_gap_s(self) -> float:
+        """The mean per-token gap (the mean ITL given, ReplicaModel.itl_s; else the mean step a decoder
+        sees), computed once a point: the gap tail's terms and value('itl', 'mean') read it."""
+        return self.own_mean_step if self._itl_mean is None or not self.stable else self._itl_mean()
 
     def _riding_above(self, limit_s: float) -> float:
         """P(step > limit_s) in the stationary step chain (_step_chain), for limit_s > t_own: linear
@@ -965,7 +970,7 @@ class LatencyPoint:
                 return self.ttft_mean(band)
             if kind == "tpot":
                 return self.tpot_mean(band)
-            return self.own_mean_step if self._itl_mean is None or not self.stable else self._itl_mean()
+            return self._mean_gap_s
         exceed = {"ttft": lambda x: self.ttft_exceed(band, x), "tpot": lambda x: self.tpot_exceed(band, x),
                   "itl": self.itl_exceed}[kind]
         if not self.stable:

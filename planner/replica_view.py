@@ -133,16 +133,17 @@ def _at_rate(model: ReplicaModel, dep: Deployment, cap: Capacity, rate_rps: floa
     }
 
 
-def _division_text(budget_gib: float, per_user_gib: float, users: int) -> str:
-    """'budget / per user' to the fewest digits (two decimals at least, or three significant) whose
-    quotient floors to `users`, the count computed from the unrounded amounts: to two decimals,
-    floor(53.73 / 0.12) read 447 beside the 429 users printed, and floor(11.81 / 0.188) 62 beside 63."""
+def _division_texts(budget_gib: float, per_user_gib: float, users: int) -> tuple[str, str]:
+    """The budget and the amount per user, to the fewest digits (two decimals at least, or three
+    significant) whose quotient floors to `users`, the count computed from the unrounded amounts: to
+    two decimals, floor(53.73 / 0.12) read 447 beside the 429 users printed, and floor(11.81 / 0.188)
+    62 beside 63."""
     for digits in range(2, 8):
         budget = f"{budget_gib:.{digits}f}"
         per_user = f"{per_user_gib:.{digits}f}" if per_user_gib >= 1 else significant_text(per_user_gib, digits + 1)
         if float(per_user) > 0 and math.floor(float(budget) / float(per_user)) == users:
             break
-    return f"{budget} / {per_user}"
+    return budget, per_user
 
 
 def _users(n: int, dep: Deployment, what: str) -> str:
@@ -157,6 +158,7 @@ def _users(n: int, dep: Deployment, what: str) -> str:
 def ladder_text(catalog: Catalog, dep: Deployment, ladder: BudgetLadder, payload: dict) -> str:
     """Seed 000's eight steps, the paged users of a typical conversation, and the memory levers."""
     per = f" ({dep.tp} GPUs)" if dep.tp > 1 else ""
+    budget, per_user = _division_texts(ladder.kv_budget_gib, ladder.kv_gib_per_user, ladder.worst_case_users)
     lines = [
         f"{dep.model.id} on {dep.tp} x {dep.gpu.id} — {dep.engine.name}, {dep.weight_dtype.id} weights, "
         f"{dep.kv_dtype.id} cache, limit {dep.max_model_len:,} tokens",
@@ -173,8 +175,7 @@ def ladder_text(catalog: Catalog, dep: Deployment, ladder: BudgetLadder, payload
         *(f"       {line}" for line in layer_kind_lines(dep.model, dep.kv_dtype, dep.tp)),
         f"  7. {f'per user at the {dep.max_model_len:,}-token limit':<46} {gib_text(ladder.kv_gib_per_user):>8} GiB"
         + _per_user_note(ladder),
-        f"  8. worst case: floor({_division_text(ladder.kv_budget_gib, ladder.kv_gib_per_user, ladder.worst_case_users)}) = "
-        f"{_users(ladder.worst_case_users, dep, '(the guarantee)')}",
+        f"  8. worst case: floor({budget} / {per_user}) = {_users(ladder.worst_case_users, dep, '(the guarantee)')}",
     ]
     typical_tokens = payload["typical_tokens"]
     if typical_tokens:
@@ -183,7 +184,7 @@ def ladder_text(catalog: Catalog, dep: Deployment, ladder: BudgetLadder, payload
         lines.append(
             f"     paged: a {typical_tokens:,}-token conversation holds {held:,} tokens "
             f"({held // dep.block_size} blocks of {dep.block_size}) = "
-            f"{_division_text(ladder.kv_budget_gib, gib, payload['paged_users']).split(' / ')[1]} GiB -> "
+            f"{_division_texts(ladder.kv_budget_gib, gib, payload['paged_users'])[1]} GiB -> "
             f"{_users(payload['paged_users'], dep, '(what we observe)')}"
         )
     lines.append(

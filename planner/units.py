@@ -134,19 +134,17 @@ def usd_per_million_text(usd: float | None) -> str:
 
 
 def utilisation_text(share: float) -> str:
-    """A utilisation in percent: whole, or to a tenth above 100% (a fleet over its peak by 0.4% is not
-    "100%", which reads as exactly full)."""
+    """A utilisation in percent: whole, to a tenth at least above 100%, and with the decimals that keep
+    it off 100% when it is not (a fleet over its peak by 0.4% is not "100%", which reads as exactly full)."""
     if not math.isfinite(share):
         return "—"
-    if share < 1.0 and f"{share:.0%}" == "100%":  # nor one under 1 100%
-        return f"{share:.1%}" if f"{share:.1%}" != "100.0%" else "<100%"
-    if share <= 1.0:
-        return f"{share:.0%}"
-    for digits in (1, 2, 3):  # a share over 1 never reads 100.0%
+    # a tenth at least above 100%, and the fewest decimals that keep a share on its side of 100%
+    for digits in range(1, 4) if share > 1 else range(2):
         text = f"{share:.{digits}%}"
-        if float(text[:-1]) > 100:
+        shown = float(text[:-1])
+        if (shown > 100) == (share > 1) and (shown < 100) == (share < 1):
             return text
-    return ">100%"
+    return ">100%" if share > 1 else "<100%"
 
 
 def multiplier_text(x: float) -> str:
