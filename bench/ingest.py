@@ -1,9 +1,11 @@
 """Benchmark: `planner histogram` against a bare pyarrow.dataset scan, rows/s and peak RSS.
 
-    python bench/ingest.py --rows 1000000 10000000
+    python bench/ingest.py --rows 1000000 10000000 [--format csv]
 
 For each row count, a synthetic Parquet log ('chat_long_tail', planner.workload.synth;
-columns prompt_tokens, output_tokens, timestamp_ms; zstd; row groups of --row-group-rows)
+columns prompt_tokens, output_tokens, timestamp_ms; zstd; row groups of --row-group-rows), or with
+--format csv the same rows as CSV (where the histogram also counts the file's line breaks, to
+refuse a log a quote left open reads short: planner.workload.readers._check_open_quote),
 is generated in a temporary folder (deleted afterwards), then each measurement runs
 --repeat times, each in a fresh Python process so that its peak RSS (getrusage
 ru_maxrss of that process) is its own:
@@ -55,7 +57,9 @@ MODES = ("bare", "bare_3_cols", "histogram")
 def generate(
     rows: int, path: Path, row_group_rows: int, seed: int, timestamp_encoding: str
 ) -> None:
-    """Write a synthetic log in chunks (bounded memory, deterministic per seed)."""
+    """Write a synthetic log in chunks (bounded memory, deterministic per seed): Parquet, or CSV
+    where the path says so."""
+    import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
     from planner.workload.synth import START_MS
@@ -69,6 +73,10 @@ def generate(
         )
         start_ms = int(log.timestamp_ms[-1])
         table = log.to_table()
+        if path.suffix == ".csv":
+            writer = writer or pacsv.CSVWriter(path, table.schema)
+            writer.write_table(table)
+            continue
         if writer is None:
             # pyarrow's defaults (snappy, dictionary pages) except, with 'delta', the sorted
             # time column, which Parquet v2 writers store as DELTA_BINARY_PACKED
@@ -102,7 +110,7 @@ def measure(mode: str, path: Path) -> dict:
     startup_seconds = start - began
     if mode in BARE_COLUMNS:
         rows = 0
-        for batch in ds.dataset(str(path), format="parquet").to_batches(columns=BARE_COLUMNS[mode]):
+        for batch in ds.dataset(str(path), format=path.suffix[1:]).to_batches(columns=BARE_COLUMNS[mode]):
             rows += batch.num_rows
     else:
         out = path.with_suffix(".hist.parquet")
@@ -147,6 +155,7 @@ def main() -> None:
         default="delta",
         help="Parquet encoding of the time column: delta (DELTA_BINARY_PACKED) or plain (pyarrow's default)",
     )
+    parser.add_argument("--format", choices=("parquet", "csv"), default="parquet", help="the log's format")
     parser.add_argument("--_generate", nargs=2, metavar=("ROWS", "PATH"), help=argparse.SUPPRESS)
     parser.add_argument("--_measure", nargs=2, metavar=("MODE", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -166,7 +175,7 @@ def main() -> None:
     results: dict[tuple[int, str], dict] = {}
     with tempfile.TemporaryDirectory(prefix="planner-bench-") as tmp:
         for rows in args.rows:
-            log = Path(tmp) / f"log_{rows}.parquet"
+            log = Path(tmp) / f"log_{rows}.{args.format}"
             begin = time.perf_counter()
             run_child(
                 "--_generate",
@@ -203,7 +212,8 @@ def main() -> None:
 def report(results: dict, args: argparse.Namespace) -> None:
     print(
         f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; median of {args.repeat} fresh processes; "
-        f"row groups of {args.row_group_rows:,} rows; time column {args.timestamp_encoding}-encoded"
+        + (f"Parquet, row groups of {args.row_group_rows:,} rows; time column {args.timestamp_encoding}-encoded"
+           if args.format == "parquet" else "CSV (its bare scan infers the columns' types; the histogram reads text)")
     )
     print(
         f"{'rows':>12}  {'measurement':<12}  {'seconds':>8}  {'(min-max)':>13}  {'rows/s':>13}  {'peak RSS MiB':>12}"

@@ -19,6 +19,7 @@ from planner.plan_objects import (
     TrafficClass,
     candidate_configs,
     edge_at_most,
+    option_name,
     traffic_classes,
 )
 from planner.plan_search import LazySearch, Resolver, infeasible_message, lazy_solve, outcome_of
@@ -84,7 +85,7 @@ def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, alone: bool = False,
             # cost but may break a tie between equal-cost configs the other way, and the report
             # would then show two different fleets for one decision.
             res = sol if k == sol.option else search.solve(options=[k])
-            split.append(outcome_of("no split" if k == "none" else f"split at {int(k):,}", res,
+            split.append(outcome_of(option_name(k), res,
                                     "" if res.pools else infeasible_message({k: classes[k]}, search.evaluations(),
                                                                             inventory, min_replicas=least,
                                                                             type_rule=solve.type_rule)))

@@ -195,14 +195,17 @@ def _minor_log_grid(ax, *, alpha: float) -> None:
 
 
 @_DRAWING
-def cost_figure(rows: list[tuple[str, float]], *, title: str) -> bytes:
-    """Horizontal bars of cost per hour for a set of named plans (infeasible ones omitted)."""
+def cost_figure(rows: list[tuple[str, float]], *, title: str, chosen: str | None = None) -> bytes:
+    """Horizontal bars of cost per hour for a set of named plans (infeasible ones omitted; the report
+    names them), the `chosen` one (the plan's own row) marked: among levers that change the service
+    (a context limit that rejects requests) the cheapest bar need not be the decision."""
     rows = [(name, cost) for name, cost in rows if np.isfinite(cost)]
     width_in, height_in = 8, 0.45 * len(rows) + 1.2
     fig = _figure(figsize=(width_in, height_in))
     ax = fig.subplots()
-    names = [name for name, _ in rows]
-    ax.barh(range(len(rows)), [c for _, c in rows], color="tab:blue")
+    names = [f"{name} (the plan)" if name == chosen else name for name, _ in rows]
+    ax.barh(range(len(rows)), [c for _, c in rows],
+            color=["tab:orange" if name == chosen else "tab:blue" for name, _ in rows])
     ax.set_yticks(range(len(rows)), names)
     ax.invert_yaxis()
     ax.set_xlabel("cost per hour (USD)")
@@ -228,15 +231,20 @@ def cost_figure(rows: list[tuple[str, float]], *, title: str) -> bytes:
 
 
 @_DRAWING
-def target_figure(points: list[tuple[float, float]], *, xlabel: str, title: str) -> bytes:
+def target_figure(points: list[tuple[float, float]], *, xlabel: str, title: str, stated: float | None = None) -> bytes:
     """Cost per hour against a latency target (the plan's own target among the points, a tick at
-    each target tried): what a stricter target costs. Infeasible points are left out."""
+    each target tried, the `stated` one's point marked): what a stricter target costs. Infeasible
+    points are left out (the report names them)."""
     # A set: the plan's own point comes twice (the plan, and the sweep at x1), drawn once.
     points = sorted({(x, c) for x, c in points if np.isfinite(c)})
     fig = _figure(figsize=(7, 4))
     ax = fig.subplots()
     fig.subplots_adjust(left=0.12, right=0.97, bottom=0.13, top=0.9)
     ax.plot([x for x, _ in points], [c for _, c in points], marker="o", color="tab:blue")
+    mine = [(x, c) for x, c in points if x == stated]
+    if mine:  # the target as the scenario states it: the plan
+        ax.plot([x for x, _ in mine], [c for _, c in mine], marker="o", markersize=9, linestyle="none",
+                color="tab:orange", zorder=3)
     above = offset_copy(ax.transData, fig=fig, y=7, units="points")  # annotate's offset, as a plain Text
     for x, c in points:
         ax.text(x, c, f"${rounded_usd(c, 0):,}", transform=above, ha="center", fontsize="small")

@@ -221,6 +221,15 @@ def load_fleet(path: str | Path, *, catalog_files: tuple[str, ...] = ()) -> Flee
                              "the quarters in the fleet's forecast section", where=svc.where)
         _refuse_own_solver(svc, spec.solver)
     run = {c.id for svc in services for c in svc.inputs.scenario.gpu_candidates}
+    # The fleet's rows name GPU types too (its inventory's, and those its services run): one service's
+    # h100_sxm beside another's h100-sxm took one name, and PuLP refused the model with a traceback.
+    seen: dict[str, str] = {}
+    for gpu in sorted(run | set(spec.inventory)):
+        other = seen.setdefault(lp_name(gpu), gpu)
+        if other != gpu:
+            raise InputError(f"GPU types '{other}' and '{gpu}' (of the services' `gpus` and the inventory) differ only "
+                             "in characters the ILP's names (and its .lp file) do not keep ('-', '_', '.', spaces): "
+                             "rename one in its catalog", where=str(path))
     for gpu, shared in spec.inventory.items():
         # (committed GPUs no service runs are paid all the same: the plan shows them idle)
         if gpu not in run and not shared.committed:

@@ -380,6 +380,11 @@ def fleet_forecast_markdown(name: str, results: list[FleetQuarter], fleet: Fleet
             for r in results if r.usd_per_hour_by_kind["committed_idle"] > 0]
     if idle:
         lines += ["", *idle]
+    budget = fleet.spec.budget_usd_per_month
+    if budget is not None:  # enforced on every quarter (a fleet over it exits 3), so said where it is close
+        tight = min(results, key=lambda r: budget - r.plan.cost_per_month)
+        lines += ["", f"Budget: {usd_text(budget)} per month (`budget_usd_per_month`), every quarter's fleet within it; "
+                  f"the closest, {tight.quarter}, leaves {usd_text(budget - tight.plan.cost_per_month)} of it a month."]
     lines += reserved_below_lines(text for r in results for text in r.reserved_below)
     lines += ["", *_commitments_section(results, fleet), "", *_types_section(results, fleet), "",
               *_services_section(results)]
@@ -575,6 +580,7 @@ def fleet_forecast_json(results: list[FleetQuarter]) -> dict:
          "reserved_notes": list(r.reserved_below)}  # a stated reservation below what is held (the Markdown's)
         for r in results
     ], "committed_after_end_usd": total["committed_after_end_usd"],
+        "budget_usd_per_month": results[0].plan.fleet.spec.budget_usd_per_month,  # every quarter's limit (null: none)
         # the total CSV's row, the Markdown's headline (an outside probe found it only there)
         "total": row(TOTAL_COLUMNS, total),
         # each service's traffic notes, as `planner solve --json` gives them

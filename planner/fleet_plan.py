@@ -318,7 +318,8 @@ def _no_fleet_message(fleet: FleetInputs, setups, joint: JointSolution) -> str:
         rules.append(f"at most {gpu_types_text(n)}")
     takes = [f"{name} {' + '.join(f'{n:,} {g}' for g, n in sol.gpus_by_type.items())}" for name, sol in alone]
     return (f"every service can be served alone within the shared caps, but the shared rules ({', '.join(rules)}) "
-            f"leave no fleet that covers every service's peak; alone, the cheapest plans take {'; '.join(takes)}")
+            f"leave no fleet that covers every service's peak; alone (each within the caps, the rules aside), the "
+            f"cheapest plans take {'; '.join(takes)}")
 
 
 def _caps_source(own: dict[str, int], shared: dict[str, int], caps: dict[str, int]) -> str:

@@ -126,7 +126,9 @@ class Histogram:
     def from_arrays(
         cls, prompt: np.ndarray, output: np.ndarray, timestamps_s: np.ndarray | None = None
     ) -> Histogram:
-        """Exact histogram of raw per-request lengths (and optional arrival times in seconds)."""
+        """Exact histogram of raw per-request lengths (and optional arrival times in seconds): lengths
+        as a log's usable rows have them (planner.workload.rows), each and their sum at most 2**24,
+        where the total lengths' bins end; past it their percentiles read nothing."""
         p = np.asarray(prompt, dtype=np.int64)
         o = np.asarray(output, dtype=np.int64)
         if p.shape != o.shape:

@@ -37,8 +37,13 @@ DEFAULT_BACKEND = "highs"
 @lru_cache(maxsize=1 << 17, typed=True)
 def lp_name(*parts: object) -> str:
     """A variable's or constraint's name built from its indices, LP-file-safe (the same indices
-    recur in every re-solve of a plan: the catalog-wide fleet's re-solves ask for 80,000)."""
-    return "".join(ch if ch.isalnum() else "_" for ch in "_".join(str(p) for p in parts))
+    recur in every re-solve of a plan: the catalog-wide fleet's re-solves ask for 80,000). A name
+    may not begin with a digit in the LP format (a fleet's `128k_rollout_cover_...` read as 128 times
+    a term: neither HiGHS nor CBC could read the shipped fleet's file): such a name begins with '_',
+    which sorts, as the digit did, before every lower-case letter, and so before every name the
+    planner makes of lower-case words (PuLP hands the solver its columns in the order of their names)."""
+    name = "".join(ch if ch.isalnum() else "_" for ch in "_".join(str(p) for p in parts))
+    return "_" + name if name[:1].isdigit() else name
 
 
 def solution_status(prob: pulp.LpProblem) -> str:

@@ -280,6 +280,11 @@ def _pool_keys(pools) -> list[tuple[str, str, int]]:
     return sorted((p.traffic_class, p.config, p.replicas) for p in pools)
 
 
+def option_name(option: str) -> str:
+    """A split option as the split analysis names its row: 'no split', 'split at 16,384'."""
+    return "no split" if option == "none" else f"split at {int(option):,}"
+
+
 def edge_at_most(limit: int) -> int:
     """The largest total-length bin edge at or below `limit`: the exact 'fits the limit' cut."""
     edges = [int(e) for e in TOTAL_EDGES if e <= limit]

@@ -406,6 +406,14 @@ def _units(kind: str) -> tuple[int, float, str]:
     return (2, 1.0, "s") if kind == "ttft" else (1, 1e3, "ms")
 
 
+def limit_text(limit_s: float, kind: str) -> str:
+    """A latency limit in its kind's unit and decimals, or in as many more as it was stated with."""
+    digits, scale, unit = _units(kind)
+    shown = f"{limit_s * scale:g}"
+    digits = max(digits, len(shown.split(".")[1]) if "." in shown and "e" not in shown else 0)
+    return f"{limit_s * scale:,.{digits}f} {unit}"
+
+
 def latency_text(seconds: float, kind: str, error_s: float = math.nan) -> str:
     """A latency for people, in its kind's unit, with its standard error where known ("79.0 ± 1.6 ms")."""
     digits, scale, unit = _units(kind)

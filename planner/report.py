@@ -25,6 +25,7 @@ from planner.plan_objects import (
     PoolDetail,
     classes_short_of_capacity,
     default_limit_note,
+    option_name,
     peak_shortfall,
     thresholds_left_out,
 )
@@ -144,7 +145,9 @@ def _explorations(plan: Plan, figures: dict[str, str], left: str) -> str:
         w(few)
     if "split" in figures:
         w("")
-        w(f"![Cost by split option]({figures['split']})")
+        w(f"![Cost by split option and lever]({figures['split']})")
+        w("")
+        w(_split_figure_text(plan))
     w("")
     w(_per_gpu(plan))
     w(_sweep(plan, figures.get("ttft")))
@@ -159,7 +162,8 @@ def _explorations(plan: Plan, figures: dict[str, str], left: str) -> str:
     w("")
     w("## Next-best distinct plans")
     w("")
-    w(f"Each is re-solved {_short_by_the_model(plan)}, without the pools of the plans above it.\n\n"
+    w(f"Each is re-solved {_short_by_the_model(plan)}, with any set of pools but those of the plans above it "
+      "(it may keep some of their pools)." + _tie_note(plan) + "\n\n"
       + _outcomes_table(plan.alternatives, plan, "Plan") if plan.alternatives else "No other feasible plan.")
     w("")
     w("## Sensitivity to the peak rate")
@@ -167,6 +171,51 @@ def _explorations(plan: Plan, figures: dict[str, str], left: str) -> str:
     w(_sensitivity(plan))
     w("")
     return "\n".join(out)
+
+
+def _priced_other_than_paid(plan: Plan) -> bool:
+    """A fleet service whose GPUs the fleet pays other than at their on-demand prices (committed types):
+    its figures, at its own prices, are not what it costs the fleet (a probe read rag_70b's $171.88
+    where the fleet pays $129.48). Without commitments the section is the service's own report."""
+    return plan.alone is not None and bool({p.config.gpu.id for p in plan.pools} & plan.alone_committed)
+
+
+# A fleet service's figures price the service alone, at its candidates' on-demand prices
+_OWN_PRICES_TEXT = ("The figure prices the service alone, at its own (on-demand) prices, as its rows above do: the "
+                    "fleet's totals price what the fleet pays.")
+
+
+def _split_figure_text(plan: Plan) -> str:
+    """What the split figure draws: the feasible rows of the split options and the levers, the plan's
+    marked; the infeasible ones named (a fleet's 128k service drew no "no split" bar, and said nothing)."""
+    left = [o.name for o in plan.split_analysis + plan.levers if not o.feasible]
+    return (f"Drawn: every feasible row of the split options and the levers, {_which_plan(plan)}'s in orange; a lever that "
+            "changes the service (a lower context limit rejects requests) can cost less without serving as much."
+            + (f" Not drawn, infeasible: {', '.join(left)}." if left else "")
+            + (f" {_OWN_PRICES_TEXT}" if _priced_other_than_paid(plan) else ""))
+
+
+def _tie_note(plan: Plan) -> str:
+    """Where the next best plan costs the same and takes as many GPUs, the plan is one of equals by the
+    model: the rule for ties chose between them, not a saving (the 128k rollout's short pool on 2 x
+    tp2 or 4 x tp1 H100s). A fleet service's rows are measured against its plan alone where that is
+    not the fleet's (Plan.alone_differs), and so is the note."""
+    if not plan.alternatives:
+        return ""
+    first = plan.alternatives[0]  # (explore_plan keeps the feasible ones)
+    gpus = plan.solution.gpus if plan.alone is None else plan.alone.gpus
+    if abs(first.cost_per_hour - plan.compared_usd_per_hour) >= 0.005 or first.gpus != gpus:
+        return ""
+    return (f" Next best #1 costs the same and takes as many GPUs: by the model {_which_plan(plan)} is one of equals, "
+            "which the rule for ties decides between (fewer pools, then no split or the lowest threshold, then the more "
+            "precise weights and KV cache, then the more requests/s; between GPU types of one price, the solver's "
+            "order).")
+
+
+def _which_plan(plan: Plan) -> str:
+    """What a section's explorations are measured against: the plan, or a fleet service's plan alone
+    where that is not the fleet's (Plan.alone_differs, as _versus heads their column)."""
+    return "the plan alone" if plan.alone_differs else "the plan"
 
 
 # What a stated fleet's report leaves out (_not_explored), as the README lists it.
@@ -306,7 +355,7 @@ def _decision(plan: Plan) -> str:
         f"{usd_text(plan.cost_per_hour)} per hour, {usd_text(plan.cost_per_month)} per month, "
         f"{_usd_per_million(cpm['blended'])} per million tokens** (input {_usd_per_million(cpm['input'])}, "
         f"output {_usd_per_million(cpm['output'])}; "
-        f"at the peak rate, {plan.scenario.sizing.mode.replace('_', '-')} sizing).",
+        f"at the peak rate, {plan.scenario.sizing.mode.replace('_', '-')} sizing{_grown_peak_text(plan)}).",
         "",
         f"Sized for a peak of {plan.peak_rps:,.2f} requests/s × headroom {plan.scenario.traffic.headroom:g} = "
         f"{plan.peak_rps * plan.scenario.traffic.headroom:,.2f} requests/s, context limit {plan.context_limit:,} tokens, "
@@ -374,7 +423,8 @@ def _pools_table(plan: Plan) -> str:
         binding = planned_binding(pool.capacity.binding, pool.planned_by, pool.calibration)
         rows.append(
             f"| {tc.label} | {requests} | {cfg.gpu.id} | {cfg.tp} | {cfg.weight_dtype} | {cfg.kv_dtype} | "
-            f"{tc.max_model_len:,} | {pool.replicas:,} | {pool.gpus:,} | {pool.planned_rps:,.3f} | {cover} | "
+            f"{tc.max_model_len:,} | {pool.replicas:,} | {pool.gpus:,} | "
+            f"{_covering_text(pool.planned_rps, pool.replicas, tc.rate_rps * part)} | {cover} | "
             f"{binding} | {usd_text(pool.cost_per_hour)} |"
         )
     rows.append(f"| **Total** | | | | | | | | **{plan.solution.gpus:,}** | | | | **{usd_text(plan.cost_per_hour)}** |")
@@ -383,6 +433,18 @@ def _pools_table(plan: Plan) -> str:
     rows += [line for note in [_untested_capacity_note(plan)] if note for line in ("", note)]
     rows += [line for note in routing_notes(plan) for line in ("", note)]
     return "\n".join(rows)
+
+
+def _covering_text(per_replica_rps: float, replicas: int, cover_rps: float) -> str:
+    """A replica's rate to three decimals, or to as many more (up to six) as it takes for the row to
+    show that its replicas cover the rate beside it, to that rate's three: a pool planned at the rate
+    it held in simulation carries exactly its share (the 128k rollout's long pool, 1.024 req/s on 11
+    replicas, read 0.093 each, 11 x 0.093 = 1.023)."""
+    for digits in (3, 4, 5):
+        # the product as a reader works it out, to the rate's three decimals
+        if round(round(per_replica_rps, digits) * replicas, 3) >= round(cover_rps, 3):
+            return f"{per_replica_rps:,.{digits}f}"
+    return f"{per_replica_rps:,.6f}"
 
 
 def _untested_capacity_note(plan: Plan) -> str:
@@ -536,7 +598,7 @@ def _why_of(plan: Plan, sol, left_out: str) -> str:
     chosen = next(o for o in plan.split_analysis if o.solution is not None and o.solution.option == sol.option)
     mine, _ = describe(chosen)
     long_share = next(tc.share for tc in plan.classes[sol.option] if tc.name == "long")
-    text = f"Why split: {long_share:.1%} of requests exceed {sol.threshold:,} tokens. "
+    text = f"Why split: {long_share:.1%} of {'served ' if plan.rejected_requests else ''}requests exceed {sol.threshold:,} tokens. "
     if none is None or not none.feasible:
         reason = none.why_not if none is not None else ""
         return text + f"One pool at the {plan.context_limit:,}-token limit is infeasible{': ' + reason if reason else ''}; the split — {mine}."
@@ -632,13 +694,27 @@ TOKEN_SPLIT_TEXT = ("Input and output split each pool's cost by the share of its
                     "output carries the rest, decode and idle time alike")
 
 
+def _grown_peak_text(plan: Plan) -> str:
+    """Where the peak is grown (traffic.growth), that the cost per token is a future one, and what the
+    same fleet's tokens cost at today's peak (tokens scale with the rate, the cost does not): a
+    finance reader took 70b_enterprise's $0.284 at a peak 25% above the log's for today's price."""
+    growth = plan.scenario.traffic.growth
+    if growth == 1:
+        return ""
+    if growth < 1:  # a smaller future peak: today's is more than the fleet carries, and no price there holds
+        return f"; the peak includes growth × {growth:g}: the fleet is sized below today's peak"
+    return (f"; the peak includes growth × {growth:g}: at today's peak the same fleet's tokens cost "
+            f"{_usd_per_million(plan.cost_per_million['blended'] * growth)} per million")
+
+
 def _finance(plan: Plan) -> str:
     cpm = plan.cost_per_million
     # tokens an hour are expected values; the blended row shows the sum of the rows above as shown,
     # which rounding each on its own could leave a token off
     shown_tokens = round(plan.input_tokens_per_hour) + round(plan.output_tokens_per_hour)
     return "\n".join([
-        "Cost per million tokens, at the peak rate (the fleet is sized for the peak; at lower load each token costs more):",
+        "Cost per million tokens, at the peak rate (the fleet is sized for the peak; at lower load each token costs "
+        f"more{_grown_peak_text(plan)}):",
         "",
         "| | Tokens per hour | Cost per hour | Cost per million tokens |",
         "|---|---:|---:|---:|",
@@ -721,7 +797,16 @@ def _sweep(plan: Plan, figure: str | None) -> str:
         else:
             lines.append(f"| {label} | infeasible | — | — | {o.why_not} |")
     if figure:
+        left = [label for label, o in ((f"× {m:g}", o) for m, o in sorted(plan.ttft_sweep, key=lambda r: r[0]))
+                if not o.feasible]
         lines += ["", f"![Cost against the TTFT target]({figure})"]
+        said = [f"The targets as stated ({_which_plan(plan)}) in orange; only the limits marked were solved, and a "
+                "cost between them comes in whole replicas, not along the line."]
+        if left:
+            said.append(f"Not drawn: the infeasible limits ({', '.join(left)}), which no plan holds.")
+        if _priced_other_than_paid(plan):
+            said.append(_OWN_PRICES_TEXT)
+        lines += ["", " ".join(said)]
     return "\n".join(lines) + "\n\n"
 
 
@@ -863,7 +948,10 @@ def _traffic(plan: Plan, figure: str | None) -> str:
     ]
     if scn.traffic.shared_prefix_tokens:
         lines.append(f"- Shared prefix: {scn.traffic.shared_prefix_tokens:,} tokens per request (prefix caching).")
-    lines += ["", "| Tokens | Mean | p50 | p90 | p99 | Max |", "|---|---:|---:|---:|---:|---:|"]
+    # of the served requests only where some are rejected: an analyst checking the table against the log
+    # (all 50,000 of 70b_enterprise's) found a mean prompt of 11,777 tokens, not 7,945
+    head = f"Tokens of the {h.requests:,} served requests" if plan.rejected_requests else "Tokens"
+    lines += ["", f"| {head} | Mean | p50 | p90 | p99 | Max |", "|---|---:|---:|---:|---:|---:|"]
     bounded = False
     for of in ("prompt", "output", "total"):
         q = h.quantiles(of, qs)
@@ -880,6 +968,10 @@ def _traffic(plan: Plan, figure: str | None) -> str:
     lines += ["", "Share of served requests above: " + ", ".join(f"{t:,} tokens {s:.2%}" for t, s in shares) + "."]
     if figure:
         lines += ["", f"![Traffic]({figure})"]
+        if plan.rejected_requests:  # its shares reach 1 at the limit: of the served requests, not of all
+            lines += ["", f"The figure shows the {h.requests:,} served requests; the {plan.rejected_requests:,} "
+                          f"longer than the {plan.context_limit:,}-token limit ({rejected_text(plan)}) lie past its "
+                          "right edge."]
     return "\n".join(lines)
 
 
@@ -1071,14 +1163,21 @@ def start_figures(plan: Plan, *, prefix: str = "") -> dict[str, tuple[str, Calla
             "target_figure", points=[(first.ttft.limit_s, plan.compared_usd_per_hour)]
             + [(first.ttft.limit_s * m, o.cost_per_hour) for m, o in plan.ttft_sweep],
             xlabel=f"{first.name}: TTFT {first.ttft.stat} limit (s; other bands scaled alike)",
-            title=f"{name}: cost per hour against the TTFT target"))
+            title=f"{name}: cost per hour against the TTFT target", stated=first.ttft.limit_s))
     started["traffic"] = (stem + FIGURE_SUFFIXES["traffic"],
                           start_traffic_figure(plan.served, plan.context_limit, plan.scenario.thresholds))
     if "split" in figure_kinds(plan.given_fleet):
         started["split"] = (stem + FIGURE_SUFFIXES["split"], draw(
             "cost_figure", rows=[(o.name, o.cost_per_hour) for o in plan.split_analysis + plan.levers],
-            title=f"{name}: cost per hour by split option and lever"))
+            title=f"{name}: cost per hour by split option and lever", chosen=_chosen_row(plan)))
     return started
+
+
+def _chosen_row(plan: Plan) -> str | None:
+    """The split analysis's row of the plan its section's rows are measured against (the plan, or a
+    fleet service's plan alone): the one the split figure marks."""
+    option = (plan.alone.solution if plan.alone is not None and plan.alone.solution is not None else plan.solution).option
+    return option_name(option)
 
 
 def start_traffic_figure(served: Histogram, limit: int, thresholds: Sequence[int]) -> Callable[[], bytes]:

@@ -20,6 +20,7 @@ from planner.pool_check import (
     apart_text,
     few_beyond,
     latency_text,
+    limit_text,
     missing_tail_parts,
     undecided,
     undecided_phrase,
@@ -86,7 +87,9 @@ def seeds_text(seeds: list[int]) -> str:
 
 
 def _target(c: TargetCheck) -> str:
-    return f"{c.stat} ≤ {_value(c.limit_s, c.kind)}"
+    """'p99 ≤ 2.00 s': the limit in the column's decimals, or in as many more as it was stated with (a
+    TTFT limit of 0.085 s read '≤ 0.09 s', beside a prediction of 0.08)."""
+    return f"{c.stat} ≤ {limit_text(c.limit_s, c.kind)}"
 
 
 def band_rows(bands: tuple[BandCheck, ...], *, simulated: bool = True, past_roofline: bool = False) -> list[str]:
@@ -97,8 +100,8 @@ def band_rows(bands: tuple[BandCheck, ...], *, simulated: bool = True, past_roof
         for b in bands:
             for c in b.checks:
                 verdict = "**misses** (model): past the roofline at this rate" if past_roofline else _model_verdict(b, c)
-                rows.append(f"| {b.band.label()} | {_WHAT[c.kind]} {_target(c)} | {_value(c.predicted_s, c.kind)} | "
-                            f"{verdict} |")
+                rows.append(f"| {b.band.label()} | {_WHAT[c.kind]} {_target(c)} | "
+                            f"{apart_text(c.predicted_s, c.limit_s, c.kind)} | {verdict} |")
         return rows
     rows = ["| Band | Requests measured | Target | Predicted | Simulated | Verdict |", "|---|---:|---|---:|---:|---|"]
     for b in bands:
@@ -119,8 +122,11 @@ def target_cells(b: BandCheck, c: TargetCheck) -> tuple[str, str, str, str]:
         verdict = _model_verdict(b, c)
     if math.isfinite(c.simulated_s) and c.kind != "itl":  # an ITL is over the pool's decode tokens, not the band's requests
         verdict += _few_requests(b.requests if c.samples is None else c.samples, c.stat)
-    return (f"{_WHAT[c.kind]} {_target(c)}", _value(c.predicted_s, c.kind),
-            _value(c.simulated_s, c.kind, c.standard_error_s), verdict)
+    # each value with the digits that tell it from the limit (a simulated 2.004 s read "2.00 s ... misses"),
+    # or with its standard error, where runs were pooled
+    simulated = (_value(c.simulated_s, c.kind, c.standard_error_s) if math.isfinite(c.standard_error_s)
+                 else apart_text(c.simulated_s, c.limit_s, c.kind))
+    return f"{_WHAT[c.kind]} {_target(c)}", apart_text(c.predicted_s, c.limit_s, c.kind), simulated, verdict
 
 
 def _model_verdict(b: BandCheck, c) -> str:
@@ -268,7 +274,7 @@ def tail_lines(pool, thresholds) -> list[str]:
             read = f"{predicted} ({_value(t.simulated_s, t.kind)} simulated{_few_requests(t.requests, t.stat)})"
         allowed = 1 - statistic_quantile(t.stat)
         out += ["", f"**Requests with {t.part.range_text} ({share_text(t.share)} of this pool's requests in band "
-                f"{t.band.label(quoted=True)}) miss {_WHAT[t.kind]} {t.stat} ≤ {_value(t.limit_s, t.kind)} on their own:** "
+                f"{t.band.label(quoted=True)}) miss {_WHAT[t.kind]} {t.stat} ≤ {limit_text(t.limit_s, t.kind)} on their own:** "
                 f"{read}. The band's {t.stat} is over all its requests, and those of these over the limit are within "
                 f"the {allowed:.0%} of the band it lets past. To hold them to a limit of their own, give them a band "
                 f"(`slo.bands`: one ending at `prompt_below: {t.part.prompt_min_tokens}`, then one for them)."]
@@ -289,8 +295,10 @@ def tail_note(plan) -> str:
         for t in missing_tail_parts(pool, plan.scenario.thresholds):
             if t.share <= 1 - statistic_quantile(t.stat):
                 continue
+            # the share is of the band's requests in this pool: a split pool holds only part of the band
             what = (f"requests with {t.part.range_text} miss {t.band.target_text(t.kind)} on their own "
-                    f"({share_text(t.share)} of their band's requests)")
+                    f"({share_text(t.share)} of the requests in band {t.band.label(quoted=True)}"
+                    + (f" of pool '{pool.traffic_class.name}')" if several else ")"))
             where = f" on {pool.config.gpu.id}" if several else ""
             close = " (a close call)" if t.close_call else ""
             read = f"{apart_text(t.judged_s, t.limit_s, t.kind)} {'simulated' if t.measured else 'predicted'}{where}{close}"

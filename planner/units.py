@@ -36,24 +36,29 @@ def share_text(share: float) -> str:
     return "<0.1%" if 0 < share < 0.0005 else f"{share:.1%}"
 
 
+def counted_text(n: int, noun: str) -> str:
+    """A count in words, the noun in the plural unless it is one: '1 row', '1,200 rows'."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
 def gpus_text(n: int) -> str:
     """A count of GPUs in words: '1 GPU', '22 GPUs'."""
-    return f"{n:,} GPU" if n == 1 else f"{n:,} GPUs"
+    return counted_text(n, "GPU")
 
 
 def gpu_types_text(n: int) -> str:
     """A count of GPU types in words: '1 GPU type', '2 GPU types'."""
-    return f"{n:,} GPU type" if n == 1 else f"{n:,} GPU types"
+    return counted_text(n, "GPU type")
 
 
 def quarters_text(n: int) -> str:
     """A count of quarters in words: '1 quarter', '4 quarters'."""
-    return f"{n:,} quarter" if n == 1 else f"{n:,} quarters"
+    return counted_text(n, "quarter")
 
 
 def replicas_text(n: int) -> str:
     """A count of replicas in words: '1 replica', '4 replicas'."""
-    return f"{n:,} replica" if n == 1 else f"{n:,} replicas"
+    return counted_text(n, "replica")
 
 
 # Significant digits a dollar figure is read to before it is rounded for display, at least: a

@@ -1160,6 +1160,24 @@ def test_simulate_replays_the_plan_solve_reports_where_the_scenario_says_verify_
     assert text.startswith("Not certified: the scenario says `verify: false`, so `planner solve` reports the model's plan")
 
 
+def test_simulate_no_verify_replays_the_plan_solve_no_verify_reports(tmp_path):
+    """--no-verify replays the model's plan, as `planner solve --no-verify` reports it, whatever the
+    scenario says; --verify certifies a scenario's plan that says `verify: false`."""
+    path = write(tmp_path, SCENARIO)
+    planned = json.loads(CliRunner().invoke(main, ["solve", str(path), "--no-report", "--no-verify", "--json"]).output)
+    r = CliRunner().invoke(main, ["simulate", str(path), "--no-verify", "--json"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert (out["verify"], out["certified"]) == (False, None)
+    assert [p["replicas"] for p in out["pools"]] == [p["replicas"] for p in planned["plan"]]
+    text = CliRunner().invoke(main, ["simulate", str(path), "--no-verify"]).output
+    assert text.startswith("Not certified: --no-verify, so `planner solve --no-verify` reports the model's plan")
+    assert "--verify would" in text.splitlines()[0]
+    unverified = write(tmp_path, SCENARIO + "verify: false\n", name="unverified.yaml")
+    out = json.loads(CliRunner().invoke(main, ["simulate", str(unverified), "--verify", "--json"]).output)
+    assert out["verify"] is True and out["certified"] is True
+
+
 def test_simulate_takes_the_fewest_requests_a_certification_run_can_use(tmp_path):
     """simulation.band_requests may be 500, and a pool whose one band holds every request then runs
     556 a seed: the count the report shows must be one --requests takes (it refused under 1,000)."""

@@ -737,6 +737,38 @@ def test_a_budget_short_by_less_than_a_cent_is_told_so_as_stated(tmp_path):
     assert r.output.strip().endswith(f"less than a cent over the budget of ${budget:,}"), r.output
 
 
+def test_a_budget_is_in_the_json_and_called_the_fleet_s_one_rule(tmp_path):
+    """The report stated a budget and what the plan leaves of it, `--json` neither; and with no cap the
+    report said no fleet-wide rule was set, with a budget set."""
+    path = write_fleet(tmp_path, budget_usd_per_month=100_000.0)
+    r = CliRunner().invoke(main, ["solve", str(path), "--out-dir", str(tmp_path / "out"), "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert doc["budget_usd_per_month"] == 100_000.0
+    assert doc["budget_left_usd_per_month"] == pytest.approx(100_000.0 - doc["cost_usd_per_month"])
+    report = (tmp_path / "out" / "twin.md").read_text(encoding="utf-8")
+    assert ("No shared limit: no shared GPU type has a cap and the fleet-wide budget, its one rule, refuses a fleet "
+            "over it and never changes the cheapest one, so every service's plan is the one it would make alone.") in report
+    plain = json.loads(CliRunner().invoke(main, ["solve", str(write_fleet(tmp_path)), "--no-report", "--json"]).output)
+    assert (plain["budget_usd_per_month"], plain["budget_left_usd_per_month"]) == (None, None)
+
+
+def test_committed_gpus_of_a_type_no_service_can_run_are_named_as_such(tmp_path):
+    """Four reserved H200s, no service listing h200: paid and idle, 74% of a probe's fleet cost, as if
+    the optimiser had left them so; a forgotten `gpus:` entry is said."""
+    path = write_fleet(tmp_path, services=[service("alpha", 3.0)],
+                       inventory={"h200": {"reserved": 4, "reserved_usd_per_hour": 4.0}})
+    r = CliRunner().invoke(main, ["solve", str(path), "--out-dir", str(tmp_path / "out")])
+    assert r.exit_code == 0, r.output
+    report = (tmp_path / "out" / "twin.md").read_text(encoding="utf-8")
+    assert ("h200: 4 committed GPUs no service can run (none lists h200 among its `gpus`): idle, $16.00 per hour. "
+            "List it in a service's `gpus` to plan on them.") in report
+    runs = write_fleet(tmp_path, services=[service("alpha", 3.0)],
+                       inventory={"l40s": {"owned": 8, "owned_usd_per_hour": 0.7}})
+    assert CliRunner().invoke(main, ["solve", str(runs), "--out-dir", str(tmp_path / "runs")]).exit_code == 0
+    assert "no service can run" not in (tmp_path / "runs" / "twin.md").read_text(encoding="utf-8")
+
+
 def test_the_command_line_names_committed_gpus_left_idle_whose_cost_it_counts(tmp_path):
     """Eight owned L40S, one small service: the line's $/hour pays all eight, so it names the idle
     ones, as the report and `planner forecast` do; a fleet that uses what it committed says nothing."""
@@ -788,8 +820,8 @@ def test_a_fleet_with_no_plan_names_the_service_that_cannot_be_served_or_what_ea
     r = CliRunner().invoke(main, ["solve", str(apart), "--out-dir", str(tmp_path / "b")])
     assert r.exit_code == 3
     assert re.fullmatch(r"error: .*fleet\.yaml: every service can be served alone within the shared caps, but the shared "
-                        r"rules \(at most 1 GPU type\) leave no fleet that covers every service's peak; alone, the cheapest "
-                        r"plans take alpha \d+ h100-sxm; beta \d+ l40s\n", r.output)
+                        r"rules \(at most 1 GPU type\) leave no fleet that covers every service's peak; alone \(each within "
+                        r"the caps, the rules aside\), the cheapest plans take alpha \d+ h100-sxm; beta \d+ l40s\n", r.output)
     # Each fits alone only with a pool on each committed type (the fleet's rule, which its ILP has too):
     # without that rule the message blamed alpha, which the same inventory serves on its own.
     svc = {"traffic": {"source": {"constant": {"prompt_tokens": 2000, "output_tokens": 300}},
@@ -807,7 +839,8 @@ def test_a_fleet_with_no_plan_names_the_service_that_cannot_be_served_or_what_ea
     assert r.exit_code == 3
     assert re.fullmatch(r"error: .*fleet\.yaml: every service can be served alone within the shared caps, but the shared "
                         r"rules \(h100-sxm ≤ 4 GPUs, l40s ≤ 2 GPUs\) leave no fleet that covers every service's peak; "
-                        r"alone, the cheapest plans take alpha 4 h100-sxm \+ 2 l40s; beta \d+ h100-sxm( \+ \d+ l40s)?\n", r.output)
+                        r"alone \(each within the caps, the rules aside\), the cheapest plans take alpha 4 h100-sxm \+ 2 "
+                        r"l40s; beta \d+ h100-sxm( \+ \d+ l40s)?\n", r.output)
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists() and not (tmp_path / "d").exists()
 
 
@@ -999,6 +1032,24 @@ def test_a_type_with_only_idle_commitments_has_no_paid_price_in_the_csv():
     header, row = _table(TYPE_COLUMNS, [(SimpleNamespace(quarter="2027Q1"), idle)])
     assert dict(zip(header, row, strict=True))["paid_usd_per_gpu_hour"] == ""
     assert dict(zip(header, row, strict=True))["usd_per_hour"] == "2.800000"
+
+
+def test_a_fleet_forecast_states_the_budget_it_holds_every_quarter_to(tmp_path):
+    """The budget is enforced on every quarter (one over it exits 3), and the forecast said nothing of it."""
+    from planner import fleet_forecast as ff
+    from planner.fleet import load_fleet
+    from planner.units import usd_text
+
+    forecast = {"quarters": [{"quarter": "2027Q1"}, {"quarter": "2027Q2", "growth": 0.5}]}
+    path = write_fleet(tmp_path, forecast=forecast, budget_usd_per_month=50_000.0)
+    fleet = load_fleet(path)
+    q1, q2 = results = ff.run_fleet_forecast(fleet)
+    assert q2.plan.cost_per_month > q1.plan.cost_per_month
+
+    assert (f"Budget: $50,000.00 per month (`budget_usd_per_month`), every quarter's fleet within it; the closest, "
+            f"2027Q2, leaves {usd_text(50_000.0 - q2.plan.cost_per_month)} of it a month.") in ff.fleet_forecast_markdown(
+                "twin", results, fleet)
+    assert ff.fleet_forecast_json(results)["budget_usd_per_month"] == 50_000.0
 
 
 def test_fleet_forecast_carries_the_whole_fleet_forward(tmp_path):
@@ -1361,6 +1412,29 @@ def test_a_fleet_of_one_service_capping_a_type_the_fleet_caps_too_keeps_both_cap
     tight = write_fleet(tmp_path, services=[one], inventory={"h100-sxm": {"max_new": 2}})
     r = CliRunner().invoke(main, ["solve", str(tight), "--no-report"])
     assert r.exit_code == 3, r.output  # the fleet's cap still binds beside the service's own
+
+
+def test_a_fleet_lp_file_with_a_service_named_from_a_digit_reads_and_solves_to_the_plan_s_cost(tmp_path):
+    """The shipped fleet's .lp file (its service `128k_rollout`) began names with a digit, which the LP
+    format reads as a coefficient: HiGHS and CBC refused it. Its objective leaves out the committed
+    GPUs' cost, which the header now states, so a re-solve plus that constant is the plan's cost."""
+    import highspy
+
+    path = write_fleet(tmp_path, services=[service("8b_chat", 30.0), service("beta", 12.0)],
+                       inventory={"h100-sxm": {"reserved": 4, "reserved_usd_per_hour": 2.0}})
+    lp = tmp_path / "fleet.lp"
+    r = CliRunner().invoke(main, ["solve", str(path), "--no-report", "--write-lp", str(lp), "--json"])
+    assert r.exit_code == 0, r.output
+    cost = json.loads(r.output)["cost_usd_per_hour"]
+    text = lp.read_text()
+    assert "_8b_chat_cover_none_all" in text
+    assert ("\\ The objective leaves out the committed GPUs' cost, $8.00 per hour, paid whether used or not (a "
+            "constant):\n\\ add it to this file's optimum for the plan's cost.\n") in text
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    assert h.readModel(str(lp)) == highspy.HighsStatus.kOk
+    h.run()
+    assert h.getInfo().objective_function_value + 8.0 == pytest.approx(cost)
 
 
 def test_services_whose_names_differ_in_case_keep_distinct_ilp_rows(tmp_path):

@@ -28,6 +28,7 @@ tokens = st.one_of(
     st.integers(0, 200_000), st.integers(0, 200_000), st.integers(0, 200_000),
     st.integers(-1_000, -1),
     st.sampled_from([None, 12.0, 12.5, math.nan, math.inf, -3.0, True, 2**53 + 1, 2**63, 10**30, 3_000_000_000]),
+    st.sampled_from([2**24, 9_000_000, 8_000_000]),  # each within the longest request, two together past it
     st.sampled_from(["abc", "12", "-4", "1e3", "NA", "", " ", "0x10", "7.0"]),
 )
 times = st.one_of(
@@ -174,6 +175,8 @@ def expected(fmt: str, rows: list[dict], kinds: dict[str, str], with_time: bool)
             r["output_tokens"], fmt, kinds["output_tokens"])
         if p_problem is None and p == 0:  # no engine serves an empty prompt
             p_problem = EMPTY_PROMPT
+        if p_problem is None and o_problem is None and p + o > MAX_TOKENS:  # each within it, the total past it
+            p_problem = TOO_LONG
         t_problem, t = arrival(r["timestamp_ms"], fmt, kinds["timestamp_ms"], column_kind) if with_time else (None, None)
         worst = max((p_problem, o_problem, t_problem), key=RANK.__getitem__)
         if worst is None:

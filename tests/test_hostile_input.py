@@ -801,7 +801,10 @@ def test_the_infeasible_message_names_the_class_and_never_empty_caps(tmp_path):
 @pytest.mark.parametrize(
     ("text", "requests", "excluded", "prompt_max"),
     [
-        ("prompt_tokens,output_tokens\n16777216,5\n", 1, {"null": 0, "negative": 0, "non_numeric": 0, "too_long": 0, "empty_prompt": 0}, 16_777_216),
+        ("prompt_tokens,output_tokens\n16777216,0\n", 1, {"null": 0, "negative": 0, "non_numeric": 0, "too_long": 0, "empty_prompt": 0}, 16_777_216),
+        # each count within 2**24, their sum past it: no request is that long either
+        ("prompt_tokens,output_tokens\n16777216,5\n9,5\n", 1,
+         {"null": 0, "negative": 0, "non_numeric": 0, "too_long": 1, "empty_prompt": 0}, 9),
         # longer than any context window: one such row's square alone would overflow a cell's sums
         ("prompt_tokens,output_tokens\n5000000000,5\n16777217,5\n9,5\n", 1,
          {"null": 0, "negative": 0, "non_numeric": 0, "too_long": 2, "empty_prompt": 0}, 9),
@@ -1170,6 +1173,26 @@ forecast:
                    "check forecast.quarters[].reserved, forecast.commitment_term_quarters")
 
 
+def test_gpu_types_whose_names_differ_only_in_punctuation_are_refused_not_a_traceback(tmp_path):
+    """A catalog's `h100_sxm` beside `h100-sxm` named the same ILP rows: PuLP's traceback, exit 1."""
+    clone = tmp_path / "clone.yaml"
+    r = run("catalog", "gpus", "--json")
+    entry = next(g for g in json.loads(r.stdout) if g["id"] == "h100-sxm")
+    entry.pop("id")
+    clone.write_text(yaml.safe_dump({"gpus": {"h100_sxm": entry | {"name": "a clone"}}}), encoding="utf-8")
+    path = scenario(tmp_path, BASE.replace("gpus: [h100-sxm]", "gpus: [h100-sxm, h100_sxm]"))
+    one_line_error(run("solve", path, "--catalog", clone, "--no-report"), 2,
+                   "s.yaml: gpus[1]: 'h100_sxm' and 'h100-sxm' differ only in characters the ILP's names")
+    # across a fleet's services, with the inventory naming both
+    other = yaml.safe_load(BASE) | {"name": "other", "gpus": ["h100_sxm"]}
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(yaml.safe_dump({"name": "f", "services": [yaml.safe_load(BASE), other],
+                                     "inventory": {"h100-sxm": {"max_new": 40}, "h100_sxm": {"max_new": 40}}}),
+                     encoding="utf-8")
+    one_line_error(run("solve", fleet, "--catalog", clone, "--no-report"), 2,
+                   "fleet.yaml: GPU types 'h100-sxm' and 'h100_sxm' (of the services' `gpus` and the inventory) differ")
+
+
 def test_a_gpu_listed_twice_in_a_fleets_service_is_named_once_under_the_service(tmp_path):
     # the path read "services[0].gpus: gpus[1]: ...": a list's own check was matched without the prefix
     service = yaml.safe_load(BASE) | {"gpus": ["h100-sxm", "h100-sxm"]}
@@ -1255,18 +1278,72 @@ def test_a_yaml_11_number_form_that_reads_as_another_number_is_refused(tmp_path,
     assert leftovers(tmp_path / "out") == []
 
 
+def _client_log(path, rows: int, client=lambda i: f"client{i}") -> None:
+    path.write_text("prompt_tokens,output_tokens,timestamp_ms,client\n" + "".join(
+        f"{100 + i},10,{1_700_000_000_000 + i * 500},{client(i)}\n" for i in range(rows)))
+
+
+@pytest.mark.parametrize(("case", "rows", "opened", "lost"), [
+    ("in a counted column", 2000, 12, 1989),
+    ("in an unread text column", 2000, 1001, 1000),
+    ("past Python's 128 KiB field limit", 12000, 12, 11989),
+    ("two stray quotes, an even count", 2000, 12, 1490),
+    ("paired with a later quoted value's", 2000, 12, 1490),
+    ("counts written as floats (a column that held a NaN)", 2000, 12, 1989),
+    ("in a file of several of the reader's blocks", 60000, 12, 59989),
+])
+def test_a_quote_left_open_in_a_csv_is_refused_not_read_as_a_short_log(tmp_path, case, rows, opened, lost):
+    """An opening '"' not closed where its value ends made every line up to the next quote (or the
+    reader's block's end) one value: 10 requests of 2,000 and one row excluded, or, in a column the
+    planner does not read, 1,000 requests and not a word, exit 0. A reading found a count of quotes
+    blind to two stray ones and Python's strict reader to a long value or a later quoted one."""
+    log = tmp_path / "log.csv"
+    if case == "in a counted column":
+        log.write_text("prompt_tokens,output_tokens,timestamp_ms,client\n" + "".join(
+            ('"' if i == 10 else "") + f"{100 + i},10,{1_700_000_000_000 + i * 500},client{i}\n" for i in range(rows)))
+    elif case.startswith("counts written as floats"):
+        log.write_text("prompt_tokens,output_tokens,timestamp_ms,client\n" + "".join(
+            f"{100 + i}.0,10.0,{1_700_000_000_000 + i * 500}," + ('"' if i == 10 else "") + f"client{i}\n"
+            for i in range(rows)))
+    else:
+        stray = {"in an unread text column": {999}, "two stray quotes, an even count": {10, 1500}}.get(case, {10})
+        quoted = 1500 if case == "paired with a later quoted value's" else None
+        _client_log(log, rows, lambda i: '"client' if i in stray else '"a, b"' if i == quoted else f"client{i}")
+    r = run("histogram", log, "-o", tmp_path / "h.parquet")
+    one_line_error(r, 2, f"{log}: a '\"' opened on line {opened:,} is not closed where its value ends: {lost:,} lines "
+                   "after it that read as rows of the file are read as its text")
+    assert leftovers(tmp_path) == ["log.csv"]
+
+
+def test_quoted_values_over_several_lines_and_a_quote_of_a_value_s_own_are_read_whole(tmp_path):
+    """A quoted prompt over two lines, one quoting a table of the log's own shape, an inch mark inside an
+    unquoted value, and a quote left open in the last row (which holds no row after it) lose no row,
+    and are not refused; nor are quoted values over lines across the reader's 1 MiB blocks (pyarrow
+    read such a log "out of sync with chunker")."""
+    log = tmp_path / "log.csv"
+    table = '"sum this:\n1,2,3,4\n5,6,7,8\n9,10,11,12"'
+    _client_log(log, 2000, lambda i: {5: '"a ""quoted""\nname"', 6: '24" screen', 7: table, 1999: '"open'}.get(i, "x"))
+    r = run("histogram", log, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["requests"] == 2000
+    _client_log(log, 60000, lambda i: '"line one\nline two"' if i % 10 == 0 else f"client{i}")
+    r = run("histogram", log, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["requests"] == 60000
+
+
 def test_microsecond_times_read_as_milliseconds_are_refused_with_the_unit_hint(tmp_path):
     log = tmp_path / "us.csv"
     start_us = 1_700_000_000_000_000
     log.write_text("prompt_tokens,output_tokens,timestamp_ms\n"
                    + "".join(f"100,10,{start_us + i * 50_000}\n" for i in range(3000)))
     r = run("histogram", log, "-o", tmp_path / "h.parquet")
-    one_line_error(r, 2, f"{log}: arrival times fall after 2200", "microseconds read as milliseconds? (see --time-unit)")
+    one_line_error(r, 2, f"{log}: arrival times fall after 2200", "microseconds as milliseconds? (see --time-unit)")
     assert leftovers(tmp_path) == ["us.csv"]
     assert run("histogram", log, "--time-unit", "us", "-o", tmp_path / "h.parquet").exit_code == 0
     # the same log as a scenario's is pointed at the scenario's field
     path = scenario(tmp_path, BASE.replace("{constant: {prompt_tokens: 1000, output_tokens: 200}}", "{log: us.csv}"))
-    one_line_error(run("solve", path, "--no-report"), 2, "microseconds read as milliseconds? (see "
+    one_line_error(run("solve", path, "--no-report"), 2, "microseconds as milliseconds? (see "
                    "traffic.source.time_unit)")
 
 
@@ -1714,7 +1791,7 @@ def test_rows_excluded_for_their_time_alone_are_named_by_column_with_the_way_to_
     # a row whose length fails too gets no such promise: --no-time would not bring it back
     log.write_text("prompt_tokens,output_tokens,timestamp_ms\n100,10,1700000000000\nx,10,\n100,10,1700000060000\n")
     r = run("histogram", log, "--json")
-    assert f"warning: {log}: excluded 1 rows (null 1); by column: prompt_tokens 1, timestamp_ms 1\n" in r.stderr
+    assert f"warning: {log}: excluded 1 row (null 1); by column: prompt_tokens 1, timestamp_ms 1\n" in r.stderr
 
 
 def test_an_output_folder_that_cannot_be_looked_at_is_a_one_line_error(tmp_path, monkeypatch):

@@ -291,6 +291,32 @@ def test_a_long_context_pool_s_gap_tail_holds_the_prompts_queued_behind_a_reques
         assert pt.value(0, "itl", "p99") * 1e3 < 0.85 * sim.itl_ms_p99
 
 
+def test_near_capacity_on_long_prompts_the_median_gap_carries_prefill_as_the_mean_says(catalog, monkeypatch):
+    """The same long class at 90% of capacity: the simulator had 58% of the decode tokens in steps
+    that carry prefill, the chain and the queued prompts 24%, so the model's ITL p50 read its decode
+    step alone (9 ms against 200). The mean gap floors that share, taking a full step's prefill as the
+    most a step carries (LatencyPoint._mean_floor); with that floor the share and the median come near
+    the simulator's, and the p99 is the terms' own."""
+    from planner.workload.synth import synthetic_histogram
+
+    hist = synthetic_histogram("chat_long_tail", 200_000, seed=7).select_total(above=32768).select_total(at_most=131072)
+    dep = make_deployment(catalog, model="llama-3.1-8b", gpu="h100-sxm", tp=2, kv_dtype="fp8", max_model_len=131072)
+    prof = token_profile(hist)
+    rm = ReplicaModel(dep, prof, SLO.single())
+    rate = 0.9 * replica_capacity(dep, prof).max_rps
+    pt = rm.latency_at(rm.resident_for_rate(rate, float(dep.engine.max_num_seqs)))
+    sim, tr = simulate_replica(dep, sample_requests(hist, rate, 10_000, seed=0, max_total_tokens=131072), trace=True)
+    steps = slice(len(tr.step_s) // 5, None)
+    decoding = tr.step_decoding[steps].astype(float)
+    simulated_share = float(decoding[tr.step_prefill_s[steps] > 0].sum() / decoding.sum())
+    assert pt.itl_exceed(pt.t_own * 1.001) == pytest.approx(simulated_share, abs=0.15)
+    assert pt.value(0, "itl", "p50") * 1e3 == pytest.approx(sim.itl_ms_p50, rel=0.35)
+    p99 = pt.value(0, "itl", "p99")
+    monkeypatch.setattr(pt, "_mean_floor", lambda y_s: 0.0)  # the terms alone: the same p99, a median at the decode step
+    assert pt.value(0, "itl", "p99") == p99
+    assert pt.value(0, "itl", "p50") < 1.1 * pt.t_own
+
+
 @pytest.mark.parametrize(("model", "gpu", "tp", "lengths"), [
     ("llama-3.1-8b", "a100-80gb", 1, "azure"),
     ("llama-3.1-8b", "h100-sxm", 1, "azure"),

@@ -182,7 +182,7 @@ def test_long_prompts_that_miss_a_shared_band_s_target_on_their_own_are_named(ca
     decision, *lines = [line for line in text.splitlines() if "on their own" in line]
     # the decision names them too, after the verdict: a minority of the band over its limit is part of the decision
     assert decision.endswith(f"(`verify: false` or `planner solve --no-verify`). **Yet requests with prompt ≥ 8,192 "
-                             f"tokens miss TPOT p99 ≤ 60 ms on their own (2.0% of their band's requests): "
+                             f"tokens miss TPOT p99 ≤ 60 ms on their own (2.0% of the requests in band 'every prompt'): "
                              f"{parts['tpot'].predicted_s * 1e3:.1f} ms predicted**. A band's percentile is over all "
                              "its requests, and lets these past; the latency section says how to give them a target "
                              "of their own.")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -626,8 +627,9 @@ def test_the_decision_names_a_part_that_misses_on_its_own_once_with_each_pool_s_
     monkeypatch.setattr(report_latency, "missing_tail_parts", lambda pool, thresholds: [pool.tail])
     plan = SimpleNamespace(pools=pools, scenario=SimpleNamespace(thresholds=[16384]))
     assert report_latency.tail_note(plan) == (
-        " **Yet requests with prompt ≥ 16,384 tokens miss TPOT p99 ≤ 100 ms on their own (13.8% of their band's "
-        "requests): 145.9 ms simulated on h100-sxm, 105.0 ms simulated on h200 (a close call)**. A band's percentile "
+        " **Yet requests with prompt ≥ 16,384 tokens miss TPOT p99 ≤ 100 ms on their own (13.8% of the requests in "
+        "band 'every prompt' of pool 'all'): 145.9 ms simulated on h100-sxm, 105.0 ms simulated on h200 (a close "
+        "call)**. A band's percentile "
         "is over all its requests, and lets these past; the latency section says how to give them a target of their "
         "own.")
     monkeypatch.setattr(report_latency, "missing_tail_parts", lambda pool, thresholds: [])
@@ -647,3 +649,90 @@ def test_an_itl_verdict_is_not_judged_on_its_band_s_requests():
                                                                  "holds")
     tpot = TargetCheck("tpot", "p99", 0.05, 0.03, 0.031, samples=12)
     assert target_cells(BandCheck(band, 12, (tpot,)), tpot)[3].startswith("holds, on few requests (the p99 of 12 ")
+
+
+@pytest.mark.parametrize(("per_replica", "replicas", "cover", "shown"), [
+    (26.852, 2, 48.824, "26.852"),  # a capacity with room to spare: three decimals
+    (1.023870 / 11, 11, 1.023870, "0.0931"),  # planned at the rate it held: 11 x 0.093 = 1.023 read short
+    (1.024 / 3, 3, 1.024, "0.3413"),  # 3 x 0.3413 = 1.0239, 1.024 to the rate's decimals
+    (0.0, 2, 0.0, "0.000"),
+])
+def test_a_pool_s_capacity_shows_the_decimals_that_cover_its_rate(per_replica, replicas, cover, shown):
+    from planner.report import _covering_text
+
+    assert _covering_text(per_replica, replicas, cover) == shown
+    assert round(float(shown) * replicas, 3) >= round(cover, 3)
+
+
+def test_the_cost_per_token_says_when_its_peak_is_a_grown_one():
+    """70b_enterprise's $0.284 per million tokens was at a peak 25% above the log's: a finance reader
+    took it for today's price. Below 1, the fleet does not carry today's peak, and no price is given."""
+    from types import SimpleNamespace
+
+    from planner.report import _grown_peak_text
+
+    def plan(growth):
+        return SimpleNamespace(scenario=SimpleNamespace(traffic=SimpleNamespace(growth=growth)),
+                               cost_per_million={"blended": 0.2840})
+
+    assert _grown_peak_text(plan(1.0)) == ""
+    assert _grown_peak_text(plan(1.25)) == ("; the peak includes growth × 1.25: at today's peak the same fleet's tokens "
+                                            "cost $0.3550 per million")
+    assert _grown_peak_text(plan(0.5)) == "; the peak includes growth × 0.5: the fleet is sized below today's peak"
+
+
+def test_a_next_best_plan_that_ties_the_plan_is_said_and_one_that_does_not_is_not():
+    from types import SimpleNamespace
+
+    from planner.plan_objects import Outcome
+    from planner.report import _tie_note
+
+    def plan(cost, gpus, alone=None):
+        return SimpleNamespace(alternatives=[Outcome("next best #1", True, cost, gpus, "")], alone=alone,
+                               solution=SimpleNamespace(gpus=26), compared_usd_per_hour=77.74,
+                               alone_differs=alone is not None)
+
+    assert _tie_note(plan(77.74, 26)).startswith(" Next best #1 costs the same and takes as many GPUs: by the model "
+                                                 "the plan is one of equals")
+    assert _tie_note(plan(77.75, 26)) == _tie_note(plan(77.74, 30)) == ""
+    alone = Outcome("alone", True, 77.74, 28, "")
+    assert _tie_note(plan(77.74, 28, alone)).startswith(" Next best #1 costs the same and takes as many GPUs: by the "
+                                                        "model the plan alone is one of equals")
+    assert _tie_note(SimpleNamespace(alternatives=[])) == ""
+
+
+def test_the_split_figure_marks_the_plan_and_the_report_names_the_rows_it_leaves_out():
+    """A fleet's 128k service drew no 'no split' bar (infeasible under the caps) and said nothing; every
+    bar was one colour, and the cheapest were levers that change the service."""
+    from types import SimpleNamespace
+
+    from planner.figures import cost_figure
+    from planner.plan_objects import Outcome
+    from planner.report import _chosen_row, _split_figure_text
+
+    rows = [Outcome("no split", False, math.inf, 0, "", "caps"), Outcome("split at 16,384", True, 77.74, 26, "")]
+    levers = [Outcome("context limit 65,536 (rejects 1.0% of requests)", True, 23.92, 8, ""),
+              Outcome("without h100-sxm", False, math.inf, 0, "", "none")]
+    plan = SimpleNamespace(split_analysis=rows, levers=levers, alone=None, alone_differs=False,
+                           solution=SimpleNamespace(option="16384"))
+    assert _chosen_row(plan) == "split at 16,384"
+    assert _split_figure_text(plan).endswith(" Not drawn, infeasible: no split, without h100-sxm.")
+    alone = SimpleNamespace(solution=SimpleNamespace(option="none"))
+    assert _chosen_row(SimpleNamespace(alone=alone, solution=SimpleNamespace(option="16384"))) == "no split"
+    drawn = [(o.name, o.cost_per_hour) for o in rows + levers]
+    assert cost_figure(drawn, title="t", chosen="split at 16,384") != cost_figure(drawn, title="t")
+    from planner.figures import target_figure
+
+    points = [(2.0, 77.74), (1.0, 144.0), (4.0, 77.74)]
+    assert target_figure(points, xlabel="x", title="t", stated=2.0) != target_figure(points, xlabel="x", title="t")
+
+
+def test_a_latency_limit_is_shown_as_stated_and_a_prediction_told_apart_from_it():
+    """A TTFT limit of 0.085 s read '≤ 0.09 s' beside a prediction of 0.08 s (0.0844): the column's
+    decimals, or as many more as the limit was stated with; the prediction, as many as tell it apart."""
+    from planner.pool_check import apart_text, limit_text
+
+    assert [limit_text(0.085, "ttft"), limit_text(2.0, "ttft"), limit_text(0.05, "tpot"), limit_text(0.0125, "tpot")] == [
+        "0.085 s", "2.00 s", "50.0 ms", "12.5 ms"]
+    assert apart_text(0.0844, 0.085, "ttft") == "0.084 s"
+    assert apart_text(0.42, 2.0, "ttft") == "0.42 s"

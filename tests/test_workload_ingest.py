@@ -404,15 +404,52 @@ def test_lengths_beyond_the_lookup_tables_bin_like_the_definition(tmp_path):
     path = tmp_path / "long.parquet"
     pq.write_table(pa.table({"prompt_tokens": prompt, "output_tokens": output}), path)
     result = ingest([path], PLANNER)
-    assert result.histogram == Histogram.from_arrays(prompt[:6], output[:6])  # 2**24 itself is in the open bin
-    assert result.excluded_rows["too_long"] == 2
+    # 2**24 itself is in the open bin; 2**24 - 1 prompt tokens and 2**20 output are each within it, their
+    # sum is not: the total lengths end there too
+    kept = [0, 1, 2, 3, 5]
+    assert result.histogram == Histogram.from_arrays(prompt[kept], output[kept])
+    assert result.excluded_rows["too_long"] == 3
+    assert result.files[0].problems_by_column == {"prompt_tokens": 2, "output_tokens": 0,
+                                                  "prompt_tokens + output_tokens": 1}
+
+
+def test_a_request_whose_prompt_and_output_pass_the_longest_total_is_too_long(tmp_path):
+    """Each count within 2**24 and their sum past it: such totals fell past the last total edge, and a
+    log of them read a total p50 of 45M tokens, above any row's sum."""
+    prompt = np.full(200, 9_000_000)
+    output = np.arange(8_000_000, 8_000_200)
+    path = tmp_path / "huge.parquet"
+    pq.write_table(pa.table({"prompt_tokens": np.r_[prompt, 1000], "output_tokens": np.r_[output, 100]}), path)
+    result = ingest([path], PLANNER)
+    assert result.excluded_rows["too_long"] == 200
+    assert result.histogram == Histogram.from_arrays(np.array([1000]), np.array([100]))
+
+
+def test_a_log_without_the_time_column_but_with_one_named_like_it_is_noted(tmp_path):
+    """A `timestamp` header where the preset reads `timestamp_ms` read as a log without times, silently."""
+    path = tmp_path / "log.csv"
+    path.write_text("prompt_tokens,output_tokens,timestamp\n10,5,1700000000000\n20,6,1700000060000\n")
+    result = ingest([path], PLANNER)
+    assert result.histogram.minute.size == 0
+    assert result.notes == (f"{path}: no column 'timestamp_ms' (arrival times), so no arrival rate is read from it; "
+                            "it has 'timestamp': to read it as its time, name it (--time-col timestamp)",)
+    # not a word of a name that says arrival time ('date' in 'candidate'), nor a latency's
+    quiet = tmp_path / "quiet.csv"
+    quiet.write_text("prompt_tokens,output_tokens,candidate_id,response_time_ms,first_token_time,inference_time,"
+                     "queue_time\n10,5,a,3,4,5,6\n")
+    assert ingest([quiet], PLANNER).notes == ()
+    two = tmp_path / "two.csv"
+    two.write_text("prompt_tokens,output_tokens,createdAt,request_start_time\n10,5,1,2\n")
+    assert ingest([two], PLANNER).notes == (f"{two}: no column 'timestamp_ms' (arrival times), so no arrival rate is "
+                                            "read from it; it has 'createdAt', 'request_start_time': to read one as "
+                                            "its time, name it (--time-col)",)
 
 
 def test_int64_overflow_is_refused_not_wrapped(tmp_path):
-    # 2**15 rows at the longest length a row may have fill one cell's sum of squares past 2**63
+    # 2**15 rows at the longest length a row may have (its prompt alone) fill one cell's sum of squares past 2**63
     big = np.full(2**15 + 1, 2**24, np.int64)
     path = tmp_path / "huge.parquet"
-    pq.write_table(pa.table({"prompt_tokens": big, "output_tokens": big}), path)
+    pq.write_table(pa.table({"prompt_tokens": big, "output_tokens": np.zeros_like(big)}), path)
     with pytest.raises(InputError, match="int64 range"):
         ingest([path], PLANNER)
 

@@ -39,7 +39,7 @@ def _said(path, rows: int, share: str, of=None) -> str:
     where, how = (("another of its rows", "a log exported or appended twice") if of is None else
                   (of, "exports that overlap (or a log given beside one that holds it)"))
     return (f"{path}: {rows:,} rows ({share}) repeat {where} exactly (arrival instant and token counts), each tick "
-            f"of the clock copied whole, as copies are: {how} counts those requests twice, "
+            f"of the clock copied whole, as copies are: {how} {'counts' if of is None else 'count'} those requests twice, "
             "and every rate here, the peak's with them; if they are not distinct requests, remove the repeats "
             "(SELECT DISTINCT) and plan again")
 

@@ -19,9 +19,13 @@ _STATS = ("p50", "p90", "p99")
               help="Sampled requests per pool, to replay the plan again [default: the certification's runs].")
 @click.option("--seed", type=click.IntRange(0, MAX_SEED), default=None,
               help="Seed of that replay [default: the certification's].")
+@click.option("--verify/--no-verify", default=None,
+              help="Replay the plan `planner solve` certifies (--verify), or the model's plan uncertified, as "
+                   "`planner solve --no-verify` reports it [default: the scenario's `verify`, true unless it says "
+                   "otherwise].")
 @catalog_option
 @json_option
-def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
+def simulate(scenario, pool, n_requests, seed, verify, catalog_files, as_json) -> None:
     """Plan SCENARIO (or take the fleet it states), then simulate one replica of each pool at its planned rate.
 
     Prints each band's targets beside the model's prediction and the simulated TTFT and TPOT
@@ -29,8 +33,9 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
     which the verdict counts). The plan is certified first, with the scenario's simulation
     settings, so its pools are the ones `planner solve` reports; without --requests and --seed the
     runs shown are the certification's own, and with either, each pool of that plan is replayed once
-    more on the requests and seed asked for (a close call pooled over four seeds from it). A scenario
-    that says `verify: false` has its plan replayed as `planner solve` reports it, uncertified.
+    more on the requests and seed asked for (a close call pooled over four seeds from it). With
+    --no-verify, or a scenario that says `verify: false`, the plan is replayed as `planner solve`
+    then reports it, uncertified.
 
     \b
     Example:
@@ -43,12 +48,13 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
     from planner.units import replicas_text
 
     with located(scenario), terminal_progress():
-        scn, slo, checks, cert, missed = _checks(scenario, pool, n_requests, seed, catalog_files)
-    certified = None if cert is None else cert.certified  # None: `verify: false`, the model's plan replayed
+        scn, slo, checks, cert, missed = _checks(scenario, pool, n_requests, seed, verify, catalog_files)
+    verify = scn.verify if verify is None else verify
+    certified = None if cert is None else cert.certified  # None: not verified, the model's plan replayed
     if as_json:
         echo_json({
             "scenario": scn.name,
-            "verify": scn.verify,
+            "verify": verify,
             "certified": certified,
             "pools": [
                 {"pool": c.pool, "config": c.config, "replicas": c.replicas, "rate_per_replica_rps": c.rate_rps,
@@ -62,11 +68,13 @@ def simulate(scenario, pool, n_requests, seed, catalog_files, as_json) -> None:
         _exit_uncertified(scenario, scn, certified)
         return
     if certified is None:
-        click.echo("Not certified: the scenario says `verify: false`, so `planner solve` reports "
+        why, solve, instead = (("the scenario says `verify: false`", "planner solve", "`verify: true`") if not scn.verify
+                               else ("--no-verify", "planner solve --no-verify", "--verify"))
+        click.echo(f"Not certified: {why}, so `{solve}` reports "
                    + ("the fleet it states unaudited; below, its pools replayed at the rates they carry"
                       if scn.fleet else
                       "the model's plan unreplayed; below, that plan's pools replayed at their planned rates (a pool "
-                      "that misses is not re-planned: `verify: true` would)"))
+                      f"that misses is not re-planned: {instead} would)"))
     elif not certified:  # said first: solve refuses such a plan (exit 3), and the pools below are its last try
         click.echo("Not certified: " + (
             f"the fleet the scenario states misses its targets in simulation, in pool{'s' if len(missed) > 1 else ''} "
@@ -115,12 +123,12 @@ def _exit_uncertified(scenario, scn, certified: bool) -> None:
         raise click.exceptions.Exit(3)
 
 
-def _checks(scenario, pool, n_requests, seed, catalog_files):
+def _checks(scenario, pool, n_requests, seed, verify, catalog_files):
     """The plan's pool checks: the certification's, or replays with the options' requests and seed. The
     plan is the one `planner solve` reports: certified with the scenario's own settings (a seed given
     here must not re-plan: the point is another look at the plan the report shows), or, where the
-    scenario says `verify: false`, the model's plan, each pool replayed at its planned rate (a
-    certified plan shown there had 18 replicas where solve reported 17)."""
+    scenario says `verify: false` or `verify` is False (--no-verify), the model's plan, each pool
+    replayed at its planned rate (a certified plan shown there had 18 replicas where solve reported 17)."""
     from planner.certification import pool_setting, run_requests
     from planner.inputs import load_inputs, plan_inputs
     from planner.pool_check import check_pool
@@ -128,7 +136,7 @@ def _checks(scenario, pool, n_requests, seed, catalog_files):
 
     inputs = load_inputs(scenario, catalog_files=catalog_files)
     scn = inputs.scenario
-    plan = plan_inputs(inputs, scn, explore=False, certify=scn.verify)
+    plan = plan_inputs(inputs, scn, explore=False, certify=scn.verify if verify is None else verify)
     names = [detail.traffic_class.name for detail in plan.pools]
     if pool is not None and pool not in names:
         raise click.BadParameter(f"'{pool}' is not a pool of this plan (pools: {', '.join(sorted(set(names)))})",

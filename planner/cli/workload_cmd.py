@@ -117,13 +117,15 @@ def histogram(
 def _warn(result) -> None:
     """The inputs' excluded rows (a `warning:` line per input), times that contradict their stated
     unit (a `warning:` line each) and notes, on stderr."""
+    from planner.units import counted_text
+
     for report in result.files:
         dropped = {r: n for r, n in report.excluded_rows.items() if n}
         if dropped:
             detail = ", ".join(f"{r} {n:,}" for r, n in dropped.items())
             columns = f"; {report.problems_text}" if report.problems_text else ""
             click.echo(
-                f"warning: {report.path}: excluded {sum(dropped.values()):,} rows ({detail}){columns}",
+                f"warning: {report.path}: excluded {counted_text(sum(dropped.values()), 'row')} ({detail}){columns}",
                 err=True,
             )
     # times that contradict their stated unit (every rate 1000× off), a grown log counted twice, and files

@@ -189,13 +189,22 @@ class Scenario(Strict):
     @field_validator("gpus")
     @classmethod
     def _one_entry_per_gpu(cls, v: list[str | GPUCandidate]) -> list[str | GPUCandidate]:
-        """Two entries for one GPU type would give it two caps and two prices, one of them ignored."""
+        """Two entries for one GPU type would give it two caps and two prices, one of them ignored; two
+        types whose names differ only in '-', '_' or '.' (a catalog's `h100_sxm` beside `h100-sxm`) name
+        the same rows of the ILP, which PuLP refused with a traceback."""
+        from planner.ilp_solver import lp_name
+
         first: dict[str, int] = {}
+        rows: dict[str, str] = {}
         for i, g in enumerate(v):
             gpu = g if isinstance(g, str) else g.id
             if gpu in first:
                 raise ValueError(f"gpus[{i}]: {gpu} is listed twice (first as gpus[{first[gpu]}]); give one entry "
                                  "per GPU type, with its cap and price")
+            other = rows.setdefault(lp_name(gpu), gpu)
+            if other != gpu:
+                raise ValueError(f"gpus[{i}]: '{gpu}' and '{other}' differ only in characters the ILP's names (and "
+                                 "its .lp file) do not keep ('-', '_', '.', spaces): rename one in its catalog")
             first[gpu] = i
         return v
 

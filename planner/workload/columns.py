@@ -40,15 +40,16 @@ def read_for_a_scenario() -> Iterator[None]:
 
 
 def suggested(setting: str, value: str = "") -> str | None:
-    """How a message suggests `setting` ('preset', 'columns', 'time_unit' or 'format'), set to `value`
+    """How a message suggests `setting` ('preset', 'columns', 'time_col', 'time_unit' or 'format'), set to `value`
     if given: the command line's option, or the scenario's field; None where a scenario has none (it
     reads a log by its extension)."""
     if _FOR_A_SCENARIO.get():
         field = {"preset": "traffic.source.preset", "columns": "traffic.source.columns (prompt, output, time)",
-                 "time_unit": "traffic.source.time_unit", "format": None}[setting]
+                 "time_col": "traffic.source.columns.time", "time_unit": "traffic.source.time_unit",
+                 "format": None}[setting]
         return field if field is None or not value else f"{field}: {value}"
-    option = {"preset": "--preset", "columns": "--prompt-col/--output-col/--time-col", "time_unit": "--time-unit",
-              "format": "--format"}[setting]
+    option = {"preset": "--preset", "columns": "--prompt-col/--output-col/--time-col", "time_col": "--time-col",
+              "time_unit": "--time-unit", "format": "--format"}[setting]
     return f"{option} {value}".rstrip()
 
 

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from planner.bounds import MAX_TOKENS
 from planner.errors import InputError, shorten
 from planner.histogram import Histogram, total_bin
 from planner.workload.accumulate import ArrivalCounter, CellAccumulator, to_histogram
@@ -33,6 +35,7 @@ from planner.workload.progress import ProgressSink, log_extent
 from planner.workload.readers import LogReader
 from planner.workload.repeats import RepeatCounter, instants_us
 from planner.workload.rows import (
+    CODE_TOO_LONG,
     EXCLUSION_REASONS,
     OK,
     combine_codes,
@@ -41,6 +44,8 @@ from planner.workload.rows import (
     token_counts,
 )
 from planner.workload.timestamps import MinuteConverter, TimeAssumption
+
+_SUM_COLUMN = "{} + {}"  # the per-column count of rows whose prompt and output are each kept but not their sum
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,9 @@ class FileReport:
     sources: tuple[str, ...] = ()  # a histogram file's: the names of the logs it was built from
     minutes: tuple[int, int] | None = None  # its first and last arrival minutes, where it has times
     minutes_by_length: bool = True  # a histogram file's: whether it counts its arrivals per minute by length
+    # a log without the (optional) time column named, that has columns whose names say time: (that
+    # name, those columns), for a note (a `timestamp` header read as no times said nothing)
+    time_lookalikes: tuple[str, tuple[str, ...]] | None = None
 
     @property
     def timed(self) -> bool:
@@ -283,7 +291,11 @@ def _add_log(
     def prepare_batch(batch: dict) -> _Prepared:
         prompt, output = prompt_counts(batch[spec.prompt]), token_counts(batch[spec.output])
         when = converter.times(batch[time_col]) if converter else None
-        lengths = combine_codes(prompt.codes, output.codes)
+        # the sum within MAX_TOKENS too: total lengths past the last total edge read as garbage (a
+        # log of 8M-token prompts and outputs had its total p50 at 45M, over any row's sum)
+        over = (prompt.values + output.values) > MAX_TOKENS  # (a row with another problem holds 0s)
+        lengths = combine_codes(prompt.codes, output.codes,
+                                np.where(over, CODE_TOO_LONG, OK).astype(np.uint8) if over.any() else None)
         codes = combine_codes(lengths, when.codes if when else None)
         keep = None if codes is None else codes == OK
         p, o = (
@@ -301,6 +313,7 @@ def _add_log(
         problems = {name: 0 if c is None else int(np.count_nonzero(c))
                     for name, c in ((spec.prompt, prompt.codes), (spec.output, output.codes),
                                     (time_col, when.codes if when else None)) if name}
+        problems[_SUM_COLUMN.format(spec.prompt, spec.output)] = int(np.count_nonzero(over))
         time_only = 0
         if when is not None and when.codes is not None:
             time_only = int(np.count_nonzero((when.codes != OK) & (True if lengths is None else lengths == OK)))
@@ -318,7 +331,7 @@ def _add_log(
         )
 
     excluded = dict.fromkeys(EXCLUSION_REASONS, 0)
-    problems = dict.fromkeys(names, 0)
+    problems = dict.fromkeys((*names, _SUM_COLUMN.format(spec.prompt, spec.output)), 0)
     rows = requests = time_only = 0
     first_minute, last_minute = None, None
     extent = log_extent(reader.format, reader.data_files()) if progress else None
@@ -363,7 +376,41 @@ def _add_log(
         problems_by_column=problems,
         rows_failing_time_only=time_only,
         minutes=None if first_minute is None else (first_minute, last_minute),
+        time_lookalikes=_time_lookalikes(reader, spec) if time_col is None else None,
     )
+
+
+# Words of a column name that say it holds an arrival time; 'time' says so only beside words of when a
+# request came or with units alone ('request_time', 'time_ms'), since most '..._time' columns are
+# durations (inference_time, queue_time); and words that say a latency or another instant
+_ARRIVAL_WORDS = frozenset({"timestamp", "ts", "date", "datetime", "arrival", "arrived", "created", "epoch", "when",
+                            "received", "sent"})
+_WHEN_WORDS = frozenset({"request", "start", "started", "event", "submit", "submitted", "enqueue", "enqueued"})
+_UNIT_WORDS = frozenset({"ms", "s", "us", "ns", "sec", "secs", "seconds", "utc", "unix", "iso"})
+_NOT_ARRIVAL_WORDS = frozenset({"response", "latency", "ttft", "tpot", "itl", "duration", "elapsed", "delay", "wait",
+                                "e2e", "end", "finish", "finished", "first", "last", "token", "tokens", "inference",
+                                "processing", "generation", "queue", "queued", "compute", "total", "run", "exec",
+                                "prefill", "decode"})
+
+
+def _name_words(name: str) -> set[str]:
+    """A column name's words, split at non-letters and camelCase: 'createdAt' -> {'created', 'at'}."""
+    return {w.lower() for w in re.findall(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+", name)}
+
+
+def _says_arrival(name: str) -> bool:
+    words = _name_words(name)
+    if words & _NOT_ARRIVAL_WORDS:
+        return False
+    return bool(words & _ARRIVAL_WORDS) or ("time" in words and words - {"time"} <= _WHEN_WORDS | _UNIT_WORDS)
+
+
+def _time_lookalikes(reader: LogReader, spec: ColumnSpec) -> tuple[str, tuple[str, ...]] | None:
+    """The time column named and missing, and the log's columns whose names say arrival time, if any."""
+    if spec.time is None:
+        return None
+    like = tuple(name for name in reader.columns if name not in (spec.prompt, spec.output) and _says_arrival(name))
+    return (spec.time, like) if like else None
 
 
 @dataclass(frozen=True, eq=False)
@@ -496,6 +543,13 @@ def _notes(reports: list[FileReport]) -> tuple[str, ...]:
             notes.append(
                 f"{file}: no column {', '.join(columns)}; its rows are counted as null (excluded)"
             )
+        if r.time_lookalikes:
+            missing, like = r.time_lookalikes
+            named = ", ".join(repr(shorten(n)) for n in like[:3])
+            notes.append(f"{r.path}: no column '{shorten(missing)}' (arrival times), so no arrival rate is read "
+                         + (f"from it; it has {named}: to read it as its time, name it ({suggested('time_col', like[0])})"
+                            if len(like) == 1 else
+                            f"from it; it has {named}: to read one as its time, name it ({suggested('time_col')})"))
         if r.time and r.time.reason.startswith("magnitude") and r.time.unit == "s":
             # epoch seconds from 2020 on, or milliseconds from a trace's start past its 18th day: the values
             # cannot tell (timestamps.FIRST_SERVING_S)

@@ -68,9 +68,14 @@ def check_span(hist: Histogram, where: str | None = None) -> None:
             where=where,
         )
     if last > LAST_PLAUSIBLE_MINUTE:
+        # past the calendar, a minute's number says nothing: its year does (epoch ms read as s: 55,905)
+        up_to = minute_text(last)
+        if up_to.startswith("minute"):
+            up_to = f"the year {1970 + last // 525_960:,}"
         raise InputError(
-            f"arrival times fall after {minute_text(LAST_PLAUSIBLE_MINUTE)[:4]} (up to {minute_text(last)}); are they "
-            f"in a finer unit than they were read in, microseconds read as milliseconds? (see {suggested('time_unit')})",
+            f"arrival times fall after {minute_text(LAST_PLAUSIBLE_MINUTE)[:4]} (up to {up_to}); are they in a finer "
+            "unit than they were read in: milliseconds read as seconds, or microseconds as milliseconds? (see "
+            f"{suggested('time_unit')})",
             where=where,
         )
 

@@ -23,9 +23,11 @@ A file that is not what its extension says (a Parquet file named .csv, text name
 from __future__ import annotations
 
 import contextlib
+import csv
 import functools
 import io
 import json
+import math
 import re
 import sys
 from collections import Counter, deque
@@ -50,6 +52,7 @@ from planner.files import (
     path_is,
     refuse_folder_links,
 )
+from planner.units import counted_text
 from planner.workload.columns import FORMATS, suggested
 
 EXTENSIONS = {
@@ -361,7 +364,9 @@ class LogReader:
 
         text = {name: pa.string() for name in names}
         file_format = ds.CsvFileFormat(
-            parse_options=pacsv.ParseOptions(invalid_row_handler=count_bad_row),
+            # a quoted value may span lines (a logged prompt's text), across the reader's blocks too: without
+            # it such a log past a block read "CSV parser got out of sync with chunker" (a sixth more scan time)
+            parse_options=pacsv.ParseOptions(invalid_row_handler=count_bad_row, newlines_in_values=True),
             # (no include_columns: the dataset projects the columns itself, and both at once
             # make pyarrow see every column twice)
             # (check_utf8 off: one value that is not UTF-8 must not abort the scan; _utf8 marks it)
@@ -376,11 +381,20 @@ class LogReader:
                 self.files_missing_columns[file] = missing
         # An explicit schema stops pyarrow inferring types (and re-parsing the first block).
         dataset = ds.dataset(self.where, format=file_format, schema=pa.schema(text))
-        for batch in dataset.to_batches(
-            columns=list(names), batch_readahead=1, fragment_readahead=1
-        ):
-            if batch.num_rows:
-                yield {name: _utf8(batch.column(name)) for name in names}
+        counted = names[:2]  # the token counts (ingest reads them first)
+        for fragment in dataset.get_fragments():  # file by file, to check each one's rows against its lines
+            rows, bad_before = 0, sum(self.skipped.values())
+            try:
+                for batch in fragment.to_batches(schema=dataset.schema, columns=list(names), batch_readahead=1):
+                    if batch.num_rows:
+                        rows += batch.num_rows
+                        yield {name: _utf8(batch.column(name)) for name in names}
+            except pa.ArrowInvalid:
+                # past a block, an open quote puts pyarrow's parser "out of sync with its chunker": the quote
+                # is the reason to give, where it opens (the rest of pyarrow's errors stand)
+                _refuse_swallowed_rows(fragment.path, counted)
+                raise
+            _check_open_quote(fragment.path, rows + sum(self.skipped.values()) - bad_before, counted)
 
     def _jsonl_batches(self, names: tuple[str, ...]) -> Iterator[dict[str, pa.Array | np.ndarray]]:
         """Chunk by chunk; a file none of whose objects has a column read is named in
@@ -496,6 +510,112 @@ _PYARROW_PREAMBLE = re.compile(
     r"Error creating dataset\. Could not read schema from '[^']*'\. Is this a '\w+' file\?: "
     r"|Could not open \w+ input source '[^']*': "
 )
+
+
+_QUOTE_CHECK_CHUNK_BYTES = 1 << 24
+_SWALLOWED_ROWS_REFUSED = 2  # rows inside one value that refuse a file: one could be a value's own line
+
+
+def _check_open_quote(path: str, records: int, counted: Sequence[str]) -> None:
+    """Refuse a CSV file whose rows a '"' left open has read as one value's text. An opening quote
+    that is not closed where its value ends runs on to the next quote in the file, or to its end,
+    and every line between is that value's text: one stray quote at row 11 of a
+    2,000-row log read as 10 requests and one row excluded; in an unread text column, as 1,000
+    requests and no row excluded, without a word (an outside probe). Counting the line breaks tells
+    whether any value spans lines (fewer rows than lines, the header's among them); only then is the
+    file read again for such values (_swallowed_rows). records: the rows read and excluded."""
+    breaks, last = 0, b""
+    with open(path, "rb") as f:
+        while chunk := f.read(_QUOTE_CHECK_CHUNK_BYTES):
+            breaks += chunk.count(b"\n")
+            last = chunk[-1:]
+    # (blank lines, which no row counts, count here: they only cost the second reading)
+    if records + 1 < breaks + (last not in (b"", b"\n")):
+        _refuse_swallowed_rows(path, counted)
+
+
+def _refuse_swallowed_rows(path: str, counted: Sequence[str]) -> None:
+    swallowed = _swallowed_rows(path, counted)
+    if swallowed is not None:
+        opened, rows = swallowed
+        raise InputError(f"a '\"' opened on line {opened:,} is not closed where its value ends: "
+                         f"{counted_text(rows, 'line')} after it that read as rows of the file are read as its text, "
+                         "and those requests would be lost; close the quote or remove it", where=path)
+
+
+class _Lines:
+    """A text file's lines, the ones read since the last `take` kept: the raw lines of a record."""
+
+    def __init__(self, f):
+        self.f, self.kept = f, []
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> str:
+        line = next(self.f)
+        self.kept.append(line)
+        return line
+
+    def take(self) -> list[str]:
+        kept, self.kept = self.kept, []
+        return kept
+
+
+def _swallowed_rows(path: str, counted: Sequence[str]) -> tuple[int, int] | None:
+    """The first record spanning lines that is not well quoted (Python's csv reader, strict, refuses
+    its raw lines: a quote that runs to the end of the data, or closes with text after it, as a stray
+    quote meeting the next one does) and holds _SWALLOWED_ROWS_REFUSED lines or more reading as rows of
+    the file: (the line it opens on, those lines), or None. A value spanning lines and well quoted (a
+    prompt's text, a table in it) is a value, and a quote left open in the last row loses no row."""
+    limit = csv.field_size_limit()
+    csv.field_size_limit(sys.maxsize)  # an open value can run for megabytes (process-wide: restored below)
+    try:
+        with open(path, encoding="utf-8", errors="surrogateescape", newline="") as f:
+            lines = _Lines(f)
+            reader = csv.reader(lines)
+            header = next(reader, None)
+            if not header:
+                return None
+            columns = [header.index(name) for name in counted if name in header]
+            start = reader.line_num + 1
+            lines.take()
+            for record in reader:
+                raw = lines.take()
+                if reader.line_num > start and not _well_quoted(raw):  # a record over lines, quoted amiss
+                    rows = sum(_reads_as_row(line, len(header), columns)
+                               for value in record for line in value.splitlines()[1:])
+                    if rows >= _SWALLOWED_ROWS_REFUSED:
+                        return start, rows
+                start = reader.line_num + 1
+    except csv.Error:  # a file Python's reader refuses outright: pyarrow's reading stands
+        return None
+    finally:
+        csv.field_size_limit(limit)
+    return None
+
+
+def _well_quoted(raw: list[str]) -> bool:
+    """Whether a record's raw lines are one record by the strict rules of quoting."""
+    try:
+        return len(list(csv.reader(raw, strict=True))) == 1
+    except csv.Error:
+        return False
+
+
+def _reads_as_row(line: str, width: int, columns: Sequence[int]) -> bool:
+    """Whether a line of text is a row of the file: its number of fields, and a whole number of zero or
+    more in each of `columns` (as a log writes a count: '100', or '100.0' from a column that held a NaN)."""
+    fields = line.split(",")
+    return len(fields) == width and all(_whole(fields[i]) for i in columns)
+
+
+def _whole(text: str) -> bool:
+    try:
+        value = float(text)
+    except ValueError:
+        return False
+    return math.isfinite(value) and value >= 0 and value.is_integer()
 
 
 def _unreadable(fmt: str, exc: BaseException) -> str:

@@ -92,7 +92,8 @@ class Repeats:
         how = ("a log exported or appended twice" if self.of == (self.path,)
                else "exports that overlap (or a log given beside one that holds it)")
         return (f"{self.path}: {count} repeat {where} exactly (arrival instant and token counts), each tick of the "
-                f"clock copied whole, as copies are: {how} counts those requests twice, "
+                f"clock copied whole, as copies are: {how} {'counts' if self.of == (self.path,) else 'count'} "
+                "those requests twice, "
                 "and every rate here, the peak's with them; if they are not distinct requests, remove the repeats "
                 "(SELECT DISTINCT) and plan again")
 

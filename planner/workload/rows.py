@@ -7,7 +7,8 @@ A row is excluded, and counted under one reason, when a column it needs is
 - 'negative':    a token count below zero;
 - 'too_long':    a token count above MAX_TOKENS (2**24 = 16,777,216: longer than any model's
                  context window, and so long that one such row's square could pass the int64
-                 range of a histogram cell's sums);
+                 range of a histogram cell's sums), or a prompt and output each within it whose
+                 sum is not (the total lengths' bins end there: planner.workload.ingest);
 - 'empty_prompt': a prompt of zero tokens, which no engine serves (vLLM: "The decoder prompt
                  cannot be empty"): a failed or mislogged request, not traffic to plan for.
 A row with several problems counts once, under the first of null, non_numeric,
