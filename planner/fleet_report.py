@@ -278,9 +278,9 @@ def _constraints(fp: FleetPlan) -> str:
     measured = ("capacities as certification measured them" if any(p.certification for p in fp.plans)
                 else "no service was certified by simulation")
     # removing the shipped fleet's H100 cap of 80 read $52.26 an hour saved, where a certified re-solve saved $58.24
-    errs = (" They price a config certification did not replay at the least ratio of simulated to model capacity "
-            "its class showed, which errs high: a certified re-solve of a relaxed limit can cost less, and save more "
-            "than shown (in probes of the shipped fleet, by the price of a GPU or two an hour)."
+    errs = (" A config that certification did not replay is priced at the lowest ratio of simulated to model "
+            "capacity its class showed, which errs high: a certified re-solve of a relaxed limit can cost less, and "
+            "save more than shown (in probes of the shipped fleet, by the price of a GPU or two an hour)."
             if any(p.certification for p in fp.plans) else "")
     lines += [
         "Each shared limit re-solved with one more GPU (or GPU type) allowed, and without it, by the model "

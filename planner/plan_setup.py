@@ -63,6 +63,17 @@ def _why_unsupported(scn: Scenario, catalog: Catalog, model: Model) -> str:
     return ranked[0] + more
 
 
+def _check_dtype_roles(scn: Scenario, catalog: Catalog) -> None:
+    """A dtype the scenario lists for a role its catalog entry refuses, named where it is listed (kv_dtypes:
+    [fp4] read "no candidate config: ... cannot serve as a fp4 KV cache", naming no field or choice)."""
+    for field, role, what in (("weight_dtypes", "weight", "weight"), ("kv_dtypes", "kv", "KV-cache")):
+        fits = sorted(d.id for d in catalog.dtypes.values() if getattr(d, role))
+        for i, name in enumerate(getattr(scn, field)):
+            if not getattr(catalog.dtype(name), role):
+                raise InputError(f"{field}[{i}]: '{name}' is not a {what} dtype (its catalog entry's `{role}` is false); "
+                                 f"choose from {', '.join(fits)}")
+
+
 def setup_plan(scn: Scenario, catalog: Catalog, model: Model, hist: Histogram, measured_peak_rps: float, *,
                traffic_notes: Iterable[str] = (), measured_mean_rps: float | None = None,
                trace: Requests | None = None, evaluate: bool = True,
@@ -72,6 +83,7 @@ def setup_plan(scn: Scenario, catalog: Catalog, model: Model, hist: Histogram, m
     measurements: what certification measured for earlier plans of a forecast (Measurements)."""
     limit, served, peak = served_traffic(scn, model, hist, measured_peak_rps, scn.context_limit)
     evaluator = Evaluator(scn, catalog, model, measurements=measurements)
+    _check_dtype_roles(scn, catalog)
     configs = candidate_configs(scn, catalog, model, scn.weight_dtypes, scn.kv_dtypes)
     if not configs:
         raise InputError("no candidate config: every GPU x tp x dtype combination is unsupported for this model: "
@@ -91,7 +103,8 @@ def served_traffic(scn: Scenario, model: Model, hist: Histogram, measured_peak_r
         raise InputError(f"context_limit {limit} exceeds '{model.id}' max_position_embeddings {model.max_position_embeddings}")
     served = hist.select_total(at_most=edge_at_most(limit))
     if served.is_empty:
-        raise InputError(f"no request fits the {limit:,}-token context limit"
+        # named by its field (a constant prompt of 9,000 tokens at an 8,192 limit read as no field's fault)
+        raise InputError(f"context_limit: no request of the traffic fits the {limit:,}-token context limit"
                          + default_limit_note(model, limit, stated=bool(scn.context_limit)))
     if scn.traffic.shared_prefix_tokens >= limit:
         raise InputError(f"traffic.shared_prefix_tokens {scn.traffic.shared_prefix_tokens} must be below the context limit {limit}")

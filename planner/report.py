@@ -162,8 +162,8 @@ def _explorations(plan: Plan, figures: dict[str, str], left: str) -> str:
     w("")
     w("## Next-best distinct plans")
     w("")
-    w(f"Each is re-solved {_short_by_the_model(plan)}, with any set of pools but those of the plans above it "
-      "(it may keep some of their pools)." + _tie_note(plan) + "\n\n"
+    w(f"Each is re-solved {_short_by_the_model(plan)}, excluding only the exact set of pools of each plan above "
+      "it (it may share some of their pools)." + _tie_note(plan) + "\n\n"
       + _outcomes_table(plan.alternatives, plan, "Plan") if plan.alternatives else "No other feasible plan.")
     w("")
     w("## Sensitivity to the peak rate")
@@ -440,6 +440,8 @@ def _covering_text(per_replica_rps: float, replicas: int, cover_rps: float) -> s
     show that its replicas cover the rate beside it, to that rate's three: a pool planned at the rate
     it held in simulation carries exactly its share (the 128k rollout's long pool, 1.024 req/s on 11
     replicas, read 0.093 each, 11 x 0.093 = 1.023)."""
+    if per_replica_rps * replicas < cover_rps:  # a stated fleet short of its peak: no decimals make it cover
+        return f"{per_replica_rps:,.3f}"
     for digits in (3, 4, 5):
         # the product as a reader works it out, to the rate's three decimals
         if round(round(per_replica_rps, digits) * replicas, 3) >= round(cover_rps, 3):
@@ -701,8 +703,8 @@ def _grown_peak_text(plan: Plan) -> str:
     growth = plan.scenario.traffic.growth
     if growth == 1:
         return ""
-    if growth < 1:  # a smaller future peak: today's is more than the fleet carries, and no price there holds
-        return f"; the peak includes growth × {growth:g}: the fleet is sized below today's peak"
+    if growth < 1:  # a smaller future peak: today's may be more than the fleet carries, and no price there holds
+        return f"; the peak includes growth × {growth:g}, a future peak below today's"
     return (f"; the peak includes growth × {growth:g}: at today's peak the same fleet's tokens cost "
             f"{_usd_per_million(plan.cost_per_million['blended'] * growth)} per million")
 

@@ -196,6 +196,9 @@ def parse_yaml(text: str, where: str, *, builtin: bool = False) -> Any:
         mark = getattr(exc, "problem_mark", None)
         line = f"line {mark.line + 1}: " if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        context = getattr(exc, "context", None)
+        if context and problem.startswith("but "):  # half a sentence alone: "but found another document"
+            problem = f"{context}, {problem}"
         raise InputError(f"{line}invalid YAML: {problem}", where=where) from None
 
 

@@ -670,6 +670,8 @@ def test_the_shipped_trace_with_a_few_prompts_shorter_than_the_prefix_verifies(t
         ("name: other", "line 11: invalid YAML: key 'name' appears twice in one mapping (first on line 1)"),
         ("x: &a [*a]", "line 11: invalid YAML: an alias refers to the value that contains it"),
         ("x: 2027-13-45", "line 11: invalid YAML: cannot read the value '2027-13-45': month must be in 1..12"),
+        # half of PyYAML's sentence alone read "invalid YAML: but found another document"
+        ("---\nname: again", "line 11: invalid YAML: expected a single document in the stream, but found another document"),
     ],
 )
 def test_yaml_that_parsers_choke_on_is_bad_input(tmp_path, extra, expected):
@@ -1171,6 +1173,16 @@ forecast:
     r = run("forecast", scenario(tmp_path, text), "--out-dir", tmp_path / "out")
     one_line_error(r, 3, "forecast quarter 2027Q2: the fleet holds 120,000,000 GPUs (",
                    "check forecast.quarters[].reserved, forecast.commitment_term_quarters")
+
+
+@pytest.mark.parametrize(("field", "listed", "shown"), [("tp", "[1, 2, 1]", "tp[2]: 1 is listed twice (first as tp[0])"),
+                                                     ("weight_dtypes", "[bf16, bf16]",
+                                                      "weight_dtypes[1]: bf16 is listed twice (first as weight_dtypes[0])")])
+def test_a_choice_listed_twice_is_refused_as_a_gpu_listed_twice_is(tmp_path, field, listed, shown):
+    # `tp: [1, 1]` and repeated dtypes passed without a word, where repeated GPUs and thresholds are refused
+    old = {"tp": "tp: [1]", "weight_dtypes": "weight_dtypes: [bf16]"}[field]
+    path = scenario(tmp_path, BASE.replace(old, f"{field}: {listed}"))
+    one_line_error(run("solve", path, "--no-report"), 2, f"s.yaml: {shown}; list each choice once")
 
 
 def test_gpu_types_whose_names_differ_only_in_punctuation_are_refused_not_a_traceback(tmp_path):
@@ -1957,9 +1969,21 @@ def test_a_stated_fleet_not_simulated_says_what_the_model_finds_it_misses(tmp_pa
 # ---- a dtype whose own entry refuses the role a plan asks of it ---------------------------------
 def test_a_dtype_whose_entry_refuses_the_kv_role_is_named_not_listed_as_supported(tmp_path):
     # it was refused as "GPU 'h100-sxm' does not support a bf16 KV cache; supported KV dtypes: bf16, ..."
+    # and then as "no candidate config: ... cannot serve as a bf16 KV cache", naming neither field nor choice
     path = scenario(tmp_path, BASE + "catalog: {dtypes: {bf16: {kv: false}}}\n")
     one_line_error(run("solve", path, "--no-report"), 2,
-                   "dtype 'bf16' cannot serve as a bf16 KV cache (its catalog entry's `kv` is false)")
+                   "s.yaml: kv_dtypes[0]: 'bf16' is not a KV-cache dtype (its catalog entry's `kv` is false); "
+                   "choose from fp16, fp8")
+    path = scenario(tmp_path, BASE.replace("kv_dtypes: [bf16]", "kv_dtypes: [fp4]"))
+    one_line_error(run("solve", path, "--no-report"), 2,
+                   "s.yaml: kv_dtypes[0]: 'fp4' is not a KV-cache dtype (its catalog entry's `kv` is false); "
+                   "choose from bf16, fp16, fp8")
+
+
+def test_traffic_that_no_request_of_fits_the_context_limit_names_the_field(tmp_path):
+    path = scenario(tmp_path, BASE.replace("prompt_tokens: 1000", "prompt_tokens: 9000"))
+    one_line_error(run("solve", path, "--no-report"), 2,
+                   "s.yaml: context_limit: no request of the traffic fits the 8,192-token context limit")
 
 
 # ---- a per-token target no load meets -------------------------------------------------------------

@@ -84,6 +84,7 @@ def histogram(
       planner histogram conv.hist.parquet code.csv --preset azure -o both.hist.parquet --json
     """
     # Imported here, not at the top: pyarrow's dataset machinery costs every other command start-up time.
+    from planner.units import counted_text
     from planner.workload.ingest import ingest, write_histogram_file
     from planner.workload.summary import format_summary, summarize
 
@@ -110,7 +111,8 @@ def histogram(
         if output is not None:
             hist = result.histogram
             click.echo(
-                f"wrote {output} ({hist.count.size:,} cells, {hist.minute.size:,} minutes with arrivals)"
+                f"wrote {output} ({counted_text(hist.count.size, 'cell')}, "
+                f"{counted_text(hist.minute.size, 'minute')} with arrivals)"
             )
 
 

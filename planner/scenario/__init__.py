@@ -15,7 +15,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, StrictBool, ValidationError, field_validator, model_validator
+from pydantic import (
+    Field,
+    StrictBool,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from planner.bounds import (
     MAX_GPU_MEMORY_GIB,
@@ -221,6 +228,17 @@ class Scenario(Strict):
     def _nonempty(cls, v: list) -> list:
         if not v:
             raise ValueError("must list at least one")
+        return v
+
+    @field_validator("tp", "weight_dtypes", "kv_dtypes", mode="before")
+    @classmethod
+    def _each_once(cls, v, info: ValidationInfo):
+        """A choice listed twice, refused as a GPU listed twice is (`tp: [1, 1]` passed without a word)."""
+        if isinstance(v, list):
+            for i, x in enumerate(v):
+                if x in v[:i]:
+                    raise ValueError(f"{info.field_name}[{i}]: {x} is listed twice (first as "
+                                     f"{info.field_name}[{v.index(x)}]); list each choice once")
         return v
 
     @property

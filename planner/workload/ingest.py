@@ -385,12 +385,13 @@ def _add_log(
 # durations (inference_time, queue_time); and words that say a latency or another instant
 _ARRIVAL_WORDS = frozenset({"timestamp", "ts", "date", "datetime", "arrival", "arrived", "created", "epoch", "when",
                             "received", "sent"})
-_WHEN_WORDS = frozenset({"request", "start", "started", "event", "submit", "submitted", "enqueue", "enqueued"})
+_WHEN_WORDS = frozenset({"request", "start", "started", "event", "submit", "submitted", "enqueue", "enqueued", "log",
+                         "stamp"})
 _UNIT_WORDS = frozenset({"ms", "s", "us", "ns", "sec", "secs", "seconds", "utc", "unix", "iso"})
 _NOT_ARRIVAL_WORDS = frozenset({"response", "latency", "ttft", "tpot", "itl", "duration", "elapsed", "delay", "wait",
                                 "e2e", "end", "finish", "finished", "first", "last", "token", "tokens", "inference",
                                 "processing", "generation", "queue", "queued", "compute", "total", "run", "exec",
-                                "prefill", "decode"})
+                                "prefill", "decode", "update", "updated", "modified", "birth", "expiry", "expires"})
 
 
 def _name_words(name: str) -> set[str]:

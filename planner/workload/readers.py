@@ -26,6 +26,7 @@ import contextlib
 import csv
 import functools
 import io
+import itertools
 import json
 import math
 import re
@@ -543,51 +544,33 @@ def _refuse_swallowed_rows(path: str, counted: Sequence[str]) -> None:
                          "and those requests would be lost; close the quote or remove it", where=path)
 
 
-class _Lines:
-    """A text file's lines, the ones read since the last `take` kept: the raw lines of a record."""
-
-    def __init__(self, f):
-        self.f, self.kept = f, []
-
-    def __iter__(self):
-        return self
-
-    def __next__(self) -> str:
-        line = next(self.f)
-        self.kept.append(line)
-        return line
-
-    def take(self) -> list[str]:
-        kept, self.kept = self.kept, []
-        return kept
-
-
 def _swallowed_rows(path: str, counted: Sequence[str]) -> tuple[int, int] | None:
-    """The first record spanning lines that is not well quoted (Python's csv reader, strict, refuses
-    its raw lines: a quote that runs to the end of the data, or closes with text after it, as a stray
-    quote meeting the next one does) and holds _SWALLOWED_ROWS_REFUSED lines or more reading as rows of
-    the file: (the line it opens on, those lines), or None. A value spanning lines and well quoted (a
-    prompt's text, a table in it) is a value, and a quote left open in the last row loses no row."""
+    """The first record spanning lines that holds _SWALLOWED_ROWS_REFUSED lines or more reading as rows
+    of the file and is not well quoted (its raw lines, read again, are not one record to Python's
+    strict csv reader: a quote that runs to the end of the data, or closes with text after it, as a
+    stray quote meeting the next one does): (the line it opens on, those lines), or None. A value
+    spanning lines and well quoted (a prompt's text, a table in it) is a value, and a quote left open
+    in the last row loses no row. Not caught: two stray quotes, the second where a value may end (just
+    before a comma or a line's end), which make a well-quoted value of the rows between them. Memory:
+    the longest value, twice (the record, then its strict reading), never a copy per line."""
     limit = csv.field_size_limit()
     csv.field_size_limit(sys.maxsize)  # an open value can run for megabytes (process-wide: restored below)
     try:
         with open(path, encoding="utf-8", errors="surrogateescape", newline="") as f:
-            lines = _Lines(f)
-            reader = csv.reader(lines)
+            reader = csv.reader(f)
             header = next(reader, None)
             if not header:
                 return None
             columns = [header.index(name) for name in counted if name in header]
             start = reader.line_num + 1
-            lines.take()
             for record in reader:
-                raw = lines.take()
-                if reader.line_num > start and not _well_quoted(raw):  # a record over lines, quoted amiss
-                    rows = sum(_reads_as_row(line, len(header), columns)
-                               for value in record for line in value.splitlines()[1:])
-                    if rows >= _SWALLOWED_ROWS_REFUSED:
+                end = reader.line_num
+                if end > start:  # this record spans lines: which of its values' lines read as rows?
+                    rows = sum(_reads_as_row(line, len(header), columns) for value in record
+                               for i, line in enumerate(io.StringIO(value)) if i)
+                    if rows >= _SWALLOWED_ROWS_REFUSED and not _well_quoted(path, start, end):
                         return start, rows
-                start = reader.line_num + 1
+                start = end + 1
     except csv.Error:  # a file Python's reader refuses outright: pyarrow's reading stands
         return None
     finally:
@@ -595,12 +578,14 @@ def _swallowed_rows(path: str, counted: Sequence[str]) -> tuple[int, int] | None
     return None
 
 
-def _well_quoted(raw: list[str]) -> bool:
-    """Whether a record's raw lines are one record by the strict rules of quoting."""
-    try:
-        return len(list(csv.reader(raw, strict=True))) == 1
-    except csv.Error:
-        return False
+def _well_quoted(path: str, first: int, last: int) -> bool:
+    """Whether lines first..last of a file (from 1) are one record by the strict rules of quoting."""
+    with open(path, encoding="utf-8", errors="surrogateescape", newline="") as f:
+        try:
+            records = csv.reader(itertools.islice(f, first - 1, last), strict=True)
+            return next(records, None) is not None and next(records, None) is None
+        except csv.Error:
+            return False
 
 
 def _reads_as_row(line: str, width: int, columns: Sequence[int]) -> bool:
