@@ -1302,6 +1302,7 @@ def _client_log(path, rows: int, client=lambda i: f"client{i}") -> None:
     ("two stray quotes, an even count", 2000, 12, 1490),
     ("paired with a later quoted value's", 2000, 12, 1490),
     ("counts written as floats (a column that held a NaN)", 2000, 12, 1989),
+    ("two stray quotes, the second where a value ends: well quoted", 2000, 12, 490),
     ("in a file of several of the reader's blocks", 60000, 12, 59989),
 ])
 def test_a_quote_left_open_in_a_csv_is_refused_not_read_as_a_short_log(tmp_path, case, rows, opened, lost):
@@ -1320,7 +1321,9 @@ def test_a_quote_left_open_in_a_csv_is_refused_not_read_as_a_short_log(tmp_path,
     else:
         stray = {"in an unread text column": {999}, "two stray quotes, an even count": {10, 1500}}.get(case, {10})
         quoted = 1500 if case == "paired with a later quoted value's" else None
-        _client_log(log, rows, lambda i: '"client' if i in stray else '"a, b"' if i == quoted else f"client{i}")
+        closed = 500 if case.startswith("two stray quotes, the second") else None  # 'client500"': a value's end
+        _client_log(log, rows, lambda i: '"client' if i in stray else '"a, b"' if i == quoted else
+                    'client500"' if i == closed else f"client{i}")
     r = run("histogram", log, "-o", tmp_path / "h.parquet")
     one_line_error(r, 2, f"{log}: a '\"' opened on line {opened:,} is not closed where its value ends: {lost:,} lines "
                    "after it that read as rows of the file are read as its text")

@@ -382,7 +382,7 @@ class LogReader:
                 self.files_missing_columns[file] = missing
         # An explicit schema stops pyarrow inferring types (and re-parsing the first block).
         dataset = ds.dataset(self.where, format=file_format, schema=pa.schema(text))
-        counted = names[:2]  # the token counts (ingest reads them first)
+        counted, timed = names[:2], (names[2] if len(names) > 2 else None)  # ingest's order: counts, then time
         for fragment in dataset.get_fragments():  # file by file, to check each one's rows against its lines
             rows, bad_before = 0, sum(self.skipped.values())
             try:
@@ -393,9 +393,9 @@ class LogReader:
             except pa.ArrowInvalid:
                 # past a block, an open quote puts pyarrow's parser "out of sync with its chunker": the quote
                 # is the reason to give, where it opens (the rest of pyarrow's errors stand)
-                _refuse_swallowed_rows(fragment.path, counted)
+                _refuse_swallowed_rows(fragment.path, counted, timed)
                 raise
-            _check_open_quote(fragment.path, rows + sum(self.skipped.values()) - bad_before, counted)
+            _check_open_quote(fragment.path, rows + sum(self.skipped.values()) - bad_before, counted, timed)
 
     def _jsonl_batches(self, names: tuple[str, ...]) -> Iterator[dict[str, pa.Array | np.ndarray]]:
         """Chunk by chunk; a file none of whose objects has a column read is named in
@@ -517,7 +517,7 @@ _QUOTE_CHECK_CHUNK_BYTES = 1 << 24
 _SWALLOWED_ROWS_REFUSED = 2  # rows inside one value that refuse a file: one could be a value's own line
 
 
-def _check_open_quote(path: str, records: int, counted: Sequence[str]) -> None:
+def _check_open_quote(path: str, records: int, counted: Sequence[str], timed: str | None = None) -> None:
     """Refuse a CSV file whose rows a '"' left open has read as one value's text. An opening quote
     that is not closed where its value ends runs on to the next quote in the file, or to its end,
     and every line between is that value's text: one stray quote at row 11 of a
@@ -532,11 +532,11 @@ def _check_open_quote(path: str, records: int, counted: Sequence[str]) -> None:
             last = chunk[-1:]
     # (blank lines, which no row counts, count here: they only cost the second reading)
     if records + 1 < breaks + (last not in (b"", b"\n")):
-        _refuse_swallowed_rows(path, counted)
+        _refuse_swallowed_rows(path, counted, timed)
 
 
-def _refuse_swallowed_rows(path: str, counted: Sequence[str]) -> None:
-    swallowed = _swallowed_rows(path, counted)
+def _refuse_swallowed_rows(path: str, counted: Sequence[str], timed: str | None = None) -> None:
+    swallowed = _swallowed_rows(path, counted, timed)
     if swallowed is not None:
         opened, rows = swallowed
         raise InputError(f"a '\"' opened on line {opened:,} is not closed where its value ends: "
@@ -544,14 +544,16 @@ def _refuse_swallowed_rows(path: str, counted: Sequence[str]) -> None:
                          "and those requests would be lost; close the quote or remove it", where=path)
 
 
-def _swallowed_rows(path: str, counted: Sequence[str]) -> tuple[int, int] | None:
+def _swallowed_rows(path: str, counted: Sequence[str], timed: str | None = None) -> tuple[int, int] | None:
     """The first record spanning lines that holds _SWALLOWED_ROWS_REFUSED lines or more reading as rows
-    of the file and is not well quoted (its raw lines, read again, are not one record to Python's
-    strict csv reader: a quote that runs to the end of the data, or closes with text after it, as a
-    stray quote meeting the next one does): (the line it opens on, those lines), or None. A value
-    spanning lines and well quoted (a prompt's text, a table in it) is a value, and a quote left open
-    in the last row loses no row. Not caught: two stray quotes, the second where a value may end (just
-    before a comma or a line's end), which make a well-quoted value of the rows between them. Memory:
+    of the file, and either is not well quoted (its raw lines, read again, are not one record to
+    Python's strict csv reader: a quote that runs to the end of the data, or closes with text after it,
+    as a stray quote meeting the next one does) or, well quoted, holds that many rows whose arrival
+    times (the `timed` column, in numbers) lie within those of the records around it, as the rows
+    between two stray quotes do where the second closes a value (just before a comma or a line's
+    end); (the line it opens on, those lines), or None. A value spanning lines and well quoted (a
+    prompt's text, a table in it) is a value, and a quote left open in the last row loses no row. Not
+    caught: two such stray quotes in a log not in time order, or with times written as dates. Memory:
     the longest value, twice (the record, then its strict reading), never a copy per line."""
     limit = csv.field_size_limit()
     csv.field_size_limit(sys.maxsize)  # an open value can run for megabytes (process-wide: restored below)
@@ -562,20 +564,55 @@ def _swallowed_rows(path: str, counted: Sequence[str]) -> tuple[int, int] | None
             if not header:
                 return None
             columns = [header.index(name) for name in counted if name in header]
+            at = header.index(timed) if timed in header else None
             start = reader.line_num + 1
+            before = math.nan  # the time of the record before
+            pending = None  # a well-quoted record's (start, rows, times around it, its rows' times), for the next one's
             for record in reader:
                 end = reader.line_num
+                if pending is not None:
+                    found = _rows_between(*pending, _number(record, at))
+                    if found is not None:
+                        return found
+                    pending = None
                 if end > start:  # this record spans lines: which of its values' lines read as rows?
-                    rows = sum(_reads_as_row(line, len(header), columns) for value in record
-                               for i, line in enumerate(io.StringIO(value)) if i)
-                    if rows >= _SWALLOWED_ROWS_REFUSED and not _well_quoted(path, start, end):
-                        return start, rows
+                    lines = [line for value in record for i, line in enumerate(io.StringIO(value))
+                             if i and _reads_as_row(line, len(header), columns)]
+                    if len(lines) >= _SWALLOWED_ROWS_REFUSED:
+                        if not _well_quoted(path, start, end):
+                            return start, len(lines)
+                        if at is not None:
+                            pending = (start, len(lines), (before, _number(record, at)),
+                                       [_number(line.split(","), at) for line in lines])
+                before = _number(record, at)
                 start = end + 1
+            if pending is not None:
+                return _rows_between(*pending, math.inf)
     except csv.Error:  # a file Python's reader refuses outright: pyarrow's reading stands
         return None
     finally:
         csv.field_size_limit(limit)
     return None
+
+
+def _number(fields: Sequence[str], at: int | None) -> float:
+    try:
+        return float(fields[at]) if at is not None and at < len(fields) else math.nan
+    except ValueError:
+        return math.nan
+
+
+def _rows_between(start: int, rows: int, around: tuple[float, float], times: list[float],
+                  after: float) -> tuple[int, int] | None:
+    """A well-quoted record's lines read as rows, where enough of their times lie within the times of
+    the records around it (the one before, its own, the next: its own may be the last swallowed row's,
+    where the quote closes in a column before the time) (a table quoted in a prompt holds no such times)."""
+    known = [t for t in (*around, after) if not math.isnan(t)]
+    if len(known) < 2:
+        return None
+    lo, hi = min(known), max(known)
+    between = sum(lo <= t <= hi for t in times)  # (NaN compares false: times not numbers say nothing)
+    return (start, rows) if between >= _SWALLOWED_ROWS_REFUSED else None
 
 
 def _well_quoted(path: str, first: int, last: int) -> bool:
