@@ -207,14 +207,13 @@ def load_fleet(path: str | Path, *, catalog_files: tuple[str, ...] = ()) -> Flee
     # The joint ILP's rows and columns start with the service's name, written as an .lp file allows
     # (every character but letters and digits becomes '_'): 'x-y' and 'x_y' would name the same rows
     # ('A-b' and 'a_b' do not: the names keep their case).
-    from planner.ilp_solver import lp_name
+    from planner.ilp_solver import lp_name_clash
 
-    rows = [lp_name(s.name) for s in services]
-    for i, row in enumerate(rows):
-        if row in rows[:i]:
-            other = services[rows.index(row)].name
-            raise InputError(f"services[{i}]: '{services[i].name}' and '{other}' differ only in '-', '_' or '.', which "
-                             "the ILP's names (and its .lp file) cannot tell apart: rename one", where=str(path))
+    clash = lp_name_clash([s.name for s in services])
+    if clash is not None:
+        j, i = clash
+        raise InputError(f"services[{i}]: '{services[i].name}' and '{services[j].name}' differ only in '-', '_' or '.', "
+                         "which the ILP's names (and its .lp file) cannot tell apart: rename one", where=str(path))
     for svc in services:
         if svc.inputs.scenario.forecast is not None:
             raise InputError("forecast: a service of a fleet has no forecast of its own (it would be ignored); state "
@@ -223,13 +222,13 @@ def load_fleet(path: str | Path, *, catalog_files: tuple[str, ...] = ()) -> Flee
     run = {c.id for svc in services for c in svc.inputs.scenario.gpu_candidates}
     # The fleet's rows name GPU types too (its inventory's, and those its services run): one service's
     # h100_sxm beside another's h100-sxm took one name, and PuLP refused the model with a traceback.
-    seen: dict[str, str] = {}
-    for gpu in sorted(run | set(spec.inventory)):
-        other = seen.setdefault(lp_name(gpu), gpu)
-        if other != gpu:
-            raise InputError(f"GPU types '{other}' and '{gpu}' (of the services' `gpus` and the inventory) differ only "
-                             "in characters the ILP's names (and its .lp file) do not keep ('-', '_', '.', spaces): "
-                             "rename one in its catalog", where=str(path))
+    gpus = sorted(run | set(spec.inventory))
+    clash = lp_name_clash(gpus)
+    if clash is not None:
+        j, i = clash
+        raise InputError(f"GPU types '{gpus[j]}' and '{gpus[i]}' (of the services' `gpus` and the inventory) differ "
+                         "only in characters the ILP's names (and its .lp file) do not keep ('-', '_', '.', spaces): "
+                         "rename one in its catalog", where=str(path))
     for gpu, shared in spec.inventory.items():
         # (committed GPUs no service runs are paid all the same: the plan shows them idle)
         if gpu not in run and not shared.committed:

@@ -11,6 +11,7 @@ import os
 import sys
 import threading
 import warnings
+from collections.abc import Sequence
 from contextlib import contextmanager
 from functools import lru_cache
 
@@ -44,6 +45,17 @@ def lp_name(*parts: object) -> str:
     planner makes of lower-case words (PuLP hands the solver its columns in the order of their names)."""
     name = "".join(ch if ch.isalnum() else "_" for ch in "_".join(str(p) for p in parts))
     return "_" + name if name[:1].isdigit() else name
+
+
+def lp_name_clash(names: Sequence[str]) -> tuple[int, int] | None:
+    """The first two of `names` (by index: the earlier, the later) that lp_name makes one, or None:
+    rows named from them would be one row (PuLP refuses a model so named, with a traceback)."""
+    first: dict[str, int] = {}
+    for i, name in enumerate(names):
+        j = first.setdefault(lp_name(name), i)
+        if j != i:
+            return j, i
+    return None
 
 
 def solution_status(prob: pulp.LpProblem) -> str:

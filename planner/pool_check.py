@@ -380,7 +380,7 @@ def apart_text(value_s: float, limit_s: float, kind: str) -> str:
     least, scale, unit = _units(kind)
     value, limit = value_s * scale, limit_s * scale
     shown = f"{limit:g}"
-    least = max(least, len(shown.split(".")[1]) if "." in shown else 0)  # never fewer decimals than the limit's
+    least = _limit_decimals(limit_s, kind)  # never fewer decimals than the limit's
     digits = next((d for d in range(least, least + 6) if f"{value:,.{d}f}" != f"{limit:,.{d}f}"), None)
     if digits is None:  # equal to six more digits
         side = "just over" if value > limit else "just under" if value < limit else "at"
@@ -408,10 +408,15 @@ def _units(kind: str) -> tuple[int, float, str]:
 
 def limit_text(limit_s: float, kind: str) -> str:
     """A latency limit in its kind's unit and decimals, or in as many more as it was stated with."""
-    digits, scale, unit = _units(kind)
+    _, scale, unit = _units(kind)
+    return f"{limit_s * scale:,.{_limit_decimals(limit_s, kind)}f} {unit}"
+
+
+def _limit_decimals(limit_s: float, kind: str) -> int:
+    """The kind's decimals, or as many more as the limit was stated with (0.085 s: three)."""
+    least, scale, _ = _units(kind)
     shown = f"{limit_s * scale:g}"
-    digits = max(digits, len(shown.split(".")[1]) if "." in shown and "e" not in shown else 0)
-    return f"{limit_s * scale:,.{digits}f} {unit}"
+    return max(least, len(shown.split(".")[1]) if "." in shown and "e" not in shown else 0)
 
 
 def latency_text(seconds: float, kind: str, error_s: float = math.nan) -> str:

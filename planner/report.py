@@ -815,7 +815,7 @@ def _sweep(plan: Plan, figure: str | None) -> str:
 def _versus(plan: Plan) -> str:
     """The header of the explorations' column of differences: a fleet service's rows differ from
     its plan alone where that is not the plan its Decision shows (Plan.compared_usd_per_hour)."""
-    return "vs plan alone" if plan.alone_differs else "vs plan"
+    return "vs " + _which_plan(plan).removeprefix("the ")
 
 
 def _outcomes_table(rows: list[Outcome], plan: Plan, head: str) -> str:

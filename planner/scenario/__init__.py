@@ -199,20 +199,18 @@ class Scenario(Strict):
         """Two entries for one GPU type would give it two caps and two prices, one of them ignored; two
         types whose names differ only in '-', '_' or '.' (a catalog's `h100_sxm` beside `h100-sxm`) name
         the same rows of the ILP, which PuLP refused with a traceback."""
-        from planner.ilp_solver import lp_name
+        from planner.ilp_solver import lp_name_clash
 
-        first: dict[str, int] = {}
-        rows: dict[str, str] = {}
-        for i, g in enumerate(v):
-            gpu = g if isinstance(g, str) else g.id
-            if gpu in first:
-                raise ValueError(f"gpus[{i}]: {gpu} is listed twice (first as gpus[{first[gpu]}]); give one entry "
+        ids = [g if isinstance(g, str) else g.id for g in v]
+        for i, gpu in enumerate(ids):
+            if gpu in ids[:i]:
+                raise ValueError(f"gpus[{i}]: {gpu} is listed twice (first as gpus[{ids.index(gpu)}]); give one entry "
                                  "per GPU type, with its cap and price")
-            other = rows.setdefault(lp_name(gpu), gpu)
-            if other != gpu:
-                raise ValueError(f"gpus[{i}]: '{gpu}' and '{other}' differ only in characters the ILP's names (and "
-                                 "its .lp file) do not keep ('-', '_', '.', spaces): rename one in its catalog")
-            first[gpu] = i
+        clash = lp_name_clash(ids)
+        if clash is not None:
+            j, i = clash
+            raise ValueError(f"gpus[{i}]: '{ids[i]}' and '{ids[j]}' differ only in characters the ILP's names (and "
+                             "its .lp file) do not keep ('-', '_', '.', spaces): rename one in its catalog")
         return v
 
     @field_validator("tp")
