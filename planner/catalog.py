@@ -401,6 +401,18 @@ class Catalog:
     def dtype(self, name: str) -> Dtype:
         return _lookup(self.dtypes, name, "dtype", "planner catalog dtypes")
 
+    def dtype_for(self, name: str, role: str) -> Dtype:
+        """The dtype `name` for `role` ("weight" or "kv"), or InputError naming only the dtypes that role
+        allows: `kv --kv-dtype nvfp4` suggested 'fp4', which it then refused as no KV-cache dtype."""
+        allowed = sorted(d for d, v in self.dtypes.items() if getattr(v, role))
+        what = "KV-cache dtype" if role == "kv" else "weight dtype"
+        if name in allowed:
+            return self.dtypes[name]
+        if name in self.dtypes:
+            raise InputError(f"'{name}' is not a {what} (its catalog entry's `{role}` is false); choose from "
+                             f"{', '.join(allowed)}")
+        raise InputError(f"{did_you_mean(name, allowed, what=what)} (list them with `planner catalog dtypes`)")
+
     def engine(self, name: str) -> Engine:
         return _lookup(self.engines, name, "engine", "planner catalog engines")
 

@@ -106,8 +106,10 @@ def certify_plans(parts, resolve, *, rounds: int) -> list[tuple[list[Evaluation]
                     new = _measured_capacity(st, pool, pools, check)
                     why = "; ".join(check.problems)
                 st.evaluator.record_simulated(_evaluation(evals, pool), new, calibrates=bool(check.problems))
-                changes.append(f"round {spent}: {tc.label} on {config} missed ({why}); planned at {new:,.3f} instead "
-                               f"of {pool.planned_rps:,.3f} req/s per replica")
+                # the rate the miss was read at: the pool's replay rate, not the capacity it was planned at (a
+                # reader took "planned at 7.707 instead of 8.652" to mean the TPOT beside it was read at 8.652)
+                changes.append(f"round {spent}: {tc.label} on {config} missed ({why}) replayed at {pool.replay_rps:,.3f} "
+                               f"req/s a replica; planned at {new:,.3f} instead of {pool.planned_rps:,.3f} req/s per replica")
         _resolve_into(state, resolve)
     replanned = [len(part[4]) for part in state]  # the rounds' changes; a challenger's follow
     if resolve is not None and not any(missing):
@@ -354,8 +356,9 @@ def replay_ahead(parts) -> None:
 def challenger_text(challenge: int, label: str, config: str, check, measured_rps: float) -> str:
     """What a challenger's pool that missed tells the report: every miss named, its log replay's too
     (PoolCheck.misses; a miss under the log alone had read "(the log replay)", naming no target)."""
-    return (f"challenger {challenge}: {label} on {config} missed at its model capacity ({'; '.join(check.misses)}); "
-            f"measured {measured_rps:,.3f} req/s per replica; the certified plan stands")
+    return (f"challenger {challenge}: {label} on {config}, planned at its model capacity, missed "
+            f"({'; '.join(check.misses)}) replayed at {check.rate_rps:,.3f} req/s a replica; measured {measured_rps:,.3f} "
+            "req/s per replica; the certified plan stands")
 
 
 def _log_share(pool: PoolDetail, pools: list[PoolDetail]) -> tuple[int, tuple[float, ...]]:

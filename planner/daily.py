@@ -57,23 +57,20 @@ POLICIES = (
 )
 
 
-# Capacities certification measured at the rate given (Evaluation.planned_by): a replica held its targets there.
-_MEASURED = ("simulation", "held", "log")
-
-
 def replica_capacity_rps(pool: PoolDetail, plan: Plan) -> float:
     """Requests/s one replica of the pool holds within every target: what the day's scaling
     sizes replicas by. The one place that reads it from the plan: the capacity the plan was
     solved with (PoolDetail.planned_by), but in a plan certified by simulation no more than the
-    rate its replicas held their targets at when replayed, where nothing simulated the capacity
-    itself. A quiet hour then runs fewer replicas, each at most as loaded as at the busiest hour:
+    rate its replicas held their targets at when replayed, where that capacity is not itself a rate
+    held in simulation (PoolDetail.held_where_planned: not the model's, nor one bisected on runs
+    each judged alone). A quiet hour then runs fewer replicas, each at most as loaded as at the busiest hour:
     at the model's capacity an outside replay of a certified plan (7.20 requests/s a replica
     replayed, 8.65 the model's) missed TPOT p99 by a third in the hours that packed replicas to it.
     A stated fleet (fleet:) is audited, replayed at its peak without the headroom: it carries at least
     the rate that held there (its verdict, plan_objects.peak_shortfall, says the same), and up to that
     rate × headroom where the model has room for it (the headroom is the model's estimate, as the
     verdict says): an hour's real load, below its load × headroom, then puts no replica past what held."""
-    if plan.certification is None or not plan.certification.certified or pool.planned_by in _MEASURED:
+    if plan.certification is None or not plan.certification.certified or pool.held_where_planned:
         return pool.planned_rps
     if plan.scenario.fleet:
         return max(pool.replay_rps, min(pool.planned_rps, pool.replay_rps * plan.scenario.traffic.headroom))
@@ -104,14 +101,17 @@ def capacity_source(pool: PoolDetail, plan: Plan) -> str:
     if rate == pool.planned_rps:
         return ""
     solved_with = {"calibration": "the model's capacity scaled by certification's ratio",
-                   "bound": "the bound it was solved with"}.get(pool.planned_by, "the model's capacity")
+                   "bound": "the bound it was solved with",
+                   "simulation": "the capacity bisected in simulation"}.get(pool.planned_by, "the model's capacity")
+    untested = ("was not judged at that rate as certification judges a pool" if pool.planned_by == "simulation"
+                else "was not simulated")
     held = "the rate its replicas held their targets at in simulation"
     if rate > pool.planned_rps:
         return f" ({held}, above {solved_with}, {pool.planned_rps:,.3f})"
     if rate > pool.replay_rps:  # a stated fleet's: replayed at its peak, the headroom the model's
         return (f" ({held} at the peak, {pool.replay_rps:,.3f}, × headroom {plan.scenario.traffic.headroom:g}, the "
-                f"model's estimate; {solved_with}, {pool.planned_rps:,.3f}, was not simulated)")
-    return f" ({held}; {solved_with}, {pool.planned_rps:,.3f}, was not simulated)"
+                f"model's estimate; {solved_with}, {pool.planned_rps:,.3f}, {untested})")
+    return f" ({held}; {solved_with}, {pool.planned_rps:,.3f}, {untested})"
 
 
 @dataclass(frozen=True)

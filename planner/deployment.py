@@ -40,7 +40,7 @@ def supported_problem(gpu: GPU, tp: int, weight_dtype: Dtype, kv_dtype: Dtype, m
     """Why this combination cannot run, or None. Shared by the CLI (as an error) and the ILP (as a filter)."""
     dtype_problem = _dtype_problem(
         gpu, weight_dtype, weight_dtype.weight, gpu.weight_dtypes, f"{weight_dtype.id} weights", "weight"
-    ) or _dtype_problem(gpu, kv_dtype, kv_dtype.kv, gpu.kv_dtypes, f"a {kv_dtype.id} KV cache", "KV")
+    ) or _dtype_problem(gpu, kv_dtype, kv_dtype.kv, gpu.kv_dtypes, f"{_article(kv_dtype.id)} {kv_dtype.id} KV cache", "KV")
     if dtype_problem:
         return dtype_problem
     if tp < 1 or tp & (tp - 1):
@@ -69,8 +69,13 @@ def model_tp_problem(model: Model, tp: int) -> str | None:
     return None
 
 
+def _article(name: str) -> str:
+    """'a' or 'an' before a dtype's name read letter by letter ("an fp8", "an int8", "a bf16")."""
+    return "an" if name[:1].lower() in "aefhilmnorsx" else "a"
+
+
 def _dtype_problem(gpu: GPU, dtype: Dtype, role_ok: bool, supported: list[str], use: str, kind: str) -> str | None:
-    """Why `dtype` cannot serve as `use` ("fp8 weights", "a fp8 KV cache") on `gpu`, or None:
+    """Why `dtype` cannot serve as `use` ("fp8 weights", "an fp8 KV cache") on `gpu`, or None:
     the GPU must list it for that role and the dtype must allow the role (`role_ok`)."""
     if dtype.id in supported and role_ok:
         return None

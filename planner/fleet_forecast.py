@@ -49,15 +49,18 @@ from planner.forecast_outputs import (
     _table,
     after_end_headline,
     after_end_text,
+    certified_flag,
     datapackage,
     growth_text,
     item_column,
+    model_only_lines,
     next_commitments_text,
     span_totals,
     summed,
     table_file,
     write_texts,
 )
+from planner.plan_json import uncertified_message
 from planner.report import rejected_text
 from planner.units import (
     HOURS_PER_MONTH,
@@ -156,6 +159,9 @@ def run_fleet_forecast(fleet: FleetInputs, *, certify: bool | None = None) -> li
             blamed = sorted(g for g in q.availability if f"{g} ≤ " in exc.message)
             stated = f" ({', '.join(blamed)}: capped by {where}.availability)" if blamed else ""
             raise InfeasibleError(quarter_error(q.quarter, exc.message + stated), where=exc.where) from None
+        missed = [f"service '{p.scenario.name}': {m}" for p in plan.plans if (m := uncertified_message(p))]
+        if missed:  # as `planner solve` refuses a fleet whose plan did not hold in simulation
+            raise InfeasibleError(quarter_error(q.quarter, "; ".join(missed)))
         by_type = dict(plan.joint.gpus_by_type)
         before = previous.plan.joint.gpus_by_type if previous else {}
         change = {} if previous is None else {g: by_type.get(g, 0) - before.get(g, 0)
@@ -355,6 +361,7 @@ def fleet_forecast_markdown(name: str, results: list[FleetQuarter], fleet: Fleet
         + ".**",
         "",
         *not_served(first.plan.plans),
+        *model_only_lines([p for r in results for p in r.plan.plans], services=True),
         "Every quarter is one ILP over every service, commitments shared, planned afresh: a service may move to other "
         "GPU types from one quarter to the next.",
         "",
@@ -581,6 +588,9 @@ def fleet_forecast_json(results: list[FleetQuarter]) -> dict:
         for r in results
     ], "committed_after_end_usd": total["committed_after_end_usd"],
         "budget_usd_per_month": results[0].plan.fleet.spec.budget_usd_per_month,  # every quarter's limit (null: none)
+        # each service's: every quarter's plan certified by simulation, null where certification was off
+        "certified": {name: certified_flag([p for r in results for p in r.plan.plans if p.scenario.name == name])
+                      for name in dict.fromkeys(p.scenario.name for p in results[0].plan.plans)},
         # the total CSV's row, the Markdown's headline (an outside probe found it only there)
         "total": row(TOTAL_COLUMNS, total),
         # each service's traffic notes, as `planner solve --json` gives them

@@ -20,6 +20,7 @@ from planner.evaluator import Measurements
 from planner.ilp import FleetSolution
 from planner.inputs import Inputs, plan_inputs
 from planner.load_profile import HOURS_PER_DAY
+from planner.plan_json import uncertified_message
 from planner.plan_objects import Plan
 from planner.scenario import GPUCandidate, QuarterSpec, Scenario
 
@@ -312,6 +313,11 @@ def _quarter_plan(inputs: Inputs, qscn: Scenario, q: QuarterSpec, reserved, pric
                            measurements=measured)
     except (InfeasibleError, InputError) as exc:  # a quarter's own context limit or demand: name the quarter
         raise type(exc)(quarter_error(q.quarter, exc.message), where=exc.where or str(inputs.path)) from None
+    # A quarter no plan of which held in simulation is refused, as `planner solve` refuses its plan: a
+    # reviewer found the forecast priced it as any other (a stated fleet's audit is shown, as solve shows it).
+    missed = uncertified_message(plan)
+    if missed and not plan.given_fleet:
+        raise InfeasibleError(quarter_error(q.quarter, missed), where=str(inputs.path))
     carried = [f for f, on in (("forecast.carry_forward", fc.carry_forward),
                                ("forecast.commitment_term_quarters", fc.commitment_term_quarters)) if on]
     held = held_past_bound(plan.solution.gpus, sum(_idle_gpus(plan, reserved).values()),

@@ -38,6 +38,7 @@ from planner.commitments import (
 from planner.daily import CAPS_SET_ASIDE, POLICIES, floor_text, reserved_discount
 from planner.files import output_folder, write_bytes_atomic, write_text_atomic
 from planner.forecast import PoolRow, QuarterResult
+from planner.plan_json import uncertified_message
 from planner.report import (
     TOKEN_SPLIT_TEXT,
     peak_shortfall_text,
@@ -254,12 +255,13 @@ POOL_COLUMNS: tuple[Column, ...] = (
                 "(where it comes from: capacity_planned_by)"),
     item_column("capacity_planned_by", "string",
                 "model: the model's capacity; calibration: the model's, scaled by the simulated / model ratio "
-                "certification measured on another config of the class; simulation: certification searched this "
-                "config's capacity in simulation; held: the rate its pool held every target at in simulation (a "
+                "certification measured on another config of the class; simulation: certification bisected this "
+                "config's capacity in simulation (each run judged alone; not certified at that rate); held: the rate its pool held every target at in simulation (a "
                 "floor: its limit was not searched); log: a replica's share lowered after the log's own arrivals "
                 "missed; bound: a proven upper bound, not searched; replayed: the rate its replicas held every target "
-                "at when certification replayed the plan, where the capacity it was solved with was not simulated (the "
-                "day's scaling plans no replica above it; for a stated fleet, replayed at its peak, that rate × "
+                "at when certification replayed the plan, where the capacity it was solved with was not a rate held there "
+                "(the model's, or one bisected in simulation: "
+                "the day's scaling plans no replica above it; for a stated fleet, replayed at its peak, that rate × "
                 "headroom where the model has room for it, and at least that rate)"),
     Column("mixed_reserved_replicas", "integer",
            "the day's reserved + on-demand mix: replicas of the pool reserved all day (the rest run on demand per hour)",
@@ -587,7 +589,10 @@ def _unused_price_lines(results: Sequence[QuarterResult]) -> list[str]:
                         f"quarter's load at its on-demand prices, with no commitment, {alone}; {why}.")
     if not rows:
         return []
-    return ["", "A stated price the plan does not use, and why (each plan certified as the quarter's is):", "", *rows]
+    cert = results[0].plan.certification
+    how = ("by the model alone, as the quarter's is" if cert is None else
+           "certified as the quarter's is" if cert.certified else "replayed as the quarter's is")
+    return ["", f"A stated price the plan does not use, and why (each plan {how}):", "", *rows]
 
 
 def _short_lines(results: Sequence[QuarterResult]) -> list[str]:
@@ -599,7 +604,36 @@ def _short_lines(results: Sequence[QuarterResult]) -> list[str]:
             out.append(f"- **{r.quarter}: the stated fleet does NOT carry this quarter's peak** ({short}): it cannot "
                        "serve the load, so no cost per token is quoted for it, and the day's policies below, sized for "
                        "the load, are no comparison with it.")
+        if r.plan.given_fleet and (missed := uncertified_message(r.plan)):  # its audit, as `planner solve` prints it
+            out.append(f"- **{r.quarter}: {missed}**.")
     return out
+
+
+def model_only_lines(plans: Sequence, *, services: bool = False) -> list[str]:
+    """A line and a blank one where a forecast's plans were not certified by simulation (`verify:
+    false`, `--no-verify`), or nothing: such a forecast read as a certified one does (an outside
+    probe: finance_2027 with --no-verify, 17 -> 25 GPUs and 5.8% below the certified forecast's cost,
+    said "certified" in words and had no `certified` key). services: a fleet's (whose services
+    certify all or none: fleet.refuse_mixed_verify)."""
+    if not any(p.certification is None for p in plans):
+        return []
+    whose = "Every service's plan in every quarter" if services else "Every quarter's plan"
+    if all(p.given_fleet for p in plans):  # audited, not planned: nothing is re-planned
+        whose, then = "Every quarter's audit of the stated fleet", "a replay can read a target the model holds missed"
+    else:
+        then = "where a replay reads a target missed, certification plans the pool at a lower rate, and a certified "
+        then += "forecast can need more GPUs"
+    return [f"**{whose} is the model's alone**: certification by simulation is off (`verify: false` or "
+            f"`--no-verify`), so no pool was replayed; {then}.", ""]
+
+
+def certified_flag(plans: Sequence) -> bool | None:
+    """`certified` of a forecast's --json: whether every quarter's plan held in simulation (false only
+    for a stated fleet's audit that missed: a planned quarter that cannot be certified stops the forecast,
+    exit 3), or None where certification was off."""
+    if any(p.certification is None for p in plans):
+        return None
+    return all(p.certification.certified for p in plans)
 
 
 def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: str | None = None, heading: int = 1) -> str:
@@ -619,6 +653,7 @@ def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: st
         + (f", {usd_per_million_text(cpm_total)} per million tokens at the day's real volume" if cpm_total is not None else "")
         + after_end_headline(total["committed_after_end_usd"], last.quarter, _unpriced_at_the_end(results)) + ".**",
         "",
+        *model_only_lines([r.plan for r in results]),
         "| Quarter | Demand × base | Peak req/s | Deployment | GPUs (change) | Reserved: in use / idle | $/hour: on demand + "
         "reserved + idle = total | $/quarter | $/M tokens at peak (blended / input / output) | $/M tokens at the day's "
         "volume (blended / input / output) | Utilisation peak / mean |",
@@ -753,10 +788,15 @@ def next_commitments_text(quarter: str, lots: Sequence[tuple[int, str, str]], ad
     what = "runs beyond the commitments still in their term after it" if term is not None else "runs on demand"
     over = (f", {usd_text(added_usd_per_hour * HOURS_PER_QUARTER * term)} over a {term}-quarter term"
             if term is not None else "")
+    # With a term, what it adds to: the commitments still in their term, not all held at the end (an outside
+    # probe read "held ... $63.37/hour", "$9.22/hour more" and "$67.42/hour in all", the lots whose term
+    # ends with the quarter unsaid).
+    staying = usd_per_hour - added_usd_per_hour  # (a fleet's: its inventory's too)
+    on = f", on the {usd_text(staying)}/hour still committed after it" if term is not None and staying >= 0.005 else ""
     # The last quarter's terms: a price stated for a later quarter is outside the forecast.
     return (" With carry_forward, the " + ", ".join(f"{n:,} {g}" for n, g, _ in lots) + f" that {quarter} {what} "
             f"would be committed from the next quarter at {quarter}'s terms (" + ", ".join(p for *_, p in lots)
-            + f" per GPU-hour): {usd_text(added_usd_per_hour)}/hour more{over}; {usd_text(usd_per_hour)}/hour "
+            + f" per GPU-hour): {usd_text(added_usd_per_hour)}/hour more{over}" + on + f"; {usd_text(usd_per_hour)}/hour "
             "committed in all.")
 
 
@@ -834,6 +874,7 @@ def forecast_json(results: Sequence[QuarterResult]) -> dict:
         q["reserved_notes"] = list(r.reserved_below)  # a stated reservation below what is held (the Markdown's)
         quarters.append(q)
     return {"quarters": quarters, "total": row(TOTAL_COLUMNS, _totals(_table(QUARTER_COLUMNS, results), results)),
+            "certified": certified_flag([r.plan for r in results]),
             # what the traffic's source left out or counts as idle, as `planner solve --json` gives it
             "traffic_notes": list(results[0].plan.traffic_notes)}
 

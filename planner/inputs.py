@@ -24,8 +24,9 @@ def scenario_catalog(scn: Scenario, path: Path, extra_files: tuple[str, ...] = (
     if scn.catalog:
         catalog = catalog.with_overrides(scn.catalog, where=f"{path}: catalog")
     checks = [(f"gpus[{i}]", catalog.gpu, c.id) for i, c in enumerate(scn.gpu_candidates)]
-    checks += [(f"weight_dtypes[{i}]", catalog.dtype, d) for i, d in enumerate(scn.weight_dtypes)]
-    checks += [(f"kv_dtypes[{i}]", catalog.dtype, d) for i, d in enumerate(scn.kv_dtypes)]
+    # each among the dtypes its role allows (kv_dtypes: [nvfp4] suggested 'fp4', which is no KV-cache dtype)
+    checks += [(f"weight_dtypes[{i}]", lambda d: catalog.dtype_for(d, "weight"), d) for i, d in enumerate(scn.weight_dtypes)]
+    checks += [(f"kv_dtypes[{i}]", lambda d: catalog.dtype_for(d, "kv"), d) for i, d in enumerate(scn.kv_dtypes)]
     checks.append(("engine", catalog.engine, scn.engine))
     for field_path, lookup, name in checks:
         try:

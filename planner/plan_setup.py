@@ -65,13 +65,13 @@ def _why_unsupported(scn: Scenario, catalog: Catalog, model: Model) -> str:
 
 def _check_dtype_roles(scn: Scenario, catalog: Catalog) -> None:
     """A dtype the scenario lists for a role its catalog entry refuses, named where it is listed (kv_dtypes:
-    [fp4] read "no candidate config: ... cannot serve as a fp4 KV cache", naming no field or choice)."""
-    for field, role, what in (("weight_dtypes", "weight", "weight"), ("kv_dtypes", "kv", "KV-cache")):
-        fits = sorted(d.id for d in catalog.dtypes.values() if getattr(d, role))
+    [fp4] read "no candidate config: ... cannot serve as an fp4 KV cache", naming no field or choice)."""
+    for field, role in (("weight_dtypes", "weight"), ("kv_dtypes", "kv")):
         for i, name in enumerate(getattr(scn, field)):
-            if not getattr(catalog.dtype(name), role):
-                raise InputError(f"{field}[{i}]: '{name}' is not a {what} dtype (its catalog entry's `{role}` is false); "
-                                 f"choose from {', '.join(fits)}")
+            try:
+                catalog.dtype_for(name, role)
+            except InputError as exc:
+                raise InputError(f"{field}[{i}]: {exc.message}") from None
 
 
 def setup_plan(scn: Scenario, catalog: Catalog, model: Model, hist: Histogram, measured_peak_rps: float, *,

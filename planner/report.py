@@ -450,25 +450,44 @@ def _covering_text(per_replica_rps: float, replicas: int, cover_rps: float) -> s
 
 
 def _untested_capacity_note(plan: Plan) -> str:
-    """Where a certified plan's pool is planned at the model's capacity (or the model's scaled by
-    another config's ratio) and held at the lower rate it carries, the capacity in its row is
-    untested: chat_8b_h100's replica, planned at the model's 8.652 req/s and held at 7.2, read TPOT
-    p99 70 ms against its 50 ms limit replayed at 8.652 (an outside audit). An operator setting
-    limits from the column would overload it."""
+    """Where a certified plan's pool is planned at a capacity no replay judged at that rate
+    (PoolDetail.held_where_planned: the model's, a bound on it, the model's scaled by another config's
+    ratio, or one bisected on runs each judged alone) and held at the lower rate it carries, the
+    capacity in its row is untested: chat_8b_h100's replica, planned at the model's 8.652 req/s and
+    held at 7.2, read TPOT p99 70 ms against its 50 ms limit replayed at 8.652 (an outside audit); at
+    a peak of 36, planned at a bisected 8.154, 52.2 ms on sixteen pooled runs at 8.13. An operator
+    setting limits from the column would overload it."""
     cert = plan.certification
     if cert is None or not cert.certified:
         return ""
-    # the model's capacity, or the model's scaled by another config's ratio: neither was replayed
-    untested = [pool for pool in plan.pools if pool.planned_by in ("model", "calibration") and pool.check is not None
-                and pool.replay_rps < pool.planned_rps]
-    if not untested:
+    carried = [pool for pool in plan.pools if not pool.held_where_planned and pool.check is not None
+               and pool.replay_rps < pool.planned_rps]
+    bisected = [pool for pool in carried if pool.planned_by == "simulation"]
+    untested = [pool for pool in carried if pool.planned_by != "simulation"]
+    if not carried:
         return ""
-    held = "; ".join(f"{pool.traffic_class.label} on {pool.config.gpu.id}: {pool.replay_rps:,.3f}" for pool in untested)
-    scaled = (", or the model's scaled by a ratio simulation measured on another config"
-              if any(pool.planned_by == "calibration" for pool in untested) else "")
-    return (f"Capacity / replica of {'this pool' if len(untested) == 1 else 'these pools'} is the model's{scaled}, not "
-            "tested in simulation: certification replays a replica at the rate the plan has it carry, and it held there "
-            f"({held} req/s a replica). Take autoscaling or admission limits from the rate held.")
+
+    def held(pools) -> str:
+        each = "it" if len(pools) == 1 else "each"
+        return (f"{each} held there ({'; '.join(f'{p.traffic_class.label} on {p.config.gpu.id}: {p.replay_rps:,.3f}' for p in pools)}"
+                " req/s a replica)")
+
+    def these(pools) -> str:
+        return "this pool" if len(pools) == 1 else "these pools"
+
+    notes = []
+    if untested:
+        kinds = {pool.planned_by for pool in untested}
+        scaled = "".join(text for kind, text in (("bound", ", or a bound on it"), ("calibration", (
+            ", or the model's scaled by a ratio simulation measured on another config"))) if kind in kinds)
+        notes.append(f"Capacity / replica of {these(untested)} is the model's{scaled}, not tested in simulation: "
+                     f"certification replays a replica at the rate the plan has it carry, and {held(untested)}.")
+    if bisected:
+        notes.append(f"Capacity / replica of {these(bisected)} is bisected in simulation (to 2%, each run judged alone), "
+                     "not certified at that rate: certification judges a pool on runs pooled, at the rate the plan has "
+                     f"it carry, and {held(bisected)}; at the bisected capacity itself longer runs may read a target a "
+                     "little over its limit.")
+    return " ".join(notes) + " Take autoscaling or admission limits from the rate held."
 
 
 def routing_notes(plan: Plan) -> list[str]:
@@ -969,12 +988,27 @@ def _traffic(plan: Plan, figure: str | None) -> str:
     shares = [(t, h.share_above(t)) for t in (8192, 32768, 131072) if t < plan.context_limit or t == 8192]
     lines += ["", "Share of served requests above: " + ", ".join(f"{t:,} tokens {s:.2%}" for t, s in shares) + "."]
     if figure:
-        lines += ["", f"![Traffic]({figure})"]
+        lines += ["", f"![Traffic]({figure})", "", _traffic_caption(plan)]
         if plan.rejected_requests:  # its shares reach 1 at the limit: of the served requests, not of all
             lines += ["", f"The figure shows the {h.requests:,} served requests; the {plan.rejected_requests:,} "
                           f"longer than the {plan.context_limit:,}-token limit ({rejected_text(plan)}) lie past its "
                           "right edge."]
     return "\n".join(lines)
+
+
+def _traffic_caption(plan: Plan) -> str:
+    """What the right panel's lines mark (start_traffic_figure draws the thresholds below the limit)."""
+    limit = f"the {plan.context_limit:,}-token context limit"
+    drawn = [t for t in plan.scenario.thresholds if t < plan.context_limit]
+    if not drawn:
+        return f"In the total-length panel, the red line marks {limit}."
+    sol = plan.solution
+    chosen = "the plan does not split" if sol.option == "none" else f"the plan splits at {sol.threshold:,}"
+    named = [f"{t:,}" for t in drawn]
+    listed = named[0] if len(named) == 1 else ", ".join(named[:-1]) + " and " + named[-1]
+    many = len(drawn) > 1
+    return (f"In the total-length panel, the dashed orange line{'s' if many else ''} mark{'' if many else 's'} the "
+            f"split threshold{'s' if many else ''} ({listed} tokens; {chosen}) and the red line {limit}.")
 
 
 def _own_bursts_text(plan: Plan) -> str:

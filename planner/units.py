@@ -129,12 +129,17 @@ def usd_per_million_tokens(usd: float, tokens: float) -> float | None:
 
 def usd_per_million_text(usd: float | None) -> str:
     """A cost per million tokens to the hundredth of a cent (small figures need the digits), or under
-    a tenth of a cent to two significant digits ($0.000042, not $0.0000: a cost is not rounded to none,
-    nor doubled); '—' for none."""
+    a cent to three significant digits ($0.00926, $0.0000420: a cost is not rounded to none, nor
+    doubled, and a change from one quarter to the next reads closer to what it is: finance_2027's input
+    price at peak read $0.0093 and $0.0094, a 1.1% change as 1.1% or 2.2%); '—' for none."""
     if usd is None or not math.isfinite(usd):
         return "—"
-    if 0 < abs(usd) < 0.001:  # to the hundredth of a cent, $0.00005 would read $0.0001
-        return f"${significant_text(usd, 2)}"
+    if 0 < abs(usd) < 0.01:
+        digits = 2 - math.floor(math.log10(abs(usd)))
+        shown = rounded_usd(usd, digits)
+        if abs(shown) >= Decimal(1).scaleb(3 - digits):  # rounding carried to the next power of ten: $0.0100, not $0.01000
+            shown = rounded_usd(usd, digits - 1)
+        return f"${shown:,f}"  # fixed notation: a Decimal's str turns to exponents past 1e-6
     return f"${rounded_usd(usd, 4):,}"
 
 
@@ -170,6 +175,10 @@ def hours_text(*, quarters: bool) -> str:
         hours = f"A month is {HOURS_PER_MONTH} hours and a quarter {HOURS_PER_QUARTER:,}"
         amounts, bound = "Amounts per month and per quarter are", (
             f"{month} a month and {usd_text(0.005 * HOURS_PER_QUARTER)} a quarter")
+    # A forecast's sums show their parts (on demand + reserved + idle = total), each rounded on its own: an
+    # outside probe added "$0.00 + $27.21 + $10.47" to $37.68 against the $37.67 shown ($27.209 + $10.465).
+    parts = (" Each amount is rounded to the cent on its own, so the parts shown of a sum can add to a cent or so "
+             "more or less than its total shown.") if quarters else ""
     return (f"{hours}: every hour of an {12 * HOURS_PER_MONTH:,}-hour year billed, the price sheets' convention. {amounts} the hourly "
             f"cost before rounding times those hours, so {'they' if quarters else 'it'} can differ from the rounded "
-            f"hourly amount times them by up to {bound}.")
+            f"hourly amount times them by up to {bound}.{parts}")

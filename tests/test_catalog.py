@@ -545,3 +545,10 @@ def test_an_import_under_a_catalog_id_keeps_nothing_of_the_entry_and_an_override
     dropped = catalog.with_overrides({"models": {"gemma-2-27b": {"sliding_window": None, "num_sliding_window_layers": 0}}},
                                      where="o.yaml")
     assert dropped.model("gemma-2-27b").sliding_window is None
+
+
+def test_a_name_listed_twice_is_listed_once():
+    """An outside probe: `catalog models llama-3.1-8b llama-3.1-8b` printed the row twice."""
+    twice = json.loads(run("catalog", "models", "llama-3.1-8b", "llama-3.1-8b", "--json").stdout)
+    once = json.loads(run("catalog", "models", "llama-3.1-8b", "--json").stdout)
+    assert twice == once and len(once) == 1

@@ -1247,7 +1247,7 @@ def test_a_challenger_that_leaves_no_plan_keeps_the_certified_plan(monkeypatch):
     answers = iter([[(challenger, ["challenger evals"])], [(nothing, ["no evals"])]])
     monkeypatch.setattr(cert, "_priced_by_ratio", lambda *a: True)
     monkeypatch.setattr(cert, "pool_details", lambda ev, evals, sol: [pool] if sol is challenger else [])
-    monkeypatch.setattr(cert, "_replay_all", lambda state, label: ([[]], [[(pool, SimpleNamespace(problems=["TTFT p99"], misses=("TTFT p99",)))]]))
+    monkeypatch.setattr(cert, "_replay_all", lambda state, label: ([[]], [[(pool, SimpleNamespace(problems=["TTFT p99"], misses=("TTFT p99",), rate_rps=5.0))]]))
     monkeypatch.setattr(cert, "_measured_capacity", lambda *a: 0.5)
     monkeypatch.setattr(cert, "_evaluation", lambda evals, p: "evaluation")
     state = [[st, ["certified evals"], certified, ["certified pools"], []]]
@@ -1394,12 +1394,13 @@ def test_a_challenger_that_misses_under_the_log_alone_names_the_target():
     from planner.pool_check import PoolCheck
 
     replay = SimpleNamespace(problems=("every prompt: TPOT p99 50.4 ms > 50 ms",))
-    check = SimpleNamespace(problems=(), replay=replay)
+    check = SimpleNamespace(problems=(), replay=replay, rate_rps=4.1)
     check.misses = PoolCheck.misses.fget(check)
+    # and the rate the miss was read at, which is not the capacity the pool was planned at (replicas round up)
     assert challenger_text(1, "long (2,048 < tokens ≤ 16,384)", "h100-sxm tp1 w:fp8 kv:fp8 ctx:16384", check, 3.693) == (
-        "challenger 1: long (2,048 < tokens ≤ 16,384) on h100-sxm tp1 w:fp8 kv:fp8 ctx:16384 missed at its model "
-        "capacity (the log's own arrivals: every prompt: TPOT p99 50.4 ms > 50 ms); measured 3.693 req/s per replica; "
-        "the certified plan stands")
+        "challenger 1: long (2,048 < tokens ≤ 16,384) on h100-sxm tp1 w:fp8 kv:fp8 ctx:16384, planned at its model "
+        "capacity, missed (the log's own arrivals: every prompt: TPOT p99 50.4 ms > 50 ms) replayed at 4.100 req/s a "
+        "replica; measured 3.693 req/s per replica; the certified plan stands")
 
 
 def test_a_pool_that_misses_only_under_the_log_s_bursts_gets_a_replica_more_each_round(tmp_path):
@@ -1493,3 +1494,18 @@ def test_a_tail_part_is_a_close_call_within_15_percent_whatever_few_requests_it_
 
     assert part(0.0602).measured and not part(0.0602).close_call and part(0.0602).misses
     assert part(0.056).close_call and part(0.0440).close_call and not part(0.040).close_call
+
+
+def test_the_line_solve_prints_says_when_nothing_was_simulated(tmp_path):
+    """Without certification a plan's one line read as a certified plan's (an outside probe: a TPOT
+    target "held (model)" on 5 GPUs missed by 16% replayed), and a stated fleet's as an audit that held."""
+    planned = write(tmp_path, SCENARIO)
+    r = CliRunner().invoke(main, ["solve", str(planned), "--no-verify", "--no-report"])
+    assert r.exit_code == 0 and r.stdout.rstrip().endswith(" [by the model alone: not certified by simulation]"), r.output
+    given = tmp_path / "given"
+    given.mkdir()
+    stated = write(given, SCENARIO + "fleet: [{gpu: h100-sxm, replicas: 3}]\n")
+    r = CliRunner().invoke(main, ["solve", str(stated), "--no-verify", "--no-report"])
+    assert r.exit_code == 0 and r.stdout.rstrip().endswith(" [audited by the model alone: not simulated]"), r.output
+    r = CliRunner().invoke(main, ["solve", str(stated), "--no-report"])
+    assert r.exit_code == 0 and "[" not in r.stdout, r.output

@@ -67,7 +67,25 @@ def test_unknown_gpu_lists_known_names():
 def test_dtype_the_gpu_lacks_exits_2_and_says_why():
     r = run("capacity", "llama-3.1-8b", "a100-80gb", "--kv-dtype", "fp8")
     assert r.exit_code == 2
-    assert "does not support a fp8 KV cache" in r.output and "Ampere" in r.output.replace("ampere", "Ampere")
+    assert "does not support an fp8 KV cache" in r.output and "Ampere" in r.output.replace("ampere", "Ampere")
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (("kv", "llama-3.1-8b", "--kv-dtype", "nvfp4"),
+     "Invalid value for --kv-dtype: unknown KV-cache dtype 'nvfp4'; did you mean 'fp8'? known: bf16, fp16, fp8"),
+    (("kv", "llama-3.1-8b", "--kv-dtype", "fp4"),
+     "Invalid value for --kv-dtype: 'fp4' is not a KV-cache dtype (its catalog entry's `kv` is false); choose from bf16, fp16, fp8"),
+    (("capacity", "llama-3.1-8b", "h100-sxm", "--kv-dtype", "int8"),
+     "Invalid value for --kv-dtype: 'int8' is not a KV-cache dtype (its catalog entry's `kv` is false); choose from bf16, fp16, fp8"),
+    (("capacity", "llama-3.1-8b", "h100-sxm", "--weight-dtype", "fp9"),
+     "Invalid value for --weight-dtype: unknown weight dtype 'fp9'; did you mean 'fp8'? known: bf16, fp16, fp4, fp8, "
+     "int4, int8, mxfp4"),
+])
+def test_a_dtype_option_names_only_the_dtypes_its_role_allows(args, said):
+    """An outside probe: `kv --kv-dtype nvfp4` suggested 'fp4', which it then refused as no KV-cache dtype;
+    `capacity --kv-dtype int8` read "cannot serve as a int8 KV cache" and named no choice."""
+    r = run(*args)
+    assert r.exit_code == 2 and said in r.output, r.output
 
 
 def test_weights_that_do_not_fit_exit_2_with_the_numbers():
@@ -209,7 +227,8 @@ def test_a_name_typed_in_another_case_suggests_itself_before_a_neighbour():
     starts as 'h100-pcie' does, whatever the case."""
     r = run("kv", "llama-3.1-8b", "--kv-dtype", "BF16")
     assert r.exit_code == 2
-    assert r.stderr.startswith("error: unknown dtype 'BF16'; did you mean 'bf16'? known: ")
+    assert r.stderr.startswith("error: Invalid value for --kv-dtype: unknown KV-cache dtype 'BF16'; did you mean 'bf16'? "
+                               "known: ")
     r = run("capacity", "llama-3.1-8b", "H100")
     assert r.exit_code == 2
     assert r.stderr.startswith("error: unknown GPU 'H100'; did you mean 'h100-sxm'? known: ")
@@ -249,3 +268,14 @@ def test_capacity_refuses_a_quantile_its_sizing_does_not_read_as_a_scenario_does
             "--sizing", "worst_case", "--quantile", "0.7")
     assert r.exit_code == 2, r.output
     assert "Invalid value for --quantile: is read only with --sizing percentile (sizing is worst_case)" in r.output
+
+
+def test_kv_json_gives_each_gpu_s_bytes_as_the_text_does_and_whole_bytes_as_integers():
+    """An outside probe: the text said "131,072 bytes ... over the 16 GPUs, 8,192 on each" and --json had
+    no per-GPU figure; each layer kind's bytes read 131072.0 beside an integer total."""
+    r = run("kv", "llama-3.1-8b", "--kv-dtype", "fp8", "--tp", "16", "--tokens", "1000", "--json")
+    payload = json.loads(r.stdout)
+    assert payload["kv_bytes_per_token"] == 131072 and payload["kv_bytes_per_token_per_gpu"] == 8192
+    assert "over the 16 GPUs, 8,192 on each" in run("kv", "llama-3.1-8b", "--kv-dtype", "fp8", "--tp", "16").stdout
+    [kind] = payload["kv_layer_kinds"]
+    assert kind["bytes_per_token"] == 131072 and isinstance(kind["bytes_per_token"], int)

@@ -5,6 +5,7 @@ the forecast's last quarter priced, in a scenario's forecast and in a fleet's.""
 from __future__ import annotations
 
 import csv
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -156,6 +157,7 @@ def test_what_carry_forward_commits_next_counts_the_lots_whose_term_ends_with_th
             f"after it would be committed from the next quarter at 2028Q1's terms (${price:.3f} per GPU-hour): "
             f"${renewed * price:,.2f}/hour more, ${renewed * price * 2190 * 2:,.2f} over a 2-quarter term; "
             f"${in_all:,.2f}/hour committed in all.") in text
+    assert not staying  # every lot's term ends with the quarter: nothing it adds to ("on the $0.00/hour" is not said)
     assert "a quarter)" not in text.split("Held at the end of 2028Q1:")[1].split(".")[0]  # no run rate to quote
 
 
@@ -188,3 +190,21 @@ def test_a_lot_above_its_quarters_on_demand_price_is_named_with_its_gpus_and_pri
     assert text.startswith("Committed above the on-demand price: 2027Q1 pays 4 h100-sxm at $3.50 per GPU-hour "
                            "against $2.99 on demand; 2027Q3 pays 6 h100-sxm at $3.50 per GPU-hour against $2.99 on demand. ")
     assert above_on_demand_text([quarter("2027Q1", lots[2:4], on_demand)]) == ""
+
+
+def test_what_carry_forward_commits_next_says_what_it_adds_to(tmp_path):
+    """With a term, "held at the end ... $63.37/hour", "$9.22/hour more" and "$67.42/hour in all" did not
+    add up where lots' terms end with the last quarter (an outside probe): the sentence names the
+    commitments still in their term after it, which the lots it adds join."""
+    from planner.commitments import in_force
+    from planner.forecast_outputs import forecast_markdown
+
+    results = run_forecast(load_inputs(small_forecast(tmp_path, term=3)))
+    staying = sum(lot.usd_per_hour for lot in in_force(results[-1].lots, len(results)))
+    assert staying > 0  # the case: some lots run past the end
+    text = forecast_markdown("terms", results)
+    added, in_all = (float(x.replace(",", "")) for x in re.search(
+        r"\$([\d,.]+)/hour more, \$[\d,.]+ over a 3-quarter term, on the \$[\d,.]+/hour still committed after it; "
+        r"\$([\d,.]+)/hour committed in all\.", text).groups())
+    assert f"on the ${staying:,.2f}/hour still committed after it" in text
+    assert abs(staying + added - in_all) <= 0.011  # each rounded to the cent on its own

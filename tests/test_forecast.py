@@ -783,3 +783,52 @@ def test_a_quarter_stating_fewer_reserved_than_are_held_says_it_commits_none_and
     assert results[1].reserved_below == (said,)
     assert f"- {said}." in forecast_markdown("fc", results).splitlines()
     assert [q["reserved_notes"] for q in forecast_json(results)["quarters"]] == [[], [said], []]
+
+
+def test_a_forecast_made_without_certification_says_so_in_its_report_and_json():
+    """`planner forecast --no-verify` sized every quarter by the model alone and read as a certified
+    forecast does (an outside probe: 17 -> 25 GPUs, 5.8% below the certified forecast's cost, "each
+    plan certified as the quarter's is", no `certified` key)."""
+    from types import SimpleNamespace
+
+    from planner.forecast_outputs import certified_flag, model_only_lines
+
+    certified = SimpleNamespace(certification=SimpleNamespace(certified=True), scenario=SimpleNamespace(name="a"),
+                                given_fleet=False)
+    off = SimpleNamespace(certification=None, scenario=SimpleNamespace(name="b"), given_fleet=False)
+    assert model_only_lines([certified, certified]) == [] and certified_flag([certified]) is True
+    assert certified_flag([certified, off]) is None
+    [line, blank] = model_only_lines([off, off])
+    assert blank == "" and line.startswith("**Every quarter's plan is the model's alone**: certification by "
+                                           "simulation is off (`verify: false` or `--no-verify`), so no pool was "
+                                           "replayed; where a replay reads a target missed, certification plans")
+    assert model_only_lines([off, off], services=True)[0].startswith(
+        "**Every service's plan in every quarter is the model's alone**")
+    stated = SimpleNamespace(certification=None, scenario=off.scenario, given_fleet=True)  # audited, not planned
+    assert model_only_lines([stated])[0].startswith("**Every quarter's audit of the stated fleet is the model's alone**")
+    assert "certification plans" not in model_only_lines([stated])[0]
+
+
+def test_a_quarter_no_plan_of_which_holds_in_simulation_stops_the_forecast(tmp_path, monkeypatch):
+    """`planner solve` refuses a plan certification could not certify (exit 3); a forecast priced such a
+    quarter as any other, and its stated-price sentence called the plan certified (a reviewer)."""
+    import dataclasses
+
+    import planner.forecast
+
+    path = scenario(tmp_path, """
+        forecast:
+          quarters: [{quarter: 2027Q1}, {quarter: 2027Q2}]
+    """)
+    original = planner.forecast.plan_inputs
+
+    def missed(*args, **kwargs):  # the plan as certification leaves one whose rounds are spent
+        plan = original(*args, **kwargs)
+        return dataclasses.replace(plan, certification=dataclasses.replace(plan.certification, certified=False))
+
+    monkeypatch.setattr(planner.forecast, "plan_inputs", missed)
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["forecast", str(path), "--out-dir", str(out)])
+    assert r.exit_code == 3, r.output
+    assert "forecast quarter 2027Q1: no plan holds its targets in simulation" in r.output
+    assert not out.exists()

@@ -227,6 +227,13 @@ def test_dollar_figures_round_the_amount_the_arithmetic_denotes_half_a_cent_up()
     # rounded price can still miss their cost by a cent: the cost column is the sum, not that product)
     assert usd_rate_text((115 * 2.093 + 14 * 2.99) / 129) == "$2.1903" and usd_rate_text(2.1900004) == "$2.19"
     assert f"{0.10035:.4f}" == "0.1003" and usd_per_million_text(0.10035) == "$0.1004"
+    # under a cent, three significant digits: $0.0093 and $0.0094 read a quarter's change coarsely
+    assert usd_per_million_text(0.00926338) == "$0.00926" and usd_per_million_text(0.00937924) == "$0.00938"
+    assert usd_per_million_text(0.02701898) == "$0.0270" and usd_per_million_text(0.000042) == "$0.0000420"
+    assert usd_per_million_text(-0.005) == "$-0.00500" and usd_per_million_text(0.0) == "$0.0000"
+    # in fixed notation however small, and three digits where rounding carries to the next power of ten
+    assert usd_per_million_text(9.9e-7) == "$0.000000990" and usd_per_million_text(1e-9) == "$0.00000000100"
+    assert usd_per_million_text(0.0099996) == "$0.0100" and usd_per_million_text(0.00099996) == "$0.00100"
     assert f"{2.675:.2f}" == "2.67" and usd_text(2.675) == "$2.68"
     assert usd_text(float("nan")) == usd_text(None) == usd_rate_text(float("inf")) == "—"
     # past $10 billion every cent shown is the amount's (12 significant digits would invent them)

@@ -179,10 +179,17 @@ def test_forecast_takes_verify_from_the_command_line_as_solve_does(tmp_path):
     def planned_by(*flags):
         r = run("forecast", path, "--no-report", "--json", *flags)
         assert r.exit_code == 0, r.output
-        return {p["capacity_planned_by"] for q in json.loads(r.stdout)["quarters"] for p in q["pools"]}
+        said = json.loads(r.stdout)
+        # and says which: a forecast by the model alone read as a certified one (an outside probe)
+        assert said["certified"] is (None if "--no-verify" in flags else True)
+        return {p["capacity_planned_by"] for q in said["quarters"] for p in q["pools"]}
 
     assert planned_by("--no-verify") == {"model"}
     assert planned_by() == planned_by("--verify") == {"replayed"}  # the scenario's own verify: true
+    out = tmp_path / "out"
+    assert run("forecast", path, "--no-verify", "--out-dir", out).exit_code == 0
+    text = (out / "tiny_forecast.md").read_text(encoding="utf-8")
+    assert "**Every quarter's plan is the model's alone**: certification by simulation is off" in text
 
 
 @pytest.mark.parametrize(
@@ -1981,6 +1988,10 @@ def test_a_dtype_whose_entry_refuses_the_kv_role_is_named_not_listed_as_supporte
     one_line_error(run("solve", path, "--no-report"), 2,
                    "s.yaml: kv_dtypes[0]: 'fp4' is not a KV-cache dtype (its catalog entry's `kv` is false); "
                    "choose from bf16, fp16, fp8")
+    # an unknown name is matched among the dtypes the role allows: 'nvfp4' suggested 'fp4', refused above
+    path = scenario(tmp_path, BASE.replace("kv_dtypes: [bf16]", "kv_dtypes: [nvfp4]"))
+    one_line_error(run("solve", path, "--no-report"), 2,
+                   "s.yaml: kv_dtypes[0]: unknown KV-cache dtype 'nvfp4'; did you mean 'fp8'? known: bf16, fp16, fp8")
 
 
 def test_traffic_that_no_request_of_fits_the_context_limit_names_the_field(tmp_path):
@@ -3005,3 +3016,31 @@ def test_a_log_read_beside_a_histogram_built_from_a_log_of_its_name_is_warned_of
     result = run("histogram", tmp_path / "q2.hist.parquet", log)
     assert result.exit_code == 0 and (f"{tmp_path / 'q2.hist.parquet'} was built from a log named serving.csv"
                                       in result.stderr), result.stderr
+
+
+def test_a_time_past_int64_is_refused_in_one_line_with_no_numpy_warning_before_it(tmp_path):
+    """An outside probe: a time of 1e22 (ms) printed numpy's "invalid value encountered in cast", with
+    the planner's own source line, before the one-line error."""
+    import numpy as np
+
+    from planner.workload.repeats import instants_us
+
+    with np.errstate(all="raise"):  # the cast's warning, raised
+        assert instants_us(np.array([1e22, -1e22, 1.5]), 60_000).tolist() == [2**62, -(2**62), 1500]
+    log = tmp_path / "far.csv"
+    log.write_text("prompt_tokens,output_tokens,timestamp_ms\n5,3,1e22\n", encoding="utf-8")
+    r = subprocess.run([sys.executable, "-m", "planner", "histogram", str(log)], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith(f"error: {log}: arrival times fall after 2200"), r.stderr
+
+
+def test_synth_says_a_tail_share_it_was_given_and_its_help_the_defaults(tmp_path):
+    """An outside probe: `--tail-share` made a long-tailed mix of chat, rag or code and the line said
+    nothing of it; --help gave no distribution's default rate."""
+    r = run("synth", "chat", "-n", 200, "--seed", 3, "--tail-share", 0.5, "-o", tmp_path / "t.parquet")
+    assert r.exit_code == 0 and r.stdout.strip().endswith(
+        f"(seed 3, 5.4 req/s, 50.0% of them in the 32k-128k tail) to {tmp_path / 't.parquet'}"), r.output
+    r = run("synth", "chat", "-n", 200, "-o", tmp_path / "c.parquet")
+    assert r.exit_code == 0 and "of them in the" not in r.stdout, r.output
+    helped = " ".join(run("synth", "--help").stdout.split())
+    assert "chat 5.4, chat_long_tail 5.4, rag 3.4, code 2.6" in helped and "chat_long_tail 0.02" in helped

@@ -211,7 +211,7 @@ def test_the_stack_holds_the_levers_that_apply(catalog):
 
 
 def test_ampere_has_no_fp8(catalog):
-    with pytest.raises(InputError, match="does not support a fp8 KV cache"):
+    with pytest.raises(InputError, match="does not support an fp8 KV cache"):
         make_deployment(catalog, model="llama-3.1-8b", gpu="a100-80gb", kv_dtype="fp8")
     dep = make_deployment(catalog, model="llama-3.1-8b", gpu="a100-80gb")
     levers = memory_levers(dep, catalog.dtype("fp8"), 4096)

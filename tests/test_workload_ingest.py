@@ -381,6 +381,18 @@ def test_default_time_column_is_optional_and_no_time_drops_rates(tmp_path):
     assert result.time_unit_assumed is None
     no_time = ingest([LOGS / "handmade.csv"], resolve_columns(no_time=True))
     assert no_time.histogram.minute.size == 0
+    # A histogram file's arrivals too (an outside probe: `histogram --no-time` of one printed its rates
+    # and kept its minutes), alone or beside a log; its requests all count.
+    timed = ingest([LOGS / "handmade.csv"], PLANNER)
+    assert timed.histogram.minute.size > 0
+    hist_file = tmp_path / "timed.hist.parquet"
+    write_histogram_file(timed, hist_file)
+    for inputs in ([hist_file], [hist_file, path]):
+        untimed = ingest(inputs, resolve_columns(no_time=True))
+        assert untimed.histogram.minute.size == 0 and untimed.histogram.minute_bin_key.size == 0
+        assert untimed.histogram.requests == timed.histogram.requests + (2 if path in inputs else 0)
+        assert not any(f.timed for f in untimed.files)
+    assert ingest([hist_file], PLANNER).histogram.minute.tolist() == timed.histogram.minute.tolist()
 
 
 def test_missing_column_error_lists_the_columns_and_suggests_a_preset():

@@ -17,6 +17,7 @@ from planner.cli.options import (
     GivenPath,
     PowerOfTwoRange,
     catalog_option,
+    dtype_for,
     echo_json,
     get_catalog,
     json_option,
@@ -129,6 +130,9 @@ def capacity(
                                  param_hint="--context-limit")
     if weight_dtype is None:
         weight_dtype = catalog.model(model).checkpoint_dtype or "bf16"
+    else:
+        dtype_for(catalog, weight_dtype, "weight", "--weight-dtype")
+    dtype_for(catalog, kv_dtype, "kv", "--kv-dtype")
     stated_limit = max_model_len
     if histogram_file and max_model_len is None:  # its bins are served up to an edge, as a scenario's are
         from planner.plan_objects import default_context_limit

@@ -52,8 +52,8 @@ def _cell(value: Any) -> str:
 
 
 def _select(table: Mapping[str, Any], names: Sequence[str], lookup: Callable[[str], Any]) -> list[Any]:
-    """The named entries (unknown names are an error with a 'did you mean'), else all."""
-    return [lookup(n) for n in names] if names else list(table.values())
+    """The named entries, each once (unknown names are an error with a 'did you mean'), else all."""
+    return [lookup(n) for n in dict.fromkeys(names)] if names else list(table.values())
 
 
 def _show(entries: Iterable[Any], as_json: bool, headers: list[str], row: Callable[[Any], list[Any]]) -> None:

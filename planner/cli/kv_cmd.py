@@ -7,7 +7,14 @@ import dataclasses
 import click
 
 from planner.bounds import MAX_TOKENS, MAX_TP
-from planner.cli.options import PowerOfTwoRange, catalog_option, echo_json, get_catalog, json_option
+from planner.cli.options import (
+    PowerOfTwoRange,
+    catalog_option,
+    dtype_for,
+    echo_json,
+    get_catalog,
+    json_option,
+)
 from planner.deployment import model_tp_problem
 from planner.memory import (
     kv_bytes_per_sequence,
@@ -34,10 +41,7 @@ def kv(model: str, kv_dtype: str, tokens: int | None, tp: int, catalog_files, as
     """
     catalog = get_catalog(catalog_files)
     m = catalog.model(model)
-    dtype = catalog.dtype(kv_dtype)
-    if not dtype.kv:
-        kv_ok = ", ".join(sorted(d for d, v in catalog.dtypes.items() if v.kv))
-        raise click.UsageError(f"'{kv_dtype}' is not a KV-cache dtype; choose from {kv_ok}")
+    dtype = dtype_for(catalog, kv_dtype, "kv", "--kv-dtype")
     problem = model_tp_problem(m, tp)
     if problem:
         raise click.BadParameter(problem, param_hint="--tp")
@@ -54,7 +58,11 @@ def kv(model: str, kv_dtype: str, tokens: int | None, tp: int, catalog_files, as
         "tp": tp,
         "attention": m.attention,
         "kv_bytes_per_token": per_token,
-        "kv_layer_kinds": [dataclasses.asdict(k) for k in layout.kinds],
+        # each GPU's share of a token's bytes, as the text says "N on each" (latent attention: the replica's
+        # bytes count each GPU's whole copy)
+        "kv_bytes_per_token_per_gpu": per_token // tp if per_token % tp == 0 else per_token / tp,
+        # whole bytes as integers, as kv_bytes_per_token is ("bytes are integers")
+        "kv_layer_kinds": [{**dataclasses.asdict(k), "bytes_per_token": _whole(k.bytes_per_token)} for k in layout.kinds],
         "kv_state_bytes_per_sequence": layout.state_bytes_per_sequence,
         "tokens": n,
         "kv_bytes_per_request": per_request,
@@ -73,6 +81,10 @@ def kv(model: str, kv_dtype: str, tokens: int | None, tp: int, catalog_files, as
         f"  per request {n:,} token{'' if n == 1 else 's'} -> {per_request:,} bytes = {gib_text(per_request / GiB)} GiB = {gib_text(per_request / GB)} GB",
     ]
     click.echo("\n".join(lines))
+
+
+def _whole(value: float) -> float | int:
+    return int(value) if float(value).is_integer() else value
 
 
 COMMANDS = [kv]

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from planner.catalog import Catalog, load_catalog
+from planner.errors import InputError
 
 
 class FiniteFloatRange(click.FloatRange):
@@ -62,6 +63,15 @@ def catalog_option(f: Callable) -> Callable:
 
 def get_catalog(catalog_files: tuple[str, ...]) -> Catalog:
     return load_catalog(*catalog_files)
+
+
+def dtype_for(catalog: Catalog, name: str, role: str, option: str):
+    """Catalog.dtype_for as the option's error (`capacity --kv-dtype int8` read "cannot serve as a int8
+    KV cache", naming no choice)."""
+    try:
+        return catalog.dtype_for(name, role)
+    except InputError as exc:
+        raise click.BadParameter(exc.message, param_hint=option) from None
 
 
 def finite(obj: Any) -> Any:

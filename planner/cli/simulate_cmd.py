@@ -35,7 +35,8 @@ def simulate(scenario, pool, n_requests, seed, verify, catalog_files, as_json) -
     runs shown are the certification's own, and with either, each pool of that plan is replayed once
     more on the requests and seed asked for (a close call pooled over four seeds from it). With
     --no-verify, or a scenario that says `verify: false`, the plan is replayed as `planner solve`
-    then reports it, uncertified.
+    then reports it, uncertified, and the command exits 0 whatever the replay reads: a pool that
+    misses is said on stderr and in --json's `holds`.
 
     \b
     Example:

@@ -163,7 +163,7 @@ def ingest(
         _refuse_same_file(reader, read_files)
         try:
             if _is_histogram_file(reader):
-                reports.append(_add_histogram_file(Path(path), cells, arrivals, counted))
+                reports.append(_add_histogram_file(Path(path), cells, arrivals, counted, times=columns.time is not None))
                 kept = None
             else:
                 fingerprints = _count_once(reader, counted)
@@ -470,8 +470,14 @@ def _missing(name: str, role: str, have: list[str], spec: ColumnSpec, fmt: str) 
 
 
 def _add_histogram_file(path: Path, cells: CellAccumulator, arrivals: ArrivalCounter,
-                        counted: dict[str, str]) -> FileReport:
+                        counted: dict[str, str], *, times: bool = True) -> FileReport:
+    """times=False (`--no-time`, no time column read): its arrivals per minute are left out too, as a
+    log's times are: `histogram --no-time` of a histogram file printed its rates and kept its minutes."""
     hist, meta = read_histogram_and_metadata(path)
+    if not times and hist.minute.size:
+        none = np.zeros(0, np.int64)
+        hist = dataclasses.replace(hist, minute=none, minute_count=none, minute_bin_key=none, minute_bin_count=none,
+                                   minute_bins_kept=True)  # as a log read without times is
     for fingerprint in meta.source_fingerprints:  # the logs it was built from, against those counted already
         if fingerprint in counted:
             raise InputError(f"was built from a log with the same contents as {counted[fingerprint]}; its "

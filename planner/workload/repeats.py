@@ -43,13 +43,16 @@ KEYS_KEPT = 1 << 19  # rows held (18 bytes each, about twice that while sorted a
 SHARE_SAID = 0.001
 REPEATS_SAID = 20
 US_PER_MINUTE = 60_000_000
+_INT64_SAFE = float(2**62)  # within int64, and as a float exactly: 146,000 years of microseconds
 
 
 def instants_us(values: np.ndarray, per_minute: int) -> np.ndarray:
     """Arrival times read in units of 1/per_minute of a minute (int64 ticks or float64 seconds), as
     whole microseconds (rounded half to even): one instant, however a file states it."""
     if values.dtype.kind == "f":
-        return np.rint(values * (US_PER_MINUTE / per_minute)).astype(np.int64)
+        # Clipped into int64 first: a time past it (1e22 ms, years past 2200, which the log's reading refuses
+        # with its own one line) cast with a numpy RuntimeWarning printed before that line.
+        return np.clip(np.rint(values * (US_PER_MINUTE / per_minute)), -_INT64_SAFE, _INT64_SAFE).astype(np.int64)
     values = values.astype(np.int64, copy=False)
     if per_minute <= US_PER_MINUTE:
         return values * (US_PER_MINUTE // per_minute)
