@@ -552,3 +552,15 @@ def test_a_name_listed_twice_is_listed_once():
     twice = json.loads(run("catalog", "models", "llama-3.1-8b", "llama-3.1-8b", "--json").stdout)
     once = json.loads(run("catalog", "models", "llama-3.1-8b", "--json").stdout)
     assert twice == once and len(once) == 1
+
+
+def test_entries_an_outside_check_found_wrong_against_their_vendors(catalog):
+    """rtx-pro-6000, named the Server Edition, had the Workstation Edition's 1,792 GB/s (NVIDIA's Server
+    Edition page and datasheet, and AWS's G7e: 1,597); glm-4.7 names the FP8 release but set no
+    checkpoint dtype, so `capacity` weighed bf16 weights (657 GiB) and found 8 H100s too small."""
+    gpu = catalog.gpu("rtx-pro-6000")
+    assert "Server Edition" in gpu.name and gpu.hbm_bandwidth_gb_s == 1597
+    model = catalog.model("glm-4.7")
+    assert model.hf_id.endswith("-FP8") and model.checkpoint_dtype == "fp8"
+    r = run("capacity", "glm-4.7", "h100-sxm", "--tp", "8")
+    assert r.exit_code == 0 and "fp8 weights" in r.stdout.splitlines()[0], r.output
