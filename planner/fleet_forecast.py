@@ -161,7 +161,7 @@ def run_fleet_forecast(fleet: FleetInputs, *, certify: bool | None = None) -> li
             raise InfeasibleError(quarter_error(q.quarter, exc.message + stated), where=exc.where) from None
         missed = [f"service '{p.scenario.name}': {m}" for p in plan.plans if (m := uncertified_message(p))]
         if missed:  # as `planner solve` refuses a fleet whose plan did not hold in simulation
-            raise InfeasibleError(quarter_error(q.quarter, "; ".join(missed)))
+            raise InfeasibleError(quarter_error(q.quarter, "; ".join(missed)), where=str(fleet.path))
         by_type = dict(plan.joint.gpus_by_type)
         before = previous.plan.joint.gpus_by_type if previous else {}
         change = {} if previous is None else {g: by_type.get(g, 0) - before.get(g, 0)

@@ -171,7 +171,7 @@ class QuarterResult:
     @property
     def utilisation(self) -> dict[str, float | None]:
         """Peak and the day's mean rate over the fleet's planned capacity (Plan.capacity_rps: the model's,
-        or what certification measured). Not over the day's rates (daily.replica_capacity_rps): where a
+        or the capacity certification measured in simulation). Not over the day's rates (daily.replica_capacity_rps): where a
         replica's is the rate it was replayed at, the peak × headroom, that would read 1 / headroom of
         every such fleet, whatever room it has."""
         capacity = self.plan.capacity_rps

@@ -65,7 +65,9 @@ def _why_unsupported(scn: Scenario, catalog: Catalog, model: Model) -> str:
 
 def _check_dtype_roles(scn: Scenario, catalog: Catalog) -> None:
     """A dtype the scenario lists for a role its catalog entry refuses, named where it is listed (kv_dtypes:
-    [fp4] read "no candidate config: ... cannot serve as an fp4 KV cache", naming no field or choice)."""
+    [fp4] read "no candidate config: ... cannot serve as an fp4 KV cache", naming no field or choice).
+    The commands refuse it first, where they read the scenario (inputs.scenario_catalog, the same
+    Catalog.dtype_for); this guards a Scenario handed to setup_plan directly."""
     for field, role in (("weight_dtypes", "weight"), ("kv_dtypes", "kv")):
         for i, name in enumerate(getattr(scn, field)):
             try:

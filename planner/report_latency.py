@@ -218,8 +218,8 @@ def latency_section(plan: Plan) -> str:
                   f"({why}): bursts within a minute above the peak's rate are not tested."]
     if cert.rounds:
         lines += ["", f"Certification re-planned {cert.rounds} time{'s' if cert.rounds > 1 else ''}: a pool that missed "
-                  "in simulation was planned again at its simulated capacity (the highest rate at which each of the first runs "
-                  "its verdict pooled, four at most, holds alone, by bisection, and below the rate that missed)"
+                  "in simulation was planned again at its simulated capacity (the highest rate at which each of its verdict's "
+                  "first runs, four at most, holds on its own, by bisection, and at most 2% below the rate that missed)"
                   + ("; one that held with Poisson arrivals but missed under the log's own, a replica's share lower."
                      if replayed_log else ".")]
         lines += [f"- {c}" for c in cert.changes]

@@ -131,7 +131,7 @@ def usd_per_million_text(usd: float | None) -> str:
     """A cost per million tokens to the hundredth of a cent (small figures need the digits), or under
     a cent to three significant digits ($0.00926, $0.0000420: a cost is not rounded to none, nor
     doubled, and a change from one quarter to the next reads closer to what it is: finance_2027's input
-    price at peak read $0.0093 and $0.0094, a 1.1% change as 1.1% or 2.2%); '—' for none."""
+    price at peak read $0.0093 and $0.0094, a 1.25% change); '—' for none."""
     if usd is None or not math.isfinite(usd):
         return "—"
     if 0 < abs(usd) < 0.01:

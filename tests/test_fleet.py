@@ -1666,3 +1666,21 @@ def test_a_fleet_forecast_warns_of_a_quarter_s_growth_that_reads_as_a_percentage
     assert f"warning: {path}: {said}" in r.stderr
     [report] = (tmp_path / "out").glob("*_forecast.md")
     assert f"(note: {said})" in report.read_text(encoding="utf-8")
+
+
+def test_a_fleet_forecast_quarter_whose_plan_did_not_hold_in_simulation_stops_the_forecast(tmp_path, monkeypatch):
+    """`planner solve` refuses a fleet a service's plan of which did not hold in simulation (exit 3); the
+    fleet forecast priced such a quarter as any other (a reviewer). The verdict is stood in for: a fleet
+    certification that misses is minutes of replays."""
+    import planner.fleet_forecast
+
+    path = write_fleet(tmp_path, services=[service("alpha", 3.0), service("beta", 2.0)],
+                       forecast={"quarters": [{"quarter": "2027Q1"}, {"quarter": "2027Q2"}]})
+    monkeypatch.setattr(planner.fleet_forecast, "uncertified_message",
+                        lambda plan: "no plan holds its targets in simulation after 2 re-plans; its pool misses"
+                        if plan.scenario.name == "beta" else None)
+    r = CliRunner().invoke(main, ["forecast", str(path), "--out-dir", str(tmp_path / "out")])
+    assert r.exit_code == 3 and len(r.output.strip().splitlines()) == 1, r.output
+    assert (f"{path}: forecast quarter 2027Q1: service 'beta': no plan holds its targets in simulation after 2 "
+            "re-plans; its pool misses") in r.output
+    assert not (tmp_path / "out").exists()

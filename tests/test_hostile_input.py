@@ -187,9 +187,14 @@ def test_forecast_takes_verify_from_the_command_line_as_solve_does(tmp_path):
     assert planned_by("--no-verify") == {"model"}
     assert planned_by() == planned_by("--verify") == {"replayed"}  # the scenario's own verify: true
     out = tmp_path / "out"
-    assert run("forecast", path, "--no-verify", "--out-dir", out).exit_code == 0
+    r = run("forecast", path, "--no-verify", "--out-dir", out)
+    assert r.exit_code == 0, r.output
     text = (out / "tiny_forecast.md").read_text(encoding="utf-8")
     assert "**Every quarter's plan is the model's alone**: certification by simulation is off" in text
+    # and each quarter's line, all `--no-report` prints; a certified forecast's says nothing of it
+    quarters = [line for line in r.stdout.splitlines() if not line.startswith("->")]
+    assert quarters and all(line.endswith(" [by the model alone: not certified by simulation]") for line in quarters)
+    assert "not certified" not in run("forecast", path, "--no-report").stdout
 
 
 @pytest.mark.parametrize(

@@ -167,7 +167,7 @@ def test_the_untested_capacity_note_names_only_capacities_no_run_tested():
     plan = plan_scenario(GOLDEN / "tiny.yaml", explore=False)
     [pool] = plan.pools
     assert pool.planned_by == "model" and "not tested in simulation" in _untested_capacity_note(plan)
-    for planned_by, said in (("simulation", True), ("held", False), ("log", False), ("calibration", True),
+    for planned_by, said in (("simulation", True), ("held", False), ("log", True), ("calibration", True),
                              ("bound", True)):
         other = dataclasses.replace(plan, pools=[dataclasses.replace(pool, planned_by=planned_by)])
         assert bool(_untested_capacity_note(other)) is said, planned_by
@@ -175,10 +175,11 @@ def test_the_untested_capacity_note_names_only_capacities_no_run_tested():
     # accepts at that rate (an outside replay read 52.6 ms against a 50 ms limit at a bisected 8.154)
     bisected = dataclasses.replace(plan, pools=[dataclasses.replace(pool, planned_by="simulation")])
     assert _untested_capacity_note(bisected) == (
-        "Capacity / replica of this pool is bisected in simulation (to 2%, each run judged alone), not certified at that "
-        "rate: certification judges a pool on runs pooled, at the rate the plan has it carry, and it held there "
-        f"(all (≤ 8,192 tokens) on h100-sxm: {pool.replay_rps:,.3f} req/s a replica); at the bisected capacity itself "
-        "longer runs may read a target a little over its limit. Take autoscaling or admission limits from the rate held.")
+        "Capacity / replica of this pool is the simulated capacity (bisected, each run judged alone, and at most 2% below "
+        "the rate that missed), not certified at that rate: certification judges a pool on runs pooled, at the rate the "
+        f"plan has it carry, and it held there (all (≤ 8,192 tokens) on h100-sxm: {pool.replay_rps:,.3f} req/s a replica); "
+        "at the simulated capacity itself longer runs may read a target a little over its limit. Take autoscaling or "
+        "admission limits from the rate held.")
     # both kinds in one plan, each in its own sentence, and "each" held where several did
     both = dataclasses.replace(plan, pools=[dataclasses.replace(pool, planned_by="simulation"),
                                             dataclasses.replace(pool, planned_by="model"),
@@ -187,7 +188,7 @@ def test_the_untested_capacity_note_names_only_capacities_no_run_tested():
     assert note.startswith("Capacity / replica of these pools is the model's, or a bound on it, not tested in "
                            "simulation: certification replays a replica at the rate the plan has it carry, and each "
                            "held there (")
-    assert "Capacity / replica of this pool is bisected in simulation" in note and note.count("Take autoscaling") == 1
+    assert "Capacity / replica of this pool is the simulated capacity" in note and note.count("Take autoscaling") == 1
     scaled = dataclasses.replace(plan, pools=[dataclasses.replace(pool, planned_by="calibration", calibration=0.86)])
     assert "is the model's, or the model's scaled by a ratio simulation measured on another config, not tested" in (
         _untested_capacity_note(scaled))

@@ -88,7 +88,17 @@ def _quarter_text(r) -> str:
     return (f"{r.quarter}: {gpus_text(r.gpus)}, {usd_text(r.cost_per_hour)}/hour, "
             f"{per_token}; the day's curve: "
             f"{usd_text(r.day.policy('peak_on_demand').usd_per_day)}/day peak-sized on demand, "
-            f"{usd_text(r.day.policy('autoscaled').usd_per_day)} autoscaled, {usd_text(mix.usd_per_day)} reserved + on demand")
+            f"{usd_text(r.day.policy('autoscaled').usd_per_day)} autoscaled, {usd_text(mix.usd_per_day)} reserved + on demand"
+            + _model_alone([r.plan]))
+
+
+def _model_alone(plans) -> str:
+    """The mark of a quarter planned without certification: with --no-report its line is all a user
+    reads, and it read as a certified quarter's (the report and --json say so: model_only_lines)."""
+    if not any(p.certification is None for p in plans):
+        return ""
+    return (" [audited by the model alone: not simulated]" if all(p.given_fleet for p in plans)
+            else " [by the model alone: not certified by simulation]")
 
 
 def _show(as_json: bool, data, lines: list[str], written) -> None:
@@ -120,7 +130,8 @@ def _fleet_forecast(path, out_dir, no_report, verify, catalog_files, as_json) ->
 def _fleet_quarter_text(r) -> str:
     from planner.fleet_report import gpus_in_use_text, idle_committed_text
 
-    return f"{r.quarter}: {gpus_in_use_text(r.plan)}, {usd_text(r.cost_per_hour)}/hour{idle_committed_text(r.plan)}"
+    return (f"{r.quarter}: {gpus_in_use_text(r.plan)}, {usd_text(r.cost_per_hour)}/hour{idle_committed_text(r.plan)}"
+            + _model_alone(r.plan.plans))
 
 
 COMMANDS = [forecast]

@@ -247,7 +247,7 @@ def _write_one(planned, no_report, out_dir, as_json):
     verdict = f" [{problem}]" if problem else ""
     # a plan not replayed reads as a certified one in this line otherwise (an outside probe: a TPOT target
     # "held (model)" on 5 GPUs missed by 16% replayed; certified, the plan took 6)
-    if plan.certification is None and not problem:  # (a stated fleet's model verdict, when it finds a miss, says it)
+    if plan.certification is None:
         verdict += (" [audited by the model alone: not simulated]" if plan.given_fleet
                     else " [by the model alone: not certified by simulation]")
     return [f"{plan.scenario.name}: {usd_text(plan.cost_per_hour)}/hour, {gpus_text(sol.gpus)}, "
