@@ -84,6 +84,9 @@ def capacity_view(dep: Deployment, prof: TokenProfile, slo: SLO, ladder: BudgetL
         "latency": _latency(model, pt.resident_batch, stat),
         "tokens_per_s": pt.output_tokens_per_s,
         "ceilings_rps": cap.ceilings_rps,
+        # the ceiling of ceilings_rps the max rate is planned below: `binding` names the resource instead
+        # where throughput saturates below that ceiling (compute, bandwidth), which ceilings_rps has no key for
+        "planned_below": cap.bound_kind or cap.binding,
         "clamped": list(cap.clamped),
         "notes": list(cap.notes),
     }
@@ -261,9 +264,10 @@ def capacity_text(view: ReplicaView) -> str:
         + ", ".join(f"{k} {v:.3f}" for k, v in cap.ceilings_rps.items())
         + "".join(f", {k} holds up to the {cap.binding} ceiling" for k in cap.clamped),
     ]
-    ceiling = cap.ceilings_rps.get(cap.binding)
+    bound = cap.bound_kind or cap.binding  # (binding: a resource, where throughput saturates below this ceiling)
+    ceiling = cap.ceilings_rps.get(bound)
     if ceiling is not None and 0 < cap.max_rps < ceiling * (1 - 1e-9):
-        lines.append(f"  note: the max rate is planned at {cap.max_rps / ceiling:.0%} of the {cap.binding} ceiling's "
+        lines.append(f"  note: the max rate is planned at {cap.max_rps / ceiling:.0%} of the {bound} ceiling's "
                      f"{ceiling:.3f} requests/s (a replica is planned at {KNEE_SHARE:.0%} of the rate its binding bound "
                      "allows; the latencies above are there)")
     lines += [f"  note: {n}" for n in cap.notes]

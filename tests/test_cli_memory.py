@@ -279,3 +279,18 @@ def test_kv_json_gives_each_gpu_s_bytes_as_the_text_does_and_whole_bytes_as_inte
     assert "over the 16 GPUs, 8,192 on each" in run("kv", "llama-3.1-8b", "--kv-dtype", "fp8", "--tp", "16").stdout
     [kind] = payload["kv_layer_kinds"]
     assert kind["bytes_per_token"] == 131072 and isinstance(kind["bytes_per_token"], int)
+
+
+def test_capacity_names_the_ceiling_its_rate_is_planned_below_where_binding_names_a_resource():
+    """An outside probe: `binding: compute` (throughput saturates below the bound) is no key of
+    ceilings_rps, and the rate, 99% of the memory ceiling, said which ceiling nowhere a program reads."""
+    args = ("capacity", "llama-3.1-8b", "h100-sxm", "--context-limit", "8192", "--sizing", "percentile",
+            "--quantile", "0.5", "--prompt-tokens", "1000", "--output-tokens", "200")
+    payload = json.loads(run(*args, "--json").stdout)
+    assert payload["binding"] == "compute" and payload["planned_below"] == "memory"
+    below = payload["ceilings_rps"]["memory"]
+    assert payload["max_rps_per_replica"] == pytest.approx(0.99 * below, rel=1e-6)
+    assert f"of the memory ceiling's {below:.3f} requests/s" in run(*args).stdout
+    plain = json.loads(run("capacity", "llama-3.1-8b", "h100-sxm", "--context-limit", "8192", "--prompt-tokens", "1000",
+                           "--output-tokens", "200", "--tpot-ms", "20", "--json").stdout)
+    assert plain["planned_below"] == plain["binding"]  # where a ceiling binds, the same name
