@@ -62,8 +62,7 @@ def replica_capacity_rps(pool: PoolDetail, plan: Plan) -> float:
     sizes replicas by. The one place that reads it from the plan: the capacity the plan was
     solved with (PoolDetail.planned_by), but in a plan certified by simulation no more than the
     rate its replicas held their targets at when replayed, where that capacity is not itself a rate
-    held in simulation (PoolDetail.held_where_planned: not the model's, a log's share, nor a
-    simulated capacity). A quiet hour then runs fewer replicas, each at most as loaded as at the busiest hour:
+    held in simulation (PoolDetail.held_where_planned: not the model's, nor a log's share). A quiet hour then runs fewer replicas, each at most as loaded as at the busiest hour:
     at the model's capacity an outside replay of a certified plan (7.20 requests/s a replica
     replayed, 8.65 the model's) missed TPOT p99 by a third in the hours that packed replicas to it.
     A stated fleet (fleet:) is audited, replayed at its peak without the headroom: it carries at least
@@ -102,11 +101,9 @@ def capacity_source(pool: PoolDetail, plan: Plan) -> str:
         return ""
     solved_with = {"calibration": "the model's capacity scaled by certification's ratio",
                    "bound": "the bound it was solved with",
-                   "simulation": "the simulated capacity",
                    "log": "a replica's share below the rate the log's arrivals missed at"}.get(pool.planned_by,
                                                                                               "the model's capacity")
-    untested = ("was not judged at that rate as certification judges a pool" if pool.planned_by in ("simulation", "log")
-                else "was not simulated")
+    untested = "was not judged at that rate as certification judges a pool" if pool.planned_by == "log" else "was not simulated"
     held = "the rate its replicas held their targets at in simulation"
     if rate > pool.planned_rps:
         return f" ({held}, above {solved_with}, {pool.planned_rps:,.3f})"

@@ -219,8 +219,7 @@ QUARTER_COLUMNS: tuple[Column, ...] = (
     Column("usd_per_million_output_tokens", "number", "output_usd / output_tokens, USD per million", _at_volume("output")),
     Column("utilisation_at_peak", "number",
            f"peak rate / the fleet's planned capacity (each replica at its planned capacity: {KNEE_SHARE:.0%} of its "
-           "lowest ceiling by the model, or the capacity certification measured in simulation, which the pools note may say "
-           "is not certified at that rate; not the pools' "
+           "lowest ceiling by the model, or the capacity certification measured in simulation; not the pools' "
            "capacity_rps_per_replica where that is 'replayed': set by the rate certification replayed the pool at)",
            lambda r: r.utilisation["peak"]),
     Column("utilisation_at_mean", "number", "the day's mean rate / the fleet's capacity", lambda r: r.utilisation["mean"]),
@@ -257,11 +256,11 @@ POOL_COLUMNS: tuple[Column, ...] = (
     item_column("capacity_planned_by", "string",
                 "model: the model's capacity; calibration: the model's, scaled by the simulated / model ratio "
                 "certification measured on another config of the class; simulation: certification's simulated capacity "
-                "of this config (bisected, each run judged alone; not certified at that rate); held: the rate its pool held every target at in simulation (a "
+                "of this config (bisected, then judged at that rate as certification judges a pool); held: the rate its pool held every target at in simulation (a "
                 "floor: its limit was not searched); log: a replica's share lowered after the log's own arrivals "
                 "missed; bound: a proven upper bound, not searched; replayed: the rate its replicas held every target "
                 "at when certification replayed the plan, where the capacity it was solved with was not a rate held there "
-                "(the model's, a bound, the model's × a ratio, a log's share or a simulated capacity); the day's "
+                "(the model's, a bound, the model's × a ratio, or a log's share); the day's "
                 "scaling plans no replica above it (for a stated fleet, replayed at its peak, that rate × "
                 "headroom where the model has room for it, and at least that rate)"),
     Column("mixed_reserved_replicas", "integer",

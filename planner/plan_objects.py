@@ -159,14 +159,12 @@ class PoolDetail:
     @property
     def held_where_planned(self) -> bool:
         """Whether planned_rps is a rate a replica held its targets at, judged as certification judges a
-        pool ("held": a challenger's pool's, or the plan's own recorded for its explorations): the day's
-        scaling may load a replica to it, and the report calls it tested. Not the model's capacity, a
-        bound on it, the model's scaled by a ratio, a replica's share below a rate the log's arrivals
-        missed at ("log", worked out, never replayed), nor a simulated capacity ("simulation": bisected
-        on runs each judged alone, or 2% below the rate that missed; an outside replay of chat_8b_h100 at
-        a peak of 36 requests/s, planned at 8.154 a replica and certified at 7.2, read TPOT p99 52.2 ms
-        against 50 on sixteen pooled runs at 8.13, where the day had packed its busy hours)."""
-        return self.planned_by == "held"
+        pool: a challenger's pool's or the plan's own ("held"), or a simulated capacity, confirmed by the
+        pooled verdict at that rate ("simulation": certification._measured_capacity): the day's scaling
+        may load a replica to it, and the report calls it tested. Not the model's capacity, a bound on it,
+        the model's scaled by a ratio, nor a replica's share below a rate the log's arrivals missed at
+        ("log", worked out, never replayed)."""
+        return self.planned_by in ("held", "simulation")
 
     def fields(self) -> dict[str, str | int]:
         """What names the pool in every output (the plan's JSON, the forecast's pool rows, their

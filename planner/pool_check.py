@@ -11,7 +11,8 @@ TTFT, TPOT and ITL at their statistics within their limits, meets the attainment
 stable and preempts within budget. A pool that misses gets its simulated capacity (the
 highest rate at which each of its verdict's first runs, four at most, holds on its own, by
 bisection over the same requests rescaled: common random numbers; and at most 2% below the
-rate that missed: certification._measured_capacity) and planner.planning solves again with it.
+rate that missed; then judged there as this module judges a pool, and lowered while it misses:
+certification._measured_capacity) and planner.planning solves again with it.
 
 When the traffic came from a log with timestamps, the pool is also replayed with the
 log's own arrivals (time compressed by the scenario's growth): a class's requests dealt to its

@@ -452,19 +452,16 @@ def _covering_text(per_replica_rps: float, replicas: int, cover_rps: float) -> s
 def _untested_capacity_note(plan: Plan) -> str:
     """Where a certified plan's pool is planned at a capacity no replay judged at that rate
     (PoolDetail.held_where_planned: the model's, a bound on it, the model's scaled by another config's
-    ratio, a log's share, or a simulated capacity) and held at the lower rate it carries, the
-    capacity in its row is untested: chat_8b_h100's replica, planned at the model's 8.652 req/s and
-    held at 7.2, read TPOT p99 70 ms against its 50 ms limit replayed at 8.652 (an outside audit); at
-    a peak of 36, planned at a bisected 8.154, 52.2 ms on sixteen pooled runs at 8.13. An operator
-    setting limits from the column would overload it."""
+    ratio, or a log's share) and held at the lower rate it carries, the capacity in its row is
+    untested: chat_8b_h100's replica, planned at the model's 8.652 req/s and held at 7.2, read TPOT
+    p99 70 ms against its 50 ms limit replayed at 8.652 (an outside audit). An operator setting
+    limits from the column would overload it."""
     cert = plan.certification
     if cert is None or not cert.certified:
         return ""
-    carried = [pool for pool in plan.pools if not pool.held_where_planned and pool.check is not None
-               and pool.replay_rps < pool.planned_rps]
-    bisected = [pool for pool in carried if pool.planned_by == "simulation"]
-    untested = [pool for pool in carried if pool.planned_by != "simulation"]
-    if not carried:
+    untested = [pool for pool in plan.pools if not pool.held_where_planned and pool.check is not None
+                and pool.replay_rps < pool.planned_rps]
+    if not untested:
         return ""
 
     def held(pools) -> str:
@@ -475,21 +472,13 @@ def _untested_capacity_note(plan: Plan) -> str:
     def these(pools) -> str:
         return "this pool" if len(pools) == 1 else "these pools"
 
-    notes = []
-    if untested:
-        kinds = {pool.planned_by for pool in untested}
-        scaled = "".join(text for kind, text in (("bound", ", or a bound on it"), ("calibration", (
-            ", or the model's scaled by a ratio simulation measured on another config")), ("log", (
-            ", or a replica's share below a rate the log's own arrivals missed at"))) if kind in kinds)
-        notes.append(f"Capacity / replica of {these(untested)} is the model's{scaled}, not tested in simulation: "
-                     f"certification replays a replica at the rate the plan has it carry, and {held(untested)}.")
-    if bisected:
-        notes.append(f"Capacity / replica of {these(bisected)} is the simulated capacity (bisected, each run judged "
-                     "alone, and at most 2% below the rate that missed), not certified at that rate: certification "
-                     "judges a pool on runs pooled, at the rate the plan has it carry, and "
-                     f"{held(bisected)}; at the simulated capacity itself longer runs may read a target a little "
-                     "over its limit.")
-    return " ".join(notes) + " Take autoscaling or admission limits from the rate held."
+    kinds = {pool.planned_by for pool in untested}
+    scaled = "".join(text for kind, text in (("bound", ", or a bound on it"), ("calibration", (
+        ", or the model's scaled by a ratio simulation measured on another config")), ("log", (
+        ", or a replica's share below a rate the log's own arrivals missed at"))) if kind in kinds)
+    return (f"Capacity / replica of {these(untested)} is the model's{scaled}, not tested in simulation: "
+            f"certification replays a replica at the rate the plan has it carry, and {held(untested)}. "
+            "Take autoscaling or admission limits from the rate held.")
 
 
 def routing_notes(plan: Plan) -> list[str]:

@@ -367,11 +367,11 @@ def test_a_stated_fleet_s_quiet_hours_put_no_replica_past_the_rate_it_held_at_it
             f"{pd.planned_rps:,.3f}, was not simulated)") in day_markdown(c)
 
 
-def test_a_capacity_bisected_in_simulation_loads_no_hour_past_the_rate_certification_held():
-    """A capacity bisected on runs each judged alone is not one certification accepts at that rate: an
-    outside replay of chat_8b_h100 at a peak of 36 requests/s (planned at a bisected 8.154 a replica,
-    certified at 7.2) packed the day's busy hours to 8.13 a replica, where sixteen pooled runs read
-    TPOT p99 52.2 ms against 50. The day sizes such a pool by the rate held, as the model's capacity."""
+def test_the_day_loads_a_replica_to_its_capacity_only_where_that_rate_held_as_certification_judges():
+    """The model's capacity, a bound, a ratio's, or a log's share worked out below a miss were never
+    replayed at that rate: the day sizes such a pool by the rate it held (an outside replay put the
+    model's 8.65 on replicas certified at 7.2 and missed TPOT p99 by a third). A rate held, or a
+    simulated capacity, which certification confirms on runs pooled at that rate, was."""
     from types import SimpleNamespace
 
     from planner.daily import capacity_planned_by, capacity_source, replica_capacity_rps
@@ -383,14 +383,13 @@ def test_a_capacity_bisected_in_simulation_loads_no_hour_past_the_rate_certifica
         return pool
 
     plan = SimpleNamespace(certification=SimpleNamespace(certified=True), scenario=SimpleNamespace(fleet=None))
-    pool = pool_of("simulation")
-    assert replica_capacity_rps(pool, plan) == 7.2
-    assert capacity_planned_by(pool, plan) == "replayed"
-    assert capacity_source(pool, plan) == (" (the rate its replicas held their targets at in simulation; the simulated "
-                                           "capacity, 8.154, was not judged at that rate as certification judges a pool)")
-    # a rate a replica held at, judged as certification judges a pool; a log's share below the rate its
-    # arrivals missed at is worked out, never replayed
-    assert replica_capacity_rps(pool_of("held"), plan) == 8.154
+    for held in ("held", "simulation"):
+        assert replica_capacity_rps(pool_of(held), plan) == 8.154
     for untested in ("model", "calibration", "bound", "log"):
         assert replica_capacity_rps(pool_of(untested), plan) == 7.2
-    assert replica_capacity_rps(pool, SimpleNamespace(certification=None, scenario=plan.scenario)) == 8.154
+    log = pool_of("log")
+    assert capacity_planned_by(log, plan) == "replayed"
+    assert capacity_source(log, plan) == (" (the rate its replicas held their targets at in simulation; a replica's share "
+                                          "below the rate the log's arrivals missed at, 8.154, was not judged at that "
+                                          "rate as certification judges a pool)")
+    assert replica_capacity_rps(log, SimpleNamespace(certification=None, scenario=plan.scenario)) == 8.154
