@@ -27,6 +27,7 @@ from planner.pool_check import (
     PoolSetting,
     capacity_on_every_run,
     check_pool,
+    fresh_seed,
     requests_for,
     settling_requests,
 )
@@ -286,21 +287,24 @@ def _measured_capacity(st: Setup, pool: PoolDetail, pools: list[PoolDetail], che
     """A missed pool's simulated capacity: the rate each of the first runs its verdict pooled
     (CONFIRM_RUNS at most) holds on its own, by bisection, below the rate that missed by REPLAN_STEP
     at least (so that planning at it changes the plan), then judged there as certification judges a
-    pool (check_pool: runs pooled while undecided) and lowered by REPLAN_STEP while that verdict misses.
+    pool (check_pool: runs pooled while undecided), on seeds the verdict and the bisection did not run
+    (fresh_seed), and lowered by REPLAN_STEP while that verdict misses.
     Each run judged alone reads a p99 low: chat_8b_h100 at a peak of 36 was planned at a bisected 8.154
     a replica, where sixteen pooled runs read TPOT p99 52.6 ms against 50 (an outside replay), and the
-    report and the day's scaling took that capacity for one that holds."""
+    report and the day's scaling took that capacity for one that holds. The highest rate some seeds'
+    runs hold at is where those seeds read low, so their runs pooled confirm it too readily (fresh_seed)."""
     slo, sim = st.scn.slo.to_slo(), st.scn.simulation
     setting = pool_setting(pool, st.scn, pools, None)
     rate = min(capacity_on_every_run(setting, slo, requests=run_requests(setting, slo, sim),
                                      seeds=tuple(check.seeds[:CONFIRM_RUNS])),
                pool.replay_rps * (1 - REPLAN_STEP))
     n_max = float(pool.deployment.engine.max_num_seqs)
+    seed = fresh_seed(check.seeds)
     for _ in range(CONFIRM_STEPS):
         if rate <= 0:
             break
         at = dataclasses.replace(setting, rate_rps=rate, resident=pool.model.resident_for_rate(rate, n_max))
-        if check_pool(at, slo, requests=run_requests(at, slo, sim), seed=sim.seed).holds:
+        if check_pool(at, slo, requests=run_requests(at, slo, sim), seed=seed).holds:
             break
         rate *= 1 - REPLAN_STEP
     return rate

@@ -256,7 +256,7 @@ POOL_COLUMNS: tuple[Column, ...] = (
     item_column("capacity_planned_by", "string",
                 "model: the model's capacity; calibration: the model's, scaled by the simulated / model ratio "
                 "certification measured on another config of the class; simulation: certification's simulated capacity "
-                "of this config (bisected, then judged at that rate as certification judges a pool); held: the rate its pool held every target at in simulation (a "
+                "of this config (bisected, then judged at that rate as certification judges a pool, on other seeds); held: the rate its pool held every target at in simulation (a "
                 "floor: its limit was not searched); log: a replica's share lowered after the log's own arrivals "
                 "missed; bound: a proven upper bound, not searched; replayed: the rate its replicas held every target "
                 "at when certification replayed the plan, where the capacity it was solved with was not a rate held there "

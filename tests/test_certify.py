@@ -1526,8 +1526,11 @@ def test_a_simulated_capacity_is_lowered_until_the_pooled_verdict_holds_there(mo
     monkeypatch.setattr(cert, "capacity_on_every_run", lambda *a, **kw: 8.5)
     monkeypatch.setattr(cert.dataclasses, "replace", lambda s, **kw: SimpleNamespace(**{**vars(s), **kw}))
 
+    seeds = []
+
     def check_pool(p, slo, *, requests, seed):
         judged.append(p.rate_rps)
+        seeds.append(seed)
         return SimpleNamespace(holds=p.rate_rps < 8.1)
 
     monkeypatch.setattr(cert, "check_pool", check_pool)
@@ -1538,3 +1541,17 @@ def test_a_simulated_capacity_is_lowered_until_the_pooled_verdict_holds_there(mo
     step = 1 - cert.REPLAN_STEP
     assert judged == pytest.approx([8.5, 8.5 * step, 8.5 * step**2, 8.5 * step**3])
     assert rate == judged[-1] < 8.1 <= judged[-2]
+    # judged on seeds the verdict (0-3) and the bisection did not run, the same ones at every step
+    assert seeds == [4, 4, 4, 4]
+
+
+def test_a_fresh_seed_is_past_every_seed_used_and_wraps_within_the_seeds_a_scenario_names():
+    """A rate chosen because some seeds' runs held there is confirmed on seeds past them, which a
+    scenario's `simulation.seed` or `planner simulate --seed` can name to replay it."""
+    from planner.bounds import MAX_SEED
+    from planner.pool_check import confirm_seeds, fresh_seed
+
+    assert fresh_seed(confirm_seeds(0, 16)) == 16
+    assert fresh_seed([7]) == 8
+    assert fresh_seed(confirm_seeds(MAX_SEED - 1, 2)) == 0
+    assert fresh_seed(confirm_seeds(MAX_SEED, 2)) == 1
