@@ -193,7 +193,7 @@ def term_check(cat, raw, args) -> None:
             # the cache holds the prompts being prefilled too: per running sequence
             tokens_per_seq = res.kv_utilisation * res.kv_budget_bytes / (res.block_bytes / dep.block_size) / res.running_batch
             print(f"{label:34s} {hname:10s} {res.rate_rps:6.2f} {n_model:5.1f}|{res.resident_batch:5.1f} "
-                  f"{prof.steps_per_request:4.0f}|{s_sim:4.0f} {rm.step.prefill_s(prof.mean_prompt, prof.mean_prompt_sq) * res.rate_rps:5.3f}|{res.prefill_share:5.3f} "
+                  f"{prof.steps_per_request:4.0f}|{s_sim:4.0f} {rm.prefill_mean_s * res.rate_rps:5.3f}|{res.prefill_share:5.3f} "
                   f"{rm.decode_s(n_model) * 1e3:5.2f}|{(dt - pf).mean() * 1e3:5.2f} {rm.step_s(n_model) * 1e3:5.2f}|{step_sim * 1e3:5.2f} "
                   f"{res.itl_ms_mean / (step_sim * 1e3) - 1:+12.1%} {res.running_batch / (res.rate_rps * s_sim * step_sim):8.3f} "
                   f"{prof.mean_paged_tokens:5.0f}|{tokens_per_seq:5.0f}")

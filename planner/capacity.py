@@ -163,6 +163,19 @@ def _decode_steps(prof: TokenProfile) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return sorted_steps, cum_weight, cum_weighted_steps, float(np.dot(share, prof.cell_decode_steps))
 
 
+def mean_prefill_s(step: StepModel, prof: TokenProfile) -> float:
+    """A request's mean prefill time in the class (StepModel.prefill_s). Full-attention FLOPs are a
+    polynomial in p, so the class's E[p] and E[p²] give their mean exactly; a capped layer's are
+    not (AttentionFlops.prompt reads which side of the window a prompt is on from E[p]: a class
+    whose mean is past the window and whose short prompts are not was charged 16% low by it, one
+    whose mean is short and whose tail is long, 15% high), so with capped layers the mean is taken
+    over the histogram's cells, each wholly on one side of a power-of-two window."""
+    if not step.attention.capped_per_pair:
+        return float(step.prefill_s(prof.mean_prompt, prof.mean_prompt_sq, prof.shared_prefix_tokens))
+    per_cell = step.prefill_s(prof.cell_prompt_tokens, prof.cell_prompt_sq, prof.shared_prefix_tokens)
+    return float(np.dot(prof.cell_requests, per_cell) / prof.cell_requests.sum())
+
+
 class ReplicaModel:
     """The step and memory models of one (deployment, class) pair, as functions of N."""
 
@@ -175,9 +188,7 @@ class ReplicaModel:
         self.ladder = ladder or budget_ladder(dep)
         self.fp = footprint(dep, prof, self.ladder)
         self.step = StepModel.of(dep)
-        self.prefill_mean_s = float(
-            self.step.prefill_s(prof.mean_prompt, prof.mean_prompt_sq, prof.shared_prefix_tokens)
-        )
+        self.prefill_mean_s = mean_prefill_s(self.step, prof)
         chunk = dep.engine.max_num_batched_tokens
         self.chunk_s = float(self.step.prefill_s(chunk, chunk * chunk))  # one full chunk from a prompt's start
         self._sorted_steps, self._cum_weight, self._cum_weighted_steps, self.mean_decode_steps = _decode_steps(prof)

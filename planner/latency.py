@@ -97,7 +97,7 @@ from planner.prefill_wait import (
     split_mass_rows,
     tilt,
 )
-from planner.roofline import StepModel
+from planner.roofline import AttentionFlops, StepModel
 from planner.targets import SLO, Band, Target
 
 _D_RATIO = 1.25  # decode-step buckets of the TPOT tables
@@ -165,14 +165,13 @@ class _WorkTables:
     mean_flops: np.ndarray  # E[J] per bucket
 
 
-def _prefill_flops(tokens: np.ndarray, shared: int, params_active: float, attn: float) -> np.ndarray:
-    """FLOPs of a prompt's first `tokens` positions after a shared prefix (StepModel.prefill_flops)."""
-    end = shared + tokens
-    return 2.0 * params_active * tokens + attn * (end * end - float(shared) ** 2) / 2.0
+def _prefill_flops(tokens: np.ndarray, shared: int, params_active: float, attn: AttentionFlops) -> np.ndarray:
+    """FLOPs of a prompt's first `tokens` positions after a shared prefix (span_flops of [S, S + tokens))."""
+    return 2.0 * params_active * tokens + attn.span(float(shared), shared + tokens)
 
 
 @lru_cache(maxsize=128)
-def _work_tables(cells: _Cells, chunk_cap: int, params_active: float, attn: float) -> _WorkTables:
+def _work_tables(cells: _Cells, chunk_cap: int, params_active: float, attn: AttentionFlops) -> _WorkTables:
     d_max = max(float(cells.decode_steps.max()), 1.0)
     bucket_d = np.unique(np.round(_D_RATIO ** np.arange(0, math.ceil(math.log(d_max, _D_RATIO)) + 2)))
     longest = float(cells.new_tokens.max())
@@ -185,7 +184,7 @@ def _work_tables(cells: _Cells, chunk_cap: int, params_active: float, attn: floa
 
 
 @lru_cache(maxsize=128)
-def _rider_tables(cells: _Cells, chunk_cap: int, params_active: float, attn: float) -> _WorkTables:
+def _rider_tables(cells: _Cells, chunk_cap: int, params_active: float, attn: AttentionFlops) -> _WorkTables:
     """_work_tables' first bucket alone (D = 1: each prompt at most one step's `chunk_cap` tokens),
     the riders' work of LatencyPoint.ttft_survival, built on its own: a class asked for a TTFT
     share may never need its TPOT tables, whose other buckets cost more."""
@@ -193,7 +192,7 @@ def _rider_tables(cells: _Cells, chunk_cap: int, params_active: float, attn: flo
 
 
 def _compound_tables(cells: _Cells, bucket_d: np.ndarray, chunk_cap: int, params_active: float,
-                     attn: float) -> _WorkTables:
+                     attn: AttentionFlops) -> _WorkTables:
     nb, nm = bucket_d.size, _M_GRID.size
     survival = np.zeros((nb, nm, _Y_GRID + 1))
     dy = np.ones((nb, nm))
@@ -250,7 +249,7 @@ def _table_survival(t: _WorkTables, bucket: np.ndarray, m: np.ndarray, y_flops: 
 
 @lru_cache(maxsize=512)
 def _band_tpot_static(cells: _Cells, ranges: tuple[tuple[int, int | None], ...], band: int, table_cap: int,
-                      params_active: float, attn: float):
+                      params_active: float, attn: AttentionFlops):
     """A band's cells with a decode step, their decode steps and table buckets, the work tables,
     the cells' total weight and each cell's weight at each wait level (the same at every
     operating point, and, the tables being in FLOPs, on every GPU, tp and dtype of the model);
@@ -292,14 +291,14 @@ def chunk_spans(cells: _Cells, which: np.ndarray, chunk_cap: int) -> tuple[np.nd
     return owner, start, end
 
 
-def span_flops(start: np.ndarray, end: np.ndarray, params_active: float, attn: float) -> np.ndarray:
+def span_flops(start: np.ndarray, end: np.ndarray, params_active: float, attn: AttentionFlops) -> np.ndarray:
     """FLOPs of prefilling a prompt's tokens [start, end): 2 x active params a token, plus causal
-    attention over every earlier token (roofline.StepModel.prefill_flops, per chunk)."""
-    return 2.0 * params_active * (end - start) + attn * (end**2 - start**2) / 2.0
+    attention over the tokens before each (AttentionFlops.span; roofline.StepModel.prefill_flops, per chunk)."""
+    return 2.0 * params_active * (end - start) + attn.span(start, end)
 
 
 def chunk_flops(cells: _Cells, which: np.ndarray, chunk_cap: int, params_active: float,
-                attn: float) -> tuple[np.ndarray, np.ndarray]:
+                attn: AttentionFlops) -> tuple[np.ndarray, np.ndarray]:
     """Every chunk of `chunk_cap` tokens of the cells `which`: the cell of each and its FLOPs."""
     owner, start, end = chunk_spans(cells, which, chunk_cap)
     return owner, span_flops(start, end, params_active, attn)
@@ -312,7 +311,7 @@ def _by_cost(flops: np.ndarray, weight: np.ndarray) -> _Chunks:
 
 
 @lru_cache(maxsize=128)
-def _gap_chunks(cells: _Cells, chunk_cap: int, params_active: float, attn: float) -> tuple[_Chunks, _Chunks]:
+def _gap_chunks(cells: _Cells, chunk_cap: int, params_active: float, attn: AttentionFlops) -> tuple[_Chunks, _Chunks]:
     """The class's chunks for the per-token gap tail (LatencyPoint.itl_exceed), by cost: those after
     each prompt's first, each weighted by its prompt's share of requests (the steps a prompt longer
     than a step's chunk fills on its own once its first chunk has ridden in with the other arrivals);
@@ -382,7 +381,7 @@ def _prefill_rates(step: StepModel, cells: _Cells) -> tuple[np.ndarray, float, f
     the same for every KV dtype, context limit and set of targets of a replica and class."""
     prefill_s = np.asarray(step.prefill_s(cells.prompt, cells.prompt_sq, cells.shared_prefix), float)
     prefill_s.flags.writeable = False
-    flops = _prefill_flops(cells.new_tokens, cells.shared_prefix, step.params_active, step.attn_flops_per_ctx_token)
+    flops = _prefill_flops(cells.new_tokens, cells.shared_prefix, step.params_active, step.attention)
     # One table serves every GPU: FLOPs to seconds at the class's effective rate (the
     # all-reduce bytes of prefill are a few percent, folded in proportionally).
     flops_per_s = float(np.dot(cells.weight, flops) / max(np.dot(cells.weight, prefill_s), 1e-30))
@@ -432,7 +431,7 @@ class LatencyModel:
         if self._full_step_prefill_s is None:
             owner, start, end = chunk_spans(self.cells, np.arange(self.cells.weight.size), self.chunk_tokens)
             tokens = end - start
-            flops = span_flops(start, end, self.step.params_active, self.step.attn_flops_per_ctx_token)
+            flops = span_flops(start, end, self.step.params_active, self.step.attention)
             work = self.cells.weight[owner] * flops
             if work.sum() > 0:
                 per_token = float(np.dot(work, flops / np.maximum(tokens, 1)) / work.sum())
@@ -445,7 +444,7 @@ class LatencyModel:
         """_band_tpot_static of this model's class, band and step FLOPs (remembered here too)."""
         if band not in self._tpot_static:
             self._tpot_static[band] = _band_tpot_static(self.cells, self.band_ranges, band, self.table_cap,
-                                                        self.step.params_active, self.step.attn_flops_per_ctx_token)
+                                                        self.step.params_active, self.step.attention)
         return self._tpot_static[band]
 
     def with_slo(self, slo: SLO) -> LatencyModel:
@@ -467,13 +466,13 @@ class LatencyModel:
         """The chunks of the prompts longer than `cap` (θ): the cell of each and its FLOPs."""
         if cap not in self._capped:
             self._capped[cap] = chunk_flops(self.cells, np.flatnonzero(self.cells.new_tokens > cap), cap,
-                                            self.step.params_active, self.step.attn_flops_per_ctx_token)
+                                            self.step.params_active, self.step.attention)
         return self._capped[cap]
 
     @cached_property
     def rider_tables(self) -> _WorkTables:
         """The riders' work tables (LatencyPoint.ttft_survival): D = 1 of the TPOT tables."""
-        return _rider_tables(self.cells, self.table_cap, self.step.params_active, self.step.attn_flops_per_ctx_token)
+        return _rider_tables(self.cells, self.table_cap, self.step.params_active, self.step.attention)
 
     @property
     def table_cap(self) -> int:
@@ -835,7 +834,7 @@ class LatencyPoint:
             return 0.0
         if limit_s <= self.t_own:
             return 1.0
-        later, _ = _gap_chunks(m.cells, self.k, m.step.params_active, m.step.attn_flops_per_ctx_token)
+        later, _ = _gap_chunks(m.cells, self.k, m.step.params_active, m.step.attention)
         y = (limit_s - self.t_own) * m.flops_per_s
         i = int(np.searchsorted(-later.flops_desc, -y, side="left"))
         heavier = float(later.cum_weight[i - 1]) if i > 0 else 0.0
@@ -895,7 +894,7 @@ class LatencyPoint:
         if steps <= 0:
             return 0.0
         m = self.m
-        _, chunks = _gap_chunks(m.cells, self.k, m.step.params_active, m.step.attn_flops_per_ctx_token)
+        _, chunks = _gap_chunks(m.cells, self.k, m.step.params_active, m.step.attention)
         i = int(np.searchsorted(-chunks.flops_desc, -y_flops, side="left"))
         return steps * (float(chunks.cum_weight[i - 1]) if i > 0 else 0.0)
 
@@ -1061,7 +1060,7 @@ class LatencyPoint:
         m = self.m
         if limit_s >= self.tpot_most_s:
             return 0.0
-        tables = _work_tables(m.cells, self.k, m.step.params_active, m.step.attn_flops_per_ctx_token)
+        tables = _work_tables(m.cells, self.k, m.step.params_active, m.step.attention)
         cells = np.array([cell])
         levels, probs = self._wait_levels(cells)
         d = m.cells.decode_steps[cells].astype(float)

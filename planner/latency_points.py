@@ -7,8 +7,9 @@ what the planner itself uses, so the fit checks the planner and not a side model
 - `batch_e2e_ms`: vLLM's latency benchmark (`benchmarks/benchmark_latency.py`): one static
   batch of `concurrency` prompts of `input_len` tokens generating `output_len` tokens each,
   mean wall time of the whole batch. Predicted as one forward pass over the batch's prompt
-  tokens (StepModel.decode_step_s of c·p tokens attending over c·p²/2 pairs: the weights
-  read, the prefill FLOPs, the overhead and the all-reduces a standalone pass pays) plus
+  tokens (StepModel.prompt_pass_s: decode_step_s's phases over c·p tokens, each prompt attending
+  causally over its own p²/2 pairs, or its window's: the weights read, the prefill FLOPs, the
+  overhead and the all-reduces a standalone pass pays) plus
   output_len - 1 decode steps of c sequences whose context grows from p + 1 to p + o - 1.
 - `mean_itl_ms`: a serving benchmark's mean inter-token latency at a fixed number of
   concurrent requests (closed loop: each user sends its next request when the last one
@@ -33,7 +34,7 @@ from planner.deployment import Deployment, make_deployment
 from planner.histogram import Histogram
 from planner.memory import budget_ladder, kv_bytes_per_token
 from planner.paged import TokenProfile, token_profile
-from planner.roofline import StepModel, causal_pairs
+from planner.roofline import StepModel
 
 LATENCY_FILE = "latency_published.csv"
 METRICS = ("batch_e2e_ms", "mean_itl_ms")
@@ -160,7 +161,7 @@ def batch_e2e_s(dep: Deployment, batch: int, prompt_tokens: int, output_tokens: 
     """Wall time of one static batch (vLLM benchmark_latency): a prefill pass over batch x prompt
     tokens, then output_tokens - 1 decode steps of `batch` sequences, context p + j at step j."""
     step = StepModel.of(dep)
-    prefill = step.prompt_pass_s(batch * prompt_tokens, batch * causal_pairs(prompt_tokens**2))
+    prefill = step.prompt_pass_s(batch, prompt_tokens)
     context = prompt_tokens + np.arange(1, output_tokens, dtype=float)
     cache = batch * context * kv_bytes_per_token(dep.model, dep.kv_dtype, dep.tp)
     decode = step.decode_step_s(np.full_like(context, batch), cache, batch * context)

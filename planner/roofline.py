@@ -28,7 +28,7 @@ import numpy as np
 from planner.catalog import GPU, Dtype, Model
 from planner.deployment import Deployment
 from planner.memo import ObjectMemo
-from planner.memory import moe_bytes_per_param, weight_bytes
+from planner.memory import kv_token_cap, moe_bytes_per_param, weight_bytes
 
 ACTIVATION_BYTES = 2  # bf16 activations cross the all-reduce
 # The exponent of gemm_phase_s's rounded corner: fitted to measured GEMMs, not to the end-to-end
@@ -131,19 +131,96 @@ def allreduce_call_s(ring_s, latency_s: float, bulk_latency_s: float | None, tp:
     return np.minimum(small, allreduce_call_latency(bulk_latency_s, tp) + ring)
 
 
-def attention_flops_per_context_token(model: Model) -> float:
-    """Decode attention FLOPs per (new token, cached token) pair, all layers.
+def attention_flops_per_pair_per_layer(model: Model) -> float:
+    """Attention FLOPs of one layer per (query token, key token) pair it attends over.
 
-    GQA/MHA: q·K and p·V, each 2 x head_dim FLOPs per query head per cached token:
-    4 x heads x head_dim per layer. Latent attention with absorbed projections
-    (DeepSeek-V2 sec. 2.1.3): scores over the latent+rope width and output over the
-    latent: 2 x heads x (2 x kv_lora_rank + qk_rope_head_dim) per layer.
+    GQA/MHA: q·K and p·V, each 2 x head_dim FLOPs per query head per key token:
+    4 x heads x head_dim. Latent attention with absorbed projections (DeepSeek-V2 sec. 2.1.3):
+    scores over the latent+rope width and output over the latent: 2 x heads x (2 x kv_lora_rank
+    + qk_rope_head_dim).
     """
     if model.kv_lora_rank:
-        per_layer = 2 * model.num_attention_heads * (2 * model.kv_lora_rank + (model.qk_rope_head_dim or 0))
-    else:
-        per_layer = 4 * model.num_attention_heads * model.head_dim
-    return float(per_layer * model.num_hidden_layers)
+        return float(2 * model.num_attention_heads * (2 * model.kv_lora_rank + (model.qk_rope_head_dim or 0)))
+    return float(4 * model.num_attention_heads * model.head_dim)
+
+
+@dataclass(frozen=True)
+class AttentionFlops:
+    """A model's attention FLOPs per (query, key) pair, all layers, by how far back its layers look
+    (attention_flops): a full layer attends to every earlier token, a capped one to the last
+    `window_tokens` only, so its work stops growing with the context past the window.
+
+    full_per_pair: full and latent attention layers, and those that read another layer's cache
+    (Gemma 3n's shared layers, counted as full: an upper bound). capped_per_pair: sliding-window
+    layers (Mistral v0.1, Gemma 2/3, gpt-oss) and chunked-attention layers (Llama 4), these charged
+    as a window of their chunk (a token attends within its chunk, at most that many tokens and half
+    as many on average: the upper bound the cache is charged with, planner.memory._layer_kinds).
+    Linear-attention and state-space layers (Qwen3-Next's Gated DeltaNet, Mamba) do work a token
+    that no context length changes (their projections are in 2 x active params; the state update,
+    about 1% of Qwen3-Next's FLOPs a token, is not counted), and blocks without attention none:
+    neither is here."""
+
+    full_per_pair: float
+    capped_per_pair: float = 0.0
+    window_tokens: int = 0
+
+    def decode(self, batch, context_tokens):
+        """FLOPs of one decode step's attention, `batch` sequences holding `context_tokens` in all
+        (a new token per sequence, against its cached ones). A capped layer reads min(c, W) of a
+        sequence's c tokens; from the total alone it is charged min(Σc, batch x W), which is never
+        less than Σ min(c, W) (min(·, W) is concave)."""
+        full = self.full_per_pair * np.asarray(context_tokens, float)
+        if not self.capped_per_pair:
+            return full
+        held = np.minimum(np.asarray(context_tokens, float), np.asarray(batch, float) * self.window_tokens)
+        return full + self.capped_per_pair * held
+
+    def decode_one(self, batch: float, context_tokens: float) -> float:
+        """decode of one step in Python floats (StepModel.decode_step_one_s): the same operations."""
+        full = self.full_per_pair * context_tokens
+        if not self.capped_per_pair:
+            return full
+        return full + self.capped_per_pair * min(context_tokens, batch * self.window_tokens)
+
+    def span(self, start, end):
+        """FLOPs of prefilling prompt positions [start, end), each attending causally to the tokens
+        before it: a full layer's pairs are the lower triangle's (end² - start²) / 2 (causal_pairs),
+        a capped layer's G(end) - G(start), G(x) = x² / 2 up to the window W and W·x - W² / 2 past it
+        (Σ min(i, W) over the positions, taken as continuous as the triangle is)."""
+        start, end = np.asarray(start, float), np.asarray(end, float)
+        full = self.full_per_pair * (end * end - start * start) / 2.0
+        if not self.capped_per_pair:
+            return full
+        return full + self.capped_per_pair * (self._capped_pairs(end) - self._capped_pairs(start))
+
+    def prompt(self, prompt_tokens, prompt_tokens_sq, cached_prefix_tokens: int = 0):
+        """span over a whole prompt after a cached prefix of S tokens, from E[p] and E[p²] (a
+        histogram cell's means) or one prompt's p and p²: the full layers' causal_pairs(E[p²], S)
+        is exact; a capped layer's E[G(p)] is E[p²] / 2 where E[p] <= W and W·E[p] - W² / 2 past it,
+        exact for a cell wholly on one side of W (quarter-octave cells, whose edges include the
+        powers of two windows are: 128, 512, 1,024, 4,096, 8,192), not for prompts on both sides
+        (the first too high, the second too low): a class's mean is taken over its cells
+        (capacity.mean_prefill_s)."""
+        full = self.full_per_pair * causal_pairs(prompt_tokens_sq, cached_prefix_tokens)
+        if not self.capped_per_pair:
+            return full
+        p, p2 = np.asarray(prompt_tokens, float), np.asarray(prompt_tokens_sq, float)
+        w, s = float(self.window_tokens), float(cached_prefix_tokens)
+        pairs = np.where(p <= w, p2 / 2.0, w * p - w * w / 2.0) - self._capped_pairs(s)
+        return full + self.capped_per_pair * np.maximum(pairs, 0.0)
+
+    def _capped_pairs(self, x):
+        w = float(self.window_tokens)
+        return np.where(x <= w, x * x / 2.0, w * x - w * w / 2.0)
+
+
+def attention_flops(model: Model) -> AttentionFlops:
+    """The model's AttentionFlops: attention_flops_per_pair_per_layer times its layers of each reach
+    (the layer kinds of planner.memory._layer_kinds, whose cache holds what these layers read)."""
+    per_layer = attention_flops_per_pair_per_layer(model)
+    capped = model.num_sliding_window_layers + model.num_chunked_attention_layers
+    full = model.num_hidden_layers - capped - model.num_state_layers - model.num_cacheless_layers
+    return AttentionFlops(per_layer * full, per_layer * capped, (kv_token_cap(model) or 0) if capped else 0)
 
 
 def moe_weight_bytes_read(model: Model, weight_bytes_total: float, batch: np.ndarray,
@@ -175,8 +252,8 @@ def new_prompt_tokens(prompt_tokens, cached_prefix_tokens: int = 0) -> np.ndarra
 
 def causal_pairs(prompt_tokens_sq, cached_prefix_tokens: int = 0) -> np.ndarray:
     """(query, key) pairs causal prefill attends over: the lower triangle, (p² - S²) / 2 for a
-    prompt of p tokens whose first S come from the prefix cache. attn_flops_per_context_token
-    counts the FLOPs of one pair (q·K and p·V), so prefill attention is that times these pairs."""
+    prompt of p tokens whose first S come from the prefix cache: what a full attention layer
+    computes (AttentionFlops.prompt, whose full_per_pair is the FLOPs of one pair, q·K and p·V)."""
     s = float(cached_prefix_tokens)
     return np.maximum(np.asarray(prompt_tokens_sq, float) - s * s, 0.0) / 2.0
 
@@ -203,7 +280,7 @@ class StepModel:
     layer_overhead_s: float  # per layer per forward pass
     weight_bytes: float
     params_active: float
-    attn_flops_per_ctx_token: float
+    attention: AttentionFlops
     tp: int
     hidden_size: int
     num_layers: int
@@ -252,7 +329,7 @@ class StepModel:
     def decode_work(self, batch, cache_bytes, context_tokens) -> DecodeWork:
         """Bytes and FLOPs of one decode step, per phase (see decode_step_s):
             GEMMs:     weight bytes read (moe_weight_bytes_read), 2 x active params x batch FLOPs
-            attention: the resident caches' bytes, attention FLOPs per cached token x context.
+            attention: the resident caches' bytes, AttentionFlops.decode of the batch's context.
 
         batch: sequences decoding; cache_bytes: their cache in total; context_tokens:
         their cached tokens in total (for attention FLOPs)."""
@@ -261,7 +338,7 @@ class StepModel:
             weight_bytes=moe_weight_bytes_read(self.model, self.weight_bytes, batch, self.moe_bytes_per_param),
             gemm_flops=2.0 * self.params_active * batch,
             cache_bytes=np.asarray(cache_bytes, float),
-            attn_flops=self.attn_flops_per_ctx_token * np.asarray(context_tokens, float),
+            attn_flops=self.attention.decode(batch, context_tokens),
         )
 
     def decode_parts_s(self, batch, cache_bytes, context_tokens) -> tuple[np.ndarray, np.ndarray]:
@@ -285,11 +362,14 @@ class StepModel:
         over a pass: a per-step cost (scheduler, sampling, launch of the graph) and one per
         layer (the gaps and ramp-up/tail of each layer's dozen kernels), which is why a
         deeper model pays more at the same bytes."""
-        w = self.decode_work(batch, cache_bytes, context_tokens)
+        return self._pass_s(self.decode_work(batch, cache_bytes, context_tokens), batch)
+
+    def _pass_s(self, w: DecodeWork, tokens) -> np.ndarray:
+        """decode_step_s of a pass's bytes and FLOPs, `tokens` crossing its all-reduces."""
         gemm = gemm_phase_s(w.weight_bytes / self.bandwidth_bytes_s, w.gemm_flops / self.gemm_flops_s)
         attn = np.maximum(w.cache_bytes / self.bandwidth_bytes_s, w.attn_flops / self.flops_s)
         fixed = self.step_overhead_s + self.num_layers * self.layer_overhead_s
-        return gemm + attn + fixed + self.allreduce_s(np.asarray(batch, dtype=float))
+        return gemm + attn + fixed + self.allreduce_s(np.asarray(tokens, dtype=float))
 
     def decode_step_one_s(self, batch: float, cache_bytes: float, context_tokens: float) -> float:
         """decode_step_s of one batch, in Python floats: the same operations in the same order (so the
@@ -302,7 +382,7 @@ class StepModel:
             n_exp, miss_one, per_expert, shared, shared_b, expert_b = moe
             weight = shared * shared_b + n_exp * (1.0 - miss_one ** max(batch, 1.0)) * per_expert * expert_b
         gemm = float(gemm_phase_s(weight / self.bandwidth_bytes_s, 2.0 * self.params_active * batch / gemm_flops_s))
-        attn = max(cache_bytes / self.bandwidth_bytes_s, self.attn_flops_per_ctx_token * context_tokens / self.flops_s)
+        attn = max(cache_bytes / self.bandwidth_bytes_s, self.attention.decode_one(batch, context_tokens) / self.flops_s)
         if self.tp == 1:
             return gemm + attn + fixed + 0.0
         ring = ring_per_token * (batch * self.hidden_size * ACTIVATION_BYTES) / self.interconnect_bytes_s
@@ -331,9 +411,8 @@ class StepModel:
         for a prompt of p tokens whose first S come from the prefix cache. Takes E[p] and
         E[p²] (or one prompt's p and p²) so class means are exact."""
         new_tokens = new_prompt_tokens(prompt_tokens, cached_prefix_tokens)
-        return 2.0 * self.params_active * new_tokens + self.attn_flops_per_ctx_token * causal_pairs(
-            prompt_tokens_sq, cached_prefix_tokens
-        )
+        return 2.0 * self.params_active * new_tokens + self.attention.prompt(prompt_tokens, prompt_tokens_sq,
+                                                                             cached_prefix_tokens)
 
     def prefill_s(self, prompt_tokens, prompt_tokens_sq=None, cached_prefix_tokens: int = 0):
         """Prefill time: compute-bound FLOPs / effective FLOP/s plus the all-reduce bytes
@@ -347,11 +426,16 @@ class StepModel:
             new_prompt_tokens(p, cached_prefix_tokens), with_latency=False
         )
 
-    def prompt_pass_s(self, tokens, attention_pairs):
-        """A stand-alone forward pass over prompts' `tokens` (a static batch's prefill): decode_step_s
-        with no cache read, its weight GEMMs at the unstretched flops_s: prompts' FLOPs do not wait
-        for the slowest rank (straggler_factor)."""
-        return replace(self, straggler=1.0).decode_step_s(tokens, 0.0, attention_pairs)
+    def prompt_pass_s(self, batch, prompt_tokens):
+        """A stand-alone forward pass over `batch` prompts of `prompt_tokens` each (a static batch's
+        prefill): decode_step_s's phases over batch x prompt_tokens tokens, no cache read, each prompt's
+        causal attention (AttentionFlops.span from 0), its weight GEMMs at the unstretched flops_s:
+        prompts' FLOPs do not wait for the slowest rank (straggler_factor)."""
+        tokens = np.asarray(batch, float) * np.asarray(prompt_tokens, float)
+        plain = replace(self, straggler=1.0)
+        w = plain.decode_work(tokens, 0.0, 0.0)
+        w = replace(w, attn_flops=np.asarray(batch, float) * self.attention.span(0.0, prompt_tokens))
+        return plain._pass_s(w, tokens)
 
     def ridge_batch(self) -> float:
         """Sequences per decode step at which the weight GEMMs turn compute-bound: reading the
@@ -380,7 +464,7 @@ def _step_model(gpu: GPU, weight_dtype: Dtype, model: Model, tp: int) -> StepMod
         layer_overhead_s=eff.layer_overhead_us / 1e6,
         weight_bytes=float(weight_bytes(model, weight_dtype)),
         params_active=float(model.params_active),
-        attn_flops_per_ctx_token=attention_flops_per_context_token(model),
+        attention=attention_flops(model),
         tp=tp,
         hidden_size=model.hidden_size,
         num_layers=model.num_hidden_layers,

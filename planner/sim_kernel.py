@@ -160,8 +160,17 @@ def _preempt_newest(s, now, block, shared, n, prompt, off, gen, held, decoding, 
 
 
 @njit(cache=True, nogil=True)
+def _capped_pairs(x, window):
+    """planner.roofline.AttentionFlops' G: the (query, key) pairs of positions [0, x) of a layer
+    that attends to the last `window` tokens."""
+    if x <= window:
+        return x * x * 0.5
+    return window * x - window * window * 0.5
+
+
+@njit(cache=True, nogil=True)
 def run(arrival, prompt, output, block, total_blocks, shared, max_seqs, chunk_budget,
-        per_request, fixed_s, bw, fl, two_a, attn, block_bytes, shared_bytes, comm_per_token,
+        per_request, fixed_s, bw, fl, two_a, attn, attn_capped, window, block_bytes, shared_bytes, comm_per_token,
         rec_start, rec_dt, rec_run, rec_dec, rec_used, rec_pf, rec_pf_s, rec_wait):
     """Replay the requests; returns per-request records, the steps run, and the rarer per-event
     records (see planner.sim_measures.Trace). The per-step records are written into the rec_*
@@ -262,6 +271,8 @@ def run(arrival, prompt, output, block, total_blocks, shared, max_seqs, chunk_bu
             used += extra
             held[i] += extra
             pf_flops += two_a * c + attn * (b * b - a * a) * 0.5
+            if attn_capped:
+                pf_flops += attn_capped * (_capped_pairs(b, window) - _capped_pairs(a, window))
             pf_pos[i] = b
             budget -= c
             pf_tokens += c
@@ -289,6 +300,8 @@ def run(arrival, prompt, output, block, total_blocks, shared, max_seqs, chunk_bu
                 held[h] = req
                 pf_len[h] = length
                 pf_flops += two_a * c + attn * (b * b - a * a) * 0.5
+                if attn_capped:
+                    pf_flops += attn_capped * (_capped_pairs(b, window) - _capped_pairs(a, window))
                 pf_pos[h] = b
                 budget -= c
                 pf_tokens += c
@@ -300,7 +313,7 @@ def run(arrival, prompt, output, block, total_blocks, shared, max_seqs, chunk_bu
         cache_bytes = dec_blocks * block_bytes + n_dec * shared_bytes
         ctx = n_dec * (s + 1 + shared) + sum_off
         t_mem = cache_bytes / bw
-        t_flop = attn * ctx / fl
+        t_flop = (attn * ctx + attn_capped * min(ctx, n_dec * window)) / fl
         dt = fixed_s[n_dec] + (t_mem if t_mem > t_flop else t_flop)
         pf_s = 0.0
         if pf_tokens:

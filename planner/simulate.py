@@ -43,8 +43,9 @@ Step time mirrors planner.capacity's composition (its module docstring):
       + prefill_flops(chunk) / flops_s + all-reduce bytes of the chunk tokens  prefill part
 with d the decoding sequences, cache_bytes their paged cache (blocks x bytes per
 block, plus the shared prefix each reads) and context_tokens their attended
-tokens. A chunk covering prompt tokens [a, b) costs 2·A·(b - a) + attn·(b² - a²)/2
-FLOPs, so a prompt's chunks add up to exactly StepModel.prefill_s(p, p²). The
+tokens. A chunk covering prompt tokens [a, b) costs 2·A·(b - a) + AttentionFlops.span(a, b)
+FLOPs (attn·(b² - a²)/2 over the full layers, and the window's share over the capped ones), so a
+prompt's chunks add up to exactly StepModel.prefill_s(p, p²). The
 batch-size terms (weights, MoE experts, overhead, all-reduce) are tabulated once
 (see _Costs, which checks itself against StepModel.decode_step_s).
 
@@ -62,8 +63,8 @@ Departure from V1's order: V1 walks its running requests in admission order, dec
 prefills alike, each taking its tokens and blocks in turn; here every decode goes first (1-2),
 then the prefills. The two differ only where a prefill admitted before a decoder leaves that
 decoder no budget or no block, which V1 then skips or preempts for the step.
-Not modelled: sliding-window layers are charged as full-attention layers (one block
-pool); swapping to CPU; speculative decoding; prefix caching beyond one shared prefix.
+Not modelled: the cache of sliding-window layers is charged as full-attention layers' (one block
+pool; their attention FLOPs do stop at the window, as the step model's); swapping to CPU; speculative decoding; prefix caching beyond one shared prefix.
 (Until 2026-12 the blocks of a whole prompt were allocated at its admission, above a 1%
 watermark: vLLM V0's BlockSpaceManager, which vLLM 0.11 removed with the V0 engine.)
 """
@@ -137,7 +138,8 @@ class _StepRecords:
 class _Costs:
     """Step-time coefficients of one deployment, tabulated so a step costs a few float ops.
 
-    decode_step_s(d, cache, ctx) = fixed[d] + max(cache / bandwidth, attn · ctx / FLOP/s),
+    decode_step_s(d, cache, ctx) = fixed[d] + max(cache / bandwidth, attention FLOPs / FLOP/s),
+    attention FLOPs = attn · ctx + attn_capped · min(ctx, d · window) (AttentionFlops.decode),
     with fixed[d] = decode_step_s(d, 0, 0) (weights/GEMMs, overhead, all-reduce): the
     roofline per phase of planner.roofline. The prefill part of a step is its FLOPs at the
     effective rate plus the all-reduce bytes of its tokens (linear in them). `of` checks the
@@ -150,7 +152,9 @@ class _Costs:
     bandwidth: float
     flops_s: float
     two_active: float
-    attn: float
+    attn: float  # AttentionFlops.full_per_pair
+    attn_capped: float  # AttentionFlops.capped_per_pair, over its window_tokens
+    window: int
     comm_per_token_s: float
 
     @classmethod
@@ -163,21 +167,46 @@ class _Costs:
             bandwidth=step.bandwidth_bytes_s,
             flops_s=step.flops_s,
             two_active=2.0 * step.params_active,
-            attn=step.attn_flops_per_ctx_token,
+            attn=step.attention.full_per_pair,
+            attn_capped=step.attention.capped_per_pair,
+            window=step.attention.window_tokens,
             comm_per_token_s=float(step.allreduce_s(1.0, with_latency=False)),
         )
         rng = np.random.default_rng(0)
         b = rng.integers(0, max_batch + 1, 64)
-        ctx = b * rng.uniform(1.0, 2.0e5, 64)
-        cache = ctx * rng.uniform(1.0e3, 1.0e6, 64)
+        # contexts a sequence from a token to 200,000, half of them within three windows; cache bytes a
+        # token from 10^-3 (the attention FLOPs bind) to 10^6 (the reads do)
+        window = max(costs.window, 1)
+        per_sequence = np.where(np.arange(64) % 2 == 0, rng.uniform(1.0, 2.0e5, 64), rng.uniform(1.0, 3.0 * window, 64))
+        ctx = b * np.floor(per_sequence)
+        cache = ctx * 10.0 ** rng.uniform(-3.0, 6.0, 64)
         want = np.asarray(step.decode_step_s(b.astype(float), cache, ctx), dtype=np.float64)
-        got = fixed[b] + np.maximum(cache / costs.bandwidth, costs.attn * ctx / costs.flops_s)
+        attn_flops = costs.attn * ctx + costs.attn_capped * np.minimum(ctx, b * costs.window)
+        got = fixed[b] + np.maximum(cache / costs.bandwidth, attn_flops / costs.flops_s)
         tokens = rng.integers(1, 100_000, 16).astype(float)
         if not (np.allclose(got, want, rtol=1e-9, atol=0.0) and np.allclose(
-                tokens * costs.comm_per_token_s, step.allreduce_s(tokens, with_latency=False), rtol=1e-9, atol=0.0)):
+                tokens * costs.comm_per_token_s, step.allreduce_s(tokens, with_latency=False), rtol=1e-9, atol=0.0)
+                and _spans_agree(step, costs, rng)):
             raise RuntimeError("planner.roofline.StepModel no longer has the step-time form the simulator's loop "
                                "computes (planner.simulate._Costs): carry the change into planner.sim_kernel")
         return costs
+
+
+def _spans_agree(step: StepModel, costs: _Costs, rng: np.random.Generator) -> bool:
+    """Whether the loop's FLOPs of a prompt chunk [a, b), 2·A·(b - a) + attn·(b² - a²)/2 plus the capped
+    layers' sim_kernel._capped_pairs (its Python source: what it compiles), are StepModel.prefill_flops',
+    on chunks from within the window to far past it."""
+    from planner.sim_kernel import _capped_pairs
+
+    window = max(costs.window, 1)
+    start = rng.integers(0, 4 * window, 16)
+    end = start + rng.integers(1, 4 * window, 16)
+    chunks = list(zip(start.tolist(), end.tolist(), strict=True))
+    loop = [costs.two_active * (e - a) + costs.attn * (e * e - a * a) * 0.5
+            + (costs.attn_capped * (_capped_pairs.py_func(e, costs.window) - _capped_pairs.py_func(a, costs.window))
+               if costs.attn_capped else 0.0) for a, e in chunks]
+    want = [float(step.prefill_flops(e, e * e, a)) for a, e in chunks]
+    return bool(np.allclose(loop, want, rtol=1e-9, atol=0.0))
 
 
 @dataclass(frozen=True)
@@ -245,7 +274,8 @@ def simulate_replica(
     kv = _cache_blocks(dep, requests, kv_budget_bytes, shared_prefix_tokens)
     notes = []
     if kv_token_cap(dep.model):
-        notes.append("sliding-window and chunked layers are charged as full-attention layers (the simulator pages one pool)")
+        notes.append("sliding-window and chunked layers' cache is charged as full-attention layers' (the simulator pages one pool; "
+                     "their attention FLOPs stop at the window, as the plan's)")
     if kv_state_bytes_per_sequence(dep.model):
         notes.append("the fixed per-sequence state of linear-attention / state-space layers is not charged (blocks only)")
 
@@ -264,7 +294,7 @@ def simulate_replica(
          free_at_end) = run(
             requests.arrival_s, requests.prompt_tokens, requests.output_tokens, int(dep.block_size), kv.total_blocks,
             kv.shared_tokens, max_seqs, batched_tokens, chunk_tokens,
-            costs.fixed_s, costs.bandwidth, costs.flops_s, costs.two_active, costs.attn,
+            costs.fixed_s, costs.bandwidth, costs.flops_s, costs.two_active, costs.attn, costs.attn_capped, costs.window,
             kv.block_bytes, kv.shared_bytes, costs.comm_per_token_s, *records.first().values(),
         )
         wall = time.perf_counter() - wall0  # the loop's own time, in the run whose records are kept

@@ -115,7 +115,7 @@ def test_remembered_tpot_tables_are_fresh_ones_on_every_gpu(catalog):
         assert theirs is mine
         step = other.latency.step
         fresh = _band_tpot_static.__wrapped__(other.latency.cells, _band_ranges(rm.slo), band, other.latency.table_cap,
-                                              step.params_active, step.attn_flops_per_ctx_token)
+                                              step.params_active, step.attention)
         for a, b in zip(mine, fresh, strict=True):
             if isinstance(a, np.ndarray):
                 assert np.array_equal(a, b) and not a.flags.writeable
@@ -194,7 +194,7 @@ def test_the_work_tables_stop_at_the_first_bucket_no_prompt_is_capped_in(catalog
     lm = _rm(catalog).latency
     cells = lm.cells
     for cap in (512, 2048, lm.table_cap):
-        t = _work_tables(cells, cap, lm.step.params_active, lm.step.attn_flops_per_ctx_token)
+        t = _work_tables(cells, cap, lm.step.params_active, lm.step.attention)
         d_max = max(float(cells.decode_steps.max()), 1.0)
         every = np.unique(np.round(_D_RATIO ** np.arange(0, math.ceil(math.log(d_max, _D_RATIO)) + 2)))
         assert np.array_equal(every[:t.bucket_d.size], t.bucket_d)

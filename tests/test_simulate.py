@@ -352,17 +352,24 @@ def test_a_rate_read_before_the_longer_sample_was_drawn_is_read_again_on_it(cata
     assert (9.0, ("unstable",)) in found.evaluations  # read again on the longer sample, where it fails
 
 
-@pytest.mark.parametrize(("model", "tp"), [("llama-3.1-8b", 1), ("llama-3.1-70b", 4), ("mixtral-8x7b", 2)])
-def test_tabulated_step_time_is_the_step_model(catalog, model, tp):
-    """The simulator's fast step-time form reproduces StepModel.decode_step_s exactly."""
+@pytest.mark.parametrize(("model", "tp", "weights"), [("llama-3.1-8b", 1, "bf16"), ("llama-3.1-70b", 4, "bf16"),
+                                                      ("mixtral-8x7b", 2, "bf16"), ("gpt-oss-20b", 1, "fp8")])
+def test_tabulated_step_time_is_the_step_model(catalog, model, tp, weights):
+    """The simulator's fast step-time form reproduces StepModel.decode_step_s exactly, where the
+    cache reads bind and where the attention FLOPs do (a few bytes a token), a windowed model's too."""
     from planner.simulate import _Costs
 
-    dep = make_deployment(catalog, model=model, gpu="h100-sxm", tp=tp, max_model_len=8192)
+    dep = make_deployment(catalog, model=model, gpu="h100-sxm", tp=tp, weight_dtype=weights, max_model_len=8192)
     costs = _Costs.of(dep, dep.engine.max_num_seqs)
     sm = StepModel.of(dep)
-    for d, cache, ctx in [(0, 0.0, 0.0), (1, 1e6, 10.0), (300, 3e11, 6e5), (1024, 8e10, 8e6)]:
-        form = costs.fixed_s[d] + max(cache / costs.bandwidth, costs.attn * ctx / costs.flops_s)
+    flop_bound = 0
+    for d, cache, ctx in [(0, 0.0, 0.0), (1, 1e6, 10.0), (300, 3e11, 6e5), (1024, 8e10, 8e6), (1, 10.0, 5000.0),
+                          (4, 100.0, 300.0), (64, 1e3, 64 * 6000.0)]:
+        attn_flops = costs.attn * ctx + costs.attn_capped * min(ctx, d * costs.window)
+        flop_bound += attn_flops / costs.flops_s > cache / costs.bandwidth
+        form = costs.fixed_s[d] + max(cache / costs.bandwidth, attn_flops / costs.flops_s)
         assert form == pytest.approx(float(sm.decode_step_s(d, cache, ctx)), rel=1e-12)
+    assert flop_bound >= 3
     assert costs.comm_per_token_s * 8192 == pytest.approx(float(sm.allreduce_s(8192.0, with_latency=False)), rel=1e-12)
 
 
@@ -372,6 +379,21 @@ def test_a_step_model_the_loop_does_not_reproduce_is_refused(catalog, monkeypatc
     dep = make_deployment(catalog, model="llama-3.1-8b", gpu="h100-sxm", max_model_len=8192)
     original = StepModel.decode_step_s
     monkeypatch.setattr(StepModel, "decode_step_s", lambda self, b, c, x: original(self, b, c, x) + 1e-6 * np.asarray(x))
+    with pytest.raises(RuntimeError, match=r"carry the change into planner\.sim_kernel"):
+        _Costs.of(dep, 64)
+
+
+def test_a_prefill_the_loop_does_not_reproduce_is_refused(catalog, monkeypatch):
+    """The loop's chunk FLOPs are checked against StepModel.prefill_flops: a windowed model's spans
+    charged as full attention by the step model would no longer be the loop's."""
+    from planner.roofline import AttentionFlops
+    from planner.simulate import _Costs
+
+    dep = make_deployment(catalog, model="gpt-oss-20b", gpu="h100-sxm", weight_dtype="fp8", max_model_len=8192)
+    _Costs.of(dep, 64)
+    full = AttentionFlops.prompt
+    monkeypatch.setattr(AttentionFlops, "prompt", lambda self, p, p2, s=0: full(
+        AttentionFlops(self.full_per_pair + self.capped_per_pair), p, p2, s))
     with pytest.raises(RuntimeError, match=r"carry the change into planner\.sim_kernel"):
         _Costs.of(dep, 64)
 

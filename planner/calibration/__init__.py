@@ -38,9 +38,9 @@ What is predicted, per source
   and fp16 otherwise.
 - Splitwise-sim's perf model (`splitwise_perf_model_summary.csv`, Llama 2 70B and
   BLOOM 176B in fp16 on DGX-A100/H100, a research stack): prefill_ms is one forward
-  pass over `batch` prompts of `input_len` tokens, i.e. `StepModel.decode_step_s` of
-  batch x input_len tokens with no cache read, attending over batch x input_len^2 / 2 pairs
-  (`roofline.causal_pairs`: the FLOPs of `StepModel.prefill_s`, plus the weight read,
+  pass over `batch` prompts of `input_len` tokens, i.e. `StepModel.decode_step_s`'s phases over
+  batch x input_len tokens with no cache read, attending over batch x input_len^2 / 2 pairs (these
+  models attend fully on every layer) (`StepModel.prompt_pass_s`: the FLOPs of `StepModel.prefill_s`, plus the weight read,
   overhead and all-reduce latency a standalone pass pays); decode_ms_per_step is
   `decode_step_s` at `batch` sequences whose mean cached context is
   input_len + (output_len + 1) / 2. The power-capped H100 rows are skipped. Prefill comes

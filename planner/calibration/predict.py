@@ -20,7 +20,7 @@ from planner.deployment import Deployment, make_deployment
 from planner.histogram import Histogram
 from planner.memory import BudgetLadder, kv_bytes_per_token
 from planner.paged import TokenProfile, token_profile
-from planner.roofline import StepModel, causal_pairs
+from planner.roofline import StepModel
 
 TRTLLM_ENGINE = "trtllm-offline"
 # The row's weight dtype -> its KV-cache dtype: fp8 for fp8 and fp4 checkpoints (NVIDIA's ModelOpt
@@ -108,8 +108,7 @@ def splitwise_step(catalog: Catalog, row: SplitwiseRow, efficiency: Efficiency |
 def predict_splitwise(catalog: Catalog, row: SplitwiseRow, efficiency: Efficiency | None = None) -> tuple[float, float]:
     """(prefill ms, decode ms per step) of the row (the package docstring derives both)."""
     step = splitwise_step(catalog, row, efficiency)
-    tokens = row.batch * row.input_len
-    prefill_s = float(step.prompt_pass_s(tokens, row.batch * causal_pairs(row.input_len**2)))
+    prefill_s = float(step.prompt_pass_s(row.batch, row.input_len))
     context = row.input_len + (row.output_len + 1) / 2.0
     cache_bytes = row.batch * context * kv_bytes_per_token(step.model, catalog.dtype("fp16"), row.tp)
     decode_s = float(step.decode_step_s(row.batch, cache_bytes, row.batch * context))
