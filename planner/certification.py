@@ -288,7 +288,8 @@ def _measured_capacity(st: Setup, pool: PoolDetail, pools: list[PoolDetail], che
     (CONFIRM_RUNS at most) holds on its own, by bisection, below the rate that missed by REPLAN_STEP
     at least (so that planning at it changes the plan), then judged there as certification judges a
     pool (check_pool: runs pooled while undecided), on seeds the verdict and the bisection did not run
-    (fresh_seed), and lowered by REPLAN_STEP while that verdict misses.
+    (fresh_seed), and lowered by REPLAN_STEP while that verdict misses, each lower rate on seeds past
+    the last verdict's.
     Each run judged alone reads a p99 low: chat_8b_h100 at a peak of 36 was planned at a bisected 8.154
     a replica, where sixteen pooled runs read TPOT p99 52.6 ms against 50 (an outside replay), and the
     report and the day's scaling took that capacity for one that holds. The highest rate some seeds'
@@ -304,8 +305,11 @@ def _measured_capacity(st: Setup, pool: PoolDetail, pools: list[PoolDetail], che
         if rate <= 0:
             break
         at = dataclasses.replace(setting, rate_rps=rate, resident=pool.model.resident_for_rate(rate, n_max))
-        if check_pool(at, slo, requests=run_requests(at, slo, sim), seed=seed).holds:
+        confirmed = check_pool(at, slo, requests=run_requests(at, slo, sim), seed=seed)
+        if confirmed.holds:
             break
+        # the lower rate is judged on seeds past these, so that no seeds both stop the descent and confirm
+        seed = fresh_seed(confirmed.seeds)
         rate *= 1 - REPLAN_STEP
     return rate
 

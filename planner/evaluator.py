@@ -41,8 +41,9 @@ class Measurements:
     copy of a class shares (a quarter with another context limit has other classes). Only searched
     capacities are kept: a rate lowered after a log's own arrivals missed, or a rate a challenger's
     pool held at, is the quarter's own (its replicas, its share of the rate).
-    A searched capacity is kept as certification planned it: at most REPLAN_STEP under the rate that
-    missed (certification._measured_capacity), so it can sit up to 2% under the bisection's value."""
+    A searched capacity is kept as certification planned it (certification._measured_capacity): at
+    least REPLAN_STEP under the rate that missed, and REPLAN_STEP lower again each time runs of other
+    seeds miss there (CONFIRM_STEPS times at most), so it can sit up to about 15% under the bisection's value."""
 
     rates: dict[tuple, float] = dataclasses.field(default_factory=dict)  # (config, class) -> searched req/s
     ratios: dict[tuple, float] = dataclasses.field(default_factory=dict)  # class -> least simulated / model ratio

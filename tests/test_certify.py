@@ -1531,7 +1531,7 @@ def test_a_simulated_capacity_is_lowered_until_the_pooled_verdict_holds_there(mo
     def check_pool(p, slo, *, requests, seed):
         judged.append(p.rate_rps)
         seeds.append(seed)
-        return SimpleNamespace(holds=p.rate_rps < 8.1)
+        return SimpleNamespace(holds=p.rate_rps < 8.1, seeds=list(range(seed, seed + 16)))
 
     monkeypatch.setattr(cert, "check_pool", check_pool)
     scn = SimpleNamespace(slo=SimpleNamespace(to_slo=lambda: None), simulation=SimpleNamespace(seed=0))
@@ -1541,8 +1541,9 @@ def test_a_simulated_capacity_is_lowered_until_the_pooled_verdict_holds_there(mo
     step = 1 - cert.REPLAN_STEP
     assert judged == pytest.approx([8.5, 8.5 * step, 8.5 * step**2, 8.5 * step**3])
     assert rate == judged[-1] < 8.1 <= judged[-2]
-    # judged on seeds the verdict (0-3) and the bisection did not run, the same ones at every step
-    assert seeds == [4, 4, 4, 4]
+    # judged on seeds the verdict (0-3) and the bisection did not run, and each lower rate on seeds
+    # past the sixteen that missed above it: no seeds both stop the descent and confirm where it stops
+    assert seeds == [4, 20, 36, 52]
 
 
 def test_a_fresh_seed_is_past_every_seed_used_and_wraps_within_the_seeds_a_scenario_names():
