@@ -165,7 +165,8 @@ def _decode_steps(prof: TokenProfile) -> tuple[np.ndarray, np.ndarray, np.ndarra
 
 def mean_prefill_s(step: StepModel, prof: TokenProfile) -> float:
     """A request's mean prefill time in the class (StepModel.prefill_s). Full-attention FLOPs are a
-    polynomial in p, so the class's E[p] and E[p²] give their mean exactly; a capped layer's are
+    polynomial in p, so the class's E[p] and E[p²] give their mean exactly (where no prompt is
+    shorter than a shared prefix, whose new tokens max(p - S, 0) are not); a capped layer's are
     not (AttentionFlops.prompt reads which side of the window a prompt is on from E[p]: a class
     whose mean is past the window and whose short prompts are not was charged 16% low by it, one
     whose mean is short and whose tail is long, 15% high), so with capped layers the mean is taken

@@ -289,7 +289,8 @@ def _measured_capacity(st: Setup, pool: PoolDetail, pools: list[PoolDetail], che
     at least (so that planning at it changes the plan), then judged there as certification judges a
     pool (check_pool: runs pooled while undecided), on seeds the verdict and the bisection did not run
     (fresh_seed), and lowered by REPLAN_STEP while that verdict misses, each lower rate on seeds past
-    the last verdict's.
+    the last verdict's. Where all CONFIRM_STEPS verdicts miss, the rate returned, one step below the
+    last, is one no run judged (the plan at it is still judged at its own rate).
     Each run judged alone reads a p99 low: chat_8b_h100 at a peak of 36 was planned at a bisected 8.154
     a replica, where sixteen pooled runs read TPOT p99 52.6 ms against 50 (an outside replay), and the
     report and the day's scaling took that capacity for one that holds. The highest rate some seeds'

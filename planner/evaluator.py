@@ -43,7 +43,7 @@ class Measurements:
     pool held at, is the quarter's own (its replicas, its share of the rate).
     A searched capacity is kept as certification planned it (certification._measured_capacity): at
     least REPLAN_STEP under the rate that missed, and REPLAN_STEP lower again each time runs of other
-    seeds miss there (CONFIRM_STEPS times at most), so it can sit up to about 15% under the bisection's value."""
+    seeds miss there (CONFIRM_STEPS times at most), so it can sit up to about 17% under that rate."""
 
     rates: dict[tuple, float] = dataclasses.field(default_factory=dict)  # (config, class) -> searched req/s
     ratios: dict[tuple, float] = dataclasses.field(default_factory=dict)  # class -> least simulated / model ratio

@@ -10,7 +10,7 @@ fleet's, of the peak itself), keeps every band's
 TTFT, TPOT and ITL at their statistics within their limits, meets the attainment goal, stays
 stable and preempts within budget. A pool that misses gets its simulated capacity (the
 highest rate at which each of its verdict's first runs, four at most, holds on its own, by
-bisection over the same requests rescaled: common random numbers; and at most 2% below the
+bisection over the same requests rescaled: common random numbers; and at least 2% below the
 rate that missed; then judged there as this module judges a pool, and lowered while it misses:
 certification._measured_capacity) and planner.planning solves again with it.
 
@@ -691,6 +691,8 @@ def fresh_seed(seeds_used: list[int]) -> int:
     seeds a scenario can name): a rate chosen because runs on some seeds held there is confirmed on
     others. Confirmed on the seeds that chose it, it shares their luck: inventory_mixed's H200 was planned at a rate the runs that bisected it held pooled (TPOT
     p99 about 47 ms), where other seeds' runs, pooled, read 49.3 ± 0.6 ms against 50 (an outside replay)."""
+    if not seeds_used:
+        raise ValueError("fresh_seed needs the seeds used")
     return (seeds_used[-1] + 1) % (MAX_SEED + 1)
 
 

@@ -219,7 +219,7 @@ def latency_section(plan: Plan) -> str:
     if cert.rounds:
         lines += ["", f"Certification re-planned {cert.rounds} time{'s' if cert.rounds > 1 else ''}: a pool that missed "
                   "in simulation was planned again at its simulated capacity (the highest rate at which each of its verdict's "
-                  "first runs, four at most, holds on its own, by bisection, at most 2% below the rate that missed, and held there "
+                  "first runs, four at most, holds on its own, by bisection, at least 2% below the rate that missed, and held there "
                   "on runs of other seeds, pooled as certification judges a pool)"
                   + ("; one that held with Poisson arrivals but missed under the log's own, a replica's share lower."
                      if replayed_log else ".")]

@@ -13,7 +13,7 @@ effective FLOP/s and the phases add (the per-operator roofline of Yuan et al.,
 rounded as measured GEMMs show (gemm_phase_s); then a fixed per-step overhead and the
 tensor-parallel all-reduces (reduce-scatter + all-gather, the faster of a small- and a
 large-message protocol: allreduce_call_s). Prefill is compute-bound and
-quadratic in the prompt through attention. Effective rates are datasheet peaks times the GPU
+quadratic in the prompt through its full-attention layers (AttentionFlops). Effective rates are datasheet peaks times the GPU
 catalog's calibrated efficiency factors (bench/calibration.py); at tp > 1 a decode pass's memory
 reads and weight GEMMs also wait for the slowest rank at every all-reduce (straggler_factor).
 """
@@ -163,6 +163,10 @@ class AttentionFlops:
     full_per_pair: float
     capped_per_pair: float = 0.0
     window_tokens: int = 0
+
+    def __post_init__(self):
+        if self.capped_per_pair and self.window_tokens <= 0:  # capped layers would cost nothing
+            raise ValueError(f"capped attention layers need a positive window, not {self.window_tokens}")
 
     def decode(self, batch, context_tokens):
         """FLOPs of one decode step's attention, `batch` sequences holding `context_tokens` in all
@@ -407,9 +411,10 @@ class StepModel:
                 None if bulk is None else allreduce_call_latency(bulk, self.tp))
 
     def prefill_flops(self, prompt_tokens, prompt_tokens_sq, cached_prefix_tokens: int = 0):
-        """2 x active params per new token, plus causal attention over causal_pairs(p², S)
-        for a prompt of p tokens whose first S come from the prefix cache. Takes E[p] and
-        E[p²] (or one prompt's p and p²) so class means are exact."""
+        """2 x active params per new token, plus causal attention (AttentionFlops.prompt) for a
+        prompt of p tokens whose first S come from the prefix cache. Takes E[p] and E[p²] (or one
+        prompt's p and p²): a class's mean is exact without capped layers, a histogram cell's with
+        them (capacity.mean_prefill_s)."""
         new_tokens = new_prompt_tokens(prompt_tokens, cached_prefix_tokens)
         return 2.0 * self.params_active * new_tokens + self.attention.prompt(prompt_tokens, prompt_tokens_sq,
                                                                              cached_prefix_tokens)

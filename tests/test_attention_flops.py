@@ -177,3 +177,8 @@ def test_a_class_straddling_the_window_is_averaged_over_its_cells(catalog):
     capped_only = AttentionFlops(0.0, a.capped_per_pair, a.window_tokens)
     exact = float(capped_only.span(0, 1000) + capped_only.span(0, 7000)) / 2
     assert float(capped_only.prompt(prof.mean_prompt, prof.mean_prompt_sq)) == pytest.approx(1.203 * exact, rel=1e-3)
+
+
+def test_capped_layers_without_a_window_are_refused():
+    with pytest.raises(ValueError, match="positive window"):
+        AttentionFlops(1.0, 2.0, 0)

@@ -1556,3 +1556,5 @@ def test_a_fresh_seed_is_past_every_seed_used_and_wraps_within_the_seeds_a_scena
     assert fresh_seed([7]) == 8
     assert fresh_seed(confirm_seeds(MAX_SEED - 1, 2)) == 0
     assert fresh_seed(confirm_seeds(MAX_SEED, 2)) == 1
+    with pytest.raises(ValueError, match="seeds used"):
+        fresh_seed([])
