@@ -32,7 +32,7 @@ SENSITIVITY = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
 
 
 def explore_plan(st: Setup, plan: Plan, solve: Resolver, *, alone: bool = False,
-                 sweep: Callable[[], list[tuple[float, Outcome]]] | None = None,
+                 sweep: StartedSweep | None = None,
                  context: Callable[[], Outcome | None] | None = None, search: LazySearch | None = None,
                  figures_ready: Callable[[Plan], None] | None = None) -> Plan:
     """The plan's explorations: the best certified plan per GPU type, each split option, the
@@ -174,7 +174,7 @@ def _per_gpu(st: Setup, plans: list[tuple], inventory, solve) -> list[Outcome]:
     return out
 
 
-def start_ttft_sweep(st: Setup, solve: Resolver) -> Callable[[], list[tuple[float, Outcome]]]:
+def start_ttft_sweep(st: Setup, solve: Resolver) -> StartedSweep:
     """ttft_sweep of the plan, started in a worker (planner.worker_pool).
 
     The sweep is calibrated by what certification has measured when it starts (explore_plan starts a
@@ -184,22 +184,30 @@ def start_ttft_sweep(st: Setup, solve: Resolver) -> Callable[[], list[tuple[floa
     and a measured pair's own ratio by its config too (Evaluator.measured_ratios)."""
     calibration, measured = sweep_calibration(st)
     if not any(b.ttft_s for b in st.scn.slo.bands):
-        return list
+        return StartedSweep(())
     known = st.evaluator.known(st.configs, st.classes)
     # Its chains (_SWEEP_CHAINS) depend on nothing of each other: a job each, those the worker has
-    # not begun by the time the sweep is read run here (sweep, below).
-    chains = [start_claimable("exploration:ttft_sweep", scn=st.scn, catalog=st.catalog, model=st.model,
-                              configs=st.configs, classes=st.classes, inventory=solve.inventory,
-                              calibration=calibration, measured=measured, known=known, multipliers=chain,
-                              token=st.evaluator._token, reserved=solve.reserved, pool_types=solve.pool_types,
-                              type_rule=solve.type_rule,
-                              here=lambda chain=chain: _ttft_sweep(st.scn, st.catalog, st.model, st.configs, st.classes,
-                                                                   solve.inventory, st.evaluator, calibration, measured,
-                                                                   chain, solve.reserved, solve.pool_types,
-                                                                   solve.type_rule))
-              for chain in _SWEEP_CHAINS]
+    # not begun by the time the sweep is read run here (StartedSweep.__call__).
+    return StartedSweep(tuple(
+        start_claimable("exploration:ttft_sweep", scn=st.scn, catalog=st.catalog, model=st.model,
+                        configs=st.configs, classes=st.classes, inventory=solve.inventory,
+                        calibration=calibration, measured=measured, known=known, multipliers=chain,
+                        token=st.evaluator._token, reserved=solve.reserved, pool_types=solve.pool_types,
+                        type_rule=solve.type_rule,
+                        here=lambda chain=chain: _ttft_sweep(st.scn, st.catalog, st.model, st.configs, st.classes,
+                                                             solve.inventory, st.evaluator, calibration, measured,
+                                                             chain, solve.reserved, solve.pool_types,
+                                                             solve.type_rule))
+        for chain in _SWEEP_CHAINS))
 
-    def sweep() -> list[tuple[float, Outcome]]:
+
+@dataclasses.dataclass(frozen=True)
+class StartedSweep:
+    """A TTFT sweep's chains, started (start_ttft_sweep): call it for the sweep's rows, or drop it."""
+
+    chains: tuple[Callable[[], list[tuple[float, Outcome]]], ...]
+
+    def __call__(self) -> list[tuple[float, Outcome]]:
         # Every chain the worker has not begun is this process's now, run here one after another; the
         # worker's, read after them. The worker goes on to the figures queued behind the chains (the
         # cost figure, started before the sweep is read): claimed one at a time, the worker had begun
@@ -207,12 +215,16 @@ def start_ttft_sweep(st: Setup, solve: Resolver) -> Callable[[], list[tuple[floa
         # this process waited with nothing of its own to do (the 128k rollout without simulation:
         # 1.030 s against 1.003 s, medians of 8 alternating fresh runs, 2026-12-06). (Reading from the
         # last, this process ran the shortest, then waited for the next, which the worker had begun.)
-        mine = [chain for chain in chains if claimed_here(chain)]
-        ordered = [*mine, *(chain for chain in chains if chain not in mine)]
+        mine = [chain for chain in self.chains if claimed_here(chain)]
+        ordered = [*mine, *(chain for chain in self.chains if chain not in mine)]
         rows = dict(row for chain in ordered for row in chain())
         return [(m, rows[m]) for m in TTFT_SWEEP if m in rows]
 
-    return sweep
+    def drop(self) -> None:
+        """The sweep is not wanted: every chain the worker has not begun is claimed here and never
+        run (the worker skips it); one it has begun runs to its end there, unread."""
+        for chain in self.chains:
+            claimed_here(chain)
 
 
 def sweep_calibration(st: Setup) -> tuple[dict, dict]:

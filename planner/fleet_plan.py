@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from planner.bounds import DEMAND_FIELDS, MAX_FLEET_GPUS, OVER_FLEET_BOUND, held_past_bound
 from planner.certification import certify_plans, refreshed
 from planner.errors import InfeasibleError, InputError, PlannerError
 from planner.evaluator import Measurements
-from planner.exploration import explore_plan, start_ttft_sweep
+from planner.exploration import StartedSweep, explore_plan, start_ttft_sweep
 from planner.fleet import FleetInputs, Service, refuse_mixed_verify
 from planner.ilp import JointSolution, cost_bound_using_more, solve_services
 from planner.ilp_solver import COST_TOLERANCE_USD
@@ -157,8 +157,20 @@ def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool |
     def solve(evals_per_service, **kw) -> JointSolution:
         return _solve(fleet, setups, evals_per_service, keep_lp=keep_lp, **kw)
 
+    wants = [st.scn.verify if certify is None else certify for st in setups]
+    early = _EarlySweeps(fleet, setups) if explore and not any(wants) else None
+    try:
+        return _planned(fleet, setups, solve, wants, early, explore, figures_ready)
+    finally:
+        if early is not None:
+            early.drop_rest()  # an error stopped the plan before its sweeps were taken
+
+
+def _planned(fleet: FleetInputs, setups: list[Setup], solve, wants: list[bool], early: _EarlySweeps | None,
+             explore: bool, figures_ready) -> FleetPlan:
+    """make_fleet_plan once its services are set up: the joint ILP, certification, explorations."""
     with stage("fleet ILP", 1, " solve") as step:
-        joint = solve([st.evals for st in setups])
+        joint = solve([st.evals for st in setups], tie_break=True if early is None else early.start)
         step.advance()
     if not joint.services[0].pools:
         raise InfeasibleError(_no_fleet_message(fleet, setups, joint), where=str(fleet.path))
@@ -166,7 +178,6 @@ def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool |
     joint, evals_per_service = _precise(setups, joint, [st.evals for st in setups])
     parts = [(st, evals, sol, pool_details(st.evaluator, evals, sol))
              for st, evals, sol in zip(setups, evals_per_service, joint.services, strict=True)]
-    wants = [st.scn.verify if certify is None else certify for st in setups]
     if any(wants):
         # Every joint solution certification was given, by its services' plans: certification may keep
         # an earlier one than its last re-solve (a challenger that missed, certification._challenge),
@@ -191,11 +202,15 @@ def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool |
     types = _types(fleet, joint)
     _refuse_oversized(fleet, joint, types)  # certification plans at lower capacities: more GPUs
     if explore:
-        alone = [_alone(setups, plans, i, fleet.shared_caps, frozenset(fleet.commitments), fleet.spec.max_gpu_types)
-                 for i in range(len(plans))]
-        # Every service's TTFT sweep goes to the worker at once, while the others run here; a
-        # certified service's once its per-GPU plans are certified (explore_plan).
-        sweeps = [None if plan.certification else start_ttft_sweep(st, solve) for (st, solve), plan in zip(alone, plans, strict=True)]
+        used = [plan.solution.gpus_by_type for plan in plans]
+        alone = [_alone(fleet, setups, used, i) for i in range(len(plans))]
+        # Every service's TTFT sweep goes to the worker at once, while the others run here (each
+        # started while the ILP broke its ties, where the plan leaves the service what that start
+        # assumed); a certified service's once its per-GPU plans are certified (explore_plan).
+        sweeps = [None if plan.certification else (early is not None and early.take(i, solve)) or start_ttft_sweep(st, solve)
+                  for i, ((st, solve), plan) in enumerate(zip(alone, plans, strict=True))]
+        if early is not None:
+            early.drop_rest()  # those started with rules the plan does not leave: the worker skips them
         plans = [dataclasses.replace(explore_plan(st, plan, solve, alone=True, sweep=sweep, figures_ready=figures_ready),
                                      alone_shared_caps=frozenset(fleet.shared_caps))
                  for (st, solve), plan, sweep in zip(alone, plans, sweeps, strict=True)]
@@ -372,26 +387,81 @@ def _price(fleet: FleetInputs, gpu: str) -> float:
     return fleet.catalog.gpu(gpu).price_usd_per_hour
 
 
-def _alone(setups: list[Setup], plans: list[Plan], i: int, caps: dict[str, int],
-           committed: frozenset[str], max_gpu_types: int | None = None) -> tuple[Setup, Resolver]:
-    """The service alone with the rest of the fleet as planned, for its explorations: a shared
-    type's cap is what the other services leave of it, at its candidates' on-demand prices, and a
-    class may keep a pool of its own on each of the fleet's committed types, as in the fleet's ILP
-    (so the fleet's plan for it, 4 x h100-sxm + 3 x h200 in one class, stays one it can make). Alone it
-    may choose otherwise than the fleet does for it (the fleet's committed GPUs are paid whether used
-    or not); its section says so (report.render, Plan.alone). Pricing its re-solves with the
-    commitments the others leave instead made their ILPs ten times slower (a weak relaxation: sunk
-    GPUs fill fractional replicas for nothing): the catalog-wide fleet took 17.6 s against 12.3.
-    A fleet's max_gpu_types holds too: alone, the service may run the types the others run and as
-    many more as the rule leaves (else its section compared with a plan the fleet could not run)."""
+def _alone(fleet: FleetInputs, setups: list[Setup], used: Sequence[Mapping[str, int]], i: int) -> tuple[Setup, Resolver]:
+    """Service i alone with the rest of the fleet as planned (`used`: each service's GPUs per type),
+    for its explorations: a shared type's cap is what the other services leave of it, at its
+    candidates' on-demand prices, and a class may keep a pool of its own on each of the fleet's
+    committed types, as in the fleet's ILP (so the fleet's plan for it, 4 x h100-sxm + 3 x h200 in
+    one class, stays one it can make). Alone it may choose otherwise than the fleet does for it (the
+    fleet's committed GPUs are paid whether used or not); its section says so (report.render,
+    Plan.alone). Pricing its re-solves with the commitments the others leave instead made their ILPs
+    ten times slower (a weak relaxation: sunk GPUs fill fractional replicas for nothing): the
+    catalog-wide fleet took 17.6 s against 12.3. A fleet's max_gpu_types holds too: alone, the
+    service may run the types the others run and as many more as the rule leaves (else its section
+    compared with a plan the fleet could not run)."""
     st = setups[i]
+    left, rule = _left_to(fleet, used, i)
+    scn = _within_caps(st.scn, left)
+    return dataclasses.replace(st, scn=scn), Resolver(scn, pool_types=frozenset(fleet.commitments), type_rule=rule)
+
+
+def _left_to(fleet: FleetInputs, used: Sequence[Mapping[str, int]], i: int) -> tuple[dict[str, int], tuple | None]:
+    """What the fleet's rules leave service i when the others run `used` (GPUs per type, by
+    service): each shared cap less their GPUs of its type; and max_gpu_types with the types they
+    run (None without the rule)."""
     others: Counter[str] = Counter()
-    for j, other in enumerate(plans):
+    for j, theirs in enumerate(used):
         if j != i:
-            others.update(other.solution.gpus_by_type)
-    scn = _within_caps(st.scn, {g: max(0, cap - others.get(g, 0)) for g, cap in caps.items()})
-    rule = None if max_gpu_types is None else (max_gpu_types, frozenset(g for g, n in others.items() if n > 0))
-    return dataclasses.replace(st, scn=scn), Resolver(scn, pool_types=committed, type_rule=rule)
+            others.update(theirs)
+    left = {g: max(0, cap - others.get(g, 0)) for g, cap in fleet.shared_caps.items()}
+    rule = fleet.spec.max_gpu_types
+    return left, None if rule is None else (rule, frozenset(g for g, n in others.items() if n > 0))
+
+
+def _rules_of(solve: Resolver) -> tuple:
+    """What a service's re-solves alone take of the other services' plans (_alone): its GPU
+    candidates with their caps, and the rule on GPU types. A cap on a type it cannot run, or above
+    its own max_gpus, is no part of it."""
+    return tuple(solve.scn.gpu_candidates), solve.type_rule
+
+
+class _EarlySweeps:
+    """Each service's TTFT sweep, started in the worker while the joint ILP's second solve breaks
+    the ties of the first's optimum: with the caps that optimum's plans leave each service, which
+    the plans after the tie-break (and the dtype variants after them) leave it too as a rule; a
+    service they leave other caps or types (_rules_of) has its sweep dropped and started again.
+    The worker would otherwise wait through that solve with nothing to do (the catalog-wide fleet
+    of bench/solve.py: 2.6 s of its 3.6 s ILP, every sweep taken; 15.1 s end to end against
+    16.1 s, medians of 3 alternating fresh runs, 2026-12-07). A sweep's answer depends on nothing
+    else the plan adds meanwhile: the evaluations it is handed steer its searches only
+    (Evaluator.known); nothing is measured without certification, and a certified plan's sweeps
+    start after its per-GPU plans. (Starting them, 0.04-0.1 s, counts in the ILP's solve time.)"""
+
+    def __init__(self, fleet: FleetInputs, setups: list[Setup]):
+        self.fleet, self.setups = fleet, setups
+        self.started: dict[int, tuple[tuple, StartedSweep]] = {}
+
+    def start(self, optimum: JointSolution) -> bool:
+        """solve_services's tie_break test: start the sweeps, and break the ties."""
+        if optimum.services[0].pools:
+            used = [sol.gpus_by_type for sol in optimum.services]
+            for i in range(len(self.setups)):
+                st, solve = _alone(self.fleet, self.setups, used, i)
+                self.started[i] = (_rules_of(solve), start_ttft_sweep(st, solve))
+        return True
+
+    def take(self, i: int, solve: Resolver) -> StartedSweep | None:
+        """Service i's sweep, if it was started with the rules of `solve`, its re-solves alone."""
+        found = self.started.get(i)
+        if found is None or found[0] != _rules_of(solve):
+            return None
+        del self.started[i]
+        return found[1]
+
+    def drop_rest(self) -> None:
+        for _, sweep in self.started.values():
+            sweep.drop()
+        self.started.clear()
 
 
 def _constraints(fleet: FleetInputs, setups, evals_per_service, joint: JointSolution, types) -> tuple[SharedConstraint, ...]:

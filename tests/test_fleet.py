@@ -220,6 +220,71 @@ def test_each_service_section_is_its_own_report_when_no_shared_constraint_binds(
     assert fp.cost_per_hour == pytest.approx(sum(p.cost_per_hour for p in fp.plans))
 
 
+def test_a_fleets_ttft_sweeps_start_while_its_ilp_breaks_ties_and_answer_as_if_started_after(tmp_path, monkeypatch):
+    """Each service's TTFT sweep starts in the worker while the joint ILP breaks its ties
+    (fleet_plan._EarlySweeps), and is taken where the plan leaves the service the rules it started
+    with; else it is dropped (the worker skips it) and started again. Either way the rows are those
+    of sweeps started once the plan is made."""
+    from planner import exploration, fleet_plan
+    from planner.exploration import TTFT_SWEEP
+    from planner.fleet import load_fleet
+    from planner.fleet_plan import make_fleet_plan
+    from planner.worker_pool import worker_processes
+
+    path = write_fleet(tmp_path, inventory={"h100-sxm": {"max_new": 64}, "l40s": {"max_new": 64}})
+    started, taken, dropped = [], [], []
+    start_sweep, start_early = fleet_plan.start_ttft_sweep, fleet_plan._EarlySweeps.start
+    take, drop = fleet_plan._EarlySweeps.take, exploration.StartedSweep.drop
+    monkeypatch.setattr(fleet_plan, "start_ttft_sweep", lambda st, solve: started.append(1) or start_sweep(st, solve))
+    monkeypatch.setattr(fleet_plan._EarlySweeps, "take", lambda self, i, solve: taken.append(take(self, i, solve)) or taken[-1])
+    monkeypatch.setattr(exploration.StartedSweep, "drop", lambda self: dropped.append(1) or drop(self))
+
+    def rows():
+        for seen in (started, taken, dropped):
+            seen.clear()
+        with worker_processes():
+            fp = make_fleet_plan(load_fleet(path))
+        return [[(m, o.name, o.feasible, o.cost_per_hour, o.gpus, o.summary, o.why_not) for m, o in p.ttft_sweep]
+                for p in fp.plans]
+
+    early = rows()
+    assert len(started) == 2 and all(taken) and len(taken) == 2 and not dropped  # started during the tie-break, taken
+    assert all(len(sweep) == len(TTFT_SWEEP) - 1 for sweep in early)
+
+    monkeypatch.setattr(fleet_plan._EarlySweeps, "start", lambda self, optimum: True)
+    assert rows() == early and len(started) == 2 and taken == [None, None]  # each started after the plan
+
+    def start_with_other_rules(self, optimum):
+        start_early(self, optimum)
+        self.started = {i: (((), None), sweep) for i, (_, sweep) in self.started.items()}
+        return True
+
+    monkeypatch.setattr(fleet_plan._EarlySweeps, "start", start_with_other_rules)
+    assert rows() == early and len(started) == 4 and taken == [None, None] and len(dropped) == 2  # dropped, started again
+
+
+def test_a_sweep_started_early_is_kept_where_only_caps_it_cannot_reach_moved(tmp_path):
+    """What a service's re-solves alone take of the others' plans is its own GPU candidates' caps and
+    the rule on types (fleet_plan._rules_of): a cap that moved on a type it cannot run, or that stays
+    above its own max_gpus, leaves its early sweep as good as one started after the plan."""
+    from planner.fleet import load_fleet
+    from planner.fleet_plan import _alone, _rules_of, _setup
+
+    alpha = service("alpha", 30.0, gpus=[{"id": "h100-sxm", "max_gpus": 8}])
+    path = write_fleet(tmp_path, services=[alpha, service("beta", 12.0)],
+                       inventory={"h100-sxm": {"max_new": 64}, "l40s": {"max_new": 64}})
+    fleet = load_fleet(path)
+    setups = [_setup(svc, 1.0, None) for svc in fleet.services]
+
+    def rules(beta_runs):
+        return _rules_of(_alone(fleet, setups, [{}, beta_runs], 0)[1])
+
+    assert rules({"l40s": 10}) == rules({"l40s": 30}) == rules({"h100-sxm": 40, "l40s": 2})  # alpha runs no l40s
+    assert rules({"h100-sxm": 40}) == ((fleet.services[0].inputs.scenario.gpu_candidates[0].model_copy(
+        update={"max_gpus": 8}),), None)
+    assert rules({"h100-sxm": 60}) != rules({"h100-sxm": 40})  # 4 left: below its own 8
+
+
 @pytest.mark.parametrize("reserved", [0, 8])
 def test_a_services_day_in_a_fleet_with_commitments_says_it_is_priced_alone(tmp_path, reserved):
     """(An outside probe: 8 reserved H100s, 3 idle, and a service's day priced on demand at $4,365.40 a month,
