@@ -192,6 +192,9 @@ class Model(_Frozen):
     num_cacheless_layers: whole(ge=0, le=MAX_WIDTH) = Field(0, description="blocks with neither attention nor state (MLP-only blocks)")
     kv_lora_rank: Width | None = Field(None, description="latent attention (MLA) compressed KV width")
     qk_rope_head_dim: whole(ge=0, le=MAX_WIDTH) | None = Field(None, description="MLA decoupled RoPE key width, cached too")
+    v_head_dim: Width | None = Field(
+        None, description="MLA value head width: prefill attends over values decompressed from the latent to this width"
+    )
     num_experts: Width | None = None
     num_experts_per_tok: Width | None = None
     moe_intermediate_size: Width | None = None
@@ -287,6 +290,14 @@ class Model(_Frozen):
             raise ValueError(f"attention_chunk_size {self.attention_chunk_size} given without num_chunked_attention_layers")
         if self.kv_lora_rank and self.qk_rope_head_dim is None:
             raise ValueError("latent attention needs qk_rope_head_dim")
+        if self.kv_lora_rank and self.v_head_dim is None:
+            raise ValueError("latent attention needs v_head_dim (the config's v_head_dim: 128 for DeepSeek-V3 and "
+                             "Kimi K2), the width of the values its prefill attends over")
+        if self.kv_lora_rank and (self.num_sliding_window_layers or self.num_chunked_attention_layers):
+            raise ValueError("latent attention in sliding-window or chunked layers is not modelled (their prefill would "
+                             "be charged decode's absorbed FLOPs): no published model has it")
+        if self.v_head_dim is not None and not self.kv_lora_rank:
+            raise ValueError("v_head_dim is for latent attention (kv_lora_rank); other attention's values are head_dim wide")
         return self
 
 

@@ -267,9 +267,10 @@ def _architecture_fields(r: FamilyReader, name: str, hub_id: str | None) -> dict
         entry["kv_lora_rank"] = cfg.integer("kv_lora_rank")
         entry["qk_rope_head_dim"] = r.integer("qk_rope_head_dim", minimum=0)
         entry["head_dim"] = r.integer("qk_nope_head_dim") + entry["qk_rope_head_dim"]
+        entry["v_head_dim"] = r.integer("v_head_dim")
         r.note(
             f"MLA: head_dim = qk_nope_head_dim + qk_rope_head_dim = {entry['head_dim']}; "
-            "cache per layer = kv_lora_rank + qk_rope_head_dim"
+            f"cache per layer = kv_lora_rank + qk_rope_head_dim; v_head_dim {entry['v_head_dim']} (prefill's values)"
         )
     elif cfg.has("head_dim") or "head_dim" in r.family.defaults:
         entry["head_dim"] = r.integer("head_dim")

@@ -132,16 +132,35 @@ def allreduce_call_s(ring_s, latency_s: float, bulk_latency_s: float | None, tp:
 
 
 def attention_flops_per_pair_per_layer(model: Model) -> float:
-    """Attention FLOPs of one layer per (query token, key token) pair it attends over.
+    """Decode's attention FLOPs of one layer per (query token, key token) pair it attends over.
 
     GQA/MHA: q·K and p·V, each 2 x head_dim FLOPs per query head per key token:
-    4 x heads x head_dim. Latent attention with absorbed projections (DeepSeek-V2 sec. 2.1.3):
+    4 x heads x head_dim. Latent attention with absorbed projections (DeepSeek-V2 sec. 2.1.2-2.1.3):
     scores over the latent+rope width and output over the latent: 2 x heads x (2 x kv_lora_rank
-    + qk_rope_head_dim).
+    + qk_rope_head_dim); DeepSeek-V3: 2 x 128 x (1,024 + 64) = 278,528.
     """
     if model.kv_lora_rank:
         return float(2 * model.num_attention_heads * (2 * model.kv_lora_rank + (model.qk_rope_head_dim or 0)))
     return float(4 * model.num_attention_heads * model.head_dim)
+
+
+def prefill_attention_flops_per_pair_per_layer(model: Model) -> float:
+    """Prefill's attention FLOPs of one layer per (query token, key token) pair.
+
+    GQA/MHA: decode's (attention_flops_per_pair_per_layer). Latent attention prefills without
+    absorbing: the latent is decompressed into keys of head_dim (qk_nope_head_dim +
+    qk_rope_head_dim) and values of v_head_dim per head, and attended over as multi-head
+    attention, the compute-friendly way, where decode takes the data-movement-friendly absorbed
+    one (vLLM vllm/v1/attention/backends/mla/common.py, its module docstring; DeepSeek-V2 sec.
+    2.1.2-2.1.3): 2 x heads x (head_dim + v_head_dim); DeepSeek-V3: 2 x 128 x (192 + 128) = 81,920,
+    against the absorbed form's 278,528 (3.4 times as many). Not counted: decompressing the latents
+    of the tokens before a chunk, again for each chunk (2 x kv_lora_rank x heads x (qk_nope_head_dim
+    + v_head_dim) FLOPs a token; DeepSeek-V3: about 410 / chunk tokens of the pairs' FLOPs: 5% for
+    chunks of 8,192, the budget vLLM gives GPUs of 70 GiB and more, the only ones these models fit
+    on in numbers a replica holds; 20% for 2,048)."""
+    if model.kv_lora_rank:
+        return float(2 * model.num_attention_heads * (model.head_dim + model.v_head_dim))
+    return attention_flops_per_pair_per_layer(model)
 
 
 @dataclass(frozen=True)
@@ -158,15 +177,25 @@ class AttentionFlops:
     Linear-attention and state-space layers (Qwen3-Next's Gated DeltaNet, Mamba) do work a token
     that no context length changes (their projections are in 2 x active params; the state update,
     about 1% of Qwen3-Next's FLOPs a token, is not counted), and blocks without attention none:
-    neither is here."""
+    neither is here. prefill_full_per_pair: the full layers' pair in prefill where it is not
+    decode's: latent attention decodes absorbed and prefills decompressed
+    (prefill_attention_flops_per_pair_per_layer); capped layers take one pair in both (no model
+    has latent attention in windowed layers: the catalog refuses one)."""
 
     full_per_pair: float
     capped_per_pair: float = 0.0
     window_tokens: int = 0
+    prefill_full_per_pair: float | None = None  # full layers' pair in prefill, where not decode's (latent attention)
 
     def __post_init__(self):
         if self.capped_per_pair and self.window_tokens <= 0:  # capped layers would cost nothing
             raise ValueError(f"capped attention layers need a positive window, not {self.window_tokens}")
+
+    @property
+    def prefill_per_pair(self) -> float:
+        """The full layers' FLOPs a (query, key) pair in prefill (span, prompt): decode's
+        full_per_pair unless prefill_full_per_pair says otherwise (latent attention)."""
+        return self.full_per_pair if self.prefill_full_per_pair is None else self.prefill_full_per_pair
 
     def decode(self, batch, context_tokens):
         """FLOPs of one decode step's attention, `batch` sequences holding `context_tokens` in all
@@ -192,7 +221,7 @@ class AttentionFlops:
         a capped layer's G(end) - G(start), G(x) = x² / 2 up to the window W and W·x - W² / 2 past it
         (Σ min(i, W) over the positions, taken as continuous as the triangle is)."""
         start, end = np.asarray(start, float), np.asarray(end, float)
-        full = self.full_per_pair * (end * end - start * start) / 2.0
+        full = self.prefill_per_pair * (end * end - start * start) / 2.0
         if not self.capped_per_pair:
             return full
         return full + self.capped_per_pair * (self._capped_pairs(end) - self._capped_pairs(start))
@@ -205,7 +234,7 @@ class AttentionFlops:
         powers of two windows are: 128, 512, 1,024, 4,096, 8,192), not for prompts on both sides
         (the first too high, the second too low): a class's mean is taken over its cells
         (capacity.mean_prefill_s)."""
-        full = self.full_per_pair * causal_pairs(prompt_tokens_sq, cached_prefix_tokens)
+        full = self.prefill_per_pair * causal_pairs(prompt_tokens_sq, cached_prefix_tokens)
         if not self.capped_per_pair:
             return full
         p, p2 = np.asarray(prompt_tokens, float), np.asarray(prompt_tokens_sq, float)
@@ -220,11 +249,14 @@ class AttentionFlops:
 
 def attention_flops(model: Model) -> AttentionFlops:
     """The model's AttentionFlops: attention_flops_per_pair_per_layer times its layers of each reach
-    (the layer kinds of planner.memory._layer_kinds, whose cache holds what these layers read)."""
+    (the layer kinds of planner.memory._layer_kinds, whose cache holds what these layers read), and
+    prefill's pair where it differs (prefill_attention_flops_per_pair_per_layer: latent attention)."""
     per_layer = attention_flops_per_pair_per_layer(model)
     capped = model.num_sliding_window_layers + model.num_chunked_attention_layers
     full = model.num_hidden_layers - capped - model.num_state_layers - model.num_cacheless_layers
-    return AttentionFlops(per_layer * full, per_layer * capped, (kv_token_cap(model) or 0) if capped else 0)
+    prefill = prefill_attention_flops_per_pair_per_layer(model)
+    return AttentionFlops(per_layer * full, per_layer * capped, (kv_token_cap(model) or 0) if capped else 0,
+                          None if prefill == per_layer else prefill * full)
 
 
 def moe_weight_bytes_read(model: Model, weight_bytes_total: float, batch: np.ndarray,
@@ -257,7 +289,7 @@ def new_prompt_tokens(prompt_tokens, cached_prefix_tokens: int = 0) -> np.ndarra
 def causal_pairs(prompt_tokens_sq, cached_prefix_tokens: int = 0) -> np.ndarray:
     """(query, key) pairs causal prefill attends over: the lower triangle, (p² - S²) / 2 for a
     prompt of p tokens whose first S come from the prefix cache: what a full attention layer
-    computes (AttentionFlops.prompt, whose full_per_pair is the FLOPs of one pair, q·K and p·V)."""
+    computes (AttentionFlops.prompt, whose prefill_per_pair is the FLOPs of one pair, q·K and p·V)."""
     s = float(cached_prefix_tokens)
     return np.maximum(np.asarray(prompt_tokens_sq, float) - s * s, 0.0) / 2.0
 

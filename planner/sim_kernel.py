@@ -170,7 +170,8 @@ def _capped_pairs(x, window):
 
 @njit(cache=True, nogil=True)
 def run(arrival, prompt, output, block, total_blocks, shared, max_seqs, chunk_budget,
-        per_request, fixed_s, bw, fl, two_a, attn, attn_capped, window, block_bytes, shared_bytes, comm_per_token,
+        per_request, fixed_s, bw, fl, two_a, attn, attn_prefill, attn_capped, window, block_bytes, shared_bytes,
+        comm_per_token,
         rec_start, rec_dt, rec_run, rec_dec, rec_used, rec_pf, rec_pf_s, rec_wait):
     """Replay the requests; returns per-request records, the steps run, and the rarer per-event
     records (see planner.sim_measures.Trace). The per-step records are written into the rec_*
@@ -270,7 +271,7 @@ def run(arrival, prompt, output, block, total_blocks, shared, max_seqs, chunk_bu
                 break
             used += extra
             held[i] += extra
-            pf_flops += two_a * c + attn * (b * b - a * a) * 0.5
+            pf_flops += two_a * c + attn_prefill * (b * b - a * a) * 0.5
             if attn_capped:
                 pf_flops += attn_capped * (_capped_pairs(b, window) - _capped_pairs(a, window))
             pf_pos[i] = b
@@ -299,7 +300,7 @@ def run(arrival, prompt, output, block, total_blocks, shared, max_seqs, chunk_bu
                 used += req
                 held[h] = req
                 pf_len[h] = length
-                pf_flops += two_a * c + attn * (b * b - a * a) * 0.5
+                pf_flops += two_a * c + attn_prefill * (b * b - a * a) * 0.5
                 if attn_capped:
                     pf_flops += attn_capped * (_capped_pairs(b, window) - _capped_pairs(a, window))
                 pf_pos[h] = b

@@ -44,7 +44,8 @@ Step time mirrors planner.capacity's composition (its module docstring):
 with d the decoding sequences, cache_bytes their paged cache (blocks x bytes per
 block, plus the shared prefix each reads) and context_tokens their attended
 tokens. A chunk covering prompt tokens [a, b) costs 2·A·(b - a) + AttentionFlops.span(a, b)
-FLOPs (attn·(b² - a²)/2 over the full layers, and the window's share over the capped ones), so a
+FLOPs (attn_prefill·(b² - a²)/2 over the full layers, prefill's pair: latent attention prefills
+decompressed; and the window's share over the capped ones), so a
 prompt's chunks add up to exactly StepModel.prefill_s(p, p²). The
 batch-size terms (weights, MoE experts, overhead, all-reduce) are tabulated once
 (see _Costs, which checks itself against StepModel.decode_step_s).
@@ -153,6 +154,7 @@ class _Costs:
     flops_s: float
     two_active: float
     attn: float  # AttentionFlops.full_per_pair
+    attn_prefill: float  # AttentionFlops.prefill_per_pair (a prompt chunk's full layers)
     attn_capped: float  # AttentionFlops.capped_per_pair, over its window_tokens
     window: int
     comm_per_token_s: float
@@ -168,6 +170,7 @@ class _Costs:
             flops_s=step.flops_s,
             two_active=2.0 * step.params_active,
             attn=step.attention.full_per_pair,
+            attn_prefill=step.attention.prefill_per_pair,
             attn_capped=step.attention.capped_per_pair,
             window=step.attention.window_tokens,
             comm_per_token_s=float(step.allreduce_s(1.0, with_latency=False)),
@@ -193,7 +196,7 @@ class _Costs:
 
 
 def _spans_agree(step: StepModel, costs: _Costs, rng: np.random.Generator) -> bool:
-    """Whether the loop's FLOPs of a prompt chunk [a, b), 2·A·(b - a) + attn·(b² - a²)/2 plus the capped
+    """Whether the loop's FLOPs of a prompt chunk [a, b), 2·A·(b - a) + attn_prefill·(b² - a²)/2 plus the capped
     layers' sim_kernel._capped_pairs (its Python source: what it compiles), are StepModel.prefill_flops',
     on chunks from within the window to far past it."""
     from planner.sim_kernel import _capped_pairs
@@ -202,7 +205,7 @@ def _spans_agree(step: StepModel, costs: _Costs, rng: np.random.Generator) -> bo
     start = rng.integers(0, 4 * window, 16)
     end = start + rng.integers(1, 4 * window, 16)
     chunks = list(zip(start.tolist(), end.tolist(), strict=True))
-    loop = [costs.two_active * (e - a) + costs.attn * (e * e - a * a) * 0.5
+    loop = [costs.two_active * (e - a) + costs.attn_prefill * (e * e - a * a) * 0.5
             + (costs.attn_capped * (_capped_pairs.py_func(e, costs.window) - _capped_pairs.py_func(a, costs.window))
                if costs.attn_capped else 0.0) for a, e in chunks]
     want = [float(step.prefill_flops(e, e * e, a)) for a, e in chunks]
@@ -294,7 +297,8 @@ def simulate_replica(
          free_at_end) = run(
             requests.arrival_s, requests.prompt_tokens, requests.output_tokens, int(dep.block_size), kv.total_blocks,
             kv.shared_tokens, max_seqs, batched_tokens, chunk_tokens,
-            costs.fixed_s, costs.bandwidth, costs.flops_s, costs.two_active, costs.attn, costs.attn_capped, costs.window,
+            costs.fixed_s, costs.bandwidth, costs.flops_s, costs.two_active, costs.attn, costs.attn_prefill,
+            costs.attn_capped, costs.window,
             kv.block_bytes, kv.shared_bytes, costs.comm_per_token_s, *records.first().values(),
         )
         wall = time.perf_counter() - wall0  # the loop's own time, in the run whose records are kept

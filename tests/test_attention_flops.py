@@ -154,10 +154,45 @@ def test_llama4_chunked_layers_are_charged_as_a_window_of_their_chunk(catalog):
     assert (a.full_per_pair, a.capped_per_pair, a.window_tokens) == (12 * per_layer, 36 * per_layer, 8192)
 
 
-def test_latent_attention_counts_the_latent_and_rope_widths(catalog):
-    """DeepSeek-V3 (absorbed MLA, DeepSeek-V2 sec. 2.1.3): 2 x 128 heads x (2 x 512 + 64) a pair, 61 layers."""
+def test_latent_attention_decodes_absorbed_and_prefills_decompressed(catalog):
+    """DeepSeek-V3, 61 layers of 128 heads. Decode, absorbed (DeepSeek-V2 sec. 2.1.2-2.1.3): scores over
+    the latent and rope widths, output over the latent, 2 x 128 x (2 x 512 + 64) a pair. Prefill,
+    decompressed (vLLM's MLA backend: the compute-friendly way for prefill): keys of head_dim 192
+    (128 + 64) and values of v_head_dim 128, 2 x 128 x (192 + 128) a pair, 3.4 times fewer."""
     a = attention_flops(catalog.model("deepseek-v3"))
-    assert a == AttentionFlops(2 * 128 * (2 * 512 + 64) * 61, 0.0, 0)
+    assert a == AttentionFlops(2 * 128 * (2 * 512 + 64) * 61, 0.0, 0, 2 * 128 * (192 + 128) * 61)
+    assert a.full_per_pair / a.prefill_per_pair == pytest.approx(1088 / 320, rel=1e-15)
+    assert float(a.span(1000, 3000)) == 2 * 128 * 320 * 61 * (3000**2 - 1000**2) / 2
+    assert float(a.prompt(3000, 3000**2, 1000)) == float(a.span(1000, 3000))
+    assert float(a.decode(4, 3000)) == 2 * 128 * 1088 * 61 * 3000 == a.decode_one(4, 3000)
+    kimi = attention_flops(catalog.model("kimi-k2"))  # 64 heads
+    assert (kimi.full_per_pair, kimi.prefill_per_pair) == (2 * 64 * 1088 * 61, 2 * 64 * 320 * 61)
+    assert attention_flops(catalog.model("llama-3.1-8b")).prefill_full_per_pair is None  # the same pair in both
+
+
+def test_the_simulator_prefills_latent_attention_decompressed_and_decodes_it_absorbed(catalog):
+    """A DeepSeek-V3 replica (8 x H200, fp8) replays a 600-token prompt in chunks of 256 at the
+    step model's prefill FLOPs, decompressed; with reads made nearly free, its decode steps are
+    FLOP-bound at the absorbed pair's."""
+    dep = make_deployment(catalog, model="deepseek-v3", gpu="h200", tp=8, weight_dtype="fp8", max_model_len=4096)
+    gpu = dep.gpu.model_copy(update={"hbm_bandwidth_gb_s": dep.gpu.hbm_bandwidth_gb_s * 1e4})
+    dep = dataclasses.replace(dep, gpu=gpu, engine=dep.engine.model_copy(
+        update={"block_size": 16, "max_num_batched_tokens": 256, "max_num_seqs": 2}))
+    sm = StepModel.of(dep)
+    a = sm.attention
+    assert (a.full_per_pair, a.prefill_per_pair) == (2 * 128 * 1088 * 61, 2 * 128 * 320 * 61)
+    _, tr = simulate_replica(dep, Requests(np.array([0.0]), np.array([600]), np.array([3])), trace=True)
+    fixed = float(sm.decode_step_s(0, 0, 0))
+    chunks = [(0, 256), (256, 512), (512, 600)]
+    want = [fixed + (2 * sm.params_active * (b - a) + 2 * 128 * 320 * 61 * (b * b - a * a) / 2) / sm.flops_s
+            + float(sm.allreduce_s(b - a, with_latency=False)) for a, b in chunks]
+    assert tr.step_s[:3] == pytest.approx(want, rel=1e-12)
+    blk = kv_bytes_for_tokens(dep.model, 16, dep.kv_dtype, dep.tp)
+    cache = -(-601 // 16) * blk
+    work = sm.decode_work(1.0, cache, 601.0)
+    assert float(work.attn_flops) == 2 * 128 * 1088 * 61 * 601
+    assert float(work.attn_flops) / sm.flops_s > float(work.cache_bytes) / sm.bandwidth_bytes_s
+    assert tr.step_s[3] == pytest.approx(float(sm.decode_step_s(1, cache, 601)), rel=1e-12)
 
 
 def test_a_class_straddling_the_window_is_averaged_over_its_cells(catalog):

@@ -277,16 +277,33 @@ def test_import_qwen_use_sliding_window_false(tmp_path):
 def test_import_mla():
     m = model_from_hf_config(FIXTURES / "deepseek-v3.json", name="dsv3-import")
     assert m.attention == "mla"
-    assert (m.kv_lora_rank, m.qk_rope_head_dim, m.head_dim) == (512, 64, 192)
+    assert (m.kv_lora_rank, m.qk_rope_head_dim, m.head_dim, m.v_head_dim) == (512, 64, 192, 128)
     assert (m.num_experts, m.num_experts_per_tok, m.moe_intermediate_size) == (256, 8, 2048)
     assert (m.params_total, m.params_active) == (671026419200, 37552297472)
+
+
+def test_latent_attention_states_the_width_of_its_values(catalog):
+    """Prefill attends over values decompressed to v_head_dim (roofline.prefill_attention_flops_per_pair_per_layer):
+    a latent-attention model without it is refused, and so is it on a model without latent attention."""
+    from pydantic import ValidationError
+
+    from planner.catalog import Model
+
+    mla = catalog.model("deepseek-v3").model_dump(exclude={"v_head_dim"})
+    with pytest.raises(ValidationError, match="latent attention needs v_head_dim"):
+        Model.model_validate(mla)
+    with pytest.raises(ValidationError, match="v_head_dim is for latent attention"):
+        Model.model_validate({**catalog.model("llama-3.1-8b").model_dump(), "v_head_dim": 128})
+    with pytest.raises(ValidationError, match="latent attention in sliding-window or chunked layers is not modelled"):
+        Model.model_validate({**catalog.model("deepseek-v3").model_dump(), "sliding_window": 4096,
+                              "num_sliding_window_layers": 30})
 
 
 def test_import_matches_the_catalog_entry(catalog):
     imported = model_from_hf_config(FIXTURES / "deepseek-v3.json", name="deepseek-v3")
     keep = {"id", "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
             "head_dim", "intermediate_size", "vocab_size", "max_position_embeddings", "kv_lora_rank",
-            "qk_rope_head_dim", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
+            "qk_rope_head_dim", "v_head_dim", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
             "params_total", "params_active", "architecture", "sliding_window"}
     assert imported.model_dump(include=keep) == catalog.model("deepseek-v3").model_dump(include=keep)
 
