@@ -262,6 +262,12 @@ def test_a_fleets_ttft_sweeps_start_while_its_ilp_breaks_ties_and_answer_as_if_s
     monkeypatch.setattr(fleet_plan._EarlySweeps, "start", start_with_other_rules)
     assert rows() == early and len(started) == 4 and taken == [None, None] and len(dropped) == 2  # dropped, started again
 
+    monkeypatch.setattr(fleet_plan._EarlySweeps, "start", start_early)
+    cbc = {"backend": "cbc"}
+    path = write_fleet(tmp_path, services=[service("alpha", 30.0, solver=cbc), service("beta", 12.0, solver=cbc)],
+                       inventory={"h100-sxm": {"max_new": 64}, "l40s": {"max_new": 64}}, solver=cbc)
+    assert rows() == early and len(started) == 2 and not taken  # CBC's joint ILP: started after the plan
+
 
 def test_a_sweep_started_early_is_kept_where_only_caps_it_cannot_reach_moved(tmp_path):
     """What a service's re-solves alone take of the others' plans is its own GPU candidates' caps and
