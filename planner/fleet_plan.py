@@ -204,9 +204,10 @@ def _planned(fleet: FleetInputs, setups: list[Setup], solve, wants: list[bool], 
     if explore:
         used = [plan.solution.gpus_by_type for plan in plans]
         alone = [_alone(fleet, setups, used, i) for i in range(len(plans))]
-        # Every service's TTFT sweep goes to the worker at once, while the others run here (each
-        # started while the ILP broke its ties, where the plan leaves the service what that start
-        # assumed); a certified service's once its per-GPU plans are certified (explore_plan).
+        # Every service's TTFT sweep goes to the worker at once, while the others run here (without
+        # certification and with HiGHS, each started while the ILP broke its ties where the plan
+        # leaves the service what that start assumed: _EarlySweeps); a certified service's once its
+        # per-GPU plans are certified (explore_plan).
         sweeps = [None if plan.certification else (early is not None and early.take(i, solve)) or start_ttft_sweep(st, solve)
                   for i, ((st, solve), plan) in enumerate(zip(alone, plans, strict=True))]
         if early is not None:
@@ -399,23 +400,14 @@ def _alone(fleet: FleetInputs, setups: list[Setup], used: Sequence[Mapping[str, 
     catalog-wide fleet took 17.6 s against 12.3. A fleet's max_gpu_types holds too: alone, the
     service may run the types the others run and as many more as the rule leaves (else its section
     compared with a plan the fleet could not run)."""
-    st = setups[i]
-    left, rule = _left_to(fleet, used, i)
-    scn = _within_caps(st.scn, left)
-    return dataclasses.replace(st, scn=scn), Resolver(scn, pool_types=frozenset(fleet.commitments), type_rule=rule)
-
-
-def _left_to(fleet: FleetInputs, used: Sequence[Mapping[str, int]], i: int) -> tuple[dict[str, int], tuple | None]:
-    """What the fleet's rules leave service i when the others run `used` (GPUs per type, by
-    service): each shared cap less their GPUs of its type; and max_gpu_types with the types they
-    run (None without the rule)."""
     others: Counter[str] = Counter()
     for j, theirs in enumerate(used):
         if j != i:
             others.update(theirs)
-    left = {g: max(0, cap - others.get(g, 0)) for g, cap in fleet.shared_caps.items()}
-    rule = fleet.spec.max_gpu_types
-    return left, None if rule is None else (rule, frozenset(g for g, n in others.items() if n > 0))
+    scn = _within_caps(setups[i].scn, {g: max(0, cap - others.get(g, 0)) for g, cap in fleet.shared_caps.items()})
+    most = fleet.spec.max_gpu_types
+    rule = None if most is None else (most, frozenset(g for g, n in others.items() if n > 0))
+    return dataclasses.replace(setups[i], scn=scn), Resolver(scn, pool_types=frozenset(fleet.commitments), type_rule=rule)
 
 
 def _rules_of(solve: Resolver) -> tuple:
@@ -432,15 +424,16 @@ class _EarlySweeps:
     service they leave other caps or types (_rules_of) has its sweep dropped and started again.
     The worker would otherwise wait through that solve with nothing to do (the catalog-wide fleet
     of bench/solve.py: 2.6 s of its 3.6 s ILP, every sweep taken; 15.1 s end to end against
-    16.1 s, medians of 3 alternating fresh runs, 2026-12-07). A sweep's answer depends on nothing
+    16.1 s, medians of 3 alternating fresh runs, 2026-12-07; the shipped fleet solved without
+    simulation: every sweep taken). A sweep's answer depends on nothing
     else the plan adds meanwhile: the evaluations it is handed steer its searches only
     (Evaluator.known); nothing is measured without certification, and a certified plan's sweeps
     start after its per-GPU plans. (Starting them, 0.04-0.1 s, counts in the ILP's solve time.)
-    With HiGHS only: CBC's first optimum left as many services other rules than its tie-break's
-    plans did (every sweep of the shipped and the catalog-wide fleets taken with HiGHS; 6 of 8 and
-    4 of 8 with CBC), and with CBC the catalog-wide fleet took 20.6 s against 19.3 s without the
-    early start (alternating fresh runs): the sweeps started again queue behind those taken, and
-    this process ran them while its re-solves waited on CBC's subprocesses."""
+    With HiGHS only: with CBC, its first optimum often left a service other caps than the final
+    plan did (sweeps taken: 6 of 8 on the shipped fleet, 4 of 8 on the catalog-wide one), and the
+    catalog-wide fleet took 20.6 s against 19.3 s without the early start (alternating fresh runs):
+    the sweeps started again queue behind those taken, so this process claims and runs them, and a
+    run with CBC is bound by waiting on its subprocesses, not by work."""
 
     def __init__(self, fleet: FleetInputs, setups: list[Setup]):
         self.fleet, self.setups = fleet, setups

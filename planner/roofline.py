@@ -156,8 +156,8 @@ def prefill_attention_flops_per_pair_per_layer(model: Model) -> float:
     against the absorbed form's 278,528 (3.4 times as many). Not counted: decompressing the latents
     of the tokens before a chunk, again for each chunk (2 x kv_lora_rank x heads x (qk_nope_head_dim
     + v_head_dim) FLOPs a token; DeepSeek-V3: about 410 / chunk tokens of the pairs' FLOPs: 5% for
-    chunks of 8,192, the budget vLLM gives GPUs of 70 GiB and more, the only ones these models fit
-    on in numbers a replica holds; 20% for 2,048)."""
+    chunks of 8,192, the budget the default vLLM profile gives GPUs of 70 GiB and more, the only
+    ones these models fit on in numbers a replica holds; 2.5% for 16,384; 20% for 2,048)."""
     if model.kv_lora_rank:
         return float(2 * model.num_attention_heads * (model.head_dim + model.v_head_dim))
     return attention_flops_per_pair_per_layer(model)

@@ -153,7 +153,7 @@ class _Costs:
     bandwidth: float
     flops_s: float
     two_active: float
-    attn: float  # AttentionFlops.full_per_pair
+    attn: float  # AttentionFlops.full_per_pair (decode steps)
     attn_prefill: float  # AttentionFlops.prefill_per_pair (a prompt chunk's full layers)
     attn_capped: float  # AttentionFlops.capped_per_pair, over its window_tokens
     window: int

@@ -5,7 +5,8 @@ Importing matplotlib (0.33 s) and drawing a report's three figures (0.4 s then, 
 figures.py draws less) were a quarter of the 128k rollout's 2.8 s solve, measured in process with
 the machine otherwise idle; the TTFT sweep (the plan re-solved at four scaled TTFT targets) is
 another 0.5 s that depends on nothing the other explorations compute. So worker processes import matplotlib while the plan is made, run the sweep
-while this process runs the other explorations, and draw the figures side by side when the report
+while this process runs the other explorations (a fleet's, from its ILP's tie-break on:
+fleet_plan._EarlySweeps), and draw the figures side by side when the report
 is written; the report writers write the PNG bytes themselves, after every plan is made, as before.
 
 A worker is a Python process running `_serve` on the parent's import path: jobs and answers are

@@ -269,12 +269,12 @@ def test_a_fleets_ttft_sweeps_start_while_its_ilp_breaks_ties_and_answer_as_if_s
     assert rows() == early and len(started) == 2 and not taken  # CBC's joint ILP: started after the plan
 
 
-def test_a_sweep_started_early_is_kept_where_only_caps_it_cannot_reach_moved(tmp_path):
+def test_what_a_service_takes_of_the_others_plans_leaves_out_caps_it_cannot_reach(tmp_path):
     """What a service's re-solves alone take of the others' plans is its own GPU candidates' caps and
     the rule on types (fleet_plan._rules_of): a cap that moved on a type it cannot run, or that stays
-    above its own max_gpus, leaves its early sweep as good as one started after the plan."""
+    above its own max_gpus, leaves its early sweep as good as one started after the plan (taken)."""
     from planner.fleet import load_fleet
-    from planner.fleet_plan import _alone, _rules_of, _setup
+    from planner.fleet_plan import _alone, _EarlySweeps, _rules_of, _setup
 
     alpha = service("alpha", 30.0, gpus=[{"id": "h100-sxm", "max_gpus": 8}])
     path = write_fleet(tmp_path, services=[alpha, service("beta", 12.0)],
@@ -289,6 +289,11 @@ def test_a_sweep_started_early_is_kept_where_only_caps_it_cannot_reach_moved(tmp
     assert rules({"h100-sxm": 40}) == ((fleet.services[0].inputs.scenario.gpu_candidates[0].model_copy(
         update={"max_gpus": 8}),), None)
     assert rules({"h100-sxm": 60}) != rules({"h100-sxm": 40})  # 4 left: below its own 8
+    early = _EarlySweeps(fleet, setups)
+    started = object()  # the sweep started with beta running 10 L40S
+    early.started = {0: (rules({"l40s": 10}), started)}
+    assert early.take(0, _alone(fleet, setups, [{}, {"h100-sxm": 60}], 0)[1]) is None  # other caps: not taken
+    assert early.take(0, _alone(fleet, setups, [{}, {"l40s": 30}], 0)[1]) is started and not early.started
 
 
 @pytest.mark.parametrize("reserved", [0, 8])
