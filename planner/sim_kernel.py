@@ -122,10 +122,30 @@ def _heap_pop(hs, hr, he, size):
 
 
 @njit(cache=True, nogil=True)
+def _pages(blocks, full_pages, win_pages, win_blocks):
+    """Pages a sequence of `blocks` blocks holds: each full-attention group a page a block, each
+    capped group (sliding window, chunk) a page a block of the last win_blocks only."""
+    return full_pages * blocks + win_pages * min(blocks, win_blocks)
+
+
+@njit(cache=True, nogil=True)
+def _forget_decoder(o, blocks, block, win_blocks, under, leave, dec_win):
+    """A decoder of offset o holding `blocks` blocks stops decoding (finished or preempted): its
+    capped blocks leave dec_win, and where they were still growing (fewer than win_blocks) it leaves
+    `under` and its pending entry in `leave`. Returns (dec_win, its capped blocks)."""
+    capped = min(blocks, win_blocks)
+    if blocks < win_blocks:
+        under[o % block] -= 1
+        leave[((win_blocks - 1) * block - o) % leave.size] -= 1
+    return dec_win - capped, capped
+
+
+@njit(cache=True, nogil=True)
 def _preempt_newest(s, now, block, shared, n, prompt, off, gen, held, decoding, epoch, last_emit, residue, n_preempt,
                     run_prev, run_next, pf_prev, pf_next, wq, pre_steps, n_pre, run_head, run_tail, n_running, pf_head,
-                    pf_tail, n_dec, sum_off, dec_blocks, used, wq_head, wq_len):
-    """Preempt the newest running request (vLLM's running.pop(), recompute): its blocks freed, back to
+                    pf_tail, n_dec, sum_off, dec_blocks, used, wq_head, wq_len, full_pages, win_pages, win_blocks,
+                    under, leave, dec_win):
+    """Preempt the newest running request (vLLM's running.pop(), recompute): its pages freed, back to
     the head of the waiting queue. A decoder counts as scheduled this step: it holds the block of the
     token it was to write, which is freed with the rest (its token is not emitted). Returns the
     request, whether it was decoding, and the updated state."""
@@ -142,12 +162,13 @@ def _preempt_newest(s, now, block, shared, n, prompt, off, gen, held, decoding, 
         sum_off -= off[v]
         residue[off[v] % block] -= 1
         dec_blocks -= blocks_v
+        dec_win, _ = _forget_decoder(off[v], blocks_v, block, win_blocks, under, leave, dec_win)
         epoch[v] += 1
         last_emit[v] = now
     else:  # prefilling: the blocks its chunks took so far
         blocks_v = held[v]
         pf_head, pf_tail = _unlink(pf_prev, pf_next, v, pf_head, pf_tail)
-    used -= blocks_v
+    used -= _pages(blocks_v, full_pages, win_pages, win_blocks)
     wq_head = (wq_head - 1) % n
     wq[wq_head] = v
     wq_len += 1
@@ -156,7 +177,7 @@ def _preempt_newest(s, now, block, shared, n, prompt, off, gen, held, decoding, 
     pre_steps[n_pre] = s
     n_pre += 1
     return (v, was_decoding, pre_steps, n_pre, run_head, run_tail, n_running, pf_head, pf_tail, n_dec, sum_off,
-            dec_blocks, used, wq_head, wq_len)
+            dec_blocks, used, wq_head, wq_len, dec_win)
 
 
 @njit(cache=True, nogil=True)
@@ -169,9 +190,9 @@ def _capped_pairs(x, window):
 
 
 @njit(cache=True, nogil=True)
-def run(arrival, prompt, output, block, total_blocks, shared, max_seqs, chunk_budget,
-        per_request, fixed_s, bw, fl, two_a, attn, attn_prefill, attn_capped, window, block_bytes, shared_bytes,
-        comm_per_token,
+def run(arrival, prompt, output, block, total_pages, shared, max_seqs, chunk_budget,
+        per_request, fixed_s, bw, fl, two_a, attn, attn_prefill, attn_capped, window, full_pages, win_pages,
+        win_blocks, full_read_bytes, win_read_bytes, shared_bytes, comm_per_token,
         rec_start, rec_dt, rec_run, rec_dec, rec_used, rec_pf, rec_pf_s, rec_wait):
     """Replay the requests; returns per-request records, the steps run, and the rarer per-event
     records (see planner.sim_measures.Trace). The per-step records are written into the rec_*
@@ -207,6 +228,13 @@ def run(arrival, prompt, output, block, total_blocks, shared, max_seqs, chunk_bu
     residue = np.zeros(block, np.int64)
     completed = np.empty(n, np.int64)
     n_dec, sum_off, dec_blocks, used = 0, 0, 0, 0
+    # Capped layers (sliding window, chunk): decoders whose capped blocks still grow (fewer than
+    # win_blocks), counted by offset residue as `residue` counts every decoder, and in `leave` the
+    # step at which each takes its last one (blocks = win_blocks), by step modulo its size: every
+    # pending step lies within win_blocks * block steps ahead. dec_win: the decoders' capped blocks.
+    under = np.zeros(block, np.int64)
+    leave = np.zeros(max(win_blocks * block, 1), np.int64)
+    dec_win = 0
 
     recorded = rec_start.size
     pre_steps = np.empty(64, np.int64)
@@ -229,16 +257,24 @@ def run(arrival, prompt, output, block, total_blocks, shared, max_seqs, chunk_bu
             continue
 
         # 1-2. Decode blocks, preempting the newest until they fit.
-        need = residue[(-s) % block]
-        used += need
+        r = (-s) % block
+        need = residue[r]
+        used += need * full_pages
         dec_blocks += need
+        if win_pages:
+            need_win = under[r]
+            used += need_win * win_pages
+            dec_win += need_win
+            under[r] -= leave[s % leave.size]
+            leave[s % leave.size] = 0
         preempted = False
-        while used > total_blocks:
+        while used > total_pages:
             (v, _, pre_steps, n_pre, run_head, run_tail, n_running, pf_head, pf_tail, n_dec, sum_off, dec_blocks,
-             used, wq_head, wq_len) = _preempt_newest(
+             used, wq_head, wq_len, dec_win) = _preempt_newest(
                 s, now, block, shared, n, prompt, off, gen, held, decoding, epoch, last_emit, residue, n_preempt,
                 run_prev, run_next, pf_prev, pf_next, wq, pre_steps, n_pre, run_head, run_tail, n_running, pf_head,
-                pf_tail, n_dec, sum_off, dec_blocks, used, wq_head, wq_len)
+                pf_tail, n_dec, sum_off, dec_blocks, used, wq_head, wq_len, full_pages, win_pages, win_blocks,
+                under, leave, dec_win)
             preempted = True
         budget = chunk_budget - n_dec
 
@@ -253,14 +289,17 @@ def run(arrival, prompt, output, block, total_blocks, shared, max_seqs, chunk_bu
             a = pf_pos[i]
             c = min(pf_len[i] - a, budget, per_request)
             b = a + c
-            extra = max(-(-(b - shared) // block), 0) - held[i]
+            blocks_i = max(-(-(b - shared) // block), 0)
+            extra = (_pages(blocks_i, full_pages, win_pages, win_blocks)
+                     - _pages(held[i], full_pages, win_pages, win_blocks))
             stopped = False
-            while extra > total_blocks - used:
+            while extra > total_pages - used:
                 (v, was_decoding, pre_steps, n_pre, run_head, run_tail, n_running, pf_head, pf_tail, n_dec, sum_off,
-                 dec_blocks, used, wq_head, wq_len) = _preempt_newest(
+                 dec_blocks, used, wq_head, wq_len, dec_win) = _preempt_newest(
                     s, now, block, shared, n, prompt, off, gen, held, decoding, epoch, last_emit, residue, n_preempt,
                     run_prev, run_next, pf_prev, pf_next, wq, pre_steps, n_pre, run_head, run_tail, n_running, pf_head,
-                    pf_tail, n_dec, sum_off, dec_blocks, used, wq_head, wq_len)
+                    pf_tail, n_dec, sum_off, dec_blocks, used, wq_head, wq_len, full_pages, win_pages, win_blocks,
+                    under, leave, dec_win)
                 preempted = True
                 if was_decoding:  # its slot's token of budget comes back
                     budget += 1
@@ -270,7 +309,7 @@ def run(arrival, prompt, output, block, total_blocks, shared, max_seqs, chunk_bu
             if stopped:
                 break
             used += extra
-            held[i] += extra
+            held[i] = blocks_i
             pf_flops += two_a * c + attn_prefill * (b * b - a * a) * 0.5
             if attn_capped:
                 pf_flops += attn_capped * (_capped_pairs(b, window) - _capped_pairs(a, window))
@@ -289,7 +328,8 @@ def run(arrival, prompt, output, block, total_blocks, shared, max_seqs, chunk_bu
                 c = min(length - a, budget, per_request)
                 b = a + c
                 req = max(-(-(b - shared) // block), 0)
-                if req > total_blocks - used:
+                req_pages = _pages(req, full_pages, win_pages, win_blocks)
+                if req_pages > total_pages - used:
                     break
                 wq_head = (wq_head + 1) % n
                 wq_len -= 1
@@ -297,7 +337,7 @@ def run(arrival, prompt, output, block, total_blocks, shared, max_seqs, chunk_bu
                 n_running += 1
                 pf_head, pf_tail = _append(pf_prev, pf_next, h, pf_head, pf_tail)
                 n_admit[h] += 1
-                used += req
+                used += req_pages
                 held[h] = req
                 pf_len[h] = length
                 pf_flops += two_a * c + attn_prefill * (b * b - a * a) * 0.5
@@ -311,7 +351,7 @@ def run(arrival, prompt, output, block, total_blocks, shared, max_seqs, chunk_bu
                     n_completed += 1
 
         # Step time: decode part + prefill part (planner.simulate's module docstring).
-        cache_bytes = dec_blocks * block_bytes + n_dec * shared_bytes
+        cache_bytes = dec_blocks * full_read_bytes + dec_win * win_read_bytes + n_dec * shared_bytes
         ctx = n_dec * (s + 1 + shared) + sum_off
         t_mem = cache_bytes / bw
         t_flop = (attn * ctx + attn_capped * min(ctx, n_dec * window)) / fl
@@ -338,7 +378,8 @@ def run(arrival, prompt, output, block, total_blocks, shared, max_seqs, chunk_bu
             sum_off -= off[i]
             residue[off[i] % block] -= 1
             dec_blocks -= blocks_i
-            used -= blocks_i
+            dec_win, capped_i = _forget_decoder(off[i], blocks_i, block, win_blocks, under, leave, dec_win)
+            used -= blocks_i * full_pages + capped_i * win_pages
             run_head, run_tail = _unlink(run_prev, run_next, i, run_head, run_tail)
             n_running -= 1
             gen[i] = output[i]
@@ -357,7 +398,7 @@ def run(arrival, prompt, output, block, total_blocks, shared, max_seqs, chunk_bu
                 n_res += 1
             gen[i] += 1
             if gen[i] >= output[i]:
-                used -= held[i]
+                used -= _pages(held[i], full_pages, win_pages, win_blocks)
                 run_head, run_tail = _unlink(run_prev, run_next, i, run_head, run_tail)
                 n_running -= 1
                 finish[i] = end
@@ -370,6 +411,10 @@ def run(arrival, prompt, output, block, total_blocks, shared, max_seqs, chunk_bu
             sum_off += o_i
             residue[o_i % block] += 1
             dec_blocks += held[i]
+            dec_win += min(held[i], win_blocks)
+            if held[i] < win_blocks:  # its capped blocks grow until the last, at step (win_blocks - 1)·B - o
+                under[o_i % block] += 1
+                leave[((win_blocks - 1) * block - o_i) % leave.size] += 1
             if heap_size == hs.size:
                 hs = _grow(hs, heap_size)
                 hr = _grow(hr, heap_size)
@@ -378,4 +423,4 @@ def run(arrival, prompt, output, block, total_blocks, shared, max_seqs, chunk_bu
         now = end
         s += 1
     return (first_tok, finish, n_preempt, n_admit, s, pre_steps[:n_pre], res_gaps[:n_res],
-            res_steps[:n_res], total_blocks - used)
+            res_steps[:n_res], total_pages - used)

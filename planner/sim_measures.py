@@ -179,15 +179,15 @@ class Trace:
     step_s: np.ndarray
     step_running: np.ndarray  # after admissions, before completions
     step_decoding: np.ndarray
-    step_used_blocks: np.ndarray  # after this step's allocations (shared prefix excluded)
+    step_used_pages: np.ndarray  # after this step's allocations (shared prefix excluded; simulate._CacheBlocks: pages)
     step_prefill_tokens: np.ndarray
     step_prefill_s: np.ndarray  # the prefill part of the step time
     step_waiting: np.ndarray
     preemption_steps: np.ndarray  # step index of each preemption
     resume_gaps_s: np.ndarray  # gap before the first token after each recompute
     resume_steps: np.ndarray  # step index that emitted that token
-    free_blocks_at_end: int
-    total_blocks: int
+    free_pages_at_end: int
+    total_pages: int
 
 
 GAP_BIN_RATIO = 1.001  # per-token gaps are binned 0.1% wide on a log scale: a run has millions of steps
@@ -324,7 +324,8 @@ def backlog_growth(req: Requests, tr: Trace, warmup_fraction: float, settled: bo
 
 
 def measure(req: Requests, tr: Trace, warmup_fraction: float, wall: float, *,
-             block_bytes: int, shared_bytes: int, budget_bytes: int, notes: tuple[str, ...],
+             total_blocks: int, block_bytes: int, page_bytes: float, shared_bytes: int, budget_bytes: int,
+             notes: tuple[str, ...],
              settled: bool = True) -> SimResult:
     n = req.n
     cut, last, t0, t1, span, win, w = _window(req, tr, warmup_fraction, settled)
@@ -354,7 +355,7 @@ def measure(req: Requests, tr: Trace, warmup_fraction: float, wall: float, *,
     done_in = int(np.sum((tr.finish_s >= t0) & (tr.finish_s < t1)))
     growth = _backlog_growth(tr, win, w, arrived_in / span)
     preempt_in = int(np.sum(in_window(tr.preemption_steps)))
-    used_win = tr.step_used_blocks[win]
+    used_win = tr.step_used_pages[win]
     used_weight = np.bincount(used_win, weights=w) if used_win.size else np.zeros(1)
     used_weight[0] += window_s - wsum  # idle: no block beyond the shared prefix is held
     used_p99 = int(np.searchsorted(np.cumsum(used_weight), 0.99 * used_weight.sum(), side="left"))
@@ -365,8 +366,8 @@ def measure(req: Requests, tr: Trace, warmup_fraction: float, wall: float, *,
         resident_batch=tmean(decoding),
         running_batch=tmean(tr.step_running[win].astype(np.float64)),
         waiting=tmean(tr.step_waiting[win].astype(np.float64)),
-        kv_utilisation=(tmean(used_win.astype(np.float64)) * block_bytes + shared_bytes) / budget_bytes,
-        kv_utilisation_p99=(used_p99 * block_bytes + shared_bytes) / budget_bytes if wsum > 0 else math.nan,
+        kv_utilisation=(tmean(used_win.astype(np.float64)) * page_bytes + shared_bytes) / budget_bytes,
+        kv_utilisation_p99=(used_p99 * page_bytes + shared_bytes) / budget_bytes if wsum > 0 else math.nan,
         itl_ms_mean=gaps.mean_s * 1e3,
         itl_ms_p50=gaps.quantile(0.50) * 1e3,
         itl_ms_p99=gaps.quantile(0.99) * 1e3,
@@ -384,7 +385,7 @@ def measure(req: Requests, tr: Trace, warmup_fraction: float, wall: float, *,
         measured_requests=last + 1 - cut,
         simulated_s=float(np.nanmax(tr.finish_s)),
         wall_s=wall,
-        total_blocks=tr.total_blocks,
+        total_blocks=total_blocks,
         block_bytes=block_bytes,
         kv_budget_bytes=budget_bytes,
         notes=notes,
