@@ -96,6 +96,25 @@ def test_footprint_adds_the_fixed_state_to_every_resident_sequence(catalog):
     assert ladder.worst_case_users == math.floor(ladder.kv_budget_bytes / ladder.kv_bytes_per_user)
 
 
+def test_percentile_sizing_keeps_whole_blocks_of_a_window(catalog):
+    """A window of 100 tokens keeps 7 blocks of 16, as one of 112 does: in the mean footprint
+    (planner.paged), in the levels percentile sizing draws its quantile from, and so in the count of
+    resident sequences it sizes for (the levels capped at the raw 100 tokens held less than the mean)."""
+    from planner.footprint import _level_bytes, memory_concurrency
+
+    hist = Histogram.from_arrays([60, 300, 2500, 5000], [40, 200, 400, 10])
+    sized = []
+    for window in (100, 112):
+        m = variant(catalog, sliding_window=window, num_sliding_window_layers=16)
+        dep = make_deployment(catalog, model=m, gpu="h100-sxm", max_model_len=8192)
+        prof = token_profile(hist, block_size=dep.block_size, sliding_window=kv_token_cap(m))
+        fp = footprint(dep, prof, budget_ladder(dep))
+        sized.append((fp.mean_bytes, _level_bytes(dep, prof).tolist(),
+                      memory_concurrency(dep, prof, fp, 0.99)["percentile"]))
+    assert sized[0] == sized[1]
+    assert sized[0][1][7] == 7 * 16 * 32 * PER_LAYER and sized[0][1][8] == (8 * 16 * 16 + 7 * 16 * 16) * PER_LAYER
+
+
 def test_checkpoint_bytes_are_used_in_the_checkpoints_own_dtype_only(catalog):
     m = variant(catalog, checkpoint_dtype="mxfp4", checkpoint_weight_bytes=5_000_000_000)
     assert weight_bytes(m, catalog.dtype("mxfp4")) == 5_000_000_000
