@@ -1259,6 +1259,7 @@ def test_a_challenger_that_leaves_no_plan_keeps_the_certified_plan(monkeypatch):
     assert state[0][4][-1] == "challenger 1: with what was measured no plan is found; the certified plan stands"
 
 
+@pytest.mark.long
 def test_a_looser_ttft_target_never_costs_more_than_the_certified_plan(tmp_path):
     """inventory_mixed certifies pools on three GPU types, each measured at its own simulated /
     model ratio (0.86 to 0.98). The TTFT sweep scaled every config by its class's least ratio, so

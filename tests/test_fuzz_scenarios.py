@@ -12,6 +12,7 @@ import math
 import tempfile
 from pathlib import Path
 
+import pytest
 import yaml
 from clirun import run
 from contract import FUZZ, check_contract, files_under
@@ -182,6 +183,7 @@ def _covers_every_class(plan: dict) -> None:
         assert math.isclose(parts[pool["pool"]], pool["class_rate_rps"], rel_tol=1e-9), (pool, parts)
 
 
+@pytest.mark.long
 @settings(FUZZ, max_examples=150)
 @given(scenarios(), st.booleans(), st.integers(0, 3))
 def test_any_scenario_keeps_the_contract(scenario, forecast, write):

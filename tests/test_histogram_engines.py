@@ -111,6 +111,7 @@ def test_readme_dask_recipe_gives_the_single_machine_histogram(log_and_single, t
     assert_merges_to_single(tmp_path / "parts", tmp_path, single)
 
 
+@pytest.mark.long
 # pyspark 4.3 warns on import under pandas 3; the recipe passes Arrow batches, no pandas
 @pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")
 @pytest.mark.skipif(shutil.which("java") is None, reason="no Java runtime (java) for Spark; .ci/run installs one")

@@ -174,6 +174,7 @@ def test_every_command_help_has_an_example(path):
     assert not wrong, f"'planner {' '.join(path)} --help' example: {'; '.join(wrong)}"
 
 
+@pytest.mark.long
 def test_the_readme_s_reference_scenario_plans_as_written(tmp_path):
     """The README's scenario block, copied as it stands (its log path is the checkout's), had been
     refused twice in a row: reserved terms given both under autoscaling and forecast, then a stated

@@ -59,6 +59,7 @@ def _shipped_tree(tmp_path) -> Path:
     return tmp_path / "scenarios"
 
 
+@pytest.mark.long
 @pytest.mark.skipif(not (ROOT / "reports").is_dir(), reason="no shipped reports in this tree")
 def test_shipped_reports_are_in_step_with_the_code(tmp_path):
     """`planner solve scenarios/*.yaml` regenerates every committed Markdown report with no diff."""
@@ -71,6 +72,7 @@ def test_shipped_reports_are_in_step_with_the_code(tmp_path):
         assert fresh == (ROOT / "reports" / f"{name}.md").read_text(encoding="utf-8"), f"reports/{name}.md is stale"
 
 
+@pytest.mark.long
 @pytest.mark.skipif(not (ROOT / "reports").is_dir(), reason="no shipped reports in this tree")
 @pytest.mark.parametrize("name", ["finance_2027", "fleet_2027q1"])
 def test_shipped_forecasts_are_in_step_with_the_code(tmp_path, name):
