@@ -74,7 +74,7 @@ def _layout_level_bytes(layout: KVLayout, prof: TokenProfile) -> tuple[np.ndarra
     """Bytes a resident sequence holding j blocks keeps, for each level j of the profile (read-only),
     and their mean over the profile's levels."""
     tokens = np.arange(prof.level_weight.size) * prof.block_size
-    # a capped layer keeps whole blocks of its window, as planner.paged's mean and the simulator's pages do
+    # a capped layer keeps whole blocks of its window, as planner.paged's mean and the simulator do
     window = paged_tokens(layout.token_cap, prof.block_size) if layout.token_cap else 0
     level_bytes = (
         tokens * layout.uncapped_bytes_per_token + np.minimum(tokens, window) * layout.capped_bytes_per_token

@@ -266,6 +266,29 @@ def test_layers_are_paged_in_groups_of_the_smaller_kind_as_vllm_groups_them(cata
         capped = dep.model.num_sliding_window_layers
         assert (kv.full_read_bytes, kv.win_read_bytes) == ((dep.model.num_hidden_layers - capped) * layer_block,
                                                            capped * layer_block)
+    # vLLM's exception: a larger count under 1.25 times the smaller is the group (17 full, 15 windowed
+    # layers: groups of 17, the windowed one padded by 2), not the smaller (2 pages of 15 for the 17)
+    dep = windowed_dep(catalog, capped_layers=15)
+    kv = _cache_blocks(dep, fixed([0.0], 6, 3), 10**9, 0)
+    assert (kv.full_pages, kv.win_pages) == (1, 1)
+    assert kv.page_bytes == 17 * 4 * kv_values_per_token_per_layer(dep.model, 1) * dep.kv_dtype.bytes_per_element
+
+
+def test_a_request_no_budget_can_hold_is_refused_in_the_units_it_is_counted_in(catalog):
+    """Without capped layers in blocks, with them in pages, naming only the kinds of layer the model
+    has; a budget the shared prefix fills holds no block for anything else."""
+    page = kv_bytes_for_tokens(tiny_dep(catalog).model, 4, tiny_dep(catalog).kv_dtype)  # a block of 32 layers
+    with pytest.raises(ValueError, match=r"a request of 40 tokens needs 10 blocks; the KV budget holds 5$"):
+        simulate_replica(tiny_dep(catalog), fixed([0.0], 30, 10), kv_budget_bytes=5 * page)
+    with pytest.raises(ValueError, match=r"needs 12 pages \(10 blocks on its full-attention layers, 2 on its capped "
+                                         r"ones\); the KV budget holds 10 pages$"):
+        simulate_replica(windowed_dep(catalog), fixed([0.0], 30, 10), kv_budget_bytes=5 * page)
+    every_layer = windowed_dep(catalog, capped_layers=32)
+    simulate_replica(every_layer, fixed([0.0], 30, 10), kv_budget_bytes=5 * page)  # 2 blocks a sequence: it fits
+    with pytest.raises(ValueError, match=r"needs 2 pages \(2 blocks on its capped layers\); the KV budget holds 1 pages$"):
+        simulate_replica(every_layer, fixed([0.0], 30, 10), kv_budget_bytes=page)
+    with pytest.raises(ValueError, match="the KV budget holds no block beyond the shared prefix"):
+        simulate_replica(tiny_dep(catalog), fixed([0.0], 30, 10), kv_budget_bytes=2 * page, shared_prefix_tokens=12)
 
 
 def test_windowed_pages_all_come_back_under_memory_pressure(catalog):
