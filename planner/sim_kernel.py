@@ -129,15 +129,21 @@ def _pages(blocks, full_pages, win_pages, win_blocks):
 
 
 @njit(cache=True, nogil=True)
+def _window_fill_step(o, block, win_blocks):
+    """The step at which a decoder of offset o takes its last capped block (win_blocks): where its
+    cached tokens, step + o, reach (win_blocks - 1) x block."""
+    return (win_blocks - 1) * block - o
+
+
+@njit(cache=True, nogil=True)
 def _forget_decoder(o, blocks, block, win_blocks, under, leave, dec_win):
     """A decoder of offset o holding `blocks` blocks stops decoding (finished or preempted): its
     capped blocks leave dec_win, and where they were still growing (fewer than win_blocks) it leaves
-    `under` and its pending entry in `leave`. Returns (dec_win, its capped blocks)."""
-    capped = min(blocks, win_blocks)
+    `under` and its pending entry in `leave`. Returns dec_win."""
     if blocks < win_blocks:
         under[o % block] -= 1
-        leave[((win_blocks - 1) * block - o) % leave.size] -= 1
-    return dec_win - capped, capped
+        leave[_window_fill_step(o, block, win_blocks) % leave.size] -= 1
+    return dec_win - min(blocks, win_blocks)
 
 
 @njit(cache=True, nogil=True)
@@ -162,7 +168,7 @@ def _preempt_newest(s, now, block, shared, n, prompt, off, gen, held, decoding, 
         sum_off -= off[v]
         residue[off[v] % block] -= 1
         dec_blocks -= blocks_v
-        dec_win, _ = _forget_decoder(off[v], blocks_v, block, win_blocks, under, leave, dec_win)
+        dec_win = _forget_decoder(off[v], blocks_v, block, win_blocks, under, leave, dec_win)
         epoch[v] += 1
         last_emit[v] = now
     else:  # prefilling: the blocks its chunks took so far
@@ -378,8 +384,8 @@ def run(arrival, prompt, output, block, total_pages, shared, max_seqs, chunk_bud
             sum_off -= off[i]
             residue[off[i] % block] -= 1
             dec_blocks -= blocks_i
-            dec_win, capped_i = _forget_decoder(off[i], blocks_i, block, win_blocks, under, leave, dec_win)
-            used -= blocks_i * full_pages + capped_i * win_pages
+            dec_win = _forget_decoder(off[i], blocks_i, block, win_blocks, under, leave, dec_win)
+            used -= _pages(blocks_i, full_pages, win_pages, win_blocks)
             run_head, run_tail = _unlink(run_prev, run_next, i, run_head, run_tail)
             n_running -= 1
             gen[i] = output[i]
@@ -412,9 +418,9 @@ def run(arrival, prompt, output, block, total_pages, shared, max_seqs, chunk_bud
             residue[o_i % block] += 1
             dec_blocks += held[i]
             dec_win += min(held[i], win_blocks)
-            if held[i] < win_blocks:  # its capped blocks grow until the last, at step (win_blocks - 1)·B - o
+            if held[i] < win_blocks:  # its capped blocks grow until its window fills
                 under[o_i % block] += 1
-                leave[((win_blocks - 1) * block - o_i) % leave.size] += 1
+                leave[_window_fill_step(o_i, block, win_blocks) % leave.size] += 1
             if heap_size == hs.size:
                 hs = _grow(hs, heap_size)
                 hr = _grow(hr, heap_size)

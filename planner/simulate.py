@@ -246,26 +246,43 @@ class _CacheBlocks:
     vLLM's read a window of the prefix and the sequence's own tokens together."""
 
     budget_bytes: int
+    block: int  # tokens a block
     block_bytes: int  # a block of every layer that caches tokens
     page_bytes: int  # a block of one group of layers
-    shared_tokens: int  # the prefix's full blocks, in tokens
-    shared_pages: int  # what the prefix holds, once
-    total_pages: int  # pages beyond the shared prefix
+    shared_blocks: int  # the prefix's full blocks
     full_pages: int  # pages a block of full-attention layers takes
     win_pages: int  # pages a block of capped layers takes (0: none)
     win_blocks: int  # blocks a capped layer keeps at most: ceil(window / block) (0: none)
     full_read_bytes: int  # a block of the full-attention layers, as a decode step reads it
     win_read_bytes: int  # a block of the capped layers (padding holds memory and is not read)
-    shared_bytes: int  # the prefix a decoder reads, its capped layers' at most their window
+
+    def pages(self, blocks: int) -> int:
+        """Pages a sequence of `blocks` blocks holds (sim_kernel._pages)."""
+        return self.full_pages * blocks + self.win_pages * min(blocks, self.win_blocks)
+
+    @property
+    def shared_tokens(self) -> int:
+        return self.shared_blocks * self.block
+
+    @property
+    def shared_pages(self) -> int:
+        """What the prefix holds, once."""
+        return self.pages(self.shared_blocks)
+
+    @property
+    def shared_read_bytes(self) -> int:
+        """The prefix a decoder reads, its capped layers' at most their window."""
+        return self.shared_blocks * self.full_read_bytes + min(self.shared_blocks, self.win_blocks) * self.win_read_bytes
+
+    @property
+    def total_pages(self) -> int:
+        """Pages beyond the shared prefix."""
+        return self.budget_bytes // self.page_bytes - self.shared_pages
 
     @property
     def total_blocks(self) -> int:
         """The budget beyond the shared prefix in blocks of every group, padding included (SimResult's)."""
         return self.total_pages // (self.full_pages + self.win_pages)
-
-    def pages(self, blocks: int) -> int:
-        """Pages a sequence of `blocks` blocks holds (sim_kernel._pages)."""
-        return self.full_pages * blocks + self.win_pages * min(blocks, self.win_blocks)
 
 
 def _cache_blocks(dep: Deployment, requests: Requests, kv_budget_bytes: int | None,
@@ -274,12 +291,11 @@ def _cache_blocks(dep: Deployment, requests: Requests, kv_budget_bytes: int | No
     block = int(dep.block_size)
     budget_bytes = int(budget_ladder(dep).kv_budget_bytes if kv_budget_bytes is None else kv_budget_bytes)
     shared_blocks = max(int(shared_prefix_tokens), 0) // block
-    shared = shared_blocks * block
     kinds = kv_bytes_per_token_by_layer_kind(dep.model, dep.kv_dtype, dep.tp).kinds
     cached = [k for k in kinds if k.bytes_per_token]
     full = sum(k.layers for k in cached if k.token_cap is None)
     capped = sum(k.layers for k in cached if k.token_cap is not None)
-    if not capped:  # one group of every layer: a page is a block, as before pages
+    if not capped:  # one group of every layer: a page is a block
         block_bytes = int(kv_bytes_for_tokens(dep.model, block, dep.kv_dtype, dep.tp))
         full_pages, win_pages, win_blocks, page_bytes = 1, 0, 0, block_bytes
         full_read, win_read = block_bytes, 0
@@ -293,15 +309,9 @@ def _cache_blocks(dep: Deployment, requests: Requests, kv_budget_bytes: int | No
         page_bytes = math.ceil(group * layer_block)
         block_bytes = math.ceil((full + capped) * layer_block)
         full_read, win_read = math.ceil(full * layer_block), math.ceil(capped * layer_block)
-
-    def pages(blocks: int) -> int:
-        return full_pages * blocks + win_pages * min(blocks, win_blocks)
-
-    cache = _CacheBlocks(
-        budget_bytes, block_bytes, page_bytes, shared, pages(shared_blocks),
-        budget_bytes // page_bytes - pages(shared_blocks), full_pages, win_pages, win_blocks, full_read, win_read,
-        shared_blocks * full_read + min(shared_blocks, win_blocks) * win_read,
-    )
+    cache = _CacheBlocks(budget_bytes, block, block_bytes, page_bytes, shared_blocks, full_pages, win_pages, win_blocks,
+                         full_read, win_read)
+    shared = cache.shared_tokens
     if shared and int(requests.prompt_tokens.min()) <= shared:
         raise ValueError(
             f"a prompt of {int(requests.prompt_tokens.min())} tokens is not longer than the shared prefix "
@@ -312,13 +322,15 @@ def _cache_blocks(dep: Deployment, requests: Requests, kv_budget_bytes: int | No
     longest = int(np.max(requests.prompt_tokens + requests.output_tokens - 1))
     need_max = -(-max(longest - shared, 1) // block)
     if cache.pages(need_max) > cache.total_pages:
+        capped_blocks = min(need_max, win_blocks)
         if not win_pages:
-            need, holds = f"{need_max} blocks", f"{cache.total_pages}"
+            need = f"{need_max} blocks"
+        elif full_pages:
+            need = (f"{cache.pages(need_max)} pages ({need_max} blocks on its full-attention layers, "
+                    f"{capped_blocks} on its capped ones)")
         else:
-            blocks = f"{min(need_max, win_blocks)} blocks on its capped layers"
-            if full_pages:
-                blocks = f"{need_max} blocks on its full-attention layers, {min(need_max, win_blocks)} on its capped ones"
-            need, holds = f"{cache.pages(need_max)} pages ({blocks})", f"{cache.total_pages} pages"
+            need = f"{cache.pages(need_max)} pages ({capped_blocks} blocks on its capped layers)"
+        holds = f"{cache.total_pages}" + (" pages" if win_pages else "")
         raise ValueError(f"a request of {longest + 1} tokens needs {need}; the KV budget holds {holds}")
     return cache
 
@@ -372,7 +384,7 @@ def simulate_replica(
             kv.shared_tokens, max_seqs, batched_tokens, chunk_tokens,
             costs.fixed_s, costs.bandwidth, costs.flops_s, costs.two_active, costs.attn, costs.attn_prefill,
             costs.attn_capped, costs.window, kv.full_pages, kv.win_pages, kv.win_blocks,
-            kv.full_read_bytes, kv.win_read_bytes, kv.shared_bytes, costs.comm_per_token_s, *records.first().values(),
+            kv.full_read_bytes, kv.win_read_bytes, kv.shared_read_bytes, costs.comm_per_token_s, *records.first().values(),
         )
         wall = time.perf_counter() - wall0  # the loop's own time, in the run whose records are kept
         if steps_run <= steps:
