@@ -352,7 +352,18 @@ class Engine(_Frozen):
     # Defaults that depend on the GPU, first match wins; the fields above are the profile's own
     # (a GPU no tier holds keeps them).
     gpu_tiers: tuple[SchedulerTier, ...] = ()
+    vendors: tuple[str, ...] | None = Field(
+        None, description="GPU vendors the engine runs on, as the GPUs' `vendor` names them (TensorRT-LLM: NVIDIA "
+        "only) [default: any]")
     source: str
+
+    def runs_on_problem(self, gpu: GPU) -> str | None:
+        """Why this engine cannot serve on `gpu` (its vendor is not one the engine runs on), or None: a plan
+        of TensorRT-LLM on an AMD GPU cannot be deployed, whatever its numbers."""
+        if self.vendors is None or gpu.vendor.casefold() in {v.casefold() for v in self.vendors}:
+            return None
+        return (f"engine '{self.id}' ({self.name}) runs on {' and '.join(self.vendors)} GPUs only; "
+                f"{gpu.id} is {gpu.vendor}'s")
 
     @model_validator(mode="after")
     def _starts(self) -> Engine:

@@ -103,7 +103,7 @@ def make_deployment(
     m = catalog.model(model) if isinstance(model, str) else model
     g = catalog.gpu(gpu) if isinstance(gpu, str) else gpu
     w, kv, eng = catalog.dtype(weight_dtype), catalog.dtype(kv_dtype), catalog.engine(engine).for_gpu(g)
-    problem = supported_problem(g, tp, w, kv, m)
+    problem = eng.runs_on_problem(g) or supported_problem(g, tp, w, kv, m)
     if problem:
         raise InputError(problem)
     limit = m.max_position_embeddings if max_model_len is None else max_model_len

@@ -64,7 +64,7 @@ def atomic_output(path: str | os.PathLike) -> Iterator[Path]:
     socket is refused, since renaming onto it would replace it with a plain file.
     """
     target = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
-    _refuse_input(target)
+    _refuse_input(target, Path(path))
     tmp: Path | None = None
     try:
         if target.exists() and not target.is_file() and not target.is_dir():
@@ -372,7 +372,10 @@ def note_input(path: str | os.PathLike) -> None:
             seen.add(Path(path).resolve())
 
 
-def _refuse_input(target: Path) -> None:
+def _refuse_input(target: Path, given: Path) -> None:
+    """Refuse writing `target`, the file the output path `given` names (where a link leads), when it is
+    an input of the command or lies in an input folder. The message names the output as given, and
+    where its link leads: naming the input alone read as a complaint about the input."""
     seen = _inputs.get()
     if not seen:
         return
@@ -380,14 +383,16 @@ def _refuse_input(target: Path) -> None:
         resolved = target.resolve()
     except (OSError, RuntimeError):
         return
+    link = f"is a link to {target}, which is " if given != target else ""
     for source in seen:
         if resolved == source:
-            raise InputError("is also an input of this command; write the output to another file", where=str(target))
+            raise InputError(f"{link or 'is also '}an input of this command; write the output to another file",
+                             where=str(given))
         if source in resolved.parents:
             raise InputError(
-                f"is inside the input folder '{source.name}', where the next reading would take it for "
+                f"{link or 'is '}inside the input folder '{source.name}', where the next reading would take it for "
                 "a part of the input; write the output elsewhere",
-                where=str(target),
+                where=str(given),
             )
 
 

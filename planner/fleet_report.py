@@ -149,7 +149,9 @@ def unverified_services(plans) -> list[str]:
                 f"measured on published mixture-of-experts rows ({exposed['speed_overstated_pct']:.0f}%), "
                 + (f"covering the rates they plan for takes {gpus_text(gpus)} more (+{usd_text(usd)}/hour at on-demand "
                    "prices) on throughput alone" if gpus else
-                   "their spare capacity still covers the rates they plan for on throughput alone"))
+                   "their spare capacity still covers the rates they plan for on throughput alone")
+                + (", at most where a class is counted at the rate its pool held its targets at, not at its limit"
+                   if gpus and exposed["held_classes"] else ""))
     return ["**Speed not backed by a measurement of its own**: "
             + ", ".join(f"{name} ({u.id}, {what[u.kind]})" for name, u in found)
             + more + "; their sections say how far the model may be off.", ""]
@@ -163,7 +165,8 @@ def fleet_exposure(plans) -> dict[str, Any] | None:
         return None
     return {"services": [name for name, _ in exposed], "speed_overstated_pct": exposed[0][1].overstated_pct,
             "extra_gpus": sum(e.extra_gpus for _, e in exposed),
-            "extra_usd_per_hour": sum(e.extra_usd_per_hour for _, e in exposed)}
+            "extra_usd_per_hour": sum(e.extra_usd_per_hour for _, e in exposed),
+            "held_classes": sum(e.held_classes for _, e in exposed)}
 
 
 def _totals(fp: FleetPlan) -> str:

@@ -279,8 +279,10 @@ SPAN_COLUMNS: tuple[Column, ...] = (
 # A total table's last column: what its sums leave out.
 COMMITTED_AFTER_END = Column(
     "committed_after_end_usd", "number",
-    "what the commitments held in the last quarter still cost after it, each at its own price for the quarters its "
-    "term has left (forecast.commitment_term_quarters), USD; not in total_usd (empty: no term stated)",
+    "what the commitments the forecast made (its reservations and the GPUs it carried forward) and held in the "
+    "last quarter still cost after it, each at its own price for the quarters its term has left "
+    "(forecast.commitment_term_quarters), USD; not in total_usd (empty: no term stated). A fleet inventory's own "
+    "owned and reserved GPUs are not in it: they are held in every quarter and state no end",
     lambda t: t["committed_after_end_usd"])
 
 

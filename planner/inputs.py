@@ -33,10 +33,14 @@ def scenario_catalog(scn: Scenario, path: Path, extra_files: tuple[str, ...] = (
             lookup(name)  # unknown name → InputError naming the closest match
         except InputError as exc:
             raise InputError(f"{field_path}: {exc}", where=str(path)) from None
-    refusal = overhead_refusal(catalog.engine(scn.engine)) if "overhead_gib" in scn.model_fields_set else None
+    engine = catalog.engine(scn.engine)
+    for i, candidate in enumerate(scn.gpu_candidates):  # a plan on a GPU its engine does not run on cannot be deployed
+        if problem := engine.runs_on_problem(catalog.gpu(candidate.id)):
+            raise InputError(f"engine: {problem} (gpus[{i}])", where=str(path))
+    refusal = overhead_refusal(engine) if "overhead_gib" in scn.model_fields_set else None
     if refusal:  # it was ignored without a word
         raise InputError(f"overhead_gib: {refusal}", where=str(path))
-    if scn.long_prefill_token_threshold is not None and catalog.engine(scn.engine).long_prefill_token_threshold is None:
+    if scn.long_prefill_token_threshold is not None and engine.long_prefill_token_threshold is None:
         raise InputError(f"long_prefill_token_threshold: engine '{scn.engine}' has no such setting (vLLM's profiles do)",
                          where=str(path))
     return catalog

@@ -548,15 +548,23 @@ def infeasible_message(classes, evals: Sequence[Evaluation], inventory: dict, *,
     for tc in asked:
         # the most this class gets from every capped GPU type at once (None: some type is uncapped)
         most: dict[str, float] = {}
+        narrowest: dict[str, int] = {}  # each capped type's least tp among the configs that serve the class
         for evaluation in (evaluation for evaluation in evals if evaluation.traffic_class is tc and evaluation.capacity_rps > 0):
-            cap = inventory.get(evaluation.config.gpu.id)
+            gpu, tp = evaluation.config.gpu.id, evaluation.config.tp
+            cap = inventory.get(gpu)
             if cap is None:
                 break
-            most[evaluation.config.gpu.id] = max(most.get(evaluation.config.gpu.id, 0.0), cap // evaluation.config.tp * evaluation.capacity_rps)
+            most[gpu] = max(most.get(gpu, 0.0), cap // tp * evaluation.capacity_rps)
+            narrowest[gpu] = min(narrowest.get(gpu, tp), tp)
         else:
             if sum(most.values()) < tc.rate_rps * rate_scale:
+                # where no replica fits at all, a cap of some GPUs below one replica's is the reason, not the load
+                wide = sorted((g, tp) for g, tp in narrowest.items() if 0 < inventory[g] < tp)
+                wide = ("; one replica takes more GPUs than its type's cap: "
+                        + ", ".join(f"{g} tp {tp} > {gpus_text(inventory[g])}" for g, tp in wide)
+                        + " (lower tp or raise the cap)") if wide and not any(most.values()) else ""
                 return (f"class '{tc.label}' needs {tc.rate_rps * rate_scale:,.4g} req/s but {CAPS_WORDS} ({caps}) "
-                        f"allow at most {sum(most.values()):,.4g} req/s")
+                        f"allow at most {sum(most.values()):,.4g} req/s{wide}")
     mixed = ""
     if homogeneous and len([g for g in inventory if g in serving]) > 1:
         mixed = ("; a pool runs one config (homogeneous_pools: true): homogeneous_pools: false lets a class's pool mix "

@@ -163,7 +163,9 @@ def _explorations(plan: Plan, figures: dict[str, str], left: str) -> str:
     w("## Next-best distinct plans")
     w("")
     w(f"Each is re-solved {_short_by_the_model(plan)}, excluding only the exact set of pools of each plan above "
-      "it (it may share some of their pools)." + _tie_note(plan) + "\n\n"
+      "it (it may share some of their pools); pools that differ only in weight or KV-cache dtype on the same GPUs "
+      "count as the same pool (the plan runs the variant it states), so such a twin of a plan above is not listed "
+      "(the Levers table prices the dtypes)." + _tie_note(plan) + "\n\n"
       + _outcomes_table(plan.alternatives, plan, "Plan") if plan.alternatives else "No other feasible plan.")
     w("")
     w("## Sensitivity to the peak rate")
@@ -499,7 +501,7 @@ def routing_notes(plan: Plan) -> list[str]:
         even = tc.rate_rps / replicas  # each replica's rate, spread evenly
         weakest = min(pools, key=lambda pool: pool.planned_rps)
         spread = (f"; spread evenly, each of its {replicas:,} replicas would take {even:,.3f} requests/s, "
-                  f"{even / weakest.planned_rps:,.1f}× the {weakest.planned_rps:,.3f} one on {weakest.config.gpu.id} "
+                  f"{even / weakest.planned_rps:,.2f}× the {weakest.planned_rps:,.3f} one on {weakest.config.gpu.id} "
                   "can carry" if even > weakest.planned_rps else "")
         notes.append(f"**Route the {tc.label} class to its pools by weight**: {weights} (each pool's part of the "
                      f"class's rate, as certification replays it){spread}.")

@@ -60,8 +60,10 @@ class Traffic:
 def load_traffic(scn: Scenario, base: Path) -> Traffic:
     """The histogram of all requests, the measured peak and mean rates, and notes for the report."""
     from planner.paged import prefix_disagreement
+    from planner.workload.columns import read_for_a_scenario
     from planner.workload.peaks import (
         NoPeakError,
+        ShortSpanError,
         bursts_tested,
         clock_step_minutes,
         clock_step_text,
@@ -74,6 +76,7 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
     requests = None
     excluded_note = ""
     ingest_warnings: list[str] = []  # the logs' own (a time unit doubted, a grown log, minutes without lengths)
+    doubts: list[str] = []  # of them, a stated time unit the values contradict, with both readings
     if src.constant is not None:
         c = src.constant
         hist = Histogram.constant(c.prompt_tokens, c.output_tokens)
@@ -88,7 +91,7 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
                      f"{rate:g} requests/s ({syn.requests / rate / 60:,.1f} minutes), seed {syn.seed}.")
     else:
         # pyarrow's readers load only for logs and histogram files, not for synthetic traffic.
-        from planner.workload.columns import read_for_a_scenario, resolve_columns
+        from planner.workload.columns import resolve_columns
         from planner.workload.ingest import ingest, is_histogram_file
 
         paths = [src.log] if isinstance(src.log, str) else list(src.log or [])
@@ -152,6 +155,7 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
         # in one pass, longest first: a path shown could hold another path as read (base 's': 'logs/x.csv' holds 's/x.csv')
         paths = re.compile("|".join(re.escape(p) for p in sorted(shown, key=len, reverse=True))) if shown else None
         notes += [paths.sub(lambda m: shown[m.group(0)], note) if paths else note for note in result.notes]
+        doubts = [f"{shown[f.path]}: {f.time.doubt}" for f in result.files if f.time is not None and f.time.doubt]
         # a file without arrivals by length matters where a class's own bursts are tested (an explicit peak, or
         # one below BURST_QUANTILE_MIN, is shared out whatever the file keeps)
         tested = bursts_tested(scn.traffic.peak.method, scn.traffic.peak.quantile)
@@ -160,8 +164,22 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
         notes += ingest_warnings
     peak = scn.traffic.peak
     try:
-        measured = peak_rate_rps(hist, method=peak.method, quantile=peak.quantile, explicit_rps=peak.rps, growth=1.0)
+        # a log's refusal names the scenario's field (traffic.source.time_unit), not `planner histogram`'s option
+        with read_for_a_scenario() if src.log is not None else contextlib.nullcontext():
+            measured = peak_rate_rps(hist, method=peak.method, quantile=peak.quantile, explicit_rps=peak.rps,
+                                     growth=1.0)
+    except ShortSpanError as exc:
+        if src.synthetic is not None:  # no log, no time unit: the draw's own count is what falls short
+            raise InputError(_synthetic_too_short(src.synthetic.requests, rate, hist)) from None
+        if doubts:
+            # epoch seconds stated as milliseconds squeeze an hour into 3.6 s: the run fails here, where a
+            # warning would never be printed (a failed run's one line is its error), so the error gives
+            # both readings
+            raise InputError("; ".join([exc.message, *doubts])) from None
+        raise
     except NoPeakError as exc:
+        if src.synthetic is not None:  # a Poisson draw has no gap in its logging nor a stray row: its rate is low
+            raise InputError(_synthetic_no_peak(src.synthetic.requests, rate, hist, peak.quantile)) from None
         # a peak of 0 from a log mostly silent: the silence, which the warning names where a peak is measured
         silence = longest_silence(hist)
         if silence is None:
@@ -254,6 +272,47 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
                      f"planned per unit of peak (1.2 for 20% spare), not a percentage")
         warnings.append(notes[-1])
     return Traffic(hist, measured, mean, tuple(notes), profile, requests, tuple(warnings))
+
+
+def _synthetic_too_short(requests: int, rate: float, hist: Histogram) -> str:
+    """Why a synthetic source's draw measures no per-minute peak, in its settings' words: too few requests
+    at its rate for MIN_WHOLE_MINUTES whole minutes, and the count that spans them whatever the seed.
+    Whole minutes between the first and last arrival's take (MIN_WHOLE_MINUTES + 1) minutes between
+    them; the n − 1 exponential gaps between n arrivals sum to (n − 1) / rate s, sd √(n − 1) / rate,
+    so ten sd of room (as planner.workload.synth leaves) takes n − 1 − 10 √(n − 1) ≥ that span × rate."""
+    from planner.bounds import MAX_SYNTHETIC_REQUESTS
+    from planner.workload.peaks import MIN_WHOLE_MINUTES, SECONDS_PER_MINUTE, per_minute_counts
+
+    span_s = (MIN_WHOLE_MINUTES + 1) * SECONDS_PER_MINUTE
+    needed = math.ceil((5 + math.sqrt(25 + span_s * rate)) ** 2) + 1
+    more = (f"draw more, traffic.source.synthetic.requests: {needed:,} or more at this rate" if
+            needed <= MAX_SYNTHETIC_REQUESTS else
+            f"at this rate the most traffic.source.synthetic.requests may draw, {MAX_SYNTHETIC_REQUESTS:,}, spans too few")
+    return (f"the synthetic source's {requests:,} requests at {rate:g} requests/s span {per_minute_counts(hist).size} "
+            f"minute(s) of the clock, too short to measure a per-minute peak (the first and last are partial; "
+            f"{MIN_WHOLE_MINUTES + 2} are needed): {more}, or state the peak with peak: {{method: explicit, rps: ...}}")
+
+
+def _synthetic_no_peak(requests: int, rate: float, hist: Histogram, quantile: float) -> str:
+    """Why a synthetic source's per-minute peak is 0, in its settings' words. Its silent minutes are its
+    Poisson arrivals' own, not a gap in the logging: a minute holds none with probability e^(−60 × rate),
+    so the `quantile` of its minutes holds an arrival once that is below `quantile`, above −ln(quantile) / 60
+    requests/s (a draw near that rate may still read 0). With no arrival in any whole minute, the draw is
+    too small."""
+    from planner.workload.peaks import SECONDS_PER_MINUTE, per_minute_counts, whole_minutes
+
+    counts = whole_minutes(per_minute_counts(hist))
+    busy = int(np.count_nonzero(counts))
+    said = f"the synthetic source's {requests:,} requests at {rate:g} requests/s"
+    if not busy:
+        return (f"peak rate is 0 req/s: none of the {counts.size:,} whole minutes of {said} has an arrival (the "
+                "partial first and last minutes are not measured): draw more, traffic.source.synthetic.requests, "
+                "or state the peak with peak: {method: explicit, rps: ...}")
+    least = -math.log(quantile) / SECONDS_PER_MINUTE
+    return (f"peak rate is 0 req/s: {said} arrive in {busy:,} of its {counts.size:,} whole minutes, too few for "
+            f"their {quantile:g} quantile to hold an arrival (more than {1 - quantile:.3g} of them must): raise "
+            f"traffic.source.synthetic.rate_rps above {least:.3g} requests/s, or state the peak with peak: "
+            "{method: explicit, rps: ...}")
 
 
 def _replayable(rows) -> tuple[Requests | None, int]:

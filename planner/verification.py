@@ -23,11 +23,14 @@ class Exposure:
     extra_gpus: int
     extra_usd_per_hour: float  # at the plan's on-demand price per GPU-hour of each pool's type
     unsized_classes: int = 0  # classes whose pools are planned at no capacity (a stated fleet's): left out
+    # classes short only where a pool is counted at a rate it held its targets at, below a limit no search
+    # found (PoolDetail.planned_by "held"): their replicas may carry more, and the count may overstate
+    held_classes: int = 0
 
     def as_json(self) -> dict[str, float | int]:
         return {"speed_overstated_pct": self.overstated_pct, "extra_replicas": self.extra_replicas,
                 "extra_gpus": self.extra_gpus, "extra_usd_per_hour": self.extra_usd_per_hour,
-                "unsized_classes": self.unsized_classes}
+                "unsized_classes": self.unsized_classes, "held_classes": self.held_classes}
 
     def text(self) -> str:
         slower = f"At the median error (each replica carrying 1/{1 + self.overstated_pct / 100:.2f} of its planned requests/s),"
@@ -37,11 +40,19 @@ class Exposure:
             return (f"{slower} the plan's spare capacity still covers the rates it plans for (peak × traffic.headroom) "
                     f"on throughput alone{left_out}")
         one = self.extra_replicas == 1
+        held = ""
+        if self.held_classes == 1:
+            held = ("; one class short is counted at the rate its pool held its targets at in simulation, below a "
+                    "limit no search found, and may need fewer")
+        elif self.held_classes:
+            held = (f"; {self.held_classes} classes short are counted at the rates their pools held their targets at "
+                    "in simulation, below limits no search found, and may need fewer")
         return (f"{slower} covering the rates it plans for (peak × traffic.headroom) takes {self.extra_replicas} more "
                 f"replica{'' if one else 's'} (where a class runs short, on its pool that costs least per request/s)"
                 f"{left_out}: "
                 f"+{gpus_text(self.extra_gpus)}, +{usd_text(self.extra_usd_per_hour)}/hour at on-demand prices; that is "
-                "throughput alone, a floor: slower steps also lengthen TTFT and TPOT, which can need more")
+                "throughput alone, a floor where a pool is counted at its limit: slower steps also lengthen TTFT and "
+                f"TPOT, which can need more{held}")
 
 
 @dataclass(frozen=True)
@@ -78,15 +89,20 @@ def throughput_exposure(plan: Plan, overstated_pct: float) -> Exposure:
     rate the plan covers for it (peak × headroom) when a replica serves its planned requests/s
     divided by 1 + overstated_pct/100 (replicas_short): throughput is the reciprocal of step time at
     a given batch (seed 000's roofline), so a speed model that overstates throughput by e% plans
-    replicas 1 + e/100 times too fast. A floor on the shortfall: latency targets bind sooner on
-    slower steps. Classes whose pools are planned at no capacity (a stated fleet's configs that
-    cannot meet the targets) are left out and counted."""
+    replicas 1 + e/100 times too fast. A floor on the shortfall where a pool is planned at its limit:
+    latency targets bind sooner on slower steps. A pool planned at a rate it held its targets at
+    (planned_by "held": its limit, somewhere above, was not searched) is counted at that rate, which
+    can overstate its class's shortfall (fleet_2027q1's agent_120b, held at the 6.824 requests/s it
+    plans for, its model capacity 15.6): such classes are counted (held_classes) and the text says so.
+    Classes whose pools are planned at no capacity (a stated fleet's configs that cannot meet the
+    targets) are left out and counted."""
     factor = 1.0 + overstated_pct / 100.0
     extra_replicas = extra_gpus = unsized = 0
     extra_usd = 0.0
     by_class: dict[str, list] = {}
     for pool in plan.pools:
         by_class.setdefault(pool.traffic_class.name, []).append(pool)
+    held = 0
     for pools in by_class.values():
         supply = [PoolSupply(p.replicas, p.planned_rps, p.config.tp, p.config.price_usd_per_hour)
                   for p in pools if p.planned_rps > 0]
@@ -97,7 +113,8 @@ def throughput_exposure(plan: Plan, overstated_pct: float) -> Exposure:
         extra_replicas += more
         extra_gpus += more * best.gpus_per_replica
         extra_usd += more * best.gpus_per_replica * best.usd_per_gpu_hour
-    return Exposure(overstated_pct, extra_replicas, extra_gpus, extra_usd, unsized)
+        held += bool(more) and any(p.planned_by == "held" for p in pools if p.planned_rps > 0)
+    return Exposure(overstated_pct, extra_replicas, extra_gpus, extra_usd, unsized, held)
 
 
 @dataclass(frozen=True)

@@ -406,6 +406,10 @@ def test_capacity_of_a_histogram_at_a_limit_inside_a_bin_is_refused(tmp_path):
                    "nearest: 4096, 6144, 8192")
     r = run("capacity", "llama-3.1-8b", "h100-sxm", "--histogram", hist, "--context-limit", "6144")
     assert r.exit_code == 0 and "note: 23 request(s) exceed the 6,144-token limit" in r.stderr
+    # a run that then fails says its error alone: the note of what it left out came before it (two lines)
+    r = run("capacity", "llama-3.1-8b", "h100-sxm", "--histogram", hist, "--context-limit", "2048",
+            "--shared-prefix-tokens", "1024")
+    one_line_error(r, 2, "--shared-prefix-tokens")
     # the model's own limit, taken by default, is no stated cut: Qwen3's 40,960 serves the bins below it
     assert run("capacity", "qwen3-32b", "h100-sxm", "--tp", "2", "--histogram", hist).exit_code == 0
 
@@ -787,6 +791,10 @@ def test_a_bad_field_of_a_gpu_entry_is_named_not_the_union_member(tmp_path):
         (["synth", "chat", "-n", "10", "--rate-rps", "nan", "-o", "x.csv"], "error: Invalid value for '--rate-rps': 'nan' is not a finite number."),
         (["capacity", "llama-3.1-8b", "h100-sxm", "--gpu-memory-utilization", "inf"], "error: Invalid value for '--gpu-memory-utilization'"),
         (["kv"], "error: Missing argument 'MODEL'. (see 'planner kv --help')"),
+        # click's parser raises these without the command's context: they pointed to 'planner --help'
+        (["solve", "--out-dir"], "error: Option '--out-dir' requires an argument. (see 'planner solve --help')"),
+        (["solve", "x.yaml", "--no-verify=1"], "error: Option '--no-verify' does not take a value. (see 'planner solve --help')"),
+        (["catalog", "gpus", "--catalog"], "error: Option '--catalog' requires an argument. (see 'planner catalog gpus --help')"),
     ],
 )
 def test_usage_errors_are_one_line(args, expected):
@@ -809,6 +817,11 @@ def test_the_infeasible_message_names_the_class_and_never_empty_caps(tmp_path):
     capped = infeasible_message(plan.classes, plan.evaluations, {"h100-sxm": 0, "a100-80gb": 4})
     assert capped == ("class 'all (≤ 8,192 tokens)' needs 4.8 req/s but the inventory caps (h100-sxm ≤ 0 GPUs) "
                       "allow at most 0 req/s")
+    # a cap of some GPUs, below what one replica takes, is named as the reason (not the load)
+    sed = BASE.replace("gpus: [h100-sxm]", "gpus: [{id: h100-sxm, max_gpus: 3}]").replace("tp: [1]", "tp: [4]")
+    one_line_error(run("solve", scenario(tmp_path, sed, name="wide.yaml"), "--no-verify", "--no-report"), 3,
+                   "the inventory caps (h100-sxm ≤ 3 GPUs) allow at most 0 req/s; one replica takes more GPUs than its "
+                   "type's cap: h100-sxm tp 4 > 3 GPUs (lower tp or raise the cap)")
 
 
 # ---- found by the property tests (tests/test_fuzz_*.py) ------------------------------------
@@ -1079,14 +1092,45 @@ def test_the_console_entry_flushes_its_output_and_keeps_the_exit_code(args, code
 
 
 # ---- second campaign (external): rates of short logs -----------------------------------------
+def _synthetic_scenario(tmp_path: Path, synthetic: str) -> Path:
+    """The base scenario planning from a synthetic source at its p99 minute."""
+    return scenario(tmp_path, BASE.replace(
+        "  source: {constant: {prompt_tokens: 1000, output_tokens: 200}}\n  peak: {method: explicit, rps: 4}",
+        f"  source: {{synthetic: {synthetic}}}\n  peak: {{method: quantile, quantile: 0.99}}"))
+
+
 def test_a_source_shorter_than_four_minutes_is_refused_not_planned_for_a_third_of_its_load(tmp_path):
-    # 20,000 requests at 1,000 req/s span 20 s: one minute of the clock read as 333 req/s
-    text = BASE.replace("  source: {constant: {prompt_tokens: 1000, output_tokens: 200}}\n  peak: {method: explicit, rps: 4}",
-                        "  source: {synthetic: {name: chat, requests: 20000, rate_rps: 1000}}\n"
-                        "  peak: {method: quantile, quantile: 0.99}")
-    r = run("solve", scenario(tmp_path, text), "--no-report")
-    one_line_error(r, 2, "traffic: the arrivals span 1 minute(s) of the clock, too short to measure a per-minute peak",
-                   "peak: {method: explicit, rps: ...}")
+    # 20,000 requests at 1,000 req/s span 20 s: one minute of the clock read as 333 req/s. (An audit: the
+    # refusal spoke of a log, "give a longer log ... (see --time-unit)", to a source with neither: it names
+    # the draw's count, and the count that spans the minutes needed.)
+    r = run("solve", _synthetic_scenario(tmp_path, "{name: chat, requests: 20000, rate_rps: 1000}"), "--no-report")
+    line = one_line_error(r, 2, "traffic: the synthetic source's 20,000 requests at 1000 requests/s span 1 minute(s) "
+                          "of the clock, too short to measure a per-minute peak", "draw more, "
+                          "traffic.source.synthetic.requests: 184,294 or more at this rate",
+                          "peak: {method: explicit, rps: ...}")
+    assert "log" not in line and "time-unit" not in line and "time_unit" not in line, line
+    # the count it names spans them
+    r = run("solve", _synthetic_scenario(tmp_path, "{name: chat, requests: 184294, rate_rps: 1000}"), "--no-verify",
+            "--no-report", "--json")
+    assert r.exit_code == 0, r.output
+
+
+def test_a_synthetic_source_too_slow_for_its_peak_quantile_names_its_rate_not_a_gap_in_a_log(tmp_path):
+    """(An audit: 2,000 requests at 1e-4 requests/s, a minute in 170 with an arrival, read "the log holds no
+    request for ... hours ... from 2024-..: a gap in the logging or a stray row": no log, and its silences
+    are its Poisson draw's.) The refusal names the rate field and the rate whose minutes hold arrivals."""
+    r = run("solve", _synthetic_scenario(tmp_path, "{name: chat, requests: 2000, rate_rps: 0.0001}"), "--no-report")
+    line = one_line_error(r, 2, "traffic: peak rate is 0 req/s: the synthetic source's 2,000 requests at 0.0001 "
+                          "requests/s arrive in ", "too few for their 0.99 quantile to hold an arrival",
+                          "raise traffic.source.synthetic.rate_rps above 0.000168 requests/s",
+                          "peak: {method: explicit, rps: ...}")
+    assert "log" not in line and "gap" not in line and "stray" not in line, line
+    # two requests, both in the partial first and last minutes: the draw is too small
+    r = run("solve", _synthetic_scenario(tmp_path, "{name: chat, requests: 2, rate_rps: 0.001}"), "--no-report")
+    line = one_line_error(r, 2, "traffic: peak rate is 0 req/s: none of the ", " whole minutes of the synthetic "
+                          "source's 2 requests at 0.001 requests/s has an arrival", "draw more, "
+                          "traffic.source.synthetic.requests")
+    assert "log" not in line, line
 
 
 def test_synth_refuses_a_log_longer_than_a_log_may_span(tmp_path):
@@ -1657,6 +1701,20 @@ def test_a_report_refused_late_leaves_none_of_the_run_s_files_and_prints_no_succ
     assert leftovers(tmp_path) == ["clash.md", "first.yaml"]  # no report, no figure, no temporary file
 
 
+def test_an_output_that_is_a_link_to_an_input_is_named_with_where_it_leads(tmp_path):
+    """The report's path, a link to the scenario, was refused naming the scenario alone, as if the input
+    were wrong; the output path is named, and the input it leads to. Nothing is written."""
+    clash = scenario(tmp_path, BASE.replace("name: tiny", "name: clash"), name="clash.yaml")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "clash.md").symlink_to(clash)
+    before = clash.read_text()
+    r = run("solve", clash, "--out-dir", out, "--no-verify")
+    one_line_error(r, 2, f"{out / 'clash.md'}: is a link to {clash}, which is an input of this command")
+    assert clash.read_text() == before and (out / "clash.md").is_symlink()
+    assert leftovers(out) == ["clash.md"]
+
+
 def test_requests_with_no_output_token_are_planned_and_said_to_be_left_out_of_the_log_replay(tmp_path):
     # The simulator replays requests that decode: a log's rows with an empty output stay in the
     # histogram (their prefill is work) and the report says the replay leaves them out.
@@ -1798,6 +1856,33 @@ def test_a_log_given_as_a_histogram_file_is_told_what_a_histogram_file_is(tmp_pa
     one_line_error(run("capacity", "llama-3.1-8b", "h100-sxm", "--histogram", log), 2,
                    f"{log}: is not a Parquet file; a histogram file is what `planner histogram LOG... -o FILE.parquet` "
                    "writes from logs")
+
+
+def test_a_histogram_file_pyarrow_cannot_read_is_told_as_solve_tells_it(tmp_path):
+    """capacity --histogram printed pyarrow's text ("Error creating dataset. Could not read schema ...")
+    for a file cut short and for a folder holding a LICENSE file, where solve's traffic.source.histogram
+    says what is wrong in the readers' words; now both say the same, capacity naming its option."""
+    whole = ROOT / "data" / "samples" / "azure_conv_2023_sample.hist.parquet"
+    cut = tmp_path / "cut.hist.parquet"
+    cut.write_bytes(whole.read_bytes()[:5000])
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    (folder / "a.parquet").write_bytes(whole.read_bytes())
+    (folder / "LICENSE.txt").write_text("CC BY 4.0\n")
+    cases = [(cut, "not a Parquet file (no PAR1 magic bytes)"),
+             (folder, "folder holds LICENSE.txt, which is not a log file by its name")]
+    for path, problem in cases:
+        line = one_line_error(run("capacity", "llama-3.1-8b", "h100-sxm", "--histogram", path), 2,
+                              f"--histogram: {path}: {problem}")
+        assert "Could not read schema" not in line
+        solved = scenario(tmp_path, BASE.replace("{constant: {prompt_tokens: 1000, output_tokens: 200}}",
+                                                 f"{{histogram: {path}}}"))
+        one_line_error(run("solve", solved, "--no-report"), 2, f"traffic.source.histogram: {path}: {problem}")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "a.csv").write_text("prompt_tokens,output_tokens\n100,10\n")
+    one_line_error(run("capacity", "llama-3.1-8b", "h100-sxm", "--histogram", logs), 2,
+                   f"--histogram: {logs}: is a request log, not a histogram file")
 
 
 def test_a_missing_histogram_file_is_missing_not_unreadable(tmp_path):
@@ -2975,6 +3060,28 @@ def test_epoch_seconds_stated_as_milliseconds_are_warned_of_with_both_readings(t
     assert json.loads(r.stdout)["peak_rps"] == pytest.approx(1 / 60)  # one request in its busiest minutes
 
 
+def test_epoch_seconds_stated_as_milliseconds_too_short_to_measure_give_both_readings_in_the_error(tmp_path):
+    """(An audit: an hour of epoch seconds in the planner preset's timestamp_ms, read as 3.6 s of 1970, failed
+    the peak with "(see --time-unit)", an option a scenario cannot set, and without the readings the README
+    promises: a failed run prints no warning.) The error names traffic.source.time_unit and gives both
+    readings; `planner histogram` of the same log, which succeeds, warns naming --time-unit."""
+    log = tmp_path / "log.csv"  # one request every 2 s for an hour, in epoch seconds
+    log.write_text("prompt_tokens,output_tokens,timestamp_ms\n"
+                   + "".join(f"1000,200,{1_700_000_000 + 2 * i}\n" for i in range(1800)))
+    path = _unit_scenario(tmp_path, "{log: log.csv}")
+    for command in ("solve", "forecast"):
+        r = run(command, path, *(("--no-verify",) if command == "solve" else ()), "--no-report")
+        line = one_line_error(r, 2, "traffic: the arrivals span 1 minute(s) of the clock, too short to measure",
+                              "seconds read as milliseconds? (see traffic.source.time_unit); log.csv: column "
+                              "'timestamp_ms' is read in milliseconds, the unit stated (by the preset, or "
+                              "traffic.source.time_unit)", "which put them from 2023-11-14 22:13 to 2023-11-14 23:13 "
+                              "UTC, 60.0 minutes", "If they are seconds, state it (traffic.source.time_unit: s)")
+        assert "--time-unit" not in line, line
+    r = run("histogram", log)
+    assert r.exit_code == 0 and r.stderr.startswith(f"warning: {log}: column 'timestamp_ms' is read in "), r.output
+    assert "(--time-unit s)" in r.stderr and "traffic.source" not in r.stderr, r.stderr
+
+
 def test_a_log_read_beside_a_histogram_built_from_a_log_of_its_name_is_warned_of(tmp_path):
     """(An outside probe: last quarter's histogram merged with the log it was built from, appended to since,
     counted its first half twice: 29,049 requests for 19,366, the p99 minute 15.4 requests/s for 8.2.)"""
@@ -3049,3 +3156,36 @@ def test_synth_says_a_tail_share_it_was_given_and_its_help_the_defaults(tmp_path
     assert r.exit_code == 0 and "of them in the" not in r.stdout, r.output
     helped = " ".join(run("synth", "--help").stdout.split())
     assert "chat 5.4, chat_long_tail 5.4, rag 3.4, code 2.6" in helped and "chat_long_tail 0.02" in helped
+
+
+# ---- an engine on a GPU it does not run on ------------------------------------------------------
+def test_an_engine_on_another_vendor_s_gpu_is_refused(tmp_path, catalog):
+    """TensorRT-LLM runs on NVIDIA GPUs only (data/SOURCES.md, "Serving engines"): a scenario naming it with
+    an MI300X was planned, 3 x mi300x under TensorRT-LLM, a fleet no one can deploy. vLLM and SGLang run
+    on AMD's GPUs too, and an engine that states no vendors (a user's own profile) runs on any GPU."""
+    path = scenario(tmp_path, BASE.replace("gpus: [h100-sxm]", "gpus: [h100-sxm, mi300x]") + "engine: trtllm\n")
+    one_line_error(run("solve", path, "--no-verify", "--out-dir", tmp_path / "out"), 2, "s.yaml",
+                   "engine: engine 'trtllm' (TensorRT-LLM) runs on NVIDIA GPUs only; mi300x is AMD's (gpus[1])")
+    assert leftovers(tmp_path / "out") == []
+    one_line_error(run("capacity", "llama-3.1-8b", "mi300x", "--engine", "trtllm"), 2,
+                   "engine 'trtllm' (TensorRT-LLM) runs on NVIDIA GPUs only; mi300x is AMD's")
+    for engine in ("vllm", "sglang"):
+        assert run("capacity", "llama-3.1-8b", "mi300x", "--engine", engine).exit_code == 0, engine
+    assert run("capacity", "llama-3.1-8b", "h100-sxm", "--engine", "trtllm").exit_code == 0
+    mi300x = catalog.gpu("mi300x")
+    assert catalog.engine("trtllm").runs_on_problem(catalog.gpu("h100-sxm")) is None
+    assert catalog.engine("trtllm").model_copy(update={"vendors": None}).runs_on_problem(mi300x) is None
+    assert catalog.engine("vllm").runs_on_problem(mi300x.model_copy(update={"vendor": "amd"})) is None  # any case
+
+
+def test_import_hf_that_fails_prints_its_error_alone(tmp_path):
+    """The notes of the defaults a config relies on come once the entry is out: a run refused its
+    output (the config itself, a folder that is not there) printed two notes before its error."""
+    config = tmp_path / "config.json"
+    fields = json.loads((HF / "llama-3.1-8b.json").read_text(encoding="utf-8"))
+    config.write_text(json.dumps({k: v for k, v in fields.items() if k not in ("attention_bias", "mlp_bias")}))
+    ok = run("catalog", "import-hf", config, "--name", "x", "-o", tmp_path / "x.yaml")
+    assert ok.exit_code == 0 and "note: " in ok.stderr, ok.output
+    one_line_error(run("catalog", "import-hf", config, "--name", "x", "-o", config), 2, "is also an input")
+    one_line_error(run("catalog", "import-hf", config, "--name", "x", "-o", tmp_path / "none" / "x.yaml"), 2,
+                   "none")

@@ -130,7 +130,15 @@ def test_a_plan_on_a_mixture_of_experts_carries_its_exposure_in_report_and_json(
             in render(moe))
     entry = json.loads(json.dumps(plan_json(moe)))["speed_unverified"][0]
     assert entry["exposure"] == {"speed_overstated_pct": e, "extra_replicas": more, "extra_gpus": more * pool.config.tp,
-                                 "extra_usd_per_hour": exposure.extra_usd_per_hour, "unsized_classes": 0}
+                                 "extra_usd_per_hour": exposure.extra_usd_per_hour, "unsized_classes": 0,
+                                 "held_classes": 0}
+    assert "a floor where a pool is counted at its limit" in exposure.text() and "may need fewer" not in exposure.text()
+    # a pool counted at a rate it held its targets at (its limit, above, not searched): the count may overstate
+    held = dataclasses.replace(moe, pools=[dataclasses.replace(pool, planned_by="held")])
+    assert throughput_exposure(held, e).held_classes == 1
+    assert ("one class short is counted at the rate its pool held its targets at in simulation, below a limit no "
+            "search found, and may need fewer") in throughput_exposure(held, e).text()
+    assert throughput_exposure(held, 0.0).held_classes == 0  # (not short: nothing to qualify)
     # a speed model that is right needs nothing more; a worse error never needs less
     assert throughput_exposure(moe, 0.0).extra_replicas == 0
     assert "the plan's spare capacity still covers the rates it plans for" in throughput_exposure(moe, 0.0).text()
@@ -149,9 +157,14 @@ def test_the_fleet_headline_adds_up_the_exposure_of_its_mixtures_of_experts(cata
     assert line.startswith("**Speed not backed by a measurement of its own**: a (qwen3-30b-a3b, a mixture of experts), "
                            "b (qwen3-30b-a3b, a mixture of experts); if the speed model overstates the throughput of a, b")
     assert fleet_exposure(plans) == {"services": ["a", "b"], "speed_overstated_pct": one.overstated_pct,
-                                     "extra_gpus": 2 * one.extra_gpus, "extra_usd_per_hour": 2 * one.extra_usd_per_hour}
+                                     "extra_gpus": 2 * one.extra_gpus, "extra_usd_per_hour": 2 * one.extra_usd_per_hour,
+                                     "held_classes": 0}
     assert (f"covering the rates they plan for takes {2 * one.extra_gpus} GPUs more "
-            f"(+${2 * one.extra_usd_per_hour:,.2f}/hour at on-demand prices)") in line
+            f"(+${2 * one.extra_usd_per_hour:,.2f}/hour at on-demand prices) on throughput alone;") in line
+    held = [dataclasses.replace(p, pools=[dataclasses.replace(p.pools[0], planned_by="held")]) for p in plans]
+    (line, _) = unverified_services(held)
+    assert ("on throughput alone, at most where a class is counted at the rate its pool held its targets at, not at "
+            "its limit;") in line
     # where their spare capacity covers the slowdown, the line says so rather than "0 GPUs more"
     at_ease = _moe_plan(catalog, 5.0)
     assert throughput_exposure(at_ease, committed_moe_check().median_error_pct).extra_gpus == 0

@@ -129,7 +129,7 @@ def test_a_class_on_several_pools_is_routed_by_weight_and_says_what_an_even_spre
     assert note == (f"**Route the {h100.traffic_class.label} class to its pools by weight**: {', '.join(pools)} "
                     f"(each pool's part of the class's rate, as certification replays it); spread evenly, each of its "
                     f"{h100.replicas + l40s.replicas} replicas would take {even:,.3f} requests/s, "
-                    f"{even / l40s.planned_rps:,.1f}× the {l40s.planned_rps:,.3f} one on l40s can carry.")
+                    f"{even / l40s.planned_rps:,.2f}× the {l40s.planned_rps:,.3f} one on l40s can carry.")
     # where an even spread stays within every replica's capacity, the weights alone (fleet_2027q1's chat_8b)
     from types import SimpleNamespace
 

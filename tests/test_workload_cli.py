@@ -136,6 +136,23 @@ BAD_INPUTS = {
 }
 
 
+def test_a_format_stated_against_the_content_says_so_not_to_rename_a_rightly_named_file(tmp_path):
+    """`--format csv` on log.parquet was told "name it .parquet", the name it had: the option is what
+    contradicts the content. A format read from the extension keeps the advice to rename."""
+    parquet = _write(tmp_path / "log.parquet", _parquet_bytes(tmp_path))
+    jsonl = _write(tmp_path / "log.jsonl", b'{"prompt_tokens": 1, "output_tokens": 2}\n')
+    one_line_error(run("histogram", parquet, "--format", "csv"), 2, f"{parquet}: is a Parquet file, not CSV text; "
+                   "--format csv contradicts the content: drop --format, or give --format parquet")
+    one_line_error(run("histogram", jsonl, "--format", "parquet"), 2, f"{jsonl}: not a Parquet file (no PAR1 magic "
+                   "bytes); it looks like JSON Lines; --format parquet contradicts the content: drop --format, or "
+                   "give --format jsonl")
+    line = one_line_error(run("histogram", jsonl, "--format", "csv"), 2, f"{jsonl}: looks like JSON, not CSV; "
+                          "--format csv contradicts the content: drop --format, or give --format jsonl")
+    assert "name it" not in line
+    named = _write(tmp_path / "log.csv", jsonl.read_bytes())
+    one_line_error(run("histogram", named), 2, f"{named}: looks like JSON, not CSV; name it .jsonl")
+
+
 @pytest.mark.parametrize("case", sorted(BAD_INPUTS))
 def test_bad_input_exits_2_with_one_line_and_leaves_no_output(tmp_path, case):
     make, expected = BAD_INPUTS[case]

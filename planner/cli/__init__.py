@@ -179,6 +179,26 @@ def _printing():
         raise InputError(f"standard output: cannot write what the command prints ({exc.strerror or exc})") from None
 
 
+class _CommandContext(click.Context):
+    """A command's context, which a usage error raised while its options are parsed names if it names
+    none: click's parser raises some without one ("Option '--out-dir' requires an argument."), and the
+    hint then pointed to 'planner --help' where the other usage errors of the command point to its own.
+    The innermost context that the error leaves is the command whose options were being parsed."""
+
+    def __exit__(self, exc_type, exc_value, tb):
+        if isinstance(exc_value, click.UsageError) and exc_value.ctx is None:
+            exc_value.ctx, exc_value.cmd = self, self.command
+        return super().__exit__(exc_type, exc_value, tb)
+
+
+def _with_command_contexts(command: click.Command) -> click.Command:
+    """`command` and its subcommands (a group's), each with a _CommandContext."""
+    command.context_class = _CommandContext
+    for sub in getattr(command, "commands", {}).values():
+        _with_command_contexts(sub)
+    return command
+
+
 def _subcommands(ctx: click.Context | None) -> list[str]:
     """The subcommands a usage error came from (the root's own name is 'python -m planner' when run
     so, which the hint would repeat)."""
@@ -223,7 +243,7 @@ def _register() -> None:
 
     for module in (kv_cmd, capacity_cmd, catalog_cmd, workload_cmd, solve_cmd, forecast_cmd, simulate_cmd):
         for command in module.COMMANDS:
-            main.add_command(command)
+            main.add_command(_with_command_contexts(command))
 
 
 _register()

@@ -51,9 +51,24 @@ class _SizingChoice(click.Choice):
 
 
 def _load_histogram(path: str) -> Histogram:
-    from planner.workload.histfile import read_histogram
+    """--histogram's histogram file. One that pyarrow cannot read is refused as a scenario's
+    traffic.source.histogram is (planner.traffic reads it through the log readers' checks first), so
+    that capacity and solve say the same of it (a file cut short has no PAR1 magic bytes; a folder
+    holds a LICENSE file that is no log by its name), not pyarrow's words. Every refusal names the
+    option, as solve's names the field."""
+    from planner.workload.histfile import UnreadableHistogram, read_histogram
+    from planner.workload.ingest import is_histogram_file
 
-    return read_histogram(path)
+    try:
+        try:
+            return read_histogram(path)
+        except UnreadableHistogram:
+            if not is_histogram_file(path):  # (its checks raise their own refusal, where they have one)
+                raise InputError("is a request log, not a histogram file; write its histogram with "
+                                 "`planner histogram LOG -o FILE.parquet`", where=str(path)) from None
+            raise
+    except InputError as exc:
+        raise InputError(f"--histogram: {exc}") from None
 
 
 @click.command()
@@ -150,7 +165,8 @@ def capacity(
     ladder = budget_ladder(dep)
     payload = ladder_payload(dep, ladder, typical_tokens)
     payload["levers"] = levers_payload(catalog, dep)
-    prof = _traffic_class(dep, histogram_file, prompt_tokens, output_tokens, shared_prefix, stated_limit)
+    notes: list[str] = []  # said once the command has succeeded: a failed run's one line is its error
+    prof = _traffic_class(dep, histogram_file, prompt_tokens, output_tokens, shared_prefix, stated_limit, notes)
     view = None
     if prof is not None:
         slo = SLO.single(ttft_s=ttft_s, tpot_ms=tpot_ms, itl_ms=itl_ms, stat=stat)
@@ -162,10 +178,12 @@ def capacity(
         raise click.UsageError("--rate-rps needs a traffic class (--histogram or --prompt-tokens/--output-tokens)")
     if as_json:
         echo_json(payload)
-        return
-    click.echo(ladder_text(catalog, dep, ladder, payload))
-    if view is not None:
-        click.echo(capacity_text(view))
+    else:
+        click.echo(ladder_text(catalog, dep, ladder, payload))
+        if view is not None:
+            click.echo(capacity_text(view))
+    for note in notes:
+        click.echo(f"note: {note}", err=True)
 
 
 def _one_traffic_source(typical_tokens, histogram_file, prompt_tokens, shared_prefix, ttft_s, tpot_ms, itl_ms) -> None:
@@ -184,9 +202,11 @@ def _one_traffic_source(typical_tokens, histogram_file, prompt_tokens, shared_pr
                                "--prompt-tokens/--output-tokens)")
 
 
-def _traffic_class(dep, histogram_file, prompt_tokens, output_tokens, shared_prefix, stated_limit=None):
+def _traffic_class(dep, histogram_file, prompt_tokens, output_tokens, shared_prefix, stated_limit,
+                   notes: list[str]):
     """The token profile of --histogram or --prompt-tokens/--output-tokens within the context
-    limit, or None without a class; usage errors name the option."""
+    limit, or None without a class; usage errors name the option. What it leaves out is added to
+    `notes`, which the command prints once it has succeeded."""
     from planner.paged import prefix_disagreement, token_profile
     from planner.plan_objects import default_limit_note, edge_at_most
 
@@ -214,8 +234,8 @@ def _traffic_class(dep, histogram_file, prompt_tokens, output_tokens, shared_pre
             raise InputError(f"no request within the context limit: all {too_long:,} exceed {dep.max_model_len:,} "
                              f"tokens{source}", where=str(histogram_file))
         if too_long:
-            click.echo(f"note: {too_long:,} request(s) exceed the {dep.max_model_len:,}-token limit{source} and are "
-                       "left out", err=True)
+            notes.append(f"{too_long:,} request(s) exceed the {dep.max_model_len:,}-token limit{source} and are "
+                         "left out")
             hist = served
     elif prompt_tokens is not None:
         if prompt_tokens + output_tokens > dep.max_model_len:

@@ -261,8 +261,6 @@ def import_hf_cmd(
         layer_kinds=parse_layer_kinds(layer_kinds) if layer_kinds is not None else None,
         state_bytes_per_layer=state_bytes_per_layer,
     )
-    for line in filter(None, model.notes.split("; ")):
-        click.echo(f"note: {line}", err=True)
     text = catalog_yaml(model)
     if out:
         done = f"wrote {out}: model '{name}' ({_billions(model.params_total)}B parameters)"  # before writing: all or nothing
@@ -270,6 +268,9 @@ def import_hf_cmd(
         click.echo(done)
     else:
         click.echo(text, nl=False)
+    # once the entry is out: a run that fails prints its error alone, one line
+    for line in filter(None, model.notes.split("; ")):
+        click.echo(f"note: {line}", err=True)
 
 
 COMMANDS = [catalog]

@@ -304,6 +304,11 @@ def _check_marginals(bins: dict[str, np.ndarray], count: np.ndarray, fine: dict,
             )
 
 
+class UnreadableHistogram(InputError):
+    """A histogram file that pyarrow could not read, in pyarrow's words: a caller that reads its input
+    through the log readers' checks only now (planner.cli.capacity_cmd) tells their clearer ones."""
+
+
 def read_histogram(path: str | os.PathLike) -> Histogram:
     """The Histogram in a histogram file (a Parquet file, or a folder of part files).
 
@@ -340,7 +345,7 @@ def read_histogram_and_metadata(path: str | os.PathLike) -> tuple[Histogram, His
         table = dataset.to_table()
         parts = {file: read_file_metadata(file) for file in dataset.files}
     except (pa.ArrowInvalid, OSError, ValueError) as exc:
-        raise InputError(f"cannot read as a Parquet histogram file: {exc}", where=where) from None
+        raise UnreadableHistogram(f"cannot read as a Parquet histogram file: {exc}", where=where) from None
     meta = combined(parts, where) if parts else HistogramFileMetadata()
     return histogram_from_table(table, where), meta
 

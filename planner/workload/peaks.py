@@ -127,6 +127,11 @@ class NoPeakError(InputError):
     """A per-minute peak of 0 requests/s: the log's measured minutes hold (almost) no arrival."""
 
 
+class ShortSpanError(InputError):
+    """Arrivals over too few minutes of the clock to measure a per-minute peak: a log's message, which a
+    caller whose source is no log (a synthetic draw: planner.traffic) says in its own settings' words."""
+
+
 def whole_minutes(counts: np.ndarray) -> np.ndarray:
     """The minutes a log covers whole: without its first and last, which it starts and ends
     within (a log of 250 s touches 5 minutes, the last with 10 s of traffic; counting it as
@@ -188,7 +193,7 @@ def peak_rate_rps(
         )
     counts = whole_minutes(touched)
     if not counts.size:
-        raise InputError(
+        raise ShortSpanError(
             f"the arrivals span {touched.size} minute(s) of the clock, too short to measure a per-minute peak "
             f"(the first and last are partial; {MIN_WHOLE_MINUTES + 2} are needed): give a longer log, or state "
             "the peak with peak: {method: explicit, rps: ...}; or are its times in a larger unit than they were "

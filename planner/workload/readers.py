@@ -134,16 +134,16 @@ def _with_format(hint: str, otherwise: str = "") -> str:
     return otherwise if option is None else hint.format(option)
 
 
-def sniff(path: Path, fmt: str, *, part: bool = False) -> None:
+def sniff(path: Path, fmt: str, *, part: bool = False, stated: bool = False) -> None:
     """Refuse a file whose first bytes contradict its format (InputError naming the file); in a
     folder, each of its files (`part`), by name, for what its bytes are (a gzip or Parquet part of
     a CSV folder printed its bytes under the folder's name, and a gzip part of a JSON Lines folder
     was read as unusable rows); a JSON Lines part whose first line is not an object counts its
     lines as unusable rows, as a broken line does, and an empty one counts nothing (rotation leaves
-    them)."""
+    them). `stated`: the format is --format's, not the extension's (_remedy)."""
     if path.is_dir():
         for file in arrow_data_files(path):
-            sniff(file, fmt, part=True)
+            sniff(file, fmt, part=True, stated=stated)
         return
     where = str(path)
     if path.exists() and not path.is_file():  # a pipe or a device: opening a pipe would wait for a writer
@@ -168,12 +168,12 @@ def sniff(path: Path, fmt: str, *, part: bool = False) -> None:
     if fmt == "parquet":
         if head[:4] != b"PAR1" or tail != b"PAR1":
             raise InputError(
-                f"not a Parquet file (no PAR1 magic bytes){_looks_like(head)}", where=where
+                f"not a Parquet file (no PAR1 magic bytes){_looks_like(head, stated)}", where=where
             )
         return
     if head[:4] == b"PAR1":
         raise InputError(
-            f"is a Parquet file, not {fmt.upper()} text; name it .parquet", where=where
+            f"is a Parquet file, not {fmt.upper()} text; {_remedy('parquet', fmt, stated)}", where=where
         )
     if b"\x00" in head:
         raise InputError(f"is binary, not {fmt.upper()} text", where=where)
@@ -189,19 +189,31 @@ def sniff(path: Path, fmt: str, *, part: bool = False) -> None:
             ) from None
     first = head.removeprefix(_BOM).lstrip()[:1]
     if fmt == "csv" and first in (b"{", b"["):
-        raise InputError("looks like JSON, not CSV; name it .jsonl", where=where)
+        raise InputError(f"looks like JSON, not CSV; {_remedy('jsonl', fmt, stated)}", where=where)
     if fmt == "jsonl" and first != b"{" and not part:
         kind = "a JSON array" if first == b"[" else "text whose first line is not a JSON object"
         raise InputError(f"is {kind}, not JSON Lines (one object per line)", where=where)
 
 
-def _looks_like(head: bytes) -> str:
+def _looks_like(head: bytes, stated: bool) -> str:
     text = head.lstrip()[:1]
     if text == b"{":
-        return "; it looks like JSON Lines: name it .jsonl"
-    if head and b"\x00" not in head and b"," in head.split(b"\n", 1)[0]:
-        return "; it looks like CSV: name it .csv"
-    return ""
+        looks, name = "jsonl", "JSON Lines"
+    elif head and b"\x00" not in head and b"," in head.split(b"\n", 1)[0]:
+        looks, name = "csv", "CSV"
+    else:
+        return ""
+    return f"; it looks like {name}{'; ' if stated else ': '}{_remedy(looks, 'parquet', stated)}"
+
+
+def _remedy(looks: str, fmt: str, stated: bool) -> str:
+    """What to do about a file read as `fmt` whose bytes are `looks`: name it so, where its extension
+    chose `fmt`; where --format stated `fmt`, the option is what contradicts the file (told to rename a
+    file that already had the right name, the user was sent the wrong way)."""
+    if not stated:
+        return f"name it .{looks}"
+    option = suggested("format") or "the format"
+    return f"{option} {fmt} contradicts the content: drop {option}, or give {option} {looks}"
 
 
 class LogReader:
@@ -218,7 +230,7 @@ class LogReader:
         self.format = detect_format(self.path, fmt)
         if self.format != "parquet" and self.path.is_dir():
             refuse_folder_links(self.path, self.format)
-        sniff(self.path, self.format)
+        sniff(self.path, self.format, stated=fmt != "auto")
         arrow_readable_names(self.path)
         self.skipped = {"null": 0, "non_numeric": 0}
         # files of a folder that lack columns the others have (read as nulls), filled in as they are read
