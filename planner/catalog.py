@@ -352,18 +352,21 @@ class Engine(_Frozen):
     # Defaults that depend on the GPU, first match wins; the fields above are the profile's own
     # (a GPU no tier holds keeps them).
     gpu_tiers: tuple[SchedulerTier, ...] = ()
-    vendors: tuple[str, ...] | None = Field(
-        None, description="GPU vendors the engine runs on, as the GPUs' `vendor` names them (TensorRT-LLM: NVIDIA "
-        "only) [default: any]")
+    vendors: tuple[Label, ...] | None = Field(
+        None, min_length=1, description="the only GPU vendors the engine runs on, each a word of a GPU's `vendor` "
+        "(TensorRT-LLM: NVIDIA) [default: any; vLLM and SGLang run on several makers' devices, some through "
+        "plugins]")
     source: str
 
     def runs_on_problem(self, gpu: GPU) -> str | None:
-        """Why this engine cannot serve on `gpu` (its vendor is not one the engine runs on), or None: a plan
-        of TensorRT-LLM on an AMD GPU cannot be deployed, whatever its numbers."""
-        if self.vendors is None or gpu.vendor.casefold() in {v.casefold() for v in self.vendors}:
+        """Why this engine cannot serve on `gpu` (no word of its `vendor` is one the engine runs on), or
+        None: a plan of TensorRT-LLM on an AMD GPU cannot be deployed, whatever its numbers. A word, so that
+        a catalog entry's 'NVIDIA Corporation' is NVIDIA's."""
+        words = set(gpu.vendor.casefold().replace(",", " ").split())
+        if self.vendors is None or any(v.casefold() in words for v in self.vendors):
             return None
-        return (f"engine '{self.id}' ({self.name}) runs on {' and '.join(self.vendors)} GPUs only; "
-                f"{gpu.id} is {gpu.vendor}'s")
+        return (f"engine '{self.id}' ({self.name}) runs on {' and '.join(self.vendors)} GPUs only; {gpu.id} is "
+                f"{gpu.vendor}'s (the GPU's `vendor` and the engine's `vendors` in the catalog say so)")
 
     @model_validator(mode="after")
     def _starts(self) -> Engine:

@@ -231,10 +231,12 @@ def cost_figure(rows: list[tuple[str, float]], *, title: str, chosen: str | None
 
 
 @_DRAWING
-def target_figure(points: list[tuple[float, float]], *, xlabel: str, title: str, stated: float | None = None) -> bytes:
+def target_figure(points: list[tuple[float, float]], *, xlabel: str, title: str, stated: float | None = None,
+                  multiples: bool = False) -> bytes:
     """Cost per hour against a latency target (the plan's own target among the points, a tick at
     each target tried, the `stated` one's point marked): what a stricter target costs. Infeasible
-    points are left out (the report names them)."""
+    points are left out (the report names them). multiples: the points' x are multiples of the stated
+    targets, ticked ×0.5, ×1, ..."""
     # A set: the plan's own point comes twice (the plan, and the sweep at x1), drawn once.
     points = sorted({(x, c) for x, c in points if np.isfinite(c)})
     fig = _figure(figsize=(7, 4))
@@ -249,7 +251,8 @@ def target_figure(points: list[tuple[float, float]], *, xlabel: str, title: str,
     for x, c in points:
         ax.text(x, c, f"${rounded_usd(c, 0):,}", transform=above, ha="center", fontsize="small")
     if points:
-        ax.set_xticks(sorted({x for x, _ in points}))
+        ticks = sorted({x for x, _ in points})
+        ax.set_xticks(ticks, [f"×{x:g}" for x in ticks] if multiples else None)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("cost per hour (USD)")
     ax.set_ylim(bottom=0, top=max((c for _, c in points), default=1) * 1.2)

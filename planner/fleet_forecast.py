@@ -58,6 +58,7 @@ from planner.forecast_outputs import (
     span_totals,
     summed,
     table_file,
+    unverified_speed_lines,
     write_texts,
 )
 from planner.plan_json import uncertified_message
@@ -362,6 +363,7 @@ def fleet_forecast_markdown(name: str, results: list[FleetQuarter], fleet: Fleet
         "",
         *not_served(first.plan.plans),
         *model_only_lines([p for r in results for p in r.plan.plans], services=True),
+        *unverified_speed_lines([p for r in results for p in r.plan.plans], services=True),
         "Every quarter is one ILP over every service, commitments shared, planned afresh: a service may move to other "
         "GPU types from one quarter to the next.",
         "",

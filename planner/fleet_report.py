@@ -37,7 +37,7 @@ from planner.units import (
     usd_rate_text,
     usd_text,
 )
-from planner.verification import unverified_speed
+from planner.verification import UNVERIFIED_WHAT, unverified_speed
 
 # The joint ILP ranks equal-cost fleets by GPUs, then pools, then split thresholds; fleets equal on
 # all of these but dividing the types otherwise between services are the solver's pick, which its
@@ -140,7 +140,7 @@ def unverified_services(plans) -> list[str]:
     found = [(p.scenario.name, u) for p in plans for u in unverified_speed(p)]
     if not found:
         return []
-    what = {"gpu": "GPU with borrowed efficiency factors", "model": "a mixture of experts"}
+    what = UNVERIFIED_WHAT
     exposed = fleet_exposure(plans)
     more = ""
     if exposed:
@@ -150,8 +150,8 @@ def unverified_services(plans) -> list[str]:
                 + (f"covering the rates they plan for takes {gpus_text(gpus)} more (+{usd_text(usd)}/hour at on-demand "
                    "prices) on throughput alone" if gpus else
                    "their spare capacity still covers the rates they plan for on throughput alone")
-                + (", at most where a class is counted at the rate its pool held its targets at, not at its limit"
-                   if gpus and exposed["held_classes"] else ""))
+                + (" (fewer where a class is counted at the rate its pool held its targets at in simulation, below a "
+                   "limit no search found)" if gpus and exposed["held_classes"] else ""))
     return ["**Speed not backed by a measurement of its own**: "
             + ", ".join(f"{name} ({u.id}, {what[u.kind]})" for name, u in found)
             + more + "; their sections say how far the model may be off.", ""]

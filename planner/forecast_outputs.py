@@ -60,6 +60,7 @@ from planner.units import (
     usd_text,
     utilisation_text,
 )
+from planner.verification import UNVERIFIED_WHAT, unverified_speed
 from planner.worker_pool import draw
 
 DAYS_PER_QUARTER = HOURS_PER_QUARTER / 24
@@ -629,6 +630,26 @@ def model_only_lines(plans: Sequence, *, services: bool = False) -> list[str]:
             f"`--no-verify`), so no pool was replayed; {then}.", ""]
 
 
+def unverified_speed_lines(plans: Sequence, *, services: bool = False) -> list[str]:
+    """A line and a blank one naming what in the quarters' plans no measurement backs
+    (planner.verification: a GPU with borrowed efficiency factors, a mixture of experts), or nothing:
+    every quarter's GPUs and cost rest on the speed model there. The plans' reports lead with it; the
+    forecast said nothing of it (an outside reading of fleet_2027q1's, whose fleet report warns that two
+    services' speed may be overstated by 81%, at 3 GPUs more). services: a fleet's, each named."""
+    found: dict[tuple, str] = {}
+    for plan in plans:
+        for u in unverified_speed(plan):
+            whose = f"{plan.scenario.name} ({u.id}, {UNVERIFIED_WHAT[u.kind]})" if services else (
+                f"{u.id} ({UNVERIFIED_WHAT[u.kind]})")
+            found.setdefault((plan.scenario.name if services else "", u.kind, u.id), whose)
+    if not found:
+        return []
+    report = "the fleet's report (`planner solve` on the fleet file)" if services else "the plan's report (`planner solve`)"
+    return [f"**Speed not backed by a measurement of its own**, in the quarters' plans: {', '.join(found.values())}; "
+            f"every quarter's GPUs and cost rest on the speed model there: {report} says how far it may be off and "
+            "what the plan would need more if it is.", ""]
+
+
 def certified_flag(plans: Sequence) -> bool | None:
     """`certified` of a forecast's --json: whether every quarter's plan held in simulation (false only
     for a stated fleet's audit that missed: a planned quarter that cannot be certified stops the forecast,
@@ -656,6 +677,7 @@ def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: st
         + after_end_headline(total["committed_after_end_usd"], last.quarter, _unpriced_at_the_end(results)) + ".**",
         "",
         *model_only_lines([r.plan for r in results]),
+        *unverified_speed_lines([r.plan for r in results]),
         "| Quarter | Demand × base | Peak req/s | Deployment | GPUs (change) | Reserved: in use / idle | $/hour: on demand + "
         "reserved + idle = total | $/quarter | $/M tokens at peak (blended / input / output) | $/M tokens at the day's "
         "volume (blended / input / output) | Utilisation peak / mean |",

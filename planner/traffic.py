@@ -170,7 +170,8 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
                                      growth=1.0)
     except ShortSpanError as exc:
         if src.synthetic is not None:  # no log, no time unit: the draw's own count is what falls short
-            raise InputError(_synthetic_too_short(src.synthetic.requests, rate, hist)) from None
+            raise InputError(_synthetic_too_short(src.synthetic.requests, rate, hist,
+                                                  peak.quantile if peak.method == "quantile" else None)) from None
         if doubts:
             # epoch seconds stated as milliseconds squeeze an hour into 3.6 s: the run fails here, where a
             # warning would never be printed (a failed run's one line is its error), so the error gives
@@ -254,7 +255,7 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
     span_mean = profile.busiest_hour_rps is None and scn.traffic.mean_rps is None
     silence = silence_note(hist, measured_day=measured_day, mean_from_span=span_mean,
                            peak_quantile=peak.quantile if peak.method == "quantile" and not weekly else None)
-    if silence:
+    if silence and src.synthetic is None:  # a synthetic draw's silent hours are its Poisson arrivals' own, at the rate stated
         notes.append(silence)
         warnings.append(silence)
     # arrivals on a lattice (a clock rounded to the hour, or bursts on a schedule), said where they are read
@@ -274,7 +275,15 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
     return Traffic(hist, measured, mean, tuple(notes), profile, requests, tuple(warnings))
 
 
-def _synthetic_too_short(requests: int, rate: float, hist: Histogram) -> str:
+def _quiet_rate_rps(quantile: float) -> float:
+    """The rate below which fewer than 1 − `quantile` of a Poisson source's minutes hold an arrival, so that
+    its per-minute peak at that quantile is 0: a minute is empty with probability e^(−60 × rate)."""
+    from planner.workload.peaks import SECONDS_PER_MINUTE
+
+    return -math.log(quantile) / SECONDS_PER_MINUTE
+
+
+def _synthetic_too_short(requests: int, rate: float, hist: Histogram, quantile: float | None) -> str:
     """Why a synthetic source's draw measures no per-minute peak, in its settings' words: too few requests
     at its rate for MIN_WHOLE_MINUTES whole minutes, and the count that spans them whatever the seed.
     Whole minutes between the first and last arrival's take (MIN_WHOLE_MINUTES + 1) minutes between
@@ -288,6 +297,10 @@ def _synthetic_too_short(requests: int, rate: float, hist: Histogram) -> str:
     more = (f"draw more, traffic.source.synthetic.requests: {needed:,} or more at this rate" if
             needed <= MAX_SYNTHETIC_REQUESTS else
             f"at this rate the most traffic.source.synthetic.requests may draw, {MAX_SYNTHETIC_REQUESTS:,}, spans too few")
+    if quantile is not None and rate <= _quiet_rate_rps(quantile):  # more of the same would then read a peak of 0
+        more = (f"raise traffic.source.synthetic.rate_rps well above {_quiet_rate_rps(quantile):.3g} requests/s (below it "
+                f"fewer than {1 - quantile:.3g} of its minutes hold an arrival, and the peak at that quantile is 0), "
+                "with requests enough for several minutes")
     return (f"the synthetic source's {requests:,} requests at {rate:g} requests/s span {per_minute_counts(hist).size} "
             f"minute(s) of the clock, too short to measure a per-minute peak (the first and last are partial; "
             f"{MIN_WHOLE_MINUTES + 2} are needed): {more}, or state the peak with peak: {{method: explicit, rps: ...}}")
@@ -297,9 +310,9 @@ def _synthetic_no_peak(requests: int, rate: float, hist: Histogram, quantile: fl
     """Why a synthetic source's per-minute peak is 0, in its settings' words. Its silent minutes are its
     Poisson arrivals' own, not a gap in the logging: a minute holds none with probability e^(−60 × rate),
     so the `quantile` of its minutes holds an arrival once that is below `quantile`, above −ln(quantile) / 60
-    requests/s (a draw near that rate may still read 0). With no arrival in any whole minute, the draw is
-    too small."""
-    from planner.workload.peaks import SECONDS_PER_MINUTE, per_minute_counts, whole_minutes
+    requests/s (_quiet_rate_rps; a draw near that rate, either side, reads 0 about as often as not, so the
+    message asks for a rate well above it). With no arrival in any whole minute, the draw is too small."""
+    from planner.workload.peaks import per_minute_counts, whole_minutes
 
     counts = whole_minutes(per_minute_counts(hist))
     busy = int(np.count_nonzero(counts))
@@ -308,10 +321,14 @@ def _synthetic_no_peak(requests: int, rate: float, hist: Histogram, quantile: fl
         return (f"peak rate is 0 req/s: none of the {counts.size:,} whole minutes of {said} has an arrival (the "
                 "partial first and last minutes are not measured): draw more, traffic.source.synthetic.requests, "
                 "or state the peak with peak: {method: explicit, rps: ...}")
-    least = -math.log(quantile) / SECONDS_PER_MINUTE
+    least = _quiet_rate_rps(quantile)
+    # Near `least` a draw reads 0 about as often as not, whichever side of it: the rate must clear it by a margin
+    # (a stated rate already above it read "raise it above" a rate it exceeded: an audit, q 0.5 at 0.012 req/s).
+    near = (f"at {rate:g} requests/s, near {least:.3g}, a draw's minutes with an arrival fall short of it by chance"
+            if rate > least else f"below {least:.3g} requests/s fewer than {1 - quantile:.3g} of the minutes hold one")
     return (f"peak rate is 0 req/s: {said} arrive in {busy:,} of its {counts.size:,} whole minutes, too few for "
-            f"their {quantile:g} quantile to hold an arrival (more than {1 - quantile:.3g} of them must): raise "
-            f"traffic.source.synthetic.rate_rps above {least:.3g} requests/s, or state the peak with peak: "
+            f"their {quantile:g} quantile to hold an arrival (more than {1 - quantile:.3g} of them must; {near}): raise "
+            f"traffic.source.synthetic.rate_rps well above {least:.3g} requests/s, or state the peak with peak: "
             "{method: explicit, rps: ...}")
 
 

@@ -51,8 +51,8 @@ class Exposure:
                 f"replica{'' if one else 's'} (where a class runs short, on its pool that costs least per request/s)"
                 f"{left_out}: "
                 f"+{gpus_text(self.extra_gpus)}, +{usd_text(self.extra_usd_per_hour)}/hour at on-demand prices; that is "
-                "throughput alone, a floor where a pool is counted at its limit: slower steps also lengthen TTFT and "
-                f"TPOT, which can need more{held}")
+                f"throughput alone, a floor{' where a pool is counted at its limit' if held else ''}: slower steps also "
+                f"lengthen TTFT and TPOT, which can need more{held}")
 
 
 @dataclass(frozen=True)
@@ -115,6 +115,10 @@ def throughput_exposure(plan: Plan, overstated_pct: float) -> Exposure:
         extra_usd += more * best.gpus_per_replica * best.usd_per_gpu_hour
         held += bool(more) and any(p.planned_by == "held" for p in pools if p.planned_rps > 0)
     return Exposure(overstated_pct, extra_replicas, extra_gpus, extra_usd, unsized, held)
+
+
+# How a warning names what is unverified, by Unverified.kind (the fleet report's headline, a forecast's).
+UNVERIFIED_WHAT = {"gpu": "GPU with borrowed efficiency factors", "model": "a mixture of experts"}
 
 
 @dataclass(frozen=True)

@@ -140,6 +140,9 @@ def test_target_figure_has_a_tick_at_each_target_tried_and_each_cost_written_onc
     assert list(ax.get_xticks()) == [1.0, 1.5, 2.0, 3.0, 4.0]  # the infeasible 0.5 left out
     assert [t.get_text() for t in ax.texts] == ["$144", "$78", "$78", "$78", "$78"]
     assert ax.get_ylim() == pytest.approx((0, 143.8 * 1.2))
+    # multiples of the stated targets (a report's TTFT sweep, every band's limit at once) are ticked so
+    [(fig, _)] = _drawn(monkeypatch, lambda: figures.target_figure(_POINTS, xlabel="x", title="t", multiples=True))
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["×1", "×1.5", "×2", "×3", "×4"]
 
 
 def test_titles_sit_where_matplotlib_places_them(monkeypatch):

@@ -822,6 +822,11 @@ def test_the_infeasible_message_names_the_class_and_never_empty_caps(tmp_path):
     one_line_error(run("solve", scenario(tmp_path, sed, name="wide.yaml"), "--no-verify", "--no-report"), 3,
                    "the inventory caps (h100-sxm ≤ 3 GPUs) allow at most 0 req/s; one replica takes more GPUs than its "
                    "type's cap: h100-sxm tp 4 > 3 GPUs (lower tp or raise the cap)")
+    # where a narrower tp was offered and serves nothing (a 70B model on one GPU), only the cap can move
+    seventy = sed.replace("model: llama-3.1-8b", "model: llama-3.1-70b").replace("max_gpus: 3", "max_gpus: 1")
+    one_line_error(run("solve", scenario(tmp_path, seventy.replace("tp: [4]", "tp: [1, 2]"), name="w70.yaml"),
+                       "--no-verify", "--no-report"), 3,
+                   "h100-sxm tp 2 > 1 GPU (raise the cap: no narrower tp offered serves the class)")
 
 
 # ---- found by the property tests (tests/test_fuzz_*.py) ------------------------------------
@@ -1122,7 +1127,7 @@ def test_a_synthetic_source_too_slow_for_its_peak_quantile_names_its_rate_not_a_
     r = run("solve", _synthetic_scenario(tmp_path, "{name: chat, requests: 2000, rate_rps: 0.0001}"), "--no-report")
     line = one_line_error(r, 2, "traffic: peak rate is 0 req/s: the synthetic source's 2,000 requests at 0.0001 "
                           "requests/s arrive in ", "too few for their 0.99 quantile to hold an arrival",
-                          "raise traffic.source.synthetic.rate_rps above 0.000168 requests/s",
+                          "raise traffic.source.synthetic.rate_rps well above 0.000168 requests/s",
                           "peak: {method: explicit, rps: ...}")
     assert "log" not in line and "gap" not in line and "stray" not in line, line
     # two requests, both in the partial first and last minutes: the draw is too small
@@ -1131,6 +1136,23 @@ def test_a_synthetic_source_too_slow_for_its_peak_quantile_names_its_rate_not_a_
                           "source's 2 requests at 0.001 requests/s has an arrival", "draw more, "
                           "traffic.source.synthetic.requests")
     assert "log" not in line, line
+    # a rate already above that threshold, by a little, is not told to rise above it (an audit: 0.012 req/s at q 0.5,
+    # whose threshold is 0.0116, read "raise ... above 0.0116"); nor is a draw too short at a rate under it told
+    # to draw more at that rate, which would then read a peak of 0
+    near = scenario(tmp_path, BASE.replace(
+        "  source: {constant: {prompt_tokens: 1000, output_tokens: 200}}\n  peak: {method: explicit, rps: 4}",
+        "  source: {synthetic: {name: chat, requests: 2000, rate_rps: 0.0117, seed: 1}}\n"
+        "  peak: {method: quantile, quantile: 0.5}"), name="near.yaml")
+    one_line_error(run("solve", near, "--no-report", "--no-verify"), 2,  # (seed 1's draw reads 0; seed 2's holds)
+                   "at 0.0117 requests/s, near 0.0116, a draw's minutes with an arrival fall short of it by chance",
+                   "well above 0.0116")
+    short = run("solve", _synthetic_scenario(tmp_path, "{name: chat, requests: 1, rate_rps: 0.0001}"), "--no-report")
+    line = one_line_error(short, 2, "raise traffic.source.synthetic.rate_rps well above 0.000168 requests/s")
+    assert "requests: " not in line.split("):")[-1].split(", or state")[0], line
+    # a draw slow enough for hours without an arrival, yet measurable, plans without a log's warning of them
+    r = run("solve", _synthetic_scenario(tmp_path, "{name: chat, requests: 2000, rate_rps: 0.0002}"), "--no-report",
+            "--no-verify")
+    assert r.exit_code == 0 and "holds no request" not in r.output and "gap" not in r.stderr, r.output
 
 
 def test_synth_refuses_a_log_longer_than_a_log_may_span(tmp_path):
@@ -3165,17 +3187,28 @@ def test_an_engine_on_another_vendor_s_gpu_is_refused(tmp_path, catalog):
     on AMD's GPUs too, and an engine that states no vendors (a user's own profile) runs on any GPU."""
     path = scenario(tmp_path, BASE.replace("gpus: [h100-sxm]", "gpus: [h100-sxm, mi300x]") + "engine: trtllm\n")
     one_line_error(run("solve", path, "--no-verify", "--out-dir", tmp_path / "out"), 2, "s.yaml",
-                   "engine: engine 'trtllm' (TensorRT-LLM) runs on NVIDIA GPUs only; mi300x is AMD's (gpus[1])")
+                   "engine: engine 'trtllm' (TensorRT-LLM) runs on NVIDIA GPUs only; mi300x is AMD's (the GPU's "
+                   "`vendor` and the engine's `vendors` in the catalog say so) (gpus[1])")
     assert leftovers(tmp_path / "out") == []
     one_line_error(run("capacity", "llama-3.1-8b", "mi300x", "--engine", "trtllm"), 2,
                    "engine 'trtllm' (TensorRT-LLM) runs on NVIDIA GPUs only; mi300x is AMD's")
     for engine in ("vllm", "sglang"):
         assert run("capacity", "llama-3.1-8b", "mi300x", "--engine", engine).exit_code == 0, engine
     assert run("capacity", "llama-3.1-8b", "h100-sxm", "--engine", "trtllm").exit_code == 0
-    mi300x = catalog.gpu("mi300x")
-    assert catalog.engine("trtllm").runs_on_problem(catalog.gpu("h100-sxm")) is None
+    mi300x, h100 = catalog.gpu("mi300x"), catalog.gpu("h100-sxm")
+    assert catalog.engine("trtllm").runs_on_problem(h100) is None
     assert catalog.engine("trtllm").model_copy(update={"vendors": None}).runs_on_problem(mi300x) is None
-    assert catalog.engine("vllm").runs_on_problem(mi300x.model_copy(update={"vendor": "amd"})) is None  # any case
+    # a word of the GPU's vendor, in any case: a catalog entry's "NVIDIA Corporation" is NVIDIA's
+    assert catalog.engine("trtllm").runs_on_problem(h100.model_copy(update={"vendor": "nvidia Corporation"})) is None
+    # vLLM and SGLang run on several makers' devices (some through plugins): a GPU a user adds is not refused
+    assert catalog.engine("vllm").runs_on_problem(h100.model_copy(update={"vendor": "Intel"})) is None
+    listed = run("catalog", "engines").output
+    assert re.search(r"^trtllm .* NVIDIA +TensorRT-LLM$", listed, re.M) and re.search(r"^vllm .* any +vLLM", listed, re.M)
+    # an engine that runs on no maker is no profile
+    override = tmp_path / "none.yaml"
+    override.write_text("engines: {trtllm: {vendors: []}}\n")
+    one_line_error(run("capacity", "llama-3.1-8b", "h100-sxm", "--engine", "trtllm", "--catalog", override), 2,
+                   "engines.trtllm.vendors")
 
 
 def test_import_hf_that_fails_prints_its_error_alone(tmp_path):

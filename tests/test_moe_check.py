@@ -132,11 +132,12 @@ def test_a_plan_on_a_mixture_of_experts_carries_its_exposure_in_report_and_json(
     assert entry["exposure"] == {"speed_overstated_pct": e, "extra_replicas": more, "extra_gpus": more * pool.config.tp,
                                  "extra_usd_per_hour": exposure.extra_usd_per_hour, "unsized_classes": 0,
                                  "held_classes": 0}
-    assert "a floor where a pool is counted at its limit" in exposure.text() and "may need fewer" not in exposure.text()
+    assert "that is throughput alone, a floor: slower steps" in exposure.text() and "may need" not in exposure.text()
     # a pool counted at a rate it held its targets at (its limit, above, not searched): the count may overstate
     held = dataclasses.replace(moe, pools=[dataclasses.replace(pool, planned_by="held")])
     assert throughput_exposure(held, e).held_classes == 1
-    assert ("one class short is counted at the rate its pool held its targets at in simulation, below a limit no "
+    assert ("a floor where a pool is counted at its limit: slower steps also lengthen TTFT and TPOT, which can need "
+            "more; one class short is counted at the rate its pool held its targets at in simulation, below a limit no "
             "search found, and may need fewer") in throughput_exposure(held, e).text()
     assert throughput_exposure(held, 0.0).held_classes == 0  # (not short: nothing to qualify)
     # a speed model that is right needs nothing more; a worse error never needs less
@@ -163,11 +164,28 @@ def test_the_fleet_headline_adds_up_the_exposure_of_its_mixtures_of_experts(cata
             f"(+${2 * one.extra_usd_per_hour:,.2f}/hour at on-demand prices) on throughput alone;") in line
     held = [dataclasses.replace(p, pools=[dataclasses.replace(p.pools[0], planned_by="held")]) for p in plans]
     (line, _) = unverified_services(held)
-    assert ("on throughput alone, at most where a class is counted at the rate its pool held its targets at, not at "
-            "its limit;") in line
+    assert ("on throughput alone (fewer where a class is counted at the rate its pool held its targets at in "
+            "simulation, below a limit no search found);") in line
     # where their spare capacity covers the slowdown, the line says so rather than "0 GPUs more"
     at_ease = _moe_plan(catalog, 5.0)
     assert throughput_exposure(at_ease, committed_moe_check().median_error_pct).extra_gpus == 0
     (line, _) = unverified_services([at_ease])
     assert "their spare capacity still covers the rates they plan for on throughput alone" in line
     assert "0 GPUs" not in line
+
+
+def test_a_forecast_names_the_speed_its_quarters_rest_on(catalog):
+    """A forecast priced every quarter on a speed no measurement backs without a word, where the plan's
+    report leads with it (fleet_2027q1's forecast, its fleet report warning of 3 GPUs more at the median
+    MoE error): its Markdown says so, once per service and model however many quarters."""
+    from planner.forecast_outputs import unverified_speed_lines
+
+    moe = _moe_plan(catalog)
+    assert unverified_speed_lines([moe, moe]) == [
+        "**Speed not backed by a measurement of its own**, in the quarters' plans: qwen3-30b-a3b (a mixture of "
+        "experts); every quarter's GPUs and cost rest on the speed model there: the plan's report (`planner solve`) "
+        "says how far it may be off and what the plan would need more if it is.", ""]
+    named = [dataclasses.replace(moe, scenario=moe.scenario.model_copy(update={"name": n})) for n in ("a", "b", "a")]
+    (line, _) = unverified_speed_lines(named, services=True)
+    assert ("in the quarters' plans: a (qwen3-30b-a3b, a mixture of experts), b (qwen3-30b-a3b, a mixture of experts); "
+            "every quarter's") in line and "the fleet's report (`planner solve` on the fleet file)" in line

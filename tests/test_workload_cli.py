@@ -151,6 +151,10 @@ def test_a_format_stated_against_the_content_says_so_not_to_rename_a_rightly_nam
     assert "name it" not in line
     named = _write(tmp_path / "log.csv", jsonl.read_bytes())
     one_line_error(run("histogram", named), 2, f"{named}: looks like JSON, not CSV; name it .jsonl")
+    # where the name says what --format says, dropping the option would not help: it says which format to give
+    line = one_line_error(run("histogram", named, "--format", "csv"), 2, f"{named}: looks like JSON, not CSV; "
+                          "--format csv contradicts the content: give --format jsonl")
+    assert "drop" not in line
 
 
 @pytest.mark.parametrize("case", sorted(BAD_INPUTS))

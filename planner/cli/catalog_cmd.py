@@ -166,8 +166,9 @@ def dtypes_cmd(as_json: bool, catalog_files: tuple[str, ...]) -> None:
 @catalog_option
 def engines_cmd(as_json: bool, catalog_files: tuple[str, ...]) -> None:
     """Serving-engine profiles: how each sizes the KV cache (rule and memory
-    fraction), its block size, and its step limits (token budget and sequences),
-    by GPU where the engine's defaults depend on it (tokens/sequences).
+    fraction), its block size, its step limits (token budget and sequences),
+    by GPU where the engine's defaults depend on it (tokens/sequences), and the
+    GPU makers it runs on where it runs on some only (TensorRT-LLM: NVIDIA).
 
     \b
     Example:
@@ -175,9 +176,9 @@ def engines_cmd(as_json: bool, catalog_files: tuple[str, ...]) -> None:
     """
     cat = get_catalog(catalog_files)
     _show(cat.engines.values(), as_json,
-          ["id", "rule", "fraction", "block_size", "max_batched_tokens", "max_seqs", "by_gpu", "name"],
+          ["id", "rule", "fraction", "block_size", "max_batched_tokens", "max_seqs", "by_gpu", "runs_on", "name"],
           lambda e: [e.id, e.rule, e.memory_fraction, e.block_size, e.max_num_batched_tokens, e.max_num_seqs,
-                     _tiers(e), e.name])
+                     _tiers(e), ", ".join(e.vendors) if e.vendors else "any", e.name])
 
 
 def _tiers(engine: Any) -> str:

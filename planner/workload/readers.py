@@ -168,12 +168,12 @@ def sniff(path: Path, fmt: str, *, part: bool = False, stated: bool = False) -> 
     if fmt == "parquet":
         if head[:4] != b"PAR1" or tail != b"PAR1":
             raise InputError(
-                f"not a Parquet file (no PAR1 magic bytes){_looks_like(head, stated)}", where=where
+                f"not a Parquet file (no PAR1 magic bytes){_looks_like(head, stated, path)}", where=where
             )
         return
     if head[:4] == b"PAR1":
         raise InputError(
-            f"is a Parquet file, not {fmt.upper()} text; {_remedy('parquet', fmt, stated)}", where=where
+            f"is a Parquet file, not {fmt.upper()} text; {_remedy('parquet', fmt, stated, path)}", where=where
         )
     if b"\x00" in head:
         raise InputError(f"is binary, not {fmt.upper()} text", where=where)
@@ -189,13 +189,13 @@ def sniff(path: Path, fmt: str, *, part: bool = False, stated: bool = False) -> 
             ) from None
     first = head.removeprefix(_BOM).lstrip()[:1]
     if fmt == "csv" and first in (b"{", b"["):
-        raise InputError(f"looks like JSON, not CSV; {_remedy('jsonl', fmt, stated)}", where=where)
+        raise InputError(f"looks like JSON, not CSV; {_remedy('jsonl', fmt, stated, path)}", where=where)
     if fmt == "jsonl" and first != b"{" and not part:
         kind = "a JSON array" if first == b"[" else "text whose first line is not a JSON object"
         raise InputError(f"is {kind}, not JSON Lines (one object per line)", where=where)
 
 
-def _looks_like(head: bytes, stated: bool) -> str:
+def _looks_like(head: bytes, stated: bool, path: Path) -> str:
     text = head.lstrip()[:1]
     if text == b"{":
         looks, name = "jsonl", "JSON Lines"
@@ -203,17 +203,19 @@ def _looks_like(head: bytes, stated: bool) -> str:
         looks, name = "csv", "CSV"
     else:
         return ""
-    return f"; it looks like {name}{'; ' if stated else ': '}{_remedy(looks, 'parquet', stated)}"
+    return f"; it looks like {name}{'; ' if stated else ': '}{_remedy(looks, 'parquet', stated, path)}"
 
 
-def _remedy(looks: str, fmt: str, stated: bool) -> str:
+def _remedy(looks: str, fmt: str, stated: bool, path: Path) -> str:
     """What to do about a file read as `fmt` whose bytes are `looks`: name it so, where its extension
     chose `fmt`; where --format stated `fmt`, the option is what contradicts the file (told to rename a
-    file that already had the right name, the user was sent the wrong way)."""
+    file that already had the right name, the user was sent the wrong way), and dropping it helps only
+    where the file's name says `looks` (JSON in a .csv file, dropped, was told to rename it)."""
     if not stated:
         return f"name it .{looks}"
     option = suggested("format") or "the format"
-    return f"{option} {fmt} contradicts the content: drop {option}, or give {option} {looks}"
+    drop = f"drop {option}, or " if EXTENSIONS.get(path.suffix.lower()) == looks else ""
+    return f"{option} {fmt} contradicts the content: {drop}give {option} {looks}"
 
 
 class LogReader:
