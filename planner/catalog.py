@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import importlib.resources
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -353,17 +354,17 @@ class Engine(_Frozen):
     # (a GPU no tier holds keeps them).
     gpu_tiers: tuple[SchedulerTier, ...] = ()
     vendors: tuple[Label, ...] | None = Field(
-        None, min_length=1, description="the only GPU vendors the engine runs on, each a word of a GPU's `vendor` "
+        None, min_length=1, description="the only GPU vendors the engine runs on, each found by its words in a GPU's `vendor` "
         "(TensorRT-LLM: NVIDIA) [default: any; vLLM and SGLang run on several makers' devices, some through "
         "plugins]")
     source: str
 
     def runs_on_problem(self, gpu: GPU) -> str | None:
-        """Why this engine cannot serve on `gpu` (no word of its `vendor` is one the engine runs on), or
-        None: a plan of TensorRT-LLM on an AMD GPU cannot be deployed, whatever its numbers. A word, so that
-        a catalog entry's 'NVIDIA Corporation' is NVIDIA's."""
-        words = set(gpu.vendor.casefold().replace(",", " ").split())
-        if self.vendors is None or any(v.casefold() in words for v in self.vendors):
+        """Why this engine cannot serve on `gpu` (its `vendor` holds the words of none the engine runs on),
+        or None: a plan of TensorRT-LLM on an AMD GPU cannot be deployed, whatever its numbers. Words, so
+        that a catalog entry's 'NVIDIA Corporation' or 'Nvidia-Corp' is NVIDIA's."""
+        words = _words(gpu.vendor)
+        if self.vendors is None or any(set(_words(v)) <= set(words) for v in self.vendors):
             return None
         return (f"engine '{self.id}' ({self.name}) runs on {' and '.join(self.vendors)} GPUs only; {gpu.id} is "
                 f"{gpu.vendor}'s (the GPU's `vendor` and the engine's `vendors` in the catalog say so)")
@@ -389,6 +390,11 @@ class Engine(_Frozen):
         """The profile as it runs on `gpu`: the scheduler defaults of the first tier that holds it."""
         tier = next((t for t in self.gpu_tiers if t.holds(gpu)), None)
         return self if tier is None else _in_tier(self, tier)
+
+
+def _words(text: str) -> list[str]:
+    """The words of a maker's name, in lower case ("NVIDIA®", "Nvidia-Corp", "NVIDIA Corporation": nvidia ...)."""
+    return re.findall(r"[0-9a-z]+", text.casefold())
 
 
 @functools.lru_cache(maxsize=256)

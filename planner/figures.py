@@ -237,7 +237,7 @@ def target_figure(points: list[tuple[float, float]], *, xlabel: str, title: str,
     each target tried, the `stated` one's point marked): what a stricter target costs. Infeasible
     points are left out (the report names them). multiples: the points' x are multiples of the stated
     targets, ticked ×0.5, ×1, ..."""
-    # A set: the plan's own point comes twice (the plan, and the sweep at x1), drawn once.
+    # A set: a point given twice (the plan's, and a sweep's at its own target) is drawn once.
     points = sorted({(x, c) for x, c in points if np.isfinite(c)})
     fig = _figure(figsize=(7, 4))
     ax = fig.subplots()

@@ -363,7 +363,7 @@ def fleet_forecast_markdown(name: str, results: list[FleetQuarter], fleet: Fleet
         "",
         *not_served(first.plan.plans),
         *model_only_lines([p for r in results for p in r.plan.plans], services=True),
-        *unverified_speed_lines([p for r in results for p in r.plan.plans], services=True),
+        *unverified_speed_lines([(r.quarter, p) for r in results for p in r.plan.plans], services=True),
         "Every quarter is one ILP over every service, commitments shared, planned afresh: a service may move to other "
         "GPU types from one quarter to the next.",
         "",

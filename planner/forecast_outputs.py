@@ -39,6 +39,7 @@ from planner.daily import CAPS_SET_ASIDE, POLICIES, floor_text, reserved_discoun
 from planner.files import output_folder, write_bytes_atomic, write_text_atomic
 from planner.forecast import PoolRow, QuarterResult
 from planner.plan_json import uncertified_message
+from planner.plan_objects import Plan
 from planner.report import (
     TOKEN_SPLIT_TEXT,
     peak_shortfall_text,
@@ -630,24 +631,37 @@ def model_only_lines(plans: Sequence, *, services: bool = False) -> list[str]:
             f"`--no-verify`), so no pool was replayed; {then}.", ""]
 
 
-def unverified_speed_lines(plans: Sequence, *, services: bool = False) -> list[str]:
-    """A line and a blank one naming what in the quarters' plans no measurement backs
-    (planner.verification: a GPU with borrowed efficiency factors, a mixture of experts), or nothing:
-    every quarter's GPUs and cost rest on the speed model there. The plans' reports lead with it; the
-    forecast said nothing of it (an outside reading of fleet_2027q1's, whose fleet report warns that two
-    services' speed may be overstated by 81%, at 3 GPUs more). services: a fleet's, each named."""
-    found: dict[tuple, str] = {}
-    for plan in plans:
+def unverified_speed_lines(quarters: Sequence[tuple[str, Plan]], *, services: bool = False) -> list[str]:
+    """A line and a blank one naming what in the quarters' plans (quarter, plan) no measurement backs
+    (planner.verification: a GPU with borrowed efficiency factors, a mixture of experts), with the
+    quarters where not in all, or nothing: those quarters' GPUs and cost rest on the speed model there.
+    The plans' reports lead with it; the forecast said nothing of it (an outside reading of
+    fleet_2027q1's, whose fleet report warns that two services' speed may be overstated by 81%, at 3
+    GPUs more). A mixture of experts' error is sized in the plan's report at the base demand; a
+    borrowed GPU's has no measurement to size it. services: a fleet's, each service named."""
+    every = list(dict.fromkeys(q for q, _ in quarters))
+    found: dict[tuple, tuple[str, list[str]]] = {}
+    for quarter, plan in quarters:
         for u in unverified_speed(plan):
-            whose = f"{plan.scenario.name} ({u.id}, {UNVERIFIED_WHAT[u.kind]})" if services else (
-                f"{u.id} ({UNVERIFIED_WHAT[u.kind]})")
-            found.setdefault((plan.scenario.name if services else "", u.kind, u.id), whose)
+            whose = f"{plan.scenario.name} ({u.id}, {UNVERIFIED_WHAT[u.kind]}" if services else (
+                f"{u.id} ({UNVERIFIED_WHAT[u.kind]}")
+            seen = found.setdefault((plan.scenario.name if services else "", u.kind, u.id), (whose, []))[1]
+            if quarter not in seen:
+                seen.append(quarter)
     if not found:
         return []
+    named = ", ".join(whose + ("" if len(seen) == len(every) else f"; {', '.join(seen)}") + ")"
+                      for whose, seen in found.values())
+    kinds = {kind for _, kind, _ in found}
     report = "the fleet's report (`planner solve` on the fleet file)" if services else "the plan's report (`planner solve`)"
-    return [f"**Speed not backed by a measurement of its own**, in the quarters' plans: {', '.join(found.values())}; "
-            f"every quarter's GPUs and cost rest on the speed model there: {report} says how far it may be off and "
-            "what the plan would need more if it is.", ""]
+    sized = []
+    if "model" in kinds:
+        sized.append(f"a mixture of experts' speed may be overstated by the median error measured on published rows, "
+                     f"and {report} says what that would need more at the base demand")
+    if "gpu" in kinds:
+        sized.append("a GPU's borrowed factors have no measurement of its own to size the error: benchmark it")
+    return [f"**Speed not backed by a measurement of its own**, in the quarters' plans: {named}; those quarters' GPUs "
+            f"and cost rest on the speed model there: {'; '.join(sized)}.", ""]
 
 
 def certified_flag(plans: Sequence) -> bool | None:
@@ -677,7 +691,7 @@ def forecast_markdown(name: str, results: Sequence[QuarterResult], *, figure: st
         + after_end_headline(total["committed_after_end_usd"], last.quarter, _unpriced_at_the_end(results)) + ".**",
         "",
         *model_only_lines([r.plan for r in results]),
-        *unverified_speed_lines([r.plan for r in results]),
+        *unverified_speed_lines([(r.quarter, r.plan) for r in results]),
         "| Quarter | Demand × base | Peak req/s | Deployment | GPUs (change) | Reserved: in use / idle | $/hour: on demand + "
         "reserved + idle = total | $/quarter | $/M tokens at peak (blended / input / output) | $/M tokens at the day's "
         "volume (blended / input / output) | Utilisation peak / mean |",

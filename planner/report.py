@@ -1186,14 +1186,10 @@ def start_figures(plan: Plan, *, prefix: str = "") -> dict[str, tuple[str, Calla
     name = plan.scenario.name
     stem = f"{prefix}{name}"
     started = {}
-    if plan.ttft_sweep:
-        # The sweep scales every band's limit at once: on the first band's limit alone, a cost that the long
-        # band's limit drives read as the short band's (128k_rollout: x0.5 doubles the long pool).
-        stated = ", ".join(f"{b.name} {b.ttft.limit_s:g} s" for b in plan.scenario.slo.to_slo().bands if b.ttft)
-        stat = next(b for b in plan.scenario.slo.to_slo().bands if b.ttft).ttft.stat
+    if plan.ttft_sweep:  # on the multiple of every band's limit (ttft_sweep_axis)
         started["ttft"] = (stem + FIGURE_SUFFIXES["ttft"], draw(
             "target_figure", points=[(1.0, plan.compared_usd_per_hour)] + [(m, o.cost_per_hour) for m, o in plan.ttft_sweep],
-            xlabel=f"every band's TTFT {stat} limit, × the stated ({stated})",
+            xlabel=ttft_sweep_axis(plan.scenario.slo.to_slo().bands),
             title=f"{name}: cost per hour against the TTFT target", stated=1.0, multiples=True))
     started["traffic"] = (stem + FIGURE_SUFFIXES["traffic"],
                           start_traffic_figure(plan.served, plan.context_limit, plan.scenario.thresholds))
@@ -1202,6 +1198,17 @@ def start_figures(plan: Plan, *, prefix: str = "") -> dict[str, tuple[str, Calla
             "cost_figure", rows=[(o.name, o.cost_per_hour) for o in plan.split_analysis + plan.levers],
             title=f"{name}: cost per hour by split option and lever", chosen=_chosen_row(plan)))
     return started
+
+
+def ttft_sweep_axis(bands) -> str:
+    """The TTFT figure's axis: the sweep scales every band's TTFT limit at once (on the first band's
+    limit alone, a cost the long band's limit drives read as the short band's: 128k_rollout's x0.5
+    doubles its long pool), so the axis is the multiple, its label each stated limit (with its
+    statistic where the bands' differ)."""
+    limits = [(b.name, b.ttft) for b in bands if b.ttft]
+    stats = {t.stat for _, t in limits}
+    stated = ", ".join(f"{name}{'' if len(stats) == 1 else ' ' + t.stat} {t.limit_s:g} s" for name, t in limits)
+    return (f"TTFT {limits[0][1].stat} limits" if len(stats) == 1 else "TTFT limits") + f", × the stated ({stated})"
 
 
 def _chosen_row(plan: Plan) -> str | None:

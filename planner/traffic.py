@@ -275,6 +275,11 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
     return Traffic(hist, measured, mean, tuple(notes), profile, requests, tuple(warnings))
 
 
+# A synthetic rate under this multiple of _quiet_rate_rps is near it: on 2,000 requests at q 0.5 (0.0116 req/s),
+# 0.0117 and 0.012 read a peak of 0 on some seeds, and 2 requests told to draw 106 at 0.0125 read 0 on 4 seeds of 10.
+_NEAR_QUIET = 3.0
+
+
 def _quiet_rate_rps(quantile: float) -> float:
     """The rate below which fewer than 1 − `quantile` of a Poisson source's minutes hold an arrival, so that
     its per-minute peak at that quantile is 0: a minute is empty with probability e^(−60 × rate)."""
@@ -297,10 +302,14 @@ def _synthetic_too_short(requests: int, rate: float, hist: Histogram, quantile: 
     more = (f"draw more, traffic.source.synthetic.requests: {needed:,} or more at this rate" if
             needed <= MAX_SYNTHETIC_REQUESTS else
             f"at this rate the most traffic.source.synthetic.requests may draw, {MAX_SYNTHETIC_REQUESTS:,}, spans too few")
-    if quantile is not None and rate <= _quiet_rate_rps(quantile):  # more of the same would then read a peak of 0
-        more = (f"raise traffic.source.synthetic.rate_rps well above {_quiet_rate_rps(quantile):.3g} requests/s (below it "
-                f"fewer than {1 - quantile:.3g} of its minutes hold an arrival, and the peak at that quantile is 0), "
-                "with requests enough for several minutes")
+    quiet = None if quantile is None else _quiet_rate_rps(quantile)
+    if quiet is not None and rate <= quiet:  # more of the same would then read a peak of 0
+        more = (f"raise traffic.source.synthetic.rate_rps well above {quiet:.3g} requests/s (below it fewer than "
+                f"{1 - quantile:.3g} of its minutes hold an arrival, and the peak at that quantile is 0), with requests "
+                "enough for several minutes")
+    elif quiet is not None and rate < _NEAR_QUIET * quiet:  # near it a draw's peak reads 0 about as often as not
+        more += (f" (at {rate:g} requests/s, near {quiet:.3g}, where its peak at the {quantile:g} quantile can still read "
+                 f"0: a rate well above {quiet:.3g} does not)")
     return (f"the synthetic source's {requests:,} requests at {rate:g} requests/s span {per_minute_counts(hist).size} "
             f"minute(s) of the clock, too short to measure a per-minute peak (the first and last are partial; "
             f"{MIN_WHOLE_MINUTES + 2} are needed): {more}, or state the peak with peak: {{method: explicit, rps: ...}}")

@@ -174,3 +174,17 @@ def test_a_cost_figure_widens_until_its_title_fits(monkeypatch):
                                                                             "option and lever"))
     title = fig.axes[0].title.get_window_extent(fig.canvas.get_renderer())
     assert fig.get_size_inches()[0] > 8 and title.x0 >= 0 and title.x1 <= fig.bbox.width
+
+
+def test_the_ttft_sweep_axis_names_every_band_s_stated_limit():
+    """The sweep scales every band's TTFT limit at once: the axis is the multiple, and its label names each
+    stated limit, with its statistic where the bands' differ (a p90 short band beside a p99 long one read
+    "every band's TTFT p90 limit")."""
+    from planner.report import ttft_sweep_axis
+    from planner.targets import Band, Target
+
+    short, long_ = Band("short", 0, 8192, ttft=Target("p99", 2.0)), Band("long", 8192, None, ttft=Target("p99", 15.0))
+    assert ttft_sweep_axis([short, long_]) == "TTFT p99 limits, × the stated (short 2 s, long 15 s)"
+    mixed = Band("short", 0, 8192, ttft=Target("p90", 1.0))
+    assert ttft_sweep_axis([mixed, long_]) == "TTFT limits, × the stated (short p90 1 s, long p99 15 s)"
+    assert ttft_sweep_axis([Band("short", 0, 8192), long_]) == "TTFT p99 limits, × the stated (long 15 s)"

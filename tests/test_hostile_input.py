@@ -827,6 +827,13 @@ def test_the_infeasible_message_names_the_class_and_never_empty_caps(tmp_path):
     one_line_error(run("solve", scenario(tmp_path, seventy.replace("tp: [4]", "tp: [1, 2]"), name="w70.yaml"),
                        "--no-verify", "--no-report"), 3,
                    "h100-sxm tp 2 > 1 GPU (raise the cap: no narrower tp offered serves the class)")
+    # each capped type its own advice: b200 offered no tp within its cap, h100-sxm's tp 2 cannot hold the model
+    two = seventy.replace("gpus: [{id: h100-sxm, max_gpus: 1}]",
+                          "gpus: [{id: b200, max_gpus: 1}, {id: h100-sxm, max_gpus: 3}]").replace("tp: [4]", "tp: [2, 4]")
+    one_line_error(run("solve", scenario(tmp_path, two.replace("context_limit: 8192", "context_limit: 32768"),
+                                         name="two.yaml"), "--no-verify", "--no-report"), 3,
+                   "b200 tp 2 > 1 GPU (lower tp or raise the cap), h100-sxm tp 4 > 3 GPUs (raise the cap: no narrower "
+                   "tp offered serves the class)")
 
 
 # ---- found by the property tests (tests/test_fuzz_*.py) ------------------------------------
@@ -1146,6 +1153,12 @@ def test_a_synthetic_source_too_slow_for_its_peak_quantile_names_its_rate_not_a_
     one_line_error(run("solve", near, "--no-report", "--no-verify"), 2,  # (seed 1's draw reads 0; seed 2's holds)
                    "at 0.0117 requests/s, near 0.0116, a draw's minutes with an arrival fall short of it by chance",
                    "well above 0.0116")
+    shy = scenario(tmp_path, BASE.replace(
+        "  source: {constant: {prompt_tokens: 1000, output_tokens: 200}}\n  peak: {method: explicit, rps: 4}",
+        "  source: {synthetic: {name: chat, requests: 2, rate_rps: 0.0125, seed: 1}}\n"
+        "  peak: {method: quantile, quantile: 0.5}"), name="shy.yaml")
+    one_line_error(run("solve", shy, "--no-report", "--no-verify"), 2, "traffic.source.synthetic.requests: 106 or more "
+                   "at this rate (at 0.0125 requests/s, near 0.0116, where its peak at the 0.5 quantile can still read 0")
     short = run("solve", _synthetic_scenario(tmp_path, "{name: chat, requests: 1, rate_rps: 0.0001}"), "--no-report")
     line = one_line_error(short, 2, "raise traffic.source.synthetic.rate_rps well above 0.000168 requests/s")
     assert "requests: " not in line.split("):")[-1].split(", or state")[0], line
@@ -3222,3 +3235,28 @@ def test_import_hf_that_fails_prints_its_error_alone(tmp_path):
     one_line_error(run("catalog", "import-hf", config, "--name", "x", "-o", config), 2, "is also an input")
     one_line_error(run("catalog", "import-hf", config, "--name", "x", "-o", tmp_path / "none" / "x.yaml"), 2,
                    "none")
+
+
+def test_a_forecast_on_a_gpu_with_borrowed_factors_says_no_measurement_sizes_the_error(tmp_path):
+    """The forecast's warning pointed every item to the plan's report for what it would need more, which a
+    GPU with borrowed factors has no figure for (an audit's l4 forecast): it says to benchmark it."""
+    from planner.forecast_outputs import unverified_speed_lines
+    from planner.inputs import plan_scenario
+
+    plan = plan_scenario(scenario(tmp_path, BASE.replace("gpus: [h100-sxm]", "gpus: [l4]")), explore=False)
+    (line, _) = unverified_speed_lines([("2027Q1", plan)])
+    assert line == ("**Speed not backed by a measurement of its own**, in the quarters' plans: l4 (GPU with borrowed "
+                    "efficiency factors); those quarters' GPUs and cost rest on the speed model there: a GPU's borrowed "
+                    "factors have no measurement of its own to size the error: benchmark it."), line
+
+
+def test_vendor_words_match_however_a_catalog_spells_the_maker(catalog):
+    """Vendors are matched by their words: "Nvidia-Corp", "NVIDIA®" are NVIDIA's, and a vendors entry of
+    several words matches a GPU whose vendor holds them all."""
+    trt, h100 = catalog.engine("trtllm"), catalog.gpu("h100-sxm")
+    for spelled in ("Nvidia-Corp", "NVIDIA®", "NVIDIA(R)", "NVIDIA/Mellanox"):
+        assert trt.runs_on_problem(h100.model_copy(update={"vendor": spelled})) is None, spelled
+    corporate = trt.model_copy(update={"vendors": ("NVIDIA Corporation",)})
+    assert corporate.runs_on_problem(h100.model_copy(update={"vendor": "NVIDIA Corporation"})) is None
+    assert corporate.runs_on_problem(h100) is not None  # "NVIDIA" alone holds no "corporation"
+    assert trt.runs_on_problem(h100.model_copy(update={"vendor": "NVIDIAN"})) is not None  # a word, not a prefix

@@ -177,15 +177,17 @@ def test_the_fleet_headline_adds_up_the_exposure_of_its_mixtures_of_experts(cata
 def test_a_forecast_names_the_speed_its_quarters_rest_on(catalog):
     """A forecast priced every quarter on a speed no measurement backs without a word, where the plan's
     report leads with it (fleet_2027q1's forecast, its fleet report warning of 3 GPUs more at the median
-    MoE error): its Markdown says so, once per service and model however many quarters."""
+    MoE error): its Markdown says so, once per service and model, with the quarters where not in all."""
     from planner.forecast_outputs import unverified_speed_lines
 
     moe = _moe_plan(catalog)
-    assert unverified_speed_lines([moe, moe]) == [
+    assert unverified_speed_lines([("2027Q1", moe), ("2027Q2", moe)]) == [
         "**Speed not backed by a measurement of its own**, in the quarters' plans: qwen3-30b-a3b (a mixture of "
-        "experts); every quarter's GPUs and cost rest on the speed model there: the plan's report (`planner solve`) "
-        "says how far it may be off and what the plan would need more if it is.", ""]
+        "experts); those quarters' GPUs and cost rest on the speed model there: a mixture of experts' speed may be "
+        "overstated by the median error measured on published rows, and the plan's report (`planner solve`) says "
+        "what that would need more at the base demand.", ""]
     named = [dataclasses.replace(moe, scenario=moe.scenario.model_copy(update={"name": n})) for n in ("a", "b", "a")]
-    (line, _) = unverified_speed_lines(named, services=True)
-    assert ("in the quarters' plans: a (qwen3-30b-a3b, a mixture of experts), b (qwen3-30b-a3b, a mixture of experts); "
-            "every quarter's") in line and "the fleet's report (`planner solve` on the fleet file)" in line
+    (line, _) = unverified_speed_lines(list(zip(("2027Q1", "2027Q1", "2027Q2"), named, strict=True)), services=True)
+    assert ("in the quarters' plans: a (qwen3-30b-a3b, a mixture of experts), b (qwen3-30b-a3b, a mixture of experts; "
+            "2027Q1); those quarters'") in line and "the fleet's report (`planner solve` on the fleet file)" in line
+    assert unverified_speed_lines([("2027Q1", dataclasses.replace(moe, pools=[]))]) == []
