@@ -363,8 +363,7 @@ class Engine(_Frozen):
         """Why this engine cannot serve on `gpu` (its `vendor` holds the words of none the engine runs on),
         or None: a plan of TensorRT-LLM on an AMD GPU cannot be deployed, whatever its numbers. Words, so
         that a catalog entry's 'NVIDIA Corporation' or 'Nvidia-Corp' is NVIDIA's."""
-        words = _words(gpu.vendor)
-        if self.vendors is None or any(set(_words(v)) <= set(words) for v in self.vendors):
+        if self.vendors is None or any(set(_words(v)) <= set(_words(gpu.vendor)) for v in self.vendors):
             return None
         return (f"engine '{self.id}' ({self.name}) runs on {' and '.join(self.vendors)} GPUs only; {gpu.id} is "
                 f"{gpu.vendor}'s (the GPU's `vendor` and the engine's `vendors` in the catalog say so)")
