@@ -75,6 +75,7 @@ from planner.units import (
     usd_rate_text,
     usd_text,
 )
+from planner.verification import unverified_speed
 
 
 @dataclass(frozen=True)
@@ -584,7 +585,10 @@ def fleet_forecast_json(results: list[FleetQuarter]) -> dict:
 
     total = _total_row(results, _table(QUARTER_COLUMNS, results))
     return {"quarters": [
-        {**row(QUARTER_COLUMNS, r), "services": [row(SERVICE_COLUMNS, (r, p)) for p in r.plan.plans],
+        {**row(QUARTER_COLUMNS, r),
+         # each service's row, and what of its speed no measurement backs, as `planner solve --json` lists it
+         "services": [{**row(SERVICE_COLUMNS, (r, p)), "speed_unverified": [u.as_json() for u in unverified_speed(p)]}
+                      for p in r.plan.plans],
          "types": [row(TYPE_COLUMNS, (r, t)) for t in r.plan.types],
          "reserved_notes": list(r.reserved_below)}  # a stated reservation below what is held (the Markdown's)
         for r in results

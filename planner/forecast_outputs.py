@@ -910,6 +910,8 @@ def forecast_json(results: Sequence[QuarterResult]) -> dict:
             "use_them_usd_per_hour": r.idle.use_them_usd_per_hour, "use_them": r.idle.use_them_summary,
         }
         q["reserved_notes"] = list(r.reserved_below)  # a stated reservation below what is held (the Markdown's)
+        # what of the quarter's speed no measurement backs, as `planner solve --json` lists it (the Markdown's line)
+        q["speed_unverified"] = [u.as_json() for u in unverified_speed(r.plan)]
         quarters.append(q)
     return {"quarters": quarters, "total": row(TOTAL_COLUMNS, _totals(_table(QUARTER_COLUMNS, results), results)),
             "certified": certified_flag([r.plan for r in results]),

@@ -1401,6 +1401,8 @@ def test_a_fleet_quarter_stating_fewer_reserved_than_the_inventory_holds_says_it
     assert [t.committed for t in q1.plan.types if t.gpu == "h100-sxm"] == [8]
     assert f"- {said}." in fleet_forecast_markdown("twin", [q1], fleet).splitlines()
     assert fleet_forecast_json([q1])["quarters"][0]["reserved_notes"] == [said]
+    # each service's row lists what of its speed no measurement backs (nothing here: measured GPUs, dense models)
+    assert [s["speed_unverified"] for s in fleet_forecast_json([q1])["quarters"][0]["services"]] == [[]] * len(q1.plan.plans)
 
 
 def test_a_quarter_that_names_a_type_the_services_price_themselves_keeps_their_price(tmp_path):

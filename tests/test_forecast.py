@@ -160,6 +160,7 @@ def test_forecast_cli_writes_markdown_tables_dictionary_and_json(tmp_path):
     assert [c.name for c in QUARTER_COLUMNS] == list(q)[: len(QUARTER_COLUMNS)]
     assert [c.name for c in POOL_COLUMNS] == list(q["pools"][0])
     assert data["total"]["quarters"] == 2
+    assert q["speed_unverified"] == []  # measured GPUs, a dense model
     quarters = list(csv.DictReader(io.StringIO((out / "fc_forecast_quarters.csv").read_text())))
     assert [row["quarter"] for row in quarters] == ["2027Q1", "2027Q2"]  # one row per quarter
     pools = list(csv.DictReader(io.StringIO((out / "fc_forecast_pools.csv").read_text())))
@@ -832,3 +833,16 @@ def test_a_quarter_no_plan_of_which_holds_in_simulation_stops_the_forecast(tmp_p
     assert r.exit_code == 3, r.output
     assert "forecast quarter 2027Q1: no plan holds its targets in simulation" in r.output
     assert not out.exists()
+
+
+def test_a_forecast_s_json_lists_the_speed_each_quarter_rests_on(tmp_path):
+    """--json carried no word of a quarter's unverified speed, which the Markdown names: each quarter lists
+    it as `planner solve --json` does (a GPU with borrowed factors here: the L4's are the L40S's)."""
+    path = write_scenario(tmp_path, BASE.replace("gpus: [h100-sxm, l40s]", "gpus: [l4]"), """
+        forecast:
+          quarters: [{quarter: 2027Q1}, {quarter: 2027Q2, growth: 0.2}]
+    """, name="fc.yaml")
+    r = CliRunner().invoke(main, ["forecast", str(path), "--no-report", "--no-verify", "--json"])
+    assert r.exit_code == 0, r.output
+    for q in json.loads(r.output)["quarters"]:
+        assert [(u["kind"], u["id"]) for u in q["speed_unverified"]] == [("gpu", "l4")], q["speed_unverified"]
