@@ -140,7 +140,6 @@ def unverified_services(plans) -> list[str]:
     found = [(p.scenario.name, u) for p in plans for u in unverified_speed(p)]
     if not found:
         return []
-    what = UNVERIFIED_WHAT
     exposed = fleet_exposure(plans)
     more = ""
     if exposed:
@@ -153,7 +152,7 @@ def unverified_services(plans) -> list[str]:
                 + (" (fewer where a class is counted at the rate its pool held its targets at in simulation, below a "
                    "limit no search found)" if gpus and exposed["held_classes"] else ""))
     return ["**Speed not backed by a measurement of its own**: "
-            + ", ".join(f"{name} ({u.id}, {what[u.kind]})" for name, u in found)
+            + ", ".join(f"{name} ({u.id}, {UNVERIFIED_WHAT[u.kind]})" for name, u in found)
             + more + "; their sections say how far the model may be off.", ""]
 
 

@@ -559,17 +559,17 @@ def infeasible_message(classes, evals: Sequence[Evaluation], inventory: dict, *,
         else:
             if sum(most.values()) < tc.rate_rps * rate_scale:
                 # where no replica fits at all, a cap of some GPUs below one replica's is the reason, not the load
-                wide = sorted((g, tp) for g, tp in narrowest.items() if 0 < inventory[g] < tp)
+                too_wide = sorted((g, tp) for g, tp in narrowest.items() if 0 < inventory[g] < tp)
                 # a narrower tp is worth trying only where none within the cap was offered (a 70B model on one
                 # GPU was told to lower tp 2 where tp 1 was offered and cannot hold it)
-                tried = {g for g, _ in wide if any(e.traffic_class is tc and e.config.gpu.id == g
-                                                    and e.config.tp <= inventory[g] for e in evals)}
-                wide = ("; one replica takes more GPUs than its type's cap: " + ", ".join(
+                tried = {g for g, _ in too_wide if any(e.traffic_class is tc and e.config.gpu.id == g
+                                                        and e.config.tp <= inventory[g] for e in evals)}
+                reason = ("; one replica takes more GPUs than its type's cap: " + ", ".join(
                     f"{g} tp {tp} > {gpus_text(inventory[g])} ("
                     + ("raise the cap: no narrower tp offered serves the class" if g in tried else "lower tp or raise the cap")
-                    + ")" for g, tp in wide)) if wide and not any(most.values()) else ""
+                    + ")" for g, tp in too_wide)) if too_wide and not any(most.values()) else ""
                 return (f"class '{tc.label}' needs {tc.rate_rps * rate_scale:,.4g} req/s but {CAPS_WORDS} ({caps}) "
-                        f"allow at most {sum(most.values()):,.4g} req/s{wide}")
+                        f"allow at most {sum(most.values()):,.4g} req/s{reason}")
     mixed = ""
     if homogeneous and len([g for g in inventory if g in serving]) > 1:
         mixed = ("; a pool runs one config (homogeneous_pools: true): homogeneous_pools: false lets a class's pool mix "

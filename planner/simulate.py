@@ -93,6 +93,7 @@ from planner.memory import (
     kv_bytes_per_token_by_layer_kind,
     kv_state_bytes_per_sequence,
     kv_token_cap,
+    paged_tokens,
 )
 from planner.requests import Requests
 from planner.roofline import StepModel
@@ -257,8 +258,10 @@ class _CacheBlocks:
     win_read_bytes: int  # a block of the capped layers (padding holds memory and is not read)
 
     def pages(self, blocks: int) -> int:
-        """Pages a sequence of `blocks` blocks holds (sim_kernel._pages)."""
-        return self.full_pages * blocks + self.win_pages * min(blocks, self.win_blocks)
+        """Pages a sequence of `blocks` blocks holds: the kernel's own count (sim_kernel._pages), in Python."""
+        from planner.sim_kernel import _pages
+
+        return int(_pages.py_func(blocks, self.full_pages, self.win_pages, self.win_blocks))
 
     @property
     def shared_tokens(self) -> int:
@@ -271,8 +274,11 @@ class _CacheBlocks:
 
     @property
     def shared_read_bytes(self) -> int:
-        """The prefix a decoder reads, its capped layers' at most their window."""
-        return self.shared_blocks * self.full_read_bytes + min(self.shared_blocks, self.win_blocks) * self.win_read_bytes
+        """The prefix a decoder reads, its capped layers' at most their window: pages counted in the bytes a
+        decode step reads of a block of each kind of layer."""
+        from planner.sim_kernel import _pages
+
+        return int(_pages.py_func(self.shared_blocks, self.full_read_bytes, self.win_read_bytes, self.win_blocks))
 
     @property
     def total_pages(self) -> int:
@@ -305,7 +311,7 @@ def _cache_blocks(dep: Deployment, requests: Requests, kv_budget_bytes: int | No
         if full and max(full, capped) < 1.25 * group:  # vLLM's exception: fewer padding layers
             group = max(full, capped)
         full_pages, win_pages = -(-full // group), -(-capped // group)
-        win_blocks = -(-int(kv_token_cap(dep.model)) // block)
+        win_blocks = paged_tokens(int(kv_token_cap(dep.model)), block) // block
         page_bytes = math.ceil(group * layer_block)
         block_bytes = math.ceil((full + capped) * layer_block)
         full_read, win_read = math.ceil(full * layer_block), math.ceil(capped * layer_block)
