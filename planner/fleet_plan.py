@@ -170,7 +170,7 @@ def _planned(fleet: FleetInputs, setups: list[Setup], solve, wants: list[bool], 
              explore: bool, figures_ready) -> FleetPlan:
     """make_fleet_plan once its services are set up: the joint ILP, certification, explorations."""
     with stage("fleet ILP", 1, " solve") as step:
-        joint = solve([st.evals for st in setups], tie_break=True if early is None else early.start)
+        joint = solve([st.evals for st in setups], tie_break=True if early is None else early.start, keep_twin=early is not None)
         step.advance()
     if not joint.services[0].pools:
         raise InfeasibleError(_no_fleet_message(fleet, setups, joint), where=str(fleet.path))
@@ -261,7 +261,7 @@ def _setup(svc: Service, growth: float, measurements: Measurements | None) -> Se
 
 
 def _solve(fleet: FleetInputs, setups: list[Setup], evals_per_service, *, keep_lp=False, caps=None,
-           max_gpu_types=-1, tie_break=True) -> JointSolution:
+           max_gpu_types=-1, tie_break=True, keep_twin=False) -> JointSolution:
     """The joint ILP; caps and max_gpu_types replace the fleet's (for the cost of a constraint, which
     needs no tie-break among plans of equal cost)."""
     spec = fleet.spec
@@ -270,7 +270,7 @@ def _solve(fleet: FleetInputs, setups: list[Setup], evals_per_service, *, keep_l
     return solve_services(
         _models(fleet, setups, evals_per_service, caps, max_gpu_types), inventory=caps, reserved=fleet.commitments,
         max_gpu_types=max_gpu_types, backend=spec.solver.backend, time_limit_s=spec.solver.time_limit_s,
-        keep_lp=keep_lp, tie_break=tie_break,
+        keep_lp=keep_lp, tie_break=tie_break, keep_twin=keep_twin,
     )
 
 

@@ -43,9 +43,12 @@ from planner.verification import UNVERIFIED_WHAT, unverified_speed
 # all of these but dividing the types otherwise between services are the solver's pick, which its
 # path decides: the same code gave the shipped fleet forecast's 2027Q2 on two machines with 2
 # h100-sxm moved from chat_8b to 128k_rollout and 2 h200 back. A third solve to rank them took
-# 5 s on the catalog-wide fleet (bench/solve.py), more than the other two together.
+# 5 s on the catalog-wide fleet (bench/solve.py), more than the other two together. A solve without
+# simulation keeps the first solve's twin where its explorations started from it (ilp_solver._twin);
+# a certified solve and a forecast take the second's.
 TIED_SPLIT_TEXT = ("Fleets of equal cost, GPUs and pools may divide the types otherwise between services; which one "
-                   "the solver returns sets each service's share, not the fleet's totals.")
+                   "the solver returns sets each service's share, not the fleet's totals, and two commands on the same "
+                   "demand (a solve with simulation and one without, a forecast's quarter) may return different ones.")
 
 
 def demote(markdown: str) -> str:

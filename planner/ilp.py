@@ -333,6 +333,7 @@ def solve_services(
     keep_lp: bool = False,
     tie_break: bool | Callable[[JointSolution], bool] = True,
     types_in_use: frozenset[str] = frozenset(),
+    keep_twin: bool = False,
 ) -> JointSolution:
     """Minimise the cost per hour of a fleet of services that share GPU inventory and commitments;
     the formulation (sets, data, variables, objective, constraints) is the module's docstring.
@@ -340,7 +341,9 @@ def solve_services(
     tie_break: break ties (the objective's second solve, then canonical_ties), or not; or a test of
     the cost-optimal solution that says whether to. The test's answer equals a second call with
     tie_break=True without building and solving the cost ILP again: that solve is deterministic, so
-    it would find the same cost optimum on the same model."""
+    it would find the same cost optimum on the same model. keep_twin: the cost optimum stands where it
+    ties with the tie-break's optimum on every term (ilp_solver.break_ties), for a caller that has
+    acted on it already."""
     t0 = time.perf_counter()
     # (a service's own rules are checked where its part is built)
     cheapest_only = nothing_shared(inventory, reserved, max_gpu_types, types_in_use)
@@ -365,7 +368,7 @@ def solve_services(
         tie_break = tie_break(joint.solution(status, time.perf_counter() - t1, build_s, solver.name, lp))
     if not tie_break:
         return joint.solution(status, time.perf_counter() - t1, build_s, solver.name, lp)
-    break_ties(prob, joint.cost, joint.ties(), solver)
+    break_ties(prob, joint.cost, joint.ties(), solver, keep_twin=keep_twin)
     solved = joint.solution(status, time.perf_counter() - t1, build_s, solver.name, lp)
     return replace(solved, services=tuple(canonical_ties(sol, sv.candidates, sv.min_replicas, sv.forbid)
                                           for sol, sv in zip(solved.services, services, strict=True)))

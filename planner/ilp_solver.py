@@ -28,6 +28,20 @@ FIX_FROM_INTEGER_VARIABLES = 1000  # break_ties fixes variables by reduced costs
 # catalog-wide fleet's (1,244 columns) 2.16 s with it, 2.33 s without; the shipped fleet's (292)
 # within noise either way.
 FEASIBILITY_JUMP_FROM_COLUMNS = 250
+# HiGHS's two sub-MIP heuristics, RINS and RENS, are off: each solves a smaller MIP around the LP
+# optimum for an incumbent, and on the planner's ILPs (cover rows over integer replicas, solved to
+# a zero gap) the root's rounding and the branching find that incumbent themselves, while the
+# sub-MIPs nest (eight deep in the catalog-wide fleet's joint ILP) and took up to half a solve's time.
+# Measured on 328 ILPs, each written out as its run solved it and solved alone by highspy 1.16 on one
+# thread: every ILP of 128k_rollout, finance_2027, inventory_mixed and 70b_enterprise solved without
+# simulation (243), and those of 250 columns or more of fleet_2027q1's forecast (50), of
+# fleet_2027q1 solved with and without simulation (20) and of bench/solve.py's catalog-wide fleet
+# (15): 56.3 s with them, 34.4 s without; the forecast's 33.8 and 19.0 s, the catalog-wide
+# fleet's 6.0 and 5.1 s, the four scenarios' 4.4 and 3.7 s; none more than 0.07 s slower,
+# every optimum the same (among plans tied on every term the solver may return another one: the
+# reports' rows that moved are such twins). With every heuristic off (mip_heuristic_effort 0) they
+# took longer than with all on.
+HIGHS_SUB_MIP_HEURISTICS = ("mip_heuristic_run_rins", "mip_heuristic_run_rens")
 # HiGHS runs in process (CBC is a subprocess reading an MPS file). Measured by bench/solve.py on the
 # shipped fleet with every service offered the full catalog, without simulation: 101 s end to end
 # against CBC's 430 s (medians of 3 fresh processes, a loaded 2-core machine), the ILPs being most
@@ -64,9 +78,11 @@ def solution_status(prob: pulp.LpProblem) -> str:
     return "Optimal" if prob.sol_status == pulp.LpSolutionOptimal else "Feasible (time limit, not proven optimal)"
 
 
-def break_ties(prob: pulp.LpProblem, cost, ties, solver) -> None:
+def break_ties(prob: pulp.LpProblem, cost, ties, solver, *, keep_twin: bool = False) -> None:
     """The second of two solves: at the first's cost (within COST_TOLERANCE_USD), minimise `ties`.
-    When that solve does not end optimal (the time limit), the cost-optimal solution stands.
+    When that solve does not end optimal (the time limit), the cost-optimal solution stands; with
+    keep_twin (for a `ties` of integer variables and coefficients), also where it is proven optimal
+    and as good on `ties` as what that solve found (_twin).
 
     On a problem of FIX_FROM_INTEGER_VARIABLES or more, reduced-cost fixing (fix_by_reduced_costs)
     first bounds the integer variables that no plan at the optimum's cost can raise: the same
@@ -84,17 +100,46 @@ def break_ties(prob: pulp.LpProblem, cost, ties, solver) -> None:
     tests/test_ilp.py::test_ties_are_exact_where_a_solver_start_broke_them); with presolve off, or
     without the start, it finds that plan."""
     first = {v.name: v.varValue for v in prob.variables()}
+    proven = prob.sol_status == pulp.LpSolutionOptimal  # read before the relaxation's solve replaces it
     optimum = pulp.value(cost)
     large = sum(v.cat == pulp.LpInteger for v in prob.variables()) >= FIX_FROM_INTEGER_VARIABLES
     undo = fix_by_reduced_costs(prob, cost, optimum + COST_TOLERANCE_USD, _relaxation_of(solver)) if large else []
     prob.assignVarsVals(first)
+    first_ties = _rounded_value(ties) if keep_twin and proven else None
     prob += cost <= optimum + COST_TOLERANCE_USD, "cost_at_optimum"
     prob.setObjective(ties)
     prob.solve(solver)
     for var, bound in undo:
         var.upBound = bound
-    if prob.status != pulp.LpStatusOptimal:
+    if prob.status != pulp.LpStatusOptimal or (first_ties is not None and _twin(first_ties, optimum, cost, ties)):
         prob.assignVarsVals(first)
+
+
+def _twin(first_ties: float, first_cost: float, cost, ties) -> bool:
+    """Whether the cost optimum (its cost and `ties` given) is as good on both as the tie-break solve's
+    plan, whose values the variables hold: with keep_twin it then stands (break_ties). Among plans
+    tied on cost and on every term of `ties` the solver's pick is arbitrary, and where the caller has
+    already acted on the first solve's, that one is the pick to keep: a fleet's explorations start
+    from it while the second solve runs (fleet_plan._EarlySweeps), and are dropped and run again
+    where the plan kept divides the GPU types otherwise between the services. Elsewhere the second
+    solve's pick stands as before, since a plan that certification replays and re-plans can end
+    elsewhere from a twin (finance_2027's forecast did: 2027Q4 certified at $60.10/hour from one,
+    $59.91 from the other). On the catalog-wide fleet of bench/solve.py, with
+    HIGHS_SUB_MIP_HEURISTICS off, the second solve's pick, another division of the same GPUs at the
+    same cost, dropped 4 of its 8 services' sweeps, and the fleet took 15.91 s against 15.33 s before
+    (medians of 3 alternating fresh runs); keeping the first, none, and 13.18 s against 14.53 s (of 8).
+
+    Only for a proven optimum (break_ties): one a time limit stopped may cost more than the second
+    solve's plan, which that solve may take up to it. The fleet's `ties` sum integer variables with
+    integer coefficients (planner.ilp), read at the values rounded as the plan is read back, so a
+    better plan is at least 1 below: half of that tells them apart at any size of fleet, where a
+    relative tolerance would not."""
+    return first_cost <= pulp.value(cost) + COST_TOLERANCE_USD and first_ties < _rounded_value(ties) + 0.5
+
+
+def _rounded_value(expr) -> float:
+    """expr at its variables' values rounded to integers, as planner.ilp reads a plan back."""
+    return expr.constant + sum(coefficient * round(var.varValue or 0.0) for var, coefficient in expr.items())
 
 
 def fix_by_reduced_costs(prob: pulp.LpProblem, cost, most: float, relaxation) -> list[tuple]:
@@ -221,6 +266,8 @@ if hasattr(pulp, "HiGHS") and pulp.HiGHS().available():
                           np.array(value, dtype=np.float64))
             if self.mip and len(variables) < FEASIBILITY_JUMP_FROM_COLUMNS:
                 h.setOptionValue("mip_heuristic_run_feasibility_jump", False)
+            for option in HIGHS_SUB_MIP_HEURISTICS if self.mip else ():
+                h.setOptionValue(option, False)
 
 else:  # highspy is not installed
     _QuietHiGHS = None

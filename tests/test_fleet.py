@@ -225,7 +225,7 @@ def test_a_fleets_ttft_sweeps_start_while_its_ilp_breaks_ties_and_answer_as_if_s
     (fleet_plan._EarlySweeps), and is taken where the plan leaves the service the rules it started
     with; else it is dropped (the worker skips it) and started again. Either way the rows are those
     of sweeps started once the plan is made."""
-    from planner import exploration, fleet_plan
+    from planner import exploration, fleet_plan, ilp
     from planner.exploration import TTFT_SWEEP
     from planner.fleet import load_fleet
     from planner.fleet_plan import make_fleet_plan
@@ -238,9 +238,11 @@ def test_a_fleets_ttft_sweeps_start_while_its_ilp_breaks_ties_and_answer_as_if_s
     monkeypatch.setattr(fleet_plan, "start_ttft_sweep", lambda st, solve: started.append(1) or start_sweep(st, solve))
     monkeypatch.setattr(fleet_plan._EarlySweeps, "take", lambda self, i, solve: taken.append(take(self, i, solve)) or taken[-1])
     monkeypatch.setattr(exploration.StartedSweep, "drop", lambda self: dropped.append(1) or drop(self))
+    twins, break_ties = [], ilp.break_ties
+    monkeypatch.setattr(ilp, "break_ties", lambda *a, keep_twin: twins.append(keep_twin) or break_ties(*a, keep_twin=keep_twin))
 
     def rows():
-        for seen in (started, taken, dropped):
+        for seen in (started, taken, dropped, twins):
             seen.clear()
         with worker_processes():
             fp = make_fleet_plan(load_fleet(path))
@@ -249,6 +251,7 @@ def test_a_fleets_ttft_sweeps_start_while_its_ilp_breaks_ties_and_answer_as_if_s
 
     early = rows()
     assert len(started) == 2 and all(taken) and len(taken) == 2 and not dropped  # started during the tie-break, taken
+    assert twins[0] and not any(twins[1:])  # the fleet's plan keeps the optimum its sweeps started from, if a twin
     assert all(len(sweep) == len(TTFT_SWEEP) - 1 for sweep in early)
 
     monkeypatch.setattr(fleet_plan._EarlySweeps, "start", lambda self, optimum: True)
@@ -267,6 +270,7 @@ def test_a_fleets_ttft_sweeps_start_while_its_ilp_breaks_ties_and_answer_as_if_s
     path = write_fleet(tmp_path, services=[service("alpha", 30.0, solver=cbc), service("beta", 12.0, solver=cbc)],
                        inventory={"h100-sxm": {"max_new": 64}, "l40s": {"max_new": 64}}, solver=cbc)
     assert rows() == early and len(started) == 2 and not taken  # CBC's joint ILP: started after the plan
+    assert twins and not any(twins)
 
 
 def test_what_a_service_takes_of_the_others_plans_leaves_out_caps_it_cannot_reach(tmp_path):

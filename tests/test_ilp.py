@@ -221,6 +221,63 @@ def test_ties_are_exact_where_a_solver_start_broke_them():
         assert sol.cost_per_hour == pytest.approx(replicas * one_pool.cost_per_replica_hour)
 
 
+class _Picks:
+    """A stand-in for the tie-break's solver: it "solves" to the plan it is given, proven optimal."""
+
+    name = "picks"
+
+    def __init__(self, plan: dict[str, float], proven: bool = True):
+        self.plan, self.proven = plan, proven
+
+    def actualSolve(self, prob):
+        from planner.pulp_import import pulp
+
+        prob.assignVarsVals(self.plan)
+        # A solve its time limit stopped with a plan in hand: status Optimal, solution only feasible
+        prob.assignStatus(pulp.LpStatusOptimal, pulp.LpSolutionOptimal if self.proven else pulp.LpSolutionIntegerFeasible)
+        return prob.status
+
+
+@pytest.mark.parametrize("other_better", [False, True])
+@pytest.mark.parametrize("keep_twin", [False, True])
+def test_the_cost_optimum_stands_where_the_tie_break_only_finds_its_twin(keep_twin, other_better):
+    """With keep_twin, break_ties keeps the first solve's plan where it ties with the second solve's on
+    `ties` (the second's pick among full ties is arbitrary, and a fleet's sweeps already started from
+    the first), and takes the second's where that is better on `ties`; without, the second's."""
+    from planner.ilp_solver import break_ties, solver_for
+    from planner.pulp_import import pulp
+
+    prob = pulp.LpProblem("twins", pulp.LpMinimize)
+    x = {name: prob.add_variable(name, cat="Binary") for name in ("a", "b")}
+    cost = x["a"] + x["b"]
+    prob += cost
+    prob += cost >= 1, "cover"
+    prob.solve(solver_for("highs", 10))
+    first = max(x, key=lambda name: x[name].value())
+    other = "b" if first == "a" else "a"
+    ties = (2 if other_better else 1) * x[first] + x[other]
+    break_ties(prob, cost, ties, _Picks({first: 0.0, other: 1.0}), keep_twin=keep_twin)
+    kept = max(x, key=lambda name: x[name].value())
+    assert kept == (first if keep_twin and not other_better else other)
+
+
+def test_a_first_plan_its_time_limit_stopped_gives_way_to_a_cheaper_one_even_as_a_twin():
+    """A first solve stopped by its time limit on a dearer plan (only feasible): the tie-break solve,
+    bound by that plan's cost, finds a cheaper one equal on `ties`, which stands with keep_twin too
+    (the first is no optimum to keep)."""
+    from planner.ilp_solver import break_ties
+    from planner.pulp_import import pulp
+
+    prob = pulp.LpProblem("stopped", pulp.LpMinimize)
+    a, b = prob.add_variable("a", cat="Binary"), prob.add_variable("b", cat="Binary")
+    cost = 2 * a + b
+    prob += cost
+    prob += a + b >= 1, "cover"
+    prob.solve(_Picks({"a": 1.0, "b": 0.0}, proven=False))
+    break_ties(prob, cost, a + b, _Picks({"a": 0.0, "b": 1.0}), keep_twin=True)
+    assert (a.value(), b.value(), pulp.value(cost)) == (0.0, 1.0, 1.0)
+
+
 @pytest.mark.parametrize("backend", ["highs", "cbc"])
 @pytest.mark.parametrize("seed", range(6))
 def test_a_tie_break_decided_on_the_cost_optimum_equals_a_fresh_solve(seed, backend):
