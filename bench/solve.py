@@ -14,7 +14,13 @@
 
 Each headline figure is the median of fresh processes running the command line, report included,
 with a baseline measured in the same run: the same command with every job in one process
-(PLANNER_WORKERS=0), so the gain of the worker process shows as a ratio.
+(PLANNER_WORKERS=0), so the gain of the worker process shows as a ratio. On Linux the CPU seconds
+of the command and its worker are counted too (the bench adopts the worker, which the command
+leaves to end on its own, and its exit takes a little more after the command's): a run on c cores,
+from the command's start to its worker's end, takes no less than their CPU over c, so a run whose
+time is near that keeps every core busy to its end, and only less work, not another division of it,
+makes it faster. A worker's start (its interpreter and imports; it gets no job and ends) is timed
+once, in fresh processes.
 The breakdown comes from one more run in process: loading, capacity evaluation (with the plan's
 bookkeeping), ILP model build, solver, certification (with its replays: how many, their simulated
 steps, their time and their compiled loop's), report writing, and the work done in that process
@@ -34,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import compileall
+import ctypes
 import os
 import statistics
 import subprocess
@@ -41,6 +48,8 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import suppress
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -81,19 +90,102 @@ def reference_s() -> float:
     return min(once() for _ in range(3))
 
 
-def fresh(path: Path, flags: list[str], runs: int, env: dict | None = None) -> tuple[float, list[float], str]:
-    """Median wall time of `planner solve PATH FLAGS` in fresh processes."""
-    times, status = [], "ok"
+def children_cpu_s() -> float:
+    """CPU seconds (user and system) of the child processes this one has waited for."""
+    now = os.times()
+    return now.children_user + now.children_system
+
+
+# Whether adopt_orphans made this process the subreaper of its runs' orphans.
+ADOPTING = [False]
+# The longest a run's orphans (a worker finishing its last job) are waited for before they are named.
+ORPHANS_WAIT_S = 120.0
+
+
+def adopt_orphans() -> bool:
+    """Make this process the one that orphaned descendants are handed to (Linux's child subreaper),
+    so that a command's worker, which the command leaves to end on its own, is waited for here and
+    its CPU counted with the command's (children_cpu_s). False where the system has no such call."""
+    try:
+        ADOPTING[0] = sys.platform.startswith("linux") and ctypes.CDLL(None).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except (AttributeError, OSError):
+        ADOPTING[0] = False
+    return ADOPTING[0]
+
+
+def reap_orphans() -> None:
+    """Wait for every child of this process, those handed to it included (a finished command's
+    worker ends at the end of its input; a worker of an in-process run is closed, then ends); only
+    where adopt_orphans holds. One still running after ORPHANS_WAIT_S would have its CPU counted
+    with a later command's: it is named, and CPU is no longer reported."""
+    if not ADOPTING[0]:
+        return
+    deadline = time.monotonic() + ORPHANS_WAIT_S
+    with suppress(ChildProcessError):
+        while True:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+            if pid:
+                continue
+            if time.monotonic() > deadline:
+                print(f"  (a child process still runs {ORPHANS_WAIT_S:g} s after its command ended: CPU no longer reported)")
+                ADOPTING[0] = False
+                return
+            time.sleep(0.01)
+
+
+@dataclass(frozen=True)
+class CountedRun:
+    """One command's run: its wall seconds, those until the last process it left behind ended (its
+    worker, which ends after the command, where adopt_orphans holds), their CPU seconds, and the
+    finished command."""
+
+    wall_s: float
+    until_all_s: float
+    cpu_s: float
+    done: subprocess.CompletedProcess
+
+
+def counted_run(command: list[str], env: dict | None = None) -> CountedRun:
+    """One command run in ROOT, counted with its descendants, those it waited for and, where
+    adopt_orphans holds, those it left to end on their own (waited for here, after it). Children
+    of this process still ending (an in-process run's worker) are waited for first, so that their
+    CPU is not counted as the command's."""
+    reap_orphans()
+    cpu0, t0 = children_cpu_s(), time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, check=False,
+                          env=None if env is None else {**os.environ, **env})
+    wall_s = time.perf_counter() - t0
+    reap_orphans()
+    return CountedRun(wall_s, time.perf_counter() - t0, children_cpu_s() - cpu0, done)
+
+
+def fresh(path: Path, flags: list[str], runs: int, env: dict | None = None) -> tuple[float, list[float], str, CountedRun]:
+    """Median wall time of `planner solve PATH FLAGS` in fresh processes, the times, a status, and
+    the medians of the runs' counts (their CPU with the worker's where adopt_orphans holds)."""
+    counted, status = [], "ok"
     with tempfile.TemporaryDirectory() as out:
         for _ in range(runs):
-            t0 = time.perf_counter()
-            done = subprocess.run([sys.executable, "-m", "planner", "solve", str(path), "--out-dir", out, *flags],
-                                  capture_output=True, text=True, cwd=ROOT, check=False,
-                                  env=None if env is None else {**os.environ, **env})
-            times.append(time.perf_counter() - t0)
-            if done.returncode != 0:
-                status = f"exit {done.returncode}: {done.stderr.strip()[:300]}"
-    return statistics.median(times), times, status
+            run = counted_run([sys.executable, "-m", "planner", "solve", str(path), "--out-dir", out, *flags], env)
+            counted.append(run)
+            if run.done.returncode != 0:
+                status = f"exit {run.done.returncode}: {run.done.stderr.strip()[:300]}"
+    times = [r.wall_s for r in counted]
+    medians = CountedRun(statistics.median(times), statistics.median(r.until_all_s for r in counted),
+                         statistics.median(r.cpu_s for r in counted), counted[-1].done)
+    return medians.wall_s, times, status, medians
+
+
+def worker_start_cpu_s(runs: int) -> float:
+    """Median CPU seconds a worker process spends when it gets no job: its interpreter, the planner
+    and matplotlib imported (planner.worker_pool._serve), then its exit at the end of its empty input."""
+    from planner.worker_pool import worker_command
+
+    cpus = []
+    for _ in range(runs):
+        cpu0 = children_cpu_s()
+        subprocess.run(worker_command(), stdin=subprocess.DEVNULL, capture_output=True, check=True)
+        cpus.append(children_cpu_s() - cpu0)
+    return statistics.median(cpus)
 
 
 class Breakdown:
@@ -195,15 +287,21 @@ def in_process(path: Path, verify: bool) -> tuple[float, float, Breakdown]:
     return load_s, total, b
 
 
-def case(title: str, path: Path, target: float | None, runs: int, verify: bool = False) -> None:
+def case(title: str, path: Path, target: float | None, runs: int, cores: int | None, verify: bool = False) -> None:
+    """cores: the cores a run may use, where its worker's CPU is counted (adopt_orphans); else None."""
     flags = [] if verify else ["--no-verify"]
-    median, times, status = fresh(path, flags, runs)
+    median, times, status, counted = fresh(path, flags, runs)
     verdict = "" if target is None else f"; target <= {target:g} s: {'met' if median <= target else 'NOT met'}"
     print(f"{title}\n  end to end, fresh processes: median {median:.2f} s of {runs} "
           f"({', '.join(f'{t:.2f}' for t in times)}; {status}){verdict}   [{load()}]")
-    alone, _, alone_status = fresh(path, flags, runs, env={"PLANNER_WORKERS": "0"})
+    alone, _, alone_status, alone_counted = fresh(path, flags, runs, env={"PLANNER_WORKERS": "0"})
     print(f"  baseline, everything in one process (PLANNER_WORKERS=0): median {alone:.2f} s ({alone_status}); "
           f"the worker process makes it {alone / median:.2f}x faster")
+    if cores is not None and ADOPTING[0]:  # how far the run is from the least time its CPU allows on these cores
+        cpu = counted.cpu_s
+        print(f"  CPU of the command and its worker: median {cpu:.2f} s (in one process: {alone_counted.cpu_s:.2f} s); "
+              f"the least time on {cores} cores: {cpu / cores:.2f} s, against {counted.until_all_s:.2f} s from the "
+              "command's start to its worker's end")
     load_s, total, b = in_process(path, verify)
     evaluation = total - b.build - b.solve - b.certify - b.report
     print(f"  in process: {total:.2f} s = loading, evaluation and bookkeeping {evaluation:.2f} + model build {b.build:.2f} + "
@@ -295,17 +393,21 @@ def main() -> None:
     # The workers a run may start depend on the cores (planner.worker_pool): figures from machines
     # with different counts compare different parallelism, not only different speeds.
     print(f"cores this process may use: {usable_cores()}; worker processes a run may start: {MAX_WORKERS}")
+    # The command's own threads (certification's replays, a fleet's re-solves) may use every core
+    cores = usable_cores() if adopt_orphans() else None
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        case("1. 128k rollout (shipped), without simulation", rollout, 1.0, args.runs)
-        case("   floor: the 128k rollout narrowed to one config, without simulation", one_config(tmp), None, args.runs)
-        case("   128k rollout (shipped), certified by simulation (issue 11)", rollout, 3.0, args.runs, verify=True)
+        print(f"a worker process's start (the interpreter, the planner and matplotlib imported): "
+              f"{worker_start_cpu_s(args.runs):.2f} CPU-s, median of {args.runs}")
+        case("1. 128k rollout (shipped), without simulation", rollout, 1.0, args.runs, cores)
+        case("   floor: the 128k rollout narrowed to one config, without simulation", one_config(tmp), None, args.runs, cores)
+        case("   128k rollout (shipped), certified by simulation (issue 11)", rollout, 3.0, args.runs, cores, verify=True)
         case("2. its full candidate set (10 GPUs x tp 1-8 x 3 weight x 2 KV dtypes x 4 thresholds), without simulation",
-             full_candidate_set(tmp), 3.0, args.runs)
+             full_candidate_set(tmp), 3.0, args.runs, cores)
         for backend in backends:
             path = fleet_full_catalog(tmp, backend)
             case(f"3. the shipped fleet, 8 services on the full catalog, without simulation (solver: {backend})",
-                 path, 15.0, args.runs)
+                 path, 15.0, args.runs, cores)
         joint_ilp(fleet_full_catalog(tmp, "highs"), backends)
     print(f"machine speed, after: the reference workload takes {reference_s():.3f} s")
 

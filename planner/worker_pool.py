@@ -92,13 +92,17 @@ _MAGIC = b"planner-worker\n"  # starts every answer: anything else on the pipe m
 _SERVE = "import sys, json; sys.path[:] = json.loads(sys.argv[1]); from planner.worker_pool import _serve; _serve()"
 
 
+def worker_command() -> list[str]:
+    """The command line of a worker process: this interpreter serving jobs on this process's import path."""
+    return [sys.executable, "-P", "-c", _SERVE, json.dumps([p for p in sys.path if p])]
+
+
 class _Worker:
     """One worker process, its jobs in the order sent, and the thread that reads its answers."""
 
     def __init__(self):
-        paths = [p for p in sys.path if p]
-        self.proc = subprocess.Popen([sys.executable, "-P", "-c", _SERVE, json.dumps(paths)],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(worker_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL)
         self.pending: list[Future] = []
         self.gone = False  # its answers have ended: later jobs run in the caller
         self.answered_at = time.monotonic()  # its last answer (or its start)
