@@ -11,8 +11,8 @@ the replica models had remembered forgotten, in two passes: building the points 
 M/G/1 queue's transform and the backlog regime's reading, planner.prefill_wait and
 planner.backlog), then judging the targets on the points built (the TTFT and TPOT tails). What a
 replica model holds for all its points (its memory and work tables) stays built, as it does for a
-search's points; the points no margin asks for (an empty replica's, the report's) are not replayed. Prints
-the solve's own time, the points' count, each pass's best time of --runs replays (a shared
+search's points; the points no margin asks for (an empty replica's, the report's) are not replayed.
+Prints the solve's own time, the points' count, each pass's best time of --runs replays (a shared
 machine's load only ever adds), and how many margins the replay found unlike the solve (0: the
 replay did the solve's work, no more or less). Prints figures; asserts nothing.
 
@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -56,20 +57,13 @@ def record(scenario: Path) -> tuple[float, list, int]:
         searches[0] += 1
         return search(*args, **kwargs)
 
-    capacity.ReplicaModel.margin, evaluator.replica_capacity = recorded, counted
-    workers = os.environ.get("PLANNER_WORKERS")
-    os.environ["PLANNER_WORKERS"] = "0"  # every job in this process, where the recorder sees it
-    try:
-        with tempfile.TemporaryDirectory() as out:
-            t0 = time.perf_counter()
-            done = CliRunner().invoke(main, ["solve", str(scenario), "--out-dir", out, "--no-verify"])
-            solve_s = time.perf_counter() - t0
-    finally:
-        capacity.ReplicaModel.margin, evaluator.replica_capacity = margin, search
-        if workers is None:
-            del os.environ["PLANNER_WORKERS"]
-        else:
-            os.environ["PLANNER_WORKERS"] = workers
+    # every job in this process, where the recorder sees it
+    with (mock.patch.object(capacity.ReplicaModel, "margin", recorded),
+          mock.patch.object(evaluator, "replica_capacity", counted),
+          mock.patch.dict(os.environ, {"PLANNER_WORKERS": "0"}), tempfile.TemporaryDirectory() as out):
+        t0 = time.perf_counter()
+        done = CliRunner().invoke(main, ["solve", str(scenario), "--out-dir", out, "--no-verify"])
+        solve_s = time.perf_counter() - t0
     if done.exit_code != 0:
         raise SystemExit(f"{scenario}: exit {done.exit_code}: {done.output}")
     return solve_s, asked, searches[0]

@@ -152,16 +152,15 @@ def counted_run(command: list[str], env: dict | None = None) -> CountedRun:
     CPU is not counted as the command's."""
     reap_orphans()
     cpu0, t0 = children_cpu_s(), time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, check=False,
+    done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True, cwd=ROOT, check=False,
                           env=None if env is None else {**os.environ, **env})
     wall_s = time.perf_counter() - t0
     reap_orphans()
     return CountedRun(wall_s, time.perf_counter() - t0, children_cpu_s() - cpu0, done)
 
 
-def fresh(path: Path, flags: list[str], runs: int, env: dict | None = None) -> tuple[float, list[float], str, CountedRun]:
-    """Median wall time of `planner solve PATH FLAGS` in fresh processes, the times, a status, and
-    the medians of the runs' counts (their CPU with the worker's where adopt_orphans holds)."""
+def fresh(path: Path, flags: list[str], runs: int, env: dict | None = None) -> tuple[list[CountedRun], str]:
+    """`planner solve PATH FLAGS` run `runs` times in fresh processes, and a status."""
     counted, status = [], "ok"
     with tempfile.TemporaryDirectory() as out:
         for _ in range(runs):
@@ -169,10 +168,7 @@ def fresh(path: Path, flags: list[str], runs: int, env: dict | None = None) -> t
             counted.append(run)
             if run.done.returncode != 0:
                 status = f"exit {run.done.returncode}: {run.done.stderr.strip()[:300]}"
-    times = [r.wall_s for r in counted]
-    medians = CountedRun(statistics.median(times), statistics.median(r.until_all_s for r in counted),
-                         statistics.median(r.cpu_s for r in counted), counted[-1].done)
-    return medians.wall_s, times, status, medians
+    return counted, status
 
 
 def worker_start_cpu_s(runs: int) -> float:
@@ -180,12 +176,7 @@ def worker_start_cpu_s(runs: int) -> float:
     and matplotlib imported (planner.worker_pool._serve), then its exit at the end of its empty input."""
     from planner.worker_pool import worker_command
 
-    cpus = []
-    for _ in range(runs):
-        cpu0 = children_cpu_s()
-        subprocess.run(worker_command(), stdin=subprocess.DEVNULL, capture_output=True, check=True)
-        cpus.append(children_cpu_s() - cpu0)
-    return statistics.median(cpus)
+    return statistics.median(counted_run(worker_command()).cpu_s for _ in range(runs))
 
 
 class Breakdown:
@@ -287,20 +278,26 @@ def in_process(path: Path, verify: bool) -> tuple[float, float, Breakdown]:
     return load_s, total, b
 
 
-def case(title: str, path: Path, target: float | None, runs: int, cores: int | None, verify: bool = False) -> None:
-    """cores: the cores a run may use, where its worker's CPU is counted (adopt_orphans); else None."""
+def case(title: str, path: Path, target: float | None, runs: int, verify: bool = False) -> None:
+    from planner.worker_pool import usable_cores
+
     flags = [] if verify else ["--no-verify"]
-    median, times, status, counted = fresh(path, flags, runs)
+    counted, status = fresh(path, flags, runs)
+    times = [r.wall_s for r in counted]
+    median = statistics.median(times)
     verdict = "" if target is None else f"; target <= {target:g} s: {'met' if median <= target else 'NOT met'}"
     print(f"{title}\n  end to end, fresh processes: median {median:.2f} s of {runs} "
           f"({', '.join(f'{t:.2f}' for t in times)}; {status}){verdict}   [{load()}]")
-    alone, _, alone_status, alone_counted = fresh(path, flags, runs, env={"PLANNER_WORKERS": "0"})
+    alone_counted, alone_status = fresh(path, flags, runs, env={"PLANNER_WORKERS": "0"})
+    alone = statistics.median(r.wall_s for r in alone_counted)
     print(f"  baseline, everything in one process (PLANNER_WORKERS=0): median {alone:.2f} s ({alone_status}); "
           f"the worker process makes it {alone / median:.2f}x faster")
-    if cores is not None and ADOPTING[0]:  # how far the run is from the least time its CPU allows on these cores
-        cpu = counted.cpu_s
-        print(f"  CPU of the command and its worker: median {cpu:.2f} s (in one process: {alone_counted.cpu_s:.2f} s); "
-              f"the least time on {cores} cores: {cpu / cores:.2f} s, against {counted.until_all_s:.2f} s from the "
+    if ADOPTING[0]:  # how far the run is from the least time its CPU allows on these cores
+        # (the command's own threads, certification's replays and a fleet's re-solves, may use every core)
+        cpu, cores = statistics.median(r.cpu_s for r in counted), usable_cores()
+        print(f"  CPU of the command and its worker: median {cpu:.2f} s (in one process: "
+              f"{statistics.median(r.cpu_s for r in alone_counted):.2f} s); the least time on {cores} cores: "
+              f"{cpu / cores:.2f} s, against {statistics.median(r.until_all_s for r in counted):.2f} s from the "
               "command's start to its worker's end")
     load_s, total, b = in_process(path, verify)
     evaluation = total - b.build - b.solve - b.certify - b.report
@@ -393,21 +390,20 @@ def main() -> None:
     # The workers a run may start depend on the cores (planner.worker_pool): figures from machines
     # with different counts compare different parallelism, not only different speeds.
     print(f"cores this process may use: {usable_cores()}; worker processes a run may start: {MAX_WORKERS}")
-    # The command's own threads (certification's replays, a fleet's re-solves) may use every core
-    cores = usable_cores() if adopt_orphans() else None
+    adopt_orphans()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         print(f"a worker process's start (the interpreter, the planner and matplotlib imported): "
               f"{worker_start_cpu_s(args.runs):.2f} CPU-s, median of {args.runs}")
-        case("1. 128k rollout (shipped), without simulation", rollout, 1.0, args.runs, cores)
-        case("   floor: the 128k rollout narrowed to one config, without simulation", one_config(tmp), None, args.runs, cores)
-        case("   128k rollout (shipped), certified by simulation (issue 11)", rollout, 3.0, args.runs, cores, verify=True)
+        case("1. 128k rollout (shipped), without simulation", rollout, 1.0, args.runs)
+        case("   floor: the 128k rollout narrowed to one config, without simulation", one_config(tmp), None, args.runs)
+        case("   128k rollout (shipped), certified by simulation (issue 11)", rollout, 3.0, args.runs, verify=True)
         case("2. its full candidate set (10 GPUs x tp 1-8 x 3 weight x 2 KV dtypes x 4 thresholds), without simulation",
-             full_candidate_set(tmp), 3.0, args.runs, cores)
+             full_candidate_set(tmp), 3.0, args.runs)
         for backend in backends:
             path = fleet_full_catalog(tmp, backend)
             case(f"3. the shipped fleet, 8 services on the full catalog, without simulation (solver: {backend})",
-                 path, 15.0, args.runs, cores)
+                 path, 15.0, args.runs)
         joint_ilp(fleet_full_catalog(tmp, "highs"), backends)
     print(f"machine speed, after: the reference workload takes {reference_s():.3f} s")
 
