@@ -146,6 +146,10 @@ class SustainableRate:
         return len(self.evaluations) + (1 if self.longer_requests else 0)
 
 
+class _NotWanted(Exception):
+    """The caller of max_sustainable_rate no longer wants its answer (its `wanted`)."""
+
+
 def max_sustainable_rate(
     dep: Deployment,
     hist: Histogram,
@@ -163,6 +167,7 @@ def max_sustainable_rate(
     simulate: Callable[..., SimResult] | None = None,
     search_above: bool = True,
     widen: float = 1.5,
+    wanted: Callable[[], bool] | None = None,
 ) -> SustainableRate:
     """Bisection on the simulator for the highest rate that meets the Criterion.
 
@@ -177,7 +182,13 @@ def max_sustainable_rate(
     every rate tried after it, and the answer is read on it too (a rate that passed on the short
     sample is read again, and the search goes on below it where it fails there): a short run's trend
     reads a replica still filling as growth (planner.sim_measures), and its percentiles are as unsettled.
+    wanted: with search_above=False only (so that being asked means the first rate missed), asked
+    before each rate simulated after the first; False ends the search there, its answer 0 with the
+    binding "not wanted": a caller that no longer needs the answer (capacity_on_every_run's later
+    seeds) stops spending runs.
     """
+    if wanted is not None and search_above:
+        raise ValueError("wanted is asked only of a search below its first rate (search_above=False)")
     slo = slo or NO_TARGETS
     crit = Criterion(slo, preemption_budget_per_1000)
     if initial_rate_rps is None:
@@ -201,6 +212,8 @@ def max_sustainable_rate(
 
     def evaluate(rate: float) -> list[str]:
         if rate not in cache:
+            if order and wanted is not None and not wanted():
+                raise _NotWanted
             r, failed = simulated(rate)
             if failed == ["unstable"] and len(samples) == 1 and longer_n is not None:  # perhaps still filling
                 samples.append(sample(longer_n))
@@ -231,23 +244,29 @@ def max_sustainable_rate(
         """Every rate tried down to lo failed (the evaluations' budget spent widening): none holds."""
         return found(0.0, None, ",".join(cache[lo][1]), (0.0, lo))
 
-    lo, hi = guess, guess
-    if evaluate(guess):
-        lo, hi = down(lo, hi)
-        if evaluate(lo):
-            return nothing_holds(lo)
-    elif not search_above:
-        return found(guess, cache[guess][0], "not searched above", (guess, guess))
-    else:
-        while not evaluate(hi) and len(order) < max_evaluations:
-            lo, hi = hi, hi * widen
-    lo, hi = bisect(lo, hi)
-    while cache[lo][2] < len(samples) - 1 and len(order) < max_evaluations:  # lo passed, on the short sample
-        del cache[lo]  # read it again on the longer one
-        if not evaluate(lo):
-            break
-        lo, hi = down(lo, lo)
-        if evaluate(lo):
-            return nothing_holds(lo)
+    def search() -> SustainableRate:
+        lo, hi = guess, guess
+        if evaluate(guess):
+            lo, hi = down(lo, hi)
+            if evaluate(lo):
+                return nothing_holds(lo)
+        elif not search_above:
+            return found(guess, cache[guess][0], "not searched above", (guess, guess))
+        else:
+            while not evaluate(hi) and len(order) < max_evaluations:
+                lo, hi = hi, hi * widen
         lo, hi = bisect(lo, hi)
-    return found(lo, cache[lo][0], ",".join(cache[hi][1]) if hi in cache and cache[hi][1] else "not bracketed", (lo, hi))
+        while cache[lo][2] < len(samples) - 1 and len(order) < max_evaluations:  # lo passed, on the short sample
+            del cache[lo]  # read it again on the longer one
+            if not evaluate(lo):
+                break
+            lo, hi = down(lo, lo)
+            if evaluate(lo):
+                return nothing_holds(lo)
+            lo, hi = bisect(lo, hi)
+        return found(lo, cache[lo][0], ",".join(cache[hi][1]) if hi in cache and cache[hi][1] else "not bracketed", (lo, hi))
+
+    try:
+        return search()
+    except _NotWanted:
+        return found(0.0, None, "not wanted", (0.0, guess))

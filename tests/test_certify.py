@@ -1559,3 +1559,47 @@ def test_a_fresh_seed_is_past_every_seed_used_and_wraps_within_the_seeds_a_scena
     assert fresh_seed(confirm_seeds(MAX_SEED, 2)) == 1
     with pytest.raises(ValueError, match="seeds used"):
         fresh_seed([])
+
+
+@pytest.mark.parametrize("draw", range(20))
+def test_the_seeds_give_the_answer_of_running_them_one_by_one_and_only_later_misses_stop(monkeypatch, draw):
+    """capacity_on_every_run: the first seed bisected from the pool's rate, each next one run at the
+    rate found so far and bisected below it where it misses, the answer the least. The seeds of a
+    round run side by side, and one that misses stops bisecting once an earlier one has missed (its
+    bisection is never read): the answer is still the one-by-one answer, however the threads
+    interleave, and the earliest seed to miss in a round is never stopped."""
+    import random
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from planner import pool_check
+
+    rng = random.Random(draw)
+    seeds = tuple(range(rng.randint(1, 6)))
+    capacity = {seed: rng.choice([4.0, 5.0, 6.0, 7.0, 9.0, 12.0]) for seed in seeds}
+    stopped, finished, lock = [], [], threading.Lock()
+
+    def bisected(_dep, _hist, _slo, *, seed, initial_rate_rps, wanted=None, **_):
+        if capacity[seed] >= initial_rate_rps:  # holds at the rate it is asked first
+            return SimpleNamespace(rate_rps=initial_rate_rps)
+        for _ in range(4):  # a bisection's runs, each after asking whether it is still wanted
+            if wanted is not None and not wanted():
+                with lock:
+                    stopped.append((initial_rate_rps, seed))
+                return SimpleNamespace(rate_rps=0.0)
+            time.sleep(0.001 * rng.random())
+        with lock:
+            finished.append((initial_rate_rps, seed))
+        return SimpleNamespace(rate_rps=capacity[seed])
+
+    monkeypatch.setattr(pool_check, "max_sustainable_rate", bisected)
+    pool = SimpleNamespace(deployment=None, hist=None, rate_rps=10.0, shared_prefix_tokens=0)
+    found = pool_check.capacity_on_every_run(pool, None, requests=100, seeds=seeds)
+
+    one_by_one = pool.rate_rps
+    for seed in seeds:
+        one_by_one = min(one_by_one, capacity[seed])
+    assert found == one_by_one
+    for rate, seed in stopped:  # an earlier seed of the same round missed, and was bisected
+        assert any(other < seed and capacity[other] < rate for other in seeds), (rate, seed)

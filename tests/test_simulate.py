@@ -473,6 +473,38 @@ def test_a_rate_read_before_the_longer_sample_was_drawn_is_read_again_on_it(cata
     assert (9.0, ("unstable",)) in found.evaluations  # read again on the longer sample, where it fails
 
 
+def test_a_search_no_longer_wanted_ends_at_its_next_run_with_no_answer(catalog):
+    """max_sustainable_rate asks `wanted` before each run after the first (the first missed, below a
+    rate searched no higher): False ends it there, its answer 0; True all along finds what no
+    `wanted` finds; a first rate that holds is the answer without asking."""
+    from types import SimpleNamespace
+
+    dep = make_deployment(catalog, model="llama-3.1-8b", gpu="h100-sxm", max_model_len=8192)
+
+    def stub(_dep, reqs, **_):
+        return SimpleNamespace(stable=reqs.poisson_rate_rps <= 8.0, latencies=None, preemptions_per_1000=0.0,
+                               requests=reqs.n)
+
+    def search(initial, wanted=None):
+        return max_sustainable_rate(dep, Histogram.constant(1000, 250), n_requests=1000, rel_tol=0.01,
+                                    initial_rate_rps=initial, search_above=False, widen=1.25, simulate=stub,
+                                    wanted=wanted)
+
+    asked = []
+    stopped = search(10.0, lambda: asked.append(1) or False)
+    assert (stopped.rate_rps, stopped.binding, stopped.evaluations) == (0.0, "not wanted", ((10.0, ("unstable",)),))
+    assert len(asked) == 1
+    alone, asked = search(10.0), []
+    wanted = search(10.0, lambda: asked.append(1) or True)
+    assert wanted == alone and 8.0 * 0.99 <= wanted.rate_rps <= 8.0
+    assert len(asked) == len(alone.evaluations) - 1  # before each run after the first
+    asked = []
+    assert search(6.0, lambda: asked.append(1) or True).rate_rps == 6.0 and not asked
+    with pytest.raises(ValueError, match="search_above=False"):  # a search upwards asks after a rate that held
+        max_sustainable_rate(dep, Histogram.constant(1000, 250), n_requests=1000, initial_rate_rps=6.0,
+                             simulate=stub, wanted=lambda: True)
+
+
 @pytest.mark.parametrize(("model", "tp", "weights"), [("llama-3.1-8b", 1, "bf16"), ("llama-3.1-70b", 4, "bf16"),
                                                       ("mixtral-8x7b", 2, "bf16"), ("gpt-oss-20b", 1, "fp8")])
 def test_tabulated_step_time_is_the_step_model(catalog, model, tp, weights):
