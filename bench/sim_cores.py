@@ -43,11 +43,7 @@ prepare_process()  # one BLAS thread and the allocator's settings, as the comman
 
 from planner.worker_pool import usable_cores  # noqa: E402
 
-# The functions of the planner whose names step_of reads on a run's stack (planner.sim_capacity,
-# planner.pool_check, planner.certification), and the modules that call simulate_replica by name,
-# where solve() times it.
-STEP_FUNCTIONS = ("bisect", "down", "held_at", "capacity_on_every_run", "settle_queue", "replay_trace",
-                  "_measured_capacity", "check_pool", "_replay")
+# The modules of the planner that call simulate_replica by name, where solve() times it.
 CALLERS = ("pool_check", "sim_capacity")
 
 

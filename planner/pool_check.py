@@ -794,15 +794,15 @@ class _EarliestMiss:
     (capacity_on_every_run): the one whose bisection is read."""
 
     def __init__(self):
-        self._missed: set[int] = set()
+        self._earliest = math.inf
         self._lock = threading.Lock()
 
     def still(self, index: int) -> bool:
         """Whether seed `index`, which has missed (max_sustainable_rate asks only then), is still the
         earliest seen missing: none before it has."""
         with self._lock:
-            self._missed.add(index)
-            return min(self._missed) == index
+            self._earliest = min(self._earliest, index)
+            return self._earliest == index
 
 
 def replay_trace(p: PoolSetting, slo: SLO) -> TraceReplay:

@@ -1603,3 +1603,11 @@ def test_the_seeds_give_the_answer_of_running_them_one_by_one_and_only_later_mis
     assert found == one_by_one
     for rate, seed in stopped:  # an earlier seed of the same round missed, and was bisected
         assert any(other < seed and capacity[other] < rate for other in seeds), (rate, seed)
+
+
+def test_a_seed_is_told_to_stop_once_an_earlier_one_has_missed_and_the_earliest_never_is():
+    from planner.pool_check import _EarliestMiss
+
+    earliest = _EarliestMiss()
+    asked = [(2, True), (1, True), (2, False), (3, False), (1, True), (0, True), (1, False)]
+    assert [earliest.still(index) for index, _ in asked] == [answer for _, answer in asked]
