@@ -11,14 +11,15 @@ inventory hold in every quarter.
 
 Tidy tables as for a scenario's forecast (planner.forecast_outputs' columns and data dictionary):
 quarters (one row per quarter), services (one per service per quarter), types (one per GPU type
-per quarter, adding up to the quarter's cost).
+per quarter, adding up to the quarter's cost), limits (one per shared limit per quarter: the
+quarter re-solved with one more GPU or GPU type allowed, and without the limit).
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from planner.commitments import (
@@ -35,8 +36,15 @@ from planner.errors import InfeasibleError, InputError
 from planner.evaluator import Measurements
 from planner.files import output_folder
 from planner.fleet import FleetInputs, SharedGPU
-from planner.fleet_plan import FleetPlan, TypeUse, make_fleet_plan
-from planner.fleet_report import TIED_SPLIT_TEXT, not_served
+from planner.fleet_plan import FleetPlan, SharedConstraint, TypeUse, cap_parts_text, make_fleet_plan
+from planner.fleet_report import (
+    TIED_SPLIT_TEXT,
+    limit_notes,
+    not_served,
+    priced_cells,
+    repriced_text,
+    unproven_text,
+)
 from planner.forecast import quarter_error
 
 # One table format for both forecasts: the Column type, its cells and CSV writing.
@@ -61,6 +69,7 @@ from planner.forecast_outputs import (
     unverified_speed_lines,
     write_texts,
 )
+from planner.ilp_solver import COST_TOLERANCE_USD
 from planner.plan_json import uncertified_message
 from planner.report import rejected_text
 from planner.units import (
@@ -154,13 +163,14 @@ def run_fleet_forecast(fleet: FleetInputs, *, certify: bool | None = None) -> li
             added[lot.gpu] = added.get(lot.gpu, 0) + lot.gpus
         inventory = _quarter_inventory(base, lots, price, q.availability, types, where, fleet)
         try:
-            plan = make_fleet_plan(fleet.with_inventory(inventory), explore=False, growth=multiplier, certify=certify,
-                                   measurements=measured)
+            plan = make_fleet_plan(fleet.with_inventory(inventory), explore=False, price_limits=True, growth=multiplier,
+                                   certify=certify, measurements=measured)
         except InfeasibleError as exc:
             # A quarter's availability replaces its types' inventory caps, which the message calls caps.
             blamed = sorted(g for g in q.availability if f"{g} ≤ " in exc.message)
             stated = f" ({', '.join(blamed)}: capped by {where}.availability)" if blamed else ""
             raise InfeasibleError(quarter_error(q.quarter, exc.message + stated), where=exc.where) from None
+        plan = replace(plan, constraints=tuple(_sourced(c, base, lots, q.availability, where) for c in plan.constraints))
         missed = [f"service '{p.scenario.name}': {m}" for p in plan.plans if (m := uncertified_message(p))]
         if missed:  # as `planner solve` refuses a fleet whose plan did not hold in simulation
             raise InfeasibleError(quarter_error(q.quarter, "; ".join(missed)), where=str(fleet.path))
@@ -173,6 +183,23 @@ def run_fleet_forecast(fleet: FleetInputs, *, certify: bool | None = None) -> li
         if not fc.carry_forward and term is None:  # a quarter's reservations, without a term, are its own
             lots = []
     return out
+
+
+def _sourced(c: SharedConstraint, base, lots: list[Lot], availability: dict[str, int], where: str) -> SharedConstraint:
+    """A quarter's priced limit named by where its cap comes from: the quarter's availability, or the
+    fleet file's inventory, whose new GPUs the forecast's own commitments count against (the quarter's
+    inventory, _quarter_inventory, holds those as reserved, and would read '94 reserved + 2 new')."""
+    if c.gpu is None:
+        return c
+    if c.gpu in availability:
+        committed = _committed(base, lots, c.gpu)
+        text = f"{where}.availability" + (f"; {committed:,} owned or committed" if committed else "")
+    else:
+        text = cap_parts_text(base[c.gpu]) + " in the inventory"
+        extra = held(lots, c.gpu)
+        if extra:
+            text += f", {extra:,} of the new committed by the forecast"
+    return replace(c, limit_text=text)
 
 
 def _commitment(fleet: FleetInputs, fc, q, gpu: str, gpus: int) -> Commitment:
@@ -301,11 +328,34 @@ TYPE_COLUMNS: tuple[Column, ...] = (
            "to quarters.total_usd_per_hour"),
 )
 
+LIMIT_COLUMNS: tuple[Column, ...] = (
+    Column("quarter", "string", "calendar quarter (quarters.quarter)", lambda x: x[0].quarter),
+    Column("constraint", "string", "the shared limit: a GPU type's cap ('h100-sxm GPUs') or the most GPU types the "
+           "fleet may run ('GPU types', max_gpu_types); as `planner solve --json` names its constraints",
+           lambda x: x[1].name),
+    Column("gpu", "string", "the GPU type a cap limits (empty: the limit on GPU types)", lambda x: x[1].gpu),
+    Column("limit", "integer", "most GPUs of the type (or GPU types) the quarter's fleet may run", lambda x: x[1].limit),
+    Column("source", "string", "where the limit comes from: the inventory's GPUs (and those the forecast committed), "
+           "a quarter's availability, or max_gpu_types", lambda x: x[1].limit_text),
+    Column("used", "integer", "GPUs of the type (or GPU types) the quarter's fleet runs", lambda x: x[1].used),
+    Column("binds", "boolean", "the fleet runs all the limit allows", lambda x: x[1].binds),
+    Column("fleet_usd_per_hour", "number", "the quarter's fleet cost as planned (quarters.total_usd_per_hour), USD per "
+           "hour", lambda x: x[0].cost_per_hour),
+    Column("plus_one_usd_per_hour", "number", "the quarter's fleet re-solved with one more GPU (or GPU type) allowed, "
+           "by the model (at the capacities certification measured, where it ran; not simulated itself; the quarters "
+           "after it keep their plans), USD per hour", lambda x: x[1].plus_one_usd_per_hour),
+    Column("removed_usd_per_hour", "number", "the quarter's fleet re-solved without the limit, as "
+           "plus_one_usd_per_hour is, USD per hour", lambda x: x[1].removed_usd_per_hour),
+    Column("proven", "boolean", "every solve the two costs rest on, the quarter's own too, reached a proven optimum "
+           "(false: one stopped at solver.time_limit_s, and a saving is partly the solver's gap)", lambda x: x[1].proven),
+)
+
 # One row: the quarters' cost summed as written, and what the forecast's commitments cost after its end,
 # which that sum leaves out (the Markdown's headline says both).
 TOTAL_COLUMNS: tuple[Column, ...] = (*SPAN_COLUMNS, *summed(QUARTER_COLUMNS), COMMITTED_AFTER_END)
 
-TABLES = {"quarters": QUARTER_COLUMNS, "services": SERVICE_COLUMNS, "types": TYPE_COLUMNS, "total": TOTAL_COLUMNS}
+TABLES = {"quarters": QUARTER_COLUMNS, "services": SERVICE_COLUMNS, "types": TYPE_COLUMNS, "limits": LIMIT_COLUMNS,
+          "total": TOTAL_COLUMNS}
 
 
 def _total_row(results: list[FleetQuarter], quarters: list[list[str]]) -> dict:
@@ -320,6 +370,7 @@ def fleet_forecast_tables(results: list[FleetQuarter]) -> dict[str, str]:
     rows: dict[str, list] = {
         "services": [(r, p) for r in results for p in r.plan.plans],
         "types": [(r, t) for r in results for t in r.plan.types],
+        "limits": [(r, c) for r in results for c in r.plan.constraints],
         "total": [_total_row(results, quarters)],
     }
     return {"quarters": _csv(quarters), **{name: _csv(_table(TABLES[name], rows[name])) for name in rows}}
@@ -396,8 +447,9 @@ def fleet_forecast_markdown(name: str, results: list[FleetQuarter], fleet: Fleet
         lines += ["", f"Budget: {usd_text(budget)} per month (`budget_usd_per_month`), every quarter's fleet within it; "
                   f"the closest, {tight.quarter}, leaves {usd_text(budget - tight.plan.cost_per_month)} of it a month."]
     lines += reserved_below_lines(text for r in results for text in r.reserved_below)
+    limits = _limits_section(results, fleet)
     lines += ["", *_commitments_section(results, fleet), "", *_types_section(results, fleet), "",
-              *_services_section(results)]
+              *([*limits, ""] if limits else []), *_services_section(results)]
     lines += [
         "",
         f"{hours_text(quarters=True)} Amounts are US dollars. Demand × base "
@@ -511,9 +563,45 @@ def _types_section(results: list[FleetQuarter], fleet: FleetInputs) -> list[str]
     binding = [f"{r.quarter} {t.gpu}" for r in results for t in r.plan.types if _binds(t)]
     if binding:
         out += ["", "At its cap (" + ", ".join(binding) + "), the fleet runs no more GPUs of the type and serves the "
-                "rest on other types: a higher cap may make that quarter cheaper (`planner solve` on the fleet prices "
-                "each shared cap for its first quarter)." + _committed_at_caps(results, fleet)]
+                "rest on other types: a higher cap may make that quarter cheaper (what one more GPU, and no cap, "
+                "would save there: below)." + _committed_at_caps(results, fleet)]
     return out
+
+
+def _limits_section(results: list[FleetQuarter], fleet: FleetInputs) -> list[str]:
+    """What each quarter's shared limits cost (make_fleet_plan's price_limits; the limits table has
+    every one): the rows of those that bind, cost, or are not proven to cost nothing; the others are
+    counted."""
+    priced = [(r, c) for r in results for c in r.plan.constraints]
+    if not priced:
+        return []
+    out = ["## What the shared limits cost", ""]
+    rows = [(r, c) for r, c in priced if c.binds or not c.proven or r.cost_per_hour - min(
+        c.plus_one_usd_per_hour, c.removed_usd_per_hour) >= COST_TOLERANCE_USD]
+    if not rows:
+        return [*out, "No shared limit binds in any quarter or rules out a cheaper fleet: re-solved without each, "
+                "every quarter's fleet costs the same."]
+    fc = fleet.spec.forecast
+    out += ["Each quarter's shared limits that bind or cost, re-solved for that quarter alone with one more GPU (or "
+            "GPU type) allowed and without the limit, " + repriced_text([p for r in results for p in r.plan.plans])
+            + " Each re-solve changes its own quarter only: the quarters after it keep their plans"
+            + (", though with carry_forward a higher cap would also change what they commit." if fc is not None
+               and fc.carry_forward else ".")
+            + (f" The other limits ({len(priced) - len(rows)} of {len(priced)} across the quarters) neither bind nor "
+               "cost anything." if len(rows) < len(priced) else ""),
+            "",
+            "| Quarter | Limit | Used | Binds | Fleet $/hour | One more allowed | Saves | Without it | Saves |",
+            "|---|---|---:|---|---:|---:|---:|---:|---:|"]
+    for r, c in rows:
+        out.append(f"| {r.quarter} | {c.name} ≤ {c.limit:,} ({c.limit_text}) | {c.used:,} | {'yes' if c.binds else 'no'} "
+                   f"| {usd_text(r.cost_per_hour)} | {priced_cells(c, r.cost_per_hour)} |")
+    # (a quarter holds dicts: unhashable, so its statuses are keyed by its name)
+    unproven = {r.quarter: r.plan.joint.status for r, c in rows if not c.proven}
+    if unproven:
+        ended = "; ".join(f"{quarter}: {status}" for quarter, status in unproven.items())
+        out += ["", unproven_text("the quarter's solve", fleet.spec.solver.time_limit_s, f"the quarters' plans: {ended}")]
+    return out + limit_notes([(f"{r.quarter} ", c, r.cost_per_hour) for r, c in rows],
+                             type_rule=bool(fleet.spec.max_gpu_types))
 
 
 def _committed_at_caps(results: list[FleetQuarter], fleet: FleetInputs) -> str:
@@ -572,8 +660,9 @@ def write_fleet_forecast(fleet: FleetInputs, results: list[FleetQuarter], out_di
     texts.update({table_file(name, t): text for t, text in fleet_forecast_tables(results).items()})
     package = datapackage(name, TABLES, description="Quarterly fleet forecast (planner forecast on a fleet file). "
                           "quarters: one row per quarter; services: one row per service per quarter; types: one row "
-                          "per GPU type per quarter, adding up to the quarter's cost; total: the quarters' cost summed, "
-                          "and what the forecast's commitments cost after its last quarter.")
+                          "per GPU type per quarter, adding up to the quarter's cost; limits: one row per shared limit "
+                          "per quarter, with the quarter re-solved with one more allowed and without it; total: the "
+                          "quarters' cost summed, and what the forecast's commitments cost after its last quarter.")
     texts[f"{name}_forecast_datapackage.json"] = json.dumps(package, indent=2, ensure_ascii=False) + "\n"
     output_folder(out_dir)
     return write_texts(out_dir, texts)
@@ -590,6 +679,7 @@ def fleet_forecast_json(results: list[FleetQuarter]) -> dict:
          "services": [{**row(SERVICE_COLUMNS, (r, p)), "speed_unverified": [u.as_json() for u in unverified_speed(p)]}
                       for p in r.plan.plans],
          "types": [row(TYPE_COLUMNS, (r, t)) for t in r.plan.types],
+         "limits": [row(LIMIT_COLUMNS, (r, c)) for c in r.plan.constraints],  # what each shared limit costs
          "reserved_notes": list(r.reserved_below)}  # a stated reservation below what is held (the Markdown's)
         for r in results
     ], "committed_after_end_usd": total["committed_after_end_usd"],

@@ -12,14 +12,14 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from planner.bounds import DEMAND_FIELDS, MAX_FLEET_GPUS, OVER_FLEET_BOUND, held_past_bound
 from planner.certification import certify_plans, refreshed
 from planner.errors import InfeasibleError, InputError, PlannerError
 from planner.evaluator import Measurements
 from planner.exploration import StartedSweep, explore_plan, start_ttft_sweep
-from planner.fleet import FleetInputs, Service, refuse_mixed_verify
+from planner.fleet import FleetInputs, Service, SharedGPU, refuse_mixed_verify
 from planner.ilp import JointSolution, cost_bound_using_more, solve_services
 from planner.ilp_solver import COST_TOLERANCE_USD
 from planner.plan_objects import Plan
@@ -53,6 +53,7 @@ class SharedConstraint:
     # Every solve the two costs rest on (the plan's too) reached a proven optimum: else one stopped at
     # solver.time_limit_s, and the difference is partly the gap to the optimum, not the limit's price.
     proven: bool = True
+    gpu: str | None = field(kw_only=True)  # the GPU type a cap limits (None: the limit on GPU types, max_gpu_types)
 
     @property
     def binds(self) -> bool:
@@ -135,13 +136,15 @@ class FleetPlan:
 
 
 def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool | None = None,
-                    keep_lp: bool = False, growth: float = 1.0,
+                    price_limits: bool | None = None, keep_lp: bool = False, growth: float = 1.0,
                     on_set_up: Callable[[Sequence[Setup]], None] | None = None,
                     figures_ready: Callable[[Plan], None] | None = None,
                     measurements: dict[int, Measurements] | None = None) -> FleetPlan:
     """Solve every service of the fleet in one ILP, certify every pool of every service by
     simulation (each service's `verify`, or `certify` for all), explore each service alone with the
     rest of the fleet as planned, and price each shared constraint by re-solving without it.
+    price_limits: price the shared constraints [default: explore]; a forecast's quarter prices them
+    without exploring its services (what a cap that binds in that quarter costs).
     growth: a multiplier on every service's demand (the fleet's forecast quarters). on_set_up: called with every service's setup, before the joint ILP; figures_ready: with each
     service's plan as what its figures show becomes known (explore_plan; the CLI starts the
     report's figures then, in the worker, while this process plans on). measurements: what
@@ -160,14 +163,15 @@ def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool |
     wants = [st.scn.verify if certify is None else certify for st in setups]
     early = _EarlySweeps(fleet, setups) if explore and not any(wants) and fleet.spec.solver.backend == "highs" else None
     try:
-        return _planned(fleet, setups, solve, wants, early, explore, figures_ready)
+        return _planned(fleet, setups, solve, wants, early, explore, explore if price_limits is None else price_limits,
+                        figures_ready)
     finally:
         if early is not None:
             early.drop_rest()  # an error stopped the plan before its sweeps were taken
 
 
 def _planned(fleet: FleetInputs, setups: list[Setup], solve, wants: list[bool], early: _EarlySweeps | None,
-             explore: bool, figures_ready) -> FleetPlan:
+             explore: bool, price_limits: bool, figures_ready) -> FleetPlan:
     """make_fleet_plan once its services are set up: the joint ILP, certification, explorations."""
     with stage("fleet ILP", 1, " solve") as step:
         joint = solve([st.evals for st in setups], tie_break=True if early is None else early.start, keep_twin=early is not None)
@@ -215,7 +219,7 @@ def _planned(fleet: FleetInputs, setups: list[Setup], solve, wants: list[bool], 
         plans = [dataclasses.replace(explore_plan(st, plan, solve, alone=True, sweep=sweep, figures_ready=figures_ready),
                                      alone_shared_caps=frozenset(fleet.shared_caps))
                  for (st, solve), plan, sweep in zip(alone, plans, sweeps, strict=True)]
-    constraints = _constraints(fleet, setups, [p.evaluations for p in plans], joint, types) if explore else ()
+    constraints = _constraints(fleet, setups, [p.evaluations for p in plans], joint, types) if price_limits else ()
     result = FleetPlan(fleet, tuple(plans), joint, types, constraints)
     budget = fleet.spec.budget_usd_per_month
     if budget is not None and result.cost_per_month > budget + 1e-6:
@@ -492,17 +496,23 @@ def _constraints(fleet: FleetInputs, setups, evals_per_service, joint: JointSolu
         proven = planned and without.status == "Optimal" and one_more.status == "Optimal"
         return min(one_more.cost_per_hour, cost), dropped, proven
 
-    rows, questions = [], []
+    rows, questions, gpus = [], [], []
     for g, cap in sorted(caps.items()):
-        s = fleet.spec.inventory[g]
-        parts = [f"{s.owned:,} owned"] if s.owned else []
-        parts += [f"{s.reserved:,} reserved"] if s.reserved else []
-        parts.append(f"{s.max_new:,} new")
-        rows.append((f"{g} GPUs", cap, used.get(g, 0), " + ".join(parts)))
+        rows.append((f"{g} GPUs", cap, used.get(g, 0), cap_parts_text(fleet.spec.inventory[g])))
         questions.append(({"caps": {**caps, g: cap + 1}}, {"caps": {k: v for k, v in caps.items() if k != g}}, (g, cap + 1)))
+        gpus.append(g)
     limit = fleet.spec.max_gpu_types
     if limit is not None:
         rows.append(("GPU types", limit, len(joint.gpus_by_type), "max_gpu_types"))
         questions.append(({"max_gpu_types": limit + 1}, {"max_gpu_types": None}, None))
+        gpus.append(None)
     answers = side_by_side(lambda question: relaxed(*question), questions)
-    return tuple(SharedConstraint(*row, *answer) for row, answer in zip(rows, answers, strict=True))
+    return tuple(SharedConstraint(*row, *answer, gpu=g) for row, answer, g in zip(rows, answers, gpus, strict=True))
+
+
+def cap_parts_text(s: SharedGPU) -> str:
+    """What a type's cap is made of: '32 owned + 96 new', '64 reserved + 32 new'."""
+    parts = [f"{s.owned:,} owned"] if s.owned else []
+    parts += [f"{s.reserved:,} reserved"] if s.reserved else []
+    parts.append(f"{s.max_new:,} new")
+    return " + ".join(parts)

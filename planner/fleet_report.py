@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.files import write_text_atomic
-from planner.fleet_plan import FleetPlan
+from planner.fleet_plan import FleetPlan, SharedConstraint
 from planner.ilp_solver import COST_TOLERANCE_USD
 from planner.inputs import report_sections
 from planner.plan_json import plan_json
@@ -280,56 +280,82 @@ def _constraints(fp: FleetPlan) -> str:
                               "from the one it would make alone; its section says where it does."])
         return "\n".join([*lines, f"No shared limit: no shared GPU type has a cap and {_no_rule_text(fp)}, so "
                           "every service's plan is the one it would make alone."])
-    measured = ("capacities as certification measured them" if any(p.certification for p in fp.plans)
-                else "no service was certified by simulation")
-    # removing the shipped fleet's H100 cap of 80 read $52.26 an hour saved, where a certified re-solve saved $58.24
-    errs = (" A config that certification did not replay is priced at the lowest ratio of simulated to model "
-            "capacity its class showed, which errs high: a certified re-solve of a relaxed limit can cost less, and "
-            "save more than shown (in probes of the shipped fleet, by the price of a GPU or two an hour)."
-            if any(p.certification for p in fp.plans) else "")
     lines += [
-        "Each shared limit re-solved with one more GPU (or GPU type) allowed, and without it, by the model "
-        f"({measured}; these re-solves are not simulated themselves).{errs}",
+        f"Each shared limit re-solved with one more GPU (or GPU type) allowed, and without it, {repriced_text(fp.plans)}",
         "",
         "| Constraint | Limit | Used | Binds | Fleet $/hour, one more allowed | Saves | Fleet $/hour without it | Saves |",
         "|---|---|---:|---|---:|---:|---:|---:|",
     ]
     base = fp.cost_per_hour
     for c in fp.constraints:
-        unit = "" if c.name == "GPU types" else " GPUs"
-        mark = "" if c.proven else " †"
-        lines.append(
-            f"| {c.name} | ≤ {c.limit:,}{unit} ({c.limit_text}) | {c.used:,} | {'yes' if c.binds else 'no'} "
-            f"| {usd_text(c.plus_one_usd_per_hour)}{mark} | {usd_text(base - c.plus_one_usd_per_hour)}{mark} "
-            f"| {usd_text(c.removed_usd_per_hour)}{mark} | {usd_text(base - c.removed_usd_per_hour)}{mark} |"
-        )
+        unit = "" if c.gpu is None else " GPUs"
+        lines.append(f"| {c.name} | ≤ {c.limit:,}{unit} ({c.limit_text}) | {c.used:,} | {'yes' if c.binds else 'no'} "
+                     f"| {priced_cells(c, base)} |")
     if not all(c.proven for c in fp.constraints):
-        lines += ["", f"† Not proven: the plan's solve or a re-solve stopped at `solver.time_limit_s` "
-                  f"({fp.fleet.spec.solver.time_limit_s:g} s) before proving its optimum (the plan: {fp.joint.status}). "
-                  "Each cost is the best plan found in time (a re-solve never above the plan, which every relaxed "
-                  "limit still allows), so a saving shown is partly the gap to the optimum, not the limit's price; "
-                  "raise the time limit to price the limit."]
-    # Only what proven costs show is explained: an unproven saving may be the solver's gap alone.
-    proven = [c for c in fp.constraints if c.proven]
-    free = [c.name for c in proven if c.binds and base - c.removed_usd_per_hour < COST_TOLERANCE_USD]
+        lines += ["", unproven_text("the plan's solve", fp.fleet.spec.solver.time_limit_s, f"the plan: {fp.joint.status}")]
+    lines += limit_notes([("", c, base) for c in fp.constraints], type_rule=bool(fp.fleet.spec.max_gpu_types))
+    return "\n".join(lines)
+
+
+def priced_cells(c: SharedConstraint, base_usd_per_hour: float) -> str:
+    """A priced limit's four cells against the plan's cost: one more allowed and its saving, without
+    it and its saving, each marked † where a solve they rest on is not proven optimal."""
+    mark = "" if c.proven else " †"
+    return " | ".join(f"{usd_text(x)}{mark}" for x in (
+        c.plus_one_usd_per_hour, base_usd_per_hour - c.plus_one_usd_per_hour,
+        c.removed_usd_per_hour, base_usd_per_hour - c.removed_usd_per_hour))
+
+
+def unproven_text(solve: str, time_limit_s: float, status: str) -> str:
+    """The note on a table of priced limits where a solve stopped at its time limit (a † row): `solve`
+    names the plan's own solve, `status` how it ended."""
+    return (f"† Not proven: {solve} or a re-solve stopped at `solver.time_limit_s` ({time_limit_s:g} s) before "
+            f"proving its optimum ({status}). Each cost is the best plan found in time (a re-solve never above the plan, "
+            "which every relaxed limit still allows), so a saving shown is partly the gap to the optimum, not the "
+            "limit's price; raise the time limit to price the limit.")
+
+
+def limit_notes(rows: list[tuple[str, SharedConstraint, float]], *, type_rule: bool) -> list[str]:
+    """What a table of priced limits needs said, each line after a blank one: the limits that bind and
+    cost nothing, and those the plan stays under that still cost. rows: (where, the limit, the cost of
+    the plan it was priced against); `where` goes before a limit's name ("2027Q2 " in a forecast).
+    type_rule: the fleet sets max_gpu_types. Only proven costs are explained: an unproven saving may be
+    the solver's gap alone."""
+    proven = [(where, c, base) for where, c, base in rows if c.proven]
+    free = [f"{where}{c.name}" for where, c, base in proven if c.binds and base - c.removed_usd_per_hour < COST_TOLERANCE_USD]
+    lines = []
     if free:
         one = len(free) == 1
         lines += ["", f"Binds: the plan uses all the limit allows. {_names(free)} {'binds' if one else 'bind'} and "
                   f"{'costs' if one else 'cost'} nothing: dropping {'it' if one else 'them'} finds no cheaper fleet."]
     # A limit the plan stays under can still cost: what it rules out is a plan with more of the type
     # (or more types) than it allows, not the plan's own use of it.
-    for c in proven:
+    for where, c, base in proven:
         if c.binds or base - c.removed_usd_per_hour < COST_TOLERANCE_USD:
             continue
-        if c.name == "GPU types":
+        if c.gpu is None:
             why = "the cheaper fleet it rules out runs more GPU types than it allows"
         else:
             why = ("the cheaper fleet it rules out runs more of the type than it allows (a pool on it larger than the "
-                   "cap" + (", or another choice of types within the most GPU types allowed"
-                            if fp.fleet.spec.max_gpu_types else "") + ")")
-        lines += ["", f"The {c.name} limit does not bind, yet dropping it saves: the plan uses less than it allows, "
-                  f"and {why}."]
-    return "\n".join(lines)
+                   "cap" + (", or another choice of types within the most GPU types allowed" if type_rule else "") + ")")
+        lines += ["", f"The {where}{c.name} limit does not bind, yet dropping it saves: the plan uses less than it "
+                  f"allows, and {why}."]
+    return lines
+
+
+def repriced_text(plans) -> str:
+    """How a shared limit's re-solves are priced (SharedConstraint): by the model, at the capacities
+    certification measured where it ran, and which way that errs."""
+    measured = ("capacities as certification measured them" if any(p.certification for p in plans)
+                else "no service was certified by simulation")
+    # When the shipped fleet's H100 cap was 80, dropping it read $52.26 an hour saved where a certified re-solve
+    # of the fleet saved $58.24. (The fleet forecast's 2027Q2 H100 cap, dropped and certified, cost what it read.)
+    errs = (" A config that certification did not replay is priced at the lowest ratio of simulated to model "
+            "capacity its class showed, which errs high: a certified re-solve of a relaxed limit can cost less, and "
+            "save more than shown (in probes of `planner solve` on the shipped fleet, by the price of a GPU or two an "
+            "hour)."
+            if any(p.certification for p in plans) else "")
+    return f"by the model ({measured}; these re-solves are not simulated themselves).{errs}"
 
 
 def _names(items: list[str]) -> str:

@@ -440,20 +440,16 @@ def test_limits_priced_side_by_side_cost_what_they_cost_one_after_another(tmp_pa
     assert priced == [3] and [c.name for c in fp.constraints] == ["h100-sxm GPUs", "l40s GPUs", "GPU types"]
 
 
-def test_a_re_solve_stopped_by_its_time_limit_is_never_priced_above_the_plan_and_is_marked(tmp_path, monkeypatch):
-    """A relaxed limit still allows the plan, so a re-solve that stops at solver.time_limit_s on a
-    dearer fleet has not found the relaxed optimum: its cost is clamped to the plan's and the row is
-    marked unproven. A 100-service fleet had shown one more H100 allowed costing $11.39/hour more, and
-    a cap the plan stayed under "saving" $28/hour, both the solver's gap."""
+def _re_solves_stop_at_their_time_limit(monkeypatch) -> None:
+    """Every re-solve of a limit (fleet_plan._solve without its tie-break) stops at its time limit on
+    a fleet $50/hour dearer than the relaxed optimum; the plan's own solve is left as it is."""
     import dataclasses
 
     import planner.fleet_plan as fleet_plan
-    from planner.fleet import load_fleet
-    from planner.fleet_report import _constraints, fleet_json
 
     real = fleet_plan._solve
 
-    def stopped(*args, **kw):  # the re-solves (no tie-break) stop on a plan $50/hour dearer
+    def stopped(*args, **kw):
         joint = real(*args, **kw)
         if kw.get("tie_break", True):
             return joint
@@ -461,6 +457,19 @@ def test_a_re_solve_stopped_by_its_time_limit_is_never_priced_above_the_plan_and
                                    cost_per_hour=joint.cost_per_hour + 50.0)
 
     monkeypatch.setattr(fleet_plan, "_solve", stopped)
+
+
+def test_a_re_solve_stopped_by_its_time_limit_is_never_priced_above_the_plan_and_is_marked(tmp_path, monkeypatch):
+    """A relaxed limit still allows the plan, so a re-solve that stops at solver.time_limit_s on a
+    dearer fleet has not found the relaxed optimum: its cost is clamped to the plan's and the row is
+    marked unproven. A 100-service fleet had shown one more H100 allowed costing $11.39/hour more, and
+    a cap the plan stayed under "saving" $28/hour, both the solver's gap."""
+
+    import planner.fleet_plan as fleet_plan
+    from planner.fleet import load_fleet
+    from planner.fleet_report import _constraints, fleet_json
+
+    _re_solves_stop_at_their_time_limit(monkeypatch)
     fleet = load_fleet(write_fleet(tmp_path, inventory={"h100-sxm": {"max_new": 3}}, max_gpu_types=1))
     fp = fleet_plan.make_fleet_plan(fleet)
     assert fp.joint.status == "Optimal" and fp.constraints
@@ -1357,6 +1366,208 @@ def test_a_fleet_forecast_shows_a_cap_the_fleet_runs_up_against(tmp_path):
     assert "At its cap (2027Q1 h100-sxm), the fleet runs no more GPUs of the type" in md
 
 
+def _csv_rows(text: str) -> list[dict[str, str]]:
+    import csv
+    import io
+
+    return list(csv.DictReader(io.StringIO(text)))
+
+
+def _md_limit_rows(md: str) -> dict[tuple[str, str], dict]:
+    """The forecast Markdown's priced limits by (quarter, constraint): its cells, the dollars as numbers."""
+    out = {}
+    for line in md.splitlines():
+        m = re.match(r"^\| (\d{4}Q\d) \| (.+?) ≤ ([\d,]+) \((.*)\) \| ([\d,]+) \| (yes|no) \| (.*) \|$", line)
+        if m:
+            quarter, name, limit, source, used, binds, money = m.groups()
+            cells = [c.strip() for c in money.split("|")]
+            dollars = [float(c.rstrip(" †").lstrip("$").replace(",", "").replace("−", "-")) for c in cells]
+            out[(quarter, name)] = {"limit": int(limit.replace(",", "")), "source": source, "used": int(used.replace(",", "")),
+                                    "binds": binds == "yes", "usd": dollars, "marked": [c.endswith("†") for c in cells]}
+    return out
+
+
+def _agrees(shown: dict, row: dict[str, str]) -> None:
+    """A Markdown row (_md_limit_rows) against its limits CSV row: the same limit, costs to the cent,
+    savings the unrounded costs' difference to the cent."""
+    base, plus, removed = (float(row[k]) for k in ("fleet_usd_per_hour", "plus_one_usd_per_hour", "removed_usd_per_hour"))
+    assert (shown["limit"], shown["source"], shown["used"], shown["binds"]) == (
+        int(row["limit"]), row["source"], int(row["used"]), row["binds"] == "true")
+    assert shown["usd"] == pytest.approx([base, plus, base - plus, removed, base - removed], abs=0.0051)
+    assert set(shown["marked"][1:]) == {row["proven"] != "true"}
+
+
+def test_a_fleet_forecast_prices_a_binding_cap_as_its_quarter_planned_with_it_raised_and_dropped(tmp_path):
+    """A quarter whose availability binds prices the cap by re-solving that quarter: one more GPU
+    allowed costs what the quarter costs planned with one more available, no cap what it costs
+    planned without one. The limits table, the JSON and the Markdown show those costs and name the
+    quarter's availability, and the GPUs held, as the cap's source."""
+    from planner.fleet import load_fleet
+    from planner.fleet_forecast import (
+        fleet_forecast_json,
+        fleet_forecast_markdown,
+        fleet_forecast_tables,
+        run_fleet_forecast,
+    )
+
+    held = {"h100-sxm": {"reserved": 1, "reserved_usd_per_hour": 2.0}}
+
+    def quarter(name: str, availability: dict | None):
+        folder = tmp_path / name
+        folder.mkdir()
+        stated = {"quarter": "2027Q1", **({"availability": availability} if availability else {})}
+        fleet = load_fleet(write_fleet(folder, inventory=held, forecast={"quarters": [stated]}))
+        (q,) = run_fleet_forecast(fleet)
+        return fleet, q
+
+    fleet, q1 = quarter("capped", {"h100-sxm": 2})
+    (cap,) = q1.plan.constraints
+    assert (cap.name, cap.gpu, cap.limit, cap.used, cap.binds, cap.proven) == ("h100-sxm GPUs", "h100-sxm", 2, 2, True, True)
+    assert cap.limit_text == "forecast.quarters[0].availability; 1 owned or committed"
+    assert cap.plus_one_usd_per_hour == pytest.approx(quarter("one_more", {"h100-sxm": 3})[1].cost_per_hour)
+    assert cap.removed_usd_per_hour == pytest.approx(quarter("uncapped", None)[1].cost_per_hour)
+    assert cap.removed_usd_per_hour < q1.cost_per_hour - 0.01  # a cap that costs
+
+    (row,) = _csv_rows(fleet_forecast_tables([q1])["limits"])
+    assert (row["quarter"], row["constraint"], row["gpu"], row["limit"], row["binds"]) == (
+        "2027Q1", "h100-sxm GPUs", "h100-sxm", "2", "true")
+    assert float(row["plus_one_usd_per_hour"]) == pytest.approx(cap.plus_one_usd_per_hour, abs=1e-6)
+    assert float(row["removed_usd_per_hour"]) == pytest.approx(cap.removed_usd_per_hour, abs=1e-6)
+    assert float(row["fleet_usd_per_hour"]) == pytest.approx(q1.cost_per_hour, abs=1e-6)
+    (listed,) = fleet_forecast_json([q1])["quarters"][0]["limits"]
+    assert (listed["constraint"], listed["limit"]) == ("h100-sxm GPUs", 2)
+    assert listed["removed_usd_per_hour"] == pytest.approx(cap.removed_usd_per_hour)
+    md = fleet_forecast_markdown("twin", [q1], fleet)
+    _agrees(_md_limit_rows(md)[("2027Q1", "h100-sxm GPUs")], row)
+    assert "(what one more GPU, and no cap, would save there: below)" in md
+
+
+def test_a_cap_a_fleet_forecast_stays_under_that_still_costs_is_in_its_table_and_explained(tmp_path):
+    """A cap of one H100 keeps services that need two replicas a pool off the type altogether: the
+    quarter runs none, the cap does not bind, yet dropping it saves. It has a row in the limits table
+    (the types table has none for a type the quarter neither runs nor holds) and in the Markdown, with
+    the reason."""
+    from planner.fleet import load_fleet
+    from planner.fleet_forecast import (
+        fleet_forecast_markdown,
+        fleet_forecast_tables,
+        run_fleet_forecast,
+    )
+
+    fleet = load_fleet(write_fleet(
+        tmp_path, services=[service("alpha", 30.0, min_replicas_per_pool=2), service("beta", 12.0, min_replicas_per_pool=2)],
+        inventory={"h100-sxm": {"max_new": 1}}, forecast={"quarters": [{"quarter": "2027Q1"}]}))
+    (q1,) = run_fleet_forecast(fleet)
+    assert "h100-sxm" not in {t.gpu for t in q1.plan.types}
+    (row,) = _csv_rows(fleet_forecast_tables([q1])["limits"])
+    assert (row["gpu"], row["used"], row["binds"], row["source"]) == ("h100-sxm", "0", "false", "1 new in the inventory")
+    assert float(row["removed_usd_per_hour"]) < q1.cost_per_hour - 0.01
+    md = fleet_forecast_markdown("twin", [q1], fleet)
+    _agrees(_md_limit_rows(md)[("2027Q1", "h100-sxm GPUs")], row)
+    assert ("The 2027Q1 h100-sxm GPUs limit does not bind, yet dropping it saves: the plan uses less than it allows, "
+            "and the cheaper fleet it rules out runs more of the type than it allows (a pool on it larger than the "
+            "cap)") in md
+
+
+def test_a_fleet_forecast_prices_its_rule_on_gpu_types_as_its_quarter_planned_with_it_raised_and_dropped(tmp_path):
+    """Two owned L40S at $0.50 an hour make the cheapest fleet run them beside H100s: a rule of one
+    GPU type costs, and its re-solves cost what the quarter costs planned with two types allowed and
+    with no rule."""
+    from planner.fleet import load_fleet
+    from planner.fleet_forecast import (
+        fleet_forecast_markdown,
+        fleet_forecast_tables,
+        run_fleet_forecast,
+    )
+
+    def quarter(name: str, **rule):
+        folder = tmp_path / name
+        folder.mkdir()
+        fleet = load_fleet(write_fleet(folder, inventory={"l40s": {"owned": 2, "owned_usd_per_hour": 0.5}},
+                                       forecast={"quarters": [{"quarter": "2027Q1"}]}, **rule))
+        (q,) = run_fleet_forecast(fleet)
+        return fleet, q
+
+    fleet, q1 = quarter("one_type", max_gpu_types=1)
+    (row,) = _csv_rows(fleet_forecast_tables([q1])["limits"])
+    assert (row["constraint"], row["gpu"], row["limit"], row["source"], row["used"], row["binds"]) == (
+        "GPU types", "", "1", "max_gpu_types", "1", "true")
+    assert float(row["plus_one_usd_per_hour"]) == pytest.approx(quarter("two_types", max_gpu_types=2)[1].cost_per_hour,
+                                                                abs=1e-6)
+    assert float(row["removed_usd_per_hour"]) == pytest.approx(quarter("no_rule")[1].cost_per_hour, abs=1e-6)
+    assert float(row["removed_usd_per_hour"]) < q1.cost_per_hour - 0.01
+    _agrees(_md_limit_rows(fleet_forecast_markdown("twin", [q1], fleet))[("2027Q1", "GPU types")], row)
+
+
+def test_a_fleet_forecast_whose_re_solve_stopped_at_its_time_limit_marks_the_row_and_says_why(tmp_path, monkeypatch):
+    """A quarter's re-solve that stops at solver.time_limit_s on a dearer fleet is clamped to the
+    quarter's cost and marked †, with the note naming the quarter's status (the forecast's Markdown
+    once failed to render such a row)."""
+
+    from planner.fleet import load_fleet
+    from planner.fleet_forecast import (
+        fleet_forecast_markdown,
+        fleet_forecast_tables,
+        run_fleet_forecast,
+    )
+
+    _re_solves_stop_at_their_time_limit(monkeypatch)
+    fleet = load_fleet(write_fleet(tmp_path, max_gpu_types=1, forecast={"quarters": [{"quarter": "2027Q1"}]}))
+    (q1,) = run_fleet_forecast(fleet)
+    (row,) = _csv_rows(fleet_forecast_tables([q1])["limits"])
+    assert row["proven"] == "false" and float(row["removed_usd_per_hour"]) == pytest.approx(q1.cost_per_hour, abs=1e-6)
+    md = fleet_forecast_markdown("twin", [q1], fleet)
+    _agrees(_md_limit_rows(md)[("2027Q1", "GPU types")], row)
+    assert ("† Not proven: the quarter's solve or a re-solve stopped at `solver.time_limit_s` (60 s) before proving its "
+            "optimum (the quarters' plans: 2027Q1: Optimal).") in md
+    assert "No shared limit binds" not in md
+
+
+def test_a_fleet_forecast_whose_limits_cost_nothing_says_so_and_one_without_limits_says_nothing(tmp_path):
+    from planner.fleet import load_fleet
+    from planner.fleet_forecast import (
+        fleet_forecast_markdown,
+        fleet_forecast_tables,
+        run_fleet_forecast,
+    )
+
+    quarters = {"quarters": [{"quarter": "2027Q1"}, {"quarter": "2027Q2", "growth": 1.1}]}
+    roomy = load_fleet(write_fleet(tmp_path, forecast=quarters, inventory={"h100-sxm": {"max_new": 1000}}))
+    results = run_fleet_forecast(roomy)
+    assert [len(r.plan.constraints) for r in results] == [1, 1]
+    md = fleet_forecast_markdown("twin", results, roomy)
+    assert ("## What the shared limits cost\n\nNo shared limit binds in any quarter or rules out a cheaper fleet: "
+            "re-solved without each, every quarter's fleet costs the same.") in md
+    (tmp_path / "free").mkdir()
+    free = load_fleet(write_fleet(tmp_path / "free", forecast=quarters))
+    results = run_fleet_forecast(free)
+    assert "## What the shared limits cost" not in fleet_forecast_markdown("twin", results, free)
+    assert fleet_forecast_tables(results)["limits"].splitlines()[1:] == []
+
+
+def test_the_shipped_fleet_forecast_prices_its_limits_as_its_limits_table_does():
+    """fleet_2027q1's limits: the Markdown shows exactly the rows of the limits table that bind, cost
+    or are unproven, at its costs; the binding Q2 H100 cap names the inventory's GPUs and the
+    forecast's own commitments it counts."""
+    root = Path(__file__).resolve().parent.parent
+    md = (root / "reports" / "fleet_2027q1_forecast.md").read_text(encoding="utf-8")
+    rows = _csv_rows((root / "reports" / "fleet_2027q1_forecast_limits.csv").read_text(encoding="utf-8"))
+    shown = _md_limit_rows(md)
+    costing = [r for r in rows if r["binds"] == "true" or r["proven"] != "true" or float(r["fleet_usd_per_hour"]) - min(
+        float(r["plus_one_usd_per_hour"]), float(r["removed_usd_per_hour"])) >= 0.005]
+    assert costing and list(shown) == [(r["quarter"], r["constraint"]) for r in costing]
+    for r in costing:
+        _agrees(shown[(r["quarter"], r["constraint"])], r)
+    types = _csv_rows((root / "reports" / "fleet_2027q1_forecast_types.csv").read_text(encoding="utf-8"))
+    inventory = yaml.safe_load((root / "scenarios" / "fleet_2027q1.yaml").read_text(encoding="utf-8"))["inventory"]
+    for r in (r for r in rows if r["binds"] == "true"):
+        held = next(int(t["committed_gpus"]) for t in types if (t["quarter"], t["gpu"]) == (r["quarter"], r["gpu"]))
+        mine = inventory[r["gpu"]]
+        more = held - mine.get("owned", 0) - mine.get("reserved", 0)
+        assert more > 0 and r["source"] == (f"{mine['reserved']} reserved + {mine['max_new']} new in the inventory, "
+                                            f"{more} of the new committed by the forecast")
+
+
 def test_a_quarter_too_short_of_gpus_names_its_availability_as_the_caps_source(tmp_path):
     """A quarter's availability replaces its types' inventory caps; the message blamed "the inventory
     caps" alone, which the inventory's own numbers did not show."""
@@ -1536,17 +1747,18 @@ def test_a_limit_that_binds_but_costs_nothing_is_explained():
     from planner.fleet_report import _constraints
 
     def fleet(*constraints):
-        return SimpleNamespace(constraints=constraints, cost_per_hour=100.0, plans=())
+        return SimpleNamespace(constraints=constraints, cost_per_hour=100.0, plans=(),
+                               fleet=SimpleNamespace(spec=SimpleNamespace(max_gpu_types=None)))
 
-    free = SharedConstraint("h100-sxm GPUs", 8, 8, "8 reserved", 100.0, 100.0)
-    dear = SharedConstraint("h200 GPUs", 4, 4, "4 new", 96.0, 90.0)
-    room = SharedConstraint("l40s GPUs", 16, 3, "16 owned", 100.0, 100.0)
+    free = SharedConstraint("h100-sxm GPUs", 8, 8, "8 reserved", 100.0, 100.0, gpu="h100-sxm")
+    dear = SharedConstraint("h200 GPUs", 4, 4, "4 new", 96.0, 90.0, gpu="h200")
+    room = SharedConstraint("l40s GPUs", 16, 3, "16 owned", 100.0, 100.0, gpu="l40s")
     text = _constraints(fleet(free, dear, room))
     assert "| h100-sxm GPUs | ≤ 8 GPUs (8 reserved) | 8 | yes | $100.00 | $0.00 | $100.00 | $0.00 |" in text
     assert "h100-sxm GPUs binds and costs nothing: dropping it finds no cheaper fleet." in text
     assert "h200" not in text.split("Binds:", 1)[1] and "l40s" not in text.split("Binds:", 1)[1]
     assert "Binds:" not in _constraints(fleet(dear, room))
-    both = _constraints(fleet(free, SharedConstraint("GPU types", 2, 2, "max_gpu_types", 100.0, 100.0)))
+    both = _constraints(fleet(free, SharedConstraint("GPU types", 2, 2, "max_gpu_types", 100.0, 100.0, gpu=None)))
     assert "h100-sxm GPUs and GPU types bind and cost nothing: dropping them finds no cheaper fleet." in both
 
 
