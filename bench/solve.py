@@ -19,8 +19,9 @@ of the command and its worker are counted too (the bench adopts the worker, whic
 leaves to end on its own, and its exit takes a little more after the command's): a run on c cores,
 from the command's start to its worker's end, takes no less than their CPU over c, so a run whose
 time is near that keeps every core busy to its end, and only less work, not another division of it,
-makes it faster. Each process's own CPU is printed too (the worker's is its usage when the bench
-waits for it): on two cores the one with more to do sets the end. A worker's start (its interpreter and imports; it gets no job and ends) is timed
+makes it faster. The command's own CPU and its worker's are printed apart (the worker's as
+os.wait4 reports it when the bench reaps it): where each keeps about one core busy, the one with
+more to do sets the end. A worker's start (its interpreter and imports; it gets no job and ends) is timed
 once, in fresh processes.
 The breakdown comes from one more run in process: loading, capacity evaluation (with the plan's
 bookkeeping), ILP model build, solver, certification (with its replays: how many, their simulated
@@ -141,13 +142,13 @@ def reap_orphans() -> float:
 class CountedRun:
     """One command's run: its wall seconds, those until the last process it left behind ended (its
     worker, which ends after the command, where adopt_orphans holds), their CPU seconds, the CPU
-    seconds of the processes it left behind alone (left_cpu_s: its worker's, where the command ended
+    seconds of the processes it left behind alone (orphans_cpu_s: its worker's, where the command ended
     first, as `planner solve` does; a worker it waited for counts as its own), and the finished command."""
 
     wall_s: float
     until_all_s: float
     cpu_s: float
-    left_cpu_s: float
+    orphans_cpu_s: float
     done: subprocess.CompletedProcess
 
 
@@ -161,8 +162,8 @@ def counted_run(command: list[str], env: dict | None = None) -> CountedRun:
     done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True, cwd=ROOT, check=False,
                           env=None if env is None else {**os.environ, **env})
     wall_s = time.perf_counter() - t0
-    left_cpu_s = reap_orphans()
-    return CountedRun(wall_s, time.perf_counter() - t0, children_cpu_s() - cpu0, left_cpu_s, done)
+    orphans_cpu_s = reap_orphans()
+    return CountedRun(wall_s, time.perf_counter() - t0, children_cpu_s() - cpu0, orphans_cpu_s, done)
 
 
 def fresh(path: Path, flags: list[str], runs: int, env: dict | None = None) -> tuple[list[CountedRun], str]:
@@ -301,11 +302,10 @@ def case(title: str, path: Path, target: float | None, runs: int, verify: bool =
     if ADOPTING[0]:  # how far the run is from the least time its CPU allows on these cores
         # (the command's own threads, certification's replays and a fleet's re-solves, may use every core)
         cpu, cores = statistics.median(r.cpu_s for r in counted), usable_cores()
-        # Each process's own share: whichever has less to do waits for the other at the end.
-        own, left = (statistics.median(x) for x in zip(*((r.cpu_s - r.left_cpu_s, r.left_cpu_s) for r in counted),
-                                                        strict=True))
+        own = statistics.median(r.cpu_s - r.orphans_cpu_s for r in counted)
+        worker = statistics.median(r.orphans_cpu_s for r in counted)
         print(f"  CPU of the command and its worker: median {cpu:.2f} s (the command's own {own:.2f} s, its "
-              f"worker's {left:.2f} s; in one process: "
+              f"worker's {worker:.2f} s; in one process: "
               f"{statistics.median(r.cpu_s for r in alone_counted):.2f} s); the least time on {cores} cores: "
               f"{cpu / cores:.2f} s, against {statistics.median(r.until_all_s for r in counted):.2f} s from the "
               "command's start to its worker's end")

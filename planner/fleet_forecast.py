@@ -170,7 +170,8 @@ def run_fleet_forecast(fleet: FleetInputs, *, certify: bool | None = None) -> li
             blamed = sorted(g for g in q.availability if f"{g} ≤ " in exc.message)
             stated = f" ({', '.join(blamed)}: capped by {where}.availability)" if blamed else ""
             raise InfeasibleError(quarter_error(q.quarter, exc.message + stated), where=exc.where) from None
-        plan = replace(plan, constraints=tuple(_sourced(c, base, lots, q.availability, where) for c in plan.constraints))
+        plan = replace(plan, constraints=tuple(_with_forecast_source(c, base, lots, q.availability, where)
+                                               for c in plan.constraints))
         missed = [f"service '{p.scenario.name}': {m}" for p in plan.plans if (m := uncertified_message(p))]
         if missed:  # as `planner solve` refuses a fleet whose plan did not hold in simulation
             raise InfeasibleError(quarter_error(q.quarter, "; ".join(missed)), where=str(fleet.path))
@@ -185,7 +186,8 @@ def run_fleet_forecast(fleet: FleetInputs, *, certify: bool | None = None) -> li
     return out
 
 
-def _sourced(c: SharedConstraint, base, lots: list[Lot], availability: dict[str, int], where: str) -> SharedConstraint:
+def _with_forecast_source(c: SharedConstraint, base: dict[str, SharedGPU], lots: list[Lot], availability: dict[str, int],
+                          where: str) -> SharedConstraint:
     """A quarter's priced limit named by where its cap comes from: the quarter's availability, or the
     fleet file's inventory, whose new GPUs the forecast's own commitments count against (the quarter's
     inventory, _quarter_inventory, holds those as reserved, and would read '94 reserved + 2 new')."""
@@ -198,7 +200,7 @@ def _sourced(c: SharedConstraint, base, lots: list[Lot], availability: dict[str,
         text = cap_parts_text(base[c.gpu]) + " in the inventory"
         extra = held(lots, c.gpu)
         if extra:
-            text += f", {extra:,} of the new committed by the forecast"
+            text += f", {extra:,} of the {base[c.gpu].max_new:,} new already committed by the forecast"
     return replace(c, limit_text=text)
 
 
@@ -399,7 +401,8 @@ def _unpriced_at_the_end(results: list[FleetQuarter], fleet: FleetInputs) -> flo
 
 def fleet_forecast_markdown(name: str, results: list[FleetQuarter], fleet: FleetInputs) -> str:
     """The forecast for a person: the quarters' totals first, then the commitments and their terms,
-    the GPU types (caps that bind), and what each service costs as paid, with what that means."""
+    the GPU types (caps that bind), what each quarter's shared limits cost, and what each service
+    costs as paid, with what that means."""
     first, last = results[0], results[-1]
     total = sum(r.cost_per_hour * HOURS_PER_QUARTER for r in results)
     lines = [
@@ -576,30 +579,35 @@ def _limits_section(results: list[FleetQuarter], fleet: FleetInputs) -> list[str
     if not priced:
         return []
     out = ["## What the shared limits cost", ""]
-    rows = [(r, c) for r, c in priced if c.binds or not c.proven or r.cost_per_hour - min(
-        c.plus_one_usd_per_hour, c.removed_usd_per_hour) >= COST_TOLERANCE_USD]
+    # (a proven limit dropped costs no more than it raised by one: the first saves the most)
+    rows = [(r, c) for r, c in priced
+            if c.binds or not c.proven or r.cost_per_hour - c.removed_usd_per_hour >= COST_TOLERANCE_USD]
     if not rows:
         return [*out, "No shared limit binds in any quarter or rules out a cheaper fleet: re-solved without each, "
                 "every quarter's fleet costs the same."]
-    fc = fleet.spec.forecast
     out += ["Each quarter's shared limits that bind or cost, re-solved for that quarter alone with one more GPU (or "
             "GPU type) allowed and without the limit, " + repriced_text([p for r in results for p in r.plan.plans])
-            + " Each re-solve changes its own quarter only: the quarters after it keep their plans"
-            + (", though with carry_forward a higher cap would also change what they commit." if fc is not None
-               and fc.carry_forward else ".")
+            + " Each re-solve changes its own quarter only: the quarters after it keep their plans."
             + (f" The other limits ({len(priced) - len(rows)} of {len(priced)} across the quarters) neither bind nor "
                "cost anything." if len(rows) < len(priced) else ""),
             "",
-            "| Quarter | Limit | Used | Binds | Fleet $/hour | One more allowed | Saves | Without it | Saves |",
+            "| Quarter | Limit | Used | Binds | Fleet $/hour | Fleet $/hour, one more allowed | Saves | "
+            "Fleet $/hour without it | Saves |",
             "|---|---|---:|---|---:|---:|---:|---:|---:|"]
     for r, c in rows:
         out.append(f"| {r.quarter} | {c.name} ≤ {c.limit:,} ({c.limit_text}) | {c.used:,} | {'yes' if c.binds else 'no'} "
                    f"| {usd_text(r.cost_per_hour)} | {priced_cells(c, r.cost_per_hour)} |")
-    # (a quarter holds dicts: unhashable, so its statuses are keyed by its name)
+    saving = [(r, c) for r, c in rows if c.proven and r.cost_per_hour - c.removed_usd_per_hour >= COST_TOLERANCE_USD]
+    if saving:  # the rest of the forecast counts in quarters
+        out += ["", f"Over its quarter ({HOURS_PER_QUARTER:,} hours), what each saves: " + "; ".join(
+            f"{r.quarter} {c.name}, {usd_text((r.cost_per_hour - c.plus_one_usd_per_hour) * HOURS_PER_QUARTER)} with "
+            f"one more allowed and {usd_text((r.cost_per_hour - c.removed_usd_per_hour) * HOURS_PER_QUARTER)} without it"
+            for r, c in saving) + "."]
+    # one status a quarter, however many of its rows are unproven
     unproven = {r.quarter: r.plan.joint.status for r, c in rows if not c.proven}
     if unproven:
-        ended = "; ".join(f"{quarter}: {status}" for quarter, status in unproven.items())
-        out += ["", unproven_text("the quarter's solve", fleet.spec.solver.time_limit_s, f"the quarters' plans: {ended}")]
+        out += ["", unproven_text("the quarter's solve", fleet.spec.solver.time_limit_s, ended="how each quarter's own "
+                                  "solve ended: " + "; ".join(f"{q} {status}" for q, status in unproven.items()))]
     return out + limit_notes([(f"{r.quarter} ", c, r.cost_per_hour) for r, c in rows],
                              type_rule=bool(fleet.spec.max_gpu_types))
 
@@ -661,7 +669,8 @@ def write_fleet_forecast(fleet: FleetInputs, results: list[FleetQuarter], out_di
     package = datapackage(name, TABLES, description="Quarterly fleet forecast (planner forecast on a fleet file). "
                           "quarters: one row per quarter; services: one row per service per quarter; types: one row "
                           "per GPU type per quarter, adding up to the quarter's cost; limits: one row per shared limit "
-                          "per quarter, with the quarter re-solved with one more allowed and without it; total: the "
+                          "per quarter, with the quarter re-solved with one more GPU (or GPU type) allowed and without "
+                          "the limit; total: the "
                           "quarters' cost summed, and what the forecast's commitments cost after its last quarter.")
     texts[f"{name}_forecast_datapackage.json"] = json.dumps(package, indent=2, ensure_ascii=False) + "\n"
     output_folder(out_dir)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from planner.bounds import DEMAND_FIELDS, MAX_FLEET_GPUS, OVER_FLEET_BOUND, held_past_bound
 from planner.certification import certify_plans, refreshed
@@ -44,16 +44,20 @@ class SharedConstraint:
     """A fleet-wide limit, what the plan uses of it, and the fleet's cost with it relaxed (re-solved
     by the model, with the capacities certification measured)."""
 
-    name: str  # "h100-sxm GPUs", "GPU types"
+    gpu: str | None  # the GPU type a cap limits (None: the limit on GPU types, max_gpu_types)
     limit: int
     used: int
-    limit_text: str  # how the limit is made up
+    limit_text: str  # how the limit is made up (in a forecast, where its quarter's cap comes from)
     plus_one_usd_per_hour: float  # the limit raised by one (inf: still no plan)
     removed_usd_per_hour: float  # the limit dropped
     # Every solve the two costs rest on (the plan's too) reached a proven optimum: else one stopped at
     # solver.time_limit_s, and the difference is partly the gap to the optimum, not the limit's price.
     proven: bool = True
-    gpu: str | None = field(kw_only=True)  # the GPU type a cap limits (None: the limit on GPU types, max_gpu_types)
+
+    @property
+    def name(self) -> str:
+        """'h100-sxm GPUs', or 'GPU types'."""
+        return "GPU types" if self.gpu is None else f"{self.gpu} GPUs"
 
     @property
     def binds(self) -> bool:
@@ -144,7 +148,7 @@ def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool |
     simulation (each service's `verify`, or `certify` for all), explore each service alone with the
     rest of the fleet as planned, and price each shared constraint by re-solving without it.
     price_limits: price the shared constraints [default: explore]; a forecast's quarter prices them
-    without exploring its services (what a cap that binds in that quarter costs).
+    without exploring its services (every shared limit of that quarter, binding or not).
     growth: a multiplier on every service's demand (the fleet's forecast quarters). on_set_up: called with every service's setup, before the joint ILP; figures_ready: with each
     service's plan as what its figures show becomes known (explore_plan; the CLI starts the
     report's figures then, in the worker, while this process plans on). measurements: what
@@ -496,18 +500,16 @@ def _constraints(fleet: FleetInputs, setups, evals_per_service, joint: JointSolu
         proven = planned and without.status == "Optimal" and one_more.status == "Optimal"
         return min(one_more.cost_per_hour, cost), dropped, proven
 
-    rows, questions, gpus = [], [], []
+    rows, questions = [], []
     for g, cap in sorted(caps.items()):
-        rows.append((f"{g} GPUs", cap, used.get(g, 0), cap_parts_text(fleet.spec.inventory[g])))
+        rows.append((g, cap, used.get(g, 0), cap_parts_text(fleet.spec.inventory[g])))
         questions.append(({"caps": {**caps, g: cap + 1}}, {"caps": {k: v for k, v in caps.items() if k != g}}, (g, cap + 1)))
-        gpus.append(g)
     limit = fleet.spec.max_gpu_types
     if limit is not None:
-        rows.append(("GPU types", limit, len(joint.gpus_by_type), "max_gpu_types"))
+        rows.append((None, limit, len(joint.gpus_by_type), "max_gpu_types"))
         questions.append(({"max_gpu_types": limit + 1}, {"max_gpu_types": None}, None))
-        gpus.append(None)
     answers = side_by_side(lambda question: relaxed(*question), questions)
-    return tuple(SharedConstraint(*row, *answer, gpu=g) for row, answer, g in zip(rows, answers, gpus, strict=True))
+    return tuple(SharedConstraint(*row, *answer) for row, answer in zip(rows, answers, strict=True))
 
 
 def cap_parts_text(s: SharedGPU) -> str:

@@ -292,7 +292,8 @@ def _constraints(fp: FleetPlan) -> str:
         lines.append(f"| {c.name} | ≤ {c.limit:,}{unit} ({c.limit_text}) | {c.used:,} | {'yes' if c.binds else 'no'} "
                      f"| {priced_cells(c, base)} |")
     if not all(c.proven for c in fp.constraints):
-        lines += ["", unproven_text("the plan's solve", fp.fleet.spec.solver.time_limit_s, f"the plan: {fp.joint.status}")]
+        lines += ["", unproven_text("the plan's solve", fp.fleet.spec.solver.time_limit_s,
+                                    ended=f"the plan: {fp.joint.status}")]
     lines += limit_notes([("", c, base) for c in fp.constraints], type_rule=bool(fp.fleet.spec.max_gpu_types))
     return "\n".join(lines)
 
@@ -306,11 +307,11 @@ def priced_cells(c: SharedConstraint, base_usd_per_hour: float) -> str:
         c.removed_usd_per_hour, base_usd_per_hour - c.removed_usd_per_hour))
 
 
-def unproven_text(solve: str, time_limit_s: float, status: str) -> str:
-    """The note on a table of priced limits where a solve stopped at its time limit (a † row): `solve`
-    names the plan's own solve, `status` how it ended."""
-    return (f"† Not proven: {solve} or a re-solve stopped at `solver.time_limit_s` ({time_limit_s:g} s) before "
-            f"proving its optimum ({status}). Each cost is the best plan found in time (a re-solve never above the plan, "
+def unproven_text(whose_solve: str, time_limit_s: float, *, ended: str) -> str:
+    """The note on a table of priced limits where a solve stopped at its time limit (a † row):
+    `whose_solve` names the plan's own solve, `ended` says how it ended."""
+    return (f"† Not proven: {whose_solve} or a re-solve stopped at `solver.time_limit_s` ({time_limit_s:g} s) before "
+            f"proving its optimum ({ended}). Each cost is the best plan found in time (a re-solve never above the plan, "
             "which every relaxed limit still allows), so a saving shown is partly the gap to the optimum, not the "
             "limit's price; raise the time limit to price the limit.")
 
@@ -352,8 +353,8 @@ def repriced_text(plans) -> str:
     # of the fleet saved $58.24. (The fleet forecast's 2027Q2 H100 cap, dropped and certified, cost what it read.)
     errs = (" A config that certification did not replay is priced at the lowest ratio of simulated to model "
             "capacity its class showed, which errs high: a certified re-solve of a relaxed limit can cost less, and "
-            "save more than shown (in probes of `planner solve` on the shipped fleet, by the price of a GPU or two an "
-            "hour)."
+            "save more than shown (in probes of the example fleet, scenarios/fleet_2027q1.yaml, by the price of a GPU "
+            "or two an hour)."
             if any(p.certification for p in plans) else "")
     return f"by the model ({measured}; these re-solves are not simulated themselves).{errs}"
 

@@ -56,7 +56,7 @@ if how == "before":
     run = bench.counted_run([sys.executable, "-c", "pass"])
 else:
     run = bench.counted_run([sys.executable, "-c", f"import subprocess; subprocess.Popen({burn!r}, {quiet})"])
-print(adopted, run.done.returncode, run.cpu_s, run.wall_s, run.until_all_s, run.left_cpu_s)
+print(adopted, run.done.returncode, run.cpu_s, run.wall_s, run.until_all_s, run.orphans_cpu_s)
 """
 
 
@@ -68,15 +68,15 @@ def test_a_run_counts_the_cpu_of_a_child_it_leaves_behind_once_orphans_are_adopt
         adopted, code, *seconds = done.stdout.split()
         return adopted, code, *map(float, seconds)
 
-    adopted, code, cpu_s, wall_s, until_all_s, left_cpu_s = run("adopt")
+    adopted, code, cpu_s, wall_s, until_all_s, orphans_cpu_s = run("adopt")
     assert (adopted, code) == ("True", "0") and cpu_s >= 0.4, cpu_s
     assert until_all_s >= wall_s + 0.2  # the command ended long before the child it left
-    # the child's CPU is the one left behind; the command's own, its interpreter's start
-    assert left_cpu_s >= 0.4 and cpu_s - left_cpu_s < 0.3, (cpu_s, left_cpu_s)
-    adopted, code, cpu_s, _, _, left_cpu_s = run("leave")
-    assert (adopted, code) == ("False", "0") and cpu_s < 0.3 and left_cpu_s == 0, cpu_s  # the starter's own start
-    adopted, code, cpu_s, _, _, left_cpu_s = run("before")  # the child still ending is waited for before the command starts
-    assert (adopted, code) == ("True", "0") and cpu_s < 0.3 and left_cpu_s == 0, cpu_s
+    # the child's CPU is the orphan's; the command's own, its interpreter's start
+    assert orphans_cpu_s >= 0.4 and cpu_s - orphans_cpu_s < 0.3, (cpu_s, orphans_cpu_s)
+    adopted, code, cpu_s, _, _, _ = run("leave")
+    assert (adopted, code) == ("False", "0") and cpu_s < 0.3, cpu_s  # the starter's own start, not the child
+    adopted, code, cpu_s, _, _, orphans_cpu_s = run("before")  # the child still ending is waited for before the command starts
+    assert (adopted, code) == ("True", "0") and cpu_s < 0.3 and orphans_cpu_s == 0, cpu_s
 
 
 def test_the_latency_points_replayed_from_scratch_are_the_solves_own(monkeypatch):

@@ -26,7 +26,7 @@ from planner.ilp import (
     solve_fleet,
     solve_services,
 )
-from planner.ilp_solver import fix_by_reduced_costs, solver_for
+from planner.ilp_solver import COST_TOLERANCE_USD, fix_by_reduced_costs, solver_for
 from planner.units import usd_text
 
 # ------------------------------------------------------------------ the joint ILP
@@ -1440,6 +1440,10 @@ def test_a_fleet_forecast_prices_a_binding_cap_as_its_quarter_planned_with_it_ra
     md = fleet_forecast_markdown("twin", [q1], fleet)
     _agrees(_md_limit_rows(md)[("2027Q1", "h100-sxm GPUs")], row)
     assert "(what one more GPU, and no cap, would save there: below)" in md
+    hours = 2190  # a quarter's, as the rest of the forecast counts them
+    assert (f"Over its quarter (2,190 hours), what each saves: 2027Q1 h100-sxm GPUs, "
+            f"{usd_text((q1.cost_per_hour - cap.plus_one_usd_per_hour) * hours)} with one more allowed and "
+            f"{usd_text((q1.cost_per_hour - cap.removed_usd_per_hour) * hours)} without it.") in md
 
 
 def test_a_cap_a_fleet_forecast_stays_under_that_still_costs_is_in_its_table_and_explained(tmp_path):
@@ -1519,7 +1523,7 @@ def test_a_fleet_forecast_whose_re_solve_stopped_at_its_time_limit_marks_the_row
     md = fleet_forecast_markdown("twin", [q1], fleet)
     _agrees(_md_limit_rows(md)[("2027Q1", "GPU types")], row)
     assert ("† Not proven: the quarter's solve or a re-solve stopped at `solver.time_limit_s` (60 s) before proving its "
-            "optimum (the quarters' plans: 2027Q1: Optimal).") in md
+            "optimum (how each quarter's own solve ended: 2027Q1 Optimal).") in md
     assert "No shared limit binds" not in md
 
 
@@ -1553,8 +1557,8 @@ def test_the_shipped_fleet_forecast_prices_its_limits_as_its_limits_table_does()
     md = (root / "reports" / "fleet_2027q1_forecast.md").read_text(encoding="utf-8")
     rows = _csv_rows((root / "reports" / "fleet_2027q1_forecast_limits.csv").read_text(encoding="utf-8"))
     shown = _md_limit_rows(md)
-    costing = [r for r in rows if r["binds"] == "true" or r["proven"] != "true" or float(r["fleet_usd_per_hour"]) - min(
-        float(r["plus_one_usd_per_hour"]), float(r["removed_usd_per_hour"])) >= 0.005]
+    costing = [r for r in rows if r["binds"] == "true" or r["proven"] != "true"
+               or float(r["fleet_usd_per_hour"]) - float(r["removed_usd_per_hour"]) >= COST_TOLERANCE_USD]
     assert costing and list(shown) == [(r["quarter"], r["constraint"]) for r in costing]
     for r in costing:
         _agrees(shown[(r["quarter"], r["constraint"])], r)
@@ -1565,7 +1569,7 @@ def test_the_shipped_fleet_forecast_prices_its_limits_as_its_limits_table_does()
         mine = inventory[r["gpu"]]
         more = held - mine.get("owned", 0) - mine.get("reserved", 0)
         assert more > 0 and r["source"] == (f"{mine['reserved']} reserved + {mine['max_new']} new in the inventory, "
-                                            f"{more} of the new committed by the forecast")
+                                            f"{more} of the {mine['max_new']} new already committed by the forecast")
 
 
 def test_a_quarter_too_short_of_gpus_names_its_availability_as_the_caps_source(tmp_path):
@@ -1750,15 +1754,15 @@ def test_a_limit_that_binds_but_costs_nothing_is_explained():
         return SimpleNamespace(constraints=constraints, cost_per_hour=100.0, plans=(),
                                fleet=SimpleNamespace(spec=SimpleNamespace(max_gpu_types=None)))
 
-    free = SharedConstraint("h100-sxm GPUs", 8, 8, "8 reserved", 100.0, 100.0, gpu="h100-sxm")
-    dear = SharedConstraint("h200 GPUs", 4, 4, "4 new", 96.0, 90.0, gpu="h200")
-    room = SharedConstraint("l40s GPUs", 16, 3, "16 owned", 100.0, 100.0, gpu="l40s")
+    free = SharedConstraint("h100-sxm", 8, 8, "8 reserved", 100.0, 100.0)
+    dear = SharedConstraint("h200", 4, 4, "4 new", 96.0, 90.0)
+    room = SharedConstraint("l40s", 16, 3, "16 owned", 100.0, 100.0)
     text = _constraints(fleet(free, dear, room))
     assert "| h100-sxm GPUs | ≤ 8 GPUs (8 reserved) | 8 | yes | $100.00 | $0.00 | $100.00 | $0.00 |" in text
     assert "h100-sxm GPUs binds and costs nothing: dropping it finds no cheaper fleet." in text
     assert "h200" not in text.split("Binds:", 1)[1] and "l40s" not in text.split("Binds:", 1)[1]
     assert "Binds:" not in _constraints(fleet(dear, room))
-    both = _constraints(fleet(free, SharedConstraint("GPU types", 2, 2, "max_gpu_types", 100.0, 100.0, gpu=None)))
+    both = _constraints(fleet(free, SharedConstraint(None, 2, 2, "max_gpu_types", 100.0, 100.0)))
     assert "h100-sxm GPUs and GPU types bind and cost nothing: dropping them finds no cheaper fleet." in both
 
 
