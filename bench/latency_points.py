@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from unittest import mock
@@ -33,6 +32,7 @@ from unittest import mock
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.in_process import solve_in_process  # noqa: E402
 from planner.startup import prepare_process  # noqa: E402
 
 prepare_process()  # one BLAS thread and the allocator's settings, as the command line runs (planner.entry)
@@ -40,10 +40,7 @@ prepare_process()  # one BLAS thread and the allocator's settings, as the comman
 
 def record(scenario: Path) -> tuple[float, list, int]:
     """(seconds, margins asked, capacity searches) of one `planner solve --no-verify` in process."""
-    from click.testing import CliRunner
-
     from planner import capacity, evaluator
-    from planner.cli import main
 
     asked, searches = [], [0]
     margin, search = capacity.ReplicaModel.margin, evaluator.replica_capacity
@@ -60,12 +57,8 @@ def record(scenario: Path) -> tuple[float, list, int]:
     # every job in this process, where the recorder sees it
     with (mock.patch.object(capacity.ReplicaModel, "margin", recorded),
           mock.patch.object(evaluator, "replica_capacity", counted),
-          mock.patch.dict(os.environ, {"PLANNER_WORKERS": "0"}), tempfile.TemporaryDirectory() as out):
-        t0 = time.perf_counter()
-        done = CliRunner().invoke(main, ["solve", str(scenario), "--out-dir", out, "--no-verify"])
-        solve_s = time.perf_counter() - t0
-    if done.exit_code != 0:
-        raise SystemExit(f"{scenario}: exit {done.exit_code}: {done.output}")
+          mock.patch.dict(os.environ, {"PLANNER_WORKERS": "0"})):
+        solve_s = solve_in_process(scenario, "--no-verify")
     return solve_s, asked, searches[0]
 
 

@@ -26,7 +26,6 @@ import argparse
 import contextlib
 import statistics
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -37,6 +36,7 @@ from unittest import mock
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.in_process import solve_in_process  # noqa: E402
 from planner.startup import prepare_process  # noqa: E402
 
 prepare_process()  # one BLAS thread and the allocator's settings, as the command line runs (planner.entry)
@@ -121,16 +121,10 @@ def timed_simulations(t0: float):
 
 def solve(scenario: Path) -> tuple[float, list[tuple[float, float, float, str]]]:
     """(wall seconds, the runs' (start, end, CPU seconds, step)) of one certified `planner solve` in process."""
-    from click.testing import CliRunner
-
-    from planner.cli import main
-
     t0 = time.perf_counter()
-    with timed_simulations(t0) as runs, tempfile.TemporaryDirectory() as out:
-        done = CliRunner().invoke(main, ["solve", str(scenario), "--verify", "--out-dir", out])
-        wall_s = time.perf_counter() - t0
-    if done.exit_code != 0:
-        raise SystemExit(f"{scenario}: exit {done.exit_code}: {done.output}")
+    with timed_simulations(t0) as runs:
+        solve_in_process(scenario, "--verify")
+        wall_s = time.perf_counter() - t0  # the runs' times are from t0 too
     return wall_s, runs
 
 

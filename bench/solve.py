@@ -59,6 +59,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.in_process import solve_in_process  # noqa: E402
 from planner.startup import prepare_process  # noqa: E402
 
 prepare_process()  # the in-process breakdown runs as the command line does (planner.entry)
@@ -272,16 +273,8 @@ def in_process(path: Path, verify: bool) -> tuple[float, float, Breakdown]:
     t0 = time.perf_counter()
     (load_fleet if is_fleet_file(path) else load_inputs)(path)
     load_s = time.perf_counter() - t0
-    from click.testing import CliRunner
-
-    from planner.cli import main
-
-    with tempfile.TemporaryDirectory() as out, Breakdown() as b:
-        t0 = time.perf_counter()
-        r = CliRunner().invoke(main, ["solve", str(path), "--out-dir", out, "--verify" if verify else "--no-verify"])
-        total = time.perf_counter() - t0
-    if r.exit_code != 0:
-        raise SystemExit(f"{path}: exit {r.exit_code}: {r.output}")
+    with Breakdown() as b:
+        total = solve_in_process(path, "--verify" if verify else "--no-verify")
     return load_s, total, b
 
 

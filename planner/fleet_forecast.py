@@ -39,6 +39,7 @@ from planner.fleet import FleetInputs, SharedGPU
 from planner.fleet_plan import FleetPlan, SharedConstraint, TypeUse, cap_parts_text, make_fleet_plan
 from planner.fleet_report import (
     TIED_SPLIT_TEXT,
+    dropping_saves,
     limit_notes,
     not_served,
     priced_cells,
@@ -69,7 +70,6 @@ from planner.forecast_outputs import (
     unverified_speed_lines,
     write_texts,
 )
-from planner.ilp_solver import COST_TOLERANCE_USD
 from planner.plan_json import uncertified_message
 from planner.report import rejected_text
 from planner.units import (
@@ -579,9 +579,7 @@ def _limits_section(results: list[FleetQuarter], fleet: FleetInputs) -> list[str
     if not priced:
         return []
     out = ["## What the shared limits cost", ""]
-    # (a proven limit dropped costs no more than it raised by one: the first saves the most)
-    rows = [(r, c) for r, c in priced
-            if c.binds or not c.proven or r.cost_per_hour - c.removed_usd_per_hour >= COST_TOLERANCE_USD]
+    rows = [(r, c) for r, c in priced if c.binds or not c.proven or dropping_saves(c, r.cost_per_hour)]
     if not rows:
         return [*out, "No shared limit binds in any quarter or rules out a cheaper fleet: re-solved without each, "
                 "every quarter's fleet costs the same."]
@@ -597,7 +595,7 @@ def _limits_section(results: list[FleetQuarter], fleet: FleetInputs) -> list[str
     for r, c in rows:
         out.append(f"| {r.quarter} | {c.name} ≤ {c.limit:,} ({c.limit_text}) | {c.used:,} | {'yes' if c.binds else 'no'} "
                    f"| {usd_text(r.cost_per_hour)} | {priced_cells(c, r.cost_per_hour)} |")
-    saving = [(r, c) for r, c in rows if c.proven and r.cost_per_hour - c.removed_usd_per_hour >= COST_TOLERANCE_USD]
+    saving = [(r, c) for r, c in rows if c.proven and dropping_saves(c, r.cost_per_hour)]
     if saving:  # the rest of the forecast counts in quarters
         out += ["", f"Over its quarter ({HOURS_PER_QUARTER:,} hours), what each saves: " + "; ".join(
             f"{r.quarter} {c.name}, {usd_text((r.cost_per_hour - c.plus_one_usd_per_hour) * HOURS_PER_QUARTER)} with "
@@ -670,8 +668,8 @@ def write_fleet_forecast(fleet: FleetInputs, results: list[FleetQuarter], out_di
                           "quarters: one row per quarter; services: one row per service per quarter; types: one row "
                           "per GPU type per quarter, adding up to the quarter's cost; limits: one row per shared limit "
                           "per quarter, with the quarter re-solved with one more GPU (or GPU type) allowed and without "
-                          "the limit; total: the "
-                          "quarters' cost summed, and what the forecast's commitments cost after its last quarter.")
+                          "the limit; total: the quarters' cost summed, and what the forecast's commitments cost after "
+                          "its last quarter.")
     texts[f"{name}_forecast_datapackage.json"] = json.dumps(package, indent=2, ensure_ascii=False) + "\n"
     output_folder(out_dir)
     return write_texts(out_dir, texts)

@@ -298,6 +298,12 @@ def _constraints(fp: FleetPlan) -> str:
     return "\n".join(lines)
 
 
+def dropping_saves(c: SharedConstraint, base_usd_per_hour: float) -> bool:
+    """Whether the plan priced at `base_usd_per_hour` is dearer than with the limit dropped (beyond the
+    solver's tolerance): the limit costs something. A proven limit raised by one saves no more."""
+    return base_usd_per_hour - c.removed_usd_per_hour >= COST_TOLERANCE_USD
+
+
 def priced_cells(c: SharedConstraint, base_usd_per_hour: float) -> str:
     """A priced limit's four cells against the plan's cost: one more allowed and its saving, without
     it and its saving, each marked † where a solve they rest on is not proven optimal."""
@@ -323,7 +329,7 @@ def limit_notes(rows: list[tuple[str, SharedConstraint, float]], *, type_rule: b
     type_rule: the fleet sets max_gpu_types. Only proven costs are explained: an unproven saving may be
     the solver's gap alone."""
     proven = [(where, c, base) for where, c, base in rows if c.proven]
-    free = [f"{where}{c.name}" for where, c, base in proven if c.binds and base - c.removed_usd_per_hour < COST_TOLERANCE_USD]
+    free = [f"{where}{c.name}" for where, c, base in proven if c.binds and not dropping_saves(c, base)]
     lines = []
     if free:
         one = len(free) == 1
@@ -332,7 +338,7 @@ def limit_notes(rows: list[tuple[str, SharedConstraint, float]], *, type_rule: b
     # A limit the plan stays under can still cost: what it rules out is a plan with more of the type
     # (or more types) than it allows, not the plan's own use of it.
     for where, c, base in proven:
-        if c.binds or base - c.removed_usd_per_hour < COST_TOLERANCE_USD:
+        if c.binds or not dropping_saves(c, base):
             continue
         if c.gpu is None:
             why = "the cheaper fleet it rules out runs more GPU types than it allows"
