@@ -12,15 +12,20 @@ inventory hold in every quarter.
 Tidy tables as for a scenario's forecast (planner.forecast_outputs' columns and data dictionary):
 quarters (one row per quarter), services (one per service per quarter), types (one per GPU type
 per quarter, adding up to the quarter's cost), limits (one per shared limit per quarter: the
-quarter re-solved with one more GPU or GPU type allowed, and without the limit).
+quarter re-solved with one more GPU or GPU type allowed, and without the limit, and what each saves
+through the forecast's last quarter, the quarters after it re-planned from the relaxed quarter with
+carry_forward).
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+from pydantic import ValidationError
 
 from planner.commitments import (
     Lot,
@@ -32,7 +37,7 @@ from planner.commitments import (
     reserved_below_held,
     reserved_below_lines,
 )
-from planner.errors import InfeasibleError, InputError
+from planner.errors import InfeasibleError, InputError, PlannerError
 from planner.evaluator import Measurements
 from planner.files import output_folder
 from planner.fleet import FleetInputs, SharedGPU
@@ -99,6 +104,25 @@ class Commitment:
 
 
 @dataclass(frozen=True)
+class ToEnd:
+    """A quarter's shared limit priced through the forecast's last quarter (_priced_to_end): what
+    raising it by one, and dropping it, from that quarter on (_relaxed_fleet) saves from it through
+    the last (its own quarter included), and on what the commitments held in the last quarter cost
+    after it; either negative where it costs more. None where the quarters after it cannot be
+    re-planned, from the relaxed quarter or from the quarter as planned (`*_why` says which and why),
+    or, after the end, where no commitment term prices it. proven: every solve they rest on, the
+    quarter's own and each re-plan, reached a proven optimum."""
+
+    plus_one_saves_usd: float | None
+    plus_one_saves_after_end_usd: float | None
+    plus_one_why: str
+    removed_saves_usd: float | None
+    removed_saves_after_end_usd: float | None
+    removed_why: str
+    proven: bool = True
+
+
+@dataclass(frozen=True)
 class FleetQuarter:
     quarter: str
     demand_multiplier: float  # on every service's base peak
@@ -109,6 +133,7 @@ class FleetQuarter:
     lots: tuple[Lot, ...] = ()  # the commitments beyond the inventory's paid in the quarter, in the order made
     on_demand_price: dict[str, float] = field(default_factory=dict)  # per GPU-hour, each type's in the quarter
     reserved_below: tuple[str, ...] = ()  # types it states fewer reserved of than are held (commitments.reserved_below_held)
+    to_end: dict[str, ToEnd] = field(default_factory=dict)  # its shared limits over the rest of the forecast, by name
 
     @property
     def cost_per_hour(self) -> float:
@@ -124,53 +149,82 @@ class FleetQuarter:
                 "committed_used": committed - idle, "committed_idle": idle}
 
 
+@dataclass(frozen=True)
+class _QuarterStart:
+    """What a quarter of the forecast is planned from: the commitments in force (those it makes among
+    them), the inventory they and its availability make, and its prices."""
+
+    lots: tuple[Lot, ...]
+    made: tuple[Commitment, ...]
+    inventory: dict[str, SharedGPU]
+    price: dict[str, float]
+    below: tuple[str, ...]
+
+
+def _start_quarter(fleet: FleetInputs, i: int, lots: Sequence[Lot], previous_gpus: Mapping[str, int] | None) -> _QuarterStart:
+    """Quarter i's commitments and inventory, after the lots held before it and (with carry_forward)
+    the GPUs by type the quarter before it ran (None: the first quarter)."""
+    fc, base = fleet.spec.forecast, fleet.spec.inventory
+    q, where = fc.quarters[i], f"forecast.quarters[{i}]"
+    lots = in_force(lots, i)  # those whose term ended last quarter are no longer paid
+    if fc.carry_forward and previous_gpus is not None:
+        carried = {g: n - _committed(base, lots, g) for g, n in previous_gpus.items()}
+    else:
+        carried = {}
+    # A quarter's prices hold in that quarter (as in a scenario's forecast).
+    types = sorted(set(base) | {lot.gpu for lot in lots} | set(q.prices) | set(q.availability) | set(q.reserved)
+                   | {g for g, n in carried.items() if n > 0})
+    price = {g: q.prices.get(g, fleet.on_demand_price(g)) for g in types}
+    term = fc.commitment_term_quarters
+    made: list[Commitment] = []
+    for gpu, extra in carried.items():  # at the terms of the quarter they ran in
+        if extra > 0:
+            made.append(_commit(lots, _commitment(fleet, fc, fc.quarters[i - 1], gpu, extra), i, term))
+    below = reserved_below_held(q.quarter, f"{where}.reserved", q.reserved,
+                                {g: _committed(base, lots, g) for g in q.reserved})
+    for gpu, n in q.reserved.items():  # at this quarter's
+        extra = n - _committed(base, lots, gpu)
+        if extra > 0:
+            made.append(_commit(lots, _commitment(fleet, fc, q, gpu, extra), i, term))
+    inventory = _quarter_inventory(base, lots, price, q.availability, types, where, fleet)
+    return _QuarterStart(tuple(lots), tuple(made), inventory, price, tuple(below))
+
+
+def _lots_after(fleet: FleetInputs, start: _QuarterStart) -> tuple[Lot, ...]:
+    """The lots the next quarter starts from: a quarter's reservations, without carry_forward or a
+    term, are its own."""
+    fc = fleet.spec.forecast
+    return () if not fc.carry_forward and fc.commitment_term_quarters is None else start.lots
+
+
 def run_fleet_forecast(fleet: FleetInputs, *, certify: bool | None = None) -> list[FleetQuarter]:
     """Each quarter of the fleet's forecast planned over the whole fleet, commitments shared. certify:
-    every quarter's plan certified by simulation or not [default: the services' `verify`]."""
+    every quarter's plan certified by simulation or not [default: the services' `verify`]. Each
+    quarter's shared limits are priced (make_fleet_plan's price_limits), and with carry_forward over
+    the rest of the forecast too (_priced_to_end)."""
     fc = fleet.spec.forecast
     if fc is None:
         raise InputError("the fleet file has no forecast section", where=str(fleet.path))
-    base = fleet.spec.inventory
     out: list[FleetQuarter] = []
-    lots: list[Lot] = []  # commitments beyond the inventory's, each for its term (planner.commitments)
-    term = fc.commitment_term_quarters
+    lots: tuple[Lot, ...] = ()  # commitments beyond the inventory's, each for its term (planner.commitments)
     previous: FleetQuarter | None = None
     # each quarter's services start from what the quarters before measured (planner.evaluator.Measurements)
     measured: dict[int, Measurements] = {}
+    starts: list[_QuarterStart] = []
     for i, (q, multiplier) in enumerate(zip(fc.quarters, fc.demand_multipliers(), strict=True)):
         where = f"forecast.quarters[{i}]"
-        lots = in_force(lots, i)  # those whose term ended last quarter are no longer paid
-        if fc.carry_forward and previous is not None:
-            carried = {g: n - _committed(base, lots, g) for g, n in previous.plan.joint.gpus_by_type.items()}
-        else:
-            carried = {}
-        # A quarter's prices hold in that quarter (as in a scenario's forecast).
-        types = sorted(set(base) | {lot.gpu for lot in lots} | set(q.prices) | set(q.availability) | set(q.reserved)
-                       | {g for g, n in carried.items() if n > 0})
-        price = {g: q.prices.get(g, fleet.on_demand_price(g)) for g in types}
-        made: list[Commitment] = []
-        for gpu, extra in carried.items():  # at the terms of the quarter they ran in
-            if extra > 0:
-                made.append(_commit(lots, _commitment(fleet, fc, fc.quarters[i - 1], gpu, extra), i, term))
-        below = reserved_below_held(q.quarter, f"{where}.reserved", q.reserved,
-                                    {g: _committed(base, lots, g) for g in q.reserved})
-        for gpu, n in q.reserved.items():  # at this quarter's
-            extra = n - _committed(base, lots, gpu)
-            if extra > 0:
-                made.append(_commit(lots, _commitment(fleet, fc, q, gpu, extra), i, term))
-        added: dict[str, int] = {}
-        for lot in made:
-            added[lot.gpu] = added.get(lot.gpu, 0) + lot.gpus
-        inventory = _quarter_inventory(base, lots, price, q.availability, types, where, fleet)
+        start = _start_quarter(fleet, i, lots, previous.plan.joint.gpus_by_type if previous else None)
         try:
-            plan = make_fleet_plan(fleet.with_inventory(inventory), explore=False, price_limits=True, growth=multiplier,
+            plan = make_fleet_plan(fleet.with_inventory(start.inventory), explore=False, price_limits=True,
+                                   relaxed_gpus=fc.carry_forward and i + 1 < len(fc.quarters), growth=multiplier,
                                    certify=certify, measurements=measured)
         except InfeasibleError as exc:
             # A quarter's availability replaces its types' inventory caps, which the message calls caps.
             blamed = sorted(g for g in q.availability if f"{g} ≤ " in exc.message)
             stated = f" ({', '.join(blamed)}: capped by {where}.availability)" if blamed else ""
             raise InfeasibleError(quarter_error(q.quarter, exc.message + stated), where=exc.where) from None
-        plan = replace(plan, constraints=tuple(_with_forecast_source(c, base, lots, q.availability, where)
+        plan = replace(plan, constraints=tuple(_with_forecast_source(c, fleet.spec.inventory, start.lots,
+                                                                     q.availability, where)
                                                for c in plan.constraints))
         missed = [f"service '{p.scenario.name}': {m}" for p in plan.plans if (m := uncertified_message(p))]
         if missed:  # as `planner solve` refuses a fleet whose plan did not hold in simulation
@@ -179,14 +233,117 @@ def run_fleet_forecast(fleet: FleetInputs, *, certify: bool | None = None) -> li
         before = previous.plan.joint.gpus_by_type if previous else {}
         change = {} if previous is None else {g: by_type.get(g, 0) - before.get(g, 0)
                                               for g in sorted(set(by_type) | set(before))}
-        out.append(FleetQuarter(q.quarter, multiplier, plan, added, change, tuple(made), tuple(lots), price, below))
+        added: dict[str, int] = {}
+        for made in start.made:
+            added[made.gpu] = added.get(made.gpu, 0) + made.gpus
+        out.append(FleetQuarter(q.quarter, multiplier, plan, added, change, start.made, start.lots, start.price,
+                                start.below))
+        starts.append(start)
         previous = out[-1]
-        if not fc.carry_forward and term is None:  # a quarter's reservations, without a term, are its own
-            lots = []
+        lots = _lots_after(fleet, start)
+    return _priced_to_end(fleet, out, starts, measured)
+
+
+def _priced_to_end(fleet: FleetInputs, results: list[FleetQuarter], starts: list[_QuarterStart],
+                   measured: dict[int, Measurements]) -> list[FleetQuarter]:
+    """Each quarter's priced limits (SharedConstraint) priced through the forecast's last quarter too:
+    with carry_forward, what a quarter runs beyond the commitments still in their term is committed
+    from the next quarter on, so a limit relaxed in it changes the quarters after it. Where raising a
+    limit by one, or dropping it, makes its quarter cheaper, the quarters after it are re-planned by
+    the model twice, from what the relaxed quarter runs and from the quarter as planned (_replanned),
+    and the difference is what the relaxation changes there, whatever the model's re-plans differ by
+    from the certified plans. A limit relaxed stays relaxed where it is the same limit
+    (_relaxed_fleet). Without carry_forward, or in the last quarter, a limit changes its own quarter
+    only."""
+    fc = fleet.spec.forecast
+    unchanged = None if fc.commitment_term_quarters is None else 0.0  # what a limit of one quarter alone changes after the end
+    out = []
+    for i, r in enumerate(results):
+        baseline: _Replan | str | None = None
+        paths: dict[tuple, _Replan | str] = {}  # one re-plan for the relaxations that leave the same fleet and GPUs
+        later = fc.carry_forward and i + 1 < len(results)  # (make_fleet_plan keeps relaxed GPUs only then)
+        if later and any(c.plus_one_gpus is not None or c.removed_gpus is not None for c in r.plan.constraints):
+            baseline = _replanned(fleet, results, starts, i, r.plan.joint.gpus_by_type, measured)
+        priced = {}
+        for c in r.plan.constraints:
+            parts, proven = [], c.proven
+            for plus_one, cost, gpus in ((True, c.plus_one_usd_per_hour, c.plus_one_gpus),
+                                         (False, c.removed_usd_per_hour, c.removed_gpus)):
+                own = (r.cost_per_hour - cost) * HOURS_PER_QUARTER
+                if baseline is None or gpus is None:
+                    parts += [own, unchanged, ""]
+                    continue
+                if isinstance(baseline, str):
+                    parts += [None, None, "the quarters after it cannot be re-planned by the model from the quarter as "
+                              f"planned: {baseline}"]
+                    continue
+                relaxed, key = _relaxed_fleet(fleet, i, c, plus_one=plus_one)
+                if (key, gpus) not in paths:
+                    paths[(key, gpus)] = _replanned(relaxed, results, starts, i, dict(gpus), measured)
+                path = paths[(key, gpus)]
+                if isinstance(path, str):
+                    parts += [None, None, f"the quarters after it cannot be re-planned by the model from the relaxed "
+                              f"quarter: {path}"]
+                    continue
+                proven = proven and baseline.proven and path.proven
+                after = None if fc.commitment_term_quarters is None else baseline.after_end_usd - path.after_end_usd
+                parts += [own + sum(b - x for b, x in zip(baseline.usd_per_hour, path.usd_per_hour, strict=True))
+                          * HOURS_PER_QUARTER, after, ""]
+            priced[c.name] = ToEnd(*parts, proven=proven)
+        out.append(replace(r, to_end=priced))
     return out
 
 
-def _with_forecast_source(c: SharedConstraint, base: dict[str, SharedGPU], lots: list[Lot], availability: dict[str, int],
+def _relaxed_fleet(fleet: FleetInputs, i: int, c: SharedConstraint, *, plus_one: bool) -> tuple[FleetInputs, tuple]:
+    """The fleet the quarters after quarter i are re-planned on once c is relaxed there, and a key
+    for it: a cap of the inventory (owned + reserved + max_new) and max_gpu_types hold in every
+    quarter, so they stay raised by one, or dropped, in those that keep them; a quarter's availability
+    is its own, so the quarters after it keep theirs (the fleet as it is, key ())."""
+    spec = fleet.spec
+    if c.gpu is None:
+        update = {"max_gpu_types": c.limit + 1 if plus_one else None}
+    elif c.gpu in spec.forecast.quarters[i].availability:
+        return fleet, ()
+    else:
+        held = spec.inventory[c.gpu]
+        raised = held.model_copy(update={"max_new": held.max_new + 1 if plus_one else None})
+        update = {"inventory": {**spec.inventory, c.gpu: raised}}
+    return replace(fleet, spec=spec.model_copy(update=update)), (c.name, plus_one)
+
+
+@dataclass(frozen=True)
+class _Replan:
+    usd_per_hour: tuple[float, ...]  # each later quarter's cost
+    after_end_usd: float  # what the commitments held in the last quarter cost after it (0 without a term)
+    proven: bool  # every re-plan reached a proven optimum
+
+
+def _replanned(fleet: FleetInputs, results: list[FleetQuarter], starts: list[_QuarterStart], i: int,
+               gpus: Mapping[str, int], measured: dict[int, Measurements]) -> _Replan | str:
+    """The quarters after quarter i re-planned by the model, quarter i having run `gpus` (carried
+    forward), at the capacities certification measured (not simulated themselves); or, where a later
+    quarter cannot be planned so (a commitment past its availability, no plan within its caps), why."""
+    fc = fleet.spec.forecast
+    lots, previous, costs, proven = _lots_after(fleet, starts[i]), gpus, [], True
+    for j in range(i + 1, len(results)):
+        try:
+            start = _start_quarter(fleet, j, lots, previous)
+            plan = make_fleet_plan(fleet.with_inventory(start.inventory), explore=False, price_limits=False,
+                                   growth=results[j].demand_multiplier, certify=False, measurements=measured)
+        except _CommittedOverCap as exc:
+            return f"carried forward, {fc.quarters[j].quarter} would hold {exc.over}"
+        except PlannerError as exc:
+            return f"{fc.quarters[j].quarter}: {exc.message}"
+        except ValidationError as exc:  # an inventory a relaxed cap took past what one may state
+            return f"{fc.quarters[j].quarter}: {str(exc).splitlines()[0]}"
+        costs.append(plan.cost_per_hour)
+        proven = proven and plan.joint.status == "Optimal"
+        previous, lots = plan.joint.gpus_by_type, _lots_after(fleet, start)
+    after = committed_after_end_usd(start.lots, len(results) - 1, fc.commitment_term_quarters)
+    return _Replan(tuple(costs), after or 0.0, proven)
+
+
+def _with_forecast_source(c: SharedConstraint, base: dict[str, SharedGPU], lots: Sequence[Lot], availability: dict[str, int],
                           where: str) -> SharedConstraint:
     """A quarter's priced limit named by where its cap comes from: the quarter's availability, or the
     fleet file's inventory, whose new GPUs the forecast's own commitments count against (the quarter's
@@ -225,6 +382,15 @@ def _committed(base, lots: list[Lot], gpu: str) -> int:
     return (shared.committed if shared else 0) + held(lots, gpu)
 
 
+class _CommittedOverCap(InputError):
+    """A quarter's commitments past its cap of the type; `over` says so without the advice on the fleet
+    file (for a re-plan the forecast itself carried there: _replanned)."""
+
+    def __init__(self, message: str, *, where: str, over: str):
+        super().__init__(message, where=where)
+        self.over = over
+
+
 def _quarter_inventory(base, lots, price, availability, types, where, fleet) -> dict[str, SharedGPU]:
     """The inventory of a quarter: the base's owned and reserved GPUs, the commitments made since
     (their mean price kept per type), the quarter's prices, and its availability as the type's cap."""
@@ -239,13 +405,16 @@ def _quarter_inventory(base, lots, price, availability, types, where, fleet) -> 
         cap = shared.cap
         if g in availability:
             if availability[g] < committed:
-                raise InputError(f"{where}.availability: {committed:,} {g} GPUs are committed but availability is "
-                                 f"{availability[g]:,}", where=str(fleet.path))
+                raise _CommittedOverCap(f"{where}.availability: {committed:,} {g} GPUs are committed but availability "
+                                        f"is {availability[g]:,}", where=str(fleet.path),
+                                        over=f"{committed:,} {g} GPUs committed, over its availability of {availability[g]:,}")
             cap = availability[g]  # the quarter's availability replaces the inventory's cap
         elif cap is not None and committed > cap:  # committed GPUs the cap would keep idle, paid all the same
-            raise InputError(f"{where}: {committed:,} {g} GPUs are committed but the inventory allows {cap:,} (owned + "
-                             "reserved + max_new); a commitment is not given back: state this quarter's availability "
-                             f"of {g} or raise its max_new", where=str(fleet.path))
+            raise _CommittedOverCap(f"{where}: {committed:,} {g} GPUs are committed but the inventory allows {cap:,} "
+                                    "(owned + reserved + max_new); a commitment is not given back: state this quarter's "
+                                    f"availability of {g} or raise its max_new", where=str(fleet.path),
+                                    over=f"{committed:,} {g} GPUs committed, over the inventory's {cap:,} (owned + "
+                                    "reserved + max_new)")
         out[g] = SharedGPU(
             owned=shared.owned, owned_usd_per_hour=shared.owned_usd_per_hour, reserved=reserved,
             reserved_usd_per_hour=reserved_cost / reserved if reserved else None,
@@ -344,13 +513,43 @@ LIMIT_COLUMNS: tuple[Column, ...] = (
     Column("fleet_usd_per_hour", "number", "the quarter's fleet cost as planned (quarters.total_usd_per_hour), USD per "
            "hour", lambda x: x[0].cost_per_hour),
     Column("plus_one_usd_per_hour", "number", "the quarter's fleet re-solved with one more GPU (or GPU type) allowed, "
-           "by the model (at the capacities certification measured, where it ran; not simulated itself; the quarters "
-           "after it keep their plans), USD per hour", lambda x: x[1].plus_one_usd_per_hour),
+           "by the model (at the capacities certification measured, where it ran; not simulated itself; with the "
+           "quarters after it: plus_one_saves_to_end_usd), USD per hour", lambda x: x[1].plus_one_usd_per_hour),
     Column("removed_usd_per_hour", "number", "the quarter's fleet re-solved without the limit, as "
            "plus_one_usd_per_hour is, USD per hour", lambda x: x[1].removed_usd_per_hour),
     Column("proven", "boolean", "every solve the two costs rest on, the quarter's own too, reached a proven optimum "
            "(false: one stopped at solver.time_limit_s, and a saving is partly the solver's gap)", lambda x: x[1].proven),
+    Column("plus_one_saves_to_end_usd", "number", "what one more GPU (or GPU type) allowed from the quarter on saves "
+           "from it through the forecast's last quarter, the quarter's own saving included, USD (negative: it costs "
+           "more): with carry_forward, each later quarter re-planned by the model from what the quarter before it "
+           "runs, against the same re-plan from the quarter as planned, a cap of the inventory or max_gpu_types kept "
+           "raised in the later quarters that keep it (a quarter's availability is raised in that quarter alone); "
+           "without carry_forward, the quarter's own saving. Rows are not to be added: a row counts the later "
+           "quarters' relief from the same limit too (empty: the later quarters cannot be re-planned; "
+           "plus_one_to_end_why says why)", lambda x: _to_end(x, "plus_one_saves_usd")),
+    Column("plus_one_saves_after_end_usd", "number", "what one more allowed saves on the commitments held in the "
+           "forecast's last quarter, over the rest of their term after it, outside the forecast's total "
+           "(total.committed_after_end_usd), USD (negative: they cost more; empty: no commitment term prices them, "
+           "or the later quarters cannot be re-planned)", lambda x: _to_end(x, "plus_one_saves_after_end_usd")),
+    Column("plus_one_to_end_why", "string", "why plus_one_saves_to_end_usd is empty: which later quarter cannot be "
+           "re-planned, and why", lambda x: _to_end(x, "plus_one_why")),
+    Column("removed_saves_to_end_usd", "number", "what the limit dropped from the quarter on saves through the "
+           "forecast's last quarter, as plus_one_saves_to_end_usd is, USD", lambda x: _to_end(x, "removed_saves_usd")),
+    Column("removed_saves_after_end_usd", "number", "what the limit dropped saves on the commitments held in the last "
+           "quarter, after it, as plus_one_saves_after_end_usd is, USD", lambda x: _to_end(x, "removed_saves_after_end_usd")),
+    Column("removed_to_end_why", "string", "why removed_saves_to_end_usd is empty, as plus_one_to_end_why says",
+           lambda x: _to_end(x, "removed_why")),
+    Column("to_end_proven", "boolean", "every solve the four savings rest on, the quarter's own and each re-plan of a "
+           "later quarter, reached a proven optimum (false: one stopped at solver.time_limit_s)",
+           lambda x: _to_end(x, "proven")),
 )
+
+
+def _to_end(x: tuple[FleetQuarter, SharedConstraint], what: str):
+    """A limit's ToEnd field; a reason that is none is null."""
+    priced = x[0].to_end.get(x[1].name)
+    value = None if priced is None else getattr(priced, what)
+    return None if value == "" else value
 
 # One row: the quarters' cost summed as written, and what the forecast's commitments cost after its end,
 # which that sum leaves out (the Markdown's headline says both).
@@ -583,9 +782,14 @@ def _limits_section(results: list[FleetQuarter], fleet: FleetInputs) -> list[str
     if not rows:
         return [*out, "No shared limit binds in any quarter or rules out a cheaper fleet: re-solved without each, "
                 "every quarter's fleet costs the same."]
+    carried = fleet.spec.forecast.carry_forward
+    saving = [(r, c) for r, c in rows if c.proven and dropping_saves(c, r.cost_per_hour)]
     out += ["Each quarter's shared limits that bind or cost, re-solved for that quarter alone with one more GPU (or "
             "GPU type) allowed and without the limit, " + repriced_text([p for r in results for p in r.plan.plans])
-            + " Each re-solve changes its own quarter only: the quarters after it keep their plans."
+            + (f" With carry_forward, what a re-solved quarter runs beyond the commitments still in their term would be "
+               f"committed from the next quarter on: the table after this one prices each relaxation through "
+               f"{results[-1].quarter}." if carried and saving else
+               "" if carried else " Without carry_forward, a quarter's limit changes that quarter only.")
             + (f" The other limits ({len(priced) - len(rows)} of {len(priced)} across the quarters) neither bind nor "
                "cost anything." if len(rows) < len(priced) else ""),
             "",
@@ -595,8 +799,9 @@ def _limits_section(results: list[FleetQuarter], fleet: FleetInputs) -> list[str
     for r, c in rows:
         out.append(f"| {r.quarter} | {c.name} ≤ {c.limit:,} ({c.limit_text}) | {c.used:,} | {'yes' if c.binds else 'no'} "
                    f"| {usd_text(r.cost_per_hour)} | {priced_cells(c, r.cost_per_hour)} |")
-    saving = [(r, c) for r, c in rows if c.proven and dropping_saves(c, r.cost_per_hour)]
-    if saving:  # the rest of the forecast counts in quarters
+    if saving and carried:
+        out += ["", *_to_end_table(saving, results[-1].quarter, _term(fleet))]
+    elif saving:  # the rest of the forecast counts in quarters
         out += ["", f"Over its quarter ({HOURS_PER_QUARTER:,} hours), what each saves: " + "; ".join(
             f"{r.quarter} {c.name}, {usd_text((r.cost_per_hour - c.plus_one_usd_per_hour) * HOURS_PER_QUARTER)} with "
             f"one more allowed and {usd_text((r.cost_per_hour - c.removed_usd_per_hour) * HOURS_PER_QUARTER)} without it"
@@ -608,6 +813,55 @@ def _limits_section(results: list[FleetQuarter], fleet: FleetInputs) -> list[str
                                   "solve ended: " + "; ".join(f"{q} {status}" for q, status in unproven.items()))]
     return out + limit_notes([(f"{r.quarter} ", c, r.cost_per_hour) for r, c in rows],
                              type_rule=bool(fleet.spec.max_gpu_types))
+
+
+def _to_end_table(saving: list[tuple[FleetQuarter, SharedConstraint]], last: str, term: int | None) -> list[str]:
+    """The limits that cost, priced through the forecast's last quarter (ToEnd): in their quarter,
+    from it through the last (its own included), and (with a term) on the commitments held after it."""
+    after = term is not None
+    out = [f"What each relaxation saves from its quarter through {last} ({HOURS_PER_QUARTER:,} hours a quarter), that "
+           "quarter's saving included: the quarters after it are re-planned by the model twice, from what the relaxed "
+           "quarter runs and from the quarter as planned, and the difference is what the relaxation changes there. A "
+           "cap of the inventory, raised by one (or dropped), stays so in the later quarters that keep it, as "
+           "max_gpu_types does: from its quarter on; a quarter's availability is its own, and the later quarters keep "
+           "theirs. So a row counts the later quarters' own relief from the same limit too: rows are not to be added."
+           + (f" After {last}: what it saves on the commitments still held then, over the rest of their {term}-quarter "
+              f"term, outside the forecast's total; the whole effect is that and the amount through {last} together."
+              if after else "")
+           + " A negative amount is a cost: commitments carried from a cheaper quarter can cost the later ones more.",
+           "",
+           f"| Quarter | Limit | One more allowed: its quarter | its quarter through {last}"
+           + (f" | after {last}" if after else "")
+           + f" | Without it: its quarter | its quarter through {last}" + (f" | after {last}" if after else "") + " |",
+           "|---|---|" + "---:|" * (6 if after else 4)]
+    reasons: dict[str, tuple[int, list[str]]] = {}  # each reason once, numbered as met, with the rows it is of
+    unproven = False
+    for r, c in saving:
+        priced = r.to_end[c.name]
+        mark = "" if priced.proven else " ‡"  # † is the first table's: its quarter's own solves
+        unproven = unproven or not priced.proven
+        cells = []
+        for cost, saves, past, why in (
+                (c.plus_one_usd_per_hour, priced.plus_one_saves_usd, priced.plus_one_saves_after_end_usd, priced.plus_one_why),
+                (c.removed_usd_per_hour, priced.removed_saves_usd, priced.removed_saves_after_end_usd, priced.removed_why)):
+            cells.append(usd_text((r.cost_per_hour - cost) * HOURS_PER_QUARTER))
+            if saves is None:
+                n, rows = reasons.setdefault(why, (len(reasons) + 1, []))
+                if f"{r.quarter} {c.name}" not in rows:
+                    rows.append(f"{r.quarter} {c.name}")
+                cells.append(f"— ({n})")
+            else:
+                cells.append(usd_text(saves) + mark)
+            if after:
+                cells.append("—" if past is None else usd_text(past) + mark)
+        out.append(f"| {r.quarter} | {c.name} | " + " | ".join(cells) + " |")
+    if reasons:
+        out += ["", *(f"({n}) {', '.join(rows)}: {why}." for why, (n, rows) in reasons.items())]
+    if unproven:
+        out += ["", "‡ A solve the row rests on (its quarter's own, or a re-plan of a later quarter) stopped at "
+                "`solver.time_limit_s` before proving its optimum: the amount is partly the solver's gap, not the "
+                "limit's price."]
+    return out
 
 
 def _committed_at_caps(results: list[FleetQuarter], fleet: FleetInputs) -> str:
@@ -668,7 +922,7 @@ def write_fleet_forecast(fleet: FleetInputs, results: list[FleetQuarter], out_di
                           "quarters: one row per quarter; services: one row per service per quarter; types: one row "
                           "per GPU type per quarter, adding up to the quarter's cost; limits: one row per shared limit "
                           "per quarter, with the quarter re-solved with one more GPU (or GPU type) allowed and without "
-                          "the limit; total: the quarters' cost summed, and what the forecast's commitments cost after "
+                          "the limit, and what each saves through the forecast's last quarter and after it; total: the quarters' cost summed, and what the forecast's commitments cost after "
                           "its last quarter.")
     texts[f"{name}_forecast_datapackage.json"] = json.dumps(package, indent=2, ensure_ascii=False) + "\n"
     output_folder(out_dir)

@@ -53,6 +53,10 @@ class SharedConstraint:
     # Every solve the two costs rest on (the plan's too) reached a proven optimum: else one stopped at
     # solver.time_limit_s, and the difference is partly the gap to the optimum, not the limit's price.
     proven: bool = True
+    # The GPUs by type the fleet runs with the limit raised by one, and dropped, where that costs less
+    # than the plan (None: the plan's own): what a forecast carries forward from the relaxed quarter.
+    plus_one_gpus: tuple[tuple[str, int], ...] | None = None
+    removed_gpus: tuple[tuple[str, int], ...] | None = None
 
     @property
     def name(self) -> str:
@@ -140,7 +144,7 @@ class FleetPlan:
 
 
 def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool | None = None,
-                    price_limits: bool | None = None, keep_lp: bool = False, growth: float = 1.0,
+                    price_limits: bool | None = None, relaxed_gpus: bool = False, keep_lp: bool = False, growth: float = 1.0,
                     on_set_up: Callable[[Sequence[Setup]], None] | None = None,
                     figures_ready: Callable[[Plan], None] | None = None,
                     measurements: dict[int, Measurements] | None = None) -> FleetPlan:
@@ -149,6 +153,8 @@ def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool |
     rest of the fleet as planned, and price each shared constraint by re-solving without it.
     price_limits: price the shared constraints [default: explore]; a forecast's quarter prices them
     without exploring its services (every shared limit of that quarter, binding or not).
+    relaxed_gpus: keep the GPUs each relaxed re-solve that saves runs (SharedConstraint.plus_one_gpus,
+    removed_gpus), its ties broken as the plan's are: a forecast with carry_forward commits them.
     growth: a multiplier on every service's demand (the fleet's forecast quarters). on_set_up: called with every service's setup, before the joint ILP; figures_ready: with each
     service's plan as what its figures show becomes known (explore_plan; the CLI starts the
     report's figures then, in the worker, while this process plans on). measurements: what
@@ -167,7 +173,7 @@ def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool |
     wants = [st.scn.verify if certify is None else certify for st in setups]
     early = _EarlySweeps(fleet, setups) if explore and not any(wants) and fleet.spec.solver.backend == "highs" else None
     try:
-        return _planned(fleet, setups, solve, wants, early, explore, explore if price_limits is None else price_limits,
+        return _planned(fleet, setups, solve, wants, early, explore, explore if price_limits is None else price_limits, relaxed_gpus,
                         figures_ready)
     finally:
         if early is not None:
@@ -175,7 +181,7 @@ def make_fleet_plan(fleet: FleetInputs, *, explore: bool = True, certify: bool |
 
 
 def _planned(fleet: FleetInputs, setups: list[Setup], solve, wants: list[bool], early: _EarlySweeps | None,
-             explore: bool, price_limits: bool, figures_ready) -> FleetPlan:
+             explore: bool, price_limits: bool, relaxed_gpus: bool, figures_ready) -> FleetPlan:
     """make_fleet_plan once its services are set up: the joint ILP, certification, explorations."""
     with stage("fleet ILP", 1, " solve") as step:
         joint = solve([st.evals for st in setups], tie_break=True if early is None else early.start, keep_twin=early is not None)
@@ -223,7 +229,7 @@ def _planned(fleet: FleetInputs, setups: list[Setup], solve, wants: list[bool], 
         plans = [dataclasses.replace(explore_plan(st, plan, solve, alone=True, sweep=sweep, figures_ready=figures_ready),
                                      alone_shared_caps=frozenset(fleet.shared_caps))
                  for (st, solve), plan, sweep in zip(alone, plans, sweeps, strict=True)]
-    constraints = _constraints(fleet, setups, [p.evaluations for p in plans], joint, types) if price_limits else ()
+    constraints = _constraints(fleet, setups, [p.evaluations for p in plans], joint, types, relaxed_gpus) if price_limits else ()
     result = FleetPlan(fleet, tuple(plans), joint, types, constraints)
     budget = fleet.spec.budget_usd_per_month
     if budget is not None and result.cost_per_month > budget + 1e-6:
@@ -470,7 +476,8 @@ class _EarlySweeps:
         self.started.clear()
 
 
-def _constraints(fleet: FleetInputs, setups, evals_per_service, joint: JointSolution, types) -> tuple[SharedConstraint, ...]:
+def _constraints(fleet: FleetInputs, setups, evals_per_service, joint: JointSolution, types,
+                 relaxed_gpus: bool = False) -> tuple[SharedConstraint, ...]:
     """Each shared limit that a plan can reach, and the fleet's cost with it raised by one and dropped.
 
     Dropping a cap only admits plans with more GPUs of its type than the cap: when the linear
@@ -482,23 +489,31 @@ def _constraints(fleet: FleetInputs, setups, evals_per_service, joint: JointSolu
     The limits are priced side by side, in threads (worker_pool.side_by_side: HiGHS's solve releases
     the GIL), each a whole fleet's ILP or two. Measured on a fleet of 50 services on two cores, three
     GPU types, caps binding on two: the two limits' re-solves took 47 s one after the other and 29 s
-    side by side, with the same answers."""
+    side by side, with the same answers.
+
+    relaxed_gpus (make_fleet_plan): a re-solve that saves breaks its ties as the plan does before its
+    GPUs are kept. Without the tie-break the ILP counts cost alone, and a committed GPU, free in the
+    quarter, may be counted in use though idle: carried forward, a lot expiring there was committed
+    again for nothing (one L40S a quarter, in a reviewer's probe)."""
     used = {t.gpu: t.used for t in types}
     caps = fleet.shared_caps
 
-    def relaxed(plus: dict, free: dict, over: tuple[str, int] | None = None) -> tuple[float, float, bool]:
+    def relaxed(plus: dict, free: dict, over: tuple[str, int] | None = None) -> tuple:
         cost, planned = joint.cost_per_hour, joint.status == "Optimal"
         if over is not None and _bound_over(fleet, setups, evals_per_service, *over) >= cost - COST_TOLERANCE_USD:
-            return cost, cost, planned
-        without = _solve(fleet, setups, evals_per_service, tie_break=False, **free)
+            return cost, cost, planned, None, None
+        ties = (lambda s: s.cost_per_hour < cost - COST_TOLERANCE_USD) if relaxed_gpus else False
+        without = _solve(fleet, setups, evals_per_service, tie_break=ties, **free)
         # The plan stays within a relaxed limit, so a re-solve stopped by its time limit on a dearer
         # plan has not found the relaxed optimum: the plan's cost is nearer it.
         dropped = min(without.cost_per_hour, cost)
         if without.status == "Optimal" and without.cost_per_hour >= cost - COST_TOLERANCE_USD:
-            return cost, dropped, planned
-        one_more = _solve(fleet, setups, evals_per_service, tie_break=False, **plus)
+            return cost, dropped, planned, None, None
+        one_more = _solve(fleet, setups, evals_per_service, tie_break=ties, **plus)
         proven = planned and without.status == "Optimal" and one_more.status == "Optimal"
-        return min(one_more.cost_per_hour, cost), dropped, proven
+        if not relaxed_gpus:
+            return min(one_more.cost_per_hour, cost), dropped, proven, None, None
+        return min(one_more.cost_per_hour, cost), dropped, proven, _gpus_if_cheaper(one_more, cost), _gpus_if_cheaper(without, cost)
 
     rows, questions = [], []
     for g, cap in sorted(caps.items()):
@@ -510,6 +525,11 @@ def _constraints(fleet: FleetInputs, setups, evals_per_service, joint: JointSolu
         questions.append(({"max_gpu_types": limit + 1}, {"max_gpu_types": None}, None))
     answers = side_by_side(lambda question: relaxed(*question), questions)
     return tuple(SharedConstraint(*row, *answer) for row, answer in zip(rows, answers, strict=True))
+
+
+def _gpus_if_cheaper(solution: JointSolution, cost: float) -> tuple[tuple[str, int], ...] | None:
+    """A re-solve's GPUs by type, where it costs less than the plan (else the plan is kept, as its cost is)."""
+    return tuple(sorted(solution.gpus_by_type.items())) if solution.cost_per_hour < cost - COST_TOLERANCE_USD else None
 
 
 def cap_parts_text(s: SharedGPU) -> str:

@@ -80,8 +80,14 @@ def rounded_usd(usd: float, digits: int = 2) -> Decimal:
 
 
 def usd_text(usd: float | None) -> str:
-    """An amount of US dollars to the cent (rounded_usd); '—' for none (a cost no plan has, or nothing to price)."""
-    return "—" if usd is None or not math.isfinite(usd) else f"${rounded_usd(usd):,}"
+    """An amount of US dollars to the cent (rounded_usd), '−$3.36' below zero (a saving that is a cost);
+    '—' for none (a cost no plan has, or nothing to price)."""
+    if usd is None or not math.isfinite(usd):
+        return "—"
+    rounded = rounded_usd(usd)
+    # copy_abs, not abs(): it keeps every digit (abs() rounds to the context's 28), and less than half a
+    # cent below zero reads $0.00
+    return f"{'−' if rounded < 0 else ''}${rounded.copy_abs():,}"
 
 
 def delta_text(usd: float, base_usd: float) -> str:

@@ -17,6 +17,7 @@ import yaml
 from click.testing import CliRunner
 
 from planner.cli import main
+from planner.commitments import committed_after_end_usd
 from planner.ilp import (
     Candidate,
     ServiceModel,
@@ -1444,6 +1445,179 @@ def test_a_fleet_forecast_prices_a_binding_cap_as_its_quarter_planned_with_it_ra
     assert (f"Over its quarter (2,190 hours), what each saves: 2027Q1 h100-sxm GPUs, "
             f"{usd_text((q1.cost_per_hour - cap.plus_one_usd_per_hour) * hours)} with one more allowed and "
             f"{usd_text((q1.cost_per_hour - cap.removed_usd_per_hour) * hours)} without it.") in md
+    assert "Without carry_forward, a quarter's limit changes that quarter only." in md
+    # without carry_forward (and in a forecast's last quarter) a limit saves its own quarter's alone; no term
+    # prices what is held after the end
+    assert float(row["removed_saves_to_end_usd"]) == pytest.approx((q1.cost_per_hour - cap.removed_usd_per_hour) * hours)
+    assert row["removed_saves_after_end_usd"] == ""
+
+
+def _md_to_end_rows(md: str) -> dict[tuple[str, str], list[str]]:
+    """The forecast Markdown's table of limits priced through its last quarter, by (quarter, constraint): its cells."""
+    lines = md.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("| Quarter | Limit | One more allowed: its quarter"))
+    out = {}
+    for line in itertools.takewhile(bool, lines[head + 2:]):
+        quarter, limit, *cells = (c.strip() for c in line.strip("|").split("|"))
+        out[(quarter, limit)] = cells
+    return out
+
+
+HELD_H100 = {"reserved": 1, "reserved_usd_per_hour": 2.0}
+
+
+def _carried_forecast(tmp_path: Path, name: str, quarters: list[dict], *, inventory: dict | None = None, term: int = 2,
+                      **fleet):
+    """A forecast of the twin fleet with carry_forward, a quarter per item of `quarters` (its keys: the
+    quarter's, over a growth of 40% on the last), from 2027Q1 on; commitments held `term` quarters."""
+    from planner.fleet import load_fleet
+    from planner.fleet_forecast import run_fleet_forecast
+
+    folder = tmp_path / name
+    folder.mkdir()
+    stated = [{"quarter": f"2027Q{i + 1}", **({"growth": 0.4} if i else {}), **q} for i, q in enumerate(quarters)]
+    forecast = {"carry_forward": True, "commitment_term_quarters": term, "reserved_discount": 0.3, "quarters": stated}
+    loaded = load_fleet(write_fleet(folder, inventory={"h100-sxm": inventory or HELD_H100}, forecast=forecast, **fleet))
+    return loaded, run_fleet_forecast(loaded)
+
+
+def _saved_apart(planned, other, term: int) -> tuple[float, float]:
+    """What `other`, a forecast of the same fleet, saves against `planned` through its last quarter, and on the
+    commitments held after it."""
+    last = len(planned) - 1
+    return (sum(p.cost_per_hour - o.cost_per_hour for p, o in zip(planned, other, strict=True)) * 2190,
+            committed_after_end_usd(planned[-1].lots, last, term) - committed_after_end_usd(other[-1].lots, last, term))
+
+
+def _priced_apart(tmp_path, quarters: list[dict], quarter: int, relaxed: dict[str, tuple[list[dict], dict]], **kw):
+    """A carried forecast's limit of `quarter` (the only one of its quarter), and for each relaxation
+    (plus_one, removed: the quarters and fleet keywords of a forecast stating it from the start) what
+    its ToEnd says it saves, and what that forecast saves against this one; each pair to compare."""
+    fleet, planned = _carried_forecast(tmp_path, "planned", quarters, **kw)
+    (cap,) = planned[quarter].plan.constraints
+    priced = planned[quarter].to_end[cap.name]
+    assert cap.binds and cap.proven and priced.proven
+    apart = {}
+    for what, (stated, changed) in relaxed.items():
+        _, other = _carried_forecast(tmp_path, what, stated, **{**kw, **changed})
+        apart[what] = ((getattr(priced, f"{what}_saves_usd"), getattr(priced, f"{what}_saves_after_end_usd")),
+                       _saved_apart(planned, other, kw.get("term", 2)))
+    return fleet, planned, cap, priced, apart
+
+
+def test_a_fleet_forecast_prices_a_cap_through_the_quarters_its_relaxed_quarter_is_carried_into(tmp_path):
+    """With carry_forward, what a quarter runs is committed from the next quarter on: a cap lifted in
+    2027Q1 changes 2027Q2 and 2027Q3 too (and what is held after them; commitments held two quarters
+    expire within the forecast). What the limits table says each relaxation saves through the last
+    quarter, and after it, is what two forecasts cost apart: this one, and the same fleet planned with
+    2027Q1's availability one higher, or none, from the start."""
+    from planner.fleet_forecast import fleet_forecast_markdown, fleet_forecast_tables
+
+    fleet, planned, cap, priced, apart = _priced_apart(tmp_path, [{"availability": {"h100-sxm": 2}}, {}, {}], 0, {
+        "plus_one": ([{"availability": {"h100-sxm": 3}}, {}, {}], {}), "removed": ([{}, {}, {}], {})})
+    for shown, measured in apart.values():
+        assert shown == pytest.approx(measured)
+    # the relaxed quarter changes the next ones: what it saves there is not its own quarter's
+    assert priced.removed_saves_usd != pytest.approx((planned[0].cost_per_hour - cap.removed_usd_per_hour) * 2190)
+    assert priced.removed_why == priced.plus_one_why == ""
+    # the last quarter's limits change nothing after them
+    for c in planned[-1].plan.constraints:
+        last = planned[-1].to_end[c.name]
+        assert (last.plus_one_saves_usd, last.removed_saves_usd) == pytest.approx(
+            ((planned[-1].cost_per_hour - c.plus_one_usd_per_hour) * 2190, (planned[-1].cost_per_hour - c.removed_usd_per_hour) * 2190))
+        assert last.plus_one_saves_after_end_usd == last.removed_saves_after_end_usd == 0.0
+
+    row = next(r for r in _csv_rows(fleet_forecast_tables(planned)["limits"]) if r["quarter"] == "2027Q1")
+    assert [float(row[k]) for k in ("plus_one_saves_to_end_usd", "plus_one_saves_after_end_usd",
+                                    "removed_saves_to_end_usd", "removed_saves_after_end_usd")] == pytest.approx(
+        [priced.plus_one_saves_usd, priced.plus_one_saves_after_end_usd, priced.removed_saves_usd,
+         priced.removed_saves_after_end_usd], abs=1e-6)
+    assert (row["plus_one_to_end_why"], row["removed_to_end_why"], row["to_end_proven"]) == ("", "", "true")
+    md = fleet_forecast_markdown("twin", planned, fleet)
+    assert "the table after this one prices each relaxation through 2027Q3." in md
+    assert ("| Quarter | Limit | One more allowed: its quarter | its quarter through 2027Q3 | after 2027Q3 | "
+            "Without it: its quarter | its quarter through 2027Q3 | after 2027Q3 |") in md
+    assert _md_to_end_rows(md)[("2027Q1", "h100-sxm GPUs")] == [
+        usd_text((planned[0].cost_per_hour - cap.plus_one_usd_per_hour) * 2190), usd_text(priced.plus_one_saves_usd),
+        usd_text(priced.plus_one_saves_after_end_usd), usd_text((planned[0].cost_per_hour - cap.removed_usd_per_hour) * 2190),
+        usd_text(priced.removed_saves_usd), usd_text(priced.removed_saves_after_end_usd)]
+    assert "Over its quarter (2,190 hours), what each saves" not in md
+
+
+def test_a_quarter_s_availability_relaxed_after_the_first_is_priced_from_the_lots_it_starts_from(tmp_path):
+    """A cap of 2027Q2's availability, the quarter starting from what 2027Q1 committed, priced through
+    2027Q3 as forecasts stating 2027Q2's availability one higher, and none, cost apart; 2027Q3 keeps
+    its own availability, and the inventory its own max_new."""
+    inventory = {**HELD_H100, "max_new": 20}
+    quarters = lambda q2: [{}, {"availability": {"h100-sxm": q2}} if q2 else {}, {"availability": {"h100-sxm": 20}}]  # noqa: E731
+    *_, apart = _priced_apart(tmp_path, quarters(5), 1, {"plus_one": (quarters(6), {}), "removed": (quarters(None), {})},
+                              inventory=inventory)
+    for shown, measured in apart.values():
+        assert shown == pytest.approx(measured)
+
+
+def test_a_fleets_rule_on_gpu_types_relaxed_in_a_quarter_stays_relaxed_after_it(tmp_path):
+    """max_gpu_types holds in every quarter: relaxed in 2027Q1, it stays raised by one (or dropped) in
+    the quarters after it, as forecasts of the fleet with the rule one higher, and without it, cost apart."""
+    quarters = [{}, {}, {}]
+    _, _, cap, _, apart = _priced_apart(tmp_path, quarters, 0, {"plus_one": (quarters, {"max_gpu_types": 2}),
+                                                                "removed": (quarters, {"max_gpu_types": None})}, max_gpu_types=1)
+    assert (cap.gpu, cap.limit) == (None, 1)
+    for shown, measured in apart.values():
+        assert shown == pytest.approx(measured)
+
+
+def test_an_inventory_cap_relaxed_in_a_quarter_stays_relaxed_in_the_quarters_that_keep_it(tmp_path):
+    """A cap of the inventory (owned + reserved + max_new) holds in every quarter: what a quarter runs
+    past it is committed in the next, where the same cap would refuse it. Priced through the last
+    quarter, it stays raised by one (or dropped) there, as two forecasts of the fleet with max_new one
+    higher, and with none, cost apart."""
+    _, planned, cap, priced, apart = _priced_apart(tmp_path, [{}, {}], 0, {
+        "plus_one": ([{}, {}], {"inventory": {**HELD_H100, "max_new": 2}}), "removed": ([{}, {}], {"inventory": HELD_H100})},
+        inventory={**HELD_H100, "max_new": 1})
+    assert (cap.limit, cap.limit_text) == (2, "1 reserved + 1 new in the inventory")
+    assert priced.removed_why == priced.plus_one_why == ""
+    for shown, measured in apart.values():
+        assert shown == pytest.approx(measured)
+    assert priced.removed_saves_usd > (planned[0].cost_per_hour - cap.removed_usd_per_hour) * 2190 + 1.0
+
+
+def test_a_relaxed_quarter_carries_the_gpus_it_runs_not_an_idle_commitment_counted_in_use(tmp_path):
+    """Four L40S reserved in 2027Q1 for that quarter alone are free in it: re-solved by cost alone, the
+    quarter without its H100 cap may count an idle one of them in use, which carry_forward would commit
+    again in 2027Q2 for nothing. The relaxed re-solve breaks its ties as the plan does, so the saving
+    is what a forecast without the cap saves (a reviewer's probe read one L40S a quarter less)."""
+    quarters = lambda cap: [{"reserved": {"l40s": 4}, **({"availability": {"h100-sxm": cap}} if cap else {})},  # noqa: E731
+                            {"growth": -0.5}, {"growth": 0.0}]
+    *_, apart = _priced_apart(tmp_path, quarters(2), 0, {"plus_one": (quarters(3), {}), "removed": (quarters(None), {})}, term=1)
+    for shown, measured in apart.values():
+        assert shown == pytest.approx(measured)
+
+
+def test_a_cap_whose_relaxed_quarter_commits_more_than_the_next_allows_is_not_priced_past_it(tmp_path):
+    """Uncapped, 2027Q1 runs more H100s than 2027Q2 makes available: carried forward, they cannot be
+    held there, so the rest of the forecast has no price for it, and the table and Markdown say why."""
+    from planner.fleet_forecast import fleet_forecast_markdown, fleet_forecast_tables
+
+    fleet, planned = _carried_forecast(tmp_path, "tight", [{"availability": {"h100-sxm": 2}}, {"availability": {"h100-sxm": 2}}])
+    cap = planned[0].plan.constraints[0]
+    priced = planned[0].to_end[cap.name]
+    held = dict(cap.removed_gpus)["h100-sxm"]
+    assert cap.binds and held > 2
+    assert priced.removed_saves_usd is None and priced.removed_saves_after_end_usd is None
+    assert priced.removed_why == ("the quarters after it cannot be re-planned by the model from the relaxed quarter: "
+                                  f"carried forward, 2027Q2 would hold {held} h100-sxm GPUs committed, over its "
+                                  "availability of 2")
+    row = next(r for r in _csv_rows(fleet_forecast_tables(planned)["limits"]) if r["quarter"] == "2027Q1")
+    assert row["removed_saves_to_end_usd"] == row["removed_saves_after_end_usd"] == ""
+    assert row["removed_to_end_why"] == priced.removed_why
+    md = fleet_forecast_markdown("twin", planned, fleet)
+    cells = _md_to_end_rows(md)[("2027Q1", "h100-sxm GPUs")]
+    for shown, why in ((cells[1], priced.plus_one_why), (cells[4], priced.removed_why)):
+        if why:  # each reason once, numbered, after the table
+            n = shown.removeprefix("— (").removesuffix(")")
+            assert shown == f"— ({n})" and f"({n}) 2027Q1 h100-sxm GPUs: {why}." in md
+    assert cells[5] == "—"
 
 
 def test_a_cap_a_fleet_forecast_stays_under_that_still_costs_is_in_its_table_and_explained(tmp_path):
@@ -1562,6 +1736,18 @@ def test_the_shipped_fleet_forecast_prices_its_limits_as_its_limits_table_does()
     assert costing and list(shown) == [(r["quarter"], r["constraint"]) for r in costing]
     for r in costing:
         _agrees(shown[(r["quarter"], r["constraint"])], r)
+    # and over the rest of the forecast (carry_forward), each limit that costs, as the table says
+    to_end = _md_to_end_rows(md)
+    saving = [r for r in costing if float(r["fleet_usd_per_hour"]) - float(r["removed_usd_per_hour"]) >= COST_TOLERANCE_USD]
+    assert saving and list(to_end) == [(r["quarter"], r["constraint"]) for r in saving]
+    for r in saving:
+        base = float(r["fleet_usd_per_hour"])
+        shown_usd = [float(c.replace("−$", "-").lstrip("$").replace(",", "")) for c in to_end[(r["quarter"], r["constraint"])]]
+        # a cent either way: the CSV's hourly costs are rounded to 6 decimals before the 2,190 hours multiply them
+        assert shown_usd == pytest.approx([
+            (base - float(r["plus_one_usd_per_hour"])) * 2190, float(r["plus_one_saves_to_end_usd"]),
+            float(r["plus_one_saves_after_end_usd"]), (base - float(r["removed_usd_per_hour"])) * 2190,
+            float(r["removed_saves_to_end_usd"]), float(r["removed_saves_after_end_usd"])], abs=0.0101)
     types = _csv_rows((root / "reports" / "fleet_2027q1_forecast_types.csv").read_text(encoding="utf-8"))
     inventory = yaml.safe_load((root / "scenarios" / "fleet_2027q1.yaml").read_text(encoding="utf-8"))["inventory"]
     for r in (r for r in rows if r["binds"] == "true"):

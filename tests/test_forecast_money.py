@@ -221,6 +221,9 @@ def test_dollar_figures_round_the_amount_the_arithmetic_denotes_half_a_cent_up()
     assert usd_rate_text(133.35 / 30) == "$4.445" and usd_text(133.35 / 30) == "$4.45"
     assert rounded_usd(449.135) == Decimal("449.14") and rounded_usd(-0.125) == Decimal("-0.13")
     assert usd_text(1_234_567.891) == "$1,234,567.89" and usd_text(0.0) == "$0.00"
+    # a negative amount (a saving that is a cost) reads as one, every digit kept; under half a cent, as none
+    assert usd_text(-1_234.564) == "−$1,234.56" and usd_text(-0.125) == "−$0.13" and usd_text(-0.004) == "$0.00"
+    assert usd_text(-1e30).startswith("−$1,000,000,000,000,000,0")
     assert usd_rate_text(2.093) == "$2.093" and usd_rate_text(2.2425) == "$2.2425" and usd_rate_text(2.99) == "$2.99"
     # fleet_2027q1's 2027Q4 H100s: 115 committed at $2.093 and 14 on demand at $2.99 average $2.190349, which
     # three digits read 2.190 and two "$2.19": shown to four digits, as its other rows are (129 GPUs times a
