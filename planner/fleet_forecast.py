@@ -113,12 +113,12 @@ class ToEnd:
     or, after the end, where no commitment term prices it. proven: every solve they rest on, the
     quarter's own and each re-plan, reached a proven optimum."""
 
-    plus_one_saves_usd: float | None
+    plus_one_saves_to_end_usd: float | None
     plus_one_saves_after_end_usd: float | None
-    plus_one_why: str
-    removed_saves_usd: float | None
+    plus_one_to_end_why: str
+    removed_saves_to_end_usd: float | None
     removed_saves_after_end_usd: float | None
-    removed_why: str
+    removed_to_end_why: str
     proven: bool = True
 
 
@@ -252,13 +252,17 @@ def _priced_to_end(fleet: FleetInputs, results: list[FleetQuarter], starts: list
     limit by one, or dropping it, makes its quarter cheaper, the quarters after it are re-planned by
     the model twice, from what the relaxed quarter runs and from the quarter as planned (_replanned),
     and the difference is what the relaxation changes there, whatever the model's re-plans differ by
-    from the certified plans. A limit relaxed stays relaxed where it is the same limit
-    (_relaxed_fleet). Without carry_forward, or in the last quarter, a limit changes its own quarter
-    only."""
+    from the certified plans. A limit relaxed stays relaxed where it is the same limit (_relaxed_fleet):
+    one that saves nothing in its own quarter leaves that quarter's plan as it is, and so saves what
+    it saves from the next quarter that keeps it, whose row prices it from there (the rows are made
+    from the last quarter back). Without carry_forward, or in the last quarter, a limit changes its
+    own quarter only."""
     fc = fleet.spec.forecast
     unchanged = None if fc.commitment_term_quarters is None else 0.0  # what a limit of one quarter alone changes after the end
+    kept_after: dict[str, tuple[str, ToEnd]] = {}  # a lasting limit's row in the nearest later quarter that keeps it
     out = []
-    for i, r in enumerate(results):
+    for i in reversed(range(len(results))):
+        r = results[i]
         baseline: _Replan | str | None = None
         paths: dict[tuple, _Replan | str] = {}  # one re-plan for the relaxations that leave the same fleet and GPUs
         later = fc.carry_forward and i + 1 < len(results)  # (make_fleet_plan keeps relaxed GPUs only then)
@@ -266,32 +270,50 @@ def _priced_to_end(fleet: FleetInputs, results: list[FleetQuarter], starts: list
             baseline = _replanned(fleet, results, starts, i, r.plan.joint.gpus_by_type, measured)
         priced = {}
         for c in r.plan.constraints:
-            parts, proven = [], c.proven
-            for plus_one, cost, gpus in ((True, c.plus_one_usd_per_hour, c.plus_one_gpus),
-                                         (False, c.removed_usd_per_hour, c.removed_gpus)):
+            lasting = _lasting(fleet, i, c)
+            parts, proven = {}, c.proven
+            for what, cost, gpus in (("plus_one", c.plus_one_usd_per_hour, c.plus_one_gpus),
+                                     ("removed", c.removed_usd_per_hour, c.removed_gpus)):
                 own = (r.cost_per_hour - cost) * HOURS_PER_QUARTER
-                if baseline is None or gpus is None:
-                    parts += [own, unchanged, ""]
+                if gpus is None:  # the quarter keeps its plan
+                    if later and lasting and c.name in kept_after:
+                        quarter, row = kept_after[c.name]
+                        saves, why = getattr(row, f"{what}_saves_to_end_usd"), getattr(row, f"{what}_to_end_why")
+                        parts[what] = (None if saves is None else own + saves, getattr(row, f"{what}_saves_after_end_usd"),
+                                       f"priced as from {quarter}, the next quarter that keeps it: {why}" if why else "")
+                        proven = proven and row.proven
+                    else:
+                        parts[what] = (own, unchanged, "")
                     continue
                 if isinstance(baseline, str):
-                    parts += [None, None, "the quarters after it cannot be re-planned by the model from the quarter as "
-                              f"planned: {baseline}"]
+                    parts[what] = (None, None, "the quarters after it cannot be re-planned by the model from the quarter "
+                                   f"as planned: {baseline}")
                     continue
-                relaxed, key = _relaxed_fleet(fleet, i, c, plus_one=plus_one)
+                relaxed, key = _relaxed_fleet(fleet, i, c, plus_one=what == "plus_one")
                 if (key, gpus) not in paths:
                     paths[(key, gpus)] = _replanned(relaxed, results, starts, i, dict(gpus), measured)
                 path = paths[(key, gpus)]
                 if isinstance(path, str):
-                    parts += [None, None, f"the quarters after it cannot be re-planned by the model from the relaxed "
-                              f"quarter: {path}"]
+                    parts[what] = (None, None, "the quarters after it cannot be re-planned by the model from the relaxed "
+                                   f"quarter: {path}")
                     continue
                 proven = proven and baseline.proven and path.proven
                 after = None if fc.commitment_term_quarters is None else baseline.after_end_usd - path.after_end_usd
-                parts += [own + sum(b - x for b, x in zip(baseline.usd_per_hour, path.usd_per_hour, strict=True))
-                          * HOURS_PER_QUARTER, after, ""]
-            priced[c.name] = ToEnd(*parts, proven=proven)
+                parts[what] = (own + sum(b - x for b, x in zip(baseline.usd_per_hour, path.usd_per_hour, strict=True))
+                               * HOURS_PER_QUARTER, after, "")
+            priced[c.name] = ToEnd(**{f"{what}_{field}": value for what, values in parts.items()
+                                      for field, value in zip(("saves_to_end_usd", "saves_after_end_usd", "to_end_why"),
+                                                              values, strict=True)}, proven=proven)
+            if lasting:
+                kept_after[c.name] = (r.quarter, priced[c.name])
         out.append(replace(r, to_end=priced))
-    return out
+    return out[::-1]
+
+
+def _lasting(fleet: FleetInputs, i: int, c: SharedConstraint) -> bool:
+    """Whether limit c of quarter i is one that holds in other quarters too: max_gpu_types, or a cap of
+    the inventory (not the quarter's availability)."""
+    return c.gpu is None or c.gpu not in fleet.spec.forecast.quarters[i].availability
 
 
 def _relaxed_fleet(fleet: FleetInputs, i: int, c: SharedConstraint, *, plus_one: bool) -> tuple[FleetInputs, tuple]:
@@ -300,10 +322,10 @@ def _relaxed_fleet(fleet: FleetInputs, i: int, c: SharedConstraint, *, plus_one:
     quarter, so they stay raised by one, or dropped, in those that keep them; a quarter's availability
     is its own, so the quarters after it keep theirs (the fleet as it is, key ())."""
     spec = fleet.spec
+    if not _lasting(fleet, i, c):
+        return fleet, ()
     if c.gpu is None:
         update = {"max_gpu_types": c.limit + 1 if plus_one else None}
-    elif c.gpu in spec.forecast.quarters[i].availability:
-        return fleet, ()
     else:
         held = spec.inventory[c.gpu]
         raised = held.model_copy(update={"max_new": held.max_new + 1 if plus_one else None})
@@ -335,7 +357,7 @@ def _replanned(fleet: FleetInputs, results: list[FleetQuarter], starts: list[_Qu
         except PlannerError as exc:
             return f"{fc.quarters[j].quarter}: {exc.message}"
         except ValidationError as exc:  # an inventory a relaxed cap took past what one may state
-            return f"{fc.quarters[j].quarter}: {str(exc).splitlines()[0]}"
+            return f"{fc.quarters[j].quarter}: {exc.errors()[0]['msg']}"
         costs.append(plan.cost_per_hour)
         proven = proven and plan.joint.status == "Optimal"
         previous, lots = plan.joint.gpus_by_type, _lots_after(fleet, start)
@@ -526,19 +548,19 @@ LIMIT_COLUMNS: tuple[Column, ...] = (
            "raised in the later quarters that keep it (a quarter's availability is raised in that quarter alone); "
            "without carry_forward, the quarter's own saving. Rows are not to be added: a row counts the later "
            "quarters' relief from the same limit too (empty: the later quarters cannot be re-planned; "
-           "plus_one_to_end_why says why)", lambda x: _to_end(x, "plus_one_saves_usd")),
+           "plus_one_to_end_why says why)", lambda x: _to_end(x, "plus_one_saves_to_end_usd")),
     Column("plus_one_saves_after_end_usd", "number", "what one more allowed saves on the commitments held in the "
            "forecast's last quarter, over the rest of their term after it, outside the forecast's total "
            "(total.committed_after_end_usd), USD (negative: they cost more; empty: no commitment term prices them, "
            "or the later quarters cannot be re-planned)", lambda x: _to_end(x, "plus_one_saves_after_end_usd")),
     Column("plus_one_to_end_why", "string", "why plus_one_saves_to_end_usd is empty: which later quarter cannot be "
-           "re-planned, and why", lambda x: _to_end(x, "plus_one_why")),
+           "re-planned, and why", lambda x: _to_end(x, "plus_one_to_end_why")),
     Column("removed_saves_to_end_usd", "number", "what the limit dropped from the quarter on saves through the "
-           "forecast's last quarter, as plus_one_saves_to_end_usd is, USD", lambda x: _to_end(x, "removed_saves_usd")),
+           "forecast's last quarter, as plus_one_saves_to_end_usd is, USD", lambda x: _to_end(x, "removed_saves_to_end_usd")),
     Column("removed_saves_after_end_usd", "number", "what the limit dropped saves on the commitments held in the last "
            "quarter, after it, as plus_one_saves_after_end_usd is, USD", lambda x: _to_end(x, "removed_saves_after_end_usd")),
     Column("removed_to_end_why", "string", "why removed_saves_to_end_usd is empty, as plus_one_to_end_why says",
-           lambda x: _to_end(x, "removed_why")),
+           lambda x: _to_end(x, "removed_to_end_why")),
     Column("to_end_proven", "boolean", "every solve the four savings rest on, the quarter's own and each re-plan of a "
            "later quarter, reached a proven optimum (false: one stopped at solver.time_limit_s)",
            lambda x: _to_end(x, "proven")),
@@ -783,7 +805,8 @@ def _limits_section(results: list[FleetQuarter], fleet: FleetInputs) -> list[str
         return [*out, "No shared limit binds in any quarter or rules out a cheaper fleet: re-solved without each, "
                 "every quarter's fleet costs the same."]
     carried = fleet.spec.forecast.carry_forward
-    saving = [(r, c) for r, c in rows if c.proven and dropping_saves(c, r.cost_per_hour)]
+    # those that save in their quarter, or after it (a lasting limit the quarter does not reach yet)
+    saving = [(r, c) for r, c in priced if c.proven and (dropping_saves(c, r.cost_per_hour) or _saves_after(r, c))]
     out += ["Each quarter's shared limits that bind or cost, re-solved for that quarter alone with one more GPU (or "
             "GPU type) allowed and without the limit, " + repriced_text([p for r in results for p in r.plan.plans])
             + (f" With carry_forward, what a re-solved quarter runs beyond the commitments still in their term would be "
@@ -815,6 +838,18 @@ def _limits_section(results: list[FleetQuarter], fleet: FleetInputs) -> list[str
                              type_rule=bool(fleet.spec.max_gpu_types))
 
 
+def _saves_after(r: FleetQuarter, c: SharedConstraint) -> bool:
+    """Whether a relaxation of c changes the quarters after r's, or what is held after the last, by a
+    cent or more, or cannot be priced there."""
+    priced = r.to_end.get(c.name)
+    if priced is None:
+        return False
+    return any(saves is None or abs(saves - (r.cost_per_hour - cost) * HOURS_PER_QUARTER) >= 0.005 or abs(after or 0.0) >= 0.005
+               for saves, after, cost in (
+                   (priced.plus_one_saves_to_end_usd, priced.plus_one_saves_after_end_usd, c.plus_one_usd_per_hour),
+                   (priced.removed_saves_to_end_usd, priced.removed_saves_after_end_usd, c.removed_usd_per_hour)))
+
+
 def _to_end_table(saving: list[tuple[FleetQuarter, SharedConstraint]], last: str, term: int | None) -> list[str]:
     """The limits that cost, priced through the forecast's last quarter (ToEnd): in their quarter,
     from it through the last (its own included), and (with a term) on the commitments held after it."""
@@ -824,15 +859,17 @@ def _to_end_table(saving: list[tuple[FleetQuarter, SharedConstraint]], last: str
            "quarter runs and from the quarter as planned, and the difference is what the relaxation changes there. A "
            "cap of the inventory, raised by one (or dropped), stays so in the later quarters that keep it, as "
            "max_gpu_types does: from its quarter on; a quarter's availability is its own, and the later quarters keep "
-           "theirs. So a row counts the later quarters' own relief from the same limit too: rows are not to be added."
+           "theirs. So a row counts the later quarters' own relief from the same limit too: rows are not to be added. "
+           "Such a limit that saves nothing in its own quarter leaves that quarter's plan as it is, and saves what it "
+           "saves from the next quarter that keeps it."
            + (f" After {last}: what it saves on the commitments still held then, over the rest of their {term}-quarter "
               f"term, outside the forecast's total; the whole effect is that and the amount through {last} together."
               if after else "")
            + " A negative amount is a cost: commitments carried from a cheaper quarter can cost the later ones more.",
            "",
-           f"| Quarter | Limit | One more allowed: its quarter | its quarter through {last}"
+           f"| Quarter | Limit | One more allowed: its quarter | from its quarter through {last}"
            + (f" | after {last}" if after else "")
-           + f" | Without it: its quarter | its quarter through {last}" + (f" | after {last}" if after else "") + " |",
+           + f" | Without it: its quarter | from its quarter through {last}" + (f" | after {last}" if after else "") + " |",
            "|---|---|" + "---:|" * (6 if after else 4)]
     reasons: dict[str, tuple[int, list[str]]] = {}  # each reason once, numbered as met, with the rows it is of
     unproven = False
@@ -842,8 +879,10 @@ def _to_end_table(saving: list[tuple[FleetQuarter, SharedConstraint]], last: str
         unproven = unproven or not priced.proven
         cells = []
         for cost, saves, past, why in (
-                (c.plus_one_usd_per_hour, priced.plus_one_saves_usd, priced.plus_one_saves_after_end_usd, priced.plus_one_why),
-                (c.removed_usd_per_hour, priced.removed_saves_usd, priced.removed_saves_after_end_usd, priced.removed_why)):
+                (c.plus_one_usd_per_hour, priced.plus_one_saves_to_end_usd, priced.plus_one_saves_after_end_usd,
+                 priced.plus_one_to_end_why),
+                (c.removed_usd_per_hour, priced.removed_saves_to_end_usd, priced.removed_saves_after_end_usd,
+                 priced.removed_to_end_why)):
             cells.append(usd_text((r.cost_per_hour - cost) * HOURS_PER_QUARTER))
             if saves is None:
                 n, rows = reasons.setdefault(why, (len(reasons) + 1, []))
@@ -858,9 +897,8 @@ def _to_end_table(saving: list[tuple[FleetQuarter, SharedConstraint]], last: str
     if reasons:
         out += ["", *(f"({n}) {', '.join(rows)}: {why}." for why, (n, rows) in reasons.items())]
     if unproven:
-        out += ["", "‡ A solve the row rests on (its quarter's own, or a re-plan of a later quarter) stopped at "
-                "`solver.time_limit_s` before proving its optimum: the amount is partly the solver's gap, not the "
-                "limit's price."]
+        out += ["", "‡ A re-plan of a later quarter the row rests on stopped at `solver.time_limit_s` before proving its "
+                "optimum: the amount is partly the solver's gap, not the limit's price."]
     return out
 
 

@@ -54,7 +54,8 @@ class SharedConstraint:
     # solver.time_limit_s, and the difference is partly the gap to the optimum, not the limit's price.
     proven: bool = True
     # The GPUs by type the fleet runs with the limit raised by one, and dropped, where that costs less
-    # than the plan (None: the plan's own): what a forecast carries forward from the relaxed quarter.
+    # than the plan and they were kept (make_fleet_plan's relaxed_gpus; None: not cheaper, or not
+    # kept): what a forecast carries forward from the relaxed quarter.
     plus_one_gpus: tuple[tuple[str, int], ...] | None = None
     removed_gpus: tuple[tuple[str, int], ...] | None = None
 
@@ -493,8 +494,8 @@ def _constraints(fleet: FleetInputs, setups, evals_per_service, joint: JointSolu
 
     relaxed_gpus (make_fleet_plan): a re-solve that saves breaks its ties as the plan does before its
     GPUs are kept. Without the tie-break the ILP counts cost alone, and a committed GPU, free in the
-    quarter, may be counted in use though idle: carried forward, a lot expiring there was committed
-    again for nothing (one L40S a quarter, in a reviewer's probe)."""
+    quarter, may be counted in use though idle: carried forward, a lot expiring there would be
+    committed again for nothing."""
     used = {t.gpu: t.used for t in types}
     caps = fleet.shared_caps
 

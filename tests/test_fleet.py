@@ -1500,7 +1500,7 @@ def _priced_apart(tmp_path, quarters: list[dict], quarter: int, relaxed: dict[st
     apart = {}
     for what, (stated, changed) in relaxed.items():
         _, other = _carried_forecast(tmp_path, what, stated, **{**kw, **changed})
-        apart[what] = ((getattr(priced, f"{what}_saves_usd"), getattr(priced, f"{what}_saves_after_end_usd")),
+        apart[what] = ((getattr(priced, f"{what}_saves_to_end_usd"), getattr(priced, f"{what}_saves_after_end_usd")),
                        _saved_apart(planned, other, kw.get("term", 2)))
     return fleet, planned, cap, priced, apart
 
@@ -1518,29 +1518,23 @@ def test_a_fleet_forecast_prices_a_cap_through_the_quarters_its_relaxed_quarter_
     for shown, measured in apart.values():
         assert shown == pytest.approx(measured)
     # the relaxed quarter changes the next ones: what it saves there is not its own quarter's
-    assert priced.removed_saves_usd != pytest.approx((planned[0].cost_per_hour - cap.removed_usd_per_hour) * 2190)
-    assert priced.removed_why == priced.plus_one_why == ""
-    # the last quarter's limits change nothing after them
-    for c in planned[-1].plan.constraints:
-        last = planned[-1].to_end[c.name]
-        assert (last.plus_one_saves_usd, last.removed_saves_usd) == pytest.approx(
-            ((planned[-1].cost_per_hour - c.plus_one_usd_per_hour) * 2190, (planned[-1].cost_per_hour - c.removed_usd_per_hour) * 2190))
-        assert last.plus_one_saves_after_end_usd == last.removed_saves_after_end_usd == 0.0
+    assert priced.removed_saves_to_end_usd != pytest.approx((planned[0].cost_per_hour - cap.removed_usd_per_hour) * 2190)
+    assert priced.removed_to_end_why == priced.plus_one_to_end_why == ""
 
     row = next(r for r in _csv_rows(fleet_forecast_tables(planned)["limits"]) if r["quarter"] == "2027Q1")
     assert [float(row[k]) for k in ("plus_one_saves_to_end_usd", "plus_one_saves_after_end_usd",
                                     "removed_saves_to_end_usd", "removed_saves_after_end_usd")] == pytest.approx(
-        [priced.plus_one_saves_usd, priced.plus_one_saves_after_end_usd, priced.removed_saves_usd,
+        [priced.plus_one_saves_to_end_usd, priced.plus_one_saves_after_end_usd, priced.removed_saves_to_end_usd,
          priced.removed_saves_after_end_usd], abs=1e-6)
     assert (row["plus_one_to_end_why"], row["removed_to_end_why"], row["to_end_proven"]) == ("", "", "true")
     md = fleet_forecast_markdown("twin", planned, fleet)
     assert "the table after this one prices each relaxation through 2027Q3." in md
-    assert ("| Quarter | Limit | One more allowed: its quarter | its quarter through 2027Q3 | after 2027Q3 | "
-            "Without it: its quarter | its quarter through 2027Q3 | after 2027Q3 |") in md
+    assert ("| Quarter | Limit | One more allowed: its quarter | from its quarter through 2027Q3 | after 2027Q3 | "
+            "Without it: its quarter | from its quarter through 2027Q3 | after 2027Q3 |") in md
     assert _md_to_end_rows(md)[("2027Q1", "h100-sxm GPUs")] == [
-        usd_text((planned[0].cost_per_hour - cap.plus_one_usd_per_hour) * 2190), usd_text(priced.plus_one_saves_usd),
+        usd_text((planned[0].cost_per_hour - cap.plus_one_usd_per_hour) * 2190), usd_text(priced.plus_one_saves_to_end_usd),
         usd_text(priced.plus_one_saves_after_end_usd), usd_text((planned[0].cost_per_hour - cap.removed_usd_per_hour) * 2190),
-        usd_text(priced.removed_saves_usd), usd_text(priced.removed_saves_after_end_usd)]
+        usd_text(priced.removed_saves_to_end_usd), usd_text(priced.removed_saves_after_end_usd)]
     assert "Over its quarter (2,190 hours), what each saves" not in md
 
 
@@ -1576,17 +1570,38 @@ def test_an_inventory_cap_relaxed_in_a_quarter_stays_relaxed_in_the_quarters_tha
         "plus_one": ([{}, {}], {"inventory": {**HELD_H100, "max_new": 2}}), "removed": ([{}, {}], {"inventory": HELD_H100})},
         inventory={**HELD_H100, "max_new": 1})
     assert (cap.limit, cap.limit_text) == (2, "1 reserved + 1 new in the inventory")
-    assert priced.removed_why == priced.plus_one_why == ""
+    assert priced.removed_to_end_why == priced.plus_one_to_end_why == ""
     for shown, measured in apart.values():
         assert shown == pytest.approx(measured)
-    assert priced.removed_saves_usd > (planned[0].cost_per_hour - cap.removed_usd_per_hour) * 2190 + 1.0
+    assert priced.removed_saves_to_end_usd > (planned[0].cost_per_hour - cap.removed_usd_per_hour) * 2190 + 1.0
+
+
+def test_an_inventory_cap_that_costs_nothing_in_its_quarter_is_priced_from_the_next_that_keeps_it(tmp_path):
+    """2027Q1 runs all the inventory's cap allows at no cost (dropping it finds no cheaper 2027Q1), but
+    the same cap costs in 2027Q2 and 2027Q3: raised from 2027Q1 on, it saves what forecasts of the fleet
+    with max_new one higher, and with none, save, which is what the 2027Q2 row prices from there; and
+    the forecast's Markdown shows the 2027Q1 row though its quarter saves nothing."""
+    from planner.fleet_forecast import fleet_forecast_markdown
+
+    fleet, planned, cap, priced, apart = _priced_apart(tmp_path, [{}, {}, {}], 0, {
+        "plus_one": ([{}, {}, {}], {"inventory": {**HELD_H100, "max_new": 4}}), "removed": ([{}, {}, {}], {"inventory": HELD_H100})},
+        inventory={**HELD_H100, "max_new": 3})
+    assert cap.removed_usd_per_hour == pytest.approx(planned[0].cost_per_hour)  # nothing in its own quarter
+    for shown, measured in apart.values():
+        assert shown == pytest.approx(measured)
+        assert shown[0] > 1.0
+    (q2,) = planned[1].plan.constraints
+    assert (priced.plus_one_saves_to_end_usd, priced.removed_saves_to_end_usd) == pytest.approx(
+        (planned[1].to_end[q2.name].plus_one_saves_to_end_usd, planned[1].to_end[q2.name].removed_saves_to_end_usd))
+    assert _md_to_end_rows(fleet_forecast_markdown("twin", planned, fleet))[("2027Q1", "h100-sxm GPUs")][4] == usd_text(
+        priced.removed_saves_to_end_usd)
 
 
 def test_a_relaxed_quarter_carries_the_gpus_it_runs_not_an_idle_commitment_counted_in_use(tmp_path):
     """Four L40S reserved in 2027Q1 for that quarter alone are free in it: re-solved by cost alone, the
     quarter without its H100 cap may count an idle one of them in use, which carry_forward would commit
     again in 2027Q2 for nothing. The relaxed re-solve breaks its ties as the plan does, so the saving
-    is what a forecast without the cap saves (a reviewer's probe read one L40S a quarter less)."""
+    is what a forecast without the cap saves (by cost alone it read one L40S a quarter less)."""
     quarters = lambda cap: [{"reserved": {"l40s": 4}, **({"availability": {"h100-sxm": cap}} if cap else {})},  # noqa: E731
                             {"growth": -0.5}, {"growth": 0.0}]
     *_, apart = _priced_apart(tmp_path, quarters(2), 0, {"plus_one": (quarters(3), {}), "removed": (quarters(None), {})}, term=1)
@@ -1604,20 +1619,26 @@ def test_a_cap_whose_relaxed_quarter_commits_more_than_the_next_allows_is_not_pr
     priced = planned[0].to_end[cap.name]
     held = dict(cap.removed_gpus)["h100-sxm"]
     assert cap.binds and held > 2
-    assert priced.removed_saves_usd is None and priced.removed_saves_after_end_usd is None
-    assert priced.removed_why == ("the quarters after it cannot be re-planned by the model from the relaxed quarter: "
+    assert priced.removed_saves_to_end_usd is None and priced.removed_saves_after_end_usd is None
+    assert priced.removed_to_end_why == ("the quarters after it cannot be re-planned by the model from the relaxed quarter: "
                                   f"carried forward, 2027Q2 would hold {held} h100-sxm GPUs committed, over its "
                                   "availability of 2")
     row = next(r for r in _csv_rows(fleet_forecast_tables(planned)["limits"]) if r["quarter"] == "2027Q1")
     assert row["removed_saves_to_end_usd"] == row["removed_saves_after_end_usd"] == ""
-    assert row["removed_to_end_why"] == priced.removed_why
+    assert row["removed_to_end_why"] == priced.removed_to_end_why
     md = fleet_forecast_markdown("twin", planned, fleet)
     cells = _md_to_end_rows(md)[("2027Q1", "h100-sxm GPUs")]
-    for shown, why in ((cells[1], priced.plus_one_why), (cells[4], priced.removed_why)):
-        if why:  # each reason once, numbered, after the table
-            n = shown.removeprefix("— (").removesuffix(")")
-            assert shown == f"— ({n})" and f"({n}) 2027Q1 h100-sxm GPUs: {why}." in md
+    for shown, why in ((cells[1], priced.plus_one_to_end_why), (cells[4], priced.removed_to_end_why)):
+        n = shown.removeprefix("— (").removesuffix(")")  # each reason once, numbered, after the table
+        assert why and shown == f"— ({n})" and f"({n}) 2027Q1 h100-sxm GPUs: {why}." in md
     assert cells[5] == "—"
+    # the last quarter's limits change nothing after it: what they save is their quarter's
+    (last,) = planned[-1].plan.constraints
+    assert last.binds and last.removed_usd_per_hour < planned[-1].cost_per_hour - 0.01
+    priced = planned[-1].to_end[last.name]
+    assert (priced.plus_one_saves_to_end_usd, priced.removed_saves_to_end_usd) == pytest.approx(
+        ((planned[-1].cost_per_hour - last.plus_one_usd_per_hour) * 2190, (planned[-1].cost_per_hour - last.removed_usd_per_hour) * 2190))
+    assert priced.plus_one_saves_after_end_usd == priced.removed_saves_after_end_usd == 0.0
 
 
 def test_a_cap_a_fleet_forecast_stays_under_that_still_costs_is_in_its_table_and_explained(tmp_path):
@@ -1736,10 +1757,20 @@ def test_the_shipped_fleet_forecast_prices_its_limits_as_its_limits_table_does()
     assert costing and list(shown) == [(r["quarter"], r["constraint"]) for r in costing]
     for r in costing:
         _agrees(shown[(r["quarter"], r["constraint"])], r)
-    # and over the rest of the forecast (carry_forward), each limit that costs, as the table says
+    # and over the rest of the forecast (carry_forward), each proven limit that costs in its quarter or after it
+    # (the 2027Q1 row of the same H100 cap: it costs nothing there, and from 2027Q2 on what that row says)
+    def saves_after(r: dict[str, str]) -> bool:
+        base = float(r["fleet_usd_per_hour"])
+        return any(abs(float(r[f"{what}_saves_to_end_usd"]) - (base - float(r[f"{what}_usd_per_hour"])) * 2190) >= 0.005
+                   or abs(float(r[f"{what}_saves_after_end_usd"])) >= 0.005 for what in ("plus_one", "removed"))
+
     to_end = _md_to_end_rows(md)
-    saving = [r for r in costing if float(r["fleet_usd_per_hour"]) - float(r["removed_usd_per_hour"]) >= COST_TOLERANCE_USD]
-    assert saving and list(to_end) == [(r["quarter"], r["constraint"]) for r in saving]
+    saving = [r for r in rows if r["proven"] == "true" and (saves_after(r) or float(r["fleet_usd_per_hour"])
+                                                             - float(r["removed_usd_per_hour"]) >= COST_TOLERANCE_USD)]
+    assert [(r["quarter"], r["constraint"]) for r in saving] == [("2027Q1", "h100-sxm GPUs"), ("2027Q2", "h100-sxm GPUs")]
+    assert list(to_end) == [(r["quarter"], r["constraint"]) for r in saving]
+    assert [saving[0][k] for k in ("plus_one_saves_to_end_usd", "removed_saves_to_end_usd")] == [
+        saving[1][k] for k in ("plus_one_saves_to_end_usd", "removed_saves_to_end_usd")]
     for r in saving:
         base = float(r["fleet_usd_per_hour"])
         shown_usd = [float(c.replace("−$", "-").lstrip("$").replace(",", "")) for c in to_end[(r["quarter"], r["constraint"])]]
