@@ -279,8 +279,10 @@ def _priced_to_end(fleet: FleetInputs, results: list[FleetQuarter], starts: list
                     if later and lasting and c.name in kept_after:
                         quarter, row = kept_after[c.name]
                         saves, why = getattr(row, f"{what}_saves_to_end_usd"), getattr(row, f"{what}_to_end_why")
+                        # a reason is said once, from the quarter whose re-plan failed (a chain of rows keeps it)
+                        chained = why if why.startswith(_FROM) else f"{_FROM} {quarter}, the next quarter that keeps it: {why}"
                         parts[what] = (None if saves is None else own + saves, getattr(row, f"{what}_saves_after_end_usd"),
-                                       f"priced as from {quarter}, the next quarter that keeps it: {why}" if why else "")
+                                       chained if why else "")
                         proven = proven and row.proven
                     else:
                         parts[what] = (own, unchanged, "")
@@ -308,6 +310,9 @@ def _priced_to_end(fleet: FleetInputs, results: list[FleetQuarter], starts: list
                 kept_after[c.name] = (r.quarter, priced[c.name])
         out.append(replace(r, to_end=priced))
     return out[::-1]
+
+
+_FROM = "priced as from"
 
 
 def _lasting(fleet: FleetInputs, i: int, c: SharedConstraint) -> bool:
@@ -546,9 +551,11 @@ LIMIT_COLUMNS: tuple[Column, ...] = (
            "more): with carry_forward, each later quarter re-planned by the model from what the quarter before it "
            "runs, against the same re-plan from the quarter as planned, a cap of the inventory or max_gpu_types kept "
            "raised in the later quarters that keep it (a quarter's availability is raised in that quarter alone); "
-           "without carry_forward, the quarter's own saving. Rows are not to be added: a row counts the later "
-           "quarters' relief from the same limit too (empty: the later quarters cannot be re-planned; "
-           "plus_one_to_end_why says why)", lambda x: _to_end(x, "plus_one_saves_to_end_usd")),
+           "such a lasting limit that saves nothing in its own quarter leaves that quarter's plan as it is, and takes "
+           "the amount of its row in the next quarter that keeps it; without carry_forward, the quarter's own saving. "
+           "Rows are not to be added: a row counts the later quarters' relief from the same limit too (empty: the "
+           "later quarters cannot be re-planned; plus_one_to_end_why says why)",
+           lambda x: _to_end(x, "plus_one_saves_to_end_usd")),
     Column("plus_one_saves_after_end_usd", "number", "what one more allowed saves on the commitments held in the "
            "forecast's last quarter, over the rest of their term after it, outside the forecast's total "
            "(total.committed_after_end_usd), USD (negative: they cost more; empty: no commitment term prices them, "
@@ -814,7 +821,8 @@ def _limits_section(results: list[FleetQuarter], fleet: FleetInputs) -> list[str
                f"{results[-1].quarter}." if carried and saving else
                "" if carried else " Without carry_forward, a quarter's limit changes that quarter only.")
             + (f" The other limits ({len(priced) - len(rows)} of {len(priced)} across the quarters) neither bind nor "
-               "cost anything." if len(rows) < len(priced) else ""),
+               "cost anything in their own quarter" + _later_only_text(len([x for x in saving if x not in rows])) + "."
+               if len(rows) < len(priced) else ""),
             "",
             "| Quarter | Limit | Used | Binds | Fleet $/hour | Fleet $/hour, one more allowed | Saves | "
             "Fleet $/hour without it | Saves |",
@@ -835,7 +843,14 @@ def _limits_section(results: list[FleetQuarter], fleet: FleetInputs) -> list[str
         out += ["", unproven_text("the quarter's solve", fleet.spec.solver.time_limit_s, ended="how each quarter's own "
                                   "solve ended: " + "; ".join(f"{q} {status}" for q, status in unproven.items()))]
     return out + limit_notes([(f"{r.quarter} ", c, r.cost_per_hour) for r, c in rows],
-                             type_rule=bool(fleet.spec.max_gpu_types))
+                             type_rule=bool(fleet.spec.max_gpu_types), in_quarter=carried)
+
+
+def _later_only_text(n: int) -> str:
+    """Of the limits that cost nothing in their own quarter, those that do from a later quarter on."""
+    if not n:
+        return ""
+    return f" ({n:,} of them {'costs' if n == 1 else 'cost'} from a later quarter on: the table after this one)"
 
 
 def _saves_after(r: FleetQuarter, c: SharedConstraint) -> bool:
@@ -897,8 +912,9 @@ def _to_end_table(saving: list[tuple[FleetQuarter, SharedConstraint]], last: str
     if reasons:
         out += ["", *(f"({n}) {', '.join(rows)}: {why}." for why, (n, rows) in reasons.items())]
     if unproven:
-        out += ["", "‡ A re-plan of a later quarter the row rests on stopped at `solver.time_limit_s` before proving its "
-                "optimum: the amount is partly the solver's gap, not the limit's price."]
+        out += ["", "‡ A solve the row rests on (a later quarter's re-solve of the same limit, or a re-plan of a later "
+                "quarter) stopped at `solver.time_limit_s` before proving its optimum: the amount is partly the solver's "
+                "gap, not the limit's price."]
     return out
 
 

@@ -322,11 +322,12 @@ def unproven_text(whose_solve: str, time_limit_s: float, *, ended: str) -> str:
             "limit's price; raise the time limit to price the limit.")
 
 
-def limit_notes(rows: list[tuple[str, SharedConstraint, float]], *, type_rule: bool) -> list[str]:
+def limit_notes(rows: list[tuple[str, SharedConstraint, float]], *, type_rule: bool, in_quarter: bool = False) -> list[str]:
     """What a table of priced limits needs said, each line after a blank one: the limits that bind and
     cost nothing, and those the plan stays under that still cost. rows: (where, the limit, the cost of
     the plan it was priced against); `where` goes before a limit's name ("2027Q2 " in a forecast).
-    type_rule: the fleet sets max_gpu_types. Only proven costs are explained: an unproven saving may be
+    type_rule: the fleet sets max_gpu_types. in_quarter: a forecast's, whose limits can cost in later
+    quarters what they do not in their own. Only proven costs are explained: an unproven saving may be
     the solver's gap alone."""
     proven = [(where, c, base) for where, c, base in rows if c.proven]
     free = [f"{where}{c.name}" for where, c, base in proven if c.binds and not dropping_saves(c, base)]
@@ -334,7 +335,8 @@ def limit_notes(rows: list[tuple[str, SharedConstraint, float]], *, type_rule: b
     if free:
         one = len(free) == 1
         lines += ["", f"Binds: the plan uses all the limit allows. {_names(free)} {'binds' if one else 'bind'} and "
-                  f"{'costs' if one else 'cost'} nothing: dropping {'it' if one else 'them'} finds no cheaper fleet."]
+                  f"{'costs' if one else 'cost'} nothing: dropping {'it' if one else 'them'} finds no cheaper fleet"
+                  + (f" in {'its quarter' if one else 'their quarters'}." if in_quarter else ".")]
     # A limit the plan stays under can still cost: what it rules out is a plan with more of the type
     # (or more types) than it allows, not the plan's own use of it.
     for where, c, base in proven:

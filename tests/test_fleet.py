@@ -1597,6 +1597,37 @@ def test_an_inventory_cap_that_costs_nothing_in_its_quarter_is_priced_from_the_n
         priced.removed_saves_to_end_usd)
 
 
+CAPPED_H100 = {**HELD_H100, "max_new": 3}  # the inventory's cap: 4 H100s
+
+
+@pytest.mark.parametrize(("quarters", "plus_one", "removed", "chained"), [
+    # 2027Q1's own availability, reached by no one: raised there alone it saves nothing, though the inventory's cap,
+    # the same type's in 2027Q2 and 2027Q3, costs there
+    ([{"growth": -0.3, "availability": {"h100-sxm": 4}}, {}, {}],
+     ([{"growth": -0.3, "availability": {"h100-sxm": 5}}, {}, {}], {}), ([{"growth": -0.3}, {}, {}], {}), False),
+    # the inventory's cap, kept raised past 2027Q2, whose own availability it does not reach, into 2027Q3
+    ([{}, {"availability": {"h100-sxm": 4}}, {}], ([{}, {"availability": {"h100-sxm": 4}}, {}], {"inventory": {**HELD_H100, "max_new": 4}}),
+     ([{}, {"availability": {"h100-sxm": 4}}, {}], {"inventory": HELD_H100}), True),
+    # the inventory's cap, costing nothing in 2027Q1 and 2027Q2: priced from 2027Q3 on, through two rows
+    ([{"growth": -0.3}, {}, {}, {}], ([{"growth": -0.3}, {}, {}, {}], {"inventory": {**HELD_H100, "max_new": 4}}),
+     ([{"growth": -0.3}, {}, {}, {}], {"inventory": HELD_H100}), True),
+])
+def test_a_limit_that_costs_nothing_in_its_quarter_saves_what_it_saves_where_it_holds_after(tmp_path, quarters, plus_one,
+                                                                                              removed, chained):
+    """2027Q1's H100 limit saves nothing in its own quarter. What its row says each relaxation saves is
+    what a forecast stating that relaxation from the start saves: the inventory's cap kept raised in the
+    quarters that keep it, a quarter's availability raised in its own alone."""
+    _, planned = _carried_forecast(tmp_path, "planned", quarters, inventory=CAPPED_H100)
+    (cap,) = planned[0].plan.constraints
+    priced = planned[0].to_end[cap.name]
+    assert cap.removed_usd_per_hour == pytest.approx(planned[0].cost_per_hour)
+    for what, (stated, changed) in (("plus_one", plus_one), ("removed", removed)):
+        _, other = _carried_forecast(tmp_path, what, stated, **{"inventory": CAPPED_H100, **changed})
+        shown = (getattr(priced, f"{what}_saves_to_end_usd"), getattr(priced, f"{what}_saves_after_end_usd"))
+        assert shown == pytest.approx(_saved_apart(planned, other, 2))
+        assert (shown[0] > 1.0) == chained
+
+
 def test_a_relaxed_quarter_carries_the_gpus_it_runs_not_an_idle_commitment_counted_in_use(tmp_path):
     """Four L40S reserved in 2027Q1 for that quarter alone are free in it: re-solved by cost alone, the
     quarter without its H100 cap may count an idle one of them in use, which carry_forward would commit
@@ -1769,6 +1800,9 @@ def test_the_shipped_fleet_forecast_prices_its_limits_as_its_limits_table_does()
                                                              - float(r["removed_usd_per_hour"]) >= COST_TOLERANCE_USD)]
     assert [(r["quarter"], r["constraint"]) for r in saving] == [("2027Q1", "h100-sxm GPUs"), ("2027Q2", "h100-sxm GPUs")]
     assert list(to_end) == [(r["quarter"], r["constraint"]) for r in saving]
+    # the first table's count of limits that cost nothing in their quarter names those that do later
+    assert (f"The other limits ({len(rows) - len(costing)} of {len(rows)} across the quarters) neither bind nor cost anything "
+            "in their own quarter (1 of them costs from a later quarter on: the table after this one).") in md
     assert [saving[0][k] for k in ("plus_one_saves_to_end_usd", "removed_saves_to_end_usd")] == [
         saving[1][k] for k in ("plus_one_saves_to_end_usd", "removed_saves_to_end_usd")]
     for r in saving:
@@ -1981,6 +2015,12 @@ def test_a_limit_that_binds_but_costs_nothing_is_explained():
     assert "Binds:" not in _constraints(fleet(dear, room))
     both = _constraints(fleet(free, SharedConstraint(None, 2, 2, "max_gpu_types", 100.0, 100.0)))
     assert "h100-sxm GPUs and GPU types bind and cost nothing: dropping them finds no cheaper fleet." in both
+    # a forecast's quarter: what costs nothing there may cost in the quarters after it
+    from planner.fleet_report import limit_notes
+
+    assert limit_notes([("2027Q1 ", free, 100.0)], type_rule=False, in_quarter=True) == [
+        "", "Binds: the plan uses all the limit allows. 2027Q1 h100-sxm GPUs binds and costs nothing: dropping it finds no "
+        "cheaper fleet in its quarter."]
 
 
 def test_a_fleet_forecast_s_commitments_last_their_term_and_what_runs_past_the_end_is_priced(tmp_path):
