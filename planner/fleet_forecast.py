@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -104,21 +105,26 @@ class Commitment:
 
 
 @dataclass(frozen=True)
-class ToEnd:
-    """A quarter's shared limit priced through the forecast's last quarter (_priced_to_end): what
-    raising it by one, and dropping it, from that quarter on (_relaxed_fleet) saves from it through
-    the last (its own quarter included), and on what the commitments held in the last quarter cost
-    after it; either negative where it costs more. None where the quarters after it cannot be
-    re-planned, from the relaxed quarter or from the quarter as planned (`*_why` says which and why),
-    or, after the end, where no commitment term prices it. proven: every solve they rest on, the
-    quarter's own and each re-plan, reached a proven optimum."""
+class Relaxed:
+    """One relaxation of a quarter's shared limit, from that quarter on (_relaxed_fleet), priced
+    through the forecast's last quarter (_priced_to_end): what it saves from the quarter through the
+    last (its own quarter included), and on what the commitments held in the last quarter cost after
+    it; either negative where it costs more. None where the quarters after it cannot be re-planned,
+    from the relaxed quarter or from the quarter as planned (`why` says which and why), or, after the
+    end, where no commitment term prices it."""
 
-    plus_one_saves_to_end_usd: float | None
-    plus_one_saves_after_end_usd: float | None
-    plus_one_to_end_why: str
-    removed_saves_to_end_usd: float | None
-    removed_saves_after_end_usd: float | None
-    removed_to_end_why: str
+    saves_to_end_usd: float | None
+    saves_after_end_usd: float | None
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class ToEnd:
+    """A quarter's shared limit raised by one, and dropped, priced through the forecast's last quarter.
+    proven: every solve they rest on, the quarter's own and each re-plan, reached a proven optimum."""
+
+    plus_one: Relaxed
+    removed: Relaxed
     proven: bool = True
 
 
@@ -190,11 +196,11 @@ def _start_quarter(fleet: FleetInputs, i: int, lots: Sequence[Lot], previous_gpu
     return _QuarterStart(tuple(lots), tuple(made), inventory, price, tuple(below))
 
 
-def _lots_after(fleet: FleetInputs, start: _QuarterStart) -> tuple[Lot, ...]:
-    """The lots the next quarter starts from: a quarter's reservations, without carry_forward or a
-    term, are its own."""
+def _lots_after(fleet: FleetInputs, lots: tuple[Lot, ...]) -> tuple[Lot, ...]:
+    """The lots the next quarter starts from, of those a quarter held: a quarter's reservations,
+    without carry_forward or a term, are its own."""
     fc = fleet.spec.forecast
-    return () if not fc.carry_forward and fc.commitment_term_quarters is None else start.lots
+    return () if not fc.carry_forward and fc.commitment_term_quarters is None else lots
 
 
 def run_fleet_forecast(fleet: FleetInputs, *, certify: bool | None = None) -> list[FleetQuarter]:
@@ -210,7 +216,6 @@ def run_fleet_forecast(fleet: FleetInputs, *, certify: bool | None = None) -> li
     previous: FleetQuarter | None = None
     # each quarter's services start from what the quarters before measured (planner.evaluator.Measurements)
     measured: dict[int, Measurements] = {}
-    starts: list[_QuarterStart] = []
     for i, (q, multiplier) in enumerate(zip(fc.quarters, fc.demand_multipliers(), strict=True)):
         where = f"forecast.quarters[{i}]"
         start = _start_quarter(fleet, i, lots, previous.plan.joint.gpus_by_type if previous else None)
@@ -238,14 +243,12 @@ def run_fleet_forecast(fleet: FleetInputs, *, certify: bool | None = None) -> li
             added[made.gpu] = added.get(made.gpu, 0) + made.gpus
         out.append(FleetQuarter(q.quarter, multiplier, plan, added, change, start.made, start.lots, start.price,
                                 start.below))
-        starts.append(start)
         previous = out[-1]
-        lots = _lots_after(fleet, start)
-    return _priced_to_end(fleet, out, starts, measured)
+        lots = _lots_after(fleet, start.lots)
+    return _priced_to_end(fleet, out, measured)
 
 
-def _priced_to_end(fleet: FleetInputs, results: list[FleetQuarter], starts: list[_QuarterStart],
-                   measured: dict[int, Measurements]) -> list[FleetQuarter]:
+def _priced_to_end(fleet: FleetInputs, results: list[FleetQuarter], measured: dict[int, Measurements]) -> list[FleetQuarter]:
     """Each quarter's priced limits (SharedConstraint) priced through the forecast's last quarter too:
     with carry_forward, what a quarter runs beyond the commitments still in their term is committed
     from the next quarter on, so a limit relaxed in it changes the quarters after it. Where raising a
@@ -257,59 +260,69 @@ def _priced_to_end(fleet: FleetInputs, results: list[FleetQuarter], starts: list
     it saves from the next quarter that keeps it, whose row prices it from there (the rows are made
     from the last quarter back). Without carry_forward, or in the last quarter, a limit changes its
     own quarter only."""
-    fc = fleet.spec.forecast
-    unchanged = None if fc.commitment_term_quarters is None else 0.0  # what a limit of one quarter alone changes after the end
     kept_after: dict[str, tuple[str, ToEnd]] = {}  # a lasting limit's row in the nearest later quarter that keeps it
     out = []
     for i in reversed(range(len(results))):
-        r = results[i]
-        baseline: _Replan | str | None = None
-        paths: dict[tuple, _Replan | str] = {}  # one re-plan for the relaxations that leave the same fleet and GPUs
-        later = fc.carry_forward and i + 1 < len(results)  # (make_fleet_plan keeps relaxed GPUs only then)
-        if later and any(c.plus_one_gpus is not None or c.removed_gpus is not None for c in r.plan.constraints):
-            baseline = _replanned(fleet, results, starts, i, r.plan.joint.gpus_by_type, measured)
-        priced = {}
-        for c in r.plan.constraints:
-            lasting = _lasting(fleet, i, c)
-            parts, proven = {}, c.proven
-            for what, cost, gpus in (("plus_one", c.plus_one_usd_per_hour, c.plus_one_gpus),
-                                     ("removed", c.removed_usd_per_hour, c.removed_gpus)):
-                own = (r.cost_per_hour - cost) * HOURS_PER_QUARTER
-                if gpus is None:  # the quarter keeps its plan
-                    if later and lasting and c.name in kept_after:
-                        quarter, row = kept_after[c.name]
-                        saves, why = getattr(row, f"{what}_saves_to_end_usd"), getattr(row, f"{what}_to_end_why")
-                        # a reason is said once, from the quarter whose re-plan failed (a chain of rows keeps it)
-                        chained = why if why.startswith(_FROM) else f"{_FROM} {quarter}, the next quarter that keeps it: {why}"
-                        parts[what] = (None if saves is None else own + saves, getattr(row, f"{what}_saves_after_end_usd"),
-                                       chained if why else "")
-                        proven = proven and row.proven
-                    else:
-                        parts[what] = (own, unchanged, "")
-                    continue
-                if isinstance(baseline, str):
-                    parts[what] = (None, None, "the quarters after it cannot be re-planned by the model from the quarter "
-                                   f"as planned: {baseline}")
-                    continue
-                relaxed, key = _relaxed_fleet(fleet, i, c, plus_one=what == "plus_one")
-                if (key, gpus) not in paths:
-                    paths[(key, gpus)] = _replanned(relaxed, results, starts, i, dict(gpus), measured)
-                path = paths[(key, gpus)]
-                if isinstance(path, str):
-                    parts[what] = (None, None, "the quarters after it cannot be re-planned by the model from the relaxed "
-                                   f"quarter: {path}")
-                    continue
-                proven = proven and baseline.proven and path.proven
-                after = None if fc.commitment_term_quarters is None else baseline.after_end_usd - path.after_end_usd
-                parts[what] = (own + sum(b - x for b, x in zip(baseline.usd_per_hour, path.usd_per_hour, strict=True))
-                               * HOURS_PER_QUARTER, after, "")
-            priced[c.name] = ToEnd(**{f"{what}_{field}": value for what, values in parts.items()
-                                      for field, value in zip(("saves_to_end_usd", "saves_after_end_usd", "to_end_why"),
-                                                              values, strict=True)}, proven=proven)
-            if lasting:
-                kept_after[c.name] = (r.quarter, priced[c.name])
-        out.append(replace(r, to_end=priced))
+        quarter = _QuarterToEnd(fleet, results, i, measured, kept_after)
+        priced = {c.name: quarter.priced(c) for c in results[i].plan.constraints}
+        kept_after.update({c.name: (results[i].quarter, priced[c.name]) for c in results[i].plan.constraints
+                           if _lasting(fleet, i, c)})
+        out.append(replace(results[i], to_end=priced))
     return out[::-1]
+
+
+class _QuarterToEnd:
+    """Quarter i's limits priced through the forecast's last quarter (_priced_to_end), each relaxation's
+    re-plan of the quarters after it made once, against one re-plan from the quarter as planned."""
+
+    def __init__(self, fleet: FleetInputs, results: list[FleetQuarter], i: int, measured: dict[int, Measurements],
+                 kept_after: dict[str, tuple[str, ToEnd]]):
+        self.fleet, self.results, self.i, self.measured, self.kept_after = fleet, results, i, measured, kept_after
+        fc = fleet.spec.forecast
+        self.r = results[i]
+        self.later = fc.carry_forward and i + 1 < len(results)  # (make_fleet_plan keeps relaxed GPUs only then)
+        self.unchanged = None if fc.commitment_term_quarters is None else 0.0  # what the quarter alone changes after the end
+        relaxed = any(c.plus_one_gpus is not None or c.removed_gpus is not None for c in self.r.plan.constraints)
+        self.baseline = _replanned(fleet, results, i, self.r.plan.joint.gpus_by_type, measured) if self.later and relaxed else None
+        self.paths: dict[tuple, _Replan | str] = {}  # one re-plan for the relaxations that leave the same fleet and GPUs
+
+    def priced(self, c: SharedConstraint) -> ToEnd:
+        plus_one, plus_one_proven = self._relaxed(c, "plus_one", c.plus_one_usd_per_hour, c.plus_one_gpus)
+        removed, removed_proven = self._relaxed(c, "removed", c.removed_usd_per_hour, c.removed_gpus)
+        return ToEnd(plus_one, removed, proven=c.proven and plus_one_proven and removed_proven)
+
+    def _relaxed(self, c: SharedConstraint, what: str, cost: float, gpus) -> tuple[Relaxed, bool]:
+        """One relaxation of c priced through the last quarter, and whether the re-plans it rests on are proven."""
+        own = _quarter_saving_usd(self.r, cost)
+        if gpus is None:  # the quarter keeps its plan
+            if not (self.later and _lasting(self.fleet, self.i, c) and c.name in self.kept_after):
+                return Relaxed(own, self.unchanged), True
+            quarter, row = self.kept_after[c.name]
+            after = getattr(row, what)
+            # a reason is said once, from the quarter whose re-plan failed (a chain of rows keeps it)
+            why = (after.why if not after.why or after.why.startswith(_FROM)
+                   else f"{_FROM} {quarter}, the next quarter that keeps it: {after.why}")
+            saves = None if after.saves_to_end_usd is None else own + after.saves_to_end_usd
+            return Relaxed(saves, after.saves_after_end_usd, why), row.proven
+        baseline = self.baseline
+        if isinstance(baseline, str):
+            return Relaxed(None, None, f"the quarters after it cannot be re-planned by the model from the quarter as "
+                                       f"planned: {baseline}"), True
+        fleet, key = _relaxed_fleet(self.fleet, self.i, c, plus_one=what == "plus_one")
+        if (key, gpus) not in self.paths:
+            self.paths[(key, gpus)] = _replanned(fleet, self.results, self.i, dict(gpus), self.measured)
+        path = self.paths[(key, gpus)]
+        if isinstance(path, str):
+            return Relaxed(None, None, f"the quarters after it cannot be re-planned by the model from the relaxed "
+                                       f"quarter: {path}"), True
+        after = None if self.unchanged is None else baseline.after_end_usd - path.after_end_usd
+        later = sum(b - x for b, x in zip(baseline.usd_per_hour, path.usd_per_hour, strict=True)) * HOURS_PER_QUARTER
+        return Relaxed(own + later, after), baseline.proven and path.proven
+
+
+def _quarter_saving_usd(r: FleetQuarter, cost_usd_per_hour: float) -> float:
+    """What a quarter priced at `cost_usd_per_hour` instead of its plan's saves over the quarter."""
+    return (r.cost_per_hour - cost_usd_per_hour) * HOURS_PER_QUARTER
 
 
 _FROM = "priced as from"
@@ -345,13 +358,13 @@ class _Replan:
     proven: bool  # every re-plan reached a proven optimum
 
 
-def _replanned(fleet: FleetInputs, results: list[FleetQuarter], starts: list[_QuarterStart], i: int,
-               gpus: Mapping[str, int], measured: dict[int, Measurements]) -> _Replan | str:
+def _replanned(fleet: FleetInputs, results: list[FleetQuarter], i: int, gpus: Mapping[str, int],
+               measured: dict[int, Measurements]) -> _Replan | str:
     """The quarters after quarter i re-planned by the model, quarter i having run `gpus` (carried
     forward), at the capacities certification measured (not simulated themselves); or, where a later
     quarter cannot be planned so (a commitment past its availability, no plan within its caps), why."""
     fc = fleet.spec.forecast
-    lots, previous, costs, proven = _lots_after(fleet, starts[i]), gpus, [], True
+    lots, previous, costs, proven = _lots_after(fleet, results[i].lots), gpus, [], True
     for j in range(i + 1, len(results)):
         try:
             start = _start_quarter(fleet, j, lots, previous)
@@ -365,7 +378,7 @@ def _replanned(fleet: FleetInputs, results: list[FleetQuarter], starts: list[_Qu
             return f"{fc.quarters[j].quarter}: {exc.errors()[0]['msg']}"
         costs.append(plan.cost_per_hour)
         proven = proven and plan.joint.status == "Optimal"
-        previous, lots = plan.joint.gpus_by_type, _lots_after(fleet, start)
+        previous, lots = plan.joint.gpus_by_type, _lots_after(fleet, start.lots)
     after = committed_after_end_usd(start.lots, len(results) - 1, fc.commitment_term_quarters)
     return _Replan(tuple(costs), after or 0.0, proven)
 
@@ -526,6 +539,18 @@ TYPE_COLUMNS: tuple[Column, ...] = (
            "to quarters.total_usd_per_hour"),
 )
 
+def _to_end(relaxation: str | None, field_name: str) -> Callable[[tuple[FleetQuarter, SharedConstraint]], Any]:
+    """A limit's row's cell: a field of its ToEnd, or of one relaxation's (Relaxed); a reason that is
+    none is null."""
+    def cell(x: tuple[FleetQuarter, SharedConstraint]):
+        priced = x[0].to_end.get(x[1].name)
+        if priced is None:
+            return None
+        value = getattr(priced if relaxation is None else getattr(priced, relaxation), field_name)
+        return None if value == "" else value
+    return cell
+
+
 LIMIT_COLUMNS: tuple[Column, ...] = (
     Column("quarter", "string", "calendar quarter (quarters.quarter)", lambda x: x[0].quarter),
     Column("constraint", "string", "the shared limit: a GPU type's cap ('h100-sxm GPUs') or the most GPU types the "
@@ -555,30 +580,25 @@ LIMIT_COLUMNS: tuple[Column, ...] = (
            "the amount of its row in the next quarter that keeps it; without carry_forward, the quarter's own saving. "
            "Rows are not to be added: a row counts the later quarters' relief from the same limit too (empty: the "
            "later quarters cannot be re-planned; plus_one_to_end_why says why)",
-           lambda x: _to_end(x, "plus_one_saves_to_end_usd")),
+           _to_end("plus_one", "saves_to_end_usd")),
     Column("plus_one_saves_after_end_usd", "number", "what one more allowed saves on the commitments held in the "
            "forecast's last quarter, over the rest of their term after it, outside the forecast's total "
            "(total.committed_after_end_usd), USD (negative: they cost more; empty: no commitment term prices them, "
-           "or the later quarters cannot be re-planned)", lambda x: _to_end(x, "plus_one_saves_after_end_usd")),
+           "or the later quarters cannot be re-planned)", _to_end("plus_one", "saves_after_end_usd")),
     Column("plus_one_to_end_why", "string", "why plus_one_saves_to_end_usd is empty: which later quarter cannot be "
-           "re-planned, and why", lambda x: _to_end(x, "plus_one_to_end_why")),
+           "re-planned, and why", _to_end("plus_one", "why")),
     Column("removed_saves_to_end_usd", "number", "what the limit dropped from the quarter on saves through the "
-           "forecast's last quarter, as plus_one_saves_to_end_usd is, USD", lambda x: _to_end(x, "removed_saves_to_end_usd")),
+           "forecast's last quarter, as plus_one_saves_to_end_usd is, USD", _to_end("removed", "saves_to_end_usd")),
     Column("removed_saves_after_end_usd", "number", "what the limit dropped saves on the commitments held in the last "
-           "quarter, after it, as plus_one_saves_after_end_usd is, USD", lambda x: _to_end(x, "removed_saves_after_end_usd")),
+           "quarter, after it, as plus_one_saves_after_end_usd is, USD", _to_end("removed", "saves_after_end_usd")),
     Column("removed_to_end_why", "string", "why removed_saves_to_end_usd is empty, as plus_one_to_end_why says",
-           lambda x: _to_end(x, "removed_to_end_why")),
+           _to_end("removed", "why")),
     Column("to_end_proven", "boolean", "every solve the four savings rest on, the quarter's own and each re-plan of a "
            "later quarter, reached a proven optimum (false: one stopped at solver.time_limit_s)",
-           lambda x: _to_end(x, "proven")),
+           _to_end(None, "proven")),
 )
 
 
-def _to_end(x: tuple[FleetQuarter, SharedConstraint], what: str):
-    """A limit's ToEnd field; a reason that is none is null."""
-    priced = x[0].to_end.get(x[1].name)
-    value = None if priced is None else getattr(priced, what)
-    return None if value == "" else value
 
 # One row: the quarters' cost summed as written, and what the forecast's commitments cost after its end,
 # which that sum leaves out (the Markdown's headline says both).
@@ -834,8 +854,8 @@ def _limits_section(results: list[FleetQuarter], fleet: FleetInputs) -> list[str
         out += ["", *_to_end_table(saving, results[-1].quarter, _term(fleet))]
     elif saving:  # the rest of the forecast counts in quarters
         out += ["", f"Over its quarter ({HOURS_PER_QUARTER:,} hours), what each saves: " + "; ".join(
-            f"{r.quarter} {c.name}, {usd_text((r.cost_per_hour - c.plus_one_usd_per_hour) * HOURS_PER_QUARTER)} with "
-            f"one more allowed and {usd_text((r.cost_per_hour - c.removed_usd_per_hour) * HOURS_PER_QUARTER)} without it"
+            f"{r.quarter} {c.name}, {usd_text(_quarter_saving_usd(r, c.plus_one_usd_per_hour))} with one more allowed "
+            f"and {usd_text(_quarter_saving_usd(r, c.removed_usd_per_hour))} without it"
             for r, c in saving) + "."]
     # one status a quarter, however many of its rows are unproven
     unproven = {r.quarter: r.plan.joint.status for r, c in rows if not c.proven}
@@ -859,10 +879,9 @@ def _saves_after(r: FleetQuarter, c: SharedConstraint) -> bool:
     priced = r.to_end.get(c.name)
     if priced is None:
         return False
-    return any(saves is None or abs(saves - (r.cost_per_hour - cost) * HOURS_PER_QUARTER) >= 0.005 or abs(after or 0.0) >= 0.005
-               for saves, after, cost in (
-                   (priced.plus_one_saves_to_end_usd, priced.plus_one_saves_after_end_usd, c.plus_one_usd_per_hour),
-                   (priced.removed_saves_to_end_usd, priced.removed_saves_after_end_usd, c.removed_usd_per_hour)))
+    return any(x.saves_to_end_usd is None or abs(x.saves_to_end_usd - _quarter_saving_usd(r, cost)) >= 0.005
+               or abs(x.saves_after_end_usd or 0.0) >= 0.005
+               for x, cost in ((priced.plus_one, c.plus_one_usd_per_hour), (priced.removed, c.removed_usd_per_hour)))
 
 
 def _to_end_table(saving: list[tuple[FleetQuarter, SharedConstraint]], last: str, term: int | None) -> list[str]:
@@ -893,21 +912,17 @@ def _to_end_table(saving: list[tuple[FleetQuarter, SharedConstraint]], last: str
         mark = "" if priced.proven else " ‡"  # † is the first table's: its quarter's own solves
         unproven = unproven or not priced.proven
         cells = []
-        for cost, saves, past, why in (
-                (c.plus_one_usd_per_hour, priced.plus_one_saves_to_end_usd, priced.plus_one_saves_after_end_usd,
-                 priced.plus_one_to_end_why),
-                (c.removed_usd_per_hour, priced.removed_saves_to_end_usd, priced.removed_saves_after_end_usd,
-                 priced.removed_to_end_why)):
-            cells.append(usd_text((r.cost_per_hour - cost) * HOURS_PER_QUARTER))
-            if saves is None:
-                n, rows = reasons.setdefault(why, (len(reasons) + 1, []))
+        for x, cost in ((priced.plus_one, c.plus_one_usd_per_hour), (priced.removed, c.removed_usd_per_hour)):
+            cells.append(usd_text(_quarter_saving_usd(r, cost)))
+            if x.saves_to_end_usd is None:
+                n, rows = reasons.setdefault(x.why, (len(reasons) + 1, []))
                 if f"{r.quarter} {c.name}" not in rows:
                     rows.append(f"{r.quarter} {c.name}")
                 cells.append(f"— ({n})")
             else:
-                cells.append(usd_text(saves) + mark)
+                cells.append(usd_text(x.saves_to_end_usd) + mark)
             if after:
-                cells.append("—" if past is None else usd_text(past) + mark)
+                cells.append("—" if x.saves_after_end_usd is None else usd_text(x.saves_after_end_usd) + mark)
         out.append(f"| {r.quarter} | {c.name} | " + " | ".join(cells) + " |")
     if reasons:
         out += ["", *(f"({n}) {', '.join(rows)}: {why}." for why, (n, rows) in reasons.items())]
@@ -976,8 +991,8 @@ def write_fleet_forecast(fleet: FleetInputs, results: list[FleetQuarter], out_di
                           "quarters: one row per quarter; services: one row per service per quarter; types: one row "
                           "per GPU type per quarter, adding up to the quarter's cost; limits: one row per shared limit "
                           "per quarter, with the quarter re-solved with one more GPU (or GPU type) allowed and without "
-                          "the limit, and what each saves through the forecast's last quarter and after it; total: the quarters' cost summed, and what the forecast's commitments cost after "
-                          "its last quarter.")
+                          "the limit, and what each saves through the forecast's last quarter and after it; total: the "
+                          "quarters' cost summed, and what the forecast's commitments cost after its last quarter.")
     texts[f"{name}_forecast_datapackage.json"] = json.dumps(package, indent=2, ensure_ascii=False) + "\n"
     output_folder(out_dir)
     return write_texts(out_dir, texts)

@@ -512,9 +512,8 @@ def _constraints(fleet: FleetInputs, setups, evals_per_service, joint: JointSolu
             return cost, dropped, planned, None, None
         one_more = _solve(fleet, setups, evals_per_service, tie_break=ties, **plus)
         proven = planned and without.status == "Optimal" and one_more.status == "Optimal"
-        if not relaxed_gpus:
-            return min(one_more.cost_per_hour, cost), dropped, proven, None, None
-        return min(one_more.cost_per_hour, cost), dropped, proven, _gpus_if_cheaper(one_more, cost), _gpus_if_cheaper(without, cost)
+        kept = [_gpus_if_cheaper(s, cost) if relaxed_gpus else None for s in (one_more, without)]
+        return min(one_more.cost_per_hour, cost), dropped, proven, *kept
 
     rows, questions = [], []
     for g, cap in sorted(caps.items()):

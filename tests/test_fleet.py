@@ -1496,12 +1496,12 @@ def _priced_apart(tmp_path, quarters: list[dict], quarter: int, relaxed: dict[st
     fleet, planned = _carried_forecast(tmp_path, "planned", quarters, **kw)
     (cap,) = planned[quarter].plan.constraints
     priced = planned[quarter].to_end[cap.name]
-    assert cap.binds and cap.proven and priced.proven
+    assert cap.proven and priced.proven
     apart = {}
     for what, (stated, changed) in relaxed.items():
         _, other = _carried_forecast(tmp_path, what, stated, **{**kw, **changed})
-        apart[what] = ((getattr(priced, f"{what}_saves_to_end_usd"), getattr(priced, f"{what}_saves_after_end_usd")),
-                       _saved_apart(planned, other, kw.get("term", 2)))
+        relaxed = getattr(priced, what)
+        apart[what] = ((relaxed.saves_to_end_usd, relaxed.saves_after_end_usd), _saved_apart(planned, other, kw.get("term", 2)))
     return fleet, planned, cap, priced, apart
 
 
@@ -1515,26 +1515,27 @@ def test_a_fleet_forecast_prices_a_cap_through_the_quarters_its_relaxed_quarter_
 
     fleet, planned, cap, priced, apart = _priced_apart(tmp_path, [{"availability": {"h100-sxm": 2}}, {}, {}], 0, {
         "plus_one": ([{"availability": {"h100-sxm": 3}}, {}, {}], {}), "removed": ([{}, {}, {}], {})})
+    assert cap.binds
     for shown, measured in apart.values():
         assert shown == pytest.approx(measured)
     # the relaxed quarter changes the next ones: what it saves there is not its own quarter's
-    assert priced.removed_saves_to_end_usd != pytest.approx((planned[0].cost_per_hour - cap.removed_usd_per_hour) * 2190)
-    assert priced.removed_to_end_why == priced.plus_one_to_end_why == ""
+    assert priced.removed.saves_to_end_usd != pytest.approx((planned[0].cost_per_hour - cap.removed_usd_per_hour) * 2190)
+    assert priced.removed.why == priced.plus_one.why == ""
 
     row = next(r for r in _csv_rows(fleet_forecast_tables(planned)["limits"]) if r["quarter"] == "2027Q1")
     assert [float(row[k]) for k in ("plus_one_saves_to_end_usd", "plus_one_saves_after_end_usd",
                                     "removed_saves_to_end_usd", "removed_saves_after_end_usd")] == pytest.approx(
-        [priced.plus_one_saves_to_end_usd, priced.plus_one_saves_after_end_usd, priced.removed_saves_to_end_usd,
-         priced.removed_saves_after_end_usd], abs=1e-6)
+        [priced.plus_one.saves_to_end_usd, priced.plus_one.saves_after_end_usd, priced.removed.saves_to_end_usd,
+         priced.removed.saves_after_end_usd], abs=1e-6)
     assert (row["plus_one_to_end_why"], row["removed_to_end_why"], row["to_end_proven"]) == ("", "", "true")
     md = fleet_forecast_markdown("twin", planned, fleet)
     assert "the table after this one prices each relaxation through 2027Q3." in md
     assert ("| Quarter | Limit | One more allowed: its quarter | from its quarter through 2027Q3 | after 2027Q3 | "
             "Without it: its quarter | from its quarter through 2027Q3 | after 2027Q3 |") in md
     assert _md_to_end_rows(md)[("2027Q1", "h100-sxm GPUs")] == [
-        usd_text((planned[0].cost_per_hour - cap.plus_one_usd_per_hour) * 2190), usd_text(priced.plus_one_saves_to_end_usd),
-        usd_text(priced.plus_one_saves_after_end_usd), usd_text((planned[0].cost_per_hour - cap.removed_usd_per_hour) * 2190),
-        usd_text(priced.removed_saves_to_end_usd), usd_text(priced.removed_saves_after_end_usd)]
+        usd_text((planned[0].cost_per_hour - cap.plus_one_usd_per_hour) * 2190), usd_text(priced.plus_one.saves_to_end_usd),
+        usd_text(priced.plus_one.saves_after_end_usd), usd_text((planned[0].cost_per_hour - cap.removed_usd_per_hour) * 2190),
+        usd_text(priced.removed.saves_to_end_usd), usd_text(priced.removed.saves_after_end_usd)]
     assert "Over its quarter (2,190 hours), what each saves" not in md
 
 
@@ -1544,8 +1545,9 @@ def test_a_quarter_s_availability_relaxed_after_the_first_is_priced_from_the_lot
     its own availability, and the inventory its own max_new."""
     inventory = {**HELD_H100, "max_new": 20}
     quarters = lambda q2: [{}, {"availability": {"h100-sxm": q2}} if q2 else {}, {"availability": {"h100-sxm": 20}}]  # noqa: E731
-    *_, apart = _priced_apart(tmp_path, quarters(5), 1, {"plus_one": (quarters(6), {}), "removed": (quarters(None), {})},
-                              inventory=inventory)
+    _, _, cap, _, apart = _priced_apart(tmp_path, quarters(5), 1, {"plus_one": (quarters(6), {}), "removed": (quarters(None), {})},
+                                        inventory=inventory)
+    assert cap.binds
     for shown, measured in apart.values():
         assert shown == pytest.approx(measured)
 
@@ -1556,7 +1558,7 @@ def test_a_fleets_rule_on_gpu_types_relaxed_in_a_quarter_stays_relaxed_after_it(
     quarters = [{}, {}, {}]
     _, _, cap, _, apart = _priced_apart(tmp_path, quarters, 0, {"plus_one": (quarters, {"max_gpu_types": 2}),
                                                                 "removed": (quarters, {"max_gpu_types": None})}, max_gpu_types=1)
-    assert (cap.gpu, cap.limit) == (None, 1)
+    assert (cap.gpu, cap.limit, cap.binds) == (None, 1, True)
     for shown, measured in apart.values():
         assert shown == pytest.approx(measured)
 
@@ -1569,11 +1571,11 @@ def test_an_inventory_cap_relaxed_in_a_quarter_stays_relaxed_in_the_quarters_tha
     _, planned, cap, priced, apart = _priced_apart(tmp_path, [{}, {}], 0, {
         "plus_one": ([{}, {}], {"inventory": {**HELD_H100, "max_new": 2}}), "removed": ([{}, {}], {"inventory": HELD_H100})},
         inventory={**HELD_H100, "max_new": 1})
-    assert (cap.limit, cap.limit_text) == (2, "1 reserved + 1 new in the inventory")
-    assert priced.removed_to_end_why == priced.plus_one_to_end_why == ""
+    assert (cap.limit, cap.limit_text, cap.binds) == (2, "1 reserved + 1 new in the inventory", True)
+    assert priced.removed.why == priced.plus_one.why == ""
     for shown, measured in apart.values():
         assert shown == pytest.approx(measured)
-    assert priced.removed_saves_to_end_usd > (planned[0].cost_per_hour - cap.removed_usd_per_hour) * 2190 + 1.0
+    assert priced.removed.saves_to_end_usd > (planned[0].cost_per_hour - cap.removed_usd_per_hour) * 2190 + 1.0
 
 
 def test_an_inventory_cap_that_costs_nothing_in_its_quarter_is_priced_from_the_next_that_keeps_it(tmp_path):
@@ -1586,15 +1588,15 @@ def test_an_inventory_cap_that_costs_nothing_in_its_quarter_is_priced_from_the_n
     fleet, planned, cap, priced, apart = _priced_apart(tmp_path, [{}, {}, {}], 0, {
         "plus_one": ([{}, {}, {}], {"inventory": {**HELD_H100, "max_new": 4}}), "removed": ([{}, {}, {}], {"inventory": HELD_H100})},
         inventory={**HELD_H100, "max_new": 3})
-    assert cap.removed_usd_per_hour == pytest.approx(planned[0].cost_per_hour)  # nothing in its own quarter
+    assert cap.binds and cap.removed_usd_per_hour == pytest.approx(planned[0].cost_per_hour)  # nothing in its own quarter
     for shown, measured in apart.values():
         assert shown == pytest.approx(measured)
         assert shown[0] > 1.0
     (q2,) = planned[1].plan.constraints
-    assert (priced.plus_one_saves_to_end_usd, priced.removed_saves_to_end_usd) == pytest.approx(
-        (planned[1].to_end[q2.name].plus_one_saves_to_end_usd, planned[1].to_end[q2.name].removed_saves_to_end_usd))
+    assert (priced.plus_one.saves_to_end_usd, priced.removed.saves_to_end_usd) == pytest.approx(
+        (planned[1].to_end[q2.name].plus_one.saves_to_end_usd, planned[1].to_end[q2.name].removed.saves_to_end_usd))
     assert _md_to_end_rows(fleet_forecast_markdown("twin", planned, fleet))[("2027Q1", "h100-sxm GPUs")][4] == usd_text(
-        priced.removed_saves_to_end_usd)
+        priced.removed.saves_to_end_usd)
 
 
 CAPPED_H100 = {**HELD_H100, "max_new": 3}  # the inventory's cap: 4 H100s
@@ -1617,14 +1619,11 @@ def test_a_limit_that_costs_nothing_in_its_quarter_saves_what_it_saves_where_it_
     """2027Q1's H100 limit saves nothing in its own quarter. What its row says each relaxation saves is
     what a forecast stating that relaxation from the start saves: the inventory's cap kept raised in the
     quarters that keep it, a quarter's availability raised in its own alone."""
-    _, planned = _carried_forecast(tmp_path, "planned", quarters, inventory=CAPPED_H100)
-    (cap,) = planned[0].plan.constraints
-    priced = planned[0].to_end[cap.name]
+    _, planned, cap, _, apart = _priced_apart(tmp_path, quarters, 0, {"plus_one": plus_one, "removed": removed},
+                                              inventory=CAPPED_H100)
     assert cap.removed_usd_per_hour == pytest.approx(planned[0].cost_per_hour)
-    for what, (stated, changed) in (("plus_one", plus_one), ("removed", removed)):
-        _, other = _carried_forecast(tmp_path, what, stated, **{"inventory": CAPPED_H100, **changed})
-        shown = (getattr(priced, f"{what}_saves_to_end_usd"), getattr(priced, f"{what}_saves_after_end_usd"))
-        assert shown == pytest.approx(_saved_apart(planned, other, 2))
+    for shown, measured in apart.values():
+        assert shown == pytest.approx(measured)
         assert (shown[0] > 1.0) == chained
 
 
@@ -1635,7 +1634,9 @@ def test_a_relaxed_quarter_carries_the_gpus_it_runs_not_an_idle_commitment_count
     is what a forecast without the cap saves (by cost alone it read one L40S a quarter less)."""
     quarters = lambda cap: [{"reserved": {"l40s": 4}, **({"availability": {"h100-sxm": cap}} if cap else {})},  # noqa: E731
                             {"growth": -0.5}, {"growth": 0.0}]
-    *_, apart = _priced_apart(tmp_path, quarters(2), 0, {"plus_one": (quarters(3), {}), "removed": (quarters(None), {})}, term=1)
+    _, _, cap, _, apart = _priced_apart(tmp_path, quarters(2), 0, {"plus_one": (quarters(3), {}), "removed": (quarters(None), {})},
+                                        term=1)
+    assert cap.binds
     for shown, measured in apart.values():
         assert shown == pytest.approx(measured)
 
@@ -1650,16 +1651,16 @@ def test_a_cap_whose_relaxed_quarter_commits_more_than_the_next_allows_is_not_pr
     priced = planned[0].to_end[cap.name]
     held = dict(cap.removed_gpus)["h100-sxm"]
     assert cap.binds and held > 2
-    assert priced.removed_saves_to_end_usd is None and priced.removed_saves_after_end_usd is None
-    assert priced.removed_to_end_why == ("the quarters after it cannot be re-planned by the model from the relaxed quarter: "
+    assert priced.removed.saves_to_end_usd is None and priced.removed.saves_after_end_usd is None
+    assert priced.removed.why == ("the quarters after it cannot be re-planned by the model from the relaxed quarter: "
                                   f"carried forward, 2027Q2 would hold {held} h100-sxm GPUs committed, over its "
                                   "availability of 2")
     row = next(r for r in _csv_rows(fleet_forecast_tables(planned)["limits"]) if r["quarter"] == "2027Q1")
     assert row["removed_saves_to_end_usd"] == row["removed_saves_after_end_usd"] == ""
-    assert row["removed_to_end_why"] == priced.removed_to_end_why
+    assert row["removed_to_end_why"] == priced.removed.why
     md = fleet_forecast_markdown("twin", planned, fleet)
     cells = _md_to_end_rows(md)[("2027Q1", "h100-sxm GPUs")]
-    for shown, why in ((cells[1], priced.plus_one_to_end_why), (cells[4], priced.removed_to_end_why)):
+    for shown, why in ((cells[1], priced.plus_one.why), (cells[4], priced.removed.why)):
         n = shown.removeprefix("— (").removesuffix(")")  # each reason once, numbered, after the table
         assert why and shown == f"— ({n})" and f"({n}) 2027Q1 h100-sxm GPUs: {why}." in md
     assert cells[5] == "—"
@@ -1667,9 +1668,9 @@ def test_a_cap_whose_relaxed_quarter_commits_more_than_the_next_allows_is_not_pr
     (last,) = planned[-1].plan.constraints
     assert last.binds and last.removed_usd_per_hour < planned[-1].cost_per_hour - 0.01
     priced = planned[-1].to_end[last.name]
-    assert (priced.plus_one_saves_to_end_usd, priced.removed_saves_to_end_usd) == pytest.approx(
+    assert (priced.plus_one.saves_to_end_usd, priced.removed.saves_to_end_usd) == pytest.approx(
         ((planned[-1].cost_per_hour - last.plus_one_usd_per_hour) * 2190, (planned[-1].cost_per_hour - last.removed_usd_per_hour) * 2190))
-    assert priced.plus_one_saves_after_end_usd == priced.removed_saves_after_end_usd == 0.0
+    assert priced.plus_one.saves_after_end_usd == priced.removed.saves_after_end_usd == 0.0
 
 
 def test_a_cap_a_fleet_forecast_stays_under_that_still_costs_is_in_its_table_and_explained(tmp_path):
