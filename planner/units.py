@@ -80,14 +80,18 @@ def rounded_usd(usd: float, digits: int = 2) -> Decimal:
 
 
 def usd_text(usd: float | None) -> str:
-    """An amount of US dollars to the cent (rounded_usd), '−$3.36' below zero (a saving that is a cost);
-    '—' for none (a cost no plan has, or nothing to price)."""
+    """An amount of US dollars to the cent (rounded_usd), '−$3.36' below zero (a saving that is a cost;
+    less than half a cent below zero reads $0.00); '—' for none (a cost no plan has, or nothing to price)."""
     if usd is None or not math.isfinite(usd):
         return "—"
-    rounded = rounded_usd(usd)
-    # copy_abs, not abs(): it keeps every digit (abs() rounds to the context's 28), and less than half a
-    # cent below zero reads $0.00
-    return f"{'−' if rounded < 0 else ''}${rounded.copy_abs():,}"
+    return _dollars(rounded_usd(usd))
+
+
+def _dollars(rounded: Decimal, spec: str = ",") -> str:
+    """A rounded dollar amount with its sign before the dollar sign, '−$3.36', as an amount is read
+    (not Python's '$-3.36'), a minus sign and not a hyphen; an amount that rounded to zero has none."""
+    # copy_abs, not abs(): it keeps every digit (abs() rounds to the context's 28)
+    return f"{'−' if rounded < 0 else ''}${format(rounded.copy_abs(), spec)}"
 
 
 def delta_text(usd: float, base_usd: float) -> str:
@@ -124,7 +128,7 @@ def usd_rate_text(usd_per_hour: float) -> str:
         return "—"
     # The fewest digits that round to what four do: $2.1903 is not "$2.19", though three digits read 2.190.
     digits = next((d for d in (2, 3) if rounded_usd(usd_per_hour, d) == rounded_usd(usd_per_hour, 4)), 4)
-    return f"${rounded_usd(usd_per_hour, digits):,}"
+    return _dollars(rounded_usd(usd_per_hour, digits))
 
 
 def usd_per_million_tokens(usd: float, tokens: float) -> float | None:
@@ -145,8 +149,8 @@ def usd_per_million_text(usd: float | None) -> str:
         shown = rounded_usd(usd, digits)
         if abs(shown) >= Decimal(1).scaleb(3 - digits):  # rounding carried to the next power of ten: $0.0100, not $0.01000
             shown = rounded_usd(usd, digits - 1)
-        return f"${shown:,f}"  # fixed notation: a Decimal's str turns to exponents past 1e-6
-    return f"${rounded_usd(usd, 4):,}"
+        return _dollars(shown, ",f")  # fixed notation: a Decimal's str turns to exponents past 1e-6
+    return _dollars(rounded_usd(usd, 4))
 
 
 def utilisation_text(share: float) -> str:

@@ -233,7 +233,10 @@ def test_dollar_figures_round_the_amount_the_arithmetic_denotes_half_a_cent_up()
     # under a cent, three significant digits: $0.0093 and $0.0094 read a quarter's change coarsely
     assert usd_per_million_text(0.00926338) == "$0.00926" and usd_per_million_text(0.00937924) == "$0.00938"
     assert usd_per_million_text(0.02701898) == "$0.0270" and usd_per_million_text(0.000042) == "$0.0000420"
-    assert usd_per_million_text(-0.005) == "$-0.00500" and usd_per_million_text(0.0) == "$0.0000"
+    assert usd_per_million_text(0.0) == "$0.0000"
+    # every dollar figure writes a negative amount alike, its sign before the dollar sign (Python's "$-0.00500" did not)
+    assert usd_per_million_text(-0.005) == "−$0.00500" and usd_per_million_text(-0.10035) == "−$0.1004"
+    assert usd_rate_text(-2.093) == "−$2.093" and usd_rate_text(-2.99) == "−$2.99" and usd_rate_text(-0.00004) == "$0.00"
     # in fixed notation however small, and three digits where rounding carries to the next power of ten
     assert usd_per_million_text(9.9e-7) == "$0.000000990" and usd_per_million_text(1e-9) == "$0.00000000100"
     assert usd_per_million_text(0.0099996) == "$0.0100" and usd_per_million_text(0.00099996) == "$0.00100"
