@@ -17,7 +17,10 @@ machine's load only ever adds), and how many margins the replay found unlike the
 replay did the solve's work, no more or less). Prints figures; asserts nothing.
 
 The replay times the work the solve did, not its bookkeeping: the share of the solve it shows is
-what a faster latency point could save, and points per search what a better search could.
+what a faster latency point could save, and points per search what a better search could. How much
+a better search could save is bounded by one more solve (perfect_guesses): each search that starts
+with no guess (a pair's first, roots.largest_on_grid without one) is handed its own answer, the
+best guess there is, which changes no answer and leaves a search the fewest points it can take.
 """
 
 from __future__ import annotations
@@ -62,6 +65,48 @@ def record(scenario: Path) -> tuple[float, list, int]:
     return solve_s, asked, searches[0]
 
 
+def perfect_guesses(scenario: Path) -> tuple[float, int, float, int, int, int, int]:
+    """(seconds, margins asked) of one solve as record() runs it, then of one in which each latency
+    bound searched without a guess is handed the bound that solve found, in the order they came;
+    and the searches without a guess, their margins in the first solve, and the answers the second
+    found unlike the first (0: the same searches, in the same order)."""
+    from planner import capacity
+
+    search = capacity.largest_on_grid
+    found: list[float] = []
+    tally = {"searches": 0, "margins": 0, "unlike": 0}
+
+    def recording(margin, n_hi, rel_tol, *, guess=None):
+        if guess is not None:
+            return search(margin, n_hi, rel_tol, guess=guess)
+
+        def counted(n):
+            tally["margins"] += 1
+            return margin(n)
+
+        tally["searches"] += 1
+        found.append(search(counted, n_hi, rel_tol))
+        return found[-1]
+
+    answers = iter([])
+
+    def guessed(margin, n_hi, rel_tol, *, guess=None):
+        if guess is None:
+            own = next(answers, None)
+            guess = own if own is not None and own > 0 else None
+            bound = search(margin, n_hi, rel_tol, guess=guess)
+            tally["unlike"] += own is not None and bound != own
+            return bound
+        return search(margin, n_hi, rel_tol, guess=guess)
+
+    with mock.patch.object(capacity, "largest_on_grid", recording):
+        first_s, first, _ = record(scenario)
+    answers = iter(found)
+    with mock.patch.object(capacity, "largest_on_grid", guessed):
+        second_s, second, _ = record(scenario)
+    return first_s, len(first), second_s, len(second), tally["searches"], tally["margins"], tally["unlike"]
+
+
 def replay(asked: list) -> tuple[float, float, int, int]:
     """(seconds building the points, seconds judging the targets, points built, margins that differ
     from the solve's), from scratch."""
@@ -98,6 +143,10 @@ def main() -> None:
     print(f"  replayed from scratch, best of {args.runs}: building the points {built_s:.3f} s, judging the targets on "
           f"them {judged_s:.3f} s; {both * 1e3 / max(points, 1):.3f} ms a point; {both / solve_s:.0%} of the solve; "
           f"margins unlike the solve's: {differ}")
+    first_s, first, second_s, second, unguessed, their_margins, unlike = perfect_guesses(args.scenario)
+    print(f"  {unguessed:,} searches start without a guess, {their_margins:,} of the solve's {first:,} margins; each handed "
+          f"its own answer (the most a better first guess could save): {second:,} margins, the solve {first_s:.2f} s -> "
+          f"{second_s:.2f} s; answers unlike the solve's: {unlike}")
 
 
 if __name__ == "__main__":
