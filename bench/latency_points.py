@@ -18,7 +18,7 @@ replay did the solve's work, no more or less). Prints figures; asserts nothing.
 
 The replay times the work the solve did, not its bookkeeping: the share of the solve it shows is
 what a faster latency point could save, and points per search what a better search could. How much
-a better search could save is bounded by one more solve (perfect_guesses): each search that starts
+a better first guess could save is bounded by more solves (perfect_guesses): each search that starts
 with no guess (a pair's first, roots.largest_on_grid without one) is handed its own answer, the
 best guess there is, which changes no answer and leaves a search the fewest points it can take.
 """
@@ -29,6 +29,7 @@ import argparse
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from unittest import mock
 
@@ -65,16 +66,32 @@ def record(scenario: Path) -> tuple[float, list, int]:
     return solve_s, asked, searches[0]
 
 
-def perfect_guesses(scenario: Path) -> tuple[float, int, float, int, int, int, int]:
-    """(seconds, margins asked) of one solve as record() runs it, then of one in which each latency
-    bound searched without a guess is handed the bound that solve found, in the order they came;
-    and the searches without a guess, their margins in the first solve, and the answers the second
-    found unlike the first (0: the same searches, in the same order)."""
+@dataclass(frozen=True)
+class GuessBound:
+    """perfect_guesses' answer: the solve as it runs, and with each search that starts without a guess
+    handed its own answer."""
+
+    searches: int  # the searches that start without a guess
+    their_margins: int  # the margins they ask
+    unguessable: int  # of them, those whose answer is no guess to start from (0, or the search's ceiling)
+    margins: int  # the margins the solve asks
+    guessed_margins: int  # and with those answers handed in
+    solve_s: float  # best of the runs
+    guessed_s: float
+    aligned: bool  # every guessed solve met the same searches in the same order, and found the same answers
+
+
+def perfect_guesses(scenario: Path, runs: int) -> GuessBound:
+    """What the best first guesses would save: one solve records the answer of each latency bound
+    searched without a guess (roots.largest_on_grid, a pair's first search), then `runs` pairs of
+    solves, alternating, time the solve as it is and with each such search handed its own answer, in
+    the order they came. A guess never changes a search's answer, only its points: a guessed solve
+    that meets another number of such searches, or another answer, is misaligned and says so."""
     from planner import capacity
 
     search = capacity.largest_on_grid
     found: list[float] = []
-    tally = {"searches": 0, "margins": 0, "unlike": 0}
+    tally = {"margins": 0, "unguessable": 0}
 
     def recording(margin, n_hi, rel_tol, *, guess=None):
         if guess is not None:
@@ -84,27 +101,32 @@ def perfect_guesses(scenario: Path) -> tuple[float, int, float, int, int, int, i
             tally["margins"] += 1
             return margin(n)
 
-        tally["searches"] += 1
         found.append(search(counted, n_hi, rel_tol))
+        tally["unguessable"] += not 0 < found[-1] < n_hi
         return found[-1]
 
-    answers = iter([])
+    with mock.patch.object(capacity, "largest_on_grid", recording):
+        _, asked, _ = record(scenario)
+    met: list[float] = []
 
     def guessed(margin, n_hi, rel_tol, *, guess=None):
         if guess is None:
-            own = next(answers, None)
-            guess = own if own is not None and own > 0 else None
-            bound = search(margin, n_hi, rel_tol, guess=guess)
-            tally["unlike"] += own is not None and bound != own
-            return bound
+            own = found[len(met)] if len(met) < len(found) else None
+            met.append(search(margin, n_hi, rel_tol, guess=own if own is not None and 0 < own < n_hi else None))
+            return met[-1]
         return search(margin, n_hi, rel_tol, guess=guess)
 
-    with mock.patch.object(capacity, "largest_on_grid", recording):
-        first_s, first, _ = record(scenario)
-    answers = iter(found)
-    with mock.patch.object(capacity, "largest_on_grid", guessed):
-        second_s, second, _ = record(scenario)
-    return first_s, len(first), second_s, len(second), tally["searches"], tally["margins"], tally["unlike"]
+    plain_s, guessed_s, guessed_margins, aligned = [], [], 0, True
+    for _ in range(runs):
+        plain_s.append(record(scenario)[0])
+        met.clear()
+        with mock.patch.object(capacity, "largest_on_grid", guessed):
+            seconds, guessed_asked, _ = record(scenario)
+        guessed_s.append(seconds)
+        guessed_margins = len(guessed_asked)
+        aligned = aligned and met == found
+    return GuessBound(len(found), tally["margins"], tally["unguessable"], len(asked),
+                      guessed_margins, min(plain_s), min(guessed_s), aligned)
 
 
 def replay(asked: list) -> tuple[float, float, int, int]:
@@ -143,10 +165,13 @@ def main() -> None:
     print(f"  replayed from scratch, best of {args.runs}: building the points {built_s:.3f} s, judging the targets on "
           f"them {judged_s:.3f} s; {both * 1e3 / max(points, 1):.3f} ms a point; {both / solve_s:.0%} of the solve; "
           f"margins unlike the solve's: {differ}")
-    first_s, first, second_s, second, unguessed, their_margins, unlike = perfect_guesses(args.scenario)
-    print(f"  {unguessed:,} searches start without a guess, {their_margins:,} of the solve's {first:,} margins; each handed "
-          f"its own answer (the most a better first guess could save): {second:,} margins, the solve {first_s:.2f} s -> "
-          f"{second_s:.2f} s; answers unlike the solve's: {unlike}")
+    bound = perfect_guesses(args.scenario, args.runs)
+    print(f"  {bound.searches:,} searches start without a guess, asking {bound.their_margins:,} of the solve's "
+          f"{bound.margins:,} margins; each handed its own answer (the most a better first guess could save), the solve "
+          f"asks {bound.guessed_margins:,} margins and takes {bound.guessed_s:.2f} s against {bound.solve_s:.2f} s (best "
+          f"of {args.runs} alternating solves each)" + (f"; {bound.unguessable:,} of them found 0 or their ceiling, no guess to start from"
+                                                        if bound.unguessable else "")
+          + ("" if bound.aligned else "; MISALIGNED: the guessed solves met other searches, so these figures are not the bound"))
 
 
 if __name__ == "__main__":
