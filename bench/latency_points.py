@@ -19,8 +19,9 @@ replay did the solve's work, no more or less). Prints figures; asserts nothing.
 The replay times the work the solve did, not its bookkeeping: the share of the solve it shows is
 what a faster latency point could save, and points per search what a better search could. How much
 a better first guess could save is bounded by more solves (perfect_guesses): each search that starts
-with no guess (a pair's first, roots.largest_on_grid without one) is handed its own answer, the
-best guess there is, which changes no answer and leaves a search the fewest points it can take.
+with no guess (a pair's first, roots.largest_on_grid without one) is handed the answer it found in
+the first solve (guessless_searches), the best guess there is, which changes no answer and leaves a
+search the fewest points it can take.
 """
 
 from __future__ import annotations
@@ -67,30 +68,22 @@ def record(scenario: Path) -> tuple[float, list, int]:
 
 
 @dataclass(frozen=True)
-class GuessBound:
-    """perfect_guesses' answer: the solve as it runs, and with each search that starts without a guess
-    handed its own answer."""
+class Guessless:
+    """The searches of a solve that start without a guess (roots.largest_on_grid without one, a pair's
+    first search), in the order they came: their answers, the margins they asked, and how many found
+    0 or their ceiling, where a guess is none to start from."""
 
-    searches: int  # the searches that start without a guess
-    their_margins: int  # the margins they ask
-    unguessable: int  # of them, those whose answer is no guess to start from (0, or the search's ceiling)
-    margins: int  # the margins the solve asks
-    guessed_margins: int  # and with those answers handed in
-    solve_s: float  # best of the runs
-    guessed_s: float
-    aligned: bool  # every guessed solve met the same searches in the same order, and found the same answers
+    answers: tuple[float, ...]
+    margins: int
+    unguessable: int
 
 
-def perfect_guesses(scenario: Path, runs: int) -> GuessBound:
-    """What the best first guesses would save: one solve records the answer of each latency bound
-    searched without a guess (roots.largest_on_grid, a pair's first search), then `runs` pairs of
-    solves, alternating, time the solve as it is and with each such search handed its own answer, in
-    the order they came. A guess never changes a search's answer, only its points: a guessed solve
-    that meets another number of such searches, or another answer, is misaligned and says so."""
+def guessless_searches(scenario: Path) -> Guessless:
+    """Guessless of one solve as record() runs it."""
     from planner import capacity
 
     search = capacity.largest_on_grid
-    found: list[float] = []
+    answers: list[float] = []
     tally = {"margins": 0, "unguessable": 0}
 
     def recording(margin, n_hi, rel_tol, *, guess=None):
@@ -101,17 +94,39 @@ def perfect_guesses(scenario: Path, runs: int) -> GuessBound:
             tally["margins"] += 1
             return margin(n)
 
-        found.append(search(counted, n_hi, rel_tol))
-        tally["unguessable"] += not 0 < found[-1] < n_hi
-        return found[-1]
+        answers.append(search(counted, n_hi, rel_tol))
+        tally["unguessable"] += not 0 < answers[-1] < n_hi
+        return answers[-1]
 
     with mock.patch.object(capacity, "largest_on_grid", recording):
-        _, asked, _ = record(scenario)
+        record(scenario)
+    return Guessless(tuple(answers), tally["margins"], tally["unguessable"])
+
+
+@dataclass(frozen=True)
+class GuessBound:
+    """perfect_guesses' answer, best of its runs: the solve as it runs, and with each search that
+    starts without a guess handed its own answer."""
+
+    solve_s: float
+    guessed_s: float
+    guessed_margins: int  # the margins the solve asks with those answers handed in
+    aligned: bool  # every guessed solve met the same searches in the same order, and found the same answers
+
+
+def perfect_guesses(scenario: Path, runs: int, found: Guessless) -> GuessBound:
+    """What the best first guesses would save: `runs` pairs of solves, alternating, time the solve as
+    it is and with each search that starts without a guess handed its own answer (`found`), in the
+    order they came. A guess never changes a search's answer, only its points: a guessed solve that
+    meets another number of such searches, or another answer, is misaligned and says so."""
+    from planner import capacity
+
+    search = capacity.largest_on_grid
     met: list[float] = []
 
     def guessed(margin, n_hi, rel_tol, *, guess=None):
         if guess is None:
-            own = found[len(met)] if len(met) < len(found) else None
+            own = found.answers[len(met)] if len(met) < len(found.answers) else None
             met.append(search(margin, n_hi, rel_tol, guess=own if own is not None and 0 < own < n_hi else None))
             return met[-1]
         return search(margin, n_hi, rel_tol, guess=guess)
@@ -124,9 +139,8 @@ def perfect_guesses(scenario: Path, runs: int) -> GuessBound:
             seconds, guessed_asked, _ = record(scenario)
         guessed_s.append(seconds)
         guessed_margins = len(guessed_asked)
-        aligned = aligned and met == found
-    return GuessBound(len(found), tally["margins"], tally["unguessable"], len(asked),
-                      guessed_margins, min(plain_s), min(guessed_s), aligned)
+        aligned = aligned and tuple(met) == found.answers
+    return GuessBound(min(plain_s), min(guessed_s), guessed_margins, aligned)
 
 
 def replay(asked: list) -> tuple[float, float, int, int]:
@@ -152,7 +166,8 @@ def main() -> None:
     ap.add_argument("scenario", nargs="?", type=Path, default=ROOT / "scenarios" / "128k_rollout.yaml")
     ap.add_argument("--runs", type=int, default=5)
     args = ap.parse_args()
-    record(args.scenario)  # the first solve pays the imports and the caches of the process
+    # the first solve pays the imports and the caches of the process, and records the searches without a guess
+    found = guessless_searches(args.scenario)
     solve_s, asked, searches = record(args.scenario)
     runs = [replay(asked) for _ in range(args.runs)]
     built_s, judged_s = min(r[0] for r in runs), min(r[1] for r in runs)
@@ -165,14 +180,14 @@ def main() -> None:
     print(f"  replayed from scratch, best of {args.runs}: building the points {built_s:.3f} s, judging the targets on "
           f"them {judged_s:.3f} s; {both * 1e3 / max(points, 1):.3f} ms a point; {both / solve_s:.0%} of the solve; "
           f"margins unlike the solve's: {differ}")
-    bound = perfect_guesses(args.scenario, args.runs)
-    print(f"  {bound.searches:,} searches start without a guess, asking {bound.their_margins:,} of the solve's "
-          f"{bound.margins:,} margins; each handed its own answer (the most a better first guess could save), the solve "
+    bound = perfect_guesses(args.scenario, args.runs, found)
+    notes = [f"{found.unguessable:,} of them found 0 or their ceiling, no guess to start from"] if found.unguessable else []
+    if not bound.aligned:
+        notes.append("MISALIGNED: the guessed solves met other searches, so these figures are not the bound")
+    print(f"  {len(found.answers):,} searches start without a guess, asking {found.margins:,} of the solve's "
+          f"{len(asked):,} margins; each handed its own answer (the most a better first guess could save), the solve "
           f"asks {bound.guessed_margins:,} margins and takes {bound.guessed_s:.2f} s against {bound.solve_s:.2f} s (best "
-          f"of {args.runs} alternating solves each)" + (f"; {bound.unguessable:,} of them found 0 or their ceiling, no guess to start from"
-                                                        if bound.unguessable else "")
-          + ("" if bound.aligned else "; MISALIGNED: the guessed solves met other searches, so these figures are not the bound"))
-
+          f"of {args.runs} alternating solves each)" + "".join(f"; {note}" for note in notes))
 
 if __name__ == "__main__":
     main()

@@ -598,8 +598,6 @@ LIMIT_COLUMNS: tuple[Column, ...] = (
            _to_end(None, "proven")),
 )
 
-
-
 # One row: the quarters' cost summed as written, and what the forecast's commitments cost after its end,
 # which that sum leaves out (the Markdown's headline says both).
 TOTAL_COLUMNS: tuple[Column, ...] = (*SPAN_COLUMNS, *summed(QUARTER_COLUMNS), COMMITTED_AFTER_END)

@@ -503,7 +503,7 @@ def _constraints(fleet: FleetInputs, setups, evals_per_service, joint: JointSolu
         cost, planned = joint.cost_per_hour, joint.status == "Optimal"
         if over is not None and _bound_over(fleet, setups, evals_per_service, *over) >= cost - COST_TOLERANCE_USD:
             return cost, cost, planned, None, None
-        ties = (lambda s: s.cost_per_hour < cost - COST_TOLERANCE_USD) if relaxed_gpus else False
+        ties = (lambda s: _cheaper(s, cost)) if relaxed_gpus else False
         without = _solve(fleet, setups, evals_per_service, tie_break=ties, **free)
         # The plan stays within a relaxed limit, so a re-solve stopped by its time limit on a dearer
         # plan has not found the relaxed optimum: the plan's cost is nearer it.
@@ -527,9 +527,14 @@ def _constraints(fleet: FleetInputs, setups, evals_per_service, joint: JointSolu
     return tuple(SharedConstraint(*row, *answer) for row, answer in zip(rows, answers, strict=True))
 
 
+def _cheaper(solution: JointSolution, cost: float) -> bool:
+    """Whether a re-solve costs less than the plan's `cost`, beyond the solver's tolerance."""
+    return solution.cost_per_hour < cost - COST_TOLERANCE_USD
+
+
 def _gpus_if_cheaper(solution: JointSolution, cost: float) -> tuple[tuple[str, int], ...] | None:
     """A re-solve's GPUs by type, where it costs less than the plan (else the plan is kept, as its cost is)."""
-    return tuple(sorted(solution.gpus_by_type.items())) if solution.cost_per_hour < cost - COST_TOLERANCE_USD else None
+    return tuple(sorted(solution.gpus_by_type.items())) if _cheaper(solution, cost) else None
 
 
 def cap_parts_text(s: SharedGPU) -> str:
