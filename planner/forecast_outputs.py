@@ -856,8 +856,8 @@ def _policies_markdown(results: Sequence[QuarterResult], total: dict, heading: i
         f"{'#' * heading} The day's load curve, by quarter",
         "",
         f"Profile: {prof.source}"
-        + ("" if flat else f" (busiest hour {prof.peak_to_trough:,.2f}× the quietest, mean {prof.mean_multiplier:.0%} of the busiest)"
-           if math.isfinite(prof.peak_to_trough) else f" (the quietest hour has no load; mean {prof.mean_multiplier:.0%} of the busiest)")
+        + ("" if flat else f" (busiest hour {prof.peak_to_trough:,.2f}× the quietest, mean {prof.mean_multiplier:.0%} of the busiest hour's)"
+           if math.isfinite(prof.peak_to_trough) else f" (the quietest hour has no load; mean {prof.mean_multiplier:.0%} of the busiest hour's)")
         + f". Each quarter's pools priced four ways over the curve, each as if the quarter carried no commitment in: "
         "what the four ways of buying the same fleet would cost, not what the plan pays (the table above, with the "
         f"commitments it carries): scale-up lead time {terms.lead_min:g} min, "

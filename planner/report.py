@@ -869,6 +869,15 @@ def _sensitivity(plan: Plan) -> str:
     return "\n".join(lines)
 
 
+
+def _ridge_text(step: StepModel) -> str:
+    """The ridge-point batch with the rates it is read at, so that a reader can redo it: the
+    datasheet's peaks hold for no real step, the calibrated efficiencies' rates do."""
+    return (f"Ridge-point batch: decode GEMMs turn compute-bound past {step.ridge_batch():,.0f} sequences per step "
+            f"(the weights' read time over one sequence's GEMM time: {step.weight_bytes / 1e9:,.2f} GB at "
+            f"{step.bandwidth_bytes_s / 1e9:,.0f} GB/s over 2 × {step.params_active / 1e9:,.2f} B active params at "
+            f"{step.gemm_flops_s / 1e12:,.0f} TFLOP/s: the datasheet's rates × tp × the GPU's calibrated efficiencies).")
+
 def _pool_detail(plan: Plan, pool: PoolDetail) -> str:
     tc, cfg, cap, dep = pool.traffic_class, pool.config, pool.capacity, pool.deployment
     lad, fp, pt = cap.ladder, cap.footprint, pool.at_peak
@@ -934,13 +943,13 @@ def _pool_detail(plan: Plan, pool: PoolDetail) -> str:
         "",
         f"Targets: {'; '.join(targets) if targets else 'none'}." + (f" Notes: {'; '.join(cap.notes)}." if cap.notes else ""),
         "",
-        f"Ridge-point batch: decode GEMMs turn compute-bound past {StepModel.of(dep).ridge_batch():,.0f} sequences per step.",
+        _ridge_text(StepModel.of(dep)),
         f"At capacity: {cap.point.resident_batch:,.1f} resident sequences, mean ITL {cap.point.itl_ms:,.2f} ms "
         f"(mean step {cap.point.step_ms:,.2f} ms) "
         f"({cap.point.regime}-bound decode {cap.point.decode_ms:,.2f} ms), KV utilisation {cap.point.kv_utilisation:.0%}.",
         f"At the planned peak ({pool.rate_per_replica_rps:,.3f} req/s per replica, before headroom): "
         f"{pt.resident_batch:,.1f} resident sequences, mean ITL {pt.itl_ms:,.2f} ms (mean step {pt.step_ms:,.2f} ms), KV utilisation "
-        f"{pt.kv_utilisation:.0%}, prefill {pt.prefill_share:.0%} of GPU time, {pt.output_tokens_per_s:,.0f} output tokens/s, "
+        f"{pt.kv_utilisation:.0%}, prefill {pt.prefill_share:.1%} of GPU time (the share input is priced by), {pt.output_tokens_per_s:,.0f} output tokens/s, "
         f"{pt.regime}-bound.",
     ]
     return "\n".join(lines)

@@ -583,7 +583,7 @@ def test_a_profile_with_an_idle_hour_is_not_called_infinitely_peaked(tmp_path):
     assert r.exit_code == 0, r.output
     text = (tmp_path / "idle_forecast.md").read_text(encoding="utf-8")
     assert "inf×" not in text
-    assert "(the quietest hour has no load; mean 50% of the busiest)" in text
+    assert "(the quietest hour has no load; mean 50% of the busiest hour's)" in text
 
 
 def _chat_8b_stated(tmp_path, fleet: list[dict], **update):

@@ -2742,7 +2742,14 @@ def test_a_capped_plan_that_no_split_can_rescue_blames_the_cap(tmp_path):
     line = one_line_error(run("solve", path, "--no-report"), 3, "class 'all (≤ 32,768 tokens)' needs",
                           "the inventory caps (h100-sxm ≤ 8 GPUs) allow at most")
     assert "under split" not in line and "floor" not in line
+    # the message names the no-split class, and says the split options fail too (a reader would try one)
+    assert line.endswith(" req/s (every split option fails too)"), line
     assert run("solve", write_scenario(tmp_path, body % 20, name="wider.yaml"), "--no-report").exit_code == 0
+    # without split options there is none to fail
+    alone = write_scenario(tmp_path, (body % 8).replace("split_thresholds: [2048, 8192, 16384]", "split_thresholds: []"),
+                           name="alone.yaml")
+    line = one_line_error(run("solve", alone, "--no-report"), 3, "class 'all (≤ 32,768 tokens)' needs")
+    assert line.endswith(" req/s"), line
 
 
 # ---------------------------------------------------------------- an outside probe of the log readers
