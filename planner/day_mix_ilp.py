@@ -37,7 +37,14 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from planner.ilp_solver import DEFAULT_BACKEND, break_ties, lp_name, solution_status, solver_for
+from planner.ilp_solver import (
+    DEFAULT_BACKEND,
+    break_ties,
+    lp_name,
+    solution_status,
+    solve_within,
+    solver_for,
+)
 from planner.pulp_import import pulp
 
 
@@ -100,9 +107,9 @@ def solve_day_mix(
     prob += cost, "cost_per_period"
     _add_constraints(prob, pools, loads_rps, segments, hours, dict(inventory or {}), r, d, u)
     solver = solver_for(backend, time_limit_s)
-    prob.solve(solver)
-    if prob.status != pulp.LpStatusOptimal:
-        return DayMixSolution(pulp.LpStatus[prob.status], {}, {}, math.inf, time.perf_counter() - t0, solver.name)
+    solved = solve_within(prob, solver, time_limit_s)
+    if solved != pulp.LpStatusOptimal:
+        return DayMixSolution(pulp.LpStatus[solved], {}, {}, math.inf, time.perf_counter() - t0, solver.name)
     status = solution_status(prob)
     break_ties(prob, cost, pulp.lpSum(s.hours * u[(p.name, j)] for p in pools for j, s in enumerate(segments))
                + pulp.lpSum(d.values()), solver)

@@ -99,7 +99,10 @@ class Evaluator:
         self.simulated_version += 1
         self._simulated_by[key] = ("log" if (not calibrates if from_log is None else from_log)
                                    else "held" if held else "simulation")
-        ratio = calibrates and e.capacity is not None and e.capacity.max_rps > 0
+        # A capacity of 0 (no rate held its targets in simulation: a floor the model puts under the target)
+        # is this pair's alone: as the class's ratio it would price every config of the class at 0, and
+        # the search's bounds and rates divide by that ratio.
+        ratio = calibrates and rps > 0 and e.capacity is not None and e.capacity.max_rps > 0
         if ratio:
             ck = self._class_key(e.traffic_class)
             self._calibration[ck] = min(self._calibration.get(ck, 1.0), rps / e.capacity.max_rps)

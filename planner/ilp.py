@@ -92,6 +92,7 @@ from planner.ilp_solver import (
     lp_name,
     lp_text,
     solution_status,
+    solve_within,
     solver_for,
 )
 from planner.pulp_import import pulp
@@ -357,9 +358,9 @@ def solve_services(
     build_s = time.perf_counter() - t0
     solver = solver_for(backend, time_limit_s)
     t1 = time.perf_counter()
-    prob.solve(solver)
-    if prob.status != pulp.LpStatusOptimal or prob.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
-        status, solve_s = pulp.LpStatus[prob.status], time.perf_counter() - t1
+    solved_status = solve_within(prob, solver, time_limit_s)
+    if solved_status != pulp.LpStatusOptimal or prob.sol_status not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
+        status, solve_s = pulp.LpStatus[solved_status], time.perf_counter() - t1
         empty = FleetSolution(status, "", None, (), math.inf, 0, solve_s, build_s, solver.name, lp)
         return JointSolution(status, tuple(empty for _ in services), math.inf, 0, {}, {}, 0.0, solve_s, build_s,
                              solver.name, lp)
@@ -464,10 +465,10 @@ def cost_bound_using_more(
     if not on_type:
         return math.inf
     prob += joint.gpus_of(on_type) >= at_least, lp_name("at_least", gpu)
-    prob.solve(solver_for(backend, time_limit_s, relaxation=True))
-    if prob.status == pulp.LpStatusInfeasible:
+    status = solve_within(prob, solver_for(backend, time_limit_s, relaxation=True), time_limit_s)
+    if status == pulp.LpStatusInfeasible:
         return math.inf
-    if prob.status != pulp.LpStatusOptimal or prob.sol_status != pulp.LpSolutionOptimal:
+    if status != pulp.LpStatusOptimal or prob.sol_status != pulp.LpSolutionOptimal:
         return -math.inf  # stopped early (a time limit): no bound, the ILPs decide
     return float(pulp.value(joint.cost))
 

@@ -506,6 +506,36 @@ def test_a_simulated_capacity_calibrates_the_class_and_a_log_lowered_rate_does_n
             assert b.planned_by == "model" and b.capacity_rps == b.capacity.max_rps
 
 
+def test_a_simulated_capacity_of_zero_rules_out_its_pair_and_calibrates_nothing(catalog):
+    """Certification found no rate at which one config held its targets (its bisection reached 0): the
+    class's ratio became 0, every config of the class was priced at 0, and the lazy search divided by
+    it (ZeroDivisionError, a traceback and exit 1, in an outside probe's TTFT sweep). The 0 is that
+    pair's: it is planned at 0 (no plan takes it), and the class's other configs keep the model's."""
+    from planner.plan_search import LazySearch, Resolver
+
+    scn = Scenario.model_validate({
+        "name": "t", "model": "llama-3.1-8b", "context_limit": 8192,
+        "traffic": {"source": {"constant": {"prompt_tokens": 1, "output_tokens": 1}}},
+        "slo": {"bands": [{"ttft_s": 2.0, "tpot_ms": 50}]}, "gpus": ["h100-sxm", "l40s"], "tp": [1, 2],
+        "weight_dtypes": ["bf16"], "kv_dtypes": ["bf16"], "split_thresholds": [],
+    })
+    model = catalog.model("llama-3.1-8b")
+    classes = traffic_classes(scn, Histogram.constant(1000, 200, 100), 8192, 20.0)
+    (tc,) = classes["none"]
+    configs = candidate_configs(scn, catalog, model, ["bf16"], ["bf16"])
+    ev = Evaluator(scn, catalog, model)
+    first = ev.evaluate(configs[0], tc)
+    ev.record_simulated(first, 0.0)
+    assert ev.calibration_of(tc) == 1.0
+    assert ev.evaluate(configs[0], tc).capacity_rps == 0.0
+    for cfg in configs[1:]:
+        other = ev.evaluate(cfg, tc)
+        assert other.planned_by == "model" and other.capacity_rps == other.capacity.max_rps > 0
+    # the lazy search over the same evaluator plans without the pair, as the full ILP does
+    sol = LazySearch(ev, Resolver(scn), classes, configs).solve()
+    assert sol.pools and first.config.label(8192) not in {pool.config for pool in sol.pools}
+
+
 @pytest.mark.parametrize(("class_ratio", "pair", "pair_ratio"), [
     (0.8, ("h100-sxm", 2, "fp8", "fp8"), 0.98),
     (0.6, ("l40s", 1, "fp8", "bf16"), 1.0),

@@ -1980,6 +1980,16 @@ def test_a_setting_at_or_past_the_context_limit_is_refused_not_dropped(tmp_path,
     assert leftovers(out) == []
 
 
+def test_cbc_stopped_by_its_time_limit_is_not_read_as_an_infeasible_scenario(tmp_path):
+    """CBC given 1 ms said "Integer infeasible" on inventory_mixed (which 5 ms solves), and the message
+    blamed the inventory caps, though L40S is uncapped; it is the time limit that stopped it."""
+    text = (ROOT / "scenarios" / "inventory_mixed.yaml").read_text() + "\nsolver: {backend: cbc, time_limit_s: 0.001}\n"
+    path = tmp_path / "tight.yaml"
+    path.write_text(text)  # (its traffic is synthetic: no file beside it)
+    one_line_error(run("solve", path, "--no-verify", "--no-report"), 3,
+                   f"{path}: no plan found within the solver's time limit of 0.001 s; raise solver.time_limit_s")
+
+
 def test_caps_too_small_for_min_replicas_name_that_setting_not_the_load(tmp_path):
     """Three H100s carry the load; a pool of at least four replicas does not fit them. The message
     blamed the caps and the load, which they do carry."""

@@ -379,6 +379,34 @@ def test_inventory_infeasible_is_reported_as_a_status():
     assert sol.pools == ()
 
 
+def test_an_infeasible_status_after_the_whole_time_limit_is_no_proof():
+    """CBC stopped by its time limit before finding a plan says "Integer infeasible"; only a solve that
+    ends within its limit proves that no plan exists (ilp_solver.solve_within)."""
+    import time
+
+    from planner.ilp_solver import solve_within
+    from planner.pulp_import import pulp
+
+    class SaysInfeasible(pulp.LpSolver):
+        def __init__(self, seconds):
+            super().__init__()
+            self.seconds = seconds
+
+        def actualSolve(self, lp):
+            time.sleep(self.seconds)
+            lp.assignStatus(pulp.LpStatusInfeasible)
+            return lp.status
+
+    prob = pulp.LpProblem("p", pulp.LpMinimize)
+    prob += prob.add_variable("x", lowBound=0, upBound=1)
+    assert solve_within(prob, SaysInfeasible(0.05), time_limit_s=0.01) == pulp.LpStatusNotSolved
+    assert solve_within(prob, SaysInfeasible(0.0), time_limit_s=60.0) == pulp.LpStatusInfeasible
+    # a real infeasible model, proved at once by both backends, stays infeasible
+    for backend in ("highs", "cbc"):
+        assert solve_fleet([SplitOption("none", None, {"all": 10.0})], [Candidate("none", "all", "c", "h", 1, 3.0, 1.0)],
+                           inventory={"h": 5}, backend=backend).status == "Infeasible"
+
+
 def test_exclusion_cuts_give_the_next_best_plan():
     opts = [SplitOption("none", None, {"all": 10.0})]
     cands = [

@@ -36,7 +36,7 @@ def simulate(scenario, pool, n_requests, seed, verify, catalog_files, as_json) -
     more on the requests and seed asked for (a close call pooled over four seeds from it). With
     --no-verify, or a scenario that says `verify: false`, the plan is replayed as `planner solve`
     then reports it, uncertified, and the command exits 0 whatever the replay reads: a pool that
-    misses is said on stderr and in --json's `holds`.
+    misses is said on stderr (a note: line) or, with --json, by its `holds` (the JSON alone).
 
     \b
     Example:
