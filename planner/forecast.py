@@ -45,6 +45,7 @@ class PoolRow:
     capacity_rps_per_replica: float | None
     capacity_planned_by: str | None  # where that capacity comes from (daily.capacity_planned_by)
     mixed_reserved_replicas: int | None  # the day's reserved + on-demand mix: replicas reserved all day
+    planned_rps_per_replica: float | None = None  # what the plan sized the pool with (PoolDetail.planned_rps)
 
     @property
     def on_demand_gpus(self) -> int:
@@ -398,7 +399,7 @@ def _pool_rows(plan: Plan, reserved, price, day: DayCosts) -> tuple[PoolRow, ...
             "serving", **pool.fields(), reserved_gpus=n_res, on_demand_usd_per_gpu_hour=pool.config.price_usd_per_hour,
             reserved_usd_per_gpu_hour=price.get(g), capacity_rps_per_replica=dp.capacity_rps,
             capacity_planned_by=capacity_planned_by(pool, plan),
-            mixed_reserved_replicas=mix.reserved.get(dp.name, 0),
+            mixed_reserved_replicas=mix.reserved.get(dp.name, 0), planned_rps_per_replica=pool.planned_rps,
         ))
     od_price = {c.id: c.price_per_hour(plan.catalog.gpu(c.id).price_usd_per_hour) for c in plan.scenario.gpu_candidates}
     for g, n in sorted(left.items()):

@@ -268,6 +268,11 @@ POOL_COLUMNS: tuple[Column, ...] = (
     Column("mixed_reserved_replicas", "integer",
            "the day's reserved + on-demand mix: replicas of the pool reserved all day (the rest run on demand per hour)",
            lambda x: x[1].mixed_reserved_replicas),
+    Column("planned_rps_per_replica", "number",
+           "requests/s one replica was planned at when the quarter's plan was solved: quarters.utilisation_at_peak is "
+           "the peak over replicas × this, summed over the quarter's serving rows; it differs from "
+           "capacity_rps_per_replica only where that is 'replayed' (empty for idle GPUs)",
+           lambda x: x[1].planned_rps_per_replica),
 )
 
 

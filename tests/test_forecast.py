@@ -7,6 +7,7 @@ import io
 import json
 import math
 import re
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -19,6 +20,8 @@ from planner.forecast import run_forecast
 from planner.forecast_outputs import POOL_COLUMNS, QUARTER_COLUMNS, forecast_tables
 from planner.inputs import load_inputs, plan_inputs
 from planner.units import usd_text
+
+ROOT = Path(__file__).resolve().parent.parent
 
 BASE = """
 name: fc
@@ -846,3 +849,22 @@ def test_a_forecast_s_json_lists_the_speed_each_quarter_rests_on(tmp_path):
     assert r.exit_code == 0, r.output
     for q in json.loads(r.output)["quarters"]:
         assert [(u["kind"], u["id"]) for u in q["speed_unverified"]] == [("gpu", "l4")], q["speed_unverified"]
+
+
+@pytest.mark.skipif(not (ROOT / "reports" / "finance_2027_forecast_pools.csv").is_file(), reason="no shipped reports")
+def test_each_quarter_s_utilisation_is_rebuilt_from_its_pools_rows():
+    """A finance reading could not rebuild 2027Q4's utilisation from the CSV files: its 'replayed' rows
+    show the rate certification replayed them at, not the capacity the plan divided by. The pools
+    table now gives that capacity too (planned_rps_per_replica), and the two differ only there."""
+    reports = ROOT / "reports"
+    pools = list(csv.DictReader(io.StringIO((reports / "finance_2027_forecast_pools.csv").read_text(encoding="utf-8"))))
+    quarters = list(csv.DictReader(io.StringIO((reports / "finance_2027_forecast_quarters.csv").read_text(encoding="utf-8"))))
+    serving = [row for row in pools if row["kind"] == "serving"]
+    assert any(row["capacity_planned_by"] == "replayed" for row in serving)  # the case the reading met
+    for row in serving:
+        if row["capacity_planned_by"] != "replayed":
+            assert row["planned_rps_per_replica"] == row["capacity_rps_per_replica"]
+    for quarter in quarters:
+        capacity = sum(int(row["replicas"]) * float(row["planned_rps_per_replica"])
+                       for row in serving if row["quarter"] == quarter["quarter"])
+        assert float(quarter["peak_rps"]) / capacity == pytest.approx(float(quarter["utilisation_at_peak"]), abs=1e-6)
