@@ -358,7 +358,8 @@ def day_costs(plan: Plan, profile: DailyProfile, terms: DayTerms) -> DayCosts:
                         time_limit_s=scn.solver.time_limit_s)
     if not mix.reserved:
         # Every hour's need is within the plan's (or priced past a stated fleet's caps), so a mix exists:
-        # a solve that ends without one ran out of time (CBC then says Infeasible, HiGHS Not Solved).
+        # a solve that ends without one ran out of time (Not Solved: ilp_solver.solve_within reads CBC's
+        # "Integer infeasible" after its limit so), whatever status it gives.
         raise InfeasibleError(f"the day's reserved + on-demand mix: the solver ended with status '{mix.status}' "
                               f"within solver.time_limit_s = {scn.solver.time_limit_s:g} s; raise solver.time_limit_s")
     policies = (

@@ -154,7 +154,7 @@ def _per_gpu(st: Setup, plans: list[tuple], inventory, solve) -> list[Outcome]:
             out.append(Outcome(name, False, math.inf, 0, "", "no supported config on it"))
             continue
         if not res.pools:
-            out.append(Outcome(name, False, math.inf, 0, "", infeasible_message(
+            out.append(outcome_of(name, res, infeasible_message(
                 classes, search.evaluations(), inventory, min_replicas=st.scn.min_replicas_per_pool,
                 type_rule=solve.type_rule)))
             continue

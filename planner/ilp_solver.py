@@ -74,14 +74,16 @@ def lp_name_clash(names: Sequence[str]) -> tuple[int, int] | None:
 
 
 def solve_within(prob: pulp.LpProblem, solver, time_limit_s: float) -> int:
-    """Solve `prob`; PuLP's status, but Not Solved where the solver says Infeasible after running its whole
-    time limit. CBC stopped by its limit before it finds a solution says "Integer infeasible" (measured:
-    inventory_mixed.yaml with time_limit_s 0.001, which 0.005 s solves; coin-or/python-mip#17 saw CBC
-    do the same), and the planner would then blame the caps or the targets for what more time solves.
-    An infeasibility proved within the limit stands."""
+    """Solve `prob`; PuLP's status, but Not Solved where CBC says "Integer infeasible" after the whole time
+    limit. Stopped by its limit before it finds a solution, CBC says so (measured: inventory_mixed.yaml
+    with time_limit_s 0.001, which 0.005 s solves; coin-or/python-mip#17 saw CBC do the same), and the
+    planner would then blame the caps or the targets for what more time solves. PuLP reads that line as
+    Infeasible with no solution status of infeasibility; a proof ("Infeasible", HiGHS's status) carries
+    one, and stands however long it took, as does CBC's integer infeasibility proved within the limit."""
     t0 = time.perf_counter()
     prob.solve(solver)
-    if prob.status == pulp.LpStatusInfeasible and time.perf_counter() - t0 >= time_limit_s:
+    if (prob.status == pulp.LpStatusInfeasible and prob.sol_status != pulp.LpSolutionInfeasible
+            and time.perf_counter() - t0 >= time_limit_s):
         return pulp.LpStatusNotSolved
     return prob.status
 

@@ -612,8 +612,15 @@ def _summary(sol: FleetSolution) -> str:
     return f"{sol.split_text} — {pools}"
 
 
+# Why a re-solve the solver's time limit stopped has no row: not the caps or targets infeasible_message would blame.
+TIME_LIMIT_WHY = "no plan found within solver.time_limit_s; raise it"
+
+
 def outcome_of(name: str, sol: FleetSolution, why: str = "") -> Outcome:
+    """A re-solve's row: its plan, or why it has none (`why`, unless the time limit stopped the solver)."""
     if not sol.pools:
+        if sol.status == "Not Solved":
+            why = TIME_LIMIT_WHY
         return Outcome(name, False, math.inf, 0, "", why or f"infeasible ({sol.status})")
     return Outcome(name, True, sol.cost_per_hour, sol.gpus, _summary(sol), solution=sol)
 

@@ -876,7 +876,9 @@ def _ridge_text(step: StepModel) -> str:
     return (f"Ridge-point batch: decode GEMMs turn compute-bound past {step.ridge_batch():,.0f} sequences per step "
             f"(the weights' read time over one sequence's GEMM time: {step.weight_bytes / 1e9:,.2f} GB at "
             f"{step.bandwidth_bytes_s / 1e9:,.0f} GB/s over 2 × {step.params_active / 1e9:,.2f} B active params at "
-            f"{step.gemm_flops_s / 1e12:,.0f} TFLOP/s: the datasheet's rates × tp × the GPU's calibrated efficiencies).")
+            f"{step.gemm_flops_s / 1e12:,.0f} TFLOP/s: the datasheet's rates × tp × the GPU's calibrated efficiencies"
+            + (f", ÷ {step.straggler:.4f} for the wait on the slowest of the tp ranks at every all-reduce"
+               if step.straggler != 1.0 else "") + ").")
 
 def _pool_detail(plan: Plan, pool: PoolDetail) -> str:
     tc, cfg, cap, dep = pool.traffic_class, pool.config, pool.capacity, pool.deployment

@@ -304,7 +304,7 @@ def test_a_stated_fleet_that_carries_none_of_a_class_is_audited_without_a_day_or
 
 def test_a_day_mix_without_an_answer_names_the_time_limit(tmp_path, monkeypatch):
     """The mix always exists (every hour needs no more than the plan's peak): a solve that ends
-    without one ran out of time, whatever status the solver gives (CBC's reads 'Infeasible')."""
+    without one ran out of time, whatever status the solver gives (this one reads 'Infeasible')."""
     import planner.daily as daily
     from planner.day_mix_ilp import DayMixSolution
     from planner.errors import InfeasibleError

@@ -516,24 +516,27 @@ def test_a_simulated_capacity_of_zero_rules_out_its_pair_and_calibrates_nothing(
     scn = Scenario.model_validate({
         "name": "t", "model": "llama-3.1-8b", "context_limit": 8192,
         "traffic": {"source": {"constant": {"prompt_tokens": 1, "output_tokens": 1}}},
-        "slo": {"bands": [{"ttft_s": 2.0, "tpot_ms": 50}]}, "gpus": ["h100-sxm", "l40s"], "tp": [1, 2],
-        "weight_dtypes": ["bf16"], "kv_dtypes": ["bf16"], "split_thresholds": [],
+        "slo": {"bands": [{"ttft_s": 2.0, "tpot_ms": 50}]}, "gpus": ["h100-sxm", "l40s", "h200", "a100-80gb"],
+        "tp": [1, 2], "weight_dtypes": ["bf16", "fp8"], "kv_dtypes": ["bf16"], "split_thresholds": [],
     })
     model = catalog.model("llama-3.1-8b")
     classes = traffic_classes(scn, Histogram.constant(1000, 200, 100), 8192, 20.0)
     (tc,) = classes["none"]
-    configs = candidate_configs(scn, catalog, model, ["bf16"], ["bf16"])
+    configs = candidate_configs(scn, catalog, model, ["bf16", "fp8"], ["bf16"])
     ev = Evaluator(scn, catalog, model)
     first = ev.evaluate(configs[0], tc)
     ev.record_simulated(first, 0.0)
     assert ev.calibration_of(tc) == 1.0
     assert ev.evaluate(configs[0], tc).capacity_rps == 0.0
+    # the lazy search (enough pairs unsearched for it: plan_search.LAZY_MIN_PAIRS), whose bounds the class's
+    # ratio scales, plans without the pair, as the full ILP does; the other pairs stand at the model's
+    search = LazySearch(ev, Resolver(scn), classes, configs)
+    assert search.bound  # searching lazily, not every pair at once
+    sol = search.solve()
+    assert sol.pools and first.config.label(8192) not in {pool.config for pool in sol.pools}
     for cfg in configs[1:]:
         other = ev.evaluate(cfg, tc)
-        assert other.planned_by == "model" and other.capacity_rps == other.capacity.max_rps > 0
-    # the lazy search over the same evaluator plans without the pair, as the full ILP does
-    sol = LazySearch(ev, Resolver(scn), classes, configs).solve()
-    assert sol.pools and first.config.label(8192) not in {pool.config for pool in sol.pools}
+        assert other.planned_by == "model" and other.capacity_rps == other.capacity.max_rps
 
 
 @pytest.mark.parametrize(("class_ratio", "pair", "pair_ratio"), [

@@ -855,7 +855,8 @@ def test_a_forecast_s_json_lists_the_speed_each_quarter_rests_on(tmp_path):
 def test_each_quarter_s_utilisation_is_rebuilt_from_its_pools_rows():
     """A finance reading could not rebuild 2027Q4's utilisation from the CSV files: its 'replayed' rows
     show the rate certification replayed them at, not the capacity the plan divided by. The pools
-    table now gives that capacity too (planned_rps_per_replica), and the two differ only there."""
+    table now gives that capacity too (planned_rps_per_replica), and the two differ only there. The
+    shipped files are read: test_report's test of the shipped forecasts keeps them what the code writes."""
     reports = ROOT / "reports"
     pools = list(csv.DictReader(io.StringIO((reports / "finance_2027_forecast_pools.csv").read_text(encoding="utf-8"))))
     quarters = list(csv.DictReader(io.StringIO((reports / "finance_2027_forecast_quarters.csv").read_text(encoding="utf-8"))))

@@ -1990,6 +1990,22 @@ def test_cbc_stopped_by_its_time_limit_is_not_read_as_an_infeasible_scenario(tmp
                    f"{path}: no plan found within the solver's time limit of 0.001 s; raise solver.time_limit_s")
 
 
+def test_a_re_solve_the_time_limit_stopped_blames_the_time_limit_not_the_caps():
+    """An exploration's row (a lever, the TTFT sweep, a GPU type alone) whose re-solve the time limit
+    stopped named what the caps allow, as for a re-solve proved infeasible."""
+    import dataclasses
+
+    from planner.ilp import Candidate, SplitOption, solve_fleet
+    from planner.plan_search import TIME_LIMIT_WHY, outcome_of
+
+    infeasible = solve_fleet([SplitOption("none", None, {"all": 10.0})], [Candidate("none", "all", "c", "h", 1, 3.0, 1.0)],
+                             inventory={"h": 5})
+    assert infeasible.status == "Infeasible"
+    assert outcome_of("lever", infeasible, "the caps allow at most 5 req/s").why_not == "the caps allow at most 5 req/s"
+    stopped = dataclasses.replace(infeasible, status="Not Solved")
+    assert outcome_of("lever", stopped, "the caps allow at most 5 req/s").why_not == TIME_LIMIT_WHY
+
+
 def test_caps_too_small_for_min_replicas_name_that_setting_not_the_load(tmp_path):
     """Three H100s carry the load; a pool of at least four replicas does not fit them. The message
     blamed the caps and the load, which they do carry."""

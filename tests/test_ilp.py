@@ -380,31 +380,36 @@ def test_inventory_infeasible_is_reported_as_a_status():
 
 
 def test_an_infeasible_status_after_the_whole_time_limit_is_no_proof():
-    """CBC stopped by its time limit before finding a plan says "Integer infeasible"; only a solve that
-    ends within its limit proves that no plan exists (ilp_solver.solve_within)."""
+    """CBC stopped by its time limit before finding a plan says "Integer infeasible" (PuLP: Infeasible, with
+    no solution status of infeasibility); that is no answer (ilp_solver.solve_within). A proof of
+    infeasibility (a solution status saying so, as CBC's "Infeasible" and HiGHS's carry) stands however
+    long it took, and so does an integer infeasibility CBC proved within its limit."""
     import time
 
     from planner.ilp_solver import solve_within
     from planner.pulp_import import pulp
 
-    class SaysInfeasible(pulp.LpSolver):
-        def __init__(self, seconds):
+    class Says(pulp.LpSolver):
+        def __init__(self, seconds, sol_status):
             super().__init__()
-            self.seconds = seconds
+            self.seconds, self.sol = seconds, sol_status
 
         def actualSolve(self, lp):
             time.sleep(self.seconds)
-            lp.assignStatus(pulp.LpStatusInfeasible)
+            lp.assignStatus(pulp.LpStatusInfeasible, self.sol)
             return lp.status
 
     prob = pulp.LpProblem("p", pulp.LpMinimize)
     prob += prob.add_variable("x", lowBound=0, upBound=1)
-    assert solve_within(prob, SaysInfeasible(0.05), time_limit_s=0.01) == pulp.LpStatusNotSolved
-    assert solve_within(prob, SaysInfeasible(0.0), time_limit_s=60.0) == pulp.LpStatusInfeasible
-    # a real infeasible model, proved at once by both backends, stays infeasible
+    stopped = pulp.LpSolutionNoSolutionFound  # CBC's "Integer infeasible", as PuLP reads it
+    assert solve_within(prob, Says(0.05, stopped), time_limit_s=0.01) == pulp.LpStatusNotSolved
+    assert solve_within(prob, Says(0.0, stopped), time_limit_s=60.0) == pulp.LpStatusInfeasible
+    assert solve_within(prob, Says(0.05, pulp.LpSolutionInfeasible), time_limit_s=0.01) == pulp.LpStatusInfeasible
+    # a model CBC proves infeasible from its linear problem, with a limit shorter than the call itself takes
+    # (a process started, files written and read), stays infeasible; HiGHS's proof too
     for backend in ("highs", "cbc"):
         assert solve_fleet([SplitOption("none", None, {"all": 10.0})], [Candidate("none", "all", "c", "h", 1, 3.0, 1.0)],
-                           inventory={"h": 5}, backend=backend).status == "Infeasible"
+                           inventory={"h": 5}, backend=backend, time_limit_s=1e-4).status == "Infeasible"
 
 
 def test_exclusion_cuts_give_the_next_best_plan():
