@@ -125,15 +125,19 @@ def _certified_cell(plan: Plan) -> str:
 
 def to_act_on(plans) -> list[str]:
     """What the services' sections ask of whoever runs the fleet, named where the fleet's totals lead:
-    the services whose classes must be routed by weight (report.routing_notes), and those whose long
-    prompts read over a target on their own (report_latency.tail_note). A line and a blank one, or
+    the services whose classes must be routed by weight (report.routing_notes), those whose long
+    prompts read over a target on their own (report_latency.tail_note), and those with a pool of one
+    replica, which a single failure stops (the decision's redundancy line). A line and a blank one, or
     nothing."""
     routed = [p.scenario.name for p in plans if routing_notes(p)]
     tails = [p.scenario.name for p in plans if tail_note(p)]
+    single = [p.scenario.name for p in plans if any(pool.replicas == 1 for pool in p.pools)]
     said = ([f"route the classes of {_names(routed)} by weight (each runs on several GPU types; its pools table gives "
              "the weights)"] if routed else [])
     said += ([f"in {_names(tails)}, requests past a prompt length miss a target on their own where their band holds it "
               "(each decision says which)"] if tails else [])
+    said += ([f"{_names(single)} run{'s' if len(single) == 1 else ''} a pool on one replica, which a single failure "
+              "stops (each decision says which; min_replicas_per_pool: 2 buys a spare)"] if single else [])
     return [f"**To act on, in the services' sections**: {'; '.join(said)}.", ""] if said else []
 
 

@@ -2200,15 +2200,18 @@ def test_the_fleet_totals_name_what_the_services_sections_ask_to_act_on():
     text = (Path(__file__).resolve().parent.parent / "reports" / "fleet_2027q1.md").read_text(encoding="utf-8")
     totals, *sections = re.split(r"^## Capacity plan: ", text, flags=re.M)
     asked = {kind: [s.split("\n", 1)[0] for s in sections if mark in s]
-             for kind, mark in (("routed", "**Route the "), ("tails", "**Yet requests with "))}
-    assert asked["routed"] and asked["tails"]
+             for kind, mark in (("routed", "**Route the "), ("tails", "**Yet requests with "),
+                                ("single", " one replica**: a single failure stops"))}
+    assert asked["routed"] and asked["tails"] and asked["single"]
 
     def names(found):
         return found[0] if len(found) == 1 else f"{', '.join(found[:-1])} and {found[-1]}"
 
     assert (f"**To act on, in the services' sections**: route the classes of {names(asked['routed'])} by weight (each "
             f"runs on several GPU types; its pools table gives the weights); in {names(asked['tails'])}, requests past "
-            "a prompt length miss a target on their own where their band holds it (each decision says which).") in totals
+            "a prompt length miss a target on their own where their band holds it (each decision says which); "
+            f"{names(asked['single'])} run{'s' if len(asked['single']) == 1 else ''} a pool on one replica, which a "
+            "single failure stops (each decision says which; min_replicas_per_pool: 2 buys a spare).") in totals
 
 
 def test_a_fleet_forecast_warns_of_a_quarter_s_growth_that_reads_as_a_percentage(tmp_path):
