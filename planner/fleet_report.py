@@ -19,6 +19,7 @@ from planner.report import (
     REPLAY_TESTS,
     block_quote,
     figure_files,
+    one_replica_pools,
     pools_text,
     rejected_text,
     render,
@@ -127,11 +128,11 @@ def to_act_on(plans) -> list[str]:
     """What the services' sections ask of whoever runs the fleet, named where the fleet's totals lead:
     the services whose classes must be routed by weight (report.routing_notes), those whose long
     prompts read over a target on their own (report_latency.tail_note), and those with a pool of one
-    replica, which a single failure stops (the decision's redundancy line). A line and a blank one, or
+    replica, which a single failure stops (report.one_replica_pools). A line and a blank one, or
     nothing."""
     routed = [p.scenario.name for p in plans if routing_notes(p)]
     tails = [p.scenario.name for p in plans if tail_note(p)]
-    single = [p.scenario.name for p in plans if any(pool.replicas == 1 for pool in p.pools)]
+    single = [p.scenario.name for p in plans if one_replica_pools(p)]
     said = ([f"route the classes of {_names(routed)} by weight (each runs on several GPU types; its pools table gives "
              "the weights)"] if routed else [])
     said += ([f"in {_names(tails)}, requests past a prompt length miss a target on their own where their band holds it "

@@ -45,7 +45,7 @@ class PoolRow:
     capacity_rps_per_replica: float | None
     capacity_planned_by: str | None  # where that capacity comes from (daily.capacity_planned_by)
     mixed_reserved_replicas: int | None  # the day's reserved + on-demand mix: replicas reserved all day
-    planned_rps_per_replica: float | None = None  # what the plan sized the pool with (PoolDetail.planned_rps)
+    planned_rps_per_replica: float | None  # what the plan sized the pool with (PoolDetail.planned_rps)
 
     @property
     def on_demand_gpus(self) -> int:
@@ -404,7 +404,8 @@ def _pool_rows(plan: Plan, reserved, price, day: DayCosts) -> tuple[PoolRow, ...
     od_price = {c.id: c.price_per_hour(plan.catalog.gpu(c.id).price_usd_per_hour) for c in plan.scenario.gpu_candidates}
     for g, n in sorted(left.items()):
         if n > 0:
-            rows.append(PoolRow("idle_reserved", "", g, None, "", "", None, 0, n, n, od_price[g], price[g], None, None, None))
+            rows.append(PoolRow("idle_reserved", "", g, None, "", "", None, 0, n, n, od_price[g], price[g], None, None, None,
+                                None))
     return tuple(rows)
 
 

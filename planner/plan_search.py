@@ -507,7 +507,8 @@ def infeasible_message(classes, evals: Sequence[Evaluation], inventory: dict, *,
 
     unsplit_served = bool(classes.get("none")) and all(served(tc) for tc in classes["none"])
     # Where the no-split class is named, whether the split options asked beside it failed too (they did:
-    # no plan covers any option asked), so that a reader does not take a split for the way out.
+    # no plan covers any option asked), so that a reader does not take a split for the way out. (Past the
+    # first loop the classes named are the no-split ones wherever there are any: `asked`.)
     splits_too = " (every split option fails too)" if classes.get("none") and len(classes) > 1 else ""
     for key in ["none", *[k for k in classes if k != "none" and not unsplit_served]]:
         for tc in classes.get(key, []):
@@ -547,7 +548,7 @@ def infeasible_message(classes, evals: Sequence[Evaluation], inventory: dict, *,
             if room and None not in room and max(room) < min_replicas:
                 return (f"class '{tc.label}': min_replicas_per_pool {min_replicas} asks for {min_replicas} replicas in "
                         f"a pool, but {CAPS_WORDS} ({caps}) allow at most {max(room)} of any config that serves "
-                        f"it; lower min_replicas_per_pool or raise the caps{splits_too if tc in classes.get('none', ()) else ''}")
+                        f"it; lower min_replicas_per_pool or raise the caps{splits_too}")
     for tc in asked:
         # the most this class gets from every capped GPU type at once (None: some type is uncapped)
         most: dict[str, float] = {}
@@ -572,8 +573,7 @@ def infeasible_message(classes, evals: Sequence[Evaluation], inventory: dict, *,
                     + ("raise the cap: no narrower tp offered serves the class" if g in tried else "lower tp or raise the cap")
                     + ")" for g, tp in too_wide)) if too_wide and not any(most.values()) else ""
                 return (f"class '{tc.label}' needs {tc.rate_rps * rate_scale:,.4g} req/s but {CAPS_WORDS} ({caps}) "
-                        f"allow at most {sum(most.values()):,.4g} req/s{reason}"
-                        f"{splits_too if tc in classes.get('none', ()) else ''}")
+                        f"allow at most {sum(most.values()):,.4g} req/s{reason}{splits_too}")
     mixed = ""
     if homogeneous and len([g for g in inventory if g in serving]) > 1:
         mixed = ("; a pool runs one config (homogeneous_pools: true): homogeneous_pools: false lets a class's pool mix "

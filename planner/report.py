@@ -380,14 +380,20 @@ def _past_windows_text(layout) -> str:
     return f" for each of the first {cap:,} tokens; {layout.uncapped_bytes_per_token:,.0f} bytes for each past {cap:,}"
 
 
-def _redundancy_text(plan: Plan) -> str:
-    """The replicas a pool keeps at least, and the pools one failure stops."""
-    least = plan.scenario.min_replicas_per_pool
+def one_replica_pools(plan: Plan) -> list[str]:
+    """The pools of one replica, which a single failure stops, by name: the class, and its GPUs where
+    the class runs several pools."""
     per_class = Counter(pool.traffic_class.name for pool in plan.pools)
-    single = list(dict.fromkeys(
+    return list(dict.fromkeys(
         pool.traffic_class.name if per_class[pool.traffic_class.name] == 1
         else f"{pool.traffic_class.name} on {pool.config.hardware}"  # a class of several pools
         for pool in plan.pools if pool.replicas == 1))
+
+
+def _redundancy_text(plan: Plan) -> str:
+    """The replicas a pool keeps at least, and the pools one failure stops."""
+    least = plan.scenario.min_replicas_per_pool
+    single = one_replica_pools(plan)
     # A fleet the scenario states is checked as given: the rule is the optimiser's, not the fleet's.
     text = f" Every pool keeps at least {least} replicas (min_replicas_per_pool)." if least > 1 and not plan.given_fleet else ""
     if single:
@@ -869,7 +875,6 @@ def _sensitivity(plan: Plan) -> str:
     return "\n".join(lines)
 
 
-
 def _ridge_text(step: StepModel) -> str:
     """The ridge-point batch with the rates it is read at, so that a reader can redo it: the
     datasheet's peaks hold for no real step, the calibrated efficiencies' rates do."""
@@ -879,6 +884,7 @@ def _ridge_text(step: StepModel) -> str:
             f"{step.gemm_flops_s / 1e12:,.0f} TFLOP/s: the datasheet's rates × tp × the GPU's calibrated efficiencies"
             + (f", ÷ {step.straggler:.4f} for the wait on the slowest of the tp ranks at every all-reduce"
                if step.straggler != 1.0 else "") + ").")
+
 
 def _pool_detail(plan: Plan, pool: PoolDetail) -> str:
     tc, cfg, cap, dep = pool.traffic_class, pool.config, pool.capacity, pool.deployment

@@ -1802,8 +1802,10 @@ def test_the_shipped_fleet_forecast_prices_its_limits_as_its_limits_table_does()
     assert [(r["quarter"], r["constraint"]) for r in saving] == [("2027Q1", "h100-sxm GPUs"), ("2027Q2", "h100-sxm GPUs")]
     assert list(to_end) == [(r["quarter"], r["constraint"]) for r in saving]
     # the first table's count of limits that cost nothing in their quarter names those that do later
+    later_only = [r for r in saving if r not in costing]
+    assert len(later_only) == 1
     assert (f"The other limits ({len(rows) - len(costing)} of {len(rows)} across the quarters) neither bind nor cost anything "
-            "in their own quarter (1 of them costs from a later quarter on: the table after this one).") in md
+            f"in their own quarter ({len(later_only)} of them costs from a later quarter on: the table after this one).") in md
     assert [saving[0][k] for k in ("plus_one_saves_to_end_usd", "removed_saves_to_end_usd")] == [
         saving[1][k] for k in ("plus_one_saves_to_end_usd", "removed_saves_to_end_usd")]
     for r in saving:
