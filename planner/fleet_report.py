@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.files import write_text_atomic
-from planner.fleet_plan import FleetPlan, SharedConstraint
+from planner.fleet_plan import FleetPlan, SharedConstraint, TypeUse
 from planner.ilp_solver import COST_TOLERANCE_USD
 from planner.inputs import report_sections
 from planner.plan_json import plan_json
@@ -210,6 +210,7 @@ def _totals(fp: FleetPlan) -> str:
         )
     lines.append(f"| **Total** | {sum(t.committed for t in fp.types):,} | **{fp.gpus:,}** | | "
                  f"{sum(t.idle_committed for t in fp.types):,} | | | | **{usd_text(fp.cost_per_hour)}** |")
+    lines += commitments_worth_adding(fp)
     lines += [
         "",
         "| Service | Model | Peak req/s served | Rejected (over its context limit) | Decision | GPUs "
@@ -265,6 +266,45 @@ def _totals(fp: FleetPlan) -> str:
     if notes:
         lines += ["", *notes]
     return "\n".join(lines)
+
+
+def commitment_savings(fp: FleetPlan) -> list[tuple[TypeUse, str, float]]:
+    """The GPU types the fleet runs on demand beyond their commitments, where a commitment costs less an
+    hour than an on-demand GPU: (the type's use, 'reserved' or 'owned', that commitment's price per
+    GPU-hour). The type's own reservation price where it has reservations, else its owned GPUs' price."""
+    out = []
+    for t in fp.types:
+        s = fp.fleet.spec.inventory.get(t.gpu)
+        if s is None or not t.on_demand:
+            continue
+        kind, price = (("reserved", s.reserved_usd_per_hour) if s.reserved else
+                       ("owned", s.owned_usd_per_hour) if s.owned else (None, None))
+        if price is not None and price < t.on_demand_usd_per_gpu_hour:
+            out.append((t, kind, price))
+    return out
+
+
+def commitments_worth_adding(fp: FleetPlan) -> list[str]:
+    """What the on-demand GPUs of a committed type would cost committed instead: each saves the difference
+    of the two prices with the plan unchanged, so a re-plan with the commitment can only save more (a
+    bound, from the types table alone, where the constraints table prices only the caps). A blank line
+    and a line, or nothing."""
+    found = commitment_savings(fp)
+    if not found:
+        return []
+    parts = []
+    for t, kind, price in found:
+        each = t.on_demand_usd_per_gpu_hour - price
+        parts.append(f"{t.gpu} runs {t.on_demand:,} on demand at {usd_rate_text(t.on_demand_usd_per_gpu_hour)} beyond "
+                     f"its {t.committed:,} committed; each of them {kind} at the type's {kind} price "
+                     f"({usd_rate_text(price)}/GPU-hour) would save {usd_rate_text(each)} an hour, "
+                     f"{usd_text(each * t.on_demand)} an hour for all {t.on_demand:,} "
+                     f"({usd_text(each * t.on_demand * HOURS_PER_MONTH)} a month)")
+    term = ("`planner forecast` on this file prices that over its quarters" if fp.fleet.spec.forecast is not None
+            else "a `forecast` section in this file has `planner forecast` price that over quarters")
+    return ["", "**Commitments worth adding**: " + "; ".join(parts) + ". That is the plan's own GPUs at the "
+            "committed price; re-planned with those commitments, the fleet saves at least that. A commitment is paid "
+            f"whether its GPU runs or not, for its whole term: {term}, as demand grows and commitments expire."]
 
 
 def _no_rule_text(fp: FleetPlan) -> str:

@@ -660,6 +660,39 @@ def test_committed_gpus_are_paid_used_or_not_and_the_services_add_up(tmp_path):
     assert f"on {fp.gpus} GPUs in use (" in render_fleet(fp) and f"; {fp.gpus + idle} paid for): " in render_fleet(fp)
 
 
+def test_on_demand_gpus_of_a_reserved_type_are_priced_as_commitments_and_a_re_plan_saves_at_least_that(tmp_path):
+    """The constraints table prices the caps, and a fleet planner deciding next quarter's reservations
+    had to work out from the types table what more of them would save (an outside reading: one more
+    reserved H100 in the shipped fleet saves $0.90 an hour). The totals now say it, per type; and the
+    fleet re-planned with those GPUs reserved costs no more than the plan less the saving stated."""
+    from planner.fleet import load_fleet
+    from planner.fleet_plan import make_fleet_plan
+    from planner.fleet_report import commitment_savings, render_fleet
+    from planner.units import HOURS_PER_MONTH, usd_rate_text, usd_text
+
+    h100_only = {"gpus": ["h100-sxm"], "kv_dtypes": ["bf16"]}
+    services = [service("alpha", 30.0, **h100_only), service("beta", 12.0, **h100_only)]
+    path = write_fleet(tmp_path, services=services, inventory={"h100-sxm": {"reserved": 1, "reserved_usd_per_hour": 2.093}})
+    fp = make_fleet_plan(load_fleet(path), explore=False)
+    [(h100, kind, price)] = commitment_savings(fp)
+    assert (h100.gpu, kind, price, h100.committed) == ("h100-sxm", "reserved", 2.093, 1) and h100.on_demand >= 1
+    each = h100.on_demand_usd_per_gpu_hour - price
+    assert (f"**Commitments worth adding**: h100-sxm runs {h100.on_demand} on demand at "
+            f"{usd_rate_text(h100.on_demand_usd_per_gpu_hour)} beyond its 1 committed; each of them reserved at the "
+            f"type's reserved price ($2.093/GPU-hour) would save {usd_rate_text(each)} an hour, "
+            f"{usd_text(each * h100.on_demand)} an hour for all {h100.on_demand} "
+            f"({usd_text(each * h100.on_demand * HOURS_PER_MONTH)} a month).") in render_fleet(fp)
+    more = write_fleet(tmp_path, services=services,
+                       inventory={"h100-sxm": {"reserved": 1 + h100.on_demand, "reserved_usd_per_hour": 2.093}})
+    replanned = make_fleet_plan(load_fleet(more), explore=False)
+    assert replanned.cost_per_hour <= fp.cost_per_hour - each * h100.on_demand + 1e-6
+    assert not commitment_savings(replanned)  # nothing left on demand at a higher price
+    # a type without commitments, or whose commitment costs more than on demand, is not named
+    dear = write_fleet(tmp_path, services=services, inventory={"h100-sxm": {"reserved": 1, "reserved_usd_per_hour": 3.5}})
+    assert not commitment_savings(make_fleet_plan(load_fleet(dear), explore=False))
+    assert "Commitments worth adding" not in render_fleet(make_fleet_plan(load_fleet(write_fleet(tmp_path)), explore=False))
+
+
 def test_a_services_rows_compare_with_its_plan_alone_and_say_so(tmp_path):
     """Owned L40S go to the services (sunk), though alone at on-demand prices each would buy H100s.
     A section's re-solves are of the service alone (on-demand prices, the caps the others leave), so
