@@ -210,7 +210,7 @@ def _totals(fp: FleetPlan) -> str:
         )
     lines.append(f"| **Total** | {sum(t.committed for t in fp.types):,} | **{fp.gpus:,}** | | "
                  f"{sum(t.idle_committed for t in fp.types):,} | | | | **{usd_text(fp.cost_per_hour)}** |")
-    lines += commitments_worth_adding(fp)
+    lines += reservations_worth_adding(fp)
     lines += [
         "",
         "| Service | Model | Peak req/s served | Rejected (over its context limit) | Decision | GPUs "
@@ -268,43 +268,44 @@ def _totals(fp: FleetPlan) -> str:
     return "\n".join(lines)
 
 
-def commitment_savings(fp: FleetPlan) -> list[tuple[TypeUse, str, float]]:
-    """The GPU types the fleet runs on demand beyond their commitments, where a commitment costs less an
-    hour than an on-demand GPU: (the type's use, 'reserved' or 'owned', that commitment's price per
-    GPU-hour). The type's own reservation price where it has reservations, else its owned GPUs' price."""
+def reservation_savings(fp: FleetPlan) -> list[tuple[TypeUse, float]]:
+    """The GPU types with reservations that the fleet runs on demand beyond its commitments, where the
+    inventory's reserved price is below the on-demand one: (the type's use, that reserved price). An owned
+    GPU's price is no offer of more at that price (it may be sunk: $0 is allowed), so owned-only types are
+    left out."""
     out = []
     for t in fp.types:
         s = fp.fleet.spec.inventory.get(t.gpu)
-        if s is None or not t.on_demand:
-            continue
-        kind, price = (("reserved", s.reserved_usd_per_hour) if s.reserved else
-                       ("owned", s.owned_usd_per_hour) if s.owned else (None, None))
-        if price is not None and price < t.on_demand_usd_per_gpu_hour:
-            out.append((t, kind, price))
+        if s is not None and t.on_demand and s.reserved and s.reserved_usd_per_hour < t.on_demand_usd_per_gpu_hour:
+            out.append((t, s.reserved_usd_per_hour))
     return out
 
 
-def commitments_worth_adding(fp: FleetPlan) -> list[str]:
-    """What the on-demand GPUs of a committed type would cost committed instead: each saves the difference
-    of the two prices with the plan unchanged, so a re-plan with the commitment can only save more (a
-    bound, from the types table alone, where the constraints table prices only the caps). A blank line
-    and a line, or nothing."""
-    found = commitment_savings(fp)
+def reservations_worth_adding(fp: FleetPlan) -> list[str]:
+    """What the on-demand GPUs of a reserved type would cost reserved instead: this fleet, unchanged, at
+    the reserved price, so a re-plan with those reservations can only find a cheaper one (a bound read
+    off the types table, where the constraints table prices only the caps; the cap counts reservations
+    in, so it never tightens). A blank line and a line, or nothing."""
+    found = reservation_savings(fp)
     if not found:
         return []
     parts = []
-    for t, kind, price in found:
+    for t, price in found:
         each = t.on_demand_usd_per_gpu_hour - price
-        parts.append(f"{t.gpu} runs {t.on_demand:,} on demand at {usd_rate_text(t.on_demand_usd_per_gpu_hour)} beyond "
-                     f"its {t.committed:,} committed; each of them {kind} at the type's {kind} price "
+        every = "it" if t.on_demand == 1 else f"all {t.on_demand:,}"
+        parts.append(f"{t.gpu} runs {gpus_text(t.on_demand)} on demand at {usd_rate_text(t.on_demand_usd_per_gpu_hour)}"
+                     f"/GPU-hour beside its {t.committed:,} committed; each reserved at the inventory's reserved price "
                      f"({usd_rate_text(price)}/GPU-hour) would save {usd_rate_text(each)} an hour, "
-                     f"{usd_text(each * t.on_demand)} an hour for all {t.on_demand:,} "
-                     f"({usd_text(each * t.on_demand * HOURS_PER_MONTH)} a month)")
-    term = ("`planner forecast` on this file prices that over its quarters" if fp.fleet.spec.forecast is not None
-            else "a `forecast` section in this file has `planner forecast` price that over quarters")
-    return ["", "**Commitments worth adding**: " + "; ".join(parts) + ". That is the plan's own GPUs at the "
-            "committed price; re-planned with those commitments, the fleet saves at least that. A commitment is paid "
-            f"whether its GPU runs or not, for its whole term: {term}, as demand grows and commitments expire."]
+                     f"{usd_text(each * t.on_demand)} an hour for {every} ({usd_text(each * t.on_demand * HOURS_PER_MONTH)} "
+                     "a month)")
+    term = ("`planner forecast` on this file prices the terms over its quarters, at the forecast's own prices for "
+            "new reservations" if fp.fleet.spec.forecast is not None else
+            "a `forecast` section added to this file has `planner forecast` price the terms over quarters")
+    return ["", "**Reservations worth adding**: " + "; ".join(parts) + ". That is this fleet, unchanged, at the "
+            "reserved price, its GPUs running every hour as this peak-sized fleet does: re-planned with those "
+            "reservations, the fleet costs no more. A reservation is paid whether its GPU runs or not, for its "
+            "whole term, while quiet hours need fewer GPUs than the peak (a service's section prices its own day): "
+            f"{term}, as demand grows and commitments expire."]
 
 
 def _no_rule_text(fp: FleetPlan) -> str:
@@ -442,6 +443,7 @@ def write_fleet_report(fp: FleetPlan, out_dir: Path) -> Path:
 def fleet_json(fp: FleetPlan) -> dict[str, Any]:
     """The fleet plan as data: totals, GPU types, shared constraints, and each service's plan
     (the keys of a single scenario's JSON, plus what the fleet pays for it)."""
+    saves = {t.gpu: (t.on_demand_usd_per_gpu_hour - price) * t.on_demand for t, price in reservation_savings(fp)}
     services = []
     for plan in fp.plans:
         entry = plan_json(plan)
@@ -457,7 +459,8 @@ def fleet_json(fp: FleetPlan) -> dict[str, Any]:
         "gpu_types": [
             {"gpu": t.gpu, "committed": t.committed, "used": t.used, "on_demand": t.on_demand,
              "idle_committed": t.idle_committed, "cap": t.cap, "on_demand_usd_per_gpu_hour": t.on_demand_usd_per_gpu_hour,
-             "committed_usd_per_hour": t.committed_usd_per_hour, "usd_per_hour": t.usd_per_hour}
+             "committed_usd_per_hour": t.committed_usd_per_hour, "usd_per_hour": t.usd_per_hour,
+             "on_demand_reserved_saves_usd_per_hour": saves.get(t.gpu)}
             for t in fp.types
         ],
         "idle_committed_usd_per_hour": fp.idle_committed_usd_per_hour,

@@ -55,6 +55,7 @@ from planner.units import (
     hours_text,
     multiplier_text,
     quarters_text,
+    share_text,
     usd_per_million_text,
     usd_per_million_tokens,
     usd_rate_text,
@@ -887,6 +888,7 @@ def _policies_markdown(results: Sequence[QuarterResult], total: dict, heading: i
         lines.append(f"| {r.quarter} | " + " | ".join(cells) + " |")
     lines.append("| **Total** | " + " | ".join(
         f"{usd_text(total[f'{k}_usd'])} · {usd_per_million_text(_per_million(total, f'{k}_usd', 'tokens'))}" for k, _ in POLICIES) + " |")
+    lines += plan_beside_cheapest_way(results, total)
     short = [f"{r.quarter} {r.day.short_pools_text}" for r in results if r.day.short_pools]
     if short:
         lines += ["", "The stated fleet cannot carry the busiest hour of some quarters: their policies hold "
@@ -896,6 +898,41 @@ def _policies_markdown(results: Sequence[QuarterResult], total: dict, heading: i
     if over:
         lines += ["", f"{CAPS_SET_ASIDE}: " + "; ".join(over) + "."]
     return lines
+
+
+def plan_beside_cheapest_way(results: Sequence[QuarterResult], total: dict) -> list[str]:
+    """What the forecast's plans pay over the quarters beside the cheapest of the four ways of buying
+    their fleets over the day (the table's Total row): the table prices the ways and says it is not what
+    the plans pay, and the difference is what an analyst weighs a buying policy by. A blank line and a
+    line; nothing where a plan's cost buys no quarter's tokens (a stated fleet short of its peak) or a
+    fleet is stated (sized by whoever stated it, not for the peak: the gap would be its size, not how it
+    is bought)."""
+    plan_usd = total["total_usd"]
+    if total["unpriced"] or plan_usd is None or plan_usd <= 0 or any(r.plan.given_fleet for r in results):
+        return []
+    key, name = min(POLICIES, key=lambda kp: total[f"{kp[0]}_usd"])
+    way_usd = total[f"{key}_usd"]
+    gap = plan_usd - way_usd
+    many = len(results) > 1
+    span, plans, whose, their = ("these quarters", "plans", "plans'", "their") if many else (
+        results[0].quarter, "plan", "plan's", "its")
+    if abs(gap) < 0.005:  # a cent, as the amounts show
+        compared = f"the cheapest way here, {name}, costs the same"
+    else:
+        compared = (f"the cheapest way here, {name}, costs {usd_text(way_usd)}: {usd_text(abs(gap))} "
+                    f"({share_text(abs(gap) / plan_usd)} of the {whose}) {'less' if gap > 0 else 'more'}")
+    last = results[-1].quarter
+    after, running = total["committed_after_end_usd"], _unpriced_at_the_end(results)
+    later = (f", and {their} reservations commit {usd_text(after)} more after {last}" if after else
+             f", and {their} reservations, {usd_text(running)}/hour at the end of {last}, run on past it, unpriced"
+             if running else "")
+    reserving = ("; the cheapest way pays for its reservations in their own quarter alone, at the price of a "
+                 "commitment for the whole term, so what they would commit after it is not in its amount"
+                 if key in ("peak_reserved", "mixed") else "")
+    return ["", f"The forecast's {plans} {'pay' if many else 'pays'} {usd_text(plan_usd)} over {span}; {compared}. "
+            f"The {plans} {'pay' if many else 'pays'} for {'each quarter' if many else 'the quarter'}'s peak-sized "
+            f"fleet all day, on demand or at the commitments {'they carry' if many else 'it carries'}{later}; the ways "
+            f"here follow the day's curve where the column says so, with no commitment carried in{reserving}."]
 
 
 def forecast_json(results: Sequence[QuarterResult]) -> dict:

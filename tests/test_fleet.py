@@ -597,6 +597,35 @@ def test_the_shipped_finance_forecast_states_what_it_signs_and_what_its_dollars_
     assert "measured peak" not in md
 
 
+def test_the_shipped_finance_forecast_puts_the_plan_beside_the_cheapest_way_to_buy_its_fleets():
+    """The day-curve table priced four ways of buying the plan's fleets and said they are not what the
+    plan pays, without putting the two side by side (an outside reading: $455,986.47 against the
+    cheapest way's $328,150.51). The line after it is rebuilt here from the total CSV: the plan's
+    total, the cheapest way's, and what the plan's commitments cost after the last quarter."""
+    import csv
+
+    from planner.daily import POLICIES
+    from planner.units import share_text, usd_text
+
+    root = Path(__file__).resolve().parent.parent
+    md = (root / "reports" / "finance_2027_forecast.md").read_text(encoding="utf-8")
+    (total,) = csv.DictReader((root / "reports" / "finance_2027_forecast_total.csv").read_text().splitlines())
+    plan = float(total["total_usd"])
+    key, name = min(POLICIES, key=lambda kp: float(total[f"{kp[0]}_usd"]))
+    way = float(total[f"{key}_usd"])
+    assert key == "mixed" and way < plan  # the shipped forecast: reserving the base and buying the day saves
+    said = (f"The forecast's plans pay {usd_text(plan)} over these quarters; the cheapest way here, {name}, costs "
+            f"{usd_text(way)}: {usd_text(plan - way)} ({share_text((plan - way) / plan)} of the plans') less.")
+    assert said in md
+    after = float(total["committed_after_end_usd"])
+    assert (f"on demand or at the commitments they carry, and their reservations commit {usd_text(after)} more after "
+            f"{total['last_quarter']}; ") in md
+    assert ("the cheapest way pays for its reservations in their own quarter alone, at the price of a commitment for "
+            "the whole term, so what they would commit after it is not in its amount.") in md
+    # the scenario's own report carries the same section, and the same line
+    assert said in (root / "reports" / "finance_2027.md").read_text(encoding="utf-8")
+
+
 def test_the_shipped_forecasts_show_each_price_and_count_one_way():
     """A type's average price as paid is shown as its prices are (usd_rate_text: all-committed h200s
     read $4.445, not $4.45 beside the commitments' $4.445), and reserved replicas of several GPU types
@@ -660,37 +689,43 @@ def test_committed_gpus_are_paid_used_or_not_and_the_services_add_up(tmp_path):
     assert f"on {fp.gpus} GPUs in use (" in render_fleet(fp) and f"; {fp.gpus + idle} paid for): " in render_fleet(fp)
 
 
-def test_on_demand_gpus_of_a_reserved_type_are_priced_as_commitments_and_a_re_plan_saves_at_least_that(tmp_path):
+def test_on_demand_gpus_of_a_reserved_type_are_priced_as_reservations_and_a_re_plan_saves_at_least_that(tmp_path):
     """The constraints table prices the caps, and a fleet planner deciding next quarter's reservations
     had to work out from the types table what more of them would save (an outside reading: one more
     reserved H100 in the shipped fleet saves $0.90 an hour). The totals now say it, per type; and the
     fleet re-planned with those GPUs reserved costs no more than the plan less the saving stated."""
     from planner.fleet import load_fleet
     from planner.fleet_plan import make_fleet_plan
-    from planner.fleet_report import commitment_savings, render_fleet
+    from planner.fleet_report import fleet_json, render_fleet, reservation_savings
     from planner.units import HOURS_PER_MONTH, usd_rate_text, usd_text
 
     h100_only = {"gpus": ["h100-sxm"], "kv_dtypes": ["bf16"]}
     services = [service("alpha", 30.0, **h100_only), service("beta", 12.0, **h100_only)]
     path = write_fleet(tmp_path, services=services, inventory={"h100-sxm": {"reserved": 1, "reserved_usd_per_hour": 2.093}})
     fp = make_fleet_plan(load_fleet(path), explore=False)
-    [(h100, kind, price)] = commitment_savings(fp)
-    assert (h100.gpu, kind, price, h100.committed) == ("h100-sxm", "reserved", 2.093, 1) and h100.on_demand >= 1
+    [(h100, price)] = reservation_savings(fp)
+    assert (h100.gpu, price, h100.committed) == ("h100-sxm", 2.093, 1) and h100.on_demand > 1
     each = h100.on_demand_usd_per_gpu_hour - price
-    assert (f"**Commitments worth adding**: h100-sxm runs {h100.on_demand} on demand at "
-            f"{usd_rate_text(h100.on_demand_usd_per_gpu_hour)} beyond its 1 committed; each of them reserved at the "
-            f"type's reserved price ($2.093/GPU-hour) would save {usd_rate_text(each)} an hour, "
+    assert (f"**Reservations worth adding**: h100-sxm runs {h100.on_demand} GPUs on demand at "
+            f"{usd_rate_text(h100.on_demand_usd_per_gpu_hour)}/GPU-hour beside its 1 committed; each reserved at the "
+            f"inventory's reserved price ($2.093/GPU-hour) would save {usd_rate_text(each)} an hour, "
             f"{usd_text(each * h100.on_demand)} an hour for all {h100.on_demand} "
             f"({usd_text(each * h100.on_demand * HOURS_PER_MONTH)} a month).") in render_fleet(fp)
+    [typed] = [t for t in fleet_json(fp)["gpu_types"] if t["gpu"] == "h100-sxm"]
+    assert typed["on_demand_reserved_saves_usd_per_hour"] == pytest.approx(each * h100.on_demand)
     more = write_fleet(tmp_path, services=services,
                        inventory={"h100-sxm": {"reserved": 1 + h100.on_demand, "reserved_usd_per_hour": 2.093}})
     replanned = make_fleet_plan(load_fleet(more), explore=False)
     assert replanned.cost_per_hour <= fp.cost_per_hour - each * h100.on_demand + 1e-6
-    assert not commitment_savings(replanned)  # nothing left on demand at a higher price
-    # a type without commitments, or whose commitment costs more than on demand, is not named
-    dear = write_fleet(tmp_path, services=services, inventory={"h100-sxm": {"reserved": 1, "reserved_usd_per_hour": 3.5}})
-    assert not commitment_savings(make_fleet_plan(load_fleet(dear), explore=False))
-    assert "Commitments worth adding" not in render_fleet(make_fleet_plan(load_fleet(write_fleet(tmp_path)), explore=False))
+    assert not reservation_savings(replanned)  # nothing left on demand
+    # none where the reservation costs more than on demand, or the type's commitments are owned (their
+    # price may be sunk: $0 is no offer of more), or nothing is committed
+    for inventory in ({"h100-sxm": {"reserved": 1, "reserved_usd_per_hour": 3.5}},
+                      {"h100-sxm": {"owned": 1, "owned_usd_per_hour": 0}}, {}):
+        other = make_fleet_plan(load_fleet(write_fleet(tmp_path, services=services, inventory=inventory)), explore=False)
+        assert any(t.on_demand for t in other.types) and not reservation_savings(other)
+        assert "Reservations worth adding" not in render_fleet(other)
+        assert all(t["on_demand_reserved_saves_usd_per_hour"] is None for t in fleet_json(other)["gpu_types"])
 
 
 def test_a_services_rows_compare_with_its_plan_alone_and_say_so(tmp_path):
