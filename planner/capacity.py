@@ -146,6 +146,9 @@ class Capacity:
     # the ceiling the knee is taken below: `binding`, or the bound below which throughput saturated
     # (binding then names the resource: compute or bandwidth); "roofline" at the engine's batch limit
     bound_kind: str = ""
+    # the resident sequences each of ceilings_rps is λ(N) at (the same keys): the memory concurrency unfloored,
+    # the token budget's, a latency bound's grid point, the engine's batch limit
+    ceilings_batch: dict[str, float] = field(default_factory=dict)
 
 
 @lru_cache(maxsize=256)
@@ -625,8 +628,8 @@ def replica_capacity(
             f"{n_bound:,.0f} more concurrency adds latency, not requests/s (<{1 - KNEE_SHARE:.0%} more)"
         )
     point = rm.point(n_star) if n_star > 0 else rm.point(0.0)
-    ceilings = {k: rm.rate(v) for k, v in bounds.items()}
-    ceilings["roofline"] = rm.rate(n_batch)
+    ceilings_batch = {**bounds, "roofline": n_batch}
+    ceilings = {k: rm.rate(v) for k, v in ceilings_batch.items()}
     return Capacity(
         max_rps=point.rate_rps if n_star > 0 else 0.0,
         binding=binding,
@@ -641,6 +644,7 @@ def replica_capacity(
         clamped=tuple(clamped),
         floors=floors,
         bound_kind=bound_kind,
+        ceilings_batch=ceilings_batch,
     )
 
 

@@ -24,7 +24,7 @@ from planner.memory import (
 from planner.paged import TokenProfile
 from planner.roofline import StepModel, ridge_point
 from planner.targets import SLO
-from planner.units import GiB, gib_text, significant_text, utilisation_text
+from planner.units import GiB, gib_text, resident_text, significant_text, utilisation_text
 
 
 def ladder_payload(dep: Deployment, ladder: BudgetLadder, typical_tokens: int | None) -> dict:
@@ -84,6 +84,7 @@ def capacity_view(dep: Deployment, prof: TokenProfile, slo: SLO, ladder: BudgetL
         "latency": _latency(model, pt.resident_batch, stat),
         "tokens_per_s": pt.output_tokens_per_s,
         "ceilings_rps": cap.ceilings_rps,
+        "ceilings_resident_batch": {k: v if math.isfinite(v) else None for k, v in cap.ceilings_batch.items()},
         # the ceiling of ceilings_rps the max rate is planned below: `binding` names the resource instead
         # where throughput saturates below that ceiling (compute, bandwidth), which ceilings_rps has no key for
         "planned_below": cap.bound_kind or cap.binding,
@@ -260,8 +261,8 @@ def capacity_text(view: ReplicaView) -> str:
         f"per-token gap {lat['itl_ms']:,.2f} ms",
         f"  KV utilisation    {pt.kv_utilisation:10.1%}",
         f"  output tokens/s   {pt.output_tokens_per_s:10.1f}",
-        "  each ceiling alone (requests/s): "
-        + ", ".join(f"{k} {v:.3f}" for k, v in cap.ceilings_rps.items())
+        "  each ceiling alone (requests/s, at N resident): "
+        + ", ".join(f"{k} {v:.3f} (N {resident_text(cap.ceilings_batch.get(k))})" for k, v in cap.ceilings_rps.items())
         + "".join(f", {k} holds up to the {cap.binding} ceiling" for k in cap.clamped),
     ]
     bound = cap.bound_kind or cap.binding  # (binding: a resource, where throughput saturates below this ceiling)

@@ -41,6 +41,7 @@ from planner.units import (
     hours_text,
     quantile_label,
     replicas_text,
+    resident_text,
     rounded_usd,
     share_text,
     significant_text,
@@ -926,26 +927,26 @@ def _pool_detail(plan: Plan, pool: PoolDetail) -> str:
     bound = cap.bound_kind or cap.binding
     saturated = f", where throughput saturates below the {bound} ceiling" if bound not in (cap.binding, "roofline") else ""
     lines += ["", f"Ceilings of one replica by the model (requests/s; binding: **{cap.binding}**{saturated}):", "",
-              "| Ceiling | Requests/s |", "|---|---:|"]
+              "| Ceiling | At resident sequences N | Requests/s: λ(N) |", "|---|---:|---:|"]
     for name, rps in cap.ceilings_rps.items():
         label = {"roofline": "roofline (at the engine's batch limit)",
                  "token_budget": f"token budget ({dep.engine.max_num_batched_tokens:,} tokens a step)"}.get(name, name)
-        lines.append(f"| {label} | {rps:,.3f} |")
+        lines.append(f"| {label} | {resident_text(cap.ceilings_batch.get(name))} | {rps:,.3f} |")
     for name in cap.clamped:
-        lines.append(f"| {name} | holds up to the {bound} ceiling (no bound of its own below it) |")
+        lines.append(f"| {name} | | holds up to the {bound} ceiling (no bound of its own below it) |")
     lines.append(f"| **capacity: {KNEE_SHARE:.0%} of the lowest ceiling (the knee; the last {1 - KNEE_SHARE:.0%} of rate "
-                 f"costs latency out of proportion)** | **{cap.max_rps:,.3f}** |")
+                 f"costs latency out of proportion)** | {resident_text(cap.point.resident_batch)} | **{cap.max_rps:,.3f}** |")
     if pool.planned_by == "simulation":
-        lines.append(f"| **planned (simulated capacity)** | **{pool.planned_rps:,.3f}** |")
+        lines.append(f"| **planned (simulated capacity)** | | **{pool.planned_rps:,.3f}** |")
     elif pool.planned_by == "held":
-        lines.append(f"| **planned (the rate it held its targets at in simulation; its limit was not searched)** | "
+        lines.append(f"| **planned (the rate it held its targets at in simulation; its limit was not searched)** | | "
                      f"**{pool.planned_rps:,.3f}** |")
     elif pool.planned_by == "log":
-        lines.append(f"| **planned (a replica's share lower, after the log's own arrivals missed)** | "
+        lines.append(f"| **planned (a replica's share lower, after the log's own arrivals missed)** | | "
                      f"**{pool.planned_rps:,.3f}** |")
     elif pool.planned_by == "calibration":
         lines.append(f"| **planned (capacity × {pool.calibration:.3f}, the factor simulation found on another config "
-                     f"for these requests)** | **{pool.planned_rps:,.3f}** |")
+                     f"for these requests)** | | **{pool.planned_rps:,.3f}** |")
     targets = [f"{b.name}: {b.targets_text()}" for b in tc.slo.bands]
     lines += [
         "",

@@ -192,3 +192,11 @@ def hours_text(*, quarters: bool) -> str:
     return (f"{hours}: every hour of an {12 * HOURS_PER_MONTH:,}-hour year billed, the price sheets' convention. {amounts} the hourly "
             f"cost before rounding times those hours, so {'they' if quarters else 'it'} can differ from the rounded "
             f"hourly amount times them by up to {bound}.{parts}")
+
+
+def resident_text(n: float | None) -> str:
+    """A ceiling's resident sequences: whole where whole (the engine's batch limit), else to two decimals (an
+    unfloored memory concurrency, a latency bound's grid point), so that λ(N) can be redone from it; '—' for none."""
+    if n is None or not math.isfinite(n):
+        return "—"
+    return f"{n:,.0f}" if n == int(n) else f"{n:,.2f}"

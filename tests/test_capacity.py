@@ -133,6 +133,30 @@ def test_littles_law_holds_at_the_operating_point(catalog):
         assert rm.failing(pt.resident_batch) == []
 
 
+def test_every_ceiling_is_lambda_at_the_resident_batch_it_names(catalog):
+    """A planner redoing the report's ceilings found λ at the printed p99 concurrency (564) 29.3794
+    req/s against the 29.3805 shown: the memory ceiling is read at the unfloored count, which the report
+    did not show. Each ceiling now carries its N: λ(N) of the same model gives the rate exactly, the
+    memory's N floors to the concurrency printed, the batch limit's is max_num_seqs, and a latency bound's
+    is a point where its targets hold."""
+    from planner.units import resident_text
+
+    dep = dep8b(catalog)
+    rng = np.random.default_rng(0)
+    prof = token_profile(Histogram.from_arrays(rng.integers(50, 4000, 2000), rng.integers(10, 1000, 2000)))
+    for sizing in ("expected", "percentile"):
+        slo = SLO.single(tpot_ms=30)
+        cap = replica_capacity(dep, prof, slo, sizing=sizing)
+        rm = ReplicaModel(dep, prof, slo)
+        assert list(cap.ceilings_batch) == list(cap.ceilings_rps) == ["memory", "token_budget", "tpot", "roofline"]
+        for kind, n in cap.ceilings_batch.items():
+            assert rm.rate(n) == cap.ceilings_rps[kind]
+        assert math.floor(cap.ceilings_batch["memory"]) == cap.concurrency[sizing]
+        assert cap.ceilings_batch["roofline"] == dep.engine.max_num_seqs
+        assert rm.failing(cap.ceilings_batch["tpot"]) == []
+    assert resident_text(564.0) == "564" and resident_text(564.753) == "564.75" and resident_text(math.inf) == "—"
+
+
 def test_a_mean_itl_target_is_judged_on_the_mean_itl_the_report_prints(catalog):
     """The mean-ITL ceiling reads ReplicaModel.itl_s, the operating point's `itl_ms`: the mean step a
     decoding request sees plus the prompts queued behind it. It read the mean step alone before,

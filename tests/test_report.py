@@ -346,7 +346,7 @@ def test_a_capacity_where_throughput_saturates_names_the_bound_it_saturates_belo
     assert (cap.binding, cap.bound_kind, cap.clamped) == ("compute", "tpot", ("ttft",))
     text = render(plan)
     assert "(requests/s; binding: **compute**, where throughput saturates below the tpot ceiling):" in text
-    assert "| ttft | holds up to the tpot ceiling (no bound of its own below it) |" in text
+    assert "| ttft | | holds up to the tpot ceiling (no bound of its own below it) |" in text
     assert "holds up to the compute ceiling" not in text
 
 
