@@ -244,8 +244,13 @@ INPUT_ERRNOS = frozenset({errno.ENOENT, errno.EACCES, errno.EPERM, errno.ENAMETO
 
 
 def output_error(exc: OSError, path: Path, *, what: str = "cannot write") -> InputError:
-    """An OSError on output as the one-line error the command line prints."""
-    return InputError(f"{what}: {_REASONS.get(exc.errno, exc.strerror or type(exc).__name__)}", where=str(path))
+    """An OSError on output as the one-line error the command line prints. "No such file" where the
+    folder to write in is there is a file system that takes no new entries (/proc answers so), not a
+    missing folder: an outside probe was told a folder on /proc/h.parquet's path did not exist."""
+    reason = _REASONS.get(exc.errno, exc.strerror or type(exc).__name__)
+    if exc.errno == errno.ENOENT and Path(path).parent.is_dir():
+        reason = f"the folder {Path(path).parent} takes no new files (its file system refused one)"
+    return InputError(f"{what}: {reason}", where=str(path))
 
 
 def input_error(exc: OSError, path: Path) -> InputError:

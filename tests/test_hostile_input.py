@@ -279,6 +279,26 @@ def test_a_folder_that_refuses_writes_is_bad_input(tmp_path, monkeypatch, comman
     assert leftovers(tmp_path / "out") == []
 
 
+def test_a_folder_whose_file_system_takes_no_new_files_is_not_called_missing(tmp_path, monkeypatch):
+    """/proc answers "no such file" to a file created in it: `-o /proc/h.parquet` was told that a folder
+    on the path does not exist (an outside probe). The kernel's answer is stood in for, as above."""
+    def refuse(*args, **kwargs):
+        raise FileNotFoundError(2, "No such file or directory")
+
+    monkeypatch.setattr("tempfile.mkstemp", refuse)
+    (tmp_path / "out").mkdir()
+    r = run("solve", scenario(tmp_path), "--out-dir", tmp_path / "out")
+    one_line_error(r, 2, str(tmp_path / "out"), f"cannot write: the folder {tmp_path / 'out'} takes no new files "
+                   "(its file system refused one)")
+    assert leftovers(tmp_path / "out") == []
+    # a folder that is not there is still said to be missing
+    from planner.files import output_error
+
+    gone = tmp_path / "gone" / "h.parquet"
+    assert str(output_error(FileNotFoundError(2, "No such file"), gone)).endswith(
+        "cannot write: a folder on the path does not exist")
+
+
 def test_a_killed_runs_temporary_files_are_removed_by_the_next_run(tmp_path):
     from planner import files
 
