@@ -46,6 +46,7 @@ from planner.units import (
     share_text,
     significant_text,
     tokens_text,
+    usd_rate_text,
     usd_text,
 )
 from planner.verification import unverified_speed
@@ -161,6 +162,9 @@ def _explorations(plan: Plan, figures: dict[str, str], left: str) -> str:
     w("")
     w(_outcomes_table(plan.levers, plan, "Lever"))
     w("")
+    if prices := _prices_section(plan):
+        w(prices)
+        w("")
     w("## Next-best distinct plans")
     w("")
     w(f"Each is re-solved {_short_by_the_model(plan)}, excluding only the exact set of pools of each plan above "
@@ -787,6 +791,82 @@ def _per_gpu(plan: Plan) -> str:
         "## The best certified plan on each GPU type", "",
         "The plan re-solved on one GPU type at a time and certified by simulation like the plan itself.", "",
         _outcomes_table(plan.per_gpu, plan, "GPU type"), "", ""])
+
+
+@dataclasses.dataclass(frozen=True)
+class PriceTie:
+    """A GPU type's on-demand price at which the plan and another plan cost the same, every other price as
+    stated: the plan's own type against the plan without it, or another type against its own plan."""
+
+    gpu: str
+    price_usd: float  # its on-demand price per GPU-hour, as the plan is priced
+    in_plan: bool
+    gpus: int  # the GPUs of the type paid on demand, in the plan (in_plan) or in the other plan
+    other: Outcome  # the plan compared: "without <gpu>" (a lever) or "<gpu> only" (a per-GPU plan)
+
+    def tie_usd(self, plan_usd: float) -> float:
+        """The price of a GPU-hour of the type at which both plans cost the same: each GPU of it on demand
+        moves its plan's cost by the price's change, and the other plan's cost does not move."""
+        gap = self.other.cost_per_hour - plan_usd
+        return self.price_usd + (gap if self.in_plan else -gap) / self.gpus
+
+
+def price_ties(plan: Plan) -> list[PriceTie]:
+    """For each GPU type the plan runs, the price at which the best plan without it (the "without" lever)
+    costs as much; for each other candidate type with a certified plan of its own (the per-GPU plans),
+    the price at which that plan costs as much as this one. Only types whose on-demand GPUs the compared
+    plan pays for (a committed type's own GPUs do not move with its on-demand price) and plans that cost
+    more than this one (the plan is the cheapest)."""
+    base = plan.alone.solution if plan.alone is not None and plan.alone.solution is not None else plan.solution
+    plan_usd = plan.compared_usd_per_hour
+    prices = {c.id: c.price_per_hour(plan.catalog.gpu(c.id).price_usd_per_hour) for c in plan.scenario.gpu_candidates}
+
+    def on_demand(sol, gpu: str) -> int:
+        return sol.on_demand_gpus.get(gpu, 0) if gpu in sol.on_demand_gpus else sol.gpus_by_type.get(gpu, 0)
+
+    compared = {o.name: o for o in (*plan.levers, *plan.per_gpu) if o.feasible and o.solution is not None}
+    ties = []
+    for gpu, price in prices.items():
+        in_plan = gpu in base.gpus_by_type
+        other = compared.get(f"without {gpu}" if in_plan else f"{gpu} only")
+        if other is None or other.cost_per_hour < plan_usd + 0.005:
+            continue
+        n = on_demand(base if in_plan else other.solution, gpu)
+        if n:
+            ties.append(PriceTie(gpu, price, in_plan, n, other))
+    return ties
+
+
+def _prices_section(plan: Plan) -> str:
+    """The on-demand prices the choice of GPU type rests on (price_ties), or nothing: the catalog's prices
+    are third-party quotes from several sellers (data/SOURCES.md), and a planner holding another quote
+    needs to know how far it may move before the choice changes."""
+    ties = price_ties(plan)
+    if not ties:
+        return ""
+    base = plan.compared_usd_per_hour
+    rows = []
+    for t in ties:
+        tie = t.tie_usd(base)
+        sol = plan.alone.solution if plan.alone is not None and plan.alone.solution is not None else plan.solution
+        committed = t.gpus < sol.gpus_by_type.get(t.gpu, 0)  # some of its GPUs are committed, not on demand
+        where = (f"{t.gpu} (the plan's, {gpus_text(t.gpus)}{' on demand beside its committed ones' if committed else ''})"
+                 if t.in_plan else t.gpu)
+        at = usd_text(tie) if tie > 0 else "none: free, it still costs more"
+        change = f"{(tie - t.price_usd) / t.price_usd:+.0%}".replace("-", "−") if tie > 0 else "—"
+        rows.append(f"| {where} | {usd_rate_text(t.price_usd)} | {at} | {change} | {t.other.name}: "
+                    f"{usd_text(t.other.cost_per_hour)}/hour, {gpus_text(t.other.gpus)} |")
+    return "\n".join([
+        "## Prices the choice rests on", "",
+        "The plan rests on the on-demand prices it is priced at (the catalog's are third-party quotes from several "
+        "sellers: the sources are in the assumptions below). "
+        "Each row moves one type's price, every other as stated, to where this plan and the one in the last column cost the "
+        "same: past it that plan is the cheaper, for certain; a plan mixing types, re-solved at the new price, can "
+        "be cheaper sooner. Re-solve with your own quote (a GPU's `price_usd_per_hour` in the scenario's `gpus` list) to know."
+        + (f" {_OWN_PRICES_TEXT.replace('The figure prices', 'This table prices')}" if _priced_other_than_paid(plan) else ""),
+        "",
+        "| GPU type | $/GPU-hour as planned | Costs the same at | Change | Against |", "|---|---:|---:|---:|---|",
+        *rows])
 
 
 def by_the_model(plan: Plan) -> str:

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from golden_files import GOLDEN, assert_matches_golden
 
 from planner.cli import main
+from planner.units import usd_rate_text, usd_text
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent
@@ -129,6 +130,34 @@ def test_a_gpu_with_borrowed_factors_names_what_planning_without_it_costs():
                                              "(the Levers' 'without mi300x', by the model)")
     assert _without_text(plan, "b200") == ""  # no such lever (a GPU the plan does not use)
     assert _without_text(SimpleNamespace(levers=[], compared_usd_per_hour=111.0), "mi300x") == ""  # not explored
+
+
+def test_the_price_a_gpu_type_ties_at_is_where_a_re_solve_at_a_higher_quote_leaves_the_plan(catalog):
+    """The catalog's prices are quotes from several sellers, and the choice of GPU type rests on them. For
+    the type the plan runs, the report gives the price at which the plan without it costs as much: at
+    that price the two cost the same, and a little past it a re-solve runs another fleet, at most as
+    dear as that plan."""
+    from test_planning import scenario, traffic
+
+    from planner.planning import make_plan
+    from planner.report import price_ties, render
+
+    model = catalog.model("llama-3.1-8b")
+    hist = traffic(1000, (1000, 200), 0, (1000, 200))
+    scn = scenario(context_limit=8192, gpus=["h100-sxm", "l40s"])
+    plan = make_plan(scn, catalog, model, hist, 20.0)
+    [tie] = price_ties(plan)
+    assert tie.in_plan and tie.other.name == f"without {tie.gpu}" and tie.gpus == plan.solution.gpus_by_type[tie.gpu]
+    at = tie.tie_usd(plan.cost_per_hour)
+    assert plan.cost_per_hour + tie.gpus * (at - tie.price_usd) == pytest.approx(tie.other.cost_per_hour, rel=1e-12)
+    gpus = [{"id": g, "price_usd_per_hour": round(at * 1.01, 4)} if g == tie.gpu else g for g in ("h100-sxm", "l40s")]
+    dearer = make_plan(scenario(context_limit=8192, gpus=gpus), catalog, model, hist, 20.0)
+    assert dearer.cost_per_hour <= tie.other.cost_per_hour + 1e-9
+    assert dearer.solution.gpus_by_type.get(tie.gpu, 0) < tie.gpus
+    text = render(plan).split("## Prices the choice rests on", 1)[1].split("\n## ", 1)[0]
+    assert (f"| {tie.gpu} (the plan's, {tie.gpus} GPUs) | {usd_rate_text(tie.price_usd)} | {usd_text(at)} | "
+            f"{(at - tie.price_usd) / tie.price_usd:+.0%} | without {tie.gpu}: {usd_text(tie.other.cost_per_hour)}/hour, "
+            f"{tie.other.gpus} GPUs |") in text
 
 
 def test_tiny_lp_file_matches_the_golden_file(tmp_path):
