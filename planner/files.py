@@ -91,7 +91,7 @@ def atomic_output(path: str | os.PathLike) -> Iterator[Path]:
             pending.append((tmp, target))
             tmp = None  # renamed, or removed, when outputs_together's block ends
     except OSError as exc:
-        raise output_error(exc, target) from None
+        raise output_error(exc, target, creating=tmp is None) from None
     finally:
         if tmp is not None:
             with contextlib.suppress(OSError):
@@ -206,7 +206,7 @@ def output_folder(path: str | os.PathLike) -> Path:
         missing = [f for f in (absolute, *absolute.parents) if not f.exists()]
         absolute.mkdir(parents=True, exist_ok=True)  # (folder's own 'new/..' would make new/ on the way)
     except OSError as exc:
-        raise output_error(exc, folder, what="cannot make the output folder") from None
+        raise output_error(exc, folder, what="cannot make the output folder", creating=True) from None
     made = _made.get()
     if made is not None:
         made.extend(missing)
@@ -243,13 +243,16 @@ INPUT_ERRNOS = frozenset({errno.ENOENT, errno.EACCES, errno.EPERM, errno.ENAMETO
                           errno.EISDIR})
 
 
-def output_error(exc: OSError, path: Path, *, what: str = "cannot write") -> InputError:
+def output_error(exc: OSError, path: Path, *, what: str = "cannot write", creating: bool = False) -> InputError:
     """An OSError on output as the one-line error the command line prints. "No such file" where the
-    folder to write in is there is a file system that takes no new entries (/proc answers so), not a
-    missing folder: an outside probe was told a folder on /proc/h.parquet's path did not exist."""
+    folder to write in is there is no missing folder: `creating` a file or folder there, a file system
+    that takes no new entries (/proc answers so; an outside probe was told a folder on
+    /proc/h.parquet's path did not exist); else, the file being written went while it was (another
+    process removed it, or the folder was made again)."""
     reason = _REASONS.get(exc.errno, exc.strerror or type(exc).__name__)
     if exc.errno == errno.ENOENT and Path(path).parent.is_dir():
-        reason = f"the folder {Path(path).parent} takes no new files (its file system refused one)"
+        reason = (f"the folder {Path(path).parent} takes no new files (its file system refused one)" if creating else
+                  "the file being written was removed before it was put in place (by another process, or with its folder)")
     return InputError(f"{what}: {reason}", where=str(path))
 
 

@@ -795,77 +795,98 @@ def _per_gpu(plan: Plan) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class PriceTie:
-    """A GPU type's on-demand price at which the plan and another plan cost the same, every other price as
-    stated: the plan's own type against the plan without it, or another type against its own plan."""
+    """A GPU type's on-demand price moved, every other price as stated, to the nearest price at which
+    a plan the report shows costs as much as the plan: rising (a plan with fewer GPUs of the type) and
+    falling (one with more), each with that plan; None where no plan shown ties in that direction."""
 
     gpu: str
     price_usd: float  # its on-demand price per GPU-hour, as the plan is priced
-    in_plan: bool
-    gpus: int  # the GPUs of the type paid on demand, in the plan (in_plan) or in the other plan
-    other: Outcome  # the plan compared: "without <gpu>" (a lever) or "<gpu> only" (a per-GPU plan)
+    plan_gpus: int  # the type's GPUs the plan pays on demand
+    rise: tuple[float, Outcome] | None
+    fall: tuple[float, Outcome] | None
 
-    def tie_usd(self, plan_usd: float) -> float:
-        """The price of a GPU-hour of the type at which both plans cost the same: each GPU of it on demand
-        moves its plan's cost by the price's change, and the other plan's cost does not move."""
-        gap = self.other.cost_per_hour - plan_usd
-        return self.price_usd + (gap if self.in_plan else -gap) / self.gpus
+
+def _comparable(plan: Plan) -> list[Outcome]:
+    """The feasible plans the report shows that the scenario as stated allows: the split options, the
+    per-GPU plans, the next-best plans, and the levers that only take options away (a GPU type, the
+    split, an fp8 dtype); not the levers that add options or change the service (fp8 switched on, a
+    lower context limit), the TTFT sweep's or the sensitivity's (other targets, another peak)."""
+    kept = [o for o in plan.levers if o.name.startswith("without ") or o.name == "split forced off"
+            or (o.name.startswith("fp8 ") and o.name.endswith(" off"))]
+    return [o for o in (*plan.split_analysis, *plan.per_gpu, *plan.alternatives, *kept)
+            if o.feasible and o.solution is not None]
 
 
 def price_ties(plan: Plan) -> list[PriceTie]:
-    """For each GPU type the plan runs, the price at which the best plan without it (the "without" lever)
-    costs as much; for each other candidate type with a certified plan of its own (the per-GPU plans),
-    the price at which that plan costs as much as this one. Only types whose on-demand GPUs the compared
-    plan pays for (a committed type's own GPUs do not move with its on-demand price) and plans that cost
-    more than this one (the plan is the cheapest)."""
+    """For each candidate GPU type, the nearest prices at which a plan the report shows (_comparable)
+    costs as much as the plan, that type's price moved and every other as stated. A GPU of the type paid on
+    demand moves a plan's cost by the price's change (a committed one does not), so a plan with d fewer
+    of them than the plan, dearer by g, ties it at a price g / d higher; one with more, at a price lower.
+    Plans that cost less than the plan (a row priced by the model beside a certified plan) tie nothing."""
     base = plan.alone.solution if plan.alone is not None and plan.alone.solution is not None else plan.solution
     plan_usd = plan.compared_usd_per_hour
-    prices = {c.id: c.price_per_hour(plan.catalog.gpu(c.id).price_usd_per_hour) for c in plan.scenario.gpu_candidates}
 
     def on_demand(sol, gpu: str) -> int:
         return sol.on_demand_gpus.get(gpu, 0) if gpu in sol.on_demand_gpus else sol.gpus_by_type.get(gpu, 0)
 
-    compared = {o.name: o for o in (*plan.levers, *plan.per_gpu) if o.feasible and o.solution is not None}
+    others = [o for o in _comparable(plan) if o.cost_per_hour >= plan_usd - 0.005]
     ties = []
-    for gpu, price in prices.items():
-        in_plan = gpu in base.gpus_by_type
-        other = compared.get(f"without {gpu}" if in_plan else f"{gpu} only")
-        if other is None or other.cost_per_hour < plan_usd + 0.005:
-            continue
-        n = on_demand(base if in_plan else other.solution, gpu)
-        if n:
-            ties.append(PriceTie(gpu, price, in_plan, n, other))
+    for cand in plan.scenario.gpu_candidates:
+        price = cand.price_per_hour(plan.catalog.gpu(cand.id).price_usd_per_hour)
+        mine = on_demand(base, cand.id)
+        rise = fall = None
+        for o in others:
+            d = mine - on_demand(o.solution, cand.id)
+            if d == 0:
+                continue
+            at = price + max(o.cost_per_hour - plan_usd, 0.0) / d
+            if d > 0 and (rise is None or at < rise[0]):
+                rise = (at, o)
+            # (a fall to under half a cent: two plans of this type alone, whose costs tie only when it is free)
+            elif d < 0 and at >= 0.005 and (fall is None or at > fall[0]):
+                fall = (at, o)
+        if rise or fall:
+            ties.append(PriceTie(cand.id, price, mine, rise, fall))
     return ties
 
 
 def _prices_section(plan: Plan) -> str:
-    """The on-demand prices the choice of GPU type rests on (price_ties), or nothing: the catalog's prices
-    are third-party quotes from several sellers (data/SOURCES.md), and a planner holding another quote
-    needs to know how far it may move before the choice changes."""
+    """The on-demand prices the choice of GPU types rests on (price_ties), or nothing: the catalog's
+    prices are third-party quotes from several sellers (data/SOURCES.md), and a planner holding another
+    quote needs to know how far it may move before a plan the report shows costs less."""
     ties = price_ties(plan)
     if not ties:
         return ""
-    base = plan.compared_usd_per_hour
+    which = _which_plan(plan)
+
+    def cell(tie: tuple[float, Outcome] | None, price: float) -> tuple[str, str]:
+        if tie is None:
+            return "—", "—"
+        at, o = tie
+        moved = "ties now" if abs(at - price) < 0.005 else f"{(at - price) / price:+.0%}".replace("-", "−")
+        return f"{usd_text(at)} ({moved})", f"{o.name}: {usd_text(o.cost_per_hour)}/hour, {gpus_text(o.gpus)}"
+
     rows = []
     for t in ties:
-        tie = t.tie_usd(base)
-        sol = plan.alone.solution if plan.alone is not None and plan.alone.solution is not None else plan.solution
-        committed = t.gpus < sol.gpus_by_type.get(t.gpu, 0)  # some of its GPUs are committed, not on demand
-        where = (f"{t.gpu} (the plan's, {gpus_text(t.gpus)}{' on demand beside its committed ones' if committed else ''})"
-                 if t.in_plan else t.gpu)
-        at = usd_text(tie) if tie > 0 else "none: free, it still costs more"
-        change = f"{(tie - t.price_usd) / t.price_usd:+.0%}".replace("-", "−") if tie > 0 else "—"
-        rows.append(f"| {where} | {usd_rate_text(t.price_usd)} | {at} | {change} | {t.other.name}: "
-                    f"{usd_text(t.other.cost_per_hour)}/hour, {gpus_text(t.other.gpus)} |")
+        up, up_plan = cell(t.rise, t.price_usd)
+        down, down_plan = cell(t.fall, t.price_usd)
+        runs = f"{gpus_text(t.plan_gpus)} on demand" if t.plan_gpus else "none"
+        rows.append(f"| {t.gpu} | {usd_rate_text(t.price_usd)} | {runs} | {up} | {up_plan} | {down} | {down_plan} |")
+    # one text for a scenario and a fleet's service: a section is its own report where no shared limit binds
+    where = "a GPU's `price_usd_per_hour` in the scenario's `gpus` list; for a type a fleet shares, in its inventory"
     return "\n".join([
         "## Prices the choice rests on", "",
-        "The plan rests on the on-demand prices it is priced at (the catalog's are third-party quotes from several "
-        "sellers: the sources are in the assumptions below). "
-        "Each row moves one type's price, every other as stated, to where this plan and the one in the last column cost the "
-        "same: past it that plan is the cheaper, for certain; a plan mixing types, re-solved at the new price, can "
-        "be cheaper sooner. Re-solve with your own quote (a GPU's `price_usd_per_hour` in the scenario's `gpus` list) to know."
+        f"{which[0].upper()}{which[1:]} rests on the on-demand prices it is priced at (the catalog's are third-party "
+        "quotes from several sellers: the sources are in the assumptions below). Each row moves one GPU type's price, "
+        f"every other as stated, to the nearest price at which a plan shown above costs as much as {which} (a split "
+        "option, a per-GPU plan, a next-best plan, or a lever that only takes options away), each priced as its own "
+        "table prices it: a per-GPU plan certified by simulation, the others by the model. Past that price, that plan "
+        "costs less, so priced. A plan not shown here, re-solved at the new price, can cost less sooner: re-solve with your "
+        f"own quote ({where}) to know."
         + (f" {_OWN_PRICES_TEXT.replace('The figure prices', 'This table prices')}" if _priced_other_than_paid(plan) else ""),
         "",
-        "| GPU type | $/GPU-hour as planned | Costs the same at | Change | Against |", "|---|---:|---:|---:|---|",
+        f"| GPU type | $/GPU-hour as planned | In {which} | Ties if it rises to | Against | Ties if it falls to | Against |",
+        "|---|---:|---:|---:|---|---:|---|",
         *rows])
 
 

@@ -195,8 +195,13 @@ def hours_text(*, quarters: bool) -> str:
 
 
 def resident_text(n: float | None) -> str:
-    """A ceiling's resident sequences: whole where whole (the engine's batch limit), else to two decimals (an
-    unfloored memory concurrency, a latency bound's grid point), so that λ(N) can be redone from it; '—' for none."""
+    """A ceiling's resident sequences: whole where whole (the engine's batch limit), else to six significant
+    digits, trailing zeros dropped (an unfloored memory concurrency, a latency bound's grid point): λ of it
+    then rounds to the rate printed beside it (two decimals did not: a knee at 0.2018 read "0.20", where
+    λ(0.20) gives the tpot ceiling's rate, not the knee's); '—' for none."""
     if n is None or not math.isfinite(n):
         return "—"
-    return f"{n:,.0f}" if n == int(n) else f"{n:,.2f}"
+    if n == int(n):
+        return f"{n:,.0f}"
+    text = significant_text(n, 6)
+    return text.rstrip("0").rstrip(".") if "." in text else text

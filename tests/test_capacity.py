@@ -154,7 +154,12 @@ def test_every_ceiling_is_lambda_at_the_resident_batch_it_names(catalog):
         assert math.floor(cap.ceilings_batch["memory"]) == cap.concurrency[sizing]
         assert cap.ceilings_batch["roofline"] == dep.engine.max_num_seqs
         assert rm.failing(cap.ceilings_batch["tpot"]) == []
-    assert resident_text(564.0) == "564" and resident_text(564.753) == "564.75" and resident_text(math.inf) == "—"
+        # the N printed gives the rate printed (to the three decimals the tables show)
+        for kind, n in (*cap.ceilings_batch.items(), ("knee", cap.point.resident_batch)):
+            rps = cap.ceilings_rps.get(kind, cap.max_rps)
+            assert f"{rm.rate(float(resident_text(n).replace(',', ''))):,.3f}" == f"{rps:,.3f}"
+    assert resident_text(564.0) == "564" and resident_text(564.7531) == "564.753" and resident_text(math.inf) == "—"
+    assert resident_text(0.2018345) == "0.201835" and resident_text(0.0201) == "0.0201"
 
 
 def test_a_mean_itl_target_is_judged_on_the_mean_itl_the_report_prints(catalog):

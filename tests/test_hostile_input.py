@@ -297,6 +297,10 @@ def test_a_folder_whose_file_system_takes_no_new_files_is_not_called_missing(tmp
     gone = tmp_path / "gone" / "h.parquet"
     assert str(output_error(FileNotFoundError(2, "No such file"), gone)).endswith(
         "cannot write: a folder on the path does not exist")
+    # a file being written that went before its rename (another process removed it) is said to have gone
+    assert str(output_error(FileNotFoundError(2, "No such file"), tmp_path / "h.parquet")).endswith(
+        "cannot write: the file being written was removed before it was put in place (by another process, or with "
+        "its folder)")
 
 
 def test_a_killed_runs_temporary_files_are_removed_by_the_next_run(tmp_path):

@@ -134,9 +134,9 @@ def test_a_gpu_with_borrowed_factors_names_what_planning_without_it_costs():
 
 def test_the_price_a_gpu_type_ties_at_is_where_a_re_solve_at_a_higher_quote_leaves_the_plan(catalog):
     """The catalog's prices are quotes from several sellers, and the choice of GPU type rests on them. For
-    the type the plan runs, the report gives the price at which the plan without it costs as much: at
-    that price the two cost the same, and a little past it a re-solve runs another fleet, at most as
-    dear as that plan."""
+    each candidate type the report gives the nearest price at which a plan it shows costs as much as the
+    plan: at that price the two cost the same, and a little past it a re-solve runs fewer GPUs of the type
+    and costs no more than that plan then does."""
     from test_planning import scenario, traffic
 
     from planner.planning import make_plan
@@ -144,20 +144,30 @@ def test_the_price_a_gpu_type_ties_at_is_where_a_re_solve_at_a_higher_quote_leav
 
     model = catalog.model("llama-3.1-8b")
     hist = traffic(1000, (1000, 200), 0, (1000, 200))
-    scn = scenario(context_limit=8192, gpus=["h100-sxm", "l40s"])
-    plan = make_plan(scn, catalog, model, hist, 20.0)
-    [tie] = price_ties(plan)
-    assert tie.in_plan and tie.other.name == f"without {tie.gpu}" and tie.gpus == plan.solution.gpus_by_type[tie.gpu]
-    at = tie.tie_usd(plan.cost_per_hour)
-    assert plan.cost_per_hour + tie.gpus * (at - tie.price_usd) == pytest.approx(tie.other.cost_per_hour, rel=1e-12)
-    gpus = [{"id": g, "price_usd_per_hour": round(at * 1.01, 4)} if g == tie.gpu else g for g in ("h100-sxm", "l40s")]
+    plan = make_plan(scenario(context_limit=8192, gpus=["h100-sxm", "l40s"]), catalog, model, hist, 20.0)
+    ties = {t.gpu: t for t in price_ties(plan)}
+    h100 = ties["h100-sxm"]
+    assert h100.plan_gpus == plan.solution.gpus_by_type["h100-sxm"] and h100.fall is None
+    at, other = h100.rise
+    theirs = other.solution.gpus_by_type.get("h100-sxm", 0)
+    assert theirs < h100.plan_gpus
+    assert plan.cost_per_hour + h100.plan_gpus * (at - h100.price_usd) == pytest.approx(
+        other.cost_per_hour + theirs * (at - h100.price_usd), rel=1e-12)
+    past = round(at * 1.01, 4)
+    gpus = [{"id": "h100-sxm", "price_usd_per_hour": past}, "l40s"]
     dearer = make_plan(scenario(context_limit=8192, gpus=gpus), catalog, model, hist, 20.0)
-    assert dearer.cost_per_hour <= tie.other.cost_per_hour + 1e-9
-    assert dearer.solution.gpus_by_type.get(tie.gpu, 0) < tie.gpus
+    assert dearer.solution.gpus_by_type.get("h100-sxm", 0) < h100.plan_gpus
+    assert dearer.cost_per_hour <= other.cost_per_hour + theirs * (past - h100.price_usd) + 1e-9
+    # the type the plan does not run ties where a plan with more of it costs as much, its price falling
+    l40s = ties["l40s"]
+    assert l40s.plan_gpus == 0 and l40s.rise is None
+    low, cheaper = l40s.fall
+    n = cheaper.solution.gpus_by_type["l40s"]
+    assert plan.cost_per_hour == pytest.approx(cheaper.cost_per_hour + n * (low - l40s.price_usd), rel=1e-12)
     text = render(plan).split("## Prices the choice rests on", 1)[1].split("\n## ", 1)[0]
-    assert (f"| {tie.gpu} (the plan's, {tie.gpus} GPUs) | {usd_rate_text(tie.price_usd)} | {usd_text(at)} | "
-            f"{(at - tie.price_usd) / tie.price_usd:+.0%} | without {tie.gpu}: {usd_text(tie.other.cost_per_hour)}/hour, "
-            f"{tie.other.gpus} GPUs |") in text
+    assert (f"| h100-sxm | {usd_rate_text(h100.price_usd)} | {h100.plan_gpus} GPUs on demand | {usd_text(at)} "
+            f"({(at - h100.price_usd) / h100.price_usd:+.0%}) | {other.name}: {usd_text(other.cost_per_hour)}/hour, "
+            f"{other.gpus} GPUs |") in text
 
 
 def test_tiny_lp_file_matches_the_golden_file(tmp_path):
