@@ -859,18 +859,24 @@ def _prices_section(plan: Plan) -> str:
         return ""
     which = _which_plan(plan)
 
+    certified = {o.name for o in plan.per_gpu} if plan.certification is not None else None
+
     def cell(tie: tuple[float, Outcome] | None, price: float) -> tuple[str, str]:
         if tie is None:
             return "—", "—"
         at, o = tie
         moved = "ties now" if abs(at - price) < 0.005 else f"{(at - price) / price:+.0%}".replace("-", "−")
-        return f"{usd_text(at)} ({moved})", f"{o.name}: {usd_text(o.cost_per_hour)}/hour, {gpus_text(o.gpus)}"
+        how = "" if certified is None else " (certified)" if o.name in certified else " (by the model)"
+        return f"{usd_text(at)} ({moved})", f"{o.name}{how}: {usd_text(o.cost_per_hour)}/hour, {gpus_text(o.gpus)}"
 
+    base = plan.alone.solution if plan.alone is not None and plan.alone.solution is not None else plan.solution
     rows = []
     for t in ties:
         up, up_plan = cell(t.rise, t.price_usd)
         down, down_plan = cell(t.fall, t.price_usd)
-        runs = f"{gpus_text(t.plan_gpus)} on demand" if t.plan_gpus else "none"
+        held = base.gpus_by_type.get(t.gpu, 0)
+        runs = ("none" if not held else gpus_text(held) if t.plan_gpus == held
+                else f"{held:,} GPUs, {t.plan_gpus:,} of them on demand")
         rows.append(f"| {t.gpu} | {usd_rate_text(t.price_usd)} | {runs} | {up} | {up_plan} | {down} | {down_plan} |")
     # one text for a scenario and a fleet's service: a section is its own report where no shared limit binds
     where = "a GPU's `price_usd_per_hour` in the scenario's `gpus` list; for a type a fleet shares, in its inventory"
@@ -882,7 +888,8 @@ def _prices_section(plan: Plan) -> str:
         "option, a per-GPU plan, a next-best plan, or a lever that only takes options away), each priced as its own "
         "table prices it: a per-GPU plan certified by simulation, the others by the model. Past that price, that plan "
         "costs less, so priced. A plan not shown here, re-solved at the new price, can cost less sooner: re-solve with your "
-        f"own quote ({where}) to know."
+        f"own quote ({where}) to know. A dash: no plan shown ties in that direction (two plans of that type alone tie "
+        "only where it is free); a type with no row runs as many GPUs in every plan shown."
         + (f" {_OWN_PRICES_TEXT.replace('The figure prices', 'This table prices')}" if _priced_other_than_paid(plan) else ""),
         "",
         f"| GPU type | $/GPU-hour as planned | In {which} | Ties if it rises to | Against | Ties if it falls to | Against |",

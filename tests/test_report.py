@@ -165,7 +165,7 @@ def test_the_price_a_gpu_type_ties_at_is_where_a_re_solve_at_a_higher_quote_leav
     n = cheaper.solution.gpus_by_type["l40s"]
     assert plan.cost_per_hour == pytest.approx(cheaper.cost_per_hour + n * (low - l40s.price_usd), rel=1e-12)
     text = render(plan).split("## Prices the choice rests on", 1)[1].split("\n## ", 1)[0]
-    assert (f"| h100-sxm | {usd_rate_text(h100.price_usd)} | {h100.plan_gpus} GPUs on demand | {usd_text(at)} "
+    assert (f"| h100-sxm | {usd_rate_text(h100.price_usd)} | {h100.plan_gpus} GPUs | {usd_text(at)} "
             f"({(at - h100.price_usd) / h100.price_usd:+.0%}) | {other.name}: {usd_text(other.cost_per_hour)}/hour, "
             f"{other.gpus} GPUs |") in text
 
