@@ -883,11 +883,11 @@ def _prices_section(plan: Plan) -> str:
     return "\n".join([
         "## Prices the choice rests on", "",
         f"{which[0].upper()}{which[1:]} rests on the on-demand prices it is priced at (the catalog's are third-party "
-        "quotes from several sellers: the sources are in the assumptions below). Each row moves one GPU type's price, "
-        f"every other as stated, to the nearest price at which a plan shown above costs as much as {which} (a split "
-        "option, a per-GPU plan, a next-best plan, or a lever that only takes options away), each priced as its own "
-        "table prices it: a per-GPU plan certified by simulation, the others by the model. Past that price, that plan "
-        "costs less, so priced. A plan not shown here, re-solved at the new price, can cost less sooner: re-solve with your "
+        "quotes from several sellers; the sources are in the assumptions below). Each row moves one GPU type's price, "
+        f"every other as stated, to the nearest price at which another plan this report shows (a split option, a "
+        f"per-GPU plan, a next-best plan, or a lever that only takes options away) costs as much as {which}; past it, "
+        "that plan costs less. Each is priced as its own table prices it: a per-GPU plan certified by simulation, the "
+        "others by the model. A plan not shown, re-solved at the new price, can cost less sooner: re-solve with your "
         f"own quote ({where}) to know. A dash: no plan shown ties in that direction (two plans of that type alone tie "
         "only where it is free); a type with no row runs as many GPUs in every plan shown."
         + (f" {_OWN_PRICES_TEXT.replace('The figure prices', 'This table prices')}" if _priced_other_than_paid(plan) else ""),
