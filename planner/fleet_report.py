@@ -268,16 +268,16 @@ def _totals(fp: FleetPlan) -> str:
     return "\n".join(lines)
 
 
-def reservation_savings(fp: FleetPlan) -> list[tuple[TypeUse, float]]:
+def reservation_savings(fp: FleetPlan) -> list[tuple[TypeUse, float, float]]:
     """The GPU types with reservations that the fleet runs on demand beyond its commitments, where the
-    inventory's reserved price is below the on-demand one: (the type's use, that reserved price). An owned
-    GPU's price is no offer of more at that price (it may be sunk: $0 is allowed), so owned-only types are
-    left out."""
+    inventory's reserved price is below the on-demand one: (the type's use, that reserved price, what one
+    of its on-demand GPUs saves an hour reserved). An owned GPU's price is no offer of more at that price
+    (it may be sunk: $0 is allowed), so owned-only types are left out."""
     out = []
     for t in fp.types:
         s = fp.fleet.spec.inventory.get(t.gpu)
         if s is not None and t.on_demand and s.reserved and s.reserved_usd_per_hour < t.on_demand_usd_per_gpu_hour:
-            out.append((t, s.reserved_usd_per_hour))
+            out.append((t, s.reserved_usd_per_hour, t.on_demand_usd_per_gpu_hour - s.reserved_usd_per_hour))
     return out
 
 
@@ -290,8 +290,7 @@ def reservations_worth_adding(fp: FleetPlan) -> list[str]:
     if not found:
         return []
     parts = []
-    for t, price in found:
-        each = t.on_demand_usd_per_gpu_hour - price
+    for t, price, each in found:
         every = "it" if t.on_demand == 1 else f"all {t.on_demand:,}"
         parts.append(f"{t.gpu} runs {gpus_text(t.on_demand)} on demand at {usd_rate_text(t.on_demand_usd_per_gpu_hour)}"
                      f"/GPU-hour beside its {t.committed:,} committed; each reserved at the inventory's reserved price "
@@ -443,7 +442,7 @@ def write_fleet_report(fp: FleetPlan, out_dir: Path) -> Path:
 def fleet_json(fp: FleetPlan) -> dict[str, Any]:
     """The fleet plan as data: totals, GPU types, shared constraints, and each service's plan
     (the keys of a single scenario's JSON, plus what the fleet pays for it)."""
-    saves = {t.gpu: (t.on_demand_usd_per_gpu_hour - price) * t.on_demand for t, price in reservation_savings(fp)}
+    saves = {t.gpu: each * t.on_demand for t, _, each in reservation_savings(fp)}
     services = []
     for plan in fp.plans:
         entry = plan_json(plan)

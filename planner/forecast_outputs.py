@@ -928,7 +928,7 @@ def plan_beside_cheapest_way(results: Sequence[QuarterResult], total: dict) -> l
              if running else "")
     reserving = ("; the cheapest way pays for its reservations in their own quarter alone, at the price of a "
                  "commitment for the whole term, so what they would commit after it is not in its amount"
-                 if key in ("peak_reserved", "mixed") else "")
+                 if any(n for r in results for n in r.day.policy(key).reserved.values()) else "")
     return ["", f"The forecast's {plans} {'pay' if many else 'pays'} {usd_text(plan_usd)} over {span}; {compared}. "
             f"The {plans} {'pay' if many else 'pays'} for {'each quarter' if many else 'the quarter'}'s peak-sized "
             f"fleet all day, on demand or at the commitments {'they carry' if many else 'it carries'}{later}; the ways "

@@ -187,9 +187,10 @@ def _priced_other_than_paid(plan: Plan) -> bool:
     return plan.alone is not None and bool({p.config.gpu.id for p in plan.pools} & plan.alone_committed)
 
 
-# A fleet service's figures price the service alone, at its candidates' on-demand prices
-_OWN_PRICES_TEXT = ("The figure prices the service alone, at its own (on-demand) prices, as its rows above do: the "
-                    "fleet's totals price what the fleet pays.")
+def _own_prices_text(what: str) -> str:
+    """That `what` ("The figure", "This table") prices a fleet service alone, at its candidates' on-demand prices."""
+    return (f"{what} prices the service alone, at its own (on-demand) prices, as its rows above do: the "
+            "fleet's totals price what the fleet pays.")
 
 
 def _split_figure_text(plan: Plan) -> str:
@@ -199,7 +200,7 @@ def _split_figure_text(plan: Plan) -> str:
     return (f"Drawn: every feasible row of the split options and the levers, {_which_plan(plan)}'s in orange; a lever that "
             "changes the service (a lower context limit rejects requests) can cost less without serving as much."
             + (f" Not drawn, infeasible: {', '.join(left)}." if left else "")
-            + (f" {_OWN_PRICES_TEXT}" if _priced_other_than_paid(plan) else ""))
+            + (f" {_own_prices_text('The figure')}" if _priced_other_than_paid(plan) else ""))
 
 
 def _tie_note(plan: Plan) -> str:
@@ -217,6 +218,12 @@ def _tie_note(plan: Plan) -> str:
             "which the rule for ties decides between (fewer pools, then no split or the lowest threshold, then the more "
             "precise weights and KV cache, then the more requests/s; between GPU types of one price, the solver's "
             "order).")
+
+
+def _compared_solution(plan: Plan):
+    """The solution a section's explorations are measured against: the plan's, or a fleet service's plan
+    alone (Plan.compared_usd_per_hour is its cost)."""
+    return plan.alone.solution if plan.alone is not None and plan.alone.solution is not None else plan.solution
 
 
 def _which_plan(plan: Plan) -> str:
@@ -802,6 +809,7 @@ class PriceTie:
     gpu: str
     price_usd: float  # its on-demand price per GPU-hour, as the plan is priced
     plan_gpus: int  # the type's GPUs the plan pays on demand
+    plan_held: int  # all the type's GPUs in the plan, committed ones too
     rise: tuple[float, Outcome] | None
     fall: tuple[float, Outcome] | None
 
@@ -823,7 +831,7 @@ def price_ties(plan: Plan) -> list[PriceTie]:
     demand moves a plan's cost by the price's change (a committed one does not), so a plan with d fewer
     of them than the plan, dearer by g, ties it at a price g / d higher; one with more, at a price lower.
     Plans that cost less than the plan (a row priced by the model beside a certified plan) tie nothing."""
-    base = plan.alone.solution if plan.alone is not None and plan.alone.solution is not None else plan.solution
+    base = _compared_solution(plan)
     plan_usd = plan.compared_usd_per_hour
 
     def on_demand(sol, gpu: str) -> int:
@@ -846,7 +854,7 @@ def price_ties(plan: Plan) -> list[PriceTie]:
             elif d < 0 and at >= 0.005 and (fall is None or at > fall[0]):
                 fall = (at, o)
         if rise or fall:
-            ties.append(PriceTie(cand.id, price, mine, rise, fall))
+            ties.append(PriceTie(cand.id, price, mine, base.gpus_by_type.get(cand.id, 0), rise, fall))
     return ties
 
 
@@ -869,14 +877,12 @@ def _prices_section(plan: Plan) -> str:
         how = "" if certified is None else " (certified)" if o.name in certified else " (by the model)"
         return f"{usd_text(at)} ({moved})", f"{o.name}{how}: {usd_text(o.cost_per_hour)}/hour, {gpus_text(o.gpus)}"
 
-    base = plan.alone.solution if plan.alone is not None and plan.alone.solution is not None else plan.solution
     rows = []
     for t in ties:
         up, up_plan = cell(t.rise, t.price_usd)
         down, down_plan = cell(t.fall, t.price_usd)
-        held = base.gpus_by_type.get(t.gpu, 0)
-        runs = ("none" if not held else gpus_text(held) if t.plan_gpus == held
-                else f"{held:,} GPUs, {t.plan_gpus:,} of them on demand")
+        runs = ("none" if not t.plan_held else gpus_text(t.plan_held) if t.plan_gpus == t.plan_held
+                else f"{t.plan_held:,} GPUs, {t.plan_gpus:,} of them on demand")
         rows.append(f"| {t.gpu} | {usd_rate_text(t.price_usd)} | {runs} | {up} | {up_plan} | {down} | {down_plan} |")
     # one text for a scenario and a fleet's service: a section is its own report where no shared limit binds
     where = "a GPU's `price_usd_per_hour` in the scenario's `gpus` list; for a type a fleet shares, in its inventory"
@@ -890,7 +896,7 @@ def _prices_section(plan: Plan) -> str:
         "others by the model. A plan not shown, re-solved at the new price, can cost less sooner: re-solve with your "
         f"own quote ({where}) to know. A dash: no plan shown ties in that direction (two plans of that type alone tie "
         "only where it is free); a type with no row runs as many GPUs in every plan shown."
-        + (f" {_OWN_PRICES_TEXT.replace('The figure prices', 'This table prices')}" if _priced_other_than_paid(plan) else ""),
+        + (f" {_own_prices_text('This table')}" if _priced_other_than_paid(plan) else ""),
         "",
         f"| GPU type | $/GPU-hour as planned | In {which} | Ties if it rises to | Against | Ties if it falls to | Against |",
         "|---|---:|---:|---:|---|---:|---|",
@@ -934,7 +940,7 @@ def _sweep(plan: Plan, figure: str | None) -> str:
         if left:
             said.append(f"Not drawn: the infeasible limits ({', '.join(left)}), which no plan holds.")
         if _priced_other_than_paid(plan):
-            said.append(_OWN_PRICES_TEXT)
+            said.append(_own_prices_text("The figure"))
         lines += ["", " ".join(said)]
     return "\n".join(lines) + "\n\n"
 
@@ -1340,7 +1346,7 @@ def ttft_sweep_axis(bands) -> str:
 def _chosen_row(plan: Plan) -> str | None:
     """The split analysis's row of the plan its section's rows are measured against (the plan, or a
     fleet service's plan alone): the one the split figure marks."""
-    option = (plan.alone.solution if plan.alone is not None and plan.alone.solution is not None else plan.solution).option
+    option = _compared_solution(plan).option
     return option_name(option)
 
 

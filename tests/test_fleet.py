@@ -703,9 +703,9 @@ def test_on_demand_gpus_of_a_reserved_type_are_priced_as_reservations_and_a_re_p
     services = [service("alpha", 30.0, **h100_only), service("beta", 12.0, **h100_only)]
     path = write_fleet(tmp_path, services=services, inventory={"h100-sxm": {"reserved": 1, "reserved_usd_per_hour": 2.093}})
     fp = make_fleet_plan(load_fleet(path), explore=False)
-    [(h100, price)] = reservation_savings(fp)
+    [(h100, price, each)] = reservation_savings(fp)
     assert (h100.gpu, price, h100.committed) == ("h100-sxm", 2.093, 1) and h100.on_demand > 1
-    each = h100.on_demand_usd_per_gpu_hour - price
+    assert each == h100.on_demand_usd_per_gpu_hour - price
     assert (f"**Reservations worth adding**: h100-sxm runs {h100.on_demand} GPUs on demand at "
             f"{usd_rate_text(h100.on_demand_usd_per_gpu_hour)}/GPU-hour beside its 1 committed; each reserved at the "
             f"inventory's reserved price ($2.093/GPU-hour) would save {usd_rate_text(each)} an hour, "
