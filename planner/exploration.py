@@ -316,15 +316,16 @@ def _levers(scn, catalog, model, served, limit, peak, evaluator, configs, classe
     """Re-solve with each lever switched (design.md, "The optimisation"); the levers multiply."""
     out, least = [], scn.min_replicas_per_pool
 
-    def with_dtypes(name: str, weights, kvs) -> None:
+    def with_dtypes(name: str, weights, kvs, *, narrows: bool) -> None:
         cfgs = candidate_configs(scn, catalog, model, weights, kvs)
         if not cfgs:
-            out.append(Outcome(name, False, math.inf, 0, "", "no GPU candidate supports it"))
+            out.append(Outcome(name, False, math.inf, 0, "", "no GPU candidate supports it", narrows=narrows))
             return
         res, evs = lazy_solve(evaluator, solve, classes, cfgs)
         out.append(outcome_of(name, res, "" if res.pools else infeasible_message(classes, evs, inventory,
                                                                                  min_replicas=least,
-                                                                                 type_rule=solve.type_rule)))
+                                                                                 type_rule=solve.type_rule),
+                              narrows=narrows))
 
     for kind, allowed in (("KV cache", scn.kv_dtypes), ("weights", scn.weight_dtypes)):
         if "fp8" in allowed:
@@ -334,20 +335,20 @@ def _levers(scn, catalog, model, served, limit, peak, evaluator, configs, classe
         else:
             switched, name = [*allowed, "fp8"], f"fp8 {kind} on"
         w, k = (scn.weight_dtypes, switched) if kind == "KV cache" else (switched, scn.kv_dtypes)
-        with_dtypes(name, w, k)
+        with_dtypes(name, w, k, narrows=set(switched) <= set(allowed))
     if len(classes) > 1:
         res = search.solve(options=["none"])
         out.append(outcome_of("split forced off", res, "" if res.pools else
                               infeasible_message({"none": classes["none"]}, search.evaluations(), inventory,
-                                                 min_replicas=least, type_rule=solve.type_rule)))
+                                                 min_replicas=least, type_rule=solve.type_rule), narrows=True))
     for gpu_id in sorted({p.gpu for p in sol.pools}):
         keep = [c for c in configs if c.gpu.id != gpu_id]
         if not keep:
-            out.append(Outcome(f"without {gpu_id}", False, math.inf, 0, "", "no other GPU candidate"))
+            out.append(Outcome(f"without {gpu_id}", False, math.inf, 0, "", "no other GPU candidate", narrows=True))
             continue
         res, evs = lazy_solve(evaluator, solve, classes, keep)
         out.append(outcome_of(f"without {gpu_id}", res, "" if res.pools else infeasible_message(
-            classes, evs, inventory, min_replicas=least, type_rule=solve.type_rule)))
+            classes, evs, inventory, min_replicas=least, type_rule=solve.type_rule), narrows=True))
     lowered = context() if context is not None else context_lever(scn, catalog, model, served, limit, peak, configs,
                                                                     inventory, evaluator=evaluator, solve=solve,
                                                                     all_requests=all_requests)

@@ -203,6 +203,11 @@ class Outcome:
     summary: str
     why_not: str = ""
     solution: FleetSolution | None = None
+    # A lever that only takes options away from the scenario as stated (a GPU type, the split, an fp8
+    # dtype): its plan is one the stated scenario allows, so the price ties compare the plan with it
+    # (report.price_ties); one that adds options or changes the service (fp8 switched on, a lower
+    # context limit) is not, whatever its name.
+    narrows: bool = False
 
 
 @dataclass(frozen=True)

@@ -616,11 +616,12 @@ def _summary(sol: FleetSolution) -> str:
 TIME_LIMIT_WHY = "no plan found within solver.time_limit_s; raise it"
 
 
-def outcome_of(name: str, sol: FleetSolution, why: str = "") -> Outcome:
-    """A re-solve's row: its plan, or why it has none (`why`, unless the time limit stopped the solver)."""
+def outcome_of(name: str, sol: FleetSolution, why: str = "", *, narrows: bool = False) -> Outcome:
+    """A re-solve's row: its plan, or why it has none (`why`, unless the time limit stopped the solver).
+    narrows: the re-solve only takes options away from the scenario as stated (Outcome.narrows)."""
     if not sol.pools:
         if sol.status == "Not Solved":
             why = TIME_LIMIT_WHY
-        return Outcome(name, False, math.inf, 0, "", why or f"infeasible ({sol.status})")
-    return Outcome(name, True, sol.cost_per_hour, sol.gpus, _summary(sol), solution=sol)
+        return Outcome(name, False, math.inf, 0, "", why or f"infeasible ({sol.status})", narrows=narrows)
+    return Outcome(name, True, sol.cost_per_hour, sol.gpus, _summary(sol), solution=sol, narrows=narrows)
 

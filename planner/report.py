@@ -819,8 +819,7 @@ def _comparable(plan: Plan) -> list[Outcome]:
     per-GPU plans, the next-best plans, and the levers that only take options away (a GPU type, the
     split, an fp8 dtype); not the levers that add options or change the service (fp8 switched on, a
     lower context limit), the TTFT sweep's or the sensitivity's (other targets, another peak)."""
-    kept = [o for o in plan.levers if o.name.startswith("without ") or o.name == "split forced off"
-            or (o.name.startswith("fp8 ") and o.name.endswith(" off"))]
+    kept = [o for o in plan.levers if o.narrows]
     return [o for o in (*plan.split_analysis, *plan.per_gpu, *plan.alternatives, *kept)
             if o.feasible and o.solution is not None]
 

@@ -170,6 +170,36 @@ def test_the_price_a_gpu_type_ties_at_is_where_a_re_solve_at_a_higher_quote_leav
             f"{other.gpus} GPUs |") in text
 
 
+def test_the_price_ties_compare_only_plans_the_stated_scenario_allows(catalog):
+    """The levers the price ties compare were picked by their names (a lever renamed or added would
+    have slipped in or out unseen); each lever now says whether it only takes options away. Every
+    one so marked runs configs among the stated candidates, at a split the scenario offers; fp8
+    switched on and a lower context limit are not marked, whatever they run."""
+    from test_planning import scenario, traffic
+
+    from planner.plan_setup import candidate_configs
+    from planner.planning import make_plan
+    from planner.report import _comparable
+
+    model = catalog.model("llama-3.1-8b")
+    scn = scenario(context_limit=16384, gpus=["h100-sxm", "l40s"], kv_dtypes=["bf16", "fp8"], split_thresholds=[4096])
+    plan = make_plan(scn, catalog, model, traffic(1000, (1000, 200), 200, (9000, 300)), 20.0)
+    limits = {tc.max_model_len for tcs in plan.classes.values() for tc in tcs}
+    stated = {c.label(limit) for c in candidate_configs(scn, catalog, model, scn.weight_dtypes, scn.kv_dtypes)
+              for limit in limits}
+    marked = {o.name: o for o in plan.levers if o.narrows}
+    assert set(marked) == {"fp8 KV cache off", "split forced off", *(f"without {g}" for g in plan.solution.gpus_by_type)}
+    assert not any(o.narrows for o in plan.levers if o.name == "fp8 weights on" or o.name.startswith("context limit"))
+    for o in marked.values():
+        if o.solution is None:
+            continue
+        assert o.solution.option in {"none", *(str(t) for t in scn.split_thresholds)}
+        assert {pool.config for pool in o.solution.pools} <= stated
+    compared = _comparable(plan)
+    assert all(o.narrows for o in compared if o in plan.levers)
+    assert {o.name for o in compared if o in plan.levers} == {o.name for o in marked.values() if o.feasible}
+
+
 def test_tiny_lp_file_matches_the_golden_file(tmp_path):
     """`--write-lp` writes the ILP a person can read; the golden copy catches silent drift in its
     variables, constraint names and coefficients (PuLP's examples keep such files too)."""
