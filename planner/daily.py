@@ -178,6 +178,29 @@ class Policy:
         return self.reserved.get(pool, 0) + self.on_demand[pool][hour]
 
 
+def mean_served_rps(busiest_hour_rps: float | None, profile: DailyProfile, growth: float,
+                    served_share: float) -> float | None:
+    """The period's mean served arrival rate, requests/s: the busiest hour's mean rate (before growth)
+    × the profile's mean hour over its busiest × growth × the share of requests served (the rest are
+    past the context limit); None where the busiest hour's rate is unknown (no timestamps and no
+    traffic.mean_rps). A fleet sized for the peak is paid every hour, so this rate, not the peak,
+    sets what a token of the day costs."""
+    if busiest_hour_rps is None:
+        return None
+    return busiest_hour_rps * profile.mean_multiplier * growth * served_share
+
+
+def served_share(plan: Plan) -> float:
+    """The share of the log's requests the plan's context limit serves."""
+    return plan.served.requests / plan.hist.requests
+
+
+def plan_mean_served_rps(plan: Plan, profile: DailyProfile) -> float | None:
+    """mean_served_rps of a plan's traffic over the profile's period, from the factors day_costs reads."""
+    return mean_served_rps(busiest_hour_mean_rps(profile, plan.measured_mean_rps), profile,
+                           plan.scenario.traffic.growth, served_share(plan))
+
+
 @dataclass(frozen=True)
 class DayCosts:
     profile: DailyProfile
@@ -209,9 +232,7 @@ class DayCosts:
     @property
     def mean_rps(self) -> float | None:
         """The period's mean served arrival rate (growth included), requests/s; None when unknown."""
-        if self.busiest_hour_rps is None:
-            return None
-        return self.busiest_hour_rps * self.profile.mean_multiplier * self.growth * self.served_share
+        return mean_served_rps(self.busiest_hour_rps, self.profile, self.growth, self.served_share)
 
     @property
     def tokens_per_day(self) -> float | None:
@@ -368,13 +389,12 @@ def day_costs(plan: Plan, profile: DailyProfile, terms: DayTerms) -> DayCosts:
         policy("autoscaled", {}, scaled),
         policy("mixed", mix.reserved, mix.on_demand),
     )
-    served = plan.served.requests / plan.hist.requests
     return DayCosts(
         profile=profile, terms=terms, pools=pools, peak_replicas=peak, class_loads_rps=class_loads, loads_rps=loads,
         headroom=scn.traffic.headroom,
         busiest_hour_rps=busiest_hour_mean_rps(profile, plan.measured_mean_rps),
         busiest_hour_from=_busiest_hour_from(plan, profile),
-        growth=scn.traffic.growth, served_share=served,
+        growth=scn.traffic.growth, served_share=served_share(plan),
         capacity_sources={names[id(pool)]: capacity_source(pool, plan) for pool in plan.pools},
         input_tokens_per_request=plan.served.mean("sum_prompt"), output_tokens_per_request=plan.served.mean("sum_output"),
         policies=policies, solver_status=mix.status,

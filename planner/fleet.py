@@ -366,6 +366,7 @@ def _one_definition_per_gpu(services: list[Service], inventory) -> None:
 
 
 def _service(spec: FleetSpec, catalog: Catalog, path: Path, i: int, entry, catalog_files) -> Service:
+    priced = spec.forecast is not None  # the fleet's forecast reads every service's day's volume
     if isinstance(entry, str):
         file = resolve(path.parent, entry)
         if not entry.strip():
@@ -387,10 +388,12 @@ def _service(spec: FleetSpec, catalog: Catalog, path: Path, i: int, entry, catal
             itself = "this fleet file itself" if file.resolve() == path.resolve() else "a fleet file"
             raise InputError(f"services[{i}]: {entry} is {itself}; a service is one scenario file", where=str(path))
         scn = scenario_from_document(raw, file)
-        return Service(i, scenario_inputs(scn, file, file.parent, catalog_files=catalog_files), str(file))
+        return Service(i, scenario_inputs(scn, file, file.parent, catalog_files=catalog_files, day_priced=priced),
+                       str(file))
     where = f"{path}: services[{i}]"
     scn = validate(Scenario, entry, where=str(path), prefix=f"services[{i}]")
-    return Service(i, scenario_inputs(scn, path, path.parent, catalog_files=catalog_files, where=where), where)
+    return Service(i, scenario_inputs(scn, path, path.parent, catalog_files=catalog_files, where=where,
+                                      day_priced=priced), where)
 
 
 def _with_shared_prices(fleet: FleetInputs, *, check: bool = True) -> FleetInputs:

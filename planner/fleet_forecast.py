@@ -38,10 +38,11 @@ from planner.commitments import (
     reserved_below_held,
     reserved_below_lines,
 )
+from planner.daily import plan_mean_served_rps
 from planner.errors import InfeasibleError, InputError, PlannerError
 from planner.evaluator import Measurements
 from planner.files import output_folder
-from planner.fleet import FleetInputs, SharedGPU
+from planner.fleet import FleetInputs, Service, SharedGPU
 from planner.fleet_plan import FleetPlan, SharedConstraint, TypeUse, cap_parts_text, make_fleet_plan
 from planner.fleet_report import (
     TIED_SPLIT_TEXT,
@@ -77,6 +78,7 @@ from planner.forecast_outputs import (
     write_texts,
 )
 from planner.plan_json import uncertified_message
+from planner.plan_objects import Plan
 from planner.report import rejected_text
 from planner.units import (
     HOURS_PER_MONTH,
@@ -129,6 +131,15 @@ class ToEnd:
 
 
 @dataclass(frozen=True)
+class ServiceDay:
+    """A service's day in a quarter: its mean served arrival rate over its day (requests/s), and its
+    prompt + output tokens over the quarter at that rate; None where its traffic gives no mean rate."""
+
+    mean_rps: float | None
+    tokens: int | None
+
+
+@dataclass(frozen=True)
 class FleetQuarter:
     quarter: str
     demand_multiplier: float  # on every service's base peak
@@ -144,6 +155,33 @@ class FleetQuarter:
     @property
     def cost_per_hour(self) -> float:
         return self.plan.cost_per_hour
+
+    @property
+    def cost_usd(self) -> float:
+        """The quarter's cost: every hour of it at the fleet's cost per hour."""
+        return self.cost_per_hour * HOURS_PER_QUARTER
+
+    def service(self, plan: Plan) -> Service:
+        """The fleet's service one of the quarter's plans is of."""
+        return self.plan.fleet.services[next(i for i, p in enumerate(self.plan.plans) if p is plan)]
+
+    def service_day(self, plan: Plan) -> ServiceDay:
+        """The day of one of the quarter's service plans: its own profile's mean rate (its scenario's
+        day, as `planner solve` prices it; flat where it states none and its log spans no day), the
+        quarter's growth included. The fleet runs at its peak size all day, so these tokens, not the
+        peak's, are what its cost buys."""
+        mean_rps = plan_mean_served_rps(plan, self.service(plan).inputs.traffic.profile)
+        if mean_rps is None:
+            return ServiceDay(None, None)
+        per_request = plan.served.mean("sum_prompt") + plan.served.mean("sum_output")
+        return ServiceDay(mean_rps, round(mean_rps * HOURS_PER_QUARTER * 3600 * per_request))
+
+    @property
+    def day_tokens(self) -> int | None:
+        """Every service's tokens over the quarter at its day's volume (their whole tokens summed, so
+        that the services table adds up to it); None where a service's volume is unknown."""
+        tokens = [self.service_day(p).tokens for p in self.plan.plans]
+        return None if None in tokens else sum(tokens)
 
     @property
     def usd_per_hour_by_kind(self) -> dict[str, float]:
@@ -496,6 +534,11 @@ QUARTER_COLUMNS: tuple[Column, ...] = (
            digits=0),
     Column("usd_per_million_tokens_at_peak", "number", "total cost / all services' tokens at their peak rates, USD per million",
            lambda r: usd_per_million_tokens(r.cost_per_hour, sum(p.tokens_per_hour for p in r.plan.plans))),
+    Column("tokens", "number", "prompt + output tokens over the {period} at the day's real volume, every service at its "
+           "day's mean served rate (services.tokens summed; empty where a service's mean rate is unknown)",
+           lambda r: r.day_tokens, digits=0, total=True),
+    Column("usd_per_million_tokens", "number", "total_usd / tokens: USD per million tokens at the day's real volume",
+           lambda r: _at_volume(r.cost_usd, r.day_tokens)),
 )
 
 SERVICE_COLUMNS: tuple[Column, ...] = (
@@ -517,9 +560,27 @@ SERVICE_COLUMNS: tuple[Column, ...] = (
            lambda x: x[1].tokens_per_hour, digits=0),
     Column("paid_usd_per_million_tokens_at_peak", "number", "paid cost / its tokens at its peak rate, USD per million",
            lambda x: usd_per_million_tokens(x[0].plan.paid_usd_per_hour(x[1]), x[1].tokens_per_hour)),
+    Column("day_profile", "string", "the day (or week) its day_mean_rps is read over: as its scenario states it, "
+           "measured from its log, or flat (none stated and no log spanning a day)",
+           lambda x: x[0].service(x[1]).inputs.traffic.profile.source),
+    Column("day_mean_rps", "number", "its mean served arrival rate over its day (or week), requests/s: its busiest "
+           "hour's mean rate (traffic.mean_rps where stated, else its source's) × its day's mean hour over its busiest "
+           "(1 for a flat day) × its traffic.growth × the quarter's demand_multiplier × the share of its requests "
+           "served (empty: no timestamps and no traffic.mean_rps)", lambda x: x[0].service_day(x[1]).mean_rps),
+    Column("tokens", "number", "prompt + output tokens over the quarter at day_mean_rps, each request at the mean "
+           "prompt and output of its served requests (empty where day_mean_rps is)",
+           lambda x: x[0].service_day(x[1]).tokens, digits=0),
+    Column("paid_usd_per_million_tokens", "number", "paid_usd_per_hour over the quarter / tokens: USD per million "
+           "tokens at its day's real volume (empty where tokens is)",
+           lambda x: _at_volume(x[0].plan.paid_usd_per_hour(x[1]) * HOURS_PER_QUARTER, x[0].service_day(x[1]).tokens)),
     Column("rejected_share", "number", "share of its requests longer than its context limit: not served, so not in "
            "its peak, tokens or cost", lambda x: x[1].rejected_share),
 )
+
+
+def _at_volume(usd: float | None, tokens: int | None) -> float | None:
+    """USD per million tokens at the day's volume; None where the volume is unknown."""
+    return None if usd is None or tokens is None else usd_per_million_tokens(usd, tokens)
 
 TYPE_COLUMNS: tuple[Column, ...] = (
     Column("quarter", "string", "calendar quarter (quarters.quarter)", lambda x: x[0].quarter),
@@ -600,7 +661,12 @@ LIMIT_COLUMNS: tuple[Column, ...] = (
 
 # One row: the quarters' cost summed as written, and what the forecast's commitments cost after its end,
 # which that sum leaves out (the Markdown's headline says both).
-TOTAL_COLUMNS: tuple[Column, ...] = (*SPAN_COLUMNS, *summed(QUARTER_COLUMNS), COMMITTED_AFTER_END)
+TOTAL_COLUMNS: tuple[Column, ...] = (
+    *SPAN_COLUMNS, *summed(QUARTER_COLUMNS),
+    Column("usd_per_million_tokens", "number", "total_usd / tokens: USD per million tokens at the day's real volume "
+           "over the {period}", lambda t: _at_volume(t["total_usd"], t["tokens"])),
+    COMMITTED_AFTER_END,
+)
 
 TABLES = {"quarters": QUARTER_COLUMNS, "services": SERVICE_COLUMNS, "types": TYPE_COLUMNS, "limits": LIMIT_COLUMNS,
           "total": TOTAL_COLUMNS}
@@ -651,6 +717,8 @@ def fleet_forecast_markdown(name: str, results: list[FleetQuarter], fleet: Fleet
     costs as paid, with what that means."""
     first, last = results[0], results[-1]
     total = sum(r.cost_per_hour * HOURS_PER_QUARTER for r in results)
+    total_row = _total_row(results, _table(QUARTER_COLUMNS, results))
+    per_million = next(c for c in TOTAL_COLUMNS if c.name == "usd_per_million_tokens").value(total_row)
     lines = [
         f"# Forecast: {name}",
         "",
@@ -658,6 +726,8 @@ def fleet_forecast_markdown(name: str, results: list[FleetQuarter], fleet: Fleet
          f"**{first.quarter} → {last.quarter}: fleet {_fleet_gpus(first)} → {_fleet_gpus(last)}, "
          f"{usd_text(first.cost_per_hour * HOURS_PER_QUARTER)} → {usd_text(last.cost_per_hour * HOURS_PER_QUARTER)} per "
          f"quarter; {quarters_text(len(results))} cost {usd_text(total)}")
+        + (f", {usd_per_million_text(per_million)} per million tokens at the day's real volume"
+           if per_million is not None else "")
         + after_end_headline(committed_after_end_usd(results[-1].lots, len(results) - 1, _term(fleet)), last.quarter,
                              _unpriced_at_the_end(results, fleet))
         + ".**",
@@ -669,8 +739,8 @@ def fleet_forecast_markdown(name: str, results: list[FleetQuarter], fleet: Fleet
         "GPU types from one quarter to the next.",
         "",
         "| Quarter | Demand × base | GPUs in use (change) | Committed: in use / idle | $/hour: on demand + committed in use "
-        "+ idle = total | $/quarter | $/M tokens at peak |",
-        "|---|---:|---|---|---|---:|---:|",
+        "+ idle = total | $/quarter | $/M tokens at peak | $/M tokens at the day's volume |",
+        "|---|---:|---|---|---|---:|---:|---:|",
     ]
     for r in results:
         gpus = ", ".join(_gpus(t) + (f" ({r.change_by_type[t.gpu]:+,d})" if r.change_by_type.get(t.gpu) else "")
@@ -682,9 +752,10 @@ def fleet_forecast_markdown(name: str, results: list[FleetQuarter], fleet: Fleet
         lines.append(
             f"| {r.quarter} | {multiplier_text(r.demand_multiplier)} | {gpus} | {committed} | {usd_text(k['on_demand'])} + "
             f"{usd_text(k['committed_used'])} + {usd_text(k['committed_idle'])} = {usd_text(r.cost_per_hour)} | "
-            f"{usd_text(r.cost_per_hour * HOURS_PER_QUARTER)} | {usd_per_million_text(usd_per_million_tokens(r.cost_per_hour, tokens))} |"
+            f"{usd_text(r.cost_per_hour * HOURS_PER_QUARTER)} | {usd_per_million_text(usd_per_million_tokens(r.cost_per_hour, tokens))} | "
+            f"{usd_per_million_text(_at_volume(r.cost_usd, r.day_tokens))} |"
         )
-    lines.append(f"| **Total** | | | | | **{usd_text(total)}** | |")
+    lines.append(f"| **Total** | | | | | **{usd_text(total)}** | | **{usd_per_million_text(per_million)}** |")
     idle = [f"- **{r.quarter}: " + ", ".join(f"{t.idle_committed:,} {t.gpu}" for t in r.plan.types if t.idle_committed)
             + f" committed GPU(s) idle**, {usd_text(r.usd_per_hour_by_kind['committed_idle'])}/hour paid whether used or not."
             for r in results if r.usd_per_hour_by_kind["committed_idle"] > 0]
@@ -707,12 +778,41 @@ def fleet_forecast_markdown(name: str, results: list[FleetQuarter], fleet: Fleet
         + (f" {MEASURED_ONCE_TEXT}" if any(p.certification is not None for p in results[0].plan.plans) else "")
         + " $/M tokens at peak divides the "
         "quarter's cost by the tokens of every service at its peak at once: a floor on the price per token, since no "
-        "service runs at its peak all day. A fleet file prices no day curve; `planner forecast` on a scenario of one "
-        "service alone prices its day. The tables are in "
+        f"service runs at its peak all day. {_day_volume_text(first)} The tables are in "
         + ", ".join(f"`{table_file(name, t)}`" for t in TABLES) + f", their columns described in "
         f"`{name}_forecast_datapackage.json`.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _day_volume_text(r: FleetQuarter) -> str:
+    """What the day's volume is made of, what the quarter's cost paid over it assumes, and the services
+    whose day is flat (with their share of the tokens) or unknown."""
+    text = ("$/M tokens at the day's volume divides it by the tokens every service serves at its day's mean rate "
+            "(`services.day_mean_rps`: its busiest hour's mean rate × its day's mean hour over its busiest × growth × "
+            "the share of its requests served), the quarter paid as this forecast pays it: the fleet at its peak size, "
+            "with any idle commitments, every hour. Releasing on-demand GPUs in quiet hours would cost less: the day "
+            "sections of the fleet's `planner solve` report price each service's day four ways, as if it ran alone.")
+    tokens = r.day_tokens
+
+    def named(plans: list[Plan]) -> str:
+        return ", ".join(p.scenario.name + (f" ({r.service_day(p).tokens / tokens:.0%} of the tokens)" if tokens else "")
+                         for p in plans)
+
+    days = [(p, r.service(p)) for p in r.plan.plans]
+    unknown = [p for p, _ in days if r.service_day(p).mean_rps is None]
+    flat = [(p, svc) for p, svc in days if p not in unknown and svc.inputs.traffic.profile.is_flat]
+    stated = [p for p, svc in flat if svc.inputs.scenario.traffic.profile is not None]
+    default = [p for p, svc in flat if svc.inputs.scenario.traffic.profile is None]
+    if stated:
+        text += f" Flat as stated, every hour at its busiest hour's rate: {named(stated)}."
+    if default:
+        text += (f" Flat because no day is stated and its log spans none, every hour at its busiest hour's rate (an "
+                 f"assumption: state `traffic.profile`): {named(default)}.")
+    if unknown:
+        text += (f" No day's volume (no timestamps and no traffic.mean_rps), so no fleet figure: "
+                 f"{', '.join(p.scenario.name for p in unknown)}.")
+    return text
 
 
 def _commitments_section(results: list[FleetQuarter], fleet: FleetInputs) -> list[str]:
@@ -962,19 +1062,22 @@ def _committed_at_caps(results: list[FleetQuarter], fleet: FleetInputs) -> str:
 def _services_section(results: list[FleetQuarter]) -> list[str]:
     names = [p.scenario.name for p in results[0].plan.plans]
     out = ["## Services, as paid", "",
-           "| Service | " + " | ".join(f"{r.quarter} $/hour" for r in results) + " | Requests over its context limit |",
+           "| Service | " + " | ".join(f"{r.quarter} $/hour · $/M tokens at the day's volume" for r in results) + " | Requests over its context limit |",
            "|---|" + "---|" * len(results) + "---:|"]
     for i, service in enumerate(names):
         cells = []
         for r in results:
             plan = r.plan.plans[i]
             gpus = " + ".join(f"{n:,} {g}" for g, n in plan.solution.gpus_by_type.items())
-            cells.append(f"{usd_text(r.plan.paid_usd_per_hour(plan))} ({gpus})")
+            per_million = _at_volume(r.plan.paid_usd_per_hour(plan) * HOURS_PER_QUARTER, r.service_day(plan).tokens)
+            shown = "—" if per_million is None else f"{usd_per_million_text(per_million)}/M"
+            cells.append(f"{usd_text(r.plan.paid_usd_per_hour(plan))} ({gpus}) · {shown}")
         out.append(f"| {service} | " + " | ".join(cells) + f" | {rejected_text(results[0].plan.plans[i])} |")
     out += ["", "$/hour as paid: a service's GPUs at what a GPU of each type in use costs the fleet on average (the "
             "type's committed and on-demand GPUs together, its idle commitments aside; the types table's last "
             "column). The services and the idle commitments add up to the quarter's total (before each is rounded to "
-            "the cent). It is an allocation: it moves with the types the fleet gives a service each quarter and with their average price, which falls as "
+            "the cent). $/M tokens: that cost over the service's tokens at its day's volume (idle commitments, paid "
+            "by no service, are in the fleet's figure only). It is an allocation: it moves with the types the fleet gives a service each quarter and with their average price, which falls as "
             f"more of a type is committed, so a service's figure can fall while its demand grows. {TIED_SPLIT_TEXT} Peaks, tokens and "
             "costs count served requests only: those over a service's context limit are not served."]
     return out

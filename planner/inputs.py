@@ -95,9 +95,10 @@ def load_inputs(path: str | Path, *, catalog_files: tuple[str, ...] = ()) -> Inp
 
 
 def scenario_inputs(scn: Scenario, path: Path, base: Path, *, catalog_files: tuple[str, ...] = (),
-                    where: str | None = None) -> Inputs:
+                    where: str | None = None, day_priced: bool = False) -> Inputs:
     """A validated scenario's catalog, model and traffic; `base` is the folder its relative paths start
-    from and `where` names it in messages [default: path] (a fleet's inline service: 'fleet.yaml: services[2]')."""
+    from and `where` names it in messages [default: path] (a fleet's inline service: 'fleet.yaml: services[2]');
+    day_priced: as for load_traffic."""
     from planner.traffic import load_traffic
 
     where = where or str(path)
@@ -107,7 +108,7 @@ def scenario_inputs(scn: Scenario, path: Path, base: Path, *, catalog_files: tup
     if conflict:
         raise InputError(conflict, where=where)
     try:
-        traffic = load_traffic(scn, base)
+        traffic = load_traffic(scn, base, day_priced=day_priced)
     except InputError as exc:
         if exc.where is not None:  # a log's own problem, named by its file, and by the scenario's field: with
             # `solve scenarios/*.yaml` the log alone did not say which scenario failed

@@ -57,8 +57,10 @@ class Traffic:
         return Requests(r.arrival_s / growth, r.prompt_tokens, r.output_tokens)
 
 
-def load_traffic(scn: Scenario, base: Path) -> Traffic:
-    """The histogram of all requests, the measured peak and mean rates, and notes for the report."""
+def load_traffic(scn: Scenario, base: Path, *, day_priced: bool = False) -> Traffic:
+    """The histogram of all requests, the measured peak and mean rates, and notes for the report.
+    day_priced: a forecast reads the day's volume of this traffic, though its scenario states none (a
+    fleet's service, priced by the fleet's forecast)."""
     from planner.paged import prefix_disagreement
     from planner.workload.columns import read_for_a_scenario
     from planner.workload.peaks import (
@@ -208,7 +210,8 @@ def load_traffic(scn: Scenario, base: Path) -> Traffic:
                          f"({profile.busiest_hour_rps:,.4g} req/s); state the profile too (hourly or shape) for "
                          "mean_rps to be the busiest hour's rate, or drop mean_rps")
     busiest = busiest_hour_mean_rps(profile, mean)
-    priced_day = not profile.is_flat or scn.forecast is not None  # where a day's volume is read (daily, forecast)
+    # where a day's volume is read (daily, forecast, a fleet's forecast)
+    priced_day = not profile.is_flat or scn.forecast is not None or day_priced
     warnings = ([excluded_note] if excluded_note else []) + ingest_warnings
     if (peak.method == "explicit" and scn.traffic.mean_rps is None and priced_day and busiest is not None
             and busiest > measured * (1 + 1e-9)):

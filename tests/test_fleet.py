@@ -1294,6 +1294,7 @@ def test_the_shipped_fleet_forecast_s_services_and_types_add_up_to_its_quarters(
         mine = [s for s in services if s["quarter"] == q["quarter"]]
         assert len(mine) == int(q["services"])
         assert sum(int(s["tokens_per_hour_at_peak"]) for s in mine) == int(q["tokens_per_hour_at_peak"])
+        assert sum(int(s["tokens"]) for s in mine) == int(q["tokens"])
         assert sum(float(t["usd_per_hour"]) for t in types if t["quarter"] == q["quarter"]) == pytest.approx(
             float(q["total_usd_per_hour"]))
 
@@ -1310,6 +1311,95 @@ def test_the_shipped_fleet_forecast_s_total_row_is_its_quarters_and_its_headline
     headline = (reports / "fleet_2027q1_forecast.md").read_text(encoding="utf-8").splitlines()[2]
     after = float(re.search(r"commit \$([\d,.]+) more after 2027Q4", headline).group(1).replace(",", ""))
     assert after > 0 and float(total["committed_after_end_usd"]) == pytest.approx(after, abs=0.005)
+    # the year's price of a token at the day's volume: its cost over every quarter's tokens, as the headline says
+    assert int(total["tokens"]) == sum(int(q["tokens"]) for q in quarters)
+    per_million = float(total["total_usd"]) / int(total["tokens"]) * 1e6
+    assert float(total["usd_per_million_tokens"]) == pytest.approx(per_million, abs=1e-8)
+    assert f", ${per_million:.4f} per million tokens at the day's real volume;" in headline
+
+
+def test_a_fleet_forecast_prices_a_token_at_every_service_s_own_day(tmp_path):
+    """The fleet forecast priced a token at every service's peak at once, a floor, and said it priced
+    no day: a finance reader had no cost per token of the traffic the fleet really serves. Each service's
+    day's mean rate is its busiest hour's × its profile's mean hour (2/3 for a cosine day of 3:1) ×
+    growth; the fleet's tokens are its services' at those rates, and a service of unknown volume (no
+    timestamps, no mean_rps) leaves the fleet without the figure, named."""
+    import csv
+
+    from planner.fleet import load_fleet
+    from planner.fleet_forecast import fleet_forecast_markdown, run_fleet_forecast
+
+    forecast = {"quarters": [{"quarter": "2027Q1"}, {"quarter": "2027Q2", "growth": 0.5}]}
+    alpha = service("alpha", 30.0)
+    alpha["traffic"].update(mean_rps=24.0, profile={"shape": "diurnal", "peak_to_trough": 3, "peak_hour": 14})
+    path = write_fleet(tmp_path, services=[alpha, service("beta", 12.0)], forecast=forecast)
+    fleet = load_fleet(path)
+    results = run_fleet_forecast(fleet)
+    for r in results:
+        a, b = r.plan.plans
+        assert r.service_day(a).mean_rps == pytest.approx(24.0 * 2 / 3 * r.demand_multiplier, rel=1e-12)
+        assert r.service_day(a).tokens == round(24.0 * 2 / 3 * r.demand_multiplier * 2190 * 3600 * 1700)
+        assert r.service_day(b).tokens is None and r.day_tokens is None
+    md = fleet_forecast_markdown("twin", results, fleet)
+    assert "per million tokens at the day's real volume" not in md.splitlines()[2]
+    assert "No day's volume (no timestamps and no traffic.mean_rps), so no fleet figure: beta." in md
+
+    beta = service("beta", 12.0)
+    beta["traffic"]["mean_rps"] = 9.0
+    path = write_fleet(tmp_path, services=[alpha, beta], forecast=forecast)
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["forecast", str(path), "--out-dir", str(out)])
+    assert r.exit_code == 0, r.output
+
+    def table(name):
+        return list(csv.DictReader((out / f"twin_forecast_{name}.csv").read_text(encoding="utf-8").splitlines()))
+
+    quarters, services, [total] = table("quarters"), table("services"), table("total")
+    for q, growth in zip(quarters, (1.0, 1.5), strict=True):
+        mine = {s["service"]: s for s in services if s["quarter"] == q["quarter"]}
+        means = {"alpha": 24.0 * 2 / 3 * growth, "beta": 9.0 * growth}  # beta's day is flat: its mean all day
+        for name, mean in means.items():
+            assert float(mine[name]["day_mean_rps"]) == pytest.approx(mean, rel=1e-9)
+            assert int(mine[name]["tokens"]) == round(mean * 2190 * 3600 * 1700)
+            paid = float(mine[name]["paid_usd_per_hour"]) * 2190
+            assert float(mine[name]["paid_usd_per_million_tokens"]) == pytest.approx(
+                paid / int(mine[name]["tokens"]) * 1e6, rel=1e-6)
+        assert int(q["tokens"]) == sum(int(s["tokens"]) for s in mine.values())
+        assert float(q["usd_per_million_tokens"]) == pytest.approx(float(q["total_usd"]) / int(q["tokens"]) * 1e6,
+                                                                   rel=1e-6)
+        # below the peak's rate, a token of the day costs more than the floor the peak gives
+        assert float(q["usd_per_million_tokens"]) > float(q["usd_per_million_tokens_at_peak"])
+    per_million = float(total["total_usd"]) / int(total["tokens"]) * 1e6
+    assert float(total["usd_per_million_tokens"]) == pytest.approx(per_million, rel=1e-6)
+    md = (out / "twin_forecast.md").read_text(encoding="utf-8")
+    assert (f"per quarter; 2 quarters cost ${float(total['total_usd']):,.2f}, ${per_million:.4f} per million tokens at "
+            "the day's real volume") in md
+    beta_share = int(services[-1]["tokens"]) / int(quarters[-1]["tokens"])
+    assert ("Flat because no day is stated and its log spans none, every hour at its busiest hour's rate (an "
+            f"assumption: state `traffic.profile`): beta ({beta_share:.0%} of the tokens).") in md
+    assert [s["day_profile"] for s in services[:2]] == [
+        "stated: diurnal (cosine) day, peak 3× the trough, busiest at 14:00", "flat: every hour carries the source's load"]
+
+
+def test_a_fleet_forecast_refuses_a_stated_peak_below_the_rate_its_day_is_read_at(tmp_path):
+    """A service's day's volume is read from its source; with a peak stated below the source's rate,
+    its tokens at the day's volume were three times those at its peak, and the fleet's price per token
+    at the day's volume fell below the floor the peak gives. A scenario's own forecast refuses this; a
+    fleet's service has none, so nothing did."""
+    synthetic = {"synthetic": {"name": "chat", "requests": 20000, "seed": 3, "rate_rps": 30}}
+    alpha = service("alpha", 10.0)
+    alpha["traffic"]["source"] = synthetic
+    forecast = {"quarters": [{"quarter": "2027Q1"}]}
+    path = write_fleet(tmp_path, services=[alpha, service("beta", 12.0)], forecast=forecast)
+    r = CliRunner().invoke(main, ["forecast", str(path), "--out-dir", str(tmp_path / "out")])
+    assert r.exit_code == 2 and not (tmp_path / "out").exists()
+    assert f"{path}: services[0]: traffic: peak: 10 req/s is below the source's own rate" in r.output
+    assert "state traffic.mean_rps (the busiest hour's mean at this peak)" in r.output
+    # stated, the busiest hour's mean rate is the day's: the forecast runs
+    alpha["traffic"]["mean_rps"] = 8.0
+    path = write_fleet(tmp_path, services=[alpha, service("beta", 12.0)], forecast=forecast)
+    r = CliRunner().invoke(main, ["forecast", str(path), "--out-dir", str(tmp_path / "out")])
+    assert r.exit_code == 0, r.output
 
 
 def test_the_fleet_headline_names_the_services_that_turn_requests_away():
