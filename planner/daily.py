@@ -36,7 +36,7 @@ from planner.load_profile import (
     busiest_hour_mean_rps,
 )
 from planner.plan_objects import Plan, PoolDetail
-from planner.scenario import Scenario
+from planner.scenario import Forecast, Scenario
 from planner.units import (
     HOURS_PER_MONTH,
     replicas_text,
@@ -123,25 +123,34 @@ class DayTerms:
     reserved_terms: str  # for the report: where the reserved prices come from
 
 
-def reserved_discount(scn: Scenario) -> tuple[float, str]:
+def reserved_discount(scn: Scenario, fleet_forecast: Forecast | None = None) -> tuple[float, str]:
     """The scenario's one reserved discount (Scenario._one_reserved_discount refuses two) and the
-    field it comes from; it prices the day's curve and the forecast's commitments alike."""
+    field it comes from; it prices the day's curve and the forecast's commitments alike. A fleet's
+    service states no forecast of its own: where it states no discount either, its fleet's forecast
+    (`fleet_forecast`) gives the terms the fleet reserves at."""
     if scn.autoscaling.reserved_discount is not None:
         return scn.autoscaling.reserved_discount, "autoscaling.reserved_discount"
     if scn.forecast is not None:
         return scn.forecast.reserved_discount, "forecast.reserved_discount"
+    if fleet_forecast is not None:
+        return fleet_forecast.reserved_discount, "the fleet's forecast.reserved_discount"
     return 0.0, "no reserved discount stated"
 
 
-def scenario_terms(scn: Scenario, on_demand_usd_per_gpu_hour: Mapping[str, float]) -> DayTerms:
-    """The scenario's autoscaling settings; reserved prices from its one statement of reserved terms."""
-    a, fc = scn.autoscaling, scn.forecast
+def scenario_terms(scn: Scenario, on_demand_usd_per_gpu_hour: Mapping[str, float], *,
+                   fleet_forecast: Forecast | None = None) -> DayTerms:
+    """The scenario's autoscaling settings; reserved prices from its one statement of reserved terms
+    (for a fleet's service that states none, its fleet's forecast's: reserved_discount)."""
+    a = scn.autoscaling
+    fc, source = scn.forecast, "forecast.reserved_prices"
+    if fc is None and a.reserved_discount is None and fleet_forecast is not None:
+        fc, source = fleet_forecast, "the fleet's forecast.reserved_prices"
     reserved_prices = dict(fc.reserved_prices) if fc is not None else {}
-    discount, where = reserved_discount(scn)
+    discount, where = reserved_discount(scn, fleet_forecast)
     prices = {g: reserved_prices.get(g, p * (1 - discount)) for g, p in on_demand_usd_per_gpu_hour.items()}
     terms = f"on-demand × (1 − {discount:g}) ({where})"
     if reserved_prices:
-        terms += "; " + ", ".join(f"{g} {usd_rate_text(p)}" for g, p in sorted(reserved_prices.items())) + " (forecast.reserved_prices)"
+        terms += "; " + ", ".join(f"{g} {usd_rate_text(p)}" for g, p in sorted(reserved_prices.items())) + f" ({source})"
     return DayTerms(a.scale_up_lead_min, a.min_replicas or scn.min_replicas_per_pool, prices, terms)
 
 
@@ -427,12 +436,14 @@ def with_pool_prices(usd_per_gpu_hour: Mapping[str, float], plan: Plan, factor: 
     return out
 
 
-def day_section(plan: Plan, profile: DailyProfile) -> str:
-    """The report's section for a plan at the scenario's own prices and terms; a note in its place
-    where a stated fleet carries none of a class (the audit itself is reported: exit 0)."""
+def day_section(plan: Plan, profile: DailyProfile, *, fleet_forecast: Forecast | None = None) -> str:
+    """The report's section for a plan at the scenario's own prices and terms (a fleet's service that
+    states no reserved terms: its fleet's forecast's); a note in its place where a stated fleet
+    carries none of a class (the audit itself is reported: exit 0)."""
     on_demand = {c.id: c.price_per_hour(plan.catalog.gpu(c.id).price_usd_per_hour) for c in plan.scenario.gpu_candidates}
     try:
-        costs = day_costs(plan, profile, scenario_terms(plan.scenario, with_pool_prices(on_demand, plan)))
+        costs = day_costs(plan, profile, scenario_terms(plan.scenario, with_pool_prices(on_demand, plan),
+                                                        fleet_forecast=fleet_forecast))
     except UncarriedClassError as exc:
         return f"## The day's load curve\n\n{exc.message[0].upper()}{exc.message[1:]}.\n"
     return day_markdown(costs)

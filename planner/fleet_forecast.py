@@ -727,7 +727,7 @@ def fleet_forecast_markdown(name: str, results: list[FleetQuarter], fleet: Fleet
          f"{usd_text(first.cost_per_hour * HOURS_PER_QUARTER)} → {usd_text(last.cost_per_hour * HOURS_PER_QUARTER)} per "
          f"quarter; {quarters_text(len(results))} cost {usd_text(total)}")
         + (f", {usd_per_million_text(per_million)} per million tokens at the day's real volume"
-           if per_million is not None else "")
+           + _flat_by_default_text(results) if per_million is not None else "")
         + after_end_headline(committed_after_end_usd(results[-1].lots, len(results) - 1, _term(fleet)), last.quarter,
                              _unpriced_at_the_end(results, fleet))
         + ".**",
@@ -785,6 +785,21 @@ def fleet_forecast_markdown(name: str, results: list[FleetQuarter], fleet: Fleet
     return "\n".join(lines) + "\n"
 
 
+def _flat_by_default(r: FleetQuarter) -> list[Plan]:
+    """The quarter's service plans priced flat because their scenario states no day (and their log spans none)."""
+    return [p for p in r.plan.plans if r.service(p).inputs.scenario.traffic.profile is None
+            and r.service(p).inputs.traffic.profile.is_flat and r.service_day(p).mean_rps is not None]
+
+
+def _flat_by_default_text(results: list[FleetQuarter]) -> str:
+    """For the headline: the share of the forecast's tokens whose day is an assumption the files do not state."""
+    flat = sum(r.service_day(p).tokens for r in results for p in _flat_by_default(r))
+    if not flat:
+        return ""
+    share = flat / sum(r.day_tokens for r in results)
+    return f" ({share:.0%} of those tokens of services that state no day, priced flat)"
+
+
 def _day_volume_text(r: FleetQuarter) -> str:
     """What the day's volume is made of, what the quarter's cost paid over it assumes, and the services
     whose day is flat (with their share of the tokens) or unknown."""
@@ -799,11 +814,11 @@ def _day_volume_text(r: FleetQuarter) -> str:
         return ", ".join(p.scenario.name + (f" ({r.service_day(p).tokens / tokens:.0%} of the tokens)" if tokens else "")
                          for p in plans)
 
-    days = [(p, r.service(p)) for p in r.plan.plans]
-    unknown = [p for p, _ in days if r.service_day(p).mean_rps is None]
-    flat = [(p, svc) for p, svc in days if p not in unknown and svc.inputs.traffic.profile.is_flat]
-    stated = [p for p, svc in flat if svc.inputs.scenario.traffic.profile is not None]
-    default = [p for p, svc in flat if svc.inputs.scenario.traffic.profile is None]
+    unknown = [p for p in r.plan.plans if r.service_day(p).mean_rps is None]
+    default = _flat_by_default(r)
+    # (by identity: plans compared by value would compare their arrays)
+    stated = [p for p in r.plan.plans if r.service(p).inputs.traffic.profile.is_flat
+              and all(p is not q for q in (*unknown, *default))]
     if stated:
         text += f" Flat as stated, every hour at its busiest hour's rate: {named(stated)}."
     if default:

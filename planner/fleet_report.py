@@ -58,10 +58,11 @@ def demote(markdown: str) -> str:
 
 
 def service_section(fp: FleetPlan, index: int, figures: dict[str, str] | None = None) -> str:
-    """The service's own report (planner.report.render), one heading level down; where it prices its
-    day and the fleet commits GPUs of a type it runs, a note that its day is priced as if alone."""
+    """The service's own report (planner.report.render), one heading level down, its day reserved at
+    the fleet's forecast's terms where it states none; where it prices its day and the fleet commits
+    GPUs of a type it runs, a note that its day is priced as if alone."""
     plan, svc = fp.plans[index], fp.fleet.services[index]
-    sections = report_sections(plan, svc.inputs, forecast=False).texts
+    sections = report_sections(plan, svc.inputs, forecast=False, fleet_forecast=fp.fleet.spec.forecast).texts
     committed = sorted({t.gpu for t in fp.types if t.committed} & {pool.config.gpu.id for pool in plan.pools})
     if sections and committed:
         sections = (*sections, _day_alone_note(fp, plan, committed))

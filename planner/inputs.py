@@ -14,7 +14,7 @@ from planner.files import path_is
 from planner.memory import overhead_refusal
 from planner.plan_objects import Plan, default_context_limit, default_limit_text
 from planner.planning import make_plan
-from planner.scenario import Scenario, load_scenario, resolve
+from planner.scenario import Forecast, Scenario, load_scenario, resolve
 from planner.traffic import Traffic
 from planner.yamlio import validate
 
@@ -178,16 +178,18 @@ class ReportSections:
     warnings: tuple[str, ...] = ()
 
 
-def report_sections(plan: Plan, inputs: Inputs, *, forecast: bool = True, certify: bool | None = None) -> ReportSections:
+def report_sections(plan: Plan, inputs: Inputs, *, forecast: bool = True, certify: bool | None = None,
+                    fleet_forecast: Forecast | None = None) -> ReportSections:
     """The sections a plan's report adds after its pools: the day's load curve priced (a profile that
     is not flat, or a stated traffic.mean_rps: finance's mean load, at which a token of a fleet sized
     for the peak costs more than the decision's price at the peak) and, with `forecast`, the
-    scenario's forecast, its quarters certified as the plan was (`certify`, as for plan_inputs)."""
+    scenario's forecast, its quarters certified as the plan was (`certify`, as for plan_inputs).
+    fleet_forecast: a fleet's service's, its fleet's forecast (the reserved terms of its day)."""
     sections, warnings = [], []
     if not inputs.traffic.profile.is_flat or inputs.scenario.traffic.mean_rps is not None:
         from planner.daily import day_section
 
-        sections.append(day_section(plan, inputs.traffic.profile))
+        sections.append(day_section(plan, inputs.traffic.profile, fleet_forecast=fleet_forecast))
     if forecast and inputs.scenario.forecast is not None:
         from planner.commitments import above_on_demand_text
         from planner.daily import UncarriedClassError

@@ -1315,7 +1315,7 @@ def test_the_shipped_fleet_forecast_s_total_row_is_its_quarters_and_its_headline
     assert int(total["tokens"]) == sum(int(q["tokens"]) for q in quarters)
     per_million = float(total["total_usd"]) / int(total["tokens"]) * 1e6
     assert float(total["usd_per_million_tokens"]) == pytest.approx(per_million, abs=1e-8)
-    assert f", ${per_million:.4f} per million tokens at the day's real volume;" in headline
+    assert f", ${per_million:.4f} per million tokens at the day's real volume" in headline
 
 
 def test_a_fleet_forecast_prices_a_token_at_every_service_s_own_day(tmp_path):
@@ -1375,10 +1375,43 @@ def test_a_fleet_forecast_prices_a_token_at_every_service_s_own_day(tmp_path):
     assert (f"per quarter; 2 quarters cost ${float(total['total_usd']):,.2f}, ${per_million:.4f} per million tokens at "
             "the day's real volume") in md
     beta_share = int(services[-1]["tokens"]) / int(quarters[-1]["tokens"])
+    # the headline says how much of its volume rests on a day no file states
+    beta_total = sum(int(s["tokens"]) for s in services if s["service"] == "beta") / int(total["tokens"])
+    assert f"({beta_total:.0%} of those tokens of services that state no day, priced flat)" in md.splitlines()[2]
     assert ("Flat because no day is stated and its log spans none, every hour at its busiest hour's rate (an "
             f"assumption: state `traffic.profile`): beta ({beta_share:.0%} of the tokens).") in md
     assert [s["day_profile"] for s in services[:2]] == [
         "stated: diurnal (cosine) day, peak 3× the trough, busiest at 14:00", "flat: every hour carries the source's load"]
+
+
+def test_a_fleet_service_s_day_is_reserved_at_its_fleet_forecast_s_terms(tmp_path):
+    """A fleet's service states no forecast (the fleet refuses one), so its day section read "no
+    reserved discount stated" and priced a fleet reserved all day at on demand, while its fleet's
+    forecast reserves at 30% off (an outside audit of fleet_2027q1). The fleet's terms now apply where
+    the service states none; a service's own autoscaling.reserved_discount still comes first."""
+    from planner.fleet import load_fleet
+    from planner.fleet_plan import make_fleet_plan
+    from planner.fleet_report import service_section
+
+    day = {"shape": "diurnal", "peak_to_trough": 3, "peak_hour": 14}
+    alpha, beta = service("alpha", 30.0), service("beta", 12.0, autoscaling={"reserved_discount": 0.1})
+    alpha["traffic"].update(mean_rps=24.0, profile=day)
+    beta["traffic"].update(mean_rps=9.0, profile=day)
+    forecast = {"reserved_discount": 0.25, "quarters": [{"quarter": "2027Q1"}]}
+    fp = make_fleet_plan(load_fleet(write_fleet(tmp_path, services=[alpha, beta], forecast=forecast)), explore=False)
+
+    def per_day(text, policy):
+        return float(re.search(rf"\| {policy} \| \$([\d,.]+) \|", text).group(1).replace(",", ""))
+
+    for i, (discount, where) in enumerate(((0.25, "the fleet's forecast.reserved_discount"),
+                                           (0.1, "autoscaling.reserved_discount"))):
+        text = service_section(fp, i)
+        assert f"reserved prices: on-demand × (1 − {discount:g}) ({where})" in text
+        on_demand = per_day(text, "peak-sized fleet all day, on demand")
+        assert per_day(text, "peak-sized fleet all day, reserved") == pytest.approx(on_demand * (1 - discount), abs=0.01)
+    # without a forecast the fleet states no terms: the service's own report, as before
+    fp = make_fleet_plan(load_fleet(write_fleet(tmp_path, services=[alpha, beta])), explore=False)
+    assert "reserved prices: on-demand × (1 − 0) (no reserved discount stated)" in service_section(fp, 0)
 
 
 def test_a_fleet_forecast_refuses_a_stated_peak_below_the_rate_its_day_is_read_at(tmp_path):
