@@ -151,6 +151,8 @@ class FleetQuarter:
     on_demand_price: dict[str, float] = field(default_factory=dict)  # per GPU-hour, each type's in the quarter
     reserved_below: tuple[str, ...] = ()  # types it states fewer reserved of than are held (commitments.reserved_below_held)
     to_end: dict[str, ToEnd] = field(default_factory=dict)  # its shared limits over the rest of the forecast, by name
+    # the quarters after it re-planned by the model from it as planned: what its to_end rows are measured against
+    replanned: _Replan | None = None
 
     @property
     def cost_per_hour(self) -> float:
@@ -305,7 +307,8 @@ def _priced_to_end(fleet: FleetInputs, results: list[FleetQuarter], measured: di
         priced = {c.name: quarter.priced(c) for c in results[i].plan.constraints}
         kept_after.update({c.name: (results[i].quarter, priced[c.name]) for c in results[i].plan.constraints
                            if _lasting(fleet, i, c)})
-        out.append(replace(results[i], to_end=priced))
+        baseline = quarter.baseline if isinstance(quarter.baseline, _Replan) else None
+        out.append(replace(results[i], to_end=priced, replanned=baseline))
     return out[::-1]
 
 
@@ -964,7 +967,7 @@ def _limits_section(results: list[FleetQuarter], fleet: FleetInputs) -> list[str
         out.append(f"| {r.quarter} | {c.name} ≤ {c.limit:,} ({c.limit_text}) | {c.used:,} | {'yes' if c.binds else 'no'} "
                    f"| {usd_text(r.cost_per_hour)} | {priced_cells(c, r.cost_per_hour)} |")
     if saving and carried:
-        out += ["", *_to_end_table(saving, results[-1].quarter, _term(fleet))]
+        out += ["", *_to_end_table(saving, results, _term(fleet))]
     elif saving:  # the rest of the forecast counts in quarters
         out += ["", f"Over its quarter ({HOURS_PER_QUARTER:,} hours), what each saves: " + "; ".join(
             f"{r.quarter} {c.name}, {usd_text(_quarter_saving_usd(r, c.plus_one_usd_per_hour))} with one more allowed "
@@ -997,9 +1000,12 @@ def _saves_after(r: FleetQuarter, c: SharedConstraint) -> bool:
                for x, cost in ((priced.plus_one, c.plus_one_usd_per_hour), (priced.removed, c.removed_usd_per_hour)))
 
 
-def _to_end_table(saving: list[tuple[FleetQuarter, SharedConstraint]], last: str, term: int | None) -> list[str]:
+def _to_end_table(saving: list[tuple[FleetQuarter, SharedConstraint]], results: list[FleetQuarter],
+                  term: int | None) -> list[str]:
     """The limits that cost, priced through the forecast's last quarter (ToEnd): in their quarter,
-    from it through the last (its own included), and (with a term) on the commitments held after it."""
+    from it through the last (its own included), and (with a term) on the commitments held after it;
+    then what the re-plans they are measured against cost beside the forecast's own quarters."""
+    last = results[-1].quarter
     after = term is not None
     out = [f"What each relaxation saves from its quarter through {last} ({HOURS_PER_QUARTER:,} hours a quarter), that "
            "quarter's saving included: the quarters after it are re-planned by the model twice, from what the relaxed "
@@ -1039,11 +1045,39 @@ def _to_end_table(saving: list[tuple[FleetQuarter, SharedConstraint]], last: str
         out.append(f"| {r.quarter} | {c.name} | " + " | ".join(cells) + " |")
     if reasons:
         out += ["", *(f"({n}) {', '.join(rows)}: {why}." for why, (n, rows) in reasons.items())]
+    out += _replanned_lines(saving, results, term)
     if unproven:
         out += ["", "‡ A solve the row rests on (a later quarter's re-solve of the same limit, or a re-plan of a later "
                 "quarter) stopped at `solver.time_limit_s` before proving its optimum: the amount is partly the solver's "
                 "gap, not the limit's price."]
     return out
+
+
+def _replanned_lines(saving: list[tuple[FleetQuarter, SharedConstraint]], results: list[FleetQuarter],
+                     term: int | None) -> list[str]:
+    """For each quarter whose rows rest on a re-plan of the quarters after it from it as planned, that
+    re-plan beside the forecast's own later quarters (an outside audit subtracted a row's saving from
+    the forecast's total and reached a figure no plan makes: the re-plan by the model alone already
+    differed from the forecast by about one GPU's price). A saving within that difference rests on how
+    the later quarters were planned as much as on the limit."""
+    lines = []
+    for i, r in enumerate(results):  # (by identity: quarters compared by value would compare their plans' arrays)
+        if r.replanned is None or not any(x is r for x, _ in saving):
+            continue
+        later = results[i + 1:]
+        replanned = sum(r.replanned.usd_per_hour) * HOURS_PER_QUARTER
+        own = sum(x.cost_per_hour for x in later) * HOURS_PER_QUARTER
+        text = (f"What the savings are measured against: from {r.quarter} as planned, the model re-plans {later[0].quarter}"
+                + (f"–{later[-1].quarter}" if len(later) > 1 else "") + f" at {usd_text(replanned)}, where this "
+                f"forecast's own {'quarters cost' if len(later) > 1 else 'quarter costs'} {usd_text(own)} "
+                f"({usd_text(replanned - own)} apart)")
+        if term is not None:
+            own_after = committed_after_end_usd(results[-1].lots, len(results) - 1, term) or 0.0
+            text += (f", and commits {usd_text(r.replanned.after_end_usd)} after {results[-1].quarter} where the "
+                     f"forecast commits {usd_text(own_after)} ({usd_text(r.replanned.after_end_usd - own_after)} apart)")
+        lines.append(text + ": each saving is the difference between two such re-plans, so one within about that "
+                     "much rests on how the later quarters were planned as much as on the limit.")
+    return ["", *lines] if lines else []
 
 
 def _committed_at_caps(results: list[FleetQuarter], fleet: FleetInputs) -> str:

@@ -1728,6 +1728,15 @@ def test_a_fleet_forecast_prices_a_cap_through_the_quarters_its_relaxed_quarter_
         usd_text(priced.plus_one.saves_after_end_usd), usd_text((planned[0].cost_per_hour - cap.removed_usd_per_hour) * 2190),
         usd_text(priced.removed.saves_to_end_usd), usd_text(priced.removed.saves_after_end_usd)]
     assert "Over its quarter (2,190 hours), what each saves" not in md
+    # What the rows are measured against, beside the forecast's own quarters: uncertified, the model's re-plan
+    # from 2027Q1 as planned is the forecast's own 2027Q2 and 2027Q3 (certified, an outside audit found the
+    # shipped fleet's re-plan a GPU's price away from them, and subtracted a saving from the wrong total).
+    assert planned[0].replanned.usd_per_hour == pytest.approx([q.cost_per_hour for q in planned[1:]], rel=1e-12)
+    own = sum(q.cost_per_hour for q in planned[1:]) * 2190
+    after = committed_after_end_usd(planned[-1].lots, 2, 2)
+    assert (f"What the savings are measured against: from 2027Q1 as planned, the model re-plans 2027Q2–2027Q3 at {usd_text(own)}, where this "
+            f"forecast's own quarters cost {usd_text(own)} ($0.00 apart), and commits {usd_text(after)} after 2027Q3 "
+            f"where the forecast commits {usd_text(after)} ($0.00 apart): each saving is the difference") in md
 
 
 def test_a_quarter_s_availability_relaxed_after_the_first_is_priced_from_the_lots_it_starts_from(tmp_path):
