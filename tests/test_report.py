@@ -200,6 +200,29 @@ def test_the_price_ties_compare_only_plans_the_stated_scenario_allows(catalog):
     assert {o.name for o in compared if o in plan.levers} == {o.name for o in marked.values() if o.feasible}
 
 
+def test_a_ceiling_past_the_batch_limit_is_said_to_be_the_formula_s(catalog):
+    """The 128k rollout's short pool printed its token-budget ceiling at N = 1,253.56 resident sequences,
+    past max_num_seqs = 1,024, with a rate above the batch limit's: a reader took it for a batch the
+    replica runs. Each pool whose ceiling lies past the limit now says so, and no other pool does."""
+    from planner.inputs import load_inputs, plan_inputs
+    from planner.report import render
+
+    inputs = load_inputs(Path(__file__).resolve().parent.parent / "scenarios" / "128k_rollout.yaml")
+    plan = plan_inputs(inputs, explore=False, certify=False)
+    text = render(plan)
+    said = "past the engine's batch limit (N above max_num_seqs"
+    past = [pool for pool in plan.pools
+            if any(n > pool.deployment.engine.max_num_seqs for name, n in pool.capacity.ceilings_batch.items()
+                   if name != "roofline" and n is not None)]
+    assert past and text.count(said) == len(past)
+    short = next(pool for pool in past if "token_budget" in pool.capacity.ceilings_batch)
+    seqs = short.deployment.engine.max_num_seqs
+    assert short.capacity.ceilings_batch["token_budget"] > seqs
+    assert short.capacity.ceilings_rps["token_budget"] > short.capacity.ceilings_rps["roofline"]
+    assert (f"The token budget ceiling lies past the engine's batch limit (N above max_num_seqs = {seqs:,}): λ(N) there "
+            "is the formula's, at a batch no replica runs, and the batch limit's row stops it first.") in text
+
+
 def test_tiny_lp_file_matches_the_golden_file(tmp_path):
     """`--write-lp` writes the ILP a person can read; the golden copy catches silent drift in its
     variables, constraint names and coefficients (PuLP's examples keep such files too)."""
