@@ -132,7 +132,7 @@ def reserved_discount(scn: Scenario, fleet_forecast: Forecast | None = None) -> 
         return scn.autoscaling.reserved_discount, "autoscaling.reserved_discount"
     if scn.forecast is not None:
         return scn.forecast.reserved_discount, "forecast.reserved_discount"
-    if fleet_forecast is not None:
+    if fleet_forecast is not None and "reserved_discount" in fleet_forecast.model_fields_set:
         return fleet_forecast.reserved_discount, "the fleet's forecast.reserved_discount"
     return 0.0, "no reserved discount stated"
 
@@ -146,6 +146,7 @@ def scenario_terms(scn: Scenario, on_demand_usd_per_gpu_hour: Mapping[str, float
     if fc is None and a.reserved_discount is None and fleet_forecast is not None:
         fc, source = fleet_forecast, "the fleet's forecast.reserved_prices"
     reserved_prices = dict(fc.reserved_prices) if fc is not None else {}
+    reserved_prices = {g: p for g, p in reserved_prices.items() if g in on_demand_usd_per_gpu_hour}  # its own types
     discount, where = reserved_discount(scn, fleet_forecast)
     prices = {g: reserved_prices.get(g, p * (1 - discount)) for g, p in on_demand_usd_per_gpu_hour.items()}
     terms = f"on-demand × (1 − {discount:g}) ({where})"

@@ -218,6 +218,11 @@ def load_fleet(path: str | Path, *, catalog_files: tuple[str, ...] = ()) -> Flee
         if svc.inputs.scenario.forecast is not None:
             raise InputError("forecast: a service of a fleet has no forecast of its own (it would be ignored); state "
                              "the quarters in the fleet's forecast section", where=svc.where)
+        if spec.forecast is not None and svc.inputs.scenario.autoscaling.reserved_discount is not None:
+            # the fleet's forecast commits the service's GPUs at its own terms: a second discount priced its day otherwise
+            raise InputError("autoscaling.reserved_discount: reserved terms are given once, and this fleet's forecast "
+                             "gives them (forecast.reserved_discount, reserved_prices), for the day of every service "
+                             "too; drop it here", where=svc.where)
         _refuse_own_solver(svc, spec.solver)
     run = {c.id for svc in services for c in svc.inputs.scenario.gpu_candidates}
     # The fleet's rows name GPU types too (its inventory's, and those its services run): one service's

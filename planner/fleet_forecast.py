@@ -1067,16 +1067,19 @@ def _replanned_lines(saving: list[tuple[FleetQuarter, SharedConstraint]], result
         later = results[i + 1:]
         replanned = sum(r.replanned.usd_per_hour) * HOURS_PER_QUARTER
         own = sum(x.cost_per_hour for x in later) * HOURS_PER_QUARTER
-        text = (f"What the savings are measured against: from {r.quarter} as planned, the model re-plans {later[0].quarter}"
-                + (f"–{later[-1].quarter}" if len(later) > 1 else "") + f" at {usd_text(replanned)}, where this "
-                f"forecast's own {'quarters cost' if len(later) > 1 else 'quarter costs'} {usd_text(own)} "
-                f"({usd_text(replanned - own)} apart)")
+        apart = "; ".join(f"{x.quarter} {usd_text((cost - x.cost_per_hour) * HOURS_PER_QUARTER)}"
+                          for x, cost in zip(later, r.replanned.usd_per_hour, strict=True))
+        text = (f"What {r.quarter}'s savings are measured against: from {r.quarter} as planned, the model re-plans "
+                f"{later[0].quarter}" + (f"–{later[-1].quarter}" if len(later) > 1 else "")
+                + f" at {usd_text(replanned)}, where this forecast's own "
+                f"{'quarters cost' if len(later) > 1 else 'quarter costs'} {usd_text(own)} (apart: {apart})")
         if term is not None:
             own_after = committed_after_end_usd(results[-1].lots, len(results) - 1, term) or 0.0
             text += (f", and commits {usd_text(r.replanned.after_end_usd)} after {results[-1].quarter} where the "
                      f"forecast commits {usd_text(own_after)} ({usd_text(r.replanned.after_end_usd - own_after)} apart)")
-        lines.append(text + ": each saving is the difference between two such re-plans, so one within about that "
-                     "much rests on how the later quarters were planned as much as on the limit.")
+        lines.append(text + ". Each saving is the difference between this re-plan and one from the relaxed quarter, "
+                     "both by the model: it is not to be taken off this forecast's own totals, which no re-plan "
+                     "reproduces exactly.")
     return ["", *lines] if lines else []
 
 

@@ -73,7 +73,7 @@ def _day_alone_note(fp: FleetPlan, plan, committed: list[str]) -> str:
     """Why a service's day curve in a fleet is not what the fleet pays for it (an outside probe: 8 reserved
     H100s, 3 idle, and a section pricing its day on demand at $4,365.40 a month, recommending autoscaling
     to save 22.6%, where the fleet pays $3,058.70 for it and autoscaling frees no committed GPU)."""
-    return (f"In this fleet, the day above is priced as if {plan.scenario.name} ran alone, at its own prices: the "
+    return (f"In this fleet, the day above is priced as if {plan.scenario.name} ran alone, at its own on-demand prices: the "
             f"fleet holds committed {_names(committed)} GPUs, which this service runs on and which are paid all day "
             "whether used or not (autoscaling saves nothing on them); as the fleet pays, the service costs "
             f"{usd_text(fp.paid_usd_per_hour(plan))}/hour at its peak (the fleet's totals).\n")

@@ -65,7 +65,8 @@ class DailyProfile:
         return min(self.multipliers) == 1.0
 
 
-FLAT = DailyProfile((1.0,) * HOURS_PER_DAY, "flat: every hour carries the source's load")
+FLAT = DailyProfile((1.0,) * HOURS_PER_DAY, "flat, as no day is stated and the log spans none (every hour carries "
+                                             "the source's load)")
 
 
 def diurnal_multipliers(peak_to_trough: float, peak_hour: int) -> tuple[float, ...]:
@@ -95,7 +96,7 @@ def stated_profile(spec: LoadProfileSpec) -> DailyProfile:
             diurnal_multipliers(spec.peak_to_trough, spec.peak_hour),
             f"stated: diurnal (cosine) day, peak {spec.peak_to_trough:g}× the trough, busiest at {spec.peak_hour:02d}:00",
         )
-    return FLAT
+    return DailyProfile(FLAT.multipliers, "stated: flat (every hour carries the source's load)")
 
 
 def measured_profile(hist: Histogram, *, by_weekday: bool = False) -> DailyProfile:

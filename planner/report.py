@@ -1069,7 +1069,7 @@ def _pool_detail(plan: Plan, pool: PoolDetail) -> str:
     if past:  # the formula's N, which the batch the engine runs never reaches
         lines += ["", f"The {' and '.join(past)} ceiling{'s lie' if len(past) > 1 else ' lies'} past the engine's "
                       f"batch limit (N above max_num_seqs = {seqs:,}): λ(N) there is the formula's, at a batch no "
-                      f"replica runs, and the batch limit's row stops {'them' if len(past) > 1 else 'it'} first."]
+                      "replica runs; the lowest ceiling binds."]
     targets = [f"{b.name}: {b.targets_text()}" for b in tc.slo.bands]
     lines += [
         "",

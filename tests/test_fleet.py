@@ -317,7 +317,7 @@ def test_a_services_day_in_a_fleet_with_commitments_says_it_is_priced_alone(tmp_
         "beta", 12.0, traffic=traffic, gpus=["h100-sxm"])], inventory=inventory)))
     text = service_section(fp, 1)
     assert "## The day's load curve" in text
-    note = (f"In this fleet, the day above is priced as if beta ran alone, at its own prices: the fleet holds committed "
+    note = (f"In this fleet, the day above is priced as if beta ran alone, at its own on-demand prices: the fleet holds committed "
             f"h100-sxm GPUs, which this service runs on and which are paid all day whether used or not (autoscaling "
             f"saves nothing on them); as the fleet pays, the service costs {usd_text(fp.paid_usd_per_hour(fp.plans[1]))}"
             "/hour at its peak (the fleet's totals).")
@@ -1381,7 +1381,8 @@ def test_a_fleet_forecast_prices_a_token_at_every_service_s_own_day(tmp_path):
     assert ("Flat because no day is stated and its log spans none, every hour at its busiest hour's rate (an "
             f"assumption: state `traffic.profile`): beta ({beta_share:.0%} of the tokens).") in md
     assert [s["day_profile"] for s in services[:2]] == [
-        "stated: diurnal (cosine) day, peak 3× the trough, busiest at 14:00", "flat: every hour carries the source's load"]
+        "stated: diurnal (cosine) day, peak 3× the trough, busiest at 14:00",
+        "flat, as no day is stated and the log spans none (every hour carries the source's load)"]
 
 
 def test_a_fleet_service_s_day_is_reserved_at_its_fleet_forecast_s_terms(tmp_path):
@@ -1397,21 +1398,34 @@ def test_a_fleet_service_s_day_is_reserved_at_its_fleet_forecast_s_terms(tmp_pat
     alpha, beta = service("alpha", 30.0), service("beta", 12.0, autoscaling={"reserved_discount": 0.1})
     alpha["traffic"].update(mean_rps=24.0, profile=day)
     beta["traffic"].update(mean_rps=9.0, profile=day)
-    forecast = {"reserved_discount": 0.25, "quarters": [{"quarter": "2027Q1"}]}
-    fp = make_fleet_plan(load_fleet(write_fleet(tmp_path, services=[alpha, beta], forecast=forecast)), explore=False)
 
     def per_day(text, policy):
         return float(re.search(rf"\| {policy} \| \$([\d,.]+) \|", text).group(1).replace(",", ""))
 
-    for i, (discount, where) in enumerate(((0.25, "the fleet's forecast.reserved_discount"),
-                                           (0.1, "autoscaling.reserved_discount"))):
-        text = service_section(fp, i)
-        assert f"reserved prices: on-demand × (1 − {discount:g}) ({where})" in text
+    def reserved_at(text, discount):
         on_demand = per_day(text, "peak-sized fleet all day, on demand")
-        assert per_day(text, "peak-sized fleet all day, reserved") == pytest.approx(on_demand * (1 - discount), abs=0.01)
-    # without a forecast the fleet states no terms: the service's own report, as before
+        return per_day(text, "peak-sized fleet all day, reserved") == pytest.approx(on_demand * (1 - discount), abs=0.01)
+
+    # without a forecast the fleet states no terms: each service's own, as in its own report
     fp = make_fleet_plan(load_fleet(write_fleet(tmp_path, services=[alpha, beta])), explore=False)
     assert "reserved prices: on-demand × (1 − 0) (no reserved discount stated)" in service_section(fp, 0)
+    beta_text = service_section(fp, 1)
+    assert "on-demand × (1 − 0.1) (autoscaling.reserved_discount)" in beta_text and reserved_at(beta_text, 0.1)
+    # with one, its terms, for every service's day as for the GPUs it commits: a service's own discount beside
+    # them (priced its day at one price and committed its GPUs at another) is refused, as in a scenario
+    forecast = {"reserved_discount": 0.25, "reserved_prices": {"l40s": 0.5}, "quarters": [{"quarter": "2027Q1"}]}
+    path = write_fleet(tmp_path, services=[alpha, beta], forecast=forecast)
+    r = CliRunner().invoke(main, ["solve", str(path), "--out-dir", str(tmp_path / "out")])
+    assert r.exit_code == 2 and not (tmp_path / "out").exists()
+    assert (f"{path}: services[1]: autoscaling.reserved_discount: reserved terms are given once, and this fleet's "
+            "forecast gives them") in r.output
+    beta.pop("autoscaling")
+    fp = make_fleet_plan(load_fleet(write_fleet(tmp_path, services=[alpha, beta], forecast=forecast)), explore=False)
+    for i in (0, 1):
+        text = service_section(fp, i)
+        assert ("reserved prices: on-demand × (1 − 0.25) (the fleet's forecast.reserved_discount); l40s $0.50 (the "
+                "fleet's forecast.reserved_prices)") in text
+        assert reserved_at(text, 0.25) == (not fp.plans[i].solution.gpus_by_type.get("l40s"))
 
 
 def test_a_fleet_forecast_refuses_a_stated_peak_below_the_rate_its_day_is_read_at(tmp_path):
@@ -1734,9 +1748,10 @@ def test_a_fleet_forecast_prices_a_cap_through_the_quarters_its_relaxed_quarter_
     assert planned[0].replanned.usd_per_hour == pytest.approx([q.cost_per_hour for q in planned[1:]], rel=1e-12)
     own = sum(q.cost_per_hour for q in planned[1:]) * 2190
     after = committed_after_end_usd(planned[-1].lots, 2, 2)
-    assert (f"What the savings are measured against: from 2027Q1 as planned, the model re-plans 2027Q2–2027Q3 at {usd_text(own)}, where this "
-            f"forecast's own quarters cost {usd_text(own)} ($0.00 apart), and commits {usd_text(after)} after 2027Q3 "
-            f"where the forecast commits {usd_text(after)} ($0.00 apart): each saving is the difference") in md
+    assert (f"What 2027Q1's savings are measured against: from 2027Q1 as planned, the model re-plans 2027Q2–2027Q3 at "
+            f"{usd_text(own)}, where this forecast's own quarters cost {usd_text(own)} (apart: 2027Q2 $0.00; 2027Q3 "
+            f"$0.00), and commits {usd_text(after)} after 2027Q3 where the forecast commits {usd_text(after)} ($0.00 "
+            "apart). Each saving is the difference between this re-plan and one from the relaxed quarter") in md
 
 
 def test_a_quarter_s_availability_relaxed_after_the_first_is_priced_from_the_lots_it_starts_from(tmp_path):

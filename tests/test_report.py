@@ -220,7 +220,7 @@ def test_a_ceiling_past_the_batch_limit_is_said_to_be_the_formula_s(catalog):
     assert short.capacity.ceilings_batch["token_budget"] > seqs
     assert short.capacity.ceilings_rps["token_budget"] > short.capacity.ceilings_rps["roofline"]
     assert (f"The token budget ceiling lies past the engine's batch limit (N above max_num_seqs = {seqs:,}): λ(N) there "
-            "is the formula's, at a batch no replica runs, and the batch limit's row stops it first.") in text
+            "is the formula's, at a batch no replica runs; the lowest ceiling binds.") in text
 
 
 def test_tiny_lp_file_matches_the_golden_file(tmp_path):

@@ -47,7 +47,9 @@ def forecast(scenario, out_dir, no_report, verify, catalog_files, as_json) -> No
 
     SCENARIO may be a fleet file (with `services:`): every quarter is then one ILP over the whole
     fleet, commitments shared; the tables are <name>_forecast_quarters.csv, _services.csv (one row
-    per service per quarter) and _types.csv (one row per GPU type per quarter), with their data
+    per service per quarter, its tokens and cost per token at its day's volume among them),
+    _types.csv (one row per GPU type per quarter), _limits.csv (one row per shared limit per
+    quarter, with what relaxing it saves) and _total.csv (the quarters summed), with their data
     dictionary.
 
     \b
