@@ -150,6 +150,13 @@ class Capacity:
     # the token budget's, a latency bound's grid point, the engine's batch limit
     ceilings_batch: dict[str, float] = field(default_factory=dict)
 
+    def past_batch_limit(self, max_num_seqs: int) -> list[str]:
+        """The ceilings, the batch limit's own aside, whose N lies past the engine's max_num_seqs: λ(N)
+        there is the formula's, at a batch no replica runs (the 128k rollout's token budget at N =
+        1,253.56 read above the batch limit's rate)."""
+        return [name for name in self.ceilings_rps
+                if name != "roofline" and (self.ceilings_batch.get(name) or 0.0) > max_num_seqs]
+
 
 @lru_cache(maxsize=256)
 def _decode_steps(prof: TokenProfile) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:

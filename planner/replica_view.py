@@ -85,6 +85,9 @@ def capacity_view(dep: Deployment, prof: TokenProfile, slo: SLO, ladder: BudgetL
         "tokens_per_s": pt.output_tokens_per_s,
         "ceilings_rps": cap.ceilings_rps,
         "ceilings_resident_batch": {k: v if math.isfinite(v) else None for k, v in cap.ceilings_batch.items()},
+        # the ceilings whose N lies past the engine's max_num_seqs: their rate is the formula's, at a batch no replica runs
+        "max_num_seqs": dep.engine.max_num_seqs,
+        "ceilings_past_batch_limit": cap.past_batch_limit(dep.engine.max_num_seqs),
         # the ceiling of ceilings_rps the max rate is planned below: `binding` names the resource instead
         # where throughput saturates below that ceiling (compute, bandwidth), which ceilings_rps has no key for
         "planned_below": cap.bound_kind or cap.binding,
@@ -271,6 +274,10 @@ def capacity_text(view: ReplicaView) -> str:
         lines.append(f"  note: the max rate is planned at {cap.max_rps / ceiling:.0%} of the {bound} ceiling's "
                      f"{ceiling:.3f} requests/s (a replica is planned at {KNEE_SHARE:.0%} of the rate its binding bound "
                      "allows; the latencies above are there)")
+    seqs, past = payload["max_num_seqs"], payload["ceilings_past_batch_limit"]
+    if past:
+        lines.append(f"  note: {' and '.join(past)} N past max_num_seqs = {seqs:,}: λ(N) there is the formula's, at a "
+                     "batch no replica runs; the lowest ceiling binds")
     lines += [f"  note: {n}" for n in cap.notes]
     if "at_rate" in payload:
         a = payload["at_rate"]

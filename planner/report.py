@@ -1064,8 +1064,7 @@ def _pool_detail(plan: Plan, pool: PoolDetail) -> str:
     elif pool.planned_by == "calibration":
         lines.append(f"| **planned (capacity × {pool.calibration:.3f}, the factor simulation found on another config "
                      f"for these requests)** | | **{pool.planned_rps:,.3f}** |")
-    past = [_CEILING_LABELS.get(name, name).split(" (")[0] for name in cap.ceilings_rps
-            if name != "roofline" and (cap.ceilings_batch.get(name) or 0.0) > seqs]
+    past = [_CEILING_LABELS.get(name, name).split(" (")[0] for name in cap.past_batch_limit(seqs)]
     if past:  # the formula's N, which the batch the engine runs never reaches
         lines += ["", f"The {' and '.join(past)} ceiling{'s lie' if len(past) > 1 else ' lies'} past the engine's "
                       f"batch limit (N above max_num_seqs = {seqs:,}): λ(N) there is the formula's, at a batch no "

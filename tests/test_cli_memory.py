@@ -42,6 +42,19 @@ def test_capacity_with_a_class_and_a_rate_prints_every_figure_exactly():
     assert_matches_golden("capacity_8b_h100_class_trtllm.txt", r.output)
 
 
+def test_capacity_says_which_ceilings_lie_past_the_batch_limit():
+    """`planner capacity` printed the token budget's ceiling at N = 1,365.33, past max_num_seqs = 1,024,
+    at a rate above the batch limit's row, without the note the report gives; --json now lists them."""
+    args = ("capacity", "llama-3.1-8b", "h100-sxm", "--prompt-tokens", "1000", "--output-tokens", "200", "--tpot-ms", "50")
+    out = json.loads(run(*args, "--json").output)
+    past = [k for k, n in out["ceilings_resident_batch"].items() if k != "roofline" and n and n > out["max_num_seqs"]]
+    assert past == out["ceilings_past_batch_limit"] == ["token_budget"]
+    assert out["ceilings_rps"]["token_budget"] > out["ceilings_rps"]["roofline"]
+    text = run(*args).output
+    assert (f"  note: token_budget N past max_num_seqs = {out['max_num_seqs']:,}: λ(N) there is the formula's, at a batch "
+            "no replica runs; the lowest ceiling binds") in text
+
+
 def test_kv_json():
     r = run("kv", "llama-3.1-8b", "--tokens", "8192", "--json")
     assert r.exit_code == 0, r.output
