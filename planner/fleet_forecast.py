@@ -186,6 +186,15 @@ class FleetQuarter:
         return None if None in tokens else sum(tokens)
 
     @property
+    def usd_per_million_tokens(self) -> float | None:
+        """The quarter's cost over its tokens at the day's volume."""
+        return _at_volume(self.cost_usd, self.day_tokens)
+
+    def paid_usd_per_million_tokens(self, plan: Plan) -> float | None:
+        """A service's cost as paid over its tokens at its day's volume."""
+        return _at_volume(self.plan.paid_usd_per_hour(plan) * HOURS_PER_QUARTER, self.service_day(plan).tokens)
+
+    @property
     def usd_per_hour_by_kind(self) -> dict[str, float]:
         """on_demand, committed_used, committed_idle: the quarter's cost per hour by how it is paid."""
         types = self.plan.types
@@ -541,7 +550,7 @@ QUARTER_COLUMNS: tuple[Column, ...] = (
            "day's mean served rate (services.tokens summed; empty where a service's mean rate is unknown)",
            lambda r: r.day_tokens, digits=0, total=True),
     Column("usd_per_million_tokens", "number", "total_usd / tokens: USD per million tokens at the day's real volume",
-           lambda r: _at_volume(r.cost_usd, r.day_tokens)),
+           lambda r: r.usd_per_million_tokens),
 )
 
 SERVICE_COLUMNS: tuple[Column, ...] = (
@@ -574,16 +583,21 @@ SERVICE_COLUMNS: tuple[Column, ...] = (
            "prompt and output of its served requests (empty where day_mean_rps is)",
            lambda x: x[0].service_day(x[1]).tokens, digits=0),
     Column("paid_usd_per_million_tokens", "number", "paid_usd_per_hour over the quarter / tokens: USD per million "
-           "tokens at its day's real volume (empty where tokens is)",
-           lambda x: _at_volume(x[0].plan.paid_usd_per_hour(x[1]) * HOURS_PER_QUARTER, x[0].service_day(x[1]).tokens)),
+           "tokens at its day's real volume (empty where tokens is)", lambda x: x[0].paid_usd_per_million_tokens(x[1])),
     Column("rejected_share", "number", "share of its requests longer than its context limit: not served, so not in "
            "its peak, tokens or cost", lambda x: x[1].rejected_share),
 )
 
 
-def _at_volume(usd: float | None, tokens: int | None) -> float | None:
+def _at_volume(usd: float, tokens: int | None) -> float | None:
     """USD per million tokens at the day's volume; None where the volume is unknown."""
-    return None if usd is None or tokens is None else usd_per_million_tokens(usd, tokens)
+    return None if tokens is None else usd_per_million_tokens(usd, tokens)
+
+
+def _total_usd_per_million_tokens(t: dict) -> float | None:
+    """The total row's cost over its tokens at the day's volume."""
+    return _at_volume(t["total_usd"], t["tokens"])
+
 
 TYPE_COLUMNS: tuple[Column, ...] = (
     Column("quarter", "string", "calendar quarter (quarters.quarter)", lambda x: x[0].quarter),
@@ -667,7 +681,7 @@ LIMIT_COLUMNS: tuple[Column, ...] = (
 TOTAL_COLUMNS: tuple[Column, ...] = (
     *SPAN_COLUMNS, *summed(QUARTER_COLUMNS),
     Column("usd_per_million_tokens", "number", "total_usd / tokens: USD per million tokens at the day's real volume "
-           "over the {period}", lambda t: _at_volume(t["total_usd"], t["tokens"])),
+           "over the {period}", _total_usd_per_million_tokens),
     COMMITTED_AFTER_END,
 )
 
@@ -720,8 +734,7 @@ def fleet_forecast_markdown(name: str, results: list[FleetQuarter], fleet: Fleet
     costs as paid, with what that means."""
     first, last = results[0], results[-1]
     total = sum(r.cost_per_hour * HOURS_PER_QUARTER for r in results)
-    total_row = _total_row(results, _table(QUARTER_COLUMNS, results))
-    per_million = next(c for c in TOTAL_COLUMNS if c.name == "usd_per_million_tokens").value(total_row)
+    per_million = _total_usd_per_million_tokens(_total_row(results, _table(QUARTER_COLUMNS, results)))
     lines = [
         f"# Forecast: {name}",
         "",
@@ -756,7 +769,7 @@ def fleet_forecast_markdown(name: str, results: list[FleetQuarter], fleet: Fleet
             f"| {r.quarter} | {multiplier_text(r.demand_multiplier)} | {gpus} | {committed} | {usd_text(k['on_demand'])} + "
             f"{usd_text(k['committed_used'])} + {usd_text(k['committed_idle'])} = {usd_text(r.cost_per_hour)} | "
             f"{usd_text(r.cost_per_hour * HOURS_PER_QUARTER)} | {usd_per_million_text(usd_per_million_tokens(r.cost_per_hour, tokens))} | "
-            f"{usd_per_million_text(_at_volume(r.cost_usd, r.day_tokens))} |"
+            f"{usd_per_million_text(r.usd_per_million_tokens)} |"
         )
     lines.append(f"| **Total** | | | | | **{usd_text(total)}** | | **{usd_per_million_text(per_million)}** |")
     idle = [f"- **{r.quarter}: " + ", ".join(f"{t.idle_committed:,} {t.gpu}" for t in r.plan.types if t.idle_committed)
@@ -1056,10 +1069,9 @@ def _to_end_table(saving: list[tuple[FleetQuarter, SharedConstraint]], results: 
 def _replanned_lines(saving: list[tuple[FleetQuarter, SharedConstraint]], results: list[FleetQuarter],
                      term: int | None) -> list[str]:
     """For each quarter whose rows rest on a re-plan of the quarters after it from it as planned, that
-    re-plan beside the forecast's own later quarters (an outside audit subtracted a row's saving from
-    the forecast's total and reached a figure no plan makes: the re-plan by the model alone already
-    differed from the forecast by about one GPU's price). A saving within that difference rests on how
-    the later quarters were planned as much as on the limit."""
+    re-plan beside the forecast's own later quarters, quarter by quarter (an outside audit subtracted a
+    row's saving from the forecast's total and reached a figure no plan makes: the re-plan by the model
+    alone already differed from the forecast by about one GPU's price)."""
     lines = []
     for i, r in enumerate(results):  # (by identity: quarters compared by value would compare their plans' arrays)
         if r.replanned is None or not any(x is r for x, _ in saving):
@@ -1121,7 +1133,7 @@ def _services_section(results: list[FleetQuarter]) -> list[str]:
         for r in results:
             plan = r.plan.plans[i]
             gpus = " + ".join(f"{n:,} {g}" for g, n in plan.solution.gpus_by_type.items())
-            per_million = _at_volume(r.plan.paid_usd_per_hour(plan) * HOURS_PER_QUARTER, r.service_day(plan).tokens)
+            per_million = r.paid_usd_per_million_tokens(plan)
             shown = "—" if per_million is None else f"{usd_per_million_text(per_million)}/M"
             cells.append(f"{usd_text(r.plan.paid_usd_per_hour(plan))} ({gpus}) · {shown}")
         out.append(f"| {service} | " + " | ".join(cells) + f" | {rejected_text(results[0].plan.plans[i])} |")

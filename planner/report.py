@@ -1000,10 +1000,6 @@ def _ridge_text(step: StepModel) -> str:
                if step.straggler != 1.0 else "") + ").")
 
 
-
-# The ceilings as the pool's table names them (the token budget's label also gives its size).
-_CEILING_LABELS = {"roofline": "roofline (at the engine's batch limit)", "token_budget": "token budget"}
-
 def _pool_detail(plan: Plan, pool: PoolDetail) -> str:
     tc, cfg, cap, dep = pool.traffic_class, pool.config, pool.capacity, pool.deployment
     lad, fp, pt = cap.ladder, cap.footprint, pool.at_peak
@@ -1046,7 +1042,7 @@ def _pool_detail(plan: Plan, pool: PoolDetail) -> str:
     lines += ["", f"Ceilings of one replica by the model (requests/s; binding: **{cap.binding}**{saturated}):", "",
               "| Ceiling | At resident sequences N | Requests/s: λ(N) |", "|---|---:|---:|"]
     for name, rps in cap.ceilings_rps.items():
-        label = {**_CEILING_LABELS,
+        label = {"roofline": "roofline (at the engine's batch limit)",
                  "token_budget": f"token budget ({dep.engine.max_num_batched_tokens:,} tokens a step)"}.get(name, name)
         lines.append(f"| {label} | {resident_text(cap.ceilings_batch.get(name))} | {rps:,.3f} |")
     for name in cap.clamped:
@@ -1064,7 +1060,7 @@ def _pool_detail(plan: Plan, pool: PoolDetail) -> str:
     elif pool.planned_by == "calibration":
         lines.append(f"| **planned (capacity × {pool.calibration:.3f}, the factor simulation found on another config "
                      f"for these requests)** | | **{pool.planned_rps:,.3f}** |")
-    past = [_CEILING_LABELS.get(name, name).split(" (")[0] for name in cap.past_batch_limit(seqs)]
+    past = [name.replace("_", " ") for name in cap.past_batch_limit(seqs)]
     if past:  # the formula's N, which the batch the engine runs never reaches
         lines += ["", f"The {' and '.join(past)} ceiling{'s lie' if len(past) > 1 else ' lies'} past the engine's "
                       f"batch limit (N above max_num_seqs = {seqs:,}): λ(N) there is the formula's, at a batch no "
