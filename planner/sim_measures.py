@@ -326,7 +326,9 @@ def backlog_growth(req: Requests, tr: Trace, warmup_fraction: float, settled: bo
 def measure(req: Requests, tr: Trace, warmup_fraction: float, wall: float, *,
              total_blocks: int, block_bytes: int, page_bytes: float, shared_bytes: int, budget_bytes: int,
              notes: tuple[str, ...],
-             settled: bool = True) -> SimResult:
+             settled: bool = True, state_bytes: int = 0) -> SimResult:
+    """The run's measures. The cache held is its pages (page_bytes each) and the shared prefix; where
+    no layer caches tokens (page_bytes 0), the running sequences' fixed states (state_bytes each)."""
     n = req.n
     cut, last, t0, t1, span, win, w = _window(req, tr, warmup_fraction, settled)
     lo, hi = win.start, win.stop
@@ -355,7 +357,7 @@ def measure(req: Requests, tr: Trace, warmup_fraction: float, wall: float, *,
     done_in = int(np.sum((tr.finish_s >= t0) & (tr.finish_s < t1)))
     growth = _backlog_growth(tr, win, w, arrived_in / span)
     preempt_in = int(np.sum(in_window(tr.preemption_steps)))
-    used_win = tr.step_used_pages[win]
+    used_win, held_bytes = (tr.step_used_pages[win], page_bytes) if page_bytes else (tr.step_running[win], state_bytes)
     used_weight = np.bincount(used_win, weights=w) if used_win.size else np.zeros(1)
     used_weight[0] += window_s - wsum  # idle: no block beyond the shared prefix is held
     used_p99 = int(np.searchsorted(np.cumsum(used_weight), 0.99 * used_weight.sum(), side="left"))
@@ -366,8 +368,8 @@ def measure(req: Requests, tr: Trace, warmup_fraction: float, wall: float, *,
         resident_batch=tmean(decoding),
         running_batch=tmean(tr.step_running[win].astype(np.float64)),
         waiting=tmean(tr.step_waiting[win].astype(np.float64)),
-        kv_utilisation=(tmean(used_win.astype(np.float64)) * page_bytes + shared_bytes) / budget_bytes,
-        kv_utilisation_p99=(used_p99 * page_bytes + shared_bytes) / budget_bytes if wsum > 0 else math.nan,
+        kv_utilisation=(tmean(used_win.astype(np.float64)) * held_bytes + shared_bytes) / budget_bytes,
+        kv_utilisation_p99=(used_p99 * held_bytes + shared_bytes) / budget_bytes if wsum > 0 else math.nan,
         itl_ms_mean=gaps.mean_s * 1e3,
         itl_ms_p50=gaps.quantile(0.50) * 1e3,
         itl_ms_p99=gaps.quantile(0.99) * 1e3,

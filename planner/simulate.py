@@ -110,6 +110,8 @@ DEFAULT_WARMUP_FRACTION = 0.1
 # which the system maps in on first write, and copied what was written; records of one size are
 # reused from one replay to the next by the allocator.
 FIRST_RECORDS_MAX_STEPS = 1 << 22
+# _CacheBlocks.total_pages where no layer caches tokens: past any run's pages (int64 in the kernel)
+_NO_PAGE_LIMIT = 1 << 62
 
 
 def _steps_at_most(requests: Requests, chunk_tokens: int) -> int:
@@ -282,7 +284,10 @@ class _CacheBlocks:
 
     @property
     def total_pages(self) -> int:
-        """Pages beyond the shared prefix."""
+        """Pages beyond the shared prefix; where no layer caches tokens (every layer a fixed state:
+        Mamba, linear attention), more than any run holds, since no block ever fills the budget."""
+        if not self.page_bytes:
+            return _NO_PAGE_LIMIT
         return self.budget_bytes // self.page_bytes - self.shared_pages
 
     @property
@@ -301,7 +306,9 @@ def _cache_blocks(dep: Deployment, requests: Requests, kv_budget_bytes: int | No
     cached = [k for k in kinds if k.bytes_per_token]
     full = sum(k.layers for k in cached if k.token_cap is None)
     capped = sum(k.layers for k in cached if k.token_cap is not None)
-    if not capped:  # one group of every layer: a page is a block
+    if not cached:  # every layer a fixed state or none: blocks hold nothing (the state caps the batch: _state_seqs)
+        full_pages, win_pages, win_blocks, page_bytes, block_bytes, full_read, win_read = 1, 0, 0, 0, 0, 0, 0
+    elif not capped:  # one group of every layer: a page is a block
         block_bytes = int(kv_bytes_for_tokens(dep.model, block, dep.kv_dtype, dep.tp))
         full_pages, win_pages, win_blocks, page_bytes = 1, 0, 0, block_bytes
         full_read, win_read = block_bytes, 0
@@ -341,6 +348,27 @@ def _cache_blocks(dep: Deployment, requests: Requests, kv_budget_bytes: int | No
     return cache
 
 
+def _state_seqs(dep: Deployment, kv: _CacheBlocks) -> int:
+    """The sequences the replica runs at once: max_num_seqs, and where no layer caches tokens (so
+    blocks never fill the budget) at most as many as the budget holds fixed states of, as
+    planner.footprint charges them (vLLM allocates a state slot a running sequence)."""
+    max_seqs = int(dep.engine.max_num_seqs)
+    if kv.page_bytes:
+        return max_seqs
+    state_bytes = _state_bytes(dep)
+    if not state_bytes:
+        return max_seqs
+    held = kv.budget_bytes // state_bytes
+    if held < 1:
+        raise ValueError(f"the KV budget ({kv.budget_bytes:,} bytes) holds no sequence's state ({state_bytes:,} bytes)")
+    return min(max_seqs, held)
+
+
+def _state_bytes(dep: Deployment) -> int:
+    """A sequence's fixed state on a replica (planner.memory's layout, as the footprint charges it)."""
+    return math.ceil(kv_bytes_per_token_by_layer_kind(dep.model, dep.kv_dtype, dep.tp).state_bytes_per_sequence)
+
+
 def simulate_replica(
     dep: Deployment,
     requests: Requests,
@@ -370,10 +398,11 @@ def simulate_replica(
     engine = dep.engine
     kv = _cache_blocks(dep, requests, kv_budget_bytes, shared_prefix_tokens)
     notes = []
-    if kv_state_bytes_per_sequence(dep.model):
-        notes.append("the fixed per-sequence state of linear-attention / state-space layers is not charged (blocks only)")
+    if kv_state_bytes_per_sequence(dep.model) and kv.page_bytes:
+        notes.append("the fixed per-sequence state of linear-attention / state-space layers is read by every decode "
+                     "step but holds none of the cache's blocks")
 
-    max_seqs = int(engine.max_num_seqs)
+    max_seqs = _state_seqs(dep, kv)
     costs = _Costs.of(dep, max_seqs)
     from planner.sim_kernel import run  # numba loads only when a replica is simulated
 
@@ -390,7 +419,9 @@ def simulate_replica(
             kv.shared_tokens, max_seqs, batched_tokens, chunk_tokens,
             costs.fixed_s, costs.bandwidth, costs.flops_s, costs.two_active, costs.attn, costs.attn_prefill,
             costs.attn_capped, costs.window, kv.full_pages, kv.win_pages, kv.win_blocks,
-            kv.full_read_bytes, kv.win_read_bytes, kv.shared_read_bytes, costs.comm_per_token_s, *records.first().values(),
+            # a decoder's fixed reads: the shared prefix's and its own state's (as planner.footprint reads both)
+            kv.full_read_bytes, kv.win_read_bytes, kv.shared_read_bytes + _state_bytes(dep), costs.comm_per_token_s,
+            *records.first().values(),
         )
         wall = time.perf_counter() - wall0  # the loop's own time, in the run whose records are kept
         if steps_run <= steps:
@@ -411,7 +442,7 @@ def simulate_replica(
     result = measure(
         requests, tr, warmup_fraction, wall, total_blocks=kv.total_blocks, block_bytes=kv.block_bytes,
         page_bytes=kv.page_bytes, shared_bytes=kv.shared_pages * kv.page_bytes, budget_bytes=kv.budget_bytes,
-        notes=tuple(notes),
+        notes=tuple(notes), state_bytes=0 if kv.page_bytes else _state_bytes(dep),
         settled=settled,
     )
     return (result, tr) if trace else result

@@ -7,6 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from planner.catalog import Model
 from planner.deployment import make_deployment
 from planner.histogram import Histogram
 from planner.memory import kv_bytes_for_tokens
@@ -644,3 +645,43 @@ def test_requests_that_decode_on_into_the_drain_read_faster_and_are_not_measured
     assert tpot[last + 1:].mean() < 0.95 * tpot[first:last + 1].mean()
     assert settled.latencies.tpot_s.mean() > whole.latencies.tpot_s.mean()
     assert settled.measured_requests == last + 1 - first < whole.measured_requests
+
+
+def state_only_dep(catalog, *, state_bytes_per_layer=1_000_000, **engine):
+    """tiny_dep with every one of Llama 3.1 8B's 32 layers a Mamba layer: a fixed state per
+    sequence, no token cached."""
+    dep = tiny_dep(catalog, **engine)
+    model = Model.model_validate({**dep.model.model_dump(), "num_state_layers": 32, "state_layer_kind": "mamba",
+                                  "state_bytes_per_layer": state_bytes_per_layer})
+    return dataclasses.replace(dep, model=model)
+
+
+def test_a_model_of_fixed_states_runs_as_many_sequences_as_the_budget_holds_states(catalog):
+    """No layer caches tokens, so no block fills the budget (it crashed on a page of 0 bytes): the
+    states do. A budget of 3.5 states runs 3 sequences at once of the 8 max_num_seqs allows, as
+    planner.footprint charges each resident sequence its state, and the cache held is theirs."""
+    dep = state_only_dep(catalog, max_seqs=8)
+    state = 32 * 1_000_000
+    res, tr = simulate_replica(dep, fixed([0.0] * 6, 6, 3), kv_budget_bytes=int(3.5 * state), trace=True)
+    assert tr.step_running.max() == 3
+    assert res.notes == ()  # nothing left uncharged
+    assert (tr.finish_s > 0).all() and res.preemptions == 0
+    held = np.dot(tr.step_running, tr.step_s) / tr.step_s.sum()  # the run has no idle gap: every step is its time
+    window_res = simulate_replica(dep, fixed([0.0] * 6, 6, 3), kv_budget_bytes=int(3.5 * state), warmup_fraction=0.0,
+                                  settled=False)
+    assert window_res.kv_utilisation == pytest.approx(held * state / int(3.5 * state), rel=1e-12)
+    with pytest.raises(ValueError, match=r"holds no sequence's state \(32,000,000 bytes\)"):
+        simulate_replica(dep, fixed([0.0], 6, 3), kv_budget_bytes=state - 1)
+
+
+def test_a_decode_step_reads_each_decoder_s_fixed_state(catalog):
+    """As planner.footprint's read bytes count it (the replay read none of it: a state-only model was
+    certified on steps twice as fast as the plan's): one decoder of a 32 MB state and four tokens in
+    the cache, StepModel.decode_step_s(1, 32 MB, attended tokens)."""
+    from planner.roofline import StepModel
+
+    dep = state_only_dep(catalog, max_seqs=8)
+    sm = StepModel.of(dep)
+    _, tr = simulate_replica(dep, fixed([0.0], 6, 4), kv_budget_bytes=10 * 32_000_000, trace=True)
+    assert tr.step_decoding.tolist() == [0, 1, 1, 1]
+    assert tr.step_s[1:] == pytest.approx([float(sm.decode_step_s(1, 32_000_000, 6 + k)) for k in range(3)], rel=1e-12)
