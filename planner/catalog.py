@@ -499,6 +499,14 @@ class Catalog:
                         raise InputError(
                             f"gpus.{gpu.id}.{field}: {did_you_mean(d, self.dtypes, what='dtype')}", where=where
                         )
+        # A weight dtype computing in a rate no GPU lists is its own entry's fault, not the first GPU's
+        # (`compute_dtype: nope` read "gpus.h100-sxm.dense_tflops: no rate for 'nope'"). The name is a key
+        # of dense_tflops, not necessarily a dtype of the catalog.
+        rates = {rate for gpu in self.gpus.values() for rate in gpu.dense_tflops}
+        for dtype in self.dtypes.values():
+            if dtype.weight and dtype.compute_dtype not in rates:
+                raise InputError(f"dtypes.{dtype.id}.compute_dtype: no GPU of the catalog has a dense_tflops rate for "
+                                 f"{dtype.compute_dtype!r} (they have: {', '.join(sorted(rates))})", where=where)
         for model in self.models.values():
             if model.checkpoint_dtype and model.checkpoint_dtype not in self.dtypes:
                 raise InputError(f"models.{model.id}.checkpoint_dtype: unknown dtype '{model.checkpoint_dtype}'", where=where)

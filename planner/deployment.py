@@ -38,16 +38,35 @@ class Deployment:
 
 def supported_problem(gpu: GPU, tp: int, weight_dtype: Dtype, kv_dtype: Dtype, model: Model) -> str | None:
     """Why this combination cannot run, or None. Shared by the CLI (as an error) and the ILP (as a filter)."""
-    dtype_problem = _dtype_problem(
-        gpu, weight_dtype, weight_dtype.weight, gpu.weight_dtypes, f"{weight_dtype.id} weights", "weight"
-    ) or _dtype_problem(gpu, kv_dtype, kv_dtype.kv, gpu.kv_dtypes, f"{_article(kv_dtype.id)} {kv_dtype.id} KV cache", "KV")
-    if dtype_problem:
-        return dtype_problem
+    found = unsupported_choice(gpu, tp, weight_dtype, kv_dtype, model)
+    return None if found is None else found[1]
+
+
+def unsupported_choice(gpu: GPU, tp: int, weight_dtype: Dtype, kv_dtype: Dtype, model: Model) -> tuple[str, str] | None:
+    """(the choice at fault: 'weight_dtypes', 'kv_dtypes' or 'tp', as a scenario names it; why the
+    combination cannot run), or None: so that an error can name the field to change. The first of
+    unsupported_choices."""
+    return next(iter(unsupported_choices(gpu, tp, weight_dtype, kv_dtype, model)), None)
+
+
+def unsupported_choices(gpu: GPU, tp: int, weight_dtype: Dtype, kv_dtype: Dtype, model: Model) -> list[tuple[str, str]]:
+    """Every choice at fault, each with why, weights first: where two are, changing one is not enough."""
+    faults = []
+    weight_problem = _dtype_problem(
+        gpu, weight_dtype, weight_dtype.weight, gpu.weight_dtypes, f"{weight_dtype.id} weights", "weight")
+    if weight_problem:
+        faults.append(("weight_dtypes", weight_problem))
+    kv_problem = _dtype_problem(gpu, kv_dtype, kv_dtype.kv, gpu.kv_dtypes, f"{_article(kv_dtype.id)} {kv_dtype.id} KV cache",
+                                "KV")
+    if kv_problem:
+        faults.append(("kv_dtypes", kv_problem))
     if tp < 1 or tp & (tp - 1):
-        return f"tensor-parallel degree {tp} must be a power of two"
-    if tp > gpu.gpus_per_node:
-        return f"tensor-parallel degree {tp} exceeds the {gpu.gpus_per_node} GPUs of one '{gpu.id}' node"
-    return model_tp_problem(model, tp)
+        faults.append(("tp", f"tensor-parallel degree {tp} must be a power of two"))
+    elif tp > gpu.gpus_per_node:
+        faults.append(("tp", f"tensor-parallel degree {tp} exceeds the {gpu.gpus_per_node} GPUs of one '{gpu.id}' node"))
+    elif problem := model_tp_problem(model, tp):
+        faults.append(("tp", problem))
+    return faults
 
 
 def model_tp_problem(model: Model, tp: int) -> str | None:

@@ -419,8 +419,11 @@ def _with_shared_prices(fleet: FleetInputs, *, check: bool = True) -> FleetInput
                 continue
             base = fleet.catalog.gpus.get(cand.id)  # (None: a type the service defines in its catalog overrides)
             if check and (cand.price_usd_per_hour is not None or base is None or own != base.price_usd_per_hour):
+                # named where the service states it: its candidate's price, else its catalog's entry
+                field = (f"gpus[{j}]" if cand.price_usd_per_hour is not None
+                         else f"catalog: gpus.{cand.id}.price_usd_per_hour")
                 raise InputError(
-                    f"gpus[{j}]: price of the shared GPU type '{cand.id}' is {own:g} $/hour here but {price:g} in the "
+                    f"{field}: price of the shared GPU type '{cand.id}' is {own:g} $/hour here but {price:g} in the "
                     "fleet; a shared type has one on-demand price: set it in the fleet's inventory", where=svc.where)
             gpus.append(GPUCandidate(**{**cand.model_dump(), "price_usd_per_hour": price}))
         scn = scn.model_copy(update={"gpus": gpus, "solver": fleet.spec.solver})  # one solver for the whole fleet

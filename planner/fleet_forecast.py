@@ -28,6 +28,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from planner.bounds import DEMAND_FIELDS
 from planner.commitments import (
     Lot,
     above_on_demand_text,
@@ -277,6 +278,11 @@ def run_fleet_forecast(fleet: FleetInputs, *, certify: bool | None = None) -> li
             blamed = sorted(g for g in q.availability if f"{g} ≤ " in exc.message)
             stated = f" ({', '.join(blamed)}: capped by {where}.availability)" if blamed else ""
             raise InfeasibleError(quarter_error(q.quarter, exc.message + stated), where=exc.where) from None
+        except InputError as exc:
+            if DEMAND_FIELDS not in exc.message:  # named by its own field already
+                raise
+            # a service's demand past a bound in this quarter, which the quarters' growth compounds
+            raise InputError(quarter_error(q.quarter, exc.message), where=exc.where) from None
         plan = replace(plan, constraints=tuple(_with_forecast_source(c, fleet.spec.inventory, start.lots,
                                                                      q.availability, where)
                                                for c in plan.constraints))

@@ -8,8 +8,10 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from planner.bounds import DEMAND_FIELDS, MIN_RPS
 from planner.capacity import ReplicaModel
 from planner.catalog import Catalog, Model
+from planner.deployment import unsupported_choices
 from planner.errors import InputError
 from planner.evaluator import Evaluator, Measurements
 from planner.histogram import Histogram
@@ -52,15 +54,21 @@ class Setup:
     trace: Requests | None = None
 
 
-def _why_unsupported(scn: Scenario, catalog: Catalog, model: Model) -> str:
+def _no_candidate(scn: Scenario, catalog: Catalog, model: Model) -> str:
     """Why none of the scenario's combinations can run, the most common reason first (`tp: [64]`
-    passes a node's GPUs), or that verified_only leaves no GPU."""
-    reasons = Counter(problem for *_, problem in combinations(scn, catalog, model, scn.weight_dtypes, scn.kv_dtypes))
-    if not reasons:
+    passes a node's GPUs), led by the field at fault where every fault of every combination is that
+    one field's (`tp`, `weight_dtypes`, `kv_dtypes`) and verified_only took no GPU away (changing
+    that field alone may then be the answer); or that verified_only leaves no GPU."""
+    found = list(combinations(scn, catalog, model, scn.weight_dtypes, scn.kv_dtypes))
+    if not found:
         return "verified_only: no GPU candidate has measured efficiency factors"
-    ranked = [reason for reason, _ in reasons.most_common()]
+    ranked = [reason for reason, _ in Counter(problem for *_, problem in found).most_common()]
     more = f" (and {len(ranked) - 1} other reason{'s' if len(ranked) > 2 else ''})" if len(ranked) > 1 else ""
-    return ranked[0] + more
+    fields = {field for gpu, _, tp, w, kv, _ in found
+              for field, _ in unsupported_choices(gpu, tp, catalog.dtype(w), catalog.dtype(kv), model)}
+    unverified_left_out = scn.verified_only and any(not catalog.gpu(c.id).verified for c in scn.gpu_candidates)
+    lead = f"{fields.pop()}: " if len(fields) == 1 and not unverified_left_out else ""
+    return f"{lead}no candidate config: every GPU x tp x dtype combination is unsupported for this model: {ranked[0]}{more}"
 
 
 def _check_dtype_roles(scn: Scenario, catalog: Catalog) -> None:
@@ -88,8 +96,7 @@ def setup_plan(scn: Scenario, catalog: Catalog, model: Model, hist: Histogram, m
     _check_dtype_roles(scn, catalog)
     configs = candidate_configs(scn, catalog, model, scn.weight_dtypes, scn.kv_dtypes)
     if not configs:
-        raise InputError("no candidate config: every GPU x tp x dtype combination is unsupported for this model: "
-                         + _why_unsupported(scn, catalog, model))
+        raise InputError(_no_candidate(scn, catalog, model))
     classes = traffic_classes(scn, served, limit, peak)
     evaluator.take_measurements(configs, classes)
     evals = evaluator.evaluate_all(classes, configs) if evaluate else []
@@ -110,7 +117,12 @@ def served_traffic(scn: Scenario, model: Model, hist: Histogram, measured_peak_r
                          + default_limit_note(model, limit, stated=bool(scn.context_limit)))
     if scn.traffic.shared_prefix_tokens >= limit:
         raise InputError(f"traffic.shared_prefix_tokens {scn.traffic.shared_prefix_tokens} must be below the context limit {limit}")
-    return limit, served, measured_peak_rps * scn.traffic.growth * served.requests / hist.requests
+    grown_rps = measured_peak_rps * scn.traffic.growth
+    if grown_rps < MIN_RPS:  # each factor is bounded on its own; their product can still vanish
+        raise InputError(f"traffic.growth: the peak of {measured_peak_rps:,.6g} requests/s × growth {scn.traffic.growth:g} "
+                         f"is {grown_rps:.3g} requests/s, below the bound of {MIN_RPS:g} (planner.bounds: a request "
+                         f"every {1 / MIN_RPS / 86400:.1f} days); check {DEMAND_FIELDS}")
+    return limit, served, grown_rps * served.requests / hist.requests
 
 
 def pool_details(evaluator: Evaluator, evals, sol: FleetSolution, *, replay_covered: bool = True) -> list[PoolDetail]:

@@ -276,6 +276,17 @@ def test_kv_refuses_what_capacity_refuses_for_the_same_model(args, message):
         assert message.replace("--tokens", "--context-limit") in r.output and len(r.output.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize(("args", "message"), [
+    (["--tp", "1024"], "Invalid value for --tp: tensor-parallel degree 1024 exceeds the 8 GPUs of one 'h100-sxm' node"),
+    (["--weight-dtype", "fp4"], "Invalid value for --weight-dtype: GPU 'h100-sxm' does not support fp4 weights"),
+])
+def test_capacity_names_the_option_a_combination_is_refused_for(args, message):
+    """It said only why, naming no option (an outside probe); `kv --tp` names its own."""
+    r = run("capacity", "llama-3.1-8b", "h100-sxm", *args)
+    assert r.exit_code == 2, r.output
+    assert message in r.output and len(r.output.strip().splitlines()) == 1
+
+
 def test_capacity_refuses_a_quantile_its_sizing_does_not_read_as_a_scenario_does():
     r = run("capacity", "llama-3.1-8b", "h100-sxm", "--prompt-tokens", "100", "--output-tokens", "10",
             "--sizing", "worst_case", "--quantile", "0.7")

@@ -1064,6 +1064,11 @@ def test_a_fleet_with_no_plan_names_the_service_that_cannot_be_served_or_what_ea
     ({"services": [service("beta", 3.0), service("alpha", 3.0, gpus=[{"id": "h100-sxm", "price_usd_per_hour": 1.5}])],
       "inventory": {"h100-sxm": {"max_new": 10}}},
      "services[1]: gpus[0]: price of the shared GPU type 'h100-sxm' is 1.5 $/hour here but 2.99 in the fleet"),
+    # stated in the service's catalog, named there (it read "gpus[0]", which states no price: an outside probe)
+    ({"services": [service("beta", 3.0), service("alpha", 3.0, catalog={"gpus": {"h100-sxm": {"price_usd_per_hour": 1.5}}})],
+      "inventory": {"h100-sxm": {"max_new": 10}}},
+     "services[1]: catalog: gpus.h100-sxm.price_usd_per_hour: price of the shared GPU type 'h100-sxm' is 1.5 $/hour "
+     "here but 2.99 in the fleet"),
     ({"inventory": {"h200": {"max_new": 8}}},
      "fleet.yaml: inventory.h200: no service may run h200 and none is owned or reserved, so this would change "
      "nothing; add it to a service's gpus or drop it"),
@@ -2460,3 +2465,18 @@ def test_a_fleet_forecast_quarter_whose_plan_did_not_hold_in_simulation_stops_th
     assert (f"{path}: forecast quarter 2027Q1: service 'beta': no plan holds its targets in simulation after 2 "
             "re-plans; its pool misses") in r.output
     assert not (tmp_path / "out").exists()
+
+
+def test_a_fleet_quarter_whose_growth_takes_a_service_below_the_least_rate_names_the_quarter(tmp_path):
+    """A quarter's growth just above -1 planned the fleet's later quarters at 0 requests/s and priced
+    their tokens at $8.4e7 per million, exit 0 (an outside probe); refused, naming the quarter."""
+    path = write_fleet(tmp_path, forecast={"quarters": [{"quarter": "2027Q1"},
+                                                        {"quarter": "2027Q2", "growth": -0.9999999999}]})
+    out = tmp_path / "out"
+    r = CliRunner().invoke(main, ["forecast", str(path), "--out-dir", str(out)])
+    assert r.exit_code == 2, r.output
+    assert not out.exists()
+    assert re.fullmatch(r"error: \S+fleet\.yaml: services\[0\]: forecast quarter 2027Q2: traffic\.growth: the peak of 30 requests/s × growth "
+                        r"1e-10 is 3e-09 requests/s, below the bound of 1e-06 \(planner\.bounds: a request every 11\.6 "
+                        r"days\); check traffic\.peak, traffic\.growth and traffic\.headroom \(in a forecast, the "
+                        r"quarters' growth too: forecast\.quarters\[\]\.growth\)\n", r.output), r.output

@@ -80,6 +80,10 @@ MALFORMED = [
     ({"time_unit_assumed": "parsecs"}, "time_unit_assumed: expected one of datetime, s, ms, us, ns or "
                                        "'mixed (...)'"),
     ({"sources": ["a.csv\nerror: fake"]}, "sources[0]: must be one line of printable text"),
+    # read as a histogram of this format, whatever it said (an outside probe)
+    ({"format": "not-a-planner-histogram"}, "format 'not-a-planner-histogram' is not a format planner has written "
+                                            "(planner.histogram/1, planner.histogram/2)"),
+    ({"format": "planner.histogram/99"}, "format 'planner.histogram/99' is not a format planner has written"),
 ]
 
 

@@ -205,7 +205,10 @@ def test_forecast_takes_verify_from_the_command_line_as_solve_does(tmp_path):
         ("gpus: {h100-sxm: {weight_dtypes: [bf16, fp9]}}", "gpus.h100-sxm.weight_dtypes: unknown dtype 'fp9'"),
         ("gpus: {h100-sxm: {kv_dtypes: []}}", "gpus.h100-sxm.kv_dtypes: List should have at least 1 item"),
         ("gpus: {h100-sxm: {price_usd_per_hour: 1e300}}", "price_usd_per_hour: Input should be less than or equal to 1000"),
-        ("dtypes: {bf16: {compute_dtype: fp6}}", "dense_tflops: no rate for 'fp6', which weight dtype 'bf16' computes in"),
+        ("dtypes: {bf16: {compute_dtype: fp4}}", "dense_tflops: no rate for 'fp4', which weight dtype 'bf16' computes in"),
+        # a dtype no catalog has: blamed on the H100's rates (an outside probe), not on the field that names it
+        ("dtypes: {bf16: {compute_dtype: fp6}}", "dtypes.bf16.compute_dtype: no GPU of the catalog has a dense_tflops "
+                                                 "rate for 'fp6'"),
         # a share near zero overflowed the step times, with numpy's warnings on stderr before the error
         ("gpus: {h100-sxm: {efficiency: {bandwidth: 1.0e-300}}}",
          "gpus.h100-sxm.efficiency.bandwidth: Input should be greater than or equal to 0.01"),
@@ -1024,11 +1027,15 @@ def test_vanishing_rates_are_refused(tmp_path, change, expected):
 
 
 def test_a_trickle_of_traffic_is_planned_not_a_root_finder_error(tmp_path):
-    # growth 1e-300 leaves a peak far below the smallest batch the root finder brackets
-    text = BASE.replace("  peak: {method: explicit, rps: 4}", "  peak: {method: explicit, rps: 4}\n  growth: 1e-300")
-    r = run("solve", scenario(tmp_path, text), "--no-report", "--json")
-    assert r.exit_code == 0, repr(r.exception)
-    assert json.loads(r.stdout)["gpus"] == 1
+    """The least peak the bounds allow (4 requests/s x growth 2.5e-7 = 1e-6) lies far below the smallest
+    batch the root finder brackets, and is planned; growth 1e-300, once planned too (at $1e300 per
+    million tokens), is past the bound and refused (test_demand_grown_below_the_least_rate_is_refused)."""
+    for growth, code in (("2.5e-7", 0), ("1e-300", 2)):
+        text = BASE.replace("  peak: {method: explicit, rps: 4}", f"  peak: {{method: explicit, rps: 4}}\n  growth: {growth}")
+        r = run("solve", scenario(tmp_path, text), "--no-report", "--json")
+        assert r.exit_code == code, repr(r.exception)
+        if code == 0:
+            assert json.loads(r.stdout)["gpus"] == 1
 
 
 @pytest.mark.parametrize(
@@ -3317,3 +3324,26 @@ def test_vendor_words_match_however_a_catalog_spells_the_maker(catalog):
     assert corporate.runs_on_problem(h100.model_copy(update={"vendor": "NVIDIA Corporation"})) is None
     assert corporate.runs_on_problem(h100) is not None  # "NVIDIA" alone holds no "corporation"
     assert trt.runs_on_problem(h100.model_copy(update={"vendor": "NVIDIAN"})) is not None  # a word, not a prefix
+
+
+# ---- demand that vanishes: each factor within its bound, their product not (an outside probe) --------
+@pytest.mark.parametrize(("text", "command", "said"), [
+    # traffic.growth above 0 but its peak a request in 8,000 years: a report of $1.2e10 per million tokens, exit 0
+    (BASE.replace("  peak: {method: explicit, rps: 4}", "  peak: {method: explicit, rps: 4}\n  growth: 1e-12"),
+     "solve", "traffic.growth: the peak of 4 requests/s × growth 1e-12 is 4e-12 requests/s, below the bound of 1e-06"),
+    # a quarter's growth just above -1: its quarters at 0 requests/s priced at $1.7e8 per million tokens, exit 0
+    (FORECAST.replace("{PRICES}", "{}").replace("growth: 0.2", "growth: -0.9999999999"), "forecast",
+     "forecast quarter 2027Q2: traffic.growth: the peak of 4 requests/s × growth 1e-10 is 4e-10 requests/s, below the "
+     "bound of 1e-06"),
+])
+def test_demand_grown_below_the_least_rate_is_refused(tmp_path, text, command, said):
+    path = scenario(tmp_path, text)
+    out = tmp_path / "out"
+    r = run(command, path, "--no-verify", "--out-dir", out)
+    assert r.exit_code == 2, r.output
+    assert r.stdout == "" and leftovers(out) == []
+    line = r.stderr.strip()
+    assert line.startswith(f"error: {path}: {said} (planner.bounds: a request every 11.6 days); check traffic.peak, "
+                           "traffic.growth and traffic.headroom"), line
+    assert "\n" not in line
+    assert line.endswith("(in a forecast, the quarters' growth too: forecast.quarters[].growth)") == (command == "forecast")

@@ -78,9 +78,12 @@ def solve(*args):
         ("traffic: {source: {constant: {prompt_tokens: 10, output_tokens: 5}}, headroom: 0.5}\n",
          "traffic.headroom: Input should be greater than or equal to 1"),
         ("min_replicas_per_pool: 0\n", "min_replicas_per_pool: Input should be greater than or equal to 1"),
-        # no combination runs: the message says why (it said only that none does)
-        ("tp: [64]\n", "no candidate config: every GPU x tp x dtype combination is unsupported for this model: "
+        # no combination runs: the message says why (it said only that none does), led by the field at
+        # fault where every reason is one field's (an outside probe found neither `tp` nor `weight_dtypes` named)
+        ("tp: [64]\n", ": tp: no candidate config: every GPU x tp x dtype combination is unsupported for this model: "
                        "tensor-parallel degree 64 exceeds the 8 GPUs of one 'h100-sxm' node"),
+        ("weight_dtypes: [fp4]\n", ": weight_dtypes: no candidate config: every GPU x tp x dtype combination is "
+                                   "unsupported for this model: GPU 'h100-sxm' does not support fp4 weights"),
     ],
 )
 def test_schema_errors_exit_2_with_the_yaml_path(tmp_path, patch, expected):
@@ -362,3 +365,18 @@ def test_a_stated_mean_rate_prices_a_token_at_the_day_s_volume_in_the_report(tmp
     path.write_text(path.read_text().replace("\n  mean_rps: 1", ""))
     assert solve(path, "--out-dir", tmp_path / "out2").exit_code == 0
     assert "## The day's load curve" not in (tmp_path / "out2" / "tiny.md").read_text()
+
+
+def test_no_candidate_names_a_field_only_where_every_reason_is_that_field_s(tmp_path):
+    """Two fields at fault, so neither leads the message (either alone would read as the one to
+    change): fp4 weights stop the H100 and tp 16 the B200 (which runs fp4, on 8 GPUs a node); and both
+    stop the H100 alone, whose message gives the first. Nor does a field lead where verified_only
+    left a GPU out (the B300, which runs fp4, has no measured factors)."""
+    for gpus, verified_only in (("[h100-sxm, b200]", False), ("[h100-sxm]", False), ("[h100-sxm, b300]", True)):
+        tp = "[1]" if verified_only else "[16]"
+        path = write(tmp_path, BASE.replace("tp: [1]", f"tp: {tp}").replace("gpus: [h100-sxm]", f"gpus: {gpus}")
+                     + "weight_dtypes: [fp4]\n" + ("verified_only: true\n" if verified_only else ""))
+        r = solve(path, "--out-dir", tmp_path / "out")
+        assert r.exit_code == 2, r.output
+        assert r.output.startswith(f"error: {path}: no candidate config: every GPU x tp x dtype combination is "
+                                   "unsupported for this model: GPU 'h100-sxm' does not support fp4 weights"), r.output

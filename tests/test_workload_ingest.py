@@ -328,6 +328,17 @@ def test_epoch_numbers_are_read_in_their_magnitude_s_unit_with_a_note(tmp_path):
     assert result.histogram.minute.tolist() == list(range(28_333_333, 28_333_344))  # 2023-11-14 22:13:20 on, 600 s
 
 
+def test_negative_numbers_are_not_read_as_epoch_seconds_by_their_size(tmp_path):
+    """-1.7e9 (1916 as epoch seconds) was read as this decade's epoch seconds, by the median of the
+    values' sizes, with only a note (an outside probe): numbers before 2020, relative ones, ask for a unit."""
+    path = tmp_path / "negative.csv"
+    path.write_text("p,o,t\n" + "".join(f"100,10,{-1_700_000_000 + i}\n" for i in range(600)))
+    with pytest.raises(InputError, match=r"column 't': its times count from the log's start \(median -1\.7e\+09, before "
+                                         r"2020 as epoch seconds, or epoch seconds older than any LLM serving log\) and "
+                                         r"no unit is stated"):
+        ingest([path], resolve_columns(None, "p", "o", "t"))
+
+
 def test_relative_milliseconds_past_a_traces_11th_day_are_refused_too(tmp_path):
     """(A reading: 4 hours of relative milliseconds from day 12, 1.04e9, read as 5.5 months of 2002 at 1/1000
     of their rate, with nothing said: the refusal stopped at 2000 as epoch seconds. A second: stated as

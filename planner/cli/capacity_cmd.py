@@ -22,7 +22,7 @@ from planner.cli.options import (
     get_catalog,
     json_option,
 )
-from planner.deployment import DEFAULT_OVERHEAD_GIB, make_deployment
+from planner.deployment import DEFAULT_OVERHEAD_GIB, make_deployment, unsupported_choice
 from planner.errors import InputError
 from planner.histogram import Histogram
 from planner.memory import (
@@ -69,6 +69,10 @@ def _load_histogram(path: str) -> Histogram:
             raise
     except InputError as exc:
         raise InputError(f"--histogram: {exc}") from None
+
+
+# The option that states each choice unsupported_choice can find at fault.
+_CHOICE_OPTIONS = {"tp": "--tp", "weight_dtypes": "--weight-dtype", "kv_dtypes": "--kv-dtype"}
 
 
 @click.command()
@@ -153,6 +157,10 @@ def capacity(
         from planner.plan_objects import default_context_limit
 
         max_model_len = default_context_limit(catalog.model(model))
+    fault = unsupported_choice(catalog.gpu(gpu), tp, catalog.dtype(weight_dtype), catalog.dtype(kv_dtype),
+                               catalog.model(model))
+    if fault:  # named by the option to change, as `kv --tp` is (make_deployment's error names none)
+        raise click.BadParameter(fault[1], param_hint=_CHOICE_OPTIONS[fault[0]])
     dep = make_deployment(
         catalog, model=model, gpu=gpu, tp=tp, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
         max_model_len=max_model_len, engine=engine, memory_fraction=gpu_memory_utilization,

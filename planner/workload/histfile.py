@@ -56,12 +56,13 @@ from planner.histogram import (
 from planner.order_stats import exact_group_sums
 from planner.workload.histmeta import (
     HISTOGRAM_FILE_METADATA_KEY,
+    READABLE_FORMATS,
     HistogramFileMetadata,
     combined,
     read_file_metadata,
 )
 
-HISTOGRAM_FILE_FORMAT = "planner.histogram/2"
+HISTOGRAM_FILE_FORMAT = READABLE_FORMATS[-1]
 HISTOGRAM_FILE_KINDS = ("cell", *LENGTH_OF, "minute")
 HISTOGRAM_FILE_COLUMNS = ("kind", *CELL_KEYS, *SUM_COLUMNS, "minute", "fine_bin")
 # The columns of every format so far: a Parquet file with these is a histogram file (of

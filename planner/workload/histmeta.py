@@ -22,7 +22,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from planner.errors import InputError
+from planner.errors import InputError, shown_value
 from planner.histogram import FINE_EDGES, LENGTH_EDGES, TOTAL_EDGES
 from planner.workload.columns import TIME_UNITS
 from planner.workload.rows import EXCLUSION_REASONS
@@ -91,6 +91,11 @@ class HistogramFileMetadata(BaseModel):
         return {r: self.excluded_rows.get(r, 0) for r in EXCLUSION_REASONS}
 
 
+# The formats planner has written, oldest first; the last is today's (planner.workload.histfile). A
+# file of /1, which had no fine marginals, passes here so that the column check tells it to be rebuilt.
+READABLE_FORMATS = ("planner.histogram/1", "planner.histogram/2")
+
+
 def parse_metadata(raw: bytes | None, where: str) -> HistogramFileMetadata:
     """The metadata of one file from its schema's raw value (None: the producer wrote none).
 
@@ -112,6 +117,9 @@ def parse_metadata(raw: bytes | None, where: str) -> HistogramFileMetadata:
         meta = HistogramFileMetadata.model_validate(data)
     except ValidationError as exc:
         raise InputError(f"{prefix}: {validation_message(exc, HistogramFileMetadata)}", where=where) from None
+    if meta.format is not None and meta.format not in READABLE_FORMATS:
+        raise InputError(f"{prefix}: format {shown_value(meta.format)} is not a format planner has written "
+                         f"({', '.join(READABLE_FORMATS)})", where=where)
     for key, edges in (("length_edges", LENGTH_EDGES), ("total_edges", TOTAL_EDGES), ("fine_edges", FINE_EDGES)):
         value = getattr(meta, key)
         if value is not None and value != edges.tolist():

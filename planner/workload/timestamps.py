@@ -331,7 +331,8 @@ class MinuteConverter:
         if not usable.size:
             return self._unit or "s"  # nothing to convert in this batch; decide on the next one
         self._magnitude_seen = True
-        typical = float(np.median(np.abs(usable)))
+        # signed: negative numbers, epoch seconds of before 1970 read by their size, were taken for this year's
+        typical = float(np.median(usable))
         guessed = guess_unit(typical)
         if self._unit is None:
             if typical < FIRST_SERVING_S or (guessed == "s" and typical > _latest_epoch_s()):
