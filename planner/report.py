@@ -755,7 +755,8 @@ def _finance(plan: Plan) -> str:
         f"| Blended | {shown_tokens:,} | {usd_text(plan.cost_per_hour)} | {_usd_per_million(cpm['blended'])} |",
         "",
         f"{hours_text(quarters=False)} {TOKEN_SPLIT_TEXT}, so a pool that often stands idle (a long-context pool of few "
-        "requests) shows a high output price."
+        "requests) shows a high output price. Tokens are rounded to the token a row; the blended row adds the two "
+        "above as shown, so it can be one token off their total rounded on its own."
         + (" No price per token (—): the fleet cannot carry the peak, so it would not serve these tokens."
            if math.isnan(cpm["blended"]) and plan.tokens_per_hour else ""),
     ])

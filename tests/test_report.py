@@ -694,6 +694,9 @@ def test_every_shipped_cost_per_token_table_adds_up_as_shown():
             tokens_in, usd_in, tokens_out, usd_out, tokens, usd = (float(g.replace(",", "")) for g in m.groups())
             assert tokens_in + tokens_out == tokens, (path.name, m.group(0))
             assert abs(usd_in + usd_out - usd) <= 0.01 + 1e-9, (path.name, m.group(0))
+            # and says so, as the CSVs round each total on its own (a finance reader found the token apart)
+            paragraph = text[m.end():].split("\n\n", 2)[1]
+            assert "the blended row adds the two above as shown, so it can be one token off" in paragraph, path.name
             tables += 1
     assert tables >= 14  # every scenario's report and every fleet service's section
 
