@@ -337,6 +337,11 @@ def test_negative_numbers_are_not_read_as_epoch_seconds_by_their_size(tmp_path):
                                          r"2020 as epoch seconds, or epoch seconds older than any LLM serving log\) and "
                                          r"no unit is stated"):
         ingest([path], resolve_columns(None, "p", "o", "t"))
+    # with a unit stated, negated epoch milliseconds are still doubted by their size, as they were
+    millis = tmp_path / "negative_ms.csv"
+    millis.write_text("p,o,t\n" + "".join(f"100,10,{-1_700_000_000_000 + 200 * i}\n" for i in range(600)))
+    stated = ingest([millis], resolve_columns(None, "p", "o", "t", time_unit="s"))
+    assert len(stated.warnings) == 1 and "have the magnitude of epoch milliseconds" in stated.warnings[0]
 
 
 def test_relative_milliseconds_past_a_traces_11th_day_are_refused_too(tmp_path):

@@ -331,12 +331,13 @@ class MinuteConverter:
         if not usable.size:
             return self._unit or "s"  # nothing to convert in this batch; decide on the next one
         self._magnitude_seen = True
-        # signed: negative numbers, epoch seconds of before 1970 read by their size, were taken for this year's
-        typical = float(np.median(usable))
+        typical = float(np.median(np.abs(usable)))
         guessed = guess_unit(typical)
         if self._unit is None:
-            if typical < FIRST_SERVING_S or (guessed == "s" and typical > _latest_epoch_s()):
-                raise InputError(_relative_text(usable, typical, self._column))
+            # signed: negative numbers (before 1970 as epoch times) read by their size were taken for this year's
+            signed = float(np.median(usable))
+            if signed < FIRST_SERVING_S or (guessed == "s" and typical > _latest_epoch_s()):
+                raise InputError(_relative_text(usable, signed, self._column))
             self._unit = guessed
             bound = next(b for b, u in _MAGNITUDE_UNITS if u == self._unit)
             self._assumption = TimeAssumption(
