@@ -50,7 +50,7 @@ def forecast(scenario, out_dir, no_report, verify, catalog_files, as_json) -> No
     per service per quarter, its tokens and cost per token at its day's volume among them),
     _types.csv (one row per GPU type per quarter), _limits.csv (one row per shared limit per
     quarter, with what relaxing it saves) and _total.csv (the quarters summed), with their data
-    dictionary.
+    dictionary, and no figure.
 
     \b
     Example:
