@@ -59,13 +59,14 @@ def _no_candidate(scn: Scenario, catalog: Catalog, model: Model) -> str:
     passes a node's GPUs), led by the field at fault where every fault of every combination is that
     one field's (`tp`, `weight_dtypes`, `kv_dtypes`) and verified_only took no GPU away (changing
     that field alone may then be the answer); or that verified_only leaves no GPU."""
-    found = list(combinations(scn, catalog, model, scn.weight_dtypes, scn.kv_dtypes))
-    if not found:
+    # every fault of each combination (its first is the problem `combinations` gives it)
+    faults = [unsupported_choices(gpu, tp, catalog.dtype(w), catalog.dtype(kv), model)
+              for gpu, _, tp, w, kv, _ in combinations(scn, catalog, model, scn.weight_dtypes, scn.kv_dtypes)]
+    if not faults:
         return "verified_only: no GPU candidate has measured efficiency factors"
-    ranked = [reason for reason, _ in Counter(problem for *_, problem in found).most_common()]
+    ranked = [reason for reason, _ in Counter(found[0][1] for found in faults).most_common()]
     more = f" (and {len(ranked) - 1} other reason{'s' if len(ranked) > 2 else ''})" if len(ranked) > 1 else ""
-    fields = {field for gpu, _, tp, w, kv, _ in found
-              for field, _ in unsupported_choices(gpu, tp, catalog.dtype(w), catalog.dtype(kv), model)}
+    fields = {field for found in faults for field, _ in found}
     unverified_left_out = scn.verified_only and any(not catalog.gpu(c.id).verified for c in scn.gpu_candidates)
     lead = f"{fields.pop()}: " if len(fields) == 1 and not unverified_left_out else ""
     return f"{lead}no candidate config: every GPU x tp x dtype combination is unsupported for this model: {ranked[0]}{more}"

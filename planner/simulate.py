@@ -91,7 +91,6 @@ from planner.memory import (
     budget_ladder,
     kv_bytes_for_tokens,
     kv_bytes_per_token_by_layer_kind,
-    kv_state_bytes_per_sequence,
     kv_token_cap,
     paged_tokens,
 )
@@ -258,6 +257,7 @@ class _CacheBlocks:
     win_blocks: int  # blocks a capped layer keeps at most: ceil(window / block) (0: none)
     full_read_bytes: int  # a block of the full-attention layers, as a decode step reads it
     win_read_bytes: int  # a block of the capped layers (padding holds memory and is not read)
+    state_bytes: int = 0  # a sequence's fixed state (linear-attention / state-space layers), read every decode step
 
     def pages(self, blocks: int) -> int:
         """Pages a sequence of `blocks` blocks holds: the kernel's own count (sim_kernel._pages), in Python."""
@@ -302,8 +302,8 @@ def _cache_blocks(dep: Deployment, requests: Requests, kv_budget_bytes: int | No
     block = int(dep.block_size)
     budget_bytes = int(budget_ladder(dep).kv_budget_bytes if kv_budget_bytes is None else kv_budget_bytes)
     shared_blocks = max(int(shared_prefix_tokens), 0) // block
-    kinds = kv_bytes_per_token_by_layer_kind(dep.model, dep.kv_dtype, dep.tp).kinds
-    cached = [k for k in kinds if k.bytes_per_token]
+    layout = kv_bytes_per_token_by_layer_kind(dep.model, dep.kv_dtype, dep.tp)
+    cached = [k for k in layout.kinds if k.bytes_per_token]
     full = sum(k.layers for k in cached if k.token_cap is None)
     capped = sum(k.layers for k in cached if k.token_cap is not None)
     if not cached:  # every layer a fixed state or none: blocks hold nothing (the state caps the batch: _state_seqs)
@@ -323,7 +323,7 @@ def _cache_blocks(dep: Deployment, requests: Requests, kv_budget_bytes: int | No
         block_bytes = math.ceil((full + capped) * layer_block)
         full_read, win_read = math.ceil(full * layer_block), math.ceil(capped * layer_block)
     cache = _CacheBlocks(budget_bytes, block, block_bytes, page_bytes, shared_blocks, full_pages, win_pages, win_blocks,
-                         full_read, win_read)
+                         full_read, win_read, math.ceil(layout.state_bytes_per_sequence))
     shared = cache.shared_tokens
     if shared and int(requests.prompt_tokens.min()) <= shared:
         raise ValueError(
@@ -353,20 +353,12 @@ def _state_seqs(dep: Deployment, kv: _CacheBlocks) -> int:
     blocks never fill the budget) at most as many as the budget holds fixed states of, as
     planner.footprint charges them (vLLM allocates a state slot a running sequence)."""
     max_seqs = int(dep.engine.max_num_seqs)
-    if kv.page_bytes:
+    if kv.page_bytes or not kv.state_bytes:
         return max_seqs
-    state_bytes = _state_bytes(dep)
-    if not state_bytes:
-        return max_seqs
-    held = kv.budget_bytes // state_bytes
+    held = kv.budget_bytes // kv.state_bytes
     if held < 1:
-        raise ValueError(f"the KV budget ({kv.budget_bytes:,} bytes) holds no sequence's state ({state_bytes:,} bytes)")
+        raise ValueError(f"the KV budget ({kv.budget_bytes:,} bytes) holds no sequence's state ({kv.state_bytes:,} bytes)")
     return min(max_seqs, held)
-
-
-def _state_bytes(dep: Deployment) -> int:
-    """A sequence's fixed state on a replica (planner.memory's layout, as the footprint charges it)."""
-    return math.ceil(kv_bytes_per_token_by_layer_kind(dep.model, dep.kv_dtype, dep.tp).state_bytes_per_sequence)
 
 
 def simulate_replica(
@@ -398,7 +390,7 @@ def simulate_replica(
     engine = dep.engine
     kv = _cache_blocks(dep, requests, kv_budget_bytes, shared_prefix_tokens)
     notes = []
-    if kv_state_bytes_per_sequence(dep.model) and kv.page_bytes:
+    if kv.state_bytes and kv.page_bytes:
         notes.append("the fixed per-sequence state of linear-attention / state-space layers is read by every decode "
                      "step but holds none of the cache's blocks")
 
@@ -420,7 +412,7 @@ def simulate_replica(
             costs.fixed_s, costs.bandwidth, costs.flops_s, costs.two_active, costs.attn, costs.attn_prefill,
             costs.attn_capped, costs.window, kv.full_pages, kv.win_pages, kv.win_blocks,
             # a decoder's fixed reads: the shared prefix's and its own state's (as planner.footprint reads both)
-            kv.full_read_bytes, kv.win_read_bytes, kv.shared_read_bytes + _state_bytes(dep), costs.comm_per_token_s,
+            kv.full_read_bytes, kv.win_read_bytes, kv.shared_read_bytes + kv.state_bytes, costs.comm_per_token_s,
             *records.first().values(),
         )
         wall = time.perf_counter() - wall0  # the loop's own time, in the run whose records are kept
@@ -442,7 +434,7 @@ def simulate_replica(
     result = measure(
         requests, tr, warmup_fraction, wall, total_blocks=kv.total_blocks, block_bytes=kv.block_bytes,
         page_bytes=kv.page_bytes, shared_bytes=kv.shared_pages * kv.page_bytes, budget_bytes=kv.budget_bytes,
-        notes=tuple(notes), state_bytes=0 if kv.page_bytes else _state_bytes(dep),
+        notes=tuple(notes), state_bytes=0 if kv.page_bytes else kv.state_bytes,
         settled=settled,
     )
     return (result, tr) if trace else result
